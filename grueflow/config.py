@@ -1,0 +1,473 @@
+"""Typed, strict, frozen configs for everything under params/.
+
+Every params file is parsed into frozen dataclasses by :func:`parse`. An unknown key, a wrong
+type, an out-of-range value or an unknown registry name fails here, at parse time, with a
+:class:`ConfigError` that names the file, the key path, the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import yaml
+
+from grueflow.registry import UnknownNameError
+
+
+class ConfigError(ValueError):
+    """A params file that does not validate; the message says where and how to fix it."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Generic strict parsing of nested dataclasses
+# ---------------------------------------------------------------------------------------------
+
+
+def parse(cls: type, data: Any, where: str) -> Any:
+    """Build dataclass ``cls`` from plain YAML data, strictly.
+
+    ``where`` names the place for error messages, e.g. ``params/tasks/x.yaml: reward``.
+    """
+    return _convert(cls, data, where)
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type):
+        return {"str": "a string", "int": "an integer", "float": "a number", "bool": "true/false"}.get(
+            tp.__name__, tp.__name__
+        )
+    return str(tp).replace("typing.", "")
+
+
+def _convert(tp: Any, value: Any, where: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _convert(inner[0], value, where)
+    if origin is Literal:
+        if value not in args:
+            raise ConfigError(f"{where}: {value!r} is not allowed; choose one of {', '.join(map(repr, args))}")
+        return value
+    if origin in (tuple, list):
+        if not isinstance(value, list):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        item_type = args[0] if args else Any
+        return tuple(_convert(item_type, v, f"{where}[{i}]") for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        val_type = args[1] if args else Any
+        return types.MappingProxyType({k: _convert(val_type, v, f"{where}.{k}") for k, v in value.items()})
+    if dataclasses.is_dataclass(tp):
+        return _convert_dataclass(tp, value, where)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported config type {tp!r} at {where}")
+
+
+def _convert_dataclass(cls: type, value: Any, where: str) -> Any:
+    if value is None:
+        value = {}
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a mapping with keys {_keys(cls)}, got {value!r}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(value) - names)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; valid keys: {_keys(cls)}")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        if f.name in value:
+            kwargs[f.name] = _convert(hints[f.name], value[f.name], _join(where, f.name))
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise ConfigError(f"{where}: missing required key {f.name!r}")
+    try:
+        return cls(**kwargs)
+    except ConfigError as err:
+        raise ConfigError(f"{where}: {err}") from None
+    except (ValueError, UnknownNameError) as err:
+        raise ConfigError(f"{where}: {err}") from None
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if not where.endswith(":") else f"{where} {key}"
+
+
+def _keys(cls: type) -> str:
+    return ", ".join(f.name for f in dataclasses.fields(cls) if f.init)
+
+
+def to_dict(obj: Any) -> Any:
+    """Plain-data view of a config (for stage.json and fingerprints)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, (tuple, list)):
+        return [to_dict(v) for v in obj]
+    if isinstance(obj, (dict, types.MappingProxyType)):
+        return {k: to_dict(v) for k, v in obj.items()}
+    return obj
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+# ---------------------------------------------------------------------------------------------
+# Task files: params/tasks/<task>.yaml
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DatapoolConfig:
+    """Which datapool loader builds the Samples, and its arguments (validated by the loader)."""
+
+    id: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from grueflow.data import DATAPOOLS
+
+        loader = DATAPOOLS.get(self.id)
+        parse(loader.Args, dict(self.args), "args")
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    """A tokenizer trained here with the `tokenizers` library on the task's training text."""
+
+    vocab_size: int = 512
+
+    def __post_init__(self) -> None:
+        _check(self.vocab_size >= 64, f"vocab_size must be >= 64, got {self.vocab_size}")
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """Brief language-model pre-training of a tiny model on the task's unlabelled text."""
+
+    steps: int = 300
+    seed: int = 0
+    batch_size: int = 32
+    learning_rate: float = 3e-3
+    max_length: int = 48
+
+    def __post_init__(self) -> None:
+        _check(self.steps >= 0, f"steps must be >= 0, got {self.steps}")
+        _check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
+        _check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The base model: a tiny model built here from ``config``, or a pretrained hub id / local dir.
+
+    ``id`` is a model-registry name (``tiny_gpt2``, ``tiny_t5``, ``pretrained``).
+    """
+
+    id: str
+    name_or_path: Optional[str] = None
+    kind: Optional[Literal["causal", "seq2seq"]] = None
+    config: dict[str, Any] = field(default_factory=dict)
+    tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
+    pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+
+    def __post_init__(self) -> None:
+        from grueflow.models import MODELS
+
+        source = MODELS.get(self.id)
+        source.validate(self)
+
+
+@dataclass(frozen=True)
+class LengthsConfig:
+    """Token budgets: prompts are truncated to ``prompt``, targets (supervised) to ``target``."""
+
+    prompt: int = 32
+    target: int = 32
+
+    def __post_init__(self) -> None:
+        _check(self.prompt > 0 and self.target > 0, f"lengths must be > 0, got prompt={self.prompt} target={self.target}")
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """Arguments for ``model.generate``; rollout and evaluation settings are kept apart."""
+
+    max_new_tokens: int = 16
+    min_new_tokens: int = 1
+    do_sample: bool = True
+    top_k: int = 0
+    top_p: float = 1.0
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check(self.max_new_tokens > 0, f"max_new_tokens must be > 0, got {self.max_new_tokens}")
+        _check(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
+        _check(self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}")
+        _check(self.temperature > 0, f"temperature must be > 0, got {self.temperature}")
+
+    def generate_kwargs(self) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "min_new_tokens": self.min_new_tokens,
+                                  "do_sample": self.do_sample}
+        if self.do_sample:
+            kwargs.update(top_k=self.top_k, top_p=self.top_p, temperature=self.temperature)
+        return kwargs
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """A registered metric and its arguments."""
+
+    id: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from grueflow.metrics import METRICS
+
+        metric = METRICS.get(self.id)
+        parse(metric.Args, dict(self.args), "args")
+
+
+@dataclass(frozen=True)
+class RewardComponent:
+    """One weighted term of a task's reward: a metric's per-sample score ``score`` (default: its primary)."""
+
+    metric: str
+    weight: float = 1.0
+    score: Optional[str] = None
+    args: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        from grueflow.metrics import METRICS
+
+        metric = METRICS.get(self.metric)
+        parse(metric.Args, dict(self.args), "args")
+        if self.score is not None and self.score not in metric.scores:
+            raise ValueError(f"metric {self.metric!r} has no score {self.score!r}; valid: {', '.join(metric.scores)}")
+
+    @property
+    def key(self) -> str:
+        from grueflow.metrics import METRICS
+
+        return METRICS.get(self.metric).key(self.score)
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """The task reward: a weighted sum of metric scores, each component logged on its own."""
+
+    components: tuple[RewardComponent, ...]
+
+    def __post_init__(self) -> None:
+        _check(len(self.components) > 0, "a reward needs at least one component")
+        _check(any(c.weight != 0 for c in self.components), "every reward weight is 0; give one component a non-zero weight")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """One GRUE-shaped task: data, model, generation, reward and metrics."""
+
+    datapool: DatapoolConfig
+    model: ModelConfig
+    lengths: LengthsConfig
+    rollout_generation: GenerationConfig
+    eval_generation: GenerationConfig
+    reward: RewardConfig
+    metrics: tuple[MetricSpec, ...]
+    headline_metrics: tuple[str, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# Method files: params/methods/<method>.yaml
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SupervisedConfig:
+    """Warm start: supervised fine-tuning on (prompt, reference) pairs."""
+
+    epochs: int = 3
+    batch_size: int = 16
+    learning_rate: float = 1e-3
+    weight_decay: float = 0.0
+    warmup_ratio: float = 0.0
+
+    def __post_init__(self) -> None:
+        _check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
+        _check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
+        _check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
+        _check(0 <= self.warmup_ratio < 1, f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+
+
+@dataclass(frozen=True)
+class KLConfig:
+    """KL penalty against the frozen reference model (Ziegler et al. 2019; RL4LMs' defaults).
+
+    Adaptive: ``error = clip((KL - target) / target, -0.2, 0.2)`` and
+    ``coef <- coef * (1 + error * kl_lr)``, once per rollout.
+    """
+
+    coef: float = 0.05
+    adaptive: bool = True
+    target: Optional[float] = 1.0
+    kl_lr: float = 0.1
+
+    def __post_init__(self) -> None:
+        _check(self.coef >= 0, f"coef must be >= 0, got {self.coef}")
+        if self.adaptive:
+            _check(self.target is not None and self.target > 0, f"adaptive KL needs target > 0, got {self.target}")
+
+
+@dataclass(frozen=True)
+class PPOConfig:
+    """PPO on whole sequences (Schulman et al. 2017; RL4LMs' defaults for gamma and lambda)."""
+
+    iterations: int = 30
+    rollouts_per_iteration: int = 64
+    epochs: int = 4
+    minibatch_size: int = 16
+    learning_rate: float = 1e-4
+    lr_schedule: Literal["constant", "linear"] = "constant"
+    clip_range: float = 0.2
+    clip_range_vf: Optional[float] = 0.2
+    vf_coef: float = 0.5
+    ent_coef: float = 0.0
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    max_grad_norm: float = 1.0
+    target_kl: Optional[float] = None
+    whiten_advantages: bool = True
+    kl: KLConfig = field(default_factory=KLConfig)
+    checkpoint_every: int = 10
+
+    def __post_init__(self) -> None:
+        _check(self.iterations > 0, f"iterations must be > 0, got {self.iterations}")
+        _check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
+        _check(self.clip_range > 0, f"clip_range must be > 0, got {self.clip_range}")
+        _check(0 <= self.gamma <= 1 and 0 <= self.gae_lambda <= 1,
+               f"gamma and gae_lambda must be in [0, 1], got {self.gamma} and {self.gae_lambda}")
+        _check(self.rollouts_per_iteration % self.minibatch_size == 0,
+               f"rollouts_per_iteration={self.rollouts_per_iteration} is not a multiple of "
+               f"minibatch_size={self.minibatch_size}; make it one")
+        _check(self.checkpoint_every > 0, f"checkpoint_every must be > 0, got {self.checkpoint_every}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Suite files: params/suite.yaml (the active grid) and params/suites/*.yaml
+# ---------------------------------------------------------------------------------------------
+
+RLStart = Literal["zero_shot", "supervised"]
+
+
+@dataclass(frozen=True)
+class SuiteConfig:
+    """The grid: tasks x methods x seeds.
+
+    The methods are ``zero_shot`` (the base model), ``supervised`` (the warm start), and, for each
+    algorithm, RL from the base model (``<algorithm>``) and from the warm start (``supervised+<algorithm>``).
+    """
+
+    tasks: tuple[str, ...]
+    algorithms: tuple[str, ...]
+    seeds: tuple[int, ...] = (0,)
+    threads: int = 1
+    params_dir: str = "params"
+
+    def __post_init__(self) -> None:
+        from grueflow.rl import ALGORITHMS
+
+        _check(len(self.tasks) > 0, "a suite needs at least one task")
+        _check(len(self.seeds) > 0, "a suite needs at least one seed")
+        for algorithm in self.algorithms:
+            ALGORITHMS.get(algorithm)
+
+
+def method_name(start: RLStart, algorithm: Optional[str]) -> str:
+    """The GRUE-table name of a method: zero_shot, supervised, <algorithm>, supervised+<algorithm>."""
+    if algorithm is None:
+        return start
+    return algorithm if start == "zero_shot" else f"supervised+{algorithm}"
+
+
+def read_yaml(path: str | Path) -> Any:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"params file {str(path)!r} does not exist")
+    with open(path, encoding="utf-8") as handle:
+        try:
+            return yaml.safe_load(handle)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not valid YAML: {err}") from None
+
+
+def load_section(cls: type, path: str | Path, key: Optional[str] = None) -> Any:
+    """Parse one params file (or only its ``key`` section, the DVC/Snakemake params slice)."""
+    data = read_yaml(path)
+    if key is None:
+        return parse(cls, data, f"{path}:")
+    if not isinstance(data, dict) or key not in data:
+        raise ConfigError(f"{path}: missing required key {key!r}")
+    return parse(cls, data[key], f"{path}: {key}")
+
+
+def load_task(path: str | Path) -> TaskConfig:
+    return load_section(TaskConfig, path)
+
+
+def load_method(algorithm: str, path: str | Path) -> Any:
+    from grueflow.rl import ALGORITHMS
+
+    return load_section(ALGORITHMS.get(algorithm).Config, path)
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A validated suite with every task and method file it names, parsed."""
+
+    config: SuiteConfig
+    tasks: dict[str, TaskConfig]
+    methods: dict[str, Any]
+    supervised: SupervisedConfig
+
+
+def load_suite(data: dict[str, Any], where: str = "suite") -> Suite:
+    """Validate a suite and every params file it names; raises :class:`ConfigError` on the first problem."""
+    suite = parse(SuiteConfig, data, f"{where}:")
+    params = Path(suite.params_dir)
+    tasks = {}
+    for name in suite.tasks:
+        path = params / "tasks" / f"{name}.yaml"
+        if not path.is_file():
+            known = sorted(p.stem for p in (params / "tasks").glob("*.yaml"))
+            raise ConfigError(f"{where}: task {name!r} has no task file {path}; valid tasks: {', '.join(known)}")
+        tasks[name] = load_task(path)
+    methods = {a: load_method(a, params / "methods" / f"{a}.yaml") for a in suite.algorithms}
+    supervised = load_section(SupervisedConfig, params / "methods" / "supervised.yaml")
+    return Suite(suite, tasks, methods, supervised)

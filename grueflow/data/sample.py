@@ -1,0 +1,84 @@
+"""The Sample schema ``{id, prompt, references, meta}`` and datapool folders on disk."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grueflow import io
+
+SPLITS = ("train", "val", "test")
+UNLABELLED = "unlabelled.txt"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One task input with its reference outputs; ``meta`` carries task-specific fields."""
+
+    id: str
+    prompt: str
+    references: tuple[str, ...]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.prompt:
+            raise ValueError(f"sample {self.id!r} has an empty prompt")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "prompt": self.prompt, "references": list(self.references), "meta": self.meta}
+
+    @classmethod
+    def from_json(cls, row: dict[str, Any], where: str) -> "Sample":
+        missing = {"id", "prompt", "references"} - set(row)
+        if missing:
+            raise ValueError(f"{where}: a Sample needs keys id, prompt, references (and meta); missing {sorted(missing)}")
+        return cls(str(row["id"]), row["prompt"], tuple(row["references"]), row.get("meta", {}))
+
+
+@dataclass(frozen=True)
+class Datapool:
+    """Train/val/test Samples plus unlabelled text (for tokenizer training and LM pre-training)."""
+
+    splits: dict[str, list[Sample]]
+    unlabelled: list[str]
+
+
+def write_datapool(pool: Datapool, out_dir: str | Path) -> dict[str, Any]:
+    """Write ``<split>.jsonl`` and ``unlabelled.txt``; return the stats."""
+    out_dir = Path(out_dir)
+    for split in SPLITS:
+        io.write_jsonl(out_dir / f"{split}.jsonl", (s.to_json() for s in pool.splits[split]))
+    io.write_text(out_dir / UNLABELLED, "\n".join(pool.unlabelled) + "\n")
+    stats: dict[str, Any] = {"unlabelled_lines": len(pool.unlabelled)}
+    for split in SPLITS:
+        samples = pool.splits[split]
+        stats[split] = {
+            "samples": len(samples),
+            "references_per_sample": _mean([len(s.references) for s in samples]),
+            "prompt_words": _mean([len(s.prompt.split()) for s in samples]),
+            "reference_words": _mean([len(r.split()) for s in samples for r in s.references]),
+        }
+    io.write_json(out_dir / "stats.json", stats)
+    return stats
+
+
+def read_split(datapool_dir: str | Path, split: str) -> list[Sample]:
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
+    path = Path(datapool_dir) / f"{split}.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"datapool split {path} does not exist; run prepare_datapool first")
+    samples = [Sample.from_json(row, f"{path}:{i + 1}") for i, row in enumerate(io.read_jsonl(path))]
+    if not samples:
+        raise ValueError(f"datapool split {path} is empty")
+    return samples
+
+
+def read_unlabelled(datapool_dir: str | Path) -> list[str]:
+    path = Path(datapool_dir) / UNLABELLED
+    return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def _mean(values: list[float]) -> float:
+    return round(sum(values) / len(values), 3) if values else 0.0

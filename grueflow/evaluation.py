@@ -1,0 +1,50 @@
+"""Evaluation: generate on the test split with the eval settings, then score with the task's metrics."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from grueflow.config import GenerationConfig, MetricSpec, RewardConfig, parse
+from grueflow.data import Sample
+from grueflow.metrics import METRICS, MetricContext, mean
+from grueflow.metrics.reward import Reward
+from grueflow.models.policy import Policy
+
+REWARD_KEY = "reward"
+
+
+def generate(policy: Policy, samples: list[Sample], gen: GenerationConfig, batch_size: int = 32) -> list[str]:
+    texts: list[str] = []
+    for start in range(0, len(samples), batch_size):
+        chunk = samples[start:start + batch_size]
+        texts.extend(policy.decode(policy.generate(policy.encode([s.prompt for s in chunk]), gen)))
+    return texts
+
+
+def score(samples: list[Sample], generations: list[str], reward_cfg: RewardConfig, metrics: tuple[MetricSpec, ...],
+          context: MetricContext) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Per-sample rows (prompt, generation, references, scores) and corpus metrics.
+
+    The task reward is scored exactly as in RL (``reward``, plus each component); every metric's
+    corpus scores are added under their namespaced keys. Non-finite corpus values become ``None``
+    (a metric that cannot be computed is missing, never 0).
+    """
+    prompts = [s.prompt for s in samples]
+    references = [list(s.references) for s in samples]
+    meta = [s.meta for s in samples]
+    total, parts = Reward(reward_cfg, context)(prompts, generations, references, meta)
+    per_sample: dict[str, list[float]] = {REWARD_KEY: total, **parts}
+    corpus: dict[str, Any] = {REWARD_KEY: mean(total), **{k: mean(v) for k, v in parts.items()}}
+    for spec in metrics:
+        metric = METRICS.get(spec.id)
+        result = metric.build(parse(metric.Args, dict(spec.args), "args"), context)(prompts, generations, references, meta)
+        per_sample.update(result.per_sample)
+        corpus.update(result.corpus)
+    rows = [{"id": s.id, "prompt": s.prompt, "generation": g, "references": list(s.references),
+             "scores": {k: _finite(v[i]) for k, v in per_sample.items()}} for i, (s, g) in enumerate(zip(samples, generations))]
+    return rows, {k: _finite(v) for k, v in corpus.items()}
+
+
+def _finite(value: float) -> float | None:
+    return round(float(value), 6) if value is not None and math.isfinite(value) else None

@@ -1,0 +1,125 @@
+"""The GRUE table: one row per task x method, mean and std over seeds, plus a normalised score.
+
+Columns: ``task, method, n_seeds, reward, reward_std, fluency_ppl, fluency_ppl_std``, then each of
+the task's headline metrics as ``<metric>`` and ``<metric>_std``, then ``normalised_score``.
+
+``reward`` is the task's RL reward (for the default tasks, the lexicon sentiment and the concept
+coverage), so task files list as headline metrics the others they report.
+
+``normalised_score`` (per task and method): the reward, the fluency perplexity and each headline
+metric are min-max normalised over the task's methods (1 = best method, 0 = worst; perplexity-like
+metrics are inverted), then averaged.
+The ``grue_score`` of a method is the mean of its normalised scores over tasks. This is the relative
+normalisation of the RL4LMs paper's summary figures; it ranks methods within one table and is not
+comparable across tables.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from grueflow import io
+
+REWARD = "reward"
+FLUENCY = "fluency/perplexity"
+LOWER_IS_BETTER = ("perplexity", "fluency_ppl", "ter", "repetition")
+METHOD_ORDER = ("zero_shot", "supervised")
+
+
+def _std(values: pd.Series) -> float:
+    return float(values.std(ddof=1)) if values.notna().sum() > 1 else math.nan
+
+
+def _method_rank(method: str) -> tuple[int, str]:
+    return (METHOD_ORDER.index(method), "") if method in METHOD_ORDER else (len(METHOD_ORDER) + method.count("+"), method)
+
+
+def load_runs(paths: list[Path]) -> list[dict[str, Any]]:
+    runs = [io.read_json(p) for p in paths]
+    if not runs:
+        raise ValueError("no metrics.json files to aggregate; run the evaluate stage first")
+    return runs
+
+
+def build_table(runs: list[dict[str, Any]]) -> pd.DataFrame:
+    """Aggregate evaluate outputs (``{task, method, seed, headline, metrics}``) into the GRUE table."""
+    rows = []
+    tasks = sorted({r["task"] for r in runs})
+    for task in tasks:
+        task_runs = [r for r in runs if r["task"] == task]
+        headline = list(task_runs[0]["headline"])
+        for method in sorted({r["method"] for r in task_runs}, key=_method_rank):
+            frame = pd.DataFrame([r["metrics"] for r in task_runs if r["method"] == method], dtype=float)
+            row: dict[str, Any] = {"task": task, "method": method, "n_seeds": len(frame)}
+            for column, key in [("reward", REWARD), ("fluency_ppl", FLUENCY)] + [(h, h) for h in headline]:
+                values = frame[key] if key in frame else pd.Series([math.nan] * len(frame))
+                row[column] = float(values.mean()) if values.notna().any() else math.nan
+                row[f"{column}_std"] = _std(values)
+            rows.append(row)
+    table = pd.DataFrame(rows)
+    table["normalised_score"] = _normalised(table, runs)
+    return table
+
+
+def _normalised(table: pd.DataFrame, runs: list[dict[str, Any]]) -> pd.Series:
+    scores = pd.Series(math.nan, index=table.index)
+    for task, group in table.groupby("task"):
+        headline = next(r["headline"] for r in runs if r["task"] == task)
+        parts = []
+        for metric in ["reward", "fluency_ppl", *headline]:
+            values = group[metric]
+            low, high = values.min(), values.max()
+            if values.isna().all() or high == low:
+                continue
+            norm = (values - low) / (high - low)
+            parts.append(1 - norm if any(m in metric for m in LOWER_IS_BETTER) else norm)
+        if parts:
+            scores[group.index] = pd.concat(parts, axis=1).mean(axis=1)
+    return scores
+
+
+def grue_scores(table: pd.DataFrame) -> dict[str, float]:
+    means = table.groupby("method")["normalised_score"].mean()
+    return {m: float(means[m]) for m in sorted(means.index, key=_method_rank)}
+
+
+def to_nested(table: pd.DataFrame) -> dict[str, Any]:
+    """``{task: {method: {metric: value}}}`` (for ``dvc metrics diff``) plus ``grue_score``; NaN dropped."""
+    nested: dict[str, Any] = {}
+    for row in table.to_dict("records"):
+        values = {k: round(v, 6) for k, v in row.items()
+                  if k not in ("task", "method") and isinstance(v, (int, float)) and not math.isnan(v)}
+        nested.setdefault(row["task"], {})[row["method"]] = values
+    nested["grue_score"] = {m: round(v, 6) for m, v in grue_scores(table).items() if not math.isnan(v)}
+    return nested
+
+
+def to_markdown(table: pd.DataFrame) -> str:
+    lines = ["# GRUE table", ""]
+    for task, group in table.groupby("task", sort=True):
+        shown = group.dropna(axis=1, how="all")
+        columns = list(shown.columns)
+        lines += [f"## {task}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        for row in shown.to_dict("records"):
+            lines.append("| " + " | ".join(_cell(row[c]) for c in columns) + " |")
+        lines.append("")
+    lines += ["## GRUE score (mean normalised score over tasks)", "", "| method | grue_score |", "|---|---|"]
+    lines += [f"| {m} | {_cell(v)} |" for m, v in grue_scores(table).items()]
+    return "\n".join(lines) + "\n"
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return "" if math.isnan(value) else f"{value:.4g}"
+    return str(value)
+
+
+def write_table(table: pd.DataFrame, csv_path: Path, md_path: Path, json_path: Path) -> None:
+    with io.atomic_path(csv_path) as tmp:
+        table.to_csv(tmp, index=False, float_format="%.6g")
+    io.write_text(md_path, to_markdown(table))
+    io.write_json(json_path, to_nested(table))

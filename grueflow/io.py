@@ -1,0 +1,144 @@
+"""Atomic file output, JSONL, fingerprints and the ``stage.json`` record of every stage folder.
+
+Nothing half-written ever looks finished: files go to a temporary name in the same folder and are
+renamed into place; a stage folder counts as finished only once its ``stage.json`` exists, and that
+file is written last.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+STAGE_RECORD = "stage.json"
+MODEL_DIR = "model"  # the Hugging Face model folder inside a model-producing stage's output
+_PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "grueflow")
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def write_text(path: str | Path, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def write_json(path: str | Path, data: Any) -> None:
+    write_text(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+
+
+def read_json(path: str | Path) -> Any:
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False, sort_keys=True, allow_nan=False) + "\n")
+
+
+def write_csv(path: str | Path, rows: list[dict[str, Any]]) -> None:
+    """Rows of scalars as CSV (the format ``dvc plots`` reads), columns in first-seen order."""
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    with atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
+def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    rows = []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as err:
+                    raise ValueError(f"{path}:{number}: not a JSON object: {err}") from None
+    return rows
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary folder beside ``path``; it replaces ``path`` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
+def fingerprint(path: str | Path) -> str:
+    """sha256 over a file, or over a folder's relative paths and file contents (sorted)."""
+    path = Path(path)
+    digest = hashlib.sha256()
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    for file in files:
+        digest.update(str(file.relative_to(path) if file != path else file.name).encode())
+        with open(file, "rb") as handle:
+            for block in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None
+
+
+def _versions() -> dict[str, str]:
+    versions = {}
+    for name in _PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return versions
+
+
+def write_stage_record(out_dir: str | Path, *, stage: str, params: Any, inputs: dict[str, str | Path],
+                       wall_time_s: float, extra: dict[str, Any] | None = None) -> None:
+    """Write ``stage.json`` (resolved params, input fingerprints, versions, commit, wall time) last."""
+    record = {
+        "stage": stage,
+        "params": params,
+        "inputs": {name: {"path": str(p), "sha256": fingerprint(p)} for name, p in inputs.items()},
+        "versions": _versions(),
+        "git_commit": _git_commit(),
+        "wall_time_s": round(wall_time_s, 3),
+    }
+    if extra:
+        record.update(extra)
+    write_json(Path(out_dir) / STAGE_RECORD, record)

@@ -1,0 +1,63 @@
+"""The metric registry: every metric is an evaluation metric and a reward, with one signature.
+
+A metric class has a frozen ``Args`` dataclass (validated at parse time), a ``category`` and the
+names of its per-sample ``scores`` (the first is the primary). ``build(args, context)`` returns a
+callable ``(prompts, generations, references, meta) -> MetricResult`` whose keys are namespaced
+``<category>/<score>``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Optional, Sequence
+
+from grueflow.registry import Registry
+
+METRICS: Registry = Registry("metric")
+
+
+@dataclass(frozen=True)
+class MetricResult:
+    """Per-sample scores (one list per key, aligned with the inputs) and corpus scores."""
+
+    per_sample: dict[str, list[float]]
+    corpus: dict[str, float]
+
+
+@dataclass(frozen=True)
+class MetricContext:
+    """What a metric may need from its stage: the task's base model (for fluency)."""
+
+    base_model: Optional[Path] = None
+
+
+MetricFn = Callable[[Sequence[str], Sequence[str], Sequence[Sequence[str]], Sequence[dict[str, Any]]], MetricResult]
+
+
+class Metric:
+    """Base class: subclasses set ``category``, ``scores`` and implement ``build``."""
+
+    category: ClassVar[str]
+    scores: ClassVar[tuple[str, ...]]
+
+    @dataclass(frozen=True)
+    class Args:
+        pass
+
+    @classmethod
+    def key(cls, score: Optional[str] = None) -> str:
+        return f"{cls.category}/{score or cls.scores[0]}"
+
+    @classmethod
+    def build(cls, args: Any, context: MetricContext) -> MetricFn:
+        raise NotImplementedError
+
+
+def mean(values: Sequence[float]) -> float:
+    return float(sum(values) / len(values)) if values else float("nan")
+
+
+from grueflow.metrics import diversity, fluency, lexical, task  # noqa: E402,F401  (registration)
+
+__all__ = ["METRICS", "Metric", "MetricContext", "MetricResult", "mean"]

@@ -1,0 +1,95 @@
+"""Model sources (the model registry) and loading of causal / seq2seq policies.
+
+Every model, tiny or pretrained, is loaded through ``AutoModel*.from_pretrained`` in float32.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from grueflow.registry import Registry
+
+Kind = Literal["causal", "seq2seq"]
+MODELS: Registry = Registry("model")
+
+
+class HubUnreachableError(OSError):
+    """A hub id was asked for but the hub cannot be reached and no local copy exists."""
+
+
+@dataclass(frozen=True)
+class TinySource:
+    """A tiny model of a fixed architecture built here from config (see ``grueflow.models.tiny``)."""
+
+    kind: Kind
+    architecture: str
+
+    def validate(self, cfg: Any) -> None:
+        if cfg.name_or_path is not None:
+            raise ValueError(f"model {cfg.id!r} is built from config; remove name_or_path={cfg.name_or_path!r} "
+                             "or use id 'pretrained'")
+        if cfg.kind not in (None, self.kind):
+            raise ValueError(f"model {cfg.id!r} is a {self.kind} model; kind={cfg.kind!r} contradicts it")
+
+
+@dataclass(frozen=True)
+class PretrainedSource:
+    """A pretrained model from a hub id or a local folder (``name_or_path``), of the given ``kind``."""
+
+    def validate(self, cfg: Any) -> None:
+        if not cfg.name_or_path:
+            raise ValueError("model 'pretrained' needs name_or_path: a hub id (gpt2, t5-small) or a local folder")
+        if cfg.kind is None:
+            raise ValueError("model 'pretrained' needs kind: 'causal' or 'seq2seq'")
+
+
+MODELS.register("tiny_gpt2", "GPT-2 built from config, tokenizer trained on the task's text")(TinySource("causal", "gpt2"))
+MODELS.register("tiny_t5", "T5 built from config, tokenizer trained on the task's text")(TinySource("seq2seq", "t5"))
+MODELS.register("pretrained", "any Hugging Face causal or seq2seq model: hub id or local folder")(PretrainedSource())
+
+
+def model_kind(model_cfg: Any) -> Kind:
+    source = MODELS.get(model_cfg.id)
+    return source.kind if isinstance(source, TinySource) else model_cfg.kind
+
+
+def _auto_class(kind: Kind) -> Any:
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    return AutoModelForCausalLM if kind == "causal" else AutoModelForSeq2SeqLM
+
+
+def _offline_hint(name: str) -> str:
+    return (f"cannot load {name!r}: it is not a local folder, and the Hugging Face hub is unreachable "
+            f"(HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', 'unset')}) with no cached copy. Download it where a "
+            f"network exists (`hf download {name} --local-dir DIR`) and set the task's model.name_or_path to DIR")
+
+
+def load_pretrained(name_or_path: str | Path, kind: Kind | None = None) -> tuple[Any, Any]:
+    """(model, tokenizer) in float32 from a local folder or a hub id, with a clear offline error."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    name = str(name_or_path)
+    try:
+        config = AutoConfig.from_pretrained(name)
+        tokenizer = AutoTokenizer.from_pretrained(name)
+    except OSError as err:
+        if Path(name).exists():
+            raise
+        raise HubUnreachableError(_offline_hint(name)) from err
+    if kind is None:
+        kind = "seq2seq" if getattr(config, "is_encoder_decoder", False) else "causal"
+    model = _auto_class(kind).from_pretrained(name, dtype=torch.float32)
+    model.eval()
+    return model, tokenizer
+
+
+def saved_kind(model_dir: str | Path) -> Kind:
+    from transformers import AutoConfig
+
+    return "seq2seq" if AutoConfig.from_pretrained(str(model_dir)).is_encoder_decoder else "causal"

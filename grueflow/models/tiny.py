@@ -1,0 +1,117 @@
+"""Tiny models built from a config, with a tokenizer trained here on the task's text.
+
+The result is saved with ``save_pretrained`` and loaded back through ``AutoModel*.from_pretrained``,
+the same code path a hub id takes. A brief pre-training on the task's unlabelled text makes the
+tiny model fluent but unsteered, as gpt2 is for IMDB in the RL4LMs paper: causal models learn the
+next token; seq2seq models learn to reconstruct a sentence from a corrupted copy (BART-style text
+infilling and prefix completion).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from typing import Any
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedModel, PreTrainedTokenizerFast, T5Config
+from transformers import T5ForConditionalGeneration
+
+from grueflow.config import ModelConfig, PretrainConfig
+
+log = logging.getLogger(__name__)
+
+SPECIAL_TOKENS = {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>", "mask_token": "<mask>",
+                  "bos_token": "<s>"}
+GPT2_DEFAULTS = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 128}
+T5_DEFAULTS = {"num_layers": 2, "num_decoder_layers": 2, "d_model": 64, "d_ff": 128, "num_heads": 2, "d_kv": 32}
+
+
+def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
+    """A byte-level BPE tokenizer (GPT-2's scheme) trained on ``texts``."""
+    tokenizer = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=list(SPECIAL_TOKENS.values()),
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, **SPECIAL_TOKENS)
+
+
+def build_model(kind: str, config: dict[str, Any], tokenizer: PreTrainedTokenizerFast, seed: int) -> PreTrainedModel:
+    """A freshly initialised GPT-2 (causal) or T5 (seq2seq) sized by ``config``."""
+    torch.manual_seed(seed)
+    ids = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
+    if kind == "causal":
+        cfg = GPT2Config(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
+                         **{**GPT2_DEFAULTS, **config}, **ids)
+        return GPT2LMHeadModel(cfg)
+    cfg = T5Config(vocab_size=len(tokenizer), decoder_start_token_id=tokenizer.pad_token_id,
+                   **{**T5_DEFAULTS, **config}, **ids)
+    return T5ForConditionalGeneration(cfg)
+
+
+def _corrupt(words: list[str], rng: random.Random, mask: str) -> str:
+    """BART-style noise: half the time a prefix (the rest masked), else one span -> one mask."""
+    words = list(words)
+    if len(words) < 3:
+        return mask
+    if rng.random() < 0.5:
+        return " ".join(words[:rng.randint(1, len(words) - 1)] + [mask])
+    start = rng.randrange(len(words))
+    words[start:start + rng.randint(1, 3)] = [mask]
+    return " ".join(words)
+
+
+def _batch(kind: str, lines: list[str], tokenizer: PreTrainedTokenizerFast, max_length: int,
+           rng: random.Random) -> dict[str, torch.Tensor]:
+    eos = tokenizer.eos_token
+    if kind == "causal":
+        enc = tokenizer([line + eos for line in lines], truncation=True, max_length=max_length,
+                        padding=True, return_tensors="pt")
+        labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
+        return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels}
+    sources = [_corrupt(line.split(), rng, tokenizer.mask_token) for line in lines]
+    enc = tokenizer(sources, truncation=True, max_length=max_length, padding=True, return_tensors="pt")
+    target = tokenizer([line + eos for line in lines], truncation=True, max_length=max_length,
+                       padding=True, return_tensors="pt")
+    labels = target["input_ids"].masked_fill(target["attention_mask"] == 0, -100)
+    return {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"], "labels": labels}
+
+
+def pretrain(model: PreTrainedModel, kind: str, tokenizer: PreTrainedTokenizerFast, texts: list[str],
+             cfg: PretrainConfig, seed: int) -> list[dict[str, float]]:
+    """Pre-train on unlabelled ``texts`` for ``cfg.steps`` steps (cosine LR); returns the loss curve."""
+    rng = random.Random(seed)
+    torch.manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.01)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: 0.5 * (1 + math.cos(math.pi * step / max(1, cfg.steps))))
+    model.train()
+    curve = []
+    for step in range(cfg.steps):
+        batch = _batch(kind, rng.sample(texts, min(cfg.batch_size, len(texts))), tokenizer, cfg.max_length, rng)
+        loss = model(**batch).loss
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        if step % 10 == 0 or step == cfg.steps - 1:
+            curve.append({"step": step, "loss": round(loss.item(), 6)})
+            log.info("pretrain step %d/%d loss %.4f", step + 1, cfg.steps, loss.item())
+    model.eval()
+    return curve
+
+
+def build_tiny(model_cfg: ModelConfig, kind: str, texts: list[str], seed: int
+               ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast, list[dict[str, float]]]:
+    """Tokenizer + tiny model + brief pre-training, ready for ``save_pretrained``."""
+    if not texts:
+        raise ValueError("the datapool has no unlabelled text to train a tokenizer and pre-train on")
+    tokenizer = train_tokenizer(texts, model_cfg.tokenizer.vocab_size)
+    model = build_model(kind, dict(model_cfg.config), tokenizer, seed)
+    curve = pretrain(model, kind, tokenizer, texts, model_cfg.pretrain, seed)
+    return model, tokenizer, curve

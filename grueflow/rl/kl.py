@@ -1,0 +1,45 @@
+"""KL penalty against the reference model: per-token estimators and the coefficient controllers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from grueflow.config import KLConfig
+
+
+def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-token k1 estimator ``log p - log q`` of KL(p || q) for tokens sampled from p.  (B, T)"""
+    return logprobs - ref_logprobs
+
+
+@dataclass
+class KLController:
+    """Fixed or adaptive KL coefficient (Ziegler et al. 2019, as RL4LMs' ``KLController``).
+
+    Adaptive update once per rollout with the batch's mean sequence KL ``kl``:
+    ``error = clip((kl - target) / target, -0.2, 0.2)``, ``coef <- coef * (1 + kl_lr * error)``.
+    """
+
+    coef: float
+    adaptive: bool
+    target: float | None
+    kl_lr: float
+
+    @classmethod
+    def from_config(cls, cfg: KLConfig) -> "KLController":
+        return cls(cfg.coef, cfg.adaptive, cfg.target, cfg.kl_lr)
+
+    def update(self, kl: float) -> None:
+        if not self.adaptive:
+            return
+        error = min(max((kl - self.target) / self.target, -0.2), 0.2)
+        self.coef *= 1 + self.kl_lr * error
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"coef": self.coef}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.coef = state["coef"]

@@ -1,0 +1,271 @@
+"""The sequence-level RL trainer (DESIGN.md, "The RL core"): collect -> advantages -> update.
+
+Per iteration:
+1. batched generation with the KV cache (``generate``), recording the sampled tokens;
+2. one forward pass over prompt + completion for the policy's log-probs and values, and one for
+   the frozen reference's log-probs: per batch, never per token;
+3. rewards: the task reward at each sequence's last token, the KL penalty ``-coef * kl_t`` per token;
+4. the algorithm's advantages, then epochs x minibatches of its loss.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from grueflow.config import GenerationConfig, PPOConfig, to_dict
+from grueflow.data import Sample
+from grueflow.io import atomic_dir
+from grueflow.metrics.reward import Reward
+from grueflow.models import load_pretrained
+from grueflow.models.policy import Policy, Prompts, completion_mask, entropy_from_logits, logprobs_from_logits
+from grueflow.rl.advantages import masked_mean
+from grueflow.rl.kl import KLController, kl_k1
+from grueflow.rl.ppo import PPO, MiniBatch, Outputs
+
+log = logging.getLogger(__name__)
+STATE_FILE = "trainer_state.pt"
+VALUE_FILE = "value_head.safetensors"
+
+
+class ValueHead(torch.nn.Module):
+    """A scalar value per token from the policy's last hidden state (the policy trunk is shared)."""
+
+    def __init__(self, hidden_size: int) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(hidden_size, 1)
+        torch.nn.init.normal_(self.linear.weight, std=1 / (hidden_size + 1))
+        torch.nn.init.zeros_(self.linear.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:  # (B, T, H) -> (B, T)
+        return self.linear(hidden).squeeze(-1)
+
+
+class Rollout(NamedTuple):
+    """One iteration's experience; token tensors are (B, T) over completion tokens."""
+
+    prompts: Prompts
+    completions: torch.Tensor
+    mask: torch.Tensor
+    logprobs: torch.Tensor
+    ref_logprobs: torch.Tensor
+    values: torch.Tensor
+    rewards: torch.Tensor
+    scores: torch.Tensor  # (B,) task reward
+    components: dict[str, float]
+    generation_s: float
+
+
+@dataclass
+class TrainerState:
+    """Everything besides the weights that a resumed run needs to continue bit-for-bit."""
+
+    iteration: int = 0
+    curve: list[dict[str, float]] = field(default_factory=list)
+
+
+class PromptSampler:
+    """Cycles through the training Samples in seeded random order, ``n`` at a time."""
+
+    def __init__(self, samples: list[Sample], seed: int) -> None:
+        self.samples = samples
+        self.rng = random.Random(seed)
+        self.order: list[int] = []
+
+    def next(self, n: int) -> list[Sample]:
+        batch = []
+        while len(batch) < n:
+            if not self.order:
+                self.order = list(range(len(self.samples)))
+                self.rng.shuffle(self.order)
+            batch.append(self.samples[self.order.pop()])
+        return batch
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": self.rng.getstate(), "order": list(self.order)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rng.setstate(state["rng"])
+        self.order = list(state["order"])
+
+
+def run_key(cfg: Any, generation: GenerationConfig, reward: Any, init_fingerprint: str, seed: int) -> str:
+    """Identifies a run: a resume checkpoint is used only if its key matches."""
+    blob = json.dumps([to_dict(cfg), to_dict(generation), to_dict(reward), init_fingerprint, seed], sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class PPOTrainer:
+    """Trains ``policy`` with PPO against ``reward``; the reference is a frozen copy of the start model."""
+
+    def __init__(self, cfg: PPOConfig, policy: Policy, ref_model: Any, reward: Reward, samples: list[Sample],
+                 generation: GenerationConfig, seed: int) -> None:
+        self.cfg, self.policy, self.ref_model, self.reward, self.generation = cfg, policy, ref_model, reward, generation
+        self.algorithm = PPO(cfg)
+        self.value_head = ValueHead(policy.model.config.get_text_config().hidden_size)
+        params = list(policy.model.parameters()) + list(self.value_head.parameters())
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, eps=1e-5)
+        total_updates = cfg.iterations
+        schedule = (lambda i: 1.0) if cfg.lr_schedule == "constant" else (lambda i: 1.0 - i / total_updates)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
+        self.kl = KLController.from_config(cfg.kl)
+        self.sampler = PromptSampler(samples, seed)
+        self.state = TrainerState()
+        self.shuffle = torch.Generator().manual_seed(seed)
+        for p in ref_model.parameters():
+            p.requires_grad_(False)
+        ref_model.eval()
+        policy.model.eval()  # no dropout: rollout and update log-probs must agree
+
+    # -- collect ---------------------------------------------------------------------------
+
+    def _outputs(self, prompts: Prompts, completions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        scores = self.policy.score(prompts, completions, with_hidden=True)
+        return (logprobs_from_logits(scores.logits, completions), self.value_head(scores.hidden),
+                entropy_from_logits(scores.logits))
+
+    @torch.no_grad()
+    def collect(self) -> Rollout:
+        samples = self.sampler.next(self.cfg.rollouts_per_iteration)
+        prompts = self.policy.encode([s.prompt for s in samples])
+        started = time.perf_counter()
+        completions = self.policy.generate(prompts, self.generation)
+        generation_s = time.perf_counter() - started
+        mask = completion_mask(completions, self.policy.eos_token_id)
+        texts = self.policy.decode(completions)
+        total, parts = self.reward([s.prompt for s in samples], texts, [s.references for s in samples],
+                                   [s.meta for s in samples])
+        scores = torch.tensor(total, dtype=torch.float32)
+        logprobs, values, _ = self._outputs(prompts, completions)
+        ref_logits = self.policy.score(prompts, completions, model=self.ref_model).logits
+        ref_logprobs = logprobs_from_logits(ref_logits, completions)
+        rewards = -self.kl.coef * kl_k1(logprobs, ref_logprobs) * mask
+        last = (mask.sum(1).long() - 1).clamp(min=0)
+        rewards[torch.arange(len(samples)), last] += scores
+        components = {k: float(np.mean(v)) for k, v in parts.items()}
+        return Rollout(prompts, completions, mask, logprobs * mask, ref_logprobs * mask, values * mask, rewards,
+                       scores, components, generation_s)
+
+    # -- update ----------------------------------------------------------------------------
+
+    def update(self, rollout: Rollout) -> dict[str, float]:
+        advantages, returns = self.algorithm.advantages(rollout.rewards, rollout.values, rollout.mask)
+        n, size = rollout.mask.shape[0], self.cfg.minibatch_size
+        totals: dict[str, list[float]] = {}
+        for _ in range(self.cfg.epochs):
+            order = torch.randperm(n, generator=self.shuffle)
+            epoch_kl = []
+            for start in range(0, n, size):
+                idx = order[start:start + size]
+                prompts = Prompts(rollout.prompts.input_ids[idx], rollout.prompts.attention_mask[idx])
+                batch = MiniBatch(rollout.mask[idx], rollout.logprobs[idx], rollout.values[idx], advantages[idx],
+                                  returns[idx])
+                new = Outputs(*self._outputs(prompts, rollout.completions[idx]))
+                loss, stats = self.algorithm.loss(new, batch)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]],
+                                               self.cfg.max_grad_norm)
+                self.optimizer.step()
+                for key, value in stats.items():
+                    totals.setdefault(key, []).append(value)
+                epoch_kl.append(stats["losses/approx_kl"])
+            if self.cfg.target_kl is not None and float(np.mean(epoch_kl)) > 1.5 * self.cfg.target_kl:
+                log.info("early stop: approx KL %.4f > 1.5 x target_kl %.4f", np.mean(epoch_kl), self.cfg.target_kl)
+                break
+        self.scheduler.step()
+        return {k: float(np.mean(v)) for k, v in totals.items()}
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def step(self) -> dict[str, float]:
+        """One iteration: collect, update, adapt the KL coefficient; returns the curve row."""
+        started = time.perf_counter()
+        rollout = self.collect()
+        seq_kl = ((rollout.logprobs - rollout.ref_logprobs) * rollout.mask).sum(1).mean().item()
+        kl_coef = self.kl.coef
+        stats = self.update(rollout)
+        self.kl.update(seq_kl)
+        tokens = rollout.mask.sum().item()
+        self.state.iteration += 1
+        row = {
+            "iteration": self.state.iteration,
+            "reward/task": rollout.scores.mean().item(),
+            **{f"reward/{k}": v for k, v in rollout.components.items()},
+            "kl/sequence": seq_kl,
+            "kl/coef": kl_coef,
+            **stats,
+            "charts/mean_length": rollout.mask.sum(1).mean().item(),
+            "charts/learning_rate": self.scheduler.get_last_lr()[0],
+            "charts/generated_tokens_per_s": tokens / max(rollout.generation_s, 1e-9),
+            "charts/iteration_s": time.perf_counter() - started,
+        }
+        self.state.curve.append({k: round(v, 6) for k, v in row.items()})
+        return row
+
+    def train(self, checkpoint: Callable[["PPOTrainer"], None] | None = None,
+              progress: Callable[[dict[str, float]], None] | None = None) -> TrainerState:
+        while self.state.iteration < self.cfg.iterations:
+            row = self.step()
+            if progress:
+                progress(row)
+            if checkpoint and self.state.iteration % self.cfg.checkpoint_every == 0:
+                checkpoint(self)
+        return self.state
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def save(self, out_dir: str | Path, key: str) -> None:
+        """Write a resumable checkpoint folder, atomically (the previous one stays until it is complete)."""
+        with atomic_dir(out_dir) as tmp:
+            self.save_to(tmp, key)
+
+    def save_to(self, folder: Path, key: str) -> None:
+        """Write the HF model, the value head and the trainer state into ``folder``."""
+        self.policy.model.save_pretrained(folder)
+        self.policy.tokenizer.save_pretrained(folder)
+        save_file(self.value_head.state_dict(), str(folder / VALUE_FILE))
+        torch.save({
+            "key": key,
+            "state": {"iteration": self.state.iteration, "curve": self.state.curve},
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "kl": self.kl.state_dict(),
+            "sampler": self.sampler.state_dict(),
+            "shuffle": self.shuffle.get_state(),
+            "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
+        }, folder / STATE_FILE)
+
+    def load(self, ckpt_dir: str | Path) -> None:
+        """Continue from a checkpoint written by :meth:`save` (weights, optimiser, KL, RNG, iteration)."""
+        ckpt_dir = Path(ckpt_dir)
+        model, _ = load_pretrained(ckpt_dir, self.policy.kind)
+        self.policy.model.load_state_dict(model.state_dict())
+        self.value_head.load_state_dict(load_file(str(ckpt_dir / VALUE_FILE)))
+        saved = torch.load(ckpt_dir / STATE_FILE, weights_only=False)
+        self.state = TrainerState(saved["state"]["iteration"], saved["state"]["curve"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.scheduler.load_state_dict(saved["scheduler"])
+        self.kl.load_state_dict(saved["kl"])
+        self.sampler.load_state_dict(saved["sampler"])
+        self.shuffle.set_state(saved["shuffle"])
+        torch.set_rng_state(saved["rng"]["torch"])
+        random.setstate(saved["rng"]["python"])
+        np.random.set_state(saved["rng"]["numpy"])
+
+
+def checkpoint_key(ckpt_dir: str | Path) -> str | None:
+    path = Path(ckpt_dir) / STATE_FILE
+    if not path.is_file():
+        return None
+    return torch.load(path, weights_only=False)["key"]

@@ -1,0 +1,51 @@
+"""What every stage CLI shares: logging, progress, timing and the finished-stage record."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from tqdm import tqdm
+
+from grueflow import io
+from grueflow.config import ConfigError
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    return p
+
+
+def setup(args: argparse.Namespace) -> float:
+    """Configure logging; returns the start time for the stage record."""
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s",
+                        stream=sys.stderr)
+    return time.perf_counter()
+
+
+def progress(total: int, desc: str) -> tqdm:
+    """A progress bar with ETA on a terminal; nothing on CI logs (stages log plain lines instead)."""
+    return tqdm(total=total, desc=desc, disable=not sys.stderr.isatty(), dynamic_ncols=True)
+
+
+def finish(out_dir: Path, stage: str, params: Any, inputs: dict[str, Path], started: float, **extra: Any) -> None:
+    io.write_stage_record(out_dir, stage=stage, params=params, inputs=inputs,
+                          wall_time_s=time.perf_counter() - started, extra=extra or None)
+
+
+def main_guard(run: Any) -> None:
+    """Run a stage's ``main``; configuration errors exit 2 with their message, not a traceback."""
+    try:
+        run()
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def iterate(items: list[Any], desc: str) -> Iterator[Any]:
+    yield from tqdm(items, desc=desc, disable=not sys.stderr.isatty(), dynamic_ncols=True)
