@@ -1,0 +1,23 @@
+# grueflow: the GRUE pipeline as cached stages.
+#   snakemake --cores all results/grue_table.csv                      (the active suite: params/suite.yaml)
+#   snakemake --cores all --configfile params/suites/micro.yaml       (another suite)
+from snakemake.utils import validate
+
+
+configfile: "params/suite.yaml"
+
+
+validate(config, "workflow/schemas/suite.schema.yaml")
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/datapool.smk"
+include: "workflow/rules/models.smk"
+include: "workflow/rules/rl.smk"
+include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/aggregate.smk"
+
+
+rule all:
+    input:
+        "results/grue_table.csv",

@@ -1,0 +1,43 @@
+"""Stage 2: the base model: build + tokenizer + brief pre-training (tiny), or fetch a pretrained one."""
+
+import json
+from pathlib import Path
+
+from grueflow import stage
+from grueflow.config import ModelConfig, load_section, to_dict
+from grueflow.data.sample import read_unlabelled
+from grueflow.io import MODEL_DIR, atomic_dir, write_csv
+from grueflow.models import TinySource, MODELS, load_pretrained, model_kind
+from grueflow.seeding import seed_everything
+
+TASK_KEYS = ("model",)
+
+
+def main() -> None:
+    p = stage.parser(__doc__)
+    p.add_argument("--task-file", type=Path, required=True, help="params/tasks/<task>.yaml (reads: model)")
+    p.add_argument("--datapool", type=Path, required=True, help="the task's datapool folder")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", type=Path, required=True, help="output folder: model/ (Hugging Face), pretrain_curve.csv, stage.json")
+    args = p.parse_args()
+    started = stage.setup(args)
+    cfg: ModelConfig = load_section(ModelConfig, args.task_file, "model")
+    seed_everything(cfg.pretrain.seed, args.threads)
+    kind = model_kind(cfg)
+    if isinstance(MODELS.get(cfg.id), TinySource):
+        from grueflow.models.tiny import build_tiny
+
+        model, tokenizer, curve = build_tiny(cfg, kind, read_unlabelled(args.datapool), cfg.pretrain.seed)
+    else:
+        model, tokenizer = load_pretrained(cfg.name_or_path, kind)
+        curve = []
+    with atomic_dir(args.out) as tmp:
+        model.save_pretrained(tmp / MODEL_DIR)
+        tokenizer.save_pretrained(tmp / MODEL_DIR)
+        write_csv(tmp / "pretrain_curve.csv", curve)
+        stage.finish(tmp, "base_model", {"model": to_dict(cfg)}, {"datapool": args.datapool}, started,
+                     kind=kind, parameters=sum(p.numel() for p in model.parameters()))
+
+
+if __name__ == "__main__":
+    stage.main_guard(main)

@@ -1,0 +1,28 @@
+"""Stage 1: build a task's datapool (train/val/test Samples, unlabelled text, stats)."""
+
+from pathlib import Path
+
+from grueflow import stage
+from grueflow.config import DatapoolConfig, load_section, parse, to_dict
+from grueflow.data import DATAPOOLS, write_datapool
+from grueflow.io import atomic_dir
+
+TASK_KEYS = ("datapool",)
+
+
+def main() -> None:
+    p = stage.parser(__doc__)
+    p.add_argument("--task-file", type=Path, required=True, help="params/tasks/<task>.yaml (reads: datapool)")
+    p.add_argument("--out", type=Path, required=True, help="output folder")
+    args = p.parse_args()
+    started = stage.setup(args)
+    cfg: DatapoolConfig = load_section(DatapoolConfig, args.task_file, "datapool")
+    loader = DATAPOOLS.get(cfg.id)
+    pool = loader.build(parse(loader.Args, dict(cfg.args), f"{args.task_file}: datapool.args"))
+    with atomic_dir(args.out) as tmp:
+        stats = write_datapool(pool, tmp)
+        stage.finish(tmp, "prepare_datapool", {"datapool": to_dict(cfg)}, {}, started, stats=stats)
+
+
+if __name__ == "__main__":
+    stage.main_guard(main)

@@ -1,0 +1,80 @@
+"""Stage 4: RL fine-tuning from the base model or the warm start, against the task reward."""
+
+import logging
+import shutil
+from pathlib import Path
+
+from grueflow import stage
+from grueflow.config import GenerationConfig, LengthsConfig, RewardConfig, load_method, load_section, to_dict
+from grueflow.data import read_split
+from grueflow.io import MODEL_DIR, atomic_dir, fingerprint, write_csv, write_json
+from grueflow.metrics import MetricContext
+from grueflow.metrics.reward import Reward
+from grueflow.models import load_pretrained
+from grueflow.models.policy import Policy
+from grueflow.rl import ALGORITHMS
+from grueflow.rl.trainer import PPOTrainer, checkpoint_key, run_key
+from grueflow.seeding import seed_everything
+
+TASK_KEYS = ("lengths", "rollout_generation", "reward")
+log = logging.getLogger("rl_finetune")
+
+
+def main() -> None:
+    p = stage.parser(__doc__)
+    p.add_argument("--task-file", type=Path, required=True,
+                   help="params/tasks/<task>.yaml (reads: lengths, rollout_generation, reward)")
+    p.add_argument("--algorithm", required=True, help=f"one of: {', '.join(ALGORITHMS.names())}")
+    p.add_argument("--method-file", type=Path, required=True, help="params/methods/<algorithm>.yaml")
+    p.add_argument("--datapool", type=Path, required=True)
+    p.add_argument("--init-model", type=Path, required=True, help="start model (a Hugging Face folder); also the frozen KL reference")
+    p.add_argument("--base-model", type=Path, required=True, help="the task's base model folder (for fluency rewards)")
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--resume-dir", type=Path, required=True, help="periodic checkpoints; resumed from if present")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    started = stage.setup(args)
+    lengths = load_section(LengthsConfig, args.task_file, "lengths")
+    generation = load_section(GenerationConfig, args.task_file, "rollout_generation")
+    reward_cfg = load_section(RewardConfig, args.task_file, "reward")
+    cfg = load_method(args.algorithm, args.method_file)
+    train = read_split(args.datapool, "train")
+
+    seed_everything(args.seed, args.threads)
+    model, tokenizer = load_pretrained(args.init_model)
+    ref_model, _ = load_pretrained(args.init_model)
+    policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt)
+    reward = Reward(reward_cfg, MetricContext(base_model=args.base_model))
+    trainer = PPOTrainer(cfg, policy, ref_model, reward, train, generation, args.seed)
+
+    key = run_key(cfg, generation, reward_cfg, fingerprint(args.init_model), args.seed)
+    if checkpoint_key(args.resume_dir) == key:
+        trainer.load(args.resume_dir)
+        log.info("resumed from %s at iteration %d", args.resume_dir, trainer.state.iteration)
+    bar = stage.progress(cfg.iterations, f"{args.algorithm} iterations")
+    bar.update(trainer.state.iteration)
+
+    def report(row: dict[str, float]) -> None:
+        bar.update()
+        log.info("iteration %d: reward %.4f, kl %.4f, kl_coef %.4f, value loss %.4f, length %.1f",
+                 row["iteration"], row["reward/task"], row["kl/sequence"], row["kl/coef"], row["losses/value"],
+                 row["charts/mean_length"])
+
+    state = trainer.train(checkpoint=lambda t: t.save(args.resume_dir, key), progress=report)
+    bar.close()
+    final = state.curve[-1]
+    with atomic_dir(args.out) as tmp:
+        (tmp / MODEL_DIR).mkdir()
+        trainer.save_to(tmp / MODEL_DIR, key)
+        write_csv(tmp / "curves.csv", state.curve)
+        write_json(tmp / "train_metrics.json", {k: final[k] for k in ("reward/task", "kl/sequence", "kl/coef")})
+        stage.finish(tmp, "rl_finetune",
+                     {"algorithm": args.algorithm, "method": to_dict(cfg), "lengths": to_dict(lengths),
+                      "rollout_generation": to_dict(generation), "reward": to_dict(reward_cfg), "seed": args.seed},
+                     {"datapool": args.datapool, "init_model": args.init_model}, started)
+    shutil.rmtree(args.resume_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    stage.main_guard(main)

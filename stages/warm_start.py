@@ -1,0 +1,45 @@
+"""Stage 3: supervised warm start of the base model on the datapool's (prompt, reference) pairs."""
+
+from pathlib import Path
+
+from grueflow import stage, supervised
+from grueflow.config import LengthsConfig, SupervisedConfig, load_section, to_dict
+from grueflow.data import read_split
+from grueflow.io import MODEL_DIR, atomic_dir, write_csv
+from grueflow.models import load_pretrained
+from grueflow.models.policy import Policy
+from grueflow.seeding import seed_everything
+
+TASK_KEYS = ("lengths",)
+
+
+def main() -> None:
+    p = stage.parser(__doc__)
+    p.add_argument("--task-file", type=Path, required=True, help="params/tasks/<task>.yaml (reads: lengths)")
+    p.add_argument("--method-file", type=Path, required=True, help="params/methods/supervised.yaml")
+    p.add_argument("--datapool", type=Path, required=True)
+    p.add_argument("--base-model", type=Path, required=True, help="a Hugging Face model folder")
+    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    started = stage.setup(args)
+    lengths: LengthsConfig = load_section(LengthsConfig, args.task_file, "lengths")
+    cfg: SupervisedConfig = load_section(SupervisedConfig, args.method_file)
+    train, val = read_split(args.datapool, "train"), read_split(args.datapool, "val")
+    seed_everything(args.seed, args.threads)
+    model, tokenizer = load_pretrained(args.base_model)
+    policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt)
+    bar = stage.progress(cfg.epochs, "warm start")
+    curve = supervised.train(policy, train, val, cfg, lengths.target, args.seed, progress=lambda _: bar.update())
+    bar.close()
+    with atomic_dir(args.out) as tmp:
+        model.save_pretrained(tmp / MODEL_DIR)
+        tokenizer.save_pretrained(tmp / MODEL_DIR)
+        write_csv(tmp / "loss_curve.csv", curve)
+        stage.finish(tmp, "warm_start", {"lengths": to_dict(lengths), "supervised": to_dict(cfg), "seed": args.seed},
+                     {"datapool": args.datapool, "base_model": args.base_model}, started)
+
+
+if __name__ == "__main__":
+    stage.main_guard(main)

@@ -1,0 +1,12 @@
+rule prepare_datapool:
+    input:
+        code=code("stages/prepare_datapool.py", "grueflow/data"),
+    output:
+        directory("results/{task}/datapool"),
+    params:
+        slice=task_slice("datapool"),
+        task_file=task_file,
+    log:
+        "results/logs/{task}/prepare_datapool.log",
+    shell:
+        "python stages/prepare_datapool.py --task-file {params.task_file} --out {output} 2> {log}"

@@ -1,0 +1,34 @@
+def eval_model(w):
+    if w.method == "zero_shot":
+        return f"results/{w.task}/base_model"
+    return f"results/{w.task}/{w.method}/seed{w.seed}"
+
+
+def eval_identity(w):
+    """--start/--algorithm flags that name the method in metrics.json."""
+    start = "supervised" if w.method.startswith("supervised") else "zero_shot"
+    algorithm = w.method.removeprefix("supervised").removeprefix("+")
+    return f"--start {start}" + (f" --algorithm {algorithm}" if algorithm and algorithm != "zero_shot" else "")
+
+
+rule evaluate:
+    input:
+        datapool="results/{task}/datapool",
+        model=eval_model,
+        base_model="results/{task}/base_model",
+        code=code("stages/evaluate.py", "grueflow/models", "grueflow/metrics", "grueflow/evaluation.py", "grueflow/data"),
+    output:
+        directory("results/eval/{task}/{method}/seed{seed}"),
+    params:
+        slice=task_slice("lengths", "eval_generation", "reward", "metrics", "headline_metrics"),
+        identity=eval_identity,
+        task_file=task_file,
+    threads: THREADS
+    resources:
+        mem_mb=2000,
+    log:
+        "results/logs/eval/{task}/{method}/seed{seed}.log",
+    shell:
+        "python stages/evaluate.py --task-file {params.task_file} --task {wildcards.task} {params.identity}"
+        " --datapool {input.datapool} --model {input.model}/model --base-model {input.base_model}/model"
+        " --seed {wildcards.seed} --threads {threads} --out {output} 2> {log}"

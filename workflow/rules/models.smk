@@ -1,0 +1,40 @@
+rule base_model:
+    input:
+        datapool="results/{task}/datapool",
+        code=code("stages/base_model.py", "grueflow/models"),
+    output:
+        directory("results/{task}/base_model"),
+    params:
+        slice=task_slice("model"),
+        task_file=task_file,
+    threads: THREADS
+    resources:
+        mem_mb=2000,
+    log:
+        "results/logs/{task}/base_model.log",
+    shell:
+        "python stages/base_model.py --task-file {params.task_file} --datapool {input.datapool}"
+        " --threads {threads} --out {output} 2> {log}"
+
+
+rule warm_start:
+    input:
+        datapool="results/{task}/datapool",
+        base_model="results/{task}/base_model",
+        code=code("stages/warm_start.py", "grueflow/models", "grueflow/supervised.py", "grueflow/data"),
+    output:
+        directory("results/{task}/supervised/seed{seed}"),
+    params:
+        slice=task_slice("lengths"),
+        method=lambda w: read_yaml(method_file("supervised")),
+        method_file=method_file("supervised"),
+        task_file=task_file,
+    threads: THREADS
+    resources:
+        mem_mb=2000,
+    log:
+        "results/logs/{task}/supervised/seed{seed}.log",
+    shell:
+        "python stages/warm_start.py --task-file {params.task_file} --method-file {params.method_file}"
+        " --datapool {input.datapool} --base-model {input.base_model}/model --seed {wildcards.seed}"
+        " --threads {threads} --out {output} 2> {log}"

@@ -1,0 +1,35 @@
+def rl_algorithm(w):
+    return w.rl_method.removeprefix("supervised+")
+
+
+def rl_init(w):
+    """RL from the base model (zero-shot start) or from the warm start (supervised + RL)."""
+    if w.rl_method.startswith("supervised+"):
+        return f"results/{w.task}/supervised/seed{w.seed}"
+    return f"results/{w.task}/base_model"
+
+
+rule rl_finetune:
+    input:
+        datapool="results/{task}/datapool",
+        init=rl_init,
+        base_model="results/{task}/base_model",
+        code=code("stages/rl_finetune.py", "grueflow/models", "grueflow/rl", "grueflow/metrics", "grueflow/data"),
+    output:
+        directory("results/{task}/{rl_method}/seed{seed}"),
+    params:
+        slice=task_slice("lengths", "rollout_generation", "reward"),
+        method=lambda w: read_yaml(method_file(rl_algorithm(w))),
+        method_file=lambda w: method_file(rl_algorithm(w)),
+        algorithm=rl_algorithm,
+        task_file=task_file,
+    threads: THREADS
+    resources:
+        mem_mb=3000,
+    log:
+        "results/logs/{task}/{rl_method}/seed{seed}.log",
+    shell:
+        "python stages/rl_finetune.py --task-file {params.task_file} --algorithm {params.algorithm}"
+        " --method-file {params.method_file} --datapool {input.datapool} --init-model {input.init}/model"
+        " --base-model {input.base_model}/model --seed {wildcards.seed} --threads {threads}"
+        " --resume-dir {output}.resume --out {output} 2> {log}"
