@@ -1,0 +1,70 @@
+"""Shared fixtures: offline environment, tiny saved models, and throwaway copies of the repository."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("DVC_NO_ANALYTICS", "1")
+# stage commands call `python`, `snakemake` and `dvc`: the ones of this interpreter's environment
+os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+ROOT = Path(__file__).resolve().parents[1]
+MICRO = ROOT / "tests" / "fixtures" / "micro"
+PROJECT_FILES = ("Snakefile", "dvc.yaml", "pyproject.toml", "workflow", "stages", "grueflow", ".dvc", ".dvcignore", ".gitignore")
+
+
+def copy_project(dest: Path, suite: Path = MICRO) -> Path:
+    """A copy of the pipeline (code, rules, dvc.yaml) whose params/ is the given suite folder."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for name in PROJECT_FILES:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, dest / name, ignore=shutil.ignore_patterns("__pycache__", "tmp", "cache"))
+        elif src.exists():
+            shutil.copy2(src, dest / name)
+    shutil.copytree(suite / "tasks", dest / "params" / "tasks")
+    shutil.copytree(suite / "methods", dest / "params" / "methods")
+    shutil.copy2(suite / "suite.yaml", dest / "params" / "suite.yaml")
+    return dest
+
+
+def run(cmd: list[str], cwd: Path, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess:
+    result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    if check and result.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} failed ({result.returncode}):\n{result.stdout[-4000:]}\n{result.stderr[-4000:]}")
+    return result
+
+
+def git_init(path: Path) -> None:
+    run(["git", "init", "-q"], path)
+    run(["git", "config", "user.email", "tests@grueflow.invalid"], path)
+    run(["git", "config", "user.name", "grueflow tests"], path)
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A tiny GPT-2 and a tiny T5, built from config on synthetic text and saved with save_pretrained."""
+    from grueflow.config import DatapoolConfig, ModelConfig, load_section
+    from grueflow.data import DATAPOOLS
+    from grueflow.models.tiny import build_tiny
+
+    out = {}
+    for task, kind in (("sentiment", "causal"), ("concepts", "seq2seq")):
+        cfg = load_section(ModelConfig, MICRO / "tasks" / f"{task}.yaml", "model")
+        datapool = load_section(DatapoolConfig, MICRO / "tasks" / f"{task}.yaml", "datapool")
+        loader = DATAPOOLS.get(datapool.id)
+        pool = loader.build(loader.Args(n_train=32, n_val=4, n_test=4, n_unlabelled=200))
+        model, tokenizer, _ = build_tiny(cfg, kind, pool.unlabelled, seed=0)
+        path = tmp_path_factory.mktemp(task)
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        out[kind] = path
+    return out

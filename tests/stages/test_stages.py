@@ -1,0 +1,116 @@
+"""Each stage CLI on the micro suite: outputs, stage records, determinism and kill-and-resume."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import MICRO, ROOT, run
+
+PY = sys.executable
+TASK = MICRO / "tasks" / "sentiment.yaml"
+
+
+def stage(name: str, *args: str | Path) -> list[str]:
+    return [PY, str(ROOT / "stages" / f"{name}.py"), *map(str, args), "--log-level", "WARNING"]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    """Datapool + base model + warm start of the micro sentiment task."""
+    out = tmp_path_factory.mktemp("stages")
+    run(stage("prepare_datapool", "--task-file", TASK, "--out", out / "datapool"), ROOT)
+    run(stage("base_model", "--task-file", TASK, "--datapool", out / "datapool", "--out", out / "base_model"), ROOT)
+    run(stage("warm_start", "--task-file", TASK, "--method-file", MICRO / "methods" / "supervised.yaml",
+              "--datapool", out / "datapool", "--base-model", out / "base_model" / "model", "--seed", "0",
+              "--out", out / "supervised"), ROOT)
+    return out
+
+
+def rl(base: Path, out: Path, method_file: Path = MICRO / "methods" / "ppo.yaml") -> list[str]:
+    return stage("rl_finetune", "--task-file", TASK, "--algorithm", "ppo", "--method-file", method_file,
+                 "--datapool", base / "datapool", "--init-model", base / "base_model" / "model",
+                 "--base-model", base / "base_model" / "model", "--seed", "0",
+                 "--resume-dir", f"{out}.resume", "--out", out)
+
+
+def evaluate(base: Path, model: Path, out: Path) -> list[str]:
+    return stage("evaluate", "--task-file", TASK, "--task", "sentiment", "--start", "zero_shot", "--algorithm", "ppo",
+                 "--datapool", base / "datapool", "--model", model, "--base-model", base / "base_model" / "model",
+                 "--seed", "0", "--out", out)
+
+
+def test_datapool_base_model_and_warm_start_outputs(base):
+    stats = json.loads((base / "datapool" / "stage.json").read_text())["stats"]
+    assert stats["train"]["samples"] == 64 and stats["test"]["samples"] == 8
+    for folder in ("base_model", "supervised"):
+        assert (base / folder / "model" / "model.safetensors").is_file()
+        assert (base / folder / "model" / "tokenizer.json").is_file()
+        record = json.loads((base / folder / "stage.json").read_text())
+        assert record["versions"]["torch"].startswith("2.13.0")
+    losses = list(csv.DictReader(open(base / "supervised" / "loss_curve.csv")))
+    assert [row["epoch"] for row in losses] == ["1"]
+
+
+def test_rl_and_evaluate_are_deterministic(base, tmp_path):
+    for name in ("a", "b"):
+        run(rl(base, tmp_path / f"rl_{name}"), ROOT)
+        run(evaluate(base, tmp_path / f"rl_{name}" / "model", tmp_path / f"eval_{name}"), ROOT)
+    first = (tmp_path / "eval_a" / "metrics.json").read_bytes()
+    assert first == (tmp_path / "eval_b" / "metrics.json").read_bytes()
+    metrics = json.loads(first)
+    assert metrics["method"] == "ppo" and metrics["task"] == "sentiment"
+    assert {"reward", "task/sentiment", "lexical/rougeL", "lexical/bleu", "diversity/distinct_2",
+            "fluency/perplexity"} <= set(metrics["metrics"])
+    curve = list(csv.DictReader(open(tmp_path / "rl_a" / "curves.csv")))
+    assert [row["iteration"] for row in curve] == ["1", "2"]
+    assert {"reward/task", "reward/task/sentiment", "kl/sequence", "kl/coef", "losses/value", "losses/entropy",
+            "charts/mean_length"} <= set(curve[0])
+    assert not Path(f"{tmp_path / 'rl_a'}.resume").exists()  # removed once the stage finished
+
+
+def test_killed_rl_resumes_from_its_checkpoint_and_matches(base, tmp_path):
+    method = tmp_path / "ppo.yaml"
+    method.write_text((MICRO / "methods" / "ppo.yaml").read_text().replace("iterations: 2", "iterations: 6"))
+    run(rl(base, tmp_path / "straight", method), ROOT)
+
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(rl(base, out, method), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    state = Path(f"{out}.resume") / "trainer_state.pt"
+    deadline = time.time() + 300
+    while not state.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert not (out / "stage.json").exists(), "the killed stage must not look finished"
+    resumed = run(rl(base, out, method)[:-2] + ["--log-level", "INFO"], ROOT)
+    assert "resumed from" in resumed.stderr
+
+    def stable(path: Path) -> list[dict]:
+        rows = list(csv.DictReader(open(path)))
+        return [{k: v for k, v in r.items() if k not in ("charts/iteration_s", "charts/generated_tokens_per_s")}
+                for r in rows]
+
+    assert stable(out / "curves.csv") == stable(tmp_path / "straight" / "curves.csv")
+    assert (out / "model" / "model.safetensors").read_bytes() == \
+        (tmp_path / "straight" / "model" / "model.safetensors").read_bytes()
+
+
+def test_bad_params_fail_before_work_with_exit_code_2(tmp_path):
+    bad = tmp_path / "task.yaml"
+    bad.write_text(TASK.read_text().replace("metric: lexicon_sentiment", "metric: rogue"))
+    result = run(stage("rl_finetune", "--task-file", bad, "--algorithm", "ppo", "--method-file",
+                       MICRO / "methods" / "ppo.yaml", "--datapool", tmp_path, "--init-model", tmp_path,
+                       "--base-model", tmp_path, "--seed", "0", "--resume-dir", tmp_path / "r", "--out", tmp_path / "o"),
+                 ROOT, check=False)
+    assert result.returncode == 2
+    assert "unknown metric 'rogue'" in result.stderr and "valid metric ids:" in result.stderr

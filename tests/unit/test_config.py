@@ -1,0 +1,101 @@
+"""Strict configs: every bad value fails at parse time, naming the value and the valid choices."""
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from grueflow.config import ConfigError, PPOConfig, TaskConfig, load_suite, load_task, parse
+
+MICRO = Path(__file__).resolve().parents[1] / "fixtures" / "micro"
+
+
+def task_data() -> dict:
+    return yaml.safe_load((MICRO / "tasks" / "sentiment.yaml").read_text())
+
+
+def test_micro_task_parses_into_frozen_config():
+    task = load_task(MICRO / "tasks" / "sentiment.yaml")
+    assert task.reward.components[0].metric == "lexicon_sentiment"
+    assert task.reward.components[0].key == "task/sentiment"
+    with pytest.raises(AttributeError):
+        task.lengths.prompt = 3  # frozen
+
+
+def test_misspelt_reward_metric_lists_valid_ids():
+    data = task_data()
+    data["reward"]["components"][0]["metric"] = "rogue"
+    with pytest.raises(ConfigError) as err:
+        parse(TaskConfig, data, "sentiment.yaml:")
+    message = str(err.value)
+    assert "unknown metric 'rogue'" in message
+    assert "reward.components[0]" in message
+    assert "rouge" in message and "lexicon_sentiment" in message
+
+
+def test_unknown_key_names_the_valid_keys():
+    data = task_data()
+    data["rollout_generation"]["top_kk"] = 5
+    with pytest.raises(ConfigError, match=r"rollout_generation: unknown key 'top_kk'; valid keys: max_new_tokens, "
+                                          r"min_new_tokens, do_sample, top_k, top_p, temperature"):
+        parse(TaskConfig, data, "sentiment.yaml:")
+
+
+def test_wrong_type_and_out_of_range_values():
+    data = task_data()
+    data["lengths"]["prompt"] = "long"
+    with pytest.raises(ConfigError, match=r"lengths.prompt: expected an integer, got 'long'"):
+        parse(TaskConfig, data, "t:")
+    data = task_data()
+    data["eval_generation"]["top_p"] = 1.5
+    with pytest.raises(ConfigError, match=r"top_p must be in \(0, 1\], got 1.5"):
+        parse(TaskConfig, data, "t:")
+
+
+def test_unknown_datapool_model_and_datapool_args():
+    data = task_data()
+    data["datapool"]["id"] = "imbd"
+    with pytest.raises(ConfigError, match=r"unknown datapool 'imbd'; valid datapool ids: synthetic_concepts, synthetic_sentiment"):
+        parse(TaskConfig, data, "t:")
+    data = task_data()
+    data["model"]["id"] = "gpt3"
+    with pytest.raises(ConfigError, match=r"unknown model 'gpt3'; valid model ids: pretrained, tiny_gpt2, tiny_t5"):
+        parse(TaskConfig, data, "t:")
+    data = task_data()
+    data["datapool"]["args"]["n_trian"] = 5
+    with pytest.raises(ConfigError, match=r"unknown key 'n_trian'"):
+        parse(TaskConfig, data, "t:")
+
+
+def test_pretrained_model_needs_a_path_and_kind():
+    data = task_data()
+    data["model"] = {"id": "pretrained", "kind": "causal"}
+    with pytest.raises(ConfigError, match="needs name_or_path"):
+        parse(TaskConfig, data, "t:")
+
+
+def test_all_zero_reward_weights_fail():
+    data = task_data()
+    data["reward"]["components"][0]["weight"] = 0
+    with pytest.raises(ConfigError, match="every reward weight is 0"):
+        parse(TaskConfig, data, "t:")
+
+
+def test_ppo_batch_must_divide_into_minibatches():
+    with pytest.raises(ConfigError, match=r"rollouts_per_iteration=10 is not a multiple of minibatch_size=4"):
+        parse(PPOConfig, {"rollouts_per_iteration": 10, "minibatch_size": 4}, "ppo.yaml:")
+    with pytest.raises(ConfigError, match=r"clip_range must be > 0, got 0.0"):
+        parse(PPOConfig, {"clip_range": 0.0}, "ppo.yaml:")
+
+
+def test_suite_with_unknown_algorithm_or_missing_task(tmp_path, monkeypatch):
+    shutil.copytree(MICRO / "tasks", tmp_path / "params" / "tasks")
+    shutil.copytree(MICRO / "methods", tmp_path / "params" / "methods")
+    monkeypatch.chdir(tmp_path)
+    suite = yaml.safe_load((MICRO / "suite.yaml").read_text())
+    assert list(load_suite(suite).tasks) == ["sentiment", "concepts"]
+    with pytest.raises(ConfigError, match=r"unknown algorithm 'ppp'; valid algorithm ids: ppo"):
+        load_suite({**suite, "algorithms": ["ppp"]})
+    with pytest.raises(ConfigError, match=r"task 'imdb' has no task file params/tasks/imdb.yaml; valid tasks: concepts, sentiment"):
+        load_suite({**suite, "tasks": ["imdb"]})

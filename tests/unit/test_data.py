@@ -1,0 +1,39 @@
+"""The embedded datapools: deterministic, GRUE-shaped, and consistent with their rewards."""
+
+from grueflow.data import DATAPOOLS, read_split, write_datapool
+from grueflow.data.synthetic import NEGATIVE_ADJECTIVES, NEGATIVE_VERBS, POSITIVE_ADJECTIVES, POSITIVE_VERBS
+from grueflow.metrics.task import NEGATIVE_WORDS, POSITIVE_WORDS, coverage, lexicon_polarity
+
+
+def build(name, **kwargs):
+    loader = DATAPOOLS.get(name)
+    return loader.build(loader.Args(**kwargs))
+
+
+def test_sentiment_pool_is_seeded_and_positive_in_its_references(tmp_path):
+    a = build("synthetic_sentiment", seed=3, n_train=20, n_val=4, n_test=5, n_unlabelled=50)
+    b = build("synthetic_sentiment", seed=3, n_train=20, n_val=4, n_test=5, n_unlabelled=50)
+    assert a == b
+    assert [len(a.splits[s]) for s in ("train", "val", "test")] == [20, 4, 5]
+    assert all(lexicon_polarity(s.references[0]) == 1.0 for s in a.splits["train"])
+    polarities = [lexicon_polarity(t) for t in a.unlabelled]
+    assert polarities.count(1.0) == 25 and polarities.count(-1.0) == 25  # both sentiments, equal parts
+    stats = write_datapool(a, tmp_path)
+    assert stats["test"]["samples"] == 5
+    assert read_split(tmp_path, "test")[0] == a.splits["test"][0]
+
+
+def test_generator_vocabulary_is_in_the_lexicon():
+    assert set(POSITIVE_ADJECTIVES + POSITIVE_VERBS) <= POSITIVE_WORDS
+    assert set(NEGATIVE_ADJECTIVES + NEGATIVE_VERBS) <= NEGATIVE_WORDS
+
+
+def test_concepts_pool_references_cover_their_concepts_and_test_sets_are_unseen():
+    pool = build("synthetic_concepts", seed=0, n_train=100, n_val=10, n_test=10, n_unlabelled=10)
+    for split in pool.splits.values():
+        for sample in split:
+            assert sample.prompt.startswith("generate a sentence with: ")
+            assert len(sample.meta["concepts"]) == 3
+            assert all(coverage(r, sample.meta["concepts"]) == 1.0 for r in sample.references)
+    train_sets = {frozenset(s.meta["concepts"]) for s in pool.splits["train"]}
+    assert not any(frozenset(s.meta["concepts"]) in train_sets for s in pool.splits["test"])

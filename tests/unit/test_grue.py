@@ -1,0 +1,46 @@
+"""The GRUE table: means and stds over seeds, empty cells for missing metrics, normalised scores."""
+
+import json
+import math
+
+import pandas as pd
+import pytest
+
+from grueflow import grue
+
+
+def run(task, method, seed, reward, ppl, extra):
+    return {"task": task, "method": method, "seed": seed, "headline": ["task/score", "lexical/x"],
+            "metrics": {"reward": reward, "fluency/perplexity": ppl, "task/score": reward, **extra}}
+
+
+RUNS = [
+    run("a", "zero_shot", 0, 0.1, 10.0, {"lexical/x": None}),
+    run("a", "zero_shot", 1, 0.3, 12.0, {"lexical/x": None}),
+    run("a", "ppo", 0, 0.8, 14.0, {"lexical/x": None}),
+    run("a", "ppo", 1, 1.0, 16.0, {"lexical/x": None}),
+    run("a", "supervised", 0, 0.5, 11.0, {"lexical/x": None}),
+    run("a", "supervised", 1, 0.5, 11.0, {"lexical/x": None}),
+]
+
+
+def test_table_rows_means_and_stds(tmp_path):
+    table = grue.build_table(RUNS)
+    assert list(table["method"]) == ["zero_shot", "supervised", "ppo"]
+    ppo = table[table.method == "ppo"].iloc[0]
+    assert ppo["n_seeds"] == 2
+    assert ppo["reward"] == pytest.approx(0.9)
+    assert ppo["reward_std"] == pytest.approx(math.sqrt(0.02))
+    assert ppo["fluency_ppl"] == pytest.approx(15.0)
+    assert math.isnan(ppo["lexical/x"])  # cannot be computed: empty, never 0
+    # normalised over methods: reward and task/score (0.2, 0.5, 0.9), inverted perplexity (11, 11, 15)
+    assert table["normalised_score"].tolist() == pytest.approx([(0 + 1 + 0) / 3, (3 / 7 + 1 + 3 / 7) / 3, (1 + 0 + 1) / 3])
+    grue.write_table(table, tmp_path / "t.csv", tmp_path / "t.md", tmp_path / "t.json")
+    csv = pd.read_csv(tmp_path / "t.csv")
+    assert list(csv.columns[:7]) == ["task", "method", "n_seeds", "reward", "reward_std", "fluency_ppl", "fluency_ppl_std"]
+    assert csv["lexical/x"].isna().all()
+    nested = json.loads((tmp_path / "t.json").read_text())
+    assert nested["a"]["ppo"]["reward"] == pytest.approx(0.9)
+    assert "lexical/x" not in nested["a"]["ppo"]
+    assert set(nested["grue_score"]) == {"zero_shot", "supervised", "ppo"}
+    assert "| ppo |" in (tmp_path / "t.md").read_text()

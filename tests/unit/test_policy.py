@@ -1,0 +1,64 @@
+"""Causal and seq2seq policies: saved/loaded via from_pretrained; one forward pass scores what generate sampled."""
+
+import pytest
+import torch
+
+from grueflow.config import GenerationConfig
+from grueflow.models import HubUnreachableError, load_pretrained
+from grueflow.models.policy import Policy, completion_mask, logprobs_from_logits
+
+PROMPTS = ["i watched this movie with my sister last week .", "this film is about two brothers who starts a band ."]
+
+
+@pytest.mark.parametrize("kind", ["causal", "seq2seq"])
+def test_forward_logprobs_equal_generation_logprobs(tiny_models, kind):
+    model, tokenizer = load_pretrained(tiny_models[kind])
+    assert next(model.parameters()).dtype == torch.float32
+    policy = Policy(model, tokenizer, kind, max_prompt_length=24)
+    prompts = policy.encode(PROMPTS if kind == "causal" else ["generate a sentence with: dog kick ball", "cat"])
+    torch.manual_seed(0)
+    out = model.generate(input_ids=prompts.input_ids, attention_mask=prompts.attention_mask, do_sample=True,
+                         top_k=0, max_new_tokens=6, output_scores=True,
+                         return_dict_in_generate=True, pad_token_id=tokenizer.pad_token_id)
+    start = prompts.input_ids.shape[1] if kind == "causal" else 1
+    completions = out.sequences[:, start:]
+    mask = completion_mask(completions, tokenizer.eos_token_id)
+    expected = torch.stack([torch.log_softmax(s, -1) for s in out.scores], 1)
+    expected = torch.gather(expected, 2, completions.unsqueeze(-1)).squeeze(-1)
+    with torch.no_grad():
+        got = logprobs_from_logits(policy.score(prompts, completions).logits, completions)
+    assert torch.allclose(got * mask, expected * mask, atol=1e-4)
+
+
+@pytest.mark.parametrize("kind", ["causal", "seq2seq"])
+def test_generate_pads_after_eos_and_decodes(tiny_models, kind):
+    model, tokenizer = load_pretrained(tiny_models[kind])
+    policy = Policy(model, tokenizer, kind, max_prompt_length=24)
+    torch.manual_seed(1)
+    completions = policy.generate(policy.encode(PROMPTS), GenerationConfig(max_new_tokens=10))
+    mask = completion_mask(completions, tokenizer.eos_token_id)
+    assert completions.shape[0] == 2 and completions.shape[1] <= 10
+    assert (completions[mask == 0] == tokenizer.pad_token_id).all()
+    texts = policy.decode(completions)
+    assert all(isinstance(t, str) and t == t.strip() for t in texts)
+
+
+def test_supervised_loss_decreases_on_one_pair(tiny_models):
+    model, tokenizer = load_pretrained(tiny_models["seq2seq"])
+    policy = Policy(model, tokenizer, "seq2seq", max_prompt_length=24)
+    prompts = policy.encode(["generate a sentence with: dog kick ball"])
+    targets = policy.encode_targets(["the dog kicks the ball ."], max_length=16)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(5):
+        loss = policy.supervised_loss(prompts, targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+
+
+def test_hub_id_without_network_fails_with_a_clear_error():
+    with pytest.raises(HubUnreachableError, match=r"cannot load 'gpt2'.*hub is unreachable.*name_or_path"):
+        load_pretrained("gpt2")

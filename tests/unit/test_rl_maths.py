@@ -1,0 +1,71 @@
+"""The RL maths, pinned with literal values: GAE, whitening, KL control, completion masks."""
+
+import pytest
+import torch
+
+from grueflow.config import KLConfig
+from grueflow.models.policy import completion_mask
+from grueflow.rl.advantages import gae, masked_mean, masked_whiten
+from grueflow.rl.kl import KLController, kl_k1
+
+
+def naive_gae(rewards, values, gamma, lam):
+    """Textbook GAE for one episode (lists), value 0 after the end."""
+    advantages = []
+    for t in range(len(rewards)):
+        a = 0.0
+        for k in range(t, len(rewards)):
+            next_value = values[k + 1] if k + 1 < len(values) else 0.0
+            delta = rewards[k] + gamma * next_value - values[k]
+            a += (gamma * lam) ** (k - t) * delta
+        advantages.append(a)
+    return advantages
+
+
+def test_gae_matches_a_naive_loop_and_respects_the_mask():
+    rewards = torch.tensor([[0.0, 0.0, 1.0, 5.0], [0.5, -0.5, 2.0, 0.0]])
+    values = torch.tensor([[0.1, 0.2, 0.3, 9.0], [0.4, 0.0, -0.2, 0.7]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 1.0, 1.0]])
+    advantages, returns = gae(rewards, values, mask, gamma=0.9, lam=0.8)
+    expected_0 = naive_gae([0.0, 0.0, 1.0], [0.1, 0.2, 0.3], 0.9, 0.8) + [0.0]
+    expected_1 = naive_gae([0.5, -0.5, 2.0, 0.0], [0.4, 0.0, -0.2, 0.7], 0.9, 0.8)
+    assert advantages[0].tolist() == pytest.approx(expected_0, abs=1e-6)
+    assert advantages[1].tolist() == pytest.approx(expected_1, abs=1e-6)
+    # one literal: last real step of row 0 is r - V = 1.0 - 0.3
+    assert advantages[0, 2].item() == pytest.approx(0.7)
+    assert returns[0].tolist() == pytest.approx([a + v for a, v in zip(expected_0[:3], [0.1, 0.2, 0.3])] + [0.0], abs=1e-6)
+
+
+def test_masked_whiten_and_mean():
+    values = torch.tensor([[1.0, 2.0, 3.0, 100.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    assert masked_mean(values, mask).item() == pytest.approx(2.0)
+    whitened = masked_whiten(values, mask)
+    assert whitened[0].tolist() == pytest.approx([-1.2247449, 0.0, 1.2247449, 0.0], abs=1e-5)
+
+
+def test_adaptive_kl_controller_update_rule():
+    ctl = KLController.from_config(KLConfig(coef=0.1, adaptive=True, target=2.0, kl_lr=0.1))
+    ctl.update(3.0)  # error = clip(0.5, -0.2, 0.2) = 0.2 -> coef * 1.02
+    assert ctl.coef == pytest.approx(0.102)
+    ctl.update(1.8)  # error = -0.1 -> coef * 0.99
+    assert ctl.coef == pytest.approx(0.102 * 0.99)
+    fixed = KLController.from_config(KLConfig(coef=0.1, adaptive=False, target=None))
+    fixed.update(50.0)
+    assert fixed.coef == 0.1
+
+
+def test_k1_estimates_kl_of_two_categoricals():
+    p = torch.tensor([0.7, 0.2, 0.1])
+    q = torch.tensor([0.4, 0.4, 0.2])
+    closed_form = (p * (p / q).log()).sum().item()
+    # expectation of k1 under p, computed exactly over the support
+    expected_k1 = (p * kl_k1(p.log(), q.log())).sum().item()
+    assert expected_k1 == pytest.approx(closed_form)
+    assert closed_form == pytest.approx(0.1838, abs=1e-4)
+
+
+def test_completion_mask_keeps_tokens_up_to_the_first_eos():
+    completions = torch.tensor([[5, 6, 2, 7, 2], [2, 9, 9, 9, 9], [4, 4, 4, 4, 4]])
+    assert completion_mask(completions, eos_token_id=2).tolist() == [
+        [1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1]]

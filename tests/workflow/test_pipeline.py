@@ -1,0 +1,125 @@
+"""The real pipeline on the micro suite: Snakemake and DVC runs, caching, staleness, diffs across commits."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.conftest import copy_project, git_init, run
+
+pytestmark = pytest.mark.slow
+
+SENTIMENT_RL_JOBS = {("rl_finetune", "sentiment", "ppo"), ("rl_finetune", "sentiment", "supervised+ppo"),
+                     ("evaluate", "sentiment", "zero_shot"), ("evaluate", "sentiment", "supervised"),
+                     ("evaluate", "sentiment", "ppo"), ("evaluate", "sentiment", "supervised+ppo"),
+                     ("aggregate", None, None)}
+
+
+def double_sentiment_reward(repo: Path) -> None:
+    path = repo / "params" / "tasks" / "sentiment.yaml"
+    text = path.read_text()
+    assert "{metric: lexicon_sentiment, weight: 1.0}" in text
+    path.write_text(text.replace("{metric: lexicon_sentiment, weight: 1.0}", "{metric: lexicon_sentiment, weight: 2.0}"))
+
+
+def planned_jobs(dry_run_output: str) -> set[tuple[str | None, ...]]:
+    """(rule, task, method) of every job a `snakemake -n` plans, the target rule `all` left out."""
+    jobs = set()
+    for block in re.split(r"\n(?=(?:local)?rule \w+:)", dry_run_output):
+        head = re.match(r"(?:local)?rule (\w+):", block)
+        if not head or head.group(1) == "all":
+            continue
+        wildcards = dict(re.findall(r"(\w+)=([^,\s]+)", (re.search(r"wildcards: (.*)", block) or [None, ""])[1]))
+        jobs.add((head.group(1), wildcards.get("task"), wildcards.get("method") or wildcards.get("rl_method")))
+    return jobs
+
+
+@pytest.fixture(scope="module")
+def snakemake_repo(tmp_path_factory) -> Path:
+    repo = copy_project(tmp_path_factory.mktemp("snakemake"))
+    run(["snakemake", "--cores", "2", "results/grue_table.csv"], repo)
+    return repo
+
+
+def test_snakemake_builds_the_grue_table(snakemake_repo):
+    table = pd.read_csv(snakemake_repo / "results" / "grue_table.csv")
+    assert sorted(zip(table.task, table.method)) == sorted(
+        (t, m) for t in ("sentiment", "concepts") for m in ("zero_shot", "supervised", "ppo", "supervised+ppo"))
+    assert (table.n_seeds == 1).all()
+    assert table.reward_std.isna().all()  # one seed: no spread, left empty rather than 0
+    assert (table.fluency_ppl > 1).all()
+    assert {"lexical/rougeL", "diversity/distinct_2", "lexical/bleu", "normalised_score"} <= set(table.columns)
+    nested = json.loads((snakemake_repo / "results" / "grue_table.json").read_text())
+    assert set(nested["sentiment"]) == {"zero_shot", "supervised", "ppo", "supervised+ppo"}
+
+
+def test_second_run_has_nothing_to_do(snakemake_repo):
+    result = run(["snakemake", "--cores", "2", "results/grue_table.csv"], snakemake_repo)
+    assert "Nothing to be done" in result.stdout + result.stderr
+
+
+def test_editing_one_reward_weight_marks_only_that_tasks_rl_evaluate_and_aggregate(snakemake_repo):
+    original = (snakemake_repo / "params" / "tasks" / "sentiment.yaml").read_text()
+    try:
+        double_sentiment_reward(snakemake_repo)
+        result = run(["snakemake", "-n", "--cores", "2", "results/grue_table.csv"], snakemake_repo)
+        assert planned_jobs(result.stdout) == SENTIMENT_RL_JOBS
+    finally:
+        (snakemake_repo / "params" / "tasks" / "sentiment.yaml").write_text(original)
+
+
+def test_misspelt_reward_fails_before_any_job_and_lists_valid_ids(tmp_path):
+    repo = copy_project(tmp_path / "repo")
+    path = repo / "params" / "tasks" / "concepts.yaml"
+    path.write_text(path.read_text().replace("{metric: concept_coverage, weight: 1.0}", "{metric: rogue, weight: 1.0}"))
+    result = run(["snakemake", "--cores", "1", "results/grue_table.csv"], repo, check=False)
+    assert result.returncode != 0
+    output = result.stdout + result.stderr
+    assert "unknown metric 'rogue'" in output and "params/tasks/concepts.yaml" in output
+    assert "valid metric ids: bleu, concept_coverage, diversity, lexicon_sentiment, perplexity, rouge" in output
+    assert not (repo / "results").exists()
+
+
+@pytest.fixture(scope="module")
+def dvc_repo(tmp_path_factory) -> Path:
+    repo = copy_project(tmp_path_factory.mktemp("dvc"))
+    git_init(repo)
+    run(["git", "add", "-A"], repo)
+    run(["git", "commit", "-qm", "micro suite"], repo)
+    run(["dvc", "repro"], repo)
+    run(["git", "add", "-A"], repo)
+    run(["git", "commit", "-qm", "dvc repro"], repo)
+    return repo
+
+
+def test_dvc_repro_gives_the_same_table_as_snakemake(dvc_repo, snakemake_repo):
+    assert (dvc_repo / "results" / "grue_table.csv").read_text() == \
+        (snakemake_repo / "results" / "grue_table.csv").read_text()
+
+
+def test_dvc_reward_edit_status_diff_and_run_cache(dvc_repo):
+    table_before = (dvc_repo / "results" / "grue_table.csv").read_text()
+    double_sentiment_reward(dvc_repo)
+    status = json.loads(run(["dvc", "status", "--json"], dvc_repo).stdout)
+    assert set(status) == {"rl_finetune@sentiment-ppo-0", "rl_finetune_supervised@sentiment-ppo-0",
+                           "evaluate_zero_shot@sentiment-0", "evaluate_supervised@sentiment-0",
+                           "evaluate_rl@sentiment-ppo-0", "evaluate_rl_supervised@sentiment-ppo-0"}
+
+    run(["dvc", "repro"], dvc_repo)
+    run(["git", "commit", "-qam", "double the sentiment reward"], dvc_repo)
+    params = json.loads(run(["dvc", "params", "diff", "HEAD~1", "--json"], dvc_repo).stdout)
+    assert "'weight': 2.0" in params["params/tasks/sentiment.yaml"]["reward.components"]["new"]
+    metrics = json.loads(run(["dvc", "metrics", "diff", "HEAD~1", "--json"], dvc_repo).stdout)
+    table_diff = metrics["results/grue_table.json"]
+    assert "sentiment.zero_shot.reward" in table_diff
+    assert table_diff["sentiment.zero_shot.reward"]["new"] == pytest.approx(2 * table_diff["sentiment.zero_shot.reward"]["old"])
+    assert not any(key.startswith("concepts.") and "reward" in key for key in table_diff)
+
+    run(["git", "checkout", "HEAD~1", "--", "params/tasks/sentiment.yaml"], dvc_repo)
+    restored = run(["dvc", "repro"], dvc_repo)
+    assert "rl_finetune@sentiment-ppo-0' is cached - skipping run" in restored.stdout
+    assert (dvc_repo / "results" / "grue_table.csv").read_text() == table_before
