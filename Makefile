@@ -1,0 +1,28 @@
+# Two commands on a fresh clone: `make run` (set up .venv, run the embedded default suite)
+# and `make test` (same set-up, run the tests). Everything offline but the package registries.
+VENV ?= .venv
+PYTHON ?= python3
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export DVC_NO_ANALYTICS := 1
+export NLTK_DATA ?= $(abspath ../shared/nltk_data)
+
+.PHONY: setup run test clean
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --constraint constraints.txt --editable ".[test]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+run: setup
+	snakemake --cores all results/grue_table.csv
+	cat results/grue_table.md
+
+test: setup
+	python -m pytest
+
+clean:
+	rm -rf results .snakemake
