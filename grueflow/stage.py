@@ -7,12 +7,13 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from tqdm import tqdm
 
 from grueflow import io
 from grueflow.config import ConfigError
+from grueflow.hub import HubUnreachableError
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -39,13 +40,9 @@ def finish(out_dir: Path, stage: str, params: Any, inputs: dict[str, Path], star
 
 
 def main_guard(run: Any) -> None:
-    """Run a stage's ``main``; configuration errors exit 2 with their message, not a traceback."""
+    """Run a stage's ``main``; bad params and unreachable hub ids exit 2 with their message, no traceback."""
     try:
         run()
-    except ConfigError as err:
+    except (ConfigError, HubUnreachableError) as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-
-
-def iterate(items: list[Any], desc: str) -> Iterator[Any]:
-    yield from tqdm(items, desc=desc, disable=not sys.stderr.isatty(), dynamic_ncols=True)

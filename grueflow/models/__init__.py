@@ -5,21 +5,17 @@ Every model, tiny or pretrained, is loaded through ``AutoModel*.from_pretrained`
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
+from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
 from grueflow.registry import Registry
 
 Kind = Literal["causal", "seq2seq"]
 MODELS: Registry = Registry("model")
-
-
-class HubUnreachableError(OSError):
-    """A hub id was asked for but the hub cannot be reached and no local copy exists."""
 
 
 @dataclass(frozen=True)
@@ -66,8 +62,8 @@ def _auto_class(kind: Kind) -> Any:
 
 def _offline_hint(name: str) -> str:
     return (f"cannot load {name!r}: it is not a local folder, and the Hugging Face hub is unreachable "
-            f"(HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', 'unset')}) with no cached copy. Download it where a "
-            f"network exists (`hf download {name} --local-dir DIR`) and set the task's model.name_or_path to DIR")
+            f"({offline_state()}) with no cached copy. Download it where a network exists "
+            f"(`hf download {name} --local-dir DIR`) and set the task's model.name_or_path to DIR")
 
 
 def load_pretrained(name_or_path: str | Path, kind: Kind | None = None) -> tuple[Any, Any]:
@@ -75,16 +71,17 @@ def load_pretrained(name_or_path: str | Path, kind: Kind | None = None) -> tuple
     from transformers import AutoConfig, AutoTokenizer
 
     name = str(name_or_path)
+    local_only = Path(name).exists() or not hub_reachable()  # never wait on an unreachable hub
     try:
-        config = AutoConfig.from_pretrained(name)
-        tokenizer = AutoTokenizer.from_pretrained(name)
+        config = AutoConfig.from_pretrained(name, local_files_only=local_only)
+        tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local_only)
     except OSError as err:
         if Path(name).exists():
             raise
         raise HubUnreachableError(_offline_hint(name)) from err
     if kind is None:
         kind = "seq2seq" if getattr(config, "is_encoder_decoder", False) else "causal"
-    model = _auto_class(kind).from_pretrained(name, dtype=torch.float32)
+    model = _auto_class(kind).from_pretrained(name, dtype=torch.float32, local_files_only=local_only)
     model.eval()
     return model, tokenizer
 

@@ -56,7 +56,7 @@ def test_wrong_type_and_out_of_range_values():
 def test_unknown_datapool_model_and_datapool_args():
     data = task_data()
     data["datapool"]["id"] = "imbd"
-    with pytest.raises(ConfigError, match=r"unknown datapool 'imbd'; valid datapool ids: synthetic_concepts, synthetic_sentiment"):
+    with pytest.raises(ConfigError, match=r"unknown datapool 'imbd'; valid datapool ids: common_gen, imdb, synthetic_concepts, synthetic_sentiment"):
         parse(TaskConfig, data, "t:")
     data = task_data()
     data["model"]["id"] = "gpt3"

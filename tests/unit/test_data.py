@@ -1,7 +1,12 @@
-"""The embedded datapools: deterministic, GRUE-shaped, and consistent with their rewards."""
+"""The datapools: the embedded ones (deterministic, consistent with their rewards) and the hub ones."""
+
+from pathlib import Path
+
+import pytest
 
 from grueflow.data import DATAPOOLS, read_split, write_datapool
 from grueflow.data.synthetic import NEGATIVE_ADJECTIVES, NEGATIVE_VERBS, POSITIVE_ADJECTIVES, POSITIVE_VERBS
+from grueflow.hub import HubUnreachableError, hub_reachable
 from grueflow.metrics.task import NEGATIVE_WORDS, POSITIVE_WORDS, coverage, lexicon_polarity
 
 
@@ -37,3 +42,24 @@ def test_concepts_pool_references_cover_their_concepts_and_test_sets_are_unseen(
             assert all(coverage(r, sample.meta["concepts"]) == 1.0 for r in sample.references)
     train_sets = {frozenset(s.meta["concepts"]) for s in pool.splits["train"]}
     assert not any(frozenset(s.meta["concepts"]) in train_sets for s in pool.splits["test"])
+
+
+def test_imdb_loader_reads_the_real_slice_through_datasets():
+    shared = Path(__file__).resolve().parents[3] / "shared" / "data" / "imdb"
+    if not shared.is_dir():
+        pytest.skip(f"{shared} is not present")
+    pool = build("imdb", path="json", data_files={"train": str(shared / "imdb_train_subset.jsonl"),
+                                                  "test": str(shared / "imdb_test_subset.jsonl")},
+                 n_val=50, prompt_words=10, reference_words=5)
+    assert [len(pool.splits[s]) for s in ("train", "val", "test")] == [471, 50, 2000]
+    assert all(s.meta["label"] == 1 for s in pool.splits["train"])  # positive reviews only, as RL4LMs
+    assert len(pool.unlabelled) == 1000 and all("<br />" not in t for t in pool.unlabelled)
+    first = pool.splits["test"][0]
+    assert len(first.prompt.split()) == 10 and len(first.references[0].split()) == 5
+
+
+def test_hub_dataset_without_network_fails_at_once_with_a_hint(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    hub_reachable.cache_clear()
+    with pytest.raises(HubUnreachableError, match=r"cannot load dataset 'common_gen'.*data_files"):
+        build("common_gen")

@@ -4,7 +4,8 @@ import pytest
 import torch
 
 from grueflow.config import GenerationConfig
-from grueflow.models import HubUnreachableError, load_pretrained
+from grueflow.hub import HubUnreachableError
+from grueflow.models import load_pretrained
 from grueflow.models.policy import Policy, completion_mask, logprobs_from_logits
 
 PROMPTS = ["i watched this movie with my sister last week .", "this film is about two brothers who starts a band ."]

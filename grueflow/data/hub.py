@@ -1,0 +1,111 @@
+"""GRUE datapools read with ``datasets.load_dataset``: a hub id, or local files through ``data_files``.
+
+Only the loading differs between the two; the same code normalises rows to Samples. Without a
+network, a hub id fails at once with an error that says how to point at local copies.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from grueflow.data import DATAPOOLS
+from grueflow.data.sample import Datapool, Sample
+from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
+
+
+def load_splits(path: str, data_files: Optional[dict[str, str]]) -> Any:
+    """``datasets.load_dataset(path, data_files=...)``, with a clear error for an unreachable hub."""
+    import datasets
+
+    files = dict(data_files) if data_files else None
+    if files:
+        missing = [f for f in files.values() if not Path(f).is_file()]
+        if missing:
+            raise FileNotFoundError(f"data_files {missing} do not exist (relative paths are read from {os.getcwd()})")
+    if files or Path(path).exists():
+        return datasets.load_dataset(path, data_files=files)
+    if not hub_reachable():
+        raise HubUnreachableError(
+            f"cannot load dataset {path!r}: the Hugging Face hub is unreachable ({offline_state()}) and no local "
+            f"copy was given. Point the datapool at local files: path: json (or csv) and data_files: "
+            f"{{train: ..., test: ...}}")
+    return datasets.load_dataset(path)
+
+
+@DATAPOOLS.register("imdb", "IMDB sentiment continuation (RL4LMs): prompt = a review's first words, hub id or local files")
+class IMDB:
+    @dataclass(frozen=True)
+    class Args:
+        path: str = "imdb"
+        data_files: Optional[dict[str, str]] = None
+        seed: int = 0
+        prompt_words: int = 40
+        reference_words: int = 40
+        positive_only_train: bool = True
+        n_train: Optional[int] = None
+        n_val: int = 100
+        n_test: Optional[int] = None
+
+    @staticmethod
+    def build(args: "IMDB.Args") -> Datapool:
+        splits = load_splits(args.path, args.data_files)
+        rng = random.Random(args.seed)
+        train_rows = [r for r in splits["train"]]
+        rng.shuffle(train_rows)
+        unlabelled = [_clean(r["text"]) for r in train_rows]
+        val_rows, train_rows = train_rows[:args.n_val], train_rows[args.n_val:]
+        if args.positive_only_train:  # RL4LMs' IMDB datapool trains on positive reviews
+            train_rows = [r for r in train_rows if r["label"] == 1]
+        test_rows = [r for r in splits["test"]]
+        pool = {
+            "train": _imdb_samples(train_rows[:args.n_train], "train", args),
+            "val": _imdb_samples(val_rows, "val", args),
+            "test": _imdb_samples(test_rows[:args.n_test], "test", args),
+        }
+        return Datapool(pool, unlabelled)
+
+
+def _clean(text: str) -> str:
+    return " ".join(text.replace("<br />", " ").split())
+
+
+def _imdb_samples(rows: list[dict[str, Any]], split: str, args: IMDB.Args) -> list[Sample]:
+    samples = []
+    for i, row in enumerate(rows):
+        words = _clean(row["text"]).split()
+        prompt = " ".join(words[:args.prompt_words])
+        reference = " ".join(words[args.prompt_words:args.prompt_words + args.reference_words])
+        samples.append(Sample(f"{split}-{i}", prompt, (reference,) if reference else (), {"label": int(row["label"])}))
+    return samples
+
+
+@DATAPOOLS.register("common_gen", "CommonGen v1.1 hub schema (concepts, target): concepts -> sentence, all targets as references")
+class CommonGen:
+    @dataclass(frozen=True)
+    class Args:
+        path: str = "common_gen"
+        data_files: Optional[dict[str, str]] = None
+        prefix: str = "generate a sentence with: "
+        n_val: Optional[int] = None
+
+    @staticmethod
+    def build(args: "CommonGen.Args") -> Datapool:
+        splits = load_splits(args.path, args.data_files)
+        grouped = {name: _group_concepts(rows, args.prefix, name) for name, rows in
+                   (("train", splits["train"]), ("val", splits["validation"]), ("test", splits.get("test", splits["validation"])))}
+        grouped["val"] = grouped["val"][:args.n_val]
+        unlabelled = [r for s in grouped["train"] for r in s.references]
+        return Datapool(grouped, unlabelled)
+
+
+def _group_concepts(rows: Any, prefix: str, split: str) -> list[Sample]:
+    targets: dict[tuple[str, ...], list[str]] = defaultdict(list)
+    for row in rows:
+        targets[tuple(row["concepts"])].append(row["target"])
+    return [Sample(f"{split}-{i}", prefix + " ".join(c), tuple(t for t in refs if t), {"concepts": list(c)})
+            for i, (c, refs) in enumerate(targets.items())]
