@@ -46,7 +46,7 @@ def main() -> None:
     model, tokenizer = load_pretrained(args.model)
     policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt)
     generations = evaluation.generate(policy, test, generation)
-    rows, corpus = evaluation.score(test, generations, reward_cfg, metrics, MetricContext(base_model=args.base_model))
+    rows, corpus = evaluation.score(test, generations, reward_cfg, metrics, MetricContext(args.base_model, lengths.prompt))
     missing = [h for h in headline if h not in corpus]
     if missing:
         raise ValueError(f"headline metrics {missing} are not produced by the task's metrics; produced: {sorted(corpus)}")

@@ -45,7 +45,7 @@ def main() -> None:
     model, tokenizer = load_pretrained(args.init_model)
     ref_model, _ = load_pretrained(args.init_model)
     policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt)
-    reward = Reward(reward_cfg, MetricContext(base_model=args.base_model))
+    reward = Reward(reward_cfg, MetricContext(base_model=args.base_model, max_prompt_length=lengths.prompt))
     trainer = PPOTrainer(cfg, policy, ref_model, reward, train, generation, args.seed)
 
     key = run_key(cfg, generation, reward_cfg, fingerprint(args.init_model), args.seed)

@@ -27,9 +27,10 @@ class MetricResult:
 
 @dataclass(frozen=True)
 class MetricContext:
-    """What a metric may need from its stage: the task's base model (for fluency)."""
+    """What a metric may need from its stage: the task's base model and prompt budget (for fluency)."""
 
     base_model: Optional[Path] = None
+    max_prompt_length: int = 64
 
 
 MetricFn = Callable[[Sequence[str], Sequence[str], Sequence[Sequence[str]], Sequence[dict[str, Any]]], MetricResult]

@@ -7,8 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-import torch
-
 from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult
 
 
@@ -24,6 +22,8 @@ class Perplexity(Metric):
 
     @classmethod
     def build(cls, args: "Perplexity.Args", context: MetricContext) -> MetricFn:
+        import torch
+
         from grueflow.models import load_pretrained
         from grueflow.models.policy import Policy, completion_mask, logprobs_from_logits
 
@@ -32,11 +32,14 @@ class Perplexity(Metric):
             raise ValueError("metric 'perplexity' needs a model: set args.model or pass the stage a base model")
         model, tokenizer = load_pretrained(Path(source) if Path(str(source)).exists() else str(source))
         kind = "seq2seq" if model.config.is_encoder_decoder else "causal"
-        policy = Policy(model, tokenizer, kind, max_prompt_length=getattr(model.config, "n_positions", 512) // 2)
+        policy = Policy(model, tokenizer, kind, max_prompt_length=context.max_prompt_length)
 
-        @torch.no_grad()
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
+            with torch.no_grad():
+                return _perplexity(prompts, generations)
+
+        def _perplexity(prompts: Sequence[str], generations: Sequence[str]) -> MetricResult:
             nll_sums, counts = [], []
             for start in range(0, len(prompts), args.batch_size):
                 batch_prompts = policy.encode(list(prompts[start:start + args.batch_size]))

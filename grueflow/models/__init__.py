@@ -9,8 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import torch
-
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
 from grueflow.registry import Registry
 
@@ -68,6 +66,7 @@ def _offline_hint(name: str) -> str:
 
 def load_pretrained(name_or_path: str | Path, kind: Kind | None = None) -> tuple[Any, Any]:
     """(model, tokenizer) in float32 from a local folder or a hub id, with a clear offline error."""
+    import torch
     from transformers import AutoConfig, AutoTokenizer
 
     name = str(name_or_path)

@@ -7,7 +7,6 @@ from typing import NamedTuple
 import torch
 
 from grueflow.config import PPOConfig
-from grueflow.rl import ALGORITHMS
 from grueflow.rl.advantages import gae, masked_mean, masked_whiten
 
 
@@ -29,9 +28,9 @@ class Outputs(NamedTuple):
     entropy: torch.Tensor
 
 
-@ALGORITHMS.register("ppo", "PPO with a critic, GAE, clipped surrogate and an adaptive KL penalty in the reward")
 class PPO:
-    Config = PPOConfig
+    """The PPO-specific parts of the trainer: GAE advantages and the clipped losses."""
+
     uses_critic = True
 
     def __init__(self, cfg: PPOConfig) -> None:
