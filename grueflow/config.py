@@ -346,37 +346,155 @@ class KLConfig:
 
 
 @dataclass(frozen=True)
-class PPOConfig:
-    """PPO on whole sequences (Schulman et al. 2017; RL4LMs' defaults for gamma and lambda)."""
+class RLConfig:
+    """What every RL algorithm shares: the loop, the optimiser, the clipped surrogate, KL control.
+
+    Each iteration samples ``rollouts_per_iteration / group_size`` prompts and ``group_size``
+    completions of each. The KL to the reference is estimated per token with ``kl_estimator``
+    (k1 ``log r``, k2 ``(log r)^2 / 2``, k3 ``r - 1 - log r`` with ``r = p/q``; Schulman 2020) and
+    either subtracted from the reward (PPO style) or added to the loss (``kl_in_loss``, GRPO style).
+    Algorithms with a critic put a value head on the policy's own trunk (``critic: shared``, one
+    model copy fewer) or on a separate copy of the start model (``critic: separate``, as RL4LMs).
+    """
 
     iterations: int = 30
     rollouts_per_iteration: int = 64
+    group_size: int = 1
     epochs: int = 4
     minibatch_size: int = 16
     learning_rate: float = 1e-4
     lr_schedule: Literal["constant", "linear"] = "constant"
+    optimizer: Literal["adamw", "rmsprop"] = "adamw"
     clip_range: float = 0.2
-    clip_range_vf: Optional[float] = 0.2
-    vf_coef: float = 0.5
     ent_coef: float = 0.0
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
     max_grad_norm: float = 1.0
     target_kl: Optional[float] = None
-    whiten_advantages: bool = True
     kl: KLConfig = field(default_factory=KLConfig)
+    kl_estimator: Literal["k1", "k2", "k3"] = "k1"
+    kl_in_loss: bool = False
+    critic: Literal["shared", "separate"] = "shared"
     checkpoint_every: int = 10
 
     def __post_init__(self) -> None:
         _check(self.iterations > 0, f"iterations must be > 0, got {self.iterations}")
         _check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
         _check(self.clip_range > 0, f"clip_range must be > 0, got {self.clip_range}")
-        _check(0 <= self.gamma <= 1 and 0 <= self.gae_lambda <= 1,
-               f"gamma and gae_lambda must be in [0, 1], got {self.gamma} and {self.gae_lambda}")
+        _check(self.group_size > 0, f"group_size must be > 0, got {self.group_size}")
         _check(self.rollouts_per_iteration % self.minibatch_size == 0,
                f"rollouts_per_iteration={self.rollouts_per_iteration} is not a multiple of "
                f"minibatch_size={self.minibatch_size}; make it one")
+        _check(self.rollouts_per_iteration % self.group_size == 0,
+               f"rollouts_per_iteration={self.rollouts_per_iteration} is not a multiple of "
+               f"group_size={self.group_size}; make it one")
         _check(self.checkpoint_every > 0, f"checkpoint_every must be > 0, got {self.checkpoint_every}")
+
+
+@dataclass(frozen=True)
+class PPOConfig(RLConfig):
+    """PPO on whole sequences (Schulman et al. 2017; RL4LMs' defaults for gamma and lambda)."""
+
+    clip_range_vf: Optional[float] = 0.2
+    vf_coef: float = 0.5
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    whiten_advantages: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check(0 <= self.gamma <= 1 and 0 <= self.gae_lambda <= 1,
+               f"gamma and gae_lambda must be in [0, 1], got {self.gamma} and {self.gae_lambda}")
+
+
+@dataclass(frozen=True)
+class NLPOConfig(PPOConfig):
+    """NLPO (Ramamurthy et al. 2023, RL4LMs): PPO whose actions are masked by a lagged copy of the policy.
+
+    At each generated token the mask model keeps its top-p nucleus (and at most ``top_k`` tokens if
+    ``top_k`` > 0), never fewer than ``min_tokens_to_keep`` and never masking special tokens; it is
+    refreshed from the policy every ``target_update_iterations`` rollouts.
+    """
+
+    top_p: float = 0.9
+    top_k: int = 0
+    min_tokens_to_keep: int = 1
+    target_update_iterations: int = 5
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
+        _check(self.min_tokens_to_keep >= 1, f"min_tokens_to_keep must be >= 1, got {self.min_tokens_to_keep}")
+        _check(self.target_update_iterations >= 1,
+               f"target_update_iterations must be >= 1, got {self.target_update_iterations}")
+
+
+@dataclass(frozen=True)
+class A2CConfig(RLConfig):
+    """A2C (Mnih et al. 2016) with stable-baselines3's defaults: RMSprop, n-step returns, one step per rollout."""
+
+    epochs: int = 1
+    learning_rate: float = 7e-4
+    optimizer: Literal["adamw", "rmsprop"] = "rmsprop"
+    n_steps: int = 5
+    gamma: float = 0.99
+    vf_coef: float = 0.5
+    normalize_advantage: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check(self.n_steps > 0, f"n_steps must be > 0, got {self.n_steps}")
+        _check(0 <= self.gamma <= 1, f"gamma must be in [0, 1], got {self.gamma}")
+
+
+@dataclass(frozen=True)
+class TRPOConfig(RLConfig):
+    """TRPO (Schulman et al. 2015) with sb3-contrib's defaults: natural-gradient policy step under a KL bound.
+
+    The policy step solves ``H s = g`` by conjugate gradient (``cg_max_steps``, ``cg_damping``) and
+    backtracks (``line_search_shrinking_factor``, ``line_search_max_iter``) until the mean token
+    KL(old || new) is at most ``max_kl`` and the surrogate improved; ``learning_rate`` is the
+    critic's (Adam, ``n_critic_updates`` steps per rollout).
+    """
+
+    learning_rate: float = 1e-3
+    max_kl: float = 0.01
+    cg_max_steps: int = 15
+    cg_damping: float = 0.1
+    line_search_shrinking_factor: float = 0.8
+    line_search_max_iter: int = 10
+    n_critic_updates: int = 10
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    whiten_advantages: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check(self.max_kl > 0, f"max_kl must be > 0, got {self.max_kl}")
+        _check(0 < self.line_search_shrinking_factor < 1,
+               f"line_search_shrinking_factor must be in (0, 1), got {self.line_search_shrinking_factor}")
+
+
+@dataclass(frozen=True)
+class GroupConfig(RLConfig):
+    """GRPO (Shao et al. 2024) and RLOO (Ahmadian et al. 2024): ``group_size`` samples per prompt, no critic."""
+
+    group_size: int = 4
+    epochs: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check(self.group_size >= 2, f"group-relative advantages need group_size >= 2, got {self.group_size}")
+
+
+@dataclass(frozen=True)
+class ReinforcePPConfig(RLConfig):
+    """REINFORCE++ (Hu 2025): per-token KL-penalised returns, normalised over the whole batch, no critic."""
+
+    gamma: float = 1.0
+    epochs: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check(0 <= self.gamma <= 1, f"gamma must be in [0, 1], got {self.gamma}")
 
 
 # ---------------------------------------------------------------------------------------------

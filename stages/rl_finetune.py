@@ -13,7 +13,7 @@ from grueflow.metrics.reward import Reward
 from grueflow.models import load_pretrained
 from grueflow.models.policy import Policy
 from grueflow.rl import ALGORITHMS
-from grueflow.rl.trainer import PPOTrainer, checkpoint_key, run_key
+from grueflow.rl.trainer import RLTrainer, checkpoint_key, run_key
 from grueflow.seeding import seed_everything
 
 TASK_KEYS = ("lengths", "rollout_generation", "reward")
@@ -46,7 +46,7 @@ def main() -> None:
     ref_model, _ = load_pretrained(args.init_model)
     policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt)
     reward = Reward(reward_cfg, MetricContext(base_model=args.base_model, max_prompt_length=lengths.prompt))
-    trainer = PPOTrainer(cfg, policy, ref_model, reward, train, generation, args.seed)
+    trainer = RLTrainer(args.algorithm, cfg, policy, ref_model, reward, train, generation, args.seed)
 
     key = run_key(cfg, generation, reward_cfg, fingerprint(args.init_model), args.seed)
     if checkpoint_key(args.resume_dir) == key:
@@ -58,7 +58,7 @@ def main() -> None:
     def report(row: dict[str, float]) -> None:
         bar.update()
         log.info("iteration %d: reward %.4f, kl %.4f, kl_coef %.4f, value loss %.4f, length %.1f",
-                 row["iteration"], row["reward/task"], row["kl/sequence"], row["kl/coef"], row["losses/value"],
+                 row["iteration"], row["reward/task"], row["kl/sequence"], row["kl/coef"], row.get("losses/value", float("nan")),
                  row["charts/mean_length"])
 
     state = trainer.train(checkpoint=lambda t: t.save(args.resume_dir, key), progress=report)

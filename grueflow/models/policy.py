@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
+from transformers import LogitsProcessorList
 
 from grueflow.config import GenerationConfig
 from grueflow.models import Kind
@@ -39,10 +40,15 @@ def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Te
     return torch.gather(F.log_softmax(logits, dim=-1), 2, tokens.unsqueeze(-1)).squeeze(-1)
 
 
+def masked_logits(logits: torch.Tensor, action_mask: torch.Tensor | None) -> torch.Tensor:
+    """Logits with disallowed actions at -inf (NLPO).  (B, T, V), (B, T, V) bool or None -> (B, T, V)"""
+    return logits if action_mask is None else logits.masked_fill(~action_mask, float("-inf"))
+
+
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of the categorical over the vocabulary, in nats.  (B, T, V) -> (B, T)."""
     logp = F.log_softmax(logits, dim=-1)
-    return -(logp.exp() * logp).sum(-1)
+    return -(logp.exp() * logp.masked_fill(torch.isinf(logp), 0.0)).sum(-1)
 
 
 @dataclass
@@ -70,11 +76,12 @@ class Policy:
         return Prompts(enc["input_ids"], enc["attention_mask"])
 
     @torch.no_grad()
-    def generate(self, prompts: Prompts, gen: GenerationConfig) -> torch.Tensor:
+    def generate(self, prompts: Prompts, gen: GenerationConfig, logits_processor: Any = None) -> torch.Tensor:
         """Sample completions with the KV cache.  Returns token ids (B, T), padded after EOS."""
+        extra = {"logits_processor": LogitsProcessorList([logits_processor])} if logits_processor is not None else {}
         out = self.model.generate(input_ids=prompts.input_ids, attention_mask=prompts.attention_mask,
                                   pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.eos_token_id,
-                                  **gen.generate_kwargs())
+                                  **gen.generate_kwargs(), **extra)
         start = prompts.input_ids.shape[1] if self.kind == "causal" else 1
         completions = out[:, start:]
         mask = completion_mask(completions, self.eos_token_id)

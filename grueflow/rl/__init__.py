@@ -10,7 +10,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from grueflow.config import PPOConfig
+from grueflow.config import A2CConfig, GroupConfig, NLPOConfig, PPOConfig, ReinforcePPConfig, TRPOConfig
 from grueflow.registry import Registry
 
 
@@ -29,5 +29,17 @@ class AlgorithmSpec:
 ALGORITHMS: Registry[AlgorithmSpec] = Registry("algorithm")
 ALGORITHMS.register("ppo", "PPO with a critic, GAE, clipped surrogate and an adaptive KL penalty in the reward")(
     AlgorithmSpec(PPOConfig, "grueflow.rl.ppo:PPO"))
+ALGORITHMS.register("nlpo", "NLPO: PPO with top-p action masks from a lagged copy of the policy (RL4LMs)")(
+    AlgorithmSpec(NLPOConfig, "grueflow.rl.nlpo:NLPO"))
+ALGORITHMS.register("a2c", "A2C: n-step returns, a critic, one RMSprop step per rollout (no ratio clipping)")(
+    AlgorithmSpec(A2CConfig, "grueflow.rl.a2c:A2C"))
+ALGORITHMS.register("trpo", "TRPO: conjugate-gradient natural step with backtracking under a KL bound, a critic")(
+    AlgorithmSpec(TRPOConfig, "grueflow.rl.trpo:TRPO"))
+ALGORITHMS.register("grpo", "GRPO: group-normalised sequence advantages, no critic, KL (k3) in the loss")(
+    AlgorithmSpec(GroupConfig, "grueflow.rl.critic_free:GRPO"))
+ALGORITHMS.register("rloo", "RLOO: leave-one-out baseline over each prompt's group, no critic")(
+    AlgorithmSpec(GroupConfig, "grueflow.rl.critic_free:RLOO"))
+ALGORITHMS.register("reinforce_pp", "REINFORCE++: KL-penalised returns normalised over the batch, no critic")(
+    AlgorithmSpec(ReinforcePPConfig, "grueflow.rl.critic_free:ReinforcePP"))
 
 __all__ = ["ALGORITHMS", "AlgorithmSpec"]

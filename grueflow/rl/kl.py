@@ -15,6 +15,20 @@ def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
     return logprobs - ref_logprobs
 
 
+def kl_k2(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """k2 ``(log p - log q)^2 / 2``: biased, low variance (Schulman 2020, "Approximating KL").  (B, T)"""
+    return 0.5 * (logprobs - ref_logprobs) ** 2
+
+
+def kl_k3(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """k3 ``q/p - 1 - log(q/p)``: unbiased and never negative (GRPO's KL term).  (B, T)"""
+    log_ratio = ref_logprobs - logprobs
+    return log_ratio.exp() - 1 - log_ratio
+
+
+KL_ESTIMATORS = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
+
+
 @dataclass
 class KLController:
     """Fixed or adaptive KL coefficient (Ziegler et al. 2019, as RL4LMs' ``KLController``).

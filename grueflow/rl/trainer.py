@@ -6,10 +6,14 @@ Per iteration:
    the frozen reference's log-probs: per batch, never per token;
 3. rewards: the task reward at each sequence's last token, the KL penalty ``-coef * kl_t`` per token;
 4. the algorithm's advantages, then epochs x minibatches of its loss.
+
+The algorithms (PPO, GRPO, RLOO, REINFORCE++) differ only in their advantage estimator and loss;
+a value head on the policy trunk exists only for those that use a critic.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -17,21 +21,23 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
+from stable_baselines3.common.utils import explained_variance
 
-from grueflow.config import GenerationConfig, PPOConfig, to_dict
+from grueflow.config import GenerationConfig, RLConfig, to_dict
 from grueflow.data import Sample
 from grueflow.io import atomic_dir
 from grueflow.metrics.reward import Reward
 from grueflow.models import load_pretrained
-from grueflow.models.policy import Policy, Prompts, completion_mask, entropy_from_logits, logprobs_from_logits
-from grueflow.rl.advantages import masked_mean
-from grueflow.rl.kl import KLController, kl_k1
-from grueflow.rl.ppo import PPO, MiniBatch, Outputs
+from grueflow.models.policy import (Policy, Prompts, completion_mask, entropy_from_logits, logprobs_from_logits,
+                                    masked_logits)
+from grueflow.rl import ALGORITHMS
+from grueflow.rl.kl import KL_ESTIMATORS, KLController, kl_k1
+from grueflow.rl.objectives import MiniBatch, Outputs
 
 log = logging.getLogger(__name__)
 STATE_FILE = "trainer_state.pt"
@@ -57,13 +63,15 @@ class Rollout(NamedTuple):
     prompts: Prompts
     completions: torch.Tensor
     mask: torch.Tensor
-    logprobs: torch.Tensor
+    logprobs: torch.Tensor  # the behaviour policy's (masked, for NLPO)
     ref_logprobs: torch.Tensor
-    values: torch.Tensor
+    kl: torch.Tensor  # per-token k1 of the unmasked policy against the reference
+    values: torch.Tensor  # zeros without a critic
     rewards: torch.Tensor
     scores: torch.Tensor  # (B,) task reward
     components: dict[str, float]
     generation_s: float
+    action_mask: Optional[torch.Tensor] = None  # (B, T, V) allowed tokens (NLPO)
 
 
 @dataclass
@@ -105,16 +113,28 @@ def run_key(cfg: Any, generation: GenerationConfig, reward: Any, init_fingerprin
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-class PPOTrainer:
-    """Trains ``policy`` with PPO against ``reward``; the reference is a frozen copy of the start model."""
+class RLTrainer:
+    """Trains ``policy`` against ``reward`` with a registered algorithm; the reference is a frozen copy of the start."""
 
-    def __init__(self, cfg: PPOConfig, policy: Policy, ref_model: Any, reward: Reward, samples: list[Sample],
-                 generation: GenerationConfig, seed: int) -> None:
+    def __init__(self, algorithm: str, cfg: RLConfig, policy: Policy, ref_model: Any, reward: Reward,
+                 samples: list[Sample], generation: GenerationConfig, seed: int) -> None:
         self.cfg, self.policy, self.ref_model, self.reward, self.generation = cfg, policy, ref_model, reward, generation
-        self.algorithm = PPO(cfg)
-        self.value_head = ValueHead(policy.model.config.get_text_config().hidden_size)
-        params = list(policy.model.parameters()) + list(self.value_head.parameters())
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, eps=1e-5)
+        self.algorithm = ALGORITHMS.get(algorithm).load()(cfg)
+        if hasattr(self.algorithm, "attach"):
+            self.algorithm.attach(self)
+        if getattr(self.algorithm, "needs_double_backward", False):
+            policy.model.set_attn_implementation("eager")  # fused CPU attention has no double backward
+        self.value_head = (ValueHead(policy.model.config.get_text_config().hidden_size)
+                           if self.algorithm.uses_critic else None)
+        self.critic_model = (copy.deepcopy(policy.model) if self.value_head is not None and cfg.critic == "separate"
+                             else None)
+        value_params = list(self.value_head.parameters()) if self.value_head else []
+        if self.critic_model is not None:
+            value_params += list(self.critic_model.parameters())
+        params = (self.algorithm.optimized_parameters(list(policy.model.parameters()), value_params)
+                  if hasattr(self.algorithm, "optimized_parameters") else list(policy.model.parameters()) + value_params)
+        self.optimizer = (torch.optim.RMSprop(params, lr=cfg.learning_rate, alpha=0.99, eps=1e-5)
+                          if cfg.optimizer == "rmsprop" else torch.optim.AdamW(params, lr=cfg.learning_rate, eps=1e-5))
         total_updates = cfg.iterations
         schedule = (lambda i: 1.0) if cfg.lr_schedule == "constant" else (lambda i: 1.0 - i / total_updates)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
@@ -129,37 +149,67 @@ class PPOTrainer:
 
     # -- collect ---------------------------------------------------------------------------
 
-    def _outputs(self, prompts: Prompts, completions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        scores = self.policy.score(prompts, completions, with_hidden=True)
-        return (logprobs_from_logits(scores.logits, completions), self.value_head(scores.hidden),
-                entropy_from_logits(scores.logits))
+    def _outputs(self, prompts: Prompts, completions: torch.Tensor, action_mask: Optional[torch.Tensor] = None,
+                 ) -> tuple[Outputs, torch.Tensor]:
+        """The policy's (masked) outputs, and its unmasked log-probs (for the KL to the reference)."""
+        shared = self.value_head is not None and self.critic_model is None
+        scores = self.policy.score(prompts, completions, with_hidden=shared)
+        values = self.value_head(scores.hidden if shared else self.critic_hidden(prompts, completions)) \
+            if self.value_head is not None else None
+        logits = masked_logits(scores.logits, action_mask)
+        outputs = Outputs(logprobs_from_logits(logits, completions), values, entropy_from_logits(logits))
+        unmasked = outputs.logprobs if action_mask is None else logprobs_from_logits(scores.logits, completions)
+        return outputs, unmasked
+
+    def critic_hidden(self, prompts: Prompts, completions: torch.Tensor) -> torch.Tensor:
+        """The hidden states the value head reads: the separate critic's, or the policy trunk's.  (B, T, H)"""
+        model = self.critic_model if self.critic_model is not None else self.policy.model
+        return self.policy.score(prompts, completions, with_hidden=True, model=model).hidden
 
     @torch.no_grad()
     def collect(self) -> Rollout:
-        samples = self.sampler.next(self.cfg.rollouts_per_iteration)
+        group = self.cfg.group_size
+        samples = [s for s in self.sampler.next(self.cfg.rollouts_per_iteration // group) for _ in range(group)]
         prompts = self.policy.encode([s.prompt for s in samples])
+        if hasattr(self.algorithm, "before_rollout"):
+            self.algorithm.before_rollout(self.state.iteration)
+        processor = self.algorithm.generation_processor(prompts) if hasattr(self.algorithm, "generation_processor") else None
         started = time.perf_counter()
-        completions = self.policy.generate(prompts, self.generation)
+        completions = self.policy.generate(prompts, self.generation, processor)
         generation_s = time.perf_counter() - started
+        action_mask = processor.action_mask() if processor is not None else None
         mask = completion_mask(completions, self.policy.eos_token_id)
         texts = self.policy.decode(completions)
         total, parts = self.reward([s.prompt for s in samples], texts, [s.references for s in samples],
                                    [s.meta for s in samples])
         scores = torch.tensor(total, dtype=torch.float32)
-        logprobs, values, _ = self._outputs(prompts, completions)
+        (logprobs, values, _), unmasked = self._outputs(prompts, completions, action_mask)
+        values = values if values is not None else torch.zeros_like(logprobs)
         ref_logits = self.policy.score(prompts, completions, model=self.ref_model).logits
         ref_logprobs = logprobs_from_logits(ref_logits, completions)
-        rewards = -self.kl.coef * kl_k1(logprobs, ref_logprobs) * mask
+        rewards = torch.zeros_like(logprobs)
+        if not self.cfg.kl_in_loss:
+            rewards -= self.kl.coef * KL_ESTIMATORS[self.cfg.kl_estimator](unmasked, ref_logprobs) * mask
         last = (mask.sum(1).long() - 1).clamp(min=0)
         rewards[torch.arange(len(samples)), last] += scores
         components = {k: float(np.mean(v)) for k, v in parts.items()}
-        return Rollout(prompts, completions, mask, logprobs * mask, ref_logprobs * mask, values * mask, rewards,
-                       scores, components, generation_s)
+        return Rollout(prompts, completions, mask, logprobs * mask, ref_logprobs * mask,
+                       kl_k1(unmasked, ref_logprobs) * mask, values * mask, rewards, scores, components, generation_s,
+                       action_mask)
 
     # -- update ----------------------------------------------------------------------------
 
     def update(self, rollout: Rollout) -> dict[str, float]:
-        advantages, returns = self.algorithm.advantages(rollout.rewards, rollout.values, rollout.mask)
+        advantages, returns = self.algorithm.advantages(rollout.rewards, rollout.values, rollout.mask, rollout.scores)
+        diagnostics = {}
+        if self.value_head is not None:  # how much of the returns the critic explained before this update
+            valid = rollout.mask.bool()
+            diagnostics["losses/explained_variance"] = float(
+                explained_variance(rollout.values[valid].numpy(), returns[valid].numpy()))
+        if hasattr(self.algorithm, "step"):  # algorithms with their own update rule (TRPO)
+            stats = self.algorithm.step(self, rollout, advantages, returns)
+            self.scheduler.step()
+            return {**stats, **diagnostics}
         n, size = rollout.mask.shape[0], self.cfg.minibatch_size
         totals: dict[str, list[float]] = {}
         for _ in range(self.cfg.epochs):
@@ -168,10 +218,11 @@ class PPOTrainer:
             for start in range(0, n, size):
                 idx = order[start:start + size]
                 prompts = Prompts(rollout.prompts.input_ids[idx], rollout.prompts.attention_mask[idx])
-                batch = MiniBatch(rollout.mask[idx], rollout.logprobs[idx], rollout.values[idx], advantages[idx],
-                                  returns[idx])
-                new = Outputs(*self._outputs(prompts, rollout.completions[idx]))
-                loss, stats = self.algorithm.loss(new, batch)
+                batch = MiniBatch(rollout.mask[idx], rollout.logprobs[idx], rollout.ref_logprobs[idx],
+                                  rollout.values[idx], advantages[idx], returns[idx])
+                action_mask = rollout.action_mask[idx] if rollout.action_mask is not None else None
+                new, _ = self._outputs(prompts, rollout.completions[idx], action_mask)
+                loss, stats = self.algorithm.loss(new, batch, self.kl.coef)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]],
@@ -184,7 +235,7 @@ class PPOTrainer:
                 log.info("early stop: approx KL %.4f > 1.5 x target_kl %.4f", np.mean(epoch_kl), self.cfg.target_kl)
                 break
         self.scheduler.step()
-        return {k: float(np.mean(v)) for k, v in totals.items()}
+        return {**{k: float(np.mean(v)) for k, v in totals.items()}, **diagnostics}
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -192,7 +243,7 @@ class PPOTrainer:
         """One iteration: collect, update, adapt the KL coefficient; returns the curve row."""
         started = time.perf_counter()
         rollout = self.collect()
-        seq_kl = ((rollout.logprobs - rollout.ref_logprobs) * rollout.mask).sum(1).mean().item()
+        seq_kl = rollout.kl.sum(1).mean().item()
         kl_coef = self.kl.coef
         stats = self.update(rollout)
         self.kl.update(seq_kl)
@@ -213,7 +264,7 @@ class PPOTrainer:
         self.state.curve.append({k: round(v, 6) for k, v in row.items()})
         return row
 
-    def train(self, checkpoint: Callable[["PPOTrainer"], None] | None = None,
+    def train(self, checkpoint: Callable[["RLTrainer"], None] | None = None,
               progress: Callable[[dict[str, float]], None] | None = None) -> TrainerState:
         while self.state.iteration < self.cfg.iterations:
             row = self.step()
@@ -234,7 +285,8 @@ class PPOTrainer:
         """Write the HF model, the value head and the trainer state into ``folder``."""
         self.policy.model.save_pretrained(folder)
         self.policy.tokenizer.save_pretrained(folder)
-        save_file(self.value_head.state_dict(), str(folder / VALUE_FILE))
+        if self.value_head is not None:
+            save_file(self.value_head.state_dict(), str(folder / VALUE_FILE))
         torch.save({
             "key": key,
             "state": {"iteration": self.state.iteration, "curve": self.state.curve},
@@ -243,6 +295,8 @@ class PPOTrainer:
             "kl": self.kl.state_dict(),
             "sampler": self.sampler.state_dict(),
             "shuffle": self.shuffle.get_state(),
+            "algorithm": self.algorithm.state_dict() if hasattr(self.algorithm, "state_dict") else None,
+            "critic": self.critic_model.state_dict() if self.critic_model is not None else None,
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
         }, folder / STATE_FILE)
 
@@ -251,7 +305,8 @@ class PPOTrainer:
         ckpt_dir = Path(ckpt_dir)
         model, _ = load_pretrained(ckpt_dir, self.policy.kind)
         self.policy.model.load_state_dict(model.state_dict())
-        self.value_head.load_state_dict(load_file(str(ckpt_dir / VALUE_FILE)))
+        if self.value_head is not None:
+            self.value_head.load_state_dict(load_file(str(ckpt_dir / VALUE_FILE)))
         saved = torch.load(ckpt_dir / STATE_FILE, weights_only=False)
         self.state = TrainerState(saved["state"]["iteration"], saved["state"]["curve"])
         self.optimizer.load_state_dict(saved["optimizer"])
@@ -259,6 +314,10 @@ class PPOTrainer:
         self.kl.load_state_dict(saved["kl"])
         self.sampler.load_state_dict(saved["sampler"])
         self.shuffle.set_state(saved["shuffle"])
+        if hasattr(self.algorithm, "load_state_dict"):
+            self.algorithm.load_state_dict(saved["algorithm"])
+        if self.critic_model is not None:
+            self.critic_model.load_state_dict(saved["critic"])
         torch.set_rng_state(saved["rng"]["torch"])
         random.setstate(saved["rng"]["python"])
         np.random.set_state(saved["rng"]["numpy"])

@@ -1,4 +1,4 @@
-"""Each stage CLI on the micro suite: outputs, stage records, determinism and kill-and-resume."""
+"""Each stage CLI on the micro suite: outputs, stage records and kill-and-resume (determinism: tests/workflow)."""
 
 from __future__ import annotations
 
@@ -60,21 +60,20 @@ def test_datapool_base_model_and_warm_start_outputs(base):
     assert [row["epoch"] for row in losses] == ["1"]
 
 
-def test_rl_and_evaluate_are_deterministic(base, tmp_path):
-    for name in ("a", "b"):
-        run(rl(base, tmp_path / f"rl_{name}"), ROOT)
-        run(evaluate(base, tmp_path / f"rl_{name}" / "model", tmp_path / f"eval_{name}"), ROOT)
-    first = (tmp_path / "eval_a" / "metrics.json").read_bytes()
-    assert first == (tmp_path / "eval_b" / "metrics.json").read_bytes()
-    metrics = json.loads(first)
+def test_rl_and_evaluate_outputs(base, tmp_path):
+    run(rl(base, tmp_path / "rl"), ROOT)
+    run(evaluate(base, tmp_path / "rl" / "model", tmp_path / "eval"), ROOT)
+    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
     assert metrics["method"] == "ppo" and metrics["task"] == "sentiment"
     assert {"reward", "task/sentiment", "lexical/rougeL", "lexical/bleu", "diversity/distinct_2",
             "fluency/perplexity"} <= set(metrics["metrics"])
-    curve = list(csv.DictReader(open(tmp_path / "rl_a" / "curves.csv")))
+    assert len((tmp_path / "eval" / "predictions.jsonl").read_text().splitlines()) == 8
+    curve = list(csv.DictReader(open(tmp_path / "rl" / "curves.csv")))
     assert [row["iteration"] for row in curve] == ["1", "2"]
     assert {"reward/task", "reward/task/sentiment", "kl/sequence", "kl/coef", "losses/value", "losses/entropy",
+            "losses/explained_variance", "losses/approx_kl", "losses/clip_fraction",
             "charts/mean_length"} <= set(curve[0])
-    assert not Path(f"{tmp_path / 'rl_a'}.resume").exists()  # removed once the stage finished
+    assert not Path(f"{tmp_path / 'rl'}.resume").exists()  # removed once the stage finished
 
 
 def test_killed_rl_resumes_from_its_checkpoint_and_matches(base, tmp_path):

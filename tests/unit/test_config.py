@@ -77,7 +77,8 @@ def test_pretrained_model_needs_a_path_and_kind():
 
 def test_all_zero_reward_weights_fail():
     data = task_data()
-    data["reward"]["components"][0]["weight"] = 0
+    for component in data["reward"]["components"]:
+        component["weight"] = 0
     with pytest.raises(ConfigError, match="every reward weight is 0"):
         parse(TaskConfig, data, "t:")
 
@@ -95,7 +96,7 @@ def test_suite_with_unknown_algorithm_or_missing_task(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     suite = yaml.safe_load((MICRO / "suite.yaml").read_text())
     assert list(load_suite(suite).tasks) == ["sentiment", "concepts"]
-    with pytest.raises(ConfigError, match=r"unknown algorithm 'ppp'; valid algorithm ids: ppo"):
+    with pytest.raises(ConfigError, match=r"unknown algorithm 'ppp'; valid algorithm ids: a2c, grpo, nlpo, ppo, reinforce_pp, rloo, trpo"):
         load_suite({**suite, "algorithms": ["ppp"]})
     with pytest.raises(ConfigError, match=r"task 'imdb' has no task file params/tasks/imdb.yaml; valid tasks: concepts, sentiment"):
         load_suite({**suite, "tasks": ["imdb"]})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -20,10 +21,12 @@ SENTIMENT_RL_JOBS = {("rl_finetune", "sentiment", "ppo"), ("rl_finetune", "senti
 
 
 def double_sentiment_reward(repo: Path) -> None:
+    """Double one weight of the micro sentiment reward (its length term: the micro model rarely hits the lexicon)."""
     path = repo / "params" / "tasks" / "sentiment.yaml"
     text = path.read_text()
-    assert "{metric: lexicon_sentiment, weight: 1.0}" in text
-    path.write_text(text.replace("{metric: lexicon_sentiment, weight: 1.0}", "{metric: lexicon_sentiment, weight: 2.0}"))
+    assert "{metric: diversity, score: length, weight: -0.05}" in text
+    path.write_text(text.replace("{metric: diversity, score: length, weight: -0.05}",
+                                 "{metric: diversity, score: length, weight: -0.1}"))
 
 
 def planned_jobs(dry_run_output: str) -> set[tuple[str | None, ...]]:
@@ -39,10 +42,32 @@ def planned_jobs(dry_run_output: str) -> set[tuple[str | None, ...]]:
 
 
 @pytest.fixture(scope="module")
-def snakemake_repo(tmp_path_factory) -> Path:
-    repo = copy_project(tmp_path_factory.mktemp("snakemake"))
-    run(["snakemake", "--cores", "2", "results/grue_table.csv"], repo)
-    return repo
+def pipelines(tmp_path_factory) -> tuple[Path, Path]:
+    """The micro suite run twice from scratch, side by side: by Snakemake and by `dvc repro` in a git repo."""
+    snakemake = copy_project(tmp_path_factory.mktemp("snakemake"))
+    dvc = copy_project(tmp_path_factory.mktemp("dvc"))
+    git_init(dvc)
+    run(["git", "add", "-A"], dvc)
+    run(["git", "commit", "-qm", "micro suite"], dvc)
+    repro = subprocess.Popen(["dvc", "repro"], cwd=dvc, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        run(["snakemake", "--cores", "2", "results/grue_table.csv"], snakemake)
+    finally:
+        output, _ = repro.communicate(timeout=1200)
+    assert repro.returncode == 0, output[-4000:]
+    run(["git", "add", "-A"], dvc)
+    run(["git", "commit", "-qm", "dvc repro"], dvc)
+    return snakemake, dvc
+
+
+@pytest.fixture(scope="module")
+def snakemake_repo(pipelines) -> Path:
+    return pipelines[0]
+
+
+@pytest.fixture(scope="module")
+def dvc_repo(pipelines) -> Path:
+    return pipelines[1]
 
 
 def test_snakemake_builds_the_grue_table(snakemake_repo):
@@ -84,19 +109,12 @@ def test_misspelt_reward_fails_before_any_job_and_lists_valid_ids(tmp_path):
     assert not (repo / "results").exists()
 
 
-@pytest.fixture(scope="module")
-def dvc_repo(tmp_path_factory) -> Path:
-    repo = copy_project(tmp_path_factory.mktemp("dvc"))
-    git_init(repo)
-    run(["git", "add", "-A"], repo)
-    run(["git", "commit", "-qm", "micro suite"], repo)
-    run(["dvc", "repro"], repo)
-    run(["git", "add", "-A"], repo)
-    run(["git", "commit", "-qm", "dvc repro"], repo)
-    return repo
-
-
-def test_dvc_repro_gives_the_same_table_as_snakemake(dvc_repo, snakemake_repo):
+def test_same_params_and_seed_give_byte_identical_metrics(dvc_repo, snakemake_repo):
+    """Determinism: two independent runs (two engines, separate processes) agree to the byte."""
+    for run_dir in ("sentiment/ppo/seed0", "sentiment/supervised+ppo/seed0", "concepts/ppo/seed0",
+                    "concepts/zero_shot/seed0"):
+        path = Path("results") / "eval" / run_dir / "metrics.json"
+        assert (dvc_repo / path).read_bytes() == (snakemake_repo / path).read_bytes(), path
     assert (dvc_repo / "results" / "grue_table.csv").read_text() == \
         (snakemake_repo / "results" / "grue_table.csv").read_text()
 
@@ -112,11 +130,12 @@ def test_dvc_reward_edit_status_diff_and_run_cache(dvc_repo):
     run(["dvc", "repro"], dvc_repo)
     run(["git", "commit", "-qam", "double the sentiment reward"], dvc_repo)
     params = json.loads(run(["dvc", "params", "diff", "HEAD~1", "--json"], dvc_repo).stdout)
-    assert "'weight': 2.0" in params["params/tasks/sentiment.yaml"]["reward.components"]["new"]
+    assert "'weight': -0.1" in params["params/tasks/sentiment.yaml"]["reward.components"]["new"]
     metrics = json.loads(run(["dvc", "metrics", "diff", "HEAD~1", "--json"], dvc_repo).stdout)
     table_diff = metrics["results/grue_table.json"]
-    assert "sentiment.zero_shot.reward" in table_diff
-    assert table_diff["sentiment.zero_shot.reward"]["new"] == pytest.approx(2 * table_diff["sentiment.zero_shot.reward"]["old"])
+    zero_shot = table_diff["sentiment.zero_shot.reward"]  # same generations, a reward with a doubled term
+    assert zero_shot["new"] != zero_shot["old"]
+    assert "sentiment.ppo.reward" in table_diff
     assert not any(key.startswith("concepts.") and "reward" in key for key in table_diff)
 
     run(["git", "checkout", "HEAD~1", "--", "params/tasks/sentiment.yaml"], dvc_repo)

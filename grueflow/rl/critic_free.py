@@ -1,0 +1,76 @@
+"""Critic-free algorithms on the same trainer: GRPO, RLOO and REINFORCE++.
+
+They differ only in the advantage estimator; the update is the clipped surrogate of
+:func:`grueflow.rl.objectives.policy_objective`, with the KL in the reward or in the loss.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from grueflow.config import GroupConfig, ReinforcePPConfig
+from grueflow.rl.advantages import masked_whiten
+from grueflow.rl.objectives import MiniBatch, Outputs, policy_objective
+
+
+def group_normalised(scores: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
+    """GRPO: ``(r_i - mean(group)) / (std(group) + eps)``, std with Bessel's correction.  (B,) -> (B,)"""
+    groups = scores.view(-1, group_size)
+    normalised = (groups - groups.mean(1, keepdim=True)) / (groups.std(1, keepdim=True) + eps)
+    return normalised.view(-1)
+
+
+def leave_one_out(scores: torch.Tensor, group_size: int) -> torch.Tensor:
+    """RLOO: ``r_i - mean_{j != i} r_j`` within each prompt's group.  (B,) -> (B,)"""
+    groups = scores.view(-1, group_size)
+    baseline = (groups.sum(1, keepdim=True) - groups) / (group_size - 1)
+    return (groups - baseline).view(-1)
+
+
+def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) -> torch.Tensor:
+    """``G_t = r_t + gamma G_{t+1}`` over each sequence's masked tokens.  (B, T) -> (B, T)"""
+    returns = torch.zeros_like(rewards)
+    running = torch.zeros_like(rewards[:, 0])
+    for t in reversed(range(rewards.shape[1])):
+        running = (rewards[:, t] + gamma * running) * mask[:, t]
+        returns[:, t] = running
+    return returns
+
+
+class _CriticFree:
+    uses_critic = False
+
+    def __init__(self, cfg: GroupConfig | ReinforcePPConfig) -> None:
+        self.cfg = cfg
+
+    def loss(self, new: Outputs, batch: MiniBatch, kl_coef: float) -> tuple[torch.Tensor, dict[str, float]]:
+        return policy_objective(self.cfg, new, batch, kl_coef)
+
+
+class GRPO(_CriticFree):
+    """Every token of a completion gets its group-normalised sequence reward as advantage."""
+
+    def advantages(self, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        sequence = rewards.sum(1) if not self.cfg.kl_in_loss else scores
+        advantages = group_normalised(sequence, self.cfg.group_size).unsqueeze(1) * mask
+        return advantages, advantages
+
+
+class RLOO(_CriticFree):
+    """Every token of a completion gets its sequence reward minus the mean of the group's others."""
+
+    def advantages(self, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        sequence = rewards.sum(1) if not self.cfg.kl_in_loss else scores
+        advantages = leave_one_out(sequence, self.cfg.group_size).unsqueeze(1) * mask
+        return advantages, advantages
+
+
+class ReinforcePP(_CriticFree):
+    """Token returns of the KL-penalised rewards, whitened over the whole batch (not per group)."""
+
+    def advantages(self, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        returns = discounted_returns(rewards, mask, self.cfg.gamma)
+        return masked_whiten(returns, mask), returns

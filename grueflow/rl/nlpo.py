@@ -1,0 +1,115 @@
+"""NLPO (Ramamurthy et al. 2023, RL4LMs): PPO with invalid-action masking from a lagged policy copy.
+
+During generation a logits processor steps the mask model incrementally with its own KV cache (one
+token per generated token, never a full pass per token) and keeps, for every sequence, the mask
+model's top-p nucleus (optionally capped at top-k), at least ``min_tokens_to_keep`` tokens and every
+special token; the policy samples only among them. The PPO ratio uses the masked log-probs, the KL
+penalty the unmasked ones. The mask model is refreshed from the policy every
+``target_update_iterations`` rollouts and is part of the checkpoint (RL4LMs loses it on resume).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from transformers import LogitsProcessor
+from transformers.modeling_outputs import BaseModelOutput
+
+from grueflow.config import NLPOConfig
+from grueflow.models.policy import Prompts
+from grueflow.rl.ppo import PPO
+
+
+def nucleus_keep(logits: torch.Tensor, top_p: float, top_k: int, min_tokens_to_keep: int,
+                 always_keep: list[int]) -> torch.Tensor:
+    """Which tokens to allow: the smallest set of most likely tokens with mass >= ``top_p``.
+
+    Capped at ``top_k`` tokens when ``top_k`` > 0, never fewer than ``min_tokens_to_keep``, and the
+    ``always_keep`` ids (special tokens) are always allowed.  (B, V) logits -> (B, V) bool.
+    """
+    sorted_probs, order = F.softmax(logits, dim=-1).sort(dim=-1, descending=True)
+    keep_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) < top_p
+    if top_k > 0:
+        keep_sorted[:, top_k:] = False
+    keep_sorted[:, :min_tokens_to_keep] = True
+    keep = torch.zeros_like(keep_sorted).scatter(1, order, keep_sorted)
+    keep[:, always_keep] = True
+    return keep
+
+
+class MaskProcessor(LogitsProcessor):
+    """A ``generate`` logits processor that masks the policy's logits with the mask model's nucleus."""
+
+    def __init__(self, mask_model: Any, kind: str, prompts: Prompts, cfg: NLPOConfig, always_keep: list[int]) -> None:
+        self.mask_model, self.kind, self.prompts, self.cfg, self.always_keep = mask_model, kind, prompts, cfg, always_keep
+        self.past: Any = None
+        self.attention: torch.Tensor | None = None
+        self.encoder: BaseModelOutput | None = None
+        self.keeps: list[torch.Tensor] = []
+
+    @torch.no_grad()
+    def _next_logits(self, input_ids: torch.Tensor) -> torch.Tensor:
+        first = self.past is None
+        if self.kind == "causal":
+            self.attention = self.prompts.attention_mask if first else torch.cat(
+                [self.attention, torch.ones_like(self.attention[:, :1])], dim=1)
+            positions = (self.attention.cumsum(dim=1) - 1).clamp(min=0)
+            step_ids = input_ids if first else input_ids[:, -1:]
+            out = self.mask_model(input_ids=step_ids, attention_mask=self.attention,
+                                  position_ids=positions[:, -step_ids.shape[1]:], cache=self.past,
+                                  use_cache=True)
+        else:
+            if first:
+                self.encoder = self.mask_model.get_encoder()(input_ids=self.prompts.input_ids,
+                                                             attention_mask=self.prompts.attention_mask)
+            out = self.mask_model(encoder_outputs=self.encoder, attention_mask=self.prompts.attention_mask,
+                                  decoder_input_ids=input_ids if first else input_ids[:, -1:],
+                                  cache=self.past, use_cache=True)
+        self.past = out.past_key_values
+        return out.logits[:, -1]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        keep = nucleus_keep(self._next_logits(input_ids), self.cfg.top_p, self.cfg.top_k,
+                            self.cfg.min_tokens_to_keep, self.always_keep)
+        self.keeps.append(keep)
+        return scores.masked_fill(~keep, float("-inf"))
+
+    def action_mask(self) -> torch.Tensor:
+        """The allowed tokens at every generated position.  (B, T, V) bool"""
+        return torch.stack(self.keeps, dim=1)
+
+
+class NLPO(PPO):
+    """PPO whose rollouts and ratios use the mask model's action masks."""
+
+    def __init__(self, cfg: NLPOConfig) -> None:
+        super().__init__(cfg)
+        self.mask_model: Any = None
+        self.policy: Any = None
+        self.refreshes = 0
+
+    def attach(self, trainer: Any) -> None:
+        self.policy = trainer.policy
+        self.mask_model = copy.deepcopy(trainer.policy.model).eval()
+        for p in self.mask_model.parameters():
+            p.requires_grad_(False)
+
+    def before_rollout(self, iteration: int) -> None:
+        """Refresh the mask model from the policy every ``target_update_iterations`` rollouts."""
+        if iteration > 0 and iteration % self.cfg.target_update_iterations == 0:
+            self.mask_model.load_state_dict(self.policy.model.state_dict())
+            self.refreshes += 1
+
+    def generation_processor(self, prompts: Prompts) -> MaskProcessor:
+        return MaskProcessor(self.mask_model, self.policy.kind, prompts, self.cfg,
+                             list(self.policy.tokenizer.all_special_ids))
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"mask_model": self.mask_model.state_dict(), "refreshes": self.refreshes}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.mask_model.load_state_dict(state["mask_model"])
+        self.refreshes = state["refreshes"]
