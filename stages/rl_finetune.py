@@ -58,8 +58,8 @@ def main() -> None:
     def report(row: dict[str, float]) -> None:
         bar.update()
         log.info("iteration %d: reward %.4f, kl %.4f, kl_coef %.4f, value loss %.4f, length %.1f",
-                 row["iteration"], row["reward/task"], row["kl/sequence"], row["kl/coef"], row.get("losses/value", float("nan")),
-                 row["charts/mean_length"])
+                 row["iteration"], row["reward/task"], row["kl/sequence"], row["kl/coef"],
+                 row.get("losses/value", float("nan")), row["charts/mean_length"])
 
     state = trainer.train(checkpoint=lambda t: t.save(args.resume_dir, key), progress=report)
     bar.close()

@@ -47,24 +47,33 @@ class _CriticFree:
         return policy_objective(self.cfg, new, batch, kl_coef)
 
 
-class GRPO(_CriticFree):
-    """Every token of a completion gets its group-normalised sequence reward as advantage."""
+class _SequenceLevel(_CriticFree):
+    """Every token of a completion gets one advantage: its sequence reward against its group's.
+
+    The sequence reward is the task score, minus the summed KL penalty when the KL is in the reward.
+    """
+
+    def baseline_adjusted(self, sequence_rewards: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
 
     def advantages(self, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor
                    ) -> tuple[torch.Tensor, torch.Tensor]:
-        sequence = rewards.sum(1) if not self.cfg.kl_in_loss else scores
-        advantages = group_normalised(sequence, self.cfg.group_size).unsqueeze(1) * mask
+        advantages = self.baseline_adjusted(rewards.sum(1)).unsqueeze(1) * mask
         return advantages, advantages
 
 
-class RLOO(_CriticFree):
-    """Every token of a completion gets its sequence reward minus the mean of the group's others."""
+class GRPO(_SequenceLevel):
+    """Group-normalised: ``(r - mean(group)) / std(group)``."""
 
-    def advantages(self, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-        sequence = rewards.sum(1) if not self.cfg.kl_in_loss else scores
-        advantages = leave_one_out(sequence, self.cfg.group_size).unsqueeze(1) * mask
-        return advantages, advantages
+    def baseline_adjusted(self, sequence_rewards: torch.Tensor) -> torch.Tensor:
+        return group_normalised(sequence_rewards, self.cfg.group_size)
+
+
+class RLOO(_SequenceLevel):
+    """Leave-one-out: ``r - mean(the group's others)``."""
+
+    def baseline_adjusted(self, sequence_rewards: torch.Tensor) -> torch.Tensor:
+        return leave_one_out(sequence_rewards, self.cfg.group_size)
 
 
 class ReinforcePP(_CriticFree):
