@@ -1,8 +1,11 @@
-"""Diversity of the generations (RL4LMs' diversity metrics): distinct-n, unique-n, vocabulary, length."""
+"""Diversity of the generations (RL4LMs' diversity metrics): distinct-n, unique-n, vocabulary, length,
+MSTTR, n-gram entropy and self-BLEU."""
 
 from __future__ import annotations
 
+import math
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean
@@ -46,5 +49,87 @@ class Diversity(Metric):
                 cls.key("repetition"): mean(repetition),
             }
             return MetricResult({cls.key("length"): lengths, cls.key("repetition"): repetition}, corpus)
+
+        return compute
+
+
+@METRICS.register("msttr", "mean segmental type-token ratio over the batch's words (segments of `window` words), in [0, 1]")
+class Msttr(Metric):
+    category = "diversity"
+    scores = ("msttr",)
+
+    @dataclass(frozen=True)
+    class Args:
+        window: int = 100
+
+        def __post_init__(self) -> None:
+            if self.window < 1:
+                raise ValueError(f"msttr window must be >= 1 word; got {self.window}")
+
+    @classmethod
+    def build(cls, args: "Msttr.Args", context: MetricContext) -> MetricFn:
+        def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
+                    meta: Sequence[dict[str, Any]]) -> MetricResult:
+            words = [w for g in generations for w in g.split()]
+            segments = [words[i:i + args.window] for i in range(0, len(words) - args.window + 1, args.window)]
+            corpus = mean([len(set(s)) / len(s) for s in segments])
+            per_sample = [len(set(g.split())) / len(g.split()) if g.split() else float("nan") for g in generations]
+            return MetricResult({cls.key(): per_sample}, {cls.key(): corpus})
+
+        return compute
+
+
+def entropy(grams: Sequence[tuple[str, ...]]) -> float:
+    """Shannon entropy in bits of the n-gram frequency distribution; NaN with no n-grams."""
+    counts = Counter(grams)
+    total = sum(counts.values())
+    return -sum(c / total * math.log2(c / total) for c in counts.values()) if total else float("nan")
+
+
+@METRICS.register("ngram_entropy", "Shannon entropy (bits) of the n-gram distribution, per sample and over the batch")
+class NgramEntropy(Metric):
+    category = "diversity"
+    scores = ("entropy",)
+
+    @dataclass(frozen=True)
+    class Args:
+        n: int = 1
+
+        def __post_init__(self) -> None:
+            if self.n < 1:
+                raise ValueError(f"ngram_entropy n must be >= 1; got {self.n}")
+
+    @classmethod
+    def build(cls, args: "NgramEntropy.Args", context: MetricContext) -> MetricFn:
+        def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
+                    meta: Sequence[dict[str, Any]]) -> MetricResult:
+            words = [g.split() for g in generations]
+            per_sample = [entropy(ngrams(w, args.n)) for w in words]
+            corpus = entropy([g for w in words for g in ngrams(w, args.n)])
+            return MetricResult({cls.key(): per_sample}, {cls.key(): corpus})
+
+        return compute
+
+
+@METRICS.register("self_bleu", "self-BLEU (Zhu et al. 2018): sentence BLEU of each generation against the others, in [0, 100]; lower is more diverse")
+class SelfBleu(Metric):
+    category = "diversity"
+    scores = ("self_bleu",)
+
+    @dataclass(frozen=True)
+    class Args:
+        tokenize: str = "13a"
+
+    @classmethod
+    def build(cls, args: "SelfBleu.Args", context: MetricContext) -> MetricFn:
+        from sacrebleu.metrics import BLEU
+
+        bleu = BLEU(tokenize=args.tokenize, effective_order=True)
+
+        def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
+                    meta: Sequence[dict[str, Any]]) -> MetricResult:
+            others = [list(generations[:i]) + list(generations[i + 1:]) for i in range(len(generations))]
+            scores = [float(bleu.sentence_score(g, o).score) if o else float("nan") for g, o in zip(generations, others)]
+            return MetricResult({cls.key(): scores}, {cls.key(): mean([s for s in scores if s == s])})
 
         return compute

@@ -1,7 +1,10 @@
-"""Task-specific metrics of the embedded default: lexicon sentiment and concept coverage."""
+"""Task-specific metrics: lexicon and VADER sentiment, concept coverage, exact match and token F1."""
 
 from __future__ import annotations
 
+import re
+import string
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -67,3 +70,78 @@ class ConceptCoverage(Metric):
             return MetricResult({cls.key(): scores}, {cls.key(): mean(scores)})
 
         return compute
+
+
+@METRICS.register("vader_sentiment", "VADER compound sentiment (vaderSentiment package) of the generation, in [-1, 1]")
+class VaderSentiment(Metric):
+    category = "task"
+    scores = ("vader_sentiment",)
+
+    @classmethod
+    def build(cls, args: Any, context: MetricContext) -> MetricFn:
+        try:
+            from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
+        except ImportError:
+            raise ImportError("metric 'vader_sentiment' needs vaderSentiment: pip install vaderSentiment") from None
+        analyzer = SentimentIntensityAnalyzer()
+
+        def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
+                    meta: Sequence[dict[str, Any]]) -> MetricResult:
+            scores = [float(analyzer.polarity_scores(g)["compound"]) for g in generations]
+            return MetricResult({cls.key(): scores}, {cls.key(): mean(scores)})
+
+        return compute
+
+
+def normalize_answer(text: str) -> list[str]:
+    """SQuAD / NarrativeQA normalisation: lower case, drop punctuation and the articles a/an/the, split on spaces."""
+    text = "".join(ch for ch in text.lower() if ch not in string.punctuation)
+    return re.sub(r"\b(a|an|the)\b", " ", text).split()
+
+
+def token_f1(generation: str, reference: str) -> float:
+    """Harmonic mean of token precision and recall after :func:`normalize_answer`.  Range [0, 1]."""
+    pred, gold = normalize_answer(generation), normalize_answer(reference)
+    if not pred or not gold:
+        return float(pred == gold)
+    common = sum((Counter(pred) & Counter(gold)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(pred), common / len(gold)
+    return 2 * precision * recall / (precision + recall)
+
+
+def exact_match(generation: str, reference: str) -> float:
+    """1.0 when the normalised token sequences are equal, else 0.0."""
+    return float(normalize_answer(generation) == normalize_answer(reference))
+
+
+def best_over_references(cls: type[Metric], score: Any) -> MetricFn:
+    """Per sample, the maximum of ``score(generation, reference)`` over its references (NaN with none)."""
+
+    def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
+                meta: Sequence[dict[str, Any]]) -> MetricResult:
+        scores = [max(score(g, r) for r in refs) if refs else float("nan") for g, refs in zip(generations, references)]
+        return MetricResult({cls.key(): scores}, {cls.key(): mean([s for s in scores if s == s])})
+
+    return compute
+
+
+@METRICS.register("exact_match", "normalised exact match (SQuAD/NarrativeQA style), best over references, in {0, 1}")
+class ExactMatch(Metric):
+    category = "task"
+    scores = ("exact_match",)
+
+    @classmethod
+    def build(cls, args: Any, context: MetricContext) -> MetricFn:
+        return best_over_references(cls, exact_match)
+
+
+@METRICS.register("token_f1", "normalised token F1 (SQuAD/NarrativeQA style), best over references, in [0, 1]")
+class TokenF1(Metric):
+    category = "task"
+    scores = ("token_f1",)
+
+    @classmethod
+    def build(cls, args: Any, context: MetricContext) -> MetricFn:
+        return best_over_references(cls, token_f1)

@@ -1,0 +1,69 @@
+"""Shaping terms for rewards: a length penalty and CommonGen's repeat penalty (both <= 0)."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean
+
+STOPWORDS = frozenset(
+    "a an the and or but of to in on at by for with from into onto over under up down out off is are was were be "
+    "been being am do does did has have had it its this that these those he she they we you i his her their our "
+    "your my him them us me as so than then there here not no".split())
+
+
+@METRICS.register("length_penalty", "-per_word * |words - target_length|: a shaping term, in (-inf, 0]")
+class LengthPenalty(Metric):
+    category = "shaping"
+    scores = ("length_penalty",)
+
+    @dataclass(frozen=True)
+    class Args:
+        target_length: int = 20
+        per_word: float = 0.05
+
+        def __post_init__(self) -> None:
+            if self.target_length < 0 or self.per_word < 0:
+                raise ValueError(f"length_penalty needs target_length >= 0 and per_word >= 0; got "
+                                 f"target_length={self.target_length}, per_word={self.per_word}")
+
+    @classmethod
+    def build(cls, args: "LengthPenalty.Args", context: MetricContext) -> MetricFn:
+        def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
+                    meta: Sequence[dict[str, Any]]) -> MetricResult:
+            scores = [0.0 - args.per_word * abs(len(g.split()) - args.target_length) for g in generations]
+            return MetricResult({cls.key(): scores}, {cls.key(): mean(scores)})
+
+        return compute
+
+
+def repeated_content_words(text: str) -> int:
+    """Occurrences of content words (not in :data:`STOPWORDS`) beyond their first, case-insensitive."""
+    counts = Counter(w for w in re.findall(r"[a-z0-9']+", text.lower()) if w not in STOPWORDS)
+    return sum(c - 1 for c in counts.values())
+
+
+@METRICS.register("repeat_penalty", "-per_repeat * repeated content words (CommonGen shaping), in (-inf, 0]")
+class RepeatPenalty(Metric):
+    category = "shaping"
+    scores = ("repeat_penalty",)
+
+    @dataclass(frozen=True)
+    class Args:
+        per_repeat: float = 1.0
+
+        def __post_init__(self) -> None:
+            if self.per_repeat < 0:
+                raise ValueError(f"repeat_penalty needs per_repeat >= 0; got {self.per_repeat}")
+
+    @classmethod
+    def build(cls, args: "RepeatPenalty.Args", context: MetricContext) -> MetricFn:
+        def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
+                    meta: Sequence[dict[str, Any]]) -> MetricResult:
+            scores = [0.0 - args.per_repeat * repeated_content_words(g) for g in generations]
+            return MetricResult({cls.key(): scores}, {cls.key(): mean(scores)})
+
+        return compute
