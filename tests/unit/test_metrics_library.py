@@ -1,0 +1,192 @@
+"""The metric library: literal values from each reference package on real sentences, and edge cases.
+
+Every literal was computed once by calling the reference implementation directly (sacrebleu 2.6,
+rouge-score 0.1.2, nltk 3.10 METEOR, pycocoevalcap 1.2 Cider, bert-score 0.3.13, vaderSentiment 3.3.2)
+on the same inputs; the sentences are read from ../shared/data at test time.
+"""
+
+import math
+
+import pytest
+import shared_data
+
+from grueflow.config import ConfigError, parse
+from grueflow.metrics import METRICS, MetricContext
+
+CTX = MetricContext()
+
+
+def compute(metric_id, generations, references, meta=None, **args):
+    metric = METRICS.get(metric_id)
+    fn = metric.build(parse(metric.Args, args, "args"), CTX)
+    return fn(["p"] * len(generations), generations, references, meta or [{}] * len(generations))
+
+
+def test_at_least_25_metric_ids_each_described():
+    described = METRICS.describe()
+    assert len(described) >= 25
+    assert all(text for text in described.values())
+
+
+@pytest.mark.parametrize("metric_id, key, sentences, corpus", [
+    ("sacrebleu", "lexical/sacrebleu", [82.90291181804007, 80.71177470053898, 87.2525292869424], 84.1072914439683),
+    ("chrf", "lexical/chrf", [85.43564694647523, 83.85156263056733, 93.49491498725027], 88.51376363998547),
+    ("chrf_plus_plus", "lexical/chrf_plus_plus", [85.72284309057035, 84.11197565168442, 92.61539975247581],
+     88.26414793067957),
+    ("ter", "lexical/ter", [11.76470588235294, 12.5, 8.695652173913043], 10.714285714285714),
+])
+def test_sacrebleu_family_on_iwslt_german(metric_id, key, sentences, corpus):
+    generations, references = shared_data.iwslt(3)
+    result = compute(metric_id, generations, references)
+    assert result.per_sample[key] == pytest.approx(sentences, rel=1e-9)
+    assert result.corpus[key] == pytest.approx(corpus, rel=1e-9)
+
+
+def test_sacrebleu_tokenizer_option_and_multi_reference_commongen():
+    generations, references = shared_data.iwslt(3)
+    intl = compute("sacrebleu", generations, references, tokenize="intl")
+    assert intl.per_sample["lexical/sacrebleu"][2] == pytest.approx(88.24969025845958)
+    assert intl.corpus["lexical/sacrebleu"] == pytest.approx(84.64817248906144)
+    generations, references = shared_data.commongen(3)
+    result = compute("sacrebleu", generations, references)
+    assert result.per_sample["lexical/sacrebleu"] == pytest.approx([19.72940627795883, 9.548450962056531, 22.957488466614326])
+    assert result.corpus["lexical/sacrebleu"] == pytest.approx(13.530361247598107)
+    sentence = compute("sentence_bleu", generations, references)
+    assert sentence.corpus["lexical/sentence_bleu"] == pytest.approx((19.72940627795883 + 9.548450962056531 + 22.957488466614326) / 3)
+    ter = compute("ter", generations, references)
+    assert ter.per_sample["lexical/ter"] == pytest.approx([60.0, 72.0, 32.14285714285714])
+    with pytest.raises(ConfigError, match="'intl'"):
+        compute("sacrebleu", generations, references, tokenize="moses")
+
+
+def test_chrf_plus_plus_on_commongen_and_unicode():
+    generations, references = shared_data.commongen(3)
+    result = compute("chrf_plus_plus", generations, references)
+    assert result.per_sample["lexical/chrf_plus_plus"] == pytest.approx([41.09507818495565, 29.52006929660797, 54.12683411392316])
+    assert result.corpus["lexical/chrf_plus_plus"] == pytest.approx(42.120050503705826)
+    assert compute("chrf", ["東京は日本の首都です"], [["東京は日本の首都である"]]).corpus["lexical/chrf"] == pytest.approx(77.3312769486561)
+
+
+@pytest.mark.parametrize("metric_id", ["sacrebleu", "sentence_bleu", "chrf", "chrf_plus_plus", "ter", "rouge_l_max",
+                                       "meteor", "cider", "exact_match", "token_f1", "bert_score"])
+def test_reference_metrics_are_nan_without_references_and_defined_for_empty_generation(metric_id):
+    empty_refs = compute(metric_id, ["a dog runs ."], [[]])
+    assert all(math.isnan(v[0]) for v in empty_refs.per_sample.values())
+    assert all(math.isnan(v) for v in empty_refs.corpus.values())
+    mixed = compute(metric_id, ["", "a dog runs in the park ."], [["a cat ."], ["the dog runs in the park ."]])
+    primary = METRICS.get(metric_id).key()
+    assert not math.isnan(mixed.per_sample[primary][1])
+    if metric_id != "bert_score":  # bert-score cannot encode "" under transformers 5: NaN, never 0
+        assert mixed.per_sample[primary][0] == (100.0 if metric_id == "ter" else 0.0)
+    else:
+        assert math.isnan(mixed.per_sample[primary][0])
+
+
+def test_rouge_l_max_on_cnn_dailymail_and_commongen():
+    generations, references = shared_data.cnn_dailymail(2)
+    result = compute("rouge_l_max", generations, references)
+    assert result.per_sample["lexical/rouge_l_max"] == pytest.approx([0.22857142857142856, 0.2608695652173913])
+    generations, references = shared_data.commongen(3)
+    result = compute("rouge_l_max", generations, references)
+    assert result.per_sample["lexical/rouge_l_max"] == pytest.approx([0.6, 0.5, 2 / 3])
+    long_text = " ".join(["the cat sat on the mat ."] * 200)
+    assert compute("rouge_l_max", [long_text], [[long_text, "x"]]).corpus["lexical/rouge_l_max"] == pytest.approx(1.0)
+
+
+def test_meteor_on_commongen_with_wordnet():
+    generations, references = shared_data.commongen(3)
+    result = compute("meteor", generations, references)
+    assert result.per_sample["lexical/meteor"] == pytest.approx([0.5902048319327732, 0.6233062330623306, 0.6724489795918367])
+
+
+def test_meteor_without_wordnet_names_the_resource_and_the_fix(monkeypatch, tmp_path):
+    import nltk
+
+    monkeypatch.setattr(nltk.data, "path", [str(tmp_path)])
+    with pytest.raises(LookupError, match=r"'wordnet'.*nltk\.downloader wordnet"):
+        compute("meteor", ["a"], [["a"]])
+
+
+def test_cider_d_on_commongen():
+    generations, references = shared_data.commongen(3)
+    result = compute("cider", generations, references)
+    assert result.per_sample["lexical/cider"] == pytest.approx([1.198010527448764, 0.9303833926564166, 1.6749970206305762])
+    assert result.corpus["lexical/cider"] == pytest.approx(1.2677969802452522)
+
+
+def test_spice_without_corenlp_jars_says_what_to_install(tmp_path):
+    with pytest.raises(RuntimeError, match=r"Java.*stanford-corenlp-3\.6\.0\.jar.*corenlp_dir"):
+        compute("spice", ["a"], [["a"]], corenlp_dir=str(tmp_path))
+
+
+def test_bert_score_with_the_shipped_minilm_on_commongen():
+    generations, references = shared_data.commongen(2)
+    result = compute("bert_score", generations, references)
+    assert result.per_sample["semantic/bert_score"] == pytest.approx([0.599810004234314, 0.7425967454910278], abs=1e-5)
+    assert result.per_sample["semantic/bert_score_precision"] == pytest.approx([0.5824877023696899, 0.6855392456054688], abs=1e-5)
+    assert result.per_sample["semantic/bert_score_recall"] == pytest.approx([0.6181941032409668, 0.8100144267082214], abs=1e-5)
+
+
+def test_vader_on_dailydialog_and_unicode():
+    utterances = shared_data.dailydialog(4)
+    result = compute("vader_sentiment", utterances, [[]] * 4)
+    assert result.per_sample["task/vader_sentiment"] == pytest.approx([0.4404, -0.2263, 0.2732, 0.4404])
+    assert compute("vader_sentiment", ["Schön 😊 great!", ""], [[], []]).per_sample["task/vader_sentiment"] == [0.8858, 0.0]
+
+
+def test_exact_match_and_token_f1_by_hand():
+    generations = ["The Eiffel Tower!", "a red car", "blue"]
+    references = [["eiffel tower"], ["the red bus", "car"], ["Bleu"]]
+    assert compute("exact_match", generations, references).per_sample["task/exact_match"] == [1.0, 0.0, 0.0]
+    f1 = compute("token_f1", generations, references).per_sample["task/token_f1"]
+    assert f1 == pytest.approx([1.0, 2 * (1 / 2) * (1 / 1) / (1 / 2 + 1), 0.0])  # "red car" vs "car": P 1/2, R 1
+    assert compute("token_f1", ["the"], [["a"]]).per_sample["task/token_f1"] == [1.0]  # both empty after normalising
+
+
+def test_msttr_entropy_and_self_bleu():
+    result = compute("msttr", ["a a b", "c d d"], [[], []], window=2)
+    assert result.corpus["diversity/msttr"] == pytest.approx((0.5 + 1.0 + 0.5) / 3)  # [a a] [b c] [d d]
+    assert result.per_sample["diversity/msttr"] == pytest.approx([2 / 3, 2 / 3])
+    assert math.isnan(compute("msttr", ["a b"], [[]]).corpus["diversity/msttr"])  # fewer words than one window
+    with pytest.raises(ConfigError, match="window"):
+        compute("msttr", ["a"], [[]], window=0)
+    entropy = compute("ngram_entropy", ["a b a b", ""], [[], []])
+    assert entropy.per_sample["diversity/entropy"][0] == pytest.approx(1.0)
+    assert math.isnan(entropy.per_sample["diversity/entropy"][1])
+    assert compute("ngram_entropy", ["a b c d"], [[]], n=2).corpus["diversity/entropy"] == pytest.approx(math.log2(3))
+    utterances = shared_data.dailydialog(4)
+    self_bleu = compute("self_bleu", utterances, [[]] * 4)
+    assert self_bleu.per_sample["diversity/self_bleu"] == pytest.approx(
+        [7.410494411527525, 7.603985612048923, 4.016138436407654, 4.368583925857938])
+    assert math.isnan(compute("self_bleu", ["alone"], [[]]).corpus["diversity/self_bleu"])
+
+
+def test_shaping_terms_by_hand():
+    lengths = compute("length_penalty", ["a b c", "", "a b c d e f g"], [[]] * 3, target_length=5, per_word=0.5)
+    assert lengths.per_sample["shaping/length_penalty"] == [-1.0, -2.5, -1.0]
+    repeats = compute("repeat_penalty", ["The dog and the dog ran to the dog park", "a cat sat"], [[], []])
+    assert repeats.per_sample["shaping/repeat_penalty"] == [-2.0, 0.0]  # "dog" thrice; "the" is a stopword
+    with pytest.raises(ConfigError, match="per_word"):
+        compute("length_penalty", ["a"], [[]], per_word=-1.0)
+
+
+def test_learned_classifier_scores_a_label_of_a_local_model(tiny_models, tmp_path):
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_models["causal"])
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, id2label={0: "NEGATIVE", 1: "POSITIVE"}, label2id={"NEGATIVE": 0, "POSITIVE": 1})
+    model = BertForSequenceClassification(config).eval()
+    model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    texts = ["the acting was great .", "dull film"]
+    pos = compute("learned_classifier", texts, [[], []], model=str(tmp_path), label="POSITIVE").per_sample["learned/classifier"]
+    neg = compute("learned_classifier", texts, [[], []], model=str(tmp_path), label="NEGATIVE").per_sample["learned/classifier"]
+    with torch.no_grad():
+        expected = [model(**tokenizer(t, return_tensors="pt")).logits.softmax(-1)[0, 1].item() for t in texts]
+    assert pos == pytest.approx(expected, abs=1e-5)
+    assert [p + n for p, n in zip(pos, neg)] == pytest.approx([1.0, 1.0])
+    with pytest.raises(ValueError, match="NEGATIVE, POSITIVE"):
+        compute("learned_classifier", texts, [[], []], model=str(tmp_path), label="positive")
