@@ -55,10 +55,15 @@ class Metric:
         raise NotImplementedError
 
 
+def describe() -> dict[str, str]:
+    """Every registered metric id with its one-line description, sorted by id."""
+    return METRICS.describe()
+
+
 def mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else float("nan")
 
 
 from grueflow.metrics import captioning, diversity, fluency, lexical, semantic, shaping, task  # noqa: E402,F401,I001  (registration)
 
-__all__ = ["METRICS", "Metric", "MetricContext", "MetricResult", "mean"]
+__all__ = ["METRICS", "Metric", "MetricContext", "MetricResult", "describe", "mean"]

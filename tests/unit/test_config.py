@@ -32,6 +32,7 @@ def test_misspelt_reward_metric_lists_valid_ids():
     assert "unknown metric 'rogue'" in message
     assert "reward.components[0]" in message
     assert "rouge" in message and "lexicon_sentiment" in message
+    assert "bert_score, bleu, chrf, chrf_plus_plus, cider, concept_coverage" in message
 
 
 def test_unknown_key_names_the_valid_keys():
