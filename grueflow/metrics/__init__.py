@@ -64,6 +64,6 @@ def mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else float("nan")
 
 
-from grueflow.metrics import captioning, diversity, fluency, lexical, semantic, shaping, task  # noqa: E402,F401,I001  (registration)
+from grueflow.metrics import captioning, diversity, fluency, lexical, semantic, shaping, table, task  # noqa: E402,F401,I001  (registration)
 
 __all__ = ["METRICS", "Metric", "MetricContext", "MetricResult", "describe", "mean"]

@@ -190,3 +190,36 @@ def test_learned_classifier_scores_a_label_of_a_local_model(tiny_models, tmp_pat
     assert [p + n for p, n in zip(pos, neg)] == pytest.approx([1.0, 1.0])
     with pytest.raises(ValueError, match="NEGATIVE, POSITIVE"):
         compute("learned_classifier", texts, [[], []], model=str(tmp_path), label="positive")
+
+
+S = 1e-5  # PARENT's default smoothing
+TABLE = [["name", "Michael Dahlquist"], ["occupation", "drummer"]]
+
+
+def test_parent_by_hand_unigrams():
+    result = compute("parent", ["michael dahlquist was a drummer", "michael was born"],
+                     [["michael dahlquist was a musician"], ["michael dahlquist was a drummer"]],
+                     [{"table": TABLE}] * 2, max_order=1)
+    w = S / (1 + S)  # entailment of a word that is not among the table's values
+    # 1: every predicted word is in the reference or the table; "was", "a", "musician" weigh w in recall
+    ref_recall = (2 + 2 * w) / (2 + 3 * w)
+    p, r = 1.0, math.sqrt(ref_recall * 1.0)
+    # 2: "born" is in neither; the reference's "dahlquist", "a", "drummer" are missed; LCS 1 of 2 with the name
+    p2 = (2 + w) / 3
+    ref_recall2 = (1 + w) / (3 + 2 * w)
+    table_recall2 = ((1 + S) / (2 + S) + S / (1 + S)) / 2
+    r2 = math.sqrt(ref_recall2 * table_recall2)
+    assert result.per_sample["task/parent_precision"] == pytest.approx([p, p2])
+    assert result.per_sample["task/parent_recall"] == pytest.approx([r, r2])
+    assert result.per_sample["task/parent_f"] == pytest.approx([2 * p * r / (p + r + 1e-8), 2 * p2 * r2 / (p2 + r2 + 1e-8)])
+
+
+def test_parent_smooths_missing_orders_and_takes_the_best_reference():
+    result = compute("parent", ["michael dahlquist"], [["someone else", "michael dahlquist"]], [{"table": TABLE[:1]}])
+    p = math.sqrt(S)  # orders 1, 2 exact; orders 3, 4 have no n-grams: precision smoothed, recall 1
+    assert result.per_sample["task/parent_precision"] == pytest.approx([p])
+    assert result.per_sample["task/parent_recall"] == pytest.approx([1.0])
+    assert result.per_sample["task/parent_f"] == pytest.approx([2 * p / (p + 1 + 1e-8)])
+    assert math.isnan(compute("parent", ["x"], [[]], [{"table": TABLE}]).corpus["task/parent_f"])
+    with pytest.raises(ValueError, match=r"meta\['table'\]"):
+        compute("parent", ["x"], [["x"]], [{}])
