@@ -1,4 +1,4 @@
-"""Learned metrics: BERTScore (bert-score package) and a sequence-classifier score (transformers).
+"""Learned metrics: BERTScore (bert-score package), a sequence-classifier score and DailyDialog intent accuracy.
 
 Each model is loaded once in ``build`` and reused for every batch; both run on CPU in float32 and
 download nothing unless a hub id is given.
@@ -74,26 +74,75 @@ class LearnedClassifier(Metric):
 
     @classmethod
     def build(cls, args: "LearnedClassifier.Args", context: MetricContext) -> MetricFn:
-        import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        classify = load_classifier(args.model, args.max_length, args.batch_size)
+        index = classify.label_index(args.label)
 
-        tokenizer = AutoTokenizer.from_pretrained(args.model)
-        model = AutoModelForSequenceClassification.from_pretrained(args.model, dtype=torch.float32).eval()
-        label2id = {str(k): int(v) for k, v in model.config.label2id.items()}
-        if args.label not in label2id:
-            raise ValueError(f"learned_classifier: label {args.label!r} is not a label of {args.model}; "
-                             f"its labels: {', '.join(sorted(label2id))}")
-        index = label2id[args.label]
-
-        @torch.no_grad()
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
-            scores: list[float] = []
-            for start in range(0, len(generations), args.batch_size):
-                batch = tokenizer(list(generations[start:start + args.batch_size]), padding=True, truncation=True,
-                                  max_length=args.max_length, return_tensors="pt")
-                probs = model(**batch).logits.float().softmax(-1)  # (B, num_labels)
-                scores.extend(probs[:, index].tolist())
+            scores = [row[index] for row in classify(generations)]
+            return MetricResult({cls.key(): scores}, {cls.key(): mean(scores)})
+
+        return compute
+
+
+class Classifier:
+    """A sequence classifier loaded once: ``__call__(texts)`` gives each text's label probabilities (float32, CPU)."""
+
+    def __init__(self, name: str, tokenizer: Any, model: Any, max_length: int, batch_size: int) -> None:
+        self.name, self.tokenizer, self.model = name, tokenizer, model
+        self.max_length, self.batch_size = max_length, batch_size
+        self.label2id = {str(k): int(v) for k, v in model.config.label2id.items()}
+
+    def label_index(self, label: str) -> int:
+        if label not in self.label2id:
+            raise ValueError(f"label {label!r} is not a label of {self.name}; its labels: {', '.join(sorted(self.label2id))}")
+        return self.label2id[label]
+
+    def __call__(self, texts: Sequence[str]) -> list[list[float]]:
+        import torch
+
+        probs: list[list[float]] = []
+        with torch.no_grad():
+            for start in range(0, len(texts), self.batch_size):
+                batch = self.tokenizer(list(texts[start:start + self.batch_size]), padding=True, truncation=True,
+                                       max_length=self.max_length, return_tensors="pt")
+                probs.extend(self.model(**batch).logits.float().softmax(-1).tolist())  # (B, num_labels)
+        return probs
+
+
+def load_classifier(name: str, max_length: int, batch_size: int) -> Classifier:
+    """Any ``AutoModelForSequenceClassification`` from a local dir or a hub id (a hub id needs the network)."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    model = AutoModelForSequenceClassification.from_pretrained(name, dtype=torch.float32).eval()
+    return Classifier(name, AutoTokenizer.from_pretrained(name), model, max_length, batch_size)
+
+
+@METRICS.register("intent_accuracy", "1 when a dialogue-act classifier gives the generation meta['intent'] (DailyDialog), in {0, 1}")
+class IntentAccuracy(Metric):
+    category = "task"
+    scores = ("intent_accuracy",)
+
+    @dataclass(frozen=True)
+    class Args:
+        model: str = "rajkumarrrk/roberta-daily-dialog-intent-classifier"
+        with_context: bool = True
+        max_length: int = 128
+        batch_size: int = 32
+
+    @classmethod
+    def build(cls, args: "IntentAccuracy.Args", context: MetricContext) -> MetricFn:
+        classify = load_classifier(args.model, args.max_length, args.batch_size)
+
+        def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
+                    meta: Sequence[dict[str, Any]]) -> MetricResult:
+            if any("intent" not in m for m in meta):
+                raise ValueError("intent_accuracy needs meta['intent'] (a label name or id) for every sample")
+            targets = [classify.label_index(m["intent"]) if isinstance(m["intent"], str) else int(m["intent"]) for m in meta]
+            texts = [f"{p} {g}" if args.with_context else g for p, g in zip(prompts, generations)]
+            predicted = [max(range(len(row)), key=row.__getitem__) for row in classify(texts)]
+            scores = [float(p == t) for p, t in zip(predicted, targets)]
             return MetricResult({cls.key(): scores}, {cls.key(): mean(scores)})
 
         return compute

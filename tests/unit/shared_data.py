@@ -41,3 +41,8 @@ def dailydialog(n: int = 4) -> list[str]:
     """The first ``n`` utterances of the first validation dialogue."""
     first = _lines("dailydialog/validation/dialogues.txt", 1)[0]
     return [u.strip() for u in first.split("__eou__") if u.strip()][:n]
+
+
+def dailydialog_acts(n: int = 4) -> list[str]:
+    """The dialogue-act ids (1 inform, 2 question, 3 directive, 4 commissive) of those utterances."""
+    return _lines("dailydialog/validation/dialogues_act.txt", 1)[0].split()[:n]

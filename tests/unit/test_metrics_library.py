@@ -170,27 +170,63 @@ def test_shaping_terms_by_hand():
         compute("length_penalty", ["a"], [[]], per_word=-1.0)
 
 
-def test_learned_classifier_scores_a_label_of_a_local_model(tiny_models, tmp_path):
+def tiny_classifier(tokenizer_dir, out, labels):
+    """A 1-layer BERT classifier built from config (seeded) and saved with the tiny models' tokenizer."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    tokenizer = AutoTokenizer.from_pretrained(tiny_models["causal"])
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     torch.manual_seed(0)
     config = BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, id2label={0: "NEGATIVE", 1: "POSITIVE"}, label2id={"NEGATIVE": 0, "POSITIVE": 1})
+                        intermediate_size=32, id2label=dict(enumerate(labels)), label2id={x: i for i, x in enumerate(labels)})
     model = BertForSequenceClassification(config).eval()
-    model.save_pretrained(tmp_path)
-    tokenizer.save_pretrained(tmp_path)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+    def probs(text):
+        with torch.no_grad():
+            return model(**tokenizer(text, return_tensors="pt")).logits.softmax(-1)[0].tolist()
+
+    return probs
+
+
+def test_learned_classifier_scores_a_label_of_a_local_model(tiny_models, tmp_path):
+    probs = tiny_classifier(tiny_models["causal"], tmp_path, ["NEGATIVE", "POSITIVE"])
     texts = ["the acting was great .", "dull film"]
     pos = compute("learned_classifier", texts, [[], []], model=str(tmp_path), label="POSITIVE").per_sample["learned/classifier"]
     neg = compute("learned_classifier", texts, [[], []], model=str(tmp_path), label="NEGATIVE").per_sample["learned/classifier"]
-    with torch.no_grad():
-        expected = [model(**tokenizer(t, return_tensors="pt")).logits.softmax(-1)[0, 1].item() for t in texts]
-    assert pos == pytest.approx(expected, abs=1e-5)
+    assert pos == pytest.approx([probs(t)[1] for t in texts], abs=1e-5)
     assert [p + n for p, n in zip(pos, neg)] == pytest.approx([1.0, 1.0])
     with pytest.raises(ValueError, match="NEGATIVE, POSITIVE"):
         compute("learned_classifier", texts, [[], []], model=str(tmp_path), label="positive")
 
+
+def test_intent_accuracy_on_dailydialog_acts(tiny_models, tmp_path):
+    acts = ["inform", "question", "directive", "commissive"]  # DailyDialog's act ids 1..4
+    probs = tiny_classifier(tiny_models["causal"], tmp_path, acts)
+    utterances = shared_data.dailydialog(4)
+    targets = [int(a) - 1 for a in shared_data.dailydialog_acts(4)]
+    metric = METRICS.get("intent_accuracy")
+    fn = metric.build(parse(metric.Args, {"model": str(tmp_path)}, "args"), CTX)
+    prompts, generations = utterances[:3], utterances[1:]
+    result = fn(prompts, generations, [[]] * 3, [{"intent": t} for t in targets[1:]])
+    predicted = [max(range(4), key=probs(f"{p} {g}").__getitem__) for p, g in zip(prompts, generations)]
+    assert result.per_sample["task/intent_accuracy"] == [float(p == t) for p, t in zip(predicted, targets[1:])]
+    by_name = fn(prompts, generations, [[]] * 3, [{"intent": acts[t]} for t in targets[1:]])
+    assert by_name.per_sample == result.per_sample
+    with pytest.raises(ValueError, match=r"meta\['intent'\]"):
+        fn(prompts, generations, [[]] * 3, [{}] * 3)
+
+
+def test_missing_optional_dependency_names_the_package(monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "vaderSentiment.vaderSentiment", None)
+    with pytest.raises(ImportError, match="pip install vaderSentiment"):
+        compute("vader_sentiment", ["x"], [[]])
+    monkeypatch.setitem(sys.modules, "pycocoevalcap.cider.cider", None)
+    with pytest.raises(ImportError, match="pip install pycocoevalcap"):
+        compute("cider", ["x"], [["x"]])
 
 S = 1e-5  # PARENT's default smoothing
 TABLE = [["name", "Michael Dahlquist"], ["occupation", "drummer"]]

@@ -106,9 +106,9 @@ def test_misspelt_reward_fails_before_any_job_and_lists_valid_ids(tmp_path):
     output = result.stdout + result.stderr
     assert "unknown metric 'rogue'" in output and "params/tasks/concepts.yaml" in output
     assert ("valid metric ids: bert_score, bleu, chrf, chrf_plus_plus, cider, concept_coverage, diversity, "
-            "exact_match, learned_classifier, length_penalty, lexicon_sentiment, meteor, msttr, ngram_entropy, "
-            "parent, perplexity, repeat_penalty, rouge, rouge_l_max, sacrebleu, self_bleu, sentence_bleu, spice, ter, "
-            "token_f1, vader_sentiment") in output
+            "exact_match, intent_accuracy, learned_classifier, length_penalty, lexicon_sentiment, meteor, msttr, "
+            "ngram_entropy, parent, perplexity, repeat_penalty, rouge, rouge_l_max, sacrebleu, self_bleu, "
+            "sentence_bleu, spice, ter, token_f1, vader_sentiment") in output
     assert not (repo / "results").exists()
 
 
