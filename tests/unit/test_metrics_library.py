@@ -259,3 +259,18 @@ def test_parent_smooths_missing_orders_and_takes_the_best_reference():
     assert math.isnan(compute("parent", ["x"], [[]], [{"table": TABLE}]).corpus["task/parent_f"])
     with pytest.raises(ValueError, match=r"meta\['table'\]"):
         compute("parent", ["x"], [["x"]], [{}])
+
+
+def test_new_metrics_compose_into_a_weighted_reward():
+    from grueflow.config import RewardConfig
+    from grueflow.metrics.reward import Reward
+
+    cfg = parse(RewardConfig, {"components": [
+        {"metric": "token_f1", "weight": 1.0},
+        {"metric": "length_penalty", "weight": 2.0, "args": {"target_length": 2, "per_word": 0.25}},
+        {"metric": "bert_score", "score": "bert_score_recall", "weight": 0.0}]}, "reward")
+    total, parts = Reward(cfg, CTX)(["q", "q"], ["red car", "a big blue bus"], [["car"], ["blue bus"]], [{}, {}])
+    assert list(parts) == ["task/token_f1", "shaping/length_penalty", "semantic/bert_score_recall"]
+    assert parts["task/token_f1"] == pytest.approx([2 / 3, 0.8])
+    assert parts["shaping/length_penalty"] == [0.0, -0.5]
+    assert total == pytest.approx([2 / 3, 0.8 - 1.0])
