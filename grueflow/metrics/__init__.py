@@ -8,6 +8,7 @@ callable ``(prompts, generations, references, meta) -> MetricResult`` whose keys
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional, Sequence
@@ -64,6 +65,11 @@ def mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else float("nan")
 
 
+def nanmean(values: Sequence[float]) -> float:
+    """The mean of the values that are not NaN (samples a metric could not score); NaN when none is left."""
+    return mean([v for v in values if not math.isnan(v)])
+
+
 from grueflow.metrics import captioning, diversity, fluency, lexical, semantic, shaping, table, task  # noqa: E402,F401,I001  (registration)
 
-__all__ = ["METRICS", "Metric", "MetricContext", "MetricResult", "describe", "mean"]
+__all__ = ["METRICS", "Metric", "MetricContext", "MetricResult", "describe", "mean", "nanmean"]

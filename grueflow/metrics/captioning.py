@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean
+from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, nanmean
 
 TOKEN = re.compile(r"\w+|[^\w\s]")
 
@@ -51,7 +51,7 @@ class Meteor(Metric):
             scores = [float(meteor_score([tokenize(r) for r in refs], tokenize(g), alpha=args.alpha, beta=args.beta,
                                          gamma=args.gamma)) if refs else float("nan")
                       for g, refs in zip(generations, references)]
-            return MetricResult({cls.key(): scores}, {cls.key(): mean([s for s in scores if s == s])})
+            return MetricResult({cls.key(): scores}, {cls.key(): nanmean(scores)})
 
         return compute
 

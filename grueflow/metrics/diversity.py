@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean
+from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean
 
 
 def ngrams(words: Sequence[str], n: int) -> list[tuple[str, ...]]:
@@ -130,6 +130,6 @@ class SelfBleu(Metric):
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
             others = [list(generations[:i]) + list(generations[i + 1:]) for i in range(len(generations))]
             scores = [float(bleu.sentence_score(g, o).score) if o else float("nan") for g, o in zip(generations, others)]
-            return MetricResult({cls.key(): scores}, {cls.key(): mean([s for s in scores if s == s])})
+            return MetricResult({cls.key(): scores}, {cls.key(): nanmean(scores)})
 
         return compute

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Sequence
 
-from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean
+from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean
 
 
 @METRICS.register("rouge", "ROUGE-1/2/L/Lsum F1 (rouge-score, Porter stemming), best over references")
@@ -117,8 +116,7 @@ class SentenceBleu(Metric):
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
             per_sample = inner(prompts, generations, references, meta).per_sample
-            kept = [s for s in per_sample[cls.key()] if not math.isnan(s)]
-            return MetricResult(per_sample, {cls.key(): mean(kept)})
+            return MetricResult(per_sample, {cls.key(): nanmean(per_sample[cls.key()])})
 
         return compute
 
@@ -181,6 +179,6 @@ class RougeLMax(Metric):
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
             scores = [float(max(scorer.score(r, g)["rougeL"].fmeasure for r in refs)) if refs else float("nan")
                       for g, refs in zip(generations, references)]
-            return MetricResult({cls.key(): scores}, {cls.key(): mean([s for s in scores if not math.isnan(s)])})
+            return MetricResult({cls.key(): scores}, {cls.key(): nanmean(scores)})
 
         return compute

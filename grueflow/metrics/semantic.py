@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean
+from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean
 
 
 def shipped_minilm() -> str:
@@ -55,7 +55,7 @@ class BertScore(Metric):
                 for j, i in enumerate(kept):
                     for s, values in zip(cls.scores, (f1, precision, recall)):
                         per_sample[cls.key(s)][i] = float(values[j])
-            return MetricResult(per_sample, {k: mean([v for v in vs if v == v]) for k, vs in per_sample.items()})
+            return MetricResult(per_sample, {k: nanmean(vs) for k, vs in per_sample.items()})
 
         return compute
 

@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean
+from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean
 from grueflow.metrics.captioning import tokenize
 from grueflow.metrics.diversity import ngrams
 
@@ -94,6 +94,6 @@ class Parent(Metric):
                                           args.max_order) for r in refs), key=lambda s: s[2], default=(math.nan,) * 3)
                 for s, value in zip(cls.scores, (best[2], best[0], best[1])):
                     per_sample[cls.key(s)].append(value)
-            return MetricResult(per_sample, {k: mean([v for v in vs if v == v]) for k, vs in per_sample.items()})
+            return MetricResult(per_sample, {k: nanmean(vs) for k, vs in per_sample.items()})
 
         return compute

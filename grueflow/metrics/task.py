@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean
+from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean
 
 POSITIVE_WORDS = frozenset(
     "great wonderful brilliant superb excellent lovely beautiful charming delightful fantastic good "
@@ -122,7 +122,7 @@ def best_over_references(cls: type[Metric], score: Any) -> MetricFn:
     def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                 meta: Sequence[dict[str, Any]]) -> MetricResult:
         scores = [max(score(g, r) for r in refs) if refs else float("nan") for g, refs in zip(generations, references)]
-        return MetricResult({cls.key(): scores}, {cls.key(): mean([s for s in scores if s == s])})
+        return MetricResult({cls.key(): scores}, {cls.key(): nanmean(scores)})
 
     return compute
 
