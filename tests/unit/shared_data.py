@@ -46,3 +46,16 @@ def dailydialog(n: int = 4) -> list[str]:
 def dailydialog_acts(n: int = 4) -> list[str]:
     """The dialogue-act ids (1 inform, 2 question, 3 directive, 4 commissive) of those utterances."""
     return _lines("dailydialog/validation/dialogues_act.txt", 1)[0].split()[:n]
+
+
+def totto(n: int = 2) -> tuple[list[str], list[list[str]], list[list[list[str]]]]:
+    """Generation = the first annotator's sentence after deletion; references = the final sentences;
+    table = the highlighted cells as ``[column header, value]`` pairs."""
+    rows = [json.loads(line) for line in _lines("totto/dev_sample.jsonl", n)]
+    tables = []
+    for row in rows:
+        header = [cell["value"] for cell in row["table"][0]]
+        tables.append([[header[c] if c < len(header) else "", row["table"][r][c]["value"]]
+                       for r, c in row["highlighted_cells"] if c < len(row["table"][r])])
+    return ([r["sentence_annotations"][0]["sentence_after_deletion"] for r in rows],
+            [[a["final_sentence"] for a in r["sentence_annotations"]] for r in rows], tables)

@@ -274,3 +274,13 @@ def test_new_metrics_compose_into_a_weighted_reward():
     assert parts["task/token_f1"] == pytest.approx([2 / 3, 0.8])
     assert parts["shaping/length_penalty"] == [0.0, -0.5]
     assert total == pytest.approx([2 / 3, 0.8 - 1.0])
+
+
+def test_parent_on_totto_matches_the_authors_algorithm():
+    # literals from the algorithm of google-research/language table_text_eval.py (defaults: lambda 0.5,
+    # smoothing 1e-5, order 4), run on the same tokens
+    generations, references, tables = shared_data.totto(2)
+    result = compute("parent", generations, references, [{"table": t} for t in tables])
+    assert result.per_sample["task/parent_f"] == pytest.approx([0.8943071551105031, 0.8643829617059006], rel=1e-9)
+    assert result.per_sample["task/parent_precision"] == pytest.approx([0.8251897645200484, 0.7611615042090416], rel=1e-9)
+    assert result.per_sample["task/parent_recall"] == pytest.approx([0.9760614791964647, 0.9999923963837609], rel=1e-9)
