@@ -284,3 +284,21 @@ def test_parent_on_totto_matches_the_authors_algorithm():
     assert result.per_sample["task/parent_f"] == pytest.approx([0.8943071551105031, 0.8643829617059006], rel=1e-9)
     assert result.per_sample["task/parent_precision"] == pytest.approx([0.8251897645200484, 0.7611615042090416], rel=1e-9)
     assert result.per_sample["task/parent_recall"] == pytest.approx([0.9760614791964647, 0.9999923963837609], rel=1e-9)
+
+
+def test_every_metric_through_the_evaluate_api_offline(monkeypatch, tmp_path):
+    import evaluate
+
+    from grueflow.metrics import hf_evaluate
+    from grueflow.registry import UnknownNameError
+
+    generations, references = shared_data.iwslt(3)
+    chrf = hf_evaluate.GrueflowMetric("chrf", keep_in_memory=True)
+    assert chrf.compute(predictions=generations, references=references) == {"lexical/chrf": pytest.approx(88.51376363998547)}
+    monkeypatch.setattr(evaluate.config, "HF_MODULES_CACHE", tmp_path / "modules")
+    ter = evaluate.load(hf_evaluate.__file__, "ter", keep_in_memory=True)
+    assert ter.compute(predictions=generations, references=references) == {"lexical/ter": pytest.approx(10.714285714285714)}
+    lowered = hf_evaluate.GrueflowMetric("chrf", keep_in_memory=True)
+    assert lowered.compute(predictions=["A Cat ."], references=[["a cat ."]], args={"lowercase": True}) == {"lexical/chrf": 100.0}
+    with pytest.raises(UnknownNameError, match="valid metric ids: bert_score"):
+        hf_evaluate.GrueflowMetric("rogue")
