@@ -70,6 +70,7 @@ def nanmean(values: Sequence[float]) -> float:
     return mean([v for v in values if not math.isnan(v)])
 
 
-from grueflow.metrics import captioning, diversity, fluency, lexical, semantic, shaping, table, task  # noqa: E402,F401,I001  (registration)
+# registration: importing each module registers its metrics
+from grueflow.metrics import captioning, diversity, fluency, lexical, semantic, shaping, table, task  # noqa: E402,F401
 
 __all__ = ["METRICS", "Metric", "MetricContext", "MetricResult", "describe", "mean", "nanmean"]

@@ -111,7 +111,8 @@ class NgramEntropy(Metric):
         return compute
 
 
-@METRICS.register("self_bleu", "self-BLEU (Zhu et al. 2018): sentence BLEU of each generation against the others, in [0, 100]; lower is more diverse")
+@METRICS.register("self_bleu", "self-BLEU (Zhu et al. 2018): BLEU of each generation against the others, in [0, 100]; "
+                               "lower is more diverse")
 class SelfBleu(Metric):
     category = "diversity"
     scores = ("self_bleu",)
