@@ -6,7 +6,7 @@ import re
 import string
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean
 
@@ -26,6 +26,17 @@ def lexicon_polarity(text: str) -> float:
     return (pos - neg) / (pos + neg) if pos + neg else 0.0
 
 
+def per_generation(cls: type[Metric], score: Callable[[str, dict[str, Any]], float]) -> MetricFn:
+    """A metric scoring each generation on its own (with its sample's meta); corpus = the mean."""
+
+    def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
+                meta: Sequence[dict[str, Any]]) -> MetricResult:
+        scores = [score(g, m) for g, m in zip(generations, meta)]
+        return MetricResult({cls.key(): scores}, {cls.key(): mean(scores)})
+
+    return compute
+
+
 @METRICS.register("lexicon_sentiment", "word-lexicon sentiment polarity of the generation, in [-1, 1]")
 class LexiconSentiment(Metric):
     category = "task"
@@ -33,12 +44,7 @@ class LexiconSentiment(Metric):
 
     @classmethod
     def build(cls, args: Any, context: MetricContext) -> MetricFn:
-        def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
-                    meta: Sequence[dict[str, Any]]) -> MetricResult:
-            scores = [lexicon_polarity(g) for g in generations]
-            return MetricResult({cls.key(): scores}, {cls.key(): mean(scores)})
-
-        return compute
+        return per_generation(cls, lambda generation, meta: lexicon_polarity(generation))
 
 
 def inflections(lemma: str) -> set[str]:
@@ -64,12 +70,7 @@ class ConceptCoverage(Metric):
 
     @classmethod
     def build(cls, args: Any, context: MetricContext) -> MetricFn:
-        def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
-                    meta: Sequence[dict[str, Any]]) -> MetricResult:
-            scores = [coverage(g, m.get("concepts", ())) for g, m in zip(generations, meta)]
-            return MetricResult({cls.key(): scores}, {cls.key(): mean(scores)})
-
-        return compute
+        return per_generation(cls, lambda generation, meta: coverage(generation, meta.get("concepts", ())))
 
 
 @METRICS.register("vader_sentiment", "VADER compound sentiment (vaderSentiment package) of the generation, in [-1, 1]")
@@ -84,13 +85,7 @@ class VaderSentiment(Metric):
         except ImportError:
             raise ImportError("metric 'vader_sentiment' needs vaderSentiment: pip install vaderSentiment") from None
         analyzer = SentimentIntensityAnalyzer()
-
-        def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
-                    meta: Sequence[dict[str, Any]]) -> MetricResult:
-            scores = [float(analyzer.polarity_scores(g)["compound"]) for g in generations]
-            return MetricResult({cls.key(): scores}, {cls.key(): mean(scores)})
-
-        return compute
+        return per_generation(cls, lambda generation, meta: float(analyzer.polarity_scores(generation)["compound"]))
 
 
 def normalize_answer(text: str) -> list[str]:
