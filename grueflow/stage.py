@@ -14,6 +14,7 @@ from tqdm import tqdm
 from grueflow import io
 from grueflow.config import ConfigError
 from grueflow.hub import HubUnreachableError
+from grueflow.models.gguf import ModelFetchError
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -40,9 +41,9 @@ def finish(out_dir: Path, stage: str, params: Any, inputs: dict[str, Path], star
 
 
 def main_guard(run: Any) -> None:
-    """Run a stage's ``main``; bad params and unreachable hub ids exit 2 with their message, no traceback."""
+    """Run a stage's ``main``; bad params and unobtainable models exit 2 with their message, no traceback."""
     try:
         run()
-    except (ConfigError, HubUnreachableError) as err:
+    except (ConfigError, HubUnreachableError, ModelFetchError) as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

