@@ -310,14 +310,39 @@ class TaskConfig:
 
 
 @dataclass(frozen=True)
+class LoraConfig:
+    """LoRA adapters (Hu et al. 2021, through peft) instead of full fine-tuning: only the adapters train.
+
+    Each targeted linear layer ``W`` becomes ``W + (alpha / r) * B A`` with rank-``r`` factors, ``B``
+    starting at zero (so training starts exactly at the base model); ``dropout`` applies to the
+    adapter's input. ``target_modules`` are module-name suffixes (``c_attn`` for GPT-2, ``q``/``v``
+    for T5, ``q_proj``/``v_proj`` for Llama/SmolLM2); None takes peft's default for the architecture.
+    The base weights stay frozen, so the KL reference is the base with the adapter disabled.
+    """
+
+    r: int = 8
+    alpha: float = 16.0
+    dropout: float = 0.0
+    target_modules: Optional[tuple[str, ...]] = None
+
+    def __post_init__(self) -> None:
+        _check(self.r > 0, f"r must be > 0, got {self.r}")
+        _check(self.alpha > 0, f"alpha must be > 0, got {self.alpha}")
+        _check(0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout}")
+        _check(self.target_modules is None or len(self.target_modules) > 0,
+               "target_modules must name at least one module, or be null for peft's default")
+
+
+@dataclass(frozen=True)
 class SupervisedConfig:
-    """Warm start: supervised fine-tuning on (prompt, reference) pairs."""
+    """Warm start: supervised fine-tuning on (prompt, reference) pairs; ``lora`` None = all weights train."""
 
     epochs: int = 3
     batch_size: int = 16
     learning_rate: float = 1e-3
     weight_decay: float = 0.0
     warmup_ratio: float = 0.0
+    lora: Optional[LoraConfig] = None
 
     def __post_init__(self) -> None:
         _check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
@@ -355,6 +380,8 @@ class RLConfig:
     either subtracted from the reward (PPO style) or added to the loss (``kl_in_loss``, GRPO style).
     Algorithms with a critic put a value head on the policy's own trunk (``critic: shared``, one
     model copy fewer) or on a separate copy of the start model (``critic: separate``, as RL4LMs).
+    With ``lora`` the policy (and a separate critic, with its own adapter) train LoRA adapters
+    only, and the reference is the policy with its adapter disabled: no reference copy is held.
     """
 
     iterations: int = 30
@@ -374,6 +401,7 @@ class RLConfig:
     kl_in_loss: bool = False
     critic: Literal["shared", "separate"] = "shared"
     checkpoint_every: int = 10
+    lora: Optional[LoraConfig] = None
 
     def __post_init__(self) -> None:
         _check(self.iterations > 0, f"iterations must be > 0, got {self.iterations}")

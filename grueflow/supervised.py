@@ -2,6 +2,7 @@
 
 Causal models learn the reference continuation after the prompt (prompt tokens are not in the
 loss); seq2seq models learn prompt -> reference. Every reference of a sample is a training pair.
+Under LoRA (the caller wraps ``policy.model``) only the adapter's parameters are optimised.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch
 
 from grueflow.config import SupervisedConfig
 from grueflow.data import Sample
+from grueflow.models.lora import trainable_parameters
 from grueflow.models.policy import Policy
 
 log = logging.getLogger(__name__)
@@ -49,7 +51,8 @@ def train(policy: Policy, train_samples: list[Sample], val_samples: list[Sample]
     steps_per_epoch = math.ceil(len(data) / cfg.batch_size)
     total = steps_per_epoch * cfg.epochs
     warmup = int(cfg.warmup_ratio * total)
-    optimizer = torch.optim.AdamW(policy.model.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    params = trainable_parameters(policy.model)
+    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda s: (s + 1) / (warmup + 1) if s < warmup else max(0.0, (total - s) / max(1, total - warmup)))
     curve = []
@@ -63,7 +66,7 @@ def train(policy: Policy, train_samples: list[Sample], val_samples: list[Sample]
                                           policy.encode_targets([t for _, t in chunk], max_target))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(policy.model.parameters(), 1.0)
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
             optimizer.step()
             schedule.step()
             losses.append(loss.item())

@@ -43,7 +43,7 @@ def main() -> None:
 
     seed_everything(args.seed, args.threads)
     model, tokenizer = load_pretrained(args.init_model)
-    ref_model, _ = load_pretrained(args.init_model)
+    ref_model = load_pretrained(args.init_model)[0] if cfg.lora is None else None  # LoRA: the adapter-free base
     policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt)
     reward = Reward(reward_cfg, MetricContext(base_model=args.base_model, max_prompt_length=lengths.prompt))
     trainer = RLTrainer(args.algorithm, cfg, policy, ref_model, reward, train, generation, args.seed)
@@ -66,7 +66,7 @@ def main() -> None:
     final = state.curve[-1]
     with atomic_dir(args.out) as tmp:
         (tmp / MODEL_DIR).mkdir()
-        trainer.save_to(tmp / MODEL_DIR, key)
+        trainer.save_to(tmp / MODEL_DIR, key, final=True)
         write_csv(tmp / "curves.csv", state.curve)
         write_json(tmp / "train_metrics.json", {k: final[k] for k in ("reward/task", "kl/sequence", "kl/coef")})
         stage.finish(tmp, "rl_finetune",

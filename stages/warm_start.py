@@ -7,6 +7,7 @@ from grueflow.config import LengthsConfig, SupervisedConfig, load_section, to_di
 from grueflow.data import read_split
 from grueflow.io import MODEL_DIR, atomic_dir, write_csv
 from grueflow.models import load_pretrained
+from grueflow.models.lora import merged, with_lora
 from grueflow.models.policy import Policy
 from grueflow.seeding import seed_everything
 
@@ -29,12 +30,14 @@ def main() -> None:
     train, val = read_split(args.datapool, "train"), read_split(args.datapool, "val")
     seed_everything(args.seed, args.threads)
     model, tokenizer = load_pretrained(args.base_model)
+    if cfg.lora is not None:
+        model = with_lora(model, cfg.lora)
     policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt)
     bar = stage.progress(cfg.epochs, "warm start")
     curve = supervised.train(policy, train, val, cfg, lengths.target, args.seed, progress=lambda _: bar.update())
     bar.close()
     with atomic_dir(args.out) as tmp:
-        model.save_pretrained(tmp / MODEL_DIR)
+        merged(model).save_pretrained(tmp / MODEL_DIR)  # plain Hugging Face weights, LoRA folded in
         tokenizer.save_pretrained(tmp / MODEL_DIR)
         write_csv(tmp / "loss_curve.csv", curve)
         stage.finish(tmp, "warm_start", {"lengths": to_dict(lengths), "supervised": to_dict(cfg), "seed": args.seed},

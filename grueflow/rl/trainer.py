@@ -8,7 +8,9 @@ Per iteration:
 4. the algorithm's advantages, then epochs x minibatches of its loss.
 
 The algorithms (PPO, GRPO, RLOO, REINFORCE++) differ only in their advantage estimator and loss;
-a value head on the policy trunk exists only for those that use a critic.
+a value head on the policy trunk exists only for those that use a critic. With ``lora`` in the
+method config the policy (and a separate critic) train LoRA adapters only and the reference is the
+policy with its adapter disabled, so no reference copy is loaded.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ from grueflow.data import Sample
 from grueflow.io import atomic_dir
 from grueflow.metrics.reward import Reward
 from grueflow.models import load_pretrained
+from grueflow.models.lora import (is_lora, load_adapter, load_trainable_state, merged, reference_view,
+                                  trainable_parameters, trainable_state, with_lora)
 from grueflow.models.policy import (Policy, Prompts, completion_mask, entropy_from_logits, logprobs_from_logits,
                                     masked_logits)
 from grueflow.rl import ALGORITHMS
@@ -114,25 +118,33 @@ def run_key(cfg: Any, generation: GenerationConfig, reward: Any, init_fingerprin
 
 
 class RLTrainer:
-    """Trains ``policy`` against ``reward`` with a registered algorithm; the reference is a frozen copy of the start."""
+    """Trains ``policy`` against ``reward`` with a registered algorithm.
 
-    def __init__(self, algorithm: str, cfg: RLConfig, policy: Policy, ref_model: Any, reward: Reward,
+    The reference is ``ref_model``, a frozen copy of the start model; under ``cfg.lora`` it must be
+    None: the reference is then the policy with its LoRA adapter disabled.
+    """
+
+    def __init__(self, algorithm: str, cfg: RLConfig, policy: Policy, ref_model: Optional[Any], reward: Reward,
                  samples: list[Sample], generation: GenerationConfig, seed: int) -> None:
+        if (cfg.lora is None) == (ref_model is None):
+            raise ValueError("pass a reference model for full fine-tuning, and none with lora (the reference is "
+                             f"then the base with the adapter disabled); got lora={cfg.lora} and "
+                             f"ref_model={'None' if ref_model is None else 'a model'}")
         self.cfg, self.policy, self.ref_model, self.reward, self.generation = cfg, policy, ref_model, reward, generation
         self.algorithm = ALGORITHMS.get(algorithm).load()(cfg)
-        if hasattr(self.algorithm, "attach"):
-            self.algorithm.attach(self)
         if getattr(self.algorithm, "needs_double_backward", False):
             policy.model.set_attn_implementation("eager")  # fused CPU attention has no double backward
+        self.critic_model = self._build_models(cfg, policy)
+        if hasattr(self.algorithm, "attach"):
+            self.algorithm.attach(self)
         self.value_head = (ValueHead(policy.model.config.get_text_config().hidden_size)
                            if self.algorithm.uses_critic else None)
-        self.critic_model = (copy.deepcopy(policy.model) if self.value_head is not None and cfg.critic == "separate"
-                             else None)
         value_params = list(self.value_head.parameters()) if self.value_head else []
         if self.critic_model is not None:
-            value_params += list(self.critic_model.parameters())
-        params = (self.algorithm.optimized_parameters(list(policy.model.parameters()), value_params)
-                  if hasattr(self.algorithm, "optimized_parameters") else list(policy.model.parameters()) + value_params)
+            value_params += trainable_parameters(self.critic_model)
+        policy_params = trainable_parameters(policy.model)
+        params = (self.algorithm.optimized_parameters(policy_params, value_params)
+                  if hasattr(self.algorithm, "optimized_parameters") else policy_params + value_params)
         self.optimizer = (torch.optim.RMSprop(params, lr=cfg.learning_rate, alpha=0.99, eps=1e-5)
                           if cfg.optimizer == "rmsprop" else torch.optim.AdamW(params, lr=cfg.learning_rate, eps=1e-5))
         total_updates = cfg.iterations
@@ -142,10 +154,23 @@ class RLTrainer:
         self.sampler = PromptSampler(samples, seed)
         self.state = TrainerState()
         self.shuffle = torch.Generator().manual_seed(seed)
-        for p in ref_model.parameters():
-            p.requires_grad_(False)
-        ref_model.eval()
+        if ref_model is not None:
+            for p in ref_model.parameters():
+                p.requires_grad_(False)
+            ref_model.eval()
         policy.model.eval()  # no dropout: rollout and update log-probs must agree
+
+    def _build_models(self, cfg: RLConfig, policy: Policy) -> Optional[Any]:
+        """Add LoRA adapters to the policy when asked; returns the separate critic's model, if any.
+
+        A separate critic starts as a copy of the start model (with its own adapter under LoRA).
+        """
+        separate = self.algorithm.uses_critic and cfg.critic == "separate"
+        critic = copy.deepcopy(policy.model) if separate else None
+        if cfg.lora is not None:
+            policy.model = with_lora(policy.model, cfg.lora)
+            critic = with_lora(critic, cfg.lora) if critic is not None else None
+        return critic
 
     # -- collect ---------------------------------------------------------------------------
 
@@ -166,6 +191,13 @@ class RLTrainer:
         model = self.critic_model if self.critic_model is not None else self.policy.model
         return self.policy.score(prompts, completions, with_hidden=True, model=model).hidden
 
+    def reference_logits(self, prompts: Prompts, completions: torch.Tensor) -> torch.Tensor:
+        """The frozen reference's logits per completion token: the reference copy, or the adapter-free base.  (B, T, V)"""
+        if self.ref_model is not None:
+            return self.policy.score(prompts, completions, model=self.ref_model).logits
+        with reference_view(self.policy.model) as base:
+            return self.policy.score(prompts, completions, model=base).logits
+
     @torch.no_grad()
     def collect(self) -> Rollout:
         group = self.cfg.group_size
@@ -185,8 +217,7 @@ class RLTrainer:
         scores = torch.tensor(total, dtype=torch.float32)
         (logprobs, values, _), unmasked = self._outputs(prompts, completions, action_mask)
         values = values if values is not None else torch.zeros_like(logprobs)
-        ref_logits = self.policy.score(prompts, completions, model=self.ref_model).logits
-        ref_logprobs = logprobs_from_logits(ref_logits, completions)
+        ref_logprobs = logprobs_from_logits(self.reference_logits(prompts, completions), completions)
         rewards = torch.zeros_like(logprobs)
         if not self.cfg.kl_in_loss:
             rewards -= self.kl.coef * KL_ESTIMATORS[self.cfg.kl_estimator](unmasked, ref_logprobs) * mask
@@ -281,9 +312,13 @@ class RLTrainer:
         with atomic_dir(out_dir) as tmp:
             self.save_to(tmp, key)
 
-    def save_to(self, folder: Path, key: str) -> None:
-        """Write the HF model, the value head and the trainer state into ``folder``."""
-        self.policy.model.save_pretrained(folder)
+    def save_to(self, folder: Path, key: str, final: bool = False) -> None:
+        """Write the policy, the value head and the trainer state into ``folder``.
+
+        The policy is written as resumable weights (under LoRA: the adapter only), or, when ``final``,
+        as a plain Hugging Face model (LoRA merged) that ``evaluate`` loads without peft.
+        """
+        (merged(self.policy.model) if final else self.policy.model).save_pretrained(folder)
         self.policy.tokenizer.save_pretrained(folder)
         if self.value_head is not None:
             save_file(self.value_head.state_dict(), str(folder / VALUE_FILE))
@@ -296,15 +331,18 @@ class RLTrainer:
             "sampler": self.sampler.state_dict(),
             "shuffle": self.shuffle.get_state(),
             "algorithm": self.algorithm.state_dict() if hasattr(self.algorithm, "state_dict") else None,
-            "critic": self.critic_model.state_dict() if self.critic_model is not None else None,
+            "critic": trainable_state(self.critic_model) if self.critic_model is not None else None,
             "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
         }, folder / STATE_FILE)
 
     def load(self, ckpt_dir: str | Path) -> None:
         """Continue from a checkpoint written by :meth:`save` (weights, optimiser, KL, RNG, iteration)."""
         ckpt_dir = Path(ckpt_dir)
-        model, _ = load_pretrained(ckpt_dir, self.policy.kind)
-        self.policy.model.load_state_dict(model.state_dict())
+        if is_lora(self.policy.model):
+            load_adapter(self.policy.model, ckpt_dir)
+        else:
+            model, _ = load_pretrained(ckpt_dir, self.policy.kind)
+            self.policy.model.load_state_dict(model.state_dict())
         if self.value_head is not None:
             self.value_head.load_state_dict(load_file(str(ckpt_dir / VALUE_FILE)))
         saved = torch.load(ckpt_dir / STATE_FILE, weights_only=False)
@@ -317,7 +355,7 @@ class RLTrainer:
         if hasattr(self.algorithm, "load_state_dict"):
             self.algorithm.load_state_dict(saved["algorithm"])
         if self.critic_model is not None:
-            self.critic_model.load_state_dict(saved["critic"])
+            load_trainable_state(self.critic_model, saved["critic"])
         torch.set_rng_state(saved["rng"]["torch"])
         random.setstate(saved["rng"]["python"])
         np.random.set_state(saved["rng"]["numpy"])

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.conftest import MICRO, ROOT, run
 
@@ -102,6 +103,30 @@ def test_killed_rl_resumes_from_its_checkpoint_and_matches(base, tmp_path):
     assert stable(out / "curves.csv") == stable(tmp_path / "straight" / "curves.csv")
     assert (out / "model" / "model.safetensors").read_bytes() == \
         (tmp_path / "straight" / "model" / "model.safetensors").read_bytes()
+
+
+def test_lora_warm_start_and_lora_rl_hand_on_plain_merged_models(base, tmp_path):
+    from safetensors.torch import load_file
+
+    lora = "lora: {r: 4, alpha: 8, target_modules: [c_attn]}\n"
+    (tmp_path / "supervised.yaml").write_text((MICRO / "methods" / "supervised.yaml").read_text() + lora)
+    (tmp_path / "ppo.yaml").write_text((MICRO / "methods" / "ppo.yaml").read_text() + lora)
+    run(stage("warm_start", "--task-file", TASK, "--method-file", tmp_path / "supervised.yaml",
+              "--datapool", base / "datapool", "--base-model", base / "base_model" / "model", "--seed", "0",
+              "--out", tmp_path / "sft"), ROOT)
+    run(stage("rl_finetune", "--task-file", TASK, "--algorithm", "ppo", "--method-file", tmp_path / "ppo.yaml",
+              "--datapool", base / "datapool", "--init-model", tmp_path / "sft" / "model",
+              "--base-model", base / "base_model" / "model", "--seed", "0",
+              "--resume-dir", tmp_path / "rl.resume", "--out", tmp_path / "rl"), ROOT)
+    start = load_file(base / "base_model" / "model" / "model.safetensors")
+    for folder in (tmp_path / "sft" / "model", tmp_path / "rl" / "model"):
+        assert not (folder / "adapter_config.json").exists()  # merged: evaluate needs no peft
+        weights = load_file(folder / "model.safetensors")
+        assert set(weights) == set(start)
+        moved = {k for k in start if not torch.equal(start[k], weights[k])}
+        assert moved and all(k.endswith("attn.c_attn.weight") for k in moved), moved  # only adapted layers
+    run(evaluate(base, tmp_path / "rl" / "model", tmp_path / "eval"), ROOT)
+    assert len((tmp_path / "eval" / "predictions.jsonl").read_text().splitlines()) == 8
 
 
 def test_bad_params_fail_before_work_with_exit_code_2(tmp_path):

@@ -1,0 +1,106 @@
+"""LoRA adapters (peft) on causal and seq2seq models: wrap, reference view, checkpoint state, merge.
+
+With LoRA the base weights never change, so the KL reference is the same model with its adapter
+disabled (``reference_view``) rather than a second copy. Checkpoints hold only the adapter weights;
+the model handed to ``evaluate`` is merged into a plain Hugging Face model, so nothing downstream
+needs peft.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+
+from grueflow.config import LoraConfig
+
+ADAPTER_FILE = "adapter_model.safetensors"  # what peft's save_pretrained writes
+
+
+def _peft() -> Any:
+    try:
+        import peft
+    except ImportError as err:
+        raise ImportError("LoRA (lora: in the method params) needs peft: pip install peft") from err
+    return peft
+
+
+def is_lora(model: Any) -> bool:
+    """True for a peft-wrapped model (False wherever peft is not installed)."""
+    try:
+        from peft import PeftModel
+    except ImportError:
+        return False
+    return isinstance(model, PeftModel)
+
+
+def with_lora(model: Any, cfg: LoraConfig) -> Any:
+    """``model`` wrapped with a fresh LoRA adapter; only the adapter's parameters require grad.
+
+    peft injects the adapter layers into ``model`` in place: keep no other reference to it. The
+    adapter's ``A`` is drawn from torch's global RNG, so seed before calling.
+    """
+    peft = _peft()
+    task_type = "SEQ_2_SEQ_LM" if model.config.is_encoder_decoder else "CAUSAL_LM"
+    target = list(cfg.target_modules) if cfg.target_modules is not None else None
+    peft_cfg = peft.LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=target,
+                               task_type=task_type, fan_in_fan_out=model.config.model_type == "gpt2")
+    try:
+        return peft.get_peft_model(model, peft_cfg)
+    except ValueError as err:  # e.g. a target module that the architecture does not have
+        names = sorted({n.split(".")[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)
+                        or m.__class__.__name__ == "Conv1D"})
+        raise ValueError(f"cannot add LoRA adapters to {model.config.model_type}: {err}; "
+                         f"its linear layers are named: {', '.join(names)}") from err
+
+
+def trainable_parameters(model: Any) -> list[torch.nn.Parameter]:
+    """The parameters an optimiser should update: all of them, or only the adapters under LoRA."""
+    return [p for p in model.parameters() if p.requires_grad]
+
+
+@contextlib.contextmanager
+def reference_view(model: Any) -> Iterator[Any]:
+    """The frozen base of a LoRA model (adapter disabled) for the duration of the block."""
+    with model.disable_adapter():
+        yield model
+
+
+def trainable_state(model: Any) -> dict[str, torch.Tensor]:
+    """What a checkpoint must hold to restore ``model``: the adapter under LoRA, else every weight."""
+    if is_lora(model):
+        return _peft().get_peft_model_state_dict(model)
+    return model.state_dict()
+
+
+def load_trainable_state(model: Any, state: dict[str, torch.Tensor]) -> None:
+    """Inverse of :func:`trainable_state`; fails loudly on a missing or unexpected adapter key."""
+    if not is_lora(model):
+        model.load_state_dict(state)
+        return
+    result = _peft().set_peft_model_state_dict(model, state)
+    unexpected = getattr(result, "unexpected_keys", [])
+    missing = [k for k in getattr(result, "missing_keys", []) if "lora_" in k]
+    if unexpected or missing:
+        raise ValueError(f"adapter state does not fit the model: missing {missing[:3]}, unexpected {unexpected[:3]}")
+
+
+def load_adapter(model: Any, folder: str | Path) -> None:
+    """Load adapter weights saved by peft's ``save_pretrained`` into a LoRA ``model``."""
+    from safetensors.torch import load_file
+
+    load_trainable_state(model, load_file(str(Path(folder) / ADAPTER_FILE)))
+
+
+def merged(model: Any) -> Any:
+    """A plain Hugging Face model with the adapter folded into the base weights; ``model`` is left as is.
+
+    Under LoRA this copies the model (one copy, briefly: the reference is no copy), then
+    ``merge_and_unload``; a plain model is returned unchanged.
+    """
+    if not is_lora(model):
+        return model
+    return copy.deepcopy(model).merge_and_unload()
