@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import os
 import random
-from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -100,30 +99,3 @@ def _imdb_samples(rows: list[dict[str, Any]], split: str, args: IMDB.Args) -> li
         reference = " ".join(words[args.prompt_words:args.prompt_words + args.reference_words])
         samples.append(Sample(f"{split}-{i}", prompt, (reference,) if reference else (), {"label": int(row["label"])}))
     return samples
-
-
-@DATAPOOLS.register("common_gen", "CommonGen v1.1 hub schema (concepts, target): concepts -> sentence, all targets as references")
-class CommonGen:
-    @dataclass(frozen=True)
-    class Args:
-        path: str = "common_gen"
-        data_files: Optional[dict[str, str]] = None
-        prefix: str = "generate a sentence with: "
-        n_val: Optional[int] = None
-
-    @staticmethod
-    def build(args: "CommonGen.Args") -> Datapool:
-        splits = load_splits(args.path, args.data_files)
-        grouped = {name: _group_concepts(rows, args.prefix, name) for name, rows in
-                   (("train", splits["train"]), ("val", splits["validation"]), ("test", splits.get("test", splits["validation"])))}
-        grouped["val"] = grouped["val"][:args.n_val]
-        unlabelled = [r for s in grouped["train"] for r in s.references]
-        return Datapool(grouped, unlabelled)
-
-
-def _group_concepts(rows: Any, prefix: str, split: str) -> list[Sample]:
-    targets: dict[tuple[str, ...], list[str]] = defaultdict(list)
-    for row in rows:
-        targets[tuple(row["concepts"])].append(row["target"])
-    return [Sample(f"{split}-{i}", prefix + " ".join(c), tuple(t for t in refs if t), {"concepts": list(c)})
-            for i, (c, refs) in enumerate(targets.items())]
