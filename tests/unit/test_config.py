@@ -57,7 +57,8 @@ def test_wrong_type_and_out_of_range_values():
 def test_unknown_datapool_model_and_datapool_args():
     data = task_data()
     data["datapool"]["id"] = "imbd"
-    with pytest.raises(ConfigError, match=r"unknown datapool 'imbd'; valid datapool ids: common_gen, imdb, synthetic_concepts, synthetic_sentiment"):
+    with pytest.raises(ConfigError, match=r"unknown datapool 'imbd'; valid datapool ids: cnn_dailymail, common_gen, custom, "
+                                          r"daily_dialog, imdb, iwslt2017, narrative_qa, synthetic_concepts, synthetic_sentiment, totto"):
         parse(TaskConfig, data, "t:")
     data = task_data()
     data["model"]["id"] = "gpt3"
