@@ -79,6 +79,7 @@ class IMDB:
         if args.positive_only_train:  # RL4LMs' IMDB datapool trains on positive reviews
             train_rows = [r for r in train_rows if r["label"] == 1]
         test_rows = [r for r in splits["test"]]
+        random.Random(args.seed + 1).shuffle(test_rows)  # the split is sorted by label: n_test must mix both
         pool = {
             "train": _imdb_samples(train_rows[:args.n_train], "train", args),
             "val": _imdb_samples(val_rows, "val", args),

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
 from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean
 
 
@@ -42,6 +43,10 @@ class BertScore(Metric):
             from bert_score import BERTScorer
         except ImportError:
             raise ImportError("metric 'bert_score' needs bert-score: pip install bert-score") from None
+        if args.model and not Path(args.model).exists() and not hub_reachable():
+            raise HubUnreachableError(f"bert_score encoder {args.model!r}: the Hugging Face hub is unreachable "
+                                      f"({offline_state()}); leave args.model unset for the shipped all-MiniLM-L6-v2 "
+                                      "or point it at a local folder")
         scorer = BERTScorer(model_type=args.model or shipped_minilm(), num_layers=args.num_layers,
                             batch_size=args.batch_size, idf=args.idf, device="cpu")
 
@@ -127,6 +132,10 @@ def load_classifier(name: str, max_length: int, batch_size: int) -> Classifier:
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+    if not Path(name).exists() and not hub_reachable():  # never wait on an unreachable hub
+        raise HubUnreachableError(f"cannot load classifier {name!r}: the Hugging Face hub is unreachable "
+                                  f"({offline_state()}) and no local folder has that name; set the metric's "
+                                  "model (or checkpoint) arg to a local folder")
     model = AutoModelForSequenceClassification.from_pretrained(name, dtype=torch.float32).eval()
     return Classifier(name, AutoTokenizer.from_pretrained(name), model, max_length, batch_size)
 

@@ -11,7 +11,7 @@ import pytest
 import shared_data
 
 from grueflow.config import ConfigError, parse
-from grueflow.metrics import METRICS, MetricContext, describe
+from grueflow.metrics import METRICS, MetricContext, MetricUnavailableError, describe
 
 CTX = MetricContext()
 
@@ -409,7 +409,7 @@ def test_every_metric_id_is_a_weighted_reward(metric_id, model_args):
         {"metric": "length_penalty" if metric_id != "length_penalty" else "repeat_penalty", "weight": 1.0}]}, "reward")
     try:
         reward = Reward(cfg, CTX)
-    except RuntimeError as error:  # only SPICE may be missing a system dependency (Java, CoreNLP jars)
+    except MetricUnavailableError as error:  # only SPICE may miss a system dependency (Java, CoreNLP jars)
         assert metric_id == "spice" and "needs Java" in str(error)
         return
     total, parts = reward(["p", "p"], generations, references, meta)
@@ -417,4 +417,8 @@ def test_every_metric_id_is_a_weighted_reward(metric_id, model_args):
     assert primary == METRICS.get(metric_id).key() and reward.weights == {primary: 0.5, shaping: 1.0}
     assert all(math.isfinite(v) for v in parts[primary])
     assert total == pytest.approx([0.5 * a + b for a, b in zip(parts[primary], parts[shaping])])
+    metric = METRICS.get(metric_id)  # it writes exactly the keys it declares (evaluate checks headlines by them)
+    result = metric.build(parse(metric.Args, model_args.get(metric_id, {}), "args"), CTX)(
+        ["p", "p"], generations, references, meta)
+    assert set(result.corpus) == set(metric.keys()) and set(result.per_sample) == {metric.key(s) for s in metric.scores}
 
