@@ -288,6 +288,9 @@ class RewardConfig:
     def __post_init__(self) -> None:
         _check(len(self.components) > 0, "a reward needs at least one component")
         _check(any(c.weight != 0 for c in self.components), "every reward weight is 0; give one component a non-zero weight")
+        keys = [c.key for c in self.components]
+        repeated = sorted({k for k in keys if keys.count(k) > 1})
+        _check(not repeated, f"reward components {repeated} appear twice; merge them into one component with the summed weight")
 
 
 @dataclass(frozen=True)

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
 from grueflow.config import GenerationConfig, MetricSpec, RewardConfig, parse
 from grueflow.data import Sample
-from grueflow.metrics import METRICS, MetricContext, mean
+from grueflow.hub import HubUnreachableError
+from grueflow.metrics import METRICS, MetricContext, MetricUnavailableError, mean
 from grueflow.metrics.reward import Reward
 from grueflow.models.policy import Policy
 
 REWARD_KEY = "reward"
+log = logging.getLogger(__name__)
 
 
 def generate(policy: Policy, samples: list[Sample], gen: GenerationConfig, batch_size: int = 32) -> list[str]:
@@ -22,13 +25,24 @@ def generate(policy: Policy, samples: list[Sample], gen: GenerationConfig, batch
     return texts
 
 
+def produced_keys(reward_cfg: RewardConfig, metrics: tuple[MetricSpec, ...]) -> set[str]:
+    """Every corpus key ``score`` can write for this reward and these metrics (checked before any work)."""
+    keys = {REWARD_KEY, *(c.key for c in reward_cfg.components)}
+    for spec in metrics:
+        metric = METRICS.get(spec.id)
+        keys.update(metric.keys())
+    return keys
+
+
 def score(samples: list[Sample], generations: list[str], reward_cfg: RewardConfig, metrics: tuple[MetricSpec, ...],
-          context: MetricContext) -> tuple[list[dict[str, Any]], dict[str, float]]:
-    """Per-sample rows (prompt, generation, references, scores) and corpus metrics.
+          context: MetricContext) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, str]]:
+    """Per-sample rows (prompt, generation, references, scores), corpus metrics, and the missing metrics.
 
     The task reward is scored exactly as in RL (``reward``, plus each component); every metric's
     corpus scores are added under their namespaced keys. Non-finite corpus values become ``None``
-    (a metric that cannot be computed is missing, never 0).
+    (a metric that cannot be computed is missing, never 0). A metric that cannot run on this machine
+    (a hub model offline, SPICE without Java) is missing too: its keys are ``None`` and the third
+    value maps its id to the reason. The reward itself must always run.
     """
     prompts = [s.prompt for s in samples]
     references = [list(s.references) for s in samples]
@@ -36,14 +50,22 @@ def score(samples: list[Sample], generations: list[str], reward_cfg: RewardConfi
     total, parts = Reward(reward_cfg, context)(prompts, generations, references, meta)
     per_sample: dict[str, list[float]] = {REWARD_KEY: total, **parts}
     corpus: dict[str, Any] = {REWARD_KEY: mean(total), **{k: mean(v) for k, v in parts.items()}}
+    missing: dict[str, str] = {}
     for spec in metrics:
         metric = METRICS.get(spec.id)
-        result = metric.build(parse(metric.Args, dict(spec.args), "args"), context)(prompts, generations, references, meta)
+        try:
+            compute = metric.build(parse(metric.Args, dict(spec.args), "args"), context)
+        except (MetricUnavailableError, HubUnreachableError) as error:
+            log.warning("metric %s is missing: %s", spec.id, error)
+            missing[spec.id] = str(error)
+            corpus.update({key: None for key in metric.keys()})
+            continue
+        result = compute(prompts, generations, references, meta)
         per_sample.update(result.per_sample)
         corpus.update(result.corpus)
     rows = [{"id": s.id, "prompt": s.prompt, "generation": g, "references": list(s.references),
              "scores": {k: _finite(v[i]) for k, v in per_sample.items()}} for i, (s, g) in enumerate(zip(samples, generations))]
-    return rows, {k: _finite(v) for k, v in corpus.items()}
+    return rows, {k: _finite(v) for k, v in corpus.items()}, missing
 
 
 def _finite(value: float) -> float | None:

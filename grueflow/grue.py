@@ -98,15 +98,35 @@ def to_nested(table: pd.DataFrame) -> dict[str, Any]:
     return nested
 
 
-def to_markdown(table: pd.DataFrame) -> str:
+def missing_metrics(runs: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """``{task: {metric id: reason}}`` for the metrics evaluate could not run on this machine."""
+    missing: dict[str, dict[str, str]] = {}
+    for run in runs:
+        missing.setdefault(run["task"], {}).update(run.get("missing", {}))
+    return {task: reasons for task, reasons in missing.items() if reasons}
+
+
+def headlines(runs: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """Each task's headline metrics, as its evaluate runs name them."""
+    return {run["task"]: list(run["headline"]) for run in runs}
+
+
+def to_markdown(table: pd.DataFrame, headline: dict[str, list[str]] | None = None,
+                missing: dict[str, dict[str, str]] | None = None) -> str:
+    """One section per task, with the common columns and that task's headline metrics (all of the table's
+    when ``headline`` is not given). A metric with no value shows as "—" (missing, never 0); a std column
+    with no value at all (one seed) is left out; the metrics that could not run are listed with the reason."""
     lines = ["# GRUE table", ""]
+    all_headline = {c for cs in (headline or {}).values() for c in cs}
     for task, group in table.groupby("task", sort=True):
-        shown = group.dropna(axis=1, how="all")
-        columns = list(shown.columns)
+        own = set((headline or {}).get(task, all_headline))
+        columns = [c for c in group.columns if not (c.endswith("_std") and group[c].isna().all())
+                   and (c.removesuffix("_std") not in all_headline or c.removesuffix("_std") in own)]
         lines += [f"## {task}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-        for row in shown.to_dict("records"):
+        for row in group[columns].to_dict("records"):
             lines.append("| " + " | ".join(_cell(row[c]) for c in columns) + " |")
-        lines.append("")
+        lines += [""] + [f"- missing `{metric}`: {reason}" for metric, reason in (missing or {}).get(task, {}).items()]
+        lines += [""] if (missing or {}).get(task) else []
     lines += ["## GRUE score (mean normalised score over tasks)", "", "| method | grue_score |", "|---|---|"]
     lines += [f"| {m} | {_cell(v)} |" for m, v in grue_scores(table).items()]
     return "\n".join(lines) + "\n"
@@ -114,12 +134,13 @@ def to_markdown(table: pd.DataFrame) -> str:
 
 def _cell(value: Any) -> str:
     if isinstance(value, float):
-        return "" if math.isnan(value) else f"{value:.4g}"
+        return "—" if math.isnan(value) else f"{value:.4g}"
     return str(value)
 
 
-def write_table(table: pd.DataFrame, csv_path: Path, md_path: Path, json_path: Path) -> None:
+def write_table(table: pd.DataFrame, csv_path: Path, md_path: Path, json_path: Path,
+                headline: dict[str, list[str]] | None = None, missing: dict[str, dict[str, str]] | None = None) -> None:
     with io.atomic_path(csv_path) as tmp:
         table.to_csv(tmp, index=False, float_format="%.6g")
-    io.write_text(md_path, to_markdown(table))
+    io.write_text(md_path, to_markdown(table, headline, missing))
     io.write_json(json_path, to_nested(table))

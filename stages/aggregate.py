@@ -36,9 +36,10 @@ def main() -> None:
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise SystemExit(f"error: {len(missing)} evaluate outputs are missing, e.g. {missing[0]}; run the pipeline first")
-    table = grue.build_table(grue.load_runs(paths))
-    grue.write_table(table, args.out_csv, args.out_md, args.out_json)
-    print(grue.to_markdown(table))
+    runs = grue.load_runs(paths)
+    table, headline, missing = grue.build_table(runs), grue.headlines(runs), grue.missing_metrics(runs)
+    grue.write_table(table, args.out_csv, args.out_md, args.out_json, headline, missing)
+    print(grue.to_markdown(table, headline, missing))
 
 
 if __name__ == "__main__":

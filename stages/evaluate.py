@@ -40,21 +40,24 @@ def main() -> None:
     headline = parse(tuple[str, ...], raw.get("headline_metrics"), f"{args.task_file}: headline_metrics")
     if all(m.id != FLUENCY.id for m in metrics):
         metrics = metrics + (FLUENCY,)
+    unknown = sorted(set(headline) - evaluation.produced_keys(reward_cfg, metrics))
+    if unknown:
+        raise ValueError(f"{args.task_file}: headline_metrics {unknown} are not produced by the task's reward or metrics; "
+                         f"produced: {', '.join(sorted(evaluation.produced_keys(reward_cfg, metrics)))}")
     test = read_split(args.datapool, "test")
 
     seed_everything(args.seed, args.threads)
     model, tokenizer = load_pretrained(args.model)
     policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt)
     generations = evaluation.generate(policy, test, generation)
-    rows, corpus = evaluation.score(test, generations, reward_cfg, metrics, MetricContext(args.base_model, lengths.prompt))
-    missing = [h for h in headline if h not in corpus]
-    if missing:
-        raise ValueError(f"headline metrics {missing} are not produced by the task's metrics; produced: {sorted(corpus)}")
+    rows, corpus, missing = evaluation.score(test, generations, reward_cfg, metrics,
+                                             MetricContext(args.base_model, lengths.prompt))
     method = method_name(args.start, args.algorithm)
     with atomic_dir(args.out) as tmp:
         write_jsonl(tmp / "predictions.jsonl", rows)
         write_json(tmp / "metrics.json", {"task": args.task, "method": method, "seed": args.seed,
-                                          "headline": list(headline), "metrics": corpus})
+                                          "headline": list(headline), "metrics": corpus,
+                                          "missing": missing})
         stage.finish(tmp, "evaluate", {"lengths": to_dict(lengths), "eval_generation": to_dict(generation),
                                        "reward": to_dict(reward_cfg), "metrics": to_dict(metrics), "seed": args.seed},
                      {"datapool": args.datapool, "model": args.model}, started)

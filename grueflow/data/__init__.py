@@ -9,6 +9,6 @@ from grueflow.registry import Registry
 
 DATAPOOLS: Registry = Registry("datapool")
 
-from grueflow.data import hub, synthetic  # noqa: E402,F401  (registers the datapools)
+from grueflow.data import grue, hub, synthetic  # noqa: E402,F401  (registers the datapools)
 
 __all__ = ["DATAPOOLS", "Datapool", "Sample", "read_split", "write_datapool"]

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import os
 import random
-from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -18,8 +17,15 @@ from grueflow.data.sample import Datapool, Sample
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
 
 
-def load_splits(path: str, data_files: Optional[dict[str, str]]) -> Any:
-    """``datasets.load_dataset(path, data_files=...)``, with a clear error for an unreachable hub."""
+BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+
+
+def load_splits(path: str, data_files: Optional[dict[str, str]], name: Optional[str] = None) -> Any:
+    """``datasets.load_dataset(path, name, data_files=...)``, with a clear error for an unreachable hub.
+
+    With ``data_files`` and a ``path`` that is neither a builder nor a local folder (a hub id, or
+    empty), the builder is taken from the files' extension: local files never go to the hub.
+    """
     import datasets
 
     files = dict(data_files) if data_files else None
@@ -27,14 +33,25 @@ def load_splits(path: str, data_files: Optional[dict[str, str]]) -> Any:
         missing = [f for f in files.values() if not Path(f).is_file()]
         if missing:
             raise FileNotFoundError(f"data_files {missing} do not exist (relative paths are read from {os.getcwd()})")
+        if not path or (path not in BUILDERS.values() and not Path(path).is_dir()):
+            path = builder_for(files)
     if files or Path(path).exists():
-        return datasets.load_dataset(path, data_files=files)
+        return datasets.load_dataset(path, name, data_files=files)
     if not hub_reachable():
         raise HubUnreachableError(
             f"cannot load dataset {path!r}: the Hugging Face hub is unreachable ({offline_state()}) and no local "
             f"copy was given. Point the datapool at local files: path: json (or csv) and data_files: "
             f"{{train: ..., test: ...}}")
-    return datasets.load_dataset(path)
+    return datasets.load_dataset(path, name)
+
+
+def builder_for(files: dict[str, str]) -> str:
+    """The ``datasets`` builder that reads these files, from their extension (one kind for all)."""
+    kinds = {BUILDERS.get(Path(f).suffix.lower()) for f in files.values()}
+    if len(kinds) != 1 or None in kinds:
+        raise ValueError(f"cannot tell how to read data_files {sorted(files.values())}: give them one extension of "
+                         f"{', '.join(BUILDERS)}, or set path to a datasets builder (json, csv, parquet)")
+    return kinds.pop()
 
 
 @DATAPOOLS.register("imdb", "IMDB sentiment continuation (RL4LMs): prompt = a review's first words, hub id or local files")
@@ -62,6 +79,7 @@ class IMDB:
         if args.positive_only_train:  # RL4LMs' IMDB datapool trains on positive reviews
             train_rows = [r for r in train_rows if r["label"] == 1]
         test_rows = [r for r in splits["test"]]
+        random.Random(args.seed + 1).shuffle(test_rows)  # the split is sorted by label: n_test must mix both
         pool = {
             "train": _imdb_samples(train_rows[:args.n_train], "train", args),
             "val": _imdb_samples(val_rows, "val", args),
@@ -82,30 +100,3 @@ def _imdb_samples(rows: list[dict[str, Any]], split: str, args: IMDB.Args) -> li
         reference = " ".join(words[args.prompt_words:args.prompt_words + args.reference_words])
         samples.append(Sample(f"{split}-{i}", prompt, (reference,) if reference else (), {"label": int(row["label"])}))
     return samples
-
-
-@DATAPOOLS.register("common_gen", "CommonGen v1.1 hub schema (concepts, target): concepts -> sentence, all targets as references")
-class CommonGen:
-    @dataclass(frozen=True)
-    class Args:
-        path: str = "common_gen"
-        data_files: Optional[dict[str, str]] = None
-        prefix: str = "generate a sentence with: "
-        n_val: Optional[int] = None
-
-    @staticmethod
-    def build(args: "CommonGen.Args") -> Datapool:
-        splits = load_splits(args.path, args.data_files)
-        grouped = {name: _group_concepts(rows, args.prefix, name) for name, rows in
-                   (("train", splits["train"]), ("val", splits["validation"]), ("test", splits.get("test", splits["validation"])))}
-        grouped["val"] = grouped["val"][:args.n_val]
-        unlabelled = [r for s in grouped["train"] for r in s.references]
-        return Datapool(grouped, unlabelled)
-
-
-def _group_concepts(rows: Any, prefix: str, split: str) -> list[Sample]:
-    targets: dict[tuple[str, ...], list[str]] = defaultdict(list)
-    for row in rows:
-        targets[tuple(row["concepts"])].append(row["target"])
-    return [Sample(f"{split}-{i}", prefix + " ".join(c), tuple(t for t in refs if t), {"concepts": list(c)})
-            for i, (c, refs) in enumerate(targets.items())]

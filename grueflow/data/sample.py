@@ -38,10 +38,14 @@ class Sample:
 
 @dataclass(frozen=True)
 class Datapool:
-    """Train/val/test Samples plus unlabelled text (for tokenizer training and LM pre-training)."""
+    """Train/val/test Samples plus unlabelled text (for tokenizer training and LM pre-training).
+
+    ``stats`` holds the loader's own counts (e.g. ``skipped_rows`` per split); they go into stats.json.
+    """
 
     splits: dict[str, list[Sample]]
     unlabelled: list[str]
+    stats: dict[str, Any] = field(default_factory=dict)
 
 
 def write_datapool(pool: Datapool, out_dir: str | Path) -> dict[str, Any]:
@@ -50,7 +54,7 @@ def write_datapool(pool: Datapool, out_dir: str | Path) -> dict[str, Any]:
     for split in SPLITS:
         io.write_jsonl(out_dir / f"{split}.jsonl", (s.to_json() for s in pool.splits[split]))
     io.write_text(out_dir / UNLABELLED, "\n".join(pool.unlabelled) + "\n")
-    stats: dict[str, Any] = {"unlabelled_lines": len(pool.unlabelled)}
+    stats: dict[str, Any] = {"unlabelled_lines": len(pool.unlabelled), **pool.stats}
     for split in SPLITS:
         samples = pool.splits[split]
         stats[split] = {

@@ -18,6 +18,11 @@ from grueflow.registry import Registry
 METRICS: Registry = Registry("metric")
 
 
+class MetricUnavailableError(RuntimeError):
+    """A metric cannot run on this machine: a system dependency is absent (SPICE's Java and CoreNLP jars).
+    ``evaluate`` reports such a metric as missing; a reward that needs it fails."""
+
+
 @dataclass(frozen=True)
 class MetricResult:
     """Per-sample scores (one list per key, aligned with the inputs) and corpus scores."""
@@ -41,7 +46,8 @@ class Metric:
     """Base class: subclasses set ``category``, ``scores`` and implement ``build``."""
 
     category: ClassVar[str]
-    scores: ClassVar[tuple[str, ...]]
+    scores: ClassVar[tuple[str, ...]]  # per-sample (and corpus) scores; the first is a reward's default
+    corpus_scores: ClassVar[tuple[str, ...]] = ()  # scores of the whole batch only (distinct-n, ...)
 
     @dataclass(frozen=True)
     class Args:
@@ -50,6 +56,11 @@ class Metric:
     @classmethod
     def key(cls, score: Optional[str] = None) -> str:
         return f"{cls.category}/{score or cls.scores[0]}"
+
+    @classmethod
+    def keys(cls) -> list[str]:
+        """Every key the metric writes: its per-sample scores, then its corpus-only scores."""
+        return [cls.key(s) for s in cls.scores + cls.corpus_scores]
 
     @classmethod
     def build(cls, args: Any, context: MetricContext) -> MetricFn:
@@ -73,4 +84,4 @@ def nanmean(values: Sequence[float]) -> float:
 # registration: importing each module registers its metrics
 from grueflow.metrics import captioning, diversity, fluency, lexical, semantic, shaping, table, task  # noqa: E402,F401
 
-__all__ = ["METRICS", "Metric", "MetricContext", "MetricResult", "describe", "mean", "nanmean"]
+__all__ = ["METRICS", "Metric", "MetricContext", "MetricResult", "MetricUnavailableError", "describe", "mean", "nanmean"]

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, nanmean
+from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, MetricUnavailableError, nanmean
 
 TOKEN = re.compile(r"\w+|[^\w\s]")
 
@@ -109,7 +109,7 @@ class Spice(Metric):
         lib = Path(args.corenlp_dir) if args.corenlp_dir else Path(coco_spice.__file__).parent / "lib"
         jars = sorted(lib.glob("stanford-corenlp-*.jar"))
         if shutil.which(args.java) is None or len(jars) < 2:
-            raise RuntimeError(
+            raise MetricUnavailableError(
                 f"metric 'spice' needs Java (given java={args.java!r}, found: {shutil.which(args.java)}) and the Stanford "
                 f"CoreNLP 3.6.0 jars stanford-corenlp-3.6.0.jar and stanford-corenlp-3.6.0-models.jar in {lib} "
                 f"(found: {[j.name for j in jars]}); install a JRE (apt-get install default-jre) and copy the jars from "

@@ -31,6 +31,7 @@ def unique(texts: Sequence[Sequence[str]], n: int) -> int:
 class Diversity(Metric):
     category = "diversity"
     scores = ("length", "repetition")
+    corpus_scores = ("distinct_1", "distinct_2", "unique_1", "unique_2", "vocab_size")
 
     @classmethod
     def build(cls, args: Any, context: MetricContext) -> MetricFn:

@@ -15,19 +15,28 @@ class Rouge(Metric):
 
     @dataclass(frozen=True)
     class Args:
+        """``split_sentences``: for ROUGE-Lsum, put each sentence on its own line first (pysbd), as the Hugging
+        Face summarization scripts do with NLTK punkt; rouge-score itself splits only at newlines."""
+
         use_stemmer: bool = True
+        split_sentences: bool = True
 
     @classmethod
     def build(cls, args: "Rouge.Args", context: MetricContext) -> MetricFn:
         from rouge_score import rouge_scorer
 
+        from grueflow.metrics.sentences import split_sentences
+
         scorer = rouge_scorer.RougeScorer(list(cls.scores), use_stemmer=args.use_stemmer)
+
+        def lines(text: str) -> str:
+            return "\n".join(split_sentences(text)) if args.split_sentences else text
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
             per_sample: dict[str, list[float]] = {cls.key(s): [] for s in cls.scores}
             for generation, refs in zip(generations, references):
-                result = scorer.score_multi(list(refs), generation) if refs else {}
+                result = scorer.score_multi([lines(r) for r in refs], lines(generation)) if refs else {}
                 for s in cls.scores:
                     per_sample[cls.key(s)].append(result[s].fmeasure if refs else float("nan"))
             return MetricResult(per_sample, {k: mean(v) for k, v in per_sample.items()})

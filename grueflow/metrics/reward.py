@@ -21,6 +21,11 @@ class Reward:
             metric = METRICS.get(c.metric)
             self.components.append((c.key, c.weight, c.score, metric.build(parse(metric.Args, dict(c.args), "args"), context)))
 
+    @property
+    def weights(self) -> dict[str, float]:
+        """Each component's weight under its ``<category>/<score>`` key."""
+        return {key: weight for key, weight, _, _ in self.components}
+
     def __call__(self, prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                  meta: Sequence[dict[str, Any]]) -> tuple[list[float], dict[str, list[float]]]:
         total = [0.0] * len(generations)

@@ -1,4 +1,4 @@
-"""Learned metrics: BERTScore (bert-score package), a sequence-classifier score and DailyDialog intent accuracy.
+"""Learned metrics: BERTScore (bert-score package), BLEURT, SummaC-ZS, a sequence-classifier score, DailyDialog intent accuracy.
 
 Each model is loaded once in ``build`` and reused for every batch; both run on CPU in float32 and
 download nothing unless a hub id is given.
@@ -7,10 +7,12 @@ download nothing unless a hub id is given.
 from __future__ import annotations
 
 import importlib.util
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
 from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean
 
 
@@ -41,15 +43,21 @@ class BertScore(Metric):
             from bert_score import BERTScorer
         except ImportError:
             raise ImportError("metric 'bert_score' needs bert-score: pip install bert-score") from None
+        if args.model and not Path(args.model).exists() and not hub_reachable():
+            raise HubUnreachableError(f"bert_score encoder {args.model!r}: the Hugging Face hub is unreachable "
+                                      f"({offline_state()}); leave args.model unset for the shipped all-MiniLM-L6-v2 "
+                                      "or point it at a local folder")
         scorer = BERTScorer(model_type=args.model or shipped_minilm(), num_layers=args.num_layers,
                             batch_size=args.batch_size, idf=args.idf, device="cpu")
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
-            # bert-score cannot encode an empty string under transformers 5: such pairs score NaN
+            # bert-score sets the raw scores of an empty candidate or reference to 0 (bert_score.utils.greedy_cos_idf),
+            # but cannot encode "" under transformers 5: such pairs get that 0 here without being encoded. A sample
+            # with no reference at all scores NaN.
             refs = [[r for r in rs if r.strip()] for rs in references]
+            per_sample = {cls.key(s): [0.0 if rs else float("nan") for rs in references] for s in cls.scores}
             kept = [i for i, rs in enumerate(refs) if rs and generations[i].strip()]
-            per_sample = {cls.key(s): [float("nan")] * len(generations) for s in cls.scores}
             if kept:
                 precision, recall, f1 = scorer.score([generations[i] for i in kept], [refs[i] for i in kept])
                 for j, i in enumerate(kept):
@@ -98,16 +106,25 @@ class Classifier:
             raise ValueError(f"label {label!r} is not a label of {self.name}; its labels: {', '.join(sorted(self.label2id))}")
         return self.label2id[label]
 
-    def __call__(self, texts: Sequence[str]) -> list[list[float]]:
+    def logits(self, texts: Sequence[str], pairs: Optional[Sequence[str]] = None) -> list[list[float]]:
+        """Raw logits of each text, or of each (text, pair) when ``pairs`` is given.  (N, num_labels)"""
         import torch
 
-        probs: list[list[float]] = []
+        rows: list[list[float]] = []
         with torch.no_grad():
             for start in range(0, len(texts), self.batch_size):
-                batch = self.tokenizer(list(texts[start:start + self.batch_size]), padding=True, truncation=True,
+                second = list(pairs[start:start + self.batch_size]) if pairs is not None else None
+                batch = self.tokenizer(list(texts[start:start + self.batch_size]), second, padding=True, truncation=True,
                                        max_length=self.max_length, return_tensors="pt")
-                probs.extend(self.model(**batch).logits.float().softmax(-1).tolist())  # (B, num_labels)
-        return probs
+                rows.extend(self.model(**batch).logits.float().tolist())
+        return rows
+
+    def __call__(self, texts: Sequence[str], pairs: Optional[Sequence[str]] = None) -> list[list[float]]:
+        """Label probabilities of each text (or text pair).  (N, num_labels), rows sum to 1"""
+        import torch
+
+        logits = self.logits(texts, pairs)
+        return torch.tensor(logits).softmax(-1).tolist() if logits else []
 
 
 def load_classifier(name: str, max_length: int, batch_size: int) -> Classifier:
@@ -115,6 +132,10 @@ def load_classifier(name: str, max_length: int, batch_size: int) -> Classifier:
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+    if not Path(name).exists() and not hub_reachable():  # never wait on an unreachable hub
+        raise HubUnreachableError(f"cannot load classifier {name!r}: the Hugging Face hub is unreachable "
+                                  f"({offline_state()}) and no local folder has that name; set the metric's "
+                                  "model (or checkpoint) arg to a local folder")
     model = AutoModelForSequenceClassification.from_pretrained(name, dtype=torch.float32).eval()
     return Classifier(name, AutoTokenizer.from_pretrained(name), model, max_length, batch_size)
 
@@ -146,3 +167,91 @@ class IntentAccuracy(Metric):
             return MetricResult({cls.key(): scores}, {cls.key(): mean(scores)})
 
         return compute
+
+
+@METRICS.register("bleurt", "BLEURT (Sellam et al. 2020) from a transformers-format checkpoint given by args.checkpoint; best over references")
+class Bleurt(Metric):
+    """A regression head over ``(reference, candidate)`` pairs, e.g. the ports ``Elron/bleurt-base-512`` or
+    ``Elron/bleurt-tiny-512`` (BertForSequenceClassification, one label). The original TensorFlow checkpoints
+    must be converted first; nothing is downloaded unless ``checkpoint`` is a hub id."""
+
+    category = "semantic"
+    scores = ("bleurt",)
+
+    @dataclass(frozen=True)
+    class Args:
+        checkpoint: Optional[str] = None
+        max_length: int = 512
+        batch_size: int = 32
+
+        def __post_init__(self) -> None:
+            if not self.checkpoint:
+                raise ValueError("metric 'bleurt' needs args.checkpoint: a local folder or hub id of a BLEURT checkpoint "
+                                 "in transformers format (e.g. Elron/bleurt-tiny-512); TensorFlow checkpoints must be "
+                                 "converted first")
+
+    @classmethod
+    def build(cls, args: "Bleurt.Args", context: MetricContext) -> MetricFn:
+        model = load_classifier(args.checkpoint, args.max_length, args.batch_size)
+        if model.model.config.num_labels != 1:
+            raise ValueError(f"bleurt checkpoint {args.checkpoint!r} has {model.model.config.num_labels} labels; "
+                             "a BLEURT checkpoint has one regression output")
+
+        def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
+                    meta: Sequence[dict[str, Any]]) -> MetricResult:
+            pairs = [(i, r) for i, refs in enumerate(references) for r in refs]
+            logits = model.logits([r for _, r in pairs], [generations[i] for i, _ in pairs])
+            scores = [float("nan")] * len(generations)
+            for (i, _), row in zip(pairs, logits):
+                scores[i] = row[0] if math.isnan(scores[i]) else max(scores[i], row[0])
+            return MetricResult({cls.key(): scores}, {cls.key(): nanmean(scores)})
+
+        return compute
+
+
+@METRICS.register("summac_zs", "SummaC-ZS (Laban et al. 2022): sentence-level NLI consistency of a summary with its source, in [-1, 1]")
+class SummaCZS(Metric):
+    """Each summary sentence is scored against every source sentence by an NLI model as
+    P(entailment) - P(contradiction); a sentence keeps its best source sentence and the summary scores
+    the mean over its sentences (the zero-shot SummaC of Laban et al., TACL 2022, sentence granularity).
+    The source is the prompt, or ``meta[document_key]`` when set. An empty summary scores 0, as in SummaC."""
+
+    category = "semantic"
+    scores = ("summac_zs",)
+
+    @dataclass(frozen=True)
+    class Args:
+        model: str = "tals/albert-xlarge-vitaminc-mnli"
+        document_key: Optional[str] = None
+        max_length: int = 256
+        batch_size: int = 32
+
+    @classmethod
+    def build(cls, args: "SummaCZS.Args", context: MetricContext) -> MetricFn:
+        from grueflow.metrics.sentences import split_sentences
+
+        nli = load_classifier(args.model, args.max_length, args.batch_size)
+        entail, contradict = nli_label(nli, "entail"), nli_label(nli, "contradict")
+
+        def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
+                    meta: Sequence[dict[str, Any]]) -> MetricResult:
+            documents = [m[args.document_key] for m in meta] if args.document_key else list(prompts)
+            pairs = [(i, j, d, g) for i, (document, generation) in enumerate(zip(documents, generations))
+                     for j, g in enumerate(split_sentences(generation)) for d in split_sentences(document)]
+            probs = nli([d for *_, d, _ in pairs], [g for *_, g in pairs])
+            best: list[dict[int, float]] = [{} for _ in generations]  # per sample: summary sentence -> best score
+            for (i, j, _, _), row in zip(pairs, probs):
+                best[i][j] = max(best[i].get(j, -1.0), row[entail] - row[contradict])
+            scores = [mean(list(b.values())) if b else 0.0 for b in best]
+            return MetricResult({cls.key(): scores}, {cls.key(): mean(scores)})
+
+        return compute
+
+
+def nli_label(classifier: Classifier, stem: str) -> int:
+    """The id of the NLI label whose name starts with ``stem`` (case-insensitive), e.g. ENTAILMENT or contradiction."""
+    found = [i for name, i in classifier.label2id.items() if name.lower().startswith(stem)]
+    if len(found) != 1:
+        raise ValueError(f"summac_zs needs an NLI model with one label starting with {stem!r}; "
+                         f"{classifier.name} has labels {', '.join(sorted(classifier.label2id))}")
+    return found[0]

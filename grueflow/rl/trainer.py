@@ -61,6 +61,11 @@ class ValueHead(torch.nn.Module):
         return self.linear(hidden).squeeze(-1)
 
 
+# curve columns that measure wall time: the only ones that differ between two runs with the same params and seed
+WALL_CLOCK_KEYS = ("charts/generated_tokens_per_s", "charts/iteration_s", "charts/generation_s", "charts/reward_s",
+                   "charts/reward_share")
+
+
 class Rollout(NamedTuple):
     """One iteration's experience; token tensors are (B, T) over completion tokens."""
 
@@ -73,8 +78,9 @@ class Rollout(NamedTuple):
     values: torch.Tensor  # zeros without a critic
     rewards: torch.Tensor
     scores: torch.Tensor  # (B,) task reward
-    components: dict[str, float]
+    components: dict[str, float]  # each reward component's mean score, unweighted
     generation_s: float
+    reward_s: float
     action_mask: Optional[torch.Tensor] = None  # (B, T, V) allowed tokens (NLPO)
 
 
@@ -212,8 +218,10 @@ class RLTrainer:
         action_mask = processor.action_mask() if processor is not None else None
         mask = completion_mask(completions, self.policy.eos_token_id)
         texts = self.policy.decode(completions)
+        started = time.perf_counter()
         total, parts = self.reward([s.prompt for s in samples], texts, [s.references for s in samples],
                                    [s.meta for s in samples])
+        reward_s = time.perf_counter() - started
         scores = torch.tensor(total, dtype=torch.float32)
         (logprobs, values, _), unmasked = self._outputs(prompts, completions, action_mask)
         values = values if values is not None else torch.zeros_like(logprobs)
@@ -226,7 +234,7 @@ class RLTrainer:
         components = {k: float(np.mean(v)) for k, v in parts.items()}
         return Rollout(prompts, completions, mask, logprobs * mask, ref_logprobs * mask,
                        kl_k1(unmasked, ref_logprobs) * mask, values * mask, rewards, scores, components, generation_s,
-                       action_mask)
+                       reward_s, action_mask)
 
     # -- update ----------------------------------------------------------------------------
 
@@ -280,17 +288,23 @@ class RLTrainer:
         self.kl.update(seq_kl)
         tokens = rollout.mask.sum().item()
         self.state.iteration += 1
+        iteration_s = time.perf_counter() - started
+        weights = self.reward.weights
         row = {
             "iteration": self.state.iteration,
             "reward/task": rollout.scores.mean().item(),
             **{f"reward/{k}": v for k, v in rollout.components.items()},
+            **{f"reward_weighted/{k}": weights[k] * v for k, v in rollout.components.items()},
             "kl/sequence": seq_kl,
             "kl/coef": kl_coef,
             **stats,
             "charts/mean_length": rollout.mask.sum(1).mean().item(),
             "charts/learning_rate": self.scheduler.get_last_lr()[0],
             "charts/generated_tokens_per_s": tokens / max(rollout.generation_s, 1e-9),
-            "charts/iteration_s": time.perf_counter() - started,
+            "charts/iteration_s": iteration_s,
+            "charts/generation_s": rollout.generation_s,
+            "charts/reward_s": rollout.reward_s,
+            "charts/reward_share": rollout.reward_s / iteration_s,
         }
         self.state.curve.append({k: round(v, 6) for k, v in row.items()})
         return row

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from grueflow.rl.trainer import WALL_CLOCK_KEYS
 from tests.conftest import MICRO, ROOT, run
 
 PY = sys.executable
@@ -73,7 +74,13 @@ def test_rl_and_evaluate_outputs(base, tmp_path):
     assert [row["iteration"] for row in curve] == ["1", "2"]
     assert {"reward/task", "reward/task/sentiment", "kl/sequence", "kl/coef", "losses/value", "losses/entropy",
             "losses/explained_variance", "losses/approx_kl", "losses/clip_fraction",
-            "charts/mean_length"} <= set(curve[0])
+            "charts/mean_length", "charts/generation_s", "charts/reward_s", "charts/reward_share"} <= set(curve[0])
+    for row in curve:  # the micro sentiment reward: lexicon sentiment x 1.0 + length x -0.05, each logged
+        sentiment, length = float(row["reward/task/sentiment"]), float(row["reward/diversity/length"])
+        assert float(row["reward_weighted/task/sentiment"]) == pytest.approx(sentiment, abs=1e-5)
+        assert float(row["reward_weighted/diversity/length"]) == pytest.approx(-0.05 * length, abs=1e-5)
+        assert float(row["reward/task"]) == pytest.approx(sentiment - 0.05 * length, abs=1e-5)
+        assert 0 < float(row["charts/reward_share"]) < 1
     assert not Path(f"{tmp_path / 'rl'}.resume").exists()  # removed once the stage finished
 
 
@@ -97,8 +104,7 @@ def test_killed_rl_resumes_from_its_checkpoint_and_matches(base, tmp_path):
 
     def stable(path: Path) -> list[dict]:
         rows = list(csv.DictReader(open(path)))
-        return [{k: v for k, v in r.items() if k not in ("charts/iteration_s", "charts/generated_tokens_per_s")}
-                for r in rows]
+        return [{k: v for k, v in r.items() if k not in WALL_CLOCK_KEYS} for r in rows]
 
     assert stable(out / "curves.csv") == stable(tmp_path / "straight" / "curves.csv")
     assert (out / "model" / "model.safetensors").read_bytes() == \

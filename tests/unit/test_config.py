@@ -32,7 +32,7 @@ def test_misspelt_reward_metric_lists_valid_ids():
     assert "unknown metric 'rogue'" in message
     assert "reward.components[0]" in message
     assert "rouge" in message and "lexicon_sentiment" in message
-    assert "bert_score, bleu, chrf, chrf_plus_plus, cider, concept_coverage" in message
+    assert "bert_score, bleu, bleurt, chrf, chrf_plus_plus, cider, concept_coverage" in message
 
 
 def test_unknown_key_names_the_valid_keys():
@@ -57,7 +57,8 @@ def test_wrong_type_and_out_of_range_values():
 def test_unknown_datapool_model_and_datapool_args():
     data = task_data()
     data["datapool"]["id"] = "imbd"
-    with pytest.raises(ConfigError, match=r"unknown datapool 'imbd'; valid datapool ids: common_gen, imdb, synthetic_concepts, synthetic_sentiment"):
+    with pytest.raises(ConfigError, match=r"unknown datapool 'imbd'; valid datapool ids: cnn_dailymail, common_gen, custom, "
+                                          r"daily_dialog, imdb, iwslt2017, narrative_qa, synthetic_concepts, synthetic_sentiment, totto"):
         parse(TaskConfig, data, "t:")
     data = task_data()
     data["model"]["id"] = "gpt3"
@@ -81,6 +82,13 @@ def test_all_zero_reward_weights_fail():
     for component in data["reward"]["components"]:
         component["weight"] = 0
     with pytest.raises(ConfigError, match="every reward weight is 0"):
+        parse(TaskConfig, data, "t:")
+
+
+def test_a_reward_component_named_twice_fails():
+    data = task_data()
+    data["reward"]["components"] = [{"metric": "rouge", "score": "rougeL"}, {"metric": "rouge", "score": "rougeL", "weight": 2}]
+    with pytest.raises(ConfigError, match=r"\['lexical/rougeL'\] appear twice"):
         parse(TaskConfig, data, "t:")
 
 

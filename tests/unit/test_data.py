@@ -56,6 +56,10 @@ def test_imdb_loader_reads_the_real_slice_through_datasets():
     assert len(pool.unlabelled) == 1000 and all("<br />" not in t for t in pool.unlabelled)
     first = pool.splits["test"][0]
     assert len(first.prompt.split()) == 10 and len(first.references[0].split()) == 5
+    few = build("imdb", path="json", data_files={"train": str(shared / "imdb_train_subset.jsonl"),
+                                                 "test": str(shared / "imdb_test_subset.jsonl")}, n_test=40)
+    labels = [s.meta["label"] for s in few.splits["test"]]  # the file is sorted by label; a slice mixes both
+    assert 10 < sum(labels) < 30
 
 
 def test_hub_dataset_without_network_fails_at_once_with_a_hint(monkeypatch):

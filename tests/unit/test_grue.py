@@ -35,7 +35,9 @@ def test_table_rows_means_and_stds(tmp_path):
     assert math.isnan(ppo["lexical/x"])  # cannot be computed: empty, never 0
     # normalised over methods: reward and task/score (0.2, 0.5, 0.9), inverted perplexity (11, 11, 15)
     assert table["normalised_score"].tolist() == pytest.approx([(0 + 1 + 0) / 3, (3 / 7 + 1 + 3 / 7) / 3, (1 + 0 + 1) / 3])
-    grue.write_table(table, tmp_path / "t.csv", tmp_path / "t.md", tmp_path / "t.json")
+    missing = grue.missing_metrics([{**RUNS[0], "missing": {"spice": "metric 'spice' needs Java"}}, *RUNS[1:]])
+    assert missing == {"a": {"spice": "metric 'spice' needs Java"}}
+    grue.write_table(table, tmp_path / "t.csv", tmp_path / "t.md", tmp_path / "t.json", grue.headlines(RUNS), missing)
     csv = pd.read_csv(tmp_path / "t.csv")
     assert list(csv.columns[:7]) == ["task", "method", "n_seeds", "reward", "reward_std", "fluency_ppl", "fluency_ppl_std"]
     assert csv["lexical/x"].isna().all()
@@ -43,4 +45,11 @@ def test_table_rows_means_and_stds(tmp_path):
     assert nested["a"]["ppo"]["reward"] == pytest.approx(0.9)
     assert "lexical/x" not in nested["a"]["ppo"]
     assert set(nested["grue_score"]) == {"zero_shot", "supervised", "ppo"}
-    assert "| ppo |" in (tmp_path / "t.md").read_text()
+    markdown = (tmp_path / "t.md").read_text()
+    assert "| lexical/x |" in markdown and "| — |" in markdown  # shown as missing, not dropped, never 0
+    assert "- missing `spice`: metric 'spice' needs Java" in markdown
+    other = [run("b", "ppo", 0, 0.5, 9.0, {"lexical/y": 1.0}) | {"headline": ["lexical/y"]}]
+    both = grue.to_markdown(grue.build_table(RUNS + other), grue.headlines(RUNS + other))
+    task_a, task_b = both.split("## a")[1].split("## b")
+    assert "lexical/x" in task_a and "lexical/y" not in task_a  # each task shows its own headline metrics
+    assert "lexical/y" in task_b and "lexical/x" not in task_b

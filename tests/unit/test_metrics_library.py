@@ -11,7 +11,7 @@ import pytest
 import shared_data
 
 from grueflow.config import ConfigError, parse
-from grueflow.metrics import METRICS, MetricContext, describe
+from grueflow.metrics import METRICS, MetricContext, MetricUnavailableError, describe
 
 CTX = MetricContext()
 
@@ -77,10 +77,7 @@ def test_reference_metrics_are_nan_without_references_and_defined_for_empty_gene
     mixed = compute(metric_id, ["", "a dog runs in the park ."], [["a cat ."], ["the dog runs in the park ."]])
     primary = METRICS.get(metric_id).key()
     assert not math.isnan(mixed.per_sample[primary][1])
-    if metric_id != "bert_score":  # bert-score cannot encode "" under transformers 5: NaN, never 0
-        assert mixed.per_sample[primary][0] == (100.0 if metric_id == "ter" else 0.0)
-    else:
-        assert math.isnan(mixed.per_sample[primary][0])
+    assert mixed.per_sample[primary][0] == (100.0 if metric_id == "ter" else 0.0)  # bert-score also sets 0
 
 
 def test_rouge_l_max_on_cnn_dailymail_and_commongen():
@@ -172,7 +169,9 @@ def test_shaping_terms_by_hand():
 
 
 def tiny_classifier(tokenizer_dir, out, labels):
-    """A 1-layer BERT classifier built from config (seeded) and saved with the tiny models' tokenizer."""
+    """A 1-layer BERT classifier built from config (seeded) and saved with the tiny models' tokenizer.
+
+    Returns a function giving its label probabilities of a text, or of a ``(text, text_pair)``."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
@@ -184,9 +183,9 @@ def tiny_classifier(tokenizer_dir, out, labels):
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
 
-    def probs(text):
+    def probs(text, text_pair=None):
         with torch.no_grad():
-            return model(**tokenizer(text, return_tensors="pt")).logits.softmax(-1)[0].tolist()
+            return model(**tokenizer(text, text_pair, return_tensors="pt")).logits.softmax(-1)[0].tolist()
 
     return probs
 
@@ -303,3 +302,123 @@ def test_every_metric_through_the_evaluate_api_offline(monkeypatch, tmp_path):
     assert lowered.compute(predictions=["A Cat ."], references=[["a cat ."]], args={"lowercase": True}) == {"lexical/chrf": 100.0}
     with pytest.raises(UnknownNameError, match="valid metric ids: bert_score"):
         hf_evaluate.GrueflowMetric("rogue")
+
+
+def test_sentences_are_split_without_nltk_data():
+    from grueflow.metrics.sentences import split_sentences
+
+    _, references = shared_data.cnn_dailymail(1)
+    assert split_sentences(references[0][0]) == [
+        "Andros Townsend an 83rd minute sub in Tottenham 's draw with Burnley .",
+        "He was unable to find a winner as the game ended without a goal .",
+        "Townsend had clashed with Paul Merson last week over England call-up ."]
+    assert split_sentences("Mr. Smith arrived at 5 p.m. on Jan. 3! Did he?") == [
+        "Mr. Smith arrived at 5 p.m. on Jan. 3!", "Did he?"]
+    assert split_sentences("  ") == []
+
+
+def test_rouge_lsum_scores_sentence_by_sentence_on_cnn_dailymail():
+    from rouge_score import rouge_scorer
+
+    _, references = shared_data.cnn_dailymail(1)
+    generation = "Townsend had clashed with Paul Merson . Andros Townsend came on as a sub in the draw with Burnley ."
+    split = compute("rouge", [generation], references).per_sample
+    joined = compute("rouge", [generation], references, split_sentences=False).per_sample
+    scorer = rouge_scorer.RougeScorer(["rougeLsum"], use_stemmer=True)
+    by_lines = scorer.score("\n".join(references[0][0].split(" . ")),
+                            "Townsend had clashed with Paul Merson\nAndros Townsend came on as a sub in the draw with Burnley .")
+    assert split["lexical/rougeLsum"] == pytest.approx([by_lines["rougeLsum"].fmeasure])
+    assert split["lexical/rougeLsum"] == pytest.approx([0.5357142857142857])
+    assert joined["lexical/rougeLsum"] == joined["lexical/rougeL"] == split["lexical/rougeL"]
+    assert split["lexical/rougeLsum"][0] > split["lexical/rougeL"][0]
+
+
+def test_bleurt_scores_reference_candidate_pairs_with_a_local_checkpoint(tiny_models, tmp_path):
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tiny_classifier(tiny_models["causal"], tmp_path, ["score"])
+    model, tokenizer = AutoModelForSequenceClassification.from_pretrained(tmp_path), AutoTokenizer.from_pretrained(tmp_path)
+
+    def bleurt(reference, candidate):
+        with torch.no_grad():
+            return model(**tokenizer(reference, candidate, return_tensors="pt")).logits[0, 0].item()
+
+    generations = ["the film was great .", "a dull film"]
+    references = [["the movie was great .", "great film"], []]
+    result = compute("bleurt", generations, references, checkpoint=str(tmp_path)).per_sample["semantic/bleurt"]
+    assert result[0] == pytest.approx(max(bleurt(r, generations[0]) for r in references[0]), abs=1e-5)
+    assert math.isnan(result[1])
+    with pytest.raises(ConfigError, match="needs args.checkpoint"):
+        compute("bleurt", generations, references)
+    tiny_classifier(tiny_models["causal"], tmp_path / "three", ["a", "b", "c"])
+    with pytest.raises(ValueError, match="3 labels"):
+        compute("bleurt", generations, references, checkpoint=str(tmp_path / "three"))
+
+
+def test_summac_zs_takes_the_best_source_sentence_for_each_summary_sentence(tiny_models, tmp_path):
+    from grueflow.metrics.sentences import split_sentences
+
+    probs = tiny_classifier(tiny_models["causal"], tmp_path, ["ENTAILMENT", "NEUTRAL", "CONTRADICTION"])
+    articles, references = shared_data.cnn_dailymail(2)
+    summaries = [references[0][0], "", references[1][0]]
+    documents = [articles[0] + " " + references[0][0], "The source .", articles[1]]
+    metric = METRICS.get("summac_zs")
+    fn = metric.build(parse(metric.Args, {"model": str(tmp_path)}, "args"), CTX)
+    scores = fn(documents, summaries, [[]] * 3, [{}] * 3).per_sample["semantic/summac_zs"]
+
+    def by_hand(document, summary):
+        best = [max(p[0] - p[2] for p in (probs(d, s) for d in split_sentences(document)))
+                for s in split_sentences(summary)]
+        return sum(best) / len(best)
+
+    assert scores[0] == pytest.approx(by_hand(documents[0], summaries[0]), abs=1e-5)
+    assert scores[1] == 0.0  # an empty summary, as in SummaC
+    assert scores[2] == pytest.approx(by_hand(documents[2], summaries[2]), abs=1e-5)
+    from_meta = metric.build(parse(metric.Args, {"model": str(tmp_path), "document_key": "article"}, "args"), CTX)
+    assert from_meta(["p"] * 3, summaries, [[]] * 3, [{"article": d} for d in documents]).per_sample == {
+        "semantic/summac_zs": scores}
+    tiny_classifier(tiny_models["causal"], tmp_path / "sentiment", ["NEGATIVE", "POSITIVE"])
+    with pytest.raises(ValueError, match="NEGATIVE, POSITIVE"):
+        metric.build(parse(metric.Args, {"model": str(tmp_path / "sentiment")}, "args"), CTX)
+
+
+@pytest.fixture(scope="module")
+def model_args(tiny_models, tmp_path_factory):
+    """Args for the metrics that need a model: tiny models built from config and saved locally."""
+    root = tmp_path_factory.mktemp("metric_models")
+    tiny_classifier(tiny_models["causal"], root / "sentiment", ["NEGATIVE", "POSITIVE"])
+    tiny_classifier(tiny_models["causal"], root / "acts", ["inform", "question", "directive", "commissive"])
+    tiny_classifier(tiny_models["causal"], root / "bleurt", ["score"])
+    tiny_classifier(tiny_models["causal"], root / "nli", ["entailment", "neutral", "contradiction"])
+    return {"learned_classifier": {"model": str(root / "sentiment")}, "intent_accuracy": {"model": str(root / "acts")},
+            "bleurt": {"checkpoint": str(root / "bleurt")}, "summac_zs": {"model": str(root / "nli")},
+            "perplexity": {"model": str(tiny_models["causal"])}}
+
+
+@pytest.mark.parametrize("metric_id", sorted(describe()))
+def test_every_metric_id_is_a_weighted_reward(metric_id, model_args):
+    """The acceptance of issue 4: any registered id can be named as a reward, alone or weighted."""
+    from grueflow.config import RewardConfig
+    from grueflow.metrics.reward import Reward
+
+    generations, references = shared_data.commongen(2)
+    meta = [{"concepts": ["dog", "park"], "intent": 1, "table": TABLE}] * 2
+    cfg = parse(RewardConfig, {"components": [
+        {"metric": metric_id, "weight": 0.5, "args": model_args.get(metric_id, {})},
+        {"metric": "length_penalty" if metric_id != "length_penalty" else "repeat_penalty", "weight": 1.0}]}, "reward")
+    try:
+        reward = Reward(cfg, CTX)
+    except MetricUnavailableError as error:  # only SPICE may miss a system dependency (Java, CoreNLP jars)
+        assert metric_id == "spice" and "needs Java" in str(error)
+        return
+    total, parts = reward(["p", "p"], generations, references, meta)
+    primary, shaping = list(parts)
+    assert primary == METRICS.get(metric_id).key() and reward.weights == {primary: 0.5, shaping: 1.0}
+    assert all(math.isfinite(v) for v in parts[primary])
+    assert total == pytest.approx([0.5 * a + b for a, b in zip(parts[primary], parts[shaping])])
+    metric = METRICS.get(metric_id)  # it writes exactly the keys it declares (evaluate checks headlines by them)
+    result = metric.build(parse(metric.Args, model_args.get(metric_id, {}), "args"), CTX)(
+        ["p", "p"], generations, references, meta)
+    assert set(result.corpus) == set(metric.keys()) and set(result.per_sample) == {metric.key(s) for s in metric.scores}
+

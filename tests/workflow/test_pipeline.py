@@ -80,6 +80,12 @@ def test_snakemake_builds_the_grue_table(snakemake_repo):
     assert {"lexical/rougeL", "diversity/distinct_2", "lexical/bleu", "normalised_score"} <= set(table.columns)
     nested = json.loads((snakemake_repo / "results" / "grue_table.json").read_text())
     assert set(nested["sentiment"]) == {"zero_shot", "supervised", "ppo", "supervised+ppo"}
+    metrics = json.loads((snakemake_repo / "results" / "eval" / "concepts" / "ppo" / "seed0" / "metrics.json").read_text())
+    if "spice" in metrics["missing"]:  # no Java or CoreNLP jars here: missing with the reason, never 0
+        assert metrics["metrics"]["lexical/spice"] is None and "needs Java" in metrics["missing"]["spice"]
+        assert "- missing `spice`: metric 'spice' needs Java" in (snakemake_repo / "results" / "grue_table.md").read_text()
+    else:
+        assert 0 <= metrics["metrics"]["lexical/spice"] <= 1
 
 
 def test_second_run_has_nothing_to_do(snakemake_repo):

@@ -1,0 +1,478 @@
+"""GRUE task datapools (RL4LMs, ``rl4lms/data_pools/custom_text_generation_pools.py``), plus ``custom``.
+
+Each loader reads a hub id with ``datasets.load_dataset`` or local files (``data_files``; DailyDialog
+also its original text files under ``data_root``), then the same code turns rows into Samples.
+Splitting, bad rows and the shared arguments are described in :mod:`grueflow.data.sources`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional
+
+from grueflow.data import DATAPOOLS
+from grueflow.data.sample import Datapool
+from grueflow.data.sources import (BadRowError, Row, SourceArgs, Unit, assign_splits, build_datapool, group_units,
+                                   load_units, require_text)
+from grueflow.data.totto import final_sentences, highlighted_subtable, linearise, parent_table
+
+# ---------------------------------------------------------------------------------------------
+# CommonGen
+# ---------------------------------------------------------------------------------------------
+
+COMMONGEN_SCHEMAS = {"v1.1, the hub's": ("concepts", "target"), "v1.0, the original files'": ("concept_set", "scene")}
+POS_SUFFIX = re.compile(r"_[A-Z]+$")
+
+
+@DATAPOOLS.register("common_gen", "CommonGen: concepts -> a sentence using them (hub v1.1 or v1.0 files)")
+class CommonGen:
+    """Concepts -> a sentence using them; every target of a concept set is a reference.
+
+    Reads the hub's v1.1 schema (``concepts``, ``target``: one row per target) and the original
+    v1.0 files (``concept_set: "field_N#look_V#stand_V"``, ``scene``: every target on one line),
+    where the POS suffixes are stripped into bare lemmas for the prompt. Rows are grouped by concept
+    set before any split, so a set is never in two splits. The hub's test split has no targets
+    (the leaderboard keeps them): evaluate on validation with ``source_splits: {test: validation}``.
+
+    meta: ``concepts`` (the lemmas, in prompt order), ``concept_set`` (v1.0: as in the file;
+    v1.1: the lemmas joined by ``#``).
+    """
+
+    @dataclass(frozen=True)
+    class Args(SourceArgs):
+        path: str = "common_gen"
+        prefix: str = "generate a sentence with: "
+
+    @staticmethod
+    def build(args: "CommonGen.Args") -> Datapool:
+        sources = load_units(args, COMMONGEN_SCHEMAS, "common_gen")
+        grouped = {name: group_units(units, lambda u: concept_set(u.row), merge_scenes)
+                   for name, units in sources.items()}
+        return build_datapool(assign_splits(grouped, args), lambda unit: [concepts_row(unit, args.prefix)], args,
+                              unlabelled=lambda train: [r for s in train for r in s.references])
+
+
+def concept_set(row: dict[str, Any]) -> str:
+    """The raw concept set of a v1.0 row, or a v1.1 row's lemmas joined by ``#``."""
+    return row["concept_set"] if "concept_set" in row else "#".join(row["concepts"])
+
+
+def lemmas(raw_set: str) -> list[str]:
+    """``"field_N#look_V#stand_V"`` -> ``["field", "look", "stand"]``."""
+    return [POS_SUFFIX.sub("", concept) for concept in raw_set.split("#") if concept]
+
+
+def merge_scenes(units: list[Unit]) -> dict[str, Any]:
+    """One concept set's rows as ``{concept_set, concepts, targets}``."""
+    first = units[0].row
+    if "concept_set" in first:
+        targets = [t for u in units for t in u.row["scene"]]
+        return {"concept_set": first["concept_set"], "concepts": lemmas(first["concept_set"]), "targets": targets}
+    return {"concept_set": concept_set(first), "concepts": list(first["concepts"]),
+            "targets": [u.row["target"] for u in units]}
+
+
+def concepts_row(unit: Unit, prefix: str) -> Row:
+    concepts = unit.row["concepts"]
+    if not concepts:
+        raise BadRowError(f"{unit.origin}: empty concept set")
+    return Row(prefix + " ".join(concepts), tuple(unit.row["targets"]),
+               {"concepts": concepts, "concept_set": unit.row["concept_set"]}, unit.origin)
+
+
+# ---------------------------------------------------------------------------------------------
+# CNN/DailyMail
+# ---------------------------------------------------------------------------------------------
+
+
+@DATAPOOLS.register("cnn_dailymail", "CNN/DailyMail summarisation: article -> highlights (hub or local files)")
+class CNNDailyMail:
+    """Article -> highlights, as RL4LMs (``prefix`` "Summarize: " for T5; ``suffix`` "TL;DR:" for GPT-2).
+
+    ``max_article_words`` keeps the article's first words (split on whitespace, where RL4LMs used
+    NLTK's tokenizer) and ``max_article_chars`` its first characters, before the prefix and suffix
+    are added. ``extra_references`` adds the rows' ``extra_references`` (SummEval's ten crowd
+    summaries in the shared slice) after the highlights, each reference once.
+
+    meta: ``source_id`` (the row's ``id``, when the data has one).
+    """
+
+    @dataclass(frozen=True)
+    class Args(SourceArgs):
+        path: str = "cnn_dailymail"
+        name: Optional[str] = "3.0.0"
+        prefix: str = "Summarize: "
+        suffix: str = ""
+        max_article_words: Optional[int] = None
+        max_article_chars: Optional[int] = None
+        extra_references: bool = False
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            for key in ("max_article_words", "max_article_chars"):
+                if getattr(self, key) is not None and getattr(self, key) < 1:
+                    raise ValueError(f"{key} must be >= 1 (or left out for the whole article), "
+                                     f"got {getattr(self, key)}")
+
+    @staticmethod
+    def build(args: "CNNDailyMail.Args") -> Datapool:
+        columns = ("article", "highlights") + (("extra_references",) if args.extra_references else ())
+        sources = load_units(args, {"article and summary": columns}, "cnn_dailymail")
+        return build_datapool(assign_splits(sources, args), lambda unit: [summary_row(unit, args)], args)
+
+
+def truncate(text: str, max_words: Optional[int], max_chars: Optional[int]) -> str:
+    """``text`` cut to its first ``max_words`` whitespace-separated words, then ``max_chars`` characters."""
+    if max_words is not None:
+        text = " ".join(text.split()[:max_words])
+    if max_chars is not None:
+        text = text[:max_chars].rstrip()
+    return text
+
+
+def summary_row(unit: Unit, args: CNNDailyMail.Args) -> Row:
+    article = require_text(unit.row["article"], "article", unit.origin)
+    article = truncate(article, args.max_article_words, args.max_article_chars)
+    extra = tuple(unit.row["extra_references"] or ()) if args.extra_references else ()
+    references = tuple(dict.fromkeys((unit.row["highlights"] or "",) + extra))  # SummEval's list repeats the highlights
+    meta = {"source_id": unit.row["id"]} if "id" in unit.row else {}
+    return Row(args.prefix + article + args.suffix, references, meta, unit.origin)
+
+
+# ---------------------------------------------------------------------------------------------
+# ToTTo
+# ---------------------------------------------------------------------------------------------
+
+TOTTO_COLUMNS = ("table", "highlighted_cells", "table_page_title", "table_section_title", "sentence_annotations")
+
+
+@DATAPOOLS.register("totto", "ToTTo table-to-text: linearised highlighted subtable -> sentence (hub or official jsonl)")
+class ToTTo:
+    """The highlighted subtable, linearised with its heuristic headers (:mod:`grueflow.data.totto`) -> a sentence.
+
+    ``titles``: ``with`` writes ``<page_title>`` and ``<section_title>`` before the table,
+    ``without`` leaves them out, ``both`` writes the table without titles, a space, then with them
+    (RL4LMs' prompt, which joined the two with no space). References are the annotators' final
+    sentences; the official test split has none (the leaderboard keeps them).
+
+    meta: ``table`` (``[attribute, value]`` pairs for PARENT: the highlighted cells, then the
+    titles), ``highlighted_cells``, ``raw_table`` (the rows of cells as in the data),
+    ``page_title``, ``section_title``, ``source_id`` (``example_id``, when present).
+    """
+
+    @dataclass(frozen=True)
+    class Args(SourceArgs):
+        path: str = "totto"
+        titles: Literal["with", "without", "both"] = "both"
+
+    @staticmethod
+    def build(args: "ToTTo.Args") -> Datapool:
+        sources = load_units(args, {"ToTTo": TOTTO_COLUMNS}, "totto")
+        return build_datapool(assign_splits(sources, args), lambda unit: [table_row(unit, args.titles)], args)
+
+
+def table_row(unit: Unit, titles: str) -> Row:
+    row = unit.row
+    page, section = row["table_page_title"], row["table_section_title"]
+    cells = [list(cell) for cell in row["highlighted_cells"] or []]
+    if not cells:
+        raise BadRowError(f"{unit.origin}: no highlighted cells")
+    try:
+        subtable = highlighted_subtable(row["table"], cells)
+    except IndexError:
+        raise BadRowError(f"{unit.origin}: a highlighted cell of {cells} is outside the table") from None
+    prompts = {"with": linearise(subtable, page, section), "without": linearise(subtable, None, None)}
+    prompt = prompts["without"] + " " + prompts["with"] if titles == "both" else prompts[titles]
+    meta = {"table": parent_table(subtable, page, section), "highlighted_cells": cells, "raw_table": row["table"],
+            "page_title": page, "section_title": section}
+    if "example_id" in row:
+        meta["source_id"] = row["example_id"]
+    return Row(prompt, tuple(final_sentences(row["sentence_annotations"])), meta, unit.origin)
+
+
+# ---------------------------------------------------------------------------------------------
+# NarrativeQA
+# ---------------------------------------------------------------------------------------------
+
+
+@DATAPOOLS.register("narrative_qa", "NarrativeQA (hub schema): question + story summary -> the answers")
+class NarrativeQA:
+    """Question and story summary -> answer, in the hub schema (``document.summary.text``,
+    ``question.text``, ``answers[].text``).
+
+    The prompt is ``template`` filled with ``question`` and ``context`` (the summary); the default
+    is UnifiedQA's ``question \\n context`` with a literal backslash-n, which RL4LMs read, and
+    ``lowercase`` lower-cases prompts and answers as UnifiedQA did. A re-split cuts by story
+    (``document.id``), so no story has questions in two splits.
+
+    meta: ``document_id``.
+    """
+
+    @dataclass(frozen=True)
+    class Args(SourceArgs):
+        path: str = "narrativeqa"
+        template: str = "{question} \\n {context}"
+        lowercase: bool = True
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            try:
+                filled = self.template.format(question="\0q", context="\0c")
+            except (KeyError, IndexError, ValueError) as err:
+                raise ValueError(f"template {self.template!r} does not format ({err}); its placeholders are "
+                                 f"{{question}} and {{context}}") from None
+            if "\0q" not in filled:
+                raise ValueError(f"template {self.template!r} has no {{question}}")
+
+    @staticmethod
+    def build(args: "NarrativeQA.Args") -> Datapool:
+        sources = load_units(args, {"hub": ("document", "question", "answers")}, "narrative_qa")
+        stories = {name: group_units(units, story_id, lambda us: {"questions": us}) for name, units in sources.items()}
+        return build_datapool(assign_splits(stories, args), lambda unit: question_rows(unit, args), args)
+
+
+def story_id(unit: Unit) -> str:
+    document = unit.row["document"] or {}
+    return str(document.get("id") or (document.get("summary") or {}).get("text") or unit.key)
+
+
+def question_rows(story: Unit, args: NarrativeQA.Args) -> list[Row]:
+    rows = []
+    for unit in story.row["questions"]:
+        document = unit.row["document"] or {}
+        context = require_text((document.get("summary") or {}).get("text"), "document.summary.text", unit.origin)
+        question = require_text((unit.row["question"] or {}).get("text"), "question.text", unit.origin)
+        prompt = args.template.format(question=question, context=context)
+        answers = tuple(" ".join(str(a.get("text") or "").split()) for a in unit.row["answers"] or [])
+        if args.lowercase:
+            prompt, answers = prompt.lower(), tuple(a.lower() for a in answers)
+        rows.append(Row(prompt, answers, {"document_id": story_id(unit)}, unit.origin))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# IWSLT 2017
+# ---------------------------------------------------------------------------------------------
+
+LANGUAGES = {"en": "English", "de": "German", "fr": "French", "it": "Italian", "nl": "Dutch", "ro": "Romanian",
+             "ar": "Arabic", "ja": "Japanese", "ko": "Korean", "zh": "Chinese"}
+
+
+@DATAPOOLS.register("iwslt2017", "IWSLT 2017 translation (en -> de by default): source sentence -> its translation")
+class IWSLT2017:
+    """``translation[source_language]`` -> ``translation[target_language]`` (the hub schema).
+
+    ``prefix`` None writes T5's ``translate English to German: `` for the two languages; give ``""``
+    for none. The hub's ``iwslt2017`` needs the configuration ``name`` of the pair (``iwslt2017-en-de``).
+
+    meta: none.
+    """
+
+    @dataclass(frozen=True)
+    class Args(SourceArgs):
+        path: str = "iwslt2017"
+        name: Optional[str] = "iwslt2017-en-de"
+        source_language: str = "en"
+        target_language: str = "de"
+        prefix: Optional[str] = None
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            if self.source_language == self.target_language:
+                raise ValueError(f"source_language and target_language are both {self.source_language!r}")
+            unnamed = [code for code in (self.source_language, self.target_language) if code not in LANGUAGES]
+            if self.prefix is None and unnamed:
+                raise ValueError(f"no name for language {unnamed[0]!r} to write the prefix (known: "
+                                 f"{', '.join(LANGUAGES)}); give prefix")
+
+        @property
+        def prompt_prefix(self) -> str:
+            if self.prefix is not None:
+                return self.prefix
+            return f"translate {LANGUAGES[self.source_language]} to {LANGUAGES[self.target_language]}: "
+
+    @staticmethod
+    def build(args: "IWSLT2017.Args") -> Datapool:
+        sources = load_units(args, {"hub": ("translation",)}, "iwslt2017")
+        return build_datapool(assign_splits(sources, args), lambda unit: [translation_row(unit, args)], args)
+
+
+def translation_row(unit: Unit, args: IWSLT2017.Args) -> Row:
+    pair = unit.row["translation"] or {}
+    for key in ("source_language", "target_language"):
+        if getattr(args, key) not in pair:
+            raise ValueError(f"{unit.origin}: the translation has the languages {sorted(pair)}; "
+                             f"{key} {getattr(args, key)!r} is not one of them")
+    source = require_text(pair[args.source_language], f"{args.source_language} text", unit.origin)
+    return Row(args.prompt_prefix + source, (pair[args.target_language] or "",), {}, unit.origin)
+
+
+# ---------------------------------------------------------------------------------------------
+# DailyDialog
+# ---------------------------------------------------------------------------------------------
+
+ACTS = {1: "inform", 2: "question", 3: "directive", 4: "commissive"}
+EMOTIONS = ("no emotion", "anger", "disgust", "fear", "happiness", "sadness", "surprise")
+DIALOGUE_SPLITS = ("train", "validation", "test")
+
+
+@DATAPOOLS.register("daily_dialog", "DailyDialog: the last turns -> the next turn, with its act and emotion")
+class DailyDialog:
+    """The last ``context_turns`` turns joined by `` <EOU> `` and ended by it -> the next turn.
+
+    Reads the hub schema (``dialog``, ``act``, ``emotion``: one list entry per turn) or, with
+    ``data_root``, the original files: per split, ``dialogues_<split>.txt`` (turns split by
+    ``__eou__``) with ``dialogues_act_<split>.txt`` and ``dialogues_emotion_<split>.txt``, in
+    ``data_root/<split>/`` or ``data_root/``; a split folder may name them without the suffix
+    (``validation/dialogues.txt``). A turn becomes a sample once it has ``min_context_turns``
+    turns before it; the default (None) is ``context_turns``, as RL4LMs. References are the bare
+    turn (RL4LMs appended ``<EOU>``). A re-split cuts by dialogue.
+
+    meta: ``intent`` (the classifier label index the ``intent_accuracy`` metric reads: the
+    DailyDialog act id minus 1, 0 inform .. 3 commissive, as RL4LMs), ``intent_label``,
+    ``emotion`` (0 no emotion .. 6 surprise), ``emotion_label``, ``dialogue_id``
+    (``<source split>-<index>``), ``turn`` (0-based index of the target turn).
+    """
+
+    @dataclass(frozen=True)
+    class Args(SourceArgs):
+        path: str = "daily_dialog"
+        data_root: Optional[str] = None
+        context_turns: int = 5
+        min_context_turns: Optional[int] = None
+        eou: str = "<EOU>"
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            if self.data_root is not None and self.data_files is not None:
+                raise ValueError("give data_root (the original text files) or data_files (hub-schema files), not both")
+            if self.context_turns < 1 or (self.min_context_turns is not None and self.min_context_turns < 1):
+                raise ValueError(f"context_turns and min_context_turns must be >= 1, got {self.context_turns} and "
+                                 f"{self.min_context_turns}")
+
+    @staticmethod
+    def build(args: "DailyDialog.Args") -> Datapool:
+        if args.data_root is not None:
+            sources = read_dialogue_folder(Path(args.data_root))
+        else:
+            sources = load_units(args, {"hub": ("dialog", "act", "emotion")}, "daily_dialog")
+        return build_datapool(assign_splits(sources, args), lambda unit: dialogue_rows(unit, args), args)
+
+
+def dialogue_rows(unit: Unit, args: DailyDialog.Args) -> list[Row]:
+    """One Row per turn that has enough turns before it."""
+    turns = [" ".join(str(t).split()) for t in unit.row["dialog"]]
+    acts, emotions = list(unit.row["act"]), list(unit.row["emotion"])
+    if not len(turns) == len(acts) == len(emotions):
+        raise BadRowError(f"{unit.origin}: {len(turns)} turns but {len(acts)} acts and {len(emotions)} emotions")
+    rows = []
+    first = args.context_turns if args.min_context_turns is None else args.min_context_turns
+    for t in range(first, len(turns)):
+        origin = f"{unit.origin} turn {t + 1}"
+        if acts[t] not in ACTS or not 0 <= emotions[t] < len(EMOTIONS):
+            raise BadRowError(f"{origin}: act {acts[t]} / emotion {emotions[t]} outside 1-4 / 0-6")
+        prompt = f" {args.eou} ".join(turns[max(0, t - args.context_turns):t]) + f" {args.eou}"
+        meta = {"intent": acts[t] - 1, "intent_label": ACTS[acts[t]], "emotion": emotions[t],
+                "emotion_label": EMOTIONS[emotions[t]], "dialogue_id": unit.key, "turn": t}
+        rows.append(Row(prompt, (turns[t],), meta, origin))
+    return rows
+
+
+def read_dialogue_folder(root: Path) -> dict[str, list[Unit]]:
+    """The DailyDialog splits found under ``root`` (original text files), as hub-schema Units."""
+    if not root.is_dir():
+        raise FileNotFoundError(f"data_root {root} is not a folder")
+    found = {split: files for split in DIALOGUE_SPLITS if (files := dialogue_files(root, split))}
+    if not found and (root / "dialogues.txt").is_file():
+        found = {root.name: dialogue_files(root, root.name)}
+    if not found:
+        raise FileNotFoundError(
+            f"data_root {root} has no DailyDialog files: expected <split>/dialogues_<split>.txt (the original "
+            f"layout, split one of {', '.join(DIALOGUE_SPLITS)}), <split>/dialogues.txt, dialogues_<split>.txt, or "
+            f"dialogues.txt, each with its dialogues_act and dialogues_emotion files beside it")
+    return {split: read_dialogues(*files, split) for split, files in found.items()}
+
+
+def dialogue_files(root: Path, split: str) -> Optional[tuple[Path, Path, Path]]:
+    """``(dialogues, acts, emotions)`` of ``split`` under ``root``, or None when its dialogues file is absent."""
+    candidates = [(root / split, f"_{split}"), (root / split, ""), (root, f"_{split}")]
+    if root.name == split:
+        candidates.append((root, ""))
+    for folder, suffix in candidates:
+        text = folder / f"dialogues{suffix}.txt"
+        if text.is_file():
+            labels = (folder / f"dialogues_act{suffix}.txt", folder / f"dialogues_emotion{suffix}.txt")
+            missing = [str(p) for p in labels if not p.is_file()]
+            if missing:
+                raise FileNotFoundError(f"{text} has no {' and '.join(missing)} beside it; DailyDialog needs the act "
+                                        f"and emotion files aligned with the dialogues")
+            return text, labels[0], labels[1]
+    return None
+
+
+def read_dialogues(text: Path, acts: Path, emotions: Path, split: str) -> list[Unit]:
+    """One Unit a dialogue: ``{dialog, act, emotion}`` from three line-aligned files."""
+    files = [text, acts, emotions]
+    lines = [[line for line in p.read_text(encoding="utf-8").splitlines() if line.strip()] for p in files]
+    if len({len(ls) for ls in lines}) != 1:
+        raise ValueError(f"{', '.join(f'{p} has {len(ls)} lines' for p, ls in zip(files, lines))}; they must align")
+    units = []
+    for i, (dialogue, act, emotion) in enumerate(zip(*lines)):
+        turns = [t.strip() for t in dialogue.split("__eou__")]
+        row = {"dialog": turns[:-1] if turns and not turns[-1] else turns,
+               "act": [int(a) for a in act.split()], "emotion": [int(e) for e in emotion.split()]}
+        units.append(Unit(row, f"{text} line {i + 1}", f"{split}-{i}"))
+    return units
+
+
+# ---------------------------------------------------------------------------------------------
+# Custom files
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fields:
+    """Which columns hold the prompt, the references (a string or a list of strings) and the meta values."""
+
+    prompt: str = "prompt"
+    references: str = "references"
+    meta: tuple[str, ...] = ()
+
+
+@DATAPOOLS.register("custom", "any JSONL/CSV (or hub dataset) with a field mapping to prompt, references and meta")
+class Custom:
+    """``prefix + row[fields.prompt] + suffix`` -> ``row[fields.references]`` (a string or a list).
+
+    ``path`` empty reads ``data_files`` by their extension (``.jsonl``/``.json``, ``.csv``,
+    ``.parquet``). meta: the columns listed in ``fields.meta``, under their own names.
+    """
+
+    @dataclass(frozen=True)
+    class Args(SourceArgs):
+        path: str = ""
+        fields: Fields = field(default_factory=Fields)
+        prefix: str = ""
+        suffix: str = ""
+
+    @staticmethod
+    def build(args: "Custom.Args") -> Datapool:
+        columns = (args.fields.prompt, args.fields.references, *args.fields.meta)
+        sources = load_units(args, {"the fields mapping": columns}, "custom")
+        return build_datapool(assign_splits(sources, args), lambda unit: [custom_row(unit, args)], args)
+
+
+def as_references(value: Any) -> tuple[str, ...]:
+    """A reference column's value as strings: a string is one reference, a list several, None none."""
+    if value is None:
+        return ()
+    if isinstance(value, (list, tuple)):
+        return tuple(str(v) for v in value if v is not None)
+    return (str(value),)
+
+
+def custom_row(unit: Unit, args: Custom.Args) -> Row:
+    text = require_text(unit.row[args.fields.prompt], f"prompt ({args.fields.prompt})", unit.origin)
+    meta = {key: unit.row[key] for key in args.fields.meta}
+    return Row(args.prefix + text + args.suffix, as_references(unit.row[args.fields.references]), meta, unit.origin)

@@ -1,0 +1,252 @@
+"""What every GRUE datapool loader shares: where its rows come from, how they become train/val/test
+Samples, and how a bad row is reported.
+
+Rows come from ``datasets.load_dataset`` (a hub id, or local files through ``data_files``) or from a
+loader's own reader (DailyDialog's original text files). Each source row, or group of rows, is a
+:class:`Unit` that remembers its origin (``<file> row 12``), so every error names the row.
+
+Splits. By default our splits are the source's: train <- ``train``, val <- ``validation`` (or
+``val``, ``dev``), test <- ``test``; ``source_splits`` names others (``{test: validation}`` where
+the public test set has no references). Where only one split exists locally (a dev or test slice),
+``split_fractions`` or ``split_counts`` pool the units of every source split, shuffle them with
+``seed`` and cut train, val and test in that order, so a suite can run on one file. The cut is by
+unit, so a CommonGen concept set, a DailyDialog dialogue or a NarrativeQA story never lands in two
+splits. A split that cannot be found is an error, never a silently empty split.
+
+Bad rows. A row with an empty input or no non-empty reference fails the build with a message that
+names it; ``skip_bad_rows: true`` drops such rows instead and counts them in the datapool's
+``stats`` (``skipped_rows`` per split, written to ``stats.json``). Empty strings among a row's
+references are dropped; the row is bad only when none is left.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from itertools import accumulate
+from typing import Any, Callable, Iterable, Optional
+
+from grueflow.data.hub import load_splits
+from grueflow.data.sample import SPLITS, Datapool, Sample
+
+SOURCE_NAMES: dict[str, tuple[str, ...]] = {"train": ("train",), "val": ("validation", "val", "dev"), "test": ("test",)}
+SKIP_HINT = "fix the data, or set skip_bad_rows: true to drop such rows (they are counted in stats.json)"
+
+
+class BadRowError(ValueError):
+    """A source row that cannot become a Sample: an empty input, no references, misaligned labels."""
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One source row, or a group of rows (a CommonGen concept set), with where it came from.
+
+    ``origin`` names it in error messages (``<file> row 12``); ``key`` is a stable id
+    (``<source split>-<index>``) that loaders may keep in ``meta``.
+    """
+
+    row: dict[str, Any]
+    origin: str
+    key: str
+
+
+@dataclass(frozen=True)
+class Row:
+    """A Sample before its checks and its id (``<split>-<index>``, given once bad rows are out)."""
+
+    prompt: str
+    references: tuple[str, ...]
+    meta: dict[str, Any]
+    origin: str
+
+
+@dataclass(frozen=True)
+class SourceArgs:
+    """Arguments every GRUE loader shares (each loader sets its own ``path`` default).
+
+    path: a hub dataset id, a ``datasets`` builder (``json``, ``csv``, ``parquet``) or a local
+        folder; with ``data_files`` and no builder, the builder is taken from the files' extension.
+    name: the hub dataset's configuration (e.g. ``3.0.0``); ignored for local files.
+    data_files: ``{source split: file}``, e.g. ``{validation: ../shared/data/x.jsonl}``.
+    source_splits: ``{train|val|test: source split}`` where the defaults (train; validation, val
+        or dev; test) do not fit; one source split may feed several of ours.
+    split_fractions / split_counts: pool every source unit, shuffle with ``seed`` and cut
+        ``{train, val, test}`` by these fractions of the units or these numbers of units.
+    n_train / n_val / n_test: keep only the first n Samples of that split.
+    skip_bad_rows: drop rows with an empty input or no references (counted) instead of failing.
+    """
+
+    path: str = ""
+    name: Optional[str] = None
+    data_files: Optional[dict[str, str]] = None
+    source_splits: Optional[dict[str, str]] = None
+    split_fractions: Optional[dict[str, float]] = None
+    split_counts: Optional[dict[str, int]] = None
+    seed: int = 0
+    n_train: Optional[int] = None
+    n_val: Optional[int] = None
+    n_test: Optional[int] = None
+    skip_bad_rows: bool = False
+
+    def __post_init__(self) -> None:
+        check_split_args(self)
+
+
+def check_split_args(args: SourceArgs) -> None:
+    """Reject split arguments that cannot work, before any data is read."""
+    for key in ("source_splits", "split_fractions", "split_counts"):
+        mapping = getattr(args, key)
+        if mapping is not None and set(mapping) - set(SPLITS):
+            raise ValueError(f"{key} has keys {sorted(mapping)}; allowed: {', '.join(SPLITS)}")
+    if args.split_fractions is not None and args.split_counts is not None:
+        raise ValueError("give split_fractions or split_counts, not both")
+    for key, minimum in (("split_fractions", 0.0), ("split_counts", 1)):
+        mapping = getattr(args, key)
+        if mapping is not None and (set(mapping) != set(SPLITS) or min(mapping.values()) < minimum):
+            raise ValueError(f"{key} needs train, val and test, each >= {minimum}; got {dict(mapping)}")
+    if args.split_fractions is not None and sum(args.split_fractions.values()) > 1.0 + 1e-9:
+        raise ValueError(f"split_fractions add up to more than 1: {dict(args.split_fractions)}")
+    for split in SPLITS:
+        limit = getattr(args, f"n_{split}")
+        if limit is not None and limit < 1:
+            raise ValueError(f"n_{split} must be >= 1 (or left out for all), got {limit}")
+    if (not args.path or args.path in ("json", "csv", "parquet")) and not args.data_files:
+        raise ValueError(f"path {args.path!r} needs local files: give data_files, e.g. {{validation: data/dev.jsonl}}")
+
+
+def load_units(args: SourceArgs, schemas: dict[str, tuple[str, ...]], loader: str) -> dict[str, list[Unit]]:
+    """Every source split's rows as Units, once each split is checked to have one schema's columns.
+
+    ``schemas`` maps a schema's name (for the error) to the columns it needs.
+    """
+    dataset = load_splits(args.path, args.data_files, None if args.data_files else args.name)
+    sources = {}
+    for split, rows in dataset.items():
+        where = args.data_files[split] if args.data_files else f"{args.path} ({split} split)"
+        check_columns(where, rows.column_names, schemas, loader)
+        sources[split] = [Unit(row, f"{where} row {i + 1}", f"{split}-{i}") for i, row in enumerate(rows)]
+    return sources
+
+
+def check_columns(where: str, columns: Iterable[str], schemas: dict[str, tuple[str, ...]], loader: str) -> None:
+    """Raise unless ``columns`` hold every column of at least one schema."""
+    columns = sorted(columns)
+    if any(set(needed) <= set(columns) for needed in schemas.values()):
+        return
+    wanted = "; or ".join(f"{', '.join(needed)} ({name})" for name, needed in schemas.items())
+    raise ValueError(f"{where} has the columns {columns}; the {loader} datapool needs {wanted}")
+
+
+def group_units(units: list[Unit], key: Callable[[Unit], Any],
+                merge: Callable[[list[Unit]], dict[str, Any]]) -> list[Unit]:
+    """Units that share ``key`` merged into one (first-seen order; the first one's origin and key)."""
+    groups: dict[Any, list[Unit]] = {}
+    for unit in units:
+        groups.setdefault(key(unit), []).append(unit)
+    return [Unit(merge(group), group[0].origin, group[0].key) for group in groups.values()]
+
+
+def assign_splits(sources: dict[str, list[Unit]], args: SourceArgs) -> dict[str, list[Unit]]:
+    """Our train/val/test units: the source's splits by name, or a seeded cut of all of them."""
+    if args.split_fractions is None and args.split_counts is None:
+        return {split: sources[source_name(split, sources, args)] for split in SPLITS}
+    units = [unit for name in sources for unit in sources[name]]
+    random.Random(args.seed).shuffle(units)
+    sizes = split_sizes(len(units), args)
+    starts = [0, *accumulate(sizes[s] for s in SPLITS)]
+    return {split: units[starts[i]:starts[i + 1]] for i, split in enumerate(SPLITS)}
+
+
+def source_name(split: str, sources: dict[str, Any], args: SourceArgs) -> str:
+    """The source split that feeds ``split``: the one named in ``source_splits``, else the first default present."""
+    named = (args.source_splits or {}).get(split)
+    candidates = (named,) if named else SOURCE_NAMES[split]
+    for candidate in candidates:
+        if candidate in sources:
+            return candidate
+    raise ValueError(
+        f"no {' or '.join(candidates)} split for {split!r}: the data has the splits {sorted(sources)}. Name one "
+        f"with source_splits: {{{split}: ...}}, add a data_files entry {candidates[0]}: <file>, or cut the rows "
+        f"there are with split_fractions (or split_counts) and seed")
+
+
+def split_sizes(n_units: int, args: SourceArgs) -> dict[str, int]:
+    """How many units go to train, val and test; every split gets at least one."""
+    if args.split_counts is not None:
+        sizes = {split: args.split_counts[split] for split in SPLITS}
+        if sum(sizes.values()) > n_units:
+            raise ValueError(f"split_counts {sizes} ask for {sum(sizes.values())} units; the data has {n_units}")
+        return sizes
+    ends = [round(n_units * edge) for edge in accumulate(args.split_fractions[s] for s in SPLITS)]
+    sizes = dict(zip(SPLITS, (end - start for start, end in zip([0, *ends], ends))))
+    empty = [split for split, size in sizes.items() if size == 0]
+    if empty:
+        raise ValueError(f"split_fractions {dict(args.split_fractions)} of {n_units} units leave {', '.join(empty)} "
+                         f"empty; raise those fractions or give split_counts")
+    return sizes
+
+
+def build_datapool(splits: dict[str, list[Unit]], to_rows: Callable[[Unit], list[Row]], args: SourceArgs,
+                   unlabelled: Optional[Callable[[list[Sample]], list[str]]] = None) -> Datapool:
+    """Normalise each split's units to Samples, cap them (``n_<split>``) and collect the unlabelled text.
+
+    ``unlabelled`` defaults to the training prompts followed by the training references.
+    """
+    samples: dict[str, list[Sample]] = {}
+    skipped: dict[str, int] = {}
+    for split in SPLITS:
+        samples[split], skipped[split] = make_samples(split, splits[split], to_rows, args.skip_bad_rows)
+        samples[split] = samples[split][:getattr(args, f"n_{split}")]
+    text = (unlabelled or training_text)(samples["train"])
+    return Datapool(samples, text, {"skipped_rows": skipped})
+
+
+def make_samples(split: str, units: list[Unit], to_rows: Callable[[Unit], list[Row]],
+                 skip_bad_rows: bool) -> tuple[list[Sample], int]:
+    """The split's Samples, ids ``<split>-<index>``, and how many bad rows were skipped."""
+    rows: list[Row] = []
+    skipped = 0
+    for unit in units:
+        try:
+            candidates = to_rows(unit)
+        except BadRowError as err:
+            skipped += skip_or_raise(str(err), skip_bad_rows)
+            continue
+        for row in candidates:
+            problem = row_problem(row)
+            if problem:
+                skipped += skip_or_raise(f"{row.origin}: {problem}", skip_bad_rows)
+            else:
+                rows.append(row)
+    samples = [Sample(f"{split}-{i}", row.prompt, tuple(r for r in row.references if r.strip()), row.meta)
+               for i, row in enumerate(rows)]
+    return samples, skipped
+
+
+def row_problem(row: Row) -> str:
+    """Why a row cannot be a Sample, or ``""``."""
+    if not row.prompt.strip():
+        return "empty prompt"
+    if not any(r.strip() for r in row.references):
+        return "no references (every reference is empty or missing)"
+    return ""
+
+
+def skip_or_raise(message: str, skip_bad_rows: bool) -> int:
+    """1 (one row skipped) when skipping bad rows, else a BadRowError with the fix."""
+    if not skip_bad_rows:
+        raise BadRowError(f"{message}; {SKIP_HINT}")
+    return 1
+
+
+def require_text(value: Any, what: str, origin: str) -> str:
+    """``value`` as a stripped string; a BadRowError naming the row when it is missing or blank."""
+    text = "" if value is None else str(value).strip()
+    if not text:
+        raise BadRowError(f"{origin}: empty {what}")
+    return text
+
+
+def training_text(train: list[Sample]) -> list[str]:
+    """Unlabelled text for tokenizer training and LM pre-training: the training prompts, then references."""
+    return [s.prompt for s in train] + [r for s in train for r in s.references]

@@ -1,0 +1,353 @@
+"""The GRUE datapool loaders on the real slices in ../shared/data (read where they lie) and, for the
+hub schemas, on small fixtures written here; literal counts, prompts and references."""
+
+import csv
+import json
+
+import pytest
+from shared_data import DATA
+
+from grueflow.config import ConfigError, DatapoolConfig, parse
+from grueflow.data import DATAPOOLS, read_split, write_datapool
+from grueflow.data.sources import BadRowError
+from grueflow.data.totto import highlighted_subtable, linearise
+from grueflow.io import read_json
+from grueflow.metrics import METRICS, MetricContext
+
+SPLITS = ("train", "val", "test")
+
+
+def build(name, **kwargs):
+    loader = DATAPOOLS.get(name)
+    return loader.build(parse(loader.Args, kwargs, "args"))
+
+
+def shared(relative):
+    path = DATA / relative
+    if not path.exists():
+        pytest.skip(f"shared data {path} is absent (set GRUEFLOW_SHARED_DATA to the shared/data folder)")
+    return str(path)
+
+
+def every_split(source):
+    """source_splits that feed train, val and test from the one source split (to see a whole slice, in order)."""
+    return {split: source for split in SPLITS}
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return str(path)
+
+
+def sizes(pool):
+    return [len(pool.splits[s]) for s in SPLITS]
+
+
+# ---------------------------------------------------------------------------------------------
+# CommonGen
+# ---------------------------------------------------------------------------------------------
+
+
+def test_commongen_v10_dev_slice_one_sample_per_concept_set():
+    pool = build("common_gen", data_files={"validation": shared("commongen/commongen.dev.jsonl")},
+                 source_splits=every_split("validation"))
+    test = pool.splits["test"]
+    assert len(test) == 993 and sum(len(s.references) for s in test) == 4018  # the README says 4017; the file has 4018
+    first = test[0]
+    assert first.id == "test-0"
+    assert first.prompt == "generate a sentence with: field look stand"
+    assert first.references == ("The player stood in the field looking at the batter.",
+                                "The coach stands along the field, looking at the goalkeeper.",
+                                "I stood and looked across the field, peacefully.",
+                                "Someone stands, looking around the empty field.")
+    assert first.meta == {"concepts": ["field", "look", "stand"], "concept_set": "field_N#look_V#stand_V"}
+    assert all("_" not in c for s in test for c in s.meta["concepts"])
+    assert pool.unlabelled[:2] == list(first.references[:2])  # unlabelled text: the training scenes
+
+
+def test_commongen_seeded_resplit_cuts_by_concept_set():
+    files = {"validation": shared("commongen/commongen.dev.jsonl")}
+    pool = build("common_gen", data_files=files, split_fractions={"train": 0.8, "val": 0.1, "test": 0.1})
+    assert sizes(pool) == [794, 100, 99]
+    assert pool.splits["test"][0].prompt == "generate a sentence with: bath bathtub dog give"
+    sets = [{s.meta["concept_set"] for s in pool.splits[split]} for split in SPLITS]
+    assert sum(map(len, sets)) == 993 and not (sets[0] & sets[1] or sets[0] & sets[2] or sets[1] & sets[2])
+    counted = build("common_gen", data_files=files, split_counts={"train": 893, "val": 50, "test": 50}, seed=1)
+    assert sizes(counted) == [893, 50, 50]
+    assert counted.splits["test"][0].prompt == "generate a sentence with: bird cup eat food hold"
+    again = build("common_gen", data_files=files, split_counts={"train": 893, "val": 50, "test": 50}, seed=1)
+    assert again == counted
+
+
+def test_commongen_hub_v11_rows_are_grouped_into_concept_sets(tmp_path):
+    rows = [{"concept_set_idx": 0, "concepts": ["ski", "mountain", "skier"], "target": "Skier skis down the mountain"},
+            {"concept_set_idx": 0, "concepts": ["ski", "mountain", "skier"],
+             "target": "A skier is skiing down a mountain."},
+            {"concept_set_idx": 1, "concepts": ["dog", "frisbee", "catch"], "target": "A dog catches a frisbee."}]
+    hidden = [{"concept_set_idx": 2, "concepts": ["cat", "sleep", "sofa"], "target": ""}]
+    files = {"train": write_jsonl(tmp_path / "train.jsonl", rows),
+             "validation": write_jsonl(tmp_path / "val.jsonl", rows),
+             "test": write_jsonl(tmp_path / "test.jsonl", hidden)}
+    with pytest.raises(BadRowError, match=r"test\.jsonl row 1: no references.*skip_bad_rows"):
+        build("common_gen", data_files=files)
+    pool = build("common_gen", data_files=files, source_splits={"test": "validation"})
+    assert sizes(pool) == [2, 2, 2]
+    first = pool.splits["train"][0]
+    assert first.prompt == "generate a sentence with: ski mountain skier"
+    assert first.references == ("Skier skis down the mountain", "A skier is skiing down a mountain.")
+    assert first.meta == {"concepts": ["ski", "mountain", "skier"], "concept_set": "ski#mountain#skier"}
+    assert pool.unlabelled == [r["target"] for r in rows]
+
+
+# ---------------------------------------------------------------------------------------------
+# CNN/DailyMail
+# ---------------------------------------------------------------------------------------------
+
+
+def test_cnn_dailymail_summeval_slice_with_truncation_and_extra_references():
+    files = {"test": shared("cnn_dailymail/summeval_cnndm_test100.jsonl")}
+    pool = build("cnn_dailymail", data_files=files, source_splits=every_split("test"), max_article_words=10)
+    first = pool.splits["test"][0]
+    assert len(pool.splits["test"]) == 100
+    assert first.prompt == "Summarize: Paul Merson has restarted his row with Andros Townsend after"
+    assert first.references == ("Andros Townsend an 83rd minute sub in Tottenham 's draw with Burnley . He was unable "
+                                "to find a winner as the game ended without a goal . Townsend had clashed with Paul "
+                                "Merson last week over England call-up .",)
+    assert first.meta == {"source_id": "dm-test-8764fb95bfad8ee849274873a92fb8d6b400eee2"}
+    extra = build("cnn_dailymail", data_files=files, source_splits=every_split("test"), extra_references=True)
+    # SummEval lists 11 references, the first being the highlights: each is kept once
+    assert [len(s.references) for s in extra.splits["test"]] == [11] * 100
+    assert extra.splits["test"][0].references[0] == first.references[0]
+    assert extra.splits["test"][0].prompt.startswith("Summarize: Paul Merson has restarted his row with Andros")
+    cut = build("cnn_dailymail", data_files=files, split_counts={"train": 80, "val": 10, "test": 10},
+                max_article_chars=60, prefix="", suffix=" TL;DR:")
+    assert sizes(cut) == [80, 10, 10]
+    assert cut.splits["train"][0].prompt == "Sick of awkward father-daughter portraits ? Well one photogr TL;DR:"
+
+
+def test_cnn_dailymail_hub_schema_and_bad_rows(tmp_path):
+    rows = [{"article": "The cat sat on the mat all day .", "highlights": "Cat sits.\nMat holds.", "id": "a1"},
+            {"article": "  ", "highlights": "Nothing.", "id": "a2"},
+            {"article": "Rain fell on the town .", "highlights": "", "id": "a3"}]
+    files = {name: write_jsonl(tmp_path / f"{name}.jsonl", rows) for name in ("train", "validation", "test")}
+    with pytest.raises(BadRowError, match=r"train\.jsonl row 2: empty article; fix the data, or set skip_bad_rows"):
+        build("cnn_dailymail", data_files=files)
+    pool = build("cnn_dailymail", data_files=files, skip_bad_rows=True)
+    assert sizes(pool) == [1, 1, 1]
+    assert pool.splits["val"][0].prompt == "Summarize: The cat sat on the mat all day ."
+    assert pool.splits["val"][0].references == ("Cat sits.\nMat holds.",)
+    assert pool.stats == {"skipped_rows": {"train": 2, "val": 2, "test": 2}}
+    stats = write_datapool(pool, tmp_path / "pool")
+    assert stats["skipped_rows"] == {"train": 2, "val": 2, "test": 2}
+    assert read_json(tmp_path / "pool" / "stats.json")["skipped_rows"]["test"] == 2
+    assert read_split(tmp_path / "pool", "test") == pool.splits["test"]
+
+
+# ---------------------------------------------------------------------------------------------
+# ToTTo
+# ---------------------------------------------------------------------------------------------
+
+COLIN_HANLON = ("<table> <cell> 2015 <col_header> Year </col_header> </cell> <cell> The 12 <col_header> Show "
+                "</col_header> </cell> <cell> Pete <col_header> Role </col_header> </cell> <cell> Denver Center "
+                "<col_header> Notes </col_header> </cell> </table>")
+COLIN_HANLON_TITLES = "<page_title> Colin Hanlon </page_title> <section_title> Theatre credits </section_title> "
+
+
+def test_totto_dev_sample_linearised_with_and_without_titles():
+    files = {"validation": shared("totto/dev_sample.jsonl")}
+    prompts = {}
+    for titles in ("with", "without", "both"):
+        pool = build("totto", data_files=files, source_splits=every_split("validation"), titles=titles)
+        assert len(pool.splits["test"]) == 5
+        prompts[titles] = pool.splits["test"][0].prompt
+    assert prompts == {"with": COLIN_HANLON_TITLES + COLIN_HANLON, "without": COLIN_HANLON,
+                       "both": COLIN_HANLON + " " + COLIN_HANLON_TITLES + COLIN_HANLON}
+    first = pool.splits["test"][0]
+    assert first.references == ("In 2015, Colin Hanlon starred as Pete in The 12 at the Denver Center.",) * 3
+    assert first.meta["table"] == [["Year", "2015"], ["Show", "The 12"], ["Role", "Pete"], ["Notes", "Denver Center"],
+                                   ["page_title", "Colin Hanlon"], ["section_title", "Theatre credits"]]
+    assert first.meta["highlighted_cells"] == [[12, 0], [12, 1], [12, 2], [12, 3]]
+    assert len(first.meta["raw_table"]) == 17 and first.meta["raw_table"][0][0]["value"] == "Year"
+    assert (first.meta["page_title"], first.meta["section_title"]) == ("Colin Hanlon", "Theatre credits")
+    assert pool.splits["test"][4].meta["table"][:2] == [["Premiered Date 1", "October 10, 2012"],
+                                                        ["Premiered Finale viewers (in millions) 1", "8.93"]]
+    parent = METRICS.get("parent")
+    score = parent.build(parse(parent.Args, {}, "args"), MetricContext())
+    result = score([first.prompt], [first.references[0]], [first.references], [first.meta])
+    assert result.per_sample["task/parent_f"][0] > 0.9
+
+
+def test_totto_headers_follow_column_spans_and_row_headers():
+    def cell(value, header=False, span=1):
+        return {"value": value, "is_header": header, "column_span": span, "row_span": 1}
+
+    table = [[cell("Team", True), cell("Stats", True, span=2)],
+             [cell("Name", True), cell("Wins", True), cell("Losses", True)],
+             [cell("Leeds", True), cell("10"), cell("3")]]
+    subtable = highlighted_subtable(table, [[2, 2], [2, 0]])
+    assert [tuple(c) for c in subtable] == [("3", ["Stats", "Losses"], ["Leeds"]), ("Leeds", ["Team", "Name"], [])]
+    assert linearise(subtable[:1], "", None) == (
+        "<table> <cell> 3 <col_header> Stats </col_header> <col_header> Losses </col_header> "
+        "<row_header> Leeds </row_header> </cell> </table>")
+
+
+# ---------------------------------------------------------------------------------------------
+# NarrativeQA
+# ---------------------------------------------------------------------------------------------
+
+
+def story(doc_id, summary, question, answers):
+    return {"document": {"id": doc_id, "kind": "gutenberg", "summary": {"text": summary, "title": doc_id}},
+            "question": {"text": question}, "answers": [{"text": a} for a in answers]}
+
+
+NARRATIVE_ROWS = [story("d1", "Anna lives in Paris. She paints.", "Where does Anna live?", ["In Paris", " Paris "]),
+                  story("d1", "Anna lives in Paris. She paints.", "What does Anna do?", ["She paints", "paints"]),
+                  story("d2", "Bob sails to Oslo.", "Where does Bob sail?", ["to Oslo", "Oslo"]),
+                  story("d3", "Cleo bakes bread.", "Who bakes?", ["Cleo", "Cleo"])]
+
+
+def test_narrative_qa_hub_schema_fixture(tmp_path):
+    files = {name: write_jsonl(tmp_path / f"{name}.jsonl", NARRATIVE_ROWS) for name in ("train", "validation", "test")}
+    pool = build("narrative_qa", data_files=files)
+    assert sizes(pool) == [4, 4, 4]
+    first = pool.splits["test"][0]
+    assert first.prompt == "where does anna live? \\n anna lives in paris. she paints."
+    assert first.references == ("in paris", "paris")
+    assert first.meta == {"document_id": "d1"}
+    cased = build("narrative_qa", data_files=files, lowercase=False, template="question: {question} context: {context}")
+    assert cased.splits["val"][1].prompt == "question: What does Anna do? context: Anna lives in Paris. She paints."
+    assert cased.splits["val"][1].references == ("She paints", "paints")
+
+
+def test_narrative_qa_resplit_keeps_each_story_in_one_split(tmp_path):
+    files = {"validation": write_jsonl(tmp_path / "dev.jsonl", NARRATIVE_ROWS)}
+    pool = build("narrative_qa", data_files=files, split_counts={"train": 1, "val": 1, "test": 1}, seed=3)
+    stories = [{s.meta["document_id"] for s in pool.splits[split]} for split in SPLITS]
+    assert all(len(ids) == 1 for ids in stories) and set.union(*stories) == {"d1", "d2", "d3"}
+    assert sum(sizes(pool)) == 4
+    with pytest.raises(ConfigError, match=r"placeholders are \{question\} and \{context\}"):
+        build("narrative_qa", data_files=files, template="{query} {context}")
+
+
+# ---------------------------------------------------------------------------------------------
+# IWSLT 2017
+# ---------------------------------------------------------------------------------------------
+
+TIPPING_EN = ("We're at a tipping point in human history, a species poised between gaining the stars and losing the "
+              "planet we call home.")
+TIPPING_DE = ("Wir stehen vor einem historischen Wendepunkt: zwischen dem Griff nach den Sternen und dem Verlust "
+              "unseres Heimatplaneten.")
+
+
+def test_iwslt2017_tst2016_both_directions():
+    files = {"test": shared("iwslt2017/tst2016.en-de.jsonl")}
+    pool = build("iwslt2017", data_files=files, source_splits=every_split("test"))
+    assert sizes(pool) == [1133] * 3
+    first = pool.splits["test"][0]
+    assert (first.prompt, first.references, first.meta) == (
+        f"translate English to German: {TIPPING_EN}", (TIPPING_DE,), {})
+    back = build("iwslt2017", data_files=files, source_splits=every_split("test"), source_language="de",
+                 target_language="en")
+    assert (back.splits["test"][0].prompt, back.splits["test"][0].references) == (
+        f"translate German to English: {TIPPING_DE}", (TIPPING_EN,))
+    bare = build("iwslt2017", data_files=files, split_counts={"train": 1000, "val": 100, "test": 33}, prefix="")
+    assert sizes(bare) == [1000, 100, 33] and not bare.splits["test"][0].prompt.startswith("translate")
+    with pytest.raises(ValueError, match=r"the translation has the languages \['de', 'en'\]; source_language 'fr'"):
+        build("iwslt2017", data_files=files, source_splits=every_split("test"), source_language="fr")
+
+
+# ---------------------------------------------------------------------------------------------
+# DailyDialog
+# ---------------------------------------------------------------------------------------------
+
+
+def test_daily_dialog_original_files_acts_align_with_turns():
+    root = shared("dailydialog")
+    acts = [[int(a) for a in line.split()] for line in open(f"{root}/validation/dialogues_act.txt", encoding="utf-8")]
+    pool = build("daily_dialog", data_root=root, source_splits=every_split("validation"), min_context_turns=1)
+    test = pool.splits["test"]
+    assert len(acts) == 1000 and sum(map(len, acts)) == 8069
+    assert len(test) == 8069 - 1000  # every turn but each dialogue's first
+    assert len({s.meta["dialogue_id"] for s in test}) == 1000
+    assert all(s.meta["intent"] == acts[int(s.meta["dialogue_id"].split("-")[1])][s.meta["turn"]] - 1 for s in test)
+    assert test[0].prompt == "Good morning , sir . Is there a bank near here ? <EOU>"
+    assert test[0].references == ("There is one . 5 blocks away from here ?",)
+    assert test[0].meta == {"intent": 0, "intent_label": "inform", "emotion": 0, "emotion_label": "no emotion",
+                            "dialogue_id": "validation-0", "turn": 1}
+    rl4lms = build("daily_dialog", data_root=f"{root}/validation", source_splits=every_split("validation"))
+    assert len(rl4lms.splits["test"]) == 3388  # turns with 5 turns before them, as RL4LMs
+    assert rl4lms.splits["test"][0].prompt == (
+        "Good morning , sir . Is there a bank near here ? <EOU> There is one . 5 blocks away from here ? <EOU> "
+        "Well , that's too far.Can you change some money for me ? <EOU> Surely , of course . What kind of currency "
+        "have you got ? <EOU> RIB . <EOU>")
+    assert rl4lms.splits["test"][0].references == ("How much would you like to change ?",)
+    assert rl4lms.splits["test"][0].meta["intent_label"] == "question"
+
+
+def test_daily_dialog_resplit_cuts_by_dialogue():
+    pool = build("daily_dialog", data_root=shared("dailydialog/validation"), context_turns=2, min_context_turns=1,
+                 split_counts={"train": 800, "val": 100, "test": 100})
+    assert sizes(pool) == [5721, 671, 677]
+    dialogues = [{s.meta["dialogue_id"] for s in pool.splits[split]} for split in SPLITS]
+    assert list(map(len, dialogues)) == [800, 100, 100] and len(set.union(*dialogues)) == 1000
+    assert pool.splits["val"][0].prompt == "Excuse me . Mr . Emory ? <EOU>"
+
+
+def test_daily_dialog_hub_schema_and_misaligned_rows(tmp_path):
+    rows = [{"dialog": ["Hi . ", "Hello , how are you ? ", "Fine , thanks . "], "act": [1, 2, 1], "emotion": [0, 0, 4]},
+            {"dialog": ["Only one turn", "and a second"], "act": [1], "emotion": [0, 0]}]
+    files = {name: write_jsonl(tmp_path / f"{name}.jsonl", rows) for name in ("train", "validation", "test")}
+    with pytest.raises(BadRowError, match=r"train\.jsonl row 2: 2 turns but 1 acts and 2 emotions"):
+        build("daily_dialog", data_files=files, min_context_turns=1)
+    pool = build("daily_dialog", data_files=files, min_context_turns=1, context_turns=1, skip_bad_rows=True)
+    assert sizes(pool) == [2, 2, 2] and pool.stats["skipped_rows"] == {"train": 1, "val": 1, "test": 1}
+    second = pool.splits["test"][1]
+    assert (second.prompt, second.references) == ("Hello , how are you ? <EOU>", ("Fine , thanks .",))
+    assert second.meta == {"intent": 0, "intent_label": "inform", "emotion": 4, "emotion_label": "happiness",
+                           "dialogue_id": "test-0", "turn": 2}
+    with pytest.raises(FileNotFoundError, match=r"has no DailyDialog files: expected <split>/dialogues_<split>\.txt"):
+        build("daily_dialog", data_root=str(tmp_path))
+
+
+# ---------------------------------------------------------------------------------------------
+# custom files, argument checks
+# ---------------------------------------------------------------------------------------------
+
+
+def test_custom_jsonl_and_csv_with_a_field_mapping(tmp_path):
+    rows = [{"question": "2 + 2 ?", "answers": ["4", "four"], "id": 7},
+            {"question": "Capital of France ?", "answers": "Paris", "id": 8}]
+    path = write_jsonl(tmp_path / "qa.jsonl", rows)
+    fields = {"prompt": "question", "references": "answers", "meta": ["id"]}
+    pool = build("custom", data_files={"test": path}, source_splits=every_split("test"), fields=fields, prefix="Q: ")
+    assert [(s.prompt, s.references, s.meta) for s in pool.splits["val"]] == [
+        ("Q: 2 + 2 ?", ("4", "four"), {"id": 7}), ("Q: Capital of France ?", ("Paris",), {"id": 8})]
+    with open(tmp_path / "qa.csv", "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows([["question", "answer"], ["Who wrote Hamlet ?", "Shakespeare"], ["1 + 1 ?", "2"]])
+    table = build("custom", data_files={"test": str(tmp_path / "qa.csv")}, source_splits=every_split("test"),
+                  fields={"prompt": "question", "references": "answer"})
+    assert [(s.prompt, s.references) for s in table.splits["train"]] == [
+        ("Who wrote Hamlet ?", ("Shakespeare",)), ("1 + 1 ?", ("2",))]
+    with pytest.raises(ValueError, match=r"qa\.jsonl has the columns \['answers', 'id', 'question'\]; the custom "
+                                         r"datapool needs query, answers, id"):
+        build("custom", data_files={"test": path}, fields={"prompt": "query", "references": "answers", "meta": ["id"]})
+
+
+def test_missing_files_splits_and_bad_args_are_named(tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"\['/nowhere/tst\.jsonl'\] do not exist"):
+        build("iwslt2017", data_files={"test": "/nowhere/tst.jsonl"})
+    path = write_jsonl(tmp_path / "tst.jsonl", [{"translation": {"en": "Hello .", "de": "Hallo ."}}])
+    with pytest.raises(ValueError, match=r"no train split for 'train': the data has the splits \['test'\]\. Name one "
+                                         r"with source_splits"):
+        build("iwslt2017", data_files={"test": path})
+    with pytest.raises(ValueError, match=r"split_counts .* ask for 3 units; the data has 1"):
+        build("iwslt2017", data_files={"test": path}, split_counts={"train": 1, "val": 1, "test": 1})
+    with pytest.raises(ConfigError, match=r"split_fractions has keys \['dev', 'train'\]; allowed: train, val, test"):
+        parse(DatapoolConfig, {"id": "iwslt2017", "args": {"split_fractions": {"train": 0.9, "dev": 0.1}}}, "datapool")
+    with pytest.raises(ConfigError, match=r"'sometimes' is not allowed; choose one of 'with', 'without', 'both'"):
+        parse(DatapoolConfig, {"id": "totto", "args": {"titles": "sometimes"}}, "datapool")
+    with pytest.raises(ConfigError, match=r"unknown key 'field'; valid keys: path, .*, fields, prefix, suffix"):
+        parse(DatapoolConfig, {"id": "custom", "args": {"field": {}}}, "datapool")
+    with pytest.raises(ConfigError, match=r"path 'json' needs local files: give data_files"):
+        parse(DatapoolConfig, {"id": "custom", "args": {"path": "json"}}, "datapool")

@@ -1,0 +1,107 @@
+"""Every suite under params/suites/ and every params folder's task and method files parse as the stages parse them.
+
+Nothing is downloaded or built: a hub id in a task file is only a string until a stage runs. The
+hub-backed suites (params/suites/grue.yaml, hub.yaml) are checked here and run only on GPU machines.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from grueflow import evaluation
+from grueflow.config import (DatapoolConfig, GenerationConfig, LengthsConfig, MetricSpec, ModelConfig, RewardConfig,
+                             SupervisedConfig, load_method, load_section, load_suite, load_task, parse, read_yaml)
+from grueflow.data import DATAPOOLS
+from grueflow.rl import ALGORITHMS
+
+ROOT = Path(__file__).resolve().parents[2]
+SCHEMA = ROOT / "workflow" / "schemas" / "suite.schema.yaml"
+FLUENCY = MetricSpec("perplexity")  # stages/evaluate.py adds it when a task does not list it
+
+SUITES = sorted((ROOT / "params" / "suites").glob("*.yaml")) + [ROOT / "params" / "suite.yaml"]
+
+
+def params_dir(suite: Path) -> Path:
+    return ROOT / (read_yaml(suite) or {}).get("params_dir", "params")
+
+
+# every params folder a suite names, plus any folder under params/ with tasks/ (a suite may not exist yet)
+PARAMS_DIRS = sorted({params_dir(s) for s in SUITES if s.is_file()}
+                     | {p.parent for p in (ROOT / "params").glob("**/tasks") if p.is_dir()})
+TASK_FILES = sorted(f for d in PARAMS_DIRS for f in (d / "tasks").glob("*.yaml"))
+METHOD_FILES = sorted(f for d in PARAMS_DIRS for f in (d / "methods").glob("*.yaml"))
+
+
+def rel(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+@pytest.mark.parametrize("suite", [s for s in SUITES if s.is_file()], ids=rel)
+def test_suite_matches_the_schema_and_names_files_that_parse(suite: Path, monkeypatch: pytest.MonkeyPatch):
+    data = read_yaml(suite)
+    jsonschema.validate(data, yaml.safe_load(SCHEMA.read_text()))
+    monkeypatch.chdir(ROOT)  # params_dir is relative to the repository root, as under snakemake
+    loaded = load_suite(data, rel(suite))
+    assert set(loaded.tasks) == set(data["tasks"])
+    assert set(loaded.methods) == set(data["algorithms"])
+
+
+@pytest.mark.parametrize("task_file", TASK_FILES, ids=rel)
+def test_task_file_parses_section_by_section_as_each_stage_reads_it(task_file: Path):
+    where = rel(task_file)
+    load_task(task_file)  # the whole file, strictly (load_suite, before any job)
+    # prepare_datapool: the datapool, then its loader's own args
+    datapool = load_section(DatapoolConfig, task_file, "datapool")
+    loader = DATAPOOLS.get(datapool.id)
+    parse(loader.Args, dict(datapool.args), f"{where}: datapool.args")
+    # base_model
+    load_section(ModelConfig, task_file, "model")
+    # warm_start, rl_finetune, evaluate
+    load_section(LengthsConfig, task_file, "lengths")
+    load_section(GenerationConfig, task_file, "rollout_generation")
+    load_section(GenerationConfig, task_file, "eval_generation")
+    load_section(RewardConfig, task_file, "reward")
+
+
+@pytest.mark.parametrize("task_file", TASK_FILES, ids=rel)
+def test_every_headline_metric_is_produced_by_the_reward_or_metrics(task_file: Path):
+    where = rel(task_file)
+    raw = read_yaml(task_file)
+    reward = load_section(RewardConfig, task_file, "reward")
+    metrics = parse(tuple[MetricSpec, ...], raw.get("metrics"), f"{where}: metrics")
+    headline = parse(tuple[str, ...], raw.get("headline_metrics"), f"{where}: headline_metrics")
+    if all(m.id != FLUENCY.id for m in metrics):
+        metrics = metrics + (FLUENCY,)
+    produced = evaluation.produced_keys(reward, metrics)
+    assert headline, f"{where}: no headline metrics"
+    assert set(headline) <= produced, f"{where}: {sorted(set(headline) - produced)} not in {sorted(produced)}"
+
+
+@pytest.mark.parametrize("method_file", METHOD_FILES, ids=rel)
+def test_method_file_parses_with_its_algorithm_config(method_file: Path):
+    if method_file.stem == "supervised":
+        load_section(SupervisedConfig, method_file)  # warm_start
+    else:
+        config = load_method(method_file.stem, method_file)  # rl_finetune; an unknown algorithm fails naming the valid ids
+        assert isinstance(config, ALGORITHMS.get(method_file.stem).Config)
+
+
+GRUE_MODELS = {"imdb": ("gpt2", "causal"), "common_gen": ("t5-base", "seq2seq"),
+               "cnn_dailymail": ("t5-base", "seq2seq"), "totto": ("t5-base", "seq2seq"),
+               "narrative_qa": ("t5-base", "seq2seq"), "iwslt2017": ("t5-base", "seq2seq"),
+               "daily_dialog": ("gpt2", "causal")}
+
+
+def test_grue_suite_is_the_seven_rl4lms_tasks_with_ppo_and_nlpo(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(ROOT)
+    suite = load_suite(read_yaml(ROOT / "params" / "suites" / "grue.yaml"), "params/suites/grue.yaml")
+    assert suite.config.params_dir == "params/grue"
+    assert suite.config.algorithms == ("ppo", "nlpo")
+    assert suite.config.seeds == (0, 1, 2)
+    models = {name: (t.model.name_or_path, t.model.kind) for name, t in suite.tasks.items()}
+    assert models == GRUE_MODELS
+    assert {name: t.datapool.id for name, t in suite.tasks.items()} == {name: name for name in GRUE_MODELS}
