@@ -62,7 +62,7 @@ def test_unknown_datapool_model_and_datapool_args():
         parse(TaskConfig, data, "t:")
     data = task_data()
     data["model"]["id"] = "gpt3"
-    with pytest.raises(ConfigError, match=r"unknown model 'gpt3'; valid model ids: gguf, pretrained, smollm2_135m, tiny_gpt2, tiny_t5"):
+    with pytest.raises(ConfigError, match=r"unknown model 'gpt3'; valid model ids: gguf, pretrained, smollm2_135m, tiny_bart, tiny_gpt2, tiny_llama, tiny_t5"):
         parse(TaskConfig, data, "t:")
     data = task_data()
     data["datapool"]["args"]["n_trian"] = 5
