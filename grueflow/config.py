@@ -16,6 +16,7 @@ from typing import Any, Literal, Optional, Union
 
 import yaml
 
+from grueflow.io import DataError, read_text
 from grueflow.registry import UnknownNameError
 
 
@@ -569,11 +570,14 @@ def read_yaml(path: str | Path) -> Any:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"params file {str(path)!r} does not exist")
-    with open(path, encoding="utf-8") as handle:
-        try:
-            return yaml.safe_load(handle)
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    try:
+        return yaml.safe_load(read_text(path))
+    except DataError as err:  # not UTF-8: the message names the line
+        raise ConfigError(str(err)) from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise ConfigError(f"{path}: {at}not valid YAML: {getattr(err, 'problem', None) or err}") from None
 
 
 def load_section(cls: type, path: str | Path, key: Optional[str] = None) -> Any:

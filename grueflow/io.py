@@ -3,6 +3,9 @@
 Nothing half-written ever looks finished: files go to a temporary name in the same folder and are
 renamed into place; a stage folder counts as finished only once its ``stage.json`` exists, and that
 file is written last.
+
+Reading is strict: a text file that is not UTF-8, a JSONL line that is not JSON or a missing input
+raises :class:`DataError` naming the file and line, which a stage reports in one line (exit code 2).
 """
 
 from __future__ import annotations
@@ -40,6 +43,31 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             tmp_path.unlink()
 
 
+class DataError(ValueError):
+    """An input file or row that cannot be used as it is; the message names the file, the line or row, and the fix."""
+
+
+class MissingDataError(DataError, FileNotFoundError):
+    """An input file or folder that does not exist (still a FileNotFoundError for callers that expect one)."""
+
+
+def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of a UTF-8 text file, line endings kept; a non-UTF-8 byte is a DataError
+    naming the file, the line and the column, never a bare UnicodeDecodeError."""
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                yield number, raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                raise DataError(f"{path}: line {number}: byte {raw[err.start]:#04x} at column {err.start + 1} is not "
+                                f"UTF-8; re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
+
+
+def read_text(path: str | Path) -> str:
+    """A UTF-8 text file's contents (see :func:`iter_lines` for the error on other encodings)."""
+    return "".join(line for _, line in iter_lines(path))
+
+
 def write_text(path: str | Path, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
@@ -69,16 +97,19 @@ def write_csv(path: str | Path, rows: list[dict[str, Any]]) -> None:
         writer.writerows(rows)
 
 
+def iter_jsonl(path: str | Path) -> Iterator[Any]:
+    """The JSON value of each non-blank line; a DataError names the file and line of one that is not JSON."""
+    for number, line in iter_lines(path):
+        if line.strip():
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataError(f"{path}: line {number}, column {err.colno}: not a JSON object ({err.msg}); "
+                                f"each line of a .jsonl file is one JSON object") from None
+
+
 def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    rows = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as err:
-                    raise ValueError(f"{path}:{number}: not a JSON object: {err}") from None
-    return rows
+    return list(iter_jsonl(path))
 
 
 @contextlib.contextmanager

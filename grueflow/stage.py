@@ -41,9 +41,9 @@ def finish(out_dir: Path, stage: str, params: Any, inputs: dict[str, Path], star
 
 
 def main_guard(run: Any) -> None:
-    """Run a stage's ``main``; bad params and unobtainable models exit 2 with their message, no traceback."""
+    """Run a stage's ``main``; bad params, bad data and unobtainable models exit 2 with their message, no traceback."""
     try:
         run()
-    except (ConfigError, HubUnreachableError, ModelFetchError) as err:
+    except (ConfigError, io.DataError, HubUnreachableError, ModelFetchError) as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -17,6 +17,7 @@ from grueflow.data.sample import Datapool
 from grueflow.data.sources import (BadRowError, Row, SourceArgs, Unit, assign_splits, build_datapool, group_units,
                                    load_units, require_text)
 from grueflow.data.totto import final_sentences, highlighted_subtable, linearise, parent_table
+from grueflow.io import DataError, MissingDataError, read_text
 
 # ---------------------------------------------------------------------------------------------
 # CommonGen
@@ -303,8 +304,8 @@ def translation_row(unit: Unit, args: IWSLT2017.Args) -> Row:
     pair = unit.row["translation"] or {}
     for key in ("source_language", "target_language"):
         if getattr(args, key) not in pair:
-            raise ValueError(f"{unit.origin}: the translation has the languages {sorted(pair)}; "
-                             f"{key} {getattr(args, key)!r} is not one of them")
+            raise DataError(f"{unit.origin}: the translation has the languages {sorted(pair)}; "
+                            f"{key} {getattr(args, key)!r} is not one of them")
     source = require_text(pair[args.source_language], f"{args.source_language} text", unit.origin)
     return Row(args.prompt_prefix + source, (pair[args.target_language] or "",), {}, unit.origin)
 
@@ -383,12 +384,12 @@ def dialogue_rows(unit: Unit, args: DailyDialog.Args) -> list[Row]:
 def read_dialogue_folder(root: Path) -> dict[str, list[Unit]]:
     """The DailyDialog splits found under ``root`` (original text files), as hub-schema Units."""
     if not root.is_dir():
-        raise FileNotFoundError(f"data_root {root} is not a folder")
+        raise MissingDataError(f"data_root {root} is not a folder")
     found = {split: files for split in DIALOGUE_SPLITS if (files := dialogue_files(root, split))}
     if not found and (root / "dialogues.txt").is_file():
         found = {root.name: dialogue_files(root, root.name)}
     if not found:
-        raise FileNotFoundError(
+        raise MissingDataError(
             f"data_root {root} has no DailyDialog files: expected <split>/dialogues_<split>.txt (the original "
             f"layout, split one of {', '.join(DIALOGUE_SPLITS)}), <split>/dialogues.txt, dialogues_<split>.txt, or "
             f"dialogues.txt, each with its dialogues_act and dialogues_emotion files beside it")
@@ -406,8 +407,8 @@ def dialogue_files(root: Path, split: str) -> Optional[tuple[Path, Path, Path]]:
             labels = (folder / f"dialogues_act{suffix}.txt", folder / f"dialogues_emotion{suffix}.txt")
             missing = [str(p) for p in labels if not p.is_file()]
             if missing:
-                raise FileNotFoundError(f"{text} has no {' and '.join(missing)} beside it; DailyDialog needs the act "
-                                        f"and emotion files aligned with the dialogues")
+                raise MissingDataError(f"{text} has no {' and '.join(missing)} beside it; DailyDialog needs the "
+                                       f"act and emotion files aligned with the dialogues")
             return text, labels[0], labels[1]
     return None
 
@@ -415,9 +416,9 @@ def dialogue_files(root: Path, split: str) -> Optional[tuple[Path, Path, Path]]:
 def read_dialogues(text: Path, acts: Path, emotions: Path, split: str) -> list[Unit]:
     """One Unit a dialogue: ``{dialog, act, emotion}`` from three line-aligned files."""
     files = [text, acts, emotions]
-    lines = [[line for line in p.read_text(encoding="utf-8").splitlines() if line.strip()] for p in files]
+    lines = [[line for line in read_text(p).splitlines() if line.strip()] for p in files]
     if len({len(ls) for ls in lines}) != 1:
-        raise ValueError(f"{', '.join(f'{p} has {len(ls)} lines' for p, ls in zip(files, lines))}; they must align")
+        raise DataError(f"{', '.join(f'{p} has {len(ls)} lines' for p, ls in zip(files, lines))}; they must align")
     units = []
     for i, (dialogue, act, emotion) in enumerate(zip(*lines)):
         turns = [t.strip() for t in dialogue.split("__eou__")]

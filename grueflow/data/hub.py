@@ -15,6 +15,7 @@ from typing import Any, Optional
 from grueflow.data import DATAPOOLS
 from grueflow.data.sample import Datapool, Sample
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
+from grueflow.io import DataError, MissingDataError, iter_jsonl, iter_lines
 
 
 BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -24,17 +25,23 @@ def load_splits(path: str, data_files: Optional[dict[str, str]], name: Optional[
     """``datasets.load_dataset(path, name, data_files=...)``, with a clear error for an unreachable hub.
 
     With ``data_files`` and a ``path`` that is neither a builder nor a local folder (a hub id, or
-    empty), the builder is taken from the files' extension: local files never go to the hub.
+    empty), the builder is taken from the files' extension: local files never go to the hub. Local
+    text files are checked first (:func:`check_text_file`): ``datasets``' errors name no file or line.
     """
     import datasets
 
     files = dict(data_files) if data_files else None
     if files:
-        missing = [f for f in files.values() if not Path(f).is_file()]
+        missing = [f for f in files.values() if not Path(f).exists()]
         if missing:
-            raise FileNotFoundError(f"data_files {missing} do not exist (relative paths are read from {os.getcwd()})")
+            raise MissingDataError(f"data_files {missing} do not exist (relative paths are read from {os.getcwd()})")
+        folders = [f for f in files.values() if Path(f).is_dir()]
+        if folders:
+            raise DataError(f"data_files {folders} are folders; name the data files in them")
         if not path or (path not in BUILDERS.values() and not Path(path).is_dir()):
             path = builder_for(files)
+        for file in files.values():
+            check_text_file(file)
     if files or Path(path).exists():
         return datasets.load_dataset(path, name, data_files=files)
     if not hub_reachable():
@@ -49,9 +56,25 @@ def builder_for(files: dict[str, str]) -> str:
     """The ``datasets`` builder that reads these files, from their extension (one kind for all)."""
     kinds = {BUILDERS.get(Path(f).suffix.lower()) for f in files.values()}
     if len(kinds) != 1 or None in kinds:
-        raise ValueError(f"cannot tell how to read data_files {sorted(files.values())}: give them one extension of "
-                         f"{', '.join(BUILDERS)}, or set path to a datasets builder (json, csv, parquet)")
+        raise DataError(f"cannot tell how to read data_files {sorted(files.values())}: give them one extension of "
+                        f"{', '.join(BUILDERS)}, or set path to a datasets builder (json, csv, parquet)")
     return kinds.pop()
+
+
+def check_text_file(path: str) -> None:
+    """Raise a DataError naming the file and line where a text data file is not UTF-8 or (``.jsonl``) not
+    JSON, or naming the file when it has no rows. One streaming pass; a parquet file is left to ``datasets``.
+
+    ``datasets`` reads non-UTF-8 bytes without complaint and fails later, on some row, with a bare
+    UnicodeDecodeError; an empty file ends in a bare StopIteration.
+    """
+    suffix = Path(path).suffix.lower()
+    if suffix == ".parquet":
+        return
+    lines = iter_jsonl(path) if suffix == ".jsonl" else (line for _, line in iter_lines(path) if line.strip())
+    header = 1 if suffix == ".csv" else 0
+    if sum(1 for _ in lines) <= header:
+        raise DataError(f"{path}: the file has no rows; a data file needs at least one")
 
 
 @DATAPOOLS.register("imdb", "IMDB sentiment continuation (RL4LMs): prompt = a review's first words, hub id or local files")

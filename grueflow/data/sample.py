@@ -32,7 +32,8 @@ class Sample:
     def from_json(cls, row: dict[str, Any], where: str) -> "Sample":
         missing = {"id", "prompt", "references"} - set(row)
         if missing:
-            raise ValueError(f"{where}: a Sample needs keys id, prompt, references (and meta); missing {sorted(missing)}")
+            raise io.DataError(f"{where}: a Sample needs keys id, prompt, references (and meta); "
+                               f"missing {sorted(missing)}")
         return cls(str(row["id"]), row["prompt"], tuple(row["references"]), row.get("meta", {}))
 
 
@@ -72,16 +73,16 @@ def read_split(datapool_dir: str | Path, split: str) -> list[Sample]:
         raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
     path = Path(datapool_dir) / f"{split}.jsonl"
     if not path.is_file():
-        raise FileNotFoundError(f"datapool split {path} does not exist; run prepare_datapool first")
+        raise io.MissingDataError(f"datapool split {path} does not exist; run prepare_datapool first")
     samples = [Sample.from_json(row, f"{path}:{i + 1}") for i, row in enumerate(io.read_jsonl(path))]
     if not samples:
-        raise ValueError(f"datapool split {path} is empty")
+        raise io.DataError(f"datapool split {path} is empty; rebuild it with prepare_datapool")
     return samples
 
 
 def read_unlabelled(datapool_dir: str | Path) -> list[str]:
     path = Path(datapool_dir) / UNLABELLED
-    return [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return [line for line in io.read_text(path).splitlines() if line.strip()]
 
 
 def _mean(values: list[float]) -> float:

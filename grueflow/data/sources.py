@@ -28,12 +28,13 @@ from typing import Any, Callable, Iterable, Optional
 
 from grueflow.data.hub import load_splits
 from grueflow.data.sample import SPLITS, Datapool, Sample
+from grueflow.io import DataError
 
 SOURCE_NAMES: dict[str, tuple[str, ...]] = {"train": ("train",), "val": ("validation", "val", "dev"), "test": ("test",)}
 SKIP_HINT = "fix the data, or set skip_bad_rows: true to drop such rows (they are counted in stats.json)"
 
 
-class BadRowError(ValueError):
+class BadRowError(DataError):
     """A source row that cannot become a Sample: an empty input, no references, misaligned labels."""
 
 
@@ -134,7 +135,7 @@ def check_columns(where: str, columns: Iterable[str], schemas: dict[str, tuple[s
     if any(set(needed) <= set(columns) for needed in schemas.values()):
         return
     wanted = "; or ".join(f"{', '.join(needed)} ({name})" for name, needed in schemas.items())
-    raise ValueError(f"{where} has the columns {columns}; the {loader} datapool needs {wanted}")
+    raise DataError(f"{where} has the columns {columns}; the {loader} datapool needs {wanted}")
 
 
 def group_units(units: list[Unit], key: Callable[[Unit], Any],
@@ -164,7 +165,7 @@ def source_name(split: str, sources: dict[str, Any], args: SourceArgs) -> str:
     for candidate in candidates:
         if candidate in sources:
             return candidate
-    raise ValueError(
+    raise DataError(
         f"no {' or '.join(candidates)} split for {split!r}: the data has the splits {sorted(sources)}. Name one "
         f"with source_splits: {{{split}: ...}}, add a data_files entry {candidates[0]}: <file>, or cut the rows "
         f"there are with split_fractions (or split_counts) and seed")
@@ -175,14 +176,14 @@ def split_sizes(n_units: int, args: SourceArgs) -> dict[str, int]:
     if args.split_counts is not None:
         sizes = {split: args.split_counts[split] for split in SPLITS}
         if sum(sizes.values()) > n_units:
-            raise ValueError(f"split_counts {sizes} ask for {sum(sizes.values())} units; the data has {n_units}")
+            raise DataError(f"split_counts {sizes} ask for {sum(sizes.values())} units; the data has {n_units}")
         return sizes
     ends = [round(n_units * edge) for edge in accumulate(args.split_fractions[s] for s in SPLITS)]
     sizes = dict(zip(SPLITS, (end - start for start, end in zip([0, *ends], ends))))
     empty = [split for split, size in sizes.items() if size == 0]
     if empty:
-        raise ValueError(f"split_fractions {dict(args.split_fractions)} of {n_units} units leave {', '.join(empty)} "
-                         f"empty; raise those fractions or give split_counts")
+        raise DataError(f"split_fractions {dict(args.split_fractions)} of {n_units} units leave {', '.join(empty)} "
+                        f"empty; raise those fractions or give split_counts")
     return sizes
 
 
@@ -197,6 +198,8 @@ def build_datapool(splits: dict[str, list[Unit]], to_rows: Callable[[Unit], list
     for split in SPLITS:
         samples[split], skipped[split] = make_samples(split, splits[split], to_rows, args.skip_bad_rows)
         samples[split] = samples[split][:getattr(args, f"n_{split}")]
+        if not samples[split]:
+            raise DataError(empty_split_message(split, len(splits[split]), skipped[split], args))
     text = (unlabelled or training_text)(samples["train"])
     return Datapool(samples, text, {"skipped_rows": skipped})
 
@@ -221,6 +224,23 @@ def make_samples(split: str, units: list[Unit], to_rows: Callable[[Unit], list[R
     samples = [Sample(f"{split}-{i}", row.prompt, tuple(r for r in row.references if r.strip()), row.meta)
                for i, row in enumerate(rows)]
     return samples, skipped
+
+
+def empty_split_message(split: str, n_units: int, skipped: int, args: SourceArgs) -> str:
+    """Why ``split`` ended up with no Samples, naming its source, and how to fix it."""
+    if args.split_fractions is None and args.split_counts is None:
+        named = (args.source_splits or {}).get(split)
+        files = args.data_files or {}
+        name = named or next((n for n in SOURCE_NAMES[split] if n in files), split)
+        source = files.get(name) or f"{args.path} ({name} split)"
+    else:
+        source = f"the re-split of {args.path or ', '.join((args.data_files or {}).values())}"
+    if not n_units:
+        found = "the source has no rows"
+    else:
+        found = f"its {n_units} source rows give no sample" + (f" ({skipped} bad rows skipped)" if skipped else "")
+    return (f"{source}: the {split} split is empty: {found}; a split needs at least one sample: fix the data, "
+            f"or feed {split} from another source split with source_splits")
 
 
 def row_problem(row: Row) -> str:
