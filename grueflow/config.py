@@ -91,15 +91,16 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
 
 
 def _convert_dataclass(cls: type, value: Any, where: str) -> Any:
+    at = where if where.endswith(":") else f"{where}:"  # a whole file's where ends in ':' already
     if value is None:
         value = {}
     if not isinstance(value, dict):
-        raise ConfigError(f"{where}: expected a mapping with keys {_keys(cls)}, got {value!r}")
+        raise ConfigError(f"{at} expected a mapping with keys {_keys(cls)}, got {value!r}")
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(value) - names)
     if unknown:
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r}; valid keys: {_keys(cls)}")
+        raise ConfigError(f"{at} unknown key {unknown[0]!r}; valid keys: {_keys(cls)}")
     kwargs = {}
     for f in dataclasses.fields(cls):
         if not f.init:
@@ -107,13 +108,11 @@ def _convert_dataclass(cls: type, value: Any, where: str) -> Any:
         if f.name in value:
             kwargs[f.name] = _convert(hints[f.name], value[f.name], _join(where, f.name))
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise ConfigError(f"{where}: missing required key {f.name!r}")
+            raise ConfigError(f"{at} missing required key {f.name!r}")
     try:
         return cls(**kwargs)
-    except ConfigError as err:
-        raise ConfigError(f"{where}: {err}") from None
-    except (ValueError, UnknownNameError) as err:
-        raise ConfigError(f"{where}: {err}") from None
+    except (ValueError, UnknownNameError) as err:  # ConfigError included
+        raise ConfigError(f"{at} {err}") from None
 
 
 def _join(where: str, key: str) -> str:
@@ -181,6 +180,7 @@ class PretrainConfig:
 
     def __post_init__(self) -> None:
         _check(self.steps >= 0, f"steps must be >= 0, got {self.steps}")
+        _check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
         _check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
         _check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
 
@@ -409,6 +409,10 @@ class RLConfig:
 
     def __post_init__(self) -> None:
         _check(self.iterations > 0, f"iterations must be > 0, got {self.iterations}")
+        _check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
+        _check(self.rollouts_per_iteration > 0 and self.minibatch_size > 0,
+               f"rollouts_per_iteration and minibatch_size must be > 0, got {self.rollouts_per_iteration} "
+               f"and {self.minibatch_size}")
         _check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
         _check(self.clip_range > 0, f"clip_range must be > 0, got {self.clip_range}")
         _check(self.group_size > 0, f"group_size must be > 0, got {self.group_size}")
@@ -555,8 +559,12 @@ class SuiteConfig:
 
         _check(len(self.tasks) > 0, "a suite needs at least one task")
         _check(len(self.seeds) > 0, "a suite needs at least one seed")
+        _check(min(self.seeds) >= 0, f"seeds must be >= 0, got {list(self.seeds)}")
+        _check(len(set(self.seeds)) == len(self.seeds), f"seeds {list(self.seeds)} repeat a seed; list each once")
+        _check(self.threads >= 1, f"threads must be >= 1, got {self.threads}")
         for algorithm in self.algorithms:
-            ALGORITHMS.get(algorithm)
+            if algorithm not in ALGORITHMS:
+                raise ValueError(f"algorithms: {ALGORITHMS.unknown_message(algorithm)}")
 
 
 def method_name(start: RLStart, algorithm: Optional[str]) -> str:
@@ -597,7 +605,11 @@ def load_task(path: str | Path) -> TaskConfig:
 def load_method(algorithm: str, path: str | Path) -> Any:
     from grueflow.rl import ALGORITHMS
 
-    return load_section(ALGORITHMS.get(algorithm).Config, path)
+    try:
+        spec = ALGORITHMS.get(algorithm)
+    except UnknownNameError as err:
+        raise ConfigError(f"{path}: {err}") from None
+    return load_section(spec.Config, path)
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,8 @@ class SourceArgs:
 
 def check_split_args(args: SourceArgs) -> None:
     """Reject split arguments that cannot work, before any data is read."""
+    if args.seed < 0:
+        raise ValueError(f"seed must be >= 0, got {args.seed}")
     for key in ("source_splits", "split_fractions", "split_counts"):
         mapping = getattr(args, key)
         if mapping is not None and set(mapping) - set(SPLITS):

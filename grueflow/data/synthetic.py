@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from grueflow.data import DATAPOOLS
 from grueflow.data.sample import Datapool, Sample
@@ -34,6 +35,15 @@ PEOPLE = ("a young teacher", "an old soldier", "a small family", "a lonely paint
 EVENTS = ("moves to the city", "returns home", "loses a job", "finds a letter", "starts a band",
           "travels across the country", "opens a restaurant")
 PLACES_SEEN = ("cinema", "festival", "library", "airport", "theater")
+
+
+def check_counts(args: Any) -> None:
+    """Every split needs a sample and the seed a distinct value (``random.Random(-1)`` equals ``Random(1)``)."""
+    if args.seed < 0:
+        raise ValueError(f"seed must be >= 0, got {args.seed}")
+    for key in ("n_train", "n_val", "n_test", "n_unlabelled"):
+        if getattr(args, key) < 1:
+            raise ValueError(f"{key} must be >= 1 (a split needs at least one sample), got {getattr(args, key)}")
 
 
 def _opening(rng: random.Random) -> str:
@@ -75,6 +85,9 @@ class SyntheticSentiment:
         n_val: int = 64
         n_test: int = 64
         n_unlabelled: int = 4000
+
+        def __post_init__(self) -> None:
+            check_counts(self)
 
     @staticmethod
     def build(args: "SyntheticSentiment.Args") -> Datapool:
@@ -138,6 +151,11 @@ class SyntheticConcepts:
         n_unlabelled: int = 4000
         references_per_set: int = 3
         prefix: str = "generate a sentence with: "
+
+        def __post_init__(self) -> None:
+            check_counts(self)
+            if self.references_per_set < 1:
+                raise ValueError(f"references_per_set must be >= 1, got {self.references_per_set}")
 
     @staticmethod
     def build(args: "SyntheticConcepts.Args") -> Datapool:
