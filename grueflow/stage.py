@@ -23,6 +23,17 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
+def seed(text: str) -> int:
+    """argparse type of ``--seed``: an integer >= 0 (NumPy rejects negative seeds; Python folds -k onto k)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; give an integer >= 0")
+    return value
+
+
 def setup(args: argparse.Namespace) -> float:
     """Configure logging; returns the start time for the stage record."""
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s",

@@ -10,7 +10,7 @@ from grueflow.data import read_split
 from grueflow.io import MODEL_DIR, atomic_dir, fingerprint, write_csv, write_json
 from grueflow.metrics import MetricContext
 from grueflow.metrics.reward import Reward
-from grueflow.models import load_pretrained
+from grueflow.models import check_context, load_pretrained
 from grueflow.models.policy import Policy
 from grueflow.rl import ALGORITHMS
 from grueflow.rl.trainer import RLTrainer, checkpoint_key, run_key
@@ -29,7 +29,7 @@ def main() -> None:
     p.add_argument("--datapool", type=Path, required=True)
     p.add_argument("--init-model", type=Path, required=True, help="start model (a Hugging Face folder); also the frozen KL reference")
     p.add_argument("--base-model", type=Path, required=True, help="the task's base model folder (for fluency rewards)")
-    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--seed", type=stage.seed, required=True)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--resume-dir", type=Path, required=True, help="periodic checkpoints; resumed from if present")
     p.add_argument("--out", type=Path, required=True)
@@ -39,6 +39,8 @@ def main() -> None:
     generation = load_section(GenerationConfig, args.task_file, "rollout_generation")
     reward_cfg = load_section(RewardConfig, args.task_file, "reward")
     cfg = load_method(args.algorithm, args.method_file)
+    check_context(args.init_model, lengths.prompt, generation.max_new_tokens, str(args.task_file),
+                  ("lengths.prompt", "rollout_generation.max_new_tokens"))
     train = read_split(args.datapool, "train")
 
     seed_everything(args.seed, args.threads)

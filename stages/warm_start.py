@@ -6,7 +6,7 @@ from grueflow import stage, supervised
 from grueflow.config import LengthsConfig, SupervisedConfig, load_section, to_dict
 from grueflow.data import read_split
 from grueflow.io import MODEL_DIR, atomic_dir, write_csv
-from grueflow.models import load_pretrained
+from grueflow.models import check_context, load_pretrained
 from grueflow.models.lora import merged, with_lora
 from grueflow.models.policy import Policy
 from grueflow.seeding import seed_everything
@@ -20,13 +20,15 @@ def main() -> None:
     p.add_argument("--method-file", type=Path, required=True, help="params/methods/supervised.yaml")
     p.add_argument("--datapool", type=Path, required=True)
     p.add_argument("--base-model", type=Path, required=True, help="a Hugging Face model folder")
-    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--seed", type=stage.seed, required=True)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     started = stage.setup(args)
     lengths: LengthsConfig = load_section(LengthsConfig, args.task_file, "lengths")
     cfg: SupervisedConfig = load_section(SupervisedConfig, args.method_file)
+    check_context(args.base_model, lengths.prompt, lengths.target, str(args.task_file),
+                  ("lengths.prompt", "lengths.target"))
     train, val = read_split(args.datapool, "train"), read_split(args.datapool, "val")
     seed_everything(args.seed, args.threads)
     model, tokenizer = load_pretrained(args.base_model)

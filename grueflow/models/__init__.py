@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Optional
 
+from grueflow.config import ConfigError
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
+from grueflow.io import MissingDataError, read_json
 from grueflow.models.gguf import GgufWheel
 from grueflow.registry import Registry
 
@@ -41,6 +43,27 @@ class PretrainedSource:
             raise ValueError("model 'pretrained' needs name_or_path: a hub id (gpt2, t5-small) or a local folder")
         if cfg.kind is None:
             raise ValueError("model 'pretrained' needs kind: 'causal' or 'seq2seq'")
+        problem = local_model_problem(cfg.name_or_path)
+        if problem:
+            raise ValueError(f"name_or_path {cfg.name_or_path!r} {problem}; give a Hugging Face model folder "
+                             f"(config.json, weights, tokenizer) or a hub id such as gpt2 or t5-small")
+
+
+def local_model_problem(name_or_path: str) -> str:
+    """Why ``name_or_path`` cannot be a local model folder, or ``""`` (a hub id is checked when it is fetched).
+
+    A name that exists on disk, or that is written as a path (``/``, ``./``, ``../``, ``~``), must be
+    a folder with a ``config.json``; a hub id (``gpt2``, ``org/name``) is never mistaken for one.
+    """
+    path = Path(name_or_path).expanduser()
+    looks_local = name_or_path.startswith(("/", "./", "../", "~")) or path.exists()
+    if not looks_local:
+        return ""
+    if not path.is_dir():
+        return "is not a folder" if path.exists() else "does not exist"
+    if not (path / "config.json").is_file():
+        return "is a folder without config.json"
+    return ""
 
 
 @dataclass(frozen=True)
@@ -111,6 +134,38 @@ def load_pretrained(name_or_path: str | Path, kind: Kind | None = None) -> tuple
     model = _auto_class(kind).from_pretrained(name, dtype=torch.float32, local_files_only=local_only)
     model.eval()
     return model, tokenizer
+
+
+CAUSAL_POSITION_KEYS = ("n_positions", "max_position_embeddings")  # GPT-2; Llama and most others
+SEQ2SEQ_POSITION_KEYS = ("max_position_embeddings",)  # BART; T5's legacy n_positions limits nothing
+
+
+def check_context(model_dir: str | Path, prompt: int, completion: int, where: str, names: tuple[str, str]) -> None:
+    """Fail before any weights load when ``prompt`` + ``completion`` tokens do not fit the model's positions.
+
+    Reads ``config.json`` only. A causal model sees prompt and completion in one sequence, so their sum
+    must fit; a seq2seq model's encoder and decoder each must (T5's relative positions have no limit).
+    ``names`` are the params keys of the two budgets, for the message (``lengths.prompt``, ...).
+    """
+    config_file = Path(model_dir) / "config.json"
+    if not config_file.is_file():
+        raise MissingDataError(f"{model_dir} is not a Hugging Face model folder (no config.json); give the model "
+                               f"folder a previous stage wrote (its model/ subfolder)")
+    config = read_json(config_file)
+    keys = SEQ2SEQ_POSITION_KEYS if config.get("is_encoder_decoder") else CAUSAL_POSITION_KEYS
+    key = next((k for k in keys if isinstance(config.get(k), int)), None)
+    if key is None:
+        return
+    limit = config[key]
+    if config.get("is_encoder_decoder"):
+        too_long = [f"{n} = {v}" for n, v in zip(names, (prompt, completion)) if v > limit]
+        if too_long:
+            raise ConfigError(f"{where}: {' and '.join(too_long)} tokens exceed the model's {key} = {limit} "
+                              f"({model_dir}); lower them to at most {limit}")
+    elif prompt + completion > limit:
+        raise ConfigError(f"{where}: {names[0]} + {names[1]} = {prompt} + {completion} = {prompt + completion} "
+                          f"tokens exceed the model's {key} = {limit} ({model_dir}); lower them so that they add "
+                          f"up to at most {limit}")
 
 
 def saved_kind(model_dir: str | Path) -> Kind:
