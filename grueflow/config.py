@@ -307,6 +307,37 @@ class TaskConfig:
     metrics: tuple[MetricSpec, ...]
     headline_metrics: tuple[str, ...]
 
+    def __post_init__(self) -> None:
+        check_headlines(self.headline_metrics, self.reward, self.metrics)
+
+
+REWARD_KEY = "reward"  # the task reward's corpus key in metrics.json
+FLUENCY_METRIC = "perplexity"  # evaluate always scores it: the GRUE table's fluency_ppl
+
+
+def with_fluency(metrics: tuple[MetricSpec, ...]) -> tuple[MetricSpec, ...]:
+    """The metrics evaluate scores: the task's, plus perplexity when the task does not list it."""
+    return metrics if any(m.id == FLUENCY_METRIC for m in metrics) else metrics + (MetricSpec(FLUENCY_METRIC),)
+
+
+def produced_keys(reward: RewardConfig, metrics: tuple[MetricSpec, ...]) -> set[str]:
+    """Every corpus key evaluate can write for this reward and these metrics (checked before any work)."""
+    from grueflow.metrics import METRICS
+
+    keys = {REWARD_KEY, *(c.key for c in reward.components)}
+    for spec in metrics:
+        keys.update(METRICS.get(spec.id).keys())
+    return keys
+
+
+def check_headlines(headline: tuple[str, ...], reward: RewardConfig, metrics: tuple[MetricSpec, ...]) -> None:
+    """Raise ValueError unless every headline metric is a key evaluate writes (the fluency metric included)."""
+    produced = produced_keys(reward, with_fluency(metrics))
+    unknown = sorted(set(headline) - produced)
+    if unknown:
+        raise ValueError(f"headline_metrics {unknown} are not produced by the task's reward or metrics; "
+                         f"produced: {', '.join(sorted(produced))}")
+
 
 # ---------------------------------------------------------------------------------------------
 # Method files: params/methods/<method>.yaml

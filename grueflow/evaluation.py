@@ -6,14 +6,13 @@ import logging
 import math
 from typing import Any
 
-from grueflow.config import GenerationConfig, MetricSpec, RewardConfig, parse
+from grueflow.config import REWARD_KEY, GenerationConfig, MetricSpec, RewardConfig, parse
 from grueflow.data import Sample
 from grueflow.hub import HubUnreachableError
 from grueflow.metrics import METRICS, MetricContext, MetricUnavailableError, mean
 from grueflow.metrics.reward import Reward
 from grueflow.models.policy import Policy
 
-REWARD_KEY = "reward"
 log = logging.getLogger(__name__)
 
 
@@ -23,15 +22,6 @@ def generate(policy: Policy, samples: list[Sample], gen: GenerationConfig, batch
         chunk = samples[start:start + batch_size]
         texts.extend(policy.decode(policy.generate(policy.encode([s.prompt for s in chunk]), gen)))
     return texts
-
-
-def produced_keys(reward_cfg: RewardConfig, metrics: tuple[MetricSpec, ...]) -> set[str]:
-    """Every corpus key ``score`` can write for this reward and these metrics (checked before any work)."""
-    keys = {REWARD_KEY, *(c.key for c in reward_cfg.components)}
-    for spec in metrics:
-        metric = METRICS.get(spec.id)
-        keys.update(metric.keys())
-    return keys
 
 
 def score(samples: list[Sample], generations: list[str], reward_cfg: RewardConfig, metrics: tuple[MetricSpec, ...],

@@ -4,17 +4,16 @@ from pathlib import Path
 from typing import get_args
 
 from grueflow import evaluation, stage
-from grueflow.config import (GenerationConfig, LengthsConfig, MetricSpec, RLStart, RewardConfig, load_section,
-                             method_name, parse, read_yaml, to_dict)
+from grueflow.config import (ConfigError, GenerationConfig, LengthsConfig, MetricSpec, RLStart, RewardConfig,
+                             check_headlines, load_section, method_name, parse, read_yaml, to_dict, with_fluency)
 from grueflow.data import read_split
 from grueflow.io import atomic_dir, write_json, write_jsonl
 from grueflow.metrics import MetricContext
-from grueflow.models import load_pretrained
+from grueflow.models import check_context, load_pretrained
 from grueflow.models.policy import Policy
 from grueflow.seeding import seed_everything
 
 TASK_KEYS = ("lengths", "eval_generation", "reward", "metrics", "headline_metrics")
-FLUENCY = MetricSpec("perplexity")
 
 
 def main() -> None:
@@ -27,7 +26,7 @@ def main() -> None:
     p.add_argument("--datapool", type=Path, required=True)
     p.add_argument("--model", type=Path, required=True, help="the model to evaluate")
     p.add_argument("--base-model", type=Path, required=True, help="the task's base model (fluency perplexity)")
-    p.add_argument("--seed", type=int, required=True)
+    p.add_argument("--seed", type=stage.seed, required=True)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
@@ -38,12 +37,13 @@ def main() -> None:
     raw = read_yaml(args.task_file)
     metrics = parse(tuple[MetricSpec, ...], raw.get("metrics"), f"{args.task_file}: metrics")
     headline = parse(tuple[str, ...], raw.get("headline_metrics"), f"{args.task_file}: headline_metrics")
-    if all(m.id != FLUENCY.id for m in metrics):
-        metrics = metrics + (FLUENCY,)
-    unknown = sorted(set(headline) - evaluation.produced_keys(reward_cfg, metrics))
-    if unknown:
-        raise ValueError(f"{args.task_file}: headline_metrics {unknown} are not produced by the task's reward or metrics; "
-                         f"produced: {', '.join(sorted(evaluation.produced_keys(reward_cfg, metrics)))}")
+    try:
+        check_headlines(headline, reward_cfg, metrics)
+    except ValueError as err:
+        raise ConfigError(f"{args.task_file}: {err}") from None
+    metrics = with_fluency(metrics)
+    check_context(args.model, lengths.prompt, generation.max_new_tokens, str(args.task_file),
+                  ("lengths.prompt", "eval_generation.max_new_tokens"))
     test = read_split(args.datapool, "test")
 
     seed_everything(args.seed, args.threads)

@@ -12,15 +12,14 @@ import jsonschema
 import pytest
 import yaml
 
-from grueflow import evaluation
 from grueflow.config import (DatapoolConfig, GenerationConfig, LengthsConfig, MetricSpec, ModelConfig, RewardConfig,
-                             SupervisedConfig, load_method, load_section, load_suite, load_task, parse, read_yaml)
+                             SupervisedConfig, load_method, load_section, load_suite, load_task, parse, produced_keys,
+                             read_yaml, with_fluency)
 from grueflow.data import DATAPOOLS
 from grueflow.rl import ALGORITHMS
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "workflow" / "schemas" / "suite.schema.yaml"
-FLUENCY = MetricSpec("perplexity")  # stages/evaluate.py adds it when a task does not list it
 
 SUITES = sorted((ROOT / "params" / "suites").glob("*.yaml")) + [ROOT / "params" / "suite.yaml"]
 
@@ -74,9 +73,7 @@ def test_every_headline_metric_is_produced_by_the_reward_or_metrics(task_file: P
     reward = load_section(RewardConfig, task_file, "reward")
     metrics = parse(tuple[MetricSpec, ...], raw.get("metrics"), f"{where}: metrics")
     headline = parse(tuple[str, ...], raw.get("headline_metrics"), f"{where}: headline_metrics")
-    if all(m.id != FLUENCY.id for m in metrics):
-        metrics = metrics + (FLUENCY,)
-    produced = evaluation.produced_keys(reward, metrics)
+    produced = produced_keys(reward, with_fluency(metrics))  # stages/evaluate.py adds perplexity if absent
     assert headline, f"{where}: no headline metrics"
     assert set(headline) <= produced, f"{where}: {sorted(set(headline) - produced)} not in {sorted(produced)}"
 
