@@ -1,0 +1,570 @@
+"""A catalogue of bad inputs (issue 9): each fails before any model loads or trains, with one line that
+names the file, the key (or line), the value given and what is allowed.
+
+Categories, with their number of cases (88 in all):
+
+- params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``, 57):
+  unknown keys 8, wrong types 6, out-of-range values 15 (negative seeds and an empty split among them),
+  batch sizes that do not divide 4, closed (Literal) choices 4, registry names 5, rewards 3,
+  headline metrics 2, suites 4, model paths 3, the params file itself 3;
+- data files, through the datapool loaders and the datapool reader (17): missing, a folder, not UTF-8
+  (JSONL, CSV, DailyDialog text, a written split), not JSON, no rows, empty splits, missing columns,
+  empty prompts and missing references, and ``skip_bad_rows`` dropping them with a count;
+- prompts longer than the model's context, read from ``config.json`` before any weights load (4; and
+  one check that T5's relative positions set no limit);
+- stage CLIs: exit code 2, one line on stderr, no traceback, nothing written (9);
+- the workflow: ``snakemake -n`` stops on a bad params file before any job (1).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import pytest
+import yaml
+
+from grueflow.config import ConfigError, SupervisedConfig, load_method, load_section, load_suite, load_task, parse
+from grueflow.data import DATAPOOLS, read_split
+from grueflow.io import DataError, MissingDataError, read_json
+from grueflow.models import check_context
+from tests.conftest import MICRO, ROOT, copy_project
+
+PY = sys.executable
+SENTIMENT, CONCEPTS = "tasks/sentiment.yaml", "tasks/concepts.yaml"
+PPO, SUPERVISED, GRPO, SUITE = "methods/ppo.yaml", "methods/supervised.yaml", "methods/grpo.yaml", "suite.yaml"
+
+
+# ---------------------------------------------------------------------------------------------
+# Params files: one mutation of the micro suite each, and the fragments its error must hold
+# ---------------------------------------------------------------------------------------------
+
+
+def setting(key: str, value: Any) -> Callable[[Any], None]:
+    """An edit that sets dotted ``key`` (list items by index: ``reward.components.0.weight``)."""
+
+    def edit(data: Any) -> None:
+        *parents, last = key.split(".")
+        for part in parents:
+            data = data[int(part)] if isinstance(data, list) else data.setdefault(part, {})
+        data[int(last) if isinstance(data, list) else last] = value
+
+    return edit
+
+
+def replacing(value: Any) -> Callable[[Any], Any]:
+    """An edit that replaces the whole document."""
+    return lambda data: value
+
+
+@dataclass(frozen=True)
+class Bad:
+    file: str  # under the params folder
+    edit: Callable[[Any], Any]  # mutates the file's YAML in place, or returns a new document
+    expect: tuple[str, ...]  # fragments of the message: the key, the value given, what is allowed
+
+
+P = pytest.param
+PARAMS = [
+    # unknown keys
+    P(Bad(SENTIMENT, setting("rewards", {}), (
+        "sentiment.yaml: unknown key 'rewards'; valid keys: datapool, model, lengths, rollout_generation, "
+        "eval_generation, reward, metrics, headline_metrics",)), id="unknown-task-key"),
+    P(Bad(SENTIMENT, setting("rollout_generation.top_kk", 5), (
+        "sentiment.yaml: rollout_generation: unknown key 'top_kk'; valid keys: max_new_tokens, min_new_tokens, "
+        "do_sample, top_k, top_p, temperature",)), id="unknown-generation-key"),
+    P(Bad(PPO, setting("learning_rat", 1e-4), ("ppo.yaml: unknown key 'learning_rat'; valid keys: iterations,",
+                                               "learning_rate")), id="unknown-method-key"),
+    P(Bad(SUITE, setting("seed", 0), ("suite.yaml: unknown key 'seed'; valid keys: tasks, algorithms, seeds, threads, "
+                                      "params_dir",)), id="unknown-suite-key"),
+    P(Bad(PPO, setting("lora", {"rank": 8}), ("ppo.yaml: lora: unknown key 'rank'; valid keys: r, alpha, dropout, "
+                                              "target_modules",)), id="unknown-lora-key"),
+    P(Bad(SENTIMENT, setting("metrics.1.args", {"use_stemer": True}), (
+        "sentiment.yaml: metrics[1]: args: unknown key 'use_stemer'; valid keys: use_stemmer, split_sentences",)),
+      id="unknown-metric-arg"),
+    P(Bad(SENTIMENT, setting("datapool.args.n_trian", 5), (
+        "sentiment.yaml: datapool: args: unknown key 'n_trian'; valid keys: seed, n_train, n_val, n_test, "
+        "n_unlabelled",)), id="unknown-datapool-arg"),
+    P(Bad(SENTIMENT, setting("model.tokenizer.vocab", 300), (
+        "sentiment.yaml: model.tokenizer: unknown key 'vocab'; valid keys: vocab_size",)), id="unknown-tokenizer-key"),
+    # wrong types
+    P(Bad(SENTIMENT, setting("lengths.prompt", "long"), ("sentiment.yaml: lengths.prompt: expected an integer, got "
+                                                         "'long'",)), id="type-int"),
+    P(Bad(SENTIMENT, setting("eval_generation.do_sample", "yes"), (
+        "sentiment.yaml: eval_generation.do_sample: expected true or false, got 'yes'",)), id="type-bool"),
+    P(Bad(PPO, setting("learning_rate", "1e-4"), ("ppo.yaml: learning_rate: expected a number, got '1e-4'",)),
+      id="type-float-yaml-string"),  # YAML 1.1 reads 1e-4 (no dot) as a string
+    P(Bad(SUITE, setting("seeds", 0), ("suite.yaml: seeds: expected a list, got 0",)), id="type-list"),
+    P(Bad(SENTIMENT, setting("reward.components", {"metric": "rouge"}), (
+        "sentiment.yaml: reward.components: expected a list, got {'metric': 'rouge'}",)), id="type-list-of-mappings"),
+    P(Bad(SENTIMENT, setting("lengths", 24), ("sentiment.yaml: lengths: expected a mapping with keys prompt, target, "
+                                              "got 24",)), id="type-mapping"),
+    # out-of-range values
+    P(Bad(PPO, setting("learning_rate", -1e-4), ("ppo.yaml: learning_rate must be > 0, got -0.0001",)),
+      id="negative-learning-rate"),
+    P(Bad(SENTIMENT, setting("eval_generation.top_p", 1.5), (
+        "sentiment.yaml: eval_generation: top_p must be in (0, 1], got 1.5",)), id="top-p-above-1"),
+    P(Bad(PPO, setting("clip_range", 0), ("ppo.yaml: clip_range must be > 0, got 0.0",)), id="clip-range-0"),
+    P(Bad(PPO, setting("clip_range", -0.2), ("ppo.yaml: clip_range must be > 0, got -0.2",)), id="clip-range-negative"),
+    P(Bad(SENTIMENT, setting("rollout_generation.temperature", 0), (
+        "sentiment.yaml: rollout_generation: temperature must be > 0, got 0.0",)), id="temperature-0"),
+    P(Bad(SENTIMENT, setting("lengths.prompt", 0), ("sentiment.yaml: lengths: lengths must be > 0, got prompt=0",)),
+      id="prompt-length-0"),
+    P(Bad(PPO, setting("kl.coef", -0.1), ("ppo.yaml: kl: coef must be >= 0, got -0.1",)), id="kl-coef-negative"),
+    P(Bad(PPO, setting("gamma", 1.5), ("ppo.yaml: gamma and gae_lambda must be in [0, 1], got 1.5 and 0.95",)),
+      id="gamma-above-1"),
+    P(Bad(SUPERVISED, setting("learning_rate", 0), ("supervised.yaml: learning_rate must be > 0, got 0.0",)),
+      id="supervised-learning-rate-0"),
+    P(Bad(PPO, setting("lora", {"dropout": 1.0}), ("ppo.yaml: lora: dropout must be in [0, 1), got 1.0",)),
+      id="lora-dropout-1"),
+    P(Bad(SENTIMENT, setting("model.tokenizer.vocab_size", 10), (
+        "sentiment.yaml: model.tokenizer: vocab_size must be >= 64, got 10",)), id="vocab-size-too-small"),
+    P(Bad(SUITE, setting("seeds", [0, -1]), ("suite.yaml: seeds must be >= 0, got [0, -1]",)), id="suite-seed-negative"),
+    P(Bad(SENTIMENT, setting("model.pretrain.seed", -3), ("sentiment.yaml: model.pretrain: seed must be >= 0, got -3",)),
+      id="pretrain-seed-negative"),
+    P(Bad(SENTIMENT, setting("datapool.args.seed", -1), ("sentiment.yaml: datapool: args: seed must be >= 0, got -1",)),
+      id="datapool-seed-negative"),
+    P(Bad(SENTIMENT, setting("datapool.args.n_test", 0), (
+        "sentiment.yaml: datapool: args: n_test must be >= 1 (a split needs at least one sample), got 0",)),
+      id="empty-split-by-count"),
+    # batch sizes that do not divide
+    P(Bad(PPO, setting("rollouts_per_iteration", 10), (
+        "ppo.yaml: rollouts_per_iteration=10 is not a multiple of minibatch_size=8; make it one",)),
+      id="minibatch-does-not-divide"),
+    P(Bad(PPO, setting("minibatch_size", 0), (
+        "ppo.yaml: rollouts_per_iteration and minibatch_size must be > 0, got 16 and 0",)), id="minibatch-0"),
+    P(Bad(GRPO, setting("group_size", 3), ("grpo.yaml: rollouts_per_iteration=64 is not a multiple of group_size=3",)),
+      id="group-does-not-divide"),
+    P(Bad(GRPO, setting("group_size", 1), ("grpo.yaml: group-relative advantages need group_size >= 2, got 1",)),
+      id="group-of-1"),
+    # closed choices
+    P(Bad(PPO, setting("optimizer", "sgd"), ("ppo.yaml: optimizer: 'sgd' is not allowed; choose one of 'adamw', "
+                                             "'rmsprop'",)), id="literal-optimizer"),
+    P(Bad(PPO, setting("kl_estimator", "k4"), ("ppo.yaml: kl_estimator: 'k4' is not allowed; choose one of 'k1', "
+                                               "'k2', 'k3'",)), id="literal-kl-estimator"),
+    P(Bad(SENTIMENT, setting("model", {"id": "pretrained", "name_or_path": "gpt2", "kind": "decoder"}), (
+        "sentiment.yaml: model.kind: 'decoder' is not allowed; choose one of 'causal', 'seq2seq'",)), id="literal-kind"),
+    P(Bad(SENTIMENT, setting("datapool", {"id": "totto", "args": {"titles": "sometimes",
+                                                                  "data_files": {"validation": "dev.jsonl"}}}), (
+        "sentiment.yaml: datapool: args.titles: 'sometimes' is not allowed; choose one of 'with', 'without', "
+        "'both'",)), id="literal-datapool-arg"),
+    # registry names
+    P(Bad(SENTIMENT, setting("reward.components.0.metric", "rogue"), (
+        "sentiment.yaml: reward.components[0]: unknown metric 'rogue'; valid metric ids:", "rouge")),
+      id="unknown-reward-metric"),
+    P(Bad(SENTIMENT, setting("datapool.id", "imbd"), ("sentiment.yaml: datapool: unknown datapool 'imbd'; valid "
+                                                      "datapool ids:", "imdb")), id="unknown-datapool"),
+    P(Bad(SENTIMENT, setting("model.id", "gpt3"), ("sentiment.yaml: model: unknown model 'gpt3'; valid model ids:",
+                                                   "tiny_gpt2")), id="unknown-model"),
+    P(Bad(SENTIMENT, setting("metrics.0.id", "sentimnet"), ("sentiment.yaml: metrics[0]: unknown metric 'sentimnet'",
+                                                            "lexicon_sentiment")), id="unknown-metric"),
+    P(Bad(SENTIMENT, setting("reward.components.1.score", "lenght"), (
+        "sentiment.yaml: reward.components[1]: metric 'diversity' has no score 'lenght'; valid: length, repetition",)),
+      id="unknown-reward-score"),
+    # rewards
+    P(Bad(SENTIMENT, setting("reward.components", [{"metric": "lexicon_sentiment", "weight": 0},
+                                                   {"metric": "diversity", "score": "length", "weight": 0.0}]), (
+        "sentiment.yaml: reward: every reward weight is 0; give one component a non-zero weight",)),
+      id="all-reward-weights-0"),
+    P(Bad(SENTIMENT, setting("reward.components", []), ("sentiment.yaml: reward: a reward needs at least one "
+                                                        "component",)), id="no-reward-component"),
+    P(Bad(SENTIMENT, setting("reward.components.1", {"metric": "lexicon_sentiment", "weight": 2}), (
+        "sentiment.yaml: reward: reward components ['task/sentiment'] appear twice",)), id="reward-component-twice"),
+    # headline metrics
+    P(Bad(SENTIMENT, setting("headline_metrics", ["lexical/bleurt"]), (
+        "sentiment.yaml: headline_metrics ['lexical/bleurt'] are not produced by the task's reward or metrics; "
+        "produced: diversity/distinct_1,", "fluency/perplexity", "lexical/rougeL")), id="headline-not-produced"),
+    P(Bad(CONCEPTS, setting("headline_metrics", ["lexical/bleu", "diversity/distinct2"]), (
+        "concepts.yaml: headline_metrics ['diversity/distinct2'] are not produced", "diversity/distinct_2")),
+      id="headline-misspelt"),
+    # suites
+    P(Bad(SUITE, setting("tasks", ["sentiment", "imdb"]), (
+        "suite.yaml: task 'imdb' has no task file params/tasks/imdb.yaml; valid tasks: concepts, sentiment",)),
+      id="suite-task-without-file"),
+    P(Bad(SUITE, setting("algorithms", ["ppo", "ppp"]), (
+        "suite.yaml: algorithms: unknown algorithm 'ppp'; valid algorithm ids: a2c, grpo, nlpo, ppo, reinforce_pp, "
+        "rloo, trpo",)), id="suite-unknown-algorithm"),
+    P(Bad(SUITE, setting("algorithms", ["ppo", "rloo"]), ("params file 'params/methods/rloo.yaml' does not exist",)),
+      id="suite-algorithm-without-method-file"),
+    P(Bad(SUITE, setting("threads", 0), ("suite.yaml: threads must be >= 1, got 0",)), id="suite-threads-0"),
+    # model paths
+    P(Bad(SENTIMENT, setting("model", {"id": "pretrained", "name_or_path": "./models/nowhere", "kind": "causal"}), (
+        "sentiment.yaml: model: name_or_path './models/nowhere' does not exist; give a Hugging Face model folder",
+        "or a hub id")), id="model-path-missing"),
+    P(Bad(SENTIMENT, setting("model", {"id": "pretrained", "name_or_path": str(MICRO), "kind": "causal"}), (
+        f"sentiment.yaml: model: name_or_path '{MICRO}' is a folder without config.json",)), id="model-path-not-a-model"),
+    P(Bad(SENTIMENT, setting("model.name_or_path", "gpt2"), (
+        "sentiment.yaml: model: model 'tiny_gpt2' is built from config; remove name_or_path='gpt2'",)),
+      id="tiny-model-with-path"),
+    # the params file itself
+    P(Bad(SENTIMENT, replacing(["datapool", "model"]), ("sentiment.yaml: expected a mapping with keys datapool,",)),
+      id="task-file-not-a-mapping"),
+    P(Bad(SENTIMENT, replacing(b"lengths: {prompt: 24\nreward: [\n"), (
+        "sentiment.yaml: line 2, column 7: not valid YAML: expected ',' or '}', but got ':'",)), id="task-file-not-yaml"),
+    P(Bad(SENTIMENT, replacing("# caf\u00e9 reviews\nlengths: {prompt: 24}\n".encode("latin-1")), (
+        "sentiment.yaml: line 1: byte 0xe9 at column 6 is not UTF-8; re-save the file as UTF-8",)),
+      id="task-file-not-utf8"),
+]
+
+
+@pytest.fixture
+def params(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The micro suite's params folder (plus a grpo method file) in a fresh folder, which is the cwd."""
+    folder = tmp_path / "params"
+    shutil.copytree(MICRO / "tasks", folder / "tasks")
+    shutil.copytree(MICRO / "methods", folder / "methods")
+    shutil.copy2(MICRO / "suite.yaml", folder / "suite.yaml")
+    (folder / GRPO).write_text("iterations: 2\n")
+    monkeypatch.chdir(tmp_path)
+    return folder
+
+
+def load(folder: Path, file: str) -> Any:
+    """Parse one params file as the stages do, and the suite as ``load_suite`` does (every file it names)."""
+    path = folder / file
+    if file == SUITE:
+        return load_suite(yaml.safe_load(path.read_text()), str(path))
+    if file.startswith("tasks/"):
+        return load_task(path)
+    if file == SUPERVISED:
+        return load_section(SupervisedConfig, path)
+    return load_method(path.stem, path)
+
+
+@pytest.mark.parametrize("bad", PARAMS)
+def test_bad_params_fail_at_parse_time_naming_file_key_value_and_choices(params: Path, bad: Bad):
+    path = params / bad.file
+    data = yaml.safe_load(path.read_text())
+    load(params, bad.file)  # the unedited file is valid
+    edited = bad.edit(data)
+    if isinstance(edited, bytes):
+        path.write_bytes(edited)
+    else:
+        path.write_text(yaml.safe_dump(data if edited is None else edited, sort_keys=False))
+    with pytest.raises(ConfigError) as err:
+        load(params, bad.file)
+    message = str(err.value)
+    assert "\n" not in message
+    for fragment in bad.expect:
+        assert fragment in message
+
+
+# ---------------------------------------------------------------------------------------------
+# Data files: the datapool loaders and the datapool reader
+# ---------------------------------------------------------------------------------------------
+
+GOOD_ROW = {"prompt": "2 + 2 ?", "references": ["4"]}
+
+
+def write_rows(path: Path, rows: list[dict[str, Any]]) -> str:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return str(path)
+
+
+def custom_pool(files: dict[str, str], **args: Any) -> Any:
+    """The custom loader over ``{source split: file}``."""
+    loader = DATAPOOLS.get("custom")
+    return loader.build(parse(loader.Args, {"data_files": files, **args}, "args"))
+
+
+def raw_file(name: str, content: bytes) -> Callable[[Path], str]:
+    def make(tmp_path: Path) -> str:
+        (tmp_path / name).write_bytes(content)
+        return str(tmp_path / name)
+
+    return make
+
+
+def rows_file(name: str, rows: list[dict[str, Any]]) -> Callable[[Path], str]:
+    return lambda tmp_path: write_rows(tmp_path / name, rows)
+
+
+LATIN1 = '{"prompt": "caf\u00e9 ?", "references": ["yes"]}\n'.encode("latin-1")
+DATA = [
+    P(lambda tmp: str(tmp / "nowhere.jsonl"), {}, MissingDataError, (
+        "data_files [", "nowhere.jsonl'] do not exist (relative paths are read from",), id="missing-file"),
+    P(lambda tmp: str(tmp), {}, DataError, ("are folders; name the data files in them",), id="file-is-a-folder"),
+    P(raw_file("latin1.jsonl", json.dumps(GOOD_ROW).encode() + b"\n" + LATIN1), {}, DataError, (
+        "latin1.jsonl: line 2: byte 0xe9 at column 16 is not UTF-8; re-save the file as UTF-8",), id="jsonl-not-utf8"),
+    P(raw_file("latin1.csv", "prompt,references\n2 + 2 ?,4\ncaf\u00e9 ?,yes\n".encode("latin-1")), {}, DataError, (
+        "latin1.csv: line 3: byte 0xe9 at column 4 is not UTF-8",), id="csv-not-utf8"),
+    P(raw_file("cut.jsonl", json.dumps(GOOD_ROW).encode() + b'\n{"prompt": "x", "refer'), {}, DataError, (
+        "cut.jsonl: line 2, column 17: not a JSON object (Unterminated string starting at); each line of a .jsonl "
+        "file is one JSON object",), id="jsonl-line-not-json"),
+    P(raw_file("empty.jsonl", b""), {}, DataError, ("empty.jsonl: the file has no rows; a data file needs at least one",),
+      id="empty-file"),
+    P(raw_file("header.csv", b"prompt,references\n"), {}, DataError, (
+        "header.csv: the file has no rows; a data file needs at least one",), id="csv-header-only"),
+    P(rows_file("bad.jsonl", [GOOD_ROW, {"prompt": "  ", "references": ["4"]}]), {}, DataError, (
+        "bad.jsonl row 2: empty prompt (prompt); fix the data, or set skip_bad_rows: true",), id="empty-prompt"),
+    P(rows_file("bad.jsonl", [GOOD_ROW, {"prompt": "3 + 3 ?", "references": ["", None]}]), {}, DataError, (
+        "bad.jsonl row 2: no references (every reference is empty or missing); fix the data, or set skip_bad_rows",),
+      id="no-references"),
+    P(rows_file("bad.jsonl", [{"prompt": "", "references": ["4"]}]), {"skip_bad_rows": True}, DataError, (
+        "bad.jsonl: the train split is empty: its 1 source rows give no sample (1 bad rows skipped)",),
+      id="every-row-skipped"),
+    P(rows_file("cols.jsonl", [{"question": "2 + 2 ?", "answer": "4"}]), {}, DataError, (
+        "cols.jsonl has the columns ['answer', 'question']; the custom datapool needs prompt, references",),
+      id="missing-columns"),
+]
+
+
+@pytest.mark.parametrize("make_file, args, error, expect", DATA)
+def test_bad_data_files_name_the_file_and_line(tmp_path: Path, make_file, args, error, expect):
+    bad = make_file(tmp_path)
+    with pytest.raises(error) as err:
+        custom_pool({split: bad for split in ("train", "validation", "test")}, **args)
+    assert "\n" not in str(err.value)
+    for fragment in expect:
+        assert fragment in str(err.value)
+
+
+def test_skipped_bad_rows_are_counted(tmp_path: Path):
+    rows = [GOOD_ROW, {"prompt": "", "references": ["4"]}, {"prompt": "5 ?", "references": []}]
+    good = write_rows(tmp_path / "good.jsonl", [GOOD_ROW] * 3)
+    files = {"train": write_rows(tmp_path / "some_bad.jsonl", rows), "validation": good, "test": good}
+    pool = custom_pool(files, skip_bad_rows=True)
+    assert [len(pool.splits[s]) for s in ("train", "val", "test")] == [1, 3, 3]
+    assert pool.stats == {"skipped_rows": {"train": 2, "val": 0, "test": 0}}
+
+
+def test_dailydialog_text_files_not_utf8_name_the_line(tmp_path: Path):
+    (tmp_path / "dialogues_validation.txt").write_bytes("Hi . __eou__ Hello . __eou__\nCaf\u00e9 ? __eou__\n"
+                                                        .encode("latin-1"))
+    (tmp_path / "dialogues_act_validation.txt").write_text("1 1\n2\n")
+    (tmp_path / "dialogues_emotion_validation.txt").write_text("0 0\n0\n")
+    loader = DATAPOOLS.get("daily_dialog")
+    with pytest.raises(DataError, match=r"dialogues_validation\.txt: line 2: byte 0xe9 at column 4 is not UTF-8"):
+        loader.build(parse(loader.Args, {"data_root": str(tmp_path)}, "args"))
+
+
+@pytest.mark.parametrize("content, expect", [
+    P(None, r"datapool split .*test\.jsonl does not exist; run prepare_datapool first", id="split-missing"),
+    P(b"", r"datapool split .*test\.jsonl is empty; rebuild it with prepare_datapool", id="split-empty"),
+    P(b'{"id": "test-0", "prompt": "caf\xe9", "references": []}\n', r"test\.jsonl: line 1: byte 0xe9 at column 32",
+      id="split-not-utf8"),
+    P(b'{"id": "test-0", "prompt": "x"}\n', r"test\.jsonl:1: a Sample needs keys id, prompt, references .*missing "
+                                            r"\['references'\]", id="split-row-without-references"),
+])
+def test_bad_datapool_split_on_disk(tmp_path: Path, content: bytes | None, expect: str):
+    if content is not None:
+        (tmp_path / "test.jsonl").write_bytes(content)
+    with pytest.raises(DataError, match=expect):
+        read_split(tmp_path, "test")
+
+
+# ---------------------------------------------------------------------------------------------
+# Prompts longer than the model's context, from config.json alone
+# ---------------------------------------------------------------------------------------------
+
+
+def fake_model(folder: Path, **config: Any) -> Path:
+    """A model folder with only its config.json: enough for every check before weights load."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
+CAUSAL_NAMES = ("lengths.prompt", "rollout_generation.max_new_tokens")
+
+
+@pytest.mark.parametrize("config, prompt, new, expect", [
+    P({"model_type": "gpt2", "n_positions": 64}, 60, 8, "t.yaml: lengths.prompt + rollout_generation.max_new_tokens = "
+      "60 + 8 = 68 tokens exceed the model's n_positions = 64", id="gpt2-n-positions"),
+    P({"model_type": "llama", "max_position_embeddings": 32}, 24, 16, "= 24 + 16 = 40 tokens exceed the model's "
+      "max_position_embeddings = 32", id="llama-max-position-embeddings"),
+    P({"model_type": "bart", "is_encoder_decoder": True, "max_position_embeddings": 32}, 48, 8,
+      "t.yaml: lengths.prompt = 48 tokens exceed the model's max_position_embeddings = 32", id="bart-encoder"),
+])
+def test_prompt_and_completion_longer_than_the_context_fail(tmp_path: Path, config, prompt, new, expect):
+    model = fake_model(tmp_path / "model", **config)
+    check_context(model, 8, 8, "t.yaml", CAUSAL_NAMES)  # fits
+    with pytest.raises(ConfigError) as err:
+        check_context(model, prompt, new, "t.yaml", CAUSAL_NAMES)
+    assert expect in str(err.value) and "lower" in str(err.value)
+
+
+def test_t5_relative_positions_set_no_limit(tmp_path: Path):
+    model = fake_model(tmp_path / "t5", model_type="t5", is_encoder_decoder=True, n_positions=512)  # as t5-base's
+    check_context(model, 1024, 64, "t.yaml", CAUSAL_NAMES)
+
+
+def test_a_folder_without_config_json_is_not_a_model(tmp_path: Path):
+    with pytest.raises(MissingDataError, match=r"is not a Hugging Face model folder \(no config\.json\)"):
+        check_context(tmp_path, 8, 8, "t.yaml", CAUSAL_NAMES)
+
+
+# ---------------------------------------------------------------------------------------------
+# Stage CLIs: exit code 2, one line on stderr, no traceback, nothing written. Three run as
+# subprocesses, exactly as the engines call them; the rest call the same ``main_guard(main)``
+# in-process, which saves a torch import (seconds) per case.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Exit:
+    code: int
+    stderr: str
+
+
+def run_stage(name: str, *args: Any) -> Exit:
+    """``python stages/<name>.py ...`` from the repository root."""
+    env = {**os.environ, "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
+    result = subprocess.run([PY, str(ROOT / "stages" / f"{name}.py"), *map(str, args), "--log-level", "WARNING"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    return Exit(result.returncode, result.stderr)
+
+
+@pytest.fixture
+def call_stage(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> Iterator[Callable[..., Exit]]:
+    """A stage's ``main`` under ``main_guard``, as its ``__main__`` runs it, in this process."""
+    import datasets
+
+    from grueflow.stage import main_guard
+
+    def call(name: str, *args: Any) -> Exit:
+        path = ROOT / "stages" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(f"stages_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        monkeypatch.setattr(sys, "argv", [str(path), *map(str, args), "--log-level", "WARNING"])
+        capsys.readouterr()
+        try:
+            main_guard(module.main)
+        except SystemExit as exit:
+            return Exit(exit.code, capsys.readouterr().err)
+        return Exit(0, capsys.readouterr().err)
+
+    bars = datasets.is_progress_bar_enabled()
+    datasets.disable_progress_bars()  # as HF_DATASETS_DISABLE_PROGRESS_BARS=1 does for a subprocess
+    yield call
+    if bars:
+        datasets.enable_progress_bars()
+
+
+def assert_fails_in_one_line(result: Exit, *expect: str) -> None:
+    assert result.code == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 or lines[0].startswith("usage:"), result.stderr  # argparse prints its usage first
+    for fragment in expect:
+        assert fragment in lines[-1], result.stderr
+
+
+def edited(tmp_path: Path, source: Path, **changes: Any) -> Path:
+    data = yaml.safe_load(source.read_text())
+    for key, value in changes.items():
+        setting(key, value)(data)
+    out = tmp_path / source.name
+    out.write_text(yaml.safe_dump(data, sort_keys=False))
+    return out
+
+
+def custom_task(tmp_path: Path, train: str, **args: Any) -> Path:
+    files = {"train": train, "validation": write_rows(tmp_path / "val.jsonl", [GOOD_ROW]),
+             "test": write_rows(tmp_path / "test.jsonl", [GOOD_ROW])}
+    return edited(tmp_path, MICRO / "tasks" / "sentiment.yaml", datapool={"id": "custom", "args": {"data_files": files,
+                                                                                                   **args}})
+
+
+def test_prepare_datapool_on_a_non_utf8_file_exits_2(tmp_path: Path):
+    train = raw_file("latin1.jsonl", json.dumps(GOOD_ROW).encode() + b"\n" + LATIN1)(tmp_path)
+    result = run_stage("prepare_datapool", "--task-file", custom_task(tmp_path, train), "--out", tmp_path / "pool")
+    assert_fails_in_one_line(result, "error: ", "latin1.jsonl: line 2: byte 0xe9 at column 16 is not UTF-8")
+    assert not (tmp_path / "pool").exists()
+
+
+def test_rl_finetune_with_a_prompt_longer_than_the_context_exits_2_before_loading(tmp_path: Path):
+    model = fake_model(tmp_path / "model", model_type="gpt2", n_positions=24)  # no weights: loading would fail
+    task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml", lengths={"prompt": 24, "target": 24})
+    result = run_stage("rl_finetune", "--task-file", task, "--algorithm", "ppo", "--method-file",
+                       MICRO / "methods" / "ppo.yaml", "--datapool", tmp_path / "no_datapool", "--init-model", model,
+                       "--base-model", model, "--seed", "0", "--resume-dir", tmp_path / "resume", "--out", tmp_path / "rl")
+    assert_fails_in_one_line(result, "sentiment.yaml: lengths.prompt + rollout_generation.max_new_tokens = 24 + 8 = "
+                                     "32 tokens exceed the model's n_positions = 24")
+    assert not (tmp_path / "rl").exists() and not (tmp_path / "resume").exists()
+
+
+def test_base_model_with_a_hub_id_that_cannot_be_reached_exits_2(tmp_path: Path):
+    task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml",
+                  model={"id": "pretrained", "name_or_path": "no-such-org/no-such-model", "kind": "causal"})
+    result = run_stage("base_model", "--task-file", task, "--datapool", tmp_path, "--out", tmp_path / "base")
+    assert_fails_in_one_line(result, "cannot load 'no-such-org/no-such-model': it is not a local folder",
+                             "set the task's model.name_or_path to DIR")
+    assert not (tmp_path / "base").exists()
+
+
+def test_prepare_datapool_rejects_a_row_without_references_and_counts_it_when_skipping(tmp_path: Path, call_stage):
+    train = write_rows(tmp_path / "train.jsonl", [GOOD_ROW, {"prompt": "3 + 3 ?", "references": []}, GOOD_ROW])
+    result = call_stage("prepare_datapool", "--task-file", custom_task(tmp_path, train), "--out", tmp_path / "pool")
+    assert_fails_in_one_line(result, "train.jsonl row 2: no references", "set skip_bad_rows: true")
+    assert not (tmp_path / "pool").exists()
+    skipping = call_stage("prepare_datapool", "--task-file", custom_task(tmp_path, train, skip_bad_rows=True),
+                          "--out", tmp_path / "pool")
+    assert skipping.code == 0, skipping.stderr
+    stats = read_json(tmp_path / "pool" / "stats.json")
+    assert stats["skipped_rows"] == {"train": 1, "val": 0, "test": 0}
+    assert stats["train"]["samples"] == 2
+    assert read_json(tmp_path / "pool" / "stage.json")["stats"]["skipped_rows"]["train"] == 1
+
+
+def rl_args(tmp_path: Path, method: Path, algorithm: str = "ppo", seed: str = "0") -> list[Any]:
+    model = fake_model(tmp_path / "model", model_type="gpt2", n_positions=64)
+    return ["--task-file", MICRO / "tasks" / "sentiment.yaml", "--algorithm", algorithm, "--method-file", method,
+            "--datapool", tmp_path / "no_datapool", "--init-model", model, "--base-model", model, "--seed", seed,
+            "--resume-dir", tmp_path / "resume", "--out", tmp_path / "rl"]
+
+
+@pytest.mark.parametrize("algorithm, seed, change, expect", [
+    P("ppo", "0", {"minibatch_size": 0}, "ppo.yaml: rollouts_per_iteration and minibatch_size must be > 0, got 16 "
+      "and 0", id="minibatch-0"),  # was a ZeroDivisionError with a traceback
+    P("ppp", "0", {}, "ppo.yaml: unknown algorithm 'ppp'; valid algorithm ids: a2c, grpo,", id="unknown-algorithm"),
+    P("ppo", "-1", {}, "argument --seed: -1 is negative; give an integer >= 0", id="negative-seed"),
+])
+def test_rl_finetune_with_bad_arguments_exits_2(tmp_path: Path, call_stage, algorithm, seed, change, expect):
+    method = edited(tmp_path, MICRO / "methods" / "ppo.yaml", **change)
+    result = call_stage("rl_finetune", *rl_args(tmp_path, method, algorithm, seed))
+    assert_fails_in_one_line(result, expect)
+    assert not (tmp_path / "rl").exists()
+
+
+def test_evaluate_with_a_headline_metric_the_task_does_not_produce_exits_2(tmp_path: Path, call_stage):
+    task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml", headline_metrics=["semantic/bert_score"])
+    result = call_stage("evaluate", "--task-file", task, "--task", "sentiment", "--start", "zero_shot",
+                        "--datapool", tmp_path, "--model", tmp_path, "--base-model", tmp_path, "--seed", "0",
+                        "--out", tmp_path / "eval")
+    assert_fails_in_one_line(result, "sentiment.yaml: headline_metrics ['semantic/bert_score'] are not produced",
+                             "produced: diversity/distinct_1")
+
+
+def test_base_model_with_a_local_path_that_does_not_exist_exits_2(tmp_path: Path, call_stage):
+    task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml",
+                  model={"id": "pretrained", "name_or_path": str(tmp_path / "nowhere"), "kind": "causal"})
+    result = call_stage("base_model", "--task-file", task, "--datapool", tmp_path, "--out", tmp_path / "base")
+    assert_fails_in_one_line(result, f"sentiment.yaml: model: name_or_path '{tmp_path / 'nowhere'}' does not exist")
+    assert not (tmp_path / "base").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# The workflow: snakemake validates every params file before any job
+# ---------------------------------------------------------------------------------------------
+
+
+def test_snakemake_dry_run_stops_on_bad_params_before_any_job(tmp_path: Path):
+    project = copy_project(tmp_path / "project")
+    edited(project / "params" / "tasks", project / "params" / "tasks" / "concepts.yaml",
+           rollout_generation={"max_new_tokens": 8, "top_p": 1.5})
+    result = subprocess.run([str(Path(PY).parent / "snakemake"), "-n", "--cores", "1"], cwd=project,
+                            capture_output=True, text=True, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert ("invalid params: params/tasks/concepts.yaml: rollout_generation: top_p must be in (0, 1], got 1.5"
+            in output), output
+    assert "Job stats" not in output and "rule prepare_datapool" not in output, output
