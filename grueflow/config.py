@@ -306,9 +306,15 @@ class TaskConfig:
     reward: RewardConfig
     metrics: tuple[MetricSpec, ...]
     headline_metrics: tuple[str, ...]
+    method_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        from grueflow.rl import ALGORITHMS
+
         check_headlines(self.headline_metrics, self.reward, self.metrics)
+        valid = ALGORITHMS.names() + ["supervised"]
+        unknown = sorted(set(self.method_overrides) - set(valid))
+        _check(not unknown, f"method_overrides: unknown method {unknown[0] if unknown else ''!r}; valid: {', '.join(valid)}")
 
 
 REWARD_KEY = "reward"  # the task reward's corpus key in metrics.json
@@ -633,14 +639,27 @@ def load_task(path: str | Path) -> TaskConfig:
     return load_section(TaskConfig, path)
 
 
-def load_method(algorithm: str, path: str | Path) -> Any:
+def merge_overrides(base: Any, overrides: Any) -> Any:
+    """``base`` with ``overrides`` laid over it, mapping by mapping; any other value replaces."""
+    if isinstance(base, dict) and isinstance(overrides, dict):
+        return {**base, **{k: merge_overrides(base.get(k), v) for k, v in overrides.items()}}
+    return overrides
+
+
+def load_method(method: str, path: str | Path, task_file: str | Path | None = None) -> Any:
+    """A method file (an RL algorithm's or ``supervised``), with the task file's ``method_overrides.<method>``
+    laid over it when ``task_file`` is given: RL4LMs tunes methods per task (e.g. IMDB's KL coefficient)."""
     from grueflow.rl import ALGORITHMS
 
     try:
-        spec = ALGORITHMS.get(algorithm)
+        cls = SupervisedConfig if method == "supervised" else ALGORITHMS.get(method).Config
     except UnknownNameError as err:
         raise ConfigError(f"{path}: {err}") from None
-    return load_section(spec.Config, path)
+    data = read_yaml(path)
+    overrides = (read_yaml(task_file) or {}).get("method_overrides") if task_file is not None else None
+    if not overrides or not isinstance(overrides, dict) or not overrides.get(method):
+        return parse(cls, data, f"{path}:")
+    return parse(cls, merge_overrides(data, overrides[method]), f"{path} with {task_file}: method_overrides.{method}:")
 
 
 @dataclass(frozen=True)
@@ -665,5 +684,8 @@ def load_suite(data: dict[str, Any], where: str = "suite") -> Suite:
             raise ConfigError(f"{where}: task {name!r} has no task file {path}; valid tasks: {', '.join(known)}")
         tasks[name] = load_task(path)
     methods = {a: load_method(a, params / "methods" / f"{a}.yaml") for a in suite.algorithms}
-    supervised = load_section(SupervisedConfig, params / "methods" / "supervised.yaml")
+    supervised = load_method("supervised", params / "methods" / "supervised.yaml")
+    for name in suite.tasks:  # each task's overrides must give valid methods too
+        for method in [*suite.algorithms, "supervised"]:
+            load_method(method, params / "methods" / f"{method}.yaml", params / "tasks" / f"{name}.yaml")
     return Suite(suite, tasks, methods, supervised)

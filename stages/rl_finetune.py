@@ -16,14 +16,14 @@ from grueflow.rl import ALGORITHMS
 from grueflow.rl.trainer import RLTrainer, checkpoint_key, run_key
 from grueflow.seeding import seed_everything
 
-TASK_KEYS = ("lengths", "rollout_generation", "reward")
+TASK_KEYS = ("lengths", "rollout_generation", "reward", "method_overrides")
 log = logging.getLogger("rl_finetune")
 
 
 def main() -> None:
     p = stage.parser(__doc__)
     p.add_argument("--task-file", type=Path, required=True,
-                   help="params/tasks/<task>.yaml (reads: lengths, rollout_generation, reward)")
+                   help="params/tasks/<task>.yaml (reads: lengths, rollout_generation, reward, method_overrides.<algorithm>)")
     p.add_argument("--algorithm", required=True, help=f"one of: {', '.join(ALGORITHMS.names())}")
     p.add_argument("--method-file", type=Path, required=True, help="params/methods/<algorithm>.yaml")
     p.add_argument("--datapool", type=Path, required=True)
@@ -38,7 +38,7 @@ def main() -> None:
     lengths = load_section(LengthsConfig, args.task_file, "lengths")
     generation = load_section(GenerationConfig, args.task_file, "rollout_generation")
     reward_cfg = load_section(RewardConfig, args.task_file, "reward")
-    cfg = load_method(args.algorithm, args.method_file)
+    cfg = load_method(args.algorithm, args.method_file, args.task_file)
     check_context(args.init_model, lengths.prompt, generation.max_new_tokens, str(args.task_file),
                   ("lengths.prompt", "rollout_generation.max_new_tokens"))
     train = read_split(args.datapool, "train")

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from grueflow import stage, supervised
-from grueflow.config import LengthsConfig, SupervisedConfig, load_section, to_dict
+from grueflow.config import LengthsConfig, SupervisedConfig, load_method, load_section, to_dict
 from grueflow.data import read_split
 from grueflow.io import MODEL_DIR, atomic_dir, write_csv
 from grueflow.models import check_context, load_pretrained
@@ -11,12 +11,12 @@ from grueflow.models.lora import merged, with_lora
 from grueflow.models.policy import Policy
 from grueflow.seeding import seed_everything
 
-TASK_KEYS = ("lengths",)
+TASK_KEYS = ("lengths", "method_overrides")
 
 
 def main() -> None:
     p = stage.parser(__doc__)
-    p.add_argument("--task-file", type=Path, required=True, help="params/tasks/<task>.yaml (reads: lengths)")
+    p.add_argument("--task-file", type=Path, required=True, help="params/tasks/<task>.yaml (reads: lengths, method_overrides.supervised)")
     p.add_argument("--method-file", type=Path, required=True, help="params/methods/supervised.yaml")
     p.add_argument("--datapool", type=Path, required=True)
     p.add_argument("--base-model", type=Path, required=True, help="a Hugging Face model folder")
@@ -26,7 +26,7 @@ def main() -> None:
     args = p.parse_args()
     started = stage.setup(args)
     lengths: LengthsConfig = load_section(LengthsConfig, args.task_file, "lengths")
-    cfg: SupervisedConfig = load_section(SupervisedConfig, args.method_file)
+    cfg: SupervisedConfig = load_method("supervised", args.method_file, args.task_file)
     check_context(args.base_model, lengths.prompt, lengths.target, str(args.task_file),
                   ("lengths.prompt", "lengths.target"))
     train, val = read_split(args.datapool, "train"), read_split(args.datapool, "val")

@@ -86,6 +86,11 @@ class IMDB:
         seed: int = 0
         prompt_words: int = 40
         reference_words: int = 40
+        prompt_fraction: Optional[float] = None  # RL4LMs' IMDB / IMDBForSeq2Seq: 0.5 = half the words, the rest the reference
+
+        def __post_init__(self) -> None:
+            if self.prompt_fraction is not None and not 0 < self.prompt_fraction < 1:
+                raise ValueError(f"prompt_fraction must be in (0, 1), got {self.prompt_fraction}")
         positive_only_train: bool = True
         n_train: Optional[int] = None
         n_val: int = 100
@@ -119,7 +124,11 @@ def _imdb_samples(rows: list[dict[str, Any]], split: str, args: IMDB.Args) -> li
     samples = []
     for i, row in enumerate(rows):
         words = _clean(row["text"]).split()
-        prompt = " ".join(words[:args.prompt_words])
-        reference = " ".join(words[args.prompt_words:args.prompt_words + args.reference_words])
+        if args.prompt_fraction is not None:
+            cut = int(len(words) * args.prompt_fraction)
+            prompt, reference = " ".join(words[:cut]), " ".join(words[cut:])
+        else:
+            prompt = " ".join(words[:args.prompt_words])
+            reference = " ".join(words[args.prompt_words:args.prompt_words + args.reference_words])
         samples.append(Sample(f"{split}-{i}", prompt, (reference,) if reference else (), {"label": int(row["label"])}))
     return samples

@@ -109,3 +109,23 @@ def test_suite_with_unknown_algorithm_or_missing_task(tmp_path, monkeypatch):
         load_suite({**suite, "algorithms": ["ppp"]})
     with pytest.raises(ConfigError, match=r"task 'imdb' has no task file params/tasks/imdb.yaml; valid tasks: concepts, sentiment"):
         load_suite({**suite, "tasks": ["imdb"]})
+
+
+def test_a_task_overrides_its_methods_and_bad_overrides_name_the_task_file(tmp_path):
+    from grueflow.config import load_method
+
+    data = task_data()
+    data["method_overrides"] = {"ppo": {"kl": {"coef": 0.2}, "lora": {"r": 4}}, "supervised": {"epochs": 7}}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(data))
+    ppo = load_method("ppo", MICRO / "methods" / "ppo.yaml", tmp_path / "t.yaml")
+    plain = load_method("ppo", MICRO / "methods" / "ppo.yaml")
+    assert ppo.kl.coef == 0.2 and ppo.kl.adaptive == plain.kl.adaptive and ppo.lora.r == 4 and plain.lora is None
+    assert ppo.iterations == plain.iterations
+    assert load_method("supervised", MICRO / "methods" / "supervised.yaml", tmp_path / "t.yaml").epochs == 7
+    data["method_overrides"] = {"ppo": {"kl": {"coef": -1.0}}}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"t\.yaml: method_overrides\.ppo:.*kl.*coef"):
+        load_method("ppo", MICRO / "methods" / "ppo.yaml", tmp_path / "t.yaml")
+    data["method_overrides"] = {"pop": {"epochs": 1}}
+    with pytest.raises(ConfigError, match="unknown method 'pop'; valid: a2c, grpo, nlpo, ppo"):
+        parse(TaskConfig, data, "t:")

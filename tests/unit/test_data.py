@@ -60,6 +60,11 @@ def test_imdb_loader_reads_the_real_slice_through_datasets():
                                                  "test": str(shared / "imdb_test_subset.jsonl")}, n_test=40)
     labels = [s.meta["label"] for s in few.splits["test"]]  # the file is sorted by label; a slice mixes both
     assert 10 < sum(labels) < 30
+    halves = build("imdb", path="json", data_files={"train": str(shared / "imdb_train_subset.jsonl"),
+                                                    "test": str(shared / "imdb_test_subset.jsonl")}, prompt_fraction=0.5)
+    sample = halves.splits["test"][0]  # RL4LMs' seq2seq variant: half the review in, the rest as the reference
+    prompt, reference = sample.prompt.split(), sample.references[0].split()
+    assert len(prompt) == (len(prompt) + len(reference)) // 2
 
 
 def test_hub_dataset_without_network_fails_at_once_with_a_hint(monkeypatch):

@@ -38,6 +38,11 @@ def task_slice(*keys):
     return lambda w: {k: read_yaml(task_file(w)).get(k) for k in keys}
 
 
+def method_overrides(method):
+    """The task file's overrides of one method's params (rerun trigger for that method's stages only)."""
+    return lambda w: (read_yaml(task_file(w)).get("method_overrides") or {}).get(method(w) if callable(method) else method)
+
+
 def method_file(name):
     return str(PARAMS / "methods" / f"{name}.yaml")
 

@@ -27,6 +27,7 @@ rule warm_start:
     params:
         slice=task_slice("lengths"),
         method=lambda w: read_yaml(method_file("supervised")),
+        overrides=method_overrides("supervised"),
         method_file=method_file("supervised"),
         task_file=task_file,
     threads: THREADS

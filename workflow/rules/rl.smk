@@ -20,6 +20,7 @@ rule rl_finetune:
     params:
         slice=task_slice("lengths", "rollout_generation", "reward"),
         method=lambda w: read_yaml(method_file(rl_algorithm(w))),
+        overrides=method_overrides(rl_algorithm),
         method_file=lambda w: method_file(rl_algorithm(w)),
         algorithm=rl_algorithm,
         task_file=task_file,

@@ -1,0 +1,63 @@
+"""The local GRUE suite on the real data slices in ../shared/data, to the GRUE table (issue 5).
+
+Skipped, with the reason, where ../shared/data is absent. The slices are read where they lie: the
+copy of the project gets a ``shared`` link beside it, so its ``../shared/data`` paths resolve.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pandas as pd
+import pytest
+
+from tests.conftest import ROOT, copy_project, run
+
+pytestmark = pytest.mark.slow
+SHARED = ROOT.parent / "shared"
+SUITE = "params/suites/grue-local.yaml"
+
+
+@pytest.fixture(scope="module")
+def grue_local(tmp_path_factory):
+    if not (SHARED / "data").is_dir():
+        pytest.skip(f"the local GRUE suite reads real data slices from {SHARED / 'data'}, which is absent here")
+    root = tmp_path_factory.mktemp("grue_local")
+    repo = copy_project(root / "repo")
+    shutil.copytree(ROOT / "params", repo / "params", dirs_exist_ok=True)
+    (root / "shared").symlink_to(SHARED)
+    run(["snakemake", "--cores", "2", "results/grue_table.csv", "--configfile", SUITE], repo, timeout=1800)
+    return repo
+
+
+def test_every_local_task_reaches_the_grue_table(grue_local):
+    table = pd.read_csv(grue_local / "results" / "grue_table.csv")
+    tasks = ["cnn_dailymail", "commongen", "dailydialog", "imdb", "iwslt2017", "totto"]
+    assert sorted(set(table.task)) == tasks
+    assert sorted(zip(table.task, table.method)) == sorted(
+        (t, m) for t in tasks for m in ("zero_shot", "supervised", "ppo", "supervised+ppo"))
+    assert table.reward.notna().all() and (table.fluency_ppl > 1).all()
+    headline = {"commongen": ["lexical/cider", "lexical/meteor", "lexical/bleu", "task/coverage"],
+                "cnn_dailymail": ["lexical/rouge1", "lexical/rougeLsum", "lexical/meteor", "semantic/bert_score"],
+                "totto": ["lexical/bleu", "task/parent_f"], "iwslt2017": ["lexical/sacrebleu", "lexical/chrf", "lexical/ter"],
+                "dailydialog": ["lexical/meteor"], "imdb": ["task/vader_sentiment", "diversity/distinct_2"]}
+    for task, columns in headline.items():
+        assert table.loc[table.task == task, columns].notna().all().all(), task
+
+
+def test_imdb_runs_on_smollm2_through_lora(grue_local):
+    base = json.loads((grue_local / "results" / "imdb" / "base_model" / "stage.json").read_text())
+    assert base["gguf_file"] == "SmolLM2-135M-Instruct.Q4_1.gguf" and base["parameters"] > 100_000_000
+    rl = json.loads((grue_local / "results" / "imdb" / "ppo" / "seed0" / "stage.json").read_text())
+    assert rl["params"]["method"]["lora"]["r"] == 8  # the task's method_overrides reached the stage
+
+
+def test_metrics_that_cannot_run_offline_show_as_missing_not_zero(grue_local):
+    metrics = json.loads((grue_local / "results" / "eval" / "dailydialog" / "ppo" / "seed0" / "metrics.json").read_text())
+    assert metrics["metrics"]["task/intent_accuracy"] is None
+    assert "hub is unreachable" in metrics["missing"]["intent_accuracy"]
+    markdown = (grue_local / "results" / "grue_table.md").read_text()
+    assert "- missing `intent_accuracy`" in markdown
+    dailydialog = markdown.split("## dailydialog")[1].split("## ")[0]
+    assert "| — |" in dailydialog  # the intent accuracy column, shown as missing
