@@ -13,7 +13,7 @@ from grueflow.metrics.reward import Reward
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.policy import Policy
 from grueflow.rl import ALGORITHMS
-from grueflow.rl.trainer import RLTrainer, checkpoint_key, run_key
+from grueflow.rl.trainer import NonFiniteError, RLTrainer, checkpoint_key, run_key
 from grueflow.seeding import seed_everything
 
 TASK_KEYS = ("lengths", "rollout_generation", "reward", "method_overrides")
@@ -63,7 +63,12 @@ def main() -> None:
                  row["iteration"], row["reward/task"], row["kl/sequence"], row["kl/coef"],
                  row.get("losses/value", float("nan")), row["charts/mean_length"])
 
-    state = trainer.train(checkpoint=lambda t: t.save(args.resume_dir, key), progress=report)
+    try:
+        state = trainer.train(checkpoint=lambda t: t.save(args.resume_dir, key), progress=report)
+    except NonFiniteError as err:  # keep the offending rollout for inspection beside the last checkpoint
+        dump = args.resume_dir / f"nonfinite_iteration{err.iteration}.json"
+        write_json(dump, err.batch)
+        raise SystemExit(f"error: {err}; the rollout is in {dump}; the last checkpoint stays in {args.resume_dir}")
     bar.close()
     final = state.curve[-1]
     with atomic_dir(args.out) as tmp:

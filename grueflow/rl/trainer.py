@@ -66,6 +66,20 @@ WALL_CLOCK_KEYS = ("charts/generated_tokens_per_s", "charts/iteration_s", "chart
                    "charts/reward_share")
 
 
+class NonFiniteError(RuntimeError):
+    """A NaN or infinite reward, advantage, loss or gradient: training stops at that iteration, before the
+    optimiser step, and ``batch`` holds the rollout that produced it (prompts, generations, rewards)."""
+
+    def __init__(self, what: str, iteration: int, batch: dict[str, Any]) -> None:
+        super().__init__(f"non-finite {what} at iteration {iteration}: the weights were not updated with it")
+        self.what, self.iteration, self.batch = what, iteration, batch
+
+
+def _json_numbers(values: list[float]) -> list[Optional[float]]:
+    """Scores as JSON can hold them: NaN and infinities become null."""
+    return [float(v) if np.isfinite(v) else None for v in values]
+
+
 class Rollout(NamedTuple):
     """One iteration's experience; token tensors are (B, T) over completion tokens."""
 
@@ -222,7 +236,11 @@ class RLTrainer:
         total, parts = self.reward([s.prompt for s in samples], texts, [s.references for s in samples],
                                    [s.meta for s in samples])
         reward_s = time.perf_counter() - started
+        self.last_batch = {"iteration": self.state.iteration + 1, "prompts": [s.prompt for s in samples],
+                           "generations": texts, "references": [list(s.references) for s in samples],
+                           "reward": _json_numbers(total), "components": {k: _json_numbers(v) for k, v in parts.items()}}
         scores = torch.tensor(total, dtype=torch.float32)
+        self._guard("reward", scores)
         (logprobs, values, _), unmasked = self._outputs(prompts, completions, action_mask)
         values = values if values is not None else torch.zeros_like(logprobs)
         ref_logprobs = logprobs_from_logits(self.reference_logits(prompts, completions), completions)
@@ -236,10 +254,15 @@ class RLTrainer:
                        kl_k1(unmasked, ref_logprobs) * mask, values * mask, rewards, scores, components, generation_s,
                        reward_s, action_mask)
 
+    def _guard(self, what: str, values: torch.Tensor) -> None:
+        if not torch.isfinite(values).all():
+            raise NonFiniteError(what, self.state.iteration + 1, getattr(self, "last_batch", {}))
+
     # -- update ----------------------------------------------------------------------------
 
     def update(self, rollout: Rollout) -> dict[str, float]:
         advantages, returns = self.algorithm.advantages(rollout.rewards, rollout.values, rollout.mask, rollout.scores)
+        self._guard("advantage", advantages)
         diagnostics = {}
         if self.value_head is not None:  # how much of the returns the critic explained before this update
             valid = rollout.mask.bool()
@@ -262,10 +285,12 @@ class RLTrainer:
                 action_mask = rollout.action_mask[idx] if rollout.action_mask is not None else None
                 new, _ = self._outputs(prompts, rollout.completions[idx], action_mask)
                 loss, stats = self.algorithm.loss(new, batch, self.kl.coef)
+                self._guard("loss", loss.detach())
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]],
-                                               self.cfg.max_grad_norm)
+                norm = torch.nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]],
+                                                      self.cfg.max_grad_norm)
+                self._guard("gradient norm", norm)
                 self.optimizer.step()
                 for key, value in stats.items():
                     totals.setdefault(key, []).append(value)

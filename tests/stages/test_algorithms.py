@@ -157,3 +157,22 @@ def test_algorithm_runs_on_a_seq2seq_policy(tiny_models, algorithm):
     curve = trainer.train().curve
     assert [row["iteration"] for row in curve] == [1, 2]
     assert all(torch.isfinite(torch.tensor(list(row.values()))).all() for row in curve)
+
+
+def test_a_nan_reward_stops_training_before_any_update_and_keeps_the_rollout(sentiment):
+    from grueflow.rl.trainer import NonFiniteError
+
+    samples, path = sentiment
+    unreferenced = [s.__class__(s.id, s.prompt, (), s.meta) for s in samples]  # ROUGE has nothing to compare: NaN
+    seed_everything(0)
+    model, tokenizer = load_pretrained(path)
+    before = [p.detach().clone() for p in model.parameters()]
+    cfg = parse(ALGORITHMS.get("ppo").Config, SETTINGS, "ppo")
+    reward = Reward(parse(RewardConfig, {"components": [{"metric": "rouge", "score": "rougeL"}]}, "reward"),
+                    MetricContext())
+    trainer = RLTrainer("ppo", cfg, Policy(model, tokenizer, "causal", 24), load_pretrained(path)[0], reward,
+                        unreferenced, GenerationConfig(max_new_tokens=8), seed=0)
+    with pytest.raises(NonFiniteError, match="non-finite reward at iteration 1") as err:
+        trainer.train()
+    assert err.value.batch["reward"] == [None] * 32 and len(err.value.batch["generations"]) == 32
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
