@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import numpy as np
 import torch
@@ -15,3 +16,19 @@ def seed_everything(seed: int, threads: int = 1) -> None:
     torch.manual_seed(seed)
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
+
+
+def rng_state() -> dict[str, Any]:
+    """The global RNGs' states (Python, NumPy, torch) as plain values and tensors only, so that a
+    checkpoint holding them loads with ``torch.load(..., weights_only=True)``."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    return {"python": random.getstate(), "torch": torch.get_rng_state(),
+            "numpy": [name, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss]}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore the global RNGs from :func:`rng_state`."""
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))

@@ -3,6 +3,11 @@
 Causal models learn the reference continuation after the prompt (prompt tokens are not in the
 loss); seq2seq models learn prompt -> reference. Every reference of a sample is a training pair.
 Under LoRA (the caller wraps ``policy.model``) only the adapter's parameters are optimised.
+
+Training can be killed and resumed (issue 9): a checkpoint after every epoch holds the weights
+(the adapter only, under LoRA), the optimiser, the schedule, the global RNGs and the loss curve,
+and each epoch's order is drawn from ``(seed, epoch)`` alone, so a resumed run ends with the same
+weights, bit for bit, as an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -10,16 +15,24 @@ from __future__ import annotations
 import logging
 import math
 import random
-from typing import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
 
 import torch
+from safetensors.torch import load_file, load_model, save_file, save_model
 
+from grueflow import checkpoints
 from grueflow.config import SupervisedConfig
 from grueflow.data import Sample
-from grueflow.models.lora import trainable_parameters
+from grueflow.models.lora import ADAPTER_FILE, is_lora, load_trainable_state, trainable_parameters, trainable_state
 from grueflow.models.policy import Policy
+from grueflow.seeding import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
+CHECKPOINT_UNIT = "epoch"  # checkpoints are <resume dir>/epoch<k>/
+STATE_FILE = "trainer_state.pt"
+WEIGHTS_FILE = "model.safetensors"  # every weight; under LoRA the adapter's ADAPTER_FILE instead
 
 
 def pairs(samples: list[Sample]) -> list[tuple[str, str]]:
@@ -42,39 +55,114 @@ def validation_loss(policy: Policy, data: list[tuple[str, str]], batch_size: int
     return total / count
 
 
-def train(policy: Policy, train_samples: list[Sample], val_samples: list[Sample], cfg: SupervisedConfig,
-          max_target: int, seed: int, progress: Callable[[dict[str, float]], None] | None = None
-          ) -> list[dict[str, float]]:
-    """Fine-tune ``policy.model`` in place; returns the loss curve (one row per epoch)."""
-    rng = random.Random(seed)
-    data, val = pairs(train_samples), pairs(val_samples)
-    steps_per_epoch = math.ceil(len(data) / cfg.batch_size)
-    total = steps_per_epoch * cfg.epochs
-    warmup = int(cfg.warmup_ratio * total)
-    params = trainable_parameters(policy.model)
-    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: (s + 1) / (warmup + 1) if s < warmup else max(0.0, (total - s) / max(1, total - warmup)))
-    curve = []
-    for epoch in range(cfg.epochs):
+def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+    """The order of ``n`` training pairs in ``epoch`` (0-based): a permutation drawn from ``(seed, epoch)``
+    alone, so that a run resumed at any epoch draws the orders an uninterrupted run draws."""
+    order = list(range(n))
+    random.Random(f"supervised/{seed}/{epoch}").shuffle(order)
+    return order
+
+
+@dataclass
+class SupervisedState:
+    """Progress besides the weights: epochs done and the loss curve (one row per epoch)."""
+
+    epoch: int = 0
+    curve: list[dict[str, float]] = field(default_factory=list)
+
+
+class SupervisedTrainer:
+    """Fine-tunes ``policy.model`` in place with AdamW and a linear warmup/decay schedule, epoch by epoch."""
+
+    def __init__(self, policy: Policy, train_samples: list[Sample], val_samples: list[Sample], cfg: SupervisedConfig,
+                 max_target: int, seed: int) -> None:
+        self.policy, self.cfg, self.max_target, self.seed = policy, cfg, max_target, seed
+        self.data, self.val = pairs(train_samples), pairs(val_samples)
+        total = math.ceil(len(self.data) / cfg.batch_size) * cfg.epochs
+        warmup = int(cfg.warmup_ratio * total)
+        self.params = trainable_parameters(policy.model)
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self.schedule = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            lambda s: (s + 1) / (warmup + 1) if s < warmup else max(0.0, (total - s) / max(1, total - warmup)))
+        self.state = SupervisedState()
+
+    def run_epoch(self) -> dict[str, float]:
+        """One pass over the training pairs in this epoch's order; returns the curve row."""
+        cfg, policy = self.cfg, self.policy
         policy.model.train()
-        rng.shuffle(data)
+        data = [self.data[i] for i in epoch_order(len(self.data), self.seed, self.state.epoch)]
         losses = []
         for start in range(0, len(data), cfg.batch_size):
             chunk = data[start:start + cfg.batch_size]
             loss = policy.supervised_loss(policy.encode([p for p, _ in chunk]),
-                                          policy.encode_targets([t for _, t in chunk], max_target))
-            optimizer.zero_grad(set_to_none=True)
+                                          policy.encode_targets([t for _, t in chunk], self.max_target))
+            self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, 1.0)
-            optimizer.step()
-            schedule.step()
+            torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+            self.optimizer.step()
+            self.schedule.step()
             losses.append(loss.item())
-        row = {"epoch": epoch + 1, "train_loss": round(sum(losses) / len(losses), 6),
-               "val_loss": round(validation_loss(policy, val, cfg.batch_size, max_target), 6)}
-        curve.append(row)
-        log.info("warm start epoch %d: train loss %.4f, val loss %.4f", epoch + 1, row["train_loss"], row["val_loss"])
-        if progress:
-            progress(row)
-    policy.model.eval()
-    return curve
+        self.state.epoch += 1
+        row = {"epoch": self.state.epoch, "train_loss": round(sum(losses) / len(losses), 6),
+               "val_loss": round(validation_loss(policy, self.val, cfg.batch_size, self.max_target), 6)}
+        self.state.curve.append(row)
+        log.info("warm start epoch %d: train loss %.4f, val loss %.4f", row["epoch"], row["train_loss"], row["val_loss"])
+        return row
+
+    def train(self, checkpoint: Callable[["SupervisedTrainer"], None] | None = None,
+              progress: Callable[[dict[str, float]], None] | None = None) -> list[dict[str, float]]:
+        """Run the remaining epochs, calling ``checkpoint`` after each; returns the loss curve."""
+        while self.state.epoch < self.cfg.epochs:
+            row = self.run_epoch()
+            if checkpoint:
+                checkpoint(self)
+            if progress:
+                progress(row)
+        self.policy.model.eval()
+        return self.state.curve
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def save_to(self, folder: Path, key: str) -> None:
+        """Write the weights (safetensors) and the optimiser, schedule, RNG and progress state into ``folder``."""
+        model = self.policy.model
+        if is_lora(model):
+            save_file(trainable_state(model), str(folder / ADAPTER_FILE))
+        else:
+            save_model(model, str(folder / WEIGHTS_FILE))  # tied weights are stored once
+        torch.save({"key": key, "epoch": self.state.epoch, "curve": self.state.curve,
+                    "optimizer": self.optimizer.state_dict(), "scheduler": self.schedule.state_dict(),
+                    "rng": rng_state()}, folder / STATE_FILE)
+
+    def load(self, folder: str | Path) -> None:
+        """Continue from a checkpoint written by :meth:`save_to`."""
+        folder, model = Path(folder), self.policy.model
+        if is_lora(model):
+            load_trainable_state(model, load_file(str(folder / ADAPTER_FILE)))
+        else:
+            load_model(model, str(folder / WEIGHTS_FILE))  # strict: a missing or unexpected weight raises
+        saved: dict[str, Any] = torch.load(folder / STATE_FILE, weights_only=True)
+        self.state = SupervisedState(saved["epoch"], saved["curve"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        self.schedule.load_state_dict(saved["scheduler"])
+        set_rng_state(saved["rng"])
+
+    def save_checkpoint(self, resume_dir: str | Path, key: str) -> Path:
+        """Add ``epoch<k>/`` to ``resume_dir`` (atomically), keeping only this newest one."""
+        return checkpoints.save(resume_dir, CHECKPOINT_UNIT, self.state.epoch, key,
+                                lambda folder: self.save_to(folder, key), keep=1)
+
+    def resume(self, resume_dir: str | Path, key: str) -> Path | None:
+        """Load run ``key``'s newest complete checkpoint in ``resume_dir``; returns it, or None if there is none."""
+        path = checkpoints.latest(resume_dir, CHECKPOINT_UNIT, key)
+        if path is not None:
+            self.load(path)
+        return path
+
+
+def train(policy: Policy, train_samples: list[Sample], val_samples: list[Sample], cfg: SupervisedConfig,
+          max_target: int, seed: int, progress: Callable[[dict[str, float]], None] | None = None
+          ) -> list[dict[str, float]]:
+    """Fine-tune ``policy.model`` in place, without checkpoints; returns the loss curve (one row per epoch)."""
+    return SupervisedTrainer(policy, train_samples, val_samples, cfg, max_target, seed).train(progress=progress)

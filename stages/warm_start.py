@@ -1,17 +1,22 @@
 """Stage 3: supervised warm start of the base model on the datapool's (prompt, reference) pairs."""
 
+import logging
+import shutil
 from pathlib import Path
 
-from grueflow import stage, supervised
+from grueflow import stage
+from grueflow.checkpoints import run_key
 from grueflow.config import LengthsConfig, SupervisedConfig, load_method, load_section, to_dict
 from grueflow.data import read_split
-from grueflow.io import MODEL_DIR, atomic_dir, write_csv
+from grueflow.io import MODEL_DIR, atomic_dir, fingerprint, write_csv
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.lora import merged, with_lora
 from grueflow.models.policy import Policy
 from grueflow.seeding import seed_everything
+from grueflow.supervised import SupervisedTrainer
 
 TASK_KEYS = ("lengths", "method_overrides")
+log = logging.getLogger("warm_start")
 
 
 def main() -> None:
@@ -22,6 +27,8 @@ def main() -> None:
     p.add_argument("--base-model", type=Path, required=True, help="a Hugging Face model folder")
     p.add_argument("--seed", type=stage.seed, required=True)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--resume-dir", type=Path, required=True,
+                   help="a checkpoint after every epoch (<out>.resume); resumed from if present, removed at the end")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     started = stage.setup(args)
@@ -35,8 +42,15 @@ def main() -> None:
     if cfg.lora is not None:
         model = with_lora(model, cfg.lora)
     policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt)
+    trainer = SupervisedTrainer(policy, train, val, cfg, lengths.target, args.seed)
+    data = [fingerprint(args.datapool / f"{split}.jsonl") for split in ("train", "val")]
+    key = run_key(to_dict(lengths), to_dict(cfg), fingerprint(args.base_model), data, args.seed)
+    resumed = trainer.resume(args.resume_dir, key)
+    if resumed is not None:
+        log.info("resumed from %s at epoch %d", resumed, trainer.state.epoch)
     bar = stage.progress(cfg.epochs, "warm start")
-    curve = supervised.train(policy, train, val, cfg, lengths.target, args.seed, progress=lambda _: bar.update())
+    bar.update(trainer.state.epoch)
+    curve = trainer.train(checkpoint=lambda t: t.save_checkpoint(args.resume_dir, key), progress=lambda _: bar.update())
     bar.close()
     with atomic_dir(args.out) as tmp:
         merged(model).save_pretrained(tmp / MODEL_DIR)  # plain Hugging Face weights, LoRA folded in
@@ -44,6 +58,7 @@ def main() -> None:
         write_csv(tmp / "loss_curve.csv", curve)
         stage.finish(tmp, "warm_start", {"lengths": to_dict(lengths), "supervised": to_dict(cfg), "seed": args.seed},
                      {"datapool": args.datapool, "base_model": args.base_model}, started)
+    shutil.rmtree(args.resume_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -31,10 +31,14 @@ def base(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("stages")
     run(stage("prepare_datapool", "--task-file", TASK, "--out", out / "datapool"), ROOT)
     run(stage("base_model", "--task-file", TASK, "--datapool", out / "datapool", "--out", out / "base_model"), ROOT)
-    run(stage("warm_start", "--task-file", TASK, "--method-file", MICRO / "methods" / "supervised.yaml",
-              "--datapool", out / "datapool", "--base-model", out / "base_model" / "model", "--seed", "0",
-              "--out", out / "supervised"), ROOT)
+    run(warm_start(out, out / "supervised"), ROOT)
     return out
+
+
+def warm_start(base: Path, out: Path, method_file: Path = MICRO / "methods" / "supervised.yaml") -> list[str]:
+    return stage("warm_start", "--task-file", TASK, "--method-file", method_file, "--datapool", base / "datapool",
+                 "--base-model", base / "base_model" / "model", "--seed", "0",
+                 "--resume-dir", f"{out}.resume", "--out", out)
 
 
 def rl(base: Path, out: Path, method_file: Path = MICRO / "methods" / "ppo.yaml") -> list[str]:
@@ -60,6 +64,7 @@ def test_datapool_base_model_and_warm_start_outputs(base):
         assert record["versions"]["torch"].startswith("2.13.0")
     losses = list(csv.DictReader(open(base / "supervised" / "loss_curve.csv")))
     assert [row["epoch"] for row in losses] == ["1"]
+    assert not Path(f"{base / 'supervised'}.resume").exists()  # removed once the stage finished
 
 
 def test_rl_and_evaluate_outputs(base, tmp_path):
@@ -111,15 +116,42 @@ def test_killed_rl_resumes_from_its_checkpoint_and_matches(base, tmp_path):
         (tmp_path / "straight" / "model" / "model.safetensors").read_bytes()
 
 
+def kill_when(proc: subprocess.Popen, ready: Path, timeout: float = 300) -> None:
+    """SIGKILL ``proc``'s process group as soon as ``ready`` exists (or it ended, or ``timeout`` passed)."""
+    deadline = time.time() + timeout
+    while not ready.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def test_killed_warm_start_resumes_from_its_last_epoch_and_matches(base, tmp_path):
+    method = tmp_path / "supervised.yaml"  # batch 2: 32 steps an epoch, so the kill lands before the end
+    method.write_text("epochs: 3\nbatch_size: 2\nlearning_rate: 0.001\n")
+    run(warm_start(base, tmp_path / "straight", method), ROOT)
+
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(warm_start(base, out, method), cwd=ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    kill_when(proc, Path(f"{out}.resume") / "epoch1" / "checkpoint.json")
+    assert not (out / "stage.json").exists(), "the killed stage must not look finished"
+    assert (Path(f"{out}.resume") / "epoch1").is_dir() or (Path(f"{out}.resume") / "epoch2").is_dir()
+    resumed = run(warm_start(base, out, method)[:-2] + ["--log-level", "INFO"], ROOT)
+    assert "resumed from" in resumed.stderr
+    assert (out / "model" / "model.safetensors").read_bytes() == \
+        (tmp_path / "straight" / "model" / "model.safetensors").read_bytes()
+    assert (out / "loss_curve.csv").read_text() == (tmp_path / "straight" / "loss_curve.csv").read_text()
+    assert len((out / "loss_curve.csv").read_text().splitlines()) == 4  # header + 3 epochs
+    assert not Path(f"{out}.resume").exists()
+
+
 def test_lora_warm_start_and_lora_rl_hand_on_plain_merged_models(base, tmp_path):
     from safetensors.torch import load_file
 
     lora = "lora: {r: 4, alpha: 8, target_modules: [c_attn]}\n"
     (tmp_path / "supervised.yaml").write_text((MICRO / "methods" / "supervised.yaml").read_text() + lora)
     (tmp_path / "ppo.yaml").write_text((MICRO / "methods" / "ppo.yaml").read_text() + lora)
-    run(stage("warm_start", "--task-file", TASK, "--method-file", tmp_path / "supervised.yaml",
-              "--datapool", base / "datapool", "--base-model", base / "base_model" / "model", "--seed", "0",
-              "--out", tmp_path / "sft"), ROOT)
+    run(warm_start(base, tmp_path / "sft", tmp_path / "supervised.yaml"), ROOT)
     run(stage("rl_finetune", "--task-file", TASK, "--algorithm", "ppo", "--method-file", tmp_path / "ppo.yaml",
               "--datapool", base / "datapool", "--init-model", tmp_path / "sft" / "model",
               "--base-model", base / "base_model" / "model", "--seed", "0",

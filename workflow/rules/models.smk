@@ -21,7 +21,8 @@ rule warm_start:
     input:
         datapool="results/{task}/datapool",
         base_model="results/{task}/base_model",
-        code=code("stages/warm_start.py", "grueflow/models", "grueflow/supervised.py", "grueflow/data"),
+        code=code("stages/warm_start.py", "grueflow/models", "grueflow/supervised.py", "grueflow/checkpoints.py",
+                  "grueflow/data"),
     output:
         directory("results/{task}/supervised/seed{seed}"),
     params:
@@ -38,4 +39,4 @@ rule warm_start:
     shell:
         "python stages/warm_start.py --task-file {params.task_file} --method-file {params.method_file}"
         " --datapool {input.datapool} --base-model {input.base_model}/model --seed {wildcards.seed}"
-        " --threads {threads} --out {output} 2> {log}"
+        " --threads {threads} --resume-dir {output}.resume --out {output} 2> {log}"

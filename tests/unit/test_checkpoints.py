@@ -1,0 +1,96 @@
+"""Resume folders (issue 9): atomic ``<unit><k>/`` checkpoints keyed by run, the newest K kept; the warm
+start resumes bit for bit (in-process here; killed and rerun as a stage in tests/stages/test_stages.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from grueflow import checkpoints
+from grueflow.config import SupervisedConfig, parse
+from grueflow.data import DATAPOOLS
+from grueflow.models import load_pretrained
+from grueflow.models.lora import trainable_state, with_lora
+from grueflow.models.policy import Policy
+from grueflow.seeding import seed_everything
+from grueflow.supervised import SupervisedTrainer, epoch_order
+
+
+def write_marker_only(folder: Path) -> None:
+    (folder / "weights.bin").write_bytes(b"w")
+
+
+def test_the_newest_k_complete_checkpoints_of_this_run_are_kept(tmp_path):
+    root = tmp_path / "out.resume"
+    for step in range(1, 5):
+        checkpoints.save(root, "iteration", step, "run-a", write_marker_only, keep=2)
+    assert sorted(p.name for p in root.iterdir()) == ["iteration3", "iteration4"]
+    assert checkpoints.latest(root, "iteration", "run-a") == root / "iteration4"
+    assert checkpoints.latest(root, "iteration", "run-b") is None  # another run's checkpoints are never resumed
+
+    (root / "iteration5").mkdir()  # a folder without checkpoint.json is not complete
+    (root / ".iteration6.x1y2.tmp").mkdir()  # what a save killed before its rename leaves
+    assert checkpoints.latest(root, "iteration", "run-a") == root / "iteration4"
+    checkpoints.save(root, "iteration", 1, "run-b", write_marker_only, keep=2)  # params changed: a new run
+    assert sorted(p.name for p in root.iterdir()) == ["iteration1", "iteration5"]
+    assert checkpoints.latest(root, "iteration", "run-b") == root / "iteration1"
+    assert (root / "iteration1" / "weights.bin").read_bytes() == b"w"
+
+
+def test_a_save_that_fails_leaves_the_previous_checkpoint(tmp_path):
+    root = tmp_path / "out.resume"
+    checkpoints.save(root, "epoch", 1, "k", write_marker_only, keep=1)
+
+    def crash(folder: Path) -> None:
+        (folder / "half.bin").write_bytes(b"h")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        checkpoints.save(root, "epoch", 2, "k", crash, keep=1)
+    assert [p.name for p in root.iterdir()] == ["epoch1"]
+    with pytest.raises(ValueError, match="keep must be >= 1, got 0"):
+        checkpoints.save(root, "epoch", 3, "k", write_marker_only, keep=0)
+
+
+def test_run_keys_differ_by_any_part():
+    key = checkpoints.run_key({"epochs": 3}, "sha-model", 0)
+    assert key == checkpoints.run_key({"epochs": 3}, "sha-model", 0)
+    assert len({key, checkpoints.run_key({"epochs": 4}, "sha-model", 0), checkpoints.run_key({"epochs": 3}, "x", 0),
+                checkpoints.run_key({"epochs": 3}, "sha-model", 1)}) == 4
+
+
+def test_each_epochs_order_depends_on_seed_and_epoch_only():
+    assert epoch_order(6, seed=0, epoch=1) == epoch_order(6, seed=0, epoch=1)
+    assert sorted(epoch_order(6, seed=0, epoch=1)) == list(range(6))
+    assert len({tuple(epoch_order(50, s, e)) for s in (0, 1) for e in (0, 1)}) == 4
+
+
+def lora_warm_start(path: Path, epochs: int) -> SupervisedTrainer:
+    loader = DATAPOOLS.get("synthetic_concepts")
+    pool = loader.build(loader.Args(n_train=8, n_val=2, n_test=2, n_unlabelled=2))
+    seed_everything(0)
+    cfg = parse(SupervisedConfig, {"epochs": epochs, "batch_size": 4, "learning_rate": 1e-2,
+                                   "lora": {"r": 4, "dropout": 0.1, "target_modules": ["q", "v"]}}, "sft")
+    model, tokenizer = load_pretrained(path)
+    policy = Policy(with_lora(model, cfg.lora), tokenizer, "seq2seq", 16)
+    return SupervisedTrainer(policy, pool.splits["train"], pool.splits["val"], cfg, 16, seed=0)
+
+
+def test_a_lora_warm_start_resumed_from_its_adapter_checkpoint_matches_a_straight_run(tiny_models, tmp_path):
+    straight = lora_warm_start(tiny_models["seq2seq"], epochs=3)
+    curve = straight.train()
+
+    first = lora_warm_start(tiny_models["seq2seq"], epochs=3)
+    first.run_epoch()
+    first.save_checkpoint(tmp_path / "sft.resume", "k")
+    saved = tmp_path / "sft.resume" / "epoch1"
+    assert sorted(p.name for p in saved.iterdir()) == ["adapter_model.safetensors", "checkpoint.json",
+                                                       "trainer_state.pt"]
+    resumed = lora_warm_start(tiny_models["seq2seq"], epochs=3)  # reseeds: the RNGs must come from the checkpoint
+    assert resumed.resume(tmp_path / "sft.resume", "other run") is None
+    assert resumed.resume(tmp_path / "sft.resume", "k") == saved and resumed.state.epoch == 1
+    assert resumed.train() == curve
+    expected = trainable_state(straight.policy.model)
+    assert all(torch.equal(tensor, expected[name]) for name, tensor in trainable_state(resumed.policy.model).items())
