@@ -423,6 +423,8 @@ class RLConfig:
     model copy fewer) or on a separate copy of the start model (``critic: separate``, as RL4LMs).
     With ``lora`` the policy (and a separate critic, with its own adapter) train LoRA adapters
     only, and the reference is the policy with its adapter disabled: no reference copy is held.
+    Every ``checkpoint_every`` iterations a resumable checkpoint goes to ``<output>.resume/iteration<k>/``;
+    the newest ``keep_checkpoints`` are kept and a rerun resumes from the newest complete one.
     """
 
     iterations: int = 30
@@ -442,6 +444,7 @@ class RLConfig:
     kl_in_loss: bool = False
     critic: Literal["shared", "separate"] = "shared"
     checkpoint_every: int = 10
+    keep_checkpoints: int = 1
     lora: Optional[LoraConfig] = None
 
     def __post_init__(self) -> None:
@@ -460,6 +463,8 @@ class RLConfig:
                f"rollouts_per_iteration={self.rollouts_per_iteration} is not a multiple of "
                f"group_size={self.group_size}; make it one")
         _check(self.checkpoint_every > 0, f"checkpoint_every must be > 0, got {self.checkpoint_every}")
+        _check(self.keep_checkpoints >= 1, f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}; "
+               f"the newest checkpoint is what a killed run resumes from")
 
 
 @dataclass(frozen=True)

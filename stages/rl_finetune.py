@@ -5,6 +5,7 @@ import shutil
 from pathlib import Path
 
 from grueflow import stage
+from grueflow.checkpoints import run_key
 from grueflow.config import GenerationConfig, LengthsConfig, RewardConfig, load_method, load_section, to_dict
 from grueflow.data import read_split
 from grueflow.io import MODEL_DIR, atomic_dir, fingerprint, write_csv, write_json
@@ -13,7 +14,7 @@ from grueflow.metrics.reward import Reward
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.policy import Policy
 from grueflow.rl import ALGORITHMS
-from grueflow.rl.trainer import NonFiniteError, RLTrainer, checkpoint_key, run_key
+from grueflow.rl.trainer import NonFiniteError, RLTrainer
 from grueflow.seeding import seed_everything
 
 TASK_KEYS = ("lengths", "rollout_generation", "reward", "method_overrides")
@@ -31,7 +32,8 @@ def main() -> None:
     p.add_argument("--base-model", type=Path, required=True, help="the task's base model folder (for fluency rewards)")
     p.add_argument("--seed", type=stage.seed, required=True)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--resume-dir", type=Path, required=True, help="periodic checkpoints; resumed from if present")
+    p.add_argument("--resume-dir", type=Path, required=True,
+                   help="periodic checkpoints (<out>.resume); resumed from if present, removed at the end")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     started = stage.setup(args)
@@ -50,10 +52,11 @@ def main() -> None:
     reward = Reward(reward_cfg, MetricContext(base_model=args.base_model, max_prompt_length=lengths.prompt))
     trainer = RLTrainer(args.algorithm, cfg, policy, ref_model, reward, train, generation, args.seed)
 
-    key = run_key(cfg, generation, reward_cfg, fingerprint(args.init_model), args.seed)
-    if checkpoint_key(args.resume_dir) == key:
-        trainer.load(args.resume_dir)
-        log.info("resumed from %s at iteration %d", args.resume_dir, trainer.state.iteration)
+    key = run_key(args.algorithm, to_dict(cfg), to_dict(generation), to_dict(reward_cfg), fingerprint(args.init_model),
+                  fingerprint(args.datapool / "train.jsonl"), args.seed)
+    resumed = trainer.resume(args.resume_dir, key)
+    if resumed is not None:
+        log.info("resumed from %s at iteration %d", resumed, trainer.state.iteration)
     bar = stage.progress(cfg.iterations, f"{args.algorithm} iterations")
     bar.update(trainer.state.iteration)
 
@@ -64,7 +67,7 @@ def main() -> None:
                  row.get("losses/value", float("nan")), row["charts/mean_length"])
 
     try:
-        state = trainer.train(checkpoint=lambda t: t.save(args.resume_dir, key), progress=report)
+        state = trainer.train(checkpoint=lambda t: t.save_checkpoint(args.resume_dir, key), progress=report)
     except NonFiniteError as err:  # keep the offending rollout for inspection beside the last checkpoint
         dump = args.resume_dir / f"nonfinite_iteration{err.iteration}.json"
         write_json(dump, err.batch)

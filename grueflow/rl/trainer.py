@@ -16,8 +16,6 @@ policy with its adapter disabled, so no reference copy is loaded.
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import logging
 import random
 import time
@@ -30,7 +28,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from stable_baselines3.common.utils import explained_variance
 
-from grueflow.config import GenerationConfig, RLConfig, to_dict
+from grueflow import checkpoints
+from grueflow.config import GenerationConfig, RLConfig
 from grueflow.data import Sample
 from grueflow.io import atomic_dir
 from grueflow.metrics.reward import Reward
@@ -42,9 +41,11 @@ from grueflow.models.policy import (Policy, Prompts, completion_mask, entropy_fr
 from grueflow.rl import ALGORITHMS
 from grueflow.rl.kl import KL_ESTIMATORS, KLController, kl_k1
 from grueflow.rl.objectives import MiniBatch, Outputs
+from grueflow.seeding import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 STATE_FILE = "trainer_state.pt"
+CHECKPOINT_UNIT = "iteration"  # checkpoints are <resume dir>/iteration<k>/
 VALUE_FILE = "value_head.safetensors"
 
 
@@ -129,12 +130,6 @@ class PromptSampler:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.rng.setstate(state["rng"])
         self.order = list(state["order"])
-
-
-def run_key(cfg: Any, generation: GenerationConfig, reward: Any, init_fingerprint: str, seed: int) -> str:
-    """Identifies a run: a resume checkpoint is used only if its key matches."""
-    blob = json.dumps([to_dict(cfg), to_dict(generation), to_dict(reward), init_fingerprint, seed], sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()
 
 
 class RLTrainer:
@@ -347,7 +342,8 @@ class RLTrainer:
     # -- checkpoints -----------------------------------------------------------------------
 
     def save(self, out_dir: str | Path, key: str) -> None:
-        """Write a resumable checkpoint folder, atomically (the previous one stays until it is complete)."""
+        """Write a resumable checkpoint into folder ``out_dir``, atomically (a previous one stays until it is
+        complete); a stage's resume folder of several checkpoints is :meth:`save_checkpoint`'s."""
         with atomic_dir(out_dir) as tmp:
             self.save_to(tmp, key)
 
@@ -371,7 +367,7 @@ class RLTrainer:
             "shuffle": self.shuffle.get_state(),
             "algorithm": self.algorithm.state_dict() if hasattr(self.algorithm, "state_dict") else None,
             "critic": trainable_state(self.critic_model) if self.critic_model is not None else None,
-            "rng": {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()},
+            "rng": rng_state(),
         }, folder / STATE_FILE)
 
     def load(self, ckpt_dir: str | Path) -> None:
@@ -384,7 +380,7 @@ class RLTrainer:
             self.policy.model.load_state_dict(model.state_dict())
         if self.value_head is not None:
             self.value_head.load_state_dict(load_file(str(ckpt_dir / VALUE_FILE)))
-        saved = torch.load(ckpt_dir / STATE_FILE, weights_only=False)
+        saved = torch.load(ckpt_dir / STATE_FILE, weights_only=True)  # tensors and plain values only
         self.state = TrainerState(saved["state"]["iteration"], saved["state"]["curve"])
         self.optimizer.load_state_dict(saved["optimizer"])
         self.scheduler.load_state_dict(saved["scheduler"])
@@ -395,13 +391,16 @@ class RLTrainer:
             self.algorithm.load_state_dict(saved["algorithm"])
         if self.critic_model is not None:
             load_trainable_state(self.critic_model, saved["critic"])
-        torch.set_rng_state(saved["rng"]["torch"])
-        random.setstate(saved["rng"]["python"])
-        np.random.set_state(saved["rng"]["numpy"])
+        set_rng_state(saved["rng"])
 
+    def save_checkpoint(self, resume_dir: str | Path, key: str) -> Path:
+        """Add ``iteration<k>/`` to ``resume_dir`` (atomically), keeping the newest ``cfg.keep_checkpoints``."""
+        return checkpoints.save(resume_dir, CHECKPOINT_UNIT, self.state.iteration, key,
+                                lambda folder: self.save_to(folder, key), keep=self.cfg.keep_checkpoints)
 
-def checkpoint_key(ckpt_dir: str | Path) -> str | None:
-    path = Path(ckpt_dir) / STATE_FILE
-    if not path.is_file():
-        return None
-    return torch.load(path, weights_only=False)["key"]
+    def resume(self, resume_dir: str | Path, key: str) -> Path | None:
+        """Load run ``key``'s newest complete checkpoint in ``resume_dir``; returns it, or None if there is none."""
+        path = checkpoints.latest(resume_dir, CHECKPOINT_UNIT, key)
+        if path is not None:
+            self.load(path)
+        return path

@@ -1,5 +1,5 @@
 """Resume folders (issue 9): atomic ``<unit><k>/`` checkpoints keyed by run, the newest K kept; the warm
-start resumes bit for bit (in-process here; killed and rerun as a stage in tests/stages/test_stages.py)."""
+start and RL resume bit for bit (in-process here; killed and rerun as stages in tests/stages/test_stages.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,14 @@ import pytest
 import torch
 
 from grueflow import checkpoints
-from grueflow.config import SupervisedConfig, parse
+from grueflow.config import ConfigError, GenerationConfig, PPOConfig, RewardConfig, SupervisedConfig, parse
 from grueflow.data import DATAPOOLS
+from grueflow.metrics import MetricContext
+from grueflow.metrics.reward import Reward
 from grueflow.models import load_pretrained
 from grueflow.models.lora import trainable_state, with_lora
 from grueflow.models.policy import Policy
+from grueflow.rl.trainer import WALL_CLOCK_KEYS, RLTrainer
 from grueflow.seeding import seed_everything
 from grueflow.supervised import SupervisedTrainer, epoch_order
 
@@ -94,3 +97,44 @@ def test_a_lora_warm_start_resumed_from_its_adapter_checkpoint_matches_a_straigh
     assert resumed.train() == curve
     expected = trainable_state(straight.policy.model)
     assert all(torch.equal(tensor, expected[name]) for name, tensor in trainable_state(resumed.policy.model).items())
+
+
+def ppo_trainer(path: Path, **overrides) -> RLTrainer:
+    loader = DATAPOOLS.get("synthetic_sentiment")
+    samples = loader.build(loader.Args(n_train=16, n_val=2, n_test=2, n_unlabelled=2)).splits["train"]
+    seed_everything(0)
+    model, tokenizer = load_pretrained(path)
+    ref_model, _ = load_pretrained(path)
+    cfg = parse(PPOConfig, {"iterations": 3, "rollouts_per_iteration": 8, "minibatch_size": 8, "epochs": 1,
+                            "checkpoint_every": 1, **overrides}, "ppo")
+    reward = Reward(parse(RewardConfig, {"components": [{"metric": "diversity", "score": "length", "weight": -0.1}]},
+                          "reward"), MetricContext())
+    return RLTrainer("ppo", cfg, Policy(model, tokenizer, "causal", 24), ref_model, reward, samples,
+                     GenerationConfig(max_new_tokens=6), seed=0)
+
+
+def stable(curve: list[dict]) -> list[dict]:
+    return [{k: v for k, v in row.items() if k not in WALL_CLOCK_KEYS} for row in curve]
+
+
+def test_rl_keeps_its_newest_k_checkpoints_and_resumes_from_the_newest_complete_one(tiny_models, tmp_path):
+    resume = tmp_path / "ppo.resume"
+    straight = ppo_trainer(tiny_models["causal"], keep_checkpoints=2)
+    straight.train(checkpoint=lambda t: t.save_checkpoint(resume, "k"))
+    assert sorted(p.name for p in resume.iterdir()) == ["iteration2", "iteration3"]
+    assert {p.name for p in (resume / "iteration3").iterdir()} >= {"model.safetensors", "value_head.safetensors",
+                                                                   "trainer_state.pt", "checkpoint.json"}
+
+    (resume / "iteration3" / "checkpoint.json").unlink()  # as if the kill came mid-save: not complete
+    resumed = ppo_trainer(tiny_models["causal"], keep_checkpoints=2)
+    assert resumed.resume(resume, "k") == resume / "iteration2" and resumed.state.iteration == 2
+    resumed.train()
+    assert stable(resumed.state.curve) == stable(straight.state.curve)
+    weights = dict(straight.policy.model.named_parameters())
+    assert all(torch.equal(p, weights[n]) for n, p in resumed.policy.model.named_parameters())
+
+
+def test_keep_checkpoints_must_keep_one():
+    assert parse(PPOConfig, {}, "ppo").keep_checkpoints == 1
+    with pytest.raises(ConfigError, match="keep_checkpoints must be >= 1, got 0"):
+        parse(PPOConfig, {"keep_checkpoints": 0}, "ppo")

@@ -14,7 +14,8 @@ rule rl_finetune:
         datapool="results/{task}/datapool",
         init=rl_init,
         base_model="results/{task}/base_model",
-        code=code("stages/rl_finetune.py", "grueflow/models", "grueflow/rl", "grueflow/metrics", "grueflow/data"),
+        code=code("stages/rl_finetune.py", "grueflow/models", "grueflow/rl", "grueflow/metrics", "grueflow/data",
+                  "grueflow/checkpoints.py"),
     output:
         directory("results/{task}/{rl_method}/seed{seed}"),
     params:
