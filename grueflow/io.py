@@ -159,9 +159,16 @@ def _versions() -> dict[str, str]:
     return versions
 
 
+def output_bytes(out_dir: str | Path) -> int:
+    """Total size in bytes of the files under ``out_dir`` (recursively), its ``stage.json`` excluded."""
+    out_dir = Path(out_dir)
+    return sum(p.stat().st_size for p in out_dir.rglob("*") if p.is_file() and p != out_dir / STAGE_RECORD)
+
+
 def write_stage_record(out_dir: str | Path, *, stage: str, params: Any, inputs: dict[str, str | Path],
                        wall_time_s: float, extra: dict[str, Any] | None = None) -> None:
-    """Write ``stage.json`` (resolved params, input fingerprints, versions, commit, wall time) last."""
+    """Write ``stage.json`` last: resolved params, input fingerprints, versions, commit, wall time, and
+    ``output_bytes``, the size of everything else in ``out_dir`` (what a cache or a remote must hold)."""
     record = {
         "stage": stage,
         "params": params,
@@ -169,6 +176,7 @@ def write_stage_record(out_dir: str | Path, *, stage: str, params: Any, inputs: 
         "versions": _versions(),
         "git_commit": _git_commit(),
         "wall_time_s": round(wall_time_s, 3),
+        "output_bytes": output_bytes(out_dir),
     }
     if extra:
         record.update(extra)

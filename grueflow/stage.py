@@ -47,6 +47,7 @@ def progress(total: int, desc: str) -> tqdm:
 
 
 def finish(out_dir: Path, stage: str, params: Any, inputs: dict[str, Path], started: float, **extra: Any) -> None:
+    """Write the stage record into the finished ``out_dir`` (see :func:`grueflow.io.write_stage_record`)."""
     io.write_stage_record(out_dir, stage=stage, params=params, inputs=inputs,
                           wall_time_s=time.perf_counter() - started, extra=extra or None)
 

@@ -63,6 +63,8 @@ def test_datapool_base_model_and_warm_start_outputs(base):
         assert (base / folder / "model" / "tokenizer.json").is_file()
         record = json.loads((base / folder / "stage.json").read_text())
         assert record["versions"]["torch"].startswith("2.13.0")
+        files = [p for p in (base / folder).rglob("*") if p.is_file() and p.name != "stage.json"]
+        assert record["output_bytes"] == sum(p.stat().st_size for p in files) > 10_000
     losses = list(csv.DictReader(open(base / "supervised" / "loss_curve.csv")))
     assert [row["epoch"] for row in losses] == ["1"]
     assert not Path(f"{base / 'supervised'}.resume").exists()  # removed once the stage finished
