@@ -190,6 +190,9 @@ class ModelConfig:
     """The base model: a tiny model built here from ``config``, or a pretrained hub id / local dir.
 
     ``id`` is a model-registry name (``tiny_gpt2``, ``tiny_t5``, ``pretrained``).
+    ``trust_remote_code`` (``pretrained`` only) lets transformers import and run the Python code that
+    a hub repository or model folder ships for its architecture; leave it false unless you have read
+    that code: it runs with the pipeline's permissions.
     """
 
     id: str
@@ -198,6 +201,7 @@ class ModelConfig:
     config: dict[str, Any] = field(default_factory=dict)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
         from grueflow.models import MODELS

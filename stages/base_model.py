@@ -42,7 +42,7 @@ def main() -> None:
         model, tokenizer = load_gguf(gguf_path)
         provenance = {"gguf_file": gguf_path.name, "gguf_sha256": sha256(gguf_path)}
     else:
-        model, tokenizer = load_pretrained(cfg.name_or_path, kind)
+        model, tokenizer = load_pretrained(cfg.name_or_path, kind, trust_remote_code=cfg.trust_remote_code)
     with atomic_dir(args.out) as tmp:
         model.save_pretrained(tmp / MODEL_DIR)
         tokenizer.save_pretrained(tmp / MODEL_DIR)

