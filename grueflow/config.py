@@ -8,6 +8,7 @@ type, an out-of-range value or an unknown registry name fails here, at parse tim
 from __future__ import annotations
 
 import dataclasses
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -604,6 +605,10 @@ class SuiteConfig:
         from grueflow.rl import ALGORITHMS
 
         _check(len(self.tasks) > 0, "a suite needs at least one task")
+        for name in self.tasks:  # a task name becomes file and folder names, and words of DVC's shell commands
+            _check(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) is not None,
+                   f"tasks: {name!r} is not a usable task name; use letters, digits, '_', '.' and '-' only "
+                   f"(rename its file params/tasks/<name>.yaml to match)")
         _check(len(self.seeds) > 0, "a suite needs at least one seed")
         _check(min(self.seeds) >= 0, f"seeds must be >= 0, got {list(self.seeds)}")
         _check(len(set(self.seeds)) == len(self.seeds), f"seeds {list(self.seeds)} repeat a seed; list each once")

@@ -1,15 +1,18 @@
-"""Safe loading (issue 9): no unpickling of arbitrary objects, no model code run unless a param says so."""
+"""Safe loading and safe shells (issue 9): no unpickling of arbitrary objects, no model code run unless a
+param says so, and no param value reaching a shell unquoted."""
 
 from __future__ import annotations
 
 import ast
 import importlib.util
+import re
+import string
 import sys
 from pathlib import Path
 
 import pytest
 
-from grueflow.config import ConfigError, ModelConfig, parse
+from grueflow.config import ConfigError, ModelConfig, SuiteConfig, parse
 from tests.conftest import ROOT
 
 CODE = sorted([*(ROOT / "grueflow").rglob("*.py"), *(ROOT / "stages").glob("*.py")])
@@ -100,3 +103,46 @@ def test_the_base_model_stage_hands_trust_remote_code_to_every_from_pretrained(
     assert {name for name, _ in seen} == {"AutoConfig", "AutoTokenizer", "AutoModelForCausalLM"}
     assert all(value is expected for _, value in seen), seen
     assert (tmp_path / "out" / "model" / "model.safetensors").is_file()
+
+
+# Placeholders that may stay unquoted in a rule's shell command: values that can only be integers.
+UNQUOTED_OK = {
+    "threads": "an integer that Snakemake's scheduler sets",
+    "wildcards.seed": r"an integer: wildcard_constraints has seed=r'\d+' (common.smk)",
+}
+
+
+def shell_commands(rules: Path) -> dict[str, str]:
+    """``{"<file>:<line>": command}`` for every ``shell:`` of every rule file: the string literals below it."""
+    commands = {}
+    for path in sorted(rules.glob("*.smk")):
+        lines = path.read_text().splitlines()
+        for number, line in enumerate(lines):
+            if line.strip() != "shell:":
+                continue
+            indent = len(line) - len(line.lstrip())
+            body = []
+            for following in lines[number + 1:]:
+                if following.strip() and len(following) - len(following.lstrip()) <= indent:
+                    break
+                body.append(following)
+            commands[f"{path.name}:{number + 1}"] = ast.literal_eval("(" + "\n".join(body) + ")")
+    return commands
+
+
+def test_every_placeholder_in_a_shell_command_is_quoted_but_known_integers():
+    commands = shell_commands(ROOT / "workflow" / "rules")
+    assert len(commands) == 6, sorted(commands)  # one per stage rule: the scan found them all
+    fields = [(where, name, spec) for where, command in commands.items()
+              for _, name, spec, _ in string.Formatter().parse(command) if name is not None]
+    assert len(fields) > 30
+    unquoted = [(where, name) for where, name, spec in fields if spec != "q" and name not in UNQUOTED_OK]
+    assert not unquoted, f"use {{name:q}} (shell-quoted) for these placeholders: {unquoted}"
+    assert re.search(r"seed=r\"\\d\+\"", (ROOT / "workflow" / "rules" / "common.smk").read_text())
+
+
+@pytest.mark.parametrize("name", ["a b", "x;rm -rf ~", "../escape", "$(id)", "-flag", ""])
+def test_a_task_name_that_a_shell_or_a_path_would_misread_is_refused(name):
+    with pytest.raises(ConfigError, match="is not a usable task name; use letters, digits"):
+        parse(SuiteConfig, {"tasks": ["sentiment", name], "algorithms": ["ppo"]}, "suite")
+    assert parse(SuiteConfig, {"tasks": ["imdb", "common_gen", "iwslt2017", "v1.2-x"], "algorithms": []}, "suite")

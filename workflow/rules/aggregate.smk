@@ -7,9 +7,9 @@ rule aggregate:
         md="results/grue_table.md",
         json="results/grue_table.json",
     params:
-        grid=f"--tasks {' '.join(TASKS)} --algorithms {' '.join(ALGORITHMS)} --seeds {' '.join(map(str, SEEDS))}",
+        grid=["--tasks", *TASKS, "--algorithms", *ALGORITHMS, "--seeds", *map(str, SEEDS)],  # each word quoted
     log:
         "results/logs/aggregate.log",
     shell:
-        "python stages/aggregate.py --eval-dir results/eval {params.grid}"
-        " --out-csv {output.csv} --out-md {output.md} --out-json {output.json} > {log} 2>&1"
+        "python stages/aggregate.py --eval-dir results/eval {params.grid:q}"
+        " --out-csv {output.csv:q} --out-md {output.md:q} --out-json {output.json:q} > {log:q} 2>&1"

@@ -1,4 +1,7 @@
 # Shared helpers: the validated suite, params slices and the library code each stage runs.
+# Shell commands quote every placeholder with :q ({params.task_file:q}; a list param is quoted word by
+# word), except {threads} and {wildcards.seed}, which can only be integers (seed=r"\d+" below);
+# tests/unit/test_safety.py holds every rule to this.
 import re
 from pathlib import Path
 

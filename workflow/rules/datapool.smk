@@ -9,4 +9,4 @@ rule prepare_datapool:
     log:
         "results/logs/{task}/prepare_datapool.log",
     shell:
-        "python stages/prepare_datapool.py --task-file {params.task_file} --out {output} 2> {log}"
+        "python stages/prepare_datapool.py --task-file {params.task_file:q} --out {output:q} 2> {log:q}"

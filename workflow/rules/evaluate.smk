@@ -5,10 +5,10 @@ def eval_model(w):
 
 
 def eval_identity(w):
-    """--start/--algorithm flags that name the method in metrics.json."""
+    """--start/--algorithm flags that name the method in metrics.json (a list: each word is quoted)."""
     start = "supervised" if w.method.startswith("supervised") else "zero_shot"
     algorithm = w.method.removeprefix("supervised").removeprefix("+")
-    return f"--start {start}" + (f" --algorithm {algorithm}" if algorithm and algorithm != "zero_shot" else "")
+    return ["--start", start] + (["--algorithm", algorithm] if algorithm and algorithm != "zero_shot" else [])
 
 
 rule evaluate:
@@ -29,6 +29,6 @@ rule evaluate:
     log:
         "results/logs/eval/{task}/{method}/seed{seed}.log",
     shell:
-        "python stages/evaluate.py --task-file {params.task_file} --task {wildcards.task} {params.identity}"
-        " --datapool {input.datapool} --model {input.model}/model --base-model {input.base_model}/model"
-        " --seed {wildcards.seed} --threads {threads} --out {output} 2> {log}"
+        "python stages/evaluate.py --task-file {params.task_file:q} --task {wildcards.task:q} {params.identity:q}"
+        " --datapool {input.datapool:q} --model {input.model:q}/model --base-model {input.base_model:q}/model"
+        " --seed {wildcards.seed} --threads {threads} --out {output:q} 2> {log:q}"

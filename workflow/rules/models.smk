@@ -13,8 +13,8 @@ rule base_model:
     log:
         "results/logs/{task}/base_model.log",
     shell:
-        "python stages/base_model.py --task-file {params.task_file} --datapool {input.datapool}"
-        " --threads {threads} --out {output} 2> {log}"
+        "python stages/base_model.py --task-file {params.task_file:q} --datapool {input.datapool:q}"
+        " --threads {threads} --out {output:q} 2> {log:q}"
 
 
 rule warm_start:
@@ -37,6 +37,6 @@ rule warm_start:
     log:
         "results/logs/{task}/supervised/seed{seed}.log",
     shell:
-        "python stages/warm_start.py --task-file {params.task_file} --method-file {params.method_file}"
-        " --datapool {input.datapool} --base-model {input.base_model}/model --seed {wildcards.seed}"
-        " --threads {threads} --resume-dir {output}.resume --out {output} 2> {log}"
+        "python stages/warm_start.py --task-file {params.task_file:q} --method-file {params.method_file:q}"
+        " --datapool {input.datapool:q} --base-model {input.base_model:q}/model --seed {wildcards.seed}"
+        " --threads {threads} --resume-dir {output:q}.resume --out {output:q} 2> {log:q}"

@@ -31,7 +31,7 @@ rule rl_finetune:
     log:
         "results/logs/{task}/{rl_method}/seed{seed}.log",
     shell:
-        "python stages/rl_finetune.py --task-file {params.task_file} --algorithm {params.algorithm}"
-        " --method-file {params.method_file} --datapool {input.datapool} --init-model {input.init}/model"
-        " --base-model {input.base_model}/model --seed {wildcards.seed} --threads {threads}"
-        " --resume-dir {output}.resume --out {output} 2> {log}"
+        "python stages/rl_finetune.py --task-file {params.task_file:q} --algorithm {params.algorithm:q}"
+        " --method-file {params.method_file:q} --datapool {input.datapool:q} --init-model {input.init:q}/model"
+        " --base-model {input.base_model:q}/model --seed {wildcards.seed} --threads {threads}"
+        " --resume-dir {output:q}.resume --out {output:q} 2> {log:q}"
