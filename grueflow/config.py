@@ -592,7 +592,8 @@ class SuiteConfig:
     """The grid: tasks x methods x seeds.
 
     The methods are ``zero_shot`` (the base model), ``supervised`` (the warm start), and, for each
-    algorithm, RL from the base model (``<algorithm>``) and from the warm start (``supervised+<algorithm>``).
+    algorithm, RL from the base model (``<algorithm>``) and from the warm start (``supervised+<algorithm>``);
+    ``rl_starts`` may keep only one of those two starts.
     """
 
     tasks: tuple[str, ...]
@@ -600,6 +601,12 @@ class SuiteConfig:
     seeds: tuple[int, ...] = (0,)
     threads: int = 1
     params_dir: str = "params"
+    rl_starts: tuple[RLStart, ...] = ("zero_shot", "supervised")
+
+    @property
+    def methods(self) -> list[str]:
+        """The table's methods in grid order: zero_shot, supervised, then each algorithm from each RL start."""
+        return ["zero_shot", "supervised"] + [method_name(s, a) for a in self.algorithms for s in self.rl_starts]
 
     def __post_init__(self) -> None:
         from grueflow.rl import ALGORITHMS
@@ -613,6 +620,8 @@ class SuiteConfig:
         _check(min(self.seeds) >= 0, f"seeds must be >= 0, got {list(self.seeds)}")
         _check(len(set(self.seeds)) == len(self.seeds), f"seeds {list(self.seeds)} repeat a seed; list each once")
         _check(self.threads >= 1, f"threads must be >= 1, got {self.threads}")
+        _check(len(self.rl_starts) > 0 and len(set(self.rl_starts)) == len(self.rl_starts),
+               f"rl_starts must list zero_shot and/or supervised once each, got {list(self.rl_starts)}")
         for algorithm in self.algorithms:
             if algorithm not in ALGORITHMS:
                 raise ValueError(f"algorithms: {ALGORITHMS.unknown_message(algorithm)}")

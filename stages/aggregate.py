@@ -3,36 +3,37 @@
 from pathlib import Path
 
 from grueflow import grue, stage
-from grueflow.config import method_name, read_yaml
+from grueflow.config import SuiteConfig, parse, read_yaml
 
-STARTS = ("zero_shot", "supervised")
-SUITE_KEYS = ("tasks", "algorithms", "seeds")
+SUITE_KEYS = ("tasks", "algorithms", "seeds", "rl_starts")
 
 
-def expected_runs(eval_dir: Path, tasks: list[str], algorithms: list[str], seeds: list[int]) -> list[Path]:
+def expected_runs(eval_dir: Path, suite: SuiteConfig) -> list[Path]:
     """The suite's grid of evaluate outputs: results/eval/<task>/<method>/seed<k>/metrics.json."""
-    methods = list(STARTS) + [method_name(s, a) for a in algorithms for s in STARTS]
-    return [eval_dir / t / m / f"seed{k}" / "metrics.json" for t in tasks for m in methods for k in seeds]
+    return [eval_dir / t / m / f"seed{k}" / "metrics.json" for t in suite.tasks for m in suite.methods for k in suite.seeds]
 
 
 def main() -> None:
     p = stage.parser(__doc__)
     p.add_argument("--eval-dir", type=Path, required=True, help="results/eval")
-    p.add_argument("--suite", type=Path, help="a suite file to read the grid from (keys: tasks, algorithms, seeds)")
+    p.add_argument("--suite", type=Path, help=f"a suite file to read the grid from (keys: {', '.join(SUITE_KEYS)})")
     p.add_argument("--tasks", nargs="+", help="the grid, when no --suite is given")
     p.add_argument("--algorithms", nargs="*", default=[])
     p.add_argument("--seeds", nargs="+", type=int)
+    p.add_argument("--rl-starts", nargs="+", default=["zero_shot", "supervised"])
     p.add_argument("--out-csv", type=Path, required=True)
     p.add_argument("--out-md", type=Path, required=True)
     p.add_argument("--out-json", type=Path, required=True)
     args = p.parse_args()
     stage.setup(args)
     if args.suite:
-        grid = read_yaml(args.suite)
-        args.tasks, args.algorithms, args.seeds = grid["tasks"], grid["algorithms"], grid["seeds"]
-    if not args.tasks or not args.seeds:
+        suite = parse(SuiteConfig, read_yaml(args.suite), f"{args.suite}:")
+    elif args.tasks and args.seeds:
+        suite = parse(SuiteConfig, {"tasks": args.tasks, "algorithms": args.algorithms, "seeds": args.seeds,
+                                    "rl_starts": args.rl_starts}, "aggregate arguments:")
+    else:
         p.error("give --suite, or --tasks and --seeds")
-    paths = expected_runs(args.eval_dir, args.tasks, args.algorithms, args.seeds)
+    paths = expected_runs(args.eval_dir, suite)
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise SystemExit(f"error: {len(missing)} evaluate outputs are missing, e.g. {missing[0]}; run the pipeline first")

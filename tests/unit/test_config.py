@@ -129,3 +129,14 @@ def test_a_task_overrides_its_methods_and_bad_overrides_name_the_task_file(tmp_p
     data["method_overrides"] = {"pop": {"epochs": 1}}
     with pytest.raises(ConfigError, match="unknown method 'pop'; valid: a2c, grpo, nlpo, ppo"):
         parse(TaskConfig, data, "t:")
+
+
+def test_a_suite_may_run_rl_from_one_start_only():
+    from grueflow.config import SuiteConfig
+
+    both = parse(SuiteConfig, {"tasks": ["t"], "algorithms": ["ppo", "grpo"]}, "suite:")
+    assert both.methods == ["zero_shot", "supervised", "ppo", "supervised+ppo", "grpo", "supervised+grpo"]
+    warm = parse(SuiteConfig, {"tasks": ["t"], "algorithms": ["ppo"], "rl_starts": ["supervised"]}, "suite:")
+    assert warm.methods == ["zero_shot", "supervised", "supervised+ppo"]
+    with pytest.raises(ConfigError, match="'cold' is not allowed; choose one of 'zero_shot', 'supervised'"):
+        parse(SuiteConfig, {"tasks": ["t"], "algorithms": ["ppo"], "rl_starts": ["cold"]}, "suite:")

@@ -36,7 +36,7 @@ def test_every_local_task_reaches_the_grue_table(grue_local):
     tasks = ["cnn_dailymail", "commongen", "dailydialog", "imdb", "iwslt2017", "totto"]
     assert sorted(set(table.task)) == tasks
     assert sorted(zip(table.task, table.method)) == sorted(
-        (t, m) for t in tasks for m in ("zero_shot", "supervised", "ppo", "supervised+ppo"))
+        (t, m) for t in tasks for m in ("zero_shot", "supervised", "supervised+ppo"))  # rl_starts: [supervised]
     assert table.reward.notna().all() and (table.fluency_ppl > 1).all()
     headline = {"commongen": ["lexical/cider", "lexical/meteor", "lexical/bleu", "task/coverage"],
                 "cnn_dailymail": ["lexical/rouge1", "lexical/rougeLsum", "lexical/meteor", "semantic/bert_score"],
@@ -49,12 +49,12 @@ def test_every_local_task_reaches_the_grue_table(grue_local):
 def test_imdb_runs_on_smollm2_through_lora(grue_local):
     base = json.loads((grue_local / "results" / "imdb" / "base_model" / "stage.json").read_text())
     assert base["gguf_file"] == "SmolLM2-135M-Instruct.Q4_1.gguf" and base["parameters"] > 100_000_000
-    rl = json.loads((grue_local / "results" / "imdb" / "ppo" / "seed0" / "stage.json").read_text())
+    rl = json.loads((grue_local / "results" / "imdb" / "supervised+ppo" / "seed0" / "stage.json").read_text())
     assert rl["params"]["method"]["lora"]["r"] == 8  # the task's method_overrides reached the stage
 
 
 def test_metrics_that_cannot_run_offline_show_as_missing_not_zero(grue_local):
-    metrics = json.loads((grue_local / "results" / "eval" / "dailydialog" / "ppo" / "seed0" / "metrics.json").read_text())
+    metrics = json.loads((grue_local / "results" / "eval" / "dailydialog" / "supervised+ppo" / "seed0" / "metrics.json").read_text())
     assert metrics["metrics"]["task/intent_accuracy"] is None
     assert "hub is unreachable" in metrics["missing"]["intent_accuracy"]
     markdown = (grue_local / "results" / "grue_table.md").read_text()

@@ -7,7 +7,8 @@ rule aggregate:
         md="results/grue_table.md",
         json="results/grue_table.json",
     params:
-        grid=["--tasks", *TASKS, "--algorithms", *ALGORITHMS, "--seeds", *map(str, SEEDS)],  # each word quoted
+        grid=["--tasks", *TASKS, "--algorithms", *ALGORITHMS, "--seeds", *map(str, SEEDS),
+              "--rl-starts", *SUITE.config.rl_starts],  # each word quoted
     log:
         "results/logs/aggregate.log",
     shell:

@@ -17,8 +17,8 @@ TASKS = list(SUITE.config.tasks)
 ALGORITHMS = list(SUITE.config.algorithms)
 SEEDS = list(SUITE.config.seeds)
 THREADS = SUITE.config.threads
-RL_METHODS = [method_name(s, a) for a in ALGORITHMS for s in ("zero_shot", "supervised")]
-METHODS = ["zero_shot", "supervised"] + RL_METHODS
+METHODS = SUITE.config.methods
+RL_METHODS = METHODS[2:]
 
 
 def _choice(names):
