@@ -430,6 +430,8 @@ class RLConfig:
     only, and the reference is the policy with its adapter disabled: no reference copy is held.
     Every ``checkpoint_every`` iterations a resumable checkpoint goes to ``<output>.resume/iteration<k>/``;
     the newest ``keep_checkpoints`` are kept and a rerun resumes from the newest complete one.
+    ``kl_ceiling`` (optional) bounds the rollout's mean per-sequence KL to the reference: above it the
+    policy has run away, and the stage stops (``kl_ceiling_action: stop``) or skips that update (``skip``).
     """
 
     iterations: int = 30
@@ -451,9 +453,12 @@ class RLConfig:
     checkpoint_every: int = 10
     keep_checkpoints: int = 1
     lora: Optional[LoraConfig] = None
+    kl_ceiling: Optional[float] = None
+    kl_ceiling_action: Literal["stop", "skip"] = "stop"
 
     def __post_init__(self) -> None:
         _check(self.iterations > 0, f"iterations must be > 0, got {self.iterations}")
+        _check(self.kl_ceiling is None or self.kl_ceiling > 0, f"kl_ceiling must be > 0 (or null), got {self.kl_ceiling}")
         _check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
         _check(self.rollouts_per_iteration > 0 and self.minibatch_size > 0,
                f"rollouts_per_iteration and minibatch_size must be > 0, got {self.rollouts_per_iteration} "

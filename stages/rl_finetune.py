@@ -14,7 +14,7 @@ from grueflow.metrics.reward import Reward
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.policy import Policy
 from grueflow.rl import ALGORITHMS
-from grueflow.rl.trainer import NonFiniteError, RLTrainer
+from grueflow.rl.trainer import KLCeilingError, NonFiniteError, RLTrainer
 from grueflow.seeding import seed_everything
 
 TASK_KEYS = ("lengths", "rollout_generation", "reward", "method_overrides")
@@ -68,6 +68,8 @@ def main() -> None:
 
     try:
         state = trainer.train(checkpoint=lambda t: t.save_checkpoint(args.resume_dir, key), progress=report)
+    except KLCeilingError as err:
+        raise SystemExit(f"error: {err}; the last checkpoint stays in {args.resume_dir}")
     except NonFiniteError as err:  # keep the offending rollout for inspection beside the last checkpoint
         dump = args.resume_dir / f"nonfinite_iteration{err.iteration}.json"
         write_json(dump, err.batch)

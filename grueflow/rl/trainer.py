@@ -81,6 +81,15 @@ def _json_numbers(values: list[float]) -> list[Optional[float]]:
     return [float(v) if np.isfinite(v) else None for v in values]
 
 
+class KLCeilingError(RuntimeError):
+    """The policy ran away from the reference: a rollout's KL exceeded ``kl_ceiling`` (action ``stop``)."""
+
+    def __init__(self, kl: float, ceiling: float, iteration: int) -> None:
+        super().__init__(f"KL to the reference {kl:.4g} exceeds kl_ceiling {ceiling} at iteration {iteration}; "
+                         "lower the learning rate, raise kl.coef, or set kl_ceiling_action: skip")
+        self.kl, self.ceiling, self.iteration = kl, ceiling, iteration
+
+
 class Rollout(NamedTuple):
     """One iteration's experience; token tensors are (B, T) over completion tokens."""
 
@@ -304,7 +313,13 @@ class RLTrainer:
         rollout = self.collect()
         seq_kl = rollout.kl.sum(1).mean().item()
         kl_coef = self.kl.coef
-        stats = self.update(rollout)
+        runaway = self.cfg.kl_ceiling is not None and seq_kl > self.cfg.kl_ceiling
+        if runaway and self.cfg.kl_ceiling_action == "stop":
+            raise KLCeilingError(seq_kl, self.cfg.kl_ceiling, self.state.iteration + 1)
+        if runaway:
+            log.warning("iteration %d: KL %.4g above kl_ceiling %s, update skipped", self.state.iteration + 1,
+                        seq_kl, self.cfg.kl_ceiling)
+        stats = {} if runaway else self.update(rollout)
         self.kl.update(seq_kl)
         tokens = rollout.mask.sum().item()
         self.state.iteration += 1
@@ -322,6 +337,7 @@ class RLTrainer:
             "charts/learning_rate": self.scheduler.get_last_lr()[0],
             "charts/generated_tokens_per_s": tokens / max(rollout.generation_s, 1e-9),
             "charts/iteration_s": iteration_s,
+            "charts/update_skipped": float(runaway),
             "charts/generation_s": rollout.generation_s,
             "charts/reward_s": rollout.reward_s,
             "charts/reward_share": rollout.reward_s / iteration_s,

@@ -176,3 +176,17 @@ def test_a_nan_reward_stops_training_before_any_update_and_keeps_the_rollout(sen
         trainer.train()
     assert err.value.batch["reward"] == [None] * 32 and len(err.value.batch["generations"]) == 32
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_a_kl_ceiling_stops_a_runaway_policy_or_skips_its_update(sentiment):
+    from grueflow.rl.trainer import KLCeilingError
+
+    runaway = {"learning_rate": 3e-2, "kl_ceiling": 1e-6, "iterations": 4}  # iteration 1: policy == reference, KL 0
+    with pytest.raises(KLCeilingError, match=r"exceeds kl_ceiling 1e-06 at iteration 2"):
+        make_trainer(sentiment, "ppo", runaway).train()
+    trainer = make_trainer(sentiment, "ppo", {**runaway, "kl_ceiling_action": "skip"})
+    trainer.step()
+    after_first = [p.detach().clone() for p in trainer.policy.model.parameters()]
+    rows = [trainer.step() for _ in range(3)]
+    assert [row["charts/update_skipped"] for row in rows] == [1.0, 1.0, 1.0]
+    assert all(torch.equal(a, b) for a, b in zip(after_first, trainer.policy.model.parameters()))
