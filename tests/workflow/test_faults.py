@@ -1,4 +1,4 @@
-"""Faults at the workflow level: a Snakemake run killed mid-RL (issue 9).
+"""Faults at the workflow level: Snakemake runs killed mid-warm-start and mid-RL (issue 9).
 
 The killed run leaves Snakemake's lock, which the next run refuses with Snakemake's own message;
 nothing the killed job wrote counts as finished; after ``--unlock`` the same target resumes from
@@ -17,39 +17,50 @@ from tests.conftest import copy_project, run
 from tests.stages.test_stages import kill_at_first_checkpoint
 
 pytestmark = pytest.mark.slow
-TARGET = "results/sentiment/ppo/seed0"
+WARM = "results/sentiment/supervised/seed0"
+RL = "results/sentiment/ppo/seed0"
 
 
 def stable(path):
     return [{k: v for k, v in row.items() if k not in WALL_CLOCK_KEYS} for row in csv.DictReader(open(path))]
 
 
-def test_a_killed_snakemake_run_is_refused_while_locked_then_resumes_the_same_target(tmp_path):
-    repo = copy_project(tmp_path / "repo")
-    method = repo / "params" / "methods" / "ppo.yaml"
-    method.write_text(method.read_text().replace("iterations: 2", "iterations: 6"))
-    proc = subprocess.Popen(["snakemake", "--cores", "1", TARGET], cwd=repo, stdout=subprocess.DEVNULL,
+def kill_snakemake_at_first_checkpoint(repo, target):
+    proc = subprocess.Popen(["snakemake", "--cores", "1", target], cwd=repo, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
-    kill_at_first_checkpoint(proc, repo / f"{TARGET}.resume", timeout=600)
-    assert not (repo / TARGET).exists(), "the killed rl_finetune must not leave an output that looks finished"
-    assert any((repo / f"{TARGET}.resume").glob("iteration*/checkpoint.json"))
+    kill_at_first_checkpoint(proc, repo / f"{target}.resume", timeout=600)
+    assert not (repo / target).exists(), f"the killed job must not leave {target} looking finished"
+    assert any((repo / f"{target}.resume").glob("*/checkpoint.json"))
 
-    locked = run(["snakemake", "--cores", "1", TARGET], repo, check=False)
-    assert locked.returncode != 0 and "Directory cannot be locked" in locked.stdout + locked.stderr
 
-    run(["snakemake", "--unlock"], repo)
-    run(["snakemake", "--cores", "1", TARGET], repo)
-    log = (repo / "results" / "logs" / "sentiment" / "ppo" / "seed0.log").read_text()
-    assert "resumed from" in log
-    assert not (repo / f"{TARGET}.resume").exists()
+def straight_run(repo, target, out):
+    """The target's stage command as Snakemake would run it, writing to ``out`` instead."""
+    printed = run(["snakemake", "-n", "-p", "--forcerun", "warm_start", "rl_finetune", "--cores", "1", target], repo).stdout
+    stage = "warm_start" if "supervised" in target else "rl_finetune"
+    command = next(line[line.index(f"python stages/{stage}.py"):] for line in printed.splitlines()
+                   if f"python stages/{stage}.py" in line)
+    command = command.replace(f"--resume-dir {target}.resume", f"--resume-dir {out}.resume")
+    run(["bash", "-c", command.replace(f"--out {target}", f"--out {out}").split(" 2>")[0]], repo)
 
-    straight = tmp_path / "straight"  # the same stage, uninterrupted, on the same inputs
-    printed = run(["snakemake", "-n", "-p", "--forcerun", "rl_finetune", "--cores", "1", TARGET], repo).stdout
-    command = next(line[line.index("python stages/rl_finetune.py"):] for line in printed.splitlines()
-                   if "python stages/rl_finetune.py" in line)
-    command = command.replace(f"--resume-dir {TARGET}.resume", f"--resume-dir {straight}.resume")
-    command = command.replace(f"--out {TARGET}", f"--out {straight}").split(" 2>")[0]
-    run(["bash", "-c", command], repo)
-    assert stable(repo / TARGET / "curves.csv") == stable(straight / "curves.csv")
-    assert (repo / TARGET / "model" / "model.safetensors").read_bytes() == \
-        (straight / "model" / "model.safetensors").read_bytes()
+
+def test_killed_snakemake_runs_are_refused_while_locked_then_resume_the_same_targets(tmp_path):
+    repo = copy_project(tmp_path / "repo")
+    for name, old, new in (("ppo", "iterations: 2", "iterations: 6"), ("supervised", "epochs: 1", "epochs: 4")):
+        method = repo / "params" / "methods" / f"{name}.yaml"
+        method.write_text(method.read_text().replace(old, new))
+    for target, log in ((WARM, "supervised/seed0.log"), (RL, "ppo/seed0.log")):
+        kill_snakemake_at_first_checkpoint(repo, target)
+        locked = run(["snakemake", "--cores", "1", target], repo, check=False)
+        assert locked.returncode != 0 and "Directory cannot be locked" in locked.stdout + locked.stderr
+        run(["snakemake", "--unlock"], repo)
+        run(["snakemake", "--cores", "1", target], repo)
+        assert "resumed from" in (repo / "results" / "logs" / "sentiment" / log).read_text()
+        assert not (repo / f"{target}.resume").exists()
+
+    straight_run(repo, WARM, tmp_path / "warm")
+    assert (repo / WARM / "loss_curve.csv").read_text() == (tmp_path / "warm" / "loss_curve.csv").read_text()
+    straight_run(repo, RL, tmp_path / "rl")
+    assert stable(repo / RL / "curves.csv") == stable(tmp_path / "rl" / "curves.csv")
+    for target, out in ((WARM, "warm"), (RL, "rl")):
+        assert (repo / target / "model" / "model.safetensors").read_bytes() == \
+            (tmp_path / out / "model" / "model.safetensors").read_bytes()
