@@ -146,3 +146,24 @@ def test_a_task_name_that_a_shell_or_a_path_would_misread_is_refused(name):
     with pytest.raises(ConfigError, match="is not a usable task name; use letters, digits"):
         parse(SuiteConfig, {"tasks": ["sentiment", name], "algorithms": ["ppo"]}, "suite")
     assert parse(SuiteConfig, {"tasks": ["imdb", "common_gen", "iwslt2017", "v1.2-x"], "algorithms": []}, "suite")
+
+
+def test_a_params_path_with_spaces_quotes_and_a_command_substitution_runs_and_injects_nothing(tmp_path):
+    """A real Snakemake job whose params folder is named to break an unquoted shell command."""
+    import json
+    import shutil
+    import subprocess
+
+    from tests.conftest import MICRO, copy_project
+
+    repo = copy_project(tmp_path / "repo")
+    odd = "p a'r\"ms $(touch INJECTED)"
+    shutil.copytree(repo / "params", repo / odd)
+    suite = repo / "suite.yaml"
+    suite.write_text((MICRO / "suite.yaml").read_text().replace("params_dir: params", f"params_dir: {json.dumps(odd)}"))
+    result = subprocess.run(["snakemake", "results/sentiment/datapool", "-p", "--cores", "1", "--configfile", "suite.yaml"],
+                            cwd=repo, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (repo / "results" / "sentiment" / "datapool" / "stage.json").is_file()
+    assert "$(touch INJECTED)" in result.stdout + result.stderr  # the job's command did carry the odd path
+    assert not list(tmp_path.rglob("INJECTED"))
