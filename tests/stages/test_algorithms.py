@@ -190,3 +190,24 @@ def test_a_kl_ceiling_stops_a_runaway_policy_or_skips_its_update(sentiment):
     rows = [trainer.step() for _ in range(3)]
     assert [row["charts/update_skipped"] for row in rows] == [1.0, 1.0, 1.0]
     assert all(torch.equal(a, b) for a, b in zip(after_first, trainer.policy.model.parameters()))
+
+
+@pytest.mark.parametrize("what", ["loss", "gradient norm", "advantage"])
+def test_a_nan_loss_gradient_or_advantage_stops_training_before_the_optimiser_step(sentiment, what, monkeypatch):
+    from grueflow.rl.trainer import NonFiniteError
+
+    trainer = make_trainer(sentiment, "ppo", {"iterations": 2})
+    algorithm = trainer.algorithm
+    if what == "advantage":
+        advantages = algorithm.advantages
+        monkeypatch.setattr(algorithm, "advantages", lambda *a: tuple(x * float("nan") for x in advantages(*a)))
+    elif what == "loss":
+        loss = algorithm.loss
+        monkeypatch.setattr(algorithm, "loss", lambda *a: (loss(*a)[0] * float("inf"), loss(*a)[1]))
+    else:  # a finite loss whose gradient is NaN: sqrt at 0 has an infinite slope, times 0 gives NaN
+        loss = algorithm.loss
+        monkeypatch.setattr(algorithm, "loss", lambda *a: (loss(*a)[0] + (loss(*a)[0] * 0).sqrt(), loss(*a)[1]))
+    before = [p.detach().clone() for p in trainer.policy.model.parameters()]
+    with pytest.raises(NonFiniteError, match=f"non-finite {what} at iteration 1"):
+        trainer.train()
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.policy.model.parameters()))
