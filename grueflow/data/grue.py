@@ -32,7 +32,7 @@ class CommonGen:
     """Concepts -> a sentence using them; every target of a concept set is a reference.
 
     Reads the hub's v1.1 schema (``concepts``, ``target``: one row per target) and the original
-    v1.0 files (``concept_set: "field_N#look_V#stand_V"``, ``scene``: every target on one line),
+    v1.0 files (``concept_set: "dog_N#run_V"``, ``scene``: every target on one line),
     where the POS suffixes are stripped into bare lemmas for the prompt. Rows are grouped by concept
     set before any split, so a set is never in two splits. The hub's test split has no targets
     (the leaderboard keeps them): evaluate on validation with ``source_splits: {test: validation}``.
@@ -61,7 +61,7 @@ def concept_set(row: dict[str, Any]) -> str:
 
 
 def lemmas(raw_set: str) -> list[str]:
-    """``"field_N#look_V#stand_V"`` -> ``["field", "look", "stand"]``."""
+    """``"dog_N#run_V"`` -> ``["dog", "run"]``."""
     return [POS_SUFFIX.sub("", concept) for concept in raw_set.split("#") if concept]
 
 

@@ -2,6 +2,7 @@
 hub schemas, on small fixtures written here; literal counts, prompts and references."""
 
 import csv
+import hashlib
 import json
 
 import pytest
@@ -34,6 +35,18 @@ def every_split(source):
     return {split: source for split in SPLITS}
 
 
+def raw_rows(relative):
+    """The rows of a JSONL slice in ../shared/data, read directly: expected values come from the data itself."""
+    with open(shared(relative), encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle]
+
+
+def digest(value):
+    """A short sha256 of a value: pins what a seeded split picked without copying the data's text here."""
+    text = value if isinstance(value, str) else json.dumps(value)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def write_jsonl(path, rows):
     path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     return str(path)
@@ -53,14 +66,12 @@ def test_commongen_v10_dev_slice_one_sample_per_concept_set():
                  source_splits=every_split("validation"))
     test = pool.splits["test"]
     assert len(test) == 993 and sum(len(s.references) for s in test) == 4018  # the README says 4017; the file has 4018
-    first = test[0]
-    assert first.id == "test-0"
-    assert first.prompt == "generate a sentence with: field look stand"
-    assert first.references == ("The player stood in the field looking at the batter.",
-                                "The coach stands along the field, looking at the goalkeeper.",
-                                "I stood and looked across the field, peacefully.",
-                                "Someone stands, looking around the empty field.")
-    assert first.meta == {"concepts": ["field", "look", "stand"], "concept_set": "field_N#look_V#stand_V"}
+    first, raw = test[0], raw_rows("commongen/commongen.dev.jsonl")[0]
+    lemmas = [concept.rsplit("_", 1)[0] for concept in raw["concept_set"].split("#")]  # "x_N#y_V" -> [x, y]
+    assert first.id == "test-0" and len(lemmas) == 3 and all(c.endswith(("_N", "_V")) for c in raw["concept_set"].split("#"))
+    assert first.prompt == "generate a sentence with: " + " ".join(lemmas)
+    assert first.references == tuple(raw["scene"]) and len(first.references) == 4
+    assert first.meta == {"concepts": lemmas, "concept_set": raw["concept_set"]}
     assert all("_" not in c for s in test for c in s.meta["concepts"])
     assert pool.unlabelled[:2] == list(first.references[:2])  # unlabelled text: the training scenes
 
@@ -69,12 +80,12 @@ def test_commongen_seeded_resplit_cuts_by_concept_set():
     files = {"validation": shared("commongen/commongen.dev.jsonl")}
     pool = build("common_gen", data_files=files, split_fractions={"train": 0.8, "val": 0.1, "test": 0.1})
     assert sizes(pool) == [794, 100, 99]
-    assert pool.splits["test"][0].prompt == "generate a sentence with: bath bathtub dog give"
+    assert digest(pool.splits["test"][0].prompt) == "9981eb8f1d9ea019"
     sets = [{s.meta["concept_set"] for s in pool.splits[split]} for split in SPLITS]
     assert sum(map(len, sets)) == 993 and not (sets[0] & sets[1] or sets[0] & sets[2] or sets[1] & sets[2])
     counted = build("common_gen", data_files=files, split_counts={"train": 893, "val": 50, "test": 50}, seed=1)
     assert sizes(counted) == [893, 50, 50]
-    assert counted.splits["test"][0].prompt == "generate a sentence with: bird cup eat food hold"
+    assert digest(counted.splits["test"][0].prompt) == "b5f53414c8ba8cbc"
     again = build("common_gen", data_files=files, split_counts={"train": 893, "val": 50, "test": 50}, seed=1)
     assert again == counted
 
@@ -107,22 +118,21 @@ def test_commongen_hub_v11_rows_are_grouped_into_concept_sets(tmp_path):
 def test_cnn_dailymail_summeval_slice_with_truncation_and_extra_references():
     files = {"test": shared("cnn_dailymail/summeval_cnndm_test100.jsonl")}
     pool = build("cnn_dailymail", data_files=files, source_splits=every_split("test"), max_article_words=10)
-    first = pool.splits["test"][0]
+    first, raw = pool.splits["test"][0], raw_rows("cnn_dailymail/summeval_cnndm_test100.jsonl")[0]
     assert len(pool.splits["test"]) == 100
-    assert first.prompt == "Summarize: Paul Merson has restarted his row with Andros Townsend after"
-    assert first.references == ("Andros Townsend an 83rd minute sub in Tottenham 's draw with Burnley . He was unable "
-                                "to find a winner as the game ended without a goal . Townsend had clashed with Paul "
-                                "Merson last week over England call-up .",)
-    assert first.meta == {"source_id": "dm-test-8764fb95bfad8ee849274873a92fb8d6b400eee2"}
+    assert first.prompt == "Summarize: " + " ".join(raw["article"].split()[:10])
+    assert first.references == (raw["highlights"],)
+    assert first.meta == {"source_id": raw["id"]} and raw["id"].startswith("dm-test-")
     extra = build("cnn_dailymail", data_files=files, source_splits=every_split("test"), extra_references=True)
     # SummEval lists 11 references, the first being the highlights: each is kept once
     assert [len(s.references) for s in extra.splits["test"]] == [11] * 100
     assert extra.splits["test"][0].references[0] == first.references[0]
-    assert extra.splits["test"][0].prompt.startswith("Summarize: Paul Merson has restarted his row with Andros")
+    assert extra.splits["test"][0].prompt.startswith("Summarize: " + " ".join(raw["article"].split()[:9]))
     cut = build("cnn_dailymail", data_files=files, split_counts={"train": 80, "val": 10, "test": 10},
                 max_article_chars=60, prefix="", suffix=" TL;DR:")
     assert sizes(cut) == [80, 10, 10]
-    assert cut.splits["train"][0].prompt == "Sick of awkward father-daughter portraits ? Well one photogr TL;DR:"
+    assert cut.splits["train"][0].prompt.endswith(" TL;DR:") and len(cut.splits["train"][0].prompt) == 60 + 7
+    assert digest(cut.splits["train"][0].prompt) == "d4fc8de130578327"
 
 
 def test_cnn_dailymail_hub_schema_and_bad_rows(tmp_path):
@@ -147,11 +157,6 @@ def test_cnn_dailymail_hub_schema_and_bad_rows(tmp_path):
 # ToTTo
 # ---------------------------------------------------------------------------------------------
 
-COLIN_HANLON = ("<table> <cell> 2015 <col_header> Year </col_header> </cell> <cell> The 12 <col_header> Show "
-                "</col_header> </cell> <cell> Pete <col_header> Role </col_header> </cell> <cell> Denver Center "
-                "<col_header> Notes </col_header> </cell> </table>")
-COLIN_HANLON_TITLES = "<page_title> Colin Hanlon </page_title> <section_title> Theatre credits </section_title> "
-
 
 def test_totto_dev_sample_linearised_with_and_without_titles():
     files = {"validation": shared("totto/dev_sample.jsonl")}
@@ -160,17 +165,21 @@ def test_totto_dev_sample_linearised_with_and_without_titles():
         pool = build("totto", data_files=files, source_splits=every_split("validation"), titles=titles)
         assert len(pool.splits["test"]) == 5
         prompts[titles] = pool.splits["test"][0].prompt
-    assert prompts == {"with": COLIN_HANLON_TITLES + COLIN_HANLON, "without": COLIN_HANLON,
-                       "both": COLIN_HANLON + " " + COLIN_HANLON_TITLES + COLIN_HANLON}
+    raw = raw_rows("totto/dev_sample.jsonl")[0]  # its highlighted cells sit under the table's first row of headers
+    cells = [(raw["table"][r][c]["value"], raw["table"][0][c]["value"]) for r, c in raw["highlighted_cells"]]
+    subtable = "<table> " + " ".join(f"<cell> {v} <col_header> {h} </col_header> </cell>" for v, h in cells) + " </table>"
+    titles = (f"<page_title> {raw['table_page_title']} </page_title> "
+              f"<section_title> {raw['table_section_title']} </section_title> ")
+    assert prompts == {"with": titles + subtable, "without": subtable, "both": subtable + " " + titles + subtable}
     first = pool.splits["test"][0]
-    assert first.references == ("In 2015, Colin Hanlon starred as Pete in The 12 at the Denver Center.",) * 3
-    assert first.meta["table"] == [["Year", "2015"], ["Show", "The 12"], ["Role", "Pete"], ["Notes", "Denver Center"],
-                                   ["page_title", "Colin Hanlon"], ["section_title", "Theatre credits"]]
-    assert first.meta["highlighted_cells"] == [[12, 0], [12, 1], [12, 2], [12, 3]]
-    assert len(first.meta["raw_table"]) == 17 and first.meta["raw_table"][0][0]["value"] == "Year"
-    assert (first.meta["page_title"], first.meta["section_title"]) == ("Colin Hanlon", "Theatre credits")
-    assert pool.splits["test"][4].meta["table"][:2] == [["Premiered Date 1", "October 10, 2012"],
-                                                        ["Premiered Finale viewers (in millions) 1", "8.93"]]
+    assert first.references == tuple(a["final_sentence"] for a in raw["sentence_annotations"])
+    assert len(first.references) == 3 and len(cells) == 4
+    assert first.meta["table"] == [[h, v] for v, h in cells] + [["page_title", raw["table_page_title"]],
+                                                               ["section_title", raw["table_section_title"]]]
+    assert first.meta["highlighted_cells"] == raw["highlighted_cells"]
+    assert first.meta["raw_table"] == raw["table"] and len(raw["table"]) == 17
+    assert (first.meta["page_title"], first.meta["section_title"]) == (raw["table_page_title"], raw["table_section_title"])
+    assert digest(pool.splits["test"][4].meta["table"][:2]) == "45f7d4343a065dcb"  # a two-row header, joined
     parent = METRICS.get("parent")
     score = parent.build(parse(parent.Args, {}, "args"), MetricContext())
     result = score([first.prompt], [first.references[0]], [first.references], [first.meta])
@@ -234,23 +243,17 @@ def test_narrative_qa_resplit_keeps_each_story_in_one_split(tmp_path):
 # IWSLT 2017
 # ---------------------------------------------------------------------------------------------
 
-TIPPING_EN = ("We're at a tipping point in human history, a species poised between gaining the stars and losing the "
-              "planet we call home.")
-TIPPING_DE = ("Wir stehen vor einem historischen Wendepunkt: zwischen dem Griff nach den Sternen und dem Verlust "
-              "unseres Heimatplaneten.")
-
 
 def test_iwslt2017_tst2016_both_directions():
     files = {"test": shared("iwslt2017/tst2016.en-de.jsonl")}
     pool = build("iwslt2017", data_files=files, source_splits=every_split("test"))
     assert sizes(pool) == [1133] * 3
-    first = pool.splits["test"][0]
-    assert (first.prompt, first.references, first.meta) == (
-        f"translate English to German: {TIPPING_EN}", (TIPPING_DE,), {})
+    first, raw = pool.splits["test"][0], raw_rows("iwslt2017/tst2016.en-de.jsonl")[0]["translation"]
+    assert (first.prompt, first.references, first.meta) == (f"translate English to German: {raw['en']}", (raw["de"],), {})
     back = build("iwslt2017", data_files=files, source_splits=every_split("test"), source_language="de",
                  target_language="en")
     assert (back.splits["test"][0].prompt, back.splits["test"][0].references) == (
-        f"translate German to English: {TIPPING_DE}", (TIPPING_EN,))
+        f"translate German to English: {raw['de']}", (raw["en"],))
     bare = build("iwslt2017", data_files=files, split_counts={"train": 1000, "val": 100, "test": 33}, prefix="")
     assert sizes(bare) == [1000, 100, 33] and not bare.splits["test"][0].prompt.startswith("translate")
     with pytest.raises(ValueError, match=r"the translation has the languages \['de', 'en'\]; source_language 'fr'"):
@@ -271,17 +274,16 @@ def test_daily_dialog_original_files_acts_align_with_turns():
     assert len(test) == 8069 - 1000  # every turn but each dialogue's first
     assert len({s.meta["dialogue_id"] for s in test}) == 1000
     assert all(s.meta["intent"] == acts[int(s.meta["dialogue_id"].split("-")[1])][s.meta["turn"]] - 1 for s in test)
-    assert test[0].prompt == "Good morning , sir . Is there a bank near here ? <EOU>"
-    assert test[0].references == ("There is one . 5 blocks away from here ?",)
+    with open(f"{root}/validation/dialogues.txt", encoding="utf-8") as handle:
+        turns = [t.strip() for t in handle.readline().split("__eou__") if t.strip()]  # the first dialogue
+    assert test[0].prompt == f"{turns[0]} <EOU>"
+    assert test[0].references == (turns[1],)
     assert test[0].meta == {"intent": 0, "intent_label": "inform", "emotion": 0, "emotion_label": "no emotion",
                             "dialogue_id": "validation-0", "turn": 1}
     rl4lms = build("daily_dialog", data_root=f"{root}/validation", source_splits=every_split("validation"))
     assert len(rl4lms.splits["test"]) == 3388  # turns with 5 turns before them, as RL4LMs
-    assert rl4lms.splits["test"][0].prompt == (
-        "Good morning , sir . Is there a bank near here ? <EOU> There is one . 5 blocks away from here ? <EOU> "
-        "Well , that's too far.Can you change some money for me ? <EOU> Surely , of course . What kind of currency "
-        "have you got ? <EOU> RIB . <EOU>")
-    assert rl4lms.splits["test"][0].references == ("How much would you like to change ?",)
+    assert rl4lms.splits["test"][0].prompt == "".join(f"{turn} <EOU> " for turn in turns[:5]).rstrip()
+    assert rl4lms.splits["test"][0].references == (turns[5],)
     assert rl4lms.splits["test"][0].meta["intent_label"] == "question"
 
 
@@ -291,7 +293,7 @@ def test_daily_dialog_resplit_cuts_by_dialogue():
     assert sizes(pool) == [5721, 671, 677]
     dialogues = [{s.meta["dialogue_id"] for s in pool.splits[split]} for split in SPLITS]
     assert list(map(len, dialogues)) == [800, 100, 100] and len(set.union(*dialogues)) == 1000
-    assert pool.splits["val"][0].prompt == "Excuse me . Mr . Emory ? <EOU>"
+    assert pool.splits["val"][0].prompt.endswith(" <EOU>") and digest(pool.splits["val"][0].prompt) == "4390625e9651a433"
 
 
 def test_daily_dialog_hub_schema_and_misaligned_rows(tmp_path):
