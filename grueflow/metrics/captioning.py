@@ -6,7 +6,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, MetricUnavailableError, nanmean
 
@@ -64,6 +64,20 @@ def coco_inputs(generations: Sequence[str], references: Sequence[Sequence[str]])
     return gts, res, kept
 
 
+def coco_result(key: str, scorer: Any, value: Callable[[Any], float], generations: Sequence[str],
+                references: Sequence[Sequence[str]]) -> MetricResult:
+    """Score the samples that have references with a pycocoevalcap scorer (``value`` reads a sample's number
+    from its per-sample output); samples without references, and the corpus when none has any, are NaN."""
+    gts, res, kept = coco_inputs(generations, references)
+    scores = [float("nan")] * len(generations)
+    corpus = float("nan")
+    if kept:
+        corpus, each = scorer.compute_score(gts, res)
+        for i, s in zip(kept, each):
+            scores[i] = float(value(s))
+    return MetricResult({key: scores}, {key: float(corpus)})
+
+
 @METRICS.register("cider", "CIDEr-D (pycocoevalcap Cider, sigma 6, clipped), IDF over the batch's references, in [0, 10]")
 class Cider(Metric):
     category = "lexical"
@@ -78,14 +92,7 @@ class Cider(Metric):
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
-            gts, res, kept = coco_inputs(generations, references)
-            scores = [float("nan")] * len(generations)
-            corpus = float("nan")
-            if kept:
-                corpus, each = CocoCider().compute_score(gts, res)
-                for i, s in zip(kept, each):
-                    scores[i] = float(s)
-            return MetricResult({cls.key(): scores}, {cls.key(): float(corpus)})
+            return coco_result(cls.key(), CocoCider(), lambda each: each, generations, references)
 
         return compute
 
@@ -118,13 +125,6 @@ class Spice(Metric):
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
-            gts, res, kept = coco_inputs(generations, references)
-            scores = [float("nan")] * len(generations)
-            corpus = float("nan")
-            if kept:
-                corpus, each = coco_spice.Spice().compute_score(gts, res)
-                for i, s in zip(kept, each):
-                    scores[i] = float(s["All"]["f"])
-            return MetricResult({cls.key(): scores}, {cls.key(): float(corpus)})
+            return coco_result(cls.key(), coco_spice.Spice(), lambda each: each["All"]["f"], generations, references)
 
         return compute
