@@ -8,7 +8,7 @@ export TRANSFORMERS_OFFLINE := 1
 export DVC_NO_ANALYTICS := 1
 export NLTK_DATA ?= $(abspath ../shared/nltk_data)
 
-.PHONY: setup models run test clean
+.PHONY: setup models run test bench clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ run: setup
 
 test: setup
 	python -m pytest
+
+# grueflow's RL step against TRL's GRPOTrainer and RLOOTrainer (issue 6): about 15 minutes on 2 cores
+bench: setup
+	python bench/rl_step.py --out bench/RESULTS.md
 
 clean:
 	rm -rf results .snakemake

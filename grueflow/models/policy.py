@@ -8,11 +8,12 @@ EOS and 0 after it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from transformers import LogitsProcessorList
+from transformers.modeling_outputs import BaseModelOutput
 
 from grueflow.config import GenerationConfig
 from grueflow.models import Kind
@@ -43,6 +44,57 @@ def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Te
 def masked_logits(logits: torch.Tensor, action_mask: torch.Tensor | None) -> torch.Tensor:
     """Logits with disallowed actions at -inf (NLPO).  (B, T, V), (B, T, V) bool or None -> (B, T, V)"""
     return logits if action_mask is None else logits.masked_fill(~action_mask, float("-inf"))
+
+
+def top_p_keep(logits: torch.Tensor, top_p: float, top_k: int = 0, min_tokens_to_keep: int = 1) -> torch.Tensor:
+    """The nucleus: the smallest set of most likely tokens whose probability reaches ``top_p``
+    (``generate``'s top-p rule), capped at ``top_k`` tokens when ``top_k`` > 0 and never fewer than
+    ``min_tokens_to_keep``.  (B, V) logits -> (B, V) bool"""
+    sorted_probs, order = logits.softmax(dim=-1).sort(dim=-1, descending=True)
+    keep_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) < top_p
+    if top_k > 0:
+        keep_sorted[:, top_k:] = False
+    keep_sorted[:, :min_tokens_to_keep] = True
+    return torch.zeros_like(keep_sorted).scatter(1, order, keep_sorted)
+
+
+def _draw(logits: torch.Tensor) -> torch.Tensor:
+    """One token per row from ``softmax(logits)`` by inverse-CDF sampling.  (B, V) -> (B,)
+
+    ``P(token = k) = p_k`` exactly: ``u ~ U[0, sum p)`` falls in ``[cdf_{k-1}, cdf_k)`` with
+    probability ``p_k``, and a masked token (``p_k = 0``) has an empty interval.
+    """
+    cdf = logits.softmax(dim=-1).cumsum(dim=-1)
+    u = torch.rand(logits.shape[0], 1) * cdf[:, -1:]
+    return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=logits.shape[-1] - 1)
+
+
+def shared_groups(prompts: Prompts, group_size: int) -> int:
+    """``group_size`` if the rows come in consecutive groups of that many identical prompts, else 1."""
+    batch = prompts.input_ids.shape[0]
+    if group_size <= 1 or batch % group_size:
+        return 1
+    ids = prompts.input_ids.view(batch // group_size, group_size, -1)
+    return group_size if bool((ids == ids[:, :1]).all()) else 1
+
+
+def _prefix_forward(model: Any, prompts: Prompts, group_size: int, **kwargs: Any) -> tuple[Any, Any]:
+    """A causal model over each group's prompt once (rows ``::group_size``): its outputs (per group) and
+    its KV cache, repeated to the whole batch."""
+    ids, attention = prompts.input_ids[::group_size], prompts.attention_mask[::group_size]
+    positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True, **kwargs)
+    cache = out.past_key_values
+    if group_size > 1:
+        cache.batch_repeat_interleave(group_size)
+    return out, cache
+
+
+def _shared_encoder(model: Any, prompts: Prompts, group_size: int) -> BaseModelOutput:
+    """A seq2seq model's encoder over each group's prompt once, repeated to the whole batch."""
+    hidden = model.get_encoder()(input_ids=prompts.input_ids[::group_size],
+                                 attention_mask=prompts.attention_mask[::group_size]).last_hidden_state
+    return BaseModelOutput(last_hidden_state=hidden.repeat_interleave(group_size, 0))
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -87,25 +139,114 @@ class Policy:
         mask = completion_mask(completions, self.eos_token_id)
         return completions.masked_fill(mask == 0, self.tokenizer.pad_token_id)
 
+    @torch.no_grad()
+    def sample(self, prompts: Prompts, gen: GenerationConfig, group_size: int = 1, logits_processor: Any = None
+               ) -> torch.Tensor:
+        """Sample completions for RL: token ids (B, T), padded after EOS.
+
+        Unlike :meth:`generate` (evaluation, ``model.generate`` with the model's own generation
+        config), this draws from exactly the configured distribution, so rollout log-probs are on-policy:
+        EOS is suppressed until ``min_new_tokens``, then ``logits_processor`` (NLPO's masks), then
+        temperature, top-k and top-p, as ``generate`` orders them. The prompt is encoded once per group of
+        ``group_size`` identical rows and its KV cache repeated (:func:`shared_groups`). Tokens are drawn by
+        inverting the cumulative distribution with one uniform per row, which is exact and, on CPU,
+        much cheaper than ``torch.multinomial`` over a whole vocabulary.
+        """
+        group_size = shared_groups(prompts, group_size)
+        logits, cache, step = self._prefill(prompts, group_size)
+        batch = prompts.input_ids.shape[0]
+        tokens = (prompts.input_ids if self.kind == "causal"
+                  else torch.full((batch, 1), self.model.config.decoder_start_token_id, dtype=torch.long))
+        done = torch.zeros(batch, dtype=torch.bool)
+        generated = []
+        for t in range(gen.max_new_tokens):
+            logits = self._warp(logits, gen, t, tokens, logits_processor)
+            token = _draw(logits) if gen.do_sample else logits.argmax(-1)
+            token = token.masked_fill(done, self.tokenizer.pad_token_id)
+            generated.append(token)
+            tokens = torch.cat([tokens, token[:, None]], dim=1)
+            done |= token == self.eos_token_id
+            if done.all() or t + 1 == gen.max_new_tokens:
+                break
+            logits, cache = step(token, cache, t)
+        return torch.stack(generated, dim=1)
+
+    def _prefill(self, prompts: Prompts, group_size: int) -> tuple[torch.Tensor, Any, Callable]:
+        """The first next-token logits (B, V), the KV cache, and ``step(token, cache, t)`` for the next ones."""
+        model, batch = self.model, prompts.input_ids.shape[0]
+        if self.kind == "causal":
+            lengths = prompts.attention_mask.sum(1, keepdim=True)  # (B, 1)
+            out, cache = _prefix_forward(model, prompts, group_size, logits_to_keep=1)
+            attention = prompts.attention_mask
+
+            def causal_step(token: torch.Tensor, cache: Any, t: int) -> tuple[torch.Tensor, Any]:
+                nonlocal attention
+                attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
+                step_out = model(input_ids=token[:, None], attention_mask=attention, position_ids=lengths + t,
+                                 cache=cache, use_cache=True)
+                return step_out.logits[:, -1], step_out.past_key_values
+
+            return out.logits[:, -1].repeat_interleave(group_size, 0), cache, causal_step
+        encoder = _shared_encoder(model, prompts, group_size)
+        start = torch.full((batch, 1), model.config.decoder_start_token_id, dtype=torch.long)
+        out = model(encoder_outputs=encoder, attention_mask=prompts.attention_mask, decoder_input_ids=start,
+                    use_cache=True)
+
+        def seq2seq_step(token: torch.Tensor, cache: Any, t: int) -> tuple[torch.Tensor, Any]:
+            step_out = model(encoder_outputs=encoder, attention_mask=prompts.attention_mask,
+                             decoder_input_ids=token[:, None], cache=cache, use_cache=True)
+            return step_out.logits[:, -1], step_out.past_key_values
+
+        return out.logits[:, -1], out.past_key_values, seq2seq_step
+
+    def _warp(self, logits: torch.Tensor, gen: GenerationConfig, t: int, tokens: torch.Tensor,
+              logits_processor: Any) -> torch.Tensor:
+        """Next-token logits (B, V) after EOS suppression, the processor, temperature, top-k and top-p."""
+        if t < gen.min_new_tokens:
+            logits = logits.clone()
+            logits[:, self.eos_token_id] = float("-inf")
+        if logits_processor is not None:
+            logits = logits_processor(tokens, logits)
+        if not gen.do_sample:
+            return logits
+        if gen.temperature != 1.0:
+            logits = logits / gen.temperature
+        if gen.top_k > 0 and gen.top_k < logits.shape[-1]:
+            kth = logits.topk(gen.top_k, dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        if gen.top_p < 1.0:
+            logits = logits.masked_fill(~top_p_keep(logits, gen.top_p), float("-inf"))
+        return logits
+
     def score(self, prompts: Prompts, completions: torch.Tensor, with_hidden: bool = False,
-              model: Any = None) -> Scores:
-        """One forward pass over prompt + completion: logits (and hidden states) per completion token."""
+              model: Any = None, group_size: int = 1) -> Scores:
+        """One forward pass over prompt + completion: logits (and hidden states) per completion token.
+
+        The last completion token is never fed (nothing is predicted from it). With ``group_size`` > 1
+        and rows in groups of identical prompts, each group's prompt is encoded once and its KV cache
+        (or encoder output) repeated: exact, gradients included, since autograd sums the copies'.
+        """
         model = model if model is not None else self.model
+        group_size = shared_groups(prompts, group_size)
         mask = completion_mask(completions, self.eos_token_id).long()
         if self.kind == "causal":
-            prompt_len = prompts.input_ids.shape[1]
-            input_ids = torch.cat([prompts.input_ids, completions], dim=1)
-            attention = torch.cat([prompts.attention_mask, mask], dim=1)
-            positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
-            out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions,
-                        output_hidden_states=with_hidden)
-            logits = out.logits[:, prompt_len - 1:-1]
-            hidden = out.hidden_states[-1][:, prompt_len - 1:-1] if with_hidden else None
+            out, cache = _prefix_forward(model, prompts, group_size, logits_to_keep=1,
+                                         output_hidden_states=with_hidden)
+            first_logits = out.logits[:, -1:].repeat_interleave(group_size, 0)
+            first_hidden = out.hidden_states[-1][:, -1:].repeat_interleave(group_size, 0) if with_hidden else None
+            if completions.shape[1] == 1:
+                return Scores(first_logits, first_hidden)
+            attention = torch.cat([prompts.attention_mask, mask[:, :-1]], dim=1)
+            positions = prompts.attention_mask.sum(1, keepdim=True) + torch.arange(completions.shape[1] - 1)
+            rest = model(input_ids=completions[:, :-1], attention_mask=attention, position_ids=positions,
+                         cache=cache, use_cache=True, output_hidden_states=with_hidden)
+            logits = torch.cat([first_logits, rest.logits], dim=1)
+            hidden = torch.cat([first_hidden, rest.hidden_states[-1]], dim=1) if with_hidden else None
             return Scores(logits, hidden)
         start = torch.full_like(completions[:, :1], model.config.decoder_start_token_id)
         decoder_ids = torch.cat([start, completions[:, :-1]], dim=1)
         decoder_mask = torch.cat([torch.ones_like(mask[:, :1]), mask[:, :-1]], dim=1)
-        out = model(input_ids=prompts.input_ids, attention_mask=prompts.attention_mask,
+        out = model(encoder_outputs=_shared_encoder(model, prompts, group_size), attention_mask=prompts.attention_mask,
                     decoder_input_ids=decoder_ids, decoder_attention_mask=decoder_mask,
                     output_hidden_states=with_hidden)
         hidden = out.decoder_hidden_states[-1] if with_hidden else None

@@ -14,12 +14,11 @@ import copy
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from transformers import LogitsProcessor
 from transformers.modeling_outputs import BaseModelOutput
 
 from grueflow.config import NLPOConfig
-from grueflow.models.policy import Prompts
+from grueflow.models.policy import Prompts, top_p_keep
 from grueflow.rl.ppo import PPO
 
 
@@ -30,12 +29,7 @@ def nucleus_keep(logits: torch.Tensor, top_p: float, top_k: int, min_tokens_to_k
     Capped at ``top_k`` tokens when ``top_k`` > 0, never fewer than ``min_tokens_to_keep``, and the
     ``always_keep`` ids (special tokens) are always allowed.  (B, V) logits -> (B, V) bool.
     """
-    sorted_probs, order = F.softmax(logits, dim=-1).sort(dim=-1, descending=True)
-    keep_sorted = (sorted_probs.cumsum(dim=-1) - sorted_probs) < top_p
-    if top_k > 0:
-        keep_sorted[:, top_k:] = False
-    keep_sorted[:, :min_tokens_to_keep] = True
-    keep = torch.zeros_like(keep_sorted).scatter(1, order, keep_sorted)
+    keep = top_p_keep(logits, top_p, top_k, min_tokens_to_keep)
     keep[:, always_keep] = True
     return keep
 

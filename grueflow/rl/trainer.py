@@ -1,11 +1,15 @@
 """The sequence-level RL trainer (DESIGN.md, "The RL core"): collect -> advantages -> update.
 
 Per iteration:
-1. batched generation with the KV cache (``generate``), recording the sampled tokens;
-2. one forward pass over prompt + completion for the policy's log-probs and values, and one for
-   the frozen reference's log-probs: per batch, never per token;
+1. batched sampling with the KV cache (:meth:`Policy.sample`), each group's prompt encoded once;
+2. one forward pass over prompt + completion for the frozen reference's log-probs, and one for the
+   policy's log-probs and values: per batch, never per token, the prompt again once per group;
 3. rewards: the task reward at each sequence's last token, the KL penalty ``-coef * kl_t`` per token;
 4. the algorithm's advantages, then epochs x minibatches of its loss.
+
+With one epoch of one minibatch (:attr:`RLTrainer.single_update`: ``epochs: 1`` and ``minibatch_size``
+equal to ``rollouts_per_iteration``, as TRL's GRPO runs by default) the policy's pass in 2. is the
+update's own forward pass, with gradients, so it runs once instead of twice.
 
 The algorithms (PPO, GRPO, RLOO, REINFORCE++) differ only in their advantage estimator and loss;
 a value head on the policy trunk exists only for those that use a critic. With ``lora`` in the
@@ -64,7 +68,7 @@ class ValueHead(torch.nn.Module):
 
 # curve columns that measure wall time: the only ones that differ between two runs with the same params and seed
 WALL_CLOCK_KEYS = ("charts/generated_tokens_per_s", "charts/iteration_s", "charts/generation_s", "charts/reward_s",
-                   "charts/reward_share")
+                   "charts/reward_share", "charts/scoring_s", "charts/update_s")
 
 
 class NonFiniteError(RuntimeError):
@@ -96,15 +100,16 @@ class Rollout(NamedTuple):
     prompts: Prompts
     completions: torch.Tensor
     mask: torch.Tensor
-    logprobs: torch.Tensor  # the behaviour policy's (masked, for NLPO)
+    logprobs: Optional[torch.Tensor]  # the behaviour policy's (masked, for NLPO); None until with_behaviour
     ref_logprobs: torch.Tensor
-    kl: torch.Tensor  # per-token k1 of the unmasked policy against the reference
-    values: torch.Tensor  # zeros without a critic
-    rewards: torch.Tensor
+    kl: Optional[torch.Tensor]  # per-token k1 of the unmasked policy against the reference
+    values: Optional[torch.Tensor]  # zeros without a critic
+    rewards: Optional[torch.Tensor]  # task reward at the last token, KL penalty per token
     scores: torch.Tensor  # (B,) task reward
     components: dict[str, float]  # each reward component's mean score, unweighted
     generation_s: float
     reward_s: float
+    scoring_s: float  # the policy (old log-probs, values) and reference passes over the rollout
     action_mask: Optional[torch.Tensor] = None  # (B, T, V) allowed tokens (NLPO)
 
 
@@ -198,32 +203,49 @@ class RLTrainer:
 
     # -- collect ---------------------------------------------------------------------------
 
+    @property
+    def single_update(self) -> bool:
+        """One optimiser step per rollout (one epoch, one minibatch of the whole rollout, the shared update).
+
+        The update's own forward pass is then the behaviour policy's, so :meth:`step` takes the rollout's
+        log-probs and values from it instead of a separate pass (TRL does the same when generation and
+        optimisation steps line up).
+        """
+        return (not hasattr(self.algorithm, "step") and self.cfg.epochs == 1
+                and self.cfg.minibatch_size == self.cfg.rollouts_per_iteration)
+
     def _outputs(self, prompts: Prompts, completions: torch.Tensor, action_mask: Optional[torch.Tensor] = None,
-                 ) -> tuple[Outputs, torch.Tensor]:
-        """The policy's (masked) outputs, and its unmasked log-probs (for the KL to the reference)."""
+                 group_size: int = 1) -> tuple[Outputs, torch.Tensor]:
+        """The policy's (masked) outputs, and its unmasked log-probs (for the KL to the reference).
+
+        The entropy carries gradients only when the loss uses it (``ent_coef`` != 0).
+        """
         shared = self.value_head is not None and self.critic_model is None
-        scores = self.policy.score(prompts, completions, with_hidden=shared)
-        values = self.value_head(scores.hidden if shared else self.critic_hidden(prompts, completions)) \
+        scores = self.policy.score(prompts, completions, with_hidden=shared, group_size=group_size)
+        values = self.value_head(scores.hidden if shared else self.critic_hidden(prompts, completions, group_size)) \
             if self.value_head is not None else None
         logits = masked_logits(scores.logits, action_mask)
-        outputs = Outputs(logprobs_from_logits(logits, completions), values, entropy_from_logits(logits))
+        entropy = entropy_from_logits(logits if self.cfg.ent_coef else logits.detach())
+        outputs = Outputs(logprobs_from_logits(logits, completions), values, entropy)
         unmasked = outputs.logprobs if action_mask is None else logprobs_from_logits(scores.logits, completions)
         return outputs, unmasked
 
-    def critic_hidden(self, prompts: Prompts, completions: torch.Tensor) -> torch.Tensor:
+    def critic_hidden(self, prompts: Prompts, completions: torch.Tensor, group_size: int = 1) -> torch.Tensor:
         """The hidden states the value head reads: the separate critic's, or the policy trunk's.  (B, T, H)"""
         model = self.critic_model if self.critic_model is not None else self.policy.model
-        return self.policy.score(prompts, completions, with_hidden=True, model=model).hidden
+        return self.policy.score(prompts, completions, with_hidden=True, model=model, group_size=group_size).hidden
 
-    def reference_logits(self, prompts: Prompts, completions: torch.Tensor) -> torch.Tensor:
+    def reference_logits(self, prompts: Prompts, completions: torch.Tensor, group_size: int = 1) -> torch.Tensor:
         """The frozen reference's logits per completion token: the reference copy, or the adapter-free base.  (B, T, V)"""
         if self.ref_model is not None:
-            return self.policy.score(prompts, completions, model=self.ref_model).logits
+            return self.policy.score(prompts, completions, model=self.ref_model, group_size=group_size).logits
         with reference_view(self.policy.model) as base:
-            return self.policy.score(prompts, completions, model=base).logits
+            return self.policy.score(prompts, completions, model=base, group_size=group_size).logits
 
     @torch.no_grad()
-    def collect(self) -> Rollout:
+    def sample_rollout(self) -> Rollout:
+        """Generation, reward and the reference pass: a rollout still without the behaviour policy's outputs
+        (``logprobs``, ``values``, ``kl`` and ``rewards`` are None until :meth:`with_behaviour`)."""
         group = self.cfg.group_size
         samples = [s for s in self.sampler.next(self.cfg.rollouts_per_iteration // group) for _ in range(group)]
         prompts = self.policy.encode([s.prompt for s in samples])
@@ -231,7 +253,7 @@ class RLTrainer:
             self.algorithm.before_rollout(self.state.iteration)
         processor = self.algorithm.generation_processor(prompts) if hasattr(self.algorithm, "generation_processor") else None
         started = time.perf_counter()
-        completions = self.policy.generate(prompts, self.generation, processor)
+        completions = self.policy.sample(prompts, self.generation, group, processor)
         generation_s = time.perf_counter() - started
         action_mask = processor.action_mask() if processor is not None else None
         mask = completion_mask(completions, self.policy.eos_token_id)
@@ -245,18 +267,37 @@ class RLTrainer:
                            "reward": _json_numbers(total), "components": {k: _json_numbers(v) for k, v in parts.items()}}
         scores = torch.tensor(total, dtype=torch.float32)
         self._guard("reward", scores)
-        (logprobs, values, _), unmasked = self._outputs(prompts, completions, action_mask)
-        values = values if values is not None else torch.zeros_like(logprobs)
-        ref_logprobs = logprobs_from_logits(self.reference_logits(prompts, completions), completions)
+        started = time.perf_counter()
+        ref_logprobs = logprobs_from_logits(self.reference_logits(prompts, completions, group), completions)
+        scoring_s = time.perf_counter() - started
+        components = {k: float(np.mean(v)) for k, v in parts.items()}
+        return Rollout(prompts, completions, mask, None, ref_logprobs * mask, None, None, None, scores, components,
+                       generation_s, reward_s, scoring_s, action_mask)
+
+    def with_behaviour(self, rollout: Rollout, outputs: Outputs, unmasked: torch.Tensor) -> Rollout:
+        """``rollout`` with the behaviour policy's log-probs and values (detached from ``outputs``), the per-token
+        KL to the reference and the rewards: the task reward at each sequence's last token, minus
+        ``coef x KL`` per token unless the KL is in the loss."""
+        mask, ref_logprobs = rollout.mask, rollout.ref_logprobs
+        logprobs, unmasked = outputs.logprobs.detach(), unmasked.detach()
+        values = outputs.values.detach() if outputs.values is not None else torch.zeros_like(logprobs)
         rewards = torch.zeros_like(logprobs)
         if not self.cfg.kl_in_loss:
             rewards -= self.kl.coef * KL_ESTIMATORS[self.cfg.kl_estimator](unmasked, ref_logprobs) * mask
         last = (mask.sum(1).long() - 1).clamp(min=0)
-        rewards[torch.arange(len(samples)), last] += scores
-        components = {k: float(np.mean(v)) for k, v in parts.items()}
-        return Rollout(prompts, completions, mask, logprobs * mask, ref_logprobs * mask,
-                       kl_k1(unmasked, ref_logprobs) * mask, values * mask, rewards, scores, components, generation_s,
-                       reward_s, action_mask)
+        rewards[torch.arange(len(rewards)), last] += rollout.scores
+        return rollout._replace(logprobs=logprobs * mask, kl=kl_k1(unmasked, ref_logprobs) * mask,
+                                values=values * mask, rewards=rewards)
+
+    def collect(self) -> Rollout:
+        """A complete rollout: :meth:`sample_rollout`, then the behaviour policy's pass over it (no gradients)."""
+        rollout = self.sample_rollout()
+        started = time.perf_counter()
+        with torch.no_grad():
+            outputs, unmasked = self._outputs(rollout.prompts, rollout.completions, rollout.action_mask,
+                                              self.cfg.group_size)
+        rollout = rollout._replace(scoring_s=rollout.scoring_s + time.perf_counter() - started)
+        return self.with_behaviour(rollout, outputs, unmasked)
 
     def _guard(self, what: str, values: torch.Tensor) -> None:
         if not torch.isfinite(values).all():
@@ -264,7 +305,13 @@ class RLTrainer:
 
     # -- update ----------------------------------------------------------------------------
 
-    def update(self, rollout: Rollout) -> dict[str, float]:
+    def update(self, rollout: Rollout, first: Optional[Outputs] = None) -> dict[str, float]:
+        """Advantages, then epochs x minibatches of the algorithm's loss.
+
+        ``first`` is the policy's outputs over the whole rollout, with gradients, when :meth:`step` already
+        computed them (:attr:`single_update`). Minibatches hold whole groups of ``group_size`` completions
+        when ``minibatch_size`` allows, so each group's prompt is encoded once.
+        """
         advantages, returns = self.algorithm.advantages(rollout.rewards, rollout.values, rollout.mask, rollout.scores)
         self._guard("advantage", advantages)
         diagnostics = {}
@@ -277,9 +324,13 @@ class RLTrainer:
             self.scheduler.step()
             return {**stats, **diagnostics}
         n, size = rollout.mask.shape[0], self.cfg.minibatch_size
+        group = self.cfg.group_size if size % self.cfg.group_size == 0 else 1
         totals: dict[str, list[float]] = {}
         for _ in range(self.cfg.epochs):
-            order = torch.randperm(n, generator=self.shuffle)
+            if first is not None:  # the one minibatch is the rollout, in its own order
+                order = torch.arange(n)
+            else:  # whole groups in random order
+                order = (torch.randperm(n // group, generator=self.shuffle)[:, None] * group + torch.arange(group)).view(-1)
             epoch_kl = []
             for start in range(0, n, size):
                 idx = order[start:start + size]
@@ -287,7 +338,10 @@ class RLTrainer:
                 batch = MiniBatch(rollout.mask[idx], rollout.logprobs[idx], rollout.ref_logprobs[idx],
                                   rollout.values[idx], advantages[idx], returns[idx])
                 action_mask = rollout.action_mask[idx] if rollout.action_mask is not None else None
-                new, _ = self._outputs(prompts, rollout.completions[idx], action_mask)
+                if first is not None:
+                    new, first = first, None
+                else:
+                    new, _ = self._outputs(prompts, rollout.completions[idx], action_mask, group)
                 loss, stats = self.algorithm.loss(new, batch, self.kl.coef)
                 self._guard("loss", loss.detach())
                 self.optimizer.zero_grad(set_to_none=True)
@@ -310,7 +364,16 @@ class RLTrainer:
     def step(self) -> dict[str, float]:
         """One iteration: collect, update, adapt the KL coefficient; returns the curve row."""
         started = time.perf_counter()
-        rollout = self.collect()
+        first = None
+        if self.single_update:  # the update's forward pass gives the behaviour policy's log-probs and values
+            rollout = self.sample_rollout()
+            update_started = time.perf_counter()
+            first, unmasked = self._outputs(rollout.prompts, rollout.completions, rollout.action_mask,
+                                            self.cfg.group_size)
+            rollout = self.with_behaviour(rollout, first, unmasked)
+        else:
+            rollout = self.collect()
+            update_started = time.perf_counter()
         seq_kl = rollout.kl.sum(1).mean().item()
         kl_coef = self.kl.coef
         runaway = self.cfg.kl_ceiling is not None and seq_kl > self.cfg.kl_ceiling
@@ -319,7 +382,8 @@ class RLTrainer:
         if runaway:
             log.warning("iteration %d: KL %.4g above kl_ceiling %s, update skipped", self.state.iteration + 1,
                         seq_kl, self.cfg.kl_ceiling)
-        stats = {} if runaway else self.update(rollout)
+        stats = {} if runaway else self.update(rollout, first)
+        update_s = time.perf_counter() - update_started
         self.kl.update(seq_kl)
         tokens = rollout.mask.sum().item()
         self.state.iteration += 1
@@ -341,6 +405,8 @@ class RLTrainer:
             "charts/generation_s": rollout.generation_s,
             "charts/reward_s": rollout.reward_s,
             "charts/reward_share": rollout.reward_s / iteration_s,
+            "charts/scoring_s": rollout.scoring_s,
+            "charts/update_s": update_s,
         }
         self.state.curve.append({k: round(v, 6) for k, v in row.items()})
         return row

@@ -1,0 +1,439 @@
+"""grueflow's RL step against TRL's GRPOTrainer and RLOOTrainer at equal settings (issue 6).
+
+    make bench                        # all of it; writes bench/RESULTS.md (about 15 minutes on 2 cores)
+    python bench/rl_step.py --smoke   # one tiny step per method, into a temporary file (the tests run this)
+
+Every method runs in its own process (so peak RSS is its own), one after another in one run, on
+the same tiny GPT-2 built from config and saved to a local folder (the same weights and tokenizer
+for both libraries, loaded through ``from_pretrained``), the same prompts (the embedded
+``synthetic_sentiment`` task), the same reward (grueflow's ``lexicon_sentiment``) and the same
+settings: ``prompts`` prompts x ``group`` samples = 64 completions per step, exactly ``new_tokens``
+new tokens (EOS is suppressed until then, so both generate the same number of tokens), one update
+epoch and one optimiser step per generation batch (so neither needs an old-policy pass), AdamW at
+the same learning rate, KL to the reference with coefficient ``beta`` (k3 in the loss for GRPO,
+in the reward for RLOO, as TRL does), float32, no dropout, no gradient checkpointing, 2 threads.
+``trl_grpo_gc`` is TRL's GRPO once more with ``GRPOConfig``'s default ``gradient_checkpointing=True``
+(what a user who changes nothing gets).
+
+A step is timed end to end (median over ``steps`` steps after ``warmup``), and split into
+generation, reward, scoring (the reference and, where needed, old-policy/value passes over the
+rollout) and the rest (the update: forward, backward, clipping, the optimiser).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parent.parent
+SIZES = {"2x128": (2, 128, 2), "4x256": (4, 256, 4), "6x512": (6, 512, 8)}  # layers, width, heads
+VOCAB = 2048
+GRUEFLOW_METHODS = ("grpo", "rloo", "ppo", "nlpo")
+TRL_METHODS = ("trl_grpo", "trl_rloo", "trl_grpo_gc")  # _gc: GRPOConfig's default gradient checkpointing on
+PHASES = ("generation_s", "reward_s", "scoring_s", "update_s")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What both libraries are given; ``prompts * group`` completions of ``new_tokens`` tokens per step."""
+
+    prompts: int = 16
+    group: int = 4
+    new_tokens: int = 32
+    learning_rate: float = 1e-5
+    beta: float = 0.04
+    threads: int = 2
+    warmup: int = 2
+    steps: int = 5
+    seed: int = 0
+
+    @property
+    def completions(self) -> int:
+        return self.prompts * self.group
+
+
+# -- the shared model and prompts -----------------------------------------------------------------
+
+
+def sentiment_texts(seed: int = 0) -> tuple[list[str], list[str]]:
+    """(prompts, unlabelled text) of the embedded sentiment task."""
+    from grueflow.data import DATAPOOLS
+
+    spec = DATAPOOLS.get("synthetic_sentiment")
+    pool = spec.build(spec.Args(seed=seed, n_train=512, n_val=1, n_test=1, n_unlabelled=2000))
+    return [s.prompt for s in pool.splits["train"]], pool.unlabelled
+
+
+def build_model(size: str, folder: Path) -> Path:
+    """A GPT-2 of ``size`` with a 2048-token vocabulary (BPE on the task's text, filled up with
+    ``<extra_i>`` tokens as T5 does), dropout off, saved with ``save_pretrained``; reused if there."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from grueflow.models.tiny import train_tokenizer
+
+    if (folder / "config.json").exists():
+        return folder
+    import torch
+
+    layers, width, heads = SIZES[size]
+    tokenizer = train_tokenizer(sentiment_texts()[1], VOCAB)
+    tokenizer.add_tokens([f"<extra_{i}>" for i in range(VOCAB - len(tokenizer))])
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(
+        vocab_size=VOCAB, n_layer=layers, n_embd=width, n_head=heads, n_positions=256, resid_pdrop=0.0,
+        embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id))
+    tmp = folder.with_name(folder.name + ".tmp")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    tmp.rename(folder)
+    return folder
+
+
+def parameter_counts(model: Any) -> tuple[int, int]:
+    """(transformer-block parameters, LM-head parameters) of a GPT-2."""
+    blocks = sum(p.numel() for p in model.transformer.h.parameters())
+    return blocks, model.lm_head.weight.numel()
+
+
+# -- grueflow -------------------------------------------------------------------------------------
+
+
+def grueflow_steps(algorithm: str, model_dir: Path, s: Settings) -> list[dict[str, float]]:
+    """Run ``warmup + steps`` iterations of grueflow's trainer; the timing of each measured one."""
+    from grueflow.config import GenerationConfig, RewardConfig, parse
+    from grueflow.data import Sample
+    from grueflow.metrics import MetricContext
+    from grueflow.metrics.reward import Reward
+    from grueflow.models import load_pretrained
+    from grueflow.models.policy import Policy
+    from grueflow.rl import ALGORITHMS
+    from grueflow.rl.trainer import RLTrainer
+    from grueflow.seeding import seed_everything
+
+    seed_everything(s.seed, s.threads)
+    model, tokenizer = load_pretrained(model_dir)
+    ref_model, _ = load_pretrained(model_dir)
+    prompts = sentiment_texts()[0]
+    samples = [Sample(f"p{i}", p, ("",), {}) for i, p in enumerate(prompts)]
+    kl_in_loss = algorithm == "grpo"
+    cfg = parse(ALGORITHMS.get(algorithm).Config, {
+        "iterations": s.warmup + s.steps, "rollouts_per_iteration": s.completions, "group_size": s.group,
+        "epochs": 1, "minibatch_size": s.completions, "learning_rate": s.learning_rate,
+        "kl": {"coef": s.beta, "adaptive": False}, "kl_estimator": "k3" if kl_in_loss else "k1",
+        "kl_in_loss": kl_in_loss}, "bench")
+    generation = GenerationConfig(max_new_tokens=s.new_tokens, min_new_tokens=s.new_tokens, do_sample=True, top_k=0,
+                                  top_p=1.0, temperature=1.0)
+    reward = Reward(parse(RewardConfig, {"components": [{"metric": "lexicon_sentiment", "weight": 1.0}]}, "bench"),
+                    MetricContext())
+    policy = Policy(model, tokenizer, "causal", max_prompt_length=64)
+    trainer = RLTrainer(algorithm, cfg, policy, ref_model, reward, samples, generation, s.seed)
+    rows = []
+    for i in range(s.warmup + s.steps):
+        row = trainer.step()
+        if i >= s.warmup:
+            rows.append({"step_s": row["charts/iteration_s"], "tokens": row["charts/mean_length"] * s.completions,
+                         **{k: row[f"charts/{k}"] for k in PHASES}})
+    return rows
+
+
+# -- TRL ------------------------------------------------------------------------------------------
+
+
+def trl_steps(method: str, model_dir: Path, s: Settings, out_dir: Path) -> list[dict[str, float]]:
+    """Run TRL's GRPOTrainer or RLOOTrainer for ``warmup + steps`` optimiser steps; the timing of each."""
+    import torch
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
+
+    from grueflow.config import RewardConfig, parse
+    from grueflow.metrics import MetricContext
+    from grueflow.metrics.reward import Reward
+
+    torch.manual_seed(s.seed)
+    torch.set_num_threads(s.threads)
+    grueflow_reward = Reward(parse(RewardConfig, {"components": [{"metric": "lexicon_sentiment", "weight": 1.0}]},
+                                   "bench"), MetricContext())
+
+    def sentiment(prompts: list[str], completions: list[str], **_: Any) -> list[float]:
+        return grueflow_reward(prompts, [c.strip() for c in completions], [[""]] * len(prompts), [{}] * len(prompts))[0]
+
+    grpo = method in ("trl_grpo", "trl_grpo_gc")
+    base = GRPOTrainer if grpo else RLOOTrainer
+    phases: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+
+    class Timed(base):  # type: ignore[misc, valid-type]
+        """The trainer with its phases timed: generation, reward and the reference pass over the rollout."""
+
+        scoring = False
+
+        def _generate_single_turn(self, *args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return super()._generate_single_turn(*args, **kwargs)
+            finally:
+                phases["generation_s"] += time.perf_counter() - started
+
+        def _calculate_rewards(self, *args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return super()._calculate_rewards(*args, **kwargs)
+            finally:
+                phases["reward_s"] += time.perf_counter() - started
+
+        def _generate_and_score_completions(self, *args: Any, **kwargs: Any) -> Any:
+            self.scoring = True
+            try:
+                return super()._generate_and_score_completions(*args, **kwargs)
+            finally:
+                self.scoring = False
+
+        def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return super()._get_per_token_logps_and_entropies(*args, **kwargs)
+            finally:
+                if self.scoring:
+                    phases["scoring_s"] += time.perf_counter() - started
+
+    rows: list[dict[str, float]] = []
+
+    class StepTimer(TrainerCallback):
+        last = 0.0
+
+        def on_step_begin(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            if not self.last:
+                self.last = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            now = time.perf_counter()
+            step_s, self.last = now - self.last, now
+            if state.global_step > s.warmup:
+                other = sum(phases[k] for k in PHASES if k != "update_s")
+                rows.append({"step_s": step_s, "tokens": float(s.completions * s.new_tokens),
+                             **{k: phases[k] for k in PHASES if k != "update_s"}, "update_s": step_s - other})
+            phases.update(dict.fromkeys(PHASES, 0.0))
+
+    common = dict(
+        output_dir=str(out_dir), per_device_train_batch_size=s.completions, gradient_accumulation_steps=1,
+        num_generations=s.group, max_completion_length=s.new_tokens, temperature=1.0, top_p=1.0, top_k=0,
+        generation_kwargs={"min_new_tokens": s.new_tokens}, num_iterations=1, learning_rate=s.learning_rate,
+        lr_scheduler_type="constant", beta=s.beta, max_steps=s.warmup + s.steps, logging_steps=10 ** 6,
+        save_strategy="no", report_to="none", use_cpu=True, bf16=False, fp16=False, seed=s.seed,
+        gradient_checkpointing=method == "trl_grpo_gc", disable_dropout=True, disable_tqdm=True, dataloader_num_workers=0)
+    config = GRPOConfig(**common) if grpo else RLOOConfig(**common)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    tokenizer.padding_side = "left"
+    dataset = Dataset.from_dict({"prompt": sentiment_texts()[0]})
+    trainer = Timed(model=model, reward_funcs=[sentiment], args=config, train_dataset=dataset,
+                    processing_class=tokenizer, callbacks=[StepTimer()])
+    trainer.train()
+    return rows
+
+
+# -- one measurement per process ----------------------------------------------------------------
+
+
+def worker(method: str, size: str, s: Settings, cache: Path) -> dict[str, Any]:
+    """Time ``method`` at ``size``; the medians, the peak RSS of this process, and the step's FLOPs."""
+    model_dir = build_model(size, cache / f"gpt2-{size}")
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = (trl_steps(method, model_dir, s, Path(tmp)) if method in TRL_METHODS
+                else grueflow_steps(method, model_dir, s))
+    median = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return {"method": method, "size": size, "settings": asdict(s), "steps": rows, "median": median,
+            "peak_rss_mb": peak_kb / 1024, "tokens_per_s": median["tokens"] / median["step_s"]}
+
+
+def run_worker(method: str, size: str, s: Settings, cache: Path) -> dict[str, Any]:
+    """:func:`worker` in a fresh Python process."""
+    cmd = [sys.executable, __file__, "--worker", method, "--size", size, "--settings", json.dumps(asdict(s)),
+           "--cache", str(cache)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    if done.returncode != 0:
+        raise SystemExit(f"{method} at {size} failed:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# -- the machine's matmul rate and the FLOPs of a step --------------------------------------------
+
+
+def matmul_gflops(threads: int, n: int = 2048, repeats: int = 10) -> float:
+    """The best float32 ``n x n @ n x n`` rate over ``repeats`` runs, in GFLOP/s."""
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - started)
+    return 2 * n ** 3 / best / 1e9
+
+
+def step_flops(size: str, s: Settings, prompt_tokens: int) -> dict[str, float]:
+    """Matmul FLOPs that grueflow's GRPO step executes: generation, one forward pass over the rollout
+    (the reference's, and the update's forward), and the update (forward + backward = 3 x forward).
+
+    Forward per token: ``2 x block parameters`` plus attention (``4 x layers x context x width``, with the
+    causal prompt's average context ``p / 2``); the LM head (``2 x vocab x width``) only where logits are
+    used. Each group's prompt is encoded once (``prompts`` rows, not ``completions``), with the LM head
+    on its last position only; the last completion token is never fed.
+    """
+    layers, width, _ = SIZES[size]
+    blocks = layers * 12 * width * width
+    head = VOCAB * width
+    n, t, p, rows = s.completions, s.new_tokens, prompt_tokens, s.prompts
+    prompt = rows * (p * (2 * blocks + 2 * layers * p * width) + 2 * head)
+    completion = sum(n * (2 * blocks + 2 * head + 4 * layers * (p + i) * width) for i in range(1, t))
+    return {"generation": prompt + completion, "update": 3 * (prompt + completion), "forward": prompt + completion}
+
+
+# -- the report ---------------------------------------------------------------------------------
+
+
+def _row(r: dict[str, Any]) -> str:
+    m = r["median"]
+    return (f"| {r['size']} | {r['method']} | {m['step_s']:.3f} | {r['tokens_per_s']:.0f} | "
+            f"{m['generation_s']:.3f} | {m['reward_s']:.4f} | {m['scoring_s']:.3f} | {m['update_s']:.3f} | "
+            f"{r['peak_rss_mb']:.0f} |")
+
+
+def report(results: list[dict[str, Any]], scaling: list[dict[str, Any]], roofline: dict[str, Any],
+           s: Settings, command: str, library_versions: str) -> str:
+    by = {(r["size"], r["method"]): r["median"]["step_s"] for r in results}
+    lines = [
+        "# grueflow RL step vs TRL (issue 6)", "",
+        f"Command: `{command}`", "",
+        f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch threads {s.threads}, "
+        f"float32; python {platform.python_version()}; torch, transformers and trl versions in the table below.", "",
+        f"Settings: {s.prompts} prompts x {s.group} samples = {s.completions} completions per step, exactly "
+        f"{s.new_tokens} new tokens, one epoch and one optimiser step per step, AdamW lr {s.learning_rate}, "
+        f"KL coefficient {s.beta}; medians over {s.steps} steps after {s.warmup} warm-up steps.", "",
+        "## Seconds per step", "",
+        "| size | method | step s | tokens/s | generation s | reward s | scoring s | update s | peak RSS MB |",
+        "|---|---|---|---|---|---|---|---|---|",
+        *(_row(r) for r in results), "",
+        "## Ratios", "",
+        "| size | grueflow GRPO / TRL GRPO | grueflow GRPO / TRL GRPO with checkpointing | grueflow RLOO / TRL RLOO "
+        "| PPO / GRPO | NLPO / PPO |",
+        "|---|---|---|---|---|---|",
+    ]
+    for size in dict.fromkeys(r["size"] for r in results):
+        def ratio(a: str, b: str) -> str:
+            return f"{by[(size, a)] / by[(size, b)]:.2f}" if (size, a) in by and (size, b) in by else "—"
+        lines.append(f"| {size} | {ratio('grpo', 'trl_grpo')} | {ratio('grpo', 'trl_grpo_gc')} | {ratio('rloo', 'trl_rloo')} "
+                     f"| {ratio('ppo', 'grpo')} "
+                     f"| {ratio('nlpo', 'ppo')} |")
+    if scaling:
+        base = [r for r in results if r["size"] == "4x256" and r["method"] in ("grpo", "trl_grpo")]
+        scaling = sorted(base + scaling, key=lambda r: (r["method"], r["settings"]["new_tokens"], r["settings"]["prompts"]))
+        lines += ["", "## Scaling (grueflow GRPO and TRL GRPO, 4x256)", "",
+                  "| method | completions | new tokens | step s | generation s | update s |", "|---|---|---|---|---|---|"]
+        for r in scaling:
+            m, st = r["median"], r["settings"]
+            lines.append(f"| {r['method']} | {st['prompts'] * st['group']} | {st['new_tokens']} | {m['step_s']:.3f} | "
+                         f"{m['generation_s']:.3f} | {m['update_s']:.3f} |")
+    if roofline:
+        lines += ["", "## Roofline (6x512)", "", "| what | GFLOP | seconds | GFLOP/s | share of matmul rate |",
+                  "|---|---|---|---|---|",
+                  f"| float32 2048x2048 matmul, {s.threads} threads | — | — | {roofline['peak']:.1f} | 100 % |"]
+        for name, (flop, seconds) in roofline["phases"].items():
+            rate = flop / seconds / 1e9
+            lines.append(f"| {name} | {flop / 1e9:.1f} | {seconds:.3f} | {rate:.1f} | {100 * rate / roofline['peak']:.0f} % |")
+    lines += ["", f"Versions: {library_versions}", ""]
+    return "\n".join(lines)
+
+
+def versions() -> str:
+    import torch
+    import transformers
+    import trl
+
+    return f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}"
+
+
+def roofline_for(results: list[dict[str, Any]], s: Settings, cache: Path) -> dict[str, Any]:
+    """Achieved FLOP rates of grueflow GRPO's generation and update at 6x512 against the matmul rate."""
+    from transformers import AutoTokenizer
+
+    grpo = next((r for r in results if r["size"] == "6x512" and r["method"] == "grpo"), None)
+    out: dict[str, Any] = {"peak": matmul_gflops(s.threads), "phases": {}}
+    if grpo is None:
+        return out
+    tokenizer = AutoTokenizer.from_pretrained(cache / "gpt2-6x512")
+    prompts = sentiment_texts()[0][: s.prompts]
+    prompt_tokens = max(len(tokenizer(p)["input_ids"]) for p in prompts)
+    flops = step_flops("6x512", s, prompt_tokens)
+    m = grpo["median"]
+    out["phases"] = {"generation (grueflow GRPO)": (flops["generation"], m["generation_s"]),
+                     "update (grueflow GRPO)": (flops["update"], m["update_s"]),
+                     "reference pass (grueflow GRPO)": (flops["forward"], m["scoring_s"])}
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", default=",".join(SIZES), help=f"comma-separated, of: {', '.join(SIZES)}")
+    p.add_argument("--methods", default=",".join(GRUEFLOW_METHODS + TRL_METHODS),
+                   help=f"comma-separated, of: {', '.join(GRUEFLOW_METHODS + TRL_METHODS)}")
+    p.add_argument("--steps", type=int, default=Settings.steps)
+    p.add_argument("--warmup", type=int, default=Settings.warmup)
+    p.add_argument("--no-scaling", action="store_true", help="skip the batch-size and length sweep")
+    p.add_argument("--smoke", action="store_true", help="one tiny step per method at 2x128 (what the tests run)")
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "RESULTS.md")
+    p.add_argument("--cache", type=Path, default=ROOT / "results" / "bench", help="where the models are saved")
+    p.add_argument("--worker", help=argparse.SUPPRESS)
+    p.add_argument("--size", help=argparse.SUPPRESS)
+    p.add_argument("--settings", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.size, Settings(**json.loads(args.settings)), args.cache)))
+        return
+    sizes, methods = args.sizes.split(","), args.methods.split(",")
+    for name, given, valid in (("size", sizes, SIZES), ("method", methods, GRUEFLOW_METHODS + TRL_METHODS)):
+        bad = [g for g in given if g not in valid]
+        if bad:
+            raise SystemExit(f"error: unknown {name} {', '.join(map(repr, bad))}; valid: {', '.join(valid)}")
+    s = Settings(steps=args.steps, warmup=args.warmup)
+    if args.smoke:
+        sizes, s = ["2x128"], Settings(prompts=2, group=2, new_tokens=4, warmup=1, steps=1)
+    args.cache.mkdir(parents=True, exist_ok=True)
+    results = []
+    for size in sizes:
+        for method in methods:
+            results.append(run_worker(method, size, s, args.cache))
+            print(_row(results[-1]), flush=True)
+    scaling: list[dict[str, Any]] = []
+    if not (args.smoke or args.no_scaling):
+        for method in ("grpo", "trl_grpo"):
+            for changed in ({"prompts": 4}, {"prompts": 8}, {"prompts": 32}, {"new_tokens": 16}, {"new_tokens": 64}):
+                scaling.append(run_worker(method, "4x256", replace(s, **changed), args.cache))
+                print(_row(scaling[-1]), flush=True)
+    roofline = roofline_for(results, s, args.cache) if not args.smoke else {}
+    command = "python bench/rl_step.py " + " ".join(sys.argv[1:])
+    text = report(results, scaling, roofline, s, command.strip(), versions())
+    tmp = args.out.with_name(args.out.name + ".tmp")
+    tmp.write_text(text)
+    tmp.rename(args.out)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
