@@ -11,14 +11,13 @@ penalty the unmasked ones. The mask model is refreshed from the policy every
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from transformers import LogitsProcessor
-from transformers.modeling_outputs import BaseModelOutput
 
 from grueflow.config import NLPOConfig
-from grueflow.models.policy import Prompts, top_p_keep
+from grueflow.models.policy import Prompts, StepFn, prefill, reserve_cache, shared_groups, top_p_keep
 from grueflow.rl.ppo import PPO
 
 
@@ -35,35 +34,30 @@ def nucleus_keep(logits: torch.Tensor, top_p: float, top_k: int, min_tokens_to_k
 
 
 class MaskProcessor(LogitsProcessor):
-    """A ``generate`` logits processor that masks the policy's logits with the mask model's nucleus."""
+    """A logits processor (for :meth:`Policy.sample` and ``generate``) that masks the policy's logits with
+    the mask model's nucleus.
 
-    def __init__(self, mask_model: Any, kind: str, prompts: Prompts, cfg: NLPOConfig, always_keep: list[int]) -> None:
+    The mask model decodes alongside the policy with the policy's own incremental machinery
+    (:func:`prefill`): each group of ``group_size`` identical prompts encoded once, and ``reserve`` positions
+    of KV cache set aside so a step writes in place.
+    """
+
+    def __init__(self, mask_model: Any, kind: str, prompts: Prompts, cfg: NLPOConfig, always_keep: list[int],
+                 group_size: int = 1, reserve: int = 0) -> None:
         self.mask_model, self.kind, self.prompts, self.cfg, self.always_keep = mask_model, kind, prompts, cfg, always_keep
-        self.past: Any = None
-        self.attention: torch.Tensor | None = None
-        self.encoder: BaseModelOutput | None = None
+        self.group_size, self.reserve = shared_groups(prompts, group_size), reserve
+        self.cache: Any = None
+        self.step: Optional[StepFn] = None
         self.keeps: list[torch.Tensor] = []
 
     @torch.no_grad()
     def _next_logits(self, input_ids: torch.Tensor) -> torch.Tensor:
-        first = self.past is None
-        if self.kind == "causal":
-            self.attention = self.prompts.attention_mask if first else torch.cat(
-                [self.attention, torch.ones_like(self.attention[:, :1])], dim=1)
-            positions = (self.attention.cumsum(dim=1) - 1).clamp(min=0)
-            step_ids = input_ids if first else input_ids[:, -1:]
-            out = self.mask_model(input_ids=step_ids, attention_mask=self.attention,
-                                  position_ids=positions[:, -step_ids.shape[1]:], cache=self.past,
-                                  use_cache=True)
-        else:
-            if first:
-                self.encoder = self.mask_model.get_encoder()(input_ids=self.prompts.input_ids,
-                                                             attention_mask=self.prompts.attention_mask)
-            out = self.mask_model(encoder_outputs=self.encoder, attention_mask=self.prompts.attention_mask,
-                                  decoder_input_ids=input_ids if first else input_ids[:, -1:],
-                                  cache=self.past, use_cache=True)
-        self.past = out.past_key_values
-        return out.logits[:, -1]
+        if self.step is None:
+            logits, cache, self.step = prefill(self.mask_model, self.kind, self.prompts, self.group_size)
+            self.cache = reserve_cache(cache, self.reserve)
+            return logits
+        logits, self.cache = self.step(input_ids[:, -1], self.cache, len(self.keeps) - 1)
+        return logits
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         keep = nucleus_keep(self._next_logits(input_ids), self.cfg.top_p, self.cfg.top_k,
@@ -97,9 +91,9 @@ class NLPO(PPO):
             self.mask_model.load_state_dict(self.policy.model.state_dict())
             self.refreshes += 1
 
-    def generation_processor(self, prompts: Prompts) -> MaskProcessor:
+    def generation_processor(self, prompts: Prompts, group_size: int = 1, max_new_tokens: int = 0) -> MaskProcessor:
         return MaskProcessor(self.mask_model, self.policy.kind, prompts, self.cfg,
-                             list(self.policy.tokenizer.all_special_ids))
+                             list(self.policy.tokenizer.all_special_ids), group_size, max_new_tokens)
 
     def state_dict(self) -> dict[str, Any]:
         return {"mask_model": self.mask_model.state_dict(), "refreshes": self.refreshes}

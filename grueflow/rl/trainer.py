@@ -251,7 +251,8 @@ class RLTrainer:
         prompts = self.policy.encode([s.prompt for s in samples])
         if hasattr(self.algorithm, "before_rollout"):
             self.algorithm.before_rollout(self.state.iteration)
-        processor = self.algorithm.generation_processor(prompts) if hasattr(self.algorithm, "generation_processor") else None
+        processor = (self.algorithm.generation_processor(prompts, group, self.generation.max_new_tokens)
+                     if hasattr(self.algorithm, "generation_processor") else None)
         started = time.perf_counter()
         completions = self.policy.sample(prompts, self.generation, group, processor)
         generation_s = time.perf_counter() - started

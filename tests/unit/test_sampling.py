@@ -75,6 +75,43 @@ def test_top_p_keeps_the_smallest_set_reaching_p():
     assert top_p_keep(logits, 0.9).tolist() == [[True, True, True, False]]
     assert top_p_keep(logits, 0.9, top_k=2).tolist() == [[True, True, False, False]]
     assert top_p_keep(logits, 0.01, min_tokens_to_keep=2).tolist() == [[True, True, False, False]]
+    tied = torch.tensor([[0.4, 0.2, 0.2, 0.2]]).log()  # the nucleus holds 2 tokens; the tie fills in vocabulary order
+    assert top_p_keep(tied, 0.5).tolist() == [[True, True, False, False]]
+    assert top_p_keep(tied, 0.7).tolist() == [[True, True, True, False]]
+
+
+def test_a_reserved_cache_gives_the_logits_of_a_growing_one(tiny_models):
+    from grueflow.models.policy import prefill, reserve_cache
+
+    model, tokenizer = load_pretrained(tiny_models["causal"])
+    policy = Policy(model, tokenizer, "causal", max_prompt_length=24)
+    prompts = grouped(policy, "causal", 2)
+    tokens = torch.randint(3, tokenizer.vocab_size, (4, 5), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        runs = []
+        for reserve in (None, 3):  # 3: the last steps overflow the reserved room and fall back to concatenation
+            logits, cache, step = prefill(model, "causal", prompts, group_size=2)
+            cache, rows = (cache if reserve is None else reserve_cache(cache, reserve)), [logits]
+            for t in range(tokens.shape[1]):
+                logits, cache = step(tokens[:, t], cache, t)
+                rows.append(logits)
+            runs.append(torch.stack(rows, 1))
+    assert torch.allclose(runs[0], runs[1], atol=1e-6)
+
+
+def test_gelu_new_is_swapped_for_the_fused_gelu_with_the_same_outputs(tiny_models):
+    from transformers import AutoModelForCausalLM
+    from transformers.activations import GELUTanh, NewGELUActivation
+
+    fused, tokenizer = load_pretrained(tiny_models["causal"])
+    plain = AutoModelForCausalLM.from_pretrained(tiny_models["causal"], dtype=torch.float32).eval()
+    assert plain.config.activation_function == fused.config.activation_function == "gelu_new"
+    assert any(isinstance(m, NewGELUActivation) for m in plain.modules())
+    assert not any(isinstance(m, NewGELUActivation) for m in fused.modules())
+    assert any(isinstance(m, GELUTanh) for m in fused.modules())
+    ids = tokenizer(["i watched this movie with my sister"], return_tensors="pt").input_ids
+    with torch.no_grad():
+        assert torch.allclose(fused(ids).logits, plain(ids).logits, atol=1e-5)
 
 
 class PreferEos:
