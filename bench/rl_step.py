@@ -350,6 +350,7 @@ def report(results: list[dict[str, Any]], scaling: list[dict[str, Any]], rooflin
             m, st = r["median"], r["settings"]
             lines.append(f"| {r['method']} | {st['prompts'] * st['group']} | {st['new_tokens']} | {m['step_s']:.3f} | "
                          f"{m['generation_s']:.3f} | {m['update_s']:.3f} |")
+    lines += ["", "## Targets (issue 6)", "", *targets(by, roofline)]
     if roofline:
         lines += ["", "## Roofline (6x512)", "", "| what | GFLOP | seconds | GFLOP/s | share of matmul rate |",
                   "|---|---|---|---|---|",
@@ -359,6 +360,27 @@ def report(results: list[dict[str, Any]], scaling: list[dict[str, Any]], rooflin
             lines.append(f"| {name} | {flop / 1e9:.1f} | {seconds:.3f} | {rate:.1f} | {100 * rate / roofline['peak']:.0f} % |")
     lines += ["", f"Versions: {library_versions}", ""]
     return "\n".join(lines)
+
+
+TARGETS = (("grpo", "trl_grpo", 0.5, "grueflow GRPO step <= 0.5 x TRL GRPOTrainer step"),
+           ("ppo", "grpo", 1.5, "grueflow PPO step (critic and reference included) <= 1.5 x grueflow GRPO step"),
+           ("nlpo", "ppo", 1.5, "NLPO step <= 1.5 x PPO step"))
+
+
+def targets(by: dict[tuple[str, str], float], roofline: dict[str, Any]) -> list[str]:
+    """One line per target and size that was measured: the ratio, and whether it holds."""
+    lines = []
+    for a, b, bound, text in TARGETS:
+        for size in SIZES:
+            if (size, a) in by and (size, b) in by:
+                ratio = by[(size, a)] / by[(size, b)]
+                lines.append(f"- {text} at {size}: {ratio:.2f} — {'holds' if ratio <= bound else 'does not hold'}")
+    update = roofline.get("phases", {}).get("update (grueflow GRPO)") if roofline else None
+    if update:
+        share = update[0] / update[1] / 1e9 / roofline["peak"]
+        lines.append(f"- update phase at 6x512 >= 50 % of the matmul rate: {100 * share:.0f} % — "
+                     f"{'holds' if share >= 0.5 else 'does not hold'}")
+    return lines
 
 
 def versions() -> str:
