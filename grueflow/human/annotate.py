@@ -1,7 +1,8 @@
 """Serve a batch for annotation on 127.0.0.1: ``python -m grueflow.human.annotate BATCH_DIR --annotator NAME``.
 
 One item at a time with keyboard shortcuts and progress; each answer is appended to the answers file
-(default ``BATCH_DIR/answers.jsonl``) as it is given (see :mod:`grueflow.human.answers`), and a reload
+(``--answers``, kept outside the batch folder, e.g. under ``data/human/``, since a re-export replaces
+the batch folder) as it is given (see :mod:`grueflow.human.answers`), and a reload
 or a restart resumes at the annotator's first unanswered item. Several annotators share a batch: each
 runs the page under their own name (on their own port), all writing the same answers file.
 
@@ -35,7 +36,6 @@ log = logging.getLogger(__name__)
 HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 MAX_BODY = 16 * 1024  # bytes; an answer is well under 1 KiB
-ANSWERS = "answers.jsonl"
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
                                "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
@@ -166,12 +166,15 @@ class _Handler(BaseHTTPRequestHandler):
             return None
 
 
-def build_server(batch_dir: str | Path, annotator: str, answers: str | Path | None = None,
+def build_server(batch_dir: str | Path, annotator: str, answers: str | Path,
                  port: int = DEFAULT_PORT) -> AnnotationServer:
     """A ready (not yet serving) server for one annotator; ``port=0`` picks a free port."""
     batch_dir = Path(batch_dir)
     batch = read_batch(batch_dir)
-    store = AnswerStore(answers if answers is not None else batch_dir / ANSWERS, batch)
+    if Path(answers).resolve().is_relative_to(batch_dir.resolve()):
+        raise io.DataError(f"--answers {answers} is inside the batch folder, which a re-export replaces; "
+                           f"keep answers elsewhere, e.g. data/human/{batch_dir.name}/answers.jsonl")
+    store = AnswerStore(answers, batch)
     store.records()  # a corrupt answers file fails now, before anyone annotates
     return AnnotationServer(batch, batch_dir.name, store, annotator, port)
 
@@ -181,7 +184,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="grueflow annotate", description=__doc__.split("\n\n")[0])
     p.add_argument("batch_dir", type=Path, help="a batch folder written by stages/export_human_eval.py")
     p.add_argument("--annotator", required=True, help="your name (letters, digits, _.@-); answers are keyed by it")
-    p.add_argument("--answers", type=Path, default=None, help=f"the answers file (default BATCH_DIR/{ANSWERS})")
+    p.add_argument("--answers", type=Path, required=True,
+                   help="the answers file, outside the batch folder (e.g. data/human/<batch>/answers.jsonl)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
