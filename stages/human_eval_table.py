@@ -18,7 +18,7 @@ def main() -> None:
     for folder in args.imports:
         if not (folder / "stage.json").is_file():
             raise DataError(f"{folder} is not a finished import (no stage.json); run stages/import_human_eval.py")
-        rows += read_json(folder / "table_rows.json")
+        rows += [{c: row.get(c) for c in results.TABLE_COLUMNS} for row in read_json(folder / "table_rows.json")]
         agreements[str(folder)] = read_json(folder / "agreement.json")
     write_csv(args.out_csv, rows)
     write_text(args.out_md, results.to_markdown(rows, agreements))

@@ -28,6 +28,8 @@ from grueflow.human.batch import Batch, prompt_of
 from grueflow.human.templates import CHOICE_FIELD
 
 Z_95 = 1.959963984540054  # the standard normal's 0.975 quantile
+TABLE_COLUMNS = ("kind", "task", "method", "measure", "n", "n_judgments", "ties", "value", "ci_low", "ci_high",
+                 "interval")  # human_eval_table.csv; measure: a criterion, or win_rate_vs:<other method>
 
 
 def read_answers(path: str | Path, batch: Batch) -> list[Answer]:
