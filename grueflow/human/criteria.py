@@ -2,6 +2,7 @@
 
 The criteria follow RL4LMs' human studies (Ramamurthy et al., ICLR 2023, appendix on human
 evaluation): every task is rated for coherence plus one task-specific criterion, on a 1-5 scale.
+Translation and question answering, which RL4LMs did not study with people, follow the same pattern.
 Each set is registered under the task names it serves (the GRUE task files' names, the embedded
 default's synthetic tasks, and the plain names), so a stage can look one up by ``{task}``.
 """
@@ -63,7 +64,16 @@ _register(("totto",), "totto",
           Criterion("correctness", "Is everything the sentence says supported by the highlighted table cells?",
                     "unsupported", "fully supported"),
           "Which sentence describes the highlighted cells more correctly?")
-_register(("dialogue", "daily_dialog"), "dialogue",
+_register(("dialogue", "daily_dialog", "dailydialog"), "dialogue",
           Criterion("quality", "Is the reply a sensible, engaging next turn in the conversation?",
                     "makes no sense here", "an excellent reply"),
           "Which reply is the better next turn in the conversation?")
+# beyond RL4LMs' five human studies, so that every GRUE task can be exported
+_register(("translation", "iwslt2017"), "translation",
+          Criterion("adequacy", "Does the translation carry the full meaning of the source sentence?",
+                    "meaning lost", "all meaning kept"),
+          "Which translation carries the meaning of the source better?")
+_register(("qa", "narrative_qa"), "qa",
+          Criterion("correctness", "Does the answer correctly answer the question from the story?",
+                    "wrong", "fully correct"),
+          "Which answer answers the question better?")

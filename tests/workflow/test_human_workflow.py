@@ -12,7 +12,7 @@ import pytest
 
 from grueflow.human import batch as hb
 from grueflow.human.answers import AnswerStore
-from tests.conftest import ROOT, copy_project, run
+from tests.conftest import ROOT, copy_project, git_init, run
 
 DATA = Path(os.environ.get("GRUEFLOW_SHARED_DATA", ROOT.parent / "shared" / "data"))
 IMDB = DATA / "human_eval_examples" / "likert" / "IMDB_sentiment_completion_example_input.csv"
@@ -59,6 +59,15 @@ def test_export_annotate_import_table_through_snakemake(tmp_path: Path) -> None:
     assert len(pairwise.items) == n and likert.criteria_set == "sentiment"
     key = hb.read_key(repo / "results" / "human" / "sentiment" / "keys" / f"{PAIR}.json")
     assert sorted(set(key.values())) == ["supervised", "supervised+ppo"]
+    # DVC's stage runs the same CLI on the same predictions: the same batch and key, byte for byte
+    exported = {p: p.read_bytes() for p in (batches / PAIR / hb.ITEMS, batches / PAIR / hb.UPLOAD,
+                                            repo / "results" / "human" / "sentiment" / "keys" / f"{PAIR}.json")}
+    git_init(repo)
+    run(["git", "add", "-A"], repo)
+    run(["git", "commit", "-qm", "faked evaluate outputs"], repo)
+    run(["dvc", "repro", "--single-item", "export_human_pairwise@sentiment-ppo-0"], repo)
+    assert {p: p.read_bytes() for p in exported} == exported
+    assert (batches / PAIR / "stage.json").stat().st_mtime > (batches / "likert_seed0" / "stage.json").stat().st_mtime
 
     # the human step: two annotators; alice scores supervised+ppo's coherence 5 and everything else 2,
     # bob gives 4 and 1; in the pairwise batch alice always prefers supervised+ppo, bob does except one tie
