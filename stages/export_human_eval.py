@@ -31,7 +31,8 @@ def main() -> None:
     p.add_argument("--key", type=Path, help="pairwise: where the opaque id -> system key goes (outside --out)")
     args = p.parse_args()
     started = stage.setup(args)
-    criteria = CRITERIA.get(args.criteria).name  # an unknown set fails here, listing the valid ones
+    if args.criteria not in CRITERIA:
+        p.error(CRITERIA.unknown_message(args.criteria))
     if bool(args.predictions) == bool(args.rl4lms_csv):
         p.error("give either --predictions METHOD=PATH ... or --rl4lms-csv")
     if args.kind == "pairwise" and (args.key is None or args.key.resolve().is_relative_to(args.out.resolve())):
@@ -51,12 +52,14 @@ def main() -> None:
             p.error(f"a pairwise batch compares exactly two methods; got {sorted(sources)}")
         batch, key = hb.pairwise_batch(*sources.items(), args.criteria, args.seed, prompt_column)
     if args.max_items is not None:
-        batch = hb.Batch(batch.kind, batch.criteria_set, batch.seed, batch.items[:args.max_items], batch.prompt_column)
-        key = key and {i: s for i, s in key.items() if any(i in (t["choice_A_id"], t["choice_B_id"]) for t in batch.items)}
+        batch = batch.head(args.max_items)
+        if key is not None:
+            kept = {item[f"choice_{side}_id"] for item in batch.items for side in "AB"}
+            key = {opaque: system for opaque, system in key.items() if opaque in kept}
     inputs = ({"rl4lms_csv": args.rl4lms_csv} if args.rl4lms_csv else {m: path for m, path in args.predictions})
     with atomic_dir(args.out) as tmp:
         hb.write_batch(batch, tmp, key, args.key)
-        stage.finish(tmp, "export_human_eval", {"kind": args.kind, "criteria": criteria, "seed": args.seed,
+        stage.finish(tmp, "export_human_eval", {"kind": args.kind, "criteria": args.criteria, "seed": args.seed,
                                                 "max_items": args.max_items}, inputs, started)
 
 

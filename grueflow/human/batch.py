@@ -20,7 +20,7 @@ from __future__ import annotations
 import csv
 import html
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
@@ -56,6 +56,10 @@ class Batch:
     seed: int
     items: tuple[dict[str, str], ...]
     prompt_column: str = "prompt"
+    _by_id: dict[str, dict[str, str]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_id", {item["item_id"]: item for item in self.items})
 
     @property
     def spec(self) -> CriteriaSet:
@@ -72,18 +76,17 @@ class Batch:
         return ("item_id", self.prompt_column, *PAIRWISE_COLUMNS)
 
     def item(self, item_id: str) -> dict[str, str] | None:
-        return self._index().get(item_id)
+        return self._by_id.get(item_id)
 
-    def _index(self) -> dict[str, dict[str, str]]:
-        cached = self.__dict__.get("_by_id")
-        if cached is None:
-            cached = {item["item_id"]: item for item in self.items}
-            object.__setattr__(self, "_by_id", cached)
-        return cached
+    def head(self, n: int) -> "Batch":
+        """The first ``n`` items (after the seeded shuffle): a smaller batch for a smaller budget."""
+        return Batch(self.kind, self.criteria_set, self.seed, self.items[:n], self.prompt_column)
 
 
 def read_predictions(path: str | Path) -> list[Prediction]:
     """The ``id``, ``prompt`` and ``generation`` of each row of an evaluate stage's ``predictions.jsonl``."""
+    if not Path(path).is_file():
+        raise io.MissingDataError(f"{path} does not exist; give an evaluate output's predictions.jsonl (or its folder)")
     rows = io.read_jsonl(path)
     out = []
     for number, row in enumerate(rows, start=1):
@@ -211,7 +214,7 @@ def read_batch(batch_dir: str | Path) -> Batch:
         missing = [c for c in (*batch.columns, "sample_id") if not isinstance(item.get(c), str)]
         if missing:
             raise io.DataError(f"{batch_dir / ITEMS}: line {number} lacks {missing}")
-    if len(batch._index()) != len(items):
+    if len(batch._by_id) != len(items):
         raise io.DataError(f"{batch_dir / ITEMS}: item ids repeat")
     return batch
 
