@@ -164,6 +164,9 @@ class _Handler(BaseHTTPRequestHandler):
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
             self._error(HTTPStatus.BAD_REQUEST, f"the body is not valid JSON: {err}")
             return None
+        except RecursionError:
+            self._error(HTTPStatus.BAD_REQUEST, "the body is not valid JSON: nested too deeply")
+            return None
 
 
 def build_server(batch_dir: str | Path, annotator: str, answers: str | Path,

@@ -36,6 +36,8 @@ def test_bad_requests_are_refused_and_saved_answers_stay(likert_dir: Path, serve
 
     refused = [
         (request(server, "POST", "/api/answer", b"{not json"), 400, "not valid JSON"),
+        (request(server, "POST", "/api/answer", b"[" * (MAX_BODY - 1)), 400, "not valid JSON: nested too deeply"),
+        (request(server, "POST", "/api/answer", b'{"item_id": "\xff"}'), 400, "not valid JSON"),
         (request(server, "POST", "/api/answer", b"x" * (MAX_BODY + 1)), 413, f"the limit is {MAX_BODY}"),
         (request(server, "POST", "/api/answer", b"{}", {"Content-Type": "text/plain"}), 415, "send application/json"),
         (request(server, "POST", "/api/answer", b"{}", {"Host": "evil.example:80"}), 400, "Host 'evil.example:80' refused"),
