@@ -23,7 +23,8 @@ def shell(batch: Batch, annotator: str, batch_name: str) -> str:
 </head>
 <body>
 <header>
-  <b>{html.escape(batch_name)}</b> ({html.escape(batch.kind)}) &middot; annotator <b id="annotator">{html.escape(annotator)}</b>
+  <b>{html.escape(batch_name)}</b> ({html.escape(batch.kind)})
+  &middot; annotator <b id="annotator">{html.escape(annotator)}</b>
   &middot; <span id="progress">loading</span> <progress id="bar" max="1" value="0"></progress>
 </header>
 <main id="item" hidden>

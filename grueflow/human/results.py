@@ -17,7 +17,7 @@ import csv
 import html
 import math
 from collections import defaultdict
-from itertools import combinations
+from itertools import permutations
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -221,7 +221,7 @@ def pairwise_rows(batch: Batch, key: Mapping[str, str], answers: Sequence[Answer
             wins[winner] += 1
     decided = sum(wins.values())
     rows = []
-    for system, other in ((s, o) for s, o in combinations(systems, 2) for s, o in ((s, o), (o, s))):
+    for system, other in permutations(systems, 2):
         low, high = wilson_interval(wins[system], decided) if decided else (None, None)
         rows.append({"kind": "pairwise", "task": task, "method": system, "measure": f"win_rate_vs:{other}",
                      "n": decided, "n_judgments": decided + ties, "ties": ties,

@@ -43,7 +43,8 @@ def _likert_question(criterion: Criterion) -> str:
 def likert_template(batch: Batch) -> str:
     """One item per page: the prompt, the completion, and a 1-5 scale per criterion (``Answer.<criterion>``)."""
     questions = "\n".join(_likert_question(c) for c in batch.criteria)
-    return f"""<!-- grueflow Likert template ({_esc(batch.criteria_set)}): upload items.csv with it; columns ${{item_id}}, ${{prompt}}, ${{machine_completion}} -->
+    return f"""<!-- grueflow Likert template ({_esc(batch.criteria_set)}): upload items.csv with it;
+     columns ${{item_id}}, ${{prompt}}, ${{machine_completion}} -->
 {_STYLE}
 <div class="gf">
   <p>Read the prompt and the machine-written continuation, then rate the continuation on each question.</p>
@@ -62,7 +63,8 @@ def pairwise_template(batch: Batch) -> str:
     column = batch.prompt_column
     radios = "\n".join(f'    <label><input type="radio" name="{CHOICE_FIELD}" value="{c}" required> '
                        f'{"Both equally good" if c == "tie" else c}</label>' for c in CHOICES)
-    return f"""<!-- grueflow pairwise template ({_esc(batch.criteria_set)}): upload items.csv with it; the choice ids stay hidden -->
+    return f"""<!-- grueflow pairwise template ({_esc(batch.criteria_set)}): upload items.csv with it;
+     the choice ids stay hidden -->
 {_STYLE}
 <div class="gf">
   <input type="hidden" name="item_id" value="${{item_id}}">
