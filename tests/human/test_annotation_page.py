@@ -99,3 +99,25 @@ def test_pairwise_keys_pick_a_b_and_tie(browser, tmp_path: Path, serve) -> None:
     records = read_answer_lines(tmp_path / "pw_answers.jsonl")
     assert [(r["item_id"], r["answer"]) for r in records] == [
         (ids[0], {"choice": "A"}), (ids[1], {"choice": "B"}), (ids[2], {"choice": "tie"})]
+
+
+def test_platform_template_filled_as_mturk_does_shows_model_text_as_text(browser, likert_dir: Path, tmp_path: Path) -> None:
+    """MTurk puts each CSV value into its ${column} as it is: the escaped upload CSV keeps the markup inert."""
+    import csv
+
+    template = (likert_dir / hb.TEMPLATE).read_text(encoding="utf-8")
+    with open(likert_dir / hb.UPLOAD, newline="", encoding="utf-8") as handle:
+        row = next(csv.DictReader(handle))
+    for column, value in row.items():
+        template = template.replace("${" + column + "}", value)
+    assert "${" not in template
+    page = tmp_path / "hit.html"
+    page.write_text(f"<!doctype html><html><head><meta charset='utf-8'></head><body>{template}</body></html>",
+                    encoding="utf-8")
+    browser.get(page.as_uri())
+    item = hb.read_batch(likert_dir).items[0]
+    texts = [e.text for e in browser.find_elements("css selector", ".gf .text")]
+    assert texts == [item["prompt"], item["machine_completion"]]
+    assert browser.execute_script("return typeof window.pwned") == "undefined"
+    radios = browser.find_elements("css selector", "input[type=radio]")
+    assert sorted({r.get_attribute("name") for r in radios}) == ["coherence", "sentiment"] and len(radios) == 10

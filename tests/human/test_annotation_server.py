@@ -79,6 +79,12 @@ def test_page_and_state_never_reveal_the_key_or_the_method(tmp_path: Path, serve
     assert headers_type.startswith("text/html")
 
 
+def test_the_page_escapes_the_batch_name_server_side(likert_dir: Path, serve, tmp_path: Path) -> None:
+    odd = likert_dir.rename(tmp_path / "<b onmouseover=x>batch")
+    status, _, data = request(serve(odd), "GET", "/")
+    assert status == 200 and "&lt;b onmouseover=x&gt;batch" in data.decode() and "<b onmouseover" not in data.decode()
+
+
 def test_several_annotators_share_one_file_and_resume(likert_dir: Path, serve, tmp_path: Path) -> None:
     items = [i["item_id"] for i in hb.read_batch(likert_dir).items]
     alice, bob = serve(likert_dir, "alice"), serve(likert_dir, "bob")
