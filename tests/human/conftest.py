@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 import pytest
 
@@ -14,14 +14,19 @@ from grueflow.human.annotate import AnnotationServer, build_server
 N_ITEMS = 5
 
 
-def hostile(i: int) -> str:
+def _hostile(i: int) -> str:
     """Completion i: markup that would set ``window.pwned`` if it were ever parsed as HTML."""
     return f'<script>window.pwned = {i}</script><img src=x onerror="window.pwned = {i}"> reply {i}'
 
 
 @pytest.fixture
+def hostile() -> Callable[[int], str]:
+    return _hostile
+
+
+@pytest.fixture
 def likert_dir(tmp_path: Path) -> Path:
-    predictions = {"ppo": [hb.Prediction(f"s{i}", f"prompt {i} & <b>more</b>", hostile(i)) for i in range(N_ITEMS)]}
+    predictions = {"ppo": [hb.Prediction(f"s{i}", f"prompt {i} & <b>more</b>", _hostile(i)) for i in range(N_ITEMS)]}
     batch = hb.likert_batch(predictions, "imdb", seed=0)
     hb.write_batch(batch, tmp_path / "batch")
     return tmp_path / "batch"

@@ -11,8 +11,6 @@ import pytest
 from grueflow.human import batch as hb
 from grueflow.human.answers import read_answer_lines
 
-from conftest import hostile
-
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is in the test extra: pip install -e '.[test]'")
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
@@ -45,7 +43,8 @@ def wait_for_item(driver, item_id: str) -> None:
     WebDriverWait(driver, 10).until(lambda d: d.find_element("id", "item-id").text == item_id)
 
 
-def test_keyboard_annotation_reload_resume_and_escaping(browser, likert_dir: Path, serve, tmp_path: Path) -> None:
+def test_keyboard_annotation_reload_resume_and_escaping(browser, likert_dir: Path, serve, tmp_path: Path,
+                                                        hostile) -> None:
     batch = hb.read_batch(likert_dir)
     ids = [i["item_id"] for i in batch.items]
     server = serve(likert_dir, "alice")
@@ -82,7 +81,7 @@ def test_keyboard_annotation_reload_resume_and_escaping(browser, likert_dir: Pat
         ("alice", ids[i], {"coherence": c, "sentiment": s}) for i, (c, s) in enumerate(given)]
 
 
-def test_pairwise_keys_pick_a_b_and_tie(browser, tmp_path: Path, serve) -> None:
+def test_pairwise_keys_pick_a_b_and_tie(browser, tmp_path: Path, serve, hostile) -> None:
     rows = {m: [hb.Prediction(f"s{i}", f"concepts {i}", f"{m} says {hostile(i)}") for i in range(4)]
             for m in ("ppo", "nlpo")}
     batch, key = hb.pairwise_batch(("ppo", rows["ppo"]), ("nlpo", rows["nlpo"]), "commongen", seed=0)
