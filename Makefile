@@ -35,3 +35,14 @@ bench: setup
 
 clean:
 	rm -rf results .snakemake
+
+# The annotation page's browser test (issue 7) drives Debian's chromium through its chromedriver;
+# installed once, only where chromium is missing and apt-get exists (elsewhere that test is skipped).
+.PHONY: browser
+setup: browser
+browser:
+	@if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
+	  sudo=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends \
+	    chromium chromium-driver; \
+	fi

@@ -16,6 +16,7 @@ include: "workflow/rules/models.smk"
 include: "workflow/rules/rl.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/aggregate.smk"
+include: "workflow/rules/human.smk"  # human evaluation (issue 7): not part of rule all
 
 
 rule all:

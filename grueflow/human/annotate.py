@@ -1,0 +1,216 @@
+"""Serve a batch for annotation on 127.0.0.1: ``python -m grueflow.human.annotate BATCH_DIR --annotator NAME``.
+
+One item at a time with keyboard shortcuts and progress; each answer is appended to the answers file
+(``--answers``, kept outside the batch folder, e.g. under ``data/human/``, since a re-export replaces
+the batch folder) as it is given (see :mod:`grueflow.human.answers`), and a reload
+or a restart resumes at the annotator's first unanswered item. Several annotators share a batch: each
+runs the page under their own name (on their own port), all writing the same answers file.
+
+Routes: ``GET /`` (the page), ``GET /page.js``, ``GET /page.css``, ``GET /api/state`` (progress and the
+current item), ``POST /api/answer`` (``{"item_id": ..., "answer": {...}}``, JSON, at most
+:data:`MAX_BODY` bytes). A refused request gets a 4xx status and ``{"error": message}``; it saves nothing.
+Requests whose ``Host`` is not this server's loopback address are refused (DNS rebinding), and a POST
+must be ``application/json``, which a cross-site form cannot send without a CORS preflight this server
+never grants.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Sequence
+
+from grueflow import io
+from grueflow.human.answers import AnswerError, AnswerStore, check_annotator
+from grueflow.human.batch import Batch, prompt_of, read_batch
+from grueflow.human.criteria import SCALE_MAX, SCALE_MIN
+from grueflow.human.page import CSS, SCRIPT, shell
+
+log = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+MAX_BODY = 16 * 1024  # bytes; an answer is well under 1 KiB
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
+                               "base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+class AnnotationServer(ThreadingHTTPServer):
+    """A ThreadingHTTPServer that knows its batch, answers file and annotator."""
+
+    daemon_threads = True
+
+    def __init__(self, batch: Batch, batch_name: str, store: AnswerStore, annotator: str, port: int) -> None:
+        self.batch, self.batch_name, self.store, self.annotator = batch, batch_name, store, check_annotator(annotator)
+        super().__init__((HOST, port), _Handler)
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.server_address[1]}/"
+
+    def state(self) -> dict[str, Any]:
+        """What the page shows: progress and the annotator's first unanswered item (model text as plain strings)."""
+        batch = self.batch
+        answered = self.store.latest(self.annotator)
+        row = next((r for r in batch.items if r["item_id"] not in answered), None)
+        item = None
+        if row is not None:
+            item = {"item_id": row["item_id"], "prompt": prompt_of(batch, row)}
+            if batch.kind == "likert":
+                item["machine_completion"] = row["machine_completion"]
+            else:
+                item.update(choice_A=row["choice_A"], choice_B=row["choice_B"])
+        return {"annotator": self.annotator, "kind": batch.kind, "total": len(batch.items), "done": len(answered),
+                "item": item,
+                "scale": [SCALE_MIN, SCALE_MAX], "question": batch.spec.pairwise_question,
+                "criteria": [{"id": c.id, "question": c.question, "low": c.low, "high": c.high} for c in batch.criteria]}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: AnnotationServer
+    server_version = "grueflow-annotate"
+    sys_version = ""
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+        log.info("%s %s", self.address_string(), format % args)
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in SECURITY_HEADERS.items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _json(self, status: int, data: Any) -> None:
+        self._send(status, json.dumps(data, ensure_ascii=False).encode("utf-8"), "application/json; charset=utf-8")
+
+    def _error(self, status: int, message: str) -> None:
+        self._json(status, {"error": message})
+
+    def _host_ok(self) -> bool:
+        port = self.server.server_address[1]
+        if self.headers.get("Host") in {f"{HOST}:{port}", f"localhost:{port}"}:
+            return True
+        self._error(HTTPStatus.BAD_REQUEST, f"Host {self.headers.get('Host')!r} refused; open {self.server.url}")
+        return False
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        if not self._host_ok():
+            return
+        path = self.path.split("?", 1)[0]
+        if path == "/":
+            page = shell(self.server.batch, self.server.annotator, self.server.batch_name)
+            self._send(HTTPStatus.OK, page.encode("utf-8"), "text/html; charset=utf-8")
+        elif path == "/page.js":
+            self._send(HTTPStatus.OK, SCRIPT.encode("utf-8"), "text/javascript; charset=utf-8")
+        elif path == "/page.css":
+            self._send(HTTPStatus.OK, CSS.encode("utf-8"), "text/css; charset=utf-8")
+        elif path == "/api/state":
+            self._json(HTTPStatus.OK, self.server.state())
+        else:
+            self._error(HTTPStatus.NOT_FOUND, f"no such page {path!r}; the page is at /")
+
+    def do_POST(self) -> None:  # noqa: N802
+        if not self._host_ok():
+            return
+        if self.path != "/api/answer":
+            self._error(HTTPStatus.NOT_FOUND, f"cannot POST to {self.path!r}; answers go to /api/answer")
+            return
+        payload = self._read_json()
+        if payload is None:
+            return
+        if not isinstance(payload, dict) or set(payload) != {"item_id", "answer"}:
+            keys = sorted(payload) if isinstance(payload, dict) else type(payload).__name__
+            self._error(HTTPStatus.BAD_REQUEST, f"the body is a JSON object with exactly item_id and answer, got {keys}")
+            return
+        try:
+            self.server.store.append(self.server.annotator, payload["item_id"], payload["answer"])
+        except AnswerError as err:
+            self._error(err.status, str(err))
+            return
+        self._json(HTTPStatus.OK, self.server.state())
+
+    def _read_json(self) -> Any:
+        """The request body as JSON, or None after sending the 4xx that says why it is refused."""
+        content_type = self.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if content_type != "application/json":
+            self._error(HTTPStatus.UNSUPPORTED_MEDIA_TYPE, f"Content-Type {content_type or 'none'!r} refused; "
+                                                           f"send application/json")
+            return None
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            self._error(HTTPStatus.LENGTH_REQUIRED, "a Content-Length header is required")
+            return None
+        if length < 0 or length > MAX_BODY:
+            self.close_connection = True  # the unread body must not be parsed as the next request
+            self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body of {length} bytes refused; the limit is {MAX_BODY}")
+            return None
+        raw = self.rfile.read(length)
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            self._error(HTTPStatus.BAD_REQUEST, f"the body is not valid JSON: {err}")
+            return None
+        except RecursionError:
+            self._error(HTTPStatus.BAD_REQUEST, "the body is not valid JSON: nested too deeply")
+            return None
+
+
+def build_server(batch_dir: str | Path, annotator: str, answers: str | Path,
+                 port: int = DEFAULT_PORT) -> AnnotationServer:
+    """A ready (not yet serving) server for one annotator; ``port=0`` picks a free port."""
+    batch_dir = Path(batch_dir)
+    batch = read_batch(batch_dir)
+    if Path(answers).resolve().is_relative_to(batch_dir.resolve()):
+        raise io.DataError(f"--answers {answers} is inside the batch folder, which a re-export replaces; "
+                           f"keep answers elsewhere, e.g. data/human/{batch_dir.name}/answers.jsonl")
+    store = AnswerStore(answers, batch)
+    store.records()  # a corrupt answers file fails now, before anyone annotates
+    return AnnotationServer(batch, batch_dir.name, store, annotator, port)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``annotate`` command; returns the exit code (2 for a bad batch, answers file or name)."""
+    p = argparse.ArgumentParser(prog="grueflow annotate", description=__doc__.split("\n\n")[0])
+    p.add_argument("batch_dir", type=Path, help="a batch folder written by stages/export_human_eval.py")
+    p.add_argument("--annotator", required=True, help="your name (letters, digits, _.@-); answers are keyed by it")
+    p.add_argument("--answers", type=Path, required=True,
+                   help="the answers file, outside the batch folder (e.g. data/human/<batch>/answers.jsonl)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
+    try:
+        server = build_server(args.batch_dir, args.annotator, args.answers, args.port)
+    except (io.DataError, AnswerError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        print(f"error: cannot serve on {HOST}:{args.port}: {err}; pick another --port", file=sys.stderr)
+        return 2
+    log.info("annotating %s as %s: open %s (%d/%d answered); answers go to %s; Ctrl-C stops", args.batch_dir,
+             server.annotator, server.url, len(server.store.latest(server.annotator)), len(server.batch.items),
+             server.store.path)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,152 @@
+"""The answers file of a batch: one JSON object a line, appended atomically as each answer is given.
+
+A line is ``{"annotator", "item_id", "answer", "at"}``: ``answer`` is ``{criterion: score}`` (Likert,
+integers in [1, 5]) or ``{"choice": "A" | "B" | "tie"}`` (pairwise); ``at`` is the UTC time it was saved.
+Several annotators share one file; the last line of an (annotator, item) pair is their answer.
+
+Appending holds a lock (a thread lock within one server, ``flock`` across processes, so two
+annotators' servers may share a file), writes the whole line with one ``write`` and ``fsync``\\ s before
+the answer is acknowledged. A crash mid-write can at worst leave an unacknowledged partial last line;
+the next append cuts it off and readers skip it, so a saved answer is never lost and no half line stays.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import json
+import logging
+import os
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from grueflow import io
+from grueflow.human.batch import Batch
+from grueflow.human.criteria import SCALE_MAX, SCALE_MIN
+from grueflow.human.templates import CHOICE_FIELD, CHOICES
+
+log = logging.getLogger(__name__)
+
+ANNOTATOR_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
+
+
+class AnswerError(ValueError):
+    """An answer that cannot be saved; ``status`` is the HTTP status the page returns for it."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One annotator's answer to one item (values as in the module docstring)."""
+
+    annotator: str
+    item_id: str
+    values: Mapping[str, Any]
+
+
+def check_annotator(name: Any) -> str:
+    if not isinstance(name, str) or not ANNOTATOR_PATTERN.match(name):
+        raise AnswerError(f"annotator {name!r} is not a valid name: use 1-64 letters, digits or _.@- "
+                          f"(starting with a letter or digit)")
+    return name
+
+
+def check_answer(batch: Batch, item_id: Any, values: Any) -> dict[str, Any]:
+    """The answer's values, validated against the batch; an AnswerError says what is wrong and what is allowed."""
+    if not isinstance(item_id, str) or batch.item(item_id) is None:
+        raise AnswerError(f"unknown item id {item_id!r}; this batch's ids run {batch.items[0]['item_id']} .. "
+                          f"{batch.items[-1]['item_id']}", status=404)
+    if not isinstance(values, dict):
+        raise AnswerError(f"answer must be a JSON object, got {type(values).__name__}")
+    if batch.kind == "pairwise":
+        if set(values) != {CHOICE_FIELD} or values[CHOICE_FIELD] not in CHOICES:
+            raise AnswerError(f"a pairwise answer is {{\"{CHOICE_FIELD}\": one of {list(CHOICES)}}}, got {values!r}",
+                              status=422)
+        return {CHOICE_FIELD: values[CHOICE_FIELD]}
+    expected = [c.id for c in batch.criteria]
+    if sorted(values) != sorted(expected):
+        raise AnswerError(f"a Likert answer scores exactly the criteria {expected}, got keys {sorted(values)}", status=422)
+    for criterion in expected:
+        score = values[criterion]
+        if isinstance(score, bool) or not isinstance(score, int) or not SCALE_MIN <= score <= SCALE_MAX:
+            raise AnswerError(f"score {score!r} for {criterion!r} is out of range: give an integer "
+                              f"{SCALE_MIN}..{SCALE_MAX}", status=422)
+    return {c: values[c] for c in expected}
+
+
+class AnswerStore:
+    """Appends answers to one JSONL file and reads them back (see the module docstring)."""
+
+    def __init__(self, path: str | Path, batch: Batch) -> None:
+        self.path = Path(path)
+        self.batch = batch
+        self._lock = threading.Lock()
+
+    def append(self, annotator: str, item_id: str, values: Any) -> Answer:
+        """Validate, then append one line durably; returns the saved answer. Raises AnswerError, saving nothing."""
+        annotator = check_annotator(annotator)
+        clean = check_answer(self.batch, item_id, values)
+        record = {"annotator": annotator, "item_id": item_id, "answer": clean,
+                  "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+        line = (json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                _cut_partial_tail(fd, self.path)
+                written = os.write(fd, line)
+                if written != len(line):
+                    raise OSError(f"{self.path}: wrote {written} of {len(line)} bytes")
+                os.fsync(fd)
+            finally:
+                os.close(fd)  # closing releases the flock
+        return Answer(annotator, item_id, clean)
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every complete line, in file order (an unfinished last line, left by a crash, is skipped)."""
+        return read_answer_lines(self.path)
+
+    def latest(self, annotator: str) -> dict[str, dict[str, Any]]:
+        """item id → this annotator's last answer."""
+        return {r["item_id"]: r["answer"] for r in self.records() if r.get("annotator") == annotator}
+
+
+def _cut_partial_tail(fd: int, path: Path) -> None:
+    size = os.fstat(fd).st_size
+    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+        return
+    start = max(0, size - (1 << 20))
+    tail = os.pread(fd, size - start, start)
+    keep = start + tail.rfind(b"\n") + 1 if b"\n" in tail else start
+    log.warning("%s: cutting an unfinished last line (%d bytes) left by an interrupted write", path, size - keep)
+    os.ftruncate(fd, keep)
+
+
+def read_answer_lines(path: str | Path) -> list[dict[str, Any]]:
+    """The page's answers file as dicts; a missing file has no answers; a bad complete line is a DataError."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    out = []
+    lines = list(io.iter_lines(path))
+    for number, line in lines:
+        if not line.endswith("\n"):
+            log.warning("%s: line %d is unfinished (an interrupted write); skipping it", path, number)
+            continue
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise io.DataError(f"{path}: line {number}: not JSON ({err.msg})") from None
+        if not isinstance(record, dict) or not {"annotator", "item_id", "answer"} <= set(record):
+            raise io.DataError(f"{path}: line {number}: an answer line has annotator, item_id and answer")
+        out.append(record)
+    return out

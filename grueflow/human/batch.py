@@ -1,0 +1,269 @@
+"""Human-evaluation batches: Likert items (one per sample and method) and blinded pairwise items.
+
+A batch folder holds:
+
+* ``batch.json`` — the manifest: kind (``likert`` | ``pairwise``), criteria set, criteria, scale, seed;
+* ``items.jsonl`` — the items as plain text (what the local annotation page serves);
+* ``items.csv`` — the upload for a crowdsourcing platform, in RL4LMs' column layout
+  (Likert: ``prompt, machine_completion, algorithm``; pairwise: ``concept``/``prompt, choice_A, choice_B,
+  choice_A_id, choice_B_id``) plus ``item_id``; every value is HTML-escaped, because platforms such as
+  MTurk put a CSV value into the ``${column}`` placeholder as it is (RL4LMs' dialogue CSV relies on that to
+  colour the turns with ``<font>`` tags), and model text is untrusted;
+* ``template.html`` — the platform template (see :mod:`grueflow.human.templates`).
+
+Pairwise batches hide the systems: each choice carries an opaque random id, and the id → system key
+is written to a separate file that annotators never see (:func:`write_batch`'s ``key_path``).
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Mapping, Sequence
+
+from grueflow import io
+from grueflow.human.criteria import CRITERIA, SCALE_MAX, SCALE_MIN, CriteriaSet, Criterion
+
+Kind = Literal["likert", "pairwise"]
+KINDS = ("likert", "pairwise")
+MANIFEST = "batch.json"
+ITEMS = "items.jsonl"
+UPLOAD = "items.csv"
+TEMPLATE = "template.html"
+LIKERT_COLUMNS = ("prompt", "machine_completion", "algorithm")
+PAIRWISE_COLUMNS = ("choice_A", "choice_B", "choice_A_id", "choice_B_id")
+PROMPT_COLUMNS = ("prompt", "concept")  # RL4LMs' CommonGen pairwise CSV calls the prompt "concept"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """One system's output on one sample: the rows of ``predictions.jsonl`` reduced to what people see."""
+
+    id: str
+    prompt: str
+    generation: str
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A human-evaluation batch. ``items`` are dicts with ``item_id``, ``sample_id`` and the CSV columns."""
+
+    kind: Kind
+    criteria_set: str
+    seed: int
+    items: tuple[dict[str, str], ...]
+    prompt_column: str = "prompt"
+    _by_id: dict[str, dict[str, str]] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_by_id", {item["item_id"]: item for item in self.items})
+
+    @property
+    def spec(self) -> CriteriaSet:
+        return CRITERIA.get(self.criteria_set)
+
+    @property
+    def criteria(self) -> tuple[Criterion, ...]:
+        return self.spec.criteria
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        if self.kind == "likert":
+            return ("item_id", *LIKERT_COLUMNS)
+        return ("item_id", self.prompt_column, *PAIRWISE_COLUMNS)
+
+    def item(self, item_id: str) -> dict[str, str] | None:
+        return self._by_id.get(item_id)
+
+    def head(self, n: int) -> "Batch":
+        """The first ``n`` items (after the seeded shuffle): a smaller batch for a smaller budget."""
+        return Batch(self.kind, self.criteria_set, self.seed, self.items[:n], self.prompt_column)
+
+
+def read_predictions(path: str | Path) -> list[Prediction]:
+    """The ``id``, ``prompt`` and ``generation`` of each row of an evaluate stage's ``predictions.jsonl``."""
+    if not Path(path).is_file():
+        raise io.MissingDataError(f"{path} does not exist; give an evaluate output's predictions.jsonl (or its folder)")
+    rows = io.read_jsonl(path)
+    out = []
+    for number, row in enumerate(rows, start=1):
+        missing = [k for k in ("id", "prompt", "generation") if not isinstance(row.get(k), str)]
+        if missing:
+            raise io.DataError(f"{path}: row {number} lacks the text field(s) {missing}; predictions.jsonl rows "
+                               f"(written by stages/evaluate.py) have id, prompt and generation")
+        out.append(Prediction(row["id"], row["prompt"], row["generation"]))
+    return out
+
+
+def _check_ids(method: str, predictions: Sequence[Prediction]) -> None:
+    seen: set[str] = set()
+    for p in predictions:
+        if p.id in seen:
+            raise io.DataError(f"method {method!r}: sample id {p.id!r} appears twice; each sample is one item")
+        seen.add(p.id)
+
+
+def likert_batch(predictions: Mapping[str, Sequence[Prediction]], criteria_set: str, seed: int) -> Batch:
+    """One Likert item per (method, sample), shuffled with ``seed`` so that methods interleave.
+
+    ``predictions`` maps a method name (the ``algorithm`` column) to its predictions.
+    """
+    CRITERIA.get(criteria_set)
+    if not predictions:
+        raise ValueError("likert_batch needs the predictions of at least one method")
+    items = []
+    for method, rows in predictions.items():
+        _check_ids(method, rows)
+        items += [{"sample_id": p.id, "prompt": p.prompt, "machine_completion": p.generation, "algorithm": method}
+                  for p in rows]
+    random.Random(seed).shuffle(items)
+    numbered = tuple({"item_id": f"L{i:05d}", **item} for i, item in enumerate(items, start=1))
+    return Batch("likert", criteria_set, seed, numbered)
+
+
+def pairwise_batch(first: tuple[str, Sequence[Prediction]], second: tuple[str, Sequence[Prediction]],
+                   criteria_set: str, seed: int, prompt_column: str = "prompt") -> tuple[Batch, dict[str, str]]:
+    """Blinded A/B items on the samples both methods answered; returns the batch and its key (opaque id → method).
+
+    The order of the items, which method is A, and the opaque ids all come from ``random.Random(seed)``:
+    the same seed gives the same batch. Ids are 16 random hex digits, fresh for every choice of every
+    item, so they carry no system name and no id repeats a system across items.
+    """
+    CRITERIA.get(criteria_set)
+    if prompt_column not in PROMPT_COLUMNS:
+        raise ValueError(f"prompt_column {prompt_column!r} is not one of {PROMPT_COLUMNS}")
+    (name_a, rows_a), (name_b, rows_b) = first, second
+    if name_a == name_b:
+        raise ValueError(f"a pairwise batch compares two different methods; both are {name_a!r}")
+    _check_ids(name_a, rows_a)
+    _check_ids(name_b, rows_b)
+    by_id_b = {p.id: p for p in rows_b}
+    shared = [p for p in rows_a if p.id in by_id_b]
+    if not shared:
+        raise io.DataError(f"{name_a!r} and {name_b!r} share no sample id; pairwise items compare the same prompts")
+    for p in shared:
+        if by_id_b[p.id].prompt != p.prompt:
+            raise io.DataError(f"sample {p.id!r} has different prompts in {name_a!r} and {name_b!r}; "
+                               f"compare predictions made on the same datapool")
+    rng = random.Random(seed)
+    rng.shuffle(shared)
+    items, key = [], {}
+    for i, p in enumerate(shared, start=1):
+        pair = [(name_a, p.generation), (name_b, by_id_b[p.id].generation)]
+        if rng.random() < 0.5:
+            pair.reverse()
+        ids = [f"{rng.getrandbits(64):016x}" for _ in pair]
+        key.update({ids[0]: pair[0][0], ids[1]: pair[1][0]})
+        items.append({"item_id": f"P{i:05d}", "sample_id": p.id, prompt_column: p.prompt,
+                      "choice_A": pair[0][1], "choice_B": pair[1][1], "choice_A_id": ids[0], "choice_B_id": ids[1]})
+    return Batch("pairwise", criteria_set, seed, tuple(items), prompt_column), key
+
+
+def prompt_of(batch: Batch, item: Mapping[str, str]) -> str:
+    return item["prompt"] if batch.kind == "likert" else item[batch.prompt_column]
+
+
+def write_batch(batch: Batch, out_dir: str | Path, key: Mapping[str, str] | None = None,
+                key_path: str | Path | None = None) -> None:
+    """Write the batch files into ``out_dir`` (the caller makes it atomic) and the key, if any, to ``key_path``."""
+    from grueflow.human.templates import platform_template
+
+    out_dir = Path(out_dir)
+    if batch.kind == "pairwise" and (key is None or key_path is None):
+        raise ValueError("a pairwise batch needs its key and a key_path outside the batch folder")
+    io.write_json(out_dir / MANIFEST, manifest(batch))
+    io.write_jsonl(out_dir / ITEMS, batch.items)
+    write_upload_csv(batch, out_dir / UPLOAD)
+    io.write_text(out_dir / TEMPLATE, platform_template(batch))
+    if key is not None and key_path is not None:
+        io.write_json(key_path, dict(sorted(key.items())))
+
+
+def manifest(batch: Batch) -> dict[str, Any]:
+    return {"kind": batch.kind, "criteria_set": batch.criteria_set, "seed": batch.seed,
+            "prompt_column": batch.prompt_column, "scale": [SCALE_MIN, SCALE_MAX], "n_items": len(batch.items),
+            "criteria": [c.id for c in batch.criteria] if batch.kind == "likert" else [],
+            "columns": list(batch.columns)}
+
+
+def write_upload_csv(batch: Batch, path: str | Path) -> None:
+    """The platform upload: the batch's columns, every value HTML-escaped (see the module docstring)."""
+    with io.atomic_path(path) as tmp, open(tmp, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(batch.columns)
+        for item in batch.items:
+            writer.writerow([html.escape(item[c], quote=True) for c in batch.columns])
+
+
+def read_batch(batch_dir: str | Path) -> Batch:
+    """A batch folder written by :func:`write_batch`; a missing or inconsistent file is a DataError."""
+    batch_dir = Path(batch_dir)
+    manifest_path = batch_dir / MANIFEST
+    if not manifest_path.is_file():
+        raise io.MissingDataError(f"{batch_dir} is not a human-evaluation batch: {MANIFEST} is missing; "
+                                  f"make one with stages/export_human_eval.py")
+    meta = io.read_json(manifest_path)
+    if meta.get("kind") not in KINDS:
+        raise io.DataError(f"{manifest_path}: kind {meta.get('kind')!r} is not one of {KINDS}")
+    items = tuple(io.read_jsonl(batch_dir / ITEMS))
+    batch = Batch(meta["kind"], meta["criteria_set"], int(meta["seed"]), items, meta.get("prompt_column", "prompt"))
+    for number, item in enumerate(items, start=1):
+        missing = [c for c in (*batch.columns, "sample_id") if not isinstance(item.get(c), str)]
+        if missing:
+            raise io.DataError(f"{batch_dir / ITEMS}: line {number} lacks {missing}")
+    if len(batch._by_id) != len(items):
+        raise io.DataError(f"{batch_dir / ITEMS}: item ids repeat")
+    return batch
+
+
+def read_key(path: str | Path) -> dict[str, str]:
+    key = io.read_json(path)
+    if not isinstance(key, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in key.items()):
+        raise io.DataError(f"{path}: a pairwise key is a JSON object of opaque id -> system name")
+    return key
+
+
+def read_rl4lms_likert(path: str | Path) -> dict[str, list[Prediction]]:
+    """An RL4LMs-style Likert CSV (``prompt, machine_completion, algorithm``) as predictions per algorithm.
+
+    Rows get ids ``row<k>`` (1-based CSV row) since the layout has no sample id.
+    """
+    rows = _read_csv(path, LIKERT_COLUMNS)
+    out: dict[str, list[Prediction]] = {}
+    for number, row in enumerate(rows, start=1):
+        out.setdefault(row["algorithm"], []).append(Prediction(f"row{number}", row["prompt"], row["machine_completion"]))
+    return out
+
+
+def read_rl4lms_pairwise(path: str | Path) -> tuple[str, dict[str, list[Prediction]]]:
+    """An RL4LMs-style pairwise CSV whose choice ids are system names, as (prompt column, predictions per system).
+
+    Each row is one prompt; its id is ``row<k>`` in both systems' predictions.
+    """
+    with open(path, newline="", encoding="utf-8") as handle:
+        header = next(csv.reader(handle), [])
+    prompt_column = next((c for c in PROMPT_COLUMNS if c in header), None)
+    if prompt_column is None:
+        raise io.DataError(f"{path}: a pairwise CSV needs one of the columns {PROMPT_COLUMNS}; it has {header}")
+    rows = _read_csv(path, (prompt_column, *PAIRWISE_COLUMNS))
+    out: dict[str, list[Prediction]] = {}
+    for number, row in enumerate(rows, start=1):
+        for side in ("A", "B"):
+            out.setdefault(row[f"choice_{side}_id"], []).append(
+                Prediction(f"row{number}", row[prompt_column], row[f"choice_{side}"]))
+    if len(out) != 2:
+        raise io.DataError(f"{path}: a pairwise CSV compares two systems; its choice ids name {sorted(out)}")
+    return prompt_column, out
+
+
+def _read_csv(path: str | Path, required: Sequence[str]) -> list[dict[str, str]]:
+    io.read_text(path)  # a non-UTF-8 file fails here with the file, line and column
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in required if c not in (reader.fieldnames or [])]
+        if missing:
+            raise io.DataError(f"{path}: missing column(s) {missing}; it has {reader.fieldnames}")
+        return list(reader)

@@ -1,0 +1,67 @@
+"""Export a human-evaluation batch (Likert or blinded pairwise) from evaluate outputs' predictions.jsonl."""
+
+import argparse
+from pathlib import Path
+
+from grueflow import stage
+from grueflow.human import batch as hb
+from grueflow.human.criteria import CRITERIA
+from grueflow.io import atomic_dir
+
+
+def method_path(text: str) -> tuple[str, Path]:
+    """argparse type of ``--predictions``: ``METHOD=PATH``, PATH a predictions.jsonl or the evaluate folder holding it."""
+    method, sep, path = text.partition("=")
+    if not sep or not method or not path:
+        raise argparse.ArgumentTypeError(f"{text!r} is not METHOD=PATH (e.g. ppo=results/eval/imdb/ppo/seed0)")
+    path = Path(path)
+    return method, path / "predictions.jsonl" if path.is_dir() else path
+
+
+def main() -> None:
+    p = stage.parser(__doc__)
+    p.add_argument("--kind", required=True, choices=hb.KINDS)
+    p.add_argument("--criteria", required=True, help=f"the criteria set (valid: {', '.join(CRITERIA.names())})")
+    p.add_argument("--predictions", type=method_path, nargs="+", default=[],
+                   help="METHOD=PATH per method (Likert: one or more; pairwise: exactly two)")
+    p.add_argument("--rl4lms-csv", type=Path, help="instead of --predictions: an RL4LMs-layout example CSV")
+    p.add_argument("--seed", type=stage.seed, required=True, help="item order, A/B order and opaque ids")
+    p.add_argument("--max-items", type=int, default=None, help="keep the first N items after shuffling")
+    p.add_argument("--out", type=Path, required=True, help="the batch folder")
+    p.add_argument("--key", type=Path, help="pairwise: where the opaque id -> system key goes (outside --out)")
+    args = p.parse_args()
+    started = stage.setup(args)
+    if args.criteria not in CRITERIA:
+        p.error(CRITERIA.unknown_message(args.criteria))
+    if bool(args.predictions) == bool(args.rl4lms_csv):
+        p.error("give either --predictions METHOD=PATH ... or --rl4lms-csv")
+    if args.kind == "pairwise" and (args.key is None or args.key.resolve().is_relative_to(args.out.resolve())):
+        p.error("a pairwise batch needs --key outside the --out folder (annotators must never see it)")
+    prompt_column = "prompt"
+    if args.rl4lms_csv and args.kind == "pairwise":
+        prompt_column, sources = hb.read_rl4lms_pairwise(args.rl4lms_csv)
+    elif args.rl4lms_csv:
+        sources = hb.read_rl4lms_likert(args.rl4lms_csv)
+    else:
+        sources = {method: hb.read_predictions(path) for method, path in args.predictions}
+    key = None
+    if args.kind == "likert":
+        batch = hb.likert_batch(sources, args.criteria, args.seed)
+    else:
+        if len(sources) != 2:
+            p.error(f"a pairwise batch compares exactly two methods; got {sorted(sources)}")
+        batch, key = hb.pairwise_batch(*sources.items(), args.criteria, args.seed, prompt_column)
+    if args.max_items is not None:
+        batch = batch.head(args.max_items)
+        if key is not None:
+            kept = {item[f"choice_{side}_id"] for item in batch.items for side in "AB"}
+            key = {opaque: system for opaque, system in key.items() if opaque in kept}
+    inputs = ({"rl4lms_csv": args.rl4lms_csv} if args.rl4lms_csv else {m: path for m, path in args.predictions})
+    with atomic_dir(args.out) as tmp:
+        hb.write_batch(batch, tmp, key, args.key)
+        stage.finish(tmp, "export_human_eval", {"kind": args.kind, "criteria": args.criteria, "seed": args.seed,
+                                                "max_items": args.max_items}, inputs, started)
+
+
+if __name__ == "__main__":
+    stage.main_guard(main)

@@ -1,0 +1,28 @@
+"""The human-evaluation table (beside the GRUE table) from imported batches: .csv and .md."""
+
+from pathlib import Path
+
+from grueflow import stage
+from grueflow.human import results
+from grueflow.io import DataError, read_json, write_csv, write_text
+
+
+def main() -> None:
+    p = stage.parser(__doc__)
+    p.add_argument("--imports", type=Path, nargs="+", required=True, help="import_human_eval output folders")
+    p.add_argument("--out-csv", type=Path, required=True)
+    p.add_argument("--out-md", type=Path, required=True)
+    args = p.parse_args()
+    stage.setup(args)
+    rows, agreements = [], {}
+    for folder in args.imports:
+        if not (folder / "stage.json").is_file():
+            raise DataError(f"{folder} is not a finished import (no stage.json); run stages/import_human_eval.py")
+        rows += [{c: row.get(c) for c in results.TABLE_COLUMNS} for row in read_json(folder / "table_rows.json")]
+        agreements[str(folder)] = read_json(folder / "agreement.json")
+    write_csv(args.out_csv, rows)
+    write_text(args.out_md, results.to_markdown(rows, agreements))
+
+
+if __name__ == "__main__":
+    stage.main_guard(main)

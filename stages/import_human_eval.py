@@ -1,0 +1,55 @@
+"""Import one batch's answers (the annotation page's JSONL and/or platform results CSVs): agreement,
+the batch's human-evaluation table rows and, for pairwise batches, preferences.jsonl."""
+
+from pathlib import Path
+
+from grueflow import stage
+from grueflow.human import batch as hb
+from grueflow.human import results
+from grueflow.io import DataError, atomic_dir, write_json, write_jsonl
+
+
+def answer_files(paths: list[Path]) -> list[Path]:
+    """The answers files given, a folder standing for its *.jsonl and *.csv files (sorted)."""
+    files = []
+    for path in paths:
+        files += sorted(p for p in path.iterdir() if p.suffix in (".jsonl", ".csv")) if path.is_dir() else [path]
+    if not files:
+        raise DataError(f"no answers files in {[str(p) for p in paths]}; give the page's .jsonl or a results .csv")
+    return files
+
+
+def main() -> None:
+    p = stage.parser(__doc__)
+    p.add_argument("--batch", type=Path, required=True, help="the batch folder")
+    p.add_argument("--key", type=Path, help="the pairwise batch's key file")
+    p.add_argument("--answers", type=Path, nargs="+", required=True, help="answers .jsonl / results .csv files or folders")
+    p.add_argument("--task", help="the task name in the table (default: the batch's criteria set)")
+    p.add_argument("--out", type=Path, required=True)
+    args = p.parse_args()
+    started = stage.setup(args)
+    batch = hb.read_batch(args.batch)
+    if batch.kind == "pairwise" and args.key is None:
+        p.error("a pairwise batch needs --key (the key file written by the export)")
+    files = answer_files(args.answers)
+    answers = results.latest_answers(a for f in files for a in results.read_answers(f, batch))
+    task = args.task or batch.criteria_set
+    agreement = results.agreement(batch, answers)
+    with atomic_dir(args.out) as tmp:
+        write_jsonl(tmp / "answers.jsonl", [{"annotator": a.annotator, "item_id": a.item_id, "answer": dict(a.values)}
+                                            for a in answers])
+        write_json(tmp / "agreement.json", agreement)
+        if batch.kind == "likert":
+            rows = results.likert_rows(batch, answers, task)
+        else:
+            key = hb.read_key(args.key)
+            rows = results.pairwise_rows(batch, key, answers, task)
+            write_jsonl(tmp / "preferences.jsonl", results.preferences(batch, key, answers))
+        write_json(tmp / "table_rows.json", rows)
+        inputs = {"batch": args.batch, **({"key": args.key} if args.key else {}),
+                  **{f"answers{i}": f for i, f in enumerate(files)}}
+        stage.finish(tmp, "import_human_eval", {"task": task}, inputs, started, n_answers=len(answers))
+
+
+if __name__ == "__main__":
+    stage.main_guard(main)

@@ -1,0 +1,121 @@
+"""The annotation server refuses bad requests with a 4xx and a message, and never loses saved answers."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from grueflow.human import batch as hb
+from grueflow.human.annotate import MAX_BODY, main
+from grueflow.human.answers import AnswerStore, read_answer_lines
+
+
+def request(server, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
+    conn = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=10)
+    conn.request(method, path, body=body, headers={"Content-Type": "application/json", **(headers or {})})
+    response = conn.getresponse()
+    data = response.read()
+    conn.close()
+    return response.status, response.getheader("Content-Type"), data
+
+
+def post(server, payload, **kw):
+    status, _, data = request(server, "POST", "/api/answer", json.dumps(payload).encode(), **kw)
+    return status, json.loads(data)
+
+
+def test_bad_requests_are_refused_and_saved_answers_stay(likert_dir: Path, serve, tmp_path: Path) -> None:
+    server = serve(likert_dir)
+    first = hb.read_batch(likert_dir).items[0]["item_id"]
+    status, state = post(server, {"item_id": first, "answer": {"coherence": 4, "sentiment": 2}})
+    assert status == 200 and state["done"] == 1 and state["item"]["item_id"] != first
+    saved = (tmp_path / "answers.jsonl").read_bytes()
+
+    refused = [
+        (request(server, "POST", "/api/answer", b"{not json"), 400, "not valid JSON"),
+        (request(server, "POST", "/api/answer", b"[" * (MAX_BODY - 1)), 400, "not valid JSON: nested too deeply"),
+        (request(server, "POST", "/api/answer", b'{"item_id": "\xff"}'), 400, "not valid JSON"),
+        (request(server, "POST", "/api/answer", b"x" * (MAX_BODY + 1)), 413, f"the limit is {MAX_BODY}"),
+        (request(server, "POST", "/api/answer", b"{}", {"Content-Type": "text/plain"}), 415, "send application/json"),
+        (request(server, "POST", "/api/answer", b"{}", {"Host": "evil.example:80"}), 400, "Host 'evil.example:80' refused"),
+        (request(server, "POST", "/api/answer", json.dumps({"item_id": "L99999", "answer": {}}).encode()), 404,
+         "unknown item id 'L99999'"),
+        (request(server, "POST", "/api/answer", json.dumps({"item_id": first, "answer": {"coherence": 9, "sentiment": 2}})
+                 .encode()), 422, "score 9 for 'coherence' is out of range: give an integer 1..5"),
+        (request(server, "POST", "/api/answer", json.dumps({"item_id": first, "answer": {"coherence": 3}}).encode()),
+         422, "scores exactly the criteria ['coherence', 'sentiment']"),
+        (request(server, "POST", "/api/answer", json.dumps({"item_id": first, "answer": {"coherence": True,
+                                                                                       "sentiment": 2}}).encode()),
+         422, "out of range"),
+        (request(server, "POST", "/api/answer", json.dumps([1, 2]).encode()), 400, "exactly item_id and answer"),
+        (request(server, "POST", "/api/answer", json.dumps({"item_id": first, "answer": {"coherence": 3, "sentiment": 3},
+                                                              "annotator": "mallory"}).encode()), 400,
+         "exactly item_id and answer"),
+        (request(server, "GET", "/items.jsonl"), 404, "no such page"),
+    ]
+    for (status, content_type, data), want_status, want_message in refused:
+        assert status == want_status, data
+        assert content_type.startswith("application/json")
+        assert want_message in json.loads(data)["error"]
+    assert (tmp_path / "answers.jsonl").read_bytes() == saved
+    status, state = post(server, {"item_id": first, "answer": {"coherence": 5, "sentiment": 1}})
+    assert status == 200  # the server still works after the refusals
+
+
+def test_page_and_state_never_reveal_the_key_or_the_method(tmp_path: Path, serve) -> None:
+    batch, key = hb.pairwise_batch(("ppo", [hb.Prediction("s1", "p", "x")]), ("nlpo", [hb.Prediction("s1", "p", "y")]),
+                                   "commongen", seed=0)
+    hb.write_batch(batch, tmp_path / "pw", key, tmp_path / "pw.key.json")
+    server = serve(tmp_path / "pw", "bob")
+    for path in ("/", "/api/state", "/page.js"):
+        status, _, data = request(server, "GET", path)
+        text = data.decode()
+        assert status == 200 and "ppo" not in text and "nlpo" not in text
+        assert not any(opaque in text for opaque in key)
+    _, headers_type, _ = request(server, "GET", "/")
+    assert headers_type.startswith("text/html")
+
+
+def test_the_page_escapes_the_batch_name_server_side(likert_dir: Path, serve, tmp_path: Path) -> None:
+    odd = likert_dir.rename(tmp_path / "<b onmouseover=x>batch")
+    status, _, data = request(serve(odd), "GET", "/")
+    assert status == 200 and "&lt;b onmouseover=x&gt;batch" in data.decode() and "<b onmouseover" not in data.decode()
+
+
+def test_several_annotators_share_one_file_and_resume(likert_dir: Path, serve, tmp_path: Path) -> None:
+    items = [i["item_id"] for i in hb.read_batch(likert_dir).items]
+    alice, bob = serve(likert_dir, "alice"), serve(likert_dir, "bob")
+    post(alice, {"item_id": items[0], "answer": {"coherence": 1, "sentiment": 1}})
+    post(alice, {"item_id": items[1], "answer": {"coherence": 2, "sentiment": 2}})
+    _, state = post(bob, {"item_id": items[0], "answer": {"coherence": 5, "sentiment": 5}})
+    assert (state["annotator"], state["done"], state["item"]["item_id"]) == ("bob", 1, items[1])
+    alice_again = serve(likert_dir, "alice")  # a restart resumes at alice's first unanswered item
+    state = json.loads(request(alice_again, "GET", "/api/state")[2])
+    assert (state["done"], state["item"]["item_id"]) == (2, items[2])
+    assert [(r["annotator"], r["item_id"], r["answer"]) for r in read_answer_lines(tmp_path / "answers.jsonl")] == [
+        ("alice", items[0], {"coherence": 1, "sentiment": 1}), ("alice", items[1], {"coherence": 2, "sentiment": 2}),
+        ("bob", items[0], {"coherence": 5, "sentiment": 5})]
+
+
+def test_an_interrupted_write_is_cut_and_saved_lines_survive(likert_dir: Path, tmp_path: Path) -> None:
+    store = AnswerStore(tmp_path / "answers.jsonl", hb.read_batch(likert_dir))
+    items = [i["item_id"] for i in store.batch.items]
+    store.append("alice", items[0], {"coherence": 3, "sentiment": 4})
+    with open(store.path, "ab") as handle:  # what a crash in the middle of a write leaves
+        handle.write(b'{"annotator": "alice", "item_id": "L0')
+    assert [r["item_id"] for r in store.records()] == [items[0]]  # readers skip the unfinished line
+    store.append("alice", items[1], {"coherence": 2, "sentiment": 5})
+    lines = store.path.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and len(lines) == 3
+    assert [json.loads(line)["item_id"] for line in lines[:2]] == items[:2]
+
+
+def test_cli_refuses_a_bad_batch_and_a_bad_name(tmp_path: Path, likert_dir: Path) -> None:
+    assert main([str(tmp_path / "nowhere"), "--annotator", "alice", "--answers", str(tmp_path / "a.jsonl")]) == 2
+    result = subprocess.run([sys.executable, "-m", "grueflow.human.annotate", str(likert_dir), "--annotator",
+                             "<b>x</b>", "--answers", str(tmp_path / "a.jsonl"), "--port", "0"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2 and "annotator '<b>x</b>' is not a valid name" in result.stderr

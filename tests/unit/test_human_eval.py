@@ -1,0 +1,239 @@
+"""Human evaluation (issue 7): export -> import round trips on RL4LMs' example CSVs, blinding, seeded
+order, agreement statistics against hand-computed values, and confidence intervals."""
+
+from __future__ import annotations
+
+import csv
+import html
+import math
+from pathlib import Path
+
+import pytest
+from shared_data import DATA
+
+from grueflow import io
+from grueflow.human import batch as hb
+from grueflow.human import results
+from grueflow.human.agreement import cohen_kappa, fleiss_kappa, krippendorff_alpha
+from grueflow.human.answers import Answer
+from grueflow.registry import UnknownNameError
+
+EXAMPLES = DATA / "human_eval_examples"
+LIKERT_DIALOGUE = EXAMPLES / "likert" / "daily_dialogue_example_input.csv"
+PAIRWISE = EXAMPLES / "pairwise" / "commongen_pairwise_example_input.csv"
+LIKERT_FILES = {"imdb": "IMDB_sentiment_completion_example_input.csv", "commongen": "commongen_example_input.csv",
+                "dialogue": "daily_dialogue_example_input.csv", "summarization": "summarization_example_input.csv",
+                "totto": "totto_example_input.csv"}
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    if not path.exists():
+        pytest.skip(f"shared data file {path} is absent (set GRUEFLOW_SHARED_DATA)")
+    with open(path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _results_csv(path: Path, batch_dir: Path, answers: dict[str, dict[str, dict[str, str]]]) -> None:
+    """An MTurk-style results CSV: the uploaded items.csv's values as Input.<column>, answers as Answer.<field>.
+
+    ``answers`` maps worker -> item id -> {field: value}.
+    """
+    with open(batch_dir / hb.UPLOAD, newline="", encoding="utf-8") as handle:
+        uploaded = list(csv.DictReader(handle))
+    fields = sorted({f for per_item in answers.values() for values in per_item.values() for f in values})
+    header = ["HITId", "WorkerId", "AssignmentStatus", *(f"Input.{c}" for c in uploaded[0]), *(f"Answer.{f}" for f in fields)]
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        for worker, per_item in answers.items():
+            for row in uploaded:
+                if row["item_id"] in per_item:
+                    writer.writerow([f"HIT{row['item_id']}", worker, "Approved", *row.values(),
+                                     *(per_item[row["item_id"]][f] for f in fields)])
+
+
+@pytest.mark.parametrize("criteria", sorted(LIKERT_FILES))
+def test_likert_export_import_round_trip_on_the_rl4lms_examples(tmp_path: Path, criteria: str) -> None:
+    examples = _rows(EXAMPLES / "likert" / LIKERT_FILES[criteria])
+    batch = hb.likert_batch(hb.read_rl4lms_likert(EXAMPLES / "likert" / LIKERT_FILES[criteria]), criteria, seed=3)
+    hb.write_batch(batch, tmp_path / "batch")
+    back = hb.read_batch(tmp_path / "batch")
+    assert back == batch
+    as_rows = sorted((i["prompt"], i["machine_completion"], i["algorithm"]) for i in back.items)
+    assert as_rows == sorted((r["prompt"], r["machine_completion"], r["algorithm"]) for r in examples)
+    # the upload CSV has RL4LMs' columns (plus item_id), HTML-escaped for the platform's ${column} substitution
+    uploaded = _rows(tmp_path / "batch" / hb.UPLOAD)
+    assert list(uploaded[0]) == ["item_id", "prompt", "machine_completion", "algorithm"]
+    assert [{k: html.unescape(v) for k, v in r.items()} for r in uploaded] == [
+        {k: i[k] for k in ("item_id", "prompt", "machine_completion", "algorithm")} for i in back.items]
+    assert all("<" not in v for r in uploaded for v in r.values())
+    template = (tmp_path / "batch" / hb.TEMPLATE).read_text(encoding="utf-8")
+    assert "${prompt}" in template and "${machine_completion}" in template and "<script" not in template
+    second = batch.criteria[1].id
+    assert f'name="{second}"' in template and 'name="coherence"' in template
+
+    # two workers answer through the platform: coherence = 1 + (example row % 5), the second criterion 5 - that
+    order = {(r["prompt"], r["machine_completion"]): n for n, r in enumerate(examples)}
+    answers = {}
+    for worker, shift in (("W1", 0), ("W2", 1)):
+        answers[worker] = {}
+        for item in back.items:
+            n = order[(item["prompt"], item["machine_completion"])]
+            answers[worker][item["item_id"]] = {"coherence": str(1 + (n + shift) % 5), second: str(5 - (n + shift) % 5)}
+    _results_csv(tmp_path / "results.csv", tmp_path / "batch", answers)
+    imported = results.read_answers(tmp_path / "results.csv", back)
+    assert len(imported) == 2 * len(examples)
+    for answer in imported:
+        n = order[(back.item(answer.item_id)["prompt"], back.item(answer.item_id)["machine_completion"])]
+        shift = 0 if answer.annotator == "W1" else 1
+        assert dict(answer.values) == {"coherence": 1 + (n + shift) % 5, second: 5 - (n + shift) % 5}
+
+
+def test_likert_table_means_and_t_intervals(tmp_path: Path) -> None:
+    batch = hb.likert_batch(hb.read_rl4lms_likert(LIKERT_DIALOGUE), "dialogue", seed=0)
+    by_method: dict[str, list[str]] = {}
+    for item in batch.items:
+        by_method.setdefault(item["algorithm"], []).append(item["item_id"])
+    method = max(by_method, key=lambda m: len(by_method[m]))
+    ids = by_method[method][:3]
+    # one annotator scores the method's first three items coherence 3, 4, 5 (quality 2 each); a second gives
+    # item 1 coherence 5, so item 1's mean is (3 + 5) / 2 = 4 and the item means are 4, 4, 5
+    answers = [Answer("ann", i, {"coherence": s, "quality": 2}) for i, s in zip(ids, (3, 4, 5))]
+    answers.append(Answer("bob", ids[0], {"coherence": 5, "quality": 2}))
+    rows = {r["measure"]: r for r in results.likert_rows(batch, answers, "daily_dialog")}
+    # mean 13/3 = 4.3333; sd = sqrt(((4-13/3)^2 * 2 + (5-13/3)^2) / 2) = sqrt((2/9 + 4/9) / 2) = sqrt(1/3) = 0.57735
+    # t_{0.975, 2} = 4.302653 -> half width 4.302653 * 0.57735 / sqrt(3) = 1.434218
+    assert rows["coherence"]["n"] == 3 and rows["coherence"]["n_judgments"] == 4
+    assert rows["coherence"]["value"] == pytest.approx(4.3333, abs=1e-4)
+    assert rows["coherence"]["ci_low"] == pytest.approx(4.3333 - 1.4342, abs=1e-4)
+    assert rows["coherence"]["ci_high"] == pytest.approx(4.3333 + 1.4342, abs=1e-4)
+    assert rows["quality"]["value"] == 2.0 and rows["quality"]["ci_low"] == 2.0
+
+
+def _pairwise(seed: int) -> tuple[hb.Batch, dict[str, str]]:
+    column, sources = hb.read_rl4lms_pairwise(PAIRWISE)
+    return hb.pairwise_batch(*sources.items(), "commongen", seed, column)
+
+
+def test_pairwise_batch_is_blinded(tmp_path: Path) -> None:
+    examples = _rows(PAIRWISE)
+    systems = sorted({r["choice_A_id"] for r in examples})
+    assert systems == ["pref_model", "supervised"]
+    batch, key = _pairwise(seed=0)
+    hb.write_batch(batch, tmp_path / "batch", key, tmp_path / "key.json")
+    for file in (tmp_path / "batch").iterdir():
+        text = file.read_text(encoding="utf-8")
+        assert not any(s in text for s in systems), f"{file.name} names a system"
+    ids = [i[f"choice_{side}_id"] for i in batch.items for side in "AB"]
+    assert len(set(ids)) == len(ids) == 18  # fresh opaque ids per choice: no id recurs across items
+    assert all(len(i) == 16 and int(i, 16) >= 0 for i in ids)
+    assert hb.read_key(tmp_path / "key.json") == key and sorted(set(key.values())) == systems
+    # unblinding through the key gives back each system's own sentence for each concept
+    original = {(r["concept"], side_id): r[f"choice_{side}"] for r in examples for side, side_id in
+                (("A", r["choice_A_id"]), ("B", r["choice_B_id"]))}
+    for item in batch.items:
+        for side in "AB":
+            assert original[(item["concept"], key[item[f"choice_{side}_id"]])] == item[f"choice_{side}"]
+
+
+def test_pairwise_order_follows_the_seed() -> None:
+    def layout(batch: hb.Batch, key: dict[str, str]) -> list[tuple[str, str]]:
+        return [(i["sample_id"], key[i["choice_A_id"]]) for i in batch.items]
+
+    first, again, other = _pairwise(0), _pairwise(0), _pairwise(1)
+    assert first == again
+    assert layout(*first) != layout(*other)
+    assert sorted(layout(*first)) != sorted(layout(*other))  # A/B sides differ, not only the item order
+
+
+def test_pairwise_round_trip_preferences_and_win_rates(tmp_path: Path) -> None:
+    batch, key = _pairwise(seed=0)
+    hb.write_batch(batch, tmp_path / "batch", key, tmp_path / "key.json")
+    back = hb.read_batch(tmp_path / "batch")
+    pref_side = {i["item_id"]: ("A" if key[i["choice_A_id"]] == "pref_model" else "B") for i in back.items}
+    first = back.items[0]["item_id"]
+    answers = {"W1": {i: {"choice": side} for i, side in pref_side.items()},
+               "W2": {i: {"choice": "tie" if i == first else side} for i, side in pref_side.items()}}
+    _results_csv(tmp_path / "results.csv", tmp_path / "batch", answers)
+    imported = results.read_answers(tmp_path / "results.csv", back)
+    prefs = results.preferences(back, hb.read_key(tmp_path / "key.json"), imported)
+    assert len(prefs) == 9 + 8  # W2's tie gives no row
+    examples = {r["concept"]: r for r in _rows(PAIRWISE)}
+    for row in prefs:
+        source = examples[row["prompt"]]
+        side = "A" if source["choice_A_id"] == "pref_model" else "B"
+        assert (row["chosen_system"], row["rejected_system"]) == ("pref_model", "supervised")
+        assert row["chosen"] == source[f"choice_{side}"] and row["rejected"] == source[f"choice_{'B' if side == 'A' else 'A'}"]
+        assert set(row) == {"id", "prompt", "chosen", "rejected", "chosen_system", "rejected_system", "annotator"}
+    rows = {r["method"]: r for r in results.pairwise_rows(back, key, imported, "common_gen")}
+    # pref_model wins 17 of 17 decided judgments (1 tie). Wilson with p = 1: low = n / (n + z^2) = 17 / 20.841459
+    assert rows["pref_model"]["value"] == 1.0 and rows["pref_model"]["ties"] == 1
+    assert rows["pref_model"]["ci_low"] == pytest.approx(0.8157, abs=1e-4) and rows["pref_model"]["ci_high"] == 1.0
+    assert rows["supervised"]["value"] == 0.0 and rows["supervised"]["ci_high"] == pytest.approx(0.1843, abs=1e-4)
+    stats = results.agreement(back, imported)["choice"]
+    # 9 items x 2 labels: 8 items agree (A/B as given), item 1 is (side, tie). Cohen: p_o = 8/9;
+    # W1 labels: the 9 sides; W2: the same but one tie -> p_e = sum_c f1(c) f2(c) / 81
+    sides = list(pref_side.values())
+    n_a = sides.count("A")
+    n_a2 = n_a - (pref_side[first] == "A")
+    n_b2 = (9 - n_a) - (pref_side[first] == "B")
+    p_e = (n_a * n_a2 + (9 - n_a) * n_b2) / 81
+    assert stats["cohen_kappa"] == pytest.approx((8 / 9 - p_e) / (1 - p_e), abs=1e-6)
+
+
+def test_platform_csv_of_another_batch_is_refused(tmp_path: Path) -> None:
+    batch, key = _pairwise(seed=0)
+    other, other_key = _pairwise(seed=1)
+    hb.write_batch(batch, tmp_path / "a", key, tmp_path / "a.json")
+    hb.write_batch(other, tmp_path / "b", other_key, tmp_path / "b.json")
+    _results_csv(tmp_path / "results.csv", tmp_path / "b", {"W1": {i["item_id"]: {"choice": "A"} for i in other.items}})
+    with pytest.raises(io.DataError, match="differs from item"):
+        results.read_answers(tmp_path / "results.csv", batch)
+
+
+def test_unknown_criteria_set_lists_the_valid_ones() -> None:
+    with pytest.raises(UnknownNameError, match=r"unknown criteria set 'poetry'.*commongen.*dialogue.*imdb.*totto"):
+        hb.likert_batch({"m": [hb.Prediction("1", "p", "g")]}, "poetry", seed=0)
+
+
+def test_krippendorff_alpha_by_hand() -> None:
+    # units [1,2] [2,5] [1,1] [5,5] and [3] (one value: not pairable, drops out).
+    # coincidences: o12 = o21 = 1, o25 = o52 = 1, o11 = 2, o55 = 2 -> n1 = 3, n2 = 2, n5 = 3, n = 8
+    units = [[1, 2], [2, 5], [1, 1], [5, 5], [3]]
+    # interval: d2 = (c-k)^2. observed = 2*1 + 2*9 = 20; expected = 2*(3*2*1 + 2*3*9 + 3*3*16) = 408
+    # alpha = 1 - (n-1) * 20 / 408 = 1 - 140/408
+    assert krippendorff_alpha(units, "interval") == pytest.approx(1 - 140 / 408)
+    # ordinal: d2(1,2) = (n1+n2 - (n1+n2)/2)^2 = 2.5^2 = 6.25; d2(2,5) = 2.5^2 = 6.25; d2(1,5) = (8 - 3)^2 = 25
+    # observed = 2*6.25 + 2*6.25 = 25; expected = 2*(3*2*6.25 + 2*3*6.25 + 3*3*25) = 600; alpha = 1 - 7*25/600
+    assert krippendorff_alpha(units, "ordinal") == pytest.approx(1 - 175 / 600)
+    # nominal: observed = 4 off-diagonal; expected = 2*(3*2 + 2*3 + 3*3) = 42; alpha = 1 - 7*4/42 = 1/3
+    assert krippendorff_alpha(units, "nominal") == pytest.approx(1 / 3)
+    # [1,1] [2,2] [1,2]: n1 = n2 = 3, n = 6; interval observed 2, expected 18 -> 1 - 5*2/18 = 4/9
+    assert krippendorff_alpha([[1, 1], [2, 2], [1, 2]], "interval") == pytest.approx(4 / 9)
+    assert krippendorff_alpha([[4, 4], [4, 4]], "interval") is None  # no variation: undefined, not 0
+    assert krippendorff_alpha([[4]], "ordinal") is None
+
+
+def test_cohen_and_fleiss_kappa_by_hand() -> None:
+    # agree on items 1, 3, 4, 5 -> p_o = 4/6; first: A3 B2 tie1, second: A3 B3 -> p_e = (9 + 6 + 0)/36 = 15/36
+    # kappa = (24/36 - 15/36) / (21/36) = 9/21
+    first = ["A", "A", "B", "B", "A", "tie"]
+    second = ["A", "B", "B", "B", "A", "A"]
+    assert cohen_kappa(first, second) == pytest.approx(9 / 21)
+    assert cohen_kappa(["A", "A"], ["A", "A"]) is None
+    # P_i: AAA -> 1, AAB -> (4+1-3)/6 = 1/3, BBB -> 1, ABB -> 1/3; P_bar = 2/3; A and B each 6 of 12 labels
+    # -> P_e = 0.5; kappa = (2/3 - 1/2) / (1/2) = 1/3. The one-label item drops out.
+    items = [["A", "A", "A"], ["A", "A", "B"], ["B", "B", "B"], ["A", "B", "B"], ["A"]]
+    assert fleiss_kappa(items) == pytest.approx(1 / 3)
+
+
+def test_wilson_and_t_intervals_by_hand() -> None:
+    # p = 7/10, z = 1.959964: centre = (0.7 + z^2/20) / (1 + z^2/10) = 0.892073 / 1.384146 = 0.644494;
+    # half = z * sqrt(0.021 + z^2/400) / 1.384146 = 1.959964 * sqrt(0.030604) / 1.384146 = 0.342874 / 1.384146
+    # = 0.247716 -> [0.396777, 0.892209]
+    low, high = results.wilson_interval(7, 10)
+    assert (low, high) == (pytest.approx(0.396777, abs=1e-5), pytest.approx(0.892209, abs=1e-5))
+    mean, low, high = results.t_interval([3, 4, 5])  # sd 1, t_{0.975,2} = 4.302653: half = 4.302653 / sqrt(3)
+    assert (mean, low, high) == (4, pytest.approx(4 - 2.484138, abs=1e-5), pytest.approx(4 + 2.484138, abs=1e-5))
+    assert results.t_interval([2.0]) == (2.0, None, None)
+    assert math.isclose(results.Z_95 ** 2, 3.841459, abs_tol=1e-6)

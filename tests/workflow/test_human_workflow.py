@@ -1,0 +1,98 @@
+"""The human-evaluation rules in a real Snakemake run (issue 7): export from evaluate outputs, answers
+from data/human/, import, the table; and `rule all` (what `make run` builds) does not include them."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from grueflow.human import batch as hb
+from grueflow.human.answers import AnswerStore
+from tests.conftest import ROOT, copy_project, git_init, run
+
+DATA = Path(os.environ.get("GRUEFLOW_SHARED_DATA", ROOT.parent / "shared" / "data"))
+IMDB = DATA / "human_eval_examples" / "likert" / "IMDB_sentiment_completion_example_input.csv"
+METHODS = ("zero_shot", "supervised", "ppo", "supervised+ppo")  # the micro suite's methods
+PAIR = "supervised+ppo_vs_supervised_seed0"
+
+pytestmark = pytest.mark.slow
+
+
+def fake_evaluate_outputs(repo: Path) -> int:
+    """predictions.jsonl of every micro-suite method on the sentiment task, made from the RL4LMs IMDB example
+    rows (each method's completion cut differently); returns the number of samples."""
+    if not IMDB.exists():
+        pytest.skip(f"shared data file {IMDB} is absent (set GRUEFLOW_SHARED_DATA)")
+    with open(IMDB, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    for k, method in enumerate(METHODS):
+        out = repo / "results" / "eval" / "sentiment" / method / "seed0"
+        out.mkdir(parents=True)
+        with open(out / "predictions.jsonl", "w", encoding="utf-8") as handle:
+            for i, row in enumerate(rows):
+                handle.write(json.dumps({"id": f"s{i}", "prompt": row["prompt"], "references": [], "scores": {},
+                                         "generation": row["machine_completion"][3 * k:]}) + "\n")
+    return len(rows)
+
+
+def snakemake(repo: Path, *targets: str, rules: tuple[str, ...]) -> str:
+    # --allowed-rules: the faked evaluate outputs are taken as they are, never rebuilt
+    return run(["snakemake", *targets, "--cores", "1", "--allowed-rules", *rules], repo).stdout
+
+
+def test_export_annotate_import_table_through_snakemake(tmp_path: Path) -> None:
+    repo = copy_project(tmp_path / "repo")
+    n = fake_evaluate_outputs(repo)
+    dry = run(["snakemake", "-n", "--cores", "1"], repo).stdout  # the default target: rule all
+    assert "export_human" not in dry and "import_human_eval" not in dry and "human_eval_table" not in dry
+
+    snakemake(repo, "results/human/sentiment/batches/likert_seed0", f"results/human/sentiment/batches/{PAIR}",
+              rules=("export_human_likert", "export_human_pairwise"))
+    batches = repo / "results" / "human" / "sentiment" / "batches"
+    likert = hb.read_batch(batches / "likert_seed0")
+    pairwise = hb.read_batch(batches / PAIR)
+    assert len(likert.items) == 4 * n and {i["algorithm"] for i in likert.items} == set(METHODS)
+    assert len(pairwise.items) == n and likert.criteria_set == "sentiment"
+    key = hb.read_key(repo / "results" / "human" / "sentiment" / "keys" / f"{PAIR}.json")
+    assert sorted(set(key.values())) == ["supervised", "supervised+ppo"]
+    # DVC's stage runs the same CLI on the same predictions: the same batch and key, byte for byte
+    exported = {p: p.read_bytes() for p in (batches / PAIR / hb.ITEMS, batches / PAIR / hb.UPLOAD,
+                                            repo / "results" / "human" / "sentiment" / "keys" / f"{PAIR}.json")}
+    git_init(repo)
+    run(["git", "add", "-A"], repo)
+    run(["git", "commit", "-qm", "faked evaluate outputs"], repo)
+    run(["dvc", "repro", "--single-item", "export_human_pairwise@sentiment-ppo-0"], repo)
+    assert {p: p.read_bytes() for p in exported} == exported
+    assert (batches / PAIR / "stage.json").stat().st_mtime > (batches / "likert_seed0" / "stage.json").stat().st_mtime
+
+    # the human step: two annotators; alice scores supervised+ppo's coherence 5 and everything else 2,
+    # bob gives 4 and 1; in the pairwise batch alice always prefers supervised+ppo, bob does except one tie
+    store = AnswerStore(repo / "data" / "human" / "sentiment" / "likert_seed0" / "answers.jsonl", likert)
+    for annotator, (high, low) in (("alice", (5, 2)), ("bob", (4, 1))):
+        for item in likert.items:
+            store.append(annotator, item["item_id"],
+                         {"coherence": high if item["algorithm"] == "supervised+ppo" else low, "sentiment": 3})
+    pair_store = AnswerStore(repo / "data" / "human" / "sentiment" / PAIR / "answers.jsonl", pairwise)
+    for item in pairwise.items:
+        side = "A" if key[item["choice_A_id"]] == "supervised+ppo" else "B"
+        pair_store.append("alice", item["item_id"], {"choice": side})
+        pair_store.append("bob", item["item_id"], {"choice": "tie" if item is pairwise.items[0] else side})
+
+    snakemake(repo, "results/human_eval_table.csv", rules=("import_human_eval", "human_eval_table"))
+    with open(repo / "results" / "human_eval_table.csv", newline="", encoding="utf-8") as handle:
+        table = {(r["kind"], r["method"], r["measure"]): r for r in csv.DictReader(handle)}
+    coherence = table[("likert", "supervised+ppo", "coherence")]
+    assert (coherence["n"], coherence["n_judgments"], float(coherence["value"])) == (str(n), str(2 * n), 4.5)
+    assert float(table[("likert", "zero_shot", "coherence")]["value"]) == 1.5  # (2 + 1) / 2 on every item
+    win = table[("pairwise", "supervised+ppo", "win_rate_vs:supervised")]
+    assert (win["n"], win["ties"], float(win["value"]), win["interval"]) == (str(2 * n - 1), "1", 1.0, "Wilson 95%")
+    assert "## Agreement" in (repo / "results" / "human_eval_table.md").read_text()
+    prefs = [json.loads(line) for line in
+             (repo / "results" / "human" / "sentiment" / "imported" / PAIR / "preferences.jsonl").open()]
+    assert len(prefs) == 2 * n - 1 and {p["chosen_system"] for p in prefs} == {"supervised+ppo"}
+    assert "Nothing to be done" in run(["snakemake", "-n", "results/human_eval_table.csv", "--cores", "1", "--allowed-rules",
+                                        "import_human_eval", "human_eval_table"], repo).stdout

@@ -1,0 +1,85 @@
+# Human evaluation (issue 7), outside `rule all`: batches exported from evaluate outputs; the answers,
+# a human step outside the DAG, come back as files under data/human/<task>/<batch>/ (the annotation
+# page's .jsonl, a platform's results .csv) and are imported into results/human_eval_table.csv.
+#   snakemake --cores 1 results/human/sentiment/batches/likert_seed0                      (every method)
+#   snakemake --cores 1 results/human/sentiment/batches/supervised+ppo_vs_supervised_seed0  (blinded A/B)
+#   snakemake --cores 1 results/human_eval_table.csv        (every batch with answers under data/human/)
+# The criteria are the task's registered criteria set (grueflow/human/criteria.py), looked up by task name.
+HUMAN_ANSWERS = glob_wildcards("data/human/{task,[^/]+}/{batch,[^/]+}/{file,[^/]+}")
+HUMAN_IMPORTS = sorted({f"results/human/{t}/imported/{b}" for t, b in zip(HUMAN_ANSWERS.task, HUMAN_ANSWERS.batch)
+                        if t in TASKS})
+
+
+wildcard_constraints:
+    method_a=_choice(METHODS),
+    method_b=_choice(METHODS),
+    batch=r"likert_seed\d+|[^/]+_vs_[^/]+_seed\d+",
+
+
+def human_key(w):
+    """The key file of a pairwise batch (none for a Likert batch)."""
+    return [] if w.batch.startswith("likert_") else [f"results/human/{w.task}/keys/{w.batch}.json"]
+
+
+rule export_human_likert:
+    input:
+        runs=lambda w: expand("results/eval/{task}/{method}/seed{seed}", task=w.task, method=METHODS, seed=w.seed),
+        code=code("stages/export_human_eval.py", "grueflow/human"),
+    output:
+        directory("results/human/{task}/batches/likert_seed{seed}"),
+    params:
+        predictions=lambda w: [f"{m}=results/eval/{w.task}/{m}/seed{w.seed}" for m in METHODS],
+    log:
+        "results/logs/human/{task}/likert_seed{seed}.log",
+    shell:
+        "python stages/export_human_eval.py --kind likert --criteria {wildcards.task:q} --seed {wildcards.seed}"
+        " --predictions {params.predictions:q} --out {output:q} 2> {log:q}"
+
+
+rule export_human_pairwise:
+    input:
+        first="results/eval/{task}/{method_a}/seed{seed}",
+        second="results/eval/{task}/{method_b}/seed{seed}",
+        code=code("stages/export_human_eval.py", "grueflow/human"),
+    output:
+        batch=directory("results/human/{task}/batches/{method_a}_vs_{method_b}_seed{seed}"),
+        key="results/human/{task}/keys/{method_a}_vs_{method_b}_seed{seed}.json",
+    params:
+        predictions=lambda w, input: [f"{w.method_a}={input.first}", f"{w.method_b}={input.second}"],
+    log:
+        "results/logs/human/{task}/{method_a}_vs_{method_b}_seed{seed}.log",
+    shell:
+        "python stages/export_human_eval.py --kind pairwise --criteria {wildcards.task:q} --seed {wildcards.seed}"
+        " --predictions {params.predictions:q} --out {output.batch:q} --key {output.key:q} 2> {log:q}"
+
+
+rule import_human_eval:
+    input:
+        batch="results/human/{task}/batches/{batch}",
+        answers="data/human/{task}/{batch}",
+        key=human_key,
+        code=code("stages/import_human_eval.py", "grueflow/human"),
+    output:
+        directory("results/human/{task}/imported/{batch}"),
+    params:
+        key=lambda w, input: ["--key", *input.key] if input.key else [],
+    log:
+        "results/logs/human/{task}/import_{batch}.log",
+    shell:
+        "python stages/import_human_eval.py --batch {input.batch:q} {params.key:q} --answers {input.answers:q}"
+        " --task {wildcards.task:q} --out {output:q} 2> {log:q}"
+
+
+rule human_eval_table:
+    input:
+        # with no answers under data/human/ yet, the missing folder itself is the error Snakemake reports
+        imports=HUMAN_IMPORTS or ["data/human"],
+        code=code("stages/human_eval_table.py", "grueflow/human"),
+    output:
+        csv="results/human_eval_table.csv",
+        md="results/human_eval_table.md",
+    log:
+        "results/logs/human_eval_table.log",
+    shell:
+        "python stages/human_eval_table.py --imports {input.imports:q} --out-csv {output.csv:q}"
+        " --out-md {output.md:q} 2> {log:q}"
