@@ -37,9 +37,10 @@ clean:
 	rm -rf results .snakemake
 
 # The annotation page's browser test (issue 7) drives Debian's chromium through its chromedriver;
-# installed once, only where chromium is missing and apt-get exists (elsewhere that test is skipped).
+# installed by `make test` (not `make run`), only where chromium is missing and apt-get exists
+# (elsewhere that test is skipped, except under CI=true, where it fails).
 .PHONY: browser
-setup: browser
+test: browser
 browser:
 	@if ! command -v chromium >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
 	  sudo=$$([ "$$(id -u)" -eq 0 ] || echo sudo); \
