@@ -592,13 +592,76 @@ class ReinforcePPConfig(RLConfig):
 RLStart = Literal["zero_shot", "supervised"]
 
 
+# Cluster resources (issue 8): what each rule's jobs ask a scheduler for -------------------------------
+
+@dataclass(frozen=True)
+class JobResources:
+    """One rule's request to the scheduler (Snakemake ``threads`` and ``resources``); None = the rule's default.
+
+    ``mem_mb`` in megabytes, ``runtime`` in minutes (wall time; Slurm's ``--time``), ``gpu`` a GPU count
+    (Slurm's ``--gpus``, Kubernetes' ``nvidia.com/gpu`` with ``gpu_manufacturer``; 0 asks for none),
+    ``threads`` CPU cores (default: the suite's ``threads``).
+    """
+
+    threads: Optional[int] = None
+    mem_mb: Optional[int] = None
+    runtime: Optional[int] = None
+    gpu: Optional[int] = None
+    gpu_manufacturer: Optional[Literal["nvidia", "amd"]] = None
+
+    def __post_init__(self) -> None:
+        for name in ("threads", "mem_mb", "runtime"):
+            value = getattr(self, name)
+            _check(value is None or value >= 1, f"{name} must be >= 1, got {value}")
+        _check(self.gpu is None or self.gpu >= 0, f"gpu must be >= 0, got {self.gpu}")
+
+
+# the defaults fit the embedded suite on a laptop; suites at GRUE scale raise them (params/suites/grue.yaml)
+JOB_RESOURCE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "prepare_datapool": {"mem_mb": 1000, "runtime": 10, "gpu": 0},
+    "base_model": {"mem_mb": 2000, "runtime": 30, "gpu": 0},
+    "warm_start": {"mem_mb": 2000, "runtime": 60, "gpu": 0},
+    "rl_finetune": {"mem_mb": 3000, "runtime": 120, "gpu": 0},
+    "evaluate": {"mem_mb": 2000, "runtime": 60, "gpu": 0},
+    "aggregate": {"mem_mb": 1000, "runtime": 10, "gpu": 0},
+}
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Per-rule scheduler requests (a suite's ``resources:``); each key a rule, each unset value its default."""
+
+    prepare_datapool: JobResources = field(default_factory=JobResources)
+    base_model: JobResources = field(default_factory=JobResources)
+    warm_start: JobResources = field(default_factory=JobResources)
+    rl_finetune: JobResources = field(default_factory=JobResources)
+    evaluate: JobResources = field(default_factory=JobResources)
+    aggregate: JobResources = field(default_factory=JobResources)
+
+    def threads(self, rule: str, default: int) -> int:
+        """The cores rule ``rule`` asks for: its ``threads``, else ``default`` (the suite's)."""
+        value = getattr(self, rule).threads
+        return default if value is None else value
+
+    def of(self, rule: str) -> dict[str, Any]:
+        """Snakemake ``resources`` of rule ``rule``: ``mem_mb`` and ``runtime``, plus ``gpu`` (and the
+        manufacturer) only when it asks for GPUs, since executors treat a ``gpu`` key as a GPU request."""
+        own = {k: v for k, v in to_dict(getattr(self, rule)).items() if v is not None and k != "threads"}
+        merged = {**JOB_RESOURCE_DEFAULTS[rule], **own}
+        if not merged["gpu"]:
+            merged.pop("gpu")
+            merged.pop("gpu_manufacturer", None)
+        return merged
+
+
 @dataclass(frozen=True)
 class SuiteConfig:
     """The grid: tasks x methods x seeds.
 
     The methods are ``zero_shot`` (the base model), ``supervised`` (the warm start), and, for each
     algorithm, RL from the base model (``<algorithm>``) and from the warm start (``supervised+<algorithm>``);
-    ``rl_starts`` may keep only one of those two starts.
+    ``rl_starts`` may keep only one of those two starts. ``resources`` sizes each rule's jobs for a
+    scheduler (:class:`Resources`).
     """
 
     tasks: tuple[str, ...]
@@ -607,6 +670,7 @@ class SuiteConfig:
     threads: int = 1
     params_dir: str = "params"
     rl_starts: tuple[RLStart, ...] = ("zero_shot", "supervised")
+    resources: Resources = field(default_factory=Resources)
 
     @property
     def methods(self) -> list[str]:

@@ -140,3 +140,21 @@ def test_a_suite_may_run_rl_from_one_start_only():
     assert warm.methods == ["zero_shot", "supervised", "supervised+ppo"]
     with pytest.raises(ConfigError, match="'cold' is not allowed; choose one of 'zero_shot', 'supervised'"):
         parse(SuiteConfig, {"tasks": ["t"], "algorithms": ["ppo"], "rl_starts": ["cold"]}, "suite:")
+
+
+def test_suite_resources_override_the_rule_defaults_and_name_the_valid_rules():
+    from grueflow.config import SuiteConfig
+
+    suite = parse(SuiteConfig, {"tasks": ["t"], "algorithms": ["ppo"], "threads": 2, "resources": {
+        "rl_finetune": {"mem_mb": 16000, "gpu": 1, "gpu_manufacturer": "nvidia", "threads": 8},
+        "evaluate": {"runtime": 240}}}, "suite:")
+    res = suite.resources
+    assert res.of("rl_finetune") == {"mem_mb": 16000, "runtime": 120, "gpu": 1, "gpu_manufacturer": "nvidia"}
+    assert res.of("evaluate") == {"mem_mb": 2000, "runtime": 240}  # no GPU asked for: no gpu key at all
+    assert res.of("aggregate") == {"mem_mb": 1000, "runtime": 10}
+    assert (res.threads("rl_finetune", suite.threads), res.threads("evaluate", suite.threads)) == (8, 2)
+    with pytest.raises(ConfigError, match="resources: unknown key 'rl'; valid keys: prepare_datapool, base_model, "
+                                          "warm_start, rl_finetune, evaluate, aggregate"):
+        parse(SuiteConfig, {"tasks": ["t"], "algorithms": ["ppo"], "resources": {"rl": {"mem_mb": 1}}}, "suite:")
+    with pytest.raises(ConfigError, match="resources.evaluate: mem_mb must be >= 1, got 0"):
+        parse(SuiteConfig, {"tasks": ["t"], "algorithms": ["ppo"], "resources": {"evaluate": {"mem_mb": 0}}}, "suite:")
