@@ -389,8 +389,10 @@ class SupervisedConfig:
     weight_decay: float = 0.0
     warmup_ratio: float = 0.0
     lora: Optional[LoraConfig] = None
+    processes: int = 1  # data-parallel processes (accelerate launch); each takes its shard of every batch
 
     def __post_init__(self) -> None:
+        _check(self.processes >= 1, f"processes must be >= 1, got {self.processes}")
         _check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
         _check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
         _check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
@@ -455,9 +457,18 @@ class RLConfig:
     lora: Optional[LoraConfig] = None
     kl_ceiling: Optional[float] = None
     kl_ceiling_action: Literal["stop", "skip"] = "stop"
+    processes: int = 1  # data-parallel processes (accelerate launch); each samples and learns from its shard
 
     def __post_init__(self) -> None:
         _check(self.iterations > 0, f"iterations must be > 0, got {self.iterations}")
+        _check(self.processes >= 1, f"processes must be >= 1, got {self.processes}")
+        _check(self.processes == 1 or (self.rollouts_per_iteration // self.group_size) % self.processes == 0,
+               f"processes={self.processes} must divide the {self.rollouts_per_iteration // self.group_size} prompt "
+               f"groups of a rollout (rollouts_per_iteration / group_size), so each process gets whole groups")
+        _check(self.processes == 1 or (self.minibatch_size % self.processes == 0
+                                       and (self.minibatch_size // self.processes) % self.group_size == 0),
+               f"processes={self.processes} must split minibatch_size={self.minibatch_size} into whole groups of "
+               f"group_size={self.group_size}; make minibatch_size a multiple of processes x group_size")
         _check(self.kl_ceiling is None or self.kl_ceiling > 0, f"kl_ceiling must be > 0 (or null), got {self.kl_ceiling}")
         _check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
         _check(self.rollouts_per_iteration > 0 and self.minibatch_size > 0,
