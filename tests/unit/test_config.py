@@ -158,3 +158,13 @@ def test_suite_resources_override_the_rule_defaults_and_name_the_valid_rules():
         parse(SuiteConfig, {"tasks": ["t"], "algorithms": ["ppo"], "resources": {"rl": {"mem_mb": 1}}}, "suite:")
     with pytest.raises(ConfigError, match="resources.evaluate: mem_mb must be >= 1, got 0"):
         parse(SuiteConfig, {"tasks": ["t"], "algorithms": ["ppo"], "resources": {"evaluate": {"mem_mb": 0}}}, "suite:")
+
+
+def test_rl_processes_must_split_the_rollout_and_minibatches_into_whole_groups():
+    ok = parse(PPOConfig, {"rollouts_per_iteration": 16, "minibatch_size": 8, "processes": 2}, "ppo.yaml:")
+    assert ok.processes == 2 and parse(PPOConfig, {}, "ppo.yaml:").processes == 1
+    with pytest.raises(ConfigError, match=r"processes=3 must divide the 16 prompt groups of a rollout"):
+        parse(PPOConfig, {"rollouts_per_iteration": 16, "minibatch_size": 8, "processes": 3}, "ppo.yaml:")
+    with pytest.raises(ConfigError, match=r"processes=2 must split minibatch_size=4 into whole groups of group_size=4"):
+        parse(PPOConfig, {"rollouts_per_iteration": 16, "minibatch_size": 4, "group_size": 4, "processes": 2},
+              "ppo.yaml:")
