@@ -47,6 +47,10 @@ class DataParallel:
     def is_main(self) -> bool:
         return self.rank == 0
 
+    def threads(self, threads: int) -> int:
+        """Torch threads of this process when the job has ``threads`` cores: an equal share, at least one."""
+        return max(1, threads // self.world_size)
+
     def shard(self, items: Sequence[T], group: int = 1) -> list[T]:
         """This process's share of ``items``: whole groups of ``group`` consecutive items, dealt round-robin.
 

@@ -54,8 +54,8 @@ def relaunch_data_parallel(processes: int, threads: int) -> None:
     ``accelerate launch --config_file ...``). Does not return when it relaunches.
 
     accelerate's multi-process launcher (torchrun) starts the processes; with no GPU the process group
-    falls back to gloo on the CPU (:class:`grueflow.distributed.DataParallel`). Each process gets
-    ``threads`` torch threads; a free port keeps concurrent stages apart.
+    falls back to gloo on the CPU (:class:`grueflow.distributed.DataParallel`). The job's ``threads``
+    cores are shared among the processes; a free port keeps concurrent stages apart.
     """
     if processes <= 1 or "WORLD_SIZE" in os.environ:
         return
@@ -64,7 +64,7 @@ def relaunch_data_parallel(processes: int, threads: int) -> None:
         port = sock.getsockname()[1]
     command = [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--multi_gpu",
                "--num_processes", str(processes), "--num_machines", "1", "--mixed_precision", "no",
-               "--dynamo_backend", "no", "--num_cpu_threads_per_process", str(threads),
+               "--dynamo_backend", "no", "--num_cpu_threads_per_process", str(max(1, threads // processes)),
                "--main_process_port", str(port), sys.argv[0], *sys.argv[1:]]
     logging.getLogger(__name__).info("relaunching as %d data-parallel processes: %s", processes, " ".join(command))
     sys.stdout.flush()

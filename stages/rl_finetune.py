@@ -48,7 +48,7 @@ def main() -> None:
     parallel = DataParallel.from_env()
     train = read_split(args.datapool, "train")
 
-    seed_everything(args.seed, args.threads)
+    seed_everything(args.seed, parallel.threads(args.threads))  # the job's cores, shared
     model, tokenizer = load_pretrained(args.init_model)
     ref_model = load_pretrained(args.init_model)[0] if cfg.lora is None else None  # LoRA: the adapter-free base
     policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt)

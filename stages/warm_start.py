@@ -40,7 +40,7 @@ def main() -> None:
     stage.relaunch_data_parallel(cfg.processes, args.threads)  # processes > 1: N copies of this command
     parallel = DataParallel.from_env()
     train, val = read_split(args.datapool, "train"), read_split(args.datapool, "val")
-    seed_everything(args.seed, args.threads)
+    seed_everything(args.seed, parallel.threads(args.threads))  # the job's cores, shared
     model, tokenizer = load_pretrained(args.base_model)
     if cfg.lora is not None:
         model = with_lora(model, cfg.lora)
