@@ -314,7 +314,10 @@ class RLTrainer:
         return self.with_behaviour(rollout, outputs, unmasked)
 
     def _guard(self, what: str, values: torch.Tensor) -> None:
-        if not torch.isfinite(values).all():
+        bad = not torch.isfinite(values).all()
+        if self.parallel.enabled:  # every process stops together, rather than the others waiting on it forever
+            bad = self.parallel.sum([float(bad)])[0] > 0
+        if bad:
             raise NonFiniteError(what, self.state.iteration + 1, getattr(self, "last_batch", {}))
 
     # -- update ----------------------------------------------------------------------------
