@@ -568,6 +568,8 @@ class TRPOConfig(RLConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         _check(self.max_kl > 0, f"max_kl must be > 0, got {self.max_kl}")
+        _check(self.processes == 1, f"processes must be 1 for TRPO, got {self.processes}: its natural-gradient "
+               "step (conjugate gradient and line search) does not run data-parallel")
         _check(0 < self.line_search_shrinking_factor < 1,
                f"line_search_shrinking_factor must be in (0, 1), got {self.line_search_shrinking_factor}")
 

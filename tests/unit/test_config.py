@@ -168,3 +168,7 @@ def test_rl_processes_must_split_the_rollout_and_minibatches_into_whole_groups()
     with pytest.raises(ConfigError, match=r"processes=2 must split minibatch_size=4 into whole groups of group_size=4"):
         parse(PPOConfig, {"rollouts_per_iteration": 16, "minibatch_size": 4, "group_size": 4, "processes": 2},
               "ppo.yaml:")
+    from grueflow.config import TRPOConfig
+
+    with pytest.raises(ConfigError, match=r"processes must be 1 for TRPO, got 2"):
+        parse(TRPOConfig, {"rollouts_per_iteration": 16, "minibatch_size": 8, "processes": 2}, "trpo.yaml:")
