@@ -389,8 +389,10 @@ class SupervisedConfig:
     weight_decay: float = 0.0
     warmup_ratio: float = 0.0
     lora: Optional[LoraConfig] = None
+    processes: int = 1  # data-parallel processes (accelerate launch); each takes its shard of every batch
 
     def __post_init__(self) -> None:
+        _check(self.processes >= 1, f"processes must be >= 1, got {self.processes}")
         _check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
         _check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
         _check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
@@ -455,9 +457,18 @@ class RLConfig:
     lora: Optional[LoraConfig] = None
     kl_ceiling: Optional[float] = None
     kl_ceiling_action: Literal["stop", "skip"] = "stop"
+    processes: int = 1  # data-parallel processes (accelerate launch); each samples and learns from its shard
 
     def __post_init__(self) -> None:
         _check(self.iterations > 0, f"iterations must be > 0, got {self.iterations}")
+        _check(self.processes >= 1, f"processes must be >= 1, got {self.processes}")
+        _check(self.processes == 1 or (self.rollouts_per_iteration // self.group_size) % self.processes == 0,
+               f"processes={self.processes} must divide the {self.rollouts_per_iteration // self.group_size} prompt "
+               f"groups of a rollout (rollouts_per_iteration / group_size), so each process gets whole groups")
+        _check(self.processes == 1 or (self.minibatch_size % self.processes == 0
+                                       and (self.minibatch_size // self.processes) % self.group_size == 0),
+               f"processes={self.processes} must split minibatch_size={self.minibatch_size} into whole groups of "
+               f"group_size={self.group_size}; make minibatch_size a multiple of processes x group_size")
         _check(self.kl_ceiling is None or self.kl_ceiling > 0, f"kl_ceiling must be > 0 (or null), got {self.kl_ceiling}")
         _check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
         _check(self.rollouts_per_iteration > 0 and self.minibatch_size > 0,
@@ -557,6 +568,8 @@ class TRPOConfig(RLConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         _check(self.max_kl > 0, f"max_kl must be > 0, got {self.max_kl}")
+        _check(self.processes == 1, f"processes must be 1 for TRPO, got {self.processes}: its natural-gradient "
+               "step (conjugate gradient and line search) does not run data-parallel")
         _check(0 < self.line_search_shrinking_factor < 1,
                f"line_search_shrinking_factor must be in (0, 1), got {self.line_search_shrinking_factor}")
 
@@ -592,13 +605,76 @@ class ReinforcePPConfig(RLConfig):
 RLStart = Literal["zero_shot", "supervised"]
 
 
+# Cluster resources (issue 8): what each rule's jobs ask a scheduler for -------------------------------
+
+@dataclass(frozen=True)
+class JobResources:
+    """One rule's request to the scheduler (Snakemake ``threads`` and ``resources``); None = the rule's default.
+
+    ``mem_mb`` in megabytes, ``runtime`` in minutes (wall time; Slurm's ``--time``), ``gpu`` a GPU count
+    (Slurm's ``--gpus``, Kubernetes' ``nvidia.com/gpu`` with ``gpu_manufacturer``; 0 asks for none),
+    ``threads`` CPU cores (default: the suite's ``threads``).
+    """
+
+    threads: Optional[int] = None
+    mem_mb: Optional[int] = None
+    runtime: Optional[int] = None
+    gpu: Optional[int] = None
+    gpu_manufacturer: Optional[Literal["nvidia", "amd"]] = None
+
+    def __post_init__(self) -> None:
+        for name in ("threads", "mem_mb", "runtime"):
+            value = getattr(self, name)
+            _check(value is None or value >= 1, f"{name} must be >= 1, got {value}")
+        _check(self.gpu is None or self.gpu >= 0, f"gpu must be >= 0, got {self.gpu}")
+
+
+# the defaults fit the embedded suite on a laptop; suites at GRUE scale raise them (params/suites/grue.yaml)
+JOB_RESOURCE_DEFAULTS: dict[str, dict[str, Any]] = {
+    "prepare_datapool": {"mem_mb": 1000, "runtime": 10, "gpu": 0},
+    "base_model": {"mem_mb": 2000, "runtime": 30, "gpu": 0},
+    "warm_start": {"mem_mb": 2000, "runtime": 60, "gpu": 0},
+    "rl_finetune": {"mem_mb": 3000, "runtime": 120, "gpu": 0},
+    "evaluate": {"mem_mb": 2000, "runtime": 60, "gpu": 0},
+    "aggregate": {"mem_mb": 1000, "runtime": 10, "gpu": 0},
+}
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Per-rule scheduler requests (a suite's ``resources:``); each key a rule, each unset value its default."""
+
+    prepare_datapool: JobResources = field(default_factory=JobResources)
+    base_model: JobResources = field(default_factory=JobResources)
+    warm_start: JobResources = field(default_factory=JobResources)
+    rl_finetune: JobResources = field(default_factory=JobResources)
+    evaluate: JobResources = field(default_factory=JobResources)
+    aggregate: JobResources = field(default_factory=JobResources)
+
+    def threads(self, rule: str, default: int) -> int:
+        """The cores rule ``rule`` asks for: its ``threads``, else ``default`` (the suite's)."""
+        value = getattr(self, rule).threads
+        return default if value is None else value
+
+    def of(self, rule: str) -> dict[str, Any]:
+        """Snakemake ``resources`` of rule ``rule``: ``mem_mb`` and ``runtime``, plus ``gpu`` (and the
+        manufacturer) only when it asks for GPUs, since executors treat a ``gpu`` key as a GPU request."""
+        own = {k: v for k, v in to_dict(getattr(self, rule)).items() if v is not None and k != "threads"}
+        merged = {**JOB_RESOURCE_DEFAULTS[rule], **own}
+        if not merged["gpu"]:
+            merged.pop("gpu")
+            merged.pop("gpu_manufacturer", None)
+        return merged
+
+
 @dataclass(frozen=True)
 class SuiteConfig:
     """The grid: tasks x methods x seeds.
 
     The methods are ``zero_shot`` (the base model), ``supervised`` (the warm start), and, for each
     algorithm, RL from the base model (``<algorithm>``) and from the warm start (``supervised+<algorithm>``);
-    ``rl_starts`` may keep only one of those two starts.
+    ``rl_starts`` may keep only one of those two starts. ``resources`` sizes each rule's jobs for a
+    scheduler (:class:`Resources`).
     """
 
     tasks: tuple[str, ...]
@@ -607,6 +683,7 @@ class SuiteConfig:
     threads: int = 1
     params_dir: str = "params"
     rl_starts: tuple[RLStart, ...] = ("zero_shot", "supervised")
+    resources: Resources = field(default_factory=Resources)
 
     @property
     def methods(self) -> list[str]:

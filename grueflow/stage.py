@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -44,6 +46,30 @@ def setup(args: argparse.Namespace) -> float:
 def progress(total: int, desc: str) -> tqdm:
     """A progress bar with ETA on a terminal; nothing on CI logs (stages log plain lines instead)."""
     return tqdm(total=total, desc=desc, disable=not sys.stderr.isatty(), dynamic_ncols=True)
+
+
+def relaunch_data_parallel(processes: int, threads: int) -> None:
+    """Re-run this stage's command line as ``processes`` data-parallel processes under ``accelerate launch``
+    (issue 8), unless it asks for one or already is one of them (``WORLD_SIZE`` set, e.g. by a user's own
+    ``accelerate launch --config_file ...``). Does not return when it relaunches.
+
+    accelerate's multi-process launcher (torchrun) starts the processes; with no GPU the process group
+    falls back to gloo on the CPU (:class:`grueflow.distributed.DataParallel`). The job's ``threads``
+    cores are shared among the processes; a free port keeps concurrent stages apart.
+    """
+    if processes <= 1 or "WORLD_SIZE" in os.environ:
+        return
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [sys.executable, "-m", "accelerate.commands.accelerate_cli", "launch", "--multi_gpu",
+               "--num_processes", str(processes), "--num_machines", "1", "--mixed_precision", "no",
+               "--dynamo_backend", "no", "--num_cpu_threads_per_process", str(max(1, threads // processes)),
+               "--main_process_port", str(port), sys.argv[0], *sys.argv[1:]]
+    logging.getLogger(__name__).info("relaunching as %d data-parallel processes: %s", processes, " ".join(command))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, command)
 
 
 def finish(out_dir: Path, stage: str, params: Any, inputs: dict[str, Path], started: float, **extra: Any) -> None:

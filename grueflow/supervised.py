@@ -8,6 +8,10 @@ Training can be killed and resumed (issue 9): a checkpoint after every epoch hol
 (the adapter only, under LoRA), the optimiser, the schedule, the global RNGs and the loss curve,
 and each epoch's order is drawn from ``(seed, epoch)`` alone, so a resumed run ends with the same
 weights, bit for bit, as an uninterrupted one.
+
+Data-parallel (issue 8, ``processes`` > 1 under ``accelerate launch``): every process walks the same
+batches and takes its shard of each; its loss is its tokens' summed cross-entropy over the whole batch's
+token count (times the number of processes), so the averaged gradient is the full batch's, as in one process.
 """
 
 from __future__ import annotations
@@ -25,8 +29,9 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 from grueflow import checkpoints
 from grueflow.config import SupervisedConfig
 from grueflow.data import Sample
+from grueflow.distributed import DataParallel
 from grueflow.models.lora import ADAPTER_FILE, is_lora, load_trainable_state, trainable_parameters, trainable_state
-from grueflow.models.policy import Policy
+from grueflow.models.policy import Policy, completion_mask
 from grueflow.seeding import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
@@ -43,15 +48,20 @@ def pairs(samples: list[Sample]) -> list[tuple[str, str]]:
 
 
 @torch.no_grad()
-def validation_loss(policy: Policy, data: list[tuple[str, str]], batch_size: int, max_target: int) -> float:
+def validation_loss(policy: Policy, data: list[tuple[str, str]], batch_size: int, max_target: int,
+                    parallel: DataParallel = DataParallel()) -> float:
+    """Mean over the pairs of each batch's token-mean cross-entropy (each process scores its shard of a batch)."""
     policy.model.eval()
     total, count = 0.0, 0
     for start in range(0, len(data), batch_size):
         chunk = data[start:start + batch_size]
-        loss = policy.supervised_loss(policy.encode([p for p, _ in chunk]),
-                                      policy.encode_targets([t for _, t in chunk], max_target))
-        total += loss.item() * len(chunk)
-        count += len(chunk)
+        local = parallel.shard(chunk)
+        if local:
+            loss = policy.supervised_loss(policy.encode([p for p, _ in local]),
+                                          policy.encode_targets([t for _, t in local], max_target))
+            total += loss.item() * len(local)
+            count += len(local)
+    total, count = parallel.sum([total, count])
     return total / count
 
 
@@ -75,8 +85,8 @@ class SupervisedTrainer:
     """Fine-tunes ``policy.model`` in place with AdamW and a linear warmup/decay schedule, epoch by epoch."""
 
     def __init__(self, policy: Policy, train_samples: list[Sample], val_samples: list[Sample], cfg: SupervisedConfig,
-                 max_target: int, seed: int) -> None:
-        self.policy, self.cfg, self.max_target, self.seed = policy, cfg, max_target, seed
+                 max_target: int, seed: int, parallel: DataParallel = DataParallel()) -> None:
+        self.policy, self.cfg, self.max_target, self.seed, self.parallel = policy, cfg, max_target, seed, parallel
         self.data, self.val = pairs(train_samples), pairs(val_samples)
         total = math.ceil(len(self.data) / cfg.batch_size) * cfg.epochs
         warmup = int(cfg.warmup_ratio * total)
@@ -86,6 +96,29 @@ class SupervisedTrainer:
             self.optimizer,
             lambda s: (s + 1) / (warmup + 1) if s < warmup else max(0.0, (total - s) / max(1, total - warmup)))
         self.state = SupervisedState()
+        parallel.broadcast_parameters([policy.model])
+
+    def batch_loss(self, chunk: list[tuple[str, str]]) -> tuple[torch.Tensor, float]:
+        """The loss to differentiate for one batch, and the batch's token-mean cross-entropy (for the curve).
+
+        One process: ``policy.supervised_loss``. Data-parallel: this process's shard, its summed token
+        cross-entropy scaled by ``processes / tokens in the batch`` (0 for an empty shard), so the
+        gradients averaged over the processes are the whole batch's.
+        """
+        policy = self.policy
+        if not self.parallel.enabled:
+            loss = policy.supervised_loss(policy.encode([p for p, _ in chunk]),
+                                          policy.encode_targets([t for _, t in chunk], self.max_target))
+            return loss, loss.item()
+        local = self.parallel.shard(chunk)
+        if local:
+            targets = policy.encode_targets([t for _, t in local], self.max_target)
+            tokens = float(completion_mask(targets, policy.eos_token_id).sum())
+            nll_sum = policy.supervised_loss(policy.encode([p for p, _ in local]), targets) * tokens
+        else:
+            tokens, nll_sum = 0.0, torch.zeros(())
+        total_nll, total_tokens = self.parallel.sum([nll_sum.item(), tokens])
+        return nll_sum * (self.parallel.world_size / total_tokens), total_nll / total_tokens
 
     def run_epoch(self) -> dict[str, float]:
         """One pass over the training pairs in this epoch's order; returns the curve row."""
@@ -94,18 +127,18 @@ class SupervisedTrainer:
         data = [self.data[i] for i in epoch_order(len(self.data), self.seed, self.state.epoch)]
         losses = []
         for start in range(0, len(data), cfg.batch_size):
-            chunk = data[start:start + cfg.batch_size]
-            loss = policy.supervised_loss(policy.encode([p for p, _ in chunk]),
-                                          policy.encode_targets([t for _, t in chunk], self.max_target))
+            loss, value = self.batch_loss(data[start:start + cfg.batch_size])
             self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            if loss.requires_grad:
+                loss.backward()
+            self.parallel.average_gradients(self.params)
             torch.nn.utils.clip_grad_norm_(self.params, 1.0)
             self.optimizer.step()
             self.schedule.step()
-            losses.append(loss.item())
+            losses.append(value)
         self.state.epoch += 1
         row = {"epoch": self.state.epoch, "train_loss": round(sum(losses) / len(losses), 6),
-               "val_loss": round(validation_loss(policy, self.val, cfg.batch_size, self.max_target), 6)}
+               "val_loss": round(validation_loss(policy, self.val, cfg.batch_size, self.max_target, self.parallel), 6)}
         self.state.curve.append(row)
         log.info("warm start epoch %d: train loss %.4f, val loss %.4f", row["epoch"], row["train_loss"], row["val_loss"])
         return row

@@ -8,6 +8,7 @@ from grueflow import stage
 from grueflow.checkpoints import run_key
 from grueflow.config import GenerationConfig, LengthsConfig, RewardConfig, load_method, load_section, to_dict
 from grueflow.data import read_split
+from grueflow.distributed import DataParallel, check_replicas
 from grueflow.io import MODEL_DIR, atomic_dir, fingerprint, write_csv, write_json
 from grueflow.metrics import MetricContext
 from grueflow.metrics.reward import Reward
@@ -43,14 +44,16 @@ def main() -> None:
     cfg = load_method(args.algorithm, args.method_file, args.task_file)
     check_context(args.init_model, lengths.prompt, generation.max_new_tokens, str(args.task_file),
                   ("lengths.prompt", "rollout_generation.max_new_tokens"))
+    stage.relaunch_data_parallel(cfg.processes, args.threads)  # processes > 1: N copies of this command
+    parallel = DataParallel.from_env()
     train = read_split(args.datapool, "train")
 
-    seed_everything(args.seed, args.threads)
+    seed_everything(args.seed, parallel.threads(args.threads))  # the job's cores, shared
     model, tokenizer = load_pretrained(args.init_model)
     ref_model = load_pretrained(args.init_model)[0] if cfg.lora is None else None  # LoRA: the adapter-free base
     policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt)
     reward = Reward(reward_cfg, MetricContext(base_model=args.base_model, max_prompt_length=lengths.prompt))
-    trainer = RLTrainer(args.algorithm, cfg, policy, ref_model, reward, train, generation, args.seed)
+    trainer = RLTrainer(args.algorithm, cfg, policy, ref_model, reward, train, generation, args.seed, parallel)
 
     key = run_key(args.algorithm, to_dict(cfg), to_dict(generation), to_dict(reward_cfg), fingerprint(args.init_model),
                   fingerprint(args.datapool / "train.jsonl"), args.seed)
@@ -67,7 +70,8 @@ def main() -> None:
                  row.get("losses/value", float("nan")), row["charts/mean_length"])
 
     try:
-        state = trainer.train(checkpoint=lambda t: t.save_checkpoint(args.resume_dir, key), progress=report)
+        state = trainer.train(checkpoint=(lambda t: t.save_checkpoint(args.resume_dir, key)) if parallel.is_main else None,
+                              progress=report)
     except KLCeilingError as err:
         raise SystemExit(f"error: {err}; the last checkpoint stays in {args.resume_dir}")
     except NonFiniteError as err:  # keep the offending rollout for inspection beside the last checkpoint
@@ -75,6 +79,12 @@ def main() -> None:
         write_json(dump, err.batch)
         raise SystemExit(f"error: {err}; the rollout is in {dump}; the last checkpoint stays in {args.resume_dir}")
     bar.close()
+    extra = {}
+    if parallel.enabled:  # every process's weights hash: identical, or an error; only the main process writes
+        trained = [m for m in (trainer.policy.model, trainer.value_head, trainer.critic_model) if m is not None]
+        extra = {"data_parallel": {"processes": parallel.world_size, "weights_sha256": check_replicas(parallel, trained)}}
+        if not parallel.is_main:
+            return
     final = state.curve[-1]
     with atomic_dir(args.out) as tmp:
         (tmp / MODEL_DIR).mkdir()
@@ -84,7 +94,7 @@ def main() -> None:
         stage.finish(tmp, "rl_finetune",
                      {"algorithm": args.algorithm, "method": to_dict(cfg), "lengths": to_dict(lengths),
                       "rollout_generation": to_dict(generation), "reward": to_dict(reward_cfg), "seed": args.seed},
-                     {"datapool": args.datapool, "init_model": args.init_model}, started)
+                     {"datapool": args.datapool, "init_model": args.init_model}, started, **extra)
     shutil.rmtree(args.resume_dir, ignore_errors=True)
 
 

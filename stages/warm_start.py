@@ -8,6 +8,7 @@ from grueflow import stage
 from grueflow.checkpoints import run_key
 from grueflow.config import LengthsConfig, SupervisedConfig, load_method, load_section, to_dict
 from grueflow.data import read_split
+from grueflow.distributed import DataParallel, check_replicas
 from grueflow.io import MODEL_DIR, atomic_dir, fingerprint, write_csv
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.lora import merged, with_lora
@@ -36,13 +37,15 @@ def main() -> None:
     cfg: SupervisedConfig = load_method("supervised", args.method_file, args.task_file)
     check_context(args.base_model, lengths.prompt, lengths.target, str(args.task_file),
                   ("lengths.prompt", "lengths.target"))
+    stage.relaunch_data_parallel(cfg.processes, args.threads)  # processes > 1: N copies of this command
+    parallel = DataParallel.from_env()
     train, val = read_split(args.datapool, "train"), read_split(args.datapool, "val")
-    seed_everything(args.seed, args.threads)
+    seed_everything(args.seed, parallel.threads(args.threads))  # the job's cores, shared
     model, tokenizer = load_pretrained(args.base_model)
     if cfg.lora is not None:
         model = with_lora(model, cfg.lora)
     policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt)
-    trainer = SupervisedTrainer(policy, train, val, cfg, lengths.target, args.seed)
+    trainer = SupervisedTrainer(policy, train, val, cfg, lengths.target, args.seed, parallel)
     data = [fingerprint(args.datapool / f"{split}.jsonl") for split in ("train", "val")]
     key = run_key(to_dict(lengths), to_dict(cfg), fingerprint(args.base_model), data, args.seed)
     resumed = trainer.resume(args.resume_dir, key)
@@ -50,14 +53,20 @@ def main() -> None:
         log.info("resumed from %s at epoch %d", resumed, trainer.state.epoch)
     bar = stage.progress(cfg.epochs, "warm start")
     bar.update(trainer.state.epoch)
-    curve = trainer.train(checkpoint=lambda t: t.save_checkpoint(args.resume_dir, key), progress=lambda _: bar.update())
+    checkpoint = (lambda t: t.save_checkpoint(args.resume_dir, key)) if parallel.is_main else None
+    curve = trainer.train(checkpoint=checkpoint, progress=lambda _: bar.update())
     bar.close()
+    extra = {}
+    if parallel.enabled:  # every process's weights hash: identical, or an error; only the main process writes
+        extra = {"data_parallel": {"processes": parallel.world_size, "weights_sha256": check_replicas(parallel, [model])}}
+        if not parallel.is_main:
+            return
     with atomic_dir(args.out) as tmp:
         merged(model).save_pretrained(tmp / MODEL_DIR)  # plain Hugging Face weights, LoRA folded in
         tokenizer.save_pretrained(tmp / MODEL_DIR)
         write_csv(tmp / "loss_curve.csv", curve)
         stage.finish(tmp, "warm_start", {"lengths": to_dict(lengths), "supervised": to_dict(cfg), "seed": args.seed},
-                     {"datapool": args.datapool, "base_model": args.base_model}, started)
+                     {"datapool": args.datapool, "base_model": args.base_model}, started, **extra)
     shutil.rmtree(args.resume_dir, ignore_errors=True)
 
 

@@ -15,6 +15,12 @@ The algorithms (PPO, GRPO, RLOO, REINFORCE++) differ only in their advantage est
 a value head on the policy trunk exists only for those that use a critic. With ``lora`` in the
 method config the policy (and a separate critic) train LoRA adapters only and the reference is the
 policy with its adapter disabled, so no reference copy is loaded.
+
+Data-parallel (issue 8, ``processes`` > 1 under ``accelerate launch``): every process draws the same
+prompts and keeps its shard of whole groups, generates, scores and computes advantages on that shard,
+and averages its gradients with the others' after each backward pass, so the replicas take identical
+steps; the rollout KL (for the KL controller) and the curve are averaged over the processes. Advantage
+whitening (PPO, REINFORCE++) uses each shard's own statistics. TRPO's own update rule is not data-parallel.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from stable_baselines3.common.utils import explained_variance
 from grueflow import checkpoints
 from grueflow.config import GenerationConfig, RLConfig
 from grueflow.data import Sample
+from grueflow.distributed import DataParallel
 from grueflow.io import atomic_dir
 from grueflow.metrics.reward import Reward
 from grueflow.models import load_pretrained
@@ -154,13 +161,18 @@ class RLTrainer:
     """
 
     def __init__(self, algorithm: str, cfg: RLConfig, policy: Policy, ref_model: Optional[Any], reward: Reward,
-                 samples: list[Sample], generation: GenerationConfig, seed: int) -> None:
+                 samples: list[Sample], generation: GenerationConfig, seed: int,
+                 parallel: DataParallel = DataParallel()) -> None:
         if (cfg.lora is None) == (ref_model is None):
             raise ValueError("pass a reference model for full fine-tuning, and none with lora (the reference is "
                              f"then the base with the adapter disabled); got lora={cfg.lora} and "
                              f"ref_model={'None' if ref_model is None else 'a model'}")
         self.cfg, self.policy, self.ref_model, self.reward, self.generation = cfg, policy, ref_model, reward, generation
         self.algorithm = ALGORITHMS.get(algorithm).load()(cfg)
+        self.parallel = parallel
+        if parallel.enabled and hasattr(self.algorithm, "step"):
+            raise ValueError(f"{algorithm} has its own update rule, which does not run data-parallel; "
+                             f"set processes: 1 (got {parallel.world_size} processes)")
         if getattr(self.algorithm, "needs_double_backward", False):
             policy.model.set_attn_implementation("eager")  # fused CPU attention has no double backward
         self.critic_model = self._build_models(cfg, policy)
@@ -188,6 +200,7 @@ class RLTrainer:
                 p.requires_grad_(False)
             ref_model.eval()
         policy.model.eval()  # no dropout: rollout and update log-probs must agree
+        parallel.broadcast_parameters([m for m in (policy.model, self.value_head, self.critic_model) if m is not None])
 
     def _build_models(self, cfg: RLConfig, policy: Policy) -> Optional[Any]:
         """Add LoRA adapters to the policy when asked; returns the separate critic's model, if any.
@@ -248,6 +261,7 @@ class RLTrainer:
         (``logprobs``, ``values``, ``kl`` and ``rewards`` are None until :meth:`with_behaviour`)."""
         group = self.cfg.group_size
         samples = [s for s in self.sampler.next(self.cfg.rollouts_per_iteration // group) for _ in range(group)]
+        samples = self.parallel.shard(samples, group)  # this process's whole groups (all of them in one process)
         prompts = self.policy.encode([s.prompt for s in samples])
         if hasattr(self.algorithm, "before_rollout"):
             self.algorithm.before_rollout(self.state.iteration)
@@ -301,7 +315,10 @@ class RLTrainer:
         return self.with_behaviour(rollout, outputs, unmasked)
 
     def _guard(self, what: str, values: torch.Tensor) -> None:
-        if not torch.isfinite(values).all():
+        bad = not torch.isfinite(values).all()
+        if self.parallel.enabled:  # every process stops together, rather than the others waiting on it forever
+            bad = self.parallel.sum([float(bad)])[0] > 0
+        if bad:
             raise NonFiniteError(what, self.state.iteration + 1, getattr(self, "last_batch", {}))
 
     # -- update ----------------------------------------------------------------------------
@@ -324,7 +341,7 @@ class RLTrainer:
             stats = self.algorithm.step(self, rollout, advantages, returns)
             self.scheduler.step()
             return {**stats, **diagnostics}
-        n, size = rollout.mask.shape[0], self.cfg.minibatch_size
+        n, size = rollout.mask.shape[0], self.cfg.minibatch_size // self.parallel.world_size
         group = self.cfg.group_size if size % self.cfg.group_size == 0 else 1
         totals: dict[str, list[float]] = {}
         for _ in range(self.cfg.epochs):
@@ -347,13 +364,15 @@ class RLTrainer:
                 self._guard("loss", loss.detach())
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                norm = torch.nn.utils.clip_grad_norm_([p for g in self.optimizer.param_groups for p in g["params"]],
-                                                      self.cfg.max_grad_norm)
+                params = [p for g in self.optimizer.param_groups for p in g["params"]]
+                self.parallel.average_gradients(params)
+                norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
                 self._guard("gradient norm", norm)
                 self.optimizer.step()
                 for key, value in stats.items():
                     totals.setdefault(key, []).append(value)
                 epoch_kl.append(stats["losses/approx_kl"])
+            epoch_kl = self.parallel.mean([float(np.mean(epoch_kl))]) if self.parallel.enabled else epoch_kl
             if self.cfg.target_kl is not None and float(np.mean(epoch_kl)) > 1.5 * self.cfg.target_kl:
                 log.info("early stop: approx KL %.4f > 1.5 x target_kl %.4f", np.mean(epoch_kl), self.cfg.target_kl)
                 break
@@ -376,6 +395,8 @@ class RLTrainer:
             rollout = self.collect()
             update_started = time.perf_counter()
         seq_kl = rollout.kl.sum(1).mean().item()
+        if self.parallel.enabled:  # one KL for every process: the same coefficient and ceiling decision
+            seq_kl = self.parallel.mean([seq_kl])[0]
         kl_coef = self.kl.coef
         runaway = self.cfg.kl_ceiling is not None and seq_kl > self.cfg.kl_ceiling
         if runaway and self.cfg.kl_ceiling_action == "stop":
@@ -409,6 +430,8 @@ class RLTrainer:
             "charts/scoring_s": rollout.scoring_s,
             "charts/update_s": update_s,
         }
+        if self.parallel.enabled:  # the curve of the whole rollout: each value averaged over the processes
+            row = {**dict(zip(row, self.parallel.mean(row.values()))), "iteration": self.state.iteration}
         self.state.curve.append({k: round(v, 6) for k, v in row.items()})
         return row
 

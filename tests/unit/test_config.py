@@ -140,3 +140,35 @@ def test_a_suite_may_run_rl_from_one_start_only():
     assert warm.methods == ["zero_shot", "supervised", "supervised+ppo"]
     with pytest.raises(ConfigError, match="'cold' is not allowed; choose one of 'zero_shot', 'supervised'"):
         parse(SuiteConfig, {"tasks": ["t"], "algorithms": ["ppo"], "rl_starts": ["cold"]}, "suite:")
+
+
+def test_suite_resources_override_the_rule_defaults_and_name_the_valid_rules():
+    from grueflow.config import SuiteConfig
+
+    suite = parse(SuiteConfig, {"tasks": ["t"], "algorithms": ["ppo"], "threads": 2, "resources": {
+        "rl_finetune": {"mem_mb": 16000, "gpu": 1, "gpu_manufacturer": "nvidia", "threads": 8},
+        "evaluate": {"runtime": 240}}}, "suite:")
+    res = suite.resources
+    assert res.of("rl_finetune") == {"mem_mb": 16000, "runtime": 120, "gpu": 1, "gpu_manufacturer": "nvidia"}
+    assert res.of("evaluate") == {"mem_mb": 2000, "runtime": 240}  # no GPU asked for: no gpu key at all
+    assert res.of("aggregate") == {"mem_mb": 1000, "runtime": 10}
+    assert (res.threads("rl_finetune", suite.threads), res.threads("evaluate", suite.threads)) == (8, 2)
+    with pytest.raises(ConfigError, match="resources: unknown key 'rl'; valid keys: prepare_datapool, base_model, "
+                                          "warm_start, rl_finetune, evaluate, aggregate"):
+        parse(SuiteConfig, {"tasks": ["t"], "algorithms": ["ppo"], "resources": {"rl": {"mem_mb": 1}}}, "suite:")
+    with pytest.raises(ConfigError, match="resources.evaluate: mem_mb must be >= 1, got 0"):
+        parse(SuiteConfig, {"tasks": ["t"], "algorithms": ["ppo"], "resources": {"evaluate": {"mem_mb": 0}}}, "suite:")
+
+
+def test_rl_processes_must_split_the_rollout_and_minibatches_into_whole_groups():
+    ok = parse(PPOConfig, {"rollouts_per_iteration": 16, "minibatch_size": 8, "processes": 2}, "ppo.yaml:")
+    assert ok.processes == 2 and parse(PPOConfig, {}, "ppo.yaml:").processes == 1
+    with pytest.raises(ConfigError, match=r"processes=3 must divide the 16 prompt groups of a rollout"):
+        parse(PPOConfig, {"rollouts_per_iteration": 16, "minibatch_size": 8, "processes": 3}, "ppo.yaml:")
+    with pytest.raises(ConfigError, match=r"processes=2 must split minibatch_size=4 into whole groups of group_size=4"):
+        parse(PPOConfig, {"rollouts_per_iteration": 16, "minibatch_size": 4, "group_size": 4, "processes": 2},
+              "ppo.yaml:")
+    from grueflow.config import TRPOConfig
+
+    with pytest.raises(ConfigError, match=r"processes must be 1 for TRPO, got 2"):
+        parse(TRPOConfig, {"rollouts_per_iteration": 16, "minibatch_size": 8, "processes": 2}, "trpo.yaml:")

@@ -126,6 +126,27 @@ def test_same_params_and_seed_give_byte_identical_metrics(dvc_repo, snakemake_re
         (snakemake_repo / "results" / "grue_table.csv").read_text()
 
 
+def test_a_clone_pulls_the_run_cache_from_a_remote_and_reproduces_without_running(dvc_repo, tmp_path):
+    """Sharing results (issue 8): push outputs and run cache to a directory remote; a fresh clone pulls them,
+    and even with its dvc.lock removed `dvc repro` restores every stage from the run cache, running none."""
+    remote = tmp_path / "remote"
+    run(["dvc", "remote", "add", "--local", "--default", "shared", str(remote)], dvc_repo)
+    run(["dvc", "push", "--run-cache"], dvc_repo)
+    clone = tmp_path / "clone"
+    run(["git", "clone", "-q", str(dvc_repo), str(clone)], tmp_path)
+    run(["dvc", "remote", "add", "--local", "--default", "shared", str(remote)], clone)
+    run(["dvc", "pull", "--run-cache"], clone)  # the outputs dvc.lock names, and every pushed run's record
+    assert (clone / "results" / "grue_table.csv").read_text() == (dvc_repo / "results" / "grue_table.csv").read_text()
+    (clone / "dvc.lock").unlink()  # nothing recorded: only the run cache can tell that a stage already ran
+    repro = run(["dvc", "repro"], clone)
+    stages = set(run(["dvc", "stage", "list", "--name-only"], clone).stdout.split())
+    cached = set(re.findall(r"Stage '(.+?)' is cached - skipping run, checking out outputs", repro.stdout))
+    assert cached == stages and len(stages) == 19
+    assert "Running stage" not in repro.stdout
+    assert (clone / "results" / "grue_table.csv").read_text() == (dvc_repo / "results" / "grue_table.csv").read_text()
+    assert (clone / "dvc.lock").read_text() == run(["git", "show", "HEAD:dvc.lock"], clone).stdout
+
+
 def test_dvc_reward_edit_status_diff_and_run_cache(dvc_repo):
     table_before = (dvc_repo / "results" / "grue_table.csv").read_text()
     double_sentiment_reward(dvc_repo)

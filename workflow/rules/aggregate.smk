@@ -9,6 +9,9 @@ rule aggregate:
     params:
         grid=["--tasks", *TASKS, "--algorithms", *ALGORITHMS, "--seeds", *map(str, SEEDS),
               "--rl-starts", *SUITE.config.rl_starts],  # each word quoted
+    threads: job_threads("aggregate", 1)
+    resources:
+        **RESOURCES.of("aggregate"),
     log:
         "results/logs/aggregate.log",
     shell:

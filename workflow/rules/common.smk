@@ -19,6 +19,11 @@ SEEDS = list(SUITE.config.seeds)
 THREADS = SUITE.config.threads
 METHODS = SUITE.config.methods
 RL_METHODS = METHODS[2:]
+RESOURCES = SUITE.config.resources  # per-rule threads, mem_mb, runtime, gpu: the suite's resources: over the defaults
+
+
+def job_threads(rule, default=THREADS):
+    return RESOURCES.threads(rule, default)
 
 
 def _choice(names):

@@ -6,6 +6,9 @@ rule prepare_datapool:
     params:
         slice=task_slice("datapool"),
         task_file=task_file,
+    threads: job_threads("prepare_datapool", 1)
+    resources:
+        **RESOURCES.of("prepare_datapool"),
     log:
         "results/logs/{task}/prepare_datapool.log",
     shell:

@@ -23,9 +23,9 @@ rule evaluate:
         slice=task_slice("lengths", "eval_generation", "reward", "metrics", "headline_metrics"),
         identity=eval_identity,
         task_file=task_file,
-    threads: THREADS
+    threads: job_threads("evaluate")
     resources:
-        mem_mb=2000,
+        **RESOURCES.of("evaluate"),
     log:
         "results/logs/eval/{task}/{method}/seed{seed}.log",
     shell:

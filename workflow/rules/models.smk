@@ -7,9 +7,9 @@ rule base_model:
     params:
         slice=task_slice("model"),
         task_file=task_file,
-    threads: THREADS
+    threads: job_threads("base_model")
     resources:
-        mem_mb=2000,
+        **RESOURCES.of("base_model"),
     log:
         "results/logs/{task}/base_model.log",
     shell:
@@ -31,9 +31,9 @@ rule warm_start:
         overrides=method_overrides("supervised"),
         method_file=method_file("supervised"),
         task_file=task_file,
-    threads: THREADS
+    threads: job_threads("warm_start")
     resources:
-        mem_mb=2000,
+        **RESOURCES.of("warm_start"),
     log:
         "results/logs/{task}/supervised/seed{seed}.log",
     shell:

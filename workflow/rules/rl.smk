@@ -25,9 +25,9 @@ rule rl_finetune:
         method_file=lambda w: method_file(rl_algorithm(w)),
         algorithm=rl_algorithm,
         task_file=task_file,
-    threads: THREADS
+    threads: job_threads("rl_finetune")
     resources:
-        mem_mb=3000,
+        **RESOURCES.of("rl_finetune"),
     log:
         "results/logs/{task}/{rl_method}/seed{seed}.log",
     shell:

@@ -1,0 +1,131 @@
+"""Data-parallel training inside one stage (issue 8): N processes started by ``accelerate launch``.
+
+Each process holds a full replica of the trained model, takes its shard of every batch (warm start) or
+rollout (RL), and averages its gradients with the others' before the optimiser step, so every replica
+takes the same step and the replicas stay identical; only the main process writes outputs. The process
+group is the one ``accelerate launch`` sets up (``WORLD_SIZE``, ``RANK``, ...), through accelerate's
+``PartialState``; models stay on the CPU in the stages for now, so the group uses the gloo backend.
+
+A stage whose params ask for ``processes: N`` re-runs itself under ``accelerate launch`` (see
+:func:`grueflow.stage.relaunch_data_parallel`), so Snakemake and DVC call the same command line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import Any, Iterable, Sequence, TypeVar
+
+import torch
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class DataParallel:
+    """This process's place among ``world_size`` data-parallel replicas (``rank`` 0 is the main one)."""
+
+    rank: int = 0
+    world_size: int = 1
+
+    @classmethod
+    def from_env(cls) -> "DataParallel":
+        """The process group ``accelerate launch`` started this process in, or a lone process."""
+        if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+            return cls()
+        from accelerate import PartialState
+
+        state = PartialState(cpu=True)  # the stages keep models on the CPU: gloo
+        return cls(state.process_index, state.num_processes)
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def threads(self, threads: int) -> int:
+        """Torch threads of this process when the job has ``threads`` cores: an equal share, at least one."""
+        return max(1, threads // self.world_size)
+
+    def shard(self, items: Sequence[T], group: int = 1) -> list[T]:
+        """This process's share of ``items``: whole groups of ``group`` consecutive items, dealt round-robin.
+
+        ``len(items)`` must be a multiple of ``group``; shards differ in size by at most one group.
+        """
+        groups = [list(items[i:i + group]) for i in range(0, len(items), group)]
+        return [item for g in groups[self.rank::self.world_size] for item in g]
+
+    def sum(self, values: Iterable[float]) -> list[float]:
+        """Element-wise sums of ``values`` over every process (float64)."""
+        tensor = torch.tensor(list(values), dtype=torch.float64)
+        if self.enabled:
+            torch.distributed.all_reduce(tensor)
+        return tensor.tolist()
+
+    def mean(self, values: Iterable[float]) -> list[float]:
+        """Element-wise means of ``values`` over every process."""
+        return [v / self.world_size for v in self.sum(values)]
+
+    def average_gradients(self, params: Iterable[torch.nn.Parameter]) -> None:
+        """Replace each parameter's gradient by its mean over the processes (one flat all-reduce).
+
+        A parameter without a gradient here counts as a zero gradient, so every process reduces the same
+        flat buffer even when a shard was empty.
+        """
+        if not self.enabled:
+            return
+        params = [p for p in params if p.requires_grad]
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        flat = torch.cat([p.grad.reshape(-1) for p in params])
+        torch.distributed.all_reduce(flat)
+        flat /= self.world_size
+        offset = 0
+        for p in params:
+            n = p.numel()
+            p.grad.copy_(flat[offset:offset + n].view_as(p.grad))
+            offset += n
+
+    def broadcast_parameters(self, modules: Iterable[torch.nn.Module]) -> None:
+        """Copy the main process's weights into every replica (identical starting points)."""
+        if not self.enabled:
+            return
+        for module in modules:
+            for tensor in [*module.parameters(), *module.buffers()]:
+                torch.distributed.broadcast(tensor.data, src=0)
+
+    def gather(self, value: Any) -> list[Any]:
+        """``value`` of every process, in rank order (any picklable object)."""
+        if not self.enabled:
+            return [value]
+        out: list[Any] = [None] * self.world_size
+        torch.distributed.all_gather_object(out, value)
+        return out
+
+    def barrier(self) -> None:
+        if self.enabled:
+            torch.distributed.barrier()
+
+
+def state_hash(modules: Iterable[torch.nn.Module]) -> str:
+    """SHA-256 of the modules' parameters and buffers (names, dtypes, shapes and bytes), for comparing replicas."""
+    digest = hashlib.sha256()
+    for module in modules:
+        for name, tensor in sorted(module.state_dict().items()):
+            digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+            digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+                          if tensor.numel() else b"")
+    return digest.hexdigest()
+
+
+def check_replicas(parallel: DataParallel, modules: Sequence[torch.nn.Module]) -> list[str]:
+    """Every process's :func:`state_hash`; raises if the replicas drifted apart (they must stay identical)."""
+    hashes = parallel.gather(state_hash(modules))
+    if len(set(hashes)) > 1:
+        raise RuntimeError(f"data-parallel replicas differ after training: state hashes by rank {hashes}")
+    return hashes
