@@ -15,9 +15,11 @@ include: "workflow/rules/datapool.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/rl.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/preference.smk"
 include: "workflow/rules/aggregate.smk"
 
 
 rule all:
     input:
         "results/grue_table.csv",
+        PREFERENCE_TARGETS,

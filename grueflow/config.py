@@ -598,7 +598,8 @@ class SuiteConfig:
 
     The methods are ``zero_shot`` (the base model), ``supervised`` (the warm start), and, for each
     algorithm, RL from the base model (``<algorithm>``) and from the warm start (``supervised+<algorithm>``);
-    ``rl_starts`` may keep only one of those two starts.
+    ``rl_starts`` may keep only one of those two starts. ``preference_methods`` (issue 7: ``dpo``) learn
+    from a preference set built per task; each is a method row from each RL start, as an algorithm is.
     """
 
     tasks: tuple[str, ...]
@@ -607,11 +608,14 @@ class SuiteConfig:
     threads: int = 1
     params_dir: str = "params"
     rl_starts: tuple[RLStart, ...] = ("zero_shot", "supervised")
+    preference_methods: tuple[str, ...] = ()
 
     @property
     def methods(self) -> list[str]:
-        """The table's methods in grid order: zero_shot, supervised, then each algorithm from each RL start."""
-        return ["zero_shot", "supervised"] + [method_name(s, a) for a in self.algorithms for s in self.rl_starts]
+        """The table's methods in grid order: zero_shot, supervised, then each algorithm and each preference
+        method from each RL start."""
+        return ["zero_shot", "supervised"] + [method_name(s, a) for a in self.algorithms + self.preference_methods
+                                              for s in self.rl_starts]
 
     def __post_init__(self) -> None:
         from grueflow.rl import ALGORITHMS
@@ -630,6 +634,13 @@ class SuiteConfig:
         for algorithm in self.algorithms:
             if algorithm not in ALGORITHMS:
                 raise ValueError(f"algorithms: {ALGORITHMS.unknown_message(algorithm)}")
+        from grueflow.preference.config import PREFERENCE_METHODS
+
+        for name in self.preference_methods:
+            _check(name in PREFERENCE_METHODS, f"preference_methods: unknown preference method {name!r}; "
+                                               f"valid: {', '.join(PREFERENCE_METHODS)}")
+        _check(len(set(self.preference_methods)) == len(self.preference_methods),
+               f"preference_methods {list(self.preference_methods)} repeat a method; list each once")
 
 
 def method_name(start: RLStart, algorithm: Optional[str]) -> str:
@@ -716,4 +727,9 @@ def load_suite(data: dict[str, Any], where: str = "suite") -> Suite:
     for name in suite.tasks:  # each task's overrides must give valid methods too
         for method in [*suite.algorithms, "supervised"]:
             load_method(method, params / "methods" / f"{method}.yaml", params / "tasks" / f"{name}.yaml")
+    if suite.preference_methods:  # issue 7: the preference stages' params files
+        from grueflow.preference.config import preference_method_files
+
+        for stem, cls in preference_method_files(suite.preference_methods).items():
+            load_section(cls, params / "methods" / f"{stem}.yaml")
     return Suite(suite, tasks, methods, supervised)

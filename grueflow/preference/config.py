@@ -101,3 +101,10 @@ class DPOConfig:
         _check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
         _check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
         _check(self.max_grad_norm > 0, f"max_grad_norm must be > 0, got {self.max_grad_norm}")
+
+
+def preference_method_files(methods: tuple[str, ...]) -> dict[str, type]:
+    """The params/methods/ files (stem -> config class) the preference stages of a suite read."""
+    files: dict[str, type] = {"preferences": PreferencesConfig, "reward_model": RewardModelConfig}
+    files.update({m: DPOConfig for m in methods})
+    return files

@@ -1,0 +1,82 @@
+# Learning from preferences (issue 7): preferences from a metric, a Bradley-Terry reward model, DPO.
+# On when the suite lists preference_methods (dpo); DPO runs from the base model (dpo) and from the warm
+# start (supervised+dpo) as the RL algorithms do, and evaluate / aggregate pick its rows up.
+PREFERENCE_TARGETS = expand("results/{task}/reward_model", task=TASKS) if PREFERENCE_METHODS else []
+
+
+def dpo_name(w):
+    return w.dpo_method.removeprefix("supervised+")
+
+
+def dpo_init(w):
+    if w.dpo_method.startswith("supervised+"):
+        return f"results/{w.task}/supervised/seed{w.seed}"
+    return f"results/{w.task}/base_model"
+
+
+rule build_preferences:
+    input:
+        datapool="results/{task}/datapool",
+        base_model="results/{task}/base_model",
+        code=code("stages/build_preferences.py", "grueflow/preference", "grueflow/models", "grueflow/metrics",
+                  "grueflow/data"),
+    output:
+        directory("results/{task}/preferences"),
+    params:
+        slice=task_slice("lengths", "reward"),
+        method=lambda w: read_yaml(method_file("preferences")),
+        method_file=method_file("preferences"),
+        task_file=task_file,
+    threads: THREADS
+    resources:
+        mem_mb=2000,
+    log:
+        "results/logs/{task}/build_preferences.log",
+    shell:
+        "python stages/build_preferences.py --task-file {params.task_file:q} --method-file {params.method_file:q}"
+        " --datapool {input.datapool:q} --policy {input.base_model:q}/model --base-model {input.base_model:q}/model"
+        " --threads {threads} --out {output:q} 2> {log:q}"
+
+
+rule train_reward_model:
+    input:
+        preferences="results/{task}/preferences",
+        base_model="results/{task}/base_model",
+        code=code("stages/train_reward_model.py", "grueflow/preference"),
+    output:
+        directory("results/{task}/reward_model"),
+    params:
+        method=lambda w: read_yaml(method_file("reward_model")),
+        method_file=method_file("reward_model"),
+    threads: THREADS
+    resources:
+        mem_mb=2000,
+    log:
+        "results/logs/{task}/train_reward_model.log",
+    shell:
+        "python stages/train_reward_model.py --method-file {params.method_file:q}"
+        " --preferences {input.preferences:q}/preferences.jsonl --backbone {input.base_model:q}/model"
+        " --threads {threads} --out {output:q} 2> {log:q}"
+
+
+rule dpo:
+    input:
+        preferences="results/{task}/preferences",
+        init=dpo_init,
+        code=code("stages/dpo.py", "grueflow/preference", "grueflow/models"),
+    output:
+        directory("results/{task}/{dpo_method}/seed{seed}"),
+    params:
+        slice=task_slice("lengths"),
+        method=lambda w: read_yaml(method_file(dpo_name(w))),
+        method_file=lambda w: method_file(dpo_name(w)),
+        task_file=task_file,
+    threads: THREADS
+    resources:
+        mem_mb=2000,
+    log:
+        "results/logs/{task}/{dpo_method}/seed{seed}.log",
+    shell:
+        "python stages/dpo.py --task-file {params.task_file:q} --method-file {params.method_file:q}"
+        " --preferences {input.preferences:q}/preferences.jsonl --init-model {input.init:q}/model"
+        " --seed {wildcards.seed} --threads {threads} --out {output:q} 2> {log:q}"
