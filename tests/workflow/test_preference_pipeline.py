@@ -14,8 +14,6 @@ import pytest
 
 from tests.conftest import copy_project, git_init, run
 
-pytestmark = pytest.mark.slow
-
 SUITE = """tasks: [sentiment]
 algorithms: []
 preference_methods: [dpo]
@@ -45,6 +43,7 @@ def check_results(repo) -> None:
         assert json.loads((repo / "results" / "eval" / "sentiment" / method / "seed0" / "metrics.json").read_text())["method"] == method
 
 
+@pytest.mark.slow
 def test_snakemake_and_dvc_run_the_preference_loop_into_the_grue_table(tmp_path):
     snakemake = copy_project(tmp_path / "snakemake")
     dvc = copy_project(tmp_path / "dvc")
@@ -65,3 +64,23 @@ def test_snakemake_and_dvc_run_the_preference_loop_into_the_grue_table(tmp_path)
         run(["snakemake", "--cores", "1", "all"], snakemake).stderr
     for name in ("preferences/preferences.jsonl", "dpo/seed0/curves.csv"):  # same params and seeds: same bytes
         assert (snakemake / "results" / "sentiment" / name).read_bytes() == (dvc / "results" / "sentiment" / name).read_bytes()
+
+
+def test_a_reward_model_named_in_a_task_reward_is_trained_before_the_stages_that_score_with_it(tmp_path):
+    repo = copy_project(tmp_path / "repo")
+    (repo / "params" / "suite.yaml").write_text(SUITE.replace("algorithms: []", "algorithms: [ppo]"))
+    task = repo / "params" / "tasks" / "sentiment.yaml"
+    text = task.read_text()
+    assert "    - {metric: lexicon_sentiment, weight: 1.0}\n" in text
+    task.write_text(text.replace("    - {metric: lexicon_sentiment, weight: 1.0}\n", "    - {metric: reward_model, weight: 1.0, "
+                                 "args: {path: results/sentiment/reward_model/model}}\n"))
+    with (repo / "params" / "methods" / "preferences.yaml").open("a") as handle:  # preferences from the lexicon, not the model
+        handle.write("reward: {components: [{metric: lexicon_sentiment}]}\n")
+    result = run(["snakemake", "-n", "--cores", "1", "all"], repo)
+    blocks = {b.split(":")[0].split()[-1] + "/" + (b.split("wildcards: ")[1].split("\n")[0] if "wildcards: " in b else ""): b
+              for b in result.stdout.split("\nrule ")[1:]}
+    rl = next(b for name, b in blocks.items() if name.startswith("rl_finetune/") and "rl_method=ppo," in name)
+    evaluate = next(b for name, b in blocks.items() if name.startswith("evaluate/") and "method=dpo," in name)
+    for block in (rl, evaluate):
+        assert "results/sentiment/reward_model" in block.split("output:")[0]
+    assert "results/sentiment/reward_model" in next(b for n, b in blocks.items() if n.startswith("train_reward_model/"))
