@@ -599,7 +599,8 @@ class SuiteConfig:
     The methods are ``zero_shot`` (the base model), ``supervised`` (the warm start), and, for each
     algorithm, RL from the base model (``<algorithm>``) and from the warm start (``supervised+<algorithm>``);
     ``rl_starts`` may keep only one of those two starts. ``preference_methods`` (issue 7: ``dpo``) learn
-    from a preference set built per task; each is a method row from each RL start, as an algorithm is.
+    from a preference set built per task from a metric, or read from ``preference_files[<task>]`` (a
+    ``preferences.jsonl``, e.g. the human-evaluation import's); each is a method row from each RL start.
     """
 
     tasks: tuple[str, ...]
@@ -609,6 +610,7 @@ class SuiteConfig:
     params_dir: str = "params"
     rl_starts: tuple[RLStart, ...] = ("zero_shot", "supervised")
     preference_methods: tuple[str, ...] = ()
+    preference_files: dict[str, str] = field(default_factory=dict)
 
     @property
     def methods(self) -> list[str]:
@@ -641,6 +643,9 @@ class SuiteConfig:
                                                f"valid: {', '.join(PREFERENCE_METHODS)}")
         _check(len(set(self.preference_methods)) == len(self.preference_methods),
                f"preference_methods {list(self.preference_methods)} repeat a method; list each once")
+        unknown = sorted(set(self.preference_files) - set(self.tasks))
+        _check(not unknown, f"preference_files: {unknown[0] if unknown else ''!r} is not a task of this suite; "
+                            f"valid: {', '.join(self.tasks)}")
 
 
 def method_name(start: RLStart, algorithm: Optional[str]) -> str:

@@ -194,3 +194,14 @@ def test_build_preferences_prefers_the_higher_reward_and_is_deterministic(tiny_m
     for p in prefs:
         assert p.extra["chosen_score"] > p.extra["rejected_score"]
         assert p.extra["source"] == "reward"
+
+
+def test_a_suite_lists_preference_methods_as_rows_from_each_start_and_refuses_unknown_ones():
+    from grueflow.config import ConfigError, SuiteConfig, parse
+
+    suite = parse(SuiteConfig, {"tasks": ["sentiment"], "algorithms": ["ppo"], "preference_methods": ["dpo"]}, "suite")
+    assert suite.methods == ["zero_shot", "supervised", "ppo", "supervised+ppo", "dpo", "supervised+dpo"]
+    with pytest.raises(ConfigError, match="preference_methods: unknown preference method 'dop'; valid: dpo"):
+        parse(SuiteConfig, {"tasks": ["sentiment"], "algorithms": [], "preference_methods": ["dop"]}, "suite")
+    with pytest.raises(ConfigError, match="preference_files: 'imdb' is not a task of this suite; valid: sentiment"):
+        parse(SuiteConfig, {"tasks": ["sentiment"], "algorithms": [], "preference_files": {"imdb": "x.jsonl"}}, "suite")

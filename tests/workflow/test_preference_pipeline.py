@@ -84,3 +84,14 @@ def test_a_reward_model_named_in_a_task_reward_is_trained_before_the_stages_that
     for block in (rl, evaluate):
         assert "results/sentiment/reward_model" in block.split("output:")[0]
     assert "results/sentiment/reward_model" in next(b for n, b in blocks.items() if n.startswith("train_reward_model/"))
+
+
+def test_a_suites_preference_file_replaces_build_preferences(tmp_path):
+    repo = copy_project(tmp_path / "repo")
+    human = repo / "data" / "human" / "preferences.jsonl"
+    human.parent.mkdir(parents=True)
+    human.write_text('{"id": "1", "prompt": "p", "chosen": "a great film", "rejected": "a dull film", "annotator": "x"}\n')
+    (repo / "params" / "suite.yaml").write_text(SUITE + "preference_files: {sentiment: data/human/preferences.jsonl}\n")
+    result = run(["snakemake", "-n", "-p", "--cores", "1", "all"], repo)
+    assert "rule build_preferences" not in result.stdout
+    assert result.stdout.count("--preferences data/human/preferences.jsonl") == 3  # reward model, dpo, supervised+dpo

@@ -4,6 +4,16 @@
 PREFERENCE_TARGETS = expand("results/{task}/reward_model", task=TASKS) if PREFERENCE_METHODS else []
 
 
+def preferences_input(w):
+    """The task's preference set: the suite's preference_files[<task>] (people), else build_preferences' folder."""
+    return SUITE.config.preference_files.get(w.task, f"results/{w.task}/preferences")
+
+
+def preferences_file(w):
+    given = SUITE.config.preference_files.get(w.task)
+    return given if given else f"results/{w.task}/preferences/preferences.jsonl"
+
+
 def dpo_name(w):
     return w.dpo_method.removeprefix("supervised+")
 
@@ -40,12 +50,13 @@ rule build_preferences:
 
 rule train_reward_model:
     input:
-        preferences="results/{task}/preferences",
+        preferences=preferences_input,
         base_model="results/{task}/base_model",
         code=code("stages/train_reward_model.py", "grueflow/preference"),
     output:
         directory("results/{task}/reward_model"),
     params:
+        preferences=preferences_file,
         method=lambda w: read_yaml(method_file("reward_model")),
         method_file=method_file("reward_model"),
     threads: THREADS
@@ -55,18 +66,19 @@ rule train_reward_model:
         "results/logs/{task}/train_reward_model.log",
     shell:
         "python stages/train_reward_model.py --method-file {params.method_file:q}"
-        " --preferences {input.preferences:q}/preferences.jsonl --backbone {input.base_model:q}/model"
+        " --preferences {params.preferences:q} --backbone {input.base_model:q}/model"
         " --threads {threads} --out {output:q} 2> {log:q}"
 
 
 rule dpo:
     input:
-        preferences="results/{task}/preferences",
+        preferences=preferences_input,
         init=dpo_init,
         code=code("stages/dpo.py", "grueflow/preference", "grueflow/models"),
     output:
         directory("results/{task}/{dpo_method}/seed{seed}"),
     params:
+        preferences=preferences_file,
         slice=task_slice("lengths"),
         method=lambda w: read_yaml(method_file(dpo_name(w))),
         method_file=lambda w: method_file(dpo_name(w)),
@@ -78,5 +90,5 @@ rule dpo:
         "results/logs/{task}/{dpo_method}/seed{seed}.log",
     shell:
         "python stages/dpo.py --task-file {params.task_file:q} --method-file {params.method_file:q}"
-        " --preferences {input.preferences:q}/preferences.jsonl --init-model {input.init:q}/model"
+        " --preferences {params.preferences:q} --init-model {input.init:q}/model"
         " --seed {wildcards.seed} --threads {threads} --out {output:q} 2> {log:q}"
