@@ -1,7 +1,9 @@
 """Direct Preference Optimisation (Rafailov et al. 2023) and IPO (Azar et al. 2023) on causal and seq2seq policies.
 
 A completion's log-probability is the sum of its token log-probs up to and including EOS
-(:meth:`Policy.score`, :func:`logprobs_from_logits`, :func:`completion_mask`). Each batch scores
+(:meth:`Policy.score`, :func:`logprobs_from_logits`, :func:`completion_mask`); completions are
+tokenised as the warm start tokenises targets (:meth:`Policy.encode_targets`: at most ``max_target``
+tokens, EOS appended). Each batch scores
 the chosen and the rejected completions of ``batch_size`` pairs in one forward pass of the policy
 and one of the frozen reference.
 """

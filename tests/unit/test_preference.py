@@ -145,6 +145,8 @@ def test_reward_model_is_a_reward_component_and_rl_against_it_raises_its_score(r
                       kl=KLConfig(coef=0.01, adaptive=False, target=None), kl_estimator="k3", kl_in_loss=True)
     trainer = RLTrainer("grpo", cfg, policy, load_pretrained(tiny_models["causal"])[0], reward, samples,
                         GenerationConfig(max_new_tokens=8), seed=0)
+    # the micro model (20 pre-training steps) never writes a lexicon word, so the property itself cannot rise
+    # here: the reward model's score does (the README's measured run shows the lexicon sentiment rising)
     curve = [trainer.step()["reward/learned/reward_model"] for _ in range(cfg.iterations)]
     assert sum(curve[-3:]) / 3 > sum(curve[:3]) / 3 + 0.5, curve
 
