@@ -207,3 +207,21 @@ def test_a_suite_lists_preference_methods_as_rows_from_each_start_and_refuses_un
         parse(SuiteConfig, {"tasks": ["sentiment"], "algorithms": [], "preference_methods": ["dop"]}, "suite")
     with pytest.raises(ConfigError, match="preference_files: 'imdb' is not a task of this suite; valid: sentiment"):
         parse(SuiteConfig, {"tasks": ["sentiment"], "algorithms": [], "preference_files": {"imdb": "x.jsonl"}}, "suite")
+
+
+def test_a_stage_given_a_bad_preference_row_exits_2_naming_file_line_and_key(tmp_path, tiny_models):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    prefs = tmp_path / "preferences.jsonl"
+    prefs.write_text('{"id": "a", "prompt": "p", "chosen": "x", "rejected": "y"}\n{"id": "b", "prompt": "p", "chosen": "x"}\n')
+    method = tmp_path / "reward_model.yaml"
+    method.write_text("epochs: 1\n")
+    result = subprocess.run([sys.executable, str(ROOT / "stages" / "train_reward_model.py"), "--method-file", str(method),
+                             "--preferences", str(prefs), "--backbone", str(tiny_models["causal"]),
+                             "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert f"error: {prefs}: line 2: missing key 'rejected'" in result.stderr
+    assert not (tmp_path / "out").exists()
