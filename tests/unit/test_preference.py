@@ -225,3 +225,25 @@ def test_a_stage_given_a_bad_preference_row_exits_2_naming_file_line_and_key(tmp
     assert result.returncode == 2
     assert f"error: {prefs}: line 2: missing key 'rejected'" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_dpo_with_lora_uses_the_adapter_free_base_as_reference(tiny_models):
+    from grueflow.config import LoraConfig
+    from grueflow.models.lora import with_lora
+
+    seed_everything(0)
+    model, tokenizer = load_pretrained(tiny_models["causal"])
+    policy = Policy(with_lora(model, LoraConfig(r=4, alpha=8.0, target_modules=("c_attn",))), tokenizer, "causal", 16)
+    prefs = synthetic_pairs(32, seed=3)
+    cfg = DPOConfig(beta=0.5, learning_rate=3e-2, epochs=4, batch_size=16, lora=LoraConfig(r=4, alpha=8.0))
+    trainer = DPOTrainer(policy, None, prefs, cfg, max_target=12, seed=0)
+    before = trainer.evaluate(prefs)
+    assert before["rewards/margin"] == pytest.approx(0.0, abs=1e-5)  # B = 0: the adapter starts as a no-op
+    trainer.train()
+    assert trainer.evaluate(prefs)["rewards/margin"] > 0.3
+    from grueflow.preference.dpo import pair_logprobs
+
+    untouched = pair_logprobs(policy, prefs[:4], 12, load_pretrained(tiny_models["causal"])[0])
+    reference = trainer.reference_logprobs(prefs[:4])  # the frozen base under the trained adapter
+    assert torch.allclose(reference.chosen, untouched.chosen, atol=1e-5)
+    assert torch.allclose(reference.rejected, untouched.rejected, atol=1e-5)
