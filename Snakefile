@@ -15,6 +15,7 @@ include: "workflow/rules/datapool.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/rl.smk"
 include: "workflow/rules/evaluate.smk"
+include: "workflow/rules/preference.smk"
 include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/human.smk"  # human evaluation (issue 7): not part of rule all
 
@@ -22,3 +23,4 @@ include: "workflow/rules/human.smk"  # human evaluation (issue 7): not part of r
 rule all:
     input:
         "results/grue_table.csv",
+        PREFERENCE_TARGETS,

@@ -637,6 +637,9 @@ JOB_RESOURCE_DEFAULTS: dict[str, dict[str, Any]] = {
     "rl_finetune": {"mem_mb": 3000, "runtime": 120, "gpu": 0},
     "evaluate": {"mem_mb": 2000, "runtime": 60, "gpu": 0},
     "aggregate": {"mem_mb": 1000, "runtime": 10, "gpu": 0},
+    "build_preferences": {"mem_mb": 2000, "runtime": 60, "gpu": 0},
+    "train_reward_model": {"mem_mb": 2000, "runtime": 60, "gpu": 0},
+    "dpo": {"mem_mb": 3000, "runtime": 120, "gpu": 0},
 }
 
 
@@ -650,6 +653,9 @@ class Resources:
     rl_finetune: JobResources = field(default_factory=JobResources)
     evaluate: JobResources = field(default_factory=JobResources)
     aggregate: JobResources = field(default_factory=JobResources)
+    build_preferences: JobResources = field(default_factory=JobResources)
+    train_reward_model: JobResources = field(default_factory=JobResources)
+    dpo: JobResources = field(default_factory=JobResources)
 
     def threads(self, rule: str, default: int) -> int:
         """The cores rule ``rule`` asks for: its ``threads``, else ``default`` (the suite's)."""
@@ -673,8 +679,10 @@ class SuiteConfig:
 
     The methods are ``zero_shot`` (the base model), ``supervised`` (the warm start), and, for each
     algorithm, RL from the base model (``<algorithm>``) and from the warm start (``supervised+<algorithm>``);
-    ``rl_starts`` may keep only one of those two starts. ``resources`` sizes each rule's jobs for a
-    scheduler (:class:`Resources`).
+    ``rl_starts`` may keep only one of those two starts. ``preference_methods`` (issue 7: ``dpo``) learn
+    from a preference set built per task from a metric, or read from ``preference_files[<task>]`` (a
+    ``preferences.jsonl``, e.g. the human-evaluation import's); each is a method row from each RL start.
+    ``resources`` sizes each rule's jobs for a scheduler (:class:`Resources`).
     """
 
     tasks: tuple[str, ...]
@@ -684,11 +692,15 @@ class SuiteConfig:
     params_dir: str = "params"
     rl_starts: tuple[RLStart, ...] = ("zero_shot", "supervised")
     resources: Resources = field(default_factory=Resources)
+    preference_methods: tuple[str, ...] = ()
+    preference_files: dict[str, str] = field(default_factory=dict)
 
     @property
     def methods(self) -> list[str]:
-        """The table's methods in grid order: zero_shot, supervised, then each algorithm from each RL start."""
-        return ["zero_shot", "supervised"] + [method_name(s, a) for a in self.algorithms for s in self.rl_starts]
+        """The table's methods in grid order: zero_shot, supervised, then each algorithm and each preference
+        method from each RL start."""
+        return ["zero_shot", "supervised"] + [method_name(s, a) for a in self.algorithms + self.preference_methods
+                                              for s in self.rl_starts]
 
     def __post_init__(self) -> None:
         from grueflow.rl import ALGORITHMS
@@ -707,6 +719,16 @@ class SuiteConfig:
         for algorithm in self.algorithms:
             if algorithm not in ALGORITHMS:
                 raise ValueError(f"algorithms: {ALGORITHMS.unknown_message(algorithm)}")
+        from grueflow.preference.config import PREFERENCE_METHODS
+
+        for name in self.preference_methods:
+            _check(name in PREFERENCE_METHODS, f"preference_methods: unknown preference method {name!r}; "
+                                               f"valid: {', '.join(PREFERENCE_METHODS)}")
+        _check(len(set(self.preference_methods)) == len(self.preference_methods),
+               f"preference_methods {list(self.preference_methods)} repeat a method; list each once")
+        unknown = sorted(set(self.preference_files) - set(self.tasks))
+        _check(not unknown, f"preference_files: {unknown[0] if unknown else ''!r} is not a task of this suite; "
+                            f"valid: {', '.join(self.tasks)}")
 
 
 def method_name(start: RLStart, algorithm: Optional[str]) -> str:
@@ -793,4 +815,9 @@ def load_suite(data: dict[str, Any], where: str = "suite") -> Suite:
     for name in suite.tasks:  # each task's overrides must give valid methods too
         for method in [*suite.algorithms, "supervised"]:
             load_method(method, params / "methods" / f"{method}.yaml", params / "tasks" / f"{name}.yaml")
+    if suite.preference_methods:  # issue 7: the preference stages' params files
+        from grueflow.preference.config import preference_method_files
+
+        for stem, cls in preference_method_files(suite.preference_methods).items():
+            load_section(cls, params / "methods" / f"{stem}.yaml")
     return Suite(suite, tasks, methods, supervised)

@@ -5,7 +5,7 @@ from pathlib import Path
 from grueflow import grue, stage
 from grueflow.config import SuiteConfig, parse, read_yaml
 
-SUITE_KEYS = ("tasks", "algorithms", "seeds", "rl_starts")
+SUITE_KEYS = ("tasks", "algorithms", "seeds", "rl_starts", "preference_methods")
 
 
 def expected_runs(eval_dir: Path, suite: SuiteConfig) -> list[Path]:
@@ -21,6 +21,7 @@ def main() -> None:
     p.add_argument("--algorithms", nargs="*", default=[])
     p.add_argument("--seeds", nargs="+", type=int)
     p.add_argument("--rl-starts", nargs="+", default=["zero_shot", "supervised"])
+    p.add_argument("--preference-methods", nargs="*", default=[], help="methods learnt from preferences (dpo)")
     p.add_argument("--out-csv", type=Path, required=True)
     p.add_argument("--out-md", type=Path, required=True)
     p.add_argument("--out-json", type=Path, required=True)
@@ -30,7 +31,8 @@ def main() -> None:
         suite = parse(SuiteConfig, read_yaml(args.suite), f"{args.suite}:")
     elif args.tasks and args.seeds:
         suite = parse(SuiteConfig, {"tasks": args.tasks, "algorithms": args.algorithms, "seeds": args.seeds,
-                                    "rl_starts": args.rl_starts}, "aggregate arguments:")
+                                    "rl_starts": args.rl_starts, "preference_methods": args.preference_methods},
+                      "aggregate arguments:")
     else:
         p.error("give --suite, or --tasks and --seeds")
     paths = expected_runs(args.eval_dir, suite)

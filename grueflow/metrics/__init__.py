@@ -83,5 +83,6 @@ def nanmean(values: Sequence[float]) -> float:
 
 # registration: importing each module registers its metrics
 from grueflow.metrics import captioning, diversity, fluency, lexical, semantic, shaping, table, task  # noqa: E402,F401
+from grueflow.metrics import preference  # noqa: E402,F401  (issue 7: reward_model)
 
 __all__ = ["METRICS", "Metric", "MetricContext", "MetricResult", "MetricUnavailableError", "describe", "mean", "nanmean"]

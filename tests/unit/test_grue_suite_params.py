@@ -16,6 +16,7 @@ from grueflow.config import (DatapoolConfig, GenerationConfig, LengthsConfig, Me
                              SupervisedConfig, load_method, load_section, load_suite, load_task, parse, produced_keys,
                              read_yaml, with_fluency)
 from grueflow.data import DATAPOOLS
+from grueflow.preference.config import PREFERENCE_METHODS, preference_method_files
 from grueflow.rl import ALGORITHMS
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +33,7 @@ def params_dir(suite: Path) -> Path:
 PARAMS_DIRS = sorted({params_dir(s) for s in SUITES if s.is_file()}
                      | {p.parent for p in (ROOT / "params").glob("**/tasks") if p.is_dir()})
 TASK_FILES = sorted(f for d in PARAMS_DIRS for f in (d / "tasks").glob("*.yaml"))
+PREFERENCE_FILES = preference_method_files(PREFERENCE_METHODS)
 METHOD_FILES = sorted(f for d in PARAMS_DIRS for f in (d / "methods").glob("*.yaml"))
 
 
@@ -82,6 +84,8 @@ def test_every_headline_metric_is_produced_by_the_reward_or_metrics(task_file: P
 def test_method_file_parses_with_its_algorithm_config(method_file: Path):
     if method_file.stem == "supervised":
         load_section(SupervisedConfig, method_file)  # warm_start
+    elif method_file.stem in PREFERENCE_FILES:  # build_preferences, train_reward_model, dpo (issue 7)
+        load_section(PREFERENCE_FILES[method_file.stem], method_file)
     else:
         config = load_method(method_file.stem, method_file)  # rl_finetune; an unknown algorithm fails naming the valid ids
         assert isinstance(config, ALGORITHMS.get(method_file.stem).Config)

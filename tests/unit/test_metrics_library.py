@@ -391,9 +391,13 @@ def model_args(tiny_models, tmp_path_factory):
     tiny_classifier(tiny_models["causal"], root / "acts", ["inform", "question", "directive", "commissive"])
     tiny_classifier(tiny_models["causal"], root / "bleurt", ["score"])
     tiny_classifier(tiny_models["causal"], root / "nli", ["entailment", "neutral", "contradiction"])
+    from grueflow.preference.config import RewardModelConfig
+    from grueflow.preference.reward_model import load_backbone, save_reward_model
+
+    save_reward_model(*load_backbone(tiny_models["causal"]), RewardModelConfig(), root / "reward_model")  # untrained head
     return {"learned_classifier": {"model": str(root / "sentiment")}, "intent_accuracy": {"model": str(root / "acts")},
             "bleurt": {"checkpoint": str(root / "bleurt")}, "summac_zs": {"model": str(root / "nli")},
-            "perplexity": {"model": str(tiny_models["causal"])}}
+            "perplexity": {"model": str(tiny_models["causal"])}, "reward_model": {"path": str(root / "reward_model")}}
 
 
 @pytest.mark.parametrize("metric_id", sorted(describe()))

@@ -8,7 +8,7 @@ rule aggregate:
         json="results/grue_table.json",
     params:
         grid=["--tasks", *TASKS, "--algorithms", *ALGORITHMS, "--seeds", *map(str, SEEDS),
-              "--rl-starts", *SUITE.config.rl_starts],  # each word quoted
+              "--rl-starts", *SUITE.config.rl_starts, "--preference-methods", *PREFERENCE_METHODS],  # each word quoted
     threads: job_threads("aggregate", 1)
     resources:
         **RESOURCES.of("aggregate"),

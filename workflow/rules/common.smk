@@ -18,7 +18,9 @@ ALGORITHMS = list(SUITE.config.algorithms)
 SEEDS = list(SUITE.config.seeds)
 THREADS = SUITE.config.threads
 METHODS = SUITE.config.methods
-RL_METHODS = METHODS[2:]
+PREFERENCE_METHODS = list(SUITE.config.preference_methods)  # issue 7: dpo, learnt from a preference set
+RL_METHODS = [m for m in METHODS[2:] if m.removeprefix("supervised+") not in PREFERENCE_METHODS]
+DPO_METHODS = [m for m in METHODS[2:] if m.removeprefix("supervised+") in PREFERENCE_METHODS]
 RESOURCES = SUITE.config.resources  # per-rule threads, mem_mb, runtime, gpu: the suite's resources: over the defaults
 
 
@@ -34,6 +36,7 @@ wildcard_constraints:
     task=_choice(TASKS),
     seed=r"\d+",
     rl_method=_choice(RL_METHODS),
+    dpo_method=_choice(DPO_METHODS),
     method=_choice(METHODS),
 
 
@@ -64,3 +67,11 @@ def code(*parts):
         path = Path(part)
         files += sorted(str(p) for p in path.rglob("*.py")) if path.is_dir() else [part]
     return core + files
+
+
+def reward_models(w):
+    """Reward-model folders a task's reward names (metric reward_model, issue 7): inputs of the stages that
+    score with it, so Snakemake trains the model first; ``.../reward_model/model`` maps to the stage folder."""
+    components = (read_yaml(task_file(w)).get("reward") or {}).get("components") or []
+    paths = [str((c.get("args") or {}).get("path", "")) for c in components if c.get("metric") == "reward_model"]
+    return [p.removesuffix("/").removesuffix("/model") if p.rstrip("/").endswith("/model") else p for p in paths if p]

@@ -16,6 +16,7 @@ rule evaluate:
         datapool="results/{task}/datapool",
         model=eval_model,
         base_model="results/{task}/base_model",
+        reward_models=reward_models,
         code=code("stages/evaluate.py", "grueflow/models", "grueflow/metrics", "grueflow/evaluation.py", "grueflow/data"),
     output:
         directory("results/eval/{task}/{method}/seed{seed}"),

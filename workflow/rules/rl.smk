@@ -14,6 +14,7 @@ rule rl_finetune:
         datapool="results/{task}/datapool",
         init=rl_init,
         base_model="results/{task}/base_model",
+        reward_models=reward_models,
         code=code("stages/rl_finetune.py", "grueflow/models", "grueflow/rl", "grueflow/metrics", "grueflow/data",
                   "grueflow/checkpoints.py"),
     output:

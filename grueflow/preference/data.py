@@ -1,0 +1,82 @@
+"""The preference-set format: one JSON object a line, ``{id, prompt, chosen, rejected}``.
+
+Extra keys (``chosen_system``, ``rejected_system``, ``annotator``, scores …) are allowed and kept.
+The human-evaluation import writes exactly this as ``preferences.jsonl``; :mod:`grueflow.preference.build`
+writes it from a metric. Reading is strict: a bad row is a :class:`~grueflow.io.DataError` naming the
+file, the line and the key.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from grueflow import io
+
+REQUIRED = ("id", "prompt", "chosen", "rejected")
+PREFERENCES_FILE = "preferences.jsonl"
+
+
+@dataclass(frozen=True)
+class Preference:
+    """One pairwise judgement: ``chosen`` is preferred over ``rejected`` as a completion of ``prompt``."""
+
+    id: str
+    prompt: str
+    chosen: str
+    rejected: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.extra, "id": self.id, "prompt": self.prompt, "chosen": self.chosen, "rejected": self.rejected}
+
+
+def parse_row(row: Any, where: str) -> Preference:
+    """A :class:`Preference` from one decoded JSONL line; ``where`` is ``<file>: line <n>``."""
+    if not isinstance(row, dict):
+        raise io.DataError(f"{where}: expected a JSON object with keys {', '.join(REQUIRED)}, got {type(row).__name__}")
+    for key in REQUIRED:
+        if key not in row:
+            raise io.DataError(f"{where}: missing key {key!r}; a preference row needs {', '.join(REQUIRED)}")
+        if not isinstance(row[key], str):
+            raise io.DataError(f"{where}: key {key!r} must be a string, got {row[key]!r}")
+    for key in ("id", "prompt"):
+        if not row[key].strip():
+            raise io.DataError(f"{where}: key {key!r} is empty")
+    if row["chosen"] == row["rejected"]:
+        raise io.DataError(f"{where}: key 'rejected' equals 'chosen' ({row['chosen']!r}); a pair needs two "
+                           "different completions")
+    return Preference(row["id"], row["prompt"], row["chosen"], row["rejected"],
+                      {k: v for k, v in row.items() if k not in REQUIRED})
+
+
+def read_preferences(path: str | Path) -> list[Preference]:
+    """Every row of a preference file, validated; raises DataError on the first bad row or repeated id."""
+    path = Path(path)
+    if not path.is_file():
+        raise io.MissingDataError(f"preference file {path} does not exist; build one with build_preferences "
+                                  "or import human judgements (grueflow human-eval import)")
+    rows, seen = [], {}
+    for number, line in io.iter_lines(path):
+        if not line.strip():
+            continue
+        where = f"{path}: line {number}"
+        try:
+            value = json.loads(line)
+        except ValueError as err:
+            raise io.DataError(f"{where}: not a JSON object ({err}); each line is one preference") from None
+        pref = parse_row(value, where)
+        if pref.id in seen:
+            raise io.DataError(f"{where}: key 'id' repeats {pref.id!r} (first on line {seen[pref.id]}); ids must be unique")
+        seen[pref.id] = number
+        rows.append(pref)
+    if not rows:
+        raise io.DataError(f"{path}: no preference rows; a preference set needs at least one pair")
+    return rows
+
+
+def write_preferences(path: str | Path, prefs: Iterable[Preference]) -> None:
+    """Write ``prefs`` as JSONL, atomically."""
+    io.write_jsonl(path, (p.to_json() for p in prefs))

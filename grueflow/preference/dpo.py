@@ -1,0 +1,130 @@
+"""Direct Preference Optimisation (Rafailov et al. 2023) and IPO (Azar et al. 2023) on causal and seq2seq policies.
+
+A completion's log-probability is the sum of its token log-probs up to and including EOS
+(:meth:`Policy.score`, :func:`logprobs_from_logits`, :func:`completion_mask`); completions are
+tokenised as the warm start tokenises targets (:meth:`Policy.encode_targets`: at most ``max_target``
+tokens, EOS appended). Each batch scores
+the chosen and the rejected completions of ``batch_size`` pairs in one forward pass of the policy
+and one of the frozen reference.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from typing import Any, Callable, NamedTuple, Optional
+
+import torch
+import torch.nn.functional as F
+
+from grueflow.models.lora import reference_view, trainable_parameters
+from grueflow.models.policy import Policy, completion_mask, logprobs_from_logits
+from grueflow.preference.config import DPOConfig
+from grueflow.preference.data import Preference
+
+log = logging.getLogger(__name__)
+
+
+class PairLogprobs(NamedTuple):
+    """Summed completion log-probs of each pair's chosen and rejected completion.  Each (B,)"""
+
+    chosen: torch.Tensor
+    rejected: torch.Tensor
+
+
+def dpo_loss(policy: PairLogprobs, reference: PairLogprobs, beta: float, loss_type: str
+             ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """The mean preference loss and per-pair statistics.
+
+    ``h = (log π(y_c) - log π_ref(y_c)) - (log π(y_r) - log π_ref(y_r))`` per pair;
+    ``sigmoid`` (DPO, Rafailov et al. 2023, eq. 7): ``-log σ(β h)``; ``ipo`` (Azar et al. 2023, eq. 17):
+    ``(h - 1/(2β))²``. The implicit rewards are ``β (log π - log π_ref)`` of each completion; their
+    difference is the margin, and accuracy is the share of pairs with a positive margin.
+    """
+    chosen_ratio = policy.chosen - reference.chosen  # (B,)
+    rejected_ratio = policy.rejected - reference.rejected  # (B,)
+    h = chosen_ratio - rejected_ratio
+    if loss_type == "sigmoid":
+        losses = -F.logsigmoid(beta * h)
+    elif loss_type == "ipo":
+        losses = (h - 1 / (2 * beta)) ** 2
+    else:
+        raise ValueError(f"unknown loss_type {loss_type!r}; choose one of 'sigmoid', 'ipo'")
+    chosen_reward, rejected_reward = beta * chosen_ratio.detach(), beta * rejected_ratio.detach()
+    stats = {"rewards/chosen": chosen_reward, "rewards/rejected": rejected_reward,
+             "rewards/margin": chosen_reward - rejected_reward,
+             "rewards/accuracy": (chosen_reward > rejected_reward).float()}
+    return losses.mean(), stats
+
+
+def pair_logprobs(policy: Policy, pairs: list[Preference], max_target: int, model: Any = None) -> PairLogprobs:
+    """Summed completion log-probs under ``model`` (default: the policy's) of each pair's two completions."""
+    prompts = policy.encode([p.prompt for p in pairs] * 2)
+    targets = policy.encode_targets([p.chosen for p in pairs] + [p.rejected for p in pairs], max_target)
+    logits = policy.score(prompts, targets, model=model).logits  # (2B, T, V)
+    summed = (logprobs_from_logits(logits, targets) * completion_mask(targets, policy.eos_token_id)).sum(1)  # (2B,)
+    return PairLogprobs(summed[:len(pairs)], summed[len(pairs):])
+
+
+class DPOTrainer:
+    """Fine-tunes ``policy.model`` in place with DPO or IPO against ``ref_model`` (None under LoRA: the
+    policy with its adapter disabled is the reference)."""
+
+    def __init__(self, policy: Policy, ref_model: Optional[Any], prefs: list[Preference], cfg: DPOConfig,
+                 max_target: int, seed: int) -> None:
+        self.policy, self.ref_model, self.prefs, self.cfg = policy, ref_model, prefs, cfg
+        self.max_target, self.seed = max_target, seed
+        self.params = trainable_parameters(policy.model)
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate)
+        if ref_model is not None:
+            ref_model.eval()
+            for p in ref_model.parameters():
+                p.requires_grad_(False)
+
+    @torch.no_grad()
+    def reference_logprobs(self, pairs: list[Preference]) -> PairLogprobs:
+        if self.ref_model is not None:
+            return pair_logprobs(self.policy, pairs, self.max_target, self.ref_model)
+        with reference_view(self.policy.model) as base:
+            return pair_logprobs(self.policy, pairs, self.max_target, base)
+
+    def batch_loss(self, pairs: list[Preference]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        return dpo_loss(pair_logprobs(self.policy, pairs, self.max_target), self.reference_logprobs(pairs),
+                        self.cfg.beta, self.cfg.loss_type)
+
+    @torch.no_grad()
+    def evaluate(self, pairs: list[Preference]) -> dict[str, float]:
+        """Mean loss and statistics over ``pairs`` without updating (dropout off)."""
+        self.policy.model.eval()
+        sums: dict[str, float] = {}
+        for start in range(0, len(pairs), self.cfg.batch_size):
+            chunk = pairs[start:start + self.cfg.batch_size]
+            loss, stats = self.batch_loss(chunk)
+            for key, value in {"loss": loss * len(chunk), **{k: v.sum() for k, v in stats.items()}}.items():
+                sums[key] = sums.get(key, 0.0) + float(value)
+        return {k: v / len(pairs) for k, v in sums.items()}
+
+    def train(self, progress: Optional[Callable[[dict[str, float]], None]] = None) -> list[dict[str, float]]:
+        """``epochs`` passes over the pairs, each in an order drawn from ``(seed, epoch)``; one curve row per step."""
+        curve: list[dict[str, float]] = []
+        step = 0
+        self.policy.model.eval()  # no dropout, as TRL's disable_dropout: at step 0 policy and reference agree exactly
+        for epoch in range(self.cfg.epochs):
+            order = list(range(len(self.prefs)))
+            random.Random(f"dpo/{self.seed}/{epoch}").shuffle(order)
+            for start in range(0, len(order), self.cfg.batch_size):
+                chunk = [self.prefs[i] for i in order[start:start + self.cfg.batch_size]]
+                loss, stats = self.batch_loss(chunk)
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"non-finite DPO loss at step {step + 1}; lower learning_rate or beta")
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
+                self.optimizer.step()
+                step += 1
+                row = {"step": step, "epoch": epoch + 1, "loss": loss.item(),
+                       **{k: v.mean().item() for k, v in stats.items()}, "grad_norm": float(norm)}
+                curve.append({k: round(v, 6) if isinstance(v, float) else v for k, v in row.items()})
+                if progress:
+                    progress(row)
+        return curve

@@ -1,0 +1,186 @@
+"""Bradley–Terry reward models: a sequence classifier with one scalar output, trained on pairs.
+
+The model is any ``AutoModelForSequenceClassification`` with ``num_labels=1`` loaded with
+``from_pretrained`` from a backbone folder (a causal LM such as the ``base_model`` stage's output, or
+an encoder / encoder-decoder). Causal backbones pool the last non-pad token (transformers'
+``*ForSequenceClassification`` does this from ``config.pad_token_id``, set here when missing);
+encoder-decoder ones pool the final EOS, which :func:`encode_texts` appends.
+
+Under Bradley–Terry, ``P(chosen ≻ rejected) = σ(r(x, y_c) - r(x, y_r))``, so training minimises
+``-log σ(r_c - r_r)`` (Bradley & Terry 1952; Ouyang et al. 2022, eq. 1). The saved folder holds the
+classifier, its tokenizer and ``reward_model.json`` (the text format), so :class:`RewardModel` can
+score ``(prompt, completion)`` pairs as a reward.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from grueflow import io
+from grueflow.preference.config import RewardModelConfig
+from grueflow.preference.data import Preference
+
+log = logging.getLogger(__name__)
+FORMAT_FILE = "reward_model.json"  # {"max_length": ...}: how texts were built for training
+
+
+def join(prompt: str, completion: str) -> str:
+    """The text a reward model scores: the prompt, a space, the completion."""
+    return f"{prompt} {completion}"
+
+
+def load_backbone(path: str | Path) -> tuple[Any, Any]:
+    """(classifier, tokenizer): ``path`` loaded as a one-output sequence classifier, float32, pad token set.
+
+    A language-model folder gets a fresh scalar head (its other weights are kept).
+    """
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    path = Path(path)
+    if not (path / "config.json").is_file():
+        raise io.MissingDataError(f"reward-model backbone {path} is not a Hugging Face model folder (no config.json); "
+                                  "give a model folder such as results/<task>/base_model/model")
+    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    model = AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1, dtype=torch.float32,
+                                                               local_files_only=True)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
+def encode_texts(tokenizer: Any, texts: Sequence[str], max_length: int, append_eos: bool) -> dict[str, torch.Tensor]:
+    """Right-padded ``input_ids`` and ``attention_mask`` (B, L), each text cut to its last ``max_length`` tokens.
+
+    Keeping the end keeps the completion, which is what the reward judges. ``append_eos`` (encoder-decoder
+    classifiers, which pool the final EOS) ends every row with EOS.
+    """
+    rows = []
+    for text in texts:
+        ids = tokenizer(text, add_special_tokens=True)["input_ids"]
+        if append_eos and (not ids or ids[-1] != tokenizer.eos_token_id):
+            ids = ids + [tokenizer.eos_token_id]
+        ids = ids[-max_length:]
+        if append_eos:
+            ids[-1] = tokenizer.eos_token_id
+        rows.append(ids)
+    width = max(len(r) for r in rows)
+    pad = tokenizer.pad_token_id
+    return {"input_ids": torch.tensor([r + [pad] * (width - len(r)) for r in rows]),
+            "attention_mask": torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])}
+
+
+def rewards(model: Any, tokenizer: Any, texts: Sequence[str], max_length: int) -> torch.Tensor:
+    """The scalar reward of each text.  (B,)"""
+    batch = encode_texts(tokenizer, texts, max_length, bool(model.config.is_encoder_decoder))
+    return model(**batch).logits[:, 0]
+
+
+def bradley_terry_loss(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
+    """Mean ``-log σ(r_c - r_r)``.  (B,), (B,) -> ()"""
+    return -F.logsigmoid(chosen - rejected).mean()
+
+
+def split_pairs(prefs: list[Preference], val_fraction: float, seed: int) -> tuple[list[Preference], list[Preference]]:
+    """A seeded train / held-out split; held out: ``round(val_fraction * n)`` pairs (at least one when > 0)."""
+    order = list(range(len(prefs)))
+    random.Random(f"reward_model/{seed}").shuffle(order)
+    n_val = max(1, round(val_fraction * len(prefs))) if val_fraction > 0 and len(prefs) > 1 else 0
+    return [prefs[i] for i in order[n_val:]], [prefs[i] for i in order[:n_val]]
+
+
+@torch.no_grad()
+def pairwise_metrics(model: Any, tokenizer: Any, prefs: list[Preference], cfg: RewardModelConfig) -> dict[str, float]:
+    """Held-out (or any) pairs: mean Bradley–Terry loss and pairwise accuracy (share with r_c > r_r)."""
+    model.eval()
+    losses, correct = [], 0
+    for start in range(0, len(prefs), cfg.batch_size):
+        chunk = prefs[start:start + cfg.batch_size]
+        chosen, rejected = _pair_rewards(model, tokenizer, chunk, cfg.max_length)
+        losses.append(bradley_terry_loss(chosen, rejected).item() * len(chunk))
+        correct += int((chosen > rejected).sum())
+    return {"loss": sum(losses) / len(prefs), "accuracy": correct / len(prefs)}
+
+
+def _pair_rewards(model: Any, tokenizer: Any, chunk: list[Preference], max_length: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rewards of the chosen and the rejected completions, in one forward pass.  (B,), (B,)"""
+    texts = [join(p.prompt, p.chosen) for p in chunk] + [join(p.prompt, p.rejected) for p in chunk]
+    scores = rewards(model, tokenizer, texts, max_length)
+    return scores[:len(chunk)], scores[len(chunk):]
+
+
+def train_reward_model(model: Any, tokenizer: Any, prefs: list[Preference], cfg: RewardModelConfig,
+                       progress: Optional[Callable[[dict[str, float]], None]] = None
+                       ) -> tuple[list[dict[str, float]], dict[str, float]]:
+    """Train ``model`` in place on the training pairs; returns the per-epoch curve and the final metrics.
+
+    Each epoch's order is drawn from ``(seed, epoch)``. The final metrics: ``train/accuracy``,
+    ``train/loss``, and ``val/accuracy``, ``val/loss`` on the held-out pairs when there are any.
+    """
+    train, val = split_pairs(prefs, cfg.val_fraction, cfg.seed)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+    curve = []
+    for epoch in range(cfg.epochs):
+        model.train()
+        order = list(range(len(train)))
+        random.Random(f"reward_model/{cfg.seed}/{epoch}").shuffle(order)
+        losses = []
+        for start in range(0, len(order), cfg.batch_size):
+            chunk = [train[i] for i in order[start:start + cfg.batch_size]]
+            loss = bradley_terry_loss(*_pair_rewards(model, tokenizer, chunk, cfg.max_length))
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+            optimizer.step()
+            losses.append(loss.item())
+        row = {"epoch": epoch + 1, "train_loss": round(sum(losses) / len(losses), 6)}
+        if val:
+            row.update({f"val_{k}": round(v, 6) for k, v in pairwise_metrics(model, tokenizer, val, cfg).items()})
+        curve.append(row)
+        log.info("reward model epoch %d: %s", epoch + 1, row)
+        if progress:
+            progress(row)
+    model.eval()
+    final = {f"train/{k}": round(v, 6) for k, v in pairwise_metrics(model, tokenizer, train, cfg).items()}
+    if val:
+        final.update({f"val/{k}": round(v, 6) for k, v in pairwise_metrics(model, tokenizer, val, cfg).items()})
+    final.update({"n_train": len(train), "n_val": len(val)})
+    return curve, final
+
+
+def save_reward_model(model: Any, tokenizer: Any, cfg: RewardModelConfig, folder: Path) -> None:
+    """The classifier (save_pretrained), its tokenizer and the text format, into ``folder``."""
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    io.write_json(folder / FORMAT_FILE, {"max_length": cfg.max_length, "text": "prompt + ' ' + completion"})
+
+
+class RewardModel:
+    """A saved Bradley–Terry reward model, loaded once: ``__call__(prompts, completions)`` -> rewards (floats)."""
+
+    def __init__(self, path: str | Path, batch_size: int = 32, max_length: Optional[int] = None) -> None:
+        path = Path(path)
+        if not (path / FORMAT_FILE).is_file():
+            raise io.MissingDataError(
+                f"reward model {path} does not exist or is unfinished (no {FORMAT_FILE}); train it first with the "
+                "train_reward_model stage (snakemake results/<task>/reward_model) and point args.path at its model/ folder")
+        self.model, self.tokenizer = load_backbone(path)
+        self.model.eval()
+        self.max_length = max_length or int(io.read_json(path / FORMAT_FILE)["max_length"])
+        self.batch_size = batch_size
+
+    @torch.no_grad()
+    def __call__(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
+        out: list[float] = []
+        for start in range(0, len(completions), self.batch_size):
+            texts = [join(p, c) for p, c in zip(prompts[start:start + self.batch_size],
+                                                completions[start:start + self.batch_size])]
+            out.extend(rewards(self.model, self.tokenizer, texts, self.max_length).tolist())
+        return out

@@ -1,0 +1,60 @@
+"""Preferences from a metric: sample completions of training prompts, prefer the higher-scoring one of each."""
+
+from pathlib import Path
+
+from grueflow import stage
+from grueflow.config import LengthsConfig, RewardConfig, load_section, to_dict
+from grueflow.data import read_split
+from grueflow.io import atomic_dir, write_json
+from grueflow.metrics import MetricContext
+from grueflow.metrics.reward import Reward
+from grueflow.models import check_context, load_pretrained
+from grueflow.models.policy import Policy
+from grueflow.preference.build import build_preferences
+from grueflow.preference.config import PreferencesConfig
+from grueflow.preference.data import PREFERENCES_FILE, write_preferences
+from grueflow.seeding import seed_everything
+
+TASK_KEYS = ("lengths", "reward")
+
+
+def main() -> None:
+    p = stage.parser(__doc__)
+    p.add_argument("--task-file", type=Path, required=True,
+                   help="params/tasks/<task>.yaml (reads: lengths, reward; the reward only when the method file has none)")
+    p.add_argument("--method-file", type=Path, required=True, help="params/methods/preferences.yaml")
+    p.add_argument("--datapool", type=Path, required=True)
+    p.add_argument("--policy", type=Path, required=True, help="the model that writes the completions (a Hugging Face folder)")
+    p.add_argument("--base-model", type=Path, required=True, help="the task's base model folder (for fluency rewards)")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", type=Path, required=True, help=f"a folder: {PREFERENCES_FILE}, summary.json, stage.json")
+    args = p.parse_args()
+    started = stage.setup(args)
+    cfg: PreferencesConfig = load_section(PreferencesConfig, args.method_file)
+    lengths = load_section(LengthsConfig, args.task_file, "lengths")
+    reward_cfg = cfg.reward if cfg.reward is not None else load_section(RewardConfig, args.task_file, "reward")
+    source = f"{args.method_file}: reward" if cfg.reward is not None else f"{args.task_file}: reward"
+    check_context(args.policy, lengths.prompt, cfg.generation.max_new_tokens, f"{args.task_file} and {args.method_file}",
+                  ("lengths.prompt", "generation.max_new_tokens"))
+    train = read_split(args.datapool, "train")
+
+    seed_everything(cfg.seed, args.threads)
+    model, tokenizer = load_pretrained(args.policy)
+    policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt)
+    reward = Reward(reward_cfg, MetricContext(base_model=args.base_model, max_prompt_length=lengths.prompt))
+    bar = stage.progress(cfg.n_prompts or len(train), "prompts")
+    prefs, counts = build_preferences(policy, train, reward, cfg, source, progress=bar.update)
+    bar.close()
+    if not prefs:
+        raise SystemExit(f"error: no pair from {counts['prompts']} prompts: every prompt's completions scored within "
+                         f"min_margin {cfg.min_margin} of each other; lower min_margin or raise samples_per_prompt")
+    with atomic_dir(args.out) as tmp:
+        write_preferences(tmp / PREFERENCES_FILE, prefs)
+        write_json(tmp / "summary.json", counts)
+        stage.finish(tmp, "build_preferences", {"preferences": to_dict(cfg), "lengths": to_dict(lengths),
+                                                "reward": to_dict(reward_cfg)},
+                     {"datapool": args.datapool, "policy": args.policy}, started)
+
+
+if __name__ == "__main__":
+    stage.main_guard(main)

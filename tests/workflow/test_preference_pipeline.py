@@ -1,0 +1,97 @@
+"""Issue 7: the preference loop as real Snakemake and DVC runs on the micro sentiment task.
+
+build_preferences -> train_reward_model, and build_preferences -> dpo (from the base model and from the
+warm start) -> evaluate -> aggregate: the GRUE table gets dpo and supervised+dpo rows.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pandas as pd
+import pytest
+
+from tests.conftest import copy_project, git_init, run
+
+SUITE = """tasks: [sentiment]
+algorithms: []
+preference_methods: [dpo]
+seeds: [0]
+threads: 1
+params_dir: params
+"""
+METHODS = ["zero_shot", "supervised", "dpo", "supervised+dpo"]
+
+
+def check_results(repo) -> None:
+    table = pd.read_csv(repo / "results" / "grue_table.csv")
+    assert list(zip(table.task, table.method)) == [("sentiment", m) for m in METHODS]
+    assert table.reward.notna().all() and (table.fluency_ppl > 1).all()
+    prefs = [json.loads(line) for line in (repo / "results" / "sentiment" / "preferences" / "preferences.jsonl").open()]
+    summary = json.loads((repo / "results" / "sentiment" / "preferences" / "summary.json").read_text())
+    assert summary["prompts"] == 16 and summary["pairs"] == len(prefs) > 0
+    assert all(p["chosen_score"] > p["rejected_score"] for p in prefs)
+    metrics = json.loads((repo / "results" / "sentiment" / "reward_model" / "metrics.json").read_text())
+    assert {"train/accuracy", "train/loss", "val/accuracy", "val/loss"} <= set(metrics)
+    assert (repo / "results" / "sentiment" / "reward_model" / "model" / "config.json").is_file()
+    for method in ("dpo", "supervised+dpo"):
+        out = repo / "results" / "sentiment" / method / "seed0"
+        curve = pd.read_csv(out / "curves.csv")
+        assert {"loss", "rewards/chosen", "rewards/rejected", "rewards/margin", "rewards/accuracy"} <= set(curve.columns)
+        assert json.loads((out / "stage.json").read_text())["stage"] == "dpo"
+        assert json.loads((repo / "results" / "eval" / "sentiment" / method / "seed0" / "metrics.json").read_text())["method"] == method
+
+
+@pytest.mark.slow
+def test_snakemake_and_dvc_run_the_preference_loop_into_the_grue_table(tmp_path):
+    snakemake = copy_project(tmp_path / "snakemake")
+    dvc = copy_project(tmp_path / "dvc")
+    for repo in (snakemake, dvc):
+        (repo / "params" / "suite.yaml").write_text(SUITE)
+    git_init(dvc)
+    run(["git", "add", "-A"], dvc)
+    run(["git", "commit", "-qm", "micro preference suite"], dvc)
+    repro = subprocess.Popen(["dvc", "repro"], cwd=dvc, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        run(["snakemake", "--cores", "1", "all"], snakemake)
+    finally:
+        output, _ = repro.communicate(timeout=900)
+    assert repro.returncode == 0, output[-4000:]
+    check_results(snakemake)
+    check_results(dvc)
+    assert "Nothing to be done" in run(["snakemake", "--cores", "1", "all"], snakemake).stdout + \
+        run(["snakemake", "--cores", "1", "all"], snakemake).stderr
+    for name in ("preferences/preferences.jsonl", "dpo/seed0/curves.csv"):  # same params and seeds: same bytes
+        assert (snakemake / "results" / "sentiment" / name).read_bytes() == (dvc / "results" / "sentiment" / name).read_bytes()
+
+
+def test_a_reward_model_named_in_a_task_reward_is_trained_before_the_stages_that_score_with_it(tmp_path):
+    repo = copy_project(tmp_path / "repo")
+    (repo / "params" / "suite.yaml").write_text(SUITE.replace("algorithms: []", "algorithms: [ppo]"))
+    task = repo / "params" / "tasks" / "sentiment.yaml"
+    text = task.read_text()
+    assert "    - {metric: lexicon_sentiment, weight: 1.0}\n" in text
+    task.write_text(text.replace("    - {metric: lexicon_sentiment, weight: 1.0}\n", "    - {metric: reward_model, weight: 1.0, "
+                                 "args: {path: results/sentiment/reward_model/model}}\n"))
+    with (repo / "params" / "methods" / "preferences.yaml").open("a") as handle:  # preferences from the lexicon, not the model
+        handle.write("reward: {components: [{metric: lexicon_sentiment}]}\n")
+    result = run(["snakemake", "-n", "--cores", "1", "all"], repo)
+    blocks = {b.split(":")[0].split()[-1] + "/" + (b.split("wildcards: ")[1].split("\n")[0] if "wildcards: " in b else ""): b
+              for b in result.stdout.split("\nrule ")[1:]}
+    rl = next(b for name, b in blocks.items() if name.startswith("rl_finetune/") and "rl_method=ppo," in name)
+    evaluate = next(b for name, b in blocks.items() if name.startswith("evaluate/") and "method=dpo," in name)
+    for block in (rl, evaluate):
+        assert "results/sentiment/reward_model" in block.split("output:")[0]
+    assert "results/sentiment/reward_model" in next(b for n, b in blocks.items() if n.startswith("train_reward_model/"))
+
+
+def test_a_suites_preference_file_replaces_build_preferences(tmp_path):
+    repo = copy_project(tmp_path / "repo")
+    human = repo / "data" / "human" / "preferences.jsonl"
+    human.parent.mkdir(parents=True)
+    human.write_text('{"id": "1", "prompt": "p", "chosen": "a great film", "rejected": "a dull film", "annotator": "x"}\n')
+    (repo / "params" / "suite.yaml").write_text(SUITE + "preference_files: {sentiment: data/human/preferences.jsonl}\n")
+    result = run(["snakemake", "-n", "-p", "--cores", "1", "all"], repo)
+    assert "rule build_preferences" not in result.stdout
+    assert result.stdout.count("--preferences data/human/preferences.jsonl") == 3  # reward model, dpo, supervised+dpo

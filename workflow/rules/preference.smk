@@ -1,0 +1,94 @@
+# Learning from preferences (issue 7): preferences from a metric, a Bradley-Terry reward model, DPO.
+# On when the suite lists preference_methods (dpo); DPO runs from the base model (dpo) and from the warm
+# start (supervised+dpo) as the RL algorithms do, and evaluate / aggregate pick its rows up.
+PREFERENCE_TARGETS = expand("results/{task}/reward_model", task=TASKS) if PREFERENCE_METHODS else []
+
+
+def preferences_input(w):
+    """The task's preference set: the suite's preference_files[<task>] (people), else build_preferences' folder."""
+    return SUITE.config.preference_files.get(w.task, f"results/{w.task}/preferences")
+
+
+def preferences_file(w):
+    given = SUITE.config.preference_files.get(w.task)
+    return given if given else f"results/{w.task}/preferences/preferences.jsonl"
+
+
+def dpo_name(w):
+    return w.dpo_method.removeprefix("supervised+")
+
+
+def dpo_init(w):
+    if w.dpo_method.startswith("supervised+"):
+        return f"results/{w.task}/supervised/seed{w.seed}"
+    return f"results/{w.task}/base_model"
+
+
+rule build_preferences:
+    input:
+        datapool="results/{task}/datapool",
+        base_model="results/{task}/base_model",
+        code=code("stages/build_preferences.py", "grueflow/preference", "grueflow/models", "grueflow/metrics",
+                  "grueflow/data"),
+    output:
+        directory("results/{task}/preferences"),
+    params:
+        slice=task_slice("lengths", "reward"),
+        method=lambda w: read_yaml(method_file("preferences")),
+        method_file=method_file("preferences"),
+        task_file=task_file,
+    threads: job_threads("build_preferences")
+    resources:
+        **RESOURCES.of("build_preferences"),
+    log:
+        "results/logs/{task}/build_preferences.log",
+    shell:
+        "python stages/build_preferences.py --task-file {params.task_file:q} --method-file {params.method_file:q}"
+        " --datapool {input.datapool:q} --policy {input.base_model:q}/model --base-model {input.base_model:q}/model"
+        " --threads {threads} --out {output:q} 2> {log:q}"
+
+
+rule train_reward_model:
+    input:
+        preferences=preferences_input,
+        base_model="results/{task}/base_model",
+        code=code("stages/train_reward_model.py", "grueflow/preference"),
+    output:
+        directory("results/{task}/reward_model"),
+    params:
+        preferences=preferences_file,
+        method=lambda w: read_yaml(method_file("reward_model")),
+        method_file=method_file("reward_model"),
+    threads: job_threads("train_reward_model")
+    resources:
+        **RESOURCES.of("train_reward_model"),
+    log:
+        "results/logs/{task}/train_reward_model.log",
+    shell:
+        "python stages/train_reward_model.py --method-file {params.method_file:q}"
+        " --preferences {params.preferences:q} --backbone {input.base_model:q}/model"
+        " --threads {threads} --out {output:q} 2> {log:q}"
+
+
+rule dpo:
+    input:
+        preferences=preferences_input,
+        init=dpo_init,
+        code=code("stages/dpo.py", "grueflow/preference", "grueflow/models"),
+    output:
+        directory("results/{task}/{dpo_method}/seed{seed}"),
+    params:
+        preferences=preferences_file,
+        slice=task_slice("lengths"),
+        method=lambda w: read_yaml(method_file(dpo_name(w))),
+        method_file=lambda w: method_file(dpo_name(w)),
+        task_file=task_file,
+    threads: job_threads("dpo")
+    resources:
+        **RESOURCES.of("dpo"),
+    log:
+        "results/logs/{task}/{dpo_method}/seed{seed}.log",
+    shell:
+        "python stages/dpo.py --task-file {params.task_file:q} --method-file {params.method_file:q}"
+        " --preferences {params.preferences:q} --init-model {input.init:q}/model"
+        " --seed {wildcards.seed} --threads {threads} --out {output:q} 2> {log:q}"
