@@ -4,7 +4,7 @@ import logging
 import shutil
 from pathlib import Path
 
-from grueflow import stage
+from grueflow import plots, stage
 from grueflow.checkpoints import run_key
 from grueflow.config import LengthsConfig, SupervisedConfig, load_method, load_section, to_dict
 from grueflow.data import read_split
@@ -14,6 +14,7 @@ from grueflow.models.lora import merged, with_lora
 from grueflow.models.policy import Policy
 from grueflow.seeding import seed_everything
 from grueflow.supervised import SupervisedTrainer
+from grueflow.tracking import RunTracker, tensorboard_dir
 
 TASK_KEYS = ("lengths", "method_overrides")
 log = logging.getLogger("warm_start")
@@ -30,6 +31,8 @@ def main() -> None:
     p.add_argument("--resume-dir", type=Path, required=True,
                    help="a checkpoint after every epoch (<out>.resume); resumed from if present, removed at the end")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--tensorboard", type=Path, default=None,
+                   help="also write TensorBoard event files here (default: $GRUEFLOW_TENSORBOARD/<task>/supervised/seed<k> if set)")
     args = p.parse_args()
     started = stage.setup(args)
     lengths: LengthsConfig = load_section(LengthsConfig, args.task_file, "lengths")
@@ -48,14 +51,25 @@ def main() -> None:
     resumed = trainer.resume(args.resume_dir, key)
     if resumed is not None:
         log.info("resumed from %s at epoch %d", resumed, trainer.state.epoch)
-    bar = stage.progress(cfg.epochs, "warm start")
-    bar.update(trainer.state.epoch)
-    curve = trainer.train(checkpoint=lambda t: t.save_checkpoint(args.resume_dir, key), progress=lambda _: bar.update())
+    bar = stage.progress(cfg.epochs, "warm start epochs", initial=trainer.state.epoch)
+    # DVCLive logs into the resume folder while training; a resumed run replays its checkpoint's curve first
+    tracker = RunTracker(args.resume_dir / "dvclive", "epoch", tensorboard=tensorboard_dir(args.out, args.tensorboard))
+    tracker.replay(trainer.state.curve)
+
+    def report(row: dict[str, float]) -> None:
+        bar.update()
+        tracker.log(row)
+
+    curve = trainer.train(checkpoint=lambda t: t.save_checkpoint(args.resume_dir, key), progress=report)
     bar.close()
+    tracker.close()
     with atomic_dir(args.out) as tmp:
         merged(model).save_pretrained(tmp / MODEL_DIR)  # plain Hugging Face weights, LoRA folded in
         tokenizer.save_pretrained(tmp / MODEL_DIR)
         write_csv(tmp / "loss_curve.csv", curve)
+        shutil.copytree(args.resume_dir / "dvclive", tmp / "dvclive")
+        plots.learning_curves(curve, "epoch", plots.WARM_START_PANELS, tmp / "loss_curve.png",
+                              f"warm start on {args.task_file.stem}, seed {args.seed}")
         stage.finish(tmp, "warm_start", {"lengths": to_dict(lengths), "supervised": to_dict(cfg), "seed": args.seed},
                      {"datapool": args.datapool, "base_model": args.base_model}, started)
     shutil.rmtree(args.resume_dir, ignore_errors=True)
