@@ -77,7 +77,8 @@ def grue_chart(table: pd.DataFrame, headline: dict[str, list[str]], path: Path) 
         means = pd.to_numeric(rows[metric], errors="coerce")
         stds = pd.to_numeric(rows.get(f"{metric}_std", pd.Series(np.nan, index=rows.index)), errors="coerce")
         positions = np.arange(len(rows))
-        ax.bar(positions, means.fillna(0), yerr=stds.fillna(0), capsize=4,
+        spread = stds.fillna(0) if stds.notna().any() else None  # one seed: no spread, no error bars
+        ax.bar(positions, means.fillna(0), yerr=spread, capsize=4,
                color=[f"C{i}" for i in range(len(rows))])
         for pos, value in zip(positions, means):
             if pd.isna(value):  # a metric that could not be computed: say so instead of drawing 0
