@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -264,6 +265,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as err:
         print(f"grueflow {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `grueflow list | head`: the reader left; say nothing more (Python's signal docs)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
 
 
 if __name__ == "__main__":
