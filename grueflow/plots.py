@@ -14,6 +14,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, no display: runs on CI and cluster nodes
 
 import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -57,6 +58,10 @@ def learning_curves(rows: Sequence[dict[str, float]], x: str, panels: Sequence[s
         for key in keys:
             ax.plot(frame[x], frame[key], marker="o", markersize=3, label=key)
         ax.set_xlabel(x)
+        if len(frame) <= 10:  # iterations and epochs are whole numbers
+            ax.set_xticks(list(frame[x]))
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_title(keys[0] if len(keys) == 1 else ", ".join(k.split("/")[-1] for k in keys), fontsize=10)
         if len(keys) > 1:
             ax.legend(fontsize=7)
