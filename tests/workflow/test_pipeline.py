@@ -127,6 +127,9 @@ def test_same_params_and_seed_give_byte_identical_metrics(dvc_repo, snakemake_re
         assert (dvc_repo / path).read_bytes() == (snakemake_repo / path).read_bytes(), path
     assert (dvc_repo / "results" / "grue_table.csv").read_text() == \
         (snakemake_repo / "results" / "grue_table.csv").read_text()
+    for run_dir in ("sentiment/ppo/seed0", "concepts/supervised+ppo/seed0", "sentiment/supervised/seed0"):
+        path = Path("results") / run_dir / "dvclive" / "metrics.json"  # DVCLive's summary: no timestamps, no timings
+        assert (dvc_repo / path).read_bytes() == (snakemake_repo / path).read_bytes(), path
 
 
 def test_dvc_reward_edit_status_diff_and_run_cache(dvc_repo):
