@@ -7,6 +7,9 @@ from snakemake.utils import validate
 configfile: "params/suite.yaml"
 
 
+report: "workflow/report/workflow.rst"  # snakemake --report report.html (issue 8)
+
+
 validate(config, "workflow/schemas/suite.schema.yaml")
 
 

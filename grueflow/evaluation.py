@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any
+from typing import Any, Callable
 
 from grueflow.config import REWARD_KEY, GenerationConfig, MetricSpec, RewardConfig, parse
 from grueflow.data import Sample
@@ -16,23 +16,29 @@ from grueflow.models.policy import Policy
 log = logging.getLogger(__name__)
 
 
-def generate(policy: Policy, samples: list[Sample], gen: GenerationConfig, batch_size: int = 32) -> list[str]:
+def generate(policy: Policy, samples: list[Sample], gen: GenerationConfig, batch_size: int = 32,
+             progress: Callable[[int], None] | None = None) -> list[str]:
+    """One generation per sample, in batches; ``progress`` is called with each batch's number of samples."""
     texts: list[str] = []
     for start in range(0, len(samples), batch_size):
         chunk = samples[start:start + batch_size]
         texts.extend(policy.decode(policy.generate(policy.encode([s.prompt for s in chunk]), gen)))
+        if progress:
+            progress(len(chunk))
     return texts
 
 
 def score(samples: list[Sample], generations: list[str], reward_cfg: RewardConfig, metrics: tuple[MetricSpec, ...],
-          context: MetricContext) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, str]]:
+          context: MetricContext, progress: Callable[[int], None] | None = None
+          ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, str]]:
     """Per-sample rows (prompt, generation, references, scores), corpus metrics, and the missing metrics.
 
     The task reward is scored exactly as in RL (``reward``, plus each component); every metric's
     corpus scores are added under their namespaced keys. Non-finite corpus values become ``None``
     (a metric that cannot be computed is missing, never 0). A metric that cannot run on this machine
     (a hub model offline, SPICE without Java) is missing too: its keys are ``None`` and the third
-    value maps its id to the reason. The reward itself must always run.
+    value maps its id to the reason. The reward itself must always run. ``progress`` is called with 1
+    after the reward and after each metric.
     """
     prompts = [s.prompt for s in samples]
     references = [list(s.references) for s in samples]
@@ -41,6 +47,8 @@ def score(samples: list[Sample], generations: list[str], reward_cfg: RewardConfi
     per_sample: dict[str, list[float]] = {REWARD_KEY: total, **parts}
     corpus: dict[str, Any] = {REWARD_KEY: mean(total), **{k: mean(v) for k, v in parts.items()}}
     missing: dict[str, str] = {}
+    if progress:
+        progress(1)
     for spec in metrics:
         metric = METRICS.get(spec.id)
         try:
@@ -49,10 +57,12 @@ def score(samples: list[Sample], generations: list[str], reward_cfg: RewardConfi
             log.warning("metric %s is missing: %s", spec.id, error)
             missing[spec.id] = str(error)
             corpus.update({key: None for key in metric.keys()})
-            continue
-        result = compute(prompts, generations, references, meta)
-        per_sample.update(result.per_sample)
-        corpus.update(result.corpus)
+        else:
+            result = compute(prompts, generations, references, meta)
+            per_sample.update(result.per_sample)
+            corpus.update(result.corpus)
+        if progress:
+            progress(1)
     rows = [{"id": s.id, "prompt": s.prompt, "generation": g, "references": list(s.references),
              "scores": {k: _finite(v[i]) for k, v in per_sample.items()}} for i, (s, g) in enumerate(zip(samples, generations))]
     return rows, {k: _finite(v) for k, v in corpus.items()}, missing

@@ -43,9 +43,40 @@ def setup(args: argparse.Namespace) -> float:
     return time.perf_counter()
 
 
-def progress(total: int, desc: str) -> tqdm:
-    """A progress bar with ETA on a terminal; nothing on CI logs (stages log plain lines instead)."""
-    return tqdm(total=total, desc=desc, disable=not sys.stderr.isatty(), dynamic_ncols=True)
+class LogProgress:
+    """tqdm's ``update``/``close`` for logs that are not a terminal (CI, Snakemake and DVC log files): one
+    plain line with the count, the elapsed time and the ETA, instead of carriage returns: on the first
+    and the last update, and otherwise at most every ``every_s`` seconds."""
+
+    def __init__(self, total: int, desc: str, initial: int = 0, every_s: float = 10.0) -> None:
+        self.total, self.desc, self.n, self.initial, self.every_s = total, desc, initial, initial, every_s
+        self.started = time.perf_counter()
+        self.logged: float | None = None
+        self.log = logging.getLogger("progress")
+
+    def update(self, n: int = 1) -> None:
+        if n <= 0:
+            return
+        self.n += n
+        now = time.perf_counter()
+        if self.logged is not None and self.n < self.total and now - self.logged < self.every_s:
+            return
+        self.logged = now
+        elapsed = now - self.started
+        eta = elapsed / (self.n - self.initial) * max(self.total - self.n, 0) if self.n > self.initial else 0.0
+        self.log.info("%s: %d/%d, %s elapsed, ETA %s", self.desc, self.n, self.total,
+                      tqdm.format_interval(elapsed), tqdm.format_interval(eta))
+
+    def close(self) -> None:
+        return None
+
+
+def progress(total: int, desc: str, initial: int = 0) -> tqdm | LogProgress:
+    """A progress bar with ETA on a terminal (tqdm); plain log lines with ETA elsewhere (CI, log files).
+    ``initial`` counts what a resumed run already did (not used for the ETA)."""
+    if sys.stderr.isatty():
+        return tqdm(total=total, desc=desc, initial=initial, dynamic_ncols=True)
+    return LogProgress(total, desc, initial)
 
 
 def relaunch_data_parallel(processes: int, threads: int) -> None:

@@ -138,7 +138,8 @@ class SupervisedTrainer:
             losses.append(value)
         self.state.epoch += 1
         row = {"epoch": self.state.epoch, "train_loss": round(sum(losses) / len(losses), 6),
-               "val_loss": round(validation_loss(policy, self.val, cfg.batch_size, self.max_target, self.parallel), 6)}
+               "val_loss": round(validation_loss(policy, self.val, cfg.batch_size, self.max_target, self.parallel), 6),
+               "learning_rate": round(self.schedule.get_last_lr()[0], 10)}
         self.state.curve.append(row)
         log.info("warm start epoch %d: train loss %.4f, val loss %.4f", row["epoch"], row["train_loss"], row["val_loss"])
         return row

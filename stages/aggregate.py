@@ -1,9 +1,10 @@
-"""Stage 6: aggregate every run's metrics.json into the GRUE table (.csv, .md, .json)."""
+"""Stage 6: aggregate every run's metrics.json into the GRUE table (.csv, .md, .json), its chart and report pages."""
 
 from pathlib import Path
 
-from grueflow import grue, stage
+from grueflow import grue, plots, report, stage
 from grueflow.config import SuiteConfig, parse, read_yaml
+from grueflow.io import write_text
 
 SUITE_KEYS = ("tasks", "algorithms", "seeds", "rl_starts", "preference_methods")
 
@@ -25,6 +26,10 @@ def main() -> None:
     p.add_argument("--out-csv", type=Path, required=True)
     p.add_argument("--out-md", type=Path, required=True)
     p.add_argument("--out-json", type=Path, required=True)
+    p.add_argument("--out-chart", type=Path, help="the GRUE chart (PNG): headline metrics by method, seed spread")
+    p.add_argument("--out-html", type=Path, help="the GRUE table as an HTML page (for the Snakemake report)")
+    p.add_argument("--out-samples", type=Path, help="an HTML page of sample generations per task and method")
+    p.add_argument("--samples", type=int, default=3, help="samples per method in --out-samples (default: 3)")
     args = p.parse_args()
     stage.setup(args)
     if args.suite:
@@ -42,6 +47,15 @@ def main() -> None:
     runs = grue.load_runs(paths)
     table, headline, missing = grue.build_table(runs), grue.headlines(runs), grue.missing_metrics(runs)
     grue.write_table(table, args.out_csv, args.out_md, args.out_json, headline, missing)
+    if args.out_chart:
+        plots.grue_chart(table, headline, args.out_chart)
+    if args.out_html:
+        write_text(args.out_html, report.table_html(table, headline, missing))
+    if args.out_samples:
+        seed = suite.seeds[0]
+        samples = {(t, m): report.read_samples(args.eval_dir / t / m / f"seed{seed}" / "predictions.jsonl", args.samples)
+                   for t in suite.tasks for m in suite.methods}
+        write_text(args.out_samples, report.samples_html(samples, seed))
     print(grue.to_markdown(table, headline, missing))
 
 

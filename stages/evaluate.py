@@ -49,9 +49,13 @@ def main() -> None:
     seed_everything(args.seed, args.threads)
     model, tokenizer = load_pretrained(args.model)
     policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt)
-    generations = evaluation.generate(policy, test, generation)
+    bar = stage.progress(len(test), "generating")
+    generations = evaluation.generate(policy, test, generation, progress=bar.update)
+    bar.close()
+    bar = stage.progress(1 + len(metrics), "scoring (reward, then each metric)")
     rows, corpus, missing = evaluation.score(test, generations, reward_cfg, metrics,
-                                             MetricContext(args.base_model, lengths.prompt))
+                                             MetricContext(args.base_model, lengths.prompt), progress=bar.update)
+    bar.close()
     method = method_name(args.start, args.algorithm)
     with atomic_dir(args.out) as tmp:
         write_jsonl(tmp / "predictions.jsonl", rows)

@@ -4,7 +4,7 @@ import logging
 import shutil
 from pathlib import Path
 
-from grueflow import stage
+from grueflow import plots, stage
 from grueflow.checkpoints import run_key
 from grueflow.config import GenerationConfig, LengthsConfig, RewardConfig, load_method, load_section, to_dict
 from grueflow.data import read_split
@@ -15,8 +15,9 @@ from grueflow.metrics.reward import Reward
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.policy import Policy
 from grueflow.rl import ALGORITHMS
-from grueflow.rl.trainer import KLCeilingError, NonFiniteError, RLTrainer
+from grueflow.rl.trainer import WALL_CLOCK_KEYS, KLCeilingError, NonFiniteError, RLTrainer
 from grueflow.seeding import seed_everything
+from grueflow.tracking import RunTracker, tensorboard_dir
 
 TASK_KEYS = ("lengths", "rollout_generation", "reward", "method_overrides")
 log = logging.getLogger("rl_finetune")
@@ -36,6 +37,8 @@ def main() -> None:
     p.add_argument("--resume-dir", type=Path, required=True,
                    help="periodic checkpoints (<out>.resume); resumed from if present, removed at the end")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--tensorboard", type=Path, default=None,
+                   help="also write TensorBoard event files here (default: $GRUEFLOW_TENSORBOARD/<task>/<method>/seed<k> if set)")
     args = p.parse_args()
     started = stage.setup(args)
     lengths = load_section(LengthsConfig, args.task_file, "lengths")
@@ -60,11 +63,19 @@ def main() -> None:
     resumed = trainer.resume(args.resume_dir, key)
     if resumed is not None:
         log.info("resumed from %s at iteration %d", resumed, trainer.state.iteration)
-    bar = stage.progress(cfg.iterations, f"{args.algorithm} iterations")
-    bar.update(trainer.state.iteration)
+    bar = stage.progress(cfg.iterations, f"{args.algorithm} iterations", initial=trainer.state.iteration)
+    # DVCLive logs into the resume folder while training (the output folder appears only when complete);
+    # a resumed run first replays its checkpoint's curve, so the log holds exactly the checkpoint's rows
+    # (the main process's alone when data-parallel: the others' curves are the same averaged rows)
+    tracker = RunTracker(args.resume_dir / "dvclive", "iteration", WALL_CLOCK_KEYS,
+                         tensorboard_dir(args.out, args.tensorboard)) if parallel.is_main else None
+    if tracker is not None:
+        tracker.replay(trainer.state.curve)
 
     def report(row: dict[str, float]) -> None:
         bar.update()
+        if tracker is not None:
+            tracker.log(trainer.state.curve[-1])  # the row as curves.csv holds it (rounded)
         log.info("iteration %d: reward %.4f, kl %.4f, kl_coef %.4f, value loss %.4f, length %.1f",
                  row["iteration"], row["reward/task"], row["kl/sequence"], row["kl/coef"],
                  row.get("losses/value", float("nan")), row["charts/mean_length"])
@@ -79,6 +90,8 @@ def main() -> None:
         write_json(dump, err.batch)
         raise SystemExit(f"error: {err}; the rollout is in {dump}; the last checkpoint stays in {args.resume_dir}")
     bar.close()
+    if tracker is not None:
+        tracker.close()
     extra = {}
     if parallel.enabled:  # every process's weights hash: identical, or an error; only the main process writes
         trained = [m for m in (trainer.policy.model, trainer.value_head, trainer.critic_model) if m is not None]
@@ -90,6 +103,9 @@ def main() -> None:
         (tmp / MODEL_DIR).mkdir()
         trainer.save_to(tmp / MODEL_DIR, key, final=True)
         write_csv(tmp / "curves.csv", state.curve)
+        shutil.copytree(args.resume_dir / "dvclive", tmp / "dvclive")
+        plots.learning_curves(state.curve, "iteration", plots.RL_PANELS, tmp / "curves.png",
+                              f"{args.algorithm} on {args.task_file.stem}, seed {args.seed}")
         write_json(tmp / "train_metrics.json", {k: final[k] for k in ("reward/task", "kl/sequence", "kl/coef")})
         stage.finish(tmp, "rl_finetune",
                      {"algorithm": args.algorithm, "method": to_dict(cfg), "lengths": to_dict(lengths),

@@ -4,7 +4,7 @@ import logging
 import shutil
 from pathlib import Path
 
-from grueflow import stage
+from grueflow import plots, stage
 from grueflow.checkpoints import run_key
 from grueflow.config import LengthsConfig, SupervisedConfig, load_method, load_section, to_dict
 from grueflow.data import read_split
@@ -15,6 +15,7 @@ from grueflow.models.lora import merged, with_lora
 from grueflow.models.policy import Policy
 from grueflow.seeding import seed_everything
 from grueflow.supervised import SupervisedTrainer
+from grueflow.tracking import RunTracker, tensorboard_dir
 
 TASK_KEYS = ("lengths", "method_overrides")
 log = logging.getLogger("warm_start")
@@ -31,6 +32,8 @@ def main() -> None:
     p.add_argument("--resume-dir", type=Path, required=True,
                    help="a checkpoint after every epoch (<out>.resume); resumed from if present, removed at the end")
     p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--tensorboard", type=Path, default=None,
+                   help="also write TensorBoard event files here (default: $GRUEFLOW_TENSORBOARD/<task>/supervised/seed<k> if set)")
     args = p.parse_args()
     started = stage.setup(args)
     lengths: LengthsConfig = load_section(LengthsConfig, args.task_file, "lengths")
@@ -51,11 +54,24 @@ def main() -> None:
     resumed = trainer.resume(args.resume_dir, key)
     if resumed is not None:
         log.info("resumed from %s at epoch %d", resumed, trainer.state.epoch)
-    bar = stage.progress(cfg.epochs, "warm start")
-    bar.update(trainer.state.epoch)
+    bar = stage.progress(cfg.epochs, "warm start epochs", initial=trainer.state.epoch)
+    # DVCLive logs into the resume folder while training; a resumed run replays its checkpoint's curve first
+    # (the main process's alone when data-parallel: the others train the same replica)
+    tracker = (RunTracker(args.resume_dir / "dvclive", "epoch", tensorboard=tensorboard_dir(args.out, args.tensorboard))
+               if parallel.is_main else None)
+    if tracker is not None:
+        tracker.replay(trainer.state.curve)
+
+    def report(row: dict[str, float]) -> None:
+        bar.update()
+        if tracker is not None:
+            tracker.log(row)
+
     checkpoint = (lambda t: t.save_checkpoint(args.resume_dir, key)) if parallel.is_main else None
-    curve = trainer.train(checkpoint=checkpoint, progress=lambda _: bar.update())
+    curve = trainer.train(checkpoint=checkpoint, progress=report)
     bar.close()
+    if tracker is not None:
+        tracker.close()
     extra = {}
     if parallel.enabled:  # every process's weights hash: identical, or an error; only the main process writes
         extra = {"data_parallel": {"processes": parallel.world_size, "weights_sha256": check_replicas(parallel, [model])}}
@@ -65,6 +81,9 @@ def main() -> None:
         merged(model).save_pretrained(tmp / MODEL_DIR)  # plain Hugging Face weights, LoRA folded in
         tokenizer.save_pretrained(tmp / MODEL_DIR)
         write_csv(tmp / "loss_curve.csv", curve)
+        shutil.copytree(args.resume_dir / "dvclive", tmp / "dvclive")
+        plots.learning_curves(curve, "epoch", plots.WARM_START_PANELS, tmp / "loss_curve.png",
+                              f"warm start on {args.task_file.stem}, seed {args.seed}")
         stage.finish(tmp, "warm_start", {"lengths": to_dict(lengths), "supervised": to_dict(cfg), "seed": args.seed},
                      {"datapool": args.datapool, "base_model": args.base_model}, started, **extra)
     shutil.rmtree(args.resume_dir, ignore_errors=True)

@@ -67,6 +67,12 @@ def test_datapool_base_model_and_warm_start_outputs(base):
         assert record["output_bytes"] == sum(p.stat().st_size for p in files) > 10_000
     losses = list(csv.DictReader(open(base / "supervised" / "loss_curve.csv")))
     assert [row["epoch"] for row in losses] == ["1"]
+    live = base / "supervised" / "dvclive"  # DVCLive: one tsv per scalar, metrics.json with the last values
+    summary = json.loads((live / "metrics.json").read_text())
+    assert summary == {"step": 1, "train_loss": float(losses[0]["train_loss"]), "val_loss": float(losses[0]["val_loss"]),
+                       "learning_rate": float(losses[0]["learning_rate"])}
+    assert (live / "plots" / "metrics" / "val_loss.tsv").read_text() == f"step\tval_loss\n1\t{losses[0]['val_loss']}\n"
+    assert_png(base / "supervised" / "loss_curve.png")
     assert not Path(f"{base / 'supervised'}.resume").exists()  # removed once the stage finished
 
 
@@ -90,6 +96,31 @@ def test_rl_and_evaluate_outputs(base, tmp_path):
         assert float(row["reward/task"]) == pytest.approx(sentiment - 0.05 * length, abs=1e-5)
         assert 0 < float(row["charts/reward_share"]) < 1
     assert not Path(f"{tmp_path / 'rl'}.resume").exists()  # removed once the stage finished
+
+    live = tmp_path / "rl" / "dvclive"  # every curve column through DVCLive; wall-clock ones only as plots
+    summary = json.loads((live / "metrics.json").read_text())
+    assert summary["step"] == 2 and summary["kl"]["coef"] == float(curve[-1]["kl/coef"])
+    assert summary["reward"] == {"task": float(curve[-1]["reward/task"]),
+                                 "task.sentiment": float(curve[-1]["reward/task/sentiment"]),
+                                 "diversity.length": float(curve[-1]["reward/diversity/length"])}
+    assert {"policy", "value", "entropy", "approx_kl"} <= set(summary["losses"])
+    assert set(summary["charts"]) == {"mean_length", "learning_rate", "update_skipped"}
+    metrics_dir = live / "plots" / "metrics"
+    tsv = (metrics_dir / "kl" / "sequence.tsv").read_text().splitlines()
+    assert tsv == ["step\tsequence"] + [f"{row['iteration']}\t{row['kl/sequence']}" for row in curve]
+    assert len((metrics_dir / "charts" / "generated_tokens_per_s.tsv").read_text().splitlines()) == 3
+    assert (metrics_dir / "reward" / "task.sentiment.tsv").is_file()
+    assert_png(tmp_path / "rl" / "curves.png")
+
+
+def assert_png(path: Path) -> None:
+    """A complete PNG image of a plausible size (a grid of panels)."""
+    from PIL import Image
+
+    with Image.open(path) as image:
+        image.verify()
+    with Image.open(path) as image:
+        assert image.format == "PNG" and image.width >= 400 and image.height >= 250, image.size
 
 
 def kill_at_first_checkpoint(proc: subprocess.Popen, resume_dir: Path, timeout: float = 300) -> None:
@@ -121,6 +152,11 @@ def test_killed_rl_resumes_from_its_checkpoint_and_matches(base, tmp_path):
         return [{k: v for k, v in r.items() if k not in WALL_CLOCK_KEYS} for r in rows]
 
     assert stable(out / "curves.csv") == stable(tmp_path / "straight" / "curves.csv")
+    # the resumed run's DVCLive log replays the checkpoint's rows: the summary is byte-identical
+    assert (out / "dvclive" / "metrics.json").read_bytes() == \
+        (tmp_path / "straight" / "dvclive" / "metrics.json").read_bytes()
+    assert (out / "dvclive" / "plots" / "metrics" / "reward" / "task.tsv").read_bytes() == \
+        (tmp_path / "straight" / "dvclive" / "plots" / "metrics" / "reward" / "task.tsv").read_bytes()
     assert (out / "model" / "model.safetensors").read_bytes() == \
         (tmp_path / "straight" / "model" / "model.safetensors").read_bytes()
 
@@ -140,6 +176,9 @@ def test_killed_warm_start_resumes_from_its_last_epoch_and_matches(base, tmp_pat
     assert (out / "model" / "model.safetensors").read_bytes() == \
         (tmp_path / "straight" / "model" / "model.safetensors").read_bytes()
     assert (out / "loss_curve.csv").read_text() == (tmp_path / "straight" / "loss_curve.csv").read_text()
+    assert (out / "dvclive" / "metrics.json").read_bytes() == \
+        (tmp_path / "straight" / "dvclive" / "metrics.json").read_bytes()
+    assert (out / "dvclive" / "plots" / "metrics" / "train_loss.tsv").read_text().count("\n") == 4  # header + 3 epochs
     assert len((out / "loss_curve.csv").read_text().splitlines()) == 4  # header + 3 epochs
     assert not Path(f"{out}.resume").exists()
 

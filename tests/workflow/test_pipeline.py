@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import html
 import json
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -124,6 +127,9 @@ def test_same_params_and_seed_give_byte_identical_metrics(dvc_repo, snakemake_re
         assert (dvc_repo / path).read_bytes() == (snakemake_repo / path).read_bytes(), path
     assert (dvc_repo / "results" / "grue_table.csv").read_text() == \
         (snakemake_repo / "results" / "grue_table.csv").read_text()
+    for run_dir in ("sentiment/ppo/seed0", "concepts/supervised+ppo/seed0", "sentiment/supervised/seed0"):
+        path = Path("results") / run_dir / "dvclive" / "metrics.json"  # DVCLive's summary: no timestamps, no timings
+        assert (dvc_repo / path).read_bytes() == (snakemake_repo / path).read_bytes(), path
 
 
 def test_a_clone_pulls_the_run_cache_from_a_remote_and_reproduces_without_running(dvc_repo, tmp_path):
@@ -165,8 +171,46 @@ def test_dvc_reward_edit_status_diff_and_run_cache(dvc_repo):
     assert zero_shot["new"] != zero_shot["old"]
     assert "sentiment.ppo.reward" in table_diff
     assert not any(key.startswith("concepts.") and "reward" in key for key in table_diff)
+    shown = run([sys.executable, "-m", "grueflow.cli", "diff", "HEAD~1", "HEAD"], dvc_repo).stdout.splitlines()
+    assert shown[0] == f"results/grue_table.json: HEAD~1 -> HEAD ({len(table_diff)} changed values)"
+    row = next(line.split() for line in shown if line.split()[:3] == ["sentiment", "zero_shot", "reward"])
+    assert float(row[3]) == pytest.approx(zero_shot["old"], rel=1e-3) and float(row[4]) == pytest.approx(zero_shot["new"], rel=1e-3)
 
     run(["git", "checkout", "HEAD~1", "--", "params/tasks/sentiment.yaml"], dvc_repo)
     restored = run(["dvc", "repro"], dvc_repo)
     assert "rl_finetune@sentiment-ppo-0' is cached - skipping run" in restored.stdout
     assert (dvc_repo / "results" / "grue_table.csv").read_text() == table_before
+
+
+def report_files(report: str) -> dict[str, bytes]:
+    """The files a Snakemake HTML report embeds (base64 data URIs named by filename), by filename."""
+    return {name: base64.b64decode(data)
+            for name, data in re.findall(r"data:[\w/+.-]+;charset=[\w-]+;filename=([^;\"']+);base64,([A-Za-z0-9+/=]+)", report)}
+
+
+def test_snakemake_report_holds_the_table_chart_samples_and_curves(snakemake_repo, tmp_path):
+    """Issue 8: `snakemake --report` on the finished micro pipeline (reusing its outputs, no rerun)."""
+    run(["snakemake", "--report", str(tmp_path / "report.html")], snakemake_repo)
+    embedded = report_files((tmp_path / "report.html").read_text())
+    assert {"grue_table.html", "grue_table.csv", "grue_chart.png", "samples.html", "curves.png",
+            "loss_curve.png"} <= set(embedded)
+    table = embedded["grue_table.html"].decode()
+    assert "<h2>sentiment</h2>" in table and "<h2>concepts</h2>" in table
+    assert all(f">{method}</td>" in table for method in ("zero_shot", "supervised", "ppo", "supervised+ppo"))
+    assert embedded["grue_chart.png"].startswith(b"\x89PNG\r\n\x1a\n")
+    assert embedded["grue_chart.png"] == (snakemake_repo / "results" / "grue_chart.png").read_bytes()
+    samples = embedded["samples.html"].decode()
+    first = json.loads((snakemake_repo / "results" / "eval" / "concepts" / "supervised+ppo" / "seed0" /
+                        "predictions.jsonl").read_text().splitlines()[0])
+    assert html.escape(first["generation"]) in samples and samples.count(">supervised+ppo</td>") == 6  # 2 tasks x 3
+
+
+def test_grueflow_show_and_dvc_plots_on_the_finished_runs(snakemake_repo, dvc_repo):
+    shown = run([sys.executable, "-m", "grueflow.cli", "show", "sentiment/ppo/seed0", "-n", "2"], snakemake_repo).stdout
+    assert shown.startswith("results/eval/sentiment/ppo/seed0/predictions.jsonl: the first 2 samples")
+    assert shown.count("\n  generation  ") == 2
+    plots = json.loads(run(["dvc", "plots", "show", "--json"], dvc_repo).stdout)
+    assert "errors" not in plots, plots.get("errors")
+    kl = "results/sentiment/ppo/seed0/dvclive/plots/metrics/kl/coef.tsv"
+    assert [point["coef"] for point in plots["data"][kl][0]["content"]["data"]["values"]] != []
+    assert "results/grue_chart.png" in plots["data"]

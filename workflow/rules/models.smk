@@ -22,9 +22,11 @@ rule warm_start:
         datapool="results/{task}/datapool",
         base_model="results/{task}/base_model",
         code=code("stages/warm_start.py", "grueflow/models", "grueflow/supervised.py", "grueflow/checkpoints.py",
-                  "grueflow/data"),
+                  "grueflow/data", "grueflow/tracking.py", "grueflow/plots.py"),
     output:
-        directory("results/{task}/supervised/seed{seed}"),
+        report(directory("results/{task}/supervised/seed{seed}"), patterns=["{name}.png"],
+               caption="../report/loss_curve.rst", category="Learning curves", subcategory="{task}",
+               labels={"method": "supervised", "seed": "{seed}"}),
     params:
         slice=task_slice("lengths"),
         method=lambda w: read_yaml(method_file("supervised")),

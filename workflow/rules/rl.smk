@@ -16,9 +16,10 @@ rule rl_finetune:
         base_model="results/{task}/base_model",
         reward_models=reward_models,
         code=code("stages/rl_finetune.py", "grueflow/models", "grueflow/rl", "grueflow/metrics", "grueflow/data",
-                  "grueflow/checkpoints.py"),
+                  "grueflow/checkpoints.py", "grueflow/tracking.py", "grueflow/plots.py"),
     output:
-        directory("results/{task}/{rl_method}/seed{seed}"),
+        report(directory("results/{task}/{rl_method}/seed{seed}"), patterns=["{name}.png"], caption="../report/curves.rst",
+               category="Learning curves", subcategory="{task}", labels={"method": "{rl_method}", "seed": "{seed}"}),
     params:
         slice=task_slice("lengths", "rollout_generation", "reward"),
         method=lambda w: read_yaml(method_file(rl_algorithm(w))),

@@ -1,0 +1,287 @@
+"""The ``grueflow`` command: everyday use of the pipeline from a shell.
+
+    grueflow list [tasks|methods|metrics|models]   what the registries hold, one line each
+    grueflow run [--suite FILE] [--cores N] ...     snakemake on a suite (other arguments go to snakemake)
+    grueflow diff REV_A REV_B                       the GRUE table's changes between two commits (dvc metrics diff)
+    grueflow show RUN [-n N]                        sample prompts, generations, references and scores of a run
+
+This module is the user interface, so it writes to stdout. A subcommand is one ``cmd_<name>(args) -> int``
+function plus one ``add_<name>(subparsers)`` registration listed in :data:`COMMANDS`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import pandas as pd
+
+GRUE_JSON = "results/grue_table.json"
+EVAL_DIR = Path("results") / "eval"
+PREDICTIONS = "predictions.jsonl"
+
+
+class CliError(Exception):
+    """A user error: printed as one ``error:`` line, exit code 2."""
+
+
+# -- list -----------------------------------------------------------------------------------------
+
+def registries() -> dict[str, dict[str, str]]:
+    """Every registered name with its one-line description, by kind (imports the registries)."""
+    from grueflow.data import DATAPOOLS
+    from grueflow.metrics import describe
+    from grueflow.models import MODELS
+    from grueflow.rl import ALGORITHMS
+
+    methods = {"zero_shot": "the base model as it is (no training)",
+               "supervised": "supervised warm start on the references (params/methods/supervised.yaml)",
+               **ALGORITHMS.describe(),
+               "supervised+<algorithm>": "any RL algorithm started from the warm start"}
+    return {"tasks": DATAPOOLS.describe(), "methods": methods, "metrics": describe(), "models": MODELS.describe()}
+
+
+KINDS = ("tasks", "methods", "metrics", "models")
+KIND_HEADINGS = {"tasks": "tasks (datapool ids for a task file's datapool.id)",
+                 "methods": "methods (zero_shot, supervised, and the RL algorithm ids of a suite's algorithms)",
+                 "metrics": "metrics (evaluation metrics and reward components)",
+                 "models": "models (model.id in a task file)"}
+
+
+def _kind(text: str) -> str:
+    if text not in KINDS:  # (argparse's choices= misreads an empty nargs="*" list on Python 3.11)
+        raise argparse.ArgumentTypeError(f"invalid kind {text!r} (choose from {', '.join(KINDS)})")
+    return text
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    listing = registries()
+    for kind in args.kinds or KINDS:
+        names = listing[kind]
+        width = max(map(len, names))
+        print(f"{KIND_HEADINGS[kind]}:")
+        for name, description in names.items():
+            print(f"  {name:<{width}}  {description}")
+        print()
+    return 0
+
+
+def add_list(sub: Any) -> None:
+    p = sub.add_parser("list", help="tasks, methods, metrics and models in the registries",
+                       description="List what the registries hold, with one-line descriptions.")
+    p.add_argument("kinds", nargs="*", type=_kind, metavar="KIND",
+                   help=f"only these kinds (choose from {', '.join(KINDS)}; default: all)")
+    p.set_defaults(func=cmd_list)
+
+
+# -- run ------------------------------------------------------------------------------------------
+
+def snakemake_command(suite: Path | None, cores: str, extra: Sequence[str]) -> list[str]:
+    """The snakemake command line ``grueflow run`` executes (this interpreter's snakemake)."""
+    command = [sys.executable, "-m", "snakemake", "--cores", cores]
+    if suite is not None:
+        command += ["--configfile", str(suite)]
+    return command + list(extra)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    if args.suite is not None and not args.suite.is_file():
+        suites = sorted(str(p) for p in Path("params", "suites").glob("*.yaml"))
+        raise CliError(f"suite file {str(args.suite)!r} does not exist; suites here: {', '.join(suites) or 'none'}")
+    if not Path("Snakefile").is_file():
+        raise CliError(f"no Snakefile in {Path.cwd()}; run grueflow run from the project's root")
+    command = snakemake_command(args.suite, args.cores, args.extra)
+    print("$ " + " ".join(command[2:]), file=sys.stderr)
+    return subprocess.call(command)
+
+
+def add_run(sub: Any) -> None:
+    p = sub.add_parser("run", help="run a suite with snakemake (other arguments go to snakemake)",
+                       description="Run the pipeline with snakemake: `snakemake --cores N [--configfile SUITE]` "
+                                   "plus any other arguments, e.g. -n (dry run), --report report.html, targets.")
+    p.add_argument("--suite", type=Path, default=None,
+                   help="a suite file (default: the Snakefile's params/suite.yaml), e.g. params/suites/algorithms.yaml")
+    p.add_argument("--cores", default="all", help="cores snakemake may use (default: all)")
+    p.set_defaults(func=cmd_run, passthrough=True)
+
+
+# -- diff -----------------------------------------------------------------------------------------
+
+def _split_key(key: str) -> tuple[str, str, str]:
+    """``task.method.metric`` of grue_table.json (``grue_score.<method>`` for the GRUE score)."""
+    parts = key.split(".")
+    if parts[0] == "grue_score" and len(parts) == 2:
+        return "(all tasks)", parts[1], "grue_score"
+    if len(parts) < 3:
+        return "", "", key
+    return parts[0], parts[1], ".".join(parts[2:])
+
+
+def diff_table(diff: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    """``dvc metrics diff --json`` entries of the GRUE table as rows: task, method, metric, old, new, change."""
+    rows = []
+    for key, change in diff.items():
+        task, method, metric = _split_key(key)
+        rows.append({"task": task, "method": method, "metric": metric,
+                     "old": change.get("old"), "new": change.get("new"), "change": change.get("diff")})
+    frame = pd.DataFrame(rows, columns=["task", "method", "metric", "old", "new", "change"])
+    return frame.sort_values(["task", "method", "metric"], kind="stable").reset_index(drop=True)
+
+
+def _number(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "—"
+    return f"{value:+.4g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+
+
+def metrics_diff(rev_a: str, rev_b: str, target: str, show_all: bool) -> dict[str, dict[str, Any]]:
+    """The changes of ``target`` between two git revisions, from ``dvc metrics diff --json``."""
+    command = ["dvc", "metrics", "diff", rev_a, rev_b, "--targets", target, "--json"] + (["--all"] if show_all else [])
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise CliError(f"{' '.join(command)} failed: {(result.stderr or result.stdout).strip()}")
+    return json.loads(result.stdout or "{}").get(target, {})
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    diff = metrics_diff(args.rev_a, args.rev_b, args.target, args.all)
+    if not diff:
+        print(f"{args.target}: no changes between {args.rev_a} and {args.rev_b}")
+        return 0
+    table = diff_table(diff)
+    shown = table.assign(old=table.old.map(lambda v: _number(v).lstrip("+")),
+                         new=table.new.map(lambda v: _number(v).lstrip("+")), change=table.change.map(_number))
+    print(f"{args.target}: {args.rev_a} -> {args.rev_b} ({len(table)} changed values)")
+    print(shown.to_string(index=False))
+    return 0
+
+
+def add_diff(sub: Any) -> None:
+    p = sub.add_parser("diff", help="the GRUE table's changes between two commits",
+                       description="Compare the GRUE table of two git revisions (built on `dvc metrics diff`), "
+                                   "one row per task, method and metric that changed.")
+    p.add_argument("rev_a", metavar="REV_A", help="the old revision, e.g. HEAD~1")
+    p.add_argument("rev_b", metavar="REV_B", help="the new revision, e.g. HEAD (or workspace)")
+    p.add_argument("--target", default=GRUE_JSON, help=f"the metrics file (default: {GRUE_JSON})")
+    p.add_argument("--all", action="store_true", help="also list the values that did not change")
+    p.set_defaults(func=cmd_diff)
+
+
+# -- show -----------------------------------------------------------------------------------------
+
+def find_predictions(run: str) -> Path:
+    """``predictions.jsonl`` of a run given as a file, a run folder, or ``<task>/<method>/seed<k>``
+    under results/eval; an unknown run is an error listing the runs there."""
+    for candidate in (Path(run), EVAL_DIR / run):
+        path = candidate / PREDICTIONS if candidate.is_dir() else candidate
+        if path.is_file():
+            return path
+    found = sorted(str(p.parent.relative_to(EVAL_DIR)) for p in EVAL_DIR.glob(f"*/*/*/{PREDICTIONS}"))
+    hint = f"runs in {EVAL_DIR}: {', '.join(found)}" if found else f"no runs in {EVAL_DIR} yet (grueflow run)"
+    raise CliError(f"no {PREDICTIONS} for run {run!r}; give a run folder, a {PREDICTIONS} file or "
+                   f"<task>/<method>/seed<k>; {hint}")
+
+
+def _block(label: str, text: str, width: int = 100) -> list[str]:
+    lines = textwrap.wrap(text, width=width - 14) or [""]
+    return [f"  {label:<12}{lines[0]}"] + [f"  {'':<12}{line}" for line in lines[1:]]
+
+
+def format_sample(row: dict[str, Any]) -> str:
+    """One prediction row as text: id, prompt, generation, each reference, then the scores."""
+    lines = [f"[{row['id']}]"] + _block("prompt", row["prompt"]) + _block("generation", row["generation"])
+    for i, reference in enumerate(row.get("references", [])):
+        lines += _block(f"reference {i + 1}" if len(row["references"]) > 1 else "reference", reference)
+    scores = ", ".join(f"{k} {_number(v).lstrip('+')}" for k, v in sorted(row.get("scores", {}).items()))
+    return "\n".join(lines + _block("scores", scores))
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    from grueflow.io import iter_jsonl
+
+    path = find_predictions(args.run)
+    rows = []
+    for row in iter_jsonl(path):
+        if len(rows) == args.n:
+            break
+        rows.append(row)
+    print(f"{path}: the first {len(rows)} samples")
+    for row in rows:
+        print()
+        print(format_sample(row))
+    return 0
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not positive; give an integer >= 1")
+    return value
+
+
+def add_show(sub: Any) -> None:
+    p = sub.add_parser("show", help="sample prompts, generations, references and scores of a run",
+                       description="Print the first N samples of an evaluate run's predictions.jsonl.")
+    p.add_argument("run", metavar="RUN",
+                   help="a run folder (results/eval/<task>/<method>/seed<k>), its predictions.jsonl, "
+                        "or <task>/<method>/seed<k>")
+    p.add_argument("-n", type=_positive, default=5, help="how many samples (default: 5)")
+    p.set_defaults(func=cmd_show)
+
+
+def cmd_annotate(args: argparse.Namespace) -> int:
+    from grueflow.human.annotate import main as annotate
+
+    return annotate(args.extra)
+
+
+def add_annotate(sub: Any) -> None:
+    p = sub.add_parser("annotate", add_help=False, help="serve a human-evaluation batch on 127.0.0.1 for annotation",
+                       description="The local annotation page (README, Human evaluation); "
+                                   "`grueflow annotate --help` lists its arguments.")
+    p.set_defaults(func=cmd_annotate, passthrough=True)
+
+
+# -- main -----------------------------------------------------------------------------------------
+
+COMMANDS: tuple[Callable[[Any], None], ...] = (add_list, add_run, add_diff, add_show, add_annotate)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="grueflow", description="Everyday use of the grueflow pipeline: list the "
+                                     "registries, run a suite, diff the GRUE table across commits, show generations.",
+                                     epilog="`grueflow COMMAND --help` describes each command.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for register in COMMANDS:
+        register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "passthrough", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra = extra
+    try:
+        return args.func(args)
+    except CliError as err:
+        print(f"grueflow {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `grueflow list | head`: the reader left; say nothing more (Python's signal docs)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

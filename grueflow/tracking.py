@@ -1,0 +1,107 @@
+"""Experiment tracking for the training stages: per-iteration scalars through DVCLive, optionally TensorBoard.
+
+A stage hands every curve row it receives (one per RL iteration or warm-start epoch) to
+:meth:`RunTracker.log`. DVCLive writes ``<folder>/plots/metrics/<key>.tsv`` (one row per step, no
+timestamp column; see :func:`metric_name`) and ``<folder>/metrics.json`` (the latest value of each key), which ``dvc plots``,
+``dvc metrics`` and ``dvc exp show`` read. Wall-clock keys (``charts/iteration_s``, tokens/s, ...)
+are plotted but kept out of ``metrics.json``, so that file is byte-identical for the same params and
+seed. DVCLive is told to write no ``dvc.yaml``, no report and no experiment of its own: the
+pipeline's ``dvc.yaml`` declares the files, and ``dvc exp run`` records the experiments.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+TENSORBOARD_ENV = "GRUEFLOW_TENSORBOARD"  # a folder: every training stage adds its event files under it
+
+
+def tensorboard_dir(out: Path, flag: Path | None) -> Path | None:
+    """Where a stage writing ``out`` puts TensorBoard event files: ``--tensorboard`` if given, else
+    ``$GRUEFLOW_TENSORBOARD/<task>/<method>/seed<k>`` (the last three parts of ``out``), else nowhere.
+
+    TensorBoard is an observer, not a param: switching it on reruns nothing in Snakemake or DVC.
+    """
+    if flag is not None:
+        return flag
+    root = os.environ.get(TENSORBOARD_ENV)
+    return Path(root) / Path(*out.parts[-3:]) if root else None
+
+
+def metric_name(key: str) -> str:
+    """The DVCLive name of a curve key: its namespace, then the rest with ``/`` turned into ``.``
+    (``reward/task/sentiment`` -> ``reward/task.sentiment``), because DVCLive nests on ``/`` and
+    ``reward/task`` is both a value and the parent of its components."""
+    namespace, _, rest = key.partition("/")
+    return f"{namespace}/{rest.replace('/', '.')}" if rest else namespace
+
+
+def _drop(summary: dict[str, Any], key: str) -> None:
+    """Remove ``a/b/c`` from DVCLive's nested summary (and the parents it leaves empty)."""
+    *parents, leaf = key.split("/")
+    nodes = [summary]
+    for part in parents:
+        if not isinstance(nodes[-1].get(part), dict):
+            return
+        nodes.append(nodes[-1][part])
+    nodes[-1].pop(leaf, None)
+    for node, part in zip(reversed(nodes[:-1]), reversed(parents)):
+        if not node[part]:
+            del node[part]
+
+
+class RunTracker:
+    """Logs curve rows of one training run to DVCLive in ``folder`` (and TensorBoard in ``tensorboard``).
+
+    ``step_key`` names the row's step column (``iteration``, ``epoch``); ``wall_clock`` lists keys that
+    differ between identical runs (plotted, not summarised). Non-finite values are skipped (DVC reads
+    JSON, which has no NaN). Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, folder: Path, step_key: str, wall_clock: Iterable[str] = (),
+                 tensorboard: Path | None = None) -> None:
+        from dvclive import Live
+
+        self.folder, self.step_key, self.wall_clock = Path(folder), step_key, tuple(wall_clock)
+        self.live = Live(dir=str(self.folder), resume=False, report=None, save_dvc_exp=False, dvcyaml=None)
+        self.writer = None
+        if tensorboard is not None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:
+                raise ImportError("TensorBoard output needs the tensorboard package: "
+                                  "pip install 'grueflow[tensorboard]' (or unset GRUEFLOW_TENSORBOARD)") from None
+            self.writer = SummaryWriter(log_dir=str(tensorboard))
+
+    def log(self, row: dict[str, float]) -> None:
+        """One step's scalars; the step is ``row[step_key]`` (1-based iteration or epoch)."""
+        step = int(row[self.step_key])
+        self.live.step = step
+        for key, value in row.items():
+            if key == self.step_key or value is None or not math.isfinite(value):
+                continue
+            self.live.log_metric(metric_name(key), float(value))
+            if self.writer is not None:
+                self.writer.add_scalar(key, float(value), step)
+        for key in self.wall_clock:
+            _drop(self.live.summary, metric_name(key))
+        self.live.next_step()
+
+    def replay(self, rows: Iterable[dict[str, float]]) -> None:
+        """Log the rows a resumed run already has (its checkpoint's curve), so the log matches the checkpoint."""
+        for row in rows:
+            self.log(row)
+
+    def close(self) -> None:
+        self.live.end()
+        if self.writer is not None:
+            self.writer.close()
+
+    def __enter__(self) -> "RunTracker":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,133 @@
+"""The grueflow CLI: list, show, diff (on a real git + DVC repo), run (a snakemake dry run), and its errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grueflow.cli import main
+from grueflow.io import write_jsonl
+from tests.conftest import copy_project, git_init, run
+
+CLI = [sys.executable, "-m", "grueflow.cli"]
+
+
+def test_every_command_has_help(capsys):
+    for command in ([], ["list"], ["run"], ["diff"], ["show"]):
+        with pytest.raises(SystemExit) as exit_:
+            main([*command, "--help"])
+        assert exit_.value.code == 0
+        assert "usage: grueflow" in capsys.readouterr().out
+
+
+def test_list_names_registered_ids_with_descriptions(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for heading in ("tasks (", "methods (", "metrics (", "models ("):
+        assert heading in out
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("  ")}
+    assert {"common_gen", "cnn_dailymail", "zero_shot", "supervised", "ppo", "nlpo", "grpo", "rouge", "bleu",
+            "concept_coverage", "tiny_gpt2", "tiny_t5", "smollm2_135m"} <= set(lines)
+    assert "clipped surrogate" in lines["ppo"]
+    assert main(["list", "models"]) == 0
+    assert "tasks (" not in capsys.readouterr().out
+
+
+def test_bad_arguments_name_the_valid_choices(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["list", "modles"])
+    assert exit_.value.code == 2
+    assert "invalid kind 'modles' (choose from tasks, methods, metrics, models)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["frob"])
+    assert "invalid choice: 'frob' (choose from 'list', 'run', 'diff', 'show', 'annotate')" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["show", "somewhere", "-n", "0"])
+    assert "0 is not positive" in capsys.readouterr().err
+
+
+def predictions(path: Path) -> Path:
+    write_jsonl(path / "predictions.jsonl", [
+        {"id": f"test-{i}", "prompt": f"prompt {i}", "generation": f"generation {i}",
+         "references": [f"reference {i}a", f"reference {i}b"], "scores": {"reward": 0.25 * i, "lexical/bleu": None}}
+        for i in range(4)])
+    return path
+
+
+def test_show_prints_the_first_samples_with_references_and_scores(tmp_path, capsys):
+    run_dir = predictions(tmp_path / "run")
+    assert main(["show", str(run_dir), "-n", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"{run_dir / 'predictions.jsonl'}: the first 2 samples")
+    assert "[test-0]" in out and "[test-1]" in out and "[test-2]" not in out
+    assert "  generation  generation 1\n" in out
+    assert "  reference 2 reference 1b\n" in out
+    assert "  scores      lexical/bleu —, reward 0.25\n" in out
+
+
+def test_show_an_unknown_run_lists_the_runs_there(tmp_path, monkeypatch, capsys):
+    predictions(tmp_path / "results" / "eval" / "sentiment" / "ppo" / "seed0")
+    monkeypatch.chdir(tmp_path)
+    assert main(["show", "sentiment/ppo/seed0", "-n", "1"]) == 0  # <task>/<method>/seed<k> under results/eval
+    assert "[test-0]" in capsys.readouterr().out
+    assert main(["show", "sentiment/ppo/seed9"]) == 2
+    err = capsys.readouterr().err
+    assert "no predictions.jsonl for run 'sentiment/ppo/seed9'" in err and "runs in results/eval: sentiment/ppo/seed0" in err
+
+
+def commit_table(repo: Path, table: dict, message: str) -> None:
+    (repo / "results").mkdir(exist_ok=True)
+    (repo / "results" / "grue_table.json").write_text(json.dumps(table))
+    run(["git", "add", "-A"], repo)
+    run(["git", "commit", "-qm", message], repo)
+
+
+def test_diff_between_two_commits_of_the_grue_table(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git_init(repo)
+    run(["dvc", "init", "-q"], repo)
+    (repo / "dvc.yaml").write_text("metrics:\n  - results/grue_table.json\n")
+    commit_table(repo, {"sentiment": {"ppo": {"reward": 0.5, "lexical/bleu": 3.0}, "zero_shot": {"reward": 0.1}},
+                        "grue_score": {"ppo": 0.7}}, "baseline")
+    commit_table(repo, {"sentiment": {"ppo": {"reward": 0.75, "lexical/bleu": 3.0}, "zero_shot": {"reward": 0.1}},
+                        "grue_score": {"ppo": 0.6}}, "a better reward")
+
+    result = run([*CLI, "diff", "HEAD~1", "HEAD"], repo)
+    lines = result.stdout.splitlines()
+    assert lines[0] == "results/grue_table.json: HEAD~1 -> HEAD (2 changed values)"
+    assert lines[1].split() == ["task", "method", "metric", "old", "new", "change"]
+    assert lines[2].split() == ["(all", "tasks)", "ppo", "grue_score", "0.7", "0.6", "-0.1"]
+    assert lines[3].split() == ["sentiment", "ppo", "reward", "0.5", "0.75", "+0.25"]
+    assert len(lines) == 4
+
+    full = run([*CLI, "diff", "HEAD~1", "HEAD", "--all"], repo).stdout
+    assert "(4 changed values)" in full and "lexical/bleu" in full
+
+    bad = subprocess.run([*CLI, "diff", "HEAD~1", "no-such-rev"], cwd=repo, capture_output=True, text=True)
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("grueflow diff: error: dvc metrics diff HEAD~1 no-such-rev") and "no-such-rev" in bad.stderr
+
+
+def test_run_calls_snakemake_on_the_suite(tmp_path):
+    repo = copy_project(tmp_path / "repo")
+    result = run([*CLI, "run", "--cores", "1", "--suite", "params/suite.yaml", "-n", "--quiet", "rules"], repo)
+    assert "snakemake --cores 1 --configfile params/suite.yaml -n --quiet rules" in result.stderr
+    assert "rl_finetune" in result.stdout and "aggregate" in result.stdout
+    missing = subprocess.run([*CLI, "run", "--suite", "params/suites/nope.yaml"], cwd=repo, capture_output=True, text=True)
+    assert missing.returncode == 2
+    assert "suite file 'params/suites/nope.yaml' does not exist" in missing.stderr
+
+
+def test_annotate_hands_its_arguments_to_the_annotation_page(tmp_path, capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["annotate", "--help"])
+    assert done.value.code == 0
+    assert "usage: grueflow annotate" in capsys.readouterr().out
+    assert main(["annotate", str(tmp_path / "no-batch"), "--annotator", "alice",
+                 "--answers", str(tmp_path / "answers.jsonl")]) == 2
+    assert "no-batch" in capsys.readouterr().err

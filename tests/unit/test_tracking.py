@@ -1,0 +1,69 @@
+"""RunTracker: curve rows through DVCLive (deterministic summary) and TensorBoard; the PNG charts."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+from PIL import Image
+
+from grueflow import plots
+from grueflow.tracking import RunTracker, metric_name, tensorboard_dir
+
+ROWS = [{"iteration": 1, "reward/task": 0.5, "reward/task/sentiment": 0.25, "losses/value": math.nan,
+         "charts/iteration_s": 1.25},
+        {"iteration": 2, "reward/task": 0.75, "reward/task/sentiment": 0.5, "losses/value": 0.125,
+         "charts/iteration_s": 0.5}]
+
+
+def test_metric_names_keep_a_value_and_its_components_apart():
+    assert metric_name("reward/task") == "reward/task"
+    assert metric_name("reward/task/sentiment") == "reward/task.sentiment"
+    assert metric_name("train_loss") == "train_loss"
+
+
+def test_rows_go_to_dvclive_and_tensorboard_and_wall_clock_stays_out_of_the_summary(tmp_path):
+    with RunTracker(tmp_path / "dvclive", "iteration", ("charts/iteration_s",), tmp_path / "tb") as tracker:
+        tracker.replay(ROWS)
+    summary = (tmp_path / "dvclive" / "metrics.json").read_text()
+    assert json.loads(summary) == {"reward": {"task": 0.75, "task.sentiment": 0.5}, "losses": {"value": 0.125},
+                                   "step": 2}
+    metrics = tmp_path / "dvclive" / "plots" / "metrics"
+    assert (metrics / "reward" / "task.tsv").read_text() == "step\ttask\n1\t0.5\n2\t0.75\n"
+    assert (metrics / "losses" / "value.tsv").read_text() == "step\tvalue\n2\t0.125\n"  # NaN skipped
+    assert (metrics / "charts" / "iteration_s.tsv").read_text() == "step\titeration_s\n1\t1.25\n2\t0.5\n"
+    assert not (tmp_path / "dvclive" / "dvc.yaml").exists()  # the pipeline's dvc.yaml declares the files
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tb"))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("reward/task")] == [(1, 0.5), (2, 0.75)]
+
+    with RunTracker(tmp_path / "again", "iteration", ("charts/iteration_s",)) as tracker:
+        tracker.replay(ROWS)
+    assert (tmp_path / "again" / "metrics.json").read_text() == summary  # byte-identical
+
+
+def test_tensorboard_folder_from_the_flag_or_the_environment(monkeypatch):
+    out = Path("results/sentiment/ppo/seed0")
+    monkeypatch.delenv("GRUEFLOW_TENSORBOARD", raising=False)
+    assert tensorboard_dir(out, None) is None
+    assert tensorboard_dir(out, Path("tb")) == Path("tb")
+    monkeypatch.setenv("GRUEFLOW_TENSORBOARD", "runs")
+    assert tensorboard_dir(out, None) == Path("runs/sentiment/ppo/seed0")
+
+
+def test_grue_chart_is_a_png_with_one_panel_per_task_and_metric(tmp_path):
+    table = pd.DataFrame([
+        {"task": "sentiment", "method": "zero_shot", "reward": 0.1, "reward_std": 0.02, "lexical/bleu": 1.0},
+        {"task": "sentiment", "method": "ppo", "reward": 0.4, "reward_std": 0.05, "lexical/bleu": math.nan},
+        {"task": "concepts", "method": "ppo", "reward": 0.3, "reward_std": math.nan, "lexical/bleu": 2.0}])
+    plots.grue_chart(table, {"sentiment": ["lexical/bleu"], "concepts": []}, tmp_path / "chart.png")
+    with Image.open(tmp_path / "chart.png") as image:
+        assert image.format == "PNG" and image.size == (1350, 320)  # 3 panels of 4.5 x 3.2 inches at 100 dpi
+    first = (tmp_path / "chart.png").read_bytes()
+    plots.grue_chart(table, {"sentiment": ["lexical/bleu"], "concepts": []}, tmp_path / "chart.png")
+    assert (tmp_path / "chart.png").read_bytes() == first  # no timestamp in the file
