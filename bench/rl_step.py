@@ -322,7 +322,8 @@ def report(results: list[dict[str, Any]], scaling: list[dict[str, Any]], rooflin
         "# grueflow RL step vs TRL (issue 6)", "",
         f"Command: `{command}`", "",
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, torch threads {s.threads}, "
-        f"float32; python {platform.python_version()}; torch, transformers and trl versions in the table below.", "",
+        f"float32; python {platform.python_version()}; torch, transformers and trl versions at the end. Scheduling: "
+        f"{scheduling()}.", "",
         f"Settings: {s.prompts} prompts x {s.group} samples = {s.completions} completions per step, exactly "
         f"{s.new_tokens} new tokens, one epoch and one optimiser step per step, AdamW lr {s.learning_rate}, "
         f"KL coefficient {s.beta}; medians over {s.steps} steps after {s.warmup} warm-up steps.", "",
@@ -381,6 +382,13 @@ def targets(by: dict[tuple[str, str], float], roofline: dict[str, Any]) -> list[
         lines.append(f"- update phase at 6x512 >= 50 % of the matmul rate: {100 * share:.0f} % — "
                      f"{'holds' if share >= 0.5 else 'does not hold'}")
     return lines
+
+
+def scheduling() -> str:
+    """How this run was scheduled: ``chrt -f`` keeps other processes off the cores (the shared machine's way)."""
+    if os.sched_getscheduler(0) == os.SCHED_FIFO:
+        return "real-time (SCHED_FIFO, run under `chrt -f 10`: other processes only get the kernel's 5 % share)"
+    return "normal (time-shared with whatever else runs)"
 
 
 def versions() -> str:
