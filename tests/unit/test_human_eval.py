@@ -26,10 +26,15 @@ LIKERT_FILES = {"imdb": "IMDB_sentiment_completion_example_input.csv", "commonge
                 "totto": "totto_example_input.csv"}
 
 
-def _rows(path: Path) -> list[dict[str, str]]:
+def _example(path: Path) -> Path:
+    """``path`` of an example CSV in ../shared/data, or skip the test where the shared data is absent."""
     if not path.exists():
         pytest.skip(f"shared data file {path} is absent (set GRUEFLOW_SHARED_DATA)")
-    with open(path, newline="", encoding="utf-8") as handle:
+    return path
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with open(_example(path), newline="", encoding="utf-8") as handle:
         return list(csv.DictReader(handle))
 
 
@@ -90,7 +95,7 @@ def test_likert_export_import_round_trip_on_the_rl4lms_examples(tmp_path: Path, 
 
 
 def test_likert_table_means_and_t_intervals(tmp_path: Path) -> None:
-    batch = hb.likert_batch(hb.read_rl4lms_likert(LIKERT_DIALOGUE), "dialogue", seed=0)
+    batch = hb.likert_batch(hb.read_rl4lms_likert(_example(LIKERT_DIALOGUE)), "dialogue", seed=0)
     by_method: dict[str, list[str]] = {}
     for item in batch.items:
         by_method.setdefault(item["algorithm"], []).append(item["item_id"])
@@ -111,7 +116,7 @@ def test_likert_table_means_and_t_intervals(tmp_path: Path) -> None:
 
 
 def _pairwise(seed: int) -> tuple[hb.Batch, dict[str, str]]:
-    column, sources = hb.read_rl4lms_pairwise(PAIRWISE)
+    column, sources = hb.read_rl4lms_pairwise(_example(PAIRWISE))
     return hb.pairwise_batch(*sources.items(), "commongen", seed, column)
 
 
