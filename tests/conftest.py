@@ -49,6 +49,20 @@ def git_init(path: Path) -> None:
     run(["git", "config", "user.name", "grueflow tests"], path)
 
 
+def run_both_engines(snakemake: Path, dvc: Path, target: str, cores: int, message: str, timeout: int = 900) -> None:
+    """The same suite side by side: Snakemake to ``target`` in ``snakemake``, and `dvc repro` in ``dvc``,
+    which becomes a git repository with the project committed (``message``) first."""
+    git_init(dvc)
+    run(["git", "add", "-A"], dvc)
+    run(["git", "commit", "-qm", message], dvc)
+    repro = subprocess.Popen(["dvc", "repro"], cwd=dvc, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        run(["snakemake", "--cores", str(cores), target], snakemake)
+    finally:
+        output, _ = repro.communicate(timeout=timeout)
+    assert repro.returncode == 0, output[-4000:]
+
+
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A tiny GPT-2 and a tiny T5, built from config on synthetic text and saved with save_pretrained."""

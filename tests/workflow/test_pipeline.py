@@ -6,7 +6,6 @@ import base64
 import html
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pandas as pd
 import pytest
 
 from grueflow.metrics import describe
-from tests.conftest import copy_project, git_init, run
+from tests.conftest import copy_project, run, run_both_engines
 
 pytestmark = pytest.mark.slow
 
@@ -50,15 +49,7 @@ def pipelines(tmp_path_factory) -> tuple[Path, Path]:
     """The micro suite run twice from scratch, side by side: by Snakemake and by `dvc repro` in a git repo."""
     snakemake = copy_project(tmp_path_factory.mktemp("snakemake"))
     dvc = copy_project(tmp_path_factory.mktemp("dvc"))
-    git_init(dvc)
-    run(["git", "add", "-A"], dvc)
-    run(["git", "commit", "-qm", "micro suite"], dvc)
-    repro = subprocess.Popen(["dvc", "repro"], cwd=dvc, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        run(["snakemake", "--cores", "2", "results/grue_table.csv"], snakemake)
-    finally:
-        output, _ = repro.communicate(timeout=1200)
-    assert repro.returncode == 0, output[-4000:]
+    run_both_engines(snakemake, dvc, "results/grue_table.csv", 2, "micro suite", timeout=1200)
     run(["git", "add", "-A"], dvc)
     run(["git", "commit", "-qm", "dvc repro"], dvc)
     return snakemake, dvc

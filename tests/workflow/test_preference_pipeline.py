@@ -7,12 +7,11 @@ warm start) -> evaluate -> aggregate: the GRUE table gets dpo and supervised+dpo
 from __future__ import annotations
 
 import json
-import subprocess
 
 import pandas as pd
 import pytest
 
-from tests.conftest import copy_project, git_init, run
+from tests.conftest import copy_project, run, run_both_engines
 
 SUITE = """tasks: [sentiment]
 algorithms: []
@@ -49,15 +48,7 @@ def test_snakemake_and_dvc_run_the_preference_loop_into_the_grue_table(tmp_path)
     dvc = copy_project(tmp_path / "dvc")
     for repo in (snakemake, dvc):
         (repo / "params" / "suite.yaml").write_text(SUITE)
-    git_init(dvc)
-    run(["git", "add", "-A"], dvc)
-    run(["git", "commit", "-qm", "micro preference suite"], dvc)
-    repro = subprocess.Popen(["dvc", "repro"], cwd=dvc, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    try:
-        run(["snakemake", "--cores", "1", "all"], snakemake)
-    finally:
-        output, _ = repro.communicate(timeout=900)
-    assert repro.returncode == 0, output[-4000:]
+    run_both_engines(snakemake, dvc, "all", 1, "micro preference suite")
     check_results(snakemake)
     check_results(dvc)
     assert "Nothing to be done" in run(["snakemake", "--cores", "1", "all"], snakemake).stdout + \
