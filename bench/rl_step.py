@@ -263,7 +263,10 @@ def run_worker(method: str, size: str, s: Settings, cache: Path) -> dict[str, An
     """:func:`worker` in a fresh Python process."""
     cmd = [sys.executable, __file__, "--worker", method, "--size", size, "--settings", json.dumps(asdict(s)),
            "--cache", str(cache)]
-    done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+    from grueflow.models.kernels import MALLOC_ENV  # every method, TRL's too, with the allocator grueflow's stages use
+
+    env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", **MALLOC_ENV}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise SystemExit(f"{method} at {size} failed:\n{done.stderr[-4000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])

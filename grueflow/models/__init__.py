@@ -13,6 +13,7 @@ from grueflow.config import ConfigError
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
 from grueflow.io import MissingDataError, read_json
 from grueflow.models.gguf import GgufWheel
+from grueflow.models.kernels import cpu_kernels
 from grueflow.registry import Registry
 
 Kind = Literal["causal", "seq2seq"]
@@ -147,7 +148,7 @@ def load_pretrained(name_or_path: str | Path, kind: Kind | None = None,
         kind = "seq2seq" if getattr(config, "is_encoder_decoder", False) else "causal"
     model = _auto_class(kind).from_pretrained(name, dtype=torch.float32, **remote)
     model.eval()
-    return fused_activations(model), tokenizer
+    return cpu_kernels(fused_activations(model)), tokenizer
 
 
 def fused_activations(model: Any) -> Any:

@@ -142,6 +142,8 @@ def load_gguf(gguf_path: Path) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
+    from grueflow.models.kernels import cpu_kernels
+
     folder, name = str(gguf_path.parent), gguf_path.name
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
@@ -153,4 +155,4 @@ def load_gguf(gguf_path: Path) -> tuple[Any, Any]:
     if quantizer is not None:  # re-saving a model that still carries a GGUF quantization config fails
         quantizer.remove_quantization_config(model)
     model.eval()
-    return model, tokenizer
+    return cpu_kernels(model), tokenizer
