@@ -1,0 +1,138 @@
+"""The CPU kernels every loaded model gets (issue 6): the same numbers as transformers' own layers, to
+float rounding, through forward, backward, second derivatives, optimiser steps, copies and decoding."""
+
+import copy
+
+import pytest
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+from grueflow.models.kernels import ATTENTION, available, cpu_kernels, keep_freed_memory, lean_decode_attention
+
+pytestmark = pytest.mark.skipif(not available(), reason="this PyTorch build has no oneDNN linear op")
+
+
+def gpt2() -> torch.nn.Module:  # Conv1D layers, stored (in, out)
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(GPT2Config(vocab_size=97, n_layer=2, n_embd=32, n_head=4, n_positions=64,
+                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)).eval()
+
+
+def llama() -> torch.nn.Module:  # nn.Linear layers without bias, grouped-query attention
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64)
+                            ).eval()
+
+
+def pair(build) -> tuple[torch.nn.Module, torch.nn.Module]:
+    """(transformers' model, the same weights with grueflow's kernels)."""
+    plain = build()
+    return plain, cpu_kernels(copy.deepcopy(plain))
+
+
+def loss_of(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    logits = model(input_ids=ids).logits
+    return torch.log_softmax(logits, -1).gather(2, ids[..., None]).mean()
+
+
+@pytest.mark.parametrize("build", [gpt2, llama])
+def test_forward_and_gradients_equal_transformers_layers(build):
+    plain, fast = pair(build)
+    assert all("forward" in vars(m) for m in fast.modules() if isinstance(m, torch.nn.Linear))
+    ids = torch.randint(0, 97, (3, 11))
+    with torch.no_grad():
+        torch.testing.assert_close(fast(input_ids=ids).logits, plain(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
+    loss_of(plain, ids).backward()
+    loss_of(fast, ids).backward()
+    for (name, p), q in zip(plain.named_parameters(), fast.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("build", [gpt2, llama])
+def test_second_derivatives_equal_transformers_layers(build):
+    """TRPO's Fisher-vector products differentiate a gradient: the backward must itself be differentiable."""
+    plain, fast = pair(build)
+    for model in (plain, fast):  # PyTorch's CPU flash attention has no second derivative; eager attention does
+        model.set_attn_implementation("eager")
+    ids = torch.randint(0, 97, (2, 7))
+    products = []
+    for model in (plain, fast):
+        params = [p for p in model.parameters()]
+        grads = torch.autograd.grad(loss_of(model, ids), params, create_graph=True)
+        torch.manual_seed(1)
+        vector = [torch.randn_like(p) for p in params]
+        dot = sum((g * v).sum() for g, v in zip(grads, vector))
+        products.append(torch.autograd.grad(dot, params))
+    for got, expected in zip(products[1], products[0]):
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-6)
+
+
+def test_an_optimiser_step_is_seen_by_the_next_forward():
+    """The reordered weights are cached per weight version: an in-place update must not serve stale ones."""
+    plain, fast = pair(gpt2)
+    ids = torch.randint(0, 97, (2, 9))
+    with torch.no_grad():
+        fast(input_ids=ids)  # caches the reordered weights
+    for model in (plain, fast):
+        optimiser = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        loss_of(model, ids).backward()
+        optimiser.step()
+    with torch.no_grad():
+        torch.testing.assert_close(fast(input_ids=ids).logits, plain(input_ids=ids).logits, rtol=1e-4, atol=1e-4)
+        state = gpt2().state_dict()
+        fast.load_state_dict(state)
+        plain.load_state_dict(state)
+        torch.testing.assert_close(fast(input_ids=ids).logits, plain(input_ids=ids).logits, rtol=1e-5, atol=1e-5)
+
+
+def test_a_deep_copy_computes_with_its_own_weights():
+    """NLPO's mask model and a separate critic are deep copies: their layers must use the copy's weights."""
+    _, fast = pair(gpt2)
+    twin = copy.deepcopy(fast)
+    layer = twin.transformer.h[0].attn.c_attn
+    assert layer.forward.__self__ is layer
+    ids = torch.randint(0, 97, (2, 5))
+    with torch.no_grad():
+        before = fast(input_ids=ids).logits
+        for p in twin.parameters():
+            p.mul_(0.5)
+        torch.testing.assert_close(fast(input_ids=ids).logits, before)
+        assert not torch.allclose(twin(input_ids=ids).logits, before)
+
+
+def test_a_model_off_float32_runs_its_own_layers():
+    plain, fast = pair(gpt2)
+    ids = torch.randint(0, 97, (2, 5))
+    with torch.no_grad():
+        torch.testing.assert_close(fast.double()(input_ids=ids).logits, plain.double()(input_ids=ids).logits)
+
+
+@pytest.mark.parametrize("build", [gpt2, llama])
+def test_decode_steps_with_left_padding_equal_sdpa(build):
+    """Token-by-token decoding with the KV cache, left-padded rows included, gives SDPA's logits."""
+    plain, fast = build(), lean_decode_attention(build())
+    assert fast.config._attn_implementation == ATTENTION and plain.config._attn_implementation == "sdpa"
+    ids = torch.randint(3, 97, (4, 6))
+    attention = torch.ones_like(ids)
+    attention[:2, :3] = 0
+    with torch.no_grad():
+        for model in (plain, fast):
+            model.steps = []
+            out = model(input_ids=ids, attention_mask=attention, use_cache=True)
+            cache, mask, token = out.past_key_values, attention, out.logits[:, -1].argmax(-1)
+            for _ in range(5):
+                mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+                out = model(input_ids=token[:, None], attention_mask=mask, cache=cache, use_cache=True)
+                model.steps.append(out.logits[:, -1])
+                cache, token = out.past_key_values, out.logits[:, -1].argmax(-1)
+    for got, expected in zip(fast.steps, plain.steps):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_allocator_keeps_freed_memory_on_glibc():
+    import platform
+
+    if platform.libc_ver()[0] != "glibc":
+        pytest.skip("not glibc")
+    assert keep_freed_memory()
