@@ -95,8 +95,13 @@ def _onednn_forward(self: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     return _oneDNN(x, reordered(weight, transposed), bias)
 
 
-def onednn_linears(model: Any) -> Any:
-    """``model`` with every ``nn.Linear`` and GPT-2 ``Conv1D`` computed by oneDNN on CPU (in place).
+MIN_FEATURES = 128  # below this many inputs or outputs a layer keeps MKL: oneDNN's per-call and per-shape
+# set-up costs more than it saves (a 2 x 64 test GPT-2 trained twice as slowly with it)
+
+
+def onednn_linears(model: Any, min_features: int = MIN_FEATURES) -> Any:
+    """``model`` with every ``nn.Linear`` and GPT-2 ``Conv1D`` of at least ``min_features`` inputs and outputs
+    computed by oneDNN on CPU (in place).
 
     The modules, their parameters and the state dict are unchanged; only each layer's ``forward`` is
     swapped, and a layer that is not float32 on CPU at call time runs its own.
@@ -106,7 +111,8 @@ def onednn_linears(model: Any) -> Any:
     from transformers.pytorch_utils import Conv1D
 
     for module in model.modules():
-        if type(module) in (torch.nn.Linear, Conv1D) and "forward" not in vars(module):
+        if (type(module) in (torch.nn.Linear, Conv1D) and "forward" not in vars(module)
+                and min(module.weight.shape) >= min_features):
             module.forward = types.MethodType(_onednn_forward, module)
     return model
 

@@ -7,7 +7,8 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from grueflow.models.kernels import ATTENTION, available, cpu_kernels, keep_freed_memory, lean_decode_attention
+from grueflow.models.kernels import (ATTENTION, MIN_FEATURES, available, cpu_kernels, keep_freed_memory,
+                                     lean_decode_attention, onednn_linears)
 
 pytestmark = pytest.mark.skipif(not available(), reason="this PyTorch build has no oneDNN linear op")
 
@@ -26,9 +27,18 @@ def llama() -> torch.nn.Module:  # nn.Linear layers without bias, grouped-query 
 
 
 def pair(build) -> tuple[torch.nn.Module, torch.nn.Module]:
-    """(transformers' model, the same weights with grueflow's kernels)."""
+    """(transformers' model, the same weights with grueflow's kernels on every layer, however small)."""
     plain = build()
-    return plain, cpu_kernels(copy.deepcopy(plain))
+    return plain, lean_decode_attention(onednn_linears(copy.deepcopy(plain), min_features=1))
+
+
+def test_small_layers_keep_their_own_forward():
+    """Layers under MIN_FEATURES inputs or outputs stay on MKL (oneDNN's set-up would cost more)."""
+    model = cpu_kernels(gpt2())  # 32 wide
+    assert not any("forward" in vars(m) for m in model.modules())
+    assert model.config._attn_implementation == ATTENTION
+    big = cpu_kernels(GPT2LMHeadModel(GPT2Config(vocab_size=300, n_layer=1, n_embd=MIN_FEATURES, n_head=2)))
+    assert "forward" in vars(big.transformer.h[0].mlp.c_fc) and "forward" in vars(big.lm_head)
 
 
 def loss_of(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
