@@ -1,10 +1,11 @@
-"""oneDNN matrix products for a model's linear layers on CPU (issue 6).
+"""CPU kernels for every loaded model (issue 6): oneDNN linear layers, a lean single-token decode
+attention (:func:`lean_decode_attention`) and an allocator that keeps freed memory (:func:`keep_freed_memory`).
 
 PyTorch's CPU wheel sends a float32 ``nn.Linear`` (and GPT-2's ``Conv1D``) to MKL's sgemm. On this
 project's machine (AMD EPYC, AVX-512, 2 threads) MKL reaches 100-160 GFLOP/s on a transformer's
 shapes, and oneDNN's matmul with its weight reordered once into oneDNN's blocked layout 170-210:
 a 64-row decode step of a 512-wide layer, and the 2,000-row update pass alike. This module swaps the
-forward of every float32 CPU linear layer of a model for oneDNN's (``torch.ops.mkldnn._linear_pointwise``,
+forward of every float32 CPU linear layer of at least ``MIN_FEATURES`` inputs and outputs for oneDNN's (``torch.ops.mkldnn._linear_pointwise``,
 the op TorchInductor emits for frozen CPU linears), in place:
 
 - the reordered weight is kept per weight tensor and made again when the weight changes (an optimiser
@@ -27,7 +28,7 @@ import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 _REORDER_ROWS = 64  # the row count oneDNN picks the blocked layout for; any row count may use it
-_reordered: WeakIdKeyDictionary = WeakIdKeyDictionary()  # weight -> (version, data_ptr, reordered (N, K))
+_reordered: WeakIdKeyDictionary = WeakIdKeyDictionary()  # weight -> ((version, data_ptr), reordered (N, K))
 
 
 def available() -> bool:
