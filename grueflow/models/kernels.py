@@ -5,8 +5,8 @@ PyTorch's CPU wheel sends a float32 ``nn.Linear`` (and GPT-2's ``Conv1D``) to MK
 project's machine (AMD EPYC, AVX-512, 2 threads) MKL reaches 100-160 GFLOP/s on a transformer's
 shapes, and oneDNN's matmul with its weight reordered once into oneDNN's blocked layout 170-210:
 a 64-row decode step of a 512-wide layer, and the 2,000-row update pass alike. This module swaps the
-forward of every float32 CPU linear layer of at least ``MIN_FEATURES`` inputs and outputs for oneDNN's (``torch.ops.mkldnn._linear_pointwise``,
-the op TorchInductor emits for frozen CPU linears), in place:
+forward of every float32 CPU linear layer of at least ``MIN_FEATURES`` inputs and outputs for oneDNN's
+(``torch.ops.mkldnn._linear_pointwise``, the op TorchInductor emits for frozen CPU linears), in place:
 
 - the reordered weight is kept per weight tensor and made again when the weight changes (an optimiser
   step, ``load_state_dict``: the tensor's version counter moves), so generation, the reference pass
