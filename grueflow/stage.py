@@ -17,7 +17,6 @@ from grueflow import io
 from grueflow.config import ConfigError
 from grueflow.hub import HubUnreachableError
 from grueflow.models.gguf import ModelFetchError
-from grueflow.models.kernels import keep_freed_memory
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -38,8 +37,7 @@ def seed(text: str) -> int:
 
 
 def setup(args: argparse.Namespace) -> float:
-    """Configure logging and the allocator (:func:`keep_freed_memory`); returns the start time for the stage record."""
-    keep_freed_memory()
+    """Configure logging; returns the start time for the stage record."""
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         stream=sys.stderr)
     return time.perf_counter()

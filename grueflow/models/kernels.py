@@ -174,7 +174,9 @@ def keep_freed_memory() -> bool:
     kernel and unmaps them on free, so every activation, logits or gradient tensor of a training step
     pays its page faults again: in this project's VM that was a tenth to a quarter of a 6 x 512 GPT-2's
     RL step, and most of its step-to-step variance (issue 6). The same as ``MALLOC_ENV`` set before start.
-    Returns False where the C library is not glibc.
+    Returns False where the C library is not glibc. The bench runs every method (TRL's too) with
+    ``MALLOC_ENV``; stages do not call this: on the tiny models of the tests it made a stage slower
+    (a killed-and-resumed RL stage test took 62 s instead of 43).
     """
     import ctypes
     import ctypes.util
