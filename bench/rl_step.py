@@ -263,7 +263,7 @@ def run_worker(method: str, size: str, s: Settings, cache: Path) -> dict[str, An
     """:func:`worker` in a fresh Python process."""
     cmd = [sys.executable, __file__, "--worker", method, "--size", size, "--settings", json.dumps(asdict(s)),
            "--cache", str(cache)]
-    from grueflow.models.kernels import MALLOC_ENV  # every method, TRL's too, with the allocator grueflow's stages use
+    from grueflow.models.kernels import MALLOC_ENV  # every method, TRL's too, with the same allocator settings
 
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", **MALLOC_ENV}
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
@@ -280,14 +280,14 @@ def matmul_gflops(threads: int, n: int = 2048, repeats: int = 10) -> float:
     PyTorch's two CPU matrix-product libraries, MKL (``a @ b``) and oneDNN (what grueflow's layers use)."""
     import torch
 
-    from grueflow.models.kernels import available
+    from grueflow.models.kernels import available, onednn_linear, reordered
 
     torch.set_num_threads(threads)
     a, b = torch.randn(n, n), torch.randn(n, n)
     products = [lambda: a @ b]
     if available():
-        packed = torch.ops.mkldnn._reorder_linear_weight(b.t().contiguous(), n)
-        products.append(lambda: torch.ops.mkldnn._linear_pointwise(a, packed, None, "none", [], ""))
+        packed = reordered(b, transposed=True)  # b is (in, out)
+        products.append(lambda: onednn_linear(a, packed, None))
     best = float("inf")
     for product in products:
         product()

@@ -1,5 +1,5 @@
-"""CPU kernels for every loaded model (issue 6): oneDNN linear layers, a lean single-token decode
-attention (:func:`lean_decode_attention`) and an allocator that keeps freed memory (:func:`keep_freed_memory`).
+"""CPU kernels for every loaded model (issue 6): oneDNN linear layers and a lean single-token decode
+attention (:func:`lean_decode_attention`); and the allocator settings the bench runs with (``MALLOC_ENV``).
 
 PyTorch's CPU wheel sends a float32 ``nn.Linear`` (and GPT-2's ``Conv1D``) to MKL's sgemm. On this
 project's machine (AMD EPYC, AVX-512, 2 threads) MKL reaches 100-160 GFLOP/s on a transformer's
@@ -36,7 +36,8 @@ def available() -> bool:
     return torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise")
 
 
-def _oneDNN(x: torch.Tensor, weight_nk: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+def onednn_linear(x: torch.Tensor, weight_nk: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """``x @ weight_nk^T + bias`` by oneDNN; ``weight_nk`` (out, in), plain or from :func:`reordered`."""
     return torch.ops.mkldnn._linear_pointwise(x, weight_nk, bias, "none", [], "")
 
 
@@ -63,7 +64,7 @@ class _Linear(torch.autograd.Function):
                 transposed: bool) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
         ctx.transposed, ctx.has_bias = transposed, bias is not None
-        return _oneDNN(x, reordered(weight, transposed), bias)
+        return onednn_linear(x, reordered(weight, transposed), bias)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Optional[torch.Tensor], ...]:
@@ -74,7 +75,7 @@ class _Linear(torch.autograd.Function):
             if torch.is_grad_enabled():  # create_graph: differentiable ops only
                 grad_x = grad @ weight_nk
             else:  # oneDNN with the (in, out) matrix as its weight
-                grad_x = _oneDNN(grad, weight_nk.t(), None)
+                grad_x = onednn_linear(grad, weight_nk.t(), None)
         rows = grad.reshape(-1, grad.shape[-1])  # (M, out)
         if ctx.needs_input_grad[1]:
             inputs = x.reshape(-1, x.shape[-1])  # (M, in)
@@ -93,7 +94,7 @@ def _onednn_forward(self: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
     if torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad
                                     or (bias is not None and bias.requires_grad)):
         return _Linear.apply(x, weight, bias, transposed)
-    return _oneDNN(x, reordered(weight, transposed), bias)
+    return onednn_linear(x, reordered(weight, transposed), bias)
 
 
 MIN_FEATURES = 128  # below this many inputs or outputs a layer keeps MKL: oneDNN's per-call and per-shape
@@ -163,33 +164,14 @@ def lean_decode_attention(model: Any) -> Any:
 
 # -- the allocator ---------------------------------------------------------------------------------
 
+# glibc's allocator told to reuse freed memory for tensors of up to 32 MB instead of returning it. By default
+# each allocation above its adaptive mmap threshold gets fresh pages from the kernel, unmapped again on free,
+# so every activation, logits or gradient tensor of a training step pays its page faults again: in this
+# project's VM a tenth to a quarter of a 6 x 512 GPT-2's RL step, and most of its variance (issue 6). The
+# bench runs every method (TRL's too) with these set; stages do not, because on the tests' tiny models they
+# made a stage slower (a killed-and-resumed RL stage test took 62 s instead of 43).
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
-              "MALLOC_TOP_PAD_": str(256 << 20)}  # the same settings as environment variables (bench/)
-
-
-def keep_freed_memory() -> bool:
-    """Tell glibc's allocator to reuse freed memory for tensors of up to 32 MB instead of returning it.
-
-    By default glibc gives each allocation above its (adaptive) mmap threshold fresh pages from the
-    kernel and unmaps them on free, so every activation, logits or gradient tensor of a training step
-    pays its page faults again: in this project's VM that was a tenth to a quarter of a 6 x 512 GPT-2's
-    RL step, and most of its step-to-step variance (issue 6). The same as ``MALLOC_ENV`` set before start.
-    Returns False where the C library is not glibc. The bench runs every method (TRL's too) with
-    ``MALLOC_ENV``; stages do not call this: on the tiny models of the tests it made a stage slower
-    (a killed-and-resumed RL stage test took 62 s instead of 43).
-    """
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
-        return False
-    m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3
-    return all(mallopt(option, int(MALLOC_ENV[name])) == 1 for option, name in (
-        (m_mmap_threshold, "MALLOC_MMAP_THRESHOLD_"), (m_trim_threshold, "MALLOC_TRIM_THRESHOLD_"),
-        (m_top_pad, "MALLOC_TOP_PAD_")))
+              "MALLOC_TOP_PAD_": str(256 << 20)}
 
 
 def cpu_kernels(model: Any) -> Any:

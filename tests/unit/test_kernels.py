@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from grueflow.models.kernels import (ATTENTION, MIN_FEATURES, available, cpu_kernels, keep_freed_memory,
-                                     lean_decode_attention, onednn_linears)
+from grueflow.models.kernels import (ATTENTION, MIN_FEATURES, available, cpu_kernels, lean_decode_attention,
+                                     onednn_linears)
 
 pytestmark = pytest.mark.skipif(not available(), reason="this PyTorch build has no oneDNN linear op")
 
@@ -138,11 +138,3 @@ def test_decode_steps_with_left_padding_equal_sdpa(build):
                 cache, token = out.past_key_values, out.logits[:, -1].argmax(-1)
     for got, expected in zip(fast.steps, plain.steps):
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
-
-
-def test_the_allocator_keeps_freed_memory_on_glibc():
-    import platform
-
-    if platform.libc_ver()[0] != "glibc":
-        pytest.skip("not glibc")
-    assert keep_freed_memory()
