@@ -8,7 +8,7 @@ EOS and 0 after it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -19,6 +19,7 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from grueflow.config import GenerationConfig
 from grueflow.models import Kind
+from grueflow.models.decode import StepFn, lean_step
 
 
 class Prompts(NamedTuple):
@@ -66,6 +67,9 @@ def top_p_keep(logits: torch.Tensor, top_p: float, top_k: int = 0, min_tokens_to
         size = size.clamp(max=top_k)
     size = size.clamp(min=min_tokens_to_keep, max=logits.shape[-1])  # (B, 1)
     threshold = ordered.gather(1, size - 1)
+    at_least = probs >= threshold
+    if bool((at_least.sum(dim=-1, keepdim=True) == size).all()):  # no tie straddles the edge (nearly always)
+        return at_least
     above = probs > threshold
     tied = probs == threshold
     return above | (tied & (tied.cumsum(dim=-1) <= size - above.sum(dim=-1, keepdim=True)))
@@ -149,19 +153,21 @@ def reserve_cache(cache: Any, extra: int) -> Any:
     return cache
 
 
-StepFn = Callable[[torch.Tensor, Any, int], tuple[torch.Tensor, Any]]
-
-
 def prefill(model: Any, kind: Kind, prompts: Prompts, group_size: int = 1) -> tuple[torch.Tensor, Any, StepFn]:
     """Start incremental decoding: the first next-token logits (B, V), the KV cache, and
     ``step(token, cache, t)`` -> (logits of the token after ``token`` (B, V), cache), ``t`` counting from 0.
 
-    Each group of ``group_size`` identical prompts is encoded once (:func:`_prefix_forward`).
+    Each group of ``group_size`` identical prompts is encoded once (:func:`_prefix_forward`). A GPT-2 steps
+    with :func:`grueflow.models.decode.gpt2_step`, which skips transformers' per-call overhead.
     """
     batch = prompts.input_ids.shape[0]
     if kind == "causal":
         lengths = prompts.attention_mask.sum(1, keepdim=True)  # (B, 1)
         out, cache = _prefix_forward(model, prompts, group_size, logits_to_keep=1)
+        first = out.logits[:, -1].repeat_interleave(group_size, 0)
+        lean = lean_step(model, prompts.attention_mask, lengths)
+        if lean is not None:
+            return first, cache, lean
         attention = prompts.attention_mask
 
         def causal_step(token: torch.Tensor, cache: Any, t: int) -> tuple[torch.Tensor, Any]:
@@ -171,7 +177,7 @@ def prefill(model: Any, kind: Kind, prompts: Prompts, group_size: int = 1) -> tu
                              cache=cache, use_cache=True)
             return step_out.logits[:, -1], step_out.past_key_values
 
-        return out.logits[:, -1].repeat_interleave(group_size, 0), cache, causal_step
+        return first, cache, causal_step
     encoder = _shared_encoder(model, prompts, group_size)
     start = torch.full((batch, 1), model.config.decoder_start_token_id, dtype=torch.long)
     out = model(encoder_outputs=encoder, attention_mask=prompts.attention_mask, decoder_input_ids=start,
