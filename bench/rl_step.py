@@ -1,6 +1,6 @@
 """grueflow's RL step against TRL's GRPOTrainer and RLOOTrainer at equal settings (issue 6).
 
-    make bench                        # all of it; writes bench/RESULTS.md (about 15 minutes on 2 cores)
+    make bench                        # all of it; writes bench/RESULTS.md (about 30 minutes on 2 cores)
     python bench/rl_step.py --smoke   # one tiny step per method, into a temporary file (the tests run this)
 
 Every method runs in its own process (so peak RSS is its own), one after another in one run, on
@@ -18,6 +18,11 @@ in the reward for RLOO, as TRL does), float32, no dropout, no gradient checkpoin
 A step is timed end to end (median over ``steps`` steps after ``warmup``), and split into
 generation, reward, scoring (the reference and, where needed, old-policy/value passes over the
 rollout) and the rest (the update: forward, backward, clipping, the optimiser).
+
+Each method is measured ``--repeats`` times at each size, the methods taking turns (grueflow's GRPO,
+..., TRL's, then again), and the run with the median step time is reported. A shared 2-core VM has
+slow spells that last longer than one process (one method's 4 x 256 steps measured 0.82 s in one
+process and 1.28 s in the next); taking turns spreads them over all methods instead of one.
 """
 
 from __future__ import annotations
@@ -259,6 +264,13 @@ def worker(method: str, size: str, s: Settings, cache: Path) -> dict[str, Any]:
             "peak_rss_mb": peak_kb / 1024, "tokens_per_s": median["tokens"] / median["step_s"]}
 
 
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median step time (the lower middle one of an even number), with every run's step
+    time in ``runs_step_s``."""
+    ordered = sorted(runs, key=lambda r: r["median"]["step_s"])
+    return {**ordered[(len(ordered) - 1) // 2], "runs_step_s": [r["median"]["step_s"] for r in runs]}
+
+
 def run_worker(method: str, size: str, s: Settings, cache: Path) -> dict[str, Any]:
     """:func:`worker` in a fresh Python process."""
     cmd = [sys.executable, __file__, "--worker", method, "--size", size, "--settings", json.dumps(asdict(s)),
@@ -362,6 +374,13 @@ def report(results: list[dict[str, Any]], scaling: list[dict[str, Any]], rooflin
             m, st = r["median"], r["settings"]
             lines.append(f"| {r['method']} | {st['prompts'] * st['group']} | {st['new_tokens']} | {m['step_s']:.3f} | "
                          f"{m['generation_s']:.3f} | {m['update_s']:.3f} |")
+    if any(len(r.get("runs_step_s", ())) > 1 for r in results):
+        repeats = max(len(r["runs_step_s"]) for r in results)
+        lines += ["", "## Every run's step time", "",
+                  f"Each method ran {repeats} times at each size, the methods taking turns; \"Seconds per step\" "
+                  "shows the run with the median step time.", "", "| size and method | step s of each run, in order |",
+                  "|---|---|"]
+        lines += [f"| {r['size']} {r['method']} | {', '.join(f'{x:.3f}' for x in r['runs_step_s'])} |" for r in results]
     lines += ["", "## Targets (issue 6)", "", *targets(by, roofline)]
     if roofline:
         lines += ["", "## Roofline (6x512)", "", "| what | GFLOP | seconds | GFLOP/s | share of matmul rate |",
@@ -436,6 +455,8 @@ def main() -> None:
                    help=f"comma-separated, of: {', '.join(GRUEFLOW_METHODS + TRL_METHODS)}")
     p.add_argument("--steps", type=int, default=Settings.steps)
     p.add_argument("--warmup", type=int, default=Settings.warmup)
+    p.add_argument("--repeats", type=int, default=3,
+                   help="runs of each method at each size, taking turns; the median run is reported")
     p.add_argument("--no-scaling", action="store_true", help="skip the batch-size and length sweep")
     p.add_argument("--smoke", action="store_true", help="one tiny step per method at 2x128 (what the tests run)")
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "RESULTS.md")
@@ -452,15 +473,20 @@ def main() -> None:
         bad = [g for g in given if g not in valid]
         if bad:
             raise SystemExit(f"error: unknown {name} {', '.join(map(repr, bad))}; valid: {', '.join(valid)}")
-    s = Settings(steps=args.steps, warmup=args.warmup)
+    if args.repeats < 1:
+        raise SystemExit(f"error: --repeats must be at least 1, got {args.repeats}")
+    s, repeats = Settings(steps=args.steps, warmup=args.warmup), args.repeats
     if args.smoke:
-        sizes, s = ["2x128"], Settings(prompts=2, group=2, new_tokens=4, warmup=1, steps=1)
+        sizes, s, repeats = ["2x128"], Settings(prompts=2, group=2, new_tokens=4, warmup=1, steps=1), 1
     args.cache.mkdir(parents=True, exist_ok=True)
     results = []
     for size in sizes:
-        for method in methods:
-            results.append(run_worker(method, size, s, args.cache))
-            print(_row(results[-1]), flush=True)
+        runs: dict[str, list[dict[str, Any]]] = {method: [] for method in methods}
+        for _ in range(repeats):
+            for method in methods:
+                runs[method].append(run_worker(method, size, s, args.cache))
+                print(_row(runs[method][-1]), flush=True)
+        results += [median_run(runs[method]) for method in methods]
     scaling: list[dict[str, Any]] = []
     if not (args.smoke or args.no_scaling):
         for method in ("grpo", "trl_grpo"):

@@ -31,3 +31,11 @@ def test_an_unknown_method_names_the_valid_ones(tmp_path):
     assert done.returncode != 0
     assert "unknown method 'ppo2'; valid: grpo, rloo, ppo, nlpo, trl_grpo" in done.stderr
     assert not (tmp_path / "r.md").exists()
+
+
+def test_repeats_below_one_are_refused(tmp_path):
+    done = subprocess.run([sys.executable, str(BENCH), "--repeats", "0", "--out", str(tmp_path / "r.md")],
+                          capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode != 0
+    assert "--repeats must be at least 1, got 0" in done.stderr
+    assert not (tmp_path / "r.md").exists()
