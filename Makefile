@@ -29,7 +29,7 @@ run: setup
 test: setup
 	python -m pytest
 
-# grueflow's RL step against TRL's GRPOTrainer and RLOOTrainer (issue 6): about 15 minutes on 2 cores
+# grueflow's RL step against TRL's GRPOTrainer and RLOOTrainer (issue 6): about 30 minutes on 2 cores
 bench: setup
 	python bench/rl_step.py --out bench/RESULTS.md
 

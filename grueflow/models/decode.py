@@ -63,23 +63,23 @@ def gpt2_step(model: Any, attention_mask: torch.Tensor, lengths: torch.Tensor) -
     scaling = (width // heads) ** -0.5 if cfg.scale_attn_weights else 1.0
     dtype = transformer.wte.weight.dtype
     # (B, 1, 1, L): 0 where a position is attended, -inf at the prompt's padding; generated positions are 0
-    bias = torch.zeros(batch, 1, 1, prompt, dtype=dtype).masked_fill_(attention_mask[:, None, None] == 0,
-                                                                    float("-inf"))
+    bias = torch.zeros(batch, 1, 1, prompt, dtype=dtype, device=attention_mask.device)
+    bias.masked_fill_(attention_mask[:, None, None] == 0, float("-inf"))
     positions = lengths.view(batch)
 
     def step(token: torch.Tensor, cache: Any, t: int) -> tuple[torch.Tensor, Any]:
         nonlocal bias
-        seen = prompt + t + 1  # keys after this step's is written
+        seen = prompt + t + 1  # keys in the cache once this step's is written
         if bias.shape[-1] < seen:
             bias = torch.cat([bias, bias.new_zeros(batch, 1, 1, max(seen, 2 * bias.shape[-1]) - bias.shape[-1])], -1)
-        keep = bias[..., :seen]
+        step_bias = bias[..., :seen]
         hidden = (transformer.wte(token) + transformer.wpe(positions + t))[:, None]  # (B, 1, C)
         for block, layer in zip(transformer.h, cache.layers):
             attention = block.attn
             query, key, value = attention.c_attn(block.ln_1(hidden)).split(width, dim=2)
             keys, values = layer.update(key.view(batch, 1, heads, -1).transpose(1, 2),
                                         value.view(batch, 1, heads, -1).transpose(1, 2))  # (B, H, L, D)
-            scores = torch.matmul(query.view(batch, heads, 1, -1) * scaling, keys.transpose(-1, -2)) + keep
+            scores = torch.matmul(query.view(batch, heads, 1, -1) * scaling, keys.transpose(-1, -2)) + step_bias
             mixed = torch.matmul(scores.softmax(dim=-1), values)  # (B, H, 1, D)
             hidden = hidden + attention.c_proj(mixed.view(batch, 1, width))
             mlp = block.mlp
