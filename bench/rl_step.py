@@ -21,8 +21,8 @@ rollout) and the rest (the update: forward, backward, clipping, the optimiser).
 
 Each method is measured ``--repeats`` times at each size, the methods taking turns (grueflow's GRPO,
 ..., TRL's, then again), and the run with the median step time is reported. A shared 2-core VM has
-slow spells that last longer than one process (one method's 4 x 256 steps measured 0.82 s in one
-process and 1.28 s in the next); taking turns spreads them over all methods instead of one.
+slow spells that last longer than one process (one method's 4 x 256 steps measured 1.28 s in one
+process and 0.82 s in the next); taking turns spreads them over all methods instead of one.
 """
 
 from __future__ import annotations
