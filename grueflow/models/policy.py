@@ -41,7 +41,12 @@ def completion_mask(completions: torch.Tensor, eos_token_id: int) -> torch.Tenso
 
 def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """log p(token) under ``logits``.  (B, T, V), (B, T) -> (B, T)."""
-    return torch.gather(F.log_softmax(logits, dim=-1), 2, tokens.unsqueeze(-1)).squeeze(-1)
+    return token_logprobs(F.log_softmax(logits, dim=-1), tokens)
+
+
+def token_logprobs(logp: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """The log-probabilities ``logp`` (B, T, V) gives ``tokens`` (B, T).  -> (B, T)"""
+    return torch.gather(logp, 2, tokens.unsqueeze(-1)).squeeze(-1)
 
 
 def masked_logits(logits: torch.Tensor, action_mask: torch.Tensor | None) -> torch.Tensor:
@@ -191,10 +196,17 @@ def prefill(model: Any, kind: Kind, prompts: Prompts, group_size: int = 1) -> tu
     return out.logits[:, -1], out.past_key_values, seq2seq_step
 
 
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of the categorical over the vocabulary, in nats.  (B, T, V) -> (B, T)."""
-    logp = F.log_softmax(logits, dim=-1)
-    return -(logp.exp() * logp.masked_fill(torch.isinf(logp), 0.0)).sum(-1)
+def entropy_from_logprobs(logp: torch.Tensor) -> torch.Tensor:
+    """Entropy of the categorical over the vocabulary, in nats, from its log-probabilities; a masked
+    action (log-prob -inf, NLPO) adds 0.  (B, T, V) -> (B, T).
+
+    Without gradients, -inf is clamped to the lowest finite float (``0 x that = 0``): two passes over the
+    (B, T, V) tensor fewer than masking where ``isinf``. With gradients the masked form is kept, whose
+    backward never multiplies 0 by an overflowed product.
+    """
+    if logp.requires_grad:
+        return -(logp.exp() * logp.masked_fill(torch.isinf(logp), 0.0)).sum(-1)
+    return -(logp.exp() * logp.clamp(min=torch.finfo(logp.dtype).min)).sum(-1)
 
 
 @dataclass

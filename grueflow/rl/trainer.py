@@ -35,6 +35,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from stable_baselines3.common.utils import explained_variance
 
@@ -47,8 +48,8 @@ from grueflow.metrics.reward import Reward
 from grueflow.models import load_pretrained
 from grueflow.models.lora import (is_lora, load_adapter, load_trainable_state, merged, reference_view,
                                   trainable_parameters, trainable_state, with_lora)
-from grueflow.models.policy import (Policy, Prompts, completion_mask, entropy_from_logits, logprobs_from_logits,
-                                    masked_logits)
+from grueflow.models.policy import (Policy, Prompts, completion_mask, entropy_from_logprobs, logprobs_from_logits,
+                                    masked_logits, token_logprobs)
 from grueflow.rl import ALGORITHMS
 from grueflow.rl.kl import KL_ESTIMATORS, KLController, kl_k1
 from grueflow.rl.objectives import MiniBatch, Outputs
@@ -237,9 +238,9 @@ class RLTrainer:
         scores = self.policy.score(prompts, completions, with_hidden=shared, group_size=group_size)
         values = self.value_head(scores.hidden if shared else self.critic_hidden(prompts, completions, group_size)) \
             if self.value_head is not None else None
-        logits = masked_logits(scores.logits, action_mask)
-        entropy = entropy_from_logits(logits if self.cfg.ent_coef else logits.detach())
-        outputs = Outputs(logprobs_from_logits(logits, completions), values, entropy)
+        logp = F.log_softmax(masked_logits(scores.logits, action_mask), dim=-1)  # (B, T, V), once for both
+        entropy = entropy_from_logprobs(logp if self.cfg.ent_coef else logp.detach())
+        outputs = Outputs(token_logprobs(logp, completions), values, entropy)
         unmasked = outputs.logprobs if action_mask is None else logprobs_from_logits(scores.logits, completions)
         return outputs, unmasked
 

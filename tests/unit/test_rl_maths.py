@@ -69,3 +69,20 @@ def test_completion_mask_keeps_tokens_up_to_the_first_eos():
     completions = torch.tensor([[5, 6, 2, 7, 2], [2, 9, 9, 9, 9], [4, 4, 4, 4, 4]])
     assert completion_mask(completions, eos_token_id=2).tolist() == [
         [1, 1, 1, 0, 0], [1, 0, 0, 0, 0], [1, 1, 1, 1, 1]]
+
+
+def test_entropy_from_logprobs_with_and_without_gradients_and_masked_actions():
+    import torch.nn.functional as F
+
+    from grueflow.models.policy import entropy_from_logprobs
+
+    logits = torch.tensor([[[0.0, 0.0, 0.0, 0.0], [1.0, 2.0, float("-inf"), float("-inf")]]])  # (1, 2, 4)
+    p = torch.tensor(2.0).exp() / (torch.tensor(1.0).exp() + torch.tensor(2.0).exp())
+    expected = torch.tensor([[4 * 0.25 * torch.log(torch.tensor(4.0)), -(p * p.log() + (1 - p) * (1 - p).log())]])
+    logp = F.log_softmax(logits, dim=-1)
+    assert torch.allclose(entropy_from_logprobs(logp), expected, atol=1e-6)  # no gradients: the clamped form
+    trainable = logits.clone().requires_grad_()
+    entropy = entropy_from_logprobs(F.log_softmax(trainable, dim=-1))
+    assert torch.allclose(entropy.detach(), expected, atol=1e-6)
+    (1e6 * entropy.sum()).backward()  # a large upstream gradient: the masked actions' stays 0, never NaN
+    assert torch.isfinite(trainable.grad).all() and (trainable.grad[0, 1, 2:] == 0).all()
