@@ -4,6 +4,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT, run
 
 BENCH = ROOT / "bench" / "rl_step.py"
@@ -25,17 +27,13 @@ def test_the_harness_times_grueflow_and_trl_and_writes_the_report(tmp_path):
     assert not (tmp_path / "RESULTS.md.tmp").exists()
 
 
-def test_an_unknown_method_names_the_valid_ones(tmp_path):
-    done = subprocess.run([sys.executable, str(BENCH), "--methods", "grpo,ppo2", "--out", str(tmp_path / "r.md")],
+@pytest.mark.parametrize("args, message", [
+    (["--methods", "grpo,ppo2"], "unknown method 'ppo2'; valid: grpo, rloo, ppo, nlpo, trl_grpo"),
+    (["--repeats", "0"], "--repeats must be at least 1, got 0"),
+])
+def test_bad_arguments_are_refused_before_any_run(tmp_path, args, message):
+    done = subprocess.run([sys.executable, str(BENCH), *args, "--out", str(tmp_path / "r.md")],
                           capture_output=True, text=True, cwd=ROOT)
     assert done.returncode != 0
-    assert "unknown method 'ppo2'; valid: grpo, rloo, ppo, nlpo, trl_grpo" in done.stderr
-    assert not (tmp_path / "r.md").exists()
-
-
-def test_repeats_below_one_are_refused(tmp_path):
-    done = subprocess.run([sys.executable, str(BENCH), "--repeats", "0", "--out", str(tmp_path / "r.md")],
-                          capture_output=True, text=True, cwd=ROOT)
-    assert done.returncode != 0
-    assert "--repeats must be at least 1, got 0" in done.stderr
+    assert message in done.stderr
     assert not (tmp_path / "r.md").exists()
