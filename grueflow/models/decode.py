@@ -23,9 +23,12 @@ Anything else gets transformers' step.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
+
+if TYPE_CHECKING:
+    from grueflow.models.replay import Recorder
 
 StepFn = Callable[[torch.Tensor, Any, int], tuple[torch.Tensor, Any]]
 
@@ -50,9 +53,11 @@ def supports_lean_step(model: Any) -> bool:
                 or cfg.reorder_and_upcast_attn)
 
 
-def gpt2_step(model: Any, attention_mask: torch.Tensor, lengths: torch.Tensor) -> StepFn:
+def gpt2_step(model: Any, attention_mask: torch.Tensor, lengths: torch.Tensor,
+              record: Optional["Recorder"] = None) -> StepFn:
     """``step(token, cache, t)`` -> (next-token logits (B, V), cache) for a GPT-2 whose cache holds the
     prompts (B, P) of ``attention_mask``; ``lengths`` (B, 1) their unpadded lengths, ``t`` counting from 0.
+    ``record`` keeps each block's activations for :class:`grueflow.models.replay.Replay`.
 
     Exactly (to float rounding) the logits of ``model(input_ids=token[:, None], attention_mask=<the prompt's
     mask, then ones>, position_ids=lengths + t, cache=cache)``; the cache is updated in place.
@@ -75,8 +80,8 @@ def gpt2_step(model: Any, attention_mask: torch.Tensor, lengths: torch.Tensor) -
             bias = torch.cat([bias, bias.new_zeros(batch, 1, 1, max(seen, 2 * bias.shape[-1]) - bias.shape[-1])], -1)
         step_bias = bias[..., :seen]
         hidden = (transformer.wte(token) + transformer.wpe(positions + t))[:, None]  # (B, 1, C)
-        for block, layer in zip(transformer.h, cache.layers):
-            attention = block.attn
+        for index, (block, layer) in enumerate(zip(transformer.h, cache.layers)):
+            attention, inputs = block.attn, hidden
             query, key, value = attention.c_attn(block.ln_1(hidden)).split(width, dim=2)
             keys, values = layer.update(key.view(batch, 1, heads, -1).transpose(1, 2),
                                         value.view(batch, 1, heads, -1).transpose(1, 2))  # (B, H, L, D)
@@ -84,12 +89,18 @@ def gpt2_step(model: Any, attention_mask: torch.Tensor, lengths: torch.Tensor) -
             mixed = torch.matmul(scores.softmax(dim=-1), values)  # (B, H, 1, D)
             hidden = hidden + attention.c_proj(mixed.view(batch, 1, width))
             mlp = block.mlp
-            hidden = hidden + mlp.c_proj(mlp.act(mlp.c_fc(block.ln_2(hidden))))
+            preact = mlp.c_fc(block.ln_2(hidden))
+            if record is not None:
+                record.block(index, inputs, query, hidden, preact)
+            hidden = hidden + mlp.c_proj(mlp.act(preact))
+        if record is not None:
+            record.outputs.append(hidden)
         return model.lm_head(transformer.ln_f(hidden))[:, -1], cache
 
     return step
 
 
-def lean_step(model: Any, attention_mask: torch.Tensor, lengths: torch.Tensor) -> Optional[StepFn]:
+def lean_step(model: Any, attention_mask: torch.Tensor, lengths: torch.Tensor,
+              record: Optional["Recorder"] = None) -> Optional[StepFn]:
     """:func:`gpt2_step` where :func:`supports_lean_step`, else None (the caller steps the model itself)."""
-    return gpt2_step(model, attention_mask, lengths) if supports_lean_step(model) else None
+    return gpt2_step(model, attention_mask, lengths, record) if supports_lean_step(model) else None

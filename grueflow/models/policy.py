@@ -8,7 +8,7 @@ EOS and 0 after it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -20,6 +20,7 @@ from transformers.modeling_outputs import BaseModelOutput
 from grueflow.config import GenerationConfig
 from grueflow.models import Kind
 from grueflow.models.decode import StepFn, lean_step
+from grueflow.models.replay import Recorder, Replay, supports_replay
 
 
 class Prompts(NamedTuple):
@@ -158,19 +159,21 @@ def reserve_cache(cache: Any, extra: int) -> Any:
     return cache
 
 
-def prefill(model: Any, kind: Kind, prompts: Prompts, group_size: int = 1) -> tuple[torch.Tensor, Any, StepFn]:
+def prefill(model: Any, kind: Kind, prompts: Prompts, group_size: int = 1, record: Optional[Recorder] = None
+            ) -> tuple[torch.Tensor, Any, StepFn]:
     """Start incremental decoding: the first next-token logits (B, V), the KV cache, and
     ``step(token, cache, t)`` -> (logits of the token after ``token`` (B, V), cache), ``t`` counting from 0.
 
     Each group of ``group_size`` identical prompts is encoded once (:func:`_prefix_forward`). A GPT-2 steps
-    with :func:`grueflow.models.decode.gpt2_step`, which skips transformers' per-call overhead.
+    with :func:`grueflow.models.decode.gpt2_step`, which skips transformers' per-call overhead (and keeps
+    its activations in ``record``, given only where :func:`grueflow.models.replay.supports_replay`).
     """
     batch = prompts.input_ids.shape[0]
     if kind == "causal":
         lengths = prompts.attention_mask.sum(1, keepdim=True)  # (B, 1)
         out, cache = _prefix_forward(model, prompts, group_size, logits_to_keep=1)
         first = out.logits[:, -1].repeat_interleave(group_size, 0)
-        lean = lean_step(model, prompts.attention_mask, lengths)
+        lean = lean_step(model, prompts.attention_mask, lengths, record)
         if lean is not None:
             return first, cache, lean
         attention = prompts.attention_mask
@@ -258,8 +261,22 @@ class Policy:
         inverting the cumulative distribution with one uniform per row, which is exact and, on CPU,
         much cheaper than ``torch.multinomial`` over a whole vocabulary.
         """
+        return self._sample(prompts, gen, group_size, logits_processor)[0]
+
+    @torch.no_grad()
+    def sample_replayable(self, prompts: Prompts, gen: GenerationConfig, group_size: int = 1
+                          ) -> tuple[torch.Tensor, Optional[Replay]]:
+        """:meth:`sample`, and a :class:`~grueflow.models.replay.Replay` of it where the model
+        :func:`~grueflow.models.replay.supports_replay` (else None): the rollout's logits, differentiable
+        without another forward pass while the weights stay as they are."""
+        recorder = (Recorder(self.model.config.n_layer)
+                    if self.kind == "causal" and supports_replay(self.model) else None)
+        return self._sample(prompts, gen, group_size, None, recorder)
+
+    def _sample(self, prompts: Prompts, gen: GenerationConfig, group_size: int, logits_processor: Any,
+                recorder: Optional[Recorder] = None) -> tuple[torch.Tensor, Optional[Replay]]:
         group_size = shared_groups(prompts, group_size)
-        logits, cache, step = prefill(self.model, self.kind, prompts, group_size)
+        logits, cache, step = prefill(self.model, self.kind, prompts, group_size, recorder)
         cache = reserve_cache(cache, gen.max_new_tokens)
         batch = prompts.input_ids.shape[0]
         tokens = (prompts.input_ids if self.kind == "causal"
@@ -267,6 +284,8 @@ class Policy:
         done = torch.zeros(batch, dtype=torch.bool)
         generated = []
         for t in range(gen.max_new_tokens):
+            if recorder is not None:
+                recorder.logits.append(logits)
             logits = self._warp(logits, gen, t, tokens, logits_processor)
             token = _draw(logits) if gen.do_sample else logits.argmax(-1)
             token = token.masked_fill(done, self.tokenizer.pad_token_id)
@@ -276,7 +295,10 @@ class Policy:
             if done.all() or t + 1 == gen.max_new_tokens:
                 break
             logits, cache = step(token, cache, t)
-        return torch.stack(generated, dim=1)
+        completions = torch.stack(generated, dim=1)
+        replay = (Replay(self.model, prompts, group_size, completions[:, :-1], cache, recorder)
+                  if recorder is not None else None)
+        return completions, replay
 
     def _warp(self, logits: torch.Tensor, gen: GenerationConfig, t: int, tokens: torch.Tensor,
               logits_processor: Any) -> torch.Tensor:

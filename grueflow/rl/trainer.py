@@ -48,8 +48,9 @@ from grueflow.metrics.reward import Reward
 from grueflow.models import load_pretrained
 from grueflow.models.lora import (is_lora, load_adapter, load_trainable_state, merged, reference_view,
                                   trainable_parameters, trainable_state, with_lora)
-from grueflow.models.policy import (Policy, Prompts, completion_mask, entropy_from_logprobs, logprobs_from_logits,
-                                    masked_logits, token_logprobs)
+from grueflow.models.policy import (Policy, Prompts, Scores, completion_mask, entropy_from_logprobs,
+                                    logprobs_from_logits, masked_logits, token_logprobs)
+from grueflow.models.replay import Replay
 from grueflow.rl import ALGORITHMS
 from grueflow.rl.kl import KL_ESTIMATORS, KLController, kl_k1
 from grueflow.rl.objectives import MiniBatch, Outputs
@@ -119,6 +120,7 @@ class Rollout(NamedTuple):
     reward_s: float
     scoring_s: float  # the policy (old log-probs, values) and reference passes over the rollout
     action_mask: Optional[torch.Tensor] = None  # (B, T, V) allowed tokens (NLPO)
+    replay: Optional[Replay] = None  # the sampling pass, differentiable (:attr:`RLTrainer.replays`)
 
 
 @dataclass
@@ -228,14 +230,24 @@ class RLTrainer:
         return (not hasattr(self.algorithm, "step") and self.cfg.epochs == 1
                 and self.cfg.minibatch_size == self.cfg.rollouts_per_iteration)
 
+    @property
+    def replays(self) -> bool:
+        """Whether the single update differentiates the sampling pass (:class:`grueflow.models.replay.Replay`,
+        for a GPT-2 policy) instead of running the policy over the rollout again: one optimiser step per
+        rollout, no critic (nothing reads the policy's hidden states) and no logits processor (NLPO)."""
+        return (self.single_update and self.value_head is None
+                and not hasattr(self.algorithm, "generation_processor"))
+
     def _outputs(self, prompts: Prompts, completions: torch.Tensor, action_mask: Optional[torch.Tensor] = None,
-                 group_size: int = 1) -> tuple[Outputs, torch.Tensor]:
-        """The policy's (masked) outputs, and its unmasked log-probs (for the KL to the reference).
+                 group_size: int = 1, replay: Optional[Replay] = None) -> tuple[Outputs, torch.Tensor]:
+        """The policy's (masked) outputs, and its unmasked log-probs (for the KL to the reference): from a
+        forward pass over the rollout, or from ``replay`` (its sampling pass) when given.
 
         The entropy carries gradients only when the loss uses it (``ent_coef`` != 0).
         """
         shared = self.value_head is not None and self.critic_model is None
-        scores = self.policy.score(prompts, completions, with_hidden=shared, group_size=group_size)
+        scores = (Scores(replay.logits(), None) if replay is not None
+                  else self.policy.score(prompts, completions, with_hidden=shared, group_size=group_size))
         values = self.value_head(scores.hidden if shared else self.critic_hidden(prompts, completions, group_size)) \
             if self.value_head is not None else None
         logp = F.log_softmax(masked_logits(scores.logits, action_mask), dim=-1)  # (B, T, V), once for both
@@ -269,7 +281,11 @@ class RLTrainer:
         processor = (self.algorithm.generation_processor(prompts, group, self.generation.max_new_tokens)
                      if hasattr(self.algorithm, "generation_processor") else None)
         started = time.perf_counter()
-        completions = self.policy.sample(prompts, self.generation, group, processor)
+        replay = None
+        if self.replays:
+            completions, replay = self.policy.sample_replayable(prompts, self.generation, group)
+        else:
+            completions = self.policy.sample(prompts, self.generation, group, processor)
         generation_s = time.perf_counter() - started
         action_mask = processor.action_mask() if processor is not None else None
         mask = completion_mask(completions, self.policy.eos_token_id)
@@ -288,7 +304,7 @@ class RLTrainer:
         scoring_s = time.perf_counter() - started
         components = {k: float(np.mean(v)) for k, v in parts.items()}
         return Rollout(prompts, completions, mask, None, ref_logprobs * mask, None, None, None, scores, components,
-                       generation_s, reward_s, scoring_s, action_mask)
+                       generation_s, reward_s, scoring_s, action_mask, replay)
 
     def with_behaviour(self, rollout: Rollout, outputs: Outputs, unmasked: torch.Tensor) -> Rollout:
         """``rollout`` with the behaviour policy's log-probs and values (detached from ``outputs``), the per-token
@@ -390,8 +406,8 @@ class RLTrainer:
             rollout = self.sample_rollout()
             update_started = time.perf_counter()
             first, unmasked = self._outputs(rollout.prompts, rollout.completions, rollout.action_mask,
-                                            self.cfg.group_size)
-            rollout = self.with_behaviour(rollout, first, unmasked)
+                                            self.cfg.group_size, rollout.replay)
+            rollout = self.with_behaviour(rollout._replace(replay=None), first, unmasked)
         else:
             rollout = self.collect()
             update_started = time.perf_counter()

@@ -149,8 +149,9 @@ def test_top_k_one_samples_the_greedy_tokens(tiny_models):
 
 
 def test_the_fused_single_update_step_equals_collect_then_update(tiny_models):
-    """With one epoch of one minibatch, step() reuses the update's forward pass as the behaviour pass;
-    the weights after it equal those after the separate no-grad pass followed by the update."""
+    """With one epoch of one minibatch, step() reuses the update's forward pass as the behaviour pass, and that
+    forward pass is the sampling pass (a GPT-2 replayed, issue 6); the weights after it equal those after the
+    separate no-grad pass followed by the update (a forward pass over the rollout, then its backward)."""
     loader = DATAPOOLS.get("synthetic_sentiment")
     samples = loader.build(loader.Args(n_train=16, n_val=2, n_test=2, n_unlabelled=2)).splits["train"]
     reward = Reward(parse(RewardConfig, {"components": [{"metric": "diversity", "score": "length", "weight": -0.1}]},
@@ -168,7 +169,7 @@ def test_the_fused_single_update_step_equals_collect_then_update(tiny_models):
                          GenerationConfig(max_new_tokens=6), seed=0)
 
     fused = trainer()
-    assert fused.single_update
+    assert fused.single_update and fused.replays
     fused.step()
     separate = trainer()
     separate.update(separate.collect())
