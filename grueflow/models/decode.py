@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
+from transformers import DynamicCache
 
 if TYPE_CHECKING:
     from grueflow.models.replay import Recorder
@@ -90,17 +91,59 @@ def gpt2_step(model: Any, attention_mask: torch.Tensor, lengths: torch.Tensor,
             hidden = hidden + attention.c_proj(mixed.view(batch, 1, width))
             mlp = block.mlp
             preact = mlp.c_fc(block.ln_2(hidden))
+            activated = mlp.act(preact)
             if record is not None:
-                record.block(index, inputs, query, hidden, preact)
-            hidden = hidden + mlp.c_proj(mlp.act(preact))
+                record.step(t, index, inputs, query, hidden, preact, activated)
+            hidden = hidden + mlp.c_proj(activated)
         if record is not None:
-            record.outputs.append(hidden)
+            record.step_output(t, hidden)
         return model.lm_head(transformer.ln_f(hidden))[:, -1], cache
 
     return step
 
 
-def lean_step(model: Any, attention_mask: torch.Tensor, lengths: torch.Tensor,
-              record: Optional["Recorder"] = None) -> Optional[StepFn]:
-    """:func:`gpt2_step` where :func:`supports_lean_step`, else None (the caller steps the model itself)."""
-    return gpt2_step(model, attention_mask, lengths, record) if supports_lean_step(model) else None
+def prompt_bias(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(R, 1, P, P) additive attention bias over left-padded prompts (R, P): 0 where query ``i`` sees key
+    ``j`` (``j <= i`` and ``j`` not padding), -inf elsewhere. A padding query sees itself only, so it stays
+    finite; no real query sees it, so its value never matters."""
+    prompt = attention_mask.shape[1]
+    keep = torch.ones(prompt, prompt, dtype=torch.bool, device=attention_mask.device).tril()
+    keep = (keep & attention_mask[:, None, None, :].bool()) | torch.eye(prompt, dtype=torch.bool,
+                                                                      device=attention_mask.device)
+    return torch.zeros(keep.shape, dtype=dtype, device=attention_mask.device).masked_fill_(~keep, float("-inf"))
+
+
+def gpt2_prefill(model: Any, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                 record: Optional["Recorder"] = None) -> tuple[torch.Tensor, DynamicCache]:
+    """A GPT-2 over left-padded prompts (R, P), as :func:`gpt2_step` steps it: the next-token logits at the
+    last position (R, V) and the KV cache. Exactly (to float rounding) what ``model(input_ids, attention_mask,
+    position_ids=<counted over the mask>, use_cache=True)`` gives at the prompts' real positions. ``record``
+    keeps each block's activations for :class:`grueflow.models.replay.Replay`."""
+    model = _unwrapped(model)
+    transformer, cfg = model.transformer, model.config
+    rows, prompt = input_ids.shape
+    heads, width = cfg.n_head, cfg.n_embd
+    scaling = (width // heads) ** -0.5 if cfg.scale_attn_weights else 1.0
+    bias = prompt_bias(attention_mask, transformer.wte.weight.dtype)
+    positions = (attention_mask.cumsum(dim=1) - 1).clamp(min=0)
+    hidden = transformer.wte(input_ids) + transformer.wpe(positions)  # (R, P, C)
+    split = lambda x: x.view(rows, prompt, heads, -1).transpose(1, 2)  # noqa: E731  (R, P, C) -> (R, H, P, D)
+    cache = DynamicCache()
+    for index, block in enumerate(transformer.h):
+        attention, inputs = block.attn, hidden
+        query, key, value = attention.c_attn(block.ln_1(hidden)).split(width, dim=2)
+        keys, values = split(key), split(value)
+        cache.update(keys, values, index)
+        scores = torch.matmul(split(query) * scaling, keys.transpose(-1, -2)) + bias
+        mixed = torch.matmul(scores.softmax(dim=-1), values).transpose(1, 2).reshape(rows, prompt, width)
+        hidden = hidden + attention.c_proj(mixed)
+        mlp = block.mlp
+        preact = mlp.c_fc(block.ln_2(hidden))
+        activated = mlp.act(preact)
+        if record is not None:
+            record.prompt(index, inputs, query, hidden, preact, activated)
+        hidden = hidden + mlp.c_proj(activated)
+    last = hidden[:, -1]  # (R, C): left padding puts every prompt's last token here
+    if record is not None:
+        record.prompt_output(last)
+    return model.lm_head(transformer.ln_f(last)), cache

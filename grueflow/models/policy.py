@@ -19,7 +19,7 @@ from transformers.modeling_outputs import BaseModelOutput
 
 from grueflow.config import GenerationConfig
 from grueflow.models import Kind
-from grueflow.models.decode import StepFn, lean_step
+from grueflow.models.decode import StepFn, gpt2_prefill, gpt2_step, supports_lean_step
 from grueflow.models.replay import Recorder, Replay, supports_replay
 
 
@@ -164,18 +164,23 @@ def prefill(model: Any, kind: Kind, prompts: Prompts, group_size: int = 1, recor
     """Start incremental decoding: the first next-token logits (B, V), the KV cache, and
     ``step(token, cache, t)`` -> (logits of the token after ``token`` (B, V), cache), ``t`` counting from 0.
 
-    Each group of ``group_size`` identical prompts is encoded once (:func:`_prefix_forward`). A GPT-2 steps
-    with :func:`grueflow.models.decode.gpt2_step`, which skips transformers' per-call overhead (and keeps
-    its activations in ``record``, given only where :func:`grueflow.models.replay.supports_replay`).
+    Each group of ``group_size`` identical prompts is encoded once (:func:`_prefix_forward`). A GPT-2 is run
+    by :func:`grueflow.models.decode.gpt2_prefill` and :func:`~grueflow.models.decode.gpt2_step`, which skip
+    transformers' per-call overhead (and keep its activations in ``record``, given only where
+    :func:`grueflow.models.replay.supports_replay`).
     """
     batch = prompts.input_ids.shape[0]
     if kind == "causal":
         lengths = prompts.attention_mask.sum(1, keepdim=True)  # (B, 1)
+        if supports_lean_step(model):
+            first, cache = gpt2_prefill(model, prompts.input_ids[::group_size], prompts.attention_mask[::group_size],
+                                        record)
+            if group_size > 1:
+                cache.batch_repeat_interleave(group_size)
+            return (first.repeat_interleave(group_size, 0), cache,
+                    gpt2_step(model, prompts.attention_mask, lengths, record))
         out, cache = _prefix_forward(model, prompts, group_size, logits_to_keep=1)
         first = out.logits[:, -1].repeat_interleave(group_size, 0)
-        lean = lean_step(model, prompts.attention_mask, lengths, record)
-        if lean is not None:
-            return first, cache, lean
         attention = prompts.attention_mask
 
         def causal_step(token: torch.Tensor, cache: Any, t: int) -> tuple[torch.Tensor, Any]:
@@ -269,16 +274,16 @@ class Policy:
         """:meth:`sample`, and a :class:`~grueflow.models.replay.Replay` of it where the model
         :func:`~grueflow.models.replay.supports_replay` (else None): the rollout's logits, differentiable
         without another forward pass while the weights stay as they are."""
-        recorder = (Recorder(self.model.config.n_layer)
-                    if self.kind == "causal" and supports_replay(self.model) else None)
-        return self._sample(prompts, gen, group_size, None, recorder)
+        return self._sample(prompts, gen, group_size, None, self.kind == "causal" and supports_replay(self.model))
 
     def _sample(self, prompts: Prompts, gen: GenerationConfig, group_size: int, logits_processor: Any,
-                recorder: Optional[Recorder] = None) -> tuple[torch.Tensor, Optional[Replay]]:
+                record: bool = False) -> tuple[torch.Tensor, Optional[Replay]]:
         group_size = shared_groups(prompts, group_size)
+        batch, prompt = prompts.input_ids.shape
+        recorder = (Recorder(self.model, batch // group_size * prompt, batch // group_size, batch,
+                             gen.max_new_tokens - 1) if record else None)
         logits, cache, step = prefill(self.model, self.kind, prompts, group_size, recorder)
         cache = reserve_cache(cache, gen.max_new_tokens)
-        batch = prompts.input_ids.shape[0]
         tokens = (prompts.input_ids if self.kind == "causal"
                   else torch.full((batch, 1), self.model.config.decoder_start_token_id, dtype=torch.long))
         done = torch.zeros(batch, dtype=torch.bool)

@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 import torch
 
-from grueflow.models.decode import supports_lean_step
+from grueflow.models.decode import prompt_bias, supports_lean_step
 from grueflow.models.kernels import available, onednn_linear
 
 
@@ -39,22 +39,40 @@ def supports_replay(model: Any) -> bool:
 
 
 class Recorder:
-    """What a GPT-2's decode steps computed, per block: lists of (B, 1, C) or (B, 1, 4C) tensors, one per step."""
+    """What a GPT-2's prefill and decode steps computed, per block, as rows: first each group's prompt
+    positions ((g, p) order, ``prompt_rows`` of them), then the fed tokens step by step ((t, b) order, ``batch``
+    rows per step). Row buffers are made once, so a step costs one copy of what it computed."""
 
-    def __init__(self, layers: int) -> None:
-        self.inputs: list[list[torch.Tensor]] = [[] for _ in range(layers)]  # each block's input
-        self.queries: list[list[torch.Tensor]] = [[] for _ in range(layers)]
-        self.middles: list[list[torch.Tensor]] = [[] for _ in range(layers)]  # the residual after attention
-        self.preacts: list[list[torch.Tensor]] = [[] for _ in range(layers)]  # the MLP before its activation
-        self.outputs: list[torch.Tensor] = []  # the last block's output (before ln_f)
+    def __init__(self, model: Any, prompt_rows: int, groups: int, batch: int, max_steps: int) -> None:
+        blocks = model.transformer.h
+        width, inner = model.config.n_embd, blocks[0].mlp.c_fc.weight.shape[1]
+        rows, dtype = prompt_rows + batch * max_steps, model.transformer.wte.weight.dtype
+        self.prompt_rows, self.groups, self.batch = prompt_rows, groups, batch
+        make = lambda n: [torch.empty(rows, n, dtype=dtype) for _ in blocks]  # noqa: E731
+        self.inputs, self.queries, self.middles = make(width), make(width), make(width)  # block input, query,
+        self.preacts, self.activated = make(inner), make(inner)  # residual after attention; MLP before/after act
+        self.outputs = torch.empty(groups + batch * max_steps, width, dtype=dtype)  # last block's, before ln_f
         self.logits: list[torch.Tensor] = []  # (B, V) raw next-token logits, the prefill's first
 
-    def block(self, index: int, inputs: torch.Tensor, query: torch.Tensor, middle: torch.Tensor,
-              preact: torch.Tensor) -> None:
-        self.inputs[index].append(inputs)
-        self.queries[index].append(query)
-        self.middles[index].append(middle)
-        self.preacts[index].append(preact)
+    def _write(self, index: int, start: int, tensors: tuple[torch.Tensor, ...]) -> None:
+        for buffers, x in zip((self.inputs, self.queries, self.middles, self.preacts, self.activated), tensors):
+            rows = x.reshape(-1, x.shape[-1])
+            buffers[index][start:start + rows.shape[0]] = rows
+
+    def prompt(self, index: int, *tensors: torch.Tensor) -> None:
+        """Block ``index``'s input, query, middle, preact and activated over the prompts (G, P, X)."""
+        self._write(index, 0, tensors)
+
+    def prompt_output(self, last: torch.Tensor) -> None:
+        self.outputs[:self.groups] = last
+
+    def step(self, t: int, index: int, *tensors: torch.Tensor) -> None:
+        """The same for decode step ``t``'s fed tokens (B, 1, X)."""
+        self._write(index, self.prompt_rows + t * self.batch, tensors)
+
+    def step_output(self, t: int, hidden: torch.Tensor) -> None:
+        start = self.groups + t * self.batch
+        self.outputs[start:start + self.batch] = hidden[:, -1]
 
 
 class Replay:
@@ -66,16 +84,10 @@ class Replay:
 
     def __init__(self, model: Any, prompts: Any, group_size: int, tokens: torch.Tensor, cache: Any,
                  recorder: Recorder) -> None:
-        cat = lambda parts: torch.cat(parts, dim=1)  # noqa: E731  (B, 1, X) per step -> (B, T, X)
-        steps = tokens.shape[1]
         self.model, self.prompts, self.group_size, self.tokens = model, prompts, group_size, tokens
+        self.recorder = recorder
         self.logits_value = torch.stack(recorder.logits, dim=1)  # (B, T + 1, V)
-        self.inputs = [cat(x) for x in recorder.inputs] if steps else []
-        self.queries = [cat(x) for x in recorder.queries] if steps else []
-        self.middles = [cat(x) for x in recorder.middles] if steps else []
-        self.preacts = [cat(x) for x in recorder.preacts] if steps else []
-        self.output = cat(recorder.outputs) if steps else None
-        width = prompts.input_ids.shape[1] + steps  # keys: the prompt's, then one per fed token
+        width = prompts.input_ids.shape[1] + tokens.shape[1]  # keys: the prompt's, then one per fed token
         self.keys = [layer.keys[:, :, :width] for layer in cache.layers]  # (B, H, P + T, D)
         self.values = [layer.values[:, :, :width] for layer in cache.layers]
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -93,12 +105,10 @@ class _Replayed(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Optional[torch.Tensor], ...]:
-        replay = ctx.replay
         grads = _Grads()
         with torch.enable_grad():
-            key_grads, value_grads = _completion_backward(replay, grad[:, 1:], grads)
-            _prompt_backward(replay, grad[:, 0], key_grads, value_grads, grads)
-        return (None, None, *[grads.get(p) for p in replay.params])
+            _backward(ctx.replay, grad, grads)
+        return (None, None, *[grads.get(p) for p in ctx.replay.params])
 
 
 class _Grads:
@@ -146,88 +156,90 @@ class _Local:
         return list(found[:len(self.leaves)])
 
 
-def _attention_bias(replay: Replay, steps: int) -> torch.Tensor:
-    """(B, 1, T, P + T): -inf at the prompt's padding and at later completion positions, else 0."""
-    mask = replay.prompts.attention_mask
-    batch, prompt = mask.shape
-    dtype = replay.logits_value.dtype
-    padding = torch.zeros(batch, 1, 1, prompt, dtype=dtype).masked_fill_(mask[:, None, None] == 0, float("-inf"))
+def _activation_backward(act: Any, preact: torch.Tensor, grad: torch.Tensor, grads: _Grads) -> torch.Tensor:
+    """The gradient before the MLP's activation (B, T, 4C) from the one after it (M, 4C): PyTorch's tanh-GELU
+    kernel for GPT-2's (as :func:`grueflow.models.fused_activations` sets it), autograd for any other."""
+    from transformers.activations import GELUTanh
+
+    if type(act) is GELUTanh:
+        return torch.ops.aten.gelu_backward(grad.view_as(preact), preact, approximate="tanh")
+    return _Local(act, [preact], []).backward(grad, grads)[0]
+
+
+def _completion_bias(prompt_mask: torch.Tensor, steps: int, dtype: torch.dtype) -> torch.Tensor:
+    """(B, 1, T, P + T) for the fed tokens: -inf at the prompt's padding and at later tokens, else 0."""
+    batch, prompt = prompt_mask.shape
+    padding = torch.zeros(batch, 1, 1, prompt, dtype=dtype).masked_fill_(prompt_mask[:, None, None] == 0, float("-inf"))
     causal = torch.full((steps, steps), float("-inf"), dtype=dtype).triu_(1)
     return torch.cat([padding.expand(batch, 1, steps, prompt), causal.expand(batch, 1, steps, steps)], dim=-1)
 
 
-def _completion_backward(replay: Replay, grad: torch.Tensor, grads: _Grads
-                         ) -> tuple[list[Optional[torch.Tensor]], list[Optional[torch.Tensor]]]:
-    """Gradients from the fed completion tokens' logits (B, T, V) through every block, into ``grads``;
-    returns each block's key and value gradients (B, H, P + T, D) (None without fed tokens)."""
-    model = replay.model
+def _backward(replay: Replay, grad: torch.Tensor, grads: _Grads) -> None:
+    """The weights' gradients (into ``grads``) from the rollout logits' (B, T + 1, V): the first logits come
+    from each group's prompt, the others from the fed tokens; every row of the recorder at once."""
+    model, rec, group = replay.model, replay.recorder, replay.group_size
     transformer, cfg = model.transformer, model.config
-    layers = len(transformer.h)
-    batch, steps = replay.tokens.shape
-    if steps == 0:
-        return [None] * layers, [None] * layers
     heads, width = cfg.n_head, cfg.n_embd
     scaling = (width // heads) ** -0.5 if cfg.scale_attn_weights else 1.0
-    rows = batch * steps
-    flat = lambda x: x.reshape(rows, x.shape[-1])  # noqa: E731
-    prompt = replay.prompts.input_ids.shape[1]
-    bias = _attention_bias(replay, steps)
-    # the LM head over ln_f
-    top = _Local(transformer.ln_f, [replay.output], [transformer.ln_f.weight, transformer.ln_f.bias])
-    grad = flat(grad)  # (M, V)
-    grads.add(model.lm_head.weight, grad.t() @ flat(top.output))
-    (hidden,) = top.backward(grad @ model.lm_head.weight, grads)  # (B, T, C)
-    key_grads: list[Optional[torch.Tensor]] = [None] * layers
-    value_grads: list[Optional[torch.Tensor]] = [None] * layers
-    for i in reversed(range(layers)):
+    (batch, steps), (groups, prompt) = replay.tokens.shape, (rec.groups, replay.prompts.input_ids.shape[1])
+    prompt_rows, rows = rec.prompt_rows, rec.prompt_rows + batch * steps
+    prompt_mask = replay.prompts.attention_mask
+    dtype = grad.dtype
+    prompt_bias_ = prompt_bias(prompt_mask[::group], dtype)  # (G, 1, P, P)
+    completion_bias = _completion_bias(prompt_mask, steps, dtype)  # (B, 1, T, P + T)
+    # the LM head over ln_f, at each prompt's last position and at every fed token
+    vocab = grad.shape[-1]
+    logits_grad = torch.cat([grad[:, 0].reshape(groups, group, vocab).sum(1),
+                             grad[:, 1:].transpose(0, 1).reshape(steps * batch, vocab)])  # (G + T B, V)
+    top = _Local(transformer.ln_f, [rec.outputs[:groups + steps * batch]],
+                 [transformer.ln_f.weight, transformer.ln_f.bias])
+    grads.add(model.lm_head.weight, logits_grad.t() @ top.output)
+    (top_grad,) = top.backward(logits_grad @ model.lm_head.weight, grads)
+    hidden = torch.zeros(rows, width, dtype=dtype)  # the gradient of each row's block output
+    hidden[:prompt_rows].view(groups, prompt, width)[:, -1] = top_grad[:groups]
+    hidden[prompt_rows:] = top_grad[groups:]
+
+    def attend(prompt_queries: torch.Tensor, queries: torch.Tensor, prompt_keys: torch.Tensor,
+               prompt_values: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        """Attention outputs as rows (the prompts', then the fed tokens'); queries as rows, keys and values
+        (G or B, H, P or T, D)."""
+        q = prompt_queries.view(groups, prompt, heads, width // heads).transpose(1, 2)  # (G, H, P, D)
+        scores = torch.matmul(q * scaling, prompt_keys.transpose(-1, -2)) + prompt_bias_
+        mixed_prompt = torch.matmul(scores.softmax(dim=-1), prompt_values).transpose(1, 2).reshape(prompt_rows, width)
+        q = queries.view(steps, batch, heads, width // heads).permute(1, 2, 0, 3)  # (B, H, T, D)
+        all_keys = torch.cat([prompt_keys.repeat_interleave(group, 0), keys], dim=2)  # (B, H, P + T, D)
+        all_values = torch.cat([prompt_values.repeat_interleave(group, 0), values], dim=2)
+        scores = torch.matmul(q * scaling, all_keys.transpose(-1, -2)) + completion_bias
+        mixed = torch.matmul(scores.softmax(dim=-1), all_values).permute(2, 0, 1, 3).reshape(steps * batch, width)
+        return torch.cat([mixed_prompt, mixed])
+
+    as_prompt_rows = lambda x: x.transpose(1, 2).reshape(prompt_rows, width)  # noqa: E731  (G, H, P, D)
+    as_rows = lambda x: x.permute(2, 0, 1, 3).reshape(steps * batch, width)  # noqa: E731  (B, H, T, D)
+    for i in reversed(range(len(transformer.h))):
         block, attention, mlp = transformer.h[i], transformer.h[i].attn, transformer.h[i].mlp
         # MLP: out = middle + c_proj(act(preact)), preact = c_fc(ln_2(middle))
-        act = _Local(mlp.act, [replay.preacts[i]], [])
-        up = _linear_backward(mlp.c_proj, flat(act.output), flat(hidden), grads)
-        (up,) = act.backward(up, grads)
-        norm = _Local(block.ln_2, [replay.middles[i]], [block.ln_2.weight, block.ln_2.bias])
-        normed = _linear_backward(mlp.c_fc, flat(norm.output), flat(up), grads)
-        (from_mlp,) = norm.backward(normed, grads)
+        up = _linear_backward(mlp.c_proj, rec.activated[i][:rows], hidden, grads)
+        up = _activation_backward(mlp.act, rec.preacts[i][:rows], up, grads)
+        norm = _Local(block.ln_2, [rec.middles[i][:rows]], [block.ln_2.weight, block.ln_2.bias])
+        (from_mlp,) = norm.backward(_linear_backward(mlp.c_fc, norm.output, up, grads), grads)
         middle_grad = hidden + from_mlp
-
-        # attention: middle = inputs + c_proj(attend(query, keys, values)), (query, key, value) = c_attn(ln_1(inputs))
-        def attend(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-            q = query.view(batch, steps, heads, -1).transpose(1, 2)  # (B, H, T, D)
-            scores = torch.matmul(q * scaling, keys.transpose(-1, -2)) + bias
-            return torch.matmul(scores.softmax(dim=-1), values).transpose(1, 2).reshape(batch, steps, width)
-
-        mixing = _Local(attend, [replay.queries[i], replay.keys[i], replay.values[i]], [])
-        mixed_grad = _linear_backward(attention.c_proj, flat(mixing.output), flat(middle_grad), grads)
-        query_grad, key_grads[i], value_grads[i] = mixing.backward(mixed_grad, grads)
-        own = lambda g: g[:, :, prompt:].transpose(1, 2).reshape(rows, width)  # noqa: E731  the fed tokens' (M, C)
-        qkv_grad = torch.cat([flat(query_grad), own(key_grads[i]), own(value_grads[i])], dim=1)  # (M, 3C)
-        norm = _Local(block.ln_1, [replay.inputs[i]], [block.ln_1.weight, block.ln_1.bias])
-        normed = _linear_backward(attention.c_attn, flat(norm.output), qkv_grad, grads)
-        (from_attention,) = norm.backward(normed, grads)
+        # attention: middle = inputs + c_proj(attend(...)), (query, key, value) = c_attn(ln_1(inputs))
+        keys, values = replay.keys[i], replay.values[i]
+        queries = rec.queries[i]
+        mixing = _Local(attend, [queries[:prompt_rows], queries[prompt_rows:rows], keys[::group, :, :prompt],
+                                 values[::group, :, :prompt], keys[:, :, prompt:], values[:, :, prompt:]], [])
+        found = mixing.backward(_linear_backward(attention.c_proj, mixing.output, middle_grad, grads), grads)
+        prompt_query, query, prompt_key, prompt_value, key, value = found
+        qkv_grad = torch.cat([torch.cat([prompt_query, as_prompt_rows(prompt_key), as_prompt_rows(prompt_value)], 1),
+                              torch.cat([query, as_rows(key), as_rows(value)], 1)])  # (rows, 3C)
+        norm = _Local(block.ln_1, [rec.inputs[i][:rows]], [block.ln_1.weight, block.ln_1.bias])
+        (from_attention,) = norm.backward(_linear_backward(attention.c_attn, norm.output, qkv_grad, grads), grads)
         hidden = middle_grad + from_attention
     # embeddings: inputs = wte(token) + wpe(position)
-    positions = (replay.prompts.attention_mask.sum(1, keepdim=True) + torch.arange(steps)).reshape(-1)
-    embedded = flat(hidden)
-    for table, index in ((transformer.wte.weight, replay.tokens.reshape(-1)), (transformer.wpe.weight, positions)):
+    group_mask = prompt_mask[::group]
+    ids = torch.cat([replay.prompts.input_ids[::group].reshape(-1), replay.tokens.t().reshape(-1)])
+    positions = torch.cat([(group_mask.cumsum(dim=1) - 1).clamp(min=0).reshape(-1),
+                           (prompt_mask.sum(1, keepdim=True) + torch.arange(steps)).t().reshape(-1)])
+    for table, index in ((transformer.wte.weight, ids), (transformer.wpe.weight, positions)):
         if table.requires_grad:
-            grads.add(table, torch.zeros_like(table).index_add_(0, index, embedded))
-    return key_grads, value_grads
-
-
-def _prompt_backward(replay: Replay, first_grad: torch.Tensor, key_grads: list[Optional[torch.Tensor]],
-                     value_grads: list[Optional[torch.Tensor]], grads: _Grads) -> None:
-    """Gradients through each group's prompt (run once more, with gradients): from the first logits (B, V)
-    and from the prompt positions' keys and values, into ``grads``."""
-    from grueflow.models.policy import _prefix_forward
-
-    out, cache = _prefix_forward(replay.model, replay.prompts, replay.group_size, logits_to_keep=1)
-    prompt = replay.prompts.input_ids.shape[1]
-    outputs = [out.logits[:, -1].repeat_interleave(replay.group_size, 0)]
-    grad_outputs = [first_grad]
-    for layer, key_grad, value_grad in zip(cache.layers, key_grads, value_grads):
-        if key_grad is not None:
-            outputs += [layer.keys, layer.values]
-            grad_outputs += [key_grad[:, :, :prompt], value_grad[:, :, :prompt]]
-    found = torch.autograd.grad(outputs, replay.params, grad_outputs, allow_unused=True)
-    for param, grad in zip(replay.params, found):
-        grads.add(param, grad)
+            grads.add(table, torch.zeros_like(table).index_add_(0, index, hidden))

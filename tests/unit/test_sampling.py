@@ -174,6 +174,7 @@ def test_the_fused_single_update_step_equals_collect_then_update(tiny_models):
     separate = trainer()
     separate.update(separate.collect())
     pairs = list(zip(fused.policy.model.parameters(), separate.policy.model.parameters()))
-    assert all(torch.allclose(a, b, atol=1e-6) for a, b in pairs)
+    # float rounding only: Adam's first step is lr x g / |g|, so a gradient's rounding moves a 1e-2 step by ~1e-6
+    assert all(torch.allclose(a, b, atol=1e-5) for a, b in pairs)
     assert any(not torch.equal(a, b) for a, b in zip(fused.policy.model.parameters(),
                                                        trainer().policy.model.parameters()))  # it did train
