@@ -1,4 +1,4 @@
-"""The lean GPT-2 decode step (issue 6): transformers' logits, step after step, on left-padded grouped prompts,
+"""The lean GPT-2 prefill and decode step (issue 6): transformers' logits, step after step, on left-padded grouped prompts,
 with and without a reserved cache and a LoRA adapter; every other model keeps transformers' own step."""
 
 import copy
@@ -8,7 +8,7 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from grueflow.models import load_pretrained
-from grueflow.models.decode import gpt2_step, supports_lean_step
+from grueflow.models.decode import gpt2_prefill, gpt2_step, supports_lean_step
 from grueflow.models.policy import Policy, Prompts, _prefix_forward, reserve_cache
 
 PROMPTS = ["a b c d e f", "x y", "the movie was"]
@@ -53,6 +53,23 @@ def test_the_lean_step_gives_transformers_logits(tiny_models, reserve):
         got = lean_steps(model, prompts, tokens, 2, reserve)
     assert got.shape == expected.shape == (6, 8, tokenizer.vocab_size)
     assert torch.allclose(got, expected, atol=1e-5)
+
+
+def test_the_lean_prefill_gives_transformers_logits_and_cache(tiny_models):
+    """At every real (unpadded) prompt position; a padding position's keys are never attended."""
+    model, tokenizer = load_pretrained(tiny_models["causal"])
+    prompts = Policy(model, tokenizer, "causal", max_prompt_length=24).encode(PROMPTS)
+    assert (prompts.attention_mask == 0).any()
+    with torch.no_grad():
+        expected, expected_cache = _prefix_forward(model, prompts, 1, logits_to_keep=1)
+        logits, cache = gpt2_prefill(model, prompts.input_ids, prompts.attention_mask)
+    assert logits.shape == (3, tokenizer.vocab_size)
+    assert torch.allclose(logits, expected.logits[:, -1], atol=1e-5)
+    real = prompts.attention_mask.bool()[:, None, :, None]  # (B, 1, P, 1)
+    for got, want in zip(cache.layers, expected_cache.layers):
+        assert got.keys.shape == want.keys.shape
+        for ours, theirs in ((got.keys, want.keys), (got.values, want.values)):
+            assert torch.allclose(ours * real, theirs * real, atol=1e-5) and torch.isfinite(ours).all()
 
 
 def test_the_lean_step_runs_lora_adapters_and_their_disabled_reference(tiny_models):

@@ -3,6 +3,7 @@ forward pass over it (``Policy.score``), on left-padded grouped prompts with row
 
 import pytest
 import torch
+from transformers import GPT2Config, GPT2LMHeadModel
 
 from grueflow.config import GenerationConfig
 from grueflow.models import load_pretrained
@@ -25,10 +26,15 @@ def grads(model) -> dict[str, torch.Tensor]:
     return {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
 
 
-@pytest.mark.parametrize("new_tokens", [1, 2, 9])
-def test_replayed_gradients_equal_a_forward_pass(tiny_models, new_tokens):
+@pytest.mark.parametrize("activation", ["gelu_new", "relu"])  # PyTorch's tanh-GELU backward; autograd's for others
+@pytest.mark.parametrize("new_tokens", [1, 2, 9])  # 1: no token is fed, only the prompt's logits
+def test_replayed_gradients_equal_a_forward_pass(tiny_models, new_tokens, activation):
     model, tokenizer = load_pretrained(tiny_models["causal"])
+    if activation != "gelu_new":
+        torch.manual_seed(0)
+        model = GPT2LMHeadModel(GPT2Config.from_pretrained(tiny_models["causal"], activation_function=activation)).eval()
     assert supports_replay(model) and model.transformer.wte.weight is model.lm_head.weight  # tied head
+    assert type(model.transformer.h[0].mlp.act).__name__ == ("GELUTanh" if activation == "gelu_new" else "ReLU")
     policy = Policy(model, tokenizer, "causal", max_prompt_length=24)
     prompts = policy.encode([p for p in PROMPTS for _ in range(3)])
     assert (prompts.attention_mask == 0).any()  # left padding
