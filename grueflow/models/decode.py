@@ -1,6 +1,7 @@
-"""A lean single-token decode step for GPT-2 (issue 6): what :func:`grueflow.models.policy.prefill`'s
-step does for a ``GPT2LMHeadModel``, in about twenty tensor operations per block instead of a call
-through transformers' model.
+"""A lean prefill and single-token decode step for GPT-2 (issue 6): what :func:`grueflow.models.policy.prefill`
+does for a ``GPT2LMHeadModel``, in about twenty tensor operations per block instead of a call through
+transformers' model, and (with a :class:`grueflow.models.replay.Recorder`) keeping the activations that
+the update's backward pass needs.
 
 A decode step of ``model(input_ids=..., cache=...)`` runs some 120 tensor operations per GPT-2 block
 (shape bookkeeping, the causal mask built again from the whole attention mask, output dataclasses)
@@ -15,10 +16,12 @@ oneDNN layers, LoRA adapters and a fused activation apply as they are) and does 
   ``-inf`` bias made once per rollout), ``c_proj`` and the residual; ``ln_2``, the MLP and the residual;
 - ``ln_f`` and the LM head.
 
+The prefill does the same over each group's whole prompt, with a causal and padding bias.
+
 It applies only where it computes what transformers computes: a ``GPT2LMHeadModel``, LoRA-wrapped or
 not (peft's layers are called as modules, so a disabled adapter stays disabled), without cross
 attention or per-layer or upcast attention scaling, whose dropout is off or has probability 0.
-Anything else gets transformers' step.
+Anything else gets transformers' forward pass and step.
 """
 
 from __future__ import annotations
