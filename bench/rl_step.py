@@ -47,6 +47,7 @@ VOCAB = 2048
 GRUEFLOW_METHODS = ("grpo", "rloo", "ppo", "nlpo")
 TRL_METHODS = ("trl_grpo", "trl_rloo", "trl_grpo_gc")  # _gc: GRPOConfig's default gradient checkpointing on
 PHASES = ("generation_s", "reward_s", "scoring_s", "update_s")
+UPDATE_PHASE = "update (grueflow GRPO: a backward pass, its forward is the sampling pass)"
 
 
 @dataclass(frozen=True)
@@ -312,7 +313,8 @@ def matmul_gflops(threads: int, n: int = 2048, repeats: int = 10) -> float:
 
 def step_flops(size: str, s: Settings, prompt_tokens: int) -> dict[str, float]:
     """Matmul FLOPs that grueflow's GRPO step executes: generation, one forward pass over the rollout
-    (the reference's, and the update's forward), and the update (forward + backward = 3 x forward).
+    (the reference's), and the update: a backward pass (2 x forward) only, since the update differentiates
+    the sampling pass instead of running a forward pass again (``grueflow.models.replay``).
 
     Forward per token: ``2 x block parameters`` plus attention (``4 x layers x context x width``, with the
     causal prompt's average context ``p / 2``); the LM head (``2 x vocab x width``) only where logits are
@@ -325,7 +327,7 @@ def step_flops(size: str, s: Settings, prompt_tokens: int) -> dict[str, float]:
     n, t, p, rows = s.completions, s.new_tokens, prompt_tokens, s.prompts
     prompt = rows * (p * (2 * blocks + 2 * layers * p * width) + 2 * head)
     completion = sum(n * (2 * blocks + 2 * head + 4 * layers * (p + i) * width) for i in range(1, t))
-    return {"generation": prompt + completion, "update": 3 * (prompt + completion), "forward": prompt + completion}
+    return {"generation": prompt + completion, "update": 2 * (prompt + completion), "forward": prompt + completion}
 
 
 # -- the report ---------------------------------------------------------------------------------
@@ -406,7 +408,7 @@ def targets(by: dict[tuple[str, str], float], roofline: dict[str, Any]) -> list[
             if (size, a) in by and (size, b) in by:
                 ratio = by[(size, a)] / by[(size, b)]
                 lines.append(f"- {text} at {size}: {ratio:.2f} — {'holds' if ratio <= bound else 'does not hold'}")
-    update = roofline.get("phases", {}).get("update (grueflow GRPO)") if roofline else None
+    update = roofline.get("phases", {}).get(UPDATE_PHASE) if roofline else None
     if update:
         share = update[0] / update[1] / 1e9 / roofline["peak"]
         lines.append(f"- update phase at 6x512 >= 50 % of the matmul rate: {100 * share:.0f} % — "
@@ -443,7 +445,7 @@ def roofline_for(results: list[dict[str, Any]], s: Settings, cache: Path) -> dic
     flops = step_flops("6x512", s, prompt_tokens)
     m = grpo["median"]
     out["phases"] = {"generation (grueflow GRPO)": (flops["generation"], m["generation_s"]),
-                     "update (grueflow GRPO)": (flops["update"], m["update_s"]),
+                     UPDATE_PHASE: (flops["update"], m["update_s"]),
                      "reference pass (grueflow GRPO)": (flops["forward"], m["scoring_s"])}
     return out
 

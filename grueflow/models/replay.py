@@ -12,7 +12,7 @@ over all rows at once (so each weight gradient is one large product, as in an or
 
 Only the cheap parts are computed again inside the backward: layer norms and the attention scores (autograd
 differentiates them locally). The update then costs a backward pass instead of a forward and a backward pass:
-a 6 x 512 GPT-2's GRPO update measured 1.3-1.4 s instead of 1.9-2.1 (64 completions of 32 tokens, 2 cores).
+a 6 x 512 GPT-2's GRPO update measured 1.42 s instead of 1.97 (bench/RESULTS.md: 64 completions of 32 tokens, 2 cores).
 
 The gradients are those of :meth:`grueflow.models.policy.Policy.score`'s forward pass, to float rounding. A
 completion position after its row's EOS differs (the decode step attended the padding fed after EOS,
@@ -264,8 +264,8 @@ class _Backward:
         prompts, tokens, group = self.replay.prompts, self.replay.tokens, self.group
         group_mask = prompts.attention_mask[::group]
         ids = torch.cat([prompts.input_ids[::group].reshape(-1), tokens.t().reshape(-1)])
-        positions = torch.cat([(group_mask.cumsum(dim=1) - 1).clamp(min=0).reshape(-1),
-                               (prompts.attention_mask.sum(1, keepdim=True) + torch.arange(self.steps)).t().reshape(-1)])
+        token_positions = prompts.attention_mask.sum(1, keepdim=True) + torch.arange(self.steps)  # (B, T)
+        positions = torch.cat([(group_mask.cumsum(dim=1) - 1).clamp(min=0).reshape(-1), token_positions.t().reshape(-1)])
         for table, index in ((self.transformer.wte.weight, ids), (self.transformer.wpe.weight, positions)):
             if table.requires_grad:
                 self.grads.add(table, torch.zeros_like(table).index_add_(0, index, hidden))

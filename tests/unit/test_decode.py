@@ -1,5 +1,5 @@
-"""The lean GPT-2 prefill and decode step (issue 6): transformers' logits, step after step, on left-padded grouped prompts,
-with and without a reserved cache and a LoRA adapter; every other model keeps transformers' own step."""
+"""The lean GPT-2 prefill and decode step (issue 6): transformers' logits, step after step, on left-padded
+grouped prompts, with and without a reserved cache and a LoRA adapter; every other model keeps transformers' own."""
 
 import copy
 

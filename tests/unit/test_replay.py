@@ -32,7 +32,8 @@ def test_replayed_gradients_equal_a_forward_pass(tiny_models, new_tokens, activa
     model, tokenizer = load_pretrained(tiny_models["causal"])
     if activation != "gelu_new":
         torch.manual_seed(0)
-        model = GPT2LMHeadModel(GPT2Config.from_pretrained(tiny_models["causal"], activation_function=activation)).eval()
+        config = GPT2Config.from_pretrained(tiny_models["causal"], activation_function=activation)
+        model = GPT2LMHeadModel(config).eval()
     assert supports_replay(model) and model.transformer.wte.weight is model.lm_head.weight  # tied head
     assert type(model.transformer.h[0].mlp.act).__name__ == ("GELUTanh" if activation == "gelu_new" else "ReLU")
     policy = Policy(model, tokenizer, "causal", max_prompt_length=24)
