@@ -49,8 +49,9 @@ class Recorder:
         rows, dtype = prompt_rows + batch * max_steps, model.transformer.wte.weight.dtype
         self.prompt_rows, self.groups, self.batch = prompt_rows, groups, batch
         make = lambda n: [torch.empty(rows, n, dtype=dtype) for _ in blocks]  # noqa: E731
-        self.inputs, self.queries, self.middles = make(width), make(width), make(width)  # block input, query,
-        self.preacts, self.activated = make(inner), make(inner)  # residual after attention; MLP before/after act
+        # per block: its input, the query, the residual after attention, the MLP before and after its activation
+        self.inputs, self.queries, self.middles = make(width), make(width), make(width)
+        self.preacts, self.activated = make(inner), make(inner)
         self.outputs = torch.empty(groups + batch * max_steps, width, dtype=dtype)  # last block's, before ln_f
         self.logits: list[torch.Tensor] = []  # (B, V) raw next-token logits, the prefill's first
 
@@ -98,6 +99,8 @@ class Replay:
 
 
 class _Replayed(torch.autograd.Function):
+    """The recorded logits as a function of the weights: forward returns them, backward is :class:`_Backward`."""
+
     @staticmethod
     def forward(ctx: Any, replay: Replay, logits: torch.Tensor, *params: torch.Tensor) -> torch.Tensor:
         ctx.replay = replay
@@ -157,7 +160,7 @@ class _Local:
 
 
 def _activation_backward(act: Any, preact: torch.Tensor, grad: torch.Tensor, grads: _Grads) -> torch.Tensor:
-    """The gradient before the MLP's activation (B, T, 4C) from the one after it (M, 4C): PyTorch's tanh-GELU
+    """The gradient before the MLP's activation from the one after it, both (rows, 4C): PyTorch's tanh-GELU
     kernel for GPT-2's (as :func:`grueflow.models.fused_activations` sets it), autograd for any other."""
     from transformers.activations import GELUTanh
 
