@@ -72,9 +72,7 @@ def gpt2_step(model: Any, attention_mask: torch.Tensor, lengths: torch.Tensor,
     heads, width = cfg.n_head, cfg.n_embd
     scaling = (width // heads) ** -0.5 if cfg.scale_attn_weights else 1.0
     dtype = transformer.wte.weight.dtype
-    # (B, 1, 1, L): 0 where a position is attended, -inf at the prompt's padding; generated positions are 0
-    bias = torch.zeros(batch, 1, 1, prompt, dtype=dtype, device=attention_mask.device)
-    bias.masked_fill_(attention_mask[:, None, None] == 0, float("-inf"))
+    bias = padding_bias(attention_mask, dtype)  # generated positions, appended below, are 0
     positions = lengths.view(batch)
 
     def step(token: torch.Tensor, cache: Any, t: int) -> tuple[torch.Tensor, Any]:
@@ -103,6 +101,13 @@ def gpt2_step(model: Any, attention_mask: torch.Tensor, lengths: torch.Tensor,
         return model.lm_head(transformer.ln_f(hidden))[:, -1], cache
 
     return step
+
+
+def padding_bias(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(B, 1, 1, P) additive attention bias over left-padded prompts' keys: 0 where attended, -inf at padding."""
+    bias = torch.zeros(attention_mask.shape[0], 1, 1, attention_mask.shape[1], dtype=dtype,
+                       device=attention_mask.device)
+    return bias.masked_fill_(attention_mask[:, None, None] == 0, float("-inf"))
 
 
 def prompt_bias(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -280,8 +280,7 @@ class Policy:
                 record: bool = False) -> tuple[torch.Tensor, Optional[Replay]]:
         group_size = shared_groups(prompts, group_size)
         batch, prompt = prompts.input_ids.shape
-        recorder = (Recorder(self.model, batch // group_size * prompt, batch // group_size, batch,
-                             gen.max_new_tokens - 1) if record else None)
+        recorder = Recorder(self.model, batch // group_size, prompt, batch, gen.max_new_tokens - 1) if record else None
         logits, cache, step = prefill(self.model, self.kind, prompts, group_size, recorder)
         cache = reserve_cache(cache, gen.max_new_tokens)
         tokens = (prompts.input_ids if self.kind == "causal"

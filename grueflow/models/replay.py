@@ -27,7 +27,7 @@ from typing import Any, Optional
 
 import torch
 
-from grueflow.models.decode import prompt_bias, supports_lean_step
+from grueflow.models.decode import padding_bias, prompt_bias, supports_lean_step
 from grueflow.models.kernels import available, onednn_linear
 
 
@@ -43,9 +43,10 @@ class Recorder:
     positions ((g, p) order, ``prompt_rows`` of them), then the fed tokens step by step ((t, b) order, ``batch``
     rows per step). Row buffers are made once, so a step costs one copy of what it computed."""
 
-    def __init__(self, model: Any, prompt_rows: int, groups: int, batch: int, max_steps: int) -> None:
+    def __init__(self, model: Any, groups: int, prompt: int, batch: int, max_steps: int) -> None:
         blocks = model.transformer.h
         width, inner = model.config.n_embd, blocks[0].mlp.c_fc.weight.shape[1]
+        prompt_rows = groups * prompt
         rows, dtype = prompt_rows + batch * max_steps, model.transformer.wte.weight.dtype
         self.prompt_rows, self.groups, self.batch = prompt_rows, groups, batch
         make = lambda n: [torch.empty(rows, n, dtype=dtype) for _ in blocks]  # noqa: E731
@@ -172,7 +173,7 @@ def _activation_backward(act: Any, preact: torch.Tensor, grad: torch.Tensor, gra
 def _completion_bias(prompt_mask: torch.Tensor, steps: int, dtype: torch.dtype) -> torch.Tensor:
     """(B, 1, T, P + T) for the fed tokens: -inf at the prompt's padding and at later tokens, else 0."""
     batch, prompt = prompt_mask.shape
-    padding = torch.zeros(batch, 1, 1, prompt, dtype=dtype).masked_fill_(prompt_mask[:, None, None] == 0, float("-inf"))
+    padding = padding_bias(prompt_mask, dtype)
     causal = torch.full((steps, steps), float("-inf"), dtype=dtype).triu_(1)
     return torch.cat([padding.expand(batch, 1, steps, prompt), causal.expand(batch, 1, steps, steps)], dim=-1)
 
@@ -268,7 +269,8 @@ class _Backward:
         group_mask = prompts.attention_mask[::group]
         ids = torch.cat([prompts.input_ids[::group].reshape(-1), tokens.t().reshape(-1)])
         token_positions = prompts.attention_mask.sum(1, keepdim=True) + torch.arange(self.steps)  # (B, T)
-        positions = torch.cat([(group_mask.cumsum(dim=1) - 1).clamp(min=0).reshape(-1), token_positions.t().reshape(-1)])
+        prompt_positions = (group_mask.cumsum(dim=1) - 1).clamp(min=0)  # (G, P)
+        positions = torch.cat([prompt_positions.reshape(-1), token_positions.t().reshape(-1)])
         for table, index in ((self.transformer.wte.weight, ids), (self.transformer.wpe.weight, positions)):
             if table.requires_grad:
                 self.grads.add(table, torch.zeros_like(table).index_add_(0, index, hidden))

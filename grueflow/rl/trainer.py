@@ -269,9 +269,10 @@ class RLTrainer:
             return self.policy.score(prompts, completions, model=base, group_size=group_size).logits
 
     @torch.no_grad()
-    def sample_rollout(self) -> Rollout:
+    def sample_rollout(self, replay: bool = False) -> Rollout:
         """Generation, reward and the reference pass: a rollout still without the behaviour policy's outputs
-        (``logprobs``, ``values``, ``kl`` and ``rewards`` are None until :meth:`with_behaviour`)."""
+        (``logprobs``, ``values``, ``kl`` and ``rewards`` are None until :meth:`with_behaviour`); with
+        ``replay``, the sampling pass's :class:`~grueflow.models.replay.Replay` where the policy allows one."""
         group = self.cfg.group_size
         samples = [s for s in self.sampler.next(self.cfg.rollouts_per_iteration // group) for _ in range(group)]
         samples = self.parallel.shard(samples, group)  # this process's whole groups (all of them in one process)
@@ -281,11 +282,10 @@ class RLTrainer:
         processor = (self.algorithm.generation_processor(prompts, group, self.generation.max_new_tokens)
                      if hasattr(self.algorithm, "generation_processor") else None)
         started = time.perf_counter()
-        replay = None
-        if self.replays:
-            completions, replay = self.policy.sample_replayable(prompts, self.generation, group)
+        if replay:
+            completions, replayed = self.policy.sample_replayable(prompts, self.generation, group)
         else:
-            completions = self.policy.sample(prompts, self.generation, group, processor)
+            completions, replayed = self.policy.sample(prompts, self.generation, group, processor), None
         generation_s = time.perf_counter() - started
         action_mask = processor.action_mask() if processor is not None else None
         mask = completion_mask(completions, self.policy.eos_token_id)
@@ -304,7 +304,7 @@ class RLTrainer:
         scoring_s = time.perf_counter() - started
         components = {k: float(np.mean(v)) for k, v in parts.items()}
         return Rollout(prompts, completions, mask, None, ref_logprobs * mask, None, None, None, scores, components,
-                       generation_s, reward_s, scoring_s, action_mask, replay)
+                       generation_s, reward_s, scoring_s, action_mask, replayed)
 
     def with_behaviour(self, rollout: Rollout, outputs: Outputs, unmasked: torch.Tensor) -> Rollout:
         """``rollout`` with the behaviour policy's log-probs and values (detached from ``outputs``), the per-token
@@ -403,7 +403,7 @@ class RLTrainer:
         started = time.perf_counter()
         first = None
         if self.single_update:  # the update's forward pass gives the behaviour policy's log-probs and values
-            rollout = self.sample_rollout()
+            rollout = self.sample_rollout(replay=self.replays)
             update_started = time.perf_counter()
             first, unmasked = self._outputs(rollout.prompts, rollout.completions, rollout.action_mask,
                                             self.cfg.group_size, rollout.replay)
