@@ -17,20 +17,9 @@ import torch
 from transformers import LogitsProcessor
 
 from grueflow.config import NLPOConfig
-from grueflow.models.policy import Prompts, StepFn, prefill, reserve_cache, shared_groups, top_p_keep
+from grueflow.models.nucleus import top_p_mask
+from grueflow.models.policy import Prompts, StepFn, prefill, reserve_cache, shared_groups
 from grueflow.rl.ppo import PPO
-
-
-def nucleus_keep(logits: torch.Tensor, top_p: float, top_k: int, min_tokens_to_keep: int,
-                 always_keep: list[int]) -> torch.Tensor:
-    """Which tokens to allow: the smallest set of most likely tokens with mass >= ``top_p``.
-
-    Capped at ``top_k`` tokens when ``top_k`` > 0, never fewer than ``min_tokens_to_keep``, and the
-    ``always_keep`` ids (special tokens) are always allowed.  (B, V) logits -> (B, V) bool.
-    """
-    keep = top_p_keep(logits, top_p, top_k, min_tokens_to_keep)
-    keep[:, always_keep] = True
-    return keep
 
 
 class MaskProcessor(LogitsProcessor):
@@ -60,10 +49,10 @@ class MaskProcessor(LogitsProcessor):
         return logits
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        keep = nucleus_keep(self._next_logits(input_ids), self.cfg.top_p, self.cfg.top_k,
-                            self.cfg.min_tokens_to_keep, self.always_keep)
+        keep, masked = top_p_mask(self._next_logits(input_ids), scores, self.cfg.top_p, self.cfg.top_k,
+                                  self.cfg.min_tokens_to_keep, self.always_keep)
         self.keeps.append(keep)
-        return scores.masked_fill(~keep, float("-inf"))
+        return masked
 
     def action_mask(self) -> torch.Tensor:
         """The allowed tokens at every generated position.  (B, T, V) bool"""

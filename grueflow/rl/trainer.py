@@ -253,7 +253,10 @@ class RLTrainer:
         logp = F.log_softmax(masked_logits(scores.logits, action_mask), dim=-1)  # (B, T, V), once for both
         entropy = entropy_from_logprobs(logp if self.cfg.ent_coef else logp.detach())
         outputs = Outputs(token_logprobs(logp, completions), values, entropy)
-        unmasked = outputs.logprobs if action_mask is None else logprobs_from_logits(scores.logits, completions)
+        if action_mask is None:
+            return outputs, outputs.logprobs
+        with torch.no_grad():  # only the rewards' KL penalty reads them, detached: no second softmax to differentiate
+            unmasked = logprobs_from_logits(scores.logits, completions)
         return outputs, unmasked
 
     def critic_hidden(self, prompts: Prompts, completions: torch.Tensor, group_size: int = 1) -> torch.Tensor:

@@ -6,18 +6,19 @@ import torch
 from grueflow.config import GenerationConfig, NLPOConfig
 from grueflow.models import load_pretrained
 from grueflow.models.policy import Policy
-from grueflow.rl.nlpo import MaskProcessor, nucleus_keep
+from grueflow.models.nucleus import top_p_keep
+from grueflow.rl.nlpo import MaskProcessor
 
 
-def test_nucleus_keeps_top_p_mass_min_tokens_and_special_tokens():
+def test_the_mask_keeps_top_p_mass_min_tokens_and_special_tokens():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.1, 0.06, 0.04], [0.96, 0.01, 0.01, 0.01, 0.01]]))
-    keep = nucleus_keep(logits, top_p=0.85, top_k=0, min_tokens_to_keep=1, always_keep=[4])
+    keep = top_p_keep(logits, top_p=0.85, top_k=0, min_tokens_to_keep=1, always_keep=[4])
     assert keep.tolist() == [[True, True, True, False, True], [True, False, False, False, True]]
     probs = logits.exp()
     assert ((probs * keep).sum(-1) >= 0.85).all()
-    assert nucleus_keep(logits, 0.85, top_k=1, min_tokens_to_keep=1, always_keep=[])[0].tolist() == \
+    assert top_p_keep(logits, 0.85, top_k=1, min_tokens_to_keep=1)[0].tolist() == \
         [True, False, False, False, False]
-    assert nucleus_keep(logits, 0.1, top_k=0, min_tokens_to_keep=3, always_keep=[])[1].sum() == 3
+    assert top_p_keep(logits, 0.1, top_k=0, min_tokens_to_keep=3)[1].sum() == 3
 
 
 @pytest.mark.parametrize("kind", ["causal", "seq2seq"])
@@ -35,5 +36,5 @@ def test_incremental_mask_model_matches_a_full_forward_pass(tiny_models, kind):
     with torch.no_grad():
         full_logits = policy.score(prompts, completions, model=mask_model).logits  # one pass, no cache
     for t in range(completions.shape[1]):
-        expected = nucleus_keep(full_logits[:, t], 0.6, 0, 1, list(tokenizer.all_special_ids))
+        expected = top_p_keep(full_logits[:, t], 0.6, 0, 1, list(tokenizer.all_special_ids))
         assert torch.equal(masks[:, t], expected), t

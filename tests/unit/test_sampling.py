@@ -8,7 +8,7 @@ from grueflow.data import DATAPOOLS
 from grueflow.metrics import MetricContext
 from grueflow.metrics.reward import Reward
 from grueflow.models import load_pretrained
-from grueflow.models.policy import Policy, _draw, completion_mask, logprobs_from_logits, shared_groups, top_p_keep
+from grueflow.models.policy import Policy, _draw, completion_mask, logprobs_from_logits, shared_groups
 from grueflow.rl import ALGORITHMS
 from grueflow.rl.trainer import RLTrainer
 from grueflow.seeding import seed_everything
@@ -66,18 +66,6 @@ def test_draw_samples_each_token_with_its_probability():
     counts = torch.bincount(_draw(logits), minlength=4).float() / 40_000
     assert counts[2] == 0
     assert torch.allclose(counts, probs, atol=0.01), counts
-
-
-def test_top_p_keeps_the_smallest_set_reaching_p():
-    logits = torch.tensor([[0.5, 0.3, 0.15, 0.05]]).log()
-    assert top_p_keep(logits, 0.5).tolist() == [[True, False, False, False]]
-    assert top_p_keep(logits, 0.79).tolist() == [[True, True, False, False]]
-    assert top_p_keep(logits, 0.9).tolist() == [[True, True, True, False]]
-    assert top_p_keep(logits, 0.9, top_k=2).tolist() == [[True, True, False, False]]
-    assert top_p_keep(logits, 0.01, min_tokens_to_keep=2).tolist() == [[True, True, False, False]]
-    tied = torch.tensor([[0.4, 0.2, 0.2, 0.2]]).log()  # the nucleus holds 2 tokens; the tie fills in vocabulary order
-    assert top_p_keep(tied, 0.5).tolist() == [[True, True, False, False]]
-    assert top_p_keep(tied, 0.7).tolist() == [[True, True, True, False]]
 
 
 def test_a_reserved_cache_gives_the_logits_of_a_growing_one(tiny_models):
