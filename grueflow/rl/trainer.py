@@ -189,8 +189,11 @@ class RLTrainer:
         policy_params = trainable_parameters(policy.model)
         params = (self.algorithm.optimized_parameters(policy_params, value_params)
                   if hasattr(self.algorithm, "optimized_parameters") else policy_params + value_params)
+        # AdamW's fused kernel: one pass per parameter instead of one operation per term (3 x faster on CPU, issue 6)
+        fused = all(p.device.type in ("cpu", "cuda") for p in params)
         self.optimizer = (torch.optim.RMSprop(params, lr=cfg.learning_rate, alpha=0.99, eps=1e-5)
-                          if cfg.optimizer == "rmsprop" else torch.optim.AdamW(params, lr=cfg.learning_rate, eps=1e-5))
+                          if cfg.optimizer == "rmsprop"
+                          else torch.optim.AdamW(params, lr=cfg.learning_rate, eps=1e-5, fused=fused or None))
         total_updates = cfg.iterations
         schedule = (lambda i: 1.0) if cfg.lr_schedule == "constant" else (lambda i: 1.0 - i / total_updates)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
