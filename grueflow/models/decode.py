@@ -12,8 +12,9 @@ oneDNN layers, LoRA adapters and a fused activation apply as they are) and does 
 
 - token and position embeddings, at positions ``lengths + t`` (left-padded prompts);
 - per block: ``ln_1``, ``c_attn``, the new key and value written into the (reserved) KV cache, one
-  query against the cache (two batched products and a softmax, padding masked with an additive
-  ``-inf`` bias made once per rollout), ``c_proj`` and the residual; ``ln_2``, the MLP and the residual;
+  query against the cache (:func:`grueflow.models.kernels.decode_attention` on a reserved float32 CPU
+  cache, else two batched products and a softmax; padding masked with an additive ``-inf`` bias made
+  once per rollout), ``c_proj`` and the residual; ``ln_2``, the MLP and the residual;
 - ``ln_f`` and the LM head.
 
 The prefill does the same over each group's whole prompt, with a causal and padding bias.
@@ -30,6 +31,8 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 from transformers import DynamicCache
+
+from grueflow.models.kernels import decode_attention
 
 if TYPE_CHECKING:
     from grueflow.models.replay import Recorder
@@ -87,8 +90,12 @@ def gpt2_step(model: Any, attention_mask: torch.Tensor, lengths: torch.Tensor,
             query, key, value = attention.c_attn(block.ln_1(hidden)).split(width, dim=2)
             keys, values = layer.update(key.view(batch, 1, heads, -1).transpose(1, 2),
                                         value.view(batch, 1, heads, -1).transpose(1, 2))  # (B, H, L, D)
-            scores = torch.matmul(query.view(batch, heads, 1, -1) * scaling, keys.transpose(-1, -2)) + step_bias
-            mixed = torch.matmul(scores.softmax(dim=-1), values)  # (B, H, 1, D)
+            if _in_store(layer, keys):
+                mixed = decode_attention(query.view(batch, heads, -1), layer.key_store, layer.value_store, seen,
+                                         step_bias.view(batch, seen), scaling)
+            else:
+                scores = torch.matmul(query.view(batch, heads, 1, -1) * scaling, keys.transpose(-1, -2)) + step_bias
+                mixed = torch.matmul(scores.softmax(dim=-1), values)  # (B, H, 1, D)
             hidden = hidden + attention.c_proj(mixed.view(batch, 1, width))
             mlp = block.mlp
             preact = mlp.c_fc(block.ln_2(hidden))
@@ -101,6 +108,14 @@ def gpt2_step(model: Any, attention_mask: torch.Tensor, lengths: torch.Tensor,
         return model.lm_head(transformer.ln_f(hidden))[:, -1], cache
 
     return step
+
+
+def _in_store(layer: Any, keys: torch.Tensor) -> bool:
+    """Whether ``keys`` are the filled part of ``layer``'s reserved float32 CPU store
+    (:class:`grueflow.models.policy.ReservedLayer`), which :func:`decode_attention` reads, without gradients."""
+    store = getattr(layer, "key_store", None)
+    return (store is not None and keys.data_ptr() == store.data_ptr() and store.dtype == torch.float32
+            and store.device.type == "cpu" and not torch.is_grad_enabled())
 
 
 def padding_bias(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -1,5 +1,6 @@
 """CPU kernels for every loaded model (issue 6): oneDNN linear layers and a lean single-token decode
-attention (:func:`lean_decode_attention`); and the allocator settings the bench runs with (``MALLOC_ENV``).
+attention (:func:`lean_decode_attention`); a numba decode attention over a reserved KV cache for the lean
+GPT-2 step (:func:`decode_attention`); and the allocator settings the bench runs with (``MALLOC_ENV``).
 
 PyTorch's CPU wheel sends a float32 ``nn.Linear`` (and GPT-2's ``Conv1D``) to MKL's sgemm. On this
 project's machine (AMD EPYC, AVX-512, 2 threads) MKL reaches 100-160 GFLOP/s on a transformer's
@@ -24,7 +25,10 @@ from __future__ import annotations
 import types
 from typing import Any, Optional
 
+import numba
+import numpy as np
 import torch
+from numba import njit, prange
 from torch.utils.weak import WeakIdKeyDictionary
 
 _REORDER_ROWS = 64  # the row count oneDNN picks the blocked layout for; any row count may use it
@@ -148,6 +152,73 @@ def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, 
                   else scores + attention_mask)
     out = torch.matmul(scores.softmax(dim=-1), value)  # (B, kv_heads, groups, D)
     return out.reshape(batch, 1, heads, value.shape[-1]), None
+
+
+@njit(parallel=True, fastmath={"reassoc", "contract"}, nogil=True, cache=True)
+def _attend(query: np.ndarray, keys: np.ndarray, values: np.ndarray, filled: int, bias: np.ndarray, scaling: float,
+            out: np.ndarray) -> None:
+    batch, heads, width = query.shape
+    scratch = np.empty((batch * heads, filled), np.float32)
+    for pair in prange(batch * heads):
+        row, head = pair // heads, pair % heads
+        q, scores = query[row, head], scratch[pair]
+        top = np.float32(-np.inf)
+        for position in range(filled):
+            key = keys[row, head, position]
+            dot = np.float32(0.0)
+            for d in range(width):
+                dot += q[d] * key[d]
+            score = dot * scaling + bias[row, position]
+            scores[position] = score
+            top = max(top, score)
+        total = np.float32(0.0)
+        for position in range(filled):
+            scores[position] = np.exp(scores[position] - top)
+            total += scores[position]
+        mixed = out[row, head]
+        mixed[:] = 0.0
+        for position in range(filled):
+            weight, value = scores[position] / total, values[row, head, position]
+            for d in range(width):
+                mixed[d] += weight * value[d]
+
+
+def run_parallel(kernel: Any, *args: Any) -> Any:
+    """A numba ``parallel`` kernel on as many threads as PyTorch uses, PyTorch's thread count left as it was.
+
+    numba's OpenMP threading layer shares PyTorch's OpenMP runtime (the same warm threads, which is what
+    makes these kernels pay on 2 cores: its work-queue layer was slower than PyTorch's own products). Its
+    first launch sets OpenMP's thread count to numba's, which would change PyTorch's: a stage seeded to one
+    thread computed its reductions on two after the first rollout, and a resumed RL run no longer matched a
+    straight one bit for bit.
+    """
+    threads = torch.get_num_threads()
+    numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
+    try:
+        return kernel(*args)
+    finally:
+        if torch.get_num_threads() != threads:
+            torch.set_num_threads(threads)
+
+
+def decode_attention(query: torch.Tensor, key_store: torch.Tensor, value_store: torch.Tensor, filled: int,
+                     bias: torch.Tensor, scaling: float) -> torch.Tensor:
+    """One query per row and head against the first ``filled`` positions of a KV cache: ``softmax(q k^T x
+    scaling + bias) v``.  (B, H, D) queries, (B, H, >= filled, D) contiguous float32 stores on CPU, (B, filled)
+    additive bias -> (B, H, D)
+
+    A decode step's attention is a batched matrix-vector product per row and head (64 x 8 of them for a
+    6 x 512 GPT-2), which MKL's batched product runs at about a third of this machine's memory bandwidth
+    once the step's weights have pushed the cache out of the caches. This kernel streams each row's keys
+    and values once, with the softmax between: a fifth of a 6 x 512 GPT-2's sampling time was these two
+    products, and they take about half as long here. Equal to the products to float rounding (the dot
+    products are summed in another order).
+    """
+    batch, heads, width = query.shape
+    out = torch.empty(batch, heads, width, dtype=torch.float32)
+    run_parallel(_attend, query.contiguous().numpy(), key_store.numpy(), value_store.numpy(), filled, bias.numpy(),
+                 np.float32(scaling), out.numpy())
+    return out
 
 
 def lean_decode_attention(model: Any) -> Any:

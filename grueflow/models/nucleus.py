@@ -27,6 +27,8 @@ import numpy as np
 import torch
 from numba import njit, prange
 
+from grueflow.models.kernels import run_parallel
+
 _DIGITS = (19, 8, 0)  # a float32's 31 value bits as three digits: bits 30..19, 18..8 and 7..0
 _BINS = 1 << 12  # the widest digit
 _SORTED_BIN = 256  # a boundary bin of at most this many tokens is sorted rather than narrowed
@@ -139,8 +141,8 @@ def top_p_keep(logits: torch.Tensor, top_p: float, top_k: int = 0, min_tokens_to
         keep[:, list(always_keep)] = True
         return keep
     probs = logits.detach().float().softmax(dim=-1).contiguous().numpy()
-    return torch.from_numpy(_keep(probs, float(top_p), int(top_k), int(min_tokens_to_keep),
-                                  np.asarray(always_keep, dtype=np.int64)))
+    return torch.from_numpy(run_parallel(_keep, probs, float(top_p), int(top_k), int(min_tokens_to_keep),
+                                         np.asarray(always_keep, dtype=np.int64)))
 
 
 def top_p_mask(logits: torch.Tensor, scores: torch.Tensor, top_p: float, top_k: int = 0, min_tokens_to_keep: int = 1,
@@ -153,8 +155,8 @@ def top_p_mask(logits: torch.Tensor, scores: torch.Tensor, top_p: float, top_k: 
         keep = top_p_keep(logits, top_p, top_k, min_tokens_to_keep, always_keep)
         return keep, scores.masked_fill(~keep, float("-inf"))
     probs = logits.detach().float().softmax(dim=-1).contiguous().numpy()
-    keep, masked = _keep_and_mask(probs, scores.detach().contiguous().numpy(), float(top_p), int(top_k),
-                                  int(min_tokens_to_keep), np.asarray(always_keep, dtype=np.int64))
+    keep, masked = run_parallel(_keep_and_mask, probs, scores.detach().contiguous().numpy(), float(top_p), int(top_k),
+                                int(min_tokens_to_keep), np.asarray(always_keep, dtype=np.int64))
     return torch.from_numpy(keep), torch.from_numpy(masked)
 
 

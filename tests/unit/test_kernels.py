@@ -7,8 +7,8 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
-from grueflow.models.kernels import (ATTENTION, MIN_FEATURES, available, cpu_kernels, lean_decode_attention,
-                                     onednn_linears)
+from grueflow.models.kernels import (ATTENTION, MIN_FEATURES, available, cpu_kernels, decode_attention,
+                                     lean_decode_attention, onednn_linears)
 
 pytestmark = pytest.mark.skipif(not available(), reason="this PyTorch build has no oneDNN linear op")
 
@@ -138,3 +138,31 @@ def test_decode_steps_with_left_padding_equal_sdpa(build):
                 cache, token = out.past_key_values, out.logits[:, -1].argmax(-1)
     for got, expected in zip(fast.steps, plain.steps):
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_decode_attention_equals_softmax_of_two_products_over_the_filled_cache():
+    """One query per row and head against a reserved store filled to 9 of 12 positions, two rows' first
+    keys masked as left padding."""
+    torch.manual_seed(0)
+    query, store_k, store_v = torch.randn(3, 4, 16), torch.randn(3, 4, 12, 16), torch.randn(3, 4, 12, 16)
+    store_k[:, :, 9:], store_v[:, :, 9:] = float("nan"), float("nan")  # past the filled part: never read
+    bias = torch.zeros(3, 9)
+    bias[0, :2], bias[2, :1] = float("-inf"), float("-inf")
+    scores = (query[:, :, None] * 0.25) @ store_k[:, :, :9].transpose(-1, -2) + bias[:, None, None]
+    expected = (scores.softmax(dim=-1) @ store_v[:, :, :9])[:, :, 0]
+    got = decode_attention(query, store_k, store_v, 9, bias, 0.25)
+    assert torch.allclose(got, expected, atol=1e-6)
+
+
+def test_numba_kernels_leave_pytorchs_thread_count_as_it_was():
+    """numba's OpenMP layer shares PyTorch's runtime; its first launch would set PyTorch's thread count too."""
+    from grueflow.models.nucleus import top_p_keep
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        decode_attention(torch.randn(2, 2, 4), torch.randn(2, 2, 3, 4), torch.randn(2, 2, 3, 4), 3, torch.zeros(2, 3), 0.5)
+        top_p_keep(torch.randn(2, 10), 0.5)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
