@@ -62,6 +62,20 @@ CHECKPOINT_UNIT = "iteration"  # checkpoints are <resume dir>/iteration<k>/
 VALUE_FILE = "value_head.safetensors"
 
 
+class AdamW(torch.optim.AdamW):
+    """PyTorch's AdamW whose fused kernel (one pass per parameter) also bumps each updated weight's version
+    counter, as every other in-place update does. The fused kernel writes the weights without bumping it, and
+    what is keyed on versions would silently keep the old weights: the CPU backend's reordered oneDNN weights,
+    a kept sampling pass's stale-weights guard."""
+
+    def step(self, closure: Any = None) -> Any:
+        loss = super().step(closure)
+        if self.defaults.get("fused"):
+            torch.autograd.graph.increment_version([p for g in self.param_groups for p in g["params"]
+                                                    if p.grad is not None])
+        return loss
+
+
 class ValueHead(torch.nn.Module):
     """A scalar value per token from the policy's last hidden state (the policy trunk is shared)."""
 
@@ -189,11 +203,10 @@ class RLTrainer:
         policy_params = trainable_parameters(policy.model)
         params = (self.algorithm.optimized_parameters(policy_params, value_params)
                   if hasattr(self.algorithm, "optimized_parameters") else policy_params + value_params)
-        # AdamW's fused kernel: one pass per parameter instead of one operation per term (3 x faster on CPU, issue 6)
-        fused = all(p.device.type in ("cpu", "cuda") for p in params)
+        fused = all(p.device.type in ("cpu", "cuda") for p in params)  # AdamW's kernel: one pass per parameter
         self.optimizer = (torch.optim.RMSprop(params, lr=cfg.learning_rate, alpha=0.99, eps=1e-5)
                           if cfg.optimizer == "rmsprop"
-                          else torch.optim.AdamW(params, lr=cfg.learning_rate, eps=1e-5, fused=fused or None))
+                          else AdamW(params, lr=cfg.learning_rate, eps=1e-5, fused=fused or None))
         total_updates = cfg.iterations
         schedule = (lambda i: 1.0) if cfg.lr_schedule == "constant" else (lambda i: 1.0 - i / total_updates)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)

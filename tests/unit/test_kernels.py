@@ -166,3 +166,21 @@ def test_numba_kernels_leave_pytorchs_thread_count_as_it_was():
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(threads)
+
+
+def test_the_trainers_fused_adamw_step_reaches_the_onednn_forward():
+    """PyTorch's fused AdamW writes weights without bumping their version counters; the trainer's AdamW bumps
+    them, so the reordered oneDNN weights follow every step (a stale copy would keep the initial policy)."""
+    from grueflow.rl.trainer import AdamW
+
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=300, n_layer=1, n_embd=MIN_FEATURES, n_head=2)
+    model, plain = cpu_kernels(GPT2LMHeadModel(config).eval()), GPT2LMHeadModel(config).eval()
+    ids = torch.randint(0, 300, (2, 8))
+    optimizer = AdamW(model.parameters(), lr=1e-2, fused=True)
+    for _ in range(2):
+        model(ids).logits.sum().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        plain.load_state_dict(model.state_dict())
+        assert torch.allclose(model(ids).logits, plain(ids).logits, atol=1e-4)
