@@ -1,10 +1,11 @@
-"""Data-parallel training inside one stage (issue 8): N processes started by ``accelerate launch``.
+"""Data-parallel training inside one stage: N processes started by ``accelerate launch``.
 
 Each process holds a full replica of the trained model, takes its shard of every batch (warm start) or
 rollout (RL), and averages its gradients with the others' before the optimiser step, so every replica
 takes the same step and the replicas stay identical; only the main process writes outputs. The process
 group is the one ``accelerate launch`` sets up (``WORLD_SIZE``, ``RANK``, ...), through accelerate's
-``PartialState``; models stay on the CPU in the stages for now, so the group uses the gloo backend.
+``PartialState``: NCCL when the stage runs on CUDA (one GPU per process, ``cuda:LOCAL_RANK``), gloo on the CPU.
+Every tensor a collective reduces is made on the stage's device.
 
 A stage whose params ask for ``processes: N`` re-runs itself under ``accelerate launch`` (see
 :func:`grueflow.stage.relaunch_data_parallel`), so Snakemake and DVC call the same command line.
@@ -19,7 +20,11 @@ from typing import Any, Iterable, Sequence, TypeVar
 
 import torch
 
+from grueflow.config import ConfigError
+
 T = TypeVar("T")
+SHARDING_LAUNCHES = ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED")  # what accelerate launch sets for them
+CPU = torch.device("cpu")
 
 
 @dataclass(frozen=True)
@@ -28,16 +33,24 @@ class DataParallel:
 
     rank: int = 0
     world_size: int = 1
+    device: torch.device = CPU
 
     @classmethod
-    def from_env(cls) -> "DataParallel":
-        """The process group ``accelerate launch`` started this process in, or a lone process."""
+    def from_env(cls, device: torch.device = CPU) -> "DataParallel":
+        """The process group ``accelerate launch`` started this process in (NCCL for a CUDA ``device``, gloo
+        for the CPU), or a lone process."""
+        sharded = [name for name in SHARDING_LAUNCHES if os.environ.get(name, "").lower() in ("1", "true")]
+        if sharded:
+            raise ConfigError(f"this stage was launched to shard its model ({sharded[0]} is set by the accelerate "
+                              "config); grueflow's stages train whole replicas data-parallel and shard nothing: "
+                              "launch with distributed_type: MULTI_GPU (or the stage's own processes: N), and use "
+                              "lora: for a model whose full fine-tuning does not fit one GPU")
         if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
-            return cls()
+            return cls(device=device)
         from accelerate import PartialState
 
-        state = PartialState(cpu=True)  # the stages keep models on the CPU: gloo
-        return cls(state.process_index, state.num_processes)
+        state = PartialState(cpu=device.type == "cpu")
+        return cls(state.process_index, state.num_processes, device)
 
     @property
     def enabled(self) -> bool:
@@ -61,7 +74,7 @@ class DataParallel:
 
     def sum(self, values: Iterable[float]) -> list[float]:
         """Element-wise sums of ``values`` over every process (float64)."""
-        tensor = torch.tensor(list(values), dtype=torch.float64)
+        tensor = torch.tensor(list(values), dtype=torch.float64, device=self.device)
         if self.enabled:
             torch.distributed.all_reduce(tensor)
         return tensor.tolist()

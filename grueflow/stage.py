@@ -15,6 +15,7 @@ from tqdm import tqdm
 
 from grueflow import io
 from grueflow.config import ConfigError
+from grueflow.device import DEVICE_CHOICES, DEVICE_ENV, PRECISIONS, Execution
 from grueflow.hub import HubUnreachableError
 from grueflow.models.gguf import ModelFetchError
 
@@ -23,6 +24,25 @@ def parser(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
+
+
+def add_execution(p: argparse.ArgumentParser) -> None:
+    """``--device`` (an execution setting: never a rerun trigger) and ``--precision`` (the suite's param)."""
+    p.add_argument("--device", default=None,
+                   help=f"where to compute: {DEVICE_CHOICES} (default: ${DEVICE_ENV}, else auto = CUDA when available)")
+    p.add_argument("--precision", default="auto", choices=PRECISIONS,
+                   help="the suite's precision param: fp32, bf16, or auto (bf16 on CUDA, fp32 on the CPU)")
+
+
+def execution(args: argparse.Namespace) -> Execution:
+    """The stage's device and precision from ``--device`` / ``$GRUEFLOW_DEVICE`` and ``--precision``; a device
+    that is not there fails here, before any model loads (exit 2 through :func:`main_guard`)."""
+    from grueflow.device import execution as resolve
+
+    chosen = resolve(args.device, args.precision)
+    logging.getLogger("stage").info("device %s, precision %s, fast paths %s", chosen.device, chosen.precision,
+                                    "on" if chosen.fast else "off")
+    return chosen
 
 
 def seed(text: str) -> int:
@@ -104,7 +124,8 @@ def relaunch_data_parallel(processes: int, threads: int) -> None:
 
 
 def finish(out_dir: Path, stage: str, params: Any, inputs: dict[str, Path], started: float, **extra: Any) -> None:
-    """Write the stage record into the finished ``out_dir`` (see :func:`grueflow.io.write_stage_record`)."""
+    """Write the stage record into the finished ``out_dir`` (see :func:`grueflow.io.write_stage_record`);
+    a stage that runs models passes ``execution=<Execution.record()>`` among ``extra``."""
     io.write_stage_record(out_dir, stage=stage, params=params, inputs=inputs,
                           wall_time_s=time.perf_counter() - started, extra=extra or None)
 

@@ -1,20 +1,24 @@
 """Model sources (the model registry) and loading of causal / seq2seq policies.
 
-Every model, tiny, pretrained or GGUF, is loaded through ``AutoModel*.from_pretrained`` in float32.
+Every model, tiny, pretrained or GGUF, is loaded through ``AutoModel*.from_pretrained``: in float32 when it
+trains, in the execution's frozen dtype (bf16 under bf16) when it stays frozen, on the execution's device,
+and prepared by the stage's speed backend (:mod:`grueflow.models.backend`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from grueflow.config import ConfigError
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
 from grueflow.io import MissingDataError, read_json
 from grueflow.models.gguf import GgufWheel
-from grueflow.models.kernels import cpu_kernels
 from grueflow.registry import Registry
+
+if TYPE_CHECKING:
+    from grueflow.models.backend import Backend
 
 Kind = Literal["causal", "seq2seq"]
 MODELS: Registry = Registry("model")
@@ -124,16 +128,22 @@ def _offline_hint(name: str) -> str:
             f"(`hf download {name} --local-dir DIR`) and set the task's model.name_or_path to DIR")
 
 
-def load_pretrained(name_or_path: str | Path, kind: Kind | None = None,
-                    trust_remote_code: bool = False) -> tuple[Any, Any]:
-    """(model, tokenizer) in float32 from a local folder or a hub id, with a clear offline error.
+def load_pretrained(name_or_path: str | Path, kind: Kind | None = None, trust_remote_code: bool = False,
+                    backend: Optional["Backend"] = None, frozen: bool = False) -> tuple[Any, Any]:
+    """(model, tokenizer) from a local folder or a hub id, with a clear offline error, in eval mode.
 
-    ``trust_remote_code`` comes from the task's ``model.trust_remote_code`` param only (default false):
-    transformers then refuses architectures whose code ships with the model rather than run it.
+    The model is float32 (it may train), or, when ``frozen``, the dtype the backend's execution gives frozen
+    models (bf16 under bf16) without gradients; it is placed on the backend's device (default: the CPU) and
+    prepared by the backend. ``trust_remote_code`` comes from the task's ``model.trust_remote_code`` param only
+    (default false): transformers then refuses architectures whose code ships with the model rather than run it.
     """
     import torch
     from transformers import AutoConfig, AutoTokenizer
 
+    from grueflow.models.backend import select
+
+    backend = backend if backend is not None else select()
+    execution = backend.execution
     name = str(name_or_path)
     local_only = Path(name).exists() or not hub_reachable()  # never wait on an unreachable hub
     remote = {"local_files_only": local_only, "trust_remote_code": trust_remote_code}
@@ -146,26 +156,12 @@ def load_pretrained(name_or_path: str | Path, kind: Kind | None = None,
         raise HubUnreachableError(_offline_hint(name)) from err
     if kind is None:
         kind = "seq2seq" if getattr(config, "is_encoder_decoder", False) else "causal"
-    model = _auto_class(kind).from_pretrained(name, dtype=torch.float32, **remote)
+    dtype = execution.frozen_dtype if frozen else torch.float32
+    model = _auto_class(kind).from_pretrained(name, dtype=dtype, **remote).to(execution.device)
     model.eval()
-    return cpu_kernels(fused_activations(model)), tokenizer
-
-
-def fused_activations(model: Any) -> Any:
-    """``model`` with every ``gelu_new`` activation (GPT-2, T5 v1.1: eight element-wise ops, each a pass over
-    the activations, forward and backward) swapped for PyTorch's fused ``gelu(approximate="tanh")``, in place.
-
-    The same function (Hendrycks and Gimpel 2016, tanh form), equal to float rounding (~1e-7); transformers
-    ships it as ``gelu_pytorch_tanh``. On a 6 x 512 GPT-2 this is a tenth of an RL step on CPU (issue 6).
-    The saved config is untouched, so a saved model reloads as it was.
-    """
-    from transformers.activations import GELUTanh, NewGELUActivation
-
-    for parent in list(model.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is NewGELUActivation:
-                setattr(parent, name, GELUTanh())
-    return model
+    if frozen:
+        model.requires_grad_(False)
+    return backend.prepare(model), tokenizer
 
 
 CAUSAL_POSITION_KEYS = ("n_positions", "max_position_embeddings")  # GPT-2; Llama and most others

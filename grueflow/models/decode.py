@@ -1,14 +1,13 @@
-"""A lean prefill and single-token decode step for GPT-2 (issue 6): what :func:`grueflow.models.policy.prefill`
-does for a ``GPT2LMHeadModel``, in about twenty tensor operations per block instead of a call through
-transformers' model, and (with a :class:`grueflow.models.replay.Recorder`) keeping the activations that
-the update's backward pass needs.
+"""A lean GPT-2 prefill and single-token decode step, the CPU backend's (:class:`grueflow.models.backend.CpuKernels`):
+what :meth:`grueflow.models.backend.Backend.start` computes for a ``GPT2LMHeadModel``, in about twenty tensor
+operations per block instead of a call through transformers' model, and (with a
+:class:`grueflow.models.replay.Recorder`) keeping the activations that the update's backward pass needs.
 
 A decode step of ``model(input_ids=..., cache=...)`` runs some 120 tensor operations per GPT-2 block
 (shape bookkeeping, the causal mask built again from the whole attention mask, output dataclasses)
-around nine real ones. On CPU that overhead is a large part of a small model's step: at 64 rows this
-step takes 2.8 ms where transformers' takes 3.9 for a 2 x 128 GPT-2, and about 27 ms against 30 at
-6 x 512 (measured on this project's 2-core machine). It calls the model's own modules (so grueflow's
-oneDNN layers, LoRA adapters and a fused activation apply as they are) and does the rest directly:
+around nine real ones; on a CPU that overhead is a large part of a small model's step (``bench/RESULTS.md``).
+This step calls the model's own modules (so oneDNN layers, LoRA adapters and a fused activation apply as
+they are) and does the rest directly:
 
 - token and position embeddings, at positions ``lengths + t`` (left-padded prompts);
 - per block: ``ln_1``, ``c_attn``, the new key and value written into the (reserved) KV cache, one

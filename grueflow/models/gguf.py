@@ -132,8 +132,9 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def load_gguf(gguf_path: Path) -> tuple[Any, Any]:
-    """(model, tokenizer) from a GGUF file: every weight dequantized to float32, no quantization config left.
+def load_gguf(gguf_path: Path, backend: Any = None) -> tuple[Any, Any]:
+    """(model, tokenizer) from a GGUF file: every weight dequantized to float32, no quantization config left,
+    on the device of ``backend`` (a :class:`grueflow.models.backend.Backend`; default the CPU) and prepared by it.
 
     ``GgufConfig(dequantize=True)`` makes transformers unpack every block at load time even where a
     GGUF matmul kernel is installed, so the result is a plain dense model that trains, takes LoRA
@@ -142,8 +143,9 @@ def load_gguf(gguf_path: Path) -> tuple[Any, Any]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
-    from grueflow.models.kernels import cpu_kernels
+    from grueflow.models.backend import select
 
+    backend = backend if backend is not None else select()
     folder, name = str(gguf_path.parent), gguf_path.name
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
@@ -155,4 +157,4 @@ def load_gguf(gguf_path: Path) -> tuple[Any, Any]:
     if quantizer is not None:  # re-saving a model that still carries a GGUF quantization config fails
         quantizer.remove_quantization_config(model)
     model.eval()
-    return cpu_kernels(model), tokenizer
+    return backend.prepare(model.to(backend.execution.device)), tokenizer

@@ -1,17 +1,19 @@
-"""CPU kernels for every loaded model (issue 6): oneDNN linear layers and a lean single-token decode
-attention (:func:`lean_decode_attention`); a numba decode attention over a reserved KV cache for the lean
-GPT-2 step (:func:`decode_attention`); and the allocator settings the bench runs with (``MALLOC_ENV``).
+"""The CPU backend's kernels (:class:`grueflow.models.backend.CpuKernels`, float32 on the CPU only): oneDNN
+linear layers and a lean single-token decode attention (:func:`lean_decode_attention`); a numba decode
+attention over a reserved KV cache for the lean GPT-2 step (:func:`decode_attention`); the fused tanh GELU
+(:func:`fused_activations`); and the allocator settings the bench runs with (``MALLOC_ENV``). What each
+saves is measured in ``bench/RESULTS.md``.
 
-PyTorch's CPU wheel sends a float32 ``nn.Linear`` (and GPT-2's ``Conv1D``) to MKL's sgemm. On this
-project's machine (AMD EPYC, AVX-512, 2 threads) MKL reaches 100-160 GFLOP/s on a transformer's
-shapes, and oneDNN's matmul with its weight reordered once into oneDNN's blocked layout 170-210:
-a 64-row decode step of a 512-wide layer, and the 2,000-row update pass alike. This module swaps the
-forward of every float32 CPU linear layer of at least ``MIN_FEATURES`` inputs and outputs for oneDNN's
-(``torch.ops.mkldnn._linear_pointwise``, the op TorchInductor emits for frozen CPU linears), in place:
+PyTorch's CPU wheel sends a float32 ``nn.Linear`` (and GPT-2's ``Conv1D``) to MKL's sgemm; oneDNN's matmul
+with its weight reordered once into oneDNN's blocked layout runs a transformer's shapes faster on AVX-512
+CPUs. This module swaps the forward of every float32 CPU linear layer of at least ``MIN_FEATURES`` inputs
+and outputs for oneDNN's (``torch.ops.mkldnn._linear_pointwise``, the op TorchInductor emits for frozen CPU
+linears), in place:
 
 - the reordered weight is kept per weight tensor and made again when the weight changes (an optimiser
-  step, ``load_state_dict``: the tensor's version counter moves), so generation, the reference pass
-  and the update's forward reuse one reorder per optimiser step;
+  step, ``load_state_dict``: the tensor's version counter moves; an optimiser whose kernel writes weights
+  without moving it must move it, as :class:`grueflow.rl.trainer.AdamW` does), so generation, the reference
+  pass and the update's forward reuse one reorder per optimiser step;
 - with gradients, a custom autograd function runs the same forward, and its backward computes the
   input's gradient with oneDNN and the weight's with ``mm``; under ``create_graph`` (TRPO's
   Fisher-vector products) the backward is plain differentiable ops, so second derivatives stay exact.
@@ -186,11 +188,9 @@ def _attend(query: np.ndarray, keys: np.ndarray, values: np.ndarray, filled: int
 def run_parallel(kernel: Any, *args: Any) -> Any:
     """A numba ``parallel`` kernel on as many threads as PyTorch uses, PyTorch's thread count left as it was.
 
-    numba's OpenMP threading layer shares PyTorch's OpenMP runtime (the same warm threads, which is what
-    makes these kernels pay on 2 cores: its work-queue layer was slower than PyTorch's own products). Its
-    first launch sets OpenMP's thread count to numba's, which would change PyTorch's: a stage seeded to one
-    thread computed its reductions on two after the first rollout, and a resumed RL run no longer matched a
-    straight one bit for bit.
+    numba's OpenMP threading layer shares PyTorch's OpenMP runtime (the same warm threads). Its first launch
+    sets OpenMP's thread count to numba's, which would change PyTorch's, and with it the summation order of
+    PyTorch's reductions: results depend on the thread count, so it is restored.
     """
     threads = torch.get_num_threads()
     numba.set_num_threads(min(threads, numba.config.NUMBA_NUM_THREADS))
@@ -207,15 +207,13 @@ def decode_attention(query: torch.Tensor, key_store: torch.Tensor, value_store: 
     scaling + bias) v``.  (B, H, D) queries, (B, H, >= filled, D) contiguous float32 stores on CPU, (B, filled)
     additive bias -> (B, H, D)
 
-    A decode step's attention is a batched matrix-vector product per row and head (64 x 8 of them for a
-    6 x 512 GPT-2), which MKL's batched product runs at about a third of this machine's memory bandwidth
-    once the step's weights have pushed the cache out of the caches. This kernel streams each row's keys
-    and values once, with the softmax between: a fifth of a 6 x 512 GPT-2's sampling time was these two
-    products, and they take about half as long here. Equal to the products to float rounding (the dot
-    products are summed in another order).
+    A decode step's attention is a batched matrix-vector product per row and head, which MKL's batched
+    product runs well below the memory bandwidth once the step's weights have pushed the cache out of the
+    CPU caches. This kernel streams each row's keys and values once, with the softmax between. Equal to the
+    products to float rounding (the dot products are summed in another order).
     """
     batch, heads, width = query.shape
-    out = torch.empty(batch, heads, width, dtype=torch.float32)
+    out = torch.empty(batch, heads, width, dtype=torch.float32, device=query.device)
     run_parallel(_attend, query.contiguous().numpy(), key_store.numpy(), value_store.numpy(), filled, bias.numpy(),
                  np.float32(scaling), out.numpy())
     return out
@@ -237,12 +235,27 @@ def lean_decode_attention(model: Any) -> Any:
 
 # glibc's allocator told to reuse freed memory for tensors of up to 32 MB instead of returning it. By default
 # each allocation above its adaptive mmap threshold gets fresh pages from the kernel, unmapped again on free,
-# so every activation, logits or gradient tensor of a training step pays its page faults again: in this
-# project's VM a tenth to a quarter of a 6 x 512 GPT-2's RL step, and most of its variance (issue 6). The
-# bench runs every method (TRL's too) with these set; stages do not, because on the tests' tiny models they
-# made a stage slower (a killed-and-resumed RL stage test took 62 s instead of 43).
+# so every activation, logits or gradient tensor of a training step pays its page faults again. The bench
+# runs every method (TRL's too) with these set; stages do not (on small models they cost more than they
+# save: bench/RESULTS.md).
 MALLOC_ENV = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
               "MALLOC_TOP_PAD_": str(256 << 20)}
+
+
+def fused_activations(model: Any) -> Any:
+    """``model`` with every ``gelu_new`` activation (GPT-2, T5 v1.1: eight element-wise ops, each a pass over
+    the activations, forward and backward) swapped for PyTorch's fused ``gelu(approximate="tanh")``, in place.
+
+    The same function (Hendrycks and Gimpel 2016, tanh form), equal to float rounding (~1e-7); transformers
+    ships it as ``gelu_pytorch_tanh``. The saved config is untouched, so a saved model reloads as it was.
+    """
+    from transformers.activations import GELUTanh, NewGELUActivation
+
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is NewGELUActivation:
+                setattr(parent, name, GELUTanh())
+    return model
 
 
 def cpu_kernels(model: Any) -> Any:

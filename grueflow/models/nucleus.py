@@ -1,18 +1,18 @@
-"""Top-p (nucleus) selection (issue 6): ``generate``'s top-p rule for sampling, and NLPO's action mask at
-every generated token.
+"""Top-p (nucleus) selection: ``generate``'s top-p rule for sampling, and NLPO's action mask at every
+generated token.
 
 The nucleus is the smallest set of most likely tokens whose probability reaches ``top_p``: sorted
-descending, token ``i`` is in it while the mass before it is below ``top_p``. Sorting 64 rows of 2,048
-probabilities takes NumPy about 1.3 ms on this project's 2-core machine and ``torch.sort`` about 3.8,
-once per generated token, and NLPO's mask model needs a nucleus at every step.
+descending, token ``i`` is in it while the mass before it is below ``top_p``. A sort per row and per
+generated token is a large share of a small model's CPU sampling step (``bench/RESULTS.md``), and NLPO's
+mask model needs a nucleus at every step.
 
 On the CPU only the boundary is ordered. A non-negative float32 orders as its bit pattern, so a
 histogram of probability mass over the top 12 bits (exponent and 4 mantissa bits), ranked high to
 low, locates the bin where the mass crosses ``top_p``: every token in a higher bin is in, every token
 in a lower bin out. Only the tokens of that bin are sorted; a bin of more than ``_SORTED_BIN`` tokens
 (a nearly flat distribution) is narrowed by the next 11 bits, then the last 8, the same way. A row
-takes a few passes over its vocabulary, and rows run in parallel (numba): about 0.4 ms for 64 x 2,048
-where sorting took 1.9 (softmax and mask included). Other devices sort (:func:`_sorted_keep`).
+takes a few passes over its vocabulary, and rows run in parallel (numba). Other devices, and ``fast=False``
+(the plain backend), sort (:func:`_sorted_keep`).
 
 Both give the same nucleus, ties at its edge filled in vocabulary order. The histogram sums masses
 in float64 and in another order than a cumulative sum, so a row whose mass reaches ``top_p`` within
@@ -129,14 +129,15 @@ def _keep_and_mask(probs: np.ndarray, scores: np.ndarray, top_p: float, top_k: i
 
 
 def top_p_keep(logits: torch.Tensor, top_p: float, top_k: int = 0, min_tokens_to_keep: int = 1,
-               always_keep: Sequence[int] = ()) -> torch.Tensor:
+               always_keep: Sequence[int] = (), fast: bool = True) -> torch.Tensor:
     """The nucleus of each row of ``logits``: the smallest set of most likely tokens whose probability
     reaches ``top_p`` (every token at ``top_p`` >= 1), capped at ``top_k`` tokens when ``top_k`` > 0 and
-    never fewer than ``min_tokens_to_keep``; the ``always_keep`` ids are allowed besides.
+    never fewer than ``min_tokens_to_keep``; the ``always_keep`` ids are allowed besides. The numba
+    histogram runs on CPU float32 logits when ``fast``; anything else sorts.
     (B, V) logits -> (B, V) bool
     """
     _check(top_p, min_tokens_to_keep)
-    if logits.device.type != "cpu":
+    if logits.device.type != "cpu" or not fast:
         keep = _sorted_keep(logits.detach(), top_p, top_k, min_tokens_to_keep)
         keep[:, list(always_keep)] = True
         return keep
@@ -146,13 +147,13 @@ def top_p_keep(logits: torch.Tensor, top_p: float, top_k: int = 0, min_tokens_to
 
 
 def top_p_mask(logits: torch.Tensor, scores: torch.Tensor, top_p: float, top_k: int = 0, min_tokens_to_keep: int = 1,
-               always_keep: Sequence[int] = ()) -> tuple[torch.Tensor, torch.Tensor]:
+               always_keep: Sequence[int] = (), fast: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`top_p_keep` of ``logits``, and ``scores`` with every token outside it at -inf (a new tensor):
     NLPO's mask model choosing which of the policy's tokens may be drawn.  (B, V), (B, V) -> (B, V) bool, (B, V)
     """
     _check(top_p, min_tokens_to_keep)
-    if logits.device.type != "cpu" or scores.dtype != torch.float32:
-        keep = top_p_keep(logits, top_p, top_k, min_tokens_to_keep, always_keep)
+    if logits.device.type != "cpu" or scores.dtype != torch.float32 or not fast:
+        keep = top_p_keep(logits, top_p, top_k, min_tokens_to_keep, always_keep, fast)
         return keep, scores.masked_fill(~keep, float("-inf"))
     probs = logits.detach().float().softmax(dim=-1).contiguous().numpy()
     keep, masked = run_parallel(_keep_and_mask, probs, scores.detach().contiguous().numpy(), float(top_p), int(top_k),

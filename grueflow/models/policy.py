@@ -7,20 +7,17 @@ EOS and 0 after it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from transformers import LogitsProcessorList
-from transformers.cache_utils import DynamicLayer
-from transformers.modeling_outputs import BaseModelOutput
 
 from grueflow.config import GenerationConfig
 from grueflow.models import Kind
-from grueflow.models.decode import StepFn, gpt2_prefill, gpt2_step, supports_lean_step
-from grueflow.models.nucleus import top_p_keep
-from grueflow.models.replay import Recorder, Replay, supports_replay
+from grueflow.models.backend import Backend, SampledLogits, prefix_forward, select, shared_encoder
 
 
 class Prompts(NamedTuple):
@@ -29,8 +26,8 @@ class Prompts(NamedTuple):
 
 
 class Scores(NamedTuple):
-    logits: torch.Tensor  # (B, T, V) next-token logits for each completion token
-    hidden: torch.Tensor | None  # (B, T, H) last hidden state before each completion token
+    logits: torch.Tensor  # (B, T, V) float32 next-token logits for each completion token
+    hidden: torch.Tensor | None  # (B, T, H) float32 last hidden state before each completion token
 
 
 def completion_mask(completions: torch.Tensor, eos_token_id: int) -> torch.Tensor:
@@ -59,10 +56,11 @@ def _draw(logits: torch.Tensor) -> torch.Tensor:
     """One token per row from ``softmax(logits)`` by inverse-CDF sampling.  (B, V) -> (B,)
 
     ``P(token = k) = p_k`` exactly: ``u ~ U[0, sum p)`` falls in ``[cdf_{k-1}, cdf_k)`` with
-    probability ``p_k``, and a masked token (``p_k = 0``) has an empty interval.
+    probability ``p_k``, and a masked token (``p_k = 0``) has an empty interval. ``u`` comes from the
+    generator of the logits' device.
     """
     cdf = logits.softmax(dim=-1).cumsum(dim=-1)
-    u = torch.rand(logits.shape[0], 1) * cdf[:, -1:]
+    u = torch.rand(logits.shape[0], 1, device=logits.device) * cdf[:, -1:]
     return torch.searchsorted(cdf, u, right=True).squeeze(1).clamp(max=logits.shape[-1] - 1)
 
 
@@ -73,109 +71,6 @@ def shared_groups(prompts: Prompts, group_size: int) -> int:
         return 1
     ids = prompts.input_ids.view(batch // group_size, group_size, -1)
     return group_size if bool((ids == ids[:, :1]).all()) else 1
-
-
-def _prefix_forward(model: Any, prompts: Prompts, group_size: int, **kwargs: Any) -> tuple[Any, Any]:
-    """A causal model over each group's prompt once (rows ``::group_size``): its outputs (per group) and
-    its KV cache, repeated to the whole batch."""
-    ids, attention = prompts.input_ids[::group_size], prompts.attention_mask[::group_size]
-    positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
-    out = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True, **kwargs)
-    cache = out.past_key_values
-    if group_size > 1:
-        cache.batch_repeat_interleave(group_size)
-    return out, cache
-
-
-def _shared_encoder(model: Any, prompts: Prompts, group_size: int) -> BaseModelOutput:
-    """A seq2seq model's encoder over each group's prompt once, repeated to the whole batch."""
-    hidden = model.get_encoder()(input_ids=prompts.input_ids[::group_size],
-                                 attention_mask=prompts.attention_mask[::group_size]).last_hidden_state
-    return BaseModelOutput(last_hidden_state=hidden.repeat_interleave(group_size, 0))
-
-
-class ReservedLayer(DynamicLayer):
-    """A KV-cache layer with room for ``extra`` more positions, written in place.
-
-    transformers' ``DynamicLayer`` concatenates every new position onto the whole cache, copying it once
-    per generated token (a fifth of a 6 x 512 GPT-2's sampling time on CPU, issue 6); this one copies
-    each new key and value once. ``keys``/``values`` are views of the filled part, so the model sees
-    exactly what ``DynamicLayer`` would give it. Past the reserved room it falls back to concatenation.
-    """
-
-    def __init__(self, layer: DynamicLayer, extra: int) -> None:
-        super().__init__()
-        batch, heads, filled, width = layer.keys.shape
-        self.device, self.is_initialized, self.filled = layer.keys.device, True, filled
-        self.key_store = layer.keys.new_empty(batch, heads, filled + extra, width)
-        self.value_store = layer.values.new_empty(batch, heads, filled + extra, layer.values.shape[-1])
-        self.key_store[:, :, :filled] = layer.keys
-        self.value_store[:, :, :filled] = layer.values
-        self.keys, self.values = self.key_store[:, :, :filled], self.value_store[:, :, :filled]
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-        end = self.filled + key_states.shape[-2]
-        if end > self.key_store.shape[2]:
-            return super().update(key_states, value_states)
-        self.key_store[:, :, self.filled:end] = key_states
-        self.value_store[:, :, self.filled:end] = value_states
-        self.filled = end
-        self.keys, self.values = self.key_store[:, :, :end], self.value_store[:, :, :end]
-        return self.keys, self.values
-
-
-def reserve_cache(cache: Any, extra: int) -> Any:
-    """``cache`` with every filled self-attention layer given room for ``extra`` more positions (in place)."""
-    target = getattr(cache, "self_attention_cache", cache)  # an encoder-decoder cache: its decoder side
-    target.layers = [ReservedLayer(layer, extra) if type(layer) is DynamicLayer and layer.is_initialized else layer
-                     for layer in target.layers]
-    return cache
-
-
-def prefill(model: Any, kind: Kind, prompts: Prompts, group_size: int = 1, record: Optional[Recorder] = None
-            ) -> tuple[torch.Tensor, Any, StepFn]:
-    """Start incremental decoding: the first next-token logits (B, V), the KV cache, and
-    ``step(token, cache, t)`` -> (logits of the token after ``token`` (B, V), cache), ``t`` counting from 0.
-
-    Each group of ``group_size`` identical prompts is encoded once (:func:`_prefix_forward`). A GPT-2 is run
-    by :func:`grueflow.models.decode.gpt2_prefill` and :func:`~grueflow.models.decode.gpt2_step`, which skip
-    transformers' per-call overhead (and keep its activations in ``record``, given only where
-    :func:`grueflow.models.replay.supports_replay`).
-    """
-    batch = prompts.input_ids.shape[0]
-    if kind == "causal":
-        lengths = prompts.attention_mask.sum(1, keepdim=True)  # (B, 1)
-        if supports_lean_step(model):
-            first, cache = gpt2_prefill(model, prompts.input_ids[::group_size], prompts.attention_mask[::group_size],
-                                        record)
-            if group_size > 1:
-                cache.batch_repeat_interleave(group_size)
-            return (first.repeat_interleave(group_size, 0), cache,
-                    gpt2_step(model, prompts.attention_mask, lengths, record))
-        out, cache = _prefix_forward(model, prompts, group_size, logits_to_keep=1)
-        first = out.logits[:, -1].repeat_interleave(group_size, 0)
-        attention = prompts.attention_mask
-
-        def causal_step(token: torch.Tensor, cache: Any, t: int) -> tuple[torch.Tensor, Any]:
-            nonlocal attention
-            attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
-            step_out = model(input_ids=token[:, None], attention_mask=attention, position_ids=lengths + t,
-                             cache=cache, use_cache=True)
-            return step_out.logits[:, -1], step_out.past_key_values
-
-        return first, cache, causal_step
-    encoder = _shared_encoder(model, prompts, group_size)
-    start = torch.full((batch, 1), model.config.decoder_start_token_id, dtype=torch.long)
-    out = model(encoder_outputs=encoder, attention_mask=prompts.attention_mask, decoder_input_ids=start,
-                use_cache=True)
-
-    def seq2seq_step(token: torch.Tensor, cache: Any, t: int) -> tuple[torch.Tensor, Any]:
-        step_out = model(encoder_outputs=encoder, attention_mask=prompts.attention_mask,
-                         decoder_input_ids=token[:, None], cache=cache, use_cache=True)
-        return step_out.logits[:, -1], step_out.past_key_values
-
-    return out.logits[:, -1], out.past_key_values, seq2seq_step
 
 
 def entropy_from_logprobs(logp: torch.Tensor) -> torch.Tensor:
@@ -193,12 +88,17 @@ def entropy_from_logprobs(logp: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class Policy:
-    """A Hugging Face model with its tokenizer, seen as a text policy."""
+    """A Hugging Face model with its tokenizer, seen as a text policy, on its ``backend``'s device and precision.
+
+    Every tensor it makes is on the model's device; logits and hidden states come out in float32 whatever the
+    precision (under bf16 the forward passes run in autocast and their outputs are upcast).
+    """
 
     model: Any
     tokenizer: Any
     kind: Kind
     max_prompt_length: int
+    backend: Backend = field(default_factory=select)
 
     def __post_init__(self) -> None:
         if self.tokenizer.pad_token_id is None:
@@ -210,18 +110,24 @@ class Policy:
     def eos_token_id(self) -> int:
         return self.tokenizer.eos_token_id
 
+    @property
+    def device(self) -> torch.device:
+        return self.backend.execution.device
+
     def encode(self, prompts: list[str]) -> Prompts:
         enc = self.tokenizer(prompts, truncation=True, max_length=self.max_prompt_length, padding=True,
-                             return_tensors="pt")
-        return Prompts(enc["input_ids"], enc["attention_mask"])
+                             return_tensors="np")
+        return Prompts(*(torch.from_numpy(np.asarray(enc[k], dtype=np.int64)).to(self.device)
+                         for k in ("input_ids", "attention_mask")))
 
     @torch.no_grad()
     def generate(self, prompts: Prompts, gen: GenerationConfig, logits_processor: Any = None) -> torch.Tensor:
         """Sample completions with the KV cache.  Returns token ids (B, T), padded after EOS."""
         extra = {"logits_processor": LogitsProcessorList([logits_processor])} if logits_processor is not None else {}
-        out = self.model.generate(input_ids=prompts.input_ids, attention_mask=prompts.attention_mask,
-                                  pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.eos_token_id,
-                                  **gen.generate_kwargs(), **extra)
+        with self.backend.execution.autocast():
+            out = self.model.generate(input_ids=prompts.input_ids, attention_mask=prompts.attention_mask,
+                                      pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.eos_token_id,
+                                      **gen.generate_kwargs(), **extra)
         start = prompts.input_ids.shape[1] if self.kind == "causal" else 1
         completions = out[:, start:]
         mask = completion_mask(completions, self.eos_token_id)
@@ -243,27 +149,24 @@ class Policy:
         return self._sample(prompts, gen, group_size, logits_processor)[0]
 
     @torch.no_grad()
-    def sample_replayable(self, prompts: Prompts, gen: GenerationConfig, group_size: int = 1
-                          ) -> tuple[torch.Tensor, Optional[Replay]]:
-        """:meth:`sample`, and a :class:`~grueflow.models.replay.Replay` of it where the model
-        :func:`~grueflow.models.replay.supports_replay` (else None): the rollout's logits, differentiable
-        without another forward pass while the weights stay as they are."""
-        return self._sample(prompts, gen, group_size, None, self.kind == "causal" and supports_replay(self.model))
+    def sample_kept(self, prompts: Prompts, gen: GenerationConfig, group_size: int = 1
+                    ) -> tuple[torch.Tensor, Optional[SampledLogits]]:
+        """:meth:`sample`, and its sampling pass kept differentiable where the backend can keep it (else None):
+        the rollout's logits as a function of the weights, valid while the weights stay as they are."""
+        return self._sample(prompts, gen, group_size, None, keep=True)
 
     def _sample(self, prompts: Prompts, gen: GenerationConfig, group_size: int, logits_processor: Any,
-                record: bool = False) -> tuple[torch.Tensor, Optional[Replay]]:
+                keep: bool = False) -> tuple[torch.Tensor, Optional[SampledLogits]]:
         group_size = shared_groups(prompts, group_size)
-        batch, prompt = prompts.input_ids.shape
-        recorder = Recorder(self.model, batch // group_size, prompt, batch, gen.max_new_tokens - 1) if record else None
-        logits, cache, step = prefill(self.model, self.kind, prompts, group_size, recorder)
-        cache = reserve_cache(cache, gen.max_new_tokens)
+        batch = prompts.input_ids.shape[0]
+        decoding = self.backend.start(self.model, self.kind, prompts, group_size, gen.max_new_tokens, keep)
+        logits = decoding.first
         tokens = (prompts.input_ids if self.kind == "causal"
-                  else torch.full((batch, 1), self.model.config.decoder_start_token_id, dtype=torch.long))
-        done = torch.zeros(batch, dtype=torch.bool)
+                  else torch.full((batch, 1), self.model.config.decoder_start_token_id, dtype=torch.long,
+                                  device=self.device))
+        done = torch.zeros(batch, dtype=torch.bool, device=self.device)
         generated = []
         for t in range(gen.max_new_tokens):
-            if recorder is not None:
-                recorder.logits.append(logits)
             logits = self._warp(logits, gen, t, tokens, logits_processor)
             token = _draw(logits) if gen.do_sample else logits.argmax(-1)
             token = token.masked_fill(done, self.tokenizer.pad_token_id)
@@ -272,11 +175,9 @@ class Policy:
             done |= token == self.eos_token_id
             if done.all() or t + 1 == gen.max_new_tokens:
                 break
-            logits, cache = step(token, cache, t)
+            logits = decoding.step(token, t)
         completions = torch.stack(generated, dim=1)
-        replay = (Replay(self.model, prompts, group_size, completions[:, :-1], cache, recorder)
-                  if recorder is not None else None)
-        return completions, replay
+        return completions, decoding.kept(completions[:, :-1]) if keep else None
 
     def _warp(self, logits: torch.Tensor, gen: GenerationConfig, t: int, tokens: torch.Tensor,
               logits_processor: Any) -> torch.Tensor:
@@ -294,42 +195,46 @@ class Policy:
             kth = logits.topk(gen.top_k, dim=-1).values[:, -1:]
             logits = logits.masked_fill(logits < kth, float("-inf"))
         if gen.top_p < 1.0:
-            logits = logits.masked_fill(~top_p_keep(logits, gen.top_p), float("-inf"))
+            logits = logits.masked_fill(~self.backend.top_p_keep(logits, gen.top_p), float("-inf"))
         return logits
 
     def score(self, prompts: Prompts, completions: torch.Tensor, with_hidden: bool = False,
               model: Any = None, group_size: int = 1) -> Scores:
-        """One forward pass over prompt + completion: logits (and hidden states) per completion token.
+        """One forward pass over prompt + completion: float32 logits (and hidden states) per completion token.
 
         The last completion token is never fed (nothing is predicted from it). With ``group_size`` > 1
         and rows in groups of identical prompts, each group's prompt is encoded once and its KV cache
         (or encoder output) repeated: exact, gradients included, since autograd sums the copies'.
         """
-        model = model if model is not None else self.model
-        group_size = shared_groups(prompts, group_size)
+        with self.backend.execution.autocast():
+            logits, hidden = self._forward(model if model is not None else self.model, prompts, completions,
+                                           with_hidden, shared_groups(prompts, group_size))
+        return Scores(logits.float(), hidden.float() if hidden is not None else None)
+
+    def _forward(self, model: Any, prompts: Prompts, completions: torch.Tensor, with_hidden: bool, group_size: int
+                 ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         mask = completion_mask(completions, self.eos_token_id).long()
         if self.kind == "causal":
-            out, cache = _prefix_forward(model, prompts, group_size, logits_to_keep=1,
-                                         output_hidden_states=with_hidden)
+            out, cache = prefix_forward(model, prompts, group_size, logits_to_keep=1, output_hidden_states=with_hidden)
             first_logits = out.logits[:, -1:].repeat_interleave(group_size, 0)
             first_hidden = out.hidden_states[-1][:, -1:].repeat_interleave(group_size, 0) if with_hidden else None
             if completions.shape[1] == 1:
-                return Scores(first_logits, first_hidden)
+                return first_logits, first_hidden
             attention = torch.cat([prompts.attention_mask, mask[:, :-1]], dim=1)
-            positions = prompts.attention_mask.sum(1, keepdim=True) + torch.arange(completions.shape[1] - 1)
+            positions = prompts.attention_mask.sum(1, keepdim=True) + torch.arange(completions.shape[1] - 1,
+                                                                                   device=completions.device)
             rest = model(input_ids=completions[:, :-1], attention_mask=attention, position_ids=positions,
                          cache=cache, use_cache=True, output_hidden_states=with_hidden)
             logits = torch.cat([first_logits, rest.logits], dim=1)
             hidden = torch.cat([first_hidden, rest.hidden_states[-1]], dim=1) if with_hidden else None
-            return Scores(logits, hidden)
+            return logits, hidden
         start = torch.full_like(completions[:, :1], model.config.decoder_start_token_id)
         decoder_ids = torch.cat([start, completions[:, :-1]], dim=1)
         decoder_mask = torch.cat([torch.ones_like(mask[:, :1]), mask[:, :-1]], dim=1)
-        out = model(encoder_outputs=_shared_encoder(model, prompts, group_size), attention_mask=prompts.attention_mask,
+        out = model(encoder_outputs=shared_encoder(model, prompts, group_size), attention_mask=prompts.attention_mask,
                     decoder_input_ids=decoder_ids, decoder_attention_mask=decoder_mask,
                     output_hidden_states=with_hidden)
-        hidden = out.decoder_hidden_states[-1] if with_hidden else None
-        return Scores(out.logits, hidden)
+        return out.logits, out.decoder_hidden_states[-1] if with_hidden else None
 
     def decode(self, completions: torch.Tensor) -> list[str]:
         return [text.strip() for text in self.tokenizer.batch_decode(completions, skip_special_tokens=True)]
@@ -340,7 +245,7 @@ class Policy:
         rows = [self.tokenizer(prefix + t, add_special_tokens=False, truncation=True,
                                max_length=max_length - 1)["input_ids"] + [self.eos_token_id] for t in targets]
         width = max(len(r) for r in rows)
-        return torch.tensor([r + [self.tokenizer.pad_token_id] * (width - len(r)) for r in rows])
+        return torch.tensor([r + [self.tokenizer.pad_token_id] * (width - len(r)) for r in rows], device=self.device)
 
     def supervised_loss(self, prompts: Prompts, targets: torch.Tensor) -> torch.Tensor:
         """Mean token cross-entropy of ``targets`` given the prompts (teacher forcing)."""

@@ -1,5 +1,5 @@
-"""The update's forward pass taken from generation (issue 6): a GPT-2's sampled rollout replayed for the
-gradient without running the model over it again.
+"""The update's forward pass taken from generation, inside the CPU backend (:class:`grueflow.models.backend.CpuKernels`):
+a GPT-2's sampled rollout replayed for the gradient without running the model over it again.
 
 With one epoch and one minibatch (GRPO's and RLOO's usual single update), the policy that sampled the
 rollout is the policy the update differentiates, with the same weights. Its decode steps already computed
@@ -11,8 +11,8 @@ the rollout's logits as a tensor whose backward computes the weights' gradients 
 over all rows at once (so each weight gradient is one large product, as in an ordinary backward pass).
 
 Only the cheap parts are computed again inside the backward: layer norms and the attention scores (autograd
-differentiates them locally). The update then costs a backward pass instead of a forward and a backward pass:
-a 6 x 512 GPT-2's GRPO update measured 1.42 s instead of 1.97 (bench/RESULTS.md: 64 completions of 32 tokens, 2 cores).
+differentiates them locally). The update then costs a backward pass instead of a forward and a backward pass
+(``bench/RESULTS.md``). :meth:`Replay.logits` refuses once a trained weight has changed since sampling.
 
 The gradients are those of :meth:`grueflow.models.policy.Policy.score`'s forward pass, to float rounding. A
 completion position after its row's EOS differs (the decode step attended the padding fed after EOS,
@@ -47,13 +47,14 @@ class Recorder:
         blocks = model.transformer.h
         width, inner = model.config.n_embd, blocks[0].mlp.c_fc.weight.shape[1]
         prompt_rows = groups * prompt
-        rows, dtype = prompt_rows + batch * max_steps, model.transformer.wte.weight.dtype
+        weight = model.transformer.wte.weight
+        rows, dtype, device = prompt_rows + batch * max_steps, weight.dtype, weight.device
         self.prompt_rows, self.groups, self.batch = prompt_rows, groups, batch
-        make = lambda n: [torch.empty(rows, n, dtype=dtype) for _ in blocks]  # noqa: E731
+        make = lambda n: [torch.empty(rows, n, dtype=dtype, device=device) for _ in blocks]  # noqa: E731
         # per block: its input, the query, the residual after attention, the MLP before and after its activation
         self.inputs, self.queries, self.middles = make(width), make(width), make(width)
         self.preacts, self.activated = make(inner), make(inner)
-        self.outputs = torch.empty(groups + batch * max_steps, width, dtype=dtype)  # last block's, before ln_f
+        self.outputs = torch.empty(groups + batch * max_steps, width, dtype=dtype, device=device)  # before ln_f
         self.logits: list[torch.Tensor] = []  # (B, V) raw next-token logits, the prefill's first
 
     def _write(self, index: int, start: int, tensors: tuple[torch.Tensor, ...]) -> None:
@@ -93,9 +94,18 @@ class Replay:
         self.keys = [layer.keys[:, :, :width] for layer in cache.layers]  # (B, H, P + T, D)
         self.values = [layer.values[:, :, :width] for layer in cache.layers]
         self.params = [p for p in model.parameters() if p.requires_grad]
+        self.versions = [p._version for p in self.params]  # what the recorded activations were computed with
 
     def logits(self) -> torch.Tensor:
-        """The rollout's raw next-token logits (B, T + 1, V), differentiable with respect to the model's weights."""
+        """The rollout's raw next-token logits (B, T + 1, V), differentiable with respect to the model's weights.
+
+        Refuses (RuntimeError) once any trained weight has changed since sampling: the recorded activations
+        would then belong to other weights, and the gradients would be silently wrong.
+        """
+        if [p._version for p in self.params] != self.versions:
+            raise RuntimeError("the sampling pass was recorded with other weights than the model now holds (an "
+                               "optimiser step or load_state_dict came between); sample again, or score the rollout "
+                               "with a forward pass")
         return _Replayed.apply(self, self.logits_value, *self.params)
 
 
@@ -162,7 +172,7 @@ class _Local:
 
 def _activation_backward(act: Any, preact: torch.Tensor, grad: torch.Tensor, grads: _Grads) -> torch.Tensor:
     """The gradient before the MLP's activation from the one after it, both (rows, 4C): PyTorch's tanh-GELU
-    kernel for GPT-2's (as :func:`grueflow.models.fused_activations` sets it), autograd for any other."""
+    kernel for GPT-2's (as :func:`grueflow.models.kernels.fused_activations` sets it), autograd for any other."""
     from transformers.activations import GELUTanh
 
     if type(act) is GELUTanh:
@@ -174,7 +184,7 @@ def _completion_bias(prompt_mask: torch.Tensor, steps: int, dtype: torch.dtype) 
     """(B, 1, T, P + T) for the fed tokens: -inf at the prompt's padding and at later tokens, else 0."""
     batch, prompt = prompt_mask.shape
     padding = padding_bias(prompt_mask, dtype)
-    causal = torch.full((steps, steps), float("-inf"), dtype=dtype).triu_(1)
+    causal = torch.full((steps, steps), float("-inf"), dtype=dtype, device=prompt_mask.device).triu_(1)
     return torch.cat([padding.expand(batch, 1, steps, prompt), causal.expand(batch, 1, steps, steps)], dim=-1)
 
 
@@ -195,7 +205,7 @@ class _Backward:
         mask, dtype = replay.prompts.attention_mask, replay.logits_value.dtype
         self.prompt_bias = prompt_bias(mask[::self.group], dtype)  # (G, 1, P, P)
         self.token_bias = _completion_bias(mask, self.steps, dtype)  # (B, 1, T, P + T)
-        self.qkv_grad = torch.empty(self.rows, 3 * self.width, dtype=dtype)  # c_attn's output gradient, per block
+        self.qkv_grad = torch.empty(self.rows, 3 * self.width, dtype=dtype, device=mask.device)  # c_attn's, per block
 
     def run(self, grad: torch.Tensor) -> None:
         """From the logits' gradient (B, T + 1, V) down to the embeddings."""
@@ -215,7 +225,7 @@ class _Backward:
                      [transformer.ln_f.weight, transformer.ln_f.bias])
         self.grads.add(self.model.lm_head.weight, logits_grad.t() @ top.output)
         (top_grad,) = top.backward(logits_grad @ self.model.lm_head.weight, self.grads)
-        hidden = torch.zeros(self.rows, self.width, dtype=grad.dtype)
+        hidden = grad.new_zeros(self.rows, self.width)
         hidden[:self.prompt_rows].view(groups, self.prompt, self.width)[:, -1] = top_grad[:groups]
         hidden[self.prompt_rows:] = top_grad[groups:]
         return hidden
@@ -268,7 +278,8 @@ class _Backward:
         prompts, tokens, group = self.replay.prompts, self.replay.tokens, self.group
         group_mask = prompts.attention_mask[::group]
         ids = torch.cat([prompts.input_ids[::group].reshape(-1), tokens.t().reshape(-1)])
-        token_positions = prompts.attention_mask.sum(1, keepdim=True) + torch.arange(self.steps)  # (B, T)
+        token_positions = prompts.attention_mask.sum(1, keepdim=True) + torch.arange(
+            self.steps, device=group_mask.device)  # (B, T)
         prompt_positions = (group_mask.cumsum(dim=1) - 1).clamp(min=0)  # (G, P)
         positions = torch.cat([prompt_positions.reshape(-1), token_positions.t().reshape(-1)])
         for table, index in ((self.transformer.wte.weight, ids), (self.transformer.wpe.weight, positions)):

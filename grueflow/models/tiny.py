@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -96,7 +96,9 @@ def _batch(kind: str, lines: list[str], tokenizer: PreTrainedTokenizerFast, max_
 
 def pretrain(model: PreTrainedModel, kind: str, tokenizer: PreTrainedTokenizerFast, texts: list[str],
              cfg: PretrainConfig, seed: int) -> list[dict[str, float]]:
-    """Pre-train on unlabelled ``texts`` for ``cfg.steps`` steps (cosine LR); returns the loss curve."""
+    """Pre-train on unlabelled ``texts`` for ``cfg.steps`` steps (cosine LR) on the model's device; returns the
+    loss curve."""
+    device = next(model.parameters()).device
     rng = random.Random(seed)
     torch.manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.learning_rate, weight_decay=0.01)
@@ -106,6 +108,7 @@ def pretrain(model: PreTrainedModel, kind: str, tokenizer: PreTrainedTokenizerFa
     curve = []
     for step in range(cfg.steps):
         batch = _batch(kind, rng.sample(texts, min(cfg.batch_size, len(texts))), tokenizer, cfg.max_length, rng)
+        batch = {k: v.to(device) for k, v in batch.items()}
         loss = model(**batch).loss
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -119,13 +122,17 @@ def pretrain(model: PreTrainedModel, kind: str, tokenizer: PreTrainedTokenizerFa
     return curve
 
 
-def build_tiny(model_cfg: ModelConfig, architecture: str, texts: list[str], seed: int
-               ) -> tuple[PreTrainedModel, PreTrainedTokenizerFast, list[dict[str, float]]]:
-    """Tokenizer + tiny model + brief pre-training, ready for ``save_pretrained``."""
+def build_tiny(model_cfg: ModelConfig, architecture: str, texts: list[str], seed: int,
+               device: Optional[torch.device] = None) -> tuple[PreTrainedModel, PreTrainedTokenizerFast,
+                                                               list[dict[str, float]]]:
+    """Tokenizer + tiny model (initialised on the CPU, so every device starts from the same weights) + brief
+    pre-training on ``device`` (default: the CPU), ready for ``save_pretrained``."""
     if not texts:
         raise ValueError("the datapool has no unlabelled text to train a tokenizer and pre-train on")
     tokenizer = train_tokenizer(texts, model_cfg.tokenizer.vocab_size)
     model = build_model(architecture, dict(model_cfg.config), tokenizer, seed)
+    if device is not None:
+        model.to(device)
     kind = "seq2seq" if model.config.is_encoder_decoder else "causal"
     curve = pretrain(model, kind, tokenizer, texts, model_cfg.pretrain, seed)
     return model, tokenizer, curve

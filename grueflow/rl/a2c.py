@@ -20,7 +20,7 @@ def n_step_returns(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tens
     returns = torch.zeros_like(rewards)
     for t in range(steps):
         horizon = min(t + n, steps)
-        discounts = gamma ** torch.arange(horizon - t, dtype=rewards.dtype)
+        discounts = gamma ** torch.arange(horizon - t, dtype=rewards.dtype, device=rewards.device)
         bootstrap = values[:, horizon] if horizon < steps else torch.zeros_like(rewards[:, 0])
         returns[:, t] = (rewards[:, t:horizon] * discounts).sum(1) + gamma ** (horizon - t) * bootstrap
     return returns * mask

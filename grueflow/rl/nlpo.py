@@ -17,8 +17,8 @@ import torch
 from transformers import LogitsProcessor
 
 from grueflow.config import NLPOConfig
-from grueflow.models.nucleus import top_p_mask
-from grueflow.models.policy import Prompts, StepFn, prefill, reserve_cache, shared_groups
+from grueflow.models.backend import Backend, Decoding
+from grueflow.models.policy import Prompts, shared_groups
 from grueflow.rl.ppo import PPO
 
 
@@ -26,31 +26,29 @@ class MaskProcessor(LogitsProcessor):
     """A logits processor (for :meth:`Policy.sample` and ``generate``) that masks the policy's logits with
     the mask model's nucleus.
 
-    The mask model decodes alongside the policy with the policy's own incremental machinery
-    (:func:`prefill`): each group of ``group_size`` identical prompts encoded once, and ``reserve`` positions
-    of KV cache set aside so a step writes in place.
+    The mask model decodes alongside the policy with the policy's own incremental machinery (the policy's
+    speed backend, :meth:`~grueflow.models.backend.Backend.start`): each group of ``group_size`` identical
+    prompts encoded once, and ``reserve`` positions of KV cache set aside so a step writes in place.
     """
 
     def __init__(self, mask_model: Any, kind: str, prompts: Prompts, cfg: NLPOConfig, always_keep: list[int],
-                 group_size: int = 1, reserve: int = 0) -> None:
+                 group_size: int = 1, reserve: int = 0, backend: Optional[Backend] = None) -> None:
         self.mask_model, self.kind, self.prompts, self.cfg, self.always_keep = mask_model, kind, prompts, cfg, always_keep
         self.group_size, self.reserve = shared_groups(prompts, group_size), reserve
-        self.cache: Any = None
-        self.step: Optional[StepFn] = None
+        self.backend = backend if backend is not None else Backend()
+        self.decoding: Optional[Decoding] = None
         self.keeps: list[torch.Tensor] = []
 
     @torch.no_grad()
     def _next_logits(self, input_ids: torch.Tensor) -> torch.Tensor:
-        if self.step is None:
-            logits, cache, self.step = prefill(self.mask_model, self.kind, self.prompts, self.group_size)
-            self.cache = reserve_cache(cache, self.reserve)
-            return logits
-        logits, self.cache = self.step(input_ids[:, -1], self.cache, len(self.keeps) - 1)
-        return logits
+        if self.decoding is None:
+            self.decoding = self.backend.start(self.mask_model, self.kind, self.prompts, self.group_size, self.reserve)
+            return self.decoding.first
+        return self.decoding.step(input_ids[:, -1], len(self.keeps) - 1)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        keep, masked = top_p_mask(self._next_logits(input_ids), scores, self.cfg.top_p, self.cfg.top_k,
-                                  self.cfg.min_tokens_to_keep, self.always_keep)
+        keep, masked = self.backend.top_p_mask(self._next_logits(input_ids), scores, self.cfg.top_p, self.cfg.top_k,
+                                               self.cfg.min_tokens_to_keep, self.always_keep)
         self.keeps.append(keep)
         return masked
 
@@ -82,7 +80,8 @@ class NLPO(PPO):
 
     def generation_processor(self, prompts: Prompts, group_size: int = 1, max_new_tokens: int = 0) -> MaskProcessor:
         return MaskProcessor(self.mask_model, self.policy.kind, prompts, self.cfg,
-                             list(self.policy.tokenizer.all_special_ids), group_size, max_new_tokens)
+                             list(self.policy.tokenizer.all_special_ids), group_size, max_new_tokens,
+                             self.policy.backend)
 
     def state_dict(self) -> dict[str, Any]:
         return {"mask_model": self.mask_model.state_dict(), "refreshes": self.refreshes}

@@ -16,8 +16,12 @@ a value head on the policy trunk exists only for those that use a critic. With `
 method config the policy (and a separate critic) train LoRA adapters only and the reference is the
 policy with its adapter disabled, so no reference copy is loaded.
 
-Data-parallel (issue 8, ``processes`` > 1 under ``accelerate launch``): every process draws the same
-prompts and keeps its shard of whole groups, generates, scores and computes advantages on that shard,
+Devices: every tensor is made on the policy's device (:mod:`grueflow.device`); under bf16 the forward passes
+run in autocast and log-probs, KL, advantages and losses stay float32. The speed backend (the policy's) may
+keep the sampling pass differentiable (:attr:`RLTrainer.keeps_sampling`).
+
+Data-parallel (``processes`` > 1 under ``accelerate launch``, a GPU or a CPU share each): every process draws
+the same prompts and keeps its shard of whole groups, generates, scores and computes advantages on that shard,
 and averages its gradients with the others' after each backward pass, so the replicas take identical
 steps; the rollout KL (for the KL controller) and the curve are averaged over the processes. Advantage
 whitening (PPO, REINFORCE++) uses each shard's own statistics. TRPO's own update rule is not data-parallel.
@@ -48,9 +52,9 @@ from grueflow.metrics.reward import Reward
 from grueflow.models import load_pretrained
 from grueflow.models.lora import (is_lora, load_adapter, load_trainable_state, merged, reference_view,
                                   trainable_parameters, trainable_state, with_lora)
+from grueflow.models.backend import SampledLogits
 from grueflow.models.policy import (Policy, Prompts, Scores, completion_mask, entropy_from_logprobs,
                                     logprobs_from_logits, masked_logits, token_logprobs)
-from grueflow.models.replay import Replay
 from grueflow.rl import ALGORITHMS
 from grueflow.rl.kl import KL_ESTIMATORS, KLController, kl_k1
 from grueflow.rl.objectives import MiniBatch, Outputs
@@ -134,7 +138,7 @@ class Rollout(NamedTuple):
     reward_s: float
     scoring_s: float  # the policy (old log-probs, values) and reference passes over the rollout
     action_mask: Optional[torch.Tensor] = None  # (B, T, V) allowed tokens (NLPO)
-    replay: Optional[Replay] = None  # the sampling pass, differentiable (:attr:`RLTrainer.replays`)
+    sampled: Optional[SampledLogits] = None  # the sampling pass, differentiable (:attr:`RLTrainer.keeps_sampling`)
 
 
 @dataclass
@@ -195,7 +199,8 @@ class RLTrainer:
         self.critic_model = self._build_models(cfg, policy)
         if hasattr(self.algorithm, "attach"):
             self.algorithm.attach(self)
-        self.value_head = (ValueHead(policy.model.config.get_text_config().hidden_size)
+        self.device = policy.device
+        self.value_head = (ValueHead(policy.model.config.get_text_config().hidden_size).to(self.device)
                            if self.algorithm.uses_critic else None)
         value_params = list(self.value_head.parameters()) if self.value_head else []
         if self.critic_model is not None:
@@ -247,22 +252,23 @@ class RLTrainer:
                 and self.cfg.minibatch_size == self.cfg.rollouts_per_iteration)
 
     @property
-    def replays(self) -> bool:
-        """Whether the single update differentiates the sampling pass (:class:`grueflow.models.replay.Replay`,
-        for a GPT-2 policy) instead of running the policy over the rollout again: one optimiser step per
-        rollout, no critic (nothing reads the policy's hidden states) and no logits processor (NLPO)."""
+    def keeps_sampling(self) -> bool:
+        """Whether the single update differentiates the sampling pass (where the policy's speed backend can
+        keep it) instead of running the policy over the rollout again: one optimiser step per rollout, no
+        critic (nothing reads the policy's hidden states) and no logits processor (NLPO)."""
         return (self.single_update and self.value_head is None
-                and not hasattr(self.algorithm, "generation_processor"))
+                and not hasattr(self.algorithm, "generation_processor")
+                and self.policy.backend.keeps_sampling(self.policy.model))
 
     def _outputs(self, prompts: Prompts, completions: torch.Tensor, action_mask: Optional[torch.Tensor] = None,
-                 group_size: int = 1, replay: Optional[Replay] = None) -> tuple[Outputs, torch.Tensor]:
+                 group_size: int = 1, sampled: Optional[SampledLogits] = None) -> tuple[Outputs, torch.Tensor]:
         """The policy's (masked) outputs, and its unmasked log-probs (for the KL to the reference): from a
-        forward pass over the rollout, or from ``replay`` (its sampling pass) when given.
+        forward pass over the rollout, or from ``sampled`` (its sampling pass) when given. Float32 throughout.
 
         The entropy carries gradients only when the loss uses it (``ent_coef`` != 0).
         """
         shared = self.value_head is not None and self.critic_model is None
-        scores = (Scores(replay.logits(), None) if replay is not None
+        scores = (Scores(sampled.logits(), None) if sampled is not None
                   else self.policy.score(prompts, completions, with_hidden=shared, group_size=group_size))
         values = self.value_head(scores.hidden if shared else self.critic_hidden(prompts, completions, group_size)) \
             if self.value_head is not None else None
@@ -288,10 +294,10 @@ class RLTrainer:
             return self.policy.score(prompts, completions, model=base, group_size=group_size).logits
 
     @torch.no_grad()
-    def sample_rollout(self, replay: bool = False) -> Rollout:
+    def sample_rollout(self, keep: bool = False) -> Rollout:
         """Generation, reward and the reference pass: a rollout still without the behaviour policy's outputs
         (``logprobs``, ``values``, ``kl`` and ``rewards`` are None until :meth:`with_behaviour`); with
-        ``replay``, the sampling pass's :class:`~grueflow.models.replay.Replay` where the policy allows one."""
+        ``keep``, the sampling pass kept differentiable where the policy's backend can keep it."""
         group = self.cfg.group_size
         samples = [s for s in self.sampler.next(self.cfg.rollouts_per_iteration // group) for _ in range(group)]
         samples = self.parallel.shard(samples, group)  # this process's whole groups (all of them in one process)
@@ -301,10 +307,10 @@ class RLTrainer:
         processor = (self.algorithm.generation_processor(prompts, group, self.generation.max_new_tokens)
                      if hasattr(self.algorithm, "generation_processor") else None)
         started = time.perf_counter()
-        if replay:
-            completions, replayed = self.policy.sample_replayable(prompts, self.generation, group)
+        if keep:
+            completions, sampled = self.policy.sample_kept(prompts, self.generation, group)
         else:
-            completions, replayed = self.policy.sample(prompts, self.generation, group, processor), None
+            completions, sampled = self.policy.sample(prompts, self.generation, group, processor), None
         generation_s = time.perf_counter() - started
         action_mask = processor.action_mask() if processor is not None else None
         mask = completion_mask(completions, self.policy.eos_token_id)
@@ -316,14 +322,14 @@ class RLTrainer:
         self.last_batch = {"iteration": self.state.iteration + 1, "prompts": [s.prompt for s in samples],
                            "generations": texts, "references": [list(s.references) for s in samples],
                            "reward": _json_numbers(total), "components": {k: _json_numbers(v) for k, v in parts.items()}}
-        scores = torch.tensor(total, dtype=torch.float32)
+        scores = torch.tensor(total, dtype=torch.float32, device=self.device)
         self._guard("reward", scores)
         started = time.perf_counter()
         ref_logprobs = logprobs_from_logits(self.reference_logits(prompts, completions, group), completions)
         scoring_s = time.perf_counter() - started
         components = {k: float(np.mean(v)) for k, v in parts.items()}
         return Rollout(prompts, completions, mask, None, ref_logprobs * mask, None, None, None, scores, components,
-                       generation_s, reward_s, scoring_s, action_mask, replayed)
+                       generation_s, reward_s, scoring_s, action_mask, sampled)
 
     def with_behaviour(self, rollout: Rollout, outputs: Outputs, unmasked: torch.Tensor) -> Rollout:
         """``rollout`` with the behaviour policy's log-probs and values (detached from ``outputs``), the per-token
@@ -336,7 +342,7 @@ class RLTrainer:
         if not self.cfg.kl_in_loss:
             rewards -= self.kl.coef * KL_ESTIMATORS[self.cfg.kl_estimator](unmasked, ref_logprobs) * mask
         last = (mask.sum(1).long() - 1).clamp(min=0)
-        rewards[torch.arange(len(rewards)), last] += rollout.scores
+        rewards[torch.arange(len(rewards), device=rewards.device), last] += rollout.scores
         return rollout._replace(logprobs=logprobs * mask, kl=kl_k1(unmasked, ref_logprobs) * mask,
                                 values=values * mask, rewards=rewards)
 
@@ -372,7 +378,7 @@ class RLTrainer:
         if self.value_head is not None:  # how much of the returns the critic explained before this update
             valid = rollout.mask.bool()
             diagnostics["losses/explained_variance"] = float(
-                explained_variance(rollout.values[valid].numpy(), returns[valid].numpy()))
+                explained_variance(rollout.values[valid].cpu().numpy(), returns[valid].cpu().numpy()))
         if hasattr(self.algorithm, "step"):  # algorithms with their own update rule (TRPO)
             stats = self.algorithm.step(self, rollout, advantages, returns)
             self.scheduler.step()
@@ -382,9 +388,10 @@ class RLTrainer:
         totals: dict[str, list[float]] = {}
         for _ in range(self.cfg.epochs):
             if first is not None:  # the one minibatch is the rollout, in its own order
-                order = torch.arange(n)
-            else:  # whole groups in random order
-                order = (torch.randperm(n // group, generator=self.shuffle)[:, None] * group + torch.arange(group)).view(-1)
+                order = torch.arange(n, device=self.device)
+            else:  # whole groups in random order, drawn on the CPU so every device draws the same
+                groups = torch.randperm(n // group, generator=self.shuffle, device="cpu")
+                order = (groups[:, None] * group + torch.arange(group, device="cpu")).view(-1).to(self.device)
             epoch_kl = []
             for start in range(0, n, size):
                 idx = order[start:start + size]
@@ -422,11 +429,11 @@ class RLTrainer:
         started = time.perf_counter()
         first = None
         if self.single_update:  # the update's forward pass gives the behaviour policy's log-probs and values
-            rollout = self.sample_rollout(replay=self.replays)
+            rollout = self.sample_rollout(keep=self.keeps_sampling)
             update_started = time.perf_counter()
             first, unmasked = self._outputs(rollout.prompts, rollout.completions, rollout.action_mask,
-                                            self.cfg.group_size, rollout.replay)
-            rollout = self.with_behaviour(rollout._replace(replay=None), first, unmasked)
+                                            self.cfg.group_size, rollout.sampled)
+            rollout = self.with_behaviour(rollout._replace(sampled=None), first, unmasked)
         else:
             rollout = self.collect()
             update_started = time.perf_counter()

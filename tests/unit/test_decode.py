@@ -9,7 +9,8 @@ from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausa
 
 from grueflow.models import load_pretrained
 from grueflow.models.decode import gpt2_prefill, gpt2_step, supports_lean_step
-from grueflow.models.policy import Policy, Prompts, _prefix_forward, reserve_cache
+from grueflow.models.backend import prefix_forward as _prefix_forward, reserve_cache
+from grueflow.models.policy import Policy, Prompts
 
 PROMPTS = ["a b c d e f", "x y", "the movie was"]
 

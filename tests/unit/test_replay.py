@@ -41,7 +41,7 @@ def test_replayed_gradients_equal_a_forward_pass(tiny_models, new_tokens, activa
     assert (prompts.attention_mask == 0).any()  # left padding
     torch.manual_seed(3)
     gen = GenerationConfig(max_new_tokens=new_tokens, min_new_tokens=1)
-    completions, replay = policy.sample_replayable(prompts, gen, group_size=3)
+    completions, replay = policy.sample_kept(prompts, gen, group_size=3)
     mask = completion_mask(completions, policy.eos_token_id)
     assert completions.shape == (9, new_tokens) and replay is not None
 
@@ -69,7 +69,7 @@ def test_rows_that_stop_early_get_the_masked_gradients(tiny_models):
     policy = Policy(model, tokenizer, "causal", max_prompt_length=24)
     prompts = policy.encode([p for p in PROMPTS for _ in range(4)])
     torch.manual_seed(0)
-    completions, replay = policy.sample_replayable(prompts, GenerationConfig(max_new_tokens=8), group_size=4)
+    completions, replay = policy.sample_kept(prompts, GenerationConfig(max_new_tokens=8), group_size=4)
     mask = completion_mask(completions, policy.eos_token_id)
     lengths = mask.sum(1)
     assert lengths.min() < lengths.max() and lengths.min() < 8  # early stops, of different lengths
@@ -89,7 +89,30 @@ def test_models_the_replay_cannot_differentiate_sample_without_it(tiny_models):
     lora = with_lora(model, parse(LoraConfig, {"r": 4}, "lora"))
     assert not supports_replay(lora)
     policy = Policy(lora, tokenizer, "causal", max_prompt_length=24)
-    completions, replay = policy.sample_replayable(policy.encode(PROMPTS), GenerationConfig(max_new_tokens=3))
+    completions, replay = policy.sample_kept(policy.encode(PROMPTS), GenerationConfig(max_new_tokens=3))
     assert replay is None and completions.shape == (3, 3)
     seq2seq, tokenizer = load_pretrained(tiny_models["seq2seq"])
     assert not supports_replay(seq2seq)
+
+
+def test_a_replay_refuses_weights_changed_since_sampling(tiny_models):
+    model, tokenizer = load_pretrained(tiny_models["causal"])
+    policy = Policy(model, tokenizer, "causal", max_prompt_length=24)
+    completions, replay = policy.sample_kept(policy.encode(PROMPTS), GenerationConfig(max_new_tokens=3))
+    assert replay is not None
+    replay.logits()  # the weights it sampled with: fine
+    with torch.no_grad():
+        model.transformer.h[0].mlp.c_fc.weight.add_(1e-3)  # what an optimiser step does
+    with pytest.raises(RuntimeError, match="recorded with other weights"):
+        replay.logits()
+
+
+def test_the_plain_backend_keeps_no_sampling_pass(tiny_models):
+    from grueflow.device import Execution
+    from grueflow.models.backend import Backend
+
+    model, tokenizer = load_pretrained(tiny_models["causal"], backend=Backend(Execution(torch.device("cpu"))))
+    assert type(model.transformer.h[0].mlp.act).__name__ == "NewGELUActivation"  # no fast-path swaps either
+    policy = Policy(model, tokenizer, "causal", max_prompt_length=24, backend=Backend(Execution(torch.device("cpu"))))
+    completions, replay = policy.sample_kept(policy.encode(PROMPTS), GenerationConfig(max_new_tokens=3))
+    assert replay is None and completions.shape == (3, 3)

@@ -68,23 +68,25 @@ def test_draw_samples_each_token_with_its_probability():
     assert torch.allclose(counts, probs, atol=0.01), counts
 
 
-def test_a_reserved_cache_gives_the_logits_of_a_growing_one(tiny_models):
-    from grueflow.models.policy import prefill, reserve_cache
+@pytest.mark.parametrize("fast", [False, True])  # transformers' step, and the lean GPT-2 step
+def test_a_reserved_cache_gives_the_logits_of_a_growing_one(tiny_models, fast):
+    from grueflow.device import Execution
+    from grueflow.models.backend import Backend, CpuKernels
 
     model, tokenizer = load_pretrained(tiny_models["causal"])
     policy = Policy(model, tokenizer, "causal", max_prompt_length=24)
     prompts = grouped(policy, "causal", 2)
     tokens = torch.randint(3, tokenizer.vocab_size, (4, 5), generator=torch.Generator().manual_seed(0))
+    backend = (CpuKernels if fast else Backend)(Execution(torch.device("cpu")))
     with torch.no_grad():
         runs = []
-        for reserve in (None, 3):  # 3: the last steps overflow the reserved room and fall back to concatenation
-            logits, cache, step = prefill(model, "causal", prompts, group_size=2)
-            cache, rows = (cache if reserve is None else reserve_cache(cache, reserve)), [logits]
+        for reserve in (0, 3, 8):  # 0: every step concatenates; 3: the last steps overflow the reserved room
+            decoding = backend.start(model, "causal", prompts, group_size=2, reserve=reserve)
+            rows = [decoding.first]
             for t in range(tokens.shape[1]):
-                logits, cache = step(tokens[:, t], cache, t)
-                rows.append(logits)
+                rows.append(decoding.step(tokens[:, t], t))
             runs.append(torch.stack(rows, 1))
-    assert torch.allclose(runs[0], runs[1], atol=1e-6)
+    assert torch.allclose(runs[0], runs[1], atol=1e-6) and torch.allclose(runs[0], runs[2], atol=1e-6)
 
 
 def test_gelu_new_is_swapped_for_the_fused_gelu_with_the_same_outputs(tiny_models):
@@ -138,7 +140,7 @@ def test_top_k_one_samples_the_greedy_tokens(tiny_models):
 
 def test_the_fused_single_update_step_equals_collect_then_update(tiny_models):
     """With one epoch of one minibatch, step() reuses the update's forward pass as the behaviour pass, and that
-    forward pass is the sampling pass (a GPT-2 replayed, issue 6); the weights after it equal those after the
+    forward pass is the sampling pass (a GPT-2 replayed by the CPU backend); the weights after it equal those after the
     separate no-grad pass followed by the update (a forward pass over the rollout, then its backward)."""
     loader = DATAPOOLS.get("synthetic_sentiment")
     samples = loader.build(loader.Args(n_train=16, n_val=2, n_test=2, n_unlabelled=2)).splits["train"]
@@ -157,7 +159,7 @@ def test_the_fused_single_update_step_equals_collect_then_update(tiny_models):
                          GenerationConfig(max_new_tokens=6), seed=0)
 
     fused = trainer()
-    assert fused.single_update and fused.replays
+    assert fused.single_update and fused.keeps_sampling
     fused.step()
     separate = trainer()
     separate.update(separate.collect())
