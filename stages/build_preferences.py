@@ -9,6 +9,7 @@ from grueflow.io import atomic_dir, write_json
 from grueflow.metrics import MetricContext
 from grueflow.metrics.reward import Reward
 from grueflow.models import check_context, load_pretrained
+from grueflow.models.backend import select
 from grueflow.models.policy import Policy
 from grueflow.preference.build import build_preferences
 from grueflow.preference.config import PreferencesConfig
@@ -27,6 +28,7 @@ def main() -> None:
     p.add_argument("--policy", type=Path, required=True, help="the model that writes the completions (a Hugging Face folder)")
     p.add_argument("--base-model", type=Path, required=True, help="the task's base model folder (for fluency rewards)")
     p.add_argument("--threads", type=int, default=1)
+    stage.add_execution(p)
     p.add_argument("--out", type=Path, required=True, help=f"a folder: {PREFERENCES_FILE}, summary.json, stage.json")
     args = p.parse_args()
     started = stage.setup(args)
@@ -36,12 +38,16 @@ def main() -> None:
     source = f"{args.method_file}: reward" if cfg.reward is not None else f"{args.task_file}: reward"
     check_context(args.policy, lengths.prompt, cfg.generation.max_new_tokens, f"{args.task_file} and {args.method_file}",
                   ("lengths.prompt", "generation.max_new_tokens"))
+    ex = stage.execution(args)
     train = read_split(args.datapool, "train")
 
     seed_everything(cfg.seed, args.threads)
-    model, tokenizer = load_pretrained(args.policy)
-    policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt)
-    reward = Reward(reward_cfg, MetricContext(base_model=args.base_model, max_prompt_length=lengths.prompt))
+    backend = select(ex)
+    model, tokenizer = load_pretrained(args.policy, backend=backend, frozen=True)  # it only samples
+    policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt,
+                    backend=backend)
+    reward = Reward(reward_cfg, MetricContext(base_model=args.base_model, max_prompt_length=lengths.prompt,
+                                              execution=ex))
     bar = stage.progress(cfg.n_prompts or len(train), "prompts")
     prefs, counts = build_preferences(policy, train, reward, cfg, source, progress=bar.update)
     bar.close()
@@ -52,8 +58,8 @@ def main() -> None:
         write_preferences(tmp / PREFERENCES_FILE, prefs)
         write_json(tmp / "summary.json", counts)
         stage.finish(tmp, "build_preferences", {"preferences": to_dict(cfg), "lengths": to_dict(lengths),
-                                                "reward": to_dict(reward_cfg)},
-                     {"datapool": args.datapool, "policy": args.policy}, started)
+                                                "reward": to_dict(reward_cfg), "precision": args.precision},
+                     {"datapool": args.datapool, "policy": args.policy}, started, execution=ex.record())
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from grueflow import stage
 from grueflow.config import LengthsConfig, load_section, to_dict
 from grueflow.io import MODEL_DIR, atomic_dir, write_csv, write_json
 from grueflow.models import check_context, load_pretrained
+from grueflow.models.backend import select
 from grueflow.models.lora import merged, with_lora
 from grueflow.models.policy import Policy
 from grueflow.preference.config import DPOConfig
@@ -25,20 +26,25 @@ def main() -> None:
                    help="start model (a Hugging Face folder: the base model or the warm start); also the frozen reference")
     p.add_argument("--seed", type=stage.seed, required=True)
     p.add_argument("--threads", type=int, default=1)
+    stage.add_execution(p)
     p.add_argument("--out", type=Path, required=True, help="a folder: model/, curves.csv, train_metrics.json, stage.json")
     args = p.parse_args()
     started = stage.setup(args)
     lengths = load_section(LengthsConfig, args.task_file, "lengths")
     cfg: DPOConfig = load_section(DPOConfig, args.method_file)
     check_context(args.init_model, lengths.prompt, lengths.target, str(args.task_file), ("lengths.prompt", "lengths.target"))
+    ex = stage.execution(args)
     prefs = read_preferences(args.preferences)
 
     seed_everything(args.seed, args.threads)
-    model, tokenizer = load_pretrained(args.init_model)
-    ref_model = load_pretrained(args.init_model)[0] if cfg.lora is None else None  # LoRA: the adapter-free base
+    backend = select(ex)
+    model, tokenizer = load_pretrained(args.init_model, backend=backend)
+    # LoRA: the reference is the adapter-free base
+    ref_model = load_pretrained(args.init_model, backend=backend, frozen=True)[0] if cfg.lora is None else None
     if cfg.lora is not None:
         model = with_lora(model, cfg.lora)
-    policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt)
+    policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt,
+                    backend=backend)
     trainer = DPOTrainer(policy, ref_model, prefs, cfg, lengths.target, args.seed)
     steps = cfg.epochs * -(-len(prefs) // cfg.batch_size)
     bar = stage.progress(steps, f"dpo ({cfg.loss_type}) steps")
@@ -50,8 +56,9 @@ def main() -> None:
         tokenizer.save_pretrained(tmp / MODEL_DIR)
         write_csv(tmp / "curves.csv", curve)
         write_json(tmp / "train_metrics.json", {k: round(v, 6) for k, v in final.items()})
-        stage.finish(tmp, "dpo", {"dpo": to_dict(cfg), "lengths": to_dict(lengths), "seed": args.seed},
-                     {"preferences": args.preferences, "init_model": args.init_model}, started)
+        stage.finish(tmp, "dpo", {"dpo": to_dict(cfg), "lengths": to_dict(lengths), "seed": args.seed,
+                                  "precision": args.precision},
+                     {"preferences": args.preferences, "init_model": args.init_model}, started, execution=ex.record())
 
 
 if __name__ == "__main__":

@@ -11,9 +11,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Sequence
 
 from grueflow.registry import Registry
+
+if TYPE_CHECKING:
+    from grueflow.device import Execution
 
 METRICS: Registry = Registry("metric")
 
@@ -33,10 +36,19 @@ class MetricResult:
 
 @dataclass(frozen=True)
 class MetricContext:
-    """What a metric may need from its stage: the task's base model and prompt budget (for fluency)."""
+    """What a metric may need from its stage: the task's base model and prompt budget (for fluency), and the
+    stage's execution, on whose device and in whose frozen dtype model-running metrics load their models
+    (None: the CPU in float32)."""
 
     base_model: Optional[Path] = None
     max_prompt_length: int = 64
+    execution: Optional["Execution"] = None
+
+    def resolved_execution(self) -> "Execution":
+        """The stage's execution, or the CPU in float32 when none was given."""
+        from grueflow.device import cpu_execution
+
+        return self.execution if self.execution is not None else cpu_execution()
 
 
 MetricFn = Callable[[Sequence[str], Sequence[str], Sequence[Sequence[str]], Sequence[dict[str, Any]]], MetricResult]

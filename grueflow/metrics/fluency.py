@@ -1,4 +1,8 @@
-"""Fluency: perplexity of the generations under a reference LM (by default the task's base model)."""
+"""Fluency: perplexity of the generations under a reference LM (by default the task's base model).
+
+The LM is loaded frozen on the device of the stage's execution, in its frozen dtype (bf16 under bf16), and
+scores under its autocast; log-probs and perplexities are float32.
+"""
 
 from __future__ import annotations
 
@@ -25,14 +29,17 @@ class Perplexity(Metric):
         import torch
 
         from grueflow.models import load_pretrained
+        from grueflow.models.backend import select
         from grueflow.models.policy import Policy, completion_mask, logprobs_from_logits
 
         source = args.model or context.base_model
         if source is None:
             raise ValueError("metric 'perplexity' needs a model: set args.model or pass the stage a base model")
-        model, tokenizer = load_pretrained(Path(source) if Path(str(source)).exists() else str(source))
+        backend = select(context.resolved_execution())
+        model, tokenizer = load_pretrained(Path(source) if Path(str(source)).exists() else str(source), backend=backend,
+                                           frozen=True)
         kind = "seq2seq" if model.config.is_encoder_decoder else "causal"
-        policy = Policy(model, tokenizer, kind, max_prompt_length=context.max_prompt_length)
+        policy = Policy(model, tokenizer, kind, max_prompt_length=context.max_prompt_length, backend=backend)
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:

@@ -11,7 +11,8 @@ from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricRes
 @METRICS.register("reward_model", "scalar of a Bradley–Terry reward model (args.path: its model/ folder), unbounded")
 class RewardModelScore(Metric):
     """Scores each (prompt, generation) with a reward model saved by ``train_reward_model``; the model is
-    loaded once in ``build``, and a missing or unfinished folder fails there with the stage to run."""
+    loaded once in ``build``, frozen on the stage's device in its frozen dtype (bf16 under bf16), and a
+    missing or unfinished folder fails there with the stage to run."""
 
     category = "learned"
     scores = ("reward_model",)
@@ -31,7 +32,7 @@ class RewardModelScore(Metric):
     def build(cls, args: "RewardModelScore.Args", context: MetricContext) -> MetricFn:
         from grueflow.preference.reward_model import RewardModel
 
-        score = RewardModel(args.path, args.batch_size, args.max_length)
+        score = RewardModel(args.path, args.batch_size, args.max_length, context.execution)
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:

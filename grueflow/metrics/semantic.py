@@ -1,7 +1,8 @@
 """Learned metrics: BERTScore (bert-score package), BLEURT, SummaC-ZS, a sequence-classifier score, DailyDialog intent accuracy.
 
-Each model is loaded once in ``build`` and reused for every batch; both run on CPU in float32 and
-download nothing unless a hub id is given.
+Each model is loaded once in ``build`` and reused for every batch, on the device of the stage's execution
+(:attr:`MetricContext.execution`, default the CPU) and frozen in its frozen dtype (bf16 under bf16, else
+float32; BERTScore stays float32), and downloads nothing unless a hub id is given.
 """
 
 from __future__ import annotations
@@ -10,10 +11,15 @@ import importlib.util
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
 from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean
+
+if TYPE_CHECKING:
+    import torch
+
+    from grueflow.device import Execution
 
 
 def shipped_minilm() -> str:
@@ -27,6 +33,9 @@ def shipped_minilm() -> str:
 
 @METRICS.register("bert_score", "BERTScore P/R/F1 (bert-score), any encoder; offline default all-MiniLM-L6-v2, in [-1, 1]")
 class BertScore(Metric):
+    """bert-score's scorer on the execution's device. It stays float32 under bf16: bert-score places and casts
+    its encoder itself, and its greedy cosine matching is a small share of the work."""
+
     category = "semantic"
     scores = ("bert_score", "bert_score_precision", "bert_score_recall")
 
@@ -48,7 +57,7 @@ class BertScore(Metric):
                                       f"({offline_state()}); leave args.model unset for the shipped all-MiniLM-L6-v2 "
                                       "or point it at a local folder")
         scorer = BERTScorer(model_type=args.model or shipped_minilm(), num_layers=args.num_layers,
-                            batch_size=args.batch_size, idf=args.idf, device="cpu")
+                            batch_size=args.batch_size, idf=args.idf, device=str(context.resolved_execution().device))
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
@@ -82,7 +91,7 @@ class LearnedClassifier(Metric):
 
     @classmethod
     def build(cls, args: "LearnedClassifier.Args", context: MetricContext) -> MetricFn:
-        classify = load_classifier(args.model, args.max_length, args.batch_size)
+        classify = load_classifier(args.model, args.max_length, args.batch_size, context.execution)
         index = classify.label_index(args.label)
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
@@ -94,11 +103,16 @@ class LearnedClassifier(Metric):
 
 
 class Classifier:
-    """A sequence classifier loaded once: ``__call__(texts)`` gives each text's label probabilities (float32, CPU)."""
+    """A sequence classifier loaded once: ``__call__(texts)`` gives each text's label probabilities.
+
+    It runs on the model's device in the model's dtype; every tensor it makes is on that device, and logits
+    and probabilities come out as float32 Python floats.
+    """
 
     def __init__(self, name: str, tokenizer: Any, model: Any, max_length: int, batch_size: int) -> None:
         self.name, self.tokenizer, self.model = name, tokenizer, model
         self.max_length, self.batch_size = max_length, batch_size
+        self.device: "torch.device" = model.device
         self.label2id = {str(k): int(v) for k, v in model.config.label2id.items()}
 
     def label_index(self, label: str) -> int:
@@ -106,37 +120,52 @@ class Classifier:
             raise ValueError(f"label {label!r} is not a label of {self.name}; its labels: {', '.join(sorted(self.label2id))}")
         return self.label2id[label]
 
-    def logits(self, texts: Sequence[str], pairs: Optional[Sequence[str]] = None) -> list[list[float]]:
-        """Raw logits of each text, or of each (text, pair) when ``pairs`` is given.  (N, num_labels)"""
+    def encode(self, texts: Sequence[str], pairs: Optional[Sequence[str]] = None) -> dict[str, "torch.Tensor"]:
+        """The tokenizer's padded int64 tensors (``input_ids``, ``attention_mask``, ...) on the device.  Each (B, L)"""
+        import numpy as np
         import torch
 
-        rows: list[list[float]] = []
+        enc = self.tokenizer(list(texts), list(pairs) if pairs is not None else None, padding=True, truncation=True,
+                             max_length=self.max_length, return_tensors="np")
+        return {k: torch.from_numpy(np.asarray(v, dtype=np.int64)).to(self.device) for k, v in enc.items()}
+
+    def logit_tensor(self, texts: Sequence[str], pairs: Optional[Sequence[str]] = None) -> "torch.Tensor":
+        """Raw float32 logits of each text, or of each (text, pair) when ``pairs`` is given, on the device.
+        Needs at least one text.  (N, num_labels)"""
+        import torch
+
+        chunks = []
         with torch.no_grad():
             for start in range(0, len(texts), self.batch_size):
-                second = list(pairs[start:start + self.batch_size]) if pairs is not None else None
-                batch = self.tokenizer(list(texts[start:start + self.batch_size]), second, padding=True, truncation=True,
-                                       max_length=self.max_length, return_tensors="pt")
-                rows.extend(self.model(**batch).logits.float().tolist())
-        return rows
+                second = pairs[start:start + self.batch_size] if pairs is not None else None
+                batch = self.encode(texts[start:start + self.batch_size], second)
+                chunks.append(self.model(**batch).logits.float())
+        return torch.cat(chunks)
+
+    def logits(self, texts: Sequence[str], pairs: Optional[Sequence[str]] = None) -> list[list[float]]:
+        """Raw logits of each text, or of each (text, pair) when ``pairs`` is given.  (N, num_labels)"""
+        return self.logit_tensor(texts, pairs).tolist() if len(texts) else []
 
     def __call__(self, texts: Sequence[str], pairs: Optional[Sequence[str]] = None) -> list[list[float]]:
         """Label probabilities of each text (or text pair).  (N, num_labels), rows sum to 1"""
-        import torch
-
-        logits = self.logits(texts, pairs)
-        return torch.tensor(logits).softmax(-1).tolist() if logits else []
+        return self.logit_tensor(texts, pairs).softmax(-1).tolist() if len(texts) else []
 
 
-def load_classifier(name: str, max_length: int, batch_size: int) -> Classifier:
-    """Any ``AutoModelForSequenceClassification`` from a local dir or a hub id (a hub id needs the network)."""
-    import torch
+def load_classifier(name: str, max_length: int, batch_size: int, execution: Optional["Execution"] = None) -> Classifier:
+    """Any ``AutoModelForSequenceClassification`` from a local dir or a hub id (a hub id needs the network),
+    frozen on the execution's device in its frozen dtype (default: the CPU in float32)."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from grueflow.device import cpu_execution
+
+    execution = execution if execution is not None else cpu_execution()
 
     if not Path(name).exists() and not hub_reachable():  # never wait on an unreachable hub
         raise HubUnreachableError(f"cannot load classifier {name!r}: the Hugging Face hub is unreachable "
                                   f"({offline_state()}) and no local folder has that name; set the metric's "
                                   "model (or checkpoint) arg to a local folder")
-    model = AutoModelForSequenceClassification.from_pretrained(name, dtype=torch.float32).eval()
+    model = AutoModelForSequenceClassification.from_pretrained(name, dtype=execution.frozen_dtype)
+    model = model.to(execution.device).eval().requires_grad_(False)
     return Classifier(name, AutoTokenizer.from_pretrained(name), model, max_length, batch_size)
 
 
@@ -154,7 +183,7 @@ class IntentAccuracy(Metric):
 
     @classmethod
     def build(cls, args: "IntentAccuracy.Args", context: MetricContext) -> MetricFn:
-        classify = load_classifier(args.model, args.max_length, args.batch_size)
+        classify = load_classifier(args.model, args.max_length, args.batch_size, context.execution)
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
@@ -192,7 +221,7 @@ class Bleurt(Metric):
 
     @classmethod
     def build(cls, args: "Bleurt.Args", context: MetricContext) -> MetricFn:
-        model = load_classifier(args.checkpoint, args.max_length, args.batch_size)
+        model = load_classifier(args.checkpoint, args.max_length, args.batch_size, context.execution)
         if model.model.config.num_labels != 1:
             raise ValueError(f"bleurt checkpoint {args.checkpoint!r} has {model.model.config.num_labels} labels; "
                              "a BLEURT checkpoint has one regression output")
@@ -230,7 +259,7 @@ class SummaCZS(Metric):
     def build(cls, args: "SummaCZS.Args", context: MetricContext) -> MetricFn:
         from grueflow.metrics.sentences import split_sentences
 
-        nli = load_classifier(args.model, args.max_length, args.batch_size)
+        nli = load_classifier(args.model, args.max_length, args.batch_size, context.execution)
         entail, contradict = nli_label(nli, "entail"), nli_label(nli, "contradict")
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],

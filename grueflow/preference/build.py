@@ -1,8 +1,10 @@
 """Preferences from a metric: sample several completions per prompt, prefer the higher-scoring one.
 
 For each chosen training prompt the policy samples ``samples_per_prompt`` completions (exactly the
-configured distribution, :meth:`Policy.sample`); the reward scores them, and the best and the worst
-make one pair when their scores differ by more than ``min_margin``. The prompt order comes from
+configured distribution, :meth:`Policy.sample`, on the device and in the precision of the policy's
+backend); the reward scores them (its metrics on the device of their
+:class:`~grueflow.metrics.MetricContext`), and the best and the worst make one pair when their scores
+differ by more than ``min_margin``. The prompt order comes from
 ``random.Random(seed)`` and sampling from torch's global RNG, which the stage seeds once, so the same
 params, policy and seed give the same file.
 """

@@ -6,6 +6,10 @@ tokenised as the warm start tokenises targets (:meth:`Policy.encode_targets`: at
 tokens, EOS appended). Each batch scores
 the chosen and the rejected completions of ``batch_size`` pairs in one forward pass of the policy
 and one of the frozen reference.
+
+Everything runs on the policy's device and under its backend's precision: the reference may be frozen in
+bf16 and the forward passes run in autocast, but :meth:`Policy.score` returns float32 logits, so
+log-probs, the loss and its statistics are float32.
 """
 
 from __future__ import annotations

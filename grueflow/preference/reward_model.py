@@ -10,6 +10,10 @@ Under Bradley–Terry, ``P(chosen ≻ rejected) = σ(r(x, y_c) - r(x, y_r))``, s
 ``-log σ(r_c - r_r)`` (Bradley & Terry 1952; Ouyang et al. 2022, eq. 1). The saved folder holds the
 classifier, its tokenizer and ``reward_model.json`` (the text format), so :class:`RewardModel` can
 score ``(prompt, completion)`` pairs as a reward.
+
+Models live on the device of an :class:`~grueflow.device.Execution` (default: the CPU in float32). A model
+that trains keeps float32 weights and, under bf16, runs its forward passes in bf16 autocast; a frozen one
+(:class:`RewardModel`) is loaded in the execution's frozen dtype. Rewards and losses are float32.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from grueflow import io
+from grueflow.device import Execution, cpu_execution
 from grueflow.preference.config import RewardModelConfig
 from grueflow.preference.data import Preference
 
@@ -35,12 +40,17 @@ def join(prompt: str, completion: str) -> str:
     return f"{prompt} {completion}"
 
 
-def load_backbone(path: str | Path) -> tuple[Any, Any]:
-    """(classifier, tokenizer): ``path`` loaded as a one-output sequence classifier, float32, pad token set.
+def load_backbone(path: str | Path, execution: Optional[Execution] = None, frozen: bool = False) -> tuple[Any, Any]:
+    """(classifier, tokenizer): ``path`` loaded as a one-output sequence classifier, pad token set, on the
+    execution's device (default: the CPU in float32).
 
-    A language-model folder gets a fresh scalar head (its other weights are kept).
+    The weights are float32 (they train), or, when ``frozen``, in the execution's frozen dtype (bf16 under
+    bf16) without gradients, in eval mode. A language-model folder gets a fresh scalar head (its other
+    weights are kept).
     """
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    execution = execution if execution is not None else cpu_execution()
 
     path = Path(path)
     if not (path / "config.json").is_file():
@@ -49,14 +59,19 @@ def load_backbone(path: str | Path) -> tuple[Any, Any]:
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1, dtype=torch.float32,
-                                                               local_files_only=True)
+    dtype = execution.frozen_dtype if frozen else execution.train_dtype
+    model = AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1, dtype=dtype,
+                                                               local_files_only=True).to(execution.device)
     model.config.pad_token_id = tokenizer.pad_token_id
+    if frozen:
+        model.eval().requires_grad_(False)
     return model, tokenizer
 
 
-def encode_texts(tokenizer: Any, texts: Sequence[str], max_length: int, append_eos: bool) -> dict[str, torch.Tensor]:
-    """Right-padded ``input_ids`` and ``attention_mask`` (B, L), each text cut to its last ``max_length`` tokens.
+def encode_texts(tokenizer: Any, texts: Sequence[str], max_length: int, append_eos: bool, device: torch.device
+                 ) -> dict[str, torch.Tensor]:
+    """Right-padded ``input_ids`` and ``attention_mask`` (B, L) on ``device``, each text cut to its last
+    ``max_length`` tokens.
 
     Keeping the end keeps the completion, which is what the reward judges. ``append_eos`` (encoder-decoder
     classifiers, which pool the final EOS) ends every row with EOS.
@@ -72,14 +87,14 @@ def encode_texts(tokenizer: Any, texts: Sequence[str], max_length: int, append_e
         rows.append(ids)
     width = max(len(r) for r in rows)
     pad = tokenizer.pad_token_id
-    return {"input_ids": torch.tensor([r + [pad] * (width - len(r)) for r in rows]),
-            "attention_mask": torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])}
+    return {"input_ids": torch.tensor([r + [pad] * (width - len(r)) for r in rows], device=device),
+            "attention_mask": torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows], device=device)}
 
 
 def rewards(model: Any, tokenizer: Any, texts: Sequence[str], max_length: int) -> torch.Tensor:
-    """The scalar reward of each text.  (B,)"""
-    batch = encode_texts(tokenizer, texts, max_length, bool(model.config.is_encoder_decoder))
-    return model(**batch).logits[:, 0]
+    """The scalar reward of each text, float32 on the model's device.  (B,)"""
+    batch = encode_texts(tokenizer, texts, max_length, bool(model.config.is_encoder_decoder), model.device)
+    return model(**batch).logits[:, 0].float()
 
 
 def bradley_terry_loss(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Tensor:
@@ -96,33 +111,42 @@ def split_pairs(prefs: list[Preference], val_fraction: float, seed: int) -> tupl
 
 
 @torch.no_grad()
-def pairwise_metrics(model: Any, tokenizer: Any, prefs: list[Preference], cfg: RewardModelConfig) -> dict[str, float]:
-    """Held-out (or any) pairs: mean Bradley–Terry loss and pairwise accuracy (share with r_c > r_r)."""
+def pairwise_metrics(model: Any, tokenizer: Any, prefs: list[Preference], cfg: RewardModelConfig,
+                     execution: Optional[Execution] = None) -> dict[str, float]:
+    """Held-out (or any) pairs: mean Bradley–Terry loss and pairwise accuracy (share with r_c > r_r).
+
+    The forward passes run under the execution's autocast (default: the CPU in float32)."""
+    execution = execution if execution is not None else cpu_execution()
     model.eval()
     losses, correct = [], 0
     for start in range(0, len(prefs), cfg.batch_size):
         chunk = prefs[start:start + cfg.batch_size]
-        chosen, rejected = _pair_rewards(model, tokenizer, chunk, cfg.max_length)
+        with execution.autocast():
+            chosen, rejected = _pair_rewards(model, tokenizer, chunk, cfg.max_length)
         losses.append(bradley_terry_loss(chosen, rejected).item() * len(chunk))
         correct += int((chosen > rejected).sum())
     return {"loss": sum(losses) / len(prefs), "accuracy": correct / len(prefs)}
 
 
 def _pair_rewards(model: Any, tokenizer: Any, chunk: list[Preference], max_length: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rewards of the chosen and the rejected completions, in one forward pass.  (B,), (B,)"""
+    """Rewards (float32) of the chosen and the rejected completions, in one forward pass.  (B,), (B,)"""
     texts = [join(p.prompt, p.chosen) for p in chunk] + [join(p.prompt, p.rejected) for p in chunk]
     scores = rewards(model, tokenizer, texts, max_length)
     return scores[:len(chunk)], scores[len(chunk):]
 
 
 def train_reward_model(model: Any, tokenizer: Any, prefs: list[Preference], cfg: RewardModelConfig,
-                       progress: Optional[Callable[[dict[str, float]], None]] = None
-                       ) -> tuple[list[dict[str, float]], dict[str, float]]:
-    """Train ``model`` in place on the training pairs; returns the per-epoch curve and the final metrics.
+                       progress: Optional[Callable[[dict[str, float]], None]] = None,
+                       execution: Optional[Execution] = None) -> tuple[list[dict[str, float]], dict[str, float]]:
+    """Train ``model`` (float32, on the execution's device) in place on the training pairs; returns the
+    per-epoch curve and the final metrics.
 
-    Each epoch's order is drawn from ``(seed, epoch)``. The final metrics: ``train/accuracy``,
-    ``train/loss``, and ``val/accuracy``, ``val/loss`` on the held-out pairs when there are any.
+    Forward passes run under the execution's autocast (bf16 under bf16; default: the CPU in float32) and the
+    Bradley–Terry loss is computed in float32. Each epoch's order is drawn from ``(seed, epoch)``. The final
+    metrics: ``train/accuracy``, ``train/loss``, and ``val/accuracy``, ``val/loss`` on the held-out pairs
+    when there are any.
     """
+    execution = execution if execution is not None else cpu_execution()
     train, val = split_pairs(prefs, cfg.val_fraction, cfg.seed)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
@@ -134,7 +158,9 @@ def train_reward_model(model: Any, tokenizer: Any, prefs: list[Preference], cfg:
         losses = []
         for start in range(0, len(order), cfg.batch_size):
             chunk = [train[i] for i in order[start:start + cfg.batch_size]]
-            loss = bradley_terry_loss(*_pair_rewards(model, tokenizer, chunk, cfg.max_length))
+            with execution.autocast():
+                chosen, rejected = _pair_rewards(model, tokenizer, chunk, cfg.max_length)
+            loss = bradley_terry_loss(chosen, rejected)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
@@ -142,15 +168,17 @@ def train_reward_model(model: Any, tokenizer: Any, prefs: list[Preference], cfg:
             losses.append(loss.item())
         row = {"epoch": epoch + 1, "train_loss": round(sum(losses) / len(losses), 6)}
         if val:
-            row.update({f"val_{k}": round(v, 6) for k, v in pairwise_metrics(model, tokenizer, val, cfg).items()})
+            held_out = pairwise_metrics(model, tokenizer, val, cfg, execution)
+            row.update({f"val_{k}": round(v, 6) for k, v in held_out.items()})
         curve.append(row)
         log.info("reward model epoch %d: %s", epoch + 1, row)
         if progress:
             progress(row)
     model.eval()
-    final = {f"train/{k}": round(v, 6) for k, v in pairwise_metrics(model, tokenizer, train, cfg).items()}
+    final = {f"train/{k}": round(v, 6) for k, v in pairwise_metrics(model, tokenizer, train, cfg, execution).items()}
     if val:
-        final.update({f"val/{k}": round(v, 6) for k, v in pairwise_metrics(model, tokenizer, val, cfg).items()})
+        held_out = pairwise_metrics(model, tokenizer, val, cfg, execution)
+        final.update({f"val/{k}": round(v, 6) for k, v in held_out.items()})
     final.update({"n_train": len(train), "n_val": len(val)})
     return curve, final
 
@@ -163,16 +191,17 @@ def save_reward_model(model: Any, tokenizer: Any, cfg: RewardModelConfig, folder
 
 
 class RewardModel:
-    """A saved Bradley–Terry reward model, loaded once: ``__call__(prompts, completions)`` -> rewards (floats)."""
+    """A saved Bradley–Terry reward model, loaded once, frozen on the execution's device in its frozen dtype
+    (default: the CPU in float32): ``__call__(prompts, completions)`` -> rewards (float32 Python floats)."""
 
-    def __init__(self, path: str | Path, batch_size: int = 32, max_length: Optional[int] = None) -> None:
+    def __init__(self, path: str | Path, batch_size: int = 32, max_length: Optional[int] = None,
+                 execution: Optional[Execution] = None) -> None:
         path = Path(path)
         if not (path / FORMAT_FILE).is_file():
             raise io.MissingDataError(
                 f"reward model {path} does not exist or is unfinished (no {FORMAT_FILE}); train it first with the "
                 "train_reward_model stage (snakemake results/<task>/reward_model) and point args.path at its model/ folder")
-        self.model, self.tokenizer = load_backbone(path)
-        self.model.eval()
+        self.model, self.tokenizer = load_backbone(path, execution, frozen=True)
         self.max_length = max_length or int(io.read_json(path / FORMAT_FILE)["max_length"])
         self.batch_size = batch_size
 
