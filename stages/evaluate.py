@@ -10,6 +10,7 @@ from grueflow.data import read_split
 from grueflow.io import atomic_dir, write_json, write_jsonl
 from grueflow.metrics import MetricContext
 from grueflow.models import check_context, load_pretrained
+from grueflow.models.backend import select
 from grueflow.models.policy import Policy
 from grueflow.seeding import seed_everything
 
@@ -28,6 +29,7 @@ def main() -> None:
     p.add_argument("--base-model", type=Path, required=True, help="the task's base model (fluency perplexity)")
     p.add_argument("--seed", type=stage.seed, required=True)
     p.add_argument("--threads", type=int, default=1)
+    stage.add_execution(p)
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     started = stage.setup(args)
@@ -44,17 +46,20 @@ def main() -> None:
     metrics = with_fluency(metrics)
     check_context(args.model, lengths.prompt, generation.max_new_tokens, str(args.task_file),
                   ("lengths.prompt", "eval_generation.max_new_tokens"))
+    ex = stage.execution(args)
     test = read_split(args.datapool, "test")
 
     seed_everything(args.seed, args.threads)
-    model, tokenizer = load_pretrained(args.model)
-    policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt)
+    backend = select(ex)
+    model, tokenizer = load_pretrained(args.model, backend=backend, frozen=True)
+    policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt,
+                    backend)
     bar = stage.progress(len(test), "generating")
     generations = evaluation.generate(policy, test, generation, progress=bar.update)
     bar.close()
     bar = stage.progress(1 + len(metrics), "scoring (reward, then each metric)")
     rows, corpus, missing = evaluation.score(test, generations, reward_cfg, metrics,
-                                             MetricContext(args.base_model, lengths.prompt), progress=bar.update)
+                                             MetricContext(args.base_model, lengths.prompt, ex), progress=bar.update)
     bar.close()
     method = method_name(args.start, args.algorithm)
     with atomic_dir(args.out) as tmp:
@@ -63,8 +68,9 @@ def main() -> None:
                                           "headline": list(headline), "metrics": corpus,
                                           "missing": missing})
         stage.finish(tmp, "evaluate", {"lengths": to_dict(lengths), "eval_generation": to_dict(generation),
-                                       "reward": to_dict(reward_cfg), "metrics": to_dict(metrics), "seed": args.seed},
-                     {"datapool": args.datapool, "model": args.model}, started)
+                                       "reward": to_dict(reward_cfg), "metrics": to_dict(metrics), "seed": args.seed,
+                                       "precision": args.precision},
+                     {"datapool": args.datapool, "model": args.model}, started, execution=ex.record())
 
 
 if __name__ == "__main__":

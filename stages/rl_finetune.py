@@ -13,6 +13,7 @@ from grueflow.io import MODEL_DIR, atomic_dir, fingerprint, write_csv, write_jso
 from grueflow.metrics import MetricContext
 from grueflow.metrics.reward import Reward
 from grueflow.models import check_context, load_pretrained
+from grueflow.models.backend import select
 from grueflow.models.policy import Policy
 from grueflow.rl import ALGORITHMS
 from grueflow.rl.trainer import WALL_CLOCK_KEYS, KLCeilingError, NonFiniteError, RLTrainer
@@ -34,6 +35,7 @@ def main() -> None:
     p.add_argument("--base-model", type=Path, required=True, help="the task's base model folder (for fluency rewards)")
     p.add_argument("--seed", type=stage.seed, required=True)
     p.add_argument("--threads", type=int, default=1)
+    stage.add_execution(p)
     p.add_argument("--resume-dir", type=Path, required=True,
                    help="periodic checkpoints (<out>.resume); resumed from if present, removed at the end")
     p.add_argument("--out", type=Path, required=True)
@@ -48,14 +50,19 @@ def main() -> None:
     check_context(args.init_model, lengths.prompt, generation.max_new_tokens, str(args.task_file),
                   ("lengths.prompt", "rollout_generation.max_new_tokens"))
     stage.relaunch_data_parallel(cfg.processes, args.threads)  # processes > 1: N copies of this command
-    parallel = DataParallel.from_env()
+    ex = stage.execution(args)  # each data-parallel process on its own GPU
+    parallel = DataParallel.from_env(ex.device)
     train = read_split(args.datapool, "train")
 
     seed_everything(args.seed, parallel.threads(args.threads))  # the job's cores, shared
-    model, tokenizer = load_pretrained(args.init_model)
-    ref_model = load_pretrained(args.init_model)[0] if cfg.lora is None else None  # LoRA: the adapter-free base
-    policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt)
-    reward = Reward(reward_cfg, MetricContext(base_model=args.base_model, max_prompt_length=lengths.prompt))
+    backend = select(ex)
+    model, tokenizer = load_pretrained(args.init_model, backend=backend)
+    # the frozen KL reference (bf16 under bf16); under LoRA it is the policy with its adapter disabled
+    ref_model = load_pretrained(args.init_model, backend=backend, frozen=True)[0] if cfg.lora is None else None
+    policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt,
+                    backend)
+    reward = Reward(reward_cfg, MetricContext(base_model=args.base_model, max_prompt_length=lengths.prompt,
+                                              execution=ex))
     trainer = RLTrainer(args.algorithm, cfg, policy, ref_model, reward, train, generation, args.seed, parallel)
 
     key = run_key(args.algorithm, to_dict(cfg), to_dict(generation), to_dict(reward_cfg), fingerprint(args.init_model),
@@ -109,8 +116,9 @@ def main() -> None:
         write_json(tmp / "train_metrics.json", {k: final[k] for k in ("reward/task", "kl/sequence", "kl/coef")})
         stage.finish(tmp, "rl_finetune",
                      {"algorithm": args.algorithm, "method": to_dict(cfg), "lengths": to_dict(lengths),
-                      "rollout_generation": to_dict(generation), "reward": to_dict(reward_cfg), "seed": args.seed},
-                     {"datapool": args.datapool, "init_model": args.init_model}, started, **extra)
+                      "rollout_generation": to_dict(generation), "reward": to_dict(reward_cfg), "seed": args.seed,
+                      "precision": args.precision},
+                     {"datapool": args.datapool, "init_model": args.init_model}, started, execution=ex.record(), **extra)
     shutil.rmtree(args.resume_dir, ignore_errors=True)
 
 

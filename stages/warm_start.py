@@ -11,6 +11,7 @@ from grueflow.data import read_split
 from grueflow.distributed import DataParallel, check_replicas
 from grueflow.io import MODEL_DIR, atomic_dir, fingerprint, write_csv
 from grueflow.models import check_context, load_pretrained
+from grueflow.models.backend import select
 from grueflow.models.lora import merged, with_lora
 from grueflow.models.policy import Policy
 from grueflow.seeding import seed_everything
@@ -29,6 +30,7 @@ def main() -> None:
     p.add_argument("--base-model", type=Path, required=True, help="a Hugging Face model folder")
     p.add_argument("--seed", type=stage.seed, required=True)
     p.add_argument("--threads", type=int, default=1)
+    stage.add_execution(p)
     p.add_argument("--resume-dir", type=Path, required=True,
                    help="a checkpoint after every epoch (<out>.resume); resumed from if present, removed at the end")
     p.add_argument("--out", type=Path, required=True)
@@ -41,13 +43,16 @@ def main() -> None:
     check_context(args.base_model, lengths.prompt, lengths.target, str(args.task_file),
                   ("lengths.prompt", "lengths.target"))
     stage.relaunch_data_parallel(cfg.processes, args.threads)  # processes > 1: N copies of this command
-    parallel = DataParallel.from_env()
+    ex = stage.execution(args)  # each data-parallel process on its own GPU
+    parallel = DataParallel.from_env(ex.device)
     train, val = read_split(args.datapool, "train"), read_split(args.datapool, "val")
     seed_everything(args.seed, parallel.threads(args.threads))  # the job's cores, shared
-    model, tokenizer = load_pretrained(args.base_model)
+    backend = select(ex)
+    model, tokenizer = load_pretrained(args.base_model, backend=backend)
     if cfg.lora is not None:
         model = with_lora(model, cfg.lora)
-    policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt)
+    policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt,
+                    backend)
     trainer = SupervisedTrainer(policy, train, val, cfg, lengths.target, args.seed, parallel)
     data = [fingerprint(args.datapool / f"{split}.jsonl") for split in ("train", "val")]
     key = run_key(to_dict(lengths), to_dict(cfg), fingerprint(args.base_model), data, args.seed)
@@ -84,8 +89,10 @@ def main() -> None:
         shutil.copytree(args.resume_dir / "dvclive", tmp / "dvclive")
         plots.learning_curves(curve, "epoch", plots.WARM_START_PANELS, tmp / "loss_curve.png",
                               f"warm start on {args.task_file.stem}, seed {args.seed}")
-        stage.finish(tmp, "warm_start", {"lengths": to_dict(lengths), "supervised": to_dict(cfg), "seed": args.seed},
-                     {"datapool": args.datapool, "base_model": args.base_model}, started, **extra)
+        stage.finish(tmp, "warm_start", {"lengths": to_dict(lengths), "supervised": to_dict(cfg), "seed": args.seed,
+                                         "precision": args.precision},
+                     {"datapool": args.datapool, "base_model": args.base_model}, started, execution=ex.record(),
+                     **extra)
     shutil.rmtree(args.resume_dir, ignore_errors=True)
 
 

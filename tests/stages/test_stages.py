@@ -214,3 +214,35 @@ def test_bad_params_fail_before_work_with_exit_code_2(tmp_path):
                  ROOT, check=False)
     assert result.returncode == 2
     assert "unknown metric 'rogue'" in result.stderr and "valid metric ids:" in result.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+@pytest.mark.parametrize("how", ["flag", "environment"])
+def test_a_stage_asked_for_cuda_without_one_stops_before_loading_anything(base, tmp_path, how):
+    command = rl(base, tmp_path / "rl") + (["--device", "cuda:0"] if how == "flag" else [])
+    env = {**os.environ, **({"GRUEFLOW_DEVICE": "cuda:0"} if how == "environment" else {})}
+    result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    source = "--device" if how == "flag" else "GRUEFLOW_DEVICE"
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert f"error: {source} = 'cuda:0' asks for a GPU, but CUDA is not available" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "rl").exists()
+    assert not Path(f"{tmp_path / 'rl'}.resume").exists()
+
+
+def test_fast_paths_off_give_the_same_metrics(base, tmp_path):
+    """GRUEFLOW_FAST=0 (plain transformers: no lean GPT-2 step, fused GELU or lean attention) against the
+    default CPU backend, through rl_finetune and evaluate: the same metrics to float rounding."""
+    metrics = {}
+    for fast in ("1", "0"):
+        env = {**os.environ, "GRUEFLOW_FAST": fast}
+        out = tmp_path / f"fast{fast}"
+        for command in (rl(base, out / "rl"), evaluate(base, out / "rl" / "model", out / "eval")):
+            result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+            assert result.returncode == 0, result.stderr[-3000:]
+        record = json.loads((out / "eval" / "stage.json").read_text())
+        assert record["execution"] == {"device": "cpu", "precision": "fp32", "fast_paths": fast == "1"}
+        metrics[fast] = json.loads((out / "eval" / "metrics.json").read_text())["metrics"]
+    assert metrics["1"].keys() == metrics["0"].keys()
+    for key, value in metrics["1"].items():
+        other = metrics["0"][key]
+        assert (value is None and other is None) or value == pytest.approx(other, rel=1e-4, abs=1e-5), key

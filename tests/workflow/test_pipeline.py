@@ -5,7 +5,9 @@ from __future__ import annotations
 import base64
 import html
 import json
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -86,6 +88,22 @@ def test_snakemake_builds_the_grue_table(snakemake_repo):
 def test_second_run_has_nothing_to_do(snakemake_repo):
     result = run(["snakemake", "--cores", "2", "results/grue_table.csv"], snakemake_repo)
     assert "Nothing to be done" in result.stdout + result.stderr
+
+
+def test_the_device_is_recorded_and_changing_it_reruns_nothing(snakemake_repo, dvc_repo):
+    """The device is an execution setting: stage.json records it, and neither $GRUEFLOW_DEVICE nor a rule's
+    device resource makes a finished stage stale under either engine (precision, a param, would)."""
+    for repo in (snakemake_repo, dvc_repo):
+        record = json.loads((repo / "results" / "sentiment" / "ppo" / "seed0" / "stage.json").read_text())
+        assert record["execution"] == {"device": "cpu", "precision": "fp32", "fast_paths": True}
+        assert record["params"]["precision"] == "auto"
+    env = {**os.environ, "GRUEFLOW_DEVICE": "cpu"}
+    for extra in ([], ["--set-resources", "rl_finetune:device=cpu", "evaluate:device=cpu"]):
+        result = subprocess.run(["snakemake", "-n", "--cores", "2", *extra, "results/grue_table.csv"],
+                                cwd=snakemake_repo, env=env, capture_output=True, text=True, timeout=300)
+        assert "Nothing to be done" in result.stdout + result.stderr, result.stdout[-2000:]
+    result = subprocess.run(["dvc", "status"], cwd=dvc_repo, env=env, capture_output=True, text=True, timeout=300)
+    assert "Data and pipelines are up to date" in result.stdout, result.stdout[-2000:]
 
 
 def test_editing_one_reward_weight_marks_only_that_tasks_rl_evaluate_and_aggregate(snakemake_repo):

@@ -2,6 +2,7 @@
 # Shell commands quote every placeholder with :q ({params.task_file:q}; a list param is quoted word by
 # word), except {threads} and {wildcards.seed}, which can only be integers (seed=r"\d+" below);
 # tests/unit/test_safety.py holds every rule to this.
+import os
 import re
 from pathlib import Path
 
@@ -22,10 +23,18 @@ PREFERENCE_METHODS = list(SUITE.config.preference_methods)  # issue 7: dpo, lear
 RL_METHODS = [m for m in METHODS[2:] if m.removeprefix("supervised+") not in PREFERENCE_METHODS]
 DPO_METHODS = [m for m in METHODS[2:] if m.removeprefix("supervised+") in PREFERENCE_METHODS]
 RESOURCES = SUITE.config.resources  # per-rule threads, mem_mb, runtime, gpu: the suite's resources: over the defaults
+PRECISION = SUITE.config.precision  # a param (rerun trigger) of every stage that runs a model
 
 
 def job_threads(rule, default=THREADS):
     return RESOURCES.threads(rule, default)
+
+
+def stage_device(rule):
+    """The ``--device`` of a rule's stage, as the string resource ``device``: ``cuda`` when the rule's resources ask
+    for a GPU, else ``$GRUEFLOW_DEVICE`` or ``auto`` (CUDA when the machine has it). A resource, not a param: the
+    device is an execution setting and never a rerun trigger (``--set-resources rl_finetune:device=cuda:1``)."""
+    return "cuda" if RESOURCES.of(rule).get("gpu") else os.environ.get("GRUEFLOW_DEVICE") or "auto"
 
 
 def _choice(names):
@@ -61,7 +70,7 @@ def method_file(name):
 def code(*parts):
     """Library files a stage runs (inputs, so that a code change reruns it)."""
     core = ["grueflow/__init__.py", "grueflow/config.py", "grueflow/io.py", "grueflow/registry.py",
-            "grueflow/stage.py", "grueflow/seeding.py"]
+            "grueflow/stage.py", "grueflow/device.py", "grueflow/seeding.py"]
     files = []
     for part in parts:
         path = Path(part)

@@ -21,15 +21,17 @@ rule evaluate:
     output:
         directory("results/eval/{task}/{method}/seed{seed}"),
     params:
+        precision=PRECISION,
         slice=task_slice("lengths", "eval_generation", "reward", "metrics", "headline_metrics"),
         identity=eval_identity,
         task_file=task_file,
     threads: job_threads("evaluate")
     resources:
         **RESOURCES.of("evaluate"),
+        device=stage_device("evaluate"),
     log:
         "results/logs/eval/{task}/{method}/seed{seed}.log",
     shell:
         "python stages/evaluate.py --task-file {params.task_file:q} --task {wildcards.task:q} {params.identity:q}"
         " --datapool {input.datapool:q} --model {input.model:q}/model --base-model {input.base_model:q}/model"
-        " --seed {wildcards.seed} --threads {threads} --out {output:q} 2> {log:q}"
+        " --seed {wildcards.seed} --threads {threads} --out {output:q} --device {resources.device:q} --precision {params.precision:q} 2> {log:q}"

@@ -33,6 +33,7 @@ rule build_preferences:
     output:
         directory("results/{task}/preferences"),
     params:
+        precision=PRECISION,
         slice=task_slice("lengths", "reward"),
         method=lambda w: read_yaml(method_file("preferences")),
         method_file=method_file("preferences"),
@@ -40,12 +41,13 @@ rule build_preferences:
     threads: job_threads("build_preferences")
     resources:
         **RESOURCES.of("build_preferences"),
+        device=stage_device("build_preferences"),
     log:
         "results/logs/{task}/build_preferences.log",
     shell:
         "python stages/build_preferences.py --task-file {params.task_file:q} --method-file {params.method_file:q}"
         " --datapool {input.datapool:q} --policy {input.base_model:q}/model --base-model {input.base_model:q}/model"
-        " --threads {threads} --out {output:q} 2> {log:q}"
+        " --threads {threads} --out {output:q} --device {resources.device:q} --precision {params.precision:q} 2> {log:q}"
 
 
 rule train_reward_model:
@@ -56,18 +58,20 @@ rule train_reward_model:
     output:
         directory("results/{task}/reward_model"),
     params:
+        precision=PRECISION,
         preferences=preferences_file,
         method=lambda w: read_yaml(method_file("reward_model")),
         method_file=method_file("reward_model"),
     threads: job_threads("train_reward_model")
     resources:
         **RESOURCES.of("train_reward_model"),
+        device=stage_device("train_reward_model"),
     log:
         "results/logs/{task}/train_reward_model.log",
     shell:
         "python stages/train_reward_model.py --method-file {params.method_file:q}"
         " --preferences {params.preferences:q} --backbone {input.base_model:q}/model"
-        " --threads {threads} --out {output:q} 2> {log:q}"
+        " --threads {threads} --out {output:q} --device {resources.device:q} --precision {params.precision:q} 2> {log:q}"
 
 
 rule dpo:
@@ -78,6 +82,7 @@ rule dpo:
     output:
         directory("results/{task}/{dpo_method}/seed{seed}"),
     params:
+        precision=PRECISION,
         preferences=preferences_file,
         slice=task_slice("lengths"),
         method=lambda w: read_yaml(method_file(dpo_name(w))),
@@ -86,9 +91,10 @@ rule dpo:
     threads: job_threads("dpo")
     resources:
         **RESOURCES.of("dpo"),
+        device=stage_device("dpo"),
     log:
         "results/logs/{task}/{dpo_method}/seed{seed}.log",
     shell:
         "python stages/dpo.py --task-file {params.task_file:q} --method-file {params.method_file:q}"
         " --preferences {params.preferences:q} --init-model {input.init:q}/model"
-        " --seed {wildcards.seed} --threads {threads} --out {output:q} 2> {log:q}"
+        " --seed {wildcards.seed} --threads {threads} --out {output:q} --device {resources.device:q} --precision {params.precision:q} 2> {log:q}"

@@ -21,6 +21,7 @@ rule rl_finetune:
         report(directory("results/{task}/{rl_method}/seed{seed}"), patterns=["{name}.png"], caption="../report/curves.rst",
                category="Learning curves", subcategory="{task}", labels={"method": "{rl_method}", "seed": "{seed}"}),
     params:
+        precision=PRECISION,
         slice=task_slice("lengths", "rollout_generation", "reward"),
         method=lambda w: read_yaml(method_file(rl_algorithm(w))),
         overrides=method_overrides(rl_algorithm),
@@ -30,10 +31,11 @@ rule rl_finetune:
     threads: job_threads("rl_finetune")
     resources:
         **RESOURCES.of("rl_finetune"),
+        device=stage_device("rl_finetune"),
     log:
         "results/logs/{task}/{rl_method}/seed{seed}.log",
     shell:
         "python stages/rl_finetune.py --task-file {params.task_file:q} --algorithm {params.algorithm:q}"
         " --method-file {params.method_file:q} --datapool {input.datapool:q} --init-model {input.init:q}/model"
         " --base-model {input.base_model:q}/model --seed {wildcards.seed} --threads {threads}"
-        " --resume-dir {output:q}.resume --out {output:q} 2> {log:q}"
+        " --resume-dir {output:q}.resume --out {output:q} --device {resources.device:q} --precision {params.precision:q} 2> {log:q}"
