@@ -8,7 +8,7 @@ export TRANSFORMERS_OFFLINE := 1
 export DVC_NO_ANALYTICS := 1
 export NLTK_DATA ?= $(abspath ../shared/nltk_data)
 
-.PHONY: setup models run test bench clean
+.PHONY: setup models run test bench gpu-check clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,12 @@ test: setup
 # grueflow's RL step against TRL's GRPOTrainer and RLOOTrainer (issue 6): about 30 minutes on 2 cores
 bench: setup
 	python bench/rl_step.py --out bench/RESULTS.md
+
+# On a single-GPU machine: the micro pipeline on CUDA, and the RL step against TRL at a GPT-2-small and a ~1B
+# Llama shape (bf16), under 8 minutes (--time-budget); `python bench/gpu_check.py --smoke` is its CPU rehearsal.
+# No `setup`: a GPU machine may be offline with its own PyTorch, and python3 is the venv's where there is one.
+gpu-check:
+	python3 bench/gpu_check.py --out bench/GPU_RESULTS.md
 
 clean:
 	rm -rf results .snakemake
