@@ -118,6 +118,7 @@ class Backend:
     """Plain transformers on any device and precision: the reference path, and the one with fast paths off."""
 
     name = "transformers"
+    numba_nucleus = False  # top-p by the numba histogram (CPU float32) instead of a sort
 
     def __init__(self, execution: Optional[Execution] = None) -> None:
         self.execution = execution if execution is not None else cpu_execution()
@@ -173,14 +174,14 @@ class Backend:
         """The top-p nucleus of each row (see :func:`grueflow.models.nucleus.top_p_keep`).  (B, V) -> (B, V) bool"""
         from grueflow.models.nucleus import top_p_keep
 
-        return top_p_keep(logits, top_p, top_k, min_tokens_to_keep, always_keep, fast=False)
+        return top_p_keep(logits, top_p, top_k, min_tokens_to_keep, always_keep, fast=self.numba_nucleus)
 
     def top_p_mask(self, logits: torch.Tensor, scores: torch.Tensor, top_p: float, top_k: int = 0,
                    min_tokens_to_keep: int = 1, always_keep: Sequence[int] = ()) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`top_p_keep` of ``logits`` and ``scores`` masked to it (NLPO).  (B, V), (B, V) -> bool, scores"""
         from grueflow.models.nucleus import top_p_mask
 
-        return top_p_mask(logits, scores, top_p, top_k, min_tokens_to_keep, always_keep, fast=False)
+        return top_p_mask(logits, scores, top_p, top_k, min_tokens_to_keep, always_keep, fast=self.numba_nucleus)
 
 
 class _KeptDecoding(Decoding):
@@ -208,6 +209,7 @@ class CpuKernels(Backend):
     """The CPU fast paths (float32 on the CPU): oneDNN linears, the lean GPT-2 step, numba kernels, the replay."""
 
     name = "cpu_kernels"
+    numba_nucleus = True
 
     def prepare(self, model: Any) -> Any:
         from grueflow.models.kernels import cpu_kernels, fused_activations
@@ -239,18 +241,6 @@ class CpuKernels(Backend):
         if recorder is None:
             return Decoding(first, step, cache, autocast)
         return _KeptDecoding(first, step, cache, autocast, model, prompts, group_size, recorder)
-
-    def top_p_keep(self, logits: torch.Tensor, top_p: float, top_k: int = 0, min_tokens_to_keep: int = 1,
-                   always_keep: Sequence[int] = ()) -> torch.Tensor:
-        from grueflow.models.nucleus import top_p_keep
-
-        return top_p_keep(logits, top_p, top_k, min_tokens_to_keep, always_keep, fast=True)
-
-    def top_p_mask(self, logits: torch.Tensor, scores: torch.Tensor, top_p: float, top_k: int = 0,
-                   min_tokens_to_keep: int = 1, always_keep: Sequence[int] = ()) -> tuple[torch.Tensor, torch.Tensor]:
-        from grueflow.models.nucleus import top_p_mask
-
-        return top_p_mask(logits, scores, top_p, top_k, min_tokens_to_keep, always_keep, fast=True)
 
 
 def select(execution: Optional[Execution] = None) -> Backend:

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Iterator, Optional
+from typing import Optional
 
 import pytest
 import torch
+from test_devices import meta_default
 from test_metrics_library import tiny_classifier
 
 from grueflow.config import parse
@@ -29,17 +30,6 @@ FP32, BF16 = Execution(CPU, "fp32"), Execution(CPU, "bf16")
 PROMPTS = ["the review:", "a film that", "it was"]
 GENERATIONS = ["the acting was great .", "dull and slow", "a fine film ."]
 REFERENCES = [["the acting was good ."], ["slow and dull"], ["a good film ."]]
-
-
-@contextlib.contextmanager
-def meta_default() -> Iterator[None]:
-    """PyTorch's default device set to ``meta``: a tensor made without ``device=`` has no data, so any
-    arithmetic that meets it and a CPU tensor fails loudly."""
-    torch.set_default_device("meta")
-    try:
-        yield
-    finally:
-        torch.set_default_device(None)
 
 
 @pytest.fixture(scope="module")
