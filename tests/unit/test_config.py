@@ -1,6 +1,8 @@
 """Strict configs: every bad value fails at parse time, naming the value and the valid choices."""
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -172,3 +174,16 @@ def test_rl_processes_must_split_the_rollout_and_minibatches_into_whole_groups()
 
     with pytest.raises(ConfigError, match=r"processes must be 1 for TRPO, got 2"):
         parse(TRPOConfig, {"rollouts_per_iteration": 16, "minibatch_size": 8, "processes": 2}, "trpo.yaml:")
+
+
+def test_validating_every_shipped_suite_imports_no_torch():
+    """Params validation (what `snakemake -n` pays for before any job) imports neither torch, transformers nor
+    numba: checked in a fresh interpreter, over every suite the repository ships."""
+    root = Path(__file__).resolve().parents[2]
+    suites = ["params/suite.yaml", *sorted(str(p.relative_to(root)) for p in (root / "params" / "suites").glob("*.yaml"))]
+    code = ("import sys\nfrom grueflow.config import load_suite, read_yaml\n"
+            f"for suite in {suites!r}:\n    load_suite(read_yaml(suite), suite)\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'numba') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[]"
