@@ -99,7 +99,7 @@ def test_the_device_is_recorded_and_changing_it_reruns_nothing(snakemake_repo, d
         assert record["params"]["precision"] == "auto"
     env = {**os.environ, "GRUEFLOW_DEVICE": "cpu"}
     for extra in ([], ["--set-resources", "rl_finetune:device=cpu", "evaluate:device=cpu"]):
-        result = subprocess.run(["snakemake", "-n", "--cores", "2", *extra, "results/grue_table.csv"],
+        result = subprocess.run(["snakemake", "-n", "--cores", "2", "results/grue_table.csv", *extra],
                                 cwd=snakemake_repo, env=env, capture_output=True, text=True, timeout=300)
         assert "Nothing to be done" in result.stdout + result.stderr, result.stdout[-2000:]
     result = subprocess.run(["dvc", "status"], cwd=dvc_repo, env=env, capture_output=True, text=True, timeout=300)

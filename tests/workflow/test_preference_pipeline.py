@@ -18,6 +18,7 @@ algorithms: []
 preference_methods: [dpo]
 seeds: [0]
 threads: 1
+precision: auto
 params_dir: params
 """
 METHODS = ["zero_shot", "supervised", "dpo", "supervised+dpo"]
