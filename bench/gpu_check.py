@@ -61,7 +61,8 @@ from typing import Any, Iterator, Optional
 ROOT = Path(__file__).resolve().parent.parent
 # bench/ is no package; and on a GPU machine grueflow runs from this checkout, uninstalled
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
-from rl_step import PHASES, Settings, sentiment_texts  # noqa: E402
+import rl_step  # noqa: E402
+from rl_step import Settings, sentiment_texts  # noqa: E402
 
 task_texts = functools.lru_cache(maxsize=1)(sentiment_texts)  # (prompts, unlabelled text), built once a process
 
@@ -410,28 +411,12 @@ def shape_facts(model_dir: Path) -> dict[str, int | float]:
             "prompt_tokens": statistics.mean(lengths)}
 
 
-def sentiment_reward() -> Any:
-    """grueflow's ``lexicon_sentiment`` reward, what both libraries are scored by (as in bench/rl_step.py)."""
-    from grueflow.config import RewardConfig, parse
-    from grueflow.metrics import MetricContext
-    from grueflow.metrics.reward import Reward
-
-    return Reward(parse(RewardConfig, {"components": [{"metric": "lexicon_sentiment", "weight": 1.0}]}, "gpu_check"),
-                  MetricContext())
-
-
 def grueflow_steps(algorithm: str, model_dir: Path, job: RLRun) -> tuple[list[dict[str, float]], bool]:
-    """``warmup + steps`` iterations of grueflow's trainer; the timing of each measured one, and whether the
-    update differentiated the sampling pass."""
-    from grueflow.config import GenerationConfig, parse
-    from grueflow.data import Sample
+    """``warmup + steps`` iterations of grueflow's trainer (bench/rl_step.py's) on the job's device and precision;
+    the timing of each measured one, and whether the update differentiated the sampling pass."""
     from grueflow.device import execution
-    from grueflow.models import load_pretrained
     from grueflow.models.backend import select
-    from grueflow.models.policy import Policy
-    from grueflow.rl import ALGORITHMS
     from grueflow.rl.trainer import RLTrainer
-    from grueflow.seeding import seed_everything
 
     class SyncedTrainer(RLTrainer):
         """The trainer with the GPU synchronised at the end of its scoring and update phases."""
@@ -446,117 +431,15 @@ def grueflow_steps(algorithm: str, model_dir: Path, job: RLRun) -> tuple[list[di
             synchronize(self.device)
             return stats
 
-    s = job.settings
-    seed_everything(s.seed, s.threads)
     backend = select(execution(job.device, job.precision))
-    model, tokenizer = load_pretrained(model_dir, backend=backend)
-    ref_model, _ = load_pretrained(model_dir, backend=backend, frozen=True)
-    samples = [Sample(f"p{i}", p, ("",), {}) for i, p in enumerate(task_texts()[0])]
-    kl_in_loss = algorithm == "grpo"
-    cfg = parse(ALGORITHMS.get(algorithm).Config, {
-        "iterations": s.warmup + s.steps, "rollouts_per_iteration": s.completions, "group_size": s.group,
-        "epochs": 1, "minibatch_size": s.completions, "learning_rate": s.learning_rate,
-        "kl": {"coef": s.beta, "adaptive": False}, "kl_estimator": "k3" if kl_in_loss else "k1",
-        "kl_in_loss": kl_in_loss}, "gpu_check")
-    generation = GenerationConfig(max_new_tokens=s.new_tokens, min_new_tokens=s.new_tokens, do_sample=True, top_k=0,
-                                  top_p=1.0, temperature=1.0)
-    policy = Policy(model, tokenizer, "causal", max_prompt_length=64, backend=backend)
-    trainer = SyncedTrainer(algorithm, cfg, policy, ref_model, sentiment_reward(), samples, generation, s.seed)
-    rows = []
-    for i in range(s.warmup + s.steps):
-        row = trainer.step()
-        if i >= s.warmup:
-            rows.append({"step_s": row["charts/iteration_s"], "tokens": row["charts/mean_length"] * s.completions,
-                         **{k: row[f"charts/{k}"] for k in PHASES}})
-    return rows, trainer.keeps_sampling
+    trainer = rl_step.grueflow_trainer(algorithm, model_dir, job.settings, backend, SyncedTrainer)
+    return rl_step.timed_steps(trainer, job.settings), trainer.keeps_sampling
 
 
 def trl_steps(model_dir: Path, job: RLRun, out_dir: Path) -> list[dict[str, float]]:
-    """TRL's GRPOTrainer for ``warmup + steps`` optimiser steps at bench/rl_step.py's settings (bf16 mixed
-    precision where the run is bf16, its reference then in bf16 as grueflow's); the timing of each measured step."""
-    import torch
-    from datasets import Dataset
-    from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
-    s = job.settings
-    torch.manual_seed(s.seed)
-    torch.set_num_threads(s.threads)
-    reward = sentiment_reward()
-
-    def sentiment(prompts: list[str], completions: list[str], **_: Any) -> list[float]:
-        return reward(prompts, [c.strip() for c in completions], [[""]] * len(prompts), [{}] * len(prompts))[0]
-
-    phases: dict[str, float] = dict.fromkeys(PHASES, 0.0)
-    rows: list[dict[str, float]] = []
-
-    class Timed(GRPOTrainer):
-        """The trainer with its generation, reward and reference-pass phases timed, the GPU synchronised."""
-
-        scoring = False
-
-        def _timed(self, phase: str, method: Any, *args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return method(*args, **kwargs)
-            finally:
-                synchronize(self.accelerator.device)
-                phases[phase] += time.perf_counter() - started
-
-        def _generate_single_turn(self, *args: Any, **kwargs: Any) -> Any:
-            return self._timed("generation_s", super()._generate_single_turn, *args, **kwargs)
-
-        def _calculate_rewards(self, *args: Any, **kwargs: Any) -> Any:
-            return self._timed("reward_s", super()._calculate_rewards, *args, **kwargs)
-
-        def _generate_and_score_completions(self, *args: Any, **kwargs: Any) -> Any:
-            self.scoring = True
-            try:
-                return super()._generate_and_score_completions(*args, **kwargs)
-            finally:
-                self.scoring = False
-
-        def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
-            if not self.scoring:
-                return super()._get_per_token_logps_and_entropies(*args, **kwargs)
-            return self._timed("scoring_s", super()._get_per_token_logps_and_entropies, *args, **kwargs)
-
-    class StepTimer(TrainerCallback):
-        """Each optimiser step's wall time, split: the update is what the timed phases leave."""
-
-        last = 0.0
-
-        def on_step_begin(self, args: Any, state: Any, control: Any, **_: Any) -> None:
-            if not self.last:
-                self.last = time.perf_counter()
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
-            synchronize(job.device)
-            now = time.perf_counter()
-            step_s, self.last = now - self.last, now
-            if state.global_step > s.warmup:
-                other = sum(phases[k] for k in PHASES if k != "update_s")
-                rows.append({"step_s": step_s, "tokens": float(s.completions * s.new_tokens),
-                             **{k: phases[k] for k in PHASES if k != "update_s"}, "update_s": step_s - other})
-            phases.update(dict.fromkeys(PHASES, 0.0))
-
-    bf16 = job.bf16()
-    config = GRPOConfig(
-        output_dir=str(out_dir), per_device_train_batch_size=s.completions, gradient_accumulation_steps=1,
-        num_generations=s.group, max_completion_length=s.new_tokens, temperature=1.0, top_p=1.0, top_k=0,
-        generation_kwargs={"min_new_tokens": s.new_tokens}, num_iterations=1, learning_rate=s.learning_rate,
-        lr_scheduler_type="constant", beta=s.beta, max_steps=s.warmup + s.steps, logging_steps=10 ** 6,
-        save_strategy="no", report_to="none", use_cpu=torch.device(job.device).type == "cpu", bf16=bf16, fp16=False,
-        seed=s.seed, gradient_checkpointing=False, disable_dropout=True, disable_tqdm=True, dataloader_num_workers=0,
-        model_init_kwargs={"dtype": "bfloat16"} if bf16 else None)  # the reference's dtype (the policy is given)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    tokenizer.padding_side = "left"
-    trainer = Timed(model=model, reward_funcs=[sentiment], args=config,
-                    train_dataset=Dataset.from_dict({"prompt": task_texts()[0]}), processing_class=tokenizer,
-                    callbacks=[StepTimer()])
-    trainer.train()
-    return rows
+    """TRL's GRPOTrainer at bench/rl_step.py's settings, on the job's device (bf16 mixed precision where the run
+    is bf16, its reference then in bf16 as grueflow's); the timing of each measured step."""
+    return rl_step.trl_steps("trl_grpo", model_dir, job.settings, out_dir, device=str(job.device), bf16=job.bf16())
 
 
 def update_flops(method: str, facts: dict[str, Any], s: Settings, keeps_sampling: bool) -> tuple[float, int]:

@@ -116,21 +116,25 @@ def parameter_counts(model: Any) -> tuple[int, int]:
 # -- grueflow -------------------------------------------------------------------------------------
 
 
-def grueflow_steps(algorithm: str, model_dir: Path, s: Settings) -> list[dict[str, float]]:
-    """Run ``warmup + steps`` iterations of grueflow's trainer; the timing of each measured one."""
+def grueflow_trainer(algorithm: str, model_dir: Path, s: Settings, backend: Any = None, trainer_class: Any = None
+                     ) -> Any:
+    """grueflow's trainer for ``algorithm`` at the bench's settings: the policy and its frozen reference on the
+    ``backend``'s device (default: the CPU in float32), as ``trainer_class`` (default ``RLTrainer``)."""
     from grueflow.config import GenerationConfig, RewardConfig, parse
     from grueflow.data import Sample
     from grueflow.metrics import MetricContext
     from grueflow.metrics.reward import Reward
     from grueflow.models import load_pretrained
+    from grueflow.models.backend import select
     from grueflow.models.policy import Policy
     from grueflow.rl import ALGORITHMS
     from grueflow.rl.trainer import RLTrainer
     from grueflow.seeding import seed_everything
 
     seed_everything(s.seed, s.threads)
-    model, tokenizer = load_pretrained(model_dir)
-    ref_model, _ = load_pretrained(model_dir)
+    backend = backend if backend is not None else select()
+    model, tokenizer = load_pretrained(model_dir, backend=backend)
+    ref_model, _ = load_pretrained(model_dir, backend=backend, frozen=True)
     prompts = sentiment_texts()[0]
     samples = [Sample(f"p{i}", p, ("",), {}) for i, p in enumerate(prompts)]
     kl_in_loss = algorithm == "grpo"
@@ -143,8 +147,12 @@ def grueflow_steps(algorithm: str, model_dir: Path, s: Settings) -> list[dict[st
                                   top_p=1.0, temperature=1.0)
     reward = Reward(parse(RewardConfig, {"components": [{"metric": "lexicon_sentiment", "weight": 1.0}]}, "bench"),
                     MetricContext())
-    policy = Policy(model, tokenizer, "causal", max_prompt_length=64)
-    trainer = RLTrainer(algorithm, cfg, policy, ref_model, reward, samples, generation, s.seed)
+    policy = Policy(model, tokenizer, "causal", max_prompt_length=64, backend=backend)
+    return (trainer_class or RLTrainer)(algorithm, cfg, policy, ref_model, reward, samples, generation, s.seed)
+
+
+def timed_steps(trainer: Any, s: Settings) -> list[dict[str, float]]:
+    """Run ``warmup + steps`` iterations of ``trainer``; the timing of each measured one."""
     rows = []
     for i in range(s.warmup + s.steps):
         row = trainer.step()
@@ -154,11 +162,20 @@ def grueflow_steps(algorithm: str, model_dir: Path, s: Settings) -> list[dict[st
     return rows
 
 
+def grueflow_steps(algorithm: str, model_dir: Path, s: Settings) -> list[dict[str, float]]:
+    """Run ``warmup + steps`` iterations of grueflow's trainer on the CPU; the timing of each measured one."""
+    return timed_steps(grueflow_trainer(algorithm, model_dir, s), s)
+
+
 # -- TRL ------------------------------------------------------------------------------------------
 
 
-def trl_steps(method: str, model_dir: Path, s: Settings, out_dir: Path) -> list[dict[str, float]]:
-    """Run TRL's GRPOTrainer or RLOOTrainer for ``warmup + steps`` optimiser steps; the timing of each."""
+def trl_steps(method: str, model_dir: Path, s: Settings, out_dir: Path, device: str = "cpu", bf16: bool = False
+              ) -> list[dict[str, float]]:
+    """Run TRL's GRPOTrainer or RLOOTrainer for ``warmup + steps`` optimiser steps; the timing of each.
+
+    ``device`` is where TRL runs (a CUDA device: every phase's timer stops once the GPU's queued work has run);
+    ``bf16``: bf16 mixed precision, with the reference loaded in bf16 (``bench/gpu_check.py``)."""
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
@@ -172,6 +189,11 @@ def trl_steps(method: str, model_dir: Path, s: Settings, out_dir: Path) -> list[
     torch.set_num_threads(s.threads)
     grueflow_reward = Reward(parse(RewardConfig, {"components": [{"metric": "lexicon_sentiment", "weight": 1.0}]},
                                    "bench"), MetricContext())
+    on_gpu = torch.device(device).type == "cuda"
+
+    def synchronize() -> None:
+        if on_gpu:
+            torch.cuda.synchronize(device)
 
     def sentiment(prompts: list[str], completions: list[str], **_: Any) -> list[float]:
         return grueflow_reward(prompts, [c.strip() for c in completions], [[""]] * len(prompts), [{}] * len(prompts))[0]
@@ -185,19 +207,19 @@ def trl_steps(method: str, model_dir: Path, s: Settings, out_dir: Path) -> list[
 
         scoring = False
 
-        def _generate_single_turn(self, *args: Any, **kwargs: Any) -> Any:
+        def _timed(self, phase: str, method: Any, *args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter()
             try:
-                return super()._generate_single_turn(*args, **kwargs)
+                return method(*args, **kwargs)
             finally:
-                phases["generation_s"] += time.perf_counter() - started
+                synchronize()
+                phases[phase] += time.perf_counter() - started
+
+        def _generate_single_turn(self, *args: Any, **kwargs: Any) -> Any:
+            return self._timed("generation_s", super()._generate_single_turn, *args, **kwargs)
 
         def _calculate_rewards(self, *args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return super()._calculate_rewards(*args, **kwargs)
-            finally:
-                phases["reward_s"] += time.perf_counter() - started
+            return self._timed("reward_s", super()._calculate_rewards, *args, **kwargs)
 
         def _generate_and_score_completions(self, *args: Any, **kwargs: Any) -> Any:
             self.scoring = True
@@ -207,16 +229,15 @@ def trl_steps(method: str, model_dir: Path, s: Settings, out_dir: Path) -> list[
                 self.scoring = False
 
         def _get_per_token_logps_and_entropies(self, *args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            try:
+            if not self.scoring:
                 return super()._get_per_token_logps_and_entropies(*args, **kwargs)
-            finally:
-                if self.scoring:
-                    phases["scoring_s"] += time.perf_counter() - started
+            return self._timed("scoring_s", super()._get_per_token_logps_and_entropies, *args, **kwargs)
 
     rows: list[dict[str, float]] = []
 
     class StepTimer(TrainerCallback):
+        """Each optimiser step's wall time, split: the update is what the timed phases leave."""
+
         last = 0.0
 
         def on_step_begin(self, args: Any, state: Any, control: Any, **_: Any) -> None:
@@ -224,6 +245,7 @@ def trl_steps(method: str, model_dir: Path, s: Settings, out_dir: Path) -> list[
                 self.last = time.perf_counter()
 
         def on_step_end(self, args: Any, state: Any, control: Any, **_: Any) -> None:
+            synchronize()
             now = time.perf_counter()
             step_s, self.last = now - self.last, now
             if state.global_step > s.warmup:
@@ -237,8 +259,9 @@ def trl_steps(method: str, model_dir: Path, s: Settings, out_dir: Path) -> list[
         num_generations=s.group, max_completion_length=s.new_tokens, temperature=1.0, top_p=1.0, top_k=0,
         generation_kwargs={"min_new_tokens": s.new_tokens}, num_iterations=1, learning_rate=s.learning_rate,
         lr_scheduler_type="constant", beta=s.beta, max_steps=s.warmup + s.steps, logging_steps=10 ** 6,
-        save_strategy="no", report_to="none", use_cpu=True, bf16=False, fp16=False, seed=s.seed,
-        gradient_checkpointing=method == "trl_grpo_gc", disable_dropout=True, disable_tqdm=True, dataloader_num_workers=0)
+        save_strategy="no", report_to="none", use_cpu=not on_gpu, bf16=bf16, fp16=False, seed=s.seed,
+        gradient_checkpointing=method == "trl_grpo_gc", disable_dropout=True, disable_tqdm=True, dataloader_num_workers=0,
+        model_init_kwargs={"dtype": "bfloat16"} if bf16 else None)  # the reference's dtype (the policy is given)
     config = GRPOConfig(**common) if grpo else RLOOConfig(**common)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
