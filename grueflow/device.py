@@ -135,6 +135,11 @@ def cpu_execution() -> Execution:
     return Execution(torch.device("cpu"), "fp32", fast_paths())
 
 
+def or_cpu(execution: Optional[Execution]) -> Execution:
+    """``execution``, or :func:`cpu_execution` where none was given (every library default)."""
+    return execution if execution is not None else cpu_execution()
+
+
 def execution(device: Optional[str], precision: str = "auto", local_rank: Optional[int] = None) -> Execution:
     """Resolve a stage's ``--device`` (or ``$GRUEFLOW_DEVICE``) and its ``precision`` param."""
     setting, source = device_setting(device)

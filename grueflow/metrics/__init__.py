@@ -46,9 +46,9 @@ class MetricContext:
 
     def resolved_execution(self) -> "Execution":
         """The stage's execution, or the CPU in float32 when none was given."""
-        from grueflow.device import cpu_execution
+        from grueflow.device import or_cpu
 
-        return self.execution if self.execution is not None else cpu_execution()
+        return or_cpu(self.execution)
 
 
 MetricFn = Callable[[Sequence[str], Sequence[str], Sequence[Sequence[str]], Sequence[dict[str, Any]]], MetricResult]

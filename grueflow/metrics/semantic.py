@@ -156,10 +156,9 @@ def load_classifier(name: str, max_length: int, batch_size: int, execution: Opti
     frozen on the execution's device in its frozen dtype (default: the CPU in float32)."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from grueflow.device import cpu_execution
+    from grueflow.device import or_cpu
 
-    execution = execution if execution is not None else cpu_execution()
-
+    execution = or_cpu(execution)
     if not Path(name).exists() and not hub_reachable():  # never wait on an unreachable hub
         raise HubUnreachableError(f"cannot load classifier {name!r}: the Hugging Face hub is unreachable "
                                   f"({offline_state()}) and no local folder has that name; set the metric's "

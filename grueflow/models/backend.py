@@ -25,7 +25,7 @@ import torch
 from transformers.cache_utils import DynamicLayer
 from transformers.modeling_outputs import BaseModelOutput
 
-from grueflow.device import Execution, cpu_execution
+from grueflow.device import Execution, or_cpu
 
 if TYPE_CHECKING:
     from grueflow.models.policy import Prompts
@@ -121,7 +121,7 @@ class Backend:
     numba_nucleus = False  # top-p by the numba histogram (CPU float32) instead of a sort
 
     def __init__(self, execution: Optional[Execution] = None) -> None:
-        self.execution = execution if execution is not None else cpu_execution()
+        self.execution = or_cpu(execution)
 
     def prepare(self, model: Any) -> Any:
         """``model`` made ready to run on this backend (in place)."""
@@ -246,7 +246,7 @@ class CpuKernels(Backend):
 def select(execution: Optional[Execution] = None) -> Backend:
     """The backend for ``execution`` (default: the CPU in float32): :class:`CpuKernels` for float32 on the CPU
     with fast paths on, else :class:`Backend`."""
-    execution = execution if execution is not None else cpu_execution()
+    execution = or_cpu(execution)
     if execution.fast and execution.device.type == "cpu" and execution.precision == "fp32":
         return CpuKernels(execution)
     return Backend(execution)

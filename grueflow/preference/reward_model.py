@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from grueflow import io
-from grueflow.device import Execution, cpu_execution
+from grueflow.device import Execution, or_cpu
 from grueflow.preference.config import RewardModelConfig
 from grueflow.preference.data import Preference
 
@@ -50,8 +50,7 @@ def load_backbone(path: str | Path, execution: Optional[Execution] = None, froze
     """
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    execution = execution if execution is not None else cpu_execution()
-
+    execution = or_cpu(execution)
     path = Path(path)
     if not (path / "config.json").is_file():
         raise io.MissingDataError(f"reward-model backbone {path} is not a Hugging Face model folder (no config.json); "
@@ -116,22 +115,23 @@ def pairwise_metrics(model: Any, tokenizer: Any, prefs: list[Preference], cfg: R
     """Held-out (or any) pairs: mean Bradley–Terry loss and pairwise accuracy (share with r_c > r_r).
 
     The forward passes run under the execution's autocast (default: the CPU in float32)."""
-    execution = execution if execution is not None else cpu_execution()
     model.eval()
     losses, correct = [], 0
     for start in range(0, len(prefs), cfg.batch_size):
         chunk = prefs[start:start + cfg.batch_size]
-        with execution.autocast():
-            chosen, rejected = _pair_rewards(model, tokenizer, chunk, cfg.max_length)
+        chosen, rejected = _pair_rewards(model, tokenizer, chunk, cfg.max_length, or_cpu(execution))
         losses.append(bradley_terry_loss(chosen, rejected).item() * len(chunk))
         correct += int((chosen > rejected).sum())
     return {"loss": sum(losses) / len(prefs), "accuracy": correct / len(prefs)}
 
 
-def _pair_rewards(model: Any, tokenizer: Any, chunk: list[Preference], max_length: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rewards (float32) of the chosen and the rejected completions, in one forward pass.  (B,), (B,)"""
+def _pair_rewards(model: Any, tokenizer: Any, chunk: list[Preference], max_length: int, execution: Execution
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rewards (float32) of the chosen and the rejected completions, in one forward pass under the execution's
+    autocast.  (B,), (B,)"""
     texts = [join(p.prompt, p.chosen) for p in chunk] + [join(p.prompt, p.rejected) for p in chunk]
-    scores = rewards(model, tokenizer, texts, max_length)
+    with execution.autocast():
+        scores = rewards(model, tokenizer, texts, max_length)
     return scores[:len(chunk)], scores[len(chunk):]
 
 
@@ -146,7 +146,7 @@ def train_reward_model(model: Any, tokenizer: Any, prefs: list[Preference], cfg:
     metrics: ``train/accuracy``, ``train/loss``, and ``val/accuracy``, ``val/loss`` on the held-out pairs
     when there are any.
     """
-    execution = execution if execution is not None else cpu_execution()
+    execution = or_cpu(execution)
     train, val = split_pairs(prefs, cfg.val_fraction, cfg.seed)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
@@ -158,9 +158,7 @@ def train_reward_model(model: Any, tokenizer: Any, prefs: list[Preference], cfg:
         losses = []
         for start in range(0, len(order), cfg.batch_size):
             chunk = [train[i] for i in order[start:start + cfg.batch_size]]
-            with execution.autocast():
-                chosen, rejected = _pair_rewards(model, tokenizer, chunk, cfg.max_length)
-            loss = bradley_terry_loss(chosen, rejected)
+            loss = bradley_terry_loss(*_pair_rewards(model, tokenizer, chunk, cfg.max_length, execution))
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
