@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from grueflow.config import parse
 from grueflow.metrics import METRICS, MetricContext, describe
+from grueflow.params import parse
 
 
 def curve_rows(results: Path) -> list[dict[str, Any]]:

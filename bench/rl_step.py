@@ -120,13 +120,14 @@ def grueflow_trainer(algorithm: str, model_dir: Path, s: Settings, backend: Any 
                      ) -> Any:
     """grueflow's trainer for ``algorithm`` at the bench's settings: the policy and its frozen reference on the
     ``backend``'s device (default: the CPU in float32), as ``trainer_class`` (default ``RLTrainer``)."""
-    from grueflow.config import GenerationConfig, RewardConfig, parse
+    from grueflow.config import GenerationConfig, RewardConfig
     from grueflow.data import Sample
     from grueflow.metrics import MetricContext
     from grueflow.metrics.reward import Reward
     from grueflow.models import load_pretrained
     from grueflow.models.backend import select
     from grueflow.models.policy import Policy
+    from grueflow.params import parse
     from grueflow.rl import ALGORITHMS
     from grueflow.rl.trainer import RLTrainer
     from grueflow.seeding import seed_everything
@@ -181,9 +182,10 @@ def trl_steps(method: str, model_dir: Path, s: Settings, out_dir: Path, device: 
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer, RLOOConfig, RLOOTrainer
 
-    from grueflow.config import RewardConfig, parse
+    from grueflow.config import RewardConfig
     from grueflow.metrics import MetricContext
     from grueflow.metrics.reward import Reward
+    from grueflow.params import parse
 
     torch.manual_seed(s.seed)
     torch.set_num_threads(s.threads)

@@ -1,8 +1,14 @@
-"""Typed, strict, frozen configs for everything under params/.
+"""Typed, strict, frozen configs for everything under params/: the schema layer.
 
 Every params file is parsed into frozen dataclasses by :func:`parse`. An unknown key, a wrong
-type, an out-of-range value or an unknown registry name fails here, at parse time, with a
-:class:`ConfigError` that names the file, the key path, the bad value and what is allowed.
+type or an out-of-range value fails here, at parse time, with a :class:`ConfigError` that names
+the file, the key path, the bad value and what is allowed.
+
+This module imports no implementation package (datapools, models, metrics, algorithms): the checks
+that need a registry (does this metric exist, are its ``args`` valid, which keys does it write) run
+one layer up, in :mod:`grueflow.params`, which hands :func:`parse` a ``resolve`` hook and which every
+stage loads its params through. Fields marked :func:`resolved` are filled there, once (the typed
+``Args`` of a nested ``args`` mapping, a reward component's key), and never read from YAML.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Callable, Literal, Optional, Union
 
 import yaml
 
@@ -30,12 +36,28 @@ class ConfigError(ValueError):
 # ---------------------------------------------------------------------------------------------
 
 
-def parse(cls: type, data: Any, where: str) -> Any:
+Resolve = Callable[[Any], Any]  # called on every dataclass built; may raise ValueError; returns the object
+
+
+def parse(cls: type, data: Any, where: str, resolve: Optional[Resolve] = None) -> Any:
     """Build dataclass ``cls`` from plain YAML data, strictly.
 
-    ``where`` names the place for error messages, e.g. ``params/tasks/x.yaml: reward``.
+    ``where`` names the place for error messages, e.g. ``params/tasks/x.yaml: reward``. ``resolve``
+    (:func:`grueflow.params.resolve`) runs on each dataclass once it is built, innermost first; its
+    ``ValueError`` becomes a :class:`ConfigError` at that dataclass's place, like a ``__post_init__`` check.
     """
-    return _convert(cls, data, where)
+    return _convert(cls, data, where, resolve)
+
+
+def resolved(default: Any = None) -> Any:
+    """A field that YAML never sets: filled by :mod:`grueflow.params` after validation, left out of
+    :func:`to_dict` (so of ``stage.json`` and run keys), and not compared."""
+    return field(default=default, init=False, repr=False, compare=False, metadata={"resolved": True})
+
+
+def set_resolved(obj: Any, name: str, value: Any) -> None:
+    """Fill the :func:`resolved` field ``name`` of a frozen config."""
+    object.__setattr__(obj, name, value)
 
 
 def _type_name(tp: Any) -> str:
@@ -46,7 +68,7 @@ def _type_name(tp: Any) -> str:
     return str(tp).replace("typing.", "")
 
 
-def _convert(tp: Any, value: Any, where: str) -> Any:
+def _convert(tp: Any, value: Any, where: str, resolve: Optional[Resolve] = None) -> Any:
     origin = typing.get_origin(tp)
     args = typing.get_args(tp)
     if tp is Any:
@@ -55,7 +77,7 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
         if value is None and type(None) in args:
             return None
         inner = [a for a in args if a is not type(None)]
-        return _convert(inner[0], value, where)
+        return _convert(inner[0], value, where, resolve)
     if origin is Literal:
         if value not in args:
             raise ConfigError(f"{where}: {value!r} is not allowed; choose one of {', '.join(map(repr, args))}")
@@ -64,14 +86,14 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
         if not isinstance(value, list):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
         item_type = args[0] if args else Any
-        return tuple(_convert(item_type, v, f"{where}[{i}]") for i, v in enumerate(value))
+        return tuple(_convert(item_type, v, f"{where}[{i}]", resolve) for i, v in enumerate(value))
     if origin is dict:
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping, got {value!r}")
         val_type = args[1] if args else Any
-        return types.MappingProxyType({k: _convert(val_type, v, f"{where}.{k}") for k, v in value.items()})
+        return types.MappingProxyType({k: _convert(val_type, v, f"{where}.{k}", resolve) for k, v in value.items()})
     if dataclasses.is_dataclass(tp):
-        return _convert_dataclass(tp, value, where)
+        return _convert_dataclass(tp, value, where, resolve)
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
@@ -91,7 +113,7 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
     raise TypeError(f"unsupported config type {tp!r} at {where}")
 
 
-def _convert_dataclass(cls: type, value: Any, where: str) -> Any:
+def _convert_dataclass(cls: type, value: Any, where: str, resolve: Optional[Resolve]) -> Any:
     at = where if where.endswith(":") else f"{where}:"  # a whole file's where ends in ':' already
     if value is None:
         value = {}
@@ -107,11 +129,12 @@ def _convert_dataclass(cls: type, value: Any, where: str) -> Any:
         if not f.init:
             continue
         if f.name in value:
-            kwargs[f.name] = _convert(hints[f.name], value[f.name], _join(where, f.name))
+            kwargs[f.name] = _convert(hints[f.name], value[f.name], _join(where, f.name), resolve)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ConfigError(f"{at} missing required key {f.name!r}")
     try:
-        return cls(**kwargs)
+        obj = cls(**kwargs)
+        return resolve(obj) if resolve is not None else obj
     except (ValueError, UnknownNameError) as err:  # ConfigError included
         raise ConfigError(f"{at} {err}") from None
 
@@ -127,7 +150,7 @@ def _keys(cls: type) -> str:
 def to_dict(obj: Any) -> Any:
     """Plain-data view of a config (for stage.json and fingerprints)."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj) if not f.metadata.get("resolved")}
     if isinstance(obj, (tuple, list)):
         return [to_dict(v) for v in obj]
     if isinstance(obj, (dict, types.MappingProxyType)):
@@ -135,7 +158,7 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
-def _check(condition: bool, message: str) -> None:
+def check(condition: bool, message: str) -> None:
     if not condition:
         raise ValueError(message)
 
@@ -147,16 +170,12 @@ def _check(condition: bool, message: str) -> None:
 
 @dataclass(frozen=True)
 class DatapoolConfig:
-    """Which datapool loader builds the Samples, and its arguments (validated by the loader)."""
+    """Which datapool loader builds the Samples, and its arguments; ``typed_args`` is ``args`` parsed into
+    the loader's ``Args`` (resolved)."""
 
     id: str
     args: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        from grueflow.data import DATAPOOLS
-
-        loader = DATAPOOLS.get(self.id)
-        parse(loader.Args, dict(self.args), "args")
+    typed_args: Any = resolved()
 
 
 @dataclass(frozen=True)
@@ -166,7 +185,7 @@ class TokenizerConfig:
     vocab_size: int = 512
 
     def __post_init__(self) -> None:
-        _check(self.vocab_size >= 64, f"vocab_size must be >= 64, got {self.vocab_size}")
+        check(self.vocab_size >= 64, f"vocab_size must be >= 64, got {self.vocab_size}")
 
 
 @dataclass(frozen=True)
@@ -180,10 +199,10 @@ class PretrainConfig:
     max_length: int = 48
 
     def __post_init__(self) -> None:
-        _check(self.steps >= 0, f"steps must be >= 0, got {self.steps}")
-        _check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
-        _check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
-        _check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
+        check(self.steps >= 0, f"steps must be >= 0, got {self.steps}")
+        check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+        check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
+        check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
 
 
 @dataclass(frozen=True)
@@ -204,12 +223,6 @@ class ModelConfig:
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     trust_remote_code: bool = False
 
-    def __post_init__(self) -> None:
-        from grueflow.models import MODELS
-
-        source = MODELS.get(self.id)
-        source.validate(self)
-
 
 @dataclass(frozen=True)
 class LengthsConfig:
@@ -219,7 +232,7 @@ class LengthsConfig:
     target: int = 32
 
     def __post_init__(self) -> None:
-        _check(self.prompt > 0 and self.target > 0, f"lengths must be > 0, got prompt={self.prompt} target={self.target}")
+        check(self.prompt > 0 and self.target > 0, f"lengths must be > 0, got prompt={self.prompt} target={self.target}")
 
 
 @dataclass(frozen=True)
@@ -234,10 +247,10 @@ class GenerationConfig:
     temperature: float = 1.0
 
     def __post_init__(self) -> None:
-        _check(self.max_new_tokens > 0, f"max_new_tokens must be > 0, got {self.max_new_tokens}")
-        _check(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
-        _check(self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}")
-        _check(self.temperature > 0, f"temperature must be > 0, got {self.temperature}")
+        check(self.max_new_tokens > 0, f"max_new_tokens must be > 0, got {self.max_new_tokens}")
+        check(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
+        check(self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}")
+        check(self.temperature > 0, f"temperature must be > 0, got {self.temperature}")
 
     def generate_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "min_new_tokens": self.min_new_tokens,
@@ -249,40 +262,28 @@ class GenerationConfig:
 
 @dataclass(frozen=True)
 class MetricSpec:
-    """A registered metric and its arguments."""
+    """A registered metric and its arguments; ``typed_args`` is ``args`` parsed into the metric's ``Args``
+    (resolved)."""
 
     id: str
     args: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        from grueflow.metrics import METRICS
-
-        metric = METRICS.get(self.id)
-        parse(metric.Args, dict(self.args), "args")
+    typed_args: Any = resolved()
 
 
 @dataclass(frozen=True)
 class RewardComponent:
-    """One weighted term of a task's reward: a metric's per-sample score ``score`` (default: its primary)."""
+    """One weighted term of a task's reward: a metric's per-sample score ``score`` (default: its primary).
+
+    Resolved: ``typed_args`` (``args`` parsed into the metric's ``Args``) and ``key``, the metric's
+    ``<category>/<score>`` key under which the component is scored and logged.
+    """
 
     metric: str
     weight: float = 1.0
     score: Optional[str] = None
     args: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        from grueflow.metrics import METRICS
-
-        metric = METRICS.get(self.metric)
-        parse(metric.Args, dict(self.args), "args")
-        if self.score is not None and self.score not in metric.scores:
-            raise ValueError(f"metric {self.metric!r} has no score {self.score!r}; valid: {', '.join(metric.scores)}")
-
-    @property
-    def key(self) -> str:
-        from grueflow.metrics import METRICS
-
-        return METRICS.get(self.metric).key(self.score)
+    typed_args: Any = resolved()
+    key: str = resolved("")
 
 
 @dataclass(frozen=True)
@@ -292,11 +293,8 @@ class RewardConfig:
     components: tuple[RewardComponent, ...]
 
     def __post_init__(self) -> None:
-        _check(len(self.components) > 0, "a reward needs at least one component")
-        _check(any(c.weight != 0 for c in self.components), "every reward weight is 0; give one component a non-zero weight")
-        keys = [c.key for c in self.components]
-        repeated = sorted({k for k in keys if keys.count(k) > 1})
-        _check(not repeated, f"reward components {repeated} appear twice; merge them into one component with the summed weight")
+        check(len(self.components) > 0, "a reward needs at least one component")
+        check(any(c.weight != 0 for c in self.components), "every reward weight is 0; give one component a non-zero weight")
 
 
 @dataclass(frozen=True)
@@ -313,41 +311,9 @@ class TaskConfig:
     headline_metrics: tuple[str, ...]
     method_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def __post_init__(self) -> None:
-        from grueflow.rl import ALGORITHMS
-
-        check_headlines(self.headline_metrics, self.reward, self.metrics)
-        valid = ALGORITHMS.names() + ["supervised"]
-        unknown = sorted(set(self.method_overrides) - set(valid))
-        _check(not unknown, f"method_overrides: unknown method {unknown[0] if unknown else ''!r}; valid: {', '.join(valid)}")
-
 
 REWARD_KEY = "reward"  # the task reward's corpus key in metrics.json
 FLUENCY_METRIC = "perplexity"  # evaluate always scores it: the GRUE table's fluency_ppl
-
-
-def with_fluency(metrics: tuple[MetricSpec, ...]) -> tuple[MetricSpec, ...]:
-    """The metrics evaluate scores: the task's, plus perplexity when the task does not list it."""
-    return metrics if any(m.id == FLUENCY_METRIC for m in metrics) else metrics + (MetricSpec(FLUENCY_METRIC),)
-
-
-def produced_keys(reward: RewardConfig, metrics: tuple[MetricSpec, ...]) -> set[str]:
-    """Every corpus key evaluate can write for this reward and these metrics (checked before any work)."""
-    from grueflow.metrics import METRICS
-
-    keys = {REWARD_KEY, *(c.key for c in reward.components)}
-    for spec in metrics:
-        keys.update(METRICS.get(spec.id).keys())
-    return keys
-
-
-def check_headlines(headline: tuple[str, ...], reward: RewardConfig, metrics: tuple[MetricSpec, ...]) -> None:
-    """Raise ValueError unless every headline metric is a key evaluate writes (the fluency metric included)."""
-    produced = produced_keys(reward, with_fluency(metrics))
-    unknown = sorted(set(headline) - produced)
-    if unknown:
-        raise ValueError(f"headline_metrics {unknown} are not produced by the task's reward or metrics; "
-                         f"produced: {', '.join(sorted(produced))}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -372,10 +338,10 @@ class LoraConfig:
     target_modules: Optional[tuple[str, ...]] = None
 
     def __post_init__(self) -> None:
-        _check(self.r > 0, f"r must be > 0, got {self.r}")
-        _check(self.alpha > 0, f"alpha must be > 0, got {self.alpha}")
-        _check(0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout}")
-        _check(self.target_modules is None or len(self.target_modules) > 0,
+        check(self.r > 0, f"r must be > 0, got {self.r}")
+        check(self.alpha > 0, f"alpha must be > 0, got {self.alpha}")
+        check(0 <= self.dropout < 1, f"dropout must be in [0, 1), got {self.dropout}")
+        check(self.target_modules is None or len(self.target_modules) > 0,
                "target_modules must name at least one module, or be null for peft's default")
 
 
@@ -392,210 +358,11 @@ class SupervisedConfig:
     processes: int = 1  # data-parallel processes (accelerate launch); each takes its shard of every batch
 
     def __post_init__(self) -> None:
-        _check(self.processes >= 1, f"processes must be >= 1, got {self.processes}")
-        _check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
-        _check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
-        _check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
-        _check(0 <= self.warmup_ratio < 1, f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
-
-
-@dataclass(frozen=True)
-class KLConfig:
-    """KL penalty against the frozen reference model (Ziegler et al. 2019; RL4LMs' defaults).
-
-    Adaptive: ``error = clip((KL - target) / target, -0.2, 0.2)`` and
-    ``coef <- coef * (1 + error * kl_lr)``, once per rollout.
-    """
-
-    coef: float = 0.05
-    adaptive: bool = True
-    target: Optional[float] = 1.0
-    kl_lr: float = 0.1
-
-    def __post_init__(self) -> None:
-        _check(self.coef >= 0, f"coef must be >= 0, got {self.coef}")
-        if self.adaptive:
-            _check(self.target is not None and self.target > 0, f"adaptive KL needs target > 0, got {self.target}")
-
-
-@dataclass(frozen=True)
-class RLConfig:
-    """What every RL algorithm shares: the loop, the optimiser, the clipped surrogate, KL control.
-
-    Each iteration samples ``rollouts_per_iteration / group_size`` prompts and ``group_size``
-    completions of each. The KL to the reference is estimated per token with ``kl_estimator``
-    (k1 ``log r``, k2 ``(log r)^2 / 2``, k3 ``r - 1 - log r`` with ``r = p/q``; Schulman 2020) and
-    either subtracted from the reward (PPO style) or added to the loss (``kl_in_loss``, GRPO style).
-    Algorithms with a critic put a value head on the policy's own trunk (``critic: shared``, one
-    model copy fewer) or on a separate copy of the start model (``critic: separate``, as RL4LMs).
-    With ``lora`` the policy (and a separate critic, with its own adapter) train LoRA adapters
-    only, and the reference is the policy with its adapter disabled: no reference copy is held.
-    Every ``checkpoint_every`` iterations a resumable checkpoint goes to ``<output>.resume/iteration<k>/``;
-    the newest ``keep_checkpoints`` are kept and a rerun resumes from the newest complete one.
-    ``kl_ceiling`` (optional) bounds the rollout's mean per-sequence KL to the reference: above it the
-    policy has run away, and the stage stops (``kl_ceiling_action: stop``) or skips that update (``skip``).
-    """
-
-    iterations: int = 30
-    rollouts_per_iteration: int = 64
-    group_size: int = 1
-    epochs: int = 4
-    minibatch_size: int = 16
-    learning_rate: float = 1e-4
-    lr_schedule: Literal["constant", "linear"] = "constant"
-    optimizer: Literal["adamw", "rmsprop"] = "adamw"
-    clip_range: float = 0.2
-    ent_coef: float = 0.0
-    max_grad_norm: float = 1.0
-    target_kl: Optional[float] = None
-    kl: KLConfig = field(default_factory=KLConfig)
-    kl_estimator: Literal["k1", "k2", "k3"] = "k1"
-    kl_in_loss: bool = False
-    critic: Literal["shared", "separate"] = "shared"
-    checkpoint_every: int = 10
-    keep_checkpoints: int = 1
-    lora: Optional[LoraConfig] = None
-    kl_ceiling: Optional[float] = None
-    kl_ceiling_action: Literal["stop", "skip"] = "stop"
-    processes: int = 1  # data-parallel processes (accelerate launch); each samples and learns from its shard
-
-    def __post_init__(self) -> None:
-        _check(self.iterations > 0, f"iterations must be > 0, got {self.iterations}")
-        _check(self.processes >= 1, f"processes must be >= 1, got {self.processes}")
-        _check(self.processes == 1 or (self.rollouts_per_iteration // self.group_size) % self.processes == 0,
-               f"processes={self.processes} must divide the {self.rollouts_per_iteration // self.group_size} prompt "
-               f"groups of a rollout (rollouts_per_iteration / group_size), so each process gets whole groups")
-        _check(self.processes == 1 or (self.minibatch_size % self.processes == 0
-                                       and (self.minibatch_size // self.processes) % self.group_size == 0),
-               f"processes={self.processes} must split minibatch_size={self.minibatch_size} into whole groups of "
-               f"group_size={self.group_size}; make minibatch_size a multiple of processes x group_size")
-        _check(self.kl_ceiling is None or self.kl_ceiling > 0, f"kl_ceiling must be > 0 (or null), got {self.kl_ceiling}")
-        _check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
-        _check(self.rollouts_per_iteration > 0 and self.minibatch_size > 0,
-               f"rollouts_per_iteration and minibatch_size must be > 0, got {self.rollouts_per_iteration} "
-               f"and {self.minibatch_size}")
-        _check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
-        _check(self.clip_range > 0, f"clip_range must be > 0, got {self.clip_range}")
-        _check(self.group_size > 0, f"group_size must be > 0, got {self.group_size}")
-        _check(self.rollouts_per_iteration % self.minibatch_size == 0,
-               f"rollouts_per_iteration={self.rollouts_per_iteration} is not a multiple of "
-               f"minibatch_size={self.minibatch_size}; make it one")
-        _check(self.rollouts_per_iteration % self.group_size == 0,
-               f"rollouts_per_iteration={self.rollouts_per_iteration} is not a multiple of "
-               f"group_size={self.group_size}; make it one")
-        _check(self.checkpoint_every > 0, f"checkpoint_every must be > 0, got {self.checkpoint_every}")
-        _check(self.keep_checkpoints >= 1, f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}; "
-               f"the newest checkpoint is what a killed run resumes from")
-
-
-@dataclass(frozen=True)
-class PPOConfig(RLConfig):
-    """PPO on whole sequences (Schulman et al. 2017; RL4LMs' defaults for gamma and lambda)."""
-
-    clip_range_vf: Optional[float] = 0.2
-    vf_coef: float = 0.5
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    whiten_advantages: bool = True
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check(0 <= self.gamma <= 1 and 0 <= self.gae_lambda <= 1,
-               f"gamma and gae_lambda must be in [0, 1], got {self.gamma} and {self.gae_lambda}")
-
-
-@dataclass(frozen=True)
-class NLPOConfig(PPOConfig):
-    """NLPO (Ramamurthy et al. 2023, RL4LMs): PPO whose actions are masked by a lagged copy of the policy.
-
-    At each generated token the mask model keeps its top-p nucleus (and at most ``top_k`` tokens if
-    ``top_k`` > 0), never fewer than ``min_tokens_to_keep`` and never masking special tokens; it is
-    refreshed from the policy every ``target_update_iterations`` rollouts.
-    """
-
-    top_p: float = 0.9
-    top_k: int = 0
-    min_tokens_to_keep: int = 1
-    target_update_iterations: int = 5
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
-        _check(self.min_tokens_to_keep >= 1, f"min_tokens_to_keep must be >= 1, got {self.min_tokens_to_keep}")
-        _check(self.target_update_iterations >= 1,
-               f"target_update_iterations must be >= 1, got {self.target_update_iterations}")
-
-
-@dataclass(frozen=True)
-class A2CConfig(RLConfig):
-    """A2C (Mnih et al. 2016) with stable-baselines3's defaults: RMSprop, n-step returns, one step per rollout."""
-
-    epochs: int = 1
-    learning_rate: float = 7e-4
-    optimizer: Literal["adamw", "rmsprop"] = "rmsprop"
-    n_steps: int = 5
-    gamma: float = 0.99
-    vf_coef: float = 0.5
-    normalize_advantage: bool = False
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check(self.n_steps > 0, f"n_steps must be > 0, got {self.n_steps}")
-        _check(0 <= self.gamma <= 1, f"gamma must be in [0, 1], got {self.gamma}")
-
-
-@dataclass(frozen=True)
-class TRPOConfig(RLConfig):
-    """TRPO (Schulman et al. 2015) with sb3-contrib's defaults: natural-gradient policy step under a KL bound.
-
-    The policy step solves ``H s = g`` by conjugate gradient (``cg_max_steps``, ``cg_damping``) and
-    backtracks (``line_search_shrinking_factor``, ``line_search_max_iter``) until the mean token
-    KL(old || new) is at most ``max_kl`` and the surrogate improved; ``learning_rate`` is the
-    critic's (Adam, ``n_critic_updates`` steps per rollout).
-    """
-
-    learning_rate: float = 1e-3
-    max_kl: float = 0.01
-    cg_max_steps: int = 15
-    cg_damping: float = 0.1
-    line_search_shrinking_factor: float = 0.8
-    line_search_max_iter: int = 10
-    n_critic_updates: int = 10
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    whiten_advantages: bool = True
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check(self.max_kl > 0, f"max_kl must be > 0, got {self.max_kl}")
-        _check(self.processes == 1, f"processes must be 1 for TRPO, got {self.processes}: its natural-gradient "
-               "step (conjugate gradient and line search) does not run data-parallel")
-        _check(0 < self.line_search_shrinking_factor < 1,
-               f"line_search_shrinking_factor must be in (0, 1), got {self.line_search_shrinking_factor}")
-
-
-@dataclass(frozen=True)
-class GroupConfig(RLConfig):
-    """GRPO (Shao et al. 2024) and RLOO (Ahmadian et al. 2024): ``group_size`` samples per prompt, no critic."""
-
-    group_size: int = 4
-    epochs: int = 1
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check(self.group_size >= 2, f"group-relative advantages need group_size >= 2, got {self.group_size}")
-
-
-@dataclass(frozen=True)
-class ReinforcePPConfig(RLConfig):
-    """REINFORCE++ (Hu 2025): per-token KL-penalised returns, normalised over the whole batch, no critic."""
-
-    gamma: float = 1.0
-    epochs: int = 1
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        _check(0 <= self.gamma <= 1, f"gamma must be in [0, 1], got {self.gamma}")
+        check(self.processes >= 1, f"processes must be >= 1, got {self.processes}")
+        check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
+        check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
+        check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
+        check(0 <= self.warmup_ratio < 1, f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -625,8 +392,8 @@ class JobResources:
     def __post_init__(self) -> None:
         for name in ("threads", "mem_mb", "runtime"):
             value = getattr(self, name)
-            _check(value is None or value >= 1, f"{name} must be >= 1, got {value}")
-        _check(self.gpu is None or self.gpu >= 0, f"gpu must be >= 0, got {self.gpu}")
+            check(value is None or value >= 1, f"{name} must be >= 1, got {value}")
+        check(self.gpu is None or self.gpu >= 0, f"gpu must be >= 0, got {self.gpu}")
 
 
 # the defaults fit the embedded suite on a laptop; suites at GRUE scale raise them (params/suites/grue.yaml)
@@ -707,31 +474,21 @@ class SuiteConfig:
                                               for s in self.rl_starts]
 
     def __post_init__(self) -> None:
-        from grueflow.rl import ALGORITHMS
-
-        _check(len(self.tasks) > 0, "a suite needs at least one task")
+        check(len(self.tasks) > 0, "a suite needs at least one task")
         for name in self.tasks:  # a task name becomes file and folder names, and words of DVC's shell commands
-            _check(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) is not None,
+            check(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) is not None,
                    f"tasks: {name!r} is not a usable task name; use letters, digits, '_', '.' and '-' only "
                    f"(rename its file params/tasks/<name>.yaml to match)")
-        _check(len(self.seeds) > 0, "a suite needs at least one seed")
-        _check(min(self.seeds) >= 0, f"seeds must be >= 0, got {list(self.seeds)}")
-        _check(len(set(self.seeds)) == len(self.seeds), f"seeds {list(self.seeds)} repeat a seed; list each once")
-        _check(self.threads >= 1, f"threads must be >= 1, got {self.threads}")
-        _check(len(self.rl_starts) > 0 and len(set(self.rl_starts)) == len(self.rl_starts),
+        check(len(self.seeds) > 0, "a suite needs at least one seed")
+        check(min(self.seeds) >= 0, f"seeds must be >= 0, got {list(self.seeds)}")
+        check(len(set(self.seeds)) == len(self.seeds), f"seeds {list(self.seeds)} repeat a seed; list each once")
+        check(self.threads >= 1, f"threads must be >= 1, got {self.threads}")
+        check(len(self.rl_starts) > 0 and len(set(self.rl_starts)) == len(self.rl_starts),
                f"rl_starts must list zero_shot and/or supervised once each, got {list(self.rl_starts)}")
-        for algorithm in self.algorithms:
-            if algorithm not in ALGORITHMS:
-                raise ValueError(f"algorithms: {ALGORITHMS.unknown_message(algorithm)}")
-        from grueflow.preference.config import PREFERENCE_METHODS
-
-        for name in self.preference_methods:
-            _check(name in PREFERENCE_METHODS, f"preference_methods: unknown preference method {name!r}; "
-                                               f"valid: {', '.join(PREFERENCE_METHODS)}")
-        _check(len(set(self.preference_methods)) == len(self.preference_methods),
+        check(len(set(self.preference_methods)) == len(self.preference_methods),
                f"preference_methods {list(self.preference_methods)} repeat a method; list each once")
         unknown = sorted(set(self.preference_files) - set(self.tasks))
-        _check(not unknown, f"preference_files: {unknown[0] if unknown else ''!r} is not a task of this suite; "
+        check(not unknown, f"preference_files: {unknown[0] if unknown else ''!r} is not a task of this suite; "
                             f"valid: {', '.join(self.tasks)}")
 
 
@@ -756,72 +513,8 @@ def read_yaml(path: str | Path) -> Any:
         raise ConfigError(f"{path}: {at}not valid YAML: {getattr(err, 'problem', None) or err}") from None
 
 
-def load_section(cls: type, path: str | Path, key: Optional[str] = None) -> Any:
-    """Parse one params file (or only its ``key`` section, the DVC/Snakemake params slice)."""
-    data = read_yaml(path)
-    if key is None:
-        return parse(cls, data, f"{path}:")
-    if not isinstance(data, dict) or key not in data:
-        raise ConfigError(f"{path}: missing required key {key!r}")
-    return parse(cls, data[key], f"{path}: {key}")
-
-
-def load_task(path: str | Path) -> TaskConfig:
-    return load_section(TaskConfig, path)
-
-
 def merge_overrides(base: Any, overrides: Any) -> Any:
     """``base`` with ``overrides`` laid over it, mapping by mapping; any other value replaces."""
     if isinstance(base, dict) and isinstance(overrides, dict):
         return {**base, **{k: merge_overrides(base.get(k), v) for k, v in overrides.items()}}
     return overrides
-
-
-def load_method(method: str, path: str | Path, task_file: str | Path | None = None) -> Any:
-    """A method file (an RL algorithm's or ``supervised``), with the task file's ``method_overrides.<method>``
-    laid over it when ``task_file`` is given: RL4LMs tunes methods per task (e.g. IMDB's KL coefficient)."""
-    from grueflow.rl import ALGORITHMS
-
-    try:
-        cls = SupervisedConfig if method == "supervised" else ALGORITHMS.get(method).Config
-    except UnknownNameError as err:
-        raise ConfigError(f"{path}: {err}") from None
-    data = read_yaml(path)
-    overrides = (read_yaml(task_file) or {}).get("method_overrides") if task_file is not None else None
-    if not overrides or not isinstance(overrides, dict) or not overrides.get(method):
-        return parse(cls, data, f"{path}:")
-    return parse(cls, merge_overrides(data, overrides[method]), f"{path} with {task_file}: method_overrides.{method}:")
-
-
-@dataclass(frozen=True)
-class Suite:
-    """A validated suite with every task and method file it names, parsed."""
-
-    config: SuiteConfig
-    tasks: dict[str, TaskConfig]
-    methods: dict[str, Any]
-    supervised: SupervisedConfig
-
-
-def load_suite(data: dict[str, Any], where: str = "suite") -> Suite:
-    """Validate a suite and every params file it names; raises :class:`ConfigError` on the first problem."""
-    suite = parse(SuiteConfig, data, f"{where}:")
-    params = Path(suite.params_dir)
-    tasks = {}
-    for name in suite.tasks:
-        path = params / "tasks" / f"{name}.yaml"
-        if not path.is_file():
-            known = sorted(p.stem for p in (params / "tasks").glob("*.yaml"))
-            raise ConfigError(f"{where}: task {name!r} has no task file {path}; valid tasks: {', '.join(known)}")
-        tasks[name] = load_task(path)
-    methods = {a: load_method(a, params / "methods" / f"{a}.yaml") for a in suite.algorithms}
-    supervised = load_method("supervised", params / "methods" / "supervised.yaml")
-    for name in suite.tasks:  # each task's overrides must give valid methods too
-        for method in [*suite.algorithms, "supervised"]:
-            load_method(method, params / "methods" / f"{method}.yaml", params / "tasks" / f"{name}.yaml")
-    if suite.preference_methods:  # issue 7: the preference stages' params files
-        from grueflow.preference.config import preference_method_files
-
-        for stem, cls in preference_method_files(suite.preference_methods).items():
-            load_section(cls, params / "methods" / f"{stem}.yaml")
-    return Suite(suite, tasks, methods, supervised)

@@ -3,8 +3,9 @@
 from pathlib import Path
 
 from grueflow import grue, plots, report, stage
-from grueflow.config import SuiteConfig, parse, read_yaml
+from grueflow.config import SuiteConfig, read_yaml
 from grueflow.io import write_text
+from grueflow.params import parse
 
 SUITE_KEYS = ("tasks", "algorithms", "seeds", "rl_starts", "preference_methods")
 

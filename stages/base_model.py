@@ -9,12 +9,13 @@ import json
 from pathlib import Path
 
 from grueflow import stage
-from grueflow.config import ModelConfig, load_section, to_dict
+from grueflow.config import ModelConfig, to_dict
 from grueflow.data.sample import read_unlabelled
 from grueflow.io import MODEL_DIR, atomic_dir, write_csv
 from grueflow.models import GgufSource, TinySource, MODELS, load_pretrained, model_kind
 from grueflow.models.backend import Backend
 from grueflow.models.gguf import default_cache_dir, load_gguf, locate_gguf, sha256
+from grueflow.params import load_section
 from grueflow.seeding import seed_everything
 
 TASK_KEYS = ("model",)

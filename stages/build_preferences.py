@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from grueflow import stage
-from grueflow.config import LengthsConfig, RewardConfig, load_section, to_dict
+from grueflow.config import LengthsConfig, RewardConfig, to_dict
 from grueflow.data import read_split
 from grueflow.io import atomic_dir, write_json
 from grueflow.metrics import MetricContext
@@ -11,6 +11,7 @@ from grueflow.metrics.reward import Reward
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.policy import Policy
+from grueflow.params import load_section
 from grueflow.preference.build import build_preferences
 from grueflow.preference.config import PreferencesConfig
 from grueflow.preference.data import PREFERENCES_FILE, write_preferences

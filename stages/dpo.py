@@ -3,12 +3,13 @@
 from pathlib import Path
 
 from grueflow import stage
-from grueflow.config import LengthsConfig, load_section, to_dict
+from grueflow.config import LengthsConfig, to_dict
 from grueflow.io import MODEL_DIR, atomic_dir, write_csv, write_json
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.lora import merged, with_lora
 from grueflow.models.policy import Policy
+from grueflow.params import load_section
 from grueflow.preference.config import DPOConfig
 from grueflow.preference.data import read_preferences
 from grueflow.preference.dpo import DPOTrainer

@@ -5,13 +5,14 @@ from typing import get_args
 
 from grueflow import evaluation, stage
 from grueflow.config import (ConfigError, GenerationConfig, LengthsConfig, MetricSpec, RLStart, RewardConfig,
-                             check_headlines, load_section, method_name, parse, read_yaml, to_dict, with_fluency)
+                             method_name, read_yaml, to_dict)
 from grueflow.data import read_split
 from grueflow.io import atomic_dir, write_json, write_jsonl
 from grueflow.metrics import MetricContext
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.policy import Policy
+from grueflow.params import check_headlines, load_section, parse, with_fluency
 from grueflow.seeding import seed_everything
 
 TASK_KEYS = ("lengths", "eval_generation", "reward", "metrics", "headline_metrics")

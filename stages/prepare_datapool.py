@@ -3,9 +3,10 @@
 from pathlib import Path
 
 from grueflow import stage
-from grueflow.config import DatapoolConfig, load_section, parse, to_dict
+from grueflow.config import DatapoolConfig, to_dict
 from grueflow.data import DATAPOOLS, write_datapool
 from grueflow.io import atomic_dir
+from grueflow.params import load_section
 
 TASK_KEYS = ("datapool",)
 
@@ -17,8 +18,7 @@ def main() -> None:
     args = p.parse_args()
     started = stage.setup(args)
     cfg: DatapoolConfig = load_section(DatapoolConfig, args.task_file, "datapool")
-    loader = DATAPOOLS.get(cfg.id)
-    pool = loader.build(parse(loader.Args, dict(cfg.args), f"{args.task_file}: datapool.args"))
+    pool = DATAPOOLS.get(cfg.id).build(cfg.typed_args)
     with atomic_dir(args.out) as tmp:
         stats = write_datapool(pool, tmp)
         stage.finish(tmp, "prepare_datapool", {"datapool": to_dict(cfg)}, {}, started, stats=stats)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from grueflow import plots, stage
 from grueflow.checkpoints import run_key
-from grueflow.config import GenerationConfig, LengthsConfig, RewardConfig, load_method, load_section, to_dict
+from grueflow.config import GenerationConfig, LengthsConfig, RewardConfig, to_dict
 from grueflow.data import read_split
 from grueflow.distributed import DataParallel, check_replicas
 from grueflow.io import MODEL_DIR, atomic_dir, fingerprint, write_csv, write_json
@@ -15,6 +15,7 @@ from grueflow.metrics.reward import Reward
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.policy import Policy
+from grueflow.params import load_method, load_section
 from grueflow.rl import ALGORITHMS
 from grueflow.rl.trainer import WALL_CLOCK_KEYS, KLCeilingError, NonFiniteError, RLTrainer
 from grueflow.seeding import seed_everything

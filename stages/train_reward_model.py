@@ -3,8 +3,9 @@
 from pathlib import Path
 
 from grueflow import stage
-from grueflow.config import load_section, to_dict
+from grueflow.config import to_dict
 from grueflow.io import MODEL_DIR, atomic_dir, write_csv, write_json
+from grueflow.params import load_section
 from grueflow.preference.config import RewardModelConfig
 from grueflow.preference.data import read_preferences
 from grueflow.preference.reward_model import load_backbone, save_reward_model, train_reward_model

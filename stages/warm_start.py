@@ -6,7 +6,7 @@ from pathlib import Path
 
 from grueflow import plots, stage
 from grueflow.checkpoints import run_key
-from grueflow.config import LengthsConfig, SupervisedConfig, load_method, load_section, to_dict
+from grueflow.config import LengthsConfig, SupervisedConfig, to_dict
 from grueflow.data import read_split
 from grueflow.distributed import DataParallel, check_replicas
 from grueflow.io import MODEL_DIR, atomic_dir, fingerprint, write_csv
@@ -14,6 +14,7 @@ from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.lora import merged, with_lora
 from grueflow.models.policy import Policy
+from grueflow.params import load_method, load_section
 from grueflow.seeding import seed_everything
 from grueflow.supervised import SupervisedTrainer
 from grueflow.tracking import RunTracker, tensorboard_dir

@@ -66,9 +66,10 @@ def run_both_engines(snakemake: Path, dvc: Path, target: str, cores: int, messag
 @pytest.fixture(scope="session")
 def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A tiny GPT-2 and a tiny T5, built from config on synthetic text and saved with save_pretrained."""
-    from grueflow.config import DatapoolConfig, ModelConfig, load_section
+    from grueflow.config import DatapoolConfig, ModelConfig
     from grueflow.data import DATAPOOLS
     from grueflow.models.tiny import build_tiny
+    from grueflow.params import load_section
 
     out = {}
     for task, kind, architecture in (("sentiment", "causal", "gpt2"), ("concepts", "seq2seq", "t5")):

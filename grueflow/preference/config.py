@@ -1,4 +1,4 @@
-"""Typed, frozen configs of the preference stages (parsed strictly by :func:`grueflow.config.parse`).
+"""Typed, frozen configs of the preference stages (parsed strictly by :func:`grueflow.params.parse`).
 
 ``params/methods/preferences.yaml`` → :class:`PreferencesConfig` (build_preferences),
 ``params/methods/reward_model.yaml`` → :class:`RewardModelConfig` (train_reward_model),
@@ -10,14 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from grueflow.config import GenerationConfig, LoraConfig, RewardConfig
+from grueflow.config import GenerationConfig, LoraConfig, RewardConfig, check
 
 PREFERENCE_METHODS = ("dpo",)  # methods a suite may list under preference_methods
-
-
-def _check(condition: bool, message: str) -> None:
-    if not condition:
-        raise ValueError(message)
 
 
 @dataclass(frozen=True)
@@ -40,12 +35,12 @@ class PreferencesConfig:
     reward: Optional[RewardConfig] = None
 
     def __post_init__(self) -> None:
-        _check(self.n_prompts >= 0, f"n_prompts must be >= 0 (0 = every training prompt), got {self.n_prompts}")
-        _check(self.samples_per_prompt >= 2, f"samples_per_prompt must be >= 2 to make a pair, got {self.samples_per_prompt}")
-        _check(self.min_margin >= 0, f"min_margin must be >= 0, got {self.min_margin}")
-        _check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
-        _check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
-        _check(self.generation.do_sample, "generation.do_sample must be true: greedy decoding gives the same "
+        check(self.n_prompts >= 0, f"n_prompts must be >= 0 (0 = every training prompt), got {self.n_prompts}")
+        check(self.samples_per_prompt >= 2, f"samples_per_prompt must be >= 2 to make a pair, got {self.samples_per_prompt}")
+        check(self.min_margin >= 0, f"min_margin must be >= 0, got {self.min_margin}")
+        check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+        check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
+        check(self.generation.do_sample, "generation.do_sample must be true: greedy decoding gives the same "
                                           "completion every time, so no pair")
 
 
@@ -68,12 +63,12 @@ class RewardModelConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        _check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
-        _check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
-        _check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
-        _check(0 <= self.val_fraction < 1, f"val_fraction must be in [0, 1), got {self.val_fraction}")
-        _check(self.max_length > 1, f"max_length must be > 1, got {self.max_length}")
-        _check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+        check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
+        check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
+        check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
+        check(0 <= self.val_fraction < 1, f"val_fraction must be in [0, 1), got {self.val_fraction}")
+        check(self.max_length > 1, f"max_length must be > 1, got {self.max_length}")
+        check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
 
 
 @dataclass(frozen=True)
@@ -96,11 +91,11 @@ class DPOConfig:
     lora: Optional[LoraConfig] = None
 
     def __post_init__(self) -> None:
-        _check(self.beta > 0, f"beta must be > 0, got {self.beta}")
-        _check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
-        _check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
-        _check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
-        _check(self.max_grad_norm > 0, f"max_grad_norm must be > 0, got {self.max_grad_norm}")
+        check(self.beta > 0, f"beta must be > 0, got {self.beta}")
+        check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
+        check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
+        check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
+        check(self.max_grad_norm > 0, f"max_grad_norm must be > 0, got {self.max_grad_norm}")
 
 
 def preference_method_files(methods: tuple[str, ...]) -> dict[str, type]:

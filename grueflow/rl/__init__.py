@@ -10,8 +10,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Any
 
-from grueflow.config import A2CConfig, GroupConfig, NLPOConfig, PPOConfig, ReinforcePPConfig, TRPOConfig
 from grueflow.registry import Registry
+from grueflow.rl.configs import A2CConfig, GroupConfig, NLPOConfig, PPOConfig, ReinforcePPConfig, TRPOConfig
 
 
 @dataclass(frozen=True)

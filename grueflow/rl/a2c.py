@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from grueflow.config import A2CConfig
 from grueflow.rl.advantages import masked_mean, masked_whiten
+from grueflow.rl.configs import A2CConfig
 from grueflow.rl.objectives import MiniBatch, Outputs
 
 

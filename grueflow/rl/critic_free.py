@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from grueflow.config import GroupConfig, ReinforcePPConfig
 from grueflow.rl.advantages import masked_whiten
+from grueflow.rl.configs import GroupConfig, ReinforcePPConfig
 from grueflow.rl.objectives import MiniBatch, Outputs, policy_objective
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from grueflow.config import KLConfig
+from grueflow.rl.configs import KLConfig
 
 
 def kl_k1(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:

@@ -16,9 +16,9 @@ from typing import Any, Optional
 import torch
 from transformers import LogitsProcessor
 
-from grueflow.config import NLPOConfig
 from grueflow.models.backend import Backend, Decoding
 from grueflow.models.policy import Prompts, shared_groups
+from grueflow.rl.configs import NLPOConfig
 from grueflow.rl.ppo import PPO
 
 

@@ -6,8 +6,8 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from grueflow.config import RLConfig
 from grueflow.rl.advantages import masked_mean
+from grueflow.rl.configs import RLConfig
 from grueflow.rl.kl import KL_ESTIMATORS
 
 

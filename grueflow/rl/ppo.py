@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from grueflow.config import PPOConfig
 from grueflow.rl.advantages import gae, masked_mean, masked_whiten
+from grueflow.rl.configs import PPOConfig
 from grueflow.rl.objectives import MiniBatch, Outputs, policy_objective
 
 

@@ -44,18 +44,19 @@ from safetensors.torch import load_file, save_file
 from stable_baselines3.common.utils import explained_variance
 
 from grueflow import checkpoints
-from grueflow.config import GenerationConfig, RLConfig
+from grueflow.config import GenerationConfig
 from grueflow.data import Sample
 from grueflow.distributed import DataParallel
 from grueflow.io import atomic_dir
 from grueflow.metrics.reward import Reward
 from grueflow.models import load_pretrained
+from grueflow.models.backend import SampledLogits
 from grueflow.models.lora import (is_lora, load_adapter, load_trainable_state, merged, reference_view,
                                   trainable_parameters, trainable_state, with_lora)
-from grueflow.models.backend import SampledLogits
 from grueflow.models.policy import (Policy, Prompts, Scores, completion_mask, entropy_from_logprobs,
                                     logprobs_from_logits, masked_logits, token_logprobs)
 from grueflow.rl import ALGORITHMS
+from grueflow.rl.configs import RLConfig
 from grueflow.rl.kl import KL_ESTIMATORS, KLController, kl_k1
 from grueflow.rl.objectives import MiniBatch, Outputs
 from grueflow.seeding import rng_state, set_rng_state

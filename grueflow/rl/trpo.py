@@ -16,9 +16,9 @@ import torch.nn.functional as F
 from sb3_contrib.common.utils import conjugate_gradient_solver, flat_grad
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from grueflow.config import TRPOConfig
 from grueflow.models.policy import logprobs_from_logits
 from grueflow.rl.advantages import gae, masked_mean, masked_whiten
+from grueflow.rl.configs import TRPOConfig
 
 
 class TRPO:

@@ -31,10 +31,11 @@ from typing import Any, Callable, Iterator
 import pytest
 import yaml
 
-from grueflow.config import ConfigError, SupervisedConfig, load_method, load_section, load_suite, load_task, parse
+from grueflow.config import ConfigError, SupervisedConfig
 from grueflow.data import DATAPOOLS, read_split
 from grueflow.io import DataError, MissingDataError, read_json
 from grueflow.models import check_context
+from grueflow.params import load_method, load_section, load_suite, load_task, parse
 from tests.conftest import MICRO, ROOT, copy_project
 
 PY = sys.executable

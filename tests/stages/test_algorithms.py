@@ -7,12 +7,13 @@ learn in a dozen iterations; the embedded tasks' rewards are exercised by the pi
 import pytest
 import torch
 
-from grueflow.config import GenerationConfig, ModelConfig, RewardConfig, parse
+from grueflow.config import GenerationConfig, ModelConfig, RewardConfig
 from grueflow.data import DATAPOOLS
 from grueflow.metrics import MetricContext
 from grueflow.metrics.reward import Reward
 from grueflow.models import load_pretrained
 from grueflow.models.policy import Policy
+from grueflow.params import parse
 from grueflow.rl import ALGORITHMS
 from grueflow.rl.trainer import RLTrainer
 from grueflow.seeding import seed_everything

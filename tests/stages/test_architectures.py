@@ -10,13 +10,14 @@ import pytest
 import torch
 
 from grueflow import evaluation, supervised
-from grueflow.config import GenerationConfig, MetricSpec, ModelConfig, RewardConfig, SupervisedConfig, parse
+from grueflow.config import GenerationConfig, MetricSpec, ModelConfig, RewardConfig, SupervisedConfig
 from grueflow.data import DATAPOOLS
 from grueflow.metrics import MetricContext
 from grueflow.metrics.reward import Reward
 from grueflow.models import MODELS, load_pretrained
 from grueflow.models.policy import Policy
 from grueflow.models.tiny import build_tiny
+from grueflow.params import parse
 from grueflow.rl import ALGORITHMS
 from grueflow.rl.trainer import RLTrainer
 from grueflow.seeding import seed_everything

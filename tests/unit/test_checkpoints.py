@@ -9,13 +9,15 @@ import pytest
 import torch
 
 from grueflow import checkpoints
-from grueflow.config import ConfigError, GenerationConfig, PPOConfig, RewardConfig, SupervisedConfig, parse
+from grueflow.config import ConfigError, GenerationConfig, RewardConfig, SupervisedConfig
 from grueflow.data import DATAPOOLS
 from grueflow.metrics import MetricContext
 from grueflow.metrics.reward import Reward
 from grueflow.models import load_pretrained
 from grueflow.models.lora import trainable_state, with_lora
 from grueflow.models.policy import Policy
+from grueflow.params import parse
+from grueflow.rl.configs import PPOConfig
 from grueflow.rl.trainer import WALL_CLOCK_KEYS, RLTrainer
 from grueflow.seeding import seed_everything
 from grueflow.supervised import SupervisedTrainer, epoch_order

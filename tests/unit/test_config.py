@@ -1,5 +1,6 @@
 """Strict configs: every bad value fails at parse time, naming the value and the valid choices."""
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -8,7 +9,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grueflow.config import ConfigError, PPOConfig, TaskConfig, load_suite, load_task, parse
+from grueflow.config import ConfigError, TaskConfig, to_dict
+from grueflow.params import load_suite, load_task, parse
+from grueflow.rl.configs import PPOConfig
 
 MICRO = Path(__file__).resolve().parents[1] / "fixtures" / "micro"
 
@@ -114,7 +117,7 @@ def test_suite_with_unknown_algorithm_or_missing_task(tmp_path, monkeypatch):
 
 
 def test_a_task_overrides_its_methods_and_bad_overrides_name_the_task_file(tmp_path):
-    from grueflow.config import load_method
+    from grueflow.params import load_method
 
     data = task_data()
     data["method_overrides"] = {"ppo": {"kl": {"coef": 0.2}, "lora": {"r": 4}}, "supervised": {"epochs": 7}}
@@ -170,7 +173,7 @@ def test_rl_processes_must_split_the_rollout_and_minibatches_into_whole_groups()
     with pytest.raises(ConfigError, match=r"processes=2 must split minibatch_size=4 into whole groups of group_size=4"):
         parse(PPOConfig, {"rollouts_per_iteration": 16, "minibatch_size": 4, "group_size": 4, "processes": 2},
               "ppo.yaml:")
-    from grueflow.config import TRPOConfig
+    from grueflow.rl.configs import TRPOConfig
 
     with pytest.raises(ConfigError, match=r"processes must be 1 for TRPO, got 2"):
         parse(TRPOConfig, {"rollouts_per_iteration": 16, "minibatch_size": 8, "processes": 2}, "trpo.yaml:")
@@ -181,9 +184,33 @@ def test_validating_every_shipped_suite_imports_no_torch():
     numba: checked in a fresh interpreter, over every suite the repository ships."""
     root = Path(__file__).resolve().parents[2]
     suites = ["params/suite.yaml", *sorted(str(p.relative_to(root)) for p in (root / "params" / "suites").glob("*.yaml"))]
-    code = ("import sys\nfrom grueflow.config import load_suite, read_yaml\n"
+    code = ("import sys\nfrom grueflow.config import read_yaml\nfrom grueflow.params import load_suite\n"
             f"for suite in {suites!r}:\n    load_suite(read_yaml(suite), suite)\n"
             "print(sorted(m for m in ('torch', 'transformers', 'numba') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip() == "[]"
+
+
+def test_the_schema_layer_imports_no_implementation_package():
+    """``grueflow.config`` (and the RL configs beside the algorithms) import only the io and registry helpers
+    of grueflow, at module level or inside functions: the registry checks live one layer up, in
+    ``grueflow.params``."""
+    root = Path(__file__).resolve().parents[2]
+    for module in ("grueflow/config.py", "grueflow/rl/configs.py", "grueflow/preference/config.py"):
+        imported = set()
+        for node in ast.walk(ast.parse((root / module).read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+        internal = sorted(m for m in imported if m.startswith("grueflow"))
+        assert set(internal) <= {"grueflow.config", "grueflow.io", "grueflow.registry"}, (module, internal)
+
+
+def test_nested_args_are_parsed_once_into_their_typed_args():
+    task = load_task(MICRO / "tasks" / "sentiment.yaml")
+    assert type(task.datapool.typed_args).__qualname__.endswith("Args")
+    assert all(type(c.typed_args).__qualname__.endswith("Args") and c.key for c in task.reward.components)
+    assert all(type(m.typed_args).__qualname__.endswith("Args") for m in task.metrics)
+    assert "typed_args" not in to_dict(task.datapool) and "key" not in to_dict(task.reward.components[0])

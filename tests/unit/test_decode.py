@@ -8,8 +8,8 @@ import torch
 from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
 from grueflow.models import load_pretrained
-from grueflow.models.decode import gpt2_prefill, gpt2_step, supports_lean_step
 from grueflow.models.backend import prefix_forward as _prefix_forward, reserve_cache
+from grueflow.models.decode import gpt2_prefill, gpt2_step, supports_lean_step
 from grueflow.models.policy import Policy, Prompts
 
 PROMPTS = ["a b c d e f", "x y", "the movie was"]
@@ -74,8 +74,9 @@ def test_the_lean_prefill_gives_transformers_logits_and_cache(tiny_models):
 
 
 def test_the_lean_step_runs_lora_adapters_and_their_disabled_reference(tiny_models):
-    from grueflow.config import LoraConfig, parse
+    from grueflow.config import LoraConfig
     from grueflow.models.lora import reference_view, with_lora
+    from grueflow.params import parse
 
     base, tokenizer = load_pretrained(tiny_models["causal"])
     model = with_lora(copy.deepcopy(base), parse(LoraConfig, {"r": 4}, "lora"))

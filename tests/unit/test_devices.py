@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel
 
-from grueflow.config import ConfigError, GenerationConfig, RewardConfig, parse
+from grueflow.config import ConfigError, GenerationConfig, RewardConfig
 from grueflow.data import DATAPOOLS
 from grueflow.device import Execution, device_setting, execution, fast_paths, resolve_device, resolve_precision
 from grueflow.metrics import MetricContext
@@ -19,6 +19,7 @@ from grueflow.metrics.reward import Reward
 from grueflow.models import load_pretrained
 from grueflow.models.backend import Backend, CpuKernels, select
 from grueflow.models.policy import Policy
+from grueflow.params import parse
 from grueflow.rl import ALGORITHMS
 from grueflow.rl.trainer import RLTrainer
 from grueflow.seeding import seed_everything

@@ -3,7 +3,9 @@
 import pytest
 import torch
 
-from grueflow.config import ConfigError, GroupConfig, parse
+from grueflow.config import ConfigError
+from grueflow.params import parse
+from grueflow.rl.configs import GroupConfig
 from grueflow.rl.critic_free import discounted_returns, group_normalised, leave_one_out
 from grueflow.rl.kl import kl_k1, kl_k2, kl_k3
 

@@ -3,9 +3,10 @@
 import pytest
 import torch
 
-from grueflow.config import ConfigError, ModelConfig, parse
+from grueflow.config import ConfigError, ModelConfig
 from grueflow.models import SMOLLM2, load_pretrained
 from grueflow.models.gguf import ModelFetchError, default_cache_dir, find_wheel, load_gguf, locate_gguf
+from grueflow.params import parse
 
 
 @pytest.fixture(scope="module")

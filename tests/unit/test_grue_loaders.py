@@ -8,12 +8,13 @@ import json
 import pytest
 from shared_data import DATA
 
-from grueflow.config import ConfigError, DatapoolConfig, parse
+from grueflow.config import ConfigError, DatapoolConfig
 from grueflow.data import DATAPOOLS, read_split, write_datapool
 from grueflow.data.sources import BadRowError
 from grueflow.data.totto import highlighted_subtable, linearise
 from grueflow.io import read_json
 from grueflow.metrics import METRICS, MetricContext
+from grueflow.params import parse
 
 SPLITS = ("train", "val", "test")
 

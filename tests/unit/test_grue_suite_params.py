@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from grueflow.config import (DatapoolConfig, GenerationConfig, LengthsConfig, MetricSpec, ModelConfig, RewardConfig,
-                             SupervisedConfig, load_method, load_section, load_suite, load_task, parse, produced_keys,
-                             read_yaml, with_fluency)
+                             SupervisedConfig, read_yaml)
 from grueflow.data import DATAPOOLS
+from grueflow.params import load_method, load_section, load_suite, load_task, parse, produced_keys, with_fluency
 from grueflow.preference.config import PREFERENCE_METHODS, preference_method_files
 from grueflow.rl import ALGORITHMS
 

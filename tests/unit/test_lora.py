@@ -6,14 +6,16 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from grueflow.config import ConfigError, GenerationConfig, PPOConfig, RewardConfig, SupervisedConfig, parse
+from grueflow.config import ConfigError, GenerationConfig, RewardConfig, SupervisedConfig
 from grueflow.data import DATAPOOLS
 from grueflow.metrics import MetricContext
 from grueflow.metrics.reward import Reward
 from grueflow.models import load_pretrained
 from grueflow.models.lora import is_lora, merged, with_lora
 from grueflow.models.policy import Policy, logprobs_from_logits
+from grueflow.params import parse
 from grueflow.rl import ALGORITHMS
+from grueflow.rl.configs import PPOConfig
 from grueflow.rl.trainer import RLTrainer
 from grueflow.seeding import seed_everything
 

@@ -13,12 +13,12 @@ import torch
 from test_devices import meta_default
 from test_metrics_library import tiny_classifier
 
-from grueflow.config import parse
 from grueflow.device import Execution
 from grueflow.metrics import METRICS, MetricContext, MetricResult
 from grueflow.models import load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.policy import Policy
+from grueflow.params import parse
 from grueflow.preference.config import DPOConfig, RewardModelConfig
 from grueflow.preference.data import Preference
 from grueflow.preference.dpo import DPOTrainer

@@ -4,10 +4,11 @@ import math
 
 import pytest
 
-from grueflow.config import RewardConfig, parse
+from grueflow.config import RewardConfig
 from grueflow.metrics import METRICS, MetricContext
 from grueflow.metrics.reward import Reward
 from grueflow.metrics.task import coverage, lexicon_polarity
+from grueflow.params import parse
 
 CTX = MetricContext()
 

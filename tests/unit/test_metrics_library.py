@@ -10,8 +10,9 @@ import math
 import pytest
 import shared_data
 
-from grueflow.config import ConfigError, parse
+from grueflow.config import ConfigError
 from grueflow.metrics import METRICS, MetricContext, MetricUnavailableError, describe
+from grueflow.params import parse
 
 CTX = MetricContext()
 

@@ -3,10 +3,11 @@
 import pytest
 import torch
 
-from grueflow.config import GenerationConfig, NLPOConfig
+from grueflow.config import GenerationConfig
 from grueflow.models import load_pretrained
-from grueflow.models.policy import Policy
 from grueflow.models.nucleus import top_p_keep
+from grueflow.models.policy import Policy
+from grueflow.rl.configs import NLPOConfig
 from grueflow.rl.nlpo import MaskProcessor
 
 

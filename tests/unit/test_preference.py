@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from grueflow.config import GenerationConfig, GroupConfig, KLConfig, RewardComponent, RewardConfig
+from grueflow.config import GenerationConfig, RewardConfig
 from grueflow.data import Sample
 from grueflow.io import DataError
 from grueflow.metrics import MetricContext
@@ -17,17 +17,23 @@ from grueflow.metrics.reward import Reward
 from grueflow.metrics.task import POSITIVE_WORDS
 from grueflow.models import load_pretrained
 from grueflow.models.policy import Policy
+from grueflow.params import parse
 from grueflow.preference.build import best_and_worst, build_preferences
 from grueflow.preference.config import DPOConfig, PreferencesConfig, RewardModelConfig
 from grueflow.preference.data import Preference, read_preferences, write_preferences
 from grueflow.preference.dpo import DPOTrainer, PairLogprobs, dpo_loss
 from grueflow.preference.reward_model import (RewardModel, bradley_terry_loss, load_backbone, save_reward_model,
                                               train_reward_model)
+from grueflow.rl.configs import GroupConfig, KLConfig
 from grueflow.rl.trainer import RLTrainer
 from grueflow.seeding import seed_everything
 
 POSITIVE = sorted(POSITIVE_WORDS)
 NEUTRAL = ["the", "movie", "was", "and", "plot", "story", "it", "a", "film", "scene", "cast", "music"]
+
+
+def reward_config(*components: dict) -> RewardConfig:
+    return parse(RewardConfig, {"components": list(components)}, "reward:")
 
 
 def n_positive(text: str) -> int:
@@ -136,7 +142,7 @@ def test_bradley_terry_model_ranks_held_out_pairs_above_chance(reward_model_dir)
 
 def test_reward_model_is_a_reward_component_and_rl_against_it_raises_its_score(reward_model_dir, tiny_models):
     folder, _ = reward_model_dir
-    reward = Reward(RewardConfig((RewardComponent("reward_model", args={"path": str(folder)}),)), MetricContext())
+    reward = Reward(reward_config({"metric": "reward_model", "args": {"path": str(folder)}}), MetricContext())
     seed_everything(0)
     model, tokenizer = load_pretrained(tiny_models["causal"])
     policy = Policy(model, tokenizer, "causal", 16)
@@ -153,7 +159,7 @@ def test_reward_model_is_a_reward_component_and_rl_against_it_raises_its_score(r
 
 def test_metric_reward_model_names_the_stage_to_run_when_the_folder_is_missing(tmp_path):
     with pytest.raises(DataError, match="train it first with the train_reward_model stage"):
-        Reward(RewardConfig((RewardComponent("reward_model", args={"path": str(tmp_path / "none")}),)), MetricContext())
+        Reward(reward_config({"metric": "reward_model", "args": {"path": str(tmp_path / "none")}}), MetricContext())
 
 
 # -- DPO ---------------------------------------------------------------------------------------------
@@ -182,7 +188,7 @@ def test_dpo_raises_the_chosen_over_rejected_margin(tiny_models, kind, loss_type
 
 def test_build_preferences_prefers_the_higher_reward_and_is_deterministic(tiny_models):
     samples = [Sample(f"s{i}", f"review {i}:", ("",)) for i in range(6)]
-    reward = Reward(RewardConfig((RewardComponent("diversity", score="length"),)), MetricContext())
+    reward = Reward(reward_config({"metric": "diversity", "score": "length"}), MetricContext())
     cfg = PreferencesConfig(n_prompts=5, samples_per_prompt=3, seed=0, batch_size=4,
                             generation=GenerationConfig(max_new_tokens=8))
     runs = []
@@ -199,7 +205,7 @@ def test_build_preferences_prefers_the_higher_reward_and_is_deterministic(tiny_m
 
 
 def test_a_suite_lists_preference_methods_as_rows_from_each_start_and_refuses_unknown_ones():
-    from grueflow.config import ConfigError, SuiteConfig, parse
+    from grueflow.config import ConfigError, SuiteConfig
 
     suite = parse(SuiteConfig, {"tasks": ["sentiment"], "algorithms": ["ppo"], "preference_methods": ["dpo"]}, "suite")
     assert suite.methods == ["zero_shot", "supervised", "ppo", "supervised+ppo", "dpo", "supervised+dpo"]

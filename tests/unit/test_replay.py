@@ -82,8 +82,9 @@ def test_rows_that_stop_early_get_the_masked_gradients(tiny_models):
 
 
 def test_models_the_replay_cannot_differentiate_sample_without_it(tiny_models):
-    from grueflow.config import LoraConfig, parse
+    from grueflow.config import LoraConfig
     from grueflow.models.lora import with_lora
+    from grueflow.params import parse
 
     model, tokenizer = load_pretrained(tiny_models["causal"])
     lora = with_lora(model, parse(LoraConfig, {"r": 4}, "lora"))

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-from grueflow.config import KLConfig
 from grueflow.models.policy import completion_mask
 from grueflow.rl.advantages import gae, masked_mean, masked_whiten
+from grueflow.rl.configs import KLConfig
 from grueflow.rl.kl import KLController, kl_k1
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from grueflow.config import ConfigError, ModelConfig, SuiteConfig, parse
+from grueflow.config import ConfigError, ModelConfig, SuiteConfig
+from grueflow.params import parse
 from tests.conftest import ROOT
 
 CODE = sorted([*(ROOT / "grueflow").rglob("*.py"), *(ROOT / "stages").glob("*.py")])

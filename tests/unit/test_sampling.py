@@ -3,12 +3,13 @@
 import pytest
 import torch
 
-from grueflow.config import GenerationConfig, RewardConfig, parse
+from grueflow.config import GenerationConfig, RewardConfig
 from grueflow.data import DATAPOOLS
 from grueflow.metrics import MetricContext
 from grueflow.metrics.reward import Reward
 from grueflow.models import load_pretrained
 from grueflow.models.policy import Policy, _draw, completion_mask, logprobs_from_logits, shared_groups
+from grueflow.params import parse
 from grueflow.rl import ALGORITHMS
 from grueflow.rl.trainer import RLTrainer
 from grueflow.seeding import seed_everything

@@ -6,7 +6,8 @@ import os
 import re
 from pathlib import Path
 
-from grueflow.config import ConfigError, load_suite, method_name, read_yaml
+from grueflow.config import ConfigError, method_name, read_yaml
+from grueflow.params import load_suite
 
 try:
     SUITE = load_suite(config, "suite")  # every task and method file, strictly, before any job

@@ -1,0 +1,181 @@
+"""Validated params: the schema of :mod:`grueflow.config` checked against the registries.
+
+The layer above both :mod:`grueflow.config` (the schema, which imports no implementation package) and
+the registries (datapools, models, metrics, RL algorithms, preference methods). :func:`parse` builds a
+config with :func:`grueflow.config.parse` and runs :func:`resolve` on every dataclass it builds: an
+unknown id, bad ``args`` for a registered component, a reward score a metric does not have or a
+headline metric no one writes fails there, at parse time, with the file and key path. Each nested
+``args`` mapping is parsed once into its component's typed ``Args`` and kept (``typed_args``).
+
+Every stage, Snakemake and the tests load params through this module. Importing it imports the
+registries, never torch, transformers or numba: a registry holds light specs and the implementations
+are imported when a stage runs them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from grueflow import config
+from grueflow.config import (FLUENCY_METRIC, REWARD_KEY, ConfigError, DatapoolConfig, MetricSpec, ModelConfig,
+                             RewardComponent, RewardConfig, SuiteConfig, SupervisedConfig, TaskConfig, check,
+                             merge_overrides, read_yaml, set_resolved)
+from grueflow.data import DATAPOOLS
+from grueflow.metrics import METRICS
+from grueflow.models import MODELS
+from grueflow.preference.config import PREFERENCE_METHODS, preference_method_files
+from grueflow.registry import UnknownNameError
+from grueflow.rl import ALGORITHMS
+
+
+def parse(cls: type, data: Any, where: str) -> Any:
+    """:func:`grueflow.config.parse` with every registry check (:func:`resolve`); raises :class:`ConfigError`."""
+    return config.parse(cls, data, where, resolve)
+
+
+def resolve(obj: Any) -> Any:
+    """Check one freshly built config against the registries and fill its resolved fields; returns it.
+
+    Raises ``ValueError`` (or :class:`UnknownNameError`); :func:`grueflow.config.parse` puts the place in front.
+    """
+    check_fn = _CHECKS.get(type(obj))
+    if check_fn is not None:
+        check_fn(obj)
+    return obj
+
+
+def _datapool(cfg: DatapoolConfig) -> None:
+    set_resolved(cfg, "typed_args", config.parse(DATAPOOLS.get(cfg.id).Args, dict(cfg.args), "args"))
+
+
+def _model(cfg: ModelConfig) -> None:
+    MODELS.get(cfg.id).validate(cfg)
+
+
+def _metric(spec: MetricSpec) -> None:
+    set_resolved(spec, "typed_args", config.parse(METRICS.get(spec.id).Args, dict(spec.args), "args"))
+
+
+def _component(c: RewardComponent) -> None:
+    metric = METRICS.get(c.metric)
+    set_resolved(c, "typed_args", config.parse(metric.Args, dict(c.args), "args"))
+    if c.score is not None and c.score not in metric.scores:
+        raise ValueError(f"metric {c.metric!r} has no score {c.score!r}; valid: {', '.join(metric.scores)}")
+    set_resolved(c, "key", metric.key(c.score))
+
+
+def _reward(cfg: RewardConfig) -> None:
+    keys = [c.key for c in cfg.components]
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    check(not repeated, f"reward components {repeated} appear twice; merge them into one component with the summed weight")
+
+
+def _task(cfg: TaskConfig) -> None:
+    check_headlines(cfg.headline_metrics, cfg.reward, cfg.metrics)
+    valid = ALGORITHMS.names() + ["supervised"]
+    unknown = sorted(set(cfg.method_overrides) - set(valid))
+    check(not unknown, f"method_overrides: unknown method {unknown[0] if unknown else ''!r}; valid: {', '.join(valid)}")
+
+
+def _suite(cfg: SuiteConfig) -> None:
+    for algorithm in cfg.algorithms:
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"algorithms: {ALGORITHMS.unknown_message(algorithm)}")
+    for name in cfg.preference_methods:
+        check(name in PREFERENCE_METHODS, f"preference_methods: unknown preference method {name!r}; "
+                                          f"valid: {', '.join(PREFERENCE_METHODS)}")
+
+
+_CHECKS = {DatapoolConfig: _datapool, ModelConfig: _model, MetricSpec: _metric, RewardComponent: _component,
+           RewardConfig: _reward, TaskConfig: _task, SuiteConfig: _suite}
+
+
+def with_fluency(metrics: tuple[MetricSpec, ...]) -> tuple[MetricSpec, ...]:
+    """The metrics evaluate scores: the task's, plus perplexity when the task does not list it."""
+    if any(m.id == FLUENCY_METRIC for m in metrics):
+        return metrics
+    return metrics + (parse(MetricSpec, {"id": FLUENCY_METRIC}, "metrics"),)
+
+
+def produced_keys(reward: RewardConfig, metrics: tuple[MetricSpec, ...]) -> set[str]:
+    """Every corpus key evaluate can write for this reward and these metrics (checked before any work)."""
+    keys = {REWARD_KEY, *(c.key for c in reward.components)}
+    for spec in metrics:
+        keys.update(METRICS.get(spec.id).keys())
+    return keys
+
+
+def check_headlines(headline: tuple[str, ...], reward: RewardConfig, metrics: tuple[MetricSpec, ...]) -> None:
+    """Raise ValueError unless every headline metric is a key evaluate writes (the fluency metric included)."""
+    produced = produced_keys(reward, with_fluency(metrics))
+    unknown = sorted(set(headline) - produced)
+    if unknown:
+        raise ValueError(f"headline_metrics {unknown} are not produced by the task's reward or metrics; "
+                         f"produced: {', '.join(sorted(produced))}")
+
+
+def load_section(cls: type, path: str | Path, key: Optional[str] = None) -> Any:
+    """Parse one params file (or only its ``key`` section, the DVC/Snakemake params slice)."""
+    data = read_yaml(path)
+    if key is None:
+        return parse(cls, data, f"{path}:")
+    if not isinstance(data, dict) or key not in data:
+        raise ConfigError(f"{path}: missing required key {key!r}")
+    return parse(cls, data[key], f"{path}: {key}")
+
+
+def load_task(path: str | Path) -> TaskConfig:
+    return load_section(TaskConfig, path)
+
+
+def method_config(method: str) -> type:
+    """The config class of a method file: ``supervised`` or a registered RL algorithm's."""
+    return SupervisedConfig if method == "supervised" else ALGORITHMS.get(method).Config
+
+
+def load_method(method: str, path: str | Path, task_file: str | Path | None = None) -> Any:
+    """A method file (an RL algorithm's or ``supervised``), with the task file's ``method_overrides.<method>``
+    laid over it when ``task_file`` is given: RL4LMs tunes methods per task (e.g. IMDB's KL coefficient)."""
+    try:
+        cls = method_config(method)
+    except UnknownNameError as err:
+        raise ConfigError(f"{path}: {err}") from None
+    data = read_yaml(path)
+    overrides = (read_yaml(task_file) or {}).get("method_overrides") if task_file is not None else None
+    if not overrides or not isinstance(overrides, dict) or not overrides.get(method):
+        return parse(cls, data, f"{path}:")
+    return parse(cls, merge_overrides(data, overrides[method]), f"{path} with {task_file}: method_overrides.{method}:")
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A validated suite with every task and method file it names, parsed."""
+
+    config: SuiteConfig
+    tasks: dict[str, TaskConfig]
+    methods: dict[str, Any]
+    supervised: SupervisedConfig
+
+
+def load_suite(data: dict[str, Any], where: str = "suite") -> Suite:
+    """Validate a suite and every params file it names; raises :class:`ConfigError` on the first problem."""
+    suite = parse(SuiteConfig, data, f"{where}:")
+    params = Path(suite.params_dir)
+    tasks = {}
+    for name in suite.tasks:
+        path = params / "tasks" / f"{name}.yaml"
+        if not path.is_file():
+            known = sorted(p.stem for p in (params / "tasks").glob("*.yaml"))
+            raise ConfigError(f"{where}: task {name!r} has no task file {path}; valid tasks: {', '.join(known)}")
+        tasks[name] = load_task(path)
+    methods = {a: load_method(a, params / "methods" / f"{a}.yaml") for a in suite.algorithms}
+    supervised = load_method("supervised", params / "methods" / "supervised.yaml")
+    for name in suite.tasks:  # each task's overrides must give valid methods too
+        for method in [*suite.algorithms, "supervised"]:
+            load_method(method, params / "methods" / f"{method}.yaml", params / "tasks" / f"{name}.yaml")
+    if suite.preference_methods:  # the preference stages' params files
+        for stem, cls in preference_method_files(suite.preference_methods).items():
+            load_section(cls, params / "methods" / f"{stem}.yaml")
+    return Suite(suite, tasks, methods, supervised)

@@ -1,0 +1,213 @@
+"""The RL algorithms' configs: what every algorithm shares (:class:`RLConfig`, :class:`KLConfig`) and each
+algorithm's own hyperparameters, beside the algorithms in :mod:`grueflow.rl`.
+
+Plain frozen dataclasses with their own range checks, importable without torch, so that validating
+params (:mod:`grueflow.params`) never loads an implementation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, Optional
+
+from grueflow.config import LoraConfig, check
+
+
+@dataclass(frozen=True)
+class KLConfig:
+    """KL penalty against the frozen reference model (Ziegler et al. 2019; RL4LMs' defaults).
+
+    Adaptive: ``error = clip((KL - target) / target, -0.2, 0.2)`` and
+    ``coef <- coef * (1 + error * kl_lr)``, once per rollout.
+    """
+
+    coef: float = 0.05
+    adaptive: bool = True
+    target: Optional[float] = 1.0
+    kl_lr: float = 0.1
+
+    def __post_init__(self) -> None:
+        check(self.coef >= 0, f"coef must be >= 0, got {self.coef}")
+        if self.adaptive:
+            check(self.target is not None and self.target > 0, f"adaptive KL needs target > 0, got {self.target}")
+
+
+@dataclass(frozen=True)
+class RLConfig:
+    """What every RL algorithm shares: the loop, the optimiser, the clipped surrogate, KL control.
+
+    Each iteration samples ``rollouts_per_iteration / group_size`` prompts and ``group_size``
+    completions of each. The KL to the reference is estimated per sampled token with ``kl_estimator``,
+    with ``r = q/p`` the reference's probability of the token over the policy's (Schulman 2020): k1
+    ``-log r``, k2 ``(log r)^2 / 2``, k3 ``r - 1 - log r`` (:mod:`grueflow.rl.kl`). The estimate is
+    either subtracted from the reward (PPO style) or added to the loss (``kl_in_loss``, GRPO style).
+    Algorithms with a critic put a value head on the policy's own trunk (``critic: shared``, one
+    model copy fewer) or on a separate copy of the start model (``critic: separate``, as RL4LMs).
+    With ``lora`` the policy (and a separate critic, with its own adapter) train LoRA adapters
+    only, and the reference is the policy with its adapter disabled: no reference copy is held.
+    Every ``checkpoint_every`` iterations a resumable checkpoint goes to ``<output>.resume/iteration<k>/``;
+    the newest ``keep_checkpoints`` are kept and a rerun resumes from the newest complete one.
+    ``kl_ceiling`` (optional) bounds the rollout's mean per-sequence KL to the reference: above it the
+    policy has run away, and the stage stops (``kl_ceiling_action: stop``) or skips that update (``skip``).
+    """
+
+    iterations: int = 30
+    rollouts_per_iteration: int = 64
+    group_size: int = 1
+    epochs: int = 4
+    minibatch_size: int = 16
+    learning_rate: float = 1e-4
+    lr_schedule: Literal["constant", "linear"] = "constant"
+    optimizer: Literal["adamw", "rmsprop"] = "adamw"
+    clip_range: float = 0.2
+    ent_coef: float = 0.0
+    max_grad_norm: float = 1.0
+    target_kl: Optional[float] = None
+    kl: KLConfig = field(default_factory=KLConfig)
+    kl_estimator: Literal["k1", "k2", "k3"] = "k1"
+    kl_in_loss: bool = False
+    critic: Literal["shared", "separate"] = "shared"
+    checkpoint_every: int = 10
+    keep_checkpoints: int = 1
+    lora: Optional[LoraConfig] = None
+    kl_ceiling: Optional[float] = None
+    kl_ceiling_action: Literal["stop", "skip"] = "stop"
+    processes: int = 1  # data-parallel processes (accelerate launch); each samples and learns from its shard
+
+    def __post_init__(self) -> None:
+        check(self.iterations > 0, f"iterations must be > 0, got {self.iterations}")
+        check(self.processes >= 1, f"processes must be >= 1, got {self.processes}")
+        check(self.processes == 1 or (self.rollouts_per_iteration // self.group_size) % self.processes == 0,
+               f"processes={self.processes} must divide the {self.rollouts_per_iteration // self.group_size} prompt "
+               f"groups of a rollout (rollouts_per_iteration / group_size), so each process gets whole groups")
+        check(self.processes == 1 or (self.minibatch_size % self.processes == 0
+                                       and (self.minibatch_size // self.processes) % self.group_size == 0),
+               f"processes={self.processes} must split minibatch_size={self.minibatch_size} into whole groups of "
+               f"group_size={self.group_size}; make minibatch_size a multiple of processes x group_size")
+        check(self.kl_ceiling is None or self.kl_ceiling > 0, f"kl_ceiling must be > 0 (or null), got {self.kl_ceiling}")
+        check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
+        check(self.rollouts_per_iteration > 0 and self.minibatch_size > 0,
+               f"rollouts_per_iteration and minibatch_size must be > 0, got {self.rollouts_per_iteration} "
+               f"and {self.minibatch_size}")
+        check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
+        check(self.clip_range > 0, f"clip_range must be > 0, got {self.clip_range}")
+        check(self.group_size > 0, f"group_size must be > 0, got {self.group_size}")
+        check(self.rollouts_per_iteration % self.minibatch_size == 0,
+               f"rollouts_per_iteration={self.rollouts_per_iteration} is not a multiple of "
+               f"minibatch_size={self.minibatch_size}; make it one")
+        check(self.rollouts_per_iteration % self.group_size == 0,
+               f"rollouts_per_iteration={self.rollouts_per_iteration} is not a multiple of "
+               f"group_size={self.group_size}; make it one")
+        check(self.checkpoint_every > 0, f"checkpoint_every must be > 0, got {self.checkpoint_every}")
+        check(self.keep_checkpoints >= 1, f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}; "
+               f"the newest checkpoint is what a killed run resumes from")
+
+
+@dataclass(frozen=True)
+class PPOConfig(RLConfig):
+    """PPO on whole sequences (Schulman et al. 2017; RL4LMs' defaults for gamma and lambda)."""
+
+    clip_range_vf: Optional[float] = 0.2
+    vf_coef: float = 0.5
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    whiten_advantages: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(0 <= self.gamma <= 1 and 0 <= self.gae_lambda <= 1,
+               f"gamma and gae_lambda must be in [0, 1], got {self.gamma} and {self.gae_lambda}")
+
+
+@dataclass(frozen=True)
+class NLPOConfig(PPOConfig):
+    """NLPO (Ramamurthy et al. 2023, RL4LMs): PPO whose actions are masked by a lagged copy of the policy.
+
+    At each generated token the mask model keeps its top-p nucleus (and at most ``top_k`` tokens if
+    ``top_k`` > 0), never fewer than ``min_tokens_to_keep`` and never masking special tokens; it is
+    refreshed from the policy every ``target_update_iterations`` rollouts.
+    """
+
+    top_p: float = 0.9
+    top_k: int = 0
+    min_tokens_to_keep: int = 1
+    target_update_iterations: int = 5
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
+        check(self.min_tokens_to_keep >= 1, f"min_tokens_to_keep must be >= 1, got {self.min_tokens_to_keep}")
+        check(self.target_update_iterations >= 1,
+               f"target_update_iterations must be >= 1, got {self.target_update_iterations}")
+
+
+@dataclass(frozen=True)
+class A2CConfig(RLConfig):
+    """A2C (Mnih et al. 2016) with stable-baselines3's defaults: RMSprop, n-step returns, one step per rollout."""
+
+    epochs: int = 1
+    learning_rate: float = 7e-4
+    optimizer: Literal["adamw", "rmsprop"] = "rmsprop"
+    n_steps: int = 5
+    gamma: float = 0.99
+    vf_coef: float = 0.5
+    normalize_advantage: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.n_steps > 0, f"n_steps must be > 0, got {self.n_steps}")
+        check(0 <= self.gamma <= 1, f"gamma must be in [0, 1], got {self.gamma}")
+
+
+@dataclass(frozen=True)
+class TRPOConfig(RLConfig):
+    """TRPO (Schulman et al. 2015) with sb3-contrib's defaults: natural-gradient policy step under a KL bound.
+
+    The policy step solves ``H s = g`` by conjugate gradient (``cg_max_steps``, ``cg_damping``) and
+    backtracks (``line_search_shrinking_factor``, ``line_search_max_iter``) until the mean token
+    KL(old || new) is at most ``max_kl`` and the surrogate improved; ``learning_rate`` is the
+    critic's (Adam, ``n_critic_updates`` steps per rollout).
+    """
+
+    learning_rate: float = 1e-3
+    max_kl: float = 0.01
+    cg_max_steps: int = 15
+    cg_damping: float = 0.1
+    line_search_shrinking_factor: float = 0.8
+    line_search_max_iter: int = 10
+    n_critic_updates: int = 10
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    whiten_advantages: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.max_kl > 0, f"max_kl must be > 0, got {self.max_kl}")
+        check(self.processes == 1, f"processes must be 1 for TRPO, got {self.processes}: its natural-gradient "
+               "step (conjugate gradient and line search) does not run data-parallel")
+        check(0 < self.line_search_shrinking_factor < 1,
+               f"line_search_shrinking_factor must be in (0, 1), got {self.line_search_shrinking_factor}")
+
+
+@dataclass(frozen=True)
+class GroupConfig(RLConfig):
+    """GRPO (Shao et al. 2024) and RLOO (Ahmadian et al. 2024): ``group_size`` samples per prompt, no critic."""
+
+    group_size: int = 4
+    epochs: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.group_size >= 2, f"group-relative advantages need group_size >= 2, got {self.group_size}")
+
+
+@dataclass(frozen=True)
+class ReinforcePPConfig(RLConfig):
+    """REINFORCE++ (Hu 2025): per-token KL-penalised returns, normalised over the whole batch, no critic."""
+
+    gamma: float = 1.0
+    epochs: int = 1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(0 <= self.gamma <= 1, f"gamma must be in [0, 1], got {self.gamma}")
