@@ -39,7 +39,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = {"2x128": (2, 128, 2), "4x256": (4, 256, 4), "6x512": (6, 512, 8)}  # layers, width, heads
@@ -148,7 +148,7 @@ def grueflow_trainer(algorithm: str, model_dir: Path, s: Settings, backend: Any 
                                   top_p=1.0, temperature=1.0)
     reward = Reward(parse(RewardConfig, {"components": [{"metric": "lexicon_sentiment", "weight": 1.0}]}, "bench"),
                     MetricContext())
-    policy = Policy(model, tokenizer, "causal", max_prompt_length=64, backend=backend)
+    policy = Policy(model, tokenizer, max_prompt_length=64, backend=backend)
     return (trainer_class or RLTrainer)(algorithm, cfg, policy, ref_model, reward, samples, generation, s.seed)
 
 

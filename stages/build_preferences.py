@@ -45,8 +45,7 @@ def main() -> None:
     seed_everything(cfg.seed, args.threads)
     backend = select(ex)
     model, tokenizer = load_pretrained(args.policy, backend=backend, frozen=True)  # it only samples
-    policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt,
-                    backend=backend)
+    policy = Policy(model, tokenizer, lengths.prompt, backend)
     reward = Reward(reward_cfg, MetricContext(base_model=args.base_model, max_prompt_length=lengths.prompt,
                                               execution=ex))
     bar = stage.progress(cfg.n_prompts or len(train), "prompts")

@@ -44,8 +44,7 @@ def main() -> None:
     ref_model = load_pretrained(args.init_model, backend=backend, frozen=True)[0] if cfg.lora is None else None
     if cfg.lora is not None:
         model = with_lora(model, cfg.lora)
-    policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt,
-                    backend=backend)
+    policy = Policy(model, tokenizer, lengths.prompt, backend)
     trainer = DPOTrainer(policy, ref_model, prefs, cfg, lengths.target, args.seed)
     steps = cfg.epochs * -(-len(prefs) // cfg.batch_size)
     bar = stage.progress(steps, f"dpo ({cfg.loss_type}) steps")

@@ -53,8 +53,7 @@ def main() -> None:
     seed_everything(args.seed, args.threads)
     backend = select(ex)
     model, tokenizer = load_pretrained(args.model, backend=backend, frozen=True)
-    policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt,
-                    backend)
+    policy = Policy(model, tokenizer, lengths.prompt, backend)
     bar = stage.progress(len(test), "generating")
     generations = evaluation.generate(policy, test, generation, progress=bar.update)
     bar.close()

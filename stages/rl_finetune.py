@@ -60,8 +60,7 @@ def main() -> None:
     model, tokenizer = load_pretrained(args.init_model, backend=backend)
     # the frozen KL reference (bf16 under bf16); under LoRA it is the policy with its adapter disabled
     ref_model = load_pretrained(args.init_model, backend=backend, frozen=True)[0] if cfg.lora is None else None
-    policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt,
-                    backend)
+    policy = Policy(model, tokenizer, lengths.prompt, backend)
     reward = Reward(reward_cfg, MetricContext(base_model=args.base_model, max_prompt_length=lengths.prompt,
                                               execution=ex))
     trainer = RLTrainer(args.algorithm, cfg, policy, ref_model, reward, train, generation, args.seed, parallel)

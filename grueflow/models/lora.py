@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import torch
 
 from grueflow.config import LoraConfig
+from grueflow.models import model_kind
 
 ADAPTER_FILE = "adapter_model.safetensors"  # what peft's save_pretrained writes
 
@@ -44,7 +45,7 @@ def with_lora(model: Any, cfg: LoraConfig) -> Any:
     adapter's ``A`` is drawn from torch's global RNG, so seed before calling.
     """
     peft = _peft()
-    task_type = "SEQ_2_SEQ_LM" if model.config.is_encoder_decoder else "CAUSAL_LM"
+    task_type = "SEQ_2_SEQ_LM" if model_kind(model.config) == "seq2seq" else "CAUSAL_LM"
     target = list(cfg.target_modules) if cfg.target_modules is not None else None
     peft_cfg = peft.LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=target,
                                task_type=task_type, fan_in_fan_out=model.config.model_type == "gpt2")

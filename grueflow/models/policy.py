@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from transformers import LogitsProcessorList
 
 from grueflow.config import GenerationConfig
-from grueflow.models import Kind
+from grueflow.models import Kind, model_kind
 from grueflow.models.backend import Backend, SampledLogits, prefix_forward, select, shared_encoder
 
 
@@ -96,9 +96,13 @@ class Policy:
 
     model: Any
     tokenizer: Any
-    kind: Kind
     max_prompt_length: int
     backend: Backend = field(default_factory=select)
+
+    @property
+    def kind(self) -> Kind:
+        """``causal`` or ``seq2seq``, from the model's config (:func:`grueflow.models.model_kind`)."""
+        return model_kind(self.model.config)
 
     def __post_init__(self) -> None:
         if self.tokenizer.pad_token_id is None:

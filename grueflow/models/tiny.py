@@ -20,6 +20,7 @@ from transformers import (BartConfig, BartForConditionalGeneration, GPT2Config, 
                           LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration)
 
 from grueflow.config import ModelConfig, PretrainConfig
+from grueflow.models import model_kind
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +134,5 @@ def build_tiny(model_cfg: ModelConfig, architecture: str, texts: list[str], seed
     model = build_model(architecture, dict(model_cfg.config), tokenizer, seed)
     if device is not None:
         model.to(device)
-    kind = "seq2seq" if model.config.is_encoder_decoder else "causal"
-    curve = pretrain(model, kind, tokenizer, texts, model_cfg.pretrain, seed)
+    curve = pretrain(model, model_kind(model.config), tokenizer, texts, model_cfg.pretrain, seed)
     return model, tokenizer, curve

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from grueflow import io
 from grueflow.device import Execution, or_cpu
+from grueflow.models import model_kind
 from grueflow.preference.config import RewardModelConfig
 from grueflow.preference.data import Preference
 
@@ -92,7 +93,7 @@ def encode_texts(tokenizer: Any, texts: Sequence[str], max_length: int, append_e
 
 def rewards(model: Any, tokenizer: Any, texts: Sequence[str], max_length: int) -> torch.Tensor:
     """The scalar reward of each text, float32 on the model's device.  (B,)"""
-    batch = encode_texts(tokenizer, texts, max_length, bool(model.config.is_encoder_decoder), model.device)
+    batch = encode_texts(tokenizer, texts, max_length, model_kind(model.config) == "seq2seq", model.device)
     return model(**batch).logits[:, 0].float()
 
 

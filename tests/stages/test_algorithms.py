@@ -64,7 +64,7 @@ def make_trainer(sentiment, algorithm: str, overrides: dict) -> RLTrainer:
     cfg = parse(ALGORITHMS.get(algorithm).Config, {**SETTINGS, **overrides}, algorithm)
     reward = Reward(parse(RewardConfig, {"components": [{"metric": "diversity", "score": "length", "weight": -0.1}]},
                           "reward"), MetricContext())
-    return RLTrainer(algorithm, cfg, Policy(model, tokenizer, "causal", 24), ref_model, reward, samples,
+    return RLTrainer(algorithm, cfg, Policy(model, tokenizer, 24), ref_model, reward, samples,
                      GenerationConfig(max_new_tokens=16), seed=0)
 
 
@@ -153,7 +153,7 @@ def test_algorithm_runs_on_a_seq2seq_policy(tiny_models, algorithm):
     cfg = parse(ALGORITHMS.get(algorithm).Config, {"iterations": 2, "rollouts_per_iteration": 8, "minibatch_size": 8,
                                                    "group_size": group, "epochs": 1}, algorithm)
     reward = Reward(parse(RewardConfig, {"components": [{"metric": "concept_coverage"}]}, "reward"), MetricContext())
-    trainer = RLTrainer(algorithm, cfg, Policy(model, tokenizer, "seq2seq", 16), ref_model, reward, samples,
+    trainer = RLTrainer(algorithm, cfg, Policy(model, tokenizer, 16), ref_model, reward, samples,
                         GenerationConfig(max_new_tokens=6), seed=0)
     curve = trainer.train().curve
     assert [row["iteration"] for row in curve] == [1, 2]
@@ -171,7 +171,7 @@ def test_a_nan_reward_stops_training_before_any_update_and_keeps_the_rollout(sen
     cfg = parse(ALGORITHMS.get("ppo").Config, SETTINGS, "ppo")
     reward = Reward(parse(RewardConfig, {"components": [{"metric": "rouge", "score": "rougeL"}]}, "reward"),
                     MetricContext())
-    trainer = RLTrainer("ppo", cfg, Policy(model, tokenizer, "causal", 24), load_pretrained(path)[0], reward,
+    trainer = RLTrainer("ppo", cfg, Policy(model, tokenizer, 24), load_pretrained(path)[0], reward,
                         unreferenced, GenerationConfig(max_new_tokens=8), seed=0)
     with pytest.raises(NonFiniteError, match="non-finite reward at iteration 1") as err:
         trainer.train()

@@ -43,7 +43,7 @@ def test_tiny_family_warm_starts_trains_with_rl_and_evaluates(model_id, tmp_path
     seed_everything(0)
     model, tokenizer = load_pretrained(tmp_path / "base")
     assert model.config.is_encoder_decoder == (source.kind == "seq2seq")
-    policy = Policy(model, tokenizer, source.kind, max_prompt_length=16)
+    policy = Policy(model, tokenizer, max_prompt_length=16)
     if source.kind == "causal":  # prompts end where generation starts
         assert policy.encode(["a", "a b c d"]).attention_mask[0, 0] == 0
     losses = supervised.train(policy, pool.splits["train"], pool.splits["val"],

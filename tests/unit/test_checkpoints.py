@@ -79,7 +79,7 @@ def lora_warm_start(path: Path, epochs: int) -> SupervisedTrainer:
     cfg = parse(SupervisedConfig, {"epochs": epochs, "batch_size": 4, "learning_rate": 1e-2,
                                    "lora": {"r": 4, "dropout": 0.1, "target_modules": ["q", "v"]}}, "sft")
     model, tokenizer = load_pretrained(path)
-    policy = Policy(with_lora(model, cfg.lora), tokenizer, "seq2seq", 16)
+    policy = Policy(with_lora(model, cfg.lora), tokenizer, 16)
     return SupervisedTrainer(policy, pool.splits["train"], pool.splits["val"], cfg, 16, seed=0)
 
 
@@ -111,7 +111,7 @@ def ppo_trainer(path: Path, **overrides) -> RLTrainer:
                             "checkpoint_every": 1, **overrides}, "ppo")
     reward = Reward(parse(RewardConfig, {"components": [{"metric": "diversity", "score": "length", "weight": -0.1}]},
                           "reward"), MetricContext())
-    return RLTrainer("ppo", cfg, Policy(model, tokenizer, "causal", 24), ref_model, reward, samples,
+    return RLTrainer("ppo", cfg, Policy(model, tokenizer, 24), ref_model, reward, samples,
                      GenerationConfig(max_new_tokens=6), seed=0)
 
 

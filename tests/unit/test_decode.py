@@ -45,7 +45,7 @@ def lean_steps(model, prompts: Prompts, tokens: torch.Tensor, group: int, reserv
 def test_the_lean_step_gives_transformers_logits(tiny_models, reserve):
     model, tokenizer = load_pretrained(tiny_models["causal"])
     assert type(model) is GPT2LMHeadModel and supports_lean_step(model)
-    policy = Policy(model, tokenizer, "causal", max_prompt_length=24)
+    policy = Policy(model, tokenizer, max_prompt_length=24)
     prompts = policy.encode([p for p in PROMPTS for _ in range(2)])
     assert (prompts.attention_mask == 0).any()  # left padding is exercised
     tokens = torch.randint(3, tokenizer.vocab_size, (6, 8), generator=torch.Generator().manual_seed(0))
@@ -59,7 +59,7 @@ def test_the_lean_step_gives_transformers_logits(tiny_models, reserve):
 def test_the_lean_prefill_gives_transformers_logits_and_cache(tiny_models):
     """At every real (unpadded) prompt position; a padding position's keys are never attended."""
     model, tokenizer = load_pretrained(tiny_models["causal"])
-    prompts = Policy(model, tokenizer, "causal", max_prompt_length=24).encode(PROMPTS)
+    prompts = Policy(model, tokenizer, max_prompt_length=24).encode(PROMPTS)
     assert (prompts.attention_mask == 0).any()
     with torch.no_grad():
         expected, expected_cache = _prefix_forward(model, prompts, 1, logits_to_keep=1)
@@ -85,7 +85,7 @@ def test_the_lean_step_runs_lora_adapters_and_their_disabled_reference(tiny_mode
             if "lora_B" in name:
                 p.normal_(0, 0.5)  # peft starts B at zero; a non-zero adapter must change the logits
     assert supports_lean_step(model)
-    policy = Policy(model, tokenizer, "causal", max_prompt_length=24)
+    policy = Policy(model, tokenizer, max_prompt_length=24)
     prompts = policy.encode(PROMPTS)
     tokens = torch.randint(3, tokenizer.vocab_size, (3, 5), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():

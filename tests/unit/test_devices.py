@@ -95,7 +95,7 @@ def trainer(path, kind: str, algorithm: str, samples, backend: Backend, extra: d
                                                         {"metric": "diversity", "score": "length", "weight": -0.1}]},
                           "reward"), MetricContext())
     return RLTrainer(algorithm, parse(ALGORITHMS.get(algorithm).Config, settings, algorithm),
-                     Policy(model, tokenizer, kind, 24, backend), ref_model, reward, samples,
+                     Policy(model, tokenizer, 24, backend), ref_model, reward, samples,
                      GenerationConfig(max_new_tokens=5, min_new_tokens=1), seed=0)
 
 
@@ -153,7 +153,7 @@ def test_the_bf16_path_trains_float32_master_weights_against_a_bf16_reference(ti
 def test_bf16_log_probs_stay_close_to_fp32(tiny_models, samples):
     """The same rollout scored in fp32 and under bf16 autocast: the log-probs differ by bf16 rounding only."""
     fp32 = trainer(tiny_models["causal"], "causal", "ppo", samples, Backend(Execution(CPU, "fp32")))
-    bf16 = Policy(fp32.policy.model, fp32.policy.tokenizer, "causal", 24, Backend(Execution(CPU, "bf16")))
+    bf16 = Policy(fp32.policy.model, fp32.policy.tokenizer, 24, Backend(Execution(CPU, "bf16")))
     rollout = fp32.collect()
     exact = fp32.policy.score(rollout.prompts, rollout.completions).logits.log_softmax(-1)
     rounded = bf16.score(rollout.prompts, rollout.completions).logits.log_softmax(-1)

@@ -48,7 +48,7 @@ def lora_trainer(path, algorithm: str = "ppo", **overrides) -> RLTrainer:
     cfg = parse(ALGORITHMS.get(algorithm).Config, {**SETTINGS, **overrides}, algorithm)
     reward = Reward(parse(RewardConfig, {"components": [{"metric": "diversity", "score": "length", "weight": -0.1}]},
                           "reward"), MetricContext())
-    return RLTrainer(algorithm, cfg, Policy(model, tokenizer, "causal", 24), None, reward, samples,
+    return RLTrainer(algorithm, cfg, Policy(model, tokenizer, 24), None, reward, samples,
                      GenerationConfig(max_new_tokens=6), seed=0)
 
 
@@ -119,7 +119,7 @@ def test_full_fine_tuning_needs_a_reference_and_lora_refuses_one(tiny_models):
     model, tokenizer = load_pretrained(tiny_models["causal"])
     cfg = parse(PPOConfig, {k: v for k, v in SETTINGS.items() if k != "lora"}, "ppo")
     with pytest.raises(ValueError, match="pass a reference model for full fine-tuning"):
-        RLTrainer("ppo", cfg, Policy(model, tokenizer, "causal", 24), None, None, [], GenerationConfig(), seed=0)
+        RLTrainer("ppo", cfg, Policy(model, tokenizer, 24), None, None, [], GenerationConfig(), seed=0)
 
 
 def test_a_lora_warm_start_moves_only_adapters_and_saves_merged(tiny_models, tmp_path):
@@ -130,7 +130,7 @@ def test_a_lora_warm_start_moves_only_adapters_and_saves_merged(tiny_models, tmp
     seed_everything(0)
     cfg = parse(SupervisedConfig, {"epochs": 1, "batch_size": 4, "lora": {"r": 4, "target_modules": ["q", "v"]}}, "sft")
     model, tokenizer = load_pretrained(tiny_models["seq2seq"])
-    policy = Policy(with_lora(model, cfg.lora), tokenizer, "seq2seq", 16)
+    policy = Policy(with_lora(model, cfg.lora), tokenizer, 16)
     frozen = {n: p.detach().clone() for n, p in policy.model.named_parameters() if not p.requires_grad}
     curve = supervised.train(policy, pool.splits["train"], pool.splits["val"], cfg, 16, seed=0)
     assert len(curve) == 1

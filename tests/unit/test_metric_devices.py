@@ -117,7 +117,7 @@ def test_dpo_against_a_frozen_reference_on_the_execution(tiny_models, execution)
     model, tokenizer = load_pretrained(tiny_models["causal"], backend=backend)
     reference = load_pretrained(tiny_models["causal"], backend=backend, frozen=True)[0]
     assert {p.dtype for p in reference.parameters()} == {execution.frozen_dtype}
-    trainer = DPOTrainer(Policy(model, tokenizer, "causal", 16, backend), reference, pairs(8),
+    trainer = DPOTrainer(Policy(model, tokenizer, 16, backend), reference, pairs(8),
                          DPOConfig(beta=0.5, learning_rate=1e-3, epochs=1, batch_size=4), max_target=8, seed=0)
     with meta_default() if execution is FP32 else contextlib.nullcontext():
         curve = trainer.train()

@@ -25,7 +25,7 @@ def test_the_mask_keeps_top_p_mass_min_tokens_and_special_tokens():
 @pytest.mark.parametrize("kind", ["causal", "seq2seq"])
 def test_incremental_mask_model_matches_a_full_forward_pass(tiny_models, kind):
     model, tokenizer = load_pretrained(tiny_models[kind])
-    policy = Policy(model, tokenizer, kind, max_prompt_length=24)
+    policy = Policy(model, tokenizer, max_prompt_length=24)
     mask_model, _ = load_pretrained(tiny_models[kind])
     cfg = NLPOConfig(top_p=0.6)
     prompts = policy.encode(["i saw this film at the cinema .", "generate a sentence with: dog kick ball park"])

@@ -15,7 +15,7 @@ PROMPTS = ["i watched this movie with my sister last week .", "this film is abou
 def test_forward_logprobs_equal_generation_logprobs(tiny_models, kind):
     model, tokenizer = load_pretrained(tiny_models[kind])
     assert next(model.parameters()).dtype == torch.float32
-    policy = Policy(model, tokenizer, kind, max_prompt_length=24)
+    policy = Policy(model, tokenizer, max_prompt_length=24)
     prompts = policy.encode(PROMPTS if kind == "causal" else ["generate a sentence with: dog kick ball", "cat"])
     torch.manual_seed(0)
     out = model.generate(input_ids=prompts.input_ids, attention_mask=prompts.attention_mask, do_sample=True,
@@ -34,7 +34,7 @@ def test_forward_logprobs_equal_generation_logprobs(tiny_models, kind):
 @pytest.mark.parametrize("kind", ["causal", "seq2seq"])
 def test_generate_pads_after_eos_and_decodes(tiny_models, kind):
     model, tokenizer = load_pretrained(tiny_models[kind])
-    policy = Policy(model, tokenizer, kind, max_prompt_length=24)
+    policy = Policy(model, tokenizer, max_prompt_length=24)
     torch.manual_seed(1)
     completions = policy.generate(policy.encode(PROMPTS), GenerationConfig(max_new_tokens=10))
     mask = completion_mask(completions, tokenizer.eos_token_id)
@@ -46,7 +46,7 @@ def test_generate_pads_after_eos_and_decodes(tiny_models, kind):
 
 def test_supervised_loss_decreases_on_one_pair(tiny_models):
     model, tokenizer = load_pretrained(tiny_models["seq2seq"])
-    policy = Policy(model, tokenizer, "seq2seq", max_prompt_length=24)
+    policy = Policy(model, tokenizer, max_prompt_length=24)
     prompts = policy.encode(["generate a sentence with: dog kick ball"])
     targets = policy.encode_targets(["the dog kicks the ball ."], max_length=16)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)

@@ -145,7 +145,7 @@ def test_reward_model_is_a_reward_component_and_rl_against_it_raises_its_score(r
     reward = Reward(reward_config({"metric": "reward_model", "args": {"path": str(folder)}}), MetricContext())
     seed_everything(0)
     model, tokenizer = load_pretrained(tiny_models["causal"])
-    policy = Policy(model, tokenizer, "causal", 16)
+    policy = Policy(model, tokenizer, 16)
     samples = [Sample(f"s{i}", "the review:", ("",)) for i in range(8)]
     cfg = GroupConfig(iterations=12, rollouts_per_iteration=32, group_size=4, minibatch_size=32, learning_rate=5e-3,
                       kl=KLConfig(coef=0.01, adaptive=False, target=None), kl_estimator="k3", kl_in_loss=True)
@@ -170,7 +170,7 @@ def test_metric_reward_model_names_the_stage_to_run_when_the_folder_is_missing(t
 def test_dpo_raises_the_chosen_over_rejected_margin(tiny_models, kind, loss_type):
     seed_everything(0)
     model, tokenizer = load_pretrained(tiny_models[kind])
-    policy = Policy(model, tokenizer, kind, 16)
+    policy = Policy(model, tokenizer, 16)
     prefs = synthetic_pairs(32, seed=3)
     learning_rate = 3e-3 if loss_type == "sigmoid" else 1e-3  # IPO's squared loss overshoots its target at 3e-3
     cfg = DPOConfig(loss_type=loss_type, beta=0.5, learning_rate=learning_rate, epochs=2, batch_size=16)
@@ -195,7 +195,7 @@ def test_build_preferences_prefers_the_higher_reward_and_is_deterministic(tiny_m
     for _ in range(2):
         seed_everything(0)
         model, tokenizer = load_pretrained(tiny_models["causal"])
-        runs.append(build_preferences(Policy(model, tokenizer, "causal", 16), samples, reward, cfg, "reward"))
+        runs.append(build_preferences(Policy(model, tokenizer, 16), samples, reward, cfg, "reward"))
     (prefs, counts), (again, _) = runs
     assert prefs == again
     assert counts["prompts"] == 5 and counts["pairs"] + counts["skipped"] == 5 and counts["pairs"] >= 3
@@ -239,7 +239,7 @@ def test_dpo_with_lora_uses_the_adapter_free_base_as_reference(tiny_models):
 
     seed_everything(0)
     model, tokenizer = load_pretrained(tiny_models["causal"])
-    policy = Policy(with_lora(model, LoraConfig(r=4, alpha=8.0, target_modules=("c_attn",))), tokenizer, "causal", 16)
+    policy = Policy(with_lora(model, LoraConfig(r=4, alpha=8.0, target_modules=("c_attn",))), tokenizer, 16)
     prefs = synthetic_pairs(32, seed=3)
     cfg = DPOConfig(beta=0.5, learning_rate=3e-2, epochs=4, batch_size=16, lora=LoraConfig(r=4, alpha=8.0))
     trainer = DPOTrainer(policy, None, prefs, cfg, max_target=12, seed=0)

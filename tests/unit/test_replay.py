@@ -36,7 +36,7 @@ def test_replayed_gradients_equal_a_forward_pass(tiny_models, new_tokens, activa
         model = GPT2LMHeadModel(config).eval()
     assert supports_replay(model) and model.transformer.wte.weight is model.lm_head.weight  # tied head
     assert type(model.transformer.h[0].mlp.act).__name__ == ("GELUTanh" if activation == "gelu_new" else "ReLU")
-    policy = Policy(model, tokenizer, "causal", max_prompt_length=24)
+    policy = Policy(model, tokenizer, max_prompt_length=24)
     prompts = policy.encode([p for p in PROMPTS for _ in range(3)])
     assert (prompts.attention_mask == 0).any()  # left padding
     torch.manual_seed(3)
@@ -66,7 +66,7 @@ def test_rows_that_stop_early_get_the_masked_gradients(tiny_models):
     with torch.no_grad():  # ln_f's output gets +1 in feature 0, which EOS's row (and no other) weighs by 5
         model.transformer.ln_f.bias[0] += 1.0
         model.lm_head.weight[tokenizer.eos_token_id, 0] += 5.0
-    policy = Policy(model, tokenizer, "causal", max_prompt_length=24)
+    policy = Policy(model, tokenizer, max_prompt_length=24)
     prompts = policy.encode([p for p in PROMPTS for _ in range(4)])
     torch.manual_seed(0)
     completions, replay = policy.sample_kept(prompts, GenerationConfig(max_new_tokens=8), group_size=4)
@@ -89,7 +89,7 @@ def test_models_the_replay_cannot_differentiate_sample_without_it(tiny_models):
     model, tokenizer = load_pretrained(tiny_models["causal"])
     lora = with_lora(model, parse(LoraConfig, {"r": 4}, "lora"))
     assert not supports_replay(lora)
-    policy = Policy(lora, tokenizer, "causal", max_prompt_length=24)
+    policy = Policy(lora, tokenizer, max_prompt_length=24)
     completions, replay = policy.sample_kept(policy.encode(PROMPTS), GenerationConfig(max_new_tokens=3))
     assert replay is None and completions.shape == (3, 3)
     seq2seq, tokenizer = load_pretrained(tiny_models["seq2seq"])
@@ -98,7 +98,7 @@ def test_models_the_replay_cannot_differentiate_sample_without_it(tiny_models):
 
 def test_a_replay_refuses_weights_changed_since_sampling(tiny_models):
     model, tokenizer = load_pretrained(tiny_models["causal"])
-    policy = Policy(model, tokenizer, "causal", max_prompt_length=24)
+    policy = Policy(model, tokenizer, max_prompt_length=24)
     completions, replay = policy.sample_kept(policy.encode(PROMPTS), GenerationConfig(max_new_tokens=3))
     assert replay is not None
     replay.logits()  # the weights it sampled with: fine
@@ -114,6 +114,6 @@ def test_the_plain_backend_keeps_no_sampling_pass(tiny_models):
 
     model, tokenizer = load_pretrained(tiny_models["causal"], backend=Backend(Execution(torch.device("cpu"))))
     assert type(model.transformer.h[0].mlp.act).__name__ == "NewGELUActivation"  # no fast-path swaps either
-    policy = Policy(model, tokenizer, "causal", max_prompt_length=24, backend=Backend(Execution(torch.device("cpu"))))
+    policy = Policy(model, tokenizer, max_prompt_length=24, backend=Backend(Execution(torch.device("cpu"))))
     completions, replay = policy.sample_kept(policy.encode(PROMPTS), GenerationConfig(max_new_tokens=3))
     assert replay is None and completions.shape == (3, 3)

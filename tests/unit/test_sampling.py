@@ -26,7 +26,7 @@ def grouped(policy: Policy, kind: str, group: int):
 @pytest.mark.parametrize("kind", ["causal", "seq2seq"])
 def test_group_shared_scoring_equals_scoring_every_row(tiny_models, kind):
     model, tokenizer = load_pretrained(tiny_models[kind])
-    policy = Policy(model, tokenizer, kind, max_prompt_length=24)
+    policy = Policy(model, tokenizer, max_prompt_length=24)
     prompts = grouped(policy, kind, 3)
     assert shared_groups(prompts, 3) == 3 and shared_groups(prompts, 2) == 1
     torch.manual_seed(0)
@@ -51,7 +51,7 @@ def test_group_shared_scoring_equals_scoring_every_row(tiny_models, kind):
 @pytest.mark.parametrize("kind", ["causal", "seq2seq"])
 def test_greedy_sample_equals_generate(tiny_models, kind):
     model, tokenizer = load_pretrained(tiny_models[kind])
-    policy = Policy(model, tokenizer, kind, max_prompt_length=24)
+    policy = Policy(model, tokenizer, max_prompt_length=24)
     prompts = grouped(policy, kind, 2)
     gen = GenerationConfig(max_new_tokens=8, min_new_tokens=3, do_sample=False)
     sampled = policy.sample(prompts, gen, group_size=2)
@@ -75,7 +75,7 @@ def test_a_reserved_cache_gives_the_logits_of_a_growing_one(tiny_models, fast):
     from grueflow.models.backend import Backend, CpuKernels
 
     model, tokenizer = load_pretrained(tiny_models["causal"])
-    policy = Policy(model, tokenizer, "causal", max_prompt_length=24)
+    policy = Policy(model, tokenizer, max_prompt_length=24)
     prompts = grouped(policy, "causal", 2)
     tokens = torch.randint(3, tokenizer.vocab_size, (4, 5), generator=torch.Generator().manual_seed(0))
     backend = (CpuKernels if fast else Backend)(Execution(torch.device("cpu")))
@@ -119,7 +119,7 @@ class PreferEos:
 
 def test_sample_suppresses_eos_until_min_new_tokens_then_pads(tiny_models):
     model, tokenizer = load_pretrained(tiny_models["causal"])
-    policy = Policy(model, tokenizer, "causal", max_prompt_length=24)
+    policy = Policy(model, tokenizer, max_prompt_length=24)
     prompts = grouped(policy, "causal", 4)
     torch.manual_seed(0)
     completions = policy.sample(prompts, GenerationConfig(max_new_tokens=10, min_new_tokens=3, top_k=5), 4,
@@ -131,7 +131,7 @@ def test_sample_suppresses_eos_until_min_new_tokens_then_pads(tiny_models):
 
 def test_top_k_one_samples_the_greedy_tokens(tiny_models):
     model, tokenizer = load_pretrained(tiny_models["causal"])
-    policy = Policy(model, tokenizer, "causal", max_prompt_length=24)
+    policy = Policy(model, tokenizer, max_prompt_length=24)
     prompts = grouped(policy, "causal", 3)
     greedy = policy.sample(prompts, GenerationConfig(max_new_tokens=6, do_sample=False), 3)
     for gen in (GenerationConfig(max_new_tokens=6, top_k=1, temperature=0.5),
@@ -156,7 +156,7 @@ def test_the_fused_single_update_step_equals_collect_then_update(tiny_models):
         model, tokenizer = load_pretrained(tiny_models["causal"])
         ref_model, _ = load_pretrained(tiny_models["causal"])
         return RLTrainer("grpo", parse(ALGORITHMS.get("grpo").Config, settings, "grpo"),
-                         Policy(model, tokenizer, "causal", 24), ref_model, reward, samples,
+                         Policy(model, tokenizer, 24), ref_model, reward, samples,
                          GenerationConfig(max_new_tokens=6), seed=0)
 
     fused = trainer()
