@@ -8,7 +8,7 @@ export TRANSFORMERS_OFFLINE := 1
 export DVC_NO_ANALYTICS := 1
 export NLTK_DATA ?= $(abspath ../shared/nltk_data)
 
-.PHONY: setup models run test bench gpu-check clean
+.PHONY: setup models run test test-fast bench gpu-check clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,11 @@ run: setup
 
 test: setup
 	python -m pytest
+
+# The inner loop: the unit tier only (configs, maths, metrics, models at toy size; about 2 minutes on 2 cores).
+# `make test` stays the full suite: stages, reliability, human evaluation and real Snakemake/DVC runs.
+test-fast: setup
+	python -m pytest tests/unit -q
 
 # grueflow's RL step against TRL's GRPOTrainer and RLOOTrainer (issue 6): about 30 minutes on 2 cores
 bench: setup

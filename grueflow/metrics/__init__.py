@@ -8,9 +8,11 @@ callable ``(prompts, generations, references, meta) -> MetricResult`` whose keys
 
 from __future__ import annotations
 
+import importlib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Sequence
 
 from grueflow.registry import Registry
@@ -84,6 +86,14 @@ def describe() -> dict[str, str]:
     return METRICS.describe()
 
 
+def require(module: str, needed_by: str, package: str) -> ModuleType:
+    """Import ``module`` (an optional dependency), or raise ImportError naming who needs it and the pip package."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ImportError(f"{needed_by} needs {package}: pip install {package}") from None
+
+
 def mean(values: Sequence[float]) -> float:
     return float(sum(values) / len(values)) if values else float("nan")
 
@@ -97,4 +107,5 @@ def nanmean(values: Sequence[float]) -> float:
 from grueflow.metrics import captioning, diversity, fluency, lexical, semantic, shaping, table, task  # noqa: E402,F401
 from grueflow.metrics import preference  # noqa: E402,F401  (issue 7: reward_model)
 
-__all__ = ["METRICS", "Metric", "MetricContext", "MetricResult", "MetricUnavailableError", "describe", "mean", "nanmean"]
+__all__ = ["METRICS", "Metric", "MetricContext", "MetricResult", "MetricUnavailableError", "describe", "mean", "nanmean",
+           "require"]

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, MetricUnavailableError, nanmean
+from grueflow.metrics import (METRICS, Metric, MetricContext, MetricFn, MetricResult, MetricUnavailableError, nanmean,
+                              require)
 
 TOKEN = re.compile(r"\w+|[^\w\s]")
 
@@ -85,10 +86,7 @@ class Cider(Metric):
 
     @classmethod
     def build(cls, args: Any, context: MetricContext) -> MetricFn:
-        try:
-            from pycocoevalcap.cider.cider import Cider as CocoCider
-        except ImportError:
-            raise ImportError("metric 'cider' needs pycocoevalcap: pip install pycocoevalcap") from None
+        CocoCider = require("pycocoevalcap.cider.cider", "metric 'cider'", "pycocoevalcap").Cider
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
@@ -109,10 +107,7 @@ class Spice(Metric):
 
     @classmethod
     def build(cls, args: "Spice.Args", context: MetricContext) -> MetricFn:
-        try:
-            import pycocoevalcap.spice.spice as coco_spice
-        except ImportError:
-            raise ImportError("metric 'spice' needs pycocoevalcap: pip install pycocoevalcap") from None
+        coco_spice = require("pycocoevalcap.spice.spice", "metric 'spice'", "pycocoevalcap")
         lib = Path(args.corenlp_dir) if args.corenlp_dir else Path(coco_spice.__file__).parent / "lib"
         jars = sorted(lib.glob("stanford-corenlp-*.jar"))
         if shutil.which(args.java) is None or len(jars) < 2:

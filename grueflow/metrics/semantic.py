@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence
 
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
-from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean
+from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean, require
 
 if TYPE_CHECKING:
     import torch
@@ -48,10 +48,7 @@ class BertScore(Metric):
 
     @classmethod
     def build(cls, args: "BertScore.Args", context: MetricContext) -> MetricFn:
-        try:
-            from bert_score import BERTScorer
-        except ImportError:
-            raise ImportError("metric 'bert_score' needs bert-score: pip install bert-score") from None
+        BERTScorer = require("bert_score", "metric 'bert_score'", "bert-score").BERTScorer
         if args.model and not Path(args.model).exists() and not hub_reachable():
             raise HubUnreachableError(f"bert_score encoder {args.model!r}: the Hugging Face hub is unreachable "
                                       f"({offline_state()}); leave args.model unset for the shipped all-MiniLM-L6-v2 "

@@ -8,14 +8,12 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
+from grueflow.metrics import require
+
 
 @lru_cache(maxsize=1)
 def _segmenter() -> Any:
-    try:
-        import pysbd
-    except ImportError:
-        raise ImportError("sentence splitting needs pysbd: pip install pysbd") from None
-    return pysbd.Segmenter(language="en", clean=False)
+    return require("pysbd", "sentence splitting", "pysbd").Segmenter(language="en", clean=False)
 
 
 def split_sentences(text: str) -> list[str]:

@@ -7,7 +7,7 @@ import string
 from collections import Counter
 from typing import Any, Callable, Sequence
 
-from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean
+from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean, require
 
 POSITIVE_WORDS = frozenset(
     "great wonderful brilliant superb excellent lovely beautiful charming delightful fantastic good "
@@ -79,11 +79,8 @@ class VaderSentiment(Metric):
 
     @classmethod
     def build(cls, args: Any, context: MetricContext) -> MetricFn:
-        try:
-            from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
-        except ImportError:
-            raise ImportError("metric 'vader_sentiment' needs vaderSentiment: pip install vaderSentiment") from None
-        analyzer = SentimentIntensityAnalyzer()
+        analyzer = require("vaderSentiment.vaderSentiment", "metric 'vader_sentiment'", "vaderSentiment"
+                           ).SentimentIntensityAnalyzer()
         return per_generation(cls, lambda generation, meta: float(analyzer.polarity_scores(generation)["compound"]))
 
 

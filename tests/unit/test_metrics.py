@@ -79,3 +79,11 @@ def test_perplexity_under_a_tiny_model(tiny_models):
     ppl = result.per_sample["fluency/perplexity"][0]
     assert 1.0 < ppl < 300.0
     assert result.corpus["fluency/perplexity"] == pytest.approx(ppl)
+
+
+def test_an_optional_dependency_that_is_missing_is_named_with_its_pip_package():
+    from grueflow.metrics import require
+
+    assert require("math", "metric 'm'", "math").sqrt(4.0) == 2.0
+    with pytest.raises(ImportError, match=r"^metric 'cider' needs no-such-pkg: pip install no-such-pkg$"):
+        require("no_such_module_for_grueflow", "metric 'cider'", "no-such-pkg")
