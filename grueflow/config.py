@@ -499,18 +499,55 @@ def method_name(start: RLStart, algorithm: Optional[str]) -> str:
     return algorithm if start == "zero_shot" else f"supervised+{algorithm}"
 
 
+MAX_YAML_VALUES = 100_000  # scalars, lists and mappings a params file may hold once its aliases are expanded
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key that a mapping repeats (YAML 1.2 forbids it; PyYAML keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, typing.Hashable) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} appears twice in one mapping (first on line {seen[key] + 1}); "
+                                f"keep one", key_node.start_mark)
+            seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
+def _expanded_size(data: Any, limit: int) -> int:
+    """How many values ``data`` holds with every alias expanded, counting up to just past ``limit``."""
+    count, stack = 0, [data]
+    while stack and count <= limit:
+        item = stack.pop()
+        count += 1
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return count
+
+
 def read_yaml(path: str | Path) -> Any:
+    """A params file as plain data; a missing file, bad UTF-8, bad YAML, a repeated key or aliases that expand
+    past :data:`MAX_YAML_VALUES` values raise :class:`ConfigError` naming the file (and the line)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"params file {str(path)!r} does not exist")
     try:
-        return yaml.safe_load(read_text(path))
+        data = yaml.load(read_text(path), Loader=_StrictLoader)
     except DataError as err:  # not UTF-8: the message names the line
         raise ConfigError(str(err)) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         raise ConfigError(f"{path}: {at}not valid YAML: {getattr(err, 'problem', None) or err}") from None
+    if _expanded_size(data, MAX_YAML_VALUES) > MAX_YAML_VALUES:
+        raise ConfigError(f"{path}: holds more than {MAX_YAML_VALUES:,} values once its YAML aliases (*name) are "
+                          f"expanded; a params file this large is a mistake or an alias bomb: write it out plainly")
+    return data
 
 
 def merge_overrides(base: Any, overrides: Any) -> Any:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -63,6 +64,16 @@ def setting(key: str, value: Any) -> Callable[[Any], None]:
 def replacing(value: Any) -> Callable[[Any], Any]:
     """An edit that replaces the whole document."""
     return lambda data: value
+
+
+def as_text(change: Callable[[str], str]) -> Callable[[Any], bytes]:
+    """An edit of the file's text (the document dumped as YAML): for what a parsed document cannot hold."""
+    return lambda data: change(yaml.safe_dump(data, sort_keys=False)).encode()
+
+
+# nine levels of ten aliases each: a billion values once expanded, 90 lines as written
+ALIAS_BOMB = "bomb0: &l0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"bomb{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]\n" for i in range(1, 9))
 
 
 @dataclass(frozen=True)
@@ -212,6 +223,18 @@ PARAMS = [
     P(Bad(SENTIMENT, replacing("# caf\u00e9 reviews\nlengths: {prompt: 24}\n".encode("latin-1")), (
         "sentiment.yaml: line 1: byte 0xe9 at column 6 is not UTF-8; re-save the file as UTF-8",)),
       id="task-file-not-utf8"),
+    P(Bad(SENTIMENT, as_text(lambda text: text + "lengths:\n  prompt: 8\n"), (
+        "sentiment.yaml: line", "not valid YAML: key 'lengths' appears twice in one mapping (first on line 24)",
+        "keep one")), id="duplicate-top-level-key"),
+    P(Bad(SENTIMENT, as_text(lambda text: re.sub(r"\n(\s+)weight: ([^\n]+)", r"\n\1weight: \2\n\1weight: 0.0", text,
+                                                 count=1)), (
+        "sentiment.yaml: line", "not valid YAML: key 'weight' appears twice in one mapping",)),
+      id="duplicate-reward-weight"),
+    P(Bad(PPO, as_text(lambda text: text + "epochs: 1\nepochs: 2\n"), (
+        "ppo.yaml: line", "key 'epochs' appears twice in one mapping")), id="duplicate-method-key"),
+    P(Bad(SENTIMENT, as_text(lambda text: ALIAS_BOMB + text), (
+        "sentiment.yaml: holds more than 100,000 values once its YAML aliases (*name) are expanded",)),
+      id="alias-bomb"),
 ]
 
 
