@@ -14,6 +14,7 @@ stage loads its params through. Fields marked :func:`resolved` are filled there,
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -97,6 +98,8 @@ def _convert(tp: Any, value: Any, where: str, resolve: Optional[Resolve] = None)
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
+        if not math.isfinite(value):  # YAML's .nan and .inf: no params value means either
+            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -248,6 +251,9 @@ class GenerationConfig:
 
     def __post_init__(self) -> None:
         check(self.max_new_tokens > 0, f"max_new_tokens must be > 0, got {self.max_new_tokens}")
+        check(0 <= self.min_new_tokens <= self.max_new_tokens,
+              f"min_new_tokens must be in [0, max_new_tokens = {self.max_new_tokens}], got {self.min_new_tokens}; "
+              f"a larger minimum forces every generation to full length")
         check(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
         check(self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}")
         check(self.temperature > 0, f"temperature must be > 0, got {self.temperature}")

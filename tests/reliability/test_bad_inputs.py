@@ -230,6 +230,18 @@ PARAMS = [
                                                  count=1)), (
         "sentiment.yaml: line", "not valid YAML: key 'weight' appears twice in one mapping",)),
       id="duplicate-reward-weight"),
+    P(Bad(SENTIMENT, setting("rollout_generation.min_new_tokens", 99), (
+        "sentiment.yaml: rollout_generation: min_new_tokens must be in [0, max_new_tokens = ", "got 99")),
+      id="min-new-tokens-above-max"),
+    P(Bad(SENTIMENT, setting("eval_generation.min_new_tokens", -1), (
+        "sentiment.yaml: eval_generation: min_new_tokens must be in [0, max_new_tokens = ", "got -1")),
+      id="min-new-tokens-negative"),
+    P(Bad(SENTIMENT, setting("reward.components.0.weight", float("nan")), (
+        "sentiment.yaml: reward.components[0].weight: expected a finite number, got nan",)), id="reward-weight-nan"),
+    P(Bad(SENTIMENT, setting("reward.components.0.weight", float("inf")), (
+        "sentiment.yaml: reward.components[0].weight: expected a finite number, got inf",)), id="reward-weight-inf"),
+    P(Bad(PPO, setting("learning_rate", float("-inf")), ("ppo.yaml: learning_rate: expected a finite number, got -inf",)),
+      id="learning-rate-minus-inf"),
     P(Bad(PPO, as_text(lambda text: text + "epochs: 1\nepochs: 2\n"), (
         "ppo.yaml: line", "key 'epochs' appears twice in one mapping")), id="duplicate-method-key"),
     P(Bad(SENTIMENT, as_text(lambda text: ALIAS_BOMB + text), (
