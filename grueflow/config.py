@@ -166,6 +166,20 @@ def check(condition: bool, message: str) -> None:
         raise ValueError(message)
 
 
+# Upper bounds of size-like params: far above any real run, low enough that a typo (an extra three zeros)
+# fails at parse time instead of allocating gigabytes in a stage.
+MAX_COUNT = 10_000_000  # samples, steps, iterations, epochs
+MAX_BATCH = 65_536  # sequences per batch or rollout
+MAX_TOKENS = 131_072  # a prompt, a target or a generation, in tokens
+MAX_VOCAB = 1_048_576  # a tokenizer's vocabulary
+MAX_THREADS = 1_024  # CPU threads of one job
+
+
+def check_size(name: str, value: int, limit: int) -> None:
+    """Raise ValueError when size-like param ``name`` is above ``limit``."""
+    check(value <= limit, f"{name} = {value:,} is above the limit of {limit:,}; lower it (a typo?)")
+
+
 # ---------------------------------------------------------------------------------------------
 # Task files: params/tasks/<task>.yaml
 # ---------------------------------------------------------------------------------------------
@@ -189,6 +203,7 @@ class TokenizerConfig:
 
     def __post_init__(self) -> None:
         check(self.vocab_size >= 64, f"vocab_size must be >= 64, got {self.vocab_size}")
+        check_size("vocab_size", self.vocab_size, MAX_VOCAB)
 
 
 @dataclass(frozen=True)
@@ -206,6 +221,9 @@ class PretrainConfig:
         check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
         check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
         check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
+        check_size("steps", self.steps, MAX_COUNT)
+        check_size("batch_size", self.batch_size, MAX_BATCH)
+        check_size("max_length", self.max_length, MAX_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -236,6 +254,8 @@ class LengthsConfig:
 
     def __post_init__(self) -> None:
         check(self.prompt > 0 and self.target > 0, f"lengths must be > 0, got prompt={self.prompt} target={self.target}")
+        check_size("prompt", self.prompt, MAX_TOKENS)
+        check_size("target", self.target, MAX_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -251,6 +271,7 @@ class GenerationConfig:
 
     def __post_init__(self) -> None:
         check(self.max_new_tokens > 0, f"max_new_tokens must be > 0, got {self.max_new_tokens}")
+        check_size("max_new_tokens", self.max_new_tokens, MAX_TOKENS)
         check(0 <= self.min_new_tokens <= self.max_new_tokens,
               f"min_new_tokens must be in [0, max_new_tokens = {self.max_new_tokens}], got {self.min_new_tokens}; "
               f"a larger minimum forces every generation to full length")
@@ -367,6 +388,8 @@ class SupervisedConfig:
         check(self.processes >= 1, f"processes must be >= 1, got {self.processes}")
         check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
         check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
+        check_size("epochs", self.epochs, MAX_COUNT)
+        check_size("batch_size", self.batch_size, MAX_BATCH)
         check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
         check(0 <= self.warmup_ratio < 1, f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
 
@@ -399,6 +422,8 @@ class JobResources:
         for name in ("threads", "mem_mb", "runtime"):
             value = getattr(self, name)
             check(value is None or value >= 1, f"{name} must be >= 1, got {value}")
+        if self.threads is not None:
+            check_size("threads", self.threads, MAX_THREADS)
         check(self.gpu is None or self.gpu >= 0, f"gpu must be >= 0, got {self.gpu}")
 
 
@@ -489,6 +514,7 @@ class SuiteConfig:
         check(min(self.seeds) >= 0, f"seeds must be >= 0, got {list(self.seeds)}")
         check(len(set(self.seeds)) == len(self.seeds), f"seeds {list(self.seeds)} repeat a seed; list each once")
         check(self.threads >= 1, f"threads must be >= 1, got {self.threads}")
+        check_size("threads", self.threads, MAX_THREADS)
         check(len(self.rl_starts) > 0 and len(set(self.rl_starts)) == len(self.rl_starts),
                f"rl_starts must list zero_shot and/or supervised once each, got {list(self.rl_starts)}")
         check(len(set(self.preference_methods)) == len(self.preference_methods),

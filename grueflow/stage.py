@@ -14,7 +14,7 @@ from typing import Any, Optional
 from tqdm import tqdm
 
 from grueflow import io
-from grueflow.config import ConfigError
+from grueflow.config import MAX_THREADS, ConfigError
 from grueflow.device import DEVICE_CHOICES, DEVICE_ENV, PRECISIONS, Execution
 from grueflow.hub import HubUnreachableError
 from grueflow.models.gguf import ModelFetchError
@@ -60,9 +60,14 @@ def seed(text: str) -> int:
 
 
 def setup(args: argparse.Namespace) -> float:
-    """Configure logging; returns the start time for the stage record."""
+    """Configure logging and check ``--threads`` (where the stage has it); returns the start time for the stage
+    record."""
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         stream=sys.stderr)
+    threads = vars(args).get("threads")
+    if threads is not None and not 1 <= threads <= MAX_THREADS:
+        raise ConfigError(f"--threads = {threads} is not a thread count; give 1 to {MAX_THREADS} "
+                          f"(this machine has {os.cpu_count()} cores)")
     return time.perf_counter()
 
 

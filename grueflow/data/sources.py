@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Any, Callable, Iterable, Optional
 
+from grueflow.config import MAX_COUNT, check_size
 from grueflow.data.hub import load_splits
 from grueflow.data.sample import SPLITS, Datapool, Sample
 from grueflow.io import DataError
@@ -113,6 +114,8 @@ def check_split_args(args: SourceArgs) -> None:
         limit = getattr(args, f"n_{split}")
         if limit is not None and limit < 1:
             raise ValueError(f"n_{split} must be >= 1 (or left out for all), got {limit}")
+        if limit is not None:
+            check_size(f"n_{split}", limit, MAX_COUNT)
     if (not args.path or args.path in ("json", "csv", "parquet")) and not args.data_files:
         raise ValueError(f"path {args.path!r} needs local files: give data_files, e.g. {{validation: data/dev.jsonl}}")
 

@@ -16,6 +16,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from grueflow.config import MAX_COUNT, check_size
 from grueflow.data import DATAPOOLS
 from grueflow.data.sample import Datapool, Sample
 
@@ -44,6 +45,7 @@ def check_counts(args: Any) -> None:
     for key in ("n_train", "n_val", "n_test", "n_unlabelled"):
         if getattr(args, key) < 1:
             raise ValueError(f"{key} must be >= 1 (a split needs at least one sample), got {getattr(args, key)}")
+        check_size(key, getattr(args, key), MAX_COUNT)
 
 
 def _opening(rng: random.Random) -> str:

@@ -604,3 +604,27 @@ def test_snakemake_dry_run_stops_on_bad_params_before_any_job(tmp_path: Path):
     assert ("invalid params: params/tasks/concepts.yaml: rollout_generation: top_p must be in (0, 1], got 1.5"
             in output), output
     assert "Job stats" not in output and "rule prepare_datapool" not in output, output
+
+
+@pytest.mark.parametrize("threads", ["0", "-4", "100000"])
+def test_a_thread_count_out_of_range_exits_2_in_one_line_before_any_work(tmp_path: Path, call_stage, threads: str):
+    result = call_stage("rl_finetune", *rl_args(tmp_path, MICRO / "methods" / "ppo.yaml"), "--threads", threads)
+    assert_fails_in_one_line(result, f"--threads = {threads} is not a thread count; give 1 to 1024")
+    assert not (tmp_path / "rl").exists()
+
+
+@pytest.mark.parametrize("edit, expect", [
+    (setting("model.tokenizer.vocab_size", 1_000_000_000), "model.tokenizer: vocab_size = 1,000,000,000 is above the "
+                                                           "limit of 1,048,576"),
+    (setting("datapool.args.n_train", 640_000_000), "datapool: args: n_train = 640,000,000 is above the limit of "
+                                                    "10,000,000"),
+    (setting("lengths.prompt", 10_000_000), "lengths: prompt = 10,000,000 is above the limit of 131,072"),
+    (setting("eval_generation.max_new_tokens", 500_000), "eval_generation: max_new_tokens = 500,000 is above the limit"),
+], ids=["vocab", "n-train", "prompt-length", "new-tokens"])
+def test_a_size_param_far_above_any_real_run_fails_at_parse_time(params: Path, edit, expect: str):
+    path = params / SENTIMENT
+    data = yaml.safe_load(path.read_text())
+    edit(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ConfigError, match=re.escape(expect)):
+        load(params, SENTIMENT)
