@@ -8,6 +8,8 @@ Appending holds a lock (a thread lock within one server, ``flock`` across proces
 annotators' servers may share a file), writes the whole line with one ``write`` and ``fsync``\\ s before
 the answer is acknowledged. A crash mid-write can at worst leave an unacknowledged partial last line;
 the next append cuts it off and readers skip it, so a saved answer is never lost and no half line stays.
+A last line without its newline that is a whole JSON object (a file edited or concatenated by hand) is
+an answer, not a crash leftover: readers keep it and the next append ends it with a newline.
 """
 
 from __future__ import annotations
@@ -118,13 +120,25 @@ class AnswerStore:
         return {r["item_id"]: r["answer"] for r in self.records() if r.get("annotator") == annotator}
 
 
+def _complete_record(line: str) -> bool:
+    """Whether a line (its newline missing) is a whole JSON object, i.e. an answer and not a crash's fragment."""
+    try:
+        return isinstance(json.loads(line), dict)
+    except json.JSONDecodeError:
+        return False
+
+
 def _cut_partial_tail(fd: int, path: Path) -> None:
+    """Before an append: end a whole last record that lacks its newline, or cut an unfinished fragment."""
     size = os.fstat(fd).st_size
     if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
         return
     start = max(0, size - (1 << 20))
     tail = os.pread(fd, size - start, start)
     keep = start + tail.rfind(b"\n") + 1 if b"\n" in tail else start
+    if _complete_record(tail[keep - start:].decode("utf-8", errors="replace")):
+        os.write(fd, b"\n")  # O_APPEND: the newline goes at the end
+        return
     log.warning("%s: cutting an unfinished last line (%d bytes) left by an interrupted write", path, size - keep)
     os.ftruncate(fd, keep)
 
@@ -137,7 +151,7 @@ def read_answer_lines(path: str | Path) -> list[dict[str, Any]]:
     out = []
     lines = list(io.iter_lines(path))
     for number, line in lines:
-        if not line.endswith("\n"):
+        if not line.endswith("\n") and not _complete_record(line):
             log.warning("%s: line %d is unfinished (an interrupted write); skipping it", path, number)
             continue
         if not line.strip():

@@ -113,6 +113,19 @@ def test_an_interrupted_write_is_cut_and_saved_lines_survive(likert_dir: Path, t
     assert [json.loads(line)["item_id"] for line in lines[:2]] == items[:2]
 
 
+def test_a_whole_last_answer_without_its_newline_is_kept_and_ended(likert_dir: Path, tmp_path: Path) -> None:
+    """A file edited or concatenated by hand may lose its final newline: a whole JSON object there is an answer."""
+    store = AnswerStore(tmp_path / "answers.jsonl", hb.read_batch(likert_dir))
+    items = [i["item_id"] for i in store.batch.items]
+    store.append("alice", items[0], {"coherence": 3, "sentiment": 4})
+    store.path.write_bytes(store.path.read_bytes().rstrip(b"\n"))
+    assert [r["item_id"] for r in store.records()] == [items[0]]
+    assert [r["item_id"] for r in read_answer_lines(store.path)] == [items[0]]
+    store.append("alice", items[1], {"coherence": 2, "sentiment": 5})
+    lines = store.path.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and [json.loads(line)["item_id"] for line in lines[:-1]] == items[:2]
+
+
 def test_cli_refuses_a_bad_batch_and_a_bad_name(tmp_path: Path, likert_dir: Path) -> None:
     assert main([str(tmp_path / "nowhere"), "--annotator", "alice", "--answers", str(tmp_path / "a.jsonl")]) == 2
     result = subprocess.run([sys.executable, "-m", "grueflow.human.annotate", str(likert_dir), "--annotator",
