@@ -243,7 +243,7 @@ def read_rl4lms_pairwise(path: str | Path) -> tuple[str, dict[str, list[Predicti
 
     Each row is one prompt; its id is ``row<k>`` in both systems' predictions.
     """
-    with open(path, newline="", encoding="utf-8") as handle:
+    with open(path, newline="", encoding="utf-8-sig") as handle:  # -sig: a BOM (Excel) is not part of a column name
         header = next(csv.reader(handle), [])
     prompt_column = next((c for c in PROMPT_COLUMNS if c in header), None)
     if prompt_column is None:
@@ -261,7 +261,7 @@ def read_rl4lms_pairwise(path: str | Path) -> tuple[str, dict[str, list[Predicti
 
 def _read_csv(path: str | Path, required: Sequence[str]) -> list[dict[str, str]]:
     io.read_text(path)  # a non-UTF-8 file fails here with the file, line and column
-    with open(path, newline="", encoding="utf-8") as handle:
+    with open(path, newline="", encoding="utf-8-sig") as handle:  # -sig: a BOM (Excel) is not part of a column name
         reader = csv.DictReader(handle)
         missing = [c for c in required if c not in (reader.fieldnames or [])]
         if missing:

@@ -61,7 +61,7 @@ def read_platform_csv(path: str | Path, batch: Batch) -> list[Answer]:
     file from another batch is refused. Rows with ``AssignmentStatus`` ``Rejected`` are left out.
     """
     io.read_text(path)
-    with open(path, newline="", encoding="utf-8") as handle:
+    with open(path, newline="", encoding="utf-8-sig") as handle:  # -sig: Excel's UTF-8 starts with a BOM
         reader = csv.DictReader(handle)
         header = reader.fieldnames or []
         fields = [c.id for c in batch.criteria] if batch.kind == "likert" else [CHOICE_FIELD]
@@ -70,11 +70,15 @@ def read_platform_csv(path: str | Path, batch: Batch) -> list[Answer]:
         if missing:
             raise io.DataError(f"{path}: missing column(s) {missing}; a results CSV has WorkerId, Input.<column> "
                                f"and Answer.<field> columns (this batch's fields: {fields})")
-        answers = []
+        answers, rows = [], 0
         for number, row in enumerate(reader, start=2):
+            rows += 1
             if row.get("AssignmentStatus") == "Rejected":
                 continue
             answers.append(_platform_row(path, number, row, batch, fields))
+    if rows == 0:
+        raise io.DataError(f"{path}: has a header but no answer rows; download the results after the annotators "
+                           f"have worked, or remove the file")
     return answers
 
 

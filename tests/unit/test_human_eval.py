@@ -196,6 +196,18 @@ def test_platform_csv_of_another_batch_is_refused(tmp_path: Path) -> None:
         results.read_answers(tmp_path / "results.csv", batch)
 
 
+def test_platform_csv_saved_by_excel_with_a_bom_imports_and_a_header_only_one_is_refused(tmp_path: Path) -> None:
+    batch, key = _pairwise(seed=0)
+    hb.write_batch(batch, tmp_path / "a", key, tmp_path / "a.json")
+    _results_csv(tmp_path / "results.csv", tmp_path / "a", {"W1": {i["item_id"]: {"choice": "A"} for i in batch.items}})
+    text = (tmp_path / "results.csv").read_bytes()
+    (tmp_path / "bom.csv").write_bytes(b"\xef\xbb\xbf" + text)  # what Excel's "CSV UTF-8" writes
+    assert len(results.read_answers(tmp_path / "bom.csv", batch)) == len(batch.items)
+    (tmp_path / "header.csv").write_bytes(text.split(b"\n")[0] + b"\n")
+    with pytest.raises(io.DataError, match=r"header\.csv: has a header but no answer rows"):
+        results.read_answers(tmp_path / "header.csv", batch)
+
+
 def test_unknown_criteria_set_lists_the_valid_ones() -> None:
     with pytest.raises(UnknownNameError, match=r"unknown criteria set 'poetry'.*commongen.*dialogue.*imdb.*totto"):
         hb.likert_batch({"m": [hb.Prediction("1", "p", "g")]}, "poetry", seed=0)
