@@ -2,13 +2,23 @@
 
 The registry holds light specs (the config class and where the implementation lives), so that
 validating params never imports torch; :meth:`AlgorithmSpec.load` imports the implementation.
+
+Adding an algorithm is one implementation file plus one registration:
+
+1. ``grueflow/rl/<name>.py``: a subclass of :class:`grueflow.rl.algorithm.Algorithm` that implements
+   ``advantages`` and overrides only the hooks it changes (its ``loss``, or ``update`` with
+   ``own_update = True``; see that module for every hook, its default and its tensor shapes);
+2. one ``ALGORITHMS.register("<name>", "<one line>")(AlgorithmSpec(<Config>, "grueflow.rl.<name>:<Class>"))``
+   below. Its hyperparameters, if it adds any, are a frozen ``<Name>Config(RLConfig)`` in
+   :mod:`grueflow.rl.configs` (torch-free); otherwise it registers :class:`~grueflow.rl.configs.RLConfig`.
+
+The trainer (:class:`grueflow.rl.trainer.RLTrainer`) then runs it by name, from params as from tests.
 """
 
 from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import Any
 
 from grueflow.registry import Registry
 from grueflow.rl.configs import A2CConfig, GroupConfig, NLPOConfig, PPOConfig, ReinforcePPConfig, TRPOConfig
@@ -21,9 +31,16 @@ class AlgorithmSpec:
     Config: type
     implementation: str
 
-    def load(self) -> Any:
+    def load(self) -> type:
+        """The implementation class (imports its module, and so torch)."""
+        from grueflow.rl.algorithm import Algorithm
+
         module, name = self.implementation.split(":")
-        return getattr(importlib.import_module(module), name)
+        cls = getattr(importlib.import_module(module), name)
+        if not (isinstance(cls, type) and issubclass(cls, Algorithm)):
+            raise TypeError(f"{self.implementation} is registered as an algorithm but is not a subclass of "
+                            "grueflow.rl.algorithm.Algorithm; subclass it")
+        return cls
 
 
 ALGORITHMS: Registry[AlgorithmSpec] = Registry("algorithm")

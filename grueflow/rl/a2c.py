@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from grueflow.rl.advantages import masked_mean, masked_whiten
+from grueflow.rl.algorithm import Algorithm
 from grueflow.rl.configs import A2CConfig
 from grueflow.rl.objectives import MiniBatch, Outputs
 
@@ -26,13 +27,11 @@ def n_step_returns(rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tens
     return returns * mask
 
 
-class A2C:
+class A2C(Algorithm):
     """Advantage actor-critic: ``A_t = R_t - V_t``; loss ``-A logp + vf_coef (R - V)^2 - ent_coef H``."""
 
     uses_critic = True
-
-    def __init__(self, cfg: A2CConfig) -> None:
-        self.cfg = cfg
+    cfg: A2CConfig
 
     def advantages(self, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor
                    ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -1,7 +1,8 @@
 """Critic-free algorithms on the same trainer: GRPO, RLOO and REINFORCE++.
 
-They differ only in the advantage estimator; the update is the clipped surrogate of
-:func:`grueflow.rl.objectives.policy_objective`, with the KL in the reward or in the loss.
+They differ only in the advantage estimator; the update is :class:`~grueflow.rl.algorithm.Algorithm`'s default
+loss, the clipped surrogate of :func:`grueflow.rl.objectives.policy_objective`, with the KL in the reward or in
+the loss.
 """
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ from __future__ import annotations
 import torch
 
 from grueflow.rl.advantages import masked_whiten
+from grueflow.rl.algorithm import Algorithm
 from grueflow.rl.configs import GroupConfig, ReinforcePPConfig
-from grueflow.rl.objectives import MiniBatch, Outputs, policy_objective
 
 
 def group_normalised(scores: torch.Tensor, group_size: int, eps: float = 1e-6) -> torch.Tensor:
@@ -37,47 +38,42 @@ def discounted_returns(rewards: torch.Tensor, mask: torch.Tensor, gamma: float) 
     return returns
 
 
-class _CriticFree:
-    uses_critic = False
-
-    def __init__(self, cfg: GroupConfig | ReinforcePPConfig) -> None:
-        self.cfg = cfg
-
-    def loss(self, new: Outputs, batch: MiniBatch, kl_coef: float) -> tuple[torch.Tensor, dict[str, float]]:
-        return policy_objective(self.cfg, new, batch, kl_coef)
-
-
-class _SequenceLevel(_CriticFree):
+class _SequenceLevel(Algorithm):
     """Every token of a completion gets one advantage: its sequence reward against its group's.
 
     The sequence reward is the task score, minus the summed KL penalty when the KL is in the reward.
     """
 
-    def baseline_adjusted(self, sequence_rewards: torch.Tensor) -> torch.Tensor:
+    cfg: GroupConfig
+
+    def _baseline_adjusted(self, sequence_rewards: torch.Tensor) -> torch.Tensor:
+        """Each sequence's reward against its group's baseline.  (B,) -> (B,)"""
         raise NotImplementedError
 
     def advantages(self, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor
                    ) -> tuple[torch.Tensor, torch.Tensor]:
-        advantages = self.baseline_adjusted(rewards.sum(1)).unsqueeze(1) * mask
+        advantages = self._baseline_adjusted(rewards.sum(1)).unsqueeze(1) * mask
         return advantages, advantages
 
 
 class GRPO(_SequenceLevel):
     """Group-normalised: ``(r - mean(group)) / std(group)``."""
 
-    def baseline_adjusted(self, sequence_rewards: torch.Tensor) -> torch.Tensor:
+    def _baseline_adjusted(self, sequence_rewards: torch.Tensor) -> torch.Tensor:
         return group_normalised(sequence_rewards, self.cfg.group_size)
 
 
 class RLOO(_SequenceLevel):
     """Leave-one-out: ``r - mean(the group's others)``."""
 
-    def baseline_adjusted(self, sequence_rewards: torch.Tensor) -> torch.Tensor:
+    def _baseline_adjusted(self, sequence_rewards: torch.Tensor) -> torch.Tensor:
         return leave_one_out(sequence_rewards, self.cfg.group_size)
 
 
-class ReinforcePP(_CriticFree):
+class ReinforcePP(Algorithm):
     """Token returns of the KL-penalised rewards, whitened over the whole batch (not per group)."""
+
+    cfg: ReinforcePPConfig
 
     def advantages(self, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor
                    ) -> tuple[torch.Tensor, torch.Tensor]:

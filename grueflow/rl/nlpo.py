@@ -18,6 +18,7 @@ from transformers import LogitsProcessor
 
 from grueflow.models.backend import Backend, Decoding
 from grueflow.models.policy import Prompts, shared_groups
+from grueflow.rl.algorithm import PolicyHandle
 from grueflow.rl.configs import NLPOConfig
 from grueflow.rl.ppo import PPO
 
@@ -60,15 +61,19 @@ class MaskProcessor(LogitsProcessor):
 class NLPO(PPO):
     """PPO whose rollouts and ratios use the mask model's action masks."""
 
+    masks_actions = True
+    cfg: NLPOConfig
+    policy: PolicyHandle  # set by setup()
+    mask_model: torch.nn.Module  # a frozen copy of the policy, refreshed on schedule
+
     def __init__(self, cfg: NLPOConfig) -> None:
         super().__init__(cfg)
-        self.mask_model: Any = None
-        self.policy: Any = None
         self.refreshes = 0
 
-    def attach(self, trainer: Any) -> None:
-        self.policy = trainer.policy
-        self.mask_model = copy.deepcopy(trainer.policy.model).eval()
+    def setup(self, policy: PolicyHandle) -> None:
+        """The mask model starts as a frozen copy of the policy (with its LoRA adapter, if any)."""
+        self.policy = policy
+        self.mask_model = copy.deepcopy(policy.model).eval()
         for p in self.mask_model.parameters():
             p.requires_grad_(False)
 
@@ -78,14 +83,13 @@ class NLPO(PPO):
             self.mask_model.load_state_dict(self.policy.model.state_dict())
             self.refreshes += 1
 
-    def generation_processor(self, prompts: Prompts, group_size: int = 1, max_new_tokens: int = 0) -> MaskProcessor:
-        return MaskProcessor(self.mask_model, self.policy.kind, prompts, self.cfg,
-                             list(self.policy.tokenizer.all_special_ids), group_size, max_new_tokens,
-                             self.policy.backend)
+    def generation_processor(self, prompts: Prompts, group_size: int, max_new_tokens: int) -> MaskProcessor:
+        return MaskProcessor(self.mask_model, self.policy.kind, prompts, self.cfg, list(self.policy.special_ids),
+                             group_size, max_new_tokens, self.policy.backend)
 
     def state_dict(self) -> dict[str, Any]:
         return {"mask_model": self.mask_model.state_dict(), "refreshes": self.refreshes}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
+    def load_state_dict(self, state: Optional[dict[str, Any]]) -> None:
         self.mask_model.load_state_dict(state["mask_model"])
         self.refreshes = state["refreshes"]

@@ -5,17 +5,16 @@ from __future__ import annotations
 import torch
 
 from grueflow.rl.advantages import gae, masked_mean, masked_whiten
+from grueflow.rl.algorithm import Algorithm
 from grueflow.rl.configs import PPOConfig
 from grueflow.rl.objectives import MiniBatch, Outputs, policy_objective
 
 
-class PPO:
+class PPO(Algorithm):
     """The PPO-specific parts of the trainer: GAE advantages and the clipped losses."""
 
     uses_critic = True
-
-    def __init__(self, cfg: PPOConfig) -> None:
-        self.cfg = cfg
+    cfg: PPOConfig
 
     def advantages(self, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor
                    ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,8 +11,9 @@ With one epoch of one minibatch (:attr:`RLTrainer.single_update`: ``epochs: 1`` 
 equal to ``rollouts_per_iteration``, as TRL's GRPO runs by default) the policy's pass in 2. is the
 update's own forward pass, with gradients, so it runs once instead of twice.
 
-The algorithms (PPO, GRPO, RLOO, REINFORCE++) differ only in their advantage estimator and loss;
-a value head on the policy trunk exists only for those that use a critic. With ``lora`` in the
+The trainer calls an algorithm only through the hooks of :class:`~grueflow.rl.algorithm.Algorithm`: PPO, GRPO,
+RLOO and REINFORCE++ differ only in their advantage estimator and loss, NLPO adds action masks, TRPO its own
+update step; a value head on the policy trunk exists only for those that use a critic. With ``lora`` in the
 method config the policy (and a separate critic) train LoRA adapters only and the reference is the
 policy with its adapter disabled, so no reference copy is loaded.
 
@@ -35,7 +36,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -56,9 +57,11 @@ from grueflow.models.lora import (is_lora, load_adapter, load_trainable_state, m
 from grueflow.models.policy import (Policy, Prompts, Scores, completion_mask, entropy_from_logprobs,
                                     logprobs_from_logits, masked_logits, token_logprobs)
 from grueflow.rl import ALGORITHMS
+from grueflow.rl.algorithm import Algorithm, PolicyHandle, UpdateContext
 from grueflow.rl.configs import RLConfig
 from grueflow.rl.kl import KL_ESTIMATORS, KLController, kl_k1
 from grueflow.rl.objectives import MiniBatch, Outputs
+from grueflow.rl.rollout import Rollout, Sampled
 from grueflow.seeding import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
@@ -122,26 +125,6 @@ class KLCeilingError(RuntimeError):
         self.kl, self.ceiling, self.iteration = kl, ceiling, iteration
 
 
-class Rollout(NamedTuple):
-    """One iteration's experience; token tensors are (B, T) over completion tokens."""
-
-    prompts: Prompts
-    completions: torch.Tensor
-    mask: torch.Tensor
-    logprobs: Optional[torch.Tensor]  # the behaviour policy's (masked, for NLPO); None until with_behaviour
-    ref_logprobs: torch.Tensor
-    kl: Optional[torch.Tensor]  # per-token k1 of the unmasked policy against the reference
-    values: Optional[torch.Tensor]  # zeros without a critic
-    rewards: Optional[torch.Tensor]  # task reward at the last token, KL penalty per token
-    scores: torch.Tensor  # (B,) task reward
-    components: dict[str, float]  # each reward component's mean score, unweighted
-    generation_s: float
-    reward_s: float
-    scoring_s: float  # the policy (old log-probs, values) and reference passes over the rollout
-    action_mask: Optional[torch.Tensor] = None  # (B, T, V) allowed tokens (NLPO)
-    sampled: Optional[SampledLogits] = None  # the sampling pass, differentiable (:attr:`RLTrainer.keeps_sampling`)
-
-
 @dataclass
 class TrainerState:
     """Everything besides the weights that a resumed run needs to continue bit-for-bit."""
@@ -190,16 +173,16 @@ class RLTrainer:
                              f"then the base with the adapter disabled); got lora={cfg.lora} and "
                              f"ref_model={'None' if ref_model is None else 'a model'}")
         self.cfg, self.policy, self.ref_model, self.reward, self.generation = cfg, policy, ref_model, reward, generation
-        self.algorithm = ALGORITHMS.get(algorithm).load()(cfg)
+        self.algorithm: Algorithm = ALGORITHMS.get(algorithm).load()(cfg)
         self.parallel = parallel
-        if parallel.enabled and hasattr(self.algorithm, "step"):
+        if parallel.enabled and self.algorithm.own_update:
             raise ValueError(f"{algorithm} has its own update rule, which does not run data-parallel; "
                              f"set processes: 1 (got {parallel.world_size} processes)")
-        if getattr(self.algorithm, "needs_double_backward", False):
+        if self.algorithm.needs_double_backward:
             policy.model.set_attn_implementation("eager")  # fused CPU attention has no double backward
         self.critic_model = self._build_models(cfg, policy)
-        if hasattr(self.algorithm, "attach"):
-            self.algorithm.attach(self)
+        self.algorithm.setup(PolicyHandle(policy.model, policy.kind, tuple(policy.tokenizer.all_special_ids),
+                                          policy.backend))
         self.device = policy.device
         self.value_head = (ValueHead(policy.model.config.get_text_config().hidden_size).to(self.device)
                            if self.algorithm.uses_critic else None)
@@ -207,8 +190,7 @@ class RLTrainer:
         if self.critic_model is not None:
             value_params += trainable_parameters(self.critic_model)
         policy_params = trainable_parameters(policy.model)
-        params = (self.algorithm.optimized_parameters(policy_params, value_params)
-                  if hasattr(self.algorithm, "optimized_parameters") else policy_params + value_params)
+        params = self.algorithm.optimized_parameters(policy_params, value_params)
         fused = all(p.device.type in ("cpu", "cuda") for p in params)  # AdamW's kernel: one pass per parameter
         self.optimizer = (torch.optim.RMSprop(params, lr=cfg.learning_rate, alpha=0.99, eps=1e-5)
                           if cfg.optimizer == "rmsprop"
@@ -219,6 +201,7 @@ class RLTrainer:
         self.kl = KLController.from_config(cfg.kl)
         self.sampler = PromptSampler(samples, seed)
         self.state = TrainerState()
+        self.last_batch: dict[str, Any] = {}  # the newest rollout's text, for NonFiniteError
         self.shuffle = torch.Generator().manual_seed(seed)
         if ref_model is not None:
             for p in ref_model.parameters():
@@ -249,7 +232,7 @@ class RLTrainer:
         log-probs and values from it instead of a separate pass (TRL does the same when generation and
         optimisation steps line up).
         """
-        return (not hasattr(self.algorithm, "step") and self.cfg.epochs == 1
+        return (not self.algorithm.own_update and self.cfg.epochs == 1
                 and self.cfg.minibatch_size == self.cfg.rollouts_per_iteration)
 
     @property
@@ -258,18 +241,18 @@ class RLTrainer:
         keep it) instead of running the policy over the rollout again: one optimiser step per rollout, no
         critic (nothing reads the policy's hidden states) and no logits processor (NLPO)."""
         return (self.single_update and self.value_head is None
-                and not hasattr(self.algorithm, "generation_processor")
+                and not self.algorithm.masks_actions
                 and self.policy.backend.keeps_sampling(self.policy.model))
 
     def _outputs(self, prompts: Prompts, completions: torch.Tensor, action_mask: Optional[torch.Tensor] = None,
-                 group_size: int = 1, sampled: Optional[SampledLogits] = None) -> tuple[Outputs, torch.Tensor]:
+                 group_size: int = 1, kept: Optional[SampledLogits] = None) -> tuple[Outputs, torch.Tensor]:
         """The policy's (masked) outputs, and its unmasked log-probs (for the KL to the reference): from a
-        forward pass over the rollout, or from ``sampled`` (its sampling pass) when given. Float32 throughout.
+        forward pass over the rollout, or from ``kept`` (its sampling pass) when given. Float32 throughout.
 
         The entropy carries gradients only when the loss uses it (``ent_coef`` != 0).
         """
         shared = self.value_head is not None and self.critic_model is None
-        scores = (Scores(sampled.logits(), None) if sampled is not None
+        scores = (Scores(kept.logits(), None) if kept is not None
                   else self.policy.score(prompts, completions, with_hidden=shared, group_size=group_size))
         values = self.value_head(scores.hidden if shared else self.critic_hidden(prompts, completions, group_size)) \
             if self.value_head is not None else None
@@ -295,23 +278,20 @@ class RLTrainer:
             return self.policy.score(prompts, completions, model=base, group_size=group_size).logits
 
     @torch.no_grad()
-    def sample_rollout(self, keep: bool = False) -> Rollout:
-        """Generation, reward and the reference pass: a rollout still without the behaviour policy's outputs
-        (``logprobs``, ``values``, ``kl`` and ``rewards`` are None until :meth:`with_behaviour`); with
-        ``keep``, the sampling pass kept differentiable where the policy's backend can keep it."""
+    def sample_rollout(self, keep: bool = False) -> Sampled:
+        """Generation, reward and the reference pass, before the behaviour policy's (:meth:`with_behaviour`);
+        with ``keep``, the sampling pass kept differentiable where the policy's backend can keep it."""
         group = self.cfg.group_size
         samples = [s for s in self.sampler.next(self.cfg.rollouts_per_iteration // group) for _ in range(group)]
         samples = self.parallel.shard(samples, group)  # this process's whole groups (all of them in one process)
         prompts = self.policy.encode([s.prompt for s in samples])
-        if hasattr(self.algorithm, "before_rollout"):
-            self.algorithm.before_rollout(self.state.iteration)
-        processor = (self.algorithm.generation_processor(prompts, group, self.generation.max_new_tokens)
-                     if hasattr(self.algorithm, "generation_processor") else None)
+        self.algorithm.before_rollout(self.state.iteration)
+        processor = self.algorithm.generation_processor(prompts, group, self.generation.max_new_tokens)
         started = time.perf_counter()
         if keep:
-            completions, sampled = self.policy.sample_kept(prompts, self.generation, group)
+            completions, kept = self.policy.sample_kept(prompts, self.generation, group)
         else:
-            completions, sampled = self.policy.sample(prompts, self.generation, group, processor), None
+            completions, kept = self.policy.sample(prompts, self.generation, group, processor), None
         generation_s = time.perf_counter() - started
         action_mask = processor.action_mask() if processor is not None else None
         mask = completion_mask(completions, self.policy.eos_token_id)
@@ -329,49 +309,51 @@ class RLTrainer:
         ref_logprobs = logprobs_from_logits(self.reference_logits(prompts, completions, group), completions)
         scoring_s = time.perf_counter() - started
         components = {k: float(np.mean(v)) for k, v in parts.items()}
-        return Rollout(prompts, completions, mask, None, ref_logprobs * mask, None, None, None, scores, components,
-                       generation_s, reward_s, scoring_s, action_mask, sampled)
+        return Sampled(prompts, completions, mask, ref_logprobs * mask, scores, components, generation_s, reward_s,
+                       scoring_s, action_mask, kept)
 
-    def with_behaviour(self, rollout: Rollout, outputs: Outputs, unmasked: torch.Tensor) -> Rollout:
-        """``rollout`` with the behaviour policy's log-probs and values (detached from ``outputs``), the per-token
-        KL to the reference and the rewards: the task reward at each sequence's last token, minus
-        ``coef x KL`` per token unless the KL is in the loss."""
-        mask, ref_logprobs = rollout.mask, rollout.ref_logprobs
+    def with_behaviour(self, sampled: Sampled, outputs: Outputs, unmasked: torch.Tensor, behaviour_s: float = 0.0
+                       ) -> Rollout:
+        """The rollout: ``sampled`` with the behaviour policy's log-probs and values (detached from ``outputs``),
+        the per-token KL to the reference and the rewards: the task reward at each sequence's last token, minus
+        ``coef x KL`` per token unless the KL is in the loss. ``behaviour_s``: the behaviour pass's seconds,
+        counted as scoring."""
+        mask, ref_logprobs = sampled.mask, sampled.ref_logprobs
         logprobs, unmasked = outputs.logprobs.detach(), unmasked.detach()
         values = outputs.values.detach() if outputs.values is not None else torch.zeros_like(logprobs)
         rewards = torch.zeros_like(logprobs)
         if not self.cfg.kl_in_loss:
             rewards -= self.kl.coef * KL_ESTIMATORS[self.cfg.kl_estimator](unmasked, ref_logprobs) * mask
         last = (mask.sum(1).long() - 1).clamp(min=0)
-        rewards[torch.arange(len(rewards), device=rewards.device), last] += rollout.scores
-        return rollout._replace(logprobs=logprobs * mask, kl=kl_k1(unmasked, ref_logprobs) * mask,
-                                values=values * mask, rewards=rewards)
+        rewards[torch.arange(len(rewards), device=rewards.device), last] += sampled.scores
+        return Rollout(sampled.prompts, sampled.completions, mask, logprobs * mask, ref_logprobs,
+                       kl_k1(unmasked, ref_logprobs) * mask, values * mask, rewards, sampled.scores, sampled.components,
+                       sampled.generation_s, sampled.reward_s, sampled.scoring_s + behaviour_s, sampled.action_mask)
 
     def collect(self) -> Rollout:
         """A complete rollout: :meth:`sample_rollout`, then the behaviour policy's pass over it (no gradients)."""
-        rollout = self.sample_rollout()
+        sampled = self.sample_rollout()
         started = time.perf_counter()
         with torch.no_grad():
-            outputs, unmasked = self._outputs(rollout.prompts, rollout.completions, rollout.action_mask,
+            outputs, unmasked = self._outputs(sampled.prompts, sampled.completions, sampled.action_mask,
                                               self.cfg.group_size)
-        rollout = rollout._replace(scoring_s=rollout.scoring_s + time.perf_counter() - started)
-        return self.with_behaviour(rollout, outputs, unmasked)
+        return self.with_behaviour(sampled, outputs, unmasked, time.perf_counter() - started)
 
     def _guard(self, what: str, values: torch.Tensor) -> None:
         bad = not torch.isfinite(values).all()
         if self.parallel.enabled:  # every process stops together, rather than the others waiting on it forever
             bad = self.parallel.sum([float(bad)])[0] > 0
         if bad:
-            raise NonFiniteError(what, self.state.iteration + 1, getattr(self, "last_batch", {}))
+            raise NonFiniteError(what, self.state.iteration + 1, self.last_batch)
 
     # -- update ----------------------------------------------------------------------------
 
     def update(self, rollout: Rollout, first: Optional[Outputs] = None) -> dict[str, float]:
-        """Advantages, then epochs x minibatches of the algorithm's loss.
+        """The algorithm's advantages, then its own update (:attr:`Algorithm.own_update`) or the shared one
+        (:meth:`shared_update`), then the learning-rate schedule's step; returns the curve's diagnostics.
 
         ``first`` is the policy's outputs over the whole rollout, with gradients, when :meth:`step` already
-        computed them (:attr:`single_update`). Minibatches hold whole groups of ``group_size`` completions
-        when ``minibatch_size`` allows, so each group's prompt is encoded once.
+        computed them (:attr:`single_update`).
         """
         advantages, returns = self.algorithm.advantages(rollout.rewards, rollout.values, rollout.mask, rollout.scores)
         self._guard("advantage", advantages)
@@ -380,10 +362,33 @@ class RLTrainer:
             valid = rollout.mask.bool()
             diagnostics["losses/explained_variance"] = float(
                 explained_variance(rollout.values[valid].cpu().numpy(), returns[valid].cpu().numpy()))
-        if hasattr(self.algorithm, "step"):  # algorithms with their own update rule (TRPO)
-            stats = self.algorithm.step(self, rollout, advantages, returns)
-            self.scheduler.step()
-            return {**stats, **diagnostics}
+        if self.algorithm.own_update:
+            stats = self.algorithm.update(self.update_context(), rollout, advantages, returns)
+        else:
+            stats = self.shared_update(rollout, advantages, returns, first)
+        self.scheduler.step()
+        return {**stats, **diagnostics}
+
+    def update_context(self) -> UpdateContext:
+        """What an algorithm's own update may use: the policy's trainable weights, its logits, the critic and
+        one step of the optimiser."""
+        return UpdateContext(trainable_parameters(self.policy.model),
+                             lambda prompts, completions: self.policy.score(prompts, completions).logits,
+                             self.critic_hidden, self.value_head, self._optimizer_step)
+
+    def _optimizer_step(self, loss: torch.Tensor) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+
+    def shared_update(self, rollout: Rollout, advantages: torch.Tensor, returns: torch.Tensor,
+                      first: Optional[Outputs] = None) -> dict[str, float]:
+        """Epochs x minibatches of the algorithm's loss, each step's gradient clipped to ``max_grad_norm``; stops
+        early when an epoch's mean approx KL exceeds 1.5 x ``target_kl``. Returns each diagnostic's mean.
+
+        Minibatches hold whole groups of ``group_size`` completions when ``minibatch_size`` allows, so each
+        group's prompt is encoded once.
+        """
         n, size = rollout.mask.shape[0], self.cfg.minibatch_size // self.parallel.world_size
         group = self.cfg.group_size if size % self.cfg.group_size == 0 else 1
         totals: dict[str, list[float]] = {}
@@ -396,23 +401,15 @@ class RLTrainer:
             epoch_kl = []
             for start in range(0, n, size):
                 idx = order[start:start + size]
-                prompts = Prompts(rollout.prompts.input_ids[idx], rollout.prompts.attention_mask[idx])
-                batch = MiniBatch(rollout.mask[idx], rollout.logprobs[idx], rollout.ref_logprobs[idx],
-                                  rollout.values[idx], advantages[idx], returns[idx])
-                action_mask = rollout.action_mask[idx] if rollout.action_mask is not None else None
                 if first is not None:
                     new, first = first, None
                 else:
+                    prompts = Prompts(rollout.prompts.input_ids[idx], rollout.prompts.attention_mask[idx])
+                    action_mask = rollout.action_mask[idx] if rollout.action_mask is not None else None
                     new, _ = self._outputs(prompts, rollout.completions[idx], action_mask, group)
-                loss, stats = self.algorithm.loss(new, batch, self.kl.coef)
-                self._guard("loss", loss.detach())
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                params = [p for g in self.optimizer.param_groups for p in g["params"]]
-                self.parallel.average_gradients(params)
-                norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
-                self._guard("gradient norm", norm)
-                self.optimizer.step()
+                batch = MiniBatch(rollout.mask[idx], rollout.logprobs[idx], rollout.ref_logprobs[idx],
+                                  rollout.values[idx], advantages[idx], returns[idx])
+                stats = self._minibatch_step(new, batch)
                 for key, value in stats.items():
                     totals.setdefault(key, []).append(value)
                 epoch_kl.append(stats["losses/approx_kl"])
@@ -420,8 +417,20 @@ class RLTrainer:
             if self.cfg.target_kl is not None and float(np.mean(epoch_kl)) > 1.5 * self.cfg.target_kl:
                 log.info("early stop: approx KL %.4f > 1.5 x target_kl %.4f", np.mean(epoch_kl), self.cfg.target_kl)
                 break
-        self.scheduler.step()
-        return {**{k: float(np.mean(v)) for k, v in totals.items()}, **diagnostics}
+        return {k: float(np.mean(v)) for k, v in totals.items()}
+
+    def _minibatch_step(self, new: Outputs, batch: MiniBatch) -> dict[str, float]:
+        """One optimiser step on the algorithm's loss of a minibatch, its gradient averaged over the processes."""
+        loss, stats = self.algorithm.loss(new, batch, self.kl.coef)
+        self._guard("loss", loss.detach())
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        self.parallel.average_gradients(params)
+        norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.max_grad_norm)
+        self._guard("gradient norm", norm)
+        self.optimizer.step()
+        return stats
 
     # -- the loop --------------------------------------------------------------------------
 
@@ -430,11 +439,12 @@ class RLTrainer:
         started = time.perf_counter()
         first = None
         if self.single_update:  # the update's forward pass gives the behaviour policy's log-probs and values
-            rollout = self.sample_rollout(keep=self.keeps_sampling)
+            sampled = self.sample_rollout(keep=self.keeps_sampling)
             update_started = time.perf_counter()
-            first, unmasked = self._outputs(rollout.prompts, rollout.completions, rollout.action_mask,
-                                            self.cfg.group_size, rollout.sampled)
-            rollout = self.with_behaviour(rollout._replace(sampled=None), first, unmasked)
+            first, unmasked = self._outputs(sampled.prompts, sampled.completions, sampled.action_mask,
+                                            self.cfg.group_size, sampled.kept)
+            rollout = self.with_behaviour(sampled, first, unmasked)
+            del sampled  # the kept sampling pass lives on only in ``first``'s graph
         else:
             rollout = self.collect()
             update_started = time.perf_counter()
@@ -515,7 +525,7 @@ class RLTrainer:
             "kl": self.kl.state_dict(),
             "sampler": self.sampler.state_dict(),
             "shuffle": self.shuffle.get_state(),
-            "algorithm": self.algorithm.state_dict() if hasattr(self.algorithm, "state_dict") else None,
+            "algorithm": self.algorithm.state_dict(),
             "critic": trainable_state(self.critic_model) if self.critic_model is not None else None,
             "rng": rng_state(),
         }, folder / STATE_FILE)
@@ -537,8 +547,7 @@ class RLTrainer:
         self.kl.load_state_dict(saved["kl"])
         self.sampler.load_state_dict(saved["sampler"])
         self.shuffle.set_state(saved["shuffle"])
-        if hasattr(self.algorithm, "load_state_dict"):
-            self.algorithm.load_state_dict(saved["algorithm"])
+        self.algorithm.load_state_dict(saved["algorithm"])
         if self.critic_model is not None:
             load_trainable_state(self.critic_model, saved["critic"])
         set_rng_state(saved["rng"])

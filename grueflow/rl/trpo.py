@@ -9,7 +9,6 @@ separately with Adam.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -18,18 +17,22 @@ from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from grueflow.models.policy import logprobs_from_logits
 from grueflow.rl.advantages import gae, masked_mean, masked_whiten
+from grueflow.rl.algorithm import Algorithm, UpdateContext
 from grueflow.rl.configs import TRPOConfig
+from grueflow.rl.rollout import Rollout
 
 
-class TRPO:
+class TRPO(Algorithm):
+    """A natural-gradient policy step under a KL bound, then ``n_critic_updates`` steps of the critic."""
+
     uses_critic = True
     needs_double_backward = True  # Fisher-vector products differentiate through attention twice
+    own_update = True
+    cfg: TRPOConfig
 
-    def __init__(self, cfg: TRPOConfig) -> None:
-        self.cfg = cfg
-
-    def optimized_parameters(self, policy_params: list, value_params: list) -> list:
-        """The trainer's optimiser fits only the critic; the policy moves by :meth:`step`."""
+    def optimized_parameters(self, policy_params: list[torch.nn.Parameter], value_params: list[torch.nn.Parameter]
+                             ) -> list[torch.nn.Parameter]:
+        """The trainer's optimiser fits only the critic; the policy moves by :meth:`update`."""
         return value_params
 
     def advantages(self, rewards: torch.Tensor, values: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor
@@ -37,19 +40,20 @@ class TRPO:
         advantages, returns = gae(rewards, values, mask, self.cfg.gamma, self.cfg.gae_lambda)
         return (masked_whiten(advantages, mask) if self.cfg.whiten_advantages else advantages), returns
 
-    def step(self, trainer: Any, rollout: Any, advantages: torch.Tensor, returns: torch.Tensor) -> dict[str, float]:
-        stats = self._policy_step(trainer, rollout, advantages)
-        stats.update(self._critic_steps(trainer, rollout, returns))
+    def update(self, context: UpdateContext, rollout: Rollout, advantages: torch.Tensor, returns: torch.Tensor
+               ) -> dict[str, float]:
+        """The natural-gradient policy step (conjugate gradient, then a line search), then the critic's steps."""
+        stats = self._policy_step(context, rollout, advantages)
+        stats.update(self._critic_steps(context, rollout, returns))
         return stats
 
-    def _policy_step(self, trainer: Any, rollout: Any, advantages: torch.Tensor) -> dict[str, float]:
-        cfg, policy, mask = self.cfg, trainer.policy, rollout.mask
-        params = [p for p in policy.model.parameters() if p.requires_grad]
+    def _policy_step(self, context: UpdateContext, rollout: Rollout, advantages: torch.Tensor) -> dict[str, float]:
+        cfg, mask, params = self.cfg, rollout.mask, context.policy_parameters
         with torch.no_grad():
-            old_logp = F.log_softmax(policy.score(rollout.prompts, rollout.completions).logits, -1)  # (B, T, V)
+            old_logp = F.log_softmax(context.policy_logits(rollout.prompts, rollout.completions), -1)  # (B, T, V)
 
         def surrogate_and_kl() -> tuple[torch.Tensor, torch.Tensor]:
-            logits = policy.score(rollout.prompts, rollout.completions).logits
+            logits = context.policy_logits(rollout.prompts, rollout.completions)
             ratio = (logprobs_from_logits(logits, rollout.completions) - rollout.logprobs).exp()
             kl = (old_logp.exp() * (old_logp - F.log_softmax(logits, -1))).sum(-1)
             return masked_mean(ratio * advantages, mask), masked_mean(kl, mask)
@@ -82,14 +86,13 @@ class TRPO:
         return {"trpo/accepted": float(accepted), "trpo/step_kl": step_kl, "trpo/step_fraction": fraction if accepted else 0.0,
                 "losses/policy": -new_surrogate, "losses/approx_kl": step_kl}
 
-    def _critic_steps(self, trainer: Any, rollout: Any, returns: torch.Tensor) -> dict[str, float]:
+    def _critic_steps(self, context: UpdateContext, rollout: Rollout, returns: torch.Tensor) -> dict[str, float]:
+        """Fit the value head to ``returns`` on the critic's detached hidden states (the optimiser holds only it)."""
         with torch.no_grad():
-            hidden = trainer.critic_hidden(rollout.prompts, rollout.completions)
+            hidden = context.critic_hidden(rollout.prompts, rollout.completions)
         losses = []
         for _ in range(self.cfg.n_critic_updates):
-            value_loss = 0.5 * masked_mean((trainer.value_head(hidden) - returns) ** 2, rollout.mask)
-            trainer.optimizer.zero_grad(set_to_none=True)
-            value_loss.backward()
-            trainer.optimizer.step()
+            value_loss = 0.5 * masked_mean((context.value_head(hidden) - returns) ** 2, rollout.mask)
+            context.optimizer_step(value_loss)
             losses.append(value_loss.item())
         return {"losses/value": losses[-1]}
