@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from grueflow.config import LoraConfig, check
+from grueflow.config import MAX_BATCH, MAX_COUNT, LoraConfig, check, check_size
 
 
 @dataclass(frozen=True)
@@ -76,6 +76,10 @@ class RLConfig:
 
     def __post_init__(self) -> None:
         check(self.iterations > 0, f"iterations must be > 0, got {self.iterations}")
+        check_size("iterations", self.iterations, MAX_COUNT)
+        check_size("epochs", self.epochs, MAX_COUNT)
+        check_size("rollouts_per_iteration", self.rollouts_per_iteration, MAX_BATCH)
+        check_size("minibatch_size", self.minibatch_size, MAX_BATCH)
         check(self.processes >= 1, f"processes must be >= 1, got {self.processes}")
         check(self.processes == 1 or (self.rollouts_per_iteration // self.group_size) % self.processes == 0,
                f"processes={self.processes} must divide the {self.rollouts_per_iteration // self.group_size} prompt "

@@ -240,6 +240,8 @@ PARAMS = [
         "sentiment.yaml: reward.components[0].weight: expected a finite number, got nan",)), id="reward-weight-nan"),
     P(Bad(SENTIMENT, setting("reward.components.0.weight", float("inf")), (
         "sentiment.yaml: reward.components[0].weight: expected a finite number, got inf",)), id="reward-weight-inf"),
+    P(Bad(PPO, setting("rollouts_per_iteration", 10_000_000), (
+        "ppo.yaml: rollouts_per_iteration = 10,000,000 is above the limit of 65,536",)), id="rollouts-too-many"),
     P(Bad(PPO, setting("learning_rate", float("-inf")), ("ppo.yaml: learning_rate: expected a finite number, got -inf",)),
       id="learning-rate-minus-inf"),
     P(Bad(PPO, as_text(lambda text: text + "epochs: 1\nepochs: 2\n"), (
