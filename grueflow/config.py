@@ -25,6 +25,7 @@ from typing import Any, Callable, Literal, Optional, Union
 import yaml
 
 from grueflow.io import DataError, read_text
+from grueflow.pipeline import DEFAULT_RESOURCES, RESOURCE_STAGES
 from grueflow.registry import UnknownNameError
 
 
@@ -427,48 +428,31 @@ class JobResources:
         check(self.gpu is None or self.gpu >= 0, f"gpu must be >= 0, got {self.gpu}")
 
 
-# the defaults fit the embedded suite on a laptop; suites at GRUE scale raise them (params/suites/grue.yaml)
-JOB_RESOURCE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "prepare_datapool": {"mem_mb": 1000, "runtime": 10, "gpu": 0},
-    "base_model": {"mem_mb": 2000, "runtime": 30, "gpu": 0},
-    "warm_start": {"mem_mb": 2000, "runtime": 60, "gpu": 0},
-    "rl_finetune": {"mem_mb": 3000, "runtime": 120, "gpu": 0},
-    "evaluate": {"mem_mb": 2000, "runtime": 60, "gpu": 0},
-    "aggregate": {"mem_mb": 1000, "runtime": 10, "gpu": 0},
-    "build_preferences": {"mem_mb": 2000, "runtime": 60, "gpu": 0},
-    "train_reward_model": {"mem_mb": 2000, "runtime": 60, "gpu": 0},
-    "dpo": {"mem_mb": 3000, "runtime": 120, "gpu": 0},
-}
+def _threads(self: Any, rule: str, default: int) -> int:
+    """The cores rule ``rule`` asks for: its ``threads``, else ``default`` (the suite's)."""
+    value = getattr(self, rule).threads
+    return default if value is None else value
 
 
-@dataclass(frozen=True)
-class Resources:
-    """Per-rule scheduler requests (a suite's ``resources:``); each key a rule, each unset value its default."""
+def _of(self: Any, rule: str) -> dict[str, Any]:
+    """Snakemake ``resources`` of rule ``rule``: ``mem_mb`` and ``runtime``, plus ``gpu`` (and the manufacturer)
+    only when it asks for GPUs, since executors treat a ``gpu`` key as a GPU request."""
+    own = {k: v for k, v in to_dict(getattr(self, rule)).items() if v is not None and k != "threads"}
+    merged = {**DEFAULT_RESOURCES[rule], **own}
+    if not merged["gpu"]:
+        merged.pop("gpu")
+        merged.pop("gpu_manufacturer", None)
+    return merged
 
-    prepare_datapool: JobResources = field(default_factory=JobResources)
-    base_model: JobResources = field(default_factory=JobResources)
-    warm_start: JobResources = field(default_factory=JobResources)
-    rl_finetune: JobResources = field(default_factory=JobResources)
-    evaluate: JobResources = field(default_factory=JobResources)
-    aggregate: JobResources = field(default_factory=JobResources)
-    build_preferences: JobResources = field(default_factory=JobResources)
-    train_reward_model: JobResources = field(default_factory=JobResources)
-    dpo: JobResources = field(default_factory=JobResources)
 
-    def threads(self, rule: str, default: int) -> int:
-        """The cores rule ``rule`` asks for: its ``threads``, else ``default`` (the suite's)."""
-        value = getattr(self, rule).threads
-        return default if value is None else value
-
-    def of(self, rule: str) -> dict[str, Any]:
-        """Snakemake ``resources`` of rule ``rule``: ``mem_mb`` and ``runtime``, plus ``gpu`` (and the
-        manufacturer) only when it asks for GPUs, since executors treat a ``gpu`` key as a GPU request."""
-        own = {k: v for k, v in to_dict(getattr(self, rule)).items() if v is not None and k != "threads"}
-        merged = {**JOB_RESOURCE_DEFAULTS[rule], **own}
-        if not merged["gpu"]:
-            merged.pop("gpu")
-            merged.pop("gpu_manufacturer", None)
-        return merged
+# Per-rule scheduler requests (a suite's ``resources:``): one JobResources per stage the pipeline table
+# (:mod:`grueflow.pipeline`) gives default resources, each unset value the table's default.
+Resources = dataclasses.make_dataclass(
+    "Resources", [(name, JobResources, field(default_factory=JobResources)) for name in RESOURCE_STAGES],
+    namespace={"threads": _threads, "of": _of, "__module__": __name__,
+               "__doc__": "Per-rule scheduler requests (a suite's ``resources:``); each key a rule of the pipeline "
+                          "table, each unset value its default."},
+    frozen=True)
 
 
 @dataclass(frozen=True)

@@ -159,7 +159,8 @@ def test_suite_resources_override_the_rule_defaults_and_name_the_valid_rules():
     assert res.of("aggregate") == {"mem_mb": 1000, "runtime": 10}
     assert (res.threads("rl_finetune", suite.threads), res.threads("evaluate", suite.threads)) == (8, 2)
     with pytest.raises(ConfigError, match="resources: unknown key 'rl'; valid keys: prepare_datapool, base_model, "
-                                          "warm_start, rl_finetune, evaluate, aggregate"):
+                                          "warm_start, rl_finetune, evaluate, build_preferences, train_reward_model, "
+                                          "dpo, aggregate"):
         parse(SuiteConfig, {"tasks": ["t"], "algorithms": ["ppo"], "resources": {"rl": {"mem_mb": 1}}}, "suite:")
     with pytest.raises(ConfigError, match="resources.evaluate: mem_mb must be >= 1, got 0"):
         parse(SuiteConfig, {"tasks": ["t"], "algorithms": ["ppo"], "resources": {"evaluate": {"mem_mb": 0}}}, "suite:")
@@ -205,7 +206,8 @@ def test_the_schema_layer_imports_no_implementation_package():
             elif isinstance(node, ast.Import):
                 imported.update(alias.name for alias in node.names)
         internal = sorted(m for m in imported if m.startswith("grueflow"))
-        assert set(internal) <= {"grueflow.config", "grueflow.io", "grueflow.registry"}, (module, internal)
+        assert set(internal) <= {"grueflow.config", "grueflow.io", "grueflow.registry", "grueflow.pipeline"}, (
+            module, internal)
 
 
 def test_nested_args_are_parsed_once_into_their_typed_args():

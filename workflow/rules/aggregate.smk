@@ -1,14 +1,15 @@
 rule aggregate:
     input:
         runs=expand("results/eval/{task}/{method}/seed{seed}", task=TASKS, method=METHODS, seed=SEEDS),
-        code=code("stages/aggregate.py", "grueflow/grue.py", "grueflow/plots.py", "grueflow/report.py"),
+        code=code("aggregate"),
     output:
-        csv=report("results/grue_table.csv", caption="../report/grue_table_csv.rst", category="GRUE table"),
-        md="results/grue_table.md",
-        json="results/grue_table.json",
-        html=report("results/grue_table.html", caption="../report/grue_table.rst", category="GRUE table"),
-        chart=report("results/grue_chart.png", caption="../report/grue_chart.rst", category="GRUE table"),
-        samples=report("results/samples.html", caption="../report/samples.rst", category="Sample generations"),
+        csv=report(output_of("aggregate", "csv"), caption="../report/grue_table_csv.rst", category="GRUE table"),
+        md=output_of("aggregate", "md"),
+        json=output_of("aggregate", "json"),
+        html=report(output_of("aggregate", "html"), caption="../report/grue_table.rst", category="GRUE table"),
+        chart=report(output_of("aggregate", "chart"), caption="../report/grue_chart.rst", category="GRUE table"),
+        samples=report(output_of("aggregate", "samples"), caption="../report/samples.rst",
+                       category="Sample generations"),
     params:
         grid=["--tasks", *TASKS, "--algorithms", *ALGORITHMS, "--seeds", *map(str, SEEDS),
               "--rl-starts", *SUITE.config.rl_starts, "--preference-methods", *PREFERENCE_METHODS],  # each word quoted

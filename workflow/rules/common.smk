@@ -1,13 +1,18 @@
 # Shared helpers: the validated suite, params slices and the library code each stage runs.
+# Each stage's facts (output paths, code, params keys, method file) come from its entry in the stage table,
+# grueflow/pipeline.py (STAGES), which dvc.yaml is generated from; the rules add what only Snakemake needs.
 # Shell commands quote every placeholder with :q ({params.task_file:q}; a list param is quoted word by
 # word), except {threads} and {wildcards.seed}, which can only be integers (seed=r"\d+" below);
 # tests/unit/test_safety.py holds every rule to this.
+import copy
+import functools
 import os
 import re
 from pathlib import Path
 
 from grueflow.config import ConfigError, method_name, read_yaml
 from grueflow.params import load_suite
+from grueflow.pipeline import STAGES
 
 try:
     SUITE = load_suite(config, "suite")  # every task and method file, strictly, before any job
@@ -50,38 +55,72 @@ wildcard_constraints:
     method=_choice(METHODS),
 
 
+@functools.lru_cache(maxsize=None)
+def _parsed(path):
+    return read_yaml(path)
+
+
+def params_file(path):
+    """A params file's content, parsed once per Snakemake run (a copy each call, so no caller shares it):
+    every job's params slice reads its task file, and parsing YAML dominates a dry run's time."""
+    return copy.deepcopy(_parsed(str(path)))
+
+
 def task_file(w):
     return str(PARAMS / "tasks" / f"{w.task}.yaml")
 
 
-def task_slice(*keys):
-    """The params slice a rule depends on: exactly these keys of the task's file (rerun trigger)."""
-    return lambda w: {k: read_yaml(task_file(w)).get(k) for k in keys}
+def output_of(stage, name="out"):
+    """The path template of a stage's output ``name`` (``out``: the stage folder), from the stage table."""
+    return STAGES[stage].outputs[name]
+
+
+def task_slice(stage):
+    """The params slice a rule depends on (rerun trigger): the task-file keys its stage reads, from the stage
+    table; ``method_overrides`` is left to :func:`method_overrides`, which keeps only the rule's own method."""
+    keys = [k for k in STAGES[stage].task_keys if k != "method_overrides"]
+    return lambda w: {k: params_file(task_file(w)).get(k) for k in keys}
 
 
 def method_overrides(method):
     """The task file's overrides of one method's params (rerun trigger for that method's stages only)."""
-    return lambda w: (read_yaml(task_file(w)).get("method_overrides") or {}).get(method(w) if callable(method) else method)
+    def overrides(w):
+        name = method(w) if callable(method) else method
+        return (params_file(task_file(w)).get("method_overrides") or {}).get(name)
+
+    return overrides
 
 
 def method_file(name):
     return str(PARAMS / "methods" / f"{name}.yaml")
 
 
-def code(*parts):
-    """Library files a stage runs (inputs, so that a code change reruns it)."""
-    core = ["grueflow/__init__.py", "grueflow/config.py", "grueflow/io.py", "grueflow/registry.py",
-            "grueflow/stage.py", "grueflow/device.py", "grueflow/seeding.py"]
-    files = []
-    for part in parts:
-        path = Path(part)
-        files += sorted(str(p) for p in path.rglob("*.py")) if path.is_dir() else [part]
-    return core + files
+def stage_method(stage, **axes):
+    """A job's method-file name (a function of its wildcards): the stage table's ``method``, its grid axis
+    (``{algorithm}``) filled by ``axes`` (``algorithm=rl_algorithm``: a function of the wildcards)."""
+    template = STAGES[stage].method
+    return lambda w: template.format(**{axis: of(w) for axis, of in axes.items()})
+
+
+def method_path(method):
+    """The method file of a job whose method-file name is ``method(w)`` (a param: the CLI's --method-file)."""
+    return lambda w: method_file(method(w))
+
+
+def method_params(method):
+    """The whole method file of a job whose method-file name is ``method(w)`` (rerun trigger)."""
+    return lambda w: params_file(method_file(method(w)))
+
+
+def code(stage):
+    """The files a stage runs: its CLI and that CLI's import closure inside grueflow/, computed from the
+    imports (grueflow/codedeps.py); inputs, so that editing any of them reruns the stage."""
+    return STAGES[stage].code
 
 
 def reward_models(w):
     """Reward-model folders a task's reward names (metric reward_model, issue 7): inputs of the stages that
     score with it, so Snakemake trains the model first; ``.../reward_model/model`` maps to the stage folder."""
-    components = (read_yaml(task_file(w)).get("reward") or {}).get("components") or []
+    components = (params_file(task_file(w)).get("reward") or {}).get("components") or []
     paths = [str((c.get("args") or {}).get("path", "")) for c in components if c.get("metric") == "reward_model"]
     return [p.removesuffix("/").removesuffix("/model") if p.rstrip("/").endswith("/model") else p for p in paths if p]

@@ -1,10 +1,10 @@
 rule prepare_datapool:
     input:
-        code=code("stages/prepare_datapool.py", "grueflow/data"),
+        code=code("prepare_datapool"),
     output:
-        directory("results/{task}/datapool"),
+        directory(output_of("prepare_datapool")),
     params:
-        slice=task_slice("datapool"),
+        slice=task_slice("prepare_datapool"),
         task_file=task_file,
     threads: job_threads("prepare_datapool", 1)
     resources:

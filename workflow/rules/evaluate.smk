@@ -13,16 +13,16 @@ def eval_identity(w):
 
 rule evaluate:
     input:
-        datapool="results/{task}/datapool",
+        datapool=output_of("prepare_datapool"),
         model=eval_model,
-        base_model="results/{task}/base_model",
+        base_model=output_of("base_model"),
         reward_models=reward_models,
-        code=code("stages/evaluate.py", "grueflow/models", "grueflow/metrics", "grueflow/evaluation.py", "grueflow/data"),
+        code=code("evaluate"),
     output:
-        directory("results/eval/{task}/{method}/seed{seed}"),
+        directory(output_of("evaluate")),
     params:
         precision=PRECISION,
-        slice=task_slice("lengths", "eval_generation", "reward", "metrics", "headline_metrics"),
+        slice=task_slice("evaluate"),
         identity=eval_identity,
         task_file=task_file,
     threads: job_threads("evaluate")

@@ -24,9 +24,9 @@ def human_key(w):
 rule export_human_likert:
     input:
         runs=lambda w: expand("results/eval/{task}/{method}/seed{seed}", task=w.task, method=METHODS, seed=w.seed),
-        code=code("stages/export_human_eval.py", "grueflow/human"),
+        code=code("export_human_likert"),
     output:
-        directory("results/human/{task}/batches/likert_seed{seed}"),
+        directory(output_of("export_human_likert")),
     params:
         predictions=lambda w: [f"{m}=results/eval/{w.task}/{m}/seed{w.seed}" for m in METHODS],
     log:
@@ -40,10 +40,10 @@ rule export_human_pairwise:
     input:
         first="results/eval/{task}/{method_a}/seed{seed}",
         second="results/eval/{task}/{method_b}/seed{seed}",
-        code=code("stages/export_human_eval.py", "grueflow/human"),
+        code=code("export_human_pairwise"),
     output:
-        batch=directory("results/human/{task}/batches/{method_a}_vs_{method_b}_seed{seed}"),
-        key="results/human/{task}/keys/{method_a}_vs_{method_b}_seed{seed}.json",
+        batch=directory(output_of("export_human_pairwise", "batch")),
+        key=output_of("export_human_pairwise", "key"),
     params:
         predictions=lambda w, input: [f"{w.method_a}={input.first}", f"{w.method_b}={input.second}"],
     log:
@@ -58,9 +58,9 @@ rule import_human_eval:
         batch="results/human/{task}/batches/{batch}",
         answers="data/human/{task}/{batch}",
         key=human_key,
-        code=code("stages/import_human_eval.py", "grueflow/human"),
+        code=code("import_human_eval"),
     output:
-        directory("results/human/{task}/imported/{batch}"),
+        directory(output_of("import_human_eval")),
     params:
         key=lambda w, input: ["--key", *input.key] if input.key else [],
     log:
@@ -74,10 +74,10 @@ rule human_eval_table:
     input:
         # with no answers under data/human/ yet, the missing folder itself is the error Snakemake reports
         imports=HUMAN_IMPORTS or ["data/human"],
-        code=code("stages/human_eval_table.py", "grueflow/human"),
+        code=code("human_eval_table"),
     output:
-        csv="results/human_eval_table.csv",
-        md="results/human_eval_table.md",
+        csv=output_of("human_eval_table", "csv"),
+        md=output_of("human_eval_table", "md"),
     log:
         "results/logs/human_eval_table.log",
     shell:

@@ -1,11 +1,11 @@
 rule base_model:
     input:
-        datapool="results/{task}/datapool",
-        code=code("stages/base_model.py", "grueflow/models"),
+        datapool=output_of("prepare_datapool"),
+        code=code("base_model"),
     output:
-        directory("results/{task}/base_model"),
+        directory(output_of("base_model")),
     params:
-        slice=task_slice("model"),
+        slice=task_slice("base_model"),
         task_file=task_file,
     threads: job_threads("base_model")
     resources:
@@ -18,22 +18,24 @@ rule base_model:
         " --threads {threads} --out {output:q} --device {resources.device:q} 2> {log:q}"
 
 
+WARM_START_METHOD = stage_method("warm_start")
+
+
 rule warm_start:
     input:
-        datapool="results/{task}/datapool",
-        base_model="results/{task}/base_model",
-        code=code("stages/warm_start.py", "grueflow/models", "grueflow/supervised.py", "grueflow/checkpoints.py",
-                  "grueflow/data", "grueflow/tracking.py", "grueflow/plots.py"),
+        datapool=output_of("prepare_datapool"),
+        base_model=output_of("base_model"),
+        code=code("warm_start"),
     output:
-        report(directory("results/{task}/supervised/seed{seed}"), patterns=["{name}.png"],
+        report(directory(output_of("warm_start")), patterns=["{name}.png"],
                caption="../report/loss_curve.rst", category="Learning curves", subcategory="{task}",
                labels={"method": "supervised", "seed": "{seed}"}),
     params:
         precision=PRECISION,
-        slice=task_slice("lengths"),
-        method=lambda w: read_yaml(method_file("supervised")),
-        overrides=method_overrides("supervised"),
-        method_file=method_file("supervised"),
+        slice=task_slice("warm_start"),
+        method=method_params(WARM_START_METHOD),
+        overrides=method_overrides(WARM_START_METHOD),
+        method_file=method_path(WARM_START_METHOD),
         task_file=task_file,
     threads: job_threads("warm_start")
     resources:

@@ -18,6 +18,11 @@ def dpo_name(w):
     return w.dpo_method.removeprefix("supervised+")
 
 
+PREFERENCES_METHOD = stage_method("build_preferences")
+REWARD_MODEL_METHOD = stage_method("train_reward_model")
+DPO_METHOD = stage_method("dpo", method=dpo_name)  # params/methods/<preference method>.yaml
+
+
 def dpo_init(w):
     if w.dpo_method.startswith("supervised+"):
         return f"results/{w.task}/supervised/seed{w.seed}"
@@ -26,17 +31,16 @@ def dpo_init(w):
 
 rule build_preferences:
     input:
-        datapool="results/{task}/datapool",
-        base_model="results/{task}/base_model",
-        code=code("stages/build_preferences.py", "grueflow/preference", "grueflow/models", "grueflow/metrics",
-                  "grueflow/data"),
+        datapool=output_of("prepare_datapool"),
+        base_model=output_of("base_model"),
+        code=code("build_preferences"),
     output:
-        directory("results/{task}/preferences"),
+        directory(output_of("build_preferences")),
     params:
         precision=PRECISION,
-        slice=task_slice("lengths", "reward"),
-        method=lambda w: read_yaml(method_file("preferences")),
-        method_file=method_file("preferences"),
+        slice=task_slice("build_preferences"),
+        method=method_params(PREFERENCES_METHOD),
+        method_file=method_path(PREFERENCES_METHOD),
         task_file=task_file,
     threads: job_threads("build_preferences")
     resources:
@@ -53,15 +57,15 @@ rule build_preferences:
 rule train_reward_model:
     input:
         preferences=preferences_input,
-        base_model="results/{task}/base_model",
-        code=code("stages/train_reward_model.py", "grueflow/preference"),
+        base_model=output_of("base_model"),
+        code=code("train_reward_model"),
     output:
-        directory("results/{task}/reward_model"),
+        directory(output_of("train_reward_model")),
     params:
         precision=PRECISION,
         preferences=preferences_file,
-        method=lambda w: read_yaml(method_file("reward_model")),
-        method_file=method_file("reward_model"),
+        method=method_params(REWARD_MODEL_METHOD),
+        method_file=method_path(REWARD_MODEL_METHOD),
     threads: job_threads("train_reward_model")
     resources:
         **RESOURCES.of("train_reward_model"),
@@ -78,15 +82,15 @@ rule dpo:
     input:
         preferences=preferences_input,
         init=dpo_init,
-        code=code("stages/dpo.py", "grueflow/preference", "grueflow/models"),
+        code=code("dpo"),
     output:
-        directory("results/{task}/{dpo_method}/seed{seed}"),
+        directory(output_of("dpo")),
     params:
         precision=PRECISION,
         preferences=preferences_file,
-        slice=task_slice("lengths"),
-        method=lambda w: read_yaml(method_file(dpo_name(w))),
-        method_file=lambda w: method_file(dpo_name(w)),
+        slice=task_slice("dpo"),
+        method=method_params(DPO_METHOD),
+        method_file=method_path(DPO_METHOD),
         task_file=task_file,
     threads: job_threads("dpo")
     resources:

@@ -2,6 +2,9 @@ def rl_algorithm(w):
     return w.rl_method.removeprefix("supervised+")
 
 
+RL_METHOD = stage_method("rl_finetune", algorithm=rl_algorithm)  # params/methods/<algorithm>.yaml
+
+
 def rl_init(w):
     """RL from the base model (zero-shot start) or from the warm start (supervised + RL)."""
     if w.rl_method.startswith("supervised+"):
@@ -11,21 +14,20 @@ def rl_init(w):
 
 rule rl_finetune:
     input:
-        datapool="results/{task}/datapool",
+        datapool=output_of("prepare_datapool"),
         init=rl_init,
-        base_model="results/{task}/base_model",
+        base_model=output_of("base_model"),
         reward_models=reward_models,
-        code=code("stages/rl_finetune.py", "grueflow/models", "grueflow/rl", "grueflow/metrics", "grueflow/data",
-                  "grueflow/checkpoints.py", "grueflow/tracking.py", "grueflow/plots.py"),
+        code=code("rl_finetune"),
     output:
-        report(directory("results/{task}/{rl_method}/seed{seed}"), patterns=["{name}.png"], caption="../report/curves.rst",
+        report(directory(output_of("rl_finetune")), patterns=["{name}.png"], caption="../report/curves.rst",
                category="Learning curves", subcategory="{task}", labels={"method": "{rl_method}", "seed": "{seed}"}),
     params:
         precision=PRECISION,
-        slice=task_slice("lengths", "rollout_generation", "reward"),
-        method=lambda w: read_yaml(method_file(rl_algorithm(w))),
-        overrides=method_overrides(rl_algorithm),
-        method_file=lambda w: method_file(rl_algorithm(w)),
+        slice=task_slice("rl_finetune"),
+        method=method_params(RL_METHOD),
+        overrides=method_overrides(RL_METHOD),
+        method_file=method_path(RL_METHOD),
         algorithm=rl_algorithm,
         task_file=task_file,
     threads: job_threads("rl_finetune")

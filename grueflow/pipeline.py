@@ -1,0 +1,519 @@
+"""The pipeline's one declaration: every stage's CLI, wildcards, params, inputs, outputs, metrics, plots and
+default resources, stated once here and read by both engines.
+
+- Snakemake: ``workflow/rules/*.smk`` take each rule's output paths, code inputs (the CLI and its import
+  closure), params slice and method file from :data:`STAGES`; rule names, log paths and shell commands stay in
+  the rules. Their resources come from ``grueflow.config`` (``RESOURCES.of``): a suite's ``resources:`` over
+  the defaults declared here (:data:`DEFAULT_RESOURCES`, for the stages in :data:`RESOURCE_STAGES`).
+- DVC: ``dvc.yaml`` is generated from :data:`STAGES`, one DVC stage per :class:`DvcStage` of a stage.
+
+A stage's code dependencies are never listed: they are the import closure of its CLI inside ``grueflow/``
+(:mod:`grueflow.codedeps`). So after editing this table, or the imports of any module a stage reaches,
+regenerate ``dvc.yaml`` (a test fails until the committed file equals the generated one)::
+
+    python -m grueflow.pipeline dvc --write     # rewrite dvc.yaml in place, atomically
+    python -m grueflow.pipeline dvc --check     # exit 1, saying so, when dvc.yaml is stale
+    python -m grueflow.pipeline dvc             # print the generated file
+    python -m grueflow.pipeline code rl_finetune   # print a stage's code dependencies
+
+Paths are templates in Snakemake's wildcard syntax (``results/{task}/{rl_method}/seed{seed}``), relative to
+the repository root. A DVC stage renders them by binding each wildcard to its grid axes (``rl_method`` ->
+``supervised+${item.algorithm}``). This module imports only the standard library, PyYAML and
+:mod:`grueflow.codedeps`, so the engines, ``grueflow.config`` and tests can read it without the stack.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import textwrap
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Mapping, Optional
+
+import yaml
+
+from grueflow import codedeps
+
+ROOT = codedeps.ROOT
+DVC_YAML = "dvc.yaml"
+COMMAND = "python -m grueflow.pipeline dvc --write"
+
+# a DVC grid axis -> the params/suite.yaml list it iterates over
+AXES = {"task": "tasks", "algorithm": "algorithms", "seed": "seeds", "method": "preference_methods"}
+SUITE_FILE = "params/suite.yaml"
+TASK_FILE = "params/tasks/{task}.yaml"
+METHOD_FILE = "params/methods/{method_name}.yaml"
+SUITE_VALUES = {"threads": "${threads}", "precision": "${precision}"}  # suite values a DVC command passes
+
+# outputs that later stages read
+DATAPOOL = "results/{task}/datapool"
+BASE_MODEL = "results/{task}/base_model"
+WARM_START = "results/{task}/supervised/seed{seed}"
+PREFERENCES = "results/{task}/preferences"
+EVAL = "results/eval/{task}/{method}/seed{seed}"
+BASE_MODEL_HF = BASE_MODEL + "/model"  # the Hugging Face folder inside a model stage's output (grueflow.io.MODEL_DIR)
+WARM_START_HF = WARM_START + "/model"
+MODEL_OUTS = ("{out}/model", "{out}/stage.json")  # what DVC caches of a model-producing stage
+PLACEHOLDER = re.compile(r"(?<!\$)\{(\w+)\}")  # {name} in a template; DVC's ${...} is not one
+
+
+@dataclass(frozen=True)
+class Plot:
+    """One DVC plot: a file or folder (``{out}/curves.csv``) and its axes (None: DVC's default)."""
+
+    path: str
+    x: Optional[str] = None
+    y: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class DefaultResources:
+    """A stage's default scheduler request: ``mem_mb`` in megabytes, ``runtime`` in minutes (wall time),
+    ``gpu`` a GPU count (0 asks for none). A suite's ``resources:`` overrides them per stage."""
+
+    mem_mb: int
+    runtime: int
+    gpu: int = 0
+
+
+@dataclass(frozen=True)
+class DvcStage:
+    """One DVC stage of a table stage: ``name``, the grid ``axes`` it iterates over (none: one stage; only
+    ``task``: ``foreach: ${tasks}``; more: a ``matrix``), and ``bind``, the value of each Snakemake wildcard or
+    input that the axes do not give directly (``rl_method: supervised+{algorithm}``; placeholders name axes).
+    ``comment`` goes above the stage in ``dvc.yaml``."""
+
+    name: str
+    axes: tuple[str, ...] = ()
+    bind: Mapping[str, str] = field(default_factory=dict)
+    comment: str = ""
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the pipeline.
+
+    ``script``: its CLI (``stages/<name>.py``); its code dependencies are the script and its import closure.
+    ``outputs``: the paths its CLI writes, by name (``out`` for the stage folder); their placeholders are the
+    Snakemake rule's wildcards. ``inputs``: the upstream paths its CLI reads, by name (DVC's deps; the
+    Snakemake rules choose a start's input with wildcard functions). ``task_keys``: the keys of
+    ``params/tasks/<task>.yaml`` the CLI reads (its params slice); ``method``: the name of the
+    ``params/methods/<name>.yaml`` file it reads whole (``{algorithm}``: named by a grid axis), or None;
+    ``suite_keys``: the keys of the suite it depends on. ``args``: the CLI's arguments in DVC's command, with
+    placeholders for the names above, the wildcards and ``threads``/``precision``. ``outs``, ``metrics`` and
+    ``plots``: what ``dvc.yaml`` caches, reads as metrics and plots (``{out}`` is an output's path).
+    ``resources``: the default scheduler request, for a stage that is a scheduled job. ``dvc``: its DVC
+    stages (none: Snakemake only).
+    """
+
+    name: str
+    script: str
+    outputs: Mapping[str, str]
+    inputs: Mapping[str, str] = field(default_factory=dict)
+    task_keys: tuple[str, ...] = ()
+    method: Optional[str] = None
+    suite_keys: tuple[str, ...] = ()
+    args: str = ""
+    outs: tuple[str, ...] = ()
+    metrics: tuple[str, ...] = ()
+    plots: tuple[Plot, ...] = ()
+    resources: Optional[DefaultResources] = None
+    dvc: tuple[DvcStage, ...] = ()
+
+    @property
+    def wildcards(self) -> tuple[str, ...]:
+        """The Snakemake wildcards of the stage's rule: the placeholders of its outputs, in order."""
+        names = [name for template in self.outputs.values() for name in placeholders(template)]
+        return tuple(dict.fromkeys(names))
+
+    @property
+    def code(self) -> list[str]:
+        """The files the stage runs: its CLI, then the sorted import closure of it inside ``grueflow/``."""
+        return [self.script, *codedeps.import_closure(self.script)]
+
+
+def placeholders(template: str) -> list[str]:
+    """The ``{name}`` placeholders of a path template, in order (DVC's ``${...}`` left out)."""
+    return PLACEHOLDER.findall(template)
+
+
+# -- the table --------------------------------------------------------------------------------------
+
+_TABLE = (
+    Stage(
+        "prepare_datapool", script="stages/prepare_datapool.py",
+        outputs={"out": DATAPOOL},
+        task_keys=("datapool",),
+        args="--task-file {task_file} --out {out}",
+        outs=("{out}",),
+        resources=DefaultResources(mem_mb=1000, runtime=10),
+        dvc=(DvcStage("prepare_datapool", axes=("task",)),),
+    ),
+    Stage(
+        "base_model", script="stages/base_model.py",
+        outputs={"out": BASE_MODEL},
+        inputs={"datapool": DATAPOOL},
+        task_keys=("model",),
+        args="--task-file {task_file} --datapool {datapool} --threads {threads} --out {out}",
+        outs=MODEL_OUTS,
+        plots=(Plot("{out}/pretrain_curve.csv", x="step", y="loss"),),
+        resources=DefaultResources(mem_mb=2000, runtime=30),
+        dvc=(DvcStage("base_model", axes=("task",)),),
+    ),
+    Stage(
+        "warm_start", script="stages/warm_start.py",
+        outputs={"out": WARM_START},
+        inputs={"datapool": DATAPOOL, "base_model": BASE_MODEL_HF},
+        task_keys=("lengths", "method_overrides"),
+        method="supervised",
+        suite_keys=("precision",),
+        args="--task-file {task_file} --method-file {method_file} --datapool {datapool} --base-model {base_model}"
+             " --seed {seed} --threads {threads} --resume-dir {out}.resume --out {out} --precision {precision}",
+        outs=MODEL_OUTS,
+        metrics=("{out}/dvclive/metrics.json",),
+        plots=(Plot("{out}/loss_curve.csv", x="epoch", y="val_loss"), Plot("{out}/dvclive/plots/metrics", x="step"),
+               Plot("{out}/loss_curve.png")),
+        resources=DefaultResources(mem_mb=2000, runtime=60),
+        dvc=(DvcStage("warm_start", axes=("task", "seed")),),
+    ),
+    Stage(
+        "rl_finetune", script="stages/rl_finetune.py",
+        outputs={"out": "results/{task}/{rl_method}/seed{seed}"},
+        inputs={"datapool": DATAPOOL, "base_model": BASE_MODEL_HF, "init": "{init}"},
+        task_keys=("lengths", "rollout_generation", "reward", "method_overrides"),
+        method="{algorithm}",
+        suite_keys=("precision",),
+        args="--task-file {task_file} --algorithm {algorithm} --method-file {method_file} --datapool {datapool}"
+             " --init-model {init} --base-model {base_model} --seed {seed} --threads {threads}"
+             " --resume-dir {out}.resume --out {out} --precision {precision}",
+        outs=MODEL_OUTS,
+        metrics=("{out}/train_metrics.json", "{out}/dvclive/metrics.json"),
+        plots=(Plot("{out}/curves.csv", x="iteration", y="reward/task"), Plot("{out}/dvclive/plots/metrics", x="step"),
+               Plot("{out}/curves.png")),
+        resources=DefaultResources(mem_mb=3000, runtime=120),
+        dvc=(DvcStage("rl_finetune", axes=("task", "algorithm", "seed"),
+                      bind={"rl_method": "{algorithm}", "init": BASE_MODEL_HF}),
+             DvcStage("rl_finetune_supervised", axes=("task", "algorithm", "seed"),
+                      bind={"rl_method": "supervised+{algorithm}", "init": WARM_START_HF})),
+    ),
+    Stage(
+        "evaluate", script="stages/evaluate.py",
+        outputs={"out": EVAL},
+        inputs={"datapool": DATAPOOL, "base_model": BASE_MODEL_HF, "model": "{model}"},
+        task_keys=("lengths", "eval_generation", "reward", "metrics", "headline_metrics"),
+        suite_keys=("precision",),
+        args="--task-file {task_file} --task {task} {identity} --datapool {datapool} --model {model}"
+             " --base-model {base_model} --seed {seed} --threads {threads} --out {out} --precision {precision}",
+        outs=("{out}/predictions.jsonl", "{out}/stage.json"),
+        metrics=("{out}/metrics.json",),
+        resources=DefaultResources(mem_mb=2000, runtime=60),
+        dvc=(DvcStage("evaluate_zero_shot", axes=("task", "seed"),
+                      bind={"method": "zero_shot", "identity": "--start zero_shot", "model": BASE_MODEL_HF}),
+             DvcStage("evaluate_supervised", axes=("task", "seed"),
+                      bind={"method": "supervised", "identity": "--start supervised", "model": WARM_START_HF}),
+             DvcStage("evaluate_rl", axes=("task", "algorithm", "seed"),
+                      bind={"method": "{algorithm}", "identity": "--start zero_shot --algorithm {algorithm}",
+                            "model": "results/{task}/{algorithm}/seed{seed}/model"}),
+             DvcStage("evaluate_rl_supervised", axes=("task", "algorithm", "seed"),
+                      bind={"method": "supervised+{algorithm}",
+                            "identity": "--start supervised --algorithm {algorithm}",
+                            "model": "results/{task}/supervised+{algorithm}/seed{seed}/model"}),
+             DvcStage("evaluate_dpo", axes=("task", "method", "seed"),
+                      bind={"method": "{method}", "identity": "--start zero_shot --algorithm {method}",
+                            "model": "results/{task}/{method}/seed{seed}/model"}),
+             DvcStage("evaluate_dpo_supervised", axes=("task", "method", "seed"),
+                      bind={"method": "supervised+{method}", "identity": "--start supervised --algorithm {method}",
+                            "model": "results/{task}/supervised+{method}/seed{seed}/model"})),
+    ),
+    Stage(
+        "build_preferences", script="stages/build_preferences.py",
+        outputs={"out": PREFERENCES},
+        inputs={"datapool": DATAPOOL, "base_model": BASE_MODEL_HF},
+        task_keys=("lengths", "reward"),
+        method="preferences",
+        suite_keys=("precision",),
+        args="--task-file {task_file} --method-file {method_file} --datapool {datapool} --policy {base_model}"
+             " --base-model {base_model} --threads {threads} --out {out} --precision {precision}",
+        outs=("{out}/preferences.jsonl", "{out}/stage.json"),
+        metrics=("{out}/summary.json",),
+        resources=DefaultResources(mem_mb=2000, runtime=60),
+        dvc=(DvcStage("build_preferences", axes=("task", "method"), comment=(
+            "Learning from preferences. Every stage below is a matrix over the suite's preference_methods\n"
+            "(dpo), so a suite without them (preference_methods: []) has none of these stages.")),),
+    ),
+    Stage(
+        "train_reward_model", script="stages/train_reward_model.py",
+        outputs={"out": "results/{task}/reward_model"},
+        inputs={"preferences": PREFERENCES + "/preferences.jsonl", "base_model": BASE_MODEL_HF},
+        method="reward_model",
+        suite_keys=("precision",),
+        args="--method-file {method_file} --preferences {preferences} --backbone {base_model}"
+             " --threads {threads} --out {out} --precision {precision}",
+        outs=MODEL_OUTS,
+        metrics=("{out}/metrics.json",),
+        plots=(Plot("{out}/curves.csv", x="epoch", y="val_accuracy"),),
+        resources=DefaultResources(mem_mb=2000, runtime=60),
+        dvc=(DvcStage("train_reward_model", axes=("task", "method")),),
+    ),
+    Stage(
+        "dpo", script="stages/dpo.py",
+        outputs={"out": "results/{task}/{dpo_method}/seed{seed}"},
+        inputs={"preferences": PREFERENCES + "/preferences.jsonl", "init": "{init}"},
+        task_keys=("lengths",),
+        method="{method}",
+        suite_keys=("precision",),
+        args="--task-file {task_file} --method-file {method_file} --preferences {preferences} --init-model {init}"
+             " --seed {seed} --threads {threads} --out {out} --precision {precision}",
+        outs=MODEL_OUTS,
+        metrics=("{out}/train_metrics.json",),
+        plots=(Plot("{out}/curves.csv", x="step", y="rewards/margin"),),
+        resources=DefaultResources(mem_mb=3000, runtime=120),
+        dvc=(DvcStage("dpo", axes=("task", "method", "seed"), bind={"dpo_method": "{method}", "init": BASE_MODEL_HF}),
+             DvcStage("dpo_supervised", axes=("task", "method", "seed"),
+                      bind={"dpo_method": "supervised+{method}", "init": WARM_START_HF})),
+    ),
+    Stage(
+        "aggregate", script="stages/aggregate.py",
+        outputs={"csv": "results/grue_table.csv", "md": "results/grue_table.md", "json": "results/grue_table.json",
+                 "html": "results/grue_table.html", "chart": "results/grue_chart.png",
+                 "samples": "results/samples.html"},
+        inputs={"eval": "results/eval"},
+        suite_keys=("tasks", "algorithms", "seeds", "preference_methods"),
+        args=f"--eval-dir {{eval}} --suite {SUITE_FILE} --out-csv {{csv}} --out-md {{md}} --out-json {{json}}"
+             " --out-chart {chart} --out-html {html} --out-samples {samples}",
+        outs=("{csv}", "{md}", "{html}", "{samples}"),
+        metrics=("{json}",),
+        plots=(Plot("{chart}"),),
+        resources=DefaultResources(mem_mb=1000, runtime=10),
+        dvc=(DvcStage("aggregate"),),
+    ),
+    Stage(
+        "export_human_likert", script="stages/export_human_eval.py",
+        outputs={"out": "results/human/{task}/batches/likert_seed{seed}"},
+        inputs={"predictions": EVAL + "/predictions.jsonl"},  # one per method of the suite
+    ),
+    Stage(
+        "export_human_pairwise", script="stages/export_human_eval.py",
+        outputs={"batch": "results/human/{task}/batches/{method_a}_vs_{method_b}_seed{seed}",
+                 "key": "results/human/{task}/keys/{method_a}_vs_{method_b}_seed{seed}.json"},
+        inputs={"first": "results/eval/{task}/{method_a}/seed{seed}/predictions.jsonl",
+                "second": "results/eval/{task}/{method_b}/seed{seed}/predictions.jsonl"},
+        args="--kind pairwise --criteria {task} --seed {seed} --predictions {method_a}={first} {method_b}={second}"
+             " --out {batch} --key {key}",
+        outs=("{batch}", "{key}"),
+        dvc=(DvcStage("export_human_pairwise", axes=("task", "algorithm", "seed"),
+                      bind={"method_a": "supervised+{algorithm}", "method_b": "supervised"}, comment=(
+                          "Human evaluation: a blinded pairwise batch (supervised+RL against supervised) from the\n"
+                          "two evaluate outputs. Annotating it is a human step outside the DAG (README, "
+                          "\"Human evaluation\").")),),
+    ),
+    Stage(
+        "import_human_eval", script="stages/import_human_eval.py",
+        outputs={"out": "results/human/{task}/imported/{batch}"},
+        inputs={"batch": "results/human/{task}/batches/{batch}", "answers": "data/human/{task}/{batch}",
+                "key": "results/human/{task}/keys/{batch}.json"},  # a pairwise batch's key only
+    ),
+    Stage(
+        "human_eval_table", script="stages/human_eval_table.py",
+        outputs={"csv": "results/human_eval_table.csv", "md": "results/human_eval_table.md"},
+        inputs={"imports": "results/human/{task}/imported/{batch}"},  # every imported batch
+    ),
+)
+
+STAGES: dict[str, Stage] = {s.name: s for s in _TABLE}
+"""Every stage of the pipeline by name, in the pipeline's order."""
+
+RESOURCE_STAGES: tuple[str, ...] = tuple(s.name for s in _TABLE if s.resources is not None)
+"""The stages that are scheduled jobs with default resources (the keys of a suite's ``resources:``)."""
+
+DEFAULT_RESOURCES: dict[str, dict[str, int]] = {name: asdict(STAGES[name].resources) for name in RESOURCE_STAGES}
+"""``{stage: {"mem_mb", "runtime", "gpu"}}``: each scheduled stage's default request (:class:`DefaultResources`)."""
+
+
+def stage(name: str) -> Stage:
+    """The table's stage ``name``; an unknown name raises KeyError listing the valid ones."""
+    if name not in STAGES:
+        raise KeyError(f"unknown stage {name!r}; valid stages: {', '.join(STAGES)}")
+    return STAGES[name]
+
+
+def default_resources(name: str) -> dict[str, int]:
+    """A copy of stage ``name``'s default ``{"mem_mb", "runtime", "gpu"}``; KeyError, listing the scheduled
+    stages, for a stage that has none."""
+    if name not in DEFAULT_RESOURCES:
+        raise KeyError(f"stage {name!r} has no default resources; "
+                       f"stages with resources: {', '.join(RESOURCE_STAGES)}")
+    return dict(DEFAULT_RESOURCES[name])
+
+
+# -- dvc.yaml ---------------------------------------------------------------------------------------
+
+def render(template: str, names: Mapping[str, str]) -> str:
+    """``template`` with each ``{name}`` replaced by ``names[name]`` (DVC's ``${...}`` kept); a placeholder with
+    no value raises KeyError naming it and the template."""
+    def value(match: re.Match) -> str:
+        if match.group(1) not in names:
+            raise KeyError(f"no value for {{{match.group(1)}}} in {template!r}; known: {', '.join(sorted(names))}")
+        return names[match.group(1)]
+
+    return PLACEHOLDER.sub(value, template)
+
+
+def _names(stage: Stage, variant: DvcStage) -> dict[str, str]:
+    """The DVC text of every placeholder a stage's templates may use, for one of its DVC stages."""
+    item = {variant.axes[0]: "${item}"} if len(variant.axes) == 1 else {a: f"${{item.{a}}}" for a in variant.axes}
+    names = {**SUITE_VALUES, **item}
+    names.update({k: render(v, item) for k, v in variant.bind.items()})
+    for name, template in {**stage.outputs, **stage.inputs}.items():
+        if name not in names:  # a bound input (a start's model) keeps its binding
+            names[name] = render(template, names)
+    names["task_file"] = render(TASK_FILE, names) if "task" in names else ""
+    if stage.method is not None:
+        names["method_file"] = render(METHOD_FILE, {"method_name": render(stage.method, names)})
+    return names
+
+
+def _params(stage: Stage, names: Mapping[str, str]) -> list:
+    params: list = []
+    if stage.suite_keys:
+        params.append({SUITE_FILE: list(stage.suite_keys)})
+    if stage.task_keys:
+        params.append({names["task_file"]: list(stage.task_keys)})
+    if stage.method is not None:
+        params.append({names["method_file"]: None})
+    return params
+
+
+def _plot(plot: Plot, names: Mapping[str, str]) -> object:
+    axes = {k: v for k, v in (("x", plot.x), ("y", plot.y)) if v is not None}
+    return {render(plot.path, names): axes} if axes else render(plot.path, names)
+
+
+def dvc_stage(stage: Stage, variant: DvcStage) -> dict:
+    """The ``dvc.yaml`` entry of one DVC stage of ``stage``: its grid, cmd, deps, params, outs, metrics, plots."""
+    names = _names(stage, variant)
+    body: dict = {"cmd": render(f"python {stage.script} {stage.args}", names)}
+    body["deps"] = list(dict.fromkeys([render(p, names) for p in stage.inputs.values()] + stage.code))
+    for key, values in (("params", _params(stage, names)), ("outs", [render(p, names) for p in stage.outs]),
+                        ("metrics", [render(p, names) for p in stage.metrics]),
+                        ("plots", [_plot(p, names) for p in stage.plots])):
+        if values:
+            body[key] = values
+    if not variant.axes:
+        return body
+    if len(variant.axes) == 1:
+        return {"foreach": f"${{{AXES[variant.axes[0]]}}}", "do": body}
+    return {"matrix": {a: f"${{{AXES[a]}}}" for a in variant.axes}, **body}
+
+
+def dvc_document() -> dict:
+    """``dvc.yaml`` as data: the suite file as ``vars`` and every DVC stage of the table, in table order."""
+    return {"vars": [SUITE_FILE],
+            "stages": {v.name: dvc_stage(s, v) for s in _TABLE for v in s.dvc}}
+
+
+HEADER = f"""\
+# GENERATED from the stage table in grueflow/pipeline.py by `{COMMAND}`; do not edit.
+# Each stage's code deps are the import closure of its CLI inside grueflow/ (grueflow/codedeps.py).
+# grueflow under DVC: the same stage CLIs as the Snakefile, over the grid in params/suite.yaml.
+#   dvc repro                      run what is stale
+#   dvc metrics diff HEAD~1        compare the GRUE table (and every run's metrics) across commits
+#   dvc plots diff HEAD~1          compare the training curves (DVCLive's per-iteration scalars, curves.png)
+#   dvc exp run -S params/methods/ppo.yaml:learning_rate=1e-4 && dvc exp show    compare experiments
+# Each stage lists exactly the params keys and the library code its CLI reads.
+"""
+
+
+def dvc_yaml() -> str:
+    """The text of ``dvc.yaml``: :data:`HEADER`, then :func:`dvc_document` in block style; checked to load
+    back as that document (ValueError otherwise)."""
+    document = dvc_document()
+    lines = HEADER.splitlines() + ["vars:", *_block(document["vars"], 2), "", "stages:"]
+    comments = {v.name: v.comment for s in _TABLE for v in s.dvc if v.comment}
+    for name, body in document["stages"].items():
+        lines += [f"  # {line}" for line in comments.get(name, "").splitlines()]
+        lines += [f"  {name}:", *_block(body, 4), ""]
+    text = "\n".join(lines[:-1]) + "\n"
+    if yaml.safe_load(text) != document:
+        raise ValueError("the generated dvc.yaml does not load back as the stage table's document")
+    return text
+
+
+_INDICATORS = tuple("-?:,[]{}#&*!|>'\"%@`")
+
+
+def _scalar(value: object) -> str:
+    if value is None:
+        return ""
+    text = str(value)
+    plain = (text and not text.startswith(_INDICATORS) and ": " not in text and " #" not in text
+             and not text.endswith(":") and text == text.strip() and yaml.safe_load(text) == text)
+    return text if plain else '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _entry(head: str, value: object, indent: int) -> list[str]:
+    """``head`` (``key:`` or ``-``) followed by ``value``: inline, folded (a long string) or as a block."""
+    if isinstance(value, (dict, list)):
+        return [head, *_block(value, indent + 2)]
+    text = _scalar(value)
+    if len(head) + len(text) <= 118 or text.startswith('"'):
+        return [f"{head} {text}".rstrip()]
+    wrapped = textwrap.wrap(text, width=110 - indent, break_long_words=False, break_on_hyphens=False)
+    return [f"{head} >-", *(" " * (indent + 2) + line for line in wrapped)]
+
+
+def _block(value: object, indent: int) -> list[str]:
+    """Block-style YAML lines of a dict or list at ``indent`` spaces."""
+    pad = " " * indent
+    lines: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            lines += _entry(f"{pad}{_scalar(key)}:", item, indent)
+        return lines
+    for item in value:
+        if isinstance(item, dict):  # "- key: ..." with the mapping's further lines aligned under its first key
+            inner = _block(item, indent + 2)
+            lines += [f"{pad}- {inner[0].lstrip()}", *inner[1:]]
+        else:
+            lines += _entry(f"{pad}-", item, indent)
+    return lines
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path`` and rename it onto ``path``."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    """``dvc [--write | --check]``: print, write or check ``dvc.yaml``; ``code STAGE...``: print code deps."""
+    parser = argparse.ArgumentParser(prog="python -m grueflow.pipeline", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    dvc = commands.add_parser("dvc", help="the generated dvc.yaml (stdout unless --write or --check)")
+    mode = dvc.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help=f"rewrite {DVC_YAML} at the repository root")
+    mode.add_argument("--check", action="store_true", help=f"exit 1 if {DVC_YAML} differs from the generated file")
+    code = commands.add_parser("code", help="a stage's code dependencies, one path a line")
+    code.add_argument("stages", nargs="+", choices=list(STAGES), metavar="STAGE")
+    args = parser.parse_args(argv)
+    if args.command == "code":
+        print("\n".join(dict.fromkeys(path for name in args.stages for path in STAGES[name].code)))
+        return 0
+    text, path = dvc_yaml(), ROOT / DVC_YAML
+    if args.write:
+        write_atomically(path, text)
+    elif args.check:
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            print(f"{path} is not the generated file; regenerate it with `{COMMAND}`", file=sys.stderr)
+            return 1
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,209 @@
+"""The stage table (grueflow/pipeline.py) and the computed code dependencies (grueflow/codedeps.py): what the
+engines read from the table, the generated dvc.yaml, and import closures checked against literal files."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from grueflow import codedeps, pipeline
+from grueflow.pipeline import STAGES
+from tests.conftest import ROOT
+
+RULES = ROOT / "workflow" / "rules"
+
+
+def rule_bodies() -> dict[str, str]:
+    """``{rule name: its text}`` for every rule of the rule files."""
+    bodies = {}
+    for path in sorted(RULES.glob("*.smk")):
+        for match in re.finditer(r"^rule (\w+):\n((?:(?:    .*)?\n)+)", path.read_text(), re.M):
+            bodies[match.group(1)] = match.group(2)
+    return bodies
+
+
+# -- code dependencies ------------------------------------------------------------------------------
+
+def test_closures_hold_the_modules_the_stages_import_at_run_time():
+    for name in ("rl_finetune", "warm_start"):
+        assert "grueflow/distributed.py" in STAGES[name].code
+    assert "grueflow/hub.py" in STAGES["base_model"].code
+    rl = STAGES["rl_finetune"].code
+    assert "grueflow/preference/reward_model.py" in rl  # the reward_model metric imports it inside a function
+    # the algorithm registry names its implementations as "module:Class" strings
+    assert {"grueflow/rl/ppo.py", "grueflow/rl/nlpo.py", "grueflow/rl/a2c.py", "grueflow/rl/trpo.py",
+            "grueflow/rl/critic_free.py", "grueflow/rl/trainer.py"} <= set(rl)
+    assert "grueflow/distributed.py" not in STAGES["evaluate"].code
+    assert "grueflow/human/batch.py" not in rl and "grueflow/cli.py" not in rl
+
+
+def test_a_stages_code_is_its_cli_then_the_sorted_closure_of_package_files():
+    for stage in STAGES.values():
+        script, *closure = stage.code
+        assert script == stage.script and (ROOT / script).is_file()
+        assert closure == sorted(closure) and closure == codedeps.import_closure(stage.script)
+        assert "grueflow/__init__.py" in closure and all(p.startswith("grueflow/") for p in closure)
+        assert all((ROOT / p).is_file() for p in closure)
+
+
+def write_package(root: Path) -> None:
+    files = {
+        "grueflow/__init__.py": "",
+        "grueflow/a.py": "import grueflow.sub.b\n",
+        "grueflow/sub/__init__.py": "from . import c\n",
+        "grueflow/sub/b.py": "def lazy():\n    from ..d import name\n    return name\n",
+        "grueflow/sub/c.py": "SPEC = 'grueflow.e:Cls'\n",
+        "grueflow/d.py": "if False:\n    from grueflow.pkg import f\n",
+        "grueflow/e.py": "",
+        "grueflow/pkg/__init__.py": "",
+        "grueflow/pkg/f.py": "import json\n",
+        "grueflow/pkg/unreached.py": "",
+        "grueflow/unreached.py": "import grueflow.a\n",
+        "stages/x.py": "import os\nfrom grueflow import a\nfrom grueflow.e import Cls\n",
+    }
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+
+
+def test_the_closure_follows_every_kind_of_import_and_each_parent_package(tmp_path):
+    write_package(tmp_path)
+    assert codedeps.import_closure("stages/x.py", root=tmp_path) == [
+        "grueflow/__init__.py", "grueflow/a.py", "grueflow/d.py", "grueflow/e.py", "grueflow/pkg/__init__.py",
+        "grueflow/pkg/f.py", "grueflow/sub/__init__.py", "grueflow/sub/b.py", "grueflow/sub/c.py"]
+    with pytest.raises(FileNotFoundError, match="no stage script .*stages/missing.py"):
+        codedeps.import_closure("stages/missing.py", root=tmp_path)
+
+
+def test_every_stage_in_the_generated_dvc_yaml_lists_its_cli_and_closure_as_deps():
+    document = yaml.safe_load((ROOT / "dvc.yaml").read_text())
+    stages = {v.name: s for s in STAGES.values() for v in s.dvc}
+    assert set(document["stages"]) == set(stages)
+    for name, entry in document["stages"].items():
+        deps = (entry.get("do") or entry)["deps"]
+        assert set(stages[name].code) <= set(deps), name
+        assert not any(Path(ROOT, d).is_dir() for d in deps if d.startswith(("grueflow", "stages"))), name
+
+
+def test_every_rule_takes_its_code_inputs_from_the_table():
+    bodies = rule_bodies()
+    assert set(bodies) == set(STAGES)
+    for name, body in bodies.items():
+        assert f'code=code("{name}"),' in body, name
+
+
+# -- the committed dvc.yaml -------------------------------------------------------------------------
+
+def test_the_committed_dvc_yaml_is_the_generated_one():
+    assert (ROOT / "dvc.yaml").read_text() == pipeline.dvc_yaml(), \
+        f"dvc.yaml is stale: regenerate it with `{pipeline.COMMAND}`"
+
+
+def test_the_generated_text_is_the_document_with_its_header():
+    text = pipeline.dvc_yaml()
+    assert text.startswith(f"# GENERATED from the stage table in grueflow/pipeline.py by `{pipeline.COMMAND}`")
+    assert yaml.safe_load(text) == pipeline.dvc_document()
+
+
+def test_a_dvc_stage_renders_the_cli_params_outs_metrics_and_plots():
+    entry = pipeline.dvc_stage(STAGES["rl_finetune"], STAGES["rl_finetune"].dvc[1])
+    out = "results/${item.task}/supervised+${item.algorithm}/seed${item.seed}"
+    assert entry["matrix"] == {"task": "${tasks}", "algorithm": "${algorithms}", "seed": "${seeds}"}
+    assert entry["cmd"] == (
+        "python stages/rl_finetune.py --task-file params/tasks/${item.task}.yaml --algorithm ${item.algorithm}"
+        " --method-file params/methods/${item.algorithm}.yaml --datapool results/${item.task}/datapool"
+        " --init-model results/${item.task}/supervised/seed${item.seed}/model"
+        " --base-model results/${item.task}/base_model/model --seed ${item.seed} --threads ${threads}"
+        f" --resume-dir {out}.resume --out {out} --precision ${{precision}}")
+    assert entry["deps"][:4] == ["results/${item.task}/datapool", "results/${item.task}/base_model/model",
+                                 "results/${item.task}/supervised/seed${item.seed}/model", "stages/rl_finetune.py"]
+    assert entry["params"] == [{"params/suite.yaml": ["precision"]},
+                               {"params/tasks/${item.task}.yaml": ["lengths", "rollout_generation", "reward",
+                                                                   "method_overrides"]},
+                               {"params/methods/${item.algorithm}.yaml": None}]
+    assert entry["outs"] == [f"{out}/model", f"{out}/stage.json"]
+    assert entry["metrics"] == [f"{out}/train_metrics.json", f"{out}/dvclive/metrics.json"]
+    assert entry["plots"] == [{f"{out}/curves.csv": {"x": "iteration", "y": "reward/task"}},
+                              {f"{out}/dvclive/plots/metrics": {"x": "step"}}, f"{out}/curves.png"]
+    datapool = pipeline.dvc_stage(STAGES["prepare_datapool"], STAGES["prepare_datapool"].dvc[0])
+    assert datapool["foreach"] == "${tasks}" and datapool["do"]["outs"] == ["results/${item}/datapool"]
+
+
+# -- what the table declares ------------------------------------------------------------------------
+
+def test_default_resources_are_the_scheduled_stages_current_numbers():
+    assert pipeline.RESOURCE_STAGES == ("prepare_datapool", "base_model", "warm_start", "rl_finetune", "evaluate",
+                                        "build_preferences", "train_reward_model", "dpo", "aggregate")
+    assert pipeline.DEFAULT_RESOURCES == {
+        "prepare_datapool": {"mem_mb": 1000, "runtime": 10, "gpu": 0},
+        "base_model": {"mem_mb": 2000, "runtime": 30, "gpu": 0},
+        "warm_start": {"mem_mb": 2000, "runtime": 60, "gpu": 0},
+        "rl_finetune": {"mem_mb": 3000, "runtime": 120, "gpu": 0},
+        "evaluate": {"mem_mb": 2000, "runtime": 60, "gpu": 0},
+        "aggregate": {"mem_mb": 1000, "runtime": 10, "gpu": 0},
+        "build_preferences": {"mem_mb": 2000, "runtime": 60, "gpu": 0},
+        "train_reward_model": {"mem_mb": 2000, "runtime": 60, "gpu": 0},
+        "dpo": {"mem_mb": 3000, "runtime": 120, "gpu": 0},
+    }
+    assert pipeline.default_resources("dpo") == {"mem_mb": 3000, "runtime": 120, "gpu": 0}
+    with pytest.raises(KeyError, match="stage 'human_eval_table' has no default resources; stages with resources: "
+                                       "prepare_datapool, base_model"):
+        pipeline.default_resources("human_eval_table")
+
+
+def test_the_suite_schema_accepts_resources_for_exactly_the_scheduled_stages():
+    schema = yaml.safe_load((ROOT / "workflow" / "schemas" / "suite.schema.yaml").read_text())
+    (pattern,) = schema["properties"]["resources"]["patternProperties"]
+    assert set(re.fullmatch(r"\^\((.*)\)\$", pattern).group(1).split("|")) == set(pipeline.RESOURCE_STAGES)
+
+
+def test_an_unknown_stage_is_refused_with_the_valid_names():
+    with pytest.raises(KeyError, match="unknown stage 'rl'; valid stages: prepare_datapool, base_model, warm_start"):
+        pipeline.stage("rl")
+
+
+def declared_task_keys(script: Path) -> tuple[str, ...]:
+    """The ``TASK_KEYS`` tuple a stage CLI declares (empty if none), read without importing the script."""
+    for node in ast.parse(script.read_text()).body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "TASK_KEYS" for t in node.targets):
+            return tuple(ast.literal_eval(node.value))
+    return ()
+
+
+def test_each_stages_task_keys_are_the_ones_its_cli_declares():
+    for stage in STAGES.values():
+        assert stage.task_keys == declared_task_keys(ROOT / stage.script), stage.name
+
+
+def test_wildcards_come_from_the_output_templates():
+    assert STAGES["rl_finetune"].wildcards == ("task", "rl_method", "seed")
+    assert STAGES["export_human_pairwise"].wildcards == ("task", "method_a", "method_b", "seed")
+    assert STAGES["aggregate"].wildcards == ()
+
+
+def test_each_rule_reads_its_stage_from_the_table_and_calls_its_cli():
+    bodies = rule_bodies()
+    for name, stage in STAGES.items():
+        body = bodies[name]
+        assert re.search(rf'^    shell:\n        "python {re.escape(stage.script)} ', body, re.M), name
+        assert f'output_of("{name}"' in body, name
+        slice_keys = [k for k in stage.task_keys if k != "method_overrides"]
+        assert (f'slice=task_slice("{name}")' in body) == bool(slice_keys), name
+        assert ("overrides=method_overrides(" in body) == ("method_overrides" in stage.task_keys), name
+        assert ("method_file=method_path(" in body) == (stage.method is not None), name
+        assert ("precision=PRECISION" in body) == ("precision" in stage.suite_keys), name
+        if stage.resources is not None:
+            assert f'**RESOURCES.of("{name}"),' in body, name
+
+
+def test_the_table_module_imports_no_implementation_package():
+    code = "import sys, grueflow.pipeline; print(sorted(m for m in sys.modules if m.split('.')[0] in " \
+           "('grueflow', 'torch', 'transformers', 'numba', 'numpy')))"
+    loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "['grueflow', 'grueflow.codedeps', 'grueflow.pipeline']"
