@@ -6,6 +6,12 @@ with ``checkpoint.json`` (``{"key": ..., "step": ...}``) written last inside it,
 a kill interrupted is never taken for a checkpoint. The key identifies the run (its resolved params,
 input fingerprints and seed, see :func:`run_key`): a checkpoint of another run is never resumed,
 and is deleted when this run writes its first one. The newest ``keep`` checkpoints are kept.
+
+What a checkpoint holds is the trainer's business; :class:`Checkpointed` writes ``save_checkpoint`` and
+``resume`` once over a trainer's ``save_to`` / ``load``, and :func:`save_weights` / :func:`save_state` are
+the two files most of them write: the trained weights (safetensors; the adapter alone under LoRA) and the
+rest of the state (optimiser, schedule, global RNGs, progress) as tensors and plain values, so it loads with
+``torch.load(..., weights_only=True)``.
 """
 
 from __future__ import annotations
@@ -15,13 +21,20 @@ import json
 import logging
 import re
 import shutil
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
+import torch
+from safetensors.torch import load_file, load_model, save_file, save_model
+
 from grueflow.io import atomic_dir, read_json, write_json
+from grueflow.models.lora import ADAPTER_FILE, is_lora, load_trainable_state, trainable_state
 
 log = logging.getLogger(__name__)
 MARKER = "checkpoint.json"
+STATE_FILE = "trainer_state.pt"  # everything besides the weights: tensors and plain values only
+WEIGHTS_FILE = "model.safetensors"  # every weight; under LoRA the adapter's ADAPTER_FILE instead
 
 
 class Checkpoint(NamedTuple):
@@ -76,3 +89,67 @@ def prune(root: str | Path, unit: str, key: str, keep: int) -> None:
     for path in stale:
         log.debug("removing checkpoint %s", path)
         shutil.rmtree(path, ignore_errors=True)
+
+
+def save_weights(model: Any, folder: str | Path) -> None:
+    """The weights a resumed run needs into ``folder``: the adapter under LoRA, else every weight (tied ones once)."""
+    folder = Path(folder)
+    if is_lora(model):
+        save_file(trainable_state(model), str(folder / ADAPTER_FILE))
+    else:
+        save_model(model, str(folder / WEIGHTS_FILE))
+
+
+def load_weights(model: Any, folder: str | Path) -> None:
+    """Inverse of :func:`save_weights`; strict: a missing or unexpected weight raises."""
+    folder = Path(folder)
+    if is_lora(model):
+        load_trainable_state(model, load_file(str(folder / ADAPTER_FILE)))
+    else:
+        load_model(model, str(folder / WEIGHTS_FILE))
+
+
+def save_state(folder: str | Path, state: dict[str, Any]) -> None:
+    """``state`` (tensors and plain values: optimiser and RNG states, progress, the curve) into ``folder``."""
+    torch.save(state, Path(folder) / STATE_FILE)
+
+
+def load_state(folder: str | Path) -> dict[str, Any]:
+    """Inverse of :func:`save_state` (``weights_only``: nothing in the file is executed)."""
+    return torch.load(Path(folder) / STATE_FILE, weights_only=True)
+
+
+class Checkpointed(ABC):
+    """``save_checkpoint`` and ``resume`` of a trainer whose checkpoints are ``<resume dir>/<unit><step>/``.
+
+    A subclass names its ``unit`` (``epoch``, ``step``) and says how many are done (:meth:`checkpoint_step`),
+    what a checkpoint holds (:meth:`save_to`) and how to continue from one (:meth:`load`); ``keep`` is how
+    many of the newest checkpoints stay.
+    """
+
+    unit: str
+    keep: int = 1
+
+    @abstractmethod
+    def checkpoint_step(self) -> int:
+        """The units done so far: the number in the checkpoint's folder name."""
+
+    @abstractmethod
+    def save_to(self, folder: Path, key: str) -> None:
+        """Write everything a resumed run needs into the (new, empty) ``folder``."""
+
+    @abstractmethod
+    def load(self, folder: str | Path) -> None:
+        """Continue from a checkpoint written by :meth:`save_to`."""
+
+    def save_checkpoint(self, resume_dir: str | Path, key: str) -> Path:
+        """Add ``<unit><step>/`` to ``resume_dir`` (atomically), keeping the newest ``keep``."""
+        return save(resume_dir, self.unit, self.checkpoint_step(), key, lambda folder: self.save_to(folder, key),
+                    keep=self.keep)
+
+    def resume(self, resume_dir: str | Path, key: str) -> Path | None:
+        """Load run ``key``'s newest complete checkpoint in ``resume_dir``; returns it, or None if there is none."""
+        path = latest(resume_dir, self.unit, key)
+        if path is not None:
+            self.load(path)
+        return path

@@ -21,23 +21,20 @@ import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 import torch
-from safetensors.torch import load_file, load_model, save_file, save_model
 
 from grueflow import checkpoints
 from grueflow.config import SupervisedConfig
 from grueflow.data import Sample
 from grueflow.distributed import DataParallel
-from grueflow.models.lora import ADAPTER_FILE, is_lora, load_trainable_state, trainable_parameters, trainable_state
+from grueflow.models.lora import trainable_parameters
 from grueflow.models.policy import Policy, completion_mask
 from grueflow.seeding import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 CHECKPOINT_UNIT = "epoch"  # checkpoints are <resume dir>/epoch<k>/
-STATE_FILE = "trainer_state.pt"
-WEIGHTS_FILE = "model.safetensors"  # every weight; under LoRA the adapter's ADAPTER_FILE instead
 
 
 def pairs(samples: list[Sample]) -> list[tuple[str, str]]:
@@ -81,8 +78,11 @@ class SupervisedState:
     curve: list[dict[str, float]] = field(default_factory=list)
 
 
-class SupervisedTrainer:
-    """Fine-tunes ``policy.model`` in place with AdamW and a linear warmup/decay schedule, epoch by epoch."""
+class SupervisedTrainer(checkpoints.Checkpointed):
+    """Fine-tunes ``policy.model`` in place with AdamW and a linear warmup/decay schedule, epoch by epoch;
+    a checkpoint after every epoch (the newest kept)."""
+
+    unit = CHECKPOINT_UNIT
 
     def __init__(self, policy: Policy, train_samples: list[Sample], val_samples: list[Sample], cfg: SupervisedConfig,
                  max_target: int, seed: int, parallel: DataParallel = DataParallel()) -> None:
@@ -158,41 +158,24 @@ class SupervisedTrainer:
 
     # -- checkpoints -----------------------------------------------------------------------
 
+    def checkpoint_step(self) -> int:
+        return self.state.epoch
+
     def save_to(self, folder: Path, key: str) -> None:
         """Write the weights (safetensors) and the optimiser, schedule, RNG and progress state into ``folder``."""
-        model = self.policy.model
-        if is_lora(model):
-            save_file(trainable_state(model), str(folder / ADAPTER_FILE))
-        else:
-            save_model(model, str(folder / WEIGHTS_FILE))  # tied weights are stored once
-        torch.save({"key": key, "epoch": self.state.epoch, "curve": self.state.curve,
-                    "optimizer": self.optimizer.state_dict(), "scheduler": self.schedule.state_dict(),
-                    "rng": rng_state()}, folder / STATE_FILE)
+        checkpoints.save_weights(self.policy.model, folder)
+        checkpoints.save_state(folder, {"key": key, "epoch": self.state.epoch, "curve": self.state.curve,
+                                        "optimizer": self.optimizer.state_dict(),
+                                        "scheduler": self.schedule.state_dict(), "rng": rng_state()})
 
     def load(self, folder: str | Path) -> None:
         """Continue from a checkpoint written by :meth:`save_to`."""
-        folder, model = Path(folder), self.policy.model
-        if is_lora(model):
-            load_trainable_state(model, load_file(str(folder / ADAPTER_FILE)))
-        else:
-            load_model(model, str(folder / WEIGHTS_FILE))  # strict: a missing or unexpected weight raises
-        saved: dict[str, Any] = torch.load(folder / STATE_FILE, weights_only=True)
+        checkpoints.load_weights(self.policy.model, folder)
+        saved = checkpoints.load_state(folder)
         self.state = SupervisedState(saved["epoch"], saved["curve"])
         self.optimizer.load_state_dict(saved["optimizer"])
         self.schedule.load_state_dict(saved["scheduler"])
         set_rng_state(saved["rng"])
-
-    def save_checkpoint(self, resume_dir: str | Path, key: str) -> Path:
-        """Add ``epoch<k>/`` to ``resume_dir`` (atomically), keeping only this newest one."""
-        return checkpoints.save(resume_dir, CHECKPOINT_UNIT, self.state.epoch, key,
-                                lambda folder: self.save_to(folder, key), keep=1)
-
-    def resume(self, resume_dir: str | Path, key: str) -> Path | None:
-        """Load run ``key``'s newest complete checkpoint in ``resume_dir``; returns it, or None if there is none."""
-        path = checkpoints.latest(resume_dir, CHECKPOINT_UNIT, key)
-        if path is not None:
-            self.load(path)
-        return path
 
 
 def train(policy: Policy, train_samples: list[Sample], val_samples: list[Sample], cfg: SupervisedConfig,

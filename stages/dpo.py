@@ -3,8 +3,9 @@
 from pathlib import Path
 
 from grueflow import stage
+from grueflow.checkpoints import run_key
 from grueflow.config import LengthsConfig, to_dict
-from grueflow.io import MODEL_DIR, atomic_dir, write_csv, write_json
+from grueflow.io import MODEL_DIR, fingerprint, write_csv, write_json
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.lora import merged, with_lora
@@ -13,7 +14,7 @@ from grueflow.params import load_section
 from grueflow.preference.config import DPOConfig
 from grueflow.preference.data import read_preferences
 from grueflow.preference.dpo import DPOTrainer
-from grueflow.seeding import seed_everything
+from grueflow.training import TrainingRun, add_arguments
 
 TASK_KEYS = ("lengths",)
 
@@ -26,39 +27,40 @@ def main() -> None:
     p.add_argument("--init-model", type=Path, required=True,
                    help="start model (a Hugging Face folder: the base model or the warm start); also the frozen reference")
     p.add_argument("--seed", type=stage.seed, required=True)
-    p.add_argument("--threads", type=int, default=1)
-    stage.add_execution(p)
-    p.add_argument("--out", type=Path, required=True, help="a folder: model/, curves.csv, train_metrics.json, stage.json")
+    p.add_argument("--checkpoint-every", type=int, default=0,
+                   help="also checkpoint every this many steps (default 0: after each epoch only); when, never what, "
+                        "is computed, so not a param")
+    add_arguments(p, "a folder: model/, curves.csv, train_metrics.json, stage.json")
     args = p.parse_args()
+    if args.checkpoint_every < 0:
+        p.error(f"--checkpoint-every {args.checkpoint_every} is negative; give a step count >= 0 (0: each epoch's end)")
     started = stage.setup(args)
     lengths = load_section(LengthsConfig, args.task_file, "lengths")
     cfg: DPOConfig = load_section(DPOConfig, args.method_file)
     check_context(args.init_model, lengths.prompt, lengths.target, str(args.task_file), ("lengths.prompt", "lengths.target"))
-    ex = stage.execution(args)
+    run = TrainingRun.start("dpo", args, started, args.seed)
     prefs = read_preferences(args.preferences)
-
-    seed_everything(args.seed, args.threads)
-    backend = select(ex)
+    backend = select(run.execution)
     model, tokenizer = load_pretrained(args.init_model, backend=backend)
     # LoRA: the reference is the adapter-free base
     ref_model = load_pretrained(args.init_model, backend=backend, frozen=True)[0] if cfg.lora is None else None
     if cfg.lora is not None:
         model = with_lora(model, cfg.lora)
     policy = Policy(model, tokenizer, lengths.prompt, backend)
-    trainer = DPOTrainer(policy, ref_model, prefs, cfg, lengths.target, args.seed)
-    steps = cfg.epochs * -(-len(prefs) // cfg.batch_size)
-    bar = stage.progress(steps, f"dpo ({cfg.loss_type}) steps")
-    curve = trainer.train(progress=lambda _: bar.update())
-    bar.close()
+    trainer = DPOTrainer(policy, ref_model, prefs, cfg, lengths.target, args.seed, args.checkpoint_every)
+    key = run_key("dpo", to_dict(lengths), to_dict(cfg), fingerprint(args.init_model), fingerprint(args.preferences),
+                  args.seed, run.execution.precision)
+    curve = run.train(trainer, key, trainer.total_steps, "step", f"dpo ({cfg.loss_type}) steps")
     final = trainer.evaluate(prefs)
-    with atomic_dir(args.out) as tmp:
-        merged(policy.model).save_pretrained(tmp / MODEL_DIR)  # plain Hugging Face weights, LoRA folded in
-        tokenizer.save_pretrained(tmp / MODEL_DIR)
-        write_csv(tmp / "curves.csv", curve)
-        write_json(tmp / "train_metrics.json", {k: round(v, 6) for k, v in final.items()})
-        stage.finish(tmp, "dpo", {"dpo": to_dict(cfg), "lengths": to_dict(lengths), "seed": args.seed,
-                                  "precision": args.precision},
-                     {"preferences": args.preferences, "init_model": args.init_model}, started, execution=ex.record())
+
+    def write(folder: Path) -> None:
+        merged(policy.model).save_pretrained(folder / MODEL_DIR)  # plain Hugging Face weights, LoRA folded in
+        tokenizer.save_pretrained(folder / MODEL_DIR)
+        write_csv(folder / "curves.csv", curve)
+        write_json(folder / "train_metrics.json", {k: round(v, 6) for k, v in final.items()})
+
+    run.finish(write, {"dpo": to_dict(cfg), "lengths": to_dict(lengths), "seed": args.seed, "precision": args.precision},
+               {"preferences": args.preferences, "init_model": args.init_model})
 
 
 if __name__ == "__main__":

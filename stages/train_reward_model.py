@@ -3,13 +3,14 @@
 from pathlib import Path
 
 from grueflow import stage
+from grueflow.checkpoints import run_key
 from grueflow.config import to_dict
-from grueflow.io import MODEL_DIR, atomic_dir, write_csv, write_json
+from grueflow.io import MODEL_DIR, fingerprint, write_csv, write_json
 from grueflow.params import load_section
 from grueflow.preference.config import RewardModelConfig
 from grueflow.preference.data import read_preferences
-from grueflow.preference.reward_model import load_backbone, save_reward_model, train_reward_model
-from grueflow.seeding import seed_everything
+from grueflow.preference.reward_model import RewardModelTrainer, load_backbone, save_reward_model
+from grueflow.training import TrainingRun, add_arguments
 
 
 def main() -> None:
@@ -19,26 +20,26 @@ def main() -> None:
                    help="a preference set (JSONL of {id, prompt, chosen, rejected}): build_preferences' or the human import's")
     p.add_argument("--backbone", type=Path, required=True,
                    help="a Hugging Face model folder (causal LM, encoder or encoder-decoder), e.g. the base model")
-    p.add_argument("--threads", type=int, default=1)
-    stage.add_execution(p)
-    p.add_argument("--out", type=Path, required=True, help="a folder: model/, curves.csv, metrics.json, stage.json")
+    add_arguments(p, "a folder: model/, curves.csv, metrics.json, stage.json; a checkpoint after every epoch")
     args = p.parse_args()
     started = stage.setup(args)
     cfg: RewardModelConfig = load_section(RewardModelConfig, args.method_file)
-    ex = stage.execution(args)
+    run = TrainingRun.start("train_reward_model", args, started, cfg.seed)
     prefs = read_preferences(args.preferences)
+    model, tokenizer = load_backbone(args.backbone, run.execution)
+    trainer = RewardModelTrainer(model, tokenizer, prefs, cfg, run.execution)
+    key = run_key("train_reward_model", to_dict(cfg), fingerprint(args.backbone), fingerprint(args.preferences),
+                  run.execution.precision)
+    curve = run.train(trainer, key, cfg.epochs, "epoch", "reward model epochs")
+    final = trainer.final_metrics()
 
-    seed_everything(cfg.seed, args.threads)
-    model, tokenizer = load_backbone(args.backbone, ex)
-    bar = stage.progress(cfg.epochs, "reward model epochs")
-    curve, final = train_reward_model(model, tokenizer, prefs, cfg, progress=lambda _: bar.update(), execution=ex)
-    bar.close()
-    with atomic_dir(args.out) as tmp:
-        save_reward_model(model, tokenizer, cfg, tmp / MODEL_DIR)
-        write_csv(tmp / "curves.csv", curve)
-        write_json(tmp / "metrics.json", final)
-        stage.finish(tmp, "train_reward_model", {"reward_model": to_dict(cfg), "precision": args.precision},
-                     {"preferences": args.preferences, "backbone": args.backbone}, started, execution=ex.record())
+    def write(folder: Path) -> None:
+        save_reward_model(model, tokenizer, cfg, folder / MODEL_DIR)
+        write_csv(folder / "curves.csv", curve)
+        write_json(folder / "metrics.json", final)
+
+    run.finish(write, {"reward_model": to_dict(cfg), "precision": args.precision},
+               {"preferences": args.preferences, "backbone": args.backbone})
 
 
 if __name__ == "__main__":

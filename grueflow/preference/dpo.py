@@ -10,23 +10,34 @@ and one of the frozen reference.
 Everything runs on the policy's device and under its backend's precision: the reference may be frozen in
 bf16 and the forward passes run in autocast, but :meth:`Policy.score` returns float32 logits, so
 log-probs, the loss and its statistics are float32.
+
+Training can be killed and resumed: a checkpoint (``<resume dir>/step<k>/``) after every epoch's last
+step, and every ``checkpoint_every`` steps when that is > 0, holds the weights (the adapter only, under
+LoRA), the optimiser, the global RNGs, the step count and the curve. Each epoch's order is drawn from
+``(seed, epoch)`` alone and the step count says where in it a run stopped, so a resumed run takes the
+batches an uninterrupted one takes and ends with the same weights, bit for bit.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
 
+from grueflow import checkpoints
 from grueflow.models.lora import reference_view, trainable_parameters
 from grueflow.models.policy import Policy, completion_mask, logprobs_from_logits
 from grueflow.preference.config import DPOConfig
 from grueflow.preference.data import Preference
+from grueflow.seeding import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
+CHECKPOINT_UNIT = "step"  # checkpoints are <resume dir>/step<k>/
 
 
 class PairLogprobs(NamedTuple):
@@ -70,16 +81,50 @@ def pair_logprobs(policy: Policy, pairs: list[Preference], max_target: int, mode
     return PairLogprobs(summed[:len(pairs)], summed[len(pairs):])
 
 
-class DPOTrainer:
+def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+    """The order of ``n`` pairs in ``epoch`` (0-based): a permutation drawn from ``(seed, epoch)`` alone."""
+    order = list(range(n))
+    random.Random(f"dpo/{seed}/{epoch}").shuffle(order)
+    return order
+
+
+def checkpoint_due(step: int, steps_per_epoch: int, checkpoint_every: int) -> bool:
+    """Whether a checkpoint follows optimiser step ``step`` (1-based): after each epoch's last step, and every
+    ``checkpoint_every`` steps when that is > 0."""
+    return step % steps_per_epoch == 0 or (checkpoint_every > 0 and step % checkpoint_every == 0)
+
+
+@dataclass
+class DPOState:
+    """Progress besides the weights: optimiser steps done and the curve (one row per step)."""
+
+    step: int = 0
+    curve: list[dict[str, float]] = field(default_factory=list)
+
+
+class DPOTrainer(checkpoints.Checkpointed):
     """Fine-tunes ``policy.model`` in place with DPO or IPO against ``ref_model`` (None under LoRA: the
-    policy with its adapter disabled is the reference)."""
+    policy with its adapter disabled is the reference).
+
+    ``checkpoint_every`` (steps, >= 0): besides the checkpoint after each epoch, one every that many steps
+    (0: after each epoch only). It says when checkpoints are written, never what is computed.
+    """
+
+    unit = CHECKPOINT_UNIT
 
     def __init__(self, policy: Policy, ref_model: Optional[Any], prefs: list[Preference], cfg: DPOConfig,
-                 max_target: int, seed: int) -> None:
+                 max_target: int, seed: int, checkpoint_every: int = 0) -> None:
+        if not prefs:
+            raise ValueError("DPO needs at least one preference pair; the preference set is empty")
+        if checkpoint_every < 0:
+            raise ValueError(f"checkpoint_every must be >= 0 steps (0: after each epoch only), got {checkpoint_every}")
         self.policy, self.ref_model, self.prefs, self.cfg = policy, ref_model, prefs, cfg
-        self.max_target, self.seed = max_target, seed
+        self.max_target, self.seed, self.checkpoint_every = max_target, seed, checkpoint_every
+        self.steps_per_epoch = -(-len(prefs) // cfg.batch_size)
+        self.total_steps = cfg.epochs * self.steps_per_epoch
         self.params = trainable_parameters(policy.model)
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate)
+        self.state = DPOState()
         if ref_model is not None:
             ref_model.eval()
             for p in ref_model.parameters():
@@ -108,27 +153,53 @@ class DPOTrainer:
                 sums[key] = sums.get(key, 0.0) + float(value)
         return {k: v / len(pairs) for k, v in sums.items()}
 
-    def train(self, progress: Optional[Callable[[dict[str, float]], None]] = None) -> list[dict[str, float]]:
-        """``epochs`` passes over the pairs, each in an order drawn from ``(seed, epoch)``; one curve row per step."""
-        curve: list[dict[str, float]] = []
-        step = 0
+    def update(self, pairs: list[Preference], epoch: int) -> dict[str, float]:
+        """One optimiser step on ``pairs`` (0-based ``epoch``); appends the curve row (rounded) and returns it."""
+        loss, stats = self.batch_loss(pairs)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite DPO loss at step {self.state.step + 1}; lower learning_rate or beta")
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
+        self.optimizer.step()
+        self.state.step += 1
+        row = {"step": self.state.step, "epoch": epoch + 1, "loss": loss.item(),
+               **{k: v.mean().item() for k, v in stats.items()}, "grad_norm": float(norm)}
+        self.state.curve.append({k: round(v, 6) if isinstance(v, float) else v for k, v in row.items()})
+        return row
+
+    def train(self, checkpoint: Optional[Callable[["DPOTrainer"], None]] = None,
+              progress: Optional[Callable[[dict[str, float]], None]] = None) -> list[dict[str, float]]:
+        """The remaining steps of ``epochs`` passes over the pairs, each in its :func:`epoch_order`, calling
+        ``checkpoint`` when one is due (:func:`checkpoint_due`); returns the curve (one row per step)."""
         self.policy.model.eval()  # no dropout, as TRL's disable_dropout: at step 0 policy and reference agree exactly
-        for epoch in range(self.cfg.epochs):
-            order = list(range(len(self.prefs)))
-            random.Random(f"dpo/{self.seed}/{epoch}").shuffle(order)
-            for start in range(0, len(order), self.cfg.batch_size):
-                chunk = [self.prefs[i] for i in order[start:start + self.cfg.batch_size]]
-                loss, stats = self.batch_loss(chunk)
-                if not torch.isfinite(loss):
-                    raise FloatingPointError(f"non-finite DPO loss at step {step + 1}; lower learning_rate or beta")
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
-                self.optimizer.step()
-                step += 1
-                row = {"step": step, "epoch": epoch + 1, "loss": loss.item(),
-                       **{k: v.mean().item() for k, v in stats.items()}, "grad_norm": float(norm)}
-                curve.append({k: round(v, 6) if isinstance(v, float) else v for k, v in row.items()})
+        size = self.cfg.batch_size
+        while self.state.step < self.total_steps:
+            epoch, first = divmod(self.state.step, self.steps_per_epoch)  # a resumed run starts mid-epoch
+            order = epoch_order(len(self.prefs), self.seed, epoch)
+            for start in range(first * size, len(order), size):
+                row = self.update([self.prefs[i] for i in order[start:start + size]], epoch)
+                if checkpoint and checkpoint_due(self.state.step, self.steps_per_epoch, self.checkpoint_every):
+                    checkpoint(self)
                 if progress:
                     progress(row)
-        return curve
+        return self.state.curve
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def checkpoint_step(self) -> int:
+        return self.state.step
+
+    def save_to(self, folder: Path, key: str) -> None:
+        """Write the weights (the adapter under LoRA) and the optimiser, RNG and progress state into ``folder``."""
+        checkpoints.save_weights(self.policy.model, folder)
+        checkpoints.save_state(folder, {"key": key, "step": self.state.step, "curve": self.state.curve,
+                                        "optimizer": self.optimizer.state_dict(), "rng": rng_state()})
+
+    def load(self, folder: str | Path) -> None:
+        """Continue from a checkpoint written by :meth:`save_to`."""
+        checkpoints.load_weights(self.policy.model, folder)
+        saved = checkpoints.load_state(folder)
+        self.state = DPOState(saved["step"], saved["curve"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        set_rng_state(saved["rng"])

@@ -14,26 +14,34 @@ score ``(prompt, completion)`` pairs as a reward.
 Models live on the device of an :class:`~grueflow.device.Execution` (default: the CPU in float32). A model
 that trains keeps float32 weights and, under bf16, runs its forward passes in bf16 autocast; a frozen one
 (:class:`RewardModel`) is loaded in the execution's frozen dtype. Rewards and losses are float32.
+
+Training can be killed and resumed (:class:`RewardModelTrainer`): a checkpoint after every epoch
+(``<resume dir>/epoch<k>/``) holds the classifier's weights, the optimiser, the global RNGs (dropout draws
+from torch's), the epochs done and the curve; each epoch's order is drawn from ``(seed, epoch)`` alone, so a
+resumed run ends with the same weights, bit for bit, as an uninterrupted one.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 
-from grueflow import io
+from grueflow import checkpoints, io
 from grueflow.device import Execution, or_cpu
 from grueflow.models import model_kind
 from grueflow.preference.config import RewardModelConfig
 from grueflow.preference.data import Preference
+from grueflow.seeding import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 FORMAT_FILE = "reward_model.json"  # {"max_length": ...}: how texts were built for training
+CHECKPOINT_UNIT = "epoch"  # checkpoints are <resume dir>/epoch<k>/
 
 
 def join(prompt: str, completion: str) -> str:
@@ -136,50 +144,114 @@ def _pair_rewards(model: Any, tokenizer: Any, chunk: list[Preference], max_lengt
     return scores[:len(chunk)], scores[len(chunk):]
 
 
+def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
+    """The order of ``n`` training pairs in ``epoch`` (0-based): a permutation drawn from ``(seed, epoch)`` alone."""
+    order = list(range(n))
+    random.Random(f"reward_model/{seed}/{epoch}").shuffle(order)
+    return order
+
+
+@dataclass
+class RewardModelState:
+    """Progress besides the weights: epochs done and the curve (one row per epoch)."""
+
+    epoch: int = 0
+    curve: list[dict[str, float]] = field(default_factory=list)
+
+
+class RewardModelTrainer(checkpoints.Checkpointed):
+    """Trains ``model`` (float32, on the execution's device) in place on the training pairs, epoch by epoch,
+    with AdamW; a checkpoint after every epoch (the newest kept).
+
+    Forward passes run under the execution's autocast (bf16 under bf16; default: the CPU in float32) and the
+    Bradley–Terry loss is computed in float32. The pairs are split by :func:`split_pairs` (``cfg.seed``).
+    """
+
+    unit = CHECKPOINT_UNIT
+
+    def __init__(self, model: Any, tokenizer: Any, prefs: list[Preference], cfg: RewardModelConfig,
+                 execution: Optional[Execution] = None) -> None:
+        self.model, self.tokenizer, self.cfg, self.execution = model, tokenizer, cfg, or_cpu(execution)
+        self.train_pairs, self.val_pairs = split_pairs(prefs, cfg.val_fraction, cfg.seed)
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self.state = RewardModelState()
+
+    def run_epoch(self) -> dict[str, float]:
+        """One pass over the training pairs in this epoch's order; returns the curve row (with the held-out
+        loss and accuracy when pairs are held out)."""
+        cfg, model = self.cfg, self.model
+        model.train()
+        data = [self.train_pairs[i] for i in epoch_order(len(self.train_pairs), cfg.seed, self.state.epoch)]
+        losses = []
+        for start in range(0, len(data), cfg.batch_size):
+            chunk = data[start:start + cfg.batch_size]
+            loss = bradley_terry_loss(*_pair_rewards(model, self.tokenizer, chunk, cfg.max_length, self.execution))
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+            self.optimizer.step()
+            losses.append(loss.item())
+        self.state.epoch += 1
+        row = {"epoch": self.state.epoch, "train_loss": round(sum(losses) / len(losses), 6)}
+        if self.val_pairs:
+            held_out = pairwise_metrics(model, self.tokenizer, self.val_pairs, cfg, self.execution)
+            row.update({f"val_{k}": round(v, 6) for k, v in held_out.items()})
+        self.state.curve.append(row)
+        log.info("reward model epoch %d: %s", row["epoch"], row)
+        return row
+
+    def train(self, checkpoint: Optional[Callable[["RewardModelTrainer"], None]] = None,
+              progress: Optional[Callable[[dict[str, float]], None]] = None) -> list[dict[str, float]]:
+        """Run the remaining epochs, calling ``checkpoint`` after each; returns the curve (one row per epoch)."""
+        while self.state.epoch < self.cfg.epochs:
+            row = self.run_epoch()
+            if checkpoint:
+                checkpoint(self)
+            if progress:
+                progress(row)
+        self.model.eval()
+        return self.state.curve
+
+    def final_metrics(self) -> dict[str, float]:
+        """``train/accuracy``, ``train/loss``, and ``val/accuracy``, ``val/loss`` on the held-out pairs when there
+        are any (rounded to 6 places), with ``n_train`` and ``n_val``."""
+        final = {f"train/{k}": round(v, 6) for k, v in
+                 pairwise_metrics(self.model, self.tokenizer, self.train_pairs, self.cfg, self.execution).items()}
+        if self.val_pairs:
+            held_out = pairwise_metrics(self.model, self.tokenizer, self.val_pairs, self.cfg, self.execution)
+            final.update({f"val/{k}": round(v, 6) for k, v in held_out.items()})
+        final.update({"n_train": len(self.train_pairs), "n_val": len(self.val_pairs)})
+        return final
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def checkpoint_step(self) -> int:
+        return self.state.epoch
+
+    def save_to(self, folder: Path, key: str) -> None:
+        """Write the classifier's weights and the optimiser, RNG and progress state into ``folder``."""
+        checkpoints.save_weights(self.model, folder)
+        checkpoints.save_state(folder, {"key": key, "epoch": self.state.epoch, "curve": self.state.curve,
+                                        "optimizer": self.optimizer.state_dict(), "rng": rng_state()})
+
+    def load(self, folder: str | Path) -> None:
+        """Continue from a checkpoint written by :meth:`save_to`."""
+        checkpoints.load_weights(self.model, folder)
+        saved = checkpoints.load_state(folder)
+        self.state = RewardModelState(saved["epoch"], saved["curve"])
+        self.optimizer.load_state_dict(saved["optimizer"])
+        set_rng_state(saved["rng"])
+
+
 def train_reward_model(model: Any, tokenizer: Any, prefs: list[Preference], cfg: RewardModelConfig,
                        progress: Optional[Callable[[dict[str, float]], None]] = None,
                        execution: Optional[Execution] = None) -> tuple[list[dict[str, float]], dict[str, float]]:
-    """Train ``model`` (float32, on the execution's device) in place on the training pairs; returns the
-    per-epoch curve and the final metrics.
-
-    Forward passes run under the execution's autocast (bf16 under bf16; default: the CPU in float32) and the
-    Bradley–Terry loss is computed in float32. Each epoch's order is drawn from ``(seed, epoch)``. The final
-    metrics: ``train/accuracy``, ``train/loss``, and ``val/accuracy``, ``val/loss`` on the held-out pairs
-    when there are any.
-    """
-    execution = or_cpu(execution)
-    train, val = split_pairs(prefs, cfg.val_fraction, cfg.seed)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-    curve = []
-    for epoch in range(cfg.epochs):
-        model.train()
-        order = list(range(len(train)))
-        random.Random(f"reward_model/{cfg.seed}/{epoch}").shuffle(order)
-        losses = []
-        for start in range(0, len(order), cfg.batch_size):
-            chunk = [train[i] for i in order[start:start + cfg.batch_size]]
-            loss = bradley_terry_loss(*_pair_rewards(model, tokenizer, chunk, cfg.max_length, execution))
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-            optimizer.step()
-            losses.append(loss.item())
-        row = {"epoch": epoch + 1, "train_loss": round(sum(losses) / len(losses), 6)}
-        if val:
-            held_out = pairwise_metrics(model, tokenizer, val, cfg, execution)
-            row.update({f"val_{k}": round(v, 6) for k, v in held_out.items()})
-        curve.append(row)
-        log.info("reward model epoch %d: %s", epoch + 1, row)
-        if progress:
-            progress(row)
-    model.eval()
-    final = {f"train/{k}": round(v, 6) for k, v in pairwise_metrics(model, tokenizer, train, cfg, execution).items()}
-    if val:
-        held_out = pairwise_metrics(model, tokenizer, val, cfg, execution)
-        final.update({f"val/{k}": round(v, 6) for k, v in held_out.items()})
-    final.update({"n_train": len(train), "n_val": len(val)})
-    return curve, final
+    """Train ``model`` in place without checkpoints (:class:`RewardModelTrainer`); returns the per-epoch curve
+    and the final metrics (:meth:`RewardModelTrainer.final_metrics`)."""
+    trainer = RewardModelTrainer(model, tokenizer, prefs, cfg, execution)
+    curve = trainer.train(progress=progress)
+    return curve, trainer.final_metrics()
 
 
 def save_reward_model(model: Any, tokenizer: Any, cfg: RewardModelConfig, folder: Path) -> None:

@@ -1,0 +1,180 @@
+"""The skeleton every long training stage shares (warm_start, rl_finetune, dpo, train_reward_model).
+
+A stage parses its flags, loads its params, builds its model and trainer and writes its own files; the
+rest is written here once, in the order it runs:
+
+1. :meth:`TrainingRun.start`, before any model loads: relaunch as ``processes`` data-parallel copies
+   (:func:`grueflow.stage.relaunch_data_parallel`), resolve the device and precision, join the process
+   group, and seed everything (:func:`grueflow.seeding.seed_everything`, once per stage);
+2. :meth:`TrainingRun.train`: resume the trainer from the newest checkpoint of this run in the resume
+   folder (``--resume-dir``, default ``<out>.resume``), then train with a progress bar, checkpoints
+   into the resume folder (main process only) and, for a tracked stage, DVCLive (and TensorBoard) logs
+   of the curve kept in the resume folder, into which a resumed run first replays its checkpoint's rows;
+3. :meth:`TrainingRun.finish`: compare the data-parallel replicas, write the output folder atomically
+   (the stage's files, the tracking log, ``stage.json`` last; main process only) and remove the resume
+   folder.
+
+A trainer is :class:`Resumable`: it resumes from and checkpoints into a resume folder, trains with a
+checkpoint and a progress callback, and its ``state.curve`` holds one row per unit done (iteration, epoch
+or step), so the curve's length is how far a resumed run already is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional, Protocol, Sequence
+
+from grueflow import stage
+from grueflow.device import Execution
+from grueflow.distributed import DataParallel, check_replicas
+from grueflow.io import atomic_dir
+from grueflow.seeding import seed_everything
+from grueflow.tracking import RunTracker, tensorboard_dir
+
+log = logging.getLogger(__name__)
+TRACKING_DIR = "dvclive"  # the DVCLive folder, in the resume folder while training and in the output at the end
+Row = dict[str, float]
+
+
+class TrainingState(Protocol):
+    """What the skeleton reads of a trainer's progress: the curve, one row per unit done."""
+
+    curve: list[Row]
+
+
+class Resumable(Protocol):
+    """A trainer :meth:`TrainingRun.train` can run, kill and resume.
+
+    ``resume`` loads run ``key``'s newest complete checkpoint in ``resume_dir`` (returns it, or None when
+    there is none); ``save_checkpoint`` adds one; ``train`` runs the remaining units, calling ``checkpoint``
+    (with the trainer) whenever a checkpoint is due and ``progress`` (with the unit's curve row) after every
+    unit, and returns the trainer's result.
+    """
+
+    state: TrainingState
+
+    def resume(self, resume_dir: Path, key: str) -> Optional[Path]: ...
+
+    def save_checkpoint(self, resume_dir: Path, key: str) -> Path: ...
+
+    def train(self, checkpoint: Optional[Callable[[Any], None]] = None,
+              progress: Optional[Callable[[Row], None]] = None) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Tracking:
+    """DVCLive (and TensorBoard) logging of a stage's curve rows.
+
+    ``tensorboard``: the stage's ``--tensorboard`` (None: ``$GRUEFLOW_TENSORBOARD/<task>/<method>/seed<k>``
+    when that is set, else no TensorBoard; see :func:`grueflow.tracking.tensorboard_dir`). ``wall_clock``:
+    keys that differ between identical runs (plotted, kept out of ``metrics.json``).
+    """
+
+    tensorboard: Optional[Path] = None
+    wall_clock: tuple[str, ...] = ()
+
+
+def add_arguments(p: argparse.ArgumentParser, out: str, tracking: bool = False) -> None:
+    """The flags every training stage has: ``--threads``, ``--device``, ``--precision``, ``--resume-dir``,
+    ``--out`` (``out`` is its help text) and, for a tracked stage, ``--tensorboard``."""
+    p.add_argument("--threads", type=int, default=1)
+    stage.add_execution(p)
+    p.add_argument("--resume-dir", type=Path, default=None,
+                   help="checkpoints while training (default: <out>.resume); resumed from if present, removed at the end")
+    p.add_argument("--out", type=Path, required=True, help=out)
+    if tracking:
+        p.add_argument("--tensorboard", type=Path, default=None,
+                       help="also write TensorBoard event files here (default: $GRUEFLOW_TENSORBOARD/<task>/<method>/"
+                            "seed<k>, the last three parts of --out, if set)")
+
+
+class TrainingRun:
+    """One run of a training stage: its output and resume folders, execution, data-parallel place and clock.
+
+    Made by :meth:`start`; then :meth:`train` and :meth:`finish`.
+    """
+
+    def __init__(self, name: str, out: Path, resume_dir: Path, execution: Execution, parallel: DataParallel,
+                 started: float) -> None:
+        self.name, self.out, self.resume_dir = name, out, resume_dir
+        self.execution, self.parallel, self.started = execution, parallel, started
+        self.tracked = False
+
+    @classmethod
+    def start(cls, name: str, args: argparse.Namespace, started: float, seed: int,
+              processes: Optional[int] = None) -> "TrainingRun":
+        """Relaunch, resolve the execution, join the process group and seed; call before any model loads.
+
+        ``processes``: the stage's data-parallel param (> 1: this command re-runs as that many processes under
+        ``accelerate launch`` and does not return here; each process then computes on its own device and gets
+        its share of ``--threads``); None for a stage without a data-parallel mode (one process).
+        """
+        if processes is not None:
+            stage.relaunch_data_parallel(processes, args.threads)
+        ex = stage.execution(args)
+        parallel = DataParallel.from_env(ex.device) if processes is not None else DataParallel(device=ex.device)
+        seed_everything(seed, parallel.threads(args.threads))
+        resume_dir = args.resume_dir if args.resume_dir is not None else Path(f"{args.out}.resume")
+        return cls(name, args.out, resume_dir, ex, parallel, started)
+
+    def train(self, trainer: Resumable, key: str, total: int, unit: str, desc: str,
+              tracking: Optional[Tracking] = None, report: Optional[Callable[[Row], None]] = None) -> Any:
+        """Resume ``trainer`` (run ``key``) and train it for the rest of its ``total`` ``unit``\\ s; returns what
+        ``trainer.train`` returns.
+
+        ``desc`` names the progress bar; ``tracking`` logs every curve row (as the curve holds it) to DVCLive
+        in the resume folder; ``report`` sees every row the trainer reports (e.g. a log line). Only the main
+        process writes checkpoints and logs. An exception leaves the resume folder as it is, for the next run.
+        """
+        resumed = trainer.resume(self.resume_dir, key)
+        done = len(trainer.state.curve)
+        if resumed is not None:
+            log.info("resumed from %s at %s %d", resumed, unit, done)
+        bar = stage.progress(total, desc, initial=done)
+        tracker = None
+        if tracking is not None and self.parallel.is_main:  # the others' rows are the main process's
+            tracker = RunTracker(self.resume_dir / TRACKING_DIR, unit, tracking.wall_clock,
+                                 tensorboard_dir(self.out, tracking.tensorboard))
+            tracker.replay(trainer.state.curve)
+        self.tracked = tracking is not None
+
+        def progress(row: Row) -> None:
+            bar.update()
+            if tracker is not None:
+                tracker.log(trainer.state.curve[-1])  # the row as the curve holds it (rounded)
+            if report is not None:
+                report(row)
+
+        checkpoint = (lambda t: t.save_checkpoint(self.resume_dir, key)) if self.parallel.is_main else None
+        result = trainer.train(checkpoint=checkpoint, progress=progress)
+        bar.close()
+        if tracker is not None:
+            tracker.close()
+        return result
+
+    def finish(self, write: Callable[[Path], None], params: Any, inputs: dict[str, Path],
+               replicas: Callable[[], Sequence[Any]] = tuple) -> None:
+        """Write the output folder: ``write(folder)`` puts the stage's own files in, then the tracking log and
+        ``stage.json`` (``params``, ``inputs``' fingerprints, the execution); it replaces ``--out`` only when
+        complete, and the resume folder is removed after.
+
+        Data-parallel, every process hashes the trained modules ``replicas()`` returns and compares them
+        (identical, or an error), and only the main process writes; the others return here.
+        """
+        extra = {}
+        if self.parallel.enabled:
+            extra = {"data_parallel": {"processes": self.parallel.world_size,
+                                       "weights_sha256": check_replicas(self.parallel, list(replicas()))}}
+            if not self.parallel.is_main:
+                return
+        with atomic_dir(self.out) as tmp:
+            write(tmp)
+            if self.tracked:
+                shutil.copytree(self.resume_dir / TRACKING_DIR, tmp / TRACKING_DIR)
+            stage.finish(tmp, self.name, params, inputs, self.started, execution=self.execution.record(), **extra)
+        shutil.rmtree(self.resume_dir, ignore_errors=True)
+

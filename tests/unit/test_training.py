@@ -1,0 +1,172 @@
+"""The resumable-training skeleton (grueflow/training.py) and the DPO and reward-model checkpoints it resumes
+(in-process here; killed and rerun as stages in tests/stages/test_resumable_training.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+
+from grueflow import checkpoints
+from grueflow.config import LoraConfig
+from grueflow.models import load_pretrained
+from grueflow.models.lora import trainable_state, with_lora
+from grueflow.models.policy import Policy
+from grueflow.preference.config import DPOConfig, RewardModelConfig
+from grueflow.preference.data import Preference
+from grueflow.preference.dpo import DPOTrainer, checkpoint_due
+from grueflow.preference.reward_model import RewardModelTrainer, load_backbone
+from grueflow.seeding import seed_everything
+from grueflow.training import Tracking, TrainingRun
+
+
+class Killed(Exception):
+    """Stands in for a SIGKILL right after a checkpoint."""
+
+
+def kill_after_first_checkpoint(resume_dir: Path, key: str):
+    def checkpoint(trainer) -> None:
+        trainer.save_checkpoint(resume_dir, key)
+        raise Killed
+    return checkpoint
+
+
+def pairs(n: int) -> list[Preference]:
+    rng = random.Random(0)
+    good, bad = ["great", "fine", "good", "lovely"], ["dull", "slow", "bad", "awful"]
+    return [Preference(f"p{i}", "the film was", f"{rng.choice(good)} {rng.choice(good)} .",
+                       f"{rng.choice(bad)} .") for i in range(n)]
+
+
+# -- DPO ---------------------------------------------------------------------------------------------
+
+
+def lora_dpo(path: Path, checkpoint_every: int = 0) -> DPOTrainer:
+    seed_everything(0)
+    model, tokenizer = load_pretrained(path)
+    policy = Policy(with_lora(model, LoraConfig(r=4, alpha=8.0, target_modules=("c_attn",))), tokenizer, 16)
+    cfg = DPOConfig(beta=0.5, learning_rate=1e-2, epochs=2, batch_size=4, lora=LoraConfig(r=4, alpha=8.0))
+    return DPOTrainer(policy, None, pairs(10), cfg, max_target=8, seed=0, checkpoint_every=checkpoint_every)
+
+
+def test_dpo_checkpoints_after_each_epoch_and_every_n_steps():
+    assert [checkpoint_due(step, 3, 0) for step in range(1, 7)] == [False, False, True, False, False, True]
+    assert [checkpoint_due(step, 3, 2) for step in range(1, 7)] == [False, True, True, True, False, True]
+
+
+def test_a_lora_dpo_run_resumed_mid_epoch_from_its_adapter_checkpoint_matches_a_straight_run(tiny_models, tmp_path):
+    straight = lora_dpo(tiny_models["causal"])
+    curve = straight.train()
+    assert [row["step"] for row in curve] == [1, 2, 3, 4, 5, 6] and [row["epoch"] for row in curve] == [1, 1, 1, 2, 2, 2]
+
+    killed = lora_dpo(tiny_models["causal"], checkpoint_every=2)
+    with pytest.raises(Killed):
+        killed.train(checkpoint=kill_after_first_checkpoint(tmp_path / "dpo.resume", "k"))
+    saved = tmp_path / "dpo.resume" / "step2"  # mid-epoch: the epoch's order and the step say what comes next
+    assert sorted(p.name for p in saved.iterdir()) == ["adapter_model.safetensors", "checkpoint.json",
+                                                       "trainer_state.pt"]
+    resumed = lora_dpo(tiny_models["causal"])  # reseeds, and checkpoints on another schedule: same result
+    assert resumed.resume(tmp_path / "dpo.resume", "other run") is None
+    assert resumed.resume(tmp_path / "dpo.resume", "k") == saved and resumed.state.step == 2
+    assert resumed.train() == curve
+    expected = trainable_state(straight.policy.model)
+    assert all(torch.equal(tensor, expected[name]) for name, tensor in trainable_state(resumed.policy.model).items())
+
+
+# -- the reward model ---------------------------------------------------------------------------------
+
+
+def reward_trainer(path: Path) -> RewardModelTrainer:
+    seed_everything(0)
+    model, tokenizer = load_backbone(path)
+    cfg = RewardModelConfig(epochs=3, batch_size=4, learning_rate=3e-3, val_fraction=0.2, max_length=16, seed=0)
+    return RewardModelTrainer(model, tokenizer, pairs(10), cfg)
+
+
+def test_a_reward_model_resumed_from_an_epoch_checkpoint_matches_a_straight_run(tiny_models, tmp_path):
+    straight = reward_trainer(tiny_models["causal"])
+    assert straight.model.config.resid_pdrop > 0  # dropout draws from torch's RNG: the checkpoint must carry it
+    curve = straight.train()
+
+    killed = reward_trainer(tiny_models["causal"])
+    with pytest.raises(Killed):
+        killed.train(checkpoint=kill_after_first_checkpoint(tmp_path / "rm.resume", "k"))
+    saved = tmp_path / "rm.resume" / "epoch1"
+    assert sorted(p.name for p in saved.iterdir()) == ["checkpoint.json", "model.safetensors", "trainer_state.pt"]
+    resumed = reward_trainer(tiny_models["causal"])
+    assert resumed.resume(tmp_path / "rm.resume", "k") == saved and resumed.state.epoch == 1
+    assert resumed.train() == curve
+    assert resumed.final_metrics() == straight.final_metrics()
+    weights = dict(straight.model.named_parameters())
+    assert all(torch.equal(p, weights[n]) for n, p in resumed.model.named_parameters())
+
+
+# -- the skeleton, on a trainer without a model -------------------------------------------------------
+
+
+@dataclass
+class CountState:
+    step: int = 0
+    curve: list[dict[str, float]] = field(default_factory=list)
+
+
+class Counter(checkpoints.Checkpointed):
+    """Adds a draw from Python's global RNG to a running total, ``total`` times; a checkpoint every step."""
+
+    unit = "step"
+
+    def __init__(self, total: int, kill_at: int = 0) -> None:
+        self.total, self.kill_at, self.state, self.sum = total, kill_at, CountState(), 0.0
+
+    def train(self, checkpoint=None, progress=None) -> list[dict[str, float]]:
+        while self.state.step < self.total:
+            self.sum += random.random()
+            self.state.step += 1
+            row = {"step": self.state.step, "sum": round(self.sum, 6)}
+            self.state.curve.append(row)
+            if checkpoint:
+                checkpoint(self)
+            if progress:
+                progress(row)
+            if self.state.step == self.kill_at:
+                raise Killed
+        return self.state.curve
+
+    def checkpoint_step(self) -> int:
+        return self.state.step
+
+    def save_to(self, folder: Path, key: str) -> None:
+        checkpoints.save_state(folder, {"step": self.state.step, "curve": self.state.curve, "sum": self.sum,
+                                        "rng": random.getstate()})
+
+    def load(self, folder: Path) -> None:
+        saved = checkpoints.load_state(folder)
+        self.state, self.sum = CountState(saved["step"], saved["curve"]), saved["sum"]
+        random.setstate(saved["rng"])
+
+
+def counter_run(out: Path, trainer: Counter) -> list[dict[str, float]]:
+    args = argparse.Namespace(out=out, resume_dir=None, threads=1, device="cpu", precision="fp32")
+    run = TrainingRun.start("counter", args, 0.0, seed=3)
+    curve = run.train(trainer, "k", trainer.total, "step", "counting", Tracking())
+    run.finish(lambda folder: (folder / "curve.json").write_text(json.dumps(curve)), {"total": trainer.total}, {})
+    return curve
+
+
+def test_the_skeleton_resumes_replays_the_tracking_log_writes_atomically_and_cleans_up(tmp_path):
+    straight = counter_run(tmp_path / "straight", Counter(5))
+    out = tmp_path / "killed"
+    with pytest.raises(Killed):
+        counter_run(out, Counter(5, kill_at=2))
+    assert not out.exists() and (tmp_path / "killed.resume" / "step2" / "checkpoint.json").is_file()
+    assert counter_run(out, Counter(5)) == straight  # the RNG came from the checkpoint, not the reseed
+    assert not (tmp_path / "killed.resume").exists()
+    assert sorted(p.name for p in out.iterdir()) == ["curve.json", "dvclive", "stage.json"]
+    for name in ("dvclive/metrics.json", "dvclive/plots/metrics/sum.tsv"):
+        assert (out / name).read_bytes() == (tmp_path / "straight" / name).read_bytes()
+    assert json.loads((out / "stage.json").read_text())["params"] == {"total": 5}
