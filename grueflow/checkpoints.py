@@ -19,9 +19,11 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import random
 import re
 import shutil
 from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -35,6 +37,23 @@ log = logging.getLogger(__name__)
 MARKER = "checkpoint.json"
 STATE_FILE = "trainer_state.pt"  # everything besides the weights: tensors and plain values only
 WEIGHTS_FILE = "model.safetensors"  # every weight; under LoRA the adapter's ADAPTER_FILE instead
+
+
+def epoch_order(n: int, stream: str, seed: int, epoch: int) -> list[int]:
+    """The order of ``n`` training examples in ``epoch`` (0-based): a permutation drawn from ``(stream, seed,
+    epoch)`` alone, so that a run resumed at any epoch (or mid-epoch) draws the orders an uninterrupted run draws.
+    ``stream`` names the trainer (``supervised``, ``dpo``, ``reward_model``) so that they draw apart."""
+    order = list(range(n))
+    random.Random(f"{stream}/{seed}/{epoch}").shuffle(order)
+    return order
+
+
+@dataclass
+class EpochState:
+    """Progress besides the weights of a trainer checkpointed by epoch: epochs done and the curve (a row each)."""
+
+    epoch: int = 0
+    curve: list[dict[str, float]] = field(default_factory=list)
 
 
 class Checkpoint(NamedTuple):

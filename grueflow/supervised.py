@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import logging
 import math
-import random
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -62,22 +60,6 @@ def validation_loss(policy: Policy, data: list[tuple[str, str]], batch_size: int
     return total / count
 
 
-def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
-    """The order of ``n`` training pairs in ``epoch`` (0-based): a permutation drawn from ``(seed, epoch)``
-    alone, so that a run resumed at any epoch draws the orders an uninterrupted run draws."""
-    order = list(range(n))
-    random.Random(f"supervised/{seed}/{epoch}").shuffle(order)
-    return order
-
-
-@dataclass
-class SupervisedState:
-    """Progress besides the weights: epochs done and the loss curve (one row per epoch)."""
-
-    epoch: int = 0
-    curve: list[dict[str, float]] = field(default_factory=list)
-
-
 class SupervisedTrainer(checkpoints.Checkpointed):
     """Fine-tunes ``policy.model`` in place with AdamW and a linear warmup/decay schedule, epoch by epoch;
     a checkpoint after every epoch (the newest kept)."""
@@ -95,7 +77,7 @@ class SupervisedTrainer(checkpoints.Checkpointed):
         self.schedule = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer,
             lambda s: (s + 1) / (warmup + 1) if s < warmup else max(0.0, (total - s) / max(1, total - warmup)))
-        self.state = SupervisedState()
+        self.state = checkpoints.EpochState()
         parallel.broadcast_parameters([policy.model])
 
     def batch_loss(self, chunk: list[tuple[str, str]]) -> tuple[torch.Tensor, float]:
@@ -124,7 +106,7 @@ class SupervisedTrainer(checkpoints.Checkpointed):
         """One pass over the training pairs in this epoch's order; returns the curve row."""
         cfg, policy = self.cfg, self.policy
         policy.model.train()
-        data = [self.data[i] for i in epoch_order(len(self.data), self.seed, self.state.epoch)]
+        data = [self.data[i] for i in checkpoints.epoch_order(len(self.data), "supervised", self.seed, self.state.epoch)]
         losses = []
         for start in range(0, len(data), cfg.batch_size):
             loss, value = self.batch_loss(data[start:start + cfg.batch_size])
@@ -172,7 +154,7 @@ class SupervisedTrainer(checkpoints.Checkpointed):
         """Continue from a checkpoint written by :meth:`save_to`."""
         checkpoints.load_weights(self.policy.model, folder)
         saved = checkpoints.load_state(folder)
-        self.state = SupervisedState(saved["epoch"], saved["curve"])
+        self.state = checkpoints.EpochState(saved["epoch"], saved["curve"])
         self.optimizer.load_state_dict(saved["optimizer"])
         self.schedule.load_state_dict(saved["scheduler"])
         set_rng_state(saved["rng"])

@@ -21,7 +21,6 @@ batches an uninterrupted one takes and ends with the same weights, bit for bit.
 from __future__ import annotations
 
 import logging
-import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Optional
@@ -79,13 +78,6 @@ def pair_logprobs(policy: Policy, pairs: list[Preference], max_target: int, mode
     logits = policy.score(prompts, targets, model=model).logits  # (2B, T, V)
     summed = (logprobs_from_logits(logits, targets) * completion_mask(targets, policy.eos_token_id)).sum(1)  # (2B,)
     return PairLogprobs(summed[:len(pairs)], summed[len(pairs):])
-
-
-def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
-    """The order of ``n`` pairs in ``epoch`` (0-based): a permutation drawn from ``(seed, epoch)`` alone."""
-    order = list(range(n))
-    random.Random(f"dpo/{seed}/{epoch}").shuffle(order)
-    return order
 
 
 def checkpoint_due(step: int, steps_per_epoch: int, checkpoint_every: int) -> bool:
@@ -170,13 +162,13 @@ class DPOTrainer(checkpoints.Checkpointed):
 
     def train(self, checkpoint: Optional[Callable[["DPOTrainer"], None]] = None,
               progress: Optional[Callable[[dict[str, float]], None]] = None) -> list[dict[str, float]]:
-        """The remaining steps of ``epochs`` passes over the pairs, each in its :func:`epoch_order`, calling
+        """The remaining steps of ``epochs`` passes over the pairs, each in its :func:`~grueflow.checkpoints.epoch_order`, calling
         ``checkpoint`` when one is due (:func:`checkpoint_due`); returns the curve (one row per step)."""
         self.policy.model.eval()  # no dropout, as TRL's disable_dropout: at step 0 policy and reference agree exactly
         size = self.cfg.batch_size
         while self.state.step < self.total_steps:
             epoch, first = divmod(self.state.step, self.steps_per_epoch)  # a resumed run starts mid-epoch
-            order = epoch_order(len(self.prefs), self.seed, epoch)
+            order = checkpoints.epoch_order(len(self.prefs), "dpo", self.seed, epoch)
             for start in range(first * size, len(order), size):
                 row = self.update([self.prefs[i] for i in order[start:start + size]], epoch)
                 if checkpoint and checkpoint_due(self.state.step, self.steps_per_epoch, self.checkpoint_every):

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
@@ -144,21 +143,6 @@ def _pair_rewards(model: Any, tokenizer: Any, chunk: list[Preference], max_lengt
     return scores[:len(chunk)], scores[len(chunk):]
 
 
-def epoch_order(n: int, seed: int, epoch: int) -> list[int]:
-    """The order of ``n`` training pairs in ``epoch`` (0-based): a permutation drawn from ``(seed, epoch)`` alone."""
-    order = list(range(n))
-    random.Random(f"reward_model/{seed}/{epoch}").shuffle(order)
-    return order
-
-
-@dataclass
-class RewardModelState:
-    """Progress besides the weights: epochs done and the curve (one row per epoch)."""
-
-    epoch: int = 0
-    curve: list[dict[str, float]] = field(default_factory=list)
-
-
 class RewardModelTrainer(checkpoints.Checkpointed):
     """Trains ``model`` (float32, on the execution's device) in place on the training pairs, epoch by epoch,
     with AdamW; a checkpoint after every epoch (the newest kept).
@@ -175,14 +159,14 @@ class RewardModelTrainer(checkpoints.Checkpointed):
         self.train_pairs, self.val_pairs = split_pairs(prefs, cfg.val_fraction, cfg.seed)
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-        self.state = RewardModelState()
+        self.state = checkpoints.EpochState()
 
     def run_epoch(self) -> dict[str, float]:
         """One pass over the training pairs in this epoch's order; returns the curve row (with the held-out
         loss and accuracy when pairs are held out)."""
         cfg, model = self.cfg, self.model
         model.train()
-        data = [self.train_pairs[i] for i in epoch_order(len(self.train_pairs), cfg.seed, self.state.epoch)]
+        data = [self.train_pairs[i] for i in checkpoints.epoch_order(len(self.train_pairs), "reward_model", cfg.seed, self.state.epoch)]
         losses = []
         for start in range(0, len(data), cfg.batch_size):
             chunk = data[start:start + cfg.batch_size]
@@ -239,7 +223,7 @@ class RewardModelTrainer(checkpoints.Checkpointed):
         """Continue from a checkpoint written by :meth:`save_to`."""
         checkpoints.load_weights(self.model, folder)
         saved = checkpoints.load_state(folder)
-        self.state = RewardModelState(saved["epoch"], saved["curve"])
+        self.state = checkpoints.EpochState(saved["epoch"], saved["curve"])
         self.optimizer.load_state_dict(saved["optimizer"])
         set_rng_state(saved["rng"])
 

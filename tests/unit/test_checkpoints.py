@@ -20,7 +20,8 @@ from grueflow.params import parse
 from grueflow.rl.configs import PPOConfig
 from grueflow.rl.trainer import WALL_CLOCK_KEYS, RLTrainer
 from grueflow.seeding import seed_everything
-from grueflow.supervised import SupervisedTrainer, epoch_order
+from grueflow.checkpoints import epoch_order
+from grueflow.supervised import SupervisedTrainer
 
 
 def write_marker_only(folder: Path) -> None:
@@ -67,9 +68,9 @@ def test_run_keys_differ_by_any_part():
 
 
 def test_each_epochs_order_depends_on_seed_and_epoch_only():
-    assert epoch_order(6, seed=0, epoch=1) == epoch_order(6, seed=0, epoch=1)
-    assert sorted(epoch_order(6, seed=0, epoch=1)) == list(range(6))
-    assert len({tuple(epoch_order(50, s, e)) for s in (0, 1) for e in (0, 1)}) == 4
+    assert epoch_order(6, "supervised", seed=0, epoch=1) == epoch_order(6, "supervised", seed=0, epoch=1)
+    assert sorted(epoch_order(6, "supervised", seed=0, epoch=1)) == list(range(6))
+    assert len({tuple(epoch_order(50, "supervised", s, e)) for s in (0, 1) for e in (0, 1)}) == 4
 
 
 def lora_warm_start(path: Path, epochs: int) -> SupervisedTrainer:
