@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import tempfile
+import uuid
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -114,18 +116,72 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 @contextlib.contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary folder beside ``path``; it replaces ``path`` only if the block succeeds."""
+    """Yield a temporary folder beside ``path``; it replaces ``path`` only if the block succeeds.
+
+    Before the swap every file and folder in it is flushed to disk (``fsync``), so a power loss cannot leave a
+    renamed folder of empty files, and it gets the mode a plain ``mkdir`` would (readable by the group under
+    the usual umask). The swap never deletes in place: a folder already at ``path`` is first renamed aside and
+    deleted after, so a concurrent writer of the same ``path`` (Snakemake and ``dvc repro`` at once) cannot
+    make it fail; the last writer's folder stays, each one complete.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        os.chmod(tmp, 0o777 & ~_umask())
+        _fsync_tree(tmp)
+        _swap_in(tmp, path)
+        _fsync_folder(path.parent)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _fsync_folder(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    """fsync every file under ``root``, then every folder (deepest first), then ``root``."""
+    for folder, _, files in os.walk(root, topdown=False):
+        for name in files:
+            fd = os.open(os.path.join(folder, name), os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        _fsync_folder(Path(folder))
+
+
+def _swap_in(tmp: Path, path: Path, attempts: int = 20) -> None:
+    """Rename ``tmp`` onto ``path``, first renaming whatever is at ``path`` aside (then deleting it)."""
+    for _ in range(attempts):
+        aside = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.old"
+        try:
+            os.rename(path, aside)
+        except FileNotFoundError:
+            aside = None
+        try:
+            os.rename(tmp, path)  # fails on a non-empty folder: another writer's, renamed in meanwhile
+            return
+        except OSError as err:
+            if err.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                raise
+        finally:
+            if aside is not None:
+                shutil.rmtree(aside, ignore_errors=True)
+    raise OSError(f"{path}: could not replace it after {attempts} tries; another process keeps writing it")
 
 
 def fingerprint(path: str | Path) -> str:

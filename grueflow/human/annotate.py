@@ -45,13 +45,22 @@ SECURITY_HEADERS = {
 }
 
 
+REQUEST_TIMEOUT_S = 60.0
+
+
 class AnnotationServer(ThreadingHTTPServer):
-    """A ThreadingHTTPServer that knows its batch, answers file and annotator."""
+    """A ThreadingHTTPServer that knows its batch, answers file and annotator.
+
+    ``request_timeout`` (seconds) bounds how long a connection may sit idle in a read or write: a client that
+    opens a socket and sends nothing cannot hold a thread for ever.
+    """
 
     daemon_threads = True
 
-    def __init__(self, batch: Batch, batch_name: str, store: AnswerStore, annotator: str, port: int) -> None:
+    def __init__(self, batch: Batch, batch_name: str, store: AnswerStore, annotator: str, port: int,
+                 request_timeout: float = REQUEST_TIMEOUT_S) -> None:
         self.batch, self.batch_name, self.store, self.annotator = batch, batch_name, store, check_annotator(annotator)
+        self.request_timeout = request_timeout
         super().__init__((HOST, port), _Handler)
 
     @property
@@ -80,6 +89,10 @@ class _Handler(BaseHTTPRequestHandler):
     server: AnnotationServer
     server_version = "grueflow-annotate"
     sys_version = ""
+
+    def setup(self) -> None:
+        self.timeout = self.server.request_timeout  # StreamRequestHandler sets it on the socket
+        super().setup()
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
         log.info("%s %s", self.address_string(), format % args)

@@ -132,3 +132,18 @@ def test_cli_refuses_a_bad_batch_and_a_bad_name(tmp_path: Path, likert_dir: Path
                              "<b>x</b>", "--answers", str(tmp_path / "a.jsonl"), "--port", "0"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "annotator '<b>x</b>' is not a valid name" in result.stderr
+
+
+def test_an_idle_connection_is_closed_after_the_request_timeout(likert_dir: Path, serve) -> None:
+    """A client that connects and sends nothing is dropped after request_timeout, freeing its thread."""
+    import socket
+    import time
+
+    server = serve(likert_dir)
+    server.request_timeout = 0.5
+    with socket.create_connection(("127.0.0.1", server.server_address[1]), timeout=10) as idle:
+        started = time.monotonic()
+        assert idle.recv(1) == b""  # the server closes the connection: end of stream
+        assert time.monotonic() - started < 5
+    state = json.loads(request(server, "GET", "/api/state")[2])  # and it still serves others
+    assert state["annotator"] == "alice"

@@ -17,3 +17,48 @@ def test_the_stage_record_counts_the_bytes_of_every_output_file_but_itself(tmp_p
     assert record["output_bytes"] == 1000 + 2 + 8
     stage.finish(tmp_path, "demo", {"seed": 0}, {}, time.perf_counter())  # rewriting it does not count the old one
     assert read_json(tmp_path / "stage.json")["output_bytes"] == 1010
+
+
+def test_a_finished_folder_is_readable_by_the_group_and_replaces_the_old_one(tmp_path):
+    import os
+    import stat
+
+    from grueflow.io import atomic_dir
+
+    out = tmp_path / "out"
+    for text in ("first", "second"):
+        with atomic_dir(out) as tmp:
+            (tmp / "sub").mkdir()
+            (tmp / "sub" / "a.txt").write_text(text)
+    assert (out / "sub" / "a.txt").read_text() == "second"
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~mask
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no temporary or set-aside folder left
+
+
+def test_two_writers_of_one_folder_at_once_both_finish_and_one_complete_folder_stays(tmp_path):
+    """Snakemake and dvc repro writing the same stage folder: neither may fail, and the folder is never mixed."""
+    import threading
+
+    from grueflow.io import atomic_dir
+
+    out, errors = tmp_path / "out", []
+
+    def write(tag: str) -> None:
+        try:
+            for _ in range(60):
+                with atomic_dir(out) as tmp:
+                    for i in range(5):
+                        (tmp / f"{i}.txt").write_text(tag)
+        except OSError as err:  # the failure this guards against: "Directory not empty"
+            errors.append(err)
+
+    threads = [threading.Thread(target=write, args=(tag,)) for tag in ("a", "b")]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len({p.read_text() for p in out.iterdir()}) == 1 and len(list(out.iterdir())) == 5
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
