@@ -2,8 +2,10 @@
 
 Layout: one subfolder per checkpoint, named by its unit and step (``iteration12/``, ``epoch2/``).
 Each is written whole to a temporary folder and renamed into place (:func:`grueflow.io.atomic_dir`),
-with ``checkpoint.json`` (``{"key": ..., "step": ...}``) written last inside it, so a folder that
-a kill interrupted is never taken for a checkpoint. The key identifies the run (its resolved params,
+with ``checkpoint.json`` (``{"key": ..., "step": ..., "files": {name: sha256}}``) written last inside it, so a
+folder that a kill interrupted is never taken for a checkpoint, and one whose files changed since (bit flips,
+truncation) is found out before it is resumed: the run falls back to the checkpoint before it, or starts
+afresh, and says so in one line. The key identifies the run (its resolved params,
 input fingerprints and seed, see :func:`run_key`): a checkpoint of another run is never resumed,
 and is deleted when this run writes its first one. The newest ``keep`` checkpoints are kept.
 
@@ -30,7 +32,7 @@ from typing import Any, Callable, NamedTuple
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-from grueflow.io import atomic_dir, read_json, write_json
+from grueflow.io import atomic_dir, fingerprint, read_json, write_json
 from grueflow.models.lora import ADAPTER_FILE, is_lora, load_trainable_state, trainable_state
 
 log = logging.getLogger(__name__)
@@ -67,8 +69,19 @@ def run_key(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(list(parts), sort_keys=True).encode()).hexdigest()
 
 
+def _marker(folder: Path) -> dict[str, Any] | None:
+    """A checkpoint's ``checkpoint.json``, or None when it is missing or not a whole JSON object with a key."""
+    try:
+        marker = read_json(folder / MARKER)
+    except (OSError, ValueError):  # missing, truncated or not UTF-8
+        return None
+    return marker if isinstance(marker, dict) and isinstance(marker.get("key"), str) else None
+
+
 def complete(root: str | Path, unit: str) -> list[Checkpoint]:
-    """The complete checkpoints under ``root`` (``<unit><step>/`` holding ``checkpoint.json``), oldest first."""
+    """The complete checkpoints under ``root`` (``<unit><step>/`` holding a readable ``checkpoint.json``), oldest
+    first. A folder without a marker is none (a save renames its folder into place marker included); one whose
+    marker is unreadable is damaged: :func:`latest` reports and removes it."""
     root = Path(root)
     if not root.is_dir():
         return []
@@ -76,15 +89,59 @@ def complete(root: str | Path, unit: str) -> list[Checkpoint]:
     found = []
     for folder in root.iterdir():
         match = pattern.fullmatch(folder.name)
-        if match and (folder / MARKER).is_file():
-            found.append(Checkpoint(int(match.group(1)), folder, read_json(folder / MARKER)["key"]))
+        marker = _marker(folder) if match else None
+        if marker is not None:
+            found.append(Checkpoint(int(match.group(1)), folder, marker["key"]))
     return sorted(found)
 
 
+def digests(folder: Path) -> dict[str, str]:
+    """sha256 of every file under ``folder`` but the marker, by path relative to it."""
+    return {str(f.relative_to(folder)): fingerprint(f) for f in sorted(folder.rglob("*"))
+            if f.is_file() and f.name != MARKER}
+
+
+def damage(folder: Path) -> str | None:
+    """Why checkpoint ``folder`` cannot be trusted (a damaged marker, a missing, extra or changed file), or None.
+    A checkpoint written without digests is trusted as it is."""
+    marker = _marker(folder)
+    if marker is None:
+        return f"{MARKER} is missing or damaged"
+    expected = marker.get("files")
+    if expected is None:
+        return None
+    found = digests(folder)
+    for name in sorted(set(expected) | set(found)):
+        if name not in found:
+            return f"{name} is missing"
+        if name not in expected:
+            return f"{name} was not written by the checkpoint"
+        if found[name] != expected[name]:
+            return f"{name} does not match its digest (truncated or corrupted)"
+    return None
+
+
 def latest(root: str | Path, unit: str, key: str) -> Path | None:
-    """The newest complete checkpoint of the run ``key`` under ``root``, or None."""
-    mine = [c for c in complete(root, unit) if c.key == key]
-    return mine[-1].path if mine else None
+    """The newest intact checkpoint of the run ``key`` under ``root``, or None (start afresh).
+
+    A damaged checkpoint (its files checked against the digests its marker holds, see :func:`save`) is
+    removed, with one warning line naming it, what is wrong and what the run falls back to: the checkpoint
+    before it, or a fresh start.
+    """
+    root = Path(root)
+    damaged = [p for p in root.glob(f"{unit}*") if re.fullmatch(rf"{re.escape(unit)}\d+", p.name)
+               and (p / MARKER).is_file() and _marker(p) is None]  # a marker there, but unreadable
+    mine = [c.path for c in complete(root, unit) if c.key == key]
+    candidates = sorted(mine + damaged, key=lambda p: int(p.name[len(unit):]), reverse=True)
+    for i, path in enumerate(candidates):
+        problem = damage(path)
+        if problem is None:
+            return path
+        rest = [p for p in candidates[i + 1:] if p not in damaged]
+        log.warning("checkpoint %s is damaged (%s); removing it and %s", path, problem,
+                    f"falling back to {rest[0]}" if rest else "starting afresh")
+        shutil.rmtree(path, ignore_errors=True)
+    return None
 
 
 def save(root: str | Path, unit: str, step: int, key: str, write: Callable[[Path], None], keep: int) -> Path:
@@ -95,7 +152,7 @@ def save(root: str | Path, unit: str, step: int, key: str, write: Callable[[Path
     path = Path(root) / f"{unit}{step}"
     with atomic_dir(path) as tmp:
         write(tmp)
-        write_json(tmp / MARKER, {"key": key, "step": step})
+        write_json(tmp / MARKER, {"key": key, "step": step, "files": digests(tmp)})
     prune(root, unit, key, keep)
     return path
 

@@ -141,3 +141,42 @@ def test_keep_checkpoints_must_keep_one():
     assert parse(PPOConfig, {}, "ppo").keep_checkpoints == 1
     with pytest.raises(ConfigError, match="keep_checkpoints must be >= 1, got 0"):
         parse(PPOConfig, {"keep_checkpoints": 0}, "ppo")
+
+
+def _save_three(root: Path, keep: int) -> list[Path]:
+    from grueflow.checkpoints import save
+
+    return [save(root, "iteration", step, "run", lambda f, step=step: (f / "model.safetensors").write_bytes(
+        bytes([step]) * 64), keep=keep) for step in (1, 2, 3)]
+
+
+@pytest.mark.parametrize("damage, why", [
+    (lambda p: (p / "model.safetensors").write_bytes(b"\x01" * 63 + b"\x00"), "does not match its digest"),
+    (lambda p: (p / "model.safetensors").write_bytes(b"\x03" * 10), "does not match its digest"),
+    (lambda p: (p / "model.safetensors").unlink(), "model.safetensors is missing"),
+    (lambda p: (p / "checkpoint.json").write_text('{"key": "run", "st'), "checkpoint.json is missing or damaged"),
+], ids=["bit-flip", "truncated-weights", "missing-weights", "truncated-marker"])
+def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before_saying_so(tmp_path, caplog, damage, why):
+    from grueflow.checkpoints import latest
+
+    paths = _save_three(tmp_path, keep=2)
+    assert [p.name for p in sorted(tmp_path.iterdir())] == ["iteration2", "iteration3"]
+    damage(paths[2])
+    with caplog.at_level("WARNING", logger="grueflow.checkpoints"):
+        assert latest(tmp_path, "iteration", "run") == paths[1]
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert f"checkpoint {paths[2]} is damaged" in line and why in line and f"falling back to {paths[1]}" in line
+    assert not paths[2].exists()
+
+
+def test_a_damaged_only_checkpoint_starts_afresh_and_is_removed(tmp_path, caplog):
+    from grueflow.checkpoints import latest, save
+
+    paths = _save_three(tmp_path, keep=1)
+    (paths[2] / "model.safetensors").write_bytes(b"")
+    with caplog.at_level("WARNING", logger="grueflow.checkpoints"):
+        assert latest(tmp_path, "iteration", "run") is None
+    assert "starting afresh" in caplog.records[0].getMessage()
+    assert list(tmp_path.iterdir()) == []  # a fresh run's first checkpoint is then not pruned by a stale newer one
+    save(tmp_path, "iteration", 1, "run", lambda f: (f / "model.safetensors").write_bytes(b"x"), keep=1)
+    assert latest(tmp_path, "iteration", "run") == tmp_path / "iteration1"
