@@ -62,6 +62,15 @@ def set_resolved(obj: Any, name: str, value: Any) -> None:
     object.__setattr__(obj, name, value)
 
 
+def typed_args(spec: Any) -> Any:
+    """A component config's ``typed_args``; a config built without :mod:`grueflow.params` has none, and using it
+    is a programming error named here rather than deep inside the component."""
+    if spec.typed_args is None:
+        raise TypeError(f"{type(spec).__name__} {spec!r} was built without validation: parse it with "
+                        f"grueflow.params.parse (or load it with grueflow.params.load_*)")
+    return spec.typed_args
+
+
 def _type_name(tp: Any) -> str:
     if isinstance(tp, type):
         return {"str": "a string", "int": "an integer", "float": "a number", "bool": "true/false"}.get(

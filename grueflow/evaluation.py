@@ -6,7 +6,7 @@ import logging
 import math
 from typing import Any, Callable
 
-from grueflow.config import REWARD_KEY, GenerationConfig, MetricSpec, RewardConfig
+from grueflow.config import REWARD_KEY, GenerationConfig, MetricSpec, RewardConfig, typed_args
 from grueflow.data import Sample
 from grueflow.hub import HubUnreachableError
 from grueflow.metrics import METRICS, MetricContext, MetricUnavailableError, mean
@@ -52,7 +52,7 @@ def score(samples: list[Sample], generations: list[str], reward_cfg: RewardConfi
     for spec in metrics:
         metric = METRICS.get(spec.id)
         try:
-            compute = metric.build(spec.typed_args, context)
+            compute = metric.build(typed_args(spec), context)
         except (MetricUnavailableError, HubUnreachableError) as error:
             log.warning("metric %s is missing: %s", spec.id, error)
             missing[spec.id] = str(error)

@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from grueflow import stage
-from grueflow.config import DatapoolConfig, to_dict
+from grueflow.config import DatapoolConfig, to_dict, typed_args
 from grueflow.data import DATAPOOLS, write_datapool
 from grueflow.io import atomic_dir
 from grueflow.params import load_section
@@ -18,7 +18,7 @@ def main() -> None:
     args = p.parse_args()
     started = stage.setup(args)
     cfg: DatapoolConfig = load_section(DatapoolConfig, args.task_file, "datapool")
-    pool = DATAPOOLS.get(cfg.id).build(cfg.typed_args)
+    pool = DATAPOOLS.get(cfg.id).build(typed_args(cfg))
     with atomic_dir(args.out) as tmp:
         stats = write_datapool(pool, tmp)
         stage.finish(tmp, "prepare_datapool", {"datapool": to_dict(cfg)}, {}, started, stats=stats)

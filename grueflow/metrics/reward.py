@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from grueflow.config import RewardConfig
+from grueflow.config import RewardConfig, typed_args
 from grueflow.metrics import METRICS, MetricContext
 
 
@@ -19,7 +19,7 @@ class Reward:
         self.components = []
         for c in cfg.components:
             metric = METRICS.get(c.metric)
-            self.components.append((c.key, c.weight, c.score, metric.build(c.typed_args, context)))
+            self.components.append((c.key, c.weight, c.score, metric.build(typed_args(c), context)))
 
     @property
     def weights(self) -> dict[str, float]:

@@ -61,6 +61,6 @@ def test_tiny_family_warm_starts_trains_with_rl_and_evaluates(model_id, tmp_path
 
     test = pool.splits["test"]
     generations = evaluation.generate(policy, test, GenerationConfig(max_new_tokens=6, do_sample=False))
-    rows, corpus, missing = evaluation.score(test, generations, reward_cfg, (MetricSpec("bleu"),), MetricContext())
+    rows, corpus, missing = evaluation.score(test, generations, reward_cfg, (parse(MetricSpec, {"id": "bleu"}, "metrics"),), MetricContext())
     assert len(rows) == 8 and corpus["task/coverage"] is not None and not missing
     assert torch.isfinite(torch.tensor([r["scores"]["reward"] for r in rows])).all()

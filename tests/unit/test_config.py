@@ -216,3 +216,11 @@ def test_nested_args_are_parsed_once_into_their_typed_args():
     assert all(type(c.typed_args).__qualname__.endswith("Args") and c.key for c in task.reward.components)
     assert all(type(m.typed_args).__qualname__.endswith("Args") for m in task.metrics)
     assert "typed_args" not in to_dict(task.datapool) and "key" not in to_dict(task.reward.components[0])
+
+
+def test_a_component_config_built_without_validation_is_named_when_used():
+    from grueflow.config import MetricSpec, typed_args
+
+    with pytest.raises(TypeError, match=r"MetricSpec .* was built without validation: parse it with grueflow.params"):
+        typed_args(MetricSpec("bleu"))
+    assert typed_args(parse(MetricSpec, {"id": "bleu"}, "metrics")).tokenize == "13a"
