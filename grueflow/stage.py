@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
+import shutil
 import socket
 import sys
 import time
@@ -139,9 +141,32 @@ def finish(out_dir: Path, stage: str, params: Any, inputs: dict[str, Path], star
 
 
 def main_guard(run: Any) -> None:
-    """Run a stage's ``main``; bad params, bad data and unobtainable models exit 2 with their message, no traceback."""
+    """Run a stage's ``main``; bad params, bad data and unobtainable models exit 2 with their message, a full
+    disk exits 2 saying so, and Ctrl-C exits 130 saying what is kept: no traceback for any of them."""
     try:
         run()
     except (ConfigError, io.DataError, HubUnreachableError, ModelFetchError) as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    except OSError as err:
+        if err.errno != errno.ENOSPC:
+            raise
+        print(f"error: the disk is full ({err.filename or err.strerror}); nothing half-written is kept as a result "
+              f"and completed checkpoints stay in the resume folder: free space and rerun the same command",
+              file=sys.stderr)
+        raise SystemExit(2) from None
+    except RuntimeError as err:  # torch.save reports a full disk as a RuntimeError
+        if "write failed" not in str(err) or not _disk_nearly_full():
+            raise
+        print(f"error: the disk is full (torch: {str(err).splitlines()[0]}); completed checkpoints stay in the "
+              f"resume folder: free space and rerun the same command", file=sys.stderr)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        print("interrupted: the output folder was not written; completed checkpoints stay in the resume folder "
+              "(<out>.resume), so rerunning the same command resumes from the newest", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+def _disk_nearly_full(path: str = ".", free_bytes: int = 64 << 20) -> bool:
+    """Whether the file system holding ``path`` has less than ``free_bytes`` free."""
+    return shutil.disk_usage(path).free < free_bytes

@@ -43,7 +43,12 @@ def load_splits(path: str, data_files: Optional[dict[str, str]], name: Optional[
         for file in files.values():
             check_text_file(file)
     if files or Path(path).exists():
-        return datasets.load_dataset(path, name, data_files=files)
+        try:
+            return datasets.load_dataset(path, name, data_files=files)
+        except (ValueError, OSError, datasets.exceptions.DatasetGenerationError) as err:  # pyarrow's are ValueErrors
+            cause = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+            raise DataError(f"cannot read {sorted(files.values()) if files else path}: {cause}; is a file truncated "
+                            f"or damaged? Re-create it (or re-download it) and rerun") from None
     if not hub_reachable():
         raise HubUnreachableError(
             f"cannot load dataset {path!r}: the Hugging Face hub is unreachable ({offline_state()}) and no local "
@@ -99,6 +104,7 @@ class IMDB:
     @staticmethod
     def build(args: "IMDB.Args") -> Datapool:
         splits = load_splits(args.path, args.data_files)
+        _check_imdb_schema(splits, args)
         rng = random.Random(args.seed)
         train_rows = [r for r in splits["train"]]
         rng.shuffle(train_rows)
@@ -114,6 +120,21 @@ class IMDB:
             "test": _imdb_samples(test_rows[:args.n_test], "test", args),
         }
         return Datapool(pool, unlabelled)
+
+
+def _check_imdb_schema(splits: Any, args: "IMDB.Args") -> None:
+    """The imdb loader reads splits train and test with a ``text`` string and a 0/1 ``label`` (aclImdb's
+    schema); anything else is a DataError naming what is there and the datapool that maps other columns."""
+    where = sorted(args.data_files.values()) if args.data_files else args.path
+    missing = [s for s in ("train", "test") if s not in splits]
+    if missing:
+        raise DataError(f"imdb datapool ({where}): no {' or '.join(missing)} split; it has {sorted(splits)}: give "
+                        f"data_files {{train: ..., test: ...}}")
+    for split in ("train", "test"):
+        columns = splits[split].column_names
+        if not {"text", "label"} <= set(columns):
+            raise DataError(f"imdb datapool ({where}): split {split} has columns {columns}; it needs text and label "
+                            f"(0 negative, 1 positive). For other columns use the custom datapool, which maps them")
 
 
 def _clean(text: str) -> str:

@@ -133,6 +133,7 @@ def load_pretrained(name_or_path: str | Path, kind: Kind | None = None, trust_re
     (default false): transformers then refuses architectures whose code ships with the model rather than run it.
     """
     import torch
+    from safetensors import SafetensorError
     from transformers import AutoConfig, AutoTokenizer
 
     from grueflow.models.backend import select
@@ -147,16 +148,29 @@ def load_pretrained(name_or_path: str | Path, kind: Kind | None = None, trust_re
         tokenizer = AutoTokenizer.from_pretrained(name, **remote)
     except OSError as err:
         if Path(name).exists():
-            raise
+            raise _unloadable(name, err) from None
         raise HubUnreachableError(_offline_hint(name)) from err
     if kind is None:
         kind = model_kind(config)
     dtype = execution.frozen_dtype if frozen else torch.float32
-    model = _auto_class(kind).from_pretrained(name, dtype=dtype, **remote).to(execution.device)
+    try:
+        model = _auto_class(kind).from_pretrained(name, dtype=dtype, **remote)
+    except (OSError, SafetensorError) as err:
+        if not Path(name).exists():
+            raise
+        raise _unloadable(name, err) from None
+    model = model.to(execution.device)
     model.eval()
     if frozen:
         model.requires_grad_(False)
     return backend.prepare(model), tokenizer
+
+
+def _unloadable(folder: str, err: BaseException) -> MissingDataError:
+    """A local model folder transformers cannot load (no weights, a truncated weights file, no tokenizer)."""
+    cause = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return MissingDataError(f"cannot load the model in {folder}: {cause}; the folder lacks a file or one is "
+                            f"truncated: rebuild it (delete it and rerun the stage that wrote it)")
 
 
 CAUSAL_POSITION_KEYS = ("n_positions", "max_position_embeddings")  # GPT-2; Llama and most others

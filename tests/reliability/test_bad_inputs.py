@@ -630,3 +630,64 @@ def test_a_size_param_far_above_any_real_run_fails_at_parse_time(params: Path, e
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     with pytest.raises(ConfigError, match=re.escape(expect)):
         load(params, SENTIMENT)
+
+
+def test_a_truncated_parquet_file_is_a_one_line_data_error_naming_it(tmp_path: Path):
+    import pandas as pd
+
+    whole = tmp_path / "whole.parquet"
+    pd.DataFrame({"prompt": ["2 + 2 ?"] * 40, "references": [["4"]] * 40}).to_parquet(whole)
+    cut = tmp_path / "train.parquet"
+    cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
+    with pytest.raises(DataError) as err:
+        custom_pool({"train": str(cut)})
+    message = str(err.value)
+    assert "\n" not in message and str(cut) in message and "Parquet magic bytes not found" in message
+    assert "is a file truncated or damaged?" in message
+
+
+def test_the_imdb_loader_on_files_with_other_columns_names_them_and_the_custom_datapool(tmp_path: Path):
+    rows = [{"review": "a fine film", "sentiment": "pos"}] * 4
+    files = {split: write_rows(tmp_path / f"{split}.jsonl", rows) for split in ("train", "test")}
+    loader = DATAPOOLS.get("imdb")
+    with pytest.raises(DataError, match=r"split train has columns \['review', 'sentiment'\]; it needs text and label "
+                                         r".*use the custom datapool"):
+        loader.build(parse(loader.Args, {"path": "json", "data_files": files, "n_val": 1}, "args"))
+    with pytest.raises(DataError, match=r"no test split; it has \['train'\]"):
+        loader.build(parse(loader.Args, {"path": "json", "data_files": {"train": files["train"]}, "n_val": 1}, "args"))
+
+
+@pytest.mark.parametrize("fault, code, expect", [
+    (OSError(28, "No space left on device", "results/eval/x/metrics.json"), 2,
+     "error: the disk is full (results/eval/x/metrics.json); nothing half-written is kept"),
+    (KeyboardInterrupt(), 130, "interrupted: the output folder was not written; completed checkpoints stay in the "
+                               "resume folder (<out>.resume), so rerunning the same command resumes"),
+], ids=["disk-full", "ctrl-c"])
+def test_a_full_disk_or_ctrl_c_in_a_stage_ends_in_one_line(capsys, fault: BaseException, code: int, expect: str):
+    from grueflow.stage import main_guard
+
+    def run() -> None:
+        raise fault
+
+    with pytest.raises(SystemExit) as exit_:
+        main_guard(run)
+    err = capsys.readouterr().err
+    assert exit_.value.code == code and expect in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("damage, expect", [
+    (lambda folder: (folder / "model.safetensors").unlink(), "no file named model.safetensors"),
+    (lambda folder: (folder / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes()[:200]),
+     "Error while deserializing header"),
+], ids=["no-weights", "truncated-weights"])
+def test_a_model_folder_without_whole_weights_is_a_one_line_error_naming_it(tiny_models, tmp_path: Path, damage,
+                                                                            expect: str):
+    from grueflow.models import load_pretrained
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_models["causal"], folder)
+    damage(folder)
+    with pytest.raises(MissingDataError) as err:
+        load_pretrained(folder)
+    message = str(err.value)
+    assert f"cannot load the model in {folder}: " in message and expect in message and "rebuild it" in message
