@@ -464,16 +464,47 @@ class Custom:
         return build_datapool(assign_splits(sources, args), lambda unit: [custom_row(unit, args)], args)
 
 
-def as_references(value: Any) -> tuple[str, ...]:
-    """A reference column's value as strings: a string is one reference, a list several, None none."""
+REFERENCE_SHAPES = ('a string, a list of strings, {"text": [strings]} (SQuAD\'s answers) or a list of '
+                    '{"text": string}')
+
+
+def as_references(value: Any, origin: str = "") -> tuple[str, ...]:
+    """A reference column's value as strings, from the shapes Hugging Face datasets use: a string is one
+    reference; a list holds several (strings, ``{"text": ...}`` items, or lists of strings, one level deep);
+    a mapping's ``text`` (SQuAD's ``answers: {"text": [...], "answer_start": [...]}``) holds them; None is
+    none; a number is its text (a CSV column of numeric answers). Anything else (a mapping without ``text``,
+    deeper nesting, a boolean) is a BadRowError naming the row and the shapes."""
     if value is None:
         return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):  # a CSV column of numeric answers
+        return (str(value),)
+    if isinstance(value, dict) and "text" in value:
+        return as_references(value["text"], origin)
     if isinstance(value, (list, tuple)):
-        return tuple(str(v) for v in value if v is not None)
-    return (str(value),)
+        out: list[str] = []
+        for item in value:
+            if item is None:
+                continue
+            if isinstance(item, str):
+                out.append(item)
+            elif isinstance(item, (int, float)) and not isinstance(item, bool):
+                out.append(str(item))
+            elif isinstance(item, dict) and isinstance(item.get("text"), str):
+                out.append(item["text"])
+            elif isinstance(item, (list, tuple)) and all(isinstance(v, str) for v in item):
+                out.extend(item)
+            else:
+                raise BadRowError(f"{origin}: a reference {item!r} ({type(item).__name__}) is not text; references "
+                                  f"are {REFERENCE_SHAPES}")
+        return tuple(out)
+    raise BadRowError(f"{origin}: references {value!r} ({type(value).__name__}) are not text; references are "
+                      f"{REFERENCE_SHAPES}")
 
 
 def custom_row(unit: Unit, args: Custom.Args) -> Row:
     text = require_text(unit.row[args.fields.prompt], f"prompt ({args.fields.prompt})", unit.origin)
     meta = {key: unit.row[key] for key in args.fields.meta}
-    return Row(args.prefix + text + args.suffix, as_references(unit.row[args.fields.references]), meta, unit.origin)
+    return Row(args.prefix + text + args.suffix, as_references(unit.row[args.fields.references], unit.origin), meta,
+               unit.origin)

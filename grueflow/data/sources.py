@@ -264,10 +264,16 @@ def skip_or_raise(message: str, skip_bad_rows: bool) -> int:
     return 1
 
 
+INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))  # zero-width and soft-hyphen
+
+
 def require_text(value: Any, what: str, origin: str) -> str:
-    """``value`` as a stripped string; a BadRowError naming the row when it is missing or blank."""
-    text = "" if value is None else str(value).strip()
-    if not text:
+    """``value`` as a stripped string; a BadRowError naming the row when it is missing, not text (a number, a
+    list, a mapping: a column mapped by mistake) or blank (zero-width characters alone count as blank)."""
+    if value is not None and not isinstance(value, str):
+        raise BadRowError(f"{origin}: {what} is {value!r} ({type(value).__name__}), not text; map a text column")
+    text = "" if value is None else value.strip()
+    if not text.translate(INVISIBLE).strip():
         raise BadRowError(f"{origin}: empty {what}")
     return text
 

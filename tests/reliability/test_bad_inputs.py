@@ -351,6 +351,15 @@ DATA = [
     P(rows_file("cols.jsonl", [{"question": "2 + 2 ?", "answer": "4"}]), {}, DataError, (
         "cols.jsonl has the columns ['answer', 'question']; the custom datapool needs prompt, references",),
       id="missing-columns"),
+    P(rows_file("num.jsonl", [GOOD_ROW, {"prompt": 42, "references": ["4"]}]), {}, DataError, (
+        "num.jsonl row 2: prompt (prompt) is 42 (int), not text; map a text column",), id="numeric-prompt"),
+    P(rows_file("zw.jsonl", [GOOD_ROW, {"prompt": "\u200b\u200d\ufeff", "references": ["4"]}]), {}, DataError, (
+        "zw.jsonl row 2: empty prompt (prompt)",), id="zero-width-prompt"),
+    P(rows_file("deep.jsonl", [GOOD_ROW, {"prompt": "3 + 3 ?", "references": [["6", ["six"]]]}]), {}, DataError, (
+        "deep.jsonl row 2: a reference ['6', ['six']] (list) is not text; references are a string, a list of "
+        "strings, {\"text\": [strings]} (SQuAD's answers) or a list of {\"text\": string}",), id="nested-reference"),
+    P(rows_file("map.jsonl", [GOOD_ROW, {"prompt": "3 + 3 ?", "references": {"answer": "6"}}]), {}, DataError, (
+        "map.jsonl row 2: references {'answer': '6'} (dict) are not text",), id="mapping-reference-without-text"),
 ]
 
 
@@ -691,3 +700,15 @@ def test_a_model_folder_without_whole_weights_is_a_one_line_error_naming_it(tiny
         load_pretrained(folder)
     message = str(err.value)
     assert f"cannot load the model in {folder}: " in message and expect in message and "rebuild it" in message
+
+
+@pytest.mark.parametrize("references, expect", [
+    ({"text": ["6", "six"], "answer_start": [10, 10]}, ("6", "six")),  # SQuAD's answers
+    ([{"text": "6"}, {"text": "six"}], ("6", "six")),
+    ([["6", "six"], "VI"], ("6", "six", "VI")),
+    (6, ("6",)),
+], ids=["squad-answers", "list-of-text-items", "list-of-lists", "number"])
+def test_structured_references_give_their_texts_not_a_python_repr(tmp_path: Path, references, expect):
+    train = write_rows(tmp_path / "train.jsonl", [{"prompt": "3 + 3 ?", "references": references}] * 3)
+    pool = custom_pool({"train": train}, split_counts={"train": 1, "val": 1, "test": 1})
+    assert {s.references for split in pool.splits.values() for s in split} == {expect}
