@@ -18,7 +18,9 @@ is written to a separate file that annotators never see (:func:`write_batch`'s `
 from __future__ import annotations
 
 import csv
+import hashlib
 import html
+import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -120,8 +122,15 @@ def likert_batch(predictions: Mapping[str, Sequence[Prediction]], criteria_set: 
         items += [{"sample_id": p.id, "prompt": p.prompt, "machine_completion": p.generation, "algorithm": method}
                   for p in rows]
     random.Random(seed).shuffle(items)
-    numbered = tuple({"item_id": f"L{i:05d}", **item} for i, item in enumerate(items, start=1))
+    tag = batch_tag("likert", criteria_set, seed, items)
+    numbered = tuple({"item_id": f"L{tag}-{i:05d}", **item} for i, item in enumerate(items, start=1))
     return Batch("likert", criteria_set, seed, numbered)
+
+
+def batch_tag(*content: Any) -> str:
+    """Eight hex digits of sha256 over a batch's content: every item id of a batch carries it, so that the results
+    of another batch (whose ids would otherwise repeat ``L00001``...) match no item of this one."""
+    return hashlib.sha256(json.dumps(content, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:8]
 
 
 def pairwise_batch(first: tuple[str, Sequence[Prediction]], second: tuple[str, Sequence[Prediction]],
@@ -157,9 +166,11 @@ def pairwise_batch(first: tuple[str, Sequence[Prediction]], second: tuple[str, S
             pair.reverse()
         ids = [f"{rng.getrandbits(64):016x}" for _ in pair]
         key.update({ids[0]: pair[0][0], ids[1]: pair[1][0]})
-        items.append({"item_id": f"P{i:05d}", "sample_id": p.id, prompt_column: p.prompt,
+        items.append({"sample_id": p.id, prompt_column: p.prompt,
                       "choice_A": pair[0][1], "choice_B": pair[1][1], "choice_A_id": ids[0], "choice_B_id": ids[1]})
-    return Batch("pairwise", criteria_set, seed, tuple(items), prompt_column), key
+    tag = batch_tag("pairwise", criteria_set, seed, items)
+    numbered = tuple({"item_id": f"P{tag}-{i:05d}", **item} for i, item in enumerate(items, start=1))
+    return Batch("pairwise", criteria_set, seed, numbered, prompt_column), key
 
 
 def prompt_of(batch: Batch, item: Mapping[str, str]) -> str:

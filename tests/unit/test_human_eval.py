@@ -192,7 +192,7 @@ def test_platform_csv_of_another_batch_is_refused(tmp_path: Path) -> None:
     hb.write_batch(batch, tmp_path / "a", key, tmp_path / "a.json")
     hb.write_batch(other, tmp_path / "b", other_key, tmp_path / "b.json")
     _results_csv(tmp_path / "results.csv", tmp_path / "b", {"W1": {i["item_id"]: {"choice": "A"} for i in other.items}})
-    with pytest.raises(io.DataError, match="differs from item"):
+    with pytest.raises(io.DataError, match="is not in this batch"):  # its item ids carry the other batch's tag
         results.read_answers(tmp_path / "results.csv", batch)
 
 
@@ -206,6 +206,27 @@ def test_platform_csv_saved_by_excel_with_a_bom_imports_and_a_header_only_one_is
     (tmp_path / "header.csv").write_bytes(text.split(b"\n")[0] + b"\n")
     with pytest.raises(io.DataError, match=r"header\.csv: has a header but no answer rows"):
         results.read_answers(tmp_path / "header.csv", batch)
+
+
+def test_results_of_another_batch_without_input_text_columns_match_no_item(tmp_path: Path) -> None:
+    """Item ids carry their batch's tag, so a results file of another batch is refused by its ids alone."""
+    import csv
+
+    batch, key = _pairwise(seed=0)
+    other, other_key = _pairwise(seed=1)
+    assert {i["item_id"] for i in batch.items}.isdisjoint({i["item_id"] for i in other.items})
+    assert batch.items[0]["item_id"] == _pairwise(seed=0)[0].items[0]["item_id"]  # the same batch, the same ids
+    hb.write_batch(other, tmp_path / "b", other_key, tmp_path / "b.json")
+    _results_csv(tmp_path / "results.csv", tmp_path / "b", {"W1": {i["item_id"]: {"choice": "A"} for i in other.items}})
+    with open(tmp_path / "results.csv", newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    keep = ["WorkerId", "Input.item_id", "Answer.choice"]
+    with open(tmp_path / "ids_only.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, keep)
+        writer.writeheader()
+        writer.writerows({k: r[k] for k in keep} for r in rows)
+    with pytest.raises(io.DataError, match=r"ids_only\.csv: row 2: Input\.item_id 'P[0-9a-f]{8}-00001' is not in this batch"):
+        results.read_answers(tmp_path / "ids_only.csv", batch)
 
 
 def test_unknown_criteria_set_lists_the_valid_ones() -> None:
