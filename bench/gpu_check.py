@@ -229,6 +229,9 @@ def read_record(run: StageRun, result: StageResult) -> None:
             result.notes.append("no stage.json")
         return
     record = json.loads(path.read_text())
+    provenance = run.out / "provenance.json"  # the run's wall time and execution (older records: stage.json)
+    if provenance.is_file():
+        record = {**record, **json.loads(provenance.read_text())}
     result.recorded_wall_s = record.get("wall_time_s")
     execution = record.get("execution")
     if isinstance(execution, dict):

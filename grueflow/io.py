@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 STAGE_RECORD = "stage.json"
+PROVENANCE_RECORD = "provenance.json"  # how the run went (commit, wall time, device): in no content hash
 MODEL_DIR = "model"  # the Hugging Face model folder inside a model-producing stage's output
 _PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "grueflow")
 
@@ -216,24 +217,35 @@ def _versions() -> dict[str, str]:
 
 
 def output_bytes(out_dir: str | Path) -> int:
-    """Total size in bytes of the files under ``out_dir`` (recursively), its ``stage.json`` excluded."""
+    """Total size in bytes of the files under ``out_dir`` (recursively), its two records excluded."""
     out_dir = Path(out_dir)
-    return sum(p.stat().st_size for p in out_dir.rglob("*") if p.is_file() and p != out_dir / STAGE_RECORD)
+    records = {out_dir / STAGE_RECORD, out_dir / PROVENANCE_RECORD}
+    return sum(p.stat().st_size for p in out_dir.rglob("*") if p.is_file() and p not in records)
+
+
+VOLATILE = ("execution",)  # extra fields that say how a run went, not what it computed: provenance.json's
 
 
 def write_stage_record(out_dir: str | Path, *, stage: str, params: Any, inputs: dict[str, str | Path],
                        wall_time_s: float, extra: dict[str, Any] | None = None) -> None:
-    """Write ``stage.json`` last: resolved params, input fingerprints, versions, commit, wall time, and
-    ``output_bytes``, the size of everything else in ``out_dir`` (what a cache or a remote must hold)."""
+    """Write the two records of a finished stage folder, ``stage.json`` last.
+
+    ``stage.json`` holds only what identifies the content: resolved params, input fingerprints, package versions,
+    ``output_bytes`` (the size of everything else in ``out_dir``, what a cache or a remote must hold) and the
+    stage's own ``extra`` facts; a forced or no-op re-execution writes it byte for byte again, so content
+    hashes (DVC's) do not change. ``provenance.json`` holds how this run went: the git commit, the wall time and
+    the :data:`VOLATILE` extras (the device and fast paths); ``.dvcignore`` keeps it out of every hash.
+    """
+    extra = dict(extra or {})
+    provenance = {"git_commit": _git_commit(), "wall_time_s": round(wall_time_s, 3),
+                  **{key: extra.pop(key) for key in VOLATILE if key in extra}}
+    write_json(Path(out_dir) / PROVENANCE_RECORD, provenance)
     record = {
         "stage": stage,
         "params": params,
         "inputs": {name: {"path": str(p), "sha256": fingerprint(p)} for name, p in inputs.items()},
         "versions": _versions(),
-        "git_commit": _git_commit(),
-        "wall_time_s": round(wall_time_s, 3),
         "output_bytes": output_bytes(out_dir),
+        **extra,
     }
-    if extra:
-        record.update(extra)
     write_json(Path(out_dir) / STAGE_RECORD, record)

@@ -19,6 +19,27 @@ def test_the_stage_record_counts_the_bytes_of_every_output_file_but_itself(tmp_p
     assert read_json(tmp_path / "stage.json")["output_bytes"] == 1010
 
 
+def test_rerunning_a_stage_rewrites_stage_json_byte_for_byte_and_keeps_the_run_apart(tmp_path):
+    """What a content hash covers (stage.json) does not change on a re-execution; the commit, the wall time and
+    the execution go to provenance.json, which .dvcignore keeps out of every hash."""
+    from pathlib import Path
+
+    (tmp_path / "data.txt").write_text("x")
+    records = []
+    for _ in range(2):
+        started = time.perf_counter() - 1.5
+        stage.finish(tmp_path, "demo", {"seed": 0}, {"input": tmp_path / "data.txt"}, started,
+                     execution={"device": "cpu", "precision": "fp32", "fast_paths": True}, stats={"rows": 1})
+        records.append((tmp_path / "stage.json").read_bytes())
+    assert records[0] == records[1]
+    record, provenance = read_json(tmp_path / "stage.json"), read_json(tmp_path / "provenance.json")
+    assert set(record) == {"stage", "params", "inputs", "versions", "output_bytes", "stats"}
+    assert set(provenance) == {"git_commit", "wall_time_s", "execution"} and provenance["wall_time_s"] >= 1.5
+    assert record["output_bytes"] == 1  # data.txt only: neither record counts
+    dvcignore = (Path(__file__).resolve().parents[2] / ".dvcignore").read_text().splitlines()
+    assert "provenance.json" in dvcignore
+
+
 def test_a_finished_folder_is_readable_by_the_group_and_replaces_the_old_one(tmp_path):
     import os
     import stat

@@ -94,9 +94,10 @@ def test_the_device_is_recorded_and_changing_it_reruns_nothing(snakemake_repo, d
     """The device is an execution setting: stage.json records it, and neither $GRUEFLOW_DEVICE nor a rule's
     device resource makes a finished stage stale under either engine (precision, a param, would)."""
     for repo in (snakemake_repo, dvc_repo):
-        record = json.loads((repo / "results" / "sentiment" / "ppo" / "seed0" / "stage.json").read_text())
-        assert record["execution"] == {"device": "cpu", "precision": "fp32", "fast_paths": True}
-        assert record["params"]["precision"] == "auto"
+        seed0 = repo / "results" / "sentiment" / "ppo" / "seed0"
+        assert json.loads((seed0 / "provenance.json").read_text())["execution"] == {
+            "device": "cpu", "precision": "fp32", "fast_paths": True}
+        assert json.loads((seed0 / "stage.json").read_text())["params"]["precision"] == "auto"
     env = {**os.environ, "GRUEFLOW_DEVICE": "cpu"}
     for extra in ([], ["--set-resources", "rl_finetune:device=cpu", "evaluate:device=cpu"]):
         result = subprocess.run(["snakemake", "-n", "--cores", "2", "results/grue_table.csv", *extra],
