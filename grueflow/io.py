@@ -246,6 +246,67 @@ def write_stage_record(out_dir: str | Path, *, stage: str, params: Any, inputs: 
         "inputs": {name: {"path": str(p), "sha256": fingerprint(p)} for name, p in inputs.items()},
         "versions": _versions(),
         "output_bytes": output_bytes(out_dir),
+        "files": manifest(out_dir),
         **extra,
     }
     write_json(Path(out_dir) / STAGE_RECORD, record)
+
+
+def manifest(out_dir: str | Path) -> dict[str, dict[str, Any]]:
+    """``{relative path: {"bytes", "sha256"}}`` of every file in a stage folder but its two records."""
+    out_dir = Path(out_dir)
+    records = {out_dir / STAGE_RECORD, out_dir / PROVENANCE_RECORD}
+    return {str(f.relative_to(out_dir)): {"bytes": f.stat().st_size, "sha256": fingerprint(f)}
+            for f in sorted(out_dir.rglob("*")) if f.is_file() and f not in records}
+
+
+_CHECKED: dict[tuple[str, str, bool], Any] = {}  # what a check found intact: its files' (size, mtime) signature
+
+
+def check_stage_output(path: str | Path, deep: bool = True) -> None:
+    """Raise :class:`MissingDataError` when ``path`` (a stage folder, or a folder or file inside one) no longer
+    matches the manifest its stage folder's ``stage.json`` recorded: a file deleted, truncated, grown or (with
+    ``deep``) changed. A path in no stage folder, or a record without a manifest, is not checked. A check that
+    found the files intact is not repeated in the process while their sizes and modification times stay."""
+    path = Path(path).resolve()
+    folder = next((p for p in (path, *path.parents) if (p / STAGE_RECORD).is_file()), None)
+    if folder is None:
+        return
+    record_file = folder / STAGE_RECORD
+    part = "" if path == folder else str(path.relative_to(folder))
+    try:
+        files = read_json(record_file).get("files")
+    except (OSError, ValueError):
+        raise MissingDataError(f"{record_file} is damaged (not readable JSON); delete {folder} and rerun the "
+                               f"pipeline to rebuild it") from None
+    if files is None:
+        return
+    mine = {name: meta for name, meta in files.items() if not part or name == part or name.startswith(part + "/")}
+    signature = tuple((name, _stamp(folder / name)) for name in mine)
+    if _CHECKED.get((str(folder), part, deep)) == signature:
+        return
+    for name, meta in mine.items():
+        problem = _file_problem(folder / name, meta, deep)
+        if problem:
+            raise MissingDataError(f"{folder} is damaged: {name} {problem}; delete the folder and rerun the pipeline "
+                                   f"(snakemake or dvc repro) to rebuild it")
+    _CHECKED[(str(folder), part, deep)] = signature
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """(size, modification time in ns) of a file, or None when it is missing."""
+    if not path.is_file():
+        return None
+    stat = path.stat()
+    return stat.st_size, stat.st_mtime_ns
+
+
+def _file_problem(path: Path, meta: dict[str, Any], deep: bool) -> str:
+    if not path.is_file():
+        return "is missing"
+    size = path.stat().st_size
+    if size != meta["bytes"]:
+        return f"has {size:,} bytes where its stage wrote {meta['bytes']:,}"
+    if deep and fingerprint(path) != meta["sha256"]:
+        return "does not match the digest its stage recorded"
+    return ""

@@ -74,6 +74,7 @@ def read_split(datapool_dir: str | Path, split: str) -> list[Sample]:
     path = Path(datapool_dir) / f"{split}.jsonl"
     if not path.is_file():
         raise io.MissingDataError(f"datapool split {path} does not exist; run prepare_datapool first")
+    io.check_stage_output(datapool_dir)  # every file as prepare_datapool's stage.json recorded it
     samples = [Sample.from_json(row, f"{path}:{i + 1}") for i, row in enumerate(io.read_jsonl(path))]
     if not samples:
         raise io.DataError(f"datapool split {path} is empty; rebuild it with prepare_datapool")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from grueflow.config import ConfigError, ModelConfig
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
-from grueflow.io import MissingDataError, read_json
+from grueflow.io import MissingDataError, check_stage_output, read_json
 from grueflow.models.gguf import GgufWheel
 from grueflow.registry import Registry
 
@@ -141,6 +141,8 @@ def load_pretrained(name_or_path: str | Path, kind: Kind | None = None, trust_re
     backend = backend if backend is not None else select()
     execution = backend.execution
     name = str(name_or_path)
+    if Path(name).exists():
+        check_stage_output(name)  # a model a stage wrote: every file as its stage.json recorded it
     local_only = Path(name).exists() or not hub_reachable()  # never wait on an unreachable hub
     remote = {"local_files_only": local_only, "trust_remote_code": trust_remote_code}
     try:

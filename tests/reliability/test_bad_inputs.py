@@ -712,3 +712,20 @@ def test_structured_references_give_their_texts_not_a_python_repr(tmp_path: Path
     train = write_rows(tmp_path / "train.jsonl", [{"prompt": "3 + 3 ?", "references": references}] * 3)
     pool = custom_pool({"train": train}, split_counts={"train": 1, "val": 1, "test": 1})
     assert {s.references for split in pool.splits.values() for s in split} == {expect}
+
+
+def test_a_finished_model_folder_missing_its_tokenizer_is_named_before_transformers_reads_it(tiny_models,
+                                                                                           tmp_path: Path):
+    import time
+
+    from grueflow import stage
+    from grueflow.models import load_pretrained
+
+    out = tmp_path / "base_model"
+    shutil.copytree(tiny_models["causal"], out / "model")
+    stage.finish(out, "base_model", {}, {}, time.perf_counter())
+    load_pretrained(out / "model")  # intact
+    (out / "model" / "tokenizer.json").unlink()
+    with pytest.raises(MissingDataError, match=rf"{re.escape(str(out))} is damaged: model/tokenizer\.json is missing; "
+                                               r"delete the folder and rerun the pipeline"):
+        load_pretrained(out / "model")

@@ -33,7 +33,7 @@ def test_rerunning_a_stage_rewrites_stage_json_byte_for_byte_and_keeps_the_run_a
         records.append((tmp_path / "stage.json").read_bytes())
     assert records[0] == records[1]
     record, provenance = read_json(tmp_path / "stage.json"), read_json(tmp_path / "provenance.json")
-    assert set(record) == {"stage", "params", "inputs", "versions", "output_bytes", "stats"}
+    assert set(record) == {"stage", "params", "inputs", "versions", "output_bytes", "files", "stats"}
     assert set(provenance) == {"git_commit", "wall_time_s", "execution"} and provenance["wall_time_s"] >= 1.5
     assert record["output_bytes"] == 1  # data.txt only: neither record counts
     dvcignore = (Path(__file__).resolve().parents[2] / ".dvcignore").read_text().splitlines()
@@ -83,3 +83,26 @@ def test_two_writers_of_one_folder_at_once_both_finish_and_one_complete_folder_s
     assert errors == []
     assert len({p.read_text() for p in out.iterdir()}) == 1 and len(list(out.iterdir())) == 5
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+def test_a_stage_folder_damaged_after_it_finished_is_named_before_it_is_read(tmp_path):
+    import pytest
+
+    from grueflow.io import MissingDataError, check_stage_output
+
+    out = tmp_path / "base_model"
+    (out / "model").mkdir(parents=True)
+    (out / "model" / "tokenizer.json").write_text('{"vocab": {}}')
+    (out / "model" / "model.safetensors").write_bytes(b"w" * 64)
+    stage.finish(out, "demo", {}, {}, time.perf_counter())
+    assert set(read_json(out / "stage.json")["files"]) == {"model/model.safetensors", "model/tokenizer.json"}
+    check_stage_output(out / "model")  # intact
+    (out / "model" / "model.safetensors").write_bytes(b"w" * 63 + b"x")  # a bit flip: same size
+    with pytest.raises(MissingDataError, match=r"base_model is damaged: model/model\.safetensors does not match the "
+                                               r"digest its stage recorded; delete the folder and rerun"):
+        check_stage_output(out / "model")
+    check_stage_output(out / "model", deep=False)  # sizes alone cannot see it
+    (out / "model" / "tokenizer.json").unlink()
+    with pytest.raises(MissingDataError, match=r"model/tokenizer\.json is missing"):
+        check_stage_output(out / "model", deep=False)
+    check_stage_output(tmp_path / "elsewhere")  # no stage folder: nothing to check
