@@ -14,14 +14,17 @@ are imported when a stage runs them.
 
 from __future__ import annotations
 
+import argparse
+import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from grueflow import config
 from grueflow.config import (FLUENCY_METRIC, REWARD_KEY, ConfigError, DatapoolConfig, MetricSpec, ModelConfig,
                              RewardComponent, RewardConfig, SuiteConfig, SupervisedConfig, TaskConfig, check,
                              merge_overrides, read_yaml, set_resolved)
+from grueflow.io import atomic_path
 from grueflow.data import DATAPOOLS
 from grueflow.metrics import METRICS
 from grueflow.models import MODELS
@@ -179,3 +182,41 @@ def load_suite(data: dict[str, Any], where: str = "suite") -> Suite:
         for stem, cls in preference_method_files(suite.preference_methods).items():
             load_section(cls, params / "methods" / f"{stem}.yaml")
     return Suite(suite, tasks, methods, supervised)
+
+
+def check_for_dvc(suite: SuiteConfig, where: str) -> None:
+    """The suite keys ``dvc.yaml`` cannot honour: its grid runs RL (and DPO) from both starts, so a suite that
+    keeps one (``rl_starts``) is refused under DVC rather than run differently from Snakemake."""
+    if set(suite.rl_starts) != {"zero_shot", "supervised"}:
+        raise ConfigError(f"{where}: rl_starts {list(suite.rl_starts)}: dvc.yaml runs RL from both starts; remove "
+                          f"rl_starts (or list both), or run this suite with snakemake, which honours it")
+
+
+VALID = "valid\n"  # the validation stage's output: constant, so it never makes a later stage stale
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m grueflow.params SUITE [--engine dvc] [--out FILE]``: validate a suite and every params file it
+    names before any stage runs (DVC's first stage; Snakemake validates when it parses the Snakefile). Exit 2
+    with one line on the first problem; with ``--out``, write :data:`VALID` there when all is valid."""
+    p = argparse.ArgumentParser(prog="python -m grueflow.params", description=main.__doc__)
+    p.add_argument("suite", type=Path, help="a suite file, e.g. params/suite.yaml")
+    p.add_argument("--engine", choices=("snakemake", "dvc"), default="snakemake",
+                   help="also refuse what this engine cannot honour (dvc: rl_starts)")
+    p.add_argument("--out", type=Path, default=None, help="write 'valid' here when the suite is valid")
+    args = p.parse_args(argv)
+    try:
+        suite = load_suite(read_yaml(args.suite), str(args.suite))
+        if args.engine == "dvc":
+            check_for_dvc(suite.config, str(args.suite))
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    if args.out is not None:
+        with atomic_path(args.out) as tmp:
+            tmp.write_text(VALID)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

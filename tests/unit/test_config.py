@@ -224,3 +224,19 @@ def test_a_component_config_built_without_validation_is_named_when_used():
     with pytest.raises(TypeError, match=r"MetricSpec .* was built without validation: parse it with grueflow.params"):
         typed_args(MetricSpec("bleu"))
     assert typed_args(parse(MetricSpec, {"id": "bleu"}, "metrics")).tokenize == "13a"
+
+
+def test_the_validation_cli_checks_a_suite_first_and_refuses_what_dvc_cannot_honour(tmp_path, capsys):
+    from grueflow.params import VALID, main
+
+    root = Path(__file__).resolve().parents[2]
+    assert main([str(root / "params" / "suite.yaml"), "--engine", "dvc", "--out", str(tmp_path / "ok")]) == 0
+    assert (tmp_path / "ok").read_text() == VALID
+    suite = yaml.safe_load((MICRO / "suite.yaml").read_text())
+    for bad, expect in [({"seeds": ["0"]}, "seeds[0]: expected an integer, got '0'"),
+                        ({"seeds": [0, 0]}, "repeat a seed"), ({"threads": 0}, "threads must be >= 1, got 0"),
+                        ({"rl_starts": ["supervised"]}, "rl_starts ['supervised']: dvc.yaml runs RL from both starts")]:
+        (tmp_path / "suite.yaml").write_text(yaml.safe_dump({**suite, "params_dir": str(MICRO), **bad}))
+        assert main([str(tmp_path / "suite.yaml"), "--engine", "dvc", "--out", str(tmp_path / "bad")]) == 2
+        assert expect in capsys.readouterr().err and not (tmp_path / "bad").exists()
+    assert main([str(tmp_path / "suite.yaml")]) == 0  # Snakemake honours rl_starts
