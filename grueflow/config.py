@@ -503,6 +503,10 @@ class SuiteConfig:
             check(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) is not None,
                    f"tasks: {name!r} is not a usable task name; use letters, digits, '_', '.' and '-' only "
                    f"(rename its file params/tasks/<name>.yaml to match)")
+        for key in ("tasks", "algorithms"):  # a repeated name would be one run counted as several seeds
+            names = getattr(self, key)
+            repeated = sorted({n for n in names if names.count(n) > 1})
+            check(not repeated, f"{key} {list(names)} repeat {', '.join(map(repr, repeated))}; list each once")
         check(len(self.seeds) > 0, "a suite needs at least one seed")
         check(min(self.seeds) >= 0, f"seeds must be >= 0, got {list(self.seeds)}")
         check(len(set(self.seeds)) == len(self.seeds), f"seeds {list(self.seeds)} repeat a seed; list each once")

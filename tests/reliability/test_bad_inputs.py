@@ -230,6 +230,10 @@ PARAMS = [
                                                  count=1)), (
         "sentiment.yaml: line", "not valid YAML: key 'weight' appears twice in one mapping",)),
       id="duplicate-reward-weight"),
+    P(Bad(SUITE, setting("tasks", ["sentiment", "sentiment"]), (
+        "suite.yaml: tasks ['sentiment', 'sentiment'] repeat 'sentiment'; list each once",)), id="suite-task-twice"),
+    P(Bad(SUITE, setting("algorithms", ["ppo", "ppo"]), (
+        "suite.yaml: algorithms ['ppo', 'ppo'] repeat 'ppo'; list each once",)), id="suite-algorithm-twice"),
     P(Bad(SENTIMENT, setting("rollout_generation.min_new_tokens", 99), (
         "sentiment.yaml: rollout_generation: min_new_tokens must be in [0, max_new_tokens = ", "got 99")),
       id="min-new-tokens-above-max"),
