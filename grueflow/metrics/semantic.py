@@ -74,8 +74,18 @@ class BertScore(Metric):
         return compute
 
 
-@METRICS.register("learned_classifier", "probability of one label under any sequence classifier (local dir or hub id), in [0, 1]")
+@METRICS.register("learned_classifier", "probability of one label under any sequence classifier (local dir or hub id), "
+                                        "of the generation or (include_prompt_for_eval) prompt + generation, in [0, 1]")
 class LearnedClassifier(Metric):
+    """RL4LMs' ``learned_reward`` (``LearnedRewardMetric``, ``LearnedRewardFunction``): the probability of ``label``.
+
+    ``include_prompt_for_eval`` scores the prompt and the generation joined by a space (RL4LMs concatenates
+    them; its generations keep their leading space, grueflow's are stripped), cut from the left where longer
+    than ``max_length`` tokens, as RL4LMs does, so that the generation is always scored whole; false (the
+    default) scores the generation alone. RL4LMs' IMDB configs set it for the reward, and its metric's
+    default is true, so both score prompt + generation there.
+    """
+
     category = "learned"
     scores = ("classifier",)
 
@@ -83,6 +93,7 @@ class LearnedClassifier(Metric):
     class Args:
         model: str = "lvwerra/distilbert-imdb"
         label: str = "POSITIVE"
+        include_prompt_for_eval: bool = False
         max_length: int = 512
         batch_size: int = 32
 
@@ -90,10 +101,13 @@ class LearnedClassifier(Metric):
     def build(cls, args: "LearnedClassifier.Args", context: MetricContext) -> MetricFn:
         classify = load_classifier(args.model, args.max_length, args.batch_size, context.execution)
         index = classify.label_index(args.label)
+        if args.include_prompt_for_eval:
+            classify.tokenizer.truncation_side = "left"  # this metric's own tokenizer: keep the generation
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
-            scores = [row[index] for row in classify(generations)]
+            texts = [f"{p} {g}" for p, g in zip(prompts, generations)] if args.include_prompt_for_eval else generations
+            scores = [row[index] for row in classify(texts)]
             return MetricResult({cls.key(): scores}, {cls.key(): mean(scores)})
 
         return compute

@@ -139,7 +139,7 @@ def test_a_dvc_stage_renders_the_cli_params_outs_metrics_and_plots():
 
 def test_default_resources_are_the_scheduled_stages_current_numbers():
     assert pipeline.RESOURCE_STAGES == ("prepare_datapool", "base_model", "warm_start", "rl_finetune", "evaluate",
-                                        "build_preferences", "train_reward_model", "dpo", "aggregate")
+                                        "build_preferences", "train_reward_model", "dpo", "aggregate", "train_classifier")
     assert pipeline.DEFAULT_RESOURCES == {
         "prepare_datapool": {"mem_mb": 1000, "runtime": 10, "gpu": 0},
         "base_model": {"mem_mb": 2000, "runtime": 30, "gpu": 0},
@@ -150,6 +150,7 @@ def test_default_resources_are_the_scheduled_stages_current_numbers():
         "build_preferences": {"mem_mb": 2000, "runtime": 60, "gpu": 0},
         "train_reward_model": {"mem_mb": 2000, "runtime": 60, "gpu": 0},
         "dpo": {"mem_mb": 3000, "runtime": 120, "gpu": 0},
+        "train_classifier": {"mem_mb": 4000, "runtime": 30, "gpu": 0},
     }
     assert pipeline.default_resources("dpo") == {"mem_mb": 3000, "runtime": 120, "gpu": 0}
     with pytest.raises(KeyError, match="stage 'human_eval_table' has no default resources; stages with resources: "

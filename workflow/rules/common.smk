@@ -119,8 +119,23 @@ def code(stage):
 
 
 def reward_models(w):
-    """Reward-model folders a task's reward names (metric reward_model, issue 7): inputs of the stages that
-    score with it, so Snakemake trains the model first; ``.../reward_model/model`` maps to the stage folder."""
+    """Reward-model folders a task's reward names (metric reward_model, issue 7), and the classifier folders
+    its reward or metrics name (:func:`classifiers`): inputs of the stages that score with them, so Snakemake
+    trains them first; ``.../reward_model/model`` maps to the stage folder."""
     components = (params_file(task_file(w)).get("reward") or {}).get("components") or []
     paths = [str((c.get("args") or {}).get("path", "")) for c in components if c.get("metric") == "reward_model"]
-    return [p.removesuffix("/").removesuffix("/model") if p.rstrip("/").endswith("/model") else p for p in paths if p]
+    folders = [p.removesuffix("/").removesuffix("/model") if p.rstrip("/").endswith("/model") else p for p in paths if p]
+    return folders + classifiers(w)
+
+
+CLASSIFIER_MODEL = re.compile(re.escape(output_of("train_classifier")).replace(r"\{task\}", "[^/]+") + "/model/?")
+
+
+def classifiers(w):
+    """train_classifier folders (results/<task>/classifier) whose model/ a task's learned_classifier reward
+    components or metrics name as args.model; another path (a hub id, a local folder) is not built."""
+    cfg = params_file(task_file(w))
+    named = [(c.get("metric"), c.get("args")) for c in (cfg.get("reward") or {}).get("components") or []]
+    named += [(m.get("id"), m.get("args")) for m in cfg.get("metrics") or []]
+    paths = {str((args or {}).get("model", "")) for metric, args in named if metric == "learned_classifier"}
+    return sorted(p.rstrip("/").removesuffix("/model") for p in paths if CLASSIFIER_MODEL.fullmatch(p))

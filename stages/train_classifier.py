@@ -1,0 +1,49 @@
+"""Fine-tune a sequence classifier on a task's labelled files (its `classifier:` key): a learned reward trained here."""
+
+from pathlib import Path
+
+from grueflow import stage
+from grueflow.checkpoints import run_key
+from grueflow.classifier import (ClassifierTrainer, backbone_path, encode_examples, load_backbone, load_examples,
+                                 save_classifier)
+from grueflow.config import ClassifierConfig, to_dict
+from grueflow.io import MODEL_DIR, fingerprint, write_csv, write_json
+from grueflow.params import load_section
+from grueflow.training import TrainingRun, add_arguments
+
+TASK_KEYS = ("classifier",)
+
+
+def main() -> None:
+    p = stage.parser(__doc__)
+    p.add_argument("--task-file", type=Path, required=True,
+                   help=f"params/tasks/<task>.yaml (reads: {', '.join(TASK_KEYS)}; its data files are read from the "
+                        "repository root)")
+    add_arguments(p, "a folder: model/ (Hugging Face classifier and tokenizer), curves.csv, metrics.json, stage.json; "
+                     "a checkpoint after every curve row")
+    args = p.parse_args()
+    started = stage.setup(args)
+    cfg: ClassifierConfig = load_section(ClassifierConfig, args.task_file, "classifier")
+    examples = load_examples(cfg)  # bad data fails here, before any model loads
+    run = TrainingRun.start("train_classifier", args, started, cfg.seed)
+    model, tokenizer = load_backbone(cfg.backbone, cfg.labels, run.execution)
+    train, val, test = (encode_examples(tokenizer, part, cfg) for part in examples)
+    trainer = ClassifierTrainer(model, tokenizer, train, val, cfg, run.execution)
+    inputs = {"train_file": Path(cfg.train_file), "backbone": Path(backbone_path(cfg.backbone))}
+    if cfg.test_file:
+        inputs["test_file"] = Path(cfg.test_file)
+    local = {name: path for name, path in inputs.items() if path.exists()}  # a hub backbone has no fingerprint
+    key = run_key("train_classifier", to_dict(cfg), {n: fingerprint(p) for n, p in local.items()}, run.execution.precision)
+    curve = run.train(trainer, key, len(trainer.row_steps), "step", "classifier curve rows")
+    final = trainer.final_metrics(test)
+
+    def write(folder: Path) -> None:
+        save_classifier(model, tokenizer, cfg, folder / MODEL_DIR)
+        write_csv(folder / "curves.csv", curve)
+        write_json(folder / "metrics.json", final)
+
+    run.finish(write, {"classifier": to_dict(cfg), "precision": args.precision}, local)
+
+
+if __name__ == "__main__":
+    stage.main_guard(main)
