@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import MICRO, ROOT, run
-from tests.stages.test_stages import TASK, kill_at_first_checkpoint, stage
+from tests.stages.test_stages import TASK, complete_checkpoints, kill_at_first_checkpoint, stage
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def kill_and_resume(command: list[str], resume_dir: Path, out: Path) -> str:
                             start_new_session=True)
     kill_at_first_checkpoint(proc, resume_dir)
     assert proc.returncode != 0 and not (out / "stage.json").exists(), "the killed stage must not look finished"
-    assert any(resume_dir.glob("*/checkpoint.json"))
+    assert complete_checkpoints(resume_dir)
     return run(command[:-2] + ["--log-level", "INFO"], ROOT).stderr
 
 

@@ -63,8 +63,9 @@ def test_datapool_base_model_and_warm_start_outputs(base):
         assert (base / folder / "model" / "tokenizer.json").is_file()
         record = json.loads((base / folder / "stage.json").read_text())
         assert record["versions"]["torch"].startswith("2.13.0")
-        files = [p for p in (base / folder).rglob("*") if p.is_file() and p.name != "stage.json"]
+        files = [p for p in (base / folder).rglob("*") if p.is_file() and p.name not in ("stage.json", "provenance.json")]
         assert record["output_bytes"] == sum(p.stat().st_size for p in files) > 10_000
+        assert set(record["files"]) == {str(p.relative_to(base / folder)) for p in files}  # the manifest
     losses = list(csv.DictReader(open(base / "supervised" / "loss_curve.csv")))
     assert [row["epoch"] for row in losses] == ["1"]
     live = base / "supervised" / "dvclive"  # DVCLive: one tsv per scalar, metrics.json with the last values
@@ -123,11 +124,17 @@ def assert_png(path: Path) -> None:
         assert image.format == "PNG" and image.width >= 400 and image.height >= 250, image.size
 
 
+def complete_checkpoints(resume_dir: Path) -> list[Path]:
+    """The checkpoints renamed into place in ``resume_dir``: folders holding checkpoint.json, not the hidden
+    temporary folder a save is still writing (pathlib's ``*`` matches hidden names too)."""
+    return [p.parent for p in resume_dir.glob("*/checkpoint.json") if not p.parent.name.startswith(".")]
+
+
 def kill_at_first_checkpoint(proc: subprocess.Popen, resume_dir: Path, timeout: float = 300) -> None:
     """SIGKILL ``proc``'s process group once ``resume_dir`` holds a complete checkpoint (or it ended, or
     ``timeout`` passed); a checkpoint is complete when its folder holds checkpoint.json."""
     deadline = time.time() + timeout
-    while not any(resume_dir.glob("*/checkpoint.json")) and proc.poll() is None and time.time() < deadline:
+    while not complete_checkpoints(resume_dir) and proc.poll() is None and time.time() < deadline:
         time.sleep(0.01)
     with contextlib.suppress(ProcessLookupError):  # it ended already: the caller's asserts say so
         os.killpg(proc.pid, signal.SIGKILL)

@@ -166,7 +166,7 @@ def test_the_skeleton_resumes_replays_the_tracking_log_writes_atomically_and_cle
     assert not out.exists() and (tmp_path / "killed.resume" / "step2" / "checkpoint.json").is_file()
     assert counter_run(out, Counter(5)) == straight  # the RNG came from the checkpoint, not the reseed
     assert not (tmp_path / "killed.resume").exists()
-    assert sorted(p.name for p in out.iterdir()) == ["curve.json", "dvclive", "stage.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["curve.json", "dvclive", "provenance.json", "stage.json"]
     for name in ("dvclive/metrics.json", "dvclive/plots/metrics/sum.tsv"):
         assert (out / name).read_bytes() == (tmp_path / "straight" / name).read_bytes()
     assert json.loads((out / "stage.json").read_text())["params"] == {"total": 5}

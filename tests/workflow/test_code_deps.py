@@ -95,7 +95,8 @@ def stale_dvc_stages(repo: Path) -> dict[str, object]:
 
 def test_every_snakemake_job_has_its_stage_cli_and_import_closure_as_inputs(finished):
     jobs = dry_run(finished, "--forceall", "all", *HUMAN_TARGETS)
-    assert {job["rule"] for job in jobs} == set(STAGES)  # all 13 rules, the human ones included
+    # every rule, the human ones included, but train_classifier: built only when a task names a classifier
+    assert {job["rule"] for job in jobs} == set(STAGES) - {"train_classifier"}
     for job in jobs:
         missing = set(STAGES[job["rule"]].code) - set(job["input"].split(", "))
         assert not missing, f"{job['rule']} ({job['output']}) lacks the code inputs {sorted(missing)}"

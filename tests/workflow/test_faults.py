@@ -14,7 +14,7 @@ import pytest
 
 from grueflow.rl.trainer import WALL_CLOCK_KEYS
 from tests.conftest import copy_project, run
-from tests.stages.test_stages import kill_at_first_checkpoint
+from tests.stages.test_stages import complete_checkpoints, kill_at_first_checkpoint
 
 pytestmark = pytest.mark.slow
 WARM = "results/sentiment/supervised/seed0"
@@ -30,7 +30,7 @@ def kill_snakemake_at_first_checkpoint(repo, target):
                             stderr=subprocess.DEVNULL, start_new_session=True)
     kill_at_first_checkpoint(proc, repo / f"{target}.resume", timeout=600)
     assert not (repo / target).exists(), f"the killed job must not leave {target} looking finished"
-    assert any((repo / f"{target}.resume").glob("*/checkpoint.json"))
+    assert complete_checkpoints(repo / f"{target}.resume")
 
 
 def straight_run(repo, target, out):
