@@ -237,10 +237,33 @@ class PretrainConfig:
 
 
 @dataclass(frozen=True)
+class AdaptConfig(PretrainConfig):
+    """Continued pre-training of the base model (any source) on the task's unlabelled text, as RL4LMs'
+    ``lvwerra/gpt2-imdb`` is GPT-2 fine-tuned on IMDB reviews: the zero-shot start becomes a fluent in-domain
+    continuer that was never steered. ``steps: 0`` (the default) keeps the model as loaded. Full fine-tuning
+    with AdamW (weight decay 0.01), cosine decay from ``learning_rate``, gradient norm clipped to 1;
+    ``batch_size`` texts of at most ``max_length`` tokens per step (an end-of-text token appended).
+    ``heldout`` texts (the unlabelled text's last ones) are kept out of training and scored before and after
+    it: the held-out loss the stage records."""
+
+    steps: int = 0
+    batch_size: int = 8
+    learning_rate: float = 5e-5
+    max_length: int = 128
+    heldout: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check(self.heldout >= 0, f"heldout must be >= 0, got {self.heldout}")
+        check_size("heldout", self.heldout, MAX_COUNT)
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """The base model: a tiny model built here from ``config``, or a pretrained hub id / local dir.
 
-    ``id`` is a model-registry name (``tiny_gpt2``, ``tiny_t5``, ``pretrained``).
+    ``id`` is a model-registry name (``tiny_gpt2``, ``tiny_t5``, ``pretrained``). ``pretrain`` trains a tiny
+    model from scratch; ``adapt`` then continues pre-training whatever was built or loaded (:class:`AdaptConfig`).
     ``trust_remote_code`` (``pretrained`` only) lets transformers import and run the Python code that
     a hub repository or model folder ships for its architecture; leave it false unless you have read
     that code: it runs with the pipeline's permissions.
@@ -252,6 +275,7 @@ class ModelConfig:
     config: dict[str, Any] = field(default_factory=dict)
     tokenizer: TokenizerConfig = field(default_factory=TokenizerConfig)
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
+    adapt: AdaptConfig = field(default_factory=AdaptConfig)
     trust_remote_code: bool = False
 
 

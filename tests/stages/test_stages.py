@@ -77,6 +77,29 @@ def test_datapool_base_model_and_warm_start_outputs(base):
     assert not Path(f"{base / 'supervised'}.resume").exists()  # removed once the stage finished
 
 
+def test_the_base_model_adapts_on_the_unlabelled_text_and_reports_its_held_out_loss(base, tmp_path):
+    import yaml
+
+    task = yaml.safe_load(TASK.read_text())
+    task["model"]["adapt"] = {"steps": 15, "batch_size": 16, "learning_rate": 0.003, "max_length": 40, "heldout": 40}
+    task_file = tmp_path / "sentiment.yaml"
+    task_file.write_text(yaml.safe_dump(task))
+    run(stage("base_model", "--task-file", task_file, "--datapool", base / "datapool", "--out", tmp_path / "adapted"), ROOT)
+    record = json.loads((tmp_path / "adapted" / "stage.json").read_text())
+    held = record["adapt_heldout_loss"]
+    assert held["texts"] == 40 and held["after"] < held["before"]  # continued pre-training lowered held-out loss
+    curve = list(csv.DictReader(open(tmp_path / "adapted" / "adapt_curve.csv")))
+    assert [row["step"] for row in curve] == ["0", "10", "14"]
+    plain = json.loads((base / "base_model" / "stage.json").read_text())
+    assert "adapt_heldout_loss" not in plain and not (base / "base_model" / "adapt_curve.csv").exists()
+    task["model"]["adapt"]["heldout"] = 300  # all of the datapool's unlabelled lines: nothing left to train on
+    task_file.write_text(yaml.safe_dump(task))
+    refused = run(stage("base_model", "--task-file", task_file, "--datapool", base / "datapool", "--out",
+                        tmp_path / "refused"), ROOT, check=False)
+    assert refused.returncode == 2 and "lower heldout or set steps: 0" in refused.stderr
+    assert not (tmp_path / "refused").exists()
+
+
 def test_rl_and_evaluate_outputs(base, tmp_path):
     run(rl(base, tmp_path / "rl"), ROOT)
     run(evaluate(base, tmp_path / "rl" / "model", tmp_path / "eval"), ROOT)

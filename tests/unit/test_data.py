@@ -67,6 +67,18 @@ def test_imdb_loader_reads_the_real_slice_through_datasets():
     assert len(prompt) == (len(prompt) + len(reference)) // 2
 
 
+def test_imdb_loader_takes_its_unlabelled_text_from_an_unsupervised_split():
+    shared = Path(__file__).resolve().parents[3] / "shared" / "data" / "imdb"
+    if not shared.is_dir():
+        pytest.skip(f"{shared} is not present")
+    files = {"train": str(shared / "imdb_train_subset.jsonl"), "test": str(shared / "imdb_test_subset.jsonl")}
+    pool = build("imdb", path="json", data_files={**files, "unsupervised": str(shared / "imdb_unsup_2k.jsonl")}, n_val=50)
+    without = build("imdb", path="json", data_files=files, n_val=50)
+    assert len(pool.unlabelled) == 2000 and not set(pool.unlabelled) & set(without.unlabelled)  # the unsup reviews
+    assert all("<br />" not in t for t in pool.unlabelled)
+    assert pool.splits == without.splits  # the labelled splits do not change
+
+
 def test_hub_dataset_without_network_fails_at_once_with_a_hint(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     hub_reachable.cache_clear()
