@@ -477,7 +477,12 @@ class LoraConfig:
 
 @dataclass(frozen=True)
 class SupervisedConfig:
-    """Warm start: supervised fine-tuning on (prompt, reference) pairs; ``lora`` None = all weights train."""
+    """Warm start: supervised fine-tuning on (prompt, reference) pairs; ``lora`` None = all weights train.
+
+    ``train_where`` keeps only the train and val samples whose datapool metadata holds every one of these
+    values, e.g. ``{label: 1}``: IMDB's supervised baseline learns from positive reviews only (RL4LMs'
+    ``imdb_seq2seq`` with ``positive_ratio: 1.0``) while RL prompts come from all of them.
+    """
 
     epochs: int = 3
     batch_size: int = 16
@@ -486,8 +491,12 @@ class SupervisedConfig:
     warmup_ratio: float = 0.0
     lora: Optional[LoraConfig] = None
     processes: int = 1  # data-parallel processes (accelerate launch); each takes its shard of every batch
+    train_where: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for key, value in self.train_where.items():
+            check(isinstance(value, (str, int, float, bool)),
+                  f"train_where.{key} must be one value (a string, number or boolean), got {value!r}")
         check(self.processes >= 1, f"processes must be >= 1, got {self.processes}")
         check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
         check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import math
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -27,6 +27,7 @@ from grueflow import checkpoints
 from grueflow.config import SupervisedConfig
 from grueflow.data import Sample
 from grueflow.distributed import DataParallel
+from grueflow.io import DataError
 from grueflow.models.lora import trainable_parameters
 from grueflow.models.policy import Policy, completion_mask
 from grueflow.seeding import rng_state, set_rng_state
@@ -43,6 +44,19 @@ def pairs(samples: list[Sample]) -> list[tuple[str, str]]:
 
 
 @torch.no_grad()
+def select_samples(samples: list[Sample], where: dict[str, Any], split: str) -> list[Sample]:
+    """The samples whose ``meta`` holds every ``where`` value (all of them when ``where`` is empty); a
+    DataError naming the filter and the metadata keys present when none is left."""
+    if not where:
+        return samples
+    kept = [s for s in samples if all(k in s.meta and s.meta[k] == v for k, v in where.items())]
+    if samples and not kept:
+        keys = sorted({k for s in samples for k in s.meta})
+        raise DataError(f"supervised train_where {where}: no {split} sample matches it (of {len(samples)}); "
+                        f"the datapool's metadata keys are {keys}")
+    return kept
+
+
 def validation_loss(policy: Policy, data: list[tuple[str, str]], batch_size: int, max_target: int,
                     parallel: DataParallel = DataParallel()) -> float:
     """Mean over the pairs of each batch's token-mean cross-entropy (each process scores its shard of a batch)."""

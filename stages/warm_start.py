@@ -12,7 +12,7 @@ from grueflow.models.backend import select
 from grueflow.models.lora import merged, with_lora
 from grueflow.models.policy import Policy
 from grueflow.params import load_method, load_section
-from grueflow.supervised import SupervisedTrainer
+from grueflow.supervised import SupervisedTrainer, select_samples
 from grueflow.training import Tracking, TrainingRun, add_arguments
 
 TASK_KEYS = ("lengths", "method_overrides")
@@ -34,7 +34,8 @@ def main() -> None:
     check_context(args.base_model, lengths.prompt, lengths.target, str(args.task_file),
                   ("lengths.prompt", "lengths.target"))
     run = TrainingRun.start("warm_start", args, started, args.seed, processes=cfg.processes)
-    train, val = read_split(args.datapool, "train"), read_split(args.datapool, "val")
+    train, val = (select_samples(read_split(args.datapool, split), cfg.train_where, split)
+                  for split in ("train", "val"))
     backend = select(run.execution)
     model, tokenizer = load_pretrained(args.base_model, backend=backend)
     if cfg.lora is not None:

@@ -170,3 +170,15 @@ def test_the_skeleton_resumes_replays_the_tracking_log_writes_atomically_and_cle
     for name in ("dvclive/metrics.json", "dvclive/plots/metrics/sum.tsv"):
         assert (out / name).read_bytes() == (tmp_path / "straight" / name).read_bytes()
     assert json.loads((out / "stage.json").read_text())["params"] == {"total": 5}
+
+
+def test_the_warm_start_keeps_the_samples_its_train_where_names():
+    from grueflow.data import Sample
+    from grueflow.io import DataError
+    from grueflow.supervised import select_samples
+
+    samples = [Sample(f"train-{i}", "p", ("r",), {"label": i % 2}) for i in range(6)]
+    assert [s.id for s in select_samples(samples, {"label": 1}, "train")] == ["train-1", "train-3", "train-5"]
+    assert select_samples(samples, {}, "train") == samples
+    with pytest.raises(DataError, match=r"train_where \{'label': 2\}: no val sample matches it \(of 6\); .*\['label'\]"):
+        select_samples(samples, {"label": 2}, "val")
