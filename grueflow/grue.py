@@ -23,6 +23,7 @@ from typing import Any
 import pandas as pd
 
 from grueflow import io
+from grueflow.config import TRAIN_KL_KEY
 
 REWARD = "reward"
 FLUENCY = "fluency/perplexity"
@@ -70,7 +71,7 @@ def _normalised(table: pd.DataFrame, runs: list[dict[str, Any]]) -> pd.Series:
     for task, group in table.groupby("task"):
         headline = next(r["headline"] for r in runs if r["task"] == task)
         parts = []
-        for metric in ["reward", "fluency_ppl", *headline]:
+        for metric in ["reward", "fluency_ppl", *(h for h in headline if h != TRAIN_KL_KEY)]:  # KL: a diagnostic
             values = group[metric]
             low, high = values.min(), values.max()
             if values.isna().all() or high == low:

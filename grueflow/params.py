@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from grueflow import config
-from grueflow.config import (FLUENCY_METRIC, REWARD_KEY, ConfigError, DatapoolConfig, MetricSpec, ModelConfig,
-                             RewardComponent, RewardConfig, SuiteConfig, SupervisedConfig, TaskConfig, check,
-                             merge_overrides, read_yaml, set_resolved)
+from grueflow.config import (FLUENCY_METRIC, REWARD_KEY, TRAIN_KL_KEY, ConfigError, DatapoolConfig, MetricSpec,
+                             ModelConfig, RewardComponent, RewardConfig, SuiteConfig, SupervisedConfig, TaskConfig,
+                             check, merge_overrides, read_yaml, set_resolved)
 from grueflow.io import atomic_path
 from grueflow.data import DATAPOOLS
 from grueflow.metrics import METRICS
@@ -104,7 +104,7 @@ def with_fluency(metrics: tuple[MetricSpec, ...]) -> tuple[MetricSpec, ...]:
 
 def produced_keys(reward: RewardConfig, metrics: tuple[MetricSpec, ...]) -> set[str]:
     """Every corpus key evaluate can write for this reward and these metrics (checked before any work)."""
-    keys = {REWARD_KEY, *(c.key for c in reward.components)}
+    keys = {REWARD_KEY, TRAIN_KL_KEY, *(c.key for c in reward.components)}
     for spec in metrics:
         keys.update(METRICS.get(spec.id).keys())
     return keys

@@ -4,10 +4,10 @@ from pathlib import Path
 from typing import get_args
 
 from grueflow import evaluation, stage
-from grueflow.config import (ConfigError, GenerationConfig, LengthsConfig, MetricSpec, RLStart, RewardConfig,
-                             method_name, read_yaml, to_dict)
+from grueflow.config import (TRAIN_KL_KEY, ConfigError, GenerationConfig, LengthsConfig, MetricSpec, RLStart,
+                             RewardConfig, method_name, read_yaml, to_dict)
 from grueflow.data import read_split
-from grueflow.io import atomic_dir, write_json, write_jsonl
+from grueflow.io import atomic_dir, read_json, write_json, write_jsonl
 from grueflow.metrics import MetricContext
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
@@ -61,6 +61,9 @@ def main() -> None:
     rows, corpus, missing = evaluation.score(test, generations, reward_cfg, metrics,
                                              MetricContext(args.base_model, lengths.prompt, ex), progress=bar.update)
     bar.close()
+    trained = args.model.parent / "train_metrics.json"  # an RL stage's folder: <out>/model beside it
+    if args.algorithm and trained.is_file() and "kl/sequence" in (final := read_json(trained)):
+        corpus[TRAIN_KL_KEY] = final["kl/sequence"]
     method = method_name(args.start, args.algorithm)
     with atomic_dir(args.out) as tmp:
         write_jsonl(tmp / "predictions.jsonl", rows)

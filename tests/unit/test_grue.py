@@ -53,3 +53,13 @@ def test_table_rows_means_and_stds(tmp_path):
     task_a, task_b = both.split("## a")[1].split("## b")
     assert "lexical/x" in task_a and "lexical/y" not in task_a  # each task shows its own headline metrics
     assert "lexical/y" in task_b and "lexical/x" not in task_b
+
+
+def test_the_end_of_training_kl_is_a_column_but_not_part_of_the_score():
+    kl = {"zero_shot": None, "supervised": None, "ppo": 3.0}
+    runs = [{**r, "headline": [*r["headline"], "train/kl"],
+             "metrics": {**r["metrics"], **({"train/kl": kl[r["method"]]} if kl[r["method"]] is not None else {})}}
+            for r in RUNS]
+    table = grue.build_table(runs)
+    assert table["train/kl"].isna().tolist() == [True, True, False]  # RL rows only
+    assert table["normalised_score"].tolist() == pytest.approx(grue.build_table(RUNS)["normalised_score"].tolist())
