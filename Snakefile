@@ -10,6 +10,15 @@ configfile: "params/suite.yaml"
 report: "workflow/report/workflow.rst"  # snakemake --report report.html (issue 8)
 
 
+from grueflow.config import ConfigError, read_yaml
+
+for _configfile in workflow.configfiles:  # Snakemake's YAML keeps the last of two equal keys; read_yaml refuses them
+    try:
+        read_yaml(_configfile)
+    except ConfigError as err:
+        raise WorkflowError(f"invalid params: {err}") from None
+
+
 validate(config, "workflow/schemas/suite.schema.yaml")
 
 

@@ -250,6 +250,13 @@ PARAMS = [
       id="learning-rate-minus-inf"),
     P(Bad(PPO, as_text(lambda text: text + "epochs: 1\nepochs: 2\n"), (
         "ppo.yaml: line", "key 'epochs' appears twice in one mapping")), id="duplicate-method-key"),
+    P(Bad(SUPERVISED, setting("train_where", {"label": [1]}), (
+        "supervised.yaml: train_where.label must be one value (a string, number or boolean), got [1]",)),
+      id="train-where-not-one-value"),
+    P(Bad(SENTIMENT, setting("model.adapt", {"steps": 2, "heldout": -1}), (
+        "sentiment.yaml: model.adapt: heldout must be >= 0, got -1",)), id="adapt-heldout-negative"),
+    P(Bad(SENTIMENT, setting("model.adapt", {"steps": -3}), (
+        "sentiment.yaml: model.adapt: steps must be >= 0, got -3",)), id="adapt-steps-negative"),
     P(Bad(SENTIMENT, as_text(lambda text: ALIAS_BOMB + text), (
         "sentiment.yaml: holds more than 100,000 values once its YAML aliases (*name) are expanded",)),
       id="alias-bomb"),
@@ -619,6 +626,18 @@ def test_snakemake_dry_run_stops_on_bad_params_before_any_job(tmp_path: Path):
     assert ("invalid params: params/tasks/concepts.yaml: rollout_generation: top_p must be in (0, 1], got 1.5"
             in output), output
     assert "Job stats" not in output and "rule prepare_datapool" not in output, output
+
+
+def test_snakemake_refuses_a_suite_configfile_with_a_repeated_key(tmp_path: Path):
+    project = copy_project(tmp_path / "project")
+    suite = project / "params" / "suite.yaml"
+    suite.write_text(suite.read_text() + "seeds: [0, 1]\nseeds: [2]\n")  # Snakemake's loader would keep [2]
+    result = subprocess.run([str(Path(PY).parent / "snakemake"), "-n", "--cores", "1"], cwd=project,
+                            capture_output=True, text=True, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert "invalid params: params/suite.yaml: line" in output and "key 'seeds' appears twice" in output, output
+    assert "Job stats" not in output, output
 
 
 @pytest.mark.parametrize("threads", ["0", "-4", "100000"])
