@@ -43,7 +43,6 @@ def pairs(samples: list[Sample]) -> list[tuple[str, str]]:
     return out
 
 
-@torch.no_grad()
 def select_samples(samples: list[Sample], where: dict[str, Any], split: str) -> list[Sample]:
     """The samples whose ``meta`` holds every ``where`` value (all of them when ``where`` is empty); a
     DataError naming the filter and the metadata keys present when none is left."""
@@ -57,6 +56,7 @@ def select_samples(samples: list[Sample], where: dict[str, Any], split: str) -> 
     return kept
 
 
+@torch.no_grad()
 def validation_loss(policy: Policy, data: list[tuple[str, str]], batch_size: int, max_target: int,
                     parallel: DataParallel = DataParallel()) -> float:
     """Mean over the pairs of each batch's token-mean cross-entropy (each process scores its shard of a batch)."""
