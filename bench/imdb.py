@@ -63,8 +63,9 @@ def table_markdown(table: pd.DataFrame) -> str:
              "|---" * (len(COLUMNS) + 3) + "|"]
     for _, row in table.iterrows():
         paper = PAPER.get(row.method)
-        lines.append(f"| {row.method} | {int(row.n_seeds)} | " + " | ".join(cell(row, c) for c, _ in COLUMNS)
-                     + f" | {paper[0]} / {paper[1]} |" if paper else " | — |")
+        cells = " | ".join(cell(row, c) for c, _ in COLUMNS)
+        lines.append(f"| {row.method} | {int(row.n_seeds)} | {cells} | "
+                     + (f"{paper[0]} / {paper[1]} |" if paper else "— |"))
     return "\n".join(lines)
 
 

@@ -110,8 +110,8 @@ class IMDB:
         rng.shuffle(train_rows)
         # unlabelled text (the base model's pre-training or adaptation): the hub dataset's ``unsupervised``
         # split (aclImdb's 50k unlabelled reviews) when the source has one, else the train reviews
-        unlabelled = [_clean(r["text"]) for r in splits["unsupervised"] if _clean(r["text"])] \
-            if "unsupervised" in splits else [_clean(r["text"]) for r in train_rows]
+        source = splits["unsupervised"] if "unsupervised" in splits else train_rows
+        unlabelled = [text for text in (_clean(r["text"]) for r in source) if text]
         val_rows, train_rows = train_rows[:args.n_val], train_rows[args.n_val:]
         if args.positive_only_train:  # RL4LMs' IMDB datapool trains on positive reviews
             train_rows = [r for r in train_rows if r["label"] == 1]
