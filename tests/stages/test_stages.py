@@ -107,6 +107,8 @@ def test_rl_and_evaluate_outputs(base, tmp_path):
     assert metrics["method"] == "ppo" and metrics["task"] == "sentiment"
     assert {"reward", "task/sentiment", "lexical/rougeL", "lexical/bleu", "diversity/distinct_2",
             "fluency/perplexity"} <= set(metrics["metrics"])
+    final = json.loads((tmp_path / "rl" / "train_metrics.json").read_text())
+    assert metrics["metrics"]["train/kl"] == final["kl/sequence"]  # the run's last-iteration KL, beside the test's
     assert len((tmp_path / "eval" / "predictions.jsonl").read_text().splitlines()) == 8
     curve = list(csv.DictReader(open(tmp_path / "rl" / "curves.csv")))
     assert [row["iteration"] for row in curve] == ["1", "2"]
