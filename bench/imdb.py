@@ -159,13 +159,15 @@ def report(root: Path, png: Path) -> str:
     plot_curves(results, seeds, png)
     wall = results / "imdb_wall.json"
     classifier = json.loads((results / TASK / "classifier" / "metrics.json").read_text())
-    adapt = pd.read_csv(results / TASK / "base_model" / "adapt_curve.csv")
+    base = json.loads((results / TASK / "base_model" / "stage.json").read_text())
+    held, steps = base["adapt_heldout_loss"], base["params"]["model"]["adapt"]["steps"]
     parts = [f"Wall time of the whole run: **{json.loads(wall.read_text())['wall_s'] / 60:.1f} min**"
              if wall.is_file() else "Wall time: not recorded (no --run)",
              f"Classifier (train_classifier): held-out test accuracy **{classifier['test/accuracy']:.4f}** on "
              f"{classifier['n_test']} reviews (val {classifier.get('val/accuracy', math.nan):.3f}).",
-             f"Adapted base: causal-LM loss on aclImdb unsup reviews {adapt['loss'].iloc[0]:.3f} → "
-             f"{adapt['loss'].iloc[-1]:.3f} over {int(adapt['step'].iloc[-1]) + 1} steps.",
+             f"Adapted base: causal-LM loss of {held['texts']} held-out aclImdb unsup reviews {held['before']:.3f} → "
+             f"{held['after']:.3f} nats per token (perplexity {math.exp(held['before']):.1f} → "
+             f"{math.exp(held['after']):.1f}) after {steps} steps.",
              "", table_markdown(table), "", "Orderings:", ""]
     for claim, holds, numbers in orderings(table):
         parts.append(f"- {'✔' if holds else '✘'} {claim}: {numbers}")
