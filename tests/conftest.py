@@ -36,6 +36,21 @@ def copy_project(dest: Path, suite: Path = MICRO) -> Path:
     return dest
 
 
+SHARED = ROOT.parent / "shared"
+
+
+def copy_with_shared_data(root: Path, what: str) -> Path:
+    """A copy of the project with all of params/ under ``root/repo``, and ``root/shared`` linked to
+    ../shared, so the suites' ``../shared/data`` paths resolve; skips the test (naming ``what``) where
+    ../shared/data is absent."""
+    if not (SHARED / "data").is_dir():
+        pytest.skip(f"{what} reads real data slices from {SHARED / 'data'}, which is absent here")
+    repo = copy_project(root / "repo")
+    shutil.copytree(ROOT / "params", repo / "params", dirs_exist_ok=True)
+    (root / "shared").symlink_to(SHARED)
+    return repo
+
+
 def run(cmd: list[str], cwd: Path, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess:
     result = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:

@@ -7,26 +7,19 @@ copy of the project gets a ``shared`` link beside it, so its ``../shared/data`` 
 from __future__ import annotations
 
 import json
-import shutil
 
 import pandas as pd
 import pytest
 
-from tests.conftest import ROOT, copy_project, run
+from tests.conftest import copy_with_shared_data, run
 
 pytestmark = pytest.mark.slow
-SHARED = ROOT.parent / "shared"
 SUITE = "params/suites/grue-local.yaml"
 
 
 @pytest.fixture(scope="module")
 def grue_local(tmp_path_factory):
-    if not (SHARED / "data").is_dir():
-        pytest.skip(f"the local GRUE suite reads real data slices from {SHARED / 'data'}, which is absent here")
-    root = tmp_path_factory.mktemp("grue_local")
-    repo = copy_project(root / "repo")
-    shutil.copytree(ROOT / "params", repo / "params", dirs_exist_ok=True)
-    (root / "shared").symlink_to(SHARED)
+    repo = copy_with_shared_data(tmp_path_factory.mktemp("grue_local"), "the local GRUE suite")
     run(["snakemake", "--cores", "2", "results/grue_table.csv", "--configfile", SUITE], repo, timeout=1800)
     return repo
 

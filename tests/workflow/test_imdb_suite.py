@@ -9,16 +9,14 @@ is the suite's wiring, not its budget (the full run is bench/IMDB.md's). Skipped
 from __future__ import annotations
 
 import json
-import shutil
 
 import pandas as pd
 import pytest
 import yaml
 
-from tests.conftest import ROOT, copy_project, run
+from tests.conftest import copy_with_shared_data, run
 
 pytestmark = pytest.mark.slow
-SHARED = ROOT.parent / "shared"
 SUITE = "params/suites/imdb.yaml"
 TASK = "imdb_smollm2"
 TASK_FILE = f"params/imdb/tasks/{TASK}.yaml"
@@ -48,12 +46,7 @@ def shrink(task: dict, methods: dict[str, dict]) -> dict:
 
 @pytest.fixture(scope="module")
 def imdb_suite(tmp_path_factory):
-    if not (SHARED / "data").is_dir():
-        pytest.skip(f"the IMDB suite reads real data slices from {SHARED / 'data'}, which is absent here")
-    root = tmp_path_factory.mktemp("imdb_suite")
-    repo = copy_project(root / "repo")
-    shutil.copytree(ROOT / "params", repo / "params", dirs_exist_ok=True)
-    (root / "shared").symlink_to(SHARED)
+    repo = copy_with_shared_data(tmp_path_factory.mktemp("imdb_suite"), "the IMDB suite")
     task_file = repo / TASK_FILE
     methods = {m: yaml.safe_load((repo / "params" / "imdb" / "methods" / f"{m}.yaml").read_text())
                for m in ("ppo", "nlpo", "supervised")}
