@@ -10,9 +10,9 @@ the curves as PNG beside it):
 - the orderings the paper's GPT-2 table shows, each checked on the numbers with its margin;
 - per RL run, the reward, the KL and the KL coefficient per iteration (one PNG);
 - five continuations per method (seed 0, the same five test prompts for every method);
-- the classifier's held-out accuracy, the base model's adaptation curve, and each stage's wall time.
+- the classifier's held-out accuracy, the adapted base's held-out loss before and after, each stage's wall time.
 
-    .venv/bin/python bench/imdb.py --run --out bench/IMDB_RESULTS.md
+    .venv/bin/python bench/imdb.py --run --out /tmp/imdb/IMDB_RESULTS.md   (bench/IMDB.md quotes it)
 """
 
 from __future__ import annotations
