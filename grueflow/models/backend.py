@@ -5,7 +5,8 @@ device and precision: the reference every fast path must equal. :class:`CpuKerne
 where they apply (float32 on the CPU, fast paths on):
 
 - at load, every ``gelu_new`` swapped for PyTorch's fused tanh GELU, oneDNN linear layers and a lean
-  single-token decode attention (:mod:`grueflow.models.kernels`);
+  single-token decode attention (:mod:`grueflow.models.kernels`), and a tied input embedding's gradient made
+  sparse (:func:`sparse_tied_embeddings`);
 - a lean GPT-2 prefill and decode step (:mod:`grueflow.models.decode`), with a numba attention over the
   reserved KV cache;
 - the top-p nucleus by a numba histogram instead of a sort (:mod:`grueflow.models.nucleus`);
@@ -94,6 +95,24 @@ def shared_encoder(model: Any, prompts: "Prompts", group_size: int) -> BaseModel
     hidden = model.get_encoder()(input_ids=prompts.input_ids[::group_size],
                                  attention_mask=prompts.attention_mask[::group_size]).last_hidden_state
     return BaseModelOutput(last_hidden_state=hidden.repeat_interleave(group_size, 0))
+
+
+def sparse_tied_embeddings(model: Any, sparse: bool = True) -> Any:
+    """``model`` whose input embedding, where it shares its weight with the LM head (GPT-2, SmolLM2), hands
+    autograd a sparse gradient: the rows of the tokens fed (in place; ``sparse=False`` undoes it).
+
+    A dense embedding backward zero-fills a (V, H) tensor per call (each group's prompt and the completion are
+    two calls) and adds it to the LM head's (V, H) gradient: over a 49,152 x 576 table, three passes of 113 MB
+    each, most of them page faults. Autograd adds a sparse gradient into the LM head's dense one in place, so
+    the weight's ``.grad`` is dense and the same to float rounding. The LM head must then be in every loss that
+    trains the weight (every grueflow objective on a causal LM's logits is); a model trained through its hidden
+    states only (a separate critic) or differentiated twice (TRPO) takes ``sparse=False``.
+    """
+    get_in, get_out = getattr(model, "get_input_embeddings", None), getattr(model, "get_output_embeddings", None)
+    embedding, head = (get_in() if get_in else None), (get_out() if get_out else None)
+    if isinstance(embedding, torch.nn.Embedding) and head is not None and embedding.weight is head.weight:
+        embedding.sparse = sparse
+    return model
 
 
 class Decoding:
@@ -214,7 +233,7 @@ class CpuKernels(Backend):
     def prepare(self, model: Any) -> Any:
         from grueflow.models.kernels import cpu_kernels, fused_activations
 
-        return cpu_kernels(fused_activations(model))
+        return sparse_tied_embeddings(cpu_kernels(fused_activations(model)))
 
     def keeps_sampling(self, model: Any) -> bool:
         from grueflow.models.replay import supports_replay

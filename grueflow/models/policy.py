@@ -12,7 +12,6 @@ from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from transformers import LogitsProcessorList
 
 from grueflow.config import GenerationConfig
@@ -38,18 +37,84 @@ def completion_mask(completions: torch.Tensor, eos_token_id: int) -> torch.Tenso
 
 
 def logprobs_from_logits(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """log p(token) under ``logits``.  (B, T, V), (B, T) -> (B, T)."""
-    return token_logprobs(F.log_softmax(logits, dim=-1), tokens)
+    """log p(token) under ``logits``.  (B, T, V), (B, T) -> (B, T).  See :func:`selective_logprobs`."""
+    return selective_logprobs(logits, tokens)[0]
+
+
+def selective_logprobs(logits: torch.Tensor, tokens: torch.Tensor, action_mask: torch.Tensor | None = None,
+                       entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``log_softmax(logits)`` at ``tokens``, with the actions ``action_mask`` disallows (NLPO) at -inf, and with
+    ``entropy`` the entropy of each position's categorical, without a (B, T, V) log-probability tensor.
+    (B, T, V), (B, T)[, (B, T, V) bool] -> (B, T), (B, T) or None.
+
+    Equal to :func:`token_logprobs` of the full ``log_softmax`` and :func:`entropy_from_logprobs` to float
+    rounding, and differentiable in ``logits`` (both outputs; not twice). The softmax runs over chunks of rows
+    small enough to stay in the CPU's caches, so forward and backward each read the logits once and the
+    backward writes one (B, T, V) gradient: the full form makes and reads four or five (B, T, V) tensors, and
+    over a 49,152-token vocabulary those passes cost as much as the LM head's products (TRL's
+    ``selective_log_softmax`` avoids them the same way).
+    """
+    return _SelectiveLogSoftmax.apply(logits, tokens, action_mask, entropy)
+
+
+def _chunk_rows(logits: torch.Tensor) -> int:
+    """Rows of a (N, V) logits matrix per chunk: about 1 MiB of float32 on a CPU (its L2 cache), 256 MiB elsewhere."""
+    budget = 1 << 18 if logits.device.type == "cpu" else 1 << 26
+    return max(1, budget // logits.shape[-1])
+
+
+class _SelectiveLogSoftmax(torch.autograd.Function):
+    """:func:`selective_logprobs` with its backward: ``d log p_k / d z = onehot(k) - p`` and
+    ``d H / d z = -p (log p + H)``, masked actions (``p = 0``) getting no gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, tokens: torch.Tensor, action_mask: torch.Tensor | None,
+                entropy: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        flat, ids = logits.reshape(-1, logits.shape[-1]), tokens.reshape(-1, 1)
+        keep = action_mask.reshape(flat.shape) if action_mask is not None else None
+        lse = flat.new_empty(flat.shape[0])
+        logprobs = flat.new_empty(flat.shape[0])
+        ent = flat.new_empty(flat.shape[0]) if entropy else None
+        step = _chunk_rows(flat)
+        for start in range(0, flat.shape[0], step):
+            rows = slice(start, start + step)
+            z = flat[rows] if keep is None else flat[rows].masked_fill(~keep[rows], float("-inf"))
+            lse[rows] = torch.logsumexp(z, dim=-1)
+            logprobs[rows] = z.gather(1, ids[rows]).squeeze(1) - lse[rows]
+            if ent is not None:
+                ent[rows] = entropy_from_logprobs(z - lse[rows, None])
+        ctx.save_for_backward(logits, tokens, action_mask, lse, ent)
+        ctx.set_materialize_grads(False)  # an output the loss does not use gets None, and costs nothing
+        return logprobs.view(tokens.shape), ent.view(tokens.shape) if ent is not None else None
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad_logprobs: torch.Tensor | None, grad_entropy: torch.Tensor | None
+                 ) -> tuple[torch.Tensor | None, None, None, None]:
+        logits, tokens, action_mask, lse, ent = ctx.saved_tensors
+        if not ctx.needs_input_grad[0]:
+            return None, None, None, None
+        flat, ids = logits.reshape(-1, logits.shape[-1]), tokens.reshape(-1, 1)
+        keep = action_mask.reshape(flat.shape) if action_mask is not None else None
+        g_lp = grad_logprobs.reshape(-1, 1) if grad_logprobs is not None else torch.zeros_like(lse)[:, None]
+        g_ent = grad_entropy.reshape(-1, 1) if grad_entropy is not None and ent is not None else None
+        grad = torch.empty_like(flat)
+        step = _chunk_rows(flat)
+        for start in range(0, flat.shape[0], step):
+            rows = slice(start, start + step)
+            z = flat[rows] if keep is None else flat[rows].masked_fill(~keep[rows], float("-inf"))
+            logp = z - lse[rows, None]
+            p = logp.exp()
+            chunk = p * -g_lp[rows]
+            if g_ent is not None:  # masked actions: p = 0 times a finite (clamped) log p
+                chunk -= p * (logp.clamp(min=torch.finfo(logp.dtype).min) + ent[rows, None]) * g_ent[rows]
+            grad[rows] = chunk.scatter_add_(1, ids[rows], g_lp[rows])
+        return grad.view_as(logits), None, None, None
 
 
 def token_logprobs(logp: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """The log-probabilities ``logp`` (B, T, V) gives ``tokens`` (B, T).  -> (B, T)"""
     return torch.gather(logp, 2, tokens.unsqueeze(-1)).squeeze(-1)
-
-
-def masked_logits(logits: torch.Tensor, action_mask: torch.Tensor | None) -> torch.Tensor:
-    """Logits with disallowed actions at -inf (NLPO).  (B, T, V), (B, T, V) bool or None -> (B, T, V)"""
-    return logits if action_mask is None else logits.masked_fill(~action_mask, float("-inf"))
 
 
 def _draw(logits: torch.Tensor) -> torch.Tensor:
@@ -84,6 +149,23 @@ def entropy_from_logprobs(logp: torch.Tensor) -> torch.Tensor:
     if logp.requires_grad:
         return -(logp.exp() * logp.masked_fill(torch.isinf(logp), 0.0)).sum(-1)
     return -(logp.exp() * logp.clamp(min=torch.finfo(logp.dtype).min)).sum(-1)
+
+
+def output_head(model: Any, hidden: torch.Tensor, logits: torch.Tensor) -> Optional[torch.nn.Module]:
+    """``model``'s LM head if it alone maps the last hidden states to the logits, checked on this pass's own
+    (``hidden`` (B, P, H) -> ``logits`` (B, P, V)); else None (a model that caps, scales or biases its logits
+    after the head).
+
+    :meth:`Policy.score` then runs the head once over every completion position, instead of once on the
+    prompt's last position and once on the rest: one (V, H) weight gradient and no (B, T, V) concatenation
+    instead of two and one, the same numbers to float rounding.
+    """
+    head = model.get_output_embeddings()
+    if not isinstance(head, torch.nn.Module):
+        return None
+    with torch.no_grad():
+        same = torch.allclose(head(hidden).float(), logits.float(), rtol=1e-4, atol=1e-4)
+    return head if same else None
 
 
 @dataclass
@@ -219,19 +301,23 @@ class Policy:
                  ) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
         mask = completion_mask(completions, self.eos_token_id).long()
         if self.kind == "causal":
-            out, cache = prefix_forward(model, prompts, group_size, logits_to_keep=1, output_hidden_states=with_hidden)
+            out, cache = prefix_forward(model, prompts, group_size, logits_to_keep=1, output_hidden_states=True)
             first_logits = out.logits[:, -1:].repeat_interleave(group_size, 0)
-            first_hidden = out.hidden_states[-1][:, -1:].repeat_interleave(group_size, 0) if with_hidden else None
+            first_hidden = out.hidden_states[-1][:, -1:].repeat_interleave(group_size, 0)
             if completions.shape[1] == 1:
-                return first_logits, first_hidden
+                return first_logits, first_hidden if with_hidden else None
+            head = output_head(model, out.hidden_states[-1][:, -1:], out.logits[:, -1:])
             attention = torch.cat([prompts.attention_mask, mask[:, :-1]], dim=1)
             positions = prompts.attention_mask.sum(1, keepdim=True) + torch.arange(completions.shape[1] - 1,
                                                                                    device=completions.device)
+            no_logits = {"logits_to_keep": torch.empty(0, dtype=torch.long, device=completions.device)} if head else {}
             rest = model(input_ids=completions[:, :-1], attention_mask=attention, position_ids=positions,
-                         cache=cache, use_cache=True, output_hidden_states=with_hidden)
-            logits = torch.cat([first_logits, rest.logits], dim=1)
-            hidden = torch.cat([first_hidden, rest.hidden_states[-1]], dim=1) if with_hidden else None
-            return logits, hidden
+                         cache=cache, use_cache=True, output_hidden_states=head is not None or with_hidden,
+                         **no_logits)
+            hidden = (torch.cat([first_hidden, rest.hidden_states[-1]], dim=1)
+                      if head is not None or with_hidden else None)
+            logits = head(hidden) if head is not None else torch.cat([first_logits, rest.logits], dim=1)
+            return logits, hidden if with_hidden else None
         start = torch.full_like(completions[:, :1], model.config.decoder_start_token_id)
         decoder_ids = torch.cat([start, completions[:, :-1]], dim=1)
         decoder_mask = torch.cat([torch.ones_like(mask[:, :1]), mask[:, :-1]], dim=1)

@@ -40,7 +40,6 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from stable_baselines3.common.utils import explained_variance
 
@@ -51,11 +50,10 @@ from grueflow.distributed import DataParallel
 from grueflow.io import atomic_dir
 from grueflow.metrics.reward import Reward
 from grueflow.models import load_pretrained
-from grueflow.models.backend import SampledLogits
+from grueflow.models.backend import SampledLogits, sparse_tied_embeddings
 from grueflow.models.lora import (is_lora, load_adapter, load_trainable_state, merged, reference_view,
                                   trainable_parameters, trainable_state, with_lora)
-from grueflow.models.policy import (Policy, Prompts, Scores, completion_mask, entropy_from_logprobs,
-                                    logprobs_from_logits, masked_logits, token_logprobs)
+from grueflow.models.policy import Policy, Prompts, Scores, completion_mask, logprobs_from_logits, selective_logprobs
 from grueflow.rl import ALGORITHMS
 from grueflow.rl.algorithm import Algorithm, PolicyHandle, UpdateContext
 from grueflow.rl.configs import RLConfig
@@ -180,6 +178,7 @@ class RLTrainer:
                              f"set processes: 1 (got {parallel.world_size} processes)")
         if self.algorithm.needs_double_backward:
             policy.model.set_attn_implementation("eager")  # fused CPU attention has no double backward
+            sparse_tied_embeddings(policy.model, sparse=False)  # nor a sparse embedding gradient
         self.critic_model = self._build_models(cfg, policy)
         self.algorithm.setup(PolicyHandle(policy.model, policy.kind, tuple(policy.tokenizer.all_special_ids),
                                           policy.backend))
@@ -216,7 +215,8 @@ class RLTrainer:
         A separate critic starts as a copy of the start model (with its own adapter under LoRA).
         """
         separate = self.algorithm.uses_critic and cfg.critic == "separate"
-        critic = copy.deepcopy(policy.model) if separate else None
+        # the critic trains through its hidden states only: its tied embedding gets no dense LM-head gradient
+        critic = sparse_tied_embeddings(copy.deepcopy(policy.model), sparse=False) if separate else None
         if cfg.lora is not None:
             policy.model = with_lora(policy.model, cfg.lora)
             critic = with_lora(critic, cfg.lora) if critic is not None else None
@@ -256,9 +256,8 @@ class RLTrainer:
                   else self.policy.score(prompts, completions, with_hidden=shared, group_size=group_size))
         values = self.value_head(scores.hidden if shared else self.critic_hidden(prompts, completions, group_size)) \
             if self.value_head is not None else None
-        logp = F.log_softmax(masked_logits(scores.logits, action_mask), dim=-1)  # (B, T, V), once for both
-        entropy = entropy_from_logprobs(logp if self.cfg.ent_coef else logp.detach())
-        outputs = Outputs(token_logprobs(logp, completions), values, entropy)
+        logprobs, entropy = selective_logprobs(scores.logits, completions, action_mask, entropy=True)
+        outputs = Outputs(logprobs, values, entropy if self.cfg.ent_coef else entropy.detach())
         if action_mask is None:
             return outputs, outputs.logprobs
         with torch.no_grad():  # only the rewards' KL penalty reads them, detached: no second softmax to differentiate

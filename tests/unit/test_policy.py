@@ -63,3 +63,52 @@ def test_supervised_loss_decreases_on_one_pair(tiny_models):
 def test_hub_id_without_network_fails_with_a_clear_error():
     with pytest.raises(HubUnreachableError, match=r"cannot load 'gpt2'.*hub is unreachable.*name_or_path"):
         load_pretrained("gpt2")
+
+
+class _Tokenizer:
+    """What :class:`Policy` reads of a tokenizer when it is handed token ids."""
+
+    pad_token_id = eos_token_id = 0
+    pad_token = eos_token = "<pad>"
+
+
+def _tied_llama() -> torch.nn.Module:  # one LM head maps the last hidden state to the logits (SmolLM2's shape)
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    return LlamaForCausalLM(LlamaConfig(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True))
+
+
+def _softcapped_gemma2() -> torch.nn.Module:  # tanh-capped logits after the head: the head alone is not the map
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    return Gemma2ForCausalLM(Gemma2Config(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                          num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                          final_logit_softcapping=0.5))
+
+
+@pytest.mark.parametrize("build, one_head", [(_tied_llama, True), (_softcapped_gemma2, False)])
+def test_scores_and_their_gradients_equal_one_plain_forward_pass(build, one_head):
+    """The policy's pass (each group's prompt once, then the completion on its KV cache, the LM head once over
+    every completion position where the head alone makes the logits) gives a plain full-sequence forward
+    pass's logits and weight gradients."""
+    from grueflow.models.policy import Prompts, output_head
+
+    torch.manual_seed(0)
+    model = build().eval()
+    policy = Policy(model, _Tokenizer(), max_prompt_length=8)
+    ids = torch.randint(1, 97, (2, 5)).repeat_interleave(2, 0)  # 2 groups of 2 identical prompts
+    prompts, completions = Prompts(ids, torch.ones_like(ids)), torch.randint(1, 97, (4, 6))
+    hidden = model(input_ids=ids, output_hidden_states=True)
+    assert (output_head(model, hidden.hidden_states[-1], hidden.logits) is not None) == one_head
+    weights = torch.randn(4, 6, 97)
+    (policy.score(prompts, completions, group_size=2).logits * weights).sum().backward()
+    got = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+    full = model(input_ids=torch.cat([ids, completions[:, :-1]], 1)).logits[:, ids.shape[1] - 1:]
+    (full * weights).sum().backward()
+    with torch.no_grad():
+        scores = policy.score(prompts, completions, group_size=2).logits
+    assert torch.allclose(scores, full, atol=1e-5)
+    for name, p in model.named_parameters():
+        assert torch.allclose(got[name], p.grad, atol=1e-4), name

@@ -86,3 +86,38 @@ def test_entropy_from_logprobs_with_and_without_gradients_and_masked_actions():
     assert torch.allclose(entropy.detach(), expected, atol=1e-6)
     (1e6 * entropy.sum()).backward()  # a large upstream gradient: the masked actions' stays 0, never NaN
     assert torch.isfinite(trainable.grad).all() and (trainable.grad[0, 1, 2:] == 0).all()
+
+
+@pytest.mark.parametrize("vocab, masked", [(5, False), (49152, False), (300, True)])
+def test_selective_logprobs_equal_the_full_log_softmax_values_and_gradients(vocab, masked):
+    """Chunked log-probs and entropies (a real vocabulary's 49,152 spans several chunks) against the full
+    (B, T, V) ``log_softmax``: values and gradients through each output alone and both, NLPO's masks included."""
+    import torch.nn.functional as F
+
+    from grueflow.models.policy import entropy_from_logprobs, selective_logprobs, token_logprobs
+
+    torch.manual_seed(0)
+    logits = (3 * torch.randn(3, 7, vocab)).requires_grad_()
+    tokens = torch.randint(0, vocab, (3, 7))
+    mask = None
+    if masked:
+        mask = (torch.rand(3, 7, vocab) > 0.5).scatter_(2, tokens[..., None], True)  # the taken action is allowed
+
+    def full() -> tuple[torch.Tensor, torch.Tensor]:
+        logp = F.log_softmax(logits if mask is None else logits.masked_fill(~mask, float("-inf")), -1)
+        return token_logprobs(logp, tokens), entropy_from_logprobs(logp)
+
+    def gradient(outputs: tuple[torch.Tensor, torch.Tensor], weights: tuple[float, float]) -> torch.Tensor:
+        (weights[0] * outputs[0].sum() + weights[1] * (outputs[1] * torch.arange(7.0)).sum()).backward()
+        grad, logits.grad = logits.grad, None
+        return grad
+
+    for weights in ((1.0, 0.0), (0.0, 1.0), (1.0, 0.5)):
+        got, expected = selective_logprobs(logits, tokens, mask, entropy=True), full()
+        assert torch.allclose(got[0], expected[0], atol=1e-5) and torch.allclose(got[1], expected[1], atol=1e-4)
+        got_grad, expected_grad = gradient(got, weights), gradient(expected, weights)
+        assert torch.allclose(got_grad, expected_grad, atol=1e-6)
+        if mask is not None:
+            assert (got_grad[~mask] == 0).all()
+    logprobs, entropy = selective_logprobs(logits, tokens, mask)
+    assert entropy is None and torch.allclose(logprobs, full()[0], atol=1e-5)
