@@ -55,6 +55,7 @@ WARM_START = "results/{task}/supervised/seed{seed}"
 PREFERENCES = "results/{task}/preferences"
 EVAL = "results/eval/{task}/{method}/seed{seed}"
 CLASSIFIER = "results/{task}/classifier"  # train_classifier's folder; a learned_classifier's model: .../model
+SUITE_CHECK = "results/suite_valid.txt"  # DVC's first stage writes it once the suite and its params files are valid
 BASE_MODEL_HF = BASE_MODEL + "/model"  # the Hugging Face folder inside a model stage's output (grueflow.io.MODEL_DIR)
 WARM_START_HF = WARM_START + "/model"
 MODEL_OUTS = ("{out}/model", "{out}/stage.json")  # what DVC caches of a model-producing stage
@@ -85,12 +86,13 @@ class DvcStage:
     """One DVC stage of a table stage: ``name``, the grid ``axes`` it iterates over (none: one stage; only
     ``task``: ``foreach: ${tasks}``; more: a ``matrix``), and ``bind``, the value of each Snakemake wildcard or
     input that the axes do not give directly (``rl_method: supervised+{algorithm}``; placeholders name axes).
-    ``comment`` goes above the stage in ``dvc.yaml``."""
+    ``comment`` goes above the stage in ``dvc.yaml``; ``after``: files of DVC-only stages it must follow."""
 
     name: str
     axes: tuple[str, ...] = ()
     bind: Mapping[str, str] = field(default_factory=dict)
     comment: str = ""
+    after: tuple[str, ...] = ()  # DVC-only deps that order the stage after another (:data:`SUITE_CHECK`)
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,7 @@ _TABLE = (
         args="--task-file {task_file} --out {out}",
         outs=("{out}",),
         resources=DefaultResources(mem_mb=1000, runtime=10),
-        dvc=(DvcStage("prepare_datapool", axes=("task",)),),
+        dvc=(DvcStage("prepare_datapool", axes=("task",), after=(SUITE_CHECK,)),),  # every stage's upstream
     ),
     Stage(
         "base_model", script="stages/base_model.py",
@@ -412,7 +414,8 @@ def dvc_stage(stage: Stage, variant: DvcStage) -> dict:
     """The ``dvc.yaml`` entry of one DVC stage of ``stage``: its grid, cmd, deps, params, outs, metrics, plots."""
     names = _names(stage, variant)
     body: dict = {"cmd": render(f"python {stage.script} {stage.args}", names)}
-    body["deps"] = list(dict.fromkeys([render(p, names) for p in stage.inputs.values()] + stage.code))
+    body["deps"] = list(dict.fromkeys([*variant.after, *(render(p, names) for p in stage.inputs.values()),
+                                       *stage.code]))
     for key, values in (("params", _params(stage, names)), ("outs", [render(p, names) for p in stage.outs]),
                         ("metrics", [render(p, names) for p in stage.metrics]),
                         ("plots", [_plot(p, names) for p in stage.plots])):
@@ -425,10 +428,26 @@ def dvc_stage(stage: Stage, variant: DvcStage) -> dict:
     return {"matrix": {a: f"${{{AXES[a]}}}" for a in variant.axes}, **body}
 
 
+VALIDATE_SUITE = "validate_suite"
+VALIDATE_COMMENT = ("The suite and every params file it names, validated before any other stage runs (Snakemake does\n"
+                    "the same when it reads the Snakefile): prepare_datapool, upstream of every other stage, depends on\n"
+                    "its output, a constant file, so a valid edit reruns only this check and an invalid one stops here.")
+
+
+def validate_suite_stage() -> dict:
+    """DVC's first stage: ``python -m grueflow.params`` on the suite, with DVC's own refusals (``--engine dvc``),
+    over every file under ``params/`` (a suite's ``params_dir`` lies there), writing :data:`SUITE_CHECK`."""
+    return {"cmd": f"python -m grueflow.params {SUITE_FILE} --engine dvc --out {SUITE_CHECK}",
+            "deps": ["params", "grueflow/params.py", *codedeps.import_closure("grueflow/params.py")],
+            "outs": [SUITE_CHECK]}
+
+
 def dvc_document() -> dict:
-    """``dvc.yaml`` as data: the suite file as ``vars`` and every DVC stage of the table, in table order."""
+    """``dvc.yaml`` as data: the suite file as ``vars``, the suite's validation, then every DVC stage of the
+    table, in table order."""
     return {"vars": [SUITE_FILE],
-            "stages": {v.name: dvc_stage(s, v) for s in _TABLE for v in s.dvc}}
+            "stages": {VALIDATE_SUITE: validate_suite_stage(),
+                       **{v.name: dvc_stage(s, v) for s in _TABLE for v in s.dvc}}}
 
 
 HEADER = f"""\
@@ -448,7 +467,7 @@ def dvc_yaml() -> str:
     back as that document (ValueError otherwise)."""
     document = dvc_document()
     lines = HEADER.splitlines() + ["vars:", *_block(document["vars"], 2), "", "stages:"]
-    comments = {v.name: v.comment for s in _TABLE for v in s.dvc if v.comment}
+    comments = {VALIDATE_SUITE: VALIDATE_COMMENT, **{v.name: v.comment for s in _TABLE for v in s.dvc if v.comment}}
     for name, body in document["stages"].items():
         lines += [f"  # {line}" for line in comments.get(name, "").splitlines()]
         lines += [f"  {name}:", *_block(body, 4), ""]
@@ -464,6 +483,8 @@ _INDICATORS = tuple("-?:,[]{}#&*!|>'\"%@`")
 def _scalar(value: object) -> str:
     if value is None:
         return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     text = str(value)
     plain = (text and not text.startswith(_INDICATORS) and ": " not in text and " #" not in text
              and not text.endswith(":") and text == text.strip() and yaml.safe_load(text) == text)

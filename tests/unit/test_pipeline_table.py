@@ -84,7 +84,11 @@ def test_the_closure_follows_every_kind_of_import_and_each_parent_package(tmp_pa
 def test_every_stage_in_the_generated_dvc_yaml_lists_its_cli_and_closure_as_deps():
     document = yaml.safe_load((ROOT / "dvc.yaml").read_text())
     stages = {v.name: s for s in STAGES.values() for v in s.dvc}
-    assert set(document["stages"]) == set(stages)
+    assert list(document["stages"])[0] == pipeline.VALIDATE_SUITE
+    assert set(document["stages"]) == {*stages, pipeline.VALIDATE_SUITE}
+    check = document["stages"].pop(pipeline.VALIDATE_SUITE)  # before every other stage, over every params file
+    assert check["outs"] == [pipeline.SUITE_CHECK] and "params" in check["deps"] and "grueflow/params.py" in check["deps"]
+    assert pipeline.SUITE_CHECK in document["stages"]["prepare_datapool"]["do"]["deps"]
     for name, entry in document["stages"].items():
         deps = (entry.get("do") or entry)["deps"]
         assert set(stages[name].code) <= set(deps), name

@@ -157,7 +157,7 @@ def test_a_clone_pulls_the_run_cache_from_a_remote_and_reproduces_without_runnin
     repro = run(["dvc", "repro"], clone)
     stages = set(run(["dvc", "stage", "list", "--name-only"], clone).stdout.split())
     cached = set(re.findall(r"Stage '(.+?)' is cached - skipping run, checking out outputs", repro.stdout))
-    assert cached == stages and len(stages) == 21  # the 19 pipeline stages and 2 human-evaluation exports
+    assert cached == stages and len(stages) == 22  # the suite check, 19 pipeline stages, 2 human-evaluation exports
     assert "Running stage" not in repro.stdout
     assert (clone / "results" / "grue_table.csv").read_text() == (dvc_repo / "results" / "grue_table.csv").read_text()
     assert (clone / "dvc.lock").read_text() == run(["git", "show", "HEAD:dvc.lock"], clone).stdout
@@ -167,7 +167,7 @@ def test_dvc_reward_edit_status_diff_and_run_cache(dvc_repo):
     table_before = (dvc_repo / "results" / "grue_table.csv").read_text()
     double_sentiment_reward(dvc_repo)
     status = json.loads(run(["dvc", "status", "--json"], dvc_repo).stdout)
-    assert set(status) == {"rl_finetune@sentiment-ppo-0", "rl_finetune_supervised@sentiment-ppo-0",
+    assert set(status) == {"validate_suite", "rl_finetune@sentiment-ppo-0", "rl_finetune_supervised@sentiment-ppo-0",
                            "evaluate_zero_shot@sentiment-0", "evaluate_supervised@sentiment-0",
                            "evaluate_rl@sentiment-ppo-0", "evaluate_rl_supervised@sentiment-ppo-0"}
 
@@ -224,3 +224,26 @@ def test_grueflow_show_and_dvc_plots_on_the_finished_runs(snakemake_repo, dvc_re
     kl = "results/sentiment/ppo/seed0/dvclive/plots/metrics/kl/coef.tsv"
     assert [point["coef"] for point in plots["data"][kl][0]["content"]["data"]["values"]] != []
     assert "results/grue_chart.png" in plots["data"]
+
+
+@pytest.mark.parametrize("line, message", [
+    ('seeds: ["0"]', "params/suite.yaml: seeds[0]: expected an integer, got '0'"),
+    ("rl_starts: [zero_shot]", "params/suite.yaml: rl_starts ['zero_shot']: dvc.yaml runs RL from both starts"),
+])
+def test_an_invalid_suite_stops_dvc_repro_before_any_stage_runs(dvc_repo, line, message):
+    """DVC's first stage validates the suite: an edit the pipeline cannot honour fails there, in one line, with
+    every training stage left as it was; put back, the check's output is the same constant and nothing reruns."""
+    suite = dvc_repo / "params" / "suite.yaml"
+    original = suite.read_text()
+    key = line.split(":")[0]
+    try:
+        suite.write_text("\n".join(row for row in original.splitlines() if not row.startswith(f"{key}:")) + f"\n{line}\n")
+        repro = run(["dvc", "repro"], dvc_repo, check=False)
+        output = repro.stdout + repro.stderr
+        assert repro.returncode != 0 and message in output, output[-2000:]
+        assert re.findall(r"Running stage '([^']+)'", output) == ["validate_suite"]
+    finally:
+        suite.write_text(original)
+    run(["dvc", "repro"], dvc_repo)
+    assert "Data and pipelines are up to date" in run(["dvc", "status"], dvc_repo).stdout
+
