@@ -33,6 +33,16 @@ include: "workflow/rules/aggregate.smk"
 include: "workflow/rules/human.smk"  # human evaluation (issue 7): not part of rule all
 
 
+if workflow.is_main_process:  # a stage folder deleted or damaged under finished readers: their jobs rerun
+    import sys
+
+    from grueflow.stale import mark_stale
+
+    for _line in mark_stale(Path("results"), Path(output_of("aggregate", "csv")),
+                            [Path(p) for p in expand(output_of("evaluate"), task=TASKS, method=METHODS, seed=SEEDS)]):
+        print(_line, file=sys.stderr)
+
+
 rule all:
     input:
         "results/grue_table.csv",

@@ -247,3 +247,34 @@ def test_an_invalid_suite_stops_dvc_repro_before_any_stage_runs(dvc_repo, line, 
     run(["dvc", "repro"], dvc_repo)
     assert "Data and pipelines are up to date" in run(["dvc", "status"], dvc_repo).stdout
 
+
+def test_snakemake_rebuilds_a_deleted_or_damaged_stage_folder_and_what_read_it(snakemake_repo):
+    """Snakemake alone says "Nothing to be done" when a finished run's folder is deleted, and the table keeps its
+    row; the Snakefile marks what was built from a deleted or damaged folder stale, so the dry run plans it."""
+    results = snakemake_repo / "results"
+    evaluation, aside = results / "eval" / "sentiment" / "ppo" / "seed0", results / "eval_aside"
+    tokenizer = results / "sentiment" / "base_model" / "model" / "tokenizer.json"
+    stamps = [results / "grue_table.csv", results / "sentiment" / "base_model" / ".snakemake_timestamp"]
+    times = {p: p.stat().st_mtime_ns for p in stamps}
+    saved = tokenizer.read_bytes()
+    try:
+        evaluation.rename(aside)
+        result = run(["snakemake", "-n", "--cores", "2", "results/grue_table.csv"], snakemake_repo)
+        assert planned_jobs(result.stdout) == {("evaluate", "sentiment", "ppo"), ("aggregate", None, None)}
+        assert ("grueflow: results/grue_table.csv is stale (it was built from results/eval/sentiment/ppo/seed0, "
+                "which no longer exists); its job reruns") in result.stderr
+        aside.rename(evaluation)
+        tokenizer.unlink()
+        result = run(["snakemake", "-n", "--cores", "2", "results/grue_table.csv"], snakemake_repo)
+        assert planned_jobs(result.stdout) == {("base_model", "sentiment", None), ("warm_start", "sentiment", None),
+                                               *SENTIMENT_RL_JOBS}
+        assert ("grueflow: results/sentiment/base_model is stale (damaged: model/tokenizer.json is missing); "
+                "its job reruns") in result.stderr
+    finally:
+        if aside.exists():
+            aside.rename(evaluation)
+        tokenizer.write_bytes(saved)
+        for path, mtime in times.items():
+            os.utime(path, ns=(mtime, mtime))
+    assert "Nothing to be done" in run(["snakemake", "-n", "--cores", "2", "results/grue_table.csv"],
+                                       snakemake_repo).stdout

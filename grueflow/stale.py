@@ -1,0 +1,68 @@
+"""What Snakemake does not see: a stage folder deleted or damaged after the stages that read it were built.
+
+Snakemake judges a job by modification times, and it skips a job whose output is missing when every job that
+reads it already has its own outputs (by design since Snakemake 7.8, snakemake/snakemake#1978): delete
+``results/eval/<task>/<method>/seed<k>`` and ``snakemake`` says "Nothing to be done" while the GRUE table keeps
+the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark_stale`, which finds
+
+- a stage folder that fails its manifest's size check (``grueflow.io.check_stage_output``, a file deleted,
+  truncated or grown): the folder itself is stale;
+- a stage folder whose ``stage.json`` records an input that no longer exists: that reader is stale;
+- the GRUE table, when an evaluation it aggregates (an ``expected`` folder) no longer exists,
+
+and marks each as stale the way Snakemake reads staleness: its timestamp set to 1970 (the
+``.snakemake_timestamp`` Snakemake keeps in a folder output, else the folder or file itself), so that Snakemake
+reruns its job, which rebuilds what it reads. Nothing is deleted, and the stale outputs are stale whatever is
+run next (a dry run marks them too). DVC needs none of this: it compares content hashes.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Iterable
+
+from grueflow.io import STAGE_RECORD, MissingDataError, check_stage_output, read_json
+
+SNAKEMAKE_TIMESTAMP = ".snakemake_timestamp"  # Snakemake's modification time of a directory() output
+STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
+
+
+def stale_outputs(results: Path, table: Path, expected: Iterable[Path]) -> dict[Path, str]:
+    """Each stale stage folder (or ``table``) under ``results``, with why: see the module docstring."""
+    stale: dict[Path, str] = {}
+    folders = sorted(p.parent for p in results.rglob(STAGE_RECORD) if not any(
+        part.endswith(".resume") for part in p.relative_to(results).parts))
+    for folder in folders:
+        try:
+            check_stage_output(folder, deep=False)
+        except MissingDataError as err:  # "<folder> is damaged: <file> is missing; delete ..."
+            stale[folder] = str(err).split(";")[0].replace(f"{folder.resolve()} is ", "")
+            continue
+        try:
+            inputs = read_json(folder / STAGE_RECORD).get("inputs") or {}
+        except (OSError, ValueError):
+            stale[folder] = f"{folder / STAGE_RECORD} is not readable JSON"
+            continue
+        root = results.parent
+        gone = [meta["path"] for meta in inputs.values() if isinstance(meta, dict) and meta.get("path")
+                and not (root / meta["path"]).exists()]
+        if gone:
+            stale[folder] = f"it was built from {', '.join(gone)}, which no longer exists"
+    if table.is_file():
+        gone = [str(p) for p in expected if not p.is_dir()]
+        if gone:
+            stale[table] = f"it was built from {', '.join(gone[:3])}{' and more' if len(gone) > 3 else ''}, " \
+                           "which no longer exists"
+    return stale
+
+
+def mark_stale(results: Path, table: Path, expected: Iterable[Path]) -> list[str]:
+    """Set each :func:`stale_outputs` entry's Snakemake timestamp to :data:`STALE_TIME`; one line per entry, saying
+    why."""
+    lines = []
+    for path, why in stale_outputs(results, table, expected).items():
+        stamp = path / SNAKEMAKE_TIMESTAMP if (path / SNAKEMAKE_TIMESTAMP).is_file() else path
+        os.utime(stamp, (STALE_TIME, STALE_TIME))
+        lines.append(f"grueflow: {path} is stale ({why}); its job reruns")
+    return lines
