@@ -564,7 +564,8 @@ def lora_ranks(text: str) -> list[int]:
     ranks = [r.strip() for r in text.split(",")]
     bad = [r for r in ranks if not r.isdigit()]
     if bad:
-        raise SystemExit(f"error: --lora takes comma-separated ranks >= 0 (0: full fine-tuning), got {', '.join(map(repr, bad))}")
+        raise SystemExit("error: --lora takes comma-separated ranks >= 0 (0: full fine-tuning), got "
+                         + ", ".join(map(repr, bad)))
     return [int(r) for r in ranks]
 
 

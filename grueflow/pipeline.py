@@ -429,9 +429,10 @@ def dvc_stage(stage: Stage, variant: DvcStage) -> dict:
 
 
 VALIDATE_SUITE = "validate_suite"
-VALIDATE_COMMENT = ("The suite and every params file it names, validated before any other stage runs (Snakemake does\n"
-                    "the same when it reads the Snakefile): prepare_datapool, upstream of every other stage, depends on\n"
-                    "its output, a constant file, so a valid edit reruns only this check and an invalid one stops here.")
+VALIDATE_COMMENT = ("The suite and every params file it names, validated before any other stage runs (Snakemake\n"
+                    "does the same when it reads the Snakefile): prepare_datapool, upstream of every other stage,\n"
+                    "depends on its output, a constant file, so a valid edit reruns only this check and an invalid\n"
+                    "one stops here.")
 
 
 def validate_suite_stage() -> dict:

@@ -310,7 +310,8 @@ class Policy:
             attention = torch.cat([prompts.attention_mask, mask[:, :-1]], dim=1)
             positions = prompts.attention_mask.sum(1, keepdim=True) + torch.arange(completions.shape[1] - 1,
                                                                                    device=completions.device)
-            no_logits = {"logits_to_keep": torch.empty(0, dtype=torch.long, device=completions.device)} if head else {}
+            no_logits = ({"logits_to_keep": torch.empty(0, dtype=torch.long, device=completions.device)}
+                         if head is not None else {})
             rest = model(input_ids=completions[:, :-1], attention_mask=attention, position_ids=positions,
                          cache=cache, use_cache=True, output_hidden_states=head is not None or with_hidden,
                          **no_logits)
