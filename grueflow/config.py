@@ -183,6 +183,7 @@ MAX_BATCH = 65_536  # sequences per batch or rollout
 MAX_TOKENS = 131_072  # a prompt, a target or a generation, in tokens
 MAX_VOCAB = 1_048_576  # a tokenizer's vocabulary
 MAX_THREADS = 1_024  # CPU threads of one job
+MAX_SEED = 2**31 - 1  # NumPy takes seeds below 2^32; the rest is room for the offsets stages add to a seed
 
 
 def check_size(name: str, value: int, limit: int) -> None:
@@ -229,6 +230,7 @@ class PretrainConfig:
     def __post_init__(self) -> None:
         check(self.steps >= 0, f"steps must be >= 0, got {self.steps}")
         check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+        check(self.seed <= MAX_SEED, f"seed must be <= {MAX_SEED:,}, got {self.seed}")
         check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
         check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
         check_size("steps", self.steps, MAX_COUNT)
@@ -423,6 +425,7 @@ class ClassifierConfig:
         check(self.max_grad_norm > 0, f"max_grad_norm must be > 0, got {self.max_grad_norm}")
         check(self.eval_every >= 0, f"eval_every must be >= 0 (0: at the end of each epoch), got {self.eval_every}")
         check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+        check(self.seed <= MAX_SEED, f"seed must be <= {MAX_SEED:,}, got {self.seed}")
 
 
 @dataclass(frozen=True)
@@ -614,6 +617,7 @@ class SuiteConfig:
             check(not repeated, f"{key} {list(names)} repeat {', '.join(map(repr, repeated))}; list each once")
         check(len(self.seeds) > 0, "a suite needs at least one seed")
         check(min(self.seeds) >= 0, f"seeds must be >= 0, got {list(self.seeds)}")
+        check(max(self.seeds) <= MAX_SEED, f"seeds must be <= {MAX_SEED:,}, got {list(self.seeds)}")
         check(len(set(self.seeds)) == len(self.seeds), f"seeds {list(self.seeds)} repeat a seed; list each once")
         check(self.threads >= 1, f"threads must be >= 1, got {self.threads}")
         check_size("threads", self.threads, MAX_THREADS)

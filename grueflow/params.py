@@ -166,6 +166,9 @@ def load_suite(data: dict[str, Any], where: str = "suite") -> Suite:
     """Validate a suite and every params file it names; raises :class:`ConfigError` on the first problem."""
     suite = parse(SuiteConfig, data, f"{where}:")
     params = Path(suite.params_dir)
+    if not (params / "tasks").is_dir():
+        raise ConfigError(f"{where}: params_dir {suite.params_dir!r} has no tasks/ folder "
+                          f"({(params / 'tasks').resolve()}); give the folder that holds tasks/ and methods/")
     tasks = {}
     for name in suite.tasks:
         path = params / "tasks" / f"{name}.yaml"

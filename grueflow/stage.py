@@ -16,7 +16,7 @@ from typing import Any, Optional
 from tqdm import tqdm
 
 from grueflow import io
-from grueflow.config import MAX_THREADS, ConfigError
+from grueflow.config import MAX_SEED, MAX_THREADS, ConfigError
 from grueflow.device import DEVICE_CHOICES, DEVICE_ENV, PRECISIONS, Execution
 from grueflow.hub import HubUnreachableError
 from grueflow.models.gguf import ModelFetchError
@@ -58,6 +58,8 @@ def seed(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"{value} is negative; give an integer >= 0")
+    if value > MAX_SEED:
+        raise argparse.ArgumentTypeError(f"{value} is above {MAX_SEED:,}; give a smaller seed")
     return value
 
 

@@ -139,6 +139,13 @@ PARAMS = [
     P(Bad(SENTIMENT, setting("model.tokenizer.vocab_size", 10), (
         "sentiment.yaml: model.tokenizer: vocab_size must be >= 64, got 10",)), id="vocab-size-too-small"),
     P(Bad(SUITE, setting("seeds", [0, -1]), ("suite.yaml: seeds must be >= 0, got [0, -1]",)), id="suite-seed-negative"),
+    P(Bad(SUITE, setting("seeds", [0, 10 ** 10]), ("suite.yaml: seeds must be <= 2,147,483,647, got [0, 10000000000]",)),
+      id="suite-seed-above-32-bit"),
+    P(Bad(SENTIMENT, setting("model.pretrain.seed", 2 ** 32), (
+        "sentiment.yaml: model.pretrain: seed must be <= 2,147,483,647, got 4294967296",)), id="pretrain-seed-too-large"),
+    P(Bad(SUITE, setting("params_dir", "no_such_params"), (
+        "suite.yaml: params_dir 'no_such_params' has no tasks/ folder", "give the folder that holds tasks/ and methods/")),
+      id="params-dir-without-tasks"),
     P(Bad(SENTIMENT, setting("model.pretrain.seed", -3), ("sentiment.yaml: model.pretrain: seed must be >= 0, got -3",)),
       id="pretrain-seed-negative"),
     P(Bad(SENTIMENT, setting("datapool.args.seed", -1), ("sentiment.yaml: datapool: args: seed must be >= 0, got -1",)),
@@ -638,6 +645,20 @@ def test_snakemake_refuses_a_suite_configfile_with_a_repeated_key(tmp_path: Path
     assert result.returncode != 0, output
     assert "invalid params: params/suite.yaml: line" in output and "key 'seeds' appears twice" in output, output
     assert "Job stats" not in output, output
+
+
+def test_snakemakes_schema_takes_the_task_names_the_library_takes(tmp_path: Path):
+    """A task named with '-' and '.' (which the library allows) passes the suite schema too: one rule for names."""
+    project = copy_project(tmp_path / "project")
+    tasks = project / "params" / "tasks"
+    (tasks / "sentiment.yaml").rename(tasks / "v1.2-sentiment.yaml")
+    suite = project / "params" / "suite.yaml"
+    suite.write_text(suite.read_text().replace("tasks: [sentiment, concepts]", "tasks: [v1.2-sentiment, concepts]"))
+    result = subprocess.run([str(Path(PY).parent / "snakemake"), "-n", "--cores", "1", "results/grue_table.csv"],
+                            cwd=project, capture_output=True, text=True, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "results/v1.2-sentiment/datapool" in output, output
 
 
 @pytest.mark.parametrize("threads", ["0", "-4", "100000"])
