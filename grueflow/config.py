@@ -444,6 +444,11 @@ class TaskConfig:
     method_overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
     classifier: Optional[ClassifierConfig] = None
 
+    def __post_init__(self) -> None:
+        check(self.rollout_generation.do_sample,
+              "rollout_generation: do_sample must be true: RL learns from the log-probabilities of tokens drawn "
+              "from the policy, and greedy rollouts are not draws (greedy decoding belongs in eval_generation)")
+
 
 REWARD_KEY = "reward"  # the task reward's corpus key in metrics.json
 FLUENCY_METRIC = "perplexity"  # evaluate always scores it: the GRUE table's fluency_ppl

@@ -95,6 +95,11 @@ class RLConfig:
                f"and {self.minibatch_size}")
         check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
         check(self.clip_range > 0, f"clip_range must be > 0, got {self.clip_range}")
+        check(self.max_grad_norm > 0, f"max_grad_norm must be > 0, got {self.max_grad_norm} (0 would clip every "
+                                      f"gradient to nothing: no update)")
+        check(self.target_kl is None or self.target_kl > 0,
+               f"target_kl must be > 0 (or null: no early stop), got {self.target_kl}")
+        check(self.ent_coef >= 0, f"ent_coef must be >= 0 (an entropy bonus), got {self.ent_coef}")
         check(self.group_size > 0, f"group_size must be > 0, got {self.group_size}")
         check(self.rollouts_per_iteration % self.minibatch_size == 0,
                f"rollouts_per_iteration={self.rollouts_per_iteration} is not a multiple of "
@@ -121,6 +126,9 @@ class PPOConfig(RLConfig):
         super().__post_init__()
         check(0 <= self.gamma <= 1 and 0 <= self.gae_lambda <= 1,
                f"gamma and gae_lambda must be in [0, 1], got {self.gamma} and {self.gae_lambda}")
+        check(self.vf_coef >= 0, f"vf_coef must be >= 0, got {self.vf_coef}")
+        check(self.clip_range_vf is None or self.clip_range_vf > 0,
+               f"clip_range_vf must be > 0 (or null: no value clipping), got {self.clip_range_vf}")
 
 
 @dataclass(frozen=True)
@@ -161,6 +169,7 @@ class A2CConfig(RLConfig):
         super().__post_init__()
         check(self.n_steps > 0, f"n_steps must be > 0, got {self.n_steps}")
         check(0 <= self.gamma <= 1, f"gamma must be in [0, 1], got {self.gamma}")
+        check(self.vf_coef >= 0, f"vf_coef must be >= 0, got {self.vf_coef}")
 
 
 @dataclass(frozen=True)

@@ -143,6 +143,19 @@ PARAMS = [
       id="suite-seed-above-32-bit"),
     P(Bad(SENTIMENT, setting("model.pretrain.seed", 2 ** 32), (
         "sentiment.yaml: model.pretrain: seed must be <= 2,147,483,647, got 4294967296",)), id="pretrain-seed-too-large"),
+    # values that train silently wrong: greedy rollouts, a zeroed gradient, an early stop after every epoch,
+    # an entropy penalty or a value loss maximised
+    P(Bad(SENTIMENT, setting("rollout_generation.do_sample", False), (
+        "sentiment.yaml: rollout_generation: do_sample must be true", "greedy decoding belongs in eval_generation")),
+      id="greedy-rollouts"),
+    P(Bad(PPO, setting("max_grad_norm", 0.0), ("ppo.yaml: max_grad_norm must be > 0, got 0.0",)), id="max-grad-norm-0"),
+    P(Bad(PPO, setting("target_kl", -1.0), ("ppo.yaml: target_kl must be > 0 (or null: no early stop), got -1.0",)),
+      id="target-kl-negative"),
+    P(Bad(PPO, setting("ent_coef", -0.5), ("ppo.yaml: ent_coef must be >= 0 (an entropy bonus), got -0.5",)),
+      id="ent-coef-negative"),
+    P(Bad(PPO, setting("vf_coef", -1.0), ("ppo.yaml: vf_coef must be >= 0, got -1.0",)), id="vf-coef-negative"),
+    P(Bad(PPO, setting("clip_range_vf", 0.0), ("ppo.yaml: clip_range_vf must be > 0 (or null: no value clipping), "
+                                               "got 0.0",)), id="clip-range-vf-0"),
     P(Bad(SUITE, setting("params_dir", "no_such_params"), (
         "suite.yaml: params_dir 'no_such_params' has no tasks/ folder", "give the folder that holds tasks/ and methods/")),
       id="params-dir-without-tasks"),
