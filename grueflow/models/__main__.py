@@ -9,18 +9,18 @@ from __future__ import annotations
 import logging
 import sys
 
-from grueflow.models import MODELS, GgufSource
+from grueflow.models import MODELS, wheel_models
 from grueflow.models.gguf import default_cache_dir, locate_gguf
 
 log = logging.getLogger("grueflow.models")
 
 
 def main(ids: list[str]) -> None:
-    wheel_models = [n for n in MODELS.names() if isinstance(MODELS.get(n), GgufSource) and MODELS.get(n).wheel]
-    for model_id in ids or wheel_models:
+    shipped = wheel_models()
+    for model_id in ids or shipped:
         source = MODELS.get(model_id)
-        if model_id not in wheel_models:
-            raise SystemExit(f"model {model_id!r} does not ship in a wheel; models that do: {', '.join(wheel_models)}")
+        if model_id not in shipped:
+            raise SystemExit(f"model {model_id!r} does not ship in a wheel; models that do: {', '.join(shipped)}")
         log.info("%s: %s", model_id, locate_gguf(None, source.wheel, default_cache_dir()))
 
 
