@@ -294,32 +294,95 @@ class LengthsConfig:
         check_size("target", self.target, MAX_TOKENS)
 
 
+MAX_BEAMS = 64  # beams of one beam search
+
+
 @dataclass(frozen=True)
 class GenerationConfig:
-    """Arguments for ``model.generate``; rollout and evaluation settings are kept apart."""
+    """Arguments for ``model.generate``, with the meaning ``transformers`` gives them; rollout and
+    evaluation settings are kept apart.
+
+    ``min_new_tokens`` is the number of tokens generated before EOS may be drawn (default 1).
+    ``min_length`` is RL4LMs' key for the same bound, kept with RL4LMs' meaning so that its task configs
+    carry over unchanged: RL4LMs adds the (padded) prompt length to ``min_length`` for a causal model,
+    so there it counts new tokens; for a seq2seq model it reaches ``generate`` as is, where it counts the
+    decoder start token, so one new token fewer. :meth:`min_new` turns either into new tokens for a model
+    kind; a file gives one of the two, not both.
+
+    ``num_beams`` > 1 is beam search (beam sampling with ``do_sample``), where ``length_penalty``
+    (the exponent of the length a beam's log-probability is divided by) and ``early_stopping``
+    (``true``, ``false`` or ``"never"``) apply; they are refused without beams. ``no_repeat_ngram_size``
+    (0: off) forbids repeating any n-gram of the sequence so far, the prompt included for a causal model;
+    ``repetition_penalty`` (1: off) divides a positive logit of every token already in the sequence by it
+    and multiplies a negative one (CTRL, Keskar et al. 2019). Rollouts apply both while sampling
+    (:meth:`grueflow.models.policy.Policy.sample`) and must draw one token at a time, so no beams there
+    (:meth:`check_rollout`).
+    """
 
     max_new_tokens: int = 16
-    min_new_tokens: int = 1
+    min_new_tokens: Optional[int] = None
+    min_length: Optional[int] = None
     do_sample: bool = True
     top_k: int = 0
     top_p: float = 1.0
     temperature: float = 1.0
+    num_beams: int = 1
+    length_penalty: float = 1.0
+    early_stopping: Any = False
+    no_repeat_ngram_size: int = 0
+    repetition_penalty: float = 1.0
 
     def __post_init__(self) -> None:
         check(self.max_new_tokens > 0, f"max_new_tokens must be > 0, got {self.max_new_tokens}")
         check_size("max_new_tokens", self.max_new_tokens, MAX_TOKENS)
-        check(0 <= self.min_new_tokens <= self.max_new_tokens,
-              f"min_new_tokens must be in [0, max_new_tokens = {self.max_new_tokens}], got {self.min_new_tokens}; "
-              f"a larger minimum forces every generation to full length")
+        check(self.min_new_tokens is None or self.min_length is None,
+              f"give min_new_tokens ({self.min_new_tokens}) or RL4LMs' min_length ({self.min_length}), not both")
+        for name in ("min_new_tokens", "min_length"):
+            value = getattr(self, name)
+            check(value is None or 0 <= value <= self.max_new_tokens,
+                  f"{name} must be in [0, max_new_tokens = {self.max_new_tokens}], got {value}; "
+                  f"a larger minimum forces every generation to full length")
         check(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
         check(self.top_k >= 0, f"top_k must be >= 0, got {self.top_k}")
         check(self.temperature > 0, f"temperature must be > 0, got {self.temperature}")
+        check(1 <= self.num_beams <= MAX_BEAMS, f"num_beams must be in [1, {MAX_BEAMS}], got {self.num_beams}")
+        check(isinstance(self.early_stopping, bool) or self.early_stopping == "never",
+              f"early_stopping must be true, false or 'never', got {self.early_stopping!r}")
+        if self.num_beams == 1:
+            for name, default in (("length_penalty", 1.0), ("early_stopping", False)):
+                check(getattr(self, name) == default,
+                      f"{name} = {getattr(self, name)!r} applies only to beam search: set num_beams > 1, "
+                      f"or leave {name} out")
+        check(0 <= self.no_repeat_ngram_size <= MAX_TOKENS,
+              f"no_repeat_ngram_size must be in [0, {MAX_TOKENS:,}] (0: off), got {self.no_repeat_ngram_size}")
+        check(self.repetition_penalty > 0, f"repetition_penalty must be > 0 (1: off), got {self.repetition_penalty}")
 
-    def generate_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "min_new_tokens": self.min_new_tokens,
-                                  "do_sample": self.do_sample}
+    def min_new(self, kind: str) -> int:
+        """Tokens generated before EOS may be drawn, for a ``causal`` or ``seq2seq`` model (see the class)."""
+        if self.min_length is not None:
+            return self.min_length if kind == "causal" else max(self.min_length - 1, 0)
+        return 1 if self.min_new_tokens is None else self.min_new_tokens
+
+    def check_rollout(self) -> None:
+        """Raise ``ValueError`` unless these settings draw tokens from the policy one at a time, as RL needs."""
+        check(self.do_sample, "do_sample must be true: RL learns from the log-probabilities of tokens drawn "
+                              "from the policy, and greedy rollouts are not draws (greedy decoding belongs in "
+                              "eval_generation)")
+        check(self.num_beams == 1, f"num_beams must be 1, got {self.num_beams}: RL learns from tokens drawn "
+                                   f"from the policy one at a time, and beam search is not a draw (beams belong "
+                                   f"in eval_generation)")
+
+    def generate_kwargs(self, kind: str) -> dict[str, Any]:
+        """Keyword arguments for ``generate`` on a ``kind`` model: every setting given explicitly, so that a
+        model's own generation config never changes the decoding."""
+        kwargs: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "min_new_tokens": self.min_new(kind),
+                                  "do_sample": self.do_sample, "num_beams": self.num_beams,
+                                  "no_repeat_ngram_size": self.no_repeat_ngram_size,
+                                  "repetition_penalty": self.repetition_penalty}
         if self.do_sample:
             kwargs.update(top_k=self.top_k, top_p=self.top_p, temperature=self.temperature)
+        if self.num_beams > 1:
+            kwargs.update(length_penalty=self.length_penalty, early_stopping=self.early_stopping)
         return kwargs
 
 
@@ -445,9 +508,10 @@ class TaskConfig:
     classifier: Optional[ClassifierConfig] = None
 
     def __post_init__(self) -> None:
-        check(self.rollout_generation.do_sample,
-              "rollout_generation: do_sample must be true: RL learns from the log-probabilities of tokens drawn "
-              "from the policy, and greedy rollouts are not draws (greedy decoding belongs in eval_generation)")
+        try:
+            self.rollout_generation.check_rollout()
+        except ValueError as error:
+            raise ValueError(f"rollout_generation: {error}") from None
 
 
 REWARD_KEY = "reward"  # the task reward's corpus key in metrics.json

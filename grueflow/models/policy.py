@@ -12,7 +12,7 @@ from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import torch
-from transformers import LogitsProcessorList
+from transformers import LogitsProcessorList, NoRepeatNGramLogitsProcessor, RepetitionPenaltyLogitsProcessor
 
 from grueflow.config import GenerationConfig
 from grueflow.models import Kind, model_kind
@@ -151,6 +151,18 @@ def entropy_from_logprobs(logp: torch.Tensor) -> torch.Tensor:
     return -(logp.exp() * logp.clamp(min=torch.finfo(logp.dtype).min)).sum(-1)
 
 
+def repetition_processors(gen: GenerationConfig) -> LogitsProcessorList:
+    """``transformers``' repetition penalty and n-gram ban for ``gen``, in ``generate``'s order; empty when
+    both are off. Called as ``processors(tokens (B, L), logits (B, V))`` with every token so far (a causal
+    model's prompt included, a seq2seq model's decoder start included), as ``generate`` calls them."""
+    processors = LogitsProcessorList()
+    if gen.repetition_penalty != 1.0:
+        processors.append(RepetitionPenaltyLogitsProcessor(gen.repetition_penalty))
+    if gen.no_repeat_ngram_size > 0:
+        processors.append(NoRepeatNGramLogitsProcessor(gen.no_repeat_ngram_size))
+    return processors
+
+
 def output_head(model: Any, hidden: torch.Tensor, logits: torch.Tensor) -> Optional[torch.nn.Module]:
     """``model``'s LM head if it alone maps the last hidden states to the logits, checked on this pass's own
     (``hidden`` (B, P, H) -> ``logits`` (B, P, V)); else None (a model that caps, scales or biases its logits
@@ -208,12 +220,13 @@ class Policy:
 
     @torch.no_grad()
     def generate(self, prompts: Prompts, gen: GenerationConfig, logits_processor: Any = None) -> torch.Tensor:
-        """Sample completions with the KV cache.  Returns token ids (B, T), padded after EOS."""
+        """Completions by ``model.generate`` with every setting of ``gen`` (sampling, greedy or beam search; the
+        best beam per row): token ids (B, T), padded after EOS."""
         extra = {"logits_processor": LogitsProcessorList([logits_processor])} if logits_processor is not None else {}
         with self.backend.execution.autocast():
             out = self.model.generate(input_ids=prompts.input_ids, attention_mask=prompts.attention_mask,
                                       pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.eos_token_id,
-                                      **gen.generate_kwargs(), **extra)
+                                      **gen.generate_kwargs(self.kind), **extra)
         start = prompts.input_ids.shape[1] if self.kind == "causal" else 1
         completions = out[:, start:]
         mask = completion_mask(completions, self.eos_token_id)
@@ -224,11 +237,11 @@ class Policy:
                ) -> torch.Tensor:
         """Sample completions for RL: token ids (B, T), padded after EOS.
 
-        Unlike :meth:`generate` (evaluation, ``model.generate`` with the model's own generation
-        config), this draws from exactly the configured distribution, so rollout log-probs are on-policy:
-        EOS is suppressed until ``min_new_tokens``, then ``logits_processor`` (NLPO's masks), then
-        temperature, top-k and top-p, as ``generate`` orders them. The prompt is encoded once per group of
-        ``group_size`` identical rows and its KV cache repeated (:func:`shared_groups`). Tokens are drawn by
+        Unlike :meth:`generate` (evaluation, ``model.generate``, beam search included), this runs its own
+        decode loop and draws from exactly the configured distribution, so rollout log-probs are on-policy:
+        the repetition penalty and the n-gram ban, EOS suppressed until ``gen.min_new(kind)`` tokens, then
+        ``logits_processor`` (NLPO's masks), then temperature, top-k and top-p, as ``generate`` orders them.
+        The prompt is encoded once per group of ``group_size`` identical rows and its KV cache repeated (:func:`shared_groups`). Tokens are drawn by
         inverting the cumulative distribution with one uniform per row, which is exact and, on CPU,
         much cheaper than ``torch.multinomial`` over a whole vocabulary.
         """
@@ -252,8 +265,9 @@ class Policy:
                                   device=self.device))
         done = torch.zeros(batch, dtype=torch.bool, device=self.device)
         generated = []
+        repeats = repetition_processors(gen)
         for t in range(gen.max_new_tokens):
-            logits = self._warp(logits, gen, t, tokens, logits_processor)
+            logits = self._warp(repeats(tokens, logits), gen, t, tokens, logits_processor)
             token = _draw(logits) if gen.do_sample else logits.argmax(-1)
             token = token.masked_fill(done, self.tokenizer.pad_token_id)
             generated.append(token)
@@ -268,7 +282,7 @@ class Policy:
     def _warp(self, logits: torch.Tensor, gen: GenerationConfig, t: int, tokens: torch.Tensor,
               logits_processor: Any) -> torch.Tensor:
         """Next-token logits (B, V) after EOS suppression, the processor, temperature, top-k and top-p."""
-        if t < gen.min_new_tokens:
+        if t < gen.min_new(self.kind):
             logits = logits.clone()
             logits[:, self.eos_token_id] = float("-inf")
         if logits_processor is not None:

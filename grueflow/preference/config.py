@@ -40,8 +40,10 @@ class PreferencesConfig:
         check(self.min_margin >= 0, f"min_margin must be >= 0, got {self.min_margin}")
         check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
         check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
-        check(self.generation.do_sample, "generation.do_sample must be true: greedy decoding gives the same "
-                                          "completion every time, so no pair")
+        try:
+            self.generation.check_rollout()
+        except ValueError as error:
+            raise ValueError(f"generation: {error}; pairs are made of sampled completions") from None
 
 
 @dataclass(frozen=True)

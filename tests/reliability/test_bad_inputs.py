@@ -91,7 +91,8 @@ PARAMS = [
         "eval_generation, reward, metrics, headline_metrics",)), id="unknown-task-key"),
     P(Bad(SENTIMENT, setting("rollout_generation.top_kk", 5), (
         "sentiment.yaml: rollout_generation: unknown key 'top_kk'; valid keys: max_new_tokens, min_new_tokens, "
-        "do_sample, top_k, top_p, temperature",)), id="unknown-generation-key"),
+        "min_length, do_sample, top_k, top_p, temperature, num_beams, length_penalty, early_stopping, "
+        "no_repeat_ngram_size, repetition_penalty",)), id="unknown-generation-key"),
     P(Bad(PPO, setting("learning_rat", 1e-4), ("ppo.yaml: unknown key 'learning_rat'; valid keys: iterations,",
                                                "learning_rate")), id="unknown-method-key"),
     P(Bad(SUITE, setting("seed", 0), ("suite.yaml: unknown key 'seed'; valid keys: tasks, algorithms, seeds, threads, "
@@ -260,6 +261,26 @@ PARAMS = [
     P(Bad(SENTIMENT, setting("eval_generation.min_new_tokens", -1), (
         "sentiment.yaml: eval_generation: min_new_tokens must be in [0, max_new_tokens = ", "got -1")),
       id="min-new-tokens-negative"),
+    P(Bad(SENTIMENT, setting("rollout_generation.num_beams", 4), (
+        "sentiment.yaml: rollout_generation: num_beams must be 1, got 4", "beams belong in eval_generation")),
+      id="rollout-beam-search"),
+    P(Bad(SENTIMENT, setting("eval_generation.num_beams", 0), (
+        "sentiment.yaml: eval_generation: num_beams must be in [1, 64], got 0",)), id="num-beams-zero"),
+    P(Bad(SENTIMENT, setting("eval_generation.length_penalty", 0.6), (
+        "sentiment.yaml: eval_generation: length_penalty = 0.6 applies only to beam search: set num_beams > 1",)),
+      id="length-penalty-without-beams"),
+    P(Bad(SENTIMENT, setting("eval_generation.early_stopping", "sometimes"), (
+        "sentiment.yaml: eval_generation: early_stopping must be true, false or 'never', got 'sometimes'",)),
+      id="early-stopping-not-a-choice"),
+    P(Bad(SENTIMENT, lambda data: data["eval_generation"].update(min_new_tokens=3, min_length=2), (
+        "sentiment.yaml: eval_generation: give min_new_tokens (3) or RL4LMs' min_length (2), not both",)),
+      id="min-length-and-min-new-tokens"),
+    P(Bad(SENTIMENT, setting("rollout_generation.repetition_penalty", 0.0), (
+        "sentiment.yaml: rollout_generation: repetition_penalty must be > 0 (1: off), got 0.0",)),
+      id="repetition-penalty-zero"),
+    P(Bad(SENTIMENT, setting("eval_generation.no_repeat_ngram_size", -2), (
+        "sentiment.yaml: eval_generation: no_repeat_ngram_size must be in [0, 131,072] (0: off), got -2",)),
+      id="no-repeat-ngram-negative"),
     P(Bad(SENTIMENT, setting("reward.components.0.weight", float("nan")), (
         "sentiment.yaml: reward.components[0].weight: expected a finite number, got nan",)), id="reward-weight-nan"),
     P(Bad(SENTIMENT, setting("reward.components.0.weight", float("inf")), (

@@ -44,7 +44,9 @@ def test_unknown_key_names_the_valid_keys():
     data = task_data()
     data["rollout_generation"]["top_kk"] = 5
     with pytest.raises(ConfigError, match=r"rollout_generation: unknown key 'top_kk'; valid keys: max_new_tokens, "
-                                          r"min_new_tokens, do_sample, top_k, top_p, temperature"):
+                                          r"min_new_tokens, min_length, do_sample, top_k, top_p, temperature, "
+                                          r"num_beams, length_penalty, early_stopping, no_repeat_ngram_size, "
+                                          r"repetition_penalty"):
         parse(TaskConfig, data, "sentiment.yaml:")
 
 

@@ -54,3 +54,10 @@ def test_metrics_that_cannot_run_offline_show_as_missing_not_zero(grue_local):
     assert "- missing `intent_accuracy`" in markdown
     dailydialog = markdown.split("## dailydialog")[1].split("## ")[0]
     assert "| — |" in dailydialog  # the intent accuracy column, shown as missing
+
+
+def test_commongen_evaluates_with_rl4lms_beam_search(grue_local):
+    record = json.loads((grue_local / "results" / "eval" / "commongen" / "supervised+ppo" / "seed0" / "stage.json")
+                        .read_text())
+    generation = json.dumps(record["params"])
+    assert '"num_beams": 5' in generation and '"min_length": 5' in generation

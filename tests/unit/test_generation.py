@@ -1,0 +1,83 @@
+"""Generation settings as ``transformers`` knows them: beam search, length penalty, n-gram ban, repetition
+penalty, RL4LMs' ``min_length``. Evaluation's decoding equals a plain ``generate`` call written out with the
+same settings, on a model loaded without grueflow's backend."""
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+from grueflow.config import ConfigError, GenerationConfig, TaskConfig
+from grueflow.data import Sample
+from grueflow.evaluation import generate
+from grueflow.models import load_pretrained
+from grueflow.models.policy import Policy, completion_mask
+from grueflow.params import parse
+from grueflow.preference.config import PreferencesConfig
+
+PROMPTS = {"causal": ["i watched this movie with my sister last week .", "a film .", "the plot was"],
+           "seq2seq": ["generate a sentence with: dog kick ball", "cat", "generate a sentence with: sun"]}
+PLAIN = {"causal": AutoModelForCausalLM, "seq2seq": AutoModelForSeq2SeqLM}
+
+
+def test_min_length_keeps_rl4lms_meaning_per_model_kind():
+    # RL4LMs adds the padded prompt length to a causal model's min_length, so it counts new tokens; a
+    # seq2seq model's min_length counts the decoder start token as well
+    assert GenerationConfig(min_length=5).min_new("causal") == 5
+    assert GenerationConfig(min_length=5).min_new("seq2seq") == 4
+    assert GenerationConfig(min_length=0).min_new("seq2seq") == 0
+    assert GenerationConfig(min_new_tokens=3).min_new("seq2seq") == 3
+    assert GenerationConfig().min_new("causal") == GenerationConfig().min_new("seq2seq") == 1
+
+
+@pytest.mark.parametrize("kind", ["causal", "seq2seq"])
+def test_beam_search_equals_generate_with_the_same_settings(tiny_models, kind):
+    model, tokenizer = load_pretrained(tiny_models[kind])
+    policy = Policy(model, tokenizer, max_prompt_length=24)
+    samples = [Sample(id=str(i), prompt=p, references=("x",)) for i, p in enumerate(PROMPTS[kind])]
+    gen = GenerationConfig(max_new_tokens=10, min_length=4, do_sample=False, num_beams=4, length_penalty=0.6,
+                           early_stopping=True, no_repeat_ngram_size=2, repetition_penalty=1.3)
+    ours = generate(policy, samples, gen, batch_size=2)
+
+    plain = PLAIN[kind].from_pretrained(tiny_models[kind], dtype=torch.float32).eval()
+    prompts = policy.encode(PROMPTS[kind])
+    width = prompts.input_ids.shape[1]
+    with torch.no_grad():  # RL4LMs' call: a causal model's min_length is moved past the padded prompt
+        out = plain.generate(input_ids=prompts.input_ids, attention_mask=prompts.attention_mask,
+                             pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+                             max_new_tokens=10, min_length=4 + width if kind == "causal" else 4, do_sample=False,
+                             num_beams=4, length_penalty=0.6, early_stopping=True, no_repeat_ngram_size=2,
+                             repetition_penalty=1.3)
+    completions = out[:, width:] if kind == "causal" else out[:, 1:]
+    completions = completions.masked_fill(completion_mask(completions, tokenizer.eos_token_id) == 0,
+                                          tokenizer.pad_token_id)
+    assert ours == policy.decode(completions)
+
+    greedy = generate(policy, samples, GenerationConfig(max_new_tokens=10, min_length=4, do_sample=False))
+    assert greedy != ours  # the settings change the decoding: the test would see them dropped
+
+
+@pytest.mark.parametrize("kind", ["causal", "seq2seq"])
+def test_rollout_sampler_applies_the_repetition_settings_as_generate_does(tiny_models, kind):
+    model, tokenizer = load_pretrained(tiny_models[kind])
+    policy = Policy(model, tokenizer, max_prompt_length=24)
+    prompts = policy.encode(PROMPTS[kind])
+    gen = GenerationConfig(max_new_tokens=10, min_length=3, do_sample=False, no_repeat_ngram_size=2,
+                           repetition_penalty=1.5)
+    sampled = policy.sample(prompts, gen)
+    expected = policy.generate(prompts, gen)
+    assert torch.equal(sampled, expected[:, :sampled.shape[1]])
+    plain = policy.sample(prompts, GenerationConfig(max_new_tokens=10, min_length=3, do_sample=False))
+    assert not torch.equal(plain, sampled)
+
+
+def test_rollouts_and_preference_pairs_refuse_beam_search():
+    gen = {"max_new_tokens": 8, "num_beams": 2}
+    with pytest.raises(ConfigError, match=r"pairs.yaml: generation: num_beams must be 1, got 2: .* pairs are made "
+                                          r"of sampled completions"):
+        parse(PreferencesConfig, {"generation": gen}, "pairs.yaml:")
+    task = {"datapool": {"id": "synthetic_sentiment"}, "model": {"id": "tiny_gpt2"},
+            "lengths": {"prompt": 8, "target": 8},
+            "rollout_generation": gen, "eval_generation": gen,
+            "reward": {"components": [{"metric": "lexicon_sentiment"}]}, "metrics": [], "headline_metrics": []}
+    with pytest.raises(ConfigError, match=r"t.yaml: rollout_generation: num_beams must be 1, got 2"):
+        parse(TaskConfig, task, "t.yaml:")
