@@ -63,6 +63,9 @@ def _metric(spec: MetricSpec) -> None:
 
 def _component(c: RewardComponent) -> None:
     metric = METRICS.get(c.metric)
+    if not metric.rewardable:
+        raise ValueError(f"metric {c.metric!r} does not score the generations, so it cannot be a reward component; "
+                         f"list it under metrics")
     set_resolved(c, "typed_args", config.parse(metric.Args, dict(c.args), "args"))
     if c.score is not None and c.score not in metric.scores:
         raise ValueError(f"metric {c.metric!r} has no score {c.score!r}; valid: {', '.join(metric.scores)}")

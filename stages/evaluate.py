@@ -59,7 +59,8 @@ def main() -> None:
     bar.close()
     bar = stage.progress(1 + len(metrics), "scoring (reward, then each metric)")
     rows, corpus, missing = evaluation.score(test, generations, reward_cfg, metrics,
-                                             MetricContext(args.base_model, lengths.prompt, ex), progress=bar.update)
+                                             MetricContext(args.base_model, lengths.prompt, ex, policy),
+                                             progress=bar.update)
     bar.close()
     trained = args.model.parent / "train_metrics.json"  # an RL stage's folder: <out>/model beside it
     if args.algorithm and trained.is_file() and "kl/sequence" in (final := read_json(trained)):

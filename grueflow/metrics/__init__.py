@@ -38,13 +38,14 @@ class MetricResult:
 
 @dataclass(frozen=True)
 class MetricContext:
-    """What a metric may need from its stage: the task's base model and prompt budget (for fluency), and the
+    """What a metric may need from its stage: the task's base model and prompt budget (for fluency), the
     stage's execution, on whose device and in whose frozen dtype model-running metrics load their models
-    (None: the CPU in float32)."""
+    (None: the CPU in float32), and in evaluation the policy being evaluated."""
 
     base_model: Optional[Path] = None
     max_prompt_length: int = 64
     execution: Optional["Execution"] = None
+    evaluated: Optional[Any] = None  # the Policy under evaluation (evaluate only), for metrics of the model itself
 
     def resolved_execution(self) -> "Execution":
         """The stage's execution, or the CPU in float32 when none was given."""
@@ -62,6 +63,7 @@ class Metric:
     category: ClassVar[str]
     scores: ClassVar[tuple[str, ...]]  # per-sample (and corpus) scores; the first is a reward's default
     corpus_scores: ClassVar[tuple[str, ...]] = ()  # scores of the whole batch only (distinct-n, ...)
+    rewardable: ClassVar[bool] = True  # False: it does not score the generations, so it cannot be a reward
 
     @dataclass(frozen=True)
     class Args:

@@ -401,9 +401,10 @@ def model_args(tiny_models, tmp_path_factory):
             "perplexity": {"model": str(tiny_models["causal"])}, "reward_model": {"path": str(root / "reward_model")}}
 
 
-@pytest.mark.parametrize("metric_id", sorted(describe()))
+@pytest.mark.parametrize("metric_id", sorted(m for m in describe() if METRICS.get(m).rewardable))
 def test_every_metric_id_is_a_weighted_reward(metric_id, model_args):
-    """The acceptance of issue 4: any registered id can be named as a reward, alone or weighted."""
+    """The acceptance of issue 4: any registered id that scores the generations can be named as a reward, alone
+    or weighted (``reference_perplexity`` scores the evaluated model: tests/unit/test_reference_perplexity.py)."""
     from grueflow.config import RewardConfig
     from grueflow.metrics.reward import Reward
 
