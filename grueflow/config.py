@@ -317,6 +317,10 @@ class GenerationConfig:
     and multiplies a negative one (CTRL, Keskar et al. 2019). Rollouts apply both while sampling
     (:meth:`grueflow.models.policy.Policy.sample`) and must draw one token at a time, so no beams there
     (:meth:`check_rollout`).
+
+    ``post_processing`` (RL4LMs' ``post_processing_fn``) names a function ``str -> str`` applied to each
+    decoded generation before it is scored: a registered id (``strip``, ``first_line``,
+    ``three_sentence_summary``) or an import path ``package.module:name`` (:mod:`grueflow.postprocess`).
     """
 
     max_new_tokens: int = 16
@@ -331,6 +335,7 @@ class GenerationConfig:
     early_stopping: Any = False
     no_repeat_ngram_size: int = 0
     repetition_penalty: float = 1.0
+    post_processing: Optional[str] = None
 
     def __post_init__(self) -> None:
         check(self.max_new_tokens > 0, f"max_new_tokens must be > 0, got {self.max_new_tokens}")

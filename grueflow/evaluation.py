@@ -6,6 +6,7 @@ import logging
 import math
 from typing import Any, Callable
 
+from grueflow import postprocess
 from grueflow.config import REWARD_KEY, GenerationConfig, MetricSpec, RewardConfig, typed_args
 from grueflow.data import Sample
 from grueflow.hub import HubUnreachableError
@@ -18,14 +19,15 @@ log = logging.getLogger(__name__)
 
 def generate(policy: Policy, samples: list[Sample], gen: GenerationConfig, batch_size: int = 32,
              progress: Callable[[int], None] | None = None) -> list[str]:
-    """One generation per sample, in batches; ``progress`` is called with each batch's number of samples."""
+    """One generation per sample, in batches, post-processed by ``gen.post_processing``; ``progress`` is called
+    with each batch's number of samples."""
     texts: list[str] = []
     for start in range(0, len(samples), batch_size):
         chunk = samples[start:start + batch_size]
         texts.extend(policy.decode(policy.generate(policy.encode([s.prompt for s in chunk]), gen)))
         if progress:
             progress(len(chunk))
-    return texts
+    return postprocess.apply(gen.post_processing, texts)
 
 
 def score(samples: list[Sample], generations: list[str], reward_cfg: RewardConfig, metrics: tuple[MetricSpec, ...],

@@ -21,13 +21,14 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from grueflow import config
-from grueflow.config import (FLUENCY_METRIC, REWARD_KEY, TRAIN_KL_KEY, ConfigError, DatapoolConfig, MetricSpec,
-                             ModelConfig, RewardComponent, RewardConfig, SuiteConfig, SupervisedConfig, TaskConfig,
+from grueflow.config import (FLUENCY_METRIC, REWARD_KEY, TRAIN_KL_KEY, ConfigError, DatapoolConfig, GenerationConfig,
+                             MetricSpec, ModelConfig, RewardComponent, RewardConfig, SuiteConfig, SupervisedConfig, TaskConfig,
                              check, merge_overrides, read_yaml, set_resolved)
 from grueflow.io import atomic_path
 from grueflow.data import DATAPOOLS
 from grueflow.metrics import METRICS
 from grueflow.models import MODELS
+from grueflow.postprocess import resolve as resolve_post_processing
 from grueflow.preference.config import PREFERENCE_METHODS, preference_method_files
 from grueflow.registry import UnknownNameError
 from grueflow.rl import ALGORITHMS
@@ -94,7 +95,12 @@ def _suite(cfg: SuiteConfig) -> None:
                                           f"valid: {', '.join(PREFERENCE_METHODS)}")
 
 
-_CHECKS = {DatapoolConfig: _datapool, ModelConfig: _model, MetricSpec: _metric, RewardComponent: _component,
+def _generation(cfg: GenerationConfig) -> None:
+    if cfg.post_processing is not None:
+        resolve_post_processing(cfg.post_processing)
+
+
+_CHECKS = {DatapoolConfig: _datapool, GenerationConfig: _generation, ModelConfig: _model, MetricSpec: _metric, RewardComponent: _component,
            RewardConfig: _reward, TaskConfig: _task, SuiteConfig: _suite}
 
 

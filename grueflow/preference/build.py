@@ -17,6 +17,7 @@ from typing import Callable, Optional
 
 import torch
 
+from grueflow import postprocess
 from grueflow.data import Sample
 from grueflow.metrics.reward import Reward
 from grueflow.models.policy import Policy
@@ -59,7 +60,8 @@ def build_preferences(policy: Policy, samples: list[Sample], reward: Reward, cfg
         rows = [s for s in chunk for _ in range(k)]
         completions = policy.sample(policy.encode([s.prompt for s in rows]), cfg.generation, group_size=k)
         texts = policy.decode(completions)
-        total, _ = reward([s.prompt for s in rows], texts, [s.references for s in rows], [s.meta for s in rows])
+        scored = postprocess.apply(cfg.generation.post_processing, texts)  # pairs keep the sampled texts
+        total, _ = reward([s.prompt for s in rows], scored, [s.references for s in rows], [s.meta for s in rows])
         for j, sample in enumerate(chunk):
             scores, group = total[j * k:(j + 1) * k], texts[j * k:(j + 1) * k]
             best, worst = best_and_worst(scores)

@@ -43,7 +43,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from stable_baselines3.common.utils import explained_variance
 
-from grueflow import checkpoints
+from grueflow import checkpoints, postprocess
 from grueflow.config import GenerationConfig
 from grueflow.data import Sample
 from grueflow.distributed import DataParallel
@@ -294,7 +294,7 @@ class RLTrainer:
         generation_s = time.perf_counter() - started
         action_mask = processor.action_mask() if processor is not None else None
         mask = completion_mask(completions, self.policy.eos_token_id)
-        texts = self.policy.decode(completions)
+        texts = postprocess.apply(self.generation.post_processing, self.policy.decode(completions))
         started = time.perf_counter()
         total, parts = self.reward([s.prompt for s in samples], texts, [s.references for s in samples],
                                    [s.meta for s in samples])

@@ -92,7 +92,7 @@ PARAMS = [
     P(Bad(SENTIMENT, setting("rollout_generation.top_kk", 5), (
         "sentiment.yaml: rollout_generation: unknown key 'top_kk'; valid keys: max_new_tokens, min_new_tokens, "
         "min_length, do_sample, top_k, top_p, temperature, num_beams, length_penalty, early_stopping, "
-        "no_repeat_ngram_size, repetition_penalty",)), id="unknown-generation-key"),
+        "no_repeat_ngram_size, repetition_penalty, post_processing",)), id="unknown-generation-key"),
     P(Bad(PPO, setting("learning_rat", 1e-4), ("ppo.yaml: unknown key 'learning_rat'; valid keys: iterations,",
                                                "learning_rate")), id="unknown-method-key"),
     P(Bad(SUITE, setting("seed", 0), ("suite.yaml: unknown key 'seed'; valid keys: tasks, algorithms, seeds, threads, "
@@ -275,6 +275,12 @@ PARAMS = [
     P(Bad(SENTIMENT, lambda data: data["eval_generation"].update(min_new_tokens=3, min_length=2), (
         "sentiment.yaml: eval_generation: give min_new_tokens (3) or RL4LMs' min_length (2), not both",)),
       id="min-length-and-min-new-tokens"),
+    P(Bad(SENTIMENT, setting("eval_generation.post_processing", "first_sentence"), (
+        "sentiment.yaml: eval_generation: unknown post-processor 'first_sentence'; valid post-processor ids: "
+        "first_line, strip, three_sentence_summary",)), id="post-processing-unknown"),
+    P(Bad(SENTIMENT, setting("rollout_generation.post_processing", "my_rewards:tidy"), (
+        "sentiment.yaml: rollout_generation: post_processing 'my_rewards:tidy': cannot import 'my_rewards'",
+        "install its package or put the module in the project folder")), id="post-processing-missing-module"),
     P(Bad(SENTIMENT, setting("rollout_generation.repetition_penalty", 0.0), (
         "sentiment.yaml: rollout_generation: repetition_penalty must be > 0 (1: off), got 0.0",)),
       id="repetition-penalty-zero"),

@@ -46,7 +46,7 @@ def test_unknown_key_names_the_valid_keys():
     with pytest.raises(ConfigError, match=r"rollout_generation: unknown key 'top_kk'; valid keys: max_new_tokens, "
                                           r"min_new_tokens, min_length, do_sample, top_k, top_p, temperature, "
                                           r"num_beams, length_penalty, early_stopping, no_repeat_ngram_size, "
-                                          r"repetition_penalty"):
+                                          r"repetition_penalty, post_processing"):
         parse(TaskConfig, data, "sentiment.yaml:")
 
 
