@@ -18,6 +18,7 @@ rest of the state (optimiser, schedule, global RNGs, progress) as tensors and pl
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
@@ -27,12 +28,12 @@ import shutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import IO, Any, Callable, NamedTuple, Sequence
 
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-from grueflow.io import atomic_dir, fingerprint, read_json, write_json
+from grueflow.io import DataError, atomic_dir, fingerprint, read_json, write_json
 from grueflow.models.lora import ADAPTER_FILE, is_lora, load_trainable_state, trainable_state
 
 log = logging.getLogger(__name__)
@@ -144,6 +145,41 @@ def latest(root: str | Path, unit: str, key: str) -> Path | None:
     return None
 
 
+LOCK = ".lock"  # held (flock) by the one process that trains into a resume folder
+
+
+def claim(root: str | Path, unit: str, own: Sequence[str] = ()) -> IO[str]:
+    """Make ``root`` this process's resume folder for ``unit`` checkpoints; returns the open lock file, held
+    until it is closed (or the process ends).
+
+    A resume folder is deleted when its run finishes, so it may hold only what runs write there: checkpoints
+    ``<unit><k>``, their temporary folders, the lock, the names in ``own`` and ``nonfinite_*.json`` dumps.
+    Anything else, a file at ``root``, or another live process training into it, is a :class:`DataError`
+    naming it: two writers would delete each other's checkpoints, and a shared folder would be deleted.
+    """
+    root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise DataError(f"--resume-dir {root} is a file; give a folder (it is deleted when the run finishes)")
+    root.mkdir(parents=True, exist_ok=True)
+    unit_ = re.escape(unit)
+    names = [rf"{unit_}\d+", rf"\.{unit_}\d+\..+\.(tmp|old)", r"nonfinite_\w+\.json", re.escape(LOCK),
+             *map(re.escape, own)]
+    ours = re.compile("|".join(f"(?:{name})" for name in names))
+    foreign = sorted(p.name for p in root.iterdir() if not ours.fullmatch(p.name))
+    if foreign:
+        raise DataError(f"--resume-dir {root} holds {', '.join(map(repr, foreign[:3]))}"
+                        f"{' and more' if len(foreign) > 3 else ''}, which no training run wrote; give an empty or "
+                        f"new folder: a resume folder is deleted when its run finishes")
+    handle = open(root / LOCK, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise DataError(f"another process is training into the resume folder {root}; wait for it to finish (or "
+                        f"stop it) before running the same stage again") from None
+    return handle
+
+
 def save(root: str | Path, unit: str, step: int, key: str, write: Callable[[Path], None], keep: int) -> Path:
     """Write checkpoint ``<root>/<unit><step>/`` with ``write(folder)``, atomically; then keep only this
     run's newest ``keep`` checkpoints (another run's, and folders a killed save left, are deleted)."""
@@ -158,10 +194,10 @@ def save(root: str | Path, unit: str, step: int, key: str, write: Callable[[Path
 
 
 def prune(root: str | Path, unit: str, key: str, keep: int) -> None:
-    """Delete all but run ``key``'s newest ``keep`` checkpoints, and unfinished ``.<unit>*.tmp`` folders."""
+    """Delete all but run ``key``'s newest ``keep`` checkpoints (unfinished ones are
+    :func:`~grueflow.io.atomic_dir`'s to clean)."""
     mine = [c for c in complete(root, unit) if c.key == key]
     stale = [c.path for c in complete(root, unit) if c.key != key] + [c.path for c in mine[:-keep]]
-    stale += [p for p in Path(root).glob(f".{unit}*.tmp") if p.is_dir()]
     for path in stale:
         log.debug("removing checkpoint %s", path)
         shutil.rmtree(path, ignore_errors=True)

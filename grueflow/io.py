@@ -13,10 +13,13 @@ from __future__ import annotations
 import contextlib
 import csv
 import errno
+import glob
 import hashlib
 import json
 import os
+import re
 import shutil
+import socket
 import subprocess
 import tempfile
 import uuid
@@ -119,7 +122,9 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 def atomic_dir(path: str | Path) -> Iterator[Path]:
     """Yield a temporary folder beside ``path``; it replaces ``path`` only if the block succeeds.
 
-    Before the swap every file and folder in it is flushed to disk (``fsync``), so a power loss cannot leave a
+    The temporary folder's name holds the writer's host and process id: a writer killed before the swap
+    leaves it behind, and the next :func:`atomic_dir` of ``path`` on that host deletes it once that process is
+    gone (:func:`remove_leftovers`). Before the swap every file and folder in it is flushed to disk (``fsync``), so a power loss cannot leave a
     renamed folder of empty files, and it gets the mode a plain ``mkdir`` would (readable by the group under
     the usual umask). The swap never deletes in place: a folder already at ``path`` is first renamed aside and
     deleted after, so a concurrent writer of the same ``path`` (Snakemake and ``dvc repro`` at once) cannot
@@ -127,7 +132,8 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    remove_leftovers(path)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{_WRITER}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
         os.chmod(tmp, 0o777 & ~_umask())
@@ -137,6 +143,35 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+
+
+_WRITER = f"{socket.gethostname().replace('.', '_')}-{os.getpid()}"  # who writes a temporary folder: host-pid
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_leftovers(path: str | Path) -> list[Path]:
+    """Delete the temporary folders that writers of ``path`` killed on this host left beside it (an unfinished
+    ``.tmp``, an old output renamed ``.old`` before its deletion); returns them. A live writer's folders,
+    and another host's, are kept."""
+    path = Path(path)
+    host = _WRITER.rsplit("-", 1)[0]
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.{re.escape(host)}-(\d+)\..+\.(tmp|old)")
+    removed = []
+    for candidate in path.parent.glob(f".{glob.escape(path.name)}.*"):
+        match = pattern.fullmatch(candidate.name)
+        if match and candidate.is_dir() and not _alive(int(match.group(1))):
+            shutil.rmtree(candidate, ignore_errors=True)
+            removed.append(candidate)
+    return removed
 
 
 def _umask() -> int:
@@ -168,7 +203,7 @@ def _fsync_tree(root: Path) -> None:
 def _swap_in(tmp: Path, path: Path, attempts: int = 20) -> None:
     """Rename ``tmp`` onto ``path``, first renaming whatever is at ``path`` aside (then deleting it)."""
     for _ in range(attempts):
-        aside = path.parent / f".{path.name}.{uuid.uuid4().hex[:12]}.old"
+        aside = path.parent / f".{path.name}.{_WRITER}.{uuid.uuid4().hex[:12]}.old"
         try:
             os.rename(path, aside)
         except FileNotFoundError:

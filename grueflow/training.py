@@ -26,9 +26,9 @@ import logging
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Protocol, Sequence
+from typing import IO, Any, Callable, Optional, Protocol, Sequence
 
-from grueflow import stage
+from grueflow import checkpoints, stage
 from grueflow.device import Execution
 from grueflow.distributed import DataParallel, check_replicas
 from grueflow.io import atomic_dir
@@ -103,6 +103,7 @@ class TrainingRun:
         self.name, self.out, self.resume_dir = name, out, resume_dir
         self.execution, self.parallel, self.started = execution, parallel, started
         self.tracked = False
+        self._lock: Optional[IO[str]] = None
 
     @classmethod
     def start(cls, name: str, args: argparse.Namespace, started: float, seed: int,
@@ -128,8 +129,12 @@ class TrainingRun:
 
         ``desc`` names the progress bar; ``tracking`` logs every curve row (as the curve holds it) to DVCLive
         in the resume folder; ``report`` sees every row the trainer reports (e.g. a log line). Only the main
-        process writes checkpoints and logs. An exception leaves the resume folder as it is, for the next run.
+        process writes checkpoints and logs, and it holds the resume folder (:func:`grueflow.checkpoints.claim`:
+        a folder holding anything else, or another process training into it, is refused before any step). An
+        exception leaves the resume folder as it is, for the next run.
         """
+        if self.parallel.is_main:  # kept open (so locked) until the process ends
+            self._lock = checkpoints.claim(self.resume_dir, unit, own=(TRACKING_DIR,))
         resumed = trainer.resume(self.resume_dir, key)
         done = len(trainer.state.curve)
         if resumed is not None:

@@ -11,6 +11,7 @@ import torch
 from grueflow import checkpoints
 from grueflow.config import ConfigError, GenerationConfig, RewardConfig, SupervisedConfig
 from grueflow.data import DATAPOOLS
+from grueflow.io import DataError
 from grueflow.metrics import MetricContext
 from grueflow.metrics.reward import Reward
 from grueflow.models import load_pretrained
@@ -37,12 +38,37 @@ def test_the_newest_k_complete_checkpoints_of_this_run_are_kept(tmp_path):
     assert checkpoints.latest(root, "iteration", "run-b") is None  # another run's checkpoints are never resumed
 
     (root / "iteration5").mkdir()  # a folder without checkpoint.json is not complete
-    (root / ".iteration6.x1y2.tmp").mkdir()  # what a save killed before its rename leaves
     assert checkpoints.latest(root, "iteration", "run-a") == root / "iteration4"
     checkpoints.save(root, "iteration", 1, "run-b", write_marker_only, keep=2)  # params changed: a new run
     assert sorted(p.name for p in root.iterdir()) == ["iteration1", "iteration5"]
     assert checkpoints.latest(root, "iteration", "run-b") == root / "iteration1"
     assert (root / "iteration1" / "weights.bin").read_bytes() == b"w"
+
+
+def test_a_resume_folder_is_one_runs_own(tmp_path):
+    """It is deleted when its run finishes: a folder holding anything a run did not write is refused, and so
+    is a second process training into it."""
+    root = tmp_path / "out.resume"
+    first = checkpoints.claim(root, "iteration", own=("dvclive",))
+    with pytest.raises(DataError, match=r"another process is training into the resume folder .*out.resume; wait for "
+                                        r"it to finish \(or stop it\)"):
+        checkpoints.claim(root, "iteration")  # a second open file description: as another process's
+    first.close()
+    checkpoints.save(root, "iteration", 1, "k", write_marker_only, keep=2)
+    (root / "dvclive").mkdir()
+    (root / "nonfinite_iteration2.json").write_text("{}")
+    checkpoints.claim(root, "iteration", own=("dvclive",)).close()  # all of it a run's own
+
+    shared = tmp_path / "projects"
+    (shared / "thesis").mkdir(parents=True)
+    (shared / "notes.txt").write_text("keep me")
+    with pytest.raises(DataError, match=r"--resume-dir .*projects holds 'notes.txt', 'thesis', which no training run "
+                                        r"wrote; give an empty or new folder: a resume folder is deleted when its run "
+                                        r"finishes"):
+        checkpoints.claim(shared, "iteration")
+    with pytest.raises(DataError, match=r"--resume-dir .*notes.txt is a file; give a folder"):
+        checkpoints.claim(shared / "notes.txt", "iteration")
+    assert (shared / "notes.txt").read_text() == "keep me"
 
 
 def test_a_save_that_fails_leaves_the_previous_checkpoint(tmp_path):

@@ -106,3 +106,26 @@ def test_a_stage_folder_damaged_after_it_finished_is_named_before_it_is_read(tmp
     with pytest.raises(MissingDataError, match=r"model/tokenizer\.json is missing"):
         check_stage_output(out / "model", deep=False)
     check_stage_output(tmp_path / "elsewhere")  # no stage folder: nothing to check
+
+
+def test_what_a_killed_writer_left_is_deleted_by_the_next_writer_of_that_path(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from grueflow.io import _WRITER, atomic_dir
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    host = _WRITER.rsplit("-", 1)[0]
+    out = tmp_path / "seed0"
+    leftovers = [tmp_path / f".seed0.{host}-{dead}.abc123.tmp", tmp_path / f".seed0.{host}-{dead}.0f0f0f.old"]
+    kept = [tmp_path / f".seed0.{host}-{os.getpid()}.live99.tmp",  # a live writer's
+            tmp_path / f".seed0.otherhost-{dead}.abc123.tmp",  # another host's: its process is unknown here
+            tmp_path / f".seed1.{host}-{dead}.abc123.tmp"]  # another path's
+    for folder in leftovers + kept:
+        (folder / "model").mkdir(parents=True)
+    with atomic_dir(out) as tmp:
+        (tmp / "done.txt").write_text("ok")
+    assert (out / "done.txt").read_text() == "ok"
+    assert not any(p.exists() for p in leftovers) and all(p.exists() for p in kept)
