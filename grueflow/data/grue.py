@@ -15,7 +15,7 @@ from typing import Any, Literal, Optional
 from grueflow.data import DATAPOOLS
 from grueflow.data.sample import Datapool
 from grueflow.data.sources import (BadRowError, Row, SourceArgs, Unit, assign_splits, build_datapool, group_units,
-                                   load_units, require_text)
+                                   load_units, optional_text, require_text, require_texts)
 from grueflow.data.totto import final_sentences, highlighted_subtable, linearise, parent_table
 from grueflow.io import DataError, MissingDataError, read_text
 
@@ -49,15 +49,17 @@ class CommonGen:
     @staticmethod
     def build(args: "CommonGen.Args") -> Datapool:
         sources = load_units(args, COMMONGEN_SCHEMAS, "common_gen")
-        grouped = {name: group_units(units, lambda u: concept_set(u.row), merge_scenes)
+        grouped = {name: group_units(units, concept_set, merge_scenes)
                    for name, units in sources.items()}
         return build_datapool(assign_splits(grouped, args), lambda unit: [concepts_row(unit, args.prefix)], args,
                               unlabelled=lambda train: [r for s in train for r in s.references])
 
 
-def concept_set(row: dict[str, Any]) -> str:
+def concept_set(unit: Unit) -> str:
     """The raw concept set of a v1.0 row, or a v1.1 row's lemmas joined by ``#``."""
-    return row["concept_set"] if "concept_set" in row else "#".join(row["concepts"])
+    if "concept_set" in unit.row:
+        return require_text(unit.row["concept_set"], "concept_set", unit.origin)
+    return "#".join(require_texts(unit.row["concepts"], "concepts", unit.origin))
 
 
 def lemmas(raw_set: str) -> list[str]:
@@ -69,10 +71,10 @@ def merge_scenes(units: list[Unit]) -> dict[str, Any]:
     """One concept set's rows as ``{concept_set, concepts, targets}``."""
     first = units[0].row
     if "concept_set" in first:
-        targets = [t for u in units for t in u.row["scene"]]
+        targets = [t for u in units for t in require_texts(u.row["scene"], "scene", u.origin)]
         return {"concept_set": first["concept_set"], "concepts": lemmas(first["concept_set"]), "targets": targets}
-    return {"concept_set": concept_set(first), "concepts": list(first["concepts"]),
-            "targets": [u.row["target"] for u in units]}
+    return {"concept_set": concept_set(units[0]), "concepts": list(first["concepts"]),
+            "targets": [optional_text(u.row["target"], "target", u.origin) for u in units]}
 
 
 def concepts_row(unit: Unit, prefix: str) -> Row:
@@ -136,8 +138,10 @@ def truncate(text: str, max_words: Optional[int], max_chars: Optional[int]) -> s
 def summary_row(unit: Unit, args: CNNDailyMail.Args) -> Row:
     article = require_text(unit.row["article"], "article", unit.origin)
     article = truncate(article, args.max_article_words, args.max_article_chars)
-    extra = tuple(unit.row["extra_references"] or ()) if args.extra_references else ()
-    references = tuple(dict.fromkeys((unit.row["highlights"] or "",) + extra))  # SummEval's list repeats the highlights
+    extra = (tuple(require_texts(unit.row["extra_references"] or [], "extra_references", unit.origin))
+             if args.extra_references else ())
+    highlights = optional_text(unit.row["highlights"], "highlights", unit.origin)
+    references = tuple(dict.fromkeys((highlights,) + extra))  # SummEval's list repeats the highlights
     meta = {"source_id": unit.row["id"]} if "id" in unit.row else {}
     return Row(args.prefix + article + args.suffix, references, meta, unit.origin)
 
@@ -302,12 +306,16 @@ class IWSLT2017:
 
 def translation_row(unit: Unit, args: IWSLT2017.Args) -> Row:
     pair = unit.row["translation"] or {}
+    if not isinstance(pair, dict):
+        raise BadRowError(f"{unit.origin}: translation is {pair!r:.60} ({type(pair).__name__}), not a mapping of "
+                          f"language code to text")
     for key in ("source_language", "target_language"):
         if getattr(args, key) not in pair:
             raise DataError(f"{unit.origin}: the translation has the languages {sorted(pair)}; "
                             f"{key} {getattr(args, key)!r} is not one of them")
     source = require_text(pair[args.source_language], f"{args.source_language} text", unit.origin)
-    return Row(args.prompt_prefix + source, (pair[args.target_language] or "",), {}, unit.origin)
+    target = optional_text(pair[args.target_language], f"{args.target_language} text", unit.origin)
+    return Row(args.prompt_prefix + source, (target,), {}, unit.origin)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -362,10 +370,17 @@ class DailyDialog:
         return build_datapool(assign_splits(sources, args), lambda unit: dialogue_rows(unit, args), args)
 
 
+def _labels(value: Any, what: str, origin: str) -> list[int]:
+    """A dialogue's per-turn labels: a list of integers, or a BadRowError naming the row."""
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise BadRowError(f"{origin}: {what} is {value!r:.60}, not a list of integers (one per turn)")
+    return list(value)
+
+
 def dialogue_rows(unit: Unit, args: DailyDialog.Args) -> list[Row]:
     """One Row per turn that has enough turns before it."""
-    turns = [" ".join(str(t).split()) for t in unit.row["dialog"]]
-    acts, emotions = list(unit.row["act"]), list(unit.row["emotion"])
+    turns = [" ".join(t.split()) for t in require_texts(unit.row["dialog"], "dialog", unit.origin)]
+    acts, emotions = (list(_labels(unit.row[key], key, unit.origin)) for key in ("act", "emotion"))
     if not len(turns) == len(acts) == len(emotions):
         raise BadRowError(f"{unit.origin}: {len(turns)} turns but {len(acts)} acts and {len(emotions)} emotions")
     rows = []

@@ -6,6 +6,9 @@ network, a hub id fails at once with an error that says how to point at local co
 
 from __future__ import annotations
 
+import csv
+import io as stdio
+import json
 import os
 import random
 from dataclasses import dataclass
@@ -15,7 +18,7 @@ from typing import Any, Optional
 from grueflow.data import DATAPOOLS
 from grueflow.data.sample import Datapool, Sample
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
-from grueflow.io import DataError, MissingDataError, iter_jsonl, iter_lines
+from grueflow.io import DataError, MissingDataError, iter_lines, read_text
 
 
 BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -40,11 +43,11 @@ def load_splits(path: str, data_files: Optional[dict[str, str]], name: Optional[
             raise DataError(f"data_files {folders} are folders; name the data files in them")
         if not path or (path not in BUILDERS.values() and not Path(path).is_dir()):
             path = builder_for(files)
-        for file in files.values():
-            check_text_file(file)
+        headers = {file: check_text_file(file) for file in files.values()}
+        options = csv_options(headers) if path == "csv" else {}
     if files or Path(path).exists():
         try:
-            return datasets.load_dataset(path, name, data_files=files)
+            return datasets.load_dataset(path, name, data_files=files, **(options if files else {}))
         except (ValueError, OSError, datasets.exceptions.DatasetGenerationError) as err:  # pyarrow's are ValueErrors
             cause = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise DataError(f"cannot read {sorted(files.values()) if files else path}: {cause}; is a file truncated "
@@ -66,20 +69,96 @@ def builder_for(files: dict[str, str]) -> str:
     return kinds.pop()
 
 
-def check_text_file(path: str) -> None:
-    """Raise a DataError naming the file and line where a text data file is not UTF-8 or (``.jsonl``) not
-    JSON, or naming the file when it has no rows. One streaming pass; a parquet file is left to ``datasets``.
+def check_text_file(path: str) -> Optional[list[str]]:
+    """Raise a DataError naming the file and line where a text data file is not UTF-8, not a table of rows
+    (a ``.jsonl`` line that is not a JSON object, a ``.json`` file that is not a list of objects, a ``.csv``
+    row with more or fewer fields than its header, a header naming a column twice) or has no rows. Returns a
+    CSV file's header (None for the others); a parquet file is left to ``datasets``.
 
     ``datasets`` reads non-UTF-8 bytes without complaint and fails later, on some row, with a bare
-    UnicodeDecodeError; an empty file ends in a bare StopIteration.
+    UnicodeDecodeError; an empty file ends in a bare StopIteration; pandas takes a CSV whose rows all have one
+    field more than the header as indexed by its first column, shifting every column by one.
     """
     suffix = Path(path).suffix.lower()
     if suffix == ".parquet":
-        return
-    lines = iter_jsonl(path) if suffix == ".jsonl" else (line for _, line in iter_lines(path) if line.strip())
-    header = 1 if suffix == ".csv" else 0
-    if sum(1 for _ in lines) <= header:
+        return None
+    if suffix == ".csv":
+        return _check_csv(path)
+    if suffix == ".json":
+        rows = _json_rows(path)
+    else:
+        rows = 0
+        for number, line in iter_lines(path):
+            if not line.strip():
+                continue
+            try:
+                value = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise DataError(f"{path}: line {number}, column {err.colno}: not a JSON object ({err.msg}); each "
+                                f"line of a .jsonl file is one JSON object") from None
+            if not isinstance(value, dict):
+                raise DataError(f"{path}: line {number}: a JSON {type(value).__name__}, not an object; each line of "
+                                f"a .jsonl file is one row, a JSON object of column: value")
+            rows += 1
+    if not rows:
         raise DataError(f"{path}: the file has no rows; a data file needs at least one")
+    return None
+
+
+def _json_rows(path: str) -> int:
+    """The number of rows of a ``.json`` data file: a list of objects, or an object of equally long columns."""
+    try:
+        data = json.loads(read_text(path))
+    except json.JSONDecodeError as err:
+        raise DataError(f"{path}: line {err.lineno}, column {err.colno}: not JSON ({err.msg})") from None
+    if isinstance(data, list) and all(isinstance(row, dict) for row in data):
+        return len(data)
+    if isinstance(data, dict) and data and all(isinstance(column, list) for column in data.values()):
+        lengths = {len(column) for column in data.values()}
+        if len(lengths) == 1:
+            return lengths.pop()
+    raise DataError(f"{path}: a .json data file holds a list of row objects (or an object of equally long column "
+                    f"lists); this one holds {type(data).__name__} {str(data)[:60]!r}")
+
+
+def _check_csv(path: str) -> list[str]:
+    """A CSV file's header, after checking every row has its number of fields (see :func:`check_text_file`)."""
+    csv.field_size_limit(2**31 - 1)  # a long article is one field
+    reader = csv.reader(stdio.StringIO(read_text(path).removeprefix("\ufeff"), newline=""), strict=True)
+    try:
+        header = next(reader, None)
+        if header is None or not any(field.strip() for field in header):
+            raise DataError(f"{path}: the file has no header; a CSV data file starts with one naming its columns")
+        repeated = sorted({c for c in header if header.count(c) > 1})
+        if repeated:
+            raise DataError(f"{path}: line 1: the header names column(s) {repeated} more than once; name each once")
+        rows = 0
+        for row in reader:
+            if not row:
+                continue
+            if len(row) != len(header):
+                raise DataError(f"{path}: line {reader.line_num}: {len(row)} fields where the header has "
+                                f"{len(header)}; is a comma stray or missing, or a text with a comma not quoted?")
+            rows += 1
+    except csv.Error as err:
+        raise DataError(f"{path}: line {reader.line_num}: not valid CSV ({err})") from None
+    if not rows:
+        raise DataError(f"{path}: the file has no rows; a data file needs at least one")
+    return header
+
+
+def csv_options(headers: dict[str, Optional[list[str]]]) -> dict[str, Any]:
+    """``load_dataset("csv", ...)`` options that read every cell as the text it is: no type guessing (``007``
+    stays ``007``, not 7), no missing-value words (``NA``, ``None`` and ``null`` are texts). The files must
+    share one header."""
+    from datasets import Features, Value
+
+    distinct = {tuple(h) for h in headers.values() if h is not None}
+    if len(distinct) != 1:
+        raise DataError(f"data_files {sorted(headers)} have different CSV headers {sorted(distinct)}; give them one")
+    columns = distinct.pop()
+    return {"features": Features({c: Value("string") for c in columns}), "keep_default_na": False,
+            "na_filter": False}
 
 
 @DATAPOOLS.register("imdb", "IMDB sentiment continuation (RL4LMs): prompt = a review's first words, hub id or local files")
@@ -114,7 +193,7 @@ class IMDB:
         unlabelled = [text for text in (_clean(r["text"]) for r in source) if text]
         val_rows, train_rows = train_rows[:args.n_val], train_rows[args.n_val:]
         if args.positive_only_train:  # RL4LMs' IMDB datapool trains on positive reviews
-            train_rows = [r for r in train_rows if r["label"] == 1]
+            train_rows = [r for r in train_rows if imdb_label(r["label"]) == 1]
         test_rows = [r for r in splits["test"]]
         random.Random(args.seed + 1).shuffle(test_rows)  # the split is sorted by label: n_test must mix both
         pool = {
@@ -143,6 +222,15 @@ def _check_imdb_schema(splits: Any, args: "IMDB.Args") -> None:
                         f"{splits['unsupervised'].column_names}; it needs text (the unlabelled reviews)")
 
 
+def imdb_label(value: Any) -> int:
+    """An IMDB row's label as 0 (negative) or 1 (positive): an integer, or its text (a CSV cell)."""
+    if isinstance(value, str) and value.strip() in ("0", "1"):
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value in (0, 1):
+        return value
+    raise DataError(f"imdb datapool: label {value!r} is not 0 (negative) or 1 (positive)")
+
+
 def _clean(text: str) -> str:
     return " ".join(text.replace("<br />", " ").split())
 
@@ -157,5 +245,6 @@ def _imdb_samples(rows: list[dict[str, Any]], split: str, args: IMDB.Args) -> li
         else:
             prompt = " ".join(words[:args.prompt_words])
             reference = " ".join(words[args.prompt_words:args.prompt_words + args.reference_words])
-        samples.append(Sample(f"{split}-{i}", prompt, (reference,) if reference else (), {"label": int(row["label"])}))
+        samples.append(Sample(f"{split}-{i}", prompt, (reference,) if reference else (),
+                              {"label": imdb_label(row["label"])}))
     return samples

@@ -30,11 +30,24 @@ class Sample:
 
     @classmethod
     def from_json(cls, row: dict[str, Any], where: str) -> "Sample":
+        """A Sample from a datapool file's row, checked (a file edited by hand, or one whose ``stage.json`` is
+        gone, is read here unchecked otherwise): a DataError at ``where`` for a missing key or a value of the
+        wrong type, e.g. references ``"four"`` (a string would be taken letter by letter)."""
+        if not isinstance(row, dict):
+            raise io.DataError(f"{where}: a Sample is a JSON object, not {type(row).__name__}")
         missing = {"id", "prompt", "references"} - set(row)
         if missing:
             raise io.DataError(f"{where}: a Sample needs keys id, prompt, references (and meta); "
                                f"missing {sorted(missing)}")
-        return cls(str(row["id"]), row["prompt"], tuple(row["references"]), row.get("meta", {}))
+        problems = [f"{key} must be {kind}, got {row[key]!r:.60}" for key, kind, ok in (
+            ("id", "a string", isinstance(row["id"], str)),
+            ("prompt", "a non-empty string", isinstance(row["prompt"], str) and row["prompt"].strip()),
+            ("references", "a list of strings", isinstance(row["references"], list)
+             and all(isinstance(r, str) for r in row["references"])),
+            ("meta", "an object", isinstance(row.get("meta", {}), dict))) if not ok]
+        if problems:
+            raise io.DataError(f"{where}: {problems[0]}; rebuild the datapool with prepare_datapool")
+        return cls(row["id"], row["prompt"], tuple(row["references"]), row.get("meta", {}))
 
 
 @dataclass(frozen=True)
@@ -78,6 +91,12 @@ def read_split(datapool_dir: str | Path, split: str) -> list[Sample]:
     samples = [Sample.from_json(row, f"{path}:{i + 1}") for i, row in enumerate(io.read_jsonl(path))]
     if not samples:
         raise io.DataError(f"datapool split {path} is empty; rebuild it with prepare_datapool")
+    seen: set[str] = set()
+    for i, sample in enumerate(samples):
+        if sample.id in seen:
+            raise io.DataError(f"{path}:{i + 1}: id {sample.id!r} appears twice; rebuild the datapool with "
+                               f"prepare_datapool")
+        seen.add(sample.id)
     return samples
 
 

@@ -267,6 +267,32 @@ def skip_or_raise(message: str, skip_bad_rows: bool) -> int:
 INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))  # zero-width and soft-hyphen
 
 
+def optional_text(value: Any, what: str, origin: str) -> str:
+    """``value`` as a string, ``""`` when missing (a reference :func:`row_problem` then judges); a
+    BadRowError naming the row when it is something else (a number, a list: a field mapped by mistake)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise BadRowError(f"{origin}: {what} is {_short(value)} ({type(value).__name__}), not text")
+    return value
+
+
+def require_texts(value: Any, what: str, origin: str) -> list[str]:
+    """``value`` as a list of strings; a BadRowError naming the row when it is not a list (a string would be
+    taken letter by letter) or holds anything but text."""
+    if not isinstance(value, (list, tuple)):
+        raise BadRowError(f"{origin}: {what} is {_short(value)} ({type(value).__name__}), not a list of texts")
+    for item in value:
+        if not isinstance(item, str):
+            raise BadRowError(f"{origin}: {what} holds {_short(item)} ({type(item).__name__}), not text")
+    return list(value)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
 def require_text(value: Any, what: str, origin: str) -> str:
     """``value`` as a stripped string; a BadRowError naming the row when it is missing, not text (a number, a
     list, a mapping: a column mapped by mistake) or blank (zero-width characters alone count as blank)."""

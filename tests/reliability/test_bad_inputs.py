@@ -418,6 +418,23 @@ DATA = [
         "strings, {\"text\": [strings]} (SQuAD's answers) or a list of {\"text\": string}",), id="nested-reference"),
     P(rows_file("map.jsonl", [GOOD_ROW, {"prompt": "3 + 3 ?", "references": {"answer": "6"}}]), {}, DataError, (
         "map.jsonl row 2: references {'answer': '6'} (dict) are not text",), id="mapping-reference-without-text"),
+    P(raw_file("array.jsonl", json.dumps(GOOD_ROW).encode() + b"\n[1, 2]\n"), {}, DataError, (
+        "array.jsonl: line 2: a JSON list, not an object; each line of a .jsonl file is one row",),
+      id="jsonl-line-not-an-object"),
+    P(raw_file("rows.json", b'[{"prompt": "2 + 2 ?", "references": ["4"]}] trailing'), {}, DataError, (
+        "rows.json: line 1, column 46: not JSON (Extra data)",), id="json-trailing-garbage"),
+    P(raw_file("rows.json", b"42"), {}, DataError, (
+        "rows.json: a .json data file holds a list of row objects (or an object of equally long column lists); "
+        "this one holds int '42'",), id="json-not-rows"),
+    P(raw_file("empty.json", b"[]"), {}, DataError, ("empty.json: the file has no rows",), id="json-empty-list"),
+    P(raw_file("ragged.csv", b"prompt,references\n2 + 2 ?,4,E\n3 + 3 ?,6,E\n"), {}, DataError, (
+        "ragged.csv: line 2: 3 fields where the header has 2; is a comma stray or missing, or a text with a comma "
+        "not quoted?",), id="csv-row-longer-than-header"),
+    P(raw_file("twice.csv", b"prompt,prompt,references\na,b,4\n"), {}, DataError, (
+        "twice.csv: line 1: the header names column(s) ['prompt'] more than once; name each once",),
+      id="csv-header-repeats-a-column"),
+    P(raw_file("quote.csv", b'prompt,references\n"2 + 2 ?,4\n'), {}, DataError, (
+        "quote.csv: line", "not valid CSV (unexpected end of data)",), id="csv-unterminated-quote"),
 ]
 
 
@@ -429,6 +446,42 @@ def test_bad_data_files_name_the_file_and_line(tmp_path: Path, make_file, args, 
     assert "\n" not in str(err.value)
     for fragment in expect:
         assert fragment in str(err.value)
+
+
+def test_csv_cells_are_read_as_the_text_they_are(tmp_path: Path):
+    """No type guessing (007 stays 007 beside a 1e3) and no missing-value words (NA, None, null are texts)."""
+    path = tmp_path / "codes.csv"
+    path.write_text("prompt,references\nzip of Boston ?,02108\nagent ?,007\nsize ?,1e3\nNA,None\nnull,N/A\n")
+    pool = custom_pool({split: str(path) for split in ("train", "validation", "test")})
+    assert [(s.prompt, s.references) for s in pool.splits["test"]] == [
+        ("zip of Boston ?", ("02108",)), ("agent ?", ("007",)), ("size ?", ("1e3",)), ("NA", ("None",)),
+        ("null", ("N/A",))]
+
+
+@pytest.mark.parametrize("loader, row, expect", [
+    ("common_gen", {"concepts": "dog run", "target": "A dog runs."}, "concepts is 'dog run' (str), not a list of texts"),
+    ("common_gen", {"concepts": ["dog", None], "target": "A dog runs."}, "concepts holds None (NoneType), not text"),
+    ("common_gen", {"concepts": ["dog", "run"], "target": ["A dog runs."]}, "target is ['A dog runs.'] (list), not text"),
+    ("common_gen", {"concept_set": "dog_N#run_V", "scene": "A dog runs."},
+     "scene is 'A dog runs.' (str), not a list of texts"),
+    ("cnn_dailymail", {"article": "The council met.", "highlights": 5, "id": "a"}, "highlights is 5 (int), not text"),
+    ("cnn_dailymail", {"article": "The council met.", "highlights": ["Met."], "id": "a"},
+     "highlights is ['Met.'] (list), not text"),
+    ("iwslt2017", {"translation": "hi"}, "translation is 'hi' (str), not a mapping of language code to text"),
+    ("iwslt2017", {"translation": {"en": "Hello.", "de": 1}}, "de text is 1 (int), not text"),
+    ("daily_dialog", {"dialog": "hi there", "act": [1], "emotion": [0]}, "dialog is 'hi there' (str), not a list"),
+    ("daily_dialog", {"dialog": ["hi", "hello"], "act": "1 2", "emotion": [0, 0]},
+     "act is '1 2', not a list of integers (one per turn)"),
+])
+def test_grue_loaders_refuse_a_field_of_the_wrong_shape_naming_the_row(tmp_path: Path, loader, row, expect):
+    """A string where a list belongs would be taken letter by letter; a number or a list where text belongs is a
+    field mapped by mistake."""
+    path = write_rows(tmp_path / "rows.jsonl", [row])
+    cls = DATAPOOLS.get(loader)
+    with pytest.raises(DataError) as err:
+        cls.build(parse(cls.Args, {"path": "json", "data_files": {s: path for s in ("train", "validation", "test")}},
+                        "args"))
+    assert "rows.jsonl row 1" in str(err.value) and expect in str(err.value)
 
 
 def test_skipped_bad_rows_are_counted(tmp_path: Path):
@@ -457,6 +510,17 @@ def test_dailydialog_text_files_not_utf8_name_the_line(tmp_path: Path):
       id="split-not-utf8"),
     P(b'{"id": "test-0", "prompt": "x"}\n', r"test\.jsonl:1: a Sample needs keys id, prompt, references .*missing "
                                             r"\['references'\]", id="split-row-without-references"),
+    P(b'{"id": "test-0", "prompt": "x", "references": "four"}\n', r"test\.jsonl:1: references must be a list of "
+      r"strings, got 'four'; rebuild the datapool with prepare_datapool", id="split-references-a-string"),
+    P(b'{"id": "test-0", "prompt": 7, "references": ["7"]}\n', r"test\.jsonl:1: prompt must be a non-empty string, "
+      r"got 7", id="split-prompt-a-number"),
+    P(b'{"id": "test-0", "prompt": " ", "references": ["7"]}\n', r"test\.jsonl:1: prompt must be a non-empty "
+      r"string, got ' '", id="split-prompt-blank"),
+    P(b'{"id": "test-0", "prompt": "x", "references": null}\n', r"test\.jsonl:1: references must be a list of "
+      r"strings, got None", id="split-references-null"),
+    P(b'[1]\n', r"test\.jsonl:1: a Sample is a JSON object, not list", id="split-row-not-an-object"),
+    P(b'{"id": "t", "prompt": "x", "references": []}\n{"id": "t", "prompt": "y", "references": []}\n',
+      r"test\.jsonl:2: id 't' appears twice", id="split-id-twice"),
 ])
 def test_bad_datapool_split_on_disk(tmp_path: Path, content: bytes | None, expect: str):
     if content is not None:
