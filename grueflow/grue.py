@@ -40,10 +40,32 @@ def _method_rank(method: str) -> tuple[int, str]:
 
 
 def load_runs(paths: list[Path]) -> list[dict[str, Any]]:
-    runs = [io.read_json(p) for p in paths]
+    """The evaluate outputs ``<eval dir>/<task>/<method>/seed<k>/metrics.json``, each checked against its stage
+    folder's manifest and against its place: a run copied to another method's folder, or a file edited by
+    hand, truncated or of the wrong shape, is a :class:`~grueflow.io.DataError` naming it, never a table row."""
+    runs = [_load_run(p) for p in paths]
     if not runs:
         raise ValueError("no metrics.json files to aggregate; run the evaluate stage first")
     return runs
+
+
+def _load_run(path: Path) -> dict[str, Any]:
+    io.check_stage_output(path)
+    try:
+        run = io.read_json(path)
+    except ValueError as err:
+        raise io.DataError(f"{path} is not readable JSON ({err}); delete its folder and rerun the pipeline") from None
+    place = {"task": path.parent.parent.parent.name, "method": path.parent.parent.name,
+             "seed": path.parent.name.removeprefix("seed")}
+    if not isinstance(run, dict) or not isinstance(run.get("metrics"), dict) or not isinstance(run.get("headline"),
+                                                                                                   list):
+        raise io.DataError(f"{path} is not an evaluate output (task, method, seed, headline, metrics); delete its "
+                           f"folder and rerun the pipeline")
+    found = {"task": run.get("task"), "method": run.get("method"), "seed": str(run.get("seed"))}
+    if found != place:
+        raise io.DataError(f"{path} holds the run {found}, not the run its folder names {place}; was a folder copied "
+                           f"or moved? Delete it and rerun the pipeline")
+    return run
 
 
 def build_table(runs: list[dict[str, Any]]) -> pd.DataFrame:

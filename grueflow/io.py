@@ -301,8 +301,10 @@ _CHECKED: dict[tuple[str, str, bool], Any] = {}  # what a check found intact: it
 def check_stage_output(path: str | Path, deep: bool = True) -> None:
     """Raise :class:`MissingDataError` when ``path`` (a stage folder, or a folder or file inside one) no longer
     matches the manifest its stage folder's ``stage.json`` recorded: a file deleted, truncated, grown or (with
-    ``deep``) changed. A path in no stage folder, or a record without a manifest, is not checked. A check that
-    found the files intact is not repeated in the process while their sizes and modification times stay."""
+    ``deep``) changed. A path in no stage folder is not checked. A check that
+    found the files intact is not repeated in the process while their sizes and modification times stay.
+    A ``stage.json`` that is not a JSON object with a manifest of ``{bytes, sha256}`` entries (every stage writes
+    one) is damaged."""
     path = Path(path).resolve()
     folder = next((p for p in (path, *path.parents) if (p / STAGE_RECORD).is_file()), None)
     if folder is None:
@@ -310,12 +312,15 @@ def check_stage_output(path: str | Path, deep: bool = True) -> None:
     record_file = folder / STAGE_RECORD
     part = "" if path == folder else str(path.relative_to(folder))
     try:
-        files = read_json(record_file).get("files")
+        record = read_json(record_file)
     except (OSError, ValueError):
         raise MissingDataError(f"{record_file} is damaged (not readable JSON); delete {folder} and rerun the "
                                f"pipeline to rebuild it") from None
-    if files is None:
-        return
+    files = record.get("files") if isinstance(record, dict) else None
+    if not isinstance(files, dict) or not all(isinstance(meta, dict) and isinstance(meta.get("bytes"), int)
+                                              and isinstance(meta.get("sha256"), str) for meta in files.values()):
+        raise MissingDataError(f"{record_file} is damaged (no manifest of its files); delete {folder} and rerun "
+                               f"the pipeline to rebuild it")
     mine = {name: meta for name, meta in files.items() if not part or name == part or name.startswith(part + "/")}
     signature = tuple((name, _stamp(folder / name)) for name in mine)
     if _CHECKED.get((str(folder), part, deep)) == signature:

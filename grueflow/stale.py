@@ -45,6 +45,9 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path]) -> dict[
         except (OSError, ValueError):
             stale[folder] = f"{folder / STAGE_RECORD} is not readable JSON"
             continue
+        if not isinstance(inputs, dict):  # check_stage_output read the record as an object with a manifest
+            stale[folder] = f"{folder / STAGE_RECORD} is damaged (its inputs are not a mapping)"
+            continue
         gone = [meta["path"] for meta in inputs.values() if isinstance(meta, dict) and meta.get("path")
                 and not (root / meta["path"]).exists()]
         if gone:

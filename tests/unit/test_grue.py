@@ -63,3 +63,39 @@ def test_the_end_of_training_kl_is_a_column_but_not_part_of_the_score():
     table = grue.build_table(runs)
     assert table["train/kl"].isna().tolist() == [True, True, False]  # RL rows only
     assert table["normalised_score"].tolist() == pytest.approx(grue.build_table(RUNS)["normalised_score"].tolist())
+
+
+def write_run(eval_dir, task, method, seed, value=0.5):
+    """An evaluate output folder as the stage writes it: metrics.json, then stage.json with its manifest."""
+    from grueflow.io import write_json, write_stage_record
+
+    folder = eval_dir / task / method / f"seed{seed}"
+    folder.mkdir(parents=True)
+    write_json(folder / "metrics.json", {"task": task, "method": method, "seed": seed, "headline": [],
+                                         "metrics": {"reward": value, "fluency/perplexity": 3.0}, "missing": {}})
+    write_stage_record(folder, stage="evaluate", params={}, inputs={}, wall_time_s=0.0)
+    return folder / "metrics.json"
+
+
+def test_aggregate_reads_only_runs_that_are_what_their_folder_says(tmp_path):
+    import shutil
+
+    from grueflow.io import DataError
+
+    paths = [write_run(tmp_path, "sentiment", m, 0) for m in ("zero_shot", "ppo")]
+    assert [r["method"] for r in grue.load_runs(paths)] == ["zero_shot", "ppo"]
+
+    shutil.rmtree(paths[0].parent)  # a run copied over another method's folder: never that method's row
+    shutil.copytree(paths[1].parent, paths[0].parent)
+    with pytest.raises(DataError, match=r"zero_shot/seed0/metrics.json holds the run \{'task': 'sentiment', "
+                                        r"'method': 'ppo', 'seed': '0'\}, not the run its folder names"):
+        grue.load_runs(paths)
+
+    edited = write_run(tmp_path / "other", "sentiment", "ppo", 0)
+    edited.write_text(edited.read_text().replace("0.5", "0.9"))  # a value edited by hand (same size)
+    with pytest.raises(DataError, match=r"is damaged: metrics.json does not match the digest its stage recorded"):
+        grue.load_runs([edited])
+    cut = write_run(tmp_path / "cut", "sentiment", "ppo", 0)
+    cut.write_text("{")
+    with pytest.raises(DataError, match="is damaged: metrics.json has 1 bytes where its stage wrote"):
+        grue.load_runs([cut])

@@ -2,6 +2,8 @@
 
 import time
 
+import pytest
+
 from grueflow import stage
 from grueflow.io import read_json
 
@@ -129,3 +131,36 @@ def test_what_a_killed_writer_left_is_deleted_by_the_next_writer_of_that_path(tm
         (tmp / "done.txt").write_text("ok")
     assert (out / "done.txt").read_text() == "ok"
     assert not any(p.exists() for p in leftovers) and all(p.exists() for p in kept)
+
+
+@pytest.mark.parametrize("record", [[], None, {"stage": "x"}, {"files": ["model.bin"]},
+                                    {"files": {"model.bin": {"sha256": "0"}}}])
+def test_a_stage_record_edited_by_hand_is_named_damaged(tmp_path, record):
+    import json
+
+    from grueflow.io import MissingDataError, check_stage_output
+    from grueflow.stale import stale_outputs
+
+    folder = tmp_path / "results" / "sentiment" / "datapool"
+    folder.mkdir(parents=True)
+    (folder / "model.bin").write_bytes(b"w")
+    (folder / "stage.json").write_text(json.dumps(record))
+    with pytest.raises(MissingDataError, match=r"stage.json is damaged \(no manifest of its files\); delete .*datapool "
+                                               r"and rerun the pipeline"):
+        check_stage_output(folder / "model.bin")
+    assert "no manifest of its files" in stale_outputs(tmp_path / "results", tmp_path / "t.csv", [])[folder]
+
+
+def test_a_stage_record_whose_inputs_are_not_a_mapping_is_stale(tmp_path):
+    import json
+
+    from grueflow.io import write_stage_record
+    from grueflow.stale import stale_outputs
+
+    folder = tmp_path / "results" / "sentiment" / "datapool"
+    folder.mkdir(parents=True)
+    write_stage_record(folder, stage="x", params={}, inputs={}, wall_time_s=0.0)
+    record = json.loads((folder / "stage.json").read_text())
+    (folder / "stage.json").write_text(json.dumps({**record, "inputs": "x"}))
+    assert stale_outputs(tmp_path / "results", tmp_path / "t.csv", []) == {
+        folder: f"{folder / 'stage.json'} is damaged (its inputs are not a mapping)"}
