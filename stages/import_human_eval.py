@@ -13,7 +13,8 @@ def answer_files(paths: list[Path]) -> list[Path]:
     """The answers files given, a folder standing for its *.jsonl and *.csv files (sorted)."""
     files = []
     for path in paths:
-        files += sorted(p for p in path.iterdir() if p.suffix in (".jsonl", ".csv")) if path.is_dir() else [path]
+        files += (sorted(p for p in path.iterdir() if p.suffix.lower() in (".jsonl", ".csv")) if path.is_dir()
+                  else [path])
     if not files:
         raise DataError(f"no answers files in {[str(p) for p in paths]}; give the page's .jsonl or a results .csv")
     return files

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
 from grueflow import io
+from grueflow.registry import UnknownNameError
 from grueflow.human.criteria import CRITERIA, SCALE_MAX, SCALE_MIN, CriteriaSet, Criterion
 
 Kind = Literal["likert", "pairwise"]
@@ -216,11 +217,27 @@ def read_batch(batch_dir: str | Path) -> Batch:
     if not manifest_path.is_file():
         raise io.MissingDataError(f"{batch_dir} is not a human-evaluation batch: {MANIFEST} is missing; "
                                   f"make one with stages/export_human_eval.py")
-    meta = io.read_json(manifest_path)
-    if meta.get("kind") not in KINDS:
-        raise io.DataError(f"{manifest_path}: kind {meta.get('kind')!r} is not one of {KINDS}")
+    io.check_stage_output(batch_dir)  # every file as the export's stage.json recorded it
+    try:
+        meta = io.read_json(manifest_path)
+    except ValueError as err:
+        raise io.DataError(f"{manifest_path}: not readable JSON ({err}); export the batch again") from None
+    if not isinstance(meta, dict) or meta.get("kind") not in KINDS:
+        kind = meta.get("kind") if isinstance(meta, dict) else None
+        raise io.DataError(f"{manifest_path}: kind {kind!r} is not one of {KINDS}")
+    missing = [k for k in ("criteria_set", "seed") if k not in meta]
+    if missing:
+        raise io.DataError(f"{manifest_path}: missing {missing}; export the batch again")
+    if not (batch_dir / ITEMS).is_file():
+        raise io.MissingDataError(f"{batch_dir / ITEMS} is missing; export the batch again")
     items = tuple(io.read_jsonl(batch_dir / ITEMS))
-    batch = Batch(meta["kind"], meta["criteria_set"], int(meta["seed"]), items, meta.get("prompt_column", "prompt"))
+    if not items:
+        raise io.DataError(f"{batch_dir / ITEMS} holds no items; export the batch again")
+    try:
+        CRITERIA.get(meta["criteria_set"])
+        batch = Batch(meta["kind"], meta["criteria_set"], int(meta["seed"]), items, meta.get("prompt_column", "prompt"))
+    except (UnknownNameError, ValueError, TypeError, KeyError) as err:
+        raise io.DataError(f"{manifest_path}: {err}; export the batch again") from None
     for number, item in enumerate(items, start=1):
         missing = [c for c in (*batch.columns, "sample_id") if not isinstance(item.get(c), str)]
         if missing:
@@ -231,7 +248,12 @@ def read_batch(batch_dir: str | Path) -> Batch:
 
 
 def read_key(path: str | Path) -> dict[str, str]:
-    key = io.read_json(path)
+    if not Path(path).is_file():
+        raise io.MissingDataError(f"key file {path} does not exist; give the key the export wrote beside the batch")
+    try:
+        key = io.read_json(path)
+    except ValueError as err:
+        raise io.DataError(f"{path}: not readable JSON ({err}); give the key the export wrote") from None
     if not isinstance(key, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in key.items()):
         raise io.DataError(f"{path}: a pairwise key is a JSON object of opaque id -> system name")
     return key

@@ -36,10 +36,16 @@ def read_answers(path: str | Path, batch: Batch) -> list[Answer]:
     """Answers from the page's ``.jsonl`` or a platform's results ``.csv``; the last answer of each
     (annotator, item) wins. Every answer is checked against the batch as the page checks it."""
     path = Path(path)
-    if path.suffix == ".csv":
+    if not path.is_file():
+        raise io.MissingDataError(f"answers file {path} does not exist; give the page's .jsonl or a results .csv")
+    if path.suffix.lower() == ".csv":
         return latest_answers(read_platform_csv(path, batch))
+    records = read_answer_lines(path)
+    if not records:
+        raise io.DataError(f"{path}: has no answers; give the file the annotation page wrote after annotators "
+                           f"worked, or leave it out")
     answers = []
-    for number, record in enumerate(read_answer_lines(path), start=1):
+    for number, record in enumerate(records, start=1):
         try:
             answers.append(Answer(check_annotator(record["annotator"]), record["item_id"],
                                   check_answer(batch, record["item_id"], record["answer"])))
@@ -61,6 +67,7 @@ def read_platform_csv(path: str | Path, batch: Batch) -> list[Answer]:
     file from another batch is refused. Rows with ``AssignmentStatus`` ``Rejected`` are left out.
     """
     io.read_text(path)
+    csv.field_size_limit(2**31 - 1)  # a long generation is one field
     with open(path, newline="", encoding="utf-8-sig") as handle:  # -sig: Excel's UTF-8 starts with a BOM
         reader = csv.DictReader(handle)
         header = reader.fieldnames or []
@@ -71,14 +78,24 @@ def read_platform_csv(path: str | Path, batch: Batch) -> list[Answer]:
             raise io.DataError(f"{path}: missing column(s) {missing}; a results CSV has WorkerId, Input.<column> "
                                f"and Answer.<field> columns (this batch's fields: {fields})")
         answers, rows = [], 0
-        for number, row in enumerate(reader, start=2):
-            rows += 1
-            if row.get("AssignmentStatus") == "Rejected":
-                continue
-            answers.append(_platform_row(path, number, row, batch, fields))
+        try:
+            for row in reader:
+                number = reader.line_num
+                rows += 1
+                if None in row or any(v is None for v in row.values()):  # extra fields, or too few
+                    fields_found = len(header) + len(row.get(None) or []) - sum(v is None for v in row.values())
+                    raise io.DataError(f"{path}: line {number}: {fields_found} fields where the header has "
+                                       f"{len(header)}; was the file cut or edited by hand? Download it again")
+                if row.get("AssignmentStatus") == "Rejected":
+                    continue
+                answers.append(_platform_row(path, number, row, batch, fields))
+        except csv.Error as err:
+            raise io.DataError(f"{path}: line {reader.line_num}: not valid CSV ({err})") from None
     if rows == 0:
         raise io.DataError(f"{path}: has a header but no answer rows; download the results after the annotators "
                            f"have worked, or remove the file")
+    if not answers:
+        raise io.DataError(f"{path}: every one of its {rows} rows is Rejected; no answer is left to import")
     return answers
 
 
@@ -88,7 +105,7 @@ def _platform_row(path: str | Path, number: int, row: Mapping[str, str], batch: 
         raise io.DataError(f"{path}: row {number}: Input.item_id {row['Input.item_id']!r} is not in this batch")
     for column in batch.columns:
         given = row.get(f"Input.{column}")
-        if given is not None and html.unescape(given) != item[column]:
+        if given is not None and _words(html.unescape(given)) != _words(item[column]):
             raise io.DataError(f"{path}: row {number}: Input.{column} differs from item {item['item_id']}'s text; "
                                f"is this the results file of another batch?")
     raw = {f: row[f"Answer.{f}"].strip() for f in fields}
@@ -104,6 +121,11 @@ def _platform_row(path: str | Path, number: int, row: Mapping[str, str], batch: 
         return Answer(check_annotator(row["WorkerId"]), item["item_id"], check_answer(batch, item["item_id"], values))
     except AnswerError as err:
         raise io.DataError(f"{path}: row {number}: {err}") from None
+
+
+def _words(text: str) -> list[str]:
+    """A text's words: spacing a spreadsheet round trip adds or changes (trailing blanks, NBSP) is no change."""
+    return text.split()
 
 
 def chosen_system(batch: Batch, key: Mapping[str, str], answer: Answer) -> str | None:

@@ -275,3 +275,65 @@ def test_wilson_and_t_intervals_by_hand() -> None:
     assert (mean, low, high) == (4, pytest.approx(4 - 2.484138, abs=1e-5), pytest.approx(4 + 2.484138, abs=1e-5))
     assert results.t_interval([2.0]) == (2.0, None, None)
     assert math.isclose(results.Z_95 ** 2, 3.841459, abs_tol=1e-6)
+
+
+def test_answers_files_that_hold_nothing_to_import_are_refused(tmp_path: Path) -> None:
+    batch, key = _pairwise(seed=0)
+    hb.write_batch(batch, tmp_path / "a", key, tmp_path / "a.json")
+    with pytest.raises(io.MissingDataError, match=r"answers file .*typo\.jsonl does not exist"):
+        results.read_answers(tmp_path / "typo.jsonl", batch)  # a mistyped path: not "no answers yet"
+    (tmp_path / "blank.jsonl").write_text("\n  \n")
+    with pytest.raises(io.DataError, match=r"blank\.jsonl: has no answers"):
+        results.read_answers(tmp_path / "blank.jsonl", batch)
+    _results_csv(tmp_path / "results.csv", tmp_path / "a", {"W1": {i["item_id"]: {"choice": "A"} for i in batch.items}})
+    text = (tmp_path / "results.csv").read_text()
+    (tmp_path / "rejected.csv").write_text(text.replace(",Approved,", ",Rejected,"))
+    with pytest.raises(io.DataError, match=rf"rejected\.csv: every one of its {len(batch.items)} rows is Rejected"):
+        results.read_answers(tmp_path / "rejected.csv", batch)
+    lines = text.splitlines(keepends=True)
+    (tmp_path / "short.csv").write_text(lines[0] + lines[1].rsplit(",", 1)[0] + "\n")  # the answer cell cut off
+    with pytest.raises(io.DataError, match=rf"short\.csv: line 2: {lines[0].count(',')} fields where the header has "
+                                           rf"{lines[0].count(',') + 1}"):
+        results.read_answers(tmp_path / "short.csv", batch)
+
+
+def test_a_results_csv_round_tripped_through_a_spreadsheet_still_imports(tmp_path: Path) -> None:
+    """Upper-case .CSV, and trailing blanks or NBSPs added to the Input texts, change no answer."""
+    batch, key = _pairwise(seed=0)
+    hb.write_batch(batch, tmp_path / "a", key, tmp_path / "a.json")
+    _results_csv(tmp_path / "results.csv", tmp_path / "a", {"W1": {i["item_id"]: {"choice": "B"} for i in batch.items}})
+    with open(tmp_path / "results.csv", newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    column = next(c for c in rows[0] if c.startswith("Input.") and c != "Input.item_id")
+    for row in rows:
+        row[column] = row[column].replace(" ", "\u00a0", 1) + "  "
+    with open(tmp_path / "Batch_1_results.CSV", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    answers = results.read_answers(tmp_path / "Batch_1_results.CSV", batch)
+    assert len(answers) == len(batch.items) and {a.values["choice"] for a in answers} == {"B"}
+
+
+def test_a_damaged_batch_folder_is_named(tmp_path: Path) -> None:
+    batch, key = _pairwise(seed=0)
+    folder = tmp_path / "a"
+    hb.write_batch(batch, folder, key, tmp_path / "a.json")
+    io.write_stage_record(folder, stage="export_human_eval", params={}, inputs={}, wall_time_s=0.0)
+    items = (folder / hb.ITEMS).read_text()
+    (folder / hb.ITEMS).write_text(items.replace("a", "e", 1))  # an item's text edited by hand
+    with pytest.raises(io.MissingDataError, match=r"is damaged: items\.jsonl does not match the digest"):
+        hb.read_batch(folder)
+    (folder / "stage.json").unlink()
+    (folder / hb.ITEMS).unlink()
+    with pytest.raises(io.MissingDataError, match=r"items\.jsonl is missing; export the batch again"):
+        hb.read_batch(folder)
+    (folder / hb.MANIFEST).write_text('{"kind": "pairwise", "criteria_set": "nonsense", "seed": 0}')
+    (folder / hb.ITEMS).write_text(items)
+    with pytest.raises(io.DataError, match=r"unknown criteria set 'nonsense'.*; export the batch again"):
+        hb.read_batch(folder)
+    (folder / hb.MANIFEST).write_text("{")
+    with pytest.raises(io.DataError, match=r"not readable JSON .*; export the batch again"):
+        hb.read_batch(folder)
+    with pytest.raises(io.MissingDataError, match=r"key file .*nokey\.json does not exist"):
+        hb.read_key(tmp_path / "nokey.json")
