@@ -79,6 +79,12 @@ def _marker(folder: Path) -> dict[str, Any] | None:
     return marker if isinstance(marker, dict) and isinstance(marker.get("key"), str) else None
 
 
+def _step(folder: Path) -> int | None:
+    """The step a checkpoint folder's name ``<unit><step>`` holds."""
+    digits = re.search(r"(\d+)$", folder.name)
+    return int(digits.group(1)) if digits else None
+
+
 def complete(root: str | Path, unit: str) -> list[Checkpoint]:
     """The complete checkpoints under ``root`` (``<unit><step>/`` holding a readable ``checkpoint.json``), oldest
     first. A folder without a marker is none (a save renames its folder into place marker included); one whose
@@ -108,9 +114,13 @@ def damage(folder: Path) -> str | None:
     marker = _marker(folder)
     if marker is None:
         return f"{MARKER} is missing or damaged"
+    if marker.get("step") is not None and marker["step"] != _step(folder):
+        return f"{MARKER} is step {marker['step']}'s, not {folder.name}'s (a folder copied or renamed)"
     expected = marker.get("files")
     if expected is None:
         return None
+    if not isinstance(expected, dict):
+        return f"{MARKER}'s digests are not a mapping of file to digest"
     found = digests(folder)
     for name in sorted(set(expected) | set(found)):
         if name not in found:

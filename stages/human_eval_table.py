@@ -4,7 +4,7 @@ from pathlib import Path
 
 from grueflow import stage
 from grueflow.human import results
-from grueflow.io import DataError, read_json, write_csv, write_text
+from grueflow.io import DataError, check_stage_output, read_json, write_csv, write_text
 
 
 def main() -> None:
@@ -18,7 +18,11 @@ def main() -> None:
     for folder in args.imports:
         if not (folder / "stage.json").is_file():
             raise DataError(f"{folder} is not a finished import (no stage.json); run stages/import_human_eval.py")
-        rows += [{c: row.get(c) for c in results.TABLE_COLUMNS} for row in read_json(folder / "table_rows.json")]
+        check_stage_output(folder)  # every file as the import's stage.json recorded it
+        table_rows = read_json(folder / "table_rows.json")
+        if not isinstance(table_rows, list) or not all(isinstance(row, dict) for row in table_rows):
+            raise DataError(f"{folder / 'table_rows.json'} is not a list of table rows; rerun the import")
+        rows += [{c: row.get(c) for c in results.TABLE_COLUMNS} for row in table_rows]
         agreements[str(folder)] = read_json(folder / "agreement.json")
     write_csv(args.out_csv, rows)
     write_text(args.out_md, results.to_markdown(rows, agreements))

@@ -3,6 +3,7 @@ start and RL resume bit for bit (in-process here; killed and rerun as stages in 
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -181,7 +182,11 @@ def _save_three(root: Path, keep: int) -> list[Path]:
     (lambda p: (p / "model.safetensors").write_bytes(b"\x03" * 10), "does not match its digest"),
     (lambda p: (p / "model.safetensors").unlink(), "model.safetensors is missing"),
     (lambda p: (p / "checkpoint.json").write_text('{"key": "run", "st'), "checkpoint.json is missing or damaged"),
-], ids=["bit-flip", "truncated-weights", "missing-weights", "truncated-marker"])
+    (lambda p: (p / "checkpoint.json").write_text('{"key": "run", "step": 3, "files": ["model.safetensors"]}'),
+     "checkpoint.json's digests are not a mapping of file to digest"),
+    (lambda p: (shutil.rmtree(p), shutil.copytree(p.parent / "iteration2", p)),
+     "checkpoint.json is step 2's, not iteration3's (a folder copied or renamed)"),
+], ids=["bit-flip", "truncated-weights", "missing-weights", "truncated-marker", "digests-a-list", "copied-folder"])
 def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before_saying_so(tmp_path, caplog, damage, why):
     from grueflow.checkpoints import latest
 

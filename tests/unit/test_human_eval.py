@@ -337,3 +337,23 @@ def test_a_damaged_batch_folder_is_named(tmp_path: Path) -> None:
         hb.read_batch(folder)
     with pytest.raises(io.MissingDataError, match=r"key file .*nokey\.json does not exist"):
         hb.read_key(tmp_path / "nokey.json")
+
+
+def test_the_human_table_refuses_an_import_edited_or_cut_after_it_finished(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    folder = tmp_path / "import"
+    folder.mkdir()
+    io.write_json(folder / "table_rows.json", [{"kind": "likert", "task": "t", "method": "ppo", "measure": "fluency",
+                                                "n": 3, "value": 3.0, "ci_low": 2.0, "ci_high": 4.0}])
+    io.write_json(folder / "agreement.json", {})
+    io.write_stage_record(folder, stage="import_human_eval", params={}, inputs={}, wall_time_s=0.0)
+    (folder / "table_rows.json").write_text((folder / "table_rows.json").read_text().replace("3.0", "4.9"))
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "stages/human_eval_table.py", "--imports", str(folder), "--out-csv",
+                           str(tmp_path / "t.csv"), "--out-md", str(tmp_path / "t.md")], cwd=root, capture_output=True,
+                          text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "is damaged: table_rows.json does not match the digest its stage recorded" in done.stderr
+    assert not (tmp_path / "t.csv").exists()
