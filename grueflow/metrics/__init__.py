@@ -20,7 +20,7 @@ from grueflow.registry import Registry
 if TYPE_CHECKING:
     from grueflow.device import Execution
 
-METRICS: Registry = Registry("metric")
+METRICS: Registry = Registry("metric", group="grueflow.metrics", check=lambda component: check_metric(component))
 
 
 class MetricUnavailableError(RuntimeError):
@@ -81,6 +81,15 @@ class Metric:
     @classmethod
     def build(cls, args: Any, context: MetricContext) -> MetricFn:
         raise NotImplementedError
+
+
+def check_metric(component: Any) -> None:
+    """Raise ``ValueError`` unless ``component`` is a metric class: a :class:`Metric` subclass with a
+    ``category`` and at least one per-sample score (a plugin named by import path or entry point)."""
+    if not (isinstance(component, type) and issubclass(component, Metric)):
+        raise ValueError(f"{component!r} is not a subclass of grueflow.metrics.Metric")
+    if not isinstance(getattr(component, "category", None), str) or not getattr(component, "scores", ()):
+        raise ValueError(f"{component.__name__} needs a category (a string) and scores (at least one name)")
 
 
 def describe() -> dict[str, str]:

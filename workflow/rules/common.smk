@@ -10,6 +10,7 @@ import os
 import re
 from pathlib import Path
 
+from grueflow import plugins
 from grueflow.config import ConfigError, method_name, read_yaml
 from grueflow.params import load_suite
 from grueflow.pipeline import STAGES
@@ -116,6 +117,13 @@ def code(stage):
     """The files a stage runs: its CLI and that CLI's import closure inside grueflow/, computed from the
     imports (grueflow/codedeps.py); inputs, so that editing any of them reruns the stage."""
     return STAGES[stage].code
+
+
+def plugin_code(w):
+    """The project's source files behind the import paths a task file names (a datapool, reward, metric or
+    post-processor of your own, grueflow/plugins.py): inputs, so that editing one reruns the stages that run
+    it."""
+    return plugins.source_files(params_file(task_file(w)))
 
 
 def reward_models(w):

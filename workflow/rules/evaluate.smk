@@ -18,6 +18,7 @@ rule evaluate:
         base_model=output_of("base_model"),
         reward_models=reward_models,
         code=code("evaluate"),
+        plugins=plugin_code,
     output:
         directory(output_of("evaluate")),
     params:

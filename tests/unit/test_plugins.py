@@ -1,0 +1,106 @@
+"""Components of your own: a metric or datapool by import path or entry point, checked at parse time like a
+built-in id, and the project files behind them (code dependencies)."""
+
+from dataclasses import dataclass
+
+import pytest
+
+from grueflow import plugins
+from grueflow.config import ConfigError, MetricSpec, RewardConfig
+from grueflow.data import DATAPOOLS, Datapool, Sample
+from grueflow.metrics import METRICS, Metric, MetricContext, MetricResult
+from grueflow.metrics.reward import Reward
+from grueflow.params import parse
+
+
+class Exclaims(Metric):
+    """1 for a generation that ends with "!"."""
+
+    category = "custom"
+    scores = ("exclaims",)
+
+    @dataclass(frozen=True)
+    class Args:
+        mark: str = "!"
+
+    @classmethod
+    def build(cls, args, context):
+        def compute(prompts, generations, references, meta):
+            scores = [float(g.endswith(args.mark)) for g in generations]
+            return MetricResult({cls.key(): scores}, {cls.key(): sum(scores) / len(scores)})
+        return compute
+
+
+class NotAMetric:
+    pass
+
+
+class Echo:
+    """A datapool loader: each word of ``text`` is a prompt and its own reference."""
+
+    @dataclass(frozen=True)
+    class Args:
+        text: str = "a b c"
+
+    @staticmethod
+    def build(args):
+        samples = [Sample(f"s{i}", w, (w,)) for i, w in enumerate(args.text.split())]
+        return Datapool({"train": samples, "val": samples, "test": samples}, args.text.split())
+
+
+HERE = "tests.unit.test_plugins"
+
+
+def test_a_metric_of_your_own_is_a_weighted_reward_by_import_path():
+    cfg = parse(RewardConfig, {"components": [{"metric": f"{HERE}:Exclaims", "weight": 2.0, "args": {"mark": "?"}}]},
+                "t.yaml: reward")
+    total, parts = Reward(cfg, MetricContext())(["p", "p"], ["why?", "so."], [["r"], ["r"]], [{}, {}])
+    assert total == [2.0, 0.0] and parts == {"custom/exclaims": [1.0, 0.0]}
+
+
+def test_a_datapool_of_your_own_by_import_path():
+    loader = DATAPOOLS.get(f"{HERE}:Echo")
+    pool = loader.build(parse(loader.Args, {"text": "x y"}, "args"))
+    assert [s.prompt for s in pool.splits["test"]] == ["x", "y"]
+
+
+@pytest.mark.parametrize("name, message", [
+    (f"{HERE}:NotAMetric", f"metric '{HERE}:NotAMetric': <class '{HERE}.NotAMetric'> is not a subclass of "
+                           f"grueflow.metrics.Metric"),
+    (f"{HERE}:Exclaim", f"metric '{HERE}:Exclaim': module '{HERE}' has no 'Exclaim'"),
+    ("my_missing_rewards:Brevity", "metric 'my_missing_rewards:Brevity': cannot import 'my_missing_rewards'"),
+    ("exclaims", "unknown metric 'exclaims'; valid metric ids: bert_score,"),
+])
+def test_a_bad_plugin_name_fails_at_parse_time(name, message):
+    with pytest.raises(ConfigError) as error:
+        parse(MetricSpec, {"id": name}, "t.yaml: metrics[0]")
+    assert message in str(error.value)
+    if name == "exclaims":
+        assert str(error.value).endswith("; or one of your own by import path (package.module:Class) or entry point "
+                                         "(grueflow.metrics)")
+
+
+def test_an_installed_packages_entry_point_is_a_name(tmp_path, monkeypatch):
+    dist = tmp_path / "grueflow_exclaims-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: grueflow-exclaims\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(f"[grueflow.metrics]\nexclaims = {HERE}:Exclaims\n"
+                                           f"broken = {HERE}:Nothing\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert METRICS.get("exclaims").key() == "custom/exclaims" and "exclaims" in METRICS.names()
+    assert parse(MetricSpec, {"id": "exclaims"}, "m").id == "exclaims"
+    with pytest.raises(ValueError, match=rf"metric 'broken' \(entry point '{HERE}:Nothing' of 'grueflow.metrics'\) "
+                                         r"does not load"):
+        METRICS.get("broken")
+
+
+def test_the_project_files_behind_a_task_files_import_paths(tmp_path):
+    (tmp_path / "my_rewards.py").write_text("")
+    (tmp_path / "pools").mkdir()
+    (tmp_path / "pools" / "__init__.py").write_text("")
+    (tmp_path / "pools" / "echo.py").write_text("")
+    task = {"datapool": {"id": "pools.echo:Echo"}, "reward": {"components": [{"metric": "my_rewards:Brevity"},
+                                                                              {"metric": "rouge"}]},
+            "metrics": [{"id": "installed_pkg.metrics:Thing"}], "eval_generation": {"post_processing": "strip"}}
+    assert plugins.named_in_task(task) == ["installed_pkg.metrics:Thing", "my_rewards:Brevity", "pools.echo:Echo"]
+    assert plugins.source_files(task, tmp_path) == ["my_rewards.py", "pools/echo.py"]  # not the installed one
