@@ -42,26 +42,37 @@ def load(path: str, what: str) -> Any:
     return target
 
 
-def named_in_task(task: Any) -> list[str]:
-    """Every import path a task file's data names: its datapool, reward components, metrics, post-processing."""
+TASK_PARTS = ("datapool", "reward", "metrics", "rollout_generation", "eval_generation")
+
+
+def named_in_task(task: Any, parts: tuple[str, ...] = TASK_PARTS) -> list[str]:
+    """Every import path the ``parts`` of a task file's data name: its datapool, reward components, metrics,
+    and generation settings' post-processing."""
     if not isinstance(task, dict):
         return []
-    names = [(task.get("datapool") or {}).get("id")]
-    names += [c.get("metric") for c in (task.get("reward") or {}).get("components") or [] if isinstance(c, dict)]
-    names += [m.get("id") for m in task.get("metrics") or [] if isinstance(m, dict)]
-    names += [(task.get(key) or {}).get("post_processing") for key in ("rollout_generation", "eval_generation")]
-    return sorted({n for n in names if isinstance(n, str) and is_import_path(n)})
+    def mapping(value: Any) -> dict:
+        return value if isinstance(value, dict) else {}
+
+    def items(value: Any) -> list:
+        return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+    names = {"datapool": [mapping(task.get("datapool")).get("id")],
+             "reward": [c.get("metric") for c in items(mapping(task.get("reward")).get("components"))],
+             "metrics": [m.get("id") for m in items(task.get("metrics"))],
+             **{key: [mapping(task.get(key)).get("post_processing")]
+                for key in ("rollout_generation", "eval_generation")}}
+    return sorted({n for part in parts for n in names[part] if isinstance(n, str) and is_import_path(n)})
 
 
-def source_files(task: Any, root: str | Path = ".") -> list[str]:
-    """The project's own source files behind a task file's import paths (:func:`named_in_task`), relative to
-    ``root``: code dependencies of the stages that read the task file, so that editing one reruns them. A
-    module outside the project (an installed package) is not listed."""
+def source_files(task: Any, root: str | Path = ".", parts: tuple[str, ...] = TASK_PARTS) -> list[str]:
+    """The project's own source files behind the import paths the ``parts`` of a task file name
+    (:func:`named_in_task`), relative to ``root``: code dependencies of the stages that run them, so that
+    editing one reruns them. A module outside the project (an installed package) is not listed."""
     from grueflow.codedeps import module_file
 
     root = Path(root).resolve()
     files = []
-    for path in named_in_task(task):
+    for path in named_in_task(task, parts):
         module = module_file(path.split(":")[0], root)
         if module is not None:
             files.append(str(module.relative_to(root)))

@@ -104,3 +104,5 @@ def test_the_project_files_behind_a_task_files_import_paths(tmp_path):
             "metrics": [{"id": "installed_pkg.metrics:Thing"}], "eval_generation": {"post_processing": "strip"}}
     assert plugins.named_in_task(task) == ["installed_pkg.metrics:Thing", "my_rewards:Brevity", "pools.echo:Echo"]
     assert plugins.source_files(task, tmp_path) == ["my_rewards.py", "pools/echo.py"]  # not the installed one
+    assert plugins.source_files(task, tmp_path, parts=("datapool",)) == ["pools/echo.py"]
+    assert plugins.source_files(task, tmp_path, parts=("reward", "metrics")) == ["my_rewards.py"]

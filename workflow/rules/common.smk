@@ -119,11 +119,11 @@ def code(stage):
     return STAGES[stage].code
 
 
-def plugin_code(w):
-    """The project's source files behind the import paths a task file names (a datapool, reward, metric or
-    post-processor of your own, grueflow/plugins.py): inputs, so that editing one reruns the stages that run
-    it."""
-    return plugins.source_files(params_file(task_file(w)))
+def plugin_code(*parts):
+    """The project's source files behind the import paths the ``parts`` of a task file name (a datapool, reward,
+    metric or post-processor of your own, grueflow/plugins.py): inputs, so that editing one reruns the stages
+    that run it."""
+    return lambda w: plugins.source_files(params_file(task_file(w)), parts=parts)
 
 
 def reward_models(w):
