@@ -12,19 +12,22 @@ from grueflow.data import Sample
 from grueflow.hub import HubUnreachableError
 from grueflow.metrics import METRICS, MetricContext, MetricUnavailableError, mean
 from grueflow.metrics.reward import Reward
-from grueflow.models.policy import Policy
+from grueflow.models.policy import Policy, Prompts
 
 log = logging.getLogger(__name__)
 
 
 def generate(policy: Policy, samples: list[Sample], gen: GenerationConfig, batch_size: int = 32,
-             progress: Callable[[int], None] | None = None) -> list[str]:
+             progress: Callable[[int], None] | None = None, processor: Callable[[Prompts], Any] | None = None
+             ) -> list[str]:
     """One generation per sample, in batches, post-processed by ``gen.post_processing``; ``progress`` is called
-    with each batch's number of samples."""
+    with each batch's number of samples; ``processor(prompts)``, when given, makes each batch's logits
+    processor (NLPO's masks)."""
     texts: list[str] = []
     for start in range(0, len(samples), batch_size):
         chunk = samples[start:start + batch_size]
-        texts.extend(policy.decode(policy.generate(policy.encode([s.prompt for s in chunk]), gen)))
+        prompts = policy.encode([s.prompt for s in chunk])
+        texts.extend(policy.decode(policy.generate(prompts, gen, processor(prompts) if processor else None)))
         if progress:
             progress(len(chunk))
     return postprocess.apply(gen.post_processing, texts)

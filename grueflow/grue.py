@@ -76,8 +76,13 @@ def build_table(runs: list[dict[str, Any]]) -> pd.DataFrame:
         task_runs = [r for r in runs if r["task"] == task]
         headline = list(task_runs[0]["headline"])
         for method in sorted({r["method"] for r in task_runs}, key=_method_rank):
-            frame = pd.DataFrame([r["metrics"] for r in task_runs if r["method"] == method], dtype=float)
+            method_runs = [r for r in task_runs if r["method"] == method]
+            frame = pd.DataFrame([r["metrics"] for r in method_runs], dtype=float)
             row: dict[str, Any] = {"task": task, "method": method, "n_seeds": len(frame)}
+            masks = {r["nlpo_masks"] for r in method_runs if "nlpo_masks" in r}
+            if masks:  # an NLPO row: evaluated with its action masks (RL4LMs), or not (eval_with_masks: false)
+                row["nlpo_masks"] = ("with masks" if masks == {True} else "without masks" if masks == {False}
+                                     else "mixed")
             for column, key in [("reward", REWARD), ("fluency_ppl", FLUENCY)] + [(h, h) for h in headline]:
                 values = frame[key] if key in frame else pd.Series([math.nan] * len(frame))
                 row[column] = float(values.mean()) if values.notna().any() else math.nan
@@ -138,12 +143,13 @@ def to_markdown(table: pd.DataFrame, headline: dict[str, list[str]] | None = Non
                 missing: dict[str, dict[str, str]] | None = None) -> str:
     """One section per task, with the common columns and that task's headline metrics (all of the table's
     when ``headline`` is not given). A metric with no value shows as "—" (missing, never 0); a std column
-    with no value at all (one seed) is left out; the metrics that could not run are listed with the reason."""
+    with no value at all (one seed) is left out, as is ``nlpo_masks`` for a task without NLPO rows; the metrics
+    that could not run are listed with the reason."""
     lines = ["# GRUE table", ""]
     all_headline = {c for cs in (headline or {}).values() for c in cs}
     for task, group in table.groupby("task", sort=True):
         own = set((headline or {}).get(task, all_headline))
-        columns = [c for c in group.columns if not (c.endswith("_std") and group[c].isna().all())
+        columns = [c for c in group.columns if not ((c.endswith("_std") or c == "nlpo_masks") and group[c].isna().all())
                    and (c.removesuffix("_std") not in all_headline or c.removesuffix("_std") in own)]
         lines += [f"## {task}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         for row in group[columns].to_dict("records"):

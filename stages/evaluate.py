@@ -12,6 +12,7 @@ from grueflow.metrics import MetricContext
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.policy import Policy
+from grueflow.rl.nlpo import evaluation_masks, evaluation_processor
 from grueflow.params import check_headlines, load_section, parse, with_fluency
 from grueflow.seeding import seed_everything
 
@@ -54,8 +55,10 @@ def main() -> None:
     backend = select(ex)
     model, tokenizer = load_pretrained(args.model, backend=backend, frozen=True)
     policy = Policy(model, tokenizer, lengths.prompt, backend)
+    masks = evaluation_masks(args.model.parent)  # an NLPO output: RL4LMs evaluates with its action masks
+    processor = evaluation_processor(args.model.parent, policy) if masks and masks["eval_with_masks"] else None
     bar = stage.progress(len(test), "generating")
-    generations = evaluation.generate(policy, test, generation, progress=bar.update)
+    generations = evaluation.generate(policy, test, generation, progress=bar.update, processor=processor)
     bar.close()
     bar = stage.progress(1 + len(metrics), "scoring (reward, then each metric)")
     rows, corpus, missing = evaluation.score(test, generations, reward_cfg, metrics,
@@ -69,8 +72,8 @@ def main() -> None:
     with atomic_dir(args.out) as tmp:
         write_jsonl(tmp / "predictions.jsonl", rows)
         write_json(tmp / "metrics.json", {"task": args.task, "method": method, "seed": args.seed,
-                                          "headline": list(headline), "metrics": corpus,
-                                          "missing": missing})
+                                          "headline": list(headline), "metrics": corpus, "missing": missing,
+                                          **({"nlpo_masks": masks["eval_with_masks"]} if masks else {})})
         stage.finish(tmp, "evaluate", {"lengths": to_dict(lengths), "eval_generation": to_dict(generation),
                                        "reward": to_dict(reward_cfg), "metrics": to_dict(metrics), "seed": args.seed,
                                        "precision": args.precision},

@@ -15,6 +15,7 @@ from grueflow.models.backend import select
 from grueflow.models.policy import Policy
 from grueflow.params import load_method, load_section
 from grueflow.rl import ALGORITHMS
+from grueflow.rl.nlpo import NLPO, save_for_evaluation
 from grueflow.rl.trainer import WALL_CLOCK_KEYS, KLCeilingError, NonFiniteError, RLTrainer
 from grueflow.training import Tracking, TrainingRun, add_arguments
 
@@ -78,6 +79,8 @@ def main() -> None:
         plots.learning_curves(state.curve, "iteration", plots.RL_PANELS, folder / "curves.png",
                               f"{args.algorithm} on {args.task_file.stem}, seed {args.seed}")
         write_json(folder / "train_metrics.json", {k: final[k] for k in ("reward/task", "kl/sequence", "kl/coef")})
+        if isinstance(trainer.algorithm, NLPO):  # evaluate generates with its masks, as RL4LMs
+            save_for_evaluation(trainer.algorithm, folder, tokenizer)
 
     def trained() -> list:  # what data-parallel processes compare: every trained module
         return [m for m in (trainer.policy.model, trainer.value_head, trainer.critic_model) if m is not None]

@@ -138,12 +138,16 @@ class NLPOConfig(PPOConfig):
     At each generated token the mask model keeps its top-p nucleus (and at most ``top_k`` tokens if
     ``top_k`` > 0), never fewer than ``min_tokens_to_keep`` and never masking special tokens; it is
     refreshed from the policy every ``target_update_iterations`` rollouts.
+
+    ``eval_with_masks`` (RL4LMs' behaviour): the final mask model is written beside the trained model and
+    ``evaluate`` generates with its masks; false evaluates the policy alone. The table says which.
     """
 
     top_p: float = 0.9
     top_k: int = 0
     min_tokens_to_keep: int = 1
     target_update_iterations: int = 5
+    eval_with_masks: bool = True
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -11,13 +11,16 @@ penalty the unmasked ones. The mask model is refreshed from the policy every
 from __future__ import annotations
 
 import copy
-from typing import Any, Optional
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from transformers import LogitsProcessor
 
+from grueflow.io import read_json, write_json
 from grueflow.models.backend import Backend, Decoding
-from grueflow.models.policy import Prompts, shared_groups
+from grueflow.models.lora import merged
+from grueflow.models.policy import Policy, Prompts, shared_groups
 from grueflow.rl.algorithm import PolicyHandle
 from grueflow.rl.configs import NLPOConfig
 from grueflow.rl.ppo import PPO
@@ -56,6 +59,80 @@ class MaskProcessor(LogitsProcessor):
     def action_mask(self) -> torch.Tensor:
         """The allowed tokens at every generated position.  (B, T, V) bool"""
         return torch.stack(self.keeps, dim=1)
+
+
+MASK_DIR = "mask_model"  # an NLPO output's final mask model (a Hugging Face folder), beside model/
+MASK_RECORD = "mask.json"  # its mask settings and eval_with_masks
+
+
+class FullPassMaskProcessor(LogitsProcessor):
+    """NLPO's masks for ``model.generate`` in evaluation, beam search included, as RL4LMs' mask processors:
+    each step runs the mask model over the whole sequence so far (no cache to follow the beams' reordering)
+    and keeps its top-p nucleus, as :class:`MaskProcessor` does incrementally in rollouts.
+
+    ``generate`` hands it ``k`` rows per prompt (``k`` beams; 1 when sampling or greedy), prompt row ``r // k``;
+    a causal model's left padding is masked and its positions counted as ``generate`` counts them.
+    """
+
+    def __init__(self, mask_model: Any, kind: str, prompts: Prompts, top_p: float, top_k: int,
+                 min_tokens_to_keep: int, always_keep: Sequence[int], backend: Backend) -> None:
+        self.mask_model, self.kind, self.prompts, self.backend = mask_model, kind, prompts, backend
+        self.top_p, self.top_k, self.min_keep, self.always_keep = top_p, top_k, min_tokens_to_keep, list(always_keep)
+        self.encoded: Optional[torch.Tensor] = None
+
+    @torch.no_grad()
+    def _next_logits(self, input_ids: torch.Tensor) -> torch.Tensor:
+        rows = input_ids.shape[0] // self.prompts.input_ids.shape[0]
+        prompt_mask = self.prompts.attention_mask.repeat_interleave(rows, 0)
+        with self.backend.execution.autocast():
+            if self.kind == "causal":
+                generated = input_ids.shape[1] - prompt_mask.shape[1]
+                attention = torch.cat([prompt_mask, prompt_mask.new_ones(input_ids.shape[0], generated)], dim=1)
+                positions = (attention.cumsum(-1) - 1).clamp(min=0)
+                out = self.mask_model(input_ids=input_ids, attention_mask=attention, position_ids=positions)
+            else:
+                if self.encoded is None:
+                    self.encoded = self.mask_model.get_encoder()(
+                        input_ids=self.prompts.input_ids, attention_mask=self.prompts.attention_mask).last_hidden_state
+                hidden = self.encoded.repeat_interleave(rows, 0)
+                out = self.mask_model(encoder_outputs=(hidden,), attention_mask=prompt_mask,
+                                      decoder_input_ids=input_ids)
+        return out.logits[:, -1].float()
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        _, masked = self.backend.top_p_mask(self._next_logits(input_ids), scores, self.top_p, self.top_k,
+                                            self.min_keep, self.always_keep)
+        return masked
+
+
+def save_for_evaluation(nlpo: "NLPO", folder: Path, tokenizer: Any) -> None:
+    """Write an NLPO output's :data:`MASK_RECORD` into stage folder ``folder`` and, under ``eval_with_masks``,
+    its final mask model into ``folder / MASK_DIR`` (LoRA merged), for ``evaluate``."""
+    cfg = nlpo.cfg
+    if cfg.eval_with_masks:
+        merged(nlpo.mask_model).save_pretrained(folder / MASK_DIR)
+        tokenizer.save_pretrained(folder / MASK_DIR)
+    write_json(folder / MASK_RECORD, {"top_p": cfg.top_p, "top_k": cfg.top_k,
+                                      "min_tokens_to_keep": cfg.min_tokens_to_keep,
+                                      "eval_with_masks": cfg.eval_with_masks})
+
+
+def evaluation_masks(folder: Path) -> Optional[dict[str, Any]]:
+    """The :data:`MASK_RECORD` of stage folder ``folder`` (an NLPO output), or None (any other model)."""
+    record = folder / MASK_RECORD
+    return read_json(record) if record.is_file() else None
+
+
+def evaluation_processor(folder: Path, policy: Policy) -> Callable[[Prompts], FullPassMaskProcessor]:
+    """For the policy of NLPO output ``folder``: a maker of each batch's :class:`FullPassMaskProcessor`, with the
+    final mask model (loaded frozen on the policy's backend) and the settings of :data:`MASK_RECORD`."""
+    from grueflow.models import load_pretrained
+
+    masks = read_json(folder / MASK_RECORD)
+    mask_model, _ = load_pretrained(folder / MASK_DIR, backend=policy.backend, frozen=True)
+    special = tuple(policy.tokenizer.all_special_ids)
+    return lambda prompts: FullPassMaskProcessor(mask_model, policy.kind, prompts, masks["top_p"], masks["top_k"],
+                                                 masks["min_tokens_to_keep"], special, policy.backend)
 
 
 class NLPO(PPO):

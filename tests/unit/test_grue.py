@@ -99,3 +99,15 @@ def test_aggregate_reads_only_runs_that_are_what_their_folder_says(tmp_path):
     cut.write_text("{")
     with pytest.raises(DataError, match="is damaged: metrics.json has 1 bytes where its stage wrote"):
         grue.load_runs([cut])
+
+
+def test_the_table_says_whether_nlpo_was_evaluated_with_its_masks():
+    runs = RUNS + [run("a", "nlpo", 0, 0.7, 12.0, {}) | {"nlpo_masks": True},
+                   run("a", "supervised+nlpo", 0, 0.6, 12.0, {}) | {"nlpo_masks": False}]
+    table = grue.build_table(runs)
+    masks = dict(zip(table.method, table.nlpo_masks))
+    assert masks["nlpo"] == "with masks" and masks["supervised+nlpo"] == "without masks"
+    assert pd.isna(masks["ppo"])
+    markdown = grue.to_markdown(table, grue.headlines(runs))
+    assert "| nlpo_masks |" in markdown and "| with masks |" in markdown and "| without masks |" in markdown
+    assert "nlpo_masks" not in grue.to_markdown(grue.build_table(RUNS), grue.headlines(RUNS))

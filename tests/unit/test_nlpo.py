@@ -39,3 +39,34 @@ def test_incremental_mask_model_matches_a_full_forward_pass(tiny_models, kind):
     for t in range(completions.shape[1]):
         expected = top_p_keep(full_logits[:, t], 0.6, 0, 1, list(tokenizer.all_special_ids))
         assert torch.equal(masks[:, t], expected), t
+
+
+@pytest.mark.parametrize("kind", ["causal", "seq2seq"])
+def test_evaluations_full_pass_masks_equal_the_rollouts_incremental_ones(tiny_models, kind):
+    """RL4LMs evaluates NLPO with its masks; evaluate's processor reruns the mask model over the whole sequence at
+    each step (so beams may reorder), and its masks equal the rollouts' cached ones."""
+    from grueflow.rl.nlpo import FullPassMaskProcessor
+
+    model, tokenizer = load_pretrained(tiny_models[kind])
+    policy = Policy(model, tokenizer, max_prompt_length=24)
+    mask_model, _ = load_pretrained(tiny_models[kind])
+    torch.manual_seed(0)
+    with torch.no_grad():  # a mask model far from the policy, so that its nucleus leaves the policy's choice out
+        for p in mask_model.parameters():
+            p.add_(torch.randn_like(p))
+    prompts = policy.encode(["i saw this film at the cinema .", "generate a sentence with: dog kick ball park", "a"])
+    special = [tokenizer.eos_token_id]  # not T5's pad, which its tiny model prefers: the masks must bite
+    greedy = GenerationConfig(max_new_tokens=6, min_new_tokens=6, do_sample=False)
+    cached = policy.generate(prompts, greedy, MaskProcessor(mask_model, kind, prompts, NLPOConfig(top_p=0.3), special))
+    full = policy.generate(prompts, greedy, FullPassMaskProcessor(mask_model, kind, prompts, 0.3, 0, 1, special,
+                                                                   policy.backend))
+    assert torch.equal(cached, full)
+    assert not torch.equal(full, policy.generate(prompts, greedy))  # the masks changed the decoding
+
+    # beam search: only the mask model's top token (and specials, EOS banned) is allowed at each step, so every
+    # beam follows one path, and the best beam is the masked greedy decoding of a top-1 mask
+    beams = GenerationConfig(max_new_tokens=6, min_new_tokens=6, do_sample=False, num_beams=3)
+    top1 = FullPassMaskProcessor(mask_model, kind, prompts, 1e-9, 1, 1, [], policy.backend)
+    greedy_top1 = policy.generate(prompts, greedy, FullPassMaskProcessor(mask_model, kind, prompts, 1e-9, 1, 1, [],
+                                                                          policy.backend))
+    assert torch.equal(policy.generate(prompts, beams, top1), greedy_top1)

@@ -69,6 +69,9 @@ def test_every_method_of_the_suite_reaches_the_table_with_its_columns(imdb_suite
     assert table.loc[rl, "train/kl"].notna().all() and table.loc[~rl, "train/kl"].isna().all()  # RL rows only
     markdown = (imdb_suite / "results" / "grue_table.md").read_text()
     assert "train/kl" in markdown
+    masks = dict(zip(table.method, table.nlpo_masks))  # NLPO is evaluated with its masks, as RL4LMs
+    assert masks["nlpo"] == masks["supervised+nlpo"] == "with masks" and pd.isna(masks["ppo"])
+    assert (imdb_suite / "results" / TASK / "nlpo" / "seed0" / "mask_model" / "config.json").is_file()
 
 
 def test_the_base_is_adapted_and_the_reward_is_the_classifier_trained_here(imdb_suite):
