@@ -48,11 +48,13 @@ def dvc_outputs(repo: Path) -> list[str]:
 
 
 def create(repo: Path, paths: list[str]) -> None:
-    """Each path as an empty folder, or an empty file when it has a file suffix (``{}`` for JSON)."""
+    """Each path as an empty folder, or an empty file when it has a file suffix (``{}`` for JSON; a stage
+    record with an empty manifest, as every stage writes one, for ``stage.json``)."""
     for path in map(repo.joinpath, paths):
         if path.suffix in FILE_SUFFIXES:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("{}\n" if path.suffix == ".json" else "")
+            path.write_text('{"files": {}}\n' if path.name == "stage.json" else "{}\n" if path.suffix == ".json"
+                            else "")
         else:
             path.mkdir(parents=True, exist_ok=True)
 
