@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import random
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -37,3 +38,17 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
     name, keys, pos, has_gauss, gauss = state["numpy"]
     np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+
+
+@contextmanager
+def isolated_rng(seed: int) -> Iterator[None]:
+    """Run a block with every global RNG seeded with ``seed``, then put them back as they were: a side
+    computation (evaluation during training) that neither draws from the run's streams nor depends on them."""
+    saved = rng_state()
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        yield
+    finally:
+        set_rng_state(saved)

@@ -37,6 +37,7 @@ from grueflow.tracking import RunTracker, tensorboard_dir
 
 log = logging.getLogger(__name__)
 TRACKING_DIR = "dvclive"  # the DVCLive folder, in the resume folder while training and in the output at the end
+VALIDATION_DIR = "validation"  # evaluation during training (grueflow.validation), in the resume folder
 Row = dict[str, float]
 
 
@@ -123,7 +124,8 @@ class TrainingRun:
         return cls(name, args.out, resume_dir, ex, parallel, started)
 
     def train(self, trainer: Resumable, key: str, total: int, unit: str, desc: str,
-              tracking: Optional[Tracking] = None, report: Optional[Callable[[Row], None]] = None) -> Any:
+              tracking: Optional[Tracking] = None, report: Optional[Callable[[Row], None]] = None,
+              validate: Optional[Callable[[Any], None]] = None) -> Any:
         """Resume ``trainer`` (run ``key``) and train it for the rest of its ``total`` ``unit``\\ s; returns what
         ``trainer.train`` returns.
 
@@ -134,7 +136,7 @@ class TrainingRun:
         exception leaves the resume folder as it is, for the next run.
         """
         if self.parallel.is_main:  # kept open (so locked) until the process ends
-            self._lock = checkpoints.claim(self.resume_dir, unit, own=(TRACKING_DIR,))
+            self._lock = checkpoints.claim(self.resume_dir, unit, own=(TRACKING_DIR, VALIDATION_DIR))
         resumed = trainer.resume(self.resume_dir, key)
         done = len(trainer.state.curve)
         if resumed is not None:
@@ -155,25 +157,26 @@ class TrainingRun:
                 report(row)
 
         checkpoint = (lambda t: t.save_checkpoint(self.resume_dir, key)) if self.parallel.is_main else None
-        result = trainer.train(checkpoint=checkpoint, progress=progress)
+        result = trainer.train(checkpoint=checkpoint, progress=progress, **({"validate": validate} if validate else {}))
         bar.close()
         if tracker is not None:
             tracker.close()
         return result
 
     def finish(self, write: Callable[[Path], None], params: Any, inputs: dict[str, Path],
-               replicas: Callable[[], Sequence[Any]] = tuple) -> None:
+               replicas: Callable[[], Sequence[Any]] = tuple, extra: Optional[dict[str, Any]] = None) -> None:
         """Write the output folder: ``write(folder)`` puts the stage's own files in, then the tracking log and
         ``stage.json`` (``params``, ``inputs``' fingerprints, the execution); it replaces ``--out`` only when
         complete, and the resume folder is removed after.
 
-        Data-parallel, every process hashes the trained modules ``replicas()`` returns and compares them
-        (identical, or an error), and only the main process writes; the others return here.
+        ``extra`` holds more facts for ``stage.json`` (e.g. which policy was handed on, and why). Data-parallel,
+        every process hashes the trained modules ``replicas()`` returns and compares them (identical, or an
+        error), and only the main process writes; the others return here.
         """
-        extra = {}
+        extra = dict(extra or {})
         if self.parallel.enabled:
-            extra = {"data_parallel": {"processes": self.parallel.world_size,
-                                       "weights_sha256": check_replicas(self.parallel, list(replicas()))}}
+            extra["data_parallel"] = {"processes": self.parallel.world_size,
+                                      "weights_sha256": check_replicas(self.parallel, list(replicas()))}
             if not self.parallel.is_main:
                 return
         with atomic_dir(self.out) as tmp:

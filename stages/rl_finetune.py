@@ -1,26 +1,43 @@
 """Stage 4: RL fine-tuning from the base model or the warm start, against the task reward."""
 
 import logging
+import shutil
 from pathlib import Path
+from typing import Any, Callable, Optional
 
 from grueflow import plots, stage
 from grueflow.checkpoints import run_key
-from grueflow.config import GenerationConfig, LengthsConfig, RewardConfig, to_dict
+from grueflow.config import ConfigError, GenerationConfig, LengthsConfig, MetricSpec, RewardConfig, read_yaml, to_dict
 from grueflow.data import read_split
 from grueflow.io import MODEL_DIR, fingerprint, write_csv, write_json
 from grueflow.metrics import MetricContext
 from grueflow.metrics.reward import Reward
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
-from grueflow.models.policy import Policy
-from grueflow.params import load_method, load_section
+from grueflow.models.policy import Policy, Prompts
+from grueflow.params import load_method, load_section, parse, produced_keys, with_fluency
 from grueflow.rl import ALGORITHMS
-from grueflow.rl.nlpo import NLPO, save_for_evaluation
+from grueflow.rl.configs import NLPOConfig
+from grueflow.rl.nlpo import NLPO, FullPassMaskProcessor, save_for_evaluation
 from grueflow.rl.trainer import WALL_CLOCK_KEYS, KLCeilingError, NonFiniteError, RLTrainer
 from grueflow.training import Tracking, TrainingRun, add_arguments
+from grueflow.validation import Validation
 
-TASK_KEYS = ("lengths", "rollout_generation", "reward", "method_overrides")
+TASK_KEYS = ("lengths", "rollout_generation", "eval_generation", "reward", "metrics", "method_overrides")
 log = logging.getLogger("rl_finetune")
+
+
+def nlpo_processor(cfg: Any) -> Optional[Callable[[RLTrainer], Callable[[Prompts], Any]]]:
+    """For NLPO evaluated with its masks: each evaluation generates with the current mask model's masks."""
+    if not isinstance(cfg, NLPOConfig) or not cfg.eval_with_masks:
+        return None
+
+    def make(trainer: RLTrainer) -> Callable[[Prompts], Any]:
+        nlpo, policy = trainer.algorithm, trainer.policy
+        special = tuple(policy.tokenizer.all_special_ids)
+        return lambda prompts: FullPassMaskProcessor(nlpo.mask_model, policy.kind, prompts, cfg.top_p, cfg.top_k,
+                                                     cfg.min_tokens_to_keep, special, policy.backend)
+    return make
 
 
 def log_iteration(row: dict[str, float]) -> None:
@@ -32,21 +49,29 @@ def log_iteration(row: dict[str, float]) -> None:
 def main() -> None:
     p = stage.parser(__doc__)
     p.add_argument("--task-file", type=Path, required=True,
-                   help="params/tasks/<task>.yaml (reads: lengths, rollout_generation, reward, method_overrides.<algorithm>)")
+                   help=f"params/tasks/<task>.yaml (reads: {', '.join(TASK_KEYS)}; eval_generation and metrics for "
+                        f"evaluation during training, method_overrides.<algorithm>)")
     p.add_argument("--algorithm", required=True, help=f"one of: {', '.join(ALGORITHMS.names())}")
     p.add_argument("--method-file", type=Path, required=True, help="params/methods/<algorithm>.yaml")
     p.add_argument("--datapool", type=Path, required=True)
     p.add_argument("--init-model", type=Path, required=True, help="start model (a Hugging Face folder); also the frozen KL reference")
     p.add_argument("--base-model", type=Path, required=True, help="the task's base model folder (for fluency rewards)")
     p.add_argument("--seed", type=stage.seed, required=True)
-    add_arguments(p, "a folder: model/, curves.csv, curves.png, train_metrics.json, dvclive/, stage.json; "
-                     "checkpoints every checkpoint_every iterations", tracking=True)
+    add_arguments(p, "a folder: model/, curves.csv, curves.png, train_metrics.json, dvclive/, stage.json; with "
+                     "eval_every, val_curves.csv/.png, dvclive_val/, val_predictions/; with save_every, "
+                     "checkpoints/iteration<k>/", tracking=True)
     args = p.parse_args()
     started = stage.setup(args)
     lengths = load_section(LengthsConfig, args.task_file, "lengths")
     generation = load_section(GenerationConfig, args.task_file, "rollout_generation")
     reward_cfg = load_section(RewardConfig, args.task_file, "reward")
     cfg = load_method(args.algorithm, args.method_file, args.task_file)
+    eval_generation = load_section(GenerationConfig, args.task_file, "eval_generation")
+    metrics = with_fluency(parse(tuple[MetricSpec, ...], read_yaml(args.task_file).get("metrics"),
+                                 f"{args.task_file}: metrics"))
+    if cfg.select_metric is not None and cfg.select_metric not in produced_keys(reward_cfg, metrics):
+        raise ConfigError(f"{args.method_file}: select_metric {cfg.select_metric!r} is not a key the evaluation "
+                          f"writes; choose one of {', '.join(sorted(produced_keys(reward_cfg, metrics)))}")
     check_context(args.init_model, lengths.prompt, generation.max_new_tokens, str(args.task_file),
                   ("lengths.prompt", "rollout_generation.max_new_tokens"))
     run = TrainingRun.start("rl_finetune", args, started, args.seed, processes=cfg.processes)
@@ -59,11 +84,15 @@ def main() -> None:
     reward = Reward(reward_cfg, MetricContext(base_model=args.base_model, max_prompt_length=lengths.prompt,
                                               execution=run.execution))
     trainer = RLTrainer(args.algorithm, cfg, policy, ref_model, reward, train, generation, args.seed, run.parallel)
+    context = MetricContext(args.base_model, lengths.prompt, run.execution, policy)
+    validation = Validation(run.resume_dir, read_split(args.datapool, "val") if cfg.eval_every else [],
+                            eval_generation, reward_cfg, metrics, context, cfg, args.seed, nlpo_processor(cfg))
     key = run_key(args.algorithm, to_dict(cfg), to_dict(generation), to_dict(reward_cfg), fingerprint(args.init_model),
                   fingerprint(args.datapool / "train.jsonl"), args.seed)
     try:
         state = run.train(trainer, key, cfg.iterations, "iteration", f"{args.algorithm} iterations",
-                          Tracking(args.tensorboard, WALL_CLOCK_KEYS), report=log_iteration)
+                          Tracking(args.tensorboard, WALL_CLOCK_KEYS), report=log_iteration,
+                          validate=validation if validation.enabled else None)
     except KLCeilingError as err:
         raise SystemExit(f"error: {err}; the last checkpoint stays in {run.resume_dir}")
     except NonFiniteError as err:  # keep the offending rollout for inspection beside the last checkpoint
@@ -72,9 +101,17 @@ def main() -> None:
         raise SystemExit(f"error: {err}; the rollout is in {dump}; the last checkpoint stays in {run.resume_dir}")
     final = state.curve[-1]
 
+    chosen = validation.selected()
+    if chosen:
+        log.info("handing on the policy of iteration %d: %s", chosen["iteration"], chosen["why"])
+
     def write(folder: Path) -> None:
         (folder / MODEL_DIR).mkdir()
         trainer.save_to(folder / MODEL_DIR, key, final=True)
+        if chosen:  # select: best: the kept policy replaces the final one (the trainer state stays, for reference)
+            for item in validation.selected_model().iterdir():
+                shutil.copy2(item, folder / MODEL_DIR / item.name)
+        validation.write(folder, f"{args.algorithm} on {args.task_file.stem}, seed {args.seed}: val")
         write_csv(folder / "curves.csv", state.curve)
         plots.learning_curves(state.curve, "iteration", plots.RL_PANELS, folder / "curves.png",
                               f"{args.algorithm} on {args.task_file.stem}, seed {args.seed}")
@@ -88,7 +125,9 @@ def main() -> None:
     run.finish(write, {"algorithm": args.algorithm, "method": to_dict(cfg), "lengths": to_dict(lengths),
                        "rollout_generation": to_dict(generation), "reward": to_dict(reward_cfg), "seed": args.seed,
                        "precision": args.precision},
-               {"datapool": args.datapool, "init_model": args.init_model}, replicas=trained)
+               {"datapool": args.datapool, "init_model": args.init_model}, replicas=trained,
+               extra={"selected": chosen or {"select": "last", "iteration": cfg.iterations,
+                                             "why": "select: last hands on the final policy"}})
 
 
 if __name__ == "__main__":

@@ -49,6 +49,14 @@ class RLConfig:
     the newest ``keep_checkpoints`` are kept and a rerun resumes from the newest complete one.
     ``kl_ceiling`` (optional) bounds the rollout's mean per-sequence KL to the reference: above it the
     policy has run away, and the stage stops (``kl_ceiling_action: stop``) or skips that update (``skip``).
+
+    Evaluation during training, as RL4LMs' ``train_evaluation``: every ``eval_every`` iterations (and before
+    the first and after the last) the policy generates on the val split (its first ``eval_samples``) with the
+    task's ``eval_generation`` and is scored with the task's reward and metrics (:mod:`grueflow.validation`).
+    Every ``save_every`` iterations the policy is kept as a stage output, ``checkpoints/iteration<k>/``, a
+    model folder ``evaluate`` takes. ``select: best`` hands on the evaluated policy with the best val
+    ``select_metric`` (a key the evaluation writes, e.g. ``reward`` or ``lexical/meteor``; perplexity-like
+    keys are best lowest) instead of the last; never chosen on test.
     """
 
     iterations: int = 30
@@ -73,6 +81,11 @@ class RLConfig:
     kl_ceiling: Optional[float] = None
     kl_ceiling_action: Literal["stop", "skip"] = "stop"
     processes: int = 1  # data-parallel processes (accelerate launch); each samples and learns from its shard
+    eval_every: int = 0  # iterations between evaluations on the val split; 0: none
+    eval_samples: Optional[int] = None  # the val split's first n samples; null: all of them
+    save_every: int = 0  # iterations between policies kept as outputs (checkpoints/iteration<k>/); 0: none
+    select: Literal["last", "best"] = "last"
+    select_metric: Optional[str] = None
 
     def __post_init__(self) -> None:
         check(self.iterations > 0, f"iterations must be > 0, got {self.iterations}")
@@ -108,6 +121,19 @@ class RLConfig:
                f"rollouts_per_iteration={self.rollouts_per_iteration} is not a multiple of "
                f"group_size={self.group_size}; make it one")
         check(self.checkpoint_every > 0, f"checkpoint_every must be > 0, got {self.checkpoint_every}")
+        check(0 <= self.eval_every <= self.iterations,
+              f"eval_every must be in [0, iterations = {self.iterations}] (0: no evaluation), got {self.eval_every}")
+        check(0 <= self.save_every <= self.iterations,
+              f"save_every must be in [0, iterations = {self.iterations}] (0: none kept), got {self.save_every}")
+        check(self.eval_samples is None or self.eval_samples > 0,
+              f"eval_samples must be > 0 (or null: the whole val split), got {self.eval_samples}")
+        check(self.select == "last" or (self.eval_every > 0 and self.select_metric),
+              f"select: best needs eval_every > 0 and a select_metric (a val metric key such as reward), got "
+              f"eval_every={self.eval_every} and select_metric={self.select_metric!r}")
+        check(self.select_metric is None or self.select == "best",
+              f"select_metric {self.select_metric!r} is used only with select: best")
+        check(self.processes == 1 or self.eval_every == 0,
+              "eval_every needs processes: 1 (evaluation during training runs in one process)")
         check(self.keep_checkpoints >= 1, f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}; "
                f"the newest checkpoint is what a killed run resumes from")
 
@@ -155,6 +181,9 @@ class NLPOConfig(PPOConfig):
         check(self.min_tokens_to_keep >= 1, f"min_tokens_to_keep must be >= 1, got {self.min_tokens_to_keep}")
         check(self.target_update_iterations >= 1,
                f"target_update_iterations must be >= 1, got {self.target_update_iterations}")
+        check(self.select == "last" or not self.eval_with_masks,
+              "select: best hands on an earlier policy, but eval_with_masks evaluates with the final mask model; "
+              "set eval_with_masks: false, or select: last")
 
 
 @dataclass(frozen=True)

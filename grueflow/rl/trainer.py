@@ -489,11 +489,19 @@ class RLTrainer:
         return row
 
     def train(self, checkpoint: Callable[["RLTrainer"], None] | None = None,
-              progress: Callable[[dict[str, float]], None] | None = None) -> TrainerState:
+              progress: Callable[[dict[str, float]], None] | None = None,
+              validate: Callable[["RLTrainer"], None] | None = None) -> TrainerState:
+        """Train to ``cfg.iterations``; after each iteration ``progress(row)``, then ``validate(self)`` (also once
+        before the first; :class:`grueflow.validation.Validation`), then, every ``checkpoint_every``,
+        ``checkpoint(self)``."""
+        if validate:
+            validate(self)
         while self.state.iteration < self.cfg.iterations:
             row = self.step()
             if progress:
                 progress(row)
+            if validate:
+                validate(self)
             if checkpoint and self.state.iteration % self.cfg.checkpoint_every == 0:
                 checkpoint(self)
         return self.state

@@ -128,8 +128,8 @@ def test_a_dvc_stage_renders_the_cli_params_outs_metrics_and_plots():
     assert entry["deps"][:4] == ["results/${item.task}/datapool", "results/${item.task}/base_model/model",
                                  "results/${item.task}/supervised/seed${item.seed}/model", "stages/rl_finetune.py"]
     assert entry["params"] == [{"params/suite.yaml": ["precision"]},
-                               {"params/tasks/${item.task}.yaml": ["lengths", "rollout_generation", "reward",
-                                                                   "method_overrides"]},
+                               {"params/tasks/${item.task}.yaml": ["lengths", "rollout_generation", "eval_generation",
+                                                                   "reward", "metrics", "method_overrides"]},
                                {"params/methods/${item.algorithm}.yaml": None}]
     assert entry["outs"] == [f"{out}/model", f"{out}/stage.json"]
     assert entry["metrics"] == [f"{out}/train_metrics.json", f"{out}/dvclive/metrics.json"]

@@ -1,0 +1,130 @@
+"""Evaluation during RL training (RL4LMs' eval_every), kept policies (save_every) and the best one on val (select:
+best), through the rl_finetune CLI on the micro sentiment task: the curve, the choice, training left as it is, and
+a killed run that resumes to the same bytes."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from grueflow.config import ConfigError
+from grueflow.params import parse
+from grueflow.rl.configs import NLPOConfig, PPOConfig
+from grueflow.validation import Validation
+from tests.conftest import MICRO, ROOT, run
+from tests.stages.test_stages import kill_at_first_checkpoint, rl
+
+PPO = (MICRO / "methods" / "ppo.yaml").read_text().replace("iterations: 2", "iterations: 4")
+EVALUATED = PPO + "eval_every: 2\nsave_every: 2\nselect: best\nselect_metric: reward\n"
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory) -> Path:
+    from tests.stages.test_stages import TASK, stage
+
+    out = tmp_path_factory.mktemp("validation")
+    run(stage("prepare_datapool", "--task-file", TASK, "--out", out / "datapool"), ROOT)
+    run(stage("base_model", "--task-file", TASK, "--datapool", out / "datapool", "--out", out / "base_model"), ROOT)
+    return out
+
+
+@pytest.fixture(scope="module")
+def straight(base, tmp_path_factory) -> tuple[Path, Path]:
+    """The same run with evaluation during training and without."""
+    folder = tmp_path_factory.mktemp("runs")
+    (folder / "evaluated.yaml").write_text(EVALUATED)
+    (folder / "plain.yaml").write_text(PPO)
+    run(rl(base, folder / "evaluated", folder / "evaluated.yaml"), ROOT)
+    run(rl(base, folder / "plain", folder / "plain.yaml"), ROOT)
+    return folder / "evaluated", folder / "plain"
+
+
+def val_rows(out: Path) -> list[dict[str, str]]:
+    return list(csv.DictReader(open(out / "val_curves.csv")))
+
+
+def test_the_val_curve_the_kept_policies_and_the_best_one(straight):
+    out, _ = straight
+    rows = val_rows(out)
+    assert [int(r["iteration"]) for r in rows] == [0, 2, 4]  # before training, every 2, and the last
+    assert {"reward", "lexical/rougeL", "fluency/perplexity"} <= set(rows[0])
+    assert sorted(p.name for p in (out / "val_predictions").iterdir()) == [
+        "iteration0.jsonl", "iteration2.jsonl", "iteration4.jsonl"]
+    assert len((out / "val_predictions" / "iteration2.jsonl").read_text().splitlines()) == 8  # the val split
+    assert (out / "val_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((out / "dvclive_val" / "metrics.json").read_text())["step"] == 4
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["iteration0", "iteration2", "iteration4"]
+
+    rewards = {int(r["iteration"]): float(r["reward"]) for r in rows}
+    best = max(rewards, key=lambda k: (rewards[k], -k))  # the highest val reward, the earliest on a tie
+    selected = json.loads((out / "stage.json").read_text())["selected"]
+    assert selected["select"] == "best" and selected["iteration"] == best and selected["select_metric"] == "reward"
+    assert selected["value"] == pytest.approx(rewards[best], abs=1e-6)
+    assert "highest val reward of 3 evaluations" in selected["why"]
+    assert (out / "model" / "model.safetensors").read_bytes() == \
+        (out / "checkpoints" / f"iteration{best}" / "model.safetensors").read_bytes()
+
+
+def test_evaluating_during_training_leaves_training_as_it_is(straight):
+    evaluated, plain = straight
+    assert _stable(evaluated) == _stable(plain)  # every training number, wall-clock times aside
+    assert (evaluated / "checkpoints" / "iteration4" / "model.safetensors").read_bytes() == \
+        (plain / "model" / "model.safetensors").read_bytes()
+    assert json.loads((plain / "stage.json").read_text())["selected"]["select"] == "last"
+    assert not (plain / "val_curves.csv").exists()
+
+
+def _stable(out: Path) -> list[dict[str, str]]:
+    from grueflow.rl.trainer import WALL_CLOCK_KEYS
+
+    return [{k: v for k, v in r.items() if k not in WALL_CLOCK_KEYS} for r in csv.DictReader(open(out / "curves.csv"))]
+
+
+def test_a_killed_run_resumes_its_evaluations_to_the_same_bytes(base, straight, tmp_path):
+    method = tmp_path / "evaluated.yaml"
+    method.write_text(EVALUATED)
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(rl(base, out, method), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    kill_at_first_checkpoint(proc, Path(f"{out}.resume"))
+    assert not (out / "stage.json").exists()
+    run(rl(base, out, method), ROOT)
+    reference, _ = straight
+    assert (out / "val_curves.csv").read_bytes() == (reference / "val_curves.csv").read_bytes()
+    assert (out / "model" / "model.safetensors").read_bytes() == \
+        (reference / "model" / "model.safetensors").read_bytes()
+    for name in ("iteration0.jsonl", "iteration2.jsonl", "iteration4.jsonl"):
+        assert (out / "val_predictions" / name).read_bytes() == (reference / "val_predictions" / name).read_bytes()
+
+
+@pytest.mark.parametrize("rows, metric, expected", [
+    ([{"iteration": 0, "reward": 0.1}, {"iteration": 2, "reward": 0.5}, {"iteration": 4, "reward": 0.5}],
+     "reward", 2),  # the earliest of a tie
+    ([{"iteration": 0, "fluency/perplexity": 30.0}, {"iteration": 2, "fluency/perplexity": 20.0},
+      {"iteration": 4, "fluency/perplexity": 25.0}], "fluency/perplexity", 2),  # perplexity: best lowest
+    ([{"iteration": 0, "lexical/bleu": None}, {"iteration": 2, "lexical/bleu": 3.0}], "lexical/bleu", 2),
+])
+def test_best_selection_on_a_known_val_curve(tmp_path, rows, metric, expected):
+    cfg = PPOConfig(iterations=4, eval_every=2, select="best", select_metric=metric)
+    validation = Validation(tmp_path, [], None, None, (), None, cfg, 0)
+    validation.rows = rows
+    assert validation.selected()["iteration"] == expected
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"select": "best"}, "select: best needs eval_every > 0 and a select_metric"),
+    ({"eval_every": 2, "select": "best"}, "select: best needs eval_every > 0 and a select_metric"),
+    ({"select_metric": "reward"}, "select_metric 'reward' is used only with select: best"),
+    ({"eval_every": 9}, "eval_every must be in [0, iterations = 4] (0: no evaluation), got 9"),
+    ({"save_every": -1}, "save_every must be in [0, iterations = 4] (0: none kept), got -1"),
+    ({"eval_samples": 0}, "eval_samples must be > 0 (or null: the whole val split), got 0"),
+])
+def test_bad_evaluation_settings_fail_at_parse_time(settings, message):
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
+        parse(PPOConfig, {"iterations": 4, **settings}, "ppo.yaml:")
+    with pytest.raises(ConfigError, match="select: best hands on an earlier policy, but eval_with_masks"):
+        parse(NLPOConfig, {"iterations": 4, "eval_every": 2, "select": "best", "select_metric": "reward"}, "nlpo.yaml:")
