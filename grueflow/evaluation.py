@@ -10,32 +10,36 @@ from grueflow import postprocess
 from grueflow.config import REWARD_KEY, GenerationConfig, MetricSpec, RewardConfig, typed_args
 from grueflow.data import Sample
 from grueflow.hub import HubUnreachableError
-from grueflow.metrics import METRICS, MetricContext, MetricUnavailableError, mean
+from grueflow.metrics import METRICS, TOKENS_KEY, MetricContext, MetricUnavailableError, mean
 from grueflow.metrics.reward import Reward
-from grueflow.models.policy import Policy, Prompts
+from grueflow.models.policy import Policy, Prompts, completion_mask
 
 log = logging.getLogger(__name__)
 
 
 def generate(policy: Policy, samples: list[Sample], gen: GenerationConfig, batch_size: int = 32,
-             progress: Callable[[int], None] | None = None, processor: Callable[[Prompts], Any] | None = None
-             ) -> list[str]:
+             progress: Callable[[int], None] | None = None, processor: Callable[[Prompts], Any] | None = None,
+             tokens: list[list[str]] | None = None) -> list[str]:
     """One generation per sample, in batches, post-processed by ``gen.post_processing``; ``progress`` is called
     with each batch's number of samples; ``processor(prompts)``, when given, makes each batch's logits
-    processor (NLPO's masks)."""
+    processor (NLPO's masks); ``tokens``, when given, is extended with each completion's tokens as text (a
+    dense reward's inputs, :meth:`Policy.token_texts`)."""
     texts: list[str] = []
     for start in range(0, len(samples), batch_size):
         chunk = samples[start:start + batch_size]
         prompts = policy.encode([s.prompt for s in chunk])
-        texts.extend(policy.decode(policy.generate(prompts, gen, processor(prompts) if processor else None)))
+        completions = policy.generate(prompts, gen, processor(prompts) if processor else None)
+        texts.extend(policy.decode(completions))
+        if tokens is not None:
+            tokens.extend(policy.token_texts(completions, completion_mask(completions, policy.eos_token_id)))
         if progress:
             progress(len(chunk))
     return postprocess.apply(gen.post_processing, texts)
 
 
 def score(samples: list[Sample], generations: list[str], reward_cfg: RewardConfig, metrics: tuple[MetricSpec, ...],
-          context: MetricContext, progress: Callable[[int], None] | None = None
-          ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, str]]:
+          context: MetricContext, progress: Callable[[int], None] | None = None,
+          tokens: list[list[str]] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, str]]:
     """Per-sample rows (prompt, generation, references, scores), corpus metrics, and the missing metrics.
 
     The task reward is scored exactly as in RL (``reward``, plus each component); every metric's
@@ -47,7 +51,7 @@ def score(samples: list[Sample], generations: list[str], reward_cfg: RewardConfi
     """
     prompts = [s.prompt for s in samples]
     references = [list(s.references) for s in samples]
-    meta = [s.meta for s in samples]
+    meta = [s.meta for s in samples] if tokens is None else [{**s.meta, TOKENS_KEY: t} for s, t in zip(samples, tokens)]
     total, parts = Reward(reward_cfg, context)(prompts, generations, references, meta)
     per_sample: dict[str, list[float]] = {REWARD_KEY: total, **parts}
     corpus: dict[str, Any] = {REWARD_KEY: mean(total), **{k: mean(v) for k, v in parts.items()}}

@@ -95,8 +95,11 @@ class Validation:
         model.eval()
         with isolated_rng(self.seed + EVAL_SEED_OFFSET + iteration):
             make = self.processor(trainer) if self.processor is not None else None
-            generations = evaluation.generate(trainer.policy, self.samples, self.generation, processor=make)
-            rows, corpus, _ = evaluation.score(self.samples, generations, self.reward, self.metrics, self.context)
+            tokens: list[list[str]] = []
+            generations = evaluation.generate(trainer.policy, self.samples, self.generation, processor=make,
+                                              tokens=tokens)
+            rows, corpus, _ = evaluation.score(self.samples, generations, self.reward, self.metrics, self.context,
+                                               tokens=tokens)
         model.train(was_training)
         write_jsonl(self.root / PREDICTIONS / f"iteration{iteration}.jsonl", rows)
         self.rows.append({"iteration": iteration, **corpus})

@@ -58,12 +58,14 @@ def main() -> None:
     masks = evaluation_masks(args.model.parent)  # an NLPO output: RL4LMs evaluates with its action masks
     processor = evaluation_processor(args.model.parent, policy) if masks and masks["eval_with_masks"] else None
     bar = stage.progress(len(test), "generating")
-    generations = evaluation.generate(policy, test, generation, progress=bar.update, processor=processor)
+    tokens: list[list[str]] = []  # each completion's tokens: a dense reward's inputs
+    generations = evaluation.generate(policy, test, generation, progress=bar.update, processor=processor,
+                                      tokens=tokens)
     bar.close()
     bar = stage.progress(1 + len(metrics), "scoring (reward, then each metric)")
     rows, corpus, missing = evaluation.score(test, generations, reward_cfg, metrics,
                                              MetricContext(args.base_model, lengths.prompt, ex, policy),
-                                             progress=bar.update)
+                                             progress=bar.update, tokens=tokens)
     bar.close()
     trained = args.model.parent / "train_metrics.json"  # an RL stage's folder: <out>/model beside it
     if args.algorithm and trained.is_file() and "kl/sequence" in (final := read_json(trained)):

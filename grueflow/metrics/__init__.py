@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Sequence
@@ -28,12 +28,18 @@ class MetricUnavailableError(RuntimeError):
     ``evaluate`` reports such a metric as missing; a reward that needs it fails."""
 
 
+TOKENS_KEY = "completion_tokens"  # meta key of a dense metric's input: each completion's tokens, as text
+
+
 @dataclass(frozen=True)
 class MetricResult:
-    """Per-sample scores (one list per key, aligned with the inputs) and corpus scores."""
+    """Per-sample scores (one list per key, aligned with the inputs) and corpus scores; a dense metric also
+    gives ``per_token`` scores (per key, one list per sample aligned with ``meta[i][TOKENS_KEY]``), whose sum
+    is its per-sample score."""
 
     per_sample: dict[str, list[float]]
     corpus: dict[str, float]
+    per_token: dict[str, list[list[float]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,7 @@ class Metric:
     scores: ClassVar[tuple[str, ...]]  # per-sample (and corpus) scores; the first is a reward's default
     corpus_scores: ClassVar[tuple[str, ...]] = ()  # scores of the whole batch only (distinct-n, ...)
     rewardable: ClassVar[bool] = True  # False: it does not score the generations, so it cannot be a reward
+    dense: ClassVar[bool] = False  # True: it pays per completion token (MetricResult.per_token), from meta's tokens
 
     @dataclass(frozen=True)
     class Args:
@@ -118,5 +125,5 @@ def nanmean(values: Sequence[float]) -> float:
 from grueflow.metrics import captioning, diversity, fluency, lexical, semantic, shaping, table, task  # noqa: E402,F401
 from grueflow.metrics import preference  # noqa: E402,F401  (issue 7: reward_model)
 
-__all__ = ["METRICS", "Metric", "MetricContext", "MetricResult", "MetricUnavailableError", "describe", "mean", "nanmean",
-           "require"]
+__all__ = ["METRICS", "TOKENS_KEY", "Metric", "MetricContext", "MetricResult", "MetricUnavailableError", "describe",
+           "mean", "nanmean", "require"]

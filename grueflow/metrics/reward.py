@@ -1,37 +1,71 @@
-"""A task's reward: a weighted sum of registered metrics' per-sample scores."""
+"""A task's reward: a weighted sum of registered metrics' per-sample scores, and of dense ones' per-token scores."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 from grueflow.config import RewardConfig, typed_args
 from grueflow.metrics import METRICS, MetricContext
+
+
+class RewardScores(NamedTuple):
+    """One batch's reward: ``total`` per sample (every component, a dense one by its per-sample sum), each
+    component's unweighted per-sample scores, and, when a component is dense, ``sequence`` (the total of the
+    sequence-level components alone, paid at each sequence's last token) and ``per_token`` (the weighted sum
+    of the dense components' per-token scores, one list per sample; paid token by token)."""
+
+    total: list[float]
+    parts: dict[str, list[float]]
+    sequence: Optional[list[float]] = None
+    per_token: Optional[list[list[float]]] = None
 
 
 class Reward:
     """Builds each component's metric once; ``__call__`` scores a batch of generations.
 
     Returns the total per sample, ``sum_i weight_i * score_i``, and each component's per-sample
-    scores under ``<category>/<score>`` so that they can be logged on their own.
+    scores under ``<category>/<score>`` so that they can be logged on their own. :meth:`score` also gives a
+    dense component's per-token scores (:attr:`dense`: whether there is one; its inputs are each completion's
+    tokens, ``meta[i][TOKENS_KEY]``).
     """
 
     def __init__(self, cfg: RewardConfig, context: MetricContext) -> None:
         self.components = []
         for c in cfg.components:
             metric = METRICS.get(c.metric)
-            self.components.append((c.key, c.weight, c.score, metric.build(typed_args(c), context)))
+            self.components.append((c.key, c.weight, metric.dense, metric.build(typed_args(c), context)))
 
     @property
     def weights(self) -> dict[str, float]:
         """Each component's weight under its ``<category>/<score>`` key."""
         return {key: weight for key, weight, _, _ in self.components}
 
+    @property
+    def dense(self) -> bool:
+        return any(dense for _, _, dense, _ in self.components)
+
     def __call__(self, prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                  meta: Sequence[dict[str, Any]]) -> tuple[list[float], dict[str, list[float]]]:
+        scores = self.score(prompts, generations, references, meta)
+        return scores.total, scores.parts
+
+    def score(self, prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
+              meta: Sequence[dict[str, Any]]) -> RewardScores:
         total = [0.0] * len(generations)
+        sequence = [0.0] * len(generations)
+        per_token: Optional[list[list[float]]] = None
         parts: dict[str, list[float]] = {}
-        for key, weight, _, compute in self.components:
-            scores = compute(prompts, generations, references, meta).per_sample[key]
-            parts[key] = scores
-            total = [t + weight * s for t, s in zip(total, scores)]
-        return total, parts
+        for key, weight, dense, compute in self.components:
+            result = compute(prompts, generations, references, meta)
+            parts[key] = result.per_sample[key]
+            total = [t + weight * s for t, s in zip(total, parts[key])]
+            if not dense:
+                sequence = [t + weight * s for t, s in zip(sequence, parts[key])]
+                continue
+            tokens = result.per_token[key]
+            if per_token is None:
+                per_token = [[0.0] * len(row) for row in tokens]
+            per_token = [[a + weight * b for a, b in zip(acc, row)] for acc, row in zip(per_token, tokens)]
+        if per_token is None:
+            return RewardScores(total, parts)
+        return RewardScores(total, parts, sequence, per_token)

@@ -1,4 +1,4 @@
-"""Shaping terms for rewards: a length penalty and CommonGen's repeat penalty (both <= 0)."""
+"""Shaping terms for rewards: a length penalty, CommonGen's repeat penalty and a dense token cost (all <= 0)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean
+from grueflow.metrics import METRICS, TOKENS_KEY, Metric, MetricContext, MetricFn, MetricResult, mean
 
 STOPWORDS = frozenset(
     "a an the and or but of to in on at by for with from into onto over under up down out off is are was were be "
@@ -65,5 +65,27 @@ class RepeatPenalty(Metric):
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
             scores = [0.0 - args.per_repeat * repeated_content_words(g) for g in generations]
             return MetricResult({cls.key(): scores}, {cls.key(): mean(scores)})
+
+        return compute
+
+
+@METRICS.register("token_cost", "dense: -1 for every completion token (EOS included); a per-token length cost")
+class TokenCost(Metric):
+    """A dense reward (paid token by token in RL): -1 for each completion token, so its weight is the cost of
+    one token; its per-sample score is minus the completion's length in tokens. Without the tokens (a metric
+    outside RL or evaluation), the generation's whitespace words stand in for them."""
+
+    category = "shaping"
+    scores = ("token_cost",)
+    dense = True
+
+    @classmethod
+    def build(cls, args: Any, context: MetricContext) -> MetricFn:
+        def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
+                    meta: Sequence[dict[str, Any]]) -> MetricResult:
+            tokens = [m.get(TOKENS_KEY, g.split()) for m, g in zip(meta, generations)]
+            per_token = [[-1.0] * len(t) for t in tokens]
+            scores = [sum(row) for row in per_token]
+            return MetricResult({cls.key(): scores}, {cls.key(): mean(scores)}, {cls.key(): per_token})
 
         return compute

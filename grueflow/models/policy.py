@@ -341,6 +341,13 @@ class Policy:
                     output_hidden_states=with_hidden)
         return out.logits, out.decoder_hidden_states[-1] if with_hidden else None
 
+    def token_texts(self, completions: torch.Tensor, mask: torch.Tensor) -> list[list[str]]:
+        """Each completion's tokens up to and including its EOS (``mask``), each decoded alone: a dense reward's
+        inputs, aligned with the completion mask."""
+        lengths = mask.sum(1).long().tolist()
+        return [[self.tokenizer.decode([token]) for token in row[:n]]
+                for row, n in zip(completions.tolist(), lengths)]
+
     def decode(self, completions: torch.Tensor) -> list[str]:
         return [text.strip() for text in self.tokenizer.batch_decode(completions, skip_special_tokens=True)]
 

@@ -30,6 +30,8 @@ class Sampled(NamedTuple):
     scoring_s: float  # the reference pass
     action_mask: Optional[torch.Tensor]  # (B, T, V) bool, the allowed tokens (NLPO); None: every token allowed
     kept: Optional[SampledLogits]  # the sampling pass kept differentiable (RLTrainer.keeps_sampling), else None
+    sequence: Optional[torch.Tensor] = None  # (B,) the sequence-level reward alone, when a component is dense
+    dense: Optional[torch.Tensor] = None  # (B, T) the dense components' weighted per-token rewards, or None
 
 
 class Rollout(NamedTuple):
@@ -42,7 +44,8 @@ class Rollout(NamedTuple):
     ref_logprobs: torch.Tensor  # (B, T)
     kl: torch.Tensor  # (B, T) per-token k1 of the unmasked behaviour policy against the reference
     values: torch.Tensor  # (B, T) the critic's at rollout time; zeros without a critic
-    rewards: torch.Tensor  # (B, T) task reward at each sequence's last token, the KL penalty per token
+    rewards: torch.Tensor  # (B, T) the sequence reward at each sequence's last token, dense rewards and the KL
+    # penalty per token
     scores: torch.Tensor  # (B,) task reward
     components: dict[str, float]
     generation_s: float

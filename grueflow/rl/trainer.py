@@ -48,6 +48,7 @@ from grueflow.config import GenerationConfig
 from grueflow.data import Sample
 from grueflow.distributed import DataParallel
 from grueflow.io import atomic_dir
+from grueflow.metrics import TOKENS_KEY
 from grueflow.metrics.reward import Reward
 from grueflow.models import load_pretrained
 from grueflow.models.backend import SampledLogits, sparse_tied_embeddings
@@ -295,9 +296,12 @@ class RLTrainer:
         action_mask = processor.action_mask() if processor is not None else None
         mask = completion_mask(completions, self.policy.eos_token_id)
         texts = postprocess.apply(self.generation.post_processing, self.policy.decode(completions))
+        meta = [s.meta for s in samples]
+        if self.reward.dense:  # a dense component scores each completion token, given as text
+            meta = [{**m, TOKENS_KEY: tokens} for m, tokens in zip(meta, self.policy.token_texts(completions, mask))]
         started = time.perf_counter()
-        total, parts = self.reward([s.prompt for s in samples], texts, [s.references for s in samples],
-                                   [s.meta for s in samples])
+        scored = self.reward.score([s.prompt for s in samples], texts, [s.references for s in samples], meta)
+        total, parts = scored.total, scored.parts
         reward_s = time.perf_counter() - started
         self.last_batch = {"iteration": self.state.iteration + 1, "prompts": [s.prompt for s in samples],
                            "generations": texts, "references": [list(s.references) for s in samples],
@@ -308,14 +312,22 @@ class RLTrainer:
         ref_logprobs = logprobs_from_logits(self.reference_logits(prompts, completions, group), completions)
         scoring_s = time.perf_counter() - started
         components = {k: float(np.mean(v)) for k, v in parts.items()}
+        sequence = dense = None
+        if scored.per_token is not None:
+            sequence = torch.tensor(scored.sequence, dtype=torch.float32, device=self.device)
+            dense = torch.zeros_like(mask, dtype=torch.float32)
+            for row, values in enumerate(scored.per_token):
+                dense[row, :len(values)] = torch.tensor(values, dtype=torch.float32)
+            self._guard("dense reward", dense)
         return Sampled(prompts, completions, mask, ref_logprobs * mask, scores, components, generation_s, reward_s,
-                       scoring_s, action_mask, kept)
+                       scoring_s, action_mask, kept, sequence, dense)
 
     def with_behaviour(self, sampled: Sampled, outputs: Outputs, unmasked: torch.Tensor, behaviour_s: float = 0.0
                        ) -> Rollout:
         """The rollout: ``sampled`` with the behaviour policy's log-probs and values (detached from ``outputs``),
-        the per-token KL to the reference and the rewards: the task reward at each sequence's last token, minus
-        ``coef x KL`` per token unless the KL is in the loss. ``behaviour_s``: the behaviour pass's seconds,
+        the per-token KL to the reference and the rewards: the task reward at each sequence's last token (its
+        sequence-level components alone when a component is dense, whose weighted per-token scores are added
+        token by token), minus ``coef x KL`` per token unless the KL is in the loss. ``behaviour_s``: the behaviour pass's seconds,
         counted as scoring."""
         mask, ref_logprobs = sampled.mask, sampled.ref_logprobs
         logprobs, unmasked = outputs.logprobs.detach(), unmasked.detach()
@@ -324,7 +336,10 @@ class RLTrainer:
         if not self.cfg.kl_in_loss:
             rewards -= self.kl.coef * KL_ESTIMATORS[self.cfg.kl_estimator](unmasked, ref_logprobs) * mask
         last = (mask.sum(1).long() - 1).clamp(min=0)
-        rewards[torch.arange(len(rewards), device=rewards.device), last] += sampled.scores
+        sequence = sampled.scores if sampled.dense is None else sampled.sequence
+        rewards[torch.arange(len(rewards), device=rewards.device), last] += sequence
+        if sampled.dense is not None:
+            rewards += sampled.dense * mask
         return Rollout(sampled.prompts, sampled.completions, mask, logprobs * mask, ref_logprobs,
                        kl_k1(unmasked, ref_logprobs) * mask, values * mask, rewards, sampled.scores, sampled.components,
                        sampled.generation_s, sampled.reward_s, sampled.scoring_s + behaviour_s, sampled.action_mask)
