@@ -106,3 +106,38 @@ def test_grue_suite_is_the_seven_rl4lms_tasks_with_ppo_and_nlpo(monkeypatch: pyt
     models = {name: (t.model.name_or_path, t.model.kind) for name, t in suite.tasks.items()}
     assert models == GRUE_MODELS
     assert {name: t.datapool.id for name, t in suite.tasks.items()} == {name: name for name in GRUE_MODELS}
+
+
+RL4LMS = ROOT.parent / "shared" / "reference" / "rl4lms" / "task_configs"  # read where they lie, never copied
+RL4LMS_TASKS = {"imdb": "imdb_text_continuation/gpt2", "common_gen": "common_gen/t5", "cnn_dailymail": "summarization/t5",
+                "totto": "totto/t5", "iwslt2017": "iwslt2017/t5", "narrative_qa": "narrative_qa/t5",
+                "daily_dialog": "dialog/gpt2"}
+
+
+@pytest.mark.skipif(not RL4LMS.is_dir(), reason="RL4LMs' task configs are not in ../shared/reference")
+@pytest.mark.parametrize("task", sorted(RL4LMS_TASKS))
+@pytest.mark.parametrize("algorithm", ["ppo", "nlpo"])
+def test_each_grue_tasks_rl_values_are_rl4lms_own(task, algorithm):
+    """The per-task values grueflow carries (method_overrides: learning rate, KL coefficient) against RL4LMs'
+    zero-shot-start config of that task and algorithm, read from the reference files themselves."""
+    reference = yaml.safe_load((RL4LMS / f"{RL4LMS_TASKS[task]}_{algorithm}.yml").read_text())["alg"]
+    cfg = load_method(algorithm, ROOT / "params" / "grue" / "methods" / f"{algorithm}.yaml",
+                      ROOT / "params" / "grue" / "tasks" / f"{task}.yaml")
+    assert cfg.learning_rate == pytest.approx(reference["args"]["learning_rate"])
+    assert cfg.kl.coef == pytest.approx(reference["kl_div"]["coeff"])
+
+
+@pytest.mark.skipif(not RL4LMS.is_dir(), reason="RL4LMs' task configs are not in ../shared/reference")
+def test_the_method_files_tables_quote_rl4lms():
+    """The per-task tables in params/grue/methods/{ppo,nlpo}.yaml: learning rate, KL coefficient, per-token KL
+    target and n_iters as RL4LMs' files give them."""
+    for algorithm in ("ppo", "nlpo"):
+        text = (ROOT / "params" / "grue" / "methods" / f"{algorithm}.yaml").read_text()
+        for task, stem in RL4LMS_TASKS.items():
+            reference = yaml.safe_load((RL4LMS / f"{stem}_{algorithm}.yml").read_text())
+            row = next(line.split()[2:] for line in text.splitlines() if line.startswith(f"#   {task} "))
+            lr, coef, target, n_iters = float(row[0]), float(row[1]), float(row[2]), int(row[6])
+            assert (lr, coef, target, n_iters) == (reference["alg"]["args"]["learning_rate"],
+                                                   reference["alg"]["kl_div"]["coeff"],
+                                                   reference["alg"]["kl_div"]["target_kl"],
+                                                   reference["train_evaluation"]["n_iters"]), (algorithm, task)
