@@ -126,9 +126,9 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     leaves it behind, and the next :func:`atomic_dir` of ``path`` on that host deletes it once that process is
     gone (:func:`remove_leftovers`). Before the swap every file and folder in it is flushed to disk (``fsync``),
     so a power loss cannot leave a renamed folder of empty files, and it gets the mode a plain ``mkdir`` would
-    (readable by the group under the usual umask). The swap never deletes in place: a folder already at ``path`` is first renamed aside and
-    deleted after, so a concurrent writer of the same ``path`` (Snakemake and ``dvc repro`` at once) cannot
-    make it fail; the last writer's folder stays, each one complete.
+    (readable by the group under the usual umask). The swap never deletes in place: a folder already at
+    ``path`` is first renamed aside and deleted after, so a concurrent writer of the same ``path`` (Snakemake
+    and ``dvc repro`` at once) cannot make it fail; the last writer's folder stays, each one complete.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

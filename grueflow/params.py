@@ -22,8 +22,8 @@ from typing import Any, Optional, Sequence
 
 from grueflow import config
 from grueflow.config import (FLUENCY_METRIC, REWARD_KEY, TRAIN_KL_KEY, ConfigError, DatapoolConfig, GenerationConfig,
-                             MetricSpec, ModelConfig, RewardComponent, RewardConfig, SuiteConfig, SupervisedConfig, TaskConfig,
-                             check, merge_overrides, read_yaml, set_resolved)
+                             MetricSpec, ModelConfig, RewardComponent, RewardConfig, SuiteConfig, SupervisedConfig,
+                             TaskConfig, check, merge_overrides, read_yaml, set_resolved)
 from grueflow.io import atomic_path
 from grueflow.data import DATAPOOLS
 from grueflow.metrics import METRICS
@@ -100,8 +100,8 @@ def _generation(cfg: GenerationConfig) -> None:
         resolve_post_processing(cfg.post_processing)
 
 
-_CHECKS = {DatapoolConfig: _datapool, GenerationConfig: _generation, ModelConfig: _model, MetricSpec: _metric, RewardComponent: _component,
-           RewardConfig: _reward, TaskConfig: _task, SuiteConfig: _suite}
+_CHECKS = {DatapoolConfig: _datapool, GenerationConfig: _generation, ModelConfig: _model, MetricSpec: _metric,
+           RewardComponent: _component, RewardConfig: _reward, TaskConfig: _task, SuiteConfig: _suite}
 
 
 def with_fluency(metrics: tuple[MetricSpec, ...]) -> tuple[MetricSpec, ...]:

@@ -130,7 +130,8 @@ class TrainingRun:
         ``trainer.train`` returns.
 
         ``desc`` names the progress bar; ``tracking`` logs every curve row (as the curve holds it) to DVCLive
-        in the resume folder; ``report`` sees every row the trainer reports (e.g. a log line). Only the main
+        in the resume folder; ``report`` sees every row the trainer reports (e.g. a log line); ``validate`` goes to
+        the trainer's ``train`` (evaluation during training, :class:`grueflow.validation.Validation`). Only the main
         process writes checkpoints and logs, and it holds the resume folder (:func:`grueflow.checkpoints.claim`:
         a folder holding anything else, or another process training into it, is refused before any step). An
         exception leaves the resume folder as it is, for the next run.

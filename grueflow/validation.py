@@ -130,7 +130,8 @@ class Validation:
         """The curve (``val_curves.csv``, ``val_curves.png``, ``dvclive_val/``), the predictions
         (``val_predictions/``) and the ``save_every`` policies (``checkpoints/iteration<k>/``) into ``folder``."""
         if self.rows:  # columns: iteration, then the metric keys sorted (as a resumed run reads them back)
-            rows = [{"iteration": r["iteration"], **{k: r[k] for k in sorted(r) if k != "iteration"}} for r in self.rows]
+            rows = [{"iteration": r["iteration"], **{k: r[k] for k in sorted(r) if k != "iteration"}}
+                    for r in self.rows]
             write_csv(folder / "val_curves.csv", rows)
             panels = [k for k in rows[0] if k != "iteration"]
             plots.learning_curves(rows, "iteration", panels, folder / "val_curves.png", title)

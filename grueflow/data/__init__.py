@@ -14,7 +14,8 @@ from grueflow.registry import Registry
 def check_datapool(component: Any) -> None:
     """Raise ``ValueError`` unless ``component`` is a datapool loader: a frozen dataclass ``Args`` and
     ``build(args) -> Datapool`` (a plugin named by import path or entry point)."""
-    if not dataclasses.is_dataclass(getattr(component, "Args", None)) or not callable(getattr(component, "build", None)):
+    args, build = getattr(component, "Args", None), getattr(component, "build", None)
+    if not dataclasses.is_dataclass(args) or not callable(build):
         raise ValueError(f"{component!r} is not a datapool loader: it needs a dataclass Args and build(args) -> "
                          f"Datapool")
 

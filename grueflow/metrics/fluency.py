@@ -106,8 +106,8 @@ class ReferencePerplexity(Metric):
         if policy is None:
             raise MetricUnavailableError("reference_perplexity scores the evaluated model, which only evaluate has")
         if policy.kind != "causal":
-            raise MetricUnavailableError("reference_perplexity is defined for causal models (RL4LMs' causal_perplexity); "
-                                         "this model is seq2seq")
+            raise MetricUnavailableError("reference_perplexity is defined for causal models (RL4LMs' "
+                                         "causal_perplexity); this model is seq2seq")
         config = policy.model.config
         context_size = getattr(config, "n_positions", None) or getattr(config, "max_position_embeddings", None)
         window = min(args.max_length, context_size) if context_size else args.max_length

@@ -241,9 +241,9 @@ class Policy:
         decode loop and draws from exactly the configured distribution, so rollout log-probs are on-policy:
         the repetition penalty and the n-gram ban, EOS suppressed until ``gen.min_new(kind)`` tokens, then
         ``logits_processor`` (NLPO's masks), then temperature, top-k and top-p, as ``generate`` orders them.
-        The prompt is encoded once per group of ``group_size`` identical rows and its KV cache repeated (:func:`shared_groups`). Tokens are drawn by
-        inverting the cumulative distribution with one uniform per row, which is exact and, on CPU,
-        much cheaper than ``torch.multinomial`` over a whole vocabulary.
+        The prompt is encoded once per group of ``group_size`` identical rows and its KV cache repeated
+        (:func:`shared_groups`). Tokens are drawn by inverting the cumulative distribution with one uniform per
+        row, which is exact and, on CPU, much cheaper than ``torch.multinomial`` over a whole vocabulary.
         """
         return self._sample(prompts, gen, group_size, logits_processor)[0]
 

@@ -327,8 +327,8 @@ class RLTrainer:
         """The rollout: ``sampled`` with the behaviour policy's log-probs and values (detached from ``outputs``),
         the per-token KL to the reference and the rewards: the task reward at each sequence's last token (its
         sequence-level components alone when a component is dense, whose weighted per-token scores are added
-        token by token), minus ``coef x KL`` per token unless the KL is in the loss. ``behaviour_s``: the behaviour pass's seconds,
-        counted as scoring."""
+        token by token), minus ``coef x KL`` per token unless the KL is in the loss. ``behaviour_s``: the
+        behaviour pass's seconds, counted as scoring."""
         mask, ref_logprobs = sampled.mask, sampled.ref_logprobs
         logprobs, unmasked = outputs.logprobs.detach(), unmasked.detach()
         values = outputs.values.detach() if outputs.values is not None else torch.zeros_like(logprobs)

@@ -464,9 +464,11 @@ def test_csv_cells_are_read_as_the_text_they_are(tmp_path: Path):
 
 
 @pytest.mark.parametrize("loader, row, expect", [
-    ("common_gen", {"concepts": "dog run", "target": "A dog runs."}, "concepts is 'dog run' (str), not a list of texts"),
+    ("common_gen", {"concepts": "dog run", "target": "A dog runs."},
+     "concepts is 'dog run' (str), not a list of texts"),
     ("common_gen", {"concepts": ["dog", None], "target": "A dog runs."}, "concepts holds None (NoneType), not text"),
-    ("common_gen", {"concepts": ["dog", "run"], "target": ["A dog runs."]}, "target is ['A dog runs.'] (list), not text"),
+    ("common_gen", {"concepts": ["dog", "run"], "target": ["A dog runs."]},
+     "target is ['A dog runs.'] (list), not text"),
     ("common_gen", {"concept_set": "dog_N#run_V", "scene": "A dog runs."},
      "scene is 'A dog runs.' (str), not a list of texts"),
     ("cnn_dailymail", {"article": "The council met.", "highlights": 5, "id": "a"}, "highlights is 5 (int), not text"),

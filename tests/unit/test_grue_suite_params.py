@@ -109,9 +109,9 @@ def test_grue_suite_is_the_seven_rl4lms_tasks_with_ppo_and_nlpo(monkeypatch: pyt
 
 
 RL4LMS = ROOT.parent / "shared" / "reference" / "rl4lms" / "task_configs"  # read where they lie, never copied
-RL4LMS_TASKS = {"imdb": "imdb_text_continuation/gpt2", "common_gen": "common_gen/t5", "cnn_dailymail": "summarization/t5",
-                "totto": "totto/t5", "iwslt2017": "iwslt2017/t5", "narrative_qa": "narrative_qa/t5",
-                "daily_dialog": "dialog/gpt2"}
+RL4LMS_TASKS = {"imdb": "imdb_text_continuation/gpt2", "common_gen": "common_gen/t5",
+                "cnn_dailymail": "summarization/t5", "totto": "totto/t5", "iwslt2017": "iwslt2017/t5",
+                "narrative_qa": "narrative_qa/t5", "daily_dialog": "dialog/gpt2"}
 
 
 @pytest.mark.skipif(not RL4LMS.is_dir(), reason="RL4LMs' task configs are not in ../shared/reference")

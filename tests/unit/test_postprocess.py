@@ -59,9 +59,8 @@ def test_evaluation_scores_and_keeps_the_post_processed_generations(tiny_models)
     policy = Policy(model, tokenizer, max_prompt_length=24)
     samples = [Sample(id="0", prompt=PROMPT, references=("x",))]
     raw = generate(policy, samples, GenerationConfig(max_new_tokens=6, do_sample=False))
-    shouted = generate(policy, samples, parse(GenerationConfig, {"max_new_tokens": 6, "do_sample": False,
-                                                                 "post_processing": "tests.unit.test_postprocess:shout"},
-                                              "eval_generation"))
+    shouting = {"max_new_tokens": 6, "do_sample": False, "post_processing": "tests.unit.test_postprocess:shout"}
+    shouted = generate(policy, samples, parse(GenerationConfig, shouting, "eval_generation"))
     assert raw[0].strip() and shouted == [raw[0].upper()] != raw
 
 
