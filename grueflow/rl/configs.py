@@ -132,8 +132,9 @@ class RLConfig:
               f"eval_every={self.eval_every} and select_metric={self.select_metric!r}")
         check(self.select_metric is None or self.select == "best",
               f"select_metric {self.select_metric!r} is used only with select: best")
-        check(self.processes == 1 or self.eval_every == 0,
-              "eval_every needs processes: 1 (evaluation during training runs in one process)")
+        check(self.processes == 1 or (self.eval_every == 0 and self.save_every == 0),
+              f"eval_every and save_every need processes: 1 (evaluation during training runs in one process), got "
+              f"processes={self.processes}")
         check(self.keep_checkpoints >= 1, f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}; "
                f"the newest checkpoint is what a killed run resumes from")
 

@@ -122,6 +122,8 @@ def test_best_selection_on_a_known_val_curve(tmp_path, rows, metric, expected):
     ({"eval_every": 9}, "eval_every must be in [0, iterations = 4] (0: no evaluation), got 9"),
     ({"save_every": -1}, "save_every must be in [0, iterations = 4] (0: none kept), got -1"),
     ({"eval_samples": 0}, "eval_samples must be > 0 (or null: the whole val split), got 0"),
+    ({"save_every": 2, "processes": 2, "rollouts_per_iteration": 64},
+     "eval_every and save_every need processes: 1 (evaluation during training runs in one process), got processes=2"),
 ])
 def test_bad_evaluation_settings_fail_at_parse_time(settings, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("(", r"\(").replace(")", r"\)")):
