@@ -34,6 +34,9 @@ def load(path: str, what: str) -> Any:
     except ImportError as error:
         raise ValueError(f"{what} {path!r}: cannot import {module_name!r} ({error}); install its package or put "
                          f"the module in the project folder") from None
+    except Exception as error:  # the module itself fails: a syntax error, a name it lacks
+        raise ValueError(f"{what} {path!r}: importing {module_name!r} failed: {type(error).__name__}: "
+                         f"{error}") from None
     target: Any = module
     for part in attribute.split("."):
         if not hasattr(target, part):
@@ -50,6 +53,7 @@ def named_in_task(task: Any, parts: tuple[str, ...] = TASK_PARTS) -> list[str]:
     and generation settings' post-processing."""
     if not isinstance(task, dict):
         return []
+
     def mapping(value: Any) -> dict:
         return value if isinstance(value, dict) else {}
 

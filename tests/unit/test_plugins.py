@@ -106,3 +106,11 @@ def test_the_project_files_behind_a_task_files_import_paths(tmp_path):
     assert plugins.source_files(task, tmp_path) == ["my_rewards.py", "pools/echo.py"]  # not the installed one
     assert plugins.source_files(task, tmp_path, parts=("datapool",)) == ["pools/echo.py"]
     assert plugins.source_files(task, tmp_path, parts=("reward", "metrics")) == ["my_rewards.py"]
+
+
+def test_a_plugin_module_that_fails_to_import_is_one_line(tmp_path, monkeypatch):
+    (tmp_path / "broken_rewards.py").write_text("def Brevity(:\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ConfigError, match=r"metric 'broken_rewards:Brevity': importing 'broken_rewards' failed: "
+                                          r"SyntaxError"):
+        parse(MetricSpec, {"id": "broken_rewards:Brevity"}, "t.yaml: metrics[0]")
