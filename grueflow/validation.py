@@ -10,8 +10,9 @@ current mask model, when it is evaluated with masks). Each evaluation runs under
 Everything lives in ``<resume folder>/validation/`` while training, so a killed run resumes it: the curve
 (``val_curves.json``), each evaluation's predictions (``predictions/iteration<k>.jsonl``) and the policies
 kept as plain model folders (``kept/iteration<k>/``: every ``save_every``-th, and under ``select: best``
-every evaluated one). A resumed run drops what lies past the iteration it resumes from and redoes it,
-identically. :meth:`write` puts the curve (CSV, PNG, DVCLive), the predictions and the ``save_every``
+every evaluated one), under the run key (params and inputs, the evaluation's own included). A resumed run
+drops what lies past the iteration it resumes from and redoes it, identically; a run with another key drops
+it all. :meth:`write` puts the curve (CSV, PNG, DVCLive), the predictions and the ``save_every``
 policies into the stage's output, and :meth:`selected` says which policy the stage hands on, and why.
 """
 
@@ -33,7 +34,7 @@ from grueflow.seeding import isolated_rng
 from grueflow.tracking import RunTracker
 from grueflow.training import VALIDATION_DIR as FOLDER
 
-CURVE, PREDICTIONS, KEPT = "val_curves.json", "predictions", "kept"
+CURVE, PREDICTIONS, KEPT, KEY = "val_curves.json", "predictions", "kept", "run_key"
 EVAL_SEED_OFFSET = 7_919  # each evaluation's seed: the run's seed + this + the iteration
 
 
@@ -45,11 +46,11 @@ class Validation:
 
     def __init__(self, root: Path, samples: list[Sample], generation: GenerationConfig, reward: RewardConfig,
                  metrics: tuple[MetricSpec, ...], context: MetricContext, cfg: Any, seed: int,
-                 processor: Optional[Callable[[Any], Any]] = None) -> None:
+                 processor: Optional[Callable[[Any], Any]] = None, key: str = "") -> None:
         self.root, self.generation, self.reward, self.metrics, self.context = root / FOLDER, generation, reward, \
             metrics, context
         self.samples = samples[:cfg.eval_samples] if cfg.eval_samples else samples
-        self.cfg, self.seed, self.processor = cfg, seed, processor
+        self.cfg, self.seed, self.processor, self.key = cfg, seed, processor, key
         self.rows: list[dict[str, Any]] = []
         self.synced = False
 
@@ -78,9 +79,13 @@ class Validation:
                 trainer.policy.tokenizer.save_pretrained(tmp)
 
     def _resume(self, iteration: int) -> None:
-        """Keep what a previous run of this resume folder did up to ``iteration``; drop the rest."""
+        """Keep what a previous run of this resume folder (the same run ``key``) did up to ``iteration``; drop the
+        rest, and everything another run left."""
         self.synced = True
+        if (self.root / KEY).is_file() and (self.root / KEY).read_text() != self.key:
+            shutil.rmtree(self.root)
         self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / KEY).write_text(self.key)
         curve = self.root / CURVE
         self.rows = [row for row in (read_json(curve) if curve.is_file() else []) if row["iteration"] <= iteration]
         for folder, pattern in ((self.root / PREDICTIONS, "iteration*.jsonl"), (self.root / KEPT, "iteration*")):

@@ -84,11 +84,12 @@ def main() -> None:
     reward = Reward(reward_cfg, MetricContext(base_model=args.base_model, max_prompt_length=lengths.prompt,
                                               execution=run.execution))
     trainer = RLTrainer(args.algorithm, cfg, policy, ref_model, reward, train, generation, args.seed, run.parallel)
+    evaluated = (to_dict(eval_generation), to_dict(metrics)) if cfg.eval_every else ()  # what val rows depend on
+    key = run_key(args.algorithm, to_dict(cfg), to_dict(generation), to_dict(reward_cfg), fingerprint(args.init_model),
+                  fingerprint(args.datapool / "train.jsonl"), args.seed, *evaluated)
     context = MetricContext(args.base_model, lengths.prompt, run.execution, policy)
     validation = Validation(run.resume_dir, read_split(args.datapool, "val") if cfg.eval_every else [],
-                            eval_generation, reward_cfg, metrics, context, cfg, args.seed, nlpo_processor(cfg))
-    key = run_key(args.algorithm, to_dict(cfg), to_dict(generation), to_dict(reward_cfg), fingerprint(args.init_model),
-                  fingerprint(args.datapool / "train.jsonl"), args.seed)
+                            eval_generation, reward_cfg, metrics, context, cfg, args.seed, nlpo_processor(cfg), key)
     try:
         state = run.train(trainer, key, cfg.iterations, "iteration", f"{args.algorithm} iterations",
                           Tracking(args.tensorboard, WALL_CLOCK_KEYS), report=log_iteration,

@@ -130,3 +130,22 @@ def test_bad_evaluation_settings_fail_at_parse_time(settings, message):
         parse(PPOConfig, {"iterations": 4, **settings}, "ppo.yaml:")
     with pytest.raises(ConfigError, match="select: best hands on an earlier policy, but eval_with_masks"):
         parse(NLPOConfig, {"iterations": 4, "eval_every": 2, "select": "best", "select_metric": "reward"}, "nlpo.yaml:")
+
+
+def test_a_resume_folder_left_by_another_run_keeps_none_of_its_evaluations(tmp_path):
+    """Rows and kept policies of a run with other params (another run key) are dropped, never reused."""
+    from grueflow.validation import CURVE, KEY
+    from grueflow.training import VALIDATION_DIR
+
+    cfg = PPOConfig(iterations=4, eval_every=2)
+    folder = tmp_path / VALIDATION_DIR
+    folder.mkdir()
+    (folder / KEY).write_text("old-run")
+    (folder / CURVE).write_text('[{"iteration": 0, "reward": 9.0}]')
+    validation = Validation(tmp_path, [], None, None, (), None, cfg, 0, key="new-run")
+    validation._resume(0)
+    assert validation.rows == [] and (folder / KEY).read_text() == "new-run"
+    same = Validation(tmp_path, [], None, None, (), None, cfg, 0, key="new-run")
+    (folder / CURVE).write_text('[{"iteration": 0, "reward": 1.0}, {"iteration": 2, "reward": 2.0}]')
+    same._resume(0)  # the same run, resumed from iteration 0: what it did up to there is kept
+    assert same.rows == [{"iteration": 0, "reward": 1.0}]
