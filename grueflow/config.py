@@ -186,6 +186,25 @@ MAX_THREADS = 1_024  # CPU threads of one job
 MAX_SEED = 2**31 - 1  # NumPy takes seeds below 2^32; the rest is room for the offsets stages add to a seed
 
 
+def check_evaluation(cfg: Any, total: int, unit: str) -> None:
+    """The checks of evaluation during training (``eval_every``, ``eval_samples``, ``save_every``, ``select``,
+    ``select_metric``; :mod:`grueflow.validation`) for a run of ``total`` ``unit``\ s (iterations, epochs)."""
+    check(0 <= cfg.eval_every <= total,
+          f"eval_every must be in [0, {unit}s = {total}] (0: no evaluation), got {cfg.eval_every}")
+    check(0 <= cfg.save_every <= total,
+          f"save_every must be in [0, {unit}s = {total}] (0: none kept), got {cfg.save_every}")
+    check(cfg.eval_samples is None or cfg.eval_samples > 0,
+          f"eval_samples must be > 0 (or null: the whole val split), got {cfg.eval_samples}")
+    check(cfg.select == "last" or (cfg.eval_every > 0 and cfg.select_metric),
+          f"select: best needs eval_every > 0 and a select_metric (a val metric key such as reward), got "
+          f"eval_every={cfg.eval_every} and select_metric={cfg.select_metric!r}")
+    check(cfg.select_metric is None or cfg.select == "best",
+          f"select_metric {cfg.select_metric!r} is used only with select: best")
+    check(cfg.processes == 1 or (cfg.eval_every == 0 and cfg.save_every == 0),
+          f"eval_every and save_every need processes: 1 (evaluation during training runs in one process), got "
+          f"processes={cfg.processes}")
+
+
 def check_size(name: str, value: int, limit: int) -> None:
     """Raise ValueError when size-like param ``name`` is above ``limit``."""
     check(value <= limit, f"{name} = {value:,} is above the limit of {limit:,}; lower it (a typo?)")
@@ -562,6 +581,11 @@ class SupervisedConfig:
     ``train_where`` keeps only the train and val samples whose datapool metadata holds every one of these
     values, e.g. ``{label: 1}``: IMDB's supervised baseline learns from positive reviews only (RL4LMs'
     ``imdb_seq2seq`` with ``positive_ratio: 1.0``) while RL prompts come from all of them.
+
+    Evaluation during training (RL4LMs' supervised trainer evaluates after each epoch): ``eval_every``,
+    ``eval_samples``, ``save_every``, ``select`` and ``select_metric`` as for RL
+    (:class:`grueflow.rl.configs.RLConfig`), counted in epochs and scored with the task's ``eval_generation``
+    and ``metrics`` (not its reward, which is RL's).
     """
 
     epochs: int = 3
@@ -572,6 +596,11 @@ class SupervisedConfig:
     lora: Optional[LoraConfig] = None
     processes: int = 1  # data-parallel processes (accelerate launch); each takes its shard of every batch
     train_where: dict[str, Any] = field(default_factory=dict)
+    eval_every: int = 0  # epochs between evaluations on the val split with the task's metrics; 0: none
+    eval_samples: Optional[int] = None  # the val split's first n samples; null: all of them
+    save_every: int = 0  # epochs between policies kept as outputs (checkpoints/epoch<k>/); 0: none
+    select: Literal["last", "best"] = "last"
+    select_metric: Optional[str] = None
 
     def __post_init__(self) -> None:
         for key, value in self.train_where.items():
@@ -584,6 +613,7 @@ class SupervisedConfig:
         check_size("batch_size", self.batch_size, MAX_BATCH)
         check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
         check(0 <= self.warmup_ratio < 1, f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        check_evaluation(self, self.epochs, "epoch")
 
 
 # ---------------------------------------------------------------------------------------------

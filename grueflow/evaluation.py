@@ -37,8 +37,8 @@ def generate(policy: Policy, samples: list[Sample], gen: GenerationConfig, batch
     return postprocess.apply(gen.post_processing, texts)
 
 
-def score(samples: list[Sample], generations: list[str], reward_cfg: RewardConfig, metrics: tuple[MetricSpec, ...],
-          context: MetricContext, progress: Callable[[int], None] | None = None,
+def score(samples: list[Sample], generations: list[str], reward_cfg: RewardConfig | None,
+          metrics: tuple[MetricSpec, ...], context: MetricContext, progress: Callable[[int], None] | None = None,
           tokens: list[list[str]] | None = None) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, str]]:
     """Per-sample rows (prompt, generation, references, scores), corpus metrics, and the missing metrics.
 
@@ -46,15 +46,18 @@ def score(samples: list[Sample], generations: list[str], reward_cfg: RewardConfi
     corpus scores are added under their namespaced keys. Non-finite corpus values become ``None``
     (a metric that cannot be computed is missing, never 0). A metric that cannot run on this machine
     (a hub model offline, SPICE without Java) is missing too: its keys are ``None`` and the third
-    value maps its id to the reason. The reward itself must always run. ``progress`` is called with 1
-    after the reward and after each metric.
+    value maps its id to the reason. The reward itself must always run (``reward_cfg`` None: no reward, the
+    metrics alone). ``progress`` is called with 1 after the reward and after each metric.
     """
     prompts = [s.prompt for s in samples]
     references = [list(s.references) for s in samples]
     meta = [s.meta for s in samples] if tokens is None else [{**s.meta, TOKENS_KEY: t} for s, t in zip(samples, tokens)]
-    total, parts = Reward(reward_cfg, context)(prompts, generations, references, meta)
-    per_sample: dict[str, list[float]] = {REWARD_KEY: total, **parts}
-    corpus: dict[str, Any] = {REWARD_KEY: mean(total), **{k: mean(v) for k, v in parts.items()}}
+    per_sample: dict[str, list[float]] = {}
+    corpus: dict[str, Any] = {}
+    if reward_cfg is not None:  # None: the metrics alone (a warm start's val scores)
+        total, parts = Reward(reward_cfg, context)(prompts, generations, references, meta)
+        per_sample = {REWARD_KEY: total, **parts}
+        corpus = {REWARD_KEY: mean(total), **{k: mean(v) for k, v in parts.items()}}
     missing: dict[str, str] = {}
     if progress:
         progress(1)

@@ -141,10 +141,16 @@ class SupervisedTrainer(checkpoints.Checkpointed):
         return row
 
     def train(self, checkpoint: Callable[["SupervisedTrainer"], None] | None = None,
-              progress: Callable[[dict[str, float]], None] | None = None) -> list[dict[str, float]]:
-        """Run the remaining epochs, calling ``checkpoint`` after each; returns the loss curve."""
+              progress: Callable[[dict[str, float]], None] | None = None,
+              validate: Callable[["SupervisedTrainer"], None] | None = None) -> list[dict[str, float]]:
+        """Run the remaining epochs, calling ``validate`` (also once before the first;
+        :class:`grueflow.validation.Validation`) and then ``checkpoint`` after each; returns the loss curve."""
+        if validate:
+            validate(self)
         while self.state.epoch < self.cfg.epochs:
             row = self.run_epoch()
+            if validate:
+                validate(self)
             if checkpoint:
                 checkpoint(self)
             if progress:

@@ -1,36 +1,50 @@
 """Stage 3: supervised warm start of the base model on the datapool's (prompt, reference) pairs."""
 
+import shutil
 from pathlib import Path
 
 from grueflow import plots, stage
 from grueflow.checkpoints import run_key
-from grueflow.config import LengthsConfig, SupervisedConfig, to_dict
+from grueflow.config import (ConfigError, GenerationConfig, LengthsConfig, MetricSpec, SupervisedConfig, read_yaml,
+                             to_dict)
 from grueflow.data import read_split
 from grueflow.io import MODEL_DIR, fingerprint, write_csv
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.lora import merged, with_lora
 from grueflow.models.policy import Policy
-from grueflow.params import load_method, load_section
+from grueflow.metrics import METRICS, MetricContext
+from grueflow.params import load_method, load_section, parse, with_fluency
 from grueflow.supervised import SupervisedTrainer, select_samples
 from grueflow.training import Tracking, TrainingRun, add_arguments
+from grueflow.validation import Validation
 
-TASK_KEYS = ("lengths", "method_overrides")
+TASK_KEYS = ("lengths", "eval_generation", "metrics", "method_overrides")
 
 
 def main() -> None:
     p = stage.parser(__doc__)
-    p.add_argument("--task-file", type=Path, required=True, help="params/tasks/<task>.yaml (reads: lengths, method_overrides.supervised)")
+    p.add_argument("--task-file", type=Path, required=True,
+                   help=f"params/tasks/<task>.yaml (reads: {', '.join(TASK_KEYS)}; eval_generation and metrics for "
+                        f"evaluation during training, method_overrides.supervised)")
     p.add_argument("--method-file", type=Path, required=True, help="params/methods/supervised.yaml")
     p.add_argument("--datapool", type=Path, required=True)
     p.add_argument("--base-model", type=Path, required=True, help="a Hugging Face model folder")
     p.add_argument("--seed", type=stage.seed, required=True)
-    add_arguments(p, "a folder: model/, loss_curve.csv, loss_curve.png, dvclive/, stage.json; a checkpoint after "
-                     "every epoch", tracking=True)
+    add_arguments(p, "a folder: model/, loss_curve.csv, loss_curve.png, dvclive/, stage.json; with eval_every, "
+                     "val_curves.csv/.png, dvclive_val/, val_predictions/; with save_every, checkpoints/epoch<k>/; "
+                     "a checkpoint after every epoch", tracking=True)
     args = p.parse_args()
     started = stage.setup(args)
     lengths: LengthsConfig = load_section(LengthsConfig, args.task_file, "lengths")
     cfg: SupervisedConfig = load_method("supervised", args.method_file, args.task_file)
+    eval_generation = load_section(GenerationConfig, args.task_file, "eval_generation")
+    metrics = with_fluency(parse(tuple[MetricSpec, ...], read_yaml(args.task_file).get("metrics"),
+                                 f"{args.task_file}: metrics"))
+    written = sorted({key for spec in metrics for key in METRICS.get(spec.id).keys()})
+    if cfg.select_metric is not None and cfg.select_metric not in written:
+        raise ConfigError(f"{args.method_file}: select_metric {cfg.select_metric!r} is not a key the warm start's "
+                          f"evaluation writes (its metrics, no reward); choose one of {', '.join(written)}")
     check_context(args.base_model, lengths.prompt, lengths.target, str(args.task_file),
                   ("lengths.prompt", "lengths.target"))
     run = TrainingRun.start("warm_start", args, started, args.seed, processes=cfg.processes)
@@ -43,19 +57,31 @@ def main() -> None:
     policy = Policy(model, tokenizer, lengths.prompt, backend)
     trainer = SupervisedTrainer(policy, train, val, cfg, lengths.target, args.seed, run.parallel)
     data = [fingerprint(args.datapool / f"{split}.jsonl") for split in ("train", "val")]
-    key = run_key(to_dict(lengths), to_dict(cfg), fingerprint(args.base_model), data, args.seed)
-    curve = run.train(trainer, key, cfg.epochs, "epoch", "warm start epochs", Tracking(args.tensorboard))
+    evaluated = (to_dict(eval_generation), to_dict(metrics)) if cfg.eval_every else ()  # what val rows depend on
+    key = run_key(to_dict(lengths), to_dict(cfg), fingerprint(args.base_model), data, args.seed, *evaluated)
+    validation = Validation(run.resume_dir, val if cfg.eval_every else [], eval_generation, None, metrics,
+                            MetricContext(args.base_model, lengths.prompt, run.execution, policy), cfg, args.seed,
+                            key=key, unit="epoch", total=cfg.epochs, step=lambda t: t.state.epoch)
+    curve = run.train(trainer, key, cfg.epochs, "epoch", "warm start epochs", Tracking(args.tensorboard),
+                      validate=validation if validation.enabled else None)
+    chosen = validation.selected()
 
     def write(folder: Path) -> None:
-        merged(model).save_pretrained(folder / MODEL_DIR)  # plain Hugging Face weights, LoRA folded in
-        tokenizer.save_pretrained(folder / MODEL_DIR)
+        if chosen:  # select: best: the kept policy of the best val epoch
+            shutil.copytree(validation.selected_model(), folder / MODEL_DIR)
+        else:
+            merged(model).save_pretrained(folder / MODEL_DIR)  # plain Hugging Face weights, LoRA folded in
+            tokenizer.save_pretrained(folder / MODEL_DIR)
+        validation.write(folder, f"warm start on {args.task_file.stem}, seed {args.seed}: val")
         write_csv(folder / "loss_curve.csv", curve)
         plots.learning_curves(curve, "epoch", plots.WARM_START_PANELS, folder / "loss_curve.png",
                               f"warm start on {args.task_file.stem}, seed {args.seed}")
 
     run.finish(write, {"lengths": to_dict(lengths), "supervised": to_dict(cfg), "seed": args.seed,
                        "precision": args.precision},
-               {"datapool": args.datapool, "base_model": args.base_model}, replicas=lambda: [model])
+               {"datapool": args.datapool, "base_model": args.base_model}, replicas=lambda: [model],
+               extra={"selected": chosen or {"select": "last", "epoch": cfg.epochs,
+                                             "why": "select: last hands on the final policy"}})
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from grueflow.config import MAX_BATCH, MAX_COUNT, LoraConfig, check, check_size
+from grueflow.config import MAX_BATCH, MAX_COUNT, LoraConfig, check, check_evaluation, check_size
 
 
 @dataclass(frozen=True)
@@ -121,20 +121,7 @@ class RLConfig:
                f"rollouts_per_iteration={self.rollouts_per_iteration} is not a multiple of "
                f"group_size={self.group_size}; make it one")
         check(self.checkpoint_every > 0, f"checkpoint_every must be > 0, got {self.checkpoint_every}")
-        check(0 <= self.eval_every <= self.iterations,
-              f"eval_every must be in [0, iterations = {self.iterations}] (0: no evaluation), got {self.eval_every}")
-        check(0 <= self.save_every <= self.iterations,
-              f"save_every must be in [0, iterations = {self.iterations}] (0: none kept), got {self.save_every}")
-        check(self.eval_samples is None or self.eval_samples > 0,
-              f"eval_samples must be > 0 (or null: the whole val split), got {self.eval_samples}")
-        check(self.select == "last" or (self.eval_every > 0 and self.select_metric),
-              f"select: best needs eval_every > 0 and a select_metric (a val metric key such as reward), got "
-              f"eval_every={self.eval_every} and select_metric={self.select_metric!r}")
-        check(self.select_metric is None or self.select == "best",
-              f"select_metric {self.select_metric!r} is used only with select: best")
-        check(self.processes == 1 or (self.eval_every == 0 and self.save_every == 0),
-              f"eval_every and save_every need processes: 1 (evaluation during training runs in one process), got "
-              f"processes={self.processes}")
+        check_evaluation(self, self.iterations, "iteration")
         check(self.keep_checkpoints >= 1, f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}; "
                f"the newest checkpoint is what a killed run resumes from")
 

@@ -57,7 +57,7 @@ def test_the_val_curve_the_kept_policies_and_the_best_one(straight):
     assert len((out / "val_predictions" / "iteration2.jsonl").read_text().splitlines()) == 8  # the val split
     assert (out / "val_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert json.loads((out / "dvclive_val" / "metrics.json").read_text())["step"] == 4
-    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["iteration0", "iteration2", "iteration4"]
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["iteration2", "iteration4"]
 
     rewards = {int(r["iteration"]): float(r["reward"]) for r in rows}
     best = max(rewards, key=lambda k: (rewards[k], -k))  # the highest val reward, the earliest on a tie
@@ -65,8 +65,11 @@ def test_the_val_curve_the_kept_policies_and_the_best_one(straight):
     assert selected["select"] == "best" and selected["iteration"] == best and selected["select_metric"] == "reward"
     assert selected["value"] == pytest.approx(rewards[best], abs=1e-6)
     assert "highest val reward of 3 evaluations" in selected["why"]
-    assert (out / "model" / "model.safetensors").read_bytes() == \
-        (out / "checkpoints" / f"iteration{best}" / "model.safetensors").read_bytes()
+    kept = out.parent / "evaluated.resume"  # removed at the end: the kept policy is checked through its bytes
+    assert not kept.exists()
+    if best > 0:
+        assert (out / "model" / "model.safetensors").read_bytes() == \
+            (out / "checkpoints" / f"iteration{best}" / "model.safetensors").read_bytes()
 
 
 def test_evaluating_during_training_leaves_training_as_it_is(straight):
@@ -149,3 +152,25 @@ def test_a_resume_folder_left_by_another_run_keeps_none_of_its_evaluations(tmp_p
     (folder / CURVE).write_text('[{"iteration": 0, "reward": 1.0}, {"iteration": 2, "reward": 2.0}]')
     same._resume(0)  # the same run, resumed from iteration 0: what it did up to there is kept
     assert same.rows == [{"iteration": 0, "reward": 1.0}]
+
+
+def test_the_warm_start_scores_val_each_epoch_and_hands_on_the_best(base, tmp_path):
+    from tests.stages.test_stages import warm_start
+
+    method = tmp_path / "supervised.yaml"
+    method.write_text("epochs: 3\nbatch_size: 16\nlearning_rate: 0.001\neval_every: 1\nsave_every: 3\n"
+                      "select: best\nselect_metric: lexical/rougeL\n")
+    out = tmp_path / "supervised"
+    run(warm_start(base, out, method), ROOT)
+    rows = list(csv.DictReader(open(out / "val_curves.csv")))
+    assert [int(r["epoch"]) for r in rows] == [0, 1, 2, 3] and "reward" not in rows[0]  # metrics only
+    rouge = {int(r["epoch"]): float(r["lexical/rougeL"]) for r in rows}
+    best = max(rouge, key=lambda k: (rouge[k], -k))
+    selected = json.loads((out / "stage.json").read_text())["selected"]
+    assert selected["epoch"] == best and selected["select_metric"] == "lexical/rougeL"
+    assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["epoch3"]
+    kept = out / "checkpoints" / "epoch3" / "model.safetensors"
+    assert ((out / "model" / "model.safetensors").read_bytes() == kept.read_bytes()) == (best == 3)
+    with pytest.raises(ConfigError, match="select: best needs eval_every > 0"):
+        parse(__import__("grueflow.config", fromlist=["SupervisedConfig"]).SupervisedConfig,
+              {"epochs": 2, "select": "best"}, "supervised.yaml:")
