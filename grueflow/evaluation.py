@@ -49,35 +49,62 @@ def score(samples: list[Sample], generations: list[str], reward_cfg: RewardConfi
     value maps its id to the reason. The reward itself must always run (``reward_cfg`` None: no reward, the
     metrics alone). ``progress`` is called with 1 after the reward and after each metric.
     """
-    prompts = [s.prompt for s in samples]
-    references = [list(s.references) for s in samples]
-    meta = [s.meta for s in samples] if tokens is None else [{**s.meta, TOKENS_KEY: t} for s, t in zip(samples, tokens)]
-    per_sample: dict[str, list[float]] = {}
-    corpus: dict[str, Any] = {}
-    if reward_cfg is not None:  # None: the metrics alone (a warm start's val scores)
-        total, parts = Reward(reward_cfg, context)(prompts, generations, references, meta)
-        per_sample = {REWARD_KEY: total, **parts}
-        corpus = {REWARD_KEY: mean(total), **{k: mean(v) for k, v in parts.items()}}
-    missing: dict[str, str] = {}
-    if progress:
-        progress(1)
-    for spec in metrics:
-        metric = METRICS.get(spec.id)
-        try:
-            compute = metric.build(typed_args(spec), context)
-        except (MetricUnavailableError, HubUnreachableError) as error:
-            log.warning("metric %s is missing: %s", spec.id, error)
-            missing[spec.id] = str(error)
-            corpus.update({key: None for key in metric.keys()})
-        else:
-            result = compute(prompts, generations, references, meta)
-            per_sample.update(result.per_sample)
-            corpus.update(result.corpus)
+    return Scorer(reward_cfg, metrics, context)(samples, generations, progress, tokens)
+
+
+class Scorer:
+    """:func:`score` with its reward and metrics built once, each at its first use, and reused for every later
+    batch: evaluation during training scores the val split many times, and a metric may load a model."""
+
+    def __init__(self, reward_cfg: RewardConfig | None, metrics: tuple[MetricSpec, ...], context: MetricContext
+                 ) -> None:
+        self.reward_cfg, self.metrics, self.context = reward_cfg, metrics, context
+        self.reward: Reward | None = None
+        self.built: dict[int, tuple[Callable[..., Any] | None, str | None]] = {}  # metric index -> (fn, why missing)
+
+    def _metric(self, index: int) -> tuple[Callable[..., Any] | None, str | None]:
+        if index not in self.built:
+            spec = self.metrics[index]
+            try:
+                self.built[index] = (METRICS.get(spec.id).build(typed_args(spec), self.context), None)
+            except (MetricUnavailableError, HubUnreachableError) as error:
+                log.warning("metric %s is missing: %s", spec.id, error)
+                self.built[index] = (None, str(error))
+        return self.built[index]
+
+    def __call__(self, samples: list[Sample], generations: list[str], progress: Callable[[int], None] | None = None,
+                 tokens: list[list[str]] | None = None
+                 ) -> tuple[list[dict[str, Any]], dict[str, Any], dict[str, str]]:
+        prompts = [s.prompt for s in samples]
+        references = [list(s.references) for s in samples]
+        meta = ([s.meta for s in samples] if tokens is None
+                else [{**s.meta, TOKENS_KEY: t} for s, t in zip(samples, tokens)])
+        per_sample: dict[str, list[float]] = {}
+        corpus: dict[str, Any] = {}
+        if self.reward_cfg is not None:  # None: the metrics alone (a warm start's val scores)
+            if self.reward is None:
+                self.reward = Reward(self.reward_cfg, self.context)
+            total, parts = self.reward(prompts, generations, references, meta)
+            per_sample = {REWARD_KEY: total, **parts}
+            corpus = {REWARD_KEY: mean(total), **{k: mean(v) for k, v in parts.items()}}
+        missing: dict[str, str] = {}
         if progress:
             progress(1)
-    rows = [{"id": s.id, "prompt": s.prompt, "generation": g, "references": list(s.references),
-             "scores": {k: _finite(v[i]) for k, v in per_sample.items()}} for i, (s, g) in enumerate(zip(samples, generations))]
-    return rows, {k: _finite(v) for k, v in corpus.items()}, missing
+        for index, spec in enumerate(self.metrics):
+            compute, why = self._metric(index)
+            if compute is None:
+                missing[spec.id] = why
+                corpus.update({key: None for key in METRICS.get(spec.id).keys()})
+            else:
+                result = compute(prompts, generations, references, meta)
+                per_sample.update(result.per_sample)
+                corpus.update(result.corpus)
+            if progress:
+                progress(1)
+        rows = [{"id": s.id, "prompt": s.prompt, "generation": g, "references": list(s.references),
+                 "scores": {k: _finite(v[i]) for k, v in per_sample.items()}}
+                for i, (s, g) in enumerate(zip(samples, generations))]
+        return rows, {k: _finite(v) for k, v in corpus.items()}, missing
 
 
 def _finite(value: float) -> float | None:

@@ -104,6 +104,12 @@ _CHECKS = {DatapoolConfig: _datapool, GenerationConfig: _generation, ModelConfig
            RewardComponent: _component, RewardConfig: _reward, TaskConfig: _task, SuiteConfig: _suite}
 
 
+def load_metrics(task_file: str | Path) -> tuple[MetricSpec, ...]:
+    """A task file's ``metrics``, validated, with the fluency perplexity :func:`with_fluency` adds: what its
+    evaluation scores."""
+    return with_fluency(parse(tuple[MetricSpec, ...], read_yaml(task_file).get("metrics"), f"{task_file}: metrics"))
+
+
 def with_fluency(metrics: tuple[MetricSpec, ...]) -> tuple[MetricSpec, ...]:
     """The metrics evaluate scores: the task's, plus perplexity when the task does not list it."""
     if any(m.id == FLUENCY_METRIC for m in metrics):

@@ -51,8 +51,7 @@ class Validation:
                  metrics: tuple[MetricSpec, ...], context: MetricContext, cfg: Any, seed: int,
                  processor: Optional[Callable[[Any], Any]] = None, key: str = "", unit: str = "iteration",
                  total: Optional[int] = None, step: Optional[Callable[[Any], int]] = None) -> None:
-        self.root, self.generation, self.reward, self.metrics, self.context = root / FOLDER, generation, reward, \
-            metrics, context
+        self.root, self.generation = root / FOLDER, generation
         self.samples = samples[:cfg.eval_samples] if cfg.eval_samples else samples
         self.cfg, self.seed, self.processor, self.key = cfg, seed, processor, key
         self.unit = unit
@@ -60,6 +59,7 @@ class Validation:
         self.step = step if step is not None else (lambda trainer: trainer.state.iteration)
         self.rows: list[dict[str, Any]] = []
         self.synced = False
+        self.scorer = evaluation.Scorer(reward, metrics, context)  # its metrics built once, for every evaluation
 
     @property
     def enabled(self) -> bool:
@@ -113,8 +113,7 @@ class Validation:
             tokens: list[list[str]] = []
             generations = evaluation.generate(trainer.policy, self.samples, self.generation, processor=make,
                                               tokens=tokens)
-            rows, corpus, _ = evaluation.score(self.samples, generations, self.reward, self.metrics, self.context,
-                                               tokens=tokens)
+            rows, corpus, _ = self.scorer(self.samples, generations, tokens=tokens)
         model.train(was_training)
         write_jsonl(self.root / PREDICTIONS / f"{self.unit}{step}.jsonl", rows)
         self.rows.append({self.unit: step, **corpus})

@@ -7,7 +7,7 @@ from typing import Any, Callable, Optional
 
 from grueflow import plots, stage
 from grueflow.checkpoints import run_key
-from grueflow.config import ConfigError, GenerationConfig, LengthsConfig, MetricSpec, RewardConfig, read_yaml, to_dict
+from grueflow.config import ConfigError, GenerationConfig, LengthsConfig, RewardConfig, to_dict
 from grueflow.data import read_split
 from grueflow.io import MODEL_DIR, fingerprint, write_csv, write_json
 from grueflow.metrics import MetricContext
@@ -15,10 +15,10 @@ from grueflow.metrics.reward import Reward
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.policy import Policy, Prompts
-from grueflow.params import load_method, load_section, parse, produced_keys, with_fluency
+from grueflow.params import load_method, load_metrics, load_section, produced_keys
 from grueflow.rl import ALGORITHMS
 from grueflow.rl.configs import NLPOConfig
-from grueflow.rl.nlpo import NLPO, FullPassMaskProcessor, save_for_evaluation
+from grueflow.rl.nlpo import NLPO, mask_processors, save_for_evaluation
 from grueflow.rl.trainer import WALL_CLOCK_KEYS, KLCeilingError, NonFiniteError, RLTrainer
 from grueflow.training import Tracking, TrainingRun, add_arguments
 from grueflow.validation import Validation
@@ -32,12 +32,8 @@ def nlpo_processor(cfg: Any) -> Optional[Callable[[RLTrainer], Callable[[Prompts
     if not isinstance(cfg, NLPOConfig) or not cfg.eval_with_masks:
         return None
 
-    def make(trainer: RLTrainer) -> Callable[[Prompts], Any]:
-        nlpo, policy = trainer.algorithm, trainer.policy
-        special = tuple(policy.tokenizer.all_special_ids)
-        return lambda prompts: FullPassMaskProcessor(nlpo.mask_model, policy.kind, prompts, cfg.top_p, cfg.top_k,
-                                                     cfg.min_tokens_to_keep, special, policy.backend)
-    return make
+    return lambda trainer: mask_processors(trainer.algorithm.mask_model, trainer.policy, cfg.top_p, cfg.top_k,
+                                           cfg.min_tokens_to_keep)
 
 
 def log_iteration(row: dict[str, float]) -> None:
@@ -67,8 +63,7 @@ def main() -> None:
     reward_cfg = load_section(RewardConfig, args.task_file, "reward")
     cfg = load_method(args.algorithm, args.method_file, args.task_file)
     eval_generation = load_section(GenerationConfig, args.task_file, "eval_generation")
-    metrics = with_fluency(parse(tuple[MetricSpec, ...], read_yaml(args.task_file).get("metrics"),
-                                 f"{args.task_file}: metrics"))
+    metrics = load_metrics(args.task_file)
     if cfg.select_metric is not None and cfg.select_metric not in produced_keys(reward_cfg, metrics):
         raise ConfigError(f"{args.method_file}: select_metric {cfg.select_metric!r} is not a key the evaluation "
                           f"writes; choose one of {', '.join(sorted(produced_keys(reward_cfg, metrics)))}")

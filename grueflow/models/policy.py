@@ -265,9 +265,9 @@ class Policy:
                                   device=self.device))
         done = torch.zeros(batch, dtype=torch.bool, device=self.device)
         generated = []
-        repeats = repetition_processors(gen)
+        repeats, min_new = repetition_processors(gen), gen.min_new(self.kind)
         for t in range(gen.max_new_tokens):
-            logits = self._warp(repeats(tokens, logits), gen, t, tokens, logits_processor)
+            logits = self._warp(repeats(tokens, logits), gen, t < min_new, tokens, logits_processor)
             token = _draw(logits) if gen.do_sample else logits.argmax(-1)
             token = token.masked_fill(done, self.tokenizer.pad_token_id)
             generated.append(token)
@@ -279,10 +279,11 @@ class Policy:
         completions = torch.stack(generated, dim=1)
         return completions, decoding.kept(completions[:, :-1]) if keep else None
 
-    def _warp(self, logits: torch.Tensor, gen: GenerationConfig, t: int, tokens: torch.Tensor,
+    def _warp(self, logits: torch.Tensor, gen: GenerationConfig, no_eos: bool, tokens: torch.Tensor,
               logits_processor: Any) -> torch.Tensor:
-        """Next-token logits (B, V) after EOS suppression, the processor, temperature, top-k and top-p."""
-        if t < gen.min_new(self.kind):
+        """Next-token logits (B, V) after EOS suppression (``no_eos``: before ``gen.min_new`` tokens), the
+        processor, temperature, top-k and top-p."""
+        if no_eos:
             logits = logits.clone()
             logits[:, self.eos_token_id] = float("-inf")
         if logits_processor is not None:

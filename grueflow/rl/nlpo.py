@@ -130,9 +130,16 @@ def evaluation_processor(folder: Path, policy: Policy) -> Callable[[Prompts], Fu
 
     masks = read_json(folder / MASK_RECORD)
     mask_model, _ = load_pretrained(folder / MASK_DIR, backend=policy.backend, frozen=True)
+    return mask_processors(mask_model, policy, masks["top_p"], masks["top_k"], masks["min_tokens_to_keep"])
+
+
+def mask_processors(mask_model: Any, policy: Policy, top_p: float, top_k: int, min_tokens_to_keep: int
+                    ) -> Callable[[Prompts], FullPassMaskProcessor]:
+    """A maker of each batch's :class:`FullPassMaskProcessor` for ``policy``: ``mask_model``'s nucleus, the
+    policy's special tokens always kept, on the policy's backend."""
     special = tuple(policy.tokenizer.all_special_ids)
-    return lambda prompts: FullPassMaskProcessor(mask_model, policy.kind, prompts, masks["top_p"], masks["top_k"],
-                                                 masks["min_tokens_to_keep"], special, policy.backend)
+    return lambda prompts: FullPassMaskProcessor(mask_model, policy.kind, prompts, top_p, top_k, min_tokens_to_keep,
+                                                 special, policy.backend)
 
 
 class NLPO(PPO):
