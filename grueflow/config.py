@@ -188,7 +188,7 @@ MAX_SEED = 2**31 - 1  # NumPy takes seeds below 2^32; the rest is room for the o
 
 def check_evaluation(cfg: Any, total: int, unit: str) -> None:
     """The checks of evaluation during training (``eval_every``, ``eval_samples``, ``save_every``, ``select``,
-    ``select_metric``; :mod:`grueflow.validation`) for a run of ``total`` ``unit``\ s (iterations, epochs)."""
+    ``select_metric``; :mod:`grueflow.validation`) for a run of ``total`` ``unit``\\ s (iterations, epochs)."""
     check(0 <= cfg.eval_every <= total,
           f"eval_every must be in [0, {unit}s = {total}] (0: no evaluation), got {cfg.eval_every}")
     check(0 <= cfg.save_every <= total,

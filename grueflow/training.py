@@ -134,10 +134,24 @@ class TrainingRun:
         the trainer's ``train`` (evaluation during training, :class:`grueflow.validation.Validation`). Only the main
         process writes checkpoints and logs, and it holds the resume folder (:func:`grueflow.checkpoints.claim`:
         a folder holding anything else, or another process training into it, is refused before any step). An
-        exception leaves the resume folder as it is, for the next run.
+        exception unlocks the resume folder and leaves it as it is, for the next run.
         """
-        if self.parallel.is_main:  # kept open (so locked) until the process ends
+        if self.parallel.is_main:  # kept open (so locked) until the run finishes, fails or the process ends
             self._lock = checkpoints.claim(self.resume_dir, unit, own=(TRACKING_DIR, VALIDATION_DIR))
+        try:
+            return self._train(trainer, key, total, unit, desc, tracking, report, validate)
+        except BaseException:
+            self.release()
+            raise
+
+    def release(self) -> None:
+        """Unlock the resume folder (a no-op when this process holds no lock)."""
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def _train(self, trainer: Resumable, key: str, total: int, unit: str, desc: str, tracking: Optional[Tracking],
+               report: Optional[Callable[[Row], None]], validate: Optional[Callable[[Any], None]]) -> Any:
         resumed = trainer.resume(self.resume_dir, key)
         done = len(trainer.state.curve)
         if resumed is not None:
@@ -186,4 +200,5 @@ class TrainingRun:
                 shutil.copytree(self.resume_dir / TRACKING_DIR, tmp / TRACKING_DIR)
             stage.finish(tmp, self.name, params, inputs, self.started, execution=self.execution.record(), **extra)
         shutil.rmtree(self.resume_dir, ignore_errors=True)
+        self.release()
 
