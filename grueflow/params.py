@@ -15,16 +15,17 @@ are imported when a stage runs them.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from grueflow import config
+from grueflow import config, pipeline
 from grueflow.config import (FLUENCY_METRIC, REWARD_KEY, TRAIN_KL_KEY, ConfigError, DatapoolConfig, GenerationConfig,
                              MetricSpec, ModelConfig, RewardComponent, RewardConfig, SuiteConfig, SupervisedConfig,
                              TaskConfig, check, merge_overrides, read_yaml, set_resolved)
-from grueflow.io import atomic_path
+from grueflow.io import atomic_dir, atomic_path
 from grueflow.data import DATAPOOLS
 from grueflow.metrics import METRICS
 from grueflow.models import MODELS
@@ -214,22 +215,40 @@ VALID = "valid\n"  # the validation stage's output: constant, so it never makes 
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m grueflow.params SUITE [--engine dvc] [--out FILE]``: validate a suite and every params file it
-    names before any stage runs (DVC's first stage; Snakemake validates when it parses the Snakefile). Exit 2
-    with one line on the first problem; with ``--out``, write :data:`VALID` there when all is valid."""
+    """``python -m grueflow.params SUITE [--engine dvc] [--out FILE] [--plugin-code DIR]``: validate a suite and
+    every params file it names before any stage runs (DVC's first stage; Snakemake validates when it parses the
+    Snakefile). Exit 2 with one line on the first problem; with ``--out``, write :data:`VALID` there when all
+    is valid; with ``--plugin-code``, write each task's plugin digests there for DVC
+    (:func:`grueflow.pipeline.plugin_digests`), refusing a plugin source ``dvc.yaml`` does not list."""
     p = argparse.ArgumentParser(prog="python -m grueflow.params", description=main.__doc__)
     p.add_argument("suite", type=Path, help="a suite file, e.g. params/suite.yaml")
     p.add_argument("--engine", choices=("snakemake", "dvc"), default="snakemake",
                    help="also refuse what this engine cannot honour (dvc: rl_starts)")
     p.add_argument("--out", type=Path, default=None, help="write 'valid' here when the suite is valid")
+    p.add_argument("--plugin-code", type=Path, default=None,
+                   help="write <task>/<stage>.json here: the digests of the user code each stage runs (DVC)")
     args = p.parse_args(argv)
     try:
         suite = load_suite(read_yaml(args.suite), str(args.suite))
         if args.engine == "dvc":
             check_for_dvc(suite.config, str(args.suite))
+        if args.plugin_code is not None:
+            params = Path(suite.config.params_dir)
+            digests = pipeline.plugin_digests({name: read_yaml(params / "tasks" / f"{name}.yaml")
+                                               for name in suite.tasks}, Path.cwd())
+            unlisted = pipeline.unlisted_plugin_sources(digests, Path(pipeline.DVC_YAML))
+            if unlisted:
+                raise ConfigError(f"the task files name user code that {pipeline.DVC_YAML} does not list as a "
+                                  f"dependency: {', '.join(unlisted)}; regenerate it with `{pipeline.COMMAND}`")
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    if args.plugin_code is not None:
+        with atomic_dir(args.plugin_code) as tmp:
+            for task, stages in digests.items():
+                (tmp / task).mkdir()
+                for stage, entry in stages.items():
+                    (tmp / task / f"{stage}.json").write_text(json.dumps(entry, indent=1, sort_keys=True) + "\n")
     if args.out is not None:
         with atomic_path(args.out) as tmp:
             tmp.write_text(VALID)

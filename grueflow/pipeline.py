@@ -25,6 +25,7 @@ the repository root. A DVC stage renders them by binding each wildcard to its gr
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import re
 import sys
@@ -35,7 +36,7 @@ from typing import Mapping, Optional
 
 import yaml
 
-from grueflow import codedeps
+from grueflow import codedeps, plugins
 
 ROOT = codedeps.ROOT
 DVC_YAML = "dvc.yaml"
@@ -56,6 +57,7 @@ PREFERENCES = "results/{task}/preferences"
 EVAL = "results/eval/{task}/{method}/seed{seed}"
 CLASSIFIER = "results/{task}/classifier"  # train_classifier's folder; a learned_classifier's model: .../model
 SUITE_CHECK = "results/suite_valid.txt"  # DVC's first stage writes it once the suite and its params files are valid
+PLUGIN_CODE = "results/plugin_code"  # DVC's first stage writes <task>/<stage>.json: digests of the plugins it runs
 BASE_MODEL_HF = BASE_MODEL + "/model"  # the Hugging Face folder inside a model stage's output (grueflow.io.MODEL_DIR)
 WARM_START_HF = WARM_START + "/model"
 MODEL_OUTS = ("{out}/model", "{out}/stage.json")  # what DVC caches of a model-producing stage
@@ -109,7 +111,8 @@ class Stage:
     placeholders for the names above, the wildcards and ``threads``/``precision``. ``outs``, ``metrics`` and
     ``plots``: what ``dvc.yaml`` caches, reads as metrics and plots (``{out}`` is an output's path).
     ``resources``: the default scheduler request, for a stage that is a scheduled job. ``dvc``: its DVC
-    stages (none: Snakemake only).
+    stages (none: Snakemake only). ``plugin_parts``: the task-file parts whose user code (import paths,
+    :mod:`grueflow.plugins`) the stage runs, so that editing that code reruns it.
     """
 
     name: str
@@ -125,6 +128,7 @@ class Stage:
     plots: tuple[Plot, ...] = ()
     resources: Optional[DefaultResources] = None
     dvc: tuple[DvcStage, ...] = ()
+    plugin_parts: tuple[str, ...] = ()
 
     @property
     def wildcards(self) -> tuple[str, ...]:
@@ -153,6 +157,7 @@ _TABLE = (
         args="--task-file {task_file} --out {out}",
         outs=("{out}",),
         resources=DefaultResources(mem_mb=1000, runtime=10),
+        plugin_parts=('datapool',),
         dvc=(DvcStage("prepare_datapool", axes=("task",), after=(SUITE_CHECK,)),),  # every stage's upstream
     ),
     Stage(
@@ -180,6 +185,7 @@ _TABLE = (
         plots=(Plot("{out}/loss_curve.csv", x="epoch", y="val_loss"), Plot("{out}/dvclive/plots/metrics", x="step"),
                Plot("{out}/loss_curve.png")),
         resources=DefaultResources(mem_mb=2000, runtime=60),
+        plugin_parts=('metrics', 'eval_generation'),
         dvc=(DvcStage("warm_start", axes=("task", "seed")),),
     ),
     Stage(
@@ -197,6 +203,7 @@ _TABLE = (
         plots=(Plot("{out}/curves.csv", x="iteration", y="reward/task"), Plot("{out}/dvclive/plots/metrics", x="step"),
                Plot("{out}/curves.png")),
         resources=DefaultResources(mem_mb=3000, runtime=120),
+        plugin_parts=('reward', 'rollout_generation', 'metrics', 'eval_generation'),
         dvc=(DvcStage("rl_finetune", axes=("task", "algorithm", "seed"),
                       bind={"rl_method": "{algorithm}", "init": BASE_MODEL_HF}),
              DvcStage("rl_finetune_supervised", axes=("task", "algorithm", "seed"),
@@ -213,6 +220,7 @@ _TABLE = (
         outs=("{out}/predictions.jsonl", "{out}/stage.json"),
         metrics=("{out}/metrics.json",),
         resources=DefaultResources(mem_mb=2000, runtime=60),
+        plugin_parts=('reward', 'metrics', 'eval_generation'),
         dvc=(DvcStage("evaluate_zero_shot", axes=("task", "seed"),
                       bind={"method": "zero_shot", "identity": "--start zero_shot", "model": BASE_MODEL_HF}),
              DvcStage("evaluate_supervised", axes=("task", "seed"),
@@ -243,6 +251,7 @@ _TABLE = (
         outs=("{out}/preferences.jsonl", "{out}/stage.json"),
         metrics=("{out}/summary.json",),
         resources=DefaultResources(mem_mb=2000, runtime=60),
+        plugin_parts=('reward',),
         dvc=(DvcStage("build_preferences", axes=("task", "method"), comment=(
             "Learning from preferences. Every stage below is a matrix over the suite's preference_methods\n"
             "(dpo), so a suite without them (preference_methods: []) has none of these stages.")),),
@@ -414,8 +423,9 @@ def dvc_stage(stage: Stage, variant: DvcStage) -> dict:
     """The ``dvc.yaml`` entry of one DVC stage of ``stage``: its grid, cmd, deps, params, outs, metrics, plots."""
     names = _names(stage, variant)
     body: dict = {"cmd": render(f"python {stage.script} {stage.args}", names)}
+    plugin_code = [render(plugin_code_file(stage.name), names)] if stage.plugin_parts else []
     body["deps"] = list(dict.fromkeys([*variant.after, *(render(p, names) for p in stage.inputs.values()),
-                                       *stage.code]))
+                                       *plugin_code, *stage.code]))
     for key, values in (("params", _params(stage, names)), ("outs", [render(p, names) for p in stage.outs]),
                         ("metrics", [render(p, names) for p in stage.metrics]),
                         ("plots", [_plot(p, names) for p in stage.plots])):
@@ -432,15 +442,71 @@ VALIDATE_SUITE = "validate_suite"
 VALIDATE_COMMENT = ("The suite and every params file it names, validated before any other stage runs (Snakemake\n"
                     "does the same when it reads the Snakefile): prepare_datapool, upstream of every other stage,\n"
                     "depends on its output, a constant file, so a valid edit reruns only this check and an invalid\n"
-                    "one stops here.")
+                    "one stops here. It also writes the digests of the user code each task's stages run\n"
+                    "(results/plugin_code/<task>/<stage>.json, deps of those stages), so editing a plugin reruns\n"
+                    "exactly them; a task file naming a plugin this file does not list is refused: regenerate.")
 
 
 def validate_suite_stage() -> dict:
     """DVC's first stage: ``python -m grueflow.params`` on the suite, with DVC's own refusals (``--engine dvc``),
-    over every file under ``params/`` (a suite's ``params_dir`` lies there), writing :data:`SUITE_CHECK`."""
-    return {"cmd": f"python -m grueflow.params {SUITE_FILE} --engine dvc --out {SUITE_CHECK}",
-            "deps": ["params", "grueflow/params.py", *codedeps.import_closure("grueflow/params.py")],
-            "outs": [SUITE_CHECK]}
+    over every file under ``params/`` (a suite's ``params_dir`` lies there) and the plugin sources the task
+    files name (:func:`plugin_sources`), writing :data:`SUITE_CHECK` and :data:`PLUGIN_CODE`."""
+    return {"cmd": f"python -m grueflow.params {SUITE_FILE} --engine dvc --out {SUITE_CHECK} "
+                   f"--plugin-code {PLUGIN_CODE}",
+            "deps": ["params", *plugin_sources(), "grueflow/params.py", *codedeps.import_closure("grueflow/params.py")],
+            "outs": [SUITE_CHECK, PLUGIN_CODE]}
+
+
+# -- user code under DVC ---------------------------------------------------------------------------
+# A DVC stage's deps are fixed when dvc.yaml is written, but a task file may name user code by import path.
+# So the first stage depends on every plugin source the task files under params/tasks name, and writes one
+# digest file per task and stage (PLUGIN_CODE/<task>/<stage>.json) that the stage depends on: editing a plugin
+# reruns the first stage, whose rewritten digests make exactly the stages that run that plugin stale. A task
+# file that names a plugin dvc.yaml does not list is refused by the first stage, asking to regenerate.
+
+
+def plugin_code_file(stage: str) -> str:
+    """The template of a stage's digest file of its task's plugin sources."""
+    return f"{PLUGIN_CODE}/{{task}}/{stage}.json"
+
+
+def plugin_sources(root: Path = ROOT) -> list[str]:
+    """The project's source files behind the import paths of every task file under ``root/params/tasks``
+    (:func:`grueflow.plugins.source_files`), sorted; a file that does not parse is left to the suite's
+    validation."""
+    files: set[str] = set()
+    for path in sorted((root / "params" / "tasks").glob("*.yaml")):
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        files.update(plugins.source_files(data, root))
+    return sorted(files)
+
+
+def plugin_digests(tasks: Mapping[str, object], root: Path = ROOT) -> dict[str, dict[str, dict]]:
+    """For each task (name -> its task file's data) and each stage that runs plugins, the import paths the
+    stage's parts name and the sha256 of each of their project source files: ``{task: {stage: {...}}}``."""
+    digests: dict[str, dict[str, dict]] = {}
+    for task, data in tasks.items():
+        digests[task] = {}
+        for stage in _TABLE:
+            if stage.plugin_parts:
+                files = plugins.source_files(data, root, stage.plugin_parts)
+                digests[task][stage.name] = {
+                    "import_paths": plugins.named_in_task(data, stage.plugin_parts),
+                    "sha256": {f: hashlib.sha256((root / f).read_bytes()).hexdigest() for f in files}}
+    return digests
+
+
+def unlisted_plugin_sources(digests: Mapping[str, Mapping[str, dict]], dvc_file: Path) -> list[str]:
+    """The plugin source files in ``digests`` that ``dvc_file``'s first stage does not list as deps (then
+    ``dvc.yaml`` is stale: regenerate it)."""
+    document = yaml.safe_load(dvc_file.read_text(encoding="utf-8")) if dvc_file.is_file() else None
+    stage = ((document or {}).get("stages") or {}).get(VALIDATE_SUITE) or {}
+    listed = set(stage.get("deps") or [])
+    used = {f for stages in digests.values() for entry in stages.values() for f in entry["sha256"]}
+    return sorted(used - listed)
 
 
 def dvc_document() -> dict:

@@ -87,11 +87,16 @@ def test_every_stage_in_the_generated_dvc_yaml_lists_its_cli_and_closure_as_deps
     assert list(document["stages"])[0] == pipeline.VALIDATE_SUITE
     assert set(document["stages"]) == {*stages, pipeline.VALIDATE_SUITE}
     check = document["stages"].pop(pipeline.VALIDATE_SUITE)  # before every other stage, over every params file
-    assert check["outs"] == [pipeline.SUITE_CHECK] and "params" in check["deps"] and "grueflow/params.py" in check["deps"]
+    assert check["outs"] == [pipeline.SUITE_CHECK, pipeline.PLUGIN_CODE]
+    assert "params" in check["deps"] and "grueflow/params.py" in check["deps"]
     assert pipeline.SUITE_CHECK in document["stages"]["prepare_datapool"]["do"]["deps"]
     for name, entry in document["stages"].items():
         deps = (entry.get("do") or entry)["deps"]
         assert set(stages[name].code) <= set(deps), name
+        digests = [d for d in deps if d.startswith(pipeline.PLUGIN_CODE + "/")]  # the user code the stage runs
+        task = "${item}" if entry.get("foreach") else "${item.task}"
+        assert digests == ([f"{pipeline.PLUGIN_CODE}/{task}/{stages[name].name}.json"]
+                           if stages[name].plugin_parts else []), name
         assert not any(Path(ROOT, d).is_dir() for d in deps if d.startswith(("grueflow", "stages"))), name
 
 
@@ -100,6 +105,7 @@ def test_every_rule_takes_its_code_inputs_from_the_table():
     assert set(bodies) == set(STAGES)
     for name, body in bodies.items():
         assert f'code=code("{name}"),' in body, name
+        assert (f'plugins=plugin_code("{name}"),' in body) == bool(STAGES[name].plugin_parts), name
 
 
 # -- the committed dvc.yaml -------------------------------------------------------------------------
@@ -125,8 +131,9 @@ def test_a_dvc_stage_renders_the_cli_params_outs_metrics_and_plots():
         " --init-model results/${item.task}/supervised/seed${item.seed}/model"
         " --base-model results/${item.task}/base_model/model --seed ${item.seed} --threads ${threads}"
         f" --resume-dir {out}.resume --out {out} --precision ${{precision}}")
-    assert entry["deps"][:4] == ["results/${item.task}/datapool", "results/${item.task}/base_model/model",
-                                 "results/${item.task}/supervised/seed${item.seed}/model", "stages/rl_finetune.py"]
+    assert entry["deps"][:5] == ["results/${item.task}/datapool", "results/${item.task}/base_model/model",
+                                 "results/${item.task}/supervised/seed${item.seed}/model",
+                                 "results/plugin_code/${item.task}/rl_finetune.json", "stages/rl_finetune.py"]
     assert entry["params"] == [{"params/suite.yaml": ["precision"]},
                                {"params/tasks/${item.task}.yaml": ["lengths", "rollout_generation", "eval_generation",
                                                                    "reward", "metrics", "method_overrides"]},
@@ -211,4 +218,4 @@ def test_the_table_module_imports_no_implementation_package():
     code = "import sys, grueflow.pipeline; print(sorted(m for m in sys.modules if m.split('.')[0] in " \
            "('grueflow', 'torch', 'transformers', 'numba', 'numpy')))"
     loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    assert loaded.stdout.strip() == "['grueflow', 'grueflow.codedeps', 'grueflow.pipeline']"
+    assert loaded.stdout.strip() == "['grueflow', 'grueflow.codedeps', 'grueflow.pipeline', 'grueflow.plugins']"

@@ -13,13 +13,16 @@ import contextlib
 import json
 import os
 import re
+import subprocess
 from pathlib import Path
 from typing import Iterator
 
 import pytest
+import yaml
 
-from grueflow.pipeline import STAGES
+from grueflow.pipeline import PLUGIN_CODE, STAGES, SUITE_CHECK, SUITE_FILE
 from tests.conftest import copy_project, git_init, run
+from tests.workflow.test_plugin_workflow import readme_block
 
 pytestmark = pytest.mark.slow
 
@@ -27,6 +30,10 @@ PROBE = "grueflow/rl/_unused_probe.py"  # a module no stage imports, in a packag
 HUMAN_TARGETS = ("results/human/sentiment/batches/likert_seed0",
                  "results/human/sentiment/batches/supervised+ppo_vs_supervised_seed0", "results/human_eval_table.csv")
 FILE_SUFFIXES = (".json", ".jsonl", ".csv", ".md", ".html", ".png")
+
+
+VALIDATE = ["python", "-m", "grueflow.params", SUITE_FILE, "--engine", "dvc", "--out", SUITE_CHECK,
+            "--plugin-code", PLUGIN_CODE]  # dvc.yaml's first stage
 
 
 def dry_run(repo: Path, *args: str) -> list[dict[str, str]]:
@@ -83,12 +90,20 @@ def finished(tmp_path_factory) -> Path:
     answers.parent.mkdir(parents=True)
     answers.write_text("")
     git_init(repo)
-    create(repo, [out for job in dry_run(repo) for out in job["output"].split(", ")] + dvc_outputs(repo))
+    mark_complete(repo, "micro suite, marked complete")
+    return repo
+
+
+def mark_complete(repo: Path, message: str) -> None:
+    """Every output of both engines created empty, the first DVC stage's (the suite check and the plugin
+    digests) written for real, marked complete under both engines and committed."""
+    outputs = [out for job in dry_run(repo) for out in job["output"].split(", ")] + dvc_outputs(repo)
+    create(repo, [out for out in outputs if out not in (SUITE_CHECK, PLUGIN_CODE)])
+    run(VALIDATE, repo)
     run(["snakemake", "--cores", "1", "--touch", "--forceall", "all"], repo)
     run(["git", "add", "-A"], repo)
-    run(["git", "commit", "-qm", "micro suite, marked complete"], repo)
+    run(["git", "commit", "-qm", message], repo)
     run(["dvc", "commit", "-f", "-q", "--no-relink"], repo)
-    return repo
 
 
 def stale_dvc_stages(repo: Path) -> dict[str, object]:
@@ -131,3 +146,52 @@ def test_editing_distributed_py_makes_the_stages_that_import_it_stale_under_both
         <= set(status)
     assert set(status) == {name for name in stages if name.split("@")[0] in dvc_importers}
     assert all(entry == [{"changed deps": {"grueflow/distributed.py": "modified"}}] for entry in status.values())
+
+
+@pytest.fixture(scope="module")
+def with_plugin(tmp_path_factory) -> Path:
+    """The micro suite whose sentiment task runs the README's reward module (as its reward and a metric), with
+    dvc.yaml regenerated for it and every output marked complete."""
+    repo = copy_project(tmp_path_factory.mktemp("plugin_deps"))
+    (repo / "my_rewards.py").write_text(readme_block("python", "### Your own reward, metric or datapool"))
+    lines = yaml.safe_load(readme_block("yaml", "and in `params/tasks/<task>.yaml`"))
+    task_path = repo / "params" / "tasks" / "sentiment.yaml"
+    task = yaml.safe_load(task_path.read_text())
+    task["reward"] = lines["reward"]
+    task["metrics"] += lines["metrics"]
+    task_path.write_text(yaml.safe_dump(task, sort_keys=False))
+    git_init(repo)
+    stale = subprocess.run(VALIDATE, cwd=repo, capture_output=True, text=True, timeout=300)
+    assert stale.returncode == 2 and "my_rewards.py" in stale.stderr, stale.stderr  # dvc.yaml predates the plugin
+    assert "python -m grueflow.pipeline dvc --write" in stale.stderr
+    run(["python", "-m", "grueflow.pipeline", "dvc", "--write"], repo)
+    mark_complete(repo, "micro suite with a plugin, marked complete")
+    return repo
+
+
+def test_the_plugin_digests_name_the_module_for_the_stages_that_run_it(with_plugin):
+    code = with_plugin / PLUGIN_CODE
+    digest = json.loads((code / "sentiment" / "rl_finetune.json").read_text())
+    assert digest["import_paths"] == ["my_rewards:Brevity"] and list(digest["sha256"]) == ["my_rewards.py"]
+    for stage in ("warm_start", "evaluate", "build_preferences"):  # a metric; reward and metric; the reward
+        assert json.loads((code / "sentiment" / f"{stage}.json").read_text())["sha256"].keys() == {"my_rewards.py"}
+    assert json.loads((code / "sentiment" / "prepare_datapool.json").read_text())["sha256"] == {}
+    assert all(json.loads(p.read_text())["sha256"] == {} for p in (code / "concepts").iterdir())
+
+
+def test_editing_a_plugin_reruns_exactly_the_dvc_stages_that_run_it(with_plugin):
+    assert stale_dvc_stages(with_plugin) == {}
+    with edited(with_plugin / "my_rewards.py"):
+        assert set(stale_dvc_stages(with_plugin)) == {"validate_suite"}
+        run(["dvc", "repro", "--single-item", "validate_suite"], with_plugin)
+        status = stale_dvc_stages(with_plugin)
+    table_stage = {v.name: s.name for s in STAGES.values() for v in s.dvc}
+    runners = {v.name for s in STAGES.values() if {"reward", "metrics"} & set(s.plugin_parts) for v in s.dvc}
+    assert {name.split("@")[0] for name in status} <= runners
+    assert {"warm_start@sentiment-0", "rl_finetune@sentiment-ppo-0", "rl_finetune_supervised@sentiment-ppo-0",
+            "evaluate_zero_shot@sentiment-0", "evaluate_rl@sentiment-ppo-0"} <= set(status)
+    for name, entry in status.items():  # the task's digest of what the stage runs, nothing else
+        digest = f"{PLUGIN_CODE}/sentiment/{table_stage[name.split('@')[0]]}.json"
+        assert entry == [{"changed deps": {digest: "modified"}}], (name, entry)
+    run(["dvc", "repro", "--single-item", "validate_suite"], with_plugin)  # the module as it was: so its digests
+    assert stale_dvc_stages(with_plugin) == {}

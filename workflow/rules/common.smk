@@ -119,10 +119,11 @@ def code(stage):
     return STAGES[stage].code
 
 
-def plugin_code(*parts):
-    """The project's source files behind the import paths the ``parts`` of a task file name (a datapool, reward,
-    metric or post-processor of your own, grueflow/plugins.py): inputs, so that editing one reruns the stages
-    that run it."""
+def plugin_code(stage):
+    """The project's source files behind the import paths a stage's parts of the task file name (a datapool,
+    reward, metric or post-processor of your own, grueflow/plugins.py; the parts: the stage table's
+    plugin_parts): inputs, so that editing one reruns the stages that run it."""
+    parts = STAGES[stage].plugin_parts
     return lambda w: plugins.source_files(params_file(task_file(w)), parts=parts)
 
 

@@ -1,7 +1,7 @@
 rule prepare_datapool:
     input:
         code=code("prepare_datapool"),
-        plugins=plugin_code("datapool"),
+        plugins=plugin_code("prepare_datapool"),
     output:
         directory(output_of("prepare_datapool")),
     params:

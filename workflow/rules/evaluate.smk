@@ -18,7 +18,7 @@ rule evaluate:
         base_model=output_of("base_model"),
         reward_models=reward_models,
         code=code("evaluate"),
-        plugins=plugin_code("reward", "metrics", "eval_generation"),
+        plugins=plugin_code("evaluate"),
     output:
         directory(output_of("evaluate")),
     params:

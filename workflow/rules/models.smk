@@ -26,7 +26,7 @@ rule warm_start:
         datapool=output_of("prepare_datapool"),
         base_model=output_of("base_model"),
         code=code("warm_start"),
-        plugins=plugin_code("metrics", "eval_generation"),
+        plugins=plugin_code("warm_start"),
     output:
         report(directory(output_of("warm_start")), patterns=["{name}.png"],
                caption="../report/loss_curve.rst", category="Learning curves", subcategory="{task}",

@@ -34,7 +34,7 @@ rule build_preferences:
         datapool=output_of("prepare_datapool"),
         base_model=output_of("base_model"),
         code=code("build_preferences"),
-        plugins=plugin_code("reward"),
+        plugins=plugin_code("build_preferences"),
     output:
         directory(output_of("build_preferences")),
     params:

@@ -19,7 +19,7 @@ rule rl_finetune:
         base_model=output_of("base_model"),
         reward_models=reward_models,
         code=code("rl_finetune"),
-        plugins=plugin_code("reward", "rollout_generation", "metrics", "eval_generation"),
+        plugins=plugin_code("rl_finetune"),
     output:
         report(directory(output_of("rl_finetune")), patterns=["{name}.png"], caption="../report/curves.rst",
                category="Learning curves", subcategory="{task}", labels={"method": "{rl_method}", "seed": "{seed}"}),
