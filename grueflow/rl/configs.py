@@ -18,13 +18,17 @@ class KLConfig:
     """KL penalty against the frozen reference model (Ziegler et al. 2019; RL4LMs' defaults).
 
     Adaptive: ``error = clip((KL - target) / target, -0.2, 0.2)`` and
-    ``coef <- coef * (1 + error * kl_lr)``, once per rollout.
+    ``coef <- coef * (1 + error * kl_lr)``, once per rollout. ``target_per`` says which KL ``target`` is
+    compared with: ``sequence``, the rollout's mean summed KL of a completion; ``token``, its mean KL per
+    completion token (all tokens of the rollout weighted alike), as RL4LMs' ``KLController`` steps on the
+    mean ``kl_div`` of every transition of the rollout buffer, so RL4LMs' ``target_kl`` carries over as is.
     """
 
     coef: float = 0.05
     adaptive: bool = True
     target: Optional[float] = 1.0
     kl_lr: float = 0.1
+    target_per: Literal["sequence", "token"] = "sequence"
 
     def __post_init__(self) -> None:
         check(self.coef >= 0, f"coef must be >= 0, got {self.coef}")

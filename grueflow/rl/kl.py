@@ -33,18 +33,25 @@ KL_ESTIMATORS = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
 class KLController:
     """Fixed or adaptive KL coefficient (Ziegler et al. 2019, as RL4LMs' ``KLController``).
 
-    Adaptive update once per rollout with the batch's mean sequence KL ``kl``:
-    ``error = clip((kl - target) / target, -0.2, 0.2)``, ``coef <- coef * (1 + kl_lr * error)``.
+    Adaptive update once per rollout with the rollout's KL ``kl``, per sequence or per token as ``target_per``
+    says (:class:`grueflow.rl.configs.KLConfig`): ``error = clip((kl - target) / target, -0.2, 0.2)``,
+    ``coef <- coef * (1 + kl_lr * error)``.
     """
 
     coef: float
     adaptive: bool
     target: float | None
     kl_lr: float
+    target_per: str = "sequence"
 
     @classmethod
     def from_config(cls, cfg: KLConfig) -> "KLController":
-        return cls(cfg.coef, cfg.adaptive, cfg.target, cfg.kl_lr)
+        return cls(cfg.coef, cfg.adaptive, cfg.target, cfg.kl_lr, cfg.target_per)
+
+    def step(self, sequence_kl: float, token_kl: float) -> None:
+        """Adapt to a rollout whose mean summed KL per completion is ``sequence_kl`` and whose mean KL per
+        completion token is ``token_kl``."""
+        self.update(token_kl if self.target_per == "token" else sequence_kl)
 
     def update(self, kl: float) -> None:
         if not self.adaptive:

@@ -462,9 +462,10 @@ class RLTrainer:
         else:
             rollout = self.collect()
             update_started = time.perf_counter()
-        seq_kl = rollout.kl.sum(1).mean().item()
+        seq_kl, kl_sum, n_tokens = rollout.kl.sum(1).mean().item(), rollout.kl.sum().item(), rollout.mask.sum().item()
         if self.parallel.enabled:  # one KL for every process: the same coefficient and ceiling decision
-            seq_kl = self.parallel.mean([seq_kl])[0]
+            seq_kl, kl_sum, n_tokens = self.parallel.mean([seq_kl, kl_sum, n_tokens])
+        token_kl = kl_sum / max(n_tokens, 1.0)  # over every completion token of the rollout (all processes)
         kl_coef = self.kl.coef
         runaway = self.cfg.kl_ceiling is not None and seq_kl > self.cfg.kl_ceiling
         if runaway and self.cfg.kl_ceiling_action == "stop":
@@ -474,7 +475,7 @@ class RLTrainer:
                         seq_kl, self.cfg.kl_ceiling)
         stats = {} if runaway else self.update(rollout, first)
         update_s = time.perf_counter() - update_started
-        self.kl.update(seq_kl)
+        self.kl.step(seq_kl, token_kl)
         tokens = rollout.mask.sum().item()
         self.state.iteration += 1
         iteration_s = time.perf_counter() - started
@@ -485,6 +486,7 @@ class RLTrainer:
             **{f"reward/{k}": v for k, v in rollout.components.items()},
             **{f"reward_weighted/{k}": weights[k] * v for k, v in rollout.components.items()},
             "kl/sequence": seq_kl,
+            "kl/token": token_kl,
             "kl/coef": kl_coef,
             **stats,
             "charts/mean_length": rollout.mask.sum(1).mean().item(),

@@ -76,6 +76,19 @@ def test_a_kl_penalty_keeps_the_policy_closer_to_the_reference(sentiment):
     assert final_kl[0.5] < final_kl[0.0], final_kl
 
 
+@pytest.mark.parametrize("per", ["sequence", "token"])
+def test_the_adaptive_kl_steps_on_the_kl_its_target_is_per(sentiment, per):
+    """RL4LMs' target_kl is per token: its controller steps on the mean KL of every transition of the rollout."""
+    trainer = make_trainer(sentiment, "ppo", {"iterations": 3, "epochs": 1,
+                                              "kl": {"coef": 0.2, "adaptive": True, "target": 0.05, "target_per": per}})
+    curve = trainer.train().curve
+    for before, after in zip(curve, curve[1:]):  # the coefficient an iteration used, from the one before's KL
+        assert before["kl/token"] * before["charts/mean_length"] == pytest.approx(before["kl/sequence"], rel=1e-5)
+        measured = before["kl/token"] if per == "token" else before["kl/sequence"]
+        error = min(max((measured - 0.05) / 0.05, -0.2), 0.2)
+        assert after["kl/coef"] == pytest.approx(before["kl/coef"] * (1 + 0.1 * error), rel=1e-5)
+
+
 def test_env_passes_check_env_and_replays_the_trainers_per_token_rewards(sentiment):
     from stable_baselines3.common.env_checker import check_env
 

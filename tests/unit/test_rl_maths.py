@@ -55,6 +55,13 @@ def test_adaptive_kl_controller_update_rule():
     assert fixed.coef == 0.1
 
 
+@pytest.mark.parametrize("per,coef", [("sequence", 0.102), ("token", 0.1 * (1 + 0.1 * -0.1))])
+def test_the_adaptive_kl_target_is_per_sequence_or_per_token(per, coef):
+    ctl = KLController.from_config(KLConfig(coef=0.1, adaptive=True, target=2.0, kl_lr=0.1, target_per=per))
+    ctl.step(sequence_kl=36.0, token_kl=1.8)  # 20 tokens of 1.8: error 0.2 (clipped) per sequence, -0.1 per token
+    assert ctl.coef == pytest.approx(coef)
+
+
 def test_k1_estimates_kl_of_two_categoricals():
     p = torch.tensor([0.7, 0.2, 0.1])
     q = torch.tensor([0.4, 0.4, 0.2])
