@@ -15,17 +15,16 @@ are imported when a stage runs them.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from grueflow import config, pipeline
+from grueflow import config
 from grueflow.config import (FLUENCY_METRIC, REWARD_KEY, TRAIN_KL_KEY, ConfigError, DatapoolConfig, GenerationConfig,
                              MetricSpec, ModelConfig, RewardComponent, RewardConfig, SuiteConfig, SupervisedConfig,
                              TaskConfig, check, merge_overrides, read_yaml, set_resolved)
-from grueflow.io import atomic_dir, atomic_path
+from grueflow.io import atomic_path
 from grueflow.data import DATAPOOLS
 from grueflow.metrics import METRICS
 from grueflow.models import MODELS
@@ -82,7 +81,7 @@ def _reward(cfg: RewardConfig) -> None:
 
 def _task(cfg: TaskConfig) -> None:
     check_headlines(cfg.headline_metrics, cfg.reward, cfg.metrics)
-    valid = ALGORITHMS.names() + ["supervised"]
+    valid = ALGORITHMS.names() + ["supervised"] + [f"{START_PREFIX}{a}" for a in ALGORITHMS.names()]
     unknown = sorted(set(cfg.method_overrides) - set(valid))
     check(not unknown, f"method_overrides: unknown method {unknown[0] if unknown else ''!r}; valid: {', '.join(valid)}")
 
@@ -154,18 +153,33 @@ def method_config(method: str) -> type:
     return SupervisedConfig if method == "supervised" else ALGORITHMS.get(method).Config
 
 
-def load_method(method: str, path: str | Path, task_file: str | Path | None = None) -> Any:
+START_PREFIX = "supervised+"  # method_overrides.supervised+<algorithm>: RL from the warm start only
+STARTS = ("zero_shot", "supervised")
+
+
+def load_method(method: str, path: str | Path, task_file: str | Path | None = None, start: str = "zero_shot") -> Any:
     """A method file (an RL algorithm's or ``supervised``), with the task file's ``method_overrides.<method>``
-    laid over it when ``task_file`` is given: RL4LMs tunes methods per task (e.g. IMDB's KL coefficient)."""
+    laid over it when ``task_file`` is given: RL4LMs tunes methods per task (e.g. IMDB's KL coefficient).
+
+    RL from the warm start (``start="supervised"``) then lays ``method_overrides.supervised+<method>`` over
+    that, as RL4LMs tunes its ``*_on_supervised`` configs apart from the zero-shot ones."""
     try:
         cls = method_config(method)
     except UnknownNameError as err:
         raise ConfigError(f"{path}: {err}") from None
+    if start not in STARTS:
+        raise ConfigError(f"{path}: unknown start {start!r}; valid: {', '.join(STARTS)}")
     data = read_yaml(path)
     overrides = (read_yaml(task_file) or {}).get("method_overrides") if task_file is not None else None
-    if not overrides or not isinstance(overrides, dict) or not overrides.get(method):
-        return parse(cls, data, f"{path}:")
-    return parse(cls, merge_overrides(data, overrides[method]), f"{path} with {task_file}: method_overrides.{method}:")
+    if not isinstance(overrides, dict):
+        overrides = {}
+    names = [method] + ([START_PREFIX + method] if start == "supervised" and method != "supervised" else [])
+    layers = [name for name in names if overrides.get(name)]
+    for name in layers:
+        data = merge_overrides(data, overrides[name])
+    layered = ", ".join(f"method_overrides.{name}" for name in layers)
+    where = f"{path} with {task_file}: {layered}:" if layers else f"{path}:"
+    return parse(cls, data, where)
 
 
 @dataclass(frozen=True)
@@ -197,6 +211,8 @@ def load_suite(data: dict[str, Any], where: str = "suite") -> Suite:
     for name in suite.tasks:  # each task's overrides must give valid methods too
         for method in [*suite.algorithms, "supervised"]:
             load_method(method, params / "methods" / f"{method}.yaml", params / "tasks" / f"{name}.yaml")
+        for method in suite.algorithms:
+            load_method(method, params / "methods" / f"{method}.yaml", params / "tasks" / f"{name}.yaml", "supervised")
     if suite.preference_methods:  # the preference stages' params files
         for stem, cls in preference_method_files(suite.preference_methods).items():
             load_section(cls, params / "methods" / f"{stem}.yaml")
@@ -214,41 +230,31 @@ def check_for_dvc(suite: SuiteConfig, where: str) -> None:
 VALID = "valid\n"  # the validation stage's output: constant, so it never makes a later stage stale
 
 
+def validate(path: Path, engine: str = "snakemake") -> Suite:
+    """The suite at ``path`` and every params file it names, validated (with ``engine="dvc"``, also refusing what
+    DVC cannot honour); raises :class:`ConfigError` on the first problem."""
+    suite = load_suite(read_yaml(path), str(path))
+    if engine == "dvc":
+        check_for_dvc(suite.config, str(path))
+    return suite
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m grueflow.params SUITE [--engine dvc] [--out FILE] [--plugin-code DIR]``: validate a suite and
-    every params file it names before any stage runs (DVC's first stage; Snakemake validates when it parses the
-    Snakefile). Exit 2 with one line on the first problem; with ``--out``, write :data:`VALID` there when all
-    is valid; with ``--plugin-code``, write each task's plugin digests there for DVC
-    (:func:`grueflow.pipeline.plugin_digests`), refusing a plugin source ``dvc.yaml`` does not list."""
+    """``python -m grueflow.params SUITE [--engine dvc] [--out FILE]``: validate a suite and every params file it
+    names before any stage runs (Snakemake validates when it parses the Snakefile; DVC's first stage runs
+    :mod:`grueflow.suite_check`, which also does this). Exit 2 with one line on the first problem; with
+    ``--out``, write :data:`VALID` there when all is valid."""
     p = argparse.ArgumentParser(prog="python -m grueflow.params", description=main.__doc__)
     p.add_argument("suite", type=Path, help="a suite file, e.g. params/suite.yaml")
     p.add_argument("--engine", choices=("snakemake", "dvc"), default="snakemake",
                    help="also refuse what this engine cannot honour (dvc: rl_starts)")
     p.add_argument("--out", type=Path, default=None, help="write 'valid' here when the suite is valid")
-    p.add_argument("--plugin-code", type=Path, default=None,
-                   help="write <task>/<stage>.json here: the digests of the user code each stage runs (DVC)")
     args = p.parse_args(argv)
     try:
-        suite = load_suite(read_yaml(args.suite), str(args.suite))
-        if args.engine == "dvc":
-            check_for_dvc(suite.config, str(args.suite))
-        if args.plugin_code is not None:
-            params = Path(suite.config.params_dir)
-            digests = pipeline.plugin_digests({name: read_yaml(params / "tasks" / f"{name}.yaml")
-                                               for name in suite.tasks}, Path.cwd())
-            unlisted = pipeline.unlisted_plugin_sources(digests, Path(pipeline.DVC_YAML))
-            if unlisted:
-                raise ConfigError(f"the task files name user code that {pipeline.DVC_YAML} does not list as a "
-                                  f"dependency: {', '.join(unlisted)}; regenerate it with `{pipeline.COMMAND}`")
+        validate(args.suite, args.engine)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    if args.plugin_code is not None:
-        with atomic_dir(args.plugin_code) as tmp:
-            for task, stages in digests.items():
-                (tmp / task).mkdir()
-                for stage, entry in stages.items():
-                    (tmp / task / f"{stage}.json").write_text(json.dumps(entry, indent=1, sort_keys=True) + "\n")
     if args.out is not None:
         with atomic_path(args.out) as tmp:
             tmp.write_text(VALID)

@@ -196,7 +196,7 @@ _TABLE = (
         method="{algorithm}",
         suite_keys=("precision",),
         args="--task-file {task_file} --algorithm {algorithm} --method-file {method_file} --datapool {datapool}"
-             " --init-model {init} --base-model {base_model} --seed {seed} --threads {threads}"
+             " --start {start} --init-model {init} --base-model {base_model} --seed {seed} --threads {threads}"
              " --resume-dir {out}.resume --out {out} --precision {precision}",
         outs=MODEL_OUTS,
         metrics=("{out}/train_metrics.json", "{out}/dvclive/metrics.json"),
@@ -205,9 +205,9 @@ _TABLE = (
         resources=DefaultResources(mem_mb=3000, runtime=120),
         plugin_parts=('reward', 'rollout_generation', 'metrics', 'eval_generation'),
         dvc=(DvcStage("rl_finetune", axes=("task", "algorithm", "seed"),
-                      bind={"rl_method": "{algorithm}", "init": BASE_MODEL_HF}),
+                      bind={"rl_method": "{algorithm}", "start": "zero_shot", "init": BASE_MODEL_HF}),
              DvcStage("rl_finetune_supervised", axes=("task", "algorithm", "seed"),
-                      bind={"rl_method": "supervised+{algorithm}", "init": WARM_START_HF})),
+                      bind={"rl_method": "supervised+{algorithm}", "start": "supervised", "init": WARM_START_HF})),
     ),
     Stage(
         "evaluate", script="stages/evaluate.py",
@@ -447,13 +447,15 @@ VALIDATE_COMMENT = ("The suite and every params file it names, validated before 
                     "exactly them; a task file naming a plugin this file does not list is refused: regenerate.")
 
 
+SUITE_CHECK_CLI = "grueflow/suite_check.py"
+
+
 def validate_suite_stage() -> dict:
-    """DVC's first stage: ``python -m grueflow.params`` on the suite, with DVC's own refusals (``--engine dvc``),
+    """DVC's first stage: :mod:`grueflow.suite_check` on the suite (its validation, with DVC's own refusals),
     over every file under ``params/`` (a suite's ``params_dir`` lies there) and the plugin sources the task
     files name (:func:`plugin_sources`), writing :data:`SUITE_CHECK` and :data:`PLUGIN_CODE`."""
-    return {"cmd": f"python -m grueflow.params {SUITE_FILE} --engine dvc --out {SUITE_CHECK} "
-                   f"--plugin-code {PLUGIN_CODE}",
-            "deps": ["params", *plugin_sources(), "grueflow/params.py", *codedeps.import_closure("grueflow/params.py")],
+    return {"cmd": f"python -m grueflow.suite_check {SUITE_FILE} --out {SUITE_CHECK} --plugin-code {PLUGIN_CODE}",
+            "deps": ["params", *plugin_sources(), SUITE_CHECK_CLI, *codedeps.import_closure(SUITE_CHECK_CLI)],
             "outs": [SUITE_CHECK, PLUGIN_CODE]}
 
 

@@ -15,7 +15,7 @@ from grueflow.metrics.reward import Reward
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.policy import Policy, Prompts
-from grueflow.params import load_method, load_metrics, load_section, produced_keys
+from grueflow.params import STARTS, load_method, load_metrics, load_section, produced_keys
 from grueflow.rl import ALGORITHMS
 from grueflow.rl.configs import NLPOConfig
 from grueflow.rl.nlpo import NLPO, mask_processors, save_for_evaluation
@@ -49,6 +49,10 @@ def main() -> None:
                         f"evaluation during training, method_overrides.<algorithm>)")
     p.add_argument("--algorithm", required=True, help=f"one of: {', '.join(ALGORITHMS.names())}")
     p.add_argument("--method-file", type=Path, required=True, help="params/methods/<algorithm>.yaml")
+    p.add_argument("--start", choices=STARTS, default="zero_shot",
+                   help="the run's start, which picks the task file's overrides: zero_shot (from the base model: "
+                        "method_overrides.<algorithm>) or supervised (from the warm start: method_overrides."
+                        "<algorithm>, then method_overrides.supervised+<algorithm>); default zero_shot")
     p.add_argument("--datapool", type=Path, required=True)
     p.add_argument("--init-model", type=Path, required=True, help="start model (a Hugging Face folder); also the frozen KL reference")
     p.add_argument("--base-model", type=Path, required=True, help="the task's base model folder (for fluency rewards)")
@@ -61,7 +65,7 @@ def main() -> None:
     lengths = load_section(LengthsConfig, args.task_file, "lengths")
     generation = load_section(GenerationConfig, args.task_file, "rollout_generation")
     reward_cfg = load_section(RewardConfig, args.task_file, "reward")
-    cfg = load_method(args.algorithm, args.method_file, args.task_file)
+    cfg = load_method(args.algorithm, args.method_file, args.task_file, args.start)
     eval_generation = load_section(GenerationConfig, args.task_file, "eval_generation")
     metrics = load_metrics(args.task_file)
     if cfg.select_metric is not None and cfg.select_metric not in produced_keys(reward_cfg, metrics):

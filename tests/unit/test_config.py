@@ -134,8 +134,31 @@ def test_a_task_overrides_its_methods_and_bad_overrides_name_the_task_file(tmp_p
     with pytest.raises(ConfigError, match=r"t\.yaml: method_overrides\.ppo:.*kl.*coef"):
         load_method("ppo", MICRO / "methods" / "ppo.yaml", tmp_path / "t.yaml")
     data["method_overrides"] = {"pop": {"epochs": 1}}
-    with pytest.raises(ConfigError, match="unknown method 'pop'; valid: a2c, grpo, nlpo, ppo"):
+    with pytest.raises(ConfigError, match="unknown method 'pop'; valid: a2c, grpo, nlpo, ppo.*, supervised, "
+                                          "supervised\\+a2c, .*supervised\\+ppo"):
         parse(TaskConfig, data, "t:")
+
+
+def test_rl_from_the_warm_start_lays_its_own_overrides_over_the_algorithms(tmp_path):
+    """RL4LMs tunes <task>/<model>_ppo_on_supervised apart from <model>_ppo: supervised+ppo over ppo."""
+    from grueflow.params import load_method
+
+    data = task_data()
+    data["method_overrides"] = {"ppo": {"kl": {"coef": 0.2}, "epochs": 3},
+                                "supervised+ppo": {"kl": {"target": 9.0}, "learning_rate": 1e-6}}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(data))
+    zero = load_method("ppo", MICRO / "methods" / "ppo.yaml", tmp_path / "t.yaml")
+    warm = load_method("ppo", MICRO / "methods" / "ppo.yaml", tmp_path / "t.yaml", "supervised")
+    assert (zero.kl.coef, zero.epochs, warm.kl.coef, warm.epochs, warm.kl.target, warm.learning_rate) == \
+        (0.2, 3, 0.2, 3, 9.0, 1e-6)
+    assert zero.kl.target != 9.0 and zero.learning_rate != 1e-6
+    data["method_overrides"]["supervised+ppo"] = {"epochs": 0}
+    (tmp_path / "t.yaml").write_text(yaml.safe_dump(data))
+    load_method("ppo", MICRO / "methods" / "ppo.yaml", tmp_path / "t.yaml")  # the zero-shot start never reads it
+    with pytest.raises(ConfigError, match=r"t\.yaml: method_overrides\.ppo, method_overrides\.supervised\+ppo:.*epochs"):
+        load_method("ppo", MICRO / "methods" / "ppo.yaml", tmp_path / "t.yaml", "supervised")
+    with pytest.raises(ConfigError, match="unknown start 'warm'; valid: zero_shot, supervised"):
+        load_method("ppo", MICRO / "methods" / "ppo.yaml", tmp_path / "t.yaml", "warm")
 
 
 def test_a_suite_may_run_rl_from_one_start_only():

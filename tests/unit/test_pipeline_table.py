@@ -128,7 +128,7 @@ def test_a_dvc_stage_renders_the_cli_params_outs_metrics_and_plots():
     assert entry["cmd"] == (
         "python stages/rl_finetune.py --task-file params/tasks/${item.task}.yaml --algorithm ${item.algorithm}"
         " --method-file params/methods/${item.algorithm}.yaml --datapool results/${item.task}/datapool"
-        " --init-model results/${item.task}/supervised/seed${item.seed}/model"
+        " --start supervised --init-model results/${item.task}/supervised/seed${item.seed}/model"
         " --base-model results/${item.task}/base_model/model --seed ${item.seed} --threads ${threads}"
         f" --resume-dir {out}.resume --out {out} --precision ${{precision}}")
     assert entry["deps"][:5] == ["results/${item.task}/datapool", "results/${item.task}/base_model/model",

@@ -32,7 +32,7 @@ HUMAN_TARGETS = ("results/human/sentiment/batches/likert_seed0",
 FILE_SUFFIXES = (".json", ".jsonl", ".csv", ".md", ".html", ".png")
 
 
-VALIDATE = ["python", "-m", "grueflow.params", SUITE_FILE, "--engine", "dvc", "--out", SUITE_CHECK,
+VALIDATE = ["python", "-m", "grueflow.suite_check", SUITE_FILE, "--out", SUITE_CHECK,
             "--plugin-code", PLUGIN_CODE]  # dvc.yaml's first stage
 
 

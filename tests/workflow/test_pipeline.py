@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import yaml
 
 from grueflow.metrics import describe
 from tests.conftest import copy_project, run, run_both_engines
@@ -115,6 +116,21 @@ def test_editing_one_reward_weight_marks_only_that_tasks_rl_evaluate_and_aggrega
         assert planned_jobs(result.stdout) == SENTIMENT_RL_JOBS
     finally:
         (snakemake_repo / "params" / "tasks" / "sentiment.yaml").write_text(original)
+
+
+def test_overriding_rl_from_the_warm_start_reruns_only_that_start(snakemake_repo):
+    path = snakemake_repo / "params" / "tasks" / "sentiment.yaml"
+    original = path.read_text()
+    try:
+        task = yaml.safe_load(original)
+        task["method_overrides"] = {**(task.get("method_overrides") or {}), "supervised+ppo": {"learning_rate": 1e-4}}
+        path.write_text(yaml.safe_dump(task, sort_keys=False))
+        result = run(["snakemake", "-n", "-p", "--cores", "2", "results/grue_table.csv"], snakemake_repo)
+        assert planned_jobs(result.stdout) == {("rl_finetune", "sentiment", "supervised+ppo"),
+                                               ("evaluate", "sentiment", "supervised+ppo"), ("aggregate", None, None)}
+        assert "--start supervised --datapool" in result.stdout
+    finally:
+        path.write_text(original)
 
 
 def test_misspelt_reward_fails_before_any_job_and_lists_valid_ids(tmp_path):

@@ -1,0 +1,59 @@
+"""DVC's first stage: the suite validated, and the digests of the user code each task's stages run.
+
+``python -m grueflow.suite_check SUITE --out FILE --plugin-code DIR`` validates the suite and every params
+file it names as :func:`grueflow.params.validate` does under DVC (exit 2 with one line on the first problem),
+then writes :data:`grueflow.params.VALID` to ``FILE`` and ``DIR/<task>/<stage>.json`` for every task and every
+stage that runs plugins (:func:`grueflow.pipeline.plugin_digests`): the import paths the stage's parts of the
+task file name and the sha256 of each of their project source files. Each such stage depends on its file, so
+editing a plugin reruns this stage, whose rewritten digests make exactly the stages that run the plugin stale.
+
+A plugin source that ``dvc.yaml``'s first stage does not list as a dependency (a task file names a new one) is
+refused, asking to regenerate ``dvc.yaml``: DVC would not rerun this stage when that file changes. This module
+is kept out of the stages' import closures, so editing the stage table reruns only this check.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from grueflow import pipeline
+from grueflow.config import ConfigError, read_yaml
+from grueflow.io import atomic_dir, atomic_path
+from grueflow.params import VALID, validate
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m grueflow.suite_check", description=__doc__.split("\n\n")[0])
+    p.add_argument("suite", type=Path, help="the suite file, params/suite.yaml")
+    p.add_argument("--out", type=Path, required=True, help="write 'valid' here when the suite is valid")
+    p.add_argument("--plugin-code", type=Path, required=True,
+                   help="write <task>/<stage>.json here: the digests of the user code each stage runs")
+    args = p.parse_args(argv)
+    try:
+        suite = validate(args.suite, "dvc")
+        params = Path(suite.config.params_dir)
+        digests = pipeline.plugin_digests({name: read_yaml(params / "tasks" / f"{name}.yaml")
+                                           for name in suite.config.tasks}, Path.cwd())
+        unlisted = pipeline.unlisted_plugin_sources(digests, Path(pipeline.DVC_YAML))
+        if unlisted:
+            raise ConfigError(f"the task files name user code that {pipeline.DVC_YAML} does not list as a "
+                              f"dependency: {', '.join(unlisted)}; regenerate it with `{pipeline.COMMAND}`")
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    with atomic_dir(args.plugin_code) as tmp:
+        for task, stages in digests.items():
+            (tmp / task).mkdir()
+            for stage, entry in stages.items():
+                (tmp / task / f"{stage}.json").write_text(json.dumps(entry, indent=1, sort_keys=True) + "\n")
+    with atomic_path(args.out) as tmp:
+        tmp.write_text(VALID)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
