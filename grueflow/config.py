@@ -586,6 +586,10 @@ class SupervisedConfig:
     ``eval_samples``, ``save_every``, ``select`` and ``select_metric`` as for RL
     (:class:`grueflow.rl.configs.RLConfig`), counted in epochs and scored with the task's ``eval_generation``
     and ``metrics`` (not its reward, which is RL's).
+
+    ``lr_schedule`` is transformers' ``lr_scheduler_type`` (RL4LMs' supervised configs set it): after a linear
+    warm-up over ``warmup_ratio`` of the steps, ``linear`` decays linearly to 0, ``cosine`` along half a cosine
+    to 0, ``constant_with_warmup`` stays; ``constant`` has no warm-up (``warmup_ratio`` must be 0).
     """
 
     epochs: int = 3
@@ -593,6 +597,7 @@ class SupervisedConfig:
     learning_rate: float = 1e-3
     weight_decay: float = 0.0
     warmup_ratio: float = 0.0
+    lr_schedule: Literal["linear", "cosine", "constant", "constant_with_warmup"] = "linear"
     lora: Optional[LoraConfig] = None
     processes: int = 1  # data-parallel processes (accelerate launch); each takes its shard of every batch
     train_where: dict[str, Any] = field(default_factory=dict)
@@ -613,6 +618,9 @@ class SupervisedConfig:
         check_size("batch_size", self.batch_size, MAX_BATCH)
         check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
         check(0 <= self.warmup_ratio < 1, f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        check(self.lr_schedule != "constant" or self.warmup_ratio == 0,
+              f"lr_schedule constant has no warm-up, but warmup_ratio is {self.warmup_ratio}; "
+              f"use constant_with_warmup, or warmup_ratio: 0")
         check_evaluation(self, self.epochs, "epoch")
 
 

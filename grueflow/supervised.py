@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import math
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -34,6 +35,20 @@ from grueflow.seeding import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 CHECKPOINT_UNIT = "epoch"  # checkpoints are <resume dir>/epoch<k>/
+
+
+def lr_factor(schedule: str, warmup: int, total: int, step: int) -> float:
+    """The learning rate's factor at optimiser ``step`` (0-based) of ``total``, after ``warmup`` warm-up steps,
+    for :class:`~grueflow.config.SupervisedConfig`'s ``lr_schedule`` (transformers' schedules of those names)."""
+    if schedule == "constant":
+        return 1.0
+    if step < warmup:
+        return (step + 1) / (warmup + 1)
+    if schedule == "constant_with_warmup":
+        return 1.0
+    if schedule == "cosine":
+        return max(0.0, 0.5 * (1.0 + math.cos(math.pi * (step - warmup) / max(1, total - warmup))))
+    return max(0.0, (total - step) / max(1, total - warmup))  # linear
 
 
 def pairs(samples: list[Sample]) -> list[tuple[str, str]]:
@@ -88,9 +103,8 @@ class SupervisedTrainer(checkpoints.Checkpointed):
         warmup = int(cfg.warmup_ratio * total)
         self.params = trainable_parameters(policy.model)
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-        self.schedule = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer,
-            lambda s: (s + 1) / (warmup + 1) if s < warmup else max(0.0, (total - s) / max(1, total - warmup)))
+        self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, partial(lr_factor, cfg.lr_schedule,
+                                                                                  warmup, total))
         self.state = checkpoints.EpochState()
         parallel.broadcast_parameters([policy.model])
 
