@@ -179,3 +179,41 @@ class SyntheticConcepts:
             splits[split] = samples
         unlabelled = [_scene(rng, *_concept_set(rng)) for _ in range(args.n_unlabelled)]
         return Datapool(splits, unlabelled)
+
+
+# -- RL4LMs' synthetic sanity tasks --------------------------------------------------------------------------
+
+
+@DATAPOOLS.register("dummy_pool", "RL4LMs' dummy_pool: one prompt n_samples times (the synthetic sanity tasks)")
+class DummyPool:
+    """RL4LMs' ``dummy_pool``: every split holds ``n_samples`` copies of ``prompt`` (no references), so the
+    reward alone says what to write: ``increasing_numbers`` and ``sentences_with_dates``. RL4LMs starts from
+    a pretrained GPT-2; for a model built here the unlabelled text is ``n_unlabelled`` lines of 8 to 20 numbers
+    below 100 in random order (seeded), so its tokenizer and pre-training know numbers but not their order.
+    """
+
+    @dataclass(frozen=True)
+    class Args:
+        n_samples: int = 50
+        prompt: str = "<|endoftext|>"  # GPT-2's EOS, as RL4LMs' configs; a tokenizer built here has "</s>"
+        seed: int = 0
+        n_unlabelled: int = 2000
+
+        def __post_init__(self) -> None:
+            if not self.prompt.strip():
+                raise ValueError(f"prompt must hold a visible character, got {self.prompt!r}")
+            if self.seed < 0:
+                raise ValueError(f"seed must be >= 0, got {self.seed}")
+            for key in ("n_samples", "n_unlabelled"):
+                if getattr(self, key) < 1:
+                    raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+                check_size(key, getattr(self, key), MAX_COUNT)
+
+    @staticmethod
+    def build(args: "DummyPool.Args") -> Datapool:
+        splits = {split: [Sample(f"{split}-{i}", args.prompt, ()) for i in range(args.n_samples)]
+                  for split in ("train", "val", "test")}
+        rng = random.Random(args.seed)
+        unlabelled = [" ".join(str(rng.randrange(100)) for _ in range(rng.randint(8, 20)))
+                      for _ in range(args.n_unlabelled)]
+        return Datapool(splits, unlabelled)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean, require
@@ -136,3 +137,61 @@ class TokenF1(Metric):
     @classmethod
     def build(cls, args: Any, context: MetricContext) -> MetricFn:
         return best_over_references(cls, token_f1)
+
+
+# -- RL4LMs' synthetic sanity tasks (with the dummy_pool datapool) ------------------------------------------
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def increasing_numbers(generation: str, min_tokens: int) -> float:
+    """RL4LMs' ``increasing_numbers`` reward: of the whitespace tokens that parse as numbers, the length of the
+    strictly increasing run that starts at the first one, over ``max(tokens, min_tokens / 2)``; 0 without a
+    number. In [0, 1]."""
+    tokens = generation.split()
+    numbers = [float(token) for token in tokens if _is_number(token)]
+    if not numbers:
+        return 0.0
+    run, previous = 1, numbers[0]
+    for number in numbers[1:]:
+        if number <= previous:
+            break
+        run, previous = run + 1, number
+    return run / max(len(tokens), min_tokens / 2)
+
+
+@METRICS.register("increasing_numbers", "RL4LMs' synthetic reward: the increasing run of numbers over the length")
+class IncreasingNumbers(Metric):
+    category = "synthetic"
+    scores = ("increasing_numbers",)
+
+    @dataclass(frozen=True)
+    class Args:
+        min_tokens: int = 20  # the denominator is at least min_tokens / 2, so a short run scores low
+
+        def __post_init__(self) -> None:
+            if not 1 <= self.min_tokens <= 1_000_000:
+                raise ValueError(f"min_tokens must be in [1, 1000000], got {self.min_tokens}")
+
+    @classmethod
+    def build(cls, args: Any, context: MetricContext) -> MetricFn:
+        return per_generation(cls, lambda generation, meta: increasing_numbers(generation, args.min_tokens))
+
+
+DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+@METRICS.register("sentences_with_dates", "RL4LMs' synthetic reward: 1 if the text holds a YYYY-MM-DD date, else 0")
+class SentencesWithDates(Metric):
+    category = "synthetic"
+    scores = ("has_date",)
+
+    @classmethod
+    def build(cls, args: Any, context: MetricContext) -> MetricFn:
+        return per_generation(cls, lambda generation, meta: float(DATE.search(generation) is not None))
