@@ -11,7 +11,8 @@ Conversions (RL4LMs counts tokens, grueflow counts completions):
 - rollouts_per_iteration: the buffer holds ``n_envs x n_steps`` transitions (tokens), which is
   ``E = n_envs x n_steps / max_episode_length`` completions of full length; minibatch_size is RL4LMs'
   ``batch_size`` tokens in completions, ``m = max(1, round(batch_size / max_episode_length))``; rollouts are
-  ``m x ceil(E / m)`` (a whole number of minibatches). A2C has no minibatches: one update on the rollout.
+  ``m x ceil(E / m)`` (a whole number of minibatches; ``m`` at most ``ceil(E)``; a batch_size left out is
+  stable-baselines3's, 64 for PPO, 128 for TRPO). A2C has no minibatches: one update on ``ceil(E)``.
 - kl: ``target_per: token`` takes ``target_kl`` as is (RL4LMs' controller steps on the mean per-token KL).
 - generation: a key RL4LMs leaves out takes transformers' default (top_k 50 when sampling, num_beams 1,
   min_length 0, length_penalty 1, temperature 1, max_length 20 taken as 20 new tokens); ``min_length`` keeps
@@ -20,8 +21,10 @@ Conversions (RL4LMs counts tokens, grueflow counts completions):
 - supervised: ``num_train_epochs``, ``per_device_train_batch_size``, ``learning_rate``, ``weight_decay``
   (transformers' default 0) and ``lr_scheduler_type`` as ``epochs``, ``batch_size``, ``learning_rate``,
   ``weight_decay`` and ``lr_schedule``.
-- a key RL4LMs' algorithm leaves out takes stable-baselines3's default (ent_coef 0, gae_lambda 0.95,
-  vf_coef 0.5, clip_range 0.2).
+- a key RL4LMs' algorithm leaves out takes stable-baselines3's (sb3-contrib's) default: PPO and NLPO ent_coef 0,
+  gae_lambda 0.95, vf_coef 0.5, clip_range 0.2; A2C ent_coef 0, vf_coef 0.5; TRPO gae_lambda 0.95, target_kl
+  0.01 (``max_kl``).
+- the synthetic tasks' task files are ``<task>_<model>.yaml`` (``dummy_pool``'s prompt is compared too).
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grueflow.config import GenerationConfig, LengthsConfig, RewardConfig
+from grueflow.config import DatapoolConfig, GenerationConfig, LengthsConfig, RewardConfig
 from grueflow.params import load_method, load_section
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,11 +54,17 @@ COLUMNS = ("config", "algorithm", "start", "model", "n_envs", "n_steps", "batch_
 # RL4LMs' task folder -> grueflow's GRUE task file
 GRUE_TASKS = {"imdb_text_continuation": "imdb", "common_gen": "common_gen", "summarization": "cnn_dailymail",
               "totto": "totto", "iwslt2017": "iwslt2017", "narrative_qa": "narrative_qa", "dialog": "daily_dialog"}
-PORTED_ALGORITHMS = ("ppo", "nlpo", "supervised")
+# RL4LMs' synthetic task folders -> grueflow's task file, by the config's model (its file name's first part)
+SYNTHETIC_TASKS = {"synthetic_generate_increasing_numbers": "increasing_numbers", "synthetic_generate_dates":
+                   "sentences_with_dates"}
+MODELS = {"gpt2": "gpt2", "t5": "t5", "bart": "bart", "blendorbot": "blenderbot"}  # RL4LMs' spelling -> ours
+SB3_BATCH = {"ppo": 64, "nlpo": 64, "trpo": 128}  # the batch_size a config leaves out (A2C has none)
 HF_GENERATION = {"do_sample": False, "top_k": 50, "top_p": 1.0, "temperature": 1.0, "num_beams": 1, "min_length": 0,
                  "length_penalty": 1.0, "max_new_tokens": 20}  # transformers' defaults for a key left out
 RL4LMS_MIN_TOKENS_TO_KEEP = 100  # its maskable policies' default
-SB3 = {"ent_coef": 0.0, "gae_lambda": 0.95, "vf_coef": 0.5, "clip_range": 0.2}
+SB3 = {"ppo": {"ent_coef": 0.0, "gae_lambda": 0.95, "vf_coef": 0.5, "clip_range": 0.2},
+       "a2c": {"ent_coef": 0.0, "vf_coef": 0.5}, "trpo": {"gae_lambda": 0.95}}
+SB3["nlpo"] = SB3["ppo"]
 
 
 def _value(data: object, path: str) -> str:
@@ -102,9 +111,15 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
+def task_file(config: str) -> Path:
+    """The grueflow task file of an RL4LMs config (``<folder>/<model>_<algorithm>...``)."""
+    folder, stem = config.split("/")
+    name = GRUE_TASKS.get(folder) or f"{SYNTHETIC_TASKS[folder]}_{MODELS[stem.split('_')[0]]}"
+    return GRUE / "tasks" / f"{name}.yaml"
+
+
 ROWS = read_csv(DATA / "configs.csv")
 DIFFERENCES = {(d["config"], d["field"]): d["why"] for d in read_csv(DATA / "differences.csv")}
-PORTED = [row for row in ROWS if row["config"].split("/")[0] in GRUE_TASKS and row["algorithm"] in PORTED_ALGORITHMS]
 
 
 @pytest.mark.skipif(not RL4LMS.is_dir(), reason="RL4LMs' task configs are not in ../shared/reference")
@@ -143,14 +158,17 @@ def expected(row: dict[str, str]) -> dict[str, object]:
         return {"epochs": int(row["sup_epochs"]), "batch_size": int(row["sup_batch_size"]),
                 "learning_rate": float(row["sup_learning_rate"]), "weight_decay": _number(row["sup_weight_decay"], 0.0),
                 "lr_schedule": row["sup_lr_scheduler"]}
-    episode = int(row["max_episode_length"])
-    per_minibatch = max(1, round(int(row["batch_size"]) / episode))
-    completions = int(row["n_envs"]) * int(row["n_steps"]) / episode
+    algorithm, episode = row["algorithm"], int(row["max_episode_length"])
+    completions = math.ceil(int(row["n_envs"]) * int(row["n_steps"]) / episode)
+    if algorithm == "a2c":  # one update on the whole rollout
+        per_minibatch = completions
+    else:
+        per_minibatch = min(completions, max(1, round(int(row["batch_size"] or SB3_BATCH[algorithm]) / episode)))
     values: dict[str, object] = {
-        "iterations": int(row["n_iters"]), "epochs": int(row["n_epochs"]),
+        "iterations": int(row["n_iters"]),
         "rollouts_per_iteration": per_minibatch * math.ceil(completions / per_minibatch),
         "minibatch_size": per_minibatch, "learning_rate": float(row["learning_rate"]),
-        **{key: _number(row[key], default) for key, default in SB3.items()},
+        **{key: _number(row[key], default) for key, default in SB3[algorithm].items()},
         "kl.coef": float(row["kl_coeff"]), "kl.target": float(row["target_kl"]), "kl.target_per": "token",
         "kl.adaptive": True, "prompt_length": int(row["max_prompt_length"]),
         **{f"rollout.{k}": v for k, v in _generation(row["rollout_generation"]).items()},
@@ -158,6 +176,14 @@ def expected(row: dict[str, str]) -> dict[str, object]:
         **{f"eval.{k}": v for k, v in _generation(row["eval_generation"] or row["rollout_generation"]).items()},
         "reward": _reward(row["reward"]),
     }
+    if algorithm in ("ppo", "nlpo"):
+        values["epochs"] = int(row["n_epochs"])
+    if algorithm == "a2c":
+        values.update({"epochs": 1, "n_steps": int(row["n_steps"])})
+    if algorithm == "trpo":
+        values["max_kl"] = 0.01  # sb3-contrib's target_kl, which RL4LMs' config leaves as is
+    if json.loads(row["datapool"])["id"] == "dummy_pool":
+        values["prompt"] = json.loads(row["datapool"])["args"]["prompt"]
     if row["algorithm"] == "nlpo":
         values.update({"top_p": float(row["top_mask"]), "mask_type": row["mask_type"],
                        "target_update_iterations": int(row["target_update_iterations"])})
@@ -167,15 +193,15 @@ def expected(row: dict[str, str]) -> dict[str, object]:
 
 def grueflow_values(row: dict[str, str]) -> dict[str, object]:
     """The same fields of grueflow's config of that row: ``params/grue``'s task file, method file and overrides."""
-    task_file = GRUE / "tasks" / f"{GRUE_TASKS[row['config'].split('/')[0]]}.yaml"
+    path = task_file(row["config"])
     algorithm = row["algorithm"]
-    method = load_method(algorithm, GRUE / "methods" / f"{algorithm}.yaml", task_file, row["start"] or "zero_shot")
+    method = load_method(algorithm, GRUE / "methods" / f"{algorithm}.yaml", path, row["start"] or "zero_shot")
     if algorithm == "supervised":
         return {"epochs": method.epochs, "batch_size": method.batch_size, "learning_rate": method.learning_rate,
                 "weight_decay": method.weight_decay, "lr_schedule": method.lr_schedule}
-    rollout = load_section(GenerationConfig, task_file, "rollout_generation")
-    evaluation = load_section(GenerationConfig, task_file, "eval_generation")
-    reward = load_section(RewardConfig, task_file, "reward")
+    rollout = load_section(GenerationConfig, path, "rollout_generation")
+    evaluation = load_section(GenerationConfig, path, "eval_generation")
+    reward = load_section(RewardConfig, path, "reward")
 
     def generation(cfg: GenerationConfig) -> dict[str, object]:
         return {"do_sample": cfg.do_sample, "top_k": cfg.top_k if cfg.do_sample else HF_GENERATION["top_k"],
@@ -184,12 +210,12 @@ def grueflow_values(row: dict[str, str]) -> dict[str, object]:
                 "max_new_tokens": cfg.max_new_tokens}
 
     values: dict[str, object] = {
-        "iterations": method.iterations, "epochs": method.epochs,
-        "rollouts_per_iteration": method.rollouts_per_iteration, "minibatch_size": method.minibatch_size,
-        "learning_rate": method.learning_rate, "ent_coef": method.ent_coef, "gae_lambda": method.gae_lambda,
-        "vf_coef": method.vf_coef, "clip_range": method.clip_range, "kl.coef": method.kl.coef,
-        "kl.target": method.kl.target, "kl.target_per": method.kl.target_per, "kl.adaptive": method.kl.adaptive,
-        "prompt_length": load_section(LengthsConfig, task_file, "lengths").prompt,
+        **{key: getattr(method, key) for key in ("iterations", "epochs", "rollouts_per_iteration", "minibatch_size",
+                                                 "learning_rate", "ent_coef", "gae_lambda", "vf_coef", "clip_range",
+                                                 "n_steps", "max_kl") if hasattr(method, key)},
+        "kl.coef": method.kl.coef, "kl.target": method.kl.target, "kl.target_per": method.kl.target_per,
+        "kl.adaptive": method.kl.adaptive, "prompt_length": load_section(LengthsConfig, path, "lengths").prompt,
+        "prompt": load_section(DatapoolConfig, path, "datapool").args.get("prompt"),
         **{f"rollout.{k}": v for k, v in generation(rollout).items()},
         **{f"eval.{k}": v for k, v in generation(evaluation).items()},
         "reward": "+".join(f"{c.metric}{'/' + c.score if c.score else ''}*{float(c.weight)}" for c in reward.components),
@@ -207,7 +233,7 @@ def differing(row: dict[str, str]) -> set[str]:
             if not (ours[field] == pytest.approx(value) if isinstance(value, float) else ours[field] == value)}
 
 
-@pytest.mark.parametrize("row", PORTED, ids=lambda row: row["config"])
+@pytest.mark.parametrize("row", ROWS, ids=lambda row: row["config"])
 def test_the_grueflow_config_is_rl4lms_own_or_says_why_not(row):
     config = row["config"]
     found = differing(row)
@@ -218,11 +244,7 @@ def test_the_grueflow_config_is_rl4lms_own_or_says_why_not(row):
 
 
 def test_every_listed_difference_is_a_ported_config_with_a_reason():
-    ported = {row["config"] for row in PORTED}
-    assert all(config in ported and why.strip() for (config, _), why in DIFFERENCES.items())
+    configs = {row["config"] for row in ROWS}
+    assert all(config in configs and why.strip() for (config, _), why in DIFFERENCES.items())
 
 
-def test_the_rows_not_ported_yet_are_the_synthetic_tasks_and_a2c():
-    missing = sorted(row["config"] for row in ROWS if row not in PORTED)
-    assert missing == ["imdb_text_continuation/gpt2_a2c", *sorted(r["config"] for r in ROWS
-                                                                  if r["config"].startswith("synthetic_"))]
