@@ -1,4 +1,4 @@
-"""Shaping terms for rewards: a length penalty, CommonGen's repeat penalty and a dense token cost (all <= 0)."""
+"""Shaping terms for rewards: a length penalty, CommonGen's repeat penalties and a dense token cost (all <= 0)."""
 
 from __future__ import annotations
 
@@ -64,6 +64,48 @@ class RepeatPenalty(Metric):
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
             scores = [0.0 - args.per_repeat * repeated_content_words(g) for g in generations]
+            return MetricResult({cls.key(): scores}, {cls.key(): mean(scores)})
+
+        return compute
+
+
+def common_gen_penalty(prompt: str, generation: str, prefix: str, end_token: str) -> float:
+    """RL4LMs' ``common_gen_repeat_penalty`` (``CommonGenPenaltyShapingFunction``): -1 when the generation, lower
+    cased, holds the prompt's concept list (the text after ``prefix``, without a final ``end_token``), the
+    prefix, "generate" or "sentence"; else 0. A prompt without the prefix counts whole as the concept list."""
+    concepts = prompt.split(prefix, 1)[1] if prefix in prompt else prompt
+    if end_token and concepts.endswith(end_token):
+        concepts = concepts[:-len(end_token)]
+    text = generation.lower()
+    copied = concepts.lower() in text or prefix in text or "generate" in text or "sentence" in text
+    return -1.0 if copied else 0.0
+
+
+@METRICS.register("common_gen_repeat_penalty",
+                  "RL4LMs' CommonGen shaping: -1 if the generation copies the concepts or the instruction, else 0")
+class CommonGenRepeatPenalty(Metric):
+    """RL4LMs' ``shaping_fn: common_gen_repeat_penalty`` of its METEOR reward (which adds it to METEOR: weight
+    1 here). RL4LMs' prompt ends in its ``concept_end_token`` ".", which it cuts before matching; grueflow's
+    common_gen prompt has no end token, so ``end_token`` is cut only where present."""
+
+    category = "shaping"
+    scores = ("common_gen_penalty",)
+
+    @dataclass(frozen=True)
+    class Args:
+        prefix: str = "generate a sentence with: "
+        end_token: str = "."
+
+        def __post_init__(self) -> None:
+            if not self.prefix.strip():
+                raise ValueError(f"common_gen_repeat_penalty needs a prefix with a visible character; got "
+                                 f"{self.prefix!r}")
+
+    @classmethod
+    def build(cls, args: "CommonGenRepeatPenalty.Args", context: MetricContext) -> MetricFn:
+        def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
+                    meta: Sequence[dict[str, Any]]) -> MetricResult:
+            scores = [common_gen_penalty(p, g, args.prefix, args.end_token) for p, g in zip(prompts, generations)]
             return MetricResult({cls.key(): scores}, {cls.key(): mean(scores)})
 
         return compute

@@ -428,3 +428,20 @@ def test_every_metric_id_is_a_weighted_reward(metric_id, model_args):
         ["p", "p"], generations, references, meta)
     assert set(result.corpus) == set(metric.keys()) and set(result.per_sample) == {metric.key(s) for s in metric.scores}
 
+
+
+@pytest.mark.parametrize("prompt,generation,score", [
+    ("generate a sentence with: dog frisbee catch throw.", "The dog catches the frisbee.", 0.0),
+    # RL4LMs cuts the concept_end_token "." and looks for the concept list as written, case-insensitively
+    ("generate a sentence with: dog frisbee catch throw.", "Dog Frisbee Catch Throw", -1.0),
+    ("generate a sentence with: dog frisbee catch throw.", "a sentence about a dog", -1.0),
+    ("generate a sentence with: dog frisbee catch throw.", "I generate dogs", -1.0),
+    ("generate a sentence with: dog frisbee catch throw.", "generate a sentence with: a dog", -1.0),
+    # grueflow's common_gen prompt has no end token: nothing is cut
+    ("generate a sentence with: dog frisbee catch throw", "dog frisbee catch throw", -1.0),
+    ("generate a sentence with: dog frisbee catch throw", "dog frisbee catch", 0.0),
+])
+def test_common_gen_repeat_penalty_is_rl4lms_shaping(prompt, generation, score):
+    metric = METRICS.get("common_gen_repeat_penalty")
+    result = metric.build(metric.Args(), MetricContext())([prompt], [generation], [()], [{}])
+    assert result.per_sample["shaping/common_gen_penalty"] == [score]
