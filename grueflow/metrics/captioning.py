@@ -57,19 +57,59 @@ class Meteor(Metric):
         return compute
 
 
-def coco_inputs(generations: Sequence[str], references: Sequence[Sequence[str]]) -> tuple[dict, dict, list[int]]:
-    """pycocoevalcap's ``(gts, res)`` dicts over the samples that have references, space-joined tokens."""
+Tokenizer = Callable[[list[str]], list[str]]  # texts -> the same texts as space-joined tokens
+
+
+def simple_tokens(texts: list[str]) -> list[str]:
+    """:func:`tokenize` (lower case, punctuation marks as tokens), space-joined."""
+    return [" ".join(tokenize(text)) for text in texts]
+
+
+def spacy_tokens() -> Tokenizer:
+    """RL4LMs' CIDEr tokenisation (``caption_metrics/cider.py``): spaCy's English tokenizer, case and punctuation
+    kept, each token's text followed by a space, the end stripped. ``spacy.blank("en")`` has the rule-based
+    tokenizer of RL4LMs' ``en_core_web_sm`` without its download."""
+    nlp = require("spacy", "metric 'cider' with tokenize: rl4lms", "spacy").blank("en")
+    return lambda texts: ["".join(token.text + " " for token in nlp(text)).rstrip() for text in texts]
+
+
+def ptb_tokens(java: str) -> Tokenizer:
+    """The COCO caption toolkit's tokenisation: pycocoevalcap's PTBTokenizer (Stanford CoreNLP's PTB tokenizer,
+    run with Java), lower case, punctuation dropped."""
+    module = require("pycocoevalcap.tokenizer.ptbtokenizer", "metric 'cider' with tokenize: coco_ptb", "pycocoevalcap")
+    if shutil.which(java) is None:
+        raise MetricUnavailableError(f"metric 'cider' with tokenize: coco_ptb runs pycocoevalcap's PTBTokenizer with "
+                                     f"Java, and {java!r} is not on PATH; install a JRE (apt-get install default-jre) "
+                                     f"or choose tokenize: rl4lms or simple")
+
+    def run(texts: list[str]) -> list[str]:
+        if not texts:
+            return []
+        tokens = module.PTBTokenizer().tokenize({i: [{"caption": text}] for i, text in enumerate(texts)})
+        return [tokens[i][0] for i in range(len(texts))]
+
+    return run
+
+
+def coco_inputs(generations: Sequence[str], references: Sequence[Sequence[str]],
+                tokens: Tokenizer = simple_tokens) -> tuple[dict, dict, list[int]]:
+    """pycocoevalcap's ``(gts, res)`` dicts over the samples that have references, as ``tokens`` gives them."""
     kept = [i for i, refs in enumerate(references) if refs]
-    gts = {i: [" ".join(tokenize(r)) for r in references[i]] for i in kept}
-    res = {i: [" ".join(tokenize(generations[i]))] for i in kept}
+    flat = [r for i in kept for r in references[i]]
+    texts = tokens(flat + [generations[i] for i in kept])
+    gts, at = {}, 0
+    for i in kept:
+        gts[i], at = texts[at:at + len(references[i])], at + len(references[i])
+    res = {i: [texts[len(flat) + k]] for k, i in enumerate(kept)}
     return gts, res, kept
 
 
 def coco_result(key: str, scorer: Any, value: Callable[[Any], float], generations: Sequence[str],
-                references: Sequence[Sequence[str]]) -> MetricResult:
+                references: Sequence[Sequence[str]], tokens: Tokenizer = simple_tokens) -> MetricResult:
     """Score the samples that have references with a pycocoevalcap scorer (``value`` reads a sample's number
-    from its per-sample output); samples without references, and the corpus when none has any, are NaN."""
-    gts, res, kept = coco_inputs(generations, references)
+    from its per-sample output) on the texts as ``tokens`` splits them; samples without references, and the
+    corpus when none has any, are NaN."""
+    gts, res, kept = coco_inputs(generations, references, tokens)
     scores = [float("nan")] * len(generations)
     corpus = float("nan")
     if kept:
@@ -79,18 +119,37 @@ def coco_result(key: str, scorer: Any, value: Callable[[Any], float], generation
     return MetricResult({key: scores}, {key: float(corpus)})
 
 
+CIDER_TOKENIZERS = ("rl4lms", "coco_ptb", "simple")
+
+
 @METRICS.register("cider", "CIDEr-D (pycocoevalcap Cider, sigma 6, clipped), IDF over the batch's references, in [0, 10]")
 class Cider(Metric):
+    """CIDEr-D as the COCO toolkit's scorer computes it (RL4LMs' copy of that scorer is the same code), on tokens
+    from ``tokenize``: ``rl4lms`` (the default: RL4LMs' own, spaCy's English tokenizer with case and punctuation
+    kept), ``coco_ptb`` (the COCO toolkit's PTB tokenizer: lower case, no punctuation; needs Java) or ``simple``
+    (lower case, punctuation as tokens, a regex)."""
+
     category = "lexical"
     scores = ("cider",)
 
+    @dataclass(frozen=True)
+    class Args:
+        tokenize: str = "rl4lms"
+        java: str = "java"  # for coco_ptb
+
+        def __post_init__(self) -> None:
+            if self.tokenize not in CIDER_TOKENIZERS:
+                raise ValueError(f"tokenize must be one of {', '.join(CIDER_TOKENIZERS)}, got {self.tokenize!r}")
+
     @classmethod
-    def build(cls, args: Any, context: MetricContext) -> MetricFn:
+    def build(cls, args: "Cider.Args", context: MetricContext) -> MetricFn:
         CocoCider = require("pycocoevalcap.cider.cider", "metric 'cider'", "pycocoevalcap").Cider
+        tokens = {"rl4lms": spacy_tokens, "coco_ptb": lambda: ptb_tokens(args.java),
+                  "simple": lambda: simple_tokens}[args.tokenize]()
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
-            return coco_result(cls.key(), CocoCider(), lambda each: each, generations, references)
+            return coco_result(cls.key(), CocoCider(), lambda each: each, generations, references, tokens)
 
         return compute
 

@@ -108,7 +108,7 @@ def test_meteor_without_wordnet_names_the_resource_and_the_fix(monkeypatch, tmp_
 
 def test_cider_d_on_commongen():
     generations, references = shared_data.commongen(3)
-    result = compute("cider", generations, references)
+    result = compute("cider", generations, references, tokenize="simple")  # the default is rl4lms (below)
     assert result.per_sample["lexical/cider"] == pytest.approx([1.198010527448764, 0.9303833926564166, 1.6749970206305762])
     assert result.corpus["lexical/cider"] == pytest.approx(1.2677969802452522)
 
@@ -445,3 +445,61 @@ def test_common_gen_repeat_penalty_is_rl4lms_shaping(prompt, generation, score):
     metric = METRICS.get("common_gen_repeat_penalty")
     result = metric.build(metric.Args(), MetricContext())([prompt], [generation], [()], [{}])
     assert result.per_sample["shaping/common_gen_penalty"] == [score]
+
+
+def _reference_cider(generations, references, tokenize):
+    """CIDEr as the reference code computes it: ``tokenize`` over the (gts, res) dicts with string keys, then
+    pycocoevalcap's Cider (the scorer RL4LMs' caption_metrics/cider.py copies)."""
+    from pycocoevalcap.cider.cider import Cider
+
+    gts = tokenize({str(i): list(refs) for i, refs in enumerate(references)})
+    res = tokenize({str(i): [g] for i, g in enumerate(generations)})
+    corpus, each = Cider().compute_score(gts, res)
+    return corpus, list(each)
+
+
+def _rl4lms_tokenize(texts):  # RL4LMs' Cider.tokenize, with spacy.blank("en")'s tokenizer for en_core_web_sm's
+    import spacy
+
+    nlp = spacy.blank("en")
+    out = {}
+    for key, sentences in texts.items():
+        out[key] = []
+        for sentence in sentences:
+            a = ""
+            for token in nlp(str(sentence)):
+                a += token.text
+                a += " "
+            out[key].append(a.rstrip())
+    return out
+
+
+def _coco_tokenize(texts):  # the COCO caption evaluation's own step
+    from pycocoevalcap.tokenizer.ptbtokenizer import PTBTokenizer
+
+    return PTBTokenizer().tokenize({key: [{"caption": s} for s in sentences] for key, sentences in texts.items()})
+
+
+@pytest.mark.parametrize("data", ["commongen", "iwslt"])
+@pytest.mark.parametrize("tokenize,reference", [("rl4lms", _rl4lms_tokenize), ("coco_ptb", _coco_tokenize)])
+def test_cider_tokenizes_as_rl4lms_or_the_coco_toolkit(data, tokenize, reference):
+    generations, references = getattr(shared_data, data)(12)
+    result = compute("cider", generations, references, tokenize=tokenize)
+    corpus, each = _reference_cider(generations, references, reference)
+    assert result.per_sample["lexical/cider"] == pytest.approx(each, rel=1e-12)
+    assert result.corpus["lexical/cider"] == pytest.approx(corpus, rel=1e-12)
+
+
+def test_cider_tokenizers_differ_where_the_paper_says():
+    rl4lms = METRICS.get("cider")
+    from grueflow.metrics.captioning import ptb_tokens, simple_tokens, spacy_tokens
+
+    text = ["The dog's ball, isn't it?"]
+    assert spacy_tokens()(text) == ["The dog 's ball , is n't it ?"]  # case and punctuation kept
+    assert ptb_tokens("java")(text) == ["the dog 's ball is n't it"]  # lower case, punctuation dropped
+    assert simple_tokens(text) == ["the dog ' s ball , isn ' t it ?"]
+    assert rl4lms.Args().tokenize == "rl4lms"
+    with pytest.raises(ConfigError, match="tokenize must be one of rl4lms, coco_ptb, simple, got 'ptb'"):
+        compute("cider", ["a"], [["a"]], tokenize="ptb")
+    with pytest.raises(MetricUnavailableError, match="Java, and 'no-such-java' is not on PATH"):
+        compute("cider", ["a"], [["a"]], tokenize="coco_ptb", java="no-such-java")
