@@ -618,6 +618,7 @@ class SupervisedConfig:
         check_size("batch_size", self.batch_size, MAX_BATCH)
         check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
         check(0 <= self.warmup_ratio < 1, f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        check(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
         check(self.lr_schedule != "constant" or self.warmup_ratio == 0,
               f"lr_schedule constant has no warm-up, but warmup_ratio is {self.warmup_ratio}; "
               f"use constant_with_warmup, or warmup_ratio: 0")

@@ -27,7 +27,15 @@ from grueflow.config import TRAIN_KL_KEY
 
 REWARD = "reward"
 FLUENCY = "fluency/perplexity"
-LOWER_IS_BETTER = ("perplexity", "fluency_ppl", "ter", "repetition")
+# the scores where lower is better, by whole key (a plugin's key is higher-is-better): the table's fluency column,
+# perplexities, TER, repetition and self-BLEU (lower is more diverse)
+LOWER_IS_BETTER = frozenset({"fluency_ppl", "fluency/perplexity", "fluency/reference_perplexity", "lexical/ter",
+                             "diversity/repetition", "diversity/self_bleu"})
+
+
+def lower_is_better(key: str) -> bool:
+    """True for a score (a metrics key or a table column) where lower is better: :data:`LOWER_IS_BETTER`."""
+    return key in LOWER_IS_BETTER
 METHOD_ORDER = ("zero_shot", "supervised")
 
 
@@ -104,7 +112,7 @@ def _normalised(table: pd.DataFrame, runs: list[dict[str, Any]]) -> pd.Series:
             if values.isna().all() or high == low:
                 continue
             norm = (values - low) / (high - low)
-            parts.append(1 - norm if any(m in metric for m in LOWER_IS_BETTER) else norm)
+            parts.append(1 - norm if lower_is_better(metric) else norm)
         if parts:
             scores[group.index] = pd.concat(parts, axis=1).mean(axis=1)
     return scores

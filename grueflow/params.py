@@ -80,6 +80,7 @@ def _reward(cfg: RewardConfig) -> None:
 
 
 def _task(cfg: TaskConfig) -> None:
+    check_metric_keys(cfg.reward, cfg.metrics)
     check_headlines(cfg.headline_metrics, cfg.reward, cfg.metrics)
     valid = ALGORITHMS.names() + ["supervised"] + [f"{START_PREFIX}{a}" for a in ALGORITHMS.names()]
     unknown = sorted(set(cfg.method_overrides) - set(valid))
@@ -125,8 +126,33 @@ def produced_keys(reward: RewardConfig, metrics: tuple[MetricSpec, ...]) -> set[
     return keys
 
 
+def check_metric_keys(reward: RewardConfig, metrics: tuple[MetricSpec, ...]) -> None:
+    """Raise ValueError when two ``metrics`` write the same key, or a metric writes a reward component's key with
+    other args: evaluation keeps one value a key, so the other would be lost without a word."""
+    writer: dict[str, int] = {}
+    for i, spec in enumerate(metrics):
+        for key in METRICS.get(spec.id).keys():
+            check(key not in writer, f"metrics[{writer.get(key)}] and metrics[{i}] both write {key!r}; list each "
+                                     f"metric once (for two settings of one metric, write a metric of your own)")
+            writer[key] = i
+    for component in reward.components:
+        i = writer.get(component.key)
+        check(i is None or dict(metrics[i].args) == dict(component.args),
+              f"metrics[{i}] ({metrics[i].id if i is not None else ''}) writes {component.key!r}, the reward component "
+              f"{component.metric!r}'s key, with other args ({dict(metrics[i].args) if i is not None else {}} vs "
+              f"{dict(component.args)}); give both the same args, or drop the metric: the reward's components are "
+              f"scored and tabled already")
+
+
 def check_headlines(headline: tuple[str, ...], reward: RewardConfig, metrics: tuple[MetricSpec, ...]) -> None:
-    """Raise ValueError unless every headline metric is a key evaluate writes (the fluency metric included)."""
+    """Raise ValueError unless every headline metric is a key evaluate writes (the fluency metric included), once,
+    and neither the reward nor the fluency perplexity, which the normalised score counts already."""
+    repeated = sorted({h for h in headline if headline.count(h) > 1})
+    check(not repeated, f"headline_metrics lists {repeated} more than once; list each once (each counts once in "
+                        f"the normalised score)")
+    counted = sorted({REWARD_KEY, METRICS.get(FLUENCY_METRIC).key()} & set(headline))
+    check(not counted, f"headline_metrics lists {counted}, which the normalised score counts already (the reward "
+                       f"and fluency_ppl columns); remove it")
     produced = produced_keys(reward, with_fluency(metrics))
     unknown = sorted(set(headline) - produced)
     if unknown:
@@ -221,10 +247,15 @@ def load_suite(data: dict[str, Any], where: str = "suite") -> Suite:
 
 def check_for_dvc(suite: SuiteConfig, where: str) -> None:
     """The suite keys ``dvc.yaml`` cannot honour: its grid runs RL (and DPO) from both starts, so a suite that
-    keeps one (``rl_starts``) is refused under DVC rather than run differently from Snakemake."""
+    keeps one (``rl_starts``) is refused under DVC rather than run differently from Snakemake; its stages read
+    ``params/``, so another ``params_dir`` is refused too."""
     if set(suite.rl_starts) != {"zero_shot", "supervised"}:
         raise ConfigError(f"{where}: rl_starts {list(suite.rl_starts)}: dvc.yaml runs RL from both starts; remove "
                           f"rl_starts (or list both), or run this suite with snakemake, which honours it")
+    if Path(suite.params_dir) != Path("params"):
+        raise ConfigError(f"{where}: params_dir {suite.params_dir!r}: dvc.yaml's stages read params/tasks/ and "
+                          f"params/methods/; copy that folder's tasks/ and methods/ there (and the suite to "
+                          f"params/suite.yaml), or run this suite with snakemake, which honours params_dir")
 
 
 VALID = "valid\n"  # the validation stage's output: constant, so it never makes a later stage stale

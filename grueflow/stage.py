@@ -72,7 +72,44 @@ def setup(args: argparse.Namespace) -> float:
     if threads is not None and not 1 <= threads <= MAX_THREADS:
         raise ConfigError(f"--threads = {threads} is not a thread count; give 1 to {MAX_THREADS} "
                           f"(this machine has {os.cpu_count()} cores)")
+    if vars(args).get("out") is not None:
+        check_out(Path(args.out), args)
     return time.perf_counter()
+
+
+def _paths(value: Any) -> list[Path]:
+    """The paths in one parsed argument: a path, or paths inside lists and tuples (``METHOD=PATH`` pairs)."""
+    if isinstance(value, Path):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [path for item in value for path in _paths(item)]
+    return []
+
+
+OUTPUT_ARGS = ("out", "resume_dir", "tensorboard")  # the arguments that name what a stage writes
+
+
+def check_out(out: Path, args: argparse.Namespace) -> None:
+    """A stage replaces its ``--out`` folder whole, so ``out`` must be new, empty or a stage's own output (it holds
+    a :data:`grueflow.io.STAGE_RECORD`), and must not be or hold any path the stage reads: a
+    :class:`ConfigError` naming both otherwise, before any work."""
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file; give a folder (a stage replaces its --out folder whole)")
+    if out.is_dir() and not (out / io.STAGE_RECORD).is_file():
+        held = sorted(p.name for p in out.iterdir())
+        if held:
+            raise ConfigError(f"--out {out} holds {', '.join(map(repr, held[:3]))}{' and more' if len(held) > 3 else ''} "
+                              f"and no {io.STAGE_RECORD}, so no stage wrote it; a stage replaces its --out folder "
+                              f"whole: give a new folder")
+    mine = out.resolve()
+    for name, value in vars(args).items():
+        if name in OUTPUT_ARGS:
+            continue
+        for path in _paths(value):
+            theirs = path.resolve()
+            if theirs.is_relative_to(mine):
+                raise ConfigError(f"--out {out} holds the input --{name.replace('_', '-')} {path}; a stage replaces "
+                                  f"its --out folder whole, which would delete it: give a folder of its own")
 
 
 class LogProgress:

@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional
 from grueflow import evaluation, plots
 from grueflow.config import GenerationConfig, MetricSpec, RewardConfig
 from grueflow.data import Sample
-from grueflow.grue import LOWER_IS_BETTER
+from grueflow.grue import lower_is_better
 from grueflow.io import atomic_dir, read_json, write_csv, write_json, write_jsonl
 from grueflow.metrics import MetricContext
 from grueflow.models.lora import merged
@@ -129,7 +129,7 @@ class Validation:
         if not scored:
             raise ValueError(f"select_metric {key!r} has no finite val value at any evaluation; choose a key the "
                              f"evaluation writes: {sorted(k for k in self.rows[0] if k != self.unit)}")
-        lower = any(m in key for m in LOWER_IS_BETTER)
+        lower = lower_is_better(key)
         best = (min if lower else max)(scored, key=lambda row: row[key])
         return {"select": "best", self.unit: best[self.unit], "select_metric": key, "value": best[key],
                 "why": f"the {'lowest' if lower else 'highest'} val {key} of {len(scored)} evaluations "

@@ -56,7 +56,8 @@ def main() -> None:
     trainer = SupervisedTrainer(policy, train, val, cfg, lengths.target, args.seed, run.parallel)
     data = [fingerprint(args.datapool / f"{split}.jsonl") for split in ("train", "val")]
     evaluated = (to_dict(eval_generation), to_dict(metrics)) if cfg.eval_every else ()  # what val rows depend on
-    key = run_key(to_dict(lengths), to_dict(cfg), fingerprint(args.base_model), data, args.seed, *evaluated)
+    key = run_key(to_dict(lengths), to_dict(cfg), fingerprint(args.base_model), data, args.seed,
+                  run.execution.precision, *evaluated)
     validation = Validation(run.resume_dir, val if cfg.eval_every else [], eval_generation, None, metrics,
                             MetricContext(args.base_model, lengths.prompt, run.execution, policy), cfg, args.seed,
                             key=key, unit="epoch", total=cfg.epochs, step=lambda t: t.state.epoch)

@@ -129,7 +129,9 @@ def _complete_record(line: str) -> bool:
 
 
 def _cut_partial_tail(fd: int, path: Path) -> None:
-    """Before an append: end a whole last record that lacks its newline, or cut an unfinished fragment."""
+    """Before an append: end a whole last record that lacks its newline, or move an unfinished fragment to
+    ``<path>.cut`` (appended, flushed to disk, then cut here): a crash's leftover, or text edited in by hand,
+    is never lost."""
     size = os.fstat(fd).st_size
     if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
         return
@@ -139,7 +141,13 @@ def _cut_partial_tail(fd: int, path: Path) -> None:
     if _complete_record(tail[keep - start:].decode("utf-8", errors="replace")):
         os.write(fd, b"\n")  # O_APPEND: the newline goes at the end
         return
-    log.warning("%s: cutting an unfinished last line (%d bytes) left by an interrupted write", path, size - keep)
+    cut = path.with_name(path.name + ".cut")
+    with open(cut, "ab") as handle:
+        handle.write(tail[keep - start:] + b"\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    log.warning("%s: moved an unfinished last line (%d bytes: an interrupted write, or text added by hand) to %s",
+                path, size - keep, cut)
     os.ftruncate(fd, keep)
 
 

@@ -32,6 +32,7 @@ class KLConfig:
 
     def __post_init__(self) -> None:
         check(self.coef >= 0, f"coef must be >= 0, got {self.coef}")
+        check(self.kl_lr > 0, f"kl_lr must be > 0 (the coefficient's step toward the target), got {self.kl_lr}")
         if self.adaptive:
             check(self.target is not None and self.target > 0, f"adaptive KL needs target > 0, got {self.target}")
 

@@ -111,6 +111,8 @@ def test_an_interrupted_write_is_cut_and_saved_lines_survive(likert_dir: Path, t
     lines = store.path.read_bytes().split(b"\n")
     assert lines[-1] == b"" and len(lines) == 3
     assert [json.loads(line)["item_id"] for line in lines[:2]] == items[:2]
+    # the fragment is moved aside, not deleted: it may be notes typed in by hand
+    assert (tmp_path / "answers.jsonl.cut").read_bytes() == b'{"annotator": "alice", "item_id": "L0\n'
 
 
 def test_a_whole_last_answer_without_its_newline_is_kept_and_ended(likert_dir: Path, tmp_path: Path) -> None:

@@ -112,6 +112,23 @@ PARAMS = [
         "n_unlabelled",)), id="unknown-datapool-arg"),
     P(Bad(SENTIMENT, setting("model.tokenizer.vocab", 300), (
         "sentiment.yaml: model.tokenizer: unknown key 'vocab'; valid keys: vocab_size",)), id="unknown-tokenizer-key"),
+    # one value a key: a repeat would be lost or counted twice without a word
+    P(Bad(SENTIMENT, setting("metrics", [{"id": "length_penalty", "args": {"target_length": 2}},
+                                         {"id": "length_penalty", "args": {"target_length": 50}}]), (
+        "sentiment.yaml: metrics[0] and metrics[1] both write 'shaping/length_penalty'; list each metric once",)),
+      id="metric-listed-twice"),
+    P(Bad(SENTIMENT, setting("reward.components.1", {"metric": "rouge", "score": "rougeL", "weight": 0.1,
+                                                     "args": {"use_stemmer": False}}), (
+        "metrics[1] (rouge) writes 'lexical/rougeL', the reward component 'rouge''s key, with other args ({} vs "
+        "{'use_stemmer': False})",)), id="metric-shadows-a-reward-component"),
+    P(Bad(SENTIMENT, setting("headline_metrics", ["lexical/rougeL", "lexical/rougeL"]), (
+        "sentiment.yaml: headline_metrics lists ['lexical/rougeL'] more than once",)), id="headline-twice"),
+    P(Bad(SENTIMENT, setting("headline_metrics", ["reward", "fluency/perplexity"]), (
+        "headline_metrics lists ['fluency/perplexity', 'reward'], which the normalised score counts already",)),
+      id="headline-reward"),
+    P(Bad(PPO, setting("kl.kl_lr", -0.1), ("ppo.yaml: kl: kl_lr must be > 0", "got -0.1")), id="negative-kl-lr"),
+    P(Bad(SUPERVISED, setting("weight_decay", -0.01), ("supervised.yaml: weight_decay must be >= 0, got -0.01",)),
+      id="negative-weight-decay"),
     # wrong types
     P(Bad(SENTIMENT, setting("lengths.prompt", "long"), ("sentiment.yaml: lengths.prompt: expected an integer, got "
                                                          "'long'",)), id="type-int"),
@@ -884,3 +901,78 @@ def test_a_finished_model_folder_missing_its_tokenizer_is_named_before_transform
     with pytest.raises(MissingDataError, match=rf"{re.escape(str(out))} is damaged: model/tokenizer\.json is missing; "
                                                r"delete the folder and rerun the pipeline"):
         load_pretrained(out / "model")
+
+
+# ---------------------------------------------------------------------------------------------
+# What a stage writes: its --out folder is replaced whole, so it must be its own
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("make, expect", [
+    P(lambda out, pool: (out.mkdir(), (out / "thesis.tex").write_text("\\section{}")),
+      "holds 'thesis.tex' and no stage.json, so no stage wrote it; a stage replaces its --out folder whole",
+      id="a-user-folder"),
+    P(lambda out, pool: out.write_text("notes"), "is a file; give a folder", id="a-file"),
+    P(None, "holds the input --datapool", id="its-own-input"),
+])
+def test_a_stage_never_replaces_a_folder_it_did_not_write_or_its_input(tmp_path: Path, call_stage, make, expect):
+    pool = tmp_path / "pool"
+    assert call_stage("prepare_datapool", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--out", pool).code == 0
+    out = pool if make is None else tmp_path / "out"
+    if make is not None:
+        make(out, pool)
+    before = sorted((p.name, p.read_bytes()) for p in out.rglob("*") if p.is_file()) if out.is_dir() else \
+        out.read_bytes()
+    result = call_stage("evaluate", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--task", "sentiment",
+                        "--start", "zero_shot", "--datapool", pool, "--model", tmp_path / "m", "--base-model",
+                        tmp_path / "m", "--seed", "0", "--out", out)
+    assert_fails_in_one_line(result, expect)
+    after = sorted((p.name, p.read_bytes()) for p in out.rglob("*") if p.is_file()) if out.is_dir() else \
+        out.read_bytes()
+    assert after == before  # untouched
+    again = call_stage("prepare_datapool", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--out", pool)
+    assert again.code == 0, again.stderr  # a stage's own output folder is still replaced
+
+
+def test_importing_answers_never_replaces_the_answers_folder(tmp_path: Path, call_stage):
+    answers = tmp_path / "answers"
+    answers.mkdir()
+    (answers / "answers.jsonl").write_text('{"item": "x"}\n')
+    (answers / "notes.txt").write_text("annotator 3 left early")
+    result = call_stage("import_human_eval", "--batch", tmp_path / "batch", "--answers", answers, "--out", answers)
+    assert_fails_in_one_line(result, f"--out {answers} holds 'answers.jsonl', 'notes.txt' and no stage.json")
+    assert (answers / "notes.txt").read_text() == "annotator 3 left early"
+
+
+def test_dvc_refuses_a_suite_whose_params_dir_its_stages_do_not_read(params: Path):
+    from grueflow.params import validate
+
+    shutil.copytree(params / "tasks", params / "alt" / "tasks")
+    shutil.copytree(params / "methods", params / "alt" / "methods")
+    suite = params / SUITE
+    suite.write_text(suite.read_text().replace("params_dir: params", "params_dir: params/alt"))
+    assert validate(suite).config.params_dir == "params/alt"  # Snakemake honours it
+    with pytest.raises(ConfigError, match=r"params_dir 'params/alt': dvc.yaml's stages read params/tasks/"):
+        validate(suite, "dvc")
+
+
+@pytest.mark.parametrize("key, lower", [
+    ("fluency_ppl", True), ("fluency/perplexity", True), ("fluency/reference_perplexity", True), ("lexical/ter", True),
+    ("diversity/repetition", True), ("diversity/self_bleu", True),
+    ("custom/better", False), ("task/character_f1", False), ("custom/filter_rate", False), ("lexical/bleu", False),
+])
+def test_lower_is_better_by_whole_key_not_by_substring(key, lower):
+    from grueflow.grue import lower_is_better
+
+    assert lower_is_better(key) is lower
+
+
+@pytest.mark.parametrize("args, expect", [
+    (["--predictions", "ppo=A", "ppo=B"], "--predictions names 'ppo' more than once; give each method once"),
+    (["--predictions", "ppo=A", "--max-items", "0"], "argument --max-items: 0 keeps no item; give an integer >= 1"),
+    (["--predictions", "ppo=A", "--max-items", "-1"], "argument --max-items: -1 keeps no item"),
+])
+def test_a_human_batch_is_refused_when_it_would_mislabel_or_drop_items(tmp_path: Path, call_stage, args, expect):
+    result = call_stage("export_human_eval", "--kind", "likert", "--criteria", "sentiment", "--seed", "0", *args,
+                        "--out", tmp_path / "batch")
+    assert result.code == 2 and expect in result.stderr, result.stderr
+    assert not (tmp_path / "batch").exists()

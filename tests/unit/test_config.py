@@ -37,7 +37,7 @@ def test_misspelt_reward_metric_lists_valid_ids():
     assert "unknown metric 'rogue'" in message
     assert "reward.components[0]" in message
     assert "rouge" in message and "lexicon_sentiment" in message
-    assert "bert_score, bleu, bleurt, chrf, chrf_plus_plus, cider, concept_coverage" in message
+    assert "bert_score, bleu, bleurt, chrf, chrf_plus_plus, cider, common_gen_repeat_penalty, concept_coverage" in message
 
 
 def test_unknown_key_names_the_valid_keys():
@@ -65,7 +65,7 @@ def test_unknown_datapool_model_and_datapool_args():
     data = task_data()
     data["datapool"]["id"] = "imbd"
     with pytest.raises(ConfigError, match=r"unknown datapool 'imbd'; valid datapool ids: cnn_dailymail, common_gen, custom, "
-                                          r"daily_dialog, imdb, iwslt2017, narrative_qa, synthetic_concepts, synthetic_sentiment, totto"):
+                                          r"daily_dialog, dummy_pool, imdb, iwslt2017, narrative_qa, synthetic_concepts, synthetic_sentiment, totto"):
         parse(TaskConfig, data, "t:")
     data = task_data()
     data["model"]["id"] = "gpt3"
