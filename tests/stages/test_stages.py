@@ -215,6 +215,21 @@ def test_killed_warm_start_resumes_from_its_last_epoch_and_matches(base, tmp_pat
     assert not Path(f"{out}.resume").exists()
 
 
+def test_a_killed_run_never_resumes_under_another_precision(base, tmp_path):
+    """The precision changes results, so it is part of the resume key: a warm start killed in fp32 and rerun in
+    bf16 starts over rather than finish an fp32 run labelled bf16."""
+    method = tmp_path / "supervised.yaml"
+    method.write_text("epochs: 2\nbatch_size: 2\nlearning_rate: 0.001\n")
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(warm_start(base, out, method) + ["--precision", "fp32"], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    kill_at_first_checkpoint(proc, Path(f"{out}.resume"))
+    assert not (out / "stage.json").exists(), "the killed stage must not look finished"
+    rerun = run(warm_start(base, out, method)[:-2] + ["--precision", "bf16", "--log-level", "INFO"], ROOT)
+    assert "resumed from" not in rerun.stderr
+    assert json.loads((out / "provenance.json").read_text())["execution"]["precision"] == "bf16"
+
+
 def test_lora_warm_start_and_lora_rl_hand_on_plain_merged_models(base, tmp_path):
     from safetensors.torch import load_file
 
