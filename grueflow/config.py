@@ -540,7 +540,8 @@ class TaskConfig:
 
 REWARD_KEY = "reward"  # the task reward's corpus key in metrics.json
 FLUENCY_METRIC = "perplexity"  # evaluate always scores it: the GRUE table's fluency_ppl
-# an RL output's per-sequence KL to its reference at the last iteration (its train_metrics.json ``kl/sequence``);
+# an RL output's per-sequence KL to its reference at the iteration of the policy it hands on, the last or the one
+# select: best chose (its train_metrics.json ``kl/sequence``, beside that ``iteration``);
 # evaluate copies it beside the test metrics, absent for models that no RL stage trained
 TRAIN_KL_KEY = "train/kl"
 

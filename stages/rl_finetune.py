@@ -99,11 +99,13 @@ def main() -> None:
         dump = run.resume_dir / f"nonfinite_iteration{err.iteration}.json"
         write_json(dump, err.batch)
         raise SystemExit(f"error: {err}; the rollout is in {dump}; the last checkpoint stays in {run.resume_dir}")
-    final = state.curve[-1]
-
     chosen = validation.selected()
     if chosen:
         log.info("handing on the policy of iteration %d: %s", chosen["iteration"], chosen["why"])
+    # the curve row of the policy handed on: the last, or the selected iteration's (iteration 0, the start
+    # policy, has none: the first row's rollout was sampled from it)
+    final = next(row for row in state.curve if row["iteration"] == max(1, chosen["iteration"])) if chosen \
+        else state.curve[-1]
 
     def write(folder: Path) -> None:
         (folder / MODEL_DIR).mkdir()
@@ -115,7 +117,8 @@ def main() -> None:
         write_csv(folder / "curves.csv", state.curve)
         plots.learning_curves(state.curve, "iteration", plots.RL_PANELS, folder / "curves.png",
                               f"{args.algorithm} on {args.task_file.stem}, seed {args.seed}")
-        write_json(folder / "train_metrics.json", {k: final[k] for k in ("reward/task", "kl/sequence", "kl/coef")})
+        write_json(folder / "train_metrics.json", {"iteration": final["iteration"],
+                                                   **{k: final[k] for k in ("reward/task", "kl/sequence", "kl/coef")}})
         if isinstance(trainer.algorithm, NLPO):  # evaluate generates with its masks, as RL4LMs
             save_for_evaluation(trainer.algorithm, folder, tokenizer)
 

@@ -70,6 +70,11 @@ def test_the_val_curve_the_kept_policies_and_the_best_one(straight):
     if best > 0:
         assert (out / "model" / "model.safetensors").read_bytes() == \
             (out / "checkpoints" / f"iteration{best}" / "model.safetensors").read_bytes()
+    # the training numbers handed on with the model are the selected iteration's (evaluate tables its KL)
+    row = next(r for r in csv.DictReader(open(out / "curves.csv")) if int(r["iteration"]) == max(1, best))
+    trained = json.loads((out / "train_metrics.json").read_text())
+    assert trained["iteration"] == max(1, best)
+    assert trained["kl/sequence"] == pytest.approx(float(row["kl/sequence"]), rel=1e-6)
 
 
 def test_evaluating_during_training_leaves_training_as_it_is(straight):
