@@ -7,6 +7,7 @@ Splitting, bad rows and the shared arguments are described in :mod:`grueflow.dat
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -487,13 +488,15 @@ def as_references(value: Any, origin: str = "") -> tuple[str, ...]:
     """A reference column's value as strings, from the shapes Hugging Face datasets use: a string is one
     reference; a list holds several (strings, ``{"text": ...}`` items, or lists of strings, one level deep);
     a mapping's ``text`` (SQuAD's ``answers: {"text": [...], "answer_start": [...]}``) holds them; None is
-    none; a number is its text (a CSV column of numeric answers). Anything else (a mapping without ``text``,
-    deeper nesting, a boolean) is a BadRowError naming the row and the shapes."""
+    none; a number is its text (a JSON column the loader typed as numbers). Anything else (NaN, a mapping without
+    ``text``, deeper nesting, a boolean) is a BadRowError naming the row and the shapes."""
     if value is None:
         return ()
     if isinstance(value, str):
         return (value,)
-    if isinstance(value, (int, float)) and not isinstance(value, bool):  # a CSV column of numeric answers
+    if isinstance(value, float) and not math.isfinite(value):
+        raise BadRowError(f"{origin}: a reference is {value!r}, not text; write the reference as a string")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):  # a JSON column typed as numbers
         return (str(value),)
     if isinstance(value, dict) and "text" in value:
         return as_references(value["text"], origin)
@@ -504,6 +507,8 @@ def as_references(value: Any, origin: str = "") -> tuple[str, ...]:
                 continue
             if isinstance(item, str):
                 out.append(item)
+            elif isinstance(item, float) and not math.isfinite(item):
+                raise BadRowError(f"{origin}: a reference is {item!r}, not text; write the reference as a string")
             elif isinstance(item, (int, float)) and not isinstance(item, bool):
                 out.append(str(item))
             elif isinstance(item, dict) and isinstance(item.get("text"), str):

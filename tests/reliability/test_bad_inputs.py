@@ -435,6 +435,9 @@ DATA = [
         "num.jsonl row 2: prompt (prompt) is 42 (int), not text; map a text column",), id="numeric-prompt"),
     P(rows_file("zw.jsonl", [GOOD_ROW, {"prompt": "\u200b\u200d\ufeff", "references": ["4"]}]), {}, DataError, (
         "zw.jsonl row 2: empty prompt (prompt)",), id="zero-width-prompt"),
+    P(rows_file("nan.jsonl", [{"prompt": "1 / 2 ?", "references": 0.5},
+                              {"prompt": "0 / 0 ?", "references": float("nan")}]),
+      {}, DataError, ("nan.jsonl row 2: a reference is nan, not text",), id="nan-reference"),
     P(rows_file("deep.jsonl", [GOOD_ROW, {"prompt": "3 + 3 ?", "references": [["6", ["six"]]]}]), {}, DataError, (
         "deep.jsonl row 2: a reference ['6', ['six']] (list) is not text; references are a string, a list of "
         "strings, {\"text\": [strings]} (SQuAD's answers) or a list of {\"text\": string}",), id="nested-reference"),
