@@ -113,8 +113,8 @@ def _normalised(table: pd.DataFrame, runs: list[dict[str, Any]]) -> pd.Series:
                 continue
             norm = (values - low) / (high - low)
             parts.append(1 - norm if lower_is_better(metric) else norm)
-        if parts:
-            scores[group.index] = pd.concat(parts, axis=1).mean(axis=1)
+        if parts:  # a method missing a value the others have gets no score: ranking it on fewer is unfair
+            scores[group.index] = pd.concat(parts, axis=1).mean(axis=1, skipna=False)
     return scores
 
 

@@ -111,3 +111,17 @@ def test_the_table_says_whether_nlpo_was_evaluated_with_its_masks():
     markdown = grue.to_markdown(table, grue.headlines(runs))
     assert "| nlpo_masks |" in markdown and "| with masks |" in markdown and "| without masks |" in markdown
     assert "nlpo_masks" not in grue.to_markdown(grue.build_table(RUNS), grue.headlines(RUNS))
+
+
+def test_a_method_missing_a_headline_value_gets_no_normalised_score():
+    """Ranked on fewer metrics, a degenerate method (no text: no distinct-2) would score best."""
+    headline = ["diversity/distinct_2", "lexical/rougeL"]
+    runs = [{"task": "t", "method": method, "seed": 0, "headline": headline,
+             "metrics": {"reward": reward, "fluency/perplexity": 10.0, "diversity/distinct_2": distinct,
+                         "lexical/rougeL": rouge}}
+            for method, reward, distinct, rouge in [("zero_shot", 0.5, 0.9, 0.3), ("supervised", 0.6, 0.8, 0.4),
+                                                    ("ppo", 0.6, None, None)]]
+    table = grue.build_table(runs).set_index("method")
+    assert math.isnan(table.loc["ppo", "normalised_score"])
+    assert table.loc["zero_shot", "normalised_score"] == pytest.approx(1 / 3)  # reward 0, distinct 1, rouge 0
+    assert table.loc["supervised", "normalised_score"] == pytest.approx(2 / 3)
