@@ -15,6 +15,10 @@ def main() -> None:
     args = p.parse_args()
     stage.setup(args)
     rows, agreements = [], {}
+    named = [folder.resolve() for folder in args.imports]
+    repeated = sorted({str(f) for f in named if named.count(f) > 1})
+    if repeated:
+        raise DataError(f"--imports names {', '.join(repeated)} more than once; each row would count twice")
     for folder in args.imports:
         if not (folder / "stage.json").is_file():
             raise DataError(f"{folder} is not a finished import (no stage.json); run stages/import_human_eval.py")
@@ -22,7 +26,7 @@ def main() -> None:
         table_rows = read_json(folder / "table_rows.json")
         if not isinstance(table_rows, list) or not all(isinstance(row, dict) for row in table_rows):
             raise DataError(f"{folder / 'table_rows.json'} is not a list of table rows; rerun the import")
-        rows += [{c: row.get(c) for c in results.TABLE_COLUMNS} for row in table_rows]
+        rows += [{**{c: row.get(c) for c in results.TABLE_COLUMNS}, "batch": folder.name} for row in table_rows]
         agreements[str(folder)] = read_json(folder / "agreement.json")
     write_csv(args.out_csv, rows)
     write_text(args.out_md, results.to_markdown(rows, agreements))

@@ -29,7 +29,8 @@ from grueflow.human.templates import CHOICE_FIELD
 
 Z_95 = 1.959963984540054  # the standard normal's 0.975 quantile
 TABLE_COLUMNS = ("kind", "task", "method", "measure", "n", "n_judgments", "ties", "value", "ci_low", "ci_high",
-                 "interval")  # human_eval_table.csv; measure: a criterion, or win_rate_vs:<other method>
+                 "interval", "batch")  # human_eval_table.csv; measure: a criterion, or win_rate_vs:<other method>;
+# batch: the import folder's name (two batches may rate one task x method x measure)
 
 
 def read_answers(path: str | Path, batch: Batch) -> list[Answer]:
@@ -273,15 +274,17 @@ def to_markdown(rows: Sequence[Mapping[str, Any]], agreements: Mapping[str, Mapp
     likert = [r for r in rows if r["kind"] == "likert"]
     if likert:
         lines += ["## Likert (1-5): mean over items [t-based 95% CI]", "",
-                  "| task | method | criterion | items | mean [95% CI] |", "|---|---|---|---|---|"]
-        lines += [f"| {r['task']} | {r['method']} | {r['measure']} | {r['n']} | {cell(r)} |" for r in likert]
+                  "| task | method | criterion | items | mean [95% CI] | batch |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['task']} | {r['method']} | {r['measure']} | {r['n']} | {cell(r)} | {r.get('batch') or ''} |"
+                  for r in likert]
         lines.append("")
     pairwise = [r for r in rows if r["kind"] == "pairwise"]
     if pairwise:
         lines += ["## Pairwise: win rate, ties left out [Wilson 95% CI]", "",
-                  "| task | method | against | decided | ties | win rate [95% CI] |", "|---|---|---|---|---|---|"]
-        lines += [f"| {r['task']} | {r['method']} | {r['measure'].split(':', 1)[1]} | {r['n']} | {r['ties']} | {cell(r)} |"
-                  for r in pairwise]
+                  "| task | method | against | decided | ties | win rate [95% CI] | batch |",
+                  "|---|---|---|---|---|---|---|"]
+        lines += [f"| {r['task']} | {r['method']} | {r['measure'].split(':', 1)[1]} | {r['n']} | {r['ties']} | {cell(r)} "
+                  f"| {r.get('batch') or ''} |" for r in pairwise]
         lines.append("")
     if agreements:
         lines += ["## Agreement", "", "| batch | field | statistic | value |", "|---|---|---|---|"]

@@ -357,3 +357,30 @@ def test_the_human_table_refuses_an_import_edited_or_cut_after_it_finished(tmp_p
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert "is damaged: table_rows.json does not match the digest its stage recorded" in done.stderr
     assert not (tmp_path / "t.csv").exists()
+
+
+def test_the_human_table_names_each_rows_batch_and_refuses_an_import_twice(tmp_path: Path) -> None:
+    """Two batches may rate one task x method x criterion: each row says which import it comes from."""
+    import subprocess
+    import sys
+
+    for name, value in (("likert_seed0", 3.0), ("likert_seed1", 4.0)):
+        folder = tmp_path / name
+        folder.mkdir()
+        io.write_json(folder / "table_rows.json", [{"kind": "likert", "task": "t", "method": "ppo", "measure": "fluency",
+                                                    "n": 3, "value": value, "ci_low": 2.0, "ci_high": 4.5}])
+        io.write_json(folder / "agreement.json", {})
+        io.write_stage_record(folder, stage="import_human_eval", params={}, inputs={}, wall_time_s=0.0)
+    root = Path(__file__).resolve().parents[2]
+
+    def table(*imports: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "stages/human_eval_table.py", "--imports",
+                               *(str(tmp_path / i) for i in imports), "--out-csv", str(tmp_path / "t.csv"),
+                               "--out-md", str(tmp_path / "t.md")], cwd=root, capture_output=True, text=True)
+
+    assert table("likert_seed0", "likert_seed1").returncode == 0
+    rows = list(csv.DictReader(open(tmp_path / "t.csv")))
+    assert [(r["batch"], r["value"]) for r in rows] == [("likert_seed0", "3.0"), ("likert_seed1", "4.0")]
+    assert "| t | ppo | fluency | 3 | 4.00 [2.00, 4.50] | likert_seed1 |" in (tmp_path / "t.md").read_text()
+    twice = table("likert_seed0", "likert_seed0")
+    assert twice.returncode == 2 and "more than once; each row would count twice" in twice.stderr
