@@ -126,6 +126,20 @@ def produced_keys(reward: RewardConfig, metrics: tuple[MetricSpec, ...]) -> set[
     return keys
 
 
+def check_select_metric(cfg: Any, where: str, reward: Optional[RewardConfig], metrics: tuple[MetricSpec, ...]) -> None:
+    """Raise ConfigError unless a method's ``select_metric`` (``select: best``) is a key its val evaluation writes:
+    the reward's and the metrics' keys for RL, the metrics' alone for the warm start (``reward`` None)."""
+    if getattr(cfg, "select_metric", None) is None:
+        return
+    written = {key for spec in metrics for key in METRICS.get(spec.id).keys()}
+    if reward is not None:
+        written |= produced_keys(reward, metrics) - {TRAIN_KL_KEY}
+    if cfg.select_metric not in written:
+        raise ConfigError(f"{where}: select_metric {cfg.select_metric!r} is not a key the val evaluation writes"
+                          f"{'' if reward is not None else ' (its metrics, no reward)'}; choose one of "
+                          f"{', '.join(sorted(written))}")
+
+
 def check_metric_keys(reward: RewardConfig, metrics: tuple[MetricSpec, ...]) -> None:
     """Raise ValueError when two ``metrics`` write the same key, or a metric writes a reward component's key with
     other args: evaluation keeps one value a key, so the other would be lost without a word."""
@@ -234,11 +248,13 @@ def load_suite(data: dict[str, Any], where: str = "suite") -> Suite:
         tasks[name] = load_task(path)
     methods = {a: load_method(a, params / "methods" / f"{a}.yaml") for a in suite.algorithms}
     supervised = load_method("supervised", params / "methods" / "supervised.yaml")
-    for name in suite.tasks:  # each task's overrides must give valid methods too
-        for method in [*suite.algorithms, "supervised"]:
-            load_method(method, params / "methods" / f"{method}.yaml", params / "tasks" / f"{name}.yaml")
-        for method in suite.algorithms:
-            load_method(method, params / "methods" / f"{method}.yaml", params / "tasks" / f"{name}.yaml", "supervised")
+    for name in suite.tasks:  # each task's overrides must give valid methods too, and select what is evaluated
+        task_path, task = params / "tasks" / f"{name}.yaml", tasks[name]
+        for method, start in [*((a, s) for a in suite.algorithms for s in ("zero_shot", "supervised")),
+                              ("supervised", "zero_shot")]:
+            cfg = load_method(method, params / "methods" / f"{method}.yaml", task_path, start)
+            check_select_metric(cfg, f"{params / 'methods' / f'{method}.yaml'} with {task_path}",
+                                None if method == "supervised" else task.reward, task.metrics)
     if suite.preference_methods:  # the preference stages' params files
         for stem, cls in preference_method_files(suite.preference_methods).items():
             load_section(cls, params / "methods" / f"{stem}.yaml")

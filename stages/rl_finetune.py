@@ -7,7 +7,7 @@ from typing import Any, Callable, Optional
 
 from grueflow import plots, stage
 from grueflow.checkpoints import run_key
-from grueflow.config import ConfigError, GenerationConfig, LengthsConfig, RewardConfig, to_dict
+from grueflow.config import GenerationConfig, LengthsConfig, RewardConfig, to_dict
 from grueflow.data import read_split
 from grueflow.io import MODEL_DIR, fingerprint, write_csv, write_json
 from grueflow.metrics import MetricContext
@@ -15,7 +15,7 @@ from grueflow.metrics.reward import Reward
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.policy import Policy, Prompts
-from grueflow.params import STARTS, load_method, load_metrics, load_section, produced_keys
+from grueflow.params import STARTS, check_select_metric, load_method, load_metrics, load_section
 from grueflow.rl import ALGORITHMS
 from grueflow.rl.configs import NLPOConfig
 from grueflow.rl.nlpo import NLPO, mask_processors, save_for_evaluation
@@ -68,9 +68,7 @@ def main() -> None:
     cfg = load_method(args.algorithm, args.method_file, args.task_file, args.start)
     eval_generation = load_section(GenerationConfig, args.task_file, "eval_generation")
     metrics = load_metrics(args.task_file)
-    if cfg.select_metric is not None and cfg.select_metric not in produced_keys(reward_cfg, metrics):
-        raise ConfigError(f"{args.method_file}: select_metric {cfg.select_metric!r} is not a key the evaluation "
-                          f"writes; choose one of {', '.join(sorted(produced_keys(reward_cfg, metrics)))}")
+    check_select_metric(cfg, str(args.method_file), reward_cfg, metrics)
     check_context(args.init_model, lengths.prompt, generation.max_new_tokens, str(args.task_file),
                   ("lengths.prompt", "rollout_generation.max_new_tokens"))
     run = TrainingRun.start("rl_finetune", args, started, args.seed, processes=cfg.processes)

@@ -5,15 +5,15 @@ from pathlib import Path
 
 from grueflow import plots, stage
 from grueflow.checkpoints import run_key
-from grueflow.config import ConfigError, GenerationConfig, LengthsConfig, SupervisedConfig, to_dict
+from grueflow.config import GenerationConfig, LengthsConfig, SupervisedConfig, to_dict
 from grueflow.data import read_split
 from grueflow.io import MODEL_DIR, fingerprint, write_csv
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.lora import merged, with_lora
 from grueflow.models.policy import Policy
-from grueflow.metrics import METRICS, MetricContext
-from grueflow.params import load_method, load_metrics, load_section
+from grueflow.metrics import MetricContext
+from grueflow.params import check_select_metric, load_method, load_metrics, load_section
 from grueflow.supervised import SupervisedTrainer, select_samples
 from grueflow.training import Tracking, TrainingRun, add_arguments
 from grueflow.validation import Validation
@@ -39,10 +39,7 @@ def main() -> None:
     cfg: SupervisedConfig = load_method("supervised", args.method_file, args.task_file)
     eval_generation = load_section(GenerationConfig, args.task_file, "eval_generation")
     metrics = load_metrics(args.task_file)
-    written = sorted({key for spec in metrics for key in METRICS.get(spec.id).keys()})
-    if cfg.select_metric is not None and cfg.select_metric not in written:
-        raise ConfigError(f"{args.method_file}: select_metric {cfg.select_metric!r} is not a key the warm start's "
-                          f"evaluation writes (its metrics, no reward); choose one of {', '.join(written)}")
+    check_select_metric(cfg, str(args.method_file), None, metrics)
     check_context(args.base_model, lengths.prompt, lengths.target, str(args.task_file),
                   ("lengths.prompt", "lengths.target"))
     run = TrainingRun.start("warm_start", args, started, args.seed, processes=cfg.processes)

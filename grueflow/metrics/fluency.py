@@ -26,6 +26,9 @@ class Perplexity(Metric):
         model: Optional[str] = None
         batch_size: int = 32
 
+        def __post_init__(self) -> None:
+            check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
+
     @classmethod
     def build(cls, args: "Perplexity.Args", context: MetricContext) -> MetricFn:
         import torch

@@ -979,3 +979,27 @@ def test_a_human_batch_is_refused_when_it_would_mislabel_or_drop_items(tmp_path:
                         "--out", tmp_path / "batch")
     assert result.code == 2 and expect in result.stderr, result.stderr
     assert not (tmp_path / "batch").exists()
+
+
+@pytest.mark.parametrize("method, select_metric, expect", [
+    ("ppo", "train/kl", "ppo.yaml with params/tasks/sentiment.yaml: select_metric 'train/kl' is not a key the val "
+                        "evaluation writes; choose one of diversity/distinct_1,"),
+    ("ppo", "lexical/rogueL", "select_metric 'lexical/rogueL' is not a key the val evaluation writes"),
+    ("supervised", "reward", "supervised.yaml with params/tasks/sentiment.yaml: select_metric 'reward' is not a key "
+                             "the val evaluation writes (its metrics, no reward)"),
+])
+def test_a_select_metric_no_val_evaluation_writes_fails_with_the_suite_before_any_job(params: Path, method,
+                                                                                      select_metric, expect):
+    """Checked when the suite loads (Snakemake's parse, DVC's first stage), not when the RL job starts."""
+    path = params / "methods" / f"{method}.yaml"
+    path.write_text(path.read_text() + f"eval_every: 1\nselect: best\nselect_metric: {select_metric}\n")
+    with pytest.raises(ConfigError) as err:
+        load(params, SUITE)
+    assert expect in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_perplexity_batch_of_zero_fails_at_parse_time(params: Path):
+    path = params / SENTIMENT
+    path.write_text(path.read_text().replace("  - {id: perplexity}", "  - {id: perplexity, args: {batch_size: 0}}"))
+    with pytest.raises(ConfigError, match=r"sentiment.yaml: metrics\[4\]: args: batch_size must be > 0, got 0"):
+        load(params, SENTIMENT)
