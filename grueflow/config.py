@@ -255,6 +255,7 @@ class PretrainConfig:
         check_size("steps", self.steps, MAX_COUNT)
         check_size("batch_size", self.batch_size, MAX_BATCH)
         check_size("max_length", self.max_length, MAX_TOKENS)
+        check(self.max_length >= 2, f"max_length must be >= 2 (a token and the next to predict), got {self.max_length}")
 
 
 @dataclass(frozen=True)

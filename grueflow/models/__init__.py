@@ -24,6 +24,41 @@ Kind = Literal["causal", "seq2seq"]
 MODELS: Registry = Registry("model")
 
 
+TINY_DEFAULTS = {  # per architecture: a few layers of width 64, overridden by the task's model.config
+    "gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 128},
+    "llama": {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2,
+              "num_key_value_heads": 1, "max_position_embeddings": 256},
+    "t5": {"num_layers": 2, "num_decoder_layers": 2, "d_model": 64, "d_ff": 128, "num_heads": 2, "d_kv": 32},
+    "bart": {"encoder_layers": 2, "decoder_layers": 2, "d_model": 64, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128,
+             "encoder_attention_heads": 2, "decoder_attention_heads": 2, "max_position_embeddings": 256},
+}
+# per architecture: (width, heads) pairs where the width must divide into the heads, and the position limit
+TINY_SHAPES = {"gpt2": ([("n_embd", "n_head")], "n_positions"),
+               "llama": ([("hidden_size", "num_attention_heads"), ("num_attention_heads", "num_key_value_heads")],
+                         "max_position_embeddings"),
+               "t5": ([], None),  # relative positions: no limit
+               "bart": ([("d_model", "encoder_attention_heads"), ("d_model", "decoder_attention_heads")],
+                        "max_position_embeddings")}
+
+
+def check_tiny_sizes(architecture: str, config: dict[str, Any], max_length: int) -> None:
+    """Raise ValueError unless a tiny model's sizes (``config`` over :data:`TINY_DEFAULTS`) build a model that can
+    pre-train on ``max_length``-token texts: every size an integer >= 1, each width a multiple of its heads, the
+    position limit at least ``max_length``. Other keys are checked against transformers' config when built."""
+    sizes = {**TINY_DEFAULTS[architecture], **config}
+    for key in TINY_DEFAULTS[architecture]:
+        value = sizes[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"model.config.{key} must be an integer >= 1, got {value!r}")
+    pairs, positions = TINY_SHAPES[architecture]
+    for width, heads in pairs:
+        if sizes[width] % sizes[heads]:
+            raise ValueError(f"model.config.{width} = {sizes[width]} must be a multiple of {heads} = {sizes[heads]}")
+    if positions is not None and sizes[positions] < max_length:
+        raise ValueError(f"model.config.{positions} = {sizes[positions]} is below model.pretrain.max_length = "
+                         f"{max_length}: pre-training would index past the position table; raise it or cut max_length")
+
+
 @dataclass(frozen=True)
 class TinySource:
     """A tiny model of a fixed architecture built here from config (see ``grueflow.models.tiny``)."""
@@ -38,6 +73,7 @@ class TinySource:
         _no_remote_code(cfg)
         if cfg.kind not in (None, self.kind):
             raise ValueError(f"model {cfg.id!r} is a {self.kind} model; kind={cfg.kind!r} contradicts it")
+        check_tiny_sizes(self.architecture, dict(cfg.config), cfg.pretrain.max_length)
 
 
 @dataclass(frozen=True)

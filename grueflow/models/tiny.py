@@ -19,21 +19,14 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (BartConfig, BartForConditionalGeneration, GPT2Config, GPT2LMHeadModel, LlamaConfig,
                           LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration)
 
-from grueflow.config import ModelConfig, PretrainConfig
-from grueflow.models import model_kind
+from grueflow.config import ConfigError, ModelConfig, PretrainConfig
+from grueflow.models import TINY_DEFAULTS, model_kind
 
 log = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>", "mask_token": "<mask>",
                   "bos_token": "<s>"}
-DEFAULTS = {  # per architecture: a few layers of width 64, overridden by the task's model.config
-    "gpt2": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 128},
-    "llama": {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 2,
-              "num_key_value_heads": 1, "max_position_embeddings": 256},
-    "t5": {"num_layers": 2, "num_decoder_layers": 2, "d_model": 64, "d_ff": 128, "num_heads": 2, "d_kv": 32},
-    "bart": {"encoder_layers": 2, "decoder_layers": 2, "d_model": 64, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128,
-             "encoder_attention_heads": 2, "decoder_attention_heads": 2, "max_position_embeddings": 256},
-}
+DEFAULTS = TINY_DEFAULTS  # per architecture: a few layers of width 64, overridden by the task's model.config
 
 
 def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
@@ -54,6 +47,13 @@ def build_model(architecture: str, config: dict[str, Any], tokenizer: PreTrained
     if architecture not in DEFAULTS:
         raise ValueError(f"no tiny architecture {architecture!r}; valid: {', '.join(sorted(DEFAULTS))}")
     sizes = {**DEFAULTS[architecture], **config}
+    config_class = {"gpt2": GPT2Config, "llama": LlamaConfig, "t5": T5Config, "bart": BartConfig}[architecture]
+    known = set(config_class().to_dict())
+    unknown = sorted(set(config) - known)
+    if unknown:  # transformers would keep them as attributes nothing reads: the model would be built without them
+        raise ConfigError(f"model.config: {', '.join(map(repr, unknown))} is not a {config_class.__name__} key; "
+                          f"size keys: {', '.join(sorted(DEFAULTS[architecture]))} "
+                          f"(all keys: {', '.join(sorted(known))})")
     ids = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
     if architecture == "gpt2":
         return GPT2LMHeadModel(GPT2Config(bos_token_id=tokenizer.bos_token_id, **sizes, **ids))
@@ -155,4 +155,9 @@ def build_tiny(model_cfg: ModelConfig, architecture: str, texts: list[str], seed
     if device is not None:
         model.to(device)
     curve = pretrain(model, model_kind(model.config), tokenizer, texts, model_cfg.pretrain, seed)
+    diverged = next((row for row in curve if not math.isfinite(row["loss"])), None)
+    if diverged is not None or not all(torch.isfinite(p).all() for p in model.parameters()):
+        at = f"its loss is {diverged['loss']} at step {diverged['step']}" if diverged else "its weights are not finite"
+        raise ConfigError(f"model.pretrain diverged ({at}) with learning_rate {model_cfg.pretrain.learning_rate}; "
+                          f"lower model.pretrain.learning_rate")
     return model, tokenizer, curve

@@ -37,7 +37,7 @@ from typing import Any, Callable, Iterator
 import pytest
 import yaml
 
-from grueflow.config import ConfigError, SupervisedConfig
+from grueflow.config import ConfigError, ModelConfig, SupervisedConfig
 from grueflow.data import DATAPOOLS, read_split
 from grueflow.io import DataError, MissingDataError, read_json
 from grueflow.models import check_context
@@ -129,6 +129,15 @@ PARAMS = [
     P(Bad(PPO, setting("kl.kl_lr", -0.1), ("ppo.yaml: kl: kl_lr must be > 0", "got -0.1")), id="negative-kl-lr"),
     P(Bad(SUPERVISED, setting("weight_decay", -0.01), ("supervised.yaml: weight_decay must be >= 0, got -0.01",)),
       id="negative-weight-decay"),
+    # tiny model sizes that cannot build or pre-train (were tracebacks inside transformers or torch)
+    P(Bad(SENTIMENT, setting("model.config.n_layer", -1), ("sentiment.yaml: model: model.config.n_layer must be an "
+                                                          "integer >= 1, got -1",)), id="negative-layers"),
+    P(Bad(SENTIMENT, setting("model.config.n_embd", 33), (
+        "model.config.n_embd = 33 must be a multiple of n_head = 2",)), id="width-not-a-multiple-of-heads"),
+    P(Bad(SENTIMENT, setting("model.config.n_positions", 32), (
+        "model.config.n_positions = 32 is below model.pretrain.max_length = 40",)), id="positions-below-max-length"),
+    P(Bad(SENTIMENT, setting("model.pretrain.max_length", 0), ("max_length must be >= 2", "got 0")),
+      id="pretrain-max-length-0"),
     # wrong types
     P(Bad(SENTIMENT, setting("lengths.prompt", "long"), ("sentiment.yaml: lengths.prompt: expected an integer, got "
                                                          "'long'",)), id="type-int"),
@@ -1003,3 +1012,25 @@ def test_a_perplexity_batch_of_zero_fails_at_parse_time(params: Path):
     path.write_text(path.read_text().replace("  - {id: perplexity}", "  - {id: perplexity, args: {batch_size: 0}}"))
     with pytest.raises(ConfigError, match=r"sentiment.yaml: metrics\[4\]: args: batch_size must be > 0, got 0"):
         load(params, SENTIMENT)
+
+
+def test_a_tiny_model_config_key_transformers_does_not_know_is_refused_when_built():
+    """A misspelt size (n_layr) was kept as an attribute nothing reads, and a 2-layer model was trained."""
+    from grueflow.models.tiny import build_model, train_tokenizer
+
+    tokenizer = train_tokenizer(["a b c d e f g"] * 4, 300)
+    with pytest.raises(ConfigError, match=r"model.config: 'n_layr' is not a GPT2Config key; size keys: n_embd, "
+                                          r"n_head, n_layer, n_positions"):
+        build_model("gpt2", {"n_layr": 1}, tokenizer, seed=0)
+
+
+def test_a_pretraining_that_diverges_fails_naming_the_learning_rate():
+    from grueflow.models.tiny import build_tiny
+
+    cfg = parse(ModelConfig, {"id": "tiny_gpt2", "config": {"n_layer": 1, "n_embd": 32, "n_head": 2, "n_positions": 64},
+                              "tokenizer": {"vocab_size": 300},
+                              "pretrain": {"steps": 5, "batch_size": 4, "learning_rate": 1e9, "max_length": 16}},
+                "model")
+    with pytest.raises(ConfigError, match=r"model.pretrain diverged \(.*\) with learning_rate 1000000000.0; lower "
+                                          r"model.pretrain.learning_rate"):
+        build_tiny(cfg, "gpt2", ["one two three four five six seven eight"] * 20, seed=0)
