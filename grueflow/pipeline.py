@@ -460,11 +460,12 @@ def validate_suite_stage() -> dict:
 
 
 # -- user code under DVC ---------------------------------------------------------------------------
-# A DVC stage's deps are fixed when dvc.yaml is written, but a task file may name user code by import path.
-# So the first stage depends on every plugin source the task files under params/tasks name, and writes one
-# digest file per task and stage (PLUGIN_CODE/<task>/<stage>.json) that the stage depends on: editing a plugin
-# reruns the first stage, whose rewritten digests make exactly the stages that run that plugin stale. A task
-# file that names a plugin dvc.yaml does not list is refused by the first stage, asking to regenerate.
+# A DVC stage's deps are fixed when dvc.yaml is written, but a task file may name user code by import path,
+# and its datapool local data files. So the first stage depends on every plugin source and data file the task
+# files under params/tasks name, and writes one digest file per task and stage (PLUGIN_CODE/<task>/<stage>.json)
+# that the stage depends on: editing a plugin or a data file reruns the first stage, whose rewritten digests
+# make exactly the stages that read it stale. A task file that names a plugin or data file dvc.yaml does not
+# list is refused by the first stage, asking to regenerate.
 
 
 def plugin_code_file(stage: str) -> str:
@@ -472,32 +473,75 @@ def plugin_code_file(stage: str) -> str:
     return f"{PLUGIN_CODE}/{{task}}/{stage}.json"
 
 
-def plugin_sources(root: Path = ROOT) -> list[str]:
-    """The project's source files behind the import paths of every task file under ``root/params/tasks``
-    (:func:`grueflow.plugins.source_files`), sorted; a file that does not parse is left to the suite's
+def datapool_files(task: object, root: Path = ROOT) -> list[str]:
+    """The local data a task file's datapool reads, as the file writes the paths (relative to ``root``):
+    ``args.data_files`` (a path, a list or a ``{split: path(s)}`` mapping), ``args.data_root``, and ``args.path``
+    where it names a file or folder that exists (else it is a hub id or a builder such as ``json``). Paths that
+    do not exist are left out: the datapool's loader names them."""
+    datapool = task.get("datapool") if isinstance(task, dict) else None
+    args = datapool.get("args") if isinstance(datapool, dict) else None
+    if not isinstance(args, dict):
+        return []
+
+    def paths(value: object) -> list[str]:
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, (list, tuple)):
+            return [p for item in value for p in paths(item)]
+        if isinstance(value, dict):
+            return [p for item in value.values() for p in paths(item)]
+        return []
+
+    named = paths(args.get("data_files")) + paths(args.get("data_root")) + paths(args.get("path"))
+    return sorted({p for p in named if p and (root / p).exists()})
+
+
+def _path_digest(path: Path) -> str:
+    """sha256 of a file's bytes, or of a folder's files (their relative names and bytes, in name order)."""
+    if path.is_file():
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    for item in sorted(p for p in path.rglob("*") if p.is_file()):
+        digest.update(item.relative_to(path).as_posix().encode() + b"\0" + hashlib.sha256(item.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def _task_files(root: Path) -> list[object]:
+    """Every task file's data under ``root/params/tasks``; a file that does not parse is left to the suite's
     validation."""
-    files: set[str] = set()
+    found = []
     for path in sorted((root / "params" / "tasks").glob("*.yaml")):
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            found.append(yaml.safe_load(path.read_text(encoding="utf-8")))
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue
-        files.update(plugins.source_files(data, root))
-    return sorted(files)
+    return found
+
+
+def plugin_sources(root: Path = ROOT) -> list[str]:
+    """The project's source files behind the import paths of every task file under ``root/params/tasks``
+    (:func:`grueflow.plugins.source_files`), then the local data their datapools read
+    (:func:`datapool_files`), each list sorted."""
+    code = sorted({f for data in _task_files(root) for f in plugins.source_files(data, root)})
+    data = sorted({f for task in _task_files(root) for f in datapool_files(task, root)})
+    return code + [f for f in data if f not in code]
 
 
 def plugin_digests(tasks: Mapping[str, object], root: Path = ROOT) -> dict[str, dict[str, dict]]:
     """For each task (name -> its task file's data) and each stage that runs plugins, the import paths the
-    stage's parts name and the sha256 of each of their project source files: ``{task: {stage: {...}}}``."""
+    stage's parts name and the sha256 of each of their project source files, and for the datapool's stage of
+    each local data file or folder it reads: ``{task: {stage: {...}}}``."""
     digests: dict[str, dict[str, dict]] = {}
     for task, data in tasks.items():
         digests[task] = {}
         for stage in _TABLE:
             if stage.plugin_parts:
                 files = plugins.source_files(data, root, stage.plugin_parts)
+                if "datapool" in stage.plugin_parts:  # and the data the datapool reads
+                    files = sorted(set(files) | set(datapool_files(data, root)))
                 digests[task][stage.name] = {
                     "import_paths": plugins.named_in_task(data, stage.plugin_parts),
-                    "sha256": {f: hashlib.sha256((root / f).read_bytes()).hexdigest() for f in files}}
+                    "sha256": {f: _path_digest(root / f) for f in files}}
     return digests
 
 

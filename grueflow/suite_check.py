@@ -40,7 +40,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                            for name in suite.config.tasks}, Path.cwd())
         unlisted = pipeline.unlisted_plugin_sources(digests, Path(pipeline.DVC_YAML))
         if unlisted:
-            raise ConfigError(f"the task files name user code that {pipeline.DVC_YAML} does not list as a "
+            raise ConfigError(f"the task files name user code or data that {pipeline.DVC_YAML} does not list as a "
                               f"dependency: {', '.join(unlisted)}; regenerate it with `{pipeline.COMMAND}`")
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)

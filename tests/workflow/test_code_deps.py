@@ -195,3 +195,34 @@ def test_editing_a_plugin_reruns_exactly_the_dvc_stages_that_run_it(with_plugin)
         assert entry == [{"changed deps": {digest: "modified"}}], (name, entry)
     run(["dvc", "repro", "--single-item", "validate_suite"], with_plugin)  # the module as it was: so its digests
     assert stale_dvc_stages(with_plugin) == {}
+
+
+def test_a_datapools_local_data_is_an_input_under_both_engines(tmp_path):
+    """Editing a custom datapool's data file rebuilds the datapool: Snakemake takes the file (and a data_root
+    folder) as the job's input; DVC's first stage depends on it and writes its digest into the datapool's."""
+    repo = copy_project(tmp_path / "repo")
+    (repo / "data").mkdir()
+    rows = "".join(json.dumps({"prompt": f"{i} + 1 =", "references": [str(i + 1)]}) + "\n" for i in range(6))
+    for split in ("train", "validation", "test"):
+        (repo / "data" / f"{split}.jsonl").write_text(rows)
+    task_path = repo / "params" / "tasks" / "sentiment.yaml"
+    task = yaml.safe_load(task_path.read_text())
+    task["datapool"] = {"id": "custom", "args": {"data_files": {s: f"data/{s}.jsonl" for s in
+                                                                ("train", "validation", "test")}}}
+    task_path.write_text(yaml.safe_dump(task, sort_keys=False))
+    jobs = dry_run(repo, "--forceall", "results/sentiment/datapool")
+    assert {f"data/{s}.jsonl" for s in ("train", "validation", "test")} <= set(jobs[0]["input"].split(", "))
+    git_init(repo)
+    stale = subprocess.run(VALIDATE, cwd=repo, capture_output=True, text=True, timeout=300)
+    assert stale.returncode == 2 and "user code or data" in stale.stderr and "data/train.jsonl" in stale.stderr
+    run(["python", "-m", "grueflow.pipeline", "dvc", "--write"], repo)
+    document = yaml.safe_load((repo / "dvc.yaml").read_text())
+    assert "data/test.jsonl" in document["stages"]["validate_suite"]["deps"]
+    run(VALIDATE, repo)
+    digest = json.loads((repo / PLUGIN_CODE / "sentiment" / "prepare_datapool.json").read_text())
+    before = digest["sha256"]["data/train.jsonl"]
+    (repo / "data" / "train.jsonl").write_text(rows + json.dumps({"prompt": "9 + 1 =", "references": ["10"]}) + "\n")
+    run(VALIDATE, repo)
+    after = json.loads((repo / PLUGIN_CODE / "sentiment" / "prepare_datapool.json").read_text())["sha256"]
+    assert after["data/train.jsonl"] != before and set(after) == {f"data/{s}.jsonl" for s in
+                                                                  ("train", "validation", "test")}

@@ -13,7 +13,7 @@ from pathlib import Path
 from grueflow import plugins
 from grueflow.config import ConfigError, method_name, read_yaml
 from grueflow.params import load_suite
-from grueflow.pipeline import STAGES
+from grueflow.pipeline import STAGES, datapool_files
 
 try:
     SUITE = load_suite(config, "suite")  # every task and method file, strictly, before any job
@@ -125,6 +125,12 @@ def plugin_code(stage):
     plugin_parts): inputs, so that editing one reruns the stages that run it."""
     parts = STAGES[stage].plugin_parts
     return lambda w: plugins.source_files(params_file(task_file(w)), parts=parts)
+
+
+def datapool_data(w):
+    """The local data files and folders a task's datapool reads (data_files, data_root, a local path;
+    grueflow/pipeline.py datapool_files): inputs, so that editing one rebuilds the datapool and what reads it."""
+    return datapool_files(params_file(task_file(w)))
 
 
 def reward_models(w):

@@ -2,6 +2,7 @@ rule prepare_datapool:
     input:
         code=code("prepare_datapool"),
         plugins=plugin_code("prepare_datapool"),
+        data=datapool_data,
     output:
         directory(output_of("prepare_datapool")),
     params:
