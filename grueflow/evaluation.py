@@ -10,7 +10,7 @@ from grueflow import postprocess
 from grueflow.config import REWARD_KEY, GenerationConfig, MetricSpec, RewardConfig, typed_args
 from grueflow.data import Sample
 from grueflow.hub import HubUnreachableError
-from grueflow.metrics import METRICS, TOKENS_KEY, MetricContext, MetricUnavailableError, mean
+from grueflow.metrics import METRICS, TOKENS_KEY, MetricContext, MetricUnavailableError, check_result, mean
 from grueflow.metrics.reward import Reward
 from grueflow.models.policy import Policy, Prompts, completion_mask
 
@@ -96,7 +96,9 @@ class Scorer:
                 missing[spec.id] = why
                 corpus.update({key: None for key in METRICS.get(spec.id).keys()})
             else:
-                result = compute(prompts, generations, references, meta)
+                metric = METRICS.get(spec.id)
+                result = check_result(spec.id, compute(prompts, generations, references, meta), len(generations),
+                                      [metric.key(score) for score in metric.scores])
                 per_sample.update(result.per_sample)
                 corpus.update(result.corpus)
             if progress:

@@ -42,6 +42,21 @@ class MetricResult:
     per_token: dict[str, list[list[float]]] = field(default_factory=dict)
 
 
+def check_result(name: str, result: Any, n: int, keys: Sequence[str]) -> MetricResult:
+    """``result`` of metric ``name`` on ``n`` generations, checked: a :class:`MetricResult` with one score per
+    generation under each of ``keys`` (its per-sample keys); a ValueError naming the metric otherwise (a metric
+    of one's own may get it wrong, and a shorter list would silently pair scores with the wrong samples)."""
+    if not isinstance(result, MetricResult):
+        raise ValueError(f"metric {name!r} returned {type(result).__name__}, not a MetricResult")
+    for key in keys:
+        scores = result.per_sample.get(key)
+        if not isinstance(scores, (list, tuple)) or len(scores) != n:
+            got = f"{len(scores)} scores" if isinstance(scores, (list, tuple)) else repr(scores)
+            raise ValueError(f"metric {name!r} returned {got} under {key!r} for {n} generations; a metric gives one "
+                             f"score per generation under each key of its scores")
+    return result
+
+
 @dataclass(frozen=True)
 class MetricContext:
     """What a metric may need from its stage: the task's base model and prompt budget (for fluency), the

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple, Optional, Sequence
 
 from grueflow.config import RewardConfig, typed_args
-from grueflow.metrics import METRICS, MetricContext
+from grueflow.metrics import METRICS, MetricContext, check_result
 
 
 class RewardScores(NamedTuple):
@@ -31,6 +31,7 @@ class Reward:
 
     def __init__(self, cfg: RewardConfig, context: MetricContext) -> None:
         self.components = []
+        self.names = {c.key: c.metric for c in cfg.components}  # each component's metric id, for errors
         for c in cfg.components:
             metric = METRICS.get(c.metric)
             self.components.append((c.key, c.weight, metric.dense, metric.build(typed_args(c), context)))
@@ -56,7 +57,8 @@ class Reward:
         per_token: Optional[list[list[float]]] = None
         parts: dict[str, list[float]] = {}
         for key, weight, dense, compute in self.components:
-            result = compute(prompts, generations, references, meta)
+            result = check_result(self.names[key], compute(prompts, generations, references, meta), len(generations),
+                                  [key])
             parts[key] = result.per_sample[key]
             total = [t + weight * s for t, s in zip(total, parts[key])]
             if not dense:

@@ -31,6 +31,18 @@ class Exclaims(Metric):
         return compute
 
 
+class Short(Metric):
+    """A metric of one's own that forgets the last generation."""
+
+    category = "custom"
+    scores = ("short",)
+
+    @classmethod
+    def build(cls, args, context):
+        return lambda prompts, generations, references, meta: MetricResult({cls.key(): [1.0] * (len(generations) - 1)},
+                                                                           {cls.key(): 1.0})
+
+
 class NotAMetric:
     pass
 
@@ -114,3 +126,17 @@ def test_a_plugin_module_that_fails_to_import_is_one_line(tmp_path, monkeypatch)
     with pytest.raises(ConfigError, match=r"metric 'broken_rewards:Brevity': importing 'broken_rewards' failed: "
                                           r"SyntaxError"):
         parse(MetricSpec, {"id": "broken_rewards:Brevity"}, "t.yaml: metrics[0]")
+
+
+def test_a_metric_of_your_own_giving_too_few_scores_is_named_not_zipped_short():
+    """zip would pair the scores with the wrong samples and drop the last reward without a word."""
+    from grueflow.data import Sample
+    from grueflow.evaluation import Scorer
+
+    cfg = parse(RewardConfig, {"components": [{"metric": f"{HERE}:Short"}]}, "t.yaml: reward")
+    with pytest.raises(ValueError, match=rf"metric '{HERE}:Short' returned 1 scores under 'custom/short' for 2 "
+                                         r"generations; a metric gives one score per generation"):
+        Reward(cfg, MetricContext())(["p", "p"], ["a", "b"], [["r"], ["r"]], [{}, {}])
+    scorer = Scorer(None, (parse(MetricSpec, {"id": f"{HERE}:Short"}, "t.yaml: metrics[0]"),), MetricContext())
+    with pytest.raises(ValueError, match=rf"metric '{HERE}:Short' returned 1 scores under 'custom/short' for 2"):
+        scorer([Sample("a", "p", ("r",)), Sample("b", "p", ("r",))], ["a", "b"])
