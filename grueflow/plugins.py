@@ -70,14 +70,51 @@ def named_in_task(task: Any, parts: tuple[str, ...] = TASK_PARTS) -> list[str]:
 
 def source_files(task: Any, root: str | Path = ".", parts: tuple[str, ...] = TASK_PARTS) -> list[str]:
     """The project's own source files behind the import paths the ``parts`` of a task file name
-    (:func:`named_in_task`), relative to ``root``: code dependencies of the stages that run them, so that
-    editing one reruns them. A module outside the project (an installed package) is not listed."""
+    (:func:`named_in_task`), and every project module those files import, transitively (a helper module of a
+    reward), relative to ``root``: code dependencies of the stages that run them, so that editing one reruns
+    them. A module outside the project (an installed package) and grueflow's own (the stages' code
+    dependencies already) are not listed."""
     from grueflow.codedeps import module_file
 
     root = Path(root).resolve()
-    files = []
-    for path in named_in_task(task, parts):
-        module = module_file(path.split(":")[0], root)
-        if module is not None:
-            files.append(str(module.relative_to(root)))
-    return sorted(set(files))
+    todo = [module for module in (module_file(path.split(":")[0], root) for path in named_in_task(task, parts))
+            if module is not None]
+    seen: set[Path] = set()
+    while todo:
+        path = todo.pop()
+        if path in seen or path.relative_to(root).parts[0] == "grueflow":
+            continue
+        seen.add(path)
+        todo.extend(_project_imports(path, root))
+    return sorted(str(path.relative_to(root)) for path in seen)
+
+
+def _project_imports(path: Path, root: Path) -> list[Path]:
+    """The project files (under ``root``) that the module at ``path`` imports, at any depth of its code; a file
+    that does not parse imports nothing here (importing it names the error)."""
+    import ast
+
+    from grueflow.codedeps import module_file
+
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return []
+    package = path.relative_to(root).parent.parts
+    names: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative to the module's package
+                base = ".".join([*package[:len(package) - node.level + 1], *([base] if base else [])])
+            names += [base, *(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")]
+    found = []
+    for name in names:
+        parts = name.split(".")
+        for i in range(1, len(parts) + 1):  # a module's packages run first
+            module = module_file(".".join(parts[:i]), root) if name else None
+            if module is not None:
+                found.append(module)
+    return found

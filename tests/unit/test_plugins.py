@@ -120,6 +120,23 @@ def test_the_project_files_behind_a_task_files_import_paths(tmp_path):
     assert plugins.source_files(task, tmp_path, parts=("reward", "metrics")) == ["my_rewards.py"]
 
 
+def test_the_project_modules_a_plugin_imports_are_its_sources_too(tmp_path):
+    """A reward that imports a helper module of the project reruns when the helper changes."""
+    (tmp_path / "my_rewards.py").write_text("import numpy\nfrom grueflow.metrics import Metric\n"
+                                            "from my_helpers import FACTOR\nfrom pools import shared\n")
+    (tmp_path / "my_helpers.py").write_text("def f():\n    import deep_helper\n")
+    (tmp_path / "deep_helper.py").write_text("")
+    (tmp_path / "pools").mkdir()
+    (tmp_path / "pools" / "__init__.py").write_text("")
+    (tmp_path / "pools" / "shared.py").write_text("from . import other\n")
+    (tmp_path / "pools" / "other.py").write_text("")
+    (tmp_path / "grueflow").mkdir()  # a project's grueflow/ is the stages' own code dependency
+    (tmp_path / "grueflow" / "__init__.py").write_text("")
+    task = {"reward": {"components": [{"metric": "my_rewards:Brevity"}]}}
+    assert plugins.source_files(task, tmp_path) == ["deep_helper.py", "my_helpers.py", "my_rewards.py",
+                                                    "pools/__init__.py", "pools/other.py", "pools/shared.py"]
+
+
 def test_a_plugin_module_that_fails_to_import_is_one_line(tmp_path, monkeypatch):
     (tmp_path / "broken_rewards.py").write_text("def Brevity(:\n")
     monkeypatch.syspath_prepend(str(tmp_path))
