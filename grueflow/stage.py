@@ -63,6 +63,17 @@ def seed(text: str) -> int:
     return value
 
 
+def positive(text: str) -> int:
+    """argparse type of a count: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not positive; give an integer >= 1")
+    return value
+
+
 def setup(args: argparse.Namespace) -> float:
     """Configure logging and check ``--threads`` (where the stage has it); returns the start time for the stage
     record."""

@@ -9,17 +9,6 @@ from grueflow.human.criteria import CRITERIA
 from grueflow.io import atomic_dir
 
 
-def positive(text: str) -> int:
-    """argparse type of ``--max-items``: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} keeps no item; give an integer >= 1 (or leave it out: all items)")
-    return value
-
-
 def method_path(text: str) -> tuple[str, Path]:
     """argparse type of ``--predictions``: ``METHOD=PATH``, PATH a predictions.jsonl or the evaluate folder holding it."""
     method, sep, path = text.partition("=")
@@ -37,7 +26,7 @@ def main() -> None:
                    help="METHOD=PATH per method (Likert: one or more; pairwise: exactly two)")
     p.add_argument("--rl4lms-csv", type=Path, help="instead of --predictions: an RL4LMs-layout example CSV")
     p.add_argument("--seed", type=stage.seed, required=True, help="item order, A/B order and opaque ids")
-    p.add_argument("--max-items", type=positive, default=None, help="keep the first N items after shuffling (N >= 1)")
+    p.add_argument("--max-items", type=stage.positive, default=None, help="keep the first N items after shuffling (N >= 1)")
     p.add_argument("--out", type=Path, required=True, help="the batch folder")
     p.add_argument("--key", type=Path, help="pairwise: where the opaque id -> system key goes (outside --out)")
     args = p.parse_args()

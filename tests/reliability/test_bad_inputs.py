@@ -980,8 +980,8 @@ def test_lower_is_better_by_whole_key_not_by_substring(key, lower):
 
 @pytest.mark.parametrize("args, expect", [
     (["--predictions", "ppo=A", "ppo=B"], "--predictions names 'ppo' more than once; give each method once"),
-    (["--predictions", "ppo=A", "--max-items", "0"], "argument --max-items: 0 keeps no item; give an integer >= 1"),
-    (["--predictions", "ppo=A", "--max-items", "-1"], "argument --max-items: -1 keeps no item"),
+    (["--predictions", "ppo=A", "--max-items", "0"], "argument --max-items: 0 is not positive; give an integer >= 1"),
+    (["--predictions", "ppo=A", "--max-items", "-1"], "argument --max-items: -1 is not positive"),
 ])
 def test_a_human_batch_is_refused_when_it_would_mislabel_or_drop_items(tmp_path: Path, call_stage, args, expect):
     result = call_stage("export_human_eval", "--kind", "likert", "--criteria", "sentiment", "--seed", "0", *args,

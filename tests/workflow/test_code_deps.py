@@ -22,7 +22,7 @@ import yaml
 
 from grueflow.pipeline import PLUGIN_CODE, STAGES, SUITE_CHECK, SUITE_FILE
 from tests.conftest import copy_project, git_init, run
-from tests.workflow.test_plugin_workflow import readme_block
+from tests.workflow.test_plugin_workflow import add_readme_reward
 
 pytestmark = pytest.mark.slow
 
@@ -153,13 +153,7 @@ def with_plugin(tmp_path_factory) -> Path:
     """The micro suite whose sentiment task runs the README's reward module (as its reward and a metric), with
     dvc.yaml regenerated for it and every output marked complete."""
     repo = copy_project(tmp_path_factory.mktemp("plugin_deps"))
-    (repo / "my_rewards.py").write_text(readme_block("python", "### Your own reward, metric or datapool"))
-    lines = yaml.safe_load(readme_block("yaml", "and in `params/tasks/<task>.yaml`"))
-    task_path = repo / "params" / "tasks" / "sentiment.yaml"
-    task = yaml.safe_load(task_path.read_text())
-    task["reward"] = lines["reward"]
-    task["metrics"] += lines["metrics"]
-    task_path.write_text(yaml.safe_dump(task, sort_keys=False))
+    add_readme_reward(repo, headline=False)
     git_init(repo)
     stale = subprocess.run(VALIDATE, cwd=repo, capture_output=True, text=True, timeout=300)
     assert stale.returncode == 2 and "my_rewards.py" in stale.stderr, stale.stderr  # dvc.yaml predates the plugin

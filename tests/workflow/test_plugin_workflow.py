@@ -23,17 +23,24 @@ def readme_block(language: str, after: str) -> str:
     return re.search(rf"```{language}\n(.*?)```", section, re.S).group(1)
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory) -> Path:
-    repo = copy_project(tmp_path_factory.mktemp("plugins"))
+def add_readme_reward(repo: Path, headline: bool = True) -> None:
+    """The README's reward module in the copy ``repo``, and its task-file lines in the sentiment task (its reward,
+    a metric and, with ``headline``, a headline metric)."""
     (repo / "my_rewards.py").write_text(readme_block("python", "### Your own reward, metric or datapool"))
     lines = yaml.safe_load(readme_block("yaml", "and in `params/tasks/<task>.yaml`"))
     task_path = repo / "params" / "tasks" / "sentiment.yaml"
     task = yaml.safe_load(task_path.read_text())
     task["reward"] = lines["reward"]
     task["metrics"] += lines["metrics"]
-    task["headline_metrics"] += lines["headline_metrics"]
+    if headline:
+        task["headline_metrics"] += lines["headline_metrics"]
     task_path.write_text(yaml.safe_dump(task, sort_keys=False))
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    repo = copy_project(tmp_path_factory.mktemp("plugins"))
+    add_readme_reward(repo)
     suite_path = repo / "params" / "suite.yaml"
     suite = yaml.safe_load(suite_path.read_text())
     suite.update(tasks=["sentiment"], rl_starts=["zero_shot"])
