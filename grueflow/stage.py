@@ -102,11 +102,13 @@ OUTPUT_ARGS = ("out", "resume_dir", "tensorboard")  # the arguments that name wh
 
 def check_out(out: Path, args: argparse.Namespace) -> None:
     """A stage replaces its ``--out`` folder whole, so ``out`` must be new, empty or a stage's own output (it holds
-    a :data:`grueflow.io.STAGE_RECORD`), and must not be or hold any path the stage reads: a
+    a :data:`grueflow.io.STAGE_RECORD` or a :data:`grueflow.io.PROVENANCE_RECORD`, which stays when DVC removes
+    the stage's declared outs before a rerun), and must not be or hold any path the stage reads: a
     :class:`ConfigError` naming both otherwise, before any work."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file; give a folder (a stage replaces its --out folder whole)")
-    if out.is_dir() and not (out / io.STAGE_RECORD).is_file():
+    stage_owned = any((out / record).is_file() for record in (io.STAGE_RECORD, io.PROVENANCE_RECORD))
+    if out.is_dir() and not stage_owned:  # DVC removes a stage's declared outs only: provenance.json stays
         held = sorted(p.name for p in out.iterdir())
         if held:
             raise ConfigError(f"--out {out} holds {', '.join(map(repr, held[:3]))}{' and more' if len(held) > 3 else ''} "

@@ -943,6 +943,9 @@ def test_a_stage_never_replaces_a_folder_it_did_not_write_or_its_input(tmp_path:
     assert after == before  # untouched
     again = call_stage("prepare_datapool", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--out", pool)
     assert again.code == 0, again.stderr  # a stage's own output folder is still replaced
+    (pool / "stage.json").unlink()  # what DVC leaves before a rerun: it removes the declared outs only
+    again = call_stage("prepare_datapool", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--out", pool)
+    assert again.code == 0, again.stderr
 
 
 def test_importing_answers_never_replaces_the_answers_folder(tmp_path: Path, call_stage):
