@@ -7,9 +7,10 @@ Splitting, bad rows and the shared arguments are described in :mod:`grueflow.dat
 
 from __future__ import annotations
 
+import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Optional
 
@@ -17,7 +18,8 @@ from grueflow.data import DATAPOOLS
 from grueflow.data.sample import Datapool
 from grueflow.data.sources import (BadRowError, Row, SourceArgs, Unit, assign_splits, build_datapool, group_units,
                                    load_units, optional_text, require_text, require_texts)
-from grueflow.data.totto import final_sentences, highlighted_subtable, linearise, parent_table
+from grueflow.data.totto import (final_sentences, highlighted_subtable, linearise, linearise_full_table,
+                                 parent_table)
 from grueflow.io import DataError, MissingDataError, read_text
 
 # ---------------------------------------------------------------------------------------------
@@ -30,13 +32,19 @@ POS_SUFFIX = re.compile(r"_[A-Z]+$")
 
 @DATAPOOLS.register("common_gen", "CommonGen: concepts -> a sentence using them (hub v1.1 or v1.0 files)")
 class CommonGen:
-    """Concepts -> a sentence using them; every target of a concept set is a reference.
+    """Concepts -> a sentence using them.
 
     Reads the hub's v1.1 schema (``concepts``, ``target``: one row per target) and the original
     v1.0 files (``concept_set: "dog_N#run_V"``, ``scene``: every target on one line),
     where the POS suffixes are stripped into bare lemmas for the prompt. Rows are grouped by concept
     set before any split, so a set is never in two splits. The hub's test split has no targets
     (the leaderboard keeps them): evaluate on validation with ``source_splits: {test: validation}``.
+
+    The prompt is RL4LMs' ``prefix + concept_separator_token.join(concepts) + concept_end_token``.
+    ``sample_per``: ``concept_set`` (the default) makes one sample per concept set with every target as a
+    reference; ``target`` makes one sample per target with that target as its only reference, as RL4LMs'
+    ``CommonGen`` pool does (in every split, so its metrics see one reference each; ``n_<split>`` then
+    counts those samples).
 
     meta: ``concepts`` (the lemmas, in prompt order), ``concept_set`` (v1.0: as in the file;
     v1.1: the lemmas joined by ``#``).
@@ -46,13 +54,21 @@ class CommonGen:
     class Args(SourceArgs):
         path: str = "common_gen"
         prefix: str = "generate a sentence with: "
+        concept_separator_token: str = " "
+        concept_end_token: str = ""
+        sample_per: Literal["concept_set", "target"] = "concept_set"
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            if not self.concept_separator_token:
+                raise ValueError("concept_separator_token must not be empty: the concepts would run together")
 
     @staticmethod
     def build(args: "CommonGen.Args") -> Datapool:
         sources = load_units(args, COMMONGEN_SCHEMAS, "common_gen")
         grouped = {name: group_units(units, concept_set, merge_scenes)
                    for name, units in sources.items()}
-        return build_datapool(assign_splits(grouped, args), lambda unit: [concepts_row(unit, args.prefix)], args,
+        return build_datapool(assign_splits(grouped, args), lambda unit: concepts_rows(unit, args), args,
                               unlabelled=lambda train: [r for s in train for r in s.references])
 
 
@@ -78,12 +94,17 @@ def merge_scenes(units: list[Unit]) -> dict[str, Any]:
             "targets": [optional_text(u.row["target"], "target", u.origin) for u in units]}
 
 
-def concepts_row(unit: Unit, prefix: str) -> Row:
+def concepts_rows(unit: Unit, args: CommonGen.Args) -> list[Row]:
+    """A concept set's row (every target a reference), or one row per target under ``sample_per: target``."""
     concepts = unit.row["concepts"]
     if not concepts:
         raise BadRowError(f"{unit.origin}: empty concept set")
-    return Row(prefix + " ".join(concepts), tuple(unit.row["targets"]),
-               {"concepts": concepts, "concept_set": unit.row["concept_set"]}, unit.origin)
+    prompt = args.prefix + args.concept_separator_token.join(concepts) + args.concept_end_token
+    meta = {"concepts": concepts, "concept_set": unit.row["concept_set"]}
+    targets = tuple(unit.row["targets"])
+    if args.sample_per == "concept_set":
+        return [Row(prompt, targets, meta, unit.origin)]
+    return [Row(prompt, (target,), meta, f"{unit.origin} target {i}") for i, target in enumerate(targets)]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,8 +181,10 @@ class ToTTo:
 
     ``titles``: ``with`` writes ``<page_title>`` and ``<section_title>`` before the table,
     ``without`` leaves them out, ``both`` writes the table without titles, a space, then with them
-    (RL4LMs' prompt, which joined the two with no space). References are the annotators' final
-    sentences; the official test split has none (the leaderboard keeps them).
+    (RL4LMs' prompt, which joined the two with no space). ``representation``: ``subtable`` writes the
+    highlighted cells only; ``fulltable`` (RL4LMs' other choice) the whole table row by row, the
+    highlighted cells marked (:func:`grueflow.data.totto.linearise_full_table`). References are the
+    annotators' final sentences; the official test split has none (the leaderboard keeps them).
 
     meta: ``table`` (``[attribute, value]`` pairs for PARENT: the highlighted cells, then the
     titles), ``highlighted_cells``, ``raw_table`` (the rows of cells as in the data),
@@ -172,14 +195,15 @@ class ToTTo:
     class Args(SourceArgs):
         path: str = "totto"
         titles: Literal["with", "without", "both"] = "both"
+        representation: Literal["subtable", "fulltable"] = "subtable"
 
     @staticmethod
     def build(args: "ToTTo.Args") -> Datapool:
         sources = load_units(args, {"ToTTo": TOTTO_COLUMNS}, "totto")
-        return build_datapool(assign_splits(sources, args), lambda unit: [table_row(unit, args.titles)], args)
+        return build_datapool(assign_splits(sources, args), lambda unit: [table_row(unit, args)], args)
 
 
-def table_row(unit: Unit, titles: str) -> Row:
+def table_row(unit: Unit, args: ToTTo.Args) -> Row:
     row = unit.row
     page, section = row["table_page_title"], row["table_section_title"]
     cells = [list(cell) for cell in row["highlighted_cells"] or []]
@@ -189,8 +213,12 @@ def table_row(unit: Unit, titles: str) -> Row:
         subtable = highlighted_subtable(row["table"], cells)
     except IndexError:
         raise BadRowError(f"{unit.origin}: a highlighted cell of {cells} is outside the table") from None
-    prompts = {"with": linearise(subtable, page, section), "without": linearise(subtable, None, None)}
-    prompt = prompts["without"] + " " + prompts["with"] if titles == "both" else prompts[titles]
+    if args.representation == "fulltable":
+        prompts = {"with": linearise_full_table(row["table"], cells, page, section),
+                   "without": linearise_full_table(row["table"], cells, None, None)}
+    else:
+        prompts = {"with": linearise(subtable, page, section), "without": linearise(subtable, None, None)}
+    prompt = prompts["without"] + " " + prompts["with"] if args.titles == "both" else prompts[args.titles]
     meta = {"table": parent_table(subtable, page, section), "highlighted_cells": cells, "raw_table": row["table"],
             "page_title": page, "section_title": section}
     if "example_id" in row:
@@ -259,53 +287,146 @@ def question_rows(story: Unit, args: NarrativeQA.Args) -> list[Row]:
 
 
 # ---------------------------------------------------------------------------------------------
-# IWSLT 2017
+# Translation: IWSLT 2017 and the WMT pools
 # ---------------------------------------------------------------------------------------------
 
 LANGUAGES = {"en": "English", "de": "German", "fr": "French", "it": "Italian", "nl": "Dutch", "ro": "Romanian",
-             "ar": "Arabic", "ja": "Japanese", "ko": "Korean", "zh": "Chinese"}
+             "ar": "Arabic", "ja": "Japanese", "ko": "Korean", "zh": "Chinese", "cs": "Czech", "fi": "Finnish",
+             "ru": "Russian", "tr": "Turkish"}
+WMT16_PAIRS = ("cs-en", "de-en", "fi-en", "ro-en", "ru-en", "tr-en")  # the hub's wmt16 configurations
+
+
+@dataclass(frozen=True)
+class TranslationArgs(SourceArgs):
+    """``translation[source_language]`` -> ``translation[target_language]`` (the hub schema), the prompt
+    ``prefix + source + suffix`` (RL4LMs' ``prompt_prefix`` / ``prompt_suffix``).
+
+    ``prefix`` None writes T5's ``translate English to German: `` for the two languages; give ``""`` for none.
+    """
+
+    source_language: str = "en"
+    target_language: str = "de"
+    prefix: Optional[str] = None
+    suffix: str = ""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.source_language == self.target_language:
+            raise ValueError(f"source_language and target_language are both {self.source_language!r}")
+        unnamed = [code for code in (self.source_language, self.target_language) if code not in LANGUAGES]
+        if self.prefix is None and unnamed:
+            raise ValueError(f"no name for language {unnamed[0]!r} to write the prefix (known: "
+                             f"{', '.join(LANGUAGES)}); give prefix")
+
+    @property
+    def prompt_prefix(self) -> str:
+        if self.prefix is not None:
+            return self.prefix
+        return f"translate {LANGUAGES[self.source_language]} to {LANGUAGES[self.target_language]}: "
+
+
+def build_translation(args: TranslationArgs, loader: str, sources: Optional[dict[str, list[Unit]]] = None) -> Datapool:
+    """The ``loader`` datapool from ``args``' source splits (or the ``sources`` given)."""
+    if sources is None:
+        sources = load_units(args, {"hub": ("translation",)}, loader)
+    return build_datapool(assign_splits(sources, args), lambda unit: [translation_row(unit, args)], args)
 
 
 @DATAPOOLS.register("iwslt2017", "IWSLT 2017 translation (en -> de by default): source sentence -> its translation")
 class IWSLT2017:
-    """``translation[source_language]`` -> ``translation[target_language]`` (the hub schema).
-
-    ``prefix`` None writes T5's ``translate English to German: `` for the two languages; give ``""``
-    for none. The hub's ``iwslt2017`` needs the configuration ``name`` of the pair (``iwslt2017-en-de``).
+    """IWSLT 2017 (:class:`TranslationArgs`). The hub's ``iwslt2017`` needs the configuration ``name`` of the
+    pair (``iwslt2017-en-de``).
 
     meta: none.
     """
 
     @dataclass(frozen=True)
-    class Args(SourceArgs):
+    class Args(TranslationArgs):
         path: str = "iwslt2017"
         name: Optional[str] = "iwslt2017-en-de"
-        source_language: str = "en"
-        target_language: str = "de"
-        prefix: Optional[str] = None
-
-        def __post_init__(self) -> None:
-            super().__post_init__()
-            if self.source_language == self.target_language:
-                raise ValueError(f"source_language and target_language are both {self.source_language!r}")
-            unnamed = [code for code in (self.source_language, self.target_language) if code not in LANGUAGES]
-            if self.prefix is None and unnamed:
-                raise ValueError(f"no name for language {unnamed[0]!r} to write the prefix (known: "
-                                 f"{', '.join(LANGUAGES)}); give prefix")
-
-        @property
-        def prompt_prefix(self) -> str:
-            if self.prefix is not None:
-                return self.prefix
-            return f"translate {LANGUAGES[self.source_language]} to {LANGUAGES[self.target_language]}: "
 
     @staticmethod
     def build(args: "IWSLT2017.Args") -> Datapool:
-        sources = load_units(args, {"hub": ("translation",)}, "iwslt2017")
-        return build_datapool(assign_splits(sources, args), lambda unit: [translation_row(unit, args)], args)
+        return build_translation(args, "iwslt2017")
 
 
-def translation_row(unit: Unit, args: IWSLT2017.Args) -> Row:
+@DATAPOOLS.register("wmt16", "WMT16 news translation (en -> de by default; RL4LMs' wmt16 pool)")
+class WMT16:
+    """WMT16 (:class:`TranslationArgs`), RL4LMs' ``WMT`` pool with ``wmt_id: wmt16``. ``name`` None takes the
+    hub configuration of the two languages, in whichever order the hub names it (``de-en`` for en -> de), as
+    RL4LMs tries ``<source>-<target>`` and then the reverse.
+
+    meta: none.
+    """
+
+    @dataclass(frozen=True)
+    class Args(TranslationArgs):
+        path: str = "wmt16"
+
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            if self.name is None and not self.data_files and wmt16_pair(self) is None:
+                raise ValueError(f"wmt16 has no {self.source_language}-{self.target_language} pair in either order; "
+                                 f"its pairs: {', '.join(WMT16_PAIRS)} (or give name)")
+
+    @staticmethod
+    def build(args: "WMT16.Args") -> Datapool:
+        return build_translation(replace(args, name=args.name or wmt16_pair(args)), "wmt16")
+
+
+def wmt16_pair(args: TranslationArgs) -> Optional[str]:
+    """The hub's wmt16 configuration of the two languages, either order, or None."""
+    pairs = (f"{args.source_language}-{args.target_language}", f"{args.target_language}-{args.source_language}")
+    return next((pair for pair in pairs if pair in WMT16_PAIRS), None)
+
+
+@DATAPOOLS.register("wmt14_processed_en_de", "WMT14 en -> de as pre-processed by stas (RL4LMs' wmt14_processed_en_de)")
+class WMT14PreprocessedEnDe:
+    """RL4LMs' ``wmt14_processed_en_de``: the hub's ``stas/wmt14-en-de-pre-processed``, en -> de
+    (:class:`TranslationArgs`).
+
+    meta: none.
+    """
+
+    @dataclass(frozen=True)
+    class Args(TranslationArgs):
+        path: str = "stas/wmt14-en-de-pre-processed"
+
+    @staticmethod
+    def build(args: "WMT14PreprocessedEnDe.Args") -> Datapool:
+        return build_translation(args, "wmt14_processed_en_de")
+
+
+@DATAPOOLS.register("wmt16newsonly", "news-commentary train, WMT16 val/test, en -> de (RL4LMs' wmt16newsonly)")
+class WMT16NewsOnly:
+    """RL4LMs' ``wmt16newsonly``: train on ``train_path`` (the hub's ``news_commentary``, ``train_name``
+    ``de-en``), validate and test on ``path`` (``wmt16``, ``de-en``), en -> de (:class:`TranslationArgs`).
+    With ``data_files`` every split comes from those files.
+
+    meta: none.
+    """
+
+    @dataclass(frozen=True)
+    class Args(TranslationArgs):
+        path: str = "wmt16"
+        name: Optional[str] = "de-en"
+        train_path: str = "news_commentary"
+        train_name: Optional[str] = "de-en"
+
+    @staticmethod
+    def build(args: "WMT16NewsOnly.Args") -> Datapool:
+        if args.data_files:
+            return build_translation(args, "wmt16newsonly")
+        schema = {"hub": ("translation",)}
+        train = load_units(replace(args, path=args.train_path, name=args.train_name), schema, "wmt16newsonly",
+                           only=("train",))
+        rest = load_units(args, schema, "wmt16newsonly", only=("validation", "val", "dev", "test"))
+        if "train" not in train:
+            raise DataError(f"train_path {args.train_path!r} has no train split, which wmt16newsonly trains on")
+        return build_translation(args, "wmt16newsonly", {"train": train["train"], **rest})
+
+
+def translation_row(unit: Unit, args: TranslationArgs) -> Row:
     pair = unit.row["translation"] or {}
     if not isinstance(pair, dict):
         raise BadRowError(f"{unit.origin}: translation is {pair!r:.60} ({type(pair).__name__}), not a mapping of "
@@ -316,7 +437,94 @@ def translation_row(unit: Unit, args: IWSLT2017.Args) -> Row:
                             f"{key} {getattr(args, key)!r} is not one of them")
     source = require_text(pair[args.source_language], f"{args.source_language} text", unit.origin)
     target = optional_text(pair[args.target_language], f"{args.target_language} text", unit.origin)
-    return Row(args.prompt_prefix + source, (target,), {}, unit.origin)
+    return Row(args.prompt_prefix + source + args.suffix, (target,), {}, unit.origin)
+
+
+# ---------------------------------------------------------------------------------------------
+# CRD3
+# ---------------------------------------------------------------------------------------------
+
+CRD3_SPLIT_FILES = {"train": "train_files", "val": "val_files", "test": "test_files"}
+
+
+@DATAPOOLS.register("crd3", "CRD3 (Critical Role) dialogue: the last turns -> the next speaker's turn (RL4LMs' crd3)")
+class CRD3:
+    """RL4LMs' ``CRD3DialogueGeneration``: every turn after the second of a Critical Role episode becomes a
+    sample, its prompt the last ``max_context_size`` turns (``NAME: utterances``) joined by newlines, then a
+    newline and the turn's speaker (``\\nNAME: ``), its reference the turn's utterances joined by spaces.
+
+    ``data_root`` is the CRD3 repository (github.com/RevanthRameshkumar/CRD3, the folder ``CRD3-master``
+    of its zip): ``data/aligned data/{train,val,test}_files`` list the episodes of each split and
+    ``data/cleaned data/<episode>.json`` hold their ``TURNS`` (``NAMES``, ``UTTERANCES``); a turn's speaker
+    is its first name, as RL4LMs. A re-split cuts by episode.
+
+    meta: ``episode``, ``turn`` (0-based index of the target turn), ``speaker``.
+    """
+
+    @dataclass(frozen=True)
+    class Args(SourceArgs):
+        path: str = "crd3"
+        data_root: Optional[str] = None
+        max_context_size: int = 5
+
+        def __post_init__(self) -> None:
+            if self.data_root is None:
+                raise ValueError("crd3 reads the CRD3 repository's files: give data_root, the CRD3-master folder "
+                                 "of github.com/RevanthRameshkumar/CRD3 (its data/aligned data and data/cleaned "
+                                 "data folders)")
+            super().__post_init__()
+            if self.data_files is not None:
+                raise ValueError("crd3 reads data_root (the CRD3 repository), not data_files")
+            if self.max_context_size < 1:
+                raise ValueError(f"max_context_size must be >= 1, got {self.max_context_size}")
+
+    @staticmethod
+    def build(args: "CRD3.Args") -> Datapool:
+        return build_datapool(assign_splits(read_crd3(Path(args.data_root)), args),
+                              lambda unit: episode_rows(unit, args.max_context_size), args)
+
+
+def read_crd3(root: Path) -> dict[str, list[Unit]]:
+    """The CRD3 splits under ``root``: one Unit per episode, ``{episode, turns: [(name, text), ...]}``."""
+    if not root.is_dir():
+        raise MissingDataError(f"data_root {root} is not a folder")
+    lists, cleaned = root / "data" / "aligned data", root / "data" / "cleaned data"
+    found = {split: lists / name for split, name in CRD3_SPLIT_FILES.items() if (lists / name).is_file()}
+    if not found:
+        raise MissingDataError(f"data_root {root} has no CRD3 episode lists: expected {lists}/"
+                               f"{{{','.join(CRD3_SPLIT_FILES.values())}}} (the CRD3 repository's layout)")
+    sources = {}
+    for split, listing in found.items():
+        units = []
+        for i, episode in enumerate(line.strip() for line in read_text(listing).splitlines() if line.strip()):
+            path = cleaned / f"{episode}.json"
+            if not path.is_file():
+                raise MissingDataError(f"{listing} names episode {episode}, but {path} does not exist")
+            try:
+                turns = json.loads(read_text(path))["TURNS"]
+            except (json.JSONDecodeError, KeyError, TypeError) as err:
+                raise DataError(f"{path}: not a CRD3 episode (a JSON object with TURNS): {err}") from None
+            units.append(Unit({"episode": episode, "turns": turns}, str(path), f"{split}-{i}"))
+        sources[split] = units
+    return sources
+
+
+def episode_rows(unit: Unit, max_context_size: int) -> list[Row]:
+    """One Row per turn with at least two turns before it (RL4LMs' ``len(contexts) > 1``)."""
+    rows, contexts = [], []
+    for t, turn in enumerate(unit.row["turns"]):
+        origin = f"{unit.origin} turn {t + 1}"
+        names, utterances = (turn or {}).get("NAMES"), (turn or {}).get("UTTERANCES")
+        if not names or not isinstance(utterances, list):
+            raise BadRowError(f"{origin}: a turn needs NAMES (a non-empty list) and UTTERANCES (a list); got "
+                              f"{turn!r:.80}")
+        name = require_text(names[0], "NAMES[0]", origin)
+        text = " ".join(require_texts(utterances, "UTTERANCES", origin))
+        if len(contexts) > 1:
+            prompt = "\n".join(contexts[-max_context_size:]) + "\n" + name + ": "
+            rows.append(Row(prompt, (text,), {"episode": unit.row["episode"], "turn": t, "speaker": name}, origin))
+        contexts.append(f"{name}: {text}")
+    return rows
 
 
 # ---------------------------------------------------------------------------------------------

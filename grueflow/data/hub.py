@@ -163,6 +163,14 @@ def csv_options(headers: dict[str, Optional[list[str]]]) -> dict[str, Any]:
 
 @DATAPOOLS.register("imdb", "IMDB sentiment continuation (RL4LMs): prompt = a review's first words, hub id or local files")
 class IMDB:
+    """A review's first words -> the words after them; meta ``label`` (0 negative, 1 positive).
+
+    ``prompt_fraction`` 0.5 cuts each review in half as RL4LMs' ``imdb`` and ``imdb_seq2seq`` pools do (else
+    ``prompt_words`` / ``reference_words``). ``positive_only_train`` keeps positive train reviews only (RL4LMs'
+    pools); ``positive_ratio`` then keeps the first ``int(n x positive_ratio)`` of them, as ``imdb_seq2seq``'s
+    ``positive_ratio``. Val is the first ``n_val`` shuffled train reviews (both labels).
+    """
+
     @dataclass(frozen=True)
     class Args:
         path: str = "imdb"
@@ -170,15 +178,21 @@ class IMDB:
         seed: int = 0
         prompt_words: int = 40
         reference_words: int = 40
-        prompt_fraction: Optional[float] = None  # RL4LMs' IMDB / IMDBForSeq2Seq: 0.5 = half the words, the rest the reference
+        prompt_fraction: Optional[float] = None
+        positive_only_train: bool = True
+        positive_ratio: float = 1.0
+        n_train: Optional[int] = None
+        n_val: int = 100
+        n_test: Optional[int] = None
 
         def __post_init__(self) -> None:
             if self.prompt_fraction is not None and not 0 < self.prompt_fraction < 1:
                 raise ValueError(f"prompt_fraction must be in (0, 1), got {self.prompt_fraction}")
-        positive_only_train: bool = True
-        n_train: Optional[int] = None
-        n_val: int = 100
-        n_test: Optional[int] = None
+            if not 0 < self.positive_ratio <= 1:
+                raise ValueError(f"positive_ratio must be in (0, 1], got {self.positive_ratio}")
+            if self.positive_ratio != 1 and not self.positive_only_train:
+                raise ValueError(f"positive_ratio {self.positive_ratio} keeps a share of the positive train reviews; "
+                                 f"it needs positive_only_train: true")
 
     @staticmethod
     def build(args: "IMDB.Args") -> Datapool:
@@ -194,6 +208,7 @@ class IMDB:
         val_rows, train_rows = train_rows[:args.n_val], train_rows[args.n_val:]
         if args.positive_only_train:  # RL4LMs' IMDB datapool trains on positive reviews
             train_rows = [r for r in train_rows if imdb_label(r["label"]) == 1]
+            train_rows = train_rows[:int(len(train_rows) * args.positive_ratio)]
         test_rows = [r for r in splits["test"]]
         random.Random(args.seed + 1).shuffle(test_rows)  # the split is sorted by label: n_test must mix both
         pool = {

@@ -24,6 +24,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 from itertools import accumulate
+from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from grueflow.config import MAX_COUNT, check_size
@@ -68,7 +69,7 @@ class SourceArgs:
 
     path: a hub dataset id, a ``datasets`` builder (``json``, ``csv``, ``parquet``) or a local
         folder; with ``data_files`` and no builder, the builder is taken from the files' extension.
-    name: the hub dataset's configuration (e.g. ``3.0.0``); ignored for local files.
+    name: the hub dataset's configuration (e.g. ``3.0.0``); ignored for local files and folders.
     data_files: ``{source split: file}``, e.g. ``{validation: ../shared/data/x.jsonl}``.
     source_splits: ``{train|val|test: source split}`` where the defaults (train; validation, val
         or dev; test) do not fit; one source split may feed several of ours.
@@ -120,14 +121,19 @@ def check_split_args(args: SourceArgs) -> None:
         raise ValueError(f"path {args.path!r} needs local files: give data_files, e.g. {{validation: data/dev.jsonl}}")
 
 
-def load_units(args: SourceArgs, schemas: dict[str, tuple[str, ...]], loader: str) -> dict[str, list[Unit]]:
-    """Every source split's rows as Units, once each split is checked to have one schema's columns.
+def load_units(args: SourceArgs, schemas: dict[str, tuple[str, ...]], loader: str,
+               only: Optional[Iterable[str]] = None) -> dict[str, list[Unit]]:
+    """Every source split's rows (or those of the splits named in ``only``) as Units, once each split is checked
+    to have one schema's columns.
 
     ``schemas`` maps a schema's name (for the error) to the columns it needs.
     """
-    dataset = load_splits(args.path, args.data_files, None if args.data_files else args.name)
+    local = bool(args.data_files) or Path(args.path).is_dir()
+    dataset = load_splits(args.path, args.data_files, None if local else args.name)
     sources = {}
     for split, rows in dataset.items():
+        if only is not None and split not in only:
+            continue
         where = args.data_files[split] if args.data_files else f"{args.path} ({split} split)"
         check_columns(where, rows.column_names, schemas, loader)
         sources[split] = [Unit(row, f"{where} row {i + 1}", f"{split}-{i}") for i, row in enumerate(rows)]

@@ -70,6 +70,36 @@ def linearise(subtable: list[HighlightedCell], page_title: Optional[str], sectio
     return " ".join(parts)
 
 
+def linearise_full_table(table: Table, cells: list[list[int]], page_title: Optional[str],
+                         section_title: Optional[str]) -> str:
+    """The whole table, row by row, as the ToTTo baseline's ``linearize_full_table`` (RL4LMs'
+    ``representation: fulltable``): ``… <table> <row> <cell> value <col_header> … </col_header> <row_header> …
+    </row_header> </cell> … </row> … </table>``, a highlighted cell written ``<highlighted_cell> …
+    </highlighted_cell>``; every cell carries its heuristic headers, and titles are written as in
+    :func:`linearise`."""
+    spans = column_spans(table)
+    highlighted = {(r, c) for r, c in cells}
+    parts = []
+    if page_title:
+        parts.append(f"<page_title> {page_title} </page_title>")
+    if section_title:
+        parts.append(f"<section_title> {section_title} </section_title>")
+    parts.append("<table>")
+    for r, row in enumerate(table):
+        parts.append("<row>")
+        for c, cell in enumerate(row):
+            start, end = spans[r][c]
+            marker = "highlighted_cell" if (r, c) in highlighted else "cell"
+            parts.append(f"<{marker}> {cell['value']}")
+            parts.extend(f"<col_header> {above['value']} </col_header>" for a in range(r)
+                         for above, (s, e) in zip(table[a], spans[a]) if above["is_header"] and s < end and e > start)
+            parts.extend(f"<row_header> {before['value']} </row_header>" for before in row[:c] if before["is_header"])
+            parts.append(f"</{marker}>")
+        parts.append("</row>")
+    parts.append("</table>")
+    return " ".join(parts)
+
+
 def parent_table(subtable: list[HighlightedCell], page_title: Optional[str],
                  section_title: Optional[str]) -> list[list[str]]:
     """``meta['table']`` for PARENT: ``[headers, value]`` per highlighted cell, then the titles.

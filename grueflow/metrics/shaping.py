@@ -85,8 +85,9 @@ def common_gen_penalty(prompt: str, generation: str, prefix: str, end_token: str
                   "RL4LMs' CommonGen shaping: -1 if the generation copies the concepts or the instruction, else 0")
 class CommonGenRepeatPenalty(Metric):
     """RL4LMs' ``shaping_fn: common_gen_repeat_penalty`` of its METEOR reward (which adds it to METEOR: weight
-    1 here). RL4LMs' prompt ends in its ``concept_end_token`` ".", which it cuts before matching; grueflow's
-    common_gen prompt has no end token, so ``end_token`` is cut only where present."""
+    1 here). RL4LMs' prompt ends in its ``concept_end_token`` ".", which it cuts before matching; ``end_token``
+    is cut only where the prompt ends in it (the common_gen datapool writes none unless ``concept_end_token``
+    is set)."""
 
     category = "shaping"
     scores = ("common_gen_penalty",)

@@ -64,8 +64,10 @@ def test_wrong_type_and_out_of_range_values():
 def test_unknown_datapool_model_and_datapool_args():
     data = task_data()
     data["datapool"]["id"] = "imbd"
-    with pytest.raises(ConfigError, match=r"unknown datapool 'imbd'; valid datapool ids: cnn_dailymail, common_gen, custom, "
-                                          r"daily_dialog, dummy_pool, imdb, iwslt2017, narrative_qa, synthetic_concepts, synthetic_sentiment, totto"):
+    with pytest.raises(ConfigError, match=r"unknown datapool 'imbd'; valid datapool ids: cnn_dailymail, common_gen, "
+                                          r"crd3, custom, daily_dialog, dummy_pool, imdb, iwslt2017, narrative_qa, "
+                                          r"synthetic_concepts, synthetic_sentiment, totto, wmt14_processed_en_de, wmt16, "
+                                          r"wmt16newsonly;"):
         parse(TaskConfig, data, "t:")
     data = task_data()
     data["model"]["id"] = "gpt3"

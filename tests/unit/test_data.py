@@ -65,6 +65,17 @@ def test_imdb_loader_reads_the_real_slice_through_datasets():
     sample = halves.splits["test"][0]  # RL4LMs' seq2seq variant: half the review in, the rest as the reference
     prompt, reference = sample.prompt.split(), sample.references[0].split()
     assert len(prompt) == (len(prompt) + len(reference)) // 2
+    quarter = build("imdb", path="json", data_files={"train": str(shared / "imdb_train_subset.jsonl"),
+                                                     "test": str(shared / "imdb_test_subset.jsonl")},
+                    n_val=50, prompt_words=10, reference_words=5, positive_ratio=0.25)
+    # imdb_seq2seq's positive_ratio: the first int(471 x 0.25) positive train reviews; val and test unchanged
+    assert quarter.splits["train"] == pool.splits["train"][:117]
+    assert (quarter.splits["val"], quarter.splits["test"]) == (pool.splits["val"], pool.splits["test"])
+    for bad, message in ((0.0, r"positive_ratio must be in \(0, 1\], got 0.0"), (1.5, "got 1.5")):
+        with pytest.raises(ValueError, match=message):
+            build("imdb", positive_ratio=bad)
+    with pytest.raises(ValueError, match="positive_ratio 0.5 .* needs positive_only_train: true"):
+        build("imdb", positive_ratio=0.5, positive_only_train=False)
 
 
 def test_imdb_loader_takes_its_unlabelled_text_from_an_unsupervised_split():

@@ -10,9 +10,10 @@ from shared_data import DATA
 
 from grueflow.config import ConfigError, DatapoolConfig
 from grueflow.data import DATAPOOLS, read_split, write_datapool
+from grueflow.data.grue import wmt16_pair
 from grueflow.data.sources import BadRowError
-from grueflow.data.totto import highlighted_subtable, linearise
-from grueflow.io import read_json
+from grueflow.data.totto import highlighted_subtable, linearise, linearise_full_table
+from grueflow.io import DataError, MissingDataError, read_json
 from grueflow.metrics import METRICS, MetricContext
 from grueflow.params import parse
 
@@ -111,6 +112,30 @@ def test_commongen_hub_v11_rows_are_grouped_into_concept_sets(tmp_path):
     assert pool.unlabelled == [r["target"] for r in rows]
 
 
+def test_commongen_rl4lms_prompt_and_one_sample_per_target():
+    """RL4LMs' GRUE config: prefix + concepts joined by concept_separator_token + concept_end_token ('.'), one
+    sample per target with that target as its only reference; the split is still cut by concept set."""
+    files = {"validation": shared("commongen/commongen.dev.jsonl")}
+    args = {"data_files": files, "concept_end_token": ".", "sample_per": "target"}
+    pool = build("common_gen", source_splits=every_split("validation"), **args)
+    test, raw = pool.splits["test"], raw_rows("commongen/commongen.dev.jsonl")
+    assert len(test) == 4018 and all(len(s.references) == 1 for s in test)
+    lemmas = [concept.rsplit("_", 1)[0] for concept in raw[0]["concept_set"].split("#")]
+    assert [s.prompt for s in test[:5]] == ["generate a sentence with: " + " ".join(lemmas) + "."] * 4 + [
+        "generate a sentence with: " + " ".join(c.rsplit("_", 1)[0] for c in raw[1]["concept_set"].split("#")) + "."]
+    assert [s.references[0] for s in test[:4]] == raw[0]["scene"] and test[4].id == "test-4"
+    dashed = build("common_gen", source_splits=every_split("validation"), data_files=files,
+                   concept_separator_token=" - ")
+    assert dashed.splits["test"][0].prompt == "generate a sentence with: " + " - ".join(lemmas)
+    cut = build("common_gen", split_fractions={"train": 0.8, "val": 0.1, "test": 0.1}, **args)
+    sets = [{s.meta["concept_set"] for s in cut.splits[split]} for split in SPLITS]
+    assert not (sets[0] & sets[1] or sets[0] & sets[2] or sets[1] & sets[2]) and sum(map(len, sets)) == 993
+    with pytest.raises(ConfigError, match="concept_separator_token must not be empty"):
+        build("common_gen", data_files=files, concept_separator_token="")
+    with pytest.raises(ConfigError, match="sample_per.*'concept_set', 'target'|sample_per.*concept_set.*target"):
+        build("common_gen", data_files=files, sample_per="row")
+
+
 # ---------------------------------------------------------------------------------------------
 # CNN/DailyMail
 # ---------------------------------------------------------------------------------------------
@@ -199,6 +224,39 @@ def test_totto_headers_follow_column_spans_and_row_headers():
     assert linearise(subtable[:1], "", None) == (
         "<table> <cell> 3 <col_header> Stats </col_header> <col_header> Losses </col_header> "
         "<row_header> Leeds </row_header> </cell> </table>")
+    assert linearise_full_table(table, [[2, 2]], "Clubs", None) == (
+        "<page_title> Clubs </page_title> <table> "
+        "<row> <cell> Team </cell> <cell> Stats <row_header> Team </row_header> </cell> </row> "
+        "<row> <cell> Name <col_header> Team </col_header> </cell> "
+        "<cell> Wins <col_header> Stats </col_header> <row_header> Name </row_header> </cell> "
+        "<cell> Losses <col_header> Stats </col_header> <row_header> Name </row_header> "
+        "<row_header> Wins </row_header> </cell> </row> "
+        "<row> <cell> Leeds <col_header> Team </col_header> <col_header> Name </col_header> </cell> "
+        "<cell> 10 <col_header> Stats </col_header> <col_header> Wins </col_header> <row_header> Leeds </row_header> "
+        "</cell> <highlighted_cell> 3 <col_header> Stats </col_header> <col_header> Losses </col_header> "
+        "<row_header> Leeds </row_header> </highlighted_cell> </row> </table>")
+
+
+def test_totto_full_table_representation_on_the_dev_sample():
+    """RL4LMs' representation: fulltable: every row and cell, the highlighted ones marked; PARENT's table and
+    the references are the subtable representation's."""
+    files = {"validation": shared("totto/dev_sample.jsonl")}
+    common = {"data_files": files, "source_splits": every_split("validation")}
+    full = build("totto", representation="fulltable", titles="without", **common).splits["test"]
+    sub = build("totto", titles="without", **common).splits["test"]
+    for raw, sample, subtable_sample in zip(raw_rows("totto/dev_sample.jsonl"), full, sub):
+        prompt = sample.prompt
+        assert prompt.count("<highlighted_cell>") == len(raw["highlighted_cells"])
+        assert prompt.count("<row>") == len(raw["table"])
+        assert prompt.count("<cell>") + prompt.count("<highlighted_cell>") == sum(map(len, raw["table"]))
+        assert prompt == linearise_full_table(raw["table"], raw["highlighted_cells"], None, None)
+        assert (sample.references, sample.meta) == (subtable_sample.references, subtable_sample.meta)
+    both = build("totto", representation="fulltable", **common).splits["test"][0].prompt
+    raw = raw_rows("totto/dev_sample.jsonl")[0]
+    assert both == full[0].prompt + " " + linearise_full_table(raw["table"], raw["highlighted_cells"],
+                                                               raw["table_page_title"], raw["table_section_title"])
+    with pytest.raises(ConfigError, match="representation"):
+        build("totto", representation="table", **common)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -259,6 +317,88 @@ def test_iwslt2017_tst2016_both_directions():
     assert sizes(bare) == [1000, 100, 33] and not bare.splits["test"][0].prompt.startswith("translate")
     with pytest.raises(ValueError, match=r"the translation has the languages \['de', 'en'\]; source_language 'fr'"):
         build("iwslt2017", data_files=files, source_splits=every_split("test"), source_language="fr")
+
+
+def test_the_wmt_pools_read_the_translation_schema_with_rl4lms_prompts(tmp_path):
+    """wmt16, wmt14_processed_en_de and wmt16newsonly are the translation loader with RL4LMs' sources: the real
+    tst2016 rows stand in for their hub splits (the hub is not reachable here)."""
+    rows = raw_rows("iwslt2017/tst2016.en-de.jsonl")
+    files = {"test": shared("iwslt2017/tst2016.en-de.jsonl")}
+    for pool_id in ("wmt16", "wmt14_processed_en_de"):
+        pool = build(pool_id, data_files=files, source_splits=every_split("test"), prefix="", suffix=" =>")
+        assert pool.splits["test"][0].prompt == rows[0]["translation"]["en"] + " =>"
+        assert pool.splits["test"][0].references == (rows[0]["translation"]["de"],)
+    wmt16 = DATAPOOLS.get("wmt16")
+    assert parse(wmt16.Args, {}, "args").path == "wmt16"
+    pairs = {(src, tgt): wmt16_pair(parse(wmt16.Args, {"source_language": src, "target_language": tgt}, "args"))
+             for src, tgt in (("en", "de"), ("de", "en"), ("ro", "en"))}
+    assert pairs == {("en", "de"): "de-en", ("de", "en"): "de-en", ("ro", "en"): "ro-en"}
+    with pytest.raises(ConfigError, match=r"wmt16 has no fr-de pair in either order; its pairs: cs-en, de-en"):
+        parse(wmt16.Args, {"source_language": "fr"}, "args")
+    assert parse(DATAPOOLS.get("wmt14_processed_en_de").Args, {}, "args").path == "stas/wmt14-en-de-pre-processed"
+    # wmt16newsonly: train from one source (news_commentary), val and test from another (wmt16)
+    news, wmt = tmp_path / "news", tmp_path / "wmt"
+    news.mkdir(), wmt.mkdir()
+    write_jsonl(news / "train.jsonl", rows[:30])
+    write_jsonl(news / "test.jsonl", rows[30:40])  # never read: only news' train split is
+    for split, part in (("train", rows[100:200]), ("validation", rows[40:50]), ("test", rows[50:70])):
+        write_jsonl(wmt / f"{split}.jsonl", part)
+    only = build("wmt16newsonly", train_path=str(news), path=str(wmt))
+    assert sizes(only) == [30, 10, 20]
+    assert [s.references[0] for s in only.splits["train"]] == [r["translation"]["de"] for r in rows[:30]]
+    assert only.splits["test"][0].prompt == "translate English to German: " + rows[50]["translation"]["en"]
+    (wmt / "train.jsonl").rename(wmt / "other.jsonl")
+    with pytest.raises(DataError, match=r"train_path '.*wmt' has no train split, which wmt16newsonly trains on"):
+        build("wmt16newsonly", train_path=str(wmt), path=str(wmt))
+
+
+# ---------------------------------------------------------------------------------------------
+# CRD3
+# ---------------------------------------------------------------------------------------------
+
+
+def write_crd3(root, episodes, splits):
+    """The CRD3 repository's layout under root: episode lists per split and one JSON file per episode."""
+    (root / "data" / "aligned data").mkdir(parents=True)
+    (root / "data" / "cleaned data").mkdir(parents=True)
+    for name, turns in episodes.items():
+        (root / "data" / "cleaned data" / f"{name}.json").write_text(json.dumps({"TURNS": turns}), encoding="utf-8")
+    for split, names in splits.items():
+        (root / "data" / "aligned data" / f"{split}_files").write_text("\n".join(names) + "\n", encoding="utf-8")
+    return str(root)
+
+
+def turn(names, *utterances):
+    return {"NAMES": names, "UTTERANCES": list(utterances), "NUMBER": 0}
+
+
+def test_crd3_turns_with_rl4lms_context_and_speaker_prompt(tmp_path):
+    episode = [turn(["MATT"], "Welcome back.", "Let's go."), turn(["LAURA"], "Hi!"),
+               turn(["SAM", "TRAVIS"], "We roll.", "Initiative?"), turn(["MATT"], "Yes."), turn(["LIAM"], "Ha.")]
+    other = [turn(["A"], "one"), turn(["B"], "two"), turn(["C"], "three")]
+    root = write_crd3(tmp_path / "CRD3-master", {"C1E001": episode, "C1E002": other, "C1E003": other},
+                      {"train": ["C1E001"], "val": ["C1E002"], "test": ["C1E003"]})
+    pool = build("crd3", data_root=root, max_context_size=2)
+    assert sizes(pool) == [3, 1, 1]
+    first, last = pool.splits["train"][0], pool.splits["train"][2]
+    # from the third turn on; the last max_context_size turns, then the speaker (the first of NAMES)
+    assert first.prompt == "MATT: Welcome back. Let's go.\nLAURA: Hi!\nSAM: "
+    assert first.references == ("We roll. Initiative?",)
+    assert first.meta == {"episode": "C1E001", "turn": 2, "speaker": "SAM"}
+    assert last.prompt == "SAM: We roll. Initiative?\nMATT: Yes.\nLIAM: " and last.references == ("Ha.",)
+    assert pool.splits["test"][0].prompt == "A: one\nB: two\nC: "
+    assert build("crd3", data_root=root).splits["train"][2].prompt.startswith("MATT: Welcome back.")  # default 5
+    with pytest.raises(ConfigError, match="give data_root, the CRD3-master folder"):
+        parse(DatapoolConfig, {"id": "crd3", "args": {}}, "datapool")
+    with pytest.raises(ConfigError, match="max_context_size must be >= 1, got 0"):
+        parse(DatapoolConfig, {"id": "crd3", "args": {"data_root": root, "max_context_size": 0}}, "datapool")
+    broken = write_crd3(tmp_path / "broken", {"E": [turn([], "x")] * 3}, {"train": ["E"], "val": ["E"], "test": ["E"]})
+    with pytest.raises(BadRowError, match=r"E\.json turn 1: a turn needs NAMES"):
+        build("crd3", data_root=broken)
+    (tmp_path / "missing" / "data" / "aligned data").mkdir(parents=True)
+    (tmp_path / "missing" / "data" / "aligned data" / "train_files").write_text("C9\n")
+    with pytest.raises(MissingDataError, match=r"train_files names episode C9, but .*C9\.json does not exist"):
+        build("crd3", data_root=str(tmp_path / "missing"))
 
 
 # ---------------------------------------------------------------------------------------------
