@@ -496,6 +496,42 @@ def datapool_files(task: object, root: Path = ROOT) -> list[str]:
     return sorted({p for p in named if p and (root / p).exists()})
 
 
+def scorer_files(task: object, root: Path = ROOT, parts: tuple[str, ...] = ("reward", "metrics")) -> list[str]:
+    """The local files and folders the args of a task file's reward components (part ``reward``) and metrics
+    (part ``metrics``) name, at any depth (a classifier or BLEURT checkpoint folder, a lexicon file), as the file
+    writes them: a string that names an existing path relative to ``root`` (or an absolute one). Paths under
+    ``results/`` are left out: they are stage outputs, which the stage that writes them tracks."""
+    if not isinstance(task, dict):
+        return []
+
+    def strings(value: object) -> list[str]:
+        if isinstance(value, str):
+            return [value]
+        if isinstance(value, (list, tuple)):
+            return [s for item in value for s in strings(item)]
+        if isinstance(value, dict):
+            return [s for item in value.values() for s in strings(item)]
+        return []
+
+    reward = task.get("reward") if isinstance(task.get("reward"), dict) else {}
+    specs = {"reward": reward.get("components"), "metrics": task.get("metrics")}
+    named = [text for part in parts if part in specs and isinstance(specs[part], list)
+             for spec in specs[part] if isinstance(spec, dict) for text in strings(spec.get("args"))]
+    outputs = (root / "results").resolve()
+    found = set()
+    for text in named:
+        if not text.strip() or "\n" in text:
+            continue
+        try:
+            path = (root / text).resolve()
+            exists = path.exists()
+        except (OSError, ValueError):  # a name too long for the file system, a NUL: not a path
+            continue
+        if exists and not path.is_relative_to(outputs):
+            found.add(text.rstrip("/") or text)
+    return sorted(found)
+
+
 def _path_digest(path: Path) -> str:
     """sha256 of a file's bytes, or of a folder's files (their relative names and bytes, in name order)."""
     if path.is_file():
@@ -521,16 +557,18 @@ def _task_files(root: Path) -> list[object]:
 def plugin_sources(root: Path = ROOT) -> list[str]:
     """The project's source files behind the import paths of every task file under ``root/params/tasks``
     (:func:`grueflow.plugins.source_files`), then the local data their datapools read
-    (:func:`datapool_files`), each list sorted."""
+    (:func:`datapool_files`) and the local files their rewards and metrics name (:func:`scorer_files`), each
+    list sorted."""
     code = sorted({f for data in _task_files(root) for f in plugins.source_files(data, root)})
-    data = sorted({f for task in _task_files(root) for f in datapool_files(task, root)})
+    data = sorted({f for task in _task_files(root) for f in datapool_files(task, root) + scorer_files(task, root)})
     return code + [f for f in data if f not in code]
 
 
 def plugin_digests(tasks: Mapping[str, object], root: Path = ROOT) -> dict[str, dict[str, dict]]:
     """For each task (name -> its task file's data) and each stage that runs plugins, the import paths the
     stage's parts name and the sha256 of each of their project source files, and for the datapool's stage of
-    each local data file or folder it reads: ``{task: {stage: {...}}}``."""
+    each local data file or folder it reads, and for the stages that score of each local file or folder their
+    rewards' and metrics' args name: ``{task: {stage: {...}}}``."""
     digests: dict[str, dict[str, dict]] = {}
     for task, data in tasks.items():
         digests[task] = {}
@@ -539,6 +577,7 @@ def plugin_digests(tasks: Mapping[str, object], root: Path = ROOT) -> dict[str, 
                 files = plugins.source_files(data, root, stage.plugin_parts)
                 if "datapool" in stage.plugin_parts:  # and the data the datapool reads
                     files = sorted(set(files) | set(datapool_files(data, root)))
+                files = sorted(set(files) | set(scorer_files(data, root, stage.plugin_parts)))  # and the scorers'
                 digests[task][stage.name] = {
                     "import_paths": plugins.named_in_task(data, stage.plugin_parts),
                     "sha256": {f: _path_digest(root / f) for f in files}}

@@ -220,3 +220,39 @@ def test_a_datapools_local_data_is_an_input_under_both_engines(tmp_path):
     after = json.loads((repo / PLUGIN_CODE / "sentiment" / "prepare_datapool.json").read_text())["sha256"]
     assert after["data/train.jsonl"] != before and set(after) == {f"data/{s}.jsonl" for s in
                                                                   ("train", "validation", "test")}
+
+
+def test_a_scorers_local_checkpoint_is_an_input_under_both_engines(tmp_path):
+    """A metric's args naming a local folder (a classifier checkpoint of one's own): Snakemake takes it as an
+    input of the jobs that score with it, and DVC's first stage depends on it and writes its digest into those
+    stages' digest files, so replacing the checkpoint reruns exactly them. A hub id is not a path."""
+    repo = copy_project(tmp_path / "repo")
+    checkpoint = repo / "models" / "judge"
+    checkpoint.mkdir(parents=True)
+    (checkpoint / "config.json").write_text('{"v": 1}')
+    task_path = repo / "params" / "tasks" / "sentiment.yaml"
+    task = yaml.safe_load(task_path.read_text())
+    task["metrics"].append({"id": "learned_classifier", "args": {"model": "models/judge/", "label": "POSITIVE"}})
+    task["metrics"].append({"id": "bert_score", "args": {"model": "roberta-large"}})
+    task_path.write_text(yaml.safe_dump(task, sort_keys=False))
+    jobs = {job["rule"]: job for job in dry_run(repo, "--forceall", "results/eval/sentiment/ppo/seed0")}
+    assert "models/judge" in jobs["evaluate"]["input"].split(", ")
+    assert "models/judge" in jobs["rl_finetune"]["input"].split(", ")
+    assert "models/judge" not in jobs["prepare_datapool"]["input"].split(", ")
+    git_init(repo)
+    run(["python", "-m", "grueflow.pipeline", "dvc", "--write"], repo)
+    deps = yaml.safe_load((repo / "dvc.yaml").read_text())["stages"]["validate_suite"]["deps"]
+    assert "models/judge" in deps and "roberta-large" not in deps
+    run(VALIDATE, repo)
+
+    def digests():
+        folder = repo / PLUGIN_CODE / "sentiment"
+        return {path.stem: json.loads(path.read_text())["sha256"] for path in folder.glob("*.json")}
+
+    before = digests()
+    assert {stage for stage, files in before.items() if "models/judge" in files} == {
+        "evaluate", "rl_finetune", "warm_start"}  # the warm start scores its val curve with the metrics
+    (checkpoint / "config.json").write_text('{"v": 2}')
+    run(VALIDATE, repo)
+    after = digests()
+    assert {stage for stage in after if after[stage] != before[stage]} == {"evaluate", "rl_finetune", "warm_start"}

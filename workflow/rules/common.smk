@@ -13,7 +13,7 @@ from pathlib import Path
 from grueflow import plugins
 from grueflow.config import ConfigError, method_name, read_yaml
 from grueflow.params import load_suite
-from grueflow.pipeline import STAGES, datapool_files
+from grueflow.pipeline import STAGES, datapool_files, scorer_files
 
 try:
     SUITE = load_suite(config, "suite")  # every task and method file, strictly, before any job
@@ -122,9 +122,11 @@ def code(stage):
 def plugin_code(stage):
     """The project's source files behind the import paths a stage's parts of the task file name (a datapool,
     reward, metric or post-processor of your own, grueflow/plugins.py; the parts: the stage table's
-    plugin_parts): inputs, so that editing one reruns the stages that run it."""
+    plugin_parts), and the local files and folders its reward's and metrics' args name (a checkpoint, a
+    lexicon; grueflow/pipeline.py scorer_files): inputs, so that editing one reruns the stages that use it."""
     parts = STAGES[stage].plugin_parts
-    return lambda w: plugins.source_files(params_file(task_file(w)), parts=parts)
+    return lambda w: (plugins.source_files(params_file(task_file(w)), parts=parts)
+                      + scorer_files(params_file(task_file(w)), parts=parts))
 
 
 def datapool_data(w):
