@@ -671,7 +671,9 @@ class Custom:
     """``prefix + row[fields.prompt] + suffix`` -> ``row[fields.references]`` (a string or a list).
 
     ``path`` empty reads ``data_files`` by their extension (``.jsonl``/``.json``, ``.csv``,
-    ``.parquet``). meta: the columns listed in ``fields.meta``, under their own names.
+    ``.parquet``). meta: the columns listed in ``fields.meta``, under their own names. A re-split
+    (``split_fractions`` / ``split_counts``) cuts by prompt: rows that share a prompt (one reference per row)
+    stay in one split, each its own sample, so a test prompt is never trained on.
     """
 
     @dataclass(frozen=True)
@@ -685,7 +687,17 @@ class Custom:
     def build(args: "Custom.Args") -> Datapool:
         columns = (args.fields.prompt, args.fields.references, *args.fields.meta)
         sources = load_units(args, {"the fields mapping": columns}, "custom")
-        return build_datapool(assign_splits(sources, args), lambda unit: [custom_row(unit, args)], args)
+        if args.split_fractions is None and args.split_counts is None:
+            return build_datapool(assign_splits(sources, args), lambda unit: [custom_row(unit, args)], args)
+
+        def prompt_of(unit: Unit) -> Any:
+            value = unit.row[args.fields.prompt]
+            return value.strip() if isinstance(value, str) else unit.key  # not text: its own unit, refused later
+
+        pooled = group_units([unit for units in sources.values() for unit in units], prompt_of,
+                             lambda units: {"rows": units})
+        return build_datapool(assign_splits({"all": pooled}, args),
+                              lambda group: [custom_row(unit, args) for unit in group.row["rows"]], args)
 
 
 REFERENCE_SHAPES = ('a string, a list of strings, {"text": [strings]} (SQuAD\'s answers) or a list of '

@@ -893,7 +893,7 @@ def test_a_model_folder_without_whole_weights_is_a_one_line_error_naming_it(tiny
     (6, ("6",)),
 ], ids=["squad-answers", "list-of-text-items", "list-of-lists", "number"])
 def test_structured_references_give_their_texts_not_a_python_repr(tmp_path: Path, references, expect):
-    train = write_rows(tmp_path / "train.jsonl", [{"prompt": "3 + 3 ?", "references": references}] * 3)
+    train = write_rows(tmp_path / "train.jsonl", [{"prompt": f"{i} + 3 ?", "references": references} for i in range(3)])
     pool = custom_pool({"train": train}, split_counts={"train": 1, "val": 1, "test": 1})
     assert {s.references for split in pool.splits.values() for s in split} == {expect}
 

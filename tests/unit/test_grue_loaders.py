@@ -477,6 +477,24 @@ def test_custom_jsonl_and_csv_with_a_field_mapping(tmp_path):
         build("custom", data_files={"test": path}, fields={"prompt": "query", "references": "answers", "meta": ["id"]})
 
 
+def test_a_custom_resplit_keeps_the_rows_of_one_prompt_in_one_split(tmp_path):
+    """One reference per row, prompts repeated (as many preference or QA dumps are): a re-split cuts by prompt,
+    so no test prompt is trained on; every row stays its own sample. Unique prompts split as they did when the
+    cut was by row (the same seeded shuffle: question 9 and 6 in test)."""
+    rows = [{"q": f"question {i % 7}", "a": f"answer {i}"} for i in range(42)]  # 7 prompts, 6 rows each
+    path = write_jsonl(tmp_path / "dump.jsonl", rows)
+    fields = {"prompt": "q", "references": "a"}
+    pool = build("custom", data_files={"train": path}, fields=fields, split_counts={"train": 5, "val": 1, "test": 1})
+    prompts = [{s.prompt for s in pool.splits[split]} for split in SPLITS]
+    assert sizes(pool) == [30, 6, 6] and [len(p) for p in prompts] == [5, 1, 1]
+    assert not (prompts[0] & prompts[1] or prompts[0] & prompts[2] or prompts[1] & prompts[2])
+    assert sorted(r for s in pool.splits["test"] for r in s.references) == sorted(
+        r["a"] for r in rows if r["q"] in prompts[2])
+    unique = write_jsonl(tmp_path / "unique.jsonl", [{"q": f"question {i}", "a": f"answer {i}"} for i in range(10)])
+    cut = build("custom", data_files={"train": unique}, fields=fields, split_counts={"train": 6, "val": 2, "test": 2})
+    assert sizes(cut) == [6, 2, 2] and [s.prompt for s in cut.splits["test"]] == ["question 9", "question 6"]
+
+
 def test_missing_files_splits_and_bad_args_are_named(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"\['/nowhere/tst\.jsonl'\] do not exist"):
         build("iwslt2017", data_files={"test": "/nowhere/tst.jsonl"})
