@@ -203,15 +203,25 @@ def format_sample(row: dict[str, Any]) -> str:
     return "\n".join(lines + _block("scores", scores))
 
 
+PREDICTION_KEYS = ("id", "prompt", "generation")  # what every predictions.jsonl row holds (evaluate writes it)
+
+
 def cmd_show(args: argparse.Namespace) -> int:
-    from grueflow.io import iter_jsonl
+    from grueflow.io import DataError, iter_jsonl
 
     path = find_predictions(args.run)
     rows = []
-    for row in iter_jsonl(path):
-        if len(rows) == args.n:
-            break
-        rows.append(row)
+    try:
+        for number, row in enumerate(iter_jsonl(path), 1):
+            if len(rows) == args.n:
+                break
+            missing = [key for key in PREDICTION_KEYS if key not in row] if isinstance(row, dict) else PREDICTION_KEYS
+            if missing:
+                raise CliError(f"{path}: row {number} has no {', '.join(missing)}; it is not an evaluate run's "
+                               f"{PREDICTIONS} (rows with {', '.join(PREDICTION_KEYS)}, references and scores)")
+            rows.append(row)
+    except (DataError, UnicodeDecodeError) as err:
+        raise CliError(f"{err}; give an evaluate run's {PREDICTIONS}") from None
     print(f"{path}: the first {len(rows)} samples")
     for row in rows:
         print()

@@ -79,6 +79,21 @@ def test_show_an_unknown_run_lists_the_runs_there(tmp_path, monkeypatch, capsys)
     assert "no predictions.jsonl for run 'sentiment/ppo/seed9'" in err and "runs in results/eval: sentiment/ppo/seed0" in err
 
 
+def test_show_names_a_file_that_is_not_a_predictions_file(tmp_path, capsys):
+    table = tmp_path / "table.csv"
+    table.write_text("task,method\nsentiment,ppo\n")
+    assert main(["show", str(table)]) == 2
+    err = capsys.readouterr().err
+    assert f"{table}: line 1, column 1: not a JSON object" in err and "give an evaluate run's predictions.jsonl" in err
+    other = tmp_path / "metrics.jsonl"
+    other.write_text('{"reward": 0.5}\n')
+    assert main(["show", str(other)]) == 2
+    err = capsys.readouterr().err
+    assert f"{other}: row 1 has no id, prompt, generation; it is not an evaluate run's predictions.jsonl" in err
+    (tmp_path / "list.jsonl").write_text("[1, 2]\n")
+    assert main(["show", str(tmp_path / "list.jsonl")]) == 2 and "row 1 has no id" in capsys.readouterr().err
+
+
 def commit_table(repo: Path, table: dict, message: str) -> None:
     (repo / "results").mkdir(exist_ok=True)
     (repo / "results" / "grue_table.json").write_text(json.dumps(table))
