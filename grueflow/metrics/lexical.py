@@ -1,11 +1,13 @@
-"""Lexical overlap with the references: ROUGE (rouge-score); BLEU, chrF, chrF++ and TER (sacrebleu)."""
+"""Lexical overlap with the references: ROUGE (rouge-score; py-rouge for RL4LMs' ROUGE-L max); BLEU, chrF, chrF++ and
+TER (sacrebleu)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Optional, Sequence
 
-from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean
+from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean, require
 
 
 @METRICS.register("rouge", "ROUGE-1/2/L/Lsum F1 (rouge-score, Porter stemming), best over references")
@@ -169,24 +171,142 @@ class Ter(Metric):
         return sacrebleu_compute(cls, TER(case_sensitive=args.case_sensitive))
 
 
-@METRICS.register("rouge_l_max", "ROUGE-L F1 (rouge-score) against each reference, the maximum, in [0, 1]")
+@METRICS.register("one_minus_ter", "1 - TER/100 (sacrebleu TER as a fraction): RL4LMs' TER reward, at most 1, "
+                  "higher is better")
+class OneMinusTer(Ter):
+    """RL4LMs' ``ter`` reward (``reward.py``, class TER): one minus the TER of the episode's generation against its
+    references, TER as a fraction (Hugging Face's ``ter`` metric is sacrebleu TER, case-insensitive, divided by
+    100 there). Per sample ``1 - ter/100`` of :class:`Ter`'s sentence TER; the corpus score is
+    ``1 - corpus TER/100``."""
+
+    scores = ("one_minus_ter",)
+
+    @classmethod
+    def build(cls, args: "Ter.Args", context: MetricContext) -> MetricFn:
+        ter = Ter.build(args, context)
+
+        def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
+                    meta: Sequence[dict[str, Any]]) -> MetricResult:
+            result = ter(prompts, generations, references, meta)
+            per_sample = [1.0 - score / 100.0 for score in result.per_sample[Ter.key()]]
+            return MetricResult({cls.key(): per_sample}, {cls.key(): 1.0 - result.corpus[Ter.key()] / 100.0})
+
+        return compute
+
+
+def py_rouge_l(**kwargs: Any) -> Any:
+    """``rouge.Rouge(metrics=["rouge-l"], **kwargs)`` of py-rouge 1.1, the package behind RL4LMs' RougeLMax, with two
+    adaptations that leave its scores unchanged:
+
+    - its tokenizer is ``nltk.word_tokenize`` with ``preserve_line=True``. py-rouge tokenizes only text it has
+      lower-cased and reduced to ``[a-z0-9_ ]``, in which punkt's sentence split (the step ``preserve_line`` skips)
+      finds no sentence end and returns the text whole; skipping it means no punkt data is needed.
+    - py-rouge imports ``pkg_resources`` (gone from setuptools 82 on) only to find its two WordNet files with
+      ``resource_filename``. Where ``pkg_resources`` is missing, py-rouge's import is given a stand-in with that one
+      function, and ``sys.modules`` is restored right after, so no other import sees it.
+    """
+    import importlib.util
+    import sys
+    import types
+
+    import nltk
+
+    stand_in = None
+    if "rouge.rouge" not in sys.modules and importlib.util.find_spec("pkg_resources") is None:
+        stand_in = types.ModuleType("pkg_resources")
+        stand_in.resource_filename = lambda module, name: str(Path(sys.modules[module].__file__).parent / name)
+        sys.modules["pkg_resources"] = stand_in
+    try:
+        module = require("rouge.rouge", "metric 'rouge_l_max' with package: py_rouge", "py-rouge")
+    finally:
+        if stand_in is not None:
+            del sys.modules["pkg_resources"]
+    if not hasattr(module.Rouge, "AVAILABLE_LENGTH_LIMIT_TYPES"):  # the package 'rouge' has the same import name
+        raise ImportError(f"metric 'rouge_l_max' with package: py_rouge needs py-rouge, but 'rouge' is another "
+                          f"package ({module.__file__}): pip uninstall rouge && pip install py-rouge")
+
+    class Rouge(module.Rouge):
+        @staticmethod
+        def tokenize_text(text: str, language: str = "english") -> list[str]:
+            return nltk.word_tokenize(text, language, preserve_line=True)
+
+    scorer = Rouge(metrics=["rouge-l"], **kwargs)
+    scorer.load_stemmer(scorer.ensure_compatibility)  # a class attribute: set it as RL4LMs does before scoring
+    return scorer
+
+
+@METRICS.register("rouge_l_max", "ROUGE-L F1 against each reference, the maximum, in [0, 1]: rouge-score, or py-rouge "
+                  "as RL4LMs computes it")
 class RougeLMax(Metric):
     category = "lexical"
     scores = ("rouge_l_max",)
 
     @dataclass(frozen=True)
     class Args:
-        use_stemmer: bool = True
+        """``package: rouge_score`` (default): rouge-score's ROUGE-L F1, with Porter stemming unless ``use_stemmer`` is
+        false. ``package: py_rouge``: RL4LMs' RougeLMax, py-rouge's summary-level ROUGE-L F of each reference alone
+        (``rouge.Rouge(metrics=["rouge-l"], **args)``, sentences split at newlines), with py-rouge's arguments; one
+        left None takes py-rouge's default:
+
+        - ``limit_length``, ``length_limit``, ``length_limit_type``: truncate generation and reference to their first
+          ``length_limit`` words or bytes (py-rouge: on, 665 bytes);
+        - ``stemming`` (on): WordNet's base form, else Porter's original algorithm, of each word over 3 characters;
+        - ``alpha`` (0.5): F = P·R / ((1 − alpha)·P + alpha·R);
+        - ``weight_factor`` (1.0): P and R are raised to the power 1/weight_factor before F. py-rouge does this for
+          ROUGE-L too, not only for the weighted LCS of ROUGE-W (Lin 2004) the factor belongs to;
+        - ``max_n``, ``apply_avg``, ``apply_best``: passed on, with no effect on one reference's score (max_n counts
+          ROUGE-N; with one reference, average and best agree); one of apply_avg and apply_best must stay on.
+        """
+
+        package: Literal["rouge_score", "py_rouge"] = "rouge_score"
+        use_stemmer: Optional[bool] = None
+        limit_length: Optional[bool] = None
+        length_limit: Optional[int] = None
+        length_limit_type: Optional[Literal["words", "bytes"]] = None
+        stemming: Optional[bool] = None
+        alpha: Optional[float] = None
+        weight_factor: Optional[float] = None
+        max_n: Optional[int] = None
+        apply_avg: Optional[bool] = None
+        apply_best: Optional[bool] = None
+
+        def py_rouge_args(self) -> dict[str, Any]:
+            """The py-rouge arguments given (not None)."""
+            return {f.name: getattr(self, f.name) for f in fields(self)
+                    if f.name not in ("package", "use_stemmer") and getattr(self, f.name) is not None}
+
+        def __post_init__(self) -> None:
+            given = self.py_rouge_args()
+            if self.package == "rouge_score" and given:
+                raise ValueError(f"metric 'rouge_l_max': {', '.join(given)} are py-rouge's arguments; set package: "
+                                 "py_rouge to use them, or drop them for rouge-score's ROUGE-L")
+            if self.package == "py_rouge" and self.use_stemmer is not None:
+                raise ValueError("metric 'rouge_l_max': use_stemmer is rouge-score's; with package: py_rouge say "
+                                 f"stemming: {str(self.use_stemmer).lower()}")
+            if self.weight_factor is not None and self.weight_factor <= 0:
+                raise ValueError(f"metric 'rouge_l_max': weight_factor must be > 0, got {self.weight_factor}")
+            if self.apply_avg is False and not self.apply_best:
+                raise ValueError("metric 'rouge_l_max': apply_avg: false needs apply_best: true (py-rouge gives one "
+                                 "score per reference only with one of them on)")
 
     @classmethod
     def build(cls, args: "RougeLMax.Args", context: MetricContext) -> MetricFn:
-        from rouge_score import rouge_scorer
+        if args.package == "py_rouge":
+            scorer = py_rouge_l(**args.py_rouge_args())
 
-        scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=args.use_stemmer)
+            def score(reference: str, generation: str) -> float:
+                return float(scorer.get_scores(generation, [reference])["rouge-l"]["f"])
+        else:
+            from rouge_score import rouge_scorer
+
+            stemmed = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=args.use_stemmer is not False)
+
+            def score(reference: str, generation: str) -> float:
+                return float(stemmed.score(reference, generation)["rougeL"].fmeasure)
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
-            scores = [float(max(scorer.score(r, g)["rougeL"].fmeasure for r in refs)) if refs else float("nan")
+            scores = [max(score(r, g) for r in refs) if refs else float("nan")
                       for g, refs in zip(generations, references)]
             return MetricResult({cls.key(): scores}, {cls.key(): nanmean(scores)})
 

@@ -11,7 +11,7 @@ import importlib.util
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Optional, Sequence
 
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
 from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean, require
@@ -186,10 +186,25 @@ class IntentAccuracy(Metric):
 
     @dataclass(frozen=True)
     class Args:
+        """``context``: what the classifier reads before the generation. ``prompt``: the whole prompt, a space, the
+        generation. ``last_turn``: RL4LMs' IntentAccuracyDailyDialog input, the prompt's last turn (its last
+        non-empty piece split at ``eou``, spaces kept) immediately followed by the generation. ``none``: the
+        generation alone. ``max_length``: classifier tokens kept (RL4LMs: the tokenizer's own limit, 512 for
+        RoBERTa)."""
+
         model: str = "rajkumarrrk/roberta-daily-dialog-intent-classifier"
-        with_context: bool = True
+        context: Literal["prompt", "last_turn", "none"] = "prompt"
+        eou: str = "<EOU>"
         max_length: int = 128
         batch_size: int = 32
+
+        def classifier_input(self, prompt: str, generation: str) -> str:
+            if self.context == "prompt":
+                return f"{prompt} {generation}"
+            if self.context == "last_turn":
+                turns = [turn for turn in prompt.split(self.eou) if turn != ""]
+                return (turns[-1] if turns else "") + generation
+            return generation
 
     @classmethod
     def build(cls, args: "IntentAccuracy.Args", context: MetricContext) -> MetricFn:
@@ -200,7 +215,7 @@ class IntentAccuracy(Metric):
             if any("intent" not in m for m in meta):
                 raise ValueError("intent_accuracy needs meta['intent'] (a label name or id) for every sample")
             targets = [classify.label_index(m["intent"]) if isinstance(m["intent"], str) else int(m["intent"]) for m in meta]
-            texts = [f"{p} {g}" if args.with_context else g for p, g in zip(prompts, generations)]
+            texts = [args.classifier_input(p, g) for p, g in zip(prompts, generations)]
             predicted = [max(range(len(row)), key=row.__getitem__) for row in classify(texts)]
             scores = [float(p == t) for p, t in zip(predicted, targets)]
             return MetricResult({cls.key(): scores}, {cls.key(): mean(scores)})

@@ -25,6 +25,8 @@ Conversions (RL4LMs counts tokens, grueflow counts completions):
   gae_lambda 0.95, vf_coef 0.5, clip_range 0.2; A2C ent_coef 0, vf_coef 0.5; TRPO gae_lambda 0.95, target_kl
   0.01 (``max_kl``).
 - the synthetic tasks' task files are ``<task>_<model>.yaml`` (``dummy_pool``'s prompt is compared too).
+- datapool args with a grueflow equivalent (:data:`DATAPOOL_ARGS`): CommonGen's prefix and concept tokens, ToTTo's
+  representation, DailyDialog's context size, the CNN/DM and IWSLT prompt prefixes.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ import pytest
 import yaml
 
 from grueflow.config import DatapoolConfig, GenerationConfig, LengthsConfig, RewardConfig
-from grueflow.params import load_method, load_section
+from grueflow.data import DATAPOOLS
+from grueflow.params import load_method, load_section, parse
 
 ROOT = Path(__file__).resolve().parents[2]
 RL4LMS = ROOT.parent / "shared" / "reference" / "rl4lms" / "task_configs"  # read where they lie, never copied
@@ -62,6 +65,11 @@ SB3_BATCH = {"ppo": 64, "nlpo": 64, "trpo": 128}  # the batch_size a config leav
 HF_GENERATION = {"do_sample": False, "top_k": 50, "top_p": 1.0, "temperature": 1.0, "num_beams": 1, "min_length": 0,
                  "length_penalty": 1.0, "max_new_tokens": 20}  # transformers' defaults for a key left out
 RL4LMS_MIN_TOKENS_TO_KEEP = 100  # its maskable policies' default
+# RL4LMs' datapool args -> the grueflow datapool's (an attribute of its parsed Args), compared as ``datapool.<ours>``
+DATAPOOL_ARGS = {"commongen": {"prefix": "prefix", "concept_separator_token": "concept_separator_token",
+                               "concept_end_token": "concept_end_token"},
+                 "totto": {"representation": "representation"}, "daily_dialog": {"context_size": "context_turns"},
+                 "cnn_daily_mail": {"prompt_prefix": "prefix"}, "iwslt2017en_de": {"prompt_prefix": "prompt_prefix"}}
 SB3 = {"ppo": {"ent_coef": 0.0, "gae_lambda": 0.95, "vf_coef": 0.5, "clip_range": 0.2},
        "a2c": {"ent_coef": 0.0, "vf_coef": 0.5}, "trpo": {"gae_lambda": 0.95}}
 SB3["nlpo"] = SB3["ppo"]
@@ -149,7 +157,9 @@ def _reward(text: str) -> str:
     if reward["id"] == "intent_accuracy":  # RL4LMs: intent_coeff x intent accuracy + auto_coeff x METEOR
         return f"intent_accuracy*{float(args['intent_coeff'])}+meteor*{float(args['auto_coeff'])}"
     shaping = f"+{args['shaping_fn']}*1.0" if args.get("shaping_fn") else ""
-    return {"learned_reward": "learned_classifier"}.get(reward["id"], reward["id"]) + "*1.0" + shaping
+    # RL4LMs' reward ids whose computation grueflow registers under another id: its ter reward pays 1 - TER/100
+    ported = {"learned_reward": "learned_classifier", "ter": "one_minus_ter"}
+    return ported.get(reward["id"], reward["id"]) + "*1.0" + shaping
 
 
 def expected(row: dict[str, str]) -> dict[str, object]:
@@ -182,8 +192,11 @@ def expected(row: dict[str, str]) -> dict[str, object]:
         values.update({"epochs": 1, "n_steps": int(row["n_steps"])})
     if algorithm == "trpo":
         values["max_kl"] = 0.01  # sb3-contrib's target_kl, which RL4LMs' config leaves as is
-    if json.loads(row["datapool"])["id"] == "dummy_pool":
-        values["prompt"] = json.loads(row["datapool"])["args"]["prompt"]
+    datapool = json.loads(row["datapool"])
+    if datapool["id"] == "dummy_pool":
+        values["prompt"] = datapool["args"]["prompt"]
+    for theirs, ours in DATAPOOL_ARGS.get(datapool["id"], {}).items():
+        values[f"datapool.{ours}"] = datapool["args"][theirs]
     if row["algorithm"] == "nlpo":
         values.update({"top_p": float(row["top_mask"]), "mask_type": row["mask_type"],
                        "target_update_iterations": int(row["target_update_iterations"])})
@@ -200,6 +213,8 @@ def grueflow_values(row: dict[str, str]) -> dict[str, object]:
         return {"epochs": method.epochs, "batch_size": method.batch_size, "learning_rate": method.learning_rate,
                 "weight_decay": method.weight_decay, "lr_schedule": method.lr_schedule}
     rollout = load_section(GenerationConfig, path, "rollout_generation")
+    datapool = load_section(DatapoolConfig, path, "datapool")
+    pool_args = parse(DATAPOOLS.get(datapool.id).Args, dict(datapool.args), "args")
     evaluation = load_section(GenerationConfig, path, "eval_generation")
     reward = load_section(RewardConfig, path, "reward")
 
@@ -215,7 +230,9 @@ def grueflow_values(row: dict[str, str]) -> dict[str, object]:
                                                  "n_steps", "max_kl") if hasattr(method, key)},
         "kl.coef": method.kl.coef, "kl.target": method.kl.target, "kl.target_per": method.kl.target_per,
         "kl.adaptive": method.kl.adaptive, "prompt_length": load_section(LengthsConfig, path, "lengths").prompt,
-        "prompt": load_section(DatapoolConfig, path, "datapool").args.get("prompt"),
+        "prompt": datapool.args.get("prompt"),
+        **{f"datapool.{name}": getattr(pool_args, name) for names in DATAPOOL_ARGS.values() for name in names.values()
+           if hasattr(pool_args, name)},
         **{f"rollout.{k}": v for k, v in generation(rollout).items()},
         **{f"eval.{k}": v for k, v in generation(evaluation).items()},
         "reward": "+".join(f"{c.metric}{'/' + c.score if c.score else ''}*{float(c.weight)}" for c in reward.components),
