@@ -22,8 +22,8 @@ from typing import Any, Optional, Sequence
 
 from grueflow import config
 from grueflow.config import (FLUENCY_METRIC, REWARD_KEY, TRAIN_KL_KEY, ConfigError, DatapoolConfig, GenerationConfig,
-                             MetricSpec, ModelConfig, RewardComponent, RewardConfig, SuiteConfig, SupervisedConfig,
-                             TaskConfig, check, merge_overrides, read_yaml, set_resolved)
+                             LengthsConfig, MetricSpec, ModelConfig, RewardComponent, RewardConfig, SuiteConfig,
+                             SupervisedConfig, TaskConfig, check, merge_overrides, read_yaml, set_resolved)
 from grueflow.io import atomic_path
 from grueflow.data import DATAPOOLS
 from grueflow.metrics import METRICS
@@ -195,6 +195,50 @@ def method_config(method: str) -> type:
 
 START_PREFIX = "supervised+"  # method_overrides.supervised+<algorithm>: RL from the warm start only
 STARTS = ("zero_shot", "supervised")
+# task-file sections a method_overrides entry may also hold: laid over the task's own for that method's stages only
+# (RL4LMs' NLPO and on-supervised configs change the rollout generation, prompt length or reward of their task)
+TASK_SECTIONS = {"lengths": LengthsConfig, "rollout_generation": GenerationConfig, "eval_generation": GenerationConfig,
+                 "reward": RewardConfig}
+
+
+def override_layers(method: Optional[str], start: str = "zero_shot") -> list[str]:
+    """The ``method_overrides`` entries a method's stages read, in order: ``<method>``, then (RL from the warm
+    start) ``supervised+<method>``; none without a method (the zero-shot evaluation)."""
+    if method is None:
+        return []
+    return [method] + ([START_PREFIX + method] if start == "supervised" and method != "supervised" else [])
+
+
+def _overrides(task_file: str | Path | None) -> dict[str, Any]:
+    data = read_yaml(task_file) if task_file is not None else None
+    overrides = data.get("method_overrides") if isinstance(data, dict) else None
+    return overrides if isinstance(overrides, dict) else {}
+
+
+def load_task_section(cls: type, task_file: str | Path, key: str, method: Optional[str] = None,
+                      start: str = "zero_shot") -> Any:
+    """A task file's section ``key`` (one of :data:`TASK_SECTIONS`) as ``method``'s stages read it: with the
+    ``key`` of each of its ``method_overrides`` entries (:func:`override_layers`) laid over it, mapping by
+    mapping (a list, such as the reward's components, is replaced whole)."""
+    data = read_yaml(task_file)
+    if not isinstance(data, dict) or key not in data:
+        raise ConfigError(f"{task_file}: missing required key {key!r}")
+    overrides = _overrides(task_file)
+    layers = [name for name in override_layers(method, start)
+              if isinstance(overrides.get(name), dict) and key in overrides[name]]
+    section = data[key]
+    for name in layers:
+        section = merge_overrides(section, overrides[name][key])
+    where = f"{task_file}: {key}"
+    if layers:
+        where += f" with {', '.join(f'method_overrides.{name}.{key}' for name in layers)}:"
+    parsed = parse(cls, section, where)
+    if key == "rollout_generation":  # checked as TaskConfig checks the task's own
+        try:
+            parsed.check_rollout()
+        except ValueError as error:
+            raise ConfigError(f"{where.rstrip(':')}: {error}") from None
+    return parsed
 
 
 def load_method(method: str, path: str | Path, task_file: str | Path | None = None, start: str = "zero_shot") -> Any:
@@ -210,13 +254,12 @@ def load_method(method: str, path: str | Path, task_file: str | Path | None = No
     if start not in STARTS:
         raise ConfigError(f"{path}: unknown start {start!r}; valid: {', '.join(STARTS)}")
     data = read_yaml(path)
-    overrides = (read_yaml(task_file) or {}).get("method_overrides") if task_file is not None else None
-    if not isinstance(overrides, dict):
-        overrides = {}
-    names = [method] + ([START_PREFIX + method] if start == "supervised" and method != "supervised" else [])
-    layers = [name for name in names if overrides.get(name)]
-    for name in layers:
-        data = merge_overrides(data, overrides[name])
+    overrides = _overrides(task_file)
+    layers = [name for name in override_layers(method, start) if overrides.get(name)]
+    for name in layers:  # the task-file sections an entry may hold are the task's (load_task_section)
+        layer = overrides[name]
+        data = merge_overrides(data, {k: v for k, v in layer.items() if k not in TASK_SECTIONS}
+                               if isinstance(layer, dict) else layer)
     layered = ", ".join(f"method_overrides.{name}" for name in layers)
     where = f"{path} with {task_file}: {layered}:" if layers else f"{path}:"
     return parse(cls, data, where)
@@ -253,12 +296,25 @@ def load_suite(data: dict[str, Any], where: str = "suite") -> Suite:
         for method, start in [*((a, s) for a in suite.algorithms for s in ("zero_shot", "supervised")),
                               ("supervised", "zero_shot")]:
             cfg = load_method(method, params / "methods" / f"{method}.yaml", task_path, start)
+            sections = method_task_sections(task_path, method, start)
             check_select_metric(cfg, f"{params / 'methods' / f'{method}.yaml'} with {task_path}",
-                                None if method == "supervised" else task.reward, task.metrics)
+                                None if method == "supervised" else sections["reward"], task.metrics)
     if suite.preference_methods:  # the preference stages' params files
         for stem, cls in preference_method_files(suite.preference_methods).items():
             load_section(cls, params / "methods" / f"{stem}.yaml")
     return Suite(suite, tasks, methods, supervised)
+
+
+def method_task_sections(task_file: str | Path, method: Optional[str], start: str = "zero_shot") -> dict[str, Any]:
+    """Every :data:`TASK_SECTIONS` section as ``method``'s stages read it (:func:`load_task_section`), checked
+    as the task file's own are: a rollout must sample, and the reward's keys must not clash with the metrics'."""
+    sections = {key: load_task_section(cls, task_file, key, method, start) for key, cls in TASK_SECTIONS.items()}
+    metrics = load_metrics(task_file)
+    try:
+        check_metric_keys(sections["reward"], metrics)
+    except ValueError as error:
+        raise ConfigError(f"{task_file}: reward for {method} ({start}): {error}") from None
+    return sections
 
 
 def check_for_dvc(suite: SuiteConfig, where: str) -> None:

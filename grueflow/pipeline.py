@@ -213,7 +213,7 @@ _TABLE = (
         "evaluate", script="stages/evaluate.py",
         outputs={"out": EVAL},
         inputs={"datapool": DATAPOOL, "base_model": BASE_MODEL_HF, "model": "{model}"},
-        task_keys=("lengths", "eval_generation", "reward", "metrics", "headline_metrics"),
+        task_keys=("lengths", "eval_generation", "reward", "metrics", "headline_metrics", "method_overrides"),
         suite_keys=("precision",),
         args="--task-file {task_file} --task {task} {identity} --datapool {datapool} --model {model}"
              " --base-model {base_model} --seed {seed} --threads {threads} --out {out} --precision {precision}",
@@ -513,9 +513,13 @@ def scorer_files(task: object, root: Path = ROOT, parts: tuple[str, ...] = ("rew
             return [s for item in value.values() for s in strings(item)]
         return []
 
-    reward = task.get("reward") if isinstance(task.get("reward"), dict) else {}
-    specs = {"reward": reward.get("components"), "metrics": task.get("metrics")}
-    named = [text for part in parts if part in specs and isinstance(specs[part], list)
+    entries = task.get("method_overrides") if isinstance(task.get("method_overrides"), dict) else {}
+    scopes = [task] + [entry for entry in entries.values() if isinstance(entry, dict)]  # overridden rewards too
+    rewards = [scope["reward"] for scope in scopes if isinstance(scope.get("reward"), dict)]
+    specs = {"reward": [c for reward in rewards if isinstance(reward.get("components"), list)
+                        for c in reward["components"]],
+             "metrics": task.get("metrics") if isinstance(task.get("metrics"), list) else []}
+    named = [text for part in parts if part in specs
              for spec in specs[part] if isinstance(spec, dict) for text in strings(spec.get("args"))]
     outputs = (root / "results").resolve()
     found = set()

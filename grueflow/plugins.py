@@ -50,7 +50,7 @@ TASK_PARTS = ("datapool", "reward", "metrics", "rollout_generation", "eval_gener
 
 def named_in_task(task: Any, parts: tuple[str, ...] = TASK_PARTS) -> list[str]:
     """Every import path the ``parts`` of a task file's data name: its datapool, reward components, metrics,
-    and generation settings' post-processing."""
+    and generation settings' post-processing (the task's own, and those of its ``method_overrides`` entries)."""
     if not isinstance(task, dict):
         return []
 
@@ -60,10 +60,13 @@ def named_in_task(task: Any, parts: tuple[str, ...] = TASK_PARTS) -> list[str]:
     def items(value: Any) -> list:
         return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
+    # the task's own sections, and those a method_overrides entry lays over them (grueflow.params.TASK_SECTIONS)
+    scopes = [task] + [entry for entry in mapping(task.get("method_overrides")).values() if isinstance(entry, dict)]
     names = {"datapool": [mapping(task.get("datapool")).get("id")],
-             "reward": [c.get("metric") for c in items(mapping(task.get("reward")).get("components"))],
+             "reward": [c.get("metric") for scope in scopes
+                        for c in items(mapping(scope.get("reward")).get("components"))],
              "metrics": [m.get("id") for m in items(task.get("metrics"))],
-             **{key: [mapping(task.get(key)).get("post_processing")]
+             **{key: [mapping(scope.get(key)).get("post_processing") for scope in scopes]
                 for key in ("rollout_generation", "eval_generation")}}
     return sorted({n for part in parts for n in names[part] if isinstance(n, str) and is_import_path(n)})
 

@@ -13,10 +13,10 @@ from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.policy import Policy
 from grueflow.rl.nlpo import evaluation_masks, evaluation_processor
-from grueflow.params import check_headlines, load_section, parse, with_fluency
+from grueflow.params import check_headlines, load_section, load_task_section, parse, with_fluency
 from grueflow.seeding import seed_everything
 
-TASK_KEYS = ("lengths", "eval_generation", "reward", "metrics", "headline_metrics")
+TASK_KEYS = ("lengths", "eval_generation", "reward", "metrics", "headline_metrics", "method_overrides")
 
 
 def main() -> None:
@@ -35,8 +35,11 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     started = stage.setup(args)
-    lengths = load_section(LengthsConfig, args.task_file, "lengths")
-    generation = load_section(GenerationConfig, args.task_file, "eval_generation")
+    # the method's lengths and generation (its method_overrides); the reward is the task's own, so that the
+    # table's reward column scores every method alike
+    method = args.algorithm or ("supervised" if args.start == "supervised" else None)
+    lengths = load_task_section(LengthsConfig, args.task_file, "lengths", method, args.start)
+    generation = load_task_section(GenerationConfig, args.task_file, "eval_generation", method, args.start)
     reward_cfg = load_section(RewardConfig, args.task_file, "reward")
     raw = read_yaml(args.task_file)
     metrics = parse(tuple[MetricSpec, ...], raw.get("metrics"), f"{args.task_file}: metrics")

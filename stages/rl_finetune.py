@@ -15,7 +15,7 @@ from grueflow.metrics.reward import Reward
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.policy import Policy, Prompts
-from grueflow.params import STARTS, check_select_metric, load_method, load_metrics, load_section
+from grueflow.params import STARTS, check_select_metric, load_method, load_metrics, load_task_section
 from grueflow.rl import ALGORITHMS
 from grueflow.rl.configs import NLPOConfig
 from grueflow.rl.nlpo import NLPO, mask_processors, save_for_evaluation
@@ -62,11 +62,12 @@ def main() -> None:
                      "checkpoints/iteration<k>/", tracking=True)
     args = p.parse_args()
     started = stage.setup(args)
-    lengths = load_section(LengthsConfig, args.task_file, "lengths")
-    generation = load_section(GenerationConfig, args.task_file, "rollout_generation")
-    reward_cfg = load_section(RewardConfig, args.task_file, "reward")
+    # the task's sections as this method reads them: method_overrides.<algorithm> (and supervised+<algorithm>)
+    lengths, generation, reward_cfg, eval_generation = (
+        load_task_section(cls, args.task_file, key, args.algorithm, args.start)
+        for cls, key in ((LengthsConfig, "lengths"), (GenerationConfig, "rollout_generation"),
+                         (RewardConfig, "reward"), (GenerationConfig, "eval_generation")))
     cfg = load_method(args.algorithm, args.method_file, args.task_file, args.start)
-    eval_generation = load_section(GenerationConfig, args.task_file, "eval_generation")
     metrics = load_metrics(args.task_file)
     check_select_metric(cfg, str(args.method_file), reward_cfg, metrics)
     check_context(args.init_model, lengths.prompt, generation.max_new_tokens, str(args.task_file),

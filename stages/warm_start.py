@@ -13,7 +13,7 @@ from grueflow.models.backend import select
 from grueflow.models.lora import merged, with_lora
 from grueflow.models.policy import Policy
 from grueflow.metrics import MetricContext
-from grueflow.params import check_select_metric, load_method, load_metrics, load_section
+from grueflow.params import check_select_metric, load_method, load_metrics, load_task_section
 from grueflow.supervised import SupervisedTrainer, select_samples
 from grueflow.training import Tracking, TrainingRun, add_arguments
 from grueflow.validation import Validation
@@ -35,9 +35,9 @@ def main() -> None:
                      "a checkpoint after every epoch", tracking=True)
     args = p.parse_args()
     started = stage.setup(args)
-    lengths: LengthsConfig = load_section(LengthsConfig, args.task_file, "lengths")
+    lengths: LengthsConfig = load_task_section(LengthsConfig, args.task_file, "lengths", "supervised")
     cfg: SupervisedConfig = load_method("supervised", args.method_file, args.task_file)
-    eval_generation = load_section(GenerationConfig, args.task_file, "eval_generation")
+    eval_generation = load_task_section(GenerationConfig, args.task_file, "eval_generation", "supervised")
     metrics = load_metrics(args.task_file)
     check_select_metric(cfg, str(args.method_file), None, metrics)
     check_context(args.base_model, lengths.prompt, lengths.target, str(args.task_file),

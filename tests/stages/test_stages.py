@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from grueflow.rl.trainer import WALL_CLOCK_KEYS
 from tests.conftest import MICRO, ROOT, run
@@ -137,6 +138,38 @@ def test_rl_and_evaluate_outputs(base, tmp_path):
     assert len((metrics_dir / "charts" / "generated_tokens_per_s.tsv").read_text().splitlines()) == 3
     assert (metrics_dir / "reward" / "task.sentiment.tsv").is_file()
     assert_png(tmp_path / "rl" / "curves.png")
+
+
+def test_a_methods_own_generation_and_reward_reach_its_training_and_evaluation(base, tmp_path):
+    """method_overrides.ppo's rollout_generation and reward train PPO; its eval_generation evaluates it; the
+    evaluation's reward column stays the task's (both components), and the zero-shot evaluation reads no
+    override."""
+    data = yaml.safe_load(TASK.read_text())
+    data["method_overrides"] = {"ppo": {
+        "rollout_generation": {"max_new_tokens": 5},
+        "eval_generation": {"max_new_tokens": 3, "do_sample": False},
+        "reward": {"components": [{"metric": "lexicon_sentiment", "weight": 1.0}]}}}
+    task = tmp_path / "sentiment.yaml"
+    task.write_text(yaml.safe_dump(data, sort_keys=False))
+    command = [str(task) if str(a) == str(TASK) else a for a in rl(base, tmp_path / "rl")]
+    run(command, ROOT)
+    record = json.loads((tmp_path / "rl" / "stage.json").read_text())["params"]
+    assert record["rollout_generation"]["max_new_tokens"] == 5
+    assert [c["metric"] for c in record["reward"]["components"]] == ["lexicon_sentiment"]
+    curve = list(csv.DictReader(open(tmp_path / "rl" / "curves.csv")))
+    assert "reward/task/sentiment" in curve[0] and "reward/diversity/length" not in curve[0]
+    assert all(float(row["charts/mean_length"]) <= 5 for row in curve)
+    run([str(task) if str(a) == str(TASK) else a for a in evaluate(base, tmp_path / "rl" / "model", tmp_path / "eval")],
+        ROOT)
+    evaluated = json.loads((tmp_path / "eval" / "stage.json").read_text())["params"]
+    assert evaluated["eval_generation"]["max_new_tokens"] == 3 and evaluated["eval_generation"]["do_sample"] is False
+    assert [c["metric"] for c in evaluated["reward"]["components"]] == ["lexicon_sentiment", "diversity"]
+    base_model = base / "base_model" / "model"
+    run(stage("evaluate", "--task-file", task, "--task", "sentiment", "--start", "zero_shot", "--datapool",
+              base / "datapool", "--model", base_model, "--base-model", base_model, "--seed", "0",
+              "--out", tmp_path / "zero"), ROOT)
+    zero = json.loads((tmp_path / "zero" / "stage.json").read_text())["params"]
+    assert zero["eval_generation"]["max_new_tokens"] == 8
 
 
 def assert_png(path: Path) -> None:

@@ -163,6 +163,55 @@ def test_rl_from_the_warm_start_lays_its_own_overrides_over_the_algorithms(tmp_p
         load_method("ppo", MICRO / "methods" / "ppo.yaml", tmp_path / "t.yaml", "warm")
 
 
+def test_a_methods_overrides_may_hold_the_tasks_own_sections(tmp_path, monkeypatch):
+    """method_overrides.<method> may hold lengths, rollout_generation, eval_generation or reward, laid over the
+    task's for that method's stages only (supervised+<method> over <method> from the warm start); the method file
+    never sees them, and the suite's validation checks them as the task's own."""
+    from grueflow.config import GenerationConfig, LengthsConfig, RewardConfig
+    from grueflow.params import load_method, load_task_section
+
+    data = task_data()
+    data["method_overrides"] = {
+        "ppo": {"epochs": 3, "lengths": {"prompt": 16}, "rollout_generation": {"top_k": 7},
+                "reward": {"components": [{"metric": "lexicon_sentiment", "weight": 2.0}]}},
+        "supervised+ppo": {"rollout_generation": {"temperature": 0.5}, "eval_generation": {"top_k": 5}},
+        "supervised": {"eval_generation": {"do_sample": False, "num_beams": 2}}}
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(data))
+    rollout = load_task_section(GenerationConfig, path, "rollout_generation", "ppo")
+    assert (rollout.top_k, rollout.temperature, rollout.max_new_tokens) == (7, 1.0, 8)  # laid over, key by key
+    warm = load_task_section(GenerationConfig, path, "rollout_generation", "ppo", "supervised")
+    assert (warm.top_k, warm.temperature) == (7, 0.5)
+    assert load_task_section(GenerationConfig, path, "eval_generation", "ppo").top_k == 50  # the task's own
+    assert load_task_section(GenerationConfig, path, "eval_generation", "ppo", "supervised").top_k == 5
+    assert load_task_section(GenerationConfig, path, "eval_generation", None).top_k == 50  # zero-shot: no method
+    assert load_task_section(GenerationConfig, path, "eval_generation", "supervised").num_beams == 2
+    assert load_task_section(LengthsConfig, path, "lengths", "ppo").prompt == 16
+    assert load_task_section(LengthsConfig, path, "lengths", "supervised").prompt == 24
+    reward = load_task_section(RewardConfig, path, "reward", "ppo")
+    assert [(c.metric, c.weight) for c in reward.components] == [("lexicon_sentiment", 2.0)]  # a list: replaced
+    assert load_method("ppo", MICRO / "methods" / "ppo.yaml", path).epochs == 3  # the sections are not the method's
+    data["method_overrides"]["ppo"]["rollout_generation"] = {"do_sample": False}
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"t\.yaml: rollout_generation with "
+                                          r"method_overrides\.ppo\.rollout_generation"):
+        load_task_section(GenerationConfig, path, "rollout_generation", "ppo")  # a rollout must sample
+    shutil.copytree(MICRO / "tasks", tmp_path / "params" / "tasks")
+    shutil.copytree(MICRO / "methods", tmp_path / "params" / "methods")
+    (tmp_path / "params" / "tasks" / "sentiment.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.chdir(tmp_path)
+    suite = yaml.safe_load((MICRO / "suite.yaml").read_text())
+    with pytest.raises(ConfigError, match=r"rollout_generation with method_overrides\.ppo\.rollout_generation"):
+        load_suite(suite)
+    data["method_overrides"]["ppo"]["rollout_generation"] = {"top_k": 7}
+    data["method_overrides"]["supervised+ppo"]["reward"] = {"components": [{"metric": "rogue", "weight": 1.0}]}
+    (tmp_path / "params" / "tasks" / "sentiment.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"reward with method_overrides\.ppo\.reward, "
+                                          r"method_overrides\.supervised\+ppo\.reward: "
+                                          r"components\[0\]: unknown metric 'rogue'"):
+        load_suite(suite)
+
+
 def test_a_suite_may_run_rl_from_one_start_only():
     from grueflow.config import SuiteConfig
 

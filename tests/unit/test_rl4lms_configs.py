@@ -41,7 +41,7 @@ import yaml
 
 from grueflow.config import DatapoolConfig, GenerationConfig, LengthsConfig, RewardConfig
 from grueflow.data import DATAPOOLS
-from grueflow.params import load_method, load_section, parse
+from grueflow.params import load_method, load_section, load_task_section, parse
 
 ROOT = Path(__file__).resolve().parents[2]
 RL4LMS = ROOT.parent / "shared" / "reference" / "rl4lms" / "task_configs"  # read where they lie, never copied
@@ -212,11 +212,12 @@ def grueflow_values(row: dict[str, str]) -> dict[str, object]:
     if algorithm == "supervised":
         return {"epochs": method.epochs, "batch_size": method.batch_size, "learning_rate": method.learning_rate,
                 "weight_decay": method.weight_decay, "lr_schedule": method.lr_schedule}
-    rollout = load_section(GenerationConfig, path, "rollout_generation")
+    start = row["start"] or "zero_shot"
+    rollout = load_task_section(GenerationConfig, path, "rollout_generation", algorithm, start)
     datapool = load_section(DatapoolConfig, path, "datapool")
     pool_args = parse(DATAPOOLS.get(datapool.id).Args, dict(datapool.args), "args")
-    evaluation = load_section(GenerationConfig, path, "eval_generation")
-    reward = load_section(RewardConfig, path, "reward")
+    evaluation = load_task_section(GenerationConfig, path, "eval_generation", algorithm, start)
+    reward = load_task_section(RewardConfig, path, "reward", algorithm, start)
 
     def generation(cfg: GenerationConfig) -> dict[str, object]:
         return {"do_sample": cfg.do_sample, "top_k": cfg.top_k if cfg.do_sample else HF_GENERATION["top_k"],
@@ -229,7 +230,8 @@ def grueflow_values(row: dict[str, str]) -> dict[str, object]:
                                                  "learning_rate", "ent_coef", "gae_lambda", "vf_coef", "clip_range",
                                                  "n_steps", "max_kl") if hasattr(method, key)},
         "kl.coef": method.kl.coef, "kl.target": method.kl.target, "kl.target_per": method.kl.target_per,
-        "kl.adaptive": method.kl.adaptive, "prompt_length": load_section(LengthsConfig, path, "lengths").prompt,
+        "kl.adaptive": method.kl.adaptive,
+        "prompt_length": load_task_section(LengthsConfig, path, "lengths", algorithm, start).prompt,
         "prompt": datapool.args.get("prompt"),
         **{f"datapool.{name}": getattr(pool_args, name) for names in DATAPOOL_ARGS.values() for name in names.values()
            if hasattr(pool_args, name)},

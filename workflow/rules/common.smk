@@ -12,7 +12,7 @@ from pathlib import Path
 
 from grueflow import plugins
 from grueflow.config import ConfigError, method_name, read_yaml
-from grueflow.params import load_suite
+from grueflow.params import load_suite, override_layers
 from grueflow.pipeline import STAGES, datapool_files, scorer_files
 
 try:
@@ -84,10 +84,12 @@ def task_slice(stage):
 
 
 def method_overrides(method):
-    """The task file's overrides of one method's params (rerun trigger for that method's stages only)."""
+    """The task file's overrides of one method's params (rerun trigger for that method's stages only); ``method``
+    is a name, or a function of the wildcards giving a name or a list of the entries a job reads."""
     def overrides(w):
         name = method(w) if callable(method) else method
-        return (params_file(task_file(w)).get("method_overrides") or {}).get(name)
+        entries = params_file(task_file(w)).get("method_overrides") or {}
+        return [entries.get(n) for n in name] if isinstance(name, list) else entries.get(name)
 
     return overrides
 

@@ -11,6 +11,15 @@ def eval_identity(w):
     return ["--start", start] + (["--algorithm", algorithm] if algorithm and algorithm != "zero_shot" else [])
 
 
+def eval_layers(w):
+    """The method_overrides entries the evaluated method reads, whose lengths and eval_generation may be laid
+    over the task's (grueflow.params.override_layers): none for the zero-shot model."""
+    start = "supervised" if w.method.startswith("supervised") else "zero_shot"
+    algorithm = w.method.removeprefix("supervised").removeprefix("+")
+    method = algorithm if algorithm and algorithm != "zero_shot" else ("supervised" if start == "supervised" else None)
+    return override_layers(method, start)
+
+
 rule evaluate:
     input:
         datapool=output_of("prepare_datapool"),
@@ -24,6 +33,7 @@ rule evaluate:
     params:
         precision=PRECISION,
         slice=task_slice("evaluate"),
+        overrides=method_overrides(eval_layers),
         identity=eval_identity,
         task_file=task_file,
     threads: job_threads("evaluate")
