@@ -188,7 +188,8 @@ class ToTTo:
 
     meta: ``table`` (``[attribute, value]`` pairs for PARENT: the highlighted cells, then the
     titles), ``highlighted_cells``, ``raw_table`` (the rows of cells as in the data),
-    ``page_title``, ``section_title``, ``source_id`` (``example_id``, when present).
+    ``page_title``, ``section_title``, ``section_text`` (``table_section_text``, which the official PARENT
+    matches words against too; ``""`` when absent), ``source_id`` (``example_id``, when present).
     """
 
     @dataclass(frozen=True)
@@ -220,7 +221,7 @@ def table_row(unit: Unit, args: ToTTo.Args) -> Row:
         prompts = {"with": linearise(subtable, page, section), "without": linearise(subtable, None, None)}
     prompt = prompts["without"] + " " + prompts["with"] if args.titles == "both" else prompts[args.titles]
     meta = {"table": parent_table(subtable, page, section), "highlighted_cells": cells, "raw_table": row["table"],
-            "page_title": page, "section_title": section}
+            "page_title": page, "section_title": section, "section_text": row.get("table_section_text") or ""}
     if "example_id" in row:
         meta["source_id"] = row["example_id"]
     return Row(prompt, tuple(final_sentences(row["sentence_annotations"])), meta, unit.origin)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal, Optional, Sequence
 
 from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean, require
+from grueflow.metrics.table import TOTTO_NULL, TOTTO_REFERENCES
 
 
 @METRICS.register("rouge", "ROUGE-1/2/L/Lsum F1 (rouge-score, Porter stemming), best over references")
@@ -46,6 +47,14 @@ class Rouge(Metric):
         return compute
 
 
+def totto_bleu_texts(generations: Sequence[str],
+                     references: Sequence[Sequence[str]]) -> tuple[list[str], list[list[str]]]:
+    """The texts the official ToTTo BLEU scores: each generation stripped and lower-cased, ``<null>`` when empty; each
+    sample's first three references lower-cased, padded to three with ``<null>``."""
+    padded = [list(r[:TOTTO_REFERENCES]) + [TOTTO_NULL] * (TOTTO_REFERENCES - len(r)) for r in references]
+    return [(g.strip() or TOTTO_NULL).lower() for g in generations], [[r.lower() for r in refs] for refs in padded]
+
+
 @METRICS.register("bleu", "BLEU-4 (sacrebleu): corpus score, and sentence BLEU per sample, in [0, 100]")
 class Bleu(Metric):
     category = "lexical"
@@ -53,7 +62,21 @@ class Bleu(Metric):
 
     @dataclass(frozen=True)
     class Args:
+        """``recipe: sacrebleu`` (default): the texts as given, sacrebleu's ``tokenize``, a sample's missing references
+        left out. ``recipe: totto``: the official ToTTo BLEU (google-research/language ``totto_bleu_eval.sh``, RL4LMs'
+        ``bleu_totto``): generations stripped, an empty one written ``<null>``; the first three references, padded
+        to three with ``<null>`` (``prepare_references_for_eval.py``); generations and references lower-cased; then
+        the sacrebleu command line's defaults (13a, exponential smoothing). The script's Moses detokenization of
+        every file first is left out, as :mod:`grueflow.metrics.table` says for PARENT. RL4LMs' ``bleu_totto``
+        divides the score by 100."""
+
         tokenize: str = "13a"
+        recipe: Literal["sacrebleu", "totto"] = "sacrebleu"
+
+        def __post_init__(self) -> None:
+            if self.recipe == "totto" and self.tokenize != "13a":
+                raise ValueError(f"bleu with recipe: totto tokenizes with 13a, as the official ToTTo script; got "
+                                 f"tokenize={self.tokenize!r}: drop it or use recipe: sacrebleu")
 
     @classmethod
     def build(cls, args: "Bleu.Args", context: MetricContext) -> MetricFn:
@@ -61,6 +84,8 @@ class Bleu(Metric):
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
+            if args.recipe == "totto":
+                generations, references = totto_bleu_texts(generations, references)
             per_sample = [sacrebleu.sentence_bleu(g, list(r), tokenize=args.tokenize).score
                           for g, r in zip(generations, references)]
             width = max(len(r) for r in references)
