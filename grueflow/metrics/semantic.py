@@ -1,4 +1,5 @@
-"""Learned metrics: BERTScore (bert-score package), BLEURT, SummaC-ZS, a sequence-classifier score, DailyDialog intent accuracy.
+"""Learned metrics: BERTScore (bert-score package), BLEURT, SummaC-ZS and SummaC-Conv, a sequence-classifier score,
+DailyDialog intent accuracy.
 
 Each model is loaded once in ``build`` and reused for every batch, on the device of the stage's execution
 (:attr:`MetricContext.execution`, default the CPU) and frozen in its frozen dtype (bf16 under bf16, else
@@ -14,9 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Optional, Sequence
 
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
-from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean, require
+from grueflow.metrics import (METRICS, Metric, MetricContext, MetricFn, MetricResult, MetricUnavailableError, mean,
+                              nanmean, require)
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
     from grueflow.device import Execution
@@ -285,7 +288,7 @@ class SummaCZS(Metric):
         from grueflow.metrics.sentences import split_sentences
 
         nli = load_classifier(args.model, args.max_length, args.batch_size, context.execution)
-        entail, contradict = nli_label(nli, "entail"), nli_label(nli, "contradict")
+        entail, contradict = nli_label(nli, "entailment"), nli_label(nli, "contradiction")
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
@@ -302,10 +305,193 @@ class SummaCZS(Metric):
         return compute
 
 
-def nli_label(classifier: Classifier, stem: str) -> int:
-    """The id of the NLI label whose name starts with ``stem`` (case-insensitive), e.g. ENTAILMENT or contradiction."""
-    found = [i for name, i in classifier.label2id.items() if name.lower().startswith(stem)]
+SUMMAC_CONV_WEIGHTS_URL = "https://github.com/tingofurro/summac/raw/master/summac_conv_vitc_sent_perc_e.bin"
+# summac's "percentile" bin edges (SummaCConv, bins="percentile"): percentiles of the NLI scores of many summaries,
+# the bins of its released weights. 23 bins.
+SUMMAC_PERCENTILE_EDGES = (0.0, 0.01, 0.02, 0.03, 0.04, 0.07, 0.13, 0.37, 0.90, 0.91, 0.92, 0.93, 0.94, 0.95, 0.955,
+                           0.96, 0.965, 0.97, 0.975, 0.98, 0.985, 0.99, 0.995, 1.0)
+SUMMAC_CONV_ROWS = 10  # summac's n_rows: the histograms of the first 10 summary sentences are read, the rest dropped
+
+
+def summac_bin_edges(bins: str) -> list[float]:
+    """The histogram bin edges of summac's ``bins``: ``percentile`` or ``even<N>`` (N equal bins over [0, 1],
+    made as summac makes them: ``np.arange(0, 1, 1 / N)`` then 1.0)."""
+    if bins == "percentile":
+        return list(SUMMAC_PERCENTILE_EDGES)
+    import numpy as np
+
+    return [float(x) for x in np.arange(0, 1, 1 / int(bins[len("even"):]))] + [1.0]
+
+
+@dataclass(frozen=True)
+class SummaCConvHead:
+    """SummaC-Conv's trained layers, summac's ``SummaCConv`` state dict: ``mlp`` (the 1-D convolution, one
+    linear map of a summary sentence's histogram to a score; weight (1, F), bias (1,)) and ``layer_final``
+    (weight (2, 3), bias (2,)), float32 on one device. F = NLI labels used x bins."""
+
+    mlp_weight: "torch.Tensor"
+    mlp_bias: "torch.Tensor"
+    final_weight: "torch.Tensor"
+    final_bias: "torch.Tensor"
+
+    @classmethod
+    def load(cls, path: str, n_features: int, device: "torch.device", why: str) -> "SummaCConvHead":
+        """The state dict saved at ``path`` (``torch.save(SummaCConv(...).state_dict())``, e.g. summac's
+        summac_conv_vitc_sent_perc_e.bin); ``why`` says where ``n_features`` comes from, for the error."""
+        import torch
+
+        if not Path(path).is_file():
+            raise MetricUnavailableError(
+                f"metric 'summac_conv': no checkpoint at args.checkpoint={path!r}; download summac's trained "
+                f"convolution weights from {SUMMAC_CONV_WEIGHTS_URL} and set args.checkpoint to that file")
+        state = torch.load(path, map_location=device, weights_only=True)
+        expected = {"mlp.weight": (1, n_features), "mlp.bias": (1,), "layer_final.weight": (2, 3),
+                    "layer_final.bias": (2,)}
+        found = {k: tuple(v.shape) for k, v in state.items()} if isinstance(state, dict) else type(state).__name__
+        if found != expected:
+            raise ValueError(f"metric 'summac_conv': checkpoint {path} is not summac's SummaCConv state dict for "
+                             f"{why}: expected tensors {expected}, found {found}")
+        return cls(*(state[k].float() for k in expected))
+
+    def __call__(self, histograms: "torch.Tensor", rows: "torch.Tensor") -> "torch.Tensor":
+        """P(consistent) of each sample, summac's ``SummaCConv.score`` with ``agg="mean"``: ``mlp`` scores each
+        of the first ``rows[b]`` histogram rows, their mean ``m`` goes into ``layer_final`` as (m, m, m), and the
+        score is the softmax's second entry.  histograms (B, R, F) float32, rows (B,) int64 ≥ 1 -> (B,) in [0, 1]"""
+        import torch
+
+        per_row = (histograms @ self.mlp_weight.T).squeeze(-1) + self.mlp_bias  # (B, R)
+        kept = torch.arange(per_row.shape[-1], device=per_row.device) < rows.unsqueeze(-1)  # (B, R)
+        mean_row = (per_row * kept).sum(-1) / rows  # (B,)
+        features = mean_row.unsqueeze(-1).expand(-1, 3)  # (B, 3)
+        logits = features @ self.final_weight.T + self.final_bias  # (B, 2)
+        return logits.softmax(-1)[:, 1]
+
+
+@METRICS.register("summac_conv", "SummaC-Conv (Laban et al. 2022; RL4LMs' summaCConv): NLI-score histograms of each "
+                                 "summary sentence against the source through summac's trained convolution "
+                                 "(args.checkpoint), in [0, 1]")
+class SummaCConv(Metric):
+    """SummaC-Conv (Laban et al., TACL 2022), as the summac package computes it (``SummaCConv(models=["vitc"],
+    bins="percentile", granularity="sentence", nli_labels="e", agg="mean", start_file="default")``, its
+    recommended setting and the one its released weights were trained with).
+
+    The NLI "image" of a (source, summary) pair holds, for each source sentence d (the first ``max_doc_sents``)
+    and summary sentence s (the first 10), the probabilities P(entailment), P(contradiction), P(neutral) of
+    (premise d, hypothesis s), from the NLI model and sentence splitting of ``summac_zs``; sentences shorter than
+    ``min_sentence_chars`` characters are dropped first, as summac drops those of 10 or fewer. Each summary
+    sentence becomes the concatenated histograms (``numpy.histogram`` over the edges of ``bins``: counts, not
+    densities) of the ``nli_labels`` columns over its source sentences, F = len(nli_labels) x bins numbers; the
+    trained layers in ``checkpoint`` turn these into one probability (:class:`SummaCConvHead`). A summary or
+    source with no sentence left is scored, as in summac, from a 1 x 1 image of zeros.
+
+    summac splits sentences with NLTK's punkt, grueflow with pysbd (:mod:`grueflow.metrics.sentences`), so a
+    text that the two split differently scores differently. RL4LMs lists ``summaCConv`` but leaves it commented
+    out of its configs, with summac's class defaults (three NLI models, ``even50`` bins, untrained weights).
+    """
+
+    category = "semantic"
+    scores = ("summac_conv",)
+
+    @dataclass(frozen=True)
+    class Args:
+        """``checkpoint``: summac's trained weights, a local file (required; nothing is downloaded).
+        ``bins``: ``percentile`` (summac's 23 bins) or ``even<N>``. ``nli_labels``: which probabilities are
+        binned, e (entailment), c (contradiction), n (neutral), in that order. ``max_doc_sents``: source
+        sentences read (summac: 100). ``min_sentence_chars``: shorter sentences are dropped (summac: 11)."""
+
+        checkpoint: Optional[str] = None
+        model: str = "tals/albert-xlarge-vitaminc-mnli"
+        bins: str = "percentile"
+        nli_labels: Literal["e", "c", "n", "ec", "en", "cn", "ecn"] = "e"
+        document_key: Optional[str] = None
+        max_doc_sents: int = 100
+        min_sentence_chars: int = 11
+        max_length: int = 256
+        batch_size: int = 32
+
+        def __post_init__(self) -> None:
+            if not self.checkpoint:
+                raise ValueError("metric 'summac_conv' needs args.checkpoint: the path of summac's trained convolution "
+                                 f"weights, downloaded from {SUMMAC_CONV_WEIGHTS_URL} (bins: percentile, "
+                                 "nli_labels: e)")
+            even = self.bins[len("even"):]
+            if self.bins != "percentile" and not (self.bins.startswith("even") and even.isdigit() and int(even) > 0):
+                raise ValueError(f"metric 'summac_conv': bins {self.bins!r}; allowed: 'percentile' or 'even<N>' "
+                                 "with N ≥ 1, e.g. 'even50'")
+            if self.max_doc_sents < 1 or self.min_sentence_chars < 0:
+                raise ValueError(f"metric 'summac_conv': max_doc_sents={self.max_doc_sents} must be ≥ 1 and "
+                                 f"min_sentence_chars={self.min_sentence_chars} ≥ 0")
+
+        def sentences(self, text: str) -> list[str]:
+            from grueflow.metrics.sentences import split_sentences
+
+            return [s for s in split_sentences(text) if len(s) >= self.min_sentence_chars]
+
+    @classmethod
+    def build(cls, args: "SummaCConv.Args", context: MetricContext) -> MetricFn:
+        import torch
+
+        edges = summac_bin_edges(args.bins)
+        n_features = len(args.nli_labels) * (len(edges) - 1)
+        why = f"nli_labels {args.nli_labels!r} x bins {args.bins!r} = {n_features} features"
+        head = SummaCConvHead.load(args.checkpoint, n_features, context.resolved_execution().device, why)
+        nli = load_classifier(args.model, args.max_length, args.batch_size, context.execution)
+        labels = [nli_label(nli, NLI_RELATIONS[c], "summac_conv") for c in args.nli_labels]
+
+        def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
+                    meta: Sequence[dict[str, Any]]) -> MetricResult:
+            documents = [m[args.document_key] for m in meta] if args.document_key else list(prompts)
+            sources = [args.sentences(d)[:args.max_doc_sents] for d in documents]
+            summaries = [args.sentences(g)[:SUMMAC_CONV_ROWS] for g in generations]
+            histograms, rows = summac_histograms(nli, labels, edges, sources, summaries)
+            scores = head(torch.as_tensor(histograms, dtype=torch.float32, device=head.mlp_weight.device),
+                          torch.as_tensor(rows, device=head.mlp_weight.device)).tolist()
+            return MetricResult({cls.key(): scores}, {cls.key(): mean(scores)})
+
+        return compute
+
+
+def summac_histograms(nli: Classifier, labels: Sequence[int], edges: Sequence[float], sources: Sequence[list[str]],
+                      summaries: Sequence[list[str]]) -> tuple["np.ndarray", list[int]]:
+    """summac's ``SummaCConv.compute_histogram`` for a batch: the NLI probabilities ``labels`` of every (source
+    sentence, summary sentence) of each sample, binned per summary sentence over the source sentences.
+
+    Returns the histograms, zero rows after each sample's last summary sentence, and each sample's number of
+    rows (its summary sentences; 1 when the summary or the source has none, whose image is one zero).
+    histograms (B, SUMMAC_CONV_ROWS, len(labels) * (len(edges) - 1)) float64 counts, rows [B]"""
+    import numpy as np
+
+    pairs = [(i, k, j) for i, (source, summary) in enumerate(zip(sources, summaries))
+             for j in range(len(summary)) for k in range(len(source))]
+    probs = nli([sources[i][k] for i, k, _ in pairs], [summaries[i][j] for i, _, j in pairs])
+    images = [np.zeros((len(labels), len(source), len(summary)) if source and summary else (len(labels), 1, 1))
+              for source, summary in zip(sources, summaries)]  # each (labels, source sentences, summary sentences)
+    for (i, k, j), row in zip(pairs, probs):
+        images[i][:, k, j] = [row[label] for label in labels]
+    n_bins = len(edges) - 1
+    histograms = np.zeros((len(images), SUMMAC_CONV_ROWS, len(labels) * n_bins))
+    for i, image in enumerate(images):
+        for j in range(image.shape[2]):
+            for depth in range(len(labels)):
+                histograms[i, j, depth * n_bins:(depth + 1) * n_bins] = np.histogram(image[depth, :, j], bins=edges)[0]
+    return histograms, [image.shape[2] for image in images]
+
+
+NLI_RELATIONS = {"e": "entailment", "c": "contradiction", "n": "neutral"}
+# The label names that stand for each relation: NLI's (MNLI, SNLI, ANLI) and fact verification's (FEVER, VitaminC:
+# SUPPORTS, REFUTES, NOT ENOUGH INFO), matched as lower-cased name prefixes.
+NLI_LABEL_STEMS = {"entailment": ("entail", "support"), "contradiction": ("contradict", "refute"),
+                   "neutral": ("neutral", "not enough info")}
+
+
+def nli_label(classifier: Classifier, relation: Literal["entailment", "contradiction", "neutral"],
+              metric: str = "summac_zs") -> int:
+    """The id of the one label of ``relation`` (its name starts with one of ``NLI_LABEL_STEMS[relation]``,
+    case-insensitive), e.g. ENTAILMENT, contradiction or SUPPORTS; ``metric`` names who asks in the error."""
+    stems = NLI_LABEL_STEMS[relation]
+    found = [i for name, i in classifier.label2id.items() if name.lower().startswith(stems)]
     if len(found) != 1:
-        raise ValueError(f"summac_zs needs an NLI model with one label starting with {stem!r}; "
-                         f"{classifier.name} has labels {', '.join(sorted(classifier.label2id))}")
+        raise ValueError(f"{metric} needs an NLI model with one {relation} label (a name starting with "
+                         f"{' or '.join(repr(s) for s in stems)}); {classifier.name} has labels "
+                         f"{', '.join(sorted(classifier.label2id))}")
     return found[0]

@@ -394,10 +394,13 @@ def model_args(tiny_models, tmp_path_factory):
     tiny_classifier(tiny_models["causal"], root / "nli", ["entailment", "neutral", "contradiction"])
     from grueflow.preference.config import RewardModelConfig
     from grueflow.preference.reward_model import load_backbone, save_reward_model
+    from test_summac_conv import random_checkpoint
 
     save_reward_model(*load_backbone(tiny_models["causal"]), RewardModelConfig(), root / "reward_model")  # untrained head
+    summac_conv = {"model": str(root / "nli"), "checkpoint": random_checkpoint(root / "summac_conv.bin", 23)}
     return {"learned_classifier": {"model": str(root / "sentiment")}, "intent_accuracy": {"model": str(root / "acts")},
             "bleurt": {"checkpoint": str(root / "bleurt")}, "summac_zs": {"model": str(root / "nli")},
+            "summac_conv": summac_conv,
             "perplexity": {"model": str(tiny_models["causal"])}, "reward_model": {"path": str(root / "reward_model")}}
 
 
