@@ -194,13 +194,24 @@ def _block(label: str, text: str, width: int = 100) -> list[str]:
     return [f"  {label:<12}{lines[0]}"] + [f"  {'':<12}{line}" for line in lines[1:]]
 
 
+def _text(value: Any) -> str:
+    """A field as the text to print: a string as it is, anything else (a number, null) as JSON."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
 def format_sample(row: dict[str, Any]) -> str:
-    """One prediction row as text: id, prompt, generation, each reference, then the scores."""
-    lines = [f"[{row['id']}]"] + _block("prompt", row["prompt"]) + _block("generation", row["generation"])
-    for i, reference in enumerate(row.get("references", [])):
-        lines += _block(f"reference {i + 1}" if len(row["references"]) > 1 else "reference", reference)
-    scores = ", ".join(f"{k} {_number(v).lstrip('+')}" for k, v in sorted(row.get("scores", {}).items()))
-    return "\n".join(lines + _block("scores", scores))
+    """One prediction row as text: id, prompt, generation, each reference, then the scores; a field of an
+    unexpected type is printed as its JSON, never split or dropped."""
+    lines = [f"[{_text(row['id'])}]"] + _block("prompt", _text(row["prompt"])) + \
+        _block("generation", _text(row["generation"]))
+    references = row.get("references", [])
+    references = references if isinstance(references, list) else [references]
+    for i, reference in enumerate(references):
+        lines += _block(f"reference {i + 1}" if len(references) > 1 else "reference", _text(reference))
+    scores = row.get("scores", {})
+    text = ", ".join(f"{k} {_number(v).lstrip('+')}" for k, v in sorted(scores.items())) \
+        if isinstance(scores, dict) else _text(scores)
+    return "\n".join(lines + _block("scores", text))
 
 
 PREDICTION_KEYS = ("id", "prompt", "generation")  # what every predictions.jsonl row holds (evaluate writes it)

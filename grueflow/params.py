@@ -18,7 +18,7 @@ import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from grueflow import config
 from grueflow.config import (FLUENCY_METRIC, REWARD_KEY, TRAIN_KL_KEY, ConfigError, DatapoolConfig, GenerationConfig,
@@ -85,6 +85,15 @@ def _task(cfg: TaskConfig) -> None:
     valid = ALGORITHMS.names() + ["supervised"] + [f"{START_PREFIX}{a}" for a in ALGORITHMS.names()]
     unknown = sorted(set(cfg.method_overrides) - set(valid))
     check(not unknown, f"method_overrides: unknown method {unknown[0] if unknown else ''!r}; valid: {', '.join(valid)}")
+    for name, entry in cfg.method_overrides.items():
+        for key in TASK_SECTIONS if isinstance(entry, Mapping) else ():  # frozen: mapping proxies
+            if key not in entry:
+                continue
+            check(isinstance(entry[key], Mapping), f"method_overrides.{name}.{key} is {entry[key]!r}; give a mapping "
+                                                   f"of the {key} keys to change (the rest stay the task's)")
+            check(name != "supervised" or key not in ("reward", "rollout_generation"),
+                  f"method_overrides.supervised.{key}: the warm start trains on the references and never samples "
+                  f"rollouts or pays a reward; give it to an RL method (<algorithm> or supervised+<algorithm>)")
 
 
 def _suite(cfg: SuiteConfig) -> None:
@@ -228,6 +237,9 @@ def load_task_section(cls: type, task_file: str | Path, key: str, method: Option
               if isinstance(overrides.get(name), dict) and key in overrides[name]]
     section = data[key]
     for name in layers:
+        if not isinstance(overrides[name][key], dict):
+            raise ConfigError(f"{task_file}: method_overrides.{name}.{key} is {overrides[name][key]!r}; give a mapping "
+                              f"of the {key} keys to change (the rest stay the task's)")
         section = merge_overrides(section, overrides[name][key])
     where = f"{task_file}: {key}"
     if layers:

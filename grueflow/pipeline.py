@@ -476,8 +476,9 @@ def plugin_code_file(stage: str) -> str:
 def datapool_files(task: object, root: Path = ROOT) -> list[str]:
     """The local data a task file's datapool reads, as the file writes the paths (relative to ``root``):
     ``args.data_files`` (a path, a list or a ``{split: path(s)}`` mapping), ``args.data_root``, and ``args.path``
-    where it names a file or folder that exists (else it is a hub id or a builder such as ``json``). Paths that
-    do not exist are left out: the datapool's loader names them."""
+    and ``args.train_path`` where they name a file or folder that exists (else a hub id or a builder such as
+    ``json``), normalised by :func:`local_input`. Paths that do not exist are left out: the datapool's loader
+    names them."""
     datapool = task.get("datapool") if isinstance(task, dict) else None
     args = datapool.get("args") if isinstance(datapool, dict) else None
     if not isinstance(args, dict):
@@ -492,8 +493,8 @@ def datapool_files(task: object, root: Path = ROOT) -> list[str]:
             return [p for item in value.values() for p in paths(item)]
         return []
 
-    named = paths(args.get("data_files")) + paths(args.get("data_root")) + paths(args.get("path"))
-    return sorted({p for p in named if p and (root / p).exists()})
+    named = [p for key in ("data_files", "data_root", "path", "train_path") for p in paths(args.get(key))]
+    return sorted({path for path in (local_input(p, root) for p in named) if path is not None})
 
 
 def scorer_files(task: object, root: Path = ROOT, parts: tuple[str, ...] = ("reward", "metrics")) -> list[str]:
@@ -521,19 +522,25 @@ def scorer_files(task: object, root: Path = ROOT, parts: tuple[str, ...] = ("rew
              "metrics": task.get("metrics") if isinstance(task.get("metrics"), list) else []}
     named = [text for part in parts if part in specs
              for spec in specs[part] if isinstance(spec, dict) for text in strings(spec.get("args"))]
-    outputs = (root / "results").resolve()
-    found = set()
-    for text in named:
-        if not text.strip() or "\n" in text:
-            continue
-        try:
-            path = (root / text).resolve()
-            exists = path.exists()
-        except (OSError, ValueError):  # a name too long for the file system, a NUL: not a path
-            continue
-        if exists and not path.is_relative_to(outputs):
-            found.add(text.rstrip("/") or text)
-    return sorted(found)
+    return sorted({path for path in map(lambda text: local_input(text, root), named) if path is not None})
+
+
+def local_input(text: str, root: Path = ROOT) -> Optional[str]:
+    """``text`` as a local input to track, normalised (``./a/`` -> ``a``), when it names an existing file or
+    folder (relative to ``root``, or absolute); None when it names nothing, or a stage output under ``results/``
+    (its stage tracks it), or a folder holding the project or its outputs (``.``, ``..``, ``/``: hashing it
+    would track every output, and nothing would ever be up to date)."""
+    if not text.strip() or "\n" in text:
+        return None
+    try:
+        path = (root / text).resolve()
+        exists = path.exists()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL: not a path
+        return None
+    outputs, project = (root / "results").resolve(), root.resolve()
+    if not exists or path.is_relative_to(outputs) or project.is_relative_to(path):
+        return None
+    return os.path.normpath(text)
 
 
 def _path_digest(path: Path) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal, Optional
 
 from grueflow.data import DATAPOOLS
-from grueflow.data.sample import Datapool
+from grueflow.data.sample import SPLITS, Datapool
 from grueflow.data.sources import (BadRowError, Row, SourceArgs, Unit, assign_splits, build_datapool, group_units,
                                    load_units, optional_text, require_text, require_texts)
 from grueflow.data.totto import (final_sentences, highlighted_subtable, linearise, linearise_full_table,
@@ -366,7 +366,8 @@ class WMT16:
 
         def __post_init__(self) -> None:
             super().__post_init__()
-            if self.name is None and not self.data_files and wmt16_pair(self) is None:
+            local = bool(self.data_files) or Path(self.path).is_dir()  # no hub configuration to name
+            if self.name is None and not local and wmt16_pair(self) is None:
                 raise ValueError(f"wmt16 has no {self.source_language}-{self.target_language} pair in either order; "
                                  f"its pairs: {', '.join(WMT16_PAIRS)} (or give name)")
 
@@ -481,8 +482,17 @@ class CRD3:
 
     @staticmethod
     def build(args: "CRD3.Args") -> Datapool:
-        return build_datapool(assign_splits(read_crd3(Path(args.data_root)), args),
-                              lambda unit: episode_rows(unit, args.max_context_size), args)
+        sources = read_crd3(Path(args.data_root))
+        if args.split_fractions is None and args.split_counts is None:
+            wanted = {split: (args.source_splits or {}).get(split, split) for split in SPLITS}
+            missing = sorted({CRD3_SPLIT_FILES.get(name, name) for name in wanted.values() if name not in sources})
+            if missing:
+                raise MissingDataError(
+                    f"data_root {args.data_root}: data/aligned data has no {', '.join(missing)}; give each split's "
+                    f"episode list, feed a split from another with source_splits (e.g. {{val: train}}), or cut the "
+                    f"episodes there are with split_fractions (or split_counts) and seed")
+        return build_datapool(assign_splits(sources, args), lambda unit: episode_rows(unit, args.max_context_size),
+                              args)
 
 
 def read_crd3(root: Path) -> dict[str, list[Unit]]:
@@ -511,16 +521,24 @@ def read_crd3(root: Path) -> dict[str, list[Unit]]:
 
 
 def episode_rows(unit: Unit, max_context_size: int) -> list[Row]:
-    """One Row per turn with at least two turns before it (RL4LMs' ``len(contexts) > 1``)."""
+    """One Row per turn with at least two turns before it (RL4LMs' ``len(contexts) > 1``). A malformed turn is a
+    Row with its problem (refused, or dropped alone under ``skip_bad_rows``) and stays out of later contexts."""
+    turns = unit.row["turns"]
+    if not isinstance(turns, list):
+        raise DataError(f"{unit.origin}: TURNS is {turns!r:.60} ({type(turns).__name__}); a CRD3 episode's TURNS is a "
+                        f"list of turns, each with NAMES and UTTERANCES")
     rows, contexts = [], []
-    for t, turn in enumerate(unit.row["turns"]):
+    for t, turn in enumerate(turns):
         origin = f"{unit.origin} turn {t + 1}"
-        names, utterances = (turn or {}).get("NAMES"), (turn or {}).get("UTTERANCES")
-        if not names or not isinstance(utterances, list):
-            raise BadRowError(f"{origin}: a turn needs NAMES (a non-empty list) and UTTERANCES (a list); got "
-                              f"{turn!r:.80}")
-        name = require_text(names[0], "NAMES[0]", origin)
-        text = " ".join(require_texts(utterances, "UTTERANCES", origin))
+        names, utterances = (turn.get("NAMES"), turn.get("UTTERANCES")) if isinstance(turn, dict) else (None, None)
+        try:
+            if not isinstance(names, list) or not names or not isinstance(utterances, list):
+                raise BadRowError(f"a turn needs NAMES (a non-empty list) and UTTERANCES (a list); got {turn!r:.80}")
+            name = require_text(names[0], "NAMES[0]", origin)
+            text = " ".join(require_texts(utterances, "UTTERANCES", origin))
+        except BadRowError as err:
+            rows.append(Row("", (), {}, origin, problem=str(err).removeprefix(f"{origin}: ")))
+            continue
         if len(contexts) > 1:
             prompt = "\n".join(contexts[-max_context_size:]) + "\n" + name + ": "
             rows.append(Row(prompt, (text,), {"episode": unit.row["episode"], "turn": t, "speaker": name}, origin))

@@ -216,6 +216,12 @@ class IMDB:
             "val": _imdb_samples(val_rows, "val", args),
             "test": _imdb_samples(test_rows[:args.n_test], "test", args),
         }
+        empty = [split for split, samples in pool.items() if not samples]
+        if empty:
+            raise DataError(f"imdb datapool: the {', '.join(empty)} split is empty: {len(splits['train'])} train and "
+                            f"{len(splits['test'])} test reviews, n_val {args.n_val}, positive_only_train "
+                            f"{args.positive_only_train}, positive_ratio {args.positive_ratio}; a split needs a review: "
+                            f"raise positive_ratio (or n_val), or give more data")
         return Datapool(pool, unlabelled)
 
 

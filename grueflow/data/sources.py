@@ -55,12 +55,15 @@ class Unit:
 
 @dataclass(frozen=True)
 class Row:
-    """A Sample before its checks and its id (``<split>-<index>``, given once bad rows are out)."""
+    """A Sample before its checks and its id (``<split>-<index>``, given once bad rows are out). ``problem``
+    says why a row of a unit that yields several cannot be a Sample (a malformed turn of a dialogue), so that
+    ``skip_bad_rows`` drops that row alone and the unit's others stay."""
 
     prompt: str
     references: tuple[str, ...]
     meta: dict[str, Any]
     origin: str
+    problem: str = ""
 
 
 @dataclass(frozen=True)
@@ -256,6 +259,8 @@ def empty_split_message(split: str, n_units: int, skipped: int, args: SourceArgs
 
 def row_problem(row: Row) -> str:
     """Why a row cannot be a Sample, or ``""``."""
+    if row.problem:
+        return row.problem
     if not row.prompt.strip():
         return "empty prompt"
     if not any(r.strip() for r in row.references):

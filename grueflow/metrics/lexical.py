@@ -310,6 +310,12 @@ class RougeLMax(Metric):
                                  f"stemming: {str(self.use_stemmer).lower()}")
             if self.weight_factor is not None and self.weight_factor <= 0:
                 raise ValueError(f"metric 'rouge_l_max': weight_factor must be > 0, got {self.weight_factor}")
+            if self.alpha is not None and not 0 <= self.alpha <= 1:
+                raise ValueError(f"metric 'rouge_l_max': alpha weighs precision against recall, in [0, 1]; got "
+                                 f"{self.alpha}")
+            for name in ("length_limit", "max_n"):
+                if getattr(self, name) is not None and getattr(self, name) < 1:
+                    raise ValueError(f"metric 'rouge_l_max': {name} must be >= 1, got {getattr(self, name)}")
             if self.apply_avg is False and not self.apply_best:
                 raise ValueError("metric 'rouge_l_max': apply_avg: false needs apply_best: true (py-rouge gives one "
                                  "score per reference only with one of them on)")

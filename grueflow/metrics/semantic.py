@@ -201,6 +201,11 @@ class IntentAccuracy(Metric):
         max_length: int = 128
         batch_size: int = 32
 
+        def __post_init__(self) -> None:
+            if not self.eou.strip():
+                raise ValueError(f"intent_accuracy: eou must be the visible turn separator the prompts use (the "
+                                 f"daily_dialog datapool's <EOU>); got {self.eou!r}")
+
         def classifier_input(self, prompt: str, generation: str) -> str:
             if self.context == "prompt":
                 return f"{prompt} {generation}"

@@ -92,6 +92,13 @@ def test_show_names_a_file_that_is_not_a_predictions_file(tmp_path, capsys):
     assert f"{other}: row 1 has no id, prompt, generation; it is not an evaluate run's predictions.jsonl" in err
     (tmp_path / "list.jsonl").write_text("[1, 2]\n")
     assert main(["show", str(tmp_path / "list.jsonl")]) == 2 and "row 1 has no id" in capsys.readouterr().err
+    odd = tmp_path / "odd.jsonl"  # fields of unexpected types are printed as they are, never split or dropped
+    odd.write_text('{"id": 3, "prompt": null, "generation": 4, "references": "hello", "scores": [1]}\n'
+                   '{"id": "b", "prompt": "p", "generation": "g", "references": [1, null], "scores": {"r": "x"}}\n')
+    assert main(["show", str(odd)]) == 0
+    out = capsys.readouterr().out
+    assert "[3]\n  prompt      null\n  generation  4\n  reference   hello\n  scores      [1]\n" in out
+    assert "  reference 1 1\n  reference 2 null\n  scores      r x\n" in out
 
 
 def commit_table(repo: Path, table: dict, message: str) -> None:

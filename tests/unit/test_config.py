@@ -206,6 +206,16 @@ def test_a_methods_overrides_may_hold_the_tasks_own_sections(tmp_path, monkeypat
     data["method_overrides"]["ppo"]["rollout_generation"] = {"top_k": 7}
     data["method_overrides"]["supervised+ppo"]["reward"] = {"components": [{"metric": "rogue", "weight": 1.0}]}
     (tmp_path / "params" / "tasks" / "sentiment.yaml").write_text(yaml.safe_dump(data))
+    for entry, key, value, message in (
+            ("ppo", "lengths", None, r"method_overrides\.ppo\.lengths is None; give a mapping of the lengths keys"),
+            ("ppo", "eval_generation", [], r"method_overrides\.ppo\.eval_generation is \[\]; give a mapping"),
+            ("supervised", "reward", {"components": []}, r"method_overrides\.supervised\.reward: the warm start "
+                                                          r"trains on the references and never samples rollouts or pays"),
+            ("supervised", "rollout_generation", {"top_k": 3}, r"method_overrides\.supervised\.rollout_generation: ")):
+        bad = yaml.safe_load(yaml.safe_dump(data))
+        bad["method_overrides"].setdefault(entry, {})[key] = value
+        with pytest.raises(ConfigError, match=message):
+            parse(TaskConfig, bad, "t:")
     with pytest.raises(ConfigError, match=r"reward with method_overrides\.ppo\.reward, "
                                           r"method_overrides\.supervised\+ppo\.reward: "
                                           r"components\[0\]: unknown metric 'rogue'"):

@@ -76,6 +76,11 @@ def test_imdb_loader_reads_the_real_slice_through_datasets():
             build("imdb", positive_ratio=bad)
     with pytest.raises(ValueError, match="positive_ratio 0.5 .* needs positive_only_train: true"):
         build("imdb", positive_ratio=0.5, positive_only_train=False)
+    with pytest.raises(ValueError, match=r"imdb datapool: the train split is empty: 1000 train and 2000 test reviews, "
+                                         r"n_val 50, positive_only_train True, positive_ratio 0\.001"):
+        build("imdb", path="json", data_files={"train": str(shared / "imdb_train_subset.jsonl"),
+                                               "test": str(shared / "imdb_test_subset.jsonl")}, n_val=50,
+              positive_ratio=0.001)
 
 
 def test_imdb_loader_takes_its_unlabelled_text_from_an_unsupervised_split():

@@ -335,6 +335,7 @@ def test_the_wmt_pools_read_the_translation_schema_with_rl4lms_prompts(tmp_path)
     assert pairs == {("en", "de"): "de-en", ("de", "en"): "de-en", ("ro", "en"): "ro-en"}
     with pytest.raises(ConfigError, match=r"wmt16 has no fr-de pair in either order; its pairs: cs-en, de-en"):
         parse(wmt16.Args, {"source_language": "fr"}, "args")
+    assert parse(wmt16.Args, {"source_language": "fr", "path": str(tmp_path)}, "args").name is None  # local: no hub pair
     assert parse(DATAPOOLS.get("wmt14_processed_en_de").Args, {}, "args").path == "stas/wmt14-en-de-pre-processed"
     # wmt16newsonly: train from one source (news_commentary), val and test from another (wmt16)
     news, wmt = tmp_path / "news", tmp_path / "wmt"
@@ -395,6 +396,19 @@ def test_crd3_turns_with_rl4lms_context_and_speaker_prompt(tmp_path):
     broken = write_crd3(tmp_path / "broken", {"E": [turn([], "x")] * 3}, {"train": ["E"], "val": ["E"], "test": ["E"]})
     with pytest.raises(BadRowError, match=r"E\.json turn 1: a turn needs NAMES"):
         build("crd3", data_root=broken)
+    # skip_bad_rows drops the bad turn alone (counted); the episode's other turns stay samples
+    one_bad = [*episode[:3], turn([], "lost"), *episode[3:]]
+    mixed = write_crd3(tmp_path / "mixed", {"E": one_bad, "F": other}, {"train": ["E"], "val": ["F"], "test": ["F"]})
+    kept = build("crd3", data_root=mixed, max_context_size=2, skip_bad_rows=True)
+    assert sizes(kept) == [3, 1, 1] and kept.stats["skipped_rows"] == {"train": 1, "val": 0, "test": 0}
+    assert [s.prompt for s in kept.splits["train"]] == [s.prompt for s in pool.splits["train"]]
+    (tmp_path / "mixed" / "data" / "cleaned data" / "F.json").write_text('{"TURNS": {"a": 1}}')
+    with pytest.raises(DataError, match=r"F\.json: TURNS is \{'a': 1\} \(dict\); a CRD3 episode's TURNS is a list"):
+        build("crd3", data_root=mixed, skip_bad_rows=True)
+    (tmp_path / "mixed" / "data" / "aligned data" / "val_files").unlink()
+    with pytest.raises(MissingDataError, match=r"data/aligned data has no val_files; give each split's episode list, "
+                                               r"feed a split from another with source_splits"):
+        build("crd3", data_root=mixed, skip_bad_rows=True)
     (tmp_path / "missing" / "data" / "aligned data").mkdir(parents=True)
     (tmp_path / "missing" / "data" / "aligned data" / "train_files").write_text("C9\n")
     with pytest.raises(MissingDataError, match=r"train_files names episode C9, but .*C9\.json does not exist"):

@@ -219,3 +219,24 @@ def test_the_table_module_imports_no_implementation_package():
            "('grueflow', 'torch', 'transformers', 'numba', 'numpy')))"
     loaded = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert loaded.stdout.strip() == "['grueflow', 'grueflow.codedeps', 'grueflow.pipeline', 'grueflow.plugins']"
+
+
+def test_a_local_input_is_a_file_or_folder_that_is_neither_an_output_nor_the_project(tmp_path):
+    """What the engines track among the strings of a task file's args: existing paths, normalised; never a stage
+    output under results/ (its stage tracks it) nor a folder holding the project ('.', '..', '/'), whose digest
+    would change with every output written."""
+    from grueflow.pipeline import datapool_files, local_input, scorer_files
+
+    (tmp_path / "models" / "judge").mkdir(parents=True)
+    (tmp_path / "results" / "x").mkdir(parents=True)
+    (tmp_path / "lexicon.txt").write_text("good\n")
+    assert [local_input(text, tmp_path) for text in ("./models/judge/", "lexicon.txt", str(tmp_path / "lexicon.txt"))] \
+        == ["models/judge", "lexicon.txt", str(tmp_path / "lexicon.txt")]
+    assert [local_input(text, tmp_path) for text in (".", "..", "/", "./results/x", "results", "missing", "",
+                                                      "a\nb", "\0")] == [None] * 9
+    task = {"metrics": [{"id": "m", "args": {"end_token": ".", "model": "models/judge/", "words": ["lexicon.txt"]}}],
+            "method_overrides": {"ppo": {"reward": {"components": [{"metric": "m", "args": {"path": "lexicon.txt"}}]}}},
+            "datapool": {"id": "wmt16newsonly", "args": {"path": ".", "train_path": "./models/judge"}}}
+    assert scorer_files(task, tmp_path) == ["lexicon.txt", "models/judge"]
+    assert scorer_files(task, tmp_path, ("reward",)) == ["lexicon.txt"]  # a method's own reward, overridden
+    assert datapool_files(task, tmp_path) == ["models/judge"]

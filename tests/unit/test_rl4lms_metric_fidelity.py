@@ -85,6 +85,9 @@ def test_rouge_l_max_leaves_no_pkg_resources_stand_in_behind():
     ({"package": "py_rouge", "apply_avg": False}, "apply_avg: false needs apply_best: true"),
     ({"package": "py_rouge", "weight_factor": 0.0}, "weight_factor must be > 0"),
     ({"package": "py_rouge", "length_limit_type": "tokens"}, "'words'"),
+    ({"package": "py_rouge", "alpha": 3.0}, r"alpha weighs precision against recall, in \[0, 1\]; got 3.0"),
+    ({"package": "py_rouge", "length_limit": -3}, "length_limit must be >= 1, got -3"),
+    ({"package": "py_rouge", "max_n": 0}, "max_n must be >= 1, got 0"),
 ])
 def test_rouge_l_max_args_say_what_is_wrong(args, message):
     with pytest.raises(ConfigError, match=message):
@@ -121,6 +124,12 @@ def test_iwslt2017_reward_is_one_minus_ter():
     reward = Reward(load_section(RewardConfig, TASKS / "iwslt2017.yaml", "reward"), CTX)
     total, parts = reward(["p"], ["The cat sat on mat"], [["the cat sat on the mat"]], [{}])
     assert total == pytest.approx([5 / 6]) and list(parts) == ["lexical/one_minus_ter"]
+
+
+@pytest.mark.parametrize("eou", ["", "  "])
+def test_intent_accuracy_refuses_an_invisible_turn_separator(eou):
+    with pytest.raises(ConfigError, match="eou must be the visible turn separator the prompts use"):
+        parse(METRICS.get("intent_accuracy").Args, {"context": "last_turn", "eou": eou}, "args")
 
 
 def test_intent_classifier_reads_rl4lms_input():

@@ -235,10 +235,14 @@ def test_a_scorers_local_checkpoint_is_an_input_under_both_engines(tmp_path):
     task["metrics"].append({"id": "learned_classifier", "args": {"model": "models/judge/", "label": "POSITIVE"}})
     task["metrics"].append({"id": "bert_score", "args": {"model": "roberta-large"}})
     task_path.write_text(yaml.safe_dump(task, sort_keys=False))
+    (checkpoint / "sub").mkdir()
+    (checkpoint / "sub" / "weights.bin").write_bytes(b"\0")
     jobs = {job["rule"]: job for job in dry_run(repo, "--forceall", "results/eval/sentiment/ppo/seed0")}
-    assert "models/judge" in jobs["evaluate"]["input"].split(", ")
-    assert "models/judge" in jobs["rl_finetune"]["input"].split(", ")
-    assert "models/judge" not in jobs["prepare_datapool"]["input"].split(", ")
+    # a folder's files, each: Snakemake compares an input folder's own time only, not its files'
+    judge = {"models/judge/config.json", "models/judge/sub/weights.bin"}
+    assert judge <= set(jobs["evaluate"]["input"].split(", "))
+    assert judge <= set(jobs["rl_finetune"]["input"].split(", "))
+    assert not judge & set(jobs["prepare_datapool"]["input"].split(", "))
     git_init(repo)
     run(["python", "-m", "grueflow.pipeline", "dvc", "--write"], repo)
     deps = yaml.safe_load((repo / "dvc.yaml").read_text())["stages"]["validate_suite"]["deps"]

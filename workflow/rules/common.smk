@@ -128,21 +128,36 @@ def plugin_code(stage):
     lexicon; grueflow/pipeline.py scorer_files): inputs, so that editing one reruns the stages that use it."""
     parts = STAGES[stage].plugin_parts
     return lambda w: (plugins.source_files(params_file(task_file(w)), parts=parts)
-                      + scorer_files(params_file(task_file(w)), parts=parts))
+                      + files_in(scorer_files(params_file(task_file(w)), parts=parts)))
 
 
 def datapool_data(w):
     """The local data files and folders a task's datapool reads (data_files, data_root, a local path;
     grueflow/pipeline.py datapool_files): inputs, so that editing one rebuilds the datapool and what reads it."""
-    return datapool_files(params_file(task_file(w)))
+    return files_in(datapool_files(params_file(task_file(w))))
+
+
+def files_in(paths):
+    """``paths`` with each folder replaced by every file under it: Snakemake compares an input folder's own
+    modification time only, which a file rewritten two folders down leaves alone."""
+    return [str(f) for p in paths for f in (sorted(q for q in Path(p).rglob("*") if q.is_file())
+                                            if Path(p).is_dir() else [Path(p)])]
+
+
+def reward_components(cfg):
+    """Every reward component of a task file's data: its reward's and those its method_overrides entries lay
+    over it (grueflow/params.py TASK_SECTIONS)."""
+    scopes = [cfg] + [e for e in (cfg.get("method_overrides") or {}).values() if isinstance(e, dict)]
+    return [c for scope in scopes for c in ((scope.get("reward") or {}).get("components") or []) if isinstance(c, dict)]
 
 
 def reward_models(w):
     """Reward-model folders a task's reward names (metric reward_model, issue 7), and the classifier folders
     its reward or metrics name (:func:`classifiers`): inputs of the stages that score with them, so Snakemake
     trains them first; ``.../reward_model/model`` maps to the stage folder."""
-    components = (params_file(task_file(w)).get("reward") or {}).get("components") or []
-    paths = [str((c.get("args") or {}).get("path", "")) for c in components if c.get("metric") == "reward_model"]
+    components = reward_components(params_file(task_file(w)))
+    paths = [os.path.normpath(str((c.get("args") or {}).get("path", ""))) for c in components
+             if c.get("metric") == "reward_model" and (c.get("args") or {}).get("path")]
     folders = [p.removesuffix("/").removesuffix("/model") if p.rstrip("/").endswith("/model") else p for p in paths if p]
     return folders + classifiers(w)
 
@@ -154,7 +169,8 @@ def classifiers(w):
     """train_classifier folders (results/<task>/classifier) whose model/ a task's learned_classifier reward
     components or metrics name as args.model; another path (a hub id, a local folder) is not built."""
     cfg = params_file(task_file(w))
-    named = [(c.get("metric"), c.get("args")) for c in (cfg.get("reward") or {}).get("components") or []]
+    named = [(c.get("metric"), c.get("args")) for c in reward_components(cfg)]
     named += [(m.get("id"), m.get("args")) for m in cfg.get("metrics") or []]
-    paths = {str((args or {}).get("model", "")) for metric, args in named if metric == "learned_classifier"}
-    return sorted(p.rstrip("/").removesuffix("/model") for p in paths if CLASSIFIER_MODEL.fullmatch(p))
+    paths = {os.path.normpath(str((args or {}).get("model", ""))) for metric, args in named
+             if metric == "learned_classifier"}
+    return sorted(p.removesuffix("/model") for p in paths if CLASSIFIER_MODEL.fullmatch(p))
