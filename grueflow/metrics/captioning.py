@@ -6,7 +6,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Literal, Optional, Sequence
 
 from grueflow.metrics import (METRICS, Metric, MetricContext, MetricFn, MetricResult, MetricUnavailableError, nanmean,
                               require)
@@ -31,8 +31,30 @@ def require_wordnet() -> None:
                           "or point NLTK_DATA at a folder holding corpora/wordnet") from None
 
 
+def nltk_words() -> Callable[[str], list[str]]:
+    """NLTK's ``word_tokenize``: punkt's sentences, each split by NLTK's Treebank word tokenizer (contractions
+    apart, punctuation marks as tokens, case kept). Where punkt's data is not on NLTK's path (``tokenizers/
+    punkt_tab``, a download), pysbd splits the sentences instead; the two agree on a text of one sentence."""
+    import nltk
+    from nltk.tokenize import NLTKWordTokenizer
+
+    try:
+        nltk.data.find("tokenizers/punkt_tab/english/")
+        return nltk.word_tokenize
+    except LookupError:
+        pass
+    segmenter = require("pysbd", "metric 'meteor' with tokenize: nltk", "pysbd").Segmenter(language="en", clean=False)
+    words = NLTKWordTokenizer().tokenize
+    return lambda text: [word for sentence in segmenter.segment(text) for word in words(sentence.strip())]
+
+
 @METRICS.register("meteor", "METEOR (nltk.translate.meteor_score, WordNet synonyms), best-aligned over references, in [0, 1]")
 class Meteor(Metric):
+    """``tokenize``: ``simple`` (:func:`tokenize`: lower-cased words and punctuation marks, the default) or
+    ``nltk`` (:func:`nltk_words`, NLTK's ``word_tokenize``), which is how RL4LMs' METEOR tokenises: Hugging Face's
+    ``meteor`` metric (``evaluate``), ``meteor_score`` over ``word_tokenize``-d references and generation, its
+    corpus score the mean over samples. ``meteor_score`` lower-cases either way."""
+
     category = "lexical"
     scores = ("meteor",)
 
@@ -41,15 +63,18 @@ class Meteor(Metric):
         alpha: float = 0.9
         beta: float = 3.0
         gamma: float = 0.5
+        tokenize: Literal["simple", "nltk"] = "simple"
 
     @classmethod
     def build(cls, args: "Meteor.Args", context: MetricContext) -> MetricFn:
         require_wordnet()
         from nltk.translate.meteor_score import meteor_score
 
+        words = tokenize if args.tokenize == "simple" else nltk_words()
+
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
-            scores = [float(meteor_score([tokenize(r) for r in refs], tokenize(g), alpha=args.alpha, beta=args.beta,
+            scores = [float(meteor_score([words(r) for r in refs], words(g), alpha=args.alpha, beta=args.beta,
                                          gamma=args.gamma)) if refs else float("nan")
                       for g, refs in zip(generations, references)]
             return MetricResult({cls.key(): scores}, {cls.key(): nanmean(scores)})

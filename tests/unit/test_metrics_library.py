@@ -98,6 +98,22 @@ def test_meteor_on_commongen_with_wordnet():
     assert result.per_sample["lexical/meteor"] == pytest.approx([0.5902048319327732, 0.6233062330623306, 0.6724489795918367])
 
 
+def test_meteor_tokenized_as_rl4lms_does():
+    """tokenize: nltk is RL4LMs' METEOR, Hugging Face evaluate's ``meteor`` (word_tokenize, then nltk's
+    meteor_score, the mean over samples): its documented example scores 0.6944. Contractions and punctuation are
+    where the two tokenisations part (``didn't`` -> ``did n't``)."""
+    example = (["It is a guide to action which ensures that the military always obeys the commands of the party"],
+               [["It is a guide to action that ensures that the military will forever heed Party commands"]])
+    assert round(compute("meteor", *example, tokenize="nltk").corpus["lexical/meteor"], 4) == 0.6944
+    generations, references = ["He didn't go. She stayed."], [["He did not go, she stayed."]]
+    nltk_words = compute("meteor", generations, references, tokenize="nltk").per_sample["lexical/meteor"][0]
+    simple = compute("meteor", generations, references).per_sample["lexical/meteor"][0]
+    # word_tokenize's tokens: [He, did, n't, go, ., She, stayed, .] against [He, did, not, go, ",", she, stayed, .]
+    assert nltk_words == pytest.approx(0.703125) and simple == pytest.approx(0.5506172839506173)
+    with pytest.raises(ConfigError, match="tokenize"):
+        parse(METRICS.get("meteor").Args, {"tokenize": "punkt"}, "args")
+
+
 def test_meteor_without_wordnet_names_the_resource_and_the_fix(monkeypatch, tmp_path):
     import nltk
 
