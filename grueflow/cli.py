@@ -23,6 +23,8 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
+from grueflow.stage import positive
+
 GRUE_JSON = "results/grue_table.json"
 EVAL_DIR = Path("results") / "eval"
 PREDICTIONS = "predictions.jsonl"
@@ -240,23 +242,13 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not positive; give an integer >= 1")
-    return value
-
-
 def add_show(sub: Any) -> None:
     p = sub.add_parser("show", help="sample prompts, generations, references and scores of a run",
                        description="Print the first N samples of an evaluate run's predictions.jsonl.")
     p.add_argument("run", metavar="RUN",
                    help="a run folder (results/eval/<task>/<method>/seed<k>), its predictions.jsonl, "
                         "or <task>/<method>/seed<k>")
-    p.add_argument("-n", type=_positive, default=5, help="how many samples (default: 5)")
+    p.add_argument("-n", type=positive, default=5, help="how many samples (default: 5)")
     p.set_defaults(func=cmd_show)
 
 

@@ -51,16 +51,18 @@ def highlighted_subtable(table: Table, cells: list[list[int]]) -> list[Highlight
     return subtable
 
 
+def titles(page_title: Optional[str], section_title: Optional[str]) -> list[str]:
+    """``<page_title> … </page_title>`` and ``<section_title> … </section_title>``, each left out when None or
+    empty."""
+    return ([f"<page_title> {page_title} </page_title>"] if page_title else []) + \
+        ([f"<section_title> {section_title} </section_title>"] if section_title else [])
+
+
 def linearise(subtable: list[HighlightedCell], page_title: Optional[str], section_title: Optional[str]) -> str:
     """``<page_title> … </page_title> <section_title> … </section_title> <table> <cell> value
     <col_header> … </col_header> <row_header> … </row_header> </cell> … </table>``; a title left out
     (None or empty) is not written."""
-    parts = []
-    if page_title:
-        parts.append(f"<page_title> {page_title} </page_title>")
-    if section_title:
-        parts.append(f"<section_title> {section_title} </section_title>")
-    parts.append("<table>")
+    parts = titles(page_title, section_title) + ["<table>"]
     for cell in subtable:
         parts.append(f"<cell> {cell.value}")
         parts.extend(f"<col_header> {h} </col_header>" for h in cell.column_headers)
@@ -79,12 +81,7 @@ def linearise_full_table(table: Table, cells: list[list[int]], page_title: Optio
     :func:`linearise`."""
     spans = column_spans(table)
     highlighted = {(r, c) for r, c in cells}
-    parts = []
-    if page_title:
-        parts.append(f"<page_title> {page_title} </page_title>")
-    if section_title:
-        parts.append(f"<section_title> {section_title} </section_title>")
-    parts.append("<table>")
+    parts = titles(page_title, section_title) + ["<table>"]
     for r, row in enumerate(table):
         parts.append("<row>")
         for c, cell in enumerate(row):
