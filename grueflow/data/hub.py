@@ -52,6 +52,9 @@ def load_splits(path: str, data_files: Optional[dict[str, str]], name: Optional[
             cause = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise DataError(f"cannot read {sorted(files.values()) if files else path}: {cause}; is a file truncated "
                             f"or damaged? Re-create it (or re-download it) and rerun") from None
+    if path.startswith(("/", "./", "../", "~")) or path in (".", ".."):  # a local path, never a hub id
+        raise MissingDataError(f"dataset folder {path!r} does not exist (relative paths are read from "
+                               f"{os.getcwd()}); give the folder that holds the data files, or a hub id")
     if not hub_reachable():
         raise HubUnreachableError(
             f"cannot load dataset {path!r}: the Hugging Face hub is unreachable ({offline_state()}) and no local "

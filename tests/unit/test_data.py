@@ -100,3 +100,12 @@ def test_hub_dataset_without_network_fails_at_once_with_a_hint(monkeypatch):
     hub_reachable.cache_clear()
     with pytest.raises(HubUnreachableError, match=r"cannot load dataset 'common_gen'.*data_files"):
         build("common_gen")
+
+
+@pytest.mark.parametrize("path", ["/nowhere/wmt", "./nowhere", "../nowhere/news"])
+def test_a_local_dataset_folder_that_does_not_exist_is_named_as_one(path):
+    """A path written as a local one (absolute, ./, ../) is never taken for a hub id."""
+    from grueflow.io import MissingDataError
+
+    with pytest.raises(MissingDataError, match=f"dataset folder '{path}' does not exist"):
+        build("wmt16newsonly", train_path=path)
