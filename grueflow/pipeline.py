@@ -473,6 +473,17 @@ def plugin_code_file(stage: str) -> str:
     return f"{PLUGIN_CODE}/{{task}}/{stage}.json"
 
 
+def _strings(value: object) -> list[str]:
+    """Every string in a params value, at any depth of its lists and mappings (a mapping's values)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [text for item in value for text in _strings(item)]
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in _strings(item)]
+    return []
+
+
 def datapool_files(task: object, root: Path = ROOT) -> list[str]:
     """The local data a task file's datapool reads, as the file writes the paths (relative to ``root``):
     ``args.data_files`` (a path, a list or a ``{split: path(s)}`` mapping), ``args.data_root``, and ``args.path``
@@ -483,17 +494,7 @@ def datapool_files(task: object, root: Path = ROOT) -> list[str]:
     args = datapool.get("args") if isinstance(datapool, dict) else None
     if not isinstance(args, dict):
         return []
-
-    def paths(value: object) -> list[str]:
-        if isinstance(value, str):
-            return [value]
-        if isinstance(value, (list, tuple)):
-            return [p for item in value for p in paths(item)]
-        if isinstance(value, dict):
-            return [p for item in value.values() for p in paths(item)]
-        return []
-
-    named = [p for key in ("data_files", "data_root", "path", "train_path") for p in paths(args.get(key))]
+    named = [p for key in ("data_files", "data_root", "path", "train_path") for p in _strings(args.get(key))]
     return sorted({path for path in (local_input(p, root) for p in named) if path is not None})
 
 
@@ -504,25 +505,11 @@ def scorer_files(task: object, root: Path = ROOT, parts: tuple[str, ...] = ("rew
     ``results/`` are left out: they are stage outputs, which the stage that writes them tracks."""
     if not isinstance(task, dict):
         return []
-
-    def strings(value: object) -> list[str]:
-        if isinstance(value, str):
-            return [value]
-        if isinstance(value, (list, tuple)):
-            return [s for item in value for s in strings(item)]
-        if isinstance(value, dict):
-            return [s for item in value.values() for s in strings(item)]
-        return []
-
-    entries = task.get("method_overrides") if isinstance(task.get("method_overrides"), dict) else {}
-    scopes = [task] + [entry for entry in entries.values() if isinstance(entry, dict)]  # overridden rewards too
-    rewards = [scope["reward"] for scope in scopes if isinstance(scope.get("reward"), dict)]
-    specs = {"reward": [c for reward in rewards if isinstance(reward.get("components"), list)
-                        for c in reward["components"]],
+    specs = {"reward": plugins.reward_components(task),  # a method's overridden reward too
              "metrics": task.get("metrics") if isinstance(task.get("metrics"), list) else []}
     named = [text for part in parts if part in specs
-             for spec in specs[part] if isinstance(spec, dict) for text in strings(spec.get("args"))]
-    return sorted({path for path in map(lambda text: local_input(text, root), named) if path is not None})
+             for spec in specs[part] if isinstance(spec, dict) for text in _strings(spec.get("args"))]
+    return sorted({path for path in (local_input(text, root) for text in named) if path is not None})
 
 
 def local_input(text: str, root: Path = ROOT) -> Optional[str]:

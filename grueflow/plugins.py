@@ -48,6 +48,23 @@ def load(path: str, what: str) -> Any:
 TASK_PARTS = ("datapool", "reward", "metrics", "rollout_generation", "eval_generation")
 
 
+def override_scopes(task: Any) -> list[dict]:
+    """A task file's data and each of its ``method_overrides`` entries: where a reward or generation section
+    may stand (an entry lays its sections over the task's, grueflow.params.TASK_SECTIONS)."""
+    if not isinstance(task, dict):
+        return []
+    entries = task.get("method_overrides")
+    return [task] + [e for e in (entries.values() if isinstance(entries, dict) else ()) if isinstance(e, dict)]
+
+
+def reward_components(task: Any) -> list[dict]:
+    """Every reward component of a task file's data: its reward's and those its method_overrides entries lay
+    over it."""
+    rewards = [scope["reward"] for scope in override_scopes(task) if isinstance(scope.get("reward"), dict)]
+    return [c for reward in rewards if isinstance(reward.get("components"), list)
+            for c in reward["components"] if isinstance(c, dict)]
+
+
 def named_in_task(task: Any, parts: tuple[str, ...] = TASK_PARTS) -> list[str]:
     """Every import path the ``parts`` of a task file's data name: its datapool, reward components, metrics,
     and generation settings' post-processing (the task's own, and those of its ``method_overrides`` entries)."""
@@ -60,13 +77,10 @@ def named_in_task(task: Any, parts: tuple[str, ...] = TASK_PARTS) -> list[str]:
     def items(value: Any) -> list:
         return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
-    # the task's own sections, and those a method_overrides entry lays over them (grueflow.params.TASK_SECTIONS)
-    scopes = [task] + [entry for entry in mapping(task.get("method_overrides")).values() if isinstance(entry, dict)]
     names = {"datapool": [mapping(task.get("datapool")).get("id")],
-             "reward": [c.get("metric") for scope in scopes
-                        for c in items(mapping(scope.get("reward")).get("components"))],
+             "reward": [c.get("metric") for c in reward_components(task)],
              "metrics": [m.get("id") for m in items(task.get("metrics"))],
-             **{key: [mapping(scope.get(key)).get("post_processing") for scope in scopes]
+             **{key: [mapping(scope.get(key)).get("post_processing") for scope in override_scopes(task)]
                 for key in ("rollout_generation", "eval_generation")}}
     return sorted({n for part in parts for n in names[part] if isinstance(n, str) and is_import_path(n)})
 

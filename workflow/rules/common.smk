@@ -144,18 +144,11 @@ def files_in(paths):
                                             if Path(p).is_dir() else [Path(p)])]
 
 
-def reward_components(cfg):
-    """Every reward component of a task file's data: its reward's and those its method_overrides entries lay
-    over it (grueflow/params.py TASK_SECTIONS)."""
-    scopes = [cfg] + [e for e in (cfg.get("method_overrides") or {}).values() if isinstance(e, dict)]
-    return [c for scope in scopes for c in ((scope.get("reward") or {}).get("components") or []) if isinstance(c, dict)]
-
-
 def reward_models(w):
     """Reward-model folders a task's reward names (metric reward_model, issue 7), and the classifier folders
     its reward or metrics name (:func:`classifiers`): inputs of the stages that score with them, so Snakemake
     trains them first; ``.../reward_model/model`` maps to the stage folder."""
-    components = reward_components(params_file(task_file(w)))
+    components = plugins.reward_components(params_file(task_file(w)))
     paths = [os.path.normpath(str((c.get("args") or {}).get("path", ""))) for c in components
              if c.get("metric") == "reward_model" and (c.get("args") or {}).get("path")]
     folders = [p.removesuffix("/").removesuffix("/model") if p.rstrip("/").endswith("/model") else p for p in paths if p]
@@ -169,7 +162,7 @@ def classifiers(w):
     """train_classifier folders (results/<task>/classifier) whose model/ a task's learned_classifier reward
     components or metrics name as args.model; another path (a hub id, a local folder) is not built."""
     cfg = params_file(task_file(w))
-    named = [(c.get("metric"), c.get("args")) for c in reward_components(cfg)]
+    named = [(c.get("metric"), c.get("args")) for c in plugins.reward_components(cfg)]
     named += [(m.get("id"), m.get("args")) for m in cfg.get("metrics") or []]
     paths = {os.path.normpath(str((args or {}).get("model", ""))) for metric, args in named
              if metric == "learned_classifier"}
