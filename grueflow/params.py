@@ -218,8 +218,8 @@ def override_layers(method: Optional[str], start: str = "zero_shot") -> list[str
     return [method] + ([START_PREFIX + method] if start == "supervised" and method != "supervised" else [])
 
 
-def _overrides(task_file: str | Path | None) -> dict[str, Any]:
-    data = read_yaml(task_file) if task_file is not None else None
+def _overrides(data: Any) -> dict[str, Any]:
+    """A task file's data's ``method_overrides``, or ``{}``."""
     overrides = data.get("method_overrides") if isinstance(data, dict) else None
     return overrides if isinstance(overrides, dict) else {}
 
@@ -232,7 +232,7 @@ def load_task_section(cls: type, task_file: str | Path, key: str, method: Option
     data = read_yaml(task_file)
     if not isinstance(data, dict) or key not in data:
         raise ConfigError(f"{task_file}: missing required key {key!r}")
-    overrides = _overrides(task_file)
+    overrides = _overrides(data)
     layers = [name for name in override_layers(method, start)
               if isinstance(overrides.get(name), dict) and key in overrides[name]]
     section = data[key]
@@ -266,7 +266,7 @@ def load_method(method: str, path: str | Path, task_file: str | Path | None = No
     if start not in STARTS:
         raise ConfigError(f"{path}: unknown start {start!r}; valid: {', '.join(STARTS)}")
     data = read_yaml(path)
-    overrides = _overrides(task_file)
+    overrides = _overrides(read_yaml(task_file) if task_file is not None else None)
     layers = [name for name in override_layers(method, start) if overrides.get(name)]
     for name in layers:  # the task-file sections an entry may hold are the task's (load_task_section)
         layer = overrides[name]
