@@ -65,6 +65,7 @@ from grueflow.seeding import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 STATE_FILE = "trainer_state.pt"
+NEGATIVE_KL = -1.0  # nats per completion: below it the k1 estimate is no sampling noise (TRL warns there too)
 CHECKPOINT_UNIT = "iteration"  # checkpoints are <resume dir>/iteration<k>/
 VALUE_FILE = "value_head.safetensors"
 
@@ -202,6 +203,7 @@ class RLTrainer:
         self.sampler = PromptSampler(samples, seed)
         self.state = TrainerState()
         self.last_batch: dict[str, Any] = {}  # the newest rollout's text, for NonFiniteError
+        self._warned_negative_kl = False
         self.shuffle = torch.Generator().manual_seed(seed)
         if ref_model is not None:
             for p in ref_model.parameters():
@@ -353,6 +355,31 @@ class RLTrainer:
                                               self.cfg.group_size)
         return self.with_behaviour(sampled, outputs, unmasked, time.perf_counter() - started)
 
+    def _warn_negative_kl(self, seq_kl: float) -> None:
+        """Warn once per run when the rollout's mean k1 KL per completion falls below ``NEGATIVE_KL``.
+
+        On completions sampled from the policy itself, ``E[log p - log q] = KL(p || q) >= 0``. A clearly negative
+        mean says the rollouts come from another distribution (top-k, top-p, a temperature or a minimum length in
+        ``rollout_generation``, NLPO's masks), and a k1 penalty then pays the policy for lowering the probability
+        of what it samples (TRL's training FAQ, "negative KL"). k3 is never negative.
+        """
+        if seq_kl >= NEGATIVE_KL or self._warned_negative_kl:
+            return
+        self._warned_negative_kl = True
+        g = self.generation
+        neutral = {"top_k": 0, "top_p": 1.0, "temperature": 1.0, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0}
+        warped = [f"{k}: {getattr(g, k)}" for k, v in neutral.items() if getattr(g, k) != v]
+        if g.min_new(self.policy.kind) > 1:  # EOS forbidden before then
+            key = "min_length" if g.min_length is not None else "min_new_tokens"
+            warped.append(f"{key}: {g.min_length if g.min_length is not None else g.min_new_tokens}")
+        if self.algorithm.masks_actions:
+            warped.append("the algorithm's action masks")
+        log.warning("iteration %d: the rollout's mean KL to the reference is %.3g nats per completion, below %g: "
+                    "the rollouts are not sampled from the policy itself (%s), and the %s KL penalty now pays the "
+                    "policy for moving away from the reference. Sample without these, or set kl_estimator: k3 "
+                    "(never negative).", self.state.iteration + 1, seq_kl, NEGATIVE_KL,
+                    ", ".join(warped) or "rollout_generation warps nothing", self.cfg.kl_estimator)
+
     def _guard(self, what: str, values: torch.Tensor) -> None:
         bad = not torch.isfinite(values).all()
         if self.parallel.enabled:  # every process stops together, rather than the others waiting on it forever
@@ -466,6 +493,7 @@ class RLTrainer:
         if self.parallel.enabled:  # one KL for every process: the same coefficient and ceiling decision
             seq_kl, kl_sum, n_tokens = self.parallel.mean([seq_kl, kl_sum, n_tokens])
         token_kl = kl_sum / max(n_tokens, 1.0)  # over every completion token of the rollout (all processes)
+        self._warn_negative_kl(seq_kl)
         kl_coef = self.kl.coef
         runaway = self.cfg.kl_ceiling is not None and seq_kl > self.cfg.kl_ceiling
         if runaway and self.cfg.kl_ceiling_action == "stop":

@@ -206,6 +206,24 @@ def test_a_kl_ceiling_stops_a_runaway_policy_or_skips_its_update(sentiment):
     assert all(torch.equal(a, b) for a, b in zip(after_first, trainer.policy.model.parameters()))
 
 
+def test_a_negative_kl_from_rollouts_not_drawn_from_the_policy_is_named_once(sentiment, caplog):
+    """A reference three times sharper than the policy (its final layer norm scaled) and top-k 1 rollouts: every
+    sampled token is the policy's argmax, likelier under the reference, so the k1 KL is well below zero."""
+    plain = make_trainer(sentiment, "ppo", {"iterations": 2})
+    trainer = make_trainer(sentiment, "ppo", {"iterations": 2})
+    with torch.no_grad():
+        trainer.ref_model.transformer.ln_f.weight.mul_(3)
+        trainer.ref_model.transformer.ln_f.bias.mul_(3)
+    trainer.generation = GenerationConfig(max_new_tokens=16, top_k=1)
+    with caplog.at_level("WARNING", logger="grueflow.rl.trainer"):
+        assert plain.step()["kl/sequence"] == 0  # the policy is its reference: no warning
+        rows = [trainer.step() for _ in range(2)]
+    assert all(row["kl/sequence"] < -1 for row in rows), rows
+    warnings = [r.getMessage() for r in caplog.records if "mean KL to the reference" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert "iteration 1" in warnings[0] and "(top_k: 1)" in warnings[0] and "kl_estimator: k3" in warnings[0]
+
+
 @pytest.mark.parametrize("what", ["loss", "gradient norm", "advantage"])
 def test_a_nan_loss_gradient_or_advantage_stops_training_before_the_optimiser_step(sentiment, what, monkeypatch):
     from grueflow.rl.trainer import NonFiniteError
