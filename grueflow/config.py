@@ -128,7 +128,7 @@ def _convert(tp: Any, value: Any, where: str, resolve: Optional[Resolve] = None)
 
 def _convert_dataclass(cls: type, value: Any, where: str, resolve: Optional[Resolve]) -> Any:
     at = where if where.endswith(":") else f"{where}:"  # a whole file's where ends in ':' already
-    if value is None:
+    if value is None and where.endswith(":"):  # a whole file that is empty (or only comments): every default
         value = {}
     if not isinstance(value, dict):
         raise ConfigError(f"{at} expected a mapping with keys {_keys(cls)}, got {value!r}")
@@ -142,6 +142,8 @@ def _convert_dataclass(cls: type, value: Any, where: str, resolve: Optional[Reso
         if not f.init:
             continue
         if f.name in value:
+            if value[f.name] is None and dataclasses.is_dataclass(hints[f.name]):
+                raise _null_section(hints[f.name], _join(where, f.name), _has_default(f))
             kwargs[f.name] = _convert(hints[f.name], value[f.name], _join(where, f.name), resolve)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise ConfigError(f"{at} missing required key {f.name!r}")
@@ -150,6 +152,22 @@ def _convert_dataclass(cls: type, value: Any, where: str, resolve: Optional[Reso
         return resolve(obj) if resolve is not None else obj
     except (ValueError, UnknownNameError) as err:  # ConfigError included
         raise ConfigError(f"{at} {err}") from None
+
+
+def _has_default(f: dataclasses.Field) -> bool:
+    return f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+
+
+def _null_section(cls: type, where: str, has_default: bool) -> ConfigError:
+    """The error for ``null`` (an empty key, or one whose lines are all commented out) given for a section, a field
+    whose type is a dataclass and not Optional: it says neither "every default" nor "off", so it is refused."""
+    if has_default:
+        how = f"leave the key out for its defaults, or give a mapping (keys: {_keys(cls)})"
+    elif all(_has_default(f) for f in dataclasses.fields(cls) if f.init):
+        how = f"give a mapping ({{}} for its defaults; keys: {_keys(cls)})"
+    else:
+        how = f"give a mapping (keys: {_keys(cls)})"
+    return ConfigError(f"{where}: null is not a setting; {how}")
 
 
 def _join(where: str, key: str) -> str:
@@ -284,8 +302,10 @@ class AdaptConfig(PretrainConfig):
 class ModelConfig:
     """The base model: a tiny model built here from ``config``, or a pretrained hub id / local dir.
 
-    ``id`` is a model-registry name (``tiny_gpt2``, ``tiny_t5``, ``pretrained``). ``pretrain`` trains a tiny
-    model from scratch; ``adapt`` then continues pre-training whatever was built or loaded (:class:`AdaptConfig`).
+    ``id`` is a model-registry name (``tiny_gpt2``, ``tiny_t5``, ``pretrained``). ``config``, ``tokenizer`` and
+    ``pretrain`` build a tiny model (its sizes, its tokenizer, its pre-training from scratch) and are refused away
+    from their defaults for any other source; ``adapt`` then continues pre-training whatever was built or loaded
+    (:class:`AdaptConfig`).
     ``trust_remote_code`` (``pretrained`` only) lets transformers import and run the Python code that
     a hub repository or model folder ships for its architecture; leave it false unless you have read
     that code: it runs with the pipeline's permissions.
@@ -331,7 +351,9 @@ class GenerationConfig:
 
     ``num_beams`` > 1 is beam search (beam sampling with ``do_sample``), where ``length_penalty``
     (the exponent of the length a beam's log-probability is divided by) and ``early_stopping``
-    (``true``, ``false`` or ``"never"``) apply; they are refused without beams. ``no_repeat_ngram_size``
+    (``true``, ``false`` or ``"never"``) apply; they are refused without beams. ``top_k`` (0: off), ``top_p``
+    and ``temperature`` shape the distribution tokens are drawn from, so they apply only with ``do_sample`` and
+    are refused (unless left at their defaults) without it. ``no_repeat_ngram_size``
     (0: off) forbids repeating any n-gram of the sequence so far, the prompt included for a causal model;
     ``repetition_penalty`` (1: off) divides a positive logit of every token already in the sequence by it
     and multiplies a negative one (CTRL, Keskar et al. 2019). Rollouts apply both while sampling
@@ -373,6 +395,11 @@ class GenerationConfig:
         check(1 <= self.num_beams <= MAX_BEAMS, f"num_beams must be in [1, {MAX_BEAMS}], got {self.num_beams}")
         check(isinstance(self.early_stopping, bool) or self.early_stopping == "never",
               f"early_stopping must be true, false or 'never', got {self.early_stopping!r}")
+        if not self.do_sample:
+            for name, default in (("top_k", 0), ("top_p", 1.0), ("temperature", 1.0)):
+                check(getattr(self, name) == default,
+                      f"{name} = {getattr(self, name)!r} applies only when sampling: set do_sample: true, "
+                      f"or leave {name} out")
         if self.num_beams == 1:
             for name, default in (("length_penalty", 1.0), ("early_stopping", False)):
                 check(getattr(self, name) == default,
@@ -756,7 +783,8 @@ MAX_YAML_VALUES = 100_000  # scalars, lists and mappings a params file may hold 
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing a key that a mapping repeats (YAML 1.2 forbids it; PyYAML keeps the last)."""
+    """YAML's safe loader, refusing a key that a mapping repeats (YAML 1.2 forbids it; PyYAML keeps the last) and
+    an integer written with a leading zero (``010``), which YAML 1.1 reads as octal (8) and YAML 1.2 as 10."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
@@ -768,6 +796,20 @@ class _StrictLoader(yaml.SafeLoader):
                                 f"keep one", key_node.start_mark)
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        text = str(self.construct_scalar(node))
+        unsigned = text.lstrip("+-")
+        digits = unsigned.replace("_", "")
+        if digits[:1] == "0" and digits[1:2].isdigit():  # 0, 0x1f and 0b101 are no octal
+            decimal = text[:len(text) - len(unsigned)] + (digits.lstrip("0") or "0")
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{text} is an octal number in YAML 1.1 ({super().construct_yaml_int(node)}); write "
+                            f"{decimal}, or '{text}' for a string", node.start_mark)
+        return super().construct_yaml_int(node)
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
 
 
 def _expanded_size(data: Any, limit: int) -> int:
@@ -784,8 +826,9 @@ def _expanded_size(data: Any, limit: int) -> int:
 
 
 def read_yaml(path: str | Path) -> Any:
-    """A params file as plain data; a missing file, bad UTF-8, bad YAML, a repeated key or aliases that expand
-    past :data:`MAX_YAML_VALUES` values raise :class:`ConfigError` naming the file (and the line)."""
+    """A params file as plain data; a missing file, bad UTF-8, bad YAML, a repeated key, an integer with a leading
+    zero (YAML 1.1 octal) or aliases that expand past :data:`MAX_YAML_VALUES` values raise :class:`ConfigError`
+    naming the file (and the line)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"params file {str(path)!r} does not exist")

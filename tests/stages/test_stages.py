@@ -147,7 +147,7 @@ def test_a_methods_own_generation_and_reward_reach_its_training_and_evaluation(b
     data = yaml.safe_load(TASK.read_text())
     data["method_overrides"] = {"ppo": {
         "rollout_generation": {"max_new_tokens": 5},
-        "eval_generation": {"max_new_tokens": 3, "do_sample": False},
+        "eval_generation": {"max_new_tokens": 3, "do_sample": False, "top_k": 0},
         "reward": {"components": [{"metric": "lexicon_sentiment", "weight": 1.0}]}}}
     task = tmp_path / "sentiment.yaml"
     task.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -175,7 +175,7 @@ def test_a_methods_overrides_may_hold_the_tasks_own_sections(tmp_path, monkeypat
         "ppo": {"epochs": 3, "lengths": {"prompt": 16}, "rollout_generation": {"top_k": 7},
                 "reward": {"components": [{"metric": "lexicon_sentiment", "weight": 2.0}]}},
         "supervised+ppo": {"rollout_generation": {"temperature": 0.5}, "eval_generation": {"top_k": 5}},
-        "supervised": {"eval_generation": {"do_sample": False, "num_beams": 2}}}
+        "supervised": {"eval_generation": {"do_sample": False, "top_k": 0, "num_beams": 2}}}  # the task's samples
     path = tmp_path / "t.yaml"
     path.write_text(yaml.safe_dump(data))
     rollout = load_task_section(GenerationConfig, path, "rollout_generation", "ppo")
@@ -326,3 +326,78 @@ def test_the_validation_cli_checks_a_suite_first_and_refuses_what_dvc_cannot_hon
         assert main([str(tmp_path / "suite.yaml"), "--engine", "dvc", "--out", str(tmp_path / "bad")]) == 2
         assert expect in capsys.readouterr().err and not (tmp_path / "bad").exists()
     assert main([str(tmp_path / "suite.yaml")]) == 0  # Snakemake honours rl_starts
+
+
+def test_optional_settings_still_take_null_and_an_empty_file_takes_every_default(tmp_path):
+    """null is refused for a section (a dataclass field that is not Optional), never for an Optional setting, and
+    a whole file that is empty (or only comments) still parses to every default."""
+    from grueflow.config import ClassifierConfig, GenerationConfig, read_yaml
+    from grueflow.params import load_section
+    from grueflow.preference.config import PreferencesConfig
+
+    ppo = parse(PPOConfig, {"lora": None, "target_kl": None, "clip_range_vf": None, "eval_samples": None}, "ppo.yaml:")
+    assert (ppo.lora, ppo.target_kl, ppo.clip_range_vf, ppo.eval_samples) == (None, None, None, None)
+    gen = parse(GenerationConfig, {"min_new_tokens": None, "min_length": None, "post_processing": None}, "g:")
+    assert gen == GenerationConfig()
+    data = task_data()
+    data["classifier"] = None
+    assert parse(TaskConfig, data, "t:").classifier is None
+    assert parse(ClassifierConfig, {"train_file": "t.jsonl", "labels": ["a", "b"], "n_test": None,
+                                    "backbone": None}, "c:").backbone is None
+    assert load_section(PreferencesConfig, Path(__file__).resolve().parents[2] / "params" / "methods" /
+                        "preferences.yaml").reward is None  # reward: null, the task's own
+    (tmp_path / "ppo.yaml").write_text("# every default\n")
+    assert read_yaml(tmp_path / "ppo.yaml") is None
+    assert load_section(PPOConfig, tmp_path / "ppo.yaml") == parse(PPOConfig, {}, "ppo.yaml:") == \
+        parse(PPOConfig, None, "ppo.yaml:")
+    with pytest.raises(ConfigError, match=r"^ppo\.yaml: kl: null is not a setting; leave the key out for its "
+                                          r"defaults, or give a mapping \(keys: coef, adaptive, target, kl_lr, "
+                                          r"target_per\)$"):
+        parse(PPOConfig, {"kl": None}, "ppo.yaml:")
+    assert parse(PPOConfig, {"kl": {}}, "ppo.yaml:").kl == parse(PPOConfig, {}, "ppo.yaml:").kl
+
+
+def test_greedy_decoding_takes_the_sampling_settings_at_their_defaults_only():
+    from grueflow.config import GenerationConfig
+
+    greedy = parse(GenerationConfig, {"do_sample": False, "top_k": 0, "top_p": 1.0, "temperature": 1.0}, "g:")
+    assert greedy == GenerationConfig(do_sample=False)
+    assert not {"top_k", "top_p", "temperature"} & set(greedy.generate_kwargs("causal"))
+    sampled = parse(GenerationConfig, {"top_k": 50, "top_p": 0.9, "temperature": 0.7}, "g:")
+    assert {k: sampled.generate_kwargs("causal")[k] for k in ("top_k", "top_p", "temperature")} == \
+        {"top_k": 50, "top_p": 0.9, "temperature": 0.7}
+    with pytest.raises(ConfigError, match=r"^g: top_p = 0\.9 applies only when sampling: set do_sample: true, or "
+                                          r"leave top_p out$"):
+        parse(GenerationConfig, {"do_sample": False, "num_beams": 4, "top_p": 0.9}, "g:")
+
+
+def test_a_pretrained_source_takes_the_tiny_settings_at_their_defaults_only(tmp_path):
+    from grueflow.config import ModelConfig
+
+    given = {"tokenizer": {"vocab_size": 512}, "pretrain": {"steps": 300}, "config": {},
+             "adapt": {"steps": 3, "heldout": 2}}
+    for source in ({"id": "pretrained", "name_or_path": "gpt2", "kind": "causal"}, {"id": "smollm2_135m"},
+                   {"id": "gguf", "name_or_path": str(tmp_path / "m.gguf")}):
+        assert parse(ModelConfig, {**source, **given}, "model").adapt.steps == 3
+        with pytest.raises(ConfigError, match=rf"^model: model '{source['id']}' is pretrained; remove "
+                                              r"tokenizer=\{'vocab_size': 300\} .*use model\.adapt\)$"):
+            parse(ModelConfig, {**source, "tokenizer": {"vocab_size": 300}}, "model")
+
+
+def test_the_strict_loader_reads_every_shipped_params_file_as_the_safe_loader_does(tmp_path):
+    """Its refusals (a repeated key, a YAML 1.1 octal integer) change no valid file; 0, floats, hex and quoted
+    digits stay what they are."""
+    from grueflow.config import read_yaml
+
+    root = Path(__file__).resolve().parents[2]
+    files = sorted((root / "params").rglob("*.yaml")) + sorted((root / "tests" / "fixtures").rglob("*.yaml"))
+    assert len(files) > 40
+    for path in files:
+        assert read_yaml(path) == yaml.safe_load(path.read_text(encoding="utf-8")), path
+    (tmp_path / "n.yaml").write_text("a: 0\nb: -0\nc: 0.5\nd: 10\ne: 0x10\nf: '010'\ng: 1_000\nh: 00.5\n")
+    assert read_yaml(tmp_path / "n.yaml") == {"a": 0, "b": 0, "c": 0.5, "d": 10, "e": 16, "f": "010", "g": 1000,
+                                              "h": 0.5}
+    (tmp_path / "n.yaml").write_text("tasks: [t]\nseeds: [-010]\n")
+    with pytest.raises(ConfigError, match=r"n\.yaml: line 2, column 9: not valid YAML: -010 is an octal number in "
+                                          r"YAML 1\.1 \(-8\); write -10, or '-010' for a string$"):
+        read_yaml(tmp_path / "n.yaml")
