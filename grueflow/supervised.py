@@ -60,15 +60,46 @@ def pairs(samples: list[Sample]) -> list[tuple[str, str]]:
 
 def select_samples(samples: list[Sample], where: dict[str, Any], split: str) -> list[Sample]:
     """The samples whose ``meta`` holds every ``where`` value (all of them when ``where`` is empty); a
-    DataError naming the filter and the metadata keys present when none is left."""
+    DataError when none is left, naming the filter, the metadata keys present and, per key of the filter, the
+    values found with their types (``'1'`` read from a CSV is not ``1``; YAML reads ``yes``/``no`` as booleans)."""
     if not where:
         return samples
     kept = [s for s in samples if all(k in s.meta and s.meta[k] == v for k, v in where.items())]
     if samples and not kept:
         keys = sorted({k for s in samples for k in s.meta})
+        found = {key: [s.meta[key] for s in samples if key in s.meta] for key in where}
+        seen = "; ".join(f"{key} is {typed_values(values)} there, not {typed_values([where[key]])}" if values
+                         else f"no sample has {key}" for key, values in found.items())
+        retyped = any(values and type(where[key]) not in set(map(type, values)) for key, values in found.items())
+        fix = ("write train_where's values with the data's types (in YAML 1 is an integer, '1' a string, yes and no "
+               "booleans)" if retyped else "give values the data holds")
         raise DataError(f"supervised train_where {where}: no {split} sample matches it (of {len(samples)}); "
-                        f"the datapool's metadata keys are {keys}")
+                        f"the datapool's metadata keys are {keys}; {seen}: {fix}")
     return kept
+
+
+TYPE_NOUNS = {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "NoneType": "null"}
+
+
+def typed_values(values: list[Any], limit: int = 10) -> str:
+    """The distinct ``values`` (the first ``limit``, sorted within each type) grouped by type, e.g. ``'0', '1'
+    (strings)``; ``none`` for no value."""
+    groups: dict[str, dict[str, Any]] = {}
+    for value in values:
+        groups.setdefault(type(value).__name__, {}).setdefault(repr(value), value)
+    parts, shown = [], 0
+    for kind, distinct in groups.items():
+        try:
+            ordered = sorted(distinct.values())
+        except TypeError:  # values of one type that do not sort (lists, mappings): first-seen order
+            ordered = list(distinct.values())
+        taken = ordered[:max(0, limit - shown)]
+        shown += len(taken)
+        if taken:
+            noun = TYPE_NOUNS.get(kind, kind)
+            parts.append(f"{', '.join(map(repr, taken))} ({noun}{'s' if len(taken) > 1 else ''})")
+    hidden = sum(map(len, groups.values())) - shown
+    return (", ".join(parts) or "none") + (f" and {hidden} more" if hidden else "")
 
 
 @torch.no_grad()

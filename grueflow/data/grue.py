@@ -235,7 +235,8 @@ def table_row(unit: Unit, args: ToTTo.Args) -> Row:
 @DATAPOOLS.register("narrative_qa", "NarrativeQA (hub schema): question + story summary -> the answers")
 class NarrativeQA:
     """Question and story summary -> answer, in the hub schema (``document.summary.text``,
-    ``question.text``, ``answers[].text``).
+    ``question.text``, ``answers[].text``); ``answers`` may also be a list of strings (or any shape of
+    :func:`as_references`).
 
     The prompt is ``template`` filled with ``question`` and ``context`` (the summary); the default
     is UnifiedQA's ``question \\n context`` with a literal backslash-n, which RL4LMs read, and
@@ -280,7 +281,7 @@ def question_rows(story: Unit, args: NarrativeQA.Args) -> list[Row]:
         context = require_text((document.get("summary") or {}).get("text"), "document.summary.text", unit.origin)
         question = require_text((unit.row["question"] or {}).get("text"), "question.text", unit.origin)
         prompt = args.template.format(question=question, context=context)
-        answers = tuple(" ".join(str(a.get("text") or "").split()) for a in unit.row["answers"] or [])
+        answers = tuple(" ".join(a.split()) for a in as_references(unit.row["answers"], unit.origin, "answers"))
         if args.lowercase:
             prompt, answers = prompt.lower(), tuple(a.lower() for a in answers)
         rows.append(Row(prompt, answers, {"document_id": story_id(unit)}, unit.origin))
@@ -723,12 +724,12 @@ REFERENCE_SHAPES = ('a string, a list of strings, {"text": [strings]} (SQuAD\'s 
                     '{"text": string}')
 
 
-def as_references(value: Any, origin: str = "") -> tuple[str, ...]:
+def as_references(value: Any, origin: str = "", column: str = "references") -> tuple[str, ...]:
     """A reference column's value as strings, from the shapes Hugging Face datasets use: a string is one
     reference; a list holds several (strings, ``{"text": ...}`` items, or lists of strings, one level deep);
     a mapping's ``text`` (SQuAD's ``answers: {"text": [...], "answer_start": [...]}``) holds them; None is
     none; a number is its text (a JSON column the loader typed as numbers). Anything else (NaN, a mapping without
-    ``text``, deeper nesting, a boolean) is a BadRowError naming the row and the shapes."""
+    ``text``, deeper nesting, a boolean) is a BadRowError naming the row, the ``column`` and the shapes."""
     if value is None:
         return ()
     if isinstance(value, str):
@@ -738,7 +739,7 @@ def as_references(value: Any, origin: str = "") -> tuple[str, ...]:
     if isinstance(value, (int, float)) and not isinstance(value, bool):  # a JSON column typed as numbers
         return (str(value),)
     if isinstance(value, dict) and "text" in value:
-        return as_references(value["text"], origin)
+        return as_references(value["text"], origin, column)
     if isinstance(value, (list, tuple)):
         out: list[str] = []
         for item in value:
@@ -755,10 +756,10 @@ def as_references(value: Any, origin: str = "") -> tuple[str, ...]:
             elif isinstance(item, (list, tuple)) and all(isinstance(v, str) for v in item):
                 out.extend(item)
             else:
-                raise BadRowError(f"{origin}: a reference {item!r} ({type(item).__name__}) is not text; references "
+                raise BadRowError(f"{origin}: a reference {item!r} ({type(item).__name__}) is not text; {column} "
                                   f"are {REFERENCE_SHAPES}")
         return tuple(out)
-    raise BadRowError(f"{origin}: references {value!r} ({type(value).__name__}) are not text; references are "
+    raise BadRowError(f"{origin}: {column} {value!r} ({type(value).__name__}) are not text; {column} are "
                       f"{REFERENCE_SHAPES}")
 
 

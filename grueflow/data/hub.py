@@ -43,7 +43,8 @@ def load_splits(path: str, data_files: Optional[dict[str, str]], name: Optional[
             raise DataError(f"data_files {folders} are folders; name the data files in them")
         if not path or (path not in BUILDERS.values() and not Path(path).is_dir()):
             path = builder_for(files)
-        headers = {file: check_text_file(file) for file in files.values()}
+        builder = path if path in BUILDERS.values() else None
+        headers = {file: check_text_file(file, builder) for file in files.values()}
         options = csv_options(headers) if path == "csv" else {}
     if files or Path(path).exists():
         try:
@@ -72,20 +73,33 @@ def builder_for(files: dict[str, str]) -> str:
     return kinds.pop()
 
 
-def check_text_file(path: str) -> Optional[list[str]]:
+def one_file(files: Optional[dict[str, str]], first: str, second: str) -> bool:
+    """Whether ``data_files``' entries ``first`` and ``second`` (source split names) are one file: one entry, one
+    path written two ways, or a link to the other. Both exist (:func:`load_splits` checked them)."""
+    if not files or first not in files or second not in files:
+        return False
+    return first == second or os.path.samefile(files[first], files[second])
+
+
+def check_text_file(path: str, builder: Optional[str] = None) -> Optional[list[str]]:
     """Raise a DataError naming the file and line where a text data file is not UTF-8, not a table of rows
     (a ``.jsonl`` line that is not a JSON object, a ``.json`` file that is not a list of objects, a ``.csv``
     row with more or fewer fields than its header, a header naming a column twice) or has no rows. Returns a
     CSV file's header (None for the others); a parquet file is left to ``datasets``.
+
+    The check is the one of ``builder``, the ``datasets`` builder that will read the file (``csv``, ``json``,
+    ``parquet``: a ``.txt`` file read with ``path: csv`` is checked as CSV); without one, of the file's suffix. A
+    JSON file is checked as one document when it ends in ``.json``, else line by line (JSON lines).
 
     ``datasets`` reads non-UTF-8 bytes without complaint and fails later, on some row, with a bare
     UnicodeDecodeError; an empty file ends in a bare StopIteration; pandas takes a CSV whose rows all have one
     field more than the header as indexed by its first column, shifting every column by one.
     """
     suffix = Path(path).suffix.lower()
-    if suffix == ".parquet":
+    kind = builder or BUILDERS.get(suffix)
+    if kind == "parquet":
         return None
-    if suffix == ".csv":
+    if kind == "csv":
         return _check_csv(path)
     if suffix == ".json":
         rows = _json_rows(path)
@@ -171,7 +185,15 @@ class IMDB:
     ``prompt_fraction`` 0.5 cuts each review in half as RL4LMs' ``imdb`` and ``imdb_seq2seq`` pools do (else
     ``prompt_words`` / ``reference_words``). ``positive_only_train`` keeps positive train reviews only (RL4LMs'
     pools); ``positive_ratio`` then keeps the first ``int(n x positive_ratio)`` of them, as ``imdb_seq2seq``'s
-    ``positive_ratio``. Val is the first ``n_val`` shuffled train reviews (both labels).
+    ``positive_ratio``. Val is the first ``n_val`` shuffled train reviews (both labels); test reads its own data,
+    never train's file.
+
+    A review that cannot give a prompt (no text, or one word cut by ``prompt_fraction``) is a bad row: an error
+    naming its file and row, or with ``skip_bad_rows`` dropped, counted in ``stats`` (``skipped_rows`` per split)
+    and replaced by the next review; ``n_val``, ``n_train`` and ``n_test`` count samples. A review of at most
+    ``prompt_words`` words is all prompt, a sample with no reference, as in RL4LMs' pools: the task's reward and
+    the reference-free metrics score it, reference metrics leave it out (NaN); ``stats`` counts such samples per
+    split (``without_references``).
     """
 
     @dataclass(frozen=True)
@@ -187,8 +209,12 @@ class IMDB:
         n_train: Optional[int] = None
         n_val: int = 100
         n_test: Optional[int] = None
+        skip_bad_rows: bool = False
 
         def __post_init__(self) -> None:
+            if self.prompt_words < 1 or self.reference_words < 1:
+                raise ValueError(f"prompt_words and reference_words must be >= 1, got {self.prompt_words} and "
+                                 f"{self.reference_words}")
             if self.prompt_fraction is not None and not 0 < self.prompt_fraction < 1:
                 raise ValueError(f"prompt_fraction must be in (0, 1), got {self.prompt_fraction}")
             if not 0 < self.positive_ratio <= 1:
@@ -201,31 +227,37 @@ class IMDB:
     def build(args: "IMDB.Args") -> Datapool:
         splits = load_splits(args.path, args.data_files)
         _check_imdb_schema(splits, args)
+        if one_file(args.data_files, "train", "test"):
+            raise DataError(f"imdb datapool: data_files train: {args.data_files['train']} and test: "
+                            f"{args.data_files['test']} are one file; every test score would be on training data (val "
+                            f"is cut from train): give test a separate file of reviews")
         rng = random.Random(args.seed)
-        train_rows = [r for r in splits["train"]]
+        train_rows = list(enumerate(splits["train"], start=1))  # (row number, row)
         rng.shuffle(train_rows)
         # unlabelled text (the base model's pre-training or adaptation): the hub dataset's ``unsupervised``
         # split (aclImdb's 50k unlabelled reviews) when the source has one, else the train reviews
-        source = splits["unsupervised"] if "unsupervised" in splits else train_rows
-        unlabelled = [text for text in (_clean(r["text"]) for r in source) if text]
-        val_rows, train_rows = train_rows[:args.n_val], train_rows[args.n_val:]
+        source = splits["unsupervised"] if "unsupervised" in splits else [r for _, r in train_rows]
+        unlabelled = [text for text in (_clean(r["text"]) for r in source if isinstance(r["text"], str)) if text]
+        val, read, skipped_val = _imdb_samples(train_rows, "val", args.n_val, args)
+        train_rows = train_rows[read:]
         if args.positive_only_train:  # RL4LMs' IMDB datapool trains on positive reviews
-            train_rows = [r for r in train_rows if imdb_label(r["label"]) == 1]
+            train_rows = [(n, r) for n, r in train_rows if imdb_label(r["label"]) == 1]
             train_rows = train_rows[:int(len(train_rows) * args.positive_ratio)]
-        test_rows = [r for r in splits["test"]]
+        test_rows = list(enumerate(splits["test"], start=1))
         random.Random(args.seed + 1).shuffle(test_rows)  # the split is sorted by label: n_test must mix both
-        pool = {
-            "train": _imdb_samples(train_rows[:args.n_train], "train", args),
-            "val": _imdb_samples(val_rows, "val", args),
-            "test": _imdb_samples(test_rows[:args.n_test], "test", args),
-        }
+        train, _, skipped_train = _imdb_samples(train_rows, "train", args.n_train, args)
+        test, _, skipped_test = _imdb_samples(test_rows, "test", args.n_test, args)
+        pool = {"train": train, "val": val, "test": test}
+        skipped = {"train": skipped_train, "val": skipped_val, "test": skipped_test}
+        without = {split: sum(not s.references for s in samples) for split, samples in pool.items()}
         empty = [split for split, samples in pool.items() if not samples]
         if empty:
+            bad = f", {sum(skipped.values())} bad reviews skipped" if any(skipped.values()) else ""
             raise DataError(f"imdb datapool: the {', '.join(empty)} split is empty: {len(splits['train'])} train and "
                             f"{len(splits['test'])} test reviews, n_val {args.n_val}, positive_only_train "
-                            f"{args.positive_only_train}, positive_ratio {args.positive_ratio}; a split needs a review: "
-                            f"raise positive_ratio (or n_val), or give more data")
-        return Datapool(pool, unlabelled)
+                            f"{args.positive_only_train}, positive_ratio {args.positive_ratio}{bad}; a split needs a "
+                            f"review: raise positive_ratio (or n_val), or give more data")
+        return Datapool(pool, unlabelled, {"skipped_rows": skipped, "without_references": without})
 
 
 def _check_imdb_schema(splits: Any, args: "IMDB.Args") -> None:
@@ -259,16 +291,43 @@ def _clean(text: str) -> str:
     return " ".join(text.replace("<br />", " ").split())
 
 
-def _imdb_samples(rows: list[dict[str, Any]], split: str, args: IMDB.Args) -> list[Sample]:
-    samples = []
-    for i, row in enumerate(rows):
-        words = _clean(row["text"]).split()
-        if args.prompt_fraction is not None:
-            cut = int(len(words) * args.prompt_fraction)
-            prompt, reference = " ".join(words[:cut]), " ".join(words[cut:])
-        else:
-            prompt = " ".join(words[:args.prompt_words])
-            reference = " ".join(words[args.prompt_words:args.prompt_words + args.reference_words])
-        samples.append(Sample(f"{split}-{i}", prompt, (reference,) if reference else (),
+def _imdb_samples(rows: list[tuple[int, dict[str, Any]]], split: str, limit: Optional[int],
+                  args: IMDB.Args) -> tuple[list[Sample], int, int]:
+    """The first ``limit`` Samples (all when None) of ``rows`` (``(row number, row)``), ids ``<split>-<index>``;
+    with how many rows were read and how many bad ones (:func:`_imdb_cut`) were skipped. A bad row is a
+    BadRowError naming its file and row unless ``args.skip_bad_rows``."""
+    from grueflow.data.sources import skip_or_raise  # sources imports this module (load_splits)
+
+    source = "test" if split == "test" else "train"  # val is cut from the train reviews
+    where = args.data_files[source] if args.data_files else f"{args.path} ({source} split)"
+    samples: list[Sample] = []
+    read = skipped = 0
+    for number, row in rows:
+        if limit is not None and len(samples) >= limit:
+            break
+        read += 1
+        prompt, reference, problem = _imdb_cut(row["text"], args)
+        if problem:
+            skipped += skip_or_raise(f"{where} row {number}: {problem}", args.skip_bad_rows)
+            continue
+        samples.append(Sample(f"{split}-{len(samples)}", prompt, (reference,) if reference else (),
                               {"label": imdb_label(row["label"])}))
-    return samples
+    return samples, read, skipped
+
+
+def _imdb_cut(text: Any, args: IMDB.Args) -> tuple[str, str, str]:
+    """A review's prompt and reference (``""`` when the prompt takes every word), and ``""``; or ``("", "", why)``
+    when it cannot give a prompt."""
+    if not isinstance(text, str):
+        return "", "", f"text is {text!r:.60} ({type(text).__name__}), not a review"
+    words = _clean(text).split()
+    if not words:
+        return "", "", "empty review (its text has no words)"
+    if args.prompt_fraction is not None:
+        cut, end = int(len(words) * args.prompt_fraction), len(words)
+        if cut == 0:
+            return "", "", (f"the review has {len(words)} word, too few for prompt_fraction {args.prompt_fraction} "
+                            f"to leave a word in the prompt")
+    else:
+        cut, end = args.prompt_words, args.prompt_words + args.reference_words
+    return " ".join(words[:cut]), " ".join(words[cut:end]), ""

@@ -63,12 +63,18 @@ class Datapool:
 
 
 def write_datapool(pool: Datapool, out_dir: str | Path) -> dict[str, Any]:
-    """Write ``<split>.jsonl`` and ``unlabelled.txt``; return the stats."""
+    """Write ``<split>.jsonl`` and ``unlabelled.txt``; return the stats (written to ``stats.json`` too).
+
+    ``train_test_prompt_overlap`` counts the distinct prompts found in both train and test: a test sample whose
+    prompt was trained on scores what the model memorised.
+    """
     out_dir = Path(out_dir)
     for split in SPLITS:
         io.write_jsonl(out_dir / f"{split}.jsonl", (s.to_json() for s in pool.splits[split]))
     io.write_text(out_dir / UNLABELLED, "\n".join(pool.unlabelled) + "\n")
-    stats: dict[str, Any] = {"unlabelled_lines": len(pool.unlabelled), **pool.stats}
+    overlap = {s.prompt for s in pool.splits["train"]} & {s.prompt for s in pool.splits["test"]}
+    stats: dict[str, Any] = {"unlabelled_lines": len(pool.unlabelled), "train_test_prompt_overlap": len(overlap),
+                             **pool.stats}
     for split in SPLITS:
         samples = pool.splits[split]
         stats[split] = {

@@ -11,7 +11,11 @@ the public test set has no references). Where only one split exists locally (a d
 ``split_fractions`` or ``split_counts`` pool the units of every source split, shuffle them with
 ``seed`` and cut train, val and test in that order, so a suite can run on one file. The cut is by
 unit, so a CommonGen concept set, a DailyDialog dialogue or a NarrativeQA story never lands in two
-splits. A split that cannot be found is an error, never a silently empty split.
+splits. A split that cannot be found is an error, never a silently empty split. Train and test never
+read one source split or one file (``data_files`` compared as files, links resolved): every test
+score would be on training data. Val may read train's source (``source_splits: {val: train}``, where
+the data has no validation split); a re-split refuses a file named twice in ``data_files``, whose rows
+it would pool twice.
 
 Bad rows. A row with an empty input or no non-empty reference fails the build with a message that
 names it; ``skip_bad_rows: true`` drops such rows instead and counts them in the datapool's
@@ -28,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from grueflow.config import MAX_COUNT, check_size
-from grueflow.data.hub import load_splits
+from grueflow.data.hub import load_splits, one_file
 from grueflow.data.sample import SPLITS, Datapool, Sample
 from grueflow.io import DataError
 
@@ -75,7 +79,7 @@ class SourceArgs:
     name: the hub dataset's configuration (e.g. ``3.0.0``); ignored for local files and folders.
     data_files: ``{source split: file}``, e.g. ``{validation: ../shared/data/x.jsonl}``.
     source_splits: ``{train|val|test: source split}`` where the defaults (train; validation, val
-        or dev; test) do not fit; one source split may feed several of ours.
+        or dev; test) do not fit; one source split may feed several of ours, but never both train and test.
     split_fractions / split_counts: pool every source unit, shuffle with ``seed`` and cut
         ``{train, val, test}`` by these fractions of the units or these numbers of units.
     n_train / n_val / n_test: keep only the first n Samples of that split.
@@ -162,9 +166,14 @@ def group_units(units: list[Unit], key: Callable[[Unit], Any],
 
 
 def assign_splits(sources: dict[str, list[Unit]], args: SourceArgs) -> dict[str, list[Unit]]:
-    """Our train/val/test units: the source's splits by name, or a seeded cut of all of them."""
+    """Our train/val/test units: the source's splits by name, or a seeded cut of all of them. A DataError when
+    train and test would read one source split or one file (:func:`check_train_test_apart`), or a re-split would
+    pool one file twice."""
     if args.split_fractions is None and args.split_counts is None:
-        return {split: sources[source_name(split, sources, args)] for split in SPLITS}
+        names = {split: source_name(split, sources, args) for split in SPLITS}
+        check_train_test_apart(names["train"], names["test"], args)
+        return {split: sources[names[split]] for split in SPLITS}
+    check_files_named_once(args.data_files)
     units = [unit for name in sources for unit in sources[name]]
     random.Random(args.seed).shuffle(units)
     sizes = split_sizes(len(units), args)
@@ -183,6 +192,36 @@ def source_name(split: str, sources: dict[str, Any], args: SourceArgs) -> str:
         f"no {' or '.join(candidates)} split for {split!r}: the data has the splits {sorted(sources)}. Name one "
         f"with source_splits: {{{split}: ...}}, add a data_files entry {candidates[0]}: <file>, or cut the rows "
         f"there are with split_fractions (or split_counts) and seed")
+
+
+RESPLIT_HINT = "cut train, val and test apart from the rows with split_fractions (or split_counts) and seed"
+
+
+def check_train_test_apart(train: str, test: str, args: SourceArgs) -> None:
+    """Refuse train and test fed by one source split (``train`` and ``test`` name the source splits that feed
+    them) or by two ``data_files`` entries that are one file: every test score would be on training data."""
+    if train == test:
+        raise DataError(f"train and test both read the source split {train!r} (source_splits "
+                        f"{dict(args.source_splits or {})}): every test score would be on training data; feed test "
+                        f"from another split (source_splits test: <split>, or data_files test: <file>), or "
+                        f"{RESPLIT_HINT}")
+    files = args.data_files or {}
+    if one_file(files, train, test):
+        raise DataError(f"train and test read one file: data_files {train}: {files[train]} and {test}: "
+                        f"{files[test]}; every test score would be on training data: give test a separate file, or "
+                        f"name the file once and {RESPLIT_HINT}")
+
+
+def check_files_named_once(files: Optional[dict[str, str]]) -> None:
+    """Refuse, for a re-split, ``data_files`` that name one file under two source splits: the re-split pools every
+    file, so each of its rows would be read twice and could land in train and in test."""
+    names = sorted(files or {})
+    for i, first in enumerate(names):
+        for second in names[i + 1:]:
+            if one_file(files, first, second):
+                raise DataError(f"data_files {first}: {files[first]} and {second}: {files[second]} are one file; a "
+                                f"re-split (split_fractions / split_counts) pools every file, so each of its rows "
+                                f"would be read twice and could land in train and in test: name the file once")
 
 
 def split_sizes(n_units: int, args: SourceArgs) -> dict[str, int]:

@@ -1,12 +1,13 @@
 """A catalogue of bad inputs (issue 9): each fails before any model loads or trains, with one line that
 names the file, the key (or line), the value given and what is allowed.
 
-Categories (170 cases in all, as collected; grown over two hostile passes):
+Categories (226 cases in all, as collected; grown over three hostile passes):
 
 - params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``): unknown keys, wrong types,
   out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline
-  metrics, suites, model paths, generation settings (beams, penalties, ``min_length``, post-processing),
-  duplicate keys, alias bombs and the params file itself;
+  metrics, suites, model paths, a tiny model's settings on a pretrained one and the keys its build sets, generation
+  settings (beams, penalties, ``min_length``, post-processing, sampling settings with greedy decoding), null
+  sections, duplicate keys, YAML 1.1 octal integers, alias bombs and the params file itself;
 - data files, through the datapool loaders and the datapool reader: missing, a folder, not UTF-8, not JSON
   or not rows (a ``.jsonl`` line that is no object, a ``.json`` that is no list), CSV rows longer than their
   header, repeated header columns, broken quotes, no rows, empty splits, missing columns, empty prompts and
@@ -37,7 +38,7 @@ from typing import Any, Callable, Iterator
 import pytest
 import yaml
 
-from grueflow.config import ConfigError, ModelConfig, SupervisedConfig
+from grueflow.config import ConfigError, ModelConfig, SupervisedConfig, read_yaml
 from grueflow.data import DATAPOOLS, read_split
 from grueflow.io import DataError, MissingDataError, read_json
 from grueflow.models import check_context
@@ -338,6 +339,76 @@ PARAMS = [
     P(Bad(SENTIMENT, as_text(lambda text: ALIAS_BOMB + text), (
         "sentiment.yaml: holds more than 100,000 values once its YAML aliases (*name) are expanded",)),
       id="alias-bomb"),
+    # a null section (an empty key, or one whose lines are all commented out) means neither "defaults" nor "off"
+    P(Bad(PPO, setting("kl", None), (
+        "ppo.yaml: kl: null is not a setting; leave the key out for its defaults, or give a mapping (keys: coef, "
+        "adaptive, target, kl_lr, target_per)",)), id="null-kl"),
+    P(Bad(SENTIMENT, as_text(lambda text: re.sub(r"\neval_generation:\n(  .*\n)+",
+                                                 "\neval_generation:\n  # max_new_tokens: 8\n  # do_sample: false\n",
+                                                 text)), (
+        "sentiment.yaml: eval_generation: null is not a setting; give a mapping ({} for its defaults; keys: "
+        "max_new_tokens, min_new_tokens,",)), id="eval-generation-commented-out"),
+    P(Bad(SENTIMENT, setting("eval_generation", None), (
+        "sentiment.yaml: eval_generation: null is not a setting; give a mapping ({} for its defaults;",)),
+      id="null-eval-generation"),
+    P(Bad(SENTIMENT, setting("lengths", None), (
+        "sentiment.yaml: lengths: null is not a setting; give a mapping ({} for its defaults; keys: prompt, "
+        "target)",)), id="null-lengths"),
+    P(Bad(SENTIMENT, setting("model.pretrain", None), (
+        "sentiment.yaml: model.pretrain: null is not a setting; leave the key out for its defaults, or give a "
+        "mapping (keys: steps, seed, batch_size, learning_rate, max_length)",)), id="null-pretrain"),
+    P(Bad(SUITE, setting("resources", {"evaluate": None}), (
+        "suite.yaml: resources.evaluate: null is not a setting; leave the key out for its defaults, or give a "
+        "mapping (keys: threads, mem_mb, runtime, gpu, gpu_manufacturer)",)), id="null-suite-rule-resources"),
+    # sampling settings with greedy decoding (generate would drop them)
+    P(Bad(SENTIMENT, setting("eval_generation.do_sample", False), (
+        "sentiment.yaml: eval_generation: top_k = 50 applies only when sampling: set do_sample: true, or leave "
+        "top_k out",)), id="top-k-with-greedy"),
+    P(Bad(CONCEPTS, setting("eval_generation.temperature", 0.7), (
+        "concepts.yaml: eval_generation: temperature = 0.7 applies only when sampling: set do_sample: true, or "
+        "leave temperature out",)), id="temperature-with-greedy"),
+    P(Bad(CONCEPTS, setting("eval_generation.top_p", 0.9), (
+        "concepts.yaml: eval_generation: top_p = 0.9 applies only when sampling",)), id="top-p-with-greedy"),
+    # a tiny model's settings on a model that is loaded, not built
+    P(Bad(SENTIMENT, setting("model", {"id": "pretrained", "name_or_path": "gpt2", "kind": "causal",
+                                       "config": {"n_layer": 2}, "tokenizer": {"vocab_size": 300},
+                                       "pretrain": {"steps": 20}}), (
+        "sentiment.yaml: model: model 'pretrained' is pretrained; remove config={'n_layer': 2} (config, tokenizer "
+        "and pretrain build a tiny model only; to continue pre-training a loaded model, use model.adapt)",)),
+      id="pretrained-with-tiny-config"),
+    P(Bad(SENTIMENT, setting("model", {"id": "pretrained", "name_or_path": "gpt2", "kind": "causal",
+                                       "pretrain": {"steps": 20}}), (
+        "sentiment.yaml: model: model 'pretrained' is pretrained; remove pretrain={'steps': 20}",
+        "use model.adapt")), id="pretrained-with-pretrain"),
+    P(Bad(SENTIMENT, setting("model", {"id": "gguf", "name_or_path": "model.gguf", "tokenizer": {"vocab_size": 999}}), (
+        "sentiment.yaml: model: model 'gguf' is pretrained; remove tokenizer={'vocab_size': 999}",)),
+      id="gguf-with-tokenizer"),
+    P(Bad(SENTIMENT, setting("model", {"id": "smollm2_135m", "pretrain": {"steps": 10, "learning_rate": 1e-4}}), (
+        "sentiment.yaml: model: model 'smollm2_135m' is pretrained; remove pretrain={'steps': 10, "
+        "'learning_rate': 0.0001}", "use model.adapt")), id="smollm2-with-pretrain"),
+    # YAML 1.1 reads an integer with a leading zero as octal (010 is 8)
+    P(Bad(SUITE, as_text(lambda text: text.replace("seeds:\n- 0\n", "seeds: [000, 010]\n")), (
+        "suite.yaml: line", "not valid YAML: 000 is an octal number in YAML 1.1 (0); write 0, or '000' for a "
+        "string")), id="octal-seeds"),
+    P(Bad(SUITE, as_text(lambda text: text.replace("seeds:\n- 0\n", "seeds: [007]\n")), (
+        "suite.yaml: line", "not valid YAML: 007 is an octal number in YAML 1.1 (7); write 7, or '007' for a "
+        "string")), id="octal-seed-007"),
+    P(Bad(SENTIMENT, as_text(lambda text: text.replace("    seed: 0\n", "    seed: 010\n", 1)), (
+        "sentiment.yaml: line 4, column 11: not valid YAML: 010 is an octal number in YAML 1.1 (8); write 10, or "
+        "'010' for a string",)), id="octal-datapool-seed"),
+    # tiny model config keys that the build sets from the trained tokenizer
+    P(Bad(SENTIMENT, setting("model.config.vocab_size", 50), (
+        "sentiment.yaml: model: model.config.vocab_size = 50 is set when a tiny model is built, to the size of the "
+        "tokenizer trained here; remove it and set model.tokenizer.vocab_size instead",)), id="tiny-vocab-size"),
+    P(Bad(SENTIMENT, setting("model.config.eos_token_id", 3), (
+        "sentiment.yaml: model: model.config.eos_token_id = 3 is set when a tiny model is built, to the trained "
+        "tokenizer's </s> id; remove it",)), id="tiny-eos-token-id"),
+    P(Bad(SENTIMENT, setting("model.config.pad_token_id", 0), (
+        "model.config.pad_token_id = 0 is set when a tiny model is built, to the trained tokenizer's <pad> id",)),
+      id="tiny-pad-token-id"),
+    P(Bad(CONCEPTS, setting("model.config.decoder_start_token_id", 1), (
+        "concepts.yaml: model: model.config.decoder_start_token_id = 1 is set when a tiny model is built",)),
+      id="tiny-t5-decoder-start"),
 ]
 
 
@@ -357,7 +428,7 @@ def load(folder: Path, file: str) -> Any:
     """Parse one params file as the stages do, and the suite as ``load_suite`` does (every file it names)."""
     path = folder / file
     if file == SUITE:
-        return load_suite(yaml.safe_load(path.read_text()), str(path))
+        return load_suite(read_yaml(path), str(path))
     if file.startswith("tasks/"):
         return load_task(path)
     if file == SUPERVISED:
@@ -399,6 +470,22 @@ def custom_pool(files: dict[str, str], **args: Any) -> Any:
     """The custom loader over ``{source split: file}``."""
     loader = DATAPOOLS.get("custom")
     return loader.build(parse(loader.Args, {"data_files": files, **args}, "args"))
+
+
+def three_splits(path: str) -> dict[str, str]:
+    """``{train, validation, test}`` over the same rows: validation reads ``path``, train and test copies of it
+    (``train_<name>``, ``test_<name>``), since train and test may not read one file. A path that is no file is
+    given to all three, for the loader to refuse."""
+    source = Path(path)
+    if not source.is_file():
+        return {split: path for split in ("train", "validation", "test")}
+    files = {}
+    for split in ("train", "validation", "test"):
+        target = source if split == "validation" else source.with_name(f"{split}_{source.name}")
+        if target != source:
+            shutil.copyfile(source, target)
+        files[split] = str(target)
+    return files
 
 
 def raw_file(name: str, content: bytes) -> Callable[[Path], str]:
@@ -476,7 +563,7 @@ DATA = [
 def test_bad_data_files_name_the_file_and_line(tmp_path: Path, make_file, args, error, expect):
     bad = make_file(tmp_path)
     with pytest.raises(error) as err:
-        custom_pool({split: bad for split in ("train", "validation", "test")}, **args)
+        custom_pool(three_splits(bad), **args)
     assert "\n" not in str(err.value)
     for fragment in expect:
         assert fragment in str(err.value)
@@ -486,7 +573,7 @@ def test_csv_cells_are_read_as_the_text_they_are(tmp_path: Path):
     """No type guessing (007 stays 007 beside a 1e3) and no missing-value words (NA, None, null are texts)."""
     path = tmp_path / "codes.csv"
     path.write_text("prompt,references\nzip of Boston ?,02108\nagent ?,007\nsize ?,1e3\nNA,None\nnull,N/A\n")
-    pool = custom_pool({split: str(path) for split in ("train", "validation", "test")})
+    pool = custom_pool(three_splits(str(path)))
     assert [(s.prompt, s.references) for s in pool.splits["test"]] == [
         ("zip of Boston ?", ("02108",)), ("agent ?", ("007",)), ("size ?", ("1e3",)), ("NA", ("None",)),
         ("null", ("N/A",))]
@@ -515,8 +602,7 @@ def test_grue_loaders_refuse_a_field_of_the_wrong_shape_naming_the_row(tmp_path:
     path = write_rows(tmp_path / "rows.jsonl", [row])
     cls = DATAPOOLS.get(loader)
     with pytest.raises(DataError) as err:
-        cls.build(parse(cls.Args, {"path": "json", "data_files": {s: path for s in ("train", "validation", "test")}},
-                        "args"))
+        cls.build(parse(cls.Args, {"path": "json", "data_files": three_splits(path)}, "args"))
     assert "rows.jsonl row 1" in str(err.value) and expect in str(err.value)
 
 
@@ -1025,6 +1111,24 @@ def test_a_tiny_model_config_key_transformers_does_not_know_is_refused_when_buil
     with pytest.raises(ConfigError, match=r"model.config: 'n_layr' is not a GPT2Config key; size keys: n_embd, "
                                           r"n_head, n_layer, n_positions"):
         build_model("gpt2", {"n_layr": 1}, tokenizer, seed=0)
+
+
+def test_a_tiny_model_config_key_the_build_sets_is_refused_when_built_and_set_from_the_tokenizer():
+    """vocab_size and the special-token ids come from the tokenizer trained here; given in model.config they were a
+    TypeError inside transformers (multiple values for a keyword argument)."""
+    from grueflow.models import TINY_FIXED
+    from grueflow.models.tiny import build_model, fixed_config, train_tokenizer
+
+    tokenizer = train_tokenizer(["a b c d e f g"] * 4, 300)
+    for architecture, keys in TINY_FIXED.items():
+        for key in keys:
+            with pytest.raises(ConfigError, match=rf"model\.config\.{key} = 1 is set when a tiny model is built"):
+                build_model(architecture, {key: 1}, tokenizer, seed=0)
+    model = build_model("gpt2", {"n_layer": 1, "n_embd": 32, "n_head": 2}, tokenizer, seed=0)
+    assert fixed_config("gpt2", tokenizer) == {"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id,
+                                               "eos_token_id": tokenizer.eos_token_id,
+                                               "bos_token_id": tokenizer.bos_token_id}
+    assert all(getattr(model.config, k) == v for k, v in fixed_config("gpt2", tokenizer).items())
 
 
 def test_a_pretraining_that_diverges_fails_naming_the_learning_rate():

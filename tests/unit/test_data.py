@@ -1,12 +1,15 @@
 """The datapools: the embedded ones (deterministic, consistent with their rewards) and the hub ones."""
 
+import json
 from pathlib import Path
 
 import pytest
 
-from grueflow.data import DATAPOOLS, read_split, write_datapool
+from grueflow.data import DATAPOOLS, Sample, read_split, write_datapool
+from grueflow.data.sources import BadRowError
 from grueflow.data.synthetic import NEGATIVE_ADJECTIVES, NEGATIVE_VERBS, POSITIVE_ADJECTIVES, POSITIVE_VERBS
 from grueflow.hub import HubUnreachableError, hub_reachable
+from grueflow.io import DataError
 from grueflow.metrics.task import NEGATIVE_WORDS, POSITIVE_WORDS, coverage, lexicon_polarity
 
 
@@ -52,6 +55,9 @@ def test_imdb_loader_reads_the_real_slice_through_datasets():
                                                   "test": str(shared / "imdb_test_subset.jsonl")},
                  n_val=50, prompt_words=10, reference_words=5)
     assert [len(pool.splits[s]) for s in ("train", "val", "test")] == [471, 50, 2000]
+    # two test reviews have 10 words: all prompt, no reference
+    assert pool.stats == {"skipped_rows": {"train": 0, "val": 0, "test": 0},
+                          "without_references": {"train": 0, "val": 0, "test": 2}}
     assert all(s.meta["label"] == 1 for s in pool.splits["train"])  # positive reviews only, as RL4LMs
     assert len(pool.unlabelled) == 1000 and all("<br />" not in t for t in pool.unlabelled)
     first = pool.splits["test"][0]
@@ -88,7 +94,8 @@ def test_imdb_loader_takes_its_unlabelled_text_from_an_unsupervised_split():
     if not shared.is_dir():
         pytest.skip(f"{shared} is not present")
     files = {"train": str(shared / "imdb_train_subset.jsonl"), "test": str(shared / "imdb_test_subset.jsonl")}
-    pool = build("imdb", path="json", data_files={**files, "unsupervised": str(shared / "imdb_unsup_2k.jsonl")}, n_val=50)
+    unsupervised = {**files, "unsupervised": str(shared / "imdb_unsup_2k.jsonl")}
+    pool = build("imdb", path="json", data_files=unsupervised, n_val=50)
     without = build("imdb", path="json", data_files=files, n_val=50)
     assert len(pool.unlabelled) == 2000 and not set(pool.unlabelled) & set(without.unlabelled)  # the unsup reviews
     assert all("<br />" not in t for t in pool.unlabelled)
@@ -109,3 +116,107 @@ def test_a_local_dataset_folder_that_does_not_exist_is_named_as_one(path):
 
     with pytest.raises(MissingDataError, match=f"dataset folder '{path}' does not exist"):
         build("wmt16newsonly", train_path=path)
+
+
+def write_reviews(path, texts, label=1):
+    path.write_text("".join(json.dumps({"text": t, "label": label}) + "\n" for t in texts), encoding="utf-8")
+    return str(path)
+
+
+TEN_WORDS = "one two three four five six seven eight nine ten"
+
+
+def test_imdb_refuses_a_review_that_gives_no_prompt_naming_its_row(tmp_path):
+    train = write_reviews(tmp_path / "train.jsonl", [TEN_WORDS] * 4)
+    cases = [("", None, "row 2: empty review (its text has no words)"),
+             (" <br /> ", None, "row 2: empty review (its text has no words)"),
+             ("word", 0.5, "row 2: the review has 1 word, too few for prompt_fraction 0.5 to leave a word in the "
+                           "prompt")]
+    for text, fraction, expect in cases:
+        test = write_reviews(tmp_path / "test.jsonl", [TEN_WORDS, text])
+        with pytest.raises(BadRowError) as err:
+            build("imdb", path="json", data_files={"train": train, "test": test}, n_val=1, prompt_words=3,
+                  prompt_fraction=fraction)
+        assert str(err.value) == (f"{test} {expect}; fix the data, or set skip_bad_rows: true to drop such rows (they "
+                                  f"are counted in stats.json)")
+    with pytest.raises(ValueError, match="prompt_words and reference_words must be >= 1, got 0 and 40"):
+        build("imdb", prompt_words=0)
+
+
+def test_imdb_skip_bad_rows_drops_and_counts_them_and_a_short_review_is_all_prompt(tmp_path):
+    train = write_reviews(tmp_path / "train.jsonl", [TEN_WORDS, "", TEN_WORDS, "too short", TEN_WORDS, TEN_WORDS])
+    test = write_reviews(tmp_path / "test.jsonl", ["", "a b", TEN_WORDS + " eleven", TEN_WORDS])
+    pool = build("imdb", path="json", data_files={"train": train, "test": test}, n_val=1, n_test=2, prompt_words=4,
+                 reference_words=3, skip_bad_rows=True)
+    assert [len(pool.splits[s]) for s in ("train", "val", "test")] == [4, 1, 2]  # n_test counts samples
+    # test's seeded order is rows 4, 1, 3, 2: the empty row 1 is skipped, row 2 is never read (n_test is met)
+    assert pool.stats == {"skipped_rows": {"train": 1, "val": 0, "test": 1},
+                          "without_references": {"train": 1, "val": 0, "test": 0}}
+    samples = [s for split in pool.splits.values() for s in split]
+    short = [s for s in samples if s.prompt == "too short"]
+    assert len(short) == 1 and short[0].references == ()  # RL4LMs' pools keep it: reference-free scores apply
+    assert all(s.prompt == "one two three four" and s.references == ("five six seven",)
+               for s in samples if s not in short)
+    assert [s.id for s in pool.splits["test"]] == ["test-0", "test-1"]
+    written = write_datapool(pool, tmp_path / "pool")
+    assert (written["skipped_rows"], written["without_references"]) == (pool.stats["skipped_rows"],
+                                                                        pool.stats["without_references"])
+    with pytest.raises(BadRowError, match=r"train\.jsonl row 2: empty review"):
+        build("imdb", path="json", data_files={"train": train, "test": test}, n_val=1, prompt_words=4)
+
+
+def test_imdb_refuses_train_and_test_from_one_file(tmp_path):
+    reviews = write_reviews(tmp_path / "reviews.jsonl", [TEN_WORDS] * 4)
+    with pytest.raises(DataError) as err:
+        build("imdb", path="json", data_files={"train": reviews, "test": reviews}, n_val=1, prompt_words=3)
+    assert str(err.value) == (f"imdb datapool: data_files train: {reviews} and test: {reviews} are one file; every "
+                              f"test score would be on training data (val is cut from train): give test a separate "
+                              f"file of reviews")
+    other = write_reviews(tmp_path / "other.jsonl", [TEN_WORDS] * 2)
+    pool = build("imdb", path="json", data_files={"train": reviews, "test": other}, n_val=1, prompt_words=3)
+    assert write_datapool(pool, tmp_path / "pool")["train_test_prompt_overlap"] == 1  # one prompt, in both
+
+
+def test_imdb_suite_slices_have_three_reviews_without_a_reference_word():
+    """params/imdb/tasks/imdb_smollm2.yaml's datapool on the real slices: 2 of its 1,000 train reviews and 1 of its
+    200 test reviews have at most prompt_words (24) words: all prompt, no reference; no review is bad."""
+    shared = Path(__file__).resolve().parents[3] / "shared" / "data" / "imdb"
+    if not shared.is_dir():
+        pytest.skip(f"{shared} is not present")
+    args = {"path": "json", "data_files": {"train": str(shared / "imdb_train_5k.jsonl"),
+                                           "test": str(shared / "imdb_test_subset.jsonl"),
+                                           "unsupervised": str(shared / "imdb_unsup_2k.jsonl")},
+            "seed": 42, "prompt_words": 24, "reference_words": 18, "positive_only_train": False, "n_train": 1000,
+            "n_val": 100, "n_test": 200}
+    pool = build("imdb", **args)
+    assert [len(pool.splits[s]) for s in ("train", "val", "test")] == [1000, 100, 200]
+    assert pool.stats == {"skipped_rows": {"train": 0, "val": 0, "test": 0},
+                          "without_references": {"train": 2, "val": 0, "test": 1}}
+    assert sorted(s.id for split in pool.splits.values() for s in split if not s.references) == [
+        "test-62", "train-749", "train-843"]
+
+
+def test_train_where_that_matches_nothing_names_the_values_and_their_types():
+    from grueflow.supervised import select_samples
+
+    from_csv = [Sample(f"train-{i}", "p", ("r",), {"label": str(i % 2)}) for i in range(4)]
+    with pytest.raises(DataError) as err:
+        select_samples(from_csv, {"label": 1}, "train")
+    assert str(err.value) == ("supervised train_where {'label': 1}: no train sample matches it (of 4); the datapool's "
+                              "metadata keys are ['label']; label is '0', '1' (strings) there, not 1 (integer): write "
+                              "train_where's values with the data's types (in YAML 1 is an integer, '1' a string, yes "
+                              "and no booleans)")
+    answers = [Sample("train-0", "p", ("r",), {"answer": "yes"}), Sample("train-1", "p", ("r",), {"answer": "no"})]
+    with pytest.raises(DataError, match=r"answer is 'no', 'yes' \(strings\) there, not False \(boolean\): write"):
+        select_samples(answers, {"answer": False}, "val")  # YAML's no
+    assert [s.id for s in select_samples(from_csv, {"label": "1"}, "train")] == ["train-1", "train-3"]
+
+
+def test_train_where_without_a_type_mismatch_lists_at_most_ten_values():
+    from grueflow.supervised import select_samples
+
+    samples = [Sample(f"train-{i}", "p", ("r",), {"label": i}) for i in range(14)]
+    with pytest.raises(DataError) as err:
+        select_samples(samples, {"label": 99, "lang": "en"}, "train")
+    assert str(err.value).endswith("metadata keys are ['label']; label is 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 (integers) and "
+                                   "4 more there, not 99 (integer); no sample has lang: give values the data holds")

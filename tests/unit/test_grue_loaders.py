@@ -4,6 +4,10 @@ hub schemas, on small fixtures written here; literal counts, prompts and referen
 import csv
 import hashlib
 import json
+import os
+import re
+import shutil
+from pathlib import Path
 
 import pytest
 from shared_data import DATA
@@ -32,9 +36,23 @@ def shared(relative):
     return str(path)
 
 
-def every_split(source):
-    """source_splits that feed train, val and test from the one source split (to see a whole slice, in order)."""
-    return {split: source for split in SPLITS}
+def whole_slice(tmp_path, files, source):
+    """data_files and source_splits that put the whole slice ``files[source]``, in order, in val and test, and a
+    copy of it in train (train and test never read one file; the copy is another, its prompts all counted in
+    stats.json's train_test_prompt_overlap)."""
+    copy = tmp_path / f"train_copy{Path(files[source]).suffix}"
+    shutil.copyfile(files[source], copy)
+    return {"data_files": {**files, "train": str(copy)}, "source_splits": {"val": source, "test": source}}
+
+
+def dialogue_root(tmp_path):
+    """A DailyDialog data_root whose validation folder is a link to the shared validation slice and whose train
+    folder is a copy of it, to see the whole slice, in order, in val and test."""
+    root = tmp_path / "dailydialog"
+    root.mkdir()
+    os.symlink(shared("dailydialog/validation"), root / "validation")
+    shutil.copytree(root / "validation", root / "train")
+    return str(root)
 
 
 def raw_rows(relative):
@@ -63,9 +81,9 @@ def sizes(pool):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_commongen_v10_dev_slice_one_sample_per_concept_set():
-    pool = build("common_gen", data_files={"validation": shared("commongen/commongen.dev.jsonl")},
-                 source_splits=every_split("validation"))
+def test_commongen_v10_dev_slice_one_sample_per_concept_set(tmp_path):
+    pool = build("common_gen", **whole_slice(tmp_path, {"validation": shared("commongen/commongen.dev.jsonl")},
+                                             "validation"))
     test = pool.splits["test"]
     assert len(test) == 993 and sum(len(s.references) for s in test) == 4018  # the README says 4017; the file has 4018
     first, raw = test[0], raw_rows("commongen/commongen.dev.jsonl")[0]
@@ -112,20 +130,19 @@ def test_commongen_hub_v11_rows_are_grouped_into_concept_sets(tmp_path):
     assert pool.unlabelled == [r["target"] for r in rows]
 
 
-def test_commongen_rl4lms_prompt_and_one_sample_per_target():
+def test_commongen_rl4lms_prompt_and_one_sample_per_target(tmp_path):
     """RL4LMs' GRUE config: prefix + concepts joined by concept_separator_token + concept_end_token ('.'), one
     sample per target with that target as its only reference; the split is still cut by concept set."""
     files = {"validation": shared("commongen/commongen.dev.jsonl")}
     args = {"data_files": files, "concept_end_token": ".", "sample_per": "target"}
-    pool = build("common_gen", source_splits=every_split("validation"), **args)
+    pool = build("common_gen", **{**args, **whole_slice(tmp_path, files, "validation")})
     test, raw = pool.splits["test"], raw_rows("commongen/commongen.dev.jsonl")
     assert len(test) == 4018 and all(len(s.references) == 1 for s in test)
     lemmas = [concept.rsplit("_", 1)[0] for concept in raw[0]["concept_set"].split("#")]
     assert [s.prompt for s in test[:5]] == ["generate a sentence with: " + " ".join(lemmas) + "."] * 4 + [
         "generate a sentence with: " + " ".join(c.rsplit("_", 1)[0] for c in raw[1]["concept_set"].split("#")) + "."]
     assert [s.references[0] for s in test[:4]] == raw[0]["scene"] and test[4].id == "test-4"
-    dashed = build("common_gen", source_splits=every_split("validation"), data_files=files,
-                   concept_separator_token=" - ")
+    dashed = build("common_gen", **whole_slice(tmp_path, files, "validation"), concept_separator_token=" - ")
     assert dashed.splits["test"][0].prompt == "generate a sentence with: " + " - ".join(lemmas)
     cut = build("common_gen", split_fractions={"train": 0.8, "val": 0.1, "test": 0.1}, **args)
     sets = [{s.meta["concept_set"] for s in cut.splits[split]} for split in SPLITS]
@@ -141,15 +158,15 @@ def test_commongen_rl4lms_prompt_and_one_sample_per_target():
 # ---------------------------------------------------------------------------------------------
 
 
-def test_cnn_dailymail_summeval_slice_with_truncation_and_extra_references():
+def test_cnn_dailymail_summeval_slice_with_truncation_and_extra_references(tmp_path):
     files = {"test": shared("cnn_dailymail/summeval_cnndm_test100.jsonl")}
-    pool = build("cnn_dailymail", data_files=files, source_splits=every_split("test"), max_article_words=10)
+    pool = build("cnn_dailymail", **whole_slice(tmp_path, files, "test"), max_article_words=10)
     first, raw = pool.splits["test"][0], raw_rows("cnn_dailymail/summeval_cnndm_test100.jsonl")[0]
     assert len(pool.splits["test"]) == 100
     assert first.prompt == "Summarize: " + " ".join(raw["article"].split()[:10])
     assert first.references == (raw["highlights"],)
     assert first.meta == {"source_id": raw["id"]} and raw["id"].startswith("dm-test-")
-    extra = build("cnn_dailymail", data_files=files, source_splits=every_split("test"), extra_references=True)
+    extra = build("cnn_dailymail", **whole_slice(tmp_path, files, "test"), extra_references=True)
     # SummEval lists 11 references, the first being the highlights: each is kept once
     assert [len(s.references) for s in extra.splits["test"]] == [11] * 100
     assert extra.splits["test"][0].references[0] == first.references[0]
@@ -184,11 +201,11 @@ def test_cnn_dailymail_hub_schema_and_bad_rows(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_totto_dev_sample_linearised_with_and_without_titles():
+def test_totto_dev_sample_linearised_with_and_without_titles(tmp_path):
     files = {"validation": shared("totto/dev_sample.jsonl")}
     prompts = {}
     for titles in ("with", "without", "both"):
-        pool = build("totto", data_files=files, source_splits=every_split("validation"), titles=titles)
+        pool = build("totto", **whole_slice(tmp_path, files, "validation"), titles=titles)
         assert len(pool.splits["test"]) == 5
         prompts[titles] = pool.splits["test"][0].prompt
     raw = raw_rows("totto/dev_sample.jsonl")[0]  # its highlighted cells sit under the table's first row of headers
@@ -237,11 +254,10 @@ def test_totto_headers_follow_column_spans_and_row_headers():
         "<row_header> Leeds </row_header> </highlighted_cell> </row> </table>")
 
 
-def test_totto_full_table_representation_on_the_dev_sample():
+def test_totto_full_table_representation_on_the_dev_sample(tmp_path):
     """RL4LMs' representation: fulltable: every row and cell, the highlighted ones marked; PARENT's table and
     the references are the subtable representation's."""
-    files = {"validation": shared("totto/dev_sample.jsonl")}
-    common = {"data_files": files, "source_splits": every_split("validation")}
+    common = whole_slice(tmp_path, {"validation": shared("totto/dev_sample.jsonl")}, "validation")
     full = build("totto", representation="fulltable", titles="without", **common).splits["test"]
     sub = build("totto", titles="without", **common).splits["test"]
     for raw, sample, subtable_sample in zip(raw_rows("totto/dev_sample.jsonl"), full, sub):
@@ -303,20 +319,19 @@ def test_narrative_qa_resplit_keeps_each_story_in_one_split(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_iwslt2017_tst2016_both_directions():
+def test_iwslt2017_tst2016_both_directions(tmp_path):
     files = {"test": shared("iwslt2017/tst2016.en-de.jsonl")}
-    pool = build("iwslt2017", data_files=files, source_splits=every_split("test"))
+    pool = build("iwslt2017", **whole_slice(tmp_path, files, "test"))
     assert sizes(pool) == [1133] * 3
     first, raw = pool.splits["test"][0], raw_rows("iwslt2017/tst2016.en-de.jsonl")[0]["translation"]
     assert (first.prompt, first.references, first.meta) == (f"translate English to German: {raw['en']}", (raw["de"],), {})
-    back = build("iwslt2017", data_files=files, source_splits=every_split("test"), source_language="de",
-                 target_language="en")
+    back = build("iwslt2017", **whole_slice(tmp_path, files, "test"), source_language="de", target_language="en")
     assert (back.splits["test"][0].prompt, back.splits["test"][0].references) == (
         f"translate German to English: {raw['de']}", (raw["en"],))
     bare = build("iwslt2017", data_files=files, split_counts={"train": 1000, "val": 100, "test": 33}, prefix="")
     assert sizes(bare) == [1000, 100, 33] and not bare.splits["test"][0].prompt.startswith("translate")
     with pytest.raises(ValueError, match=r"the translation has the languages \['de', 'en'\]; source_language 'fr'"):
-        build("iwslt2017", data_files=files, source_splits=every_split("test"), source_language="fr")
+        build("iwslt2017", **whole_slice(tmp_path, files, "test"), source_language="fr")
 
 
 def test_the_wmt_pools_read_the_translation_schema_with_rl4lms_prompts(tmp_path):
@@ -325,7 +340,7 @@ def test_the_wmt_pools_read_the_translation_schema_with_rl4lms_prompts(tmp_path)
     rows = raw_rows("iwslt2017/tst2016.en-de.jsonl")
     files = {"test": shared("iwslt2017/tst2016.en-de.jsonl")}
     for pool_id in ("wmt16", "wmt14_processed_en_de"):
-        pool = build(pool_id, data_files=files, source_splits=every_split("test"), prefix="", suffix=" =>")
+        pool = build(pool_id, **whole_slice(tmp_path, files, "test"), prefix="", suffix=" =>")
         assert pool.splits["test"][0].prompt == rows[0]["translation"]["en"] + " =>"
         assert pool.splits["test"][0].references == (rows[0]["translation"]["de"],)
     wmt16 = DATAPOOLS.get("wmt16")
@@ -420,10 +435,11 @@ def test_crd3_turns_with_rl4lms_context_and_speaker_prompt(tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_daily_dialog_original_files_acts_align_with_turns():
-    root = shared("dailydialog")
+def test_daily_dialog_original_files_acts_align_with_turns(tmp_path):
+    root = dialogue_root(tmp_path)
     acts = [[int(a) for a in line.split()] for line in open(f"{root}/validation/dialogues_act.txt", encoding="utf-8")]
-    pool = build("daily_dialog", data_root=root, source_splits=every_split("validation"), min_context_turns=1)
+    in_test = {"source_splits": {"val": "validation", "test": "validation"}}
+    pool = build("daily_dialog", data_root=root, **in_test, min_context_turns=1)
     test = pool.splits["test"]
     assert len(acts) == 1000 and sum(map(len, acts)) == 8069
     assert len(test) == 8069 - 1000  # every turn but each dialogue's first
@@ -435,7 +451,7 @@ def test_daily_dialog_original_files_acts_align_with_turns():
     assert test[0].references == (turns[1],)
     assert test[0].meta == {"intent": 0, "intent_label": "inform", "emotion": 0, "emotion_label": "no emotion",
                             "dialogue_id": "validation-0", "turn": 1}
-    rl4lms = build("daily_dialog", data_root=f"{root}/validation", source_splits=every_split("validation"))
+    rl4lms = build("daily_dialog", data_root=root, **in_test)
     assert len(rl4lms.splits["test"]) == 3388  # turns with 5 turns before them, as RL4LMs
     assert rl4lms.splits["test"][0].prompt == "".join(f"{turn} <EOU> " for turn in turns[:5]).rstrip()
     assert rl4lms.splits["test"][0].references == (turns[5],)
@@ -477,12 +493,12 @@ def test_custom_jsonl_and_csv_with_a_field_mapping(tmp_path):
             {"question": "Capital of France ?", "answers": "Paris", "id": 8}]
     path = write_jsonl(tmp_path / "qa.jsonl", rows)
     fields = {"prompt": "question", "references": "answers", "meta": ["id"]}
-    pool = build("custom", data_files={"test": path}, source_splits=every_split("test"), fields=fields, prefix="Q: ")
+    pool = build("custom", **whole_slice(tmp_path, {"test": path}, "test"), fields=fields, prefix="Q: ")
     assert [(s.prompt, s.references, s.meta) for s in pool.splits["val"]] == [
         ("Q: 2 + 2 ?", ("4", "four"), {"id": 7}), ("Q: Capital of France ?", ("Paris",), {"id": 8})]
     with open(tmp_path / "qa.csv", "w", newline="", encoding="utf-8") as handle:
         csv.writer(handle).writerows([["question", "answer"], ["Who wrote Hamlet ?", "Shakespeare"], ["1 + 1 ?", "2"]])
-    table = build("custom", data_files={"test": str(tmp_path / "qa.csv")}, source_splits=every_split("test"),
+    table = build("custom", **whole_slice(tmp_path, {"test": str(tmp_path / "qa.csv")}, "test"),
                   fields={"prompt": "question", "references": "answer"})
     assert [(s.prompt, s.references) for s in table.splits["train"]] == [
         ("Who wrote Hamlet ?", ("Shakespeare",)), ("1 + 1 ?", ("2",))]
@@ -526,3 +542,119 @@ def test_missing_files_splits_and_bad_args_are_named(tmp_path):
         parse(DatapoolConfig, {"id": "custom", "args": {"field": {}}}, "datapool")
     with pytest.raises(ConfigError, match=r"path 'json' needs local files: give data_files"):
         parse(DatapoolConfig, {"id": "custom", "args": {"path": "json"}}, "datapool")
+
+
+# ---------------------------------------------------------------------------------------------
+# train and test kept apart; answers as strings; the builder named in path picks the file check
+# ---------------------------------------------------------------------------------------------
+
+
+QA_ROWS = [{"prompt": f"{i} + 1 =", "references": [str(i + 1)]} for i in range(6)]
+
+
+def test_train_and_test_from_one_file_or_one_source_split_are_refused(tmp_path):
+    path = write_jsonl(tmp_path / "qa.jsonl", QA_ROWS)
+    with pytest.raises(DataError, match=rf"^train and test read one file: data_files train: {re.escape(path)} and "
+                                        rf"test: {re.escape(path)}; "
+                                        r"every test score would be on training data: give test a separate file, or "
+                                        r"name the file once and cut train, val and test apart from the rows with "
+                                        r"split_fractions \(or split_counts\) and seed$"):
+        build("custom", data_files={"train": path, "validation": path, "test": path})
+    with pytest.raises(DataError, match=r"^train and test both read the source split 'train' \(source_splits "
+                                        r"\{'val': 'train', 'test': 'train'\}\): every test score would be on training "
+                                        r"data; feed test from another split \(source_splits test: <split>, or "
+                                        r"data_files test: <file>\), or cut train, val and test apart"):
+        build("custom", data_files={"train": path}, source_splits={"val": "train", "test": "train"})
+
+
+def test_one_file_written_two_ways_or_linked_is_one_file_and_val_may_read_train(tmp_path):
+    path = write_jsonl(tmp_path / "qa.jsonl", QA_ROWS)
+    test = write_jsonl(tmp_path / "test.jsonl", QA_ROWS[:2])
+    (tmp_path / "link.jsonl").symlink_to(path)
+    for other in (f"{tmp_path}/../{tmp_path.name}/qa.jsonl", str(tmp_path / "link.jsonl")):
+        with pytest.raises(DataError, match=rf"train and test read one file: data_files train: {re.escape(path)} and "
+                                            rf"test: {re.escape(other)}; every test score"):
+            build("custom", data_files={"train": path, "validation": test, "test": other})
+    with pytest.raises(DataError, match=r"train and test both read the source split 'validation' \(source_splits "
+                                        r"\{'train': 'validation', 'test': 'validation'\}\): every test score"):
+        build("custom", data_files={"validation": path, "test": test}, source_splits={"train": "validation",
+                                                                                      "test": "validation"})
+    # val may read train (a quick look where the data has no validation split), and val and test one split
+    pool = build("custom", data_files={"train": path, "test": test}, source_splits={"val": "train"})
+    assert sizes(pool) == [6, 6, 2]
+    assert sizes(build("custom", data_files={"train": path, "test": test}, source_splits={"val": "test"})) == [6, 2, 2]
+    # a re-split pools every file: one file named twice would be read twice
+    with pytest.raises(DataError, match=rf"^data_files test: {re.escape(path)} and train: {re.escape(path)} are one "
+                                        r"file; a re-split \(split_fractions / split_counts\) pools every file, so "
+                                        r"each of its rows would be read twice and could land in train and in test: "
+                                        r"name the file once$"):
+        build("custom", data_files={"train": path, "test": path}, split_counts={"train": 4, "val": 1, "test": 1})
+
+
+def test_stats_count_the_prompts_shared_by_train_and_test(tmp_path):
+    """Two files with some rows in common: allowed, and the overlap is in stats.json."""
+    train = write_jsonl(tmp_path / "train.jsonl", QA_ROWS)
+    test = write_jsonl(tmp_path / "test.jsonl", QA_ROWS[4:] + [{"prompt": "9 + 1 =", "references": ["10"]}])
+    pool = build("custom", data_files={"train": train, "validation": test, "test": test})
+    stats = write_datapool(pool, tmp_path / "pool")
+    assert stats["train_test_prompt_overlap"] == 2
+    assert read_json(tmp_path / "pool" / "stats.json")["train_test_prompt_overlap"] == 2
+    apart = build("custom", data_files={"train": train}, split_counts={"train": 4, "val": 1, "test": 1})
+    assert write_datapool(apart, tmp_path / "apart")["train_test_prompt_overlap"] == 0
+
+
+def nqa_row(i, answers):
+    return {"document": {"id": f"d{i}", "summary": {"text": "Alice met Bob."}}, "question": {"text": "Who?"},
+            "answers": answers}
+
+
+def test_narrative_qa_answers_as_strings_or_text_items(tmp_path):
+    path = write_jsonl(tmp_path / "nqa.jsonl", [nqa_row(i, ["Alice", " Bob  Smith "]) for i in range(4)])
+    pool = build("narrative_qa", data_files={"train": path}, split_counts={"train": 2, "val": 1, "test": 1})
+    assert sizes(pool) == [2, 1, 1]
+    assert {s.references for split in SPLITS for s in pool.splits[split]} == {("alice", "bob smith")}
+    mixed = write_jsonl(tmp_path / "mixed.jsonl", [nqa_row(0, [{"text": "Alice"}, "Bob"]), nqa_row(1, "Alice"),
+                                                   nqa_row(2, []), nqa_row(3, ["Carol"])])
+    kept = build("narrative_qa", data_files={"train": mixed}, split_counts={"train": 2, "val": 1, "test": 1},
+                 skip_bad_rows=True)
+    assert sorted(s.references for split in SPLITS for s in kept.splits[split]) == [("alice",), ("alice", "bob"),
+                                                                                   ("carol",)]
+    assert sum(kept.stats["skipped_rows"].values()) == 1  # the row without answers
+
+
+def test_narrative_qa_answers_of_another_shape_name_the_row(tmp_path):
+    path = write_jsonl(tmp_path / "nqa.jsonl", [nqa_row(0, ["Alice"]), nqa_row(1, [{"answer": "Bob"}]),
+                                                nqa_row(2, ["Carol"])])
+    with pytest.raises(BadRowError, match=r"nqa\.jsonl row 2: a reference \{'answer': 'Bob'\} \(dict\) is not text; "
+                                          r"answers are a string, a list of strings, \{\"text\": \[strings\]\} "
+                                          r"\(SQuAD's answers\) or a list of \{\"text\": string\}; fix the data, or "
+                                          r"set skip_bad_rows: true"):
+        build("narrative_qa", data_files={"train": path}, split_counts={"train": 1, "val": 1, "test": 1})
+    nested = write_jsonl(tmp_path / "nested.jsonl", [nqa_row(i, [[["deep"]]]) for i in range(3)])
+    with pytest.raises(BadRowError, match=r"nested\.jsonl row \d: a reference \[\['deep'\]\] \(list\) is not text"):
+        build("narrative_qa", data_files={"train": nested}, split_counts={"train": 1, "val": 1, "test": 1})
+
+
+def test_path_csv_reads_and_checks_a_txt_file_as_csv(tmp_path):
+    table = tmp_path / "qa.txt"
+    with open(table, "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows([["prompt", "references"], *[[f"{i} + 1 =", str(i + 1)] for i in range(4)]])
+    pool = build("custom", path="csv", data_files={"train": str(table)}, split_counts={"train": 2, "val": 1, "test": 1})
+    assert sizes(pool) == [2, 1, 1] and all(s.references[0].isdigit() for s in pool.splits["train"])
+    broken = tmp_path / "broken.txt"
+    broken.write_text("prompt,references\n1 + 1 =,2\n2 + 1 =,3,4\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"broken\.txt: line 3: 3 fields where the header has 2; is a comma stray"):
+        build("custom", path="csv", data_files={"train": str(broken)}, split_counts={"train": 1, "val": 1, "test": 1})
+
+
+def test_path_json_checks_a_txt_file_as_json_lines_and_no_builder_needs_a_known_suffix(tmp_path):
+    lines = tmp_path / "qa.txt"
+    lines.write_text("".join(json.dumps(row) + "\n" for row in QA_ROWS[:3]), encoding="utf-8")
+    one_each = {"split_counts": {"train": 1, "val": 1, "test": 1}}
+    pool = build("custom", path="json", data_files={"train": str(lines)}, **one_each)
+    assert sizes(pool) == [1, 1, 1]
+    lines.write_text("prompt,references\n1 + 1 =,2\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"qa\.txt: line 1, column 1: not a JSON object"):
+        build("custom", path="json", data_files={"train": str(lines)}, **one_each)
+    with pytest.raises(DataError, match=r"cannot tell how to read data_files .*qa\.txt'\]: give them one extension"):
+        build("custom", data_files={"train": str(lines)}, **one_each)

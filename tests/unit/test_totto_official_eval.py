@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any, Callable, NamedTuple
 
@@ -97,12 +98,15 @@ def task_metric(metric_id: str):
 
 
 @pytest.fixture(scope="module")
-def totto():
-    """The dev sample's rows as stored, and the datapool's samples of them (in order, all in test)."""
+def totto(tmp_path_factory):
+    """The dev sample's rows as stored, and the datapool's samples of them (in order, all in test; train reads a
+    copy, since train and test may not read one file)."""
     path = sample_path()
     loader = DATAPOOLS.get("totto")
-    splits = {split: "validation" for split in ("train", "val", "test")}
-    args = {"data_files": {"validation": str(path)}, "source_splits": splits}
+    copy = tmp_path_factory.mktemp("totto") / f"train_{path.name}"
+    shutil.copyfile(path, copy)
+    splits = {"train": "train", "val": "validation", "test": "validation"}
+    args = {"data_files": {"train": str(copy), "validation": str(path)}, "source_splits": splits}
     samples = loader.build(parse(loader.Args, args, "args")).splits["test"]
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
     assert len(samples) == len(rows) == 5
