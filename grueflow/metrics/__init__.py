@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Optional, Sequence
 
 from grueflow.registry import Registry
 
@@ -29,6 +29,10 @@ class MetricUnavailableError(RuntimeError):
 
 
 TOKENS_KEY = "completion_tokens"  # meta key of a dense metric's input: each completion's tokens, as text
+
+# sacrebleu's BLEU tokenizers (sacrebleu.metrics.bleu._TOKENIZERS) that a BLEU-based metric's ``tokenize`` may name;
+# 'spm' (an alias of flores101) and 'spBLEU-1K' are left out. flores101 and flores200 download a SentencePiece model.
+SacrebleuTokenizer = Literal["none", "13a", "intl", "char", "zh", "ja-mecab", "ko-mecab", "flores101", "flores200"]
 
 
 @dataclass(frozen=True)
@@ -140,5 +144,5 @@ def nanmean(values: Sequence[float]) -> float:
 from grueflow.metrics import captioning, diversity, fluency, lexical, semantic, shaping, table, task  # noqa: E402,F401
 from grueflow.metrics import preference  # noqa: E402,F401  (issue 7: reward_model)
 
-__all__ = ["METRICS", "TOKENS_KEY", "Metric", "MetricContext", "MetricResult", "MetricUnavailableError", "describe",
-           "mean", "nanmean", "require"]
+__all__ = ["METRICS", "TOKENS_KEY", "Metric", "MetricContext", "MetricResult", "MetricUnavailableError",
+           "SacrebleuTokenizer", "describe", "mean", "nanmean", "require"]

@@ -130,14 +130,15 @@ def coco_inputs(generations: Sequence[str], references: Sequence[Sequence[str]],
 
 
 def coco_result(key: str, scorer: Any, value: Callable[[Any], float], generations: Sequence[str],
-                references: Sequence[Sequence[str]], tokens: Tokenizer = simple_tokens) -> MetricResult:
+                references: Sequence[Sequence[str]], tokens: Tokenizer = simple_tokens,
+                min_scored: int = 1) -> MetricResult:
     """Score the samples that have references with a pycocoevalcap scorer (``value`` reads a sample's number
-    from its per-sample output) on the texts as ``tokens`` splits them; samples without references, and the
-    corpus when none has any, are NaN."""
+    from its per-sample output) on the texts as ``tokens`` splits them; samples without references are NaN, and
+    so are every sample and the corpus when fewer than ``min_scored`` samples (at least one) have references."""
     gts, res, kept = coco_inputs(generations, references, tokens)
     scores = [float("nan")] * len(generations)
     corpus = float("nan")
-    if kept:
+    if kept and len(kept) >= min_scored:
         corpus, each = scorer.compute_score(gts, res)
         for i, s in zip(kept, each):
             scores[i] = float(value(s))
@@ -145,6 +146,7 @@ def coco_result(key: str, scorer: Any, value: Callable[[Any], float], generation
 
 
 CIDER_TOKENIZERS = ("rl4lms", "coco_ptb", "simple")
+CIDER_MIN_SAMPLES = 2  # the IDF over one sample's references is log(1 / 1) = 0 for every n-gram
 
 
 @METRICS.register("cider", "CIDEr-D (pycocoevalcap Cider, sigma 6, clipped), IDF over the batch's references, in [0, 10]")
@@ -152,7 +154,12 @@ class Cider(Metric):
     """CIDEr-D as the COCO toolkit's scorer computes it (RL4LMs' copy of that scorer is the same code), on tokens
     from ``tokenize``: ``rl4lms`` (the default: RL4LMs' own, spaCy's English tokenizer with case and punctuation
     kept), ``coco_ptb`` (the COCO toolkit's PTB tokenizer: lower case, no punctuation; needs Java) or ``simple``
-    (lower case, punctuation as tokens, a regex)."""
+    (lower case, punctuation as tokens, a regex).
+
+    An n-gram's IDF is ``log(N / df)`` over the N samples scored together (Vedantam et al., CVPR 2015; pycocoevalcap
+    counts df at least 1), so CIDEr needs at least two: with one, every IDF is log(1 / 1) = 0 and any text, even the
+    reference itself, scores 0. Fewer than :data:`CIDER_MIN_SAMPLES` samples with references score NaN, per sample
+    and corpus."""
 
     category = "lexical"
     scores = ("cider",)
@@ -174,7 +181,8 @@ class Cider(Metric):
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
-            return coco_result(cls.key(), CocoCider(), lambda each: each, generations, references, tokens)
+            return coco_result(cls.key(), CocoCider(), lambda each: each, generations, references, tokens,
+                               min_scored=CIDER_MIN_SAMPLES)
 
         return compute
 

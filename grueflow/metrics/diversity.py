@@ -8,7 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean
+from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, SacrebleuTokenizer, mean, nanmean
 
 
 def ngrams(words: Sequence[str], n: int) -> list[tuple[str, ...]]:
@@ -120,7 +120,7 @@ class SelfBleu(Metric):
 
     @dataclass(frozen=True)
     class Args:
-        tokenize: str = "13a"
+        tokenize: SacrebleuTokenizer = "13a"
 
     @classmethod
     def build(cls, args: "SelfBleu.Args", context: MetricContext) -> MetricFn:

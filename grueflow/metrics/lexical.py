@@ -3,16 +3,51 @@ TER (sacrebleu)."""
 
 from __future__ import annotations
 
+import logging
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Optional, Sequence
 
-from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean, require
+from grueflow.metrics import (METRICS, Metric, MetricContext, MetricFn, MetricResult, SacrebleuTokenizer, nanmean,
+                              require)
 from grueflow.metrics.table import TOTTO_NULL, TOTTO_REFERENCES
+
+log = logging.getLogger(__name__)
+
+ROUGE_TOKEN_CHAR = re.compile(r"[a-z0-9]")
+
+
+def rouge_blind(generation: str, references: Sequence[str]) -> bool:
+    """Whether ROUGE cannot read a sample: its generation, or its references, are text (not blank) in which ROUGE's
+    tokenizer finds no token. rouge-score (``tokenize.tokenize``, after Lin's original ROUGE) and py-rouge
+    (``REMOVE_CHAR_PATTERN``) lower-case the text and keep only ``[a-z0-9]``, so Chinese, Japanese or Greek text has no
+    token and would score 0 even against itself. The tokenizer is kept, for RL4LMs' and Hugging Face ``evaluate``'s
+    numbers; such a sample is scored NaN instead. A reference without tokens can only add a 0 to the maximum over
+    references, so the references are blind only when none of them has a token."""
+
+    def no_tokens(text: str) -> bool:
+        return ROUGE_TOKEN_CHAR.search(text.lower()) is None
+
+    def blind(text: str) -> bool:
+        return bool(text.strip()) and no_tokens(text)
+
+    return blind(generation) or (any(blind(r) for r in references) and all(no_tokens(r) for r in references))
+
+
+def warn_blind(metric_id: str, blind: int, n: int) -> None:
+    """One warning line when ``blind`` of the ``n`` samples had text without a ROUGE token (:func:`rouge_blind`)."""
+    if blind:
+        log.warning("metric %r: %d of %d samples have a generation or references with no [a-z0-9] token, the only "
+                    "characters ROUGE's tokenizer keeps (text in another script); they score NaN and are left out of "
+                    "the corpus score", metric_id, blind, n)
 
 
 @METRICS.register("rouge", "ROUGE-1/2/L/Lsum F1 (rouge-score, Porter stemming), best over references")
 class Rouge(Metric):
+    """Per sample, each score's best F1 over the references; the corpus score is the mean over the samples scored. A
+    sample without references, or one whose text ROUGE's tokenizer cannot read (:func:`rouge_blind`), is NaN."""
+
     category = "lexical"
     scores = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 
@@ -38,11 +73,14 @@ class Rouge(Metric):
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
             per_sample: dict[str, list[float]] = {cls.key(s): [] for s in cls.scores}
-            for generation, refs in zip(generations, references):
-                result = scorer.score_multi([lines(r) for r in refs], lines(generation)) if refs else {}
+            blind = [bool(refs) and rouge_blind(g, refs) for g, refs in zip(generations, references)]
+            for generation, refs, unread in zip(generations, references, blind):
+                scored = bool(refs) and not unread
+                result = scorer.score_multi([lines(r) for r in refs], lines(generation)) if scored else {}
                 for s in cls.scores:
-                    per_sample[cls.key(s)].append(result[s].fmeasure if refs else float("nan"))
-            return MetricResult(per_sample, {k: mean(v) for k, v in per_sample.items()})
+                    per_sample[cls.key(s)].append(result[s].fmeasure if scored else float("nan"))
+            warn_blind("rouge", sum(blind), len(generations))
+            return MetricResult(per_sample, {k: nanmean(v) for k, v in per_sample.items()})
 
         return compute
 
@@ -57,6 +95,9 @@ def totto_bleu_texts(generations: Sequence[str],
 
 @METRICS.register("bleu", "BLEU-4 (sacrebleu): corpus score, and sentence BLEU per sample, in [0, 100]")
 class Bleu(Metric):
+    """A sample without references scores NaN and is left out of the corpus score (NaN when no sample has one), in
+    either recipe: ``totto``'s ``<null>`` pads a sample's references to three, it does not stand for all of them."""
+
     category = "lexical"
     scores = ("bleu",)
 
@@ -70,7 +111,7 @@ class Bleu(Metric):
         every file first is left out, as :mod:`grueflow.metrics.table` says for PARENT. RL4LMs' ``bleu_totto``
         divides the score by 100."""
 
-        tokenize: str = "13a"
+        tokenize: SacrebleuTokenizer = "13a"
         recipe: Literal["sacrebleu", "totto"] = "sacrebleu"
 
         def __post_init__(self) -> None:
@@ -84,14 +125,16 @@ class Bleu(Metric):
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
+            kept = [i for i, refs in enumerate(references) if refs]
+            texts, refs = [generations[i] for i in kept], [references[i] for i in kept]
             if args.recipe == "totto":
-                generations, references = totto_bleu_texts(generations, references)
-            per_sample = [sacrebleu.sentence_bleu(g, list(r), tokenize=args.tokenize).score
-                          for g, r in zip(generations, references)]
-            width = max(len(r) for r in references)
-            streams = [[r[i] if i < len(r) else None for r in references] for i in range(width)]
-            corpus = sacrebleu.corpus_bleu(list(generations), streams, tokenize=args.tokenize).score
-            return MetricResult({cls.key(): per_sample}, {cls.key(): float(corpus)})
+                texts, refs = totto_bleu_texts(texts, refs)
+            per_sample = [float("nan")] * len(generations)
+            for i, text, sample_refs in zip(kept, texts, refs):
+                per_sample[i] = float(sacrebleu.sentence_bleu(text, list(sample_refs), tokenize=args.tokenize).score)
+            corpus = (float(sacrebleu.corpus_bleu(texts, reference_streams(refs), tokenize=args.tokenize).score)
+                      if kept else float("nan"))
+            return MetricResult({cls.key(): per_sample}, {cls.key(): corpus})
 
         return compute
 
@@ -124,7 +167,7 @@ class SacreBleu(Metric):
 
     @dataclass(frozen=True)
     class Args:
-        tokenize: Literal["none", "13a", "intl", "char", "zh", "ja-mecab", "ko-mecab", "flores101", "flores200"] = "13a"
+        tokenize: SacrebleuTokenizer = "13a"
         lowercase: bool = False
 
     @classmethod
@@ -141,7 +184,7 @@ class SentenceBleu(Metric):
 
     @dataclass(frozen=True)
     class Args:
-        tokenize: str = "13a"
+        tokenize: SacrebleuTokenizer = "13a"
 
     @classmethod
     def build(cls, args: "SentenceBleu.Args", context: MetricContext) -> MetricFn:
@@ -263,6 +306,9 @@ def py_rouge_l(**kwargs: Any) -> Any:
 @METRICS.register("rouge_l_max", "ROUGE-L F1 against each reference, the maximum, in [0, 1]: rouge-score, or py-rouge "
                   "as RL4LMs computes it")
 class RougeLMax(Metric):
+    """A sample without references, or one whose text ROUGE's tokenizer cannot read (:func:`rouge_blind`), is NaN and
+    left out of the corpus mean."""
+
     category = "lexical"
     scores = ("rouge_l_max",)
 
@@ -337,8 +383,10 @@ class RougeLMax(Metric):
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
-            scores = [max(score(r, g) for r in refs) if refs else float("nan")
-                      for g, refs in zip(generations, references)]
+            blind = [bool(refs) and rouge_blind(g, refs) for g, refs in zip(generations, references)]
+            scores = [max(score(r, g) for r in refs) if refs and not unread else float("nan")
+                      for g, refs, unread in zip(generations, references, blind)]
+            warn_blind("rouge_l_max", sum(blind), len(generations))
             return MetricResult({cls.key(): scores}, {cls.key(): nanmean(scores)})
 
         return compute

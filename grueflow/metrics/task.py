@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import re
 import string
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
+from grueflow.io import DataError
 from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean, require
 
 POSITIVE_WORDS = frozenset(
@@ -18,9 +20,20 @@ NEGATIVE_WORDS = frozenset(
     "endured dreadful mediocre annoying stupid waste".split())
 
 
+WORD = re.compile(r"[^\W_]+(?:'[^\W_]+)*")  # letters and digits, apostrophes inside a word kept: "don't"
+
+
+def split_words(text: str) -> list[str]:
+    """The lower-cased words of ``text``: runs of letters and digits joined by inner apostrophes, so punctuation next
+    to a word ("great.", "dog,", "(cat)") or between words ("well-made") is not part of one. The sentiment lexicons
+    and the concepts are such words (lower-case, no punctuation)."""
+    return WORD.findall(text.lower())
+
+
 def lexicon_polarity(text: str) -> float:
-    """(positive - negative) / (positive + negative) word counts; 0 when neither occurs.  Range [-1, 1]."""
-    words = text.lower().split()
+    """(positive - negative) / (positive + negative) counts of the lexicon's words among :func:`split_words`; 0 when
+    neither occurs.  Range [-1, 1]."""
+    words = split_words(text)
     pos = sum(w in POSITIVE_WORDS for w in words)
     neg = sum(w in NEGATIVE_WORDS for w in words)
     return (pos - neg) / (pos + neg) if pos + neg else 0.0
@@ -56,11 +69,30 @@ def inflections(lemma: str) -> set[str]:
 
 
 def coverage(generation: str, concepts: Sequence[str]) -> float:
-    """Fraction of ``concepts`` that appear in ``generation`` in some inflected form.  Range [0, 1]."""
+    """Fraction of ``concepts`` that are among ``generation``'s :func:`split_words` in some inflected form.
+    Range [0, 1]."""
     if not concepts:
         raise ValueError("concept coverage needs meta['concepts'] to be a non-empty list")
-    words = set(generation.lower().replace(".", " ").split())
+    words = set(split_words(generation))
     return sum(bool(words & inflections(c.lower())) for c in concepts) / len(concepts)
+
+
+def sample_concepts(meta: Sequence[dict[str, Any]]) -> list[Sequence[str]]:
+    """Each sample's ``meta['concepts']``; a :class:`~grueflow.io.DataError` naming the metric, the key and the meta
+    keys the samples have when a sample lacks it or holds no concept."""
+
+    def usable(concepts: Any) -> bool:
+        return isinstance(concepts, Sequence) and not isinstance(concepts, str) and len(concepts) > 0
+
+    bad = [i for i, m in enumerate(meta) if not usable(m.get("concepts"))]
+    if bad:
+        first = meta[bad[0]]
+        found = (f"concepts={first['concepts']!r}" if "concepts" in first else
+                 f"no 'concepts' among its meta keys {sorted(first)}")
+        raise DataError(f"metric 'concept_coverage' needs meta['concepts'], a non-empty list of concept words, in "
+                        f"every sample; {len(bad)} of {len(meta)} samples lack it, the first (sample {bad[0]}) has "
+                        f"{found}; use a datapool that writes concepts (common_gen, synthetic_concepts)")
+    return [m["concepts"] for m in meta]
 
 
 @METRICS.register("concept_coverage", "fraction of the prompt's concepts used in the generation (CommonGen)")
@@ -70,7 +102,12 @@ class ConceptCoverage(Metric):
 
     @classmethod
     def build(cls, args: Any, context: MetricContext) -> MetricFn:
-        return per_generation(cls, lambda generation, meta: coverage(generation, meta.get("concepts", ())))
+        def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
+                    meta: Sequence[dict[str, Any]]) -> MetricResult:
+            scores = [coverage(g, concepts) for g, concepts in zip(generations, sample_concepts(meta))]
+            return MetricResult({cls.key(): scores}, {cls.key(): mean(scores)})
+
+        return compute
 
 
 @METRICS.register("vader_sentiment", "VADER compound sentiment (vaderSentiment package) of the generation, in [-1, 1]")
@@ -142,25 +179,32 @@ class TokenF1(Metric):
 # -- RL4LMs' synthetic sanity tasks (with the dummy_pool datapool) ------------------------------------------
 
 
-def _is_number(token: str) -> bool:
-    try:
-        float(token)
-    except ValueError:
-        return False
-    return True
+DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
+def finite_number(token: str) -> Optional[float]:
+    """The value of a token written as a decimal number (ASCII digits, an optional sign, point and exponent: ``7``,
+    ``-2.5``, ``.5``, ``1e3``), or None. RL4LMs' ``is_number`` is ``float()``, which also takes ``nan``, ``inf``,
+    ``infinity``, digit groups (``1_0``) and non-ASCII digits (``٣``); here those are words, as is a number too large
+    for a float (``1e999``)."""
+    if DECIMAL.fullmatch(token) is None:
+        return None
+    value = float(token)
+    return value if math.isfinite(value) else None
 
 
 def increasing_numbers(generation: str, min_tokens: int) -> float:
-    """RL4LMs' ``increasing_numbers`` reward: of the whitespace tokens that parse as numbers, the length of the
-    strictly increasing run that starts at the first one, over ``max(tokens, min_tokens / 2)``; 0 without a
-    number. In [0, 1]."""
+    """RL4LMs' ``increasing_numbers`` reward (``RewardIncreasingNumbers.reward_increasing_numbers_in_text``): of the
+    whitespace tokens that are numbers (:func:`finite_number`), the length of the strictly increasing run that starts
+    at the first one, over ``max(tokens, min_tokens / 2)``; 0 without a number. In [0, 1]. The run ends at the first
+    number not greater than the one before, RL4LMs' ``if token > previous_token`` ... ``else: break``."""
     tokens = generation.split()
-    numbers = [float(token) for token in tokens if _is_number(token)]
+    numbers = [value for value in map(finite_number, tokens) if value is not None]
     if not numbers:
         return 0.0
     run, previous = 1, numbers[0]
     for number in numbers[1:]:
-        if number <= previous:
+        if not number > previous:
             break
         run, previous = run + 1, number
     return run / max(len(tokens), min_tokens / 2)

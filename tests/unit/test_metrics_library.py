@@ -522,3 +522,40 @@ def test_cider_tokenizers_differ_where_the_paper_says():
         compute("cider", ["a"], [["a"]], tokenize="ptb")
     with pytest.raises(MetricUnavailableError, match="Java, and 'no-such-java' is not on PATH"):
         compute("cider", ["a"], [["a"]], tokenize="coco_ptb", java="no-such-java")
+
+
+REFERENCE_METRICS = [("bleu", {}), ("bleu", {"recipe": "totto"}), ("sacrebleu", {}), ("sentence_bleu", {}),
+                     ("chrf", {}), ("chrf_plus_plus", {}), ("ter", {}), ("one_minus_ter", {}), ("rouge", {}),
+                     ("rouge_l_max", {}), ("rouge_l_max", {"package": "py_rouge"}), ("meteor", {}),
+                     ("meteor", {"tokenize": "nltk"}), ("cider", {}), ("exact_match", {}), ("token_f1", {}),
+                     ("bert_score", {}), ("parent", {}), ("parent", {"recipe": "totto"})]
+
+
+@pytest.mark.parametrize("metric_id,args", REFERENCE_METRICS)
+def test_a_sample_without_references_is_nan_and_left_out_of_the_corpus(metric_id, args):
+    """Every reference metric: NaN for the sample with no reference, and the corpus score of the other samples
+    scored alone; NaN throughout when no sample has a reference."""
+    generations, references = shared_data.commongen(3)
+    meta = [{"table": TABLE, "raw_table": [[{"value": v} for _, v in TABLE]], "page_title": "Dahlquist"}] * 4
+    mixed = compute(metric_id, generations[:2] + ["an unreferenced sample"] + generations[2:],
+                    references[:2] + [[]] + references[2:], meta, **args)
+    alone = compute(metric_id, generations, references, meta[:3], **args)
+    for key, scores in mixed.per_sample.items():
+        assert math.isnan(scores[2]) and scores[:2] + scores[3:] == pytest.approx(alone.per_sample[key], rel=1e-9)
+    assert mixed.corpus == pytest.approx(alone.corpus, rel=1e-9)
+    none = compute(metric_id, generations[:2], [[], []], meta[:2], **args)
+    assert all(math.isnan(v) for scores in none.per_sample.values() for v in scores)
+    assert all(math.isnan(v) for v in none.corpus.values())
+
+
+def test_bleu_without_references_matches_sacrebleu_on_the_rest():
+    import sacrebleu
+
+    generations, references = shared_data.iwslt(3)
+    result = compute("bleu", [generations[0], "x", generations[1], generations[2]],
+                     [references[0], [], references[1], references[2]])
+    expected = [sacrebleu.sentence_bleu(g, r).score for g, r in zip(generations, references)]
+    scores = result.per_sample["lexical/bleu"]
+    assert math.isnan(scores[1]) and scores[:1] + scores[2:] == pytest.approx(expected, rel=1e-12)
+    corpus = sacrebleu.corpus_bleu(generations, [[r[0] for r in references]]).score
+    assert result.corpus["lexical/bleu"] == pytest.approx(corpus, rel=1e-12) and 0 < corpus < 100
