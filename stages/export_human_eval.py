@@ -6,7 +6,6 @@ from pathlib import Path
 from grueflow import stage
 from grueflow.human import batch as hb
 from grueflow.human.criteria import CRITERIA
-from grueflow.io import atomic_dir
 
 
 def method_path(text: str) -> tuple[str, Path]:
@@ -28,7 +27,8 @@ def main() -> None:
     p.add_argument("--seed", type=stage.seed, required=True, help="item order, A/B order and opaque ids")
     p.add_argument("--max-items", type=stage.positive, default=None, help="keep the first N items after shuffling (N >= 1)")
     p.add_argument("--out", type=Path, required=True, help="the batch folder")
-    p.add_argument("--key", type=Path, help="pairwise: where the opaque id -> system key goes (outside --out)")
+    p.add_argument("--key", type=Path, help="pairwise: where the opaque id -> system key goes (outside --out); an "
+                                            "existing key of another batch is refused, never replaced")
     args = p.parse_args()
     started = stage.setup(args)
     if args.criteria not in CRITERIA:
@@ -41,6 +41,9 @@ def main() -> None:
         p.error(f"--predictions names {', '.join(map(repr, repeated))} more than once; give each method once")
     if args.kind == "pairwise" and (args.key is None or args.key.resolve().is_relative_to(args.out.resolve())):
         p.error("a pairwise batch needs --key outside the --out folder (annotators must never see it)")
+    if args.kind == "likert" and args.key is not None:
+        p.error(f"--key {args.key} is for pairwise batches; a Likert batch has no key (its items name their method): "
+                f"leave --key out")
     prompt_column = "prompt"
     if args.rl4lms_csv and args.kind == "pairwise":
         prompt_column, sources = hb.read_rl4lms_pairwise(args.rl4lms_csv)
@@ -58,13 +61,12 @@ def main() -> None:
     if args.max_items is not None:
         batch = batch.head(args.max_items)
         if key is not None:
-            kept = {item[f"choice_{side}_id"] for item in batch.items for side in "AB"}
+            kept = batch.opaque_ids()
             key = {opaque: system for opaque, system in key.items() if opaque in kept}
     inputs = ({"rl4lms_csv": args.rl4lms_csv} if args.rl4lms_csv else {m: path for m, path in args.predictions})
-    with atomic_dir(args.out) as tmp:
-        hb.write_batch(batch, tmp, key, args.key)
-        stage.finish(tmp, "export_human_eval", {"kind": args.kind, "criteria": args.criteria, "seed": args.seed,
-                                                "max_items": args.max_items}, inputs, started)
+    params = {"kind": args.kind, "criteria": args.criteria, "seed": args.seed, "max_items": args.max_items}
+    hb.write_batch(batch, args.out, key, args.key,
+                   finish=lambda tmp: stage.finish(tmp, "export_human_eval", params, inputs, started))
 
 
 if __name__ == "__main__":

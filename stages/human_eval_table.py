@@ -3,8 +3,24 @@
 from pathlib import Path
 
 from grueflow import stage
+from grueflow.config import ConfigError
 from grueflow.human import results
 from grueflow.io import DataError, check_stage_output, read_json, write_csv, write_text
+
+
+def check_outputs(out_csv: Path, out_md: Path, imports: list[Path]) -> None:
+    """The two outputs must be two files, neither of them an import folder nor inside one (the table would
+    overwrite what it reads): a :class:`ConfigError` naming the path otherwise, before any work."""
+    if out_csv.resolve() == out_md.resolve():
+        raise ConfigError(f"--out-csv and --out-md are both {out_csv}; the Markdown would replace the CSV: give two "
+                          f"different paths")
+    for flag, out in (("--out-csv", out_csv), ("--out-md", out_md)):
+        inside = next((folder for folder in imports if out.resolve().is_relative_to(folder.resolve())), None)
+        if inside is not None:
+            raise ConfigError(f"{flag} {out} lies inside the --imports folder {inside}, whose files the table reads: "
+                              f"write it outside every import folder")
+        if out.is_dir():
+            raise ConfigError(f"{flag} {out} is a folder; give the path of the file to write")
 
 
 def main() -> None:
@@ -14,6 +30,7 @@ def main() -> None:
     p.add_argument("--out-md", type=Path, required=True)
     args = p.parse_args()
     stage.setup(args)
+    check_outputs(args.out_csv, args.out_md, args.imports)
     rows, agreements = [], {}
     named = [folder.resolve() for folder in args.imports]
     repeated = sorted({str(f) for f in named if named.count(f) > 1})

@@ -23,7 +23,9 @@ def answer_files(paths: list[Path]) -> list[Path]:
 def main() -> None:
     p = stage.parser(__doc__)
     p.add_argument("--batch", type=Path, required=True, help="the batch folder")
-    p.add_argument("--key", type=Path, help="the pairwise batch's key file")
+    p.add_argument("--key", type=Path, help="the pairwise batch's key file (the one the export wrote with --batch)")
+    p.add_argument("--legacy-key", action="store_true",
+                   help="accept a key written before keys named their batch; nothing then checks that it is --batch's")
     p.add_argument("--answers", type=Path, nargs="+", required=True, help="answers .jsonl / results .csv files or folders")
     p.add_argument("--task", help="the task name in the table (default: the batch's criteria set)")
     p.add_argument("--out", type=Path, required=True)
@@ -32,6 +34,10 @@ def main() -> None:
     batch = hb.read_batch(args.batch)
     if batch.kind == "pairwise" and args.key is None:
         p.error("a pairwise batch needs --key (the key file written by the export)")
+    if batch.kind == "likert" and args.key is not None:
+        p.error(f"--batch {args.batch} is a Likert batch, which has no key (its items name their method); "
+                f"leave --key {args.key} out")
+    key = hb.read_key(args.key, batch, args.legacy_key) if batch.kind == "pairwise" else None
     files = answer_files(args.answers)
     answers = results.latest_answers(a for f in files for a in results.read_answers(f, batch))
     task = args.task or batch.criteria_set
@@ -43,13 +49,13 @@ def main() -> None:
         if batch.kind == "likert":
             rows = results.likert_rows(batch, answers, task)
         else:
-            key = hb.read_key(args.key)
             rows = results.pairwise_rows(batch, key, answers, task)
             write_jsonl(tmp / "preferences.jsonl", results.preferences(batch, key, answers))
         write_json(tmp / "table_rows.json", rows)
         inputs = {"batch": args.batch, **({"key": args.key} if args.key else {}),
                   **{f"answers{i}": f for i, f in enumerate(files)}}
-        stage.finish(tmp, "import_human_eval", {"task": task}, inputs, started, n_answers=len(answers))
+        unchecked = {"legacy_key": True} if args.legacy_key and key is not None else {}
+        stage.finish(tmp, "import_human_eval", {"task": task}, inputs, started, n_answers=len(answers), **unchecked)
 
 
 if __name__ == "__main__":

@@ -11,20 +11,28 @@ A batch folder holds:
   colour the turns with ``<font>`` tags), and model text is untrusted;
 * ``template.html`` — the platform template (see :mod:`grueflow.human.templates`).
 
-Pairwise batches hide the systems: each choice carries an opaque random id, and the id → system key
-is written to a separate file that annotators never see (:func:`write_batch`'s ``key_path``).
+Every batch has a tag (:func:`batch_tag`, eight hex digits over its content) that each of its item ids carries
+(``P<tag>-00001``...): the batch's identity, recorded in its folder by ``items.jsonl``.
+
+Pairwise batches hide the systems: each choice carries an opaque id, ``<tag>-<16 random hex digits>``, and the
+key (opaque id → system) is written to a separate file that annotators never see (:func:`write_batch`'s
+``key_path``). The key file is ``{"batch_tag": <tag>, "ids": {opaque id: system}}``: it names the batch it
+was written with, and an import refuses a key of another batch (:func:`read_key`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import html
 import json
+import logging
 import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 from grueflow import io
 from grueflow.registry import UnknownNameError
@@ -39,6 +47,11 @@ TEMPLATE = "template.html"
 LIKERT_COLUMNS = ("prompt", "machine_completion", "algorithm")
 PAIRWISE_COLUMNS = ("choice_A", "choice_B", "choice_A_id", "choice_B_id")
 PROMPT_COLUMNS = ("prompt", "concept")  # RL4LMs' CommonGen pairwise CSV calls the prompt "concept"
+KEY_TAG = "batch_tag"  # the key file's fields: the tag of the batch it was written with, and opaque id -> system
+KEY_IDS = "ids"
+ITEM_ID = re.compile(r"[LP](?P<tag>[0-9a-f]{8})-\d{5,}")  # L<tag>-00001 (Likert), P<tag>-00001 (pairwise)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -52,13 +65,15 @@ class Prediction:
 
 @dataclass(frozen=True)
 class Batch:
-    """A human-evaluation batch. ``items`` are dicts with ``item_id``, ``sample_id`` and the CSV columns."""
+    """A human-evaluation batch. ``items`` are dicts with ``item_id``, ``sample_id`` and the CSV columns;
+    ``folder`` is where :func:`read_batch` read it from (None for a batch made in memory)."""
 
     kind: Kind
     criteria_set: str
     seed: int
     items: tuple[dict[str, str], ...]
     prompt_column: str = "prompt"
+    folder: Path | None = field(default=None, compare=False, repr=False)
     _by_id: dict[str, dict[str, str]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -78,8 +93,18 @@ class Batch:
             return ("item_id", *LIKERT_COLUMNS)
         return ("item_id", self.prompt_column, *PAIRWISE_COLUMNS)
 
+    @property
+    def tag(self) -> str | None:
+        """The batch's identity: the :func:`batch_tag` that every item id carries (``P<tag>-00001``); None for a
+        batch exported before item ids carried one (``P00001``)."""
+        return tag_of(self.items[0]["item_id"]) if self.items else None
+
     def item(self, item_id: str) -> dict[str, str] | None:
         return self._by_id.get(item_id)
+
+    def opaque_ids(self) -> set[str]:
+        """The opaque ids of a pairwise batch's choices (what its key must map)."""
+        return {item[f"choice_{side}_id"] for item in self.items for side in "AB"}
 
     def head(self, n: int) -> "Batch":
         """The first ``n`` items (after the seeded shuffle): a smaller batch for a smaller budget."""
@@ -128,9 +153,16 @@ def likert_batch(predictions: Mapping[str, Sequence[Prediction]], criteria_set: 
     return Batch("likert", criteria_set, seed, numbered)
 
 
+def tag_of(item_id: str) -> str | None:
+    """The batch tag an item id carries (``P<tag>-00001`` -> ``<tag>``), or None."""
+    match = ITEM_ID.fullmatch(item_id)
+    return match["tag"] if match else None
+
+
 def batch_tag(*content: Any) -> str:
     """Eight hex digits of sha256 over a batch's content: every item id of a batch carries it, so that the results
-    of another batch (whose ids would otherwise repeat ``L00001``...) match no item of this one."""
+    of another batch (whose ids would otherwise repeat ``L00001``...) match no item of this one; a pairwise
+    batch's opaque ids and key carry it too."""
     return hashlib.sha256(json.dumps(content, sort_keys=True, ensure_ascii=False).encode()).hexdigest()[:8]
 
 
@@ -138,9 +170,12 @@ def pairwise_batch(first: tuple[str, Sequence[Prediction]], second: tuple[str, S
                    criteria_set: str, seed: int, prompt_column: str = "prompt") -> tuple[Batch, dict[str, str]]:
     """Blinded A/B items on the samples both methods answered; returns the batch and its key (opaque id → method).
 
-    The order of the items, which method is A, and the opaque ids all come from ``random.Random(seed)``:
-    the same seed gives the same batch. Ids are 16 random hex digits, fresh for every choice of every
-    item, so they carry no system name and no id repeats a system across items.
+    The batch's tag is :func:`batch_tag` over everything the batch and key are made of (kind, criteria set,
+    seed, prompt column, both method names, and each shared sample's id, prompt and two generations, in the
+    order given). The order of the items, which method is A, and the opaque ids come from a generator seeded
+    with the seed and the tag: the same seed and predictions give the same batch. An opaque id is
+    ``<tag>-<16 random hex digits>``, fresh for every choice of every item, so it carries no system name, no
+    id repeats a system across items, and two batches with different content never share an id.
     """
     CRITERIA.get(criteria_set)
     if prompt_column not in PROMPT_COLUMNS:
@@ -158,18 +193,19 @@ def pairwise_batch(first: tuple[str, Sequence[Prediction]], second: tuple[str, S
         if by_id_b[p.id].prompt != p.prompt:
             raise io.DataError(f"sample {p.id!r} has different prompts in {name_a!r} and {name_b!r}; "
                                f"compare predictions made on the same datapool")
-    rng = random.Random(seed)
+    content = [[p.id, p.prompt, p.generation, by_id_b[p.id].generation] for p in shared]
+    tag = batch_tag("pairwise", criteria_set, seed, prompt_column, [name_a, name_b], content)
+    rng = random.Random(f"{seed}:{tag}")  # a str seed is hashed with sha512: the same on every run and platform
     rng.shuffle(shared)
     items, key = [], {}
-    for i, p in enumerate(shared, start=1):
+    for p in shared:
         pair = [(name_a, p.generation), (name_b, by_id_b[p.id].generation)]
         if rng.random() < 0.5:
             pair.reverse()
-        ids = [f"{rng.getrandbits(64):016x}" for _ in pair]
+        ids = [f"{tag}-{rng.getrandbits(64):016x}" for _ in pair]
         key.update({ids[0]: pair[0][0], ids[1]: pair[1][0]})
         items.append({"sample_id": p.id, prompt_column: p.prompt,
                       "choice_A": pair[0][1], "choice_B": pair[1][1], "choice_A_id": ids[0], "choice_B_id": ids[1]})
-    tag = batch_tag("pairwise", criteria_set, seed, items)
     numbered = tuple({"item_id": f"P{tag}-{i:05d}", **item} for i, item in enumerate(items, start=1))
     return Batch("pairwise", criteria_set, seed, numbered, prompt_column), key
 
@@ -179,19 +215,67 @@ def prompt_of(batch: Batch, item: Mapping[str, str]) -> str:
 
 
 def write_batch(batch: Batch, out_dir: str | Path, key: Mapping[str, str] | None = None,
-                key_path: str | Path | None = None) -> None:
-    """Write the batch files into ``out_dir`` (the caller makes it atomic) and the key, if any, to ``key_path``."""
+                key_path: str | Path | None = None, finish: Callable[[Path], None] | None = None) -> None:
+    """Write the batch folder ``out_dir`` (replaced whole) and a pairwise batch's key file ``key_path``.
+
+    ``finish``, if given, is called with the temporary folder once the batch files are in it (a stage adds its
+    record there). Nothing half-written looks finished, and no failure leaves a new key beside an old batch: the
+    key is written to a temporary name and the batch to a temporary folder; the folder is swapped in first and the
+    key renamed onto ``key_path`` last (a failure between the two leaves the old key, which names its own batch).
+    An existing ``key_path`` that holds anything but this very key is refused before anything is written
+    (:func:`check_key_path`).
+    """
     from grueflow.human.templates import platform_template
 
-    out_dir = Path(out_dir)
     if batch.kind == "pairwise" and (key is None or key_path is None):
         raise ValueError("a pairwise batch needs its key and a key_path outside the batch folder")
-    io.write_json(out_dir / MANIFEST, manifest(batch))
-    io.write_jsonl(out_dir / ITEMS, batch.items)
-    write_upload_csv(batch, out_dir / UPLOAD)
-    io.write_text(out_dir / TEMPLATE, platform_template(batch))
+    if batch.kind == "likert" and (key is not None or key_path is not None):
+        raise ValueError("a Likert batch has no key (its items name their method); give no key or key_path")
+    if batch.kind == "pairwise" and batch.tag is None:
+        raise ValueError("a pairwise batch's item ids carry its tag (P<tag>-00001); make it with pairwise_batch")
+    document = None
     if key is not None and key_path is not None:
-        io.write_json(key_path, dict(sorted(key.items())))
+        document = key_document(batch, key)
+        check_key_path(key_path, document)
+    with contextlib.ExitStack() as stack:
+        key_tmp = stack.enter_context(io.atomic_path(key_path)) if document is not None else None
+        if key_tmp is not None:
+            io.write_json(key_tmp, document)
+        with io.atomic_dir(out_dir) as tmp:
+            io.write_json(tmp / MANIFEST, manifest(batch))
+            io.write_jsonl(tmp / ITEMS, batch.items)
+            write_upload_csv(batch, tmp / UPLOAD)
+            io.write_text(tmp / TEMPLATE, platform_template(batch))
+            if finish is not None:
+                finish(tmp)
+
+
+def key_document(batch: Batch, key: Mapping[str, str]) -> dict[str, Any]:
+    """What a key file holds: ``{"batch_tag": <the batch's tag>, "ids": {opaque id: system}}``."""
+    return {KEY_TAG: batch.tag, KEY_IDS: dict(sorted(key.items()))}
+
+
+def check_key_path(key_path: str | Path, document: Mapping[str, Any]) -> None:
+    """Refuse to replace an existing file at ``key_path`` unless it already holds ``document`` (a re-export of
+    the same batch): any other key is the only record of which opaque id is which system in its batch."""
+    key_path = Path(key_path)
+    if not key_path.exists():
+        return
+    try:
+        tag, ids = _read_key_file(key_path)
+    except io.DataError:
+        raise io.DataError(f"{key_path} exists and is not a key file; choose another --key path, or delete it if "
+                           f"it holds nothing you need") from None
+    if tag == document[KEY_TAG] and ids == document[KEY_IDS]:
+        return
+    if tag is None:
+        raise io.DataError(f"{key_path}: the key exists for a batch exported before keys named their batch; choose "
+                           f"another --key path or delete it if that batch is abandoned")
+    if tag == document[KEY_TAG]:
+        raise io.DataError(f"{key_path}: the key exists for batch {tag} with other items (another --max-items?); "
+                           f"choose another --key path or delete it if that export is abandoned")
+    raise io.DataError(f"{key_path}: the key exists for batch {tag}; choose another --key path or delete it if that "
+                       f"batch is abandoned")
 
 
 def manifest(batch: Batch) -> dict[str, Any]:
@@ -235,7 +319,8 @@ def read_batch(batch_dir: str | Path) -> Batch:
         raise io.DataError(f"{batch_dir / ITEMS} holds no items; export the batch again")
     try:
         CRITERIA.get(meta["criteria_set"])
-        batch = Batch(meta["kind"], meta["criteria_set"], int(meta["seed"]), items, meta.get("prompt_column", "prompt"))
+        batch = Batch(meta["kind"], meta["criteria_set"], int(meta["seed"]), items, meta.get("prompt_column", "prompt"),
+                      batch_dir)
     except (UnknownNameError, ValueError, TypeError, KeyError) as err:
         raise io.DataError(f"{manifest_path}: {err}; export the batch again") from None
     for number, item in enumerate(items, start=1):
@@ -244,19 +329,62 @@ def read_batch(batch_dir: str | Path) -> Batch:
             raise io.DataError(f"{batch_dir / ITEMS}: line {number} lacks {missing}")
     if len(batch._by_id) != len(items):
         raise io.DataError(f"{batch_dir / ITEMS}: item ids repeat")
+    tags = sorted({tag_of(item["item_id"]) or "none" for item in items})
+    if len(tags) > 1:
+        raise io.DataError(f"{batch_dir / ITEMS}: its item ids carry {len(tags)} batch tags ({', '.join(tags[:3])}), "
+                           f"where one batch's share one; export the batch again")
     return batch
 
 
-def read_key(path: str | Path) -> dict[str, str]:
+def read_key(path: str | Path, batch: Batch | None = None, legacy_ok: bool = False) -> dict[str, str]:
+    """A pairwise key file's opaque id -> system map.
+
+    With ``batch`` (what an import passes), the key must be the one written with that batch: its ``batch_tag`` is
+    the batch's tag and it maps every opaque id of the batch, else a DataError names both files. A key written
+    before keys named their batch (a bare id -> system object) cannot be checked; it is refused unless
+    ``legacy_ok``, and then read with a warning. Without ``batch`` the map is returned unchecked.
+    """
+    tag, ids = _read_key_file(path)
+    if batch is None:
+        return ids
+    where, mine = batch.folder or "this batch", batch.tag or "no tag"
+    if tag is None and not legacy_ok:
+        raise io.DataError(f"{path} names no batch (a key written before keys named their batch), so nothing shows "
+                           f"it belongs to {where} ({mine}); if it was written with that batch, rerun with "
+                           f"--legacy-key to import it unchecked")
+    if tag is None:
+        log.warning("%s names no batch (written before keys named their batch): importing %s with it unchecked",
+                    path, where)
+    elif tag != batch.tag:
+        raise io.DataError(f"{path} belongs to batch {tag}, not to {where} ({mine}); give the key written with "
+                           f"this batch")
+    missing = sorted(batch.opaque_ids() - set(ids))
+    if missing:
+        raise io.DataError(f"{path} lacks {len(missing)} of the opaque ids of {where} (e.g. {missing[0]}); give the "
+                           f"key written with this batch")
+    return ids
+
+
+def _read_key_file(path: str | Path) -> tuple[str | None, dict[str, str]]:
+    """(batch tag, opaque id -> system) of a key file; the tag is None in a key written before keys named their
+    batch, which is the bare id -> system object."""
     if not Path(path).is_file():
         raise io.MissingDataError(f"key file {path} does not exist; give the key the export wrote beside the batch")
     try:
-        key = io.read_json(path)
+        document = io.read_json(path)
     except ValueError as err:
         raise io.DataError(f"{path}: not readable JSON ({err}); give the key the export wrote") from None
-    if not isinstance(key, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in key.items()):
-        raise io.DataError(f"{path}: a pairwise key is a JSON object of opaque id -> system name")
-    return key
+    if isinstance(document, dict) and KEY_IDS in document:
+        tag, ids = document.get(KEY_TAG), document[KEY_IDS]
+        if set(document) != {KEY_TAG, KEY_IDS} or not isinstance(tag, str):
+            raise io.DataError(f"{path}: a key file holds {KEY_TAG!r} (a batch tag) and {KEY_IDS!r} (opaque id -> "
+                               f"system) and nothing else; it has {sorted(document)}: give the key the export wrote")
+    else:
+        tag, ids = None, document
+    if not isinstance(ids, dict) or not ids or not all(isinstance(k, str) and isinstance(v, str)
+                                                       for k, v in ids.items()):
+        raise io.DataError(f"{path}: a pairwise key maps opaque ids to system names; give the key the export wrote")
+    return tag, ids
 
 
 def read_rl4lms_likert(path: str | Path) -> dict[str, list[Prediction]]:

@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import csv
 import html
+import json
+import logging
 import math
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +23,7 @@ from grueflow.human.agreement import cohen_kappa, fleiss_kappa, krippendorff_alp
 from grueflow.human.answers import Answer
 from grueflow.registry import UnknownNameError
 
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = DATA / "human_eval_examples"
 LIKERT_DIALOGUE = EXAMPLES / "likert" / "daily_dialogue_example_input.csv"
 PAIRWISE = EXAMPLES / "pairwise" / "commongen_pairwise_example_input.csv"
@@ -131,8 +137,10 @@ def test_pairwise_batch_is_blinded(tmp_path: Path) -> None:
         assert not any(s in text for s in systems), f"{file.name} names a system"
     ids = [i[f"choice_{side}_id"] for i in batch.items for side in "AB"]
     assert len(set(ids)) == len(ids) == 18  # fresh opaque ids per choice: no id recurs across items
-    assert all(len(i) == 16 and int(i, 16) >= 0 for i in ids)
-    assert hb.read_key(tmp_path / "key.json") == key and sorted(set(key.values())) == systems
+    assert all(re.fullmatch(rf"{batch.tag}-[0-9a-f]{{16}}", i) for i in ids)  # the batch's tag, 16 random hex digits
+    assert hb.read_key(tmp_path / "key.json", hb.read_batch(tmp_path / "batch")) == key
+    assert sorted(set(key.values())) == systems
+    assert json.loads((tmp_path / "key.json").read_text()) == {"batch_tag": batch.tag, "ids": key}
     # unblinding through the key gives back each system's own sentence for each concept
     original = {(r["concept"], side_id): r[f"choice_{side}"] for r in examples for side, side_id in
                 (("A", r["choice_A_id"]), ("B", r["choice_B_id"]))}
@@ -161,7 +169,7 @@ def test_pairwise_round_trip_preferences_and_win_rates(tmp_path: Path) -> None:
                "W2": {i: {"choice": "tie" if i == first else side} for i, side in pref_side.items()}}
     _results_csv(tmp_path / "results.csv", tmp_path / "batch", answers)
     imported = results.read_answers(tmp_path / "results.csv", back)
-    prefs = results.preferences(back, hb.read_key(tmp_path / "key.json"), imported)
+    prefs = results.preferences(back, hb.read_key(tmp_path / "key.json", back), imported)
     assert len(prefs) == 9 + 8  # W2's tie gives no row
     examples = {r["concept"]: r for r in _rows(PAIRWISE)}
     for row in prefs:
@@ -384,3 +392,173 @@ def test_the_human_table_names_each_rows_batch_and_refuses_an_import_twice(tmp_p
     assert "| t | ppo | fluency | 3 | 4.00 [2.00, 4.50] | likert_seed1 |" in (tmp_path / "t.md").read_text()
     twice = table("likert_seed0", "likert_seed0")
     assert twice.returncode == 2 and "more than once; each row would count twice" in twice.stderr
+
+
+def _predictions(method: str, n: int = 4) -> list[hb.Prediction]:
+    """``n`` predictions of one method: sample ``test-<i>``, prompt ``p<i>``, generation ``<method> g<i>``."""
+    return [hb.Prediction(f"test-{i}", f"p{i}", f"{method} g{i}") for i in range(n)]
+
+
+def _write_predictions(folder: Path, *methods: str) -> dict[str, Path]:
+    paths = {}
+    for method in methods:
+        paths[method] = folder / f"{method}.jsonl"
+        io.write_jsonl(paths[method], [{"id": p.id, "prompt": p.prompt, "generation": p.generation}
+                                       for p in _predictions(method)])
+    return paths
+
+
+def _stage(script: str, *args: object) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, f"stages/{script}.py", *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True)
+
+
+def test_two_pairwise_batches_of_one_seed_share_no_opaque_id() -> None:
+    """Opaque ids carry the batch's tag, drawn with the seed and the tag: the same seed and size no longer give
+    two batches the same ids (which let one batch's key unblind another)."""
+    first, first_key = hb.pairwise_batch(("ppo", _predictions("ppo")), ("sup", _predictions("sup")), "imdb", seed=0)
+    other, other_key = hb.pairwise_batch(("a2c", _predictions("a2c")), ("sup", _predictions("sup")), "imdb", seed=0)
+    assert first.tag != other.tag
+    assert set(first_key).isdisjoint(other_key) and first.opaque_ids() == set(first_key)
+    assert all(i.startswith(f"{first.tag}-") for i in first_key)
+    assert all(i.startswith(f"{other.tag}-") for i in other_key)
+    again = hb.pairwise_batch(("ppo", _predictions("ppo")), ("sup", _predictions("sup")), "imdb", seed=0)
+    assert again == (first, first_key)
+    # the method names are part of the identity: the same texts under other names are another batch
+    renamed, _ = hb.pairwise_batch(("nlpo", _predictions("ppo")), ("sup", _predictions("sup")), "imdb", seed=0)
+    assert renamed.tag != first.tag
+
+
+def test_an_import_refuses_the_key_of_another_batch_and_an_export_never_replaces_one(tmp_path: Path) -> None:
+    paths = _write_predictions(tmp_path, "ppo", "sup", "a2c")
+
+    def export(first: str, out: str, key: str) -> subprocess.CompletedProcess:
+        return _stage("export_human_eval", "--kind", "pairwise", "--criteria", "imdb", "--seed", 0, "--predictions",
+                      f"{first}={paths[first]}", f"sup={paths['sup']}", "--out", tmp_path / out,
+                      "--key", tmp_path / key)
+
+    assert export("ppo", "batchA", "keyA.json").returncode == 0
+    key_a = (tmp_path / "keyA.json").read_bytes()
+    batch_a = hb.read_batch(tmp_path / "batchA")
+    clash = export("a2c", "batchB", "keyA.json")  # another batch to the same key: refused, nothing written
+    assert clash.returncode == 2 and "Traceback" not in clash.stderr
+    assert (f"keyA.json: the key exists for batch {batch_a.tag}; choose another --key path or delete it if that "
+            f"batch is abandoned") in clash.stderr
+    assert (tmp_path / "keyA.json").read_bytes() == key_a and not (tmp_path / "batchB").exists()
+    assert export("ppo", "batchA", "keyA.json").returncode == 0  # the same batch again: the same key, allowed
+    assert (tmp_path / "keyA.json").read_bytes() == key_a
+    assert export("a2c", "batchB", "keyB.json").returncode == 0
+    batch_b = hb.read_batch(tmp_path / "batchB")
+
+    key = json.loads(key_a)["ids"]
+    answers = tmp_path / "answers.jsonl"
+    io.write_jsonl(answers, [{"annotator": "alice", "item_id": item["item_id"], "at": "2024-01-01T00:00:00Z",
+                              "answer": {"choice": "A" if key[item["choice_A_id"]] == "ppo" else "B"}}
+                             for item in batch_a.items])
+    wrong = _stage("import_human_eval", "--batch", tmp_path / "batchA", "--key", tmp_path / "keyB.json", "--answers",
+                   answers, "--out", tmp_path / "imported")
+    assert wrong.returncode == 2 and "Traceback" not in wrong.stderr
+    assert (f"keyB.json belongs to batch {batch_b.tag}, not to {tmp_path / 'batchA'} ({batch_a.tag}); give the key "
+            f"written with this batch") in wrong.stderr
+    assert not (tmp_path / "imported").exists()
+    right = _stage("import_human_eval", "--batch", tmp_path / "batchA", "--key", tmp_path / "keyA.json", "--answers",
+                   answers, "--out", tmp_path / "imported")
+    assert right.returncode == 0, right.stderr
+    rows = {r["method"]: r["value"] for r in io.read_json(tmp_path / "imported" / "table_rows.json")}
+    assert rows == {"ppo": 1.0, "sup": 0.0}
+
+
+def test_a_key_that_names_no_batch_is_refused_unless_accepted_as_legacy(tmp_path: Path,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    batch, key = hb.pairwise_batch(("ppo", _predictions("ppo")), ("sup", _predictions("sup")), "imdb", seed=0)
+    hb.write_batch(batch, tmp_path / "batch", key, tmp_path / "key.json")
+    back = hb.read_batch(tmp_path / "batch")
+    io.write_json(tmp_path / "old.json", key)  # the bare id -> system object keys were before they named their batch
+    with pytest.raises(io.DataError, match=re.escape(
+            f"old.json names no batch (a key written before keys named their batch), so nothing shows it belongs to "
+            f"{tmp_path / 'batch'} ({batch.tag}); if it was written with that batch, rerun with --legacy-key to "
+            f"import it unchecked")):
+        hb.read_key(tmp_path / "old.json", back)
+    with caplog.at_level(logging.WARNING, logger="grueflow.human.batch"):
+        assert hb.read_key(tmp_path / "old.json", back, legacy_ok=True) == key
+    assert "old.json names no batch (written before keys named their batch): importing" in caplog.text
+    # a key of this batch's first two items only (the same tag: --max-items) does not cover the whole batch
+    short = {i: s for i, s in key.items() if i in batch.head(2).opaque_ids()}
+    io.write_json(tmp_path / "short.json", hb.key_document(batch, short))
+    with pytest.raises(io.DataError, match=r"short\.json lacks 4 of the opaque ids of .*batch \(e\.g\. "):
+        hb.read_key(tmp_path / "short.json", back)
+    # a batch exported before item ids carried a tag (P00001...) still reads, and imports with its legacy key
+    items = (tmp_path / "batch" / hb.ITEMS).read_text().replace(f'"P{batch.tag}-', '"P')
+    (tmp_path / "batch" / hb.ITEMS).write_text(items)
+    untagged = hb.read_batch(tmp_path / "batch")
+    assert untagged.tag is None and untagged.items[0]["item_id"] == "P00001"
+    assert hb.read_key(tmp_path / "old.json", untagged, legacy_ok=True) == key
+    with pytest.raises(io.DataError, match=r"old\.json names no batch .* belongs to .*batch \(no tag\)"):
+        hb.read_key(tmp_path / "old.json", untagged)
+
+
+def test_write_batch_replaces_only_its_own_key_and_a_failure_writes_neither(tmp_path: Path) -> None:
+    batch, key = hb.pairwise_batch(("ppo", _predictions("ppo")), ("sup", _predictions("sup")), "imdb", seed=0)
+    other, other_key = hb.pairwise_batch(("a2c", _predictions("a2c")), ("sup", _predictions("sup")), "imdb", seed=0)
+    hb.write_batch(batch, tmp_path / "a", key, tmp_path / "key.json")
+    written = (tmp_path / "key.json").read_bytes()
+    with pytest.raises(io.DataError, match=re.escape(f"key.json: the key exists for batch {batch.tag}; choose another "
+                                                     f"--key path or delete it if that batch is abandoned")):
+        hb.write_batch(other, tmp_path / "b", other_key, tmp_path / "key.json")
+    assert (tmp_path / "key.json").read_bytes() == written and not (tmp_path / "b").exists()
+    head = batch.head(2)
+    with pytest.raises(io.DataError, match=rf"key\.json: the key exists for batch {batch.tag} with other items"):
+        hb.write_batch(head, tmp_path / "a", {i: s for i, s in key.items() if i in head.opaque_ids()},
+                       tmp_path / "key.json")
+    hb.write_batch(batch, tmp_path / "a", key, tmp_path / "key.json")  # the same batch and key again
+    assert (tmp_path / "key.json").read_bytes() == written
+    io.write_json(tmp_path / "old.json", key)
+    with pytest.raises(io.DataError, match=r"old\.json: the key exists for a batch exported before keys named their "
+                                           r"batch; choose another --key path or delete it if that batch is abandoned"):
+        hb.write_batch(batch, tmp_path / "a", key, tmp_path / "old.json")
+
+    def fail(folder: Path) -> None:
+        raise RuntimeError("the stage record could not be written")
+
+    with pytest.raises(RuntimeError):
+        hb.write_batch(other, tmp_path / "b", other_key, tmp_path / "b.json", finish=fail)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "key.json", "old.json"]  # no key, folder or temp file
+    with pytest.raises(ValueError, match="a Likert batch has no key"):
+        hb.write_batch(hb.likert_batch({"ppo": _predictions("ppo")}, "imdb", 0), tmp_path / "l", key,
+                       tmp_path / "l.json")
+
+
+def test_a_batch_whose_item_ids_carry_two_tags_is_refused(tmp_path: Path) -> None:
+    batch, key = hb.pairwise_batch(("ppo", _predictions("ppo")), ("sup", _predictions("sup")), "imdb", seed=0)
+    other, _ = hb.pairwise_batch(("a2c", _predictions("a2c")), ("sup", _predictions("sup")), "imdb", seed=0)
+    mixed = hb.Batch("pairwise", "imdb", 0, (*batch.items[:2], *other.items[2:]))
+    hb.write_batch(mixed, tmp_path / "mixed", key, tmp_path / "key.json")
+    with pytest.raises(io.DataError, match=rf"items\.jsonl: its item ids carry 2 batch tags \(.*{other.tag}.*\), where "
+                                           rf"one batch's share one; export the batch again"):
+        hb.read_batch(tmp_path / "mixed")
+
+
+def test_the_human_table_refuses_outputs_that_clash_before_any_work(tmp_path: Path) -> None:
+    folder = tmp_path / "import"
+    folder.mkdir()
+    io.write_json(folder / "table_rows.json", [{"kind": "likert", "task": "t", "method": "ppo", "measure": "fluency",
+                                                "n": 3, "value": 3.0, "ci_low": 2.0, "ci_high": 4.0}])
+    io.write_json(folder / "agreement.json", {})
+    io.write_stage_record(folder, stage="import_human_eval", params={}, inputs={}, wall_time_s=0.0)
+    rows = (folder / "table_rows.json").read_bytes()
+
+    def table(csv_path: Path, md_path: Path) -> subprocess.CompletedProcess:
+        return _stage("human_eval_table", "--imports", folder, "--out-csv", csv_path, "--out-md", md_path)
+
+    same = table(tmp_path / "t.out", tmp_path / "t.out")
+    assert same.returncode == 2 and "Traceback" not in same.stderr
+    assert (f"--out-csv and --out-md are both {tmp_path / 't.out'}; the Markdown would replace the CSV: give two "
+            f"different paths") in same.stderr
+    inside = table(folder / "table_rows.json", tmp_path / "t.md")
+    assert inside.returncode == 2
+    assert (f"--out-csv {folder / 'table_rows.json'} lies inside the --imports folder {folder}, whose files the table "
+            f"reads: write it outside every import folder") in inside.stderr
+    assert table(tmp_path / "t.csv", folder).returncode == 2  # an output that is the import folder itself
+    assert (folder / "table_rows.json").read_bytes() == rows and not (tmp_path / "t.md").exists()
+    assert not (tmp_path / "t.out").exists()
+    assert table(tmp_path / "t.csv", tmp_path / "t.md").returncode == 0
