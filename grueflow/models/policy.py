@@ -353,10 +353,14 @@ class Policy:
         return [text.strip() for text in self.tokenizer.batch_decode(completions, skip_special_tokens=True)]
 
     def encode_targets(self, targets: list[str], max_length: int) -> torch.Tensor:
-        """Target token ids ending in EOS, right-padded with pad.  (B, T)"""
+        """Target token ids ending in EOS, right-padded with pad.  (B, T), T <= ``max_length``.
+
+        A target longer than ``max_length - 1`` tokens keeps its first tokens, whatever side prompts are cut from
+        (a causal policy's prompts keep their end): a target continues its prompt, so its start is what follows
+        the prompt."""
         prefix = " " if self.kind == "causal" else ""
-        rows = [self.tokenizer(prefix + t, add_special_tokens=False, truncation=True,
-                               max_length=max_length - 1)["input_ids"] + [self.eos_token_id] for t in targets]
+        rows = [self.tokenizer(prefix + t, add_special_tokens=False)["input_ids"][:max_length - 1] + [self.eos_token_id]
+                for t in targets]
         width = max(len(r) for r in rows)
         return torch.tensor([r + [self.tokenizer.pad_token_id] * (width - len(r)) for r in rows], device=self.device)
 

@@ -60,6 +60,21 @@ def test_supervised_loss_decreases_on_one_pair(tiny_models):
     assert losses[-1] < losses[0]
 
 
+@pytest.mark.parametrize("kind", ["causal", "seq2seq"])
+def test_a_long_target_keeps_its_start(tiny_models, kind):
+    """Prompts of a causal policy are cut from the left (their end leads into the completion); a target continues
+    the prompt, so it is cut from the right, for either kind."""
+    model, tokenizer = load_pretrained(tiny_models[kind])
+    policy = Policy(model, tokenizer, max_prompt_length=24)
+    target = "the dog kicks the ball . the cat sees the dog . the bird eats the seed ."
+    whole = tokenizer((" " if kind == "causal" else "") + target, add_special_tokens=False)["input_ids"]
+    assert len(whole) > 8
+    encoded = policy.encode_targets([target, "the dog ."], max_length=8)
+    assert encoded.shape == (2, 8)
+    assert encoded[0].tolist() == whole[:7] + [tokenizer.eos_token_id]
+    assert policy.decode(encoded[:1])[0] == tokenizer.decode(whole[:7], skip_special_tokens=True).strip()
+
+
 def test_hub_id_without_network_fails_with_a_clear_error():
     with pytest.raises(HubUnreachableError, match=r"cannot load 'gpt2'.*hub is unreachable.*name_or_path"):
         load_pretrained("gpt2")
