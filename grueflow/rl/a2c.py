@@ -40,6 +40,9 @@ class A2C(Algorithm):
         return (masked_whiten(advantages, mask) if self.cfg.normalize_advantage else advantages), returns
 
     def loss(self, new: Outputs, batch: MiniBatch, kl_coef: float) -> tuple[torch.Tensor, dict[str, float]]:
+        """``-A logp + vf_coef (R - V)^2 - ent_coef H`` over the masked tokens. No KL term, so ``kl_coef`` is
+        unused: the KL penalty is in the rewards behind ``batch.advantages`` (:class:`~grueflow.rl.configs.A2CConfig`
+        refuses ``kl_in_loss``)."""
         mask = batch.mask
         policy_loss = -masked_mean(batch.advantages * new.logprobs, mask)
         value_loss = masked_mean((batch.returns - new.values) ** 2, mask)

@@ -22,6 +22,7 @@ class KLConfig:
     compared with: ``sequence``, the rollout's mean summed KL of a completion; ``token``, its mean KL per
     completion token (all tokens of the rollout weighted alike), as RL4LMs' ``KLController`` steps on the
     mean ``kl_div`` of every transition of the rollout buffer, so RL4LMs' ``target_kl`` carries over as is.
+    The adaptive step is multiplicative, so an adaptive ``coef`` must start above 0 (``adaptive`` defaults to true).
     """
 
     coef: float = 0.05
@@ -35,6 +36,8 @@ class KLConfig:
         check(self.kl_lr > 0, f"kl_lr must be > 0 (the coefficient's step toward the target), got {self.kl_lr}")
         if self.adaptive:
             check(self.target is not None and self.target > 0, f"adaptive KL needs target > 0, got {self.target}")
+            check(self.coef > 0, f"coef is {self.coef} with adaptive: true (the default); an adaptive coefficient "
+                                 "scales itself and stays at 0: give coef > 0, or adaptive: false")
 
 
 @dataclass(frozen=True)
@@ -45,9 +48,10 @@ class RLConfig:
     completions of each. The KL to the reference is estimated per sampled token with ``kl_estimator``,
     with ``r = q/p`` the reference's probability of the token over the policy's (Schulman 2020): k1
     ``-log r``, k2 ``(log r)^2 / 2``, k3 ``r - 1 - log r`` (:mod:`grueflow.rl.kl`). The estimate is
-    either subtracted from the reward (PPO style) or added to the loss (``kl_in_loss``, GRPO style).
-    Algorithms with a critic put a value head on the policy's own trunk (``critic: shared``, one
-    model copy fewer) or on a separate copy of the start model (``critic: separate``, as RL4LMs).
+    either subtracted from the reward (PPO style) or added to the loss (``kl_in_loss``, GRPO style; only
+    for the algorithms of :data:`KL_IN_LOSS_ALGORITHMS`). Algorithms with a critic put a value head on
+    the policy's own trunk (``critic: shared``, one model copy fewer) or on a separate copy of the start
+    model (``critic: separate``, as RL4LMs); the critic-free ones (GRPO, RLOO, REINFORCE++) refuse ``critic``.
     With ``lora`` the policy (and a separate critic, with its own adapter) train LoRA adapters
     only, and the reference is the policy with its adapter disabled: no reference copy is held.
     Every ``checkpoint_every`` iterations a resumable checkpoint goes to ``<output>.resume/iteration<k>/``;
@@ -131,6 +135,25 @@ class RLConfig:
                f"the newest checkpoint is what a killed run resumes from")
 
 
+# The algorithms whose loss adds ``kl_coef x KL`` under ``kl_in_loss``: those whose loss is
+# :func:`grueflow.rl.objectives.policy_objective`'s. The others take the KL in the reward only.
+KL_IN_LOSS_ALGORITHMS = ("ppo", "nlpo", "grpo", "rloo", "reinforce_pp")
+
+
+def check_kl_in_reward(cfg: RLConfig, algorithm: str) -> None:
+    """Raise ValueError when ``kl_in_loss`` is set for ``algorithm``, whose loss never adds the KL: the trainer
+    then leaves the KL out of the reward too, and ``kl.coef`` would change nothing."""
+    check(not cfg.kl_in_loss, f"kl_in_loss must be false for {algorithm}, got true: kl_in_loss applies to algorithms "
+                              f"whose loss adds the KL ({', '.join(KL_IN_LOSS_ALGORITHMS)}); {algorithm} takes the KL "
+                              "in the reward: leave kl_in_loss out")
+
+
+def check_no_critic(cfg: RLConfig) -> None:
+    """Raise ValueError when a critic-free algorithm's config asks for a critic it never builds."""
+    check(cfg.critic == "shared", f"critic: {cfg.critic!r} has no effect here: this algorithm has no critic (its "
+                                  "baseline comes from the sampled rewards); leave critic out")
+
+
 @dataclass(frozen=True)
 class PPOConfig(RLConfig):
     """PPO on whole sequences (Schulman et al. 2017; RL4LMs' defaults for gamma and lambda)."""
@@ -181,7 +204,10 @@ class NLPOConfig(PPOConfig):
 
 @dataclass(frozen=True)
 class A2CConfig(RLConfig):
-    """A2C (Mnih et al. 2016) with stable-baselines3's defaults: RMSprop, n-step returns, one step per rollout."""
+    """A2C (Mnih et al. 2016) with stable-baselines3's defaults: RMSprop, n-step returns, one step per rollout.
+
+    Its loss has no KL term: the KL to the reference is in the reward, and ``kl_in_loss`` is refused.
+    """
 
     epochs: int = 1
     learning_rate: float = 7e-4
@@ -196,6 +222,7 @@ class A2CConfig(RLConfig):
         check(self.n_steps > 0, f"n_steps must be > 0, got {self.n_steps}")
         check(0 <= self.gamma <= 1, f"gamma must be in [0, 1], got {self.gamma}")
         check(self.vf_coef >= 0, f"vf_coef must be >= 0, got {self.vf_coef}")
+        check_kl_in_reward(self, "a2c")
 
 
 @dataclass(frozen=True)
@@ -205,7 +232,10 @@ class TRPOConfig(RLConfig):
     The policy step solves ``H s = g`` by conjugate gradient (``cg_max_steps``, ``cg_damping``) and
     backtracks (``line_search_shrinking_factor``, ``line_search_max_iter``) until the mean token
     KL(old || new) is at most ``max_kl`` and the surrogate improved; ``learning_rate`` is the
-    critic's (Adam, ``n_critic_updates`` steps per rollout).
+    critic's (Adam, ``n_critic_updates`` steps per rollout). The KL to the reference is in the reward, never the loss.
+    Each of ``cg_max_steps``, ``line_search_max_iter`` and ``n_critic_updates`` is at least 1 (0 would leave the
+    policy or the critic untrained), and ``cg_damping`` >= 0 keeps the damped Fisher matrix positive semi-definite,
+    as conjugate gradient needs.
     """
 
     learning_rate: float = 1e-3
@@ -226,6 +256,17 @@ class TRPOConfig(RLConfig):
                "step (conjugate gradient and line search) does not run data-parallel")
         check(0 < self.line_search_shrinking_factor < 1,
                f"line_search_shrinking_factor must be in (0, 1), got {self.line_search_shrinking_factor}")
+        check(self.cg_max_steps >= 1, f"cg_max_steps must be >= 1 (0 solves nothing: no policy step), "
+                                      f"got {self.cg_max_steps}")
+        check(self.cg_damping >= 0, f"cg_damping must be >= 0 (a negative damping breaks conjugate gradient), "
+                                    f"got {self.cg_damping}")
+        check(self.line_search_max_iter >= 1, f"line_search_max_iter must be >= 1 (0 tries no step: no policy "
+                                              f"update), got {self.line_search_max_iter}")
+        check(self.n_critic_updates >= 1, f"n_critic_updates must be >= 1 (the critic's steps per rollout), "
+                                          f"got {self.n_critic_updates}")
+        check(0 <= self.gamma <= 1 and 0 <= self.gae_lambda <= 1,
+               f"gamma and gae_lambda must be in [0, 1], got {self.gamma} and {self.gae_lambda}")
+        check_kl_in_reward(self, "trpo")
 
 
 @dataclass(frozen=True)
@@ -238,6 +279,7 @@ class GroupConfig(RLConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.group_size >= 2, f"group-relative advantages need group_size >= 2, got {self.group_size}")
+        check_no_critic(self)
 
 
 @dataclass(frozen=True)
@@ -250,3 +292,4 @@ class ReinforcePPConfig(RLConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check(0 <= self.gamma <= 1, f"gamma must be in [0, 1], got {self.gamma}")
+        check_no_critic(self)

@@ -35,7 +35,8 @@ class KLController:
 
     Adaptive update once per rollout with the rollout's KL ``kl``, per sequence or per token as ``target_per``
     says (:class:`grueflow.rl.configs.KLConfig`): ``error = clip((kl - target) / target, -0.2, 0.2)``,
-    ``coef <- coef * (1 + kl_lr * error)``.
+    ``coef <- coef * (1 + kl_lr * error)``. The step is multiplicative: a coefficient of 0 would stay 0, so
+    :class:`~grueflow.rl.configs.KLConfig` refuses ``adaptive`` with ``coef`` 0.
     """
 
     coef: float

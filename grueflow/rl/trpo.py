@@ -3,7 +3,8 @@
 The policy's update is a natural-gradient step: maximise the surrogate ``mean(ratio * A)`` subject
 to ``mean_t KL(pi_old(.|s_t) || pi(.|s_t)) <= max_kl`` (exact KL over the vocabulary at every
 completion token). The critic (a value head on the policy's detached hidden states) is fitted
-separately with Adam.
+separately with Adam. The KL penalty to the reference is in the rewards behind the advantages, never in the
+surrogate (:class:`~grueflow.rl.configs.TRPOConfig` refuses ``kl_in_loss``).
 """
 
 from __future__ import annotations

@@ -1,12 +1,15 @@
-"""The RL maths, pinned with literal values: GAE, whitening, KL control, completion masks."""
+"""The RL maths, pinned with literal values: GAE, whitening, KL control, completion masks; and the config checks
+that refuse settings the maths would ignore (a KL term a loss lacks, a critic never built, an adaptive 0)."""
 
 import pytest
 import torch
 
 from grueflow.models.policy import completion_mask
+from grueflow.rl import ALGORITHMS
 from grueflow.rl.advantages import gae, masked_mean, masked_whiten
-from grueflow.rl.configs import KLConfig
+from grueflow.rl.configs import KL_IN_LOSS_ALGORITHMS, KLConfig, TRPOConfig
 from grueflow.rl.kl import KLController, kl_k1
+from grueflow.rl.objectives import MiniBatch, Outputs
 
 
 def naive_gae(rewards, values, gamma, lam):
@@ -60,6 +63,68 @@ def test_the_adaptive_kl_target_is_per_sequence_or_per_token(per, coef):
     ctl = KLController.from_config(KLConfig(coef=0.1, adaptive=True, target=2.0, kl_lr=0.1, target_per=per))
     ctl.step(sequence_kl=36.0, token_kl=1.8)  # 20 tokens of 1.8: error 0.2 (clipped) per sequence, -0.1 per token
     assert ctl.coef == pytest.approx(coef)
+
+
+def test_an_adaptive_kl_coefficient_of_0_is_refused_as_it_would_stay_0():
+    stuck = KLController.from_config(KLConfig(coef=0.0, adaptive=False, target=2.0))
+    stuck.adaptive = True  # the multiplicative rule on a coefficient of 0, as if the config had let it through
+    stuck.update(50.0)
+    assert stuck.coef == 0.0
+    for settings in ({"coef": 0.0, "adaptive": True}, {"coef": 0.0}):  # adaptive is true by default
+        with pytest.raises(ValueError, match=r"coef is 0.0 with adaptive: true \(the default\); an adaptive "
+                                             r"coefficient scales itself and stays at 0"):
+            KLConfig(**settings)
+    assert KLConfig(coef=0.0, adaptive=False, target=None).coef == 0.0
+
+
+@pytest.mark.parametrize("field, bad, least", [("cg_max_steps", 0, 1), ("line_search_max_iter", 0, 1),
+                                               ("n_critic_updates", 0, 1), ("cg_damping", -5.0, 0.0)])
+def test_trpo_refuses_settings_that_take_no_step(field, bad, least):
+    with pytest.raises(ValueError, match=rf"^{field} must be >= {least:g} "):
+        TRPOConfig(**{field: bad})
+    assert getattr(TRPOConfig(**{field: least}), field) == least
+
+
+def _minibatch_and_outputs(uses_critic: bool) -> tuple[MiniBatch, Outputs]:
+    """A (2, 3) minibatch whose reference log-probs differ from the policy's, so any KL term is non-zero."""
+    generator = torch.Generator().manual_seed(0)
+    logprobs = -torch.rand(2, 3, generator=generator) - 0.1
+    batch = MiniBatch(mask=torch.ones(2, 3), logprobs=logprobs, ref_logprobs=logprobs - 0.5,
+                      values=torch.zeros(2, 3), advantages=torch.randn(2, 3, generator=generator),
+                      returns=torch.randn(2, 3, generator=generator))
+    new_logprobs = logprobs + 0.01 * torch.randn(2, 3, generator=generator)
+    values = torch.randn(2, 3, generator=generator) if uses_critic else None
+    new = Outputs(new_logprobs, values, torch.rand(2, 3, generator=generator))
+    return batch, new
+
+
+@pytest.mark.parametrize("name", ALGORITHMS.names())
+def test_kl_in_loss_is_accepted_exactly_by_the_algorithms_whose_loss_adds_the_kl(name):
+    spec = ALGORITHMS.get(name)
+    config, algorithm = spec.Config, spec.load()
+    try:
+        config(kl_in_loss=True)
+        accepted = True
+    except ValueError as err:
+        accepted = False
+        assert str(err).startswith(f"kl_in_loss must be false for {name}, got true")
+    forced = config()
+    object.__setattr__(forced, "kl_in_loss", True)  # what the loss would do had the config let it through
+    batch, new = _minibatch_and_outputs(algorithm.uses_critic)
+    adds_kl = not algorithm.own_update and (algorithm(forced).loss(new, batch, 0.0)[0].item()
+                                            != algorithm(forced).loss(new, batch, 1.0)[0].item())
+    assert accepted == adds_kl
+    assert (name in KL_IN_LOSS_ALGORITHMS) == adds_kl  # the list the refusal names
+
+
+@pytest.mark.parametrize("name", ALGORITHMS.names())
+def test_a_critic_setting_is_refused_exactly_by_the_algorithms_without_a_critic(name):
+    spec = ALGORITHMS.get(name)
+    if spec.load().uses_critic:
+        assert spec.Config(critic="separate").critic == "separate"
+    else:
+        with pytest.raises(ValueError, match="^critic: 'separate' has no effect here: this algorithm has no critic"):
+            spec.Config(critic="separate")
 
 
 def test_k1_estimates_kl_of_two_categoricals():
