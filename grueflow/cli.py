@@ -143,12 +143,23 @@ def _number(value: Any) -> str:
     return f"{value:+.4g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
+DVC_LOAD_FAILED = "DVC failed to load some metrics for following revisions: '"  # dvc's stderr line (exit code 0)
+
+
 def metrics_diff(rev_a: str, rev_b: str, target: str, show_all: bool) -> dict[str, dict[str, Any]]:
-    """The changes of ``target`` between two git revisions, from ``dvc metrics diff --json``."""
+    """The changes of ``target`` between two git revisions, from ``dvc metrics diff --json``; a revision where dvc
+    could not load ``target`` (missing there, not JSON, or a DVC output not in the cache) is a :class:`CliError`
+    naming it, never an empty diff."""
     command = ["dvc", "metrics", "diff", rev_a, rev_b, "--targets", target, "--json"] + (["--all"] if show_all else [])
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise CliError(f"{' '.join(command)} failed: {(result.stderr or result.stdout).strip()}")
+    failed = [line.split(DVC_LOAD_FAILED, 1)[1].removesuffix(".").removesuffix("'")
+              for line in result.stderr.splitlines() if DVC_LOAD_FAILED in line]
+    if failed:
+        raise CliError(f"dvc could not load {target} at revision(s) {', '.join(failed)}: it is missing there, not "
+                       f"JSON/YAML, or a DVC output not in the cache (`dvc pull` it); give revisions that hold it, "
+                       f"or another --target")
     return json.loads(result.stdout or "{}").get(target, {})
 
 

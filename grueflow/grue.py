@@ -1,24 +1,29 @@
 """The GRUE table: one row per task x method, mean and std over seeds, plus a normalised score.
 
 Columns: ``task, method, n_seeds, reward, reward_std, fluency_ppl, fluency_ppl_std``, then each of
-the task's headline metrics as ``<metric>`` and ``<metric>_std``, then ``normalised_score``.
+the task's headline metrics as ``<metric>`` and ``<metric>_std``, then ``normalised_score``. The mean and
+std of a metric are over the seeds that have a value for it; where some row has it on only some of its seeds
+(neither all nor none), a ``<metric>_n`` column after ``<metric>_std`` counts them (the markdown says
+"(1 of 2 seeds)" in the cell instead). A metric no seed has is empty.
 
 ``reward`` is the task's RL reward (for the default tasks, the lexicon sentiment and the concept
 coverage), so task files list as headline metrics the others they report.
 
 ``normalised_score`` (per task and method): the reward, the fluency perplexity and each headline
 metric are min-max normalised over the task's methods (1 = best method, 0 = worst; perplexity-like
-metrics are inverted), then averaged.
-The ``grue_score`` of a method is the mean of its normalised scores over tasks. This is the relative
-normalisation of the RL4LMs paper's summary figures; it ranks methods within one table and is not
-comparable across tables.
+metrics are inverted), then averaged; a metric equal for every method (or missing for all) tells nothing
+and is left out, and a method missing a value the other methods have gets no score.
+The ``grue_score`` of a method (in the ``.md`` and ``.json``) is the mean of its normalised scores over the
+tasks on which every method of the table has a normalised score, so every method is scored over the same
+tasks; the ``.md`` lists the tasks left out and why. This is the relative normalisation of the RL4LMs paper's
+summary figures; it ranks methods within one table and is not comparable across tables.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import pandas as pd
 
@@ -48,17 +53,33 @@ def _method_rank(method: str) -> tuple[int, str]:
 
 
 def load_runs(paths: list[Path]) -> list[dict[str, Any]]:
-    """The evaluate outputs ``<eval dir>/<task>/<method>/seed<k>/metrics.json``, each checked against its stage
-    folder's manifest and against its place: a run copied to another method's folder, or a file edited by
-    hand, truncated or of the wrong shape, is a :class:`~grueflow.io.DataError` naming it, never a table row."""
+    """The evaluate outputs ``<eval dir>/<task>/<method>/seed<k>/metrics.json``, each checked against the manifest of
+    the ``stage.json`` the evaluate stage wrote beside it and against its place: a run without that record, a run
+    copied to another method's folder, or a file edited by hand, truncated or of the wrong shape, is a
+    :class:`~grueflow.io.DataError` naming it, never a table row."""
     runs = [_load_run(p) for p in paths]
     if not runs:
         raise ValueError("no metrics.json files to aggregate; run the evaluate stage first")
     return runs
 
 
+def _check_evaluate_record(path: Path) -> None:
+    """Raise a DataError unless ``path``'s folder holds the evaluate stage's ``stage.json``, listing ``path`` in its
+    manifest, and ``path`` matches it (without a record, :func:`io.check_stage_output` would check nothing)."""
+    folder, record_file = path.parent, path.parent / io.STAGE_RECORD
+    if not record_file.is_file():
+        raise io.DataError(f"{folder} has no {io.STAGE_RECORD}: it was not written by the evaluate stage (or was "
+                           f"damaged); rerun evaluate for it (delete the folder and rerun the pipeline)")
+    io.check_stage_output(path)  # a damaged record, or a file that does not match it
+    record = io.read_json(record_file)
+    if record.get("stage") != "evaluate" or path.name not in record["files"]:
+        raise io.DataError(f"{record_file} is not the evaluate stage's record of {path.name} (stage "
+                           f"{record.get('stage')!r}, files {sorted(record['files'])}); rerun evaluate for it "
+                           f"(delete the folder and rerun the pipeline)")
+
+
 def _load_run(path: Path) -> dict[str, Any]:
-    io.check_stage_output(path)
+    _check_evaluate_record(path)
     try:
         run = io.read_json(path)
     except ValueError as err:
@@ -78,11 +99,10 @@ def _load_run(path: Path) -> dict[str, Any]:
 
 def build_table(runs: list[dict[str, Any]]) -> pd.DataFrame:
     """Aggregate evaluate outputs (``{task, method, seed, headline, metrics}``) into the GRUE table."""
-    rows = []
-    tasks = sorted({r["task"] for r in runs})
-    for task in tasks:
+    rows, counts = [], []
+    headline = headlines(runs)
+    for task in sorted(headline):
         task_runs = [r for r in runs if r["task"] == task]
-        headline = list(task_runs[0]["headline"])
         for method in sorted({r["method"] for r in task_runs}, key=_method_rank):
             method_runs = [r for r in task_runs if r["method"] == method]
             frame = pd.DataFrame([r["metrics"] for r in method_runs], dtype=float)
@@ -91,36 +111,80 @@ def build_table(runs: list[dict[str, Any]]) -> pd.DataFrame:
             if masks:  # an NLPO row: evaluated with its action masks (RL4LMs), or not (eval_with_masks: false)
                 row["nlpo_masks"] = ("with masks" if masks == {True} else "without masks" if masks == {False}
                                      else "mixed")
-            for column, key in [("reward", REWARD), ("fluency_ppl", FLUENCY)] + [(h, h) for h in headline]:
+            count: dict[str, int] = {}
+            for column, key in [("reward", REWARD), ("fluency_ppl", FLUENCY)] + [(h, h) for h in headline[task]]:
                 values = frame[key] if key in frame else pd.Series([math.nan] * len(frame))
                 row[column] = float(values.mean()) if values.notna().any() else math.nan
                 row[f"{column}_std"] = _std(values)
+                count[column] = int(values.notna().sum())
             rows.append(row)
+            counts.append(count)
     table = pd.DataFrame(rows)
-    table["normalised_score"] = _normalised(table, runs)
+    _insert_seed_counts(table, counts)
+    table["normalised_score"] = _normalised(table, headline)
     return table
 
 
-def _normalised(table: pd.DataFrame, runs: list[dict[str, Any]]) -> pd.Series:
+def _insert_seed_counts(table: pd.DataFrame, counts: list[dict[str, int]]) -> None:
+    """Add ``<metric>_n`` (seeds with a value) after ``<metric>_std`` for each metric some row has on only some of
+    its seeds; a metric every row has on all or none of its seeds gets no column (its cells say so already)."""
+    partial = {column for count, n_seeds in zip(counts, table["n_seeds"]) for column, n in count.items()
+               if 0 < n < n_seeds}
+    for column in [c for c in table.columns if c in partial]:
+        seeds = [count.get(column, math.nan) for count in counts]
+        table.insert(table.columns.get_loc(f"{column}_std") + 1, f"{column}_n", pd.array(seeds, dtype="Int64"))
+
+
+def _scored_metrics(group: pd.DataFrame, candidates: Iterable[str]) -> list[str]:
+    """The ``candidates`` (reward, fluency and headline columns) that one task's normalised score compares: all but
+    the end-of-training KL (a diagnostic) where the methods' values differ (one equal for all, or missing for all,
+    tells nothing)."""
+    return [c for c in candidates if c != TRAIN_KL_KEY and c in group and group[c].nunique(dropna=True) > 1]
+
+
+def _normalised(table: pd.DataFrame, headline: dict[str, list[str]]) -> pd.Series:
     scores = pd.Series(math.nan, index=table.index)
     for task, group in table.groupby("task"):
-        headline = next(r["headline"] for r in runs if r["task"] == task)
         parts = []
-        for metric in ["reward", "fluency_ppl", *(h for h in headline if h != TRAIN_KL_KEY)]:  # KL: a diagnostic
+        for metric in _scored_metrics(group, ["reward", "fluency_ppl", *headline[task]]):
             values = group[metric]
-            low, high = values.min(), values.max()
-            if values.isna().all() or high == low:
-                continue
-            norm = (values - low) / (high - low)
+            norm = (values - values.min()) / (values.max() - values.min())
             parts.append(1 - norm if lower_is_better(metric) else norm)
         if parts:  # a method missing a value the others have gets no score: ranking it on fewer is unfair
             scores[group.index] = pd.concat(parts, axis=1).mean(axis=1, skipna=False)
     return scores
 
 
+def grue_tasks(table: pd.DataFrame) -> tuple[list[str], dict[str, str]]:
+    """The tasks the GRUE score averages over (those on which every method of the table has a normalised score),
+    and ``{task: why}`` for each task left out."""
+    methods = sorted(set(table["method"]), key=_method_rank)
+    scored, left_out = [], {}
+    for task, group in table.groupby("task", sort=True):
+        rows = group.set_index("method")
+        unscored = [m for m in methods if m not in rows.index or pd.isna(rows.loc[m, "normalised_score"])]
+        if not unscored:
+            scored.append(task)
+            continue
+        compared = _scored_metrics(group, [c for c in group.columns if f"{c}_std" in group.columns])
+        if not compared:
+            left_out[task] = ("no method has a normalised score on it: no metric tells its methods apart (each is "
+                              "equal for every method, or missing); every method lacks it, so the scores stay "
+                              "comparable")
+            continue
+        why = [f"{m} (not evaluated on it)" if m not in rows.index else
+               f"{m} (no {', '.join(c for c in compared if pd.isna(rows.loc[m, c]))})" for m in unscored]
+        every = "every method lacks it, so the scores stay comparable" if len(unscored) == len(methods) else \
+            "left out for every method so that all are scored over the same tasks"
+        left_out[task] = f"no normalised score for {', '.join(why)}; {every}"
+    return scored, left_out
+
+
 def grue_scores(table: pd.DataFrame) -> dict[str, float]:
-    means = table.groupby("method")["normalised_score"].mean()
-    return {m: float(means[m]) for m in sorted(means.index, key=_method_rank)}
+    """Each method's mean normalised score over :func:`grue_tasks` (NaN when no task has a score for every method)."""
+    scored, _ = grue_tasks(table)
+    means = table[table["task"].isin(scored)].groupby("method")["normalised_score"].mean()
+    return {m: float(means.get(m, math.nan)) for m in sorted(set(table["method"]), key=_method_rank)}
 
 
 def to_nested(table: pd.DataFrame) -> dict[str, Any]:
@@ -143,30 +207,56 @@ def missing_metrics(runs: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
 
 
 def headlines(runs: list[dict[str, Any]]) -> dict[str, list[str]]:
-    """Each task's headline metrics, as its evaluate runs name them."""
-    return {run["task"]: list(run["headline"]) for run in runs}
+    """Each task's headline metrics, as its evaluate runs name them; runs of one task that name different headline
+    metrics (evaluated with different task files) are a :class:`~grueflow.io.DataError` naming them."""
+    named: dict[str, dict[tuple[str, ...], list[str]]] = {}
+    for run in runs:
+        runs_of = named.setdefault(run["task"], {}).setdefault(tuple(run["headline"]), [])
+        runs_of.append(f"{run['task']}/{run['method']}/seed{run['seed']}")
+    for task, by_headline in named.items():
+        if len(by_headline) > 1:
+            listed = "; ".join(f"{', '.join(names)}: [{', '.join(h)}]" for h, names in by_headline.items())
+            raise io.DataError(f"the evaluate runs of task {task!r} name different headline_metrics ({listed}); "
+                               f"rerun evaluate for the runs whose headline_metrics differ from the task file's")
+    return {task: list(next(iter(by_headline))) for task, by_headline in named.items()}
 
 
 def to_markdown(table: pd.DataFrame, headline: dict[str, list[str]] | None = None,
                 missing: dict[str, dict[str, str]] | None = None) -> str:
     """One section per task, with the common columns and that task's headline metrics (all of the table's
-    when ``headline`` is not given). A metric with no value shows as "—" (missing, never 0); a std column
-    with no value at all (one seed) is left out, as is ``nlpo_masks`` for a task without NLPO rows; the metrics
-    that could not run are listed with the reason."""
+    when ``headline`` is not given). A metric with no value shows as "—" (missing, never 0), and one that only some
+    of a row's seeds have as "<mean> (<k> of <n> seeds)"; a std column with no value at all (one seed) is left out,
+    as is ``nlpo_masks`` for a task without NLPO rows; the metrics that could not run are listed with the reason,
+    and so are the tasks left out of the GRUE score."""
     lines = ["# GRUE table", ""]
     all_headline = {c for cs in (headline or {}).values() for c in cs}
+    counts = {f"{c}_n" for c in table.columns if f"{c}_n" in table.columns and f"{c}_std" in table.columns}
     for task, group in table.groupby("task", sort=True):
         own = set((headline or {}).get(task, all_headline))
         columns = [c for c in group.columns if not ((c.endswith("_std") or c == "nlpo_masks") and group[c].isna().all())
-                   and (c.removesuffix("_std") not in all_headline or c.removesuffix("_std") in own)]
+                   and (c.removesuffix("_std") not in all_headline or c.removesuffix("_std") in own)
+                   and c not in counts]
         lines += [f"## {task}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-        for row in group[columns].to_dict("records"):
-            lines.append("| " + " | ".join(_cell(row[c]) for c in columns) + " |")
+        for row in group.to_dict("records"):
+            lines.append("| " + " | ".join(_cell(row[c]) + seeds_note(row, c) for c in columns) + " |")
         lines += [""] + [f"- missing `{metric}`: {reason}" for metric, reason in (missing or {}).get(task, {}).items()]
         lines += [""] if (missing or {}).get(task) else []
     lines += ["## GRUE score (mean normalised score over tasks)", "", "| method | grue_score |", "|---|---|"]
     lines += [f"| {m} | {_cell(v)} |" for m, v in grue_scores(table).items()]
+    scored, left_out = grue_tasks(table)
+    if left_out:
+        lines += ["", f"- the GRUE score is the mean over {', '.join(f'`{t}`' for t in scored) or 'no task'}"]
+        lines += [f"- `{task}` is left out of the GRUE score: {why}" for task, why in left_out.items()]
     return "\n".join(lines) + "\n"
+
+
+def seeds_note(row: dict[str, Any], metric: str) -> str:
+    """" (k of n seeds)" when only k of the row's n seeds have a value for ``metric`` (its ``<metric>_n`` column),
+    else ""."""
+    seeds = row.get(f"{metric}_n")
+    if seeds is None or pd.isna(seeds) or not 0 < seeds < row["n_seeds"]:
+        return ""
+    return f" ({seeds} of {row['n_seeds']} seeds)"
 
 
 def _cell(value: Any) -> str:

@@ -13,7 +13,8 @@ from typing import Any
 
 import pandas as pd
 
-from grueflow.io import iter_jsonl
+from grueflow.grue import seeds_note
+from grueflow.io import check_stage_output, iter_jsonl
 
 _STYLE = ("<style>body{font-family:sans-serif;font-size:14px;margin:1em}table{border-collapse:collapse;margin:.5em 0}"
           "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f3f3f3}"
@@ -33,7 +34,8 @@ def _cell(value: Any) -> str:
 
 def table_html(table: pd.DataFrame, headline: dict[str, list[str]], missing: dict[str, dict[str, str]]) -> str:
     """The GRUE table as an HTML page: per task, its methods with reward, fluency and the task's headline
-    metrics (mean, and ± std over seeds where there is one); "—" marks a metric that could not be computed."""
+    metrics (mean, and ± std over seeds where there is one); "—" marks a metric that could not be computed, and
+    "(k of n seeds)" one that only some of the row's seeds have (the table's ``<metric>_n`` column)."""
     body = []
     for task in dict.fromkeys(table["task"]):
         rows = table[table["task"] == task]
@@ -45,7 +47,7 @@ def table_html(table: pd.DataFrame, headline: dict[str, list[str]], missing: dic
             for metric in metrics:
                 std = row.get(f"{metric}_std", math.nan)
                 spread = "" if not isinstance(std, float) or math.isnan(std) else f" ± {std:.2g}"
-                cells.append(f"<td>{_cell(row[metric])}{spread}</td>")
+                cells.append(f"<td>{_cell(row[metric])}{spread}{html.escape(seeds_note(row, metric))}</td>")
             lines.append("<tr>" + "".join(cells) + "</tr>")
         lines.append("</table>")
         lines += [f"<p>missing <code>{html.escape(m)}</code>: {html.escape(r)}</p>" for m, r in missing.get(task, {}).items()]
@@ -54,7 +56,9 @@ def table_html(table: pd.DataFrame, headline: dict[str, list[str]], missing: dic
 
 
 def read_samples(predictions: Path, n: int) -> list[dict[str, Any]]:
-    """The first ``n`` rows of a run's ``predictions.jsonl``."""
+    """The first ``n`` rows of a run's ``predictions.jsonl``, once the file matches the manifest of its stage
+    folder's ``stage.json`` (:func:`grueflow.io.check_stage_output`: a file edited by hand is a DataError)."""
+    check_stage_output(predictions)
     rows = []
     for row in iter_jsonl(predictions):
         if len(rows) == n:

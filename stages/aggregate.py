@@ -47,15 +47,15 @@ def main() -> None:
         raise SystemExit(f"error: {len(missing)} evaluate outputs are missing, e.g. {missing[0]}; run the pipeline first")
     runs = grue.load_runs(paths)
     table, headline, missing = grue.build_table(runs), grue.headlines(runs), grue.missing_metrics(runs)
+    seed = suite.seeds[0]
+    samples = {(t, m): report.read_samples(args.eval_dir / t / m / f"seed{seed}" / "predictions.jsonl", args.samples)
+               for t in suite.tasks for m in suite.methods} if args.out_samples else {}  # read (and checked) first
     grue.write_table(table, args.out_csv, args.out_md, args.out_json, headline, missing)
     if args.out_chart:
         plots.grue_chart(table, headline, args.out_chart)
     if args.out_html:
         write_text(args.out_html, report.table_html(table, headline, missing))
     if args.out_samples:
-        seed = suite.seeds[0]
-        samples = {(t, m): report.read_samples(args.eval_dir / t / m / f"seed{seed}" / "predictions.jsonl", args.samples)
-                   for t in suite.tasks for m in suite.methods}
         write_text(args.out_samples, report.samples_html(samples, seed))
     print(grue.to_markdown(table, headline, missing))
 

@@ -135,6 +135,41 @@ def test_diff_between_two_commits_of_the_grue_table(tmp_path):
     assert bad.stderr.startswith("grueflow diff: error: dvc metrics diff HEAD~1 no-such-rev") and "no-such-rev" in bad.stderr
 
 
+def test_diff_refuses_a_revision_where_dvc_could_not_load_the_table(tmp_path):
+    """dvc metrics diff exits 0 with an empty diff when it cannot load the target: never "no changes"."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git_init(repo)
+    run(["dvc", "init", "-q"], repo)
+    (repo / "dvc.yaml").write_text("metrics:\n  - results/grue_table.json\n")
+    commit_table(repo, {"sentiment": {"ppo": {"reward": 0.5}}}, "baseline")
+    (repo / "results" / "grue_table.json").write_text("{not json")
+    run(["git", "commit", "-qam", "a broken table"], repo)
+    run(["git", "rm", "-q", "results/grue_table.json"], repo)
+    run(["git", "commit", "-qm", "no table"], repo)
+
+    cases = {("HEAD~1", "HEAD"): "results/grue_table.json at revision(s) HEAD~1, HEAD:",
+             ("HEAD~2", "HEAD"): "results/grue_table.json at revision(s) HEAD:",
+             ("HEAD~2", "HEAD~2", "--target", "results/other.json"): "results/other.json at revision(s) HEAD~2:"}
+    for args, named in cases.items():
+        refused = subprocess.run([*CLI, "diff", *args], cwd=repo, capture_output=True, text=True)
+        assert refused.returncode == 2 and refused.stdout == "", args
+        assert refused.stderr.startswith(f"grueflow diff: error: dvc could not load {named} it is missing there, "
+                                         f"not JSON/YAML, or a DVC output not in the cache (`dvc pull` it); give "
+                                         f"revisions that hold it, or another --target"), refused.stderr
+    same = run([*CLI, "diff", "HEAD~2", "HEAD~2"], repo).stdout  # a real empty diff is still "no changes"
+    assert same == "results/grue_table.json: no changes between HEAD~2 and HEAD~2\n"
+
+
+def test_python_dash_m_grueflow_is_the_grueflow_command(tmp_path):
+    result = run([sys.executable, "-m", "grueflow", "list", "methods"], tmp_path)
+    assert result.stdout.startswith("methods (zero_shot, supervised, and the RL algorithm ids of a suite's algorithms):")
+    assert "  ppo " in result.stdout
+    bad = subprocess.run([sys.executable, "-m", "grueflow", "show", str(tmp_path / "nowhere")], cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "grueflow show: error: no predictions.jsonl for run" in bad.stderr
+
+
 def test_run_calls_snakemake_on_the_suite(tmp_path):
     repo = copy_project(tmp_path / "repo")
     result = run([*CLI, "run", "--cores", "1", "--suite", "params/suite.yaml", "-n", "--quiet", "rules"], repo)

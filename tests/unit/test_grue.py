@@ -65,15 +65,18 @@ def test_the_end_of_training_kl_is_a_column_but_not_part_of_the_score():
     assert table["normalised_score"].tolist() == pytest.approx(grue.build_table(RUNS)["normalised_score"].tolist())
 
 
-def write_run(eval_dir, task, method, seed, value=0.5):
-    """An evaluate output folder as the stage writes it: metrics.json, then stage.json with its manifest."""
-    from grueflow.io import write_json, write_stage_record
+def write_run(eval_dir, task, method, seed, value=0.5, stage="evaluate"):
+    """An evaluate output folder as the stage writes it: metrics.json and predictions.jsonl, then stage.json with
+    their manifest."""
+    from grueflow.io import write_json, write_jsonl, write_stage_record
 
     folder = eval_dir / task / method / f"seed{seed}"
     folder.mkdir(parents=True)
     write_json(folder / "metrics.json", {"task": task, "method": method, "seed": seed, "headline": [],
                                          "metrics": {"reward": value, "fluency/perplexity": 3.0}, "missing": {}})
-    write_stage_record(folder, stage="evaluate", params={}, inputs={}, wall_time_s=0.0)
+    write_jsonl(folder / "predictions.jsonl", [{"id": f"test-{i}", "prompt": f"prompt {i}", "generation": "good",
+                                                "references": ["ref"], "scores": {"reward": value}} for i in range(2)])
+    write_stage_record(folder, stage=stage, params={}, inputs={}, wall_time_s=0.0)
     return folder / "metrics.json"
 
 
@@ -125,3 +128,106 @@ def test_a_method_missing_a_headline_value_gets_no_normalised_score():
     assert math.isnan(table.loc["ppo", "normalised_score"])
     assert table.loc["zero_shot", "normalised_score"] == pytest.approx(1 / 3)  # reward 0, distinct 1, rouge 0
     assert table.loc["supervised", "normalised_score"] == pytest.approx(2 / 3)
+
+
+def scored_run(task, method, reward, distinct, seed=0):
+    return {"task": task, "method": method, "seed": seed, "headline": ["diversity/distinct_2"],
+            "metrics": {"reward": reward, "fluency/perplexity": 10.0, "diversity/distinct_2": distinct}}
+
+
+def test_every_method_is_scored_over_the_same_tasks():
+    """ppo has no distinct-2 on task a (no normalised score there): a is left out of every method's GRUE score,
+    not only ppo's, which would rank ppo on task b alone."""
+    runs = [scored_run("a", "zero_shot", 0.1, 0.9), scored_run("a", "supervised", 0.2, 0.8),
+            scored_run("a", "ppo", 0.9, None), scored_run("b", "zero_shot", 0.1, 0.5),
+            scored_run("b", "supervised", 0.5, 0.7), scored_run("b", "ppo", 0.3, 0.6)]
+    table = grue.build_table(runs)
+    assert table["normalised_score"].tolist() == pytest.approx([0.5, 0.0625, math.nan, 0.0, 1.0, 0.5], nan_ok=True)
+    assert grue.grue_tasks(table) == (["b"], {"a": "no normalised score for ppo (no diversity/distinct_2); left out "
+                                                   "for every method so that all are scored over the same tasks"})
+    assert grue.grue_scores(table) == pytest.approx({"zero_shot": 0.0, "supervised": 1.0, "ppo": 0.5})
+    assert grue.to_nested(table)["grue_score"] == {"zero_shot": 0.0, "supervised": 1.0, "ppo": 0.5}
+    markdown = grue.to_markdown(table, grue.headlines(runs))
+    assert markdown.endswith("| zero_shot | 0 |\n| supervised | 1 |\n| ppo | 0.5 |\n\n"
+                             "- the GRUE score is the mean over `b`\n"
+                             "- `a` is left out of the GRUE score: no normalised score for ppo "
+                             "(no diversity/distinct_2); left out for every method so that all are scored over the "
+                             "same tasks\n")
+
+
+def test_a_task_no_metric_separates_is_left_out_for_every_method():
+    """Every generation empty (as on the micro suite's concepts task): every value equal or missing, so no method
+    has a normalised score on the task, and the scores over the other tasks stay comparable."""
+    runs = [scored_run("a", "zero_shot", 0.1, 0.9), scored_run("a", "ppo", 0.9, 0.5),
+            scored_run("c", "zero_shot", 0.0, None), scored_run("c", "ppo", 0.0, None)]
+    table = grue.build_table(runs)
+    assert grue.grue_scores(table) == {"zero_shot": 0.5, "ppo": 0.5}
+    markdown = grue.to_markdown(table, grue.headlines(runs))
+    assert markdown.endswith("- the GRUE score is the mean over `a`\n- `c` is left out of the GRUE score: no method "
+                             "has a normalised score on it: no metric tells its methods apart (each is equal for "
+                             "every method, or missing); every method lacks it, so the scores stay comparable\n")
+    default = grue.to_markdown(grue.build_table(RUNS), grue.headlines(RUNS))  # every task scored: no note
+    assert default.endswith("| ppo | 0.6667 |\n") and "left out" not in default
+
+
+def test_a_metric_some_seeds_lack_is_the_mean_of_the_others_and_says_so(tmp_path):
+    from grueflow import report
+
+    runs = [scored_run("a", "zero_shot", 0.1, 0.5), scored_run("a", "zero_shot", 0.3, 0.7, seed=1),
+            scored_run("a", "ppo", 0.8, 0.9), scored_run("a", "ppo", 1.0, None, seed=1)]
+    table = grue.build_table(runs)
+    grue.write_table(table, tmp_path / "t.csv", tmp_path / "t.md", tmp_path / "t.json", grue.headlines(runs))
+    assert (tmp_path / "t.csv").read_text().splitlines() == [
+        "task,method,n_seeds,reward,reward_std,fluency_ppl,fluency_ppl_std,diversity/distinct_2,"
+        "diversity/distinct_2_std,diversity/distinct_2_n,normalised_score",
+        "a,zero_shot,2,0.2,0.141421,10,0,0.6,0.141421,2,0",
+        "a,ppo,2,0.9,0.141421,10,0,0.9,,1,1"]
+    markdown = (tmp_path / "t.md").read_text()
+    assert "| a | ppo | 2 | 0.9 | 0.1414 | 10 | 0 | 0.9 (1 of 2 seeds) | — | 1 |" in markdown
+    assert "| a | zero_shot | 2 | 0.2 | 0.1414 | 10 | 0 | 0.6 | 0.1414 | 0 |" in markdown
+    assert "distinct_2_n" not in markdown
+    assert json.loads((tmp_path / "t.json").read_text())["a"]["ppo"]["diversity/distinct_2_n"] == 1
+    assert "<td>0.9 (1 of 2 seeds)</td>" in report.table_html(table, grue.headlines(runs), {})
+    # a metric every row has on all seeds, or on none (lexical/x), gets no count column: the default table's columns
+    assert not [c for c in grue.build_table(RUNS).columns if c.endswith("_n")]
+
+
+def test_a_run_folder_without_the_evaluate_stage_record_is_refused(tmp_path):
+    from grueflow.io import DataError
+
+    path = write_run(tmp_path, "sentiment", "ppo", 0)
+    (path.parent / "stage.json").unlink()  # the record gone, the hand-edit check would have nothing to compare
+    path.write_text(path.read_text().replace("0.5", "0.9"))
+    with pytest.raises(DataError, match=r"sentiment/ppo/seed0 has no stage.json: it was not written by the evaluate "
+                                        r"stage \(or was damaged\); rerun evaluate for it"):
+        grue.load_runs([path])
+    other = write_run(tmp_path / "other", "sentiment", "ppo", 0, stage="rl_finetune")
+    with pytest.raises(DataError, match=r"seed0/stage.json is not the evaluate stage's record of metrics.json \(stage "
+                                        r"'rl_finetune', files \['metrics.json', 'predictions.jsonl'\]\)"):
+        grue.load_runs([other])
+
+
+def test_runs_of_one_task_with_different_headline_metrics_are_refused():
+    from grueflow.io import DataError
+
+    runs = [scored_run("a", "zero_shot", 0.1, 0.9), scored_run("a", "ppo", 0.9, 0.5, seed=0),
+            scored_run("a", "ppo", 0.9, 0.5, seed=1) | {"headline": ["lexical/bleu", "diversity/distinct_2"]}]
+    message = ("the evaluate runs of task 'a' name different headline_metrics (a/zero_shot/seed0, a/ppo/seed0: "
+               "[diversity/distinct_2]; a/ppo/seed1: [lexical/bleu, diversity/distinct_2]); rerun evaluate for the "
+               "runs whose headline_metrics differ from the task file's")
+    for aggregate in (grue.build_table, grue.headlines):
+        with pytest.raises(DataError) as refused:
+            aggregate(runs)
+        assert str(refused.value) == message
+
+
+def test_sample_generations_are_read_only_from_a_predictions_file_that_matches_its_record(tmp_path):
+    from grueflow import report
+    from grueflow.io import DataError
+
+    predictions = write_run(tmp_path, "sentiment", "ppo", 0).parent / "predictions.jsonl"
+    assert [row["id"] for row in report.read_samples(predictions, 1)] == ["test-0"]
+    predictions.write_text(predictions.read_text().replace('"good"', '"fine"'))  # edited by hand, same size
+    with pytest.raises(DataError, match=r"sentiment/ppo/seed0 is damaged: predictions.jsonl does not match the "
+                                        r"digest its stage recorded"):
+        report.read_samples(predictions, 1)

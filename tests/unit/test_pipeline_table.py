@@ -43,6 +43,13 @@ def test_closures_hold_the_modules_the_stages_import_at_run_time():
     assert "grueflow/human/batch.py" not in rl and "grueflow/cli.py" not in rl
 
 
+def test_the_aggregate_stage_depends_on_the_table_code_and_no_stage_on_the_command_entry():
+    assert {"grueflow/grue.py", "grueflow/report.py", "grueflow/io.py"} <= set(STAGES["aggregate"].code)
+    # `python -m grueflow` (grueflow/__main__.py) is the CLI's entry: editing it reruns no stage
+    assert (ROOT / "grueflow" / "__main__.py").is_file()
+    assert [name for name, stage in STAGES.items() if "grueflow/__main__.py" in stage.code] == []
+
+
 def test_a_stages_code_is_its_cli_then_the_sorted_closure_of_package_files():
     for stage in STAGES.values():
         script, *closure = stage.code
