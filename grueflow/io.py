@@ -269,10 +269,12 @@ def write_stage_record(out_dir: str | Path, *, stage: str, params: Any, inputs: 
     ``output_bytes`` (the size of everything else in ``out_dir``, what a cache or a remote must hold) and the
     stage's own ``extra`` facts; a forced or no-op re-execution writes it byte for byte again, so content
     hashes (DVC's) do not change. ``provenance.json`` holds how this run went: the git commit, the wall time and
-    the :data:`VOLATILE` extras (the device and fast paths); ``.dvcignore`` keeps it out of every hash.
+    the :data:`VOLATILE` extras (the device and fast paths); ``.dvcignore`` keeps it out of every hash. It also
+    names the ``stage``, because it outlives ``stage.json`` when DVC removes a stage's outs before a rerun, and
+    :func:`grueflow.stage.check_out` reads it to refuse another stage's folder.
     """
     extra = dict(extra or {})
-    provenance = {"git_commit": _git_commit(), "wall_time_s": round(wall_time_s, 3),
+    provenance = {"stage": stage, "git_commit": _git_commit(), "wall_time_s": round(wall_time_s, 3),
                   **{key: extra.pop(key) for key in VOLATILE if key in extra}}
     write_json(Path(out_dir) / PROVENANCE_RECORD, provenance)
     record = {

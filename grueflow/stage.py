@@ -84,8 +84,15 @@ def setup(args: argparse.Namespace) -> float:
         raise ConfigError(f"--threads = {threads} is not a thread count; give 1 to {MAX_THREADS} "
                           f"(this machine has {os.cpu_count()} cores)")
     if vars(args).get("out") is not None:
-        check_out(Path(args.out), args)
+        check_out(Path(args.out), args, running_stage())
     return time.perf_counter()
+
+
+def running_stage() -> Optional[str]:
+    """The name of the stage this process runs: its script's (``stages/<stage>.py``), the name its :func:`finish`
+    records in ``stage.json``; None when the process runs no stage script (a stage's ``main`` called in-process)."""
+    script = Path(sys.argv[0])
+    return script.stem if script.parent.name == "stages" and script.suffix == ".py" else None
 
 
 def _paths(value: Any) -> list[Path]:
@@ -100,11 +107,12 @@ def _paths(value: Any) -> list[Path]:
 OUTPUT_ARGS = ("out", "resume_dir", "tensorboard")  # the arguments that name what a stage writes
 
 
-def check_out(out: Path, args: argparse.Namespace) -> None:
-    """A stage replaces its ``--out`` folder whole, so ``out`` must be new, empty or a stage's own output (it holds
-    a :data:`grueflow.io.STAGE_RECORD` or a :data:`grueflow.io.PROVENANCE_RECORD`, which stays when DVC removes
-    the stage's declared outs before a rerun), and must not be or hold any path the stage reads: a
-    :class:`ConfigError` naming both otherwise, before any work."""
+def check_out(out: Path, args: argparse.Namespace, stage: Optional[str]) -> None:
+    """A stage replaces its ``--out`` folder whole, so ``out`` must be new, empty or the output of this same
+    ``stage`` (the stage its :data:`grueflow.io.STAGE_RECORD` names, or else its
+    :data:`grueflow.io.PROVENANCE_RECORD`, which stays when DVC removes the stage's declared outs before a rerun),
+    and must not be or hold any path the stage reads: a :class:`ConfigError` naming both otherwise, before any
+    work. ``stage`` None (not known) skips the check of the writer."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file; give a folder (a stage replaces its --out folder whole)")
     stage_owned = any((out / record).is_file() for record in (io.STAGE_RECORD, io.PROVENANCE_RECORD))
@@ -123,6 +131,25 @@ def check_out(out: Path, args: argparse.Namespace) -> None:
             if theirs.is_relative_to(mine):
                 raise ConfigError(f"--out {out} holds the input --{name.replace('_', '-')} {path}; a stage replaces "
                                   f"its --out folder whole, which would delete it: give a folder of its own")
+    writer = _writer(out) if stage_owned else None
+    if writer is not None and stage is not None and writer != stage:
+        raise ConfigError(f"--out {out} holds the output of stage {writer}, not {stage}: give another --out, or delete "
+                          f"it if it is not needed")
+
+
+def _writer(folder: Path) -> Optional[str]:
+    """The stage that wrote ``folder``, as its records name it: the ``stage`` of its :data:`grueflow.io.STAGE_RECORD`,
+    else of its :data:`grueflow.io.PROVENANCE_RECORD`; None when neither is readable and names one (a provenance
+    record written before provenance records named their stage, all that DVC leaves of an output it reruns)."""
+    for record in (io.STAGE_RECORD, io.PROVENANCE_RECORD):
+        try:
+            content = io.read_json(folder / record)
+        except (OSError, ValueError):
+            continue
+        name = content.get("stage") if isinstance(content, dict) else None
+        if isinstance(name, str):
+            return name
+    return None
 
 
 class LogProgress:

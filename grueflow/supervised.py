@@ -51,10 +51,14 @@ def lr_factor(schedule: str, warmup: int, total: int, step: int) -> float:
     return max(0.0, (total - step) / max(1, total - warmup))  # linear
 
 
-def pairs(samples: list[Sample]) -> list[tuple[str, str]]:
+def pairs(samples: list[Sample], split: str) -> list[tuple[str, str]]:
+    """Every (prompt, reference) pair of the ``split`` split's ``samples``; a DataError naming ``split`` when
+    there is none (the warm start learns from the train split's pairs and measures its loss on the val split's)."""
     out = [(s.prompt, r) for s in samples for r in s.references]
     if not out:
-        raise ValueError("the training split has no (prompt, reference) pairs; every sample lacks references")
+        raise DataError(f"the {split} split has no (prompt, reference) pairs: none of its {len(samples)} samples "
+                        f"(after train_where) has a reference; the warm start needs references in both the train and "
+                        f"the val split: give a datapool whose {split} samples have references")
     return out
 
 
@@ -129,7 +133,7 @@ class SupervisedTrainer(checkpoints.Checkpointed):
     def __init__(self, policy: Policy, train_samples: list[Sample], val_samples: list[Sample], cfg: SupervisedConfig,
                  max_target: int, seed: int, parallel: DataParallel = DataParallel()) -> None:
         self.policy, self.cfg, self.max_target, self.seed, self.parallel = policy, cfg, max_target, seed, parallel
-        self.data, self.val = pairs(train_samples), pairs(val_samples)
+        self.data, self.val = pairs(train_samples, "train"), pairs(val_samples, "val")
         total = math.ceil(len(self.data) / cfg.batch_size) * cfg.epochs
         warmup = int(cfg.warmup_ratio * total)
         self.params = trainable_parameters(policy.model)

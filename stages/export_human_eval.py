@@ -39,6 +39,10 @@ def main() -> None:
     repeated = sorted({m for m in methods if methods.count(m) > 1})
     if repeated:
         p.error(f"--predictions names {', '.join(map(repr, repeated))} more than once; give each method once")
+    resolved = [(path / "predictions.jsonl" if path.is_dir() else path).resolve() for _, path in args.predictions]
+    twice = sorted({str(path) for path in resolved if resolved.count(path) > 1})
+    if twice:
+        p.error(f"--predictions gives {twice[0]} for more than one method; give each method's own predictions")
     if args.kind == "pairwise" and (args.key is None or args.key.resolve().is_relative_to(args.out.resolve())):
         p.error("a pairwise batch needs --key outside the --out folder (annotators must never see it)")
     if args.kind == "likert" and args.key is not None:

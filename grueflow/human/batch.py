@@ -2,7 +2,9 @@
 
 A batch folder holds:
 
-* ``batch.json`` — the manifest: kind (``likert`` | ``pairwise``), criteria set, criteria, scale, seed;
+* ``batch.json`` — the manifest: kind (``likert`` | ``pairwise``), criteria set, criteria, scale, seed; a
+  pairwise batch's also counts the shared samples left out because both systems gave the same completion
+  (``identical_pairs_left_out``);
 * ``items.jsonl`` — the items as plain text (what the local annotation page serves);
 * ``items.csv`` — the upload for a crowdsourcing platform, in RL4LMs' column layout
   (Likert: ``prompt, machine_completion, algorithm``; pairwise: ``concept``/``prompt, choice_A, choice_B,
@@ -66,7 +68,9 @@ class Prediction:
 @dataclass(frozen=True)
 class Batch:
     """A human-evaluation batch. ``items`` are dicts with ``item_id``, ``sample_id`` and the CSV columns;
-    ``folder`` is where :func:`read_batch` read it from (None for a batch made in memory)."""
+    ``folder`` is where :func:`read_batch` read it from (None for a batch made in memory);
+    ``identical_pairs_left_out`` counts a pairwise batch's shared samples that have no item because both systems
+    gave the same completion (0 for a Likert batch)."""
 
     kind: Kind
     criteria_set: str
@@ -74,6 +78,7 @@ class Batch:
     items: tuple[dict[str, str], ...]
     prompt_column: str = "prompt"
     folder: Path | None = field(default=None, compare=False, repr=False)
+    identical_pairs_left_out: int = 0
     _by_id: dict[str, dict[str, str]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -108,7 +113,8 @@ class Batch:
 
     def head(self, n: int) -> "Batch":
         """The first ``n`` items (after the seeded shuffle): a smaller batch for a smaller budget."""
-        return Batch(self.kind, self.criteria_set, self.seed, self.items[:n], self.prompt_column)
+        return Batch(self.kind, self.criteria_set, self.seed, self.items[:n], self.prompt_column,
+                     identical_pairs_left_out=self.identical_pairs_left_out)
 
 
 def read_predictions(path: str | Path) -> list[Prediction]:
@@ -170,6 +176,12 @@ def pairwise_batch(first: tuple[str, Sequence[Prediction]], second: tuple[str, S
                    criteria_set: str, seed: int, prompt_column: str = "prompt") -> tuple[Batch, dict[str, str]]:
     """Blinded A/B items on the samples both methods answered; returns the batch and its key (opaque id → method).
 
+    A sample whose two completions are the same text (after whitespace normalisation) gets no item: an annotator
+    could only tie it, and an answer would count as a win between identical texts. The batch counts those
+    samples (``identical_pairs_left_out``, written to ``batch.json``) and one log line says how many. When that
+    is every shared sample (systems that both produce nothing, say), the batch keeps them all, with a warning:
+    an empty batch has nothing to annotate or import.
+
     The batch's tag is :func:`batch_tag` over everything the batch and key are made of (kind, criteria set,
     seed, prompt column, both method names, and each shared sample's id, prompt and two generations, in the
     order given). The order of the items, which method is A, and the opaque ids come from a generator seeded
@@ -193,6 +205,17 @@ def pairwise_batch(first: tuple[str, Sequence[Prediction]], second: tuple[str, S
         if by_id_b[p.id].prompt != p.prompt:
             raise io.DataError(f"sample {p.id!r} has different prompts in {name_a!r} and {name_b!r}; "
                                f"compare predictions made on the same datapool")
+    distinct = [p for p in shared if _normalised(p.generation) != _normalised(by_id_b[p.id].generation)]
+    identical = len(shared) - len(distinct)
+    if not distinct:  # nothing to leave in: a degenerate batch that annotators can only tie, said so
+        log.warning("%r and %r give the same completion on all %d samples they share: every item of this batch "
+                    "pairs two identical texts (the import makes no preference row of them)", name_a, name_b,
+                    len(shared))
+        distinct, identical = shared, 0
+    elif identical:
+        log.info("left out %d of the %d samples %r and %r share: both gave the same completion (after whitespace "
+                 "normalisation)", identical, len(shared), name_a, name_b)
+    shared = distinct
     content = [[p.id, p.prompt, p.generation, by_id_b[p.id].generation] for p in shared]
     tag = batch_tag("pairwise", criteria_set, seed, prompt_column, [name_a, name_b], content)
     rng = random.Random(f"{seed}:{tag}")  # a str seed is hashed with sha512: the same on every run and platform
@@ -207,7 +230,12 @@ def pairwise_batch(first: tuple[str, Sequence[Prediction]], second: tuple[str, S
         items.append({"sample_id": p.id, prompt_column: p.prompt,
                       "choice_A": pair[0][1], "choice_B": pair[1][1], "choice_A_id": ids[0], "choice_B_id": ids[1]})
     numbered = tuple({"item_id": f"P{tag}-{i:05d}", **item} for i, item in enumerate(items, start=1))
-    return Batch("pairwise", criteria_set, seed, numbered, prompt_column), key
+    return Batch("pairwise", criteria_set, seed, numbered, prompt_column, identical_pairs_left_out=identical), key
+
+
+def _normalised(text: str) -> str:
+    """``text`` with every run of whitespace made one space and none at either end."""
+    return " ".join(text.split())
 
 
 def prompt_of(batch: Batch, item: Mapping[str, str]) -> str:
@@ -279,10 +307,12 @@ def check_key_path(key_path: str | Path, document: Mapping[str, Any]) -> None:
 
 
 def manifest(batch: Batch) -> dict[str, Any]:
+    """What ``batch.json`` holds (see the module docstring)."""
+    left_out = {"identical_pairs_left_out": batch.identical_pairs_left_out} if batch.kind == "pairwise" else {}
     return {"kind": batch.kind, "criteria_set": batch.criteria_set, "seed": batch.seed,
             "prompt_column": batch.prompt_column, "scale": [SCALE_MIN, SCALE_MAX], "n_items": len(batch.items),
             "criteria": [c.id for c in batch.criteria] if batch.kind == "likert" else [],
-            "columns": list(batch.columns)}
+            "columns": list(batch.columns), **left_out}
 
 
 def write_upload_csv(batch: Batch, path: str | Path) -> None:
@@ -320,7 +350,7 @@ def read_batch(batch_dir: str | Path) -> Batch:
     try:
         CRITERIA.get(meta["criteria_set"])
         batch = Batch(meta["kind"], meta["criteria_set"], int(meta["seed"]), items, meta.get("prompt_column", "prompt"),
-                      batch_dir)
+                      batch_dir, int(meta.get("identical_pairs_left_out", 0)))  # absent before it was counted
     except (UnknownNameError, ValueError, TypeError, KeyError) as err:
         raise io.DataError(f"{manifest_path}: {err}; export the batch again") from None
     for number, item in enumerate(items, start=1):

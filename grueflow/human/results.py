@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import html
+import logging
 import math
 from collections import defaultdict
 from itertools import permutations
@@ -27,6 +28,7 @@ from grueflow.human.answers import Answer, AnswerError, check_annotator, check_a
 from grueflow.human.batch import Batch, prompt_of
 from grueflow.human.templates import CHOICE_FIELD
 
+log = logging.getLogger(__name__)
 Z_95 = 1.959963984540054  # the standard normal's 0.975 quantile
 TABLE_COLUMNS = ("kind", "task", "method", "measure", "n", "n_judgments", "ties", "value", "ci_low", "ci_high",
                  "interval", "batch")  # human_eval_table.csv; measure: a criterion, or win_rate_vs:<other method>;
@@ -145,19 +147,31 @@ def _system(key: Mapping[str, str], opaque_id: str) -> str:
 
 def preferences(batch: Batch, key: Mapping[str, str], answers: Sequence[Answer]) -> list[dict[str, str]]:
     """One row per (item, annotator) that is not a tie, in batch order then annotator order:
-    ``{id, prompt, chosen, rejected, chosen_system, rejected_system, annotator}`` (``id`` is the sample id)."""
+    ``{id, sample_id, prompt, chosen, rejected, chosen_system, rejected_system, annotator}``.
+
+    ``id`` is ``<sample id>/<annotator>``, unique in the file (a preference set's ids must be; annotator names hold
+    no ``/``), and ``sample_id`` the item's sample, which several annotators' rows share. An item whose two
+    choices are the same text (after whitespace normalisation; only a batch exported before such items were left
+    out has one) makes no row, as a pair needs two different completions; one log line counts them."""
     order = {item["item_id"]: i for i, item in enumerate(batch.items)}
-    rows = []
+    rows, identical = [], 0
     for answer in sorted(answers, key=lambda a: (order[a.item_id], a.annotator)):
         choice = answer.values[CHOICE_FIELD]
         if choice == "tie":
             continue
         item = batch.item(answer.item_id)
         other = "B" if choice == "A" else "A"
-        rows.append({"id": item["sample_id"], "prompt": prompt_of(batch, item),
+        if _words(item[f"choice_{choice}"]) == _words(item[f"choice_{other}"]):
+            identical += 1
+            continue
+        rows.append({"id": f"{item['sample_id']}/{answer.annotator}", "sample_id": item["sample_id"],
+                     "prompt": prompt_of(batch, item),
                      "chosen": item[f"choice_{choice}"], "rejected": item[f"choice_{other}"],
                      "chosen_system": _system(key, item[f"choice_{choice}_id"]),
                      "rejected_system": _system(key, item[f"choice_{other}_id"]), "annotator": answer.annotator})
+    if identical:
+        log.warning("left %d judgement(s) out of the preferences: their item's two choices are the same text",
+                    identical)
     return rows
 
 

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import torch
 
-from grueflow.config import LoraConfig
+from grueflow.config import ConfigError, LoraConfig
 from grueflow.models import model_kind
 
 ADAPTER_FILE = "adapter_model.safetensors"  # what peft's save_pretrained writes
@@ -42,20 +42,36 @@ def with_lora(model: Any, cfg: LoraConfig) -> Any:
     """``model`` wrapped with a fresh LoRA adapter; only the adapter's parameters require grad.
 
     peft injects the adapter layers into ``model`` in place: keep no other reference to it. The
-    adapter's ``A`` is drawn from torch's global RNG, so seed before calling.
+    adapter's ``A`` is drawn from torch's global RNG, so seed before calling. Every ``target_modules`` entry must
+    name modules of ``model`` as peft matches them (a module's full name, or a dotted suffix of it), and peft must
+    be able to adapt them: a :class:`ConfigError` naming the model's linear layers otherwise, before ``model``
+    is touched or as peft refuses.
     """
     peft = _peft()
     task_type = "SEQ_2_SEQ_LM" if model_kind(model.config) == "seq2seq" else "CAUSAL_LM"
     target = list(cfg.target_modules) if cfg.target_modules is not None else None
+    layers = ", ".join(_linear_layer_names(model))
+    if target is not None:
+        names = [name for name, _ in model.named_modules()]
+        missing = [key for key in target if not any(name == key or name.endswith(f".{key}") for name in names)]
+        if missing:
+            raise ConfigError(f"lora.target_modules {missing} name no module of {model.config.model_type}; its linear "
+                              f"layers are named: {layers}: give some of those, or null for peft's default")
     peft_cfg = peft.LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=target,
                                task_type=task_type, fan_in_fan_out=model.config.model_type == "gpt2")
     try:
         return peft.get_peft_model(model, peft_cfg)
-    except ValueError as err:  # e.g. a target module that the architecture does not have
-        names = sorted({n.split(".")[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)
-                        or m.__class__.__name__ == "Conv1D"})
-        raise ValueError(f"cannot add LoRA adapters to {model.config.model_type}: {err}; "
-                         f"its linear layers are named: {', '.join(names)}") from err
+    except ValueError as err:  # e.g. a target module of a kind peft cannot adapt, or no default for the architecture
+        reason = " ".join(str(err).split()).rstrip(".")
+        raise ConfigError(f"cannot add LoRA adapters to {model.config.model_type}: {reason}; its linear layers are "
+                          f"named: {layers}: give some of those as lora.target_modules") from None
+
+
+def _linear_layer_names(model: Any) -> list[str]:
+    """The distinct last name parts of ``model``'s linear layers (``torch.nn.Linear`` and transformers' GPT-2
+    ``Conv1D``): what ``lora.target_modules`` can name."""
+    return sorted({name.split(".")[-1] for name, module in model.named_modules()
+                   if isinstance(module, torch.nn.Linear) or module.__class__.__name__ == "Conv1D"})
 
 
 def trainable_parameters(model: Any) -> list[torch.nn.Parameter]:

@@ -1,6 +1,8 @@
 """The preference-set format: one JSON object a line, ``{id, prompt, chosen, rejected}``.
 
-Extra keys (``chosen_system``, ``rejected_system``, ``annotator``, scores …) are allowed and kept.
+Extra keys (``chosen_system``, ``rejected_system``, ``annotator``, scores …) are allowed and kept. ``sample_id``,
+where a row has one, is the sample the pair judges, shared by the rows of several annotators' judgements of one
+item (whose ids differ); the reward model's held-out split keeps a sample's rows together.
 The human-evaluation import writes exactly this as ``preferences.jsonl``; :mod:`grueflow.preference.build`
 writes it from a metric. Reading is strict: a bad row is a :class:`~grueflow.io.DataError` naming the
 file, the line and the key.
@@ -29,6 +31,11 @@ class Preference:
     rejected: str
     extra: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def sample_id(self) -> str:
+        """The sample this pair judges: the row's ``sample_id`` where it has one, else its ``id``."""
+        return self.extra.get("sample_id", self.id)
+
     def to_json(self) -> dict[str, Any]:
         return {**self.extra, "id": self.id, "prompt": self.prompt, "chosen": self.chosen, "rejected": self.rejected}
 
@@ -42,6 +49,9 @@ def parse_row(row: Any, where: str) -> Preference:
             raise io.DataError(f"{where}: missing key {key!r}; a preference row needs {', '.join(REQUIRED)}")
         if not isinstance(row[key], str):
             raise io.DataError(f"{where}: key {key!r} must be a string, got {row[key]!r}")
+    if "sample_id" in row and not (isinstance(row["sample_id"], str) and row["sample_id"].strip()):
+        raise io.DataError(f"{where}: key 'sample_id' must be a non-empty string (the sample the pair judges), "
+                           f"got {row['sample_id']!r}")
     for key in ("id", "prompt"):
         if not row[key].strip():
             raise io.DataError(f"{where}: key {key!r} is empty")

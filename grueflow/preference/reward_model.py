@@ -110,11 +110,25 @@ def bradley_terry_loss(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Te
 
 
 def split_pairs(prefs: list[Preference], val_fraction: float, seed: int) -> tuple[list[Preference], list[Preference]]:
-    """A seeded train / held-out split; held out: ``round(val_fraction * n)`` pairs (at least one when > 0)."""
-    order = list(range(len(prefs)))
+    """A seeded train / held-out split by sample: all pairs of one :attr:`~Preference.sample_id` (several
+    annotators' judgements of one human-evaluation item) fall on the same side, so no held-out judgement has a
+    twin in training.
+
+    The distinct samples are shuffled with ``seed`` and held out whole, in that order, until at least
+    ``round(val_fraction * n)`` of the ``n`` pairs are (at least one when ``val_fraction`` > 0), always leaving
+    one sample to train on; with one pair per sample (every built preference set) this is the seeded split of the
+    pairs themselves. Both sides keep the file's order within a sample."""
+    groups: dict[str, list[int]] = {}
+    for i, pref in enumerate(prefs):
+        groups.setdefault(pref.sample_id, []).append(i)
+    order = list(groups.values())
     random.Random(f"reward_model/{seed}").shuffle(order)
-    n_val = max(1, round(val_fraction * len(prefs))) if val_fraction > 0 and len(prefs) > 1 else 0
-    return [prefs[i] for i in order[n_val:]], [prefs[i] for i in order[:n_val]]
+    n_val = max(1, round(val_fraction * len(prefs))) if val_fraction > 0 and len(order) > 1 else 0
+    held, held_pairs = 0, 0
+    while held_pairs < n_val and held < len(order) - 1:
+        held_pairs += len(order[held])
+        held += 1
+    return ([prefs[i] for group in order[held:] for i in group], [prefs[i] for group in order[:held] for i in group])
 
 
 @torch.no_grad()

@@ -177,7 +177,11 @@ def test_pairwise_round_trip_preferences_and_win_rates(tmp_path: Path) -> None:
         side = "A" if source["choice_A_id"] == "pref_model" else "B"
         assert (row["chosen_system"], row["rejected_system"]) == ("pref_model", "supervised")
         assert row["chosen"] == source[f"choice_{side}"] and row["rejected"] == source[f"choice_{'B' if side == 'A' else 'A'}"]
-        assert set(row) == {"id", "prompt", "chosen", "rejected", "chosen_system", "rejected_system", "annotator"}
+        assert set(row) == {"id", "sample_id", "prompt", "chosen", "rejected", "chosen_system", "rejected_system",
+                            "annotator"}
+        assert row["id"] == f"{row['sample_id']}/{row['annotator']}"
+    assert [r["id"] for r in prefs[:2]] == [f"{back.items[0]['sample_id']}/W1", f"{back.items[1]['sample_id']}/W1"]
+    assert len({r["id"] for r in prefs}) == 17 and len({r["sample_id"] for r in prefs}) == 9
     rows = {r["method"]: r for r in results.pairwise_rows(back, key, imported, "common_gen")}
     # pref_model wins 17 of 17 decided judgments (1 tie). Wilson with p = 1: low = n / (n + z^2) = 17 / 20.841459
     assert rows["pref_model"]["value"] == 1.0 and rows["pref_model"]["ties"] == 1
@@ -562,3 +566,73 @@ def test_the_human_table_refuses_outputs_that_clash_before_any_work(tmp_path: Pa
     assert (folder / "table_rows.json").read_bytes() == rows and not (tmp_path / "t.md").exists()
     assert not (tmp_path / "t.out").exists()
     assert table(tmp_path / "t.csv", tmp_path / "t.md").returncode == 0
+
+
+def test_a_pairwise_batch_leaves_out_samples_whose_two_completions_are_the_same_text(tmp_path: Path,
+                                                                                      caplog: pytest.LogCaptureFixture
+                                                                                      ) -> None:
+    ppo, sup = _predictions("ppo", 6), _predictions("sup", 6)
+    ppo[1] = hb.Prediction("test-1", "p1", "the same  text ")  # equal after whitespace normalisation
+    sup[1] = hb.Prediction("test-1", "p1", "the same text")
+    ppo[4] = sup[4]
+    with caplog.at_level(logging.INFO, logger="grueflow.human.batch"):
+        batch, key = hb.pairwise_batch(("ppo", ppo), ("sup", sup), "imdb", seed=0)
+    assert sorted(i["sample_id"] for i in batch.items) == ["test-0", "test-2", "test-3", "test-5"]
+    assert batch.identical_pairs_left_out == 2 and len(key) == 8
+    assert [r.getMessage() for r in caplog.records] == [
+        "left out 2 of the 6 samples 'ppo' and 'sup' share: both gave the same completion (after whitespace "
+        "normalisation)"]
+    hb.write_batch(batch.head(3), tmp_path / "batch", {k: v for k, v in key.items() if k in batch.head(3).opaque_ids()},
+                   tmp_path / "key.json")
+    manifest = io.read_json(tmp_path / "batch" / hb.MANIFEST)
+    assert (manifest["identical_pairs_left_out"], manifest["n_items"]) == (2, 3)
+    assert hb.read_batch(tmp_path / "batch").identical_pairs_left_out == 2
+    likert = hb.likert_batch({"ppo": ppo}, "imdb", 0)
+    hb.write_batch(likert, tmp_path / "likert")
+    assert "identical_pairs_left_out" not in io.read_json(tmp_path / "likert" / hb.MANIFEST)
+
+
+def test_a_pairwise_export_of_one_source_twice_is_refused(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    folder = tmp_path / "eval"
+    folder.mkdir()
+    path = _write_predictions(folder, "ppo")["ppo"].rename(folder / "predictions.jsonl")
+    for first, second in ((path, path), (folder, path)):
+        result = _stage("export_human_eval", "--kind", "pairwise", "--criteria", "imdb", "--seed", 0, "--predictions",
+                        f"a={first}", f"b={second}", "--out", tmp_path / "batch", "--key", tmp_path / "key.json")
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert f"--predictions gives {path.resolve()} for more than one method" in result.stderr
+        assert not (tmp_path / "batch").exists() and not (tmp_path / "key.json").exists()
+    ppo = _predictions("ppo")  # two systems that coincide everywhere: a degenerate batch, kept whole and said so
+    with caplog.at_level(logging.WARNING, logger="grueflow.human.batch"):
+        batch, _ = hb.pairwise_batch(("a", ppo), ("b", list(ppo)), "imdb", seed=0)
+    assert len(batch.items) == 4 and batch.identical_pairs_left_out == 0
+    assert "'a' and 'b' give the same completion on all 4 samples they share" in caplog.text
+
+
+def test_the_preferences_of_two_annotators_load_as_a_preference_set_split_by_sample(tmp_path: Path) -> None:
+    from grueflow.preference.data import read_preferences
+    from grueflow.preference.reward_model import split_pairs
+
+    batch, key = hb.pairwise_batch(("ppo", _predictions("ppo", 10)), ("sup", _predictions("sup", 10)), "imdb", 0)
+    side = {i["item_id"]: "A" if key[i["choice_A_id"]] == "ppo" else "B" for i in batch.items}
+    answers = [Answer(who, item, {"choice": choice}) for who in ("alice", "bob") for item, choice in side.items()]
+    io.write_jsonl(tmp_path / "preferences.jsonl", results.preferences(batch, key, answers))
+    prefs = read_preferences(tmp_path / "preferences.jsonl")  # ids are unique: <sample id>/<annotator>
+    assert len(prefs) == 20 and {p.id for p in prefs} == {f"test-{i}/{who}" for i in range(10)
+                                                          for who in ("alice", "bob")}
+    train, val = split_pairs(prefs, 0.2, seed=0)
+    assert len(val) == 4 and len(train) == 16
+    assert {p.sample_id for p in train}.isdisjoint(p.sample_id for p in val)  # both judgements on one side
+
+
+def test_an_item_whose_two_choices_are_the_same_text_makes_no_preference_row(caplog: pytest.LogCaptureFixture
+                                                                              ) -> None:
+    batch, key = hb.pairwise_batch(("ppo", _predictions("ppo", 3)), ("sup", _predictions("sup", 3)), "imdb", 0)
+    first = dict(batch.items[0], choice_B=batch.items[0]["choice_A"] + " ")  # as a batch exported before the check
+    legacy = hb.Batch("pairwise", "imdb", 0, (first, *batch.items[1:]))
+    answers = [Answer("alice", item["item_id"], {"choice": "A"}) for item in legacy.items]
+    with caplog.at_level(logging.WARNING, logger="grueflow.human.results"):
+        rows = results.preferences(legacy, key, answers)
+    assert [r["sample_id"] for r in rows] == [i["sample_id"] for i in batch.items[1:]]
+    assert [r.getMessage() for r in caplog.records] == [
+        "left 1 judgement(s) out of the preferences: their item's two choices are the same text"]

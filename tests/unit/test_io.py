@@ -36,7 +36,8 @@ def test_rerunning_a_stage_rewrites_stage_json_byte_for_byte_and_keeps_the_run_a
     assert records[0] == records[1]
     record, provenance = read_json(tmp_path / "stage.json"), read_json(tmp_path / "provenance.json")
     assert set(record) == {"stage", "params", "inputs", "versions", "output_bytes", "files", "stats"}
-    assert set(provenance) == {"git_commit", "wall_time_s", "execution"} and provenance["wall_time_s"] >= 1.5
+    assert set(provenance) == {"stage", "git_commit", "wall_time_s", "execution"} and provenance["wall_time_s"] >= 1.5
+    assert provenance["stage"] == "demo"  # it outlives stage.json when DVC removes the outs: check_out reads it
     assert record["output_bytes"] == 1  # data.txt only: neither record counts
     dvcignore = (Path(__file__).resolve().parents[2] / ".dvcignore").read_text().splitlines()
     assert "provenance.json" in dvcignore
@@ -164,3 +165,60 @@ def test_a_stage_record_whose_inputs_are_not_a_mapping_is_stale(tmp_path):
     (folder / "stage.json").write_text(json.dumps({**record, "inputs": "x"}))
     assert stale_outputs(tmp_path / "results", tmp_path / "t.csv", []) == {
         folder: f"{folder / 'stage.json'} is damaged (its inputs are not a mapping)"}
+
+
+def test_a_stage_refuses_the_output_folder_of_another_stage_and_reruns_into_its_own(tmp_path):
+    """A stage replaces its --out folder whole: the folder of another stage (as its stage.json, or else its
+    provenance.json, names it) is refused before any work; its own folder, or what DVC leaves of it, is not."""
+    import argparse
+    import json
+
+    from grueflow.config import ConfigError
+
+    out = tmp_path / "seed0"
+    out.mkdir()
+    (out / "train_metrics.json").write_text("{}")
+    stage.finish(out, "rl_finetune", {}, {}, time.perf_counter())
+    args = argparse.Namespace(out=out, task_file=tmp_path / "task.yaml")
+    with pytest.raises(ConfigError) as refused:
+        stage.check_out(out, args, "prepare_datapool")
+    assert str(refused.value) == (f"--out {out} holds the output of stage rl_finetune, not prepare_datapool: give "
+                                  f"another --out, or delete it if it is not needed")
+    stage.check_out(out, args, "rl_finetune")  # a rerun into its own folder
+    (out / "stage.json").unlink()  # what DVC leaves before a rerun: provenance.json still names the stage
+    with pytest.raises(ConfigError, match=r"holds the output of stage rl_finetune, not prepare_datapool"):
+        stage.check_out(out, args, "prepare_datapool")
+    stage.check_out(out, args, "rl_finetune")
+    (out / "provenance.json").write_text(json.dumps({"git_commit": None, "wall_time_s": 1.0}))
+    stage.check_out(out, args, "prepare_datapool")  # a provenance record from before records named their stage
+    stage.check_out(tmp_path / "new", args, "prepare_datapool")
+
+
+def test_a_stage_run_into_another_stages_folder_exits_2_in_one_line_and_leaves_it(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    victim = tmp_path / "victim"
+    (victim / "model").mkdir(parents=True)
+    (victim / "model" / "model.safetensors").write_bytes(b"w" * 64)
+    stage.finish(victim, "rl_finetune", {}, {}, time.perf_counter())
+    before = sorted((p.relative_to(victim), p.read_bytes()) for p in victim.rglob("*") if p.is_file())
+    task = root / "tests" / "fixtures" / "micro" / "tasks" / "sentiment.yaml"
+
+    def prepare(out):
+        return subprocess.run([sys.executable, "stages/prepare_datapool.py", "--task-file", str(task), "--out",
+                               str(out), "--log-level", "WARNING"], cwd=root, capture_output=True, text=True,
+                              timeout=300)
+
+    result = prepare(victim)
+    assert result.returncode == 2 and result.stderr.strip().count("\n") == 0, result.stderr
+    assert result.stderr.strip() == (f"error: --out {victim} holds the output of stage rl_finetune, not "
+                                     f"prepare_datapool: give another --out, or delete it if it is not needed")
+    assert sorted((p.relative_to(victim), p.read_bytes()) for p in victim.rglob("*") if p.is_file()) == before
+    pool = tmp_path / "pool"
+    for _ in range(2):  # a rerun of the same stage replaces its own folder
+        again = prepare(pool)
+        assert again.returncode == 0, again.stderr
+    assert read_json(pool / "stage.json")["stage"] == read_json(pool / "provenance.json")["stage"] == "prepare_datapool"

@@ -36,8 +36,29 @@ def test_lora_params_are_strict():
 
 def test_an_unknown_target_module_names_the_layers_there_are(tiny_models):
     model, _ = load_pretrained(tiny_models["causal"])
-    with pytest.raises(ValueError, match=r"linear layers are named: .*c_attn"):
-        with_lora(model, parse(PPOConfig, {"lora": {"target_modules": ["q_proj"]}}, "ppo").lora)
+    with pytest.raises(ConfigError) as refused:
+        with_lora(model, parse(SupervisedConfig, {"lora": {"r": 4, "target_modules": ["q_proj"]}}, "sft").lora)
+    assert str(refused.value) == ("lora.target_modules ['q_proj'] name no module of gpt2; its linear layers are "
+                                  "named: c_attn, c_fc, c_proj, lm_head: give some of those, or null for peft's "
+                                  "default")
+    assert not is_lora(model) and not any("lora_" in name for name, _ in model.named_modules())  # left untouched
+    with pytest.raises(ConfigError, match=r"lora.target_modules \['c_atn'\] name no module of gpt2"):
+        with_lora(model, parse(SupervisedConfig, {"lora": {"target_modules": ["c_attn", "c_atn"]}}, "sft").lora)
+
+
+def test_a_target_module_peft_cannot_adapt_is_a_one_line_config_error_that_a_stage_exits_2_on(tiny_models, capsys):
+    from grueflow.stage import main_guard
+
+    model, _ = load_pretrained(tiny_models["causal"])
+    lora = parse(SupervisedConfig, {"lora": {"target_modules": ["attn"]}}, "sft").lora  # a GPT2Attention block
+    capsys.readouterr()  # the loading bar
+    with pytest.raises(SystemExit) as exited:
+        main_guard(lambda: with_lora(model, lora))
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("error: cannot add LoRA adapters to gpt2: "), err
+    assert err.endswith("; its linear layers are named: c_attn, c_fc, c_proj, lm_head: give some of those as "
+                        "lora.target_modules\n")
 
 
 def lora_trainer(path, algorithm: str = "ppo", **overrides) -> RLTrainer:

@@ -76,6 +76,8 @@ def test_preferences_round_trip_keeps_extra_keys(tmp_path):
     ('{"id": "b", "prompt": "", "chosen": "x", "rejected": "y"}', "line 2: key 'prompt' is empty"),
     ('{"id": "a", "prompt": "p", "chosen": "x", "rejected": "y"}', "line 2: key 'id' repeats 'a' (first on line 1)"),
     ('{"id": "b", "prompt": "p", "chosen": "x", "rejected": "x"}', "line 2: key 'rejected' equals 'chosen'"),
+    ('{"id": "b", "prompt": "p", "chosen": "x", "rejected": "y", "sample_id": 3}',
+     "line 2: key 'sample_id' must be a non-empty string (the sample the pair judges), got 3"),
     ('["id"]', "line 2: expected a JSON object"),
     ('{"id": "b",', "line 2: not a JSON object"),
 ])
@@ -86,6 +88,21 @@ def test_bad_preference_rows_are_refused_naming_file_line_and_key(tmp_path, line
         read_preferences(path)
     assert str(err.value).startswith(f"{path}: line 2")
     assert message in str(err.value)
+
+
+def test_the_reward_model_holds_out_whole_samples_and_one_pair_per_sample_splits_as_pairs():
+    from grueflow.preference.reward_model import split_pairs
+
+    single = [Preference(f"p{i}", "the review:", "good", "bad") for i in range(10)]  # one prompt, ten samples
+    train, val = split_pairs(single, 0.2, seed=0)
+    assert [p.id for p in val] == ["p2", "p5"]
+    assert [p.id for p in train] == ["p7", "p0", "p4", "p8", "p3", "p6", "p1", "p9"]
+    judged = [Preference(f"s{i}/{who}", f"p{i}", "good", "bad", {"sample_id": f"s{i}"})
+              for i in range(7) for who in (("ann", "bob", "cy") if i == 1 else ("ann",))]
+    train, val = split_pairs(judged, 0.3, seed=3)  # round(0.3 * 9) = 3 held out: sample s1's three judgements
+    assert [p.id for p in val] == ["s1/ann", "s1/bob", "s1/cy"]
+    assert [p.id for p in train] == ["s2/ann", "s0/ann", "s5/ann", "s6/ann", "s3/ann", "s4/ann"]
+    assert split_pairs(judged[1:4], 0.5, seed=0) == (judged[1:4], [])  # one sample: nothing can be held out
 
 
 def test_best_and_worst_take_the_first_of_equal_scores():

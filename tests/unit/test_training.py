@@ -182,3 +182,20 @@ def test_the_warm_start_keeps_the_samples_its_train_where_names():
     assert select_samples(samples, {}, "train") == samples
     with pytest.raises(DataError, match=r"train_where \{'label': 2\}: no val sample matches it \(of 6\); .*\['label'\]"):
         select_samples(samples, {"label": 2}, "val")
+
+
+def test_a_warm_start_names_the_split_whose_samples_have_no_reference():
+    from grueflow.data import Sample
+    from grueflow.io import DataError
+    from grueflow.supervised import SupervisedTrainer, pairs
+
+    train = [Sample(f"train-{i}", f"p{i}", ("r",), {}) for i in range(3)]
+    val = [Sample(f"val-{i}", f"p{i}", (), {}) for i in range(2)]
+    assert pairs(train, "train") == [("p0", "r"), ("p1", "r"), ("p2", "r")]
+    with pytest.raises(DataError) as refused:
+        SupervisedTrainer(None, train, val, None, max_target=8, seed=0)  # refused before the policy is touched
+    assert str(refused.value) == ("the val split has no (prompt, reference) pairs: none of its 2 samples (after "
+                                  "train_where) has a reference; the warm start needs references in both the train "
+                                  "and the val split: give a datapool whose val samples have references")
+    with pytest.raises(DataError, match=r"^the train split has no \(prompt, reference\) pairs: none of its 2 "):
+        pairs(val, "train")
