@@ -351,16 +351,22 @@ def test_a_damaged_batch_folder_is_named(tmp_path: Path) -> None:
         hb.read_key(tmp_path / "nokey.json")
 
 
-def test_the_human_table_refuses_an_import_edited_or_cut_after_it_finished(tmp_path: Path) -> None:
-    import subprocess
-    import sys
-
+def _finished_import(tmp_path: Path) -> Path:
+    """An import folder as the import stage leaves it: one Likert row, an empty agreement, its stage record."""
     folder = tmp_path / "import"
     folder.mkdir()
     io.write_json(folder / "table_rows.json", [{"kind": "likert", "task": "t", "method": "ppo", "measure": "fluency",
                                                 "n": 3, "value": 3.0, "ci_low": 2.0, "ci_high": 4.0}])
     io.write_json(folder / "agreement.json", {})
     io.write_stage_record(folder, stage="import_human_eval", params={}, inputs={}, wall_time_s=0.0)
+    return folder
+
+
+def test_the_human_table_refuses_an_import_edited_or_cut_after_it_finished(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    folder = _finished_import(tmp_path)
     (folder / "table_rows.json").write_text((folder / "table_rows.json").read_text().replace("3.0", "4.9"))
     root = Path(__file__).resolve().parents[2]
     done = subprocess.run([sys.executable, "stages/human_eval_table.py", "--imports", str(folder), "--out-csv",
@@ -543,12 +549,7 @@ def test_a_batch_whose_item_ids_carry_two_tags_is_refused(tmp_path: Path) -> Non
 
 
 def test_the_human_table_refuses_outputs_that_clash_before_any_work(tmp_path: Path) -> None:
-    folder = tmp_path / "import"
-    folder.mkdir()
-    io.write_json(folder / "table_rows.json", [{"kind": "likert", "task": "t", "method": "ppo", "measure": "fluency",
-                                                "n": 3, "value": 3.0, "ci_low": 2.0, "ci_high": 4.0}])
-    io.write_json(folder / "agreement.json", {})
-    io.write_stage_record(folder, stage="import_human_eval", params={}, inputs={}, wall_time_s=0.0)
+    folder = _finished_import(tmp_path)
     rows = (folder / "table_rows.json").read_bytes()
 
     def table(csv_path: Path, md_path: Path) -> subprocess.CompletedProcess:
