@@ -367,8 +367,9 @@ class RLTrainer:
             return
         self._warned_negative_kl = True
         g = self.generation
-        neutral = {"top_k": 0, "top_p": 1.0, "temperature": 1.0, "repetition_penalty": 1.0, "no_repeat_ngram_size": 0}
-        warped = [f"{k}: {getattr(g, k)}" for k, v in neutral.items() if getattr(g, k) != v]
+        given = {"top_k": (g.top_k, 0), "top_p": (g.top_p, 1.0), "temperature": (g.temperature, 1.0),
+                 "repetition_penalty": (g.repetition_penalty, 1.0), "no_repeat_ngram_size": (g.no_repeat_ngram_size, 0)}
+        warped = [f"{key}: {value}" for key, (value, neutral) in given.items() if value != neutral]
         if g.min_new(self.policy.kind) > 1:  # EOS forbidden before then
             key = "min_length" if g.min_length is not None else "min_new_tokens"
             warped.append(f"{key}: {g.min_length if g.min_length is not None else g.min_new_tokens}")
