@@ -22,13 +22,16 @@ def generate(policy: Policy, samples: list[Sample], gen: GenerationConfig, batch
              tokens: list[list[str]] | None = None) -> list[str]:
     """One generation per sample, in batches, post-processed by ``gen.post_processing``; ``progress`` is called
     with each batch's number of samples; ``processor(prompts)``, when given, makes each batch's logits
-    processor (NLPO's masks); ``tokens``, when given, is extended with each completion's tokens as text (a
+    processor (NLPO's masks): one whose ``incremental`` is true follows one sampled sequence per row and decodes
+    with :meth:`Policy.sample`, any other with ``generate``; ``tokens``, when given, is extended with each completion's tokens as text (a
     dense reward's inputs, :meth:`Policy.token_texts`)."""
     texts: list[str] = []
     for start in range(0, len(samples), batch_size):
         chunk = samples[start:start + batch_size]
         prompts = policy.encode([s.prompt for s in chunk])
-        completions = policy.generate(prompts, gen, processor(prompts) if processor else None)
+        made = processor(prompts) if processor else None
+        completions = (policy.sample(prompts, gen, 1, made) if made is not None and made.incremental
+                       else policy.generate(prompts, gen, made))
         texts.extend(policy.decode(completions))
         if tokens is not None:
             tokens.extend(policy.token_texts(completions, completion_mask(completions, policy.eos_token_id)))

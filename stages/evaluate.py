@@ -59,7 +59,7 @@ def main() -> None:
     model, tokenizer = load_pretrained(args.model, backend=backend, frozen=True)
     policy = Policy(model, tokenizer, lengths.prompt, backend)
     masks = evaluation_masks(args.model.parent)  # an NLPO output: RL4LMs evaluates with its action masks
-    processor = evaluation_processor(args.model.parent, policy) if masks and masks["eval_with_masks"] else None
+    processor = evaluation_processor(args.model.parent, policy, generation) if masks and masks["eval_with_masks"] else None
     bar = stage.progress(len(test), "generating")
     tokens: list[list[str]] = []  # each completion's tokens: a dense reward's inputs
     generations = evaluation.generate(policy, test, generation, progress=bar.update, processor=processor,

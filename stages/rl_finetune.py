@@ -27,13 +27,14 @@ TASK_KEYS = ("lengths", "rollout_generation", "eval_generation", "reward", "metr
 log = logging.getLogger("rl_finetune")
 
 
-def nlpo_processor(cfg: Any) -> Optional[Callable[[RLTrainer], Callable[[Prompts], Any]]]:
-    """For NLPO evaluated with its masks: each evaluation generates with the current mask model's masks."""
+def nlpo_processor(cfg: Any, gen: GenerationConfig) -> Optional[Callable[[RLTrainer], Callable[[Prompts], Any]]]:
+    """For NLPO evaluated with its masks: each evaluation (decoding with ``gen``) generates with the current mask
+    model's masks."""
     if not isinstance(cfg, NLPOConfig) or not cfg.eval_with_masks:
         return None
 
     return lambda trainer: mask_processors(trainer.algorithm.mask_model, trainer.policy, cfg.top_p, cfg.top_k,
-                                           cfg.min_tokens_to_keep)
+                                           cfg.min_tokens_to_keep, gen)
 
 
 def log_iteration(row: dict[str, float]) -> None:
@@ -87,7 +88,7 @@ def main() -> None:
                   fingerprint(args.datapool / "train.jsonl"), args.seed, run.execution.precision, *evaluated)
     context = MetricContext(args.base_model, lengths.prompt, run.execution, policy)
     validation = Validation(run.resume_dir, read_split(args.datapool, "val") if cfg.eval_every else [],
-                            eval_generation, reward_cfg, metrics, context, cfg, args.seed, nlpo_processor(cfg), key)
+                            eval_generation, reward_cfg, metrics, context, cfg, args.seed, nlpo_processor(cfg, eval_generation), key)
     try:
         state = run.train(trainer, key, cfg.iterations, "iteration", f"{args.algorithm} iterations",
                           Tracking(args.tensorboard, WALL_CLOCK_KEYS), report=log_iteration,

@@ -3,8 +3,14 @@
 During generation a logits processor steps the mask model incrementally with its own KV cache (one
 token per generated token, never a full pass per token) and keeps, for every sequence, the mask
 model's top-p nucleus (optionally capped at top-k), at least ``min_tokens_to_keep`` tokens and every
-special token; the policy samples only among them. The PPO ratio uses the masked log-probs, the KL
-penalty the unmasked ones. The mask model is refreshed from the policy every
+special token; the policy samples only among them. The PPO ratio and the KL penalty both use log-probs under
+the masks, the policy's and the reference's alike: the KL is then KL(policy || reference) between the two
+distributions restricted to the allowed tokens, which the rollout samples from, so its k1 estimate has a mean
+>= 0 and starts at 0. (RL4LMs compares the masked policy with the unmasked reference, whose k1 is -log of the
+mass the mask keeps, > 0 at the start; the unmasked policy against the unmasked reference, on tokens drawn from
+the mask, has a mean that can fall below 0 and then pays the policy to move mass off what it samples.) Evaluation
+with masks samples with the same incremental processor (``generate``'s full pass per step only for beam search
+and greedy decoding). The mask model is refreshed from the policy every
 ``target_update_iterations`` rollouts and is part of the checkpoint (RL4LMs loses it on resume).
 """
 
@@ -17,6 +23,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 from transformers import LogitsProcessor
 
+from grueflow.config import GenerationConfig
 from grueflow.io import read_json, write_json
 from grueflow.models.backend import Backend, Decoding
 from grueflow.models.lora import merged
@@ -28,7 +35,8 @@ from grueflow.rl.ppo import PPO
 
 class MaskProcessor(LogitsProcessor):
     """A logits processor (for :meth:`Policy.sample` and ``generate``) that masks the policy's logits with
-    the mask model's nucleus.
+    the mask model's nucleus, one generated token a call (:attr:`incremental`: it follows one sequence per row,
+    never beams).
 
     The mask model decodes alongside the policy with the policy's own incremental machinery (the policy's
     speed backend, :meth:`~grueflow.models.backend.Backend.start`): each group of ``group_size`` identical
@@ -42,6 +50,8 @@ class MaskProcessor(LogitsProcessor):
         self.backend = backend if backend is not None else Backend()
         self.decoding: Optional[Decoding] = None
         self.keeps: list[torch.Tensor] = []
+
+    incremental = True
 
     @torch.no_grad()
     def _next_logits(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -79,6 +89,8 @@ class FullPassMaskProcessor(LogitsProcessor):
         self.mask_model, self.kind, self.prompts, self.backend = mask_model, kind, prompts, backend
         self.top_p, self.top_k, self.min_keep, self.always_keep = top_p, top_k, min_tokens_to_keep, list(always_keep)
         self.encoded: Optional[torch.Tensor] = None
+
+    incremental = False
 
     @torch.no_grad()
     def _next_logits(self, input_ids: torch.Tensor) -> torch.Tensor:
@@ -123,21 +135,29 @@ def evaluation_masks(folder: Path) -> Optional[dict[str, Any]]:
     return read_json(record) if record.is_file() else None
 
 
-def evaluation_processor(folder: Path, policy: Policy) -> Callable[[Prompts], FullPassMaskProcessor]:
-    """For the policy of NLPO output ``folder``: a maker of each batch's :class:`FullPassMaskProcessor`, with the
-    final mask model (loaded frozen on the policy's backend) and the settings of :data:`MASK_RECORD`."""
+def evaluation_processor(folder: Path, policy: Policy, gen: GenerationConfig
+                         ) -> Callable[[Prompts], LogitsProcessor]:
+    """For the policy of NLPO output ``folder`` decoding with ``gen``: a maker of each batch's mask processor
+    (:func:`mask_processors`), with the final mask model (loaded frozen on the policy's backend) and the settings
+    of :data:`MASK_RECORD`."""
     from grueflow.models import load_pretrained
 
     masks = read_json(folder / MASK_RECORD)
     mask_model, _ = load_pretrained(folder / MASK_DIR, backend=policy.backend, frozen=True)
-    return mask_processors(mask_model, policy, masks["top_p"], masks["top_k"], masks["min_tokens_to_keep"])
+    return mask_processors(mask_model, policy, masks["top_p"], masks["top_k"], masks["min_tokens_to_keep"], gen)
 
 
-def mask_processors(mask_model: Any, policy: Policy, top_p: float, top_k: int, min_tokens_to_keep: int
-                    ) -> Callable[[Prompts], FullPassMaskProcessor]:
-    """A maker of each batch's :class:`FullPassMaskProcessor` for ``policy``: ``mask_model``'s nucleus, the
-    policy's special tokens always kept, on the policy's backend."""
-    special = tuple(policy.tokenizer.all_special_ids)
+def mask_processors(mask_model: Any, policy: Policy, top_p: float, top_k: int, min_tokens_to_keep: int,
+                    gen: GenerationConfig) -> Callable[[Prompts], LogitsProcessor]:
+    """A maker of each batch's mask processor for ``policy`` decoding with ``gen``: ``mask_model``'s nucleus, the
+    policy's special tokens always kept, on the policy's backend. Sampling one sequence per prompt gets the
+    incremental :class:`MaskProcessor` (for :meth:`Policy.sample`: one mask-model token a step, as in rollouts);
+    beam search and greedy decoding the :class:`FullPassMaskProcessor` (for ``generate``)."""
+    special = list(policy.tokenizer.all_special_ids)
+    if gen.do_sample and gen.num_beams == 1:
+        settings = NLPOConfig(top_p=top_p, top_k=top_k, min_tokens_to_keep=min_tokens_to_keep)
+        return lambda prompts: MaskProcessor(mask_model, policy.kind, prompts, settings, special, 1,
+                                             gen.max_new_tokens, policy.backend)
     return lambda prompts: FullPassMaskProcessor(mask_model, policy.kind, prompts, top_p, top_k, min_tokens_to_keep,
                                                  special, policy.backend)
 

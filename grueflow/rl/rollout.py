@@ -22,7 +22,7 @@ class Sampled(NamedTuple):
     prompts: Prompts
     completions: torch.Tensor  # (B, T) token ids
     mask: torch.Tensor  # (B, T) 1 up to and including each sequence's EOS
-    ref_logprobs: torch.Tensor  # (B, T) the frozen reference's log-probs of the sampled tokens
+    ref_logprobs: torch.Tensor  # (B, T) the frozen reference's log-probs of the sampled tokens (under ``action_mask``)
     scores: torch.Tensor  # (B,) task reward
     components: dict[str, float]  # each reward component's mean score, unweighted
     generation_s: float
@@ -41,8 +41,8 @@ class Rollout(NamedTuple):
     completions: torch.Tensor  # (B, T) token ids
     mask: torch.Tensor  # (B, T)
     logprobs: torch.Tensor  # (B, T) the behaviour policy's (masked by ``action_mask``, for NLPO)
-    ref_logprobs: torch.Tensor  # (B, T)
-    kl: torch.Tensor  # (B, T) per-token k1 of the unmasked behaviour policy against the reference
+    ref_logprobs: torch.Tensor  # (B, T) the reference's, masked as ``logprobs`` is
+    kl: torch.Tensor  # (B, T) per-token k1 of the behaviour policy against the reference, both under ``action_mask``
     values: torch.Tensor  # (B, T) the critic's at rollout time; zeros without a critic
     rewards: torch.Tensor  # (B, T) the sequence reward at each sequence's last token, dense rewards and the KL
     # penalty per token

@@ -54,7 +54,7 @@ from grueflow.models import load_pretrained
 from grueflow.models.backend import SampledLogits, sparse_tied_embeddings
 from grueflow.models.lora import (is_lora, load_adapter, load_trainable_state, merged, reference_view,
                                   trainable_parameters, trainable_state, with_lora)
-from grueflow.models.policy import Policy, Prompts, Scores, completion_mask, logprobs_from_logits, selective_logprobs
+from grueflow.models.policy import Policy, Prompts, Scores, completion_mask, selective_logprobs
 from grueflow.rl import ALGORITHMS
 from grueflow.rl.algorithm import Algorithm, PolicyHandle, UpdateContext
 from grueflow.rl.configs import RLConfig
@@ -248,9 +248,10 @@ class RLTrainer:
                 and self.policy.backend.keeps_sampling(self.policy.model))
 
     def _outputs(self, prompts: Prompts, completions: torch.Tensor, action_mask: Optional[torch.Tensor] = None,
-                 group_size: int = 1, kept: Optional[SampledLogits] = None) -> tuple[Outputs, torch.Tensor]:
-        """The policy's (masked) outputs, and its unmasked log-probs (for the KL to the reference): from a
-        forward pass over the rollout, or from ``kept`` (its sampling pass) when given. Float32 throughout.
+                 group_size: int = 1, kept: Optional[SampledLogits] = None) -> Outputs:
+        """The policy's outputs over a rollout, its log-probs under ``action_mask`` (NLPO; the distribution the
+        rollout sampled from): from a forward pass over the rollout, or from ``kept`` (its sampling pass) when
+        given. Float32 throughout.
 
         The entropy carries gradients only when the loss uses it (``ent_coef`` != 0).
         """
@@ -260,12 +261,7 @@ class RLTrainer:
         values = self.value_head(scores.hidden if shared else self.critic_hidden(prompts, completions, group_size)) \
             if self.value_head is not None else None
         logprobs, entropy = selective_logprobs(scores.logits, completions, action_mask, entropy=True)
-        outputs = Outputs(logprobs, values, entropy if self.cfg.ent_coef else entropy.detach())
-        if action_mask is None:
-            return outputs, outputs.logprobs
-        with torch.no_grad():  # only the rewards' KL penalty reads them, detached: no second softmax to differentiate
-            unmasked = logprobs_from_logits(scores.logits, completions)
-        return outputs, unmasked
+        return Outputs(logprobs, values, entropy if self.cfg.ent_coef else entropy.detach())
 
     def critic_hidden(self, prompts: Prompts, completions: torch.Tensor, group_size: int = 1) -> torch.Tensor:
         """The hidden states the value head reads: the separate critic's, or the policy trunk's.  (B, T, H)"""
@@ -311,7 +307,10 @@ class RLTrainer:
         scores = torch.tensor(total, dtype=torch.float32, device=self.device)
         self._guard("reward", scores)
         started = time.perf_counter()
-        ref_logprobs = logprobs_from_logits(self.reference_logits(prompts, completions, group), completions)
+        # under the rollout's action masks, as the policy's: KL(policy || reference), both restricted to the
+        # tokens the masks allow (the distribution the rollout samples from), is >= 0 and 0 at the start
+        ref_logprobs, _ = selective_logprobs(self.reference_logits(prompts, completions, group), completions,
+                                             action_mask)
         scoring_s = time.perf_counter() - started
         components = {k: float(np.mean(v)) for k, v in parts.items()}
         sequence = dense = None
@@ -324,7 +323,7 @@ class RLTrainer:
         return Sampled(prompts, completions, mask, ref_logprobs * mask, scores, components, generation_s, reward_s,
                        scoring_s, action_mask, kept, sequence, dense)
 
-    def with_behaviour(self, sampled: Sampled, outputs: Outputs, unmasked: torch.Tensor, behaviour_s: float = 0.0
+    def with_behaviour(self, sampled: Sampled, outputs: Outputs, behaviour_s: float = 0.0
                        ) -> Rollout:
         """The rollout: ``sampled`` with the behaviour policy's log-probs and values (detached from ``outputs``),
         the per-token KL to the reference and the rewards: the task reward at each sequence's last token (its
@@ -332,18 +331,18 @@ class RLTrainer:
         token by token), minus ``coef x KL`` per token unless the KL is in the loss. ``behaviour_s``: the
         behaviour pass's seconds, counted as scoring."""
         mask, ref_logprobs = sampled.mask, sampled.ref_logprobs
-        logprobs, unmasked = outputs.logprobs.detach(), unmasked.detach()
+        logprobs = outputs.logprobs.detach()
         values = outputs.values.detach() if outputs.values is not None else torch.zeros_like(logprobs)
         rewards = torch.zeros_like(logprobs)
         if not self.cfg.kl_in_loss:
-            rewards -= self.kl.coef * KL_ESTIMATORS[self.cfg.kl_estimator](unmasked, ref_logprobs) * mask
+            rewards -= self.kl.coef * KL_ESTIMATORS[self.cfg.kl_estimator](logprobs, ref_logprobs) * mask
         last = (mask.sum(1).long() - 1).clamp(min=0)
         sequence = sampled.scores if sampled.dense is None else sampled.sequence
         rewards[torch.arange(len(rewards), device=rewards.device), last] += sequence
         if sampled.dense is not None:
             rewards += sampled.dense * mask
         return Rollout(sampled.prompts, sampled.completions, mask, logprobs * mask, ref_logprobs,
-                       kl_k1(unmasked, ref_logprobs) * mask, values * mask, rewards, sampled.scores, sampled.components,
+                       kl_k1(logprobs, ref_logprobs) * mask, values * mask, rewards, sampled.scores, sampled.components,
                        sampled.generation_s, sampled.reward_s, sampled.scoring_s + behaviour_s, sampled.action_mask)
 
     def collect(self) -> Rollout:
@@ -351,16 +350,15 @@ class RLTrainer:
         sampled = self.sample_rollout()
         started = time.perf_counter()
         with torch.no_grad():
-            outputs, unmasked = self._outputs(sampled.prompts, sampled.completions, sampled.action_mask,
-                                              self.cfg.group_size)
-        return self.with_behaviour(sampled, outputs, unmasked, time.perf_counter() - started)
+            outputs = self._outputs(sampled.prompts, sampled.completions, sampled.action_mask, self.cfg.group_size)
+        return self.with_behaviour(sampled, outputs, time.perf_counter() - started)
 
     def _warn_negative_kl(self, seq_kl: float) -> None:
         """Warn once per run when the rollout's mean k1 KL per completion falls below ``NEGATIVE_KL``.
 
         On completions sampled from the policy itself, ``E[log p - log q] = KL(p || q) >= 0``. A clearly negative
         mean says the rollouts come from another distribution (top-k, top-p, a temperature or a minimum length in
-        ``rollout_generation``, NLPO's masks), and a k1 penalty then pays the policy for lowering the probability
+        ``rollout_generation``; NLPO's masks apply to both sides of its KL), and a k1 penalty then pays the policy for lowering the probability
         of what it samples (TRL's training FAQ, "negative KL"). k3 is never negative.
         """
         if seq_kl >= NEGATIVE_KL or self._warned_negative_kl:
@@ -373,8 +371,6 @@ class RLTrainer:
         if g.min_new(self.policy.kind) > 1:  # EOS forbidden before then
             key = "min_length" if g.min_length is not None else "min_new_tokens"
             warped.append(f"{key}: {g.min_length if g.min_length is not None else g.min_new_tokens}")
-        if self.algorithm.masks_actions:
-            warped.append("the algorithm's action masks")
         log.warning("iteration %d: the rollout's mean KL to the reference is %.3g nats per completion, below %g: "
                     "the rollouts are not sampled from the policy itself (%s), and the %s KL penalty now pays the "
                     "policy for moving away from the reference. Sample without these, or set kl_estimator: k3 "
@@ -448,7 +444,7 @@ class RLTrainer:
                 else:
                     prompts = Prompts(rollout.prompts.input_ids[idx], rollout.prompts.attention_mask[idx])
                     action_mask = rollout.action_mask[idx] if rollout.action_mask is not None else None
-                    new, _ = self._outputs(prompts, rollout.completions[idx], action_mask, group)
+                    new = self._outputs(prompts, rollout.completions[idx], action_mask, group)
                 batch = MiniBatch(rollout.mask[idx], rollout.logprobs[idx], rollout.ref_logprobs[idx],
                                   rollout.values[idx], advantages[idx], returns[idx])
                 stats = self._minibatch_step(new, batch)
@@ -483,9 +479,9 @@ class RLTrainer:
         if self.single_update:  # the update's forward pass gives the behaviour policy's log-probs and values
             sampled = self.sample_rollout(keep=self.keeps_sampling)
             update_started = time.perf_counter()
-            first, unmasked = self._outputs(sampled.prompts, sampled.completions, sampled.action_mask,
-                                            self.cfg.group_size, sampled.kept)
-            rollout = self.with_behaviour(sampled, first, unmasked)
+            first = self._outputs(sampled.prompts, sampled.completions, sampled.action_mask, self.cfg.group_size,
+                                  sampled.kept)
+            rollout = self.with_behaviour(sampled, first)
             del sampled  # the kept sampling pass lives on only in ``first``'s graph
         else:
             rollout = self.collect()

@@ -224,6 +224,30 @@ def test_a_negative_kl_from_rollouts_not_drawn_from_the_policy_is_named_once(sen
     assert "iteration 1" in warnings[0] and "(top_k: 1)" in warnings[0] and "kl_estimator: k3" in warnings[0]
 
 
+def test_nlpos_kl_compares_the_policy_and_the_reference_under_the_same_masks(sentiment):
+    """NLPO samples among the mask model's nucleus: its rollout KL is k1 of the policy's and the reference's
+    log-probs, each renormalised over the tokens the masks allow (a KL between the two distributions the rollout
+    could draw from), not of the full softmaxes. A reference three times sharper makes the two differ."""
+    from grueflow.models.policy import logprobs_from_logits, selective_logprobs
+
+    trainer = make_trainer(sentiment, "nlpo", {"iterations": 1, "top_p": 0.5, "min_tokens_to_keep": 1})
+    with torch.no_grad():
+        trainer.ref_model.transformer.ln_f.weight.mul_(3)
+        trainer.ref_model.transformer.ln_f.bias.mul_(3)
+    rollout = trainer.collect()
+    allowed = rollout.action_mask
+    assert allowed is not None and not allowed.all()
+    with torch.no_grad():
+        policy = trainer.policy.score(rollout.prompts, rollout.completions).logits
+        reference = trainer.policy.score(rollout.prompts, rollout.completions, model=trainer.ref_model).logits
+    masked = selective_logprobs(policy, rollout.completions, allowed)[0] - \
+        selective_logprobs(reference, rollout.completions, allowed)[0]
+    full = logprobs_from_logits(policy, rollout.completions) - logprobs_from_logits(reference, rollout.completions)
+    assert torch.allclose(rollout.kl, masked * rollout.mask, atol=1e-4)
+    assert (rollout.kl - full * rollout.mask).abs().max() > 0.1
+    assert torch.allclose(rollout.logprobs - rollout.ref_logprobs, rollout.kl, atol=1e-5)
+
+
 @pytest.mark.parametrize("what", ["loss", "gradient norm", "advantage"])
 def test_a_nan_loss_gradient_or_advantage_stops_training_before_the_optimiser_step(sentiment, what, monkeypatch):
     from grueflow.rl.trainer import NonFiniteError

@@ -70,3 +70,42 @@ def test_evaluations_full_pass_masks_equal_the_rollouts_incremental_ones(tiny_mo
     greedy_top1 = policy.generate(prompts, greedy, FullPassMaskProcessor(mask_model, kind, prompts, 1e-9, 1, 1, [],
                                                                           policy.backend))
     assert torch.equal(policy.generate(prompts, beams, top1), greedy_top1)
+
+
+@pytest.mark.parametrize("kind", ["causal", "seq2seq"])
+def test_evaluation_samples_with_the_incremental_masks(tiny_models, kind):
+    """Sampling evaluations of NLPO decode as rollouts do (:meth:`Policy.sample` with the incremental processor,
+    one mask-model token a step; the full pass per step is for beams and greedy), and every draw lies in the mask
+    model's nucleus or the special tokens."""
+    from grueflow import evaluation
+    from grueflow.data import Sample
+    from grueflow.rl.nlpo import FullPassMaskProcessor, mask_processors
+
+    model, tokenizer = load_pretrained(tiny_models[kind])
+    policy = Policy(model, tokenizer, max_prompt_length=24)
+    mask_model, _ = load_pretrained(tiny_models[kind])
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in mask_model.parameters():
+            p.add_(torch.randn_like(p))
+    texts = ["i saw this film at the cinema .", "generate a sentence with: dog kick ball park", "a"]
+    sampling = GenerationConfig(max_new_tokens=6, min_new_tokens=6, do_sample=True, top_k=0)
+    greedy = GenerationConfig(max_new_tokens=6, min_new_tokens=6, do_sample=False)
+    make = mask_processors(mask_model, policy, 0.3, 0, 1, sampling)
+    prompts = policy.encode(texts)
+    assert isinstance(mask_processors(mask_model, policy, 0.3, 0, 1, greedy)(prompts), FullPassMaskProcessor)
+    torch.manual_seed(1)
+    sampled = evaluation.generate(policy, [Sample(f"s{i}", t, ("x",)) for i, t in enumerate(texts)], sampling,
+                                  processor=make)
+    torch.manual_seed(1)
+    processor = make(prompts)
+    assert isinstance(processor, MaskProcessor)
+    completions = policy.sample(prompts, sampling, 1, processor)
+    assert sampled == policy.decode(completions)
+    with torch.no_grad():
+        mask_logits = policy.score(prompts, completions, model=mask_model).logits
+    special = list(tokenizer.all_special_ids)
+    for t in range(completions.shape[1]):
+        allowed = top_p_keep(mask_logits[:, t], 0.3, 0, 1, special)
+        assert allowed.gather(1, completions[:, t:t + 1]).all(), t
+        assert not allowed.all()
