@@ -128,9 +128,11 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     so a power loss cannot leave a renamed folder of empty files, and it gets the mode a plain ``mkdir`` would
     (readable by the group under the usual umask). The swap never deletes in place: a folder already at
     ``path`` is first renamed aside and deleted after, so a concurrent writer of the same ``path`` (Snakemake
-    and ``dvc repro`` at once) cannot make it fail; the last writer's folder stays, each one complete.
+    and ``dvc repro`` at once) cannot make it fail; the last writer's folder stays, each one complete. A symlink at
+    ``path`` is written through: the folder it points to (followed to the end, created when missing) is replaced
+    and the link stays as it is.
     """
-    path = Path(path)
+    path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_leftovers(path)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{_WRITER}.", suffix=".tmp", dir=path.parent))
@@ -161,17 +163,30 @@ def _alive(pid: int) -> bool:
 def remove_leftovers(path: str | Path) -> list[Path]:
     """Delete the temporary folders that writers of ``path`` killed on this host left beside it (an unfinished
     ``.tmp``, an old output renamed ``.old`` before its deletion); returns them. A live writer's folders,
-    and another host's, are kept."""
+    and another host's, are kept. A symlink renamed aside (an output that was a link) is unlinked: what it points
+    to is never touched."""
     path = Path(path)
     host = _WRITER.rsplit("-", 1)[0]
     pattern = re.compile(rf"\.{re.escape(path.name)}\.{re.escape(host)}-(\d+)\..+\.(tmp|old)")
     removed = []
     for candidate in path.parent.glob(f".{glob.escape(path.name)}.*"):
         match = pattern.fullmatch(candidate.name)
-        if match and candidate.is_dir() and not _alive(int(match.group(1))):
-            shutil.rmtree(candidate, ignore_errors=True)
+        if match and (candidate.is_symlink() or candidate.is_dir()) and not _alive(int(match.group(1))):
+            _remove(candidate)
             removed.append(candidate)
     return removed
+
+
+def _remove(path: Path) -> None:
+    """Delete ``path``: a symlink (dangling or not) or a file is unlinked, a folder deleted with what it holds;
+    what is gone already, or cannot be deleted, is left (a later :func:`remove_leftovers` tries again)."""
+    try:
+        if path.is_symlink() or not path.is_dir():
+            path.unlink()
+            return
+    except OSError:
+        return
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _umask() -> int:
@@ -216,7 +231,7 @@ def _swap_in(tmp: Path, path: Path, attempts: int = 20) -> None:
                 raise
         finally:
             if aside is not None:
-                shutil.rmtree(aside, ignore_errors=True)
+                _remove(aside)
     raise OSError(f"{path}: could not replace it after {attempts} tries; another process keeps writing it")
 
 

@@ -112,9 +112,16 @@ def check_out(out: Path, args: argparse.Namespace, stage: Optional[str]) -> None
     ``stage`` (the stage its :data:`grueflow.io.STAGE_RECORD` names, or else its
     :data:`grueflow.io.PROVENANCE_RECORD`, which stays when DVC removes the stage's declared outs before a rerun),
     and must not be or hold any path the stage reads: a :class:`ConfigError` naming both otherwise, before any
-    work. ``stage`` None (not known) skips the check of the writer."""
+    work. ``stage`` None (not known) skips the check of the writer. Where ``out`` will be made, and the stage's
+    ``--resume-dir`` if given, must be inside a folder this process can write in (:func:`check_writable`), and the
+    resume folder must lie apart from ``out`` (:func:`check_resume_dir`)."""
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file; give a folder (a stage replaces its --out folder whole)")
+    check_writable("--out", out)
+    resume_dir = vars(args).get("resume_dir")
+    if resume_dir is not None:
+        check_writable("--resume-dir", Path(resume_dir))
+        check_resume_dir(out, Path(resume_dir))
     stage_owned = any((out / record).is_file() for record in (io.STAGE_RECORD, io.PROVENANCE_RECORD))
     if out.is_dir() and not stage_owned:  # DVC removes a stage's declared outs only: provenance.json stays
         held = sorted(p.name for p in out.iterdir())
@@ -135,6 +142,37 @@ def check_out(out: Path, args: argparse.Namespace, stage: Optional[str]) -> None
     if writer is not None and stage is not None and writer != stage:
         raise ConfigError(f"--out {out} holds the output of stage {writer}, not {stage}: give another --out, or delete "
                           f"it if it is not needed")
+
+
+def check_writable(flag: str, path: Path) -> None:
+    """``path`` (a folder a stage writes, given as ``flag``) is made, or replaced, inside its parent: that parent,
+    or where it does not exist yet the nearest folder above it that does, must be a folder this process can write
+    in. A :class:`ConfigError` naming it otherwise (a file there, no write permission, an immutable folder or a
+    read-only file system), before any work. A symlinked ``path`` is written through: its target's parent counts."""
+    target = Path(os.path.realpath(path))
+    parent = next(p for p in target.parents if os.path.lexists(p))
+    if not parent.is_dir():
+        raise ConfigError(f"{flag} {path}: {parent} is not a folder; give a path whose parents are folders")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path}: cannot write in {parent}: permission denied; give a folder this user can "
+                          f"write in, or fix its permissions (ls -ld, lsattr -d)")
+
+
+def check_resume_dir(out: Path, resume_dir: Path) -> None:
+    """The resume folder is deleted when a training run finishes and ``--out`` is replaced whole, so neither may be,
+    hold or lie inside the other (compared as resolved paths, symlinks followed): a :class:`ConfigError` naming both
+    otherwise. The default resume folder, ``<out>.resume`` beside ``--out``, always passes."""
+    mine, resume = Path(os.path.realpath(out)), Path(os.path.realpath(resume_dir))
+    if resume == mine:
+        how = f"--resume-dir {resume_dir} is --out {out}"
+    elif mine.is_relative_to(resume):
+        how = f"--out {out} lies inside --resume-dir {resume_dir}"
+    elif resume.is_relative_to(mine):
+        how = f"--resume-dir {resume_dir} lies inside --out {out}"
+    else:
+        return
+    raise ConfigError(f"{how}: the resume folder is deleted when the run finishes and --out is replaced whole, so one "
+                      f"would delete the other; give a --resume-dir apart from --out (default: <out>.resume)")
 
 
 def _writer(folder: Path) -> Optional[str]:
@@ -221,11 +259,16 @@ def finish(out_dir: Path, stage: str, params: Any, inputs: dict[str, Path], star
 
 def main_guard(run: Any) -> None:
     """Run a stage's ``main``; bad params, bad data and unobtainable models exit 2 with their message, a full
-    disk exits 2 saying so, and Ctrl-C exits 130 saying what is kept: no traceback for any of them."""
+    disk, a path it may not write (or read) and a path under a file exit 2 saying so, and Ctrl-C exits 130 saying
+    what is kept: no traceback for any of them (``--log-level DEBUG`` logs the one of a refused path)."""
     try:
         run()
     except (ConfigError, io.DataError, HubUnreachableError, ModelFetchError) as err:
         print(f"error: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except (PermissionError, NotADirectoryError) as err:  # a folder made read-only, or replaced by a file, mid-run
+        logging.getLogger("stage").debug("the failed call", exc_info=True)
+        print(f"error: {_path_problem(err)}", file=sys.stderr)
         raise SystemExit(2) from None
     except OSError as err:
         if err.errno != errno.ENOSPC:
@@ -244,6 +287,18 @@ def main_guard(run: Any) -> None:
         print("interrupted: the output folder was not written; completed checkpoints stay in the resume folder "
               "(<out>.resume), so rerunning the same command resumes from the newest", file=sys.stderr)
         raise SystemExit(130) from None
+
+
+def _path_problem(err: PermissionError | NotADirectoryError) -> str:
+    """One line for a path a stage could not use: the path(s) the call named, the cause and what to do."""
+    paths = " -> ".join(str(name) for name in (err.filename, err.filename2) if name is not None) or "a path"
+    if isinstance(err, NotADirectoryError):
+        return (f"{paths}: a part of this path is a file, not a folder ({err.strerror}); give paths whose parents "
+                f"are folders and rerun")
+    cause = "permission denied" + (" (operation not permitted: an immutable file or folder?)"
+                                   if err.errno == errno.EPERM else "")
+    return (f"cannot use {paths}: {cause}; give paths this user can read and write, or fix their permissions "
+            f"(ls -ld, lsattr -d), and rerun: completed checkpoints stay in the resume folder")
 
 
 def _disk_nearly_full(path: str = ".", free_bytes: int = 64 << 20) -> bool:

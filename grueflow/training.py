@@ -7,9 +7,10 @@ rest is written here once, in the order it runs:
    (:func:`grueflow.stage.relaunch_data_parallel`), resolve the device and precision, join the process
    group, and seed everything (:func:`grueflow.seeding.seed_everything`, once per stage);
 2. :meth:`TrainingRun.train`: resume the trainer from the newest checkpoint of this run in the resume
-   folder (``--resume-dir``, default ``<out>.resume``), then train with a progress bar, checkpoints
-   into the resume folder (main process only) and, for a tracked stage, DVCLive (and TensorBoard) logs
-   of the curve kept in the resume folder, into which a resumed run first replays its checkpoint's rows;
+   folder (``--resume-dir``, default ``<out>.resume``; never ``--out``, inside it or holding it), then train
+   with a progress bar, checkpoints into the resume folder (main process only) and, for a tracked stage,
+   DVCLive (and TensorBoard) logs of the curve kept in the resume folder, into which a resumed run first
+   replays its checkpoint's rows;
 3. :meth:`TrainingRun.finish`: compare the data-parallel replicas, write the output folder atomically
    (the stage's files, the tracking log, ``stage.json`` last; main process only) and remove the resume
    folder.
@@ -113,14 +114,17 @@ class TrainingRun:
 
         ``processes``: the stage's data-parallel param (> 1: this command re-runs as that many processes under
         ``accelerate launch`` and does not return here; each process then computes on its own device and gets
-        its share of ``--threads``); None for a stage without a data-parallel mode (one process).
+        its share of ``--threads``); None for a stage without a data-parallel mode (one process). A resume folder
+        that is, holds or lies inside ``--out`` is a :class:`~grueflow.config.ConfigError`, raised first
+        (:func:`grueflow.stage.check_resume_dir`): :meth:`finish` replaces the one and deletes the other.
         """
+        resume_dir = args.resume_dir if args.resume_dir is not None else Path(f"{args.out}.resume")
+        stage.check_resume_dir(args.out, resume_dir)
         if processes is not None:
             stage.relaunch_data_parallel(processes, args.threads)
         ex = stage.execution(args)
         parallel = DataParallel.from_env(ex.device) if processes is not None else DataParallel(device=ex.device)
         seed_everything(seed, parallel.threads(args.threads))
-        resume_dir = args.resume_dir if args.resume_dir is not None else Path(f"{args.out}.resume")
         return cls(name, args.out, resume_dir, ex, parallel, started)
 
     def train(self, trainer: Resumable, key: str, total: int, unit: str, desc: str,

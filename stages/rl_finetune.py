@@ -84,11 +84,13 @@ def main() -> None:
                                               execution=run.execution))
     trainer = RLTrainer(args.algorithm, cfg, policy, ref_model, reward, train, generation, args.seed, run.parallel)
     evaluated = (to_dict(eval_generation), to_dict(metrics)) if cfg.eval_every else ()  # what val rows depend on
-    key = run_key(args.algorithm, to_dict(cfg), to_dict(generation), to_dict(reward_cfg), fingerprint(args.init_model),
-                  fingerprint(args.datapool / "train.jsonl"), args.seed, run.execution.precision, *evaluated)
+    key = run_key(args.algorithm, to_dict(cfg), to_dict(lengths), to_dict(generation), to_dict(reward_cfg),
+                  fingerprint(args.init_model), fingerprint(args.datapool / "train.jsonl"), args.seed,
+                  run.execution.precision, *evaluated)
     context = MetricContext(args.base_model, lengths.prompt, run.execution, policy)
     validation = Validation(run.resume_dir, read_split(args.datapool, "val") if cfg.eval_every else [],
-                            eval_generation, reward_cfg, metrics, context, cfg, args.seed, nlpo_processor(cfg, eval_generation), key)
+                            eval_generation, reward_cfg, metrics, context, cfg, args.seed,
+                            nlpo_processor(cfg, eval_generation), key)
     try:
         state = run.train(trainer, key, cfg.iterations, "iteration", f"{args.algorithm} iterations",
                           Tracking(args.tensorboard, WALL_CLOCK_KEYS), report=log_iteration,

@@ -1,6 +1,13 @@
 """The stage record (issue 9): written last, it records the size of the stage's outputs."""
 
+import contextlib
+import os
+import re
+import subprocess
+import sys
 import time
+from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -222,3 +229,92 @@ def test_a_stage_run_into_another_stages_folder_exits_2_in_one_line_and_leaves_i
         again = prepare(pool)
         assert again.returncode == 0, again.stderr
     assert read_json(pool / "stage.json")["stage"] == read_json(pool / "provenance.json")["stage"] == "prepare_datapool"
+
+
+@contextlib.contextmanager
+def unwritable(folder: Path) -> Iterator[None]:
+    """``folder`` made unwritable for this process: mode 0o555, or for root (which ignores modes) the immutable
+    flag (chattr +i; the test is skipped where the file system has none); undone after."""
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        try:
+            yield
+        finally:
+            folder.chmod(0o755)
+        return
+    if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+        pytest.skip(f"chattr +i is not available on {folder}'s file system")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(folder)], check=True)
+
+
+def test_an_out_under_a_file_or_in_a_folder_it_cannot_write_is_refused_naming_that_folder(tmp_path):
+    """atomic_dir writes beside --out, so its parent (or the nearest folder above that exists) must be a folder this
+    process can write in; the refusal names it and the cause, before any work."""
+    import argparse
+
+    from grueflow.config import ConfigError
+
+    args = argparse.Namespace()
+    data = tmp_path / "file.jsonl"
+    data.write_text("{}\n")
+    with pytest.raises(ConfigError) as refused:
+        stage.check_out(data / "pool", args, "prepare_datapool")
+    assert str(refused.value) == f"--out {data / 'pool'}: {data} is not a folder; give a path whose parents are folders"
+    with pytest.raises(ConfigError, match=rf"^--out {re.escape(str(data))}/a/b: {re.escape(str(data))} is not a "):
+        stage.check_out(data / "a" / "b", args, None)
+    locked = tmp_path / "locked"
+    (locked / "seed0").mkdir(parents=True)
+    with unwritable(locked):
+        for out in (locked / "seed0", locked / "new" / "seed0"):  # a rerun renames the old folder aside: refused too
+            with pytest.raises(ConfigError) as refused:
+                stage.check_out(out, args, None)
+            assert str(refused.value) == (f"--out {out}: cannot write in {locked}: permission denied; give a folder "
+                                          f"this user can write in, or fix its permissions (ls -ld, lsattr -d)")
+        with pytest.raises(ConfigError, match=rf"^--resume-dir {re.escape(str(locked))}/r: cannot write in "):
+            stage.check_out(tmp_path / "out", argparse.Namespace(resume_dir=locked / "r"), None)
+    stage.check_out(tmp_path / "new" / "deeper" / "seed0", args, None)  # folders still to be made: fine
+
+
+def test_an_output_that_is_a_symlink_is_written_through_and_the_link_kept(tmp_path):
+    """A rerun into a symlinked --out replaces the folder the link points to and keeps the link; nothing is left
+    beside either (it once left the link renamed aside, dangling, forever)."""
+    from grueflow.io import atomic_dir
+
+    target = tmp_path / "store" / "pool"
+    target.mkdir(parents=True)
+    (target / "old.txt").write_text("old")
+    link = tmp_path / "results" / "pool"
+    link.parent.mkdir()
+    link.symlink_to(target)
+    with atomic_dir(link) as tmp:
+        (tmp / "new.txt").write_text("new")
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert sorted(p.name for p in target.iterdir()) == ["new.txt"]
+    assert sorted(p.name for p in (tmp_path / "results").iterdir()) == ["pool"]
+    assert sorted(p.name for p in (tmp_path / "store").iterdir()) == ["pool"]
+    dangling = tmp_path / "results" / "later"
+    dangling.symlink_to(tmp_path / "store" / "later")  # a link to a folder not made yet: made through the link
+    with atomic_dir(dangling) as tmp:
+        (tmp / "x.txt").write_text("x")
+    assert dangling.is_symlink() and (tmp_path / "store" / "later" / "x.txt").read_text() == "x"
+
+
+def test_a_killed_writers_leftover_symlink_is_unlinked_and_what_it_points_to_kept(tmp_path):
+    from grueflow.io import _WRITER, remove_leftovers
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    host = _WRITER.rsplit("-", 1)[0]
+    target = tmp_path / "store"
+    target.mkdir()
+    (target / "model.safetensors").write_bytes(b"w" * 8)
+    aside = tmp_path / f".seed0.{host}-{dead}.0f0f0f.old"
+    aside.symlink_to(target)
+    gone = tmp_path / f".seed0.{host}-{dead}.1f1f1f.old"
+    gone.symlink_to(tmp_path / "nowhere")  # dangling
+    assert sorted(remove_leftovers(tmp_path / "seed0")) == sorted([aside, gone])
+    assert not os.path.lexists(aside) and not os.path.lexists(gone)
+    assert (target / "model.safetensors").read_bytes() == b"w" * 8

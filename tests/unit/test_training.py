@@ -199,3 +199,78 @@ def test_a_warm_start_names_the_split_whose_samples_have_no_reference():
                                   "and the val split: give a datapool whose val samples have references")
     with pytest.raises(DataError, match=r"^the train split has no \(prompt, reference\) pairs: none of its 2 "):
         pairs(val, "train")
+
+
+@pytest.mark.parametrize("resume, expect", [
+    ("seed0", "--resume-dir {resume} is --out {out}: "),
+    (".", "--out {out} lies inside --resume-dir {resume}: "),
+    ("seed0/ckpt", "--resume-dir {resume} lies inside --out {out}: "),  # --out's swap and then its deletion
+    ("seed0/dvclive", "--resume-dir {resume} lies inside --out {out}: "),  # would delete the new output's log
+], ids=["the-output", "holding-the-output", "inside-the-output", "an-output-subfolder"])
+def test_a_resume_folder_that_is_holds_or_lies_inside_the_output_is_refused_before_any_work(tmp_path, resume, expect):
+    """finish() replaces --out whole and then deletes the resume folder: with one in the other, a run exited 0 and
+    its finished output was gone. Refused when the run starts, naming both; the output stays as it was."""
+    from grueflow.config import ConfigError
+
+    out = tmp_path / "seed0"
+    counter_run(out, Counter(2))
+    before = sorted((p.relative_to(out), p.read_bytes()) for p in out.rglob("*") if p.is_file())
+    resume_dir = tmp_path / resume
+    args = argparse.Namespace(out=out, resume_dir=resume_dir, threads=1, device="cpu", precision="fp32")
+    with pytest.raises(ConfigError) as refused:
+        TrainingRun.start("counter", args, 0.0, seed=3)
+    assert str(refused.value) == expect.format(resume=resume_dir, out=out) + (
+        "the resume folder is deleted when the run finishes and --out is replaced whole, so one would delete the "
+        "other; give a --resume-dir apart from --out (default: <out>.resume)")
+    assert sorted((p.relative_to(out), p.read_bytes()) for p in out.rglob("*") if p.is_file()) == before
+    link = tmp_path / "link"  # the same folder under another name is the same folder
+    link.symlink_to(out)
+    with pytest.raises(ConfigError, match=r"is --out .*: the resume folder is deleted"):
+        TrainingRun.start("counter", argparse.Namespace(out=link, resume_dir=out, threads=1, device="cpu",
+                                                        precision="fp32"), 0.0, seed=3)
+    beside = argparse.Namespace(out=out, resume_dir=tmp_path / "seed0-ckpt", threads=1, device="cpu", precision="fp32")
+    assert TrainingRun.start("counter", beside, 0.0, seed=3).resume_dir == tmp_path / "seed0-ckpt"  # a name prefix
+
+
+def test_an_rl_run_never_resumes_a_checkpoint_of_other_task_lengths(tiny_models, tmp_path, monkeypatch):
+    """lengths.prompt truncates every prompt the policy sees, so it is part of rl_finetune's resume key: with it
+    changed from 24 to 8, a run resumed the 24-token checkpoint silently. Each run's key, as the stage builds it,
+    is caught where training would begin."""
+    import importlib.util
+    import sys
+
+    import yaml
+
+    from grueflow.stage import main_guard
+    from tests.conftest import MICRO, ROOT
+
+    def call(name: str, *args) -> None:
+        path = ROOT / "stages" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(f"stages_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        monkeypatch.setattr(sys, "argv", [str(path), *map(str, args), "--log-level", "WARNING"])
+        main_guard(module.main)
+
+    class Caught(Exception):
+        """Stops the stage where it would resume, holding the run key."""
+
+    def caught(run, trainer, key, *args, **kwargs):
+        raise Caught(key)
+
+    call("prepare_datapool", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--out", tmp_path / "pool")
+    monkeypatch.setattr(TrainingRun, "train", caught)
+    keys = []
+    for prompt in (24, 24, 8):
+        task = yaml.safe_load((MICRO / "tasks" / "sentiment.yaml").read_text())
+        task["lengths"]["prompt"] = prompt
+        (tmp_path / "sentiment.yaml").write_text(yaml.safe_dump(task))
+        with pytest.raises(Caught) as stopped:
+            call("rl_finetune", "--task-file", tmp_path / "sentiment.yaml", "--algorithm", "ppo", "--method-file",
+                 MICRO / "methods" / "ppo.yaml", "--datapool", tmp_path / "pool", "--init-model", tiny_models["causal"],
+                 "--base-model", tiny_models["causal"], "--seed", "0", "--out", tmp_path / "rl")
+        keys.append(stopped.value.args[0])
+    assert keys[0] == keys[1] and keys[2] != keys[0]
+    root = tmp_path / "rl.resume"  # so the 24-token run's checkpoint is not the 8-token run's to resume
+    checkpoints.save(root, "iteration", 1, keys[0], lambda folder: (folder / "x").write_text("x"), keep=1)
+    assert checkpoints.latest(root, "iteration", keys[2]) is None
