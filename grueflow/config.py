@@ -137,6 +137,9 @@ def _convert_dataclass(cls: type, value: Any, where: str, resolve: Optional[Reso
     unknown = sorted(set(value) - names)
     if unknown:
         raise ConfigError(f"{at} unknown key {unknown[0]!r}; valid keys: {_keys(cls)}")
+    unread = getattr(cls, "unread_keys", None)  # keys a config holds but, set as given, never reads
+    for key, why in (unread(value) if unread is not None else {}).items():
+        raise ConfigError(f"{_join(where, key)}: given, but nothing reads it: {why}; leave it out")
     kwargs = {}
     for f in dataclasses.fields(cls):
         if not f.init:

@@ -23,8 +23,8 @@ def generate(policy: Policy, samples: list[Sample], gen: GenerationConfig, batch
     """One generation per sample, in batches, post-processed by ``gen.post_processing``; ``progress`` is called
     with each batch's number of samples; ``processor(prompts)``, when given, makes each batch's logits
     processor (NLPO's masks): one whose ``incremental`` is true follows one sampled sequence per row and decodes
-    with :meth:`Policy.sample`, any other with ``generate``; ``tokens``, when given, is extended with each completion's tokens as text (a
-    dense reward's inputs, :meth:`Policy.token_texts`)."""
+    with :meth:`Policy.sample`, any other with ``generate``; ``tokens``, when given, is extended with each
+    completion's tokens as text (a dense reward's inputs, :meth:`Policy.token_texts`)."""
     texts: list[str] = []
     for start in range(0, len(samples), batch_size):
         chunk = samples[start:start + batch_size]

@@ -12,7 +12,9 @@ coverage), so task files list as headline metrics the others they report.
 ``normalised_score`` (per task and method): the reward, the fluency perplexity and each headline
 metric are min-max normalised over the task's methods (1 = best method, 0 = worst; perplexity-like
 metrics are inverted), then averaged; a metric equal for every method (or missing for all) tells nothing
-and is left out, and a method missing a value the other methods have gets no score.
+and is left out, as is one that some row has on only some of its seeds (the ``.md`` says so), and a method
+missing a value the other methods have gets no score. Every run of a task must have been scored with the same
+reward and metrics, and every seed of a method with the same settings (:func:`load_runs` refuses others).
 The ``grue_score`` of a method (in the ``.md`` and ``.json``) is the mean of its normalised scores over the
 tasks on which every method of the table has a normalised score, so every method is scored over the same
 tasks; the ``.md`` lists the tasks left out and why. This is the relative normalisation of the RL4LMs paper's
@@ -60,7 +62,30 @@ def load_runs(paths: list[Path]) -> list[dict[str, Any]]:
     runs = [_load_run(p) for p in paths]
     if not runs:
         raise ValueError("no metrics.json files to aggregate; run the evaluate stage first")
+    _check_scored_alike(runs, paths)
     return runs
+
+
+# the evaluate params that must be equal for every run of a task (the task's own reward and metrics), and for
+# every seed of a method (also the lengths and decoding its method_overrides may change)
+TASK_WIDE, METHOD_WIDE = ("reward", "metrics"), ("reward", "metrics", "lengths", "eval_generation", "precision")
+
+
+def _check_scored_alike(runs: list[dict[str, Any]], paths: list[Path]) -> None:
+    """Raise a DataError when two runs of one task were scored with different reward or metrics settings, or two
+    seeds of one method also with different lengths, decoding or precision (from each run's evaluate record): their
+    numbers would share a row or be normalised against each other while measuring different things."""
+    first: dict[tuple[str, ...], tuple[Path, dict[str, Any]]] = {}
+    for run, path in zip(runs, paths):
+        params = io.read_json(path.parent / io.STAGE_RECORD).get("params") or {}
+        for scope, keys in (((run["task"],), TASK_WIDE), ((run["task"], run["method"]), METHOD_WIDE)):
+            mine = {k: params.get(k) for k in keys}
+            seen, theirs = first.setdefault(scope, (path, mine))
+            differ = [k for k in keys if theirs[k] != mine[k]]
+            if differ:
+                raise io.DataError(f"{seen.parent} and {path.parent} were evaluated with different "
+                                   f"{' and '.join(differ)} settings (their {io.STAGE_RECORD} params): one is stale; "
+                                   f"rerun evaluate for it (delete its folder and rerun the pipeline)")
 
 
 def _check_evaluate_record(path: Path) -> None:
@@ -138,8 +163,22 @@ def _insert_seed_counts(table: pd.DataFrame, counts: list[dict[str, int]]) -> No
 def _scored_metrics(group: pd.DataFrame, candidates: Iterable[str]) -> list[str]:
     """The ``candidates`` (reward, fluency and headline columns) that one task's normalised score compares: all but
     the end-of-training KL (a diagnostic) where the methods' values differ (one equal for all, or missing for all,
-    tells nothing)."""
-    return [c for c in candidates if c != TRAIN_KL_KEY and c in group and group[c].nunique(dropna=True) > 1]
+    tells nothing), and none that some row has on only some of its seeds (:func:`partial_metrics`)."""
+    partial = partial_metrics(group)
+    return [c for c in candidates if c != TRAIN_KL_KEY and c in group and c not in partial
+            and group[c].nunique(dropna=True) > 1]
+
+
+def partial_metrics(group: pd.DataFrame) -> dict[str, str]:
+    """``{metric: why}`` for each metric of one task's rows that some row has on only some of its seeds: a mean of
+    1 of 2 seeds set against means of 2 would rank seeds, not methods, so the normalised score leaves it out."""
+    partial = {}
+    for column in [c for c in group.columns if f"{c}_n" in group.columns]:
+        rows = [f"{r['method']} ({r[f'{column}_n']} of {r['n_seeds']} seeds)" for r in group.to_dict("records")
+                if not pd.isna(r[f"{column}_n"]) and 0 < r[f"{column}_n"] < r["n_seeds"]]
+        if rows:
+            partial[column] = f"only some seeds have it: {', '.join(rows)}"
+    return partial
 
 
 def _normalised(table: pd.DataFrame, headline: dict[str, list[str]]) -> pd.Series:
@@ -239,8 +278,10 @@ def to_markdown(table: pd.DataFrame, headline: dict[str, list[str]] | None = Non
         lines += [f"## {task}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         for row in group.to_dict("records"):
             lines.append("| " + " | ".join(_cell(row[c]) + seeds_note(row, c) for c in columns) + " |")
-        lines += [""] + [f"- missing `{metric}`: {reason}" for metric, reason in (missing or {}).get(task, {}).items()]
-        lines += [""] if (missing or {}).get(task) else []
+        notes = [f"- missing `{metric}`: {reason}" for metric, reason in (missing or {}).get(task, {}).items()]
+        notes += [f"- `{metric}` is left out of the normalised score: {why}"
+                  for metric, why in partial_metrics(group).items()]
+        lines += [""] + notes + ([""] if notes else [])
     lines += ["## GRUE score (mean normalised score over tasks)", "", "| method | grue_score |", "|---|---|"]
     lines += [f"| {m} | {_cell(v)} |" for m, v in grue_scores(table).items()]
     scored, left_out = grue_tasks(table)

@@ -15,6 +15,8 @@ are imported when a stage runs them.
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -311,10 +313,37 @@ def load_suite(data: dict[str, Any], where: str = "suite") -> Suite:
             sections = method_task_sections(task_path, method, start)
             check_select_metric(cfg, f"{params / 'methods' / f'{method}.yaml'} with {task_path}",
                                 None if method == "supervised" else sections["reward"], task.metrics)
+        check_classifiers_trained(task_path, task, dict(tasks), sections["reward"])
     if suite.preference_methods:  # the preference stages' params files
         for stem, cls in preference_method_files(suite.preference_methods).items():
             load_section(cls, params / "methods" / f"{stem}.yaml")
     return Suite(suite, tasks, methods, supervised)
+
+
+TRAINED_CLASSIFIER = re.compile(r"results/([^/]+)/classifier/model/?")  # the train_classifier stage's model folder
+
+
+def check_classifiers_trained(task_file: Path, task: TaskConfig, tasks: dict[str, TaskConfig],
+                              reward: RewardConfig) -> None:
+    """Raise ConfigError when a ``learned_classifier`` of ``task`` (a reward component or a metric) names the model
+    the ``train_classifier`` stage writes, ``results/<name>/classifier/model``, and task ``<name>`` (its file beside
+    ``task_file``; ``tasks`` holds those already parsed) has no ``classifier:`` section to train it from: the stage
+    would fail only once it runs."""
+    named = [c.args.get("model") for c in reward.components if c.metric == "learned_classifier"]
+    named += [m.args.get("model") for m in task.metrics if m.id == "learned_classifier"]
+    for model in named:
+        match = TRAINED_CLASSIFIER.fullmatch(os.path.normpath(str(model)) + "/") if model else None
+        if match is None:
+            continue
+        name, owner_file = match.group(1), task_file.parent / f"{match.group(1)}.yaml"
+        if name not in tasks and owner_file.is_file():
+            tasks[name] = load_task(owner_file)
+        if name in tasks and tasks[name].classifier is not None:
+            continue
+        why = f"{owner_file} has no classifier: section" if name in tasks else f"there is no task file {owner_file}"
+        raise ConfigError(f"{task_file}: learned_classifier model {model!r} is the train_classifier stage's output, "
+                          f"trained from task {name!r}'s classifier: section, but {why}; add one (keys: train_file, "
+                          f"labels, ...), or name a trained model folder")
 
 
 def method_task_sections(task_file: str | Path, method: Optional[str], start: str = "zero_shot") -> dict[str, Any]:

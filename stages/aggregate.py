@@ -32,6 +32,16 @@ def main() -> None:
     p.add_argument("--out-samples", type=Path, help="an HTML page of sample generations per task and method")
     p.add_argument("--samples", type=int, default=3, help="samples per method in --out-samples (default: 3)")
     args = p.parse_args()
+    if args.samples < 1:
+        p.error(f"--samples must be >= 1 (samples per method on the --out-samples page), got {args.samples}")
+    outs = [(flag, path) for flag, path in (("--out-csv", args.out_csv), ("--out-md", args.out_md),
+                                            ("--out-json", args.out_json), ("--out-chart", args.out_chart),
+                                            ("--out-html", args.out_html), ("--out-samples", args.out_samples))
+            if path is not None]
+    for i, (flag, path) in enumerate(outs):
+        for other, other_path in outs[:i]:
+            if path.resolve() == other_path.resolve():
+                p.error(f"{other} and {flag} are one file, {path}: each output needs its own path")
     stage.setup(args)
     if args.suite:
         suite = parse(SuiteConfig, read_yaml(args.suite), f"{args.suite}:")

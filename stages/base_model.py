@@ -10,10 +10,10 @@ starts from it).
 from pathlib import Path
 
 from grueflow import stage
-from grueflow.config import ModelConfig, to_dict
+from grueflow.config import ConfigError, ModelConfig, to_dict
 from grueflow.data.sample import read_unlabelled
 from grueflow.io import MODEL_DIR, DataError, atomic_dir, write_csv
-from grueflow.models import GgufSource, TinySource, MODELS, load_pretrained, model_kind
+from grueflow.models import GgufSource, TinySource, MODELS, load_pretrained, model_kind, position_limit
 from grueflow.models.backend import Backend
 from grueflow.models.gguf import default_cache_dir, load_gguf, locate_gguf, sha256
 from grueflow.params import load_section
@@ -60,6 +60,11 @@ def main() -> None:
     adapt_curve, adapted = [], {}
     if cfg.adapt.steps > 0:
         from grueflow.models.tiny import mean_loss, pretrain
+
+        limit = position_limit(model.config)
+        if limit is not None and cfg.adapt.max_length > limit[0]:
+            raise ConfigError(f"{args.task_file}: model.adapt.max_length = {cfg.adapt.max_length} is above the "
+                              f"model's {limit[0]} positions (its {limit[1]}); lower it to at most {limit[0]}")
 
         model.to(ex.device)
 

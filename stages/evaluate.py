@@ -14,6 +14,8 @@ from grueflow.models.backend import select
 from grueflow.models.policy import Policy
 from grueflow.rl.nlpo import evaluation_masks, evaluation_processor
 from grueflow.params import check_headlines, load_section, load_task_section, parse, with_fluency
+from grueflow.preference.config import PREFERENCE_METHODS
+from grueflow.rl import ALGORITHMS
 from grueflow.seeding import seed_everything
 
 TASK_KEYS = ("lengths", "eval_generation", "reward", "metrics", "headline_metrics", "method_overrides")
@@ -25,7 +27,8 @@ def main() -> None:
                    help=f"params/tasks/<task>.yaml (reads: {', '.join(TASK_KEYS)})")
     p.add_argument("--task", required=True, help="the task's name in the table")
     p.add_argument("--start", required=True, choices=get_args(RLStart), help="zero_shot or supervised")
-    p.add_argument("--algorithm", default=None, help="the RL algorithm, if the model is an RL output")
+    p.add_argument("--algorithm", default=None, choices=(*ALGORITHMS.names(), *PREFERENCE_METHODS),
+                   help="the RL algorithm or preference method that trained the model, if any")
     p.add_argument("--datapool", type=Path, required=True)
     p.add_argument("--model", type=Path, required=True, help="the model to evaluate")
     p.add_argument("--base-model", type=Path, required=True, help="the task's base model (fluency perplexity)")
@@ -59,7 +62,8 @@ def main() -> None:
     model, tokenizer = load_pretrained(args.model, backend=backend, frozen=True)
     policy = Policy(model, tokenizer, lengths.prompt, backend)
     masks = evaluation_masks(args.model.parent)  # an NLPO output: RL4LMs evaluates with its action masks
-    processor = evaluation_processor(args.model.parent, policy, generation) if masks and masks["eval_with_masks"] else None
+    processor = (evaluation_processor(args.model.parent, policy, generation)
+                 if masks and masks["eval_with_masks"] else None)
     bar = stage.progress(len(test), "generating")
     tokens: list[list[str]] = []  # each completion's tokens: a dense reward's inputs
     generations = evaluation.generate(policy, test, generation, progress=bar.update, processor=processor,

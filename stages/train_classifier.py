@@ -5,7 +5,7 @@ from pathlib import Path
 from grueflow import stage
 from grueflow.checkpoints import run_key
 from grueflow.classifier import (ClassifierTrainer, backbone_path, encode_examples, load_backbone, load_examples,
-                                 save_classifier)
+                                 needs_eos, save_classifier)
 from grueflow.config import ClassifierConfig, to_dict
 from grueflow.io import MODEL_DIR, fingerprint, write_csv, write_json
 from grueflow.params import load_section
@@ -26,8 +26,8 @@ def main() -> None:
     cfg: ClassifierConfig = load_section(ClassifierConfig, args.task_file, "classifier")
     examples = load_examples(cfg)  # bad data fails here, before any model loads
     run = TrainingRun.start("train_classifier", args, started, cfg.seed)
-    model, tokenizer = load_backbone(cfg.backbone, cfg.labels, run.execution)
-    train, val, test = (encode_examples(tokenizer, part, cfg) for part in examples)
+    model, tokenizer = load_backbone(cfg.backbone, cfg.labels, run.execution, cfg.max_length)
+    train, val, test = (encode_examples(tokenizer, part, cfg, needs_eos(model)) for part in examples)
     trainer = ClassifierTrainer(model, tokenizer, train, val, cfg, run.execution)
     inputs = {"train_file": Path(cfg.train_file), "backbone": Path(backbone_path(cfg.backbone))}
     if cfg.test_file:

@@ -2,10 +2,13 @@
 
 from pathlib import Path
 
+from transformers import AutoConfig
+
 from grueflow import stage
 from grueflow.checkpoints import run_key
-from grueflow.config import to_dict
+from grueflow.config import ConfigError, to_dict
 from grueflow.io import MODEL_DIR, fingerprint, write_csv, write_json
+from grueflow.models import position_limit
 from grueflow.params import load_section
 from grueflow.preference.config import RewardModelConfig
 from grueflow.preference.data import read_preferences
@@ -24,6 +27,12 @@ def main() -> None:
     args = p.parse_args()
     started = stage.setup(args)
     cfg: RewardModelConfig = load_section(RewardModelConfig, args.method_file)
+    backbone = args.backbone / "config.json"
+    limit = position_limit(AutoConfig.from_pretrained(args.backbone, local_files_only=True)) \
+        if backbone.is_file() else None  # a folder without one: load_backbone names it
+    if limit is not None and cfg.max_length > limit[0]:
+        raise ConfigError(f"{args.method_file}: max_length = {cfg.max_length} is above the {limit[0]} positions of "
+                          f"backbone {args.backbone} (its {limit[1]}); lower it to at most {limit[0]}")
     run = TrainingRun.start("train_reward_model", args, started, cfg.seed)
     prefs = read_preferences(args.preferences)
     model, tokenizer = load_backbone(args.backbone, run.execution)

@@ -9,12 +9,16 @@ float32; BERTScore stays float32), and downloads nothing unless a hub id is give
 from __future__ import annotations
 
 import importlib.util
+import logging
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Sequence
 
+from grueflow.config import ConfigError
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
+from grueflow.io import MissingDataError
 from grueflow.metrics import (METRICS, Metric, MetricContext, MetricFn, MetricResult, MetricUnavailableError, mean,
                               nanmean, require)
 
@@ -22,7 +26,10 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
+    from grueflow.classifier import TextCut
     from grueflow.device import Execution
+
+log = logging.getLogger(__name__)
 
 
 def shipped_minilm() -> str:
@@ -83,10 +90,15 @@ class LearnedClassifier(Metric):
     """RL4LMs' ``learned_reward`` (``LearnedRewardMetric``, ``LearnedRewardFunction``): the probability of ``label``.
 
     ``include_prompt_for_eval`` scores the prompt and the generation joined by a space (RL4LMs concatenates
-    them; its generations keep their leading space, grueflow's are stripped), cut from the left where longer
-    than ``max_length`` tokens, as RL4LMs does, so that the generation is always scored whole; false (the
-    default) scores the generation alone. RL4LMs' IMDB configs set it for the reward, and its metric's
-    default is true, so both score prompt + generation there.
+    them; its generations keep their leading space, grueflow's are stripped); false (the default) scores the
+    generation alone. RL4LMs' IMDB configs set it for the reward, and its metric's default is true, so both
+    score prompt + generation there.
+
+    A text longer than ``max_length`` tokens is cut as :func:`scoring_cut` says: a model the ``train_classifier``
+    stage wrote scores texts cut as its training texts were (its ``classifier.json``: ``max_length``,
+    ``truncation``, ``head_fraction``, by :func:`grueflow.classifier.encode_ids`) unless the args say otherwise;
+    any other model (a hub id) keeps RL4LMs' cut, from the left with ``include_prompt_for_eval`` (the generation
+    is scored whole) and from the right without.
     """
 
     category = "learned"
@@ -94,17 +106,45 @@ class LearnedClassifier(Metric):
 
     @dataclass(frozen=True)
     class Args:
+        """``model``: a local folder or a hub id (``name`` or ``org/name``); a name written as a path that does not
+        exist is an error, never a hub lookup. ``label``: one of the model's labels (its ``id2label``).
+        ``max_length``: tokens scored, special tokens included, at least 8 and at most the model's positions
+        (None: the trained ``max_length`` from the model's ``classifier.json``, else 512 or the model's
+        positions if fewer). ``truncation``: how a longer text is cut, keeping its ``head``, its ``tail``, or
+        both (``head_tail``) (None: the trained one, else the tokenizer's cut, from the left with
+        ``include_prompt_for_eval``). A value given that differs from the trained one is used, with a warning."""
+
         model: str = "lvwerra/distilbert-imdb"
         label: str = "POSITIVE"
         include_prompt_for_eval: bool = False
-        max_length: int = 512
+        max_length: Optional[int] = None
+        truncation: Optional[Literal["head", "tail", "head_tail"]] = None
         batch_size: int = 32
+
+        def __post_init__(self) -> None:
+            if self.max_length is not None and self.max_length < MIN_CLASSIFIER_TOKENS:
+                raise ValueError(f"max_length must be >= {MIN_CLASSIFIER_TOKENS} tokens (the special tokens and some "
+                                 f"text), or left out for the trained one, got {self.max_length}")
+            if self.batch_size <= 0:
+                raise ValueError(f"batch_size must be > 0, got {self.batch_size}")
 
     @classmethod
     def build(cls, args: "LearnedClassifier.Args", context: MetricContext) -> MetricFn:
-        classify = load_classifier(args.model, args.max_length, args.batch_size, context.execution)
-        index = classify.label_index(args.label)
-        if args.include_prompt_for_eval:
+        from grueflow.classifier import encode_ids, needs_eos, position_limit, read_format
+
+        check_local_model(args.model, "learned_classifier")
+        trained = read_format(args.model) if Path(args.model).is_dir() else None
+        classify = load_classifier(args.model, DEFAULT_CLASSIFIER_TOKENS, args.batch_size, context.execution)
+        if args.label not in classify.label2id:
+            raise ConfigError(f"learned_classifier: label {args.label!r} is not a label of {args.model}; its labels: "
+                              f"{', '.join(sorted(classify.label2id))}; set args.label to one of them")
+        index = classify.label2id[args.label]
+        cut = scoring_cut(args, trained, position_limit(classify.model.config))
+        classify.max_length = cut.max_length
+        if cut.truncation is not None:
+            append_eos = needs_eos(classify.model)
+            classify.cut = lambda texts: encode_ids(classify.tokenizer, texts, cut, append_eos)
+        elif args.include_prompt_for_eval:
             classify.tokenizer.truncation_side = "left"  # this metric's own tokenizer: keep the generation
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
@@ -114,6 +154,48 @@ class LearnedClassifier(Metric):
             return MetricResult({cls.key(): scores}, {cls.key(): mean(scores)})
 
         return compute
+
+
+MIN_CLASSIFIER_TOKENS = 8  # the least max_length a learned classifier scores with: special tokens and some text
+DEFAULT_CLASSIFIER_TOKENS = 512  # learned_classifier's max_length for a model without classifier.json (RL4LMs')
+
+
+def scoring_cut(args: LearnedClassifier.Args, trained: Optional["TextCut"], limit: Optional[tuple[int, str]]
+                ) -> "TextCut":
+    """How ``learned_classifier`` cuts a text: the trained cut (``classifier.json``; None without one) with the
+    args' ``max_length`` and ``truncation`` where given (a warning when they differ from the trained ones); for
+    another model, the args' alone, ``max_length`` defaulting to 512 (or ``limit`` when lower) and ``truncation``
+    None (the tokenizer's own cut). A ``max_length`` above ``limit`` (the model's positions and their config key,
+    :func:`grueflow.models.position_limit`) raises a ConfigError."""
+    from grueflow.classifier import TextCut
+    from grueflow.config import ClassifierConfig
+
+    default = min(DEFAULT_CLASSIFIER_TOKENS, limit[0]) if limit else DEFAULT_CLASSIFIER_TOKENS
+    base = trained or TextCut(default, None, ClassifierConfig.head_fraction)
+    given = {k: v for k, v in (("max_length", args.max_length), ("truncation", args.truncation)) if v is not None}
+    differ = {k: v for k, v in given.items() if trained is not None and getattr(trained, k) != v}
+    cut = base._replace(**given)
+    if limit is not None and cut.max_length > limit[0]:
+        source = "args.max_length" if args.max_length is not None else "the max_length of its classifier.json"
+        raise ConfigError(f"learned_classifier: max_length {cut.max_length} ({source}) is above the {limit[0]} "
+                          f"positions of {args.model} (its {limit[1]}); set args.max_length to at most {limit[0]}")
+    if differ:
+        log.warning("learned_classifier %s was trained with %s; scoring with %s as its args say (leave them out to "
+                    "score as trained)", args.model, ", ".join(f"{k} {getattr(trained, k)!r}" for k in differ),
+                    ", ".join(f"{k} {v!r}" for k, v in differ.items()))
+    return cut
+
+
+def check_local_model(name: str, metric: str) -> None:
+    """Raise a MissingDataError when ``name`` is written as a local path that does not exist: absolute, starting
+    with ``./``, ``../`` or ``~``, or holding more than one ``/`` (a hub id is ``name`` or ``org/name``), so it
+    cannot be a hub id either, and reporting the hub as offline would hide the wrong path."""
+    looks_local = name.startswith(("/", "./", "../", "~")) or name.count("/") > 1
+    if looks_local and not Path(name).exists():
+        raise MissingDataError(f"{metric}: model {name!r} does not exist (relative paths are read from "
+                               f"{os.getcwd()}) and is a path, not a hub id ('name' or 'org/name'); fix args.model, "
+                               f"or run the stage that writes it first (train_classifier writes "
+                               f"results/<task>/classifier/model)")
 
 
 class Classifier:
@@ -128,6 +210,8 @@ class Classifier:
         self.max_length, self.batch_size = max_length, batch_size
         self.device: "torch.device" = model.device
         self.label2id = {str(k): int(v) for k, v in model.config.label2id.items()}
+        # texts -> token ids, each row cut and with its special tokens; None: the tokenizer's own truncation
+        self.cut: Optional[Callable[[Sequence[str]], list[list[int]]]] = None
 
     def label_index(self, label: str) -> int:
         if label not in self.label2id:
@@ -135,10 +219,21 @@ class Classifier:
         return self.label2id[label]
 
     def encode(self, texts: Sequence[str], pairs: Optional[Sequence[str]] = None) -> dict[str, "torch.Tensor"]:
-        """The tokenizer's padded int64 tensors (``input_ids``, ``attention_mask``, ...) on the device.  Each (B, L)"""
+        """The tokenizer's padded int64 tensors (``input_ids``, ``attention_mask``, ...) on the device, or, for
+        single texts when :attr:`cut` is set, its rows right-padded with the pad token (EOS without one).
+        Each (B, L)"""
         import numpy as np
         import torch
 
+        if self.cut is not None and pairs is None:
+            rows = self.cut(texts)
+            width = max(len(row) for row in rows)
+            pad = self.tokenizer.pad_token_id
+            pad = self.tokenizer.eos_token_id if pad is None else pad
+            ids = [row + [pad] * (width - len(row)) for row in rows]
+            mask = [[1] * len(row) + [0] * (width - len(row)) for row in rows]
+            return {"input_ids": torch.tensor(ids, dtype=torch.long, device=self.device),
+                    "attention_mask": torch.tensor(mask, dtype=torch.long, device=self.device)}
         enc = self.tokenizer(list(texts), list(pairs) if pairs is not None else None, padding=True, truncation=True,
                              max_length=self.max_length, return_tensors="np")
         return {k: torch.from_numpy(np.asarray(v, dtype=np.int64)).to(self.device) for k, v in enc.items()}

@@ -66,10 +66,11 @@ def check_tiny_fixed(architecture: str, config: dict[str, Any]) -> None:
                              f"{_FIXED_AS[key]}")
 
 
-def check_tiny_sizes(architecture: str, config: dict[str, Any], max_length: int) -> None:
+def check_tiny_sizes(architecture: str, config: dict[str, Any], max_length: int, adapt_length: int = 0) -> None:
     """Raise ValueError unless a tiny model's sizes (``config`` over :data:`TINY_DEFAULTS`) build a model that can
-    pre-train on ``max_length``-token texts: every size an integer >= 1, each width a multiple of its heads, the
-    position limit at least ``max_length``. Other keys are checked against transformers' config when built."""
+    pre-train on ``max_length``-token texts (and adapt on ``adapt_length``-token ones, 0: no adaptation): every size
+    an integer >= 1, each width a multiple of its heads, the position limit at least both lengths. Other keys are
+    checked against transformers' config when built."""
     sizes = {**TINY_DEFAULTS[architecture], **config}
     for key in TINY_DEFAULTS[architecture]:
         value = sizes[key]
@@ -79,9 +80,10 @@ def check_tiny_sizes(architecture: str, config: dict[str, Any], max_length: int)
     for width, heads in pairs:
         if sizes[width] % sizes[heads]:
             raise ValueError(f"model.config.{width} = {sizes[width]} must be a multiple of {heads} = {sizes[heads]}")
-    if positions is not None and sizes[positions] < max_length:
-        raise ValueError(f"model.config.{positions} = {sizes[positions]} is below model.pretrain.max_length = "
-                         f"{max_length}: pre-training would index past the position table; raise it or cut max_length")
+    for key, length in (("pretrain", max_length), ("adapt", adapt_length)):
+        if positions is not None and sizes[positions] < length:
+            raise ValueError(f"model.config.{positions} = {sizes[positions]} is below model.{key}.max_length = "
+                             f"{length}: {key} would index past the position table; raise it or cut max_length")
 
 
 @dataclass(frozen=True)
@@ -99,7 +101,8 @@ class TinySource:
         if cfg.kind not in (None, self.kind):
             raise ValueError(f"model {cfg.id!r} is a {self.kind} model; kind={cfg.kind!r} contradicts it")
         check_tiny_fixed(self.architecture, dict(cfg.config))
-        check_tiny_sizes(self.architecture, dict(cfg.config), cfg.pretrain.max_length)
+        check_tiny_sizes(self.architecture, dict(cfg.config), cfg.pretrain.max_length,
+                         cfg.adapt.max_length if cfg.adapt.steps > 0 else 0)
 
 
 @dataclass(frozen=True)
@@ -256,6 +259,21 @@ def _unloadable(folder: str, err: BaseException) -> MissingDataError:
 
 CAUSAL_POSITION_KEYS = ("n_positions", "max_position_embeddings")  # GPT-2; Llama and most others
 SEQ2SEQ_POSITION_KEYS = ("max_position_embeddings",)  # BART; T5's legacy n_positions limits nothing
+
+
+def position_limit(config: Any) -> Optional[tuple[int, str]]:
+    """The most tokens a model's position embeddings take, with the config key it is read from, or None
+    (relative positions: T5). ``config`` is a transformers config: ``n_positions`` or ``max_position_embeddings``
+    (:data:`grueflow.models.CAUSAL_POSITION_KEYS`; an encoder-decoder's ``max_position_embeddings`` alone).
+    RoBERTa-style models number positions from ``pad_token_id + 1``, so they take that many fewer (514 -> 512)."""
+    keys = SEQ2SEQ_POSITION_KEYS if model_kind(config) == "seq2seq" else CAUSAL_POSITION_KEYS
+    key = next((k for k in keys if isinstance(getattr(config, k, None), int)), None)
+    if key is None:
+        return None
+    limit = getattr(config, key)
+    if getattr(config, "model_type", None) in ("roberta", "xlm-roberta", "camembert"):
+        limit -= (config.pad_token_id or 0) + 1
+    return limit, key
 
 
 def check_context(model_dir: str | Path, prompt: int, completion: int, where: str, names: tuple[str, str]) -> None:

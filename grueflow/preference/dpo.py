@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 
 from grueflow import checkpoints
+from grueflow.io import DataError
 from grueflow.models.lora import reference_view, trainable_parameters
 from grueflow.models.policy import Policy, completion_mask, logprobs_from_logits
 from grueflow.preference.config import DPOConfig
@@ -80,6 +81,28 @@ def pair_logprobs(policy: Policy, pairs: list[Preference], max_target: int, mode
     return PairLogprobs(summed[:len(pairs)], summed[len(pairs):])
 
 
+def _check_pairs_differ(policy: Policy, pairs: list[Preference], max_target: int) -> None:
+    """Raise a DataError when every pair's chosen and rejected texts tokenise alike within ``max_target`` tokens
+    (the DPO loss of such a pair is log 2 whatever the weights: no gradient), and warn with the count when some do
+    (they only dilute each batch's mean)."""
+    chosen = policy.encode_targets([p.chosen for p in pairs], max_target)
+    rejected = policy.encode_targets([p.rejected for p in pairs], max_target)
+    width = max(chosen.shape[1], rejected.shape[1])
+    pad = policy.tokenizer.pad_token_id
+    chosen, rejected = (F.pad(t, (0, width - t.shape[1]), value=pad) for t in (chosen, rejected))
+    same = (chosen == rejected).all(dim=1).tolist()
+    alike = sum(same)
+    first = next((p.id for p, alike_pair in zip(pairs, same) if alike_pair), None)
+    if alike == len(pairs):
+        raise DataError(f"every one of the {len(pairs)} preference pairs has its chosen and rejected texts alike in "
+                        f"their first {max_target - 1} tokens (lengths.target {max_target}, EOS included; e.g. pair "
+                        f"{first!r}): DPO learns nothing from them; raise lengths.target past where they differ")
+    if alike:
+        log.warning("%d of %d preference pairs have their chosen and rejected texts alike in their first %d tokens "
+                    "(lengths.target %d; e.g. pair %r): they add nothing to the DPO loss", alike, len(pairs),
+                    max_target - 1, max_target, first)
+
+
 def checkpoint_due(step: int, steps_per_epoch: int, checkpoint_every: int) -> bool:
     """Whether a checkpoint follows optimiser step ``step`` (1-based): after each epoch's last step, and every
     ``checkpoint_every`` steps when that is > 0."""
@@ -110,6 +133,7 @@ class DPOTrainer(checkpoints.Checkpointed):
             raise ValueError("DPO needs at least one preference pair; the preference set is empty")
         if checkpoint_every < 0:
             raise ValueError(f"checkpoint_every must be >= 0 steps (0: after each epoch only), got {checkpoint_every}")
+        _check_pairs_differ(policy, prefs, max_target)
         self.policy, self.ref_model, self.prefs, self.cfg = policy, ref_model, prefs, cfg
         self.max_target, self.seed, self.checkpoint_every = max_target, seed, checkpoint_every
         self.steps_per_epoch = -(-len(prefs) // cfg.batch_size)

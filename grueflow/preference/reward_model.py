@@ -116,14 +116,19 @@ def split_pairs(prefs: list[Preference], val_fraction: float, seed: int) -> tupl
 
     The distinct samples are shuffled with ``seed`` and held out whole, in that order, until at least
     ``round(val_fraction * n)`` of the ``n`` pairs are (at least one when ``val_fraction`` > 0), always leaving
-    one sample to train on; with one pair per sample (every built preference set) this is the seeded split of the
-    pairs themselves. Both sides keep the file's order within a sample."""
+    one sample to train on (a warning says when one sample leaves nothing to hold out); with one pair per sample
+    (every built preference set) this is the seeded split of the pairs themselves. Both sides keep the file's
+    order within a sample."""
     groups: dict[str, list[int]] = {}
     for i, pref in enumerate(prefs):
         groups.setdefault(pref.sample_id, []).append(i)
     order = list(groups.values())
     random.Random(f"reward_model/{seed}").shuffle(order)
     n_val = max(1, round(val_fraction * len(prefs))) if val_fraction > 0 and len(order) > 1 else 0
+    if val_fraction > 0 and len(order) == 1:
+        log.warning("val_fraction %g holds out nothing: all %d preference pairs judge one sample (%r), held out "
+                    "whole or not at all, and training needs it; no held-out accuracy is reported",
+                    val_fraction, len(prefs), prefs[0].sample_id)
     held, held_pairs = 0, 0
     while held_pairs < n_val and held < len(order) - 1:
         held_pairs += len(order[held])

@@ -8,7 +8,7 @@ params (:mod:`grueflow.params`) never loads an implementation.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Optional
+from typing import Any, ClassVar, Literal, Mapping, Optional
 
 from grueflow.config import MAX_BATCH, MAX_COUNT, LoraConfig, check, check_evaluation, check_size
 
@@ -30,6 +30,16 @@ class KLConfig:
     target: Optional[float] = 1.0
     kl_lr: float = 0.1
     target_per: Literal["sequence", "token"] = "sequence"
+
+    @staticmethod
+    def unread_keys(given: Mapping[str, Any]) -> dict[str, str]:
+        """The keys of ``given`` (a params mapping) that a fixed coefficient never reads (:func:`grueflow.config.parse`
+        refuses them); ``target: null`` says "no target" and is allowed."""
+        if given.get("adaptive", True) is not False:
+            return {}
+        why = "with adaptive: false the coefficient stays at coef, and no controller steps it"
+        return {key: why for key in ("target", "kl_lr", "target_per")
+                if key in given and not (key == "target" and given[key] is None)}
 
     def __post_init__(self) -> None:
         check(self.coef >= 0, f"coef must be >= 0, got {self.coef}")
@@ -95,6 +105,17 @@ class RLConfig:
     save_every: int = 0  # iterations between policies kept as outputs (checkpoints/iteration<k>/); 0: none
     select: Literal["last", "best"] = "last"
     select_metric: Optional[str] = None
+    # an algorithm's settings it never reads, each with the reason: refused when given (:meth:`unread_keys`)
+    UNREAD: ClassVar[Mapping[str, str]] = {}
+
+    @classmethod
+    def unread_keys(cls, given: Mapping[str, Any]) -> dict[str, str]:
+        """The keys of ``given`` (a params mapping) this algorithm never reads (:func:`grueflow.config.parse`
+        refuses them)."""
+        unread = {key: why for key, why in cls.UNREAD.items() if key in given}
+        if given.get("kl_ceiling") is None and "kl_ceiling_action" in given:
+            unread["kl_ceiling_action"] = "it applies above kl_ceiling, and kl_ceiling is null"
+        return unread
 
     def __post_init__(self) -> None:
         check(self.iterations > 0, f"iterations must be > 0, got {self.iterations}")
@@ -212,6 +233,7 @@ class A2CConfig(RLConfig):
     epochs: int = 1
     learning_rate: float = 7e-4
     optimizer: Literal["adamw", "rmsprop"] = "rmsprop"
+    UNREAD: ClassVar[Mapping[str, str]] = {"clip_range": "A2C's policy loss, -A log p, is not clipped"}
     n_steps: int = 5
     gamma: float = 0.99
     vf_coef: float = 0.5
@@ -232,7 +254,8 @@ class TRPOConfig(RLConfig):
     The policy step solves ``H s = g`` by conjugate gradient (``cg_max_steps``, ``cg_damping``) and
     backtracks (``line_search_shrinking_factor``, ``line_search_max_iter``) until the mean token
     KL(old || new) is at most ``max_kl`` and the surrogate improved; ``learning_rate`` is the
-    critic's (Adam, ``n_critic_updates`` steps per rollout). The KL to the reference is in the reward, never the loss.
+    critic's (Adam, ``n_critic_updates`` passes over the rollout in minibatches of ``minibatch_size``, as
+    sb3-contrib's ``batch_size``). The KL to the reference is in the reward, never the loss.
     Each of ``cg_max_steps``, ``line_search_max_iter`` and ``n_critic_updates`` is at least 1 (0 would leave the
     policy or the critic untrained), and ``cg_damping`` >= 0 keeps the damped Fisher matrix positive semi-definite,
     as conjugate gradient needs.
@@ -248,6 +271,12 @@ class TRPOConfig(RLConfig):
     gamma: float = 0.99
     gae_lambda: float = 0.95
     whiten_advantages: bool = True
+    UNREAD: ClassVar[Mapping[str, str]] = {
+        "epochs": "TRPO takes one natural-gradient step per rollout",
+        "clip_range": "TRPO bounds its step by max_kl, not by a clipped ratio",
+        "target_kl": "TRPO's line search keeps each step within max_kl",
+        "ent_coef": "TRPO's surrogate has no entropy term",
+        "max_grad_norm": "TRPO's step length comes from max_kl, and its critic's steps are not clipped"}
 
     def __post_init__(self) -> None:
         super().__post_init__()

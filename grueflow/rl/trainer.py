@@ -358,8 +358,8 @@ class RLTrainer:
 
         On completions sampled from the policy itself, ``E[log p - log q] = KL(p || q) >= 0``. A clearly negative
         mean says the rollouts come from another distribution (top-k, top-p, a temperature or a minimum length in
-        ``rollout_generation``; NLPO's masks apply to both sides of its KL), and a k1 penalty then pays the policy for lowering the probability
-        of what it samples (TRL's training FAQ, "negative KL"). k3 is never negative.
+        ``rollout_generation``; NLPO's masks apply to both sides of its KL), and a k1 penalty then pays the policy
+        for lowering the probability of what it samples (TRL's training FAQ, "negative KL"). k3 is never negative.
         """
         if seq_kl >= NEGATIVE_KL or self._warned_negative_kl:
             return

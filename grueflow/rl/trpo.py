@@ -3,8 +3,8 @@
 The policy's update is a natural-gradient step: maximise the surrogate ``mean(ratio * A)`` subject
 to ``mean_t KL(pi_old(.|s_t) || pi(.|s_t)) <= max_kl`` (exact KL over the vocabulary at every
 completion token). The critic (a value head on the policy's detached hidden states) is fitted
-separately with Adam. The KL penalty to the reference is in the rewards behind the advantages, never in the
-surrogate (:class:`~grueflow.rl.configs.TRPOConfig` refuses ``kl_in_loss``).
+separately with Adam, in minibatches. The KL penalty to the reference is in the rewards behind the
+advantages, never in the surrogate (:class:`~grueflow.rl.configs.TRPOConfig` refuses ``kl_in_loss``).
 """
 
 from __future__ import annotations
@@ -88,12 +88,18 @@ class TRPO(Algorithm):
                 "losses/policy": -new_surrogate, "losses/approx_kl": step_kl}
 
     def _critic_steps(self, context: UpdateContext, rollout: Rollout, returns: torch.Tensor) -> dict[str, float]:
-        """Fit the value head to ``returns`` on the critic's detached hidden states (the optimiser holds only it)."""
+        """Fit the value head to ``returns`` on the critic's detached hidden states (the optimiser holds only it):
+        ``n_critic_updates`` passes over the rollout in shuffled minibatches of ``minibatch_size`` completions,
+        as sb3-contrib's TRPO fits its critic in minibatches of ``batch_size``."""
         with torch.no_grad():
             hidden = context.critic_hidden(rollout.prompts, rollout.completions)
+        n, size = rollout.mask.shape[0], self.cfg.minibatch_size
         losses = []
         for _ in range(self.cfg.n_critic_updates):
-            value_loss = 0.5 * masked_mean((context.value_head(hidden) - returns) ** 2, rollout.mask)
-            context.optimizer_step(value_loss)
-            losses.append(value_loss.item())
+            order = torch.randperm(n, device="cpu").to(rollout.mask.device)
+            for start in range(0, n, size):
+                idx = order[start:start + size]
+                value_loss = 0.5 * masked_mean((context.value_head(hidden[idx]) - returns[idx]) ** 2, rollout.mask[idx])
+                context.optimizer_step(value_loss)
+                losses.append(value_loss.item())
         return {"losses/value": losses[-1]}

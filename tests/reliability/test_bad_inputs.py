@@ -139,6 +139,9 @@ PARAMS = [
         "model.config.n_embd = 33 must be a multiple of n_head = 2",)), id="width-not-a-multiple-of-heads"),
     P(Bad(SENTIMENT, setting("model.config.n_positions", 32), (
         "model.config.n_positions = 32 is below model.pretrain.max_length = 40",)), id="positions-below-max-length"),
+    P(Bad(SENTIMENT, setting("model.adapt", {"steps": 2}), (
+        "model.config.n_positions = 64 is below model.adapt.max_length = 128: adapt would index past the position "
+        "table",)), id="positions-below-adapt-max-length"),
     P(Bad(SENTIMENT, setting("model.pretrain.max_length", 0), ("max_length must be >= 2", "got 0")),
       id="pretrain-max-length-0"),
     # wrong types
@@ -235,6 +238,27 @@ PARAMS = [
       id="trpo-line-search-max-iter-0"),
     P(Bad(TRPO, setting("cg_max_steps", 0), ("trpo.yaml: cg_max_steps must be >= 1", "got 0")),
       id="trpo-cg-max-steps-0"),
+    # settings an algorithm holds but never reads: refused when given, naming the key and why
+    P(Bad(TRPO, setting("epochs", 2), ("trpo.yaml: epochs: given, but nothing reads it: TRPO takes one "
+                                       "natural-gradient step per rollout; leave it out",)), id="trpo-epochs-unread"),
+    P(Bad(TRPO, setting("clip_range", 0.1), ("trpo.yaml: clip_range: given, but nothing reads it",
+                                             "max_kl")), id="trpo-clip-range-unread"),
+    P(Bad(TRPO, setting("target_kl", 0.1), ("trpo.yaml: target_kl: given, but nothing reads it",)),
+      id="trpo-target-kl-unread"),
+    P(Bad(TRPO, setting("ent_coef", 0.01), ("trpo.yaml: ent_coef: given, but nothing reads it",)),
+      id="trpo-ent-coef-unread"),
+    P(Bad(TRPO, setting("max_grad_norm", 0.5), ("trpo.yaml: max_grad_norm: given, but nothing reads it",)),
+      id="trpo-max-grad-norm-unread"),
+    P(Bad(A2C, setting("clip_range", 0.1), ("a2c.yaml: clip_range: given, but nothing reads it: A2C's policy loss, "
+                                            "-A log p, is not clipped; leave it out",)), id="a2c-clip-range-unread"),
+    P(Bad(PPO, lambda d: d.update(kl={"coef": 0.05, "adaptive": False, "target": 2.0}),
+          ("ppo.yaml: kl.target: given, but nothing reads it: with adaptive: false the coefficient stays at coef",)),
+      id="kl-target-without-adaptive"),
+    P(Bad(PPO, lambda d: d.update(kl={"coef": 0.05, "adaptive": False, "kl_lr": 0.2}),
+          ("ppo.yaml: kl.kl_lr: given, but nothing reads it",)), id="kl-lr-without-adaptive"),
+    P(Bad(PPO, setting("kl_ceiling_action", "skip"), ("ppo.yaml: kl_ceiling_action: given, but nothing reads it: it "
+                                                      "applies above kl_ceiling, and kl_ceiling is null",)),
+      id="kl-ceiling-action-without-ceiling"),
     P(Bad(TRPO, setting("cg_damping", -5.0), (
         "trpo.yaml: cg_damping must be >= 0 (a negative damping breaks conjugate gradient), got -5.0",)),
       id="trpo-cg-damping-negative"),
@@ -496,7 +520,9 @@ def test_bad_params_fail_at_parse_time_naming_file_key_value_and_choices(params:
     P(REINFORCE_PP, {"kl_in_loss": True}, id="reinforce-pp-kl-in-loss"),
     P(GRPO, {"critic": "shared"}, id="grpo-critic-default"),
     P(A2C, {"critic": "separate"}, id="a2c-critic-separate"),
-    P(PPO, {"kl.coef": 0.0, "kl.adaptive": False, "kl.target": None}, id="kl-coef-0-fixed"),
+    P(PPO, {"kl": {"coef": 0.0, "adaptive": False, "target": None}}, id="kl-coef-0-fixed"),
+    P(PPO, {"kl_ceiling": 20.0, "kl_ceiling_action": "skip"}, id="kl-ceiling-skip"),
+    P(TRPO, {"minibatch_size": 16}, id="trpo-critic-minibatches"),
     P(TRPO, {"line_search_max_iter": 1, "cg_max_steps": 1, "n_critic_updates": 1, "cg_damping": 0.0},
       id="trpo-one-step-each-undamped"),
 ])
@@ -511,7 +537,10 @@ def test_the_valid_neighbours_of_refused_rl_settings_load(params: Path, file: st
         got = cfg
         for part in key.split("."):
             got = getattr(got, part)
-        assert got == value, key
+        if isinstance(value, dict):  # a whole section: the keys given
+            assert {k: getattr(got, k) for k in value} == value, key
+        else:
+            assert got == value, key
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1201,3 +1230,210 @@ def test_a_pretraining_that_diverges_fails_naming_the_learning_rate():
     with pytest.raises(ConfigError, match=r"model.pretrain diverged \(.*\) with learning_rate 1000000000.0; lower "
                                           r"model.pretrain.learning_rate"):
         build_tiny(cfg, "gpt2", ["one two three four five six seven eight"] * 20, seed=0)
+
+
+# output folders
+
+
+@pytest.fixture
+def locked_folder(tmp_path: Path) -> Iterator[Path]:
+    """An empty folder this process cannot write in: mode 0o555, or for root (which ignores modes) the immutable
+    flag (chattr +i; the test is skipped where the file system has none); undone after."""
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        yield folder
+        folder.chmod(0o755)
+        return
+    if subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode != 0:
+        pytest.skip(f"chattr +i is not available on {folder}'s file system")
+    yield folder
+    subprocess.run(["chattr", "-i", str(folder)], check=True)
+
+
+def files_of(folder: Path) -> list[tuple[str, bytes]]:
+    return sorted((str(p.relative_to(folder)), p.read_bytes()) for p in folder.rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("resume, expect", [
+    P(lambda out: out, "--resume-dir {resume} is --out {out}: ", id="the-output"),
+    P(lambda out: out.parent, "--out {out} lies inside --resume-dir {resume}: ", id="holding-the-output"),
+    P(lambda out: out / "model", "--resume-dir {resume} lies inside --out {out}: ", id="inside-the-output"),
+])
+def test_a_training_stage_refuses_a_resume_folder_that_is_holds_or_lies_inside_its_out(tmp_path: Path, call_stage,
+                                                                                        resume, expect):
+    """A finished training run replaces --out and then deletes its resume folder: with one in the other it exited 0
+    and the output was gone. Refused before any work, naming both; the finished output stays."""
+    from grueflow.stage import finish
+
+    out = tmp_path / "runs" / "seed0"
+    (out / "model").mkdir(parents=True)
+    (out / "model" / "model.safetensors").write_bytes(b"w" * 64)
+    finish(out, "warm_start", {}, {}, 0.0)
+    before = files_of(out)
+    result = call_stage("warm_start", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--method-file",
+                        MICRO / "methods" / "supervised.yaml", "--datapool", tmp_path / "pool", "--base-model",
+                        tmp_path / "m", "--seed", "0", "--resume-dir", resume(out), "--out", out)
+    assert_fails_in_one_line(result, "error: " + expect.format(resume=resume(out), out=out),
+                             "give a --resume-dir apart from --out (default: <out>.resume)")
+    assert files_of(out) == before
+
+
+def test_an_out_under_a_file_or_in_an_unwritable_folder_exits_2_naming_that_folder(tmp_path: Path, call_stage,
+                                                                                  locked_folder: Path):
+    data = tmp_path / "file.jsonl"
+    data.write_text("{}\n")
+    result = call_stage("prepare_datapool", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--out", data / "pool")
+    assert_fails_in_one_line(result, f"error: --out {data / 'pool'}: {data} is not a folder; give a path whose "
+                                     f"parents are folders")
+    locked = locked_folder
+    result = call_stage("prepare_datapool", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--out", locked / "pool")
+    assert_fails_in_one_line(result, f"error: --out {locked / 'pool'}: cannot write in {locked}: permission denied; "
+                                     f"give a folder this user can write in")
+    assert list(locked.iterdir()) == []
+
+
+def test_a_folder_made_unwritable_or_a_file_mid_run_ends_a_stage_in_one_line(tmp_path: Path, capsys,
+                                                                             locked_folder: Path):
+    """What the check before any work cannot see (a folder locked, or replaced by a file, while a stage runs)
+    still ends in one line naming the path, exit 2, not a traceback."""
+    from grueflow.stage import main_guard
+
+    locked, data = locked_folder, tmp_path / "file.jsonl"
+    data.write_text("{}\n")
+    for fault, expect in (
+            (lambda: (locked / "seed0.resume").mkdir(), f"error: cannot use {locked / 'seed0.resume'}: permission "
+                                                        f"denied"),
+            (lambda: (data / "pool").mkdir(), f"error: {data / 'pool'}: a part of this path is a file, not a folder")):
+        with pytest.raises(SystemExit) as exit_:
+            main_guard(fault)
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and err.startswith(expect) and err.count("\n") == 1, err
+
+
+def test_a_rerun_into_a_symlinked_out_updates_the_folder_it_points_to_and_keeps_the_link(tmp_path: Path, call_stage):
+    """A rerun once replaced the link by a real folder and left the link, renamed aside, dangling forever."""
+    target = tmp_path / "store" / "pool"
+    link = tmp_path / "results" / "pool"
+    link.parent.mkdir()
+    link.symlink_to(target)
+    for seed in (0, 1):  # the first run makes the folder the link points to; the second replaces it
+        task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml", **{"datapool.args.seed": seed})
+        result = call_stage("prepare_datapool", "--task-file", task, "--out", link)
+        assert result.code == 0, result.stderr
+        assert link.is_symlink() and os.readlink(link) == str(target)
+        assert read_json(target / "stage.json")["params"]["datapool"]["args"]["seed"] == seed
+    assert [p.name for p in link.parent.iterdir()] == ["pool"] and [p.name for p in target.parent.iterdir()] == ["pool"]
+
+
+# ---------------------------------------------------------------------------------------------
+# The classifier stage and the learned_classifier metric: labels, headers, files, lengths
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, expect", [
+    P({"max_length": 2}, "sentiment.yaml: metrics[5]: args: max_length must be >= 8 tokens (the special tokens and "
+      "some text), or left out for the trained one, got 2", id="max-length-2"),
+    P({"max_length": 0}, "sentiment.yaml: metrics[5]: args: max_length must be >= 8 tokens", id="max-length-0"),
+    P({"batch_size": 0}, "sentiment.yaml: metrics[5]: args: batch_size must be > 0, got 0", id="batch-size-0"),
+])
+def test_learned_classifier_args_that_cannot_score_fail_at_parse_time(params: Path, args, expect):
+    """max_length 2 scored [CLS][SEP] alone, 0 and 1 turned truncation off, a batch of 0 scored nothing."""
+    path = params / SENTIMENT
+    metric = json.dumps({"id": "learned_classifier", "args": {"model": "results/sentiment/classifier/model", **args}})
+    path.write_text(path.read_text().replace("  - {id: perplexity}\n", f"  - {{id: perplexity}}\n  - {metric}\n"))
+    with pytest.raises(ConfigError) as err:
+        load(params, SENTIMENT)
+    assert expect in str(err.value) and "\n" not in str(err.value)
+
+
+CLASSIFIER_ROWS = [{"text": f"review {i}", "label": i % 2} for i in range(8)]
+
+
+@pytest.mark.parametrize("case, expect", [
+    P("repeated-column", "dup.csv: line 1: the header names column(s) ['label'] more than once; name each once",
+      id="csv-header-repeats-label"),
+    P("test-is-train", "classifier.test_file './rows.jsonl' is classifier.train_file 'rows.jsonl' (one file): test "
+      "accuracy would be scored on training rows", id="test-file-is-train-file"),
+    P("ambiguous-label", "rows.jsonl row 2: label 1 is ambiguous: the name of label '1' (class 0) and the index of "
+      "label '2' (class 1) of classifier.labels ['1', '2']", id="integer-label-name-and-index"),
+    P("positions", "classifier.max_length = 65 is above the 64 positions of backbone 'gpt2' (its n_positions); lower "
+      "classifier.max_length to at most 64", id="max-length-above-backbone-positions"),
+])
+def test_train_classifier_with_a_bad_classifier_input_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               call_stage, case, expect):
+    monkeypatch.chdir(tmp_path)
+    write_rows(tmp_path / "rows.jsonl", CLASSIFIER_ROWS)
+    (tmp_path / "dup.csv").write_text("text,label,label\n" + "".join(f"review {i},{i % 2},0\n" for i in range(8)))
+    fake_model(tmp_path / "gpt2", model_type="gpt2", n_positions=64)  # config.json alone: the check reads no weights
+    classifier = {"train_file": "rows.jsonl", "labels": ["NEGATIVE", "POSITIVE"], "max_length": 16,
+                  "val_fraction": 0, **{
+                      "repeated-column": {"train_file": "dup.csv"},
+                      "test-is-train": {"test_file": "./rows.jsonl"},
+                      "ambiguous-label": {"labels": ["1", "2"]},
+                      "positions": {"backbone": "gpt2", "max_length": 65},
+                  }[case]}
+    (tmp_path / "task.yaml").write_text(yaml.safe_dump({"classifier": classifier}))
+    result = call_stage("train_classifier", "--task-file", tmp_path / "task.yaml", "--device", "cpu", "--out",
+                        tmp_path / "out")
+    assert_fails_in_one_line(result, expect)
+    assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# stage arguments that were taken silently
+
+
+@pytest.mark.parametrize("stage_name, args, expect", [
+    P("aggregate", ["--samples", "-1"], "--samples must be >= 1 (samples per method on the --out-samples page), "
+      "got -1", id="aggregate-samples-negative"),
+    P("aggregate", ["--samples", "0"], "--samples must be >= 1", id="aggregate-samples-0"),
+    P("aggregate", ["--out-md", "{tmp}/t.csv"], "--out-csv and --out-md are one file", id="aggregate-outputs-one-file"),
+    P("evaluate", ["--algorithm", "ppoo"], "argument --algorithm: invalid choice: 'ppoo' (choose from 'a2c', 'grpo', "
+      "'nlpo', 'ppo', 'reinforce_pp', 'rloo', 'trpo', 'dpo')", id="evaluate-unknown-algorithm"),
+])
+def test_a_stage_argument_that_cannot_be_honoured_is_refused(tmp_path: Path, call_stage, stage_name, args, expect):
+    """``aggregate --samples -1`` wrote every sample and 0 an empty page; three outputs on one path kept only the
+    last; ``evaluate --algorithm ppoo`` wrote a row named ppoo without ppo's method_overrides."""
+    base = {"aggregate": ["--eval-dir", tmp_path, "--tasks", "sentiment", "--seeds", "0", "--out-csv",
+                          tmp_path / "t.csv", "--out-md", tmp_path / "t.md", "--out-json", tmp_path / "t.json"],
+            "evaluate": ["--task-file", tmp_path / "task.yaml", "--task", "sentiment", "--start", "zero_shot",
+                         "--datapool", tmp_path, "--model", tmp_path, "--base-model", tmp_path, "--seed", "0",
+                         "--out", tmp_path / "out"]}[stage_name]
+    given = [str(a).format(tmp=tmp_path) for a in args]
+    result = call_stage(stage_name, *base, *given)
+    assert_fails_in_one_line(result, expect)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_reward_model_max_length_above_its_backbones_positions_exits_2_before_training(tmp_path: Path, call_stage):
+    """max_length 200 on a 64-position backbone indexed past the position table (an IndexError mid-training)."""
+    fake_model(tmp_path / "gpt2", model_type="gpt2", n_positions=64)  # config.json alone: the check reads no weights
+    (tmp_path / "rm.yaml").write_text("epochs: 1\nbatch_size: 8\nmax_length: 200\n")
+    write_rows(tmp_path / "p.jsonl", [{"id": "p0", "prompt": "a", "chosen": "good", "rejected": "bad"}])
+    result = call_stage("train_reward_model", "--method-file", tmp_path / "rm.yaml", "--preferences",
+                        tmp_path / "p.jsonl", "--backbone", tmp_path / "gpt2", "--device", "cpu", "--out",
+                        tmp_path / "out")
+    assert_fails_in_one_line(result, "rm.yaml: max_length = 200 is above the 64 positions of backbone",
+                             "(its n_positions); lower it to at most 64")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out.resume").exists()
+
+
+@pytest.mark.parametrize("owner, expect", [
+    P("sentiment", "tasks/sentiment.yaml has no classifier: section; add one (keys: train_file, labels, ...), or name "
+      "a trained model folder", id="own-task-without-classifier"),
+    P("nowhere", "there is no task file params/tasks/nowhere.yaml", id="no-such-task"),
+])
+def test_a_learned_classifier_the_pipeline_cannot_train_fails_the_suite_before_any_job(params: Path, owner, expect):
+    """A metric naming results/<task>/classifier/model with no classifier: section to train it from passed
+    validation and ``snakemake -n``; the train_classifier job failed only once it ran."""
+    path = params / SENTIMENT
+    metric = json.dumps({"id": "learned_classifier", "args": {"model": f"results/{owner}/classifier/model"}})
+    path.write_text(path.read_text().replace("  - {id: perplexity}\n", f"  - {{id: perplexity}}\n  - {metric}\n"))
+    load(params, SENTIMENT)  # the task file alone is valid
+    with pytest.raises(ConfigError) as err:
+        load(params, SUITE)
+    message = str(err.value)
+    assert "\n" not in message and "tasks/sentiment.yaml: learned_classifier model " in message
+    assert expect in message

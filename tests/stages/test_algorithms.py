@@ -163,8 +163,9 @@ def test_algorithm_runs_on_a_seq2seq_policy(tiny_models, algorithm):
     model, tokenizer = load_pretrained(tiny_models["seq2seq"])
     ref_model, _ = load_pretrained(tiny_models["seq2seq"])
     group = 4 if algorithm in ("grpo", "rloo") else 1
-    cfg = parse(ALGORITHMS.get(algorithm).Config, {"iterations": 2, "rollouts_per_iteration": 8, "minibatch_size": 8,
-                                                   "group_size": group, "epochs": 1}, algorithm)
+    settings = {"iterations": 2, "rollouts_per_iteration": 8, "minibatch_size": 8, "group_size": group,
+                **({} if algorithm == "trpo" else {"epochs": 1})}  # TRPO takes one step per rollout
+    cfg = parse(ALGORITHMS.get(algorithm).Config, settings, algorithm)
     reward = Reward(parse(RewardConfig, {"components": [{"metric": "concept_coverage"}]}, "reward"), MetricContext())
     trainer = RLTrainer(algorithm, cfg, Policy(model, tokenizer, 16), ref_model, reward, samples,
                         GenerationConfig(max_new_tokens=6), seed=0)

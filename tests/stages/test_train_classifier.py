@@ -70,6 +70,23 @@ def test_the_learned_classifier_metric_scores_with_the_trained_model(trained):
     assert all(0 < p < 1 for p in result.per_sample["learned/classifier"])
 
 
+def test_a_seq2seq_backbone_trains_and_its_model_scores(tiny_models, tmp_path):
+    """T5's classifier pools its input's last EOS: the stage ends every row with one (the tiny T5's tokenizer adds
+    none), and so does the learned_classifier metric, which reads the trained cut from classifier.json."""
+    from grueflow.metrics import METRICS, MetricContext
+    from grueflow.params import parse
+
+    train(task_file(tmp_path, backbone=str(tiny_models["seq2seq"]), n_train=16, n_test=8, eval_every=0),
+          tmp_path / "out")
+    metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
+    assert metrics["n_test"] == 8 and 0 <= metrics["test/accuracy"] <= 1
+    assert json.loads((tmp_path / "out" / "model" / "config.json").read_text())["model_type"] == "t5"
+    metric = METRICS.get("learned_classifier")
+    args = parse(metric.Args, {"model": str(tmp_path / "out" / "model")}, "args")
+    result = metric.build(args, MetricContext())(["", ""], ["An awful film.", "A great film."], [[], []], [{}, {}])
+    assert all(0 < p < 1 for p in result.per_sample["learned/classifier"])
+
+
 def test_a_rerun_with_the_same_params_and_seed_writes_the_same_weights(trained, tmp_path):
     train(task_file(tmp_path), tmp_path / "again")
     for name in ("model/model.safetensors", "metrics.json", "curves.csv"):
@@ -82,10 +99,23 @@ def write_jsonl(path: Path, rows: list[dict]) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize("case", ["missing file", "missing column", "undeclared label", "one class", "one label"])
+@pytest.mark.parametrize("case", ["missing file", "missing column", "undeclared label", "one class", "one label",
+                                  "repeated column", "test is train", "ambiguous label", "too long for the backbone"])
 def test_bad_inputs_stop_the_stage_with_one_line_and_exit_2(case, tmp_path):
     rows = [{"text": f"review {i}", "label": i % 2} for i in range(8)]
+    (tmp_path / "dup.csv").write_text("text,label,label\n" + "".join(f"review {i},{i % 2},0\n" for i in range(8)))
     fields, expected = {
+        "repeated column": ({"train_file": str(tmp_path / "dup.csv"), "n_train": None},
+                            "dup.csv: line 1: the header names column(s) ['label'] more than once"),
+        "test is train": ({"test_file": f"./{TRAIN}"}, f"classifier.test_file './{TRAIN}' is classifier.train_file "
+                                                       f"'{TRAIN}' (one file): test accuracy would be scored on "
+                                                       f"training rows"),
+        "ambiguous label": ({"train_file": write_jsonl(tmp_path / "c.jsonl", rows), "labels": ["1", "2"],
+                             "n_train": None},
+                            "c.jsonl row 2: label 1 is ambiguous: the name of label '1' (class 0) and the index of "
+                            "label '2' (class 1)"),
+        "too long for the backbone": ({"max_length": 600}, "classifier.max_length = 600 is above the 512 positions of "
+                                                           "backbone"),
         "missing file": ({"train_file": "../shared/data/imdb/nope.jsonl"},
                          "classifier data file '../shared/data/imdb/nope.jsonl' does not exist"),
         "missing column": ({"label_column": "sentiment"}, "imdb_train_5k.jsonl row 1 has no column 'sentiment'; "

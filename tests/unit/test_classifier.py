@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import pytest
 import torch
 
-from grueflow.classifier import (ClassifierTrainer, Encoded, encode, encode_examples, label_index, load_backbone,
-                                 load_examples, lr_factor, read_examples, row_steps, save_classifier, special_tokens,
-                                 truncate)
+from grueflow.classifier import (ClassifierTrainer, Encoded, TextCut, encode, encode_examples, label_index,
+                                 load_backbone, load_examples, lr_factor, needs_eos, position_limit, read_examples,
+                                 read_format, row_steps, save_classifier, special_tokens, truncate)
 from grueflow.config import ClassifierConfig, ConfigError
 from grueflow.io import DataError, MissingDataError
 from grueflow.metrics import METRICS, MetricContext
@@ -101,6 +102,55 @@ def test_bad_data_is_refused_with_the_row_and_the_fix(tmp_path):
     rows.write_text("")
     with pytest.raises(DataError, match="the file has no rows"):
         read_examples(rows, cfg)
+
+
+def test_digit_labels_read_alike_from_jsonl_and_csv_and_an_ambiguous_integer_is_refused(tmp_path):
+    stars = ["1", "2", "3"]
+    assert [label_index(v, stars, "f row 1") for v in ("1", "3", " 2", 3, "0")] == [0, 2, 1, 2, 0]
+    assert [label_index(v, ["0", "1"], "f row 1") for v in (0, 1, "1")] == [0, 1, 1]  # name and index agree
+    assert [label_index(v, ["a", "b", "c"], "f row 1") for v in (1, "1")] == [1, 1]  # no such name: an index
+    with pytest.raises(DataError, match=r"f row 1: label '²' is not a declared label"):  # a digit, not an ASCII one
+        label_index("²", ["a", "b", "c"], "f row 1")
+    for value in (1, 2):
+        with pytest.raises(DataError, match=rf"f row 1: label {value} is ambiguous: the name of label '{value}' "
+                                            rf"\(class {value - 1}\) and the index of label '{value + 1}' "
+                                            rf"\(class {value}\) of classifier.labels \['1', '2', '3'\]; write the "
+                                            rf'label as a JSON text, "{value}" for label \'{value}\' or '
+                                            rf'"{value + 1}" for label'):
+            label_index(value, stars, "f row 1")
+    cfg = config(labels=stars)
+    csv = tmp_path / "stars.csv"
+    csv.write_text("text,label\nawful,1\ngreat,3\n")
+    texts = write_jsonl(tmp_path / "texts.jsonl", [{"text": "awful", "label": "1"}, {"text": "great", "label": "3"}])
+    assert [e.label for e in read_examples(csv, cfg)] == [e.label for e in read_examples(texts, cfg)] == [0, 2]
+    ints = write_jsonl(tmp_path / "ints.jsonl", [{"text": "great", "label": 3}, {"text": "awful", "label": 1}])
+    with pytest.raises(DataError, match=r"ints.jsonl row 2: label 1 is ambiguous"):
+        read_examples(ints, cfg)
+
+
+def test_a_csv_header_naming_a_column_twice_is_refused(tmp_path):
+    csv = tmp_path / "dup.csv"
+    csv.write_text("text,label,label\nawful,0,1\ngreat,1,0\n")
+    with pytest.raises(DataError, match=r"dup.csv: line 1: the header names column\(s\) \['label'\] more than once; "
+                                        r"name each once"):
+        read_examples(csv, config())
+    csv.write_text("text,label\nawful,0,1\n")  # a row longer than its header
+    with pytest.raises(DataError, match=r"dup.csv: line 2: 3 fields where the header has 2"):
+        read_examples(csv, config())
+
+
+def test_a_test_file_that_is_the_train_file_is_refused(tmp_path, monkeypatch):
+    rows = write_jsonl(tmp_path / "rows.jsonl", [{"text": f"review {i}", "label": i % 2} for i in range(8)])
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.jsonl").symlink_to(rows)
+    monkeypatch.chdir(tmp_path)
+    for test in ("rows.jsonl", "./sub/../rows.jsonl", str(rows), "link.jsonl"):
+        with pytest.raises(ConfigError, match=rf"classifier.test_file '{test}' is classifier.train_file 'rows.jsonl' "
+                                              r"\(one file\): test accuracy would be scored on training rows; give "
+                                              r"test_file a separate file"):
+            load_examples(config(train_file="rows.jsonl", test_file=test))
+    other = write_jsonl(tmp_path / "other.jsonl", [{"text": "test", "label": 0}])
+    assert len(load_examples(config(train_file="rows.jsonl", test_file=str(other))).test) == 1
 
 
 def test_a_seeded_sample_a_validation_slice_and_at_least_two_classes(tmp_path):
@@ -261,3 +311,129 @@ def test_a_long_prompt_is_cut_from_the_left_so_the_generation_is_scored_whole(ti
         tail = model(input_ids=torch.tensor([ids[-keep:]])).logits.softmax(-1)[0, 1].item()
     assert score(tmp_path, [prompt], [generation], include_prompt_for_eval=True, max_length=keep) == \
         pytest.approx([tail], abs=1e-6)
+
+
+# -- max_length against the model's positions; seq2seq backbones ---------------------------------------------
+
+def test_max_length_above_the_backbones_positions_is_refused_before_training(tiny_backbone):
+    from transformers import GPT2Config, RobertaConfig, T5Config
+
+    assert position_limit(GPT2Config(n_positions=64)) == (64, "n_positions")
+    roberta = RobertaConfig(max_position_embeddings=514, pad_token_id=1)
+    assert position_limit(roberta) == (512, "max_position_embeddings")
+    assert position_limit(T5Config()) is None  # relative positions
+    with pytest.raises(ConfigError, match=rf"classifier.max_length = 65 is above the 64 positions of backbone "
+                                          rf"'{tiny_backbone}' \(its max_position_embeddings\); lower "
+                                          r"classifier.max_length to at most 64"):
+        load_backbone(str(tiny_backbone), LABELS, max_length=65)
+    model, _ = load_backbone(str(tiny_backbone), LABELS, max_length=64)
+    assert not needs_eos(model)
+
+
+def test_a_seq2seq_backbone_trains_on_rows_that_end_with_eos(tiny_models, tmp_path):
+    """T5's classifier pools its input's last EOS; the tiny T5's tokenizer adds none, so each row gets one."""
+    rows = [{"text": f"{w} film , {w} acting and a {w} plot " * 3, "label": int(w in ("great", "fine"))}
+            for w in ("great", "awful", "fine", "dull") * 3]
+    cfg = config(train_file=str(write_jsonl(tmp_path / "t.jsonl", rows)), backbone=str(tiny_models["seq2seq"]),
+                 max_length=12, batch_size=4, val_fraction=0.25)
+    seed_everything(0)
+    model, tokenizer = load_backbone(cfg.backbone, cfg.labels, max_length=cfg.max_length)
+    assert needs_eos(model) and special_tokens(tokenizer) == ([], [])
+    split = load_examples(cfg)
+    train = encode_examples(tokenizer, split.train, cfg, needs_eos(model))
+    assert all(len(ids) == 12 and ids[-1] == tokenizer.eos_token_id for ids in train.ids)
+    trainer = ClassifierTrainer(model, tokenizer, train, encode_examples(tokenizer, split.val, cfg, True), cfg)
+    curve = trainer.train()
+    assert math.isfinite(curve[-1]["train_loss"]) and 0 <= curve[-1]["val_accuracy"] <= 1
+    save_classifier(model, tokenizer, cfg, tmp_path / "model")
+    scores = score(tmp_path / "model", ["", ""], ["a great film , great acting", "a dull plot"])
+    assert all(0 < p < 1 for p in scores)
+
+
+# -- the learned_classifier metric: classifier.json, limits, labels, paths ------------------------------------
+
+def test_the_metric_cuts_texts_as_the_classifier_was_trained_unless_its_args_say_otherwise(tiny_models, tmp_path,
+                                                                                            caplog):
+    from test_metrics_library import tiny_classifier
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    tiny_classifier(tiny_models["causal"], tmp_path / "a", LABELS)
+    model = AutoModelForSequenceClassification.from_pretrained(tmp_path / "a").eval()
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "a")
+    save_classifier(model, tokenizer, config(max_length=16), tmp_path / "a")  # as train_classifier saves it
+    assert read_format(tmp_path / "a") == TextCut(16, "head_tail", 0.25) and read_format(tmp_path) is None
+    texts = ["great film , great acting " * 4 + "awful plot , dull ending " * 4, "fine"]
+
+    def probs(**fields):
+        with torch.no_grad():
+            return [model(input_ids=torch.tensor([ids])).logits.softmax(-1)[0, 1].item()
+                    for ids in encode(tokenizer, texts, config(**fields))]
+
+    trained, head = probs(max_length=16), probs(max_length=16, truncation="head")
+    assert abs(trained[0] - head[0]) > 1e-6
+    with caplog.at_level("WARNING", logger="grueflow.metrics.semantic"):
+        assert score(tmp_path / "a", ["", ""], texts) == pytest.approx(trained, abs=1e-6)
+        assert score(tmp_path / "a", ["", ""], texts, max_length=16, truncation="head_tail") == pytest.approx(trained,
+                                                                                                          abs=1e-6)
+        assert not caplog.records
+        assert score(tmp_path / "a", ["", ""], texts, truncation="head") == pytest.approx(head, abs=1e-6)
+        assert score(tmp_path / "a", ["", ""], texts, max_length=12) == pytest.approx(probs(max_length=12), abs=1e-6)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"learned_classifier {tmp_path / 'a'} was trained with truncation 'head_tail'; scoring with truncation "
+        f"'head' as its args say (leave them out to score as trained)",
+        f"learned_classifier {tmp_path / 'a'} was trained with max_length 16; scoring with max_length 12 as its args "
+        f"say (leave them out to score as trained)"]
+    (tmp_path / "a" / "classifier.json").write_text('{"max_length": 16}')
+    with pytest.raises(DataError, match=r"classifier.json: expected max_length \(an integer >= 1\), truncation"):
+        score(tmp_path / "a", [""], ["fine"])
+
+
+def test_the_metric_refuses_a_max_length_too_small_or_above_the_models_positions_and_a_batch_of_zero(tiny_backbone,
+                                                                                                    tmp_path):
+    from grueflow.metrics.semantic import scoring_cut
+
+    metric = METRICS.get("learned_classifier")
+    for value in (0, 1, 2, 7):
+        with pytest.raises(ConfigError, match=rf"args: max_length must be >= 8 tokens \(the special tokens and some "
+                                              rf"text\), or left out for the trained one, got {value}"):
+            parse(metric.Args, {"max_length": value}, "args")
+    with pytest.raises(ConfigError, match=r"args: batch_size must be > 0, got 0"):
+        parse(metric.Args, {"batch_size": 0}, "args")
+    with pytest.raises(ConfigError, match=r"args.truncation: 'middle' is not allowed; choose one of 'head', 'tail', "
+                                          r"'head_tail'"):
+        parse(metric.Args, {"truncation": "middle"}, "args")
+    no_json = parse(metric.Args, {"model": "x"}, "args")
+    assert scoring_cut(no_json, None, (64, "n_positions")) == TextCut(64, None, 0.25)  # the default, lowered
+    assert scoring_cut(no_json, None, None) == TextCut(512, None, 0.25)
+    tiny_run(tiny_backbone, tmp_path / "a")  # 64 positions
+    with pytest.raises(ConfigError, match=rf"learned_classifier: max_length 65 \(args.max_length\) is above the 64 "
+                                          rf"positions of {tmp_path / 'a'} \(its max_position_embeddings\); set "
+                                          r"args.max_length to at most 64"):
+        score(tmp_path / "a", [""], ["fine"], max_length=65)
+    saved = json.loads((tmp_path / "a" / "classifier.json").read_text())
+    (tmp_path / "a" / "classifier.json").write_text(json.dumps({**saved, "max_length": 100}))
+    with pytest.raises(ConfigError, match=r"max_length 100 \(the max_length of its classifier.json\) is above the 64"):
+        score(tmp_path / "a", [""], ["fine"])
+
+
+def test_a_label_the_model_lacks_or_a_local_path_that_does_not_exist_stops_the_stage(tiny_models, tmp_path,
+                                                                                     monkeypatch):
+    """Both fail in one line (main_guard's ConfigError and DataError), and a missing path is not reported as a metric
+    missing for an offline hub."""
+    from test_metrics_library import tiny_classifier
+
+    from grueflow.config import MetricSpec
+    from grueflow.evaluation import Scorer
+
+    tiny_classifier(tiny_models["causal"], tmp_path / "m", LABELS)
+    with pytest.raises(ConfigError, match=rf"learned_classifier: label 'positive' is not a label of {tmp_path / 'm'}; "
+                                          r"its labels: NEGATIVE, POSITIVE; set args.label to one of them"):
+        METRICS.get("learned_classifier").build(parse(METRICS.get("learned_classifier").Args,
+                                                      {"model": str(tmp_path / "m"), "label": "positive"}, "args"),
+                                                MetricContext())
+    monkeypatch.chdir(tmp_path)
+    for path in (str(tmp_path / "nope"), "./nope", "../nope", "results/x/classifier/model"):
+        specs = parse(tuple[MetricSpec, ...], [{"id": "learned_classifier", "args": {"model": path}}], "metrics")
+        with pytest.raises(MissingDataError, match=rf"learned_classifier: model '{path}' does not exist \(relative "
+                                                   rf"paths are read from {tmp_path}\) and is a path, not a hub id"):
+            Scorer(None, specs, MetricContext())([], [])

@@ -88,7 +88,9 @@ def samples():
 
 def trainer(path, kind: str, algorithm: str, samples, backend: Backend, extra: dict | None = None) -> RLTrainer:
     seed_everything(0)
-    settings = {**SETTINGS, **ALGORITHM_SETTINGS[algorithm], **(extra or {})}
+    unread = ALGORITHMS.get(algorithm).Config.UNREAD  # settings an algorithm refuses, as it never reads them
+    settings = {**{k: v for k, v in SETTINGS.items() if k not in unread}, **ALGORITHM_SETTINGS[algorithm],
+                **(extra or {})}
     model, tokenizer = load_pretrained(path, backend=backend)
     ref_model = None if settings.get("lora") else load_pretrained(path, backend=backend, frozen=True)[0]
     reward = Reward(parse(RewardConfig, {"components": [{"metric": "lexicon_sentiment", "weight": 1.0},

@@ -65,7 +65,7 @@ def test_the_end_of_training_kl_is_a_column_but_not_part_of_the_score():
     assert table["normalised_score"].tolist() == pytest.approx(grue.build_table(RUNS)["normalised_score"].tolist())
 
 
-def write_run(eval_dir, task, method, seed, value=0.5, stage="evaluate"):
+def write_run(eval_dir, task, method, seed, value=0.5, stage="evaluate", params=None):
     """An evaluate output folder as the stage writes it: metrics.json and predictions.jsonl, then stage.json with
     their manifest."""
     from grueflow.io import write_json, write_jsonl, write_stage_record
@@ -76,7 +76,7 @@ def write_run(eval_dir, task, method, seed, value=0.5, stage="evaluate"):
                                          "metrics": {"reward": value, "fluency/perplexity": 3.0}, "missing": {}})
     write_jsonl(folder / "predictions.jsonl", [{"id": f"test-{i}", "prompt": f"prompt {i}", "generation": "good",
                                                 "references": ["ref"], "scores": {"reward": value}} for i in range(2)])
-    write_stage_record(folder, stage=stage, params={}, inputs={}, wall_time_s=0.0)
+    write_stage_record(folder, stage=stage, params=params or {}, inputs={}, wall_time_s=0.0)
     return folder / "metrics.json"
 
 
@@ -186,10 +186,41 @@ def test_a_metric_some_seeds_lack_is_the_mean_of_the_others_and_says_so(tmp_path
     assert "| a | ppo | 2 | 0.9 | 0.1414 | 10 | 0 | 0.9 (1 of 2 seeds) | — | 1 |" in markdown
     assert "| a | zero_shot | 2 | 0.2 | 0.1414 | 10 | 0 | 0.6 | 0.1414 | 0 |" in markdown
     assert "distinct_2_n" not in markdown
+    assert "- `diversity/distinct_2` is left out of the normalised score: only some seeds have it: ppo (1 of 2 " \
+           "seeds)" in markdown
     assert json.loads((tmp_path / "t.json").read_text())["a"]["ppo"]["diversity/distinct_2_n"] == 1
     assert "<td>0.9 (1 of 2 seeds)</td>" in report.table_html(table, grue.headlines(runs), {})
     # a metric every row has on all seeds, or on none (lexical/x), gets no count column: the default table's columns
     assert not [c for c in grue.build_table(RUNS).columns if c.endswith("_n")]
+
+
+def test_a_metric_some_seeds_lack_never_decides_the_normalised_score():
+    """Two methods alike but for a metric one has on 1 of its 2 seeds: that mean of one seed against a mean of two
+    ranks seeds, not methods, so nothing tells them apart and the task is left out of the GRUE score."""
+    runs = [scored_run("a", "zero_shot", 0.5, 0.4477), scored_run("a", "zero_shot", 0.5, 0.4477, seed=1),
+            scored_run("a", "supervised", 0.5, 0.4453), scored_run("a", "supervised", 0.5, None, seed=1)]
+    table = grue.build_table(runs)
+    assert table["normalised_score"].isna().all()
+    assert grue.grue_tasks(table) == ([], {"a": "no method has a normalised score on it: no metric tells its "
+                                                "methods apart (each is equal for every method, or missing); every "
+                                                "method lacks it, so the scores stay comparable"})
+
+
+@pytest.mark.parametrize("section", ["metrics", "eval_generation"])
+def test_runs_scored_with_different_settings_are_refused(tmp_path, section):
+    """Every run of a task is scored with the task's reward and metrics, and every seed of a method also with one
+    decoding: two seeds evaluated under different settings (one stale) never share a row or a normalisation."""
+    from grueflow.io import DataError
+
+    params = {"metrics": [{"id": "learned_classifier", "args": {"model": "a"}}], "eval_generation": {"top_k": 50}}
+    other = {**params, section: {"changed": True}}
+    paths = [write_run(tmp_path, "sentiment", "ppo", 0, params=params),
+             write_run(tmp_path, "sentiment", "ppo", 1, params=other)]
+    with pytest.raises(DataError, match=rf"ppo/seed0 and .*ppo/seed1 were evaluated with different {section} "
+                                        r"settings \(their stage.json params\): one is stale"):
+        grue.load_runs(paths)
+    if section == "eval_generation":  # another method may decode otherwise (its method_overrides)
+        grue.load_runs([paths[0], write_run(tmp_path, "sentiment", "zero_shot", 0, params=other)])
 
 
 def test_a_run_folder_without_the_evaluate_stage_record_is_refused(tmp_path):

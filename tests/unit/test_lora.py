@@ -66,7 +66,8 @@ def lora_trainer(path, algorithm: str = "ppo", **overrides) -> RLTrainer:
     samples = loader.build(loader.Args(n_train=16, n_val=2, n_test=2, n_unlabelled=2)).splits["train"]
     seed_everything(0)
     model, tokenizer = load_pretrained(path)
-    cfg = parse(ALGORITHMS.get(algorithm).Config, {**SETTINGS, **overrides}, algorithm)
+    settings = {k: v for k, v in SETTINGS.items() if k not in ALGORITHMS.get(algorithm).Config.UNREAD}
+    cfg = parse(ALGORITHMS.get(algorithm).Config, {**settings, **overrides}, algorithm)
     reward = Reward(parse(RewardConfig, {"components": [{"metric": "diversity", "score": "length", "weight": -0.1}]},
                           "reward"), MetricContext())
     return RLTrainer(algorithm, cfg, Policy(model, tokenizer, 24), None, reward, samples,

@@ -90,7 +90,7 @@ def test_bad_preference_rows_are_refused_naming_file_line_and_key(tmp_path, line
     assert message in str(err.value)
 
 
-def test_the_reward_model_holds_out_whole_samples_and_one_pair_per_sample_splits_as_pairs():
+def test_the_reward_model_holds_out_whole_samples_and_one_pair_per_sample_splits_as_pairs(caplog):
     from grueflow.preference.reward_model import split_pairs
 
     single = [Preference(f"p{i}", "the review:", "good", "bad") for i in range(10)]  # one prompt, ten samples
@@ -102,7 +102,12 @@ def test_the_reward_model_holds_out_whole_samples_and_one_pair_per_sample_splits
     train, val = split_pairs(judged, 0.3, seed=3)  # round(0.3 * 9) = 3 held out: sample s1's three judgements
     assert [p.id for p in val] == ["s1/ann", "s1/bob", "s1/cy"]
     assert [p.id for p in train] == ["s2/ann", "s0/ann", "s5/ann", "s6/ann", "s3/ann", "s4/ann"]
-    assert split_pairs(judged[1:4], 0.5, seed=0) == (judged[1:4], [])  # one sample: nothing can be held out
+    with caplog.at_level("WARNING", logger="grueflow.preference.reward_model"):
+        assert split_pairs(judged[1:4], 0.5, seed=0) == (judged[1:4], [])  # one sample: nothing can be held out
+        split_pairs(judged[1:4], 0.0, seed=0)  # nothing asked for: no warning
+    assert [r.getMessage() for r in caplog.records] == [
+        "val_fraction 0.5 holds out nothing: all 3 preference pairs judge one sample ('s1'), held out whole or not "
+        "at all, and training needs it; no held-out accuracy is reported"]
 
 
 def test_best_and_worst_take_the_first_of_equal_scores():
@@ -248,6 +253,30 @@ def test_a_stage_given_a_bad_preference_row_exits_2_naming_file_line_and_key(tmp
     assert result.returncode == 2
     assert f"error: {prefs}: line 2: missing key 'rejected'" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_pairs_alike_within_the_target_length_are_refused_all_or_named_some(tiny_models, caplog):
+    """A pair whose chosen and rejected texts differ only past ``lengths.target`` tokens has a DPO loss of log 2
+    whatever the weights: a set of only such pairs is refused before training, a few are counted in a warning."""
+    from grueflow.io import DataError
+    from grueflow.preference.data import Preference
+
+    model, tokenizer = load_pretrained(tiny_models["causal"])
+    policy = Policy(model, tokenizer, 16)
+    shared = "the film is good and the cast is good and the plot is good and the end is good"
+    late = [Preference(f"p{i}", "review:", f"{shared} i loved it .", f"{shared} i hated it .") for i in range(4)]
+    cfg = DPOConfig(epochs=1, batch_size=2)
+    with pytest.raises(DataError, match=r"every one of the 4 preference pairs has its chosen and rejected texts "
+                                        r"alike in their first 5 tokens \(lengths.target 6, EOS included; e.g. pair "
+                                        r"'p0'\): DPO learns nothing from them; raise lengths.target"):
+        DPOTrainer(policy, None, late, cfg, max_target=6, seed=0)
+    early = [Preference("q0", "review:", "i loved it .", "i hated it .")]
+    with caplog.at_level("WARNING", logger="grueflow.preference.dpo"):
+        DPOTrainer(policy, None, late + early, cfg, max_target=6, seed=0)
+        DPOTrainer(policy, None, late + early, cfg, max_target=64, seed=0)
+    warnings = [r.getMessage() for r in caplog.records if "add nothing to the DPO loss" in r.getMessage()]
+    assert warnings == ["4 of 5 preference pairs have their chosen and rejected texts alike in their first 5 tokens "
+                        "(lengths.target 6; e.g. pair 'p0'): they add nothing to the DPO loss"]
 
 
 def test_dpo_with_lora_uses_the_adapter_free_base_as_reference(tiny_models):
