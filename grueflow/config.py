@@ -787,7 +787,8 @@ MAX_YAML_VALUES = 100_000  # scalars, lists and mappings a params file may hold 
 
 class _StrictLoader(yaml.SafeLoader):
     """YAML's safe loader, refusing a key that a mapping repeats (YAML 1.2 forbids it; PyYAML keeps the last) and
-    an integer written with a leading zero (``010``), which YAML 1.1 reads as octal (8) and YAML 1.2 as 10."""
+    an integer written with a leading zero (``010``), which YAML 1.1 reads as octal (8) and YAML 1.2 as 10, and a
+    base-60 number (``1:30``), which YAML 1.1 reads as 90 and YAML 1.2 as a string."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
@@ -809,10 +810,23 @@ class _StrictLoader(yaml.SafeLoader):
             raise yaml.constructor.ConstructorError(
                 None, None, f"{text} is an octal number in YAML 1.1 ({super().construct_yaml_int(node)}); write "
                             f"{decimal}, or '{text}' for a string", node.start_mark)
+        if ":" in digits:  # YAML 1.1 reads 1:30 as 90; YAML 1.2 as the string "1:30"
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{text} is a base-60 number in YAML 1.1 ({super().construct_yaml_int(node)}); write "
+                            f"that number, or '{text}' for a string", node.start_mark)
         return super().construct_yaml_int(node)
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        text = str(self.construct_scalar(node))
+        if ":" in text:  # YAML 1.1 reads 1:30.5 as 90.5
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{text} is a base-60 number in YAML 1.1 ({super().construct_yaml_float(node)}); write "
+                            f"that number, or '{text}' for a string", node.start_mark)
+        return super().construct_yaml_float(node)
 
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
+_StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_yaml_float)
 
 
 def _expanded_size(data: Any, limit: int) -> int:
