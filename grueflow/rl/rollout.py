@@ -28,7 +28,8 @@ class Sampled(NamedTuple):
     generation_s: float
     reward_s: float
     scoring_s: float  # the reference pass
-    action_mask: Optional[torch.Tensor]  # (B, T, V) bool, the allowed tokens (NLPO); None: every token allowed
+    action_mask: Optional[torch.Tensor]  # (B, T, V) bool, the tokens it could draw (NLPO's masks, a minimum
+    # length's EOS ban: RLTrainer.sampling_mask); None: every token
     kept: Optional[SampledLogits]  # the sampling pass kept differentiable (RLTrainer.keeps_sampling), else None
     sequence: Optional[torch.Tensor] = None  # (B,) the sequence-level reward alone, when a component is dense
     dense: Optional[torch.Tensor] = None  # (B, T) the dense components' weighted per-token rewards, or None
@@ -40,7 +41,7 @@ class Rollout(NamedTuple):
     prompts: Prompts
     completions: torch.Tensor  # (B, T) token ids
     mask: torch.Tensor  # (B, T)
-    logprobs: torch.Tensor  # (B, T) the behaviour policy's (masked by ``action_mask``, for NLPO)
+    logprobs: torch.Tensor  # (B, T) the behaviour policy's, under ``action_mask``
     ref_logprobs: torch.Tensor  # (B, T) the reference's, masked as ``logprobs`` is
     kl: torch.Tensor  # (B, T) per-token k1 of the behaviour policy against the reference, both under ``action_mask``
     values: torch.Tensor  # (B, T) the critic's at rollout time; zeros without a critic
@@ -51,4 +52,4 @@ class Rollout(NamedTuple):
     generation_s: float
     reward_s: float
     scoring_s: float  # the reference pass and the behaviour policy's pass
-    action_mask: Optional[torch.Tensor]  # (B, T, V) bool (NLPO); None: every token allowed
+    action_mask: Optional[torch.Tensor]  # (B, T, V) bool (RLTrainer.sampling_mask); None: every token

@@ -309,8 +309,10 @@ class RLTrainer:
         started = time.perf_counter()
         # under the rollout's action masks, as the policy's: KL(policy || reference), both restricted to the
         # tokens the masks allow (the distribution the rollout samples from), is >= 0 and 0 at the start
-        ref_logprobs, _ = selective_logprobs(self.reference_logits(prompts, completions, group), completions,
-                                             action_mask)
+        ref_logits = self.reference_logits(prompts, completions, group)
+        action_mask = self.sampling_mask(action_mask, ref_logits.shape)
+        ref_logprobs, _ = selective_logprobs(ref_logits, completions, action_mask)
+        del ref_logits
         scoring_s = time.perf_counter() - started
         components = {k: float(np.mean(v)) for k, v in parts.items()}
         sequence = dense = None
@@ -322,6 +324,23 @@ class RLTrainer:
             self._guard("dense reward", dense)
         return Sampled(prompts, completions, mask, ref_logprobs * mask, scores, components, generation_s, reward_s,
                        scoring_s, action_mask, kept, sequence, dense)
+
+    def sampling_mask(self, action_mask: Optional[torch.Tensor], shape: torch.Size) -> Optional[torch.Tensor]:
+        """The tokens a rollout could draw at each position, for its log-probs: ``action_mask`` (NLPO's masks, or
+        None: all) with EOS also banned where ``rollout_generation`` forbade it (a minimum length: the first
+        ``min_new`` tokens), so that the policy's and the reference's log-probs, the PPO ratio and the k1 KL are
+        those of the distribution sampled from. Without the ban, a policy could raise P(EOS) where EOS is never
+        drawn and so lower the log-probability of every sampled token: a k1 KL far below 0, which the penalty
+        rewards. The first token's ban (an empty completion is never drawn) is left out when no minimum length is
+        set: it moves only the first token's log-probability, by log(1 - P(EOS)).  ``shape``: the logits' (B, T, V)
+        """
+        banned = min(self.generation.min_new(self.policy.kind), shape[1])
+        if banned <= 1:
+            return action_mask
+        allowed = action_mask.clone() if action_mask is not None else torch.ones(shape, dtype=torch.bool,
+                                                                                  device=self.device)
+        allowed[:, :banned, self.policy.eos_token_id] = False
+        return allowed
 
     def with_behaviour(self, sampled: Sampled, outputs: Outputs, behaviour_s: float = 0.0
                        ) -> Rollout:
@@ -357,8 +376,9 @@ class RLTrainer:
         """Warn once per run when the rollout's mean k1 KL per completion falls below ``NEGATIVE_KL``.
 
         On completions sampled from the policy itself, ``E[log p - log q] = KL(p || q) >= 0``. A clearly negative
-        mean says the rollouts come from another distribution (top-k, top-p, a temperature or a minimum length in
-        ``rollout_generation``; NLPO's masks apply to both sides of its KL), and a k1 penalty then pays the policy
+        mean says the rollouts come from another distribution (top-k, top-p or a temperature in
+        ``rollout_generation``; NLPO's masks and a minimum length's EOS ban apply to both sides of the KL,
+        :meth:`sampling_mask`), and a k1 penalty then pays the policy
         for lowering the probability of what it samples (TRL's training FAQ, "negative KL"). k3 is never negative.
         """
         if seq_kl >= NEGATIVE_KL or self._warned_negative_kl:
@@ -368,9 +388,6 @@ class RLTrainer:
         given = {"top_k": (g.top_k, 0), "top_p": (g.top_p, 1.0), "temperature": (g.temperature, 1.0),
                  "repetition_penalty": (g.repetition_penalty, 1.0), "no_repeat_ngram_size": (g.no_repeat_ngram_size, 0)}
         warped = [f"{key}: {value}" for key, (value, neutral) in given.items() if value != neutral]
-        if g.min_new(self.policy.kind) > 1:  # EOS forbidden before then
-            key = "min_length" if g.min_length is not None else "min_new_tokens"
-            warped.append(f"{key}: {g.min_length if g.min_length is not None else g.min_new_tokens}")
         log.warning("iteration %d: the rollout's mean KL to the reference is %.3g nats per completion, below %g: "
                     "the rollouts are not sampled from the policy itself (%s), and the %s KL penalty now pays the "
                     "policy for moving away from the reference. Sample without these, or set kl_estimator: k3 "

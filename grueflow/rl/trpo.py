@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from sb3_contrib.common.utils import conjugate_gradient_solver, flat_grad
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
-from grueflow.models.policy import logprobs_from_logits
+from grueflow.models.policy import selective_logprobs
 from grueflow.rl.advantages import gae, masked_mean, masked_whiten
 from grueflow.rl.algorithm import Algorithm, UpdateContext
 from grueflow.rl.configs import TRPOConfig
@@ -55,7 +55,7 @@ class TRPO(Algorithm):
 
         def surrogate_and_kl() -> tuple[torch.Tensor, torch.Tensor]:
             logits = context.policy_logits(rollout.prompts, rollout.completions)
-            ratio = (logprobs_from_logits(logits, rollout.completions) - rollout.logprobs).exp()
+            ratio = (selective_logprobs(logits, rollout.completions, rollout.action_mask)[0] - rollout.logprobs).exp()
             kl = (old_logp.exp() * (old_logp - F.log_softmax(logits, -1))).sum(-1)
             return masked_mean(ratio * advantages, mask), masked_mean(kl, mask)
 

@@ -249,6 +249,33 @@ def test_nlpos_kl_compares_the_policy_and_the_reference_under_the_same_masks(sen
     assert torch.allclose(rollout.logprobs - rollout.ref_logprobs, rollout.kl, atol=1e-5)
 
 
+def test_a_minimum_lengths_eos_ban_is_in_the_log_probs_so_moving_mass_to_eos_earns_no_negative_kl(sentiment):
+    """With EOS banned for all 16 tokens (min_new_tokens 16), a policy that puts much more mass on EOS than its
+    reference draws the same tokens, renormalised: its rollout log-probs and KL are taken with EOS banned at every
+    position, so the k1 KL stays near 0, where the full softmaxes would give it well below 0 and the penalty would
+    pay the policy for the mass it moved to a token never drawn."""
+    from grueflow.models.policy import logprobs_from_logits, selective_logprobs
+
+    trainer = make_trainer(sentiment, "ppo", {"iterations": 1})
+    trainer.generation = GenerationConfig(max_new_tokens=16, min_new_tokens=16)
+    eos = trainer.policy.eos_token_id
+    with torch.no_grad():  # raise the policy's EOS logit along its mean final hidden state
+        prompts = trainer.policy.encode(["i saw this film", "the plot was"])
+        hidden = trainer.policy.model(**prompts._asdict(), output_hidden_states=True).hidden_states[-1]
+        trainer.policy.model.transformer.wte.weight[eos] += 4 * hidden.mean((0, 1)) / hidden.mean((0, 1)).norm()
+    rollout = trainer.collect()
+    assert rollout.action_mask is not None and not rollout.action_mask[:, :, eos].any()
+    with torch.no_grad():
+        policy = trainer.policy.score(rollout.prompts, rollout.completions).logits
+        reference = trainer.policy.score(rollout.prompts, rollout.completions, model=trainer.ref_model).logits
+    full = (logprobs_from_logits(policy, rollout.completions) - logprobs_from_logits(reference, rollout.completions))
+    assert (full * rollout.mask).sum(1).mean() < -1  # the mass on EOS, never drawn
+    banned = selective_logprobs(policy, rollout.completions, rollout.action_mask)[0] - \
+        selective_logprobs(reference, rollout.completions, rollout.action_mask)[0]
+    assert torch.allclose(rollout.kl, banned * rollout.mask, atol=1e-4)
+    assert rollout.kl.sum(1).mean() > -0.5
+
+
 @pytest.mark.parametrize("what", ["loss", "gradient norm", "advantage"])
 def test_a_nan_loss_gradient_or_advantage_stops_training_before_the_optimiser_step(sentiment, what, monkeypatch):
     from grueflow.rl.trainer import NonFiniteError
