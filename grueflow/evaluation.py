@@ -65,6 +65,15 @@ class Scorer:
         self.reward: Reward | None = None
         self.built: dict[int, tuple[Callable[..., Any] | None, str | None]] = {}  # metric index -> (fn, why missing)
 
+    def build(self) -> "Scorer":
+        """Build the reward and every metric now (they are otherwise built at first use), so that a bad argument
+        or model fails before the generations they would score are made; returns ``self``."""
+        if self.reward_cfg is not None and self.reward is None:
+            self.reward = Reward(self.reward_cfg, self.context)
+        for index in range(len(self.metrics)):
+            self._metric(index)
+        return self
+
     def _metric(self, index: int) -> tuple[Callable[..., Any] | None, str | None]:
         if index not in self.built:
             spec = self.metrics[index]

@@ -37,6 +37,12 @@ log = logging.getLogger(__name__)
 CHECKPOINT_UNIT = "epoch"  # checkpoints are <resume dir>/epoch<k>/
 
 
+def warmup_steps(ratio: float, total: int) -> int:
+    """Warm-up steps for ``warmup_ratio`` of ``total`` optimiser steps, rounded up as transformers'
+    ``TrainingArguments.get_warmup_steps`` (RL4LMs' supervised trainer) does: a ratio > 0 warms up at least one step."""
+    return math.ceil(ratio * total)
+
+
 def lr_factor(schedule: str, warmup: int, total: int, step: int) -> float:
     """The learning rate's factor at optimiser ``step`` (0-based) of ``total``, after ``warmup`` warm-up steps,
     for :class:`~grueflow.config.SupervisedConfig`'s ``lr_schedule`` (transformers' schedules of those names)."""
@@ -135,7 +141,7 @@ class SupervisedTrainer(checkpoints.Checkpointed):
         self.policy, self.cfg, self.max_target, self.seed, self.parallel = policy, cfg, max_target, seed, parallel
         self.data, self.val = pairs(train_samples, "train"), pairs(val_samples, "val")
         total = math.ceil(len(self.data) / cfg.batch_size) * cfg.epochs
-        warmup = int(cfg.warmup_ratio * total)
+        warmup = warmup_steps(cfg.warmup_ratio, total)
         self.params = trainable_parameters(policy.model)
         self.optimizer = torch.optim.AdamW(self.params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.schedule = torch.optim.lr_scheduler.LambdaLR(self.optimizer, partial(lr_factor, cfg.lr_schedule,

@@ -16,7 +16,7 @@ from grueflow.rl.nlpo import evaluation_masks, evaluation_processor
 from grueflow.params import check_headlines, load_section, load_task_section, parse, with_fluency
 from grueflow.preference.config import PREFERENCE_METHODS
 from grueflow.rl import ALGORITHMS
-from grueflow.seeding import seed_everything
+from grueflow.seeding import rng_state, seed_everything, set_rng_state
 
 TASK_KEYS = ("lengths", "eval_generation", "reward", "metrics", "headline_metrics", "method_overrides")
 
@@ -64,15 +64,18 @@ def main() -> None:
     masks = evaluation_masks(args.model.parent)  # an NLPO output: RL4LMs evaluates with its action masks
     processor = (evaluation_processor(args.model.parent, policy, generation)
                  if masks and masks["eval_with_masks"] else None)
+    # the reward and metrics load first, so a bad argument or model stops the stage before generating; the RNGs
+    # are restored after, so the generations are those of the seed alone
+    state = rng_state()
+    scorer = evaluation.Scorer(reward_cfg, metrics, MetricContext(args.base_model, lengths.prompt, ex, policy)).build()
+    set_rng_state(state)
     bar = stage.progress(len(test), "generating")
     tokens: list[list[str]] = []  # each completion's tokens: a dense reward's inputs
     generations = evaluation.generate(policy, test, generation, progress=bar.update, processor=processor,
                                       tokens=tokens)
     bar.close()
     bar = stage.progress(1 + len(metrics), "scoring (reward, then each metric)")
-    rows, corpus, missing = evaluation.score(test, generations, reward_cfg, metrics,
-                                             MetricContext(args.base_model, lengths.prompt, ex, policy),
-                                             progress=bar.update, tokens=tokens)
+    rows, corpus, missing = scorer(test, generations, progress=bar.update, tokens=tokens)
     bar.close()
     trained = args.model.parent / "train_metrics.json"  # an RL stage's folder: <out>/model beside it
     if args.algorithm and trained.is_file() and "kl/sequence" in (final := read_json(trained)):

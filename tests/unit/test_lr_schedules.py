@@ -8,7 +8,7 @@ from transformers import get_scheduler
 
 from grueflow.config import ConfigError, SupervisedConfig
 from grueflow.params import parse
-from grueflow.supervised import lr_factor
+from grueflow.supervised import lr_factor, warmup_steps
 
 
 @pytest.mark.parametrize("schedule", ["linear", "cosine", "constant", "constant_with_warmup"])
@@ -34,3 +34,12 @@ def test_a_constant_schedule_with_a_warmup_is_refused():
         parse(SupervisedConfig, {"lr_schedule": "constant", "warmup_ratio": 0.1}, "m:")
     with pytest.raises(ConfigError, match="lr_schedule"):
         parse(SupervisedConfig, {"lr_schedule": "exponential"}, "m:")
+
+
+@pytest.mark.parametrize("ratio, total", [(0.1, 64), (0.1, 60), (0.05, 7), (0.0, 10), (0.5, 3)])
+def test_warmup_steps_round_up_as_transformers_do(ratio, total):
+    from transformers import TrainingArguments
+
+    # transformers 5 takes a ratio as warmup_steps < 1 (4.x: warmup_ratio); RL4LMs' 4.18 rounds it up alike
+    theirs = TrainingArguments(output_dir="unused", warmup_steps=ratio, report_to=[]).get_warmup_steps(total)
+    assert warmup_steps(ratio, total) == theirs
