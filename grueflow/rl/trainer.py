@@ -249,9 +249,9 @@ class RLTrainer:
 
     def _outputs(self, prompts: Prompts, completions: torch.Tensor, action_mask: Optional[torch.Tensor] = None,
                  group_size: int = 1, kept: Optional[SampledLogits] = None) -> Outputs:
-        """The policy's outputs over a rollout, its log-probs under ``action_mask`` (NLPO; the distribution the
-        rollout sampled from): from a forward pass over the rollout, or from ``kept`` (its sampling pass) when
-        given. Float32 throughout.
+        """The policy's outputs over a rollout, its log-probs under ``action_mask`` (:meth:`sampling_mask`: the
+        distribution the rollout sampled from): from a forward pass over the rollout, or from ``kept`` (its sampling
+        pass) when given. Float32 throughout.
 
         The entropy carries gradients only when the loss uses it (``ent_coef`` != 0).
         """
@@ -378,8 +378,8 @@ class RLTrainer:
         On completions sampled from the policy itself, ``E[log p - log q] = KL(p || q) >= 0``. A clearly negative
         mean says the rollouts come from another distribution (top-k, top-p or a temperature in
         ``rollout_generation``; NLPO's masks and a minimum length's EOS ban apply to both sides of the KL,
-        :meth:`sampling_mask`), and a k1 penalty then pays the policy
-        for lowering the probability of what it samples (TRL's training FAQ, "negative KL"). k3 is never negative.
+        :meth:`sampling_mask`), and a k1 penalty then pays the policy for lowering the probability of what it
+        samples (TRL's training FAQ, "negative KL"). k3 is never negative.
         """
         if seq_kl >= NEGATIVE_KL or self._warned_negative_kl:
             return
