@@ -259,14 +259,14 @@ def finish(out_dir: Path, stage: str, params: Any, inputs: dict[str, Path], star
 
 def main_guard(run: Any) -> None:
     """Run a stage's ``main``; bad params, bad data and unobtainable models exit 2 with their message, a full
-    disk, a path it may not write (or read) and a path under a file exit 2 saying so, and Ctrl-C exits 130 saying
-    what is kept: no traceback for any of them (``--log-level DEBUG`` logs the one of a refused path)."""
+    disk, a path it may not write (or read) and a file where a folder is wanted exit 2 saying so, and Ctrl-C exits
+    130 saying what is kept: no traceback for any of them (``--log-level DEBUG`` logs the one of a refused path)."""
     try:
         run()
     except (ConfigError, io.DataError, HubUnreachableError, ModelFetchError) as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    except (PermissionError, NotADirectoryError) as err:  # a folder made read-only, or replaced by a file, mid-run
+    except (PermissionError, NotADirectoryError, FileExistsError) as err:  # a folder locked, or a file in the way
         logging.getLogger("stage").debug("the failed call", exc_info=True)
         print(f"error: {_path_problem(err)}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -289,9 +289,12 @@ def main_guard(run: Any) -> None:
         raise SystemExit(130) from None
 
 
-def _path_problem(err: PermissionError | NotADirectoryError) -> str:
+def _path_problem(err: PermissionError | NotADirectoryError | FileExistsError) -> str:
     """One line for a path a stage could not use: the path(s) the call named, the cause and what to do."""
     paths = " -> ".join(str(name) for name in (err.filename, err.filename2) if name is not None) or "a path"
+    if isinstance(err, FileExistsError):  # makedirs over a file: a folder (--tensorboard, a log) was wanted there
+        return (f"{paths}: a file is where a folder is needed ({err.strerror}); move it or give another path, and "
+                f"rerun")
     if isinstance(err, NotADirectoryError):
         return (f"{paths}: a part of this path is a file, not a folder ({err.strerror}); give paths whose parents "
                 f"are folders and rerun")

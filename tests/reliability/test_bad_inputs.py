@@ -1311,7 +1311,8 @@ def test_a_folder_made_unwritable_or_a_file_mid_run_ends_a_stage_in_one_line(tmp
     for fault, expect in (
             (lambda: (locked / "seed0.resume").mkdir(), f"error: cannot use {locked / 'seed0.resume'}: permission "
                                                         f"denied"),
-            (lambda: (data / "pool").mkdir(), f"error: {data / 'pool'}: a part of this path is a file, not a folder")):
+            (lambda: (data / "pool").mkdir(), f"error: {data / 'pool'}: a part of this path is a file, not a folder"),
+            (lambda: data.mkdir(parents=True), f"error: {data}: a file is where a folder is needed")):
         with pytest.raises(SystemExit) as exit_:
             main_guard(fault)
         err = capsys.readouterr().err
