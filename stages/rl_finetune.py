@@ -83,10 +83,13 @@ def main() -> None:
     reward = Reward(reward_cfg, MetricContext(base_model=args.base_model, max_prompt_length=lengths.prompt,
                                               execution=run.execution))
     trainer = RLTrainer(args.algorithm, cfg, policy, ref_model, reward, train, generation, args.seed, run.parallel)
-    evaluated = (to_dict(eval_generation), to_dict(metrics)) if cfg.eval_every else ()  # what val rows depend on
+    evaluated = (to_dict(eval_generation), to_dict(metrics), fingerprint(args.datapool / "val.jsonl")) \
+        if cfg.eval_every else ()  # what val rows depend on
+    # everything the trained weights depend on: a checkpoint of another run is never resumed (the base model
+    # scores fluency rewards)
     key = run_key(args.algorithm, to_dict(cfg), to_dict(lengths), to_dict(generation), to_dict(reward_cfg),
-                  fingerprint(args.init_model), fingerprint(args.datapool / "train.jsonl"), args.seed,
-                  run.execution.precision, *evaluated)
+                  fingerprint(args.init_model), fingerprint(args.base_model),
+                  fingerprint(args.datapool / "train.jsonl"), args.seed, run.execution.precision, *evaluated)
     context = MetricContext(args.base_model, lengths.prompt, run.execution, policy)
     validation = Validation(run.resume_dir, read_split(args.datapool, "val") if cfg.eval_every else [],
                             eval_generation, reward_cfg, metrics, context, cfg, args.seed,

@@ -234,8 +234,10 @@ def test_a_resume_folder_that_is_holds_or_lies_inside_the_output_is_refused_befo
 
 def test_an_rl_run_never_resumes_a_checkpoint_of_other_task_lengths(tiny_models, tmp_path, monkeypatch):
     """lengths.prompt truncates every prompt the policy sees, so it is part of rl_finetune's resume key: with it
-    changed from 24 to 8, a run resumed the 24-token checkpoint silently. Each run's key, as the stage builds it,
-    is caught where training would begin."""
+    changed from 24 to 8, a run resumed the 24-token checkpoint silently. So is the base model (a fluency reward
+    scores with it). Each run's key, as the stage builds it, is caught where training would begin."""
+    import shutil
+
     import importlib.util
     import sys
 
@@ -261,16 +263,20 @@ def test_an_rl_run_never_resumes_a_checkpoint_of_other_task_lengths(tiny_models,
     call("prepare_datapool", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--out", tmp_path / "pool")
     monkeypatch.setattr(TrainingRun, "train", caught)
     keys = []
-    for prompt in (24, 24, 8):
+    other_base = tmp_path / "other_base"
+    shutil.copytree(tiny_models["causal"], other_base)
+    (other_base / "generation_config.json").write_text('{"do_sample": true}')  # another base model's files
+    for prompt, base in ((24, tiny_models["causal"]), (24, tiny_models["causal"]), (8, tiny_models["causal"]),
+                         (24, other_base)):
         task = yaml.safe_load((MICRO / "tasks" / "sentiment.yaml").read_text())
         task["lengths"]["prompt"] = prompt
         (tmp_path / "sentiment.yaml").write_text(yaml.safe_dump(task))
         with pytest.raises(Caught) as stopped:
             call("rl_finetune", "--task-file", tmp_path / "sentiment.yaml", "--algorithm", "ppo", "--method-file",
                  MICRO / "methods" / "ppo.yaml", "--datapool", tmp_path / "pool", "--init-model", tiny_models["causal"],
-                 "--base-model", tiny_models["causal"], "--seed", "0", "--out", tmp_path / "rl")
+                 "--base-model", base, "--seed", "0", "--out", tmp_path / "rl")
         keys.append(stopped.value.args[0])
-    assert keys[0] == keys[1] and keys[2] != keys[0]
+    assert keys[0] == keys[1] and keys[2] != keys[0] and keys[3] not in (keys[0], keys[2])
     root = tmp_path / "rl.resume"  # so the 24-token run's checkpoint is not the 8-token run's to resume
     checkpoints.save(root, "iteration", 1, keys[0], lambda folder: (folder / "x").write_text("x"), keep=1)
     assert checkpoints.latest(root, "iteration", keys[2]) is None
