@@ -59,10 +59,11 @@ def load_runs(paths: list[Path]) -> list[dict[str, Any]]:
     the ``stage.json`` the evaluate stage wrote beside it and against its place: a run without that record, a run
     copied to another method's folder, or a file edited by hand, truncated or of the wrong shape, is a
     :class:`~grueflow.io.DataError` naming it, never a table row."""
-    runs = [_load_run(p) for p in paths]
-    if not runs:
+    loaded = [_load_run(p) for p in paths]
+    if not loaded:
         raise ValueError("no metrics.json files to aggregate; run the evaluate stage first")
-    _check_scored_alike(runs, paths)
+    runs = [run for run, _ in loaded]
+    _check_scored_alike(runs, paths, [params for _, params in loaded])
     return runs
 
 
@@ -71,13 +72,13 @@ def load_runs(paths: list[Path]) -> list[dict[str, Any]]:
 TASK_WIDE, METHOD_WIDE = ("reward", "metrics"), ("reward", "metrics", "lengths", "eval_generation", "precision")
 
 
-def _check_scored_alike(runs: list[dict[str, Any]], paths: list[Path]) -> None:
+def _check_scored_alike(runs: list[dict[str, Any]], paths: list[Path], records: list[dict[str, Any]]) -> None:
     """Raise a DataError when two runs of one task were scored with different reward or metrics settings, or two
-    seeds of one method also with different lengths, decoding or precision (from each run's evaluate record): their
-    numbers would share a row or be normalised against each other while measuring different things."""
+    seeds of one method also with different lengths, decoding or precision (``records``: each run's evaluate
+    params): their numbers would share a row or be normalised against each other while measuring different
+    things."""
     first: dict[tuple[str, ...], tuple[Path, dict[str, Any]]] = {}
-    for run, path in zip(runs, paths):
-        params = io.read_json(path.parent / io.STAGE_RECORD).get("params") or {}
+    for run, path, params in zip(runs, paths, records):
         for scope, keys in (((run["task"],), TASK_WIDE), ((run["task"], run["method"]), METHOD_WIDE)):
             mine = {k: params.get(k) for k in keys}
             seen, theirs = first.setdefault(scope, (path, mine))
@@ -88,9 +89,10 @@ def _check_scored_alike(runs: list[dict[str, Any]], paths: list[Path]) -> None:
                                    f"rerun evaluate for it (delete its folder and rerun the pipeline)")
 
 
-def _check_evaluate_record(path: Path) -> None:
+def _check_evaluate_record(path: Path) -> dict[str, Any]:
     """Raise a DataError unless ``path``'s folder holds the evaluate stage's ``stage.json``, listing ``path`` in its
-    manifest, and ``path`` matches it (without a record, :func:`io.check_stage_output` would check nothing)."""
+    manifest, and ``path`` matches it (without a record, :func:`io.check_stage_output` would check nothing);
+    returns the record's params."""
     folder, record_file = path.parent, path.parent / io.STAGE_RECORD
     if not record_file.is_file():
         raise io.DataError(f"{folder} has no {io.STAGE_RECORD}: it was not written by the evaluate stage (or was "
@@ -101,10 +103,12 @@ def _check_evaluate_record(path: Path) -> None:
         raise io.DataError(f"{record_file} is not the evaluate stage's record of {path.name} (stage "
                            f"{record.get('stage')!r}, files {sorted(record['files'])}); rerun evaluate for it "
                            f"(delete the folder and rerun the pipeline)")
+    return record.get("params") or {}
 
 
-def _load_run(path: Path) -> dict[str, Any]:
-    _check_evaluate_record(path)
+def _load_run(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The run ``path`` holds, checked, and its evaluate params."""
+    params = _check_evaluate_record(path)
     try:
         run = io.read_json(path)
     except ValueError as err:
@@ -119,7 +123,7 @@ def _load_run(path: Path) -> dict[str, Any]:
     if found != place:
         raise io.DataError(f"{path} holds the run {found}, not the run its folder names {place}; was a folder copied "
                            f"or moved? Delete it and rerun the pipeline")
-    return run
+    return run, params
 
 
 def build_table(runs: list[dict[str, Any]]) -> pd.DataFrame:

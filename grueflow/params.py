@@ -305,6 +305,7 @@ def load_suite(data: dict[str, Any], where: str = "suite") -> Suite:
         tasks[name] = load_task(path)
     methods = {a: load_method(a, params / "methods" / f"{a}.yaml") for a in suite.algorithms}
     supervised = load_method("supervised", params / "methods" / "supervised.yaml")
+    parsed = dict(tasks)  # the suite's tasks, and those a learned_classifier names (check_classifiers_trained)
     for name in suite.tasks:  # each task's overrides must give valid methods too, and select what is evaluated
         task_path, task = params / "tasks" / f"{name}.yaml", tasks[name]
         for method, start in [*((a, s) for a in suite.algorithms for s in ("zero_shot", "supervised")),
@@ -313,7 +314,7 @@ def load_suite(data: dict[str, Any], where: str = "suite") -> Suite:
             sections = method_task_sections(task_path, method, start)
             check_select_metric(cfg, f"{params / 'methods' / f'{method}.yaml'} with {task_path}",
                                 None if method == "supervised" else sections["reward"], task.metrics)
-        check_classifiers_trained(task_path, task, dict(tasks), sections["reward"])
+        check_classifiers_trained(task_path, task, parsed)
     if suite.preference_methods:  # the preference stages' params files
         for stem, cls in preference_method_files(suite.preference_methods).items():
             load_section(cls, params / "methods" / f"{stem}.yaml")
@@ -323,13 +324,12 @@ def load_suite(data: dict[str, Any], where: str = "suite") -> Suite:
 TRAINED_CLASSIFIER = re.compile(r"results/([^/]+)/classifier/model/?")  # the train_classifier stage's model folder
 
 
-def check_classifiers_trained(task_file: Path, task: TaskConfig, tasks: dict[str, TaskConfig],
-                              reward: RewardConfig) -> None:
+def check_classifiers_trained(task_file: Path, task: TaskConfig, tasks: dict[str, TaskConfig]) -> None:
     """Raise ConfigError when a ``learned_classifier`` of ``task`` (a reward component or a metric) names the model
     the ``train_classifier`` stage writes, ``results/<name>/classifier/model``, and task ``<name>`` (its file beside
     ``task_file``; ``tasks`` holds those already parsed) has no ``classifier:`` section to train it from: the stage
     would fail only once it runs."""
-    named = [c.args.get("model") for c in reward.components if c.metric == "learned_classifier"]
+    named = [c.args.get("model") for c in task.reward.components if c.metric == "learned_classifier"]
     named += [m.args.get("model") for m in task.metrics if m.id == "learned_classifier"]
     for model in named:
         match = TRAINED_CLASSIFIER.fullmatch(os.path.normpath(str(model)) + "/") if model else None

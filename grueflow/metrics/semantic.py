@@ -135,10 +135,10 @@ class LearnedClassifier(Metric):
         check_local_model(args.model, "learned_classifier")
         trained = read_format(args.model) if Path(args.model).is_dir() else None
         classify = load_classifier(args.model, DEFAULT_CLASSIFIER_TOKENS, args.batch_size, context.execution)
-        if args.label not in classify.label2id:
-            raise ConfigError(f"learned_classifier: label {args.label!r} is not a label of {args.model}; its labels: "
-                              f"{', '.join(sorted(classify.label2id))}; set args.label to one of them")
-        index = classify.label2id[args.label]
+        try:
+            index = classify.label_index(args.label)
+        except ValueError as err:  # a params mistake: one line from the stage, not a traceback
+            raise ConfigError(f"learned_classifier: {err}; set args.label to one of them") from None
         cut = scoring_cut(args, trained, position_limit(classify.model.config))
         classify.max_length = cut.max_length
         if cut.truncation is not None:
