@@ -458,7 +458,9 @@ def update_flops(method: str, facts: dict[str, Any], s: Settings, keeps_sampling
 
 
 def measure(method: str, shape: str, model_dir: Path, facts: dict[str, Any], job: RLRun) -> dict[str, Any]:
-    """One method at one shape: median phases (seconds), tokens/s, peak GPU memory (GiB), the update's TFLOP/s."""
+    """One method at one shape: the measured step with the median wall time (the lower middle one of an even
+    number) and its phases (seconds), which split it as per-phase medians need not; tokens/s, peak GPU memory
+    (GiB), the update's TFLOP/s."""
     import torch
 
     cuda = torch.device(job.device).type == "cuda"
@@ -473,7 +475,7 @@ def measure(method: str, shape: str, model_dir: Path, facts: dict[str, Any], job
         else:
             rows, keeps = grueflow_steps(method, model_dir, job)
     peak = (torch.cuda.max_memory_allocated(job.device) - before) / 2 ** 30 if cuda else None
-    median = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
+    median = sorted(rows, key=lambda r: r["step_s"])[(len(rows) - 1) // 2]
     flops, multiplier = update_flops(method, facts, job.settings, keeps)
     return {"kind": "method", "shape": shape, "method": method, "median": median, "steps": len(rows),
             "tokens_per_s": median["tokens"] / median["step_s"],
@@ -631,9 +633,9 @@ def rl_section(results: list[dict[str, Any]], s: Settings, peak_tflops: float, b
             facts.setdefault(r["shape"], r)
     lines = [f"Settings: {s.prompts} prompts x {s.group} samples = {s.completions} completions per step, exactly "
              f"{s.new_tokens} new tokens, one epoch of one minibatch, AdamW lr {s.learning_rate}, KL coefficient "
-             f"{s.beta}; {precision}; medians over {s.steps} steps after {s.warmup} warm-up step(s). grueflow runs "
-             "with `torch.use_deterministic_algorithms(True, warn_only=True)`, as its stages do (TRL, in a process of its "
-             "own, without).", "",
+             f"{s.beta}; {precision}; the step with the median wall time of {s.steps} after {s.warmup} warm-up "
+             "step(s), and its phases. grueflow runs with `torch.use_deterministic_algorithms(True, warn_only=True)`, "
+             "as its stages do (TRL, in a process of its own, without).", "",
              "| shape | parameters | matmul parameters N | mean prompt tokens P | build s |", "|---|---|---|---|---|"]
     lines += [f"| {k} | {_count(f['parameters'])} | {_count(f['matmul_parameters'])} | "
               f"{f['prompt_tokens']:.1f} | {f['build_s']:.1f} |" for k, f in facts.items()]

@@ -54,7 +54,8 @@ def test_every_method_ran_at_both_tiny_shapes(smoke_report):
                                            for method in ("trl_grpo", "grpo", "ppo", "nlpo")}
     for shape, _, method, step, *phases, tokens_per_s, generation_tokens_per_s, peak, multiplier, tflops, mfu in rows:
         assert float(step) > 0 and float(tokens_per_s) > 0, (shape, method)
-        assert sum(map(float, phases)) <= float(step) * 1.05, (shape, method)  # the phases split the step
+        # the phases split the step; each cell is rounded to 3 or 4 decimals
+        assert sum(map(float, phases)) <= float(step) * 1.05 + 0.0005 * (len(phases) + 1), (shape, method, phases)
         assert peak == "—"  # no GPU
         assert multiplier == ("4" if (shape, method) == ("tiny-gpt2", "grpo") else "6"), (shape, method)
         assert mfu.endswith(" %")
