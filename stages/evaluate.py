@@ -9,7 +9,7 @@ from grueflow.config import (TRAIN_KL_KEY, ConfigError, GenerationConfig, Length
 from grueflow.data import read_split
 from grueflow.io import atomic_dir, read_json, write_json, write_jsonl
 from grueflow.metrics import MetricContext
-from grueflow.models import check_context, load_pretrained
+from grueflow.models import check_context, check_same_kind, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.policy import Policy
 from grueflow.rl.nlpo import evaluation_masks, evaluation_processor
@@ -54,6 +54,7 @@ def main() -> None:
     metrics = with_fluency(metrics)
     check_context(args.model, lengths.prompt, generation.max_new_tokens, str(args.task_file),
                   ("lengths.prompt", "eval_generation.max_new_tokens"))
+    check_same_kind(args.model, args.base_model)
     ex = stage.execution(args)
     test = read_split(args.datapool, "test")
 

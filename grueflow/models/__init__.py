@@ -119,6 +119,11 @@ class PretrainedSource:
         if problem:
             raise ValueError(f"name_or_path {cfg.name_or_path!r} {problem}; give a Hugging Face model folder "
                              f"(config.json, weights, tokenizer) or a hub id such as gpt2 or t5-small")
+        config_file = Path(cfg.name_or_path).expanduser() / "config.json"
+        if config_file.is_file():
+            problem = lm_problem(read_json(config_file), cfg.kind)
+            if problem:
+                raise ValueError(f"name_or_path {cfg.name_or_path!r} {problem}")
 
 
 def local_model_problem(name_or_path: str) -> str:
@@ -199,6 +204,63 @@ def _auto_class(kind: Kind) -> Any:
     return AutoModelForCausalLM if kind == "causal" else AutoModelForSeq2SeqLM
 
 
+def _lm_classes() -> dict[Kind, set[str]]:
+    """The class names transformers' auto classes build for each kind: every ``*ForCausalLM`` / ``*LMHeadModel``
+    (causal) and ``*ForConditionalGeneration`` (seq2seq) a config's ``architectures`` may name."""
+    from transformers.models.auto.modeling_auto import (
+        MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+        MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES,
+    )
+
+    return {"causal": set(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values()),
+            "seq2seq": set(MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.values())}
+
+
+def lm_problem(config: dict[str, Any], kind: Kind | None = None) -> str:
+    """Why a model's ``config.json`` (read as a dict) is not a language model of ``kind``, or ``""``.
+
+    The saved ``architectures`` decide: a class no causal or seq2seq auto class builds (a sequence
+    classifier, a masked LM) is refused, since loading it as one would add a randomly initialised LM head;
+    a class of the other kind contradicts ``kind``. A config without ``architectures`` is judged by
+    ``is_encoder_decoder`` (:func:`model_kind`) against ``kind``.
+    """
+    model_type = config.get("model_type", "?")
+    names = [a for a in config.get("architectures") or [] if isinstance(a, str)]
+    if not names:
+        actual = model_kind(config)
+        return (f"is a {actual} model ({model_type}); kind={kind!r} contradicts it"
+                if kind is not None and kind != actual else "")
+    classes = _lm_classes()
+    kinds = [k for k in classes if any(a in classes[k] for a in names)]
+    if not kinds:
+        return (f"is a {', '.join(names)} ({model_type}), not a causal or seq2seq language model: it has no "
+                f"language-model head to generate or score text with")
+    if kind is not None and kind not in kinds:
+        return f"is a {kinds[0]} model ({', '.join(names)}); kind={kind!r} contradicts it"
+    return ""
+
+
+def check_same_kind(model_dir: str | Path, base_dir: str | Path) -> None:
+    """Fail before any weights load unless ``base_dir`` is a language model of ``model_dir``'s kind: the base
+    model scores the evaluated model's generations (fluency perplexity), so it must read the same kind of
+    input. Reads the two ``config.json`` files only."""
+    configs = []
+    for folder in (model_dir, base_dir):
+        config_file = Path(folder) / "config.json"
+        if not config_file.is_file():
+            raise MissingDataError(f"{folder} is not a Hugging Face model folder (no config.json); give the model "
+                                   f"folder a previous stage wrote (its model/ subfolder)")
+        configs.append(read_json(config_file))
+    fix = "give the task's base model (results/<task>/base_model/model)"
+    problem = lm_problem(configs[1])
+    if problem:
+        raise ConfigError(f"base model {base_dir} {problem}; {fix}")
+    kind, base_kind = model_kind(configs[0]), model_kind(configs[1])
+    if base_kind != kind:
+        raise ConfigError(f"base model {base_dir} is a {base_kind} model and {model_dir} a {kind} one: the base "
+                          f"model cannot score its generations; {fix}")
+
+
 def _offline_hint(name: str) -> str:
     return (f"cannot load {name!r}: it is not a local folder, and the Hugging Face hub is unreachable "
             f"({offline_state()}) with no cached copy. Download it where a network exists "
@@ -234,15 +296,24 @@ def load_pretrained(name_or_path: str | Path, kind: Kind | None = None, trust_re
         if Path(name).exists():
             raise _unloadable(name, err) from None
         raise HubUnreachableError(_offline_hint(name)) from err
+    problem = lm_problem(config.to_dict(), kind)
+    if problem:
+        raise ConfigError(f"cannot load {name} as a language model: it {problem}")
     if kind is None:
         kind = model_kind(config)
     dtype = execution.frozen_dtype if frozen else torch.float32
     try:
-        model = _auto_class(kind).from_pretrained(name, dtype=dtype, **remote)
+        model, info = _auto_class(kind).from_pretrained(name, dtype=dtype, output_loading_info=True, **remote)
     except (OSError, SafetensorError) as err:
         if not Path(name).exists():
             raise
         raise _unloadable(name, err) from None
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:  # transformers would start these from random values
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise MissingDataError(f"cannot load the model in {name}: its weights lack {len(missing)} tensor(s) its "
+                               f"config.json asks for ({shown}); the config and the weights disagree: rebuild the "
+                               f"folder, or restore the config.json saved with these weights")
     model = model.to(execution.device)
     model.eval()
     if frozen:

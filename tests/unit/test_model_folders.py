@@ -1,0 +1,97 @@
+"""Model folders that are not the language model a stage asks for: refused by name before their weights are used.
+
+A sequence classifier or a model of the other kind is refused from its ``config.json`` (at parse time for a
+task's ``pretrained`` model, before generating for evaluate's base model); a ``config.json`` that asks for
+tensors its weights lack is refused when loaded, instead of starting them from random values.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grueflow.config import ConfigError, ModelConfig
+from grueflow.io import MissingDataError
+from grueflow.models import check_same_kind, lm_problem, load_pretrained
+from grueflow.params import parse
+
+
+@pytest.fixture(scope="module")
+def classifier(tiny_models, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny BERT sequence classifier saved with the tiny GPT-2's tokenizer: a model folder with no LM head."""
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_models["causal"])
+    config = BertConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=64, num_labels=2)
+    folder = tmp_path_factory.mktemp("classifier")
+    BertForSequenceClassification(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def pretrained(folder: Path, kind: str) -> ModelConfig:
+    return parse(ModelConfig, {"id": "pretrained", "name_or_path": str(folder), "kind": kind}, "task.yaml: model")
+
+
+@pytest.mark.parametrize("which, kind, expect", [
+    ("classifier", "causal", "is a BertForSequenceClassification (bert), not a causal or seq2seq language model"),
+    ("causal", "seq2seq", "is a causal model (GPT2LMHeadModel); kind='seq2seq' contradicts it"),
+    ("seq2seq", "causal", "is a seq2seq model (T5ForConditionalGeneration); kind='causal' contradicts it"),
+])
+def test_a_pretrained_folder_that_is_not_an_lm_of_its_kind_is_refused_at_parse_time(tiny_models, classifier, which,
+                                                                                     kind, expect):
+    folder = classifier if which == "classifier" else tiny_models[which]
+    with pytest.raises(ConfigError) as err:
+        pretrained(folder, kind)
+    assert f"task.yaml: model: name_or_path '{folder}' {expect}" in str(err.value)
+
+
+def test_a_pretrained_folder_of_its_own_kind_parses(tiny_models):
+    assert pretrained(tiny_models["causal"], "causal").kind == "causal"
+    assert pretrained(tiny_models["seq2seq"], "seq2seq").kind == "seq2seq"
+
+
+def test_loading_a_classifier_as_a_language_model_fails_before_its_weights_load(classifier):
+    with pytest.raises(ConfigError) as err:
+        load_pretrained(classifier)
+    assert f"cannot load {classifier} as a language model: it is a BertForSequenceClassification" in str(err.value)
+
+
+def test_a_config_without_architectures_is_judged_by_its_kind():
+    assert lm_problem({"model_type": "t5", "is_encoder_decoder": True}, "seq2seq") == ""
+    assert lm_problem({"model_type": "t5", "is_encoder_decoder": True}, "causal") == \
+        "is a seq2seq model (t5); kind='causal' contradicts it"
+    assert lm_problem({"model_type": "gpt2"}) == ""
+
+
+def test_a_config_asking_for_layers_the_weights_lack_is_refused_not_started_at_random(tiny_models, tmp_path: Path):
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_models["causal"], folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["n_layer"] += 1
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(MissingDataError) as err:
+        load_pretrained(folder)
+    message = str(err.value)
+    assert f"cannot load the model in {folder}: its weights lack " in message
+    assert f"transformer.h.{config['n_layer'] - 1}." in message and "the config and the weights disagree" in message
+
+
+@pytest.mark.parametrize("base, expect", [
+    ("classifier", "is a BertForSequenceClassification (bert), not a causal or seq2seq language model"),
+    ("seq2seq", "is a seq2seq model and {model} a causal one: the base model cannot score its generations"),
+])
+def test_evaluates_base_model_must_be_a_language_model_of_the_evaluated_models_kind(tiny_models, classifier, base,
+                                                                                    expect):
+    folder = classifier if base == "classifier" else tiny_models[base]
+    with pytest.raises(ConfigError) as err:
+        check_same_kind(tiny_models["causal"], folder)
+    message = str(err.value)
+    assert f"base model {folder} {expect.format(model=tiny_models['causal'])}" in message
+    assert "give the task's base model (results/<task>/base_model/model)" in message
+    check_same_kind(tiny_models["causal"], tiny_models["causal"])
+    check_same_kind(tiny_models["seq2seq"], tiny_models["seq2seq"])
