@@ -10,11 +10,16 @@ from grueflow import postprocess
 from grueflow.config import REWARD_KEY, GenerationConfig, MetricSpec, RewardConfig, typed_args
 from grueflow.data import Sample
 from grueflow.hub import HubUnreachableError
-from grueflow.metrics import METRICS, TOKENS_KEY, MetricContext, MetricUnavailableError, check_result, mean
-from grueflow.metrics.reward import Reward
+from grueflow.metrics import (METRICS, TOKENS_KEY, MetricContext, MetricUnavailableError, check_meta, check_result,
+                              nanmean)
+from grueflow.metrics.reward import Reward, describe_nonfinite
 from grueflow.models.policy import Policy, Prompts, completion_mask
 
 log = logging.getLogger(__name__)
+
+# corpus key beside the reward: how many samples the reward left out because a component scored them NaN (written
+# only when some were)
+REWARD_LEFT_OUT_KEY = "reward_left_out"
 
 
 def generate(policy: Policy, samples: list[Sample], gen: GenerationConfig, batch_size: int = 32,
@@ -51,6 +56,13 @@ def score(samples: list[Sample], generations: list[str], reward_cfg: RewardConfi
     (a hub model offline, SPICE without Java) is missing too: its keys are ``None`` and the third
     value maps its id to the reason. The reward itself must always run (``reward_cfg`` None: no reward, the
     metrics alone). ``progress`` is called with 1 after the reward and after each metric.
+
+    A sample that a reward component cannot score (NaN: e.g. no references, or ROUGE on references in a script
+    its tokenizer does not read) has no reward: its per-sample ``reward`` is ``None``. The corpus ``reward`` and
+    each component are then the mean over the samples that have one, as every metric's corpus score leaves out
+    its NaN samples (:func:`grueflow.metrics.nanmean`), so the reward is never empty while its components have
+    values; ``reward_left_out`` counts the samples left out (present only when some were) and a warning names the
+    components. ``reward`` is ``None`` only when no sample has one.
     """
     return Scorer(reward_cfg, metrics, context)(samples, generations, progress, tokens)
 
@@ -72,6 +84,19 @@ class Scorer:
             self.reward = Reward(self.reward_cfg, self.context)
         for index in range(len(self.metrics)):
             self._metric(index)
+        return self
+
+    def check(self, samples: list[Sample]) -> "Scorer":
+        """Build the reward and metrics (:meth:`build`), then refuse with a DataError samples whose meta the reward
+        or a metric can never score (:class:`grueflow.metrics.MetaChecked`: a missing ``meta['concepts']``, an
+        intent outside the classifier's labels), so that the refusal comes before generating; returns ``self``."""
+        self.build()
+        meta = [s.meta for s in samples]
+        if self.reward is not None:
+            self.reward.check(meta)
+        for compute, _ in self.built.values():
+            if compute is not None:
+                check_meta(compute, meta)
         return self
 
     def _metric(self, index: int) -> tuple[Callable[..., Any] | None, str | None]:
@@ -98,7 +123,13 @@ class Scorer:
                 self.reward = Reward(self.reward_cfg, self.context)
             total, parts = self.reward(prompts, generations, references, meta)
             per_sample = {REWARD_KEY: total, **parts}
-            corpus = {REWARD_KEY: mean(total), **{k: mean(v) for k, v in parts.items()}}
+            corpus = {REWARD_KEY: nanmean(total), **{k: nanmean(v) for k, v in parts.items()}}
+            left_out = sum(math.isnan(t) for t in total)
+            if left_out:
+                corpus[REWARD_LEFT_OUT_KEY] = left_out
+                log.warning("the reward is left out for %d of %d samples, which its components could not score (%s); "
+                            "the corpus reward is the mean over the other %d", left_out, len(total),
+                            describe_nonfinite(parts), len(total) - left_out)
         missing: dict[str, str] = {}
         if progress:
             progress(1)

@@ -65,10 +65,11 @@ def main() -> None:
     masks = evaluation_masks(args.model.parent)  # an NLPO output: RL4LMs evaluates with its action masks
     processor = (evaluation_processor(args.model.parent, policy, generation)
                  if masks and masks["eval_with_masks"] else None)
-    # the reward and metrics load first, so a bad argument or model stops the stage before generating; the RNGs
-    # are restored after, so the generations are those of the seed alone
+    # the reward and metrics load first and check the test split's meta, so a bad argument, model or sample stops
+    # the stage before generating; the RNGs are restored after, so the generations are those of the seed alone
     state = rng_state()
-    scorer = evaluation.Scorer(reward_cfg, metrics, MetricContext(args.base_model, lengths.prompt, ex, policy)).build()
+    scorer = evaluation.Scorer(reward_cfg, metrics, MetricContext(args.base_model, lengths.prompt, ex, policy)
+                               ).check(test)
     set_rng_state(state)
     bar = stage.progress(len(test), "generating")
     tokens: list[list[str]] = []  # each completion's tokens: a dense reward's inputs

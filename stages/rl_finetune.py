@@ -75,13 +75,16 @@ def main() -> None:
                   ("lengths.prompt", "rollout_generation.max_new_tokens"))
     run = TrainingRun.start("rl_finetune", args, started, args.seed, processes=cfg.processes)
     train = read_split(args.datapool, "train")
+    # the reward loads first and checks the train split's meta, so that a sample it can never score stops the
+    # stage before the models load
+    reward = Reward(reward_cfg, MetricContext(base_model=args.base_model, max_prompt_length=lengths.prompt,
+                                              execution=run.execution))
+    reward.check([s.meta for s in train])
     backend = select(run.execution)
     model, tokenizer = load_pretrained(args.init_model, backend=backend)
     # the frozen KL reference (bf16 under bf16); under LoRA it is the policy with its adapter disabled
     ref_model = load_pretrained(args.init_model, backend=backend, frozen=True)[0] if cfg.lora is None else None
     policy = Policy(model, tokenizer, lengths.prompt, backend)
-    reward = Reward(reward_cfg, MetricContext(base_model=args.base_model, max_prompt_length=lengths.prompt,
-                                              execution=run.execution))
     trainer = RLTrainer(args.algorithm, cfg, policy, ref_model, reward, train, generation, args.seed, run.parallel)
     evaluated = (to_dict(eval_generation), to_dict(metrics), fingerprint(args.datapool / "val.jsonl")) \
         if cfg.eval_every else ()  # what val rows depend on

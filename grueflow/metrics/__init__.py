@@ -82,6 +82,27 @@ class MetricContext:
 MetricFn = Callable[[Sequence[str], Sequence[str], Sequence[Sequence[str]], Sequence[dict[str, Any]]], MetricResult]
 
 
+@dataclass(frozen=True)
+class MetaChecked:
+    """A built metric (a :data:`MetricFn`, which it calls) that can also refuse a datapool's samples before any
+    generation is made: ``check(meta)`` raises a :class:`~grueflow.io.DataError` naming the first sample whose
+    ``meta`` the metric can never score (a missing key, a target outside its labels). ``compute`` checks the
+    same itself; ``check`` only moves the refusal ahead of the work (:meth:`grueflow.evaluation.Scorer.check`)."""
+
+    compute: MetricFn
+    check: Callable[[Sequence[dict[str, Any]]], Any]
+
+    def __call__(self, prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
+                 meta: Sequence[dict[str, Any]]) -> MetricResult:
+        return self.compute(prompts, generations, references, meta)
+
+
+def check_meta(fn: MetricFn, meta: Sequence[dict[str, Any]]) -> None:
+    """Run the meta check of a built metric that has one (:class:`MetaChecked`); nothing for any other."""
+    if isinstance(fn, MetaChecked):
+        fn.check(meta)
+
+
 class Metric:
     """Base class: subclasses set ``category``, ``scores`` and implement ``build``."""
 
@@ -144,5 +165,5 @@ def nanmean(values: Sequence[float]) -> float:
 from grueflow.metrics import captioning, diversity, fluency, lexical, semantic, shaping, table, task  # noqa: E402,F401
 from grueflow.metrics import preference  # noqa: E402,F401  (issue 7: reward_model)
 
-__all__ = ["METRICS", "TOKENS_KEY", "Metric", "MetricContext", "MetricResult", "MetricUnavailableError",
-           "SacrebleuTokenizer", "describe", "mean", "nanmean", "require"]
+__all__ = ["METRICS", "TOKENS_KEY", "MetaChecked", "Metric", "MetricContext", "MetricResult", "MetricUnavailableError",
+           "SacrebleuTokenizer", "check_meta", "describe", "mean", "nanmean", "require"]

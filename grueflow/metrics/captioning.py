@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Literal, Optional, Sequence
 
+from grueflow.config import check
 from grueflow.metrics import (METRICS, Metric, MetricContext, MetricFn, MetricResult, MetricUnavailableError, nanmean,
                               require)
 
@@ -60,10 +61,21 @@ class Meteor(Metric):
 
     @dataclass(frozen=True)
     class Args:
+        """NLTK's (Lavie and Agarwal 2007) parameters: ``alpha`` weighs precision against recall,
+        Fmean = P·R / (alpha·P + (1 − alpha)·R), in [0, 1]; the fragmentation penalty is gamma · frag^beta, with
+        ``beta`` >= 0 and ``gamma`` in [0, 1], so that the score stays in [0, 1]."""
+
         alpha: float = 0.9
         beta: float = 3.0
         gamma: float = 0.5
         tokenize: Literal["simple", "nltk"] = "simple"
+
+        def __post_init__(self) -> None:
+            check(0 <= self.alpha <= 1, f"meteor alpha weighs precision against recall, in [0, 1]; got {self.alpha}")
+            check(self.beta >= 0, f"meteor beta, the exponent of the fragmentation penalty, must be >= 0; got "
+                                  f"{self.beta}")
+            check(0 <= self.gamma <= 1, f"meteor gamma, the weight of the fragmentation penalty, must be in [0, 1] "
+                                        f"(above 1 the score goes below 0); got {self.gamma}")
 
     @classmethod
     def build(cls, args: "Meteor.Args", context: MetricContext) -> MetricFn:

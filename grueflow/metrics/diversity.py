@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from grueflow.config import MAX_TOKENS, check_size
 from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, SacrebleuTokenizer, mean, nanmean
 
 
@@ -66,6 +67,7 @@ class Msttr(Metric):
         def __post_init__(self) -> None:
             if self.window < 1:
                 raise ValueError(f"msttr window must be >= 1 word; got {self.window}")
+            check_size("msttr window", self.window, MAX_TOKENS)
 
     @classmethod
     def build(cls, args: "Msttr.Args", context: MetricContext) -> MetricFn:
@@ -99,6 +101,7 @@ class NgramEntropy(Metric):
         def __post_init__(self) -> None:
             if self.n < 1:
                 raise ValueError(f"ngram_entropy n must be >= 1; got {self.n}")
+            check_size("ngram_entropy n", self.n, MAX_TOKENS)
 
     @classmethod
     def build(cls, args: "NgramEntropy.Args", context: MetricContext) -> MetricFn:

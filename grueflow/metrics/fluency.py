@@ -16,8 +16,21 @@ from grueflow.config import check
 from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, MetricUnavailableError
 
 
+PERPLEXITY_TARGET_TOKENS = 256  # the most generation tokens perplexity scores (the EOS it appends included)
+
+
 @METRICS.register("perplexity", "perplexity of the generation given the prompt under the base model (lower = more fluent)")
 class Perplexity(Metric):
+    """exp of the mean NLL per token of each generation, re-tokenized by the scoring model and followed by its EOS,
+    given the prompt (cut as the policy's, to ``max_prompt_length``, and for a causal model to one token fewer than
+    its positions); the corpus score is exp of the NLL summed over every sample over their tokens summed.
+
+    The EOS is scored too, so an empty generation has tokens to score: the EOS (after the space a causal model's
+    target starts with), how likely the model ends the text right after the prompt. A generation is cut to its
+    first :data:`PERPLEXITY_TARGET_TOKENS` tokens, and to the positions the scoring model has left after the
+    prompt (:func:`grueflow.models.position_limit`), its EOS kept. Each sample thus has at least the EOS to
+    score; one with no scored token would be NaN and left out of the corpus score, which is NaN without samples."""
+
     category = "fluency"
     scores = ("perplexity",)
 
@@ -33,7 +46,7 @@ class Perplexity(Metric):
     def build(cls, args: "Perplexity.Args", context: MetricContext) -> MetricFn:
         import torch
 
-        from grueflow.models import load_pretrained
+        from grueflow.models import load_pretrained, model_kind, position_limit
         from grueflow.models.backend import select
         from grueflow.models.policy import Policy, completion_mask, logprobs_from_logits
 
@@ -43,7 +56,18 @@ class Perplexity(Metric):
         backend = select(context.resolved_execution())
         model, tokenizer = load_pretrained(Path(source) if Path(str(source)).exists() else str(source), backend=backend,
                                            frozen=True)
-        policy = Policy(model, tokenizer, max_prompt_length=context.max_prompt_length, backend=backend)
+        limit = position_limit(model.config)
+        prompt_tokens = context.max_prompt_length
+        if limit is not None and model_kind(model.config) == "causal":
+            prompt_tokens = min(prompt_tokens, limit[0] - 1)  # a causal model's prompt leaves room for the EOS
+        policy = Policy(model, tokenizer, max_prompt_length=prompt_tokens, backend=backend)
+
+        def target_tokens(prompt_width: int) -> int:
+            """The most target tokens (EOS included) that fit after prompts ``prompt_width`` tokens wide."""
+            if limit is None:
+                return PERPLEXITY_TARGET_TOKENS
+            room = limit[0] - prompt_width if policy.kind == "causal" else limit[0]
+            return min(PERPLEXITY_TARGET_TOKENS, room)
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
@@ -54,13 +78,14 @@ class Perplexity(Metric):
             nll_sums, counts = [], []
             for start in range(0, len(prompts), args.batch_size):
                 batch_prompts = policy.encode(list(prompts[start:start + args.batch_size]))
-                targets = policy.encode_targets(list(generations[start:start + args.batch_size]), max_length=256)
+                targets = policy.encode_targets(list(generations[start:start + args.batch_size]),
+                                                max_length=target_tokens(batch_prompts.input_ids.shape[1]))
                 mask = completion_mask(targets, policy.eos_token_id)
                 nll = -logprobs_from_logits(policy.score(batch_prompts, targets).logits, targets) * mask
                 nll_sums.extend(nll.sum(1).tolist())
                 counts.extend(mask.sum(1).tolist())
-            per_sample = [math.exp(s / c) for s, c in zip(nll_sums, counts)]
-            corpus = math.exp(sum(nll_sums) / sum(counts))
+            per_sample = [math.exp(s / c) if c > 0 else float("nan") for s, c in zip(nll_sums, counts)]
+            corpus = math.exp(sum(nll_sums) / sum(counts)) if sum(counts) > 0 else float("nan")
             return MetricResult({cls.key(): per_sample}, {cls.key(): corpus})
 
         return compute

@@ -18,35 +18,37 @@ log = logging.getLogger(__name__)
 ROUGE_TOKEN_CHAR = re.compile(r"[a-z0-9]")
 
 
-def rouge_blind(generation: str, references: Sequence[str]) -> bool:
-    """Whether ROUGE cannot read a sample: its generation, or its references, are text (not blank) in which ROUGE's
-    tokenizer finds no token. rouge-score (``tokenize.tokenize``, after Lin's original ROUGE) and py-rouge
-    (``REMOVE_CHAR_PATTERN``) lower-case the text and keep only ``[a-z0-9]``, so Chinese, Japanese or Greek text has no
-    token and would score 0 even against itself. The tokenizer is kept, for RL4LMs' and Hugging Face ``evaluate``'s
-    numbers; such a sample is scored NaN instead. A reference without tokens can only add a 0 to the maximum over
-    references, so the references are blind only when none of them has a token."""
+def rouge_blind(references: Sequence[str]) -> bool:
+    """Whether ROUGE cannot score a sample against ``references``: some are text (not blank) and none has a token
+    for ROUGE's tokenizer. rouge-score (``tokenize.tokenize``, after Lin's original ROUGE) and py-rouge
+    (``REMOVE_CHAR_PATTERN``) lower-case the text and keep only ``[a-z0-9]``, so Chinese, Japanese or Greek
+    references have no token and any generation, even the reference itself, would score 0. The tokenizer is kept,
+    for RL4LMs' and Hugging Face ``evaluate``'s numbers; such a sample is scored NaN instead. A reference without
+    tokens can only add a 0 to the maximum over references, so the references are blind only when none of them
+    has a token. The generation's side is never blind: a generation without tokens (punctuation, emoji, another
+    script) against references with tokens matches none of them, and scores 0, as rouge-score gives an empty
+    prediction."""
 
     def no_tokens(text: str) -> bool:
         return ROUGE_TOKEN_CHAR.search(text.lower()) is None
 
-    def blind(text: str) -> bool:
-        return bool(text.strip()) and no_tokens(text)
-
-    return blind(generation) or (any(blind(r) for r in references) and all(no_tokens(r) for r in references))
+    return any(r.strip() for r in references) and all(no_tokens(r) for r in references)
 
 
 def warn_blind(metric_id: str, blind: int, n: int) -> None:
-    """One warning line when ``blind`` of the ``n`` samples had text without a ROUGE token (:func:`rouge_blind`)."""
+    """One warning line when ``blind`` of the ``n`` samples had references without a ROUGE token
+    (:func:`rouge_blind`)."""
     if blind:
-        log.warning("metric %r: %d of %d samples have a generation or references with no [a-z0-9] token, the only "
-                    "characters ROUGE's tokenizer keeps (text in another script); they score NaN and are left out of "
-                    "the corpus score", metric_id, blind, n)
+        log.warning("metric %r: %d of %d samples have references with no [a-z0-9] token, the only characters "
+                    "ROUGE's tokenizer keeps (text in another script); they score NaN and are left out of the corpus "
+                    "score", metric_id, blind, n)
 
 
 @METRICS.register("rouge", "ROUGE-1/2/L/Lsum F1 (rouge-score, Porter stemming), best over references")
 class Rouge(Metric):
     """Per sample, each score's best F1 over the references; the corpus score is the mean over the samples scored. A
-    sample without references, or one whose text ROUGE's tokenizer cannot read (:func:`rouge_blind`), is NaN."""
+    sample without references, or one whose references ROUGE's tokenizer cannot read (:func:`rouge_blind`), is NaN;
+    a generation without tokens against references with tokens scores 0."""
 
     category = "lexical"
     scores = ("rouge1", "rouge2", "rougeL", "rougeLsum")
@@ -73,12 +75,12 @@ class Rouge(Metric):
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
             per_sample: dict[str, list[float]] = {cls.key(s): [] for s in cls.scores}
-            blind = [bool(refs) and rouge_blind(g, refs) for g, refs in zip(generations, references)]
+            blind = [rouge_blind(refs) for refs in references]
             for generation, refs, unread in zip(generations, references, blind):
                 scored = bool(refs) and not unread
                 result = scorer.score_multi([lines(r) for r in refs], lines(generation)) if scored else {}
                 for s in cls.scores:
-                    per_sample[cls.key(s)].append(result[s].fmeasure if scored else float("nan"))
+                    per_sample[cls.key(s)].append(float(result[s].fmeasure) if scored else float("nan"))
             warn_blind("rouge", sum(blind), len(generations))
             return MetricResult(per_sample, {k: nanmean(v) for k, v in per_sample.items()})
 
@@ -306,8 +308,8 @@ def py_rouge_l(**kwargs: Any) -> Any:
 @METRICS.register("rouge_l_max", "ROUGE-L F1 against each reference, the maximum, in [0, 1]: rouge-score, or py-rouge "
                   "as RL4LMs computes it")
 class RougeLMax(Metric):
-    """A sample without references, or one whose text ROUGE's tokenizer cannot read (:func:`rouge_blind`), is NaN and
-    left out of the corpus mean."""
+    """A sample without references, or one whose references ROUGE's tokenizer cannot read (:func:`rouge_blind`), is
+    NaN and left out of the corpus mean; a generation without tokens against references with tokens scores 0."""
 
     category = "lexical"
     scores = ("rouge_l_max",)
@@ -383,7 +385,7 @@ class RougeLMax(Metric):
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
-            blind = [bool(refs) and rouge_blind(g, refs) for g, refs in zip(generations, references)]
+            blind = [rouge_blind(refs) for refs in references]
             scores = [max(score(r, g) for r in refs) if refs and not unread else float("nan")
                       for g, refs, unread in zip(generations, references, blind)]
             warn_blind("rouge_l_max", sum(blind), len(generations))

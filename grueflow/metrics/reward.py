@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple, Optional, Sequence
 
 from grueflow.config import RewardConfig, typed_args
-from grueflow.metrics import METRICS, MetricContext, check_result
+from grueflow.metrics import METRICS, MetricContext, check_meta, check_result
 
 
 class RewardScores(NamedTuple):
@@ -27,6 +28,11 @@ class Reward:
     scores under ``<category>/<score>`` so that they can be logged on their own. :meth:`score` also gives a
     dense component's per-token scores (:attr:`dense`: whether there is one; its inputs are each completion's
     tokens, ``meta[i][TOKENS_KEY]``).
+
+    A sample that a component cannot score (NaN: its metric leaves it out, e.g. without references) has a NaN
+    total: a sum over the other components alone would be on another scale. Evaluation leaves such samples out
+    of the corpus reward and counts them (:func:`grueflow.evaluation.score`); RL stops on them, naming the
+    components (:func:`describe_nonfinite`).
     """
 
     def __init__(self, cfg: RewardConfig, context: MetricContext) -> None:
@@ -44,6 +50,12 @@ class Reward:
     @property
     def dense(self) -> bool:
         return any(dense for _, _, dense, _ in self.components)
+
+    def check(self, meta: Sequence[dict[str, Any]]) -> None:
+        """Refuse, with a DataError, samples whose ``meta`` a component can never score (:func:`check_meta`), before
+        anything is generated for them."""
+        for _, _, _, compute in self.components:
+            check_meta(compute, meta)
 
     def __call__(self, prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                  meta: Sequence[dict[str, Any]]) -> tuple[list[float], dict[str, list[float]]]:
@@ -71,3 +83,16 @@ class Reward:
         if per_token is None:
             return RewardScores(total, parts)
         return RewardScores(total, parts, sequence, per_token)
+
+
+def describe_nonfinite(parts: dict[str, list[float]], names: Optional[dict[str, str]] = None) -> str:
+    """The components of ``parts`` (per-sample scores under each component's key) with non-finite scores, each with
+    its number of samples and, given ``names`` (key -> metric id), its metric, e.g. ``lexical/rougeL of metric
+    'rouge': 2 of 4 samples``; empty when every score is finite."""
+    described = []
+    for key, values in parts.items():
+        bad = sum(not math.isfinite(v) for v in values)
+        if bad:
+            metric = f" of metric {names[key]!r}" if names and key in names else ""
+            described.append(f"{key}{metric}: {bad} of {len(values)} samples")
+    return "; ".join(described)

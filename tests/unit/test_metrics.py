@@ -221,3 +221,139 @@ def test_bleu_tokenize_is_checked_at_parse_time(metric_id):
         parse(METRICS.get(metric_id).Args, {"tokenize": "spacy"}, "args")
     assert parse(METRICS.get(metric_id).Args, {"tokenize": "intl"}, "args").tokenize == "intl"
 
+
+
+@pytest.mark.parametrize("metric_id,args", [("rouge", {}), ("rouge_l_max", {}),
+                                            ("rouge_l_max", {"package": "py_rouge"})])
+def test_rouge_scores_a_generation_without_tokens_0_against_references_with_tokens(metric_id, args, caplog):
+    generations = ["...", "a dog runs", "🐶", "狗在跑", "   "]
+    with caplog.at_level("WARNING", logger="grueflow.metrics.lexical"):
+        result = compute(metric_id, generations, [["a dog runs"]] * 5, **args)
+    primary = METRICS.get(metric_id).key("rougeL" if metric_id == "rouge" else None)
+    assert result.per_sample[primary] == [0.0, 1.0, 0.0, 0.0, 0.0]
+    assert all(type(s) is float for s in result.per_sample[primary])
+    assert result.corpus[primary] == pytest.approx(1 / 5)  # not 1.0: the degenerate generations count
+    assert not [r for r in caplog.records if r.name == "grueflow.metrics.lexical"]
+
+
+def test_rouge_blind_reads_the_references_alone():
+    from grueflow.metrics.lexical import rouge_blind
+
+    assert rouge_blind(["狗在跑"]) and rouge_blind(["狗", "  ", "..."])
+    assert not rouge_blind(["a dog runs"]) and not rouge_blind(["狗", "a dog"])
+    assert not rouge_blind([]) and not rouge_blind(["", "  "])  # no reference text: 0 (or NaN without any) as before
+
+
+def rouge_samples(references):
+    from grueflow.data import Sample
+
+    return [Sample(f"s{i}", "p", tuple(refs), {}) for i, refs in enumerate(references)]
+
+
+def test_evaluation_reward_is_the_mean_over_the_samples_it_scores_and_counts_the_rest(caplog):
+    from grueflow.evaluation import REWARD_LEFT_OUT_KEY, score
+
+    reward = parse(RewardConfig, {"components": [{"metric": "rouge", "score": "rougeL"}]}, "reward")
+    samples = rouge_samples([["a dog runs in the park"], ["a dog runs in the park"], ["狗在公园里跑"], ["a dog"]])
+    generations = ["a dog runs in the park", "a dog runs", "狗在公园里跑", "🐶"]
+    with caplog.at_level("WARNING", logger="grueflow.evaluation"):
+        rows, corpus, missing = score(samples, generations, reward, (), CTX)
+    # "a dog runs" against the park sentence: P = 1, R = 1/2, F = 2/3; the emoji scores 0, the Chinese reference NaN
+    assert [row["scores"]["reward"] for row in rows] == [1.0, 0.666667, None, 0.0]
+    assert corpus["reward"] == pytest.approx(5 / 9, abs=1e-6) and corpus[REWARD_LEFT_OUT_KEY] == 1
+    assert corpus["lexical/rougeL"] == corpus["reward"] and missing == {}
+    warning = [r.getMessage() for r in caplog.records if r.name == "grueflow.evaluation"]
+    assert warning == ["the reward is left out for 1 of 4 samples, which its components could not score "
+                       "(lexical/rougeL: 1 of 4 samples); the corpus reward is the mean over the other 3"]
+    _, scored, _ = score(samples[:2], generations[:2], reward, (), CTX)
+    assert REWARD_LEFT_OUT_KEY not in scored  # written only when some sample is left out
+    _, none, _ = score(samples[2:3], generations[2:3], reward, (), CTX)
+    assert none["reward"] is None and none[REWARD_LEFT_OUT_KEY] == 1
+
+
+def test_a_non_finite_rl_reward_names_its_components_metrics_and_samples():
+    from grueflow.rl.trainer import NonFiniteError, reward_cause
+
+    parts = {"lexical/rougeL": [1.0, float("nan"), float("nan")], "lexical/bleu": [3.0, 0.0, 1.0]}
+    cause = reward_cause(parts, {"lexical/rougeL": "rouge", "lexical/bleu": "bleu"})
+    assert cause.startswith("lexical/rougeL of metric 'rouge': 2 of 3 samples; a metric scores NaN a sample it "
+                            "cannot score")
+    assert "ROUGE against references with no [a-z0-9] token" in cause and "bleu" not in cause
+    assert reward_cause({"lexical/bleu": [1.0]}, {"lexical/bleu": "bleu"}) == ""
+    message = str(NonFiniteError("reward", 1, {}, cause))
+    assert message.startswith("non-finite reward at iteration 1 (lexical/rougeL of metric 'rouge': 2 of 3 samples;")
+    assert message.endswith("): the weights were not updated with it")
+    assert str(NonFiniteError("loss", 2, {})) == "non-finite loss at iteration 2: the weights were not updated with it"
+
+
+@pytest.mark.parametrize("metric_id,args,expect", [
+    ("meteor", {"alpha": 5.0}, "meteor alpha weighs precision against recall, in [0, 1]; got 5.0"),
+    ("meteor", {"alpha": -0.1}, "meteor alpha weighs precision against recall, in [0, 1]; got -0.1"),
+    ("meteor", {"beta": -3.0}, "meteor beta, the exponent of the fragmentation penalty, must be >= 0; got -3.0"),
+    ("meteor", {"gamma": -1.0}, "meteor gamma, the weight of the fragmentation penalty, must be in [0, 1]"),
+    ("meteor", {"gamma": 2.0}, "(above 1 the score goes below 0); got 2.0"),
+    ("bert_score", {"num_layers": -3}, "bert_score: num_layers must be >= 1 (the encoder layer whose embeddings are "
+                                       "matched), got -3"),
+    ("bert_score", {"num_layers": 0}, "bert_score: num_layers must be >= 1"),
+    ("bert_score", {"num_layers": 99}, "bert_score: num_layers 99 is above the 6 layers of the shipped "
+                                       "all-MiniLM-L6-v2 (args.model unset); set num_layers to at most 6"),
+    ("bert_score", {"batch_size": 0}, "bert_score: batch_size must be > 0, got 0"),
+    ("bert_score", {"batch_size": -1}, "bert_score: batch_size must be > 0, got -1"),
+    ("intent_accuracy", {"max_length": 0}, "intent_accuracy: max_length must be >= 8 tokens (the special tokens and "
+                                           "some text), got 0"),
+    ("intent_accuracy", {"max_length": -5}, "intent_accuracy: max_length must be >= 8 tokens"),
+    ("intent_accuracy", {"batch_size": 0}, "intent_accuracy: batch_size must be > 0, got 0"),
+    ("msttr", {"window": 10**12}, "msttr window = 1,000,000,000,000 is above the limit of 131,072"),
+    ("ngram_entropy", {"n": 10**9}, "ngram_entropy n = 1,000,000,000 is above the limit of 131,072"),
+])
+def test_metric_args_out_of_range_are_refused_at_parse_time(metric_id, args, expect):
+    with pytest.raises(ConfigError) as err:
+        parse(METRICS.get(metric_id).Args, args, "args")
+    assert expect in str(err.value)
+
+
+@pytest.mark.parametrize("metric_id,args", [
+    ("meteor", {"alpha": 0.0, "beta": 0.0, "gamma": 0.0}), ("meteor", {"alpha": 1.0, "gamma": 1.0}),
+    ("bert_score", {"num_layers": 6}), ("bert_score", {"model": "some/encoder", "num_layers": 24}),
+    ("intent_accuracy", {"max_length": 8, "batch_size": 1}), ("msttr", {"window": 131_072}),
+    ("ngram_entropy", {"n": 4}),
+])
+def test_metric_args_at_the_ends_of_their_ranges_parse(metric_id, args):
+    parse(METRICS.get(metric_id).Args, args, "args")
+
+
+def test_meteor_at_the_ends_of_its_ranges_stays_in_0_1():
+    scores = compute("meteor", ["a dog runs fast", "runs dog a"], [["a dog runs"], ["a dog runs"]], alpha=0.0,
+                     beta=0.0, gamma=1.0).per_sample["lexical/meteor"]
+    assert all(0.0 <= s <= 1.0 for s in scores)
+
+
+def naive_perplexity(model, tokenizer, prompt_ids, target_ids):
+    """exp of the mean NLL of ``target_ids`` after ``prompt_ids``, from one unpadded forward pass."""
+    import torch
+
+    ids = torch.tensor([prompt_ids + target_ids])
+    with torch.no_grad():
+        logp = torch.log_softmax(model(input_ids=ids).logits[0, len(prompt_ids) - 1:-1].float(), -1)
+    return math.exp(-logp.gather(-1, ids[0, len(prompt_ids):, None]).mean().item())
+
+
+def test_perplexity_cuts_the_generation_to_the_positions_left_after_the_prompt(tiny_models):
+    from grueflow.models import load_pretrained
+
+    model, tokenizer = load_pretrained(tiny_models["causal"])
+    eos = tokenizer.eos_token_id
+    metric = METRICS.get("perplexity")
+    fn = metric.build(metric.Args(), MetricContext(base_model=tiny_models["causal"], max_prompt_length=200))
+    prompt, long = "i saw this film .", "great movie " * 200  # 400 tokens and more, on 64 positions
+    prompt_ids = tokenizer(prompt).input_ids
+    result = fn([prompt, prompt], [long, ""], [["x"], ["x"]], [{}, {}])
+    cut = tokenizer(" " + long, add_special_tokens=False).input_ids[:64 - len(prompt_ids) - 1] + [eos]
+    empty = tokenizer(" ", add_special_tokens=False).input_ids + [eos]  # a causal target starts with a space
+    assert result.per_sample["fluency/perplexity"] == pytest.approx(
+        [naive_perplexity(model, tokenizer, prompt_ids, cut), naive_perplexity(model, tokenizer, prompt_ids, empty)],
+        rel=1e-4)
+    long_prompt = "i saw this film . " * 40  # above the model's positions: kept to its last 63 tokens
+    kept = fn([long_prompt], [long], [["x"]], [{}]).per_sample["fluency/perplexity"]
+    assert math.isfinite(kept[0])
+    assert math.isnan(fn([], [], [], []).corpus["fluency/perplexity"])

@@ -5,12 +5,13 @@ rouge-score 0.1.2, nltk 3.10 METEOR, pycocoevalcap 1.2 Cider, bert-score 0.3.13,
 on the same inputs; the sentences are read from ../shared/data at test time.
 """
 
+import json
 import math
 
 import pytest
 import shared_data
 
-from grueflow.config import ConfigError
+from grueflow.config import ConfigError, MetricSpec
 from grueflow.metrics import METRICS, MetricContext, MetricUnavailableError, describe
 from grueflow.params import parse
 
@@ -559,3 +560,88 @@ def test_bleu_without_references_matches_sacrebleu_on_the_rest():
     assert math.isnan(scores[1]) and scores[:1] + scores[2:] == pytest.approx(expected, rel=1e-12)
     corpus = sacrebleu.corpus_bleu(generations, [[r[0] for r in references]]).score
     assert result.corpus["lexical/bleu"] == pytest.approx(corpus, rel=1e-12) and 0 < corpus < 100
+
+
+INTENT_LABELS = "0 (inform), 1 (question), 2 (directive), 3 (commissive)"
+
+
+@pytest.mark.parametrize("meta, found", [
+    ({"intent": 4}, "sample 1 has meta['intent'] = 4 (int)"),
+    ({"intent": 7}, "sample 1 has meta['intent'] = 7 (int)"),
+    ({"intent": -1}, "sample 1 has meta['intent'] = -1 (int)"),
+    ({"intent": True}, "sample 1 has meta['intent'] = True (bool)"),
+    ({"intent": 2.7}, "sample 1 has meta['intent'] = 2.7 (float)"),
+    ({"intent": float("nan")}, "sample 1 has meta['intent'] = nan (float)"),
+    ({"intent": None}, "sample 1 has meta['intent'] = None (NoneType)"),
+    ({"intent": "5"}, "sample 1 has meta['intent'] = '5' (str)"),
+    ({"intent": [1]}, "sample 1 has meta['intent'] = [1] (list)"),
+    ({"act": 1}, "sample 1 has no 'intent' among its meta keys ['act']"),
+], ids=["4", "7", "minus-1", "true", "2.7", "nan", "none", "str-5", "list", "missing"])
+def test_intent_accuracy_refuses_a_target_the_classifier_cannot_predict_before_generating(tiny_models, tmp_path, meta,
+                                                                                          found):
+    from grueflow.data import Sample
+    from grueflow.evaluation import Scorer
+    from grueflow.io import DataError
+
+    tiny_classifier(tiny_models["causal"], tmp_path, ["inform", "question", "directive", "commissive"])
+    spec = parse(MetricSpec, {"id": "intent_accuracy", "args": {"model": str(tmp_path)}}, "metrics[0]")
+    samples = [Sample("a", "hi <EOU>", (), {"intent": 1}), Sample("b", "hello <EOU>", (), meta)]
+    expect = (f"metric 'intent_accuracy' needs meta['intent'] in every sample, a label of {tmp_path} by name or id: "
+              f"{INTENT_LABELS}; {found}; fix the datapool's meta, or set args.model to a classifier with its labels")
+    scorer = Scorer(None, (spec,), CTX)
+    with pytest.raises(DataError) as before:  # from the samples alone: no generation is needed
+        scorer.check(samples)
+    assert str(before.value) == expect
+    with pytest.raises(DataError) as scoring:  # and scoring checks the same
+        scorer(samples, ["fine", "fine"])
+    assert str(scoring.value) == expect
+
+
+def test_intent_accuracy_takes_label_names_ids_and_integral_floats(tiny_models, tmp_path):
+    from grueflow.data import Sample
+    from grueflow.evaluation import Scorer
+
+    tiny_classifier(tiny_models["causal"], tmp_path, ["inform", "question", "directive", "commissive"])
+    spec = parse(MetricSpec, {"id": "intent_accuracy", "args": {"model": str(tmp_path)}}, "metrics[0]")
+    scorer = Scorer(None, (spec,), CTX)
+    by = {"id": [0, 1, 2, 3], "name": ["inform", "question", "directive", "commissive"], "float": [0.0, 1.0, 2.0, 3.0]}
+    scores = {}
+    for kind, intents in by.items():
+        samples = [Sample(str(i), "hi <EOU>", (), {"intent": t}) for i, t in enumerate(intents)]
+        _, corpus, _ = scorer.check(samples)(samples, ["fine"] * 4)
+        scores[kind] = corpus["task/intent_accuracy"]
+    assert scores["id"] == scores["name"] == scores["float"] == 0.25  # one label is predicted, for the same text
+
+
+def test_intent_accuracy_max_length_above_the_classifiers_positions_is_refused_when_built(tiny_models, tmp_path):
+    tiny_classifier(tiny_models["causal"], tmp_path, ["inform", "question"])
+    positions = json.loads((tmp_path / "config.json").read_text())["max_position_embeddings"]
+    metric = METRICS.get("intent_accuracy")
+    with pytest.raises(ConfigError, match=rf"^intent_accuracy: max_length {positions + 1} is above the {positions} "
+                                          rf"positions of {tmp_path} \(its max_position_embeddings\); set "
+                                          rf"args.max_length to at most {positions}$"):
+        metric.build(parse(metric.Args, {"model": str(tmp_path), "max_length": positions + 1}, "args"), CTX)
+
+
+def test_concept_coverage_refuses_samples_without_concepts_before_generating():
+    from grueflow.data import Sample
+    from grueflow.evaluation import Scorer
+    from grueflow.io import DataError
+
+    spec = parse(MetricSpec, {"id": "concept_coverage"}, "metrics[0]")
+    samples = [Sample("a", "dog run", ("a dog runs",), {"concepts": ["dog", "run"]}), Sample("b", "x", ("x",), {})]
+    with pytest.raises(DataError, match=r"1 of 2 samples lack it, the first \(sample 1\) has no 'concepts' among"):
+        Scorer(None, (spec,), CTX).check(samples)
+    Scorer(None, (spec,), CTX).check(samples[:1])
+
+
+def test_bert_score_num_layers_above_the_encoders_layers_is_refused_when_built():
+    from grueflow.metrics.semantic import shipped_minilm
+
+    metric = METRICS.get("bert_score")
+    encoder = shipped_minilm()
+    with pytest.raises(ConfigError, match=rf"^bert_score: num_layers 7 is above the 6 layers of encoder "
+                                          rf"{encoder}; set args.num_layers to at most 6$"):
+        metric.build(parse(metric.Args, {"model": encoder, "num_layers": 7}, "args"), CTX)
+    assert compute("bert_score", ["a dog runs"], [["a dog runs"]], model=encoder, num_layers=1).per_sample[
+        "semantic/bert_score"][0] == pytest.approx(1.0, abs=1e-5)
