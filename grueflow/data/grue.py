@@ -16,10 +16,10 @@ from typing import Any, Literal, Optional
 
 from grueflow.data import DATAPOOLS
 from grueflow.data.sample import SPLITS, Datapool
-from grueflow.data.sources import (BadRowError, Row, SourceArgs, Unit, assign_splits, build_datapool, group_units,
-                                   load_units, optional_text, require_text, require_texts)
-from grueflow.data.totto import (final_sentences, highlighted_subtable, linearise, linearise_full_table,
-                                 parent_table)
+from grueflow.data.sources import (BadRowError, Row, SourceArgs, Unit, build_datapool, group_units, load_units,
+                                   optional_text, require_text, require_texts)
+from grueflow.data.totto import (TableError, final_sentences, highlighted_indices, highlighted_subtable, linearise,
+                                 linearise_full_table, parent_table)
 from grueflow.io import DataError, MissingDataError, read_text
 
 # ---------------------------------------------------------------------------------------------
@@ -68,7 +68,7 @@ class CommonGen:
         sources = load_units(args, COMMONGEN_SCHEMAS, "common_gen")
         grouped = {name: group_units(units, concept_set, merge_scenes)
                    for name, units in sources.items()}
-        return build_datapool(assign_splits(grouped, args), lambda unit: concepts_rows(unit, args), args,
+        return build_datapool(grouped, lambda unit: concepts_rows(unit, args), args,
                               unlabelled=lambda train: [r for s in train for r in s.references])
 
 
@@ -145,7 +145,7 @@ class CNNDailyMail:
     def build(args: "CNNDailyMail.Args") -> Datapool:
         columns = ("article", "highlights") + (("extra_references",) if args.extra_references else ())
         sources = load_units(args, {"article and summary": columns}, "cnn_dailymail")
-        return build_datapool(assign_splits(sources, args), lambda unit: [summary_row(unit, args)], args)
+        return build_datapool(sources, lambda unit: [summary_row(unit, args)], args)
 
 
 def truncate(text: str, max_words: Optional[int], max_chars: Optional[int]) -> str:
@@ -190,6 +190,11 @@ class ToTTo:
     titles), ``highlighted_cells``, ``raw_table`` (the rows of cells as in the data),
     ``page_title``, ``section_title``, ``section_text`` (``table_section_text``, which the official PARENT
     matches words against too; ``""`` when absent), ``source_id`` (``example_id``, when present).
+
+    Each row's fields are checked (:mod:`grueflow.data.totto`): a highlighted cell that is not a ``[row, column]``
+    pair of integers >= 0 inside the table, a span that is not an integer >= 1, a cell value or sentence that is not
+    text, an ``is_header`` that is not a boolean is a bad row, named with its field (``skip_bad_rows`` drops it). A
+    cell highlighted twice is written once, where it is first named.
     """
 
     @dataclass(frozen=True)
@@ -201,30 +206,37 @@ class ToTTo:
     @staticmethod
     def build(args: "ToTTo.Args") -> Datapool:
         sources = load_units(args, {"ToTTo": TOTTO_COLUMNS}, "totto")
-        return build_datapool(assign_splits(sources, args), lambda unit: [table_row(unit, args)], args)
+        return build_datapool(sources, lambda unit: [table_row(unit, args)], args)
 
 
 def table_row(unit: Unit, args: ToTTo.Args) -> Row:
+    """The row's prompt, final sentences and PARENT table; a field of the wrong shape (:class:`TableError`: a cell,
+    a highlighted index, a title, a sentence) is a BadRowError naming the row and the field."""
     row = unit.row
-    page, section = row["table_page_title"], row["table_section_title"]
-    cells = [list(cell) for cell in row["highlighted_cells"] or []]
-    if not cells:
+    if not row["highlighted_cells"]:
         raise BadRowError(f"{unit.origin}: no highlighted cells")
     try:
-        subtable = highlighted_subtable(row["table"], cells)
-    except IndexError:
-        raise BadRowError(f"{unit.origin}: a highlighted cell of {cells} is outside the table") from None
+        return _table_row(row, unit.origin, args)
+    except TableError as err:
+        raise BadRowError(f"{unit.origin}: {err}") from None
+
+
+def _table_row(row: dict[str, Any], origin: str, args: ToTTo.Args) -> Row:
+    table, page, section = row["table"], row["table_page_title"], row["table_section_title"]
+    subtable = highlighted_subtable(table, row["highlighted_cells"])  # checks the table and the cells first
+    cells = highlighted_indices(table, row["highlighted_cells"])
     if args.representation == "fulltable":
-        prompts = {"with": linearise_full_table(row["table"], cells, page, section),
-                   "without": linearise_full_table(row["table"], cells, None, None)}
+        prompts = {"with": linearise_full_table(table, cells, page, section),
+                   "without": linearise_full_table(table, cells, None, None)}
     else:
         prompts = {"with": linearise(subtable, page, section), "without": linearise(subtable, None, None)}
     prompt = prompts["without"] + " " + prompts["with"] if args.titles == "both" else prompts[args.titles]
-    meta = {"table": parent_table(subtable, page, section), "highlighted_cells": cells, "raw_table": row["table"],
-            "page_title": page, "section_title": section, "section_text": row.get("table_section_text") or ""}
+    section_text = optional_text(row.get("table_section_text"), "table_section_text", origin)
+    meta = {"table": parent_table(subtable, page, section), "highlighted_cells": cells, "raw_table": table,
+            "page_title": page, "section_title": section, "section_text": section_text}
     if "example_id" in row:
         meta["source_id"] = row["example_id"]
-    return Row(prompt, tuple(final_sentences(row["sentence_annotations"])), meta, unit.origin)
+    return Row(prompt, tuple(final_sentences(row["sentence_annotations"])), meta, origin)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -266,7 +278,7 @@ class NarrativeQA:
     def build(args: "NarrativeQA.Args") -> Datapool:
         sources = load_units(args, {"hub": ("document", "question", "answers")}, "narrative_qa")
         stories = {name: group_units(units, story_id, lambda us: {"questions": us}) for name, units in sources.items()}
-        return build_datapool(assign_splits(stories, args), lambda unit: question_rows(unit, args), args)
+        return build_datapool(stories, lambda unit: question_rows(unit, args), args)
 
 
 def story_id(unit: Unit) -> str:
@@ -331,7 +343,7 @@ def build_translation(args: TranslationArgs, loader: str, sources: Optional[dict
     """The ``loader`` datapool from ``args``' source splits (or the ``sources`` given)."""
     if sources is None:
         sources = load_units(args, {"hub": ("translation",)}, loader)
-    return build_datapool(assign_splits(sources, args), lambda unit: [translation_row(unit, args)], args)
+    return build_datapool(sources, lambda unit: [translation_row(unit, args)], args)
 
 
 @DATAPOOLS.register("iwslt2017", "IWSLT 2017 translation (en -> de by default): source sentence -> its translation")
@@ -492,8 +504,7 @@ class CRD3:
                     f"data_root {args.data_root}: data/aligned data has no {', '.join(missing)}; give each split's "
                     f"episode list, feed a split from another with source_splits (e.g. {{val: train}}), or cut the "
                     f"episodes there are with split_fractions (or split_counts) and seed")
-        return build_datapool(assign_splits(sources, args), lambda unit: episode_rows(unit, args.max_context_size),
-                              args)
+        return build_datapool(sources, lambda unit: episode_rows(unit, args.max_context_size), args)
 
 
 def read_crd3(root: Path) -> dict[str, list[Unit]]:
@@ -596,7 +607,7 @@ class DailyDialog:
             sources = read_dialogue_folder(Path(args.data_root))
         else:
             sources = load_units(args, {"hub": ("dialog", "act", "emotion")}, "daily_dialog")
-        return build_datapool(assign_splits(sources, args), lambda unit: dialogue_rows(unit, args), args)
+        return build_datapool(sources, lambda unit: dialogue_rows(unit, args), args)
 
 
 def _labels(value: Any, what: str, origin: str) -> list[int]:
@@ -692,8 +703,9 @@ class Custom:
 
     ``path`` empty reads ``data_files`` by their extension (``.jsonl``/``.json``, ``.csv``,
     ``.parquet``). meta: the columns listed in ``fields.meta``, under their own names. A re-split
-    (``split_fractions`` / ``split_counts``) cuts by prompt: rows that share a prompt (one reference per row)
-    stay in one split, each its own sample, so a test prompt is never trained on.
+    (``split_fractions`` / ``split_counts``) cuts by prompt, as every loader's does
+    (:func:`grueflow.data.sources.prompt_groups`): rows that share a prompt (one reference per row) stay in one split,
+    each its own sample, so a test prompt is never trained on.
     """
 
     @dataclass(frozen=True)
@@ -707,17 +719,7 @@ class Custom:
     def build(args: "Custom.Args") -> Datapool:
         columns = (args.fields.prompt, args.fields.references, *args.fields.meta)
         sources = load_units(args, {"the fields mapping": columns}, "custom")
-        if args.split_fractions is None and args.split_counts is None:
-            return build_datapool(assign_splits(sources, args), lambda unit: [custom_row(unit, args)], args)
-
-        def prompt_of(unit: Unit) -> Any:
-            value = unit.row[args.fields.prompt]
-            return value.strip() if isinstance(value, str) else unit.key  # not text: its own unit, refused later
-
-        pooled = group_units([unit for units in sources.values() for unit in units], prompt_of,
-                             lambda units: {"rows": units})
-        return build_datapool(assign_splits({"all": pooled}, args),
-                              lambda group: [custom_row(unit, args) for unit in group.row["rows"]], args)
+        return build_datapool(sources, lambda unit: [custom_row(unit, args)], args)
 
 
 REFERENCE_SHAPES = ('a string, a list of strings, {"text": [strings]} (SQuAD\'s answers) or a list of '

@@ -11,21 +11,29 @@ the public test set has no references). Where only one split exists locally (a d
 ``split_fractions`` or ``split_counts`` pool the units of every source split, shuffle them with
 ``seed`` and cut train, val and test in that order, so a suite can run on one file. The cut is by
 unit, so a CommonGen concept set, a DailyDialog dialogue or a NarrativeQA story never lands in two
-splits. A split that cannot be found is an error, never a silently empty split. Train and test never
+splits, and units whose Samples share a prompt (or a ``source_id``: a row written twice) are one unit, each row
+still its own Sample, so a test prompt is never trained on; ``split_counts`` count those units. A split that
+cannot be found is an error, never a silently empty split. Train and test never
 read one source split or one file (``data_files`` compared as files, links resolved): every test
 score would be on training data. Val may read train's source (``source_splits: {val: train}``, where
 the data has no validation split); a re-split refuses a file named twice in ``data_files``, whose rows
 it would pool twice.
 
+``n_<split>`` above what the split holds keeps the whole split (RL4LMs configs set a large n to mean all) and logs a
+warning naming the split, the n asked and the Samples kept. Samples of one split that share a ``source_id`` are kept,
+each its own Sample, with one warning that counts them.
+
 Bad rows. A row with an empty input or no non-empty reference fails the build with a message that
-names it; ``skip_bad_rows: true`` drops such rows instead and counts them in the datapool's
-``stats`` (``skipped_rows`` per split, written to ``stats.json``). Empty strings among a row's
-references are dropped; the row is bad only when none is left.
+names it (a re-split checks every row before it counts units); ``skip_bad_rows: true`` drops such rows instead and
+counts them in the datapool's ``stats`` (``skipped_rows`` per split, written to ``stats.json``). Empty strings among
+a row's references are dropped; the row is bad only when none is left.
 """
 
 from __future__ import annotations
 
+import logging
 import random
+from collections import Counter
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
@@ -35,6 +43,8 @@ from grueflow.config import MAX_COUNT, check_size
 from grueflow.data.hub import load_splits, one_file
 from grueflow.data.sample import SPLITS, Datapool, Sample
 from grueflow.io import DataError
+
+log = logging.getLogger(__name__)
 
 SOURCE_NAMES: dict[str, tuple[str, ...]] = {"train": ("train",), "val": ("validation", "val", "dev"), "test": ("test",)}
 SKIP_HINT = "fix the data, or set skip_bad_rows: true to drop such rows (they are counted in stats.json)"
@@ -82,7 +92,8 @@ class SourceArgs:
         or dev; test) do not fit; one source split may feed several of ours, but never both train and test.
     split_fractions / split_counts: pool every source unit, shuffle with ``seed`` and cut
         ``{train, val, test}`` by these fractions of the units or these numbers of units.
-    n_train / n_val / n_test: keep only the first n Samples of that split.
+    n_train / n_val / n_test: keep only the first n Samples of that split (all, with a warning, when it holds
+        fewer).
     skip_bad_rows: drop rows with an empty input or no references (counted) instead of failing.
     """
 
@@ -165,20 +176,94 @@ def group_units(units: list[Unit], key: Callable[[Unit], Any],
     return [Unit(merge(group), group[0].origin, group[0].key) for group in groups.values()]
 
 
-def assign_splits(sources: dict[str, list[Unit]], args: SourceArgs) -> dict[str, list[Unit]]:
-    """Our train/val/test units: the source's splits by name, or a seeded cut of all of them. A DataError when
-    train and test would read one source split or one file (:func:`check_train_test_apart`), or a re-split would
-    pool one file twice."""
+def assign_splits(sources: dict[str, list[Unit]], to_rows: Callable[[Unit], list[Row]],
+                  args: SourceArgs) -> tuple[dict[str, list[Unit]], Callable[[Unit], list[Row]]]:
+    """Our train/val/test units, and the function that turns one into Rows: the source's splits by name with
+    ``to_rows``, or a seeded cut of every source unit, grouped by prompt first (:func:`prompt_groups`). A DataError
+    when train and test would read one source split or one file (:func:`check_train_test_apart`), or a re-split
+    would pool one file twice."""
     if args.split_fractions is None and args.split_counts is None:
         names = {split: source_name(split, sources, args) for split in SPLITS}
         check_train_test_apart(names["train"], names["test"], args)
-        return {split: sources[names[split]] for split in SPLITS}
+        return {split: sources[names[split]] for split in SPLITS}, to_rows
     check_files_named_once(args.data_files)
-    units = [unit for name in sources for unit in sources[name]]
-    random.Random(args.seed).shuffle(units)
-    sizes = split_sizes(len(units), args)
+    pooled = [unit for name in sources for unit in sources[name]]
+    groups = prompt_groups(pooled, to_rows, args.skip_bad_rows)
+    if len(groups) < len(pooled):
+        log.warning("the re-split joined %d source units into %d, so that rows that share a prompt or a source_id stay "
+                    "in one split; the largest group holds %d units", len(pooled), len(groups),
+                    max(len(group.row["units"]) for group in groups))
+    random.Random(args.seed).shuffle(groups)
+    sizes = split_sizes(len(groups), args, len(pooled))
     starts = [0, *accumulate(sizes[s] for s in SPLITS)]
-    return {split: units[starts[i]:starts[i + 1]] for i, split in enumerate(SPLITS)}
+    return {split: groups[starts[i]:starts[i + 1]] for i, split in enumerate(SPLITS)}, group_rows
+
+
+def prompt_groups(units: list[Unit], to_rows: Callable[[Unit], list[Row]], skip_bad_rows: bool) -> list[Unit]:
+    """``units`` joined where their Rows share a prompt or a ``meta['source_id']`` (transitively), in first-seen
+    order, each group a Unit ``{"units", "rows"}`` (its first member's origin and key) whose Rows are computed here
+    once (:func:`group_rows` gives them back).
+
+    Every Row is checked here, before a re-split counts units: a bad one fails the build naming its row, or, with
+    ``skip_bad_rows``, a unit that gives no Rows at all is a group of its own, ``{"units", "error"}``, that
+    :func:`make_samples` counts as skipped. Rows with a problem share no key (an empty prompt joins nothing).
+    """
+    parent = list(range(len(units)))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    results: list[list[Row] | BadRowError] = []
+    first_with: dict[tuple[str, Any], int] = {}
+    for i, unit in enumerate(units):
+        try:
+            rows = to_rows(unit)
+        except BadRowError as err:
+            skip_or_raise(str(err), skip_bad_rows)
+            results.append(err)
+            continue
+        results.append(rows)
+        for row in rows:
+            problem = row_problem(row)
+            if problem:
+                skip_or_raise(f"{row.origin}: {problem}", skip_bad_rows)
+                continue
+            for key in row_keys(row):
+                j = first_with.setdefault(key, i)
+                low, high = sorted((root(i), root(j)))
+                parent[high] = low  # the earlier unit stays the group's root: groups keep first-seen order
+    members: dict[int, list[int]] = {}
+    for i in range(len(units)):
+        members.setdefault(root(i), []).append(i)
+    groups = []
+    for group in members.values():
+        first = units[group[0]]
+        found = [results[i] for i in group]
+        if isinstance(found[0], BadRowError):
+            row: dict[str, Any] = {"units": [first], "error": str(found[0])}
+        else:
+            row = {"units": [units[i] for i in group], "rows": [r for rows in found for r in rows]}
+        groups.append(Unit(row, first.origin, first.key))
+    return groups
+
+
+def row_keys(row: Row) -> list[tuple[str, Any]]:
+    """What ties a Row to the others of its group: its prompt, and its ``meta['source_id']`` when that is a string
+    or an integer."""
+    source_id = row.meta.get("source_id")
+    if isinstance(source_id, (str, int)) and not isinstance(source_id, bool):
+        return [("prompt", row.prompt), ("source_id", source_id)]
+    return [("prompt", row.prompt)]
+
+
+def group_rows(group: Unit) -> list[Row]:
+    """The Rows of a :func:`prompt_groups` group, or its member's BadRowError again."""
+    if "error" in group.row:
+        raise BadRowError(group.row["error"])
+    return group.row["rows"]
 
 
 def source_name(split: str, sources: dict[str, Any], args: SourceArgs) -> str:
@@ -224,12 +309,16 @@ def check_files_named_once(files: Optional[dict[str, str]]) -> None:
                                 f"would be read twice and could land in train and in test: name the file once")
 
 
-def split_sizes(n_units: int, args: SourceArgs) -> dict[str, int]:
-    """How many units go to train, val and test; every split gets at least one."""
+def split_sizes(n_units: int, args: SourceArgs, n_source_units: Optional[int] = None) -> dict[str, int]:
+    """How many units go to train, val and test; every split gets at least one. ``n_source_units``, when more
+    than ``n_units``, is how many there were before rows sharing a prompt were joined (said in the error)."""
     if args.split_counts is not None:
         sizes = {split: args.split_counts[split] for split in SPLITS}
         if sum(sizes.values()) > n_units:
-            raise DataError(f"split_counts {sizes} ask for {sum(sizes.values())} units; the data has {n_units}")
+            joined = (f" ({n_source_units} before the rows that share a prompt or a source_id were joined, to keep "
+                      f"each in one split)" if n_source_units is not None and n_source_units > n_units else "")
+            raise DataError(f"split_counts {sizes} ask for {sum(sizes.values())} units; the data has {n_units}"
+                            f"{joined}")
         return sizes
     ends = [round(n_units * edge) for edge in accumulate(args.split_fractions[s] for s in SPLITS)]
     sizes = dict(zip(SPLITS, (end - start for start, end in zip([0, *ends], ends))))
@@ -240,21 +329,47 @@ def split_sizes(n_units: int, args: SourceArgs) -> dict[str, int]:
     return sizes
 
 
-def build_datapool(splits: dict[str, list[Unit]], to_rows: Callable[[Unit], list[Row]], args: SourceArgs,
+def build_datapool(sources: dict[str, list[Unit]], to_rows: Callable[[Unit], list[Row]], args: SourceArgs,
                    unlabelled: Optional[Callable[[list[Sample]], list[str]]] = None) -> Datapool:
-    """Normalise each split's units to Samples, cap them (``n_<split>``) and collect the unlabelled text.
+    """Split the source units (:func:`assign_splits`), normalise each split's units to Samples with ``to_rows``,
+    cap them (``n_<split>``) and collect the unlabelled text.
 
     ``unlabelled`` defaults to the training prompts followed by the training references.
     """
+    splits, to_rows = assign_splits(sources, to_rows, args)
     samples: dict[str, list[Sample]] = {}
     skipped: dict[str, int] = {}
     for split in SPLITS:
         samples[split], skipped[split] = make_samples(split, splits[split], to_rows, args.skip_bad_rows)
-        samples[split] = samples[split][:getattr(args, f"n_{split}")]
+        limit = getattr(args, f"n_{split}")
+        if limit is not None and len(samples[split]) < limit:
+            log.warning("n_%s = %d asks for more samples than the %s split holds: kept all %d", split, limit, split,
+                        len(samples[split]))
+        samples[split] = samples[split][:limit]
         if not samples[split]:
             raise DataError(empty_split_message(split, len(splits[split]), skipped[split], args))
+    warn_repeated_source_ids(samples)
     text = (unlabelled or training_text)(samples["train"])
     return Datapool(samples, text, {"skipped_rows": skipped})
+
+
+def warn_repeated_source_ids(samples: dict[str, list[Sample]]) -> None:
+    """One warning counting, split by split, the Samples whose ``meta['source_id']`` another Sample of that split has
+    too (a row written twice, or two versions of one source row). They are kept, each its own Sample, as rows that
+    share a prompt are; a re-split has kept each id's rows in one split. Splits that read one source (val and test
+    from one file) are not compared: train and test sharing prompts is counted in stats.json."""
+    repeated: dict[str, dict[Any, int]] = {}
+    for split in SPLITS:
+        counts = Counter(s.meta["source_id"] for s in samples[split] if isinstance(s.meta.get("source_id"), (str, int))
+                         and not isinstance(s.meta["source_id"], bool))
+        repeated[split] = {source_id: n for source_id, n in counts.items() if n > 1}
+    if not any(repeated.values()):
+        return
+    example = next(iter(next(ids for ids in repeated.values() if ids)))
+    per_split = ", ".join(f"{split} {sum(ids.values())}" for split, ids in repeated.items() if ids)
+    log.warning("%d samples share their source_id with another sample of their split (%s; %d ids, e.g. %r); each is "
+                "kept as its own sample", sum(sum(ids.values()) for ids in repeated.values()), per_split,
+                sum(len(ids) for ids in repeated.values()), example)
 
 
 def make_samples(split: str, units: list[Unit], to_rows: Callable[[Unit], list[Row]],

@@ -7,13 +7,50 @@ table has columns when cells span columns). Headers follow the ToTTo baseline he
 al. 2020, google-research/language ``totto/baseline_preprocessing``): a cell's column headers are
 the header cells of the rows above whose column span overlaps its own; its row headers are the
 header cells before it in its row.
+
+Every helper checks the fields it reads and raises :class:`TableError` naming the field: a cell's ``value`` is
+text, ``is_header`` a boolean, ``column_span`` and ``row_span`` integers >= 1 (1 when absent); a highlighted cell is
+a ``[row, column]`` pair of integers >= 0 (booleans are not integers here) naming a stored cell, since Python's
+negative indices would quietly pick cells from the end of the table; titles and final sentences are text (or None).
 """
 
 from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional
 
+from grueflow.io import DataError
+
 Table = list[list[dict[str, Any]]]
+
+
+class TableError(DataError):
+    """A ToTTo table, highlighted cell, title or annotation of the wrong shape; the message names the field (the
+    loader adds the row)."""
+
+
+def _given(value: Any) -> str:
+    """``value`` as an error message shows it: its repr (cut at 60 characters) and its type."""
+    text = repr(value)
+    return f"{text if len(text) <= 60 else text[:60] + '...'} ({type(value).__name__})"
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_cell(cell: Any, where: str) -> None:
+    """Raise a TableError unless ``cell`` is ``{value: text, is_header: bool, column_span, row_span: int >= 1}``
+    (a span may be absent: 1)."""
+    if not isinstance(cell, dict):
+        raise TableError(f"{where} is {_given(cell)}, not a cell {{value, is_header, column_span, row_span}}")
+    if not isinstance(cell.get("value"), str):
+        raise TableError(f"{where}.value is {_given(cell.get('value'))}, not text")
+    if not isinstance(cell.get("is_header"), bool):
+        raise TableError(f"{where}.is_header is {_given(cell.get('is_header'))}, not true or false")
+    for key in ("column_span", "row_span"):
+        span = cell.get(key, 1)
+        if not _is_integer(span) or span < 1:
+            raise TableError(f"{where}.{key} is {_given(span)}, not an integer >= 1")
 
 
 class HighlightedCell(NamedTuple):
@@ -23,26 +60,57 @@ class HighlightedCell(NamedTuple):
 
 
 def column_spans(table: Table) -> list[list[tuple[int, int]]]:
-    """Each cell's ``(first column, one past its last column)``, counting the column spans before it."""
+    """Each cell's ``(first column, one past its last column)``, counting the column spans before it.
+
+    Checks every cell (:func:`check_cell`): the other helpers read the table through this function."""
+    if not isinstance(table, list):
+        raise TableError(f"table is {_given(table)}, not a list of rows")
     spans = []
-    for row in table:
+    for r, row in enumerate(table):
+        if not isinstance(row, list):
+            raise TableError(f"table[{r}] is {_given(row)}, not a list of cells")
         start, row_spans = 0, []
-        for cell in row:
-            end = start + int(cell.get("column_span", 1))
+        for c, cell in enumerate(row):
+            check_cell(cell, f"table[{r}][{c}]")
+            end = start + cell.get("column_span", 1)
             row_spans.append((start, end))
             start = end
         spans.append(row_spans)
     return spans
 
 
-def highlighted_subtable(table: Table, cells: list[list[int]]) -> list[HighlightedCell]:
-    """The highlighted cells in the order given, each with its heuristic column and row headers.
+def highlighted_indices(table: Table, cells: Any) -> list[list[int]]:
+    """``cells`` as ``[row, column]`` pairs of integers >= 0 that name stored cells of ``table``, each once, in the
+    order first given; a TableError names the first that is not.
 
-    Raises ``IndexError`` for a cell index outside the table.
+    A cell named twice is kept once: highlighted cells are a set of cells (Parikh et al. 2020), and the baseline's
+    full-table linearisation marks each once, while its subtable would write a repeated cell twice.
+    """
+    if not isinstance(cells, (list, tuple)):
+        raise TableError(f"highlighted_cells is {_given(cells)}, not a list of [row, column] pairs")
+    indices: list[list[int]] = []
+    seen: set[tuple[int, int]] = set()
+    for i, cell in enumerate(cells):
+        pair = list(cell) if isinstance(cell, (list, tuple)) else None
+        if pair is None or len(pair) != 2 or not all(_is_integer(v) and v >= 0 for v in pair):
+            raise TableError(f"highlighted_cells[{i}] is {_given(cell)}, not a [row, column] pair of integers >= 0")
+        r, c = pair
+        if r >= len(table) or c >= len(table[r]):
+            where = f"the table has {len(table)} rows" if r >= len(table) else f"row {r} has {len(table[r])} cells"
+            raise TableError(f"highlighted_cells[{i}] {pair} is outside the table: {where} (indices count from 0)")
+        if (r, c) not in seen:
+            seen.add((r, c))
+            indices.append(pair)
+    return indices
+
+
+def highlighted_subtable(table: Table, cells: Any) -> list[HighlightedCell]:
+    """The highlighted cells in the order given (each once, :func:`highlighted_indices`), each with its heuristic
+    column and row headers. A TableError names a field of the wrong shape or a cell outside the table.
     """
     spans = column_spans(table)
     subtable = []
-    for r, c in cells:
+    for r, c in highlighted_indices(table, cells):
         start, end = spans[r][c]
         column_headers = [cell["value"] for above in range(r) for cell, (s, e) in zip(table[above], spans[above])
                           if cell["is_header"] and s < end and e > start]
@@ -53,7 +121,10 @@ def highlighted_subtable(table: Table, cells: list[list[int]]) -> list[Highlight
 
 def titles(page_title: Optional[str], section_title: Optional[str]) -> list[str]:
     """``<page_title> … </page_title>`` and ``<section_title> … </section_title>``, each left out when None or
-    empty."""
+    empty; a title of another type is a TableError."""
+    for key, title in (("table_page_title", page_title), ("table_section_title", section_title)):
+        if title is not None and not isinstance(title, str):
+            raise TableError(f"{key} is {_given(title)}, not text")
     return ([f"<page_title> {page_title} </page_title>"] if page_title else []) + \
         ([f"<section_title> {section_title} </section_title>"] if section_title else [])
 
@@ -72,7 +143,7 @@ def linearise(subtable: list[HighlightedCell], page_title: Optional[str], sectio
     return " ".join(parts)
 
 
-def linearise_full_table(table: Table, cells: list[list[int]], page_title: Optional[str],
+def linearise_full_table(table: Table, cells: Any, page_title: Optional[str],
                          section_title: Optional[str]) -> str:
     """The whole table, row by row, as the ToTTo baseline's ``linearize_full_table`` (RL4LMs'
     ``representation: fulltable``): ``… <table> <row> <cell> value <col_header> … </col_header> <row_header> …
@@ -80,7 +151,7 @@ def linearise_full_table(table: Table, cells: list[list[int]], page_title: Optio
     </highlighted_cell>``; every cell carries its heuristic headers, and titles are written as in
     :func:`linearise`."""
     spans = column_spans(table)
-    highlighted = {(r, c) for r, c in cells}
+    highlighted = {(r, c) for r, c in highlighted_indices(table, cells)}
     parts = titles(page_title, section_title) + ["<table>"]
     for r, row in enumerate(table):
         parts.append("<row>")
@@ -112,7 +183,26 @@ def parent_table(subtable: list[HighlightedCell], page_title: Optional[str],
 
 
 def final_sentences(annotations: Any) -> list[str]:
-    """The annotators' final sentences, from the ToTTo files (a list of dicts) or the hub (a dict of lists)."""
+    """The annotators' final sentences, from the ToTTo files (a list of dicts) or the hub (a dict of lists); None
+    (the official test split) has none, and an annotation without one is passed over. A sentence that is not text,
+    or annotations of another shape, is a TableError."""
+    if annotations is None:
+        return []
     if isinstance(annotations, dict):
-        return list(annotations.get("final_sentence") or [])
-    return [a["final_sentence"] for a in annotations or [] if a.get("final_sentence")]
+        sentences = annotations.get("final_sentence") or []
+        if not isinstance(sentences, list):
+            raise TableError(f"sentence_annotations.final_sentence is {_given(sentences)}, not a list of texts")
+        named = [(f"sentence_annotations.final_sentence[{i}]", s) for i, s in enumerate(sentences)]
+    elif isinstance(annotations, list):
+        for i, annotation in enumerate(annotations):
+            if not isinstance(annotation, dict):
+                raise TableError(f"sentence_annotations[{i}] is {_given(annotation)}, not an annotation "
+                                 f"{{final_sentence, ...}}")
+        named = [(f"sentence_annotations[{i}].final_sentence", a.get("final_sentence"))
+                 for i, a in enumerate(annotations)]
+    else:
+        raise TableError(f"sentence_annotations is {_given(annotations)}, not a list of annotations")
+    for where, sentence in named:
+        if sentence is not None and not isinstance(sentence, str):
+            raise TableError(f"{where} is {_given(sentence)}, not text")
+    return [sentence for _, sentence in named if sentence]

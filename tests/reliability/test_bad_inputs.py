@@ -1524,3 +1524,98 @@ def test_an_intent_the_classifier_cannot_predict_is_a_data_error_before_generati
     assert "\n" not in message and found in message
     assert message.startswith(f"metric 'intent_accuracy' needs meta['intent'] in every sample, a label of {tmp_path} "
                               "by name or id: 0 (inform), 1 (question), 2 (directive), 3 (commissive); ")
+
+
+# ---------------------------------------------------------------------------------------------
+# ToTTo fields of the wrong shape, and re-splits of rows that share a prompt
+# ---------------------------------------------------------------------------------------------
+
+
+def totto_example(**changes: Any) -> dict[str, Any]:
+    """A two-row ToTTo example in the official schema (``cell_RC`` replaces fields of table[R][C])."""
+    def cell(value: str, header: bool = False) -> dict[str, Any]:
+        return {"value": value, "is_header": header, "column_span": 1, "row_span": 1}
+
+    table = [[cell("Year", True), cell("Show", True)], [cell("2001"), cell("Rent")]]
+    for key in [k for k in changes if k.startswith("cell_")]:
+        table[int(key[5])][int(key[6])].update(changes.pop(key))
+    return {"table": table, "highlighted_cells": [[1, 0], [1, 1]], "table_page_title": "Ann Lee",
+            "table_section_title": "Stage", "table_section_text": "", "example_id": "7",
+            "sentence_annotations": [{"final_sentence": "In 2001 Ann Lee was in Rent."}], **changes}
+
+
+@pytest.mark.parametrize("changes, expect", [
+    P({"highlighted_cells": [[-1, -1]]}, "highlighted_cells[0] is [-1, -1] (list), not a [row, column] pair of "
+      "integers >= 0", id="totto-negative-cell"),
+    P({"highlighted_cells": [["0", "1"]]}, "highlighted_cells[0] is ['0', '1'] (list), not a [row, column] pair",
+      id="totto-string-cell"),
+    P({"highlighted_cells": [[0.0, 1.0]]}, "highlighted_cells[0] is [0.0, 1.0] (list), not a [row, column] pair",
+      id="totto-float-cell"),
+    P({"highlighted_cells": [[5, 0]]}, "highlighted_cells[0] [5, 0] is outside the table: the table has 2 rows",
+      id="totto-cell-outside"),
+    P({"cell_00": {"column_span": None}}, "table[0][0].column_span is None (NoneType), not an integer >= 1",
+      id="totto-span-null"),
+    P({"cell_00": {"column_span": -3}}, "table[0][0].column_span is -3 (int), not an integer >= 1",
+      id="totto-span-negative"),
+    P({"cell_01": {"row_span": 0}}, "table[0][1].row_span is 0 (int), not an integer >= 1", id="totto-row-span-0"),
+    P({"cell_00": {"value": None}}, "table[0][0].value is None (NoneType), not text", id="totto-value-null"),
+    P({"sentence_annotations": [{"final_sentence": 7}]}, "sentence_annotations[0].final_sentence is 7 (int), not text",
+      id="totto-sentence-int"),
+    P({"table_section_title": 5}, "table_section_title is 5 (int), not text", id="totto-title-int"),
+])
+def test_totto_fields_of_the_wrong_shape_are_bad_rows_naming_the_file_row_and_field(tmp_path: Path, changes, expect):
+    """Negative indices picked the table's last cells (a wrong prompt and PARENT table, rc 0); the other shapes
+    were TypeErrors and AttributeErrors. Each is now a BadRowError that skip_bad_rows drops and counts."""
+    path = write_rows(tmp_path / "rows.jsonl", [totto_example(**changes)])
+    cls = DATAPOOLS.get("totto")
+    with pytest.raises(DataError) as err:
+        cls.build(parse(cls.Args, {"data_files": three_splits(path)}, "args"))
+    message = str(err.value)
+    assert "\n" not in message and "rows.jsonl row 1: " + expect in message
+    assert message.endswith("fix the data, or set skip_bad_rows: true to drop such rows (they are counted in "
+                            "stats.json)")
+    with pytest.raises(DataError, match=r"train_rows\.jsonl: the train split is empty: its 1 source rows give no "
+                                        r"sample \(1 bad rows skipped\)"):
+        cls.build(parse(cls.Args, {"data_files": three_splits(path), "skip_bad_rows": True}, "args"))
+
+
+def test_totto_a_cell_highlighted_twice_is_written_once(tmp_path: Path):
+    twice = write_rows(tmp_path / "twice.jsonl", [totto_example(highlighted_cells=[[1, 1], [1, 1], [1, 0]])])
+    cls = DATAPOOLS.get("totto")
+    pool = cls.build(parse(cls.Args, {"data_files": three_splits(twice), "titles": "without"}, "args"))
+    sample = pool.splits["test"][0]
+    assert sample.prompt == ("<table> <cell> Rent <col_header> Show </col_header> </cell> <cell> 2001 <col_header> "
+                             "Year </col_header> </cell> </table>")
+    assert sample.meta["highlighted_cells"] == [[1, 1], [1, 0]]
+
+
+def test_the_custom_loader_resplitting_blank_prompts_names_the_first_row(tmp_path: Path):
+    """Every blank prompt stripped to one key: the re-split said "ask for 8 units; the data has 1"."""
+    path = write_rows(tmp_path / "blank.jsonl", [{"prompt": "   ", "references": [f"r{i}"]} for i in range(8)])
+    with pytest.raises(DataError) as err:
+        custom_pool({"train": path}, prefix="Q: ", split_counts={"train": 4, "val": 2, "test": 2})
+    assert "\n" not in str(err.value)
+    assert str(err.value).startswith(f"{path} row 1: empty prompt (prompt); fix the data, or set skip_bad_rows: true")
+
+
+def test_a_loader_resplitting_rows_written_twice_trains_on_no_test_prompt(tmp_path: Path, caplog):
+    """A cnn_dailymail file appended to itself, re-split: 3 of 6 test prompts were trained on, silently."""
+    rows = [{"id": f"a{i}", "article": f"Story {i} : the council met on day {i} .", "highlights": f"Met on {i}."}
+            for i in range(12)]
+    path = write_rows(tmp_path / "twice.jsonl", rows + rows)
+    cls = DATAPOOLS.get("cnn_dailymail")
+    args = {"data_files": {"test": path}, "split_counts": {"train": 8, "val": 2, "test": 2}, "n_train": 5000}
+    with caplog.at_level("WARNING", logger="grueflow.data.sources"):
+        pool = cls.build(parse(cls.Args, args, "args"))
+    train = {s.prompt for s in pool.splits["train"]}
+    assert [len(pool.splits[s]) for s in ("train", "val", "test")] == [16, 4, 4]
+    assert not train & {s.prompt for s in pool.splits["test"]}
+    assert caplog.messages == [
+        "the re-split joined 24 source units into 12, so that rows that share a prompt or a source_id stay in one "
+        "split; the largest group holds 2 units",
+        "n_train = 5000 asks for more samples than the train split holds: kept all 16",
+        "24 samples share their source_id with another sample of their split (train 16, val 4, test 4; 12 ids, e.g. "
+        f"{pool.splits['train'][0].meta['source_id']!r}); each is kept as its own sample"]
+    with pytest.raises(DataError, match=r"split_counts \{'train': 12, 'val': 6, 'test': 6\} ask for 24 units; the data "
+                                        r"has 12 \(24 before the rows that share a prompt or a source_id were joined"):
+        cls.build(parse(cls.Args, {**args, "split_counts": {"train": 12, "val": 6, "test": 6}}, "args"))

@@ -14,9 +14,9 @@ from shared_data import DATA
 
 from grueflow.config import ConfigError, DatapoolConfig
 from grueflow.data import DATAPOOLS, read_split, write_datapool
-from grueflow.data.grue import wmt16_pair
-from grueflow.data.sources import BadRowError
-from grueflow.data.totto import highlighted_subtable, linearise, linearise_full_table
+from grueflow.data.grue import ToTTo, table_row, wmt16_pair
+from grueflow.data.sources import BadRowError, Unit
+from grueflow.data.totto import TableError, column_spans, highlighted_subtable, linearise, linearise_full_table
 from grueflow.io import DataError, MissingDataError, read_json
 from grueflow.metrics import METRICS, MetricContext
 from grueflow.params import parse
@@ -97,17 +97,25 @@ def test_commongen_v10_dev_slice_one_sample_per_concept_set(tmp_path):
 
 
 def test_commongen_seeded_resplit_cuts_by_concept_set():
+    """993 concept sets, two of which (cut_V#hair_N#style_V and ..._N) give one prompt: 992 units, that pair kept in
+    one split."""
     files = {"validation": shared("commongen/commongen.dev.jsonl")}
     pool = build("common_gen", data_files=files, split_fractions={"train": 0.8, "val": 0.1, "test": 0.1})
-    assert sizes(pool) == [794, 100, 99]
-    assert digest(pool.splits["test"][0].prompt) == "9981eb8f1d9ea019"
+    assert sizes(pool) == [795, 99, 99]
+    assert digest(pool.splits["test"][0].prompt) == "6e6547077d4c29fd"
     sets = [{s.meta["concept_set"] for s in pool.splits[split]} for split in SPLITS]
     assert sum(map(len, sets)) == 993 and not (sets[0] & sets[1] or sets[0] & sets[2] or sets[1] & sets[2])
-    counted = build("common_gen", data_files=files, split_counts={"train": 893, "val": 50, "test": 50}, seed=1)
-    assert sizes(counted) == [893, 50, 50]
+    assert {"cut_V#hair_N#style_V", "cut_V#hair_N#style_N"} <= sets[0]
+    prompts = [{s.prompt for s in pool.splits[split]} for split in SPLITS]
+    assert not (prompts[0] & prompts[1] or prompts[0] & prompts[2] or prompts[1] & prompts[2])
+    counted = build("common_gen", data_files=files, split_counts={"train": 892, "val": 50, "test": 50}, seed=1)
+    assert sizes(counted) == [892, 51, 50]
     assert digest(counted.splits["test"][0].prompt) == "b5f53414c8ba8cbc"
-    again = build("common_gen", data_files=files, split_counts={"train": 893, "val": 50, "test": 50}, seed=1)
+    again = build("common_gen", data_files=files, split_counts={"train": 892, "val": 50, "test": 50}, seed=1)
     assert again == counted
+    with pytest.raises(DataError, match=r"ask for 993 units; the data has 992 \(993 before the rows that share a "
+                                        r"prompt or a source_id were joined, to keep each in one split\)$"):
+        build("common_gen", data_files=files, split_counts={"train": 893, "val": 50, "test": 50}, seed=1)
 
 
 def test_commongen_hub_v11_rows_are_grouped_into_concept_sets(tmp_path):
@@ -275,6 +283,113 @@ def test_totto_full_table_representation_on_the_dev_sample(tmp_path):
         build("totto", representation="table", **common)
 
 
+def totto_cell(value, header=False, **spans):
+    return {"value": value, "is_header": header, "column_span": 1, "row_span": 1, **spans}
+
+
+def totto_row(**changes):
+    """A two-row ToTTo example in the official schema, with ``changes`` set (``cell_01`` replaces table[0][1]'s
+    fields)."""
+    table = [[totto_cell("Year", True), totto_cell("Show", True)], [totto_cell("2001"), totto_cell("Rent")]]
+    for key in [k for k in changes if k.startswith("cell_")]:
+        r, c = int(key[5]), int(key[6])
+        table[r][c] = {**table[r][c], **changes.pop(key)}
+    return {"table": table, "highlighted_cells": [[1, 0], [1, 1]], "table_page_title": "Ann Lee",
+            "table_section_title": "Stage", "table_section_text": "", "example_id": "7",
+            "sentence_annotations": [{"final_sentence": "In 2001 Ann Lee was in Rent."}], **changes}
+
+
+def totto_rows(row):
+    return table_row(Unit(row, "dev.jsonl row 4", "validation-3"), parse(ToTTo.Args, {"path": "json",
+                     "data_files": {"validation": "dev.jsonl"}}, "args"))
+
+
+@pytest.mark.parametrize("changes, expect", [
+    ({"highlighted_cells": [[-1, -1]]}, "highlighted_cells[0] is [-1, -1] (list), not a [row, column] pair of integers "
+                                        ">= 0"),
+    ({"highlighted_cells": [[1, 0], [1, -1]]}, "highlighted_cells[1] is [1, -1] (list), not a [row, column] pair"),
+    ({"highlighted_cells": [["0", "1"]]}, "highlighted_cells[0] is ['0', '1'] (list), not a [row, column] pair"),
+    ({"highlighted_cells": [[0.0, 1.0]]}, "highlighted_cells[0] is [0.0, 1.0] (list), not a [row, column] pair"),
+    ({"highlighted_cells": [[True, 0]]}, "highlighted_cells[0] is [True, 0] (list), not a [row, column] pair"),
+    ({"highlighted_cells": [[1]]}, "highlighted_cells[0] is [1] (list), not a [row, column] pair"),
+    ({"highlighted_cells": [1, 0]}, "highlighted_cells[0] is 1 (int), not a [row, column] pair"),
+    ({"highlighted_cells": "1,0"}, "highlighted_cells is '1,0' (str), not a list of [row, column] pairs"),
+    ({"highlighted_cells": [[2, 0]]}, "highlighted_cells[0] [2, 0] is outside the table: the table has 2 rows "
+                                      "(indices count from 0)"),
+    ({"highlighted_cells": [[1, 2]]}, "highlighted_cells[0] [1, 2] is outside the table: row 1 has 2 cells"),
+    ({"cell_01": {"column_span": None}}, "table[0][1].column_span is None (NoneType), not an integer >= 1"),
+    ({"cell_01": {"column_span": -3}}, "table[0][1].column_span is -3 (int), not an integer >= 1"),
+    ({"cell_00": {"column_span": 0}}, "table[0][0].column_span is 0 (int), not an integer >= 1"),
+    ({"cell_00": {"column_span": True}}, "table[0][0].column_span is True (bool), not an integer >= 1"),
+    ({"cell_10": {"row_span": 0}}, "table[1][0].row_span is 0 (int), not an integer >= 1"),
+    ({"cell_11": {"value": None}}, "table[1][1].value is None (NoneType), not text"),
+    ({"cell_00": {"value": 2001}}, "table[0][0].value is 2001 (int), not text"),
+    ({"cell_00": {"is_header": "yes"}}, "table[0][0].is_header is 'yes' (str), not true or false"),
+    ({"table": [[totto_cell("Year")], "Rent"]}, "table[1] is 'Rent' (str), not a list of cells"),
+    ({"table": None}, "table is None (NoneType), not a list of rows"),
+    ({"sentence_annotations": [{"final_sentence": 7}]}, "sentence_annotations[0].final_sentence is 7 (int), not text"),
+    ({"sentence_annotations": ["In 2001 Ann Lee was in Rent."]}, "sentence_annotations[0] is 'In 2001 Ann Lee was in "
+                                                                 "Rent.' (str), not an annotation {final_sentence, "),
+    ({"sentence_annotations": {"final_sentence": ["ok", 7.5]}}, "sentence_annotations.final_sentence[1] is 7.5 "
+                                                                 "(float), not text"),
+    ({"sentence_annotations": "In 2001 Ann Lee was in Rent."}, "sentence_annotations is 'In 2001 Ann Lee was in "
+                                                               "Rent.' (str), not a list of annotations"),
+    ({"table_section_title": 5}, "table_section_title is 5 (int), not text"),
+    ({"table_page_title": ["Ann", "Lee"]}, "table_page_title is ['Ann', 'Lee'] (list), not text"),
+    ({"table_section_text": 5}, "table_section_text is 5 (int), not text"),
+])
+def test_totto_fields_of_the_wrong_shape_are_bad_rows_naming_the_row_and_field(changes, expect):
+    """Python's negative indices would pick the last row and cell; a string or float index, a null span or value,
+    a sentence that is a number were TypeErrors and AttributeErrors."""
+    with pytest.raises(BadRowError) as err:
+        totto_rows(totto_row(**changes))
+    assert str(err.value).startswith(f"dev.jsonl row 4: {expect}")
+
+
+def test_totto_helpers_refuse_cells_python_would_index_from_the_end():
+    table = totto_row()["table"]
+    for cells in ([[-1, -1]], [[1, -2]]):
+        with pytest.raises(TableError, match=r"^highlighted_cells\[0\] is \[-?\d, -\d\] \(list\), not a \[row, "
+                                             r"column\] pair"):
+            highlighted_subtable(table, cells)
+        with pytest.raises(TableError, match="not a \\[row, column\\] pair of integers >= 0"):
+            linearise_full_table(table, cells, None, None)
+    with pytest.raises(TableError, match=r"^table\[0\]\[1\]\.column_span is -3 \(int\), not an integer >= 1$"):
+        column_spans([[totto_cell("Year"), totto_cell("Show", column_span=-3)]])
+    assert column_spans([[{"value": "Year", "is_header": True}, totto_cell("Show", column_span=2)]]) == [[(0, 1),
+                                                                                                          (1, 3)]]
+
+
+def test_totto_a_cell_highlighted_twice_is_written_once_where_first_named():
+    """Highlighted cells are a set of cells: the subtable writes each once, as the full table marks each once."""
+    row = totto_row(highlighted_cells=[[1, 1], [1, 0], [1, 1], [1, 0]])
+    sample = totto_rows(row)
+    once = totto_rows(totto_row(highlighted_cells=[[1, 1], [1, 0]]))
+    assert sample == once
+    assert sample.meta["highlighted_cells"] == [[1, 1], [1, 0]]
+    assert sample.prompt.count("<cell> Rent") == 2  # once without titles, once with them (titles: both)
+    assert sample.meta["table"] == [["Show", "Rent"], ["Year", "2001"], ["page_title", "Ann Lee"],
+                                    ["section_title", "Stage"]]
+    assert [c.value for c in highlighted_subtable(row["table"], row["highlighted_cells"])] == ["Rent", "2001"]
+    full = linearise_full_table(row["table"], row["highlighted_cells"], None, None)
+    assert full.count("<highlighted_cell>") == 2
+
+
+def test_totto_bad_rows_are_skipped_and_counted_through_the_loader(tmp_path):
+    """The official jsonl read through datasets: a row with negative indices fails naming file, row and field, or
+    is dropped and counted under skip_bad_rows."""
+    good = [totto_row(example_id=str(i), table_page_title=f"Ann Lee {i}") for i in range(4)]
+    bad = totto_row(highlighted_cells=[[-1, -1]])
+    path = write_jsonl(tmp_path / "dev.jsonl", good[:2] + [bad] + good[2:])
+    counts = {"split_counts": {"train": 3, "val": 1, "test": 1}}
+    with pytest.raises(BadRowError, match=r"dev\.jsonl row 3: highlighted_cells\[0\] is \[-1, -1\] \(list\), not a "
+                                          r"\[row, column\] pair of integers >= 0; fix the data, or set skip_bad_rows"):
+        build("totto", data_files={"validation": path}, **counts)
+    pool = build("totto", data_files={"validation": path}, skip_bad_rows=True, **counts)
+    assert sum(sizes(pool)) == 4 and sum(pool.stats["skipped_rows"].values()) == 1
+    assert {s.meta["page_title"] for split in SPLITS for s in pool.splits[split]} == {f"Ann Lee {i}" for i in range(4)}
+
+
 # ---------------------------------------------------------------------------------------------
 # NarrativeQA
 # ---------------------------------------------------------------------------------------------
@@ -328,8 +443,11 @@ def test_iwslt2017_tst2016_both_directions(tmp_path):
     back = build("iwslt2017", **whole_slice(tmp_path, files, "test"), source_language="de", target_language="en")
     assert (back.splits["test"][0].prompt, back.splits["test"][0].references) == (
         f"translate German to English: {raw['de']}", (raw["en"],))
-    bare = build("iwslt2017", data_files=files, split_counts={"train": 1000, "val": 100, "test": 33}, prefix="")
-    assert sizes(bare) == [1000, 100, 33] and not bare.splits["test"][0].prompt.startswith("translate")
+    # 1133 segments, 1120 units: a sentence said in several talks ("Thank you.") is one unit, in one split
+    bare = build("iwslt2017", data_files=files, split_counts={"train": 987, "val": 100, "test": 33}, prefix="")
+    assert sizes(bare) == [990, 110, 33] and not bare.splits["test"][0].prompt.startswith("translate")
+    prompts = [{s.prompt for s in bare.splits[split]} for split in SPLITS]
+    assert not (prompts[0] & prompts[1] or prompts[0] & prompts[2] or prompts[1] & prompts[2])
     with pytest.raises(ValueError, match=r"the translation has the languages \['de', 'en'\]; source_language 'fr'"):
         build("iwslt2017", **whole_slice(tmp_path, files, "test"), source_language="fr")
 
@@ -459,12 +577,17 @@ def test_daily_dialog_original_files_acts_align_with_turns(tmp_path):
 
 
 def test_daily_dialog_resplit_cuts_by_dialogue():
+    """With one or two turns of context, dialogues share prompts ("Hello . <EOU>"): those are one unit (962 of
+    1000 dialogues), so no prompt is in two splits."""
     pool = build("daily_dialog", data_root=shared("dailydialog/validation"), context_turns=2, min_context_turns=1,
-                 split_counts={"train": 800, "val": 100, "test": 100})
-    assert sizes(pool) == [5721, 671, 677]
+                 split_counts={"train": 762, "val": 100, "test": 100})
+    assert sizes(pool) == [5532, 708, 829]
     dialogues = [{s.meta["dialogue_id"] for s in pool.splits[split]} for split in SPLITS]
-    assert list(map(len, dialogues)) == [800, 100, 100] and len(set.union(*dialogues)) == 1000
-    assert pool.splits["val"][0].prompt.endswith(" <EOU>") and digest(pool.splits["val"][0].prompt) == "4390625e9651a433"
+    assert list(map(len, dialogues)) == [796, 102, 102] and len(set.union(*dialogues)) == 1000
+    prompts = [{s.prompt for s in pool.splits[split]} for split in SPLITS]
+    assert not (prompts[0] & prompts[1] or prompts[0] & prompts[2] or prompts[1] & prompts[2])
+    assert pool.splits["val"][0].prompt.endswith(" <EOU>")
+    assert digest(pool.splits["val"][0].prompt) == "076b3620a4fd739a"
 
 
 def test_daily_dialog_hub_schema_and_misaligned_rows(tmp_path):
@@ -523,6 +646,90 @@ def test_a_custom_resplit_keeps_the_rows_of_one_prompt_in_one_split(tmp_path):
     unique = write_jsonl(tmp_path / "unique.jsonl", [{"q": f"question {i}", "a": f"answer {i}"} for i in range(10)])
     cut = build("custom", data_files={"train": unique}, fields=fields, split_counts={"train": 6, "val": 2, "test": 2})
     assert sizes(cut) == [6, 2, 2] and [s.prompt for s in cut.splits["test"]] == ["question 9", "question 6"]
+
+
+def article(i):
+    return {"id": f"cnn-{i}", "article": f"Story {i} : the council met on day {i} .", "highlights": f"Met on {i}."}
+
+
+@pytest.mark.parametrize("loader, row", [
+    ("cnn_dailymail", article),
+    ("iwslt2017", lambda i: {"translation": {"en": f"Hello {i} .", "de": f"Hallo {i} ."}}),
+    ("totto", lambda i: totto_row(table_page_title=f"Ann Lee {i}", example_id=str(i))),
+    ("narrative_qa", lambda i: nqa_row(i, ["Alice"])),
+])
+def test_every_loader_resplit_keeps_rows_that_share_a_prompt_in_one_split(tmp_path, caplog, loader, row):
+    """Every row written twice (a file appended to itself): each pair is one unit, so no test prompt is trained
+    on, as the custom loader's re-split does; both rows stay samples."""
+    path = write_jsonl(tmp_path / "rows.jsonl", [row(i) for i in range(12)] * 2)
+    with caplog.at_level("WARNING", logger="grueflow.data.sources"):
+        pool = build(loader, data_files={"validation": path}, split_counts={"train": 8, "val": 2, "test": 2})
+    prompts = [[s.prompt for s in pool.splits[split]] for split in SPLITS]
+    assert sizes(pool) == [16, 4, 4] and all(p.count(q) == 2 for p in prompts for q in p)
+    assert not (set(prompts[0]) & set(prompts[1]) or set(prompts[0]) & set(prompts[2]) or
+                set(prompts[1]) & set(prompts[2]))
+    assert write_datapool(pool, tmp_path / "pool")["train_test_prompt_overlap"] == 0
+    joined = ("the re-split joined 24 source units into 12, so that rows that share a prompt or a source_id stay in "
+              "one split; the largest group holds 2 units")
+    assert (joined in caplog.messages) == (loader != "narrative_qa")  # its units are stories, by document id already
+    with pytest.raises(DataError, match=r"^split_counts \{'train': 12, 'val': 6, 'test': 6\} ask for 24 units; the "
+                                        r"data has 12"):
+        build(loader, data_files={"validation": path}, split_counts={"train": 12, "val": 6, "test": 6})
+
+
+def test_rows_that_share_a_source_id_stay_in_one_split_and_are_counted_once_in_a_warning(tmp_path, caplog):
+    """Two versions of one article (one id, the text edited): kept, each a sample, in one split; one warning."""
+    rows = [article(i) for i in range(10)] + [{**article(3), "article": "Story 3 : the council met again ."}]
+    path = write_jsonl(tmp_path / "cnn.jsonl", rows)
+    with caplog.at_level("WARNING", logger="grueflow.data.sources"):
+        pool = build("cnn_dailymail", data_files={"validation": path}, split_counts={"train": 6, "val": 2, "test": 2})
+    where = [split for split in SPLITS for s in pool.splits[split] if s.meta["source_id"] == "cnn-3"]
+    assert sizes(pool) == [7, 2, 2] or sizes(pool) == [6, 3, 2] or sizes(pool) == [6, 2, 3]
+    assert len(where) == 2 and len(set(where)) == 1
+    assert caplog.messages == [
+        "the re-split joined 11 source units into 10, so that rows that share a prompt or a source_id stay in one "
+        "split; the largest group holds 2 units",
+        f"2 samples share their source_id with another sample of their split ({where[0]} 2; 1 ids, e.g. 'cnn-3'); "
+        "each is kept as its own sample"]
+    caplog.clear()
+    train, test = (write_jsonl(tmp_path / f"{name}.jsonl", [article(i) for i in range(3)]) for name in ("tr", "te"))
+    with caplog.at_level("WARNING", logger="grueflow.data.sources"):
+        build("cnn_dailymail", data_files={"train": train, "validation": test, "test": test})
+    assert caplog.messages == []  # ids shared across splits: stats.json's train_test_prompt_overlap counts those
+
+
+def test_an_n_above_what_a_split_holds_keeps_it_all_and_says_so(tmp_path, caplog):
+    """RL4LMs configs set a large n to mean all: kept, with one line per split that holds fewer."""
+    path = write_jsonl(tmp_path / "qa.jsonl", QA_ROWS)
+    with caplog.at_level("WARNING", logger="grueflow.data.sources"):
+        pool = build("custom", data_files={"train": path}, split_counts={"train": 4, "val": 1, "test": 1},
+                     n_train=5000, n_val=1, n_test=1000)
+    assert sizes(pool) == [4, 1, 1]
+    assert caplog.messages == ["n_train = 5000 asks for more samples than the train split holds: kept all 4",
+                               "n_test = 1000 asks for more samples than the test split holds: kept all 1"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="grueflow.data.sources"):
+        assert sizes(build("custom", data_files={"train": path}, split_counts={"train": 4, "val": 1, "test": 1},
+                           n_train=2)) == [2, 1, 1]
+    assert caplog.messages == []
+
+
+def test_a_custom_resplit_names_a_blank_prompt_before_it_counts_units(tmp_path):
+    """Blank prompts all strip to "": counted as one unit, they gave "ask for 8 units; the data has 1"."""
+    blank = write_jsonl(tmp_path / "blank.jsonl", [{"prompt": "   ", "references": [f"r{i}"]} for i in range(8)])
+    counts = {"split_counts": {"train": 4, "val": 2, "test": 2}}
+    with pytest.raises(BadRowError, match=r"^.*blank\.jsonl row 1: empty prompt \(prompt\); fix the data, or set "
+                                          r"skip_bad_rows: true"):
+        build("custom", data_files={"train": blank}, prefix="Q: ", **counts)
+    with pytest.raises(DataError, match=r"the train split is empty: its 4 source rows give no sample \(4 bad rows "
+                                        r"skipped\)"):
+        build("custom", data_files={"train": blank}, skip_bad_rows=True, **counts)
+    some = write_jsonl(tmp_path / "some.jsonl", QA_ROWS + [{"prompt": "\t", "references": ["x"]}])
+    with pytest.raises(BadRowError, match=r"some\.jsonl row 7: empty prompt \(prompt\)"):  # not the unit count
+        build("custom", data_files={"train": some}, split_counts={"train": 5, "val": 1, "test": 1})
+    pool = build("custom", data_files={"train": some}, split_counts={"train": 3, "val": 2, "test": 2},
+                 skip_bad_rows=True)
+    assert sum(sizes(pool)) == 6 and sum(pool.stats["skipped_rows"].values()) == 1
 
 
 def test_missing_files_splits_and_bad_args_are_named(tmp_path):
@@ -604,8 +811,8 @@ def test_stats_count_the_prompts_shared_by_train_and_test(tmp_path):
 
 
 def nqa_row(i, answers):
-    return {"document": {"id": f"d{i}", "summary": {"text": "Alice met Bob."}}, "question": {"text": "Who?"},
-            "answers": answers}
+    return {"document": {"id": f"d{i}", "summary": {"text": f"Alice met Bob {i} times."}},
+            "question": {"text": "Who?"}, "answers": answers}
 
 
 def test_narrative_qa_answers_as_strings_or_text_items(tmp_path):
