@@ -352,6 +352,10 @@ class GenerationConfig:
     decoder start token, so one new token fewer. :meth:`min_new` turns either into new tokens for a model
     kind; a file gives one of the two, not both.
 
+    ``do_sample`` left out means sampling (grueflow's default: RL draws its rollouts), not ``generate``'s greedy
+    default; with ``num_beams`` > 1 it must be given, since RL4LMs' evaluation blocks leave it out to mean beam
+    search and would otherwise sample.
+
     ``num_beams`` > 1 is beam search (beam sampling with ``do_sample``), where ``length_penalty``
     (the exponent of the length a beam's log-probability is divided by) and ``early_stopping``
     (``true``, ``false`` or ``"never"``) apply; they are refused without beams. ``top_k`` (0: off), ``top_p``
@@ -371,7 +375,7 @@ class GenerationConfig:
     max_new_tokens: int = 16
     min_new_tokens: Optional[int] = None
     min_length: Optional[int] = None
-    do_sample: bool = True
+    do_sample: Optional[bool] = None  # None: not given; True after __post_init__ (see the class)
     top_k: int = 0
     top_p: float = 1.0
     temperature: float = 1.0
@@ -383,6 +387,11 @@ class GenerationConfig:
     post_processing: Optional[str] = None
 
     def __post_init__(self) -> None:
+        if self.do_sample is None:
+            check(self.num_beams == 1, f"num_beams = {self.num_beams} without do_sample: give do_sample: false for "
+                                       f"beam search (what transformers and RL4LMs do when it is left out) or true "
+                                       f"for beam sampling")
+            object.__setattr__(self, "do_sample", True)
         check(self.max_new_tokens > 0, f"max_new_tokens must be > 0, got {self.max_new_tokens}")
         check_size("max_new_tokens", self.max_new_tokens, MAX_TOKENS)
         check(self.min_new_tokens is None or self.min_length is None,

@@ -401,3 +401,24 @@ def test_the_strict_loader_reads_every_shipped_params_file_as_the_safe_loader_do
     with pytest.raises(ConfigError, match=r"n\.yaml: line 2, column 9: not valid YAML: -010 is an octal number in "
                                           r"YAML 1\.1 \(-8\); write -10, or '-010' for a string$"):
         read_yaml(tmp_path / "n.yaml")
+
+
+@pytest.mark.parametrize("given, do_sample", [
+    ({"max_new_tokens": 8}, True),  # grueflow's default: sampling
+    ({"max_new_tokens": 8, "do_sample": False, "num_beams": 4}, False),  # beam search
+    ({"max_new_tokens": 8, "do_sample": True, "num_beams": 4}, True),  # beam sampling
+])
+def test_do_sample_left_out_samples_and_is_recorded_as_given(given, do_sample):
+    from grueflow.config import GenerationConfig
+
+    gen = parse(GenerationConfig, given, "task.yaml: eval_generation")
+    assert gen.do_sample is do_sample and to_dict(gen)["do_sample"] is do_sample
+
+
+def test_beams_without_do_sample_are_refused_as_rl4lms_eval_blocks_mean_beam_search():
+    from grueflow.config import GenerationConfig
+
+    with pytest.raises(ConfigError) as err:  # RL4LMs' common_gen/t5_ppo evaluation block, as it is written there
+        parse(GenerationConfig, {"max_new_tokens": 20, "min_length": 5, "num_beams": 5}, "task.yaml: eval_generation")
+    assert ("task.yaml: eval_generation: num_beams = 5 without do_sample: give do_sample: false for beam search "
+            "(what transformers and RL4LMs do when it is left out) or true for beam sampling") in str(err.value)

@@ -71,7 +71,7 @@ def test_rollout_sampler_applies_the_repetition_settings_as_generate_does(tiny_m
 
 
 def test_rollouts_and_preference_pairs_refuse_beam_search():
-    gen = {"max_new_tokens": 8, "num_beams": 2}
+    gen = {"max_new_tokens": 8, "num_beams": 2, "do_sample": True}
     with pytest.raises(ConfigError, match=r"pairs.yaml: generation: num_beams must be 1, got 2: .* pairs are made "
                                           r"of sampled completions"):
         parse(PreferencesConfig, {"generation": gen}, "pairs.yaml:")
