@@ -53,6 +53,29 @@ def _drop(summary: dict[str, Any], key: str) -> None:
             del node[part]
 
 
+def _live() -> type:
+    """DVCLive's ``Live``, working in a git repository without a commit as it does outside git.
+
+    DVCLive asks git for the current commit, to name an experiment, before it checks that there is one, and
+    fails in a fresh ``git init``; grueflow saves no DVCLive experiment, so there it takes DVCLive's own path
+    for a folder without git (no experiment rev, the default ``dvc.yaml`` name, which it never writes).
+    """
+    from dvclive import Live
+    from dvclive.dvc import get_exp_name
+    from scmrepo.exceptions import SCMError
+
+    class _Live(Live):  # type: ignore[misc]
+        def _init_dvc(self) -> None:
+            try:
+                super()._init_dvc()
+            except SCMError:
+                self._dvc_repo = None
+                self._exp_name = get_exp_name(self._exp_name, None, self._baseline_rev)
+                self._dvc_file = self._init_dvc_file()
+
+    return _Live
+
+
 class RunTracker:
     """Logs curve rows of one training run to DVCLive in ``folder`` (and TensorBoard in ``tensorboard``).
 
@@ -63,10 +86,8 @@ class RunTracker:
 
     def __init__(self, folder: Path, step_key: str, wall_clock: Iterable[str] = (),
                  tensorboard: Path | None = None) -> None:
-        from dvclive import Live
-
         self.folder, self.step_key, self.wall_clock = Path(folder), step_key, tuple(wall_clock)
-        self.live = Live(dir=str(self.folder), resume=False, report=None, save_dvc_exp=False, dvcyaml=None)
+        self.live = _live()(dir=str(self.folder), resume=False, report=None, save_dvc_exp=False, dvcyaml=None)
         self.writer = None
         if tensorboard is not None:
             try:

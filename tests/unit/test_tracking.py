@@ -67,3 +67,16 @@ def test_grue_chart_is_a_png_with_one_panel_per_task_and_metric(tmp_path):
     first = (tmp_path / "chart.png").read_bytes()
     plots.grue_chart(table, {"sentiment": ["lexical/bleu"], "concepts": []}, tmp_path / "chart.png")
     assert (tmp_path / "chart.png").read_bytes() == first  # no timestamp in the file
+
+
+def test_a_git_repository_without_a_commit_is_tracked_as_a_folder_without_git(tmp_path, monkeypatch):
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    monkeypatch.chdir(tmp_path)
+    with RunTracker(tmp_path / "live", "iteration") as tracker:
+        tracker.log({"iteration": 1, "reward/task": 0.5})
+        tracker.log({"iteration": 2, "reward/task": 0.75})
+    assert json.loads((tmp_path / "live" / "metrics.json").read_text())["reward"]["task"] == 0.75
+    rows = pd.read_csv(tmp_path / "live" / "plots" / "metrics" / "reward" / "task.tsv", sep="\t")
+    assert rows["task"].tolist() == [0.5, 0.75]
