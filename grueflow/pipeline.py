@@ -25,6 +25,7 @@ the repository root. A DVC stage renders them by binding each wildcard to its gr
 from __future__ import annotations
 
 import argparse
+import difflib
 import hashlib
 import os
 import re
@@ -41,6 +42,7 @@ from grueflow import codedeps, plugins
 ROOT = codedeps.ROOT
 DVC_YAML = "dvc.yaml"
 COMMAND = "python -m grueflow.pipeline dvc --write"
+DIFF_LINES = 12  # of the unified diff --check prints when dvc.yaml is not the generated file
 
 # a DVC grid axis -> the params/suite.yaml list it iterates over
 AXES = {"task": "tasks", "algorithm": "algorithms", "seed": "seeds", "method": "preference_methods"}
@@ -694,8 +696,15 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.write:
         write_atomically(path, text)
     elif args.check:
-        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        found = path.read_text(encoding="utf-8") if path.is_file() else ""
+        if found != text:
             print(f"{path} is not the generated file; regenerate it with `{COMMAND}`", file=sys.stderr)
+            if found:  # what generating it would change (a dep from a task file, a stage's params keys)
+                diff = list(difflib.unified_diff(found.splitlines(), text.splitlines(), "dvc.yaml", "generated",
+                                                 n=0, lineterm=""))
+                shown = diff[:DIFF_LINES] + ([f"... and {len(diff) - DIFF_LINES} more lines"]
+                                            if len(diff) > DIFF_LINES else [])
+                print("\n".join(shown), file=sys.stderr)
             return 1
     else:
         sys.stdout.write(text)

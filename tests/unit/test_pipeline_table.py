@@ -247,3 +247,18 @@ def test_a_local_input_is_a_file_or_folder_that_is_neither_an_output_nor_the_pro
     assert scorer_files(task, tmp_path) == ["lexicon.txt", "models/judge"]
     assert scorer_files(task, tmp_path, ("reward",)) == ["lexicon.txt"]  # a method's own reward, overridden
     assert datapool_files(task, tmp_path) == ["models/judge"]
+
+
+def test_check_names_the_lines_a_stale_dvc_yaml_differs_in(tmp_path, monkeypatch, capsys):
+    text = pipeline.dvc_yaml()
+    stale = text.replace("      - params\n", "      - params\n      - data/gone.jsonl\n", 1)
+    assert stale != text
+    (tmp_path / pipeline.DVC_YAML).write_text(stale, encoding="utf-8")
+    monkeypatch.setattr(pipeline, "ROOT", tmp_path)
+    monkeypatch.setattr(pipeline, "dvc_yaml", lambda: text)
+    assert pipeline.main(["dvc", "--check"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"{tmp_path / 'dvc.yaml'} is not the generated file; regenerate it with `{pipeline.COMMAND}`"
+    assert "-      - data/gone.jsonl" in err
+    (tmp_path / pipeline.DVC_YAML).write_text(text, encoding="utf-8")
+    assert pipeline.main(["dvc", "--check"]) == 0
