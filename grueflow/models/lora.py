@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -19,6 +20,8 @@ from grueflow.config import ConfigError, LoraConfig
 from grueflow.models import model_kind
 
 ADAPTER_FILE = "adapter_model.safetensors"  # what peft's save_pretrained writes
+
+log = logging.getLogger(__name__)
 
 
 def _peft() -> Any:
@@ -60,11 +63,29 @@ def with_lora(model: Any, cfg: LoraConfig) -> Any:
     peft_cfg = peft.LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=target,
                                task_type=task_type, fan_in_fan_out=model.config.model_type == "gpt2")
     try:
-        return peft.get_peft_model(model, peft_cfg)
+        wrapped = peft.get_peft_model(model, peft_cfg)
     except ValueError as err:  # e.g. a target module of a kind peft cannot adapt, or no default for the architecture
         reason = " ".join(str(err).split()).rstrip(".")
         raise ConfigError(f"cannot add LoRA adapters to {model.config.model_type}: {reason}; its linear layers are "
                           f"named: {layers}: give some of those as lora.target_modules") from None
+    _warn_rank_above_width(wrapped, cfg)
+    return wrapped
+
+
+def _warn_rank_above_width(model: Any, cfg: LoraConfig) -> None:
+    """Warn when ``lora.r`` exceeds the rank an adapted layer can have (``min(in, out)``): the update ``B A`` then
+    has that layer's rank at most, while the scale ``alpha / r`` still divides by ``r``, so the adapter moves the
+    model less than its settings suggest (a large ``r`` with a small ``alpha`` can make training a no-op)."""
+    from peft.tuners.lora import LoraLayer
+
+    widths = {name.split(".")[-1]: min(m.in_features, m.out_features)
+              for name, m in model.named_modules() if isinstance(m, LoraLayer)}
+    narrow = {name: width for name, width in widths.items() if width < cfg.r}
+    if narrow:
+        shown = ", ".join(f"{name} {width}" for name, width in sorted(narrow.items()))
+        log.warning("lora.r = %d exceeds the rank of adapted layers (min(in, out): %s): their update has at most "
+                    "that rank, and the scale alpha / r = %.3g shrinks it; lower r to at most %d", cfg.r, shown,
+                    cfg.alpha / cfg.r, min(narrow.values()))
 
 
 def _linear_layer_names(model: Any) -> list[str]:

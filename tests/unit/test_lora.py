@@ -6,7 +6,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from grueflow.config import ConfigError, GenerationConfig, RewardConfig, SupervisedConfig
+from grueflow.config import ConfigError, GenerationConfig, LoraConfig, RewardConfig, SupervisedConfig
 from grueflow.data import DATAPOOLS
 from grueflow.metrics import MetricContext
 from grueflow.metrics.reward import Reward
@@ -160,3 +160,18 @@ def test_a_lora_warm_start_moves_only_adapters_and_saves_merged(tiny_models, tmp
     merged(policy.model).save_pretrained(tmp_path)
     plain, _ = load_pretrained(tmp_path)
     assert not is_lora(plain)
+
+
+def test_a_rank_above_an_adapted_layers_width_is_warned_about_with_the_width(tiny_models, caplog):
+    model = AutoModelForCausalLM.from_pretrained(tiny_models["causal"])
+    width = model.config.n_embd  # c_attn: n_embd -> 3 n_embd
+    with caplog.at_level("WARNING", logger="grueflow.models.lora"):
+        with_lora(model, parse(LoraConfig, {"r": 4 * width, "alpha": 0.5, "target_modules": ["c_attn"]}, "m:"))
+    assert (f"lora.r = {4 * width} exceeds the rank of adapted layers (min(in, out): c_attn {width}): their "
+            f"update has at most that rank, and the scale alpha / r = {0.5 / (4 * width):.3g} shrinks it; lower r "
+            f"to at most {width}") in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="grueflow.models.lora"):
+        with_lora(AutoModelForCausalLM.from_pretrained(tiny_models["causal"]),
+                  parse(LoraConfig, {"r": width, "target_modules": ["c_attn"]}, "m:"))
+    assert "exceeds the rank" not in caplog.text
