@@ -62,17 +62,24 @@ class Datapool:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
+def prompt_key(prompt: str) -> str:
+    """What makes two prompts one for leakage between splits: their text with case folded and runs of whitespace
+    made one space, so that ``"Review 3  was fine"`` and ``"REVIEW 3 was fine"`` are never one in train and the
+    other in test."""
+    return " ".join(prompt.casefold().split())
+
+
 def write_datapool(pool: Datapool, out_dir: str | Path) -> dict[str, Any]:
     """Write ``<split>.jsonl`` and ``unlabelled.txt``; return the stats (written to ``stats.json`` too).
 
-    ``train_test_prompt_overlap`` counts the distinct prompts found in both train and test: a test sample whose
-    prompt was trained on scores what the model memorised.
+    ``train_test_prompt_overlap`` counts the distinct prompts found in both train and test (compared by
+    :func:`prompt_key`): a test sample whose prompt was trained on scores what the model memorised.
     """
     out_dir = Path(out_dir)
     for split in SPLITS:
         io.write_jsonl(out_dir / f"{split}.jsonl", (s.to_json() for s in pool.splits[split]))
     io.write_text(out_dir / UNLABELLED, "\n".join(pool.unlabelled) + "\n")
-    overlap = {s.prompt for s in pool.splits["train"]} & {s.prompt for s in pool.splits["test"]}
+    overlap = {prompt_key(s.prompt) for s in pool.splits["train"]} & {prompt_key(s.prompt) for s in pool.splits["test"]}
     stats: dict[str, Any] = {"unlabelled_lines": len(pool.unlabelled), "train_test_prompt_overlap": len(overlap),
                              **pool.stats}
     for split in SPLITS:

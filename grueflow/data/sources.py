@@ -11,9 +11,9 @@ the public test set has no references). Where only one split exists locally (a d
 ``split_fractions`` or ``split_counts`` pool the units of every source split, shuffle them with
 ``seed`` and cut train, val and test in that order, so a suite can run on one file. The cut is by
 unit, so a CommonGen concept set, a DailyDialog dialogue or a NarrativeQA story never lands in two
-splits, and units whose Samples share a prompt (or a ``source_id``: a row written twice) are one unit, each row
-still its own Sample, so a test prompt is never trained on; ``split_counts`` count those units. A split that
-cannot be found is an error, never a silently empty split. Train and test never
+splits, and units whose Samples share a prompt (case and whitespace aside) or a ``source_id`` (a row written
+twice) are one unit, each row still its own Sample, so a test prompt is never trained on; ``split_counts`` count
+those units. A split that cannot be found is an error, never a silently empty split. Train and test never
 read one source split or one file (``data_files`` compared as files, links resolved): every test
 score would be on training data. Val may read train's source (``source_splits: {val: train}``, where
 the data has no validation split); a re-split refuses a file named twice in ``data_files``, whose rows
@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from grueflow.config import MAX_COUNT, check_size
 from grueflow.data.hub import load_splits, one_file
-from grueflow.data.sample import SPLITS, Datapool, Sample
+from grueflow.data.sample import SPLITS, Datapool, Sample, prompt_key
 from grueflow.io import DataError
 
 log = logging.getLogger(__name__)
@@ -251,12 +251,12 @@ def prompt_groups(units: list[Unit], to_rows: Callable[[Unit], list[Row]], skip_
 
 
 def row_keys(row: Row) -> list[tuple[str, Any]]:
-    """What ties a Row to the others of its group: its prompt, and its ``meta['source_id']`` when that is a string
-    or an integer."""
+    """What ties a Row to the others of its group: its prompt (:func:`~grueflow.data.sample.prompt_key`: case and
+    whitespace aside), and its ``meta['source_id']`` when that is a string or an integer."""
     source_id = row.meta.get("source_id")
     if isinstance(source_id, (str, int)) and not isinstance(source_id, bool):
-        return [("prompt", row.prompt), ("source_id", source_id)]
-    return [("prompt", row.prompt)]
+        return [("prompt", prompt_key(row.prompt)), ("source_id", source_id)]
+    return [("prompt", prompt_key(row.prompt))]
 
 
 def group_rows(group: Unit) -> list[Row]:

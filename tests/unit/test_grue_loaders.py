@@ -732,6 +732,24 @@ def test_a_custom_resplit_names_a_blank_prompt_before_it_counts_units(tmp_path):
     assert sum(sizes(pool)) == 6 and sum(pool.stats["skipped_rows"].values()) == 1
 
 
+def test_prompts_that_differ_in_case_or_spacing_alone_stay_in_one_split_and_count_as_overlap(tmp_path):
+    from dataclasses import replace
+
+    from grueflow.data.sample import write_datapool
+
+    variants = ("review number {i} was fine", "review number {i}  was fine", "REVIEW NUMBER {i} WAS FINE")
+    rows = [{"prompt": v.format(i=i), "references": [f"r{i}"]} for i in range(12) for v in variants]
+    pool = build("custom", data_files={"train": write_jsonl(tmp_path / "dup.jsonl", rows)},
+                 split_counts={"train": 6, "val": 2, "test": 4}, seed=0)
+    keys = {split: {" ".join(s.prompt.casefold().split()) for s in pool.splits[split]} for split in pool.splits}
+    assert not keys["train"] & keys["test"] and not keys["train"] & keys["val"] and not keys["val"] & keys["test"]
+    assert [len(pool.splits[s]) for s in ("train", "val", "test")] == [18, 6, 12]  # each prompt's 3 rows together
+    first = pool.splits["train"][0]
+    leaked = {**pool.splits, "test": [*pool.splits["test"], replace(first, prompt=f"  {first.prompt.upper()} ")]}
+    stats = write_datapool(replace(pool, splits=leaked), tmp_path / "out")
+    assert stats["train_test_prompt_overlap"] == 1
+
+
 def test_missing_files_splits_and_bad_args_are_named(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"\['/nowhere/tst\.jsonl'\] do not exist"):
         build("iwslt2017", data_files={"test": "/nowhere/tst.jsonl"})
