@@ -10,6 +10,7 @@ from grueflow import postprocess
 from grueflow.config import REWARD_KEY, GenerationConfig, MetricSpec, RewardConfig, typed_args
 from grueflow.data import Sample
 from grueflow.hub import HubUnreachableError
+from grueflow.io import rounded
 from grueflow.metrics import (METRICS, TOKENS_KEY, MetricContext, MetricUnavailableError, check_meta, check_result,
                               nanmean)
 from grueflow.metrics.reward import Reward, describe_nonfinite
@@ -153,4 +154,4 @@ class Scorer:
 
 
 def _finite(value: float) -> float | None:
-    return round(float(value), 6) if value is not None and math.isfinite(value) else None
+    return rounded(float(value)) if value is not None and math.isfinite(value) else None

@@ -234,10 +234,10 @@ def to_nested(table: pd.DataFrame) -> dict[str, Any]:
     """``{task: {method: {metric: value}}}`` (for ``dvc metrics diff``) plus ``grue_score``; NaN dropped."""
     nested: dict[str, Any] = {}
     for row in table.to_dict("records"):
-        values = {k: round(v, 6) for k, v in row.items()
+        values = {k: io.rounded(v) for k, v in row.items()
                   if k not in ("task", "method") and isinstance(v, (int, float)) and not math.isnan(v)}
         nested.setdefault(row["task"], {})[row["method"]] = values
-    nested["grue_score"] = {m: round(v, 6) for m, v in grue_scores(table).items() if not math.isnan(v)}
+    nested["grue_score"] = {m: io.rounded(v) for m, v in grue_scores(table).items() if not math.isnan(v)}
     return nested
 
 

@@ -16,6 +16,7 @@ import errno
 import glob
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -55,6 +56,19 @@ class DataError(ValueError):
 
 class MissingDataError(DataError, FileNotFoundError):
     """An input file or folder that does not exist (still a FileNotFoundError for callers that expect one)."""
+
+
+RESULT_DECIMALS = 6  # the least a written result keeps: decimals, or significant digits for |value| < 0.1
+
+
+def rounded(value: float) -> float:
+    """``value`` as result files write it: to :data:`RESULT_DECIMALS` decimals, or to as many significant digits
+    when that keeps more (|value| < 0.1), so that a small value (a KL of 3e-7, a learning rate) is never written as
+    0 while larger ones keep their 6 decimals."""
+    if value == 0 or not math.isfinite(value):
+        return value
+    decimals = max(RESULT_DECIMALS, RESULT_DECIMALS - 1 - math.floor(math.log10(abs(value))))
+    return round(value, decimals)
 
 
 def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:

@@ -47,7 +47,7 @@ from grueflow import checkpoints, postprocess
 from grueflow.config import GenerationConfig
 from grueflow.data import Sample
 from grueflow.distributed import DataParallel
-from grueflow.io import atomic_dir
+from grueflow.io import atomic_dir, rounded
 from grueflow.metrics import TOKENS_KEY
 from grueflow.metrics.reward import Reward, describe_nonfinite
 from grueflow.models import load_pretrained
@@ -557,7 +557,7 @@ class RLTrainer:
         }
         if self.parallel.enabled:  # the curve of the whole rollout: each value averaged over the processes
             row = {**dict(zip(row, self.parallel.mean(row.values()))), "iteration": self.state.iteration}
-        self.state.curve.append({k: round(v, 6) for k, v in row.items()})
+        self.state.curve.append({k: rounded(v) for k, v in row.items()})
         return row
 
     def train(self, checkpoint: Callable[["RLTrainer"], None] | None = None,

@@ -318,3 +318,26 @@ def test_a_killed_writers_leftover_symlink_is_unlinked_and_what_it_points_to_kep
     assert sorted(remove_leftovers(tmp_path / "seed0")) == sorted([aside, gone])
     assert not os.path.lexists(aside) and not os.path.lexists(gone)
     assert (target / "model.safetensors").read_bytes() == b"w" * 8
+
+
+@pytest.mark.parametrize("value, written", [
+    (30.7123456, 30.712346),  # 6 decimals
+    (0.0123456789, 0.0123457),  # below 0.1: 6 significant digits, more than 6 decimals keep
+    (3e-7, 3e-7), (-1.23456789e-9, -1.23457e-9),  # never written as 0
+    (0.0, 0.0), (123456.1234567, 123456.123457), (7, 7),
+])
+def test_results_keep_6_decimals_or_6_significant_digits_whichever_keeps_more(value, written):
+    from grueflow.io import rounded
+
+    assert rounded(value) == written
+
+
+def test_the_grue_table_json_keeps_small_values_apart():
+    import pandas as pd
+
+    from grueflow.grue import to_nested
+
+    table = pd.DataFrame([{"task": "t", "method": "ppo", "reward": 3e-7, "normalised_score": 1.0},
+                          {"task": "t", "method": "zero_shot", "reward": 1e-7, "normalised_score": 0.0}])
+    nested = to_nested(table)
+    assert nested["t"]["ppo"]["reward"] == 3e-7 and nested["t"]["zero_shot"]["reward"] == 1e-7
