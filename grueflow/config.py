@@ -354,7 +354,9 @@ class GenerationConfig:
 
     ``do_sample`` left out means sampling (grueflow's default: RL draws its rollouts), not ``generate``'s greedy
     default; with ``num_beams`` > 1 it must be given, since RL4LMs' evaluation blocks leave it out to mean beam
-    search and would otherwise sample.
+    search and would otherwise sample. ``top_k`` defaults to 0 (the full distribution, whose log-probabilities
+    RL's ratios and KL are taken under), not ``generate``'s 50: an RL4LMs config that samples without ``top_k``
+    meant 50 and must say so.
 
     ``num_beams`` > 1 is beam search (beam sampling with ``do_sample``), where ``length_penalty``
     (the exponent of the length a beam's log-probability is divided by) and ``early_stopping``
