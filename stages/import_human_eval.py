@@ -39,11 +39,12 @@ def main() -> None:
                 f"leave --key {args.key} out")
     key = hb.read_key(args.key, batch, args.legacy_key) if batch.kind == "pairwise" else None
     files = answer_files(args.answers)
-    answers = results.latest_answers(a for f in files for a in results.read_answers(f, batch))
+    answers = results.latest_answers(a for f in files for a in results.read_answer_file(f, batch))
     task = args.task or batch.criteria_set
-    agreement = results.agreement(batch, answers)
+    agreement = results.agreement(batch, answers, key)
     with atomic_dir(args.out) as tmp:
-        write_jsonl(tmp / "answers.jsonl", [{"annotator": a.annotator, "item_id": a.item_id, "answer": dict(a.values)}
+        write_jsonl(tmp / "answers.jsonl", [{"annotator": a.annotator, "item_id": a.item_id, "answer": dict(a.values),
+                                             **({"at": a.at.isoformat()} if a.at is not None else {})}
                                             for a in answers])
         write_json(tmp / "agreement.json", agreement)
         if batch.kind == "likert":

@@ -2,7 +2,8 @@
 
 A line is ``{"annotator", "item_id", "answer", "at"}``: ``answer`` is ``{criterion: score}`` (Likert,
 integers in [1, 5]) or ``{"choice": "A" | "B" | "tie"}`` (pairwise); ``at`` is the UTC time it was saved.
-Several annotators share one file; the last line of an (annotator, item) pair is their answer.
+Several annotators share one file; the last line of an (annotator, item) pair is their answer (lines are
+appended in the order answers are given, so within one file a later line is a later answer).
 
 Appending holds a lock (a thread lock within one server, ``flock`` across processes, so two
 annotators' servers may share a file), writes the whole line with one ``write`` and ``fsync``\\ s before
@@ -21,7 +22,7 @@ import logging
 import os
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -44,12 +45,42 @@ class AnswerError(ValueError):
 
 
 @dataclass(frozen=True)
+class Source:
+    """Where an answer was read: ``file`` and ``place`` in it (``answer 3``, ``row 5``). ``order`` is the answer's
+    position in an append-only answers file (the page's), where a later line is a later answer; ``None`` where the
+    file's order says nothing about time (a platform's results CSV)."""
+
+    file: str
+    place: str
+    order: int | None = None
+
+    def __str__(self) -> str:
+        return f"{self.file} {self.place}"
+
+
+@dataclass(frozen=True)
 class Answer:
-    """One annotator's answer to one item (values as in the module docstring)."""
+    """One annotator's answer to one item (values as in the module docstring). ``at`` (UTC, timezone-aware) and
+    ``source`` say when and where it was given, where known; they order repeated answers and take no part in
+    equality."""
 
     annotator: str
     item_id: str
     values: Mapping[str, Any]
+    at: dt.datetime | None = field(default=None, compare=False)
+    source: Source | None = field(default=None, compare=False)
+
+
+def parse_at(value: Any) -> dt.datetime | None:
+    """An answer's ``at`` (ISO 8601; a time without a zone is UTC, as the page writes UTC) as an aware UTC time;
+    ``None`` where it is absent or not such a time."""
+    if not isinstance(value, str):
+        return None
+    try:
+        at = dt.datetime.fromisoformat(value.strip())
+    except ValueError:
+        return None
+    return at.replace(tzinfo=dt.timezone.utc) if at.tzinfo is None else at.astimezone(dt.timezone.utc)
 
 
 def check_annotator(name: Any) -> str:

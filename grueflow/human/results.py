@@ -14,9 +14,12 @@ Confidence intervals:
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import html
 import logging
 import math
+import re
+import unicodedata
 from collections import defaultdict
 from itertools import permutations
 from pathlib import Path
@@ -24,7 +27,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from grueflow import io
 from grueflow.human.agreement import cohen_kappa, fleiss_kappa, krippendorff_alpha
-from grueflow.human.answers import Answer, AnswerError, check_annotator, check_answer, read_answer_lines
+from grueflow.human.answers import (Answer, AnswerError, Source, check_annotator, check_answer, parse_at,
+                                    read_answer_lines)
 from grueflow.human.batch import Batch, prompt_of
 from grueflow.human.templates import CHOICE_FIELD
 
@@ -36,38 +40,108 @@ TABLE_COLUMNS = ("kind", "task", "method", "measure", "n", "n_judgments", "ties"
 
 
 def read_answers(path: str | Path, batch: Batch) -> list[Answer]:
-    """Answers from the page's ``.jsonl`` or a platform's results ``.csv``; the last answer of each
-    (annotator, item) wins. Every answer is checked against the batch as the page checks it."""
+    """Answers from the page's ``.jsonl`` or a platform's results ``.csv``, one per (annotator, item): the latest
+    (see :func:`latest_answers`). Every answer is checked against the batch as the page checks it."""
+    return latest_answers(read_answer_file(path, batch))
+
+
+def read_answer_file(path: str | Path, batch: Batch) -> list[Answer]:
+    """Every answer in the page's ``.jsonl`` or a platform's results ``.csv``, in file order, each with its time
+    (``at``; MTurk's ``SubmitTime``) where the file gives one and its :class:`Source`."""
     path = Path(path)
     if not path.is_file():
         raise io.MissingDataError(f"answers file {path} does not exist; give the page's .jsonl or a results .csv")
     if path.suffix.lower() == ".csv":
-        return latest_answers(read_platform_csv(path, batch))
+        return read_platform_csv(path, batch)
     records = read_answer_lines(path)
     if not records:
         raise io.DataError(f"{path}: has no answers; give the file the annotation page wrote after annotators "
                            f"worked, or leave it out")
-    answers = []
+    answers, untimed = [], []
     for number, record in enumerate(records, start=1):
         try:
-            answers.append(Answer(check_annotator(record["annotator"]), record["item_id"],
-                                  check_answer(batch, record["item_id"], record["answer"])))
+            answer = Answer(check_annotator(record["annotator"]), record["item_id"],
+                            check_answer(batch, record["item_id"], record["answer"]), parse_at(record.get("at")),
+                            Source(str(path), f"answer {number}", order=number))
         except AnswerError as err:
             raise io.DataError(f"{path}: answer {number}: {err}") from None
-    return latest_answers(answers)
+        if answer.at is None and record.get("at") is not None:
+            untimed.append(f"answer {number}: at {record['at']!r}")
+        answers.append(answer)
+    if untimed:
+        log.warning("%s: %d answer(s) have an 'at' that is not an ISO 8601 time (first: %s); their time is unknown, "
+                    "so a different answer to the same item in another file is refused", path, len(untimed), untimed[0])
+    return answers
 
 
 def latest_answers(answers: Iterable[Answer]) -> list[Answer]:
-    latest = {(a.annotator, a.item_id): a for a in answers}
-    return list(latest.values())
+    """One answer per (annotator, item), in the order pairs first appear: the latest by time (``at``, MTurk's
+    ``SubmitTime``); within one page answers file, where times are equal or missing, the later line.
+
+    Repeats with the same values are harmless and counted in one log line. Two different answers that nothing
+    orders (a time missing or equal, and not two lines of one page file) are a DataError naming both, since
+    keeping either one could silently revert the annotator's answer (an old copy of an answers file, or a row
+    edited by hand)."""
+    groups: dict[tuple[str, str], list[Answer]] = {}
+    for answer in answers:
+        groups.setdefault((answer.annotator, answer.item_id), []).append(answer)
+    kept, copies, replaced = [], 0, 0
+    for group in groups.values():
+        winner = _latest(group)
+        kept.append(winner)
+        copies += sum(a is not winner and a.values == winner.values for a in group)
+        replaced += sum(a.values != winner.values and not _same_log(a, winner) for a in group)
+    if copies or replaced:
+        log.log(logging.WARNING if replaced else logging.INFO,
+                "answers given more than once by one annotator to one item: %d identical repeat(s) counted once, "
+                "%d older answer(s) from another file or row replaced by a later one (by time)", copies, replaced)
+    return kept
+
+
+def _latest(group: Sequence[Answer]) -> Answer:
+    """The answer of one (annotator, item) that every different answer is known to precede (see latest_answers)."""
+    if len(group) == 1:
+        return group[0]
+    winners = [w for w in group if all(a.values == w.values or _earlier(a, w) for a in group)]
+    if winners:
+        return max(reversed(winners), key=_time_key)  # identical winners: the one with the latest known time
+    last = max(reversed(group), key=_time_key)
+    other = next(a for a in group if a.values != last.values and not _earlier(a, last))
+    raise io.DataError(f"annotator {last.annotator!r} gave item {last.item_id} two different answers that no "
+                       f"time orders: {dict(other.values)} ({_where(other)}) and {dict(last.values)} "
+                       f"({_where(last)}); remove the one that is not their answer (an old copy of an answers file, "
+                       f"or a row edited by hand?) and import again")
+
+
+def _earlier(a: Answer, b: Answer) -> bool:
+    """Whether ``a`` is known to have been given before ``b``: by their times, or else by line order in one page
+    answers file (appended as answers are given)."""
+    if a.at is not None and b.at is not None and a.at != b.at:
+        return a.at < b.at
+    return _same_log(a, b) and a.source.order < b.source.order
+
+
+def _same_log(a: Answer, b: Answer) -> bool:
+    return (a.source is not None and b.source is not None and a.source.file == b.source.file
+            and a.source.order is not None and b.source.order is not None)
+
+
+def _time_key(answer: Answer) -> tuple[bool, dt.datetime]:
+    return answer.at is not None, answer.at or _NO_TIME
+
+
+def _where(answer: Answer) -> str:
+    where = str(answer.source) if answer.source is not None else "source unknown"
+    return f"{where}, {'at ' + answer.at.isoformat() if answer.at is not None else 'no time'}"
 
 
 def read_platform_csv(path: str | Path, batch: Batch) -> list[Answer]:
-    """A platform's results CSV (MTurk: ``WorkerId``, ``Input.<column>``, ``Answer.<field>``).
+    """A platform's results CSV (MTurk: ``WorkerId``, ``Input.<column>``, ``Answer.<field>``, ``SubmitTime``).
 
     Rows are matched to items by ``Input.item_id``, and every ``Input.<column>`` the batch has must equal
     the item's text (the CSV values were HTML-escaped for upload; they are unescaped here), so a results
-    file from another batch is refused. Rows with ``AssignmentStatus`` ``Rejected`` are left out.
+    file from another batch is refused. Rows with ``AssignmentStatus`` ``Rejected`` are left out. Each answer
+    carries the row's ``SubmitTime`` (see :func:`submit_time`) where the file has one.
     """
     io.read_text(path)
     csv.field_size_limit(2**31 - 1)  # a long generation is one field
@@ -80,7 +154,7 @@ def read_platform_csv(path: str | Path, batch: Batch) -> list[Answer]:
         if missing:
             raise io.DataError(f"{path}: missing column(s) {missing}; a results CSV has WorkerId, Input.<column> "
                                f"and Answer.<field> columns (this batch's fields: {fields})")
-        answers, rows = [], 0
+        answers, rows, untimed = [], 0, []
         try:
             for row in reader:
                 number = reader.line_num
@@ -91,7 +165,10 @@ def read_platform_csv(path: str | Path, batch: Batch) -> list[Answer]:
                                        f"{len(header)}; was the file cut or edited by hand? Download it again")
                 if row.get("AssignmentStatus") == "Rejected":
                     continue
-                answers.append(_platform_row(path, number, row, batch, fields))
+                answer = _platform_row(path, number, row, batch, fields)
+                if answer.at is None and (row.get("SubmitTime") or "").strip():
+                    untimed.append(f"row {number}: SubmitTime {row['SubmitTime']!r}")
+                answers.append(answer)
         except csv.Error as err:
             raise io.DataError(f"{path}: line {reader.line_num}: not valid CSV ({err})") from None
     if rows == 0:
@@ -99,7 +176,53 @@ def read_platform_csv(path: str | Path, batch: Batch) -> list[Answer]:
                            f"have worked, or remove the file")
     if not answers:
         raise io.DataError(f"{path}: every one of its {rows} rows is Rejected; no answer is left to import")
+    if untimed:
+        log.warning("%s: %d row(s) have a SubmitTime that is not a time (first: %s; expected MTurk's "
+                    "'Sat Dec 05 10:00:00 PST 2026' or ISO 8601); their time is unknown, so a different answer "
+                    "to the same item is refused", path, len(untimed), untimed[0])
     return answers
+
+
+MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+# MTurk writes US Pacific time; the other US zones and UTC are read for files exported or edited elsewhere
+ZONE_HOURS = {"UTC": 0, "UT": 0, "GMT": 0, "Z": 0, "EST": -5, "EDT": -4, "CST": -6, "CDT": -5, "MST": -7, "MDT": -6,
+              "PST": -8, "PDT": -7, "AKST": -9, "AKDT": -8, "HST": -10}
+_MTURK_TIME = re.compile(r"(?:[A-Za-z]{3},?\s+)?(?P<month>[A-Za-z]{3})\s+(?P<day>\d{1,2})\s+"
+                         r"(?P<hour>\d{1,2}):(?P<minute>\d{2}):(?P<second>\d{2})\s+"
+                         r"(?P<zone>[A-Za-z]{1,5}|[+-]\d{2}:?\d{2})\s+(?P<year>\d{4})")
+_NO_TIME = dt.datetime.min.replace(tzinfo=dt.timezone.utc)
+
+
+def submit_time(text: str | None) -> dt.datetime | None:
+    """A results CSV's ``SubmitTime`` as an aware UTC time, or ``None`` where it is empty or not a time.
+
+    MTurk writes ``Sat Dec 05 10:00:00 PST 2026`` (Java's ``Date.toString``): English month names, so this
+    reads it by hand rather than through the locale-dependent ``strptime``; the weekday is not checked (it is
+    redundant, and edited files get it wrong), the zone is a US abbreviation (``ZONE_HOURS``) or ``+hh:mm``.
+    ISO 8601 (other platforms' exports) is read too."""
+    text = (text or "").strip()
+    if not text:
+        return None
+    match = _MTURK_TIME.fullmatch(text)
+    if match is None:
+        return parse_at(text)
+    zone = match["zone"].upper()
+    if zone in ZONE_HOURS:
+        offset = dt.timedelta(hours=ZONE_HOURS[zone])
+    elif zone[0] in "+-":
+        digits = zone[1:].replace(":", "")
+        offset = (1 if zone[0] == "+" else -1) * dt.timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
+    else:
+        return None
+    month = match["month"].lower()
+    if month not in MONTHS:
+        return None
+    try:
+        local = dt.datetime(int(match["year"]), MONTHS.index(month) + 1, int(match["day"]), int(match["hour"]),
+                            int(match["minute"]), int(match["second"]), tzinfo=dt.timezone(offset))
+    except ValueError:
+        return None
+    return local.astimezone(dt.timezone.utc)
 
 
 def _platform_row(path: str | Path, number: int, row: Mapping[str, str], batch: Batch, fields: Sequence[str]) -> Answer:
@@ -109,8 +232,12 @@ def _platform_row(path: str | Path, number: int, row: Mapping[str, str], batch: 
     for column in batch.columns:
         given = row.get(f"Input.{column}")
         if given is not None and _words(html.unescape(given)) != _words(item[column]):
-            raise io.DataError(f"{path}: row {number}: Input.{column} differs from item {item['item_id']}'s text; "
-                               f"is this the results file of another batch?")
+            where, lookalike = first_difference(html.unescape(given), item[column])
+            cause = ("a spreadsheet or editor replaced a character by a lookalike (smart quotes, dashes): import the "
+                     "file the platform wrote, unedited" if lookalike else
+                     "the text must match the batch's: is this the results file of another batch?")
+            raise io.DataError(f"{path}: row {number}: Input.{column} differs from item {item['item_id']}'s text "
+                               f"{where}; {cause}")
     raw = {f: row[f"Answer.{f}"].strip() for f in fields}
     values: dict[str, Any] = raw
     if batch.kind == "likert":
@@ -121,9 +248,38 @@ def _platform_row(path: str | Path, number: int, row: Mapping[str, str], batch: 
     elif raw[CHOICE_FIELD].lower() == "tie":
         values = {CHOICE_FIELD: "tie"}
     try:
-        return Answer(check_annotator(row["WorkerId"]), item["item_id"], check_answer(batch, item["item_id"], values))
+        return Answer(check_annotator(row["WorkerId"]), item["item_id"], check_answer(batch, item["item_id"], values),
+                      submit_time(row.get("SubmitTime")), Source(str(path), f"row {number}"))
     except AnswerError as err:
         raise io.DataError(f"{path}: row {number}: {err}") from None
+
+
+LOOKALIKES = {"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'", "\u201c": '"',
+              "\u201d": '"', "\u201e": '"', "\u201f": '"', "\u2033": '"', "\u2010": "-", "\u2011": "-",
+              "\u2012": "-", "\u2013": "-", "\u2014": "-", "\u2212": "-", "\u2026": "..."}
+# characters a spreadsheet or word processor puts in place of ASCII ones (smart quotes, dashes, ellipsis)
+
+
+def first_difference(given: str, expected: str, context: int = 20) -> tuple[str, bool]:
+    """Where ``given`` first differs from ``expected`` once spacing is collapsed (as the match compares them), and
+    whether the two characters there are lookalikes (``’`` for ``'``: ``LOOKALIKES``).
+
+    The description reads ``at character N: the file has '...' where the batch has '...'``, with excerpts of
+    ``context`` characters either side and, where either character is not ASCII, both code points."""
+    a, b = " ".join(_words(given)), " ".join(_words(expected))
+    i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    start = max(0, i - context)
+    text = (f"at character {i + 1}: the file has {a[start:i + context]!r} where the batch has "
+            f"{b[start:i + context]!r}")
+    x, y = a[i:i + 1], b[i:i + 1]
+    lookalike = bool(x and y) and LOOKALIKES.get(x, x)[:1] == LOOKALIKES.get(y, y)[:1]
+    if not (x.isascii() and y.isascii()):
+        text += f" ({_codepoint(x)} where the batch has {_codepoint(y)})"
+    return text, lookalike
+
+
+def _codepoint(char: str) -> str:
+    return f"U+{ord(char):04X} {unicodedata.name(char, '?')}" if char else "the end of the text"
 
 
 def _words(text: str) -> list[str]:
@@ -175,17 +331,54 @@ def preferences(batch: Batch, key: Mapping[str, str], answers: Sequence[Answer])
     return rows
 
 
-def agreement(batch: Batch, answers: Sequence[Answer]) -> dict[str, Any]:
+def coverage(batch: Batch, answers: Sequence[Answer], key: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """How much of the batch was answered: ``n_items``, ``n_items_answered`` and ``methods_without_answers``
+    (sorted; a Likert item's ``algorithm``, a pairwise item's two systems through ``key``; left out for a
+    pairwise batch without its key). Logs one warning when items or methods have no answers."""
+    answered = {a.item_id for a in answers}
+    out: dict[str, Any] = {"n_items": len(batch.items), "n_items_answered": len(answered)}
+    if batch.kind == "likert" or key is not None:
+        def methods(item: Mapping[str, Any]) -> list[str]:
+            if batch.kind == "likert":
+                return [item["algorithm"]]
+            return [_system(key, item[f"choice_{side}_id"]) for side in "AB"]
+
+        every = {m for item in batch.items for m in methods(item)}
+        got = {m for item in batch.items if item["item_id"] in answered for m in methods(item)}
+        out["methods_without_answers"] = sorted(every - got)
+    note = coverage_note(out)
+    if note:
+        log.warning("%s; the table covers only the answered items", note)
+    return out
+
+
+def coverage_note(stats: Mapping[str, Any]) -> str | None:
+    """``k of n items answered; methods with no answers: a, b`` where a batch was not answered whole (from
+    :func:`coverage`'s keys, as agreement.json holds them); ``None`` where it was, or the counts are absent."""
+    n, k = stats.get("n_items"), stats.get("n_items_answered")
+    if n is None or k is None or k >= n:
+        return None
+    methods = stats.get("methods_without_answers")
+    return f"{k} of {n} items answered" + (f"; methods with no answers: {', '.join(methods)}" if methods else "")
+
+
+BLANK_REASONS = "blank_reasons"  # agreement.json: {field: {statistic: why it is blank}}
+
+
+def agreement(batch: Batch, answers: Sequence[Answer], key: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Agreement per Likert criterion (Krippendorff interval and ordinal; Cohen's kappa on the scores when
-    exactly two annotators) or on the pairwise choice (Fleiss' kappa; Cohen's kappa with two annotators)."""
+    exactly two annotators) or on the pairwise choice (Fleiss' kappa; Cohen's kappa with two annotators), beside
+    the batch's :func:`coverage` (``key`` names a pairwise batch's methods). A statistic that is undefined is
+    ``None``, and ``blank_reasons[field][statistic]`` says why."""
     annotators = sorted({a.annotator for a in answers})
     by_item: dict[str, dict[str, Mapping[str, Any]]] = defaultdict(dict)
     for a in answers:
         by_item[a.item_id][a.annotator] = a.values
     shared = [i for i, votes in by_item.items() if len(votes) >= 2]
-    out: dict[str, Any] = {"annotators": annotators, "n_items_answered": len(by_item),
+    out: dict[str, Any] = {"annotators": annotators, **coverage(batch, answers, key),
                            "n_items_multiply_answered": len(shared)}
     fields = [c.id for c in batch.criteria] if batch.kind == "likert" else [CHOICE_FIELD]
+    blanks: dict[str, dict[str, str]] = {}
     for field in fields:
         stats: dict[str, Any] = {}
         labels = [[v[field] for v in by_item[i].values()] for i in shared]
@@ -194,13 +387,30 @@ def agreement(batch: Batch, answers: Sequence[Answer]) -> dict[str, Any]:
             stats["krippendorff_alpha_ordinal"] = _round(krippendorff_alpha(labels, "ordinal"))
         else:
             stats["fleiss_kappa"] = _round(fleiss_kappa(labels))
+        why = {stat: _why_blank(labels) for stat, value in stats.items() if value is None}
         if len(annotators) == 2:
             first, second = annotators
             both = [i for i in shared if first in by_item[i] and second in by_item[i]]
             stats["cohen_kappa"] = _round(cohen_kappa([by_item[i][first][field] for i in both],
                                                       [by_item[i][second][field] for i in both]))
+            if stats["cohen_kappa"] is None:
+                why["cohen_kappa"] = (_why_blank([[by_item[i][a][field] for a in annotators] for i in both]) if both
+                                      else "no item answered by both annotators")
         out[field] = stats
+        if why:
+            blanks[field] = why
+    if blanks:
+        out[BLANK_REASONS] = blanks
     return out
+
+
+def _why_blank(units: Sequence[Sequence[Any]]) -> str:
+    """Why an agreement statistic over ``units`` (each item's labels) is undefined."""
+    if not any(len(labels) >= 2 for labels in units):
+        return "fewer than 2 annotators on every item"
+    if len({label for labels in units for label in labels}) == 1:
+        return "no variance: every answer identical"
+    return "undefined for these answers"
 
 
 def _round(value: float | None) -> float | None:
@@ -276,7 +486,9 @@ def _opt(value: float | None) -> float | None:
 
 
 def to_markdown(rows: Sequence[Mapping[str, Any]], agreements: Mapping[str, Mapping[str, Any]]) -> str:
-    """The human-evaluation table as Markdown: Likert means, pairwise win rates, then agreement."""
+    """The human-evaluation table as Markdown: Likert means, pairwise win rates, then agreement. Under a table, a
+    note for each batch not answered whole (:func:`coverage_note` of its agreement); a blank agreement cell gives
+    the reason the import recorded."""
     def cell(row: Mapping[str, Any]) -> str:
         if row["value"] is None:
             return ""
@@ -284,6 +496,7 @@ def to_markdown(rows: Sequence[Mapping[str, Any]], agreements: Mapping[str, Mapp
             return f"{row['value']:.2f}"
         return f"{row['value']:.2f} [{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
 
+    notes = {Path(name).name: note for name, stats in agreements.items() if (note := coverage_note(stats))}
     lines = ["# Human evaluation", ""]
     likert = [r for r in rows if r["kind"] == "likert"]
     if likert:
@@ -291,7 +504,7 @@ def to_markdown(rows: Sequence[Mapping[str, Any]], agreements: Mapping[str, Mapp
                   "| task | method | criterion | items | mean [95% CI] | batch |", "|---|---|---|---|---|---|"]
         lines += [f"| {r['task']} | {r['method']} | {r['measure']} | {r['n']} | {cell(r)} | {r.get('batch') or ''} |"
                   for r in likert]
-        lines.append("")
+        lines += ["", *_notes(notes, likert)]
     pairwise = [r for r in rows if r["kind"] == "pairwise"]
     if pairwise:
         lines += ["## Pairwise: win rate, ties left out [Wilson 95% CI]", "",
@@ -299,13 +512,30 @@ def to_markdown(rows: Sequence[Mapping[str, Any]], agreements: Mapping[str, Mapp
                   "|---|---|---|---|---|---|---|"]
         lines += [f"| {r['task']} | {r['method']} | {r['measure'].split(':', 1)[1]} | {r['n']} | {r['ties']} | {cell(r)} "
                   f"| {r.get('batch') or ''} |" for r in pairwise]
-        lines.append("")
+        lines += ["", *_notes(notes, pairwise)]
+    lines += _notes(notes, None)  # batches with no row in either table
     if agreements:
         lines += ["## Agreement", "", "| batch | field | statistic | value |", "|---|---|---|---|"]
         for name, stats in agreements.items():
+            reasons = stats.get(BLANK_REASONS, {})
             for field, values in stats.items():
-                if isinstance(values, dict):
-                    lines += [f"| {name} | {field} | {stat} | {'' if v is None else f'{v:.3f}'} |"
+                if isinstance(values, dict) and field != BLANK_REASONS:
+                    lines += [f"| {name} | {field} | {stat} | {_agreement_cell(v, reasons.get(field, {}).get(stat))} |"
                               for stat, v in values.items()]
         lines.append("")
     return "\n".join(lines)
+
+
+def _agreement_cell(value: float | None, reason: str | None) -> str:
+    """A statistic to 3 decimals; a blank one as its reason in parentheses (empty where the import recorded none)."""
+    if value is not None:
+        return f"{value:.3f}"
+    return f"({reason})" if reason else ""
+
+
+def _notes(notes: dict[str, str], rows: Sequence[Mapping[str, Any]] | None) -> list[str]:
+    """The coverage notes of the batches in ``rows`` (``None``: of every batch left), each taken once, as
+    Markdown lines ending in a blank line."""
+    batches = list(notes) if rows is None else [b for b in notes if any(r.get("batch") == b for r in rows)]
+    lines = [f"Note: batch {b}: {notes.pop(b)}; the rows cover only the answered items." for b in batches]
+    return [*lines, ""] if lines else []

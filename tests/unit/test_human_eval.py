@@ -637,3 +637,255 @@ def test_an_item_whose_two_choices_are_the_same_text_makes_no_preference_row(cap
     assert [r["sample_id"] for r in rows] == [i["sample_id"] for i in batch.items[1:]]
     assert [r.getMessage() for r in caplog.records] == [
         "left 1 judgement(s) out of the preferences: their item's two choices are the same text"]
+
+
+# Repeated answers: the latest by time wins; two different answers nothing orders are refused
+
+
+def _likert(n: int = 4) -> hb.Batch:
+    """A Likert batch of ``n`` ppo and ``n`` zero_shot items (criteria coherence, sentiment), prompts with a quote."""
+    return hb.likert_batch({m: [hb.Prediction(f"test-{i}", f"p{i}: it's {m}", f"{m} g{i}") for i in range(n)]
+                            for m in ("ppo", "zero_shot")}, "imdb", seed=0)
+
+
+def _answers_file(path: Path, batch: hb.Batch, score: int, at: str | None, who: str = "x") -> Path:
+    """One answer of ``who`` to every item of ``batch`` (``score`` on both criteria), ``at`` each unless None."""
+    io.write_jsonl(path, [{"annotator": who, "item_id": i["item_id"], **({"at": at} if at else {}),
+                           "answer": {"coherence": score, "sentiment": score}} for i in batch.items])
+    return path
+
+
+def _mturk_csv(path: Path, batch: hb.Batch, rows: list[tuple[str, str, str | None, int]]) -> Path:
+    """A results CSV of ``rows`` (worker, item id, SubmitTime or None for no column value, score on both criteria)."""
+    columns = list(batch.columns)
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["WorkerId", "AssignmentStatus", "SubmitTime", *(f"Input.{c}" for c in columns),
+                         "Answer.coherence", "Answer.sentiment"])
+        for worker, item_id, submitted, score in rows:
+            item = batch.item(item_id)
+            writer.writerow([worker, "Approved", submitted or "", *(html.escape(item[c]) for c in columns),
+                             score, score])
+    return path
+
+
+def _all_files(batch: hb.Batch, *paths: Path) -> list[Answer]:
+    """What the import stage reads: every file's answers, then the latest of each (annotator, item)."""
+    return results.latest_answers(a for p in paths for a in results.read_answer_file(p, batch))
+
+
+def test_an_older_copy_of_an_answers_file_never_replaces_the_newer_answers(tmp_path: Path,
+                                                                           caplog: pytest.LogCaptureFixture) -> None:
+    batch = _likert()
+    new = _answers_file(tmp_path / "answers.jsonl", batch, 5, "2026-12-05T12:00:00+00:00")
+    old = _answers_file(tmp_path / "answers_old.jsonl", batch, 1, "2026-12-01T12:00:00+00:00")
+    for order in ((new, old), (old, new)):  # the file names' order says nothing about which is newer
+        with caplog.at_level(logging.INFO, logger="grueflow.human.results"):
+            caplog.clear()
+            kept = _all_files(batch, *order)
+        assert {(a.values["coherence"], a.values["sentiment"]) for a in kept} == {(5, 5)} and len(kept) == 8
+        assert caplog.messages == ["answers given more than once by one annotator to one item: 0 identical repeat(s) "
+                                   "counted once, 8 older answer(s) from another file or row replaced by a later one "
+                                   "(by time)"]
+        assert caplog.records[0].levelname == "WARNING"
+    naive = _answers_file(tmp_path / "naive.jsonl", batch, 2, "2026-12-03T12:00:00")  # no zone: UTC, as the page
+    assert {a.values["coherence"] for a in _all_files(batch, new, naive, old)} == {5}
+
+
+def test_a_results_csv_keeps_a_workers_latest_submit_time_whatever_the_row_order(tmp_path: Path) -> None:
+    batch = _likert()
+    first = batch.items[0]["item_id"]
+    for name, rows in (("newer_first.csv", [("W1", first, "Sat Dec 05 10:00:00 PST 2026", 5),
+                                            ("W1", first, "Mon Dec 01 10:00:00 PST 2026", 1)]),
+                       ("older_first.csv", [("W1", first, "Mon Dec 01 10:00:00 PST 2026", 1),
+                                            ("W1", first, "Fri Dec 05 10:00:00 PST 2026", 5)])):  # a wrong weekday
+        kept = results.read_answers(_mturk_csv(tmp_path / name, batch, rows), batch)
+        assert [(a.annotator, a.item_id, dict(a.values)) for a in kept] == [("W1", first, {"coherence": 5,
+                                                                                          "sentiment": 5})]
+        assert kept[0].at.isoformat() == "2026-12-05T18:00:00+00:00"
+    # a page answer at 17:59 UTC is older than the 10:00 PST (18:00 UTC) submission; at 18:01 it is newer
+    page = tmp_path / "page.jsonl"
+    for at, expect in (("2026-12-05T17:59:00+00:00", 5), ("2026-12-05T18:01:00Z", 3)):
+        io.write_jsonl(page, [{"annotator": "W1", "item_id": first, "answer": {"coherence": 3, "sentiment": 3},
+                               "at": at}])
+        assert [a.values["coherence"] for a in _all_files(batch, page, tmp_path / "older_first.csv")] == [expect]
+
+
+@pytest.mark.parametrize("text, expect", [
+    ("Sat Dec 05 10:00:00 PST 2026", "2026-12-05T18:00:00+00:00"),
+    ("Fri Dec 05 10:00:00 PST 2026", "2026-12-05T18:00:00+00:00"),  # the weekday is not checked
+    ("Sun Jul 05 10:00:00 PDT 2026", "2026-07-05T17:00:00+00:00"),
+    ("Sat Dec 5 09:03:07 UTC 2026", "2026-12-05T09:03:07+00:00"),
+    ("Sat Dec 05 10:00:00 +01:00 2026", "2026-12-05T09:00:00+00:00"),
+    ("2026-12-05T10:00:00-08:00", "2026-12-05T18:00:00+00:00"),
+    ("2026-12-05 10:00:00", "2026-12-05T10:00:00+00:00"),
+    ("", None), ("  ", None), ("Sat Dec 05 10:00:00 XYZT 2026", None), ("Sat Foo 05 10:00:00 PST 2026", None),
+    ("Sat Feb 30 10:00:00 PST 2026", None), ("yesterday", None),
+])
+def test_submit_time_reads_mturks_format_and_iso(text: str, expect: str | None) -> None:
+    at = results.submit_time(text)
+    assert (at.isoformat() if at is not None else None) == expect
+
+
+def test_two_different_answers_that_no_time_orders_are_refused_naming_both(tmp_path: Path) -> None:
+    batch = _likert()
+    first = batch.items[0]["item_id"]
+    a = _answers_file(tmp_path / "a.jsonl", batch, 5, None)
+    b = _answers_file(tmp_path / "b.jsonl", batch, 1, None)
+    with pytest.raises(io.DataError) as err:
+        _all_files(batch, a, b)
+    assert str(err.value) == (
+        f"annotator 'x' gave item {first} two different answers that no time orders: "
+        f"{{'coherence': 5, 'sentiment': 5}} ({a} answer 1, no time) and {{'coherence': 1, 'sentiment': 1}} "
+        f"({b} answer 1, no time); remove the one "
+        f"that is not their answer (an old copy of an answers file, or a row edited by hand?) and import again")
+    same = _answers_file(tmp_path / "same.jsonl", batch, 1, "2026-12-05T12:00:00+00:00")
+    timed = _answers_file(tmp_path / "timed.jsonl", batch, 5, "2026-12-05T12:00:00+00:00")
+    with pytest.raises(io.DataError, match=r"two different answers that no time orders: .*\(.*same\.jsonl answer 1, "
+                                           r"at 2026-12-05T12:00:00\+00:00\) and .*timed\.jsonl answer 1, at 2026"):
+        _all_files(batch, same, timed)
+    with pytest.raises(io.DataError, match=r"\(.*b\.jsonl answer 1, no time\) and .*timed\.jsonl answer 1, at 2026"):
+        _all_files(batch, b, timed)  # one time missing: nothing orders them either
+    rows = [("W1", first, None, 5), ("W1", first, None, 2)]
+    with pytest.raises(io.DataError, match=rf"annotator 'W1' gave item {first} two different answers that no "
+                                           r"time orders: .*untimed\.csv row 2, no time\) and .*untimed\.csv row 3, "
+                                           r"no time"):
+        results.read_answers(_mturk_csv(tmp_path / "untimed.csv", batch, rows), batch)
+    rows = [("W1", first, "Sat Dec 05 10:00:00 PST 2026", 5), ("W1", first, "Sat Dec 05 12:00:00 CST 2026", 2)]
+    with pytest.raises(io.DataError, match=r"row 2, at 2026-12-05T18:00:00\+00:00\) and .*row 3, at 2026-12-05T18"):
+        results.read_answers(_mturk_csv(tmp_path / "same_time.csv", batch, rows), batch)  # 10 PST is 12 CST
+
+
+def test_identical_repeats_import_once_and_the_pages_later_line_wins_within_a_second(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from grueflow.human.answers import AnswerStore
+
+    batch = _likert()
+    a = _answers_file(tmp_path / "a.jsonl", batch, 4, None)
+    copy = tmp_path / "copy.jsonl"
+    copy.write_bytes(a.read_bytes())
+    with caplog.at_level(logging.INFO, logger="grueflow.human.results"):
+        kept = _all_files(batch, a, copy)
+    assert len(kept) == 8 and {a.values["coherence"] for a in kept} == {4}
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("INFO", "answers given more than once by one annotator to one item: 8 identical repeat(s) counted once, "
+                 "0 older answer(s) from another file or row replaced by a later one (by time)")]
+    # the page appends answers in the order they are given: within one file a later line is a later answer,
+    # even when both were saved in the same second (``at`` has whole seconds) or carry no time
+    store = AnswerStore(tmp_path / "page.jsonl", batch)
+    item = batch.items[0]["item_id"]
+    for score in (2, 3, 2, 5):
+        store.append("alice", item, {"coherence": score, "sentiment": score})
+    assert [dict(a.values) for a in results.read_answers(store.path, batch)] == [{"coherence": 5, "sentiment": 5}]
+    lines = store.path.read_text().splitlines()
+    (tmp_path / "untimed_page.jsonl").write_text("\n".join(re.sub(r', "at": "[^"]*"', "", l) for l in lines) + "\n")
+    assert [a.values["coherence"] for a in results.read_answers(tmp_path / "untimed_page.jsonl", batch)] == [5]
+
+
+# Batches answered in part: counted, warned, noted under the table; blank agreement cells say why
+
+
+def test_a_batch_answered_in_part_warns_and_the_table_notes_it(tmp_path: Path,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    batch = _likert()
+    ppo = [i["item_id"] for i in batch.items if i["algorithm"] == "ppo"]
+    answers = [Answer(who, i, {"coherence": 3, "sentiment": 4}) for who in ("x", "y") for i in ppo]
+    with caplog.at_level(logging.WARNING, logger="grueflow.human.results"):
+        stats = results.agreement(batch, answers)
+    assert caplog.messages == ["4 of 8 items answered; methods with no answers: zero_shot; the table covers only the "
+                               "answered items"]
+    assert (stats["n_items"], stats["n_items_answered"], stats["methods_without_answers"]) == (8, 4, ["zero_shot"])
+    assert stats["coherence"] == {"krippendorff_alpha_interval": None, "krippendorff_alpha_ordinal": None,
+                                  "cohen_kappa": None}
+    assert stats["blank_reasons"]["sentiment"] == dict.fromkeys(
+        ("krippendorff_alpha_interval", "krippendorff_alpha_ordinal", "cohen_kappa"),
+        "no variance: every answer identical")
+    rows = [{**r, "batch": "imp"} for r in results.likert_rows(batch, answers, "imdb")]
+    markdown = results.to_markdown(rows, {str(tmp_path / "imp"): stats})
+    assert ("| imdb | ppo | sentiment | 4 | 4.00 [4.00, 4.00] | imp |\n\n"
+            "Note: batch imp: 4 of 8 items answered; methods with no answers: zero_shot; the rows cover only the "
+            "answered items.\n") in markdown
+    assert f"| {tmp_path / 'imp'} | coherence | cohen_kappa | (no variance: every answer identical) |" in markdown
+    whole = results.agreement(batch, [Answer("x", i["item_id"], {"coherence": 3, "sentiment": 4}) for i in batch.items]
+                              + [Answer("y", ppo[0], {"coherence": 3, "sentiment": 4})])
+    assert (whole["n_items"], whole["n_items_answered"], whole["methods_without_answers"]) == (8, 8, [])
+    assert results.coverage_note(whole) is None and results.coverage_note({"n_items_answered": 3}) is None
+    assert whole["blank_reasons"]["coherence"]["cohen_kappa"] == "no variance: every answer identical"
+    zero_shot = next(i["item_id"] for i in batch.items if i["algorithm"] == "zero_shot")
+    apart = results.agreement(batch, [Answer("x", ppo[0], {"coherence": 3, "sentiment": 4}),
+                                      Answer("y", zero_shot, {"coherence": 1, "sentiment": 2})])
+    assert apart["blank_reasons"]["coherence"] == {
+        "krippendorff_alpha_interval": "fewer than 2 annotators on every item",
+        "krippendorff_alpha_ordinal": "fewer than 2 annotators on every item",
+        "cohen_kappa": "no item answered by both annotators"}
+    assert results.coverage_note(apart) == "2 of 8 items answered"
+
+
+def test_a_pairwise_batch_answered_in_part_names_its_unanswered_methods_through_the_key() -> None:
+    batch, key = hb.pairwise_batch(("ppo", _predictions("ppo", 3)), ("sup", _predictions("sup", 3)), "imdb", 0)
+    answers = [Answer("alice", batch.items[0]["item_id"], {"choice": "A"})]
+    stats = results.agreement(batch, answers, key)
+    assert (stats["n_items"], stats["n_items_answered"], stats["methods_without_answers"]) == (3, 1, [])
+    assert stats["blank_reasons"] == {"choice": {"fleiss_kappa": "fewer than 2 annotators on every item"}}
+    assert "methods_without_answers" not in results.agreement(batch, answers)  # without the key: unnamed
+
+
+# A results CSV whose Input text was changed: the refusal shows where, with lookalikes' code points
+
+
+def test_a_results_csv_with_smart_quotes_says_where_its_text_differs(tmp_path: Path) -> None:
+    batch = _likert()
+    item = batch.items[0]
+    path = _mturk_csv(tmp_path / "results.csv", batch, [("W1", item["item_id"], None, 5)])
+    text = path.read_text(encoding="utf-8")
+    (tmp_path / "curly.csv").write_text(text.replace("&#x27;", "\u2019"), encoding="utf-8")
+    with pytest.raises(io.DataError) as err:
+        results.read_answers(tmp_path / "curly.csv", batch)
+    prompt = item["prompt"]
+    assert str(err.value) == (
+        f"{tmp_path / 'curly.csv'}: row 2: Input.prompt differs from item {item['item_id']}'s text at character "
+        f"{prompt.index(chr(39)) + 1}: the file has {prompt.replace(chr(39), chr(0x2019))!r} where the batch has "
+        f"{prompt!r} (U+2019 RIGHT SINGLE QUOTATION MARK where the batch has U+0027 APOSTROPHE); a spreadsheet or "
+        f"editor replaced a character by a lookalike (smart quotes, dashes): import the file the platform wrote, "
+        f"unedited")
+    other = prompt.replace("p0", "q0")
+    (tmp_path / "other.csv").write_text(text.replace(html.escape(prompt), html.escape(other)), encoding="utf-8")
+    with pytest.raises(io.DataError, match=r"Input\.prompt differs from item \S+'s text at character 1: the file has "
+                                           r"\"q0: it's .*\" where the batch has \"p0: it's .*\"; the text must match "
+                                           r"the batch's: is this the results file of another batch\?$"):
+        results.read_answers(tmp_path / "other.csv", batch)
+
+
+@pytest.mark.parametrize("given, expected, where, lookalike", [
+    ("a \u201cb\u201d c", 'a "b" c', "at character 3: the file has 'a “b” c' where the batch has 'a \"b\" c' "
+                                     "(U+201C LEFT DOUBLE QUOTATION MARK where the batch has U+0022 QUOTATION MARK)",
+     True),
+    ("x" * 30 + "\u2014y", "x" * 30 + "-y", f"at character 31: the file has '{'x' * 20}\u2014y' where the batch has "
+                                           f"'{'x' * 20}-y' (U+2014 EM DASH where the batch has U+002D HYPHEN-MINUS)",
+     True),
+    ("abc", "abd", "at character 3: the file has 'abc' where the batch has 'abd'", False),
+    ("ab", "ab c", "at character 3: the file has 'ab' where the batch has 'ab c'", False),
+    ("caf\u00e9", "cafe", "at character 4: the file has 'café' where the batch has 'cafe' (U+00E9 LATIN SMALL LETTER "
+                          "E WITH ACUTE where the batch has U+0065 LATIN SMALL LETTER E)", False),
+])
+def test_first_difference_shows_both_excerpts_and_lookalikes_code_points(given: str, expected: str, where: str,
+                                                                         lookalike: bool) -> None:
+    assert results.first_difference(given, expected) == (where, lookalike)
+
+
+def test_an_answer_time_that_is_not_a_time_is_unknown_and_counted_in_one_line(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    batch = _likert()
+    page = _answers_file(tmp_path / "page.jsonl", batch, 3, "yesterday")
+    first = batch.items[0]["item_id"]
+    mturk = _mturk_csv(tmp_path / "mturk.csv", batch, [("W1", first, "Sat Dec 05 10:00:00 XYZT 2026", 2),
+                                                        ("W2", first, "Sat Dec 05 10:00:00 PST 2026", 2)])
+    with caplog.at_level(logging.WARNING, logger="grueflow.human.results"):
+        answers = results.read_answer_file(page, batch) + results.read_answer_file(mturk, batch)
+    assert [a.at for a in answers][:9] == [None] * 9 and answers[9].at.isoformat() == "2026-12-05T18:00:00+00:00"
+    assert caplog.messages == [
+        f"{page}: 8 answer(s) have an 'at' that is not an ISO 8601 time (first: answer 1: at 'yesterday'); their time "
+        f"is unknown, so a different answer to the same item in another file is refused",
+        f"{mturk}: 1 row(s) have a SubmitTime that is not a time (first: row 2: SubmitTime 'Sat Dec 05 10:00:00 XYZT "
+        f"2026'; expected MTurk's 'Sat Dec 05 10:00:00 PST 2026' or ISO 8601); their time is unknown, so a different "
+        f"answer to the same item is refused"]
