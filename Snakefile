@@ -1,10 +1,17 @@
 # grueflow: the GRUE pipeline as cached stages.
 #   snakemake --cores all results/grue_table.csv                      (the active suite: params/suite.yaml)
 #   snakemake --cores all --configfile params/suites/micro.yaml       (another suite)
+import re
+
 from snakemake.utils import validate
 
 
-configfile: "params/suite.yaml"
+# The suite is exactly one file: params/suite.yaml, or the --configfile(s) given, which replace it (Snakemake would
+# merge them over a `configfile:` directive, so a key the chosen suite leaves out would come from params/suite.yaml
+# instead of its default). --config key=value settings apply over either.
+if not workflow.overwrite_configfiles:
+
+    configfile: "params/suite.yaml"
 
 
 report: "workflow/report/workflow.rst"  # snakemake --report report.html (issue 8)
@@ -17,6 +24,25 @@ for _configfile in workflow.configfiles:  # Snakemake's YAML keeps the last of t
         read_yaml(_configfile)
     except ConfigError as err:
         raise WorkflowError(f"invalid params: {err}") from None
+
+
+# A seed as a suite writes it: digits without leading zeros, so seed00 is never a second folder (and run) of seed 0;
+# the seed wildcard's constraint (workflow/rules/common.smk).
+SEED = r"0|[1-9][0-9]*"
+
+
+def command_line_seeds(given):
+    """``seeds`` given with ``--config`` as integers: Snakemake passes a list's items as strings ('seeds=[0,1]' gives
+    ['0', '1']). Only items written as the suite writes a seed (digits, no leading zero) are taken; anything else
+    (a bare number, '01', 'one') is refused with the spelling that works."""
+    if isinstance(given, list) and all(isinstance(s, str) and re.fullmatch(SEED, s) for s in given):
+        return [int(s) for s in given]
+    raise WorkflowError(f"invalid params: --config seeds={given!r}: seeds is a list of integers written without "
+                        f"leading zeros, e.g. --config 'seeds=[0,1]' (or list them in the suite file)")
+
+
+if "seeds" in workflow.config_settings.config:  # --config seeds=...; a suite file's YAML keeps its integers
+    config["seeds"] = command_line_seeds(config["seeds"])
 
 
 validate(config, "workflow/schemas/suite.schema.yaml")

@@ -65,7 +65,7 @@ def _kind(text: str) -> str:
 
 def cmd_list(args: argparse.Namespace) -> int:
     listing = registries()
-    for kind in args.kinds or KINDS:
+    for kind in dict.fromkeys(args.kinds or KINDS):  # each kind once, in the order first given
         names = listing[kind]
         width = max(map(len, names))
         print(f"{KIND_HEADINGS[kind]}:")
@@ -86,10 +86,12 @@ def add_list(sub: Any) -> None:
 # -- run ------------------------------------------------------------------------------------------
 
 def snakemake_command(suite: Path | None, cores: str, extra: Sequence[str]) -> list[str]:
-    """The snakemake command line ``grueflow run`` executes (this interpreter's snakemake)."""
+    """The snakemake command line ``grueflow run`` executes (this interpreter's snakemake). The suite is one
+    ``--configfile=FILE`` argument: snakemake's ``--configfile`` takes one or more values, so a separate FILE would
+    swallow the targets that follow it in ``extra`` as more config files."""
     command = [sys.executable, "-m", "snakemake", "--cores", cores]
     if suite is not None:
-        command += ["--configfile", str(suite)]
+        command.append(f"--configfile={suite}")
     return command + list(extra)
 
 
@@ -106,10 +108,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def add_run(sub: Any) -> None:
     p = sub.add_parser("run", help="run a suite with snakemake (other arguments go to snakemake)",
-                       description="Run the pipeline with snakemake: `snakemake --cores N [--configfile SUITE]` "
+                       description="Run the pipeline with snakemake: `snakemake --cores N [--configfile=SUITE]` "
                                    "plus any other arguments, e.g. -n (dry run), --report report.html, targets.")
     p.add_argument("--suite", type=Path, default=None,
-                   help="a suite file (default: the Snakefile's params/suite.yaml), e.g. params/suites/algorithms.yaml")
+                   help="a suite file used instead of params/suite.yaml (keys it leaves out take their defaults), "
+                        "e.g. params/suites/algorithms.yaml")
     p.add_argument("--cores", default="all", help="cores snakemake may use (default: all)")
     p.set_defaults(func=cmd_run, passthrough=True)
 
@@ -288,14 +291,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for register in COMMANDS:
         register(sub)
+    for command in sub.choices.values():  # a command's own errors print its own usage (see main)
+        command.set_defaults(command_parser=command)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if extra and not getattr(args, "passthrough", False):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra and not getattr(args, "passthrough", False):  # the command's usage names the options it does take
+        args.command_parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra = extra
     try:
         return args.func(args)

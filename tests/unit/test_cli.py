@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grueflow.cli import main
+from grueflow.cli import main, snakemake_command
 from grueflow.io import write_jsonl
 from tests.conftest import copy_project, git_init, run
 
@@ -173,7 +173,7 @@ def test_python_dash_m_grueflow_is_the_grueflow_command(tmp_path):
 def test_run_calls_snakemake_on_the_suite(tmp_path):
     repo = copy_project(tmp_path / "repo")
     result = run([*CLI, "run", "--cores", "1", "--suite", "params/suite.yaml", "-n", "--quiet", "rules"], repo)
-    assert "snakemake --cores 1 --configfile params/suite.yaml -n --quiet rules" in result.stderr
+    assert "snakemake --cores 1 --configfile=params/suite.yaml -n --quiet rules" in result.stderr
     assert "rl_finetune" in result.stdout and "aggregate" in result.stdout
     missing = subprocess.run([*CLI, "run", "--suite", "params/suites/nope.yaml"], cwd=repo, capture_output=True, text=True)
     assert missing.returncode == 2
@@ -188,3 +188,29 @@ def test_annotate_hands_its_arguments_to_the_annotation_page(tmp_path, capsys):
     assert main(["annotate", str(tmp_path / "no-batch"), "--annotator", "alice",
                  "--answers", str(tmp_path / "answers.jsonl")]) == 2
     assert "no-batch" in capsys.readouterr().err
+
+
+def test_list_takes_each_kind_once_in_the_order_given(capsys):
+    assert main(["list", "models", "tasks", "models"]) == 0
+    headings = [line for line in capsys.readouterr().out.splitlines() if line and not line.startswith(" ")]
+    assert headings == ["models (model.id in a task file):", "tasks (datapool ids for a task file's datapool.id):"]
+
+
+def test_an_unknown_option_prints_the_commands_own_usage(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["show", "sentiment/ppo/seed0", "--n", "2"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: grueflow show [-h] [-n N] RUN\n"), err
+    assert err.endswith("grueflow show: error: unrecognized arguments: --n 2\n"), err
+
+
+def test_run_passes_the_suite_as_one_argument_so_the_targets_after_it_stay_targets(tmp_path):
+    assert snakemake_command(Path("params/suites/micro.yaml"), "2", ["results/grue_table.csv", "-n"]) == [
+        sys.executable, "-m", "snakemake", "--cores", "2", "--configfile=params/suites/micro.yaml",
+        "results/grue_table.csv", "-n"]
+    repo = copy_project(tmp_path / "repo")
+    (repo / "other.yaml").write_text("tasks: [sentiment]\nalgorithms: [ppo]\nseeds: [1]\nthreads: 1\n")
+    result = run([*CLI, "run", "--suite", "other.yaml", "--cores", "1", "results/eval/sentiment/ppo/seed1", "-n"], repo)
+    assert "snakemake --cores 1 --configfile=other.yaml results/eval/sentiment/ppo/seed1 -n" in result.stderr
+    assert "rule evaluate:" in result.stdout and "wildcards: task=sentiment, method=ppo, seed=1" in result.stdout

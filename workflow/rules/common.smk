@@ -2,7 +2,7 @@
 # Each stage's facts (output paths, code, params keys, method file) come from its entry in the stage table,
 # grueflow/pipeline.py (STAGES), which dvc.yaml is generated from; the rules add what only Snakemake needs.
 # Shell commands quote every placeholder with :q ({params.task_file:q}; a list param is quoted word by
-# word), except {threads} and {wildcards.seed}, which can only be integers (seed=r"\d+" below);
+# word), except {threads} and {wildcards.seed}, which can only be integers (seed=SEED below, the Snakefile's);
 # tests/unit/test_safety.py holds every rule to this.
 import copy
 import functools
@@ -50,7 +50,7 @@ def _choice(names):
 
 wildcard_constraints:
     task=_choice(TASKS),
-    seed=r"\d+",
+    seed=SEED,
     rl_method=_choice(RL_METHODS),
     dpo_method=_choice(DPO_METHODS),
     method=_choice(METHODS),

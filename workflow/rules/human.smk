@@ -13,7 +13,7 @@ HUMAN_IMPORTS = sorted({f"results/human/{t}/imported/{b}" for t, b in zip(HUMAN_
 wildcard_constraints:
     method_a=_choice(METHODS),
     method_b=_choice(METHODS),
-    batch=r"likert_seed\d+|[^/]+_vs_[^/]+_seed\d+",
+    batch=rf"likert_seed(?:{SEED})|[^/]+_vs_[^/]+_seed(?:{SEED})",
 
 
 def human_key(w):
@@ -36,10 +36,24 @@ rule export_human_likert:
         " --predictions {params.predictions:q} --out {output:q} 2> {log:q}"
 
 
+def pairwise_run(which):
+    """The evaluate run of one side (``method_a`` or ``method_b``) of a pairwise batch; a batch that names one method
+    twice is refused while the DAG is built, since an A/B comparison needs two different methods."""
+    def run(w):
+        if w.method_a == w.method_b:
+            raise WorkflowError(f"results/human/{w.task}/batches/{w.method_a}_vs_{w.method_b}_seed{w.seed}: a pairwise "
+                                f"batch compares two different methods, and this one names {w.method_a!r} twice; "
+                                f"give <method_a>_vs_<method_b>_seed<k> with two of {', '.join(METHODS)}, or "
+                                f"likert_seed<k> to rate every method")
+        return f"results/eval/{w.task}/{getattr(w, which)}/seed{w.seed}"
+
+    return run
+
+
 rule export_human_pairwise:
     input:
-        first="results/eval/{task}/{method_a}/seed{seed}",
-        second="results/eval/{task}/{method_b}/seed{seed}",
+        first=pairwise_run("method_a"),
+        second=pairwise_run("method_b"),
         code=code("export_human_pairwise"),
     output:
         batch=directory(output_of("export_human_pairwise", "batch")),
