@@ -622,8 +622,9 @@ class SupervisedConfig:
     """Warm start: supervised fine-tuning on (prompt, reference) pairs; ``lora`` None = all weights train.
 
     ``train_where`` keeps only the train and val samples whose datapool metadata holds every one of these
-    values, e.g. ``{label: 1}``: IMDB's supervised baseline learns from positive reviews only (RL4LMs'
-    ``imdb_seq2seq`` with ``positive_ratio: 1.0``) while RL prompts come from all of them.
+    values with its type (``1`` matches neither ``1.0``, ``'1'`` nor ``true``), e.g. ``{label: 1}``: IMDB's
+    supervised baseline learns from positive reviews only (RL4LMs' ``imdb_seq2seq`` with ``positive_ratio: 1.0``)
+    while RL prompts come from all of them.
 
     Evaluation during training (RL4LMs' supervised trainer evaluates after each epoch): ``eval_every``,
     ``eval_samples``, ``save_every``, ``select`` and ``select_metric`` as for RL

@@ -12,6 +12,10 @@ weights, bit for bit, as an uninterrupted one.
 Data-parallel (issue 8, ``processes`` > 1 under ``accelerate launch``): every process walks the same
 batches and takes its shard of each; its loss is its tokens' summed cross-entropy over the whole batch's
 token count (times the number of processes), so the averaged gradient is the full batch's, as in one process.
+
+A NaN or infinite train loss or gradient norm stops training before that optimiser step, and a non-finite val
+loss before that epoch is checkpointed (:class:`NonFiniteLossError`), as RL's
+:class:`grueflow.rl.trainer.NonFiniteError` does: weights that produce NaN are never handed on.
 """
 
 from __future__ import annotations
@@ -68,13 +72,20 @@ def pairs(samples: list[Sample], split: str) -> list[tuple[str, str]]:
     return out
 
 
+def same_value(value: Any, wanted: Any) -> bool:
+    """True when ``value`` equals ``wanted`` and has its type: ``'1'`` is not ``1``, ``True`` is not ``1`` and
+    ``0.0`` is not ``0``, as :func:`select_samples`' message tells (it names values by type)."""
+    return type(value) is type(wanted) and value == wanted
+
+
 def select_samples(samples: list[Sample], where: dict[str, Any], split: str) -> list[Sample]:
-    """The samples whose ``meta`` holds every ``where`` value (all of them when ``where`` is empty); a
-    DataError when none is left, naming the filter, the metadata keys present and, per key of the filter, the
-    values found with their types (``'1'`` read from a CSV is not ``1``; YAML reads ``yes``/``no`` as booleans)."""
+    """The samples whose ``meta`` holds every ``where`` value with its type (:func:`same_value`; all of them when
+    ``where`` is empty); a DataError when none is left, naming the filter, the metadata keys present and, per key
+    of the filter, the values found with their types (``'1'`` read from a CSV is not ``1``; YAML reads
+    ``yes``/``no`` as booleans)."""
     if not where:
         return samples
-    kept = [s for s in samples if all(k in s.meta and s.meta[k] == v for k, v in where.items())]
+    kept = [s for s in samples if all(k in s.meta and same_value(s.meta[k], v) for k, v in where.items())]
     if samples and not kept:
         keys = sorted({k for s in samples for k in s.meta})
         found = {key: [s.meta[key] for s in samples if key in s.meta] for key in where}
@@ -85,6 +96,16 @@ def select_samples(samples: list[Sample], where: dict[str, Any], split: str) -> 
                "booleans)" if retyped else "give values the data holds")
         raise DataError(f"supervised train_where {where}: no {split} sample matches it (of {len(samples)}); "
                         f"the datapool's metadata keys are {keys}; {seen}: {fix}")
+    return kept
+
+
+def select_splits(train: list[Sample], val: list[Sample], where: dict[str, Any]) -> tuple[list[Sample], list[Sample]]:
+    """The train and val samples ``train_where`` keeps (:func:`select_samples`), logging how many of each when it
+    filters, so a filter that keeps few samples is visible."""
+    kept = select_samples(train, where, "train"), select_samples(val, where, "val")
+    if where:
+        log.info("train_where %s kept %d of %d train samples, %d of %d val", where, len(kept[0]), len(train),
+                 len(kept[1]), len(val))
     return kept
 
 
@@ -130,6 +151,34 @@ def validation_loss(policy: Policy, data: list[tuple[str, str]], batch_size: int
     return total / count
 
 
+def log_cut_references(policy: Policy, data: list[tuple[str, str]], max_target: int, split: str) -> int:
+    """Log how many of the ``split`` split's references are longer than the ``max_target - 1`` tokens a target
+    keeps before its EOS (:meth:`~grueflow.models.policy.Policy.encode_targets` cuts them there, so the model
+    learns to stop mid-reference), once per split; returns that count. Cutting some references is usual (RL4LMs
+    cuts them the same way), so the line is INFO; when more than half are cut it is a WARNING: the model then
+    mostly learns to stop where ``lengths.target`` ends, not where references do."""
+    lengths = policy.target_lengths([t for _, t in data])
+    cut = [n for n in lengths if n > max_target - 1]
+    if cut:
+        level = logging.WARNING if 2 * len(cut) > len(lengths) else logging.INFO
+        log.log(level, "lengths.target = %d cuts %d of %d %s references to %d tokens and EOS (the longest has %d "
+                "tokens); raise lengths.target to keep them whole", max_target, len(cut), len(lengths), split,
+                max_target - 1, max(cut))
+    return len(cut)
+
+
+class NonFiniteLossError(RuntimeError):
+    """A NaN or infinite warm-start train loss, gradient norm or val loss: training stops before that optimiser
+    step (or, for a val loss, before that epoch is checkpointed), so no NaN weights are saved or handed on."""
+
+    def __init__(self, what: str, epoch: int, where: str, learning_rate: float) -> None:
+        kept = ("the weights were not updated with it" if what != "val loss"
+                else "this epoch's weights were not checkpointed")
+        super().__init__(f"non-finite {what} at epoch {epoch}{where}: {kept}; training diverged: lower learning_rate "
+                         f"(it is {learning_rate:g})")
+        self.what, self.epoch = what, epoch
+
+
 class SupervisedTrainer(checkpoints.Checkpointed):
     """Fine-tunes ``policy.model`` in place with AdamW and a linear warmup/decay schedule, epoch by epoch;
     a checkpoint after every epoch (the newest kept)."""
@@ -148,6 +197,9 @@ class SupervisedTrainer(checkpoints.Checkpointed):
                                                                                   warmup, total))
         self.state = checkpoints.EpochState()
         parallel.broadcast_parameters([policy.model])
+        if parallel.is_main:
+            for data, split in ((self.data, "train"), (self.val, "val")):
+                log_cut_references(policy, data, max_target, split)
 
     def batch_loss(self, chunk: list[tuple[str, str]]) -> tuple[torch.Tensor, float]:
         """The loss to differentiate for one batch, and the batch's token-mean cross-entropy (for the curve).
@@ -177,23 +229,34 @@ class SupervisedTrainer(checkpoints.Checkpointed):
         policy.model.train()
         data = [self.data[i] for i in checkpoints.epoch_order(len(self.data), "supervised", self.seed, self.state.epoch)]
         losses = []
-        for start in range(0, len(data), cfg.batch_size):
+        steps = math.ceil(len(data) / cfg.batch_size)
+        for step, start in enumerate(range(0, len(data), cfg.batch_size), 1):
             loss, value = self.batch_loss(data[start:start + cfg.batch_size])
+            self._guard("train loss", value, f", step {step} of {steps}")
             self.optimizer.zero_grad(set_to_none=True)
             if loss.requires_grad:
                 loss.backward()
             self.parallel.average_gradients(self.params)
-            torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+            norm = torch.nn.utils.clip_grad_norm_(self.params, 1.0)
+            self._guard("gradient norm", float(norm), f", step {step} of {steps}")
             self.optimizer.step()
             self.schedule.step()
             losses.append(value)
+        val_loss = validation_loss(policy, self.val, cfg.batch_size, self.max_target, self.parallel)
+        self._guard("val loss", val_loss, f" (after its {steps} steps)")
         self.state.epoch += 1
         row = {"epoch": self.state.epoch, "train_loss": round(sum(losses) / len(losses), 6),
-               "val_loss": round(validation_loss(policy, self.val, cfg.batch_size, self.max_target, self.parallel), 6),
-               "learning_rate": round(self.schedule.get_last_lr()[0], 10)}
+               "val_loss": round(val_loss, 6), "learning_rate": round(self.schedule.get_last_lr()[0], 10)}
         self.state.curve.append(row)
         log.info("warm start epoch %d: train loss %.4f, val loss %.4f", row["epoch"], row["train_loss"], row["val_loss"])
         return row
+
+    def _guard(self, what: str, value: float, where: str) -> None:
+        """Raise a :class:`NonFiniteLossError` for the epoch under way when ``value`` is not finite. Each value
+        guarded is the same on every data-parallel process (the batch's loss and the val loss are summed over the
+        processes, the gradient norm is taken after averaging), so all of them stop together."""
+        if not math.isfinite(value):
+            raise NonFiniteLossError(what, self.state.epoch + 1, where, self.cfg.learning_rate)
 
     def train(self, checkpoint: Callable[["SupervisedTrainer"], None] | None = None,
               progress: Callable[[dict[str, float]], None] | None = None,

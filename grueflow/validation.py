@@ -15,21 +15,26 @@ every evaluated one), under the run key (params and inputs, the evaluation's own
 drops what lies past the step it resumes from and redoes it, identically; a run with another key drops
 it all. :meth:`write` puts the curve (CSV, PNG, DVCLive), the predictions and the ``save_every``
 policies into the stage's output, and :meth:`selected` says which policy the stage hands on, and why.
+
+Under ``select: best`` a ``select_metric`` that cannot be computed on this machine (its metric is missing, e.g.
+SPICE without Java) is refused at the first evaluation, before any training (a ConfigError). One that is computed
+but never finite (NaN at every evaluation) falls back to ``select: last`` with a WARNING (see :meth:`selected`).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import shutil
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from grueflow import evaluation, plots
-from grueflow.config import GenerationConfig, MetricSpec, RewardConfig
+from grueflow.config import ConfigError, GenerationConfig, MetricSpec, RewardConfig
 from grueflow.data import Sample
 from grueflow.grue import lower_is_better
 from grueflow.io import atomic_dir, read_json, write_csv, write_json, write_jsonl
-from grueflow.metrics import MetricContext
+from grueflow.metrics import METRICS, MetricContext
 from grueflow.models.lora import merged
 from grueflow.seeding import isolated_rng
 from grueflow.tracking import RunTracker
@@ -37,6 +42,8 @@ from grueflow.training import VALIDATION_DIR as FOLDER
 
 CURVE, PREDICTIONS, KEPT, KEY = "val_curves.json", "predictions", "kept", "run_key"
 EVAL_SEED_OFFSET = 7_919  # each evaluation's seed: the run's seed + this + the iteration
+
+log = logging.getLogger(__name__)
 
 
 class Validation:
@@ -53,12 +60,16 @@ class Validation:
                  total: Optional[int] = None, step: Optional[Callable[[Any], int]] = None) -> None:
         self.root, self.generation = root / FOLDER, generation
         self.samples = samples[:cfg.eval_samples] if cfg.eval_samples else samples
+        if cfg.eval_samples and samples and cfg.eval_samples > len(samples):
+            log.warning("eval_samples %d is more than the %d val samples there are: all %d are evaluated",
+                        cfg.eval_samples, len(samples), len(samples))
         self.cfg, self.seed, self.processor, self.key = cfg, seed, processor, key
         self.unit = unit
         self.total = total if total is not None else cfg.iterations
         self.step = step if step is not None else (lambda trainer: trainer.state.iteration)
         self.rows: list[dict[str, Any]] = []
         self.synced = False
+        self.announced = False  # whether selected() has logged its warnings
         self.scorer = evaluation.Scorer(reward, metrics, context)  # its metrics built once, for every evaluation
 
     @property
@@ -113,27 +124,69 @@ class Validation:
             tokens: list[list[str]] = []
             generations = evaluation.generate(trainer.policy, self.samples, self.generation, processor=make,
                                               tokens=tokens)
-            rows, corpus, _ = self.scorer(self.samples, generations, tokens=tokens)
+            rows, corpus, missing = self.scorer(self.samples, generations, tokens=tokens)
         model.train(was_training)
+        self._check_select_metric(missing, step)
         write_jsonl(self.root / PREDICTIONS / f"{self.unit}{step}.jsonl", rows)
         self.rows.append({self.unit: step, **corpus})
         write_json(self.root / CURVE, self.rows)
 
+    def _check_select_metric(self, missing: dict[str, str], step: int) -> None:
+        """Under ``select: best``, raise a ConfigError when ``select_metric`` belongs to a metric the scorer found
+        ``missing`` (metric id -> why): it would have no value at any evaluation, so the run stops at its first
+        evaluation (step 0, before training) rather than after all of it."""
+        if self.cfg.select != "best":
+            return
+        key = self.cfg.select_metric
+        for metric, why in missing.items():
+            if key in METRICS.get(metric).keys():
+                before = ", before any training" if step == 0 else ""
+                raise ConfigError(f"select: best: select_metric {key!r} cannot be computed on this machine (metric "
+                                  f"{metric} is missing: {' '.join(str(why).split())}); stopped at the evaluation of "
+                                  f"{self.unit} {step}{before}: make {metric} available, or choose another "
+                                  f"select_metric")
+
     def selected(self) -> Optional[dict[str, Any]]:
         """Under ``select: best``: the evaluated step with the best val ``select_metric`` (the earliest on a tie),
-        its value and why; None under ``select: last``."""
+        its value and why; None under ``select: last``.
+
+        When ``select_metric`` has no finite value at any evaluation (NaN at each, e.g. distinct-2 of one-word
+        generations), nothing ranks the steps, and the run falls back to ``select: last``: the final policy, with
+        ``"select": "last"`` and the reason in the returned record (``stage.json``'s ``selected``) and a WARNING
+        naming each evaluation's value. Falling back rather than failing keeps the training done (a fixed
+        ``select_metric`` is a new run key, so a failure would throw the run away), and hands on what
+        ``select: last``, the default of RL4LMs and TRL, would. A metric that cannot be computed at all is refused
+        at the first evaluation instead, before training. When the chosen step is 0 (the start model, untrained),
+        a WARNING says the method's results are then the start model's. Warnings are logged once."""
         if self.cfg.select != "best":
             return None
         key = self.cfg.select_metric
-        scored = [row for row in self.rows if isinstance(row.get(key), (int, float)) and math.isfinite(row[key])]
+        scored = [row for row in self.rows if _finite_number(row.get(key))]
         if not scored:
-            raise ValueError(f"select_metric {key!r} has no finite val value at any evaluation; choose a key the "
-                             f"evaluation writes: {sorted(k for k in self.rows[0] if k != self.unit)}")
-        lower = lower_is_better(key)
-        best = (min if lower else max)(scored, key=lambda row: row[key])
-        return {"select": "best", self.unit: best[self.unit], "select_metric": key, "value": best[key],
-                "why": f"the {'lowest' if lower else 'highest'} val {key} of {len(scored)} evaluations "
-                       f"({self.unit}s {', '.join(str(r[self.unit]) for r in scored)})"}
+            chosen = self._fallback(key)
+        else:
+            lower = lower_is_better(key)
+            best = (min if lower else max)(scored, key=lambda row: row[key])
+            chosen = {"select": "best", self.unit: best[self.unit], "select_metric": key, "value": best[key],
+                      "why": f"the {'lowest' if lower else 'highest'} val {key} of {len(scored)} evaluations "
+                             f"({self.unit}s {', '.join(str(r[self.unit]) for r in scored)})"}
+            if chosen[self.unit] == 0 and not self.announced:
+                log.warning("select: best chose %s 0, the start model before any training (%s): it is handed on "
+                            "untrained, so this method's results are the start model's; if that is not meant, "
+                            "choose another select_metric or use select: last", self.unit, chosen["why"])
+        self.announced = True
+        return chosen
+
+    def _fallback(self, key: str) -> dict[str, Any]:
+        """The ``select: last`` record for a ``select_metric`` with no finite value, with its one WARNING."""
+        values = ", ".join(f"{self.unit} {row[self.unit]}: {_shown(row, key)}" for row in self.rows)
+        others = sorted(k for k in (self.rows[0] if self.rows else {}) if k not in (self.unit, key)
+                        and all(_finite_number(row.get(k)) for row in self.rows))
+        why = (f"select_metric {key!r} has no finite val value at any of the {len(self.rows)} evaluations "
+               f"({values}), so select: best fell back to select: last, the final policy")
+        if not self.announced:
+            log.warning("%s; keys with a finite value at every evaluation: %s", why, ", ".join(others) or "none")
+        return {"select": "last", self.unit: self.total, "select_metric": key, "value": None, "why": why}
 
     def selected_model(self) -> Optional[Path]:
         """The kept model folder :meth:`selected` chose, or None (the stage writes its final policy)."""
@@ -156,3 +209,15 @@ class Validation:
         for kept in sorted((self.root / KEPT).glob(f"{self.unit}*")) if (self.root / KEPT).is_dir() else []:
             if every > 0 and self._number(kept) > 0 and self._number(kept) % every == 0:  # 0: the start model
                 shutil.copytree(kept, folder / "checkpoints" / kept.name)
+
+
+def _finite_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _shown(row: dict[str, Any], key: str) -> str:
+    """A val row's ``key`` as the fallback warning shows it: a value, NaN (non-finite values are stored as null) or
+    absent."""
+    if key not in row:
+        return "absent"
+    return "NaN" if row[key] is None else repr(row[key])

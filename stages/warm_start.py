@@ -14,7 +14,7 @@ from grueflow.models.lora import merged, with_lora
 from grueflow.models.policy import Policy
 from grueflow.metrics import MetricContext
 from grueflow.params import check_select_metric, load_method, load_metrics, load_task_section
-from grueflow.supervised import SupervisedTrainer, select_samples
+from grueflow.supervised import NonFiniteLossError, SupervisedTrainer, select_splits
 from grueflow.training import Tracking, TrainingRun, add_arguments
 from grueflow.validation import Validation
 
@@ -43,8 +43,7 @@ def main() -> None:
     check_context(args.base_model, lengths.prompt, lengths.target, str(args.task_file),
                   ("lengths.prompt", "lengths.target"))
     run = TrainingRun.start("warm_start", args, started, args.seed, processes=cfg.processes)
-    train, val = (select_samples(read_split(args.datapool, split), cfg.train_where, split)
-                  for split in ("train", "val"))
+    train, val = select_splits(read_split(args.datapool, "train"), read_split(args.datapool, "val"), cfg.train_where)
     backend = select(run.execution)
     model, tokenizer = load_pretrained(args.base_model, backend=backend)
     if cfg.lora is not None:
@@ -58,12 +57,16 @@ def main() -> None:
     validation = Validation(run.resume_dir, val if cfg.eval_every else [], eval_generation, None, metrics,
                             MetricContext(args.base_model, lengths.prompt, run.execution, policy), cfg, args.seed,
                             key=key, unit="epoch", total=cfg.epochs, step=lambda t: t.state.epoch)
-    curve = run.train(trainer, key, cfg.epochs, "epoch", "warm start epochs", Tracking(args.tensorboard),
-                      validate=validation if validation.enabled else None)
+    try:
+        curve = run.train(trainer, key, cfg.epochs, "epoch", "warm start epochs", Tracking(args.tensorboard),
+                          validate=validation if validation.enabled else None)
+    except NonFiniteLossError as err:  # as rl_finetune ends on its NonFiniteError: one line, exit code 1
+        kept = f"the checkpoint of epoch {err.epoch - 1} stays in" if err.epoch > 1 else "nothing was checkpointed in"
+        raise SystemExit(f"error: {err}; {kept} {run.resume_dir}")
     chosen = validation.selected()
 
     def write(folder: Path) -> None:
-        if chosen:  # select: best: the kept policy of the best val epoch
+        if chosen:  # select: best: the kept policy of the epoch it chose (the last one when it fell back)
             shutil.copytree(validation.selected_model(), folder / MODEL_DIR)
         else:
             merged(model).save_pretrained(folder / MODEL_DIR)  # plain Hugging Face weights, LoRA folded in

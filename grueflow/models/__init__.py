@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from grueflow.config import ConfigError, ModelConfig, PretrainConfig, TokenizerConfig, to_dict
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
-from grueflow.io import MissingDataError, check_stage_output, read_json
+from grueflow.io import DataError, MissingDataError, check_stage_output, read_json
 from grueflow.models.gguf import GgufWheel
 from grueflow.registry import Registry
 
@@ -314,11 +314,28 @@ def load_pretrained(name_or_path: str | Path, kind: Kind | None = None, trust_re
         raise MissingDataError(f"cannot load the model in {name}: its weights lack {len(missing)} tensor(s) its "
                                f"config.json asks for ({shown}); the config and the weights disagree: rebuild the "
                                f"folder, or restore the config.json saved with these weights")
+    _check_finite(model, name)
     model = model.to(execution.device)
     model.eval()
     if frozen:
         model.requires_grad_(False)
     return backend.prepare(model), tokenizer
+
+
+def _check_finite(model: Any, folder: str) -> None:
+    """Raise a DataError naming ``folder`` and its first tensors when a parameter holds NaN or an infinity, or a
+    floating buffer holds NaN (a buffer may hold -inf on purpose: an attention mask). Such weights make sampling
+    fail and every score NaN. A DataError, not :class:`MissingDataError`: nothing is missing, the values are bad."""
+    import torch
+
+    tensors = [(n, t, True) for n, t in model.named_parameters()] + [(n, t, False) for n, t in model.named_buffers()]
+    bad = [n for n, t, parameter in tensors if t.is_floating_point()
+           and not bool((torch.isfinite(t) if parameter else ~torch.isnan(t)).all())]
+    if bad:
+        shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
+        raise DataError(f"cannot load the model in {folder}: {len(bad)} of its tensors hold NaN or infinite values "
+                        f"({shown}), so it cannot generate; a training that diverged writes such weights: rerun the "
+                        f"stage that wrote it with a lower learning_rate, or give another model")
 
 
 def _unloadable(folder: str, err: BaseException) -> MissingDataError:

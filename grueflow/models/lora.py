@@ -69,7 +69,25 @@ def with_lora(model: Any, cfg: LoraConfig) -> Any:
         raise ConfigError(f"cannot add LoRA adapters to {model.config.model_type}: {reason}; its linear layers are "
                           f"named: {layers}: give some of those as lora.target_modules") from None
     _warn_rank_above_width(wrapped, cfg)
+    _warn_scale_too_small(cfg)
     return wrapped
+
+
+# The smallest adapter scale alpha / r taken as meant. peft's default is 1 (r 8, alpha 8), grueflow's 2, and the
+# RL4LMs, TRL and peft examples use 0.5 to 2. Under Adam each factor moves about learning_rate per step whatever the
+# scale, so the weight change (alpha / r) B A shrinks in proportion to the scale: at 1e-3, 500 times below the
+# smallest of those, a run of the usual length leaves the model as it was.
+MIN_LORA_SCALE = 1e-3
+
+
+def _warn_scale_too_small(cfg: LoraConfig) -> None:
+    """Warn when the adapter's scale ``alpha / r`` is below :data:`MIN_LORA_SCALE`: training then cannot move the
+    model in practice."""
+    scale = cfg.alpha / cfg.r
+    if scale < MIN_LORA_SCALE:
+        log.warning("lora alpha / r = %g / %d = %.3g is below %g: the adapter's update is scaled down so far that "
+                    "training leaves the model as it was (peft's default scale is 1, and 0.5 to 2 is usual); raise "
+                    "lora.alpha (e.g. to %d, a scale of 1)", cfg.alpha, cfg.r, scale, MIN_LORA_SCALE, cfg.r)
 
 
 def _warn_rank_above_width(model: Any, cfg: LoraConfig) -> None:

@@ -358,11 +358,20 @@ class Policy:
         A target longer than ``max_length - 1`` tokens keeps its first tokens, whatever side prompts are cut from
         (a causal policy's prompts keep their end): a target continues its prompt, so its start is what follows
         the prompt."""
-        prefix = " " if self.kind == "causal" else ""
-        rows = [self.tokenizer(prefix + t, add_special_tokens=False)["input_ids"][:max_length - 1] + [self.eos_token_id]
-                for t in targets]
+        rows = [ids[:max_length - 1] + [self.eos_token_id] for ids in self._target_ids(targets)]
         width = max(len(r) for r in rows)
         return torch.tensor([r + [self.tokenizer.pad_token_id] * (width - len(r)) for r in rows], device=self.device)
+
+    def target_lengths(self, targets: list[str]) -> list[int]:
+        """Each target's token count before :meth:`encode_targets` cuts it and adds EOS (a target of more than
+        ``max_length - 1`` tokens is cut)."""
+        return [len(ids) for ids in self._target_ids(targets)]
+
+    def _target_ids(self, targets: list[str]) -> list[list[int]]:
+        """Targets' token ids, uncut and without EOS; a causal target is tokenised after a space, as it follows
+        its prompt."""
+        prefix = " " if self.kind == "causal" else ""
+        return [self.tokenizer(prefix + t, add_special_tokens=False)["input_ids"] for t in targets]
 
     def supervised_loss(self, prompts: Prompts, targets: torch.Tensor) -> torch.Tensor:
         """Mean token cross-entropy of ``targets`` given the prompts (teacher forcing)."""

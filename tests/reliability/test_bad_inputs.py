@@ -1,7 +1,7 @@
 """A catalogue of bad inputs (issue 9): each fails before any model loads or trains, with one line that
 names the file, the key (or line), the value given and what is allowed.
 
-Categories (244 cases in all, as collected; grown over four hostile passes):
+Categories (328 cases in all, as collected; grown over nine hostile passes):
 
 - params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``): unknown keys, wrong types,
   out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline
@@ -15,7 +15,12 @@ Categories (244 cases in all, as collected; grown over four hostile passes):
   ``skip_bad_rows`` dropping rows with a count;
 - prompts longer than the model's context, read from ``config.json`` before any weights load;
 - stage CLIs: exit code 2, one line on stderr, no traceback, nothing written;
-- the workflow: ``snakemake -n`` stops on a bad params file before any job.
+- the workflow: ``snakemake -n`` stops on a bad params file before any job; a ``--configfile`` suite replaces
+  params/suite.yaml, ``--config`` seeds, seed and pairwise-batch targets;
+- metric args out of range and metric targets a datapool's meta cannot give (refused before generating);
+  ToTTo fields of the wrong shape, and re-splits of rows that share a prompt;
+- human answers: conflicting copies, batches answered in part, text a spreadsheet edited;
+- the warm start: a loss that turns non-finite, a select_metric missing or never finite, train_where types.
 
 Faults beside their subjects: damaged stage folders and records (tests/unit/test_io.py), checkpoints and
 resume folders (tests/unit/test_checkpoints.py), evaluate outputs (tests/unit/test_grue.py), human-answer
@@ -1619,3 +1624,247 @@ def test_a_loader_resplitting_rows_written_twice_trains_on_no_test_prompt(tmp_pa
     with pytest.raises(DataError, match=r"split_counts \{'train': 12, 'val': 6, 'test': 6\} ask for 24 units; the data "
                                         r"has 12 \(24 before the rows that share a prompt or a source_id were joined"):
         cls.build(parse(cls.Args, {**args, "split_counts": {"train": 12, "val": 6, "test": 6}}, "args"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Suites from --configfile and --config, and odd targets
+# ---------------------------------------------------------------------------------------------
+
+
+def suite_dry_run(project: Path, *args: str) -> subprocess.CompletedProcess:
+    """``snakemake -n --cores 1 ARGS`` in ``project`` (targets go first: ``--configfile`` takes several files)."""
+    return subprocess.run([str(Path(PY).parent / "snakemake"), "-n", "--cores", "1", *args], cwd=project,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_configfile_suite_replaces_params_suite_yaml_and_config_keys_apply_over_it(tmp_path: Path):
+    """A suite given with --configfile silently took rl_starts (and every key it left out) from params/suite.yaml."""
+    project = copy_project(tmp_path / "project")
+    active = project / "params" / "suite.yaml"
+    active.write_text(active.read_text() + "rl_starts: [zero_shot]\n")
+    (project / "other.yaml").write_text("tasks: [sentiment]\nalgorithms: [ppo]\nseeds: [0]\nthreads: 1\n")
+    base = suite_dry_run(project, "results/grue_table.csv")
+    assert base.returncode == 0, base.stderr[-3000:]
+    assert "rl_method=ppo" in base.stdout and "supervised+ppo" not in base.stdout
+    switched = suite_dry_run(project, "results/grue_table.csv", "--configfile", "other.yaml")
+    assert switched.returncode == 0, switched.stderr[-3000:]
+    assert "rl_method=supervised+ppo, seed=0" in switched.stdout  # rl_starts' default: both starts
+    assert "task=concepts" not in switched.stdout
+    overridden = suite_dry_run(project, "results/grue_table.csv", "--configfile", "other.yaml",
+                               "--config", "rl_starts=[zero_shot]")
+    assert overridden.returncode == 0, overridden.stderr[-3000:]
+    assert "rl_method=ppo" in overridden.stdout and "supervised+ppo" not in overridden.stdout
+
+
+def test_seeds_given_with_config_are_integers(tmp_path: Path):
+    """Snakemake's --config passes a list's items as strings: 'seeds=[0,1]' failed as "'0' is not of type 'integer'"."""
+    result = suite_dry_run(copy_project(tmp_path / "project"), "results/grue_table.csv", "--config", "seeds=[0,1]")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "method=ppo, seed=1" in result.stdout and "method=ppo, seed=0" in result.stdout
+
+
+@pytest.mark.parametrize("given, shown",
+                         [("seeds=0", "0"), ("seeds=[01]", "['01']"), ("seeds=[0,one]", "['0', 'one']")],
+                         ids=["bare-number", "leading-zero", "word"])
+def test_seeds_given_with_config_in_another_spelling_are_refused_with_the_one_that_works(tmp_path: Path, given: str,
+                                                                                         shown: str):
+    result = suite_dry_run(copy_project(tmp_path / "project"), "--config", given)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert (f"invalid params: --config seeds={shown}: seeds is a list of integers written without leading zeros, "
+            f"e.g. --config 'seeds=[0,1]'") in output, output
+    assert "Job stats" not in output, output
+
+
+@pytest.mark.parametrize("target", ["results/eval/sentiment/ppo/seed00", "results/eval/sentiment/ppo/seed01",
+                                    "results/human/sentiment/batches/likert_seed00",
+                                    "results/human/sentiment/batches/ppo_vs_supervised_seed01"])
+def test_a_seed_target_with_a_leading_zero_is_no_second_run_of_that_seed(tmp_path: Path, target: str):
+    result = suite_dry_run(copy_project(tmp_path / "project"), target)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert f"No rule to produce {target}" in output, output
+
+
+def test_a_pairwise_batch_naming_one_method_twice_is_refused_while_the_dag_is_built(tmp_path: Path):
+    """`..._batches/ppo_vs_ppo_seed0` was planned, and its job failed with the reason only in its log."""
+    project = copy_project(tmp_path / "project")
+    result = suite_dry_run(project, "results/human/sentiment/batches/ppo_vs_ppo_seed0")
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert ("results/human/sentiment/batches/ppo_vs_ppo_seed0: a pairwise batch compares two different methods, and "
+            "this one names 'ppo' twice; give <method_a>_vs_<method_b>_seed<k> with two of zero_shot, supervised, "
+            "ppo, supervised+ppo, or likert_seed<k> to rate every method") in output, output
+    assert "Job stats" not in output, output
+    pair = suite_dry_run(project, "results/human/sentiment/batches/ppo_vs_supervised_seed0")
+    assert pair.returncode == 0, pair.stderr[-3000:]
+    assert "rule export_human_pairwise:" in pair.stdout
+
+
+# ---------------------------------------------------------------------------------------------
+# Human answers: conflicting copies, unanswered items, edited text
+# ---------------------------------------------------------------------------------------------
+
+
+def human_likert_batch(folder: Path) -> Path:
+    """A Likert batch of 4 ppo and 4 zero_shot items, prompts with an apostrophe, written to ``folder``."""
+    from grueflow.human import batch as hb
+
+    hb.write_batch(hb.likert_batch({m: [hb.Prediction(f"s{i}", f"p{i}: it's {m}", f"{m} g{i}") for i in range(4)]
+                                    for m in ("ppo", "zero_shot")}, "imdb", seed=0), folder)
+    return folder
+
+
+def human_answers(path: Path, batch: Path, score: int, at: str | None, method: str | None = None) -> Path:
+    """Annotator x's answer ``score`` (both criteria) to every item (of ``method`` only, where given)."""
+    items = [json.loads(line) for line in (batch / "items.jsonl").read_text().splitlines()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps({"annotator": "x", "item_id": i["item_id"], **({"at": at} if at else {}),
+                                        "answer": {"coherence": score, "sentiment": score}}) + "\n"
+                            for i in items if method in (None, i["algorithm"])))
+    return path
+
+
+def test_an_older_answers_copy_beside_the_file_never_reverts_the_answers(tmp_path: Path, call_stage, caplog):
+    batch = human_likert_batch(tmp_path / "batch")
+    human_answers(tmp_path / "answers" / "answers.jsonl", batch, 5, "2026-12-05T12:00:00+00:00")
+    human_answers(tmp_path / "answers" / "answers_old.jsonl", batch, 1, "2026-12-01T12:00:00+00:00")  # read last
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "answers",
+                        "--out", tmp_path / "imp")
+    assert result.code == 0, result.stderr
+    assert {r["value"] for r in read_json(tmp_path / "imp" / "table_rows.json")} == {5.0}
+    assert "8 older answer(s) from another file or row replaced by a later one (by time)" in caplog.text
+
+
+def test_conflicting_answers_copies_without_times_exit_2_naming_both(tmp_path: Path, call_stage):
+    batch = human_likert_batch(tmp_path / "batch")
+    new = human_answers(tmp_path / "answers" / "answers.jsonl", batch, 5, None)
+    old = human_answers(tmp_path / "answers" / "answers_old.jsonl", batch, 1, None)
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "answers",
+                        "--out", tmp_path / "imp")
+    assert_fails_in_one_line(result, "annotator 'x' gave item L", " two different answers that no time orders: "
+                             f"{{'coherence': 5, 'sentiment': 5}} ({new} answer 1, no time) and "
+                             f"{{'coherence': 1, 'sentiment': 1}} ({old} answer 1, no time); remove the one")
+    assert not (tmp_path / "imp").exists()
+
+
+def test_a_batch_answered_for_one_method_only_warns_and_records_the_batch_size(tmp_path: Path, call_stage, caplog):
+    batch = human_likert_batch(tmp_path / "batch")
+    human_answers(tmp_path / "answers.jsonl", batch, 4, "2026-12-05T12:00:00+00:00", method="ppo")
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "answers.jsonl",
+                        "--out", tmp_path / "imp")
+    assert result.code == 0, result.stderr
+    assert "4 of 8 items answered; methods with no answers: zero_shot; the table covers only the answered items" \
+        in caplog.text
+    stats = read_json(tmp_path / "imp" / "agreement.json")
+    assert (stats["n_items"], stats["n_items_answered"], stats["methods_without_answers"]) == (8, 4, ["zero_shot"])
+    table = call_stage("human_eval_table", "--imports", tmp_path / "imp", "--out-csv", tmp_path / "t.csv",
+                       "--out-md", tmp_path / "t.md")
+    assert table.code == 0, table.stderr
+    markdown = (tmp_path / "t.md").read_text()
+    assert "Note: batch imp: 4 of 8 items answered; methods with no answers: zero_shot" in markdown
+    assert "| krippendorff_alpha_interval | (fewer than 2 annotators on every item) |" in markdown
+
+
+def test_a_results_csv_with_smart_quotes_exits_2_showing_the_changed_character(tmp_path: Path, call_stage):
+    import csv
+
+    batch = human_likert_batch(tmp_path / "batch")
+    items = [json.loads(line) for line in (batch / "items.jsonl").read_text().splitlines()]
+    with open(tmp_path / "results.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["WorkerId", "SubmitTime", "Input.item_id", "Input.prompt", "Answer.coherence",
+                         "Answer.sentiment"])
+        writer.writerows(["W1", "Sat Dec 05 10:00:00 PST 2026", i["item_id"], i["prompt"].replace("'", "\u2019"), 3, 3]
+                         for i in items)
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "results.csv",
+                        "--out", tmp_path / "imp")
+    assert_fails_in_one_line(result, "results.csv: row 2: Input.prompt differs from item ", "'s text at character 7: "
+                             "the file has ", "(U+2019 RIGHT SINGLE QUOTATION MARK where the batch has U+0027 "
+                             "APOSTROPHE); a spreadsheet or editor replaced a character by a lookalike")
+
+
+# ---------------------------------------------------------------------------------------------
+# The warm start: non-finite losses, selection, filters
+# ---------------------------------------------------------------------------------------------
+
+
+def warm_start_inputs(tmp_path: Path, tiny_models, method: dict[str, Any], **task: Any) -> list[Any]:
+    """warm_start's arguments on a hand-written datapool (6 train and 2 val samples, labels 0/1) with the tiny GPT-2
+    as base model: the micro sentiment task with ``task``'s changes and the method file ``method``."""
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    for split, n in (("train", 6), ("val", 2)):
+        write_rows(pool / f"{split}.jsonl", [{"id": f"{split}-{i}", "prompt": f"the film {i} was",
+                                              "references": ["good and fine ."], "meta": {"label": i % 2}}
+                                             for i in range(n)])
+    (tmp_path / "supervised.yaml").write_text(yaml.safe_dump({"epochs": 2, "batch_size": 4, **method}))
+    return ["--task-file", edited(tmp_path, MICRO / "tasks" / "sentiment.yaml", **task), "--method-file",
+            tmp_path / "supervised.yaml", "--datapool", pool, "--base-model", tiny_models["causal"], "--seed", "0",
+            "--out", tmp_path / "out"]
+
+
+def ends_in_one_error_line(result: Exit, code: int, *expect: str) -> None:
+    """Exit ``code``, no traceback, and one ``error:`` line, the last, holding every ``expect`` fragment (the log
+    lines before it, loading bars and warnings, are not the stage's message)."""
+    assert result.code == code and "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert [line for line in lines if line.startswith("error:")] == lines[-1:], result.stderr
+    for fragment in expect:
+        assert fragment in lines[-1], result.stderr
+
+
+def test_a_warm_start_whose_loss_turns_nan_ends_in_one_line_and_hands_nothing_on(tmp_path: Path, tiny_models):
+    """It ended with rc 0 and a model of NaN weights, which every later stage took."""
+    result = run_stage("warm_start", *warm_start_inputs(tmp_path, tiny_models, {"learning_rate": 1e30}))
+    ends_in_one_error_line(result, 1,  # the exit code of rl_finetune's non-finite stop
+                           f"error: non-finite train loss at epoch 1, step 2 of 2: the weights were not updated with "
+                           f"it; training diverged: lower learning_rate (it is 1e+30); nothing was checkpointed in "
+                           f"{tmp_path / 'out'}.resume")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_select_metric_missing_on_this_machine_is_refused_before_the_warm_start_trains(tmp_path: Path, call_stage,
+                                                                                       tiny_models):
+    """It failed with a ValueError traceback after all the epochs."""
+    empty = tmp_path / "no_jars"
+    empty.mkdir()
+    args = warm_start_inputs(tmp_path, tiny_models, {"eval_every": 1, "select": "best",
+                                                     "select_metric": "lexical/spice"},
+                             metrics=[{"id": "spice", "args": {"corenlp_dir": str(empty)}}])
+    result = call_stage("warm_start", *args)
+    ends_in_one_error_line(result, 2, "error: select: best: select_metric 'lexical/spice' cannot be computed on this "
+                                      "machine (metric spice is missing: metric 'spice' needs Java",
+                           "stopped at the evaluation of epoch 0, before any training: make spice available, or "
+                           "choose another select_metric")
+    assert not (tmp_path / "out").exists()
+    assert not list(Path(f"{tmp_path / 'out'}.resume").glob("epoch*"))  # no epoch was trained
+
+
+def test_a_select_metric_nan_at_every_evaluation_falls_back_to_the_final_policy(tmp_path: Path, call_stage,
+                                                                              tiny_models):
+    """One-word generations have no bigram, so distinct-2 is NaN at every epoch: a ValueError traceback after all
+    the training, which named the failing key as a valid choice."""
+    args = warm_start_inputs(tmp_path, tiny_models, {"eval_every": 1, "select": "best",
+                                                     "select_metric": "diversity/distinct_2"},
+                             eval_generation={"max_new_tokens": 1, "do_sample": False},
+                             metrics=[{"id": "diversity"}])
+    assert call_stage("warm_start", *args).code == 0
+    selected = read_json(tmp_path / "out" / "stage.json")["selected"]
+    assert selected == {"select": "last", "epoch": 2, "select_metric": "diversity/distinct_2", "value": None,
+                        "why": "select_metric 'diversity/distinct_2' has no finite val value at any of the 3 "
+                               "evaluations (epoch 0: NaN, epoch 1: NaN, epoch 2: NaN), so select: best fell back "
+                               "to select: last, the final policy"}
+    final = tmp_path / "out" / "model" / "model.safetensors"
+    assert final.is_file() and not Path(f"{tmp_path / 'out'}.resume").exists()
+
+
+@pytest.mark.parametrize("where, shown", [({"label": True}, "True (boolean)"), ({"label": 0.0}, "0.0 (number)")])
+def test_train_where_of_another_type_than_the_data_matches_nothing(tmp_path: Path, call_stage, tiny_models, where,
+                                                                   shown):
+    """{label: true} and {label: 0.0} silently matched the integer labels 1 and 0, while {flag: 1} against '1' was
+    refused for its type."""
+    result = call_stage("warm_start", *warm_start_inputs(tmp_path, tiny_models, {"train_where": where}))
+    assert_fails_in_one_line(result, f"error: supervised train_where {where}: no train sample matches it (of 6); ",
+                             f"label is 0, 1 (integers) there, not {shown}: write train_where's values with the "
+                             f"data's types")

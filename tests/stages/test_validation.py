@@ -179,3 +179,65 @@ def test_the_warm_start_scores_val_each_epoch_and_hands_on_the_best(base, tmp_pa
     with pytest.raises(ConfigError, match="select: best needs eval_every > 0"):
         parse(__import__("grueflow.config", fromlist=["SupervisedConfig"]).SupervisedConfig,
               {"epochs": 2, "select": "best"}, "supervised.yaml:")
+
+
+def test_a_select_metric_never_finite_falls_back_to_the_last_policy_with_one_warning(tmp_path, caplog):
+    cfg = PPOConfig(iterations=4, eval_every=2, select="best", select_metric="diversity/distinct_2")
+    validation = Validation(tmp_path, [], None, None, (), None, cfg, 0)
+    validation.rows = [{"iteration": step, "diversity/distinct_2": None, "reward": 0.5, "lexical/bleu": None}
+                       for step in (0, 2, 4)]
+    why = ("select_metric 'diversity/distinct_2' has no finite val value at any of the 3 evaluations (iteration 0: "
+           "NaN, iteration 2: NaN, iteration 4: NaN), so select: best fell back to select: last, the final policy")
+    with caplog.at_level("WARNING", logger="grueflow.validation"):
+        assert validation.selected() == {"select": "last", "iteration": 4, "select_metric": "diversity/distinct_2",
+                                         "value": None, "why": why}
+        assert validation.selected_model() == tmp_path / "validation" / "kept" / "iteration4"  # the final policy
+    assert [r.getMessage() for r in caplog.records] == [f"{why}; keys with a finite value at every evaluation: reward"]
+
+
+def test_select_best_choosing_the_untrained_start_warns_that_it_is_handed_on(tmp_path, caplog):
+    from grueflow.config import SupervisedConfig
+
+    cfg = SupervisedConfig(epochs=2, eval_every=1, select="best", select_metric="diversity/length")
+    validation = Validation(tmp_path, [], None, None, (), None, cfg, 0, unit="epoch", total=2)
+    validation.rows = [{"epoch": 0, "diversity/length": 8.0}, {"epoch": 1, "diversity/length": 3.0},
+                       {"epoch": 2, "diversity/length": 8.0}]
+    with caplog.at_level("WARNING", logger="grueflow.validation"):
+        assert validation.selected()["epoch"] == 0
+        assert validation.selected_model().name == "epoch0"
+    assert [r.getMessage() for r in caplog.records] == [
+        "select: best chose epoch 0, the start model before any training (the highest val diversity/length of 3 "
+        "evaluations (epochs 0, 1, 2)): it is handed on untrained, so this method's results are the start model's; "
+        "if that is not meant, choose another select_metric or use select: last"]
+    caplog.clear()
+    validation.rows[1]["diversity/length"] = 9.0
+    validation.announced = False
+    with caplog.at_level("WARNING", logger="grueflow.validation"):
+        assert validation.selected()["epoch"] == 1
+    assert caplog.records == []
+
+
+def test_a_select_metric_of_a_metric_missing_on_this_machine_is_refused_at_its_first_evaluation(tmp_path):
+    cfg = PPOConfig(iterations=4, eval_every=2, select="best", select_metric="lexical/spice")
+    validation = Validation(tmp_path, [], None, None, (), None, cfg, 0)
+    validation._check_select_metric({"rouge": "unused"}, 0)  # another metric missing: nothing to refuse
+    with pytest.raises(ConfigError) as err:
+        validation._check_select_metric({"spice": "metric 'spice' needs Java\n and the jars"}, 0)
+    assert str(err.value) == ("select: best: select_metric 'lexical/spice' cannot be computed on this machine (metric "
+                              "spice is missing: metric 'spice' needs Java and the jars); stopped at the evaluation "
+                              "of iteration 0, before any training: make spice available, or choose another "
+                              "select_metric")
+    Validation(tmp_path, [], None, None, (), None, PPOConfig(iterations=4), 0)._check_select_metric({"spice": "x"}, 0)
+
+
+def test_eval_samples_above_the_val_split_warns_that_all_are_used(tmp_path, caplog):
+    from grueflow.data import Sample
+
+    samples = [Sample(f"val-{i}", "p", ("r",), {}) for i in range(8)]
+    with caplog.at_level("WARNING", logger="grueflow.validation"):
+        assert len(Validation(tmp_path, samples, None, None, (), None, PPOConfig(iterations=4, eval_every=2,
+                                                                                 eval_samples=1000), 0).samples) == 8
+        assert len(Validation(tmp_path, samples, None, None, (), None, PPOConfig(iterations=4, eval_every=2,
+                                                                                 eval_samples=5), 0).samples) == 5
+    assert [r.getMessage() for r in caplog.records] == [
+        "eval_samples 1000 is more than the 8 val samples there are: all 8 are evaluated"]

@@ -175,3 +175,22 @@ def test_a_rank_above_an_adapted_layers_width_is_warned_about_with_the_width(tin
         with_lora(AutoModelForCausalLM.from_pretrained(tiny_models["causal"]),
                   parse(LoraConfig, {"r": width, "target_modules": ["c_attn"]}, "m:"))
     assert "exceeds the rank" not in caplog.text
+
+
+def test_an_adapter_scale_alpha_over_r_too_small_to_move_the_model_is_warned_about(tiny_models, caplog):
+    from grueflow.models.lora import MIN_LORA_SCALE
+
+    assert MIN_LORA_SCALE == 1e-3
+    with caplog.at_level("WARNING", logger="grueflow.models.lora"):
+        with_lora(AutoModelForCausalLM.from_pretrained(tiny_models["causal"]),
+                  parse(LoraConfig, {"r": 4, "alpha": 0.000001, "target_modules": ["c_attn"]}, "m:"))
+    assert [r.getMessage() for r in caplog.records] == [
+        "lora alpha / r = 1e-06 / 4 = 2.5e-07 is below 0.001: the adapter's update is scaled down so far that training "
+        "leaves the model as it was (peft's default scale is 1, and 0.5 to 2 is usual); raise lora.alpha (e.g. to 4, "
+        "a scale of 1)"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="grueflow.models.lora"):
+        for alpha in (0.004, 8.0):  # scales 1e-3 (the bound itself) and 2: meant
+            with_lora(AutoModelForCausalLM.from_pretrained(tiny_models["causal"]),
+                      parse(LoraConfig, {"r": 4, "alpha": alpha, "target_modules": ["c_attn"]}, "m:"))
+    assert caplog.records == []

@@ -95,3 +95,27 @@ def test_evaluates_base_model_must_be_a_language_model_of_the_evaluated_models_k
     assert "give the task's base model (results/<task>/base_model/model)" in message
     check_same_kind(tiny_models["causal"], tiny_models["causal"])
     check_same_kind(tiny_models["seq2seq"], tiny_models["seq2seq"])
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_a_model_whose_weights_hold_nan_or_inf_is_refused_at_load_naming_the_folder_and_a_tensor(tiny_models,
+                                                                                                tmp_path: Path, value):
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from grueflow.io import DataError
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_models["causal"], folder)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    with torch.no_grad():
+        model.transformer.h[0].ln_1.weight[0] = value
+    model.save_pretrained(folder)
+    with pytest.raises(DataError) as err:
+        load_pretrained(folder)
+    assert not isinstance(err.value, MissingDataError)  # nothing is missing: the values are bad
+    assert str(err.value) == (f"cannot load the model in {folder}: 1 of its tensors hold NaN or infinite values "
+                              f"(transformer.h.0.ln_1.weight), so it cannot generate; a training that diverged "
+                              f"writes such weights: rerun the stage that wrote it with a lower learning_rate, or give "
+                              f"another model")
+    load_pretrained(tiny_models["causal"])  # finite weights load

@@ -280,3 +280,134 @@ def test_an_rl_run_never_resumes_a_checkpoint_of_other_task_lengths(tiny_models,
     root = tmp_path / "rl.resume"  # so the 24-token run's checkpoint is not the 8-token run's to resume
     checkpoints.save(root, "iteration", 1, keys[0], lambda folder: (folder / "x").write_text("x"), keep=1)
     assert checkpoints.latest(root, "iteration", keys[2]) is None
+
+
+# -- the warm start: non-finite losses, train_where, cut references ----------------------------------------------
+
+
+def warm_start_trainer(path: Path, **settings):
+    from grueflow.config import SupervisedConfig
+    from grueflow.data import Sample
+    from grueflow.params import parse
+    from grueflow.supervised import SupervisedTrainer
+
+    seed_everything(0)
+    train = [Sample(f"train-{i}", f"the film {i} was", ("good and fine .",), {}) for i in range(6)]
+    val = [Sample(f"val-{i}", f"the play {i} was", ("dull .",), {}) for i in range(2)]
+    cfg = parse(SupervisedConfig, {"epochs": 2, "batch_size": 4, **settings}, "supervised.yaml:")
+    model, tokenizer = load_pretrained(path)
+    return SupervisedTrainer(Policy(model, tokenizer, 16), train, val, cfg, max_target=8, seed=0)
+
+
+def weights(trainer) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in trainer.policy.model.named_parameters()}
+
+
+def test_a_warm_start_stops_on_a_non_finite_train_loss_before_the_optimiser_step(tiny_models, monkeypatch):
+    from grueflow.supervised import NonFiniteLossError
+
+    trainer = warm_start_trainer(tiny_models["causal"])
+    before = weights(trainer)
+    monkeypatch.setattr(trainer, "batch_loss", lambda chunk: (torch.tensor(float("nan"), requires_grad=True),
+                                                              float("nan")))
+    saved = []
+    with pytest.raises(NonFiniteLossError) as err:
+        trainer.train(checkpoint=saved.append)
+    assert str(err.value) == ("non-finite train loss at epoch 1, step 1 of 2: the weights were not updated with it; "
+                              "training diverged: lower learning_rate (it is 0.001)")
+    assert err.value.epoch == 1 and saved == [] and trainer.state.curve == []
+    assert all(torch.equal(p, before[n]) for n, p in weights(trainer).items())
+
+
+def test_a_warm_start_stops_on_a_non_finite_gradient_before_the_optimiser_step(tiny_models):
+    from grueflow.supervised import NonFiniteLossError
+
+    trainer = warm_start_trainer(tiny_models["causal"], learning_rate=0.01)
+    before = weights(trainer)
+    next(trainer.policy.model.parameters()).register_hook(lambda grad: grad * float("inf"))
+    with pytest.raises(NonFiniteLossError, match=r"^non-finite gradient norm at epoch 1, step 1 of 2: the weights "
+                                                 r"were not updated with it; training diverged: lower learning_rate "
+                                                 r"\(it is 0.01\)$"):
+        trainer.train()
+    assert all(torch.equal(p, before[n]) for n, p in weights(trainer).items())
+
+
+def test_a_warm_start_stops_on_a_non_finite_val_loss_before_that_epoch_is_checkpointed(tiny_models, monkeypatch):
+    from grueflow import supervised
+
+    trainer = warm_start_trainer(tiny_models["causal"], learning_rate=1e30)  # the first step already diverges
+    with pytest.raises(supervised.NonFiniteLossError) as err:
+        trainer.train()
+    assert str(err.value).startswith("non-finite train loss at epoch 1, step 2 of 2: ")
+    assert str(err.value).endswith("lower learning_rate (it is 1e+30)")
+
+    trainer = warm_start_trainer(tiny_models["causal"])
+    monkeypatch.setattr(supervised, "validation_loss", lambda *args: float("inf"))
+    saved = []
+    with pytest.raises(supervised.NonFiniteLossError) as err:
+        trainer.train(checkpoint=saved.append)
+    assert str(err.value) == ("non-finite val loss at epoch 1 (after its 2 steps): this epoch's weights were not "
+                              "checkpointed; training diverged: lower learning_rate (it is 0.001)")
+    assert saved == [] and trainer.state.curve == [] and trainer.state.epoch == 0
+
+
+@pytest.mark.parametrize("where, kept", [
+    ({"label": 1}, ["train-1", "train-3"]),
+    ({"label": True}, []),  # a boolean is not the integer 1
+    ({"label": 1.0}, []),  # nor is a number with a fraction part written
+    ({"label": "1"}, []),
+    ({"flag": True}, ["train-0"]),
+    ({"flag": 1}, []),
+])
+def test_train_where_matches_a_value_only_with_its_type(where, kept):
+    from grueflow.data import Sample
+    from grueflow.io import DataError
+    from grueflow.supervised import select_samples
+
+    samples = [Sample(f"train-{i}", "p", ("r",), {"label": i % 2, "flag": i == 0}) for i in range(4)]
+    if kept:
+        assert [s.id for s in select_samples(samples, where, "train")] == kept
+        return
+    value = next(iter(where.values()))
+    with pytest.raises(DataError, match=f"not {value!r} \\((boolean|number|string|integer)\\): write train_where's "
+                                        f"values with the data's types"):
+        select_samples(samples, where, "train")
+
+
+def test_train_where_logs_how_many_train_and_val_samples_it_kept(caplog):
+    from grueflow.data import Sample
+    from grueflow.supervised import select_splits
+
+    train = [Sample(f"train-{i}", "p", ("r",), {"label": i % 2}) for i in range(6)]
+    val = [Sample(f"val-{i}", "p", ("r",), {"label": i % 2}) for i in range(3)]
+    with caplog.at_level("INFO", logger="grueflow.supervised"):
+        kept = select_splits(train, val, {"label": 0})
+    assert [len(split) for split in kept] == [3, 2]
+    assert "train_where {'label': 0} kept 3 of 6 train samples, 2 of 3 val" in caplog.text
+    caplog.clear()
+    with caplog.at_level("INFO", logger="grueflow.supervised"):
+        assert select_splits(train, val, {}) == (train, val)
+    assert "train_where" not in caplog.text
+
+
+def test_the_warm_start_counts_the_references_lengths_target_cuts_once_per_split(tiny_models, caplog):
+    from grueflow.supervised import log_cut_references
+
+    model, tokenizer = load_pretrained(tiny_models["causal"])
+    policy = Policy(model, tokenizer, 16)
+    long = "good " * 20
+    data = [("p", "good ."), ("p", long), ("p", long + "fine")]
+    lengths = policy.target_lengths([t for _, t in data])
+    assert lengths[1] > 7 and lengths[0] <= 7
+    assert policy.encode_targets([long], 8).shape == (1, 8)  # the cut the count describes: 7 tokens and EOS
+    with caplog.at_level("INFO", logger="grueflow.supervised"):
+        assert log_cut_references(policy, data, 8, "train") == 2
+        assert log_cut_references(policy, data[:1], 8, "val") == 0
+    assert [r.levelname for r in caplog.records] == ["WARNING"]  # more than half cut; none cut: no line
+    assert caplog.records[0].getMessage() == (f"lengths.target = 8 cuts 2 of 3 train references to 7 tokens and EOS "
+                                              f"(the longest has {lengths[2]} tokens); raise lengths.target to keep "
+                                              f"them whole")
+    caplog.clear()
+    with caplog.at_level("INFO", logger="grueflow.supervised"):
+        assert log_cut_references(policy, data + [("p", "good .")] * 2, 8, "val") == 2
+    assert [r.levelname for r in caplog.records] == ["INFO"]
