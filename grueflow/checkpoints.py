@@ -65,6 +65,15 @@ class Checkpoint(NamedTuple):
     key: str
 
 
+CADENCE_KEYS = ("checkpoint_every", "keep_checkpoints")  # how often a run checkpoints, how many it keeps
+
+
+def keyed_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A method config as data (``to_dict``), for :func:`run_key`, without :data:`CADENCE_KEYS`: how often a run
+    checkpoints and how many checkpoints it keeps change no weight, so a rerun that changes them resumes."""
+    return {k: v for k, v in settings.items() if k not in CADENCE_KEYS}
+
+
 def run_key(*parts: Any) -> str:
     """sha256 of JSON-serialisable ``parts`` (resolved params as plain data, fingerprints, seed)."""
     return hashlib.sha256(json.dumps(list(parts), sort_keys=True).encode()).hexdigest()
@@ -137,12 +146,19 @@ def latest(root: str | Path, unit: str, key: str) -> Path | None:
 
     A damaged checkpoint (its files checked against the digests its marker holds, see :func:`save`) is
     removed, with one warning line naming it, what is wrong and what the run falls back to: the checkpoint
-    before it, or a fresh start.
+    before it, or a fresh start. Checkpoints of another key only (another configuration of the run) are named in
+    one warning line: the run starts afresh, and :func:`save` deletes them at its first checkpoint.
     """
     root = Path(root)
     damaged = [p for p in root.glob(f"{unit}*") if re.fullmatch(rf"{re.escape(unit)}\d+", p.name)
                and (p / MARKER).is_file() and _marker(p) is None]  # a marker there, but unreadable
-    mine = [c.path for c in complete(root, unit) if c.key == key]
+    found = complete(root, unit)
+    mine = [c.path for c in found if c.key == key]
+    others = [c.path.name for c in found if c.key != key]
+    if others and not mine:
+        log.warning("the checkpoints in %s (%s) are of another configuration of this run: a setting, an input or "
+                    "the seed changed since they were written, so it starts afresh, and they are deleted when it "
+                    "writes its first checkpoint; to resume them, restore what changed", root, ", ".join(others))
     candidates = sorted(mine + damaged, key=lambda p: int(p.name[len(unit):]), reverse=True)
     for i, path in enumerate(candidates):
         problem = damage(path)

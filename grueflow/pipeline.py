@@ -475,17 +475,6 @@ def plugin_code_file(stage: str) -> str:
     return f"{PLUGIN_CODE}/{{task}}/{stage}.json"
 
 
-def _strings(value: object) -> list[str]:
-    """Every string in a params value, at any depth of its lists and mappings (a mapping's values)."""
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [text for item in value for text in _strings(item)]
-    if isinstance(value, dict):
-        return [text for item in value.values() for text in _strings(item)]
-    return []
-
-
 def datapool_files(task: object, root: Path = ROOT) -> list[str]:
     """The local data a task file's datapool reads, as the file writes the paths (relative to ``root``):
     ``args.data_files`` (a path, a list or a ``{split: path(s)}`` mapping), ``args.data_root``, and ``args.path``
@@ -496,7 +485,7 @@ def datapool_files(task: object, root: Path = ROOT) -> list[str]:
     args = datapool.get("args") if isinstance(datapool, dict) else None
     if not isinstance(args, dict):
         return []
-    named = [p for key in ("data_files", "data_root", "path", "train_path") for p in _strings(args.get(key))]
+    named = [p for key in ("data_files", "data_root", "path", "train_path") for p in plugins.strings_in(args.get(key))]
     return sorted({path for path in (local_input(p, root) for p in named) if path is not None})
 
 
@@ -510,7 +499,7 @@ def scorer_files(task: object, root: Path = ROOT, parts: tuple[str, ...] = ("rew
     specs = {"reward": plugins.reward_components(task),  # a method's overridden reward too
              "metrics": task.get("metrics") if isinstance(task.get("metrics"), list) else []}
     named = [text for part in parts if part in specs
-             for spec in specs[part] if isinstance(spec, dict) for text in _strings(spec.get("args"))]
+             for spec in specs[part] if isinstance(spec, dict) for text in plugins.strings_in(spec.get("args"))]
     return sorted({path for path in (local_input(text, root) for text in named) if path is not None})
 
 

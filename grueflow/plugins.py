@@ -106,6 +106,46 @@ def source_files(task: Any, root: str | Path = ".", parts: tuple[str, ...] = TAS
     return sorted(str(path.relative_to(root)) for path in seen)
 
 
+def strings_in(value: object) -> list[str]:
+    """Every string in a params value, at any depth of its lists and mappings (a mapping's values)."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [text for item in value for text in strings_in(item)]
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in strings_in(item)]
+    return []
+
+
+def reward_inputs(task: Any, reward: dict, root: str | Path = ".") -> dict[str, str]:
+    """What a run's reward reads besides its settings, by content: ``{path: sha256}``
+    (:func:`grueflow.io.fingerprint`) of each project source file behind the import paths of a task file's reward
+    and rollout post-processing (:func:`source_files`; ``task`` is the file's data), and of each file or folder the
+    args of ``reward``'s components name (``reward`` as data: a reward model, a classifier, a lexicon), relative
+    to ``root``. A training run keys its checkpoints with these, so that one trained against an edited plugin or
+    a retrained reward model is never resumed as if it were the same run."""
+    from grueflow.io import fingerprint
+
+    root = Path(root)
+    files = source_files(task, root, ("reward", "rollout_generation"))
+    components = reward.get("components") if isinstance(reward, dict) else None
+    named = [text for c in components or [] if isinstance(c, dict) for text in strings_in(c.get("args"))]
+    paths = sorted({text for text in named if _names_input(text, root)} - set(files))
+    return {path: fingerprint(root / path) for path in [*files, *paths]}
+
+
+def _names_input(text: str, root: Path) -> bool:
+    """Whether ``text`` names an existing file or folder (relative to ``root``, or absolute) other than one that
+    holds the project (``.``, ``..``: its fingerprint would cover every output)."""
+    if not text.strip() or "\n" in text:
+        return False
+    try:
+        path = (root / text).resolve()
+        return path.exists() and not root.resolve().is_relative_to(path)
+    except (OSError, ValueError):  # a name too long for the file system, a NUL: not a path
+        return False
+
+
 def _project_imports(path: Path, root: Path) -> list[Path]:
     """The project files (under ``root``) that the module at ``path`` imports, at any depth of its code; a file
     that does not parse imports nothing here (importing it names the error)."""

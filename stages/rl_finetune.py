@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from grueflow import plots, stage
-from grueflow.checkpoints import run_key
-from grueflow.config import GenerationConfig, LengthsConfig, RewardConfig, to_dict
+from grueflow.checkpoints import keyed_settings, run_key
+from grueflow.config import GenerationConfig, LengthsConfig, RewardConfig, read_yaml, to_dict
 from grueflow.data import read_split
 from grueflow.io import MODEL_DIR, fingerprint, write_csv, write_json
 from grueflow.metrics import MetricContext
@@ -15,6 +15,7 @@ from grueflow.metrics.reward import Reward
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.policy import Policy, Prompts
+from grueflow.plugins import reward_inputs
 from grueflow.params import STARTS, check_select_metric, load_method, load_metrics, load_task_section
 from grueflow.rl import ALGORITHMS
 from grueflow.rl.configs import NLPOConfig
@@ -89,8 +90,10 @@ def main() -> None:
     evaluated = (to_dict(eval_generation), to_dict(metrics), fingerprint(args.datapool / "val.jsonl")) \
         if cfg.eval_every else ()  # what val rows depend on
     # everything the trained weights depend on: a checkpoint of another run is never resumed (the base model
-    # scores fluency rewards)
-    key = run_key(args.algorithm, to_dict(cfg), to_dict(lengths), to_dict(generation), to_dict(reward_cfg),
+    # scores fluency rewards; the reward's plugin code and the folders its args name, by content), but a change of
+    # how often the run checkpoints, or how many checkpoints it keeps, resumes it
+    key = run_key(args.algorithm, keyed_settings(to_dict(cfg)), to_dict(lengths), to_dict(generation),
+                  to_dict(reward_cfg), reward_inputs(read_yaml(args.task_file), to_dict(reward_cfg)),
                   fingerprint(args.init_model), fingerprint(args.base_model),
                   fingerprint(args.datapool / "train.jsonl"), args.seed, run.execution.precision, *evaluated)
     context = MetricContext(args.base_model, lengths.prompt, run.execution, policy)

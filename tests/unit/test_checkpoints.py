@@ -211,3 +211,48 @@ def test_a_damaged_only_checkpoint_starts_afresh_and_is_removed(tmp_path, caplog
     assert list(tmp_path.iterdir()) == []  # a fresh run's first checkpoint is then not pruned by a stale newer one
     save(tmp_path, "iteration", 1, "run", lambda f: (f / "model.safetensors").write_bytes(b"x"), keep=1)
     assert latest(tmp_path, "iteration", "run") == tmp_path / "iteration1"
+
+
+def test_checkpoints_of_another_configuration_are_named_before_a_fresh_start(tmp_path, caplog):
+    root = tmp_path / "out.resume"
+    for step in (1, 2):
+        checkpoints.save(root, "iteration", step, "run-a", write_marker_only, keep=2)
+    with caplog.at_level("WARNING", logger="grueflow.checkpoints"):
+        assert checkpoints.latest(root, "iteration", "run-b") is None
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert line.startswith(f"the checkpoints in {root} (iteration1, iteration2) are of another configuration of "
+                           f"this run: a setting, an input or the seed changed since they were written, so it "
+                           f"starts afresh, and they are deleted when it writes its first checkpoint")
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="grueflow.checkpoints"):
+        assert checkpoints.latest(root, "iteration", "run-a") == root / "iteration2"
+    assert not caplog.records  # its own checkpoints: resumed without a word
+
+
+def test_how_often_a_run_checkpoints_and_how_many_it_keeps_are_not_in_its_key():
+    settings = {"learning_rate": 1e-5, "iterations": 6, "checkpoint_every": 1, "keep_checkpoints": 1}
+    changed = {**settings, "checkpoint_every": 3, "keep_checkpoints": 4}
+    assert checkpoints.run_key(checkpoints.keyed_settings(settings)) == \
+        checkpoints.run_key(checkpoints.keyed_settings(changed))
+    assert checkpoints.run_key(checkpoints.keyed_settings(settings)) != \
+        checkpoints.run_key(checkpoints.keyed_settings({**settings, "iterations": 7}))
+
+
+def test_a_runs_reward_inputs_are_its_plugin_sources_and_the_folders_its_args_name_by_content(tmp_path):
+    from grueflow.plugins import reward_inputs
+
+    (tmp_path / "my_rewards.py").write_text("import my_helper\nclass Odd:\n    pass\n")
+    (tmp_path / "my_helper.py").write_text("SIGN = 1.0\n")
+    (tmp_path / "rm" / "model").mkdir(parents=True)
+    (tmp_path / "rm" / "model" / "weights.bin").write_bytes(b"a")
+    reward = {"components": [{"metric": "my_rewards:Odd", "weight": 1.0},
+                             {"metric": "reward_model", "weight": 1.0, "args": {"path": "rm/model", "note": "x"}}]}
+    task = {"reward": reward}
+    before = reward_inputs(task, reward, tmp_path)
+    assert sorted(before) == ["my_helper.py", "my_rewards.py", "rm/model"]
+    (tmp_path / "my_helper.py").write_text("SIGN = -1.0\n")  # an edit in a module the plugin imports
+    edited = reward_inputs(task, reward, tmp_path)
+    assert edited["my_helper.py"] != before["my_helper.py"] and edited["rm/model"] == before["rm/model"]
+    (tmp_path / "rm" / "model" / "weights.bin").write_bytes(b"b")  # the reward model retrained
+    assert reward_inputs(task, reward, tmp_path)["rm/model"] != before["rm/model"]
+    assert reward_inputs({}, {"components": [{"metric": "x", "args": {"path": "."}}]}, tmp_path) == {}  # the project
