@@ -65,6 +65,19 @@ class Checkpoint(NamedTuple):
     key: str
 
 
+class NonFiniteLossError(RuntimeError):
+    """A NaN or infinite train loss, gradient norm or val loss of an epoch-checkpointed trainer (the warm start,
+    the reward model): training stops before that optimiser step (or, for a val loss, before that epoch is
+    checkpointed), so no NaN weights are saved or handed on. ``epoch`` is the 1-based epoch under way."""
+
+    def __init__(self, what: str, epoch: int, where: str, learning_rate: float) -> None:
+        kept = ("the weights were not updated with it" if what != "val loss"
+                else "this epoch's weights were not checkpointed")
+        super().__init__(f"non-finite {what} at epoch {epoch}{where}: {kept}; training diverged: lower learning_rate "
+                         f"(it is {learning_rate:g})")
+        self.what, self.epoch = what, epoch
+
+
 CADENCE_KEYS = ("checkpoint_every", "keep_checkpoints")  # how often a run checkpoints, how many it keeps
 
 

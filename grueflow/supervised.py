@@ -29,10 +29,11 @@ from typing import Any, Callable
 import torch
 
 from grueflow import checkpoints
+from grueflow.checkpoints import NonFiniteLossError
 from grueflow.config import SupervisedConfig
 from grueflow.data import Sample
 from grueflow.distributed import DataParallel
-from grueflow.io import DataError
+from grueflow.io import DataError, rounded
 from grueflow.models.lora import trainable_parameters
 from grueflow.models.policy import Policy, completion_mask
 from grueflow.seeding import rng_state, set_rng_state
@@ -167,18 +168,6 @@ def log_cut_references(policy: Policy, data: list[tuple[str, str]], max_target: 
     return len(cut)
 
 
-class NonFiniteLossError(RuntimeError):
-    """A NaN or infinite warm-start train loss, gradient norm or val loss: training stops before that optimiser
-    step (or, for a val loss, before that epoch is checkpointed), so no NaN weights are saved or handed on."""
-
-    def __init__(self, what: str, epoch: int, where: str, learning_rate: float) -> None:
-        kept = ("the weights were not updated with it" if what != "val loss"
-                else "this epoch's weights were not checkpointed")
-        super().__init__(f"non-finite {what} at epoch {epoch}{where}: {kept}; training diverged: lower learning_rate "
-                         f"(it is {learning_rate:g})")
-        self.what, self.epoch = what, epoch
-
-
 class SupervisedTrainer(checkpoints.Checkpointed):
     """Fine-tunes ``policy.model`` in place with AdamW and a linear warmup/decay schedule, epoch by epoch;
     a checkpoint after every epoch (the newest kept)."""
@@ -245,8 +234,8 @@ class SupervisedTrainer(checkpoints.Checkpointed):
         val_loss = validation_loss(policy, self.val, cfg.batch_size, self.max_target, self.parallel)
         self._guard("val loss", val_loss, f" (after its {steps} steps)")
         self.state.epoch += 1
-        row = {"epoch": self.state.epoch, "train_loss": round(sum(losses) / len(losses), 6),
-               "val_loss": round(val_loss, 6), "learning_rate": round(self.schedule.get_last_lr()[0], 10)}
+        row = {"epoch": self.state.epoch, "train_loss": rounded(sum(losses) / len(losses)),
+               "val_loss": rounded(val_loss), "learning_rate": round(self.schedule.get_last_lr()[0], 10)}
         self.state.curve.append(row)
         log.info("warm start epoch %d: train loss %.4f, val loss %.4f", row["epoch"], row["train_loss"], row["val_loss"])
         return row

@@ -12,7 +12,7 @@ from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.policy import Policy
 from grueflow.params import load_section
-from grueflow.preference.build import build_preferences
+from grueflow.preference.build import NonFiniteScoreError, build_preferences, describe_counts
 from grueflow.preference.config import PreferencesConfig
 from grueflow.preference.data import PREFERENCES_FILE, write_preferences
 from grueflow.seeding import seed_everything
@@ -49,11 +49,17 @@ def main() -> None:
     reward = Reward(reward_cfg, MetricContext(base_model=args.base_model, max_prompt_length=lengths.prompt,
                                               execution=ex))
     bar = stage.progress(cfg.n_prompts or len(train), "prompts")
-    prefs, counts = build_preferences(policy, train, reward, cfg, source, progress=bar.update)
-    bar.close()
+    try:
+        prefs, counts = build_preferences(policy, train, reward, cfg, source, progress=bar.update)
+    except NonFiniteScoreError as err:  # as rl_finetune ends on a non-finite reward: one line, exit code 1
+        raise SystemExit(f"error: {err}")
+    finally:
+        bar.close()
     if not prefs:
-        raise SystemExit(f"error: no pair from {counts['prompts']} prompts: every prompt's completions scored within "
-                         f"min_margin {cfg.min_margin} of each other; lower min_margin or raise samples_per_prompt")
+        nan = ", and see why the metric scores NaN" if counts["nan_scored"] else ""
+        raise SystemExit(f"error: no pair: {describe_counts(counts, cfg.min_margin)}; a pair needs two scored "
+                         f"completions of a prompt whose scores differ by more than min_margin: lower min_margin or "
+                         f"raise samples_per_prompt{nan}")
     with atomic_dir(args.out) as tmp:
         write_preferences(tmp / PREFERENCES_FILE, prefs)
         write_json(tmp / "summary.json", counts)

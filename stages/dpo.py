@@ -3,9 +3,9 @@
 from pathlib import Path
 
 from grueflow import stage
-from grueflow.checkpoints import run_key
+from grueflow.checkpoints import complete, run_key
 from grueflow.config import LengthsConfig, to_dict
-from grueflow.io import MODEL_DIR, fingerprint, write_csv, write_json
+from grueflow.io import MODEL_DIR, fingerprint, rounded, write_csv, write_json
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.lora import merged, with_lora
@@ -13,7 +13,7 @@ from grueflow.models.policy import Policy
 from grueflow.params import load_section
 from grueflow.preference.config import DPOConfig
 from grueflow.preference.data import read_preferences
-from grueflow.preference.dpo import DPOTrainer
+from grueflow.preference.dpo import CHECKPOINT_UNIT, DPOTrainer, NonFiniteLossError
 from grueflow.training import TrainingRun, add_arguments
 
 TASK_KEYS = ("lengths",)
@@ -50,14 +50,19 @@ def main() -> None:
     trainer = DPOTrainer(policy, ref_model, prefs, cfg, lengths.target, args.seed, args.checkpoint_every)
     key = run_key("dpo", to_dict(lengths), to_dict(cfg), fingerprint(args.init_model), fingerprint(args.preferences),
                   args.seed, run.execution.precision)
-    curve = run.train(trainer, key, trainer.total_steps, "step", f"dpo ({cfg.loss_type}) steps")
+    try:
+        curve = run.train(trainer, key, trainer.total_steps, CHECKPOINT_UNIT, f"dpo ({cfg.loss_type}) steps")
+    except NonFiniteLossError as err:  # as warm_start and rl_finetune end on theirs: one line, exit code 1
+        kept = [c.step for c in complete(run.resume_dir, CHECKPOINT_UNIT) if c.key == key]
+        where = f"the checkpoint of step {kept[-1]} stays in" if kept else "nothing was checkpointed in"
+        raise SystemExit(f"error: {err}; {where} {run.resume_dir}")
     final = trainer.evaluate(prefs)
 
     def write(folder: Path) -> None:
         merged(policy.model).save_pretrained(folder / MODEL_DIR)  # plain Hugging Face weights, LoRA folded in
         tokenizer.save_pretrained(folder / MODEL_DIR)
         write_csv(folder / "curves.csv", curve)
-        write_json(folder / "train_metrics.json", {k: round(v, 6) for k, v in final.items()})
+        write_json(folder / "train_metrics.json", {k: rounded(v) for k, v in final.items()})
 
     run.finish(write, {"dpo": to_dict(cfg), "lengths": to_dict(lengths), "seed": args.seed, "precision": args.precision},
                {"preferences": args.preferences, "init_model": args.init_model})

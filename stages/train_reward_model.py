@@ -13,6 +13,7 @@ from grueflow.params import load_section
 from grueflow.preference.config import RewardModelConfig
 from grueflow.preference.data import read_preferences
 from grueflow.preference.reward_model import RewardModelTrainer, load_backbone, save_reward_model
+from grueflow.checkpoints import NonFiniteLossError
 from grueflow.training import TrainingRun, add_arguments
 
 
@@ -39,7 +40,11 @@ def main() -> None:
     trainer = RewardModelTrainer(model, tokenizer, prefs, cfg, run.execution)
     key = run_key("train_reward_model", to_dict(cfg), fingerprint(args.backbone), fingerprint(args.preferences),
                   run.execution.precision)
-    curve = run.train(trainer, key, cfg.epochs, "epoch", "reward model epochs")
+    try:
+        curve = run.train(trainer, key, cfg.epochs, "epoch", "reward model epochs")
+    except NonFiniteLossError as err:  # as warm_start ends on it: one line, exit code 1
+        kept = f"the checkpoint of epoch {err.epoch - 1} stays in" if err.epoch > 1 else "nothing was checkpointed in"
+        raise SystemExit(f"error: {err}; {kept} {run.resume_dir}")
     final = trainer.final_metrics()
 
     def write(folder: Path) -> None:

@@ -13,6 +13,8 @@ from typing import Literal, Optional
 from grueflow.config import GenerationConfig, LoraConfig, RewardConfig, check
 
 PREFERENCE_METHODS = ("dpo",)  # methods a suite may list under preference_methods
+IPO_MIN_BETA = 1e-4  # IPO's target margin 1/(2 beta) at most 5000 nats (see DPOConfig)
+SIGMOID_MAX_BETA = 1e3  # DPO's -log sigmoid(beta h) saturates past |h| = 0.01 nats (see DPOConfig)
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,17 @@ class DPOConfig:
     (IPO, Azar et al. 2023). ``epochs`` passes over the pairs in batches of ``batch_size`` pairs,
     AdamW at ``learning_rate``. With ``lora`` only adapters train and the reference is the start
     model with its adapter disabled (no second copy).
+
+    ``beta`` is bounded by the loss it enters, both bounds far outside the published ranges (DPO 0.01-0.5,
+    Rafailov et al. 2023; IPO's τ 0.01-1, Azar et al. 2023; TRL's default 0.1):
+
+    - ``ipo``: ``beta >= IPO_MIN_BETA`` (1e-4), a target margin ``1/(2β)`` of at most 5000 nats. The loss
+      ``(h - 1/(2β))²`` is float32: its square overflows once the target passes ~1.8e19 (β ~ 3e-20), and long
+      before that the target swamps ``h``: float32 keeps 24 bits, so at a target of 5000 a change of ``h`` below
+      5000 · 2⁻²⁴ ≈ 3e-4 nats is lost, and every tenfold smaller β loses another decimal of ``h``.
+    - ``sigmoid``: ``beta <= SIGMOID_MAX_BETA`` (1e3). ``-log σ(β h)`` then saturates once ``|h|`` passes 0.01
+      nats (``β |h| > 10``): the loss becomes ``β · max(0, -h)``, a hinge on the sign of ``h`` whose value grows
+      with β (1e30 logs losses of 1e25) and no longer the Bradley–Terry likelihood DPO derives.
     """
 
     loss_type: Literal["sigmoid", "ipo"] = "sigmoid"
@@ -94,6 +107,16 @@ class DPOConfig:
 
     def __post_init__(self) -> None:
         check(self.beta > 0, f"beta must be > 0, got {self.beta}")
+        if self.loss_type == "ipo":
+            check(self.beta >= IPO_MIN_BETA,
+                  f"beta must be >= {IPO_MIN_BETA:g} with loss_type: ipo, got {self.beta:g}: IPO regresses the "
+                  f"log-ratio margin onto 1/(2 beta) = {1 / (2 * self.beta):.3g} nats, which float32 cannot resolve "
+                  f"(above 5000 nats) or hold; IPO's beta is usually 0.01-1")
+        else:
+            check(self.beta <= SIGMOID_MAX_BETA,
+                  f"beta must be <= {SIGMOID_MAX_BETA:g} with loss_type: sigmoid, got {self.beta:g}: -log sigmoid(beta "
+                  f"h) then saturates for log-ratio margins h past {10 / self.beta:.3g} nats, a hinge whose value "
+                  f"grows with beta, no longer DPO's loss; DPO's beta is usually 0.01-0.5")
         check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
         check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
         check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")

@@ -21,6 +21,7 @@ batches an uninterrupted one takes and ends with the same weights, bit for bit.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Optional
@@ -29,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from grueflow import checkpoints
-from grueflow.io import DataError
+from grueflow.io import DataError, rounded
 from grueflow.models.lora import reference_view, trainable_parameters
 from grueflow.models.policy import Policy, completion_mask, logprobs_from_logits
 from grueflow.preference.config import DPOConfig
@@ -38,6 +39,17 @@ from grueflow.seeding import rng_state, set_rng_state
 
 log = logging.getLogger(__name__)
 CHECKPOINT_UNIT = "step"  # checkpoints are <resume dir>/step<k>/
+
+
+class NonFiniteLossError(RuntimeError):
+    """A NaN or infinite DPO / IPO loss or gradient norm: training stops before that optimiser step, so no NaN
+    weights are checkpointed or handed on (as the warm start's :class:`grueflow.supervised.NonFiniteLossError`).
+    ``step`` is the 1-based optimiser step that did not happen."""
+
+    def __init__(self, what: str, step: int, total: int, epoch: int, learning_rate: float) -> None:
+        super().__init__(f"non-finite DPO {what} at step {step} of {total} (epoch {epoch}): the weights were not "
+                         f"updated with it; training diverged: lower learning_rate (it is {learning_rate:g})")
+        self.what, self.step = what, step
 
 
 class PairLogprobs(NamedTuple):
@@ -170,19 +182,26 @@ class DPOTrainer(checkpoints.Checkpointed):
         return {k: v / len(pairs) for k, v in sums.items()}
 
     def update(self, pairs: list[Preference], epoch: int) -> dict[str, float]:
-        """One optimiser step on ``pairs`` (0-based ``epoch``); appends the curve row (rounded) and returns it."""
+        """One optimiser step on ``pairs`` (0-based ``epoch``); appends the curve row (:func:`~grueflow.io.rounded`)
+        and returns it. A non-finite loss or gradient norm raises :class:`NonFiniteLossError` before the step."""
         loss, stats = self.batch_loss(pairs)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite DPO loss at step {self.state.step + 1}; lower learning_rate or beta")
+        self._guard("loss", loss.item(), epoch)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         norm = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
+        self._guard("gradient norm", float(norm), epoch)
         self.optimizer.step()
         self.state.step += 1
         row = {"step": self.state.step, "epoch": epoch + 1, "loss": loss.item(),
                **{k: v.mean().item() for k, v in stats.items()}, "grad_norm": float(norm)}
-        self.state.curve.append({k: round(v, 6) if isinstance(v, float) else v for k, v in row.items()})
+        self.state.curve.append({k: rounded(v) if isinstance(v, float) else v for k, v in row.items()})
         return row
+
+    def _guard(self, what: str, value: float, epoch: int) -> None:
+        """Raise a :class:`NonFiniteLossError` for the step under way (0-based ``epoch``) when ``value`` is not
+        finite, before the optimiser steps."""
+        if not math.isfinite(value):
+            raise NonFiniteLossError(what, self.state.step + 1, self.total_steps, epoch + 1, self.cfg.learning_rate)
 
     def train(self, checkpoint: Optional[Callable[["DPOTrainer"], None]] = None,
               progress: Optional[Callable[[dict[str, float]], None]] = None) -> list[dict[str, float]]:

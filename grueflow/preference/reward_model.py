@@ -24,6 +24,7 @@ resumed run ends with the same weights, bit for bit, as an uninterrupted one.
 from __future__ import annotations
 
 import logging
+import math
 import random
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
@@ -37,6 +38,7 @@ from grueflow.models import model_kind
 from grueflow.preference.config import RewardModelConfig
 from grueflow.preference.data import Preference
 from grueflow.seeding import rng_state, set_rng_state
+from grueflow.checkpoints import NonFiniteLossError
 
 log = logging.getLogger(__name__)
 FORMAT_FILE = "reward_model.json"  # {"max_length": ...}: how texts were built for training
@@ -187,22 +189,31 @@ class RewardModelTrainer(checkpoints.Checkpointed):
         model.train()
         data = [self.train_pairs[i] for i in checkpoints.epoch_order(len(self.train_pairs), "reward_model", cfg.seed, self.state.epoch)]
         losses = []
-        for start in range(0, len(data), cfg.batch_size):
+        steps = math.ceil(len(data) / cfg.batch_size)
+        for step, start in enumerate(range(0, len(data), cfg.batch_size), 1):
             chunk = data[start:start + cfg.batch_size]
             loss = bradley_terry_loss(*_pair_rewards(model, self.tokenizer, chunk, cfg.max_length, self.execution))
+            self._guard("reward-model loss", loss.item(), f", step {step} of {steps}")
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+            norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.max_grad_norm)
+            self._guard("gradient norm", float(norm), f", step {step} of {steps}")
             self.optimizer.step()
             losses.append(loss.item())
         self.state.epoch += 1
-        row = {"epoch": self.state.epoch, "train_loss": round(sum(losses) / len(losses), 6)}
+        row = {"epoch": self.state.epoch, "train_loss": io.rounded(sum(losses) / len(losses))}
         if self.val_pairs:
             held_out = pairwise_metrics(model, self.tokenizer, self.val_pairs, cfg, self.execution)
-            row.update({f"val_{k}": round(v, 6) for k, v in held_out.items()})
+            row.update({f"val_{k}": io.rounded(v) for k, v in held_out.items()})
         self.state.curve.append(row)
         log.info("reward model epoch %d: %s", row["epoch"], row)
         return row
+
+    def _guard(self, what: str, value: float, where: str) -> None:
+        """Stop before the optimiser step on a NaN or infinite loss or gradient norm, as the warm start does
+        (:class:`grueflow.checkpoints.NonFiniteLossError`): a reward model with NaN weights is never saved."""
+        if not math.isfinite(value):
+            raise NonFiniteLossError(what, self.state.epoch + 1, where, self.cfg.learning_rate)
 
     def train(self, checkpoint: Optional[Callable[["RewardModelTrainer"], None]] = None,
               progress: Optional[Callable[[dict[str, float]], None]] = None) -> list[dict[str, float]]:
@@ -218,12 +229,12 @@ class RewardModelTrainer(checkpoints.Checkpointed):
 
     def final_metrics(self) -> dict[str, float]:
         """``train/accuracy``, ``train/loss``, and ``val/accuracy``, ``val/loss`` on the held-out pairs when there
-        are any (rounded to 6 places), with ``n_train`` and ``n_val``."""
-        final = {f"train/{k}": round(v, 6) for k, v in
+        are any (:func:`~grueflow.io.rounded`), with ``n_train`` and ``n_val``."""
+        final = {f"train/{k}": io.rounded(v) for k, v in
                  pairwise_metrics(self.model, self.tokenizer, self.train_pairs, self.cfg, self.execution).items()}
         if self.val_pairs:
             held_out = pairwise_metrics(self.model, self.tokenizer, self.val_pairs, self.cfg, self.execution)
-            final.update({f"val/{k}": round(v, 6) for k, v in held_out.items()})
+            final.update({f"val/{k}": io.rounded(v) for k, v in held_out.items()})
         final.update({"n_train": len(self.train_pairs), "n_val": len(self.val_pairs)})
         return final
 
@@ -271,6 +282,10 @@ class RewardModel:
     def __init__(self, path: str | Path, batch_size: int = 32, max_length: Optional[int] = None,
                  execution: Optional[Execution] = None) -> None:
         path = Path(path)
+        if not (path / FORMAT_FILE).is_file() and (path / io.MODEL_DIR / FORMAT_FILE).is_file():
+            raise io.MissingDataError(
+                f"reward model {path} is the train_reward_model stage's folder, not the reward model: did you mean "
+                f"{path / io.MODEL_DIR}? point args.path at its {io.MODEL_DIR}/ folder")
         if not (path / FORMAT_FILE).is_file():
             raise io.MissingDataError(
                 f"reward model {path} does not exist or is unfinished (no {FORMAT_FILE}); train it first with the "

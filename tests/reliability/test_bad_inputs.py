@@ -1868,3 +1868,106 @@ def test_train_where_of_another_type_than_the_data_matches_nothing(tmp_path: Pat
     assert_fails_in_one_line(result, f"error: supervised train_where {where}: no train sample matches it (of 6); ",
                              f"label is 0, 1 (integers) there, not {shown}: write train_where's values with the "
                              f"data's types")
+
+
+# ---------------------------------------------------------------------------------------------
+# The preference loop: non-finite losses and scores, small values
+# ---------------------------------------------------------------------------------------------
+
+
+def dpo_inputs(tmp_path: Path, tiny_models, method: dict[str, Any]) -> list[Any]:
+    """dpo's arguments: 8 hand-written pairs, the micro sentiment task's lengths, the tiny GPT-2 as start model."""
+    prefs = write_rows(tmp_path / "preferences.jsonl", [{"id": f"p{i}", "prompt": f"the film {i} was",
+                                                        "chosen": "good and fine .", "rejected": "bad , dull ."}
+                                                       for i in range(8)])
+    (tmp_path / "dpo.yaml").write_text(yaml.safe_dump({"epochs": 1, "batch_size": 2, **method}))
+    return ["--task-file", MICRO / "tasks" / "sentiment.yaml", "--method-file", tmp_path / "dpo.yaml",
+            "--preferences", prefs, "--init-model", tiny_models["causal"], "--seed", "0", "--out", tmp_path / "out"]
+
+
+@pytest.mark.parametrize("every, kept", [(0, "nothing was checkpointed in"), (1, "the checkpoint of step 1 stays in")])
+def test_a_dpo_loss_that_turns_non_finite_ends_in_one_line_saying_what_stays(tmp_path: Path, tiny_models, every,
+                                                                             kept):
+    """It was a FloatingPointError traceback."""
+    result = run_stage("dpo", *dpo_inputs(tmp_path, tiny_models, {"learning_rate": 1e30}), "--checkpoint-every", every)
+    ends_in_one_error_line(result, 1, "error: non-finite DPO loss at step 2 of 4 (epoch 1): the weights were not "
+                                      "updated with it; training diverged: lower learning_rate (it is 1e+30); "
+                                      f"{kept} {tmp_path / 'out'}.resume")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("method, fragment", [
+    ({"loss_type": "ipo", "beta": 1e-20}, "beta must be >= 0.0001 with loss_type: ipo, got 1e-20"),
+    ({"loss_type": "sigmoid", "beta": 1e30}, "beta must be <= 1000 with loss_type: sigmoid, got 1e+30")])
+def test_a_dpo_beta_its_loss_cannot_use_is_refused_before_training(tmp_path: Path, call_stage, tiny_models, method,
+                                                                   fragment):
+    """IPO's beta 1e-20 ended in a non-finite loss at step 1; DPO's 1e30 ran to rc 0 with losses of 1e25."""
+    result = call_stage("dpo", *dpo_inputs(tmp_path, tiny_models, method))
+    assert_fails_in_one_line(result, f"error: {tmp_path / 'dpo.yaml'}: {fragment}")
+    assert not (tmp_path / "out").exists()
+
+
+SCORES_PLUGIN = '''
+from dataclasses import dataclass
+
+from grueflow.metrics import Metric, MetricResult
+
+
+class Scores(Metric):
+    """Scores a completion its length in characters, the first of a batch ``first`` (all NaN when 'all')."""
+
+    category = "custom"
+    scores = ("scores",)
+
+    @dataclass(frozen=True)
+    class Args:
+        first: str = "inf"
+
+    @classmethod
+    def build(cls, args, context):
+        def compute(prompts, generations, references, meta):
+            if args.first == "all":
+                values = [float("nan")] * len(generations)
+            else:
+                values = [float(args.first)] + [float(len(g)) for g in generations[1:]]
+            return MetricResult({cls.key(): values}, {cls.key(): 0.0})
+        return compute
+'''
+
+
+def preference_inputs(tmp_path: Path, tiny_models, monkeypatch, first: str) -> list[Any]:
+    """build_preferences' arguments: 4 train prompts, 2 completions each, rewarded by a plugin whose first score
+    of a batch is ``first`` (importable by :func:`run_stage`'s process)."""
+    (tmp_path / "pref_scores_plugin.py").write_text(SCORES_PLUGIN)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    write_rows(pool / "train.jsonl", [{"id": f"train-{i}", "prompt": f"the film {i} was", "references": ["good ."],
+                                       "meta": {"label": 1}} for i in range(4)])
+    (tmp_path / "preferences.yaml").write_text(yaml.safe_dump({"n_prompts": 4, "samples_per_prompt": 2,
+                                                               "batch_size": 4, "generation": {"max_new_tokens": 4}}))
+    reward = {"components": [{"metric": "pref_scores_plugin:Scores", "args": {"first": first}}]}
+    return ["--task-file", edited(tmp_path, MICRO / "tasks" / "sentiment.yaml", reward=reward), "--method-file",
+            tmp_path / "preferences.yaml", "--datapool", pool, "--policy", tiny_models["causal"], "--base-model",
+            tiny_models["causal"], "--out", tmp_path / "out"]
+
+
+def test_build_preferences_with_an_infinite_score_ends_in_one_line_and_writes_nothing(tmp_path: Path, tiny_models,
+                                                                                    monkeypatch):
+    """It was the JSON writer's ValueError traceback, after all the sampling."""
+    result = run_stage("build_preferences", *preference_inputs(tmp_path, tiny_models, monkeypatch, "inf"))
+    ends_in_one_error_line(result, 1, "error: reward component custom/scores (metric 'pref_scores_plugin:Scores') "
+                                      "scored inf for completion 1 of 2 of sample 'train-",
+                           "an infinite score ranks nothing and is a bug in the metric (a completion it cannot score "
+                           "is NaN); nothing was written")
+    assert not (tmp_path / "out").exists()
+
+
+def test_build_preferences_whose_metric_scores_all_nan_says_so_not_min_margin(tmp_path: Path, tiny_models,
+                                                                             monkeypatch):
+    """Every NaN-scored prompt was counted as a "margin <= 0" skip, and the stage blamed min_margin."""
+    result = run_stage("build_preferences", *preference_inputs(tmp_path, tiny_models, monkeypatch, "all"))
+    ends_in_one_error_line(result, 1, "error: no pair: 0 pairs from 4 prompts (0 skipped: margin <= 0; 4 skipped: "
+                                      "fewer than 2 completions scored); 8 completions scored NaN by custom/scores; "
+                                      "left out;", "and see why the metric scores NaN")
+    assert not (tmp_path / "out").exists()

@@ -299,3 +299,128 @@ def test_dpo_with_lora_uses_the_adapter_free_base_as_reference(tiny_models):
     reference = trainer.reference_logprobs(prefs[:4])  # the frozen base under the trained adapter
     assert torch.allclose(reference.chosen, untouched.chosen, atol=1e-5)
     assert torch.allclose(reference.rejected, untouched.rejected, atol=1e-5)
+
+
+# -- scores as the preference loop writes them: small, NaN, infinite --------------------------------
+
+
+class ScriptedReward:
+    """A reward whose one component ``custom/scripted`` (metric 'scripted') gives ``scores[i]`` to the i-th
+    completion of a batch (a prompt's ``k`` completions are consecutive), whatever the text."""
+
+    names = {"custom/scripted": "scripted"}
+
+    def __init__(self, scores: list[float]) -> None:
+        self.scores = scores
+
+    def __call__(self, prompts, generations, references, meta):
+        scores = self.scores[:len(generations)]
+        return list(scores), {"custom/scripted": list(scores)}
+
+
+def scripted_build(tiny_models, scores: list[float], n_prompts: int, k: int):
+    samples = [Sample(f"s{i}", f"review {i}:", ("",)) for i in range(n_prompts)]
+    cfg = PreferencesConfig(n_prompts=n_prompts, samples_per_prompt=k, seed=0, batch_size=n_prompts,
+                            generation=GenerationConfig(max_new_tokens=8))
+    seed_everything(0)
+    model, tokenizer = load_pretrained(tiny_models["causal"])
+    return build_preferences(Policy(model, tokenizer, 16), samples, ScriptedReward(scores), cfg, "reward"), samples
+
+
+def test_preference_scores_below_a_millionth_are_written_apart(tiny_models, tmp_path):
+    """round(v, 6) wrote 3e-7 and 1e-7 both as 0.0: a pair made because its scores differ read as a tie."""
+    (prefs, counts), _ = scripted_build(tiny_models, [3e-7, 1e-7], n_prompts=1, k=2)
+    assert counts["pairs"] == 1
+    write_preferences(tmp_path / "p.jsonl", prefs)
+    row = json.loads((tmp_path / "p.jsonl").read_text())
+    assert (row["chosen_score"], row["rejected_score"]) == (3e-7, 1e-7)
+
+
+def test_best_and_worst_leave_nan_scores_out():
+    assert best_and_worst([math.nan, 0.5, 0.1]) == (1, 2)
+    assert best_and_worst([0.2, math.nan, 0.7, math.nan]) == (2, 0)
+    assert best_and_worst([math.nan, 0.2, math.nan]) is None
+
+
+def test_nan_scored_completions_are_left_out_and_counted_apart_from_margin_skips(tiny_models, caplog):
+    """A prompt whose first completion scored NaN was dropped and counted as a "margin <= 0" skip, and the NaN
+    was mentioned nowhere."""
+    scores = [math.nan, 0.5, 0.1, math.nan, math.nan, 0.2, 0.3, 0.3, 0.3]  # a pair, too few scored, a tie
+    with caplog.at_level("INFO", logger="grueflow.preference.build"):
+        (prefs, counts), _ = scripted_build(tiny_models, scores, n_prompts=3, k=3)
+    assert counts == {"prompts": 3, "pairs": 1, "skipped": 1, "unscored_prompts": 1,
+                      "nan_scored": {"custom/scripted": 3}}
+    assert (prefs[0].extra["chosen_score"], prefs[0].extra["rejected_score"]) == (0.5, 0.1)
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        ("WARNING", "1 pairs from 3 prompts (1 skipped: margin <= 0; 1 skipped: fewer than 2 completions scored); "
+                    "3 completions scored NaN by custom/scripted; left out")]
+
+
+def test_an_infinite_score_stops_the_build_naming_the_component_and_the_sample(tiny_models):
+    from grueflow.preference.build import NonFiniteScoreError, choose_prompts
+
+    samples = [Sample(f"s{i}", f"review {i}:", ("",)) for i in range(2)]
+    second = choose_prompts(samples, 2, 0)[1].id
+    with pytest.raises(NonFiniteScoreError, match=rf"^reward component custom/scripted \(metric 'scripted'\) scored "
+                                                  rf"-inf for completion 1 of 2 of sample '{second}': an infinite "
+                                                  rf"score ranks nothing and is a bug in the metric"):
+        scripted_build(tiny_models, [0.1, 0.2, -math.inf, 0.3], n_prompts=2, k=2)
+
+
+def test_an_ipo_beta_whose_target_float32_cannot_hold_and_a_saturating_dpo_beta_are_refused():
+    """IPO's beta 1e-20 (target 5e19 nats) and DPO's beta 1e30 (losses of 1e25) were accepted."""
+    from grueflow.config import ConfigError
+
+    with pytest.raises(ConfigError, match=r"dpo.yaml: beta must be >= 0.0001 with loss_type: ipo, got 1e-20: IPO "
+                                          r"regresses the log-ratio margin onto 1/\(2 beta\) = 5e\+19 nats"):
+        parse(DPOConfig, {"loss_type": "ipo", "beta": 1e-20}, "dpo.yaml:")
+    with pytest.raises(ConfigError, match=r"dpo.yaml: beta must be <= 1000 with loss_type: sigmoid, got 1e\+30"):
+        parse(DPOConfig, {"beta": 1e30}, "dpo.yaml:")
+    assert parse(DPOConfig, {"loss_type": "ipo", "beta": 1e-4}, "dpo.yaml:").beta == 1e-4
+    assert parse(DPOConfig, {"beta": 1e3}, "dpo.yaml:").beta == 1e3
+    assert parse(DPOConfig, {"loss_type": "ipo", "beta": 1e30}, "dpo.yaml:").beta == 1e30  # target 5e-31: finite
+
+
+def test_a_non_finite_dpo_loss_stops_before_its_step_with_the_step_and_the_learning_rate(tiny_models):
+    """It was a bare FloatingPointError."""
+    from grueflow.preference.dpo import NonFiniteLossError
+
+    seed_everything(0)
+    model, tokenizer = load_pretrained(tiny_models["causal"])
+    cfg = DPOConfig(learning_rate=1e30, epochs=2, batch_size=8)
+    trainer = DPOTrainer(Policy(model, tokenizer, 16), load_pretrained(tiny_models["causal"])[0],
+                         synthetic_pairs(16, seed=3), cfg, max_target=12, seed=0)
+    with pytest.raises(NonFiniteLossError, match=r"^non-finite DPO loss at step 2 of 4 \(epoch 1\): the weights were "
+                                                 r"not updated with it; training diverged: lower learning_rate \(it "
+                                                 r"is 1e\+30\)$"):
+        trainer.train()
+    assert trainer.state.step == 1 and len(trainer.state.curve) == 1
+
+
+def test_a_reward_model_path_at_the_stage_folder_asks_whether_its_model_folder_was_meant(tmp_path):
+    (tmp_path / "rm" / "model").mkdir(parents=True)
+    (tmp_path / "rm" / "model" / "reward_model.json").write_text('{"max_length": 16}')
+    with pytest.raises(DataError, match=rf"^reward model {tmp_path / 'rm'} is the train_reward_model stage's folder, "
+                                        rf"not the reward model: did you mean {tmp_path / 'rm' / 'model'}\?"):
+        Reward(reward_config({"metric": "reward_model", "args": {"path": str(tmp_path / "rm")}}), MetricContext())
+
+
+def test_a_reward_model_whose_loss_turns_non_finite_stops_before_its_step(tiny_models, monkeypatch):
+    import torch
+
+    from grueflow.checkpoints import NonFiniteLossError
+    from grueflow.preference import reward_model
+    from grueflow.preference.config import RewardModelConfig
+    from grueflow.preference.data import Preference
+
+    model, tokenizer = reward_model.load_backbone(tiny_models["causal"])
+    prefs = [Preference(f"p{i}", "the film was", "great .", "dull .") for i in range(4)]
+    cfg = RewardModelConfig(epochs=1, batch_size=2, val_fraction=0.0, max_length=16, seed=0)
+    trainer = reward_model.RewardModelTrainer(model, tokenizer, prefs, cfg)
+    before = [p.detach().clone() for p in trainer.params]
+    monkeypatch.setattr(reward_model, "bradley_terry_loss", lambda *scores: torch.tensor(float("nan"),
+                                                                                         requires_grad=True))
+    with pytest.raises(NonFiniteLossError, match=r"^non-finite reward-model loss at epoch 1, step 1 of 2: the weights "
+                                                 r"were not updated with it; training diverged: lower learning_rate"):
+        trainer.run_epoch()
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.params))
