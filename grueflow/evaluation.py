@@ -11,8 +11,8 @@ from grueflow.config import REWARD_KEY, GenerationConfig, MetricSpec, RewardConf
 from grueflow.data import Sample
 from grueflow.hub import HubUnreachableError
 from grueflow.io import rounded
-from grueflow.metrics import (METRICS, TOKENS_KEY, MetricContext, MetricUnavailableError, check_meta, check_result,
-                              nanmean)
+from grueflow.metrics import (METRICS, TOKENS_KEY, MetricContext, MetricUnavailableError, call_metric, check_meta,
+                              check_result, nanmean)
 from grueflow.metrics.reward import Reward, describe_nonfinite
 from grueflow.models.policy import Policy, Prompts, completion_mask
 
@@ -141,7 +141,8 @@ class Scorer:
                 corpus.update({key: None for key in METRICS.get(spec.id).keys()})
             else:
                 metric = METRICS.get(spec.id)
-                result = check_result(spec.id, compute(prompts, generations, references, meta), len(generations),
+                result = check_result(spec.id, call_metric(f"metric {spec.id!r}", compute, prompts, generations,
+                                                           references, meta), len(generations),
                                       [metric.key(score) for score in metric.scores])
                 per_sample.update(result.per_sample)
                 corpus.update(result.corpus)

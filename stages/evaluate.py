@@ -12,7 +12,7 @@ from grueflow.metrics import MetricContext
 from grueflow.models import check_context, check_same_kind, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.policy import Policy
-from grueflow.rl.nlpo import evaluation_masks, evaluation_processor
+from grueflow.rl.nlpo import evaluation_processor, masks_for
 from grueflow.params import check_headlines, load_section, load_task_section, parse, with_fluency
 from grueflow.preference.config import PREFERENCE_METHODS
 from grueflow.rl import ALGORITHMS
@@ -55,6 +55,8 @@ def main() -> None:
     check_context(args.model, lengths.prompt, generation.max_new_tokens, str(args.task_file),
                   ("lengths.prompt", "eval_generation.max_new_tokens"))
     check_same_kind(args.model, args.base_model)
+    # an NLPO output: RL4LMs evaluates with its action masks; --algorithm nlpo requires them
+    masks = masks_for(args.model, nlpo=args.algorithm == "nlpo")
     ex = stage.execution(args)
     test = read_split(args.datapool, "test")
 
@@ -62,7 +64,6 @@ def main() -> None:
     backend = select(ex)
     model, tokenizer = load_pretrained(args.model, backend=backend, frozen=True)
     policy = Policy(model, tokenizer, lengths.prompt, backend)
-    masks = evaluation_masks(args.model.parent)  # an NLPO output: RL4LMs evaluates with its action masks
     processor = (evaluation_processor(args.model.parent, policy, generation)
                  if masks and masks["eval_with_masks"] else None)
     # the reward and metrics load first and check the test split's meta, so a bad argument, model or sample stops

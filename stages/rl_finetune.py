@@ -39,9 +39,9 @@ def nlpo_processor(cfg: Any, gen: GenerationConfig) -> Optional[Callable[[RLTrai
 
 
 def log_iteration(row: dict[str, float]) -> None:
-    log.info("iteration %d: reward %.4f, kl %.4f, kl_coef %.4f, value loss %.4f, length %.1f",
-             row["iteration"], row["reward/task"], row["kl/sequence"], row["kl/coef"],
-             row.get("losses/value", float("nan")), row["charts/mean_length"])
+    value = f", value loss {row['losses/value']:.4f}" if "losses/value" in row else ""  # critic-free: none
+    log.info("iteration %d: reward %.4f, kl %.4f, kl_coef %.4f%s, length %.1f",
+             row["iteration"], row["reward/task"], row["kl/sequence"], row["kl/coef"], value, row["charts/mean_length"])
 
 
 def main() -> None:

@@ -10,11 +10,17 @@ from __future__ import annotations
 
 import importlib
 import math
-from dataclasses import dataclass, field
+import numbers
+import sys
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Optional, Sequence
 
+import numpy as np
+
+from grueflow.config import ConfigError
+from grueflow.io import DataError
 from grueflow.registry import Registry
 
 if TYPE_CHECKING:
@@ -46,19 +52,101 @@ class MetricResult:
     per_token: dict[str, list[list[float]]] = field(default_factory=dict)
 
 
+class MetricResultError(ConfigError):
+    """A metric returned scores of the wrong shape or kind (a metric of one's own, named by import path in the
+    task file, may). A ConfigError, so that a stage ends in one line naming the metric and the key: the fix is in
+    the metric's code, which the task file names."""
+
+
+class MetricFailedError(RuntimeError):
+    """A metric raised while scoring; the message names the caller (a reward component or an evaluation metric)
+    and the metric's own exception is its ``__cause__``, whose traceback is kept (the bug is in that code)."""
+
+
+def call_metric(caller: str, compute: Callable[..., Any], prompts: Sequence[str], generations: Sequence[str],
+                references: Sequence[Sequence[str]], meta: Sequence[dict[str, Any]]) -> Any:
+    """``compute(prompts, generations, references, meta)``, with any exception it raises wrapped in a
+    :class:`MetricFailedError` that starts with ``caller`` (e.g. ``reward component 'my_rewards:Odd'
+    (custom/odd)``). grueflow's own one-line errors pass unchanged: a ConfigError or DataError already names what
+    to fix, a :class:`MetricUnavailableError` says what this machine lacks, and an OSError is a path or disk problem
+    the stage reports in one line."""
+    try:
+        return compute(prompts, generations, references, meta)
+    except (ConfigError, DataError, MetricUnavailableError, OSError):
+        raise
+    except Exception as err:
+        raise MetricFailedError(f"{caller} failed: {type(err).__name__}: {err}") from err
+
+
 def check_result(name: str, result: Any, n: int, keys: Sequence[str]) -> MetricResult:
-    """``result`` of metric ``name`` on ``n`` generations, checked: a :class:`MetricResult` with one score per
-    generation under each of ``keys`` (its per-sample keys); a ValueError naming the metric otherwise (a metric
-    of one's own may get it wrong, and a shorter list would silently pair scores with the wrong samples)."""
+    """``result`` of metric ``name`` on ``n`` generations, checked: a :class:`MetricResult` with one number per
+    generation under each of ``keys`` (its per-sample keys) and a number for each corpus score; a
+    :class:`MetricResultError` naming the metric, the key and the first offending sample otherwise (a metric of
+    one's own may get it wrong: a shorter list would silently pair scores with the wrong samples, and a string or
+    None would fail deep inside the reward sum).
+
+    A number is an int or float (a numpy scalar included; NaN: a sample the metric leaves out), never a bool: a
+    bool is not a score. A 1-D numpy array or torch tensor of ``n`` values stands for its list (``.tolist()``);
+    the returned result holds lists wherever it held arrays."""
     if not isinstance(result, MetricResult):
-        raise ValueError(f"metric {name!r} returned {type(result).__name__}, not a MetricResult")
+        raise MetricResultError(f"metric {name!r} returned {type(result).__name__}, not a MetricResult")
+    per_sample, listed = dict(result.per_sample), False
     for key in keys:
-        scores = result.per_sample.get(key)
+        scores = _listed(per_sample.get(key))
+        listed = listed or scores is not per_sample.get(key)
         if not isinstance(scores, (list, tuple)) or len(scores) != n:
-            got = f"{len(scores)} scores" if isinstance(scores, (list, tuple)) else repr(scores)
-            raise ValueError(f"metric {name!r} returned {got} under {key!r} for {n} generations; a metric gives one "
-                             f"score per generation under each key of its scores")
-    return result
+            raise MetricResultError(f"metric {name!r} returned {_count(scores)} under {key!r} for {n} generations; a "
+                                    f"metric gives one score per generation under each key of its scores")
+        for index, value in enumerate(scores):
+            if not _is_score(value):
+                raise MetricResultError(f"metric {name!r} returned {_kind(value)} at sample {index} under {key!r}; "
+                                        f"scores are numbers{_BOOL_HINT if _is_bool(value) else ''}")
+        per_sample[key] = scores
+    for key, value in result.corpus.items():
+        if not _is_score(value):
+            raise MetricResultError(f"metric {name!r} returned {_kind(value)} as its corpus score {key!r}; scores are "
+                                    f"numbers{_BOOL_HINT if _is_bool(value) else ''}")
+    return replace(result, per_sample=per_sample) if listed else result
+
+
+_BOOL_HINT = " (a bool is not a score: return float(x) where 1.0 and 0.0 are meant)"
+
+
+def _listed(scores: Any) -> Any:
+    """A 1-D numpy array or torch tensor as its list of Python numbers; anything else as it is."""
+    if isinstance(scores, np.ndarray) and scores.ndim == 1:
+        return scores.tolist()
+    if _is_tensor(scores) and scores.ndim == 1:
+        return scores.detach().cpu().tolist()
+    return scores
+
+
+def _is_tensor(value: Any) -> bool:
+    torch = sys.modules.get("torch")  # a tensor can only exist once torch is imported; never import it for this
+    return torch is not None and isinstance(value, torch.Tensor)
+
+
+def _count(scores: Any) -> str:
+    """What a metric returned under a key instead of ``n`` scores, for an error: a count, an array's shape, a value."""
+    if isinstance(scores, (list, tuple)):
+        return f"{len(scores)} scores"
+    if isinstance(scores, np.ndarray) or _is_tensor(scores):
+        return f"a {type(scores).__module__.split('.')[0]} {type(scores).__name__} of shape {tuple(scores.shape)}"
+    return repr(scores)
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, (bool, np.bool_))
+
+
+def _is_score(value: Any) -> bool:
+    """An int or float, a numpy one included (numpy registers its numbers as numbers.Real); not a bool."""
+    return isinstance(value, numbers.Real) and not _is_bool(value)
+
+
+def _kind(value: Any) -> str:
+    """A value's type as an error names it: ``None``, ``a str``, ``a list``."""
+    return "None" if value is None else f"a {type(value).__name__}"
 
 
 @dataclass(frozen=True)
@@ -165,5 +253,6 @@ def nanmean(values: Sequence[float]) -> float:
 from grueflow.metrics import captioning, diversity, fluency, lexical, semantic, shaping, table, task  # noqa: E402,F401
 from grueflow.metrics import preference  # noqa: E402,F401  (issue 7: reward_model)
 
-__all__ = ["METRICS", "TOKENS_KEY", "MetaChecked", "Metric", "MetricContext", "MetricResult", "MetricUnavailableError",
-           "SacrebleuTokenizer", "check_meta", "describe", "mean", "nanmean", "require"]
+__all__ = ["METRICS", "TOKENS_KEY", "MetaChecked", "Metric", "MetricContext", "MetricFailedError", "MetricResult",
+           "MetricResultError", "MetricUnavailableError", "SacrebleuTokenizer", "call_metric", "check_meta",
+           "check_result", "describe", "mean", "nanmean", "require"]

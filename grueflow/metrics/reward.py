@@ -6,7 +6,7 @@ import math
 from typing import Any, NamedTuple, Optional, Sequence
 
 from grueflow.config import RewardConfig, typed_args
-from grueflow.metrics import METRICS, MetricContext, check_meta, check_result
+from grueflow.metrics import METRICS, MetricContext, call_metric, check_meta, check_result
 
 
 class RewardScores(NamedTuple):
@@ -33,6 +33,10 @@ class Reward:
     total: a sum over the other components alone would be on another scale. Evaluation leaves such samples out
     of the corpus reward and counts them (:func:`grueflow.evaluation.score`); RL stops on them, naming the
     components (:func:`describe_nonfinite`).
+
+    A component whose metric raises stops the batch with a :class:`~grueflow.metrics.MetricFailedError` naming the
+    component (its exception is the ``__cause__``); one that returns scores of the wrong shape or kind, with a
+    :class:`~grueflow.metrics.MetricResultError` (:func:`~grueflow.metrics.check_result`).
     """
 
     def __init__(self, cfg: RewardConfig, context: MetricContext) -> None:
@@ -69,8 +73,9 @@ class Reward:
         per_token: Optional[list[list[float]]] = None
         parts: dict[str, list[float]] = {}
         for key, weight, dense, compute in self.components:
-            result = check_result(self.names[key], compute(prompts, generations, references, meta), len(generations),
-                                  [key])
+            caller = f"reward component {self.names[key]!r} ({key})"
+            result = check_result(self.names[key], call_metric(caller, compute, prompts, generations, references, meta),
+                                  len(generations), [key])
             parts[key] = result.per_sample[key]
             total = [t + weight * s for t, s in zip(total, parts[key])]
             if not dense:

@@ -215,12 +215,29 @@ class NLPOConfig(PPOConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
+        check(self.top_k >= 0, f"top_k must be >= 0 (0: no cap), got {self.top_k}")
         check(self.min_tokens_to_keep >= 1, f"min_tokens_to_keep must be >= 1, got {self.min_tokens_to_keep}")
         check(self.target_update_iterations >= 1,
                f"target_update_iterations must be >= 1, got {self.target_update_iterations}")
         check(self.select == "last" or not self.eval_with_masks,
               "select: best hands on an earlier policy, but eval_with_masks evaluates with the final mask model; "
               "set eval_with_masks: false, or select: last")
+
+    def idle_settings(self, vocab: Optional[int] = None) -> list[str]:
+        """Settings that leave part of NLPO without effect, each said in a sentence with its fix (warnings, not
+        refusals: the run is valid, only not what NLPO is for). The mask model is refreshed before the rollout of
+        iteration ``k + 1`` for every ``k`` in ``[1, iterations)`` divisible by ``target_update_iterations``: at or
+        above ``iterations`` it is never refreshed, and the start policy masks every rollout. With ``vocab`` (the
+        mask model's logits width): ``min_tokens_to_keep`` at or above it keeps every token, so NLPO is PPO."""
+        idle = []
+        if self.target_update_iterations >= self.iterations:
+            idle.append(f"target_update_iterations {self.target_update_iterations} is not below iterations "
+                        f"{self.iterations}: the mask model is never refreshed, so the start policy masks every "
+                        f"rollout; lower target_update_iterations to refresh it")
+        if vocab is not None and self.min_tokens_to_keep >= vocab:
+            idle.append(f"min_tokens_to_keep {self.min_tokens_to_keep} is not below the vocabulary ({vocab} tokens): "
+                        f"every mask keeps every token, so NLPO trains as PPO; lower min_tokens_to_keep")
+        return idle
 
 
 @dataclass(frozen=True)

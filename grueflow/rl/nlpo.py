@@ -17,20 +17,23 @@ and greedy decoding). The mask model is refreshed from the policy every
 from __future__ import annotations
 
 import copy
+import logging
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
 import torch
 from transformers import LogitsProcessor
 
-from grueflow.config import GenerationConfig
-from grueflow.io import read_json, write_json
+from grueflow.config import ConfigError, GenerationConfig
+from grueflow.io import MODEL_DIR, fingerprint, read_json, write_json
 from grueflow.models.backend import Backend, Decoding
 from grueflow.models.lora import merged
 from grueflow.models.policy import Policy, Prompts, shared_groups
 from grueflow.rl.algorithm import PolicyHandle
 from grueflow.rl.configs import NLPOConfig
 from grueflow.rl.ppo import PPO
+
+log = logging.getLogger(__name__)
 
 
 class MaskProcessor(LogitsProcessor):
@@ -119,20 +122,76 @@ class FullPassMaskProcessor(LogitsProcessor):
 
 def save_for_evaluation(nlpo: "NLPO", folder: Path, tokenizer: Any) -> None:
     """Write an NLPO output's :data:`MASK_RECORD` into stage folder ``folder`` and, under ``eval_with_masks``,
-    its final mask model into ``folder / MASK_DIR`` (LoRA merged), for ``evaluate``."""
+    its final mask model into ``folder / MASK_DIR`` (LoRA merged), for ``evaluate``. Called once ``folder / MODEL_DIR``
+    holds the policy handed on: the record keeps its fingerprint (``policy``), so that a ``model/`` switched
+    under the masks (a DVC checkout restores ``model/`` alone) is refused rather than masked by another run's model."""
     cfg = nlpo.cfg
     if cfg.eval_with_masks:
         merged(nlpo.mask_model).save_pretrained(folder / MASK_DIR)
         tokenizer.save_pretrained(folder / MASK_DIR)
+    policy = {"policy": fingerprint(folder / MODEL_DIR)} if (folder / MODEL_DIR).is_dir() else {}
     write_json(folder / MASK_RECORD, {"top_p": cfg.top_p, "top_k": cfg.top_k,
                                       "min_tokens_to_keep": cfg.min_tokens_to_keep,
-                                      "eval_with_masks": cfg.eval_with_masks})
+                                      "eval_with_masks": cfg.eval_with_masks, **policy})
 
 
 def evaluation_masks(folder: Path) -> Optional[dict[str, Any]]:
     """The :data:`MASK_RECORD` of stage folder ``folder`` (an NLPO output), or None (any other model)."""
     record = folder / MASK_RECORD
     return read_json(record) if record.is_file() else None
+
+
+SAVED_ITERATIONS = "checkpoints"  # an RL output's save_every policies: <folder>/checkpoints/iteration<k>/
+
+
+def masks_for(model: Path, nlpo: bool) -> Optional[dict[str, Any]]:
+    """The :data:`MASK_RECORD` that ``evaluate`` applies to model folder ``model``, or None (the policy alone).
+
+    Any model with a record beside it (``model/`` of an NLPO output) gets it. Given ``nlpo`` (``--algorithm nlpo``),
+    the record is required, since evaluating without it silently scores another method: a ConfigError names what is
+    missing and how to get it. So it does, whatever ``nlpo``, when the record asks for masks and :data:`MASK_DIR`
+    is absent, or when ``model`` is not the policy the record was written for (its ``policy`` fingerprint).
+
+    A ``save_every`` policy (``checkpoints/iteration<k>/``) has no mask model of its own: the one that masked its
+    iteration was the policy of the last refresh, which is not kept, and the output's ``mask_model/`` is the final
+    one, possibly refreshed since, so pointing at it could mask an earlier policy with a later mask model. Keeping
+    a mask model beside each saved iteration would double its size (the mask model is a full copy of the policy).
+    So such a folder is evaluated without masks when its run's record says ``eval_with_masks: false`` and refused
+    under ``--algorithm nlpo`` otherwise, pointing at the val curve, which scored it with its own masks."""
+    if model.parent.name == SAVED_ITERATIONS:
+        run = evaluation_masks(model.parent.parent)
+        if run is not None and not run["eval_with_masks"]:
+            return run
+        if run is not None and nlpo:
+            raise ConfigError(f"--algorithm nlpo: {model} is a policy kept with save_every, and its run evaluates "
+                              f"with masks (eval_with_masks in {model.parent.parent / MASK_RECORD}), but the mask "
+                              f"model of that iteration is not kept ({model.parent.parent / MASK_DIR}/ is the final "
+                              f"one, which may have been refreshed since); its val_curves.csv row, if eval_every "
+                              f"reached it, scored it with its own masks; evaluate the output's {MODEL_DIR}/, or "
+                              f"leave --algorithm out to score this policy alone")
+    record = evaluation_masks(model.parent)
+    if record is None:
+        if nlpo:
+            raise ConfigError(f"--algorithm nlpo: no {MASK_RECORD} beside {model} (expected "
+                              f"{model.parent / MASK_RECORD}, and {model.parent / MASK_DIR}/ under eval_with_masks), "
+                              f"so NLPO's action masks cannot be applied; give the {MODEL_DIR}/ of the RL stage's "
+                              f"whole output folder; {_RESTORE}")
+        return None
+    if not record["eval_with_masks"]:
+        return record
+    if not (model.parent / MASK_DIR).is_dir():
+        raise ConfigError(f"{model.parent / MASK_RECORD} says eval_with_masks, but {model.parent / MASK_DIR}/ is "
+                          f"missing beside {model}; the RL stage writes both into its output folder; {_RESTORE}")
+    if "policy" in record and record["policy"] != fingerprint(model):
+        raise ConfigError(f"{model.parent / MASK_RECORD} was written for another policy than {model} (its "
+                          f"fingerprint differs: {MODEL_DIR}/ was replaced while the masks stayed, as a DVC checkout "
+                          f"does); {_RESTORE}")
+    return record
+
+
+_RESTORE = (f"under DVC {MASK_RECORD} and {MASK_DIR}/ are not DVC outputs (a clone, checkout or exp apply restores "
+            f"{MODEL_DIR}/ alone): rerun the rl stage (dvc repro -f -s <its stage>) or restore them from the run's "
+            f"output folder")
 
 
 def evaluation_processor(folder: Path, policy: Policy, gen: GenerationConfig
@@ -175,11 +234,15 @@ class NLPO(PPO):
         self.refreshes = 0
 
     def setup(self, policy: PolicyHandle) -> None:
-        """The mask model starts as a frozen copy of the policy (with its LoRA adapter, if any)."""
+        """The mask model starts as a frozen copy of the policy (with its LoRA adapter, if any); settings that leave
+        NLPO without effect on this vocabulary are logged as WARNINGs (:meth:`NLPOConfig.idle_settings`)."""
         self.policy = policy
         self.mask_model = copy.deepcopy(policy.model).eval()
         for p in self.mask_model.parameters():
             p.requires_grad_(False)
+        vocab = self.mask_model.get_output_embeddings().weight.shape[0]  # the logits' width, V
+        for idle in self.cfg.idle_settings(vocab):
+            log.warning("nlpo: %s", idle)
 
     def before_rollout(self, iteration: int) -> None:
         """Refresh the mask model from the policy every ``target_update_iterations`` rollouts."""

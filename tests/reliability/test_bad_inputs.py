@@ -1,7 +1,7 @@
 """A catalogue of bad inputs (issue 9): each fails before any model loads or trains, with one line that
 names the file, the key (or line), the value given and what is allowed.
 
-Categories (328 cases in all, as collected; grown over nine hostile passes):
+Categories (340 cases in all, as collected; grown over ten hostile passes):
 
 - params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``): unknown keys, wrong types,
   out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline
@@ -20,7 +20,9 @@ Categories (328 cases in all, as collected; grown over nine hostile passes):
 - metric args out of range and metric targets a datapool's meta cannot give (refused before generating);
   ToTTo fields of the wrong shape, and re-splits of rows that share a prompt;
 - human answers: conflicting copies, batches answered in part, text a spreadsheet edited;
-- the warm start: a loss that turns non-finite, a select_metric missing or never finite, train_where types.
+- the warm start: a loss that turns non-finite, a select_metric missing or never finite, train_where types;
+- the preference loop: non-finite DPO losses and preference scores, betas the loss cannot use;
+- plugin scores that are not numbers, NaN, a plugin that raises; NLPO evaluated without its masks.
 
 Faults beside their subjects: damaged stage folders and records (tests/unit/test_io.py), checkpoints and
 resume folders (tests/unit/test_checkpoints.py), evaluate outputs (tests/unit/test_grue.py), human-answer
@@ -1971,3 +1973,92 @@ def test_build_preferences_whose_metric_scores_all_nan_says_so_not_min_margin(tm
                                       "fewer than 2 completions scored); 8 completions scored NaN by custom/scores; "
                                       "left out;", "and see why the metric scores NaN")
     assert not (tmp_path / "out").exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# Plugin scores of the wrong kind, and NLPO's masks and settings
+# ---------------------------------------------------------------------------------------------
+
+ODD_PLUGIN = '''
+from dataclasses import dataclass
+
+from grueflow.metrics import Metric, MetricResult
+
+
+class Odd(Metric):
+    """Scores every completion with ``value`` of ``kind``: 'str', 'none' or 'bool'."""
+
+    category = "custom"
+    scores = ("odd",)
+
+    @dataclass(frozen=True)
+    class Args:
+        kind: str = "str"
+
+    @classmethod
+    def build(cls, args, context):
+        def compute(prompts, generations, references, meta):
+            value = {"str": "0.5", "none": None, "bool": True}[args.kind]
+            return MetricResult({cls.key(): [value] * len(generations)}, {cls.key(): 0.5})
+        return compute
+'''
+
+
+@pytest.mark.parametrize("kind, found", [("str", "a str"), ("none", "None"), ("bool", "a bool")])
+def test_rl_with_a_reward_plugin_scoring_no_numbers_ends_in_one_line(tmp_path: Path, call_stage, tiny_models,
+                                                                     monkeypatch, kind, found):
+    """Strings and None were a TypeError deep in the reward sum; bools were taken as 0/1 without a word."""
+    (tmp_path / "rl_odd_plugin.py").write_text(ODD_PLUGIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    write_rows(pool / "train.jsonl", [{"id": f"train-{i}", "prompt": f"the film {i} was", "references": ["good ."],
+                                       "meta": {"label": 1}} for i in range(4)])
+    method = tmp_path / "ppo.yaml"
+    method.write_text(yaml.safe_dump({"iterations": 1, "rollouts_per_iteration": 4, "minibatch_size": 4, "epochs": 1}))
+    task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml",
+                  reward={"components": [{"metric": "rl_odd_plugin:Odd", "args": {"kind": kind}}]})
+    result = call_stage("rl_finetune", "--task-file", task, "--algorithm", "ppo", "--method-file", method,
+                        "--datapool", pool, "--init-model", tiny_models["causal"], "--base-model",
+                        tiny_models["causal"], "--seed", "0", "--out", tmp_path / "rl")
+    ends_in_one_error_line(result, 2, f"error: metric 'rl_odd_plugin:Odd' returned {found} at sample 0 under "
+                                      f"'custom/odd'; scores are numbers")
+    assert not (tmp_path / "rl").exists()
+
+
+def nlpo_evaluate(call_stage, tmp_path: Path, model: Path) -> Exit:
+    base = fake_model(tmp_path / "base", model_type="gpt2", n_positions=64)
+    return call_stage("evaluate", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--task", "sentiment",
+                      "--start", "zero_shot", "--algorithm", "nlpo", "--datapool", tmp_path / "no_datapool",
+                      "--model", model, "--base-model", base, "--seed", "0", "--out", tmp_path / "eval")
+
+
+def test_evaluate_nlpo_without_its_mask_record_exits_2_before_loading(tmp_path: Path, call_stage):
+    """A DVC clone restores model/ but not mask.json and mask_model/: NLPO was evaluated without its masks."""
+    model = fake_model(tmp_path / "rl" / "model", model_type="gpt2", n_positions=64)
+    result = nlpo_evaluate(call_stage, tmp_path, model)
+    assert_fails_in_one_line(result, f"error: --algorithm nlpo: no mask.json beside {model} (expected "
+                                     f"{tmp_path / 'rl' / 'mask.json'}, and {tmp_path / 'rl' / 'mask_model'}/ under "
+                                     f"eval_with_masks)", "give the model/ of the RL stage's whole output folder",
+                             "not DVC outputs", "rerun the rl stage")
+    assert not (tmp_path / "eval").exists()
+
+
+def test_evaluate_nlpo_on_a_saved_iteration_of_a_run_with_masks_exits_2(tmp_path: Path, call_stage):
+    """checkpoints/iteration<k>/ was evaluated without masks, silently, while its run evaluates with them."""
+    (tmp_path / "rl" / "mask.json").parent.mkdir(parents=True)
+    (tmp_path / "rl" / "mask.json").write_text(json.dumps({"top_p": 0.5, "top_k": 0, "min_tokens_to_keep": 1,
+                                                           "eval_with_masks": True}))
+    model = fake_model(tmp_path / "rl" / "checkpoints" / "iteration1", model_type="gpt2", n_positions=64)
+    result = nlpo_evaluate(call_stage, tmp_path, model)
+    assert_fails_in_one_line(result, f"error: --algorithm nlpo: {model} is a policy kept with save_every",
+                             "the mask model of that iteration is not kept", "evaluate the output's model/")
+    assert not (tmp_path / "eval").exists()
+
+
+def test_nlpo_top_k_below_0_is_refused_in_its_method_file(tmp_path: Path):
+    """top_k: -1 ran as top_k: 0 (no cap)."""
+    method = tmp_path / "nlpo.yaml"
+    method.write_text(yaml.safe_dump({"top_p": 0.5, "top_k": -1}))
+    with pytest.raises(ConfigError, match=r"nlpo.yaml: top_k must be >= 0 \(0: no cap\), got -1"):
+        load_method("nlpo", method)

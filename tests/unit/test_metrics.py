@@ -357,3 +357,70 @@ def test_perplexity_cuts_the_generation_to_the_positions_left_after_the_prompt(t
     kept = fn([long_prompt], [long], [["x"]], [{}]).per_sample["fluency/perplexity"]
     assert math.isfinite(kept[0])
     assert math.isnan(fn([], [], [], []).corpus["fluency/perplexity"])
+
+
+def result_of(scores, corpus=None):
+    from grueflow.metrics import MetricResult
+
+    return MetricResult({"custom/odd": scores}, {"custom/odd": 0.5} if corpus is None else corpus)
+
+
+@pytest.mark.parametrize("scores, found", [
+    pytest.param(["0.5", 0.5], "a str at sample 0", id="str"),
+    pytest.param([0.5, None], "None at sample 1", id="none"),
+    pytest.param([[0.5], [0.5]], "a list at sample 0", id="nested"),
+    pytest.param([True, False], "a bool at sample 0", id="bool"),
+])
+def test_per_sample_scores_that_are_not_numbers_are_refused_naming_the_sample_and_type(scores, found):
+    """A string or None failed deep inside the reward sum (TypeError); bools were taken as 0/1."""
+    from grueflow.metrics import MetricResultError, check_result
+
+    with pytest.raises(MetricResultError, match=rf"^metric 'my_rewards:Odd' returned {found} under 'custom/odd'; "
+                                                r"scores are numbers"):
+        check_result("my_rewards:Odd", result_of(scores), 2, ["custom/odd"])
+    assert issubclass(MetricResultError, ConfigError)  # a stage ends in one line
+
+
+def test_a_bool_score_is_refused_with_how_to_say_a_number():
+    import numpy as np
+
+    from grueflow.metrics import MetricResultError, check_result
+
+    with pytest.raises(MetricResultError, match=r"returned a bool_? at sample 1 under 'custom/odd'; scores are numbers "
+                                                r"\(a bool is not a score: return float\(x\)"):
+        check_result("m", result_of([1.0, np.bool_(True)]), 2, ["custom/odd"])
+
+
+@pytest.mark.parametrize("corpus, found", [
+    pytest.param({"custom/odd": "0.5"}, "a str", id="str"),
+    pytest.param({"custom/odd": None}, "None", id="none"),
+    pytest.param({"custom/odd": [0.5]}, "a list", id="list"),
+    pytest.param({"custom/odd": True}, "a bool", id="bool"),
+])
+def test_corpus_scores_that_are_not_numbers_are_refused(corpus, found):
+    from grueflow.metrics import MetricResultError, check_result
+
+    with pytest.raises(MetricResultError, match=rf"^metric 'm' returned {found} as its corpus score 'custom/odd'; "
+                                                r"scores are numbers"):
+        check_result("m", result_of([0.5, 1.0], corpus), 2, ["custom/odd"])
+
+
+def test_one_dimensional_arrays_and_tensors_of_the_right_length_are_scores_as_lists():
+    """They were refused as if the count were wrong ("returned array([...]) ... for 16 generations")."""
+    import numpy as np
+    import torch
+
+    from grueflow.metrics import MetricResultError, check_result
+
+    for scores in (np.array([0.25, 1.0], dtype=np.float32), torch.tensor([0.25, 1.0]), np.array([0.25, 1.0]),
+                   [np.float32(0.25), np.int64(1)], (0.25, 1)):
+        assert list(check_result("m", result_of(scores), 2, ["custom/odd"]).per_sample["custom/odd"]) == [0.25, 1.0]
+    assert type(check_result("m", result_of(torch.tensor([0.5, 1.0])), 2, ["custom/odd"]).per_sample["custom/odd"]) \
+        is list
+    nan = check_result("m", result_of([0.25, float("nan")]), 2, ["custom/odd"]).per_sample["custom/odd"]
+    assert math.isnan(nan[1])  # NaN: a sample the metric leaves out, still a number
+    with pytest.raises(MetricResultError, match=r"returned a torch Tensor of shape \(2, 1\) under 'custom/odd' for 2 "
+                                                r"generations"):
+        check_result("m", result_of(torch.zeros(2, 1)), 2, ["custom/odd"])
+    with pytest.raises(MetricResultError, match=r"returned 3 scores under 'custom/odd' for 2 generations"):
+        check_result("m", result_of(np.zeros(3)), 2, ["custom/odd"])

@@ -109,3 +109,101 @@ def test_evaluation_samples_with_the_incremental_masks(tiny_models, kind):
         allowed = top_p_keep(mask_logits[:, t], 0.3, 0, 1, special)
         assert allowed.gather(1, completions[:, t:t + 1]).all(), t
         assert not allowed.all()
+
+
+def test_a_negative_top_k_is_refused_as_generation_refuses_it():
+    """top_k: -1 was taken as "off"; GenerationConfig refuses it (a params file gets it as a ConfigError)."""
+    with pytest.raises(ValueError, match=r"top_k must be >= 0 \(0: no cap\), got -1"):
+        NLPOConfig(top_k=-1)
+
+
+def test_settings_that_leave_nlpo_without_effect_are_named():
+    """A mask model never refreshed, and masks that keep every token (NLPO trains as PPO), ran without a word."""
+    assert NLPOConfig(iterations=30, target_update_iterations=5).idle_settings(300) == []
+    assert NLPOConfig(iterations=2, target_update_iterations=100, min_tokens_to_keep=300).idle_settings(300) == [
+        "target_update_iterations 100 is not below iterations 2: the mask model is never refreshed, so the start "
+        "policy masks every rollout; lower target_update_iterations to refresh it",
+        "min_tokens_to_keep 300 is not below the vocabulary (300 tokens): every mask keeps every token, so NLPO "
+        "trains as PPO; lower min_tokens_to_keep"]
+    # iterations 5 refreshes before the rollouts of iterations 1..4 only: a period of 5 never comes
+    assert len(NLPOConfig(iterations=5, target_update_iterations=5).idle_settings()) == 1
+    assert NLPOConfig(iterations=6, target_update_iterations=5).idle_settings() == []
+
+
+def test_building_the_mask_model_warns_when_its_masks_keep_the_whole_vocabulary(tiny_models, caplog):
+    from grueflow.rl.algorithm import PolicyHandle
+    from grueflow.rl.nlpo import NLPO
+
+    model, tokenizer = load_pretrained(tiny_models["causal"])
+    policy = Policy(model, tokenizer, max_prompt_length=24)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    nlpo = NLPO(NLPOConfig(iterations=10, min_tokens_to_keep=100_000))
+    with caplog.at_level("WARNING", logger="grueflow.rl.nlpo"):
+        nlpo.setup(PolicyHandle(model, "causal", tuple(tokenizer.all_special_ids), policy.backend))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"nlpo: min_tokens_to_keep 100000 is not below the vocabulary ({vocab} tokens): every mask keeps every "
+        f"token, so NLPO trains as PPO; lower min_tokens_to_keep"]
+
+
+def nlpo_output(root, eval_with_masks=True, mask_model=True, saved=()):
+    """An NLPO output folder as the RL stage writes it: model/, mask.json (with model/'s fingerprint) and, under
+    eval_with_masks, mask_model/; ``saved`` iterations under checkpoints/."""
+    from grueflow.io import fingerprint, write_json
+
+    (root / "model").mkdir(parents=True)
+    (root / "model" / "config.json").write_text("{}")
+    if mask_model and eval_with_masks:
+        (root / "mask_model").mkdir()
+    for k in saved:
+        (root / "checkpoints" / f"iteration{k}").mkdir(parents=True)
+    record = {"top_p": 0.5, "top_k": 0, "min_tokens_to_keep": 1, "eval_with_masks": eval_with_masks,
+              "policy": fingerprint(root / "model")}
+    write_json(root / "mask.json", record)
+    return record
+
+
+def test_evaluate_requires_the_mask_record_of_an_nlpo_model(tmp_path):
+    """Without mask.json beside model/ (a DVC clone restores model/ alone) NLPO was evaluated without its masks."""
+    from grueflow.config import ConfigError
+    from grueflow.rl.nlpo import masks_for
+
+    (tmp_path / "bare" / "model").mkdir(parents=True)
+    assert masks_for(tmp_path / "bare" / "model", nlpo=False) is None  # any other model: the policy alone
+    with pytest.raises(ConfigError, match=r"--algorithm nlpo: no mask.json beside .*bare/model \(expected "
+                                          r".*bare/mask.json, and .*bare/mask_model/ under eval_with_masks\).*"
+                                          r"give the model/ of the RL stage's whole output folder; under DVC "
+                                          r"mask.json and mask_model/ are not DVC outputs .*: rerun the rl stage"):
+        masks_for(tmp_path / "bare" / "model", nlpo=True)
+    record = nlpo_output(tmp_path / "run")
+    assert masks_for(tmp_path / "run" / "model", nlpo=True) == record
+    off = nlpo_output(tmp_path / "off", eval_with_masks=False)
+    assert masks_for(tmp_path / "off" / "model", nlpo=True) == off  # evaluated without masks, as it says
+
+
+def test_evaluate_refuses_masks_that_are_missing_or_of_another_policy(tmp_path):
+    from grueflow.config import ConfigError
+    from grueflow.rl.nlpo import masks_for
+
+    nlpo_output(tmp_path / "run", mask_model=False)
+    with pytest.raises(ConfigError, match=r"mask.json says eval_with_masks, but .*run/mask_model/ is missing"):
+        masks_for(tmp_path / "run" / "model", nlpo=False)
+    nlpo_output(tmp_path / "switched")
+    (tmp_path / "switched" / "model" / "config.json").write_text('{"another": 1}')  # a checkout of another commit
+    with pytest.raises(ConfigError, match=r"mask.json was written for another policy than .*switched/model"):
+        masks_for(tmp_path / "switched" / "model", nlpo=True)
+
+
+def test_a_saved_iteration_of_an_nlpo_run_evaluated_with_masks_is_refused(tmp_path):
+    """checkpoints/iteration<k>/ was evaluated without masks, silently, while the run's model/ had them."""
+    from grueflow.config import ConfigError
+    from grueflow.rl.nlpo import masks_for
+
+    nlpo_output(tmp_path / "run", saved=(1,))
+    saved = tmp_path / "run" / "checkpoints" / "iteration1"
+    with pytest.raises(ConfigError, match=r"--algorithm nlpo: .*iteration1 is a policy kept with save_every, and its "
+                                          r"run evaluates with masks .* but the mask model of that iteration is not "
+                                          r"kept"):
+        masks_for(saved, nlpo=True)
+    assert masks_for(saved, nlpo=False) is None  # the policy alone, asked for
+    off = nlpo_output(tmp_path / "off", eval_with_masks=False, saved=(1,))
+    assert masks_for(tmp_path / "off" / "checkpoints" / "iteration1", nlpo=True) == off

@@ -157,3 +157,65 @@ def test_a_metric_of_your_own_giving_too_few_scores_is_named_not_zipped_short():
     scorer = Scorer(None, (parse(MetricSpec, {"id": f"{HERE}:Short"}, "t.yaml: metrics[0]"),), MetricContext())
     with pytest.raises(ValueError, match=rf"metric '{HERE}:Short' returned 1 scores under 'custom/short' for 2"):
         scorer([Sample("a", "p", ("r",)), Sample("b", "p", ("r",))], ["a", "b"])
+
+
+class Odd(Metric):
+    """A metric of one's own that misbehaves as its ``mode`` says."""
+
+    category = "custom"
+    scores = ("odd",)
+
+    @dataclass(frozen=True)
+    class Args:
+        mode: str = "str"
+
+    @classmethod
+    def build(cls, args, context):
+        def compute(prompts, generations, references, meta):
+            if args.mode == "raise":
+                return {}["no such key"]
+            scores = {"str": ["0.5"] * len(generations), "none": [None] * len(generations),
+                      "tensor": __import__("torch").tensor([0.25] * len(generations))}[args.mode]
+            return MetricResult({cls.key(): scores}, {cls.key(): 0.25})
+        return compute
+
+
+def odd_reward(mode):
+    return Reward(parse(RewardConfig, {"components": [{"metric": f"{HERE}:Odd", "args": {"mode": mode}}]},
+                        "t.yaml: reward"), MetricContext())
+
+
+@pytest.mark.parametrize("mode, found", [("str", "a str"), ("none", "None")])
+def test_a_reward_of_your_own_returning_no_numbers_is_named_in_one_line(mode, found):
+    """It failed deep in the reward sum: "can't multiply sequence by non-int of type 'float'"."""
+    from grueflow.metrics import MetricResultError
+
+    with pytest.raises(MetricResultError, match=rf"^metric '{HERE}:Odd' returned {found} at sample 0 under "
+                                                r"'custom/odd'; scores are numbers"):
+        odd_reward(mode)(["p", "p"], ["a", "b"], [["r"], ["r"]], [{}, {}])
+
+
+def test_a_reward_of_your_own_returning_a_tensor_is_its_list():
+    assert odd_reward("tensor")(["p", "p"], ["a", "b"], [["r"], ["r"]], [{}, {}]) == \
+        ([0.25, 0.25], {"custom/odd": [0.25, 0.25]})
+
+
+def test_a_reward_component_that_raises_is_named_with_its_exception_as_the_cause():
+    """The plugin's traceback alone said nothing of which task component called it."""
+    from grueflow.metrics import MetricFailedError
+
+    with pytest.raises(MetricFailedError, match=rf"^reward component '{HERE}:Odd' \(custom/odd\) failed: KeyError: "
+                                                r"'no such key'$") as raised:
+        odd_reward("raise")(["p"], ["a"], [["r"]], [{}])
+    assert isinstance(raised.value.__cause__, KeyError)
+
+
+def test_an_evaluation_metric_that_raises_is_named_with_its_exception_as_the_cause():
+    from grueflow.data import Sample
+    from grueflow.evaluation import score
+    from grueflow.metrics import MetricFailedError
+
+    metrics = parse(tuple[MetricSpec, ...], [{"id": f"{HERE}:Odd", "args": {"mode": "raise"}}], "t.yaml: metrics")
+    with pytest.raises(MetricFailedError, match=rf"^metric '{HERE}:Odd' failed: KeyError: 'no such key'$") as raised:
+        score([Sample("s0", "p", ("r",))], ["a"], None, metrics, MetricContext())
+    assert isinstance(raised.value.__cause__, KeyError)
