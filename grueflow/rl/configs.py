@@ -7,7 +7,7 @@ params (:mod:`grueflow.params`) never loads an implementation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal, Mapping, Optional
 
 from grueflow.config import MAX_BATCH, MAX_COUNT, LoraConfig, check, check_evaluation, check_size
@@ -23,6 +23,8 @@ class KLConfig:
     completion token (all tokens of the rollout weighted alike), as RL4LMs' ``KLController`` steps on the
     mean ``kl_div`` of every transition of the rollout buffer, so RL4LMs' ``target_kl`` carries over as is.
     The adaptive step is multiplicative, so an adaptive ``coef`` must start above 0 (``adaptive`` defaults to true).
+    The controller steps on the k1 estimate of the KL (the log-ratio of the sampled tokens, RL4LMs' ``kl_div``)
+    whatever the method's ``kl_estimator``, which sets only the penalty's estimate.
     """
 
     coef: float = 0.05
@@ -115,6 +117,15 @@ class RLConfig:
         unread = {key: why for key, why in cls.UNREAD.items() if key in given}
         if given.get("kl_ceiling") is None and "kl_ceiling_action" in given:
             unread["kl_ceiling_action"] = "it applies above kl_ceiling, and kl_ceiling is null"
+        eval_samples = given.get("eval_samples")  # an invalid one (0, a string) gets its own message
+        if not given.get("eval_every") and isinstance(eval_samples, int) and eval_samples > 0:
+            unread["eval_samples"] = ("it sets how many val samples evaluation during training scores, and eval_every "
+                                      "is 0")
+        epochs = given.get("epochs", {f.name: f.default for f in fields(cls)}.get("epochs"))
+        target_kl = given.get("target_kl")
+        if epochs == 1 and isinstance(target_kl, (int, float)) and target_kl > 0 and "target_kl" not in unread:
+            unread["target_kl"] = ("its early stop is checked after each epoch, and with epochs: 1 there is none to "
+                                   "skip")
         return unread
 
     def __post_init__(self) -> None:

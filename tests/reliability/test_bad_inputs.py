@@ -1,7 +1,7 @@
 """A catalogue of bad inputs (issue 9): each fails before any model loads or trains, with one line that
 names the file, the key (or line), the value given and what is allowed.
 
-Categories (340 cases in all, as collected; grown over ten hostile passes):
+Categories (342 cases in all, as collected; grown over ten hostile passes):
 
 - params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``): unknown keys, wrong types,
   out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline
@@ -266,6 +266,12 @@ PARAMS = [
     P(Bad(PPO, setting("kl_ceiling_action", "skip"), ("ppo.yaml: kl_ceiling_action: given, but nothing reads it: it "
                                                       "applies above kl_ceiling, and kl_ceiling is null",)),
       id="kl-ceiling-action-without-ceiling"),
+    P(Bad(PPO, setting("eval_samples", 4), ("ppo.yaml: eval_samples: given, but nothing reads it: it sets how many "
+                                            "val samples evaluation during training scores, and eval_every is 0",)),
+      id="eval-samples-without-eval-every"),
+    P(Bad(A2C, setting("target_kl", 0.05), ("a2c.yaml: target_kl: given, but nothing reads it: its early stop is "
+                                            "checked after each epoch, and with epochs: 1 there is none to skip",)),
+      id="target-kl-with-one-epoch"),
     P(Bad(TRPO, setting("cg_damping", -5.0), (
         "trpo.yaml: cg_damping must be >= 0 (a negative damping breaks conjugate gradient), got -5.0",)),
       id="trpo-cg-damping-negative"),
