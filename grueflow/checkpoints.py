@@ -77,6 +77,12 @@ class NonFiniteLossError(RuntimeError):
                          f"(it is {learning_rate:g})")
         self.what, self.epoch = what, epoch
 
+    def stop_line(self, resume_dir: str | Path) -> str:
+        """The stage's last line for this stop (exit code 1, as RL's non-finite stop): the error, then which
+        checkpoint stays in ``resume_dir`` (a trainer checkpoints after every epoch)."""
+        kept = f"the checkpoint of epoch {self.epoch - 1} stays in" if self.epoch > 1 else "nothing was checkpointed in"
+        return f"error: {self}; {kept} {resume_dir}"
+
 
 CADENCE_KEYS = ("checkpoint_every", "keep_checkpoints")  # how often a run checkpoints, how many it keeps
 

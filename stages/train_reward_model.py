@@ -43,8 +43,7 @@ def main() -> None:
     try:
         curve = run.train(trainer, key, cfg.epochs, "epoch", "reward model epochs")
     except NonFiniteLossError as err:  # as warm_start ends on it: one line, exit code 1
-        kept = f"the checkpoint of epoch {err.epoch - 1} stays in" if err.epoch > 1 else "nothing was checkpointed in"
-        raise SystemExit(f"error: {err}; {kept} {run.resume_dir}")
+        raise SystemExit(err.stop_line(run.resume_dir))
     final = trainer.final_metrics()
 
     def write(folder: Path) -> None:

@@ -61,8 +61,7 @@ def main() -> None:
         curve = run.train(trainer, key, cfg.epochs, "epoch", "warm start epochs", Tracking(args.tensorboard),
                           validate=validation if validation.enabled else None)
     except NonFiniteLossError as err:  # as rl_finetune ends on its NonFiniteError: one line, exit code 1
-        kept = f"the checkpoint of epoch {err.epoch - 1} stays in" if err.epoch > 1 else "nothing was checkpointed in"
-        raise SystemExit(f"error: {err}; {kept} {run.resume_dir}")
+        raise SystemExit(err.stop_line(run.resume_dir))
     chosen = validation.selected()
 
     def write(folder: Path) -> None:
