@@ -63,6 +63,7 @@ PLUGIN_CODE = "results/plugin_code"  # DVC's first stage writes <task>/<stage>.j
 BASE_MODEL_HF = BASE_MODEL + "/model"  # the Hugging Face folder inside a model stage's output (grueflow.io.MODEL_DIR)
 WARM_START_HF = WARM_START + "/model"
 MODEL_OUTS = ("{out}/model", "{out}/stage.json")  # what DVC caches of a model-producing stage
+DECODING_DIR = "decoding"  # an RL output's record of how evaluate decodes its model/ (grueflow.rl.nlpo.DECODING_DIR)
 PLACEHOLDER = re.compile(r"(?<!\$)\{(\w+)\}")  # {name} in a template; DVC's ${...} is not one
 
 
@@ -90,13 +91,15 @@ class DvcStage:
     """One DVC stage of a table stage: ``name``, the grid ``axes`` it iterates over (none: one stage; only
     ``task``: ``foreach: ${tasks}``; more: a ``matrix``), and ``bind``, the value of each Snakemake wildcard or
     input that the axes do not give directly (``rl_method: supervised+{algorithm}``; placeholders name axes).
-    ``comment`` goes above the stage in ``dvc.yaml``; ``after``: files of DVC-only stages it must follow."""
+    ``comment`` goes above the stage in ``dvc.yaml``; ``after``: files of DVC-only stages it must follow;
+    ``reads``: inputs of this DVC stage alone, beyond the table stage's (placeholders as in ``bind``)."""
 
     name: str
     axes: tuple[str, ...] = ()
     bind: Mapping[str, str] = field(default_factory=dict)
     comment: str = ""
     after: tuple[str, ...] = ()  # DVC-only deps that order the stage after another (:data:`SUITE_CHECK`)
+    reads: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -200,7 +203,7 @@ _TABLE = (
         args="--task-file {task_file} --algorithm {algorithm} --method-file {method_file} --datapool {datapool}"
              " --start {start} --init-model {init} --base-model {base_model} --seed {seed} --threads {threads}"
              " --resume-dir {out}.resume --out {out} --precision {precision}",
-        outs=MODEL_OUTS,
+        outs=(*MODEL_OUTS, "{out}/" + DECODING_DIR),  # how evaluate decodes model/ (NLPO: its mask model)
         metrics=("{out}/train_metrics.json", "{out}/dvclive/metrics.json"),
         plots=(Plot("{out}/curves.csv", x="iteration", y="reward/task"), Plot("{out}/dvclive/plots/metrics", x="step"),
                Plot("{out}/curves.png")),
@@ -229,11 +232,13 @@ _TABLE = (
                       bind={"method": "supervised", "identity": "--start supervised", "model": WARM_START_HF}),
              DvcStage("evaluate_rl", axes=("task", "algorithm", "seed"),
                       bind={"method": "{algorithm}", "identity": "--start zero_shot --algorithm {algorithm}",
-                            "model": "results/{task}/{algorithm}/seed{seed}/model"}),
+                            "model": "results/{task}/{algorithm}/seed{seed}/model"},
+                      reads=("results/{task}/{algorithm}/seed{seed}/" + DECODING_DIR,)),
              DvcStage("evaluate_rl_supervised", axes=("task", "algorithm", "seed"),
                       bind={"method": "supervised+{algorithm}",
                             "identity": "--start supervised --algorithm {algorithm}",
-                            "model": "results/{task}/supervised+{algorithm}/seed{seed}/model"}),
+                            "model": "results/{task}/supervised+{algorithm}/seed{seed}/model"},
+                      reads=("results/{task}/supervised+{algorithm}/seed{seed}/" + DECODING_DIR,)),
              DvcStage("evaluate_dpo", axes=("task", "method", "seed"),
                       bind={"method": "{method}", "identity": "--start zero_shot --algorithm {method}",
                             "model": "results/{task}/{method}/seed{seed}/model"}),
@@ -427,7 +432,7 @@ def dvc_stage(stage: Stage, variant: DvcStage) -> dict:
     body: dict = {"cmd": render(f"python {stage.script} {stage.args}", names)}
     plugin_code = [render(plugin_code_file(stage.name), names)] if stage.plugin_parts else []
     body["deps"] = list(dict.fromkeys([*variant.after, *(render(p, names) for p in stage.inputs.values()),
-                                       *plugin_code, *stage.code]))
+                                       *(render(p, names) for p in variant.reads), *plugin_code, *stage.code]))
     for key, values in (("params", _params(stage, names)), ("outs", [render(p, names) for p in stage.outs]),
                         ("metrics", [render(p, names) for p in stage.metrics]),
                         ("plots", [_plot(p, names) for p in stage.plots])):

@@ -12,7 +12,7 @@ from grueflow.metrics import MetricContext
 from grueflow.models import check_context, check_same_kind, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.policy import Policy
-from grueflow.rl.nlpo import evaluation_processor, masks_for
+from grueflow.rl.nlpo import DECODING_DIR, evaluation_processor, masks_for
 from grueflow.params import check_headlines, load_section, load_task_section, parse, with_fluency
 from grueflow.preference.config import PREFERENCE_METHODS
 from grueflow.rl import ALGORITHMS
@@ -92,7 +92,9 @@ def main() -> None:
         stage.finish(tmp, "evaluate", {"lengths": to_dict(lengths), "eval_generation": to_dict(generation),
                                        "reward": to_dict(reward_cfg), "metrics": to_dict(metrics), "seed": args.seed,
                                        "precision": args.precision},
-                     {"datapool": args.datapool, "model": args.model}, started, execution=ex.record())
+                     {"datapool": args.datapool, "model": args.model,
+                      **({"decoding": args.model.parent / DECODING_DIR} if masks else {})},
+                     started, execution=ex.record())
 
 
 if __name__ == "__main__":

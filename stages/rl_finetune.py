@@ -19,7 +19,7 @@ from grueflow.plugins import reward_inputs
 from grueflow.params import STARTS, check_select_metric, load_method, load_metrics, load_task_section
 from grueflow.rl import ALGORITHMS
 from grueflow.rl.configs import NLPOConfig
-from grueflow.rl.nlpo import NLPO, mask_processors, save_for_evaluation
+from grueflow.rl.nlpo import NLPO, mask_processors, save_decoding
 from grueflow.rl.trainer import WALL_CLOCK_KEYS, KLCeilingError, NonFiniteError, RLTrainer
 from grueflow.training import Tracking, TrainingRun, add_arguments
 from grueflow.validation import Validation
@@ -130,8 +130,9 @@ def main() -> None:
                               f"{args.algorithm} on {args.task_file.stem}, seed {args.seed}")
         write_json(folder / "train_metrics.json", {"iteration": final["iteration"],
                                                    **{k: final[k] for k in ("reward/task", "kl/sequence", "kl/coef")}})
-        if isinstance(trainer.algorithm, NLPO):  # evaluate generates with its masks, as RL4LMs
-            save_for_evaluation(trainer.algorithm, folder, tokenizer)
+        # how evaluate decodes model/: NLPO with its masks, as RL4LMs
+        save_decoding(folder, args.algorithm, trainer.algorithm if isinstance(trainer.algorithm, NLPO) else None,
+                      tokenizer)
 
     def trained() -> list:  # what data-parallel processes compare: every trained module
         return [m for m in (trainer.policy.model, trainer.value_head, trainer.critic_model) if m is not None]

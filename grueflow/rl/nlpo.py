@@ -74,10 +74,6 @@ class MaskProcessor(LogitsProcessor):
         return torch.stack(self.keeps, dim=1)
 
 
-MASK_DIR = "mask_model"  # an NLPO output's final mask model (a Hugging Face folder), beside model/
-MASK_RECORD = "mask.json"  # its mask settings and eval_with_masks
-
-
 class FullPassMaskProcessor(LogitsProcessor):
     """NLPO's masks for ``model.generate`` in evaluation, beam search included, as RL4LMs' mask processors:
     each step runs the mask model over the whole sequence so far (no cache to follow the beams' reordering)
@@ -120,24 +116,38 @@ class FullPassMaskProcessor(LogitsProcessor):
         return masked
 
 
-def save_for_evaluation(nlpo: "NLPO", folder: Path, tokenizer: Any) -> None:
-    """Write an NLPO output's :data:`MASK_RECORD` into stage folder ``folder`` and, under ``eval_with_masks``,
-    its final mask model into ``folder / MASK_DIR`` (LoRA merged), for ``evaluate``. Called once ``folder / MODEL_DIR``
-    holds the policy handed on: the record keeps its fingerprint (``policy``), so that a ``model/`` switched
-    under the masks (a DVC checkout restores ``model/`` alone) is refused rather than masked by another run's model."""
-    cfg = nlpo.cfg
-    if cfg.eval_with_masks:
-        merged(nlpo.mask_model).save_pretrained(folder / MASK_DIR)
-        tokenizer.save_pretrained(folder / MASK_DIR)
-    policy = {"policy": fingerprint(folder / MODEL_DIR)} if (folder / MODEL_DIR).is_dir() else {}
-    write_json(folder / MASK_RECORD, {"top_p": cfg.top_p, "top_k": cfg.top_k,
-                                      "min_tokens_to_keep": cfg.min_tokens_to_keep,
-                                      "eval_with_masks": cfg.eval_with_masks, **policy})
+
+DECODING_DIR = "decoding"  # every RL output's record of how evaluate decodes its model/, beside model/
+DECODING_RECORD = "decoding.json"  # in it: the algorithm, model/'s fingerprint, and NLPO's mask settings or null
+MASK_DIR = "mask_model"  # in it, for NLPO under eval_with_masks: the final mask model (a Hugging Face folder)
 
 
-def evaluation_masks(folder: Path) -> Optional[dict[str, Any]]:
-    """The :data:`MASK_RECORD` of stage folder ``folder`` (an NLPO output), or None (any other model)."""
-    record = folder / MASK_RECORD
+def save_decoding(folder: Path, algorithm: str, nlpo: Optional["NLPO"], tokenizer: Any) -> None:
+    """Write RL output ``folder``'s :data:`DECODING_DIR`, once ``folder / MODEL_DIR`` holds the policy handed on:
+    :data:`DECODING_RECORD`, ``{"algorithm", "policy": the fingerprint of model/, "masks"}``, where ``masks`` is
+    null but for NLPO (``nlpo``), whose ``top_p``, ``top_k``, ``min_tokens_to_keep`` and ``eval_with_masks`` it
+    holds, with the final mask model (LoRA merged) in :data:`MASK_DIR` under ``eval_with_masks``.
+
+    Every RL output writes it, so that one fixed output path of the RL stage carries NLPO's masks under DVC, whose
+    stage grid cannot give one algorithm outputs of its own; the fingerprint lets ``evaluate`` refuse a ``model/``
+    switched under the masks (a checkout of one path alone) rather than mask it with another run's model."""
+    out = folder / DECODING_DIR
+    out.mkdir()
+    masks = None
+    if nlpo is not None:
+        cfg = nlpo.cfg
+        masks = {"top_p": cfg.top_p, "top_k": cfg.top_k, "min_tokens_to_keep": cfg.min_tokens_to_keep,
+                 "eval_with_masks": cfg.eval_with_masks}
+        if cfg.eval_with_masks:
+            merged(nlpo.mask_model).save_pretrained(out / MASK_DIR)
+            tokenizer.save_pretrained(out / MASK_DIR)
+    write_json(out / DECODING_RECORD, {"algorithm": algorithm, "policy": fingerprint(folder / MODEL_DIR),
+                                       "masks": masks})
+
+
+def decoding_record(folder: Path) -> Optional[dict[str, Any]]:
+    """The :data:`DECODING_RECORD` of stage folder ``folder`` (an RL output), or None (any other folder)."""
+    record = folder / DECODING_DIR / DECODING_RECORD
     return read_json(record) if record.is_file() else None
 
 
@@ -145,64 +155,79 @@ SAVED_ITERATIONS = "checkpoints"  # an RL output's save_every policies: <folder>
 
 
 def masks_for(model: Path, nlpo: bool) -> Optional[dict[str, Any]]:
-    """The :data:`MASK_RECORD` that ``evaluate`` applies to model folder ``model``, or None (the policy alone).
+    """NLPO's mask settings that ``evaluate`` applies to model folder ``model`` (``top_p``, ``top_k``,
+    ``min_tokens_to_keep``, ``eval_with_masks``), or None (the policy alone).
 
-    Any model with a record beside it (``model/`` of an NLPO output) gets it. Given ``nlpo`` (``--algorithm nlpo``),
-    the record is required, since evaluating without it silently scores another method: a ConfigError names what is
-    missing and how to get it. So it does, whatever ``nlpo``, when the record asks for masks and :data:`MASK_DIR`
-    is absent, or when ``model`` is not the policy the record was written for (its ``policy`` fingerprint).
+    The ``model/`` of an NLPO output gets its run's settings (:data:`DECODING_RECORD` beside it). Given ``nlpo``
+    (``--algorithm nlpo``) they are required, since evaluating without them silently scores another method: a
+    ConfigError names what is missing and how to get it, as for a record of another algorithm. So it does,
+    whatever ``nlpo``, when the masks are asked for and :data:`MASK_DIR` is absent, or when ``model`` is not the
+    policy the record was written for (its ``policy`` fingerprint).
 
     A ``save_every`` policy (``checkpoints/iteration<k>/``) has no mask model of its own: the one that masked its
-    iteration was the policy of the last refresh, which is not kept, and the output's ``mask_model/`` is the final
+    iteration was the policy of the last refresh, which is not kept, and the output's mask model is the final
     one, possibly refreshed since, so pointing at it could mask an earlier policy with a later mask model. Keeping
     a mask model beside each saved iteration would double its size (the mask model is a full copy of the policy).
-    So such a folder is evaluated without masks when its run's record says ``eval_with_masks: false`` and refused
-    under ``--algorithm nlpo`` otherwise, pointing at the val curve, which scored it with its own masks."""
+    So such a folder is evaluated without masks when its run says ``eval_with_masks: false`` and refused under
+    ``--algorithm nlpo`` otherwise, pointing at the val curve, which scored it with its own masks."""
     if model.parent.name == SAVED_ITERATIONS:
-        run = evaluation_masks(model.parent.parent)
-        if run is not None and not run["eval_with_masks"]:
-            return run
-        if run is not None and nlpo:
+        run_folder = model.parent.parent
+        run = decoding_record(run_folder)
+        masks = run["masks"] if run is not None else None
+        if masks is not None and not masks["eval_with_masks"]:
+            return masks
+        if masks is not None and nlpo:
             raise ConfigError(f"--algorithm nlpo: {model} is a policy kept with save_every, and its run evaluates "
-                              f"with masks (eval_with_masks in {model.parent.parent / MASK_RECORD}), but the mask "
-                              f"model of that iteration is not kept ({model.parent.parent / MASK_DIR}/ is the final "
-                              f"one, which may have been refreshed since); its val_curves.csv row, if eval_every "
-                              f"reached it, scored it with its own masks; evaluate the output's {MODEL_DIR}/, or "
-                              f"leave --algorithm out to score this policy alone")
-    record = evaluation_masks(model.parent)
-    if record is None:
-        if nlpo:
-            raise ConfigError(f"--algorithm nlpo: no {MASK_RECORD} beside {model} (expected "
-                              f"{model.parent / MASK_RECORD}, and {model.parent / MASK_DIR}/ under eval_with_masks), "
-                              f"so NLPO's action masks cannot be applied; give the {MODEL_DIR}/ of the RL stage's "
-                              f"whole output folder; {_RESTORE}")
+                              f"with masks (eval_with_masks in {run_folder / DECODING_DIR / DECODING_RECORD}), but "
+                              f"the mask model of that iteration is not kept ({run_folder / DECODING_DIR / MASK_DIR}/ "
+                              f"is the final one, which may have been refreshed since); its val_curves.csv row, if "
+                              f"eval_every reached it, scored it with its own masks; evaluate the output's "
+                              f"{MODEL_DIR}/, or leave --algorithm out to score this policy alone")
+        if masks is None and nlpo:
+            _refuse_unmasked(model, run_folder, run)
         return None
-    if not record["eval_with_masks"]:
-        return record
-    if not (model.parent / MASK_DIR).is_dir():
-        raise ConfigError(f"{model.parent / MASK_RECORD} says eval_with_masks, but {model.parent / MASK_DIR}/ is "
-                          f"missing beside {model}; the RL stage writes both into its output folder; {_RESTORE}")
-    if "policy" in record and record["policy"] != fingerprint(model):
-        raise ConfigError(f"{model.parent / MASK_RECORD} was written for another policy than {model} (its "
-                          f"fingerprint differs: {MODEL_DIR}/ was replaced while the masks stayed, as a DVC checkout "
-                          f"does); {_RESTORE}")
-    return record
+    record = decoding_record(model.parent)
+    masks = record["masks"] if record is not None else None
+    if masks is None:
+        if nlpo:
+            _refuse_unmasked(model, model.parent, record)
+        return None
+    where = model.parent / DECODING_DIR
+    if record["policy"] != fingerprint(model):
+        raise ConfigError(f"{where / DECODING_RECORD} was written for another policy than {model} (its fingerprint "
+                          f"differs: {MODEL_DIR}/ was replaced while {DECODING_DIR}/ stayed, as a checkout of one "
+                          f"path does); {_RESTORE}")
+    if masks["eval_with_masks"] and not (where / MASK_DIR).is_dir():
+        raise ConfigError(f"{where / DECODING_RECORD} says eval_with_masks, but {where / MASK_DIR}/ is missing "
+                          f"beside it; the RL stage writes both; {_RESTORE}")
+    return masks
 
 
-_RESTORE = (f"under DVC {MASK_RECORD} and {MASK_DIR}/ are not DVC outputs (a clone, checkout or exp apply restores "
-            f"{MODEL_DIR}/ alone): rerun the rl stage (dvc repro -f -s <its stage>) or restore them from the run's "
-            f"output folder")
+_RESTORE = ("both are outputs of the rl stage: restore its whole output (dvc checkout <its stage>), or rerun it "
+            "(dvc repro -f -s <its stage>)")
+
+
+def _refuse_unmasked(model: Path, folder: Path, record: Optional[dict[str, Any]]) -> None:
+    """``--algorithm nlpo`` on ``model`` of stage folder ``folder``, whose record has no masks: a ConfigError."""
+    if record is not None:
+        raise ConfigError(f"--algorithm nlpo: {model} was trained by {record['algorithm']} "
+                          f"({folder / DECODING_DIR / DECODING_RECORD}), which has no action masks; give the "
+                          f"{MODEL_DIR}/ of an NLPO output, or --algorithm {record['algorithm']}")
+    raise ConfigError(f"--algorithm nlpo: no {DECODING_DIR}/{DECODING_RECORD} beside {model} (expected "
+                      f"{folder / DECODING_DIR / DECODING_RECORD}, with {MASK_DIR}/ beside it under "
+                      f"eval_with_masks), so NLPO's action masks cannot be applied; give the {MODEL_DIR}/ of the "
+                      f"RL stage's whole output folder; {_RESTORE}")
 
 
 def evaluation_processor(folder: Path, policy: Policy, gen: GenerationConfig
                          ) -> Callable[[Prompts], LogitsProcessor]:
     """For the policy of NLPO output ``folder`` decoding with ``gen``: a maker of each batch's mask processor
-    (:func:`mask_processors`), with the final mask model (loaded frozen on the policy's backend) and the settings
-    of :data:`MASK_RECORD`."""
+    (:func:`mask_processors`), with the final mask model (loaded frozen on the policy's backend) and the mask
+    settings of its :data:`DECODING_RECORD`."""
     from grueflow.models import load_pretrained
 
-    masks = read_json(folder / MASK_RECORD)
-    mask_model, _ = load_pretrained(folder / MASK_DIR, backend=policy.backend, frozen=True)
+    masks = read_json(folder / DECODING_DIR / DECODING_RECORD)["masks"]
+    mask_model, _ = load_pretrained(folder / DECODING_DIR / MASK_DIR, backend=policy.backend, frozen=True)
     return mask_processors(mask_model, policy, masks["top_p"], masks["top_k"], masks["min_tokens_to_keep"], gen)
 
 

@@ -2040,11 +2040,12 @@ def nlpo_evaluate(call_stage, tmp_path: Path, model: Path) -> Exit:
 
 
 def test_evaluate_nlpo_without_its_mask_record_exits_2_before_loading(tmp_path: Path, call_stage):
-    """A DVC clone restores model/ but not mask.json and mask_model/: NLPO was evaluated without its masks."""
+    """model/ copied without the decoding/ beside it: NLPO was evaluated without its masks."""
     model = fake_model(tmp_path / "rl" / "model", model_type="gpt2", n_positions=64)
     result = nlpo_evaluate(call_stage, tmp_path, model)
-    assert_fails_in_one_line(result, f"error: --algorithm nlpo: no mask.json beside {model} (expected "
-                                     f"{tmp_path / 'rl' / 'mask.json'}, and {tmp_path / 'rl' / 'mask_model'}/ under "
+    decoding = tmp_path / "rl" / "decoding"
+    assert_fails_in_one_line(result, f"error: --algorithm nlpo: no decoding/decoding.json beside {model} (expected "
+                                     f"{decoding / 'decoding.json'}, with mask_model/ beside it under "
                                      f"eval_with_masks)", "give the model/ of the RL stage's whole output folder",
                              "not DVC outputs", "rerun the rl stage")
     assert not (tmp_path / "eval").exists()
@@ -2052,9 +2053,10 @@ def test_evaluate_nlpo_without_its_mask_record_exits_2_before_loading(tmp_path: 
 
 def test_evaluate_nlpo_on_a_saved_iteration_of_a_run_with_masks_exits_2(tmp_path: Path, call_stage):
     """checkpoints/iteration<k>/ was evaluated without masks, silently, while its run evaluates with them."""
-    (tmp_path / "rl" / "mask.json").parent.mkdir(parents=True)
-    (tmp_path / "rl" / "mask.json").write_text(json.dumps({"top_p": 0.5, "top_k": 0, "min_tokens_to_keep": 1,
-                                                           "eval_with_masks": True}))
+    record = tmp_path / "rl" / "decoding" / "decoding.json"
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"algorithm": "nlpo", "policy": "-", "masks": {
+        "top_p": 0.5, "top_k": 0, "min_tokens_to_keep": 1, "eval_with_masks": True}}))
     model = fake_model(tmp_path / "rl" / "checkpoints" / "iteration1", model_type="gpt2", n_positions=64)
     result = nlpo_evaluate(call_stage, tmp_path, model)
     assert_fails_in_one_line(result, f"error: --algorithm nlpo: {model} is a policy kept with save_every",

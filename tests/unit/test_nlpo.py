@@ -145,34 +145,38 @@ def test_building_the_mask_model_warns_when_its_masks_keep_the_whole_vocabulary(
         f"token, so NLPO trains as PPO; lower min_tokens_to_keep"]
 
 
-def nlpo_output(root, eval_with_masks=True, mask_model=True, saved=()):
-    """An NLPO output folder as the RL stage writes it: model/, mask.json (with model/'s fingerprint) and, under
-    eval_with_masks, mask_model/; ``saved`` iterations under checkpoints/."""
+def nlpo_output(root, eval_with_masks=True, mask_model=True, saved=(), algorithm="nlpo"):
+    """An RL output folder as the RL stage writes it: model/ and decoding/decoding.json (with model/'s fingerprint
+    and, for NLPO, its mask settings), with decoding/mask_model/ under eval_with_masks; ``saved`` iterations under
+    checkpoints/. Returns the mask settings (None for another algorithm)."""
     from grueflow.io import fingerprint, write_json
 
     (root / "model").mkdir(parents=True)
     (root / "model" / "config.json").write_text("{}")
-    if mask_model and eval_with_masks:
-        (root / "mask_model").mkdir()
+    (root / "decoding").mkdir()
+    if mask_model and eval_with_masks and algorithm == "nlpo":
+        (root / "decoding" / "mask_model").mkdir()
     for k in saved:
         (root / "checkpoints" / f"iteration{k}").mkdir(parents=True)
-    record = {"top_p": 0.5, "top_k": 0, "min_tokens_to_keep": 1, "eval_with_masks": eval_with_masks,
-              "policy": fingerprint(root / "model")}
-    write_json(root / "mask.json", record)
-    return record
+    masks = ({"top_p": 0.5, "top_k": 0, "min_tokens_to_keep": 1, "eval_with_masks": eval_with_masks}
+             if algorithm == "nlpo" else None)
+    write_json(root / "decoding" / "decoding.json", {"algorithm": algorithm, "policy": fingerprint(root / "model"),
+                                                     "masks": masks})
+    return masks
 
 
 def test_evaluate_requires_the_mask_record_of_an_nlpo_model(tmp_path):
-    """Without mask.json beside model/ (a DVC clone restores model/ alone) NLPO was evaluated without its masks."""
+    """Without decoding/ beside model/ (model/ copied alone) NLPO was evaluated without its masks."""
     from grueflow.config import ConfigError
     from grueflow.rl.nlpo import masks_for
 
     (tmp_path / "bare" / "model").mkdir(parents=True)
     assert masks_for(tmp_path / "bare" / "model", nlpo=False) is None  # any other model: the policy alone
-    with pytest.raises(ConfigError, match=r"--algorithm nlpo: no mask.json beside .*bare/model \(expected "
-                                          r".*bare/mask.json, and .*bare/mask_model/ under eval_with_masks\).*"
-                                          r"give the model/ of the RL stage's whole output folder; under DVC "
-                                          r"mask.json and mask_model/ are not DVC outputs .*: rerun the rl stage"):
+    with pytest.raises(ConfigError, match=r"--algorithm nlpo: no decoding/decoding.json beside .*bare/model "
+                                          r"\(expected .*bare/decoding/decoding.json, with mask_model/ beside it "
+                                          r"under eval_with_masks\).*give the model/ of the RL stage's whole output "
+                                          r"folder; both are outputs of the rl stage: restore its whole output "
+                                          r"\(dvc checkout <its stage>\), or rerun it"):
         masks_for(tmp_path / "bare" / "model", nlpo=True)
     record = nlpo_output(tmp_path / "run")
     assert masks_for(tmp_path / "run" / "model", nlpo=True) == record
@@ -180,16 +184,31 @@ def test_evaluate_requires_the_mask_record_of_an_nlpo_model(tmp_path):
     assert masks_for(tmp_path / "off" / "model", nlpo=True) == off  # evaluated without masks, as it says
 
 
+def test_evaluate_nlpo_on_another_algorithms_output_is_refused(tmp_path):
+    """A PPO output evaluated as NLPO was scored without masks, under NLPO's name."""
+    from grueflow.config import ConfigError
+    from grueflow.rl.nlpo import masks_for
+
+    assert nlpo_output(tmp_path / "ppo", algorithm="ppo", saved=(1,)) is None
+    assert masks_for(tmp_path / "ppo" / "model", nlpo=False) is None
+    for model in (tmp_path / "ppo" / "model", tmp_path / "ppo" / "checkpoints" / "iteration1"):
+        with pytest.raises(ConfigError, match=r"--algorithm nlpo: .* was trained by ppo \(.*ppo/decoding/"
+                                              r"decoding.json\), which has no action masks; give the model/ of an "
+                                              r"NLPO output, or --algorithm ppo"):
+            masks_for(model, nlpo=True)
+
+
 def test_evaluate_refuses_masks_that_are_missing_or_of_another_policy(tmp_path):
     from grueflow.config import ConfigError
     from grueflow.rl.nlpo import masks_for
 
     nlpo_output(tmp_path / "run", mask_model=False)
-    with pytest.raises(ConfigError, match=r"mask.json says eval_with_masks, but .*run/mask_model/ is missing"):
+    with pytest.raises(ConfigError, match=r"decoding.json says eval_with_masks, but .*run/decoding/mask_model/ is "
+                                          r"missing"):
         masks_for(tmp_path / "run" / "model", nlpo=False)
     nlpo_output(tmp_path / "switched")
     (tmp_path / "switched" / "model" / "config.json").write_text('{"another": 1}')  # a checkout of another commit
-    with pytest.raises(ConfigError, match=r"mask.json was written for another policy than .*switched/model"):
+    with pytest.raises(ConfigError, match=r"decoding.json was written for another policy than .*switched/model"):
         masks_for(tmp_path / "switched" / "model", nlpo=True)
 
 

@@ -145,10 +145,15 @@ def test_a_dvc_stage_renders_the_cli_params_outs_metrics_and_plots():
                                {"params/tasks/${item.task}.yaml": ["lengths", "rollout_generation", "eval_generation",
                                                                    "reward", "metrics", "method_overrides"]},
                                {"params/methods/${item.algorithm}.yaml": None}]
-    assert entry["outs"] == [f"{out}/model", f"{out}/stage.json"]
+    assert entry["outs"] == [f"{out}/model", f"{out}/stage.json", f"{out}/decoding"]
     assert entry["metrics"] == [f"{out}/train_metrics.json", f"{out}/dvclive/metrics.json"]
     assert entry["plots"] == [{f"{out}/curves.csv": {"x": "iteration", "y": "reward/task"}},
                               {f"{out}/dvclive/plots/metrics": {"x": "step"}}, f"{out}/curves.png"]
+    evaluations = {v.name: pipeline.dvc_stage(STAGES["evaluate"], v) for v in STAGES["evaluate"].dvc}
+    assert evaluations["evaluate_rl_supervised"]["deps"][3] == f"{out}/decoding"  # NLPO's masks: how model/ decodes
+    assert evaluations["evaluate_rl"]["deps"][3] == "results/${item.task}/${item.algorithm}/seed${item.seed}/decoding"
+    assert not any("decoding" in d for name in ("evaluate_supervised", "evaluate_dpo")
+                   for d in evaluations[name]["deps"])
     datapool = pipeline.dvc_stage(STAGES["prepare_datapool"], STAGES["prepare_datapool"].dvc[0])
     assert datapool["foreach"] == "${tasks}" and datapool["do"]["outs"] == ["results/${item}/datapool"]
 

@@ -71,7 +71,11 @@ def test_every_method_of_the_suite_reaches_the_table_with_its_columns(imdb_suite
     assert "train/kl" in markdown
     masks = dict(zip(table.method, table.nlpo_masks))  # NLPO is evaluated with its masks, as RL4LMs
     assert masks["nlpo"] == masks["supervised+nlpo"] == "with masks" and pd.isna(masks["ppo"])
-    assert (imdb_suite / "results" / TASK / "nlpo" / "seed0" / "mask_model" / "config.json").is_file()
+    decoding = imdb_suite / "results" / TASK / "nlpo" / "seed0" / "decoding"
+    assert (decoding / "mask_model" / "config.json").is_file()
+    assert json.loads((decoding / "decoding.json").read_text())["masks"]["eval_with_masks"] is True
+    assert json.loads((imdb_suite / "results" / TASK / "ppo" / "seed0" / "decoding" / "decoding.json").read_text()
+                      )["masks"] is None
 
 
 def test_the_base_is_adapted_and_the_reward_is_the_classifier_trained_here(imdb_suite):

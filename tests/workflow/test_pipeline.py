@@ -169,6 +169,8 @@ def test_a_clone_pulls_the_run_cache_from_a_remote_and_reproduces_without_runnin
     run(["dvc", "remote", "add", "--local", "--default", "shared", str(remote)], clone)
     run(["dvc", "pull", "--run-cache"], clone)  # the outputs dvc.lock names, and every pushed run's record
     assert (clone / "results" / "grue_table.csv").read_text() == (dvc_repo / "results" / "grue_table.csv").read_text()
+    decoding = Path("results/sentiment/ppo/seed0/decoding/decoding.json")  # how evaluate decodes model/ travels too
+    assert (clone / decoding).read_bytes() == (dvc_repo / decoding).read_bytes()
     (clone / "dvc.lock").unlink()  # nothing recorded: only the run cache can tell that a stage already ran
     repro = run(["dvc", "repro"], clone)
     stages = set(run(["dvc", "stage", "list", "--name-only"], clone).stdout.split())
