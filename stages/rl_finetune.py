@@ -76,11 +76,11 @@ def main() -> None:
                   ("lengths.prompt", "rollout_generation.max_new_tokens"))
     run = TrainingRun.start("rl_finetune", args, started, args.seed, processes=cfg.processes)
     train = read_split(args.datapool, "train")
-    # the reward loads first and checks the train split's meta, so that a sample it can never score stops the
-    # stage before the models load
+    # the reward loads first and checks the train split's meta and references, so that a sample it can never score
+    # stops the stage before the models load
     reward = Reward(reward_cfg, MetricContext(base_model=args.base_model, max_prompt_length=lengths.prompt,
                                               execution=run.execution))
-    reward.check([s.meta for s in train])
+    reward.check([s.meta for s in train], [s.references for s in train])
     backend = select(run.execution)
     model, tokenizer = load_pretrained(args.init_model, backend=backend)
     # the frozen KL reference (bf16 under bf16); under LoRA it is the policy with its adapter disabled

@@ -175,10 +175,16 @@ class MetaChecked:
     """A built metric (a :data:`MetricFn`, which it calls) that can also refuse a datapool's samples before any
     generation is made: ``check(meta)`` raises a :class:`~grueflow.io.DataError` naming the first sample whose
     ``meta`` the metric can never score (a missing key, a target outside its labels). ``compute`` checks the
-    same itself; ``check`` only moves the refusal ahead of the work (:meth:`grueflow.evaluation.Scorer.check`)."""
+    same itself; ``check`` only moves the refusal ahead of the work (:meth:`grueflow.evaluation.Scorer.check`).
+
+    ``unscored(references)``: why the metric scores NaN a sample with these references whatever the generation
+    (no references; none its tokenizer can read), or None. Evaluation leaves such samples out and counts them;
+    RL, whose reward must score every sample it draws, refuses them before training
+    (:meth:`grueflow.metrics.reward.Reward.check`)."""
 
     compute: MetricFn
-    check: Callable[[Sequence[dict[str, Any]]], Any]
+    check: Optional[Callable[[Sequence[dict[str, Any]]], Any]] = None
+    unscored: Optional[Callable[[Sequence[str]], Optional[str]]] = None
 
     def __call__(self, prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                  meta: Sequence[dict[str, Any]]) -> MetricResult:
@@ -187,7 +193,7 @@ class MetaChecked:
 
 def check_meta(fn: MetricFn, meta: Sequence[dict[str, Any]]) -> None:
     """Run the meta check of a built metric that has one (:class:`MetaChecked`); nothing for any other."""
-    if isinstance(fn, MetaChecked):
+    if isinstance(fn, MetaChecked) and fn.check is not None:
         fn.check(meta)
 
 

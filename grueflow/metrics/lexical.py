@@ -9,8 +9,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Optional, Sequence
 
-from grueflow.metrics import (METRICS, Metric, MetricContext, MetricFn, MetricResult, SacrebleuTokenizer, nanmean,
-                              require)
+from grueflow.metrics import (METRICS, MetaChecked, Metric, MetricContext, MetricFn, MetricResult, SacrebleuTokenizer,
+                              nanmean, require)
 from grueflow.metrics.table import TOTTO_NULL, TOTTO_REFERENCES
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,16 @@ def rouge_blind(references: Sequence[str]) -> bool:
         return ROUGE_TOKEN_CHAR.search(text.lower()) is None
 
     return any(r.strip() for r in references) and all(no_tokens(r) for r in references)
+
+
+def rouge_unscored(references: Sequence[str]) -> Optional[str]:
+    """Why ROUGE scores NaN a sample with ``references`` whatever the generation, or None
+    (:attr:`grueflow.metrics.MetaChecked.unscored`)."""
+    if not references:
+        return "it has no references"
+    if rouge_blind(references):
+        return "its references have no [a-z0-9] token, the only characters ROUGE's tokenizer keeps"
+    return None
 
 
 def warn_blind(metric_id: str, blind: int, n: int) -> None:
@@ -84,7 +94,7 @@ class Rouge(Metric):
             warn_blind("rouge", sum(blind), len(generations))
             return MetricResult(per_sample, {k: nanmean(v) for k, v in per_sample.items()})
 
-        return compute
+        return MetaChecked(compute, unscored=rouge_unscored)
 
 
 def totto_bleu_texts(generations: Sequence[str],
@@ -391,4 +401,4 @@ class RougeLMax(Metric):
             warn_blind("rouge_l_max", sum(blind), len(generations))
             return MetricResult({cls.key(): scores}, {cls.key(): nanmean(scores)})
 
-        return compute
+        return MetaChecked(compute, unscored=rouge_unscored)

@@ -6,7 +6,8 @@ import math
 from typing import Any, NamedTuple, Optional, Sequence
 
 from grueflow.config import RewardConfig, typed_args
-from grueflow.metrics import METRICS, MetricContext, call_metric, check_meta, check_result
+from grueflow.io import DataError
+from grueflow.metrics import METRICS, MetaChecked, MetricContext, call_metric, check_meta, check_result
 
 
 class RewardScores(NamedTuple):
@@ -55,11 +56,24 @@ class Reward:
     def dense(self) -> bool:
         return any(dense for _, _, dense, _ in self.components)
 
-    def check(self, meta: Sequence[dict[str, Any]]) -> None:
+    def check(self, meta: Sequence[dict[str, Any]],
+              references: Optional[Sequence[Sequence[str]]] = None) -> None:
         """Refuse, with a DataError, samples whose ``meta`` a component can never score (:func:`check_meta`), before
-        anything is generated for them."""
-        for _, _, _, compute in self.components:
+        anything is generated for them; given their ``references`` (RL's train split, every sample of which a
+        rollout may draw), also those whose references a component can never score
+        (:attr:`~grueflow.metrics.MetaChecked.unscored`), naming the first, the component and how many."""
+        for key, _, _, compute in self.components:
             check_meta(compute, meta)
+            if references is None or not isinstance(compute, MetaChecked) or compute.unscored is None:
+                continue
+            reasons = [compute.unscored(refs) for refs in references]
+            bad = [i for i, reason in enumerate(reasons) if reason is not None]
+            if bad:
+                raise DataError(f"train sample {bad[0]}: reward component {self.names[key]!r} ({key}) scores it NaN "
+                                f"whatever the generation ({reasons[bad[0]]}: {list(references[bad[0]])[:3]!r}), "
+                                f"so RL would stop when a rollout draws it; {len(bad)} of {len(references)} train "
+                                f"samples are so (the first: {', '.join(map(str, bad[:10]))}); leave them out of the "
+                                f"data, or use a reward that reads them")
 
     def __call__(self, prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                  meta: Sequence[dict[str, Any]]) -> tuple[list[float], dict[str, list[float]]]:

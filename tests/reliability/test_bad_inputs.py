@@ -1,7 +1,7 @@
 """A catalogue of bad inputs (issue 9): each fails before any model loads or trains, with one line that
 names the file, the key (or line), the value given and what is allowed.
 
-Categories (342 cases in all, as collected; grown over ten hostile passes):
+Categories (343 cases in all, as collected; grown over eleven hostile passes):
 
 - params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``): unknown keys, wrong types,
   out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline
@@ -2047,7 +2047,7 @@ def test_evaluate_nlpo_without_its_mask_record_exits_2_before_loading(tmp_path: 
     assert_fails_in_one_line(result, f"error: --algorithm nlpo: no decoding/decoding.json beside {model} (expected "
                                      f"{decoding / 'decoding.json'}, with mask_model/ beside it under "
                                      f"eval_with_masks)", "give the model/ of the RL stage's whole output folder",
-                             "not DVC outputs", "rerun the rl stage")
+                             "restore its whole output (dvc checkout <its stage>), or rerun it")
     assert not (tmp_path / "eval").exists()
 
 
@@ -2070,3 +2070,28 @@ def test_nlpo_top_k_below_0_is_refused_in_its_method_file(tmp_path: Path):
     method.write_text(yaml.safe_dump({"top_p": 0.5, "top_k": -1}))
     with pytest.raises(ConfigError, match=r"nlpo.yaml: top_k must be >= 0 \(0: no cap\), got -1"):
         load_method("nlpo", method)
+
+
+# ---------------------------------------------------------------------------------------------
+# RL train references its reward can never score
+# ---------------------------------------------------------------------------------------------
+
+def test_rl_with_rouge_on_train_references_it_cannot_read_exits_2_before_loading(tmp_path: Path, call_stage):
+    """A train sample whose references are all in another script stopped RL with a NaN reward only when a
+    rollout drew it."""
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    write_rows(pool / "train.jsonl", [{"id": f"train-{i}", "prompt": f"the film {i} was",
+                                       "references": ["好电影" if i == 2 else "good ."], "meta": {}} for i in range(4)])
+    method = tmp_path / "ppo.yaml"
+    method.write_text(yaml.safe_dump({"iterations": 1, "rollouts_per_iteration": 4, "minibatch_size": 4, "epochs": 1}))
+    task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml", reward={"components": [{"metric": "rouge"}]})
+    model = fake_model(tmp_path / "model", model_type="gpt2", n_positions=64)
+    result = call_stage("rl_finetune", "--task-file", task, "--algorithm", "ppo", "--method-file", method,
+                        "--datapool", pool, "--init-model", model, "--base-model", model, "--seed", "0",
+                        "--out", tmp_path / "rl")
+    ends_in_one_error_line(result, 2, "error: train sample 2: reward component 'rouge' (lexical/rouge1) scores it "
+                                      "NaN whatever the generation (its references have no [a-z0-9] token, the only "
+                                      "characters ROUGE's tokenizer keeps: ['好电影']), so RL would stop when a "
+                                      "rollout draws it; 1 of 4 train samples are so (the first: 2)")
+    assert not (tmp_path / "rl").exists()

@@ -1,6 +1,7 @@
 """Metrics: literal expectations from hand computation and from the reference packages."""
 
 import math
+import re
 
 import pytest
 
@@ -269,6 +270,26 @@ def test_evaluation_reward_is_the_mean_over_the_samples_it_scores_and_counts_the
     assert REWARD_LEFT_OUT_KEY not in scored  # written only when some sample is left out
     _, none, _ = score(samples[2:3], generations[2:3], reward, (), CTX)
     assert none["reward"] is None and none[REWARD_LEFT_OUT_KEY] == 1
+
+
+@pytest.mark.parametrize("metric_id", ["rouge", "rouge_l_max"])
+def test_an_rl_reward_refuses_train_references_rouge_cannot_read_before_training(metric_id):
+    """RL stopped with a NaN reward only when a rollout drew such a sample, minutes or hours in."""
+    reward = Reward(parse(RewardConfig, {"components": [{"metric": metric_id}]}, "reward"), CTX)
+    samples = rouge_samples([["a dog runs"], ["狗在跑", "..."], ["a cat"], ["猫"]])
+    key = METRICS.get(metric_id).key()
+    with pytest.raises(DataError, match=re.escape(
+            f"train sample 1: reward component {metric_id!r} ({key}) scores it NaN whatever the generation (its "
+            f"references have no [a-z0-9] token, the only characters ROUGE's tokenizer keeps: ['狗在跑', '...']), so "
+            f"RL would stop when a rollout draws it; 2 of 4 train samples are so (the first: 1, 3); leave them out "
+            f"of the data, or use a reward that reads them")):
+        reward.check([s.meta for s in samples], [s.references for s in samples])
+    reward.check([s.meta for s in samples])  # evaluation: left out of the corpus reward and counted
+    reward.check([{}] * 2, [["a dog runs"], ["狗", "a dog"]])  # one readable reference is enough
+    with pytest.raises(DataError, match=r"train sample 0: .*\(it has no references: \[\]\)"):
+        reward.check([{}], [[]])
+    vader = Reward(parse(RewardConfig, {"components": [{"metric": "vader_sentiment"}]}, "reward"), CTX)
+    vader.check([{}], [["狗"]])  # reads no references
 
 
 def test_a_non_finite_rl_reward_names_its_components_metrics_and_samples():
