@@ -146,6 +146,44 @@ def _number(value: Any) -> str:
     return f"{value:+.4g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
 
 
+ABSENT, NULL = "(absent)", "null"  # a value with no key at that revision; a key whose value is null (—: unknown)
+
+
+def read_at(rev: str, target: str) -> Any:
+    """The JSON of metrics file ``target`` at git revision ``rev`` (``workspace``: the file here), through DVC
+    (a DVC output is read from the cache); None where it cannot be read."""
+    import dvc.api
+    from dvc.exceptions import DvcException
+
+    try:
+        if rev == "workspace":
+            return json.loads(Path(target).read_text(encoding="utf-8"))
+        return json.loads(dvc.api.read(target, rev=rev, encoding="utf-8"))
+    except (OSError, ValueError, DvcException):  # only the label depends on it: "—" says "unknown"
+        return None
+
+
+def missing_label(table: Any, key: str) -> str:
+    """How a ``dvc metrics diff`` value of None reads, given the metrics JSON ``table`` of its revision: :data:`ABSENT`
+    (no such key: a method, task or metric removed or added), :data:`NULL` (the key is there, valued null: a
+    metric that could not be computed) or "—" (the table could not be read). dvc reports both as null."""
+    if not isinstance(table, dict):
+        return "—"
+    task, method, metric = _split_key(key)
+    if task == "(all tasks)":
+        node: Any = table.get("grue_score", {})
+        path = [method]
+    elif task:
+        node, path = table, [task, method, metric]
+    else:
+        node, path = table, [metric]
+    for part in path:
+        if not isinstance(node, dict) or part not in node:
+            return ABSENT
+        node = node[part]
+    return NULL if node is None else _number(node)
+
+
 DVC_LOAD_FAILED = "DVC failed to load some metrics for following revisions: '"  # dvc's stderr line (exit code 0)
 
 
@@ -171,6 +209,13 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if not diff:
         print(f"{args.target}: no changes between {args.rev_a} and {args.rev_b}")
         return 0
+    tables: dict[str, Any] = {}  # each revision's table, read where dvc gave a null (absent and null alike)
+    for key, change in diff.items():
+        for side, rev in (("old", args.rev_a), ("new", args.rev_b)):
+            if change.get(side) is None:
+                if rev not in tables:
+                    tables[rev] = read_at(rev, args.target)
+                change[side] = missing_label(tables[rev], key)
     table = diff_table(diff)
     shown = table.assign(old=table.old.map(lambda v: _number(v).lstrip("+")),
                          new=table.new.map(lambda v: _number(v).lstrip("+")), change=table.change.map(_number))

@@ -130,6 +130,15 @@ def test_diff_between_two_commits_of_the_grue_table(tmp_path):
     full = run([*CLI, "diff", "HEAD~1", "HEAD", "--all"], repo).stdout
     assert "(4 changed values)" in full and "lexical/bleu" in full
 
+    commit_table(repo, {"sentiment": {"ppo": {"reward": 0.75, "lexical/bleu": None}},
+                        "grue_score": {"ppo": None}}, "zero_shot dropped, two values null")
+    lines = run([*CLI, "diff", "HEAD~1", "HEAD"], repo).stdout.splitlines()  # dvc reports null and absent alike
+    assert [line.split() for line in lines[2:]] == [["(all", "tasks)", "ppo", "grue_score", "0.6", "null", "—"],
+                                                    ["sentiment", "ppo", "lexical/bleu", "3", "null", "—"],
+                                                    ["sentiment", "zero_shot", "reward", "0.1", "(absent)", "—"]]
+    back = run([*CLI, "diff", "HEAD", "HEAD~1"], repo).stdout.splitlines()
+    assert back[-1].split() == ["sentiment", "zero_shot", "reward", "(absent)", "0.1", "—"]
+
     bad = subprocess.run([*CLI, "diff", "HEAD~1", "no-such-rev"], cwd=repo, capture_output=True, text=True)
     assert bad.returncode == 2
     assert bad.stderr.startswith("grueflow diff: error: dvc metrics diff HEAD~1 no-such-rev") and "no-such-rev" in bad.stderr
