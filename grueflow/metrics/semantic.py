@@ -306,23 +306,25 @@ class IntentAccuracy(Metric):
 
     @dataclass(frozen=True)
     class Args:
-        """``context``: what the classifier reads before the generation. ``prompt``: the whole prompt, a space, the
-        generation. ``last_turn``: RL4LMs' IntentAccuracyDailyDialog input, the prompt's last turn (its last
-        non-empty piece split at ``eou``, spaces kept) immediately followed by the generation. ``none``: the
-        generation alone. ``max_length``: classifier tokens kept (RL4LMs: the tokenizer's own limit, 512 for
-        RoBERTa)."""
+        """``context``: what the classifier reads before the generation. ``last_turn`` (the default): RL4LMs'
+        IntentAccuracyDailyDialog input, the prompt's last turn (its last non-empty piece split at ``eou``, spaces
+        kept) immediately followed by the generation. ``prompt``: the whole prompt, a space, the generation.
+        ``none``: the generation alone. ``max_length``: classifier tokens kept, special tokens included (None:
+        RL4LMs' limit, the tokenizer's 512 for RoBERTa, or the model's positions if fewer). A longer input loses
+        its beginning, never the generation, which is what the metric scores (a cut from the right dropped the
+        generation of every long dialogue, and the score was then the prompt's alone)."""
 
         model: str = "rajkumarrrk/roberta-daily-dialog-intent-classifier"
-        context: Literal["prompt", "last_turn", "none"] = "prompt"
+        context: Literal["prompt", "last_turn", "none"] = "last_turn"
         eou: str = "<EOU>"
-        max_length: int = 128
+        max_length: Optional[int] = None
         batch_size: int = 32
 
         def __post_init__(self) -> None:
             if not self.eou.strip():
                 raise ValueError(f"intent_accuracy: eou must be the visible turn separator the prompts use (the "
                                  f"daily_dialog datapool's <EOU>); got {self.eou!r}")
-            check(self.max_length >= MIN_CLASSIFIER_TOKENS,
+            check(self.max_length is None or self.max_length >= MIN_CLASSIFIER_TOKENS,
                   f"intent_accuracy: max_length must be >= {MIN_CLASSIFIER_TOKENS} tokens (the special tokens and "
                   f"some text), got {self.max_length}")
             check(self.batch_size > 0, f"intent_accuracy: batch_size must be > 0, got {self.batch_size}")
@@ -339,11 +341,16 @@ class IntentAccuracy(Metric):
     def build(cls, args: "IntentAccuracy.Args", context: MetricContext) -> MetricFn:
         from grueflow.models import position_limit
 
-        classify = load_classifier(args.model, args.max_length, args.batch_size, context.execution)
+        classify = load_classifier(args.model, DEFAULT_CLASSIFIER_TOKENS, args.batch_size, context.execution)
         limit = position_limit(classify.model.config)
-        if limit is not None and args.max_length > limit[0]:
+        if args.max_length is None:
+            classify.max_length = min(DEFAULT_CLASSIFIER_TOKENS, limit[0]) if limit else DEFAULT_CLASSIFIER_TOKENS
+        elif limit is not None and args.max_length > limit[0]:
             raise ConfigError(f"intent_accuracy: max_length {args.max_length} is above the {limit[0]} positions of "
                               f"{args.model} (its {limit[1]}); set args.max_length to at most {limit[0]}")
+        else:
+            classify.max_length = args.max_length
+        classify.tokenizer.truncation_side = "left"  # this metric's own tokenizer: keep the generation
 
         def targets(meta: Sequence[dict[str, Any]]) -> list[int]:
             return [intent_target(classify, m, i) for i, m in enumerate(meta)]

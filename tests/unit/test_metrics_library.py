@@ -228,12 +228,42 @@ def test_intent_accuracy_on_dailydialog_acts(tiny_models, tmp_path):
     fn = metric.build(parse(metric.Args, {"model": str(tmp_path)}, "args"), CTX)
     prompts, generations = utterances[:3], utterances[1:]
     result = fn(prompts, generations, [[]] * 3, [{"intent": t} for t in targets[1:]])
-    predicted = [max(range(4), key=probs(f"{p} {g}").__getitem__) for p, g in zip(prompts, generations)]
+    # the default context is RL4LMs' last turn (here the whole prompt: no <EOU> in it) joined to the generation
+    predicted = [max(range(4), key=probs(p + g).__getitem__) for p, g in zip(prompts, generations)]
     assert result.per_sample["task/intent_accuracy"] == [float(p == t) for p, t in zip(predicted, targets[1:])]
     by_name = fn(prompts, generations, [[]] * 3, [{"intent": acts[t]} for t in targets[1:]])
     assert by_name.per_sample == result.per_sample
     with pytest.raises(ValueError, match=r"meta\['intent'\]"):
         fn(prompts, generations, [[]] * 3, [{}] * 3)
+
+
+def test_intent_accuracy_cuts_a_long_context_never_the_generation(tiny_models, tmp_path):
+    """Cut from the right, a dialogue longer than max_length lost its generation: the score was the prompt's alone,
+    the same for every generation."""
+    import torch
+    from transformers import AutoTokenizer, BertForSequenceClassification
+
+    tiny_classifier(tiny_models["causal"], tmp_path, ["inform", "question", "directive", "commissive"])
+    model = BertForSequenceClassification.from_pretrained(tmp_path).eval()
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path, truncation_side="left")
+    metric = METRICS.get("intent_accuracy")
+    fn = metric.build(parse(metric.Args, {"model": str(tmp_path), "context": "prompt", "max_length": 12}, "args"), CTX)
+    prompt = " ".join(["so what did you do at the weekend ?"] * 20)
+    generations = ["we went hiking .", "could you pass me the salt ?", "i will call you tomorrow", "stop it now !",
+                   "the weather is nice", "do you like tea ?", "please sit down", "i promise to come"]
+
+    def label(generation):  # the last 12 tokens of the prompt, a space, the generation: the generation whole
+        encoded = tokenizer(f"{prompt} {generation}", truncation=True, max_length=12, return_tensors="pt")
+        assert encoded.input_ids[0, -3:].tolist() == tokenizer(f" {generation}").input_ids[-3:]
+        with torch.no_grad():
+            return int(model(**encoded).logits[0].argmax())
+
+    wanted = [label(g) for g in generations]
+    assert len(set(wanted)) > 1  # the generation moves the prediction: a cut that dropped it could not
+    result = fn([prompt] * len(generations), generations, [[]] * len(generations), [{"intent": t} for t in wanted])
+    assert result.per_sample["task/intent_accuracy"] == [1.0] * len(generations)
+    default = metric.build(parse(metric.Args, {"model": str(tmp_path)}, "args"), CTX)
+    assert default.compute is not None  # no max_length: the model's 512 positions, RL4LMs' limit
 
 
 def test_missing_optional_dependency_names_the_package(monkeypatch):

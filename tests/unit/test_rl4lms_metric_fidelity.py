@@ -138,8 +138,10 @@ def test_intent_classifier_reads_rl4lms_input():
     assert args.classifier_input(prompt, "Tea , please .") == " Would you like something to drink ? Tea , please ."
     assert args.classifier_input("no separator", " here") == "no separator here"
     assert args.classifier_input("", "alone") == "alone"
-    default = parse(METRICS.get("intent_accuracy").Args, {}, "args")
-    assert default.classifier_input(prompt, "Tea .") == prompt + " Tea ."
+    whole = parse(METRICS.get("intent_accuracy").Args, {"context": "prompt"}, "args")
+    assert whole.classifier_input(prompt, "Tea .") == prompt + " Tea ."
+    default = parse(METRICS.get("intent_accuracy").Args, {}, "args")  # RL4LMs' input, up to its 512 tokens
+    assert default.context == "last_turn" and default.max_length is None
 
 
 def test_daily_dialog_reward_is_rl4lms_intent_coeff_and_auto_coeff(tiny_models, tmp_path):
