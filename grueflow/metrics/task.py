@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import string
@@ -61,12 +62,18 @@ class LexiconSentiment(Metric):
         return per_generation(cls, lambda generation, meta: lexicon_polarity(generation))
 
 
-def inflections(lemma: str) -> set[str]:
-    """The regular inflected forms of an English lemma (walks, walked, walking, ...)."""
-    forms = {lemma, lemma + "s", lemma + "es", lemma + "ed", lemma + "ing", lemma + "d"}
-    if lemma.endswith("e"):
-        forms.add(lemma[:-1] + "ing")
-    return forms
+@functools.lru_cache(maxsize=65536)
+def inflections(lemma: str) -> frozenset[str]:
+    """The lemma and its inflected forms, regular and irregular, as nouns, verbs and adjectives: lemminflect's
+    English lexicon (sit: sits, sat, sitting; carry: carried; foot: feet), or, for a lemma it does not list, its
+    rules for an unknown noun and verb (frisbee: frisbees). CommonGen's own coverage (Lin et al. 2020, its
+    PivotScore script) lemmatizes the generation with spaCy and lemminflect, and meets the same forms."""
+    from lemminflect import getAllInflections, getAllInflectionsOOV
+
+    known = getAllInflections(lemma)
+    if not known:
+        known = {**getAllInflectionsOOV(lemma, "NOUN"), **getAllInflectionsOOV(lemma, "VERB")}
+    return frozenset({lemma, *(form.lower() for forms in known.values() for form in forms)})
 
 
 def coverage(generation: str, concepts: Sequence[str]) -> float:

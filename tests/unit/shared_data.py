@@ -25,6 +25,12 @@ def commongen(n: int = 3) -> tuple[list[str], list[list[str]]]:
     return [r["scene"][0] for r in rows], [list(r["scene"][1:]) for r in rows]
 
 
+def commongen_scenes(n: int = 993) -> list[tuple[list[str], str]]:
+    """(concepts without their POS suffix, one human scene) for every scene of the first ``n`` concept sets."""
+    rows = [json.loads(line) for line in _lines("commongen/commongen.dev.jsonl", n)]
+    return [([c.rsplit("_", 1)[0] for c in r["concept_set"].split("#")], scene) for r in rows for scene in r["scene"]]
+
+
 def iwslt(n: int = 3) -> tuple[list[str], list[list[str]]]:
     """Reference = a German talk sentence; generation = it without its first and last words (a partial 'translation')."""
     rows = [json.loads(line)["translation"]["de"] for line in _lines("iwslt2017/tst2016.en-de.jsonl", n)]

@@ -36,6 +36,27 @@ def test_concept_coverage_accepts_inflections():
         coverage("x", [])
 
 
+def test_concept_coverage_meets_irregular_and_spelling_changed_forms():
+    """Only lemma + s/es/ed/d/ing counted: sat, sitting, carried, stood and feet were concepts left out."""
+    assert coverage("We sat in a circle and talked.", ["circle", "sit", "talk"]) == 1.0
+    assert coverage("actor petting a cat; kids running, a man carried bags and stood", ["pet", "run", "carry",
+                                                                                    "stand"]) == 1.0
+    assert coverage("two feet and teeth", ["foot", "tooth"]) == 1.0
+    assert coverage("she throws frisbees", ["throw", "frisbee"]) == 1.0  # a lemma outside the lexicon: its rules
+    assert coverage("a card on the table", ["car"]) == 0.0  # lemma + d is no form of every lemma
+
+
+def test_concept_coverage_of_commongens_own_scenes_is_near_1():
+    """Every human scene of CommonGen v1.0 dev was written to use its concepts: 0.953 before irregular forms counted
+    (16% of scenes short of one), 0.998 now; what is left is misspelt (shuffleing, shaked, flys)."""
+    import shared_data
+
+    scenes = shared_data.commongen_scenes()
+    scores = [coverage(scene, concepts) for concepts, scene in scenes]
+    assert len(scenes) == 4018
+    assert sum(scores) / len(scores) > 0.995 and sum(s == 1.0 for s in scores) / len(scores) > 0.99
+
+
 def test_rouge_and_bleu_match_their_reference_packages():
     import sacrebleu
     from rouge_score import rouge_scorer
