@@ -157,15 +157,17 @@ def reference_streams(references: Sequence[Sequence[str]]) -> list[list[Any]]:
     return [[r[i] if i < len(r) else None for r in references] for i in range(width)]
 
 
-def sacrebleu_compute(cls: type[Metric], scorer: Any) -> MetricFn:
-    """Sentence scores per sample (NaN without references) and the corpus score over samples with references."""
+def sacrebleu_compute(cls: type[Metric], scorer: Any, corpus_scorer: Any = None) -> MetricFn:
+    """Sentence scores per sample (NaN without references) and the corpus score over samples with references, by
+    ``corpus_scorer`` where given (BLEU's effective order is for sentences), else by ``scorer``."""
+    corpus_scorer = scorer if corpus_scorer is None else corpus_scorer
 
     def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                 meta: Sequence[dict[str, Any]]) -> MetricResult:
         per_sample = [float(scorer.sentence_score(g, list(r)).score) if r else float("nan")
                       for g, r in zip(generations, references)]
         kept = [(g, r) for g, r in zip(generations, references) if r]
-        corpus = (float(scorer.corpus_score([g for g, _ in kept], reference_streams([r for _, r in kept])).score)
+        corpus = (float(corpus_scorer.corpus_score([g for g, _ in kept], reference_streams([r for _, r in kept])).score)
                   if kept else float("nan"))
         return MetricResult({cls.key(): per_sample}, {cls.key(): corpus})
 
@@ -174,6 +176,10 @@ def sacrebleu_compute(cls: type[Metric], scorer: Any) -> MetricFn:
 
 @METRICS.register("sacrebleu", "SacreBLEU (sacrebleu.BLEU) with a chosen tokenizer and casing, in [0, 100]")
 class SacreBleu(Metric):
+    """The corpus score is sacrebleu's corpus BLEU as its command line and Hugging Face ``evaluate`` (RL4LMs'
+    SacreBLEUMetric) give it: without effective order, so a corpus with no 4-gram scores 0. Each sample's score is
+    sentence BLEU with effective order, as sacrebleu advises for single sentences."""
+
     category = "lexical"
     scores = ("sacrebleu",)
 
@@ -186,7 +192,8 @@ class SacreBleu(Metric):
     def build(cls, args: "SacreBleu.Args", context: MetricContext) -> MetricFn:
         from sacrebleu.metrics import BLEU
 
-        return sacrebleu_compute(cls, BLEU(tokenize=args.tokenize, lowercase=args.lowercase, effective_order=True))
+        return sacrebleu_compute(cls, BLEU(tokenize=args.tokenize, lowercase=args.lowercase, effective_order=True),
+                                 BLEU(tokenize=args.tokenize, lowercase=args.lowercase))
 
 
 @METRICS.register("sentence_bleu", "sentence BLEU (sacrebleu, effective order) per sample; corpus = their mean")

@@ -61,6 +61,19 @@ def test_sacrebleu_tokenizer_option_and_multi_reference_commongen():
         compute("sacrebleu", generations, references, tokenize="moses")
 
 
+def test_sacrebleu_corpus_score_is_sacrebleus_without_effective_order():
+    """Short answers (no 4-gram in the corpus) scored 70.06 where sacrebleu's corpus BLEU, Hugging Face evaluate's
+    (RL4LMs' SacreBLEUMetric) and grueflow's bleu give 0: effective order belongs to sentence scores."""
+    import sacrebleu
+
+    references = [["in paris"], ["his mother"], ["a dog"], ["the king"], ["at night"], ["london"]]
+    generations = ["in paris", "his mother", "a cat", "the queen", "at night", "london"]
+    result = compute("sacrebleu", generations, references)
+    assert result.corpus["lexical/sacrebleu"] == sacrebleu.corpus_bleu(generations, [[r[0] for r in references]]).score
+    assert result.corpus["lexical/sacrebleu"] == 0.0 == compute("bleu", generations, references).corpus["lexical/bleu"]
+    assert result.per_sample["lexical/sacrebleu"][0] == pytest.approx(100.0)  # itself, with effective order
+
+
 def test_chrf_plus_plus_on_commongen_and_unicode():
     generations, references = shared_data.commongen(3)
     result = compute("chrf_plus_plus", generations, references)
