@@ -189,14 +189,20 @@ def assign_splits(sources: dict[str, list[Unit]], to_rows: Callable[[Unit], list
     check_files_named_once(args.data_files)
     pooled = [unit for name in sources for unit in sources[name]]
     groups = prompt_groups(pooled, to_rows, args.skip_bad_rows)
-    if len(groups) < len(pooled):
-        log.warning("the re-split joined %d source units into %d, so that rows that share a prompt or a source_id stay "
-                    "in one split; the largest group holds %d units", len(pooled), len(groups),
-                    max(len(group.row["units"]) for group in groups))
     random.Random(args.seed).shuffle(groups)
     sizes = split_sizes(len(groups), args, len(pooled))
     starts = [0, *accumulate(sizes[s] for s in SPLITS)]
-    return {split: groups[starts[i]:starts[i + 1]] for i, split in enumerate(SPLITS)}, group_rows
+    splits = {split: groups[starts[i]:starts[i + 1]] for i, split in enumerate(SPLITS)}
+    if len(groups) < len(pooled):
+        largest = max(groups, key=lambda group: len(group.row["units"]))
+        prompt = largest.row["rows"][0].prompt if largest.row.get("rows") else largest.origin
+        held = ", ".join(f"{split} {sum(len(g.row['units']) for g in splits[split])} ({len(splits[split])})"
+                         for split in SPLITS)
+        log.warning("the re-split joined %d source units into %d groups, so that rows that share a prompt or a "
+                    "source_id stay in one split; the largest holds %d units (prompt %r); the split sizes count "
+                    "groups, so the splits hold %s units (groups)", len(pooled), len(groups),
+                    len(largest.row["units"]), prompt[:80], held)
+    return splits, group_rows
 
 
 def prompt_groups(units: list[Unit], to_rows: Callable[[Unit], list[Row]], skip_bad_rows: bool) -> list[Unit]:

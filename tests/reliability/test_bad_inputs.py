@@ -1624,8 +1624,9 @@ def test_a_loader_resplitting_rows_written_twice_trains_on_no_test_prompt(tmp_pa
     assert [len(pool.splits[s]) for s in ("train", "val", "test")] == [16, 4, 4]
     assert not train & {s.prompt for s in pool.splits["test"]}
     assert caplog.messages == [
-        "the re-split joined 24 source units into 12, so that rows that share a prompt or a source_id stay in one "
-        "split; the largest group holds 2 units",
+        "the re-split joined 24 source units into 12 groups, so that rows that share a prompt or a source_id stay in "
+        f"one split; the largest holds 2 units (prompt {pool.splits['train'][0].prompt!r}); the split sizes count "
+        "groups, so the splits hold train 16 (8), val 4 (2), test 4 (2) units (groups)",
         "n_train = 5000 asks for more samples than the train split holds: kept all 16",
         "24 samples share their source_id with another sample of their split (train 16, val 4, test 4; 12 ids, e.g. "
         f"{pool.splits['train'][0].meta['source_id']!r}); each is kept as its own sample"]

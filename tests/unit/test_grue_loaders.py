@@ -669,9 +669,12 @@ def test_every_loader_resplit_keeps_rows_that_share_a_prompt_in_one_split(tmp_pa
     assert not (set(prompts[0]) & set(prompts[1]) or set(prompts[0]) & set(prompts[2]) or
                 set(prompts[1]) & set(prompts[2]))
     assert write_datapool(pool, tmp_path / "pool")["train_test_prompt_overlap"] == 0
-    joined = ("the re-split joined 24 source units into 12, so that rows that share a prompt or a source_id stay in "
-              "one split; the largest group holds 2 units")
-    assert (joined in caplog.messages) == (loader != "narrative_qa")  # its units are stories, by document id already
+    joined = [m for m in caplog.messages if m.startswith("the re-split joined 24 source units into 12 groups, so "
+                                                         "that rows that share a prompt or a source_id stay in one "
+                                                         "split; the largest holds 2 units (prompt ")]
+    assert len(joined) == (loader != "narrative_qa")  # its units are stories, by document id already
+    assert all(m.endswith("the split sizes count groups, so the splits hold train 16 (8), val 4 (2), test 4 (2) "
+                          "units (groups)") for m in joined)
     with pytest.raises(DataError, match=r"^split_counts \{'train': 12, 'val': 6, 'test': 6\} ask for 24 units; the "
                                         r"data has 12"):
         build(loader, data_files={"validation": path}, split_counts={"train": 12, "val": 6, "test": 6})
@@ -686,9 +689,12 @@ def test_rows_that_share_a_source_id_stay_in_one_split_and_are_counted_once_in_a
     where = [split for split in SPLITS for s in pool.splits[split] if s.meta["source_id"] == "cnn-3"]
     assert sizes(pool) == [7, 2, 2] or sizes(pool) == [6, 3, 2] or sizes(pool) == [6, 2, 3]
     assert len(where) == 2 and len(set(where)) == 1
+    groups = {split: len({s.meta["source_id"] for s in pool.splits[split]}) for split in SPLITS}
+    held = ", ".join(f"{split} {len(pool.splits[split])} ({groups[split]})" for split in SPLITS)
     assert caplog.messages == [
-        "the re-split joined 11 source units into 10, so that rows that share a prompt or a source_id stay in one "
-        "split; the largest group holds 2 units",
+        "the re-split joined 11 source units into 10 groups, so that rows that share a prompt or a source_id stay "
+        "in one split; the largest holds 2 units (prompt 'Summarize: Story 3 : the council met on day 3 .'); the "
+        f"split sizes count groups, so the splits hold {held} units (groups)",
         f"2 samples share their source_id with another sample of their split ({where[0]} 2; 1 ids, e.g. 'cnn-3'); "
         "each is kept as its own sample"]
     caplog.clear()
