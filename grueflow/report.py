@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from grueflow.grue import seeds_note
+from grueflow.grue import grue_scores, grue_tasks, partial_metrics, seeds_note
 from grueflow.io import check_stage_output, iter_jsonl
 
 _STYLE = ("<style>body{font-family:sans-serif;font-size:14px;margin:1em}table{border-collapse:collapse;margin:.5em 0}"
@@ -35,7 +35,8 @@ def _cell(value: Any) -> str:
 def table_html(table: pd.DataFrame, headline: dict[str, list[str]], missing: dict[str, dict[str, str]]) -> str:
     """The GRUE table as an HTML page: per task, its methods with reward, fluency and the task's headline
     metrics (mean, and ± std over seeds where there is one); "—" marks a metric that could not be computed, and
-    "(k of n seeds)" one that only some of the row's seeds have (the table's ``<metric>_n`` column)."""
+    "(k of n seeds)" one that only some of the row's seeds have (the table's ``<metric>_n`` column). Then, as
+    :func:`grueflow.grue.to_markdown`, each method's GRUE score and the notes on what its scores leave out."""
     body = []
     for task in dict.fromkeys(table["task"]):
         rows = table[table["task"] == task]
@@ -51,7 +52,19 @@ def table_html(table: pd.DataFrame, headline: dict[str, list[str]], missing: dic
             lines.append("<tr>" + "".join(cells) + "</tr>")
         lines.append("</table>")
         lines += [f"<p>missing <code>{html.escape(m)}</code>: {html.escape(r)}</p>" for m, r in missing.get(task, {}).items()]
+        lines += [f"<p><code>{html.escape(m)}</code> is left out of the normalised score: {html.escape(why)}</p>"
+                  for m, why in partial_metrics(rows).items()]
         body += lines
+    body += ["<h2>GRUE score (mean normalised score over tasks)</h2>",
+             "<table><tr><th>method</th><th>grue_score</th></tr>"]
+    body += [f"<tr><td class=\"text\">{html.escape(m)}</td><td>{_cell(v)}</td></tr>"
+             for m, v in grue_scores(table).items()]
+    body.append("</table>")
+    scored, left_out = grue_tasks(table)
+    if left_out:
+        body.append(f"<p>the GRUE score is the mean over {html.escape(', '.join(scored) or 'no task')}</p>")
+        body += [f"<p><code>{html.escape(t)}</code> is left out of the GRUE score: {html.escape(why)}</p>"
+                 for t, why in left_out.items()]
     return _page("GRUE table", body)
 
 

@@ -189,7 +189,17 @@ def test_a_metric_some_seeds_lack_is_the_mean_of_the_others_and_says_so(tmp_path
     assert "- `diversity/distinct_2` is left out of the normalised score: only some seeds have it: ppo (1 of 2 " \
            "seeds)" in markdown
     assert json.loads((tmp_path / "t.json").read_text())["a"]["ppo"]["diversity/distinct_2_n"] == 1
-    assert "<td>0.9 (1 of 2 seeds)</td>" in report.table_html(table, grue.headlines(runs), {})
+    page = report.table_html(table, grue.headlines(runs), {})
+    assert "<td>0.9 (1 of 2 seeds)</td>" in page
+    # the page says what the markdown says: the left-out metric, the GRUE score, the task it leaves out
+    assert "<p><code>diversity/distinct_2</code> is left out of the normalised score: only some seeds have it: ppo " \
+           "(1 of 2 seeds)" in page
+    assert "<h2>GRUE score (mean normalised score over tasks)</h2>" in page
+    assert "<tr><td class=\"text\">ppo</td><td>1</td></tr>" in page and "left out of the GRUE score" not in page
+    with_b = grue.build_table(runs + [scored_run("b", "zero_shot", 0.1, 0.5)])
+    page = report.table_html(with_b, grue.headlines(runs), {})
+    assert "<p>the GRUE score is the mean over a</p>\n<p><code>b</code> is left out of the GRUE score: no method has " \
+           "a normalised score on it" in page
     # a metric every row has on all seeds, or on none (lexical/x), gets no count column: the default table's columns
     assert not [c for c in grue.build_table(RUNS).columns if c.endswith("_n")]
 
