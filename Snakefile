@@ -2,8 +2,11 @@
 #   snakemake --cores all results/grue_table.csv                      (the active suite: params/suite.yaml)
 #   snakemake --cores all --configfile params/suites/micro.yaml       (another suite)
 import re
+import sys
 
 from snakemake.utils import validate
+
+sys.path.insert(0, workflow.basedir)  # this checkout's grueflow, never another's install
 
 
 # The suite is exactly one file: params/suite.yaml, or the --configfile(s) given, which replace it (Snakemake would

@@ -1,6 +1,9 @@
 """Stage 6: aggregate every run's metrics.json into the GRUE table (.csv, .md, .json), its chart and report pages."""
 
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's grueflow, never another's install
 
 from grueflow import grue, plots, report, stage
 from grueflow.config import SuiteConfig, read_yaml

@@ -7,7 +7,10 @@ model adapts, on ``--device`` in float32 (the base model takes no precision para
 starts from it).
 """
 
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's grueflow, never another's install
 
 from grueflow import stage
 from grueflow.config import ConfigError, ModelConfig, to_dict

@@ -1,6 +1,9 @@
 """Preferences from a metric: sample completions of training prompts, prefer the higher-scoring one of each."""
 
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's grueflow, never another's install
 
 from grueflow import stage
 from grueflow.config import LengthsConfig, RewardConfig, to_dict

@@ -1,6 +1,9 @@
 """Direct Preference Optimisation (or IPO) of a policy on a preference set, against a frozen reference."""
 
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's grueflow, never another's install
 
 from grueflow import stage
 from grueflow.checkpoints import complete, run_key

@@ -1,7 +1,10 @@
 """Stage 5: generate on the test split with the eval settings; write predictions.jsonl and metrics.json."""
 
+import sys
 from pathlib import Path
 from typing import get_args
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's grueflow, never another's install
 
 from grueflow import evaluation, stage
 from grueflow.config import (TRAIN_KL_KEY, ConfigError, GenerationConfig, LengthsConfig, MetricSpec, RLStart,

@@ -1,7 +1,10 @@
 """Export a human-evaluation batch (Likert or blinded pairwise) from evaluate outputs' predictions.jsonl."""
 
 import argparse
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's grueflow, never another's install
 
 from grueflow import stage
 from grueflow.human import batch as hb

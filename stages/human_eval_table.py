@@ -1,6 +1,9 @@
 """The human-evaluation table (beside the GRUE table) from imported batches: .csv and .md."""
 
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's grueflow, never another's install
 
 from grueflow import stage
 from grueflow.config import ConfigError

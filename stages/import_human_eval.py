@@ -1,7 +1,10 @@
 """Import one batch's answers (the annotation page's JSONL and/or platform results CSVs): agreement,
 the batch's human-evaluation table rows and, for pairwise batches, preferences.jsonl."""
 
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's grueflow, never another's install
 
 from grueflow import stage
 from grueflow.human import batch as hb

@@ -1,6 +1,9 @@
 """Stage 1: build a task's datapool (train/val/test Samples, unlabelled text, stats)."""
 
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's grueflow, never another's install
 
 from grueflow import stage
 from grueflow.config import DatapoolConfig, to_dict, typed_args

@@ -2,8 +2,11 @@
 
 import logging
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Callable, Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's grueflow, never another's install
 
 from grueflow import plots, stage
 from grueflow.checkpoints import keyed_settings, run_key

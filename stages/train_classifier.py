@@ -1,6 +1,9 @@
 """Fine-tune a sequence classifier on a task's labelled files (its `classifier:` key): a learned reward trained here."""
 
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's grueflow, never another's install
 
 from grueflow import stage
 from grueflow.checkpoints import run_key

@@ -1,8 +1,10 @@
 """Train a Bradley–Terry reward model (a one-output sequence classifier) on a preference set."""
 
+import sys
 from pathlib import Path
-
 from transformers import AutoConfig
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's grueflow, never another's install
 
 from grueflow import stage
 from grueflow.checkpoints import run_key

@@ -1,7 +1,10 @@
 """Stage 3: supervised warm start of the base model on the datapool's (prompt, reference) pairs."""
 
 import shutil
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's grueflow, never another's install
 
 from grueflow import plots, stage
 from grueflow.checkpoints import run_key

@@ -260,3 +260,15 @@ def test_a_scorers_local_checkpoint_is_an_input_under_both_engines(tmp_path):
     run(VALIDATE, repo)
     after = digests()
     assert {stage for stage in after if after[stage] != before[stage]} == {"evaluate", "rl_finetune", "warm_start"}
+
+
+def test_a_copy_of_the_project_runs_its_own_grueflow_not_the_installed_one(tmp_path):
+    """Stages ran as `python stages/<name>.py`, whose sys.path starts at stages/, imported grueflow from the checkout
+    installed editable into the venv: a second clone or a git worktree ran that other checkout's code while both
+    engines tracked its own grueflow/ files."""
+    repo = copy_project(tmp_path / "copy")
+    config = repo / "grueflow" / "config.py"
+    config.write_text(config.read_text() + "\nraise RuntimeError('the copy imported its own grueflow')\n")
+    for command in (["python", "stages/prepare_datapool.py", "--help"], ["snakemake", "-n", "--cores", "1"]):
+        result = run(command, repo, check=False)
+        assert result.returncode != 0 and "the copy imported its own grueflow" in result.stdout + result.stderr, command
