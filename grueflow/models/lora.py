@@ -12,7 +12,7 @@ import contextlib
 import copy
 import logging
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 import torch
 
@@ -53,13 +53,22 @@ def with_lora(model: Any, cfg: LoraConfig) -> Any:
     peft = _peft()
     task_type = "SEQ_2_SEQ_LM" if model_kind(model.config) == "seq2seq" else "CAUSAL_LM"
     target = list(cfg.target_modules) if cfg.target_modules is not None else None
-    layers = ", ".join(_linear_layer_names(model))
+    tied = _tied_modules(model)
+    layers = ", ".join(_linear_layer_names(model, tied))
     if target is not None:
         names = [name for name, _ in model.named_modules()]
         missing = [key for key in target if not any(name == key or name.endswith(f".{key}") for name in names)]
         if missing:
             raise ConfigError(f"lora.target_modules {missing} name no module of {model.config.model_type}; its linear "
                               f"layers are named: {layers}: give some of those, or null for peft's default")
+        shared = {name: tied[name] for key in target for name in names
+                  if (name == key or name.endswith(f".{key}")) and name in tied}
+        if shared:
+            name, others = next(iter(shared.items()))
+            raise ConfigError(f"lora.target_modules names {name}, whose weight is tied to {', '.join(others)} "
+                              f"({model.config.model_type} shares its input and output embeddings): merging the "
+                              f"adapter into that one matrix would change both, so the model handed on would not be "
+                              f"the one trained; its linear layers that can take an adapter: {layers}")
     peft_cfg = peft.LoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout, target_modules=target,
                                task_type=task_type, fan_in_fan_out=model.config.model_type == "gpt2")
     try:
@@ -106,11 +115,24 @@ def _warn_rank_above_width(model: Any, cfg: LoraConfig) -> None:
                     cfg.alpha / cfg.r, min(narrow.values()))
 
 
-def _linear_layer_names(model: Any) -> list[str]:
+def _tied_modules(model: Any) -> dict[str, list[str]]:
+    """``{module name: the other modules holding the same weight Parameter}`` for ``model``'s modules whose weight
+    is shared (tied input and output embeddings, ``tie_word_embeddings``)."""
+    owners: dict[int, list[str]] = {}
+    for name, module in model.named_modules():
+        weight = module._parameters.get("weight")
+        if weight is not None:
+            owners.setdefault(id(weight), []).append(name)
+    return {name: [other for other in names if other != name]
+            for names in owners.values() if len(names) > 1 for name in names}
+
+
+def _linear_layer_names(model: Any, tied: Mapping[str, Any]) -> list[str]:
     """The distinct last name parts of ``model``'s linear layers (``torch.nn.Linear`` and transformers' GPT-2
-    ``Conv1D``): what ``lora.target_modules`` can name."""
+    ``Conv1D``) whose weight is not ``tied`` to another module's: what ``lora.target_modules`` can name."""
     return sorted({name.split(".")[-1] for name, module in model.named_modules()
-                   if isinstance(module, torch.nn.Linear) or module.__class__.__name__ == "Conv1D"})
+                   if (isinstance(module, torch.nn.Linear) or module.__class__.__name__ == "Conv1D")
+                   and name not in tied})
 
 
 def trainable_parameters(model: Any) -> list[torch.nn.Parameter]:
