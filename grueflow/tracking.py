@@ -16,19 +16,35 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from grueflow.config import ConfigError
+
 TENSORBOARD_ENV = "GRUEFLOW_TENSORBOARD"  # a folder: every training stage adds its event files under it
 
 
-def tensorboard_dir(out: Path, flag: Path | None) -> Path | None:
+def tensorboard_dir(out: Path, flag: Path | None, resume_dir: Path | None = None) -> Path | None:
     """Where a stage writing ``out`` puts TensorBoard event files: ``--tensorboard`` if given, else
-    ``$GRUEFLOW_TENSORBOARD/<task>/<method>/seed<k>`` (the last three parts of ``out``), else nowhere.
+    ``$GRUEFLOW_TENSORBOARD/<task>/<method>/seed<k>`` (the last three names of ``out``'s absolute path, fewer where
+    it has fewer), else nowhere. A folder that is, holds or lies inside ``out`` or ``resume_dir`` (the training
+    stage replaces the one and deletes the other when it finishes, event files with them) is a ConfigError.
 
     TensorBoard is an observer, not a param: switching it on reruns nothing in Snakemake or DVC.
     """
-    if flag is not None:
-        return flag
     root = os.environ.get(TENSORBOARD_ENV)
-    return Path(root) / Path(*out.parts[-3:]) if root else None
+    names = Path(os.path.abspath(out)).parts[1:][-3:]  # the anchor ("/") left out: it would replace the root
+    folder = flag if flag is not None else Path(root, *names) if root else None
+    if folder is None:
+        return None
+    where = Path(os.path.realpath(folder))
+    for name, path in (("--out", out), ("the resume folder", resume_dir)):
+        if path is None:
+            continue
+        kept = Path(os.path.realpath(path))
+        if where == kept or where.is_relative_to(kept) or kept.is_relative_to(where):
+            given = f"--tensorboard {flag}" if flag is not None else f"${TENSORBOARD_ENV}/{'/'.join(names)}"
+            raise ConfigError(f"the TensorBoard folder {folder} ({given}) overlaps {name} {path}, which the stage "
+                              f"replaces or deletes when it finishes, event files with it; give a TensorBoard folder "
+                              f"apart from both")
+    return folder
 
 
 def metric_name(key: str) -> str:

@@ -116,10 +116,12 @@ class TrainingRun:
         ``accelerate launch`` and does not return here; each process then computes on its own device and gets
         its share of ``--threads``); None for a stage without a data-parallel mode (one process). A resume folder
         that is, holds or lies inside ``--out`` is a :class:`~grueflow.config.ConfigError`, raised first
-        (:func:`grueflow.stage.check_resume_dir`): :meth:`finish` replaces the one and deletes the other.
+        (:func:`grueflow.stage.check_resume_dir`): :meth:`finish` replaces the one and deletes the other; so is a
+        TensorBoard folder overlapping either (:func:`grueflow.tracking.tensorboard_dir`).
         """
         resume_dir = args.resume_dir if args.resume_dir is not None else Path(f"{args.out}.resume")
         stage.check_resume_dir(args.out, resume_dir)
+        tensorboard_dir(args.out, vars(args).get("tensorboard"), resume_dir)  # a TensorBoard folder apart from both
         if processes is not None:
             stage.relaunch_data_parallel(processes, args.threads)
         ex = stage.execution(args)
@@ -164,7 +166,7 @@ class TrainingRun:
         tracker = None
         if tracking is not None and self.parallel.is_main:  # the others' rows are the main process's
             tracker = RunTracker(self.resume_dir / TRACKING_DIR, unit, tracking.wall_clock,
-                                 tensorboard_dir(self.out, tracking.tensorboard))
+                                 tensorboard_dir(self.out, tracking.tensorboard, self.resume_dir))
             tracker.replay(trainer.state.curve)
         self.tracked = tracking is not None
 

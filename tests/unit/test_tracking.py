@@ -7,9 +7,11 @@ import math
 from pathlib import Path
 
 import pandas as pd
+import pytest
 from PIL import Image
 
 from grueflow import plots
+from grueflow.config import ConfigError
 from grueflow.tracking import RunTracker, metric_name, tensorboard_dir
 
 ROWS = [{"iteration": 1, "reward/task": 0.5, "reward/task/sentiment": 0.25, "losses/value": math.nan,
@@ -54,6 +56,22 @@ def test_tensorboard_folder_from_the_flag_or_the_environment(monkeypatch):
     assert tensorboard_dir(out, Path("tb")) == Path("tb")
     monkeypatch.setenv("GRUEFLOW_TENSORBOARD", "runs")
     assert tensorboard_dir(out, None) == Path("runs/sentiment/ppo/seed0")
+
+
+def test_a_tensorboard_folder_never_overlaps_what_the_stage_replaces(monkeypatch, tmp_path):
+    """An --out of fewer than three names (/tmp/x) made $GRUEFLOW_TENSORBOARD/<the absolute path> the output folder
+    itself, and the final write replaced it with the event files in it."""
+    monkeypatch.setenv("GRUEFLOW_TENSORBOARD", str(tmp_path / "tb"))
+    assert tensorboard_dir(Path("/x"), None) == tmp_path / "tb" / "x"
+    assert tensorboard_dir(Path("/tmp/x"), None) == tmp_path / "tb" / "tmp" / "x"
+    out, resume = tmp_path / "out", tmp_path / "out.resume"
+    for flag, named in ((out / "tb", "--out"), (tmp_path, "--out"), (resume / "tb", "the resume folder")):
+        with pytest.raises(ConfigError, match=rf"the TensorBoard folder {flag} \(--tensorboard {flag}\) overlaps "
+                                              rf"{named} .*; give a TensorBoard folder apart from both"):
+            tensorboard_dir(out, flag, resume)
+    monkeypatch.setenv("GRUEFLOW_TENSORBOARD", str(out.parents[2]))  # root/<the last three names> is --out itself
+    with pytest.raises(ConfigError, match=r"\(\$GRUEFLOW_TENSORBOARD/.*/out\) overlaps --out"):
+        tensorboard_dir(out, None, resume)
 
 
 def test_grue_chart_is_a_png_with_one_panel_per_task_and_metric(tmp_path):
