@@ -117,9 +117,14 @@ _CHECKS = {DatapoolConfig: _datapool, GenerationConfig: _generation, ModelConfig
 
 
 def load_metrics(task_file: str | Path) -> tuple[MetricSpec, ...]:
-    """A task file's ``metrics``, validated, with the fluency perplexity :func:`with_fluency` adds: what its
-    evaluation scores."""
-    return with_fluency(parse(tuple[MetricSpec, ...], read_yaml(task_file).get("metrics"), f"{task_file}: metrics"))
+    """A task file's ``metrics``, validated (two that write one key are a ConfigError: :func:`metric_writers`),
+    with the fluency perplexity :func:`with_fluency` adds: what its evaluation scores."""
+    metrics = parse(tuple[MetricSpec, ...], read_yaml(task_file).get("metrics"), f"{task_file}: metrics")
+    try:
+        metric_writers(metrics)
+    except ValueError as err:
+        raise ConfigError(f"{task_file}: {err}") from None
+    return with_fluency(metrics)
 
 
 def with_fluency(metrics: tuple[MetricSpec, ...]) -> tuple[MetricSpec, ...]:
@@ -151,15 +156,22 @@ def check_select_metric(cfg: Any, where: str, reward: Optional[RewardConfig], me
                           f"{', '.join(sorted(written))}")
 
 
-def check_metric_keys(reward: RewardConfig, metrics: tuple[MetricSpec, ...]) -> None:
-    """Raise ValueError when two ``metrics`` write the same key, or a metric writes a reward component's key with
-    other args: evaluation keeps one value a key, so the other would be lost without a word."""
+def metric_writers(metrics: tuple[MetricSpec, ...]) -> dict[str, int]:
+    """``{key: the index of the metric that writes it}``; a ValueError when two ``metrics`` write the same key:
+    evaluation keeps one value a key, so the other would be lost without a word."""
     writer: dict[str, int] = {}
     for i, spec in enumerate(metrics):
         for key in METRICS.get(spec.id).keys():
             check(key not in writer, f"metrics[{writer.get(key)}] and metrics[{i}] both write {key!r}; list each "
                                      f"metric once (for two settings of one metric, write a metric of your own)")
             writer[key] = i
+    return writer
+
+
+def check_metric_keys(reward: RewardConfig, metrics: tuple[MetricSpec, ...]) -> None:
+    """Raise ValueError when two ``metrics`` write the same key (:func:`metric_writers`), or a metric writes a reward
+    component's key with other args: evaluation keeps one value a key, so the other would be lost without a word."""
+    writer = metric_writers(metrics)
     for component in reward.components:
         i = writer.get(component.key)
         check(i is None or dict(metrics[i].args) == dict(component.args),

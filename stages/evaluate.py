@@ -16,7 +16,7 @@ from grueflow.models import check_context, check_same_kind, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.policy import Policy
 from grueflow.rl.nlpo import DECODING_DIR, evaluation_processor, masks_for
-from grueflow.params import check_headlines, load_section, load_task_section, parse, with_fluency
+from grueflow.params import check_headlines, check_metric_keys, load_section, load_task_section, parse, with_fluency
 from grueflow.preference.config import PREFERENCE_METHODS
 from grueflow.rl import ALGORITHMS
 from grueflow.seeding import rng_state, seed_everything, set_rng_state
@@ -51,6 +51,7 @@ def main() -> None:
     metrics = parse(tuple[MetricSpec, ...], raw.get("metrics"), f"{args.task_file}: metrics")
     headline = parse(tuple[str, ...], raw.get("headline_metrics"), f"{args.task_file}: headline_metrics")
     try:
+        check_metric_keys(reward_cfg, metrics)
         check_headlines(headline, reward_cfg, metrics)
     except ValueError as err:
         raise ConfigError(f"{args.task_file}: {err}") from None
