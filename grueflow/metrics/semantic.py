@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Sequence
 
 from grueflow.config import ConfigError, check
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
-from grueflow.io import DataError, MissingDataError
+from grueflow.io import MODEL_DIR, DataError, MissingDataError
 from grueflow.metrics import (METRICS, MetaChecked, Metric, MetricContext, MetricFn, MetricResult,
                               MetricUnavailableError, mean, nanmean, require)
 
@@ -290,6 +290,10 @@ def load_classifier(name: str, max_length: int, batch_size: int, execution: Opti
     from grueflow.device import or_cpu
 
     execution = or_cpu(execution)
+    folder = Path(name)
+    if folder.is_dir() and not (folder / "config.json").is_file() and (folder / MODEL_DIR / "config.json").is_file():
+        raise MissingDataError(f"classifier {name!r} is a stage's output folder, not a model: its Hugging Face model "
+                               f"is {folder / MODEL_DIR}; point the metric's model (or checkpoint) arg at that folder")
     if not Path(name).exists() and not hub_reachable():  # never wait on an unreachable hub
         raise HubUnreachableError(f"cannot load classifier {name!r}: the Hugging Face hub is unreachable "
                                   f"({offline_state()}) and no local folder has that name; set the metric's "

@@ -1,7 +1,7 @@
 """A catalogue of bad inputs (issue 9): each fails before any model loads or trains, with one line that
 names the file, the key (or line), the value given and what is allowed.
 
-Categories (344 cases in all, as collected; grown over eleven hostile passes):
+Categories (345 cases in all, as collected; grown over eleven hostile passes):
 
 - params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``): unknown keys, wrong types,
   out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline
@@ -2116,3 +2116,24 @@ def test_evaluate_by_hand_on_two_metrics_writing_one_key_exits_2_before_loading(
     assert not (tmp_path / "eval").exists()
     with pytest.raises(ConfigError, match=r"sentiment.yaml: metrics\[0\] and metrics\[1\] both write 'lexical/meteor'"):
         load_metrics(task)  # what warm_start and rl_finetune read
+
+
+def test_a_learned_classifier_given_its_stage_folder_exits_2_naming_the_model_folder(tmp_path: Path, call_stage,
+                                                                                       tiny_models):
+    """args.model at train_classifier's output folder (not its model/) was a 40-line transformers traceback; now one
+    line, before generating."""
+    stage_folder = tmp_path / "classifier"
+    shutil.copytree(tiny_models["causal"], stage_folder / "model")
+    task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml",
+                  metrics=[{"id": "learned_classifier", "args": {"model": str(stage_folder), "label": "pos"}}],
+                  headline_metrics=["learned/classifier"])
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    write_rows(pool / "test.jsonl", [{"id": "test-0", "prompt": "the film was", "references": ["good ."], "meta": {}}])
+    result = call_stage("evaluate", "--task-file", task, "--task", "sentiment", "--start", "zero_shot",
+                        "--datapool", pool, "--model", tiny_models["causal"], "--base-model", tiny_models["causal"],
+                        "--seed", "0", "--out", tmp_path / "eval")
+    ends_in_one_error_line(result, 2, f"error: classifier {str(stage_folder)!r} is a stage's output folder, not a "
+                                      f"model: its Hugging Face model is {stage_folder / 'model'}; point the metric's "
+                                      f"model (or checkpoint) arg at that folder")
+    assert not (tmp_path / "eval").exists()
