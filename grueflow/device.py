@@ -124,8 +124,12 @@ class Execution:
         return contextlib.nullcontext()
 
     def record(self) -> dict[str, Any]:
-        """What ``stage.json`` says of it."""
-        return {"device": str(self.device), "precision": self.precision, "fast_paths": self.fast}
+        """What ``provenance.json`` says of it, with the torch threads in effect (results may differ in the last
+        bits with another count)."""
+        import torch
+
+        return {"device": str(self.device), "precision": self.precision, "fast_paths": self.fast,
+                "threads": torch.get_num_threads()}
 
 
 def cpu_execution() -> Execution:

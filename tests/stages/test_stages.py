@@ -320,7 +320,7 @@ def test_fast_paths_off_give_the_same_metrics(base, tmp_path):
             result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
             assert result.returncode == 0, result.stderr[-3000:]
         record = json.loads((out / "eval" / "provenance.json").read_text())
-        assert record["execution"] == {"device": "cpu", "precision": "fp32", "fast_paths": fast == "1"}
+        assert record["execution"] == {"device": "cpu", "precision": "fp32", "fast_paths": fast == "1", "threads": 1}
         metrics[fast] = json.loads((out / "eval" / "metrics.json").read_text())["metrics"]
     assert metrics["1"].keys() == metrics["0"].keys()
     for key, value in metrics["1"].items():

@@ -97,7 +97,7 @@ def test_the_device_is_recorded_and_changing_it_reruns_nothing(snakemake_repo, d
     for repo in (snakemake_repo, dvc_repo):
         seed0 = repo / "results" / "sentiment" / "ppo" / "seed0"
         assert json.loads((seed0 / "provenance.json").read_text())["execution"] == {
-            "device": "cpu", "precision": "fp32", "fast_paths": True}
+            "device": "cpu", "precision": "fp32", "fast_paths": True, "threads": 1}
         assert json.loads((seed0 / "stage.json").read_text())["params"]["precision"] == "auto"
     env = {**os.environ, "GRUEFLOW_DEVICE": "cpu"}
     for extra in ([], ["--set-resources", "rl_finetune:device=cpu", "evaluate:device=cpu"]):
