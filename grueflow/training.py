@@ -160,8 +160,9 @@ class TrainingRun:
                report: Optional[Callable[[Row], None]], validate: Optional[Callable[[Any], None]]) -> Any:
         resumed = trainer.resume(self.resume_dir, key)
         done = len(trainer.state.curve)
-        if resumed is not None:
-            log.info("resumed from %s at %s %d", resumed, unit, done)
+        if resumed is not None:  # <unit><k>: the checkpoint's own count (a curve row may come every few steps)
+            log.info("resumed from %s at %s %s (%d curve rows done)", resumed, unit, resumed.name.removeprefix(unit),
+                     done)
         bar = stage.progress(total, desc, initial=done)
         tracker = None
         if tracking is not None and self.parallel.is_main:  # the others' rows are the main process's
