@@ -62,7 +62,9 @@ def resolve_device(setting: str, source: str = "--device", local_rank: Optional[
     if not torch.cuda.is_available():
         built = torch.version.cuda or "no CUDA"
         raise ConfigError(f"{source} = {setting!r} asks for a GPU, but CUDA is not available here (torch "
-                          f"{torch.__version__}, built with {built}); use --device cpu or auto, or unset {DEVICE_ENV}")
+                          f"{torch.__version__}, built with {built}); "
+                          + (f"unset {DEVICE_ENV} or set it to cpu or auto" if source == DEVICE_ENV else
+                             "use --device cpu or auto"))
     count = torch.cuda.device_count()
     if setting in ("auto", "cuda"):
         rank = local_rank if local_rank is not None else int(os.environ.get("LOCAL_RANK", "0"))

@@ -58,8 +58,12 @@ def test_device_settings_are_checked_before_anything_loads(monkeypatch):
 def test_asking_for_cuda_without_one_fails_naming_the_setting():
     assert resolve_device("auto") == CPU and resolve_device("cpu") == CPU
     for setting in ("cuda", "cuda:0"):
-        with pytest.raises(ConfigError, match=rf"--device = '{setting}' asks for a GPU, but CUDA is not available"):
+        with pytest.raises(ConfigError, match=rf"--device = '{setting}' asks for a GPU, but CUDA is not available"
+                                              rf".*; use --device cpu or auto$"):
             resolve_device(setting, "--device")
+    with pytest.raises(ConfigError, match=r"^GRUEFLOW_DEVICE = 'cuda' asks for a GPU.*; unset GRUEFLOW_DEVICE or set "
+                                          r"it to cpu or auto$"):
+        resolve_device("cuda", "GRUEFLOW_DEVICE")
 
 
 def test_precision_defaults_per_device_and_fast_paths_switch_off(monkeypatch):
