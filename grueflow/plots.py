@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Sequence
+from typing import Collection, Sequence
 
 import matplotlib
 
@@ -71,9 +71,15 @@ def learning_curves(rows: Sequence[dict[str, float]], x: str, panels: Sequence[s
     _save(fig, path)
 
 
-def grue_chart(table: pd.DataFrame, headline: dict[str, list[str]], path: Path) -> None:
+def panel_title(task: str, metric: str, lower: Collection[str]) -> str:
+    """A GRUE chart panel's title: the task and metric, marked when lower is better (a metric in ``lower``)."""
+    return f"{task}: {metric}" + (" (lower is better)" if metric in lower else "")
+
+
+def grue_chart(table: pd.DataFrame, headline: dict[str, list[str]], path: Path, lower: Collection[str] = ()) -> None:
     """Each task's reward and headline metrics by method: bars at the mean over seeds, error bars one
-    standard deviation (the ``<metric>_std`` column; none with one seed). One panel per task x metric."""
+    standard deviation (the ``<metric>_std`` column; none with one seed). One panel per task x metric, its title
+    marked where lower is better (``lower``: :data:`grueflow.grue.LOWER_IS_BETTER`)."""
     panels = [(task, metric) for task in dict.fromkeys(table["task"])
               for metric in ("reward", *headline.get(task, [])) if metric in table]
     fig, axes = _grid(len(panels), width=4.5, height=3.2)
@@ -89,7 +95,7 @@ def grue_chart(table: pd.DataFrame, headline: dict[str, list[str]], path: Path) 
             if pd.isna(value):  # a metric that could not be computed: say so instead of drawing 0
                 ax.annotate("n/a", (pos, 0), ha="center", va="bottom", fontsize=8)
         ax.set_xticks(positions, list(rows["method"]), rotation=30, ha="right", fontsize=8)
-        ax.set_title(f"{task}: {metric}", fontsize=10)
+        ax.set_title(panel_title(task, metric, lower), fontsize=10)
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle("GRUE table: mean over seeds, error bars one std")
     fig.tight_layout()

@@ -65,7 +65,7 @@ def main() -> None:
                for t in suite.tasks for m in suite.methods} if args.out_samples else {}  # read (and checked) first
     grue.write_table(table, args.out_csv, args.out_md, args.out_json, headline, missing)
     if args.out_chart:
-        plots.grue_chart(table, headline, args.out_chart)
+        plots.grue_chart(table, headline, args.out_chart, grue.LOWER_IS_BETTER)
     if args.out_html:
         write_text(args.out_html, report.table_html(table, headline, missing))
     if args.out_samples:

@@ -85,6 +85,10 @@ def test_grue_chart_is_a_png_with_one_panel_per_task_and_metric(tmp_path):
     first = (tmp_path / "chart.png").read_bytes()
     plots.grue_chart(table, {"sentiment": ["lexical/bleu"], "concepts": []}, tmp_path / "chart.png")
     assert (tmp_path / "chart.png").read_bytes() == first  # no timestamp in the file
+    from grueflow.grue import LOWER_IS_BETTER
+
+    assert plots.panel_title("cnn", "lexical/ter", LOWER_IS_BETTER) == "cnn: lexical/ter (lower is better)"
+    assert plots.panel_title("cnn", "lexical/bleu", LOWER_IS_BETTER) == "cnn: lexical/bleu"
 
 
 def test_a_git_repository_without_a_commit_is_tracked_as_a_folder_without_git(tmp_path, monkeypatch):
