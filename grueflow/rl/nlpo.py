@@ -116,7 +116,6 @@ class FullPassMaskProcessor(LogitsProcessor):
         return masked
 
 
-
 DECODING_DIR = "decoding"  # every RL output's record of how evaluate decodes its model/, beside model/
 DECODING_RECORD = "decoding.json"  # in it: the algorithm, model/'s fingerprint, and NLPO's mask settings or null
 MASK_DIR = "mask_model"  # in it, for NLPO under eval_with_masks: the final mask model (a Hugging Face folder)
