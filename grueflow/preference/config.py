@@ -81,7 +81,10 @@ class DPOConfig:
 
     With ``h = log π(y_c|x)/π_ref(y_c|x) - log π(y_r|x)/π_ref(y_r|x)`` (sums over completion tokens):
     ``loss_type: sigmoid`` minimises ``-log σ(β h)`` (DPO); ``ipo`` minimises ``(h - 1/(2β))²``
-    (IPO, Azar et al. 2023). ``epochs`` passes over the pairs in batches of ``batch_size`` pairs,
+    (IPO, Azar et al. 2023), with each completion's log-ratio averaged over its tokens (``ipo_margin: token_mean``,
+    the default: TRL's IPO, which its authors confirmed, so a TRL ``beta`` means the same here) or summed over
+    them (``sum``: the paper's eq. 17 over sequence log-probs, whose target ``1/(2β)`` is then for the whole
+    completion); ``ipo_margin`` is read with ``ipo`` only. ``epochs`` passes over the pairs in batches of ``batch_size`` pairs,
     AdamW at ``learning_rate``. With ``lora`` only adapters train and the reference is the start
     model with its adapter disabled (no second copy).
 
@@ -99,6 +102,7 @@ class DPOConfig:
 
     loss_type: Literal["sigmoid", "ipo"] = "sigmoid"
     beta: float = 0.1
+    ipo_margin: Optional[Literal["token_mean", "sum"]] = None  # None: token_mean under ipo
     learning_rate: float = 5e-4
     epochs: int = 1
     batch_size: int = 16
@@ -107,6 +111,9 @@ class DPOConfig:
 
     def __post_init__(self) -> None:
         check(self.beta > 0, f"beta must be > 0, got {self.beta}")
+        check(self.ipo_margin is None or self.loss_type == "ipo",
+              f"ipo_margin is read with loss_type: ipo only, and loss_type is {self.loss_type!r}: drop ipo_margin, or "
+              f"set loss_type: ipo")
         if self.loss_type == "ipo":
             check(self.beta >= IPO_MIN_BETA,
                   f"beta must be >= {IPO_MIN_BETA:g} with loss_type: ipo, got {self.beta:g}: IPO regresses the "

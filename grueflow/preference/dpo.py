@@ -53,23 +53,33 @@ class NonFiniteLossError(RuntimeError):
 
 
 class PairLogprobs(NamedTuple):
-    """Summed completion log-probs of each pair's chosen and rejected completion.  Each (B,)"""
+    """Summed completion log-probs of each pair's chosen and rejected completion, and their token counts (EOS
+    included; None where not counted).  Each (B,)"""
 
     chosen: torch.Tensor
     rejected: torch.Tensor
+    chosen_tokens: Optional[torch.Tensor] = None
+    rejected_tokens: Optional[torch.Tensor] = None
 
 
-def dpo_loss(policy: PairLogprobs, reference: PairLogprobs, beta: float, loss_type: str
-             ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def dpo_loss(policy: PairLogprobs, reference: PairLogprobs, beta: float, loss_type: str,
+             ipo_margin: str = "token_mean") -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """The mean preference loss and per-pair statistics.
 
     ``h = (log π(y_c) - log π_ref(y_c)) - (log π(y_r) - log π_ref(y_r))`` per pair;
     ``sigmoid`` (DPO, Rafailov et al. 2023, eq. 7): ``-log σ(β h)``; ``ipo`` (Azar et al. 2023, eq. 17):
-    ``(h - 1/(2β))²``. The implicit rewards are ``β (log π - log π_ref)`` of each completion; their
-    difference is the margin, and accuracy is the share of pairs with a positive margin.
+    ``(h - 1/(2β))²``, where under ``ipo_margin: token_mean`` (TRL's IPO, as the paper's authors confirmed to it)
+    each completion's log-ratio is its mean over its tokens (``policy``'s token counts), and under ``sum`` the
+    whole completion's. The implicit rewards are ``β`` times the log-ratios the loss reads; their difference is the
+    margin, and accuracy is the share of pairs with a positive margin.
     """
     chosen_ratio = policy.chosen - reference.chosen  # (B,)
     rejected_ratio = policy.rejected - reference.rejected  # (B,)
+    if loss_type == "ipo" and ipo_margin == "token_mean":
+        if policy.chosen_tokens is None or policy.rejected_tokens is None:
+            raise ValueError("ipo_margin: token_mean needs the completions' token counts (pair_logprobs gives them)")
+        chosen_ratio = chosen_ratio / policy.chosen_tokens.clamp(min=1)
+        rejected_ratio = rejected_ratio / policy.rejected_tokens.clamp(min=1)
     h = chosen_ratio - rejected_ratio
     if loss_type == "sigmoid":
         losses = -F.logsigmoid(beta * h)
@@ -89,8 +99,10 @@ def pair_logprobs(policy: Policy, pairs: list[Preference], max_target: int, mode
     prompts = policy.encode([p.prompt for p in pairs] * 2)
     targets = policy.encode_targets([p.chosen for p in pairs] + [p.rejected for p in pairs], max_target)
     logits = policy.score(prompts, targets, model=model).logits  # (2B, T, V)
-    summed = (logprobs_from_logits(logits, targets) * completion_mask(targets, policy.eos_token_id)).sum(1)  # (2B,)
-    return PairLogprobs(summed[:len(pairs)], summed[len(pairs):])
+    mask = completion_mask(targets, policy.eos_token_id)
+    summed = (logprobs_from_logits(logits, targets) * mask).sum(1)  # (2B,)
+    counts = mask.sum(1).to(summed.dtype)  # (2B,)
+    return PairLogprobs(summed[:len(pairs)], summed[len(pairs):], counts[:len(pairs)], counts[len(pairs):])
 
 
 def _check_pairs_differ(policy: Policy, pairs: list[Preference], max_target: int) -> None:
@@ -167,7 +179,7 @@ class DPOTrainer(checkpoints.Checkpointed):
 
     def batch_loss(self, pairs: list[Preference]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         return dpo_loss(pair_logprobs(self.policy, pairs, self.max_target), self.reference_logprobs(pairs),
-                        self.cfg.beta, self.cfg.loss_type)
+                        self.cfg.beta, self.cfg.loss_type, self.cfg.ipo_margin or "token_mean")
 
     @torch.no_grad()
     def evaluate(self, pairs: list[Preference]) -> dict[str, float]:

@@ -1,7 +1,7 @@
 """A catalogue of bad inputs (issue 9): each fails before any model loads or trains, with one line that
 names the file, the key (or line), the value given and what is allowed.
 
-Categories (345 cases in all, as collected; grown over eleven hostile passes):
+Categories (346 cases in all, as collected; grown over eleven hostile passes):
 
 - params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``): unknown keys, wrong types,
   out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline
@@ -1907,7 +1907,9 @@ def test_a_dpo_loss_that_turns_non_finite_ends_in_one_line_saying_what_stays(tmp
 
 @pytest.mark.parametrize("method, fragment", [
     ({"loss_type": "ipo", "beta": 1e-20}, "beta must be >= 0.0001 with loss_type: ipo, got 1e-20"),
-    ({"loss_type": "sigmoid", "beta": 1e30}, "beta must be <= 1000 with loss_type: sigmoid, got 1e+30")])
+    ({"loss_type": "sigmoid", "beta": 1e30}, "beta must be <= 1000 with loss_type: sigmoid, got 1e+30"),
+    ({"loss_type": "sigmoid", "ipo_margin": "sum"}, "ipo_margin is read with loss_type: ipo only, and loss_type is "
+                                                    "'sigmoid': drop ipo_margin, or set loss_type: ipo")])
 def test_a_dpo_beta_its_loss_cannot_use_is_refused_before_training(tmp_path: Path, call_stage, tiny_models, method,
                                                                    fragment):
     """IPO's beta 1e-20 ended in a non-finite loss at step 1; DPO's 1e30 ran to rc 0 with losses of 1e25."""
@@ -2137,3 +2139,4 @@ def test_a_learned_classifier_given_its_stage_folder_exits_2_naming_the_model_fo
                                       f"model: its Hugging Face model is {stage_folder / 'model'}; point the metric's "
                                       f"model (or checkpoint) arg at that folder")
     assert not (tmp_path / "eval").exists()
+

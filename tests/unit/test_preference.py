@@ -130,8 +130,16 @@ def test_dpo_and_ipo_losses_match_a_hand_computation():
     assert stats["rewards/rejected"].tolist() == pytest.approx([-0.5, 0.5])
     assert stats["rewards/margin"].tolist() == pytest.approx([0.75, -1.0])
     assert stats["rewards/accuracy"].tolist() == [1.0, 0.0]
-    loss, _ = dpo_loss(policy, reference, beta, "ipo")
+    loss, _ = dpo_loss(policy, reference, beta, "ipo", "sum")
     assert loss.item() == pytest.approx(((1.5 - 1.0) ** 2 + (-2 - 1.0) ** 2) / 2)  # (h - 1/(2β))², 1/(2β) = 1
+    # TRL's IPO: each completion's log-ratio over its tokens; chosen of 2 and 4 tokens, rejected of 1 and 2
+    counted = policy._replace(chosen_tokens=torch.tensor([2.0, 4.0]), rejected_tokens=torch.tensor([1.0, 2.0]))
+    loss, stats = dpo_loss(counted, reference, beta, "ipo")
+    h = [0.5 / 2 - (-1.0) / 1, -1.0 / 4 - 1.0 / 2]  # 1.25, -0.75
+    assert loss.item() == pytest.approx(((h[0] - 1.0) ** 2 + (h[1] - 1.0) ** 2) / 2)
+    assert stats["rewards/margin"].tolist() == pytest.approx([beta * h[0], beta * h[1]])
+    with pytest.raises(ValueError, match="token counts"):
+        dpo_loss(policy, reference, beta, "ipo")
     assert bradley_terry_loss(torch.tensor([2.0, 0.0]), torch.tensor([1.0, 0.0])).item() == pytest.approx(
         (math.log(1 + math.exp(-1.0)) + math.log(2)) / 2)
 
@@ -188,14 +196,18 @@ def test_metric_reward_model_names_the_stage_to_run_when_the_folder_is_missing(t
 
 
 @pytest.mark.parametrize("kind", ["causal", "seq2seq"])
-@pytest.mark.parametrize("loss_type", ["sigmoid", "ipo"])
-def test_dpo_raises_the_chosen_over_rejected_margin(tiny_models, kind, loss_type):
+@pytest.mark.parametrize("loss_type, ipo_margin, learning_rate", [
+    ("sigmoid", None, 3e-3),
+    ("ipo", "sum", 1e-3),  # IPO's squared loss overshoots its target at 3e-3
+    ("ipo", "token_mean", 1e-2),  # a mean over ~10 tokens: a tenth of the summed margin's gradient
+])
+def test_dpo_raises_the_chosen_over_rejected_margin(tiny_models, kind, loss_type, ipo_margin, learning_rate):
     seed_everything(0)
     model, tokenizer = load_pretrained(tiny_models[kind])
     policy = Policy(model, tokenizer, 16)
     prefs = synthetic_pairs(32, seed=3)
-    learning_rate = 3e-3 if loss_type == "sigmoid" else 1e-3  # IPO's squared loss overshoots its target at 3e-3
-    cfg = DPOConfig(loss_type=loss_type, beta=0.5, learning_rate=learning_rate, epochs=2, batch_size=16)
+    cfg = DPOConfig(loss_type=loss_type, ipo_margin=ipo_margin, beta=0.5, learning_rate=learning_rate, epochs=2,
+                    batch_size=16)
     trainer = DPOTrainer(policy, load_pretrained(tiny_models[kind])[0], prefs, cfg, max_target=12, seed=0)
     before = trainer.evaluate(prefs)
     assert before["rewards/margin"] == pytest.approx(0.0, abs=1e-5)  # the policy starts as the reference
