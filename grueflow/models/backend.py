@@ -84,7 +84,7 @@ def prefix_forward(model: Any, prompts: "Prompts", group_size: int, **kwargs: An
     ids, attention = prompts.input_ids[::group_size], prompts.attention_mask[::group_size]
     positions = (attention.cumsum(dim=1) - 1).clamp(min=0)
     out = model(input_ids=ids, attention_mask=attention, position_ids=positions, use_cache=True, **kwargs)
-    cache = out.past_key_values
+    cache = out.cache
     if group_size > 1:
         cache.batch_repeat_interleave(group_size)
     return out, cache
@@ -172,7 +172,7 @@ class Backend:
                 attention = torch.cat([attention, torch.ones_like(attention[:, :1])], dim=1)
                 step_out = model(input_ids=token[:, None], attention_mask=attention, position_ids=lengths + t,
                                  cache=cache, use_cache=True)
-                return step_out.logits[:, -1], step_out.past_key_values
+                return step_out.logits[:, -1], step_out.cache
 
             return out.logits[:, -1].repeat_interleave(group_size, 0), cache, causal_step
         encoder = shared_encoder(model, prompts, group_size)
@@ -184,9 +184,9 @@ class Backend:
         def seq2seq_step(token: torch.Tensor, cache: Any, t: int) -> tuple[torch.Tensor, Any]:
             step_out = model(encoder_outputs=encoder, attention_mask=prompts.attention_mask,
                              decoder_input_ids=token[:, None], cache=cache, use_cache=True)
-            return step_out.logits[:, -1], step_out.past_key_values
+            return step_out.logits[:, -1], step_out.cache
 
-        return out.logits[:, -1], out.past_key_values, seq2seq_step
+        return out.logits[:, -1], out.cache, seq2seq_step
 
     def top_p_keep(self, logits: torch.Tensor, top_p: float, top_k: int = 0, min_tokens_to_keep: int = 1,
                    always_keep: Sequence[int] = ()) -> torch.Tensor:
