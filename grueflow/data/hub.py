@@ -46,13 +46,17 @@ def load_splits(path: str, data_files: Optional[dict[str, str]], name: Optional[
         builder = path if path in BUILDERS.values() else None
         headers = {file: check_text_file(file, builder) for file in files.values()}
         options = csv_options(headers) if path == "csv" else {}
+    if files and path == "json":  # read as written: datasets decodes the strings of a mixed column as JSON
+        return {split: read_json_rows(file) for split, file in files.items()}
     if files or Path(path).exists():
         try:
-            return datasets.load_dataset(path, name, data_files=files, **(options if files else {}))
+            dataset = datasets.load_dataset(path, name, data_files=files, **(options if files else {}))
         except (ValueError, OSError, datasets.exceptions.DatasetGenerationError) as err:  # pyarrow's are ValueErrors
             cause = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise DataError(f"cannot read {sorted(files.values()) if files else path}: {cause}; is a file truncated "
                             f"or damaged? Re-create it (or re-download it) and rerun") from None
+        check_plain_columns(dataset, sorted(files.values()) if files else path)
+        return dataset
     if path.startswith(("/", "./", "../", "~")) or path in (".", ".."):  # a local path, never a hub id
         raise MissingDataError(f"dataset folder {path!r} does not exist (relative paths are read from "
                                f"{os.getcwd()}); give the folder that holds the data files, or a hub id")
@@ -62,6 +66,55 @@ def load_splits(path: str, data_files: Optional[dict[str, str]], name: Optional[
             f"copy was given. Point the datapool at local files: path: json (or csv) and data_files: "
             f"{{train: ..., test: ...}}")
     return datasets.load_dataset(path, name)
+
+
+class Rows(list):
+    """A split's rows (dicts) as read from a JSON data file, with ``column_names`` as ``datasets`` gives them: every
+    key of every row, in first-seen order; a row without a key holds None for it, as in ``datasets``."""
+
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.column_names = list(dict.fromkeys(key for row in rows for key in row))
+        super().__init__({column: row.get(column) for column in self.column_names} for row in rows)
+
+
+def read_json_rows(path: str) -> Rows:
+    """The rows of a ``.jsonl`` file (one object a line) or a ``.json`` file (a list of objects, or an object of
+    equally long columns), each value as the file writes it (:func:`check_text_file` has checked the file). A row
+    that names one key twice is a DataError naming the file, the line and the key: JSON keeps the last silently."""
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [key for key, _ in pairs]
+        twice = sorted({key for key in keys if keys.count(key) > 1})
+        if twice:
+            raise ValueError(f"the key {twice[0]!r} is written twice in one object")
+        return dict(pairs)
+
+    def parse(text: str, where: str) -> Any:
+        try:
+            return json.loads(text, object_pairs_hook=unique)
+        except ValueError as err:
+            raise DataError(f"{path}: {where}: {err}; JSON keeps the last value without a word: keep one") from None
+
+    if Path(path).suffix.lower() == ".json":
+        data = parse(read_text(path), "a row")
+        if isinstance(data, dict):
+            data = [dict(zip(data, values)) for values in zip(*data.values())]
+        return Rows(data)
+    return Rows([parse(line, f"line {number}") for number, line in iter_lines(path) if line.strip()])
+
+
+def check_plain_columns(dataset: Any, where: Any) -> None:
+    """Refuse a column that ``datasets`` typed ``Json`` (its rows mix types: text in some, lists or numbers in
+    others): it hands back such a column's strings decoded as JSON ("1.50" as 1.5, "007" as 7, "null" as None)."""
+    import datasets
+
+    for split, rows in dataset.items():
+        mixed = [column for column, feature in rows.features.items() if isinstance(feature, datasets.Json)]
+        if mixed:
+            raise DataError(f"{where} ({split} split): column {mixed[0]!r} mixes types from row to row (text in some "
+                            f"rows, lists or numbers in others), and datasets reads its texts as JSON (\"1.50\" as "
+                            f"1.5, \"007\" as 7); give the files as data_files (.jsonl is read as written), or write "
+                            f"the column with one type")
 
 
 def builder_for(files: dict[str, str]) -> str:

@@ -1,7 +1,7 @@
 """A catalogue of bad inputs (issue 9): each fails before any model loads or trains, with one line that
 names the file, the key (or line), the value given and what is allowed.
 
-Categories (346 cases in all, as collected; grown over eleven hostile passes):
+Categories (349 cases in all, as collected; grown over eleven hostile passes):
 
 - params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``): unknown keys, wrong types,
   out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline
@@ -2140,3 +2140,44 @@ def test_a_learned_classifier_given_its_stage_folder_exits_2_naming_the_model_fo
                                       f"model (or checkpoint) arg at that folder")
     assert not (tmp_path / "eval").exists()
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Local JSON data read as written
+# ---------------------------------------------------------------------------------------------
+
+MIXED = [{"q": "what costs 1.50", "a": "1.50"}, {"q": "two answers", "a": ["4", "four"]},
+         {"q": "what is null", "a": "null"}, {"q": "is it true", "a": "true"}, {"q": "agent", "a": "007"},
+         {"q": "list string", "a": "[1, 2]"}, {"q": "exp", "a": "1e3"}, {"q": "quoted", "a": "\"hi\""}]
+
+
+def test_a_reference_column_mixing_texts_and_lists_keeps_every_text_as_written(tmp_path: Path):
+    """datasets typed the column Json and decoded its texts: "1.50" became 1.5, "007" 7, "[1, 2]" two references,
+    and the "null" and "true" rows were dropped as bad, with exit 0."""
+    pool = custom_pool(three_splits(write_rows(tmp_path / "mixed.jsonl", MIXED)),
+                       fields={"prompt": "q", "references": "a"})
+    assert [list(s.references) for s in pool.splits["test"]] == [
+        ["1.50"], ["4", "four"], ["null"], ["true"], ["007"], ["[1, 2]"], ["1e3"], ["\"hi\""]]
+    listed = tmp_path / "mixed.json"  # a .json file: a list of the same rows
+    listed.write_text(json.dumps(MIXED), encoding="utf-8")
+    pool = custom_pool(three_splits(str(listed)), fields={"prompt": "q", "references": "a"})
+    assert pool.splits["test"][0].references == ("1.50",) and pool.splits["test"][4].references == ("007",)
+
+
+def test_a_json_row_naming_a_key_twice_names_the_file_line_and_key(tmp_path: Path):
+    path = tmp_path / "twice.jsonl"
+    path.write_text('{"q": "a", "a": "b"}\n{"q": "c", "a": "d", "a": "e"}\n', encoding="utf-8")
+    with pytest.raises(DataError, match=r"twice.jsonl: line 2: the key 'a' is written twice in one object; JSON keeps "
+                                        r"the last value without a word: keep one"):
+        custom_pool(three_splits(str(path)), fields={"prompt": "q", "references": "a"})
+
+
+def test_a_data_folder_with_a_mixed_type_column_is_refused_naming_it(tmp_path: Path):
+    """A folder is read by datasets, which decodes such a column's texts: refused, with the way around it."""
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for split in ("train", "validation", "test"):
+        write_rows(folder / f"{split}.jsonl", MIXED)
+    with pytest.raises(DataError, match=r"column 'a' mixes types from row to row .* give the files as data_files "
+                                        r"\(.jsonl is read as written\)"):
+        custom_pool({}, path=str(folder), fields={"prompt": "q", "references": "a"})
