@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,11 +63,15 @@ class Datapool:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
+INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))  # zero-width and soft-hyphen
+
+
 def prompt_key(prompt: str) -> str:
-    """What makes two prompts one for leakage between splits: their text with case folded and runs of whitespace
-    made one space, so that ``"Review 3  was fine"`` and ``"REVIEW 3 was fine"`` are never one in train and the
-    other in test."""
-    return " ".join(prompt.casefold().split())
+    """What makes two prompts one for leakage between splits: their text in Unicode's NFKC form (an accent
+    precomposed or combined, as macOS writes file names, prints alike), without zero-width characters, with case
+    folded and runs of whitespace made one space, so that ``"Review 3  was fine"`` and ``"REVIEW 3 was fine"``, or
+    ``"Zürich"`` in its two forms, are never one in train and the other in test."""
+    return " ".join(unicodedata.normalize("NFKC", prompt.translate(INVISIBLE)).casefold().split())
 
 
 def write_datapool(pool: Datapool, out_dir: str | Path) -> dict[str, Any]:

@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterable, Optional
 
 from grueflow.config import MAX_COUNT, check_size
 from grueflow.data.hub import load_splits, one_file
-from grueflow.data.sample import SPLITS, Datapool, Sample, prompt_key
+from grueflow.data.sample import INVISIBLE, SPLITS, Datapool, Sample, prompt_key
 from grueflow.io import DataError
 
 log = logging.getLogger(__name__)
@@ -433,9 +433,6 @@ def skip_or_raise(message: str, skip_bad_rows: bool) -> int:
     if not skip_bad_rows:
         raise BadRowError(f"{message}; {SKIP_HINT}")
     return 1
-
-
-INVISIBLE = dict.fromkeys(map(ord, "\u200b\u200c\u200d\u2060\ufeff\u00ad"))  # zero-width and soft-hyphen
 
 
 def optional_text(value: Any, what: str, origin: str) -> str:

@@ -756,6 +756,27 @@ def test_prompts_that_differ_in_case_or_spacing_alone_stay_in_one_split_and_coun
     assert stats["train_test_prompt_overlap"] == 1
 
 
+def test_prompts_that_differ_in_unicode_form_or_invisible_characters_alone_stay_in_one_split(tmp_path):
+    """"Zürich" precomposed (NFC) and decomposed (NFD, as macOS writes it) print alike; they were split between train
+    and test while the overlap count said 0. A zero-width space inside a prompt did the same."""
+    from dataclasses import replace
+
+    from grueflow.data.sample import prompt_key, write_datapool
+
+    variants = ("describe z\u00fcrich {i} in one line", "describe zu\u0308rich {i} in one line",
+                "describe z\u00fc\u200brich {i} in one line")
+    assert len({prompt_key(v.format(i=0)) for v in variants}) == 1
+    rows = [{"prompt": v.format(i=i), "references": [f"r{i}"]} for i in range(12) for v in variants]
+    pool = build("custom", data_files={"train": write_jsonl(tmp_path / "forms.jsonl", rows)},
+                 split_counts={"train": 6, "val": 2, "test": 4}, seed=0)
+    keys = {split: {prompt_key(s.prompt) for s in pool.splits[split]} for split in pool.splits}
+    assert not keys["train"] & keys["test"] and [len(pool.splits[s]) for s in SPLITS] == [18, 6, 12]
+    first = pool.splits["train"][0]
+    nfd = first.prompt.replace("\u00fc", "u\u0308")
+    leaked = {**pool.splits, "test": [*pool.splits["test"], replace(first, prompt=nfd)]}
+    assert write_datapool(replace(pool, splits=leaked), tmp_path / "out")["train_test_prompt_overlap"] == 1
+
+
 def test_missing_files_splits_and_bad_args_are_named(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"\['/nowhere/tst\.jsonl'\] do not exist"):
         build("iwslt2017", data_files={"test": "/nowhere/tst.jsonl"})
