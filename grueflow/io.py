@@ -71,6 +71,11 @@ def rounded(value: float) -> float:
     return round(value, decimals)
 
 
+# byte-order marks of the encodings a data file is saved in besides UTF-8 (UTF-32's before UTF-16's: a prefix)
+UNICODE_BOMS = ((b"\xff\xfe\x00\x00", "utf-32le"), (b"\x00\x00\xfe\xff", "utf-32be"), (b"\xff\xfe", "utf-16le"),
+                (b"\xfe\xff", "utf-16be"))
+
+
 def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """``(line number, line)`` of a UTF-8 text file, line endings kept; a non-UTF-8 byte is a DataError
     naming the file, the line and the column, never a bare UnicodeDecodeError."""
@@ -79,8 +84,10 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
             try:
                 yield number, raw.decode("utf-8")
             except UnicodeDecodeError as err:
+                source = next((name for bom, name in UNICODE_BOMS if number == 1 and raw.startswith(bom)), "latin1")
+                said = f" (it starts with the {source} byte-order mark)" if source != "latin1" else ""
                 raise DataError(f"{path}: line {number}: byte {raw[err.start]:#04x} at column {err.start + 1} is not "
-                                f"UTF-8; re-save the file as UTF-8 (e.g. iconv -f latin1 -t utf-8)") from None
+                                f"UTF-8{said}; re-save the file as UTF-8 (e.g. iconv -f {source} -t utf-8)") from None
 
 
 def read_text(path: str | Path) -> str:

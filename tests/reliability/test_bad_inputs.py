@@ -1,7 +1,7 @@
 """A catalogue of bad inputs (issue 9): each fails before any model loads or trains, with one line that
 names the file, the key (or line), the value given and what is allowed.
 
-Categories (349 cases in all, as collected; grown over eleven hostile passes):
+Categories (350 cases in all, as collected; grown over eleven hostile passes):
 
 - params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``): unknown keys, wrong types,
   out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline
@@ -647,6 +647,9 @@ DATA = [
         "strings, {\"text\": [strings]} (SQuAD's answers) or a list of {\"text\": string}",), id="nested-reference"),
     P(rows_file("map.jsonl", [GOOD_ROW, {"prompt": "3 + 3 ?", "references": {"answer": "6"}}]), {}, DataError, (
         "map.jsonl row 2: references {'answer': '6'} (dict) are not text",), id="mapping-reference-without-text"),
+    P(raw_file("utf16.jsonl", (json.dumps(GOOD_ROW) + "\n").encode("utf-16")), {}, DataError, (
+        "utf16.jsonl: line 1: byte 0xff at column 1 is not UTF-8 (it starts with the utf-16le byte-order mark); "
+        "re-save the file as UTF-8 (e.g. iconv -f utf-16le -t utf-8)",), id="utf-16-file"),  # latin1 was the hint
     P(raw_file("array.jsonl", json.dumps(GOOD_ROW).encode() + b"\n[1, 2]\n"), {}, DataError, (
         "array.jsonl: line 2: a JSON list, not an object; each line of a .jsonl file is one row",),
       id="jsonl-line-not-an-object"),
