@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grueflow import io
+
+log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "test")
 UNLABELLED = "unlabelled.txt"
@@ -85,6 +88,12 @@ def write_datapool(pool: Datapool, out_dir: str | Path) -> dict[str, Any]:
         io.write_jsonl(out_dir / f"{split}.jsonl", (s.to_json() for s in pool.splits[split]))
     io.write_text(out_dir / UNLABELLED, "\n".join(pool.unlabelled) + "\n")
     overlap = {prompt_key(s.prompt) for s in pool.splits["train"]} & {prompt_key(s.prompt) for s in pool.splits["test"]}
+    if overlap:
+        seen = sum(prompt_key(s.prompt) in overlap for s in pool.splits["test"])
+        log.warning("%d of %d test samples have a prompt that is also a train prompt (%d distinct, e.g. %r): their "
+                    "scores may reflect what the model memorised (stats.json: train_test_prompt_overlap)", seen,
+                    len(pool.splits["test"]), len(overlap), next(s.prompt for s in pool.splits["test"]
+                                                                 if prompt_key(s.prompt) in overlap)[:80])
     stats: dict[str, Any] = {"unlabelled_lines": len(pool.unlabelled), "train_test_prompt_overlap": len(overlap),
                              **pool.stats}
     for split in SPLITS:

@@ -165,7 +165,7 @@ def test_imdb_skip_bad_rows_drops_and_counts_them_and_a_short_review_is_all_prom
         build("imdb", path="json", data_files={"train": train, "test": test}, n_val=1, prompt_words=4)
 
 
-def test_imdb_refuses_train_and_test_from_one_file(tmp_path):
+def test_imdb_refuses_train_and_test_from_one_file(tmp_path, caplog):
     reviews = write_reviews(tmp_path / "reviews.jsonl", [TEN_WORDS] * 4)
     with pytest.raises(DataError) as err:
         build("imdb", path="json", data_files={"train": reviews, "test": reviews}, n_val=1, prompt_words=3)
@@ -174,7 +174,11 @@ def test_imdb_refuses_train_and_test_from_one_file(tmp_path):
                               f"file of reviews")
     other = write_reviews(tmp_path / "other.jsonl", [TEN_WORDS] * 2)
     pool = build("imdb", path="json", data_files={"train": reviews, "test": other}, n_val=1, prompt_words=3)
-    assert write_datapool(pool, tmp_path / "pool")["train_test_prompt_overlap"] == 1  # one prompt, in both
+    with caplog.at_level("WARNING", logger="grueflow.data.sample"):
+        assert write_datapool(pool, tmp_path / "pool")["train_test_prompt_overlap"] == 1  # one prompt, in both
+    assert caplog.messages == ["2 of 2 test samples have a prompt that is also a train prompt (1 distinct, e.g. "
+                               f"{pool.splits['test'][0].prompt!r}): their scores may reflect what the model "
+                               "memorised (stats.json: train_test_prompt_overlap)"]  # two files of one text: said
 
 
 def test_imdb_suite_slices_have_three_reviews_without_a_reference_word():
