@@ -52,9 +52,9 @@ def load_splits(path: str, data_files: Optional[dict[str, str]], name: Optional[
         try:
             dataset = datasets.load_dataset(path, name, data_files=files, **(options if files else {}))
         except (ValueError, OSError, datasets.exceptions.DatasetGenerationError) as err:  # pyarrow's are ValueErrors
-            cause = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-            raise DataError(f"cannot read {sorted(files.values()) if files else path}: {cause}; is a file truncated "
-                            f"or damaged? Re-create it (or re-download it) and rerun") from None
+            raise DataError(f"cannot read {sorted(files.values()) if files else path}: {innermost(err)}; do the files "
+                            f"share their columns, and is none truncated or damaged? Fix or re-create them and "
+                            f"rerun") from None
         check_plain_columns(dataset, sorted(files.values()) if files else path)
         return dataset
     if path.startswith(("/", "./", "../", "~")) or path in (".", ".."):  # a local path, never a hub id
@@ -66,6 +66,18 @@ def load_splits(path: str, data_files: Optional[dict[str, str]], name: Optional[
             f"copy was given. Point the datapool at local files: path: json (or csv) and data_files: "
             f"{{train: ..., test: ...}}")
     return datasets.load_dataset(path, name)
+
+
+def innermost(err: BaseException) -> str:
+    """The innermost exception ``err`` was raised from (datasets wraps the cause in "An error occurred while
+    generating the dataset"), as one line: its first line and, when it has more, its last (pyarrow's "Couldn't
+    cast" ends "because column names don't match" after a schema); its type's name when it says nothing."""
+    while (err.__cause__ or err.__context__) is not None:
+        err = err.__cause__ or err.__context__
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(err).__name__
+    return lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1][:200]}"
 
 
 class Rows(list):

@@ -1,7 +1,7 @@
 """A catalogue of bad inputs (issue 9): each fails before any model loads or trains, with one line that
 names the file, the key (or line), the value given and what is allowed.
 
-Categories (350 cases in all, as collected; grown over eleven hostile passes):
+Categories (351 cases in all, as collected; grown over eleven hostile passes):
 
 - params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``): unknown keys, wrong types,
   out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline
@@ -1033,7 +1033,25 @@ def test_a_truncated_parquet_file_is_a_one_line_data_error_naming_it(tmp_path: P
         custom_pool({"train": str(cut)})
     message = str(err.value)
     assert "\n" not in message and str(cut) in message and "Parquet magic bytes not found" in message
-    assert "is a file truncated or damaged?" in message
+    assert "is none truncated or damaged?" in message
+
+
+def test_parquet_data_files_with_other_columns_name_the_mismatch_not_only_damage(tmp_path: Path):
+    """datasets' "An error occurred while generating the dataset" sent the user to re-download intact files."""
+    import pandas as pd
+
+    files = {}
+    for split in ("train", "validation", "test"):
+        frame = pd.DataFrame({"prompt": [f"q{i}" for i in range(4)], "references": [f"a{i}" for i in range(4)]})
+        if split == "validation":
+            frame["extra"] = 1
+        frame.to_parquet(tmp_path / f"{split}.parquet")
+        files[split] = str(tmp_path / f"{split}.parquet")
+    with pytest.raises(DataError) as err:
+        custom_pool(files)
+    message = str(err.value)
+    assert "\n" not in message and "An error occurred while generating the dataset" not in message, message
+    assert "Couldn't cast ... because column names don't match; do the files share their columns" in message
 
 
 def test_the_imdb_loader_on_files_with_other_columns_names_them_and_the_custom_datapool(tmp_path: Path):
