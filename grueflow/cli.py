@@ -163,6 +163,14 @@ def read_at(rev: str, target: str) -> Any:
         return None
 
 
+def flat_keys(table: Any, prefix: str = "") -> list[str]:
+    """The dotted keys of a metrics JSON's leaves (``task.method.metric``, ``grue_score.method``), as dvc names
+    them; none for a table that could not be read."""
+    if not isinstance(table, dict):
+        return [prefix[:-1]] if prefix else []
+    return [key for name, value in table.items() for key in flat_keys(value, f"{prefix}{name}.")]
+
+
 def missing_label(table: Any, key: str) -> str:
     """How a ``dvc metrics diff`` value of None reads, given the metrics JSON ``table`` of its revision: :data:`ABSENT`
     (no such key: a method, task or metric removed or added), :data:`NULL` (the key is there, valued null: a
@@ -206,20 +214,24 @@ def metrics_diff(rev_a: str, rev_b: str, target: str, show_all: bool) -> dict[st
 
 def cmd_diff(args: argparse.Namespace) -> int:
     diff = metrics_diff(args.rev_a, args.rev_b, args.target, args.all)
+    # each revision's table: dvc reports absent and null alike, and leaves out a key null on one side and absent on
+    # the other (a method added whose score could not be computed)
+    tables = {rev: read_at(rev, args.target) for rev in (args.rev_a, args.rev_b)}
+    for key in sorted((set(flat_keys(tables[args.rev_a])) | set(flat_keys(tables[args.rev_b]))) - set(diff)):
+        old, new = (missing_label(tables[rev], key) for rev in (args.rev_a, args.rev_b))
+        if old != new and {old, new} <= {ABSENT, NULL}:
+            diff[key] = {"old": None, "new": None}
     if not diff:
         print(f"{args.target}: no changes between {args.rev_a} and {args.rev_b}")
         return 0
-    tables: dict[str, Any] = {}  # each revision's table, read where dvc gave a null (absent and null alike)
     for key, change in diff.items():
         for side, rev in (("old", args.rev_a), ("new", args.rev_b)):
             if change.get(side) is None:
-                if rev not in tables:
-                    tables[rev] = read_at(rev, args.target)
                 change[side] = missing_label(tables[rev], key)
     table = diff_table(diff)
     shown = table.assign(old=table.old.map(lambda v: _number(v).lstrip("+")),
                          new=table.new.map(lambda v: _number(v).lstrip("+")), change=table.change.map(_number))
-    print(f"{args.target}: {args.rev_a} -> {args.rev_b} ({len(table)} changed values)")
+    print(f"{args.target}: {args.rev_a} -> {args.rev_b} ({len(table)} {'values' if args.all else 'changed values'})")
     print(shown.to_string(index=False))
     return 0
 

@@ -128,7 +128,7 @@ def test_diff_between_two_commits_of_the_grue_table(tmp_path):
     assert len(lines) == 4
 
     full = run([*CLI, "diff", "HEAD~1", "HEAD", "--all"], repo).stdout
-    assert "(4 changed values)" in full and "lexical/bleu" in full
+    assert "(4 values)" in full and "lexical/bleu" in full
 
     commit_table(repo, {"sentiment": {"ppo": {"reward": 0.75, "lexical/bleu": None}},
                         "grue_score": {"ppo": None}}, "zero_shot dropped, two values null")
@@ -138,6 +138,12 @@ def test_diff_between_two_commits_of_the_grue_table(tmp_path):
                                                     ["sentiment", "zero_shot", "reward", "0.1", "(absent)", "—"]]
     back = run([*CLI, "diff", "HEAD", "HEAD~1"], repo).stdout.splitlines()
     assert back[-1].split() == ["sentiment", "zero_shot", "reward", "(absent)", "0.1", "—"]
+    commit_table(repo, {"sentiment": {"ppo": {"reward": 0.75, "lexical/bleu": None}, "nlpo": {"reward": None}},
+                        "grue_score": {"ppo": None}}, "nlpo added, its reward null")
+    added = run([*CLI, "diff", "HEAD~1", "HEAD"], repo).stdout.splitlines()  # dvc itself lists no change here
+    assert [line.split() for line in added[2:]] == [["sentiment", "nlpo", "reward", "(absent)", "null", "—"]]
+    every = run([*CLI, "diff", "HEAD~1", "HEAD", "--all"], repo).stdout.splitlines()
+    assert every[0].endswith("values)") and "changed" not in every[0]
 
     bad = subprocess.run([*CLI, "diff", "HEAD~1", "no-such-rev"], cwd=repo, capture_output=True, text=True)
     assert bad.returncode == 2
