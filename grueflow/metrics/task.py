@@ -153,12 +153,24 @@ def exact_match(generation: str, reference: str) -> float:
     return float(normalize_answer(generation) == normalize_answer(reference))
 
 
+def answerable(references: Sequence[str]) -> list[str]:
+    """The references SQuAD v2's official script scores against: those with text left after
+    :func:`normalize_answer` ("The", "...", "" have none), or ``[""]`` when none has (an unanswerable question,
+    which only an empty answer matches); [] without references."""
+    if not references:
+        return []
+    return [r for r in references if normalize_answer(r)] or [""]
+
+
 def best_over_references(cls: type[Metric], score: Any) -> MetricFn:
-    """Per sample, the maximum of ``score(generation, reference)`` over its references (NaN with none)."""
+    """Per sample, the maximum of ``score(generation, reference)`` over its :func:`answerable` references (NaN
+    with none): a reference that normalises to nothing would give an empty generation full marks beside a real
+    answer."""
 
     def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                 meta: Sequence[dict[str, Any]]) -> MetricResult:
-        scores = [max(score(g, r) for r in refs) if refs else float("nan") for g, refs in zip(generations, references)]
+        scores = [max(score(g, r) for r in answerable(refs)) if refs else float("nan")
+                  for g, refs in zip(generations, references)]
         return MetricResult({cls.key(): scores}, {cls.key(): nanmean(scores)})
 
     return compute

@@ -170,6 +170,11 @@ def test_exact_match_and_token_f1_by_hand():
     f1 = compute("token_f1", generations, references).per_sample["task/token_f1"]
     assert f1 == pytest.approx([1.0, 2 * (1 / 2) * (1 / 1) / (1 / 2 + 1), 0.0])  # "red car" vs "car": P 1/2, R 1
     assert compute("token_f1", ["the"], [["a"]]).per_sample["task/token_f1"] == [1.0]  # both empty after normalising
+    # SQuAD v2: a reference with nothing left after normalising is dropped beside a real answer (an empty
+    # generation scored 1.0 against ["Paris", "The"], a reward for saying nothing)
+    for metric in ("exact_match", "token_f1"):
+        scored = compute(metric, ["", "", "paris", ""], [["Paris", "The"], ["Paris", "..."], ["Paris", ""], ["", "A"]])
+        assert scored.per_sample[f"task/{metric}"] == [0.0, 0.0, 1.0, 1.0]  # the last: no answer, nothing said
 
 
 def test_msttr_entropy_and_self_bleu():
