@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -41,8 +40,11 @@ class LengthPenalty(Metric):
 
 
 def repeated_content_words(text: str) -> int:
-    """Occurrences of content words (not in :data:`STOPWORDS`) beyond their first, case-insensitive."""
-    counts = Counter(w for w in re.findall(r"[a-z0-9']+", text.lower()) if w not in STOPWORDS)
+    """Occurrences of content words (not in :data:`STOPWORDS`) beyond their first, case-insensitive; words are
+    :func:`grueflow.metrics.task.split_words`' (letters of any script, so "naïve" and "собака" are one word each)."""
+    from grueflow.metrics.task import split_words
+
+    counts = Counter(w for w in split_words(text) if w not in STOPWORDS)
     return sum(c - 1 for c in counts.values())
 
 

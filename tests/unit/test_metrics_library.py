@@ -200,6 +200,8 @@ def test_shaping_terms_by_hand():
     assert lengths.per_sample["shaping/length_penalty"] == [-1.0, -2.5, -1.0]
     repeats = compute("repeat_penalty", ["The dog and the dog ran to the dog park", "a cat sat"], [[], []])
     assert repeats.per_sample["shaping/repeat_penalty"] == [-2.0, 0.0]  # "dog" thrice; "the" is a stopword
+    others = compute("repeat_penalty", ["naïve naïve", "собака собака собака"], [[], []])
+    assert others.per_sample["shaping/repeat_penalty"] == [-1.0, -2.0]  # ASCII letters only gave -2 and 0
     with pytest.raises(ConfigError, match="per_word"):
         compute("length_penalty", ["a"], [[]], per_word=-1.0)
 
