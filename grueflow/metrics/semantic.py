@@ -56,7 +56,9 @@ class BertScore(Metric):
     class Args:
         """``num_layers``: the encoder layer whose token embeddings are matched, from 1 to the encoder's layers
         (the shipped all-MiniLM-L6-v2, used when ``model`` is unset, has :data:`SHIPPED_MINILM_LAYERS`; another
-        encoder's count is read from its config when it is built)."""
+        encoder's count is read from its config when it is built). ``idf``: weigh tokens by their inverse document
+        frequency over the references of each scored batch, as ``bert_score.score(idf=True)`` does over its call's
+        (the test split in evaluation, a rollout batch in RL)."""
 
         model: Optional[str] = None
         num_layers: int = SHIPPED_MINILM_LAYERS
@@ -97,6 +99,8 @@ class BertScore(Metric):
             per_sample = {cls.key(s): [0.0 if rs else float("nan") for rs in references] for s in cls.scores}
             kept = [i for i, rs in enumerate(refs) if rs and generations[i].strip()]
             if kept:
+                if args.idf:  # bert-score asserts that its IDF weights were computed first
+                    scorer.compute_idf([r for i in kept for r in refs[i]])
                 precision, recall, f1 = scorer.score([generations[i] for i in kept], [refs[i] for i in kept])
                 for j, i in enumerate(kept):
                     for s, values in zip(cls.scores, (f1, precision, recall)):

@@ -156,6 +156,22 @@ def test_bert_score_with_the_shipped_minilm_on_commongen():
     assert result.per_sample["semantic/bert_score_recall"] == pytest.approx([0.6181941032409668, 0.8100144267082214], abs=1e-5)
 
 
+def test_bert_score_idf_weighs_tokens_by_the_batchs_references_as_bert_score_does():
+    """idf: true parsed and built, then failed at its first batch: bert-score's IDF weights were never computed."""
+    from bert_score import score
+
+    from grueflow.metrics.semantic import SHIPPED_MINILM_LAYERS, shipped_minilm
+
+    generations, references = shared_data.commongen(3)
+    result = compute("bert_score", generations, references, idf=True)
+    precision, recall, f1 = score(generations, references, model_type=shipped_minilm(),
+                                  num_layers=SHIPPED_MINILM_LAYERS, idf=True)
+    assert result.per_sample["semantic/bert_score"] == pytest.approx(f1.tolist(), abs=1e-5)
+    assert result.per_sample["semantic/bert_score_recall"] == pytest.approx(recall.tolist(), abs=1e-5)
+    assert result.per_sample["semantic/bert_score"] != pytest.approx(
+        compute("bert_score", generations, references).per_sample["semantic/bert_score"], abs=1e-4)
+
+
 def test_vader_on_dailydialog_and_unicode():
     utterances = shared_data.dailydialog(4)
     result = compute("vader_sentiment", utterances, [[]] * 4)
