@@ -12,6 +12,7 @@ import importlib.util
 import logging
 import math
 import os
+import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Sequence
@@ -286,14 +287,17 @@ class Classifier:
         return self.logit_tensor(texts, pairs).softmax(-1).tolist() if len(texts) else []
 
 
-def load_classifier(name: str, max_length: int, batch_size: int, execution: Optional["Execution"] = None) -> Classifier:
+def load_classifier(name: str, max_length: int, batch_size: int, execution: Optional["Execution"] = None,
+                    metric: str = "classifier") -> Classifier:
     """Any ``AutoModelForSequenceClassification`` from a local dir or a hub id (a hub id needs the network),
-    frozen on the execution's device in its frozen dtype (default: the CPU in float32)."""
+    frozen on the execution's device in its frozen dtype (default: the CPU in float32). A name written as a local
+    path that does not exist is an error naming ``metric`` (:func:`check_local_model`), never "hub unreachable"."""
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from grueflow.device import or_cpu
 
     execution = or_cpu(execution)
+    check_local_model(name, metric)
     folder = Path(name)
     if folder.is_dir() and not (folder / "config.json").is_file() and (folder / MODEL_DIR / "config.json").is_file():
         raise MissingDataError(f"classifier {name!r} is a stage's output folder, not a model: its Hugging Face model "
@@ -349,7 +353,8 @@ class IntentAccuracy(Metric):
     def build(cls, args: "IntentAccuracy.Args", context: MetricContext) -> MetricFn:
         from grueflow.models import position_limit
 
-        classify = load_classifier(args.model, DEFAULT_CLASSIFIER_TOKENS, args.batch_size, context.execution)
+        classify = load_classifier(args.model, DEFAULT_CLASSIFIER_TOKENS, args.batch_size, context.execution,
+                                   "intent_accuracy")
         limit = position_limit(classify.model.config)
         if args.max_length is None:
             classify.max_length = min(DEFAULT_CLASSIFIER_TOKENS, limit[0]) if limit else DEFAULT_CLASSIFIER_TOKENS
@@ -415,10 +420,10 @@ class Bleurt(Metric):
 
     @classmethod
     def build(cls, args: "Bleurt.Args", context: MetricContext) -> MetricFn:
-        model = load_classifier(args.checkpoint, args.max_length, args.batch_size, context.execution)
+        model = load_classifier(args.checkpoint, args.max_length, args.batch_size, context.execution, "bleurt")
         if model.model.config.num_labels != 1:
-            raise ValueError(f"bleurt checkpoint {args.checkpoint!r} has {model.model.config.num_labels} labels; "
-                             "a BLEURT checkpoint has one regression output")
+            raise ConfigError(f"bleurt checkpoint {args.checkpoint!r} has {model.model.config.num_labels} labels; "
+                              "a BLEURT checkpoint has one regression output")
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
@@ -453,7 +458,7 @@ class SummaCZS(Metric):
     def build(cls, args: "SummaCZS.Args", context: MetricContext) -> MetricFn:
         from grueflow.metrics.sentences import split_sentences
 
-        nli = load_classifier(args.model, args.max_length, args.batch_size, context.execution)
+        nli = load_classifier(args.model, args.max_length, args.batch_size, context.execution, "summac_zs")
         entail, contradict = nli_label(nli, "entailment"), nli_label(nli, "contradiction")
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
@@ -510,13 +515,18 @@ class SummaCConvHead:
             raise MetricUnavailableError(
                 f"metric 'summac_conv': no checkpoint at args.checkpoint={path!r}; download summac's trained "
                 f"convolution weights from {SUMMAC_CONV_WEIGHTS_URL} and set args.checkpoint to that file")
-        state = torch.load(path, map_location=device, weights_only=True)
+        try:
+            state = torch.load(path, map_location=device, weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as err:
+            raise ConfigError(f"metric 'summac_conv': args.checkpoint={path!r} is not a torch state dict ("
+                              f"{type(err).__name__}: {str(err).splitlines()[0][:120]}); give summac's "
+                              f"summac_conv_vitc_sent_perc_e.bin from {SUMMAC_CONV_WEIGHTS_URL}") from None
         expected = {"mlp.weight": (1, n_features), "mlp.bias": (1,), "layer_final.weight": (2, 3),
                     "layer_final.bias": (2,)}
         found = {k: tuple(v.shape) for k, v in state.items()} if isinstance(state, dict) else type(state).__name__
         if found != expected:
-            raise ValueError(f"metric 'summac_conv': checkpoint {path} is not summac's SummaCConv state dict for "
-                             f"{why}: expected tensors {expected}, found {found}")
+            raise ConfigError(f"metric 'summac_conv': checkpoint {path} is not summac's SummaCConv state dict for "
+                              f"{why}: expected tensors {expected}, found {found}")
         return cls(*(state[k].float() for k in expected))
 
     def __call__(self, histograms: "torch.Tensor", rows: "torch.Tensor") -> "torch.Tensor":
@@ -601,7 +611,7 @@ class SummaCConv(Metric):
         n_features = len(args.nli_labels) * (len(edges) - 1)
         why = f"nli_labels {args.nli_labels!r} x bins {args.bins!r} = {n_features} features"
         head = SummaCConvHead.load(args.checkpoint, n_features, context.resolved_execution().device, why)
-        nli = load_classifier(args.model, args.max_length, args.batch_size, context.execution)
+        nli = load_classifier(args.model, args.max_length, args.batch_size, context.execution, "summac_conv")
         labels = [nli_label(nli, NLI_RELATIONS[c], "summac_conv") for c in args.nli_labels]
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
@@ -657,7 +667,7 @@ def nli_label(classifier: Classifier, relation: Literal["entailment", "contradic
     stems = NLI_LABEL_STEMS[relation]
     found = [i for name, i in classifier.label2id.items() if name.lower().startswith(stems)]
     if len(found) != 1:
-        raise ValueError(f"{metric} needs an NLI model with one {relation} label (a name starting with "
-                         f"{' or '.join(repr(s) for s in stems)}); {classifier.name} has labels "
-                         f"{', '.join(sorted(classifier.label2id))}")
+        raise ConfigError(f"{metric} needs an NLI model with one {relation} label (a name starting with "
+                          f"{' or '.join(repr(s) for s in stems)}); {classifier.name} has labels "
+                          f"{', '.join(sorted(classifier.label2id))}")
     return found[0]

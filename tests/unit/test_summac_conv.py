@@ -15,6 +15,7 @@ from test_metrics_library import tiny_classifier
 
 from grueflow.config import ConfigError
 from grueflow.device import Execution
+from grueflow.io import MissingDataError
 from grueflow.metrics import METRICS, MetricContext, MetricUnavailableError
 from grueflow.metrics.sentences import split_sentences
 from grueflow.params import parse
@@ -178,8 +179,15 @@ def test_a_missing_or_mismatched_checkpoint_says_where_to_get_it(fixed_nli, tmp_
     with pytest.raises(MetricUnavailableError, match="no checkpoint at .*github.com/tingofurro/summac"):
         build({"model": fixed_nli, "checkpoint": str(tmp_path / "absent.bin")})
     checkpoint = random_checkpoint(tmp_path / "e.bin", 23)
-    with pytest.raises(ValueError, match=r"nli_labels 'ec' x bins 'percentile' = 46 features.*\(1, 23\)"):
+    with pytest.raises(ConfigError, match=r"nli_labels 'ec' x bins 'percentile' = 46 features.*\(1, 23\)"):
         build({"model": fixed_nli, "checkpoint": checkpoint, "nli_labels": "ec"})
+    (tmp_path / "notes.bin").write_text("{not a torch file}")  # an UnpicklingError traceback named no argument
+    with pytest.raises(ConfigError, match=r"args.checkpoint='.*notes.bin' is not a torch state dict \(.*\); give "
+                                          r"summac's summac_conv_vitc_sent_perc_e.bin"):
+        build({"model": fixed_nli, "checkpoint": str(tmp_path / "notes.bin")})
+    # a mistyped local model path said "the hub is unreachable", and evaluate went on with the metric missing
+    with pytest.raises(MissingDataError, match=r"summac_conv: model '/nowhere/nli' does not exist"):
+        build({"model": "/nowhere/nli", "checkpoint": checkpoint})
     with pytest.raises(ConfigError, match="'percentile' or 'even<N>'"):
         build({"model": fixed_nli, "checkpoint": checkpoint, "bins": "odd5"})
 
@@ -187,7 +195,7 @@ def test_a_missing_or_mismatched_checkpoint_says_where_to_get_it(fixed_nli, tmp_
 def test_an_nli_model_needs_the_labels_it_reads(tiny_models, tmp_path):
     checkpoint = random_checkpoint(tmp_path / "e.bin", 23)
     tiny_classifier(tiny_models["causal"], tmp_path / "sentiment", ["NEGATIVE", "POSITIVE"])
-    with pytest.raises(ValueError, match="one entailment label .*NEGATIVE, POSITIVE"):
+    with pytest.raises(ConfigError, match="one entailment label .*NEGATIVE, POSITIVE"):
         build({"model": str(tmp_path / "sentiment"), "checkpoint": checkpoint})
 
 
