@@ -90,6 +90,20 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
                                 f"UTF-8{said}; re-save the file as UTF-8 (e.g. iconv -f {source} -t utf-8)") from None
 
 
+def loads_unique(text: str) -> Any:
+    """``json.loads(text)``, but an object that names one key twice is a ValueError naming the key: JSON keeps the
+    last value without a word."""
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        keys = [key for key, _ in pairs]
+        twice = sorted({key for key in keys if keys.count(key) > 1})
+        if twice:
+            raise ValueError(f"the key {twice[0]!r} is written twice in one object")
+        return dict(pairs)
+
+    return json.loads(text, object_pairs_hook=unique)
+
+
 def read_text(path: str | Path) -> str:
     """A UTF-8 text file's contents (see :func:`iter_lines` for the error on other encodings)."""
     return "".join(line for _, line in iter_lines(path))

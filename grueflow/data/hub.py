@@ -18,7 +18,7 @@ from typing import Any, Optional
 from grueflow.data import DATAPOOLS
 from grueflow.data.sample import Datapool, Sample
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
-from grueflow.io import DataError, MissingDataError, iter_lines, read_text
+from grueflow.io import DataError, MissingDataError, iter_lines, loads_unique, read_text
 
 
 BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -94,16 +94,9 @@ def read_json_rows(path: str) -> Rows:
     equally long columns), each value as the file writes it (:func:`check_text_file` has checked the file). A row
     that names one key twice is a DataError naming the file, the line and the key: JSON keeps the last silently."""
 
-    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        keys = [key for key, _ in pairs]
-        twice = sorted({key for key in keys if keys.count(key) > 1})
-        if twice:
-            raise ValueError(f"the key {twice[0]!r} is written twice in one object")
-        return dict(pairs)
-
     def parse(text: str, where: str) -> Any:
         try:
-            return json.loads(text, object_pairs_hook=unique)
+            return loads_unique(text)
         except ValueError as err:
             raise DataError(f"{path}: {where}: {err}; JSON keeps the last value without a word: keep one") from None
 

@@ -10,7 +10,6 @@ file, the line and the key.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -65,16 +64,20 @@ def parse_row(row: Any, where: str) -> Preference:
 def read_preferences(path: str | Path) -> list[Preference]:
     """Every row of a preference file, validated; raises DataError on the first bad row or repeated id."""
     path = Path(path)
+    if path.is_dir():
+        raise io.DataError(f"preference file {path} is a folder; give the preferences.jsonl in it (build_preferences "
+                           f"and import_human_eval write one)")
     if not path.is_file():
         raise io.MissingDataError(f"preference file {path} does not exist; build one with build_preferences "
-                                  "or import human judgements (grueflow human-eval import)")
+                                  "or import human judgements (stages/import_human_eval.py, or snakemake "
+                                  "results/human_eval_table.csv)")
     rows, seen = [], {}
     for number, line in io.iter_lines(path):
         if not line.strip():
             continue
         where = f"{path}: line {number}"
         try:
-            value = json.loads(line)
+            value = io.loads_unique(line)
         except ValueError as err:
             raise io.DataError(f"{where}: not a JSON object ({err}); each line is one preference") from None
         pref = parse_row(value, where)

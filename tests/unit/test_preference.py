@@ -80,6 +80,8 @@ def test_preferences_round_trip_keeps_extra_keys(tmp_path):
      "line 2: key 'sample_id' must be a non-empty string (the sample the pair judges), got 3"),
     ('["id"]', "line 2: expected a JSON object"),
     ('{"id": "b",', "line 2: not a JSON object"),
+    ('{"id": "b", "prompt": "p", "chosen": "x", "rejected": "y", "chosen": "z"}',  # the last value was kept, silently
+     "line 2: not a JSON object (the key 'chosen' is written twice in one object)"),
 ])
 def test_bad_preference_rows_are_refused_naming_file_line_and_key(tmp_path, line, message):
     path = tmp_path / "prefs.jsonl"
@@ -88,6 +90,14 @@ def test_bad_preference_rows_are_refused_naming_file_line_and_key(tmp_path, line
         read_preferences(path)
     assert str(err.value).startswith(f"{path}: line 2")
     assert message in str(err.value)
+
+
+def test_a_preference_folder_or_missing_file_names_what_to_give(tmp_path):
+    """A folder read "does not exist" and pointed at a `grueflow human-eval import` command there is none of."""
+    with pytest.raises(DataError, match=r"is a folder; give the preferences.jsonl in it"):
+        read_preferences(tmp_path)
+    with pytest.raises(DataError, match=r"does not exist; .*stages/import_human_eval.py"):
+        read_preferences(tmp_path / "none.jsonl")
 
 
 def test_the_reward_model_holds_out_whole_samples_and_one_pair_per_sample_splits_as_pairs(caplog):
