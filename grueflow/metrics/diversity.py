@@ -1,15 +1,35 @@
 """Diversity of the generations (RL4LMs' diversity metrics): distinct-n, unique-n, vocabulary, length,
-MSTTR, n-gram entropy and self-BLEU."""
+MSTTR, n-gram entropy and self-BLEU.
+
+Words are GEM-metrics' ``list_tokenized_lower``, which RL4LMs' ``DiversityMetrics`` (GEM's ``NGramStats`` and
+``MSTTR``) counts: NLTK's ``word_tokenize``, lower-cased, punctuation marks as tokens (:func:`tokens`), so "Dog",
+"dog" and "dog." hold one word type. Self-BLEU scores the texts as sacrebleu tokenizes them (its ``tokenize``).
+"""
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from grueflow.config import MAX_TOKENS, check_size
 from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, SacrebleuTokenizer, mean, nanmean
+
+
+def tokens(texts: Sequence[str]) -> list[list[str]]:
+    """Each text's words as GEM-metrics (and so RL4LMs) counts them: NLTK's ``word_tokenize``, lower-cased
+    (:func:`grueflow.metrics.captioning.nltk_words`)."""
+    split = _word_tokenize()
+    return [[word.lower() for word in split(text)] if text.strip() else [] for text in texts]
+
+
+@functools.lru_cache(maxsize=1)
+def _word_tokenize() -> Callable[[str], list[str]]:
+    from grueflow.metrics.captioning import nltk_words
+
+    return nltk_words()
 
 
 def ngrams(words: Sequence[str], n: int) -> list[tuple[str, ...]]:
@@ -38,7 +58,7 @@ class Diversity(Metric):
     def build(cls, args: Any, context: MetricContext) -> MetricFn:
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
-            words = [g.split() for g in generations]
+            words = tokens(generations)
             lengths = [float(len(w)) for w in words]
             repetition = [1.0 - distinct([w], 1) if w else 0.0 for w in words]
             corpus = {
@@ -73,10 +93,11 @@ class Msttr(Metric):
     def build(cls, args: "Msttr.Args", context: MetricContext) -> MetricFn:
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
-            words = [w for g in generations for w in g.split()]
+            texts = tokens(generations)
+            words = [w for text in texts for w in text]
             segments = [words[i:i + args.window] for i in range(0, len(words) - args.window + 1, args.window)]
             corpus = mean([len(set(s)) / len(s) for s in segments])
-            per_sample = [len(set(g.split())) / len(g.split()) if g.split() else float("nan") for g in generations]
+            per_sample = [len(set(text)) / len(text) if text else float("nan") for text in texts]
             return MetricResult({cls.key(): per_sample}, {cls.key(): corpus})
 
         return compute
@@ -107,7 +128,7 @@ class NgramEntropy(Metric):
     def build(cls, args: "NgramEntropy.Args", context: MetricContext) -> MetricFn:
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
-            words = [g.split() for g in generations]
+            words = tokens(generations)
             per_sample = [entropy(ngrams(w, args.n)) for w in words]
             corpus = entropy([g for w in words for g in ngrams(w, args.n)])
             return MetricResult({cls.key(): per_sample}, {cls.key(): corpus})

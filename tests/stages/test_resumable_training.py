@@ -15,7 +15,7 @@ from tests.stages.test_stages import TASK, complete_checkpoints, kill_at_first_c
 
 @pytest.fixture(scope="module")
 def inputs(tmp_path_factory) -> Path:
-    """Datapool, base model and metric preferences (12 pairs) of the micro sentiment task."""
+    """Datapool, base model and metric preferences (14 pairs) of the micro sentiment task."""
     out = tmp_path_factory.mktemp("preference_inputs")
     run(stage("prepare_datapool", "--task-file", TASK, "--out", out / "datapool"), ROOT)
     run(stage("base_model", "--task-file", TASK, "--datapool", out / "datapool", "--out", out / "base_model"), ROOT)
@@ -53,7 +53,7 @@ def assert_same_files(out: Path, straight: Path, names: tuple[str, ...]) -> None
 
 
 def test_a_killed_dpo_run_resumes_mid_epoch_and_matches_an_uninterrupted_one(inputs, tmp_path):
-    method = tmp_path / "dpo.yaml"  # 12 pairs in batches of 2: 6 steps an epoch, 18 in all
+    method = tmp_path / "dpo.yaml"  # 14 pairs in batches of 2: 7 steps an epoch, 21 in all
     method.write_text("loss_type: sigmoid\nbeta: 0.1\nlearning_rate: 0.001\nepochs: 3\nbatch_size: 2\n")
     run(dpo(inputs, method, tmp_path / "straight"), ROOT)  # checkpoints after each epoch only (the default)
 
@@ -61,12 +61,13 @@ def test_a_killed_dpo_run_resumes_mid_epoch_and_matches_an_uninterrupted_one(inp
     log = kill_and_resume(dpo(inputs, method, out, "--checkpoint-every", "1"), Path(f"{out}.resume"), out)
     assert re.search(r"resumed from \S+/step(\d+) at step \1 \(\1 curve rows done\)", log), log  # a row a step
     assert_same_files(out, tmp_path / "straight", ("model/model.safetensors", "curves.csv", "train_metrics.json"))
-    assert len((out / "curves.csv").read_text().splitlines()) == 19  # header + 18 steps
+    pairs = len((inputs / "preferences" / "preferences.jsonl").read_text().splitlines())
+    assert len((out / "curves.csv").read_text().splitlines()) == 1 + 3 * -(-pairs // 2)  # header + every step
     assert not Path(f"{out}.resume").exists()  # removed once the stage finished
 
 
 def test_a_killed_reward_model_resumes_from_its_last_epoch_and_matches_an_uninterrupted_one(inputs, tmp_path):
-    method = tmp_path / "reward_model.yaml"  # 10 training pairs in batches of 2: 5 steps an epoch, with dropout
+    method = tmp_path / "reward_model.yaml"  # the training pairs in batches of 2, with dropout
     method.write_text("epochs: 4\nbatch_size: 2\nmax_length: 32\nlearning_rate: 0.001\n")
     run(reward_model(inputs, method, tmp_path / "straight"), ROOT)
 

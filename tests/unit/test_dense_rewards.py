@@ -7,6 +7,7 @@ import torch
 from grueflow.config import GenerationConfig, RewardConfig
 from grueflow.data import DATAPOOLS
 from grueflow.metrics import TOKENS_KEY, MetricContext
+from grueflow.metrics.diversity import tokens
 from grueflow.metrics.reward import Reward
 from grueflow.models import load_pretrained
 from grueflow.models.policy import Policy
@@ -45,7 +46,7 @@ def test_dense_rewards_reach_gae_exactly(tiny_models):
                         samples, GenerationConfig(max_new_tokens=6, min_new_tokens=2), seed=0)
     rollout = trainer.collect()
     mask, lengths = rollout.mask, rollout.mask.sum(1).long()
-    words = [len(text.split()) for text in trainer.last_batch["generations"]]
+    words = [len(w) for w in tokens(trainer.last_batch["generations"])]  # the diversity metric's words
     expected = torch.zeros_like(rollout.rewards)
     for row, (n, w) in enumerate(zip(lengths.tolist(), words)):
         expected[row, :n] = -0.5
