@@ -15,7 +15,7 @@ from grueflow.models.lora import merged, with_lora
 from grueflow.models.policy import Policy
 from grueflow.params import load_section
 from grueflow.preference.config import DPOConfig
-from grueflow.preference.data import read_preferences
+from grueflow.preference.data import read_preferences, warn_test_pairs
 from grueflow.preference.dpo import CHECKPOINT_UNIT, DPOTrainer, NonFiniteLossError
 from grueflow.training import TrainingRun, add_arguments
 
@@ -43,6 +43,7 @@ def main() -> None:
     check_context(args.init_model, lengths.prompt, lengths.target, str(args.task_file), ("lengths.prompt", "lengths.target"))
     run = TrainingRun.start("dpo", args, started, args.seed)
     prefs = read_preferences(args.preferences)
+    warn_test_pairs(prefs, args.preferences, "dpo")
     backend = select(run.execution)
     model, tokenizer = load_pretrained(args.init_model, backend=backend)
     # LoRA: the reference is the adapter-free base

@@ -13,7 +13,7 @@ from grueflow.io import MODEL_DIR, fingerprint, write_csv, write_json
 from grueflow.models import position_limit
 from grueflow.params import load_section
 from grueflow.preference.config import RewardModelConfig
-from grueflow.preference.data import read_preferences
+from grueflow.preference.data import read_preferences, warn_test_pairs
 from grueflow.preference.reward_model import RewardModelTrainer, load_backbone, save_reward_model
 from grueflow.checkpoints import NonFiniteLossError
 from grueflow.training import TrainingRun, add_arguments
@@ -38,6 +38,7 @@ def main() -> None:
                           f"backbone {args.backbone} (its {limit[1]}); lower it to at most {limit[0]}")
     run = TrainingRun.start("train_reward_model", args, started, cfg.seed)
     prefs = read_preferences(args.preferences)
+    warn_test_pairs(prefs, args.preferences, "train_reward_model")
     model, tokenizer = load_backbone(args.backbone, run.execution)
     trainer = RewardModelTrainer(model, tokenizer, prefs, cfg, run.execution)
     key = run_key("train_reward_model", to_dict(cfg), fingerprint(args.backbone), fingerprint(args.preferences),

@@ -10,11 +10,14 @@ file, the line and the key.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 from grueflow import io
+
+log = logging.getLogger(__name__)
 
 REQUIRED = ("id", "prompt", "chosen", "rejected")
 PREFERENCES_FILE = "preferences.jsonl"
@@ -88,6 +91,18 @@ def read_preferences(path: str | Path) -> list[Preference]:
     if not rows:
         raise io.DataError(f"{path}: no preference rows; a preference set needs at least one pair")
     return rows
+
+
+def warn_test_pairs(prefs: list[Preference], path: str | Path, stage: str) -> int:
+    """How many of ``prefs`` judge a test-split sample (a ``sample_id`` of the datapool's ``test-<k>`` form: the
+    human batches are exported from evaluate's test predictions), with a WARNING when any do: a model trained on
+    them has seen test prompts that its GRUE table row scores again."""
+    tested = sum(p.sample_id.startswith("test-") for p in prefs)
+    if tested:
+        log.warning("%s: %d of %d preference pairs in %s judge test-split samples (sample_id test-<k>, as human "
+                    "batches exported from evaluate are): the model trained on them has seen those test prompts, "
+                    "and its GRUE table rows score them again", stage, tested, len(prefs), path)
+    return tested
 
 
 def write_preferences(path: str | Path, prefs: Iterable[Preference]) -> None:

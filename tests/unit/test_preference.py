@@ -92,6 +92,24 @@ def test_bad_preference_rows_are_refused_naming_file_line_and_key(tmp_path, line
     assert message in str(err.value)
 
 
+def test_pairs_judging_test_samples_are_counted_and_warned(caplog):
+    """Human batches come from test-split predictions: DPO and the reward model trained on them learnt from the test
+    prompts their table rows score, and nothing said so."""
+    from grueflow.preference.data import warn_test_pairs
+
+    prefs = [Preference(f"p{i}", "q", "x", "y", {"sample_id": f"{split}-{i}"})
+             for i, split in enumerate(["test", "test", "train"])] + [Preference("train-9", "q", "x", "y")]
+    with caplog.at_level("WARNING", logger="grueflow.preference.data"):
+        assert warn_test_pairs(prefs, "h.jsonl", "dpo") == 2
+    assert caplog.messages == ["dpo: 2 of 4 preference pairs in h.jsonl judge test-split samples (sample_id "
+                               "test-<k>, as human batches exported from evaluate are): the model trained on them "
+                               "has seen those test prompts, and its GRUE table rows score them again"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="grueflow.preference.data"):
+        assert warn_test_pairs(prefs[2:], "b.jsonl", "dpo") == 0
+    assert caplog.messages == []
+
+
 def test_a_preference_folder_or_missing_file_names_what_to_give(tmp_path):
     """A folder read "does not exist" and pointed at a `grueflow human-eval import` command there is none of."""
     with pytest.raises(DataError, match=r"is a folder; give the preferences.jsonl in it"):
