@@ -144,6 +144,16 @@ def check_out(out: Path, args: argparse.Namespace, stage: Optional[str]) -> None
                           f"it if it is not needed")
 
 
+def check_file_out(flag: str, path: Path) -> None:
+    """A file output (``--out-csv`` ...) must not lie inside another stage's output folder (a folder above it holds
+    a :data:`grueflow.io.STAGE_RECORD`): writing it would change, or replace, a file of that output behind its
+    manifest. A :class:`ConfigError` naming the folder otherwise, before any work."""
+    for folder in Path(os.path.realpath(path)).parents:
+        if (folder / io.STAGE_RECORD).is_file():
+            raise ConfigError(f"{flag} {path} lies inside {folder}, the output folder of stage "
+                              f"{_writer(folder) or 'unknown'}; give a path outside every stage's output")
+
+
 def check_writable(flag: str, path: Path) -> None:
     """``path`` (a folder a stage writes, given as ``flag``) is made, or replaced, inside its parent: that parent,
     or where it does not exist yet the nearest folder above it that does, must be a folder this process can write

@@ -46,6 +46,8 @@ def main() -> None:
             if path.resolve() == other_path.resolve():
                 p.error(f"{other} and {flag} are one file, {path}: each output needs its own path")
     stage.setup(args)
+    for flag, path in outs:
+        stage.check_file_out(flag, path)
     if args.suite:
         suite = parse(SuiteConfig, read_yaml(args.suite), f"{args.suite}:")
     elif args.tasks and args.seeds:

@@ -13,7 +13,8 @@ from grueflow.io import DataError, check_stage_output, read_json, write_csv, wri
 
 def check_outputs(out_csv: Path, out_md: Path, imports: list[Path]) -> None:
     """The two outputs must be two files, neither of them an import folder nor inside one (the table would
-    overwrite what it reads): a :class:`ConfigError` naming the path otherwise, before any work."""
+    overwrite what it reads) nor inside another stage's output (:func:`grueflow.stage.check_file_out`): a
+    :class:`ConfigError` naming the path otherwise, before any work."""
     if out_csv.resolve() == out_md.resolve():
         raise ConfigError(f"--out-csv and --out-md are both {out_csv}; the Markdown would replace the CSV: give two "
                           f"different paths")
@@ -22,6 +23,7 @@ def check_outputs(out_csv: Path, out_md: Path, imports: list[Path]) -> None:
         if inside is not None:
             raise ConfigError(f"{flag} {out} lies inside the --imports folder {inside}, whose files the table reads: "
                               f"write it outside every import folder")
+        stage.check_file_out(flag, out)
         if out.is_dir():
             raise ConfigError(f"{flag} {out} is a folder; give the path of the file to write")
 

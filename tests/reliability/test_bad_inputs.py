@@ -1,7 +1,7 @@
 """A catalogue of bad inputs (issue 9): each fails before any model loads or trains, with one line that
 names the file, the key (or line), the value given and what is allowed.
 
-Categories (351 cases in all, as collected; grown over eleven hostile passes):
+Categories (352 cases in all, as collected; grown over eleven hostile passes):
 
 - params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``): unknown keys, wrong types,
   out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline
@@ -2202,3 +2202,17 @@ def test_a_data_folder_with_a_mixed_type_column_is_refused_naming_it(tmp_path: P
     with pytest.raises(DataError, match=r"column 'a' mixes types from row to row .* give the files as data_files "
                                         r"\(.jsonl is read as written\)"):
         custom_pool({}, path=str(folder), fields={"prompt": "q", "references": "a"})
+
+
+def test_aggregate_writing_into_a_stage_output_folder_exits_2_before_reading(tmp_path: Path, call_stage):
+    """--out-csv inside an evaluate folder replaced its metrics.json with the table, exit 0."""
+    evaluated = tmp_path / "results" / "eval" / "sentiment" / "ppo" / "seed0"
+    evaluated.mkdir(parents=True)
+    (evaluated / "stage.json").write_text(json.dumps({"stage": "evaluate"}))
+    (evaluated / "metrics.json").write_text("{}")
+    result = call_stage("aggregate", "--eval-dir", tmp_path / "results" / "eval", "--suite", MICRO / "suite.yaml",
+                        "--out-csv", evaluated / "metrics.json", "--out-md", tmp_path / "t.md",
+                        "--out-json", tmp_path / "t.json")
+    assert_fails_in_one_line(result, f"error: --out-csv {evaluated / 'metrics.json'} lies inside {evaluated}, the "
+                                     f"output folder of stage evaluate; give a path outside every stage's output")
+    assert (evaluated / "metrics.json").read_text() == "{}"
