@@ -293,6 +293,13 @@ def main_guard(run: Any) -> None:
         print(f"error: the disk is full (torch: {str(err).splitlines()[0]}); completed checkpoints stay in the "
               f"resume folder: free space and rerun the same command", file=sys.stderr)
         raise SystemExit(2) from None
+    except Exception as err:  # safetensors' SafetensorError (an Exception) reports a full disk as "os error 28"
+        if type(err).__name__ != "SafetensorError" or "os error 28" not in str(err):
+            raise
+        print(f"error: the disk is full (safetensors: {str(err).splitlines()[0]}); nothing half-written is kept as a "
+              f"result and completed checkpoints stay in the resume folder: free space and rerun the same command",
+              file=sys.stderr)
+        raise SystemExit(2) from None
     except KeyboardInterrupt:
         print("interrupted: the output folder was not written; completed checkpoints stay in the resume folder "
               "(<out>.resume), so rerunning the same command resumes from the newest", file=sys.stderr)

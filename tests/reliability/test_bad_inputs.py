@@ -1,7 +1,7 @@
 """A catalogue of bad inputs (issue 9): each fails before any model loads or trains, with one line that
 names the file, the key (or line), the value given and what is allowed.
 
-Categories (352 cases in all, as collected; grown over eleven hostile passes):
+Categories (353 cases in all, as collected; grown over eleven hostile passes):
 
 - params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``): unknown keys, wrong types,
   out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline
@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import pytest
+from safetensors import SafetensorError
 import yaml
 
 from grueflow.config import ConfigError, ModelConfig, SupervisedConfig, read_yaml
@@ -1070,7 +1071,10 @@ def test_the_imdb_loader_on_files_with_other_columns_names_them_and_the_custom_d
      "error: the disk is full (results/eval/x/metrics.json); nothing half-written is kept"),
     (KeyboardInterrupt(), 130, "interrupted: the output folder was not written; completed checkpoints stay in the "
                                "resume folder (<out>.resume), so rerunning the same command resumes"),
-], ids=["disk-full", "ctrl-c"])
+    (SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"), 2,
+     "error: the disk is full (safetensors: Error while serializing: I/O error: No space left on device (os error 28)"
+     "); nothing half-written is kept"),  # saving weights: a 40-line SafetensorError traceback
+], ids=["disk-full", "ctrl-c", "disk-full-saving-weights"])
 def test_a_full_disk_or_ctrl_c_in_a_stage_ends_in_one_line(capsys, fault: BaseException, code: int, expect: str):
     from grueflow.stage import main_guard
 
