@@ -60,6 +60,7 @@ class Diversity(Metric):
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
             words = tokens(generations)
             lengths = [float(len(w)) for w in words]
+            # an empty generation repeats nothing (0): its emptiness shows in length, not here
             repetition = [1.0 - distinct([w], 1) if w else 0.0 for w in words]
             corpus = {
                 cls.key("distinct_1"): distinct(words, 1),
@@ -139,6 +140,12 @@ class NgramEntropy(Metric):
 @METRICS.register("self_bleu", "self-BLEU (Zhu et al. 2018): BLEU of each generation against the others, in [0, 100]; "
                                "lower is more diverse")
 class SelfBleu(Metric):
+    """Each generation's sacrebleu sentence BLEU (its ``tokenize``, case kept, effective order, exponential
+    smoothing) against all the others as references; the corpus score is their mean. Texygen's self-BLEU (Zhu et al.
+    2018) is NLTK's 4-gram sentence BLEU with smoothing method 1 instead, and comes out lower (9.9 against 15.7 on
+    100 CommonGen scenes): compare self-BLEU across runs of one recipe. The cost grows as the square of the
+    samples."""
+
     category = "diversity"
     scores = ("self_bleu",)
 
