@@ -84,9 +84,9 @@ class DPOConfig:
     (IPO, Azar et al. 2023), with each completion's log-ratio averaged over its tokens (``ipo_margin: token_mean``,
     the default: TRL's IPO, which its authors confirmed, so a TRL ``beta`` means the same here) or summed over
     them (``sum``: the paper's eq. 17 over sequence log-probs, whose target ``1/(2β)`` is then for the whole
-    completion); ``ipo_margin`` is read with ``ipo`` only. ``epochs`` passes over the pairs in batches of ``batch_size`` pairs,
-    AdamW at ``learning_rate``. With ``lora`` only adapters train and the reference is the start
-    model with its adapter disabled (no second copy).
+    completion); ``ipo_margin`` is read with ``ipo`` only. ``epochs`` passes over the pairs in batches of
+    ``batch_size`` pairs, AdamW at ``learning_rate``. With ``lora`` only adapters train and the reference is the
+    start model with its adapter disabled (no second copy).
 
     ``beta`` is bounded by the loss it enters, both bounds far outside the published ranges (DPO 0.01-0.5,
     Rafailov et al. 2023; IPO's τ 0.01-1, Azar et al. 2023; TRL's default 0.1):
