@@ -6,7 +6,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's grueflow, never another's install
 
 from grueflow import grue, plots, report, stage
-from grueflow.config import SuiteConfig, read_yaml
+from grueflow.config import ConfigError, SuiteConfig, read_yaml
 from grueflow.io import write_text
 from grueflow.params import parse
 
@@ -48,6 +48,12 @@ def main() -> None:
     stage.setup(args)
     for flag, path in outs:
         stage.check_file_out(flag, path)
+        read = [(name, given) for name, given in (("--suite", args.suite), ("--eval-dir", args.eval_dir))
+                if given is not None and (path.resolve() == given.resolve() or path.resolve().is_relative_to(
+                    given.resolve()))]
+        if read:
+            raise ConfigError(f"{flag} {path} is, or lies inside, the input {read[0][0]} {read[0][1]}, which the table "
+                              f"reads: give a path apart from the inputs")
     if args.suite:
         suite = parse(SuiteConfig, read_yaml(args.suite), f"{args.suite}:")
     elif args.tasks and args.seeds:

@@ -2220,3 +2220,10 @@ def test_aggregate_writing_into_a_stage_output_folder_exits_2_before_reading(tmp
     assert_fails_in_one_line(result, f"error: --out-csv {evaluated / 'metrics.json'} lies inside {evaluated}, the "
                                      f"output folder of stage evaluate; give a path outside every stage's output")
     assert (evaluated / "metrics.json").read_text() == "{}"
+    suite = tmp_path / "suite.yaml"  # the suite it had just read was replaced by the Markdown table, exit 0
+    shutil.copyfile(MICRO / "suite.yaml", suite)
+    result = call_stage("aggregate", "--eval-dir", tmp_path / "results" / "eval", "--suite", suite,
+                        "--out-csv", tmp_path / "t.csv", "--out-md", suite, "--out-json", tmp_path / "t.json")
+    assert_fails_in_one_line(result, f"error: --out-md {suite} is, or lies inside, the input --suite {suite}, which "
+                                     f"the table reads: give a path apart from the inputs")
+    assert suite.read_text() == (MICRO / "suite.yaml").read_text()
