@@ -77,12 +77,20 @@ def inflections(lemma: str) -> frozenset[str]:
 
 
 def coverage(generation: str, concepts: Sequence[str]) -> float:
-    """Fraction of ``concepts`` that are among ``generation``'s :func:`split_words` in some inflected form.
-    Range [0, 1]."""
+    """Fraction of ``concepts`` that are among ``generation``'s :func:`split_words` in some inflected form; a
+    concept of several words ("ice cream", "t-shirt") counts when its words follow one another in the generation,
+    the last one in some inflected form. Range [0, 1]."""
     if not concepts:
         raise ValueError("concept coverage needs meta['concepts'] to be a non-empty list")
-    words = set(split_words(generation))
-    return sum(bool(words & inflections(c.lower())) for c in concepts) / len(concepts)
+    words = split_words(generation)
+
+    def used(concept: str) -> bool:
+        *head, last = split_words(concept) or [concept.lower()]
+        forms = inflections(last)
+        return any(words[i:i + len(head)] == head and words[i + len(head)] in forms
+                   for i in range(len(words) - len(head)))
+
+    return sum(used(c) for c in concepts) / len(concepts)
 
 
 def sample_concepts(meta: Sequence[dict[str, Any]]) -> list[Sequence[str]]:

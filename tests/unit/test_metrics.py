@@ -44,6 +44,9 @@ def test_concept_coverage_meets_irregular_and_spelling_changed_forms():
     assert coverage("two feet and teeth", ["foot", "tooth"]) == 1.0
     assert coverage("she throws frisbees", ["throw", "frisbee"]) == 1.0  # a lemma outside the lexicon: its rules
     assert coverage("a card on the table", ["car"]) == 0.0  # lemma + d is no form of every lemma
+    # a concept of several words: its words in a row, the last inflected (they scored 0, even word for word)
+    assert coverage("I ate ice creams in a red t-shirt", ["ice cream", "t-shirt", "eat"]) == 1.0
+    assert coverage("the cream was ice cold", ["ice cream"]) == 0.0
 
 
 def test_concept_coverage_of_commongens_own_scenes_is_near_1():
