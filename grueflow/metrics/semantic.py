@@ -100,8 +100,8 @@ class BertScore(Metric):
             per_sample = {cls.key(s): [0.0 if rs else float("nan") for rs in references] for s in cls.scores}
             kept = [i for i, rs in enumerate(refs) if rs and generations[i].strip()]
             if kept:
-                if args.idf:  # bert-score asserts that its IDF weights were computed first
-                    scorer.compute_idf([r for i in kept for r in refs[i]])
+                if args.idf:  # bert-score asserts that its IDF weights were computed first: over every reference
+                    scorer.compute_idf([r for rs in refs for r in rs])
                 precision, recall, f1 = scorer.score([generations[i] for i in kept], [refs[i] for i in kept])
                 for j, i in enumerate(kept):
                     for s, values in zip(cls.scores, (f1, precision, recall)):

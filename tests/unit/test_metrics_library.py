@@ -170,6 +170,9 @@ def test_bert_score_idf_weighs_tokens_by_the_batchs_references_as_bert_score_doe
     assert result.per_sample["semantic/bert_score_recall"] == pytest.approx(recall.tolist(), abs=1e-5)
     assert result.per_sample["semantic/bert_score"] != pytest.approx(
         compute("bert_score", generations, references).per_sample["semantic/bert_score"], abs=1e-4)
+    # the IDF counts every sample's references, an empty generation's too, as bert_score.score does
+    emptied = compute("bert_score", ["", *generations[1:]], references, idf=True)
+    assert emptied.per_sample["semantic/bert_score"][1:] == pytest.approx(f1.tolist()[1:], abs=1e-5)
 
 
 def test_vader_on_dailydialog_and_unicode():
