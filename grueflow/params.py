@@ -372,11 +372,18 @@ def method_task_sections(task_file: str | Path, method: Optional[str], start: st
 
 def check_for_dvc(suite: SuiteConfig, where: str) -> None:
     """The suite keys ``dvc.yaml`` cannot honour: its grid runs RL (and DPO) from both starts, so a suite that
-    keeps one (``rl_starts``) is refused under DVC rather than run differently from Snakemake; its stages read
+    keeps one (``rl_starts``) is refused under DVC rather than run differently from Snakemake, as are
+    ``preference_files`` (its ``build_preferences`` stages write every task's preferences); its stages read
     ``params/``, so another ``params_dir`` is refused too."""
     if set(suite.rl_starts) != {"zero_shot", "supervised"}:
         raise ConfigError(f"{where}: rl_starts {list(suite.rl_starts)}: dvc.yaml runs RL from both starts; remove "
                           f"rl_starts (or list both), or run this suite with snakemake, which honours it")
+    if suite.preference_files:
+        raise ConfigError(f"{where}: preference_files {dict(suite.preference_files)}: dvc.yaml builds every task's "
+                          f"preferences with build_preferences, and dvc repro restores that output over a file put "
+                          f"there; remove preference_files and train on the file with the CLIs "
+                          f"(stages/train_reward_model.py, stages/dpo.py --preferences PATH), or run this suite with "
+                          f"snakemake, which honours preference_files")
     if Path(suite.params_dir) != Path("params"):
         raise ConfigError(f"{where}: params_dir {suite.params_dir!r}: dvc.yaml's stages read params/tasks/ and "
                           f"params/methods/; copy that folder's tasks/ and methods/ there (and the suite to "
