@@ -159,9 +159,11 @@ class LearnedClassifier(Metric):
     def build(cls, args: "LearnedClassifier.Args", context: MetricContext) -> MetricFn:
         from grueflow.classifier import encode_ids, needs_eos, position_limit, read_format
 
-        check_local_model(args.model, "learned_classifier")
-        trained = read_format(args.model) if Path(args.model).is_dir() else None
-        classify = load_classifier(args.model, DEFAULT_CLASSIFIER_TOKENS, args.batch_size, context.execution)
+        model = os.path.expanduser(args.model)
+        check_local_model(model, "learned_classifier")
+        trained = read_format(model) if Path(model).is_dir() else None
+        classify = load_classifier(model, DEFAULT_CLASSIFIER_TOKENS, args.batch_size, context.execution,
+                                   "learned_classifier")
         try:
             index = classify.label_index(args.label)
         except ValueError as err:  # a params mistake: one line from the stage, not a traceback
@@ -218,7 +220,7 @@ def check_local_model(name: str, metric: str) -> None:
     with ``./``, ``../`` or ``~``, or holding more than one ``/`` (a hub id is ``name`` or ``org/name``), so it
     cannot be a hub id either, and reporting the hub as offline would hide the wrong path."""
     looks_local = name.startswith(("/", "./", "../", "~")) or name.count("/") > 1
-    if looks_local and not Path(name).exists():
+    if looks_local and not Path(name).expanduser().exists():
         raise MissingDataError(f"{metric}: model {name!r} does not exist (relative paths are read from "
                                f"{os.getcwd()}) and is a path, not a hub id ('name' or 'org/name'); fix args.model, "
                                f"or run the stage that writes it first (train_classifier writes "
@@ -297,6 +299,7 @@ def load_classifier(name: str, max_length: int, batch_size: int, execution: Opti
     from grueflow.device import or_cpu
 
     execution = or_cpu(execution)
+    name = os.path.expanduser(name)  # ~/model: from_pretrained takes the path as written
     check_local_model(name, metric)
     folder = Path(name)
     if folder.is_dir() and not (folder / "config.json").is_file() and (folder / MODEL_DIR / "config.json").is_file():

@@ -258,6 +258,15 @@ def test_learned_classifier_scores_a_label_of_a_local_model(tiny_models, tmp_pat
         compute("learned_classifier", texts, [[], []], model=str(tmp_path), label="positive")
 
 
+def test_a_classifier_under_the_home_folder_is_found_as_written(tiny_models, tmp_path, monkeypatch):
+    """model: ~/cls was reported missing though it existed (the ~ was never expanded)."""
+    tiny_classifier(tiny_models["causal"], tmp_path / "cls", ["NEGATIVE", "POSITIVE"])
+    monkeypatch.setenv("HOME", str(tmp_path))
+    texts = ["the acting was great .", "dull film"]
+    home = compute("learned_classifier", texts, [[], []], model="~/cls", label="POSITIVE").per_sample
+    assert home == compute("learned_classifier", texts, [[], []], model=str(tmp_path / "cls"), label="POSITIVE").per_sample
+
+
 def test_intent_accuracy_on_dailydialog_acts(tiny_models, tmp_path):
     acts = ["inform", "question", "directive", "commissive"]  # DailyDialog's act ids 1..4
     probs = tiny_classifier(tiny_models["causal"], tmp_path, acts)
