@@ -95,11 +95,12 @@ def loads_unique(text: str) -> Any:
     last value without a word."""
 
     def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        keys = [key for key, _ in pairs]
-        twice = sorted({key for key in keys if keys.count(key) > 1})
-        if twice:
-            raise ValueError(f"the key {twice[0]!r} is written twice in one object")
-        return dict(pairs)
+        row = dict(pairs)
+        if len(row) < len(pairs):  # the first key written twice
+            keys = [key for key, _ in pairs]
+            twice = next(key for i, key in enumerate(keys) if key in keys[:i])
+            raise ValueError(f"the key {twice!r} is written twice in one object")
+        return row
 
     return json.loads(text, object_pairs_hook=unique)
 

@@ -88,12 +88,11 @@ def write_datapool(pool: Datapool, out_dir: str | Path) -> dict[str, Any]:
         io.write_jsonl(out_dir / f"{split}.jsonl", (s.to_json() for s in pool.splits[split]))
     io.write_text(out_dir / UNLABELLED, "\n".join(pool.unlabelled) + "\n")
     overlap = {prompt_key(s.prompt) for s in pool.splits["train"]} & {prompt_key(s.prompt) for s in pool.splits["test"]}
-    if overlap:
-        seen = sum(prompt_key(s.prompt) in overlap for s in pool.splits["test"])
+    leaked = [s.prompt for s in pool.splits["test"] if prompt_key(s.prompt) in overlap]
+    if leaked:
         log.warning("%d of %d test samples have a prompt that is also a train prompt (%d distinct, e.g. %r): their "
-                    "scores may reflect what the model memorised (stats.json: train_test_prompt_overlap)", seen,
-                    len(pool.splits["test"]), len(overlap), next(s.prompt for s in pool.splits["test"]
-                                                                 if prompt_key(s.prompt) in overlap)[:80])
+                    "scores may reflect what the model memorised (stats.json: train_test_prompt_overlap)",
+                    len(leaked), len(pool.splits["test"]), len(overlap), leaked[0][:80])
     stats: dict[str, Any] = {"unlabelled_lines": len(pool.unlabelled), "train_test_prompt_overlap": len(overlap),
                              **pool.stats}
     for split in SPLITS:
