@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from safetensors import SafetensorError
 from tqdm import tqdm
 
 from grueflow import io
@@ -293,8 +294,8 @@ def main_guard(run: Any) -> None:
         print(f"error: the disk is full (torch: {str(err).splitlines()[0]}); completed checkpoints stay in the "
               f"resume folder: free space and rerun the same command", file=sys.stderr)
         raise SystemExit(2) from None
-    except Exception as err:  # safetensors' SafetensorError (an Exception) reports a full disk as "os error 28"
-        if type(err).__name__ != "SafetensorError" or "os error 28" not in str(err):
+    except SafetensorError as err:  # safetensors reports a full disk as "os error 28", no OSError
+        if "os error 28" not in str(err):
             raise
         print(f"error: the disk is full (safetensors: {str(err).splitlines()[0]}); nothing half-written is kept as a "
               f"result and completed checkpoints stay in the resume folder: free space and rerun the same command",
