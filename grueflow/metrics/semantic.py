@@ -160,7 +160,6 @@ class LearnedClassifier(Metric):
         from grueflow.classifier import encode_ids, needs_eos, position_limit, read_format
 
         model = os.path.expanduser(args.model)
-        check_local_model(model, "learned_classifier")
         trained = read_format(model) if Path(model).is_dir() else None
         classify = load_classifier(model, DEFAULT_CLASSIFIER_TOKENS, args.batch_size, context.execution,
                                    "learned_classifier")
@@ -189,6 +188,12 @@ MIN_CLASSIFIER_TOKENS = 8  # the least max_length a learned classifier scores wi
 DEFAULT_CLASSIFIER_TOKENS = 512  # learned_classifier's max_length for a model without classifier.json (RL4LMs')
 
 
+def default_classifier_tokens(limit: Optional[tuple[int, str]]) -> int:
+    """A classifier's max_length when none is given: RL4LMs' 512, or the model's positions (``limit``,
+    :func:`grueflow.models.position_limit`) when fewer."""
+    return min(DEFAULT_CLASSIFIER_TOKENS, limit[0]) if limit else DEFAULT_CLASSIFIER_TOKENS
+
+
 def scoring_cut(args: LearnedClassifier.Args, trained: Optional["TextCut"], limit: Optional[tuple[int, str]]
                 ) -> "TextCut":
     """How ``learned_classifier`` cuts a text: the trained cut (``classifier.json``; None without one) with the
@@ -199,7 +204,7 @@ def scoring_cut(args: LearnedClassifier.Args, trained: Optional["TextCut"], limi
     from grueflow.classifier import TextCut
     from grueflow.config import ClassifierConfig
 
-    default = min(DEFAULT_CLASSIFIER_TOKENS, limit[0]) if limit else DEFAULT_CLASSIFIER_TOKENS
+    default = default_classifier_tokens(limit)
     base = trained or TextCut(default, None, ClassifierConfig.head_fraction)
     given = {k: v for k, v in (("max_length", args.max_length), ("truncation", args.truncation)) if v is not None}
     differ = {k: v for k, v in given.items() if trained is not None and getattr(trained, k) != v}
@@ -360,7 +365,7 @@ class IntentAccuracy(Metric):
                                    "intent_accuracy")
         limit = position_limit(classify.model.config)
         if args.max_length is None:
-            classify.max_length = min(DEFAULT_CLASSIFIER_TOKENS, limit[0]) if limit else DEFAULT_CLASSIFIER_TOKENS
+            classify.max_length = default_classifier_tokens(limit)
         elif limit is not None and args.max_length > limit[0]:
             raise ConfigError(f"intent_accuracy: max_length {args.max_length} is above the {limit[0]} positions of "
                               f"{args.model} (its {limit[1]}); set args.max_length to at most {limit[0]}")
