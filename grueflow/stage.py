@@ -282,22 +282,24 @@ def main_guard(run: Any) -> None:
         print(f"error: {_path_problem(err)}", file=sys.stderr)
         raise SystemExit(2) from None
     except OSError as err:
-        if err.errno != errno.ENOSPC:
+        if err.errno not in FULL_DISK_ERRNOS:
             raise
-        print(f"error: the disk is full ({err.filename or err.strerror}); nothing half-written is kept as a result "
+        cause = "the disk is full" if err.errno == errno.ENOSPC else f"no room to write ({err.strerror})"
+        print(f"error: {cause} ({err.filename or err.strerror}); nothing half-written is kept as a result "
               f"and completed checkpoints stay in the resume folder: free space and rerun the same command",
               file=sys.stderr)
         raise SystemExit(2) from None
-    except RuntimeError as err:  # torch.save reports a full disk as a RuntimeError
-        if "write failed" not in str(err) or not _disk_nearly_full():
+    except RuntimeError as err:  # torch.save reports a full disk as a RuntimeError, never an OSError
+        if not any(marker in str(err) for marker in TORCH_WRITE_FAILURES) or not _a_disk_nearly_full():
             raise
         print(f"error: the disk is full (torch: {str(err).splitlines()[0]}); completed checkpoints stay in the "
               f"resume folder: free space and rerun the same command", file=sys.stderr)
         raise SystemExit(2) from None
-    except SafetensorError as err:  # safetensors reports a full disk as "os error 28", no OSError
-        if "os error 28" not in str(err):
+    except SafetensorError as err:  # safetensors reports a full disk as "os error 28" (or 122, 27), no OSError
+        if not any(f"(os error {code})" in str(err) for code in FULL_DISK_ERRNOS):
             raise
-        print(f"error: the disk is full (safetensors: {str(err).splitlines()[0]}); nothing half-written is kept as a "
+        cause = "the disk is full" if f"(os error {errno.ENOSPC})" in str(err) else "no room to write"
+        print(f"error: {cause} (safetensors: {str(err).splitlines()[0]}); nothing half-written is kept as a "
               f"result and completed checkpoints stay in the resume folder: free space and rerun the same command",
               file=sys.stderr)
         raise SystemExit(2) from None
@@ -322,6 +324,19 @@ def _path_problem(err: PermissionError | NotADirectoryError | FileExistsError) -
             f"(ls -ld, lsattr -d), and rerun: completed checkpoints stay in the resume folder")
 
 
-def _disk_nearly_full(path: str = ".", free_bytes: int = 64 << 20) -> bool:
-    """Whether the file system holding ``path`` has less than ``free_bytes`` free."""
-    return shutil.disk_usage(path).free < free_bytes
+# what a write into a full disk, an exhausted quota (EDQUOT) or a file-size limit (EFBIG) raises
+FULL_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+# torch.save's messages for a write that did not complete: its stream writer's, and its zip writer's position check
+TORCH_WRITE_FAILURES = ("write failed", "unexpected pos", "iostream error")
+
+
+def _a_disk_nearly_full(free_bytes: int = 64 << 20) -> bool:
+    """Whether the file system of the working folder, or of any path on the command line (``--out``,
+    ``--resume-dir``, or the nearest existing folder above one not made yet), has less than ``free_bytes`` free."""
+    folders = {Path.cwd()}
+    for arg in sys.argv[1:]:
+        if "/" not in arg:
+            continue  # a flag, a value or a name in the working folder
+        path = Path(arg.partition("=")[2] if arg.startswith("--") else arg).expanduser()
+        folders.add(next((p for p in (path, *path.parents) if p.is_dir()), Path.cwd()))
+    return any(shutil.disk_usage(folder).free < free_bytes for folder in folders)

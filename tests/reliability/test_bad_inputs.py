@@ -1074,7 +1074,11 @@ def test_the_imdb_loader_on_files_with_other_columns_names_them_and_the_custom_d
     (SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"), 2,
      "error: the disk is full (safetensors: Error while serializing: I/O error: No space left on device (os error 28)"
      "); nothing half-written is kept"),  # saving weights: a 40-line SafetensorError traceback
-], ids=["disk-full", "ctrl-c", "disk-full-saving-weights"])
+    (OSError(122, "Disk quota exceeded", "results/eval/x/metrics.json"), 2,
+     "error: no room to write (Disk quota exceeded) (results/eval/x/metrics.json); nothing half-written is kept"),
+    (SafetensorError("Error while serializing: I/O error: Disk quota exceeded (os error 122)"), 2,
+     "error: no room to write (safetensors: Error while serializing: I/O error: Disk quota exceeded (os error 122)"),
+], ids=["disk-full", "ctrl-c", "disk-full-saving-weights", "quota", "quota-saving-weights"])
 def test_a_full_disk_or_ctrl_c_in_a_stage_ends_in_one_line(capsys, fault: BaseException, code: int, expect: str):
     from grueflow.stage import main_guard
 
@@ -1085,6 +1089,40 @@ def test_a_full_disk_or_ctrl_c_in_a_stage_ends_in_one_line(capsys, fault: BaseEx
         main_guard(run)
     err = capsys.readouterr().err
     assert exit_.value.code == code and expect in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("fault", [
+    RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"),
+    RuntimeError("[enforce fail at inline_container.cc:858] . PytorchStreamWriter failed writing file data/0: file "
+                 "write failed"),
+], ids=["zip-position", "stream-writer"])
+def test_torch_save_into_a_full_out_disk_is_one_line_when_the_working_disk_has_room(capsys, monkeypatch, tmp_path,
+                                                                                      fault: RuntimeError):
+    """torch.save raises a RuntimeError on a full disk; the full disk may be ``--out``'s, not the working folder's."""
+    import collections
+    import shutil as shutil_
+
+    from grueflow.stage import main_guard
+
+    full = tmp_path / "small"
+    full.mkdir()
+    usage = collections.namedtuple("usage", "total used free")
+    real = shutil_.disk_usage
+    monkeypatch.setattr(shutil_, "disk_usage",
+                        lambda path: usage(1 << 20, 1 << 20, 0) if Path(path) == full else real(path))
+    monkeypatch.setattr(sys, "argv", ["rl_finetune.py", "--threads", "2", "--out", str(full / "ppo" / "seed0")])
+
+    def run() -> None:
+        raise fault
+
+    with pytest.raises(SystemExit) as exit_:
+        main_guard(run)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and err.startswith("error: the disk is full (torch: [enforce fail") and \
+        err.count("\n") == 1
+    monkeypatch.setattr(sys, "argv", ["rl_finetune.py", "--out", str(tmp_path / "roomy")])
+    with pytest.raises(RuntimeError, match="enforce fail"):  # room everywhere: another fault, kept as it is
+        main_guard(run)
 
 
 @pytest.mark.parametrize("damage, expect", [
