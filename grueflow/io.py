@@ -76,14 +76,25 @@ UNICODE_BOMS = ((b"\xff\xfe\x00\x00", "utf-32le"), (b"\x00\x00\xfe\xff", "utf-32
                 (b"\xfe\xff", "utf-16be"))
 
 
+# the magic bytes that open a compressed file, and the command that decompresses it
+COMPRESSIONS = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"BZh", "bzip2", "bunzip2 -k"), (b"\xfd7zXZ\x00", "xz", "unxz -k"),
+                (b"(\xb5/\xfd", "zstd", "unzstd"), (b"PK\x03\x04", "zip", "unzip"))
+
+
 def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """``(line number, line)`` of a UTF-8 text file, line endings kept; a non-UTF-8 byte is a DataError
-    naming the file, the line and the column, never a bare UnicodeDecodeError."""
+    naming the file, the line and the column (or the compression, for a compressed file), never a bare
+    UnicodeDecodeError."""
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             try:
                 yield number, raw.decode("utf-8")
             except UnicodeDecodeError as err:
+                packed = next(((kind, tool) for magic, kind, tool in COMPRESSIONS
+                               if number == 1 and raw.startswith(magic)), None)
+                if packed:
+                    raise DataError(f"{path}: a {packed[0]}-compressed file, not text; decompress it ({packed[1]} "
+                                    f"{path}) and give the file it writes") from None
                 source = next((name for bom, name in UNICODE_BOMS if number == 1 and raw.startswith(bom)), "latin1")
                 said = f" (it starts with the {source} byte-order mark)" if source != "latin1" else ""
                 raise DataError(f"{path}: line {number}: byte {raw[err.start]:#04x} at column {err.start + 1} is not "

@@ -90,8 +90,8 @@ class Rows(list):
 
 
 def read_json_rows(path: str) -> Rows:
-    """The rows of a ``.jsonl`` file (one object a line) or a ``.json`` file (a list of objects, or an object of
-    equally long columns), each value as the file writes it (:func:`check_text_file` has checked the file). A row
+    """The rows of a ``.jsonl`` file (one object a line) or a ``.json`` file (a list of objects, an object of
+    equally long columns, or JSON lines), each value as the file writes it (:func:`check_text_file` has checked the file). A row
     that names one key twice is a DataError naming the file, the line and the key: JSON keeps the last silently."""
 
     def parse(text: str, where: str) -> Any:
@@ -100,7 +100,7 @@ def read_json_rows(path: str) -> Rows:
         except ValueError as err:
             raise DataError(f"{path}: {where}: {err}; JSON keeps the last value without a word: keep one") from None
 
-    if Path(path).suffix.lower() == ".json":
+    if Path(path).suffix.lower() == ".json" and not json_lines(path):
         data = parse(read_text(path), "a row")
         if isinstance(data, dict):
             data = [dict(zip(data, values)) for values in zip(*data.values())]
@@ -147,7 +147,8 @@ def check_text_file(path: str, builder: Optional[str] = None) -> Optional[list[s
 
     The check is the one of ``builder``, the ``datasets`` builder that will read the file (``csv``, ``json``,
     ``parquet``: a ``.txt`` file read with ``path: csv`` is checked as CSV); without one, of the file's suffix. A
-    JSON file is checked as one document when it ends in ``.json``, else line by line (JSON lines).
+    JSON file is checked as one document when it ends in ``.json`` (unless it holds JSON lines, see
+    :func:`json_lines`), else line by line (JSON lines).
 
     ``datasets`` reads non-UTF-8 bytes without complaint and fails later, on some row, with a bare
     UnicodeDecodeError; an empty file ends in a bare StopIteration; pandas takes a CSV whose rows all have one
@@ -159,7 +160,7 @@ def check_text_file(path: str, builder: Optional[str] = None) -> Optional[list[s
         return None
     if kind == "csv":
         return _check_csv(path)
-    if suffix == ".json":
+    if suffix == ".json" and not json_lines(path):
         rows = _json_rows(path)
     else:
         rows = 0
@@ -178,6 +179,19 @@ def check_text_file(path: str, builder: Optional[str] = None) -> Optional[list[s
     if not rows:
         raise DataError(f"{path}: the file has no rows; a data file needs at least one")
     return None
+
+
+def json_lines(path: str) -> bool:
+    """Whether a ``.json`` file holds JSON lines (what ``Dataset.to_json("x.json")`` writes, and ``datasets``
+    reads): its first non-blank line is a whole JSON object and another line follows. A JSON document's first
+    line is ``[`` or ``{`` (or the whole document, on one line)."""
+    lines = (line for _, line in iter_lines(path) if line.strip())
+    first = next(lines, None)
+    try:
+        whole = isinstance(json.loads(first), dict) if first is not None else False
+    except json.JSONDecodeError:
+        return False
+    return whole and next(lines, None) is not None
 
 
 def _json_rows(path: str) -> int:

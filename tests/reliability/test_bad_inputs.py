@@ -31,6 +31,7 @@ imports and batches (tests/unit/test_human_eval.py), plugins (tests/unit/test_pl
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 import os
@@ -656,6 +657,9 @@ DATA = [
       id="jsonl-line-not-an-object"),
     P(raw_file("rows.json", b'[{"prompt": "2 + 2 ?", "references": ["4"]}] trailing'), {}, DataError, (
         "rows.json: line 1, column 46: not JSON (Extra data)",), id="json-trailing-garbage"),
+    P(raw_file("rows.jsonl.gz", gzip.compress(json.dumps(GOOD_ROW).encode() + b"\n")), {"path": "json"}, DataError, (
+        "rows.jsonl.gz: a gzip-compressed file, not text; decompress it (gunzip -k ",),
+      id="gzip-file"),  # the hint was to re-encode it from latin1
     P(raw_file("rows.json", b"42"), {}, DataError, (
         "rows.json: a .json data file holds a list of row objects (or an object of equally long column lists); "
         "this one holds int '42'",), id="json-not-rows"),
@@ -679,6 +683,17 @@ def test_bad_data_files_name_the_file_and_line(tmp_path: Path, make_file, args, 
     assert "\n" not in str(err.value)
     for fragment in expect:
         assert fragment in str(err.value)
+
+
+def test_a_json_file_of_json_lines_is_read_as_its_rows(tmp_path: Path):
+    """``Dataset.to_json("x.json")`` writes JSON lines under a ``.json`` name, and ``datasets`` reads them; a
+    one-line object of columns stays a table of columns."""
+    lines = write_rows(tmp_path / "lines.json", [GOOD_ROW, {"prompt": "3 + 3 ?", "references": ["6"]}])
+    pool = custom_pool(three_splits(lines))
+    assert [(s.prompt, s.references) for s in pool.splits["test"]] == [("2 + 2 ?", ("4",)), ("3 + 3 ?", ("6",))]
+    columns = tmp_path / "columns.json"
+    columns.write_text(json.dumps({"prompt": ["2 + 2 ?", "3 + 3 ?"], "references": ["4", "6"]}))
+    assert len(custom_pool(three_splits(str(columns))).splits["test"]) == 2
 
 
 def test_csv_cells_are_read_as_the_text_they_are(tmp_path: Path):
