@@ -73,7 +73,9 @@ def prompt_key(prompt: str) -> str:
     """What makes two prompts one for leakage between splits: their text in Unicode's NFKC form (an accent
     precomposed or combined, as macOS writes file names, prints alike), without zero-width characters, with case
     folded and runs of whitespace made one space, so that ``"Review 3  was fine"`` and ``"REVIEW 3 was fine"``, or
-    ``"Zürich"`` in its two forms, are never one in train and the other in test."""
+    ``"Zürich"`` in its two forms, are never one in train and the other in test. NFKC also folds superscripts,
+    subscripts and fractions ("H₂O" and "H2O", but also "3²" and "32", are one prompt): for a guard against leakage,
+    joining two prompts errs on the safe side (they share a split, and the overlap count may name them)."""
     return " ".join(unicodedata.normalize("NFKC", prompt.translate(INVISIBLE)).casefold().split())
 
 

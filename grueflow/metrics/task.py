@@ -67,7 +67,9 @@ def inflections(lemma: str) -> frozenset[str]:
     """The lemma and its inflected forms, regular and irregular, as nouns, verbs and adjectives: lemminflect's
     English lexicon (sit: sits, sat, sitting; carry: carried; foot: feet), or, for a lemma it does not list, its
     rules for an unknown noun and verb (frisbee: frisbees). CommonGen's own coverage (Lin et al. 2020, its
-    PivotScore script) lemmatizes the generation with spaCy and lemminflect, and meets the same forms."""
+    PivotScore script) lemmatizes the generation with spaCy and lemminflect, and meets the same forms. The match is
+    context-free, where spaCy's tagger reads the sentence: a homograph of an inflection counts ("the ground" covers
+    grind, "a saw" covers see)."""
     from lemminflect import getAllInflections, getAllInflectionsOOV
 
     known = getAllInflections(lemma)
