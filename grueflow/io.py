@@ -50,6 +50,14 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
             tmp_path.unlink()
 
 
+@contextlib.contextmanager
+def atomic_paths(paths: Iterable[str | Path]) -> Iterator[list[Path]]:
+    """Yield a temporary path beside each of ``paths``; rename them all onto theirs only if the block succeeds, so
+    that outputs written together (a table's CSV, Markdown and JSON) are never new beside old."""
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(atomic_path(path)) for path in paths]
+
+
 class DataError(ValueError):
     """An input file or row that cannot be used as it is; the message names the file, the line or row, and the fix."""
 

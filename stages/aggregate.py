@@ -7,7 +7,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 from grueflow import grue, plots, report, stage
 from grueflow.config import ConfigError, SuiteConfig, read_yaml
-from grueflow.io import write_text
+from grueflow.io import atomic_paths, write_text
 from grueflow.params import parse
 
 SUITE_KEYS = ("tasks", "algorithms", "seeds", "rl_starts", "preference_methods")
@@ -71,13 +71,15 @@ def main() -> None:
     seed = suite.seeds[0]
     samples = {(t, m): report.read_samples(args.eval_dir / t / m / f"seed{seed}" / "predictions.jsonl", args.samples)
                for t in suite.tasks for m in suite.methods} if args.out_samples else {}  # read (and checked) first
-    grue.write_table(table, args.out_csv, args.out_md, args.out_json, headline, missing)
-    if args.out_chart:
-        plots.grue_chart(table, headline, args.out_chart, grue.LOWER_IS_BETTER)
-    if args.out_html:
-        write_text(args.out_html, report.table_html(table, headline, missing))
-    if args.out_samples:
-        write_text(args.out_samples, report.samples_html(samples, seed))
+    with atomic_paths(path for _, path in outs) as tmps:  # all outputs new, or none
+        tmp = dict(zip((flag for flag, _ in outs), tmps))
+        grue.write_table(table, tmp["--out-csv"], tmp["--out-md"], tmp["--out-json"], headline, missing)
+        if args.out_chart:
+            plots.grue_chart(table, headline, tmp["--out-chart"], grue.LOWER_IS_BETTER)
+        if args.out_html:
+            write_text(tmp["--out-html"], report.table_html(table, headline, missing))
+        if args.out_samples:
+            write_text(tmp["--out-samples"], report.samples_html(samples, seed))
     print(grue.to_markdown(table, headline, missing))
 
 

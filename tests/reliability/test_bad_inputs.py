@@ -2280,3 +2280,21 @@ def test_aggregate_writing_into_a_stage_output_folder_exits_2_before_reading(tmp
     assert_fails_in_one_line(result, f"error: --out-md {suite} is, or lies inside, the input --suite {suite}, which "
                                      f"the table reads: give a path apart from the inputs")
     assert suite.read_text() == (MICRO / "suite.yaml").read_text()
+
+
+def test_aggregate_writes_all_its_outputs_or_none(tmp_path: Path, call_stage):
+    """An output that cannot be written (here the HTML page, under a file) left a new CSV beside the old Markdown."""
+    from tests.unit.test_grue import write_run
+
+    for method in ("zero_shot", "supervised"):
+        write_run(tmp_path / "eval", "sentiment", method, 0)
+    old = {tmp_path / name: f"old {name}\n" for name in ("t.csv", "t.md", "t.json")}
+    for path, text in old.items():
+        path.write_text(text)
+    (tmp_path / "page").write_text("a file")
+    result = call_stage("aggregate", "--eval-dir", tmp_path / "eval", "--tasks", "sentiment", "--seeds", "0",
+                        "--rl-starts", "zero_shot", "--out-csv", tmp_path / "t.csv", "--out-md", tmp_path / "t.md",
+                        "--out-json", tmp_path / "t.json", "--out-html", tmp_path / "page" / "table.html")
+    assert result.code == 2 and "page: a file is where a folder is needed" in result.stderr
+    assert {path: path.read_text() for path in old} == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval", "page", "t.csv", "t.json", "t.md"]  # no temps
