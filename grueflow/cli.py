@@ -46,13 +46,17 @@ def registries() -> dict[str, dict[str, str]]:
     methods = {"zero_shot": "the base model as it is (no training)",
                "supervised": "supervised warm start on the references (params/methods/supervised.yaml)",
                **ALGORITHMS.describe(),
-               "supervised+<algorithm>": "any RL algorithm started from the warm start"}
+               "supervised+<algorithm>": "any RL algorithm started from the warm start",
+               "dpo": "DPO (or IPO): learns from a preference set, no reward in the loop (a suite's "
+                      "preference_methods; params/methods/dpo.yaml)",
+               "supervised+dpo": "DPO started from the warm start"}
     return {"tasks": DATAPOOLS.describe(), "methods": methods, "metrics": describe(), "models": MODELS.describe()}
 
 
 KINDS = ("tasks", "methods", "metrics", "models")
 KIND_HEADINGS = {"tasks": "tasks (datapool ids for a task file's datapool.id)",
-                 "methods": "methods (zero_shot, supervised, and the RL algorithm ids of a suite's algorithms)",
+                 "methods": "methods (zero_shot, supervised, the RL algorithm ids of a suite's algorithms, its "
+                            "preference_methods)",
                  "metrics": "metrics (evaluation metrics and reward components)",
                  "models": "models (model.id in a task file)"}
 

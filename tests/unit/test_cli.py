@@ -178,8 +178,11 @@ def test_diff_refuses_a_revision_where_dvc_could_not_load_the_table(tmp_path):
 
 def test_python_dash_m_grueflow_is_the_grueflow_command(tmp_path):
     result = run([sys.executable, "-m", "grueflow", "list", "methods"], tmp_path)
-    assert result.stdout.startswith("methods (zero_shot, supervised, and the RL algorithm ids of a suite's algorithms):")
-    assert "  ppo " in result.stdout
+    assert result.stdout.startswith("methods (zero_shot, supervised, the RL algorithm ids of a suite's algorithms, "
+                                    "its preference_methods):")
+    from grueflow.preference.config import PREFERENCE_METHODS
+
+    assert "  ppo " in result.stdout and all(f"  {name} " in result.stdout for name in PREFERENCE_METHODS)
     bad = subprocess.run([sys.executable, "-m", "grueflow", "show", str(tmp_path / "nowhere")], cwd=tmp_path,
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "grueflow show: error: no predictions.jsonl for run" in bad.stderr
