@@ -44,10 +44,10 @@ def load_splits(path: str, data_files: Optional[dict[str, str]], name: Optional[
         if not path or (path not in BUILDERS.values() and not Path(path).is_dir()):
             path = builder_for(files)
         builder = path if path in BUILDERS.values() else None
+        if path == "json":  # read as written (and checked): datasets decodes the strings of a mixed column as JSON
+            return {split: read_json_rows(file) for split, file in files.items()}
         headers = {file: check_text_file(file, builder) for file in files.values()}
         options = csv_options(headers) if path == "csv" else {}
-    if files and path == "json":  # read as written: datasets decodes the strings of a mixed column as JSON
-        return {split: read_json_rows(file) for split, file in files.items()}
     if files or Path(path).exists():
         try:
             dataset = datasets.load_dataset(path, name, data_files=files, **(options if files else {}))
@@ -91,21 +91,30 @@ class Rows(list):
 
 def read_json_rows(path: str) -> Rows:
     """The rows of a ``.jsonl`` file (one object a line) or a ``.json`` file (a list of objects, an object of
-    equally long columns, or JSON lines), each value as the file writes it (:func:`check_text_file` has checked the file). A row
-    that names one key twice is a DataError naming the file, the line and the key: JSON keeps the last silently."""
-
-    def parse(text: str, where: str) -> Any:
-        try:
-            return loads_unique(text)
-        except ValueError as err:
-            raise DataError(f"{path}: {where}: {err}; JSON keeps the last value without a word: keep one") from None
-
+    equally long columns, or JSON lines, see :func:`json_lines`), each value as the file writes it. A file that is
+    not UTF-8, a line or document that is not JSON or not rows, a row that names one key twice (JSON keeps the last
+    silently) and a file without rows are DataErrors naming the file, the line and the fix."""
     if Path(path).suffix.lower() == ".json" and not json_lines(path):
-        data = parse(read_text(path), "a row")
-        if isinstance(data, dict):
-            data = [dict(zip(data, values)) for values in zip(*data.values())]
-        return Rows(data)
-    return Rows([parse(line, f"line {number}") for number, line in iter_lines(path) if line.strip()])
+        return Rows(_json_document_rows(path))
+    rows = []
+    for number, line in iter_lines(path):
+        if not line.strip():
+            continue
+        try:
+            value = loads_unique(line)
+        except json.JSONDecodeError as err:
+            raise DataError(f"{path}: line {number}, column {err.colno}: not a JSON object ({err.msg}); each "
+                            f"line of a .jsonl file is one JSON object") from None
+        except ValueError as err:  # a key written twice
+            raise DataError(f"{path}: line {number}: {err}; JSON keeps the last value without a word: keep "
+                            f"one") from None
+        if not isinstance(value, dict):
+            raise DataError(f"{path}: line {number}: a JSON {type(value).__name__}, not an object; each line of "
+                            f"a .jsonl file is one row, a JSON object of column: value")
+        rows.append(value)
+    if not rows:
+        raise DataError(f"{path}: the file has no rows; a data file needs at least one")
+    return Rows(rows)
 
 
 def check_plain_columns(dataset: Any, where: Any) -> None:
@@ -160,24 +169,7 @@ def check_text_file(path: str, builder: Optional[str] = None) -> Optional[list[s
         return None
     if kind == "csv":
         return _check_csv(path)
-    if suffix == ".json" and not json_lines(path):
-        rows = _json_rows(path)
-    else:
-        rows = 0
-        for number, line in iter_lines(path):
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataError(f"{path}: line {number}, column {err.colno}: not a JSON object ({err.msg}); each "
-                                f"line of a .jsonl file is one JSON object") from None
-            if not isinstance(value, dict):
-                raise DataError(f"{path}: line {number}: a JSON {type(value).__name__}, not an object; each line of "
-                                f"a .jsonl file is one row, a JSON object of column: value")
-            rows += 1
-    if not rows:
-        raise DataError(f"{path}: the file has no rows; a data file needs at least one")
+    read_json_rows(path)
     return None
 
 
@@ -194,20 +186,26 @@ def json_lines(path: str) -> bool:
     return whole and next(lines, None) is not None
 
 
-def _json_rows(path: str) -> int:
-    """The number of rows of a ``.json`` data file: a list of objects, or an object of equally long columns."""
+def _json_document_rows(path: str) -> list[dict[str, Any]]:
+    """The rows of a ``.json`` data file that is one JSON document: a list of objects, or an object of equally long
+    columns."""
     try:
-        data = json.loads(read_text(path))
+        data = loads_unique(read_text(path))
     except json.JSONDecodeError as err:
         raise DataError(f"{path}: line {err.lineno}, column {err.colno}: not JSON ({err.msg})") from None
+    except ValueError as err:  # a key written twice
+        raise DataError(f"{path}: a row: {err}; JSON keeps the last value without a word: keep one") from None
     if isinstance(data, list) and all(isinstance(row, dict) for row in data):
-        return len(data)
-    if isinstance(data, dict) and data and all(isinstance(column, list) for column in data.values()):
-        lengths = {len(column) for column in data.values()}
-        if len(lengths) == 1:
-            return lengths.pop()
-    raise DataError(f"{path}: a .json data file holds a list of row objects (or an object of equally long column "
-                    f"lists); this one holds {type(data).__name__} {str(data)[:60]!r}")
+        rows = data
+    elif isinstance(data, dict) and data and all(isinstance(column, list) for column in data.values()) and \
+            len({len(column) for column in data.values()}) == 1:
+        rows = [dict(zip(data, values)) for values in zip(*data.values())]
+    else:
+        raise DataError(f"{path}: a .json data file holds a list of row objects (or an object of equally long column "
+                        f"lists); this one holds {type(data).__name__} {str(data)[:60]!r}")
+    if not rows:
+        raise DataError(f"{path}: the file has no rows; a data file needs at least one")
+    return rows
 
 
 def _check_csv(path: str) -> list[str]:
