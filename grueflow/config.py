@@ -345,7 +345,8 @@ class GenerationConfig:
     """Arguments for ``model.generate``, with the meaning ``transformers`` gives them; rollout and
     evaluation settings are kept apart.
 
-    ``min_new_tokens`` is the number of tokens generated before EOS may be drawn (default 1).
+    ``min_new_tokens`` is the number of tokens generated before EOS may be drawn (default 1, where ``generate``'s
+    is 0: an RL4LMs config that gives no ``min_length`` meant 0 and must say so).
     ``min_length`` is RL4LMs' key for the same bound, kept with RL4LMs' meaning so that its task configs
     carry over unchanged: RL4LMs adds the (padded) prompt length to ``min_length`` for a causal model,
     so there it counts new tokens; for a seq2seq model it reaches ``generate`` as is, where it counts the

@@ -39,7 +39,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from grueflow.config import DatapoolConfig, GenerationConfig, LengthsConfig, RewardConfig
+from grueflow.config import DatapoolConfig, GenerationConfig, LengthsConfig, ModelConfig, RewardConfig
 from grueflow.data import DATAPOOLS
 from grueflow.params import load_method, load_section, load_task_section, parse
 
@@ -204,6 +204,16 @@ def expected(row: dict[str, str]) -> dict[str, object]:
     return values
 
 
+def rl4lms_min_length(cfg: GenerationConfig, kind: str) -> int:
+    """The ``min_length`` RL4LMs would give for what ``cfg`` decodes: the tokens before EOS may be drawn that
+    grueflow applies (its default included), for a seq2seq model counting the decoder's start token as
+    transformers' ``min_length`` does (0 and 1 mean the same there; 0 is RL4LMs' default)."""
+    if cfg.min_length is not None:
+        return cfg.min_length
+    tokens = cfg.min_new(kind)
+    return tokens + 1 if kind == "seq2seq" and tokens else tokens
+
+
 def grueflow_values(row: dict[str, str]) -> dict[str, object]:
     """The same fields of grueflow's config of that row: ``params/grue``'s task file, method file and overrides."""
     path = task_file(row["config"])
@@ -219,10 +229,12 @@ def grueflow_values(row: dict[str, str]) -> dict[str, object]:
     evaluation = load_task_section(GenerationConfig, path, "eval_generation", algorithm, start)
     reward = load_task_section(RewardConfig, path, "reward", algorithm, start)
 
+    kind = load_section(ModelConfig, path, "model").kind
+
     def generation(cfg: GenerationConfig) -> dict[str, object]:
         return {"do_sample": cfg.do_sample, "top_k": cfg.top_k if cfg.do_sample else HF_GENERATION["top_k"],
                 "top_p": cfg.top_p, "temperature": cfg.temperature, "num_beams": cfg.num_beams,
-                "min_length": cfg.min_length or 0, "length_penalty": cfg.length_penalty,
+                "min_length": rl4lms_min_length(cfg, kind), "length_penalty": cfg.length_penalty,
                 "max_new_tokens": cfg.max_new_tokens}
 
     values: dict[str, object] = {
