@@ -75,8 +75,10 @@ def main() -> None:
     cfg = load_method(args.algorithm, args.method_file, args.task_file, args.start)
     metrics = load_metrics(args.task_file)
     check_select_metric(cfg, str(args.method_file), reward_cfg, metrics)
-    check_context(args.init_model, lengths.prompt, generation.max_new_tokens, str(args.task_file),
-                  ("lengths.prompt", "rollout_generation.max_new_tokens"))
+    for name, decoding in (("rollout_generation", generation), ("eval_generation", eval_generation)):
+        # eval_generation: validation (eval_every) and the evaluate stage after training decode with it
+        check_context(args.init_model, lengths.prompt, decoding.max_new_tokens, str(args.task_file),
+                      ("lengths.prompt", f"{name}.max_new_tokens"))
     run = TrainingRun.start("rl_finetune", args, started, args.seed, processes=cfg.processes)
     train = read_split(args.datapool, "train")
     # the reward loads first and checks the train split's meta and references, so that a sample it can never score

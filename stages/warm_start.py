@@ -45,6 +45,9 @@ def main() -> None:
     check_select_metric(cfg, str(args.method_file), None, metrics)
     check_context(args.base_model, lengths.prompt, lengths.target, str(args.task_file),
                   ("lengths.prompt", "lengths.target"))
+    # validation (eval_every) and the evaluate stage after training decode with eval_generation
+    check_context(args.base_model, lengths.prompt, eval_generation.max_new_tokens, str(args.task_file),
+                  ("lengths.prompt", "eval_generation.max_new_tokens"))
     run = TrainingRun.start("warm_start", args, started, args.seed, processes=cfg.processes)
     train, val = select_splits(read_split(args.datapool, "train"), read_split(args.datapool, "val"), cfg.train_where)
     backend = select(run.execution)

@@ -910,6 +910,27 @@ def test_rl_finetune_with_a_prompt_longer_than_the_context_exits_2_before_loadin
     assert not (tmp_path / "rl").exists() and not (tmp_path / "resume").exists()
 
 
+@pytest.mark.parametrize("stage_name", ["rl_finetune", "warm_start"])
+def test_training_with_eval_generation_longer_than_the_context_exits_2_before_loading(tmp_path: Path, stage_name):
+    """Validation during training (eval_every) and evaluate after it decode with eval_generation: too long, the
+    training stages ended at their first validation in an IndexError, and under a pipeline evaluate refused only
+    after training."""
+    model = fake_model(tmp_path / "model", model_type="gpt2", n_positions=64)  # no weights: loading would fail
+    task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml", lengths={"prompt": 24, "target": 24},
+                  eval_generation={"max_new_tokens": 60, "do_sample": False})
+    common = ("--task-file", task, "--datapool", tmp_path / "no_datapool", "--seed", "0", "--resume-dir",
+              tmp_path / "resume", "--out", tmp_path / "out")
+    if stage_name == "rl_finetune":
+        result = run_stage("rl_finetune", *common, "--algorithm", "ppo", "--method-file", MICRO / "methods" / "ppo.yaml",
+                           "--init-model", model, "--base-model", model)
+    else:
+        result = run_stage("warm_start", *common, "--method-file", MICRO / "methods" / "supervised.yaml",
+                           "--base-model", model)
+    assert_fails_in_one_line(result, "sentiment.yaml: lengths.prompt + eval_generation.max_new_tokens = 24 + 60 = "
+                                     "84 tokens exceed the model's n_positions = 64")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "resume").exists()
+
+
 def test_base_model_with_a_hub_id_that_cannot_be_reached_exits_2(tmp_path: Path):
     task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml",
                   model={"id": "pretrained", "name_or_path": "no-such-org/no-such-model", "kind": "causal"})
