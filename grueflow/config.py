@@ -440,8 +440,9 @@ class GenerationConfig:
                                    f"in eval_generation)")
 
     def generate_kwargs(self, kind: str) -> dict[str, Any]:
-        """Keyword arguments for ``generate`` on a ``kind`` model: every setting given explicitly, so that a
-        model's own generation config never changes the decoding."""
+        """Keyword arguments for ``generate`` on a ``kind`` model: every setting given explicitly; the settings a
+        model folder's generation config holds beyond its special tokens are dropped when it loads
+        (:func:`grueflow.models.special_tokens_only`), so that neither changes the decoding."""
         kwargs: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "min_new_tokens": self.min_new(kind),
                                   "do_sample": self.do_sample, "num_beams": self.num_beams,
                                   "no_repeat_ngram_size": self.no_repeat_ngram_size,

@@ -315,11 +315,26 @@ def load_pretrained(name_or_path: str | Path, kind: Kind | None = None, trust_re
                                f"config.json asks for ({shown}); the config and the weights disagree: rebuild the "
                                f"folder, or restore the config.json saved with these weights")
     _check_finite(model, name)
+    model.generation_config = special_tokens_only(model.generation_config)
     model = model.to(execution.device)
     model.eval()
     if frozen:
         model.requires_grad_(False)
     return backend.prepare(model), tokenizer
+
+
+GENERATION_TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+
+
+def special_tokens_only(config: Any) -> Any:
+    """A ``transformers.GenerationConfig`` with ``config``'s special-token ids alone. ``generate`` fills every
+    setting a call leaves out from the model's generation config: a folder's forced BOS/EOS tokens (BART's),
+    suppressed or banned tokens, ``min_p`` or ``typical_p`` would change evaluation's decoding, while rollouts
+    (:meth:`grueflow.models.policy.Policy.sample`, their own decode loop) apply none of them. With this config
+    both decode with the task's settings only."""
+    from transformers import GenerationConfig
+
+    return GenerationConfig(**{key: getattr(config, key, None) for key in GENERATION_TOKEN_KEYS})
 
 
 def _check_finite(model: Any, folder: str) -> None:

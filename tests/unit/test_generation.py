@@ -70,6 +70,33 @@ def test_rollout_sampler_applies_the_repetition_settings_as_generate_does(tiny_m
     assert not torch.equal(plain, sampled)
 
 
+@pytest.mark.parametrize("kind", ["causal", "seq2seq"])
+def test_a_model_folders_own_generation_settings_never_change_the_decoding(tiny_models, tmp_path, kind):
+    """generate fills what a call leaves out from the folder's generation_config.json (BART's forced EOS, banned
+    tokens, min_p): evaluation then decoded otherwise than rollouts, which apply none of them."""
+    import json
+    import shutil
+
+    model, tokenizer = load_pretrained(tiny_models[kind])
+    policy = Policy(model, tokenizer, max_prompt_length=24)
+    prompts = policy.encode(PROMPTS[kind])
+    gen = GenerationConfig(max_new_tokens=10, min_new_tokens=0, do_sample=False)
+    plain = policy.generate(prompts, gen)
+    assert torch.equal(policy.sample(prompts, gen), plain[:, :policy.sample(prompts, gen).shape[1]])
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_models[kind], folder)
+    config = json.loads((folder / "generation_config.json").read_text())
+    first = int(plain[0, 0])  # the first greedy token of row 0, banned below
+    config.update(forced_eos_token_id=tokenizer.eos_token_id, suppress_tokens=[first], bad_words_ids=[[first]],
+                  min_p=0.9, typical_p=0.2)
+    (folder / "generation_config.json").write_text(json.dumps(config))
+    model, tokenizer = load_pretrained(folder)
+    tampered = Policy(model, tokenizer, max_prompt_length=24)
+    assert torch.equal(tampered.generate(prompts, gen), plain)
+    assert model.generation_config.eos_token_id == tokenizer.eos_token_id
+
+
 def test_rollouts_and_preference_pairs_refuse_beam_search():
     gen = {"max_new_tokens": 8, "num_beams": 2, "do_sample": True}
     with pytest.raises(ConfigError, match=r"pairs.yaml: generation: num_beams must be 1, got 2: .* pairs are made "
