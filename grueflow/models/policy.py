@@ -12,7 +12,8 @@ from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import torch
-from transformers import LogitsProcessorList, NoRepeatNGramLogitsProcessor, RepetitionPenaltyLogitsProcessor
+from transformers import (LogitsProcessor, LogitsProcessorList, NoRepeatNGramLogitsProcessor,
+                          RepetitionPenaltyLogitsProcessor)
 
 from grueflow.config import GenerationConfig
 from grueflow.models import Kind, model_kind
@@ -163,6 +164,42 @@ def repetition_processors(gen: GenerationConfig) -> LogitsProcessorList:
     return processors
 
 
+class UnpaddedRepetition(LogitsProcessor):
+    """:func:`repetition_processors` applied to each row's tokens without its left padding.
+
+    With pad == EOS (GPT-2's and SmolLM2's tokenizers), padding read as tokens is EOS already in the sequence: the
+    repetition penalty would lower EOS, and a 1-gram ban forbid it, in the padded rows of a batch alone, so that a
+    row's chance to stop would depend on how long its batch-mates' prompts are. ``generate``'s own processors read
+    the padding so; :meth:`Policy.generate` passes this one instead of them, and rollouts use it too.
+
+    ``padding`` (B,): each prompt row's left padding (a causal model's prompts), or None for tokens without any (a
+    seq2seq decoder's). Called with more rows than B (beams), row ``i`` is prompt ``i // (rows / B)``'s.
+    """
+
+    def __init__(self, gen: GenerationConfig, padding: Optional[torch.Tensor]) -> None:
+        self.processors = repetition_processors(gen)
+        self.padding = padding
+        self.groups: dict[int, list[tuple[int, torch.Tensor]]] = {}  # rows -> (padding, row indices) per width
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if not self.processors:
+            return scores
+        if self.padding is None:
+            return self.processors(input_ids, scores)
+        rows = input_ids.shape[0]
+        if rows not in self.groups:
+            padding = self.padding.repeat_interleave(rows // self.padding.shape[0]).cpu()
+            self.groups[rows] = [(width, (padding == width).nonzero().squeeze(1).to(scores.device))
+                                 for width in padding.unique().tolist()]
+        groups = self.groups[rows]
+        if len(groups) == 1:
+            return self.processors(input_ids[:, groups[0][0]:], scores)
+        out = scores.clone()
+        for width, index in groups:
+            out[index] = self.processors(input_ids[index, width:], scores[index])
+        return out
+
+
 def output_head(model: Any, hidden: torch.Tensor, logits: torch.Tensor) -> Optional[torch.nn.Module]:
     """``model``'s LM head if it alone maps the last hidden states to the logits, checked on this pass's own
     (``hidden`` (B, P, H) -> ``logits`` (B, P, V)); else None (a model that caps, scales or biases its logits
@@ -222,11 +259,15 @@ class Policy:
     def generate(self, prompts: Prompts, gen: GenerationConfig, logits_processor: Any = None) -> torch.Tensor:
         """Completions by ``model.generate`` with every setting of ``gen`` (sampling, greedy or beam search; the
         best beam per row): token ids (B, T), padded after EOS."""
-        extra = {"logits_processor": LogitsProcessorList([logits_processor])} if logits_processor is not None else {}
+        kwargs = gen.generate_kwargs(self.kind)
+        processors = [p for p in (self._repetition(prompts, gen), logits_processor) if p is not None]
+        if processors:
+            kwargs.update(repetition_penalty=1.0, no_repeat_ngram_size=0,  # given unpadded instead
+                          logits_processor=LogitsProcessorList(processors))
         with self.backend.execution.autocast():
             out = self.model.generate(input_ids=prompts.input_ids, attention_mask=prompts.attention_mask,
                                       pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.eos_token_id,
-                                      **gen.generate_kwargs(self.kind), **extra)
+                                      **kwargs)
         start = prompts.input_ids.shape[1] if self.kind == "causal" else 1
         completions = out[:, start:]
         mask = completion_mask(completions, self.eos_token_id)
@@ -265,9 +306,10 @@ class Policy:
                                   device=self.device))
         done = torch.zeros(batch, dtype=torch.bool, device=self.device)
         generated = []
-        repeats, min_new = repetition_processors(gen), gen.min_new(self.kind)
+        repeats, min_new = self._repetition(prompts, gen), gen.min_new(self.kind)
         for t in range(gen.max_new_tokens):
-            logits = self._warp(repeats(tokens, logits), gen, t < min_new, tokens, logits_processor)
+            logits = self._warp(repeats(tokens, logits) if repeats else logits, gen, t < min_new, tokens,
+                                logits_processor)
             token = _draw(logits) if gen.do_sample else logits.argmax(-1)
             token = token.masked_fill(done, self.tokenizer.pad_token_id)
             generated.append(token)
@@ -278,6 +320,14 @@ class Policy:
             logits = decoding.step(token, t)
         completions = torch.stack(generated, dim=1)
         return completions, decoding.kept(completions[:, :-1]) if keep else None
+
+    def _repetition(self, prompts: Prompts, gen: GenerationConfig) -> Optional[UnpaddedRepetition]:
+        """The repetition penalty and n-gram ban of ``gen`` over each row's tokens without the prompt's left
+        padding (None when both are off)."""
+        if gen.repetition_penalty == 1.0 and gen.no_repeat_ngram_size == 0:
+            return None
+        padding = (prompts.attention_mask == 0).sum(1) if self.kind == "causal" else None  # left-padded prompts
+        return UnpaddedRepetition(gen, padding)
 
     def _warp(self, logits: torch.Tensor, gen: GenerationConfig, no_eos: bool, tokens: torch.Tensor,
               logits_processor: Any) -> torch.Tensor:

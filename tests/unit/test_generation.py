@@ -97,6 +97,29 @@ def test_a_model_folders_own_generation_settings_never_change_the_decoding(tiny_
     assert model.generation_config.eos_token_id == tokenizer.eos_token_id
 
 
+@pytest.mark.parametrize("decode", ["sample", "generate"])
+def test_with_pad_as_eos_the_repetition_settings_never_read_a_rows_padding(tiny_models, decode):
+    """GPT-2's and SmolLM2's pad token is EOS: the padding of a short prompt batched with a long one was read as EOS
+    already generated, so the n-gram ban forbade EOS (and the penalty lowered it) in that row alone."""
+    model, tokenizer = load_pretrained(tiny_models["causal"])
+    tokenizer.pad_token = tokenizer.eos_token
+    policy = Policy(model, tokenizer, max_prompt_length=24)
+    gen = GenerationConfig(max_new_tokens=1, min_new_tokens=0, do_sample=False, no_repeat_ngram_size=1,
+                           repetition_penalty=1.3)
+    seen = []
+
+    def record(tokens: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:  # the logits after the processors
+        seen.append(logits[0].clone())
+        return logits
+
+    short, long = PROMPTS["causal"][1], PROMPTS["causal"][0]
+    for prompts in ([short], [short, long]):
+        getattr(policy, decode)(policy.encode(prompts), gen, logits_processor=record)
+    alone, batched = seen
+    assert policy.encode([short, long]).attention_mask[0].eq(0).sum() > 0  # the short prompt is padded
+    assert torch.isfinite(batched[tokenizer.eos_token_id]) and torch.allclose(alone, batched, atol=1e-4)
+
+
 def test_rollouts_and_preference_pairs_refuse_beam_search():
     gen = {"max_new_tokens": 8, "num_beams": 2, "do_sample": True}
     with pytest.raises(ConfigError, match=r"pairs.yaml: generation: num_beams must be 1, got 2: .* pairs are made "
