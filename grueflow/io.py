@@ -36,10 +36,13 @@ _PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "grueflow")
 
 @contextlib.contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds."""
+    """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds. The temporary
+    name holds the writer's host and process id, so that one a killed writer left is deleted by the next writer
+    of ``path`` (:func:`remove_leftovers`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    remove_leftovers(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.{_WRITER}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     tmp_path = Path(tmp)
     try:
@@ -216,8 +219,8 @@ def _alive(pid: int) -> bool:
 
 
 def remove_leftovers(path: str | Path) -> list[Path]:
-    """Delete the temporary folders that writers of ``path`` killed on this host left beside it (an unfinished
-    ``.tmp``, an old output renamed ``.old`` before its deletion); returns them. A live writer's folders,
+    """Delete the temporary folders and files that writers of ``path`` killed on this host left beside it (an
+    unfinished ``.tmp``, an old output renamed ``.old`` before its deletion); returns them. A live writer's,
     and another host's, are kept. A symlink renamed aside (an output that was a link) is unlinked: what it points
     to is never touched."""
     path = Path(path)
@@ -226,7 +229,7 @@ def remove_leftovers(path: str | Path) -> list[Path]:
     removed = []
     for candidate in path.parent.glob(f".{glob.escape(path.name)}.*"):
         match = pattern.fullmatch(candidate.name)
-        if match and (candidate.is_symlink() or candidate.is_dir()) and not _alive(int(match.group(1))):
+        if match and not _alive(int(match.group(1))):
             _remove(candidate)
             removed.append(candidate)
     return removed

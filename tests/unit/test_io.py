@@ -141,6 +141,27 @@ def test_what_a_killed_writer_left_is_deleted_by_the_next_writer_of_that_path(tm
     assert not any(p.exists() for p in leftovers) and all(p.exists() for p in kept)
 
 
+def test_a_file_a_killed_writer_left_is_deleted_by_the_next_writer_of_that_file(tmp_path):
+    """A SIGTERM during a table's write left .grue_table.csv.<random>.tmp beside it for good."""
+    import os
+    import subprocess
+    import sys
+
+    from grueflow.io import _WRITER, write_text
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    host = _WRITER.rsplit("-", 1)[0]
+    leftover = tmp_path / f".table.csv.{host}-{dead}.abc123.tmp"
+    kept = [tmp_path / f".table.csv.{host}-{os.getpid()}.live99.tmp", tmp_path / f".table.md.{host}-{dead}.abc.tmp"]
+    for path in [leftover, *kept]:
+        path.write_text("half")
+    write_text(tmp_path / "table.csv", "a,b\n")
+    assert (tmp_path / "table.csv").read_text() == "a,b\n"
+    assert not leftover.exists() and all(p.exists() for p in kept)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([p.name for p in kept] + ["table.csv"])
+
+
 @pytest.mark.parametrize("record", [[], None, {"stage": "x"}, {"files": ["model.bin"]},
                                     {"files": {"model.bin": {"sha256": "0"}}}])
 def test_a_stage_record_edited_by_hand_is_named_damaged(tmp_path, record):
