@@ -56,7 +56,12 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 @contextlib.contextmanager
 def atomic_paths(paths: Iterable[str | Path]) -> Iterator[list[Path]]:
     """Yield a temporary path beside each of ``paths``; rename them all onto theirs only if the block succeeds, so
-    that outputs written together (a table's CSV, Markdown and JSON) are never new beside old."""
+    that outputs written together (a table's CSV, Markdown and JSON) are never new beside old. A folder at one of
+    ``paths`` (where no file can be renamed) is an IsADirectoryError before anything is written."""
+    paths = [Path(path) for path in paths]
+    folders = [path for path in paths if path.is_dir()]
+    if folders:
+        raise IsADirectoryError(errno.EISDIR, "a folder is where a file is to be written", str(folders[0]))
     with contextlib.ExitStack() as stack:
         yield [stack.enter_context(atomic_path(path)) for path in paths]
 

@@ -119,6 +119,7 @@ def check_out(out: Path, args: argparse.Namespace, stage: Optional[str]) -> None
     if out.exists() and not out.is_dir():
         raise ConfigError(f"--out {out} is a file; give a folder (a stage replaces its --out folder whole)")
     check_writable("--out", out)
+    inside_output("--out", out)
     resume_dir = vars(args).get("resume_dir")
     if resume_dir is not None:
         check_writable("--resume-dir", Path(resume_dir))
@@ -148,7 +149,15 @@ def check_out(out: Path, args: argparse.Namespace, stage: Optional[str]) -> None
 def check_file_out(flag: str, path: Path) -> None:
     """A file output (``--out-csv`` ...) must not lie inside another stage's output folder (a folder above it holds
     a :data:`grueflow.io.STAGE_RECORD`): writing it would change, or replace, a file of that output behind its
-    manifest. A :class:`ConfigError` naming the folder otherwise, before any work."""
+    manifest; and it must not be a folder. A :class:`ConfigError` naming the folder otherwise, before any work."""
+    if path.is_dir():
+        raise ConfigError(f"{flag} {path} is a folder; give the path of a file to write")
+    inside_output(flag, path)
+
+
+def inside_output(flag: str, path: Path) -> None:
+    """A :class:`ConfigError` when a folder above ``path`` holds a :data:`grueflow.io.STAGE_RECORD`: ``path`` lies
+    inside another stage's output, and writing it would change that output behind its manifest."""
     for folder in Path(os.path.realpath(path)).parents:
         if (folder / io.STAGE_RECORD).is_file():
             raise ConfigError(f"{flag} {path} lies inside {folder}, the output folder of stage "
@@ -161,9 +170,12 @@ def check_writable(flag: str, path: Path) -> None:
     in. A :class:`ConfigError` naming it otherwise (a file there, no write permission, an immutable folder or a
     read-only file system), before any work. A symlinked ``path`` is written through: its target's parent counts."""
     target = Path(os.path.realpath(path))
-    parent = next(p for p in target.parents if os.path.lexists(p))
+    parent = next((p for p in target.parents if os.path.lexists(p)), target)  # "/" has no parent
     if not parent.is_dir():
         raise ConfigError(f"{flag} {path}: {parent} is not a folder; give a path whose parents are folders")
+    if os.statvfs(parent).f_flag & os.ST_RDONLY:
+        raise ConfigError(f"{flag} {path}: cannot write in {parent}: a read-only file system; give a folder on a "
+                          f"writable one")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ConfigError(f"{flag} {path}: cannot write in {parent}: permission denied; give a folder this user can "
                           f"write in, or fix its permissions (ls -ld, lsattr -d)")
@@ -277,11 +289,15 @@ def main_guard(run: Any) -> None:
     except (ConfigError, io.DataError, HubUnreachableError, ModelFetchError) as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    except (PermissionError, NotADirectoryError, FileExistsError) as err:  # a folder locked, or a file in the way
+    except (PermissionError, NotADirectoryError, FileExistsError, IsADirectoryError) as err:  # locked, in the way
         logging.getLogger("stage").debug("the failed call", exc_info=True)
         print(f"error: {_path_problem(err)}", file=sys.stderr)
         raise SystemExit(2) from None
     except OSError as err:
+        if err.errno == errno.ENAMETOOLONG:
+            print(f"error: {err.filename}: a name in this path, or the whole path, is longer than the file system "
+                  f"allows ({err.strerror}); give a shorter path", file=sys.stderr)
+            raise SystemExit(2) from None
         if err.errno not in FULL_DISK_ERRNOS:
             raise
         cause = "the disk is full" if err.errno == errno.ENOSPC else f"no room to write ({err.strerror})"
@@ -304,14 +320,22 @@ def main_guard(run: Any) -> None:
               file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:
-        print("interrupted: the output folder was not written; completed checkpoints stay in the resume folder "
-              "(<out>.resume), so rerunning the same command resumes from the newest", file=sys.stderr)
+        kept = ("; completed checkpoints stay in the resume folder (<out>.resume, or --resume-dir), so rerunning the "
+                "same command resumes from the newest" if running_stage() in CHECKPOINTING_STAGES else
+                ": rerun the same command")
+        print(f"interrupted: the output folder was not written{kept}", file=sys.stderr)
         raise SystemExit(130) from None
 
 
-def _path_problem(err: PermissionError | NotADirectoryError | FileExistsError) -> str:
+# the stages that keep checkpoints in a resume folder while they train (grueflow.training.TrainingRun)
+CHECKPOINTING_STAGES = ("warm_start", "rl_finetune", "dpo", "train_reward_model", "train_classifier")
+
+
+def _path_problem(err: PermissionError | NotADirectoryError | FileExistsError | IsADirectoryError) -> str:
     """One line for a path a stage could not use: the path(s) the call named, the cause and what to do."""
     paths = " -> ".join(str(name) for name in (err.filename, err.filename2) if name is not None) or "a path"
+    if isinstance(err, IsADirectoryError):
+        return f"{paths}: a folder is where a file is to be written; give the path of a file, and rerun"
     if isinstance(err, FileExistsError):  # makedirs over a file: a folder (--tensorboard, a log) was wanted there
         return (f"{paths}: a file is where a folder is needed ({err.strerror}); move it or give another path, and "
                 f"rerun")

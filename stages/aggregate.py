@@ -46,14 +46,6 @@ def main() -> None:
             if path.resolve() == other_path.resolve():
                 p.error(f"{other} and {flag} are one file, {path}: each output needs its own path")
     stage.setup(args)
-    for flag, path in outs:
-        stage.check_file_out(flag, path)
-        read = [(name, given) for name, given in (("--suite", args.suite), ("--eval-dir", args.eval_dir))
-                if given is not None and (path.resolve() == given.resolve() or path.resolve().is_relative_to(
-                    given.resolve()))]
-        if read:
-            raise ConfigError(f"{flag} {path} is, or lies inside, the input {read[0][0]} {read[0][1]}, which the table "
-                              f"reads: give a path apart from the inputs")
     if args.suite:
         suite = parse(SuiteConfig, read_yaml(args.suite), f"{args.suite}:")
     elif args.tasks and args.seeds:
@@ -62,6 +54,18 @@ def main() -> None:
                       "aggregate arguments:")
     else:
         p.error("give --suite, or --tasks and --seeds")
+    # the suite's own params: its task and method files, which a slip of an --out-* would replace with the table
+    params = [Path(suite.params_dir) / kind for kind in ("tasks", "methods")] if args.suite else []
+    for flag, path in outs:
+        stage.check_file_out(flag, path)
+        read = [(name, given) for name, given in (("the input --suite", args.suite), ("the input --eval-dir",
+                                                                                       args.eval_dir),
+                                                   *(("the suite's params folder", folder) for folder in params))
+                if given is not None and (path.resolve() == given.resolve() or path.resolve().is_relative_to(
+                    given.resolve()))]
+        if read:
+            raise ConfigError(f"{flag} {path} is, or lies inside, {read[0][0]} {read[0][1]}, which the table "
+                              f"reads or the pipeline runs: give a path apart from the inputs")
     paths = expected_runs(args.eval_dir, suite)
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:

@@ -1105,8 +1105,7 @@ def test_the_imdb_loader_on_files_with_other_columns_names_them_and_the_custom_d
 @pytest.mark.parametrize("fault, code, expect", [
     (OSError(28, "No space left on device", "results/eval/x/metrics.json"), 2,
      "error: the disk is full (results/eval/x/metrics.json); nothing half-written is kept"),
-    (KeyboardInterrupt(), 130, "interrupted: the output folder was not written; completed checkpoints stay in the "
-                               "resume folder (<out>.resume), so rerunning the same command resumes"),
+    (KeyboardInterrupt(), 130, "interrupted: the output folder was not written"),
     (SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"), 2,
      "error: the disk is full (safetensors: Error while serializing: I/O error: No space left on device (os error 28)"
      "); nothing half-written is kept"),  # saving weights: a 40-line SafetensorError traceback
@@ -1125,6 +1124,25 @@ def test_a_full_disk_or_ctrl_c_in_a_stage_ends_in_one_line(capsys, fault: BaseEx
         main_guard(run)
     err = capsys.readouterr().err
     assert exit_.value.code == code and expect in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("script, expect", [
+    ("stages/rl_finetune.py", "interrupted: the output folder was not written; completed checkpoints stay in the "
+                              "resume folder (<out>.resume, or --resume-dir), so rerunning the same command resumes"),
+    ("stages/evaluate.py", "interrupted: the output folder was not written: rerun the same command\n"),
+], ids=["training-stage", "stage-without-checkpoints"])
+def test_ctrl_c_names_a_resume_folder_only_where_the_stage_keeps_one(capsys, monkeypatch, script: str, expect: str):
+    """evaluate and base_model keep no checkpoints: the resume folder their Ctrl-C named did not exist."""
+    from grueflow.stage import main_guard
+
+    def run() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sys, "argv", [str(ROOT / script), "--out", "x"])
+    with pytest.raises(SystemExit) as exit_:
+        main_guard(run)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 130 and err.startswith(expect) and err.count("\n") == 1
 
 
 @pytest.mark.parametrize("fault", [
@@ -1239,6 +1257,22 @@ def test_a_stage_never_replaces_a_folder_it_did_not_write_or_its_input(tmp_path:
     (pool / "stage.json").unlink()  # what DVC leaves before a rerun: it removes the declared outs only
     again = call_stage("prepare_datapool", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--out", pool)
     assert again.code == 0, again.stderr
+
+
+def test_an_out_inside_another_stages_output_or_past_the_file_systems_limits_is_one_line(tmp_path: Path, call_stage):
+    """An --out inside a datapool's folder wrote a second output behind the first one's manifest, exit 0; --out /
+    ended in StopIteration, and a name over 255 bytes in an OSError traceback."""
+    pool = tmp_path / "pool"
+    assert call_stage("prepare_datapool", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--out", pool).code == 0
+    before = sorted(p.name for p in pool.iterdir())
+    for out, expect in ((pool / "sub", f"--out {pool / 'sub'} lies inside {pool}, the output folder of stage "
+                                        f"prepare_datapool; give a path outside every stage's output"),
+                        (Path("/"), "--out / holds "),
+                        (tmp_path / ("x" * 300), f"{tmp_path / ('x' * 300)}: a name in this path, or the whole path, "
+                                                 f"is longer than the file system allows")):
+        result = call_stage("prepare_datapool", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--out", out)
+        assert_fails_in_one_line(result, expect)
+    assert sorted(p.name for p in pool.iterdir()) == before
 
 
 def test_importing_answers_never_replaces_the_answers_folder(tmp_path: Path, call_stage):
@@ -2299,8 +2333,21 @@ def test_aggregate_writing_into_a_stage_output_folder_exits_2_before_reading(tmp
     result = call_stage("aggregate", "--eval-dir", tmp_path / "results" / "eval", "--suite", suite,
                         "--out-csv", tmp_path / "t.csv", "--out-md", suite, "--out-json", tmp_path / "t.json")
     assert_fails_in_one_line(result, f"error: --out-md {suite} is, or lies inside, the input --suite {suite}, which "
-                                     f"the table reads: give a path apart from the inputs")
+                                     f"the table reads or the pipeline runs: give a path apart from the inputs")
     assert suite.read_text() == (MICRO / "suite.yaml").read_text()
+    shutil.copytree(MICRO / "tasks", tmp_path / "params" / "tasks")  # a task file of the suite: replaced too
+    task = tmp_path / "params" / "tasks" / "sentiment.yaml"
+    suite.write_text(suite.read_text().replace("params_dir: params", f"params_dir: {tmp_path / 'params'}"))
+    result = call_stage("aggregate", "--eval-dir", tmp_path / "results" / "eval", "--suite", suite,
+                        "--out-csv", tmp_path / "t.csv", "--out-md", task, "--out-json", tmp_path / "t.json")
+    assert_fails_in_one_line(result, f"error: --out-md {task} is, or lies inside, the suite's params folder "
+                                     f"{tmp_path / 'params' / 'tasks'}, which the table reads or the pipeline runs")
+    assert task.read_text() == (MICRO / "tasks" / "sentiment.yaml").read_text()
+    (tmp_path / "folder").mkdir()
+    result = call_stage("aggregate", "--eval-dir", tmp_path / "results" / "eval", "--suite", suite,
+                        "--out-csv", tmp_path / "folder", "--out-md", tmp_path / "t.md", "--out-json", tmp_path / "t.json")
+    assert_fails_in_one_line(result, f"error: --out-csv {tmp_path / 'folder'} is a folder; give the path of a file "
+                                     f"to write")
 
 
 def test_aggregate_writes_all_its_outputs_or_none(tmp_path: Path, call_stage):
