@@ -34,7 +34,7 @@ from grueflow.device import Execution
 from grueflow.distributed import DataParallel, check_replicas
 from grueflow.io import atomic_dir
 from grueflow.seeding import seed_everything
-from grueflow.tracking import RunTracker, tensorboard_dir
+from grueflow.tracking import TENSORBOARD_ENV, RunTracker, tensorboard_dir
 
 log = logging.getLogger(__name__)
 TRACKING_DIR = "dvclive"  # the DVCLive folder, in the resume folder while training and in the output at the end
@@ -121,7 +121,9 @@ class TrainingRun:
         """
         resume_dir = args.resume_dir if args.resume_dir is not None else Path(f"{args.out}.resume")
         stage.check_resume_dir(args.out, resume_dir)
-        tensorboard_dir(args.out, vars(args).get("tensorboard"), resume_dir)  # a TensorBoard folder apart from both
+        board = tensorboard_dir(args.out, vars(args).get("tensorboard"), resume_dir)  # a folder apart from both
+        if board is not None:
+            stage.check_writable("--tensorboard" if vars(args).get("tensorboard") else f"${TENSORBOARD_ENV}", board)
         if processes is not None:
             stage.relaunch_data_parallel(processes, args.threads)
         ex = stage.execution(args)

@@ -931,6 +931,20 @@ def test_training_with_eval_generation_longer_than_the_context_exits_2_before_lo
     assert not (tmp_path / "out").exists() and not (tmp_path / "resume").exists()
 
 
+def test_a_tensorboard_folder_that_cannot_be_written_is_named_with_its_variable_before_loading(
+        tmp_path: Path, call_stage, monkeypatch: pytest.MonkeyPatch):
+    """A read-only or file-blocked $GRUEFLOW_TENSORBOARD failed after the model and data had loaded, in a traceback
+    or a line that did not name the variable."""
+    model = fake_model(tmp_path / "model", model_type="gpt2", n_positions=64)  # no weights: loading would fail
+    (tmp_path / "board").write_text("a file")
+    monkeypatch.setenv("GRUEFLOW_TENSORBOARD", str(tmp_path / "board"))
+    result = call_stage("rl_finetune", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--algorithm", "ppo",
+                        "--method-file", MICRO / "methods" / "ppo.yaml", "--datapool", tmp_path / "no_datapool",
+                        "--init-model", model, "--base-model", model, "--seed", "0", "--out", tmp_path / "a" / "rl")
+    board = tmp_path / "board" / tmp_path.name / "a" / "rl"  # the last three names of --out
+    assert_fails_in_one_line(result, f"error: $GRUEFLOW_TENSORBOARD {board}: {tmp_path / 'board'} is not a folder")
+
+
 def test_base_model_with_a_hub_id_that_cannot_be_reached_exits_2(tmp_path: Path):
     task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml",
                   model={"id": "pretrained", "name_or_path": "no-such-org/no-such-model", "kind": "causal"})
