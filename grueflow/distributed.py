@@ -24,6 +24,7 @@ from grueflow.config import ConfigError
 
 T = TypeVar("T")
 SHARDING_LAUNCHES = ("ACCELERATE_USE_FSDP", "ACCELERATE_USE_DEEPSPEED")  # what accelerate launch sets for them
+LAUNCHER_VARIABLES = ("RANK", "MASTER_ADDR", "MASTER_PORT")  # what torchrun (under accelerate launch) sets beside it
 CPU = torch.device("cpu")
 
 
@@ -45,8 +46,17 @@ class DataParallel:
                               "config); grueflow's stages train whole replicas data-parallel and shard nothing: "
                               "launch with distributed_type: MULTI_GPU (or the stage's own processes: N), and use "
                               "lora: for a model whose full fine-tuning does not fit one GPU")
-        if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        world = os.environ.get("WORLD_SIZE", "1")
+        if not world.strip().isdigit():
+            raise ConfigError(f"WORLD_SIZE = {world!r} is not a process count; unset it, or start the stage under "
+                              f"accelerate launch (which sets it), or give the method's processes: N")
+        if int(world) <= 1:
             return cls(device=device)
+        unset = [name for name in LAUNCHER_VARIABLES if name not in os.environ]
+        if unset:
+            raise ConfigError(f"WORLD_SIZE = {world} is set, but no launcher started this process ({unset[0]} is "
+                              f"unset); unset WORLD_SIZE, or start the stage under accelerate launch, or give the "
+                              f"method's processes: N")
         from accelerate import PartialState
 
         state = PartialState(cpu=device.type == "cpu")

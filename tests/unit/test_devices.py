@@ -5,6 +5,7 @@ equal to on."""
 from __future__ import annotations
 
 import contextlib
+import re
 from typing import Iterator
 
 import pytest
@@ -210,4 +211,20 @@ def test_a_launch_that_shards_the_model_is_refused(monkeypatch):
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
     with pytest.raises(ConfigError, match="ACCELERATE_USE_FSDP is set by the accelerate config.*distributed_type: "
                                           "MULTI_GPU"):
+        DataParallel.from_env(CPU)
+
+
+@pytest.mark.parametrize("world, expect", [
+    ("", "WORLD_SIZE = '' is not a process count; unset it"),
+    ("abc", "WORLD_SIZE = 'abc' is not a process count"),
+    ("2", "WORLD_SIZE = 2 is set, but no launcher started this process (RANK is unset); unset WORLD_SIZE"),
+])
+def test_a_world_size_no_launcher_set_is_one_line(monkeypatch, world, expect):
+    """WORLD_SIZE left empty, or set by hand, ended in int()'s ValueError or accelerate's MASTER_ADDR traceback."""
+    from grueflow.distributed import LAUNCHER_VARIABLES, DataParallel
+
+    monkeypatch.setenv("WORLD_SIZE", world)
+    for name in LAUNCHER_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ConfigError, match=re.escape(expect)):
         DataParallel.from_env(CPU)
