@@ -66,16 +66,44 @@ def check_tiny_fixed(architecture: str, config: dict[str, Any]) -> None:
                              f"{_FIXED_AS[key]}")
 
 
+MAX_TINY_PARAMETERS = 10**10  # a model built from config and pre-trained here; far above any such run
+
+
+def tiny_parameters(architecture: str, sizes: dict[str, int]) -> int:
+    """About how many weights a tiny model of these sizes has, without its token embeddings: its layers' projection
+    and feed-forward matrices (a decoder's cross-attention included) and its learned position table."""
+    s = sizes
+    if architecture == "gpt2":
+        return s["n_layer"] * 12 * s["n_embd"] ** 2 + s["n_positions"] * s["n_embd"]
+    if architecture == "llama":
+        width = s["hidden_size"]
+        return s["num_hidden_layers"] * (4 * width ** 2 + 3 * width * s["intermediate_size"])
+    if architecture == "t5":
+        width, inner = s["d_model"], s["num_heads"] * s["d_kv"]
+        return (s["num_layers"] * (4 * width * inner + 2 * width * s["d_ff"])
+                + s["num_decoder_layers"] * (8 * width * inner + 2 * width * s["d_ff"]))
+    width = s["d_model"]  # bart
+    return (s["encoder_layers"] * (4 * width ** 2 + 2 * width * s["encoder_ffn_dim"])
+            + s["decoder_layers"] * (8 * width ** 2 + 2 * width * s["decoder_ffn_dim"])
+            + 2 * s["max_position_embeddings"] * width)
+
+
 def check_tiny_sizes(architecture: str, config: dict[str, Any], max_length: int, adapt_length: int = 0) -> None:
     """Raise ValueError unless a tiny model's sizes (``config`` over :data:`TINY_DEFAULTS`) build a model that can
     pre-train on ``max_length``-token texts (and adapt on ``adapt_length``-token ones, 0: no adaptation): every size
-    an integer >= 1, each width a multiple of its heads, the position limit at least both lengths. Other keys are
+    an integer >= 1, about :data:`MAX_TINY_PARAMETERS` weights at most (:func:`tiny_parameters`), each width a
+    multiple of its heads, the position limit at least both lengths. Other keys are
     checked against transformers' config when built."""
     sizes = {**TINY_DEFAULTS[architecture], **config}
     for key in TINY_DEFAULTS[architecture]:
         value = sizes[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"model.config.{key} must be an integer >= 1, got {value!r}")
+    parameters = tiny_parameters(architecture, sizes)
+    if parameters > MAX_TINY_PARAMETERS:
+        given = ", ".join(f"{key} {sizes[key]:,}" for key in TINY_DEFAULTS[architecture])
+        raise ValueError(f"model.config gives a model of about {parameters:.2g} parameters ({given}), above the limit "
+                         f"of {MAX_TINY_PARAMETERS:.0e} for a model built here from config; lower its sizes (a typo?)")
     pairs, positions = TINY_SHAPES[architecture]
     for width, heads in pairs:
         if sizes[width] % sizes[heads]:

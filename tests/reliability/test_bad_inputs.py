@@ -144,6 +144,12 @@ PARAMS = [
     # tiny model sizes that cannot build or pre-train (were tracebacks inside transformers or torch)
     P(Bad(SENTIMENT, setting("model.config.n_layer", -1), ("sentiment.yaml: model: model.config.n_layer must be an "
                                                           "integer >= 1, got -1",)), id="negative-layers"),
+    P(Bad(SENTIMENT, setting("model.config.n_layer", 10**30), (  # allocated layers until the OOM killer came
+        "sentiment.yaml: model: model.config gives a model of about 1.2e+34 parameters (n_layer 1,000,000,000,000,000,"
+        "000,000,000,000,000, n_embd 32, n_head 2, n_positions 64), above the limit of 1e+10 for a model built here "
+        "from config; lower its sizes (a typo?)",)), id="a-billion-billion-layers"),
+    P(Bad(SENTIMENT, setting("model.config.n_embd", 1_000_000), ("model.config gives a model of about 1.2e+13 "
+                                                                  "parameters",)), id="a-million-wide"),
     P(Bad(SENTIMENT, setting("model.config.n_embd", 33), (
         "model.config.n_embd = 33 must be a multiple of n_head = 2",)), id="width-not-a-multiple-of-heads"),
     P(Bad(SENTIMENT, setting("model.config.n_positions", 32), (
