@@ -861,6 +861,10 @@ def read_yaml(path: str | Path) -> Any:
     zero (YAML 1.1 octal) or aliases that expand past :data:`MAX_YAML_VALUES` values raise :class:`ConfigError`
     naming the file (and the line)."""
     path = Path(path)
+    if path.is_dir():
+        shown = sorted(p.name for p in path.glob("*.y*ml"))[:3]
+        raise ConfigError(f"params file {str(path)!r} is a folder; give one file in it"
+                          + (f" ({', '.join(shown)}, ...)" if shown else ""))
     if not path.is_file():
         raise ConfigError(f"params file {str(path)!r} does not exist")
     try:

@@ -1011,6 +1011,13 @@ def test_base_model_with_a_local_path_that_does_not_exist_exits_2(tmp_path: Path
     assert not (tmp_path / "base").exists()
 
 
+def test_a_task_file_that_is_a_folder_is_named_a_folder(tmp_path: Path, call_stage):
+    """--task-file params/tasks said the folder "does not exist"."""
+    result = call_stage("prepare_datapool", "--task-file", MICRO / "tasks", "--out", tmp_path / "pool")
+    assert_fails_in_one_line(result, f"error: params file '{MICRO / 'tasks'}' is a folder; give one file in it "
+                                     f"(concepts.yaml, sentiment.yaml")
+
+
 # ---------------------------------------------------------------------------------------------
 # The workflow: snakemake validates every params file before any job
 # ---------------------------------------------------------------------------------------------
