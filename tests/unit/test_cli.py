@@ -174,6 +174,17 @@ def test_diff_refuses_a_revision_where_dvc_could_not_load_the_table(tmp_path):
                                          f"revisions that hold it, or another --target"), refused.stderr
     same = run([*CLI, "diff", "HEAD~2", "HEAD~2"], repo).stdout  # a real empty diff is still "no changes"
     assert same == "results/grue_table.json: no changes between HEAD~2 and HEAD~2\n"
+    # JSON that is not a GRUE table printed a plausible table of "—" (a list) or a dict repr as a value
+    for written, problem in (([1, 2], "a JSON list, not an object of metrics"),
+                             ({"sentiment": 3}, "sentiment is 3, where a GRUE table holds an object"),
+                             ({"sentiment": {"ppo": {"reward": "high"}}},
+                              'sentiment.ppo.reward is "high", where a GRUE table holds a number or null')):
+        (repo / "results").mkdir(exist_ok=True)
+        (repo / "results" / "grue_table.json").write_text(json.dumps(written))
+        refused = subprocess.run([*CLI, "diff", "HEAD~2", "workspace"], cwd=repo, capture_output=True, text=True)
+        assert refused.returncode == 2 and refused.stdout == "", written
+        assert refused.stderr.startswith(f"grueflow diff: error: results/grue_table.json at workspace is not a GRUE "
+                                         f"table: {problem} ({{task: {{method: {{metric: value}}}}}})"), refused.stderr
 
 
 def test_python_dash_m_grueflow_is_the_grueflow_command(tmp_path):
