@@ -419,9 +419,9 @@ class Policy:
 
     def _target_ids(self, targets: list[str]) -> list[list[int]]:
         """Targets' token ids, uncut and without EOS; a causal target is tokenised after a space, as it follows
-        its prompt."""
+        its prompt, and an empty target has no token (its EOS alone follows the prompt)."""
         prefix = " " if self.kind == "causal" else ""
-        return [self.tokenizer(prefix + t, add_special_tokens=False)["input_ids"] for t in targets]
+        return [self.tokenizer(prefix + t, add_special_tokens=False)["input_ids"] if t else [] for t in targets]
 
     def supervised_loss(self, prompts: Prompts, targets: torch.Tensor) -> torch.Tensor:
         """Mean token cross-entropy of ``targets`` given the prompts (teacher forcing)."""
