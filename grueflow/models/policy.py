@@ -165,18 +165,20 @@ def repetition_processors(gen: GenerationConfig) -> LogitsProcessorList:
 
 
 class UnpaddedRepetition(LogitsProcessor):
-    """:func:`repetition_processors` applied to each row's tokens without its left padding.
+    """:func:`repetition_processors` applied to each row's text alone: a causal row without its prompt's left
+    padding, a seq2seq row without the decoder's start token.
 
     With pad == EOS (GPT-2's and SmolLM2's tokenizers), padding read as tokens is EOS already in the sequence: the
     repetition penalty would lower EOS, and a 1-gram ban forbid it, in the padded rows of a batch alone, so that a
-    row's chance to stop would depend on how long its batch-mates' prompts are. ``generate``'s own processors read
-    the padding so; :meth:`Policy.generate` passes this one instead of them, and rollouts use it too.
+    row's chance to stop would depend on how long its batch-mates' prompts are. BART's decoder starts from its EOS,
+    which would likewise lower or ban EOS in every row. ``generate``'s own processors read those tokens so;
+    :meth:`Policy.generate` passes this one instead of them, and rollouts use it too.
 
-    ``padding`` (B,): each prompt row's left padding (a causal model's prompts), or None for tokens without any (a
-    seq2seq decoder's). Called with more rows than B (beams), row ``i`` is prompt ``i // (rows / B)``'s.
+    ``padding`` (B,): the tokens to leave out at the start of each row. Called with more rows than B (beams), row
+    ``i`` is prompt ``i // (rows / B)``'s.
     """
 
-    def __init__(self, gen: GenerationConfig, padding: Optional[torch.Tensor]) -> None:
+    def __init__(self, gen: GenerationConfig, padding: torch.Tensor) -> None:
         self.processors = repetition_processors(gen)
         self.padding = padding
         self.groups: dict[int, list[tuple[int, torch.Tensor]]] = {}  # rows -> (padding, row indices) per width
@@ -184,8 +186,6 @@ class UnpaddedRepetition(LogitsProcessor):
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
         if not self.processors:
             return scores
-        if self.padding is None:
-            return self.processors(input_ids, scores)
         rows = input_ids.shape[0]
         if rows not in self.groups:
             padding = self.padding.repeat_interleave(rows // self.padding.shape[0]).cpu()
@@ -322,12 +322,13 @@ class Policy:
         return completions, decoding.kept(completions[:, :-1]) if keep else None
 
     def _repetition(self, prompts: Prompts, gen: GenerationConfig) -> Optional[UnpaddedRepetition]:
-        """The repetition penalty and n-gram ban of ``gen`` over each row's tokens without the prompt's left
-        padding (None when both are off)."""
+        """The repetition penalty and n-gram ban of ``gen`` over each row's text alone: a causal row without the
+        prompt's left padding, a seq2seq row without the decoder's start token (None when both are off)."""
         if gen.repetition_penalty == 1.0 and gen.no_repeat_ngram_size == 0:
             return None
-        padding = (prompts.attention_mask == 0).sum(1) if self.kind == "causal" else None  # left-padded prompts
-        return UnpaddedRepetition(gen, padding)
+        if self.kind == "causal":
+            return UnpaddedRepetition(gen, (prompts.attention_mask == 0).sum(1))  # left-padded prompts
+        return UnpaddedRepetition(gen, torch.ones(prompts.input_ids.shape[0], dtype=torch.long))
 
     def _warp(self, logits: torch.Tensor, gen: GenerationConfig, no_eos: bool, tokens: torch.Tensor,
               logits_processor: Any) -> torch.Tensor:

@@ -4,7 +4,8 @@ same settings, on a model loaded without grueflow's backend."""
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+from transformers import (AutoModelForCausalLM, AutoModelForSeq2SeqLM, LogitsProcessor, LogitsProcessorList,
+                          NoRepeatNGramLogitsProcessor, RepetitionPenaltyLogitsProcessor)
 
 from grueflow.config import ConfigError, GenerationConfig, TaskConfig
 from grueflow.data import Sample
@@ -29,6 +30,16 @@ def test_min_length_keeps_rl4lms_meaning_per_model_kind():
     assert GenerationConfig().min_new("causal") == GenerationConfig().min_new("seq2seq") == 1
 
 
+class PastStart(LogitsProcessor):
+    """``processors`` over a decoder's tokens after its start token."""
+
+    def __init__(self, processors: LogitsProcessorList) -> None:
+        self.processors = processors
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        return self.processors(input_ids[:, 1:], scores)
+
+
 @pytest.mark.parametrize("kind", ["causal", "seq2seq"])
 def test_beam_search_equals_generate_with_the_same_settings(tiny_models, kind):
     model, tokenizer = load_pretrained(tiny_models[kind])
@@ -41,12 +52,17 @@ def test_beam_search_equals_generate_with_the_same_settings(tiny_models, kind):
     plain = PLAIN[kind].from_pretrained(tiny_models[kind], dtype=torch.float32).eval()
     prompts = policy.encode(PROMPTS[kind])
     width = prompts.input_ids.shape[1]
+    # a seq2seq decoder's start token is no text, which the repetition settings read (BART's is its EOS): they are
+    # given past it, as grueflow gives them (the causal padding here is the tokenizer's own <pad>, never chosen, so
+    # generate's reading it changes nothing)
+    repetition = ({"no_repeat_ngram_size": 2, "repetition_penalty": 1.3} if kind == "causal" else
+                  {"logits_processor": LogitsProcessorList([PastStart(LogitsProcessorList([
+                      RepetitionPenaltyLogitsProcessor(1.3), NoRepeatNGramLogitsProcessor(2)]))])})
     with torch.no_grad():  # RL4LMs' call: a causal model's min_length is moved past the padded prompt
         out = plain.generate(input_ids=prompts.input_ids, attention_mask=prompts.attention_mask,
                              pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
                              max_new_tokens=10, min_length=4 + width if kind == "causal" else 4, do_sample=False,
-                             num_beams=4, length_penalty=0.6, early_stopping=True, no_repeat_ngram_size=2,
-                             repetition_penalty=1.3)
+                             num_beams=4, length_penalty=0.6, early_stopping=True, **repetition)
     completions = out[:, width:] if kind == "causal" else out[:, 1:]
     completions = completions.masked_fill(completion_mask(completions, tokenizer.eos_token_id) == 0,
                                           tokenizer.pad_token_id)
@@ -118,6 +134,24 @@ def test_with_pad_as_eos_the_repetition_settings_never_read_a_rows_padding(tiny_
     alone, batched = seen
     assert policy.encode([short, long]).attention_mask[0].eq(0).sum() > 0  # the short prompt is padded
     assert torch.isfinite(batched[tokenizer.eos_token_id]) and torch.allclose(alone, batched, atol=1e-4)
+
+
+@pytest.mark.parametrize("decode", ["sample", "generate"])
+def test_the_repetition_settings_never_read_a_seq2seq_decoders_start_token(tiny_models, decode):
+    """BART's decoder starts from its EOS: read as a token of the text, a 1-gram ban forbade EOS in every row (0 of
+    4 ever stopped) and the penalty lowered it. T5 starts from its pad, which shows the same here."""
+    model, tokenizer = load_pretrained(tiny_models["seq2seq"])
+    policy = Policy(model, tokenizer, max_prompt_length=24)
+    start = model.config.decoder_start_token_id
+    seen = []
+
+    def record(tokens: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:  # the logits after the processors
+        seen.append(logits.clone())
+        return logits
+
+    gen = GenerationConfig(max_new_tokens=1, min_new_tokens=0, do_sample=False, no_repeat_ngram_size=1)
+    getattr(policy, decode)(policy.encode(PROMPTS["seq2seq"]), gen, logits_processor=record)
+    assert torch.isfinite(seen[0][:, start]).all()
 
 
 def test_rollouts_and_preference_pairs_refuse_beam_search():
