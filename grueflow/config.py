@@ -441,7 +441,7 @@ class GenerationConfig:
 
     def generate_kwargs(self, kind: str) -> dict[str, Any]:
         """Keyword arguments for ``generate`` on a ``kind`` model: every setting given explicitly; the settings a
-        model folder's generation config holds beyond its special tokens are dropped when it loads
+        model folder's generation config holds beyond its special tokens are set aside while it decodes
         (:func:`grueflow.models.special_tokens_only`), so that neither changes the decoding."""
         kwargs: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "min_new_tokens": self.min_new(kind),
                                   "do_sample": self.do_sample, "num_beams": self.num_beams,

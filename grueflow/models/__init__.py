@@ -343,7 +343,6 @@ def load_pretrained(name_or_path: str | Path, kind: Kind | None = None, trust_re
                                f"config.json asks for ({shown}); the config and the weights disagree: rebuild the "
                                f"folder, or restore the config.json saved with these weights")
     _check_finite(model, name)
-    model.generation_config = special_tokens_only(model.generation_config)
     model = model.to(execution.device)
     model.eval()
     if frozen:
@@ -358,8 +357,9 @@ def special_tokens_only(config: Any) -> Any:
     """A ``transformers.GenerationConfig`` with ``config``'s special-token ids alone. ``generate`` fills every
     setting a call leaves out from the model's generation config: a folder's forced BOS/EOS tokens (BART's),
     suppressed or banned tokens, ``min_p`` or ``typical_p`` would change evaluation's decoding, while rollouts
-    (:meth:`grueflow.models.policy.Policy.sample`, their own decode loop) apply none of them. With this config
-    both decode with the task's settings only."""
+    (:meth:`grueflow.models.policy.Policy.sample`, their own decode loop) apply none of them. Under this config
+    (:meth:`~grueflow.models.policy.Policy.generate` decodes with it in place of the model's, which stays as the
+    folder wrote it, to be saved with the model) both decode with the task's settings only."""
     from transformers import GenerationConfig
 
     return GenerationConfig(**{key: getattr(config, key, None) for key in GENERATION_TOKEN_KEYS})

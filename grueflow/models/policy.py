@@ -12,11 +12,11 @@ from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import torch
-from transformers import (LogitsProcessor, LogitsProcessorList, NoRepeatNGramLogitsProcessor,
+from transformers import (LogitsProcessor, LogitsProcessorList, NoRepeatNGramLogitsProcessor, PreTrainedModel,
                           RepetitionPenaltyLogitsProcessor)
 
 from grueflow.config import GenerationConfig
-from grueflow.models import Kind, model_kind
+from grueflow.models import Kind, model_kind, special_tokens_only
 from grueflow.models.backend import Backend, SampledLogits, prefix_forward, select, shared_encoder
 
 
@@ -264,10 +264,17 @@ class Policy:
         if processors:
             kwargs.update(repetition_penalty=1.0, no_repeat_ngram_size=0,  # given unpadded instead
                           logits_processor=LogitsProcessorList(processors))
-        with self.backend.execution.autocast():
-            out = self.model.generate(input_ids=prompts.input_ids, attention_mask=prompts.attention_mask,
-                                      pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.eos_token_id,
-                                      **kwargs)
+        # the task's settings alone: generate would fill what they leave out from the model's own generation config
+        model = next(m for m in self.model.modules() if isinstance(m, PreTrainedModel))  # under PEFT's wrappers
+        own = model.generation_config
+        model.generation_config = special_tokens_only(own)
+        try:
+            with self.backend.execution.autocast():
+                out = self.model.generate(input_ids=prompts.input_ids, attention_mask=prompts.attention_mask,
+                                          pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self.eos_token_id,
+                                          **kwargs)
+        finally:
+            model.generation_config = own
         start = prompts.input_ids.shape[1] if self.kind == "causal" else 1
         completions = out[:, start:]
         mask = completion_mask(completions, self.eos_token_id)

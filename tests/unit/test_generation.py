@@ -110,7 +110,14 @@ def test_a_model_folders_own_generation_settings_never_change_the_decoding(tiny_
     model, tokenizer = load_pretrained(folder)
     tampered = Policy(model, tokenizer, max_prompt_length=24)
     assert torch.equal(tampered.generate(prompts, gen), plain)
-    assert model.generation_config.eos_token_id == tokenizer.eos_token_id
+    kept = model.generation_config  # as the folder wrote it, for the stage to save with the model
+    assert kept.forced_eos_token_id == tokenizer.eos_token_id and kept.suppress_tokens == [first]
+    from grueflow.config import LoraConfig
+    from grueflow.models.lora import with_lora
+
+    lora = Policy(with_lora(model, parse(LoraConfig, {"r": 4}, "lora")), tokenizer, max_prompt_length=24)
+    assert torch.equal(lora.generate(prompts, gen), plain)  # under PEFT's wrappers too (a new adapter is a no-op)
+    assert model.generation_config.forced_eos_token_id == tokenizer.eos_token_id
 
 
 @pytest.mark.parametrize("decode", ["sample", "generate"])
