@@ -238,6 +238,18 @@ def _overrides(data: Any) -> dict[str, Any]:
     return overrides if isinstance(overrides, dict) else {}
 
 
+def task_key_name(task_file: str | Path, key: str, field: str, method: Optional[str] = None,
+                  start: str = "zero_shot") -> str:
+    """Where ``key.field`` of a task file comes from as ``method``'s stages read it (see :func:`load_task_section`),
+    for a message: ``method_overrides.<layer>.<key>.<field>`` when the last override layer that sets it does,
+    else ``<key>.<field>``."""
+    overrides = _overrides(read_yaml(task_file))
+    setting = [name for name in override_layers(method, start)
+               if isinstance(overrides.get(name), dict) and isinstance(overrides[name].get(key), dict)
+               and field in overrides[name][key]]
+    return f"method_overrides.{setting[-1]}.{key}.{field}" if setting else f"{key}.{field}"
+
+
 def load_task_section(cls: type, task_file: str | Path, key: str, method: Optional[str] = None,
                       start: str = "zero_shot") -> Any:
     """A task file's section ``key`` (one of :data:`TASK_SECTIONS`) as ``method``'s stages read it: with the

@@ -16,7 +16,8 @@ from grueflow.models import check_context, check_same_kind, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.policy import Policy
 from grueflow.rl.nlpo import DECODING_DIR, evaluation_processor, masks_for
-from grueflow.params import check_headlines, check_metric_keys, load_section, load_task_section, parse, with_fluency
+from grueflow.params import (check_headlines, check_metric_keys, load_section, load_task_section, parse, task_key_name,
+                             with_fluency)
 from grueflow.preference.config import PREFERENCE_METHODS
 from grueflow.rl import ALGORITHMS
 from grueflow.seeding import rng_state, seed_everything, set_rng_state
@@ -57,7 +58,8 @@ def main() -> None:
         raise ConfigError(f"{args.task_file}: {err}") from None
     metrics = with_fluency(metrics)
     check_context(args.model, lengths.prompt, generation.max_new_tokens, str(args.task_file),
-                  ("lengths.prompt", "eval_generation.max_new_tokens"))
+                  tuple(task_key_name(args.task_file, key, field, method, args.start)
+                        for key, field in (("lengths", "prompt"), ("eval_generation", "max_new_tokens"))))
     check_same_kind(args.model, args.base_model)
     # an NLPO output: RL4LMs evaluates with its action masks; --algorithm nlpo requires them
     masks = masks_for(args.model, nlpo=args.algorithm == "nlpo")

@@ -19,7 +19,7 @@ from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.policy import Policy, Prompts
 from grueflow.plugins import reward_inputs
-from grueflow.params import STARTS, check_select_metric, load_method, load_metrics, load_task_section
+from grueflow.params import STARTS, check_select_metric, load_method, load_metrics, load_task_section, task_key_name
 from grueflow.rl import ALGORITHMS
 from grueflow.rl.configs import NLPOConfig
 from grueflow.rl.nlpo import NLPO, mask_processors, save_decoding
@@ -78,7 +78,8 @@ def main() -> None:
     for name, decoding in (("rollout_generation", generation), ("eval_generation", eval_generation)):
         # eval_generation: validation (eval_every) and the evaluate stage after training decode with it
         check_context(args.init_model, lengths.prompt, decoding.max_new_tokens, str(args.task_file),
-                      ("lengths.prompt", f"{name}.max_new_tokens"))
+                      tuple(task_key_name(args.task_file, key, field, args.algorithm, args.start)
+                            for key, field in (("lengths", "prompt"), (name, "max_new_tokens"))))
     run = TrainingRun.start("rl_finetune", args, started, args.seed, processes=cfg.processes)
     train = read_split(args.datapool, "train")
     # the reward loads first and checks the train split's meta and references, so that a sample it can never score

@@ -16,7 +16,7 @@ from grueflow.models.backend import select
 from grueflow.models.lora import merged, with_lora
 from grueflow.models.policy import Policy
 from grueflow.metrics import MetricContext
-from grueflow.params import check_select_metric, load_method, load_metrics, load_task_section
+from grueflow.params import check_select_metric, load_method, load_metrics, load_task_section, task_key_name
 from grueflow.supervised import NonFiniteLossError, SupervisedTrainer, select_splits
 from grueflow.training import Tracking, TrainingRun, add_arguments
 from grueflow.validation import Validation
@@ -43,11 +43,12 @@ def main() -> None:
     eval_generation = load_task_section(GenerationConfig, args.task_file, "eval_generation", "supervised")
     metrics = load_metrics(args.task_file)
     check_select_metric(cfg, str(args.method_file), None, metrics)
-    check_context(args.base_model, lengths.prompt, lengths.target, str(args.task_file),
-                  ("lengths.prompt", "lengths.target"))
-    # validation (eval_every) and the evaluate stage after training decode with eval_generation
-    check_context(args.base_model, lengths.prompt, eval_generation.max_new_tokens, str(args.task_file),
-                  ("lengths.prompt", "eval_generation.max_new_tokens"))
+    # and validation (eval_every) and the evaluate stage after training decode with eval_generation
+    for budget in (("lengths", "target"), ("eval_generation", "max_new_tokens")):
+        check_context(args.base_model, lengths.prompt, lengths.target if budget[0] == "lengths" else
+                      eval_generation.max_new_tokens, str(args.task_file),
+                      tuple(task_key_name(args.task_file, key, field, "supervised")
+                            for key, field in (("lengths", "prompt"), budget)))
     run = TrainingRun.start("warm_start", args, started, args.seed, processes=cfg.processes)
     train, val = select_splits(read_split(args.datapool, "train"), read_split(args.datapool, "val"), cfg.train_where)
     backend = select(run.execution)

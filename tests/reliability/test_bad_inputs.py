@@ -937,6 +937,18 @@ def test_training_with_eval_generation_longer_than_the_context_exits_2_before_lo
     assert not (tmp_path / "out").exists() and not (tmp_path / "resume").exists()
 
 
+def test_a_context_overrun_names_the_method_override_that_sets_the_length(tmp_path: Path):
+    """The message named eval_generation.max_new_tokens = 60 where the task's own says 8 and the override 60."""
+    model = fake_model(tmp_path / "model", model_type="gpt2", n_positions=64)  # no weights: loading would fail
+    task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml", lengths={"prompt": 24, "target": 24},
+                  method_overrides={"ppo": {"eval_generation": {"max_new_tokens": 60}}})
+    result = run_stage("rl_finetune", "--task-file", task, "--datapool", tmp_path / "no_datapool", "--seed", "0",
+                       "--out", tmp_path / "out", "--algorithm", "ppo", "--method-file", MICRO / "methods" / "ppo.yaml",
+                       "--init-model", model, "--base-model", model)
+    assert_fails_in_one_line(result, "sentiment.yaml: lengths.prompt + method_overrides.ppo.eval_generation."
+                                     "max_new_tokens = 24 + 60 = 84 tokens exceed the model's n_positions = 64")
+
+
 def test_a_tensorboard_folder_that_cannot_be_written_is_named_with_its_variable_before_loading(
         tmp_path: Path, call_stage, monkeypatch: pytest.MonkeyPatch):
     """A read-only or file-blocked $GRUEFLOW_TENSORBOARD failed after the model and data had loaded, in a traceback
