@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from grueflow.config import GenerationConfig, LoraConfig, RewardConfig, check
+from grueflow.config import (MAX_BATCH, MAX_COUNT, MAX_TOKENS, GenerationConfig, LoraConfig, RewardConfig, check,
+                             check_size)
 
 PREFERENCE_METHODS = ("dpo",)  # methods a suite may list under preference_methods
 IPO_MIN_BETA = 1e-4  # IPO's target margin 1/(2 beta) at most 5000 nats (see DPOConfig)
@@ -38,10 +39,13 @@ class PreferencesConfig:
 
     def __post_init__(self) -> None:
         check(self.n_prompts >= 0, f"n_prompts must be >= 0 (0 = every training prompt), got {self.n_prompts}")
+        check_size("n_prompts", self.n_prompts, MAX_COUNT)
         check(self.samples_per_prompt >= 2, f"samples_per_prompt must be >= 2 to make a pair, got {self.samples_per_prompt}")
+        check_size("samples_per_prompt", self.samples_per_prompt, MAX_BATCH)
         check(self.min_margin >= 0, f"min_margin must be >= 0, got {self.min_margin}")
         check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
         check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
+        check_size("batch_size", self.batch_size, MAX_BATCH)
         try:
             self.generation.check_rollout()
         except ValueError as error:
@@ -68,10 +72,16 @@ class RewardModelConfig:
 
     def __post_init__(self) -> None:
         check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
+        check_size("epochs", self.epochs, MAX_COUNT)
         check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
+        check_size("batch_size", self.batch_size, MAX_BATCH)
         check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
+        check(self.weight_decay >= 0, f"weight_decay must be >= 0, got {self.weight_decay}")
+        check(self.max_grad_norm > 0, f"max_grad_norm must be > 0, got {self.max_grad_norm} (0 would clip every "
+                                      f"gradient to nothing, a negative one turn descent into ascent)")
         check(0 <= self.val_fraction < 1, f"val_fraction must be in [0, 1), got {self.val_fraction}")
         check(self.max_length > 1, f"max_length must be > 1, got {self.max_length}")
+        check_size("max_length", self.max_length, MAX_TOKENS)
         check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
 
 
@@ -126,7 +136,9 @@ class DPOConfig:
                   f"grows with beta, no longer DPO's loss; DPO's beta is usually 0.01-0.5")
         check(self.learning_rate > 0, f"learning_rate must be > 0, got {self.learning_rate}")
         check(self.epochs > 0, f"epochs must be > 0, got {self.epochs}")
+        check_size("epochs", self.epochs, MAX_COUNT)
         check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
+        check_size("batch_size", self.batch_size, MAX_BATCH)
         check(self.max_grad_norm > 0, f"max_grad_norm must be > 0, got {self.max_grad_norm}")
 
 

@@ -135,6 +135,7 @@ class RLConfig:
         check_size("rollouts_per_iteration", self.rollouts_per_iteration, MAX_BATCH)
         check_size("minibatch_size", self.minibatch_size, MAX_BATCH)
         check(self.processes >= 1, f"processes must be >= 1, got {self.processes}")
+        check(self.group_size > 0, f"group_size must be > 0, got {self.group_size}")
         check(self.processes == 1 or (self.rollouts_per_iteration // self.group_size) % self.processes == 0,
                f"processes={self.processes} must divide the {self.rollouts_per_iteration // self.group_size} prompt "
                f"groups of a rollout (rollouts_per_iteration / group_size), so each process gets whole groups")
@@ -154,7 +155,6 @@ class RLConfig:
         check(self.target_kl is None or self.target_kl > 0,
                f"target_kl must be > 0 (or null: no early stop), got {self.target_kl}")
         check(self.ent_coef >= 0, f"ent_coef must be >= 0 (an entropy bonus), got {self.ent_coef}")
-        check(self.group_size > 0, f"group_size must be > 0, got {self.group_size}")
         check(self.rollouts_per_iteration % self.minibatch_size == 0,
                f"rollouts_per_iteration={self.rollouts_per_iteration} is not a multiple of "
                f"minibatch_size={self.minibatch_size}; make it one")

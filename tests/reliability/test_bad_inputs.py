@@ -227,6 +227,8 @@ PARAMS = [
         "ppo.yaml: rollouts_per_iteration and minibatch_size must be > 0, got 16 and 0",)), id="minibatch-0"),
     P(Bad(GRPO, setting("group_size", 3), ("grpo.yaml: rollouts_per_iteration=64 is not a multiple of group_size=3",)),
       id="group-does-not-divide"),
+    P(Bad(GRPO, setting("group_size", 0), ("grpo.yaml: group_size must be > 0, got 0",)),
+      id="group-size-zero"),  # a ZeroDivisionError at validation, in snakemake -n too
     P(Bad(GRPO, setting("group_size", 1), ("grpo.yaml: group-relative advantages need group_size >= 2, got 1",)),
       id="group-of-1"),
     # settings an algorithm never reads: a KL term its loss lacks, a critic it never builds, an adaptive 0
@@ -2088,6 +2090,29 @@ def test_a_dpo_beta_its_loss_cannot_use_is_refused_before_training(tmp_path: Pat
     result = call_stage("dpo", *dpo_inputs(tmp_path, tiny_models, method))
     assert_fails_in_one_line(result, f"error: {tmp_path / 'dpo.yaml'}: {fragment}")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("file, values, fragment", [
+    ("reward_model", {"max_grad_norm": -1}, "max_grad_norm must be > 0, got -1.0 (0 would clip every gradient to "
+                                            "nothing, a negative one turn descent into ascent)"),
+    ("reward_model", {"max_grad_norm": 0}, "max_grad_norm must be > 0, got 0.0"),
+    ("reward_model", {"weight_decay": -1}, "weight_decay must be >= 0, got -1.0"),
+    ("reward_model", {"max_length": 10**9}, "max_length = 1,000,000,000 is above the limit of 131,072"),
+    ("dpo", {"epochs": 10**30}, "epochs = 1,000,000,000,000,000,000,000,000,000,000 is above the limit of 10,000,000"),
+    ("preferences", {"samples_per_prompt": 10**30}, "samples_per_prompt = 1,000,000,000,000,000,000,000,000,000,000 is "
+                                                    "above the limit of 65,536"),
+], ids=["rm-gradient-ascent", "rm-frozen", "rm-negative-decay", "rm-huge-length", "dpo-huge-epochs",
+        "pairs-huge-samples"])
+def test_preference_method_values_that_cannot_train_are_refused_at_parse_time(file: str, values: dict[str, Any],
+                                                                              fragment: str):
+    """max_grad_norm -1 trained the reward model by gradient ascent (loss 0.685 -> 2.573, exit 0); weight_decay -1
+    was a torch traceback after loading; sizes of 10^30 ran until killed."""
+    from grueflow.preference.config import preference_method_files
+
+    cls = preference_method_files(("dpo",))[file]
+    with pytest.raises(ConfigError) as err:
+        parse(cls, values, f"{file}.yaml:")
+    assert f"{file}.yaml: {fragment}" in str(err.value)
 
 
 SCORES_PLUGIN = '''
