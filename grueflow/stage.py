@@ -146,13 +146,23 @@ def check_out(out: Path, args: argparse.Namespace, stage: Optional[str]) -> None
                           f"it if it is not needed")
 
 
-def check_file_out(flag: str, path: Path) -> None:
+def check_file_out(flag: str, path: Path, suffix: Optional[str] = None) -> None:
     """A file output (``--out-csv`` ...) must not lie inside another stage's output folder (a folder above it holds
     a :data:`grueflow.io.STAGE_RECORD`): writing it would change, or replace, a file of that output behind its
-    manifest; and it must not be a folder. A :class:`ConfigError` naming the folder otherwise, before any work."""
+    manifest; it must not be a folder, nor a human evaluation's key (the only record of which system is which); and
+    with ``suffix`` (``.csv``) its name must end in it, so that a slip onto a params file (``.yaml``) or a key
+    (``.json``) of another kind is refused. A :class:`ConfigError` naming the path otherwise, before any work."""
     if path.is_dir():
         raise ConfigError(f"{flag} {path} is a folder; give the path of a file to write")
     inside_output(flag, path)
+    if suffix is not None and path.suffix.lower() != suffix:
+        raise ConfigError(f"{flag} {path}: this output is written to a {suffix} file; give a path ending in {suffix}")
+    if path.is_file() and path.suffix.lower() == ".json":
+        from grueflow.human.batch import is_key_file
+
+        if is_key_file(path):
+            raise ConfigError(f"{flag} {path} is a human evaluation's key (which system each opaque id is); give "
+                              f"another path")
 
 
 def inside_output(flag: str, path: Path) -> None:

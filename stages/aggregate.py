@@ -11,6 +11,8 @@ from grueflow.io import atomic_paths, write_text
 from grueflow.params import parse
 
 SUITE_KEYS = ("tasks", "algorithms", "seeds", "rl_starts", "preference_methods")
+OUT_SUFFIXES = {"--out-csv": ".csv", "--out-md": ".md", "--out-json": ".json", "--out-chart": ".png",
+                "--out-html": ".html", "--out-samples": ".html"}
 
 
 def expected_runs(eval_dir: Path, suite: SuiteConfig) -> list[Path]:
@@ -57,7 +59,7 @@ def main() -> None:
     # the suite's own params: its task and method files, which a slip of an --out-* would replace with the table
     params = [Path(suite.params_dir) / kind for kind in ("tasks", "methods")] if args.suite else []
     for flag, path in outs:
-        stage.check_file_out(flag, path)
+        stage.check_file_out(flag, path, OUT_SUFFIXES[flag])
         read = [(name, given) for name, given in (("the input --suite", args.suite), ("the input --eval-dir",
                                                                                        args.eval_dir),
                                                    *(("the suite's params folder", folder) for folder in params))

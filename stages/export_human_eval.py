@@ -51,6 +51,10 @@ def main() -> None:
     if args.kind == "likert" and args.key is not None:
         p.error(f"--key {args.key} is for pairwise batches; a Likert batch has no key (its items name their method): "
                 f"leave --key out")
+    if args.key is not None:  # never inside a stage's output: another batch's folder goes to annotators
+        if args.key.is_dir():
+            p.error(f"--key {args.key} is a folder; give the path of the key file to write")
+        stage.inside_output("--key", args.key)
     prompt_column = "prompt"
     if args.rl4lms_csv and args.kind == "pairwise":
         prompt_column, sources = hb.read_rl4lms_pairwise(args.rl4lms_csv)

@@ -23,9 +23,7 @@ def check_outputs(out_csv: Path, out_md: Path, imports: list[Path]) -> None:
         if inside is not None:
             raise ConfigError(f"{flag} {out} lies inside the --imports folder {inside}, whose files the table reads: "
                               f"write it outside every import folder")
-        stage.check_file_out(flag, out)
-        if out.is_dir():
-            raise ConfigError(f"{flag} {out} is a folder; give the path of the file to write")
+        stage.check_file_out(flag, out, ".csv" if flag == "--out-csv" else ".md")
 
 
 def main() -> None:

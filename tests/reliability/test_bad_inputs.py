@@ -2396,17 +2396,29 @@ def test_aggregate_writing_into_a_stage_output_folder_exits_2_before_reading(tmp
     shutil.copyfile(MICRO / "suite.yaml", suite)
     result = call_stage("aggregate", "--eval-dir", tmp_path / "results" / "eval", "--suite", suite,
                         "--out-csv", tmp_path / "t.csv", "--out-md", suite, "--out-json", tmp_path / "t.json")
-    assert_fails_in_one_line(result, f"error: --out-md {suite} is, or lies inside, the input --suite {suite}, which "
-                                     f"the table reads or the pipeline runs: give a path apart from the inputs")
+    assert_fails_in_one_line(result, f"error: --out-md {suite}: this output is written to a .md file; give a path "
+                                     f"ending in .md")
     assert suite.read_text() == (MICRO / "suite.yaml").read_text()
     shutil.copytree(MICRO / "tasks", tmp_path / "params" / "tasks")  # a task file of the suite: replaced too
-    task = tmp_path / "params" / "tasks" / "sentiment.yaml"
+    table = tmp_path / "params" / "tasks" / "table.md"
     suite.write_text(suite.read_text().replace("params_dir: params", f"params_dir: {tmp_path / 'params'}"))
     result = call_stage("aggregate", "--eval-dir", tmp_path / "results" / "eval", "--suite", suite,
-                        "--out-csv", tmp_path / "t.csv", "--out-md", task, "--out-json", tmp_path / "t.json")
-    assert_fails_in_one_line(result, f"error: --out-md {task} is, or lies inside, the suite's params folder "
+                        "--out-csv", tmp_path / "t.csv", "--out-md", table, "--out-json", tmp_path / "t.json")
+    assert_fails_in_one_line(result, f"error: --out-md {table} is, or lies inside, the suite's params folder "
                                      f"{tmp_path / 'params' / 'tasks'}, which the table reads or the pipeline runs")
-    assert task.read_text() == (MICRO / "tasks" / "sentiment.yaml").read_text()
+    result = call_stage("aggregate", "--eval-dir", tmp_path / "results" / "eval", "--suite", suite, "--out-csv",
+                        tmp_path / "t.csv", "--out-md", tmp_path / "params" / "tasks" / "sentiment.yaml", "--out-json",
+                        tmp_path / "t.json")
+    assert result.code == 2 and "this output is written to a .md file" in result.stderr
+    assert (tmp_path / "params" / "tasks" / "sentiment.yaml").read_text() == \
+        (MICRO / "tasks" / "sentiment.yaml").read_text()
+    active = tmp_path / "active.yaml"  # the suite dvc.yaml reads, while another one is aggregated
+    shutil.copyfile(MICRO / "suite.yaml", active)
+    result = call_stage("aggregate", "--eval-dir", tmp_path / "results" / "eval", "--suite", suite,
+                        "--out-csv", tmp_path / "t.csv", "--out-md", active, "--out-json", tmp_path / "t.json")
+    assert_fails_in_one_line(result, f"error: --out-md {active}: this output is written to a .md file; give a path "
+                                     f"ending in .md")
+    assert active.read_text() == (MICRO / "suite.yaml").read_text()
     (tmp_path / "folder").mkdir()
     result = call_stage("aggregate", "--eval-dir", tmp_path / "results" / "eval", "--suite", suite,
                         "--out-csv", tmp_path / "folder", "--out-md", tmp_path / "t.md", "--out-json", tmp_path / "t.json")

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from shared_data import DATA
 
-from grueflow import io
+from grueflow import io, stage
+from grueflow.config import ConfigError
 from grueflow.human import batch as hb
 from grueflow.human import results
 from grueflow.human.agreement import cohen_kappa, fleiss_kappa, krippendorff_alpha
@@ -457,6 +458,10 @@ def test_an_import_refuses_the_key_of_another_batch_and_an_export_never_replaces
     assert (tmp_path / "keyA.json").read_bytes() == key_a and not (tmp_path / "batchB").exists()
     assert export("ppo", "batchA", "keyA.json").returncode == 0  # the same batch again: the same key, allowed
     assert (tmp_path / "keyA.json").read_bytes() == key_a
+    hidden = export("a2c", "batchB", "batchA/keyB.json")  # inside the batch handed to annotators: unblinded
+    assert hidden.returncode == 2 and (f"--key {tmp_path / 'batchA' / 'keyB.json'} lies inside {tmp_path / 'batchA'}, "
+                                       f"the output folder of stage export_human_eval") in hidden.stderr
+    assert not (tmp_path / "batchA" / "keyB.json").exists() and not (tmp_path / "batchB").exists()
     assert export("a2c", "batchB", "keyB.json").returncode == 0
     batch_b = hb.read_batch(tmp_path / "batchB")
 
@@ -566,6 +571,19 @@ def test_the_human_table_refuses_outputs_that_clash_before_any_work(tmp_path: Pa
     assert table(tmp_path / "t.csv", folder).returncode == 2  # an output that is the import folder itself
     assert (folder / "table_rows.json").read_bytes() == rows and not (tmp_path / "t.md").exists()
     assert not (tmp_path / "t.out").exists()
+    suite = tmp_path / "suite.yaml"  # a slip onto the active suite, or onto a batch's key, replaced it, exit 0
+    suite.write_text("tasks: [sentiment]\n")
+    key = tmp_path / "key.json"
+    io.write_json(key, {hb.KEY_TAG: "b1", hb.KEY_IDS: {"b1-x": "ppo", "b1-y": "sup"}})
+    for csv_path, md_path, flag, suffix in ((tmp_path / "t.csv", suite, "--out-md", ".md"),
+                                            (key, tmp_path / "t.md", "--out-csv", ".csv")):
+        slip = table(csv_path, md_path)
+        named = md_path if flag == "--out-md" else csv_path
+        assert slip.returncode == 2 and (f"{flag} {named}: this output is written to a {suffix} file; give a path "
+                                         f"ending in {suffix}") in slip.stderr
+    assert suite.read_text() == "tasks: [sentiment]\n" and io.read_json(key)[hb.KEY_TAG] == "b1"
+    with pytest.raises(ConfigError, match=r"--out-json .*key\.json is a human evaluation's key"):
+        stage.check_file_out("--out-json", key, ".json")  # aggregate's JSON output onto a key
     assert table(tmp_path / "t.csv", tmp_path / "t.md").returncode == 0
 
 
