@@ -67,6 +67,7 @@ def check_tiny_fixed(architecture: str, config: dict[str, Any]) -> None:
 
 
 MAX_TINY_PARAMETERS = 10**10  # a model built from config and pre-trained here; far above any such run
+MAX_TINY_SIZE = 2**20  # any one integer of its config (a width, a count, a position limit)
 
 
 def tiny_parameters(architecture: str, sizes: dict[str, int]) -> int:
@@ -99,6 +100,11 @@ def check_tiny_sizes(architecture: str, config: dict[str, Any], max_length: int,
         value = sizes[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"model.config.{key} must be an integer >= 1, got {value!r}")
+    huge = [key for key, value in config.items()
+            if isinstance(value, int) and not isinstance(value, bool) and value > MAX_TINY_SIZE]
+    if huge:  # a size the estimate below leaves out (GPT-2's n_inner, Llama's head_dim, T5's buckets, ...)
+        raise ValueError(f"model.config.{huge[0]} = {config[huge[0]]:,} is above the limit of {MAX_TINY_SIZE:,} for "
+                         f"any size of a model built here from config; lower it (a typo?)")
     parameters = tiny_parameters(architecture, sizes)
     if parameters > MAX_TINY_PARAMETERS:
         given = ", ".join(f"{key} {sizes[key]:,}" for key in TINY_DEFAULTS[architecture])

@@ -145,11 +145,16 @@ PARAMS = [
     P(Bad(SENTIMENT, setting("model.config.n_layer", -1), ("sentiment.yaml: model: model.config.n_layer must be an "
                                                           "integer >= 1, got -1",)), id="negative-layers"),
     P(Bad(SENTIMENT, setting("model.config.n_layer", 10**30), (  # allocated layers until the OOM killer came
-        "sentiment.yaml: model: model.config gives a model of about 1.2e+34 parameters (n_layer 1,000,000,000,000,000,"
-        "000,000,000,000,000, n_embd 32, n_head 2, n_positions 64), above the limit of 1e+10 for a model built here "
-        "from config; lower its sizes (a typo?)",)), id="a-billion-billion-layers"),
-    P(Bad(SENTIMENT, setting("model.config.n_embd", 1_000_000), ("model.config gives a model of about 1.2e+13 "
-                                                                  "parameters",)), id="a-million-wide"),
+        "sentiment.yaml: model: model.config.n_layer = 1,000,000,000,000,000,000,000,000,000,000 is above the limit "
+        "of 1,048,576 for any size of a model built here from config; lower it (a typo?)",)),
+      id="a-billion-billion-layers"),
+    P(Bad(SENTIMENT, setting("model.config.n_inner", 10**9), (  # outside the estimate: an allocator traceback
+        "model.config.n_inner = 1,000,000,000 is above the limit of 1,048,576 for any size of a model built here from "
+        "config",)), id="a-billion-wide-feed-forward"),
+    P(Bad(SENTIMENT, setting("model.config.n_embd", 1_000_000), (
+        "sentiment.yaml: model: model.config gives a model of about 1.2e+13 parameters (n_layer 1, n_embd 1,000,000, "
+        "n_head 2, n_positions 64), above the limit of 1e+10 for a model built here from config; lower its sizes "
+        "(a typo?)",)), id="a-million-wide"),
     P(Bad(SENTIMENT, setting("model.config.n_embd", 33), (
         "model.config.n_embd = 33 must be a multiple of n_head = 2",)), id="width-not-a-multiple-of-heads"),
     P(Bad(SENTIMENT, setting("model.config.n_positions", 32), (
