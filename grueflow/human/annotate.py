@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -26,6 +27,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from grueflow import io
+from grueflow.config import ConfigError
+from grueflow.stage import check_writable
 from grueflow.human.answers import AnswerError, AnswerStore, check_annotator
 from grueflow.human.batch import Batch, prompt_of, read_batch
 from grueflow.human.criteria import SCALE_MAX, SCALE_MIN
@@ -153,6 +156,11 @@ class _Handler(BaseHTTPRequestHandler):
         except AnswerError as err:
             self._error(err.status, str(err))
             return
+        except OSError as err:  # a full disk, a file made read-only while serving
+            log.error("answer not saved: %s", err)
+            self._error(HTTPStatus.INTERNAL_SERVER_ERROR, f"not saved: the answers file cannot be written ({err}); "
+                                                          f"tell whoever runs this page")
+            return
         self._json(HTTPStatus.OK, self.server.state())
 
     def _read_json(self) -> Any:
@@ -192,6 +200,12 @@ def build_server(batch_dir: str | Path, annotator: str, answers: str | Path,
                            f"keep answers elsewhere, e.g. data/human/{batch_dir.name}/answers.jsonl")
     store = AnswerStore(answers, batch)
     store.records()  # a corrupt answers file fails now, before anyone annotates
+    try:  # and one that cannot be written: every answer would be lost
+        check_writable("--answers", Path(answers))
+        if Path(answers).exists() and not os.access(answers, os.W_OK):
+            raise ConfigError(f"--answers {answers}: cannot write the file: permission denied")
+    except ConfigError as err:
+        raise io.DataError(str(err)) from None
     return AnnotationServer(batch, batch_dir.name, store, annotator, port)
 
 
@@ -204,6 +218,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="the answers file, outside the batch folder (e.g. data/human/<batch>/answers.jsonl)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
     args = p.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        p.error(f"--port {args.port} is not a port; give 0 to 65535 (0 picks a free one)")
+    if args.answers.is_dir():
+        p.error(f"--answers {args.answers} is a folder; give the answers file, e.g. "
+                f"data/human/{args.batch_dir.name}/answers.jsonl")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     try:
         server = build_server(args.batch_dir, args.annotator, args.answers, args.port)

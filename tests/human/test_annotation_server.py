@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from grueflow.human import batch as hb
 from grueflow.human.annotate import MAX_BODY, main
 from grueflow.human.answers import AnswerStore, read_answer_lines
@@ -134,6 +136,32 @@ def test_cli_refuses_a_bad_batch_and_a_bad_name(tmp_path: Path, likert_dir: Path
                              "<b>x</b>", "--answers", str(tmp_path / "a.jsonl"), "--port", "0"],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2 and "annotator '<b>x</b>' is not a valid name" in result.stderr
+
+
+def test_cli_refuses_a_port_out_of_range_and_a_folder_for_answers(tmp_path: Path, likert_dir: Path, capsys) -> None:
+    """--port 99999 ended in bind()'s OverflowError; --answers /tmp blamed the port."""
+    for args, expect in ((["--port", "99999"], "--port 99999 is not a port; give 0 to 65535"),
+                         (["--port", "0", "--answers", str(tmp_path)], f"--answers {tmp_path} is a folder")):
+        with pytest.raises(SystemExit) as exit_:
+            main([str(likert_dir), "--annotator", "alice", "--answers", str(tmp_path / "a.jsonl"), *args])
+        assert exit_.value.code == 2 and expect in capsys.readouterr().err
+
+
+def test_an_answer_the_file_cannot_take_is_a_500_saying_why(likert_dir: Path, serve, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write that failed (a full disk, a file made read-only while serving) left the request without a response
+    and a traceback on the server."""
+    server = serve(likert_dir)
+    first = hb.read_batch(likert_dir).items[0]["item_id"]
+
+    def full(*args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(server.store, "append", full)
+    status, content_type, data = request(server, "POST", "/api/answer", json.dumps(
+        {"item_id": first, "answer": {"coherence": 4, "sentiment": 2}}).encode())
+    assert status == 500 and "not saved: the answers file cannot be written" in json.loads(data)["error"]
+    assert "No space left on device" in json.loads(data)["error"]
 
 
 def test_an_idle_connection_is_closed_after_the_request_timeout(likert_dir: Path, serve) -> None:
