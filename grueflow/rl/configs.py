@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Literal, Mapping, Optional
 
-from grueflow.config import MAX_BATCH, MAX_COUNT, LoraConfig, check, check_evaluation, check_size
+from grueflow.config import MAX_BATCH, MAX_COUNT, MAX_VOCAB, LoraConfig, check, check_evaluation, check_size
 
 
 @dataclass(frozen=True)
@@ -162,6 +162,7 @@ class RLConfig:
                f"rollouts_per_iteration={self.rollouts_per_iteration} is not a multiple of "
                f"group_size={self.group_size}; make it one")
         check(self.checkpoint_every > 0, f"checkpoint_every must be > 0, got {self.checkpoint_every}")
+        check_size("checkpoint_every", self.checkpoint_every, MAX_COUNT)
         check_evaluation(self, self.iterations, "iteration")
         check(self.keep_checkpoints >= 1, f"keep_checkpoints must be >= 1, got {self.keep_checkpoints}; "
                f"the newest checkpoint is what a killed run resumes from")
@@ -227,9 +228,12 @@ class NLPOConfig(PPOConfig):
         super().__post_init__()
         check(0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}")
         check(self.top_k >= 0, f"top_k must be >= 0 (0: no cap), got {self.top_k}")
+        check_size("top_k", self.top_k, MAX_VOCAB)
         check(self.min_tokens_to_keep >= 1, f"min_tokens_to_keep must be >= 1, got {self.min_tokens_to_keep}")
+        check_size("min_tokens_to_keep", self.min_tokens_to_keep, MAX_VOCAB)
         check(self.target_update_iterations >= 1,
                f"target_update_iterations must be >= 1, got {self.target_update_iterations}")
+        check_size("target_update_iterations", self.target_update_iterations, MAX_COUNT)
         check(self.select == "last" or not self.eval_with_masks,
               "select: best hands on an earlier policy, but eval_with_masks evaluates with the final mask model; "
               "set eval_with_masks: false, or select: last")
@@ -270,6 +274,7 @@ class A2CConfig(RLConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         check(self.n_steps > 0, f"n_steps must be > 0, got {self.n_steps}")
+        check_size("n_steps", self.n_steps, MAX_COUNT)
         check(0 <= self.gamma <= 1, f"gamma must be in [0, 1], got {self.gamma}")
         check(self.vf_coef >= 0, f"vf_coef must be >= 0, got {self.vf_coef}")
         check_kl_in_reward(self, "a2c")
@@ -321,6 +326,9 @@ class TRPOConfig(RLConfig):
                                               f"update), got {self.line_search_max_iter}")
         check(self.n_critic_updates >= 1, f"n_critic_updates must be >= 1 (the critic's steps per rollout), "
                                           f"got {self.n_critic_updates}")
+        check_size("cg_max_steps", self.cg_max_steps, MAX_COUNT)
+        check_size("line_search_max_iter", self.line_search_max_iter, MAX_COUNT)
+        check_size("n_critic_updates", self.n_critic_updates, MAX_COUNT)
         check(0 <= self.gamma <= 1 and 0 <= self.gae_lambda <= 1,
                f"gamma and gae_lambda must be in [0, 1], got {self.gamma} and {self.gae_lambda}")
         check_kl_in_reward(self, "trpo")

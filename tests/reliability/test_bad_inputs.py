@@ -232,6 +232,11 @@ PARAMS = [
         "ppo.yaml: rollouts_per_iteration and minibatch_size must be > 0, got 16 and 0",)), id="minibatch-0"),
     P(Bad(GRPO, setting("group_size", 3), ("grpo.yaml: rollouts_per_iteration=64 is not a multiple of group_size=3",)),
       id="group-does-not-divide"),
+    P(Bad(PPO, setting("checkpoint_every", 10**30), ("ppo.yaml: checkpoint_every = 1,000,000,000,000,000,000,000,000,"
+                                                     "000,000 is above the limit of 10,000,000",)),
+      id="huge-checkpoint-every"),
+    P(Bad(TRPO, setting("cg_max_steps", 10**30), ("trpo.yaml: cg_max_steps = 1,000,000,000,000,000,000,000,000,000,000 "
+                                                  "is above the limit of 10,000,000",)), id="huge-cg-steps"),
     P(Bad(GRPO, setting("group_size", 0), ("grpo.yaml: group_size must be > 0, got 0",)),
       id="group-size-zero"),  # a ZeroDivisionError at validation, in snakemake -n too
     P(Bad(GRPO, setting("group_size", 1), ("grpo.yaml: group-relative advantages need group_size >= 2, got 1",)),
