@@ -109,6 +109,30 @@ def test_hub_dataset_without_network_fails_at_once_with_a_hint(monkeypatch):
         build("common_gen")
 
 
+def test_a_hub_mirror_is_probed_on_its_own_host_and_port(monkeypatch):
+    """HF_ENDPOINT=http://127.0.0.1:8089 was probed as host '127.0.0.1:8089' on port 443: a reachable mirror was
+    reported as "huggingface.co not reachable"."""
+    import socket
+
+    from grueflow.hub import hub_address, offline_state
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    with socket.socket() as mirror:
+        mirror.bind(("127.0.0.1", 0))
+        mirror.listen()
+        port = mirror.getsockname()[1]
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}/")
+        hub_reachable.cache_clear()
+        assert hub_address() == ("127.0.0.1", port) and hub_reachable()
+    hub_reachable.cache_clear()
+    assert not hub_reachable() and offline_state() == f"HF_HUB_OFFLINE=0, 127.0.0.1:{port} not reachable"
+    monkeypatch.setenv("HF_ENDPOINT", "http://mirror.example")
+    assert hub_address() == ("mirror.example", 80)
+    monkeypatch.delenv("HF_ENDPOINT")
+    assert hub_address() == ("huggingface.co", 443)
+    hub_reachable.cache_clear()
+
+
 @pytest.mark.parametrize("path", ["/nowhere/wmt", "./nowhere", "../nowhere/news"])
 def test_a_local_dataset_folder_that_does_not_exist_is_named_as_one(path):
     """A path written as a local one (absolute, ./, ../) is never taken for a hub id."""
