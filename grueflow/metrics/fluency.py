@@ -25,10 +25,10 @@ class Perplexity(Metric):
     given the prompt (cut as the policy's, to ``max_prompt_length``, and for a causal model to one token fewer than
     its positions); the corpus score is exp of the NLL summed over every sample over their tokens summed.
 
-    The EOS is scored too, so an empty generation has tokens to score: the EOS (after the space a causal model's
-    target starts with), how likely the model ends the text right after the prompt. A generation is cut to its
-    first :data:`PERPLEXITY_TARGET_TOKENS` tokens, and to the positions the scoring model has left after the
-    prompt (:func:`grueflow.models.position_limit`), its EOS kept. Each sample thus has at least the EOS to
+    The EOS is scored too, so an empty generation has tokens to score: the EOS alone, how likely the model ends the
+    text right after the prompt. A generation is cut to its first :data:`PERPLEXITY_TARGET_TOKENS` tokens, and to
+    the positions the scoring model has left after its own prompt (:func:`grueflow.models.position_limit`; never
+    after a longer prompt of its batch), its EOS kept. Each sample thus has at least the EOS to
     score; one with no scored token would be NaN and left out of the corpus score, which is NaN without samples."""
 
     category = "fluency"
@@ -63,7 +63,7 @@ class Perplexity(Metric):
         policy = Policy(model, tokenizer, max_prompt_length=prompt_tokens, backend=backend)
 
         def target_tokens(prompt_width: int) -> int:
-            """The most target tokens (EOS included) that fit after prompts ``prompt_width`` tokens wide."""
+            """The most target tokens (EOS included) that fit after a prompt of ``prompt_width`` tokens."""
             if limit is None:
                 return PERPLEXITY_TARGET_TOKENS
             room = limit[0] - prompt_width if policy.kind == "causal" else limit[0]
@@ -78,8 +78,9 @@ class Perplexity(Metric):
             nll_sums, counts = [], []
             for start in range(0, len(prompts), args.batch_size):
                 batch_prompts = policy.encode(list(prompts[start:start + args.batch_size]))
-                targets = policy.encode_targets(list(generations[start:start + args.batch_size]),
-                                                max_length=target_tokens(batch_prompts.input_ids.shape[1]))
+                # each row's room after its own prompt (its positions start after it), never the batch's widest
+                rooms = [target_tokens(width) for width in batch_prompts.attention_mask.sum(1).tolist()]
+                targets = policy.encode_targets(list(generations[start:start + args.batch_size]), max_length=rooms)
                 mask = completion_mask(targets, policy.eos_token_id)
                 nll = -logprobs_from_logits(policy.score(batch_prompts, targets).logits, targets) * mask
                 nll_sums.extend(nll.sum(1).tolist())

@@ -8,7 +8,7 @@ EOS and 0 after it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch
@@ -383,6 +383,9 @@ class Policy:
             attention = torch.cat([prompts.attention_mask, mask[:, :-1]], dim=1)
             positions = prompts.attention_mask.sum(1, keepdim=True) + torch.arange(completions.shape[1] - 1,
                                                                                    device=completions.device)
+            # padding after a row's EOS, which nothing attends to, at position 0: a short row beside a long one
+            # would otherwise index past the position table when each row fills the room after its own prompt
+            positions = positions.masked_fill(mask[:, :-1] == 0, 0)
             no_logits = ({"logits_to_keep": torch.empty(0, dtype=torch.long, device=completions.device)}
                          if head is not None else {})
             rest = model(input_ids=completions[:, :-1], attention_mask=attention, position_ids=positions,
@@ -410,13 +413,15 @@ class Policy:
     def decode(self, completions: torch.Tensor) -> list[str]:
         return [text.strip() for text in self.tokenizer.batch_decode(completions, skip_special_tokens=True)]
 
-    def encode_targets(self, targets: list[str], max_length: int) -> torch.Tensor:
-        """Target token ids ending in EOS, right-padded with pad.  (B, T), T <= ``max_length``.
+    def encode_targets(self, targets: list[str], max_length: int | Sequence[int]) -> torch.Tensor:
+        """Target token ids ending in EOS, right-padded with pad.  (B, T), T <= ``max_length`` (one bound for all
+        rows, or each row's own).
 
         A target longer than ``max_length - 1`` tokens keeps its first tokens, whatever side prompts are cut from
         (a causal policy's prompts keep their end): a target continues its prompt, so its start is what follows
         the prompt."""
-        rows = [ids[:max_length - 1] + [self.eos_token_id] for ids in self._target_ids(targets)]
+        bounds = [max_length] * len(targets) if isinstance(max_length, int) else list(max_length)
+        rows = [ids[:bound - 1] + [self.eos_token_id] for ids, bound in zip(self._target_ids(targets), bounds)]
         width = max(len(r) for r in rows)
         return torch.tensor([r + [self.tokenizer.pad_token_id] * (width - len(r)) for r in rows], device=self.device)
 

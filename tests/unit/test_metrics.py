@@ -413,6 +413,10 @@ def test_perplexity_cuts_the_generation_to_the_positions_left_after_the_prompt(t
     long_prompt = "i saw this film . " * 40  # above the model's positions: kept to its last 63 tokens
     kept = fn([long_prompt], [long], [["x"]], [{}]).per_sample["fluency/perplexity"]
     assert math.isfinite(kept[0])
+    # a row's room is what its own prompt leaves: beside a long prompt it was cut to EOS alone (35.6 became 18,029)
+    alone = fn([prompt], ["the acting was great ."], [["x"]], [{}]).per_sample["fluency/perplexity"]
+    beside = fn([prompt, long_prompt], ["the acting was great ."] * 2, [["x"]] * 2, [{}] * 2)
+    assert beside.per_sample["fluency/perplexity"][0] == pytest.approx(alone[0], rel=1e-5)
     assert math.isnan(fn([], [], [], []).corpus["fluency/perplexity"])
 
 
