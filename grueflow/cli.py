@@ -19,10 +19,11 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Sequence
 
 import pandas as pd
 
+from grueflow.grue import grue_table_problem
 from grueflow.stage import positive
 
 GRUE_JSON = "results/grue_table.json"
@@ -216,27 +217,6 @@ def metrics_diff(rev_a: str, rev_b: str, target: str, show_all: bool) -> dict[st
     return json.loads(result.stdout or "{}").get(target, {})
 
 
-def table_problem(table: Any, grue: bool) -> Optional[str]:
-    """What makes ``table`` (a metrics JSON) unfit to diff, or None: it must be an object, and a GRUE table
-    (``grue``) ``{task: {method: {metric: number or null}}}`` beside ``grue_score: {method: number or null}``."""
-    if not isinstance(table, dict):
-        return f"a JSON {type(table).__name__}, not an object of metrics"
-    if not grue:
-        return None
-    for task, methods in table.items():
-        depth = 1 if task == "grue_score" else 2
-        leaves: list[tuple[str, Any]] = [(task, methods)]
-        for _ in range(depth):
-            if any(not isinstance(node, dict) for _, node in leaves):
-                where, node = next((w, n) for w, n in leaves if not isinstance(n, dict))
-                return f"{where} is {json.dumps(node)[:40]}, where a GRUE table holds an object"
-            leaves = [(f"{where}.{name}", value) for where, node in leaves for name, value in node.items()]
-        for where, value in leaves:
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                return f"{where} is {json.dumps(value)[:40]}, where a GRUE table holds a number or null"
-    return None
-
-
 def cmd_diff(args: argparse.Namespace) -> int:
     diff = metrics_diff(args.rev_a, args.rev_b, args.target, args.all)
     # each revision's table: dvc reports absent and null alike, and leaves out a key null on one side and absent on
@@ -244,7 +224,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     tables = {rev: read_at(rev, args.target) for rev in (args.rev_a, args.rev_b)}
     grue = Path(args.target).name == Path(GRUE_JSON).name
     for rev, table in tables.items():
-        problem = table_problem(table, grue) if table is not None else None
+        problem = grue_table_problem(table, grue) if table is not None else None
         if problem:
             raise CliError(f"{args.target} at {rev} is not a {'GRUE table' if grue else 'metrics file'}: {problem} "
                            f"({'{task: {method: {metric: value}}}' if grue else 'an object of values'}); give "

@@ -23,9 +23,10 @@ summary figures; it ranks methods within one table and is not comparable across 
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 import pandas as pd
 
@@ -239,6 +240,27 @@ def to_nested(table: pd.DataFrame) -> dict[str, Any]:
         nested.setdefault(row["task"], {})[row["method"]] = values
     nested["grue_score"] = {m: io.rounded(v) for m, v in grue_scores(table).items() if not math.isnan(v)}
     return nested
+
+
+def grue_table_problem(table: Any, grue: bool = True) -> Optional[str]:
+    """What makes ``table`` (a metrics JSON) unfit to diff, or None: it must be an object, and a GRUE table
+    (``grue``) ``{task: {method: {metric: number or null}}}`` beside ``grue_score: {method: number or null}``."""
+    if not isinstance(table, dict):
+        return f"a JSON {type(table).__name__}, not an object of metrics"
+    if not grue:
+        return None
+    for task, methods in table.items():
+        depth = 1 if task == "grue_score" else 2
+        leaves: list[tuple[str, Any]] = [(task, methods)]
+        for _ in range(depth):
+            if any(not isinstance(node, dict) for _, node in leaves):
+                where, node = next((w, n) for w, n in leaves if not isinstance(n, dict))
+                return f"{where} is {json.dumps(node)[:40]}, where a GRUE table holds an object"
+            leaves = [(f"{where}.{name}", value) for where, node in leaves for name, value in node.items()]
+        for where, value in leaves:
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                return f"{where} is {json.dumps(value)[:40]}, where a GRUE table holds a number or null"
+    return None
 
 
 def missing_metrics(runs: list[dict[str, Any]]) -> dict[str, dict[str, str]]:

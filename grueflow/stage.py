@@ -11,7 +11,7 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from safetensors import SafetensorError
 from tqdm import tqdm
@@ -146,23 +146,34 @@ def check_out(out: Path, args: argparse.Namespace, stage: Optional[str]) -> None
                           f"it if it is not needed")
 
 
-def check_file_out(flag: str, path: Path, suffix: Optional[str] = None) -> None:
+def check_file_out(flag: str, path: Path, suffix: Optional[str] = None,
+                   ours: Optional[Callable[[Path], bool]] = None) -> None:
     """A file output (``--out-csv`` ...) must not lie inside another stage's output folder (a folder above it holds
     a :data:`grueflow.io.STAGE_RECORD`): writing it would change, or replace, a file of that output behind its
-    manifest; it must not be a folder, nor a human evaluation's key (the only record of which system is which); and
-    with ``suffix`` (``.csv``) its name must end in it, so that a slip onto a params file (``.yaml``) or a key
-    (``.json``) of another kind is refused. A :class:`ConfigError` naming the path otherwise, before any work."""
+    manifest. It must not be a folder, and must be writable. With ``suffix`` (``.csv``) its name must end in it;
+    with ``ours``, an existing non-empty file there must be one this output wrote before (``ours(path)``), so that
+    a slip onto a README, a params file, annotators' answers or a key is refused rather than replaced. A
+    :class:`ConfigError` naming the path otherwise, before any work."""
     if path.is_dir():
         raise ConfigError(f"{flag} {path} is a folder; give the path of a file to write")
     inside_output(flag, path)
     if suffix is not None and path.suffix.lower() != suffix:
         raise ConfigError(f"{flag} {path}: this output is written to a {suffix} file; give a path ending in {suffix}")
-    if path.is_file() and path.suffix.lower() == ".json":
-        from grueflow.human.batch import is_key_file
+    if ours is not None and path.is_file() and path.stat().st_size and not ours(path):
+        raise ConfigError(f"{flag} {path} exists and is not what this output writes (an earlier run's table); give "
+                          f"a new path, or move the file away if it is to be replaced")
+    check_writable(flag, path)
 
-        if is_key_file(path):
-            raise ConfigError(f"{flag} {path} is a human evaluation's key (which system each opaque id is); give "
-                              f"another path")
+
+def starts_with(*heads: bytes) -> Callable[[Path], bool]:
+    """For :func:`check_file_out`'s ``ours``: whether a file begins with one of ``heads``."""
+
+    def ours(path: Path) -> bool:
+        with open(path, "rb") as handle:
+            head = handle.read(max(map(len, heads)))
+        return any(head.startswith(expected) for expected in heads)
+
+    return ours
 
 
 def inside_output(flag: str, path: Path) -> None:

@@ -1,5 +1,6 @@
 """Stage 6: aggregate every run's metrics.json into the GRUE table (.csv, .md, .json), its chart and report pages."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -13,6 +14,22 @@ from grueflow.params import parse
 SUITE_KEYS = ("tasks", "algorithms", "seeds", "rl_starts", "preference_methods")
 OUT_SUFFIXES = {"--out-csv": ".csv", "--out-md": ".md", "--out-json": ".json", "--out-chart": ".png",
                 "--out-html": ".html", "--out-samples": ".html"}
+
+
+def earlier_table(path: Path) -> bool:
+    """Whether ``path`` holds a GRUE table's JSON (an earlier run's ``--out-json``)."""
+    try:
+        return grue.grue_table_problem(json.loads(path.read_text(encoding="utf-8"))) is None
+    except (ValueError, UnicodeDecodeError):
+        return False
+
+
+# what each output begins with, so that an existing file is replaced only when an earlier run wrote it
+EARLIER = {"--out-csv": stage.starts_with(b"task,method,"), "--out-md": stage.starts_with(b"# GRUE table"),
+           "--out-json": earlier_table, "--out-chart": stage.starts_with(b"\x89PNG"),
+           "--out-html": stage.starts_with(b"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>GRUE table<"),
+           "--out-samples": stage.starts_with(b"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Sample "
+                                              b"generations<")}
 
 
 def expected_runs(eval_dir: Path, suite: SuiteConfig) -> list[Path]:
@@ -59,7 +76,7 @@ def main() -> None:
     # the suite's own params: its task and method files, which a slip of an --out-* would replace with the table
     params = [Path(suite.params_dir) / kind for kind in ("tasks", "methods")] if args.suite else []
     for flag, path in outs:
-        stage.check_file_out(flag, path, OUT_SUFFIXES[flag])
+        stage.check_file_out(flag, path, OUT_SUFFIXES[flag], EARLIER[flag])
         read = [(name, given) for name, given in (("the input --suite", args.suite), ("the input --eval-dir",
                                                                                        args.eval_dir),
                                                    *(("the suite's params folder", folder) for folder in params))

@@ -23,7 +23,9 @@ def check_outputs(out_csv: Path, out_md: Path, imports: list[Path]) -> None:
         if inside is not None:
             raise ConfigError(f"{flag} {out} lies inside the --imports folder {inside}, whose files the table reads: "
                               f"write it outside every import folder")
-        stage.check_file_out(flag, out, ".csv" if flag == "--out-csv" else ".md")
+        stage.check_file_out(flag, out, ".csv" if flag == "--out-csv" else ".md",
+                             stage.starts_with(b"kind,task,method,measure" if flag == "--out-csv" else
+                                               b"# Human evaluation"))
 
 
 def main() -> None:

@@ -283,15 +283,6 @@ def key_document(batch: Batch, key: Mapping[str, str]) -> dict[str, Any]:
     return {KEY_TAG: batch.tag, KEY_IDS: dict(sorted(key.items()))}
 
 
-def is_key_file(path: str | Path) -> bool:
-    """Whether ``path`` holds a key file (:func:`key_document`'s, or one written before keys named their batch)."""
-    try:
-        _read_key_file(Path(path))
-    except io.DataError:
-        return False
-    return True
-
-
 def check_key_path(key_path: str | Path, document: Mapping[str, Any]) -> None:
     """Refuse to replace an existing file at ``key_path`` unless it already holds ``document`` (a re-export of
     the same batch): any other key is the only record of which opaque id is which system in its batch."""

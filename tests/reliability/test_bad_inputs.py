@@ -2436,19 +2436,51 @@ def test_aggregate_writing_into_a_stage_output_folder_exits_2_before_reading(tmp
                                      f"to write")
 
 
-def test_aggregate_writes_all_its_outputs_or_none(tmp_path: Path, call_stage):
-    """An output that cannot be written (here the HTML page, under a file) left a new CSV beside the old Markdown."""
+def test_aggregate_writes_all_its_outputs_or_none(tmp_path: Path, call_stage, monkeypatch: pytest.MonkeyPatch):
+    """An output that failed while written (here the chart, on a full disk) left a new CSV beside the old
+    Markdown."""
+    from grueflow import plots
     from tests.unit.test_grue import write_run
 
     for method in ("zero_shot", "supervised"):
         write_run(tmp_path / "eval", "sentiment", method, 0)
-    old = {tmp_path / name: f"old {name}\n" for name in ("t.csv", "t.md", "t.json")}
-    for path, text in old.items():
-        path.write_text(text)
-    (tmp_path / "page").write_text("a file")
-    result = call_stage("aggregate", "--eval-dir", tmp_path / "eval", "--tasks", "sentiment", "--seeds", "0",
-                        "--rl-starts", "zero_shot", "--out-csv", tmp_path / "t.csv", "--out-md", tmp_path / "t.md",
-                        "--out-json", tmp_path / "t.json", "--out-html", tmp_path / "page" / "table.html")
-    assert result.code == 2 and "page: a file is where a folder is needed" in result.stderr
+    grid = ("--eval-dir", tmp_path / "eval", "--tasks", "sentiment", "--seeds", "0", "--rl-starts", "zero_shot",
+            "--out-csv", tmp_path / "t.csv", "--out-md", tmp_path / "t.md", "--out-json", tmp_path / "t.json")
+    assert call_stage("aggregate", *grid).code == 0
+    old = {tmp_path / name: (tmp_path / name).read_text() for name in ("t.csv", "t.md", "t.json")}
+    write_run(tmp_path / "eval2", "sentiment", "zero_shot", 0, value=0.9)  # another table to write over the old
+    write_run(tmp_path / "eval2", "sentiment", "supervised", 0, value=0.9)
+
+    def full(*args: Any) -> None:
+        raise OSError(28, "No space left on device", str(tmp_path / "t.png"))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(plots, "grue_chart", full)
+        result = call_stage("aggregate", *grid[2:], "--eval-dir", tmp_path / "eval2", "--out-chart", tmp_path / "t.png")
+    assert result.code == 2 and "the disk is full" in result.stderr
     assert {path: path.read_text() for path in old} == old
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval", "page", "t.csv", "t.json", "t.md"]  # no temps
+    assert call_stage("aggregate", *grid[2:], "--eval-dir", tmp_path / "eval2").code == 0  # an earlier table: replaced
+    assert (tmp_path / "t.csv").read_text() != old[tmp_path / "t.csv"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval", "eval2", "t.csv", "t.json", "t.md"]  # no temps
+
+
+@pytest.mark.parametrize("flag, name, content", [
+    ("--out-md", "README.md", "# grueflow\n"), ("--out-csv", "results.csv", "HITId,WorkerId,Answer.choice\n1,w1,A\n"),
+    ("--out-json", "key.json", '{"batch_tag": "b1", "ids": {"b1-x": "ppo"}}'),
+    ("--out-html", "index.html", "<!DOCTYPE html><html><title>my page</title></html>"),
+], ids=["readme", "human-answers", "a-key", "a-page"])
+def test_aggregate_never_writes_over_a_file_an_earlier_run_did_not_write(tmp_path: Path, call_stage, flag: str,
+                                                                        name: str, content: str):
+    """Only the suffix was checked: --out-md README.md, or --out-csv onto MTurk's results, replaced them, exit 0."""
+    from tests.unit.test_grue import write_run
+
+    for method in ("zero_shot", "supervised"):
+        write_run(tmp_path / "eval", "sentiment", method, 0)
+    (tmp_path / name).write_text(content)
+    outs = {"--out-csv": tmp_path / "t.csv", "--out-md": tmp_path / "t.md", "--out-json": tmp_path / "t.json",
+            flag: tmp_path / name}
+    result = call_stage("aggregate", "--eval-dir", tmp_path / "eval", "--tasks", "sentiment", "--seeds", "0",
+                        "--rl-starts", "zero_shot", *(part for pair in outs.items() for part in pair))
+    assert_fails_in_one_line(result, f"error: {flag} {tmp_path / name} exists and is not what this output writes (an "
+                                     f"earlier run's table); give a new path, or move the file away")
+    assert (tmp_path / name).read_text() == content

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 from shared_data import DATA
 
-from grueflow import io, stage
-from grueflow.config import ConfigError
+from grueflow import io
 from grueflow.human import batch as hb
 from grueflow.human import results
 from grueflow.human.agreement import cohen_kappa, fleiss_kappa, krippendorff_alpha
@@ -582,9 +581,14 @@ def test_the_human_table_refuses_outputs_that_clash_before_any_work(tmp_path: Pa
         assert slip.returncode == 2 and (f"{flag} {named}: this output is written to a {suffix} file; give a path "
                                          f"ending in {suffix}") in slip.stderr
     assert suite.read_text() == "tasks: [sentiment]\n" and io.read_json(key)[hb.KEY_TAG] == "b1"
-    with pytest.raises(ConfigError, match=r"--out-json .*key\.json is a human evaluation's key"):
-        stage.check_file_out("--out-json", key, ".json")  # aggregate's JSON output onto a key
+    notes = tmp_path / "notes.md"  # a file of the right kind that no earlier run wrote
+    notes.write_text("# My notes\n")
+    refused = table(tmp_path / "t.csv", notes)
+    assert refused.returncode == 2 and (f"--out-md {notes} exists and is not what this output writes (an earlier "
+                                        f"run's table); give a new path") in refused.stderr
+    assert notes.read_text() == "# My notes\n"
     assert table(tmp_path / "t.csv", tmp_path / "t.md").returncode == 0
+    assert table(tmp_path / "t.csv", tmp_path / "t.md").returncode == 0  # its own earlier table is replaced
 
 
 def test_a_pairwise_batch_leaves_out_samples_whose_two_completions_are_the_same_text(tmp_path: Path,
