@@ -28,9 +28,9 @@ from typing import Any, Sequence
 
 from grueflow import io
 from grueflow.config import ConfigError
-from grueflow.stage import check_writable
+from grueflow.stage import check_writable, inside_output
 from grueflow.human.answers import AnswerError, AnswerStore, check_annotator
-from grueflow.human.batch import Batch, prompt_of, read_batch
+from grueflow.human.batch import Batch, prompt_of, read_batch, tag_of
 from grueflow.human.criteria import SCALE_MAX, SCALE_MIN
 from grueflow.human.page import CSS, SCRIPT, shell
 
@@ -199,8 +199,14 @@ def build_server(batch_dir: str | Path, annotator: str, answers: str | Path,
         raise io.DataError(f"--answers {answers} is inside the batch folder, which a re-export replaces; "
                            f"keep answers elsewhere, e.g. data/human/{batch_dir.name}/answers.jsonl")
     store = AnswerStore(answers, batch)
-    store.records()  # a corrupt answers file fails now, before anyone annotates
-    try:  # and one that cannot be written: every answer would be lost
+    records = store.records()  # a corrupt answers file fails now, before anyone annotates
+    foreign = next((r["item_id"] for r in records if isinstance(r.get("item_id"), str) and batch.item(r["item_id"])
+                    is None and tag_of(r["item_id"]) != batch.tag), None)
+    if foreign is not None:  # another batch's answers: this batch's would be mixed into them
+        raise io.DataError(f"--answers {answers} holds answers to item {foreign!r} of another batch than {batch_dir} "
+                           f"(tag {batch.tag}); give this batch its own answers file")
+    try:  # and one that cannot be written, or lies in a stage's output: every answer would be lost
+        inside_output("--answers", Path(answers))
         check_writable("--answers", Path(answers))
         if Path(answers).exists() and not os.access(answers, os.W_OK):
             raise ConfigError(f"--answers {answers}: cannot write the file: permission denied")

@@ -147,6 +147,25 @@ def test_cli_refuses_a_port_out_of_range_and_a_folder_for_answers(tmp_path: Path
         assert exit_.value.code == 2 and expect in capsys.readouterr().err
 
 
+def test_cli_refuses_another_batchs_answers_file_and_one_inside_a_stage_output(tmp_path: Path, likert_dir: Path,
+                                                                                 capsys) -> None:
+    """Batch A's page appended into batch B's answers file (B's import then failed), and into an evaluate folder."""
+    other = tmp_path / "other"
+    preds = {"a2c": [hb.Prediction(f"t{i}", f"another prompt {i}", f"another reply {i}") for i in range(3)]}
+    hb.write_batch(hb.likert_batch(preds, "imdb", seed=1), other)
+    answers = tmp_path / "b_answers.jsonl"
+    AnswerStore(answers, hb.read_batch(other)).append("bob", hb.read_batch(other).items[0]["item_id"],
+                                                       {"coherence": 3, "sentiment": 3})
+    saved = answers.read_bytes()
+    assert main([str(likert_dir), "--annotator", "alice", "--answers", str(answers), "--port", "0"]) == 2
+    assert "holds answers to item" in capsys.readouterr().err and answers.read_bytes() == saved
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "stage.json").write_text("{}")
+    assert main([str(likert_dir), "--annotator", "alice", "--answers", str(tmp_path / "eval" / "a.jsonl"),
+                 "--port", "0"]) == 2
+    assert f"lies inside {tmp_path / 'eval'}, the output folder of stage" in capsys.readouterr().err
+
+
 def test_an_answer_the_file_cannot_take_is_a_500_saying_why(likert_dir: Path, serve, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """A write that failed (a full disk, a file made read-only while serving) left the request without a response
