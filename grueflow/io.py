@@ -47,6 +47,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        os.chmod(tmp_path, 0o666 & ~_umask())  # the mode open() gives a new file (mkstemp's is 0600)
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():

@@ -362,3 +362,15 @@ def test_the_grue_table_json_keeps_small_values_apart():
                           {"task": "t", "method": "zero_shot", "reward": 1e-7, "normalised_score": 0.0}])
     nested = to_nested(table)
     assert nested["t"]["ppo"]["reward"] == 3e-7 and nested["t"]["zero_shot"]["reward"] == 1e-7
+
+
+def test_a_file_written_atomically_gets_the_mode_a_new_file_gets(tmp_path):
+    """mkstemp's 0600 reached every table and record: unreadable by the group, unlike DVC's own 0644."""
+    import os
+
+    from grueflow.io import write_text
+
+    write_text(tmp_path / "table.csv", "a,b\n")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (tmp_path / "table.csv").stat().st_mode & 0o777 == 0o666 & ~umask
