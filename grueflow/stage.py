@@ -327,6 +327,10 @@ def main_guard(run: Any) -> None:
               file=sys.stderr)
         raise SystemExit(2) from None
     except RuntimeError as err:  # torch.save reports a full disk as a RuntimeError, never an OSError
+        if any(marker in str(err) for marker in OUT_OF_MEMORY):  # torch.OutOfMemoryError is a RuntimeError too
+            print(f"error: out of memory ({str(err).splitlines()[0][:200]}); lower the model's sizes, the batch or "
+                  f"the lengths, or run where there is more memory", file=sys.stderr)
+            raise SystemExit(2) from None
         if not any(marker in str(err) for marker in TORCH_WRITE_FAILURES) or not _a_disk_nearly_full():
             raise
         print(f"error: the disk is full (torch: {str(err).splitlines()[0]}); completed checkpoints stay in the "
@@ -371,6 +375,8 @@ def _path_problem(err: PermissionError | NotADirectoryError | FileExistsError | 
 
 # what a write into a full disk, an exhausted quota (EDQUOT) or a file-size limit (EFBIG) raises
 FULL_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+# torch's messages for an allocation that failed: the CPU allocator's, and CUDA's (torch.OutOfMemoryError)
+OUT_OF_MEMORY = ("DefaultCPUAllocator: can't allocate memory", "CUDA out of memory")
 # torch.save's messages for a write that did not complete: its stream writer's, and its zip writer's position check
 TORCH_WRITE_FAILURES = ("write failed", "unexpected pos", "iostream error")
 

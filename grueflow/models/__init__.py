@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from grueflow.config import ConfigError, ModelConfig, PretrainConfig, TokenizerConfig, to_dict
-from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
+from grueflow.hub import HubUnreachableError, hub_address, hub_reachable, offline_state
 from grueflow.io import DataError, MissingDataError, check_stage_output, read_json
 from grueflow.models.gguf import GgufWheel
 from grueflow.registry import Registry
@@ -75,10 +75,14 @@ def tiny_parameters(architecture: str, sizes: dict[str, int]) -> int:
     and feed-forward matrices (a decoder's cross-attention included) and its learned position table."""
     s = sizes
     if architecture == "gpt2":
-        return s["n_layer"] * 12 * s["n_embd"] ** 2 + s["n_positions"] * s["n_embd"]
+        width = s["n_embd"]
+        inner = s.get("n_inner") or 4 * width
+        return s["n_layer"] * (4 * width ** 2 + 2 * width * inner) + s["n_positions"] * width
     if architecture == "llama":
-        width = s["hidden_size"]
-        return s["num_hidden_layers"] * (4 * width ** 2 + 3 * width * s["intermediate_size"])
+        width, heads = s["hidden_size"], s["num_attention_heads"]
+        head = s.get("head_dim") or width // heads
+        attention = 2 * width * head * (heads + s["num_key_value_heads"])
+        return s["num_hidden_layers"] * (attention + 3 * width * s["intermediate_size"])
     if architecture == "t5":
         width, inner = s["d_model"], s["num_heads"] * s["d_kv"]
         return (s["num_layers"] * (4 * width * inner + 2 * width * s["d_ff"])
@@ -329,6 +333,11 @@ def load_pretrained(name_or_path: str | Path, kind: Kind | None = None, trust_re
     except OSError as err:
         if Path(name).exists():
             raise _unloadable(name, err) from None
+        if not local_only:  # the hub (or $HF_ENDPOINT's mirror) answered: it has no such model, or refused it
+            host, port = hub_address()
+            raise HubUnreachableError(f"cannot load {name!r}: it is not a local folder, and the hub at {host}:{port} "
+                                      f"did not give it ({str(err).splitlines()[0][:200]}); check the id, or download "
+                                      f"it and set the task's model.name_or_path to its folder") from None
         raise HubUnreachableError(_offline_hint(name)) from err
     problem = lm_problem(config.to_dict(), kind)
     if problem:

