@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +93,16 @@ def add_arguments(p: argparse.ArgumentParser, out: str, tracking: bool = False) 
         p.add_argument("--tensorboard", type=Path, default=None,
                        help="also write TensorBoard event files here (default: $GRUEFLOW_TENSORBOARD/<task>/<method>/"
                             "seed<k>, the last three parts of --out, if set)")
+
+
+def check_final(values: dict[str, Any], stage_name: str, learning_rate: float) -> None:
+    """Stop the stage in one line, writing nothing, when a final metric of the trained model is NaN or infinite:
+    the last update diverged after the checks on its loss and gradients (the weights it left give NaN)."""
+    bad = sorted(key for key, value in values.items() if isinstance(value, float) and not math.isfinite(value))
+    if bad:
+        raise SystemExit(f"error: {stage_name}: the trained model's {', '.join(bad)} {'is' if len(bad) == 1 else 'are'} "
+                         f"not finite: the last update diverged; lower learning_rate (it is {learning_rate:g}) and "
+                         f"rerun; nothing was written")
 
 
 class TrainingRun:

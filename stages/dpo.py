@@ -17,7 +17,7 @@ from grueflow.params import load_section
 from grueflow.preference.config import DPOConfig
 from grueflow.preference.data import read_preferences, warn_test_pairs
 from grueflow.preference.dpo import CHECKPOINT_UNIT, DPOTrainer, NonFiniteLossError
-from grueflow.training import TrainingRun, add_arguments
+from grueflow.training import TrainingRun, add_arguments, check_final
 
 TASK_KEYS = ("lengths",)
 
@@ -61,6 +61,7 @@ def main() -> None:
         where = f"the checkpoint of step {kept[-1]} stays in" if kept else "nothing was checkpointed in"
         raise SystemExit(f"error: {err}; {where} {run.resume_dir}")
     final = trainer.evaluate(prefs)
+    check_final(final, "dpo", cfg.learning_rate)
 
     def write(folder: Path) -> None:
         merged(policy.model).save_pretrained(folder / MODEL_DIR)  # plain Hugging Face weights, LoRA folded in

@@ -16,7 +16,7 @@ from grueflow.preference.config import RewardModelConfig
 from grueflow.preference.data import read_preferences, warn_test_pairs
 from grueflow.preference.reward_model import RewardModelTrainer, load_backbone, save_reward_model
 from grueflow.checkpoints import NonFiniteLossError
-from grueflow.training import TrainingRun, add_arguments
+from grueflow.training import TrainingRun, add_arguments, check_final
 
 
 def main() -> None:
@@ -48,6 +48,7 @@ def main() -> None:
     except NonFiniteLossError as err:  # as warm_start ends on it: one line, exit code 1
         raise SystemExit(err.stop_line(run.resume_dir))
     final = trainer.final_metrics()
+    check_final(final, "train_reward_model", cfg.learning_rate)
 
     def write(folder: Path) -> None:
         save_reward_model(model, tokenizer, cfg, folder / MODEL_DIR)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from grueflow.config import (MAX_BATCH, MAX_COUNT, MAX_TOKENS, GenerationConfig, LoraConfig, RewardConfig, check,
+from grueflow.config import (MAX_BATCH, MAX_COUNT, MAX_SEED, MAX_TOKENS, GenerationConfig, LoraConfig, RewardConfig, check,
                              check_size)
 
 PREFERENCE_METHODS = ("dpo",)  # methods a suite may list under preference_methods
@@ -43,7 +43,7 @@ class PreferencesConfig:
         check(self.samples_per_prompt >= 2, f"samples_per_prompt must be >= 2 to make a pair, got {self.samples_per_prompt}")
         check_size("samples_per_prompt", self.samples_per_prompt, MAX_BATCH)
         check(self.min_margin >= 0, f"min_margin must be >= 0, got {self.min_margin}")
-        check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+        check(0 <= self.seed <= MAX_SEED, f"seed must be in [0, {MAX_SEED:,}], got {self.seed}")
         check(self.batch_size > 0, f"batch_size must be > 0, got {self.batch_size}")
         check_size("batch_size", self.batch_size, MAX_BATCH)
         try:
@@ -82,7 +82,7 @@ class RewardModelConfig:
         check(0 <= self.val_fraction < 1, f"val_fraction must be in [0, 1), got {self.val_fraction}")
         check(self.max_length > 1, f"max_length must be > 1, got {self.max_length}")
         check_size("max_length", self.max_length, MAX_TOKENS)
-        check(self.seed >= 0, f"seed must be >= 0, got {self.seed}")
+        check(0 <= self.seed <= MAX_SEED, f"seed must be in [0, {MAX_SEED:,}], got {self.seed}")
 
 
 @dataclass(frozen=True)

@@ -2092,6 +2092,19 @@ def test_a_dpo_loss_that_turns_non_finite_ends_in_one_line_saying_what_stays(tmp
     assert not (tmp_path / "out").exists()
 
 
+def test_a_dpo_run_whose_last_update_diverged_writes_nothing(tmp_path: Path, call_stage, tiny_models,
+                                                           monkeypatch: pytest.MonkeyPatch):
+    """An update whose loss and gradients passed, leaving weights that give NaN, ended in json's "Out of range float
+    values are not JSON compliant" traceback when the final metrics were written."""
+    from grueflow.preference.dpo import DPOTrainer
+
+    monkeypatch.setattr(DPOTrainer, "evaluate", lambda self, prefs: {"loss": float("nan"), "accuracy": 0.5})
+    result = call_stage("dpo", *dpo_inputs(tmp_path, tiny_models, {}))  # SystemExit(message): exit code 1
+    assert result.code == ("error: dpo: the trained model's loss is not finite: the last update diverged; lower "
+                           "learning_rate (it is 0.0005) and rerun; nothing was written")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("method, fragment", [
     ({"loss_type": "ipo", "beta": 1e-20}, "beta must be >= 0.0001 with loss_type: ipo, got 1e-20"),
     ({"loss_type": "sigmoid", "beta": 1e30}, "beta must be <= 1000 with loss_type: sigmoid, got 1e+30"),
@@ -2114,8 +2127,9 @@ def test_a_dpo_beta_its_loss_cannot_use_is_refused_before_training(tmp_path: Pat
     ("dpo", {"epochs": 10**30}, "epochs = 1,000,000,000,000,000,000,000,000,000,000 is above the limit of 10,000,000"),
     ("preferences", {"samples_per_prompt": 10**30}, "samples_per_prompt = 1,000,000,000,000,000,000,000,000,000,000 is "
                                                     "above the limit of 65,536"),
+    ("preferences", {"seed": 2**32}, "seed must be in [0, 2,147,483,647], got 4294967296"),
 ], ids=["rm-gradient-ascent", "rm-frozen", "rm-negative-decay", "rm-huge-length", "dpo-huge-epochs",
-        "pairs-huge-samples"])
+        "pairs-huge-samples", "pairs-seed-numpy-refuses"])
 def test_preference_method_values_that_cannot_train_are_refused_at_parse_time(file: str, values: dict[str, Any],
                                                                               fragment: str):
     """max_grad_norm -1 trained the reward model by gradient ascent (loss 0.685 -> 2.573, exit 0); weight_decay -1
