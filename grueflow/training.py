@@ -105,6 +105,24 @@ def check_final(values: dict[str, Any], stage_name: str, learning_rate: float) -
                          f"rerun; nothing was written")
 
 
+def check_trained_policy(policy: Any, prompts: Sequence[str], stage_name: str, learning_rate: float) -> None:
+    """Stop the stage in one line, writing nothing, when the trained policy's next-token logits after a few of
+    ``prompts`` are NaN or infinite: the last update diverged after the checks on its loss and gradients, and the
+    model handed on would make every later stage fail or score NaN."""
+    import torch
+
+    prompts = list(prompts[:4])
+    if not prompts:
+        return
+    encoded = policy.encode(prompts)
+    ends = torch.full((len(prompts), 1), policy.eos_token_id, dtype=torch.long, device=encoded.input_ids.device)
+    with torch.no_grad():
+        finite = bool(torch.isfinite(policy.score(encoded, ends).logits).all())
+    if not finite:
+        raise SystemExit(f"error: {stage_name}: the trained model's logits are not finite: the last update diverged; "
+                         f"lower learning_rate (it is {learning_rate:g}) and rerun; nothing was written")
+
+
 class TrainingRun:
     """One run of a training stage: its output and resume folders, execution, data-parallel place and clock.
 

@@ -17,7 +17,7 @@ from grueflow.params import load_section
 from grueflow.preference.config import DPOConfig
 from grueflow.preference.data import read_preferences, warn_test_pairs
 from grueflow.preference.dpo import CHECKPOINT_UNIT, DPOTrainer, NonFiniteLossError
-from grueflow.training import TrainingRun, add_arguments, check_final
+from grueflow.training import TrainingRun, add_arguments, check_final, check_trained_policy
 
 TASK_KEYS = ("lengths",)
 
@@ -62,6 +62,7 @@ def main() -> None:
         raise SystemExit(f"error: {err}; {where} {run.resume_dir}")
     final = trainer.evaluate(prefs)
     check_final(final, "dpo", cfg.learning_rate)
+    check_trained_policy(policy, [p.prompt for p in prefs], "dpo", cfg.learning_rate)
 
     def write(folder: Path) -> None:
         merged(policy.model).save_pretrained(folder / MODEL_DIR)  # plain Hugging Face weights, LoRA folded in

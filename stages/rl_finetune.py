@@ -24,7 +24,7 @@ from grueflow.rl import ALGORITHMS
 from grueflow.rl.configs import NLPOConfig
 from grueflow.rl.nlpo import NLPO, mask_processors, save_decoding
 from grueflow.rl.trainer import WALL_CLOCK_KEYS, KLCeilingError, NonFiniteError, RLTrainer
-from grueflow.training import Tracking, TrainingRun, add_arguments
+from grueflow.training import Tracking, TrainingRun, add_arguments, check_trained_policy
 from grueflow.validation import Validation
 
 TASK_KEYS = ("lengths", "rollout_generation", "eval_generation", "reward", "metrics", "method_overrides")
@@ -119,6 +119,8 @@ def main() -> None:
     chosen = validation.selected()
     if chosen:
         log.info("handing on the policy of iteration %d: %s", chosen["iteration"], chosen["why"])
+    else:  # the last policy is handed on: never one whose last update diverged
+        check_trained_policy(policy, [s.prompt for s in train], "rl_finetune", cfg.learning_rate)
     # the curve row of the policy handed on: the last, or the selected iteration's (iteration 0, the start
     # policy, has none: the first row's rollout was sampled from it)
     final = next(row for row in state.curve if row["iteration"] == max(1, chosen["iteration"])) if chosen \

@@ -12,7 +12,7 @@ from grueflow.classifier import (ClassifierTrainer, backbone_path, encode_exampl
 from grueflow.config import ClassifierConfig, to_dict
 from grueflow.io import MODEL_DIR, fingerprint, write_csv, write_json
 from grueflow.params import load_section
-from grueflow.training import TrainingRun, add_arguments
+from grueflow.training import TrainingRun, add_arguments, check_final
 
 TASK_KEYS = ("classifier",)
 
@@ -39,6 +39,7 @@ def main() -> None:
     key = run_key("train_classifier", to_dict(cfg), {n: fingerprint(p) for n, p in local.items()}, run.execution.precision)
     curve = run.train(trainer, key, len(trainer.row_steps), "step", "classifier curve rows")
     final = trainer.final_metrics(test)
+    check_final(final, "train_classifier", cfg.learning_rate)
 
     def write(folder: Path) -> None:
         save_classifier(model, tokenizer, cfg, folder / MODEL_DIR)

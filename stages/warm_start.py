@@ -18,7 +18,7 @@ from grueflow.models.policy import Policy
 from grueflow.metrics import MetricContext
 from grueflow.params import check_select_metric, load_method, load_metrics, load_task_section, task_key_name
 from grueflow.supervised import NonFiniteLossError, SupervisedTrainer, select_splits
-from grueflow.training import Tracking, TrainingRun, add_arguments
+from grueflow.training import Tracking, TrainingRun, add_arguments, check_trained_policy
 from grueflow.validation import Validation
 
 TASK_KEYS = ("lengths", "eval_generation", "metrics", "method_overrides")
@@ -70,6 +70,8 @@ def main() -> None:
     except NonFiniteLossError as err:  # as rl_finetune ends on its NonFiniteError: one line, exit code 1
         raise SystemExit(err.stop_line(run.resume_dir))
     chosen = validation.selected()
+    if not chosen:  # the last policy is handed on: never one whose last update diverged
+        check_trained_policy(policy, [s.prompt for s in train], "warm_start", cfg.learning_rate)
 
     def write(folder: Path) -> None:
         if chosen:  # select: best: the kept policy of the epoch it chose (the last one when it fell back)

@@ -411,3 +411,23 @@ def test_the_warm_start_counts_the_references_lengths_target_cuts_once_per_split
     with caplog.at_level("INFO", logger="grueflow.supervised"):
         assert log_cut_references(policy, data + [("p", "good .")] * 2, 8, "val") == 2
     assert [r.levelname for r in caplog.records] == ["INFO"]
+
+
+def test_a_policy_whose_last_update_diverged_is_never_handed_on(tiny_models):
+    """rl_finetune saved a model whose logits were all NaN, exit 0, when its last update diverged after the checks
+    on its loss and gradients; evaluate then ended in a traceback."""
+    import torch
+
+    from grueflow.models import load_pretrained
+    from grueflow.models.policy import Policy
+    from grueflow.training import check_trained_policy
+
+    model, tokenizer = load_pretrained(tiny_models["causal"])
+    policy = Policy(model, tokenizer, max_prompt_length=16)
+    check_trained_policy(policy, ["a film", "the plot was"], "rl_finetune", 1e-4)  # finite: nothing happens
+    with torch.no_grad():
+        next(model.parameters()).fill_(float("nan"))
+    with pytest.raises(SystemExit, match=r"^error: rl_finetune: the trained model's logits are not finite: the last "
+                                         r"update diverged; lower learning_rate \(it is 0.0001\) and rerun; nothing "
+                                         r"was written$"):
+        check_trained_policy(policy, ["a film", "the plot was"], "rl_finetune", 1e-4)
