@@ -431,9 +431,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.out is not None:
+        problem = valid_out_problem(args.out)
+        if problem:
+            print(f"error: --out {args.out} {problem}", file=sys.stderr)
+            return 2
         with atomic_path(args.out) as tmp:
             tmp.write_text(VALID)
     return 0
+
+
+def valid_out_problem(path: Path) -> Optional[str]:
+    """Why ``path`` cannot take the :data:`VALID` mark (a folder, or a file that holds anything else: a README, the
+    suite itself), or None."""
+    if path.is_dir():
+        return "is a folder; give the path of the file that says the suite is valid"
+    if path.is_file() and path.read_bytes() not in (b"", VALID.encode()):
+        return (f"exists and holds something else than {VALID.strip()!r}: this would replace it; give the path "
+                f"of the file that says the suite is valid")
+    return None
 
 
 if __name__ == "__main__":

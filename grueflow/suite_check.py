@@ -23,7 +23,7 @@ from typing import Optional, Sequence
 from grueflow import pipeline
 from grueflow.config import ConfigError, read_yaml
 from grueflow.io import atomic_dir, atomic_path
-from grueflow.params import VALID, validate
+from grueflow.params import VALID, valid_out_problem, validate
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -42,6 +42,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if unlisted:
             raise ConfigError(f"the task files name user code or data that {pipeline.DVC_YAML} does not list as a "
                               f"dependency: {', '.join(unlisted)}; regenerate it with `{pipeline.COMMAND}`")
+        for problem in (f"--out {args.out} {valid_out_problem(args.out)}" if valid_out_problem(args.out) else "",
+                        plugin_code_problem(args.plugin_code)):
+            if problem:
+                raise ConfigError(problem)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -53,6 +57,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     with atomic_path(args.out) as tmp:
         tmp.write_text(VALID)
     return 0
+
+
+def plugin_code_problem(folder: Path) -> str:
+    """Why ``folder`` cannot be replaced by the digests (``<task>/<stage>.json``): a file, or a folder that holds
+    anything else (the params, the data, the results); "" when it can."""
+    if not folder.exists():
+        return ""
+    if not folder.is_dir():
+        return f"--plugin-code {folder} is a file; give the folder of the digests"
+    other = next((path for path in folder.rglob("*") if not path.is_dir() and (
+        path.suffix != ".json" or len(path.relative_to(folder).parts) != 2)), None)
+    if other is not None:
+        return (f"--plugin-code {folder} holds {other.relative_to(folder)}, which this check never writes (only "
+                f"<task>/<stage>.json): it would replace the whole folder; give the digests' own folder")
+    return ""
 
 
 if __name__ == "__main__":

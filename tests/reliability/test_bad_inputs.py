@@ -1339,6 +1339,30 @@ def test_importing_answers_never_replaces_the_answers_folder(tmp_path: Path, cal
     assert (answers / "notes.txt").read_text() == "annotator 3 left early"
 
 
+def test_the_suite_checks_never_replace_a_file_or_folder_they_did_not_write(params: Path, capsys):
+    """--out README.md got the word 'valid' over it, and --plugin-code params/tasks, data or results replaced the
+    whole folder, exit 0."""
+    from grueflow import params as params_cli
+    from grueflow import suite_check
+
+    project = params.parent
+    readme = project / "README.md"
+    readme.write_text("# my project\n")
+    assert params_cli.main([str(params / SUITE), "--out", str(readme)]) == 2
+    assert (f"error: --out {readme} exists and holds something else than 'valid': this would replace it"
+            in capsys.readouterr().err) and readme.read_text() == "# my project\n"
+    (project / "data").mkdir()
+    (project / "data" / "answers.jsonl").write_text("{}\n")
+    assert suite_check.main([str(params / SUITE), "--out", str(project / "valid.txt"), "--plugin-code",
+                             str(project / "data")]) == 2
+    assert (f"--plugin-code {project / 'data'} holds answers.jsonl, which this check never writes"
+            in capsys.readouterr().err) and (project / "data" / "answers.jsonl").exists()
+    assert suite_check.main([str(params / SUITE), "--out", str(project / "valid.txt"), "--plugin-code",
+                             str(project / "digests")]) == 0
+    assert suite_check.main([str(params / SUITE), "--out", str(project / "valid.txt"), "--plugin-code",
+                             str(project / "digests")]) == 0  # its own outputs are replaced
+
+
 def test_dvc_refuses_a_suite_whose_params_dir_its_stages_do_not_read(params: Path):
     from grueflow.params import validate
 
