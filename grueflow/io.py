@@ -26,7 +26,7 @@ import tempfile
 import uuid
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Optional
 
 STAGE_RECORD = "stage.json"
 PROVENANCE_RECORD = "provenance.json"  # how the run went (commit, wall time, device): in no content hash
@@ -35,10 +35,11 @@ _PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "grueflow")
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | Path) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds. The temporary
-    name holds the writer's host and process id, so that one a killed writer left is deleted by the next writer
-    of ``path`` (:func:`remove_leftovers`)."""
+def atomic_path(path: str | Path, mode: Optional[int] = None) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; rename it onto ``path`` only if the block succeeds, with ``mode``
+    (default: the mode a new file gets, 0666 less the umask; 0600 keeps a file private). The temporary name holds
+    the writer's host and process id, so that one a killed writer left is deleted by the next writer of ``path``
+    (:func:`remove_leftovers`)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_leftovers(path)
@@ -47,7 +48,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
-        os.chmod(tmp_path, 0o666 & ~_umask())  # the mode open() gives a new file (mkstemp's is 0600)
+        os.chmod(tmp_path, 0o666 & ~_umask() if mode is None else mode)  # mkstemp's is 0600
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():

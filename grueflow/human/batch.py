@@ -266,7 +266,8 @@ def write_batch(batch: Batch, out_dir: str | Path, key: Mapping[str, str] | None
         document = key_document(batch, key)
         check_key_path(key_path, document)
     with contextlib.ExitStack() as stack:
-        key_tmp = stack.enter_context(io.atomic_path(key_path)) if document is not None else None
+        # the key unblinds the batch: readable by its owner alone, as the annotators may share the machine
+        key_tmp = stack.enter_context(io.atomic_path(key_path, mode=0o600)) if document is not None else None
         if key_tmp is not None:
             io.write_json(key_tmp, document)
         with io.atomic_dir(out_dir) as tmp:

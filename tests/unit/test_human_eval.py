@@ -141,6 +141,7 @@ def test_pairwise_batch_is_blinded(tmp_path: Path) -> None:
     assert hb.read_key(tmp_path / "key.json", hb.read_batch(tmp_path / "batch")) == key
     assert sorted(set(key.values())) == systems
     assert json.loads((tmp_path / "key.json").read_text()) == {"batch_tag": batch.tag, "ids": key}
+    assert (tmp_path / "key.json").stat().st_mode & 0o777 == 0o600  # private: it unblinds the batch
     # unblinding through the key gives back each system's own sentence for each concept
     original = {(r["concept"], side_id): r[f"choice_{side}"] for r in examples for side, side_id in
                 (("A", r["choice_A_id"]), ("B", r["choice_B_id"]))}
