@@ -19,7 +19,8 @@ OUT_SUFFIXES = {"--out-csv": ".csv", "--out-md": ".md", "--out-json": ".json", "
 def earlier_table(path: Path) -> bool:
     """Whether ``path`` holds a GRUE table's JSON (an earlier run's ``--out-json``)."""
     try:
-        return grue.grue_table_problem(json.loads(path.read_text(encoding="utf-8"))) is None
+        table = json.loads(path.read_text(encoding="utf-8"))
+        return isinstance(table, dict) and "grue_score" in table and grue.grue_table_problem(table) is None
     except (ValueError, UnicodeDecodeError):
         return False
 

@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 from grueflow import stage
 from grueflow.config import ConfigError
 from grueflow.human import results
-from grueflow.io import DataError, check_stage_output, read_json, write_csv, write_text
+from grueflow.io import DataError, atomic_paths, check_stage_output, read_json, write_csv, write_text
 
 
 def check_outputs(out_csv: Path, out_md: Path, imports: list[Path]) -> None:
@@ -50,8 +50,10 @@ def main() -> None:
             raise DataError(f"{folder / 'table_rows.json'} is not a list of table rows; rerun the import")
         rows += [{**{c: row.get(c) for c in results.TABLE_COLUMNS}, "batch": folder.name} for row in table_rows]
         agreements[str(folder)] = read_json(folder / "agreement.json")
-    write_csv(args.out_csv, rows)
-    write_text(args.out_md, results.to_markdown(rows, agreements))
+    markdown = results.to_markdown(rows, agreements)
+    with atomic_paths([args.out_csv, args.out_md]) as (csv_tmp, md_tmp):  # both new, or neither
+        write_csv(csv_tmp, rows)
+        write_text(md_tmp, markdown)
 
 
 if __name__ == "__main__":

@@ -68,6 +68,7 @@ def check_tiny_fixed(architecture: str, config: dict[str, Any]) -> None:
 
 MAX_TINY_PARAMETERS = 10**10  # a model built from config and pre-trained here; far above any such run
 MAX_TINY_SIZE = 2**20  # any one integer of its config (a width, a count, a position limit)
+TINY_EXTRA_SIZES = ("n_inner", "head_dim")  # sizes tiny_parameters counts where a config gives them
 
 
 def tiny_parameters(architecture: str, sizes: dict[str, int]) -> int:
@@ -111,7 +112,8 @@ def check_tiny_sizes(architecture: str, config: dict[str, Any], max_length: int,
                          f"any size of a model built here from config; lower it (a typo?)")
     parameters = tiny_parameters(architecture, sizes)
     if parameters > MAX_TINY_PARAMETERS:
-        given = ", ".join(f"{key} {sizes[key]:,}" for key in TINY_DEFAULTS[architecture])
+        counted = [*TINY_DEFAULTS[architecture], *(key for key in TINY_EXTRA_SIZES if sizes.get(key))]
+        given = ", ".join(f"{key} {sizes[key]:,}" for key in counted)
         raise ValueError(f"model.config gives a model of about {parameters:.2g} parameters ({given}), above the limit "
                          f"of {MAX_TINY_PARAMETERS:.0e} for a model built here from config; lower its sizes (a typo?)")
     pairs, positions = TINY_SHAPES[architecture]
