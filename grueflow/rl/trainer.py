@@ -393,7 +393,7 @@ class RLTrainer:
         :meth:`sampling_mask`), and a k1 penalty then pays the policy for lowering the probability of what it
         samples (TRL's training FAQ, "negative KL"). k3 is never negative.
         """
-        if seq_kl >= NEGATIVE_KL or self._warned_negative_kl:
+        if not seq_kl < NEGATIVE_KL or self._warned_negative_kl:  # a NaN KL is the non-finite guard's to report
             return
         self._warned_negative_kl = True
         g = self.generation
