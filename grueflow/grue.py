@@ -243,8 +243,9 @@ def to_nested(table: pd.DataFrame) -> dict[str, Any]:
 
 
 def grue_table_problem(table: Any, grue: bool = True) -> Optional[str]:
-    """What makes ``table`` (a metrics JSON) unfit to diff, or None: it must be an object, and a GRUE table
-    (``grue``) ``{task: {method: {metric: number or null}}}`` beside ``grue_score: {method: number or null}``."""
+    """What keeps ``table`` (a metrics JSON: what ``grueflow diff`` compares, what aggregate would replace) from
+    being one, or None: it must be an object, and a GRUE table (``grue``) ``{task: {method: {metric: number or
+    null}}}`` beside ``grue_score: {method: number or null}``."""
     if not isinstance(table, dict):
         return f"a JSON {type(table).__name__}, not an object of metrics"
     if not grue:

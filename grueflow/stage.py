@@ -151,15 +151,15 @@ def check_file_out(flag: str, path: Path, suffix: Optional[str] = None,
     """A file output (``--out-csv`` ...) must not lie inside another stage's output folder (a folder above it holds
     a :data:`grueflow.io.STAGE_RECORD`): writing it would change, or replace, a file of that output behind its
     manifest. It must not be a folder, and must be writable. With ``suffix`` (``.csv``) its name must end in it;
-    with ``ours``, an existing non-empty file there must be one this output wrote before (``ours(path)``), so that
-    a slip onto a README, a params file, annotators' answers or a key is refused rather than replaced. A
+    with ``ours``, an existing file there that is not blank must be one this output wrote before (``ours(path)``),
+    so that a slip onto a README, a params file, annotators' answers or a key is refused rather than replaced. A
     :class:`ConfigError` naming the path otherwise, before any work."""
     if path.is_dir():
         raise ConfigError(f"{flag} {path} is a folder; give the path of a file to write")
     inside_output(flag, path)
     if suffix is not None and path.suffix.lower() != suffix:
         raise ConfigError(f"{flag} {path}: this output is written to a {suffix} file; give a path ending in {suffix}")
-    if ours is not None and path.is_file() and path.stat().st_size and not ours(path):
+    if ours is not None and path.is_file() and path.read_bytes().strip() and not ours(path):  # blank: nothing lost
         raise ConfigError(f"{flag} {path} exists and is not what this output writes (an earlier run's table); give "
                           f"a new path, or move the file away if it is to be replaced")
     check_writable(flag, path)
