@@ -28,11 +28,11 @@ from typing import Any, Sequence
 
 from grueflow import io
 from grueflow.config import ConfigError
-from grueflow.stage import check_writable, inside_output
 from grueflow.human.answers import AnswerError, AnswerStore, check_annotator
 from grueflow.human.batch import Batch, prompt_of, read_batch, tag_of
 from grueflow.human.criteria import SCALE_MAX, SCALE_MIN
 from grueflow.human.page import CSS, SCRIPT, shell
+from grueflow.stage import check_writable, inside_output
 
 log = logging.getLogger(__name__)
 
