@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Collection, Sequence
+from typing import Collection, Optional, Sequence
 
 import matplotlib
 
@@ -25,12 +25,20 @@ RL_PANELS = ("reward/task", "kl/sequence", "kl/coef", "losses/policy", "losses/v
              "charts/mean_length", "charts/learning_rate", "charts/generated_tokens_per_s")
 WARM_START_PANELS = (("train_loss", "val_loss"), "learning_rate")
 _METADATA = {"Software": None}  # no matplotlib version in the file
+GRUE_CHART_TITLE = "GRUE chart"  # the chart's PNG Title: what tells an earlier run's chart from another picture
 
 
-def _save(fig: plt.Figure, path: Path) -> None:
+def _save(fig: plt.Figure, path: Path, title: Optional[str] = None) -> None:
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=100, metadata=_METADATA)
+        fig.savefig(tmp, format="png", dpi=100, metadata={**_METADATA, **({"Title": title} if title else {})})
     plt.close(fig)
+
+
+def is_grue_chart(path: Path) -> bool:
+    """Whether ``path`` is a PNG that :func:`grue_chart` wrote (its Title text chunk, before the image data)."""
+    with open(path, "rb") as handle:
+        head = handle.read(4096)
+    return head.startswith(b"\x89PNG") and b"Title\x00" + GRUE_CHART_TITLE.encode() in head
 
 
 def _grid(n: int, width: float = 4.0, height: float = 2.8) -> tuple[plt.Figure, np.ndarray]:
@@ -99,5 +107,5 @@ def grue_chart(table: pd.DataFrame, headline: dict[str, list[str]], path: Path, 
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle("GRUE table: mean over seeds, error bars one std")
     fig.tight_layout()
-    _save(fig, path)
+    _save(fig, path, GRUE_CHART_TITLE)
 

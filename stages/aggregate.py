@@ -27,7 +27,7 @@ def earlier_table(path: Path) -> bool:
 
 # what each output begins with, so that an existing file is replaced only when an earlier run wrote it
 EARLIER = {"--out-csv": stage.starts_with(b"task,method,"), "--out-md": stage.starts_with(b"# GRUE table"),
-           "--out-json": earlier_table, "--out-chart": stage.starts_with(b"\x89PNG"),
+           "--out-json": earlier_table, "--out-chart": plots.is_grue_chart,
            "--out-html": stage.starts_with(b"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>GRUE table<"),
            "--out-samples": stage.starts_with(b"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>Sample "
                                               b"generations<")}

@@ -85,6 +85,10 @@ def test_grue_chart_is_a_png_with_one_panel_per_task_and_metric(tmp_path):
     first = (tmp_path / "chart.png").read_bytes()
     plots.grue_chart(table, {"sentiment": ["lexical/bleu"], "concepts": []}, tmp_path / "chart.png")
     assert (tmp_path / "chart.png").read_bytes() == first  # no timestamp in the file
+    # its Title tells an earlier run's chart (which aggregate may replace) from any other picture (which it may not)
+    plots.learning_curves([{"iteration": 1, "reward/task": 0.5}], "iteration", ["reward/task"], tmp_path / "other.png",
+                          "curves")
+    assert plots.is_grue_chart(tmp_path / "chart.png") and not plots.is_grue_chart(tmp_path / "other.png")
     from grueflow.grue import LOWER_IS_BETTER
 
     assert plots.panel_title("cnn", "lexical/ter", LOWER_IS_BETTER) == "cnn: lexical/ter (lower is better)"
