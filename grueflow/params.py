@@ -26,7 +26,7 @@ from grueflow import config
 from grueflow.config import (FLUENCY_METRIC, REWARD_KEY, TRAIN_KL_KEY, ConfigError, DatapoolConfig, GenerationConfig,
                              LengthsConfig, MetricSpec, ModelConfig, RewardComponent, RewardConfig, SuiteConfig,
                              SupervisedConfig, TaskConfig, check, merge_overrides, read_yaml, set_resolved)
-from grueflow.io import atomic_path
+from grueflow.io import STAGE_RECORD, atomic_path
 from grueflow.data import DATAPOOLS
 from grueflow.metrics import METRICS
 from grueflow.models import MODELS
@@ -445,6 +445,9 @@ def valid_out_problem(path: Path) -> Optional[str]:
     suite itself), or None."""
     if path.is_dir():
         return "is a folder; give the path of the file that says the suite is valid"
+    inside = next((folder for folder in Path(os.path.realpath(path)).parents if (folder / STAGE_RECORD).is_file()), None)
+    if inside is not None:
+        return f"lies inside {inside}, a stage's output folder; give a path outside every stage's output"
     if path.is_file() and path.read_bytes() not in (b"", VALID.encode()):
         return (f"exists and holds something else than {VALID.strip()!r}: this would replace it; give the path "
                 f"of the file that says the suite is valid")

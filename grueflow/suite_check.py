@@ -66,12 +66,22 @@ def plugin_code_problem(folder: Path) -> str:
         return ""
     if not folder.is_dir():
         return f"--plugin-code {folder} is a file; give the folder of the digests"
-    other = next((path for path in folder.rglob("*") if not path.is_dir() and (
-        path.suffix != ".json" or len(path.relative_to(folder).parts) != 2)), None)
+    other = next((path for path in folder.rglob("*") if not path.is_dir() and not _a_digest(path, folder)), None)
     if other is not None:
         return (f"--plugin-code {folder} holds {other.relative_to(folder)}, which this check never writes (only "
-                f"<task>/<stage>.json): it would replace the whole folder; give the digests' own folder")
+                f"<task>/<stage>.json digests): it would replace the whole folder; give the digests' own folder")
     return ""
+
+
+def _a_digest(path: Path, folder: Path) -> bool:
+    """Whether ``path`` is a ``<task>/<stage>.json`` this check wrote: ``{"import_paths": ..., "sha256": ...}``."""
+    if path.suffix != ".json" or len(path.relative_to(folder).parts) != 2:
+        return False
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return isinstance(entry, dict) and set(entry) == {"import_paths", "sha256"}
 
 
 if __name__ == "__main__":

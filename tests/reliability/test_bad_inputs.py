@@ -1351,14 +1351,25 @@ def test_the_suite_checks_never_replace_a_file_or_folder_they_did_not_write(para
     assert params_cli.main([str(params / SUITE), "--out", str(readme)]) == 2
     assert (f"error: --out {readme} exists and holds something else than 'valid': this would replace it"
             in capsys.readouterr().err) and readme.read_text() == "# my project\n"
+    (project / "pool").mkdir()
+    (project / "pool" / "stage.json").write_text("{}")
+    assert params_cli.main([str(params / SUITE), "--out", str(project / "pool" / "valid.txt")]) == 2
+    assert f"lies inside {project / 'pool'}, a stage's output folder" in capsys.readouterr().err
     (project / "data").mkdir()
     (project / "data" / "answers.jsonl").write_text("{}\n")
     assert suite_check.main([str(params / SUITE), "--out", str(project / "valid.txt"), "--plugin-code",
                              str(project / "data")]) == 2
     assert (f"--plugin-code {project / 'data'} holds answers.jsonl, which this check never writes"
             in capsys.readouterr().err) and (project / "data" / "answers.jsonl").exists()
+    (project / "keys" / "sentiment").mkdir(parents=True)  # the digests' shape, another tool's files
+    (project / "keys" / "sentiment" / "batch1.json").write_text('{"batch_tag": "b1", "ids": {"b1-x": "ppo"}}')
+    assert suite_check.main([str(params / SUITE), "--out", str(project / "valid.txt"), "--plugin-code",
+                             str(project / "keys")]) == 2
+    assert "holds sentiment/batch1.json, which this check never writes" in capsys.readouterr().err
     assert suite_check.main([str(params / SUITE), "--out", str(project / "valid.txt"), "--plugin-code",
                              str(project / "digests")]) == 0
+    (project / "digests" / "sentiment").mkdir(parents=True, exist_ok=True)
+    (project / "digests" / "sentiment" / "evaluate.json").write_text('{"import_paths": [], "sha256": {}}')
     assert suite_check.main([str(params / SUITE), "--out", str(project / "valid.txt"), "--plugin-code",
                              str(project / "digests")]) == 0  # its own outputs are replaced
 
