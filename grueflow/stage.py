@@ -327,6 +327,11 @@ def main_guard(run: Any) -> None:
               file=sys.stderr)
         raise SystemExit(2) from None
     except RuntimeError as err:  # torch.save reports a full disk as a RuntimeError, never an OSError
+        if NONFINITE_SAMPLING in str(err):  # torch.multinomial in generate, on a model whose logits are NaN
+            print("error: the model's next-token probabilities are not finite (NaN or infinite logits: weights that a "
+                  "diverged update left so); retrain it with a lower learning_rate, or give a model that holds finite "
+                  "weights", file=sys.stderr)
+            raise SystemExit(2) from None
         if any(marker in str(err) for marker in OUT_OF_MEMORY):  # torch.OutOfMemoryError is a RuntimeError too
             print(f"error: out of memory ({str(err).splitlines()[0][:200]}); lower the model's sizes, the batch or "
                   f"the lengths, or run where there is more memory", file=sys.stderr)
@@ -375,6 +380,7 @@ def _path_problem(err: PermissionError | NotADirectoryError | FileExistsError | 
 
 # what a write into a full disk, an exhausted quota (EDQUOT) or a file-size limit (EFBIG) raises
 FULL_DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+NONFINITE_SAMPLING = "probability tensor contains either"  # torch.multinomial's message for NaN or inf probabilities
 # torch's messages for an allocation that failed: the CPU allocator's, and CUDA's (torch.OutOfMemoryError)
 OUT_OF_MEMORY = ("DefaultCPUAllocator: can't allocate memory", "CUDA out of memory")
 # torch.save's messages for a write that did not complete: its stream writer's, and its zip writer's position check

@@ -1164,10 +1164,13 @@ def test_the_imdb_loader_on_files_with_other_columns_names_them_and_the_custom_d
      "error: no room to write (Disk quota exceeded) (results/eval/x/metrics.json); nothing half-written is kept"),
     (SafetensorError("Error while serializing: I/O error: Disk quota exceeded (os error 122)"), 2,
      "error: no room to write (safetensors: Error while serializing: I/O error: Disk quota exceeded (os error 122)"),
+    (RuntimeError("probability tensor contains either `inf`, `nan` or element < 0"), 2,
+     "error: the model's next-token probabilities are not finite (NaN or infinite logits"),
     (RuntimeError("[enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: can't allocate memory: you tried "
                   "to allocate 12000000000000 bytes. Error code 12 (Cannot allocate memory)"), 2,
      "error: out of memory ([enforce fail at alloc_cpu.cpp:121] data. DefaultCPUAllocator: can't allocate memory"),
-], ids=["disk-full", "ctrl-c", "disk-full-saving-weights", "quota", "quota-saving-weights", "out-of-memory"])
+], ids=["disk-full", "ctrl-c", "disk-full-saving-weights", "quota", "quota-saving-weights", "nan-probabilities",
+        "out-of-memory"])
 def test_a_full_disk_or_ctrl_c_in_a_stage_ends_in_one_line(capsys, fault: BaseException, code: int, expect: str):
     from grueflow.stage import main_guard
 
