@@ -445,7 +445,8 @@ def valid_out_problem(path: Path) -> Optional[str]:
     suite itself), or None."""
     if path.is_dir():
         return "is a folder; give the path of the file that says the suite is valid"
-    inside = next((folder for folder in Path(os.path.realpath(path)).parents if (folder / STAGE_RECORD).is_file()), None)
+    inside = next((folder for folder in Path(os.path.realpath(path)).parents if (folder / STAGE_RECORD).is_file()),
+                  None)
     if inside is not None:
         return f"lies inside {inside}, a stage's output folder; give a path outside every stage's output"
     if path.is_file() and path.read_bytes() not in (b"", VALID.encode()):

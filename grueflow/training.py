@@ -96,17 +96,18 @@ def add_arguments(p: argparse.ArgumentParser, out: str, tracking: bool = False) 
 
 
 def check_final(values: dict[str, Any], stage_name: str, learning_rate: float) -> None:
-    """Stop the stage in one line, writing nothing, when a final metric of the trained model is NaN or infinite:
+    """Stop the stage in one line, writing no output, when a final metric of the trained model is NaN or infinite:
     the last update diverged after the checks on its loss and gradients (the weights it left give NaN)."""
     bad = sorted(key for key, value in values.items() if isinstance(value, float) and not math.isfinite(value))
     if bad:
-        raise SystemExit(f"error: {stage_name}: the trained model's {', '.join(bad)} {'is' if len(bad) == 1 else 'are'} "
-                         f"not finite: the last update diverged; lower learning_rate (it is {learning_rate:g}) and "
-                         f"rerun; nothing was written")
+        verb = "is" if len(bad) == 1 else "are"
+        raise SystemExit(f"error: {stage_name}: the trained model's {', '.join(bad)} {verb} not finite: the last "
+                         f"update diverged; lower learning_rate (it is {learning_rate:g}) and rerun; the output was "
+                         f"not written (earlier checkpoints stay in the resume folder)")
 
 
 def check_trained_policy(policy: Any, prompts: Sequence[str], stage_name: str, learning_rate: float) -> None:
-    """Stop the stage in one line, writing nothing, when the trained policy's next-token logits after a few of
+    """Stop the stage in one line, writing no output, when the trained policy's next-token logits after a few of
     ``prompts`` are NaN or infinite: the last update diverged after the checks on its loss and gradients, and the
     model handed on would make every later stage fail or score NaN."""
     import torch
@@ -119,8 +120,9 @@ def check_trained_policy(policy: Any, prompts: Sequence[str], stage_name: str, l
     with torch.no_grad():
         finite = bool(torch.isfinite(policy.score(encoded, ends).logits).all())
     if not finite:
-        raise SystemExit(f"error: {stage_name}: the trained model's logits are not finite: the last update diverged; "
-                         f"lower learning_rate (it is {learning_rate:g}) and rerun; nothing was written")
+        raise SystemExit(f"error: {stage_name}: the trained model's logits are not finite: the last update "
+                         f"diverged; lower learning_rate (it is {learning_rate:g}) and rerun; the output was not "
+                         f"written (earlier checkpoints stay in the resume folder)")
 
 
 class TrainingRun:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from grueflow.config import (MAX_BATCH, MAX_COUNT, MAX_SEED, MAX_TOKENS, GenerationConfig, LoraConfig, RewardConfig, check,
-                             check_size)
+from grueflow.config import (MAX_BATCH, MAX_COUNT, MAX_SEED, MAX_TOKENS, GenerationConfig, LoraConfig, RewardConfig,
+                             check, check_size)
 
 PREFERENCE_METHODS = ("dpo",)  # methods a suite may list under preference_methods
 IPO_MIN_BETA = 1e-4  # IPO's target margin 1/(2 beta) at most 5000 nats (see DPOConfig)

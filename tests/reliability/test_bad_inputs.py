@@ -2139,7 +2139,8 @@ def test_a_dpo_run_whose_last_update_diverged_writes_nothing(tmp_path: Path, cal
     monkeypatch.setattr(DPOTrainer, "evaluate", lambda self, prefs: {"loss": float("nan"), "accuracy": 0.5})
     result = call_stage("dpo", *dpo_inputs(tmp_path, tiny_models, {}))  # SystemExit(message): exit code 1
     assert result.code == ("error: dpo: the trained model's loss is not finite: the last update diverged; lower "
-                           "learning_rate (it is 0.0005) and rerun; nothing was written")
+                           "learning_rate (it is 0.0005) and rerun; the output was not written (earlier checkpoints "
+                           "stay in the resume folder)")
     assert not (tmp_path / "out").exists()
 
 

@@ -428,6 +428,6 @@ def test_a_policy_whose_last_update_diverged_is_never_handed_on(tiny_models):
     with torch.no_grad():
         next(model.parameters()).fill_(float("nan"))
     with pytest.raises(SystemExit, match=r"^error: rl_finetune: the trained model's logits are not finite: the last "
-                                         r"update diverged; lower learning_rate \(it is 0.0001\) and rerun; nothing "
-                                         r"was written$"):
+                                         r"update diverged; lower learning_rate \(it is 0.0001\) and rerun; the "
+                                         r"output was not written \(earlier checkpoints stay in the resume folder\)$"):
         check_trained_policy(policy, ["a film", "the plot was"], "rl_finetune", 1e-4)
