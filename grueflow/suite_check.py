@@ -42,10 +42,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if unlisted:
             raise ConfigError(f"the task files name user code or data that {pipeline.DVC_YAML} does not list as a "
                               f"dependency: {', '.join(unlisted)}; regenerate it with `{pipeline.COMMAND}`")
-        for problem in (f"--out {args.out} {valid_out_problem(args.out)}" if valid_out_problem(args.out) else "",
-                        plugin_code_problem(args.plugin_code)):
-            if problem:
-                raise ConfigError(problem)
+        out_problem = valid_out_problem(args.out)
+        if out_problem:
+            raise ConfigError(f"--out {args.out} {out_problem}")
+        code_problem = plugin_code_problem(args.plugin_code)
+        if code_problem:
+            raise ConfigError(code_problem)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
