@@ -18,7 +18,7 @@ class HubUnreachableError(OSError):
 def hub_reachable(timeout_s: float = 3.0) -> bool:
     """False when offline mode is set or a TCP connection to the hub (``$HF_ENDPOINT``'s host and port, a mirror's
     included) fails within ``timeout_s``."""
-    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+    if offline_mode() or endpoint_problem():
         return False
     host, port = hub_address()
     try:
@@ -39,6 +39,33 @@ def hub_address() -> tuple[str, int]:
     return endpoint.hostname or HUB_HOST, port or (80 if endpoint.scheme == "http" else 443)
 
 
+def offline_mode() -> bool:
+    """True when ``$HF_HUB_OFFLINE`` asks for offline mode (huggingface_hub's truthy spellings)."""
+    return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on")
+
+
+def endpoint_problem() -> str | None:
+    """Why ``$HF_ENDPOINT`` names no host to connect to, or None when it is unset or names one."""
+    endpoint = os.environ.get("HF_ENDPOINT")
+    if not endpoint:
+        return None
+    parts = urllib.parse.urlsplit(endpoint)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f"HF_ENDPOINT={endpoint!r} is not an http(s) URL such as https://huggingface.co"
+    try:
+        parts.port
+    except ValueError:
+        return f"HF_ENDPOINT={endpoint!r} has a port that is not a number from 0 to 65535"
+    return None
+
+
 def offline_state() -> str:
+    """Why the hub cannot be reached, for an error message: offline mode, a malformed endpoint, or the endpoint's
+    host and port not answering."""
+    if offline_mode():
+        return f"HF_HUB_OFFLINE={os.environ['HF_HUB_OFFLINE']} is set"
+    problem = endpoint_problem()
+    if problem:
+        return problem
     host, port = hub_address()
-    return f"HF_HUB_OFFLINE={os.environ.get('HF_HUB_OFFLINE', 'unset')}, {host}:{port} not reachable"
+    return f"{host}:{port} not reachable"

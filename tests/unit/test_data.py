@@ -125,11 +125,33 @@ def test_a_hub_mirror_is_probed_on_its_own_host_and_port(monkeypatch):
         hub_reachable.cache_clear()
         assert hub_address() == ("127.0.0.1", port) and hub_reachable()
     hub_reachable.cache_clear()
-    assert not hub_reachable() and offline_state() == f"HF_HUB_OFFLINE=0, 127.0.0.1:{port} not reachable"
+    assert not hub_reachable() and offline_state() == f"127.0.0.1:{port} not reachable"
     monkeypatch.setenv("HF_ENDPOINT", "http://mirror.example")
     assert hub_address() == ("mirror.example", 80)
     monkeypatch.delenv("HF_ENDPOINT")
     assert hub_address() == ("huggingface.co", 443)
+    hub_reachable.cache_clear()
+
+
+@pytest.mark.parametrize("offline, endpoint, says", [
+    ("1", None, "HF_HUB_OFFLINE=1 is set"),
+    ("true", "http://mirror.example", "HF_HUB_OFFLINE=true is set"),
+    ("0", "not a url", "HF_ENDPOINT='not a url' is not an http(s) URL such as https://huggingface.co"),
+    ("0", "ftp://mirror.example", "HF_ENDPOINT='ftp://mirror.example' is not an http(s) URL"),
+    ("0", "http://mirror.example:port", "HF_ENDPOINT='http://mirror.example:port' has a port that is not a number"),
+])
+def test_an_unreachable_hub_is_explained_by_its_own_cause(monkeypatch, offline, endpoint, says):
+    """Offline mode and a malformed endpoint were both reported as "huggingface.co:443 not reachable", which sends
+    the user looking for a network fault that is not there."""
+    from grueflow.hub import offline_state
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", offline)
+    if endpoint is None:
+        monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    else:
+        monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    hub_reachable.cache_clear()
+    assert not hub_reachable() and says in offline_state() and "huggingface.co:443" not in offline_state()
     hub_reachable.cache_clear()
 
 
