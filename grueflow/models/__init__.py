@@ -68,12 +68,15 @@ def check_tiny_fixed(architecture: str, config: dict[str, Any]) -> None:
 
 MAX_TINY_PARAMETERS = 10**10  # a model built from config and pre-trained here; far above any such run
 MAX_TINY_SIZE = 2**20  # any one integer of its config (a width, a count, a position limit)
-TINY_EXTRA_SIZES = ("n_inner", "head_dim")  # sizes tiny_parameters counts where a config gives them
+# sizes tiny_parameters counts where a config gives them
+TINY_EXTRA_SIZES = ("n_inner", "head_dim", "relative_attention_num_buckets")
+T5_BUCKETS = 32  # transformers' T5Config default relative_attention_num_buckets
 
 
 def tiny_parameters(architecture: str, sizes: dict[str, int]) -> int:
     """About how many weights a tiny model of these sizes has, without its token embeddings: its layers' projection
-    and feed-forward matrices (a decoder's cross-attention included) and its learned position table."""
+    and feed-forward matrices (a decoder's cross-attention included) and its learned position table (T5's: a
+    buckets x heads relative-position bias in the first encoder and the first decoder layer)."""
     s = sizes
     if architecture == "gpt2":
         width = s["n_embd"]
@@ -87,7 +90,8 @@ def tiny_parameters(architecture: str, sizes: dict[str, int]) -> int:
     if architecture == "t5":
         width, inner = s["d_model"], s["num_heads"] * s["d_kv"]
         return (s["num_layers"] * (4 * width * inner + 2 * width * s["d_ff"])
-                + s["num_decoder_layers"] * (8 * width * inner + 2 * width * s["d_ff"]))
+                + s["num_decoder_layers"] * (8 * width * inner + 2 * width * s["d_ff"])
+                + 2 * (s.get("relative_attention_num_buckets") or T5_BUCKETS) * s["num_heads"])
     width = s["d_model"]  # bart
     return (s["encoder_layers"] * (4 * width ** 2 + 2 * width * s["encoder_ffn_dim"])
             + s["decoder_layers"] * (8 * width ** 2 + 2 * width * s["decoder_ffn_dim"])

@@ -15,7 +15,7 @@ import pytest
 
 from grueflow.config import ConfigError, ModelConfig
 from grueflow.io import MissingDataError
-from grueflow.models import check_same_kind, lm_problem, load_pretrained
+from grueflow.models import TINY_DEFAULTS, check_same_kind, lm_problem, load_pretrained
 from grueflow.params import parse
 
 
@@ -119,3 +119,16 @@ def test_a_model_whose_weights_hold_nan_or_inf_is_refused_at_load_naming_the_fol
                               f"writes such weights: rerun the stage that wrote it with a lower learning_rate, or give "
                               f"another model")
     load_pretrained(tiny_models["causal"])  # finite weights load
+
+
+def test_a_t5_relative_position_table_counts_towards_the_size_limit():
+    """T5's buckets x heads bias table was outside the estimate: 10^6 buckets of 20,000 heads of width 1 passed the
+    parse and allocated 2 x 2e10 floats in the stage."""
+    from grueflow.models import MAX_TINY_PARAMETERS, check_tiny_sizes, tiny_parameters
+
+    huge = {"relative_attention_num_buckets": 1_000_000, "num_heads": 20_000, "d_kv": 1, "d_model": 64}
+    with pytest.raises(ValueError, match=r"about 4e\+10 parameters .*relative_attention_num_buckets 1,000,000\), "
+                                         r"above the limit of 1e\+10"):
+        check_tiny_sizes("t5", huge, max_length=64)
+    check_tiny_sizes("t5", {"relative_attention_num_buckets": 64}, max_length=64)  # a real size still builds
+    assert tiny_parameters("t5", {**TINY_DEFAULTS["t5"], "relative_attention_num_buckets": 64}) < MAX_TINY_PARAMETERS
