@@ -155,17 +155,27 @@ ABSENT, NULL = "(absent)", "null"  # a value with no key at that revision; a key
 
 
 def read_at(rev: str, target: str) -> Any:
-    """The JSON of metrics file ``target`` at git revision ``rev`` (``workspace``: the file here), through DVC
-    (a DVC output is read from the cache); None where it cannot be read."""
+    """The content of metrics file ``target`` (JSON, or YAML for a ``.yaml``/``.yml`` name, as dvc reads metrics) at
+    git revision ``rev`` (``workspace``: the file here), through DVC (a DVC output is read from the cache); None
+    where it cannot be read."""
     import dvc.api
+    import yaml
     from dvc.exceptions import DvcException
 
+    load = yaml.safe_load if Path(target).suffix in (".yaml", ".yml") else json.loads
     try:
         if rev == "workspace":
-            return json.loads(Path(target).read_text(encoding="utf-8"))
-        return json.loads(dvc.api.read(target, rev=rev, encoding="utf-8"))
-    except (OSError, ValueError, DvcException):  # only the label depends on it: "—" says "unknown"
+            return load(Path(target).read_text(encoding="utf-8"))
+        return load(dvc.api.read(target, rev=rev, encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError, DvcException):  # only the label depends on it: "—" says "unknown"
         return None
+
+
+def holds_values(table: Any) -> bool:
+    """Whether a metrics file's content has a leaf dvc can compare: a number (booleans are not) or null."""
+    if isinstance(table, dict):
+        return any(holds_values(value) for value in table.values())
+    return table is None or (isinstance(table, (int, float)) and not isinstance(table, bool))
 
 
 def flat_keys(table: Any, prefix: str = "") -> list[str]:
@@ -229,6 +239,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
             raise CliError(f"{args.target} at {rev} is not a {'GRUE table' if grue else 'metrics file'}: {problem} "
                            f"({'{task: {method: {metric: value}}}' if grue else 'an object of values'}); give "
                            f"revisions where aggregate wrote it, or another --target")
+    read = [table for table in tables.values() if table is not None]
+    if read and not any(holds_values(table) for table in read):
+        raise CliError(f"{args.target} holds no metric value (a number or null) at {args.rev_a} or {args.rev_b}: it "
+                       f"is not a metrics file; give --target a metrics file such as {GRUE_JSON}")
     for key in sorted((set(flat_keys(tables[args.rev_a])) | set(flat_keys(tables[args.rev_b]))) - set(diff)):
         old, new = (missing_label(tables[rev], key) for rev in (args.rev_a, args.rev_b))
         if old != new and {old, new} <= {ABSENT, NULL}:

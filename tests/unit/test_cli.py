@@ -175,6 +175,13 @@ def test_diff_refuses_a_revision_where_dvc_could_not_load_the_table(tmp_path):
                                          f"revisions that hold it, or another --target"), refused.stderr
     same = run([*CLI, "diff", "HEAD~2", "HEAD~2"], repo).stdout  # a real empty diff is still "no changes"
     assert same == "results/grue_table.json: no changes between HEAD~2 and HEAD~2\n"
+    # a file dvc loads but that holds no metric (dvc.yaml: strings and lists) was "no changes"
+    refused = subprocess.run([*CLI, "diff", "HEAD~2", "HEAD", "--target", "dvc.yaml"], cwd=repo, capture_output=True,
+                             text=True)
+    assert refused.returncode == 2 and refused.stdout == "", refused.stdout
+    assert refused.stderr.startswith("grueflow diff: error: dvc.yaml holds no metric value (a number or null) at "
+                                     "HEAD~2 or HEAD: it is not a metrics file; give --target a metrics file such as "
+                                     "results/grue_table.json"), refused.stderr
     # JSON that is not a GRUE table printed a plausible table of "—" (a list) or a dict repr as a value
     for written, problem in (([1, 2], "a JSON list, not an object of metrics"),
                              ({"sentiment": 3}, "sentiment is 3, where a GRUE table holds an object"),
@@ -186,6 +193,11 @@ def test_diff_refuses_a_revision_where_dvc_could_not_load_the_table(tmp_path):
         assert refused.returncode == 2 and refused.stdout == "", written
         assert refused.stderr.startswith(f"grueflow diff: error: results/grue_table.json at workspace is not a GRUE "
                                          f"table: {problem} ({{task: {{method: {{metric: value}}}}}})"), refused.stderr
+    (repo / "scores.yaml").write_text("accuracy: 0.5\n")  # a YAML metrics file is still compared
+    run(["git", "add", "scores.yaml"], repo)
+    run(["git", "commit", "-qm", "scores"], repo)
+    assert run([*CLI, "diff", "HEAD", "HEAD", "--target", "scores.yaml"], repo).stdout == (
+        "scores.yaml: no changes between HEAD and HEAD\n")
 
 
 def test_python_dash_m_grueflow_is_the_grueflow_command(tmp_path):
