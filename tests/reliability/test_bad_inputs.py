@@ -1202,6 +1202,28 @@ def test_ctrl_c_names_a_resume_folder_only_where_the_stage_keeps_one(capsys, mon
     assert exit_.value.code == 130 and err.startswith(expect) and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("argv0, ours", [
+    (str(ROOT / "stages" / "rl_finetune.py"), True),  # Ctrl-C while torch imports, before main_guard
+    (str(ROOT / "grueflow" / "cli.py"), True),  # python -m grueflow.cli
+    ("/somewhere/.venv/bin/grueflow", True),
+    ("-c", False),  # a library user's own program keeps Python's traceback
+    ("/home/me/analysis.py", False),
+], ids=["stage-script", "python-m", "console-script", "python-c", "another-program"])
+def test_ctrl_c_before_a_command_handler_is_one_line(capsys, monkeypatch, argv0: str, ours: bool):
+    import grueflow
+
+    seen: list[type] = []
+    monkeypatch.setattr(sys, "argv", [argv0, "--out", "x"])
+    grueflow._interrupted(KeyboardInterrupt, KeyboardInterrupt(), None, previous=lambda kind, *_: seen.append(kind))
+    err = capsys.readouterr().err
+    if ours:
+        assert err == "interrupted: no output was left half-written; rerun the same command\n" and not seen
+    else:
+        assert err == "" and seen == [KeyboardInterrupt]
+    grueflow._interrupted(ValueError, ValueError("x"), None, previous=lambda kind, *_: seen.append(kind))
+    assert seen[-1] is ValueError and sys.excepthook is grueflow._interrupted
+
+
 @pytest.mark.parametrize("fault", [
     RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"),
     RuntimeError("[enforce fail at inline_container.cc:858] . PytorchStreamWriter failed writing file data/0: file "
