@@ -9,6 +9,7 @@ import os
 import shutil
 import socket
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -188,8 +189,9 @@ def inside_output(flag: str, path: Path) -> None:
 def check_writable(flag: str, path: Path) -> None:
     """``path`` (a folder a stage writes, given as ``flag``) is made, or replaced, inside its parent: that parent,
     or where it does not exist yet the nearest folder above it that does, must be a folder this process can write
-    in. A :class:`ConfigError` naming it otherwise (a file there, no write permission, an immutable folder or a
-    read-only file system), before any work. A symlinked ``path`` is written through: its target's parent counts."""
+    in. A :class:`ConfigError` naming it otherwise (a file there, no write permission, an immutable folder, a
+    read-only file system, or one such as /proc that takes no new folders: an empty folder is made there and removed
+    to know), before any work. A symlinked ``path`` is written through: its target's parent counts."""
     target = Path(os.path.realpath(path))
     parent = next((p for p in target.parents if os.path.lexists(p)), target)  # "/" has no parent
     if not parent.is_dir():
@@ -200,6 +202,11 @@ def check_writable(flag: str, path: Path) -> None:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ConfigError(f"{flag} {path}: cannot write in {parent}: permission denied; give a folder this user can "
                           f"write in, or fix its permissions (ls -ld, lsattr -d)")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".grueflow-write-check-", dir=parent))
+    except OSError as err:
+        raise ConfigError(f"{flag} {path}: cannot make a folder in {parent} ({err.strerror or err}); give a folder on "
+                          f"a file system this user can write") from None
 
 
 def check_resume_dir(out: Path, resume_dir: Path) -> None:

@@ -973,6 +973,12 @@ def test_a_tensorboard_folder_that_cannot_be_written_is_named_with_its_variable_
                         "--init-model", model, "--base-model", model, "--seed", "0", "--out", tmp_path / "a" / "rl")
     board = tmp_path / "board" / tmp_path.name / "a" / "rl"  # the last three names of --out
     assert_fails_in_one_line(result, f"error: $GRUEFLOW_TENSORBOARD {board}: {tmp_path / 'board'} is not a folder")
+    monkeypatch.setenv("GRUEFLOW_TENSORBOARD", "/proc")  # takes no new folder: a FileNotFoundError traceback
+    result = call_stage("rl_finetune", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--algorithm", "ppo",
+                        "--method-file", MICRO / "methods" / "ppo.yaml", "--datapool", tmp_path / "no_datapool",
+                        "--init-model", model, "--base-model", model, "--seed", "0", "--out", tmp_path / "a" / "rl")
+    assert_fails_in_one_line(result, f"error: $GRUEFLOW_TENSORBOARD /proc/{tmp_path.name}/a/rl: cannot make a folder "
+                                     f"in /proc (", "give a folder on a file system this user can write")
 
 
 def test_base_model_with_a_hub_id_that_cannot_be_reached_exits_2(tmp_path: Path):
