@@ -374,8 +374,11 @@ def load_pretrained(name_or_path: str | Path, kind: Kind | None = None, trust_re
 GENERATION_TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
 
 
-def special_tokens_only(config: Any) -> Any:
-    """A ``transformers.GenerationConfig`` with ``config``'s special-token ids alone. ``generate`` fills every
+def special_tokens_only(config: Any, model_config: Any = None) -> Any:
+    """A ``transformers.GenerationConfig`` with ``config``'s special-token ids alone, each one ``config`` leaves
+    unset taken from ``model_config`` (the model's ``config.json``, where the rollouts read a seq2seq model's
+    ``decoder_start_token_id``: a hand-edited ``generation_config.json`` without it made ``generate`` fail while
+    the rollouts ran). ``generate`` fills every
     setting a call leaves out from the model's generation config: a folder's forced BOS/EOS tokens (BART's),
     suppressed or banned tokens, ``min_p`` or ``typical_p`` would change evaluation's decoding, while rollouts
     (:meth:`grueflow.models.policy.Policy.sample`, their own decode loop) apply none of them. Under this config
@@ -383,7 +386,11 @@ def special_tokens_only(config: Any) -> Any:
     folder wrote it, to be saved with the model) both decode with the task's settings only."""
     from transformers import GenerationConfig
 
-    return GenerationConfig(**{key: getattr(config, key, None) for key in GENERATION_TOKEN_KEYS})
+    def token(key: str) -> Any:
+        value = getattr(config, key, None)
+        return getattr(model_config, key, None) if value is None else value
+
+    return GenerationConfig(**{key: token(key) for key in GENERATION_TOKEN_KEYS})
 
 
 def _check_finite(model: Any, folder: str) -> None:

@@ -267,7 +267,7 @@ class Policy:
         # the task's settings alone: generate would fill what they leave out from the model's own generation config
         model = next(m for m in self.model.modules() if isinstance(m, PreTrainedModel))  # under PEFT's wrappers
         own = model.generation_config
-        model.generation_config = special_tokens_only(own)
+        model.generation_config = special_tokens_only(own, model.config)
         try:
             with self.backend.execution.autocast():
                 out = self.model.generate(input_ids=prompts.input_ids, attention_mask=prompts.attention_mask,

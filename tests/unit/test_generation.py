@@ -120,6 +120,27 @@ def test_a_model_folders_own_generation_settings_never_change_the_decoding(tiny_
     assert model.generation_config.forced_eos_token_id == tokenizer.eos_token_id
 
 
+def test_a_seq2seq_generation_config_without_its_start_token_decodes_as_the_rollouts_do(tiny_models, tmp_path):
+    """A hand-edited generation_config.json without decoder_start_token_id (config.json keeps it) ended evaluate in
+    transformers' "decoder_start_token_id or bos_token_id has to be defined", while rollouts read config.json's."""
+    import json
+    import shutil
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_models["seq2seq"], folder)
+    config = json.loads((folder / "generation_config.json").read_text())
+    for key in ("decoder_start_token_id", "bos_token_id"):
+        config.pop(key, None)
+    (folder / "generation_config.json").write_text(json.dumps(config))
+    model, tokenizer = load_pretrained(folder)
+    assert model.generation_config.decoder_start_token_id is None and model.config.decoder_start_token_id is not None
+    policy = Policy(model, tokenizer, max_prompt_length=24)
+    prompts = policy.encode(PROMPTS["seq2seq"])
+    gen = GenerationConfig(max_new_tokens=10, min_new_tokens=0, do_sample=False)
+    sampled = policy.sample(prompts, gen)
+    assert torch.equal(policy.generate(prompts, gen)[:, :sampled.shape[1]], sampled)
+
+
 @pytest.mark.parametrize("decode", ["sample", "generate"])
 def test_with_pad_as_eos_the_repetition_settings_never_read_a_rows_padding(tiny_models, decode):
     """GPT-2's and SmolLM2's pad token is EOS: the padding of a short prompt batched with a long one was read as EOS
