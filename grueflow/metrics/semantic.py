@@ -302,6 +302,7 @@ def load_classifier(name: str, max_length: int, batch_size: int, execution: Opti
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
     from grueflow.device import or_cpu
+    from grueflow.models import check_finite
 
     execution = or_cpu(execution)
     name = os.path.expanduser(name)  # ~/model: from_pretrained takes the path as written
@@ -316,6 +317,7 @@ def load_classifier(name: str, max_length: int, batch_size: int, execution: Opti
                                   "model (or checkpoint) arg to a local folder")
     model = AutoModelForSequenceClassification.from_pretrained(name, dtype=execution.frozen_dtype)
     model = model.to(execution.device).eval().requires_grad_(False)
+    check_finite(model, name)
     return Classifier(name, AutoTokenizer.from_pretrained(name), model, max_length, batch_size)
 
 

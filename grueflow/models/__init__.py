@@ -363,9 +363,9 @@ def load_pretrained(name_or_path: str | Path, kind: Kind | None = None, trust_re
         raise MissingDataError(f"cannot load the model in {name}: its weights lack {len(missing)} tensor(s) its "
                                f"config.json asks for ({shown}); the config and the weights disagree: rebuild the "
                                f"folder, or restore the config.json saved with these weights")
-    _check_finite(model, name)
     model = model.to(execution.device)
     model.eval()
+    check_finite(model, name)
     if frozen:
         model.requires_grad_(False)
     return backend.prepare(model), tokenizer
@@ -393,20 +393,48 @@ def special_tokens_only(config: Any, model_config: Any = None) -> Any:
     return GenerationConfig(**{key: token(key) for key in GENERATION_TOKEN_KEYS})
 
 
-def _check_finite(model: Any, folder: str) -> None:
-    """Raise a DataError naming ``folder`` and its first tensors when a parameter holds NaN or an infinity, or a
-    floating buffer holds NaN (a buffer may hold -inf on purpose: an attention mask). Such weights make sampling
-    fail and every score NaN. A DataError, not :class:`MissingDataError`: nothing is missing, the values are bad."""
+def check_finite(model: Any, folder: str) -> None:
+    """Raise a DataError naming ``folder`` when ``model`` (a language model or a sequence classifier, loaded) cannot
+    give finite scores: a parameter holds NaN or an infinity, a floating buffer holds NaN (a buffer may hold -inf on
+    purpose: an attention mask), or the logits of one forward pass over four tokens are not finite (weights finite
+    but so large that the activations overflow). A training that diverged writes such weights; sampling from them
+    fails, greedy decoding emits the same token at every step without an error, and every score is NaN. A
+    DataError, not :class:`MissingDataError`: nothing is missing, the values are bad. A model on the meta device
+    (shapes only) is not probed."""
     import torch
 
     tensors = [(n, t, True) for n, t in model.named_parameters()] + [(n, t, False) for n, t in model.named_buffers()]
     bad = [n for n, t, parameter in tensors if t.is_floating_point()
            and not bool((torch.isfinite(t) if parameter else ~torch.isnan(t)).all())]
+    remedy = ("a training that diverged writes such weights: rerun the stage that wrote it with a lower "
+              "learning_rate, or give another model")
     if bad:
         shown = ", ".join(bad[:3]) + (f" and {len(bad) - 3} more" if len(bad) > 3 else "")
         raise DataError(f"cannot load the model in {folder}: {len(bad)} of its tensors hold NaN or infinite values "
-                        f"({shown}), so it cannot generate; a training that diverged writes such weights: rerun the "
-                        f"stage that wrote it with a lower learning_rate, or give another model")
+                        f"({shown}), so it cannot generate or score; {remedy}")
+    embeddings = model.get_input_embeddings()
+    if embeddings is None or embeddings.weight.device.type == "meta":
+        return
+    vocab = embeddings.weight.shape[0]
+    eos = getattr(model.config, "eos_token_id", None)
+    eos = eos[0] if isinstance(eos, (list, tuple)) and eos else eos
+    ids = [token % vocab for token in (5, 6, 7)] + [eos if isinstance(eos, int) and 0 <= eos < vocab else 8 % vocab]
+    inputs = {"input_ids": torch.tensor([ids], device=embeddings.weight.device)}
+    if model.config.is_encoder_decoder and not _is_classifier(model):  # a classifier makes its own decoder input
+        start = model.config.decoder_start_token_id
+        start = start if isinstance(start, int) and 0 <= start < vocab else 0
+        inputs["decoder_input_ids"] = torch.tensor([[start]], device=embeddings.weight.device)
+    with torch.no_grad():
+        logits = model(**inputs).logits
+    if not bool(torch.isfinite(logits).all()):
+        raise DataError(f"cannot load the model in {folder}: its weights are finite but its logits are not (NaN or "
+                        f"infinite on a four-token probe: the weights are so large that the activations overflow), "
+                        f"so it cannot generate or score; {remedy}")
+
+
+def _is_classifier(model: Any) -> bool:
+    """Whether ``model`` is a ``*ForSequenceClassification`` (it takes no decoder input: it builds its own)."""
+    return type(model).__name__.endswith("ForSequenceClassification")
 
 
 def _unloadable(folder: str, err: BaseException) -> MissingDataError:

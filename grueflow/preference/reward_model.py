@@ -60,6 +60,8 @@ def load_backbone(path: str | Path, execution: Optional[Execution] = None, froze
     """
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+    from grueflow.models import check_finite
+
     execution = or_cpu(execution)
     path = Path(path)
     if not (path / "config.json").is_file():
@@ -74,6 +76,7 @@ def load_backbone(path: str | Path, execution: Optional[Execution] = None, froze
     model.config.pad_token_id = tokenizer.pad_token_id
     if frozen:
         model.eval().requires_grad_(False)
+        check_finite(model, str(path))  # a trained reward model: NaN rewards would blame the samples
     return model, tokenizer
 
 

@@ -115,10 +115,58 @@ def test_a_model_whose_weights_hold_nan_or_inf_is_refused_at_load_naming_the_fol
         load_pretrained(folder)
     assert not isinstance(err.value, MissingDataError)  # nothing is missing: the values are bad
     assert str(err.value) == (f"cannot load the model in {folder}: 1 of its tensors hold NaN or infinite values "
-                              f"(transformer.h.0.ln_1.weight), so it cannot generate; a training that diverged "
+                              f"(transformer.h.0.ln_1.weight), so it cannot generate or score; a training that diverged "
                               f"writes such weights: rerun the stage that wrote it with a lower learning_rate, or give "
                               f"another model")
     load_pretrained(tiny_models["causal"])  # finite weights load
+
+
+@pytest.mark.parametrize("kind", ["causal", "seq2seq"])
+def test_a_model_with_finite_weights_whose_logits_overflow_is_refused_at_load(tiny_models, tmp_path: Path, kind):
+    """A diverged training can leave finite weights so large that every logit is NaN: greedy evaluation then wrote
+    empty generations and all-zero metrics, exit 0, and other stages blamed the learning rate or the margins."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoModelForSeq2SeqLM
+
+    from grueflow.io import DataError
+
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_models[kind], folder)
+    model = (AutoModelForCausalLM if kind == "causal" else AutoModelForSeq2SeqLM).from_pretrained(folder)
+    with torch.no_grad():
+        for weight in model.parameters():
+            weight.mul_(1e10)  # finite (float32 holds 3.4e38); the activations overflow
+    model.save_pretrained(folder)
+    assert all(bool(torch.isfinite(p).all()) for p in model.parameters())
+    with pytest.raises(DataError, match=f"cannot load the model in {folder}: its weights are finite but its logits "
+                                        r"are not \(NaN or infinite on a four-token probe"):
+        load_pretrained(folder)
+    load_pretrained(tiny_models[kind])  # a model that scores loads
+
+
+def test_a_classifier_or_reward_model_with_nan_weights_is_refused_at_load(tiny_models, tmp_path: Path):
+    """The learned reward and a trained reward model with NaN weights gave null rewards, with a warning (or an RL
+    stop) blaming the samples."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+
+    from grueflow.io import DataError
+    from grueflow.metrics.semantic import load_classifier
+    from grueflow.preference.reward_model import load_backbone
+
+    folder = tmp_path / "classifier"
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_models["causal"], num_labels=1)
+    model.config.pad_token_id = 0
+    with torch.no_grad():
+        model.score.weight[0, 0] = float("nan")
+    model.save_pretrained(folder)
+    shutil.copy(Path(tiny_models["causal"]) / "tokenizer.json", folder)
+    shutil.copy(Path(tiny_models["causal"]) / "tokenizer_config.json", folder)
+    with pytest.raises(DataError, match=f"cannot load the model in {folder}: 1 of its tensors hold NaN .*score.weight"):
+        load_classifier(str(folder), max_length=16, batch_size=2)
+    with pytest.raises(DataError, match=f"cannot load the model in {folder}: 1 of its tensors hold NaN"):
+        load_backbone(folder, frozen=True)
+    load_backbone(tiny_models["causal"], frozen=True)  # a finite one loads
 
 
 def test_a_t5_relative_position_table_counts_towards_the_size_limit():
