@@ -154,7 +154,9 @@ def check_file_out(flag: str, path: Path, suffix: Optional[str] = None,
     manifest. It must not be a folder, and must be writable. With ``suffix`` (``.csv``) its name must end in it;
     with ``ours``, an existing file there that is not blank must be one this output wrote before (``ours(path)``),
     so that a slip onto a README, a params file, annotators' answers or a key is refused rather than replaced. A
-    :class:`ConfigError` naming the path otherwise, before any work."""
+    :class:`ConfigError` naming the path otherwise, before any work. A symbolic link there is replaced by the new
+    file, never written through (it may point into DVC's cache, whose files must not change), with a warning
+    naming its target, which keeps its content."""
     if path.is_dir():
         raise ConfigError(f"{flag} {path} is a folder; give the path of a file to write")
     inside_output(flag, path)
@@ -164,6 +166,10 @@ def check_file_out(flag: str, path: Path, suffix: Optional[str] = None,
         raise ConfigError(f"{flag} {path} exists and is not what this output writes (an earlier run's table); give "
                           f"a new path, or move the file away if it is to be replaced")
     check_writable(flag, path)
+    if path.is_symlink():
+        logging.getLogger("stage").warning("%s %s is a symbolic link (to %s): the new file replaces the link, and "
+                                           "%s keeps its content; copy the file there if it is to change too", flag,
+                                           path, os.readlink(path), os.path.realpath(path))
 
 
 def starts_with(*heads: bytes) -> Callable[[Path], bool]:
@@ -191,7 +197,8 @@ def check_writable(flag: str, path: Path) -> None:
     or where it does not exist yet the nearest folder above it that does, must be a folder this process can write
     in. A :class:`ConfigError` naming it otherwise (a file there, no write permission, an immutable folder, a
     read-only file system, or one such as /proc that takes no new folders: an empty folder is made there and removed
-    to know), before any work. A symlinked ``path`` is written through: its target's parent counts."""
+    to know), before any work. A symlinked ``path`` is checked where it points, its target's parent: a folder output
+    (:func:`grueflow.io.atomic_dir`) is written through the link."""
     target = Path(os.path.realpath(path))
     parent = next((p for p in target.parents if os.path.lexists(p)), target)  # "/" has no parent
     if not parent.is_dir():

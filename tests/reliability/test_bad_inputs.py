@@ -2568,3 +2568,23 @@ def test_aggregate_never_writes_over_a_file_an_earlier_run_did_not_write(tmp_pat
     assert_fails_in_one_line(result, f"error: {flag} {tmp_path / name} exists and is not what this output writes (an "
                                      f"earlier run's table); give a new path, or move the file away")
     assert (tmp_path / name).read_text() == content
+
+
+def test_a_table_output_that_is_a_symlink_is_replaced_with_a_warning_naming_its_target(tmp_path: Path, call_stage,
+                                                                                       caplog: pytest.LogCaptureFixture):
+    """A link to an earlier table was replaced by a plain file with no word, leaving the table it pointed to stale.
+    It is still replaced, not written through (it may point into DVC's cache), and the warning says so."""
+    from tests.unit.test_grue import write_run
+
+    for method in ("zero_shot", "supervised"):
+        write_run(tmp_path / "eval", "sentiment", method, 0)
+    grid = ["--tasks", "sentiment", "--seeds", "0", "--rl-starts", "zero_shot", "--eval-dir", tmp_path / "eval"]
+    outs = ["--out-md", tmp_path / "t.md", "--out-json", tmp_path / "t.json"]
+    assert call_stage("aggregate", *grid, *outs, "--out-csv", tmp_path / "paper.csv").code == 0
+    earlier = (tmp_path / "paper.csv").read_text()
+    (tmp_path / "link.csv").symlink_to("paper.csv")
+    result = call_stage("aggregate", *grid, *outs, "--out-csv", tmp_path / "link.csv")
+    assert result.code == 0, result.stderr
+    assert (f"--out-csv {tmp_path / 'link.csv'} is a symbolic link (to paper.csv): the new file replaces the link, "
+            f"and {tmp_path / 'paper.csv'} keeps its content; copy the file there if it is to change too") in caplog.text
+    assert not (tmp_path / "link.csv").is_symlink() and (tmp_path / "paper.csv").read_text() == earlier
