@@ -301,10 +301,13 @@ def _swap_in(tmp: Path, path: Path, attempts: int = 20) -> None:
 
 
 def fingerprint(path: str | Path) -> str:
-    """sha256 over a file, or over a folder's relative paths and file contents (sorted)."""
+    """sha256 over a file, or over a folder's relative paths and file contents (sorted), its
+    :data:`PROVENANCE_RECORD` files left out as ``.dvcignore`` leaves them out of DVC's hashes: a forced or no-op
+    rerun of the stage that wrote the folder gives the same digest."""
     path = Path(path)
     digest = hashlib.sha256()
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()
+                                                 and p.name != PROVENANCE_RECORD)
     for file in files:
         digest.update(str(file.relative_to(path) if file != path else file.name).encode())
         with open(file, "rb") as handle:

@@ -195,6 +195,25 @@ def test_a_stage_record_whose_inputs_are_not_a_mapping_is_stale(tmp_path):
         folder: f"{folder / 'stage.json'} is damaged (its inputs are not a mapping)"}
 
 
+def test_a_rerun_of_an_input_stage_leaves_the_digest_stage_json_records_for_it(tmp_path):
+    """A folder's digest covered its provenance.json (commit, wall time): a forced or no-op rerun of the datapool
+    changed the stage.json of every stage that read it, which content hashes (DVC's .dvcignore) leave out."""
+    import json
+
+    from grueflow.io import fingerprint, write_stage_record
+
+    pool = tmp_path / "datapool"
+    pool.mkdir()
+    (pool / "train.jsonl").write_text('{"prompt": "a"}\n')
+    write_stage_record(pool, stage="prepare_datapool", params={}, inputs={}, wall_time_s=1.0)
+    before = fingerprint(pool)
+    write_stage_record(pool, stage="prepare_datapool", params={}, inputs={}, wall_time_s=2.5)  # the rerun
+    assert json.loads((pool / "provenance.json").read_text())["wall_time_s"] == 2.5
+    assert fingerprint(pool) == before
+    (pool / "train.jsonl").write_text('{"prompt": "b"}\n')
+    assert fingerprint(pool) != before  # the content still counts
+
+
 def test_a_stage_refuses_the_output_folder_of_another_stage_and_reruns_into_its_own(tmp_path):
     """A stage replaces its --out folder whole: the folder of another stage (as its stage.json, or else its
     provenance.json, names it) is refused before any work; its own folder, or what DVC leaves of it, is not."""
