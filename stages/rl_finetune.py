@@ -129,7 +129,7 @@ def main() -> None:
     def write(folder: Path) -> None:
         (folder / MODEL_DIR).mkdir()
         trainer.save_to(folder / MODEL_DIR, key, final=True)
-        if chosen:  # select: best: the kept policy replaces the final one (the trainer state stays, for reference)
+        if chosen:  # select: best: the kept policy replaces the final one (the final value head stays)
             for item in validation.selected_model().iterdir():
                 shutil.copy2(item, folder / MODEL_DIR / item.name)
         validation.write(folder, f"{args.algorithm} on {args.task_file.stem}, seed {args.seed}: val")

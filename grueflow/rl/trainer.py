@@ -591,12 +591,17 @@ class RLTrainer:
         """Write the policy, the value head and the trainer state into ``folder``.
 
         The policy is written as resumable weights (under LoRA: the adapter only), or, when ``final``,
-        as a plain Hugging Face model (LoRA merged) that ``evaluate`` loads without peft.
+        as a plain Hugging Face model (LoRA merged) that ``evaluate`` loads without peft, without the trainer state:
+        that folder is a content-hashed output (DVC's, and the digest of what reads it), which two runs with the
+        same params and seed must write byte for byte, and a ``torch.save`` archive never is (it holds a random
+        serialization id, and the curve's wall-clock columns). The curve is the stage's ``curves.csv``.
         """
         (merged(self.policy.model) if final else self.policy.model).save_pretrained(folder)
         self.policy.tokenizer.save_pretrained(folder)
         if self.value_head is not None:
             save_file(self.value_head.state_dict(), str(folder / VALUE_FILE))
+        if final:
+            return
         torch.save({
             "key": key,
             "state": {"iteration": self.state.iteration, "curve": self.state.curve},

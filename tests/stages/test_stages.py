@@ -224,6 +224,12 @@ def test_killed_rl_resumes_from_its_checkpoint_and_matches(base, tmp_path):
         (tmp_path / "straight" / "dvclive" / "plots" / "metrics" / "reward" / "task.tsv").read_bytes()
     assert (out / "model" / "model.safetensors").read_bytes() == \
         (tmp_path / "straight" / "model" / "model.safetensors").read_bytes()
+    # the folders evaluate reads, whole: their trainer state once held each run's wall-clock columns, so DVC
+    # re-evaluated after any re-execution of the stage
+    from grueflow.io import fingerprint
+
+    for folder in ("model", "decoding"):
+        assert fingerprint(out / folder) == fingerprint(tmp_path / "straight" / folder), folder
 
 
 def test_killed_warm_start_resumes_from_its_last_epoch_and_matches(base, tmp_path):
