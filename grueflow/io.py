@@ -100,13 +100,13 @@ COMPRESSIONS = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"BZh", "bzip2", "bunzip2 -
 
 
 def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
-    """``(line number, line)`` of a UTF-8 text file, line endings kept; a non-UTF-8 byte is a DataError
-    naming the file, the line and the column (or the compression, for a compressed file), never a bare
-    UnicodeDecodeError."""
+    """``(line number, line)`` of a UTF-8 text file, line endings kept, a UTF-8 byte-order mark at its start (what
+    Notepad and Excel write) left out; a non-UTF-8 byte is a DataError naming the file, the line and the column (or
+    the compression, for a compressed file), never a bare UnicodeDecodeError."""
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
             try:
-                yield number, raw.decode("utf-8")
+                yield number, raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as err:
                 packed = next(((kind, tool) for magic, kind, tool in COMPRESSIONS
                                if number == 1 and raw.startswith(magic)), None)

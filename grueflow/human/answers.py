@@ -152,7 +152,8 @@ class AnswerStore:
 
 
 def _complete_record(line: str) -> bool:
-    """Whether a line (its newline missing) is a whole JSON object, i.e. an answer and not a crash's fragment."""
+    """Whether a line (its newline missing) is a whole JSON object, i.e. an answer and not a crash's fragment (a key
+    written twice still makes it whole: reading it then names the key)."""
     try:
         return isinstance(json.loads(line), dict)
     except json.JSONDecodeError:
@@ -169,7 +170,7 @@ def _cut_partial_tail(fd: int, path: Path) -> None:
     start = max(0, size - (1 << 20))
     tail = os.pread(fd, size - start, start)
     keep = start + tail.rfind(b"\n") + 1 if b"\n" in tail else start
-    if _complete_record(tail[keep - start:].decode("utf-8", errors="replace")):
+    if _complete_record(tail[keep - start:].decode("utf-8-sig", errors="replace")):  # a BOM opens a 1-line file
         os.write(fd, b"\n")  # O_APPEND: the newline goes at the end
         return
     cut = path.with_name(path.name + ".cut")
@@ -196,9 +197,12 @@ def read_answer_lines(path: str | Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = io.loads_unique(line)
         except json.JSONDecodeError as err:
             raise io.DataError(f"{path}: line {number}: not JSON ({err.msg})") from None
+        except ValueError as err:  # a key written twice: JSON would keep the last answer without a word
+            raise io.DataError(f"{path}: line {number}: {err}; an answer line names each key once: remove the "
+                               f"other one") from None
         if not isinstance(record, dict) or not {"annotator", "item_id", "answer"} <= set(record):
             raise io.DataError(f"{path}: line {number}: an answer line has annotator, item_id and answer")
         out.append(record)

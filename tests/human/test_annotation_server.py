@@ -130,6 +130,34 @@ def test_a_whole_last_answer_without_its_newline_is_kept_and_ended(likert_dir: P
     assert lines[-1] == b"" and [json.loads(line)["item_id"] for line in lines[:-1]] == items[:2]
 
 
+def test_a_saved_answer_after_a_byte_order_mark_is_an_answer(likert_dir: Path, tmp_path: Path) -> None:
+    """An answers file re-saved by Notepad (a UTF-8 BOM) with one answer and no final newline was read as an
+    interrupted write: the page showed nothing answered and moved the answer to answers.jsonl.cut on the next
+    append, which the import never reads."""
+    store = AnswerStore(tmp_path / "answers.jsonl", hb.read_batch(likert_dir))
+    items = [i["item_id"] for i in store.batch.items]
+    store.append("alice", items[0], {"coherence": 3, "sentiment": 4})
+    store.path.write_bytes(b"\xef\xbb\xbf" + store.path.read_bytes().rstrip(b"\n"))
+    assert [r["item_id"] for r in read_answer_lines(store.path)] == [items[0]]
+    assert store.latest("alice") == {items[0]: {"coherence": 3, "sentiment": 4}}
+    store.append("alice", items[1], {"coherence": 2, "sentiment": 5})
+    assert not (tmp_path / "answers.jsonl.cut").exists()
+    assert [r["item_id"] for r in read_answer_lines(store.path)] == items[:2]
+
+
+def test_an_answer_line_that_names_a_key_twice_is_refused(likert_dir: Path, tmp_path: Path) -> None:
+    """JSON keeps the last of two "answer" keys: the import took one of two answers without a word."""
+    from grueflow.io import DataError
+
+    path = tmp_path / "answers.jsonl"
+    item = hb.read_batch(likert_dir).items[0]["item_id"]
+    path.write_text(f'{{"annotator": "alice", "item_id": "{item}", "answer": {{"coherence": 4, "sentiment": 3}}, '
+                    f'"answer": {{"coherence": 1, "sentiment": 1}}}}\n')
+    with pytest.raises(DataError, match=r"answers.jsonl: line 1: the key 'answer' is written twice in one object; an "
+                                        r"answer line names each key once: remove the other one"):
+        read_answer_lines(path)
+
+
 def test_cli_refuses_a_bad_batch_and_a_bad_name(tmp_path: Path, likert_dir: Path) -> None:
     assert main([str(tmp_path / "nowhere"), "--annotator", "alice", "--answers", str(tmp_path / "a.jsonl")]) == 2
     result = subprocess.run([sys.executable, "-m", "grueflow.human.annotate", str(likert_dir), "--annotator",
