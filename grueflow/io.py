@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import ctypes
 import errno
 import glob
 import hashlib
@@ -191,11 +192,12 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     leaves it behind, and the next :func:`atomic_dir` of ``path`` on that host deletes it once that process is
     gone (:func:`remove_leftovers`). Before the swap every file and folder in it is flushed to disk (``fsync``),
     so a power loss cannot leave a renamed folder of empty files, and it gets the mode a plain ``mkdir`` would
-    (readable by the group under the usual umask). The swap never deletes in place: a folder already at
-    ``path`` is first renamed aside and deleted after, so a concurrent writer of the same ``path`` (Snakemake
-    and ``dvc repro`` at once) cannot make it fail; the last writer's folder stays, each one complete. A symlink at
-    ``path`` is written through: the folder it points to (followed to the end, created when missing) is replaced
-    and the link stays as it is.
+    (readable by the group under the usual umask), as do the weights files in it (:func:`_share_weights`). The
+    swap never deletes in place: a folder already at ``path`` is exchanged with the new one in one step where the
+    system can (:func:`_exchange`), else renamed aside first, and deleted after, so a concurrent writer or reader
+    of the same ``path`` (Snakemake and ``dvc repro`` at once) cannot make it fail; the last writer's folder
+    stays, each one complete. A symlink at ``path`` is written through: the folder it points to (followed to the
+    end, created when missing) is replaced and the link stays as it is.
     """
     path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -204,6 +206,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     try:
         yield tmp
         os.chmod(tmp, 0o777 & ~_umask())
+        _share_weights(tmp)
         _fsync_tree(tmp)
         _swap_in(tmp, path)
         _fsync_folder(path.parent)
@@ -268,6 +271,15 @@ def _fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
+def _share_weights(root: Path) -> None:
+    """Give every ``.safetensors`` file under ``root`` that only its owner may read (the safetensors library writes
+    mode 0600) the mode a new file gets, 0666 less the umask, as the folder holding it has: the group can read the
+    weights it can list. Other private files (a pairwise key, written 0600 on purpose) keep their mode."""
+    for file in root.rglob("*.safetensors"):
+        if file.is_file() and not file.is_symlink() and file.stat().st_mode & 0o777 == 0o600:
+            os.chmod(file, 0o666 & ~_umask())
+
+
 def _fsync_tree(root: Path) -> None:
     """fsync every file under ``root``, then every folder (deepest first), then ``root``."""
     for folder, _, files in os.walk(root, topdown=False):
@@ -280,8 +292,33 @@ def _fsync_tree(root: Path) -> None:
         _fsync_folder(Path(folder))
 
 
+_AT_FDCWD, _RENAME_EXCHANGE = -100, 2  # <fcntl.h>, <linux/fs.h>
+
+
+def _exchange(tmp: Path, path: Path) -> bool:
+    """Swap ``tmp`` and ``path`` in one step (Linux ``renameat2(RENAME_EXCHANGE)``), so that ``path`` is never
+    missing, not even for a moment, to a concurrent reader; False where the C library or the file system has no
+    such call, or ``path`` is gone (a plain rename then follows)."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):  # not glibc >= 2.28
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(tmp), _AT_FDCWD, os.fsencode(path), _RENAME_EXCHANGE) == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.ENOSYS, errno.EINVAL, errno.ENOENT, errno.EOPNOTSUPP):
+        return False
+    raise OSError(code, os.strerror(code), str(path))
+
+
 def _swap_in(tmp: Path, path: Path, attempts: int = 20) -> None:
-    """Rename ``tmp`` onto ``path``, first renaming whatever is at ``path`` aside (then deleting it)."""
+    """Put ``tmp`` at ``path``: swapped with what is there in one step (:func:`_exchange`), which is then deleted
+    from ``tmp``; where that cannot be, whatever is at ``path`` is renamed aside (then deleted) and ``tmp`` renamed
+    onto ``path``."""
+    if os.path.lexists(path) and _exchange(tmp, path):
+        _remove(tmp)  # the folder that was at path
+        return
     for _ in range(attempts):
         aside = path.parent / f".{path.name}.{_WRITER}.{uuid.uuid4().hex[:12]}.old"
         try:

@@ -95,6 +95,59 @@ def test_two_writers_of_one_folder_at_once_both_finish_and_one_complete_folder_s
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
 
 
+def test_weights_in_a_finished_folder_are_readable_by_the_group_and_a_private_key_stays_private(tmp_path):
+    """The safetensors library writes mode 0600: every model.safetensors of a run was unreadable to the group
+    inside a folder the group could list."""
+    import os
+    import stat
+
+    import torch
+    from safetensors.torch import save_file
+
+    from grueflow.io import atomic_dir, atomic_path
+
+    out = tmp_path / "out"
+    with atomic_dir(out) as tmp:
+        (tmp / "model").mkdir()
+        save_file({"w": torch.zeros(2)}, str(tmp / "model" / "model.safetensors"))
+        assert stat.S_IMODE((tmp / "model" / "model.safetensors").stat().st_mode) == 0o600  # the library's
+        with atomic_path(tmp / "key.json", mode=0o600) as key:
+            key.write_text("{}")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE((out / "model" / "model.safetensors").stat().st_mode) == 0o666 & ~mask
+    assert stat.S_IMODE((out / "key.json").stat().st_mode) == 0o600
+
+
+def test_a_folder_being_replaced_is_never_missing_to_a_reader(tmp_path, monkeypatch):
+    """Between renaming the old folder aside and the new one in, the path did not exist: dvc repro, checking its
+    output just as Snakemake replaced it, failed with "output does not exist". The two are now exchanged in one
+    step; where the system cannot, the rename aside is what remains."""
+    import os
+
+    from grueflow import io
+
+    out = tmp_path / "out"
+    with io.atomic_dir(out) as tmp:
+        (tmp / "a.txt").write_text("first")
+    real_rename = os.rename
+
+    def no_gap(src, dst, *args, **kwargs):  # the old way: path renamed aside first, then missing for a moment
+        if Path(src) == out:
+            raise AssertionError(f"{out} was renamed aside: it would be missing to a reader")
+        return real_rename(src, dst, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(io.os, "rename", no_gap)
+        with io.atomic_dir(out) as tmp:
+            (tmp / "a.txt").write_text("second")
+    assert (out / "a.txt").read_text() == "second" and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    monkeypatch.setattr(io, "_exchange", lambda tmp, path: False)  # a file system without the exchange
+    with io.atomic_dir(out) as tmp:
+        (tmp / "a.txt").write_text("third")
+    assert (out / "a.txt").read_text() == "third" and sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
 def test_a_stage_folder_damaged_after_it_finished_is_named_before_it_is_read(tmp_path):
     import pytest
 
