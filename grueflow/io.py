@@ -354,11 +354,15 @@ def fingerprint(path: str | Path) -> str:
 
 
 def _git_commit() -> str | None:
+    """The checkout's commit, or None: no git, not a repository, or one without a commit yet (where ``git rev-parse
+    HEAD`` prints ``HEAD`` and fails)."""
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=False, timeout=10)
+        out = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], capture_output=True, text=True,
+                             check=False, timeout=10)
     except (OSError, subprocess.TimeoutExpired):
         return None
-    return out.stdout.strip() or None
+    commit = out.stdout.strip()
+    return commit if out.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", commit) else None
 
 
 def _versions() -> dict[str, str]:

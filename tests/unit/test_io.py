@@ -446,3 +446,15 @@ def test_a_file_written_atomically_gets_the_mode_a_new_file_gets(tmp_path):
     umask = os.umask(0)
     os.umask(umask)
     assert (tmp_path / "table.csv").stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_a_repository_without_a_commit_records_no_commit(tmp_path, monkeypatch):
+    """git rev-parse HEAD prints "HEAD" (and fails) before the first commit: provenance recorded it as the commit."""
+    from grueflow.io import _git_commit
+
+    monkeypatch.chdir(tmp_path)
+    assert _git_commit() is None  # not a repository
+    subprocess.run(["git", "init", "-q"], check=True)
+    assert _git_commit() is None  # no commit yet
+    monkeypatch.chdir(Path(__file__).parent)
+    assert re.fullmatch(r"[0-9a-f]{40}", _git_commit() or "")  # this checkout
