@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 from grueflow import stage
 from grueflow.config import ConfigError, ModelConfig, to_dict
-from grueflow.data.sample import read_unlabelled
+from grueflow.data.sample import check_datapool, read_unlabelled
 from grueflow.io import MODEL_DIR, DataError, atomic_dir, write_csv
 from grueflow.models import GgufSource, TinySource, MODELS, load_pretrained, model_kind, position_limit
 from grueflow.models.backend import Backend
@@ -40,6 +40,8 @@ def main() -> None:
     ex = stage.execution(args, precision="fp32")
     seed_everything(cfg.pretrain.seed, args.threads)
     kind = model_kind(cfg)
+    if cfg.adapt.steps > 0 or isinstance(MODELS.get(cfg.id), TinySource):  # what reads the datapool's text
+        check_datapool(args.datapool, args.task_file)
     if cfg.adapt.steps > 0:  # checked before any model loads
         texts, heldout = read_unlabelled(args.datapool), cfg.adapt.heldout
         if len(texts) <= heldout:

@@ -7,7 +7,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 from grueflow import stage
 from grueflow.config import LengthsConfig, RewardConfig, to_dict
-from grueflow.data import read_split
+from grueflow.data.sample import check_datapool, read_split
 from grueflow.io import atomic_dir, write_json
 from grueflow.metrics import MetricContext
 from grueflow.metrics.reward import Reward
@@ -43,6 +43,7 @@ def main() -> None:
     check_context(args.policy, lengths.prompt, cfg.generation.max_new_tokens, f"{args.task_file} and {args.method_file}",
                   ("lengths.prompt", "generation.max_new_tokens"))
     ex = stage.execution(args)
+    check_datapool(args.datapool, args.task_file)
     train = read_split(args.datapool, "train")
 
     seed_everything(cfg.seed, args.threads)

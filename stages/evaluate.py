@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 from grueflow import evaluation, stage
 from grueflow.config import (TRAIN_KL_KEY, ConfigError, GenerationConfig, LengthsConfig, MetricSpec, RLStart,
                              RewardConfig, method_name, read_yaml, to_dict)
-from grueflow.data import read_split
+from grueflow.data.sample import check_datapool, read_split
 from grueflow.io import atomic_dir, read_json, write_json, write_jsonl
 from grueflow.metrics import MetricContext
 from grueflow.models import check_context, check_same_kind, load_pretrained
@@ -64,6 +64,7 @@ def main() -> None:
     # an NLPO output: RL4LMs evaluates with its action masks; --algorithm nlpo requires them
     masks = masks_for(args.model, nlpo=args.algorithm == "nlpo")
     ex = stage.execution(args)
+    check_datapool(args.datapool, args.task_file)
     test = read_split(args.datapool, "test")
 
     seed_everything(args.seed, args.threads)

@@ -11,7 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 from grueflow import plots, stage
 from grueflow.checkpoints import keyed_settings, run_key
 from grueflow.config import GenerationConfig, LengthsConfig, RewardConfig, read_yaml, to_dict
-from grueflow.data import read_split
+from grueflow.data.sample import check_datapool, read_split
 from grueflow.io import MODEL_DIR, fingerprint, write_csv, write_json
 from grueflow.metrics import MetricContext
 from grueflow.metrics.reward import Reward
@@ -81,6 +81,7 @@ def main() -> None:
                       tuple(task_key_name(args.task_file, key, field, args.algorithm, args.start)
                             for key, field in (("lengths", "prompt"), (name, "max_new_tokens"))))
     run = TrainingRun.start("rl_finetune", args, started, args.seed, processes=cfg.processes)
+    check_datapool(args.datapool, args.task_file)
     train = read_split(args.datapool, "train")
     # the reward loads first and checks the train split's meta and references, so that a sample it can never score
     # stops the stage before the models load

@@ -9,7 +9,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 from grueflow import plots, stage
 from grueflow.checkpoints import run_key
 from grueflow.config import GenerationConfig, LengthsConfig, SupervisedConfig, to_dict
-from grueflow.data import read_split
+from grueflow.data.sample import check_datapool, read_split
 from grueflow.io import MODEL_DIR, fingerprint, write_csv
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
@@ -50,6 +50,7 @@ def main() -> None:
                       tuple(task_key_name(args.task_file, key, field, "supervised")
                             for key, field in (("lengths", "prompt"), budget)))
     run = TrainingRun.start("warm_start", args, started, args.seed, processes=cfg.processes)
+    check_datapool(args.datapool, args.task_file)
     train, val = select_splits(read_split(args.datapool, "train"), read_split(args.datapool, "val"), cfg.train_where)
     backend = select(run.execution)
     model, tokenizer = load_pretrained(args.base_model, backend=backend)

@@ -109,6 +109,53 @@ def write_datapool(pool: Datapool, out_dir: str | Path) -> dict[str, Any]:
     return stats
 
 
+def _leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """``{dotted key: value}`` of a nested mapping's leaves."""
+    if not isinstance(tree, dict) or not tree:
+        return {prefix[:-1]: tree} if prefix else {}
+    return {key: value for name, child in tree.items() for key, value in _leaves(child, f"{prefix}{name}.").items()}
+
+
+def check_datapool(datapool: Path, task_file: Path) -> None:
+    """Before a stage reads ``datapool`` for the task of ``task_file``: a datapool that ``prepare_datapool`` built
+    from another ``datapool`` section (another task's, or this task's before an edit) is a :class:`ConfigError`
+    naming what differs, so that a run by hand cannot score one task's samples under another's name. A datapool
+    without a stage record (written by hand, or its record deleted) is read as it is, with a warning that nothing
+    checks its files or its task; a missing folder or a damaged record is named when the splits are read."""
+    from grueflow.config import ConfigError, DatapoolConfig, to_dict
+    from grueflow.params import load_section
+
+    folder = Path(datapool)
+    if not folder.is_dir():
+        return
+    if not (folder / io.STAGE_RECORD).is_file():
+        log.warning(
+            "--datapool %s has no %s: prepare_datapool did not write it (or its record was deleted), so its splits "
+            "are read as they are, with no check of their files or of the task they were built for", folder,
+            io.STAGE_RECORD)
+        return
+    try:
+        record = io.read_json(folder / io.STAGE_RECORD)
+    except (OSError, ValueError):
+        return
+    params = record.get("params") if isinstance(record, dict) else None
+    built = params.get("datapool") if isinstance(params, dict) else None
+    if not isinstance(built, dict):
+        return
+    wanted = to_dict(load_section(DatapoolConfig, task_file, "datapool"))
+    had, has = _leaves(built), _leaves(wanted)
+    differ = [key for key in sorted(set(had) | set(has)) if had.get(key) != has.get(key)]
+    if not differ:
+        return
+    if had.get("id") != has.get("id"):  # another loader: its args differ too, and say nothing more
+        differ = ["id"]
+    shown = "; ".join(f"{key} {had.get(key, '(absent)')!r} where the task file has {has.get(key, '(absent)')!r}"
+                      for key in differ[:3])
+    raise ConfigError(f"--datapool {folder} was built from another datapool section than {task_file}'s ({shown}"
+                      f"{'; and more' if len(differ) > 3 else ''}): it holds another task's samples, or this task's "
+                      f"before an edit; give this task's datapool, or rebuild it with prepare_datapool")
+
+
 def read_split(datapool_dir: str | Path, split: str) -> list[Sample]:
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")

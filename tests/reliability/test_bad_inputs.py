@@ -2588,3 +2588,34 @@ def test_a_table_output_that_is_a_symlink_is_replaced_with_a_warning_naming_its_
     assert (f"--out-csv {tmp_path / 'link.csv'} is a symbolic link (to paper.csv): the new file replaces the link, "
             f"and {tmp_path / 'paper.csv'} keeps its content; copy the file there if it is to change too") in caplog.text
     assert not (tmp_path / "link.csv").is_symlink() and (tmp_path / "paper.csv").read_text() == earlier
+
+
+def test_a_stage_refuses_another_tasks_datapool_and_warns_on_an_unrecorded_one(tmp_path: Path, call_stage, tiny_models,
+                                                                              caplog: pytest.LogCaptureFixture):
+    """Run by hand, evaluate scored CommonGen prompts as a "sentiment" evaluation, exit 0; a datapool without its
+    stage record (a split cut by hand) was read with no word."""
+    assert call_stage("prepare_datapool", "--task-file", MICRO / "tasks" / "concepts.yaml", "--out",
+                      tmp_path / "concepts_pool").code == 0
+    evaluate = ["--task-file", MICRO / "tasks" / "sentiment.yaml", "--task", "sentiment", "--start", "zero_shot",
+                "--model", tiny_models["causal"], "--base-model", tiny_models["causal"], "--seed", "0"]
+    result = call_stage("evaluate", *evaluate, "--datapool", tmp_path / "concepts_pool", "--out", tmp_path / "eval")
+    assert_fails_in_one_line(result, f"error: --datapool {tmp_path / 'concepts_pool'} was built from another datapool "
+                                     f"section than {MICRO / 'tasks' / 'sentiment.yaml'}'s (id 'synthetic_concepts' "
+                                     f"where the task file has 'synthetic_sentiment'): it holds another task's "
+                                     f"samples", "give this task's datapool, or rebuild it with "
+                                     "prepare_datapool")
+    assert not (tmp_path / "eval").exists()
+    assert call_stage("prepare_datapool", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--out",
+                      tmp_path / "pool").code == 0
+    from grueflow.config import ConfigError
+    from grueflow.data.sample import check_datapool
+
+    edited_task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml", **{"datapool.args.n_test": 3})
+    with pytest.raises(ConfigError, match=r"\(args.n_test 8 where the task file has 3\): it holds another task's "
+                                          r"samples, or this task's before an edit"):
+        check_datapool(tmp_path / "pool", edited_task)
+    check_datapool(tmp_path / "pool", MICRO / "tasks" / "sentiment.yaml")  # its own
+    (tmp_path / "pool" / "stage.json").unlink()
+    check_datapool(tmp_path / "pool", MICRO / "tasks" / "sentiment.yaml")
+    assert (f"--datapool {tmp_path / 'pool'} has no stage.json: prepare_datapool did not write it (or its record "
+            f"was deleted), so its splits are read as they are") in caplog.text
