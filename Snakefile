@@ -68,7 +68,8 @@ if workflow.is_main_process:  # a stage folder deleted or damaged under finished
     from grueflow.stale import mark_stale
 
     for _line in mark_stale(Path("results"), Path(output_of("aggregate", "csv")),
-                            [Path(p) for p in expand(output_of("evaluate"), task=TASKS, method=METHODS, seed=SEEDS)]):
+                            [Path(p) for p in expand(output_of("evaluate"), task=TASKS, method=METHODS, seed=SEEDS)],
+                            [Path(p) for name, p in STAGES["aggregate"].outputs.items() if name != "csv"]):
         print(_line, file=sys.stderr)
 
 

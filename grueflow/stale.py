@@ -8,7 +8,8 @@ the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark
 - a stage folder that fails its manifest's size check (``grueflow.io.check_stage_output``, a file deleted,
   truncated or grown): the folder itself is stale;
 - a stage folder whose ``stage.json`` records an input that no longer exists: that reader is stale;
-- the GRUE table, when an evaluation it aggregates (an ``expected`` folder) no longer exists,
+- the GRUE table, when an evaluation it aggregates (an ``expected`` folder) no longer exists, or one of the
+  files written with it (its Markdown, JSON, chart: ``siblings``) is missing,
 
 and marks each as stale the way Snakemake reads staleness: its timestamp set to 1970 (the
 ``.snakemake_timestamp`` Snakemake keeps in a folder output, else the folder or file itself), so that Snakemake
@@ -28,7 +29,8 @@ SNAKEMAKE_TIMESTAMP = ".snakemake_timestamp"  # Snakemake's modification time of
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
 
 
-def stale_outputs(results: Path, table: Path, expected: Iterable[Path]) -> dict[Path, str]:
+def stale_outputs(results: Path, table: Path, expected: Iterable[Path], siblings: Iterable[Path] = ()
+                  ) -> dict[Path, str]:
     """Each stale stage folder (or ``table``) under ``results``, with why: see the module docstring."""
     stale: dict[Path, str] = {}
     root = results.parent  # stage.json records input paths relative to the project root
@@ -54,17 +56,20 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path]) -> dict[
             stale[folder] = f"it was built from {', '.join(gone)}, which no longer exists"
     if table.is_file():
         gone = [str(p) for p in expected if not p.is_dir()]
+        missing = [str(p) for p in siblings if not p.is_file()]
         if gone:
             stale[table] = f"it was built from {', '.join(gone[:3])}{' and more' if len(gone) > 3 else ''}, " \
                            "which no longer exists"
+        elif missing:
+            stale[table] = f"{', '.join(missing)}, written with it, {'is' if len(missing) == 1 else 'are'} missing"
     return stale
 
 
-def mark_stale(results: Path, table: Path, expected: Iterable[Path]) -> list[str]:
+def mark_stale(results: Path, table: Path, expected: Iterable[Path], siblings: Iterable[Path] = ()) -> list[str]:
     """Set each :func:`stale_outputs` entry's Snakemake timestamp to :data:`STALE_TIME`; one line per entry, saying
     why."""
     lines = []
-    for path, why in stale_outputs(results, table, expected).items():
+    for path, why in stale_outputs(results, table, expected, siblings).items():
         stamp = path / SNAKEMAKE_TIMESTAMP if (path / SNAKEMAKE_TIMESTAMP).is_file() else path
         os.utime(stamp, (STALE_TIME, STALE_TIME))
         lines.append(f"grueflow: {path} is stale ({why}); its job reruns")

@@ -288,9 +288,21 @@ def test_snakemake_rebuilds_a_deleted_or_damaged_stage_folder_and_what_read_it(s
                                                *SENTIMENT_RL_JOBS}
         assert ("grueflow: results/sentiment/base_model is stale (damaged: model/tokenizer.json is missing); "
                 "its job reruns") in result.stderr
+        tokenizer.write_bytes(saved)
+        for path, mtime in times.items():
+            os.utime(path, ns=(mtime, mtime))
+        table_md = results / "grue_table.md"  # make run cats it: deleted, it was never rebuilt
+        markdown = table_md.read_bytes()
+        table_md.unlink()
+        result = run(["snakemake", "-n", "--cores", "2", "results/grue_table.csv"], snakemake_repo)
+        assert planned_jobs(result.stdout) == {("aggregate", None, None)}
+        assert ("grueflow: results/grue_table.csv is stale (results/grue_table.md, written with it, is missing); its "
+                "job reruns") in result.stderr
     finally:
         if aside.exists():
             aside.rename(evaluation)
+        if not (results / "grue_table.md").exists():
+            (results / "grue_table.md").write_bytes(markdown)
         tokenizer.write_bytes(saved)
         for path, mtime in times.items():
             os.utime(path, ns=(mtime, mtime))
