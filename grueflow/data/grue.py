@@ -7,6 +7,7 @@ Splitting, bad rows and the shared arguments are described in :mod:`grueflow.dat
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import re
@@ -726,15 +727,33 @@ REFERENCE_SHAPES = ('a string, a list of strings, {"text": [strings]} (SQuAD\'s 
                     '{"text": string}')
 
 
+def _spelled_list(text: str) -> bool:
+    """Whether ``text`` is a Python or JSON list of strings written out (``['a', 'b']``, ``["a"]``)."""
+    text = text.strip()
+    if not (text.startswith("[") and text.endswith("]")):
+        return False
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return isinstance(value, list) and bool(value) and all(isinstance(item, str) for item in value)
+
+
 def as_references(value: Any, origin: str = "", column: str = "references") -> tuple[str, ...]:
     """A reference column's value as strings, from the shapes Hugging Face datasets use: a string is one
     reference; a list holds several (strings, ``{"text": ...}`` items, or lists of strings, one level deep);
     a mapping's ``text`` (SQuAD's ``answers: {"text": [...], "answer_start": [...]}``) holds them; None is
     none; a number is its text (a JSON column the loader typed as numbers). Anything else (NaN, a mapping without
-    ``text``, deeper nesting, a boolean) is a BadRowError naming the row, the ``column`` and the shapes."""
+    ``text``, deeper nesting, a boolean) is a BadRowError naming the row, the ``column`` and the shapes, and so is
+    a string that spells a list of strings (``"['4', 'four']"``: what pandas writes to a CSV cell for a list),
+    which would otherwise be scored as one reference."""
     if value is None:
         return ()
     if isinstance(value, str):
+        if _spelled_list(value):
+            raise BadRowError(f"{origin}: {column} {value!r} is a list written as one text (pandas writes a list "
+                              f"column so to CSV), which would be scored as one reference; write the rows as JSON "
+                              f"lines with a list of texts, or one reference per cell")
         return (value,)
     if isinstance(value, float) and not math.isfinite(value):
         raise BadRowError(f"{origin}: a reference is {value!r}, not text; write the reference as a string")

@@ -724,6 +724,20 @@ def test_csv_cells_are_read_as_the_text_they_are(tmp_path: Path):
         ("null", ("N/A",))]
 
 
+def test_a_list_written_as_one_csv_cell_is_refused_not_scored_as_one_reference(tmp_path: Path):
+    """pandas writes a list column to CSV as "['4', 'four']": that text became one reference, which BLEU and ROUGE
+    then scored against. A cell that only looks like brackets stays text."""
+    path = tmp_path / "pandas.csv"
+    path.write_text("prompt,references\n2 + 2 ?,\"['4', 'four']\"\n")
+    with pytest.raises(DataError, match=r"references \"\['4', 'four'\]\" is a list written as one text \(pandas writes "
+                                        r"a list column so to CSV\), which would be scored as one reference; write the "
+                                        r"rows as JSON lines with a list of texts"):
+        custom_pool(three_splits(str(path)))
+    path.write_text("prompt,references\nnote ?,[citation needed]\nlist ?,[]\n")
+    assert [s.references for s in custom_pool(three_splits(str(path))).splits["test"]] == [
+        ("[citation needed]",), ("[]",)]
+
+
 @pytest.mark.parametrize("loader, row, expect", [
     ("common_gen", {"concepts": "dog run", "target": "A dog runs."},
      "concepts is 'dog run' (str), not a list of texts"),
