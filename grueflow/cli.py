@@ -213,7 +213,13 @@ DVC_LOAD_FAILED = "DVC failed to load some metrics for following revisions: '"  
 def metrics_diff(rev_a: str, rev_b: str, target: str, show_all: bool) -> dict[str, dict[str, Any]]:
     """The changes of ``target`` between two git revisions, from ``dvc metrics diff --json``; a revision where dvc
     could not load ``target`` (missing there, not JSON, or a DVC output not in the cache) is a :class:`CliError`
-    naming it, never an empty diff."""
+    naming it, never an empty diff. In a git repository with no commits yet (dvc reports an empty diff there, and
+    reading a revision fails deep in scmrepo) it is a :class:`CliError` saying so."""
+    revisions = [rev for rev in (rev_a, rev_b) if rev != "workspace"]
+    head = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], capture_output=True, text=True, check=False)
+    if revisions and head.returncode == 1:  # 1: a repository without HEAD; 128: no repository (dvc says so below)
+        raise CliError(f"the repository has no commits yet, so it has no revision {' or '.join(revisions)}; commit "
+                       f"the results first (git add, git commit), then diff two commits, or a commit and workspace")
     command = ["dvc", "metrics", "diff", rev_a, rev_b, "--targets", target, "--json"] + (["--all"] if show_all else [])
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:

@@ -200,6 +200,20 @@ def test_diff_refuses_a_revision_where_dvc_could_not_load_the_table(tmp_path):
         "scores.yaml: no changes between HEAD and HEAD\n")
 
 
+def test_diff_in_a_repository_without_commits_says_so_in_one_line(tmp_path):
+    """dvc reports an empty diff there, and reading a revision raised scmrepo's SCMError: a traceback."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git_init(repo)
+    run(["dvc", "init", "-q"], repo)
+    for args, revisions in ((["HEAD~1", "HEAD"], "HEAD~1 or HEAD"), (["HEAD", "workspace"], "HEAD")):
+        refused = subprocess.run([*CLI, "diff", *args], cwd=repo, capture_output=True, text=True)
+        assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+        assert refused.stderr == (f"grueflow diff: error: the repository has no commits yet, so it has no revision "
+                                  f"{revisions}; commit the results first (git add, git commit), then diff two "
+                                  f"commits, or a commit and workspace\n")
+
+
 def test_python_dash_m_grueflow_is_the_grueflow_command(tmp_path):
     result = run([sys.executable, "-m", "grueflow", "list", "methods"], tmp_path)
     assert result.stdout.startswith("methods (zero_shot, supervised, the RL algorithm ids of a suite's algorithms, "
