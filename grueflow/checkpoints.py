@@ -136,13 +136,20 @@ def digests(folder: Path) -> dict[str, str]:
             if f.is_file() and f.name != MARKER}
 
 
+JSON_TYPES = {str: "string", float: "number", bool: "boolean", list: "array", dict: "object"}  # as JSON names them
+
+
 def damage(folder: Path) -> str | None:
     """Why checkpoint ``folder`` cannot be trusted (a damaged marker, a missing, extra or changed file), or None.
     A checkpoint written without digests is trusted as it is."""
     marker = _marker(folder)
     if marker is None:
         return f"{MARKER} is missing or damaged"
-    if marker.get("step") is not None and marker["step"] != _step(folder):
+    step = marker.get("step")
+    if step is not None and (not isinstance(step, int) or isinstance(step, bool)):
+        kind = JSON_TYPES.get(type(step), type(step).__name__)
+        return f"{MARKER}'s step is {json.dumps(step)} (a JSON {kind}), not an integer"
+    if step is not None and step != _step(folder):
         return f"{MARKER} is step {marker['step']}'s, not {folder.name}'s (a folder copied or renamed)"
     expected = marker.get("files")
     if expected is None:

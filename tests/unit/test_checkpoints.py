@@ -3,6 +3,7 @@ start and RL resume bit for bit (in-process here; killed and rerun as stages in 
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -186,7 +187,11 @@ def _save_three(root: Path, keep: int) -> list[Path]:
      "checkpoint.json's digests are not a mapping of file to digest"),
     (lambda p: (shutil.rmtree(p), shutil.copytree(p.parent / "iteration2", p)),
      "checkpoint.json is step 2's, not iteration3's (a folder copied or renamed)"),
-], ids=["bit-flip", "truncated-weights", "missing-weights", "truncated-marker", "digests-a-list", "copied-folder"])
+    (lambda p: (p / "checkpoint.json").write_text(json.dumps({**json.loads((p / "checkpoint.json").read_text()),
+                                                              "step": "3"})),
+     """checkpoint.json's step is "3" (a JSON string), not an integer"""),
+], ids=["bit-flip", "truncated-weights", "missing-weights", "truncated-marker", "digests-a-list", "copied-folder",
+        "step-a-string"])
 def test_a_damaged_newest_checkpoint_falls_back_to_the_one_before_saying_so(tmp_path, caplog, damage, why):
     from grueflow.checkpoints import latest
 
