@@ -311,7 +311,8 @@ class IMDB:
         val, read, skipped_val = _imdb_samples(train_rows, "val", args.n_val, args)
         train_rows = train_rows[read:]
         if args.positive_only_train:  # RL4LMs' IMDB datapool trains on positive reviews
-            train_rows = [(n, r) for n, r in train_rows if imdb_label(r["label"]) == 1]
+            where = _imdb_where(args, "train")
+            train_rows = [(n, r) for n, r in train_rows if imdb_label(r["label"], f"{where} row {n}") == 1]
             train_rows = train_rows[:int(len(train_rows) * args.positive_ratio)]
         test_rows = list(enumerate(splits["test"], start=1))
         random.Random(args.seed + 1).shuffle(test_rows)  # the split is sorted by label: n_test must mix both
@@ -348,13 +349,22 @@ def _check_imdb_schema(splits: Any, args: "IMDB.Args") -> None:
                         f"{splits['unsupervised'].column_names}; it needs text (the unlabelled reviews)")
 
 
-def imdb_label(value: Any) -> int:
-    """An IMDB row's label as 0 (negative) or 1 (positive): an integer, or its text (a CSV cell)."""
+def imdb_label(value: Any, where: str) -> int:
+    """An IMDB row's label as 0 (negative) or 1 (positive): an integer, or its text (a CSV cell). Anything else
+    (``"pos"``, ``2``, a float such as ``1.0``: a JSON integer or its digits, as for a classifier's labels) is a
+    DataError naming ``where`` (the file and row), the value and the remedy."""
     if isinstance(value, str) and value.strip() in ("0", "1"):
         return int(value)
     if isinstance(value, int) and not isinstance(value, bool) and value in (0, 1):
         return value
-    raise DataError(f"imdb datapool: label {value!r} is not 0 (negative) or 1 (positive)")
+    raise DataError(f"imdb datapool: {where}: label {value!r:.60} ({type(value).__name__}) is not 0 (negative) or 1 "
+                    f"(positive); map the labels to the integers 0 and 1 (a float column's 1.0 too), or use the "
+                    f"custom datapool, which maps your columns and keeps any label (fields.meta: [label])")
+
+
+def _imdb_where(args: "IMDB.Args", source: str) -> str:
+    """How errors name the ``source`` split's rows: its file, or the dataset and split."""
+    return args.data_files[source] if args.data_files else f"{args.path} ({source} split)"
 
 
 def _clean(text: str) -> str:
@@ -369,7 +379,7 @@ def _imdb_samples(rows: list[tuple[int, dict[str, Any]]], split: str, limit: Opt
     from grueflow.data.sources import skip_or_raise  # sources imports this module (load_splits)
 
     source = "test" if split == "test" else "train"  # val is cut from the train reviews
-    where = args.data_files[source] if args.data_files else f"{args.path} ({source} split)"
+    where = _imdb_where(args, source)
     samples: list[Sample] = []
     read = skipped = 0
     for number, row in rows:
@@ -381,7 +391,7 @@ def _imdb_samples(rows: list[tuple[int, dict[str, Any]]], split: str, limit: Opt
             skipped += skip_or_raise(f"{where} row {number}: {problem}", args.skip_bad_rows)
             continue
         samples.append(Sample(f"{split}-{len(samples)}", prompt, (reference,) if reference else (),
-                              {"label": imdb_label(row["label"])}))
+                              {"label": imdb_label(row["label"], f"{where} row {number}")}))
     return samples, read, skipped
 
 

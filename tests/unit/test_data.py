@@ -189,6 +189,22 @@ def test_imdb_refuses_a_review_that_gives_no_prompt_naming_its_row(tmp_path):
         build("imdb", prompt_words=0)
 
 
+@pytest.mark.parametrize("label, shown", [("pos", "'pos' (str)"), (2, "2 (int)"), (1.0, "1.0 (float)")])
+@pytest.mark.parametrize("positive_only_train", [False, True])
+def test_imdb_refuses_a_label_other_than_0_or_1_naming_its_file_and_row(tmp_path, label, shown, positive_only_train):
+    """A float 1.0 (a pandas column with a gap) is refused like "1.0" is: labels are JSON integers or their text."""
+    train = tmp_path / "train.jsonl"
+    train.write_text("".join(json.dumps({"text": TEN_WORDS, "label": value}) + "\n" for value in (1, 0, label, 1)),
+                     encoding="utf-8")
+    test = write_reviews(tmp_path / "test.jsonl", [TEN_WORDS] * 2)
+    with pytest.raises(DataError) as err:
+        build("imdb", path="json", data_files={"train": str(train), "test": test}, n_val=1, prompt_words=3,
+              positive_only_train=positive_only_train)
+    assert str(err.value) == (f"imdb datapool: {train} row 3: label {shown} is not 0 (negative) or 1 (positive); map "
+                              f"the labels to the integers 0 and 1 (a float column's 1.0 too), or use the custom "
+                              f"datapool, which maps your columns and keeps any label (fields.meta: [label])")
+
+
 def test_imdb_skip_bad_rows_drops_and_counts_them_and_a_short_review_is_all_prompt(tmp_path):
     train = write_reviews(tmp_path / "train.jsonl", [TEN_WORDS, "", TEN_WORDS, "too short", TEN_WORDS, TEN_WORDS])
     test = write_reviews(tmp_path / "test.jsonl", ["", "a b", TEN_WORDS + " eleven", TEN_WORDS])
