@@ -152,8 +152,12 @@ def read_platform_csv(path: str | Path, batch: Batch) -> list[Answer]:
         needed = ["WorkerId", "Input.item_id", *(f"Answer.{f}" for f in fields)]
         missing = [c for c in needed if c not in header]
         if missing:
-            raise io.DataError(f"{path}: missing column(s) {missing}; a results CSV has WorkerId, Input.<column> "
-                               f"and Answer.<field> columns (this batch's fields: {fields})")
+            delimiter = _other_delimiter(header)
+            remedy = (f"the file seems to be delimited by {delimiter}, where a results CSV is comma-separated: save "
+                      f"it again as CSV UTF-8 (Comma delimited)" if delimiter else
+                      f"a results CSV has WorkerId, Input.<column> and Answer.<field> columns (this batch's fields: "
+                      f"{fields})")
+            raise io.DataError(f"{path}: missing column(s) {missing}; it has the columns {header}; {remedy}")
         answers, rows, untimed = [], 0, []
         try:
             for row in reader:
@@ -181,6 +185,12 @@ def read_platform_csv(path: str | Path, batch: Batch) -> list[Answer]:
                     "'Sat Dec 05 10:00:00 PST 2026' or ISO 8601); their time is unknown, so a different answer "
                     "to the same item is refused", path, len(untimed), untimed[0])
     return answers
+
+
+def _other_delimiter(header: Sequence[str]) -> str:
+    """The delimiter a one-column header holds (``';'``, a European Excel's, or ``tabs``), else ""."""
+    found = [name for char, name in ((";", "';'"), ("\t", "tabs")) if len(header) == 1 and char in header[0]]
+    return found[0] if found else ""
 
 
 MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")

@@ -2060,6 +2060,36 @@ def test_a_results_csv_with_smart_quotes_exits_2_showing_the_changed_character(t
                              "APOSTROPHE); a spreadsheet or editor replaced a character by a lookalike")
 
 
+@pytest.mark.parametrize("delimiter, columns, expect", [
+    (";", ["WorkerId", "Input.item_id", "Answer.coherence", "Answer.sentiment"],
+     "; it has the columns ['WorkerId;Input.item_id;Answer.coherence;Answer.sentiment']; the file seems to be "
+     "delimited by ';', where a results CSV is comma-separated: save it again as CSV UTF-8 (Comma delimited)"),
+    ("\t", ["WorkerId", "Input.item_id", "Answer.coherence", "Answer.sentiment"],
+     "; it has the columns ['WorkerId\\tInput.item_id\\tAnswer.coherence\\tAnswer.sentiment']; the file seems to be "
+     "delimited by tabs, where a results CSV is comma-separated: save it again as CSV UTF-8 (Comma delimited)"),
+    (",", ["WorkerId", "Input.item_id", "Answer.coherence"],
+     "; it has the columns ['WorkerId', 'Input.item_id', 'Answer.coherence']; a results CSV has WorkerId, "
+     "Input.<column> and Answer.<field> columns (this batch's fields: ['coherence', 'sentiment'])"),
+], ids=["semicolons", "tabs", "a-column-missing"])
+def test_a_results_csv_missing_columns_shows_those_found_and_names_another_delimiter(tmp_path: Path, call_stage,
+                                                                                     delimiter: str,
+                                                                                     columns: list[str], expect: str):
+    """A European Excel saves "CSV" with semicolons: the one column found was not shown, so nothing said why."""
+    import csv
+
+    batch = human_likert_batch(tmp_path / "batch")
+    items = [json.loads(line) for line in (batch / "items.jsonl").read_text().splitlines()]
+    with open(tmp_path / "results.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle, delimiter=delimiter)
+        writer.writerow(columns)
+        writer.writerows(["W1", i["item_id"], 3, 3][:len(columns)] for i in items)
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "results.csv",
+                        "--out", tmp_path / "imp")
+    missing = [c for c in ("WorkerId", "Input.item_id", "Answer.coherence", "Answer.sentiment") if c not in columns
+               or delimiter != ","]
+    assert_fails_in_one_line(result, f"results.csv: missing column(s) {missing}{expect}")
+
+
 # ---------------------------------------------------------------------------------------------
 # The warm start: non-finite losses, selection, filters
 # ---------------------------------------------------------------------------------------------
