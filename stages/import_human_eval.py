@@ -12,12 +12,28 @@ from grueflow.human import results
 from grueflow.io import DataError, atomic_dir, write_json, write_jsonl
 
 
+ANSWER_SUFFIXES = (".jsonl", ".csv")
+LEFTOVER_SUFFIX = ".cut"  # an unfinished line the page's answers file moved aside (grueflow.human.answers)
+
+
 def answer_files(paths: list[Path]) -> list[Path]:
-    """The answers files given, a folder standing for its *.jsonl and *.csv files (sorted)."""
+    """The answers files given, a folder standing for its *.jsonl and *.csv files (sorted). Hidden files and the
+    page's *.cut leftovers in a folder are passed over; any other file there (a results.xlsx) is a DataError: it
+    would be left out of the table without a word."""
     files = []
     for path in paths:
-        files += (sorted(p for p in path.iterdir() if p.suffix.lower() in (".jsonl", ".csv")) if path.is_dir()
-                  else [path])
+        if not path.is_dir():
+            files.append(path)
+            continue
+        entries = sorted(path.iterdir())
+        other = [p.name for p in entries if p.is_file() and not p.name.startswith(".")
+                 and p.suffix.lower() not in (*ANSWER_SUFFIXES, LEFTOVER_SUFFIX)]
+        if other:
+            it = "it" if len(other) == 1 else "them"
+            raise DataError(f"{path} holds {', '.join(other)}: neither the page's .jsonl nor a results .csv, so the "
+                            f"import would leave {it} out; save a spreadsheet as CSV UTF-8 (Comma delimited), or move "
+                            f"{it} out of the folder")
+        files += [p for p in entries if p.suffix.lower() in ANSWER_SUFFIXES]
     if not files:
         raise DataError(f"no answers files in {[str(p) for p in paths]}; give the page's .jsonl or a results .csv")
     return files

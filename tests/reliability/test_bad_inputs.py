@@ -2024,6 +2024,38 @@ def test_conflicting_answers_copies_without_times_exit_2_naming_both(tmp_path: P
     assert not (tmp_path / "imp").exists()
 
 
+@pytest.mark.parametrize("others, named", [
+    (["results.xlsx"], "results.xlsx: neither the page's .jsonl nor a results .csv, so the import would leave it out; "
+                       "save a spreadsheet as CSV UTF-8 (Comma delimited), or move it out of the folder"),
+    (["results.xlsx", "notes.txt", ".DS_Store"], "notes.txt, results.xlsx: neither the page's .jsonl nor a results "
+                                                 ".csv, so the import would leave them out;"),
+], ids=["xlsx", "xlsx-and-notes"])
+def test_an_answers_folder_with_a_file_neither_jsonl_nor_csv_exits_2_naming_it(tmp_path: Path, call_stage,
+                                                                               others: list[str], named: str):
+    """A results.xlsx beside answers.jsonl was passed over, exit 0: the table covered fewer annotators unsaid."""
+    batch = human_likert_batch(tmp_path / "batch")
+    human_answers(tmp_path / "answers" / "answers.jsonl", batch, 4, None)
+    for name in others:
+        (tmp_path / "answers" / name).write_bytes(b"PK\x03\x04")
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "answers",
+                        "--out", tmp_path / "imp")
+    assert_fails_in_one_line(result, f"error: {tmp_path / 'answers'} holds {named}")
+    assert not (tmp_path / "imp").exists()
+
+
+def test_hidden_files_and_the_pages_cut_leftovers_in_an_answers_folder_are_passed_over(tmp_path: Path, call_stage,
+                                                                                      caplog):
+    batch = human_likert_batch(tmp_path / "batch")
+    human_answers(tmp_path / "answers" / "answers.jsonl", batch, 4, None)
+    (tmp_path / "answers" / "answers.jsonl.cut").write_text('{"annotator": "x", "item_id": "L0\n')
+    (tmp_path / "answers" / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "answers",
+                        "--out", tmp_path / "imp")
+    assert result.code == 0, result.stderr
+    assert {r["value"] for r in read_json(tmp_path / "imp" / "table_rows.json")} == {4.0}
+    assert ".cut" not in caplog.text and "DS_Store" not in caplog.text
+
+
 def test_a_batch_answered_for_one_method_only_warns_and_records_the_batch_size(tmp_path: Path, call_stage, caplog):
     batch = human_likert_batch(tmp_path / "batch")
     human_answers(tmp_path / "answers.jsonl", batch, 4, "2026-12-05T12:00:00+00:00", method="ppo")
