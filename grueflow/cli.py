@@ -161,13 +161,14 @@ def read_at(rev: str, target: str) -> Any:
     import dvc.api
     import yaml
     from dvc.exceptions import DvcException
+    from scmrepo.exceptions import SCMError
 
     load = yaml.safe_load if Path(target).suffix in (".yaml", ".yml") else json.loads
     try:
         if rev == "workspace":
             return load(Path(target).read_text(encoding="utf-8"))
         return load(dvc.api.read(target, rev=rev, encoding="utf-8"))
-    except (OSError, ValueError, yaml.YAMLError, DvcException):  # only the label depends on it: "—" says "unknown"
+    except (OSError, ValueError, yaml.YAMLError, DvcException, SCMError):  # only the label: "—" says "unknown"
         return None
 
 
