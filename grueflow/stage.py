@@ -336,9 +336,7 @@ def main_guard(run: Any) -> None:
         if err.errno not in FULL_DISK_ERRNOS:
             raise
         cause = "the disk is full" if err.errno == errno.ENOSPC else f"no room to write ({err.strerror})"
-        print(f"error: {cause} ({err.filename or err.strerror}); nothing half-written is kept as a result "
-              f"and completed checkpoints stay in the resume folder: free space and rerun the same command",
-              file=sys.stderr)
+        print(_no_room(cause, err.filename or err.strerror), file=sys.stderr)
         raise SystemExit(2) from None
     except RuntimeError as err:  # torch.save reports a full disk as a RuntimeError, never an OSError
         if NONFINITE_SAMPLING in str(err):  # torch.multinomial in generate, on a model whose logits are NaN
@@ -352,16 +350,13 @@ def main_guard(run: Any) -> None:
             raise SystemExit(2) from None
         if not any(marker in str(err) for marker in TORCH_WRITE_FAILURES) or not _a_disk_nearly_full():
             raise
-        print(f"error: the disk is full (torch: {str(err).splitlines()[0]}); completed checkpoints stay in the "
-              f"resume folder: free space and rerun the same command", file=sys.stderr)
+        print(_no_room("the disk is full", f"torch: {str(err).splitlines()[0]}"), file=sys.stderr)
         raise SystemExit(2) from None
     except SafetensorError as err:  # safetensors reports a full disk as "os error 28" (or 122, 27), no OSError
         if not any(f"(os error {code})" in str(err) for code in FULL_DISK_ERRNOS):
             raise
         cause = "the disk is full" if f"(os error {errno.ENOSPC})" in str(err) else "no room to write"
-        print(f"error: {cause} (safetensors: {str(err).splitlines()[0]}); nothing half-written is kept as a "
-              f"result and completed checkpoints stay in the resume folder: free space and rerun the same command",
-              file=sys.stderr)
+        print(_no_room(cause, f"safetensors: {str(err).splitlines()[0]}"), file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:
         kept = ("; completed checkpoints stay in the resume folder (<out>.resume, or --resume-dir), so rerunning the "
@@ -401,13 +396,29 @@ OUT_OF_MEMORY = ("DefaultCPUAllocator: can't allocate memory", "CUDA out of memo
 TORCH_WRITE_FAILURES = ("write failed", "unexpected pos", "iostream error")
 
 
-def _a_disk_nearly_full(free_bytes: int = 64 << 20) -> bool:
-    """Whether the file system of the working folder, or of any path on the command line (``--out``,
-    ``--resume-dir``, or the nearest existing folder above one not made yet), has less than ``free_bytes`` free."""
+def _nearly_full(free_bytes: int = 64 << 20) -> list[Path]:
+    """The working folder and the paths on the command line (``--out``, ``--resume-dir``, or the nearest existing
+    folder above one not made yet) whose file system has less than ``free_bytes`` free."""
     folders = {Path.cwd()}
     for arg in sys.argv[1:]:
         if "/" not in arg:
             continue  # a flag, a value or a name in the working folder
         path = Path(arg.partition("=")[2] if arg.startswith("--") else arg).expanduser()
         folders.add(next((p for p in (path, *path.parents) if p.is_dir()), Path.cwd()))
-    return any(shutil.disk_usage(folder).free < free_bytes for folder in folders)
+    return sorted(folder for folder in folders if shutil.disk_usage(folder).free < free_bytes)
+
+
+def _a_disk_nearly_full(free_bytes: int = 64 << 20) -> bool:
+    """Whether any folder :func:`_nearly_full` looks at has less than ``free_bytes`` free."""
+    return bool(_nearly_full(free_bytes))
+
+
+def _no_room(cause: str, detail: str) -> str:
+    """The line for a write that found no room: ``cause`` and the error's ``detail``, the folders whose disk is
+    nearly full, and, for a stage that checkpoints, that its completed checkpoints are kept."""
+    full = _nearly_full()
+    where = f" on the disk of {', '.join(map(str, full[:2]))}" if full else ""
+    kept = (" and completed checkpoints stay in the resume folder" if running_stage() in CHECKPOINTING_STAGES
+            else "")
+    return (f"error: {cause} ({detail}){where}; nothing half-written is kept as a result{kept}: free space and "
+            f"rerun the same command")

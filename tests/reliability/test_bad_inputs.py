@@ -1278,6 +1278,34 @@ def test_torch_save_into_a_full_out_disk_is_one_line_when_the_working_disk_has_r
         main_guard(run)
 
 
+@pytest.mark.parametrize("script, kept", [("evaluate", False), ("prepare_datapool", False), ("rl_finetune", True)])
+def test_a_full_disk_names_the_full_folder_and_a_resume_folder_only_where_one_is_kept(capsys, monkeypatch, tmp_path,
+                                                                                    script: str, kept: bool):
+    """A full disk in evaluate named no path and told of a resume folder that stage does not keep."""
+    import collections
+    import shutil as shutil_
+
+    from grueflow.stage import main_guard
+
+    full = tmp_path / "small"
+    full.mkdir()
+    usage = collections.namedtuple("usage", "total used free")
+    real = shutil_.disk_usage
+    monkeypatch.setattr(shutil_, "disk_usage",
+                        lambda path: usage(1 << 20, 1 << 20, 0) if Path(path) == full else real(path))
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "stages" / f"{script}.py"), "--out", str(full / "out")])
+
+    def run() -> None:
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(SystemExit):
+        main_guard(run)
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: the disk is full (No space left on device) on the disk of {full}; nothing "
+                          f"half-written is kept as a result"), err
+    assert ("completed checkpoints stay in the resume folder" in err) == kept and err.count("\n") == 1
+
+
 @pytest.mark.parametrize("damage, expect", [
     (lambda folder: (folder / "model.safetensors").unlink(), "no file named model.safetensors"),
     (lambda folder: (folder / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes()[:200]),
