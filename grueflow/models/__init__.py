@@ -377,13 +377,12 @@ GENERATION_TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "decode
 def special_tokens_only(config: Any, model_config: Any = None) -> Any:
     """A ``transformers.GenerationConfig`` with ``config``'s special-token ids alone, each one ``config`` leaves
     unset taken from ``model_config`` (the model's ``config.json``, where the rollouts read a seq2seq model's
-    ``decoder_start_token_id``: a hand-edited ``generation_config.json`` without it made ``generate`` fail while
-    the rollouts ran). ``generate`` fills every
-    setting a call leaves out from the model's generation config: a folder's forced BOS/EOS tokens (BART's),
-    suppressed or banned tokens, ``min_p`` or ``typical_p`` would change evaluation's decoding, while rollouts
-    (:meth:`grueflow.models.policy.Policy.sample`, their own decode loop) apply none of them. Under this config
-    (:meth:`~grueflow.models.policy.Policy.generate` decodes with it in place of the model's, which stays as the
-    folder wrote it, to be saved with the model) both decode with the task's settings only."""
+    ``decoder_start_token_id``). ``generate`` fills every setting a call leaves out from the model's generation
+    config: a folder's forced BOS/EOS tokens (BART's), suppressed or banned tokens, ``min_p`` or ``typical_p``
+    would change evaluation's decoding, while rollouts (:meth:`grueflow.models.policy.Policy.sample`, their own
+    decode loop) apply none of them. Under this config (:meth:`~grueflow.models.policy.Policy.generate` decodes
+    with it in place of the model's, which stays as the folder wrote it, to be saved with the model) both decode
+    with the task's settings and from the same start token."""
     from transformers import GenerationConfig
 
     def token(key: str) -> Any:
