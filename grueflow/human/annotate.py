@@ -181,9 +181,12 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         raw = self.rfile.read(length)
         try:
-            return json.loads(raw.decode("utf-8"))
+            return io.loads_unique(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as err:
             self._error(HTTPStatus.BAD_REQUEST, f"the body is not valid JSON: {err}")
+            return None
+        except ValueError as err:  # a key written twice: JSON would keep the last value without a word
+            self._error(HTTPStatus.BAD_REQUEST, f"the body names a key twice ({err}); send each key once")
             return None
         except RecursionError:
             self._error(HTTPStatus.BAD_REQUEST, "the body is not valid JSON: nested too deeply")

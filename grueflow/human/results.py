@@ -148,6 +148,10 @@ def read_platform_csv(path: str | Path, batch: Batch) -> list[Answer]:
     with open(path, newline="", encoding="utf-8-sig") as handle:  # -sig: Excel's UTF-8 starts with a BOM
         reader = csv.DictReader(handle)
         header = reader.fieldnames or []
+        twice = sorted({c for c in header if header.count(c) > 1})
+        if twice:  # csv.DictReader keeps the last of two columns of one name without a word
+            raise io.DataError(f"{path}: the column(s) {twice} appear more than once in the header, and only one "
+                               f"value a row could be read; remove or rename the copies")
         fields = [c.id for c in batch.criteria] if batch.kind == "likert" else [CHOICE_FIELD]
         needed = ["WorkerId", "Input.item_id", *(f"Answer.{f}" for f in fields)]
         missing = [c for c in needed if c not in header]

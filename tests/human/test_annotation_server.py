@@ -57,6 +57,9 @@ def test_bad_requests_are_refused_and_saved_answers_stay(likert_dir: Path, serve
                                                               "annotator": "mallory"}).encode()), 400,
          "exactly item_id and answer"),
         (request(server, "GET", "/items.jsonl"), 404, "no such page"),
+        (request(server, "POST", "/api/answer", f'{{"item_id": "{first}", "answer": {{"coherence": 4, "sentiment": 2, '
+                 f'"sentiment": 5}}}}'.encode()), 400, "the body names a key twice (the key 'sentiment' is written "
+                                                       "twice in one object); send each key once"),
     ]
     for (status, content_type, data), want_status, want_message in refused:
         assert status == want_status, data

@@ -216,6 +216,12 @@ def test_platform_csv_saved_by_excel_with_a_bom_imports_and_a_header_only_one_is
     text = (tmp_path / "results.csv").read_bytes()
     (tmp_path / "bom.csv").write_bytes(b"\xef\xbb\xbf" + text)  # what Excel's "CSV UTF-8" writes
     assert len(results.read_answers(tmp_path / "bom.csv", batch)) == len(batch.items)
+    rows = list(csv.reader(text.decode().splitlines()))  # a column named twice: DictReader kept the last
+    with open(tmp_path / "twice.csv", "w", newline="") as handle:
+        csv.writer(handle).writerows([rows[0] + ["WorkerId"], *(row + ["W2"] for row in rows[1:])])
+    with pytest.raises(io.DataError, match=r"twice\.csv: the column\(s\) \['WorkerId'\] appear more than once in the "
+                                           r"header, and only one value a row could be read; remove or rename"):
+        results.read_answers(tmp_path / "twice.csv", batch)
     (tmp_path / "header.csv").write_bytes(text.split(b"\n")[0] + b"\n")
     with pytest.raises(io.DataError, match=r"header\.csv: has a header but no answer rows"):
         results.read_answers(tmp_path / "header.csv", batch)
