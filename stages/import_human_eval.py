@@ -18,22 +18,23 @@ LEFTOVER_SUFFIX = ".cut"  # an unfinished line the page's answers file moved asi
 
 def answer_files(paths: list[Path]) -> list[Path]:
     """The answers files given, a folder standing for its *.jsonl and *.csv files (sorted). Hidden files and the
-    page's *.cut leftovers in a folder are passed over; any other file there (a results.xlsx) is a DataError: it
-    would be left out of the table without a word."""
+    page's *.cut leftovers in a folder are passed over; any other file there (a results.xlsx), or a folder in it
+    (whose files are not read), is a DataError: it would be left out of the table without a word."""
     files = []
     for path in paths:
         if not path.is_dir():
             files.append(path)
             continue
         entries = sorted(path.iterdir())
-        other = [p.name for p in entries if p.is_file() and not p.name.startswith(".")
-                 and p.suffix.lower() not in (*ANSWER_SUFFIXES, LEFTOVER_SUFFIX)]
+        other = [p.name + ("/" if p.is_dir() else "") for p in entries if not p.name.startswith(".")
+                 and (p.is_dir() or p.suffix.lower() not in (*ANSWER_SUFFIXES, LEFTOVER_SUFFIX))]
         if other:
             it = "it" if len(other) == 1 else "them"
-            raise DataError(f"{path} holds {', '.join(other)}: neither the page's .jsonl nor a results .csv, so the "
-                            f"import would leave {it} out; save a spreadsheet as CSV UTF-8 (Comma delimited), or move "
+            raise DataError(f"{path} holds {', '.join(other)}: neither the page's .jsonl nor a results .csv (the "
+                            f"files of a folder inside are not read), so the import would leave {it} out; save a "
+                            f"spreadsheet as CSV UTF-8 (Comma delimited), move answers files up into {path}, or move "
                             f"{it} out of the folder")
-        files += [p for p in entries if p.suffix.lower() in ANSWER_SUFFIXES]
+        files += [p for p in entries if p.is_file() and p.suffix.lower() in ANSWER_SUFFIXES]
     if not files:
         raise DataError(f"no answers files in {[str(p) for p in paths]}; give the page's .jsonl or a results .csv")
     return files

@@ -728,15 +728,17 @@ REFERENCE_SHAPES = ('a string, a list of strings, {"text": [strings]} (SQuAD\'s 
 
 
 def _spelled_list(text: str) -> bool:
-    """Whether ``text`` is a Python or JSON list of strings written out (``['a', 'b']``, ``["a"]``)."""
+    """Whether ``text`` is a Python or JSON list or tuple of texts or numbers written out (``['a', 'b']``,
+    ``["a"]``, ``('a',)``, ``[4, 5]``, ``[]``): what pandas writes to a CSV cell for a list column."""
     text = text.strip()
-    if not (text.startswith("[") and text.endswith("]")):
+    if (text[:1], text[-1:]) not in (("[", "]"), ("(", ")")):
         return False
     try:
         value = ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return False
-    return isinstance(value, list) and bool(value) and all(isinstance(item, str) for item in value)
+    return isinstance(value, (list, tuple)) and all(
+        isinstance(item, (str, int, float)) and not isinstance(item, bool) for item in value)
 
 
 def as_references(value: Any, origin: str = "", column: str = "references") -> tuple[str, ...]:

@@ -733,9 +733,13 @@ def test_a_list_written_as_one_csv_cell_is_refused_not_scored_as_one_reference(t
                                         r"a list column so to CSV\), which would be scored as one reference; write the "
                                         r"rows as JSON lines with a list of texts"):
         custom_pool(three_splits(str(path)))
-    path.write_text("prompt,references\nnote ?,[citation needed]\nlist ?,[]\n")
+    for cell in ("[]", "\"('4', 'four')\"", "\"[4, 5]\""):  # an empty list, a tuple, numbers: pandas writes these too
+        path.write_text(f"prompt,references\n2 + 2 ?,{cell}\n")
+        with pytest.raises(DataError, match="is a list written as one text"):
+            custom_pool(three_splits(str(path)))
+    path.write_text("prompt,references\nnote ?,[citation needed]\nsay ?,(laughs)\nhow ?,\"(1) stir, (2) bake\"\n")
     assert [s.references for s in custom_pool(three_splits(str(path))).splits["test"]] == [
-        ("[citation needed]",), ("[]",)]
+        ("[citation needed]",), ("(laughs)",), ("(1) stir, (2) bake",)]
 
 
 @pytest.mark.parametrize("loader, row, expect", [
@@ -2053,17 +2057,21 @@ def test_conflicting_answers_copies_without_times_exit_2_naming_both(tmp_path: P
 
 
 @pytest.mark.parametrize("others, named", [
-    (["results.xlsx"], "results.xlsx: neither the page's .jsonl nor a results .csv, so the import would leave it out; "
-                       "save a spreadsheet as CSV UTF-8 (Comma delimited), or move it out of the folder"),
+    (["results.xlsx"], "results.xlsx: neither the page's .jsonl nor a results .csv (the files of a folder inside are "
+                       "not read), so the import would leave it out; save a spreadsheet as CSV UTF-8 (Comma "
+                       "delimited), move answers files up into"),
     (["results.xlsx", "notes.txt", ".DS_Store"], "notes.txt, results.xlsx: neither the page's .jsonl nor a results "
-                                                 ".csv, so the import would leave them out;"),
-], ids=["xlsx", "xlsx-and-notes"])
+                                                 ".csv (the files of a folder inside are not read), so the import "
+                                                 "would leave them out;"),
+    (["bob/answers.jsonl"], "bob/: neither the page's .jsonl nor a results .csv"),  # a folder: its answers unread
+], ids=["xlsx", "xlsx-and-notes", "a-subfolder"])
 def test_an_answers_folder_with_a_file_neither_jsonl_nor_csv_exits_2_naming_it(tmp_path: Path, call_stage,
                                                                                others: list[str], named: str):
     """A results.xlsx beside answers.jsonl was passed over, exit 0: the table covered fewer annotators unsaid."""
     batch = human_likert_batch(tmp_path / "batch")
     human_answers(tmp_path / "answers" / "answers.jsonl", batch, 4, None)
     for name in others:
+        (tmp_path / "answers" / name).parent.mkdir(exist_ok=True)
         (tmp_path / "answers" / name).write_bytes(b"PK\x03\x04")
     result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "answers",
                         "--out", tmp_path / "imp")
