@@ -14,12 +14,14 @@ from grueflow.io import DataError, atomic_dir, write_json, write_jsonl
 
 ANSWER_SUFFIXES = (".jsonl", ".csv")
 LEFTOVER_SUFFIX = ".cut"  # an unfinished line the page's answers file moved aside (grueflow.human.answers)
+DVC_SUFFIX = ".dvc"  # what `dvc add answers.jsonl` leaves beside the file it tracks
 
 
 def answer_files(paths: list[Path]) -> list[Path]:
-    """The answers files given, a folder standing for its *.jsonl and *.csv files (sorted). Hidden files and the
-    page's *.cut leftovers in a folder are passed over; any other file there (a results.xlsx), or a folder in it
-    (whose files are not read), is a DataError: it would be left out of the table without a word."""
+    """The answers files given, a folder standing for its *.jsonl and *.csv files (sorted). Hidden files, the
+    page's *.cut leftovers and DVC's *.dvc pointers in a folder are passed over; any other file there (a
+    results.xlsx), or a folder in it (whose files are not read), is a DataError: it would be left out of the table
+    without a word."""
     files = []
     for path in paths:
         if not path.is_dir():
@@ -27,7 +29,7 @@ def answer_files(paths: list[Path]) -> list[Path]:
             continue
         entries = sorted(path.iterdir())
         other = [p.name + ("/" if p.is_dir() else "") for p in entries if not p.name.startswith(".")
-                 and (p.is_dir() or p.suffix.lower() not in (*ANSWER_SUFFIXES, LEFTOVER_SUFFIX))]
+                 and (p.is_dir() or p.suffix.lower() not in (*ANSWER_SUFFIXES, LEFTOVER_SUFFIX, DVC_SUFFIX))]
         if other:
             it = "it" if len(other) == 1 else "them"
             raise DataError(f"{path} holds {', '.join(other)}: neither the page's .jsonl nor a results .csv (the "

@@ -2079,12 +2079,13 @@ def test_an_answers_folder_with_a_file_neither_jsonl_nor_csv_exits_2_naming_it(t
     assert not (tmp_path / "imp").exists()
 
 
-def test_hidden_files_and_the_pages_cut_leftovers_in_an_answers_folder_are_passed_over(tmp_path: Path, call_stage,
-                                                                                      caplog):
+def test_hidden_files_cut_leftovers_and_dvc_pointers_in_an_answers_folder_are_passed_over(tmp_path: Path,
+                                                                                         call_stage, caplog):
     batch = human_likert_batch(tmp_path / "batch")
     human_answers(tmp_path / "answers" / "answers.jsonl", batch, 4, None)
     (tmp_path / "answers" / "answers.jsonl.cut").write_text('{"annotator": "x", "item_id": "L0\n')
     (tmp_path / "answers" / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")
+    (tmp_path / "answers" / "answers.jsonl.dvc").write_text("outs:\n- md5: 0\n  path: answers.jsonl\n")  # dvc add
     result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "answers",
                         "--out", tmp_path / "imp")
     assert result.code == 0, result.stderr
