@@ -129,6 +129,7 @@ class Stage:
     suite_keys: tuple[str, ...] = ()
     args: str = ""
     outs: tuple[str, ...] = ()
+    private_outs: tuple[str, ...] = ()  # DVC outs kept out of its cache (``cache: false``): never pushed, mode kept
     metrics: tuple[str, ...] = ()
     plots: tuple[Plot, ...] = ()
     resources: Optional[DefaultResources] = None
@@ -337,7 +338,8 @@ _TABLE = (
                 "second": "results/eval/{task}/{method_b}/seed{seed}/predictions.jsonl"},
         args="--kind pairwise --criteria {task} --seed {seed} --predictions {method_a}={first} {method_b}={second}"
              " --out {batch} --key {key}",
-        outs=("{batch}", "{key}"),
+        outs=("{batch}",),
+        private_outs=("{key}",),  # the blinding key: written 0600, for the researcher's eyes only
         dvc=(DvcStage("export_human_pairwise", axes=("task", "algorithm", "seed"),
                       bind={"method_a": "supervised+{algorithm}", "method_b": "supervised"}, comment=(
                           "Human evaluation: a blinded pairwise batch (supervised+RL against supervised) from the\n"
@@ -433,7 +435,8 @@ def dvc_stage(stage: Stage, variant: DvcStage) -> dict:
     plugin_code = [render(plugin_code_file(stage.name), names)] if stage.plugin_parts else []
     body["deps"] = list(dict.fromkeys([*variant.after, *(render(p, names) for p in stage.inputs.values()),
                                        *(render(p, names) for p in variant.reads), *plugin_code, *stage.code]))
-    for key, values in (("params", _params(stage, names)), ("outs", [render(p, names) for p in stage.outs]),
+    outs = [render(p, names) for p in stage.outs] + [{render(p, names): {"cache": False}} for p in stage.private_outs]
+    for key, values in (("params", _params(stage, names)), ("outs", outs),
                         ("metrics", [render(p, names) for p in stage.metrics]),
                         ("plots", [_plot(p, names) for p in stage.plots])):
         if values:

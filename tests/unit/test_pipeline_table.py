@@ -267,3 +267,11 @@ def test_check_names_the_lines_a_stale_dvc_yaml_differs_in(tmp_path, monkeypatch
     assert "-      - data/gone.jsonl" in err
     (tmp_path / pipeline.DVC_YAML).write_text(text, encoding="utf-8")
     assert pipeline.main(["dvc", "--check"]) == 0
+
+
+def test_the_pairwise_key_is_a_dvc_out_kept_out_of_the_cache():
+    """A cached key was made 0644 by DVC's checkout (0444 in the cache) and would go with a dvc push."""
+    stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["export_human_pairwise"]
+    outs = stage.get("do", stage)["outs"]  # a foreach stage's body is under do:, a matrix stage's at its top
+    private = [next(iter(o)) for o in outs if isinstance(o, dict) and next(iter(o.values())) == {"cache": False}]
+    assert len(private) == 1 and private[0].startswith("results/human/${item.task}/keys/")

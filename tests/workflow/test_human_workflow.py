@@ -67,6 +67,8 @@ def test_export_annotate_import_table_through_snakemake(tmp_path: Path) -> None:
     run(["git", "commit", "-qm", "faked evaluate outputs"], repo)
     run(["dvc", "repro", "--single-item", "export_human_pairwise@sentiment-ppo-0"], repo)
     assert {p: p.read_bytes() for p in exported} == exported
+    key_file = repo / "results" / "human" / "sentiment" / "keys" / f"{PAIR}.json"  # DVC kept it out of its cache,
+    assert key_file.stat().st_mode & 0o777 == 0o600  # so it is neither made 0644 by a checkout nor pushed
     assert (batches / PAIR / "stage.json").stat().st_mtime > (batches / "likert_seed0" / "stage.json").stat().st_mtime
 
     # the human step: two annotators; alice scores supervised+ppo's coherence 5 and everything else 2,
