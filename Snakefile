@@ -67,9 +67,11 @@ if workflow.is_main_process:  # a stage folder deleted or damaged under finished
 
     from grueflow.stale import mark_stale
 
+    _tables = {Path(STAGES[s].outputs["csv"]): [Path(p) for name, p in STAGES[s].outputs.items() if name != "csv"]
+               for s in ("aggregate", "human_eval_table")}  # a table and the files written with it
     for _line in mark_stale(Path("results"), Path(output_of("aggregate", "csv")),
                             [Path(p) for p in expand(output_of("evaluate"), task=TASKS, method=METHODS, seed=SEEDS)],
-                            [Path(p) for name, p in STAGES["aggregate"].outputs.items() if name != "csv"]):
+                            _tables):
         print(_line, file=sys.stderr)
 
 

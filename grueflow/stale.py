@@ -8,8 +8,9 @@ the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark
 - a stage folder that fails its manifest's size check (``grueflow.io.check_stage_output``, a file deleted,
   truncated or grown): the folder itself is stale;
 - a stage folder whose ``stage.json`` records an input that no longer exists: that reader is stale;
-- the GRUE table, when an evaluation it aggregates (an ``expected`` folder) no longer exists, or one of the
-  files written with it (its Markdown, JSON, chart: ``siblings``) is missing,
+- the GRUE table, when an evaluation it aggregates (an ``expected`` folder) no longer exists;
+- a table (the GRUE table, the human-evaluation table) one of whose files written with it (its Markdown, JSON,
+  chart: ``siblings``) is missing: rule all asks for the CSV alone,
 
 and marks each as stale the way Snakemake reads staleness: its timestamp set to 1970 (the
 ``.snakemake_timestamp`` Snakemake keeps in a folder output, else the folder or file itself), so that Snakemake
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Optional
 
 from grueflow.io import STAGE_RECORD, MissingDataError, check_stage_output, read_json
 
@@ -29,8 +30,8 @@ SNAKEMAKE_TIMESTAMP = ".snakemake_timestamp"  # Snakemake's modification time of
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
 
 
-def stale_outputs(results: Path, table: Path, expected: Iterable[Path], siblings: Iterable[Path] = ()
-                  ) -> dict[Path, str]:
+def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
+                  siblings: Optional[dict[Path, list[Path]]] = None) -> dict[Path, str]:
     """Each stale stage folder (or ``table``) under ``results``, with why: see the module docstring."""
     stale: dict[Path, str] = {}
     root = results.parent  # stage.json records input paths relative to the project root
@@ -56,16 +57,18 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path], siblings
             stale[folder] = f"it was built from {', '.join(gone)}, which no longer exists"
     if table.is_file():
         gone = [str(p) for p in expected if not p.is_dir()]
-        missing = [str(p) for p in siblings if not p.is_file()]
         if gone:
             stale[table] = f"it was built from {', '.join(gone[:3])}{' and more' if len(gone) > 3 else ''}, " \
                            "which no longer exists"
-        elif missing:
-            stale[table] = f"{', '.join(missing)}, written with it, {'is' if len(missing) == 1 else 'are'} missing"
+    for written, others in (siblings or {}).items():
+        missing = [str(p) for p in others if not p.is_file()]
+        if written.is_file() and written not in stale and missing:
+            stale[written] = f"{', '.join(missing)}, written with it, {'is' if len(missing) == 1 else 'are'} missing"
     return stale
 
 
-def mark_stale(results: Path, table: Path, expected: Iterable[Path], siblings: Iterable[Path] = ()) -> list[str]:
+def mark_stale(results: Path, table: Path, expected: Iterable[Path],
+               siblings: Optional[dict[Path, list[Path]]] = None) -> list[str]:
     """Set each :func:`stale_outputs` entry's Snakemake timestamp to :data:`STALE_TIME`; one line per entry, saying
     why."""
     lines = []

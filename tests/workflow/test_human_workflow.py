@@ -98,3 +98,14 @@ def test_export_annotate_import_table_through_snakemake(tmp_path: Path) -> None:
     assert len(prefs) == 2 * n - 1 and {p["chosen_system"] for p in prefs} == {"supervised+ppo"}
     assert "Nothing to be done" in run(["snakemake", "-n", "results/human_eval_table.csv", "--cores", "1", "--allowed-rules",
                                         "import_human_eval", "human_eval_table"], repo).stdout
+    # the table's Markdown deleted, or an answer appended to an answers file in place: each was "Nothing to be done"
+    (repo / "results" / "human_eval_table.md").unlink()
+    allowed = ["--allowed-rules", "import_human_eval", "human_eval_table"]
+    dry = run(["snakemake", "-n", "results/human_eval_table.csv", "--cores", "1", *allowed], repo)
+    assert "grueflow: results/human_eval_table.csv is stale (results/human_eval_table.md, written with it, is " \
+           "missing); its job reruns" in dry.stderr and "human_eval_table" in dry.stdout
+    snakemake(repo, "results/human_eval_table.csv", rules=("import_human_eval", "human_eval_table"))
+    assert (repo / "results" / "human_eval_table.md").is_file()
+    store.append("carol", likert.items[0]["item_id"], {"coherence": 1, "sentiment": 1})  # the folder keeps its time
+    dry = run(["snakemake", "-n", "results/human_eval_table.csv", "--cores", "1", *allowed], repo).stdout
+    assert "import_human_eval" in dry and "human_eval_table" in dry

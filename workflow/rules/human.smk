@@ -67,10 +67,20 @@ rule export_human_pairwise:
         " --predictions {params.predictions:q} --out {output.batch:q} --key {output.key:q} 2> {log:q}"
 
 
+def answers_files(w):
+    """Every file in a batch's answers folder, so that one edited in place (an appended answer, a results CSV saved
+    over) reruns the import: Snakemake reads a folder input's own modification time, which editing a file in it
+    leaves as it was. Hidden files are left out, as the import leaves them."""
+    folder = Path(f"data/human/{w.task}/{w.batch}")
+    return sorted(str(p) for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".")) \
+        if folder.is_dir() else []
+
+
 rule import_human_eval:
     input:
         batch="results/human/{task}/batches/{batch}",
         answers="data/human/{task}/{batch}",
+        answers_files=answers_files,
         key=human_key,
         code=code("import_human_eval"),
     output:
