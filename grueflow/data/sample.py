@@ -122,8 +122,11 @@ def check_datapool(datapool: Path, task_file: Path) -> None:
     naming what differs, so that a run by hand cannot score one task's samples under another's name. A datapool
     without a stage record (written by hand, or its record deleted) is read as it is, with a warning that nothing
     checks its files or its task; a missing folder or a damaged record is named when the splits are read."""
-    from grueflow.config import ConfigError, DatapoolConfig, to_dict
-    from grueflow.params import load_section
+    from grueflow.config import ConfigError, DatapoolConfig, to_dict, typed_args
+    from grueflow.params import load_section, parse
+
+    def resolved(cfg: DatapoolConfig) -> dict[str, Any]:  # a default spelled out or left out reads the same
+        return {"id": cfg.id, "args": to_dict(typed_args(cfg))}
 
     folder = Path(datapool)
     if not folder.is_dir():
@@ -142,7 +145,11 @@ def check_datapool(datapool: Path, task_file: Path) -> None:
     built = params.get("datapool") if isinstance(params, dict) else None
     if not isinstance(built, dict):
         return
-    wanted = to_dict(load_section(DatapoolConfig, task_file, "datapool"))
+    wanted = resolved(load_section(DatapoolConfig, task_file, "datapool"))
+    try:
+        built = resolved(parse(DatapoolConfig, built, "datapool"))
+    except ConfigError:  # a record an earlier version wrote, whose args this one no longer takes: compared as written
+        wanted = to_dict(load_section(DatapoolConfig, task_file, "datapool"))
     had, has = _leaves(built), _leaves(wanted)
     differ = [key for key in sorted(set(had) | set(has)) if had.get(key) != has.get(key)]
     if not differ:

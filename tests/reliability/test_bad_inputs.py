@@ -2728,6 +2728,9 @@ def test_a_stage_refuses_another_tasks_datapool_and_warns_on_an_unrecorded_one(t
                                           r"samples, or this task's before an edit"):
         check_datapool(tmp_path / "pool", edited_task)
     check_datapool(tmp_path / "pool", MICRO / "tasks" / "sentiment.yaml")  # its own
+    unspelled = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml", **{"datapool.args": {  # seed: 0, the default,
+        "n_train": 64, "n_val": 8, "n_test": 8, "n_unlabelled": 300}})  # left out: the same datapool
+    check_datapool(tmp_path / "pool", unspelled)
     (tmp_path / "pool" / "stage.json").unlink()
     check_datapool(tmp_path / "pool", MICRO / "tasks" / "sentiment.yaml")
     assert (f"--datapool {tmp_path / 'pool'} has no stage.json: prepare_datapool did not write it (or its record "
