@@ -741,18 +741,20 @@ def _spelled_list(text: str) -> bool:
         isinstance(item, (str, int, float)) and not isinstance(item, bool) for item in value)
 
 
-def as_references(value: Any, origin: str = "", column: str = "references") -> tuple[str, ...]:
+def as_references(value: Any, origin: str = "", column: str = "references", csv_cell: bool = False
+                  ) -> tuple[str, ...]:
     """A reference column's value as strings, from the shapes Hugging Face datasets use: a string is one
     reference; a list holds several (strings, ``{"text": ...}`` items, or lists of strings, one level deep);
     a mapping's ``text`` (SQuAD's ``answers: {"text": [...], "answer_start": [...]}``) holds them; None is
     none; a number is its text (a JSON column the loader typed as numbers). Anything else (NaN, a mapping without
-    ``text``, deeper nesting, a boolean) is a BadRowError naming the row, the ``column`` and the shapes, and so is
-    a string that spells a list of strings (``"['4', 'four']"``: what pandas writes to a CSV cell for a list),
-    which would otherwise be scored as one reference."""
+    ``text``, deeper nesting, a boolean) is a BadRowError naming the row, the ``column`` and the shapes, and so is,
+    in a CSV cell (``csv_cell``), a string that spells a list (``"['4', 'four']"``: what pandas writes there for
+    a list column), which would otherwise be scored as one reference. JSON and Parquet hold lists as lists, so a
+    string there that looks like one (a code or JSON target) is the reference it says."""
     if value is None:
         return ()
     if isinstance(value, str):
-        if _spelled_list(value):
+        if csv_cell and _spelled_list(value):
             raise BadRowError(f"{origin}: {column} {value!r} is a list written as one text (pandas writes a list "
                               f"column so to CSV), which would be scored as one reference; write the rows as JSON "
                               f"lines with a list of texts, or one reference per cell")
@@ -789,5 +791,7 @@ def as_references(value: Any, origin: str = "", column: str = "references") -> t
 def custom_row(unit: Unit, args: Custom.Args) -> Row:
     text = require_text(unit.row[args.fields.prompt], f"prompt ({args.fields.prompt})", unit.origin)
     meta = {key: unit.row[key] for key in args.fields.meta}
-    return Row(args.prefix + text + args.suffix, as_references(unit.row[args.fields.references], unit.origin), meta,
-               unit.origin)
+    source = (args.data_files or {}).get(unit.key.rsplit("-", 1)[0], "")  # the unit's file (key: <split>-<i>)
+    csv_cell = args.path == "csv" or str(source).lower().endswith(".csv")
+    return Row(args.prefix + text + args.suffix,
+               as_references(unit.row[args.fields.references], unit.origin, csv_cell=csv_cell), meta, unit.origin)

@@ -740,6 +740,9 @@ def test_a_list_written_as_one_csv_cell_is_refused_not_scored_as_one_reference(t
     path.write_text("prompt,references\nnote ?,[citation needed]\nsay ?,(laughs)\nhow ?,\"(1) stir, (2) bake\"\n")
     assert [s.references for s in custom_pool(three_splits(str(path))).splits["test"]] == [
         ("[citation needed]",), ("(laughs)",), ("(1) stir, (2) bake",)]
+    lines = tmp_path / "code.jsonl"  # JSON holds a list as a list: a string that spells one is a code target
+    lines.write_text(json.dumps({"prompt": "a list of two words ?", "references": "['word0', 'other']"}) + "\n")
+    assert [s.references for s in custom_pool(three_splits(str(lines))).splits["test"]] == [("['word0', 'other']",)]
 
 
 @pytest.mark.parametrize("loader, row, expect", [
