@@ -1,8 +1,8 @@
 """How much of an RL step goes to reward computation (issue 4).
 
-Part 1 reads the RL curves of a finished suite run (``make run`` or ``snakemake``): every iteration logs
-``charts/iteration_s``, ``charts/generation_s`` and ``charts/reward_s``; the table gives their medians
-per task and method, and the reward's share of the step.
+Part 1 reads the RL timings of a finished suite run (``make run`` or ``snakemake``): every iteration logs
+``charts/iteration_s``, ``charts/generation_s`` and ``charts/reward_s`` to the stage's ``timings.csv``; the
+table gives their medians per task and method, and the reward's share of the step.
 
 Part 2 prices every registered metric as a reward: each is built once (models loaded once, as in a
 stage) and then timed on one rollout batch of real generations from the run's ``predictions.jsonl``
@@ -29,7 +29,7 @@ from grueflow.params import parse
 def curve_rows(results: Path) -> list[dict[str, Any]]:
     """Median step, generation and reward seconds per task and RL method, over seeds and iterations."""
     rows = []
-    for curves in sorted(results.glob("*/*/seed*/curves.csv")):
+    for curves in sorted(results.glob("*/*/seed*/timings.csv")):
         task, method = curves.parts[-4], curves.parts[-3]
         rows.append((task, method, list(csv.DictReader(open(curves)))))
     merged: dict[tuple[str, str], list[dict[str, str]]] = {}
@@ -38,7 +38,7 @@ def curve_rows(results: Path) -> list[dict[str, Any]]:
     table = []
     for (task, method), curve in sorted(merged.items()):
         if "charts/reward_s" not in curve[0]:
-            raise SystemExit(f"{task}/{method}: curves.csv has no charts/reward_s; rerun the suite with this version")
+            raise SystemExit(f"{task}/{method}: timings.csv has no charts/reward_s; rerun the suite with this version")
         step, generation, reward = (statistics.median(float(r[k]) for r in curve)
                                     for k in ("charts/iteration_s", "charts/generation_s", "charts/reward_s"))
         table.append({"task": task, "method": method, "iterations": len(curve), "step_s": step,
@@ -96,7 +96,7 @@ def main() -> None:
     args = parser.parse_args()
     table = curve_rows(args.results)
     if not table:
-        raise SystemExit(f"no RL curves under {args.results}/*/*/seed*/curves.csv; run `make run` first")
+        raise SystemExit(f"no RL timings under {args.results}/*/*/seed*/timings.csv; run `make run` first")
     costs = {}
     for task in sorted({r["task"] for r in table}):
         steps = [r["step_s"] - r["reward_s"] for r in table if r["task"] == task]

@@ -31,6 +31,8 @@ from typing import Any, Iterable, Iterator, Optional
 
 STAGE_RECORD = "stage.json"
 PROVENANCE_RECORD = "provenance.json"  # how the run went (commit, wall time, device): in no content hash
+TIMINGS_FILE = "timings.csv"  # a training stage's wall-clock columns per step: in no content hash either
+UNHASHED = (PROVENANCE_RECORD, TIMINGS_FILE)  # what .dvcignore, the manifest and the input digests leave out
 MODEL_DIR = "model"  # the Hugging Face model folder inside a model-producing stage's output
 _PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "grueflow")
 
@@ -339,12 +341,12 @@ def _swap_in(tmp: Path, path: Path, attempts: int = 20) -> None:
 
 def fingerprint(path: str | Path) -> str:
     """sha256 over a file, or over a folder's relative paths and file contents (sorted), its
-    :data:`PROVENANCE_RECORD` files left out as ``.dvcignore`` leaves them out of DVC's hashes: a forced or no-op
-    rerun of the stage that wrote the folder gives the same digest."""
+    :data:`UNHASHED` files (the provenance record, the timings) left out as ``.dvcignore`` leaves them out of
+    DVC's hashes: a forced or no-op rerun of the stage that wrote the folder gives the same digest."""
     path = Path(path)
     digest = hashlib.sha256()
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()
-                                                 and p.name != PROVENANCE_RECORD)
+                                                 and p.name not in UNHASHED)
     for file in files:
         digest.update(str(file.relative_to(path) if file != path else file.name).encode())
         with open(file, "rb") as handle:
@@ -376,9 +378,10 @@ def _versions() -> dict[str, str]:
 
 
 def output_bytes(out_dir: str | Path) -> int:
-    """Total size in bytes of the files under ``out_dir`` (recursively), its two records excluded."""
+    """Total size in bytes of the files under ``out_dir`` (recursively), its records and :data:`UNHASHED` files
+    excluded."""
     out_dir = Path(out_dir)
-    records = {out_dir / STAGE_RECORD, out_dir / PROVENANCE_RECORD}
+    records = {out_dir / STAGE_RECORD, *(out_dir / name for name in UNHASHED)}
     return sum(p.stat().st_size for p in out_dir.rglob("*") if p.is_file() and p not in records)
 
 
@@ -414,9 +417,10 @@ def write_stage_record(out_dir: str | Path, *, stage: str, params: Any, inputs: 
 
 
 def manifest(out_dir: str | Path) -> dict[str, dict[str, Any]]:
-    """``{relative path: {"bytes", "sha256"}}`` of every file in a stage folder but its two records."""
+    """``{relative path: {"bytes", "sha256"}}`` of every file in a stage folder but its records and
+    :data:`UNHASHED` files."""
     out_dir = Path(out_dir)
-    records = {out_dir / STAGE_RECORD, out_dir / PROVENANCE_RECORD}
+    records = {out_dir / STAGE_RECORD, *(out_dir / name for name in UNHASHED)}
     return {str(f.relative_to(out_dir)): {"bytes": f.stat().st_size, "sha256": fingerprint(f)}
             for f in sorted(out_dir.rglob("*")) if f.is_file() and f not in records}
 

@@ -22,7 +22,7 @@ from grueflow.io import atomic_path  # noqa: E402
 
 # The RL panels, in reading order: what was optimised, how far from the reference, how training went.
 RL_PANELS = ("reward/task", "kl/sequence", "kl/coef", "losses/policy", "losses/value", "losses/entropy",
-             "charts/mean_length", "charts/learning_rate", "charts/generated_tokens_per_s")
+             "charts/mean_length", "charts/learning_rate")  # no wall-clock panel: the PNG is a hashed plot
 WARM_START_PANELS = (("train_loss", "val_loss"), "learning_rate")
 _METADATA = {"Software": None}  # no matplotlib version in the file
 GRUE_CHART_TITLE = "GRUE chart"  # the chart's PNG Title: what tells an earlier run's chart from another picture

@@ -1,12 +1,13 @@
 """Experiment tracking for the training stages: per-iteration scalars through DVCLive, optionally TensorBoard.
 
 A stage hands every curve row it receives (one per RL iteration or warm-start epoch) to
-:meth:`RunTracker.log`. DVCLive writes ``<folder>/plots/metrics/<key>.tsv`` (one row per step, no
-timestamp column; see :func:`metric_name`) and ``<folder>/metrics.json`` (the latest value of each key), which ``dvc plots``,
-``dvc metrics`` and ``dvc exp show`` read. Wall-clock keys (``charts/iteration_s``, tokens/s, ...)
-are plotted but kept out of ``metrics.json``, so that file is byte-identical for the same params and
-seed. DVCLive is told to write no ``dvc.yaml``, no report and no experiment of its own: the
-pipeline's ``dvc.yaml`` declares the files, and ``dvc exp run`` records the experiments.
+:meth:`RunTracker.log`. DVCLive writes ``<folder>/plots/metrics/<key>.tsv`` (one row per step, no timestamp
+column; see :func:`metric_name`) and ``<folder>/metrics.json`` (the latest value of each key), which ``dvc
+plots``, ``dvc metrics`` and ``dvc exp show`` read. Wall-clock keys (``charts/iteration_s``, tokens/s, ...) go
+to TensorBoard only (the stage writes them to its unhashed ``timings.csv``), so that every DVCLive file is
+byte-identical for the same params and seed. DVCLive is told to write no ``dvc.yaml``, no report and no
+experiment of its own: the pipeline's ``dvc.yaml`` declares the files, and ``dvc exp run`` records the
+experiments.
 """
 
 from __future__ import annotations
@@ -55,20 +56,6 @@ def metric_name(key: str) -> str:
     return f"{namespace}/{rest.replace('/', '.')}" if rest else namespace
 
 
-def _drop(summary: dict[str, Any], key: str) -> None:
-    """Remove ``a/b/c`` from DVCLive's nested summary (and the parents it leaves empty)."""
-    *parents, leaf = key.split("/")
-    nodes = [summary]
-    for part in parents:
-        if not isinstance(nodes[-1].get(part), dict):
-            return
-        nodes.append(nodes[-1][part])
-    nodes[-1].pop(leaf, None)
-    for node, part in zip(reversed(nodes[:-1]), reversed(parents)):
-        if not node[part]:
-            del node[part]
-
-
 def _live() -> type:
     """DVCLive's ``Live``, working in a git repository without a commit as it does outside git.
 
@@ -96,8 +83,9 @@ class RunTracker:
     """Logs curve rows of one training run to DVCLive in ``folder`` (and TensorBoard in ``tensorboard``).
 
     ``step_key`` names the row's step column (``iteration``, ``epoch``); ``wall_clock`` lists keys that
-    differ between identical runs (plotted, not summarised). Non-finite values are skipped (DVC reads
-    JSON, which has no NaN). Use as a context manager, or call :meth:`close`.
+    differ between identical runs: they go to TensorBoard only, never into DVCLive's files, which DVC hashes
+    (the stage writes them to its unhashed :data:`grueflow.io.TIMINGS_FILE`). Non-finite values are skipped (DVC
+    reads JSON, which has no NaN). Use as a context manager, or call :meth:`close`.
     """
 
     def __init__(self, folder: Path, step_key: str, wall_clock: Iterable[str] = (),
@@ -120,11 +108,10 @@ class RunTracker:
         for key, value in row.items():
             if key == self.step_key or value is None or not math.isfinite(value):
                 continue
-            self.live.log_metric(metric_name(key), float(value))
+            if key not in self.wall_clock:
+                self.live.log_metric(metric_name(key), float(value))
             if self.writer is not None:
                 self.writer.add_scalar(key, float(value), step)
-        for key in self.wall_clock:
-            _drop(self.live.summary, metric_name(key))
         self.live.next_step()
 
     def replay(self, rows: Iterable[dict[str, float]]) -> None:

@@ -12,7 +12,7 @@ from grueflow import plots, stage
 from grueflow.checkpoints import keyed_settings, run_key
 from grueflow.config import GenerationConfig, LengthsConfig, RewardConfig, read_yaml, to_dict
 from grueflow.data.sample import check_datapool, read_split
-from grueflow.io import MODEL_DIR, fingerprint, write_csv, write_json
+from grueflow.io import MODEL_DIR, TIMINGS_FILE, fingerprint, write_csv, write_json
 from grueflow.metrics import MetricContext
 from grueflow.metrics.reward import Reward
 from grueflow.models import check_context, load_pretrained
@@ -62,9 +62,9 @@ def main() -> None:
     p.add_argument("--init-model", type=Path, required=True, help="start model (a Hugging Face folder); also the frozen KL reference")
     p.add_argument("--base-model", type=Path, required=True, help="the task's base model folder (for fluency rewards)")
     p.add_argument("--seed", type=stage.seed, required=True)
-    add_arguments(p, "a folder: model/, curves.csv, curves.png, train_metrics.json, dvclive/, stage.json; with "
-                     "eval_every, val_curves.csv/.png, dvclive_val/, val_predictions/; with save_every, "
-                     "checkpoints/iteration<k>/", tracking=True)
+    add_arguments(p, "a folder: model/, curves.csv, timings.csv, curves.png, train_metrics.json, dvclive/, "
+                     "stage.json; with eval_every, val_curves.csv/.png, dvclive_val/, val_predictions/; with "
+                     "save_every, checkpoints/iteration<k>/", tracking=True)
     args = p.parse_args()
     started = stage.setup(args)
     # the task's sections as this method reads them: method_overrides.<algorithm> (and supervised+<algorithm>)
@@ -134,7 +134,11 @@ def main() -> None:
             for item in validation.selected_model().iterdir():
                 shutil.copy2(item, folder / MODEL_DIR / item.name)
         validation.write(folder, f"{args.algorithm} on {args.task_file.stem}, seed {args.seed}: val")
-        write_csv(folder / "curves.csv", state.curve)
+        # the curve DVC hashes (a plot) holds no wall time; the timings go beside it, in no hash
+        write_csv(folder / "curves.csv", [{k: v for k, v in row.items() if k not in WALL_CLOCK_KEYS}
+                                          for row in state.curve])
+        write_csv(folder / TIMINGS_FILE, [{"iteration": row["iteration"], **{k: row[k] for k in WALL_CLOCK_KEYS
+                                                                              if k in row}} for row in state.curve])
         plots.learning_curves(state.curve, "iteration", plots.RL_PANELS, folder / "curves.png",
                               f"{args.algorithm} on {args.task_file.stem}, seed {args.seed}")
         write_json(folder / "train_metrics.json", {"iteration": final["iteration"],

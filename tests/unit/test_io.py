@@ -47,7 +47,7 @@ def test_rerunning_a_stage_rewrites_stage_json_byte_for_byte_and_keeps_the_run_a
     assert provenance["stage"] == "demo"  # it outlives stage.json when DVC removes the outs: check_out reads it
     assert record["output_bytes"] == 1  # data.txt only: neither record counts
     dvcignore = (Path(__file__).resolve().parents[2] / ".dvcignore").read_text().splitlines()
-    assert "provenance.json" in dvcignore
+    assert "provenance.json" in dvcignore and "timings.csv" in dvcignore
 
 
 def test_a_finished_folder_is_readable_by_the_group_and_replaces_the_old_one(tmp_path):

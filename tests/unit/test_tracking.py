@@ -26,7 +26,7 @@ def test_metric_names_keep_a_value_and_its_components_apart():
     assert metric_name("train_loss") == "train_loss"
 
 
-def test_rows_go_to_dvclive_and_tensorboard_and_wall_clock_stays_out_of_the_summary(tmp_path):
+def test_rows_go_to_dvclive_and_tensorboard_and_wall_clock_only_to_tensorboard(tmp_path):
     with RunTracker(tmp_path / "dvclive", "iteration", ("charts/iteration_s",), tmp_path / "tb") as tracker:
         tracker.replay(ROWS)
     summary = (tmp_path / "dvclive" / "metrics.json").read_text()
@@ -35,7 +35,7 @@ def test_rows_go_to_dvclive_and_tensorboard_and_wall_clock_stays_out_of_the_summ
     metrics = tmp_path / "dvclive" / "plots" / "metrics"
     assert (metrics / "reward" / "task.tsv").read_text() == "step\ttask\n1\t0.5\n2\t0.75\n"
     assert (metrics / "losses" / "value.tsv").read_text() == "step\tvalue\n2\t0.125\n"  # NaN skipped
-    assert (metrics / "charts" / "iteration_s.tsv").read_text() == "step\titeration_s\n1\t1.25\n2\t0.5\n"
+    assert not (metrics / "charts").exists()  # wall clock: TensorBoard only, never a file DVC hashes
     assert not (tmp_path / "dvclive" / "dvc.yaml").exists()  # the pipeline's dvc.yaml declares the files
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -43,6 +43,7 @@ def test_rows_go_to_dvclive_and_tensorboard_and_wall_clock_stays_out_of_the_summ
     events = EventAccumulator(str(tmp_path / "tb"))
     events.Reload()
     assert [(e.step, e.value) for e in events.Scalars("reward/task")] == [(1, 0.5), (2, 0.75)]
+    assert [(e.step, e.value) for e in events.Scalars("charts/iteration_s")] == [(1, 1.25), (2, 0.5)]
 
     with RunTracker(tmp_path / "again", "iteration", ("charts/iteration_s",)) as tracker:
         tracker.replay(ROWS)
