@@ -1,6 +1,7 @@
 """Import one batch's answers (the annotation page's JSONL and/or platform results CSVs): agreement,
 the batch's human-evaluation table rows and, for pairwise batches, preferences.jsonl."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -20,14 +21,24 @@ DVC_SUFFIX = ".dvc"  # what `dvc add answers.jsonl` leaves beside the file it tr
 def answer_files(paths: list[Path]) -> list[Path]:
     """The answers files given, a folder standing for its *.jsonl and *.csv files (sorted). Hidden files, the
     page's *.cut leftovers and DVC's *.dvc pointers in a folder are passed over; any other file there (a
-    results.xlsx), or a folder in it (whose files are not read), is a DataError: it would be left out of the table
-    without a word."""
+    results.xlsx), a folder in it (whose files are not read), a symbolic link to nothing, or a *.dvc pointer whose
+    answers this checkout lacks, is a DataError: their answers would be left out of the table without a word."""
     files = []
     for path in paths:
         if not path.is_dir():
             files.append(path)
             continue
         entries = sorted(path.iterdir())
+        broken = [p.name for p in entries if p.is_symlink() and not p.exists()]
+        if broken:  # an unfetched git-annex file, a link to an unmounted drive: its answers would be left out
+            target = os.readlink(path / broken[0])
+            raise DataError(f"{path} holds {', '.join(broken)}: a symbolic link to nothing ({target}); fetch or "
+                            f"mount what it points to, or remove the link")
+        unpulled = [p.name for p in entries if p.suffix.lower() == DVC_SUFFIX and not (path / p.stem).exists()]
+        if unpulled:  # DVC tracks answers this checkout does not hold: the table would go on without them
+            tracked = ", ".join(Path(name).stem for name in unpulled)
+            raise DataError(f"{path} holds {', '.join(unpulled)}, but not the answers it tracks ({tracked}): run dvc "
+                            f"pull (or dvc checkout) first")
         other = [p.name + ("/" if p.is_dir() else "") for p in entries if not p.name.startswith(".")
                  and (p.is_dir() or p.suffix.lower() not in (*ANSWER_SUFFIXES, LEFTOVER_SUFFIX, DVC_SUFFIX))]
         if other:

@@ -2082,6 +2082,22 @@ def test_an_answers_folder_with_a_file_neither_jsonl_nor_csv_exits_2_naming_it(t
     assert not (tmp_path / "imp").exists()
 
 
+@pytest.mark.parametrize("leave, named", [
+    (lambda folder: (folder / "bob.jsonl").symlink_to(folder / "annex" / "bob.jsonl"),
+     "bob.jsonl: a symbolic link to nothing ("),  # an unfetched git-annex file: its answers were left out, rc 0
+    (lambda folder: (folder / "bob.jsonl.dvc").write_text("outs:\n- md5: 0\n  path: bob.jsonl\n"),
+     "bob.jsonl.dvc, but not the answers it tracks (bob.jsonl): run dvc pull (or dvc checkout) first"),
+], ids=["dangling-link", "dvc-pointer-not-pulled"])
+def test_answers_this_checkout_does_not_hold_are_named_not_left_out(tmp_path: Path, call_stage, leave, named: str):
+    batch = human_likert_batch(tmp_path / "batch")
+    human_answers(tmp_path / "answers" / "answers.jsonl", batch, 4, None)
+    leave(tmp_path / "answers")
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "answers",
+                        "--out", tmp_path / "imp")
+    assert_fails_in_one_line(result, f"error: {tmp_path / 'answers'} holds {named}")
+    assert not (tmp_path / "imp").exists()
+
+
 def test_hidden_files_cut_leftovers_and_dvc_pointers_in_an_answers_folder_are_passed_over(tmp_path: Path,
                                                                                          call_stage, caplog):
     batch = human_likert_batch(tmp_path / "batch")
