@@ -733,13 +733,20 @@ def test_a_list_written_as_one_csv_cell_is_refused_not_scored_as_one_reference(t
                                         r"a list column so to CSV\), which would be scored as one reference; write the "
                                         r"rows as JSON lines with a list of texts"):
         custom_pool(three_splits(str(path)))
-    for cell in ("[]", "\"('4', 'four')\"", "\"[4, 5]\""):  # an empty list, a tuple, numbers: pandas writes these too
+    for cell in ("[]", "\"('4', 'four')\""):  # an empty list, a tuple: pandas writes these too
         path.write_text(f"prompt,references\n2 + 2 ?,{cell}\n")
         with pytest.raises(DataError, match="is a list written as one text"):
             custom_pool(three_splits(str(path)))
-    path.write_text("prompt,references\nnote ?,[citation needed]\nsay ?,(laughs)\nhow ?,\"(1) stir, (2) bake\"\n")
+    path.write_text("prompt,references\nnote ?,[citation needed]\nsay ?,(laughs)\nhow ?,\"(1) stir, (2) bake\"\n"
+                    "range ?,\"[0, 1]\"\npair ?,\"(2, 3)\"\n")  # numbers in brackets: an interval, a pair
     assert [s.references for s in custom_pool(three_splits(str(path))).splits["test"]] == [
-        ("[citation needed]",), ("(laughs)",), ("(1) stir, (2) bake",)]
+        ("[citation needed]",), ("(laughs)",), ("(1) stir, (2) bake",), ("[0, 1]",), ("(2, 3)",)]
+    folder = tmp_path / "csvs"  # a folder of CSV files given as path: the same cells
+    folder.mkdir()
+    for split in ("train", "validation", "test"):
+        (folder / f"{split}.csv").write_text("prompt,references\n2 + 2 ?,\"['4', 'four']\"\n")
+    with pytest.raises(DataError, match="is a list written as one text"):
+        DATAPOOLS.get("custom").build(parse(DATAPOOLS.get("custom").Args, {"path": str(folder)}, "args"))
     lines = tmp_path / "code.jsonl"  # JSON holds a list as a list: a string that spells one is a code target
     lines.write_text(json.dumps({"prompt": "a list of two words ?", "references": "['word0', 'other']"}) + "\n")
     assert [s.references for s in custom_pool(three_splits(str(lines))).splits["test"]] == [("['word0', 'other']",)]
