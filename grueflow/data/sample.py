@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,6 +117,11 @@ def _leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
     return {key: value for name, child in tree.items() for key, value in _leaves(child, f"{prefix}{name}.").items()}
 
 
+def _real(value: Any) -> Any:
+    """A datapool arg that names an existing file or folder, as its resolved path; any other value as it is."""
+    return os.path.realpath(value) if isinstance(value, str) and value and os.path.exists(value) else value
+
+
 def check_datapool(datapool: Path, task_file: Path) -> None:
     """Before a stage reads ``datapool`` for the task of ``task_file``: a datapool that ``prepare_datapool`` built
     from another ``datapool`` section (another task's, or this task's before an edit) is a :class:`ConfigError`
@@ -150,7 +156,8 @@ def check_datapool(datapool: Path, task_file: Path) -> None:
         built = resolved(parse(DatapoolConfig, built, "datapool"))
     except ConfigError:  # a record an earlier version wrote, whose args this one no longer takes: compared as written
         wanted = to_dict(load_section(DatapoolConfig, task_file, "datapool"))
-    had, has = _leaves(built), _leaves(wanted)
+    # a file named ./x, ../shared/x or by its absolute path is the same file (relative to this working folder)
+    had, has = ({key: _real(value) for key, value in _leaves(side).items()} for side in (built, wanted))
     differ = [key for key in sorted(set(had) | set(has)) if had.get(key) != has.get(key)]
     if not differ:
         return

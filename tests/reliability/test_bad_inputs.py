@@ -2761,3 +2761,18 @@ def test_a_stage_refuses_another_tasks_datapool_and_warns_on_an_unrecorded_one(t
     check_datapool(tmp_path / "pool", MICRO / "tasks" / "sentiment.yaml")
     assert (f"--datapool {tmp_path / 'pool'} has no stage.json: prepare_datapool did not write it (or its record "
             f"was deleted), so its splits are read as they are") in caplog.text
+
+
+def test_a_datapool_file_named_by_another_path_to_it_is_the_same_datapool(tmp_path: Path, call_stage):
+    """The datapool check compared file args as text: the same file named ./x or by its absolute path was refused."""
+    import os
+
+    from grueflow.data.sample import check_datapool
+
+    task = custom_task(tmp_path, write_rows(tmp_path / "train.jsonl", [GOOD_ROW, GOOD_ROW]))
+    assert call_stage("prepare_datapool", "--task-file", task, "--out", tmp_path / "pool").code == 0
+    data = yaml.safe_load(task.read_text())
+    files = data["datapool"]["args"]["data_files"]
+    data["datapool"]["args"]["data_files"] = {split: os.path.relpath(path) for split, path in files.items()}
+    (tmp_path / "relative.yaml").write_text(yaml.safe_dump(data))
+    check_datapool(tmp_path / "pool", tmp_path / "relative.yaml")
