@@ -109,3 +109,14 @@ def test_export_annotate_import_table_through_snakemake(tmp_path: Path) -> None:
     store.append("carol", likert.items[0]["item_id"], {"coherence": 1, "sentiment": 1})  # the folder keeps its time
     dry = run(["snakemake", "-n", "results/human_eval_table.csv", "--cores", "1", *allowed], repo).stdout
     assert "import_human_eval" in dry and "human_eval_table" in dry
+    snakemake(repo, "results/human_eval_table.csv", rules=("import_human_eval", "human_eval_table"))
+    answers = repo / "data" / "human" / "sentiment" / "likert_seed0" / "answers.jsonl"
+    stamp = answers.stat().st_mtime_ns
+    answers.write_text(answers.read_text().replace('"coherence": 1', '"coherence": 2'))  # cp -p: content, old time
+    os.utime(answers, ns=(stamp, stamp))
+    dry = run(["snakemake", "-n", "results/human_eval_table.csv", "--cores", "1", *allowed], repo).stdout
+    assert "import_human_eval" in dry
+    (repo / "data" / "human" / "sentiment" / "likert_seed1").mkdir()  # a placeholder batch folder, no answers yet:
+    (repo / "data" / "human" / "sentiment" / "likert_seed1" / ".gitkeep").touch()  # it held back every batch
+    dry = run(["snakemake", "-n", "results/human_eval_table.csv", "--cores", "1", *allowed], repo).stdout
+    assert "likert_seed1" not in dry

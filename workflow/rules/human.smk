@@ -5,7 +5,7 @@
 #   snakemake --cores 1 results/human/sentiment/batches/supervised+ppo_vs_supervised_seed0  (blinded A/B)
 #   snakemake --cores 1 results/human_eval_table.csv        (every batch with answers under data/human/)
 # The criteria are the task's registered criteria set (grueflow/human/criteria.py), looked up by task name.
-HUMAN_ANSWERS = glob_wildcards("data/human/{task,[^/]+}/{batch,[^/]+}/{file,[^/]+}")
+HUMAN_ANSWERS = glob_wildcards("data/human/{task,[^/]+}/{batch,[^/]+}/{file,[^/.][^/]*}")  # hidden files: none
 HUMAN_IMPORTS = sorted({f"results/human/{t}/imported/{b}" for t, b in zip(HUMAN_ANSWERS.task, HUMAN_ANSWERS.batch)
                         if t in TASKS})
 
@@ -76,17 +76,32 @@ def answers_files(w):
         if folder.is_dir() else []
 
 
+def answers_inputs(w):
+    """:func:`answers_files` as Snakemake inputs: braces in a file name doubled, or Snakemake reads them as a
+    wildcard."""
+    return [f.replace("{", "{{").replace("}", "}}") for f in answers_files(w)]
+
+
+def answers_digests(w):
+    """Each answers file's sha256, a rerun trigger: a file copied over with an older time (cp -p) changes no time
+    Snakemake compares."""
+    import hashlib
+
+    return {f: hashlib.sha256(Path(f).read_bytes()).hexdigest() for f in answers_files(w)}
+
+
 rule import_human_eval:
     input:
         batch="results/human/{task}/batches/{batch}",
         answers="data/human/{task}/{batch}",
-        answers_files=answers_files,
+        answers_files=answers_inputs,
         key=human_key,
         code=code("import_human_eval"),
     output:
         directory(output_of("import_human_eval")),
     params:
         key=lambda w, input: ["--key", *input.key] if input.key else [],
+        answers_digests=answers_digests,
     log:
         "results/logs/human/{task}/import_{batch}.log",
     shell:
