@@ -116,6 +116,10 @@ def test_export_annotate_import_table_through_snakemake(tmp_path: Path) -> None:
     os.utime(answers, ns=(stamp, stamp))
     dry = run(["snakemake", "-n", "results/human_eval_table.csv", "--cores", "1", *allowed], repo).stdout
     assert "import_human_eval" in dry
+    snakemake(repo, "results/human_eval_table.csv", rules=("import_human_eval", "human_eval_table"))
+    answers.rename(answers.with_name("answers {batch} (1).jsonl"))  # braces: Snakemake read a wildcard there
+    dry = run(["snakemake", "-n", "results/human_eval_table.csv", "--cores", "1", *allowed], repo).stdout
+    assert "import_human_eval" in dry
     (repo / "data" / "human" / "sentiment" / "likert_seed1").mkdir()  # a placeholder batch folder, no answers yet:
     (repo / "data" / "human" / "sentiment" / "likert_seed1" / ".gitkeep").touch()  # it held back every batch
     dry = run(["snakemake", "-n", "results/human_eval_table.csv", "--cores", "1", *allowed], repo).stdout

@@ -77,14 +77,14 @@ def answers_files(w):
 
 
 def answers_inputs(w):
-    """:func:`answers_files` as Snakemake inputs: braces in a file name doubled, or Snakemake reads them as a
-    wildcard."""
-    return [f.replace("{", "{{").replace("}", "}}") for f in answers_files(w)]
+    """:func:`answers_files` as Snakemake inputs, but those whose name holds a brace, which Snakemake would read as
+    a wildcard whatever the escaping (:func:`answers_digests` covers them)."""
+    return [f for f in answers_files(w) if "{" not in f and "}" not in f]
 
 
 def answers_digests(w):
-    """Each answers file's sha256, a rerun trigger: a file copied over with an older time (cp -p) changes no time
-    Snakemake compares."""
+    """Each answers file's sha256 (a brace in its name included), a rerun trigger: a file copied over with an
+    older time (cp -p) changes no time Snakemake compares, and a new or edited file changes the digests."""
     import hashlib
 
     return {f: hashlib.sha256(Path(f).read_bytes()).hexdigest() for f in answers_files(w)}
