@@ -1258,6 +1258,19 @@ def test_ctrl_c_before_a_command_handler_is_one_line(capsys, monkeypatch, argv0:
     assert seen[-1] is ValueError and sys.excepthook is grueflow._interrupted
 
 
+def full_disk(monkeypatch: pytest.MonkeyPatch, folder: Path) -> Path:
+    """``folder``, made, on a file system that ``shutil.disk_usage`` reports full (every other one as it is)."""
+    import collections
+    import shutil as shutil_
+
+    folder.mkdir()
+    usage = collections.namedtuple("usage", "total used free")
+    real = shutil_.disk_usage
+    monkeypatch.setattr(shutil_, "disk_usage",
+                        lambda path: usage(1 << 20, 1 << 20, 0) if Path(path) == folder else real(path))
+    return folder
+
+
 @pytest.mark.parametrize("fault", [
     RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534"),
     RuntimeError("[enforce fail at inline_container.cc:858] . PytorchStreamWriter failed writing file data/0: file "
@@ -1266,17 +1279,9 @@ def test_ctrl_c_before_a_command_handler_is_one_line(capsys, monkeypatch, argv0:
 def test_torch_save_into_a_full_out_disk_is_one_line_when_the_working_disk_has_room(capsys, monkeypatch, tmp_path,
                                                                                       fault: RuntimeError):
     """torch.save raises a RuntimeError on a full disk; the full disk may be ``--out``'s, not the working folder's."""
-    import collections
-    import shutil as shutil_
-
     from grueflow.stage import main_guard
 
-    full = tmp_path / "small"
-    full.mkdir()
-    usage = collections.namedtuple("usage", "total used free")
-    real = shutil_.disk_usage
-    monkeypatch.setattr(shutil_, "disk_usage",
-                        lambda path: usage(1 << 20, 1 << 20, 0) if Path(path) == full else real(path))
+    full = full_disk(monkeypatch, tmp_path / "small")
     monkeypatch.setattr(sys, "argv", ["rl_finetune.py", "--threads", "2", "--out", str(full / "ppo" / "seed0")])
 
     def run() -> None:
@@ -1296,17 +1301,9 @@ def test_torch_save_into_a_full_out_disk_is_one_line_when_the_working_disk_has_r
 def test_a_full_disk_names_the_full_folder_and_a_resume_folder_only_where_one_is_kept(capsys, monkeypatch, tmp_path,
                                                                                     script: str, kept: bool):
     """A full disk in evaluate named no path and told of a resume folder that stage does not keep."""
-    import collections
-    import shutil as shutil_
-
     from grueflow.stage import main_guard
 
-    full = tmp_path / "small"
-    full.mkdir()
-    usage = collections.namedtuple("usage", "total used free")
-    real = shutil_.disk_usage
-    monkeypatch.setattr(shutil_, "disk_usage",
-                        lambda path: usage(1 << 20, 1 << 20, 0) if Path(path) == full else real(path))
+    full = full_disk(monkeypatch, tmp_path / "small")
     monkeypatch.setattr(sys, "argv", [str(ROOT / "stages" / f"{script}.py"), "--out", str(full / "out")])
 
     def run() -> None:
