@@ -2706,8 +2706,8 @@ def test_aggregate_never_writes_over_a_file_an_earlier_run_did_not_write(tmp_pat
     assert (tmp_path / name).read_text() == content
 
 
-def test_a_table_output_that_is_a_symlink_is_replaced_with_a_warning_naming_its_target(tmp_path: Path, call_stage,
-                                                                                       caplog: pytest.LogCaptureFixture):
+def test_a_table_output_that_is_a_symlink_is_replaced_with_a_warning_naming_its_target(
+        tmp_path: Path, call_stage, caplog: pytest.LogCaptureFixture):
     """A link to an earlier table was replaced by a plain file with no word, leaving the table it pointed to stale.
     It is still replaced, not written through (it may point into DVC's cache), and the warning says so."""
     from tests.unit.test_grue import write_run
@@ -2722,7 +2722,8 @@ def test_a_table_output_that_is_a_symlink_is_replaced_with_a_warning_naming_its_
     result = call_stage("aggregate", *grid, *outs, "--out-csv", tmp_path / "link.csv")
     assert result.code == 0, result.stderr
     assert (f"--out-csv {tmp_path / 'link.csv'} is a symbolic link (to paper.csv): the new file replaces the link, "
-            f"and {tmp_path / 'paper.csv'} keeps its content; copy the file there if it is to change too") in caplog.text
+            f"and {tmp_path / 'paper.csv'} keeps its content; copy the file there if it is to change "
+            f"too") in caplog.text
     assert not (tmp_path / "link.csv").is_symlink() and (tmp_path / "paper.csv").read_text() == earlier
 
 

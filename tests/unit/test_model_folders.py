@@ -115,9 +115,9 @@ def test_a_model_whose_weights_hold_nan_or_inf_is_refused_at_load_naming_the_fol
         load_pretrained(folder)
     assert not isinstance(err.value, MissingDataError)  # nothing is missing: the values are bad
     assert str(err.value) == (f"cannot load the model in {folder}: 1 of its tensors hold NaN or infinite values "
-                              f"(transformer.h.0.ln_1.weight), so it cannot generate or score; a training that diverged "
-                              f"writes such weights: rerun the stage that wrote it with a lower learning_rate, or give "
-                              f"another model")
+                              f"(transformer.h.0.ln_1.weight), so it cannot generate or score; a training that "
+                              f"diverged writes such weights: rerun the stage that wrote it with a lower "
+                              f"learning_rate, or give another model")
     load_pretrained(tiny_models["causal"])  # finite weights load
 
 
