@@ -151,11 +151,12 @@ def check_datapool(datapool: Path, task_file: Path) -> None:
     built = params.get("datapool") if isinstance(params, dict) else None
     if not isinstance(built, dict):
         return
-    wanted = resolved(load_section(DatapoolConfig, task_file, "datapool"))
+    section = load_section(DatapoolConfig, task_file, "datapool")
+    wanted = resolved(section)
     try:
         built = resolved(parse(DatapoolConfig, built, "datapool"))
     except ConfigError:  # a record an earlier version wrote, whose args this one no longer takes: compared as written
-        wanted = to_dict(load_section(DatapoolConfig, task_file, "datapool"))
+        wanted = to_dict(section)
     # a file named ./x, ../shared/x or by its absolute path is the same file (relative to this working folder)
     had, has = ({key: _real(value) for key, value in _leaves(side).items()} for side in (built, wanted))
     differ = [key for key in sorted(set(had) | set(has)) if had.get(key) != has.get(key)]
