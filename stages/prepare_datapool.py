@@ -23,7 +23,7 @@ def main() -> None:
     cfg: DatapoolConfig = load_section(DatapoolConfig, args.task_file, "datapool")
     pool = DATAPOOLS.get(cfg.id).build(typed_args(cfg))
     with atomic_dir(args.out) as tmp:
-        stats = write_datapool(pool, tmp)
+        stats = write_datapool(pool, tmp, cfg.id)
         stage.finish(tmp, "prepare_datapool", {"datapool": to_dict(cfg)}, {}, started, stats=stats)
 
 

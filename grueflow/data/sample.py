@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import unicodedata
@@ -80,12 +81,80 @@ def prompt_key(prompt: str) -> str:
     return " ".join(unicodedata.normalize("NFKC", prompt.translate(INVISIBLE)).casefold().split())
 
 
-def write_datapool(pool: Datapool, out_dir: str | Path) -> dict[str, Any]:
-    """Write ``<split>.jsonl`` and ``unlabelled.txt``; return the stats (written to ``stats.json`` too).
+def _not_text(value: Any) -> str:
+    """Why ``value`` is not text a datapool file can hold ("" when it is): not a string, or a string with a lone
+    surrogate (a JSON ``\\ud800`` escape without its pair), which no UTF-8 file can hold."""
+    if not isinstance(value, str):
+        return f"is {value!r:.60} ({type(value).__name__}), not text"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return (f"holds a lone surrogate {value[err.start]!r} at character {err.start + 1}, which is not Unicode "
+                f"text (a JSON \\ud800 escape without its pair?)")
+    return ""
+
+
+def _sample_problem(sample: Any) -> str:
+    """Why a loader's ``sample`` cannot be written as a datapool row ("" when it can)."""
+    if not isinstance(sample, Sample):
+        return f"is a {type(sample).__name__}, not a grueflow.data.sample.Sample"
+    if not isinstance(sample.id, str) or not sample.id:
+        return f"id {sample.id!r} is not a non-empty string"
+    if isinstance(sample.references, str):
+        return (f"references is the string {sample.references!r:.60}, which would be read letter by letter; give a "
+                f"tuple of strings, e.g. ({sample.references!r:.40},)")
+    if not isinstance(sample.references, (list, tuple)):
+        return f"references is a {type(sample.references).__name__}, not a tuple of strings"
+    texts = [("prompt", sample.prompt)] + [(f"reference {k + 1}", r) for k, r in enumerate(sample.references)]
+    problem = next((f"{name} {why}" for name, text in texts for why in [_not_text(text)] if why), "")
+    if problem:
+        return problem
+    if not isinstance(sample.meta, dict):
+        return f"meta is a {type(sample.meta).__name__}, not a mapping"
+    try:
+        json.dumps(sample.meta, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError) as err:
+        return f"meta {sample.meta!r:.80} cannot be written as JSON ({err})"
+    return ""
+
+
+def check_pool(pool: Any, source: str) -> None:
+    """A DataError naming the loader (``source``, the datapool id), the split and the sample where a built datapool
+    cannot be written as it is (a plugin's own loader included): not a :class:`Datapool`; splits other than train,
+    val and test, or one of them empty; a sample that is not a :class:`Sample` of text (references as one string,
+    a number where text belongs, a lone surrogate, meta that is not JSON); an id twice in a split. Without it the
+    rows would be written letter by letter, or fail mid-write, or be refused only by the next stage."""
+    if not isinstance(pool, Datapool):
+        raise io.DataError(f"datapool {source!r} built a {type(pool).__name__}, not a grueflow.data.sample.Datapool")
+    if not isinstance(pool.splits, dict) or sorted(pool.splits) != sorted(SPLITS):
+        given = sorted(pool.splits) if isinstance(pool.splits, dict) else type(pool.splits).__name__
+        raise io.DataError(f"datapool {source!r} built the splits {given}; a datapool has the splits "
+                           f"{', '.join(SPLITS)}, no more and no fewer")
+    for split in SPLITS:
+        if not pool.splits[split]:
+            raise io.DataError(f"datapool {source!r} built no {split} samples; every split needs at least one")
+        seen: set[str] = set()
+        for i, sample in enumerate(pool.splits[split]):
+            problem = _sample_problem(sample)
+            if not problem and sample.id in seen:
+                problem = f"id {sample.id!r} is given to two samples of the split; give each its own"
+            if problem:
+                raise io.DataError(f"datapool {source!r}, {split} sample {i + 1}: {problem}")
+            seen.add(sample.id)
+    bad = next((f"line {k + 1} {why}" for k, line in enumerate(pool.unlabelled) for why in [_not_text(line)] if why),
+               "")
+    if bad:
+        raise io.DataError(f"datapool {source!r}: unlabelled text {bad}")
+
+
+def write_datapool(pool: Datapool, out_dir: str | Path, source: str = "") -> dict[str, Any]:
+    """Write ``<split>.jsonl`` and ``unlabelled.txt``, once :func:`check_pool` passes (``source``: the datapool
+    id, for its messages); return the stats (written to ``stats.json`` too).
 
     ``train_test_prompt_overlap`` counts the distinct prompts found in both train and test (compared by
     :func:`prompt_key`): a test sample whose prompt was trained on scores what the model memorised.
     """
+    check_pool(pool, source or "(unnamed)")
     out_dir = Path(out_dir)
     for split in SPLITS:
         io.write_jsonl(out_dir / f"{split}.jsonl", (s.to_json() for s in pool.splits[split]))

@@ -938,6 +938,57 @@ def custom_task(tmp_path: Path, train: str, **args: Any) -> Path:
                                                                                                    **args}})
 
 
+def _sample(id_: str = "s0", prompt: str = "2 + 2 ?", references: Any = ("4",), meta: Any = None) -> Any:
+    from grueflow.data.sample import Sample
+
+    return Sample(id_, prompt, references, {} if meta is None else meta)
+
+
+def _pool(**splits: Any) -> Any:
+    from grueflow.data.sample import Datapool
+
+    good = {"train": [_sample("t0")], "val": [_sample("v0")], "test": [_sample("x0")]}
+    return Datapool({**good, **splits}, ["some text"])
+
+
+@pytest.mark.parametrize("pool, expect", [
+    (_pool(test=[_sample(references="tref 0")]), "datapool 'my_pool:Pool', test sample 1: references is the string "
+     "'tref 0', which would be read letter by letter; give a tuple of strings, e.g. ('tref 0',)"),
+    (_pool(test=[_sample(references=(7,))]), "test sample 1: reference 1 is 7 (int), not text"),
+    (_pool(test=[_sample(meta={"tags": {"a"}})]), "test sample 1: meta {'tags': {'a'}} cannot be written as JSON "
+     "(Object of type set is not JSON serializable)"),
+    (_pool(test=[_sample(meta={"score": float("nan")})]), "meta {'score': nan} cannot be written as JSON"),
+    (_pool(test=[_sample(prompt="a\ud800b")]), "test sample 1: prompt holds a lone surrogate '\\ud800' at character "
+     "2, which is not Unicode text"),
+    (_pool(train=[_sample("same"), _sample("same")]), "train sample 2: id 'same' is given to two samples of the split"),
+    (_pool(test=[]), "datapool 'my_pool:Pool' built no test samples; every split needs at least one"),
+    (_pool(validation=[_sample()]), "datapool 'my_pool:Pool' built the splits ['test', 'train', 'val', 'validation']; "
+     "a datapool has the splits train, val, test, no more and no fewer"),
+    ({"train": []}, "datapool 'my_pool:Pool' built a dict, not a grueflow.data.sample.Datapool"),
+], ids=["references-one-string", "reference-a-number", "meta-a-set", "meta-nan", "lone-surrogate", "id-twice",
+        "empty-split", "extra-split", "not-a-datapool"])
+def test_a_datapool_a_loader_built_is_checked_before_it_is_written(tmp_path: Path, pool, expect: str):
+    """A plugin's loader (or one of ours) could hand over references as one string (written letter by letter,
+    exit 0), a number or a set (a traceback mid-write), an empty split or an id twice (written, then refused by the
+    next stage with "rebuild it with prepare_datapool", which wrote the same again)."""
+    from grueflow.data.sample import write_datapool
+
+    with pytest.raises(DataError) as err:
+        write_datapool(pool, tmp_path / "pool", "my_pool:Pool")
+    assert expect in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "pool" / "train.jsonl").exists()
+
+
+def test_a_lone_surrogate_in_a_data_file_ends_in_one_line(tmp_path: Path):
+    """A JSON ``\\ud800`` escape without its pair crashed prepare_datapool with a UnicodeEncodeError in the writer."""
+    train = tmp_path / "train.jsonl"
+    train.write_text('{"prompt": "a\\ud800b", "references": ["x"]}\n' + json.dumps(GOOD_ROW) + "\n")
+    result = run_stage("prepare_datapool", "--task-file", custom_task(tmp_path, str(train)), "--out", tmp_path / "pool")
+    assert_fails_in_one_line(result, "error: datapool 'custom', train sample 1: prompt holds a lone surrogate "
+                                     "'\\ud800' at character 2")
+    assert not (tmp_path / "pool").exists()
+
+
 def test_prepare_datapool_on_a_non_utf8_file_exits_2(tmp_path: Path):
     train = raw_file("latin1.jsonl", json.dumps(GOOD_ROW).encode() + b"\n" + LATIN1)(tmp_path)
     result = run_stage("prepare_datapool", "--task-file", custom_task(tmp_path, train), "--out", tmp_path / "pool")
