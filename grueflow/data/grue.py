@@ -728,9 +728,10 @@ REFERENCE_SHAPES = ('a string, a list of strings, {"text": [strings]} (SQuAD\'s 
 
 
 def _spelled_list(text: str) -> bool:
-    """Whether ``text`` is a Python or JSON list or tuple of texts written out (``['a', 'b']``, ``["a"]``,
-    ``('a',)``, ``[]``): what pandas writes to a CSV cell for a list column of texts. Numbers in brackets
-    (``[0, 1]``, ``(2, 3)``: an interval, a pair) are a text answer, not a list of references."""
+    """Whether ``text`` is a Python or JSON list or tuple written out that holds a text (``['a', 'b']``, ``["a"]``,
+    ``('a',)``, ``['four', 4]``, ``[['a', 'b']]``) or nothing (``[]``): what pandas writes to a CSV cell for a list
+    column. Numbers alone in brackets (``[0, 1]``, ``(2, 3)``: an interval, a pair) are a text answer, not a list of
+    references."""
     text = text.strip()
     if (text[:1], text[-1:]) not in (("[", "]"), ("(", ")")):
         return False
@@ -738,7 +739,12 @@ def _spelled_list(text: str) -> bool:
         value = ast.literal_eval(text)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return False
-    return isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value)
+    if not isinstance(value, (list, tuple)):
+        return False
+    items = [leaf for item in value for leaf in (item if isinstance(item, (list, tuple)) else (item,))]
+    number = (int, float)
+    return all(isinstance(item, (str, *number)) and not isinstance(item, bool) for item in items) and \
+        (not value or any(isinstance(item, str) for item in items))
 
 
 def as_references(value: Any, origin: str = "", column: str = "references", csv_cell: bool = False
@@ -791,8 +797,6 @@ def as_references(value: Any, origin: str = "", column: str = "references", csv_
 def custom_row(unit: Unit, args: Custom.Args) -> Row:
     text = require_text(unit.row[args.fields.prompt], f"prompt ({args.fields.prompt})", unit.origin)
     meta = {key: unit.row[key] for key in args.fields.meta}
-    source = (args.data_files or {}).get(unit.key.rsplit("-", 1)[0], "")  # the unit's file (key: <split>-<i>)
-    csv_cell = (args.path == "csv" or str(source).lower().endswith(".csv")
-                or (not source and Path(args.path).is_dir() and any(Path(args.path).glob("*.csv"))))
     return Row(args.prefix + text + args.suffix,
-               as_references(unit.row[args.fields.references], unit.origin, csv_cell=csv_cell), meta, unit.origin)
+               as_references(unit.row[args.fields.references], unit.origin, csv_cell=unit.builder == "csv"), meta,
+               unit.origin)

@@ -29,11 +29,13 @@ def load_splits(path: str, data_files: Optional[dict[str, str]], name: Optional[
 
     With ``data_files`` and a ``path`` that is neither a builder nor a local folder (a hub id, or
     empty), the builder is taken from the files' extension: local files never go to the hub. Local
-    text files are checked first (:func:`check_text_file`): ``datasets``' errors name no file or line.
+    text files are checked first (:func:`check_text_file`): ``datasets``' errors name no file or line. A path
+    that begins with ``~`` is in the home folder, as a shell reads it.
     """
     import datasets
 
-    files = dict(data_files) if data_files else None
+    path = os.path.expanduser(path) if path and path.startswith("~") else path  # a home folder, as a shell reads it
+    files = {split: os.path.expanduser(file) for split, file in data_files.items()} if data_files else None
     if files:
         missing = [f for f in files.values() if not Path(f).exists()]
         if missing:

@@ -186,9 +186,16 @@ def _leaves(tree: Any, prefix: str = "") -> dict[str, Any]:
     return {key: value for name, child in tree.items() for key, value in _leaves(child, f"{prefix}{name}.").items()}
 
 
-def _real(value: Any) -> Any:
-    """A datapool arg that names an existing file or folder, as its resolved path; any other value as it is."""
-    return os.path.realpath(value) if isinstance(value, str) and value and os.path.exists(value) else value
+PATH_ARGS = ("args.path", "args.data_root", "args.data_files.")  # the datapool args that name a file or folder
+
+
+def _real(key: str, value: Any) -> Any:
+    """A datapool arg (``key``, dotted) that names a file or folder (:data:`PATH_ARGS`) and exists, as its resolved
+    path (``~`` expanded); any other value as it is (a prompt suffix "." is no folder)."""
+    if not (key.startswith(PATH_ARGS) and isinstance(value, str) and value):
+        return value
+    path = os.path.expanduser(value)
+    return os.path.realpath(path) if os.path.exists(path) else value
 
 
 def check_datapool(datapool: Path, task_file: Path) -> None:
@@ -227,7 +234,7 @@ def check_datapool(datapool: Path, task_file: Path) -> None:
     except ConfigError:  # a record an earlier version wrote, whose args this one no longer takes: compared as written
         wanted = to_dict(section)
     # a file named ./x, ../shared/x or by its absolute path is the same file (relative to this working folder)
-    had, has = ({key: _real(value) for key, value in _leaves(side).items()} for side in (built, wanted))
+    had, has = ({key: _real(key, value) for key, value in _leaves(side).items()} for side in (built, wanted))
     differ = [key for key in sorted(set(had) | set(has)) if had.get(key) != has.get(key)]
     if not differ:
         return

@@ -31,6 +31,7 @@ a row's references are dropped; the row is bad only when none is left.
 
 from __future__ import annotations
 
+import os
 import logging
 import random
 from collections import Counter
@@ -59,12 +60,14 @@ class Unit:
     """One source row, or a group of rows (a CommonGen concept set), with where it came from.
 
     ``origin`` names it in error messages (``<file> row 12``); ``key`` is a stable id
-    (``<source split>-<index>``) that loaders may keep in ``meta``.
+    (``<source split>-<index>``) that loaders may keep in ``meta``; ``builder`` is the ``datasets`` builder that
+    read it (``csv``, ``json``, ``parquet``; empty for files grueflow reads itself): a CSV cell holds text only.
     """
 
     row: dict[str, Any]
     origin: str
     key: str
+    builder: str = ""
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,12 @@ class SourceArgs:
     skip_bad_rows: bool = False
 
     def __post_init__(self) -> None:
+        for key in ("path", "data_root"):  # a home folder, as a shell reads it: ~/data is never a hub id
+            if isinstance(getattr(self, key, None), str) and getattr(self, key).startswith("~"):
+                object.__setattr__(self, key, os.path.expanduser(getattr(self, key)))
+        if self.data_files:
+            object.__setattr__(self, "data_files", {split: os.path.expanduser(file) if isinstance(file, str) else file
+                                                    for split, file in self.data_files.items()})
         check_split_args(self)
 
 
@@ -154,7 +163,8 @@ def load_units(args: SourceArgs, schemas: dict[str, tuple[str, ...]], loader: st
             continue
         where = args.data_files[split] if args.data_files else f"{args.path} ({split} split)"
         check_columns(where, rows.column_names, schemas, loader)
-        sources[split] = [Unit(row, f"{where} row {i + 1}", f"{split}-{i}") for i, row in enumerate(rows)]
+        builder = rows.info.builder_name if hasattr(rows, "info") else "json"  # grueflow's own JSON reader: Rows
+        sources[split] = [Unit(row, f"{where} row {i + 1}", f"{split}-{i}", builder) for i, row in enumerate(rows)]
     return sources
 
 
@@ -173,7 +183,7 @@ def group_units(units: list[Unit], key: Callable[[Unit], Any],
     groups: dict[Any, list[Unit]] = {}
     for unit in units:
         groups.setdefault(key(unit), []).append(unit)
-    return [Unit(merge(group), group[0].origin, group[0].key) for group in groups.values()]
+    return [Unit(merge(group), group[0].origin, group[0].key, group[0].builder) for group in groups.values()]
 
 
 def assign_splits(sources: dict[str, list[Unit]], to_rows: Callable[[Unit], list[Row]],
@@ -252,7 +262,7 @@ def prompt_groups(units: list[Unit], to_rows: Callable[[Unit], list[Row]], skip_
             row: dict[str, Any] = {"units": [first], "error": str(found[0])}
         else:
             row = {"units": [units[i] for i in group], "rows": [r for rows in found for r in rows]}
-        groups.append(Unit(row, first.origin, first.key))
+        groups.append(Unit(row, first.origin, first.key, first.builder))
     return groups
 
 

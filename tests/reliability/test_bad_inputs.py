@@ -752,6 +752,63 @@ def test_a_list_written_as_one_csv_cell_is_refused_not_scored_as_one_reference(t
     assert [s.references for s in custom_pool(three_splits(str(lines))).splits["test"]] == [("['word0', 'other']",)]
 
 
+@pytest.mark.parametrize("cell", ["\"['four', 4]\"", "\"[['a', 'b']]\"", "\"['a', 1.5]\""])
+def test_a_list_cell_of_texts_and_numbers_is_refused_too(tmp_path: Path, cell: str):
+    """A pandas list column that mixes a text with a number (``['four', 4]``) or nests its texts passed as one
+    reference: only lists of texts alone were refused."""
+    path = tmp_path / "mixed.csv"
+    path.write_text(f"prompt,references\n2 + 2 ?,{cell}\n")
+    with pytest.raises(DataError, match="is a list written as one text"):
+        custom_pool(three_splits(str(path)))
+
+
+def custom_folder(folder: Path) -> Any:
+    """The custom loader over ``path: folder`` (``datasets`` finds the splits and the builder)."""
+    return DATAPOOLS.get("custom").build(parse(DATAPOOLS.get("custom").Args, {"path": str(folder)}, "args"))
+
+
+@pytest.mark.parametrize("layout", ["split-subfolders", "gzip-files"])
+def test_a_folder_of_csv_files_in_another_layout_is_checked_for_list_cells(tmp_path: Path, layout: str):
+    """``datasets`` reads ``<folder>/<split>/part-0.csv`` and ``<folder>/<split>.csv.gz`` as CSV, but the check looked
+    for ``<folder>/*.csv`` alone: such a folder's spelled lists became one reference each. The check now asks the
+    builder ``datasets`` read each split with."""
+    folder = tmp_path / "pool"
+    for split in ("train", "validation", "test"):
+        text = "prompt,references\n2 + 2 ?,\"['4', 'four']\"\n"
+        if layout == "split-subfolders":
+            (folder / split).mkdir(parents=True)
+            (folder / split / "part-0.csv").write_text(text)
+        else:
+            folder.mkdir(exist_ok=True)
+            (folder / f"{split}.csv.gz").write_bytes(gzip.compress(text.encode()))
+    with pytest.raises(DataError, match=r"pool \(train split\) row 1: references \"\['4', 'four'\]\" is a list "
+                                        r"written as one text"):
+        custom_folder(folder)
+
+
+def test_a_folder_of_json_lines_beside_a_csv_file_keeps_its_strings(tmp_path: Path):
+    """A ``stats.csv`` beside a folder's JSON lines made every JSON string that looks like a list refused as a CSV
+    cell (with the advice to write JSON lines), though ``datasets`` reads the folder's JSON and never the CSV."""
+    folder = tmp_path / "pool"
+    folder.mkdir()
+    for split in ("train", "validation", "test"):
+        write_rows(folder / f"{split}.jsonl", [{"prompt": "the two words ?", "references": "['word0', 'other']"}])
+    (folder / "stats.csv").write_text("split,rows\ntrain,1\n")
+    assert [s.references for s in custom_folder(folder).splits["test"]] == [("['word0', 'other']",)]
+
+
+def test_data_files_in_the_home_folder_are_read(tmp_path: Path, monkeypatch):
+    """``~/d/train.jsonl`` was reported as missing ("do not exist") though the file was there: ``~`` is the home
+    folder, as a shell reads it, in ``data_files`` and ``path`` alike."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "d").mkdir()
+    for split in ("train", "validation", "test"):
+        write_rows(tmp_path / "d" / f"{split}.jsonl", [{"prompt": f"2 + 2 ? {split}", "references": ["4"]}])
+    pool = custom_pool({split: f"~/d/{split}.jsonl" for split in ("train", "validation", "test")})
+    assert [s.prompt for s in pool.splits["test"]] == ["2 + 2 ? test"]
+    assert [s.prompt for s in custom_folder(Path("~/d")).splits["val"]] == ["2 + 2 ? validation"]
+
+
 @pytest.mark.parametrize("loader, row, expect", [
     ("common_gen", {"concepts": "dog run", "target": "A dog runs."},
      "concepts is 'dog run' (str), not a list of texts"),
@@ -2810,6 +2867,23 @@ def test_a_stage_refuses_another_tasks_datapool_and_warns_on_an_unrecorded_one(t
     check_datapool(tmp_path / "pool", MICRO / "tasks" / "sentiment.yaml")
     assert (f"--datapool {tmp_path / 'pool'} has no stage.json: prepare_datapool did not write it (or its record "
             f"was deleted), so its splits are read as they are") in caplog.text
+
+
+def test_a_datapool_arg_that_is_no_path_is_compared_as_written(tmp_path: Path, call_stage):
+    """Every datapool arg that named an existing path was compared as its resolved path: a prompt suffix "." read as
+    the working folder, so a datapool built with suffix "." passed for a task whose suffix is "./", and the refusal
+    of "!" showed a folder where the suffix was."""
+    from grueflow.config import ConfigError
+    from grueflow.data.sample import check_datapool
+
+    task = custom_task(tmp_path, write_rows(tmp_path / "train.jsonl", [GOOD_ROW, GOOD_ROW]), suffix=".")
+    assert call_stage("prepare_datapool", "--task-file", task, "--out", tmp_path / "pool").code == 0
+    data = yaml.safe_load(task.read_text())
+    for suffix in ("./", "!"):
+        data["datapool"]["args"]["suffix"] = suffix
+        (tmp_path / "other.yaml").write_text(yaml.safe_dump(data))
+        with pytest.raises(ConfigError, match=rf"\(args.suffix '\.' where the task file has '{re.escape(suffix)}'\)"):
+            check_datapool(tmp_path / "pool", tmp_path / "other.yaml")
 
 
 def test_a_datapool_file_named_by_another_path_to_it_is_the_same_datapool(tmp_path: Path, call_stage):
