@@ -12,22 +12,44 @@ the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark
 - a table (the GRUE table, the human-evaluation table) one of whose files written with it (its Markdown, JSON,
   chart: ``siblings``) is missing: rule all asks for the CSV alone,
 
-and marks each as stale the way Snakemake reads staleness: its timestamp set to 1970 (the
-``.snakemake_timestamp`` Snakemake keeps in a folder output, else the folder or file itself), so that Snakemake
-reruns its job, which rebuilds what it reads. Nothing is deleted, and the stale outputs are stale whatever is
-run next (a dry run marks them too). DVC needs none of this: it compares content hashes.
+and marks each as stale in the two ways Snakemake reads staleness: its timestamp set to 1970 (the
+``.snakemake_timestamp`` Snakemake keeps in a folder output, else the folder or file itself), and a new token in
+:data:`TOKENS`, which every rule takes as a param (:func:`stale_token`). The timestamp alone is not enough: an
+input newer than the output whose checksum is the one Snakemake recorded (a small file such as a stage's code)
+does not rerun a job, so a job whose inputs are only such files (prepare_datapool), or whose one folder input
+is gone (what read a deleted datapool), would never rerun; a param that differs from the recorded one always
+does. Its job reruns and rebuilds what it reads. Nothing is deleted, and the stale outputs are stale whatever is
+run next (a dry run marks them too; a folder repaired by hand after that still reruns once). DVC needs none of
+this: it compares content hashes.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
 from typing import Iterable, Optional
 
-from grueflow.io import STAGE_RECORD, MissingDataError, check_stage_output, read_json
+from grueflow.io import STAGE_RECORD, MissingDataError, atomic_path, check_stage_output, read_json
 
 SNAKEMAKE_TIMESTAMP = ".snakemake_timestamp"  # Snakemake's modification time of a directory() output
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
+TOKENS = Path(".snakemake") / "grueflow-stale.json"  # {output path: when it was last found stale, ns}, beside
+# Snakemake's own records (relative to the project root, the working folder of a Snakemake run)
+
+
+def stale_token(outputs: Iterable[str | os.PathLike], tokens: Path = TOKENS) -> str:
+    """The tokens of those of a job's ``outputs`` ever marked stale, as one string (``<path>=<token> ...``; empty
+    when none was), a params rerun trigger: a new token differs from the one Snakemake recorded when the job last
+    ran, and reruns it; an unchanged one does not."""
+    try:
+        known = json.loads(tokens.read_text())
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(known, dict):
+        return ""
+    return " ".join(f"{path}={known[str(path)]}" for path in outputs if str(path) in known)
 
 
 def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
@@ -68,12 +90,22 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
 
 
 def mark_stale(results: Path, table: Path, expected: Iterable[Path],
-               siblings: Optional[dict[Path, list[Path]]] = None) -> list[str]:
-    """Set each :func:`stale_outputs` entry's Snakemake timestamp to :data:`STALE_TIME`; one line per entry, saying
-    why."""
+               siblings: Optional[dict[Path, list[Path]]] = None, tokens: Path = TOKENS) -> list[str]:
+    """Set each :func:`stale_outputs` entry's Snakemake timestamp to :data:`STALE_TIME` and give it a new token in
+    ``tokens``; one line per entry, saying why."""
     lines = []
-    for path, why in stale_outputs(results, table, expected, siblings).items():
+    stale = stale_outputs(results, table, expected, siblings)
+    for path, why in stale.items():
         stamp = path / SNAKEMAKE_TIMESTAMP if (path / SNAKEMAKE_TIMESTAMP).is_file() else path
         os.utime(stamp, (STALE_TIME, STALE_TIME))
         lines.append(f"grueflow: {path} is stale ({why}); its job reruns")
+    if stale:
+        try:
+            known = json.loads(tokens.read_text())
+        except (OSError, ValueError):
+            known = {}
+        now = str(time.time_ns())
+        known = {**(known if isinstance(known, dict) else {}), **{str(path): now for path in stale}}
+        with atomic_path(tokens) as tmp:
+            tmp.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
     return lines

@@ -248,6 +248,32 @@ def test_a_stage_record_whose_inputs_are_not_a_mapping_is_stale(tmp_path):
         folder: f"{folder / 'stage.json'} is damaged (its inputs are not a mapping)"}
 
 
+def test_a_stale_output_gets_a_new_token_its_rule_takes_as_a_param(tmp_path):
+    """The 1970 stamp alone never reran a job whose inputs are small files Snakemake checksums (a datapool's: its
+    code): a token that changes when the output is found stale, and only then, is a params rerun trigger."""
+    import json
+
+    from grueflow.io import write_stage_record
+    from grueflow.stale import mark_stale, stale_token
+
+    tokens = tmp_path / ".snakemake" / "grueflow-stale.json"
+    folder = tmp_path / "results" / "sentiment" / "datapool"
+    folder.mkdir(parents=True)
+    (folder / "test.jsonl").write_text("{}\n")
+    write_stage_record(folder, stage="prepare_datapool", params={}, inputs={}, wall_time_s=0.0)
+    assert mark_stale(tmp_path / "results", tmp_path / "t.csv", [], tokens=tokens) == []
+    assert stale_token([str(folder)], tokens) == "" and not tokens.exists()  # never stale: no token, no param change
+    (folder / "test.jsonl").unlink()
+    assert mark_stale(tmp_path / "results", tmp_path / "t.csv", [], tokens=tokens) == [
+        f"grueflow: {folder} is stale (damaged: test.jsonl is missing); its job reruns"]
+    first = stale_token([str(folder), "results/other"], tokens)
+    assert first == f"{folder}={json.loads(tokens.read_text())[str(folder)]}"
+    assert stale_token([str(folder)], tokens) == first  # read again: unchanged, so no second rerun
+    mark_stale(tmp_path / "results", tmp_path / "t.csv", [], tokens=tokens)
+    assert stale_token([str(folder)], tokens) != first  # found stale again: a new token
+    assert folder.stat().st_mtime == 1  # and stamped 1970, as before
+
+
 def test_a_rerun_of_an_input_stage_leaves_the_digest_stage_json_records_for_it(tmp_path):
     """A folder's digest covered its provenance.json (commit, wall time): a forced or no-op rerun of the datapool
     changed the stage.json of every stage that read it, which content hashes (DVC's .dvcignore) leave out."""

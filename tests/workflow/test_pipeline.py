@@ -275,9 +275,23 @@ def test_snakemake_rebuilds_a_deleted_or_damaged_stage_folder_and_what_read_it(s
     results = snakemake_repo / "results"
     evaluation, aside = results / "eval" / "sentiment" / "ppo" / "seed0", results / "eval_aside"
     tokenizer = results / "sentiment" / "base_model" / "model" / "tokenizer.json"
-    stamps = [results / "grue_table.csv", results / "sentiment" / "base_model" / ".snakemake_timestamp"]
+    datapool, pool_aside = results / "sentiment" / "datapool", results / "datapool_aside"
+    split = datapool / "test.jsonl"
+    stamps = [results / "grue_table.csv", *results.rglob(".snakemake_timestamp")]
     times = {p: p.stat().st_mtime_ns for p in stamps}
-    saved = tokenizer.read_bytes()
+    tokens = snakemake_repo / ".snakemake" / "grueflow-stale.json"  # the stale check's rerun trigger
+    saved, saved_split, saved_tokens = tokenizer.read_bytes(), split.read_bytes(), \
+        tokens.read_bytes() if tokens.exists() else None
+
+    def unmark() -> None:
+        """Undo the stale marks of a dry run (times and tokens) once the damage is repaired by hand."""
+        for path, mtime in times.items():
+            os.utime(path, ns=(mtime, mtime))
+        if saved_tokens is None:
+            tokens.unlink(missing_ok=True)
+        else:
+            tokens.write_bytes(saved_tokens)
+
     try:
         evaluation.rename(aside)
         result = run(["snakemake", "-n", "--cores", "2", "results/grue_table.csv"], snakemake_repo)
@@ -292,8 +306,7 @@ def test_snakemake_rebuilds_a_deleted_or_damaged_stage_folder_and_what_read_it(s
         assert ("grueflow: results/sentiment/base_model is stale (damaged: model/tokenizer.json is missing); "
                 "its job reruns") in result.stderr
         tokenizer.write_bytes(saved)
-        for path, mtime in times.items():
-            os.utime(path, ns=(mtime, mtime))
+        unmark()
         table_md = results / "grue_table.md"  # make run cats it: deleted, it was never rebuilt
         markdown = table_md.read_bytes()
         table_md.unlink()
@@ -301,13 +314,33 @@ def test_snakemake_rebuilds_a_deleted_or_damaged_stage_folder_and_what_read_it(s
         assert planned_jobs(result.stdout) == {("aggregate", None, None)}
         assert ("grueflow: results/grue_table.csv is stale (results/grue_table.md, written with it, is missing); its "
                 "job reruns") in result.stderr
+        table_md.write_bytes(markdown)
+        unmark()
+        # a job whose inputs are small files (prepare_datapool's: its code) was never rerun by the 1970 stamp:
+        # Snakemake takes an input newer than the output whose checksum it recorded as unchanged
+        split.unlink()
+        result = run(["snakemake", "-n", "--cores", "2", "results/grue_table.csv"], snakemake_repo)
+        assert ("grueflow: results/sentiment/datapool is stale (damaged: test.jsonl is missing); its job reruns"
+                in result.stderr)
+        assert {("prepare_datapool", "sentiment", None), ("base_model", "sentiment", None)} <= \
+            planned_jobs(result.stdout)
+        split.write_bytes(saved_split)
+        unmark()
+        datapool.rename(pool_aside)  # gone: what read it reruns, and so it is rebuilt (it was never)
+        result = run(["snakemake", "-n", "--cores", "2", "results/grue_table.csv"], snakemake_repo)
+        assert ("grueflow: results/sentiment/base_model is stale (it was built from results/sentiment/datapool, which "
+                "no longer exists); its job reruns") in result.stderr
+        assert {("prepare_datapool", "sentiment", None), ("base_model", "sentiment", None)} <= \
+            planned_jobs(result.stdout)
     finally:
         if aside.exists():
             aside.rename(evaluation)
+        if pool_aside.exists():
+            pool_aside.rename(datapool)
         if not (results / "grue_table.md").exists():
             (results / "grue_table.md").write_bytes(markdown)
         tokenizer.write_bytes(saved)
-        for path, mtime in times.items():
-            os.utime(path, ns=(mtime, mtime))
+        split.write_bytes(saved_split)
+        unmark()
     assert "Nothing to be done" in run(["snakemake", "-n", "--cores", "2", "results/grue_table.csv"],
                                        snakemake_repo).stdout

@@ -11,6 +11,7 @@ rule aggregate:
         samples=report(output_of("aggregate", "samples"), caption="../report/samples.rst",
                        category="Sample generations"),
     params:
+        stale=stale_params("aggregate"),
         grid=["--tasks", *TASKS, "--algorithms", *ALGORITHMS, "--seeds", *map(str, SEEDS),
               "--rl-starts", *SUITE.config.rl_starts, "--preference-methods", *PREFERENCE_METHODS],  # each word quoted
     threads: job_threads("aggregate", 1)

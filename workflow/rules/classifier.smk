@@ -18,6 +18,7 @@ rule train_classifier:
     output:
         directory(output_of("train_classifier")),
     params:
+        stale=stale_params("train_classifier"),
         precision=PRECISION,
         slice=task_slice("train_classifier"),
         task_file=task_file,

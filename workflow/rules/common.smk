@@ -14,6 +14,7 @@ from grueflow import plugins
 from grueflow.config import ConfigError, method_name, read_yaml
 from grueflow.params import load_suite, override_layers
 from grueflow.pipeline import STAGES, datapool_files, scorer_files
+from grueflow.stale import stale_token
 
 try:
     SUITE = load_suite(config, "suite")  # every task and method file, strictly, before any job
@@ -69,6 +70,18 @@ def params_file(path):
 
 def task_file(w):
     return str(PARAMS / "tasks" / f"{w.task}.yaml")
+
+
+def stale_params(stage):
+    """A rule's ``stale`` param: the tokens the Snakefile's stale check gave the job's outputs (grueflow/stale.py), a
+    rerun trigger for what it found deleted or damaged. A function of the wildcards alone: Snakemake's params
+    trigger passes over a param computed from the rule's output."""
+    templates = list(STAGES[stage].outputs.values())
+
+    def token(w):
+        return stale_token([template.format(**dict(w.items())) for template in templates])
+
+    return token
 
 
 def output_of(stage, name="out"):

@@ -6,6 +6,7 @@ rule prepare_datapool:
     output:
         directory(output_of("prepare_datapool")),
     params:
+        stale=stale_params("prepare_datapool"),
         slice=task_slice("prepare_datapool"),
         task_file=task_file,
     threads: job_threads("prepare_datapool", 1)

@@ -31,6 +31,7 @@ rule evaluate:
     output:
         directory(output_of("evaluate")),
     params:
+        stale=stale_params("evaluate"),
         precision=PRECISION,
         slice=task_slice("evaluate"),
         overrides=method_overrides(eval_layers),

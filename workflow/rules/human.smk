@@ -28,6 +28,7 @@ rule export_human_likert:
     output:
         directory(output_of("export_human_likert")),
     params:
+        stale=stale_params("export_human_likert"),
         predictions=lambda w: [f"{m}=results/eval/{w.task}/{m}/seed{w.seed}" for m in METHODS],
     log:
         "results/logs/human/{task}/likert_seed{seed}.log",
@@ -59,6 +60,7 @@ rule export_human_pairwise:
         batch=directory(output_of("export_human_pairwise", "batch")),
         key=output_of("export_human_pairwise", "key"),
     params:
+        stale=stale_params("export_human_pairwise"),
         predictions=lambda w, input: [f"{w.method_a}={input.first}", f"{w.method_b}={input.second}"],
     log:
         "results/logs/human/{task}/{method_a}_vs_{method_b}_seed{seed}.log",
@@ -100,6 +102,7 @@ rule import_human_eval:
     output:
         directory(output_of("import_human_eval")),
     params:
+        stale=stale_params("import_human_eval"),
         key=lambda w, input: ["--key", *input.key] if input.key else [],
         answers_digests=answers_digests,
     log:
@@ -117,6 +120,8 @@ rule human_eval_table:
     output:
         csv=output_of("human_eval_table", "csv"),
         md=output_of("human_eval_table", "md"),
+    params:
+        stale=stale_params("human_eval_table"),
     log:
         "results/logs/human_eval_table.log",
     shell:

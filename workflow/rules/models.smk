@@ -5,6 +5,7 @@ rule base_model:
     output:
         directory(output_of("base_model")),
     params:
+        stale=stale_params("base_model"),
         slice=task_slice("base_model"),
         task_file=task_file,
     threads: job_threads("base_model")
@@ -32,6 +33,7 @@ rule warm_start:
                caption="../report/loss_curve.rst", category="Learning curves", subcategory="{task}",
                labels={"method": "supervised", "seed": "{seed}"}),
     params:
+        stale=stale_params("warm_start"),
         precision=PRECISION,
         slice=task_slice("warm_start"),
         method=method_params(WARM_START_METHOD),

@@ -38,6 +38,7 @@ rule build_preferences:
     output:
         directory(output_of("build_preferences")),
     params:
+        stale=stale_params("build_preferences"),
         precision=PRECISION,
         slice=task_slice("build_preferences"),
         method=method_params(PREFERENCES_METHOD),
@@ -63,6 +64,7 @@ rule train_reward_model:
     output:
         directory(output_of("train_reward_model")),
     params:
+        stale=stale_params("train_reward_model"),
         precision=PRECISION,
         preferences=preferences_file,
         method=method_params(REWARD_MODEL_METHOD),
@@ -87,6 +89,7 @@ rule dpo:
     output:
         directory(output_of("dpo")),
     params:
+        stale=stale_params("dpo"),
         precision=PRECISION,
         preferences=preferences_file,
         slice=task_slice("dpo"),

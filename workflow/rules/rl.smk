@@ -36,6 +36,7 @@ rule rl_finetune:
         report(directory(output_of("rl_finetune")), patterns=["{name}.png"], caption="../report/curves.rst",
                category="Learning curves", subcategory="{task}", labels={"method": "{rl_method}", "seed": "{seed}"}),
     params:
+        stale=stale_params("rl_finetune"),
         precision=PRECISION,
         slice=task_slice("rl_finetune"),
         method=method_params(RL_METHOD),
