@@ -102,12 +102,24 @@ COMPRESSIONS = ((b"\x1f\x8b", "gzip", "gunzip -k"), (b"BZh", "bzip2", "bunzip2 -
                 (b"(\xb5/\xfd", "zstd", "unzstd"), (b"PK\x03\x04", "zip", "unzip"))
 
 
+# what a checkout holds in place of a file it has not fetched (the pointer's first bytes), and the command that
+# fetches it: a Git LFS pointer, an unlocked git-annex file (a locked one is a link to nothing)
+POINTERS = ((b"version https://git-lfs.github.com/spec/", "a Git LFS pointer", "git lfs pull --include"),
+            (b"/annex/objects/", "a git-annex pointer", "git annex get"))
+
+
 def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
     """``(line number, line)`` of a UTF-8 text file, line endings kept, a UTF-8 byte-order mark at its start (what
     Notepad and Excel write) left out; a non-UTF-8 byte is a DataError naming the file, the line and the column (or
-    the compression, for a compressed file), never a bare UnicodeDecodeError."""
+    the compression, for a compressed file), never a bare UnicodeDecodeError, and so is a file this checkout has
+    not fetched (:data:`POINTERS`), which would read as one bad line."""
     with open(path, "rb") as handle:
         for number, raw in enumerate(handle, start=1):
+            pointer = next(((kind, tool) for head, kind, tool in POINTERS if number == 1 and raw.startswith(head)),
+                           None)
+            if pointer:
+                raise DataError(f"{path} is {pointer[0]}, not the file: this checkout has not fetched its content; "
+                                f"run {pointer[1]} {path}")
             try:
                 yield number, raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError as err:

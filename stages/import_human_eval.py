@@ -1,7 +1,6 @@
 """Import one batch's answers (the annotation page's JSONL and/or platform results CSVs): agreement,
 the batch's human-evaluation table rows and, for pairwise batches, preferences.jsonl."""
 
-import os
 import sys
 from pathlib import Path
 
@@ -10,47 +9,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 from grueflow import stage
 from grueflow.human import batch as hb
 from grueflow.human import results
-from grueflow.io import DataError, atomic_dir, write_json, write_jsonl
-
-
-ANSWER_SUFFIXES = (".jsonl", ".csv")
-LEFTOVER_SUFFIX = ".cut"  # an unfinished line the page's answers file moved aside (grueflow.human.answers)
-DVC_SUFFIX = ".dvc"  # what `dvc add answers.jsonl` leaves beside the file it tracks
-
-
-def answer_files(paths: list[Path]) -> list[Path]:
-    """The answers files given, a folder standing for its *.jsonl and *.csv files (sorted). Hidden files, the
-    page's *.cut leftovers and DVC's *.dvc pointers in a folder are passed over; any other file there (a
-    results.xlsx), a folder in it (whose files are not read), a symbolic link to nothing, or a *.dvc pointer whose
-    answers this checkout lacks, is a DataError: their answers would be left out of the table without a word."""
-    files = []
-    for path in paths:
-        if not path.is_dir():
-            files.append(path)
-            continue
-        entries = sorted(path.iterdir())
-        broken = [p.name for p in entries if p.is_symlink() and not p.exists()]
-        if broken:  # an unfetched git-annex file, a link to an unmounted drive: its answers would be left out
-            target = os.readlink(path / broken[0])
-            raise DataError(f"{path} holds {', '.join(broken)}: a symbolic link to nothing ({target}); fetch or "
-                            f"mount what it points to, or remove the link")
-        unpulled = [p.name for p in entries if p.suffix.lower() == DVC_SUFFIX and not (path / p.stem).exists()]
-        if unpulled:  # DVC tracks answers this checkout does not hold: the table would go on without them
-            tracked = ", ".join(Path(name).stem for name in unpulled)
-            raise DataError(f"{path} holds {', '.join(unpulled)}, but not the answers it tracks ({tracked}): run dvc "
-                            f"pull (or dvc checkout) first")
-        other = [p.name + ("/" if p.is_dir() else "") for p in entries if not p.name.startswith(".")
-                 and (p.is_dir() or p.suffix.lower() not in (*ANSWER_SUFFIXES, LEFTOVER_SUFFIX, DVC_SUFFIX))]
-        if other:
-            it = "it" if len(other) == 1 else "them"
-            raise DataError(f"{path} holds {', '.join(other)}: neither the page's .jsonl nor a results .csv (the "
-                            f"files of a folder inside are not read), so the import would leave {it} out; save a "
-                            f"spreadsheet as CSV UTF-8 (Comma delimited), move answers files up into {path}, or move "
-                            f"{it} out of the folder")
-        files += [p for p in entries if p.is_file() and p.suffix.lower() in ANSWER_SUFFIXES]
-    if not files:
-        raise DataError(f"no answers files in {[str(p) for p in paths]}; give the page's .jsonl or a results .csv")
-    return files
+from grueflow.human.layout import answer_files
+from grueflow.io import atomic_dir, write_json, write_jsonl
 
 
 def main() -> None:

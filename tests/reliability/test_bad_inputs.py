@@ -2196,18 +2196,39 @@ def test_an_answers_folder_with_a_file_neither_jsonl_nor_csv_exits_2_naming_it(t
 
 @pytest.mark.parametrize("leave, named", [
     (lambda folder: (folder / "bob.jsonl").symlink_to(folder / "annex" / "bob.jsonl"),
-     "bob.jsonl: a symbolic link to nothing ("),  # an unfetched git-annex file: its answers were left out, rc 0
+     "bob.jsonl is a symbolic link to nothing ({answers}/annex/bob.jsonl); fetch or mount what it points to, or "
+     "remove the link"),  # an unfetched git-annex file: its answers were left out, rc 0
     (lambda folder: (folder / "bob.jsonl.dvc").write_text("outs:\n- md5: 0\n  path: bob.jsonl\n"),
-     "bob.jsonl.dvc, but not the answers it tracks (bob.jsonl): run dvc pull (or dvc checkout) first"),
-], ids=["dangling-link", "dvc-pointer-not-pulled"])
+     "bob.jsonl.dvc tracks {answers}/bob.jsonl, which this checkout lacks: run dvc pull (or dvc checkout) first"),
+    (lambda folder: (folder / "carol.jsonl").write_text("version https://git-lfs.github.com/spec/v1\noid sha256:4d7a"
+                                                        "\nsize 12345\n"),
+     "carol.jsonl is a Git LFS pointer, not the file: this checkout has not fetched its content; run git lfs pull "
+     "--include {answers}/carol.jsonl"),  # it was "line 1: not JSON"
+    (lambda folder: (folder / "carol.csv").write_text("/annex/objects/SHA256E-s12--4d7a.csv\n"),
+     "carol.csv is a git-annex pointer, not the file: this checkout has not fetched its content; run git annex get "
+     "{answers}/carol.csv"),  # an unlocked git-annex file; it was "missing column(s) ['WorkerId', ...]"
+], ids=["dangling-link", "dvc-pointer-not-pulled", "git-lfs-pointer", "git-annex-pointer"])
 def test_answers_this_checkout_does_not_hold_are_named_not_left_out(tmp_path: Path, call_stage, leave, named: str):
     batch = human_likert_batch(tmp_path / "batch")
     human_answers(tmp_path / "answers" / "answers.jsonl", batch, 4, None)
     leave(tmp_path / "answers")
     result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "answers",
                         "--out", tmp_path / "imp")
-    assert_fails_in_one_line(result, f"error: {tmp_path / 'answers'} holds {named}")
+    assert_fails_in_one_line(result, f"error: {tmp_path / 'answers'}/" + named.format(answers=tmp_path / "answers"))
     assert not (tmp_path / "imp").exists()
+
+
+def test_a_hidden_link_to_nothing_in_an_answers_folder_is_passed_over(tmp_path: Path, call_stage):
+    """An editor's lock link (Emacs writes ``.#answers.jsonl -> user@host.pid:time`` while a buffer has unsaved
+    edits) failed the import as a link to nothing, though hidden files are passed over."""
+    batch = human_likert_batch(tmp_path / "batch")
+    human_answers(tmp_path / "answers" / "answers.jsonl", batch, 4, None)
+    (tmp_path / "answers" / ".#answers.jsonl").symlink_to("alice@host.12345:1764990000")
+    (tmp_path / "answers" / ".old.jsonl.dvc").write_text("outs:\n- path: .old.jsonl\n")
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "answers",
+                        "--out", tmp_path / "imp")
+    assert result.code == 0, result.stderr
+    assert (tmp_path / "imp" / "stage.json").is_file()
 
 
 def test_hidden_files_cut_leftovers_and_dvc_pointers_in_an_answers_folder_are_passed_over(tmp_path: Path,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -124,3 +125,33 @@ def test_export_annotate_import_table_through_snakemake(tmp_path: Path) -> None:
     (repo / "data" / "human" / "sentiment" / "likert_seed1" / ".gitkeep").touch()  # it held back every batch
     dry = run(["snakemake", "-n", "results/human_eval_table.csv", "--cores", "1", *allowed], repo).stdout
     assert "likert_seed1" not in dry
+    # answers the table would leave out without a word: a batch folder that is a link (answers on a shared drive;
+    # Snakemake's glob never entered it), a folder named as no batch, a batch folder DVC tracks and no pull fetched
+    human = repo / "data" / "human" / "sentiment"
+    shared = tmp_path / "shared_drive"
+    shared.mkdir()
+    (human / PAIR).rename(shared / PAIR)
+    (human / PAIR).symlink_to(shared / PAIR)
+    snakemake(repo, "results/human_eval_table.csv", rules=("import_human_eval", "human_eval_table"))
+    with open(repo / "results" / "human_eval_table.csv", newline="", encoding="utf-8") as handle:
+        kinds = {r["kind"] for r in csv.DictReader(handle)}
+    assert kinds == {"likert", "pairwise"}  # the linked batch is imported
+    (human / "likert-seed0").mkdir()
+    (human / "likert-seed0" / "answers.jsonl").write_text("")
+    dry = run(["snakemake", "-n", "results/human_eval_table.csv", "--cores", "1", *allowed], repo, check=False)
+    assert dry.returncode != 0 and "Traceback" not in dry.stdout + dry.stderr
+    assert (f"data/human/sentiment/likert-seed0/ is named as no batch: a batch folder is named likert_seed<k> or "
+            f"<method_a>_vs_<method_b>_seed<k>") in dry.stdout + dry.stderr
+    shutil.rmtree(human / "likert-seed0")
+    (human / PAIR).unlink()
+    (human / f"{PAIR}.dvc").write_text(f"outs:\n- md5: 0.dir\n  path: {PAIR}\n")
+    dry = run(["snakemake", "-n", "results/human_eval_table.csv", "--cores", "1", *allowed], repo, check=False)
+    assert dry.returncode != 0 and (f"data/human/sentiment/{PAIR}.dvc tracks data/human/sentiment/{PAIR}, which this "
+                                    f"checkout lacks: run dvc pull (or dvc checkout) first") in dry.stdout + dry.stderr
+    (human / f"{PAIR}.dvc").unlink()
+    (repo / "data" / "human" / "sentimnet").mkdir()  # another suite's task, or a typo: named, not imported
+    (shared / PAIR).rename(repo / "data" / "human" / "sentimnet" / PAIR)
+    dry = run(["snakemake", "-n", "results/human_eval_table.csv", "--cores", "1", *allowed], repo)
+    assert ("grueflow: warning: data/human/sentimnet/ is not imported: sentimnet is no task of this suite (sentiment, "
+            "concepts)") in dry.stderr
+    assert "human_eval_table" in dry.stdout  # the pairwise batch's rows leave the table

@@ -5,9 +5,37 @@
 #   snakemake --cores 1 results/human/sentiment/batches/supervised+ppo_vs_supervised_seed0  (blinded A/B)
 #   snakemake --cores 1 results/human_eval_table.csv        (every batch with answers under data/human/)
 # The criteria are the task's registered criteria set (grueflow/human/criteria.py), looked up by task name.
-HUMAN_ANSWERS = glob_wildcards("data/human/{task,[^/]+}/{batch,[^/]+}/{file,[^/.][^/]*}")  # hidden files: none
-HUMAN_IMPORTS = sorted({f"results/human/{t}/imported/{b}" for t, b in zip(HUMAN_ANSWERS.task, HUMAN_ANSWERS.batch)
-                        if t in TASKS})
+from grueflow.human.layout import answers_tree
+
+HUMAN_BATCHES = [f"likert_seed{s}" for s in SEEDS] + [f"{a}_vs_{b}_seed{s}" for a in METHODS for b in METHODS
+                                                      if a != b for s in SEEDS]
+HUMAN_TREE = answers_tree(Path("data/human"), TASKS, HUMAN_BATCHES)  # folder links followed, unlike glob_wildcards
+HUMAN_IMPORTS = [f"results/human/{t}/imported/{b}" for t, b in HUMAN_TREE.batches]
+
+
+def human_imports(w=None):
+    """The imports the table reads: every batch with answers under data/human/, once what lies there and would be
+    left out without a word (a folder named as no batch, answers this checkout has not fetched) is refused, and
+    what is not imported (another suite's task or batch, a file outside a batch folder) is named."""
+    if workflow.is_main_process:
+        for line in HUMAN_TREE.warnings:
+            print(f"grueflow: warning: {line}", file=sys.stderr)
+    HUMAN_TREE.warnings.clear()  # said once, though Snakemake may ask again
+    if HUMAN_TREE.errors:
+        raise WorkflowError("\n".join(HUMAN_TREE.errors))
+    if not HUMAN_IMPORTS:
+        raise WorkflowError("no answers under data/human/<task>/<batch>/ yet for the suite's tasks "
+                            f"({', '.join(TASKS)}): export a batch, annotate it (README \"Human evaluation\") and "
+                            "save its answers there")
+    return HUMAN_IMPORTS
+
+
+# The table named as a target on the command line (the usual way): its check runs now, and a refusal reads as one
+# message, where an input function's comes with Snakemake's traceback (the targets are not known to a Snakefile
+# while it is read). Asked for another way, the input function checks.
+_HUMAN_TABLE = {os.path.abspath(path) for path in STAGES["human_eval_table"].outputs.values()}
+if _HUMAN_TABLE & {os.path.abspath(arg) for arg in sys.argv[1:]}:
+    human_imports()
 
 
 wildcard_constraints:
@@ -114,8 +142,7 @@ rule import_human_eval:
 
 rule human_eval_table:
     input:
-        # with no answers under data/human/ yet, the missing folder itself is the error Snakemake reports
-        imports=HUMAN_IMPORTS or ["data/human"],
+        imports=human_imports,
         code=code("human_eval_table"),
     output:
         csv=output_of("human_eval_table", "csv"),

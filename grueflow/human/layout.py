@@ -1,0 +1,134 @@
+"""Where answers lie: ``data/human/<task>/<batch>/`` holds a batch's answers files (the annotation page's
+``.jsonl``, a platform's results ``.csv``). :func:`answers_tree` finds the batches the human-evaluation table
+imports, and names what lies there and would be left out without a word; :func:`answer_files` lists one answers
+folder's files for the import.
+
+A folder or file may be a symbolic link (answers kept on a shared drive) and is read through it. Hidden files
+(``.gitkeep``, an editor's lock link, DVC's ``.gitignore``) are passed over everywhere. What a checkout has not
+fetched is an error naming what to run: a ``*.dvc`` pointer beside a folder or file it lacks (``dvc pull``), a
+link to nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from grueflow.io import DataError
+
+ANSWER_SUFFIXES = (".jsonl", ".csv")
+LEFTOVER_SUFFIX = ".cut"  # an unfinished line the page's answers file moved aside (grueflow.human.answers)
+DVC_SUFFIX = ".dvc"  # what `dvc add answers.jsonl` (or `dvc add <batch folder>`) leaves beside what it tracks
+SEED = r"(?:0|[1-9][0-9]*)"  # as a suite writes a seed
+BATCH_SHAPE = re.compile(rf"likert_seed{SEED}|.+_vs_.+_seed{SEED}")  # a batch of some suite
+
+
+def _visible(folder: Path) -> list[Path]:
+    """``folder``'s entries but hidden ones, sorted."""
+    return sorted(p for p in folder.iterdir() if not p.name.startswith("."))
+
+
+def unfetched(folder: Path, entries: Iterable[Path]) -> list[str]:
+    """What among ``entries`` (of ``folder``) this checkout has not fetched, each as a sentence naming the fix: a
+    symbolic link to nothing (an unfetched git-annex file, an unmounted drive), a ``*.dvc`` pointer beside no file
+    or folder of its name (DVC tracks it, ``dvc pull`` has not fetched it)."""
+    problems = []
+    for path in entries:
+        if path.is_symlink() and not path.exists():
+            problems.append(f"{path} is a symbolic link to nothing ({os.readlink(path)}); fetch or mount what it "
+                            f"points to, or remove the link")
+        elif path.suffix.lower() == DVC_SUFFIX and not os.path.lexists(folder / path.stem):
+            problems.append(f"{path} tracks {folder / path.stem}, which this checkout lacks: run dvc pull (or dvc "
+                            f"checkout) first")
+    return problems
+
+
+def answer_files(paths: Sequence[Path]) -> list[Path]:
+    """The answers files given, a folder standing for its ``*.jsonl`` and ``*.csv`` files (sorted). Hidden files,
+    the page's ``*.cut`` leftovers and DVC's ``*.dvc`` pointers in a folder are passed over; what the checkout has
+    not fetched (:func:`unfetched`), any other file there (a ``results.xlsx``) or a folder in it (whose files are
+    not read) is a DataError: their answers would be left out of the table without a word."""
+    files = []
+    for path in paths:
+        if not path.is_dir():
+            files.append(path)
+            continue
+        entries = _visible(path)
+        problems = unfetched(path, entries)
+        if problems:
+            raise DataError(problems[0])
+        other = [p.name + ("/" if p.is_dir() else "") for p in entries
+                 if p.is_dir() or p.suffix.lower() not in (*ANSWER_SUFFIXES, LEFTOVER_SUFFIX, DVC_SUFFIX)]
+        if other:
+            it = "it" if len(other) == 1 else "them"
+            raise DataError(f"{path} holds {', '.join(other)}: neither the page's .jsonl nor a results .csv (the "
+                            f"files of a folder inside are not read), so the import would leave {it} out; save a "
+                            f"spreadsheet as CSV UTF-8 (Comma delimited), move answers files up into {path}, or move "
+                            f"{it} out of the folder")
+        files += [p for p in entries if p.is_file() and p.suffix.lower() in ANSWER_SUFFIXES]
+    if not files:
+        raise DataError(f"no answers files in {[str(p) for p in paths]}; give the page's .jsonl or a results .csv")
+    return files
+
+
+@dataclass
+class AnswersTree:
+    """What :func:`answers_tree` found. ``batches``: ``(task, batch)`` of every batch folder with answers (a visible
+    entry), sorted; ``warnings``: what lies there and is not imported, on purpose or not (another suite's task or
+    batch, an answers file outside a batch folder); ``errors``: what the table would leave out without a word (a
+    folder named as no batch, what the checkout has not fetched)."""
+
+    batches: list[tuple[str, str]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def answers_tree(root: Path, tasks: Sequence[str], batches: Iterable[str]) -> AnswersTree:
+    """The batches with answers under ``root`` (``data/human``) for the suite's ``tasks``, whose batch folders are
+    named as in ``batches`` (``likert_seed<k>``, ``<method_a>_vs_<method_b>_seed<k>`` for the suite's methods and
+    seeds). Never raises: the caller decides when an error stops it (the table's job only)."""
+    tree = AnswersTree()
+    suite_batches = set(batches)
+    if not root.is_dir():  # `dvc add data/human` and no pull yet; else no answers at all
+        pointer = root.with_name(root.name + DVC_SUFFIX)
+        tree.errors += unfetched(root.parent, [pointer] if pointer.is_file() else [])
+        return tree
+    entries = _visible(root)
+    tree.errors += unfetched(root, [p for p in entries if (p.stem if p.suffix == DVC_SUFFIX else p.name) in tasks])
+    stray = [p for p in entries if p.is_file() and p.suffix.lower() in ANSWER_SUFFIXES]
+    for task_dir in entries:
+        if not task_dir.is_dir():
+            continue
+        if task_dir.name not in tasks:
+            if _has_answers(task_dir):
+                tree.warnings.append(f"{task_dir}/ is not imported: {task_dir.name} is no task of this suite "
+                                     f"({', '.join(tasks)})")
+            continue
+        task_entries = _visible(task_dir)
+        tree.errors += unfetched(task_dir, task_entries)
+        stray += [p for p in task_entries if p.is_file() and p.suffix.lower() in ANSWER_SUFFIXES]
+        for batch_dir in task_entries:
+            if not batch_dir.is_dir() or not _visible(batch_dir):  # a placeholder (.gitkeep): no answers yet
+                continue
+            if batch_dir.name in suite_batches:
+                tree.batches.append((task_dir.name, batch_dir.name))
+            elif BATCH_SHAPE.fullmatch(batch_dir.name):
+                tree.warnings.append(f"{batch_dir}/ is not imported: it is no batch of this suite (its methods "
+                                     f"and seeds)")
+            else:
+                tree.errors.append(f"{batch_dir}/ is named as no batch: a batch folder is named likert_seed<k> or "
+                                   f"<method_a>_vs_<method_b>_seed<k>, as results/human/{task_dir.name}/batches/ "
+                                   f"names it; rename it, or move it out of {root}")
+    tree.warnings += [f"{p} is not imported: answers files go in {root}/<task>/<batch>/ (the batch they answer); "
+                      f"move it there" for p in stray]
+    return tree
+
+
+def _has_answers(folder: Path) -> bool:
+    """Whether ``folder`` holds a file at any depth that is not hidden nor inside a hidden folder (a placeholder
+    such as ``.gitkeep`` is no answer)."""
+    return any(path.is_file() and not any(part.startswith(".") for part in path.relative_to(folder).parts)
+               for path in folder.rglob("*"))
