@@ -33,6 +33,13 @@ class ConfigError(ValueError):
     """A params file that does not validate; the message says where and how to fix it."""
 
 
+class MetricFailedError(RuntimeError):
+    """A metric raised while scoring (:func:`grueflow.metrics.call_metric`); the message names the caller (a reward
+    component or an evaluation metric) and the metric's own exception is its ``__cause__``, whose traceback is kept
+    (the bug is in that code). Defined here, beside ConfigError, so that a stage's error handling need not import
+    the metrics."""
+
+
 # ---------------------------------------------------------------------------------------------
 # Generic strict parsing of nested dataclasses
 # ---------------------------------------------------------------------------------------------

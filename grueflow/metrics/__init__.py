@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Optional, Se
 
 import numpy as np
 
-from grueflow.config import ConfigError
+from grueflow.config import ConfigError, MetricFailedError
 from grueflow.io import DataError
 from grueflow.registry import Registry
 
@@ -58,11 +58,6 @@ class MetricResultError(ConfigError):
     the metric's code, which the task file names."""
 
 
-class MetricFailedError(RuntimeError):
-    """A metric raised while scoring; the message names the caller (a reward component or an evaluation metric)
-    and the metric's own exception is its ``__cause__``, whose traceback is kept (the bug is in that code)."""
-
-
 def call_metric(caller: str, compute: Callable[..., Any], prompts: Sequence[str], generations: Sequence[str],
                 references: Sequence[Sequence[str]], meta: Sequence[dict[str, Any]]) -> Any:
     """``compute(prompts, generations, references, meta)``, with any exception it raises wrapped in a
@@ -85,8 +80,9 @@ def check_result(name: str, result: Any, n: int, keys: Sequence[str]) -> MetricR
     one's own may get it wrong: a shorter list would silently pair scores with the wrong samples, and a string or
     None would fail deep inside the reward sum).
 
-    A number is an int or float (a numpy scalar included; NaN: a sample the metric leaves out), never a bool: a
-    bool is not a score. A 1-D numpy array or torch tensor of ``n`` values stands for its list (``.tolist()``);
+    A number is an int or float (a numpy scalar included; NaN: a sample the metric leaves out), never a bool (a
+    bool is not a score) nor an infinity (a diverged computation, which the result files could only show as not
+    computed). A 1-D numpy array or torch tensor of ``n`` values stands for its list (``.tolist()``);
     the returned result holds lists wherever it held arrays."""
     if not isinstance(result, MetricResult):
         raise MetricResultError(f"metric {name!r} returned {type(result).__name__}, not a MetricResult")
@@ -101,15 +97,20 @@ def check_result(name: str, result: Any, n: int, keys: Sequence[str]) -> MetricR
             if not _is_score(value):
                 raise MetricResultError(f"metric {name!r} returned {_kind(value)} at sample {index} under {key!r}; "
                                         f"scores are numbers{_BOOL_HINT if _is_bool(value) else ''}")
+            if math.isinf(value):
+                raise MetricResultError(f"metric {name!r} returned {value} at sample {index} under {key!r}; {_FINITE}")
         per_sample[key] = scores
     for key, value in result.corpus.items():
         if not _is_score(value):
             raise MetricResultError(f"metric {name!r} returned {_kind(value)} as its corpus score {key!r}; scores are "
                                     f"numbers{_BOOL_HINT if _is_bool(value) else ''}")
+        if math.isinf(value):
+            raise MetricResultError(f"metric {name!r} returned {value} as its corpus score {key!r}; {_FINITE}")
     return replace(result, per_sample=per_sample) if listed else result
 
 
 _BOOL_HINT = " (a bool is not a score: return float(x) where 1.0 and 0.0 are meant)"
+_FINITE = "scores are finite numbers (NaN for a sample the metric cannot score, which is then left out)"
 
 
 def _listed(scores: Any) -> Any:

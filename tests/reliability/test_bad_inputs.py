@@ -2521,12 +2521,12 @@ def preference_inputs(tmp_path: Path, tiny_models, monkeypatch, first: str) -> l
 
 def test_build_preferences_with_an_infinite_score_ends_in_one_line_and_writes_nothing(tmp_path: Path, tiny_models,
                                                                                     monkeypatch):
-    """It was the JSON writer's ValueError traceback, after all the sampling."""
+    """It was the JSON writer's ValueError traceback, after all the sampling; the metric's result is refused as it
+    comes back."""
     result = run_stage("build_preferences", *preference_inputs(tmp_path, tiny_models, monkeypatch, "inf"))
-    ends_in_one_error_line(result, 1, "error: reward component custom/scores (metric 'pref_scores_plugin:Scores') "
-                                      "scored inf for completion 1 of 2 of sample 'train-",
-                           "an infinite score ranks nothing and is a bug in the metric (a completion it cannot score "
-                           "is NaN); nothing was written")
+    ends_in_one_error_line(result, 2, "error: metric 'pref_scores_plugin:Scores' returned inf at sample 0 under "
+                                      "'custom/scores'; scores are finite numbers (NaN for a sample the metric cannot "
+                                      "score, which is then left out)")
     assert not (tmp_path / "out").exists()
 
 

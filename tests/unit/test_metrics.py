@@ -466,6 +466,20 @@ def test_corpus_scores_that_are_not_numbers_are_refused(corpus, found):
         check_result("m", result_of([0.5, 1.0], corpus), 2, ["custom/odd"])
 
 
+@pytest.mark.parametrize("scores, corpus, found", [
+    pytest.param([float("inf"), 0.5], None, "inf at sample 0 under 'custom/odd'", id="sample-inf"),
+    pytest.param([0.5, float("-inf")], None, "-inf at sample 1 under 'custom/odd'", id="sample-minus-inf"),
+    pytest.param([0.5, 0.5], {"custom/odd": float("inf")}, "inf as its corpus score 'custom/odd'", id="corpus-inf"),
+])
+def test_an_infinite_score_is_refused_where_nan_leaves_a_sample_out(scores, corpus, found):
+    """An infinity was written as null, the mark of a score that could not be computed, without a word."""
+    from grueflow.metrics import MetricResultError, check_result
+
+    with pytest.raises(MetricResultError, match=rf"^metric 'm' returned {found}; scores are finite numbers \(NaN for "
+                                                r"a sample the metric cannot score, which is then left out\)$"):
+        check_result("m", result_of(scores, corpus), 2, ["custom/odd"])
+
+
 def test_one_dimensional_arrays_and_tensors_of_the_right_length_are_scores_as_lists():
     """They were refused as if the count were wrong ("returned array([...]) ... for 16 generations")."""
     import numpy as np

@@ -210,6 +210,19 @@ def test_a_reward_component_that_raises_is_named_with_its_exception_as_the_cause
     assert isinstance(raised.value.__cause__, KeyError)
 
 
+def test_a_stage_whose_metric_raises_shows_the_metrics_own_frames_then_one_line(capsys):
+    """It ended in a two-part traceback: the metric's, then grueflow's frames around the call."""
+    from grueflow.stage import main_guard
+
+    with pytest.raises(SystemExit) as exit:
+        main_guard(lambda: odd_reward("raise")(["p"], ["a"], [["r"]], [{}]))
+    assert exit.value.code == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0] == "Traceback (most recent call last):" and lines[-2] == "KeyError: 'no such key'"
+    assert lines[-1] == f"error: reward component '{HERE}:Odd' (custom/odd) failed: KeyError: 'no such key'"
+    assert "direct cause" not in "\n".join(lines) and not any("grueflow/stage.py" in line for line in lines)
+
+
 def test_an_evaluation_metric_that_raises_is_named_with_its_exception_as_the_cause():
     from grueflow.data import Sample
     from grueflow.evaluation import score
