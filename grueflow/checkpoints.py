@@ -115,8 +115,8 @@ def _step(folder: Path) -> int | None:
 
 def complete(root: str | Path, unit: str) -> list[Checkpoint]:
     """The complete checkpoints under ``root`` (``<unit><step>/`` holding a readable ``checkpoint.json``), oldest
-    first. A folder without a marker is none (a save renames its folder into place marker included); one whose
-    marker is unreadable is damaged: :func:`latest` reports and removes it."""
+    first. A folder without a readable marker is damaged (a save renames its folder into place marker included):
+    :func:`latest` reports and removes it."""
     root = Path(root)
     if not root.is_dir():
         return []
@@ -177,7 +177,7 @@ def latest(root: str | Path, unit: str, key: str) -> Path | None:
     """
     root = Path(root)
     damaged = [p for p in root.glob(f"{unit}*") if re.fullmatch(rf"{re.escape(unit)}\d+", p.name)
-               and (p / MARKER).is_file() and _marker(p) is None]  # a marker there, but unreadable
+               and p.is_dir() and _marker(p) is None]  # a save renames its folder in marker included: none is damage
     found = complete(root, unit)
     mine = [c.path for c in found if c.key == key]
     others = [c.path.name for c in found if c.key != key]

@@ -4,6 +4,7 @@ start and RL resume bit for bit (in-process here; killed and rerun as stages in 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -31,7 +32,7 @@ def write_marker_only(folder: Path) -> None:
     (folder / "weights.bin").write_bytes(b"w")
 
 
-def test_the_newest_k_complete_checkpoints_of_this_run_are_kept(tmp_path):
+def test_the_newest_k_complete_checkpoints_of_this_run_are_kept(tmp_path, caplog):
     root = tmp_path / "out.resume"
     for step in range(1, 5):
         checkpoints.save(root, "iteration", step, "run-a", write_marker_only, keep=2)
@@ -39,10 +40,15 @@ def test_the_newest_k_complete_checkpoints_of_this_run_are_kept(tmp_path):
     assert checkpoints.latest(root, "iteration", "run-a") == root / "iteration4"
     assert checkpoints.latest(root, "iteration", "run-b") is None  # another run's checkpoints are never resumed
 
-    (root / "iteration5").mkdir()  # a folder without checkpoint.json is not complete
-    assert checkpoints.latest(root, "iteration", "run-a") == root / "iteration4"
+    (root / "iteration5").mkdir()  # a folder without checkpoint.json is damage (a save renames it in marker and all)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="grueflow.checkpoints"):
+        assert checkpoints.latest(root, "iteration", "run-a") == root / "iteration4"
+    assert caplog.messages == [f"checkpoint {root / 'iteration5'} is damaged (checkpoint.json is missing or "
+                               f"damaged); removing it and falling back to {root / 'iteration4'}"]
+    assert not (root / "iteration5").exists()
     checkpoints.save(root, "iteration", 1, "run-b", write_marker_only, keep=2)  # params changed: a new run
-    assert sorted(p.name for p in root.iterdir()) == ["iteration1", "iteration5"]
+    assert sorted(p.name for p in root.iterdir()) == ["iteration1"]
     assert checkpoints.latest(root, "iteration", "run-b") == root / "iteration1"
     assert (root / "iteration1" / "weights.bin").read_bytes() == b"w"
 
