@@ -2060,6 +2060,18 @@ def suite_dry_run(project: Path, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=300)
 
 
+def test_yaml_merge_keys_are_read_with_the_keys_beside_them_winning(tmp_path: Path):
+    """``<<: *defaults`` failed with PyYAML's "could not determine a constructor for the tag ...merge". A merge
+    key merges as YAML says (what is written beside it wins); a key written twice beside it is still refused."""
+    path = tmp_path / "ppo.yaml"
+    path.write_text("kl_defaults: &kl {coef: 0.05, adaptive: true}\nkl:\n  <<: *kl\n  coef: 0.06\n")
+    assert read_yaml(path)["kl"] == {"coef": 0.06, "adaptive": True}
+    path.write_text("kl_defaults: &kl {coef: 0.05}\nkl:\n  <<: *kl\n  coef: 0.06\n  coef: 0.07\n")
+    with pytest.raises(ConfigError, match=r"line 5, column 3: not valid YAML: key 'coef' appears twice in one mapping "
+                                          r"\(first on line 4\); keep one"):
+        read_yaml(path)
+
+
 def test_a_configfile_suite_replaces_params_suite_yaml_and_config_keys_apply_over_it(tmp_path: Path):
     """A suite given with --configfile silently took rl_starts (and every key it left out) from params/suite.yaml."""
     project = copy_project(tmp_path / "project")
