@@ -1,5 +1,6 @@
 """Stage 5: generate on the test split with the eval settings; write predictions.jsonl and metrics.json."""
 
+import logging
 import sys
 from pathlib import Path
 from typing import get_args
@@ -22,6 +23,8 @@ from grueflow.preference.config import PREFERENCE_METHODS
 from grueflow.rl import ALGORITHMS
 from grueflow.seeding import rng_state, seed_everything, set_rng_state
 
+log = logging.getLogger("evaluate")
+
 TASK_KEYS = ("lengths", "eval_generation", "reward", "metrics", "headline_metrics", "method_overrides")
 
 
@@ -42,6 +45,9 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     started = stage.setup(args)
+    if args.task != args.task_file.stem:  # both engines run params/tasks/<task>.yaml as <task>
+        log.warning("--task %s labels these scores, but --task-file %s is task %s's by its name: the table would "
+                    "show them as %s's", args.task, args.task_file, args.task_file.stem, args.task)
     # the method's lengths and generation (its method_overrides); the reward is the task's own, so that the
     # table's reward column scores every method alike
     method = args.algorithm or ("supervised" if args.start == "supervised" else None)

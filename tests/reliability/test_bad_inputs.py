@@ -1160,6 +1160,20 @@ def test_rl_finetune_with_bad_arguments_exits_2(tmp_path: Path, call_stage, algo
     assert not (tmp_path / "rl").exists()
 
 
+def test_evaluate_says_when_its_task_label_is_not_its_task_files(tmp_path: Path, call_stage, tiny_models, caplog):
+    """Run by hand with ``--task concepts`` and sentiment's task file, evaluate labelled sentiment's scores as the
+    concepts task without a word (both engines run params/tasks/<task>.yaml as <task>)."""
+    model = tiny_models["causal"]
+    assert call_stage("prepare_datapool", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--out",
+                      tmp_path / "pool").code == 0
+    result = call_stage("evaluate", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--task", "concepts",
+                        "--start", "zero_shot", "--datapool", tmp_path / "pool", "--model", model, "--base-model",
+                        model, "--seed", "0", "--out", tmp_path / "out")
+    assert (f"--task concepts labels these scores, but --task-file {MICRO / 'tasks' / 'sentiment.yaml'} is task "
+            f"sentiment's by its name: the table would show them as concepts's") in caplog.text
+    assert result.code == 0, result.stderr  # a label, still: a task file of another name run by hand may be meant
+
+
 def test_evaluate_with_a_headline_metric_the_task_does_not_produce_exits_2(tmp_path: Path, call_stage):
     task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml", headline_metrics=["semantic/bert_score"])
     result = call_stage("evaluate", "--task-file", task, "--task", "sentiment", "--start", "zero_shot",
