@@ -31,8 +31,8 @@ a row's references are dropped; the row is bad only when none is left.
 
 from __future__ import annotations
 
-import os
 import logging
+import os
 import random
 from collections import Counter
 from dataclasses import dataclass
@@ -60,8 +60,9 @@ class Unit:
     """One source row, or a group of rows (a CommonGen concept set), with where it came from.
 
     ``origin`` names it in error messages (``<file> row 12``); ``key`` is a stable id
-    (``<source split>-<index>``) that loaders may keep in ``meta``; ``builder`` is the ``datasets`` builder that
-    read it (``csv``, ``json``, ``parquet``; empty for files grueflow reads itself): a CSV cell holds text only.
+    (``<source split>-<index>``) that loaders may keep in ``meta``; ``builder`` is what read it (``datasets``'
+    ``csv``, ``json``, ``parquet``; ``json`` for grueflow's own JSON reader; empty for the files a loader reads
+    itself, such as DailyDialog's text files): a CSV cell holds text only.
     """
 
     row: dict[str, Any]
