@@ -8,6 +8,8 @@ the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark
 - a stage folder that fails its manifest's size check (``grueflow.io.check_stage_output``, a file deleted,
   truncated or grown): the folder itself is stale;
 - a stage folder whose ``stage.json`` records an input that no longer exists: that reader is stale;
+- a stage folder a ``stage.json`` records as an input, or an evaluation the table aggregates, that holds no
+  ``stage.json`` of its own (emptied, or its record deleted; every stage writes one last): that folder is stale;
 - the GRUE table, when an evaluation it aggregates (an ``expected`` folder) no longer exists;
 - a table (the GRUE table, the human-evaluation table) one of whose files written with it (its Markdown, JSON,
   chart: ``siblings``) is missing: rule all asks for the CSV alone,
@@ -31,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Optional
 
-from grueflow.io import STAGE_RECORD, MissingDataError, atomic_path, check_stage_output, read_json
+from grueflow.io import MODEL_DIR, STAGE_RECORD, MissingDataError, atomic_path, check_stage_output, read_json
 
 SNAKEMAKE_TIMESTAMP = ".snakemake_timestamp"  # Snakemake's modification time of a directory() output
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
@@ -73,20 +75,40 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
         if not isinstance(inputs, dict):  # check_stage_output read the record as an object with a manifest
             stale[folder] = f"{folder / STAGE_RECORD} is damaged (its inputs are not a mapping)"
             continue
-        gone = [meta["path"] for meta in inputs.values() if isinstance(meta, dict) and meta.get("path")
-                and not (root / meta["path"]).exists()]
+        paths = [Path(meta["path"]) for meta in inputs.values() if isinstance(meta, dict) and meta.get("path")]
+        gone = [str(path) for path in paths if not (root / path).exists()]
         if gone:
             stale[folder] = f"it was built from {', '.join(gone)}, which no longer exists"
+        for path in paths:  # an input stage folder emptied, or its record deleted: not found by its stage.json
+            unrecorded = _unrecorded(root, path, results)
+            if unrecorded is not None:
+                stale.setdefault(unrecorded, f"damaged: {STAGE_RECORD} is missing")
     if table.is_file():
         gone = [str(p) for p in expected if not p.is_dir()]
         if gone:
             stale[table] = f"it was built from {', '.join(gone[:3])}{' and more' if len(gone) > 3 else ''}, " \
                            "which no longer exists"
+    for folder in expected:  # an evaluation emptied: aggregate failed on it, and it was never rerun
+        if folder.is_dir() and not (folder / STAGE_RECORD).is_file():
+            stale.setdefault(folder, f"damaged: {STAGE_RECORD} is missing")
     for written, others in (siblings or {}).items():
         missing = [str(p) for p in others if not p.is_file()]
         if written.is_file() and written not in stale and missing:
             stale[written] = f"{', '.join(missing)}, written with it, {'is' if len(missing) == 1 else 'are'} missing"
     return stale
+
+
+def _unrecorded(root: Path, path: Path, results: Path) -> Optional[Path]:
+    """The stage folder of a recorded input ``path`` (the folder, or the one holding it as its ``model/``) when it is
+    under ``results``, exists and holds no stage record (every stage writes one last): None otherwise (an input from
+    outside the pipeline, a file, a folder in order)."""
+    folder = root / path
+    if folder.name == MODEL_DIR:
+        folder = folder.parent
+    inside = folder.resolve().is_relative_to(results.resolve()) and folder.resolve() != results.resolve()
+    if not inside or not folder.is_dir() or (folder / STAGE_RECORD).is_file():
+        return None
+    return folder
 
 
 def mark_stale(results: Path, table: Path, expected: Iterable[Path],

@@ -274,6 +274,36 @@ def test_a_stale_output_gets_a_new_token_its_rule_takes_as_a_param(tmp_path):
     assert folder.stat().st_mtime == 1  # and stamped 1970, as before
 
 
+def test_a_stage_folder_without_its_record_is_stale_when_read_or_aggregated(tmp_path):
+    """A datapool emptied (or its stage.json deleted) was found by no stage.json, so it was never rebuilt and its
+    readers read what was left; an emptied evaluation failed the table on every run."""
+    from grueflow.io import write_stage_record
+    from grueflow.stale import stale_outputs
+
+    results = tmp_path / "results"
+    datapool, model = results / "sentiment" / "datapool", results / "sentiment" / "base_model"
+    evaluation = results / "eval" / "sentiment" / "ppo" / "seed0"
+    for folder in (datapool, model, evaluation):
+        folder.mkdir(parents=True)
+        (folder / "out.txt").write_text("x")
+        write_stage_record(folder, stage="x", params={}, wall_time_s=0.0,
+                           inputs={"datapool": datapool} if folder != datapool else {})
+    (model / "model").mkdir()
+    write_stage_record(evaluation, stage="evaluate", params={}, wall_time_s=0.0,
+                       inputs={"datapool": datapool, "model": model / "model", "data": tmp_path / "outside"})
+    (tmp_path / "outside").mkdir()  # an input from outside results/ holds no record: none of the check's concern
+    other = results / "eval" / "sentiment" / "zero_shot" / "seed0"  # an evaluation the table aggregates
+    other.mkdir(parents=True)
+    write_stage_record(other, stage="evaluate", params={}, wall_time_s=0.0, inputs={})
+    assert stale_outputs(results, tmp_path / "t.csv", [evaluation, other]) == {}
+    (model / "stage.json").unlink()
+    for path in [*datapool.iterdir(), *other.iterdir()]:
+        path.unlink()
+    assert stale_outputs(results, tmp_path / "t.csv", [evaluation, other]) == {
+        datapool: "damaged: stage.json is missing", model: "damaged: stage.json is missing",
+        other: "damaged: stage.json is missing"}
+
+
 def test_a_rerun_of_an_input_stage_leaves_the_digest_stage_json_records_for_it(tmp_path):
     """A folder's digest covered its provenance.json (commit, wall time): a forced or no-op rerun of the datapool
     changed the stage.json of every stage that read it, which content hashes (DVC's .dvcignore) leave out."""
