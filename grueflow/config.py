@@ -807,16 +807,20 @@ MAX_YAML_VALUES = 100_000  # scalars, lists and mappings a params file may hold 
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """YAML's safe loader (merge keys ``<<: *anchor`` included, the keys written beside one overriding those it
-    merges), refusing a key that a mapping repeats (YAML 1.2 forbids it; PyYAML keeps the last) and
+    """YAML's safe loader, refusing a merge key (``<<: *anchor``, whose order PyYAML and DVC's reader differ on), a
+    key that a mapping repeats (YAML 1.2 forbids it; PyYAML keeps the last) and
     an integer written with a leading zero (``010``), which YAML 1.1 reads as octal (8) and YAML 1.2 as 10, and a
     base-60 number (``1:30``), which YAML 1.1 reads as 90 and YAML 1.2 as a string."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults`: the keys written beside it win
-                continue
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults`
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a merge key (<<) is not read in a params file: YAML readers disagree on it (which "
+                                "of a list of merged mappings wins: PyYAML, which the stages read with, and DVC's "
+                                "reader differ), so DVC would record other values than a run used; write the keys "
+                                "out (an alias, *name, of a whole value is fine)", key_node.start_mark)
             key = self.construct_object(key_node, deep=True)
             if isinstance(key, typing.Hashable) and key in seen:
                 raise yaml.constructor.ConstructorError(
