@@ -28,8 +28,9 @@ class Sample:
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not self.prompt:
-            raise ValueError(f"sample {self.id!r} has an empty prompt")
+        if not self.prompt:  # a DataError (a ValueError): a stage, a datapool plugin's included, ends in one line
+            raise io.DataError(f"sample {self.id!r} has an empty prompt ({self.prompt!r}); a Sample's prompt is a "
+                               f"non-empty text")
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "prompt": self.prompt, "references": list(self.references), "meta": self.meta}
@@ -141,6 +142,10 @@ def check_pool(pool: Any, source: str) -> None:
             if problem:
                 raise io.DataError(f"datapool {source!r}, {split} sample {i + 1}: {problem}")
             seen.add(sample.id)
+    if not isinstance(pool.unlabelled, (list, tuple)):
+        shown = f"the string {pool.unlabelled!r:.40}, which would be written letter by letter" \
+            if isinstance(pool.unlabelled, str) else f"a {type(pool.unlabelled).__name__}"
+        raise io.DataError(f"datapool {source!r}: unlabelled is {shown}; give a list of texts")
     bad = next((f"line {k + 1} {why}" for k, line in enumerate(pool.unlabelled) for why in [_not_text(line)] if why),
                "")
     if bad:

@@ -39,7 +39,7 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -1022,8 +1022,10 @@ def _pool(**splits: Any) -> Any:
     (_pool(validation=[_sample()]), "datapool 'my_pool:Pool' built the splits ['test', 'train', 'val', 'validation']; "
      "a datapool has the splits train, val, test, no more and no fewer"),
     ({"train": []}, "datapool 'my_pool:Pool' built a dict, not a grueflow.data.sample.Datapool"),
+    (replace(_pool(), unlabelled="some unlabelled text"), "datapool 'my_pool:Pool': unlabelled is the string 'some "
+     "unlabelled text', which would be written letter by letter; give a list of texts"),
 ], ids=["references-one-string", "reference-a-number", "meta-a-set", "meta-nan", "lone-surrogate", "id-twice",
-        "empty-split", "extra-split", "not-a-datapool"])
+        "empty-split", "extra-split", "not-a-datapool", "unlabelled-one-string"])
 def test_a_datapool_a_loader_built_is_checked_before_it_is_written(tmp_path: Path, pool, expect: str):
     """A plugin's loader (or one of ours) could hand over references as one string (written letter by letter,
     exit 0), a number or a set (a traceback mid-write), an empty split or an id twice (written, then refused by the
@@ -1034,6 +1036,14 @@ def test_a_datapool_a_loader_built_is_checked_before_it_is_written(tmp_path: Pat
         write_datapool(pool, tmp_path / "pool", "my_pool:Pool")
     assert expect in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "pool" / "train.jsonl").exists()
+
+
+def test_a_sample_without_a_prompt_is_a_data_error(tmp_path: Path):
+    """A plugin's ``Sample("t0", None, ...)`` raised a ValueError, which ended its stage in a traceback."""
+    for prompt in (None, ""):
+        with pytest.raises(DataError, match=rf"sample 's0' has an empty prompt \({re.escape(repr(prompt))}\); a "
+                                            r"Sample's prompt is a non-empty text"):
+            _sample(prompt=prompt)
 
 
 def test_a_lone_surrogate_in_a_data_file_ends_in_one_line(tmp_path: Path):
