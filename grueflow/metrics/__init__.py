@@ -97,20 +97,32 @@ def check_result(name: str, result: Any, n: int, keys: Sequence[str]) -> MetricR
             if not _is_score(value):
                 raise MetricResultError(f"metric {name!r} returned {_kind(value)} at sample {index} under {key!r}; "
                                         f"scores are numbers{_BOOL_HINT if _is_bool(value) else ''}")
-            if math.isinf(value):
-                raise MetricResultError(f"metric {name!r} returned {value} at sample {index} under {key!r}; {_FINITE}")
+            if _infinite(value):
+                raise MetricResultError(f"metric {name!r} returned {_infinite(value)} at sample {index} under {key!r}; "
+                                        f"{_FINITE}")
         per_sample[key] = scores
     for key, value in result.corpus.items():
         if not _is_score(value):
             raise MetricResultError(f"metric {name!r} returned {_kind(value)} as its corpus score {key!r}; scores are "
                                     f"numbers{_BOOL_HINT if _is_bool(value) else ''}")
-        if math.isinf(value):
-            raise MetricResultError(f"metric {name!r} returned {value} as its corpus score {key!r}; {_FINITE}")
+        if _infinite(value):
+            raise MetricResultError(f"metric {name!r} returned {_infinite(value)} as its corpus score {key!r}; "
+                                    f"{_FINITE}")
     return replace(result, per_sample=per_sample) if listed else result
 
 
 _BOOL_HINT = " (a bool is not a score: return float(x) where 1.0 and 0.0 are meant)"
 _FINITE = "scores are finite numbers (NaN for a sample the metric cannot score, which is then left out)"
+
+
+def _infinite(value: Any) -> str:
+    """How a score that no float can hold finitely is named ("inf", "-inf", "an integer too large for a float"); ""
+    for any other number."""
+    try:
+        number = float(value)
+    except OverflowError:  # an int past 1.8e308
+        return "an integer too large for a float"
+    return str(number) if math.isinf(number) else ""
 
 
 def _listed(scores: Any) -> Any:

@@ -470,6 +470,10 @@ def test_corpus_scores_that_are_not_numbers_are_refused(corpus, found):
     pytest.param([float("inf"), 0.5], None, "inf at sample 0 under 'custom/odd'", id="sample-inf"),
     pytest.param([0.5, float("-inf")], None, "-inf at sample 1 under 'custom/odd'", id="sample-minus-inf"),
     pytest.param([0.5, 0.5], {"custom/odd": float("inf")}, "inf as its corpus score 'custom/odd'", id="corpus-inf"),
+    pytest.param([10 ** 400, 1], None, "an integer too large for a float at sample 0 under 'custom/odd'",
+                 id="sample-huge-int"),  # it was an OverflowError traceback
+    pytest.param([1, 1], {"custom/odd": -10 ** 400}, "an integer too large for a float as its corpus score "
+                 "'custom/odd'", id="corpus-huge-int"),
 ])
 def test_an_infinite_score_is_refused_where_nan_leaves_a_sample_out(scores, corpus, found):
     """An infinity was written as null, the mark of a score that could not be computed, without a word."""
