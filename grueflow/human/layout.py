@@ -92,9 +92,9 @@ def answers_tree(root: Path, tasks: Sequence[str], batches: Iterable[str]) -> An
     seeds). Never raises: the caller decides when an error stops it (the table's job only)."""
     tree = AnswersTree()
     suite_batches = set(batches)
-    if not root.is_dir():  # `dvc add data/human` and no pull yet; else no answers at all
+    if not root.is_dir():  # a link to an unmounted drive, `dvc add data/human` and no pull yet; else no answers
         pointer = root.with_name(root.name + DVC_SUFFIX)
-        tree.errors += unfetched(root.parent, [pointer] if pointer.is_file() else [])
+        tree.errors += unfetched(root.parent, [path for path in (root, pointer) if os.path.lexists(path)])
         return tree
     entries = _visible(root)
     tree.errors += unfetched(root, [p for p in entries if (p.stem if p.suffix == DVC_SUFFIX else p.name) in tasks])

@@ -82,3 +82,7 @@ def test_a_data_human_folder_tracked_by_dvc_and_not_pulled_is_an_error(tmp_path:
     (tmp_path / "human.dvc").unlink()
     tree = answers_tree(tmp_path / "human", TASKS, BATCHES)  # no answers at all: the table's rule says so
     assert (tree.batches, tree.warnings, tree.errors) == ([], [], [])
+    (tmp_path / "human").symlink_to(tmp_path / "unmounted" / "human")  # answers on a drive not mounted
+    assert answers_tree(tmp_path / "human", TASKS, BATCHES).errors == [
+        f"{tmp_path}/human is a symbolic link to nothing ({tmp_path}/unmounted/human); fetch or mount what it points "
+        f"to, or remove the link"]
