@@ -71,7 +71,7 @@ if workflow.is_main_process:  # a stage folder deleted or damaged under finished
                for s in ("aggregate", "human_eval_table")}  # a table and the files written with it
     for _line in mark_stale(Path("results"), Path(output_of("aggregate", "csv")),
                             [Path(p) for p in expand(output_of("evaluate"), task=TASKS, method=METHODS, seed=SEEDS)],
-                            _tables):
+                            _tables, folders=[Path(p) for p in stage_folders()]):
         print(_line, file=sys.stderr)
 
 

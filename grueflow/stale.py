@@ -8,8 +8,9 @@ the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark
 - a stage folder that fails its manifest's size check (``grueflow.io.check_stage_output``, a file deleted,
   truncated or grown): the folder itself is stale;
 - a stage folder whose ``stage.json`` records an input that no longer exists: that reader is stale;
-- a stage folder a ``stage.json`` records as an input, or an evaluation the table aggregates, that holds no
-  ``stage.json`` of its own (emptied, or its record deleted; every stage writes one last): that folder is stale;
+- a stage folder the suite's rules write (``folders``), a ``stage.json`` records as an input, or the table
+  aggregates, that holds no ``stage.json`` of its own (emptied, or its record deleted; every stage writes one
+  last): that folder is stale;
 - the GRUE table, when an evaluation it aggregates (an ``expected`` folder) no longer exists;
 - a table (the GRUE table, the human-evaluation table) one of whose files written with it (its Markdown, JSON,
   chart: ``siblings``) is missing: rule all asks for the CSV alone,
@@ -55,13 +56,15 @@ def stale_token(outputs: Iterable[str | os.PathLike], tokens: Path = TOKENS) -> 
 
 
 def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
-                  siblings: Optional[dict[Path, list[Path]]] = None) -> dict[Path, str]:
-    """Each stale stage folder (or ``table``) under ``results``, with why: see the module docstring."""
+                  siblings: Optional[dict[Path, list[Path]]] = None, folders: Iterable[Path] = ()) -> dict[Path, str]:
+    """Each stale stage folder (or ``table``) under ``results``, with why: see the module docstring. ``folders``:
+    every stage folder the suite's rules write, stale when one exists without its record."""
     stale: dict[Path, str] = {}
+    expected = list(expected)
     root = results.parent  # stage.json records input paths relative to the project root
-    folders = sorted(p.parent for p in results.rglob(STAGE_RECORD) if not any(
+    recorded = sorted(p.parent for p in results.rglob(STAGE_RECORD) if not any(
         part.endswith(".resume") for part in p.relative_to(results).parts))
-    for folder in folders:
+    for folder in recorded:
         try:
             check_stage_output(folder, deep=False)
         except MissingDataError as err:  # "<folder> is damaged: <file> is missing; delete ..."
@@ -88,7 +91,7 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
         if gone:
             stale[table] = f"it was built from {', '.join(gone[:3])}{' and more' if len(gone) > 3 else ''}, " \
                            "which no longer exists"
-    for folder in expected:  # an evaluation emptied: aggregate failed on it, and it was never rerun
+    for folder in [*expected, *folders]:  # emptied, or its record deleted before anything read it
         if folder.is_dir() and not (folder / STAGE_RECORD).is_file():
             stale.setdefault(folder, f"damaged: {STAGE_RECORD} is missing")
     for written, others in (siblings or {}).items():
@@ -112,11 +115,12 @@ def _unrecorded(root: Path, path: Path, results: Path) -> Optional[Path]:
 
 
 def mark_stale(results: Path, table: Path, expected: Iterable[Path],
-               siblings: Optional[dict[Path, list[Path]]] = None, tokens: Path = TOKENS) -> list[str]:
+               siblings: Optional[dict[Path, list[Path]]] = None, tokens: Path = TOKENS,
+               folders: Iterable[Path] = ()) -> list[str]:
     """Set each :func:`stale_outputs` entry's Snakemake timestamp to :data:`STALE_TIME` and give it a new token in
     ``tokens``; one line per entry, saying why."""
     lines = []
-    stale = stale_outputs(results, table, expected, siblings)
+    stale = stale_outputs(results, table, expected, siblings, folders)
     for path, why in stale.items():
         stamp = path / SNAKEMAKE_TIMESTAMP if (path / SNAKEMAKE_TIMESTAMP).is_file() else path
         os.utime(stamp, (STALE_TIME, STALE_TIME))

@@ -302,6 +302,10 @@ def test_a_stage_folder_without_its_record_is_stale_when_read_or_aggregated(tmp_
     assert stale_outputs(results, tmp_path / "t.csv", [evaluation, other]) == {
         datapool: "damaged: stage.json is missing", model: "damaged: stage.json is missing",
         other: "damaged: stage.json is missing"}
+    (evaluation / "stage.json").unlink()  # nothing records the datapool now (a first run stopped after it):
+    assert datapool not in stale_outputs(results, tmp_path / "t.csv", [])  # only the suite's folders name it
+    assert stale_outputs(results, tmp_path / "t.csv", [], folders=[datapool, results / "concepts" / "datapool"]) == {
+        datapool: "damaged: stage.json is missing"}  # one that was never built is no concern of the check
 
 
 def test_a_rerun_of_an_input_stage_leaves_the_digest_stage_json_records_for_it(tmp_path):

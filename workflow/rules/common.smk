@@ -72,6 +72,19 @@ def task_file(w):
     return str(PARAMS / "tasks" / f"{w.task}.yaml")
 
 
+def stage_folders():
+    """Every stage folder the suite's rules write: each stage's folder template over the suite's tasks, methods
+    and seeds (templates with other wildcards, a human batch's name, are left out)."""
+    values = {"task": TASKS, "seed": SEEDS, "method": METHODS, "rl_method": RL_METHODS, "dpo_method": DPO_METHODS}
+    folders = []
+    for stage in STAGES.values():
+        template = stage.outputs.get("out")
+        names = set(re.findall(r"{(\w+)}", template or ""))
+        if template and names <= set(values):
+            folders += expand(template, **{name: values[name] for name in names})
+    return folders
+
+
 def stale_params(stage):
     """A rule's ``stale`` param: the tokens the Snakefile's stale check gave the job's outputs (grueflow/stale.py), a
     rerun trigger for what it found deleted or damaged. A function of the wildcards alone: Snakemake's params
