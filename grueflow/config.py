@@ -822,7 +822,9 @@ class _StrictLoader(yaml.SafeLoader):
                                 "reader differ), so DVC would record other values than a run used; write the keys "
                                 "out (an alias, *name, of a whole value is fine)", key_node.start_mark)
             key = self.construct_object(key_node, deep=True)
-            if isinstance(key, typing.Hashable) and key in seen:
+            if not isinstance(key, typing.Hashable):  # `? [1, 2]`: PyYAML's own check names it, with the line
+                continue
+            if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"key {key!r} appears twice in one mapping (first on line {seen[key] + 1}); "
                                 f"keep one", key_node.start_mark)
@@ -888,7 +890,12 @@ def read_yaml(path: str | Path) -> Any:
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        raise ConfigError(f"{path}: {at}not valid YAML: {getattr(err, 'problem', None) or err}") from None
+        problem = getattr(err, "problem", None) or err
+        context, first = getattr(err, "context", None), getattr(err, "context_mark", None)
+        if context and "duplicate anchor" in context and first is not None:  # its problem alone: "second occurrence"
+            anchor = context.removeprefix("found duplicate ").removesuffix("; first occurrence")
+            problem = f"{anchor} is defined twice (first on line {first.line + 1}); name each anchor once"
+        raise ConfigError(f"{path}: {at}not valid YAML: {problem}") from None
     if _expanded_size(data, MAX_YAML_VALUES) > MAX_YAML_VALUES:
         raise ConfigError(f"{path}: holds more than {MAX_YAML_VALUES:,} values once its YAML aliases (*name) are "
                           f"expanded; a params file this large is a mistake or an alias bomb: write it out plainly")

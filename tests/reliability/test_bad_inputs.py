@@ -2102,6 +2102,18 @@ def test_a_yaml_merge_key_is_refused_naming_why(tmp_path: Path, text: str):
     assert read_yaml(path)["kl"] == {"coef": 0.05}
 
 
+@pytest.mark.parametrize("text, expect", [
+    ("a: &x {coef: 0.05}\nb: &x {coef: 0.07}\n", "line 2, column 4: not valid YAML: anchor 'x' is defined twice "
+     "(first on line 1); name each anchor once"),  # it said "second occurrence" alone
+    ("kl:\n  ? [1, 2]\n  : 3\n", "line 2, column 5: not valid YAML: found unhashable key"),  # a TypeError traceback
+], ids=["anchor-twice", "list-as-key"])
+def test_yaml_that_no_params_file_can_hold_is_named(tmp_path: Path, text: str, expect: str):
+    path = tmp_path / "ppo.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=re.escape(f"ppo.yaml: {expect}")):
+        read_yaml(path)
+
+
 def test_a_configfile_suite_replaces_params_suite_yaml_and_config_keys_apply_over_it(tmp_path: Path):
     """A suite given with --configfile silently took rl_starts (and every key it left out) from params/suite.yaml."""
     project = copy_project(tmp_path / "project")
