@@ -92,6 +92,9 @@ def answers_tree(root: Path, tasks: Sequence[str], batches: Iterable[str]) -> An
     seeds). Never raises: the caller decides when an error stops it (the table's job only)."""
     tree = AnswersTree()
     suite_batches = set(batches)
+    if root.exists() and not root.is_dir():
+        tree.errors.append(f"{root} is a file; it is the folder of the answers, {root}/<task>/<batch>/<files>")
+        return tree
     if not root.is_dir():  # a link to an unmounted drive, `dvc add data/human` and no pull yet; else no answers
         pointer = root.with_name(root.name + DVC_SUFFIX)
         tree.errors += unfetched(root.parent, [path for path in (root, pointer) if os.path.lexists(path)])
@@ -109,6 +112,9 @@ def answers_tree(root: Path, tasks: Sequence[str], batches: Iterable[str]) -> An
             continue
         task_entries = _visible(task_dir)
         tree.errors += unfetched(task_dir, task_entries)
+        tree.errors += [f"{p} is a file named as a batch; a batch's answers go in a folder of that name: "
+                        f"{p}/answers.jsonl (the page's) or {p}/<results>.csv" for p in task_entries
+                        if p.is_file() and (p.name in suite_batches or BATCH_SHAPE.fullmatch(p.name))]
         stray += [p for p in task_entries if p.is_file() and p.suffix.lower() in ANSWER_SUFFIXES]
         for batch_dir in task_entries:
             if not batch_dir.is_dir() or not _visible(batch_dir):  # a placeholder (.gitkeep): no answers yet

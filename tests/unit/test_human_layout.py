@@ -61,6 +61,7 @@ def test_what_the_table_would_leave_out_without_a_word_is_an_error(tmp_path: Pat
     (root / "concepts.dvc").write_text("outs:\n- path: concepts\n")
     (root / "sentiment" / "likert_seed0").symlink_to(tmp_path / "unmounted")
     (root / "other.dvc").write_text("outs:\n- path: other\n")  # another suite's task: none of this suite's concern
+    answers(root, "sentiment/likert_seed3")  # answers saved as a file named as a batch (cp answers.jsonl <batch>)
     tree = answers_tree(root, TASKS, BATCHES)
     assert tree.batches == []
     assert tree.errors == [
@@ -69,6 +70,8 @@ def test_what_the_table_would_leave_out_without_a_word_is_an_error(tmp_path: Pat
         f"it points to, or remove the link",
         f"{root}/sentiment/supervised+ppo_vs_supervised_seed0.dvc tracks {root}/sentiment/supervised+ppo_vs_supervised"
         f"_seed0, which this checkout lacks: run dvc pull (or dvc checkout) first",
+        f"{root}/sentiment/likert_seed3 is a file named as a batch; a batch's answers go in a folder of that name: "
+        f"{root}/sentiment/likert_seed3/answers.jsonl (the page's) or {root}/sentiment/likert_seed3/<results>.csv",
         f"{root}/sentiment/likert-seed0/ is named as no batch: a batch folder is named likert_seed<k> or "
         f"<method_a>_vs_<method_b>_seed<k>, as results/human/sentiment/batches/ names it; rename it, or move it out "
         f"of {root}"]
@@ -86,3 +89,7 @@ def test_a_data_human_folder_tracked_by_dvc_and_not_pulled_is_an_error(tmp_path:
     assert answers_tree(tmp_path / "human", TASKS, BATCHES).errors == [
         f"{tmp_path}/human is a symbolic link to nothing ({tmp_path}/unmounted/human); fetch or mount what it points "
         f"to, or remove the link"]
+    (tmp_path / "human").unlink()
+    (tmp_path / "human").write_text("")  # a file where the folder belongs
+    assert answers_tree(tmp_path / "human", TASKS, BATCHES).errors == [
+        f"{tmp_path}/human is a file; it is the folder of the answers, {tmp_path}/human/<task>/<batch>/<files>"]
