@@ -55,8 +55,9 @@ def dvc_outputs(repo: Path) -> list[str]:
 
 
 def create(repo: Path, paths: list[str]) -> None:
-    """Each path as an empty folder, or an empty file when it has a file suffix (``{}`` for JSON; a stage
-    record with an empty manifest, as every stage writes one, for ``stage.json``)."""
+    """Each path as a folder holding only a stage record with an empty manifest (as every stage writes one: a
+    stage folder without it is stale), or an empty file when it has a file suffix (``{}`` for JSON; the record
+    for ``stage.json``)."""
     for path in map(repo.joinpath, paths):
         if path.suffix in FILE_SUFFIXES:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -64,6 +65,7 @@ def create(repo: Path, paths: list[str]) -> None:
                             else "")
         else:
             path.mkdir(parents=True, exist_ok=True)
+            (path / "stage.json").write_text('{"files": {}}\n')
 
 
 @contextlib.contextmanager
