@@ -168,7 +168,8 @@ def read_json(path: str | Path) -> Any:
         return json.load(handle)
 
 
-def write_jsonl(path: str | Path, rows: Iterable[dict[str, Any]]) -> None:
+def write_jsonl(path: str | Path, rows: Iterable[Any]) -> None:
+    """Each of ``rows`` (a JSON object, or any JSON value) as one line of UTF-8 JSON, keys sorted."""
     with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as handle:
         for row in rows:
             handle.write(json.dumps(row, ensure_ascii=False, sort_keys=True, allow_nan=False) + "\n")

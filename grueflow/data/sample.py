@@ -15,7 +15,8 @@ from grueflow import io
 log = logging.getLogger(__name__)
 
 SPLITS = ("train", "val", "test")
-UNLABELLED = "unlabelled.txt"
+UNLABELLED = "unlabelled.jsonl"  # one JSON string per line: a text keeps its line breaks
+UNLABELLED_LINES = "unlabelled.txt"  # a datapool written by hand may give one text per line instead
 
 
 @dataclass(frozen=True)
@@ -153,8 +154,13 @@ def check_pool(pool: Any, source: str) -> None:
 
 
 def write_datapool(pool: Datapool, out_dir: str | Path, source: str = "") -> dict[str, Any]:
-    """Write ``<split>.jsonl`` and ``unlabelled.txt``, once :func:`check_pool` passes (``source``: the datapool
+    """Write ``<split>.jsonl`` and ``unlabelled.jsonl``, once :func:`check_pool` passes (``source``: the datapool
     id, for its messages); return the stats (written to ``stats.json`` too).
+
+    Each unlabelled text is one JSON string, so that a text holding line breaks (CNN/DailyMail's highlights) is
+    read back as the one text it is, and ``unlabelled_lines`` counts what :func:`read_unlabelled` returns. Texts
+    that are empty or only whitespace carry nothing to pre-train on: they are left out, with a warning, and
+    counted as ``unlabelled_empty``.
 
     ``train_test_prompt_overlap`` counts the distinct prompts found in both train and test (compared by
     :func:`prompt_key`): a test sample whose prompt was trained on scores what the model memorised.
@@ -163,15 +169,20 @@ def write_datapool(pool: Datapool, out_dir: str | Path, source: str = "") -> dic
     out_dir = Path(out_dir)
     for split in SPLITS:
         io.write_jsonl(out_dir / f"{split}.jsonl", (s.to_json() for s in pool.splits[split]))
-    io.write_text(out_dir / UNLABELLED, "\n".join(pool.unlabelled) + "\n")
+    texts = [text for text in pool.unlabelled if text.strip()]
+    io.write_jsonl(out_dir / UNLABELLED, texts)
+    empty = len(pool.unlabelled) - len(texts)
+    if empty:
+        log.warning("%d of %d unlabelled texts are empty or only whitespace: left out (stats.json: unlabelled_empty)",
+                    empty, len(pool.unlabelled))
     overlap = {prompt_key(s.prompt) for s in pool.splits["train"]} & {prompt_key(s.prompt) for s in pool.splits["test"]}
     leaked = [s.prompt for s in pool.splits["test"] if prompt_key(s.prompt) in overlap]
     if leaked:
         log.warning("%d of %d test samples have a prompt that is also a train prompt (%d distinct, e.g. %r): their "
                     "scores may reflect what the model memorised (stats.json: train_test_prompt_overlap)",
                     len(leaked), len(pool.splits["test"]), len(overlap), leaked[0][:80])
-    stats: dict[str, Any] = {"unlabelled_lines": len(pool.unlabelled), "train_test_prompt_overlap": len(overlap),
-                             **pool.stats}
+    stats: dict[str, Any] = {"unlabelled_lines": len(texts), "train_test_prompt_overlap": len(overlap),
+                             **({"unlabelled_empty": empty} if empty else {}), **pool.stats}
     for split in SPLITS:
         samples = pool.splits[split]
         stats[split] = {
@@ -272,8 +283,32 @@ def read_split(datapool_dir: str | Path, split: str) -> list[Sample]:
 
 
 def read_unlabelled(datapool_dir: str | Path) -> list[str]:
-    path = Path(datapool_dir) / UNLABELLED
-    return [line for line in io.read_text(path).splitlines() if line.strip()]
+    """The datapool's unlabelled texts, in order, without empty ones: from ``unlabelled.jsonl`` (one JSON string
+    per line, as :func:`write_datapool` writes it), else from a hand-written ``unlabelled.txt`` (one text per line;
+    a text cannot hold a line break there). A DataError names a line that is not a JSON string, and a folder with
+    neither file."""
+    folder = Path(datapool_dir)
+    path = folder / UNLABELLED
+    if not path.is_file() and (folder / UNLABELLED_LINES).is_file():
+        return [line for line in io.read_text(folder / UNLABELLED_LINES).splitlines() if line.strip()]
+    if not path.is_file():
+        raise io.MissingDataError(f"{path} is missing: the datapool has no unlabelled text; rebuild it with "
+                                  f"prepare_datapool (or, by hand, write one JSON string per line there)")
+    texts = []
+    for number, line in io.iter_lines(path):
+        if not line.strip():
+            continue
+        try:
+            text = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise io.DataError(f"{path}: line {number}, column {err.colno}: not JSON ({err.msg}); each line of "
+                               f"{UNLABELLED} is one JSON string, e.g. \"a text\"") from None
+        if not isinstance(text, str):
+            raise io.DataError(f"{path}: line {number} is {text!r:.60} ({type(text).__name__}), not a JSON string; "
+                               f"each line of {UNLABELLED} is one text, e.g. \"a text\"")
+        if text.strip():
+            texts.append(text)
+    return texts
 
 
 def _mean(values: list[float]) -> float:

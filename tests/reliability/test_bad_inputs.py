@@ -1038,6 +1038,48 @@ def test_a_datapool_a_loader_built_is_checked_before_it_is_written(tmp_path: Pat
     assert not (tmp_path / "pool" / "train.jsonl").exists()
 
 
+def test_unlabelled_texts_with_line_breaks_are_read_back_as_written(tmp_path: Path, caplog):
+    """Written one per line, a text holding a line break (CNN/DailyMail's highlights hold ``\\n``; ``\\r`` and
+    U+2028 split a line too) came back as two texts and an empty one was dropped, while stats.json counted the texts
+    given: the held-out texts of ``model.adapt`` were then other texts than the count said."""
+    from grueflow.data.sample import read_unlabelled, write_datapool
+
+    texts = ["one line", "a highlight.\nanother highlight.", "carriage\rreturn", "line\u2028separator", "", "  ",
+             "last"]
+    stats = write_datapool(replace(_pool(), unlabelled=texts), tmp_path / "pool", "my_pool:Pool")
+    kept = [text for text in texts if text.strip()]
+    assert read_unlabelled(tmp_path / "pool") == kept
+    assert stats["unlabelled_lines"] == len(kept) == 5 and stats["unlabelled_empty"] == 2
+    assert "2 of 7 unlabelled texts are empty or only whitespace: left out" in caplog.text
+    assert "unlabelled_empty" not in write_datapool(_pool(), tmp_path / "clean", "my_pool:Pool")
+
+
+@pytest.mark.parametrize("name, content, expect", [
+    ("unlabelled.jsonl", '"a text"\nplain words\n', "unlabelled.jsonl: line 2, column 1: not JSON (Expecting "
+     "value); each line of unlabelled.jsonl is one JSON string, e.g. \"a text\""),
+    ("unlabelled.jsonl", '"a text"\n["two", "texts"]\n', "unlabelled.jsonl: line 2 is ['two', 'texts'] (list), not a "
+     "JSON string; each line of unlabelled.jsonl is one text"),
+    ("train.jsonl", "", "unlabelled.jsonl is missing: the datapool has no unlabelled text; rebuild it with "
+     "prepare_datapool"),
+], ids=["not-json", "a-list", "missing"])
+def test_a_hand_edited_unlabelled_file_is_named_at_its_line(tmp_path: Path, name: str, content: str, expect: str):
+    from grueflow.data.sample import read_unlabelled
+
+    (tmp_path / name).write_text(content, encoding="utf-8")
+    with pytest.raises(DataError) as err:
+        read_unlabelled(tmp_path)
+    assert expect in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_hand_written_unlabelled_txt_is_read_one_text_per_line(tmp_path: Path):
+    from grueflow.data.sample import read_unlabelled
+
+    (tmp_path / "unlabelled.txt").write_text("first text\n\nsecond text\n", encoding="utf-8")
+    assert read_unlabelled(tmp_path) == ["first text", "second text"]
+    (tmp_path / "unlabelled.jsonl").write_text('"the written one"\n', encoding="utf-8")  # what prepare_datapool wrote
+    assert read_unlabelled(tmp_path) == ["the written one"]
+
+
 def test_a_sample_without_a_prompt_is_a_data_error(tmp_path: Path):
     """A plugin's ``Sample("t0", None, ...)`` raised a ValueError, which ended its stage in a traceback."""
     for prompt in (None, ""):
