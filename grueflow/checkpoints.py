@@ -5,9 +5,9 @@ Each is written whole to a temporary folder and renamed into place (:func:`gruef
 with ``checkpoint.json`` (``{"key": ..., "step": ..., "files": {name: sha256}}``) written last inside it, so a
 folder that a kill interrupted is never taken for a checkpoint, and one whose files changed since (bit flips,
 truncation) is found out before it is resumed: the run falls back to the checkpoint before it, or starts
-afresh, and says so in one line. The key identifies the run (its resolved params,
-input fingerprints and seed, see :func:`run_key`): a checkpoint of another run is never resumed,
-and is deleted when this run writes its first one. The newest ``keep`` checkpoints are kept.
+afresh, and says so in one line. The key identifies the run (its resolved params, input fingerprints and seed,
+the stage's code and the package versions, see :func:`run_key`): a checkpoint of another run, or of other code,
+is never resumed, and is deleted when this run writes its first one. The newest ``keep`` checkpoints are kept.
 
 What a checkpoint holds is the trainer's business; :class:`Checkpointed` writes ``save_checkpoint`` and
 ``resume`` once over a trainer's ``save_to`` / ``load``, and :func:`save_weights` / :func:`save_state` are
@@ -33,7 +33,8 @@ from typing import IO, Any, Callable, NamedTuple, Sequence
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-from grueflow.io import DataError, atomic_dir, fingerprint, read_json, write_json
+from grueflow.codedeps import import_closure
+from grueflow.io import DataError, atomic_dir, fingerprint, package_versions, read_json, write_json
 from grueflow.models.lora import ADAPTER_FILE, is_lora, load_trainable_state, trainable_state
 
 log = logging.getLogger(__name__)
@@ -93,9 +94,23 @@ def keyed_settings(settings: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in settings.items() if k not in CADENCE_KEYS}
 
 
-def run_key(*parts: Any) -> str:
-    """sha256 of JSON-serialisable ``parts`` (resolved params as plain data, fingerprints, seed)."""
-    return hashlib.sha256(json.dumps(list(parts), sort_keys=True).encode()).hexdigest()
+def code_identity(script: str | Path) -> dict[str, Any]:
+    """What computes a stage's run besides its params and inputs: the sha256 of its CLI file ``script``
+    (``<checkout>/stages/<stage>.py``) and of every grueflow file it imports, the code both engines track as the
+    stage's dependencies, by path relative to the checkout; and :func:`grueflow.io.package_versions`."""
+    script = Path(script).resolve()
+    root = script.parents[1]
+    files = [script, *(root / name for name in import_closure(script, root))]
+    return {"code": {f.relative_to(root).as_posix(): fingerprint(f) for f in files}, "packages": package_versions()}
+
+
+def run_key(*parts: Any, script: str | Path | None = None) -> str:
+    """sha256 of JSON-serialisable ``parts`` (resolved params as plain data, fingerprints, seed) and, for a stage's
+    run, of :func:`code_identity` of its CLI file ``script``: a run killed and rerun after a code change (a pulled
+    fix, a torch upgrade) must start afresh, since checkpoints of the old code and epochs of the new one would
+    make weights that neither version computes."""
+    identity = [code_identity(script)] if script is not None else []
+    return hashlib.sha256(json.dumps(list(parts) + identity, sort_keys=True).encode()).hexdigest()
 
 
 def _marker(folder: Path) -> dict[str, Any] | None:
@@ -182,9 +197,10 @@ def latest(root: str | Path, unit: str, key: str) -> Path | None:
     mine = [c.path for c in found if c.key == key]
     others = [c.path.name for c in found if c.key != key]
     if others and not mine:
-        log.warning("the checkpoints in %s (%s) are of another configuration of this run: a setting, an input or "
-                    "the seed changed since they were written, so it starts afresh, and they are deleted when it "
-                    "writes its first checkpoint; to resume them, restore what changed", root, ", ".join(others))
+        log.warning("the checkpoints in %s (%s) are of another configuration of this run: a setting, an input, "
+                    "the seed, the stage's code or a package version changed since they were written, so it starts "
+                    "afresh, and they are deleted when it writes its first checkpoint; to resume them, restore what "
+                    "changed", root, ", ".join(others))
     candidates = sorted(mine + damaged, key=lambda p: int(p.name[len(unit):]), reverse=True)
     for i, path in enumerate(candidates):
         problem = damage(path)

@@ -380,7 +380,8 @@ def _git_commit() -> str | None:
     return commit if out.returncode == 0 and re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", commit) else None
 
 
-def _versions() -> dict[str, str]:
+def package_versions() -> dict[str, str]:
+    """The installed versions of the packages that compute a stage's results (those of them installed)."""
     versions = {}
     for name in _PACKAGES:
         try:
@@ -421,7 +422,7 @@ def write_stage_record(out_dir: str | Path, *, stage: str, params: Any, inputs: 
         "stage": stage,
         "params": params,
         "inputs": {name: {"path": str(p), "sha256": fingerprint(p)} for name, p in inputs.items()},
-        "versions": _versions(),
+        "versions": package_versions(),
         "output_bytes": output_bytes(out_dir),
         "files": manifest(out_dir),
         **extra,

@@ -53,7 +53,7 @@ def main() -> None:
     policy = Policy(model, tokenizer, lengths.prompt, backend)
     trainer = DPOTrainer(policy, ref_model, prefs, cfg, lengths.target, args.seed, args.checkpoint_every)
     key = run_key("dpo", to_dict(lengths), to_dict(cfg), fingerprint(args.init_model), fingerprint(args.preferences),
-                  args.seed, run.execution.precision)
+                  args.seed, run.execution.precision, script=__file__)
     try:
         curve = run.train(trainer, key, trainer.total_steps, CHECKPOINT_UNIT, f"dpo ({cfg.loss_type}) steps")
     except NonFiniteLossError as err:  # as warm_start and rl_finetune end on theirs: one line, exit code 1

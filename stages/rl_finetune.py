@@ -97,12 +97,13 @@ def main() -> None:
     evaluated = (to_dict(eval_generation), to_dict(metrics), fingerprint(args.datapool / "val.jsonl")) \
         if cfg.eval_every else ()  # what val rows depend on
     # everything the trained weights depend on: a checkpoint of another run is never resumed (the base model
-    # scores fluency rewards; the reward's plugin code and the folders its args name, by content), but a change of
-    # how often the run checkpoints, or how many checkpoints it keeps, resumes it
+    # scores fluency rewards; the reward's plugin code and the folders its args name, by content; this stage's
+    # code), but a change of how often the run checkpoints, or how many checkpoints it keeps, resumes it
     key = run_key(args.algorithm, keyed_settings(to_dict(cfg)), to_dict(lengths), to_dict(generation),
                   to_dict(reward_cfg), reward_inputs(read_yaml(args.task_file), to_dict(reward_cfg)),
                   fingerprint(args.init_model), fingerprint(args.base_model),
-                  fingerprint(args.datapool / "train.jsonl"), args.seed, run.execution.precision, *evaluated)
+                  fingerprint(args.datapool / "train.jsonl"), args.seed, run.execution.precision, *evaluated,
+                  script=__file__)
     context = MetricContext(args.base_model, lengths.prompt, run.execution, policy)
     validation = Validation(run.resume_dir, read_split(args.datapool, "val") if cfg.eval_every else [],
                             eval_generation, reward_cfg, metrics, context, cfg, args.seed,

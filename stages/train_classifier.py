@@ -36,7 +36,8 @@ def main() -> None:
     if cfg.test_file:
         inputs["test_file"] = Path(cfg.test_file)
     local = {name: path for name, path in inputs.items() if path.exists()}  # a hub backbone has no fingerprint
-    key = run_key("train_classifier", to_dict(cfg), {n: fingerprint(p) for n, p in local.items()}, run.execution.precision)
+    key = run_key("train_classifier", to_dict(cfg), {n: fingerprint(p) for n, p in local.items()},
+                  run.execution.precision, script=__file__)
     curve = run.train(trainer, key, len(trainer.row_steps), "step", "classifier curve rows")
     final = trainer.final_metrics(test)
     check_final(final, "train_classifier", cfg.learning_rate)

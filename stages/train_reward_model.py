@@ -42,7 +42,7 @@ def main() -> None:
     model, tokenizer = load_backbone(args.backbone, run.execution)
     trainer = RewardModelTrainer(model, tokenizer, prefs, cfg, run.execution)
     key = run_key("train_reward_model", to_dict(cfg), fingerprint(args.backbone), fingerprint(args.preferences),
-                  run.execution.precision)
+                  run.execution.precision, script=__file__)
     try:
         curve = run.train(trainer, key, cfg.epochs, "epoch", "reward model epochs")
     except NonFiniteLossError as err:  # as warm_start ends on it: one line, exit code 1

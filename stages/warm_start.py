@@ -61,7 +61,7 @@ def main() -> None:
     data = [fingerprint(args.datapool / f"{split}.jsonl") for split in ("train", "val")]
     evaluated = (to_dict(eval_generation), to_dict(metrics)) if cfg.eval_every else ()  # what val rows depend on
     key = run_key(to_dict(lengths), to_dict(cfg), fingerprint(args.base_model), data, args.seed,
-                  run.execution.precision, *evaluated)
+                  run.execution.precision, *evaluated, script=__file__)
     validation = Validation(run.resume_dir, val if cfg.eval_every else [], eval_generation, None, metrics,
                             MetricContext(args.base_model, lengths.prompt, run.execution, policy), cfg, args.seed,
                             key=key, unit="epoch", total=cfg.epochs, step=lambda t: t.state.epoch)

@@ -101,6 +101,29 @@ def test_run_keys_differ_by_any_part():
                 checkpoints.run_key({"epochs": 3}, "sha-model", 1)}) == 4
 
 
+def test_a_stage_run_key_changes_with_its_code_and_package_versions(tmp_path, monkeypatch):
+    """A training run killed, then rerun after a pulled fix, resumed the old code's checkpoints: its weights and
+    curve matched neither version of the code, and stage.json named the new one."""
+    (tmp_path / "stages").mkdir()
+    (tmp_path / "grueflow").mkdir()
+    script = tmp_path / "stages" / "train.py"
+    script.write_text("from grueflow import schedule\n")
+    (tmp_path / "grueflow" / "__init__.py").write_text("")
+    (tmp_path / "grueflow" / "schedule.py").write_text("RATE = 1.0\n")
+    (tmp_path / "grueflow" / "unused.py").write_text("")
+    identity = checkpoints.code_identity(script)
+    assert sorted(identity["code"]) == ["grueflow/__init__.py", "grueflow/schedule.py", "stages/train.py"]
+    key = checkpoints.run_key({"epochs": 3}, 0, script=script)
+    assert key == checkpoints.run_key({"epochs": 3}, 0, script=script) != checkpoints.run_key({"epochs": 3}, 0)
+    (tmp_path / "grueflow" / "unused.py").write_text("X = 1\n")  # a file the stage does not import
+    assert checkpoints.run_key({"epochs": 3}, 0, script=script) == key
+    (tmp_path / "grueflow" / "schedule.py").write_text("RATE = 0.5\n")  # a file it imports
+    changed = checkpoints.run_key({"epochs": 3}, 0, script=script)
+    assert changed != key
+    monkeypatch.setattr(checkpoints, "package_versions", lambda: {"torch": "0.0.0"})  # an upgraded torch
+    assert checkpoints.run_key({"epochs": 3}, 0, script=script) != changed
+
+
 def test_each_epochs_order_depends_on_seed_and_epoch_only():
     assert epoch_order(6, "supervised", seed=0, epoch=1) == epoch_order(6, "supervised", seed=0, epoch=1)
     assert sorted(epoch_order(6, "supervised", seed=0, epoch=1)) == list(range(6))
@@ -232,8 +255,9 @@ def test_checkpoints_of_another_configuration_are_named_before_a_fresh_start(tmp
         assert checkpoints.latest(root, "iteration", "run-b") is None
     (line,) = [r.getMessage() for r in caplog.records]
     assert line.startswith(f"the checkpoints in {root} (iteration1, iteration2) are of another configuration of "
-                           f"this run: a setting, an input or the seed changed since they were written, so it "
-                           f"starts afresh, and they are deleted when it writes its first checkpoint")
+                           f"this run: a setting, an input, the seed, the stage's code or a package version changed "
+                           f"since they were written, so it starts afresh, and they are deleted when it writes its "
+                           f"first checkpoint")
     caplog.clear()
     with caplog.at_level("WARNING", logger="grueflow.checkpoints"):
         assert checkpoints.latest(root, "iteration", "run-a") == root / "iteration2"
