@@ -24,22 +24,74 @@ is gone (what read a deleted datapool), would never rerun; a param that differs 
 does. Its job reruns and rebuilds what it reads. Nothing is deleted, and the stale outputs are stale whatever is
 run next (a dry run marks them too; a folder repaired by hand after that still reruns once). DVC needs none of
 this: it compares content hashes.
+
+The same blind spot holds for the files a job reads from outside ``results/`` (a datapool's local data, a
+plugin's code, a reward's lexicon): one replaced by a file with an older time (``mv`` from a download folder,
+``cp -p``, a restored archive) is older than the output and never read. Each rule therefore also takes
+:func:`content_digest` of those files as a param, so that a job reruns when their content changes, as under DVC.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
 from pathlib import Path
 from typing import Iterable, Optional
 
-from grueflow.io import MODEL_DIR, STAGE_RECORD, MissingDataError, atomic_path, check_stage_output, read_json
+from grueflow.io import (MODEL_DIR, STAGE_RECORD, MissingDataError, atomic_path, check_stage_output, fingerprint,
+                         read_json)
 
 SNAKEMAKE_TIMESTAMP = ".snakemake_timestamp"  # Snakemake's modification time of a directory() output
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
 TOKENS = Path(".snakemake") / "grueflow-stale.json"  # {output path: when it was last found stale, ns}, beside
 # Snakemake's own records (relative to the project root, the working folder of a Snakemake run)
+
+
+DIGESTS = Path(".snakemake") / "grueflow-digests.json"  # {path: [stat signature, sha256]}: files read once
+_KNOWN: dict[str, list] = {}  # the cache as this process read it and added to it
+
+
+def _signature(stat: os.stat_result) -> list[int]:
+    """What changes when a file is rewritten or replaced: the device, the inode, the size and both times (a
+    file's change time moves with any write or rename into place, and no tool can set it back)."""
+    return [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+
+
+def content_digest(paths: Iterable[str | os.PathLike], cache: Path = DIGESTS) -> str:
+    """One sha256 over the files ``paths`` (each by its path and content, in path order; a missing one as
+    missing), "" when there are none: a rerun trigger that sees a change of content whatever its modification
+    time. A file's own digest is kept in ``cache`` against its stat signature and read again only when that
+    changed, so a dry run hashes only what changed since the last run."""
+    files = sorted({str(path) for path in paths})
+    if not files:
+        return ""
+    if not _KNOWN:
+        try:
+            known = json.loads(cache.read_text())
+            _KNOWN.update(known if isinstance(known, dict) else {})
+        except (OSError, ValueError):
+            pass
+    digest, added = hashlib.sha256(), False
+    for name in files:
+        try:
+            signature = _signature(os.stat(name))
+        except OSError:
+            digest.update(f"{name}\0missing\0".encode())
+            continue
+        entry = _KNOWN.get(name)
+        if not (isinstance(entry, list) and len(entry) == 2 and entry[0] == signature):
+            entry = [signature, fingerprint(name)]
+            _KNOWN[name], added = entry, True
+        digest.update(f"{name}\0{entry[1]}\0".encode())
+    if added:
+        try:
+            with atomic_path(cache) as tmp:
+                tmp.write_text(json.dumps(_KNOWN, sort_keys=True) + "\n")
+        except OSError:  # a cache only: a read-only checkout hashes again next time
+            pass
+    return digest.hexdigest()
 
 
 def stale_token(outputs: Iterable[str | os.PathLike], tokens: Path = TOKENS) -> str:

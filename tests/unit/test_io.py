@@ -248,6 +248,34 @@ def test_a_stage_record_whose_inputs_are_not_a_mapping_is_stale(tmp_path):
         folder: f"{folder / 'stage.json'} is damaged (its inputs are not a mapping)"}
 
 
+def test_the_content_digest_of_a_jobs_local_files_sees_a_file_replaced_by_an_older_one(tmp_path, monkeypatch):
+    """Snakemake compares modification times: a data file replaced by one with an older time was never read again.
+    The digest changes with the content whatever the times, and a file is hashed again only when its stat
+    signature changed (the cache beside Snakemake's records)."""
+    import json
+
+    from grueflow import stale
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    cache = tmp_path / ".snakemake" / "grueflow-digests.json"
+    data, new = tmp_path / "train.jsonl", tmp_path / "new.jsonl"
+    data.write_text('{"prompt": "a"}\n')
+    assert stale.content_digest([], cache) == "" and not cache.exists()  # no local files: the param stays ""
+    first = stale.content_digest([str(data)], cache)
+    assert first == stale.content_digest([data, str(data)], cache) and str(data) in json.loads(cache.read_text())
+    new.write_text('{"prompt": "b"}\n')
+    os.utime(new, (1_577_836_800, 1_577_836_800))  # older than anything the first run wrote
+    os.replace(new, data)
+    second = stale.content_digest([str(data)], cache)
+    assert second != first
+    read = []
+    monkeypatch.setattr(stale, "fingerprint", lambda path: read.append(path) or "x")
+    monkeypatch.setattr(stale, "_KNOWN", {})  # a new process: the cache file is read back
+    assert stale.content_digest([str(data)], cache) == second and read == []  # unchanged: not read again
+    data.unlink()
+    assert stale.content_digest([str(data)], cache) not in ("", second)  # a missing file is a change too
+
+
 def test_a_stale_output_gets_a_new_token_its_rule_takes_as_a_param(tmp_path):
     """The 1970 stamp alone never reran a job whose inputs are small files Snakemake checksums (a datapool's: its
     code): a token that changes when the output is found stale, and only then, is a params rerun trigger."""

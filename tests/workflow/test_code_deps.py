@@ -224,6 +224,33 @@ def test_a_datapools_local_data_is_an_input_under_both_engines(tmp_path):
                                                                   ("train", "validation", "test")}
 
 
+def test_a_datapools_data_replaced_by_an_older_file_rebuilds_it_under_snakemake(tmp_path):
+    """A data file swapped for one with an older modification time (moved in from a download folder, cp -p, a
+    restored archive) was never read again: Snakemake said "Nothing to be done" and every later stage used the
+    old data, while DVC, which compares content, rebuilt it. The digest of the job's local files is a param."""
+    repo = copy_project(tmp_path / "repo")
+    (repo / "data").mkdir()
+    for version, folder in (("v1", repo / "data"), ("v2", tmp_path)):
+        for split in ("train", "test"):
+            rows = [{"prompt": f"{split} prompt {i}", "references": [f"{version} ref {i}"]} for i in range(6)]
+            (folder / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    task_path = repo / "params" / "tasks" / "sentiment.yaml"
+    task = yaml.safe_load(task_path.read_text())
+    task["datapool"] = {"id": "custom", "args": {"data_files": {s: f"data/{s}.jsonl" for s in ("train", "test")},
+                                                 "source_splits": {"val": "train"}}}
+    task_path.write_text(yaml.safe_dump(task, sort_keys=False))
+    target = "results/sentiment/datapool"
+    run(["snakemake", "--cores", "1", target], repo)
+    assert "v1 ref 0" in (repo / target / "train.jsonl").read_text()
+    os.utime(tmp_path / "train.jsonl", (1_577_836_800, 1_577_836_800))  # 2020: older than the datapool
+    os.replace(tmp_path / "train.jsonl", repo / "data" / "train.jsonl")
+    (job,) = dry_run(repo, target)
+    assert job["rule"] == "prepare_datapool" and "Params have changed" in job["reason"]
+    run(["snakemake", "--cores", "1", target], repo)
+    assert "v2 ref 0" in (repo / target / "train.jsonl").read_text()
+    assert dry_run(repo, target) == []
+
+
 def test_a_scorers_local_checkpoint_is_an_input_under_both_engines(tmp_path):
     """A metric's args naming a local folder (a classifier checkpoint of one's own): Snakemake takes it as an
     input of the jobs that score with it, and DVC's first stage depends on it and writes its digest into those

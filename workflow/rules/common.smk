@@ -14,7 +14,7 @@ from grueflow import plugins
 from grueflow.config import ConfigError, method_name, read_yaml
 from grueflow.params import load_suite, override_layers
 from grueflow.pipeline import STAGES, datapool_files, scorer_files
-from grueflow.stale import stale_token
+from grueflow.stale import content_digest, stale_token
 
 try:
     SUITE = load_suite(config, "suite")  # every task and method file, strictly, before any job
@@ -86,15 +86,30 @@ def stage_folders():
 
 
 def stale_params(stage):
-    """A rule's ``stale`` param: the tokens the Snakefile's stale check gave the job's outputs (grueflow/stale.py), a
-    rerun trigger for what it found deleted or damaged. A function of the wildcards alone: Snakemake's params
-    trigger passes over a param computed from the rule's output."""
+    """A rule's ``stale`` param, a rerun trigger for what Snakemake's modification times miss (grueflow/stale.py):
+    the tokens the Snakefile's stale check gave the job's outputs (found deleted or damaged), and the digest of
+    the files it reads from outside results/ (:func:`local_files`), so that one replaced by a file with an older
+    time reruns it. "" when there is neither. A function of the wildcards alone: Snakemake's params trigger passes
+    over a param computed from the rule's output."""
     templates = list(STAGES[stage].outputs.values())
+    local = local_files(stage)
 
     def token(w):
-        return stale_token([template.format(**dict(w.items())) for template in templates])
+        digest = content_digest(local(w))
+        tokens = stale_token([template.format(**dict(w.items())) for template in templates])
+        return " ".join(part for part in (tokens, f"content={digest}" if digest else "") if part)
 
     return token
+
+
+def local_files(stage):
+    """The files a stage's job reads from outside results/ besides grueflow's code: its plugins' code and the files
+    its rewards and metrics name (:func:`plugin_code`), a datapool's local data (:func:`datapool_data`), a
+    classifier's data files (classifier_data, classifier.smk)."""
+    sources = [plugin_code(stage)] if STAGES[stage].plugin_parts else []
+    sources += [datapool_data] if stage == "prepare_datapool" else []
+    sources += [lambda w: classifier_data(w)] if stage == "train_classifier" else []
+    return lambda w: [f for source in sources for f in source(w)]
 
 
 def output_of(stage, name="out"):
