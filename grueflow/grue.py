@@ -71,14 +71,17 @@ def load_runs(paths: list[Path]) -> list[dict[str, Any]]:
 # the evaluate params that must be equal for every run of a task (the task's own reward and metrics), and for
 # every seed of a method (also the lengths and decoding its method_overrides may change)
 TASK_WIDE, METHOD_WIDE = ("reward", "metrics"), ("reward", "metrics", "lengths", "eval_generation", "precision")
+USED_PRECISION = "used_precision"  # beside a run's evaluate params: the precision it ran in, when its record says
 
 
 def _check_scored_alike(runs: list[dict[str, Any]], paths: list[Path], records: list[dict[str, Any]]) -> None:
     """Raise a DataError when two runs of one task were scored with different reward or metrics settings, or two
     seeds of one method also with different lengths, decoding or precision (``records``: each run's evaluate
-    params): their numbers would share a row or be normalised against each other while measuring different
-    things."""
+    params), or in different precisions (precision ``auto`` is bf16 on CUDA and fp32 on the CPU; each run's
+    :data:`USED_PRECISION`, where its provenance record says): their numbers would share a row or be normalised
+    against each other while measuring different things."""
     first: dict[tuple[str, ...], tuple[Path, dict[str, Any]]] = {}
+    used: dict[tuple[str, ...], tuple[Path, str]] = {}  # a method's first seed that says what precision it ran in
     for run, path, params in zip(runs, paths, records):
         for scope, keys in (((run["task"],), TASK_WIDE), ((run["task"], run["method"]), METHOD_WIDE)):
             mine = {k: params.get(k) for k in keys}
@@ -88,6 +91,15 @@ def _check_scored_alike(runs: list[dict[str, Any]], paths: list[Path], records: 
                 raise io.DataError(f"{seen.parent} and {path.parent} were evaluated with different "
                                    f"{' and '.join(differ)} settings (their {io.STAGE_RECORD} params): one is stale; "
                                    f"rerun evaluate for it (delete its folder and rerun the pipeline)")
+        precision = params.get(USED_PRECISION)
+        if precision is None:
+            continue
+        seen, theirs = used.setdefault((run["task"], run["method"]), (path, precision))
+        if theirs != precision:
+            raise io.DataError(f"{seen.parent} and {path.parent} were evaluated in different precisions ({theirs} and "
+                               f"{precision}: precision {params.get('precision')!r} resolved on different devices); "
+                               f"give the suite one precision (fp32 or bf16), or rerun one of them on the other's "
+                               f"device")
 
 
 def _check_evaluate_record(path: Path) -> dict[str, Any]:
@@ -104,7 +116,18 @@ def _check_evaluate_record(path: Path) -> dict[str, Any]:
         raise io.DataError(f"{record_file} is not the evaluate stage's record of {path.name} (stage "
                            f"{record.get('stage')!r}, files {sorted(record['files'])}); rerun evaluate for it "
                            f"(delete the folder and rerun the pipeline)")
-    return record.get("params") or {}
+    return {**(record.get("params") or {}), USED_PRECISION: _used_precision(folder)}
+
+
+def _used_precision(folder: Path) -> str | None:
+    """The precision ``auto`` resolved to in the run of ``folder`` (its provenance record, which no content hash
+    covers and a DVC checkout may lack: None then)."""
+    try:
+        execution = io.read_json(folder / io.PROVENANCE_RECORD).get("execution")
+    except (OSError, ValueError, AttributeError):
+        return None
+    used = execution.get("precision") if isinstance(execution, dict) else None
+    return used if isinstance(used, str) else None
 
 
 def _load_run(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:

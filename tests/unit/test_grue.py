@@ -233,6 +233,30 @@ def test_runs_scored_with_different_settings_are_refused(tmp_path, section):
         grue.load_runs([paths[0], write_run(tmp_path, "sentiment", "zero_shot", 0, params=other)])
 
 
+def test_seeds_whose_precision_auto_resolved_differently_are_refused(tmp_path):
+    """Precision ``auto`` (every shipped suite's) is bf16 on CUDA and fp32 on the CPU: a seed evaluated on a GPU and
+    one on a CPU shared a row, since their stage.json params both say ``auto``. Each run's provenance record says
+    what it used; one that does not (a DVC checkout leaves it out) is not compared."""
+    from grueflow.io import DataError, write_json
+
+    def ran_in(path, precision):
+        write_json(path.parent / "provenance.json", {"stage": "evaluate", "execution": {"precision": precision}})
+        return path
+
+    params = {"precision": "auto"}
+    gpu = ran_in(write_run(tmp_path, "sentiment", "ppo", 0, params=params), "bf16")
+    cpu = ran_in(write_run(tmp_path, "sentiment", "ppo", 1, params=params), "fp32")
+    with pytest.raises(DataError, match=r"ppo/seed0 and .*ppo/seed1 were evaluated in different precisions \(bf16 "
+                                        r"and fp32: precision 'auto' resolved on different devices\); give the suite "
+                                        r"one precision \(fp32 or bf16\)"):
+        grue.load_runs([gpu, cpu])
+    unknown = write_run(tmp_path, "sentiment", "ppo", 2, params=params)  # its provenance names no execution
+    other = ran_in(write_run(tmp_path, "sentiment", "zero_shot", 0, params=params), "fp32")
+    assert len(grue.load_runs([unknown, gpu, other])) == 3
+    with pytest.raises(DataError, match="different precisions"):  # the first known one is compared, not the first
+        grue.load_runs([unknown, gpu, cpu])
+
+
 def test_a_run_folder_without_the_evaluate_stage_record_is_refused(tmp_path):
     from grueflow.io import DataError
 
