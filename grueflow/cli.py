@@ -124,21 +124,48 @@ def add_run(sub: Any) -> None:
 
 # -- diff -----------------------------------------------------------------------------------------
 
-def _split_key(key: str) -> tuple[str, str, str]:
-    """``task.method.metric`` of grue_table.json (``grue_score.<method>`` for the GRUE score)."""
-    parts = key.split(".")
-    if parts[0] == "grue_score" and len(parts) == 2:
-        return "(all tasks)", parts[1], "grue_score"
-    if len(parts) < 3:
-        return "", "", key
-    return parts[0], parts[1], ".".join(parts[2:])
+def key_path(key: str, tables: Sequence[Any]) -> tuple[str, ...]:
+    """The names along a dotted key of ``dvc metrics diff`` (``imdb.v2.ppo.reward`` -> ``imdb.v2``, ``ppo``,
+    ``reward``), matched against the metrics JSONs of both revisions: a task, method or metric name may hold a dot
+    itself, so the key is cut where the tables' own names end. A key that neither table holds (one that could not be
+    read) is cut at every dot."""
+    for table in tables:
+        path = _match_path(table, key)
+        if path is not None:
+            return path
+    return tuple(key.split("."))
 
 
-def diff_table(diff: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    """``dvc metrics diff --json`` entries of the GRUE table as rows: task, method, metric, old, new, change."""
+def _match_path(node: Any, key: str) -> tuple[str, ...] | None:
+    """The names from ``node`` down to the leaf that dvc calls ``key``; None where ``node`` holds no such leaf."""
+    if not isinstance(node, dict):
+        return None
+    for name, child in node.items():
+        if name == key and not isinstance(child, dict):
+            return (name,)
+        if key.startswith(f"{name}."):
+            rest = _match_path(child, key[len(name) + 1:])
+            if rest is not None:
+                return (name, *rest)
+    return None
+
+
+def row_names(path: tuple[str, ...]) -> tuple[str, str, str]:
+    """Task, method and metric of a GRUE table key path (``grue_score.<method>`` for the GRUE score); a shorter path
+    of another metrics file is all metric."""
+    if path[0] == "grue_score" and len(path) == 2:
+        return "(all tasks)", path[1], "grue_score"
+    if len(path) < 3:
+        return "", "", ".".join(path)
+    return path[0], path[1], ".".join(path[2:])
+
+
+def diff_table(diff: dict[str, dict[str, Any]], tables: Sequence[Any]) -> pd.DataFrame:
+    """``dvc metrics diff --json`` entries of the GRUE table as rows: task, method, metric, old, new, change; the
+    metrics JSONs ``tables`` of both revisions say where each dotted key is cut (:func:`key_path`)."""
     rows = []
     for key, change in diff.items():
-        task, method, metric = _split_key(key)
+        task, method, metric = row_names(key_path(key, tables))
         rows.append({"task": task, "method": method, "metric": metric,
                      "old": change.get("old"), "new": change.get("new"), "change": change.get("diff")})
     frame = pd.DataFrame(rows, columns=["task", "method", "metric", "old", "new", "change"])
@@ -187,20 +214,14 @@ def flat_keys(table: Any, prefix: str = "") -> list[str]:
     return [key for name, value in table.items() for key in flat_keys(value, f"{prefix}{name}.")]
 
 
-def missing_label(table: Any, key: str) -> str:
-    """How a ``dvc metrics diff`` value of None reads, given the metrics JSON ``table`` of its revision: :data:`ABSENT`
-    (no such key: a method, task or metric removed or added), :data:`NULL` (the key is there, valued null: a
-    metric that could not be computed) or "—" (the table could not be read). dvc reports both as null."""
+def missing_label(table: Any, path: tuple[str, ...]) -> str:
+    """How a ``dvc metrics diff`` value of None reads, given the metrics JSON ``table`` of its revision and the key's
+    names (:func:`key_path`): :data:`ABSENT` (no such key: a method, task or metric removed or added), :data:`NULL`
+    (the key is there, valued null: a metric that could not be computed) or "—" (the table could not be read). dvc
+    reports both as null."""
     if not isinstance(table, dict):
         return "—"
-    task, method, metric = _split_key(key)
-    if task == "(all tasks)":
-        node: Any = table.get("grue_score", {})
-        path = [method]
-    elif task:
-        node, path = table, [task, method, metric]
-    else:
-        node, path = table, [metric]
+    node: Any = table
     for part in path:
         if not isinstance(node, dict) or part not in node:
             return ABSENT
@@ -251,7 +272,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         raise CliError(f"{args.target} holds no metric value (a number or null) at {args.rev_a} or {args.rev_b}: it "
                        f"is not a metrics file; give --target a metrics file such as {GRUE_JSON}")
     for key in sorted((set(flat_keys(tables[args.rev_a])) | set(flat_keys(tables[args.rev_b]))) - set(diff)):
-        old, new = (missing_label(tables[rev], key) for rev in (args.rev_a, args.rev_b))
+        old, new = (missing_label(tables[rev], key_path(key, read)) for rev in (args.rev_a, args.rev_b))
         if old != new and {old, new} <= {ABSENT, NULL}:
             diff[key] = {"old": None, "new": None}
     if not diff:
@@ -260,8 +281,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     for key, change in diff.items():
         for side, rev in (("old", args.rev_a), ("new", args.rev_b)):
             if change.get(side) is None:
-                change[side] = missing_label(tables[rev], key)
-    table = diff_table(diff)
+                change[side] = missing_label(tables[rev], key_path(key, read))
+    table = diff_table(diff, read)
     shown = table.assign(old=table.old.map(lambda v: _number(v).lstrip("+")),
                          new=table.new.map(lambda v: _number(v).lstrip("+")), change=table.change.map(_number))
     print(f"{args.target}: {args.rev_a} -> {args.rev_b} ({len(table)} {'values' if args.all else 'changed values'})")

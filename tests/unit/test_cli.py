@@ -151,6 +151,31 @@ def test_diff_between_two_commits_of_the_grue_table(tmp_path):
     assert bad.stderr.startswith("grueflow diff: error: dvc metrics diff HEAD~1 no-such-rev") and "no-such-rev" in bad.stderr
 
 
+def test_diff_keeps_a_task_name_that_holds_a_dot_whole(tmp_path):
+    """dvc names a value ``imdb.v2.ppo.reward``: the row read task ``imdb``, method ``v2``, metric ``ppo.reward``, and
+    a null value there read "(absent)"."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git_init(repo)
+    run(["dvc", "init", "-q"], repo)
+    (repo / "dvc.yaml").write_text("metrics:\n  - results/grue_table.json\n")
+    table = {"imdb.v2": {"ppo": {"reward": 0.5, "lexical/rougeL": 0.2}, "zero_shot": {"reward": 0.1}},
+             "grue_score": {"ppo": 1.0, "zero_shot": 0.0}}
+    commit_table(repo, table, "baseline")
+    table["imdb.v2"]["ppo"]["reward"] = 0.7
+    commit_table(repo, table, "a better reward")
+    lines = run([*CLI, "diff", "HEAD~1", "HEAD"], repo).stdout.splitlines()
+    assert [line.split() for line in lines[1:]] == [["task", "method", "metric", "old", "new", "change"],
+                                                    ["imdb.v2", "ppo", "reward", "0.5", "0.7", "+0.2"]]
+    table["imdb.v2"]["ppo"]["lexical/rougeL"] = None
+    table["imdb.v2"]["zero_shot.v1"] = table["imdb.v2"].pop("zero_shot")  # a method name with a dot, added
+    commit_table(repo, table, "rougeL null, zero_shot renamed")
+    lines = run([*CLI, "diff", "HEAD~1", "HEAD"], repo).stdout.splitlines()
+    assert [line.split() for line in lines[2:]] == [["imdb.v2", "ppo", "lexical/rougeL", "0.2", "null", "—"],
+                                                    ["imdb.v2", "zero_shot", "reward", "0.1", "(absent)", "—"],
+                                                    ["imdb.v2", "zero_shot.v1", "reward", "(absent)", "0.1", "—"]]
+
+
 def test_diff_refuses_a_revision_where_dvc_could_not_load_the_table(tmp_path):
     """dvc metrics diff exits 0 with an empty diff when it cannot load the target: never "no changes"."""
     repo = tmp_path / "repo"
