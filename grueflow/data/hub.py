@@ -239,13 +239,21 @@ def _check_csv(path: str) -> list[str]:
 def csv_options(headers: dict[str, Optional[list[str]]]) -> dict[str, Any]:
     """``load_dataset("csv", ...)`` options that read every cell as the text it is: no type guessing (``007``
     stays ``007``, not 7), no missing-value words (``NA``, ``None`` and ``null`` are texts). The files must
-    share one header."""
+    share one set of columns, in any order: ``datasets`` reads a CSV file's columns by name. Another set is a
+    DataError naming, for each file that differs from the first, the columns it lacks and those it adds."""
     from datasets import Features, Value
 
-    distinct = {tuple(h) for h in headers.values() if h is not None}
-    if len(distinct) != 1:
-        raise DataError(f"data_files {sorted(headers)} have different CSV headers {sorted(distinct)}; give them one")
-    columns = distinct.pop()
+    named = {file: header for file, header in headers.items() if header is not None}
+    first, columns = next(iter(named.items()))
+    differ = []
+    for file, header in named.items():
+        lacks, adds = [c for c in columns if c not in header], [c for c in header if c not in columns]
+        if lacks or adds:
+            differ.append(f"{file}" + (f" lacks {lacks}" if lacks else "") + (" and" if lacks and adds else "")
+                          + (f" adds {adds}" if adds else ""))
+    if differ:
+        raise DataError(f"data_files have different CSV columns: {first} has {columns}; {'; '.join(differ)}; give "
+                        f"every file the same columns (their order may differ)")
     return {"features": Features({c: Value("string") for c in columns}), "keep_default_na": False,
             "na_filter": False}
 

@@ -724,6 +724,22 @@ def test_csv_cells_are_read_as_the_text_they_are(tmp_path: Path):
         ("null", ("N/A",))]
 
 
+def test_csv_files_with_their_columns_in_another_order_are_read_by_name(tmp_path: Path):
+    """The same columns in another order were refused as "different CSV headers"; another set of columns is refused
+    naming what each file lacks or adds."""
+    (tmp_path / "train.csv").write_text("prompt,references\nq1,a1\nq2,a2\nq3,a3\n")
+    (tmp_path / "test.csv").write_text("references,prompt\nt1,p1\nt2,p2\n")
+    files = {"train": str(tmp_path / "train.csv"), "test": str(tmp_path / "test.csv")}
+    pool = custom_pool(files, source_splits={"val": "train"})
+    assert [(s.prompt, s.references) for s in pool.splits["test"]] == [("p1", ("t1",)), ("p2", ("t2",))]
+    (tmp_path / "test.csv").write_text("answer,prompt\nt1,p1\n")
+    with pytest.raises(DataError) as err:
+        custom_pool(files, source_splits={"val": "train"})
+    assert str(err.value) == (f"data_files have different CSV columns: {files['train']} has ['prompt', 'references']; "
+                              f"{files['test']} lacks ['references'] and adds ['answer']; give every file the same "
+                              f"columns (their order may differ)")
+
+
 def test_a_list_written_as_one_csv_cell_is_refused_not_scored_as_one_reference(tmp_path: Path):
     """pandas writes a list column to CSV as "['4', 'four']": that text became one reference, which BLEU and ROUGE
     then scored against. A cell that only looks like brackets stays text."""
