@@ -11,6 +11,7 @@ import io as stdio
 import json
 import os
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -29,7 +30,8 @@ def load_splits(path: str, data_files: Optional[dict[str, str]], name: Optional[
 
     With ``data_files`` and a ``path`` that is neither a builder nor a local folder (a hub id, or
     empty), the builder is taken from the files' extension: local files never go to the hub. Local
-    text files are checked first (:func:`check_text_file`): ``datasets``' errors name no file or line. A path
+    text files are checked first (:func:`check_text_file`, Parquet files by :func:`check_parquet_files`):
+    ``datasets``' errors name no file or line. Each Parquet file is read on its own, with its own types. A path
     that begins with ``~`` is in the home folder, as a shell reads it.
     """
     import datasets
@@ -50,9 +52,15 @@ def load_splits(path: str, data_files: Optional[dict[str, str]], name: Optional[
             return {split: read_json_rows(file) for split, file in files.items()}
         headers = {file: check_text_file(file, builder) for file in files.values()}
         options = csv_options(headers) if path == "csv" else {}
+        if path == "parquet":
+            check_parquet_files(files)
     if files or Path(path).exists():
         try:
-            dataset = datasets.load_dataset(path, name, data_files=files, **(options if files else {}))
+            if files and path == "parquet":  # each file on its own: a column's type is its file's, as in .jsonl
+                dataset = datasets.DatasetDict({split: datasets.load_dataset(path, data_files={split: file})[split]
+                                                for split, file in files.items()})
+            else:
+                dataset = datasets.load_dataset(path, name, data_files=files, **(options if files else {}))
         except (ValueError, OSError, datasets.exceptions.DatasetGenerationError) as err:  # pyarrow's are ValueErrors
             raise DataError(f"cannot read {sorted(files.values()) if files else path}: {innermost(err)}; do the files "
                             f"share their columns, and is none truncated or damaged? Fix or re-create them and "
@@ -154,7 +162,7 @@ def check_text_file(path: str, builder: Optional[str] = None) -> Optional[list[s
     """Raise a DataError naming the file and line where a text data file is not UTF-8, not a table of rows
     (a ``.jsonl`` line that is not a JSON object, a ``.json`` file that is not a list of objects, a ``.csv``
     row with more or fewer fields than its header, a header naming a column twice) or has no rows. Returns a
-    CSV file's header (None for the others); a parquet file is left to ``datasets``.
+    CSV file's header (None for the others); a parquet file is checked by :func:`check_parquet_files`.
 
     The check is the one of ``builder``, the ``datasets`` builder that will read the file (``csv``, ``json``,
     ``parquet``: a ``.txt`` file read with ``path: csv`` is checked as CSV); without one, of the file's suffix. A
@@ -239,23 +247,56 @@ def _check_csv(path: str) -> list[str]:
 def csv_options(headers: dict[str, Optional[list[str]]]) -> dict[str, Any]:
     """``load_dataset("csv", ...)`` options that read every cell as the text it is: no type guessing (``007``
     stays ``007``, not 7), no missing-value words (``NA``, ``None`` and ``null`` are texts). The files must
-    share one set of columns, in any order: ``datasets`` reads a CSV file's columns by name. Another set is a
-    DataError naming, for each file that differs from the first, the columns it lacks and those it adds."""
+    share one set of columns, in any order (:func:`check_same_columns`): ``datasets`` reads a CSV file's columns
+    by name."""
     from datasets import Features, Value
 
     named = {file: header for file, header in headers.items() if header is not None}
-    first, columns = next(iter(named.items()))
+    check_same_columns(named, "CSV")
+    columns = next(iter(named.values()))
+    return {"features": Features({c: Value("string") for c in columns}), "keep_default_na": False,
+            "na_filter": False}
+
+
+def check_same_columns(columns: dict[str, list[str]], kind: str) -> None:
+    """Raise a DataError unless every file of ``columns`` ({file: its column names}) has the first file's set of
+    columns, in any order; the error names, for each file that differs, the columns it lacks and those it adds."""
+    first, expected = next(iter(columns.items()))
     differ = []
-    for file, header in named.items():
-        lacks, adds = [c for c in columns if c not in header], [c for c in header if c not in columns]
+    for file, names in columns.items():
+        lacks, adds = [c for c in expected if c not in names], [c for c in names if c not in expected]
         if lacks or adds:
             differ.append(f"{file}" + (f" lacks {lacks}" if lacks else "") + (" and" if lacks and adds else "")
                           + (f" adds {adds}" if adds else ""))
     if differ:
-        raise DataError(f"data_files have different CSV columns: {first} has {columns}; {'; '.join(differ)}; give "
-                        f"every file the same columns (their order may differ)")
-    return {"features": Features({c: Value("string") for c in columns}), "keep_default_na": False,
-            "na_filter": False}
+        raise DataError(f"data_files have different {kind} columns: {first} has {expected}; {'; '.join(differ)}; "
+                        f"give every file the same columns (their order may differ)")
+
+
+PANDAS_INDEX = re.compile(r"__index_level_\d+__")  # the column pandas' to_parquet writes for an index it keeps
+
+
+def check_parquet_files(files: dict[str, str]) -> None:
+    """Raise a DataError naming a Parquet data file without rows (``datasets`` fails on it with pyarrow's "BatchSize
+    must be greater than 0"), or files with different sets of columns (:func:`check_same_columns`; the index column
+    pandas may write is no data column). A file pyarrow cannot open is left to ``datasets``, whose error says why.
+
+    Each file is then read on its own (:func:`load_splits`), so a column may have another type in another file
+    (``references`` a string in one, a list of strings in another), as ``.jsonl`` files are read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    columns = {}
+    for file in dict.fromkeys(files.values()):
+        try:
+            metadata = pq.read_metadata(file)
+        except (OSError, pa.ArrowException):  # not Parquet, truncated
+            continue
+        if metadata.num_rows == 0:
+            raise DataError(f"{file}: the file has no rows; a data file needs at least one")
+        columns[file] = [c for c in metadata.schema.to_arrow_schema().names if not PANDAS_INDEX.fullmatch(c)]
+    if columns:
+        check_same_columns(columns, "Parquet")
 
 
 @DATAPOOLS.register("imdb", "IMDB sentiment continuation (RL4LMs): prompt = a review's first words, hub id or local files")

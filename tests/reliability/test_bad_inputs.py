@@ -1363,7 +1363,35 @@ def test_parquet_data_files_with_other_columns_name_the_mismatch_not_only_damage
         custom_pool(files)
     message = str(err.value)
     assert "\n" not in message and "An error occurred while generating the dataset" not in message, message
-    assert "Couldn't cast ... because column names don't match; do the files share their columns" in message
+    assert message == (f"data_files have different Parquet columns: {files['train']} has ['prompt', 'references']; "
+                       f"{files['validation']} adds ['extra']; give every file the same columns (their order may "
+                       f"differ)")
+
+
+def test_a_parquet_file_without_rows_is_named(tmp_path: Path):
+    """pyarrow's "BatchSize must be greater than 0, got 0" named neither the file nor the cause."""
+    import pandas as pd
+
+    pd.DataFrame({"prompt": ["a", "b"], "references": [["x"], ["y"]]}).to_parquet(tmp_path / "train.parquet")
+    pd.DataFrame({"prompt": pd.Series([], dtype=str), "references": pd.Series([], dtype=object)}).to_parquet(
+        tmp_path / "empty.parquet")
+    files = {"train": str(tmp_path / "train.parquet"), "test": str(tmp_path / "empty.parquet")}
+    with pytest.raises(DataError) as err:
+        custom_pool(files, source_splits={"val": "train"})
+    assert str(err.value) == f"{files['test']}: the file has no rows; a data file needs at least one"
+
+
+def test_parquet_references_may_be_strings_in_one_file_and_lists_in_another(tmp_path: Path):
+    """A references column of strings beside one of lists ended in "Couldn't cast array of type ...", naming no file;
+    each file is now read with its own types, as .jsonl files are."""
+    import pandas as pd
+
+    pd.DataFrame({"prompt": ["a", "b"], "references": [["x", "x2"], ["y"]]}).to_parquet(tmp_path / "train.parquet")
+    pd.DataFrame({"prompt": ["t"], "references": ["r"]}, index=[7]).to_parquet(tmp_path / "test.parquet")
+    files = {"train": str(tmp_path / "train.parquet"), "test": str(tmp_path / "test.parquet")}
+    pool = custom_pool(files, source_splits={"val": "train"})
+    assert [(s.prompt, s.references) for s in pool.splits["test"]] == [("t", ("r",))]
+    assert [(s.prompt, s.references) for s in pool.splits["train"]] == [("a", ("x", "x2")), ("b", ("y",))]
 
 
 def test_the_imdb_loader_on_files_with_other_columns_names_them_and_the_custom_datapool(tmp_path: Path):
