@@ -53,7 +53,7 @@ def apply(name: Optional[str], texts: Sequence[str]) -> list[str]:
         return list(texts)
     function = resolve(name)
     processed = [function(text) for text in texts]
-    bad = next((p for p in processed if not isinstance(p, str)), None)
-    if bad is not None:
-        raise DataError(f"post_processing {name!r} returned {type(bad).__name__} {bad!r}; it must return a str")
+    bad = [p for p in processed if not isinstance(p, str)]  # a list, not a None sentinel: None is a wrong result too
+    if bad:
+        raise DataError(f"post_processing {name!r} returned {type(bad[0]).__name__} {bad[0]!r}; it must return a str")
     return processed

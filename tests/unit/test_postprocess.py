@@ -22,6 +22,10 @@ def count_words(text: str) -> int:
     return len(text.split())
 
 
+def forget_return(text: str) -> None:
+    text.strip()
+
+
 def test_builtin_post_processors():
     article = "  The council met on Monday. It voted 7 to 2.\nThe mayor left early. Nobody knows why.  "
     assert apply("three_sentence_summary", [article]) == [
@@ -33,6 +37,9 @@ def test_builtin_post_processors():
     with pytest.raises(DataError, match=r"post_processing 'tests.unit.test_postprocess:count_words' returned int 2; "
                                         r"it must return a str"):
         apply("tests.unit.test_postprocess:count_words", ["a film"])
+    with pytest.raises(DataError, match=r"post_processing 'tests.unit.test_postprocess:forget_return' returned "
+                                        r"NoneType None; it must return a str"):  # was a metric's traceback on None
+        apply("tests.unit.test_postprocess:forget_return", ["a film"])
 
 
 @pytest.mark.parametrize("name, message", [
