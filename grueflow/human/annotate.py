@@ -1,7 +1,7 @@
 """Serve a batch for annotation on 127.0.0.1: ``python -m grueflow.human.annotate BATCH_DIR --annotator NAME``.
 
 One item at a time with keyboard shortcuts and progress; each answer is appended to the answers file
-(``--answers``, kept outside the batch folder, e.g. under ``data/human/``, since a re-export replaces
+(``--answers``, kept outside the batch folder, under ``data/human/<task>/<batch>/``, since a re-export replaces
 the batch folder) as it is given (see :mod:`grueflow.human.answers`), and a reload
 or a restart resumes at the annotator's first unanswered item. Several annotators share a batch: each
 runs the page under their own name (on their own port), all writing the same answers file.
@@ -193,6 +193,15 @@ class _Handler(BaseHTTPRequestHandler):
             return None
 
 
+def answers_home(batch_dir: Path) -> str:
+    """Where the human-evaluation table imports a batch's answers from, as advice: ``data/human/<task>/<batch>/
+    answers.jsonl``. The task is the folder the export wrote the batch under (``results/human/<task>/batches/
+    <batch>``; batch.json does not hold it); a batch folder kept elsewhere gets ``<task>`` to fill in."""
+    folder = batch_dir.resolve()
+    task = folder.parent.parent.name if folder.parent.name == "batches" else "<task>"
+    return f"data/human/{task}/{folder.name}/answers.jsonl"
+
+
 def build_server(batch_dir: str | Path, annotator: str, answers: str | Path,
                  port: int = DEFAULT_PORT) -> AnnotationServer:
     """A ready (not yet serving) server for one annotator; ``port=0`` picks a free port."""
@@ -200,7 +209,7 @@ def build_server(batch_dir: str | Path, annotator: str, answers: str | Path,
     batch = read_batch(batch_dir)
     if Path(answers).resolve().is_relative_to(batch_dir.resolve()):
         raise io.DataError(f"--answers {answers} is inside the batch folder, which a re-export replaces; "
-                           f"keep answers elsewhere, e.g. data/human/{batch_dir.name}/answers.jsonl")
+                           f"keep answers elsewhere, e.g. {answers_home(batch_dir)}")
     store = AnswerStore(answers, batch)
     records = store.records()  # a corrupt answers file fails now, before anyone annotates
     foreign = next((r["item_id"] for r in records if isinstance(r.get("item_id"), str) and batch.item(r["item_id"])
@@ -224,14 +233,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("batch_dir", type=Path, help="a batch folder written by stages/export_human_eval.py")
     p.add_argument("--annotator", required=True, help="your name (letters, digits, _.@-); answers are keyed by it")
     p.add_argument("--answers", type=Path, required=True,
-                   help="the answers file, outside the batch folder (e.g. data/human/<batch>/answers.jsonl)")
+                   help="the answers file, outside the batch folder (e.g. data/human/<task>/<batch>/answers.jsonl)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
     args = p.parse_args(argv)
     if not 0 <= args.port <= 65535:
         p.error(f"--port {args.port} is not a port; give 0 to 65535 (0 picks a free one)")
     if args.answers.is_dir():
-        p.error(f"--answers {args.answers} is a folder; give the answers file, e.g. "
-                f"data/human/{args.batch_dir.name}/answers.jsonl")
+        p.error(f"--answers {args.answers} is a folder; give the answers file, e.g. {answers_home(args.batch_dir)}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)
     try:
         server = build_server(args.batch_dir, args.annotator, args.answers, args.port)

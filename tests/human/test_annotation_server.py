@@ -178,6 +178,25 @@ def test_cli_refuses_a_port_out_of_range_and_a_folder_for_answers(tmp_path: Path
         assert exit_.value.code == 2 and expect in capsys.readouterr().err
 
 
+def test_the_answers_path_a_refusal_suggests_is_the_one_the_table_imports(tmp_path: Path, likert_dir: Path,
+                                                                          capsys) -> None:
+    """The advice was data/human/<batch>/answers.jsonl, without the task folder: the table did not import it."""
+    batch = tmp_path / "results" / "human" / "imdb" / "batches" / "likert_seed0"
+    batch.parent.mkdir(parents=True)
+    likert_dir.rename(batch)
+    with pytest.raises(SystemExit) as exit_:
+        main([str(batch), "--annotator", "alice", "--answers", str(tmp_path), "--port", "0"])
+    assert exit_.value.code == 2
+    assert "is a folder; give the answers file, e.g. data/human/imdb/likert_seed0/answers.jsonl" in \
+        capsys.readouterr().err
+    assert main([str(batch), "--annotator", "alice", "--answers", str(batch / "answers.jsonl"), "--port", "0"]) == 2
+    assert "keep answers elsewhere, e.g. data/human/imdb/likert_seed0/answers.jsonl" in capsys.readouterr().err
+    elsewhere = tmp_path / "copy"  # a batch folder outside the export's layout: its task is not known
+    batch.rename(elsewhere)
+    assert main([str(elsewhere), "--annotator", "alice", "--answers", str(elsewhere / "a.jsonl"), "--port", "0"]) == 2
+    assert "keep answers elsewhere, e.g. data/human/<task>/copy/answers.jsonl" in capsys.readouterr().err
+
+
 def test_cli_refuses_another_batchs_answers_file_and_one_inside_a_stage_output(tmp_path: Path, likert_dir: Path,
                                                                                  capsys) -> None:
     """Batch A's page appended into batch B's answers file (B's import then failed), and into an evaluate folder."""
