@@ -78,8 +78,8 @@ def answer_files(paths: Sequence[Path]) -> list[Path]:
 class AnswersTree:
     """What :func:`answers_tree` found. ``batches``: ``(task, batch)`` of every batch folder with answers (a visible
     entry), sorted; ``warnings``: what lies there and is not imported, on purpose or not (another suite's task or
-    batch, an answers file outside a batch folder); ``errors``: what the table would leave out without a word (a
-    folder named as no batch, what the checkout has not fetched)."""
+    batch, a file outside a batch folder); ``errors``: what the table would leave out without a word (a folder
+    named as no batch, a file named as a task or a batch, what the checkout has not fetched)."""
 
     batches: list[tuple[str, str]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -101,7 +101,10 @@ def answers_tree(root: Path, tasks: Sequence[str], batches: Iterable[str]) -> An
         return tree
     entries = _visible(root)
     tree.errors += unfetched(root, [p for p in entries if (p.stem if p.suffix == DVC_SUFFIX else p.name) in tasks])
-    stray = [p for p in entries if p.is_file() and p.suffix.lower() in ANSWER_SUFFIXES]
+    tree.errors += [f"{p} is a file named as a task; a task's answers go in a folder of that name, one folder per "
+                    f"batch: {p}/<batch>/answers.jsonl (the page's) or {p}/<batch>/<results>.csv" for p in entries
+                    if p.is_file() and p.name in tasks]
+    stray = [p for p in entries if _loose(p) and p.name not in tasks]
     for task_dir in entries:
         if not task_dir.is_dir():
             continue
@@ -115,7 +118,8 @@ def answers_tree(root: Path, tasks: Sequence[str], batches: Iterable[str]) -> An
         tree.errors += [f"{p} is a file named as a batch; a batch's answers go in a folder of that name: "
                         f"{p}/answers.jsonl (the page's) or {p}/<results>.csv" for p in task_entries
                         if p.is_file() and (p.name in suite_batches or BATCH_SHAPE.fullmatch(p.name))]
-        stray += [p for p in task_entries if p.is_file() and p.suffix.lower() in ANSWER_SUFFIXES]
+        stray += [p for p in task_entries if _loose(p) and p.name not in suite_batches
+                  and not BATCH_SHAPE.fullmatch(p.name)]
         for batch_dir in task_entries:
             if not batch_dir.is_dir() or not _visible(batch_dir):  # a placeholder (.gitkeep): no answers yet
                 continue
@@ -131,6 +135,13 @@ def answers_tree(root: Path, tasks: Sequence[str], batches: Iterable[str]) -> An
     tree.warnings += [f"{p} is not imported: answers files go in {root}/<task>/<batch>/ (the batch they answer); "
                       f"move it there" for p in stray]
     return tree
+
+
+def _loose(path: Path) -> bool:
+    """Whether ``path``, a visible entry above the batch folders, is a file the table does not read and that may
+    hold answers (any file but a ``*.dvc`` pointer and a README): answers saved one level too high, or under a
+    name without ``.jsonl``."""
+    return path.is_file() and path.suffix.lower() != DVC_SUFFIX and not path.name.lower().startswith("readme")
 
 
 def _has_answers(folder: Path) -> bool:

@@ -41,6 +41,8 @@ def test_what_is_not_imported_is_named_in_a_warning(tmp_path: Path):
     answers(root, "stray.csv")
     answers(root, "README.md", "notes\n")  # not an answers file: nothing to say
     answers(root, "sentiment/likert_seed1/answers.jsonl")
+    answers(root, "sentiment/answers")  # a batch's answers saved one level too high, without a suffix
+    answers(root, "concepts/readme.txt", "notes\n")
     tree = answers_tree(root, TASKS, BATCHES)
     assert tree.batches == [("sentiment", "likert_seed0")] and tree.errors == []
     assert tree.warnings == [
@@ -48,8 +50,27 @@ def test_what_is_not_imported_is_named_in_a_warning(tmp_path: Path):
         f"{root}/sentimnet/ is not imported: sentimnet is no task of this suite (sentiment, concepts)",
         f"{root}/stray.csv is not imported: answers files go in {root}/<task>/<batch>/ (the batch they answer); move "
         f"it there",
+        f"{root}/sentiment/answers is not imported: answers files go in {root}/<task>/<batch>/ (the batch they "
+        f"answer); move it there",
         f"{root}/sentiment/supervised+ppo_vs_supervised_seed0.jsonl is not imported: answers files go in "
         f"{root}/<task>/<batch>/ (the batch they answer); move it there"]
+
+
+def test_answers_saved_as_a_file_named_as_a_task_are_an_error(tmp_path: Path):
+    """``cp answers.jsonl data/human/concepts`` (or a link to a file there) was passed over as no folder: the
+    table left the answers out, exit 0."""
+    root = tmp_path / "human"
+    answers(root, "sentiment/likert_seed0/answers.jsonl")
+    answers(root, "concepts")
+    (root / "sentiment.dvc").write_text("outs:\n- path: sentiment\n")  # DVC tracks the folder, which is there
+    tree = answers_tree(root, TASKS, BATCHES)
+    expected = (f"{root}/concepts is a file named as a task; a task's answers go in a folder of that name, one folder "
+                f"per batch: {root}/concepts/<batch>/answers.jsonl (the page's) or {root}/concepts/<batch>/"
+                f"<results>.csv")
+    assert tree.errors == [expected] and tree.warnings == []
+    (root / "concepts").unlink()
+    (root / "concepts").symlink_to(answers(tmp_path, "drive/answers.jsonl"))
+    assert answers_tree(root, TASKS, BATCHES).errors == [expected]
 
 
 def test_what_the_table_would_leave_out_without_a_word_is_an_error(tmp_path: Path):
