@@ -301,3 +301,29 @@ def test_a_copy_of_the_project_runs_its_own_grueflow_not_the_installed_one(tmp_p
     for command in (["python", "stages/prepare_datapool.py", "--help"], ["snakemake", "-n", "--cores", "1"]):
         result = run(command, repo, check=False)
         assert result.returncode != 0 and "the copy imported its own grueflow" in result.stdout + result.stderr, command
+
+
+def test_a_human_batch_or_import_without_its_record_is_stale_before_anything_reads_it(finished):
+    """A pairwise batch (its folder output is named ``batch``) and an import (named by a batch wildcard) were left
+    out of the folders the stale check walks: a batch cut and stripped of its record before its first import was
+    never exported again (every run blamed the answers), and an emptied import failed every human table."""
+    folders = [finished / "results/human/sentiment/batches/supervised+ppo_vs_supervised_seed0",
+               finished / "results/human/sentiment/imported/likert_seed0"]
+    made = [folder for folder in folders if not folder.is_dir()]
+    for folder in folders:  # a folder without its record: the finished run's, its record set aside, or a new one
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "items.jsonl").write_text("{}\n")
+        if (folder / "stage.json").is_file():
+            (folder / "stage.json").rename(folder.with_name(folder.name + ".record"))
+    try:
+        lines = run(["snakemake", "-n", "--cores", "1", *HUMAN_TARGETS[1:]], finished).stderr.splitlines()
+        for folder in folders:
+            assert f"grueflow: {folder.relative_to(finished)} is stale (damaged: stage.json is missing); its job " \
+                   f"reruns" in lines
+    finally:
+        for folder in folders:
+            (folder / "items.jsonl").unlink()
+            if folder in made:
+                folder.rmdir()
+            else:
+                folder.with_name(folder.name + ".record").rename(folder / "stage.json")

@@ -72,16 +72,20 @@ def task_file(w):
     return str(PARAMS / "tasks" / f"{w.task}.yaml")
 
 
+FOLDER_OUTPUTS = ("out", "batch")  # the stage table's names of a stage's folder output (a pairwise batch's: batch)
+
+
 def stage_folders():
-    """Every stage folder the suite's rules write: each stage's folder template over the suite's tasks, methods
-    and seeds (templates with other wildcards, a human batch's name, are left out)."""
-    values = {"task": TASKS, "seed": SEEDS, "method": METHODS, "rl_method": RL_METHODS, "dpo_method": DPO_METHODS}
+    """Every stage folder the suite's rules may write: each stage's folder template over the suite's tasks, methods
+    and seeds, and the human batches' names (HUMAN_BATCHES, human.smk: imports and pairwise batches included)."""
+    values = {"task": TASKS, "seed": SEEDS, "method": METHODS, "rl_method": RL_METHODS, "dpo_method": DPO_METHODS,
+              "method_a": METHODS, "method_b": METHODS, "batch": HUMAN_BATCHES}
     folders = []
     for stage in STAGES.values():
-        template = stage.outputs.get("out")
-        names = set(re.findall(r"{(\w+)}", template or ""))
-        if template and names <= set(values):
-            folders += expand(template, **{name: values[name] for name in names})
+        for template in (stage.outputs[name] for name in FOLDER_OUTPUTS if name in stage.outputs):
+            names = set(re.findall(r"{(\w+)}", template))
+            if names <= set(values):
+                folders += expand(template, **{name: values[name] for name in names})
     return folders
 
 
