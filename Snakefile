@@ -12,7 +12,21 @@ sys.path.insert(0, workflow.basedir)  # this checkout's grueflow, never another'
 # The suite is exactly one file: params/suite.yaml, or the --configfile(s) given, which replace it (Snakemake would
 # merge them over a `configfile:` directive, so a key the chosen suite leaves out would come from params/suite.yaml
 # instead of its default). --config key=value settings apply over either.
+from grueflow.config import ConfigError, read_yaml
+
+
+def check_suite_yaml(paths):
+    """Read each suite file as grueflow reads params: Snakemake's YAML keeps the last of two equal keys, and where
+    it cannot parse a file it says "not valid JSON or YAML" without the file, the line or the cause."""
+    for path in paths:
+        try:
+            read_yaml(path)
+        except ConfigError as err:
+            raise WorkflowError(f"invalid params: {err}") from None
+
+
 if not workflow.overwrite_configfiles:
+    check_suite_yaml(["params/suite.yaml"])  # before Snakemake parses it
 
     configfile: "params/suite.yaml"
 
@@ -20,13 +34,7 @@ if not workflow.overwrite_configfiles:
 report: "workflow/report/workflow.rst"  # snakemake --report report.html (issue 8)
 
 
-from grueflow.config import ConfigError, read_yaml
-
-for _configfile in workflow.configfiles:  # Snakemake's YAML keeps the last of two equal keys; read_yaml refuses them
-    try:
-        read_yaml(_configfile)
-    except ConfigError as err:
-        raise WorkflowError(f"invalid params: {err}") from None
+check_suite_yaml(workflow.configfiles)  # a --configfile is parsed by Snakemake's command line first
 
 
 # A seed as a suite writes it: digits without leading zeros, so seed00 is never a second folder (and run) of seed 0;
