@@ -71,6 +71,35 @@ def atomic_paths(paths: Iterable[str | Path]) -> Iterator[list[Path]]:
         yield [stack.enter_context(atomic_path(path)) for path in paths]
 
 
+def files_record(first: str | Path) -> Path:
+    """Where a stage that writes files rather than a folder of its own (a table and the files written with it)
+    records their digests: ``.<name>.record.json`` beside the first of them (``results/.grue_table.csv.record.json``),
+    hidden, in no engine's outputs."""
+    first = Path(first)
+    return first.with_name(f".{first.name}.record.json")
+
+
+@contextlib.contextmanager
+def atomic_files(paths: Iterable[str | Path]) -> Iterator[list[Path]]:
+    """:func:`atomic_paths` of ``paths`` and of their :func:`files_record`, ``{path as given: sha256 of its bytes}``,
+    written from the temporary files once the block succeeds, so that a file edited after its stage wrote it can be
+    told apart from what the stage wrote (grueflow.stale). The record is renamed into place first: one left beside
+    older files says they differ, never that they match."""
+    paths = [Path(path) for path in paths]
+    with atomic_paths([*paths, files_record(paths[0])]) as tmps:
+        yield tmps[:-1]
+        write_json(tmps[-1], {str(path): sha256_bytes(tmp) for path, tmp in zip(paths, tmps)})
+
+
+def sha256_bytes(path: str | Path) -> str:
+    """sha256 of a file's bytes alone (:func:`fingerprint` hashes its name too)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 class DataError(ValueError):
     """An input file or row that cannot be used as it is; the message names the file, the line or row, and the fix."""
 

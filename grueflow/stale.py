@@ -10,10 +10,12 @@ the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark
 - a stage folder whose ``stage.json`` records an input that no longer exists: that reader is stale;
 - a stage folder the suite's rules write (``folders``), a ``stage.json`` records as an input, or the table
   aggregates, that holds no ``stage.json`` of its own (emptied, or its record deleted; every stage writes one
-  last): that folder is stale;
+  last), or a file where such a folder belongs: that folder is stale;
 - the GRUE table, when an evaluation it aggregates (an ``expected`` folder) no longer exists;
 - a table (the GRUE table, the human-evaluation table) one of whose files written with it (its Markdown, JSON,
-  chart: ``siblings``) is missing: rule all asks for the CSV alone,
+  chart: ``siblings``) is missing, or one of whose files differs from what its stage wrote (the digests it
+  recorded, :func:`grueflow.io.atomic_files`: a table edited in a spreadsheet, cut): rule all asks for the CSV
+  alone,
 
 and marks each as stale in the two ways Snakemake reads staleness: its timestamp set to 1970 (the
 ``.snakemake_timestamp`` Snakemake keeps in a folder output, else the folder or file itself), and a new token in
@@ -40,8 +42,8 @@ import time
 from pathlib import Path
 from typing import Iterable, Optional
 
-from grueflow.io import (MODEL_DIR, STAGE_RECORD, MissingDataError, atomic_path, check_stage_output, fingerprint,
-                         read_json)
+from grueflow.io import (MODEL_DIR, STAGE_RECORD, MissingDataError, atomic_path, check_stage_output, files_record,
+                         fingerprint, read_json, sha256_bytes)
 
 SNAKEMAKE_TIMESTAMP = ".snakemake_timestamp"  # Snakemake's modification time of a directory() output
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
@@ -146,11 +148,30 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
     for folder in [*expected, *folders]:  # emptied, or its record deleted before anything read it
         if folder.is_dir() and not (folder / STAGE_RECORD).is_file():
             stale.setdefault(folder, f"damaged: {STAGE_RECORD} is missing")
+        elif folder.exists() and not folder.is_dir():  # Snakemake takes it as the output, and removes it to rerun
+            stale.setdefault(folder, "a file where the stage's folder belongs")
     for written, others in (siblings or {}).items():
         missing = [str(p) for p in others if not p.is_file()]
         if written.is_file() and written not in stale and missing:
             stale[written] = f"{', '.join(missing)}, written with it, {'is' if len(missing) == 1 else 'are'} missing"
+        changed = _changed_since_written(written) if written.is_file() and written not in stale else None
+        if changed:
+            stale[written] = f"{changed} is not what its stage wrote (edited or replaced since)"
     return stale
+
+
+def _changed_since_written(first: Path) -> Optional[str]:
+    """The first file of those written with ``first`` whose bytes differ from the digest its stage recorded
+    (:func:`grueflow.io.files_record`), or None (all as written, or no record: written by an earlier version, or by
+    hand)."""
+    try:
+        recorded = read_json(files_record(first))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(recorded, dict):
+        return str(files_record(first))
+    return next((path for path, digest in recorded.items() if Path(path).is_file()
+                 and sha256_bytes(path) != digest), None)
 
 
 def _unrecorded(root: Path, path: Path, results: Path) -> Optional[Path]:

@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 from grueflow import grue, plots, report, stage
 from grueflow.config import ConfigError, SuiteConfig, read_yaml
-from grueflow.io import atomic_paths, write_text
+from grueflow.io import atomic_files, write_text
 from grueflow.params import parse
 
 SUITE_KEYS = ("tasks", "algorithms", "seeds", "rl_starts", "preference_methods")
@@ -95,7 +95,7 @@ def main() -> None:
     seed = suite.seeds[0]
     samples = {(t, m): report.read_samples(args.eval_dir / t / m / f"seed{seed}" / "predictions.jsonl", args.samples)
                for t in suite.tasks for m in suite.methods} if args.out_samples else {}  # read (and checked) first
-    with atomic_paths(path for _, path in outs) as tmps:  # all outputs new, or none
+    with atomic_files(path for _, path in outs) as tmps:  # all outputs new, or none; their digests recorded
         tmp = dict(zip((flag for flag, _ in outs), tmps))
         grue.write_table(table, tmp["--out-csv"], tmp["--out-md"], tmp["--out-json"], headline, missing)
         if args.out_chart:

@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 from grueflow import stage
 from grueflow.config import ConfigError
 from grueflow.human import results
-from grueflow.io import DataError, atomic_paths, check_stage_output, read_json, write_csv, write_text
+from grueflow.io import DataError, atomic_files, check_stage_output, read_json, write_csv, write_text
 
 
 def check_outputs(out_csv: Path, out_md: Path, imports: list[Path]) -> None:
@@ -43,7 +43,8 @@ def main() -> None:
         raise DataError(f"--imports names {', '.join(repeated)} more than once; each row would count twice")
     for folder in args.imports:
         if not (folder / "stage.json").is_file():
-            raise DataError(f"{folder} is not a finished import (no stage.json); run stages/import_human_eval.py")
+            raise DataError(f"{folder} is not a finished import (no stage.json): delete it and rerun the pipeline "
+                            f"(or stages/import_human_eval.py for its batch)")
         check_stage_output(folder)  # every file as the import's stage.json recorded it
         table_rows = read_json(folder / "table_rows.json")
         if not isinstance(table_rows, list) or not all(isinstance(row, dict) for row in table_rows):
@@ -51,7 +52,7 @@ def main() -> None:
         rows += [{**{c: row.get(c) for c in results.TABLE_COLUMNS}, "batch": folder.name} for row in table_rows]
         agreements[str(folder)] = read_json(folder / "agreement.json")
     markdown = results.to_markdown(rows, agreements)
-    with atomic_paths([args.out_csv, args.out_md]) as (csv_tmp, md_tmp):  # both new, or neither
+    with atomic_files([args.out_csv, args.out_md]) as (csv_tmp, md_tmp):  # both new, or neither; digests recorded
         write_csv(csv_tmp, rows)
         write_text(md_tmp, markdown)
 

@@ -2950,7 +2950,8 @@ def test_aggregate_writes_all_its_outputs_or_none(tmp_path: Path, call_stage, mo
     assert {path: path.read_text() for path in old} == old
     assert call_stage("aggregate", *grid[2:], "--eval-dir", tmp_path / "eval2").code == 0  # an earlier table: replaced
     assert (tmp_path / "t.csv").read_text() != old[tmp_path / "t.csv"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval", "eval2", "t.csv", "t.json", "t.md"]  # no temps
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".t.csv.record.json", "eval", "eval2", "t.csv", "t.json",
+                                                         "t.md"]  # no temps; the digests of what it wrote
 
 
 @pytest.mark.parametrize("flag, name, content", [

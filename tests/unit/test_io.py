@@ -3,6 +3,7 @@
 import contextlib
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -302,6 +303,31 @@ def test_a_stale_output_gets_a_new_token_its_rule_takes_as_a_param(tmp_path):
     assert folder.stat().st_mtime == 1  # and stamped 1970, as before
 
 
+def test_a_table_edited_after_its_stage_wrote_it_is_stale(tmp_path, monkeypatch):
+    """The GRUE table cut, or saved back by a spreadsheet, after a finished run: Snakemake said "Nothing to be done"
+    and the table stayed as edited. Its stage records the digests of the files it writes together."""
+    from grueflow.io import atomic_files, files_record
+    from grueflow.stale import stale_outputs
+
+    monkeypatch.chdir(tmp_path)  # a stage records its paths as given: relative to the project, as Snakemake runs
+    csv, md = Path("results/grue_table.csv"), Path("results/grue_table.md")
+    csv.parent.mkdir()
+    with atomic_files([csv, md]) as (csv_tmp, md_tmp):
+        csv_tmp.write_text("task,method\nsentiment,ppo\nsentiment,zero_shot\n")
+        md_tmp.write_text("| task |\n")
+    assert files_record(csv) == Path("results/.grue_table.csv.record.json") and files_record(csv).is_file()
+    assert stale_outputs(Path("results"), csv, [], {csv: [md]}) == {}
+    csv.write_text("task,method\nsentiment,ppo\n")
+    assert stale_outputs(Path("results"), csv, [], {csv: [md]}) == {
+        csv: "results/grue_table.csv is not what its stage wrote (edited or replaced since)"}
+    files_record(csv).unlink()  # a table an earlier version (or a hand) wrote: nothing to compare it with
+    assert stale_outputs(Path("results"), csv, [], {csv: [md]}) == {}
+    with pytest.raises(RuntimeError), atomic_files([csv, md]) as (csv_tmp, md_tmp):
+        csv_tmp.write_text("half")
+        raise RuntimeError("killed")
+    assert not files_record(csv).exists() and csv.read_text() == "task,method\nsentiment,ppo\n"
+
+
 def test_a_stage_folder_without_its_record_is_stale_when_read_or_aggregated(tmp_path):
     """A datapool emptied (or its stage.json deleted) was found by no stage.json, so it was never rebuilt and its
     readers read what was left; an emptied evaluation failed the table on every run."""
@@ -334,6 +360,10 @@ def test_a_stage_folder_without_its_record_is_stale_when_read_or_aggregated(tmp_
     assert datapool not in stale_outputs(results, tmp_path / "t.csv", [])  # only the suite's folders name it
     assert stale_outputs(results, tmp_path / "t.csv", [], folders=[datapool, results / "concepts" / "datapool"]) == {
         datapool: "damaged: stage.json is missing"}  # one that was never built is no concern of the check
+    shutil.rmtree(datapool)
+    datapool.write_text("x")  # a file where the folder belongs: Snakemake took it for the output, every run failed
+    assert stale_outputs(results, tmp_path / "t.csv", [], folders=[datapool]) == {
+        datapool: "a file where the stage's folder belongs"}
 
 
 def test_a_rerun_of_an_input_stage_leaves_the_digest_stage_json_records_for_it(tmp_path):
