@@ -156,7 +156,8 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             stale[written] = f"{', '.join(missing)}, written with it, {'is' if len(missing) == 1 else 'are'} missing"
         changed = _changed_since_written(written) if written.is_file() and written not in stale else None
         if changed:
-            stale[written] = f"{changed} is not what its stage wrote (edited or replaced since)"
+            stale[written] = ("it is" if Path(changed) == written else f"{changed}, written with it, is") + \
+                " not what its stage wrote (edited or replaced since)"
     return stale
 
 

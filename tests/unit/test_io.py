@@ -319,13 +319,18 @@ def test_a_table_edited_after_its_stage_wrote_it_is_stale(tmp_path, monkeypatch)
     assert stale_outputs(Path("results"), csv, [], {csv: [md]}) == {}
     csv.write_text("task,method\nsentiment,ppo\n")
     assert stale_outputs(Path("results"), csv, [], {csv: [md]}) == {
-        csv: "results/grue_table.csv is not what its stage wrote (edited or replaced since)"}
+        csv: "it is not what its stage wrote (edited or replaced since)"}
+    csv.write_text("task,method\nsentiment,ppo\nsentiment,zero_shot\n")  # as written; its Markdown then edited
+    md.write_text("| task | method |\n")
+    assert stale_outputs(Path("results"), csv, [], {csv: [md]}) == {
+        csv: "results/grue_table.md, written with it, is not what its stage wrote (edited or replaced since)"}
     files_record(csv).unlink()  # a table an earlier version (or a hand) wrote: nothing to compare it with
     assert stale_outputs(Path("results"), csv, [], {csv: [md]}) == {}
+    before = csv.read_text()
     with pytest.raises(RuntimeError), atomic_files([csv, md]) as (csv_tmp, md_tmp):
         csv_tmp.write_text("half")
         raise RuntimeError("killed")
-    assert not files_record(csv).exists() and csv.read_text() == "task,method\nsentiment,ppo\n"
+    assert not files_record(csv).exists() and csv.read_text() == before
 
 
 def test_a_stage_folder_without_its_record_is_stale_when_read_or_aggregated(tmp_path):
