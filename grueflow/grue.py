@@ -10,8 +10,9 @@ std of a metric are over the seeds that have a value for it; where some row has 
 coverage), so task files list as headline metrics the others they report.
 
 ``normalised_score`` (per task and method): the reward, the fluency perplexity and each headline
-metric are min-max normalised over the task's methods (1 = best method, 0 = worst; perplexity-like
-metrics are inverted), then averaged; a metric equal for every method (or missing for all) tells nothing
+metric are min-max normalised over the task's methods (1 = best method, 0 = worst; the fluency perplexity and
+each score its metric declares lower-is-better, :attr:`grueflow.metrics.Metric.lower_is_better`, are inverted),
+then averaged; a metric equal for every method (or missing for all) tells nothing
 and is left out, as is one that some row has on only some of its seeds (the ``.md`` says so), and a method
 missing a value the other methods have gets no score. Every run of a task must have been scored with the same
 reward and metrics, and every seed of a method with the same settings (:func:`load_runs` refuses others).
@@ -26,24 +27,40 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Collection, Iterable, Optional
 
 import pandas as pd
 
 from grueflow import io
 from grueflow.config import TRAIN_KL_KEY
+from grueflow.metrics import lower_is_better_keys
+from grueflow.registry import UnknownNameError
 
 REWARD = "reward"
 FLUENCY = "fluency/perplexity"
-# the scores where lower is better, by whole key (a plugin's key is higher-is-better): the table's fluency column,
-# perplexities, TER, repetition and self-BLEU (lower is more diverse)
-LOWER_IS_BETTER = frozenset({"fluency_ppl", "fluency/perplexity", "fluency/reference_perplexity", "lexical/ter",
-                             "diversity/repetition", "diversity/self_bleu"})
+FLUENCY_COLUMN = "fluency_ppl"  # the table's column of FLUENCY: lower is better
 
 
-def lower_is_better(key: str) -> bool:
-    """True for a score (a metrics key or a table column) where lower is better: :data:`LOWER_IS_BETTER`."""
-    return key in LOWER_IS_BETTER
+def lower_is_better(key: str, ids: Iterable[str] = ()) -> bool:
+    """True for a score (a metrics key or a table column) where lower is better, by whole key: the fluency column, or
+    a key its metric declares so (:attr:`grueflow.metrics.Metric.lower_is_better`), the metric being a built-in one
+    or one of ``ids`` (the metrics a run was scored with, as its task file names them)."""
+    return key == FLUENCY_COLUMN or key in lower_is_better_keys(ids)
+
+
+def lower_keys(runs: list[dict[str, Any]]) -> frozenset[str]:
+    """The keys and columns of ``runs``' table where lower is better (:func:`lower_is_better`), by the metrics each run
+    was scored with (its ``metric_ids``, which :func:`load_runs` reads from its evaluate record; a run without them
+    counts the built-in metrics' directions alone). A DataError names a metric that no longer loads."""
+    ids = sorted({i for run in runs for i in run.get("metric_ids", ())})
+    try:
+        return frozenset({FLUENCY_COLUMN, *lower_is_better_keys(ids)})
+    except (UnknownNameError, ValueError) as err:
+        raise io.DataError(f"the evaluate runs were scored with a metric that does not load here ({err}), so the "
+                           f"table cannot tell whether lower is better for its scores: install it, or rerun evaluate "
+                           f"with the task file's current metrics") from None
+
+
 METHOD_ORDER = ("zero_shot", "supervised")
 
 
@@ -59,13 +76,22 @@ def load_runs(paths: list[Path]) -> list[dict[str, Any]]:
     """The evaluate outputs ``<eval dir>/<task>/<method>/seed<k>/metrics.json``, each checked against the manifest of
     the ``stage.json`` the evaluate stage wrote beside it and against its place: a run without that record, a run
     copied to another method's folder, or a file edited by hand, truncated or of the wrong shape, is a
-    :class:`~grueflow.io.DataError` naming it, never a table row."""
+    :class:`~grueflow.io.DataError` naming it, never a table row. Each run gets ``metric_ids``: the ids of the
+    metrics and reward components its record says it was scored with (:func:`lower_keys` reads their directions)."""
     loaded = [_load_run(p) for p in paths]
     if not loaded:
         raise ValueError("no metrics.json files to aggregate; run the evaluate stage first")
-    runs = [run for run, _ in loaded]
+    runs = [{**run, "metric_ids": _metric_ids(params)} for run, params in loaded]
     _check_scored_alike(runs, paths, [params for _, params in loaded])
     return runs
+
+
+def _metric_ids(params: dict[str, Any]) -> list[str]:
+    """The metric ids an evaluate record's params name: its ``metrics``, then its reward's components."""
+    metrics = params.get("metrics") or []
+    components = (params.get("reward") or {}).get("components") or []
+    return [*(m["id"] for m in metrics if isinstance(m, dict) and "id" in m),
+            *(c["metric"] for c in components if isinstance(c, dict) and "metric" in c)]
 
 
 # the evaluate params that must be equal for every run of a task (the task's own reward and metrics), and for
@@ -151,7 +177,8 @@ def _load_run(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def build_table(runs: list[dict[str, Any]]) -> pd.DataFrame:
-    """Aggregate evaluate outputs (``{task, method, seed, headline, metrics}``) into the GRUE table."""
+    """Aggregate evaluate outputs (``{task, method, seed, headline, metrics}``, and ``metric_ids`` as
+    :func:`load_runs` gives them) into the GRUE table."""
     rows, counts = [], []
     headline = headlines(runs)
     for task in sorted(headline):
@@ -174,7 +201,7 @@ def build_table(runs: list[dict[str, Any]]) -> pd.DataFrame:
             counts.append(count)
     table = pd.DataFrame(rows)
     _insert_seed_counts(table, counts)
-    table["normalised_score"] = _normalised(table, headline)
+    table["normalised_score"] = _normalised(table, headline, lower_keys(runs))
     return table
 
 
@@ -209,14 +236,15 @@ def partial_metrics(group: pd.DataFrame) -> dict[str, str]:
     return partial
 
 
-def _normalised(table: pd.DataFrame, headline: dict[str, list[str]]) -> pd.Series:
+def _normalised(table: pd.DataFrame, headline: dict[str, list[str]], lower: Collection[str]) -> pd.Series:
+    """Each row's normalised score (see the module docstring); the columns in ``lower`` are inverted."""
     scores = pd.Series(math.nan, index=table.index)
     for task, group in table.groupby("task"):
         parts = []
-        for metric in _scored_metrics(group, ["reward", "fluency_ppl", *headline[task]]):
+        for metric in _scored_metrics(group, ["reward", FLUENCY_COLUMN, *headline[task]]):
             values = group[metric]
             norm = (values - values.min()) / (values.max() - values.min())
-            parts.append(1 - norm if lower_is_better(metric) else norm)
+            parts.append(1 - norm if metric in lower else norm)
         if parts:  # a method missing a value the others have gets no score: ranking it on fewer is unfair
             scores[group.index] = pd.concat(parts, axis=1).mean(axis=1, skipna=False)
     return scores

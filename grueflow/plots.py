@@ -87,7 +87,7 @@ def panel_title(task: str, metric: str, lower: Collection[str]) -> str:
 def grue_chart(table: pd.DataFrame, headline: dict[str, list[str]], path: Path, lower: Collection[str] = ()) -> None:
     """Each task's reward and headline metrics by method: bars at the mean over seeds, error bars one
     standard deviation (the ``<metric>_std`` column; none with one seed). One panel per task x metric, its title
-    marked where lower is better (``lower``: :data:`grueflow.grue.LOWER_IS_BETTER`)."""
+    marked where lower is better (``lower``: :func:`grueflow.grue.lower_keys`)."""
     panels = [(task, metric) for task in dict.fromkeys(table["task"])
               for metric in ("reward", *headline.get(task, [])) if metric in table]
     fig, axes = _grid(len(panels), width=4.5, height=3.2)

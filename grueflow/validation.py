@@ -71,6 +71,8 @@ class Validation:
         self.synced = False
         self.announced = False  # whether selected() has logged its warnings
         self.scorer = evaluation.Scorer(reward, metrics, context)  # its metrics built once, for every evaluation
+        # the metrics that write the val keys, whose directions select: best follows (a plugin's own included)
+        self.metric_ids = [spec.id for spec in metrics] + [c.metric for c in (reward.components if reward else ())]
 
     @property
     def enabled(self) -> bool:
@@ -165,7 +167,7 @@ class Validation:
         if not scored:
             chosen = self._fallback(key)
         else:
-            lower = lower_is_better(key)
+            lower = lower_is_better(key, self.metric_ids)
             best = (min if lower else max)(scored, key=lambda row: row[key])
             chosen = {"select": "best", self.unit: best[self.unit], "select_metric": key, "value": best[key],
                       "why": f"the {'lowest' if lower else 'highest'} val {key} of {len(scored)} evaluations "

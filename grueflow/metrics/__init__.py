@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, Optional, Sequence
 
 import numpy as np
 
@@ -211,11 +211,16 @@ def check_meta(fn: MetricFn, meta: Sequence[dict[str, Any]]) -> None:
 
 
 class Metric:
-    """Base class: subclasses set ``category``, ``scores`` and implement ``build``."""
+    """Base class: subclasses set ``category``, ``scores`` and implement ``build``.
+
+    ``lower_is_better`` names the scores (of ``scores`` and ``corpus_scores``) where lower is better, an error
+    rate or a perplexity: the GRUE table's normalised score inverts them, and ``select: best`` keeps the policy with
+    their lowest val value. Every other score counts as higher-is-better."""
 
     category: ClassVar[str]
     scores: ClassVar[tuple[str, ...]]  # per-sample (and corpus) scores; the first is a reward's default
     corpus_scores: ClassVar[tuple[str, ...]] = ()  # scores of the whole batch only (distinct-n, ...)
+    lower_is_better: ClassVar[tuple[str, ...]] = ()  # the scores where lower is better; () for none
     rewardable: ClassVar[bool] = True  # False: it does not score the generations, so it cannot be a reward
     dense: ClassVar[bool] = False  # True: it pays per completion token (MetricResult.per_token), from meta's tokens
 
@@ -233,6 +238,11 @@ class Metric:
         return [cls.key(s) for s in cls.scores + cls.corpus_scores]
 
     @classmethod
+    def lower_keys(cls) -> list[str]:
+        """The keys of its scores where lower is better (:attr:`lower_is_better`)."""
+        return [cls.key(s) for s in cls.lower_is_better]
+
+    @classmethod
     def build(cls, args: Any, context: MetricContext) -> MetricFn:
         raise NotImplementedError
 
@@ -244,6 +254,21 @@ def check_metric(component: Any) -> None:
         raise ValueError(f"{component!r} is not a subclass of grueflow.metrics.Metric")
     if not isinstance(getattr(component, "category", None), str) or not getattr(component, "scores", ()):
         raise ValueError(f"{component.__name__} needs a category (a string) and scores (at least one name)")
+    lower, own = component.lower_is_better, (*component.scores, *component.corpus_scores)
+    if not (isinstance(lower, tuple) and all(isinstance(name, str) and name in own for name in lower)):
+        raise ValueError(f"{component.__name__}.lower_is_better is {lower!r}; give a tuple of the names of its scores "
+                         f"where lower is better, e.g. ({own[0]!r},), or () for none (its scores: {', '.join(own)})")
+
+
+def lower_is_better_keys(ids: Iterable[str] = ()) -> frozenset[str]:
+    """The keys where lower is better (:attr:`Metric.lower_is_better`) of the built-in metrics and of the metrics
+    ``ids`` (as a task file names them: one of your own by import path or entry point). Where one of ``ids`` writes
+    a built-in metric's key, its own direction counts: it is the metric that wrote the value."""
+    lower: dict[str, bool] = {}
+    for name in (*(name for name in METRICS.names() if name in METRICS), *ids):
+        metric = METRICS.get(name)
+        lower.update({key: key in metric.lower_keys() for key in metric.keys()})
+    return frozenset(key for key, is_lower in lower.items() if is_lower)
 
 
 def describe() -> dict[str, str]:
@@ -274,4 +299,4 @@ from grueflow.metrics import preference  # noqa: E402,F401  (issue 7: reward_mod
 
 __all__ = ["METRICS", "TOKENS_KEY", "MetaChecked", "Metric", "MetricContext", "MetricFailedError", "MetricResult",
            "MetricResultError", "MetricUnavailableError", "SacrebleuTokenizer", "call_metric", "check_meta",
-           "check_result", "describe", "mean", "nanmean", "require"]
+           "check_result", "describe", "lower_is_better_keys", "mean", "nanmean", "require"]

@@ -52,6 +52,7 @@ def unique(texts: Sequence[Sequence[str]], n: int) -> int:
 class Diversity(Metric):
     category = "diversity"
     scores = ("length", "repetition")
+    lower_is_better = ("repetition",)
     corpus_scores = ("distinct_1", "distinct_2", "unique_1", "unique_2", "vocab_size")
 
     @classmethod
@@ -148,6 +149,7 @@ class SelfBleu(Metric):
 
     category = "diversity"
     scores = ("self_bleu",)
+    lower_is_better = ("self_bleu",)  # lower is more diverse
 
     @dataclass(frozen=True)
     class Args:

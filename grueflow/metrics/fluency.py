@@ -33,6 +33,7 @@ class Perplexity(Metric):
 
     category = "fluency"
     scores = ("perplexity",)
+    lower_is_better = ("perplexity",)
 
     @dataclass(frozen=True)
     class Args:
@@ -113,6 +114,7 @@ class ReferencePerplexity(Metric):
 
     category = "fluency"
     scores = ("reference_perplexity",)
+    lower_is_better = ("reference_perplexity",)
     rewardable = False
 
     @dataclass(frozen=True)

@@ -246,6 +246,7 @@ class ChrfPlusPlus(Chrf):
 class Ter(Metric):
     category = "lexical"
     scores = ("ter",)
+    lower_is_better = ("ter",)
 
     @dataclass(frozen=True)
     class Args:
@@ -267,6 +268,7 @@ class OneMinusTer(Ter):
     ``1 - corpus TER/100``."""
 
     scores = ("one_minus_ter",)
+    lower_is_better = ()
 
     @classmethod
     def build(cls, args: "Ter.Args", context: MetricContext) -> MetricFn:

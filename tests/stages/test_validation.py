@@ -123,6 +123,19 @@ def test_best_selection_on_a_known_val_curve(tmp_path, rows, metric, expected):
     assert validation.selected()["iteration"] == expected
 
 
+def test_best_selection_follows_a_metric_of_your_own_where_lower_is_better(tmp_path):
+    """An error rate counted as higher-is-better: select: best handed on the policy with the most errors."""
+    from grueflow.config import MetricSpec
+
+    plugin = "tests.unit.test_plugins:ErrorRate"
+    cfg = PPOConfig(iterations=4, eval_every=2, select="best", select_metric="custom/error_rate")
+    validation = Validation(tmp_path, [], None, None, (parse(MetricSpec, {"id": plugin}, "metrics[0]"),), None, cfg, 0)
+    validation.rows = [{"iteration": 0, "custom/error_rate": 0.5}, {"iteration": 2, "custom/error_rate": 0.1},
+                       {"iteration": 4, "custom/error_rate": 0.9}]
+    assert validation.selected()["iteration"] == 2
+    assert validation.selected()["why"].startswith("the lowest val custom/error_rate of 3 evaluations")
+
+
 @pytest.mark.parametrize("settings, message", [
     ({"select": "best"}, "select: best needs eval_every > 0 and a select_metric"),
     ({"eval_every": 2, "select": "best"}, "select: best needs eval_every > 0 and a select_metric"),

@@ -43,6 +43,27 @@ class Short(Metric):
                                                                            {cls.key(): 1.0})
 
 
+class ErrorRate(Metric):
+    """A metric of one's own where lower is better: 1 for a generation without a full stop."""
+
+    category = "custom"
+    scores = ("error_rate",)
+    lower_is_better = ("error_rate",)
+
+    @classmethod
+    def build(cls, args, context):
+        def compute(prompts, generations, references, meta):
+            scores = [float(not g.endswith(".")) for g in generations]
+            return MetricResult({cls.key(): scores}, {cls.key(): sum(scores) / len(scores)})
+        return compute
+
+
+class EitherWay(ErrorRate):
+    """A direction given as a flag, not as score names."""
+
+    lower_is_better = True
+
+
 class NotAMetric:
     pass
 
@@ -82,6 +103,9 @@ def test_a_datapool_of_your_own_by_import_path():
     (f"{HERE}:Exclaim", f"metric '{HERE}:Exclaim': module '{HERE}' has no 'Exclaim'"),
     ("my_missing_rewards:Brevity", "metric 'my_missing_rewards:Brevity': cannot import 'my_missing_rewards'"),
     ("exclaims", "unknown metric 'exclaims'; valid metric ids: bert_score,"),
+    (f"{HERE}:EitherWay", f"metric '{HERE}:EitherWay': EitherWay.lower_is_better is True; give a tuple of the names "
+                          f"of its scores where lower is better, e.g. ('error_rate',), or () for none (its scores: "
+                          f"error_rate)"),
 ])
 def test_a_bad_plugin_name_fails_at_parse_time(name, message):
     with pytest.raises(ConfigError) as error:
@@ -90,6 +114,39 @@ def test_a_bad_plugin_name_fails_at_parse_time(name, message):
     if name == "exclaims":
         assert str(error.value).endswith("; or one of your own by import path (package.module:Class) or entry point "
                                          "(grueflow.metrics)")
+
+
+def test_a_metric_of_your_own_where_lower_is_better_is_ranked_so_in_the_grue_table(tmp_path):
+    """An error rate counted as higher-is-better: the method with the most errors scored best."""
+    from grueflow import grue
+    from grueflow.io import write_json, write_jsonl, write_stage_record
+
+    params = {"reward": {"components": [{"metric": "lexicon_sentiment", "args": {}}]},
+              "metrics": [{"id": f"{HERE}:ErrorRate", "args": {}}, {"id": "perplexity", "args": {}}]}
+    paths = []
+    for method, errors in (("zero_shot", 0.9), ("ppo", 0.1)):
+        folder = tmp_path / "sentiment" / method / "seed0"
+        folder.mkdir(parents=True)
+        write_json(folder / "metrics.json", {"task": "sentiment", "method": method, "seed": 0,
+                                             "headline": ["custom/error_rate"], "missing": {},
+                                             "metrics": {"reward": 0.5, "fluency/perplexity": 3.0,
+                                                         "custom/error_rate": errors}})
+        write_jsonl(folder / "predictions.jsonl", [])
+        write_stage_record(folder, stage="evaluate", params=params, inputs={}, wall_time_s=0.0)
+        paths.append(folder / "metrics.json")
+    table = grue.build_table(grue.load_runs(paths)).set_index("method")
+    assert table["normalised_score"].to_dict() == {"zero_shot": 0.0, "ppo": 1.0}
+    assert grue.lower_is_better("custom/error_rate", [f"{HERE}:ErrorRate"])
+    assert not grue.lower_is_better("custom/error_rate")  # a key no metric declares lower-is-better
+
+
+def test_every_built_in_metric_names_its_own_scores_where_lower_is_better():
+    from grueflow.metrics import check_metric, lower_is_better_keys
+
+    for name in METRICS.names():
+        check_metric(METRICS.get(name))
+    assert sorted(lower_is_better_keys()) == ["diversity/repetition", "diversity/self_bleu", "fluency/perplexity",
+                                              "fluency/reference_perplexity", "lexical/ter"]
 
 
 def test_an_installed_packages_entry_point_is_a_name(tmp_path, monkeypatch):

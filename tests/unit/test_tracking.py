@@ -90,10 +90,11 @@ def test_grue_chart_is_a_png_with_one_panel_per_task_and_metric(tmp_path):
     plots.learning_curves([{"iteration": 1, "reward/task": 0.5}], "iteration", ["reward/task"], tmp_path / "other.png",
                           "curves")
     assert plots.is_grue_chart(tmp_path / "chart.png") and not plots.is_grue_chart(tmp_path / "other.png")
-    from grueflow.grue import LOWER_IS_BETTER
+    from grueflow.grue import lower_keys
 
-    assert plots.panel_title("cnn", "lexical/ter", LOWER_IS_BETTER) == "cnn: lexical/ter (lower is better)"
-    assert plots.panel_title("cnn", "lexical/bleu", LOWER_IS_BETTER) == "cnn: lexical/bleu"
+    lower = lower_keys([])
+    assert plots.panel_title("cnn", "lexical/ter", lower) == "cnn: lexical/ter (lower is better)"
+    assert plots.panel_title("cnn", "lexical/bleu", lower) == "cnn: lexical/bleu"
 
 
 def test_a_git_repository_without_a_commit_is_tracked_as_a_folder_without_git(tmp_path, monkeypatch):
