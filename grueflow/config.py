@@ -595,6 +595,7 @@ FLUENCY_METRIC = "perplexity"  # evaluate always scores it: the GRUE table's flu
 # select: best chose (its train_metrics.json ``kl/sequence``, beside that ``iteration``);
 # evaluate copies it beside the test metrics, absent for models that no RL stage trained
 TRAIN_KL_KEY = "train/kl"
+GRUE_SCORE = "grue_score"  # grue_table.json's key of the methods' GRUE scores, beside the task keys: no task's name
 
 
 # ---------------------------------------------------------------------------------------------
@@ -777,6 +778,9 @@ class SuiteConfig:
             check(re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", name) is not None,
                    f"tasks: {name!r} is not a usable task name; use letters, digits, '_', '.' and '-' only "
                    f"(rename its file params/tasks/<name>.yaml to match)")
+            check(name != GRUE_SCORE, f"tasks: {name!r} is reserved: grue_table.json keeps the methods' GRUE scores "
+                                      f"under that key, beside the tasks; rename the task and its file "
+                                      f"params/tasks/{name}.yaml")
         for key in ("tasks", "algorithms"):  # a repeated name would be one run counted as several seeds
             names = getattr(self, key)
             repeated = sorted({n for n in names if names.count(n) > 1})

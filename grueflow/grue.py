@@ -32,7 +32,7 @@ from typing import Any, Collection, Iterable, Optional
 import pandas as pd
 
 from grueflow import io
-from grueflow.config import TRAIN_KL_KEY
+from grueflow.config import GRUE_SCORE, TRAIN_KL_KEY
 from grueflow.metrics import lower_is_better_keys
 from grueflow.registry import UnknownNameError
 
@@ -289,7 +289,7 @@ def to_nested(table: pd.DataFrame) -> dict[str, Any]:
         values = {k: io.rounded(v) for k, v in row.items()
                   if k not in ("task", "method") and isinstance(v, (int, float)) and not math.isnan(v)}
         nested.setdefault(row["task"], {})[row["method"]] = values
-    nested["grue_score"] = {m: io.rounded(v) for m, v in grue_scores(table).items() if not math.isnan(v)}
+    nested[GRUE_SCORE] = {m: io.rounded(v) for m, v in grue_scores(table).items() if not math.isnan(v)}
     return nested
 
 
@@ -302,7 +302,7 @@ def grue_table_problem(table: Any, grue: bool = True) -> Optional[str]:
     if not grue:
         return None
     for task, methods in table.items():
-        depth = 1 if task == "grue_score" else 2
+        depth = 1 if task == GRUE_SCORE else 2
         leaves: list[tuple[str, Any]] = [(task, methods)]
         for _ in range(depth):
             if any(not isinstance(node, dict) for _, node in leaves):

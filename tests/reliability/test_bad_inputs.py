@@ -1676,6 +1676,20 @@ def test_the_suite_checks_never_replace_a_file_or_folder_they_did_not_write(para
                              str(project / "digests")]) == 0  # its own outputs are replaced
 
 
+@pytest.mark.parametrize("engine", ["snakemake", "dvc"])
+def test_a_task_named_grue_score_is_refused_with_the_suite(params: Path, engine: str):
+    """A task named grue_score was accepted, and grue_table.json's GRUE scores took its place."""
+    from grueflow.params import validate
+
+    shutil.copy2(params / "tasks" / "sentiment.yaml", params / "tasks" / "grue_score.yaml")
+    suite = params / SUITE
+    suite.write_text(suite.read_text().replace("tasks: [sentiment, concepts]", "tasks: [grue_score, concepts]"))
+    with pytest.raises(ConfigError, match=r"tasks: 'grue_score' is reserved: grue_table.json keeps the methods' GRUE "
+                                          r"scores under that key, beside the tasks; rename the task and its file "
+                                          r"params/tasks/grue_score.yaml"):
+        validate(suite, engine)
+
+
 def test_dvc_refuses_a_suite_whose_params_dir_its_stages_do_not_read(params: Path):
     from grueflow.params import validate
 
