@@ -2,7 +2,8 @@
 
 Extra keys (``chosen_system``, ``rejected_system``, ``annotator``, scores …) are allowed and kept. ``sample_id``,
 where a row has one, is the sample the pair judges, shared by the rows of several annotators' judgements of one
-item (whose ids differ); the reward model's held-out split keeps a sample's rows together.
+item (whose ids differ); the reward model's held-out split keeps a sample's rows together, and without
+``sample_id`` a prompt's rows.
 The human-evaluation import writes exactly this as ``preferences.jsonl``; :mod:`grueflow.preference.build`
 writes it from a metric. Reading is strict: a bad row is a :class:`~grueflow.io.DataError` naming the
 file, the line and the key.

@@ -114,26 +114,38 @@ def bradley_terry_loss(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Te
     return -F.logsigmoid(chosen - rejected).mean()
 
 
-def split_pairs(prefs: list[Preference], val_fraction: float, seed: int) -> tuple[list[Preference], list[Preference]]:
-    """A seeded train / held-out split by sample: all pairs of one :attr:`~Preference.sample_id` (several
-    annotators' judgements of one human-evaluation item) fall on the same side, so no held-out judgement has a
-    twin in training.
+def judged(pref: Preference) -> str:
+    """What a pair judges, which :func:`split_pairs` keeps on one side: the row's ``sample_id`` where it names one
+    (several annotators' judgements of one human-evaluation item), else its prompt. Without a ``sample_id`` the row's
+    own ``id`` tells nothing: a ranking of k completions of one prompt gives k(k-1)/2 pairs, each with an id of its
+    own, and a held-out pair whose prompt (and often whose chosen completion) is trained on would score the reward
+    model on what it has seen."""
+    sample = pref.extra.get("sample_id")
+    return f"sample {sample!r}" if sample is not None else f"prompt {pref.prompt!r}"
 
-    The distinct samples are shuffled with ``seed`` and held out whole, in that order, until at least
+
+def split_pairs(prefs: list[Preference], val_fraction: float, seed: int) -> tuple[list[Preference], list[Preference]]:
+    """A seeded train / held-out split by what the pairs judge (:func:`judged`: a sample, or without ``sample_id``
+    a prompt): all pairs of one fall on the same side, so no held-out judgement has a twin in training.
+
+    The distinct groups are shuffled with ``seed`` and held out whole, in that order, until at least
     ``round(val_fraction * n)`` of the ``n`` pairs are (at least one when ``val_fraction`` > 0), always leaving
-    one sample to train on (a warning says when one sample leaves nothing to hold out); with one pair per sample
-    (every built preference set) this is the seeded split of the pairs themselves. Both sides keep the file's
-    order within a sample."""
+    one group to train on (a warning says when one group leaves nothing to hold out); with one pair per group
+    (a built preference set of distinct prompts) this is the seeded split of the pairs themselves. Both sides keep
+    the file's order within a group."""
     groups: dict[str, list[int]] = {}
     for i, pref in enumerate(prefs):
-        groups.setdefault(pref.sample_id, []).append(i)
+        groups.setdefault(judged(pref), []).append(i)
     order = list(groups.values())
     random.Random(f"reward_model/{seed}").shuffle(order)
     n_val = max(1, round(val_fraction * len(prefs))) if val_fraction > 0 and len(order) > 1 else 0
     if val_fraction > 0 and len(order) == 1:
-        log.warning("val_fraction %g holds out nothing: all %d preference pairs judge one sample (%r), held out "
-                    "whole or not at all, and training needs it; no held-out accuracy is reported",
-                    val_fraction, len(prefs), prefs[0].sample_id)
+        by_prompt = "sample_id" not in prefs[0].extra
+        log.warning("val_fraction %g holds out nothing: all %d preference pairs judge one %s, held out whole or not "
+                    "at all, and training needs it; no held-out accuracy is reported%s",
+                    val_fraction, len(prefs), judged(prefs[0]),
+                    "; pairs without a sample_id are kept together by prompt: give each row the sample_id of what it "
+                    "judges to hold some out" if by_prompt else "")
     held, held_pairs = 0, 0
     while held_pairs < n_val and held < len(order) - 1:
         held_pairs += len(order[held])

@@ -94,7 +94,8 @@ def test_no_metric_tensor_is_made_off_its_device(metric_args, metric_id):
 
 def pairs(n: int) -> list[Preference]:
     good, bad = ["great", "fine", "good", "lovely"], ["dull", "slow", "bad", "awful"]
-    return [Preference(f"p{i}", "the film was", f"{good[i % 4]} .", f"{bad[i % 4]} .") for i in range(n)]
+    return [Preference(f"p{i}", "the film was", f"{good[i % 4]} .", f"{bad[i % 4]} .", {"sample_id": f"p{i}"})
+            for i in range(n)]  # one prompt, each pair a sample of its own: some can be held out
 
 
 @pytest.mark.parametrize("execution", [FP32, BF16], ids=["fp32", "bf16"])

@@ -41,7 +41,8 @@ def n_positive(text: str) -> int:
 
 
 def synthetic_pairs(n: int, seed: int) -> list[Preference]:
-    """Pairs of six-word completions; the chosen one holds more of the lexicon's positive words."""
+    """Pairs of six-word completions of one prompt; the chosen one holds more of the lexicon's positive words. Each
+    pair is a sample of its own (its ``sample_id``), so that the reward model can hold some out."""
     rng = random.Random(seed)
     pairs = []
     while len(pairs) < n:
@@ -54,7 +55,7 @@ def synthetic_pairs(n: int, seed: int) -> list[Preference]:
         if n_positive(texts[0]) == n_positive(texts[1]):
             continue
         chosen, rejected = sorted(texts, key=n_positive, reverse=True)
-        pairs.append(Preference(f"p{len(pairs)}", "the review:", chosen, rejected))
+        pairs.append(Preference(f"p{len(pairs)}", "the review:", chosen, rejected, {"sample_id": f"p{len(pairs)}"}))
     return pairs
 
 
@@ -121,7 +122,7 @@ def test_a_preference_folder_or_missing_file_names_what_to_give(tmp_path):
 def test_the_reward_model_holds_out_whole_samples_and_one_pair_per_sample_splits_as_pairs(caplog):
     from grueflow.preference.reward_model import split_pairs
 
-    single = [Preference(f"p{i}", "the review:", "good", "bad") for i in range(10)]  # one prompt, ten samples
+    single = [Preference(f"p{i}", f"review {i}:", "good", "bad") for i in range(10)]  # ten prompts, one pair each
     train, val = split_pairs(single, 0.2, seed=0)
     assert [p.id for p in val] == ["p2", "p5"]
     assert [p.id for p in train] == ["p7", "p0", "p4", "p8", "p3", "p6", "p1", "p9"]
@@ -134,8 +135,32 @@ def test_the_reward_model_holds_out_whole_samples_and_one_pair_per_sample_splits
         assert split_pairs(judged[1:4], 0.5, seed=0) == (judged[1:4], [])  # one sample: nothing can be held out
         split_pairs(judged[1:4], 0.0, seed=0)  # nothing asked for: no warning
     assert [r.getMessage() for r in caplog.records] == [
-        "val_fraction 0.5 holds out nothing: all 3 preference pairs judge one sample ('s1'), held out whole or not "
+        "val_fraction 0.5 holds out nothing: all 3 preference pairs judge one sample 's1', held out whole or not "
         "at all, and training needs it; no held-out accuracy is reported"]
+
+
+def test_the_reward_model_holds_out_whole_prompts_when_the_pairs_name_no_sample():
+    """Three pairs per prompt (a ranking of three completions) and no sample_id: every held-out pair judged a prompt
+    trained on, and most had their chosen completion in training too."""
+    from grueflow.preference.reward_model import split_pairs
+
+    ranked = [Preference(f"p{p}-{k}", f"prompt {p}", f"answer {c} to {p}", f"answer {r} to {p}")
+              for p in range(10) for k, (c, r) in enumerate((("A", "B"), ("A", "C"), ("B", "C")))]
+    train, val = split_pairs(ranked, 0.2, seed=0)
+    assert (len(train), len(val)) == (24, 6)  # two prompts' three pairs held out
+    assert {p.prompt for p in train}.isdisjoint(p.prompt for p in val) and len({p.prompt for p in val}) == 2
+
+
+def test_pairs_of_one_prompt_without_a_sample_id_hold_nothing_out_and_say_how_to(caplog):
+    from grueflow.preference.reward_model import split_pairs
+
+    same = [Preference(f"p{i}", "the review:", f"good {i}", "bad") for i in range(4)]
+    with caplog.at_level("WARNING", logger="grueflow.preference.reward_model"):
+        assert split_pairs(same, 0.5, seed=0) == (same, [])
+    assert [r.getMessage() for r in caplog.records] == [
+        "val_fraction 0.5 holds out nothing: all 4 preference pairs judge one prompt 'the review:', held out whole or "
+        "not at all, and training needs it; no held-out accuracy is reported; pairs without a sample_id are kept "
+        "together by prompt: give each row the sample_id of what it judges to hold some out"]
 
 
 def test_best_and_worst_take_the_first_of_equal_scores():
