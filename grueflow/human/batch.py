@@ -348,6 +348,10 @@ def read_batch(batch_dir: str | Path) -> Batch:
     items = tuple(io.read_jsonl(batch_dir / ITEMS))
     if not items:
         raise io.DataError(f"{batch_dir / ITEMS} holds no items; export the batch again")
+    # without stage.json nothing else sees a file cut at a line end; a batch exported before n_items has none
+    if "n_items" in meta and meta["n_items"] != len(items):
+        raise io.DataError(f"{batch_dir / ITEMS} holds {len(items)} items where {MANIFEST} says n_items "
+                           f"{meta['n_items']!r}: the batch is cut or was edited; export the batch again")
     try:
         CRITERIA.get(meta["criteria_set"])
         batch = Batch(meta["kind"], meta["criteria_set"], int(meta["seed"]), items, meta.get("prompt_column", "prompt"),

@@ -354,6 +354,21 @@ def test_a_damaged_batch_folder_is_named(tmp_path: Path) -> None:
     (folder / hb.MANIFEST).write_text("{")
     with pytest.raises(io.DataError, match=r"not readable JSON .*; export the batch again"):
         hb.read_batch(folder)
+
+
+def test_a_batch_cut_at_a_line_end_without_its_stage_record_is_refused(tmp_path: Path) -> None:
+    """A batch folder copied without stage.json, its items.jsonl cut after line 2, was imported as a smaller batch."""
+    batch, key = _pairwise(seed=0)
+    folder = tmp_path / "a"
+    hb.write_batch(batch, folder, key, tmp_path / "a.json")
+    n = len(batch.items)
+    assert n > 2 and len(hb.read_batch(folder).items) == n
+    lines = (folder / hb.ITEMS).read_text().splitlines(keepends=True)
+    (folder / hb.ITEMS).write_text("".join(lines[:2]))
+    with pytest.raises(io.DataError) as refused:
+        hb.read_batch(folder)
+    assert str(refused.value) == (f"{folder / hb.ITEMS} holds 2 items where batch.json says n_items {n}: the batch is "
+                                  f"cut or was edited; export the batch again")
     with pytest.raises(io.MissingDataError, match=r"key file .*nokey\.json does not exist"):
         hb.read_key(tmp_path / "nokey.json")
 
