@@ -75,8 +75,10 @@ def read_answer_file(path: str | Path, batch: Batch) -> list[Answer]:
 
 
 def latest_answers(answers: Iterable[Answer]) -> list[Answer]:
-    """One answer per (annotator, item), in the order pairs first appear: the latest by time (``at``, MTurk's
-    ``SubmitTime``); within one page answers file, where times are equal or missing, the later line.
+    """One answer per (annotator, item), in the order pairs first appear: within one page answers file the last
+    line, which the page appends as answers are given (so it is the answer the page shows, even when the clock
+    stepped back between two lines); across files, and between a platform's CSV rows, the latest by time (``at``,
+    MTurk's ``SubmitTime``).
 
     Repeats with the same values are harmless and counted in one log line. Two different answers that nothing
     orders (a time missing or equal, and not two lines of one page file) are a DataError naming both, since
@@ -100,6 +102,7 @@ def latest_answers(answers: Iterable[Answer]) -> list[Answer]:
 
 def _latest(group: Sequence[Answer]) -> Answer:
     """The answer of one (annotator, item) that every different answer is known to precede (see latest_answers)."""
+    group = _last_lines(group)
     if len(group) == 1:
         return group[0]
     winners = [w for w in group if all(a.values == w.values or _earlier(a, w) for a in group)]
@@ -113,12 +116,24 @@ def _latest(group: Sequence[Answer]) -> Answer:
                        f"or a row edited by hand?) and import again")
 
 
+def _last_lines(group: Sequence[Answer]) -> list[Answer]:
+    """``group`` with the lines of each page answers file reduced to its last one (its answer; times compare only
+    what is left, one answer a file), in ``group``'s order."""
+    last: dict[str, Answer] = {}
+    for answer in group:
+        if answer.source is not None and answer.source.order is not None:
+            kept = last.get(answer.source.file)
+            if kept is None or kept.source.order < answer.source.order:
+                last[answer.source.file] = answer
+    return [a for a in group if a.source is None or a.source.order is None or last[a.source.file] is a]
+
+
 def _earlier(a: Answer, b: Answer) -> bool:
-    """Whether ``a`` is known to have been given before ``b``: by their times, or else by line order in one page
-    answers file (appended as answers are given)."""
-    if a.at is not None and b.at is not None and a.at != b.at:
-        return a.at < b.at
-    return _same_log(a, b) and a.source.order < b.source.order
+    """Whether ``a`` is known to have been given before ``b``: by line order in one page answers file (appended as
+    answers are given, whatever the clock said), or else by their times."""
+    if _same_log(a, b):
+        return a.source.order < b.source.order
+    return a.at is not None and b.at is not None and a.at < b.at
 
 
 def _same_log(a: Answer, b: Answer) -> bool:

@@ -800,6 +800,28 @@ def test_two_different_answers_that_no_time_orders_are_refused_naming_both(tmp_p
         results.read_answers(_mturk_csv(tmp_path / "same_time.csv", batch, rows), batch)  # 10 PST is 12 CST
 
 
+def test_the_pages_later_line_wins_when_the_clock_stepped_back_and_time_decides_across_files(tmp_path: Path) -> None:
+    """alice's correction, saved after the clock stepped back, lost to her earlier line, which the page showed as
+    replaced."""
+    from grueflow.human.answers import AnswerStore
+
+    batch = _likert()
+    first, second = batch.items[0]["item_id"], batch.items[1]["item_id"]
+
+    def line(item: str, score: int, at: str) -> dict:
+        return {"annotator": "alice", "item_id": item, "answer": {"coherence": score, "sentiment": score},
+                "at": f"2026-12-05T10:00:{at}+00:00"}
+
+    page = tmp_path / "answers.jsonl"
+    io.write_jsonl(page, [line(first, 1, "05"), line(second, 3, "09"), line(first, 5, "01")])
+    kept = {a.item_id: a.values["coherence"] for a in results.read_answers(page, batch)}
+    assert kept == {first: 5, second: 3}
+    assert {item: answer["coherence"] for item, answer in AnswerStore(page, batch).latest("alice").items()} == kept
+    io.write_jsonl(tmp_path / "laptop.jsonl", [line(first, 2, "03")])  # another file: its time against the page's
+    kept = {a.item_id: a.values["coherence"] for a in _all_files(batch, page, tmp_path / "laptop.jsonl")}
+    assert kept == {first: 2, second: 3}  # 10:00:03 is after the page's last answer to it, at 10:00:01
+
+
 def test_identical_repeats_import_once_and_the_pages_later_line_wins_within_a_second(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from grueflow.human.answers import AnswerStore
