@@ -15,6 +15,7 @@ are imported when a stage runs them.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import sys
@@ -30,6 +31,7 @@ from grueflow.io import STAGE_RECORD, atomic_path
 from grueflow.data import DATAPOOLS
 from grueflow.metrics import METRICS
 from grueflow.models import MODELS
+from grueflow.pipeline import SUITE_VARS
 from grueflow.postprocess import resolve as resolve_post_processing
 from grueflow.preference.config import PREFERENCE_METHODS, preference_method_files
 from grueflow.registry import UnknownNameError
@@ -405,12 +407,35 @@ def check_for_dvc(suite: SuiteConfig, where: str) -> None:
 VALID = "valid\n"  # the validation stage's output: constant, so it never makes a later stage stale
 
 
+def check_dvc_vars(data: Mapping[str, Any], where: str) -> None:
+    """Raise ConfigError naming each key of :data:`grueflow.pipeline.SUITE_VARS` that the suite file's ``data``
+    leaves out: dvc.yaml reads the suite as ``vars`` and interpolates those keys, so ``dvc repro`` would stop on
+    DVC's "Could not find" before any stage, where Snakemake takes the default (each example is that default)."""
+    missing = [key for key in SUITE_VARS if key not in data]
+    if missing:
+        defaults = {f.name: f.default for f in dataclasses.fields(SuiteConfig)}
+        examples = ", ".join(f"{key}: {_yaml_value(defaults[key])}" for key in missing)
+        listed = missing[0] if len(missing) == 1 else f"{', '.join(missing[:-1])} and {missing[-1]}"
+        raise ConfigError(f"{where}: leaves out {listed}, which dvc.yaml's stages read from the suite file (dvc "
+                          f"repro would stop on \"Could not find '{missing[0]}'\"); name "
+                          f"{'it' if len(missing) == 1 else 'them'}, e.g. {examples}")
+
+
+def _yaml_value(value: Any) -> str:
+    """A default as a suite file writes it: ``[0]``, ``1``, ``auto``."""
+    if isinstance(value, tuple):
+        return f"[{', '.join(map(str, value))}]"
+    return str(value)
+
+
 def validate(path: Path, engine: str = "snakemake") -> Suite:
     """The suite at ``path`` and every params file it names, validated (with ``engine="dvc"``, also refusing what
-    DVC cannot honour); raises :class:`ConfigError` on the first problem."""
-    suite = load_suite(read_yaml(path), str(path))
+    DVC cannot honour or read); raises :class:`ConfigError` on the first problem."""
+    data = read_yaml(path)
+    suite = load_suite(data, str(path))
     if engine == "dvc":
         check_for_dvc(suite.config, str(path))
+        check_dvc_vars(data, str(path))
     return suite
 
 

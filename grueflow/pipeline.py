@@ -50,6 +50,9 @@ SUITE_FILE = "params/suite.yaml"
 TASK_FILE = "params/tasks/{task}.yaml"
 METHOD_FILE = "params/methods/{method_name}.yaml"
 SUITE_VALUES = {"threads": "${threads}", "precision": "${precision}"}  # suite values a DVC command passes
+# every params/suite.yaml key dvc.yaml interpolates (its grids and its commands' values): DVC stops on a missing one,
+# where Snakemake takes the suite's default (grueflow.params.check_dvc_vars refuses it first)
+SUITE_VARS = (*AXES.values(), *SUITE_VALUES)
 
 # outputs that later stages read
 DATAPOOL = "results/{task}/datapool"

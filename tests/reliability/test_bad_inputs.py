@@ -1690,6 +1690,26 @@ def test_a_task_named_grue_score_is_refused_with_the_suite(params: Path, engine:
         validate(suite, engine)
 
 
+@pytest.mark.parametrize("left_out, expect", [
+    (["precision"], "leaves out precision, which dvc.yaml's stages read from the suite file (dvc repro would stop on "
+                    "\"Could not find 'precision'\"); name it, e.g. precision: auto"),
+    (["threads", "preference_methods"], "leaves out preference_methods and threads, which dvc.yaml's stages read from "
+                                        "the suite file (dvc repro would stop on \"Could not find "
+                                        "'preference_methods'\"); name them, e.g. preference_methods: [], threads: 1"),
+])
+def test_the_dvc_check_refuses_a_suite_without_a_key_dvc_yaml_reads(params: Path, capsys, left_out, expect):
+    """A suite without precision passed the DVC-engine check, and dvc repro then stopped on DVC's "Could not find
+    'precision'"."""
+    from grueflow.params import main
+
+    suite = params / SUITE
+    suite.write_text("".join(line for line in suite.read_text().splitlines(keepends=True)
+                             if line.split(":")[0] not in left_out))
+    assert main([str(suite), "--engine", "dvc"]) == 2
+    assert capsys.readouterr().err == f"error: {suite}: {expect}\n"
+    assert main([str(suite)]) == 0  # Snakemake takes the defaults
+
+
 def test_dvc_refuses_a_suite_whose_params_dir_its_stages_do_not_read(params: Path):
     from grueflow.params import validate
 

@@ -122,6 +122,11 @@ def test_the_committed_dvc_yaml_is_the_generated_one():
         f"dvc.yaml is stale: regenerate it with `{pipeline.COMMAND}`"
 
 
+def test_the_suite_keys_the_dvc_check_requires_are_those_the_generated_dvc_yaml_interpolates():
+    interpolated = set(re.findall(r"\$\{(\w+)", pipeline.dvc_yaml())) - {"item"}
+    assert sorted(pipeline.SUITE_VARS) == sorted(interpolated)
+
+
 def test_the_generated_text_is_the_document_with_its_header():
     text = pipeline.dvc_yaml()
     assert text.startswith(f"# GENERATED from the stage table in grueflow/pipeline.py by `{pipeline.COMMAND}`")
