@@ -52,6 +52,34 @@ def command_line_seeds(given):
                         f"leading zeros, e.g. --config 'seeds=[0,1]' (or list them in the suite file)")
 
 
+def check_command_line_config(argv):
+    """Refuse a ``--config`` key given twice on the command line ``argv``, as a suite file's key given twice is
+    refused: Snakemake merges the KEY=VALUE items into a dict before the Snakefile runs, keeping the last value of a
+    key, and of two ``--config`` (``-C``) options it keeps the last one's items alone."""
+    options, keys = [], []
+    for i, arg in enumerate(argv):
+        if arg in ("--config", "-C"):
+            items = []
+            for item in argv[i + 1:]:
+                if item.startswith("-"):
+                    break
+                items.append(item)
+        elif arg.startswith("--config="):
+            items = [arg.removeprefix("--config=")]
+        else:
+            continue
+        options.append(" ".join(items))
+        keys += [item.split("=", 1)[0] for item in items]
+    if len(options) > 1:
+        raise WorkflowError(f"invalid params: --config is given {len(options)} times ({'; '.join(options)}); "
+                            f"Snakemake keeps only the last one's settings: give every KEY=VALUE after one --config")
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+        raise WorkflowError(f"invalid params: --config gives {', '.join(map(repr, repeated))} twice, and Snakemake "
+                            f"would keep the last value without a word; keep one")
+
+
+check_command_line_config(sys.argv[1:])
 if "seeds" in workflow.config_settings.config:  # --config seeds=...; a suite file's YAML keeps its integers
     config["seeds"] = command_line_seeds(config["seeds"])
 

@@ -1296,6 +1296,23 @@ def test_snakemake_refuses_a_suite_configfile_with_a_repeated_key(tmp_path: Path
     assert "Job stats" not in output, output
 
 
+@pytest.mark.parametrize("config, expect", [
+    (["--config", "tasks=[sentiment]", "tasks=[concepts]"],
+     "invalid params: --config gives 'tasks' twice, and Snakemake would keep the last value without a word; keep one"),
+    (["--config", "tasks=[sentiment]", "--config", "seeds=[1]"],
+     "invalid params: --config is given 2 times (tasks=[sentiment]; seeds=[1]); Snakemake keeps only the last one's "
+     "settings: give every KEY=VALUE after one --config"),
+])
+def test_snakemake_refuses_a_config_key_given_twice_on_the_command_line(tmp_path: Path, config, expect):
+    """--config 'tasks=[sentiment]' 'tasks=[concepts]' planned the GRUE table from concepts alone, with no word."""
+    project = copy_project(tmp_path / "project")
+    result = subprocess.run([str(Path(PY).parent / "snakemake"), "-n", "--cores", "1", "results/grue_table.csv",
+                             *config], cwd=project, capture_output=True, text=True, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and expect in output, output
+    assert "Job stats" not in output, output
+
+
 def test_snakemakes_schema_takes_the_task_names_the_library_takes(tmp_path: Path):
     """A task named with '-' and '.' (which the library allows) passes the suite schema too: one rule for names."""
     project = copy_project(tmp_path / "project")
