@@ -79,7 +79,8 @@ def check_command_line_config(argv):
                             f"would keep the last value without a word; keep one")
 
 
-check_command_line_config(sys.argv[1:])
+if workflow.is_main_process:  # a job's own process runs the command line Snakemake wrote for it
+    check_command_line_config(sys.argv[1:])
 if "seeds" in workflow.config_settings.config:  # --config seeds=...; a suite file's YAML keeps its integers
     config["seeds"] = command_line_seeds(config["seeds"])
 
