@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Iterator
@@ -21,7 +22,7 @@ import pytest
 import yaml
 
 from grueflow.pipeline import PLUGIN_CODE, STAGES, SUITE_CHECK, SUITE_FILE
-from tests.conftest import copy_project, git_init, run
+from tests.conftest import ROOT, copy_project, git_init, run
 from tests.workflow.test_plugin_workflow import add_readme_reward
 
 pytestmark = pytest.mark.slow
@@ -249,6 +250,25 @@ def test_a_datapools_data_replaced_by_an_older_file_rebuilds_it_under_snakemake(
     run(["snakemake", "--cores", "1", target], repo)
     assert "v2 ref 0" in (repo / target / "train.jsonl").read_text()
     assert dry_run(repo, target) == []
+
+
+def test_a_datapools_data_is_an_input_when_grueflow_is_a_link_to_another_checkout(tmp_path):
+    """With grueflow/ a symbolic link to a checkout, the data paths were looked up in that checkout: they named
+    nothing there, so the datapool had no data input and no content digest, and an edited file rebuilt nothing."""
+    repo = copy_project(tmp_path / "repo")
+    shutil.rmtree(repo / "grueflow")
+    (repo / "grueflow").symlink_to(ROOT / "grueflow")
+    (repo / "data").mkdir()
+    rows = "".join(json.dumps({"prompt": f"{i} + 1 =", "references": [str(i + 1)]}) + "\n" for i in range(6))
+    for split in ("train", "test"):
+        (repo / "data" / f"{split}.jsonl").write_text(rows)
+    task_path = repo / "params" / "tasks" / "sentiment.yaml"
+    task = yaml.safe_load(task_path.read_text())
+    task["datapool"] = {"id": "custom", "args": {"data_files": {s: f"data/{s}.jsonl" for s in ("train", "test")},
+                                                 "source_splits": {"val": "train"}}}
+    task_path.write_text(yaml.safe_dump(task, sort_keys=False))
+    (job,) = dry_run(repo, "--forceall", "results/sentiment/datapool")
+    assert {"data/train.jsonl", "data/test.jsonl"} <= set(job["input"].split(", "))
 
 
 def test_a_scorers_local_checkpoint_is_an_input_under_both_engines(tmp_path):

@@ -34,6 +34,10 @@ RESOURCES = SUITE.config.resources  # per-rule threads, mem_mb, runtime, gpu: th
 PRECISION = SUITE.config.precision  # a param (rerun trigger) of every stage that runs a model
 
 
+PROJECT = Path.cwd()  # where jobs run, and what a task file's relative paths name: not grueflow's own checkout,
+# which a project may hold as a link (grueflow.pipeline.ROOT resolves it)
+
+
 def job_threads(rule, default=THREADS):
     return RESOURCES.threads(rule, default)
 
@@ -173,13 +177,13 @@ def plugin_code(stage):
     lexicon; grueflow/pipeline.py scorer_files): inputs, so that editing one reruns the stages that use it."""
     parts = STAGES[stage].plugin_parts
     return lambda w: (plugins.source_files(params_file(task_file(w)), parts=parts)
-                      + files_in(scorer_files(params_file(task_file(w)), parts=parts)))
+                      + files_in(scorer_files(params_file(task_file(w)), PROJECT, parts=parts)))
 
 
 def datapool_data(w):
     """The local data files and folders a task's datapool reads (data_files, data_root, a local path;
     grueflow/pipeline.py datapool_files): inputs, so that editing one rebuilds the datapool and what reads it."""
-    return files_in(datapool_files(params_file(task_file(w))))
+    return files_in(datapool_files(params_file(task_file(w)), PROJECT))
 
 
 def files_in(paths):
