@@ -7,7 +7,9 @@ the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark
 
 - a stage folder that fails its manifest's size check (``grueflow.io.check_stage_output``, a file deleted,
   truncated or grown): the folder itself is stale;
-- a stage folder whose ``stage.json`` records an input that no longer exists: that reader is stale;
+- a stage folder whose ``stage.json`` records an input that no longer exists, or an input from outside
+  ``results/`` (a datapool's local data, the human answers) whose content is not the one recorded: that reader
+  is stale;
 - a stage folder the suite's rules write (``folders``), a ``stage.json`` records as an input, or the table
   aggregates, that holds no ``stage.json`` of its own (emptied, or its record deleted; every stage writes one
   last), or a file where such a folder belongs: that folder is stale;
@@ -42,8 +44,8 @@ import time
 from pathlib import Path
 from typing import Iterable, Optional
 
-from grueflow.io import (MODEL_DIR, STAGE_RECORD, MissingDataError, atomic_path, check_stage_output, files_record,
-                         fingerprint, read_json, sha256_bytes)
+from grueflow.io import (MODEL_DIR, STAGE_RECORD, UNHASHED, MissingDataError, atomic_path, check_stage_output,
+                         files_record, fingerprint, read_json, sha256_bytes)
 
 SNAKEMAKE_TIMESTAMP = ".snakemake_timestamp"  # Snakemake's modification time of a directory() output
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
@@ -69,12 +71,7 @@ def content_digest(paths: Iterable[str | os.PathLike], cache: Path = DIGESTS) ->
     files = sorted({str(path) for path in paths})
     if not files:
         return ""
-    if not _KNOWN:
-        try:
-            known = json.loads(cache.read_text())
-            _KNOWN.update(known if isinstance(known, dict) else {})
-        except (OSError, ValueError):
-            pass
+    _load(cache)
     digest, added = hashlib.sha256(), False
     for name in files:
         try:
@@ -82,18 +79,61 @@ def content_digest(paths: Iterable[str | os.PathLike], cache: Path = DIGESTS) ->
         except OSError:
             digest.update(f"{name}\0missing\0".encode())
             continue
-        entry = _KNOWN.get(name)
-        if not (isinstance(entry, list) and len(entry) == 2 and entry[0] == signature):
-            entry = [signature, fingerprint(name)]
-            _KNOWN[name], added = entry, True
-        digest.update(f"{name}\0{entry[1]}\0".encode())
+        found, new = _cached_fingerprint(name, signature)
+        added |= new
+        digest.update(f"{name}\0{found}\0".encode())
     if added:
-        try:
-            with atomic_path(cache) as tmp:
-                tmp.write_text(json.dumps(_KNOWN, sort_keys=True) + "\n")
-        except OSError:  # a cache only: a read-only checkout hashes again next time
-            pass
+        _save(cache)
     return digest.hexdigest()
+
+
+def _load(cache: Path) -> None:
+    """Read ``cache`` into :data:`_KNOWN` once a process."""
+    if not _KNOWN:
+        try:
+            known = json.loads(cache.read_text())
+            _KNOWN.update(known if isinstance(known, dict) else {})
+        except (OSError, ValueError):
+            pass
+
+
+def _save(cache: Path) -> None:
+    try:
+        with atomic_path(cache) as tmp:
+            tmp.write_text(json.dumps(_KNOWN, sort_keys=True) + "\n")
+    except OSError:  # a cache only: a read-only checkout hashes again next time
+        pass
+
+
+def _cached_fingerprint(name: str, signature: list[int] | str) -> tuple[str, bool]:
+    """:func:`grueflow.io.fingerprint` of ``name``, from :data:`_KNOWN` while its stat ``signature`` is the one
+    recorded there; and whether it was computed now."""
+    entry = _KNOWN.get(name)
+    if isinstance(entry, list) and len(entry) == 2 and entry[0] == signature:
+        return entry[1], False
+    _KNOWN[name] = [signature, fingerprint(name)]
+    return _KNOWN[name][1], True
+
+
+def _tree_signature(folder: Path) -> str:
+    """The stat signatures of every file under ``folder`` (those :func:`grueflow.io.fingerprint` hashes), as one
+    digest: it changes when any file is rewritten, replaced, added or removed."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in UNHASHED):
+        digest.update(f"{path.relative_to(folder)}\0{_signature(path.stat())}\0".encode())
+    return digest.hexdigest()
+
+
+def input_changed(path: Path, recorded: str, cache: Optional[Path] = None) -> bool:
+    """Whether the file or folder ``path`` (a stage's input from outside results/) no longer has the digest its
+    reader's ``stage.json`` recorded; read through the cache of :func:`content_digest` (None: this process's only)."""
+    if cache is not None:
+        _load(cache)
+    signature = _tree_signature(path) if path.is_dir() else _signature(path.stat())
+    found, new = _cached_fingerprint(str(path), signature)
+    if new and cache is not None:
+        _save(cache)
+    return found != recorded
 
 
 def stale_token(outputs: Iterable[str | os.PathLike], tokens: Path = TOKENS) -> str:
@@ -110,9 +150,11 @@ def stale_token(outputs: Iterable[str | os.PathLike], tokens: Path = TOKENS) -> 
 
 
 def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
-                  siblings: Optional[dict[Path, list[Path]]] = None, folders: Iterable[Path] = ()) -> dict[Path, str]:
+                  siblings: Optional[dict[Path, list[Path]]] = None, folders: Iterable[Path] = (),
+                  cache: Optional[Path] = None) -> dict[Path, str]:
     """Each stale stage folder (or ``table``) under ``results``, with why: see the module docstring. ``folders``:
-    every stage folder the suite's rules write, stale when one exists without its record."""
+    every stage folder the suite's rules write, stale when one exists without its record; ``cache``: where the
+    digests of inputs from outside ``results`` are kept between runs (:func:`input_changed`)."""
     stale: dict[Path, str] = {}
     expected = list(expected)
     root = results.parent  # stage.json records input paths relative to the project root
@@ -136,6 +178,11 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
         gone = [str(path) for path in paths if not (root / path).exists()]
         if gone:
             stale[folder] = f"it was built from {', '.join(gone)}, which no longer exists"
+        changed = [meta["path"] for meta in inputs.values() if isinstance(meta, dict) and meta.get("path")
+                   and isinstance(meta.get("sha256"), str) and _outside(root / meta["path"], results)
+                   and (root / meta["path"]).exists() and input_changed(root / meta["path"], meta["sha256"], cache)]
+        if changed and folder not in stale:
+            stale[folder] = f"its input {', '.join(changed)} changed since it was built"
         for path in paths:  # an input stage folder emptied, or its record deleted: not found by its stage.json
             unrecorded = _unrecorded(root, path, results)
             if unrecorded is not None:
@@ -175,6 +222,12 @@ def _changed_since_written(first: Path) -> Optional[str]:
                  and sha256_bytes(path) != digest), None)
 
 
+def _outside(path: Path, results: Path) -> bool:
+    """Whether ``path`` lies outside ``results``: a stage's input of the user's (data, answers), which no stage
+    writes and no manifest covers; a stage output is checked by its own record instead."""
+    return not path.resolve().is_relative_to(results.resolve())
+
+
 def _unrecorded(root: Path, path: Path, results: Path) -> Optional[Path]:
     """The stage folder of a recorded input ``path`` (the folder, or the one holding it as its ``model/``) when it is
     under ``results``, exists and holds no stage record (every stage writes one last): None otherwise (an input from
@@ -192,9 +245,9 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
                siblings: Optional[dict[Path, list[Path]]] = None, tokens: Path = TOKENS,
                folders: Iterable[Path] = ()) -> list[str]:
     """Set each :func:`stale_outputs` entry's Snakemake timestamp to :data:`STALE_TIME` and give it a new token in
-    ``tokens``; one line per entry, saying why."""
+    ``tokens`` (the digests of inputs are cached beside it); one line per entry, saying why."""
     lines = []
-    stale = stale_outputs(results, table, expected, siblings, folders)
+    stale = stale_outputs(results, table, expected, siblings, folders, tokens.parent / DIGESTS.name)
     for path, why in stale.items():
         stamp = path / SNAKEMAKE_TIMESTAMP if (path / SNAKEMAKE_TIMESTAMP).is_file() else path
         os.utime(stamp, (STALE_TIME, STALE_TIME))

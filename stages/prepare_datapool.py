@@ -10,6 +10,7 @@ from grueflow.config import DatapoolConfig, to_dict, typed_args
 from grueflow.data import DATAPOOLS, write_datapool
 from grueflow.io import atomic_dir
 from grueflow.params import load_section
+from grueflow.pipeline import datapool_files
 
 TASK_KEYS = ("datapool",)
 
@@ -22,9 +23,11 @@ def main() -> None:
     started = stage.setup(args)
     cfg: DatapoolConfig = load_section(DatapoolConfig, args.task_file, "datapool")
     pool = DATAPOOLS.get(cfg.id).build(typed_args(cfg))
+    # the local data it read, by content: a file replaced since is found by the stale check, whatever its time
+    data = {path: Path(path) for path in datapool_files({"datapool": to_dict(cfg)}, Path.cwd())}
     with atomic_dir(args.out) as tmp:
         stats = write_datapool(pool, tmp, cfg.id)
-        stage.finish(tmp, "prepare_datapool", {"datapool": to_dict(cfg)}, {}, started, stats=stats)
+        stage.finish(tmp, "prepare_datapool", {"datapool": to_dict(cfg)}, data, started, stats=stats)
 
 
 if __name__ == "__main__":

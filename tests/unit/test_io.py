@@ -333,6 +333,39 @@ def test_a_table_edited_after_its_stage_wrote_it_is_stale(tmp_path, monkeypatch)
     assert not files_record(csv).exists() and csv.read_text() == before
 
 
+def test_a_stage_whose_input_from_outside_results_changed_is_stale(tmp_path, monkeypatch):
+    """A datapool's data file swapped for another with an older time kept the old datapool wherever Snakemake had
+    no params of its own to compare (a datapool dvc repro built, or .snakemake removed). Its stage.json records the
+    data's digest; the check compares it, whatever the times, and reads a file again only when it changed."""
+    from grueflow import stale
+    from grueflow.io import write_stage_record
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    results = tmp_path / "results"
+    datapool = results / "sentiment" / "datapool"
+    datapool.mkdir(parents=True)
+    (datapool / "train.jsonl").write_text("{}\n")
+    data, folder = tmp_path / "train.jsonl", tmp_path / "data_root"
+    data.write_text('{"prompt": "v1"}\n')
+    (folder / "sub").mkdir(parents=True)
+    (folder / "sub" / "a.txt").write_text("a")
+    write_stage_record(datapool, stage="prepare_datapool", params={}, wall_time_s=0.0,
+                       inputs={"train.jsonl": data, "data_root": folder})
+    cache = tmp_path / ".snakemake" / "grueflow-digests.json"
+    assert stale.stale_outputs(results, tmp_path / "t.csv", [], cache=cache) == {} and cache.is_file()
+    new = tmp_path / "new.jsonl"
+    new.write_text('{"prompt": "v2"}\n')
+    os.utime(new, (1_577_836_800, 1_577_836_800))  # 2020: older than the datapool
+    os.replace(new, data)
+    assert stale.stale_outputs(results, tmp_path / "t.csv", [], cache=cache) == {
+        datapool: f"its input {data} changed since it was built"}
+    new.write_text('{"prompt": "v1"}\n')
+    os.replace(new, data)  # the content it was built from, under a new inode: nothing to rebuild
+    (folder / "sub" / "a.txt").write_text("b")
+    assert stale.stale_outputs(results, tmp_path / "t.csv", [], cache=cache) == {
+        datapool: f"its input {folder} changed since it was built"}
+
+
 def test_a_stage_folder_without_its_record_is_stale_when_read_or_aggregated(tmp_path):
     """A datapool emptied (or its stage.json deleted) was found by no stage.json, so it was never rebuilt and its
     readers read what was left; an emptied evaluation failed the table on every run."""
