@@ -201,7 +201,8 @@ def build_table(runs: list[dict[str, Any]]) -> pd.DataFrame:
             counts.append(count)
     table = pd.DataFrame(rows)
     _insert_seed_counts(table, counts)
-    table["normalised_score"] = _normalised(table, headline, lower_keys(runs))
+    table["normalised_score"] = _normalised(table, headline, {task: lower_keys([r for r in runs if r["task"] == task])
+                                                             for task in headline})
     return table
 
 
@@ -236,15 +237,17 @@ def partial_metrics(group: pd.DataFrame) -> dict[str, str]:
     return partial
 
 
-def _normalised(table: pd.DataFrame, headline: dict[str, list[str]], lower: Collection[str]) -> pd.Series:
-    """Each row's normalised score (see the module docstring); the columns in ``lower`` are inverted."""
+def _normalised(table: pd.DataFrame, headline: dict[str, list[str]],
+                lower: Collection[str] | dict[str, Collection[str]]) -> pd.Series:
+    """Each row's normalised score (see the module docstring); the columns in ``lower`` are inverted (a mapping:
+    each task's own, since two tasks' metrics of their own may write one key in opposite directions)."""
     scores = pd.Series(math.nan, index=table.index)
     for task, group in table.groupby("task"):
-        parts = []
+        parts, inverted = [], lower.get(task, ()) if isinstance(lower, dict) else lower
         for metric in _scored_metrics(group, ["reward", FLUENCY_COLUMN, *headline[task]]):
             values = group[metric]
             norm = (values - values.min()) / (values.max() - values.min())
-            parts.append(1 - norm if metric in lower else norm)
+            parts.append(1 - norm if metric in inverted else norm)
         if parts:  # a method missing a value the others have gets no score: ranking it on fewer is unfair
             scores[group.index] = pd.concat(parts, axis=1).mean(axis=1, skipna=False)
     return scores

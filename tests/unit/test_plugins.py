@@ -58,6 +58,12 @@ class ErrorRate(Metric):
         return compute
 
 
+class ErrorRateUpward(ErrorRate):
+    """The same key, where higher is better (another task's metric of its own)."""
+
+    lower_is_better = ()
+
+
 class EitherWay(ErrorRate):
     """A direction given as a flag, not as score names."""
 
@@ -138,6 +144,31 @@ def test_a_metric_of_your_own_where_lower_is_better_is_ranked_so_in_the_grue_tab
     assert table["normalised_score"].to_dict() == {"zero_shot": 0.0, "ppo": 1.0}
     assert grue.lower_is_better("custom/error_rate", [f"{HERE}:ErrorRate"])
     assert not grue.lower_is_better("custom/error_rate")  # a key no metric declares lower-is-better
+
+
+def test_each_task_is_normalised_by_the_directions_of_its_own_metrics(tmp_path):
+    """Two tasks whose metrics of their own write one key in opposite directions: one direction held for the whole
+    table, so one task ranked its methods the wrong way."""
+    from grueflow import grue
+    from grueflow.io import write_json, write_jsonl, write_stage_record
+
+    paths = []
+    for task, metric in (("sentiment", "ErrorRate"), ("concepts", "ErrorRateUpward")):
+        params = {"reward": {"components": [{"metric": "lexicon_sentiment", "args": {}}]},
+                  "metrics": [{"id": f"{HERE}:{metric}", "args": {}}]}
+        for method, value in (("zero_shot", 0.9), ("ppo", 0.1)):
+            folder = tmp_path / task / method / "seed0"
+            folder.mkdir(parents=True)
+            write_json(folder / "metrics.json", {"task": task, "method": method, "seed": 0,
+                                                 "headline": ["custom/error_rate"], "missing": {},
+                                                 "metrics": {"reward": 0.5, "fluency/perplexity": 3.0,
+                                                             "custom/error_rate": value}})
+            write_jsonl(folder / "predictions.jsonl", [])
+            write_stage_record(folder, stage="evaluate", params=params, inputs={}, wall_time_s=0.0)
+            paths.append(folder / "metrics.json")
+    table = grue.build_table(grue.load_runs(paths)).set_index(["task", "method"])["normalised_score"].to_dict()
+    assert table == {("concepts", "ppo"): 0.0, ("concepts", "zero_shot"): 1.0, ("sentiment", "ppo"): 1.0,
+                     ("sentiment", "zero_shot"): 0.0}
 
 
 def test_every_built_in_metric_names_its_own_scores_where_lower_is_better():
