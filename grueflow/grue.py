@@ -97,7 +97,9 @@ def _metric_ids(params: dict[str, Any]) -> list[str]:
 # the evaluate params that must be equal for every run of a task (the task's own reward and metrics), and for
 # every seed of a method (also the lengths and decoding its method_overrides may change)
 TASK_WIDE, METHOD_WIDE = ("reward", "metrics"), ("reward", "metrics", "lengths", "eval_generation", "precision")
-USED_PRECISION = "used_precision"  # beside a run's evaluate params: the precision it ran in, when its record says
+# beside a run's evaluate params: {"evaluated": ..., "trained": ...}, the precisions its evaluation and the training of
+# the model it scored ran in, each where its provenance record says (None where not)
+USED_PRECISION = "used_precision"
 
 
 def _check_scored_alike(runs: list[dict[str, Any]], paths: list[Path], records: list[dict[str, Any]]) -> None:
@@ -107,7 +109,7 @@ def _check_scored_alike(runs: list[dict[str, Any]], paths: list[Path], records: 
     :data:`USED_PRECISION`, where its provenance record says): their numbers would share a row or be normalised
     against each other while measuring different things."""
     first: dict[tuple[str, ...], tuple[Path, dict[str, Any]]] = {}
-    used: dict[tuple[str, ...], tuple[Path, str]] = {}  # a method's first seed that says what precision it ran in
+    used: dict[tuple[str, ...], tuple[Path, str]] = {}  # per method and step, the first seed that says its precision
     for run, path, params in zip(runs, paths, records):
         for scope, keys in (((run["task"],), TASK_WIDE), ((run["task"], run["method"]), METHOD_WIDE)):
             mine = {k: params.get(k) for k in keys}
@@ -117,15 +119,15 @@ def _check_scored_alike(runs: list[dict[str, Any]], paths: list[Path], records: 
                 raise io.DataError(f"{seen.parent} and {path.parent} were evaluated with different "
                                    f"{' and '.join(differ)} settings (their {io.STAGE_RECORD} params): one is stale; "
                                    f"rerun evaluate for it (delete its folder and rerun the pipeline)")
-        precision = params.get(USED_PRECISION)
-        if precision is None:
-            continue
-        seen, theirs = used.setdefault((run["task"], run["method"]), (path, precision))
-        if theirs != precision:
-            raise io.DataError(f"{seen.parent} and {path.parent} were evaluated in different precisions ({theirs} and "
-                               f"{precision}: precision {params.get('precision')!r} resolved on different devices); "
-                               f"give the suite one precision (fp32 or bf16), or rerun one of them on the other's "
-                               f"device")
+        for step, precision in (params.get(USED_PRECISION) or {}).items():
+            if precision is None:
+                continue
+            seen, theirs = used.setdefault((run["task"], run["method"], step), (path, precision))
+            if theirs != precision:
+                raise io.DataError(f"{seen.parent} and {path.parent} were {step} in different precisions ({theirs} "
+                                   f"and {precision}: precision {params.get('precision')!r} resolved on different "
+                                   f"devices); give the suite one precision (fp32 or bf16), or rerun one of them on "
+                                   f"the other's device")
 
 
 def _check_evaluate_record(path: Path) -> dict[str, Any]:
@@ -142,12 +144,17 @@ def _check_evaluate_record(path: Path) -> dict[str, Any]:
         raise io.DataError(f"{record_file} is not the evaluate stage's record of {path.name} (stage "
                            f"{record.get('stage')!r}, files {sorted(record['files'])}); rerun evaluate for it "
                            f"(delete the folder and rerun the pipeline)")
-    return {**(record.get("params") or {}), USED_PRECISION: _used_precision(folder)}
+    inputs = record.get("inputs") if isinstance(record.get("inputs"), dict) else {}
+    model = (inputs.get("model") or {}).get("path") if isinstance(inputs.get("model"), dict) else None
+    trained = Path(model).parent if model and Path(model).name == io.MODEL_DIR else None  # a stage folder's model/
+    return {**(record.get("params") or {}),
+            USED_PRECISION: {"evaluated": _used_precision(folder),
+                             "trained": _used_precision(trained) if trained is not None else None}}
 
 
 def _used_precision(folder: Path) -> str | None:
     """The precision ``auto`` resolved to in the run of ``folder`` (its provenance record, which no content hash
-    covers and a DVC checkout may lack: None then)."""
+    covers and a DVC checkout may lack: None then; None for a folder no training stage wrote)."""
     try:
         execution = io.read_json(folder / io.PROVENANCE_RECORD).get("execution")
     except (OSError, ValueError, AttributeError):

@@ -257,6 +257,26 @@ def test_seeds_whose_precision_auto_resolved_differently_are_refused(tmp_path):
         grue.load_runs([unknown, gpu, cpu])
 
 
+def test_seeds_whose_policies_were_trained_in_different_precisions_are_refused(tmp_path):
+    """Both seeds evaluated in fp32, but one policy trained on a GPU in bf16 and the other on a CPU: one row."""
+    from grueflow.io import DataError, write_json, write_stage_record
+
+    paths = []
+    for seed, precision in ((0, "bf16"), (1, "fp32")):
+        trained = tmp_path / "ppo" / f"seed{seed}"
+        (trained / "model").mkdir(parents=True)
+        (trained / "model" / "config.json").write_text("{}")
+        write_json(trained / "provenance.json", {"stage": "rl_finetune", "execution": {"precision": precision}})
+        path = write_run(tmp_path / "eval", "sentiment", "ppo", seed, params={"precision": "auto"})
+        write_stage_record(path.parent, stage="evaluate", params={"precision": "auto"}, wall_time_s=0.0,
+                           inputs={"model": trained / "model"})
+        write_json(path.parent / "provenance.json", {"stage": "evaluate", "execution": {"precision": "fp32"}})
+        paths.append(path)
+    with pytest.raises(DataError, match=r"ppo/seed0 and .*ppo/seed1 were trained in different precisions \(bf16 and "
+                                        r"fp32: precision 'auto' resolved on different devices\)"):
+        grue.load_runs(paths)
+
+
 def test_a_run_folder_without_the_evaluate_stage_record_is_refused(tmp_path):
     from grueflow.io import DataError
 
