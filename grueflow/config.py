@@ -14,6 +14,7 @@ stage loads its params through. Fields marked :func:`resolved` are filled there,
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import re
 import types
@@ -24,7 +25,7 @@ from typing import Any, Callable, Literal, Optional, Union
 
 import yaml
 
-from grueflow.io import DataError, read_text
+from grueflow.io import DataError, loads_unique, read_text
 from grueflow.pipeline import DEFAULT_RESOURCES, RESOURCE_STAGES
 from grueflow.registry import UnknownNameError
 
@@ -879,7 +880,10 @@ def _expanded_size(data: Any, limit: int) -> int:
 def read_yaml(path: str | Path) -> Any:
     """A params file as plain data; a missing file, bad UTF-8, bad YAML, a repeated key, an integer with a leading
     zero (YAML 1.1 octal) or aliases that expand past :data:`MAX_YAML_VALUES` values raise :class:`ConfigError`
-    naming the file (and the line)."""
+    naming the file (and the line).
+
+    A file whose text is JSON is read as JSON, whatever its suffix, as Snakemake reads a config file (JSON first,
+    then YAML): JSON may be indented with tabs, which YAML refuses."""
     path = Path(path)
     if path.is_dir():
         shown = sorted(p.name for p in path.glob("*.y*ml"))[:3]
@@ -888,9 +892,21 @@ def read_yaml(path: str | Path) -> Any:
     if not path.is_file():
         raise ConfigError(f"params file {str(path)!r} does not exist")
     try:
-        data = yaml.load(read_text(path), Loader=_StrictLoader)
+        text = read_text(path)
     except DataError as err:  # not UTF-8: the message names the line
         raise ConfigError(str(err)) from None
+    try:
+        json.loads(text)
+    except ValueError:  # not JSON: read as YAML below
+        pass
+    else:
+        try:
+            data = loads_unique(text)
+        except ValueError as err:  # a repeated key, whose last value json (and Snakemake) would keep
+            raise ConfigError(f"{path}: {err} (a JSON reader keeps the last value without a word); keep one") from None
+        return _within_size(path, data)
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -900,6 +916,11 @@ def read_yaml(path: str | Path) -> Any:
             anchor = context.removeprefix("found duplicate ").removesuffix("; first occurrence")
             problem = f"{anchor} is defined twice (first on line {first.line + 1}); name each anchor once"
         raise ConfigError(f"{path}: {at}not valid YAML: {problem}") from None
+    return _within_size(path, data)
+
+
+def _within_size(path: Path, data: Any) -> Any:
+    """``data``, read from ``path``, unless it holds more than :data:`MAX_YAML_VALUES` values."""
     if _expanded_size(data, MAX_YAML_VALUES) > MAX_YAML_VALUES:
         raise ConfigError(f"{path}: holds more than {MAX_YAML_VALUES:,} values once its YAML aliases (*name) are "
                           f"expanded; a params file this large is a mistake or an alias bomb: write it out plainly")

@@ -1296,6 +1296,19 @@ def test_snakemake_refuses_a_suite_configfile_with_a_repeated_key(tmp_path: Path
     assert "Job stats" not in output, output
 
 
+def test_snakemake_takes_a_json_suite_indented_with_tabs(tmp_path: Path):
+    """A --configfile suite.json written by json.dump(..., indent="\\t"), which Snakemake reads as JSON, was refused
+    as not valid YAML ("found character '\\t' that cannot start any token")."""
+    project = copy_project(tmp_path / "project")
+    suite = yaml.safe_load((project / "params" / "suite.yaml").read_text())
+    (project / "suite.json").write_text(json.dumps({**suite, "tasks": ["sentiment"]}, indent="\t"))
+    result = subprocess.run([str(Path(PY).parent / "snakemake"), "-n", "--cores", "1", "results/grue_table.csv",
+                             "--configfile", "suite.json"], cwd=project, capture_output=True, text=True, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert "results/sentiment/datapool" in output and "results/concepts/datapool" not in output, output
+
+
 @pytest.mark.parametrize("config, expect", [
     (["--config", "tasks=[sentiment]", "tasks=[concepts]"],
      "invalid params: --config gives 'tasks' twice, and Snakemake would keep the last value without a word; keep one"),

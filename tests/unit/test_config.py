@@ -1,6 +1,7 @@
 """Strict configs: every bad value fails at parse time, naming the value and the valid choices."""
 
 import ast
+import json
 import shutil
 import subprocess
 import sys
@@ -403,6 +404,25 @@ def test_the_strict_loader_reads_every_shipped_params_file_as_the_safe_loader_do
     with pytest.raises(ConfigError, match=r"n\.yaml: line 2, column 9: not valid YAML: -010 is an octal number in "
                                           r"YAML 1\.1 \(-8\); write -10, or '-010' for a string$"):
         read_yaml(tmp_path / "n.yaml")
+
+
+def test_a_json_params_file_indented_with_tabs_is_read_as_json_and_its_repeated_key_refused(tmp_path):
+    """A JSON suite indented with tabs (json.dump(..., indent="\\t")), which Snakemake reads, was refused as not valid
+    YAML ("found character '\\t' that cannot start any token")."""
+    from grueflow.config import read_yaml
+
+    suite = {"tasks": ["sentiment"], "seeds": [0, 1], "threads": 1, "precision": "auto"}
+    (tmp_path / "suite.json").write_text(json.dumps(suite, indent="\t"))
+    assert read_yaml(tmp_path / "suite.json") == suite
+    (tmp_path / "suite.yaml").write_text(json.dumps(suite, indent="\t"))  # the text decides, as in Snakemake
+    assert read_yaml(tmp_path / "suite.yaml") == suite
+    (tmp_path / "suite.json").write_text('{\n\t"seeds": [0, 1],\n\t"tasks": ["sentiment"],\n\t"seeds": [2]\n}\n')
+    with pytest.raises(ConfigError, match=r"suite\.json: the key 'seeds' is written twice in one object \(a JSON "
+                                          r"reader keeps the last value without a word\); keep one$"):
+        read_yaml(tmp_path / "suite.json")
+    (tmp_path / "big.json").write_text(json.dumps({"seeds": list(range(200_000))}))
+    with pytest.raises(ConfigError, match=r"big\.json: holds more than 100,000 values"):
+        read_yaml(tmp_path / "big.json")
 
 
 @pytest.mark.parametrize("given, do_sample", [
