@@ -17,12 +17,19 @@ from grueflow.config import ConfigError, read_yaml
 
 def check_suite_yaml(paths):
     """Read each suite file as grueflow reads params: Snakemake's YAML keeps the last of two equal keys, and where
-    it cannot parse a file it says "not valid JSON or YAML" without the file, the line or the cause."""
+    it cannot parse a file, or the file holds no mapping (it is empty, only comments, or a list), it says "not valid
+    JSON or YAML" or "must be given as JSON or YAML with keys at top level" without the file or the cause."""
     for path in paths:
         try:
-            read_yaml(path)
+            data = read_yaml(path)
         except ConfigError as err:
             raise WorkflowError(f"invalid params: {err}") from None
+        if not isinstance(data, dict):
+            shown = repr(data) if len(repr(data)) <= 60 else repr(data)[:57] + "..."
+            holds = ("is empty (nothing but blank lines or comments)" if data is None else
+                     f"holds a {type(data).__name__}, {shown}, not a mapping")
+            raise WorkflowError(f"invalid params: {path} {holds}; a suite file maps its settings to values: tasks: "
+                                f"[...], algorithms: [...], seeds: [...], ... (as the suites in params/suites/ do)")
 
 
 if not workflow.overwrite_configfiles:

@@ -1296,6 +1296,24 @@ def test_snakemake_refuses_a_suite_configfile_with_a_repeated_key(tmp_path: Path
     assert "Job stats" not in output, output
 
 
+@pytest.mark.parametrize("text, holds", [
+    ("", "is empty (nothing but blank lines or comments)"),
+    ("# tasks: [sentiment]\n", "is empty (nothing but blank lines or comments)"),
+    ("- sentiment\n- concepts\n", "holds a list, ['sentiment', 'concepts'], not a mapping"),
+], ids=["empty", "comments", "list"])
+def test_snakemake_names_a_suite_file_that_holds_no_mapping(tmp_path: Path, text: str, holds: str):
+    """An empty, comment-only or list params/suite.yaml got Snakemake's "Config file must be given as JSON or YAML
+    with keys at top level", naming no file."""
+    project = copy_project(tmp_path / "project")
+    (project / "params" / "suite.yaml").write_text(text)
+    result = subprocess.run([str(Path(PY).parent / "snakemake"), "-n", "--cores", "1"], cwd=project,
+                            capture_output=True, text=True, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert (f"invalid params: params/suite.yaml {holds}; a suite file maps its settings to values: tasks: [...], "
+            f"algorithms: [...], seeds: [...], ... (as the suites in params/suites/ do)") in output, output
+
+
 def test_snakemake_takes_a_json_suite_indented_with_tabs(tmp_path: Path):
     """A --configfile suite.json written by json.dump(..., indent="\\t"), which Snakemake reads as JSON, was refused
     as not valid YAML ("found character '\\t' that cannot start any token")."""
