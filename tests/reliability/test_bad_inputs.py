@@ -1344,6 +1344,60 @@ def test_snakemake_refuses_a_config_key_given_twice_on_the_command_line(tmp_path
     assert "Job stats" not in output, output
 
 
+PROFILE_SEEDS = 'cores: 1\nconfig:\n  - "seeds=[0,1]"\n'
+
+
+@pytest.mark.parametrize("profiles, args, env, expect", [
+    ({"prof": PROFILE_SEEDS}, ["--profile", "prof", "--config", "tasks=[sentiment]"], {},
+     "invalid params: the profile prof/config.yaml sets config (seeds=[0,1]) and the command line gives --config "
+     "(tasks=[sentiment]); Snakemake keeps the command line's settings alone, dropping the profile's: give every "
+     "KEY=VALUE in one of them"),
+    ({"prof": PROFILE_SEEDS}, ["--config", "tasks=[sentiment]"], {"SNAKEMAKE_PROFILE": "prof"},
+     "invalid params: the profile prof/config.yaml sets config (seeds=[0,1]) and the command line gives --config"),
+    ({"prof": PROFILE_SEEDS + '  - "seeds=[0]"\n'}, ["--profile=prof"], {},
+     "invalid params: the profile prof/config.yaml gives 'seeds' twice in its config, and Snakemake would keep the "
+     "last value without a word; keep one"),
+    ({"prof": PROFILE_SEEDS, "wf": "config:\n  tasks: [sentiment]\n"},
+     ["--profile", "prof", "--workflow-profile", "wf"], {},
+     "invalid params: the profiles prof/config.yaml and wf/config.yaml each set config; Snakemake keeps only "
+     "wf/config.yaml's settings: give every KEY=VALUE in one"),
+], ids=["profile-and-command-line", "environment-profile", "key-twice", "two-profiles"])
+def test_snakemake_refuses_a_profile_config_that_snakemake_would_drop_in_part(tmp_path: Path, profiles, args, env,
+                                                                               expect):
+    """A profile's config: [seeds=[0,1]] with --config 'tasks=[sentiment]' on the command line planned seed 0 alone,
+    and a profile giving seeds twice kept the last, with no word: Snakemake reads a profile's settings as the
+    command line's defaults."""
+    project = copy_project(tmp_path / "project")
+    for name, text in profiles.items():
+        (project / name).mkdir()
+        (project / name / "config.yaml").write_text(text)
+    environ = {key: value for key, value in os.environ.items() if key != "SNAKEMAKE_PROFILE"}
+    result = subprocess.run([str(Path(PY).parent / "snakemake"), "-n", "--cores", "1", "results/grue_table.csv",
+                             *args], cwd=project, capture_output=True, text=True, timeout=300, env={**environ, **env})
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and expect in output, output
+    assert "Job stats" not in output, output
+
+
+def test_snakemake_takes_a_profile_config_alone_and_a_shipped_profile_with_config(tmp_path: Path):
+    """The valid uses beside those refusals: a profile's config with no --config (its seeds planned), --profile none
+    over $SNAKEMAKE_PROFILE with a --config, and a shipped profile (no config) with a --config."""
+    project = copy_project(tmp_path / "project")
+    (project / "prof").mkdir()
+    (project / "prof" / "config.yaml").write_text(PROFILE_SEEDS)
+    environ = {key: value for key, value in os.environ.items() if key != "SNAKEMAKE_PROFILE"}
+    snakemake = [str(Path(PY).parent / "snakemake"), "-n", "results/grue_table.csv"]
+    for args, env, planned in [(["--profile", "prof"], {}, "results/eval/sentiment/ppo/seed1"),
+                               (["--profile", "none", "--config", "seeds=[1]"], {"SNAKEMAKE_PROFILE": "prof"},
+                                "results/eval/concepts/ppo/seed1"),
+                               (["--profile", "workflow/profiles/local-submit", "--config", "seeds=[1]"], {},
+                                "results/eval/concepts/ppo/seed1")]:
+        result = subprocess.run([*snakemake, *args], cwd=project, capture_output=True, text=True, timeout=300,
+                                env={**environ, **env})
+        output = result.stdout + result.stderr
+        assert result.returncode == 0 and planned in output, (args, output)
+
+
 def test_snakemakes_schema_takes_the_task_names_the_library_takes(tmp_path: Path):
     """A task named with '-' and '.' (which the library allows) passes the suite schema too: one rule for names."""
     project = copy_project(tmp_path / "project")
