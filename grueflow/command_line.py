@@ -1,0 +1,134 @@
+"""What Snakemake's command line settles before a Snakefile runs, checked as grueflow checks a params file.
+
+Snakemake merges ``--config KEY=VALUE`` items into one dict before the Snakefile sees them, keeping the last value
+of a key; of two ``--config`` (``-C``) options it keeps the last one's items alone; a command-line ``--config``
+replaces a profile's ``config`` whole, and a profile's ``config`` replaces that of the profiles before it. Each of
+these drops a setting without a word, where a suite file that names a key twice is refused:
+:func:`check_config_given_once` refuses them, each naming what to write instead.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable, Mapping, Optional, Sequence
+
+import yaml
+
+from grueflow.config import ConfigError
+
+
+def option_values(argv: Sequence[str], option: str) -> list[str]:
+    """The values ``argv`` gives ``option`` (``option VALUE`` or ``option=VALUE``), in order, up to a ``--``."""
+    values = []
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg == option and i + 1 < len(argv):
+            values.append(argv[i + 1])
+        elif arg.startswith(f"{option}="):
+            values.append(arg.removeprefix(f"{option}="))
+    return values
+
+
+def _snakemake_lookup(name: str) -> Optional[str]:
+    """The profile file Snakemake's own command line finds for ``name`` (snakemake.cli.get_profile_dir: a folder, a
+    name under its config folders, the versioned ``config.v8+.yaml`` first), or None; None too where this Snakemake
+    has no such function."""
+    try:
+        from snakemake.cli import get_profile_dir
+    except ImportError:
+        return None
+    found = get_profile_dir(name)
+    return str(found[1]) if found is not None else None
+
+
+def profile_files(argv: Sequence[str], environ: Mapping[str, str], basedir: str | Path,
+                  lookup: Callable[[str], Optional[str]] = _snakemake_lookup) -> list[str]:
+    """The files of the Snakemake profiles a run uses, lowest priority first, found as Snakemake 9's command line
+    finds them (snakemake.cli.parse_args): each ``--profile``, else ``$SNAKEMAKE_PROFILE`` (a name, a path, or a
+    ``[a, b]`` list); then the workflow profile: ``--workflow-profile``, a file, or a folder looked for as given,
+    under ``profiles/`` and under the Snakefile's folder ``basedir``'s ``profiles/``, else ``profiles/default``
+    where there is one. ``none`` turns either off."""
+    profiles = option_values(argv, "--profile")
+    if not profiles and environ.get("SNAKEMAKE_PROFILE"):  # configargparse reads the variable only then
+        given = environ["SNAKEMAKE_PROFILE"]
+        profiles = [given]
+        if given.startswith("[") and given.endswith("]"):
+            try:
+                profiles = [str(name) for name in json.loads(given)]
+            except ValueError:
+                profiles = [name.strip() for name in given[1:-1].split(",")]
+    if profiles == ["none"]:
+        profiles = []
+    chosen = (option_values(argv, "--workflow-profile") or [None])[-1]
+    if chosen != "none":
+        if not chosen or not Path(chosen).is_file():
+            name = Path(chosen or "default")
+            chosen = next((str(place) for place in (name, "profiles" / name, Path(basedir) / "profiles" / name)
+                           if place.exists()), None)
+        if chosen:
+            profiles.append(chosen)
+    return [found for found in map(lookup, profiles) if found is not None]
+
+
+def profile_config(path: str | Path) -> Optional[list[str]]:
+    """The ``config`` of the profile file ``path`` as Snakemake passes it on, a list of KEY=VALUE items (a mapping
+    gives its items), or None where the profile sets none. The file is read as Snakemake reads it (plain YAML):
+    its other keys are Snakemake's business."""
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        raise ConfigError(f"the profile {path} cannot be read ({err})") from None
+    given = data.get("config") if isinstance(data, dict) else None
+    if given is None or given == []:
+        return None
+    if isinstance(given, dict):
+        return [f"{key}={value}" for key, value in given.items()]
+    return [str(item) for item in given] if isinstance(given, list) else [str(given)]
+
+
+def _repeated(items: Sequence[str]) -> list[str]:
+    keys = [item.split("=", 1)[0] for item in items]
+    return sorted({key for key in keys if keys.count(key) > 1})
+
+
+def check_config_given_once(argv: Sequence[str], profiles: Sequence[str | Path]) -> None:
+    """Raise ConfigError where Snakemake would drop a ``--config`` setting without a word (see the module
+    docstring): a key given twice on the command line ``argv`` or in one profile file's ``config`` (``profiles``,
+    lowest priority first), two ``--config`` options, a profile's ``config`` beside a command-line ``--config``,
+    two profiles that both set ``config``."""
+    options, items = [], []
+    for i, arg in enumerate(argv):
+        if arg in ("--config", "-C"):
+            given = []
+            for item in argv[i + 1:]:
+                if item.startswith("-"):
+                    break
+                given.append(item)
+        elif arg.startswith("--config="):
+            given = [arg.removeprefix("--config=")]
+        else:
+            continue
+        options.append(" ".join(given))
+        items += given
+    if len(options) > 1:
+        raise ConfigError(f"--config is given {len(options)} times ({'; '.join(options)}); Snakemake keeps only the "
+                          f"last one's settings: give every KEY=VALUE after one --config")
+    if _repeated(items):
+        raise ConfigError(f"--config gives {', '.join(map(repr, _repeated(items)))} twice, and Snakemake would keep "
+                          f"the last value without a word; keep one")
+    setting: list[tuple[str | Path, list[str]]] = [(path, given) for path in profiles
+                                                   if (given := profile_config(path)) is not None]
+    for path, given in setting:
+        if _repeated(given):
+            raise ConfigError(f"the profile {path} gives {', '.join(map(repr, _repeated(given)))} twice in its config, "
+                              f"and Snakemake would keep the last value without a word; keep one")
+    if setting and options:
+        path, given = setting[-1]
+        raise ConfigError(f"the profile {path} sets config ({' '.join(given)}) and the command line gives --config "
+                          f"({options[0]}); Snakemake keeps the command line's settings alone, dropping the "
+                          f"profile's: give every KEY=VALUE in one of them")
+    if len(setting) > 1:
+        raise ConfigError(f"the profiles {' and '.join(str(path) for path, _ in setting)} each set config; Snakemake "
+                          f"keeps only {setting[-1][0]}'s settings: give every KEY=VALUE in one")
