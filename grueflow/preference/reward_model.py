@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from grueflow import checkpoints, io
+from grueflow.data.sample import prompt_key
 from grueflow.device import Execution, or_cpu
 from grueflow.models import model_kind
 from grueflow.preference.config import RewardModelConfig
@@ -116,12 +117,13 @@ def bradley_terry_loss(chosen: torch.Tensor, rejected: torch.Tensor) -> torch.Te
 
 def judged(pref: Preference) -> str:
     """What a pair judges, which :func:`split_pairs` keeps on one side: the row's ``sample_id`` where it names one
-    (several annotators' judgements of one human-evaluation item), else its prompt. Without a ``sample_id`` the row's
-    own ``id`` tells nothing: a ranking of k completions of one prompt gives k(k-1)/2 pairs, each with an id of its
-    own, and a held-out pair whose prompt (and often whose chosen completion) is trained on would score the reward
-    model on what it has seen."""
+    (several annotators' judgements of one human-evaluation item), else its prompt, compared as
+    :func:`~grueflow.data.sample.prompt_key` compares prompts for leakage between splits (case, runs of whitespace
+    and zero-width characters aside). Without a ``sample_id`` the row's own ``id`` tells nothing: a ranking of k
+    completions of one prompt gives k(k-1)/2 pairs, each with an id of its own, and a held-out pair whose prompt
+    (and often whose chosen completion) is trained on would score the reward model on what it has seen."""
     sample = pref.extra.get("sample_id")
-    return f"sample {sample!r}" if sample is not None else f"prompt {pref.prompt!r}"
+    return f"sample {sample!r}" if sample is not None else f"prompt {prompt_key(pref.prompt)!r}"
 
 
 def split_pairs(prefs: list[Preference], val_fraction: float, seed: int) -> tuple[list[Preference], list[Preference]]:
@@ -141,9 +143,10 @@ def split_pairs(prefs: list[Preference], val_fraction: float, seed: int) -> tupl
     n_val = max(1, round(val_fraction * len(prefs))) if val_fraction > 0 and len(order) > 1 else 0
     if val_fraction > 0 and len(order) == 1:
         by_prompt = "sample_id" not in prefs[0].extra
+        named = f"prompt {prefs[0].prompt!r}" if by_prompt else judged(prefs[0])  # as the file gives it
         log.warning("val_fraction %g holds out nothing: all %d preference pairs judge one %s, held out whole or not "
                     "at all, and training needs it; no held-out accuracy is reported%s",
-                    val_fraction, len(prefs), judged(prefs[0]),
+                    val_fraction, len(prefs), named,
                     "; pairs without a sample_id are kept together by prompt: give each row the sample_id of what it "
                     "judges to hold some out" if by_prompt else "")
     held, held_pairs = 0, 0

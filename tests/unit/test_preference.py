@@ -151,6 +151,20 @@ def test_the_reward_model_holds_out_whole_prompts_when_the_pairs_name_no_sample(
     assert {p.prompt for p in train}.isdisjoint(p.prompt for p in val) and len({p.prompt for p in val}) == 2
 
 
+def test_prompts_that_differ_in_whitespace_case_or_invisible_characters_are_held_out_together():
+    """A ranking whose rows wrote one prompt with a trailing space, a trailing newline or in capitals was split
+    apart: every held-out pair shared its prompt with training."""
+    from grueflow.data.sample import prompt_key
+    from grueflow.preference.reward_model import split_pairs
+
+    written = ("prompt {}", "prompt {} ", "PROMPT {}\n", "prompt\u200b {}")
+    ranked = [Preference(f"p{p}-{k}", form.format(p), f"answer {k} to {p}", f"worse {k} to {p}")
+              for p in range(10) for k, form in enumerate(written)]
+    train, val = split_pairs(ranked, 0.2, seed=0)
+    assert (len(train), len(val)) == (32, 8)  # two prompts' four pairs held out
+    assert {prompt_key(p.prompt) for p in train}.isdisjoint(prompt_key(p.prompt) for p in val)
+
+
 def test_pairs_of_one_prompt_without_a_sample_id_hold_nothing_out_and_say_how_to(caplog):
     from grueflow.preference.reward_model import split_pairs
 
