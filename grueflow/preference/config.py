@@ -56,10 +56,11 @@ class PreferencesConfig:
 class RewardModelConfig:
     """A Bradley–Terry reward model: a sequence classifier with one scalar output.
 
-    Trained on ``1 - val_fraction`` of the pairs (a seeded split that keeps the pairs of one sample, or without
-    ``sample_id`` of one prompt, on one side) for ``epochs`` with AdamW; the rest is held out for the pairwise
-    accuracy. Texts are ``prompt + " " + completion``, cut to the last
-    ``max_length`` tokens (the completion is kept whole where it fits).
+    Trained on about ``1 - val_fraction`` of the pairs (a seeded split that keeps the pairs of one sample, or
+    without ``sample_id`` of one prompt, on one side, holding out whole groups that fit within ``val_fraction``)
+    for ``epochs`` with AdamW; the rest is held out for the pairwise accuracy. Texts are
+    ``prompt + " " + completion``, cut to the last ``max_length`` tokens (the completion is kept whole where it
+    fits).
     """
 
     epochs: int = 3

@@ -130,30 +130,61 @@ def split_pairs(prefs: list[Preference], val_fraction: float, seed: int) -> tupl
     """A seeded train / held-out split by what the pairs judge (:func:`judged`: a sample, or without ``sample_id``
     a prompt): all pairs of one fall on the same side, so no held-out judgement has a twin in training.
 
-    The distinct groups are shuffled with ``seed`` and held out whole, in that order, until at least
-    ``round(val_fraction * n)`` of the ``n`` pairs are (at least one when ``val_fraction`` > 0), always leaving
-    one group to train on (a warning says when one group leaves nothing to hold out); with one pair per group
-    (a built preference set of distinct prompts) this is the seeded split of the pairs themselves. Both sides keep
-    the file's order within a group."""
+    The target is ``round(val_fraction * n)`` of the ``n`` pairs (at least one when ``val_fraction`` > 0). The
+    distinct groups are shuffled with ``seed`` and taken in that order, each held out whole when it fits (the
+    pairs held out so far plus its own stay within the target) and passed over when it would overshoot, so one
+    prompt that carries most of the pairs cannot take them all to the held-out side. When no group fits (each is
+    larger than the target), the smallest is held out, with a warning when it is more than twice the target. One
+    group is always left to train on (a warning says when one group leaves nothing to hold out). With one pair
+    per group (a built preference set of distinct prompts) this is the seeded split of the pairs themselves.
+    Both sides keep the file's order within a group."""
     groups: dict[str, list[int]] = {}
     for i, pref in enumerate(prefs):
         groups.setdefault(judged(pref), []).append(i)
     order = list(groups.values())
     random.Random(f"reward_model/{seed}").shuffle(order)
-    n_val = max(1, round(val_fraction * len(prefs))) if val_fraction > 0 and len(order) > 1 else 0
     if val_fraction > 0 and len(order) == 1:
-        by_prompt = "sample_id" not in prefs[0].extra
-        named = f"prompt {prefs[0].prompt!r}" if by_prompt else judged(prefs[0])  # as the file gives it
         log.warning("val_fraction %g holds out nothing: all %d preference pairs judge one %s, held out whole or not "
                     "at all, and training needs it; no held-out accuracy is reported%s",
-                    val_fraction, len(prefs), named,
+                    val_fraction, len(prefs), _named(prefs[0]),
                     "; pairs without a sample_id are kept together by prompt: give each row the sample_id of what it "
-                    "judges to hold some out" if by_prompt else "")
-    held, held_pairs = 0, 0
-    while held_pairs < n_val and held < len(order) - 1:
-        held_pairs += len(order[held])
-        held += 1
-    return ([prefs[i] for group in order[held:] for i in group], [prefs[i] for group in order[:held] for i in group])
+                    "judges to hold some out" if _by_prompt(prefs[0]) else "")
+    target = max(1, round(val_fraction * len(prefs))) if val_fraction > 0 else 0
+    held = _held_groups(order, target)
+    if len(held) == 1 and len(order[min(held)]) > 2 * target:
+        group = order[min(held)]
+        log.warning("val_fraction %g holds out %d of %d preference pairs: every group of pairs held out whole is "
+                    "larger than the %d asked for, and the smallest, %s with %d pairs, is held out%s",
+                    val_fraction, len(group), len(prefs), target, _named(prefs[group[0]]), len(group),
+                    "; pairs without a sample_id are kept together by prompt: give each row the sample_id of what it "
+                    "judges to split them finer" if _by_prompt(prefs[group[0]]) else "")
+    return ([prefs[i] for k, group in enumerate(order) if k not in held for i in group],
+            [prefs[i] for k, group in enumerate(order) if k in held for i in group])
+
+
+def _held_groups(order: list[list[int]], target: int) -> set[int]:
+    """The positions in ``order`` (shuffled groups of pair indices) that :func:`split_pairs` holds out for a
+    ``target`` number of pairs: each group in turn that fits within it, else the first of the smallest groups;
+    never every group, and none for a target of 0."""
+    if target == 0 or len(order) < 2:
+        return set()
+    held: set[int] = set()
+    held_pairs = 0
+    for k, group in enumerate(order):
+        if held_pairs + len(group) <= target and len(held) < len(order) - 1:
+            held.add(k)
+            held_pairs += len(group)
+    return held or {min(range(len(order)), key=lambda k: len(order[k]))}
+
+
+def _by_prompt(pref: Preference) -> bool:
+    """Whether ``pref`` is grouped by its prompt (it names no ``sample_id``)."""
+    return "sample_id" not in pref.extra
+
+
+def _named(pref: Preference) -> str:
+    """The group of ``pref`` as a message names it: its sample, or its prompt as the file gives it."""
+    return f"prompt {pref.prompt!r}" if _by_prompt(pref) else f"sample {pref.extra['sample_id']!r}"
 
 
 @torch.no_grad()

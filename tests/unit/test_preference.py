@@ -165,6 +165,35 @@ def test_prompts_that_differ_in_whitespace_case_or_invisible_characters_are_held
     assert {prompt_key(p.prompt) for p in train}.isdisjoint(prompt_key(p.prompt) for p in val)
 
 
+def test_a_prompt_with_most_of_the_pairs_is_passed_over_for_groups_that_fit_val_fraction(caplog):
+    """One prompt with 80 of 100 pairs, drawn first, was held out whole: 82 of 100 pairs held out at val_fraction
+    0.1, and the reward model trained on 18, without a word."""
+    from grueflow.preference.reward_model import split_pairs
+
+    poems = [Preference(f"big-{k}", "Write a short poem.", f"poem {k} good", f"poem {k} bad") for k in range(80)]
+    prefs = poems + [Preference(f"p{p}", f"prompt {p}", f"a {p}", f"b {p}") for p in range(20)]
+    with caplog.at_level("WARNING", logger="grueflow.preference.reward_model"):
+        for seed in (0, 1, 3, 4):
+            train, val = split_pairs(prefs, 0.1, seed)
+            assert (len(train), len(val)) == (90, 10) and all(p.id.startswith("p") for p in val)
+    assert caplog.records == []
+
+
+def test_when_every_group_is_larger_than_val_fraction_the_smallest_is_held_out_and_said(caplog):
+    from grueflow.preference.reward_model import split_pairs
+
+    prefs = [Preference(f"{p}-{k}", f"prompt {p}", f"good {k}", f"bad {k}") for p, n in (("a", 8), ("b", 6), ("c", 7))
+             for k in range(n)]
+    with caplog.at_level("WARNING", logger="grueflow.preference.reward_model"):
+        train, val = split_pairs(prefs, 0.1, seed=0)  # a target of 2 pairs; the smallest group has 6
+        assert (len(train), [p.id for p in val]) == (15, [f"b-{k}" for k in range(6)])
+        assert split_pairs(prefs, 0.2, seed=0)[1] == val  # a target of 4: 6 is within twice it, no warning
+    assert [r.getMessage() for r in caplog.records] == [
+        "val_fraction 0.1 holds out 6 of 21 preference pairs: every group of pairs held out whole is larger than the "
+        "2 asked for, and the smallest, prompt 'prompt b' with 6 pairs, is held out; pairs without a sample_id are "
+        "kept together by prompt: give each row the sample_id of what it judges to split them finer"]
+
+
 def test_pairs_of_one_prompt_without_a_sample_id_hold_nothing_out_and_say_how_to(caplog):
     from grueflow.preference.reward_model import split_pairs
 
