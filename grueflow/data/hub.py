@@ -277,9 +277,10 @@ PANDAS_INDEX = re.compile(r"__index_level_\d+__")  # the column pandas' to_parqu
 
 
 def check_parquet_files(files: dict[str, str]) -> None:
-    """Raise a DataError naming a Parquet data file without rows (``datasets`` fails on it with pyarrow's "BatchSize
+    """Raise a DataError naming a Parquet data file pyarrow cannot open (truncated, damaged or not Parquet:
+    ``datasets``' error names every file), a file without rows (``datasets`` fails on it with pyarrow's "BatchSize
     must be greater than 0"), or files with different sets of columns (:func:`check_same_columns`; the index column
-    pandas may write is no data column). A file pyarrow cannot open is left to ``datasets``, whose error says why.
+    pandas may write is no data column).
 
     Each file is then read on its own (:func:`load_splits`), so a column may have another type in another file
     (``references`` a string in one, a list of strings in another), as ``.jsonl`` files are read."""
@@ -290,8 +291,9 @@ def check_parquet_files(files: dict[str, str]) -> None:
     for file in dict.fromkeys(files.values()):
         try:
             metadata = pq.read_metadata(file)
-        except (OSError, pa.ArrowException):  # not Parquet, truncated
-            continue
+        except (OSError, pa.ArrowException) as err:  # not Parquet, truncated
+            raise DataError(f"{file}: not a readable Parquet file ({innermost(err).rstrip('.')}): is it truncated or "
+                            f"damaged? Re-create it and rerun") from None
         if metadata.num_rows == 0:
             raise DataError(f"{file}: the file has no rows; a data file needs at least one")
         columns[file] = [c for c in metadata.schema.to_arrow_schema().names if not PANDAS_INDEX.fullmatch(c)]

@@ -1436,7 +1436,9 @@ def test_a_size_param_far_above_any_real_run_fails_at_parse_time(params: Path, e
         load(params, SENTIMENT)
 
 
-def test_a_truncated_parquet_file_is_a_one_line_data_error_naming_it(tmp_path: Path):
+def test_a_truncated_parquet_file_is_a_one_line_data_error_naming_it_alone(tmp_path: Path):
+    """A file cut short beside a whole one was reported as "cannot read [both files]: Parquet magic bytes not
+    found ..."."""
     import pandas as pd
 
     whole = tmp_path / "whole.parquet"
@@ -1444,10 +1446,11 @@ def test_a_truncated_parquet_file_is_a_one_line_data_error_naming_it(tmp_path: P
     cut = tmp_path / "train.parquet"
     cut.write_bytes(whole.read_bytes()[: whole.stat().st_size // 2])
     with pytest.raises(DataError) as err:
-        custom_pool({"train": str(cut)})
+        custom_pool({"train": str(whole), "test": str(cut)})
     message = str(err.value)
-    assert "\n" not in message and str(cut) in message and "Parquet magic bytes not found" in message
-    assert "is none truncated or damaged?" in message
+    assert "\n" not in message and str(whole) not in message
+    assert message.startswith(f"{cut}: not a readable Parquet file (Parquet magic bytes not found in footer")
+    assert message.endswith("): is it truncated or damaged? Re-create it and rerun")
 
 
 def test_parquet_data_files_with_other_columns_name_the_mismatch_not_only_damage(tmp_path: Path):
