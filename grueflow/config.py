@@ -34,11 +34,16 @@ class ConfigError(ValueError):
     """A params file that does not validate; the message says where and how to fix it."""
 
 
-class MetricFailedError(RuntimeError):
+class PluginFailedError(RuntimeError):
+    """Code that a params file names (a metric, a ``post_processing`` function, one's own by import path) raised;
+    the message names it and what it was doing, and its own exception is the ``__cause__``, whose traceback a stage
+    prints before the message (:func:`grueflow.stage.main_guard`: the bug is in that code). Defined here, beside
+    ConfigError, so that a stage's error handling need not import the metrics or the post-processors."""
+
+
+class MetricFailedError(PluginFailedError):
     """A metric raised while scoring (:func:`grueflow.metrics.call_metric`); the message names the caller (a reward
-    component or an evaluation metric) and the metric's own exception is its ``__cause__``, whose traceback is kept
-    (the bug is in that code). Defined here, beside ConfigError, so that a stage's error handling need not import
-    the metrics."""
+    component or an evaluation metric)."""
 
 
 # ---------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Callable, Optional, Sequence
 
 from grueflow import plugins
+from grueflow.config import ConfigError, PluginFailedError
 from grueflow.io import DataError
 from grueflow.metrics.sentences import split_sentences
 from grueflow.registry import Registry
@@ -48,11 +49,21 @@ def resolve(name: str) -> PostProcessor:
 
 def apply(name: Optional[str], texts: Sequence[str]) -> list[str]:
     """``texts`` post-processed by ``name`` (None: unchanged). A function that returns anything but a str is a
-    :class:`~grueflow.io.DataError` naming it."""
+    :class:`~grueflow.io.DataError` naming it; one that raises, a :class:`~grueflow.config.PluginFailedError`
+    naming it and the text (1-based, in ``texts``' order), with its exception as the cause (grueflow's own one-line
+    errors pass unchanged)."""
     if name is None:
         return list(texts)
     function = resolve(name)
-    processed = [function(text) for text in texts]
+    processed = []
+    for number, text in enumerate(texts, 1):
+        try:
+            processed.append(function(text))
+        except (ConfigError, DataError):
+            raise
+        except Exception as err:
+            raise PluginFailedError(f"post_processing {name!r} failed on text {number}: {type(err).__name__}: "
+                                    f"{err}") from err
     bad = [p for p in processed if not isinstance(p, str)]  # a list, not a None sentinel: None is a wrong result too
     if bad:
         raise DataError(f"post_processing {name!r} returned {type(bad[0]).__name__} {bad[0]!r}; it must return a str")

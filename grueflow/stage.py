@@ -19,7 +19,7 @@ from safetensors import SafetensorError
 from tqdm import tqdm
 
 from grueflow import io
-from grueflow.config import MAX_SEED, MAX_THREADS, ConfigError, MetricFailedError
+from grueflow.config import MAX_SEED, MAX_THREADS, ConfigError, PluginFailedError
 from grueflow.device import DEVICE_CHOICES, DEVICE_ENV, PRECISIONS, Execution
 from grueflow.hub import HubUnreachableError
 from grueflow.models.gguf import ModelFetchError
@@ -320,8 +320,8 @@ def main_guard(run: Any) -> None:
     """Run a stage's ``main``; bad params, bad data and unobtainable models exit 2 with their message, a full
     disk, a path it may not write (or read) and a file where a folder is wanted exit 2 saying so, and Ctrl-C exits
     130 saying what is kept: no traceback for any of them (``--log-level DEBUG`` logs the one of a refused path). A
-    metric that raised (one's own, named in the task file) exits 1 with its own traceback, then one line naming
-    it."""
+    metric or post_processing function that raised (one's own, named in the task file) exits 1 with its own
+    traceback, then one line naming it."""
     try:
         run()
     except (ConfigError, io.DataError, HubUnreachableError, ModelFetchError) as err:
@@ -342,7 +342,7 @@ def main_guard(run: Any) -> None:
         print(_no_room(cause, err.filename or err.strerror), file=sys.stderr)
         raise SystemExit(2) from None
     except RuntimeError as err:  # torch.save reports a full disk as a RuntimeError, never an OSError
-        if isinstance(err, MetricFailedError) and err.__cause__ is not None:  # a metric's (one's own) bug
+        if isinstance(err, PluginFailedError) and err.__cause__ is not None:  # a plugin's (one's own) bug
             traceback.print_exception(err.__cause__)  # its own frames, where the bug is; not grueflow's around it
             print(f"error: {err}", file=sys.stderr)
             raise SystemExit(1) from None

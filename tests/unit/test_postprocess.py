@@ -42,6 +42,31 @@ def test_builtin_post_processors():
         apply("tests.unit.test_postprocess:forget_return", ["a film"])
 
 
+def boom(text: str) -> str:
+    if text == "bad":
+        raise ValueError("boom")
+    return text
+
+
+def test_a_post_processor_that_raises_shows_its_own_frames_then_one_line_naming_it_and_the_text(capsys):
+    """It ended in a bare traceback, with no line naming the post_processing."""
+    from grueflow.config import PluginFailedError
+    from grueflow.stage import main_guard
+
+    name = "tests.unit.test_postprocess:boom"
+    with pytest.raises(PluginFailedError, match=rf"^post_processing '{name}' failed on text 2: ValueError: boom$"
+                       ) as raised:
+        apply(name, ["fine", "bad"])
+    assert isinstance(raised.value.__cause__, ValueError)
+    with pytest.raises(SystemExit) as exit:
+        main_guard(lambda: apply(name, ["bad"]))
+    assert exit.value.code == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0] == "Traceback (most recent call last):" and lines[-2] == "ValueError: boom"
+    assert lines[-1] == f"error: post_processing '{name}' failed on text 1: ValueError: boom"
+    assert "direct cause" not in "\n".join(lines) and not any("grueflow/stage.py" in line for line in lines)
+
+
 @pytest.mark.parametrize("name, message", [
     ("three_sentences", "unknown post-processor 'three_sentences'; valid post-processor ids: first_line, strip, "
                         "three_sentence_summary"),
