@@ -396,7 +396,7 @@ def read_key(path: str | Path, batch: Batch | None = None, legacy_ok: bool = Fal
     missing = sorted(batch.opaque_ids() - set(ids))
     if missing:
         raise io.DataError(f"{path} lacks {len(missing)} of the opaque ids of {where} (e.g. {missing[0]}); give the "
-                           f"key written with this batch")
+                           f"key written with this batch; {_key_remedy(path)}")
     return ids
 
 
@@ -404,22 +404,40 @@ def _read_key_file(path: str | Path) -> tuple[str | None, dict[str, str]]:
     """(batch tag, opaque id -> system) of a key file; the tag is None in a key written before keys named their
     batch, which is the bare id -> system object."""
     if not Path(path).is_file():
-        raise io.MissingDataError(f"key file {path} does not exist; give the key the export wrote beside the batch")
+        raise io.MissingDataError(f"key file {path} does not exist; give the key the export wrote beside the batch; "
+                                  f"{_key_remedy(path)}")
     try:
         document = io.read_json(path)
     except ValueError as err:
-        raise io.DataError(f"{path}: not readable JSON ({err}); give the key the export wrote") from None
+        raise io.DataError(f"{path}: not readable JSON ({err}); give the key the export wrote; "
+                           f"{_key_remedy(path)}") from None
     if isinstance(document, dict) and KEY_IDS in document:
         tag, ids = document.get(KEY_TAG), document[KEY_IDS]
         if set(document) != {KEY_TAG, KEY_IDS} or not isinstance(tag, str):
             raise io.DataError(f"{path}: a key file holds {KEY_TAG!r} (a batch tag) and {KEY_IDS!r} (opaque id -> "
-                               f"system) and nothing else; it has {sorted(document)}: give the key the export wrote")
+                               f"system) and nothing else; it has {sorted(document)}: give the key the export wrote; "
+                               f"{_key_remedy(path)}")
     else:
         tag, ids = None, document
     if not isinstance(ids, dict) or not ids or not all(isinstance(k, str) and isinstance(v, str)
                                                        for k, v in ids.items()):
-        raise io.DataError(f"{path}: a pairwise key maps opaque ids to system names; give the key the export wrote")
+        raise io.DataError(f"{path}: a pairwise key maps opaque ids to system names; give the key the export wrote; "
+                           f"{_key_remedy(path)}")
     return tag, ids
+
+
+def _key_remedy(path: str | Path) -> str:
+    """How to get a lost or damaged key at ``path`` back: the export is seeded (:func:`pairwise_batch`), so the
+    same predictions and seed write the same batch and key again. A key in the pipeline's layout
+    (``results/human/<task>/keys/<batch>.json``) names its batch folder, ``../batches/<batch>``, to delete with it,
+    so that the rerun exports both."""
+    path = Path(path)
+    if path.parent.name == "keys":
+        batch = path.parent.parent / "batches" / path.stem
+        return (f"if it is damaged or lost, delete it and the batch folder {batch} and rerun the pipeline, which "
+                f"exports the same batch and key again (the export is seeded)")
+    return ("if it is damaged or lost, export the batch again from the same predictions with the same seed, which "
+            "writes the same key")
 
 
 def read_rl4lms_likert(path: str | Path) -> dict[str, list[Prediction]]:

@@ -533,6 +533,30 @@ def test_a_key_that_names_no_batch_is_refused_unless_accepted_as_legacy(tmp_path
         hb.read_key(tmp_path / "old.json", untagged)
 
 
+def test_a_damaged_key_says_how_to_get_it_back(tmp_path: Path) -> None:
+    """A pipeline's key emptied or cut failed every run with "give the key the export wrote", though deleting it
+    and rerunning exports the same key again."""
+    keys = tmp_path / "results" / "human" / "sentiment" / "keys"
+    keys.mkdir(parents=True)
+    batches = tmp_path / "results" / "human" / "sentiment" / "batches"
+    rerun = (f"; if it is damaged or lost, delete it and the batch folder {batches / 'ppo_vs_sup_seed0'} and rerun "
+             f"the pipeline, which exports the same batch and key again (the export is seeded)")
+    (keys / "ppo_vs_sup_seed0.json").write_text("{}\n")
+    with pytest.raises(io.DataError) as emptied:
+        hb.read_key(keys / "ppo_vs_sup_seed0.json")
+    assert str(emptied.value) == (f"{keys / 'ppo_vs_sup_seed0.json'}: a pairwise key maps opaque ids to system "
+                                  f"names; give the key the export wrote{rerun}")
+    (keys / "ppo_vs_sup_seed0.json").write_text('{"batch_tag": "3f2a", "ids": {"A')
+    with pytest.raises(io.DataError, match=r"ppo_vs_sup_seed0\.json: not readable JSON \(.*\); give the key the "
+                                           rf"export wrote{re.escape(rerun)}$"):
+        hb.read_key(keys / "ppo_vs_sup_seed0.json")
+    (tmp_path / "key.json").write_text("{}\n")  # a key of one's own export, outside the pipeline's layout
+    with pytest.raises(io.DataError, match=r"key\.json: a pairwise key maps opaque ids to system names; give the key "
+                                           r"the export wrote; if it is damaged or lost, export the batch again from "
+                                           r"the same predictions with the same seed, which writes the same key$"):
+        hb.read_key(tmp_path / "key.json")
+
+
 def test_write_batch_replaces_only_its_own_key_and_a_failure_writes_neither(tmp_path: Path) -> None:
     batch, key = hb.pairwise_batch(("ppo", _predictions("ppo")), ("sup", _predictions("sup")), "imdb", seed=0)
     other, other_key = hb.pairwise_batch(("a2c", _predictions("a2c")), ("sup", _predictions("sup")), "imdb", seed=0)
