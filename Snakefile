@@ -91,9 +91,11 @@ if workflow.is_main_process:  # a stage folder deleted or damaged under finished
 
     _tables = {Path(STAGES[s].outputs["csv"]): [Path(p) for name, p in STAGES[s].outputs.items() if name != "csv"]
                for s in ("aggregate", "human_eval_table")}  # a table and the files written with it
+    _keys = {key: [] for key in Path().glob(re.sub(r"\{\w+\}", "*", STAGES["export_human_pairwise"].outputs["key"]))
+             if not key.name.startswith(".")}  # pairwise keys, checked against the digests their export recorded
     for _line in mark_stale(Path("results"), Path(output_of("aggregate", "csv")),
                             [Path(p) for p in expand(output_of("evaluate"), task=TASKS, method=METHODS, seed=SEEDS)],
-                            _tables, folders=[Path(p) for p in stage_folders()]):
+                            {**_tables, **_keys}, folders=[Path(p) for p in stage_folders()]):
         print(_line, file=sys.stderr)
 
 

@@ -17,7 +17,9 @@ the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark
 - a table (the GRUE table, the human-evaluation table) one of whose files written with it (its Markdown, JSON,
   chart: ``siblings``) is missing, or one of whose files differs from what its stage wrote (the digests it
   recorded, :func:`grueflow.io.atomic_files`: a table edited in a spreadsheet, cut): rule all asks for the CSV
-  alone,
+  alone;
+- a pairwise batch's blinding key that differs from the digest its export recorded beside it (emptied, cut): it
+  is in no manifest, being outside the batch folder, and its export is seeded, so the rerun writes it again,
 
 and marks each as stale in the two ways Snakemake reads staleness: its timestamp set to 1970 (the
 ``.snakemake_timestamp`` Snakemake keeps in a folder output, else the folder or file itself), and a new token in

@@ -250,6 +250,8 @@ def write_batch(batch: Batch, out_dir: str | Path, key: Mapping[str, str] | None
     record there). Nothing half-written looks finished, and no failure leaves a new key beside an old batch: the
     key is written to a temporary name and the batch to a temporary folder; the folder is swapped in first and the
     key renamed onto ``key_path`` last (a failure between the two leaves the old key, which names its own batch).
+    The key's digest goes to its :func:`~grueflow.io.files_record` beside it (private, as the key is), renamed
+    just before the key, so that the stale check (:mod:`grueflow.stale`) tells a key emptied or cut since.
     An existing ``key_path`` that holds anything but this very key is refused before anything is written
     (:func:`check_key_path`).
     """
@@ -266,10 +268,13 @@ def write_batch(batch: Batch, out_dir: str | Path, key: Mapping[str, str] | None
         document = key_document(batch, key)
         check_key_path(key_path, document)
     with contextlib.ExitStack() as stack:
-        # the key unblinds the batch: readable by its owner alone, as the annotators may share the machine
+        # the key unblinds the batch: readable by its owner alone, as the annotators may share the machine; so is
+        # its digest record, which would let one try the 2^n assignments of a small batch
         key_tmp = stack.enter_context(io.atomic_path(key_path, mode=0o600)) if document is not None else None
         if key_tmp is not None:
             io.write_json(key_tmp, document)
+            record_tmp = stack.enter_context(io.atomic_path(io.files_record(key_path), mode=0o600))
+            io.write_json(record_tmp, {str(key_path): io.sha256_bytes(key_tmp)})  # renamed before the key
         with io.atomic_dir(out_dir) as tmp:
             io.write_json(tmp / MANIFEST, manifest(batch))
             io.write_jsonl(tmp / ITEMS, batch.items)

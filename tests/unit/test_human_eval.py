@@ -557,6 +557,29 @@ def test_a_damaged_key_says_how_to_get_it_back(tmp_path: Path) -> None:
         hb.read_key(tmp_path / "key.json")
 
 
+def test_a_key_emptied_or_cut_after_its_export_is_stale(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pipeline's key emptied or cut before the import was never re-exported: it is in no manifest, and every run
+    failed on it. Its export records its digest beside it, privately, as the tables' stages do."""
+    from grueflow.stale import stale_outputs
+
+    monkeypatch.chdir(tmp_path)  # the export records the key's path as given: relative to the project
+    batch, key = _pairwise(seed=0)
+    key_path = Path("results/human/sentiment/keys/ppo_vs_sup_seed0.json")
+    hb.write_batch(batch, "results/human/sentiment/batches/ppo_vs_sup_seed0", key, key_path)
+    record = io.files_record(key_path)
+    assert record.stat().st_mode & 0o777 == 0o600 and key_path.stat().st_mode & 0o777 == 0o600
+    assert stale_outputs(Path("results"), Path("results/grue_table.csv"), [], {key_path: []}) == {}
+    whole = key_path.read_bytes()
+    for damaged in (b"{}\n", whole[:40]):
+        key_path.write_bytes(damaged)
+        assert stale_outputs(Path("results"), Path("results/grue_table.csv"), [], {key_path: []}) == {
+            key_path: "it is not what its stage wrote (edited or replaced since)"}
+    key_path.unlink()  # deleted, as Snakemake does before it reruns the export: the same key again
+    hb.write_batch(batch, "results/human/sentiment/batches/ppo_vs_sup_seed0", key, key_path)
+    assert key_path.read_bytes() == whole
+    assert stale_outputs(Path("results"), Path("results/grue_table.csv"), [], {key_path: []}) == {}
+
+
 def test_write_batch_replaces_only_its_own_key_and_a_failure_writes_neither(tmp_path: Path) -> None:
     batch, key = hb.pairwise_batch(("ppo", _predictions("ppo")), ("sup", _predictions("sup")), "imdb", seed=0)
     other, other_key = hb.pairwise_batch(("a2c", _predictions("a2c")), ("sup", _predictions("sup")), "imdb", seed=0)
@@ -582,7 +605,8 @@ def test_write_batch_replaces_only_its_own_key_and_a_failure_writes_neither(tmp_
 
     with pytest.raises(RuntimeError):
         hb.write_batch(other, tmp_path / "b", other_key, tmp_path / "b.json", finish=fail)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "key.json", "old.json"]  # no key, folder or temp file
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".key.json.record.json", "a", "key.json", "old.json"]
+    # no key, key record, folder or temp file of the failed batch
     with pytest.raises(ValueError, match="a Likert batch has no key"):
         hb.write_batch(hb.likert_batch({"ppo": _predictions("ppo")}, "imdb", 0), tmp_path / "l", key,
                        tmp_path / "l.json")

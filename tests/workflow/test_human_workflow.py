@@ -99,6 +99,16 @@ def test_export_annotate_import_table_through_snakemake(tmp_path: Path) -> None:
     assert len(prefs) == 2 * n - 1 and {p["chosen_system"] for p in prefs} == {"supervised+ppo"}
     assert "Nothing to be done" in run(["snakemake", "-n", "results/human_eval_table.csv", "--cores", "1", "--allowed-rules",
                                         "import_human_eval", "human_eval_table"], repo).stdout
+    # the pairwise key emptied: every run failed on it, and nothing re-exported it (it is in no manifest)
+    table_before = (repo / "results" / "human_eval_table.csv").read_bytes()
+    key_file.write_text("{}\n")
+    exports = ("export_human_likert", "export_human_pairwise", "import_human_eval", "human_eval_table")
+    dry = run(["snakemake", "-n", "results/human_eval_table.csv", "--cores", "1", "--allowed-rules", *exports], repo)
+    assert (f"grueflow: results/human/sentiment/keys/{PAIR}.json is stale (it is not what its stage wrote (edited or "
+            f"replaced since)); its job reruns") in dry.stderr
+    snakemake(repo, "results/human_eval_table.csv", rules=exports)
+    assert key_file.read_bytes() == exported[key_file]  # the seeded export: the same key again
+    assert (repo / "results" / "human_eval_table.csv").read_bytes() == table_before
     # the table's Markdown deleted, or an answer appended to an answers file in place: each was "Nothing to be done"
     (repo / "results" / "human_eval_table.md").unlink()
     allowed = ["--allowed-rules", "import_human_eval", "human_eval_table"]
