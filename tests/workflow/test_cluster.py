@@ -42,7 +42,7 @@ def test_local_submit_profile_runs_real_job_scripts_sized_by_the_suite(tmp_path)
     assert record["stage"] == "base_model"
     assert (repo / "results" / "sentiment" / "base_model" / "model" / "config.json").is_file()
     assert sorted(p.name for p in (repo / "results" / "sentiment" / "datapool").glob("*.jsonl")) == \
-        ["test.jsonl", "train.jsonl", "val.jsonl"]
+        ["test.jsonl", "train.jsonl", "unlabelled.jsonl", "val.jsonl"]
 
 
 def test_status_script_reports_a_failed_job(tmp_path):
