@@ -2,6 +2,7 @@
 built-in id, and the project files behind them (code dependencies)."""
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -122,24 +123,28 @@ def test_a_bad_plugin_name_fails_at_parse_time(name, message):
                                          "(grueflow.metrics)")
 
 
-def test_a_metric_of_your_own_where_lower_is_better_is_ranked_so_in_the_grue_table(tmp_path):
-    """An error rate counted as higher-is-better: the method with the most errors scored best."""
-    from grueflow import grue
+def scored_run(eval_dir: Path, task: str, method: str, error_rate: float, metrics: list[str]) -> Path:
+    """An evaluate output scoring ``custom/error_rate`` as a headline metric, its record naming ``metrics``."""
     from grueflow.io import write_json, write_jsonl, write_stage_record
 
     params = {"reward": {"components": [{"metric": "lexicon_sentiment", "args": {}}]},
-              "metrics": [{"id": f"{HERE}:ErrorRate", "args": {}}, {"id": "perplexity", "args": {}}]}
-    paths = []
-    for method, errors in (("zero_shot", 0.9), ("ppo", 0.1)):
-        folder = tmp_path / "sentiment" / method / "seed0"
-        folder.mkdir(parents=True)
-        write_json(folder / "metrics.json", {"task": "sentiment", "method": method, "seed": 0,
-                                             "headline": ["custom/error_rate"], "missing": {},
-                                             "metrics": {"reward": 0.5, "fluency/perplexity": 3.0,
-                                                         "custom/error_rate": errors}})
-        write_jsonl(folder / "predictions.jsonl", [])
-        write_stage_record(folder, stage="evaluate", params=params, inputs={}, wall_time_s=0.0)
-        paths.append(folder / "metrics.json")
+              "metrics": [{"id": metric, "args": {}} for metric in metrics]}
+    folder = eval_dir / task / method / "seed0"
+    folder.mkdir(parents=True)
+    write_json(folder / "metrics.json", {"task": task, "method": method, "seed": 0, "headline": ["custom/error_rate"],
+                                         "missing": {}, "metrics": {"reward": 0.5, "fluency/perplexity": 3.0,
+                                                                    "custom/error_rate": error_rate}})
+    write_jsonl(folder / "predictions.jsonl", [])
+    write_stage_record(folder, stage="evaluate", params=params, inputs={}, wall_time_s=0.0)
+    return folder / "metrics.json"
+
+
+def test_a_metric_of_your_own_where_lower_is_better_is_ranked_so_in_the_grue_table(tmp_path):
+    """An error rate counted as higher-is-better: the method with the most errors scored best."""
+    from grueflow import grue
+
+    paths = [scored_run(tmp_path, "sentiment", method, errors, [f"{HERE}:ErrorRate", "perplexity"])
+             for method, errors in (("zero_shot", 0.9), ("ppo", 0.1))]
     table = grue.build_table(grue.load_runs(paths)).set_index("method")
     assert table["normalised_score"].to_dict() == {"zero_shot": 0.0, "ppo": 1.0}
     assert grue.lower_is_better("custom/error_rate", [f"{HERE}:ErrorRate"])
@@ -150,22 +155,10 @@ def test_each_task_is_normalised_by_the_directions_of_its_own_metrics(tmp_path):
     """Two tasks whose metrics of their own write one key in opposite directions: one direction held for the whole
     table, so one task ranked its methods the wrong way."""
     from grueflow import grue
-    from grueflow.io import write_json, write_jsonl, write_stage_record
 
-    paths = []
-    for task, metric in (("sentiment", "ErrorRate"), ("concepts", "ErrorRateUpward")):
-        params = {"reward": {"components": [{"metric": "lexicon_sentiment", "args": {}}]},
-                  "metrics": [{"id": f"{HERE}:{metric}", "args": {}}]}
-        for method, value in (("zero_shot", 0.9), ("ppo", 0.1)):
-            folder = tmp_path / task / method / "seed0"
-            folder.mkdir(parents=True)
-            write_json(folder / "metrics.json", {"task": task, "method": method, "seed": 0,
-                                                 "headline": ["custom/error_rate"], "missing": {},
-                                                 "metrics": {"reward": 0.5, "fluency/perplexity": 3.0,
-                                                             "custom/error_rate": value}})
-            write_jsonl(folder / "predictions.jsonl", [])
-            write_stage_record(folder, stage="evaluate", params=params, inputs={}, wall_time_s=0.0)
-            paths.append(folder / "metrics.json")
+    paths = [scored_run(tmp_path, task, method, value, [f"{HERE}:{metric}"])
+             for task, metric in (("sentiment", "ErrorRate"), ("concepts", "ErrorRateUpward"))
+             for method, value in (("zero_shot", 0.9), ("ppo", 0.1))]
     table = grue.build_table(grue.load_runs(paths)).set_index(["task", "method"])["normalised_score"].to_dict()
     assert table == {("concepts", "ppo"): 0.0, ("concepts", "zero_shot"): 1.0, ("sentiment", "ppo"): 1.0,
                      ("sentiment", "zero_shot"): 0.0}
