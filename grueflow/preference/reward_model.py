@@ -134,7 +134,8 @@ def split_pairs(prefs: list[Preference], val_fraction: float, seed: int) -> tupl
     distinct groups are shuffled with ``seed`` and taken in that order, each held out whole when it fits (the
     pairs held out so far plus its own stay within the target) and passed over when it would overshoot, so one
     prompt that carries most of the pairs cannot take them all to the held-out side. When no group fits (each is
-    larger than the target), the smallest is held out, with a warning when it is more than twice the target. One
+    larger than the target), the smallest is held out. A warning says when the pairs held out are fewer than half
+    or more than twice the target (one group carries most of the pairs). One
     group is always left to train on (a warning says when one group leaves nothing to hold out). With one pair
     per group (a built preference set of distinct prompts) this is the seeded split of the pairs themselves.
     Both sides keep the file's order within a group."""
@@ -151,13 +152,14 @@ def split_pairs(prefs: list[Preference], val_fraction: float, seed: int) -> tupl
                     "judges to hold some out" if _by_prompt(prefs[0]) else "")
     target = max(1, round(val_fraction * len(prefs))) if val_fraction > 0 else 0
     held = _held_groups(order, target)
-    if len(held) == 1 and len(order[min(held)]) > 2 * target:
-        group = order[min(held)]
-        log.warning("val_fraction %g holds out %d of %d preference pairs: every group of pairs held out whole is "
-                    "larger than the %d asked for, and the smallest, %s with %d pairs, is held out%s",
-                    val_fraction, len(group), len(prefs), target, _named(prefs[group[0]]), len(group),
+    held_pairs = sum(len(order[k]) for k in held)
+    if held and not target / 2 <= held_pairs <= 2 * target:  # groups too large to come near the target
+        largest = max(order, key=len)
+        log.warning("val_fraction %g holds out %d of %d preference pairs where %d were asked for: pairs are held out "
+                    "whole by what they judge, and %s alone has %d of them%s",
+                    val_fraction, held_pairs, len(prefs), target, _named(prefs[largest[0]]), len(largest),
                     "; pairs without a sample_id are kept together by prompt: give each row the sample_id of what it "
-                    "judges to split them finer" if _by_prompt(prefs[group[0]]) else "")
+                    "judges to split them finer" if _by_prompt(prefs[largest[0]]) else "")
     return ([prefs[i] for k, group in enumerate(order) if k not in held for i in group],
             [prefs[i] for k, group in enumerate(order) if k in held for i in group])
 

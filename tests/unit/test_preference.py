@@ -189,9 +189,24 @@ def test_when_every_group_is_larger_than_val_fraction_the_smallest_is_held_out_a
         assert (len(train), [p.id for p in val]) == (15, [f"b-{k}" for k in range(6)])
         assert split_pairs(prefs, 0.2, seed=0)[1] == val  # a target of 4: 6 is within twice it, no warning
     assert [r.getMessage() for r in caplog.records] == [
-        "val_fraction 0.1 holds out 6 of 21 preference pairs: every group of pairs held out whole is larger than the "
-        "2 asked for, and the smallest, prompt 'prompt b' with 6 pairs, is held out; pairs without a sample_id are "
-        "kept together by prompt: give each row the sample_id of what it judges to split them finer"]
+        "val_fraction 0.1 holds out 6 of 21 preference pairs where 2 were asked for: pairs are held out whole by what "
+        "they judge, and prompt 'prompt a' alone has 8 of them; pairs without a sample_id are kept together by "
+        "prompt: give each row the sample_id of what it judges to split them finer"]
+
+
+def test_a_prompt_with_most_of_the_pairs_leaves_too_few_to_hold_out_and_it_is_said(caplog):
+    """One prompt with 95 of 100 pairs: at val_fraction 0.5 the five others were held out, 5 where 50 were asked
+    for, without a word."""
+    from grueflow.preference.reward_model import split_pairs
+
+    prefs = [Preference(f"big-{k}", "Write a short poem.", f"poem {k} good", f"poem {k} bad") for k in range(95)]
+    prefs += [Preference(f"p{p}", f"prompt {p}", f"a {p}", f"b {p}") for p in range(5)]
+    with caplog.at_level("WARNING", logger="grueflow.preference.reward_model"):
+        assert len(split_pairs(prefs, 0.5, seed=0)[1]) == 5
+    assert [r.getMessage() for r in caplog.records] == [
+        "val_fraction 0.5 holds out 5 of 100 preference pairs where 50 were asked for: pairs are held out whole by "
+        "what they judge, and prompt 'Write a short poem.' alone has 95 of them; pairs without a sample_id are kept "
+        "together by prompt: give each row the sample_id of what it judges to split them finer"]
 
 
 def test_pairs_of_one_prompt_without_a_sample_id_hold_nothing_out_and_say_how_to(caplog):
