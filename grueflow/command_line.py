@@ -72,12 +72,32 @@ def profile_files(argv: Sequence[str], environ: Mapping[str, str], basedir: str 
     return [found for found in map(lookup, profiles) if found is not None]
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """Plain YAML, as Snakemake reads a profile, but a key given twice in one mapping is an error: YAML keeps the
+    last value of a ``config:`` key, or of ``config:`` itself, without a word."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} is given twice (first on line {seen[key] + 1}), and Snakemake "
+                    f"would keep the last value without a word; keep one", key_node.start_mark)
+            if isinstance(key, (str, int, float, bool)):
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep=deep)
+
+
 def profile_config(path: str | Path) -> Optional[list[str]]:
     """The ``config`` of the profile file ``path`` as Snakemake passes it on, a list of KEY=VALUE items (a mapping
     gives its items), or None where the profile sets none. The file is read as Snakemake reads it (plain YAML):
     its other keys are Snakemake's business."""
     try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+    except yaml.MarkedYAMLError as err:
+        at = f"line {err.problem_mark.line + 1}: " if err.problem_mark else ""
+        raise ConfigError(f"the profile {path}: {at}{err.problem}") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         raise ConfigError(f"the profile {path} cannot be read ({err})") from None
     given = data.get("config") if isinstance(data, dict) else None
@@ -108,6 +128,8 @@ def check_config_given_once(argv: Sequence[str], profiles: Sequence[str | Path])
                 given.append(item)
         elif arg.startswith("--config="):
             given = [arg.removeprefix("--config=")]
+        elif arg.startswith("-C") and not arg.startswith("--"):  # the short option with its value attached: -Ck=v
+            given = [arg.removeprefix("-C")]
         else:
             continue
         options.append(" ".join(given))

@@ -1361,7 +1361,14 @@ PROFILE_SEEDS = 'cores: 1\nconfig:\n  - "seeds=[0,1]"\n'
      ["--profile", "prof", "--workflow-profile", "wf"], {},
      "invalid params: the profiles prof/config.yaml and wf/config.yaml each set config; Snakemake keeps only "
      "wf/config.yaml's settings: give every KEY=VALUE in one"),
-], ids=["profile-and-command-line", "environment-profile", "key-twice", "two-profiles"])
+    ({"prof": PROFILE_SEEDS}, ["--profile", "prof", "-Ctasks=[sentiment]"], {},
+     "invalid params: the profile prof/config.yaml sets config (seeds=[0,1]) and the command line gives --config "
+     "(tasks=[sentiment])"),
+    ({"prof": "cores: 1\nconfig:\n  seeds: [0, 1]\n  seeds: [0]\n"}, ["--profile", "prof"], {},
+     "invalid params: the profile prof/config.yaml: line 4: the key 'seeds' is given twice (first on line 3), and "
+     "Snakemake would keep the last value without a word; keep one"),
+], ids=["profile-and-command-line", "environment-profile", "key-twice", "two-profiles", "short-option-attached",
+        "mapping-key-twice"])
 def test_snakemake_refuses_a_profile_config_that_snakemake_would_drop_in_part(tmp_path: Path, profiles, args, env,
                                                                                expect):
     """A profile's config: [seeds=[0,1]] with --config 'tasks=[sentiment]' on the command line planned seed 0 alone,
