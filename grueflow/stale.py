@@ -56,6 +56,7 @@ TOKENS = Path(".snakemake") / "grueflow-stale.json"  # {output path: when it was
 
 
 DIGESTS = Path(".snakemake") / "grueflow-digests.json"  # {path: [stat signature, sha256]}: files read once
+CHANGED_INPUT = "changed since it was built"  # why a stage whose input from outside results/ changed is stale
 _KNOWN: dict[str, list] = {}  # the cache as this process read it and added to it
 
 
@@ -184,7 +185,7 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
                    and isinstance(meta.get("sha256"), str) and _outside(root / meta["path"], results)
                    and (root / meta["path"]).exists() and input_changed(root / meta["path"], meta["sha256"], cache)]
         if changed and folder not in stale:
-            stale[folder] = f"its input {', '.join(changed)} changed since it was built"
+            stale[folder] = f"its input {', '.join(changed)} {CHANGED_INPUT}"
         for path in paths:  # an input stage folder emptied, or its record deleted: not found by its stage.json
             unrecorded = _unrecorded(root, path, results)
             if unrecorded is not None:
@@ -247,20 +248,24 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
                siblings: Optional[dict[Path, list[Path]]] = None, tokens: Path = TOKENS,
                folders: Iterable[Path] = ()) -> list[str]:
     """Set each :func:`stale_outputs` entry's Snakemake timestamp to :data:`STALE_TIME` and give it a new token in
-    ``tokens`` (the digests of inputs are cached beside it); one line per entry, saying why."""
+    ``tokens`` (the digests of inputs are cached beside it); one line per entry, saying why. A stage stale because
+    an input from outside results/ changed gets the stamp alone: the content digest its rule takes as a param
+    reruns it where Snakemake recorded one, the stamp where it did not (a folder ``dvc repro`` built, or
+    ``.snakemake`` removed), and an input put back as it was (after a dry run saw it edited) reruns nothing."""
     lines = []
     stale = stale_outputs(results, table, expected, siblings, folders, tokens.parent / DIGESTS.name)
     for path, why in stale.items():
         stamp = path / SNAKEMAKE_TIMESTAMP if (path / SNAKEMAKE_TIMESTAMP).is_file() else path
         os.utime(stamp, (STALE_TIME, STALE_TIME))
         lines.append(f"grueflow: {path} is stale ({why}); its job reruns")
-    if stale:
+    tokened = [path for path, why in stale.items() if not why.endswith(CHANGED_INPUT)]
+    if tokened:
         try:
             known = json.loads(tokens.read_text())
         except (OSError, ValueError):
             known = {}
         now = str(time.time_ns())
-        known = {**(known if isinstance(known, dict) else {}), **{str(path): now for path in stale}}
+        known = {**(known if isinstance(known, dict) else {}), **{str(path): now for path in tokened}}
         with atomic_path(tokens) as tmp:
             tmp.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
     return lines
