@@ -515,12 +515,13 @@ def scorer_files(task: object, root: Path = ROOT, parts: tuple[str, ...] = ("rew
 
 
 def local_input(text: str, root: Path = ROOT) -> Optional[str]:
-    """``text`` as a local input to track, normalised (``./a/`` -> ``a``), when it names an existing file or
-    folder (relative to ``root``, or absolute); None when it names nothing, or a stage output under ``results/``
+    """``text`` as a local input to track, normalised (``./a/`` -> ``a``, ``~/a`` -> the home folder's), when it
+    names an existing file or folder (relative to ``root``, or absolute); None when it names nothing, or a stage output under ``results/``
     (its stage tracks it), or a folder holding the project or its outputs (``.``, ``..``, ``/``: hashing it
     would track every output, and nothing would ever be up to date)."""
     if not text.strip() or "\n" in text:
         return None
+    text = os.path.expanduser(text)  # ~/data is the home folder's, as the loaders read it
     try:
         path = (root / text).resolve()
         exists = path.exists()

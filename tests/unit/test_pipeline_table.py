@@ -259,6 +259,19 @@ def test_a_local_input_is_a_file_or_folder_that_is_neither_an_output_nor_the_pro
     assert datapool_files(task, tmp_path) == ["models/judge"]
 
 
+def test_a_local_input_in_the_home_folder_is_tracked(tmp_path, monkeypatch):
+    """``data_files: {validation: ~/cg.jsonl}`` was read by the loader (which expands ``~``) and tracked by neither
+    engine: editing the file rebuilt nothing."""
+    from grueflow.pipeline import datapool_files, local_input
+
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "cg.jsonl").write_text("{}\n")
+    assert local_input("~/cg.jsonl", tmp_path / "project") == str(tmp_path / "home" / "cg.jsonl")
+    task = {"datapool": {"id": "common_gen", "args": {"path": "json", "data_files": {"validation": "~/cg.jsonl"}}}}
+    assert datapool_files(task, tmp_path / "project") == [str(tmp_path / "home" / "cg.jsonl")]
+
+
 def test_check_names_the_lines_a_stale_dvc_yaml_differs_in(tmp_path, monkeypatch, capsys):
     text = pipeline.dvc_yaml()
     stale = text.replace("      - params\n", "      - params\n      - data/gone.jsonl\n", 1)
