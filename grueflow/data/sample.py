@@ -290,7 +290,8 @@ def read_unlabelled(datapool_dir: str | Path) -> list[str]:
     folder = Path(datapool_dir)
     path = folder / UNLABELLED
     if not path.is_file() and (folder / UNLABELLED_LINES).is_file():
-        return [line for line in io.read_text(folder / UNLABELLED_LINES).splitlines() if line.strip()]
+        lines = io.read_text(folder / UNLABELLED_LINES).split("\n")  # line ends only: a text may hold U+2028, \f
+        return [line.removesuffix("\r") for line in lines if line.strip()]
     if not path.is_file():
         raise io.MissingDataError(f"{path} is missing: the datapool has no unlabelled text; rebuild it with "
                                   f"prepare_datapool (or, by hand, write one JSON string per line there)")

@@ -1090,8 +1090,8 @@ def test_a_hand_edited_unlabelled_file_is_named_at_its_line(tmp_path: Path, name
 def test_a_hand_written_unlabelled_txt_is_read_one_text_per_line(tmp_path: Path):
     from grueflow.data.sample import read_unlabelled
 
-    (tmp_path / "unlabelled.txt").write_text("first text\n\nsecond text\n", encoding="utf-8")
-    assert read_unlabelled(tmp_path) == ["first text", "second text"]
+    (tmp_path / "unlabelled.txt").write_text("first text\r\n\nsecond\u2028text\fwith a form feed\n", encoding="utf-8")
+    assert read_unlabelled(tmp_path) == ["first text", "second\u2028text\fwith a form feed"]  # split at line ends only
     (tmp_path / "unlabelled.jsonl").write_text('"the written one"\n', encoding="utf-8")  # what prepare_datapool wrote
     assert read_unlabelled(tmp_path) == ["the written one"]
 
