@@ -61,6 +61,12 @@ def lower_keys(runs: list[dict[str, Any]]) -> frozenset[str]:
                            f"with the task file's current metrics") from None
 
 
+def lower_keys_by_task(runs: list[dict[str, Any]]) -> dict[str, frozenset[str]]:
+    """:func:`lower_keys` of each task's own runs: two tasks' metrics of their own may write one key in opposite
+    directions."""
+    return {task: lower_keys([r for r in runs if r["task"] == task]) for task in dict.fromkeys(r["task"] for r in runs)}
+
+
 METHOD_ORDER = ("zero_shot", "supervised")
 
 
@@ -208,8 +214,7 @@ def build_table(runs: list[dict[str, Any]]) -> pd.DataFrame:
             counts.append(count)
     table = pd.DataFrame(rows)
     _insert_seed_counts(table, counts)
-    table["normalised_score"] = _normalised(table, headline, {task: lower_keys([r for r in runs if r["task"] == task])
-                                                             for task in headline})
+    table["normalised_score"] = _normalised(table, headline, lower_keys_by_task(runs))
     return table
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Collection, Optional, Sequence
+from typing import Collection, Mapping, Optional, Sequence
 
 import matplotlib
 
@@ -84,10 +84,11 @@ def panel_title(task: str, metric: str, lower: Collection[str]) -> str:
     return f"{task}: {metric}" + (" (lower is better)" if metric in lower else "")
 
 
-def grue_chart(table: pd.DataFrame, headline: dict[str, list[str]], path: Path, lower: Collection[str] = ()) -> None:
+def grue_chart(table: pd.DataFrame, headline: dict[str, list[str]], path: Path,
+               lower: Collection[str] | Mapping[str, Collection[str]] = ()) -> None:
     """Each task's reward and headline metrics by method: bars at the mean over seeds, error bars one
     standard deviation (the ``<metric>_std`` column; none with one seed). One panel per task x metric, its title
-    marked where lower is better (``lower``: :func:`grueflow.grue.lower_keys`)."""
+    marked where lower is better (``lower``: the keys, or each task's, :func:`grueflow.grue.lower_keys_by_task`)."""
     panels = [(task, metric) for task in dict.fromkeys(table["task"])
               for metric in ("reward", *headline.get(task, [])) if metric in table]
     fig, axes = _grid(len(panels), width=4.5, height=3.2)
@@ -103,7 +104,8 @@ def grue_chart(table: pd.DataFrame, headline: dict[str, list[str]], path: Path, 
             if pd.isna(value):  # a metric that could not be computed: say so instead of drawing 0
                 ax.annotate("n/a", (pos, 0), ha="center", va="bottom", fontsize=8)
         ax.set_xticks(positions, list(rows["method"]), rotation=30, ha="right", fontsize=8)
-        ax.set_title(panel_title(task, metric, lower), fontsize=10)
+        ax.set_title(panel_title(task, metric, lower.get(task, ()) if isinstance(lower, Mapping) else lower),
+                     fontsize=10)
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle("GRUE table: mean over seeds, error bars one std")
     fig.tight_layout()

@@ -99,7 +99,7 @@ def main() -> None:
         tmp = dict(zip((flag for flag, _ in outs), tmps))
         grue.write_table(table, tmp["--out-csv"], tmp["--out-md"], tmp["--out-json"], headline, missing)
         if args.out_chart:
-            plots.grue_chart(table, headline, tmp["--out-chart"], grue.lower_keys(runs))
+            plots.grue_chart(table, headline, tmp["--out-chart"], grue.lower_keys_by_task(runs))
         if args.out_html:
             write_text(tmp["--out-html"], report.table_html(table, headline, missing))
         if args.out_samples:

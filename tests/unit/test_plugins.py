@@ -159,9 +159,12 @@ def test_each_task_is_normalised_by_the_directions_of_its_own_metrics(tmp_path):
     paths = [scored_run(tmp_path, task, method, value, [f"{HERE}:{metric}"])
              for task, metric in (("sentiment", "ErrorRate"), ("concepts", "ErrorRateUpward"))
              for method, value in (("zero_shot", 0.9), ("ppo", 0.1))]
-    table = grue.build_table(grue.load_runs(paths)).set_index(["task", "method"])["normalised_score"].to_dict()
+    runs = grue.load_runs(paths)
+    table = grue.build_table(runs).set_index(["task", "method"])["normalised_score"].to_dict()
     assert table == {("concepts", "ppo"): 0.0, ("concepts", "zero_shot"): 1.0, ("sentiment", "ppo"): 1.0,
                      ("sentiment", "zero_shot"): 0.0}
+    lower = grue.lower_keys_by_task(runs)  # the chart marks each task's panels by its own directions too
+    assert "custom/error_rate" in lower["sentiment"] and "custom/error_rate" not in lower["concepts"]
 
 
 def test_every_built_in_metric_names_its_own_scores_where_lower_is_better():
