@@ -57,6 +57,7 @@ TOKENS = Path(".snakemake") / "grueflow-stale.json"  # {output path: when it was
 
 DIGESTS = Path(".snakemake") / "grueflow-digests.json"  # {path: [stat signature, sha256]}: files read once
 CHANGED_INPUT = "changed since it was built"  # why a stage whose input from outside results/ changed is stale
+GONE_INPUT = "no longer exists"  # ... and one whose input from outside results/ is gone
 _KNOWN: dict[str, list] = {}  # the cache as this process read it and added to it
 
 
@@ -179,8 +180,10 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             continue
         paths = [Path(meta["path"]) for meta in inputs.values() if isinstance(meta, dict) and meta.get("path")]
         gone = [str(path) for path in paths if not (root / path).exists()]
-        if gone:
+        if any(not _outside(root / path, results) for path in map(Path, gone)):
             stale[folder] = f"it was built from {', '.join(gone)}, which no longer exists"
+        elif gone:  # data of the user's moved away: stamped only, so that putting it back reruns nothing
+            stale[folder] = f"its input {', '.join(gone)} {GONE_INPUT}"
         changed = [meta["path"] for meta in inputs.values() if isinstance(meta, dict) and meta.get("path")
                    and isinstance(meta.get("sha256"), str) and _outside(root / meta["path"], results)
                    and (root / meta["path"]).exists() and input_changed(root / meta["path"], meta["sha256"], cache)]
@@ -249,7 +252,7 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
                folders: Iterable[Path] = ()) -> list[str]:
     """Set each :func:`stale_outputs` entry's Snakemake timestamp to :data:`STALE_TIME` and give it a new token in
     ``tokens`` (the digests of inputs are cached beside it); one line per entry, saying why. A stage stale because
-    an input from outside results/ changed gets the stamp alone: the content digest its rule takes as a param
+    an input from outside results/ changed, or is gone, gets the stamp alone: the content digest its rule takes as a param
     reruns it where Snakemake recorded one, the stamp where it did not (a folder ``dvc repro`` built, or
     ``.snakemake`` removed), and an input put back as it was (after a dry run saw it edited) reruns nothing."""
     lines = []
@@ -258,7 +261,7 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
         stamp = path / SNAKEMAKE_TIMESTAMP if (path / SNAKEMAKE_TIMESTAMP).is_file() else path
         os.utime(stamp, (STALE_TIME, STALE_TIME))
         lines.append(f"grueflow: {path} is stale ({why}); its job reruns")
-    tokened = [path for path, why in stale.items() if not why.endswith(CHANGED_INPUT)]
+    tokened = [path for path, why in stale.items() if not why.startswith("its input ")]  # CHANGED_, GONE_INPUT
     if tokened:
         try:
             known = json.loads(tokens.read_text())

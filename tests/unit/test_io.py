@@ -364,6 +364,12 @@ def test_a_stage_whose_input_from_outside_results_changed_is_stale(tmp_path, mon
     (folder / "sub" / "a.txt").write_text("b")
     assert stale.stale_outputs(results, tmp_path / "t.csv", [], cache=cache) == {
         datapool: f"its input {folder} changed since it was built"}
+    (folder / "sub" / "a.txt").write_text("a")
+    data.rename(new)  # moved aside: stale, but stamped only (no token), so moving it back reruns nothing
+    tokens = tmp_path / ".snakemake" / "grueflow-stale.json"
+    assert stale.mark_stale(results, tmp_path / "t.csv", [], tokens=tokens) == [
+        f"grueflow: {datapool} is stale (its input {data} no longer exists); its job reruns"]
+    assert not tokens.exists()
 
 
 def test_a_stage_folder_without_its_record_is_stale_when_read_or_aggregated(tmp_path):
