@@ -108,6 +108,25 @@ def profile_config(path: str | Path) -> Optional[list[str]]:
     return [str(item) for item in given] if isinstance(given, list) else [str(given)]
 
 
+# Snakemake's short options that take no value, which argparse lets one bundle before another (-nC k=v): those of
+# snakemake.cli.get_argument_parser() in Snakemake 9 (building that parser costs a quarter second a run)
+SHORT_FLAGS = frozenset("DFSafhklnptv")
+
+
+def _short_config(arg: str) -> Optional[str]:
+    """The value ``-C`` takes in a bundle of short options (``-Ck=v`` -> ``k=v``; ``-nC`` -> "", its value in the
+    next arguments), or None where ``arg`` holds no ``-C``: argparse reads the letters after ``-`` as flags until
+    one takes a value, which takes the rest."""
+    if not arg.startswith("-") or arg.startswith("--") or len(arg) < 2:
+        return None
+    for k, letter in enumerate(arg[1:], start=1):
+        if letter == "C":
+            return arg[k + 1:]
+        if letter not in SHORT_FLAGS:
+            return None
+    return None
+
+
 def _repeated(items: Sequence[str]) -> list[str]:
     keys = [item.split("=", 1)[0] for item in items]
     return sorted({key for key in keys if keys.count(key) > 1})
@@ -128,8 +147,13 @@ def check_config_given_once(argv: Sequence[str], profiles: Sequence[str | Path])
                 given.append(item)
         elif arg.startswith("--config="):
             given = [arg.removeprefix("--config=")]
-        elif arg.startswith("-C") and not arg.startswith("--"):  # the short option with its value attached: -Ck=v
-            given = [arg.removeprefix("-C")]
+        elif _short_config(arg) is not None:  # -Ck=v, or -C among other short flags: -nC k=v, -nCk=v
+            attached = _short_config(arg)
+            given = [attached] if attached else []
+            for item in ([] if attached else argv[i + 1:]):
+                if item.startswith("-"):
+                    break
+                given.append(item)
         else:
             continue
         options.append(" ".join(given))

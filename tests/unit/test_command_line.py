@@ -1,0 +1,32 @@
+"""What Snakemake's command line settles before the Snakefile runs (grueflow.command_line)."""
+
+from __future__ import annotations
+
+import pytest
+
+from grueflow.command_line import SHORT_FLAGS, check_config_given_once
+from grueflow.config import ConfigError
+
+
+def test_the_short_flags_are_the_installed_snakemakes():
+    """The flags one may bundle before -C, kept as data (building Snakemake's parser costs a quarter second a run):
+    a Snakemake that adds or drops one fails here, not silently in the check."""
+    from snakemake.cli import get_argument_parser
+
+    actions = get_argument_parser()._actions
+    assert SHORT_FLAGS == {s[1] for a in actions for s in a.option_strings
+                           if len(s) == 2 and s[1] != "-" and a.nargs == 0}
+
+
+@pytest.mark.parametrize("argv", [["-nC", "seeds=[0]", "-C", "tasks=[a]"], ["-nCseeds=[0]", "-Cseeds=[1]"],
+                                  ["-pC", "seeds=[0]", "--config", "tasks=[a]"]],
+                         ids=["bundled-then-separate", "bundled-attached", "bundled-then-long"])
+def test_a_config_option_bundled_with_other_short_flags_counts(argv):
+    """-nC k=v, -nCk=v and -pC k=v passed the check: a second -C (or --config) dropped the first one's settings."""
+    with pytest.raises(ConfigError, match=r"--config is given 2 times"):
+        check_config_given_once(argv, [])
+
+
+@pytest.mark.parametrize("argv", [["-n", "-C", "a=1", "b=2"], ["-j4", "results/x"], ["-pC", "seeds=[0]"]])
+def test_one_config_option_passes(argv):
+    check_config_given_once(argv, [])
