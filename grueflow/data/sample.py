@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -290,8 +291,8 @@ def read_unlabelled(datapool_dir: str | Path) -> list[str]:
     folder = Path(datapool_dir)
     path = folder / UNLABELLED
     if not path.is_file() and (folder / UNLABELLED_LINES).is_file():
-        lines = io.read_text(folder / UNLABELLED_LINES).split("\n")  # line ends only: a text may hold U+2028, \f
-        return [line.removesuffix("\r") for line in lines if line.strip()]
+        # at line ends only (\n, \r\n, or \r as old Mac files end lines): a text may hold U+2028 or a form feed
+        return [line for line in re.split(r"\r\n|\r|\n", io.read_text(folder / UNLABELLED_LINES)) if line.strip()]
     if not path.is_file():
         raise io.MissingDataError(f"{path} is missing: the datapool has no unlabelled text; rebuild it with "
                                   f"prepare_datapool (or, by hand, write one JSON string per line there)")

@@ -1092,6 +1092,8 @@ def test_a_hand_written_unlabelled_txt_is_read_one_text_per_line(tmp_path: Path)
 
     (tmp_path / "unlabelled.txt").write_text("first text\r\n\nsecond\u2028text\fwith a form feed\n", encoding="utf-8")
     assert read_unlabelled(tmp_path) == ["first text", "second\u2028text\fwith a form feed"]  # split at line ends only
+    (tmp_path / "unlabelled.txt").write_bytes(b"one\rtwo\rthree\r")  # Excel for Mac's "Text (Macintosh)"
+    assert read_unlabelled(tmp_path) == ["one", "two", "three"]
     (tmp_path / "unlabelled.jsonl").write_text('"the written one"\n', encoding="utf-8")  # what prepare_datapool wrote
     assert read_unlabelled(tmp_path) == ["the written one"]
 
