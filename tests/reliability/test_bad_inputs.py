@@ -1011,6 +1011,20 @@ def custom_task(tmp_path: Path, train: str, **args: Any) -> Path:
                                                                                                    **args}})
 
 
+@pytest.mark.parametrize("train", ["results/mydata/train.jsonl", "./results/x/../mydata/train.jsonl"])
+def test_datapool_data_under_results_is_refused_with_its_args(tmp_path: Path, train: str):
+    """Data kept under results/ (where the stages write) was tracked by neither engine: an edit to it rebuilt
+    nothing, "Nothing to be done"."""
+    from grueflow.config import DatapoolConfig, typed_args
+    from grueflow.params import load_section
+
+    task = custom_task(tmp_path, train)
+    with pytest.raises(ConfigError, match=r"lies under results/, where the stages write their outputs: neither "
+                                          r"engine tracks data there, so an edit to it would rebuild nothing; keep "
+                                          r"the data outside results/, e.g. in data/"):
+        typed_args(load_section(DatapoolConfig, task, "datapool"))
+
+
 def _sample(id_: str = "s0", prompt: str = "2 + 2 ?", references: Any = ("4",), meta: Any = None) -> Any:
     from grueflow.data.sample import Sample
 
