@@ -87,15 +87,20 @@ include: "workflow/rules/human.smk"  # human evaluation (issue 7): not part of r
 if workflow.is_main_process:  # a stage folder deleted or damaged under finished readers: their jobs rerun
     import sys
 
+    from grueflow.io import DataError
     from grueflow.stale import mark_stale
 
     _tables = {Path(STAGES[s].outputs["csv"]): [Path(p) for name, p in STAGES[s].outputs.items() if name != "csv"]
                for s in ("aggregate", "human_eval_table")}  # a table and the files written with it
     _keys = {key: [] for key in Path().glob(re.sub(r"\{\w+\}", "*", STAGES["export_human_pairwise"].outputs["key"]))
              if not key.name.startswith(".")}  # pairwise keys, checked against the digests their export recorded
-    for _line in mark_stale(Path("results"), Path(output_of("aggregate", "csv")),
+    try:
+        _lines = mark_stale(Path("results"), Path(output_of("aggregate", "csv")),
                             [Path(p) for p in expand(output_of("evaluate"), task=TASKS, method=METHODS, seed=SEEDS)],
-                            {**_tables, **_keys}, folders=[Path(p) for p in stage_folders()]):
+                            {**_tables, **_keys}, folders=[Path(p) for p in stage_folders()])
+    except DataError as err:  # files put by hand where a stage writes: never deleted by a rebuild
+        raise WorkflowError(str(err)) from None
+    for _line in _lines:
         print(_line, file=sys.stderr)
 
 

@@ -46,8 +46,8 @@ import time
 from pathlib import Path
 from typing import Iterable, Optional
 
-from grueflow.io import (MODEL_DIR, STAGE_RECORD, UNHASHED, MissingDataError, atomic_path, check_stage_output,
-                         files_record, fingerprint, read_json, sha256_bytes)
+from grueflow.io import (MODEL_DIR, PROVENANCE_RECORD, STAGE_RECORD, UNHASHED, DataError, MissingDataError, atomic_path,
+                         check_stage_output, files_record, fingerprint, read_json, sha256_bytes)
 
 SNAKEMAKE_TIMESTAMP = ".snakemake_timestamp"  # Snakemake's modification time of a directory() output
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
@@ -203,6 +203,13 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             stale.setdefault(folder, f"damaged: {STAGE_RECORD} is missing")
         elif folder.exists() and not folder.is_dir():  # Snakemake takes it as the output, and removes it to rerun
             stale.setdefault(folder, "a file where the stage's folder belongs")
+    made = [str(path) for path, why in stale.items() if why == f"damaged: {STAGE_RECORD} is missing"
+            and _made_by_hand(path)]
+    if made:
+        raise DataError(f"{made[0]} holds files no stage wrote (neither {STAGE_RECORD} nor {PROVENANCE_RECORD}), "
+                        f"where the pipeline writes a stage's output: rebuilding it would delete them. Move them out "
+                        f"of results/ (a datapool made by hand is given to a stage with --datapool), or delete the "
+                        f"folder to have the pipeline build it")
     for written, others in (siblings or {}).items():
         missing = [str(p) for p in others if not p.is_file()]
         if written.is_file() and written not in stale and missing:
@@ -226,6 +233,13 @@ def _changed_since_written(first: Path) -> Optional[str]:
         return str(files_record(first))
     return next((path for path, digest in recorded.items() if Path(path).is_file()
                  and sha256_bytes(path) != digest), None)
+
+
+def _made_by_hand(folder: Path) -> bool:
+    """Whether ``folder``, a suite stage folder without its stage record, holds files and no provenance record:
+    put there by hand, not a stage's output damaged (a stage writes its provenance first and its record last, and
+    an emptied folder holds nothing to lose)."""
+    return not (folder / PROVENANCE_RECORD).is_file() and any(p.is_file() for p in folder.rglob("*"))
 
 
 def _outside(path: Path, results: Path) -> bool:
@@ -252,8 +266,8 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
                folders: Iterable[Path] = ()) -> list[str]:
     """Set each :func:`stale_outputs` entry's Snakemake timestamp to :data:`STALE_TIME` and give it a new token in
     ``tokens`` (the digests of inputs are cached beside it); one line per entry, saying why. A stage stale because
-    an input from outside results/ changed, or is gone, gets the stamp alone: the content digest its rule takes as a param
-    reruns it where Snakemake recorded one, the stamp where it did not (a folder ``dvc repro`` built, or
+    an input from outside results/ changed, or is gone, gets the stamp alone: the content digest its rule takes as
+    a param reruns it where Snakemake recorded one, the stamp where it did not (a folder ``dvc repro`` built, or
     ``.snakemake`` removed), and an input put back as it was (after a dry run saw it edited) reruns nothing."""
     lines = []
     stale = stale_outputs(results, table, expected, siblings, folders, tokens.parent / DIGESTS.name)

@@ -13,7 +13,7 @@ from typing import Iterator
 import pytest
 
 from grueflow import stage
-from grueflow.io import read_json
+from grueflow.io import DataError, read_json
 
 
 def test_the_stage_record_counts_the_bytes_of_every_output_file_but_itself(tmp_path):
@@ -404,6 +404,12 @@ def test_a_stage_folder_without_its_record_is_stale_when_read_or_aggregated(tmp_
     assert datapool not in stale_outputs(results, tmp_path / "t.csv", [])  # only the suite's folders name it
     assert stale_outputs(results, tmp_path / "t.csv", [], folders=[datapool, results / "concepts" / "datapool"]) == {
         datapool: "damaged: stage.json is missing"}  # one that was never built is no concern of the check
+    (datapool / "train.jsonl").write_text("{}\n")  # files put there by hand: no stage wrote them, none may delete them
+    with pytest.raises(DataError, match=rf"{datapool} holds files no stage wrote \(neither stage.json nor "
+                                        r"provenance.json\), where the pipeline writes a stage's output: rebuilding it "
+                                        r"would delete them. Move them out of results/"):
+        stale_outputs(results, tmp_path / "t.csv", [], folders=[datapool])
+    (datapool / "train.jsonl").unlink()
     shutil.rmtree(datapool)
     datapool.write_text("x")  # a file where the folder belongs: Snakemake took it for the output, every run failed
     assert stale_outputs(results, tmp_path / "t.csv", [], folders=[datapool]) == {

@@ -330,9 +330,10 @@ def test_a_human_batch_or_import_without_its_record_is_stale_before_anything_rea
     folders = [finished / "results/human/sentiment/batches/supervised+ppo_vs_supervised_seed0",
                finished / "results/human/sentiment/imported/likert_seed0"]
     made = [folder for folder in folders if not folder.is_dir()]
-    for folder in folders:  # a folder without its record: the finished run's, its record set aside, or a new one
+    for folder in folders:  # a stage's folder without its record: the finished run's, its record set aside, or new
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "items.jsonl").write_text("{}\n")
+        (folder / "provenance.json").write_text("{}\n")  # what a stage writes first: not a folder made by hand
         if (folder / "stage.json").is_file():
             (folder / "stage.json").rename(folder.with_name(folder.name + ".record"))
     try:
@@ -343,6 +344,7 @@ def test_a_human_batch_or_import_without_its_record_is_stale_before_anything_rea
     finally:
         for folder in folders:
             (folder / "items.jsonl").unlink()
+            (folder / "provenance.json").unlink()
             if folder in made:
                 folder.rmdir()
             else:
