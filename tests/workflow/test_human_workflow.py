@@ -33,6 +33,7 @@ def fake_evaluate_outputs(repo: Path) -> int:
     for k, method in enumerate(METHODS):
         out = repo / "results" / "eval" / "sentiment" / method / "seed0"
         out.mkdir(parents=True)
+        (out / "provenance.json").write_text('{"stage": "evaluate"}\n')  # what a stage writes first: not hand-made
         with open(out / "predictions.jsonl", "w", encoding="utf-8") as handle:
             for i, row in enumerate(rows):
                 handle.write(json.dumps({"id": f"s{i}", "prompt": row["prompt"], "references": [], "scores": {},
