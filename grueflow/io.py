@@ -93,11 +93,15 @@ def atomic_files(paths: Iterable[str | Path]) -> Iterator[list[Path]]:
 
 def sha256_bytes(path: str | Path) -> str:
     """sha256 of a file's bytes alone (:func:`fingerprint` hashes its name too)."""
-    digest = hashlib.sha256()
+    return _hash_file(hashlib.sha256(), path).hexdigest()
+
+
+def _hash_file(digest: Any, path: str | Path) -> Any:
+    """``digest`` updated with the bytes of the file ``path``, read a MiB at a time."""
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
-    return digest.hexdigest()
+    return digest
 
 
 class DataError(ValueError):
@@ -391,9 +395,7 @@ def fingerprint(path: str | Path) -> str:
                                                  and p.name not in UNHASHED)
     for file in files:
         digest.update(str(file.relative_to(path) if file != path else file.name).encode())
-        with open(file, "rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
+        _hash_file(digest, file)
     return digest.hexdigest()
 
 
