@@ -27,9 +27,10 @@ and marks each as stale in the two ways Snakemake reads staleness: its timestamp
 input newer than the output whose checksum is the one Snakemake recorded (a small file such as a stage's code)
 does not rerun a job, so a job whose inputs are only such files (prepare_datapool), or whose one folder input
 is gone (what read a deleted datapool), would never rerun; a param that differs from the recorded one always
-does. Its job reruns and rebuilds what it reads. Nothing is deleted, and the stale outputs are stale whatever is
-run next (a dry run marks them too; a folder repaired by hand after that still reruns once). DVC needs none of
-this: it compares content hashes.
+does. Its job reruns and rebuilds what it reads. The stale outputs are stale whatever is run next (a dry run marks
+them too; a folder repaired by hand after that still reruns once). Nothing is deleted here, and what a suite stage
+folder without its record holds (a datapool written there by hand, a record deleted) is moved out of ``results/``
+before Snakemake's rebuild deletes the folder. DVC needs none of this: it compares content hashes.
 
 The same blind spot holds for the files a job reads from outside ``results/`` (a datapool's local data, a
 plugin's code, a reward's lexicon): one replaced by a file with an older time (``mv`` from a download folder,
@@ -46,8 +47,8 @@ import time
 from pathlib import Path
 from typing import Iterable, Optional
 
-from grueflow.io import (MODEL_DIR, PROVENANCE_RECORD, STAGE_RECORD, UNHASHED, DataError, MissingDataError, atomic_path,
-                         check_stage_output, files_record, fingerprint, read_json, sha256_bytes)
+from grueflow.io import (MODEL_DIR, STAGE_RECORD, UNHASHED, MissingDataError, atomic_path, check_stage_output,
+                         files_record, fingerprint, read_json, sha256_bytes)
 
 SNAKEMAKE_TIMESTAMP = ".snakemake_timestamp"  # Snakemake's modification time of a directory() output
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
@@ -55,6 +56,8 @@ TOKENS = Path(".snakemake") / "grueflow-stale.json"  # {output path: when it was
 # Snakemake's own records (relative to the project root, the working folder of a Snakemake run)
 
 
+STAMPED = Path(".snakemake") / "grueflow-stamped.json"  # {stage folder: its time in ns before a stamp for an input}
+REPLACED = Path(".grueflow") / "replaced"  # what stale stage folders without their record held, set aside
 DIGESTS = Path(".snakemake") / "grueflow-digests.json"  # {path: [stat signature, sha256]}: files read once
 CHANGED_INPUT = "changed since it was built"  # why a stage whose input from outside results/ changed is stale
 GONE_INPUT = "no longer exists"  # ... and one whose input from outside results/ is gone
@@ -160,7 +163,8 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
     every stage folder the suite's rules write, stale when one exists without its record; ``cache``: where the
     digests of inputs from outside ``results`` are kept between runs (:func:`input_changed`)."""
     stale: dict[Path, str] = {}
-    expected = list(expected)
+    expected, folders = list(expected), list(folders)
+    suite = set(expected) | set(folders)
     root = results.parent  # stage.json records input paths relative to the project root
     recorded = sorted(p.parent for p in results.rglob(STAGE_RECORD) if not any(
         part.endswith(".resume") for part in p.relative_to(results).parts))
@@ -191,7 +195,7 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             stale[folder] = f"its input {', '.join(changed)} {CHANGED_INPUT}"
         for path in paths:  # an input stage folder emptied, or its record deleted: not found by its stage.json
             unrecorded = _unrecorded(root, path, results)
-            if unrecorded is not None:
+            if unrecorded is not None and (not folders or unrecorded in suite):  # a folder no rule writes: no job
                 stale.setdefault(unrecorded, f"damaged: {STAGE_RECORD} is missing")
     if table.is_file():
         gone = [str(p) for p in expected if not p.is_dir()]
@@ -203,13 +207,6 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             stale.setdefault(folder, f"damaged: {STAGE_RECORD} is missing")
         elif folder.exists() and not folder.is_dir():  # Snakemake takes it as the output, and removes it to rerun
             stale.setdefault(folder, "a file where the stage's folder belongs")
-    made = [str(path) for path, why in stale.items() if why == f"damaged: {STAGE_RECORD} is missing"
-            and _made_by_hand(path)]
-    if made:
-        raise DataError(f"{made[0]} holds files no stage wrote (neither {STAGE_RECORD} nor {PROVENANCE_RECORD}), "
-                        f"where the pipeline writes a stage's output: rebuilding it would delete them. Move them out "
-                        f"of results/ (a datapool made by hand is given to a stage with --datapool), or delete the "
-                        f"folder to have the pipeline build it")
     for written, others in (siblings or {}).items():
         missing = [str(p) for p in others if not p.is_file()]
         if written.is_file() and written not in stale and missing:
@@ -235,11 +232,24 @@ def _changed_since_written(first: Path) -> Optional[str]:
                  and sha256_bytes(path) != digest), None)
 
 
-def _made_by_hand(folder: Path) -> bool:
-    """Whether ``folder``, a suite stage folder without its stage record, holds files and no provenance record:
-    put there by hand, not a stage's output damaged (a stage writes its provenance first and its record last, and
-    an emptied folder holds nothing to lose)."""
-    return not (folder / PROVENANCE_RECORD).is_file() and any(p.is_file() for p in folder.rglob("*"))
+def held(folder: Path) -> list[Path]:
+    """What a stage folder without its stage record holds, but Snakemake's timestamp: the files a rebuild would
+    delete. Nothing tells whose they are: a stage's output damaged (its record deleted, a copy ``dvc checkout``
+    restored, which lacks the provenance record), files put there by hand, or both."""
+    return sorted(p for p in folder.iterdir() if p.name != SNAKEMAKE_TIMESTAMP) if folder.is_dir() else []
+
+
+def set_aside(folder: Path, root: Path, when: Optional[str] = None) -> Path:
+    """Move what ``folder`` holds (:func:`held`) to ``<root>/.grueflow/replaced/<folder>@<when>`` (UTC,
+    ``20261206T140501Z``), leaving the folder and its Snakemake timestamp: the rebuild Snakemake runs deletes the
+    folder first, and nothing a person put there may go with it. The place, which is returned, lies outside
+    ``results/``, so that no stage or table reads it and neither engine tracks it."""
+    when = when or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    place = root / REPLACED / f"{folder.resolve().relative_to(root.resolve())}@{when}"
+    place.mkdir(parents=True, exist_ok=False)
+    for path in held(folder):
+        os.replace(path, place / path.name)
+    return place
 
 
 def _outside(path: Path, results: Path) -> bool:
@@ -265,24 +275,73 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
                siblings: Optional[dict[Path, list[Path]]] = None, tokens: Path = TOKENS,
                folders: Iterable[Path] = ()) -> list[str]:
     """Set each :func:`stale_outputs` entry's Snakemake timestamp to :data:`STALE_TIME` and give it a new token in
-    ``tokens`` (the digests of inputs are cached beside it); one line per entry, saying why. A stage stale because
-    an input from outside results/ changed, or is gone, gets the stamp alone: the content digest its rule takes as
-    a param reruns it where Snakemake recorded one, the stamp where it did not (a folder ``dvc repro`` built, or
-    ``.snakemake`` removed), and an input put back as it was (after a dry run saw it edited) reruns nothing."""
+    ``tokens`` (the digests of inputs are cached beside it); one line per entry, saying why.
+
+    A suite stage folder without its record that holds files is named with them: :func:`set_aside_held` moves them
+    before the jobs run (Snakemake's ``onstart``, which a dry run skips), the rebuild deleting the folder. A stage stale because an input from
+    outside results/ changed, or is gone, gets the stamp alone: the content digest its rule takes as a param reruns
+    it where Snakemake recorded one, the stamp where it did not (a folder ``dvc repro`` built, or ``.snakemake``
+    removed). Its time before the stamp is kept in :data:`STAMPED`, and put back once the input is as recorded
+    again (after a dry run saw it edited): then nothing reruns, whatever the input's size."""
     lines = []
+    expected, folders = list(expected), list(folders)
+    suite = set(expected) | set(folders)
     stale = stale_outputs(results, table, expected, siblings, folders, tokens.parent / DIGESTS.name)
+    stamped_file = tokens.parent / STAMPED.name
+    stamped = _read_mapping(stamped_file)
+    kept = dict(stamped)
     for path, why in stale.items():
         stamp = path / SNAKEMAKE_TIMESTAMP if (path / SNAKEMAKE_TIMESTAMP).is_file() else path
+        line = f"grueflow: {path} is stale ({why}); its job reruns"
+        files = held(path) if why == f"damaged: {STAGE_RECORD} is missing" and path in suite else []
+        if files:
+            names = ", ".join(p.name for p in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+            line += f"; what it holds ({names}) is moved to {results.parent / REPLACED}/ before the jobs run"
+        if why.startswith("its input "):  # CHANGED_INPUT, GONE_INPUT: the time to put back, unless already stamped
+            before = stamp.stat().st_mtime_ns
+            if before != STALE_TIME * 10 ** 9:
+                kept[str(path)] = before
+        else:
+            kept.pop(str(path), None)  # rebuilt whatever the input says
         os.utime(stamp, (STALE_TIME, STALE_TIME))
-        lines.append(f"grueflow: {path} is stale ({why}); its job reruns")
+        lines.append(line)
+    for name, before in stamped.items():  # inputs as recorded again: the stamp taken back, unless rebuilt since
+        path = Path(name)
+        if path in stale:
+            continue
+        kept.pop(name, None)
+        stamp = path / SNAKEMAKE_TIMESTAMP if (path / SNAKEMAKE_TIMESTAMP).is_file() else path
+        if isinstance(before, int) and stamp.exists() and stamp.stat().st_mtime_ns == STALE_TIME * 10 ** 9:
+            os.utime(stamp, ns=(before, before))
+    if kept != stamped:
+        with atomic_path(stamped_file) as tmp:
+            tmp.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
     tokened = [path for path, why in stale.items() if not why.startswith("its input ")]  # CHANGED_, GONE_INPUT
     if tokened:
-        try:
-            known = json.loads(tokens.read_text())
-        except (OSError, ValueError):
-            known = {}
+        known = _read_mapping(tokens)
         now = str(time.time_ns())
-        known = {**(known if isinstance(known, dict) else {}), **{str(path): now for path in tokened}}
+        known = {**known, **{str(path): now for path in tokened}}
         with atomic_path(tokens) as tmp:
             tmp.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
     return lines
+
+
+def set_aside_held(results: Path, folders: Iterable[Path]) -> list[str]:
+    """Set aside (:func:`set_aside`) what each of the suite's stage ``folders`` without its record holds, those
+    :func:`mark_stale` found stale and named; one line per folder, saying where. Called once the jobs to run are
+    known and before they run: never in a dry run."""
+    lines = []
+    for folder in folders:
+        if folder.is_dir() and not (folder / STAGE_RECORD).is_file() and held(folder):
+            lines.append(f"grueflow: what {folder} held is moved to {set_aside(folder, results.parent)}")
+    return lines
+
+
+def _read_mapping(path: Path) -> dict:
+    """The JSON object in ``path``; empty when it is missing, unreadable or no object (a record of this module's,
+    rebuilt as it is used)."""
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return known if isinstance(known, dict) else {}

@@ -13,7 +13,7 @@ from typing import Iterator
 import pytest
 
 from grueflow import stage
-from grueflow.io import DataError, read_json
+from grueflow.io import read_json
 
 
 def test_the_stage_record_counts_the_bytes_of_every_output_file_but_itself(tmp_path):
@@ -365,11 +365,86 @@ def test_a_stage_whose_input_from_outside_results_changed_is_stale(tmp_path, mon
     assert stale.stale_outputs(results, tmp_path / "t.csv", [], cache=cache) == {
         datapool: f"its input {folder} changed since it was built"}
     (folder / "sub" / "a.txt").write_text("a")
+    built = datapool.stat().st_mtime_ns
     data.rename(new)  # moved aside: stale, but stamped only (no token), so moving it back reruns nothing
     tokens = tmp_path / ".snakemake" / "grueflow-stale.json"
     assert stale.mark_stale(results, tmp_path / "t.csv", [], tokens=tokens) == [
         f"grueflow: {datapool} is stale (its input {data} no longer exists); its job reruns"]
     assert not tokens.exists()
+    assert stale.mark_stale(results, tmp_path / "t.csv", [], tokens=tokens) != []  # a second dry run: still stamped
+    new.rename(data)  # put back as it was: the time before the stamp comes back, so that nothing reruns
+    assert stale.mark_stale(results, tmp_path / "t.csv", [], tokens=tokens) == []
+    assert datapool.stat().st_mtime_ns == built != 10 ** 9
+
+
+def test_a_stamp_for_an_input_stays_when_the_stage_is_stale_for_its_own_sake(tmp_path, monkeypatch):
+    """A dry run made while a data file was edited stamped its datapool 1970, and putting the file back left the
+    stamp: where Snakemake kept no checksum of the file (over 1 MB, or .snakemake removed), the datapool and all it
+    fed reran. The time before the stamp is put back once the input is as recorded, but not over a rebuild."""
+    from grueflow import stale
+    from grueflow.io import write_stage_record
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    results, data = tmp_path / "results", tmp_path / "train.jsonl"
+    datapool = results / "sentiment" / "datapool"
+    datapool.mkdir(parents=True)
+    (datapool / "train.jsonl").write_text("{}\n")
+    (datapool / stale.SNAKEMAKE_TIMESTAMP).touch()
+    data.write_text('{"prompt": "v1"}\n')
+    write_stage_record(datapool, stage="prepare_datapool", params={}, wall_time_s=0.0, inputs={"data": data})
+    tokens, timestamp = tmp_path / ".snakemake" / "grueflow-stale.json", datapool / stale.SNAKEMAKE_TIMESTAMP
+    built = timestamp.stat().st_mtime_ns
+    data.write_text('{"prompt": "v2"}\n')
+    assert stale.mark_stale(results, tmp_path / "t.csv", [], tokens=tokens) == [
+        f"grueflow: {datapool} is stale (its input {data} changed since it was built); its job reruns"]
+    assert timestamp.stat().st_mtime == 1
+    (datapool / "train.jsonl").unlink()  # damaged as well: rebuilt whatever the input says
+    assert "damaged" in stale.mark_stale(results, tmp_path / "t.csv", [], tokens=tokens)[0]
+    data.write_text('{"prompt": "v1"}\n')
+    assert "damaged" in stale.mark_stale(results, tmp_path / "t.csv", [], tokens=tokens)[0]
+    assert timestamp.stat().st_mtime == 1 != built / 10 ** 9
+    (datapool / "train.jsonl").write_text("{}\n")  # repaired by hand: its token reruns it once, the stamp stays
+    assert stale.mark_stale(results, tmp_path / "t.csv", [], tokens=tokens) == []
+    assert timestamp.stat().st_mtime == 1
+
+
+def test_a_stage_folder_without_its_record_holding_files_has_them_set_aside_before_a_rebuild(tmp_path, monkeypatch):
+    """A datapool written by hand where the pipeline writes one, or a stage folder whose record was deleted and a
+    file added, was rebuilt, and Snakemake deleted the folder first: the files went with it. A folder a dvc
+    checkout restored lacks its provenance record, and one emptied with rm -rf folder/* keeps Snakemake's hidden
+    timestamp, so neither tells a stage's output from a person's: what such a folder holds is named, and moved out
+    of results/ before the jobs run. A folder no rule writes is left alone."""
+    from grueflow.io import write_stage_record
+    from grueflow.stale import REPLACED, SNAKEMAKE_TIMESTAMP, mark_stale, set_aside_held
+
+    monkeypatch.chdir(tmp_path)
+    results, tokens = Path("results"), Path(".snakemake") / "grueflow-stale.json"
+    datapool, emptied = results / "concepts" / "datapool", results / "sentiment" / "datapool"
+    for folder in (datapool, emptied):
+        folder.mkdir(parents=True)
+        (folder / SNAKEMAKE_TIMESTAMP).touch()
+    (datapool / "unlabelled.txt").write_text("my own text\n")
+    (datapool / "train.jsonl").write_text("{}\n")
+    mine = results / "mypool"  # a datapool of the user's under results/ that a stage run by hand read
+    mine.mkdir()
+    (mine / "train.jsonl").write_text("{}\n")
+    reader = results / "scratch" / "base_model"
+    reader.mkdir(parents=True)
+    write_stage_record(reader, stage="base_model", params={}, wall_time_s=0.0, inputs={"datapool": mine})
+    suite = [datapool, emptied, results / "imdb" / "datapool"]
+    assert mark_stale(results, Path("t.csv"), [], tokens=tokens, folders=suite) == [
+        f"grueflow: {datapool} is stale (damaged: stage.json is missing); its job reruns; what it holds (train.jsonl, "
+        f"unlabelled.txt) is moved to {REPLACED}/ before the jobs run",
+        f"grueflow: {emptied} is stale (damaged: stage.json is missing); its job reruns"]
+    assert (datapool / "unlabelled.txt").is_file() and not REPLACED.exists()  # a dry run stops here
+    lines = set_aside_held(results, suite)
+    place = REPLACED / f"{datapool}@{lines[0].rsplit('@', 1)[1]}"
+    assert lines == [f"grueflow: what {datapool} held is moved to {place}"]
+    assert sorted(p.name for p in place.iterdir()) == ["train.jsonl", "unlabelled.txt"]
+    assert (place / "unlabelled.txt").read_text() == "my own text\n"
+    assert [p.name for p in datapool.iterdir()] == [SNAKEMAKE_TIMESTAMP]  # the folder stays, stamped for its rebuild
+    assert (datapool / SNAKEMAKE_TIMESTAMP).stat().st_mtime == 1
+    assert (mine / "train.jsonl").is_file() and set_aside_held(results, suite) == []
 
 
 def test_a_stage_folder_without_its_record_is_stale_when_read_or_aggregated(tmp_path):
@@ -404,12 +479,6 @@ def test_a_stage_folder_without_its_record_is_stale_when_read_or_aggregated(tmp_
     assert datapool not in stale_outputs(results, tmp_path / "t.csv", [])  # only the suite's folders name it
     assert stale_outputs(results, tmp_path / "t.csv", [], folders=[datapool, results / "concepts" / "datapool"]) == {
         datapool: "damaged: stage.json is missing"}  # one that was never built is no concern of the check
-    (datapool / "train.jsonl").write_text("{}\n")  # files put there by hand: no stage wrote them, none may delete them
-    with pytest.raises(DataError, match=rf"{datapool} holds files no stage wrote \(neither stage.json nor "
-                                        r"provenance.json\), where the pipeline writes a stage's output: rebuilding it "
-                                        r"would delete them. Move them out of results/"):
-        stale_outputs(results, tmp_path / "t.csv", [], folders=[datapool])
-    (datapool / "train.jsonl").unlink()
     shutil.rmtree(datapool)
     datapool.write_text("x")  # a file where the folder belongs: Snakemake took it for the output, every run failed
     assert stale_outputs(results, tmp_path / "t.csv", [], folders=[datapool]) == {
