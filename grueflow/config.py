@@ -26,7 +26,7 @@ from typing import Any, Callable, Literal, Optional, Union
 import yaml
 
 from grueflow.io import DataError, loads_unique, read_text
-from grueflow.pipeline import DEFAULT_RESOURCES, RESOURCE_STAGES
+from grueflow.pipeline import DEFAULT_RESOURCES, RESOURCE_STAGES, data_in_outputs
 from grueflow.registry import UnknownNameError
 
 
@@ -257,6 +257,12 @@ class DatapoolConfig:
     id: str
     args: dict[str, Any] = field(default_factory=dict)
     typed_args: Any = resolved()
+
+    def __post_init__(self) -> None:
+        # every loader's data keys (a plugin's too), relative to the project folder every stage runs in
+        problem = data_in_outputs(self.args, Path.cwd())
+        if problem is not None:
+            raise ConfigError(problem)
 
 
 @dataclass(frozen=True)

@@ -486,6 +486,29 @@ def plugin_code_file(stage: str) -> str:
     return f"{PLUGIN_CODE}/{{task}}/{stage}.json"
 
 
+DATAPOOL_DATA_KEYS = ("data_files", "data_root", "path", "train_path")  # the datapool args that can name local data
+
+
+def datapool_paths(args: Mapping) -> list[tuple[str, str]]:
+    """Every string a datapool's ``args`` give under :data:`DATAPOOL_DATA_KEYS`, at any depth of lists and
+    mappings, with its name: ``("data_files.train[1]", "data/a.jsonl")``, in the order written."""
+    found: list[tuple[str, str]] = []
+
+    def walk(name: str, value: object) -> None:
+        if isinstance(value, str):
+            found.append((name, value))
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                walk(f"{name}[{i}]", item)
+        elif isinstance(value, Mapping):
+            for key, item in value.items():
+                walk(f"{name}.{key}", item)
+
+    for key in DATAPOOL_DATA_KEYS:
+        walk(key, args.get(key))
+    return found
+
+
 def datapool_files(task: object, root: Path = ROOT) -> list[str]:
     """The local data a task file's datapool reads, as the file writes the paths (relative to ``root``):
     ``args.data_files`` (a path, a list or a ``{split: path(s)}`` mapping), ``args.data_root``, and ``args.path``
@@ -496,8 +519,27 @@ def datapool_files(task: object, root: Path = ROOT) -> list[str]:
     args = datapool.get("args") if isinstance(datapool, dict) else None
     if not isinstance(args, dict):
         return []
-    named = [p for key in ("data_files", "data_root", "path", "train_path") for p in plugins.strings_in(args.get(key))]
+    named = [text for _, text in datapool_paths(args)]
     return sorted({path for path in (local_input(p, root) for p in named) if path is not None})
+
+
+def data_in_outputs(args: Mapping, root: Path = ROOT) -> Optional[str]:
+    """Why a datapool's ``args`` cannot be used, or None: a path among :func:`datapool_paths` that resolves, as
+    :func:`local_input` resolves it (``~`` expanded, relative to ``root``, links followed), into ``root/results``.
+    The stages write there, so :func:`local_input` leaves such a path out as a stage output: no engine would track
+    it as the datapool's data (nor order the datapool after a stage that writes it), and an edit to it would rebuild
+    nothing. The message names the path as written, and where it resolves to when links or ``..`` take it there."""
+    outputs = (root / "results").resolve()
+    for name, text in datapool_paths(args):
+        path = resolve_input(text, root)
+        if path is None or not path.is_relative_to(outputs):
+            continue
+        as_written = os.path.normpath(os.path.join(root.resolve(), os.path.expanduser(text)))
+        via = f", which resolves to {str(path)!r}," if str(path) != as_written else ""
+        return (f"args.{name} {text!r}{via} lies under results/, where the stages write their outputs: neither "
+                f"engine tracks data there, so an edit to it would rebuild nothing; keep the data outside results/, "
+                f"e.g. in data/")
+    return None
 
 
 def scorer_files(task: object, root: Path = ROOT, parts: tuple[str, ...] = ("reward", "metrics")) -> list[str]:
@@ -514,23 +556,31 @@ def scorer_files(task: object, root: Path = ROOT, parts: tuple[str, ...] = ("rew
     return sorted({path for path in (local_input(text, root) for text in named) if path is not None})
 
 
+def resolve_input(text: str, root: Path = ROOT) -> Optional[Path]:
+    """The path ``text`` names as the loaders read it: ``~`` expanded (the home folder's), relative to ``root``
+    (or absolute), links followed; None where it cannot be a path (a NUL, a name too long for the file system)."""
+    try:
+        return (root / os.path.expanduser(text)).resolve()
+    except (OSError, ValueError):
+        return None
+
+
 def local_input(text: str, root: Path = ROOT) -> Optional[str]:
     """``text`` as a local input to track, normalised (``./a/`` -> ``a``, ``~/a`` -> the home folder's), when it
-    names an existing file or folder (relative to ``root``, or absolute); None when it names nothing, or a stage output under ``results/``
-    (its stage tracks it), or a folder holding the project or its outputs (``.``, ``..``, ``/``: hashing it
-    would track every output, and nothing would ever be up to date)."""
+    names an existing file or folder (relative to ``root``, or absolute; :func:`resolve_input`); None when it names
+    nothing, or a stage output under ``results/`` (its stage tracks it), or a folder holding the project or its
+    outputs (``.``, ``..``, ``/``: hashing it would track every output, and nothing would ever be up to date)."""
     if not text.strip() or "\n" in text:
         return None
-    text = os.path.expanduser(text)  # ~/data is the home folder's, as the loaders read it
+    path = resolve_input(text, root)
     try:
-        path = (root / text).resolve()
-        exists = path.exists()
-    except (OSError, ValueError):  # a name too long for the file system, a NUL: not a path
+        exists = path is not None and path.exists()
+    except (OSError, ValueError):  # a name too long for the file system: not a path
         return None
     outputs, project = (root / "results").resolve(), root.resolve()
     if not exists or path.is_relative_to(outputs) or project.is_relative_to(path):
         return None
-    return os.path.normpath(text)
+    return os.path.normpath(os.path.expanduser(text))
 
 
 def _path_digest(path: Path) -> str:

@@ -121,23 +121,6 @@ class SourceArgs:
             object.__setattr__(self, "data_files", {split: os.path.expanduser(file) if isinstance(file, str) else file
                                                     for split, file in self.data_files.items()})
         check_split_args(self)
-        check_not_in_outputs(self)
-
-
-OUTPUTS = "results"  # the pipeline's outputs folder, relative to the project
-
-
-def check_not_in_outputs(args: SourceArgs) -> None:
-    """Reject data named under ``results/``: it is where the stages write, so neither engine tracks a file there as
-    a datapool's data (no stage writes it, or nothing orders the datapool after the stage that does), and an edit
-    to it would rebuild nothing."""
-    files = args.data_files.values() if isinstance(args.data_files, dict) else []
-    for value in [getattr(args, "path", None), getattr(args, "data_root", None),
-                  *(f for file in files for f in (file if isinstance(file, list) else [file]))]:
-        if isinstance(value, str) and value and Path(os.path.normpath(value)).parts[:1] == (OUTPUTS,):
-            raise ValueError(f"{value!r} lies under {OUTPUTS}/, where the stages write their outputs: neither engine "
-                             f"tracks data there, so an edit to it would rebuild nothing; keep the data outside "
-                             f"{OUTPUTS}/, e.g. in data/")
 
 
 def check_split_args(args: SourceArgs) -> None:

@@ -1025,6 +1025,75 @@ def test_datapool_data_under_results_is_refused_with_its_args(tmp_path: Path, tr
         typed_args(load_section(DatapoolConfig, task, "datapool"))
 
 
+
+@pytest.mark.parametrize("spelling", ["absolute", "link", "./results/userdata/cg.jsonl",
+                                      "data/../results/userdata/cg.jsonl"])
+def test_datapool_data_that_resolves_into_results_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                             spelling: str):
+    """Data under results/ named by an absolute path, through a data/ link or with ``..`` passed the check, which
+    read the path as written: the engines, which resolve it, tracked it nowhere."""
+    from grueflow.config import DatapoolConfig, typed_args
+    from grueflow.params import load_section
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results" / "userdata").mkdir(parents=True)
+    (tmp_path / "data").mkdir()
+    target = Path(write_rows(tmp_path.resolve() / "results" / "userdata" / "cg.jsonl", [GOOD_ROW]))
+    (tmp_path / "data" / "cg.jsonl").symlink_to(Path("..") / "results" / "userdata" / "cg.jsonl")
+    train = {"absolute": str(target), "link": "data/cg.jsonl"}.get(spelling, spelling)
+    via = f", which resolves to {str(target)!r}," if spelling == "link" else ""
+    with pytest.raises(ConfigError, match=re.escape(f"datapool: args.data_files.train {train!r}{via} lies under "
+                                                    f"results/, where the stages write their outputs")):
+        typed_args(load_section(DatapoolConfig, custom_task(tmp_path, train), "datapool"))
+
+
+@pytest.mark.parametrize("train", ["results2/x.jsonl", "data/results/x.jsonl", "myresults.jsonl", "data/out.jsonl",
+                                   "results.jsonl"])
+def test_datapool_data_outside_results_is_not_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, train: str):
+    """Only data that resolves into the project's results/ is refused; a name that holds "results", a results/
+    folder of its own under data/, or a link out of the project are data like any other."""
+    from grueflow.config import DatapoolConfig, typed_args
+    from grueflow.params import load_section
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results").mkdir()
+    for folder in ("results2", "data/results", "elsewhere"):
+        (tmp_path / folder).mkdir(parents=True)
+    write_rows(tmp_path / "elsewhere" / "out.jsonl", [GOOD_ROW])
+    (tmp_path / "data" / "out.jsonl").symlink_to(tmp_path / "elsewhere" / "out.jsonl")
+    for name in ("results2/x.jsonl", "data/results/x.jsonl", "myresults.jsonl", "results.jsonl"):
+        write_rows(tmp_path / name, [GOOD_ROW])
+    args = typed_args(load_section(DatapoolConfig, custom_task(tmp_path, train), "datapool"))
+    assert args.data_files["train"] == train
+
+
+def wmt_task(tmp_path: Path, train_path: str) -> Path:
+    """wmt16newsonly training on ``train_path``, validating and testing on the rows of ``tmp_path/data/wmt``."""
+    rows = [{"translation": {"en": f"the house number {i}", "de": f"das haus nummer {i}"}} for i in range(4)]
+    (tmp_path / "data" / "wmt").mkdir(parents=True)
+    for split in ("train", "validation", "test"):
+        write_rows(tmp_path / "data" / "wmt" / f"{split}.jsonl", rows)
+    return edited(tmp_path, MICRO / "tasks" / "sentiment.yaml",
+                  datapool={"id": "wmt16newsonly", "args": {"path": "data/wmt", "train_path": train_path}})
+
+
+def test_a_train_path_under_results_is_refused_at_the_check_not_in_the_stage(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, call_stage: Callable[..., Exit]):
+    """wmt16newsonly's train_path under results/ passed the suite check, then failed the stage with a ValueError
+    traceback: the check read path, data_root and data_files only."""
+    from grueflow.config import DatapoolConfig, typed_args
+
+    monkeypatch.chdir(tmp_path)
+    task = wmt_task(tmp_path, "results/userdata/nc")
+    (tmp_path / "results" / "userdata" / "nc").mkdir(parents=True)
+    shutil.copy(tmp_path / "data" / "wmt" / "train.jsonl", tmp_path / "results" / "userdata" / "nc")
+    expect = "datapool: args.train_path 'results/userdata/nc' lies under results/, where the stages write their outputs"
+    with pytest.raises(ConfigError, match=re.escape(expect)):
+        typed_args(load_section(DatapoolConfig, task, "datapool"))
+    assert_fails_in_one_line(call_stage("prepare_datapool", "--task-file", task, "--out", tmp_path / "pool"), expect)
+    assert not (tmp_path / "pool").exists()
+
+
 def _sample(id_: str = "s0", prompt: str = "2 + 2 ?", references: Any = ("4",), meta: Any = None) -> Any:
     from grueflow.data.sample import Sample
 
