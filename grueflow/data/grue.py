@@ -429,6 +429,12 @@ class WMT16NewsOnly:
         train_path: str = "news_commentary"
         train_name: Optional[str] = "de-en"
 
+        def __post_init__(self) -> None:
+            super().__post_init__()
+            if not self.data_files and self.train_path.strip() in ("", "json", "csv", "parquet"):  # needs files
+                raise ValueError(f"train_path {self.train_path!r} names no dataset to train on: give a hub dataset id "
+                                 f"(default 'news_commentary') or a local folder, or data_files for every split")
+
     @staticmethod
     def build(args: "WMT16NewsOnly.Args") -> Datapool:
         if args.data_files:

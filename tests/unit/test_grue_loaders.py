@@ -486,6 +486,16 @@ def test_the_wmt_pools_read_the_translation_schema_with_rl4lms_prompts(tmp_path)
         build("wmt16newsonly", train_path=str(wmt), path=str(wmt))
 
 
+
+@pytest.mark.parametrize("train_path", ["json", ""])
+def test_a_wmt16newsonly_train_path_that_names_no_dataset_is_refused_at_parse(train_path):
+    """train_path: json (a builder) without data_files passed the suite check, then failed the stage with a
+    ValueError traceback that named path, not train_path."""
+    with pytest.raises(ConfigError, match=re.escape(f"train_path {train_path!r} names no dataset to train on: give a "
+                                                    f"hub dataset id (default 'news_commentary') or a local folder, "
+                                                    f"or data_files for every split")):
+        parse(DATAPOOLS.get("wmt16newsonly").Args, {"path": "data/wmt", "train_path": train_path}, "args")
+
 # ---------------------------------------------------------------------------------------------
 # CRD3
 # ---------------------------------------------------------------------------------------------
