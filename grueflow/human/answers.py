@@ -46,8 +46,8 @@ class AnswerError(ValueError):
 
 @dataclass(frozen=True)
 class Source:
-    """Where an answer was read: ``file`` and ``place`` in it (``answer 3``, ``row 5``). ``order`` is the answer's
-    position in an append-only answers file (the page's), where a later line is a later answer; ``None`` where the
+    """Where an answer was read: ``file`` and ``place`` in it (``line 3``, ``row 5``). ``order`` is the answer's
+    line number in an append-only answers file (the page's), where a later line is a later answer; ``None`` where the
     file's order says nothing about time (a platform's results CSV)."""
 
     file: str
@@ -185,6 +185,12 @@ def _cut_partial_tail(fd: int, path: Path) -> None:
 
 def read_answer_lines(path: str | Path) -> list[dict[str, Any]]:
     """The page's answers file as dicts; a missing file has no answers; a bad complete line is a DataError."""
+    return [record for _, record in read_numbered_answer_lines(path)]
+
+
+def read_numbered_answer_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
+    """:func:`read_answer_lines` with each record's 1-based line number in the file (blank lines and an unfinished
+    last line count as lines but make no record), so that a message can point at the line an editor shows."""
     path = Path(path)
     if not path.exists():
         return []
@@ -205,5 +211,5 @@ def read_answer_lines(path: str | Path) -> list[dict[str, Any]]:
                                f"other one") from None
         if not isinstance(record, dict) or not {"annotator", "item_id", "answer"} <= set(record):
             raise io.DataError(f"{path}: line {number}: an answer line has annotator, item_id and answer")
-        out.append(record)
+        out.append((number, record))
     return out

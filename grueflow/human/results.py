@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from grueflow import io
 from grueflow.human.agreement import cohen_kappa, fleiss_kappa, krippendorff_alpha
 from grueflow.human.answers import (Answer, AnswerError, Source, check_annotator, check_answer, parse_at,
-                                    read_answer_lines)
+                                    read_numbered_answer_lines)
 from grueflow.human.batch import Batch, prompt_of
 from grueflow.human.templates import CHOICE_FIELD
 
@@ -53,20 +53,20 @@ def read_answer_file(path: str | Path, batch: Batch) -> list[Answer]:
         raise io.MissingDataError(f"answers file {path} does not exist; give the page's .jsonl or a results .csv")
     if path.suffix.lower() == ".csv":
         return read_platform_csv(path, batch)
-    records = read_answer_lines(path)
+    records = read_numbered_answer_lines(path)
     if not records:
         raise io.DataError(f"{path}: has no answers; give the file the annotation page wrote after annotators "
                            f"worked, or leave it out")
     answers, untimed = [], []
-    for number, record in enumerate(records, start=1):
+    for number, record in records:  # number: the line in the file, as an editor or grep -n shows it
         try:
             answer = Answer(check_annotator(record["annotator"]), record["item_id"],
                             check_answer(batch, record["item_id"], record["answer"]), parse_at(record.get("at")),
-                            Source(str(path), f"answer {number}", order=number))
+                            Source(str(path), f"line {number}", order=number))
         except AnswerError as err:
-            raise io.DataError(f"{path}: answer {number}: {err}") from None
+            raise io.DataError(f"{path}: line {number}: {err}") from None
         if answer.at is None and record.get("at") is not None:
-            untimed.append(f"answer {number}: at {record['at']!r}")
+            untimed.append(f"line {number}: at {record['at']!r}")
         answers.append(answer)
     if untimed:
         log.warning("%s: %d answer(s) have an 'at' that is not an ISO 8601 time (first: %s); their time is unknown, "

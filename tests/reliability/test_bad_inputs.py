@@ -2537,9 +2537,23 @@ def test_conflicting_answers_copies_without_times_exit_2_naming_both(tmp_path: P
     result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "answers",
                         "--out", tmp_path / "imp")
     assert_fails_in_one_line(result, "annotator 'x' gave item L", " two different answers that no time orders: "
-                             f"{{'coherence': 5, 'sentiment': 5}} ({new} answer 1, no time) and "
-                             f"{{'coherence': 1, 'sentiment': 1}} ({old} answer 1, no time); remove the one")
+                             f"{{'coherence': 5, 'sentiment': 5}} ({new} line 1, no time) and "
+                             f"{{'coherence': 1, 'sentiment': 1}} ({old} line 1, no time); remove the one")
     assert not (tmp_path / "imp").exists()
+
+
+def test_a_bad_page_answer_is_named_by_its_line_in_the_file(tmp_path: Path, call_stage):
+    """In a hand-edited answers file with blank lines, the refusal counted answers ("answer 7") where an editor and
+    grep -n show line 9."""
+    batch = human_likert_batch(tmp_path / "batch")
+    page = human_answers(tmp_path / "answers" / "answers.jsonl", batch, 4, "2026-12-05T12:00:00+00:00")
+    lines = page.read_text().splitlines()
+    bad = json.dumps({"annotator": "bob smith", "item_id": json.loads(lines[0])["item_id"],
+                      "answer": {"coherence": 3, "sentiment": 3}})
+    page.write_text("\n".join([*lines[:3], "", "", *lines[3:6], bad, *lines[6:]]) + "\n")
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "answers",
+                        "--out", tmp_path / "imp")
+    assert_fails_in_one_line(result, f"{page}: line 9: annotator 'bob smith' is not a valid name")
 
 
 @pytest.mark.parametrize("others, named", [

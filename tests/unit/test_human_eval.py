@@ -828,15 +828,15 @@ def test_two_different_answers_that_no_time_orders_are_refused_naming_both(tmp_p
         _all_files(batch, a, b)
     assert str(err.value) == (
         f"annotator 'x' gave item {first} two different answers that no time orders: "
-        f"{{'coherence': 5, 'sentiment': 5}} ({a} answer 1, no time) and {{'coherence': 1, 'sentiment': 1}} "
-        f"({b} answer 1, no time); remove the one "
+        f"{{'coherence': 5, 'sentiment': 5}} ({a} line 1, no time) and {{'coherence': 1, 'sentiment': 1}} "
+        f"({b} line 1, no time); remove the one "
         f"that is not their answer (an old copy of an answers file, or a row edited by hand?) and import again")
     same = _answers_file(tmp_path / "same.jsonl", batch, 1, "2026-12-05T12:00:00+00:00")
     timed = _answers_file(tmp_path / "timed.jsonl", batch, 5, "2026-12-05T12:00:00+00:00")
-    with pytest.raises(io.DataError, match=r"two different answers that no time orders: .*\(.*same\.jsonl answer 1, "
-                                           r"at 2026-12-05T12:00:00\+00:00\) and .*timed\.jsonl answer 1, at 2026"):
+    with pytest.raises(io.DataError, match=r"two different answers that no time orders: .*\(.*same\.jsonl line 1, "
+                                           r"at 2026-12-05T12:00:00\+00:00\) and .*timed\.jsonl line 1, at 2026"):
         _all_files(batch, same, timed)
-    with pytest.raises(io.DataError, match=r"\(.*b\.jsonl answer 1, no time\) and .*timed\.jsonl answer 1, at 2026"):
+    with pytest.raises(io.DataError, match=r"\(.*b\.jsonl line 1, no time\) and .*timed\.jsonl line 1, at 2026"):
         _all_files(batch, b, timed)  # one time missing: nothing orders them either
     rows = [("W1", first, None, 5), ("W1", first, None, 2)]
     with pytest.raises(io.DataError, match=rf"annotator 'W1' gave item {first} two different answers that no "
@@ -998,7 +998,7 @@ def test_an_answer_time_that_is_not_a_time_is_unknown_and_counted_in_one_line(
         answers = results.read_answer_file(page, batch) + results.read_answer_file(mturk, batch)
     assert [a.at for a in answers][:9] == [None] * 9 and answers[9].at.isoformat() == "2026-12-05T18:00:00+00:00"
     assert caplog.messages == [
-        f"{page}: 8 answer(s) have an 'at' that is not an ISO 8601 time (first: answer 1: at 'yesterday'); their time "
+        f"{page}: 8 answer(s) have an 'at' that is not an ISO 8601 time (first: line 1: at 'yesterday'); their time "
         f"is unknown, so a different answer to the same item in another file is refused",
         f"{mturk}: 1 row(s) have a SubmitTime that is not a time (first: row 2: SubmitTime 'Sat Dec 05 10:00:00 XYZT "
         f"2026'; expected MTurk's 'Sat Dec 05 10:00:00 PST 2026' or ISO 8601); their time is unknown, so a different "
