@@ -76,14 +76,15 @@ def read_answer_file(path: str | Path, batch: Batch) -> list[Answer]:
 
 def latest_answers(answers: Iterable[Answer]) -> list[Answer]:
     """One answer per (annotator, item), in the order pairs first appear: within one page answers file the last
-    line, which the page appends as answers are given (so it is the answer the page shows, even when the clock
-    stepped back between two lines); across files, and between a platform's CSV rows, the latest by time (``at``,
-    MTurk's ``SubmitTime``).
+    line, which the page appends as answers are given (so it is the answer the page shows); across files, and
+    between a platform's CSV rows, the latest by time (``at``, MTurk's ``SubmitTime``).
 
     Repeats with the same values are harmless and counted in one log line. Two different answers that nothing
     orders (a time missing or equal, and not two lines of one page file) are a DataError naming both, since
     keeping either one could silently revert the annotator's answer (an old copy of an answers file, or a row
-    edited by hand)."""
+    edited by hand). So are two different answers on two lines of one page file whose times run against the
+    line order (:func:`_check_line_times`): a file sorted or otherwise reordered by hand looks just like one
+    written while the clock stepped back, and only the annotator knows which line is the correction."""
     groups: dict[tuple[str, str], list[Answer]] = {}
     for answer in answers:
         groups.setdefault((answer.annotator, answer.item_id), []).append(answer)
@@ -102,6 +103,7 @@ def latest_answers(answers: Iterable[Answer]) -> list[Answer]:
 
 def _latest(group: Sequence[Answer]) -> Answer:
     """The answer of one (annotator, item) that every different answer is known to precede (see latest_answers)."""
+    _check_line_times(group)
     group = _last_lines(group)
     if len(group) == 1:
         return group[0]
@@ -114,6 +116,29 @@ def _latest(group: Sequence[Answer]) -> Answer:
                        f"time orders: {dict(other.values)} ({_where(other)}) and {dict(last.values)} "
                        f"({_where(last)}); remove the one that is not their answer (an old copy of an answers file, "
                        f"or a row edited by hand?) and import again")
+
+
+def _check_line_times(group: Sequence[Answer]) -> None:
+    """Refuse two different answers of one (annotator, item) on two lines of one page answers file whose ``at``
+    times run against the line order (the earlier line is the later time), naming the file and both lines.
+
+    The page appends in the order answers are given, so its later line is the later answer, but ``sort`` (or a
+    hand edit) reorders lines too, and then the older answer is on the last line; nothing in the file tells a
+    reordered file from a clock that stepped back. Equal or missing times, and equal answers, say nothing
+    against the line order and pass."""
+    lines = sorted((a for a in group if a.source is not None and a.source.order is not None and a.at is not None),
+                   key=lambda a: (a.source.file, a.source.order))
+    for k, earlier in enumerate(lines):
+        for later in lines[k + 1:]:
+            if _same_log(earlier, later) and earlier.values != later.values and earlier.at > later.at:
+                raise io.DataError(
+                    f"{earlier.source.file}: lines {earlier.source.order} and {later.source.order}: annotator "
+                    f"{earlier.annotator!r} gave item {earlier.item_id} two different answers whose times run "
+                    f"against the line order ({dict(earlier.values)} at {earlier.at.isoformat()} on line "
+                    f"{earlier.source.order}, {dict(later.values)} at {later.at.isoformat()} on line "
+                    f"{later.source.order}): the file was reordered (sorted?) or the clock stepped back, and nothing "
+                    f"tells which is the correction; keep the line with the answer they mean, delete the other "
+                    f"line, and import again")
 
 
 def _last_lines(group: Sequence[Answer]) -> list[Answer]:
@@ -130,7 +155,8 @@ def _last_lines(group: Sequence[Answer]) -> list[Answer]:
 
 def _earlier(a: Answer, b: Answer) -> bool:
     """Whether ``a`` is known to have been given before ``b``: by line order in one page answers file (appended as
-    answers are given, whatever the clock said), or else by their times."""
+    answers are given; :func:`_check_line_times` has refused different answers whose times say otherwise), or else
+    by their times."""
     if _same_log(a, b):
         return a.source.order < b.source.order
     return a.at is not None and b.at is not None and a.at < b.at

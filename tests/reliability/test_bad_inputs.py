@@ -2542,6 +2542,32 @@ def test_conflicting_answers_copies_without_times_exit_2_naming_both(tmp_path: P
     assert not (tmp_path / "imp").exists()
 
 
+def test_a_sorted_page_answers_file_that_would_keep_an_older_answer_exits_2_naming_both_lines(tmp_path: Path,
+                                                                                              call_stage):
+    """`sort answers.jsonl` put x's correction (1, an hour later) before the answer it replaced (5), and the import
+    kept the 5 from the last line without a word."""
+    batch = human_likert_batch(tmp_path / "batch")
+    items = [json.loads(line)["item_id"] for line in (batch / "items.jsonl").read_text().splitlines()]
+    answers = [(item, 5, f"10:0{k}") for k, item in enumerate(items)] + [(items[0], 1, "11:00")]
+    lines = [json.dumps({"annotator": "x", "item_id": item, "answer": {"coherence": score, "sentiment": score},
+                         "at": f"2026-12-05T{at}:00+00:00"}) for item, score, at in answers]
+    page = tmp_path / "answers" / "answers.jsonl"
+    page.parent.mkdir()
+    page.write_text("".join(f"{line}\n" for line in sorted(lines)))
+    numbers = [k for k, line in enumerate(sorted(lines), start=1) if items[0] in line]
+    assert [json.loads(sorted(lines)[k - 1])["answer"]["coherence"] for k in numbers] == [1, 5]  # the 5 last
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "answers",
+                        "--out", tmp_path / "imp")
+    assert_fails_in_one_line(result, f"{page}: lines {numbers[0]} and {numbers[1]}: annotator 'x' gave item {items[0]} "
+                             "two different answers whose times run against the line order", "the file was reordered "
+                             "(sorted?) or the clock stepped back, and nothing tells which is the correction; keep the "
+                             "line with the answer they mean, delete the other line")
+    assert not (tmp_path / "imp").exists()
+    page.write_text("".join(f"{line}\n" for line in sorted(lines[:-1])))  # sorted, one answer each: imported
+    assert call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "answers",
+                      "--out", tmp_path / "imp").code == 0
+
+
 def test_a_bad_page_answer_is_named_by_its_line_in_the_file(tmp_path: Path, call_stage):
     """In a hand-edited answers file with blank lines, the refusal counted answers ("answer 7") where an editor and
     grep -n show line 9."""

@@ -848,9 +848,10 @@ def test_two_different_answers_that_no_time_orders_are_refused_naming_both(tmp_p
         results.read_answers(_mturk_csv(tmp_path / "same_time.csv", batch, rows), batch)  # 10 PST is 12 CST
 
 
-def test_the_pages_later_line_wins_when_the_clock_stepped_back_and_time_decides_across_files(tmp_path: Path) -> None:
-    """alice's correction, saved after the clock stepped back, lost to her earlier line, which the page showed as
-    replaced."""
+def test_a_page_file_whose_times_run_against_its_lines_is_refused_and_time_decides_across_files(
+        tmp_path: Path) -> None:
+    """A page answers file sorted by hand (or written while the clock stepped back) kept the answer on its last
+    line, which there was alice's older one, without a word."""
     from grueflow.human.answers import AnswerStore
 
     batch = _likert()
@@ -862,12 +863,26 @@ def test_the_pages_later_line_wins_when_the_clock_stepped_back_and_time_decides_
 
     page = tmp_path / "answers.jsonl"
     io.write_jsonl(page, [line(first, 1, "05"), line(second, 3, "09"), line(first, 5, "01")])
+    with pytest.raises(io.DataError) as err:
+        results.read_answers(page, batch)
+    assert str(err.value) == (
+        f"{page}: lines 1 and 3: annotator 'alice' gave item {first} two different answers whose times run against "
+        f"the line order ({{'coherence': 1, 'sentiment': 1}} at 2026-12-05T10:00:05+00:00 on line 1, "
+        f"{{'coherence': 5, 'sentiment': 5}} at 2026-12-05T10:00:01+00:00 on line 3): the file was reordered "
+        f"(sorted?) or the clock stepped back, and nothing tells which is the correction; keep the line with the "
+        f"answer they mean, delete the other line, and import again")
+    io.write_jsonl(page, [line(first, 5, "05"), line(second, 3, "09"), line(first, 5, "01")])  # the same answer
+    assert {a.item_id: a.values["coherence"] for a in results.read_answers(page, batch)} == {first: 5, second: 3}
+    io.write_jsonl(page, [line(first, 1, "01"), line(second, 3, "09"), line(first, 5, "05")])  # times in line order
     kept = {a.item_id: a.values["coherence"] for a in results.read_answers(page, batch)}
     assert kept == {first: 5, second: 3}
     assert {item: answer["coherence"] for item, answer in AnswerStore(page, batch).latest("alice").items()} == kept
     io.write_jsonl(tmp_path / "laptop.jsonl", [line(first, 2, "03")])  # another file: its time against the page's
     kept = {a.item_id: a.values["coherence"] for a in _all_files(batch, page, tmp_path / "laptop.jsonl")}
-    assert kept == {first: 2, second: 3}  # 10:00:03 is after the page's last answer to it, at 10:00:01
+    assert kept == {first: 5, second: 3}  # 10:00:03 is before the page's last answer to it, at 10:00:05
+    io.write_jsonl(tmp_path / "laptop.jsonl", [line(first, 2, "07")])
+    kept = {a.item_id: a.values["coherence"] for a in _all_files(batch, page, tmp_path / "laptop.jsonl")}
+    assert kept == {first: 2, second: 3}
 
 
 def test_identical_repeats_import_once_and_the_pages_later_line_wins_within_a_second(
