@@ -180,7 +180,7 @@ def pairwise_batch(first: tuple[str, Sequence[Prediction]], second: tuple[str, S
     could only tie it, and an answer would count as a win between identical texts. The batch counts those
     samples (``identical_pairs_left_out``, written to ``batch.json``) and one log line says how many. When that
     is every shared sample (systems that both produce nothing, say), the batch keeps them all, with a warning:
-    an empty batch has nothing to annotate or import.
+    an empty batch has nothing to annotate or import, and the import counts those items in no win rate.
 
     The batch's tag is :func:`batch_tag` over everything the batch and key are made of (kind, criteria set,
     seed, prompt column, both method names, and each shared sample's id, prompt and two generations, in the
@@ -209,8 +209,8 @@ def pairwise_batch(first: tuple[str, Sequence[Prediction]], second: tuple[str, S
     identical = len(shared) - len(distinct)
     if not distinct:  # nothing to leave in: a degenerate batch that annotators can only tie, said so
         log.warning("%r and %r give the same completion on all %d samples they share: every item of this batch "
-                    "pairs two identical texts (the import makes no preference row of them)", name_a, name_b,
-                    len(shared))
+                    "pairs two identical texts (the import counts them in no preference row and no win rate)",
+                    name_a, name_b, len(shared))
         distinct, identical = shared, 0
     elif identical:
         log.info("left out %d of the %d samples %r and %r share: both gave the same completion (after whitespace "

@@ -8,7 +8,8 @@ Confidence intervals:
 * Pairwise win rates: every (item, annotator) judgment counts once; ties are reported but left out of
   the rate, ``wins / (wins + losses)``, with the **Wilson score** 95% interval (Wilson 1927). Judgments
   of one item by several annotators are not independent, so with many annotators per item the
-  interval is somewhat too narrow.
+  interval is somewhat too narrow. Judgments of an item whose two choices are the same text count
+  nowhere (:func:`identical_choices`), as in the preferences.
 """
 
 from __future__ import annotations
@@ -356,14 +357,27 @@ def _system(key: Mapping[str, str], opaque_id: str) -> str:
     return key[opaque_id]
 
 
+def identical_choices(item: Mapping[str, str]) -> bool:
+    """Whether a pairwise item's two choices are the same text (after whitespace normalisation, as the export
+    compares them): a choice between them prefers neither system, whichever side the annotator pressed. Only a
+    batch whose systems coincide on every sample (kept whole, with a warning), or one exported before such items
+    were left out, has one."""
+    return _words(item["choice_A"]) == _words(item["choice_B"])
+
+
+def identical_judgements(batch: Batch, answers: Sequence[Answer]) -> int:
+    """How many of a pairwise batch's ``answers`` judge an item whose choices are the same text (0 for Likert)."""
+    return 0 if batch.kind != "pairwise" else sum(identical_choices(batch.item(a.item_id)) for a in answers)
+
+
 def preferences(batch: Batch, key: Mapping[str, str], answers: Sequence[Answer]) -> list[dict[str, str]]:
     """One row per (item, annotator) that is not a tie, in batch order then annotator order:
     ``{id, sample_id, prompt, chosen, rejected, chosen_system, rejected_system, annotator}``.
 
     ``id`` is ``<sample id>/<annotator>``, unique in the file (a preference set's ids must be; annotator names hold
     no ``/``), and ``sample_id`` the item's sample, which several annotators' rows share. An item whose two
-    choices are the same text (after whitespace normalisation; only a batch exported before such items were left
-    out has one) makes no row, as a pair needs two different completions; one log line counts them."""
+    choices are the same text (:func:`identical_choices`) makes no row, as a pair needs two different
+    completions; one log line counts them."""
     order = {item["item_id"]: i for i, item in enumerate(batch.items)}
     rows, identical = [], 0
     for answer in sorted(answers, key=lambda a: (order[a.item_id], a.annotator)):
@@ -372,7 +386,7 @@ def preferences(batch: Batch, key: Mapping[str, str], answers: Sequence[Answer])
             continue
         item = batch.item(answer.item_id)
         other = "B" if choice == "A" else "A"
-        if _words(item[f"choice_{choice}"]) == _words(item[f"choice_{other}"]):
+        if identical_choices(item):
             identical += 1
             continue
         rows.append({"id": f"{item['sample_id']}/{answer.annotator}", "sample_id": item["sample_id"],
@@ -418,13 +432,25 @@ def coverage_note(stats: Mapping[str, Any]) -> str | None:
 
 
 BLANK_REASONS = "blank_reasons"  # agreement.json: {field: {statistic: why it is blank}}
+IDENTICAL_LEFT_OUT = "judgements_identical_choices_left_out"  # agreement.json: judgements out of the win rates
+
+
+def identical_note(stats: Mapping[str, Any]) -> str | None:
+    """Why a pairwise batch's win rates count fewer judgements than it has (from :func:`agreement`'s
+    ``judgements_identical_choices_left_out``); ``None`` where none were left out."""
+    n = stats.get(IDENTICAL_LEFT_OUT)
+    if not n:
+        return None
+    return (f"{n} judgement(s) of items whose two choices are the same text are left out of the win rates (a choice "
+            f"between identical texts prefers neither method)")
 
 
 def agreement(batch: Batch, answers: Sequence[Answer], key: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Agreement per Likert criterion (Krippendorff interval and ordinal; Cohen's kappa on the scores when
     exactly two annotators) or on the pairwise choice (Fleiss' kappa; Cohen's kappa with two annotators), beside
     the batch's :func:`coverage` (``key`` names a pairwise batch's methods). A statistic that is undefined is
-    ``None``, and ``blank_reasons[field][statistic]`` says why."""
+    ``None``, and ``blank_reasons[field][statistic]`` says why. A pairwise batch with judgements of items whose
+    choices are the same text counts them in ``judgements_identical_choices_left_out`` (absent where none)."""
     annotators = sorted({a.annotator for a in answers})
     by_item: dict[str, dict[str, Mapping[str, Any]]] = defaultdict(dict)
     for a in answers:
@@ -432,6 +458,9 @@ def agreement(batch: Batch, answers: Sequence[Answer], key: Mapping[str, str] | 
     shared = [i for i, votes in by_item.items() if len(votes) >= 2]
     out: dict[str, Any] = {"annotators": annotators, **coverage(batch, answers, key),
                            "n_items_multiply_answered": len(shared)}
+    identical = identical_judgements(batch, answers)
+    if identical:  # left out of the win rates: the table says so under its rows (identical_note)
+        out[IDENTICAL_LEFT_OUT] = identical
     fields = [c.id for c in batch.criteria] if batch.kind == "likert" else [CHOICE_FIELD]
     blanks: dict[str, dict[str, str]] = {}
     for field in fields:
@@ -515,11 +544,21 @@ def likert_rows(batch: Batch, answers: Sequence[Answer], task: str) -> list[dict
 
 
 def pairwise_rows(batch: Batch, key: Mapping[str, str], answers: Sequence[Answer], task: str) -> list[dict[str, Any]]:
-    """Table rows: each system's win rate against the other (ties left out) with Wilson 95% intervals."""
+    """Table rows: each system's win rate against the other (ties left out) with Wilson 95% intervals.
+
+    Judgements of an item whose two choices are the same text (:func:`identical_choices`) count neither as decided
+    nor as ties, as they make no preference row: a batch of only such items has ``n`` 0 and no win rate, where
+    counting them would report the A/B draw as a preference. One log line counts them."""
     systems = sorted(set(key.values()))
     wins = {s: 0 for s in systems}
     ties = 0
+    identical = identical_judgements(batch, answers)
+    if identical:
+        log.warning("left %d judgement(s) out of the win rates: their item's two choices are the same text",
+                    identical)
     for a in answers:
+        if identical_choices(batch.item(a.item_id)):
+            continue
         winner = chosen_system(batch, key, a)
         if winner is None:
             ties += 1
@@ -542,7 +581,8 @@ def _opt(value: float | None) -> float | None:
 
 def to_markdown(rows: Sequence[Mapping[str, Any]], agreements: Mapping[str, Mapping[str, Any]]) -> str:
     """The human-evaluation table as Markdown: Likert means, pairwise win rates, then agreement. Under a table, a
-    note for each batch not answered whole (:func:`coverage_note` of its agreement); a blank agreement cell gives
+    note for each batch not answered whole (:func:`coverage_note` of its agreement) and for each pairwise batch
+    whose win rates leave judgements of identical texts out (:func:`identical_note`); a blank agreement cell gives
     the reason the import recorded."""
     def cell(row: Mapping[str, Any]) -> str:
         if row["value"] is None:
@@ -551,7 +591,13 @@ def to_markdown(rows: Sequence[Mapping[str, Any]], agreements: Mapping[str, Mapp
             return f"{row['value']:.2f}"
         return f"{row['value']:.2f} [{row['ci_low']:.2f}, {row['ci_high']:.2f}]"
 
-    notes = {Path(name).name: note for name, stats in agreements.items() if (note := coverage_note(stats))}
+    notes: dict[str, list[str]] = {}
+    for name, stats in agreements.items():
+        coverage_text, identical_text = coverage_note(stats), identical_note(stats)
+        found = ([f"{coverage_text}; the rows cover only the answered items"] if coverage_text else []) + \
+            ([identical_text] if identical_text else [])
+        if found:
+            notes[Path(name).name] = found
     lines = ["# Human evaluation", ""]
     likert = [r for r in rows if r["kind"] == "likert"]
     if likert:
@@ -588,9 +634,9 @@ def _agreement_cell(value: float | None, reason: str | None) -> str:
     return f"({reason})" if reason else ""
 
 
-def _notes(notes: dict[str, str], rows: Sequence[Mapping[str, Any]] | None) -> list[str]:
-    """The coverage notes of the batches in ``rows`` (``None``: of every batch left), each taken once, as
-    Markdown lines ending in a blank line."""
+def _notes(notes: dict[str, list[str]], rows: Sequence[Mapping[str, Any]] | None) -> list[str]:
+    """The notes of the batches in ``rows`` (``None``: of every batch left), each taken once, as Markdown lines
+    ending in a blank line."""
     batches = list(notes) if rows is None else [b for b in notes if any(r.get("batch") == b for r in rows)]
-    lines = [f"Note: batch {b}: {notes.pop(b)}; the rows cover only the answered items." for b in batches]
+    lines = [f"Note: batch {b}: {note}." for b in batches for note in notes.pop(b)]
     return [*lines, ""] if lines else []

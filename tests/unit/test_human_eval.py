@@ -731,6 +731,38 @@ def test_an_item_whose_two_choices_are_the_same_text_makes_no_preference_row(cap
         "left 1 judgement(s) out of the preferences: their item's two choices are the same text"]
 
 
+def test_judgements_between_identical_texts_count_in_no_win_rate_and_the_table_says_so(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Two systems that gave the same completion everywhere (a batch kept whole) had every press of `a` counted as
+    a win: the table showed a 75/25 split that was only the A/B draw."""
+    same = _predictions("ppo", 8)
+    batch, key = hb.pairwise_batch(("ppo", same), ("sup", list(same)), "imdb", seed=2)
+    answers = [Answer("alice", item["item_id"], {"choice": "A"}) for item in batch.items]
+    with caplog.at_level(logging.WARNING, logger="grueflow.human.results"):
+        rows = results.pairwise_rows(batch, key, answers, "imdb")
+        stats = results.agreement(batch, answers, key)
+    assert [(r["method"], r["n"], r["n_judgments"], r["ties"], r["value"], r["ci_low"]) for r in rows] == [
+        ("ppo", 0, 0, 0, None, None), ("sup", 0, 0, 0, None, None)]
+    assert [r.getMessage() for r in caplog.records if r.name == "grueflow.human.results"] == [
+        "left 8 judgement(s) out of the win rates: their item's two choices are the same text"]
+    assert stats["judgements_identical_choices_left_out"] == 8
+    markdown = results.to_markdown([{**r, "batch": "pair"} for r in rows], {"imports/pair": stats})
+    assert ("| imdb | ppo | sup | 0 | 0 |  | pair |\n| imdb | sup | ppo | 0 | 0 |  | pair |\n\n"
+            "Note: batch pair: 8 judgement(s) of items whose two choices are the same text are left out of the win "
+            "rates (a choice between identical texts prefers neither method).\n") in markdown
+    # a batch exported before such items were left out: only its items of two different texts count
+    distinct, dkey = hb.pairwise_batch(("ppo", _predictions("ppo", 3)), ("sup", _predictions("sup", 3)), "imdb", 0)
+    first = dict(distinct.items[0], choice_B=distinct.items[0]["choice_A"])
+    legacy = hb.Batch("pairwise", "imdb", 0, (first, *distinct.items[1:]))
+    answers = [Answer(who, item["item_id"], {"choice": "A"}) for who in ("alice", "bob") for item in legacy.items]
+    wins = {item["item_id"]: dkey[item["choice_A_id"]] for item in legacy.items[1:]}
+    rows = {r["method"]: r for r in results.pairwise_rows(legacy, dkey, answers, "imdb")}
+    assert rows["ppo"]["n"] == rows["sup"]["n"] == 4 and rows["ppo"]["ties"] == 0
+    assert rows["ppo"]["value"] == round(2 * list(wins.values()).count("ppo") / 4, 4)
+    assert results.agreement(legacy, answers, dkey)["judgements_identical_choices_left_out"] == 2
+    assert "judgements_identical_choices_left_out" not in results.agreement(distinct, [], dkey)
+
+
 # Repeated answers: the latest by time wins; two different answers nothing orders are refused
 
 
