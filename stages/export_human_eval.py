@@ -1,6 +1,7 @@
 """Export a human-evaluation batch (Likert or blinded pairwise) from evaluate outputs' predictions.jsonl."""
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -20,6 +21,21 @@ def method_path(text: str) -> tuple[str, Path]:
     return method, path / "predictions.jsonl" if path.is_dir() else path
 
 
+def batch_task(p: argparse.ArgumentParser, given: str | None, paths: list[Path]) -> str | None:
+    """The task the batch records: ``--task``, else the one its predictions' paths name (:func:`hb.task_of_paths`),
+    else None (the import then takes its ``--task`` on trust). Predictions of several tasks, or a ``--task`` their
+    paths contradict, are refused: the batch's rows would be reported under one task's name."""
+    named = hb.task_of_paths([path.absolute() for path in paths])
+    if len(named) > 1:
+        p.error(f"--predictions come from the tasks {', '.join(sorted(named))} (results/eval/<task>/...); a batch "
+                f"rates one task's predictions: give those of one task")
+    found = next(iter(named), None)
+    if given is not None and found is not None and given != found:
+        p.error(f"--task {given}, but the --predictions are task {found}'s (results/eval/{found}/...): give --task "
+                f"{found}, or the predictions of task {given}")
+    return given or found
+
+
 def main() -> None:
     p = stage.parser(__doc__)
     p.add_argument("--kind", required=True, choices=hb.KINDS)
@@ -27,6 +43,8 @@ def main() -> None:
     p.add_argument("--predictions", type=method_path, nargs="+", default=[],
                    help="METHOD=PATH per method (Likert: one or more; pairwise: exactly two)")
     p.add_argument("--rl4lms-csv", type=Path, help="instead of --predictions: an RL4LMs-layout example CSV")
+    p.add_argument("--task", help="the task whose predictions these are, recorded in batch.json for the import to "
+                                  "check (default: the task their paths name, results/eval/<task>/...)")
     p.add_argument("--seed", type=stage.seed, required=True, help="item order, A/B order and opaque ids")
     p.add_argument("--max-items", type=stage.positive, default=None, help="keep the first N items after shuffling (N >= 1)")
     p.add_argument("--out", type=Path, required=True, help="the batch folder")
@@ -55,6 +73,7 @@ def main() -> None:
         if args.key.is_dir():
             p.error(f"--key {args.key} is a folder; give the path of the key file to write")
         stage.inside_output("--key", args.key)
+    task = batch_task(p, args.task, [path for _, path in args.predictions])
     prompt_column = "prompt"
     if args.rl4lms_csv and args.kind == "pairwise":
         prompt_column, sources = hb.read_rl4lms_pairwise(args.rl4lms_csv)
@@ -69,6 +88,7 @@ def main() -> None:
         if len(sources) != 2:
             p.error(f"a pairwise batch compares exactly two methods; got {sorted(sources)}")
         batch, key = hb.pairwise_batch(*sources.items(), args.criteria, args.seed, prompt_column)
+    batch = dataclasses.replace(batch, task=task)
     if args.max_items is not None:
         batch = batch.head(args.max_items)
         if key is not None:

@@ -2,9 +2,9 @@
 
 A batch folder holds:
 
-* ``batch.json`` — the manifest: kind (``likert`` | ``pairwise``), criteria set, criteria, scale, seed; a
-  pairwise batch's also counts the shared samples left out because both systems gave the same completion
-  (``identical_pairs_left_out``);
+* ``batch.json`` — the manifest: kind (``likert`` | ``pairwise``), the task whose predictions it rates (``null``
+  where the export could not tell), criteria set, criteria, scale, seed; a pairwise batch's also counts the shared
+  samples left out because both systems gave the same completion (``identical_pairs_left_out``);
 * ``items.jsonl`` — the items as plain text (what the local annotation page serves);
 * ``items.csv`` — the upload for a crowdsourcing platform, in RL4LMs' column layout
   (Likert: ``prompt, machine_completion, algorithm``; pairwise: ``concept``/``prompt, choice_A, choice_B,
@@ -70,7 +70,8 @@ class Batch:
     """A human-evaluation batch. ``items`` are dicts with ``item_id``, ``sample_id`` and the CSV columns;
     ``folder`` is where :func:`read_batch` read it from (None for a batch made in memory);
     ``identical_pairs_left_out`` counts a pairwise batch's shared samples that have no item because both systems
-    gave the same completion (0 for a Likert batch)."""
+    gave the same completion (0 for a Likert batch); ``task`` is the task whose predictions the batch rates
+    (:func:`task_of_paths`), None where nothing tells."""
 
     kind: Kind
     criteria_set: str
@@ -79,6 +80,7 @@ class Batch:
     prompt_column: str = "prompt"
     folder: Path | None = field(default=None, compare=False, repr=False)
     identical_pairs_left_out: int = 0
+    task: str | None = None
     _by_id: dict[str, dict[str, str]] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -114,7 +116,21 @@ class Batch:
     def head(self, n: int) -> "Batch":
         """The first ``n`` items (after the seeded shuffle): a smaller batch for a smaller budget."""
         return Batch(self.kind, self.criteria_set, self.seed, self.items[:n], self.prompt_column,
-                     identical_pairs_left_out=self.identical_pairs_left_out)
+                     identical_pairs_left_out=self.identical_pairs_left_out, task=self.task)
+
+
+def task_of_paths(paths: Sequence[str | Path]) -> set[str]:
+    """The tasks that evaluate outputs' paths name: ``<task>`` of each ``results/eval/<task>/<method>/seed<k>``
+    (the pipeline's layout, ``grueflow.pipeline.EVAL``) in a path, the folder or its ``predictions.jsonl``, anywhere
+    in it (an absolute path too); a path in another layout names none. Several tasks mean predictions of
+    several tasks."""
+    tasks = set()
+    for path in paths:
+        parts = Path(path).parts
+        for i in range(len(parts) - 4):
+            if parts[i:i + 2] == ("results", "eval") and re.fullmatch(r"seed\d+", parts[i + 4]):
+                tasks.add(parts[i + 2])
+    return tasks
 
 
 def read_predictions(path: str | Path) -> list[Prediction]:
@@ -315,7 +331,7 @@ def check_key_path(key_path: str | Path, document: Mapping[str, Any]) -> None:
 def manifest(batch: Batch) -> dict[str, Any]:
     """What ``batch.json`` holds (see the module docstring)."""
     left_out = {"identical_pairs_left_out": batch.identical_pairs_left_out} if batch.kind == "pairwise" else {}
-    return {"kind": batch.kind, "criteria_set": batch.criteria_set, "seed": batch.seed,
+    return {"kind": batch.kind, "task": batch.task, "criteria_set": batch.criteria_set, "seed": batch.seed,
             "prompt_column": batch.prompt_column, "scale": [SCALE_MIN, SCALE_MAX], "n_items": len(batch.items),
             "criteria": [c.id for c in batch.criteria] if batch.kind == "likert" else [],
             "columns": list(batch.columns), **left_out}
@@ -357,10 +373,14 @@ def read_batch(batch_dir: str | Path) -> Batch:
     if "n_items" in meta and meta["n_items"] != len(items):
         raise io.DataError(f"{batch_dir / ITEMS} holds {len(items)} items where {MANIFEST} says n_items "
                            f"{meta['n_items']!r}: the batch is cut or was edited; export the batch again")
+    task = meta["task"] if "task" in meta else _task_of_record(batch_dir)  # absent before batches named it
+    if task is not None and (not isinstance(task, str) or not task):
+        raise io.DataError(f"{manifest_path}: task {task!r} is not a task name; export the batch again")
     try:
         CRITERIA.get(meta["criteria_set"])
         batch = Batch(meta["kind"], meta["criteria_set"], int(meta["seed"]), items, meta.get("prompt_column", "prompt"),
-                      batch_dir, int(meta.get("identical_pairs_left_out", 0)))  # absent before it was counted
+                      batch_dir, int(meta.get("identical_pairs_left_out", 0)),  # absent before it was counted
+                      task)
     except (UnknownNameError, ValueError, TypeError, KeyError) as err:
         raise io.DataError(f"{manifest_path}: {err}; export the batch again") from None
     for number, item in enumerate(items, start=1):
@@ -374,6 +394,21 @@ def read_batch(batch_dir: str | Path) -> Batch:
         raise io.DataError(f"{batch_dir / ITEMS}: its item ids carry {len(tags)} batch tags ({', '.join(tags[:3])}), "
                            f"where one batch's share one; export the batch again")
     return batch
+
+
+def _task_of_record(batch_dir: Path) -> str | None:
+    """The task of a batch exported before ``batch.json`` named it: the one task its predictions' paths, as its
+    ``stage.json`` recorded the export's inputs, name (:func:`task_of_paths`); None where they name none or
+    several, or no record is there."""
+    record_path = batch_dir / io.STAGE_RECORD
+    if not record_path.is_file():
+        return None
+    try:
+        inputs = io.read_json(record_path).get("inputs", {})
+        tasks = task_of_paths([entry["path"] for entry in inputs.values()])
+    except (ValueError, AttributeError, KeyError, TypeError):  # a record not of this shape tells nothing
+        return None
+    return tasks.pop() if len(tasks) == 1 else None
 
 
 def read_key(path: str | Path, batch: Batch | None = None, legacy_ok: bool = False) -> dict[str, str]:

@@ -49,7 +49,7 @@ import yaml
 
 from grueflow.config import ConfigError, ModelConfig, SupervisedConfig, read_yaml
 from grueflow.data import DATAPOOLS, read_split
-from grueflow.io import DataError, MissingDataError, read_json
+from grueflow.io import DataError, MissingDataError, manifest, read_json, write_json
 from grueflow.models import check_context
 from grueflow.params import load_method, load_metrics, load_section, load_suite, load_task, parse
 from tests.conftest import MICRO, ROOT, copy_project
@@ -2540,6 +2540,66 @@ def test_conflicting_answers_copies_without_times_exit_2_naming_both(tmp_path: P
                              f"{{'coherence': 5, 'sentiment': 5}} ({new} line 1, no time) and "
                              f"{{'coherence': 1, 'sentiment': 1}} ({old} line 1, no time); remove the one")
     assert not (tmp_path / "imp").exists()
+
+
+def concepts_likert_batch(tmp_path: Path, call_stage) -> Path:
+    """A Likert batch exported from two evaluate outputs in the pipeline's layout, results/eval/concepts/..."""
+    runs = []
+    for method in ("zero_shot", "supervised"):
+        run = tmp_path / "results" / "eval" / "concepts" / method / "seed0"
+        run.mkdir(parents=True)
+        (run / "predictions.jsonl").write_text("".join(
+            json.dumps({"id": f"test-{i}", "prompt": f"dog ball {i}", "generation": f"{method} {i}"}) + "\n"
+            for i in range(3)))
+        runs.append(f"{method}={run}")
+    result = call_stage("export_human_eval", "--kind", "likert", "--criteria", "concepts", "--seed", "0",
+                        "--predictions", *runs, "--out", tmp_path / "batch")
+    assert result.code == 0, result.stderr
+    return tmp_path / "batch"
+
+
+def test_a_batch_imported_under_another_task_exits_2_naming_both(tmp_path: Path, call_stage):
+    """A concepts batch imported with --task sentiment put CommonGen's ratings under sentiment in the table."""
+    batch = concepts_likert_batch(tmp_path, call_stage)
+    assert read_json(batch / "batch.json")["task"] == "concepts"
+    items = [json.loads(line)["item_id"] for line in (batch / "items.jsonl").read_text().splitlines()]
+    (tmp_path / "answers.jsonl").write_text("".join(json.dumps(
+        {"annotator": "x", "item_id": i, "answer": {"coherence": 4, "commonsense": 4}}) + "\n" for i in items))
+    args = ("--batch", batch, "--answers", tmp_path / "answers.jsonl", "--out", tmp_path / "imp")
+    result = call_stage("import_human_eval", *args, "--task", "sentiment")
+    assert_fails_in_one_line(result, f"--task sentiment, but the batch {batch} rates task concepts's predictions; "
+                             "import it with --task concepts, or give a batch exported from task sentiment")
+    assert not (tmp_path / "imp").exists()
+    assert call_stage("import_human_eval", *args).code == 0  # no --task: the batch's own
+    assert {row["task"] for row in read_json(tmp_path / "imp" / "table_rows.json")} == {"concepts"}
+    # a batch exported before batch.json named its task: its stage.json's predictions paths name it
+    described = read_json(batch / "batch.json")
+    del described["task"]
+    write_json(batch / "batch.json", described)
+    record = read_json(batch / "stage.json")
+    record["files"] = manifest(batch)
+    write_json(batch / "stage.json", record)
+    assert_fails_in_one_line(call_stage("import_human_eval", *args, "--task", "sentiment"),
+                             "rates task concepts's predictions")
+    for entry in record["inputs"].values():  # copies of the evaluate outputs: nothing tells, imported as before
+        entry["path"] = entry["path"].replace("/results/eval/", "/copies/")
+    write_json(batch / "stage.json", record)
+    assert call_stage("import_human_eval", *args[:-1], tmp_path / "imp2", "--task", "sentiment").code == 0
+
+
+def test_an_export_whose_task_its_predictions_contradict_exits_2(tmp_path: Path, call_stage):
+    concepts_likert_batch(tmp_path, call_stage)
+    run = tmp_path / "results" / "eval" / "concepts" / "zero_shot" / "seed0"
+    result = call_stage("export_human_eval", "--kind", "likert", "--criteria", "concepts", "--seed", "0", "--task",
+                        "sentiment", "--predictions", f"zero_shot={run}", "--out", tmp_path / "other")
+    assert_fails_in_one_line(result, "--task sentiment, but the --predictions are task concepts's (results/eval/"
+                             "concepts/...): give --task concepts, or the predictions of task sentiment")
+    shutil.copytree(run, tmp_path / "results" / "eval" / "sentiment" / "zero_shot" / "seed0")
+    result = call_stage("export_human_eval", "--kind", "likert", "--criteria", "concepts", "--seed", "0",
+                        "--predictions", f"a={run}", f"b={tmp_path / 'results/eval/sentiment/zero_shot/seed0'}",
+                        "--out", tmp_path / "other")
+    assert_fails_in_one_line(result, "--predictions come from the tasks concepts, sentiment (results/eval/<task>/...)")
+    assert not (tmp_path / "other").exists()
 
 
 def test_a_sorted_page_answers_file_that_would_keep_an_older_answer_exits_2_naming_both_lines(tmp_path: Path,
