@@ -14,8 +14,9 @@ metric are min-max normalised over the task's methods (1 = best method, 0 = wors
 each score its metric declares lower-is-better, :attr:`grueflow.metrics.Metric.lower_is_better`, are inverted),
 then averaged; a metric equal for every method (or missing for all) tells nothing
 and is left out, as is one that some row has on only some of its seeds (the ``.md`` says so), and a method
-missing a value the other methods have gets no score. Every run of a task must have been scored with the same
-reward and metrics, and every seed of a method with the same settings (:func:`load_runs` refuses others).
+missing a value the other methods have gets no score (even where those methods tie on it). Every run of a task
+must have been scored with the same reward and metrics, and every seed of a method with the same settings
+(:func:`load_runs` refuses others).
 The ``grue_score`` of a method (in the ``.md`` and ``.json``) is the mean of its normalised scores over the
 tasks on which every method of the table has a normalised score, so every method is scored over the same
 tasks; the ``.md`` lists the tasks left out and why. This is the relative normalisation of the RL4LMs paper's
@@ -230,11 +231,19 @@ def _insert_seed_counts(table: pd.DataFrame, counts: list[dict[str, int]]) -> No
 
 def _scored_metrics(group: pd.DataFrame, candidates: Iterable[str]) -> list[str]:
     """The ``candidates`` (reward, fluency and headline columns) that one task's normalised score compares: all but
-    the end-of-training KL (a diagnostic) where the methods' values differ (one equal for all, or missing for all,
-    tells nothing), and none that some row has on only some of its seeds (:func:`partial_metrics`)."""
+    the end-of-training KL (a diagnostic) where the methods' values differ or some method lacks a value others have
+    (one equal for all, or missing for all, tells nothing), and none that some row has on only some of its seeds
+    (:func:`partial_metrics`). A metric the methods that have it tie on is kept when some method lacks it: it adds
+    nothing to their scores (:func:`_normalised`), but the method without it must get none."""
     partial = partial_metrics(group)
     return [c for c in candidates if c != TRAIN_KL_KEY and c in group and c not in partial
-            and group[c].nunique(dropna=True) > 1]
+            and (group[c].nunique(dropna=True) > 1 or group[c].notna().any() and group[c].isna().any())]
+
+
+def _separating(group: pd.DataFrame, metrics: Iterable[str]) -> list[str]:
+    """Those of ``metrics`` whose values differ between the methods that have them (the ones a min-max
+    normalisation can rank on)."""
+    return [c for c in metrics if group[c].nunique(dropna=True) > 1]
 
 
 def partial_metrics(group: pd.DataFrame) -> dict[str, str]:
@@ -256,12 +265,14 @@ def _normalised(table: pd.DataFrame, headline: dict[str, list[str]],
     scores = pd.Series(math.nan, index=table.index)
     for task, group in table.groupby("task"):
         parts, inverted = [], lower.get(task, ()) if isinstance(lower, dict) else lower
-        for metric in _scored_metrics(group, ["reward", FLUENCY_COLUMN, *headline[task]]):
+        compared = _scored_metrics(group, ["reward", FLUENCY_COLUMN, *headline[task]])
+        for metric in _separating(group, compared):
             values = group[metric]
             norm = (values - values.min()) / (values.max() - values.min())
             parts.append(1 - norm if metric in inverted else norm)
         if parts:  # a method missing a value the others have gets no score: ranking it on fewer is unfair
-            scores[group.index] = pd.concat(parts, axis=1).mean(axis=1, skipna=False)
+            lacking = group[compared].isna().any(axis=1)
+            scores[group.index] = pd.concat(parts, axis=1).mean(axis=1, skipna=False).mask(lacking)
     return scores
 
 
@@ -277,7 +288,7 @@ def grue_tasks(table: pd.DataFrame) -> tuple[list[str], dict[str, str]]:
             scored.append(task)
             continue
         compared = _scored_metrics(group, [c for c in group.columns if f"{c}_std" in group.columns])
-        if not compared:
+        if not _separating(group, compared):
             left_out[task] = ("no method has a normalised score on it: no metric tells its methods apart (each is "
                               "equal for every method, or missing); every method lacks it, so the scores stay "
                               "comparable")

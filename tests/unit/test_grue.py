@@ -130,6 +130,26 @@ def test_a_method_missing_a_headline_value_gets_no_normalised_score():
     assert table.loc["supervised", "normalised_score"] == pytest.approx(2 / 3)
 
 
+def test_a_method_missing_a_headline_value_the_others_tie_on_gets_no_normalised_score():
+    """The methods that had a value tied on it, so the metric was dropped for all and the method lacking it was
+    scored on fewer metrics like the others (as if it had the value)."""
+    headline = ["diversity/distinct_2", "lexical/rougeL"]
+    runs = [{"task": "t", "method": method, "seed": 0, "headline": headline,
+             "metrics": {"reward": reward, "fluency/perplexity": 10.0, "diversity/distinct_2": distinct,
+                         "lexical/rougeL": rouge}}
+            for method, reward, distinct, rouge in [("zero_shot", 0.5, 0.9, 1.0), ("supervised", 0.6, 0.8, 1.0),
+                                                    ("ppo", 0.7, 0.7, None)]]
+    table = grue.build_table(runs)
+    assert table.set_index("method")["normalised_score"].to_dict() == pytest.approx(
+        {"zero_shot": 0.5, "supervised": 0.5, "ppo": math.nan}, nan_ok=True)  # the tie adds nothing to theirs
+    assert grue.grue_tasks(table) == ([], {"t": "no normalised score for ppo (no lexical/rougeL); left out for every "
+                                                "method so that all are scored over the same tasks"})
+    alike = [{**r, "metrics": {**r["metrics"], "reward": 0.5, "diversity/distinct_2": 0.9}} for r in runs]
+    assert grue.grue_tasks(grue.build_table(alike))[1]["t"].startswith("no method has a normalised score on it")
+    present = [{**r, "metrics": {**r["metrics"], "lexical/rougeL": 1.0}} for r in runs]  # a tie all have: dropped
+    assert grue.build_table(present)["normalised_score"].tolist() == pytest.approx([0.5, 0.5, 0.5])
+
+
 def scored_run(task, method, reward, distinct, seed=0):
     return {"task": task, "method": method, "seed": seed, "headline": ["diversity/distinct_2"],
             "metrics": {"reward": reward, "fluency/perplexity": 10.0, "diversity/distinct_2": distinct}}
