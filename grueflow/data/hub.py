@@ -25,8 +25,10 @@ from grueflow.io import DataError, MissingDataError, iter_lines, loads_unique, r
 BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
 
 
-def load_splits(path: str, data_files: Optional[dict[str, str]], name: Optional[str] = None) -> Any:
-    """``datasets.load_dataset(path, name, data_files=...)``, with a clear error for an unreachable hub.
+def load_splits(path: str, data_files: Optional[dict[str, str]],
+                name: Optional[str] = None) -> tuple[Any, dict[str, list[int]]]:
+    """``datasets.load_dataset(path, name, data_files=...)``, with a clear error for an unreachable hub; and, for each
+    split read from a CSV or JSON-lines file, the line each of its rows starts on (:func:`row_places`).
 
     With ``data_files`` and a ``path`` that is neither a builder nor a local folder (a hub id, or
     empty), the builder is taken from the files' extension: local files never go to the hub. Local
@@ -38,6 +40,7 @@ def load_splits(path: str, data_files: Optional[dict[str, str]], name: Optional[
 
     path = os.path.expanduser(path) if path and path.startswith("~") else path  # a home folder, as a shell reads it
     files = {split: os.path.expanduser(file) for split, file in data_files.items()} if data_files else None
+    lines: dict[str, list[int]] = {}
     if files:
         missing = [f for f in files.values() if not Path(f).exists()]
         if missing:
@@ -49,8 +52,14 @@ def load_splits(path: str, data_files: Optional[dict[str, str]], name: Optional[
             path = builder_for(files)
         builder = path if path in BUILDERS.values() else None
         if path == "json":  # read as written (and checked): datasets decodes the strings of a mixed column as JSON
-            return {split: read_json_rows(file) for split, file in files.items()}
-        headers = {file: check_text_file(file, builder) for file in files.values()}
+            rows = {split: read_json_rows(file) for split, file in files.items()}
+            return rows, {split: split_rows.lines for split, split_rows in rows.items() if split_rows.lines is not None}
+        headers = {}
+        for split, file in files.items():
+            if (builder or BUILDERS.get(Path(file).suffix.lower())) == "csv":
+                headers[file], lines[split] = _check_csv(file)
+            else:
+                headers[file] = check_text_file(file, builder)
         options = csv_options(headers) if path == "csv" else {}
         if path == "parquet":
             check_parquet_files(files)
@@ -66,7 +75,7 @@ def load_splits(path: str, data_files: Optional[dict[str, str]], name: Optional[
                             f"share their columns, and is none truncated or damaged? Fix or re-create them and "
                             f"rerun") from None
         check_plain_columns(dataset, sorted(files.values()) if files else path)
-        return dataset
+        return dataset, lines
     if path.startswith(("/", "./", "../", "~")) or path in (".", ".."):  # a local path, never a hub id
         raise MissingDataError(f"dataset folder {path!r} does not exist (relative paths are read from "
                                f"{os.getcwd()}); give the folder that holds the data files, or a hub id")
@@ -75,7 +84,19 @@ def load_splits(path: str, data_files: Optional[dict[str, str]], name: Optional[
             f"cannot load dataset {path!r}: the Hugging Face hub is unreachable ({offline_state()}) and no local "
             f"copy was given. Point the datapool at local files: path: json (or csv) and data_files: "
             f"{{train: ..., test: ...}}")
-    return datasets.load_dataset(path, name)
+    return datasets.load_dataset(path, name), {}
+
+
+def row_places(where: str, n_rows: int, lines: Optional[list[int]]) -> list[str]:
+    """How errors name each of the ``n_rows`` rows of a split read from ``where`` (its file, or the dataset and
+    split): ``<file> line N``, the line its record starts on, where ``lines`` gives it (a CSV or JSON-lines file:
+    what an editor and ``grep -n`` show, and how the files' own checks name a line; a CSV record with quoted line
+    breaks spans several lines), else ``<where> row N`` counting rows from 1 (a Parquet file, a JSON document, a hub
+    dataset). ``lines`` that do not count the split's rows (a reader that skipped a row the check counted) are not
+    used: a wrong line would send the user to another row."""
+    if lines is not None and len(lines) == n_rows:
+        return [f"{where} line {line}" for line in lines]
+    return [f"{where} row {i + 1}" for i in range(n_rows)]
 
 
 def innermost(err: BaseException) -> str:
@@ -92,10 +113,12 @@ def innermost(err: BaseException) -> str:
 
 class Rows(list):
     """A split's rows (dicts) as read from a JSON data file, with ``column_names`` as ``datasets`` gives them: every
-    key of every row, in first-seen order; a row without a key holds None for it, as in ``datasets``."""
+    key of every row, in first-seen order; a row without a key holds None for it, as in ``datasets``. ``lines``: the
+    line of each row in a JSON-lines file (None for a JSON document)."""
 
-    def __init__(self, rows: list[dict[str, Any]]) -> None:
+    def __init__(self, rows: list[dict[str, Any]], lines: Optional[list[int]] = None) -> None:
         self.column_names = list(dict.fromkeys(key for row in rows for key in row))
+        self.lines = lines
         super().__init__({column: row.get(column) for column in self.column_names} for row in rows)
 
 
@@ -106,7 +129,7 @@ def read_json_rows(path: str) -> Rows:
     silently) and a file without rows are DataErrors naming the file, the line and the fix."""
     if Path(path).suffix.lower() == ".json" and not json_lines(path):
         return Rows(_json_document_rows(path))
-    rows = []
+    rows, lines = [], []
     for number, line in iter_lines(path):
         if not line.strip():
             continue
@@ -122,9 +145,10 @@ def read_json_rows(path: str) -> Rows:
             raise DataError(f"{path}: line {number}: a JSON {type(value).__name__}, not an object; each line of "
                             f"a .jsonl file is one row, a JSON object of column: value")
         rows.append(value)
+        lines.append(number)
     if not rows:
         raise DataError(f"{path}: the file has no rows; a data file needs at least one")
-    return Rows(rows)
+    return Rows(rows, lines)
 
 
 def check_plain_columns(dataset: Any, where: Any) -> None:
@@ -178,7 +202,7 @@ def check_text_file(path: str, builder: Optional[str] = None) -> Optional[list[s
     if kind == "parquet":
         return None
     if kind == "csv":
-        return _check_csv(path)
+        return _check_csv(path)[0]
     read_json_rows(path)
     return None
 
@@ -218,8 +242,9 @@ def _json_document_rows(path: str) -> list[dict[str, Any]]:
     return rows
 
 
-def _check_csv(path: str) -> list[str]:
-    """A CSV file's header, after checking every row has its number of fields (see :func:`check_text_file`)."""
+def _check_csv(path: str) -> tuple[list[str], list[int]]:
+    """A CSV file's header and the line each data row starts on (blank lines are no row, as ``datasets`` reads the
+    file), after checking every row has its number of fields (see :func:`check_text_file`)."""
     csv.field_size_limit(2**31 - 1)  # a long article is one field
     reader = csv.reader(stdio.StringIO(read_text(path).removeprefix("\ufeff"), newline=""), strict=True)
     try:
@@ -229,19 +254,20 @@ def _check_csv(path: str) -> list[str]:
         repeated = sorted({c for c in header if header.count(c) > 1})
         if repeated:
             raise DataError(f"{path}: line 1: the header names column(s) {repeated} more than once; name each once")
-        rows = 0
+        starts, end = [], reader.line_num
         for row in reader:
+            start, end = end + 1, reader.line_num
             if not row:
                 continue
             if len(row) != len(header):
                 raise DataError(f"{path}: line {reader.line_num}: {len(row)} fields where the header has "
                                 f"{len(header)}; is a comma stray or missing, or a text with a comma not quoted?")
-            rows += 1
+            starts.append(start)
     except csv.Error as err:
         raise DataError(f"{path}: line {reader.line_num}: not valid CSV ({err})") from None
-    if not rows:
+    if not starts:
         raise DataError(f"{path}: the file has no rows; a data file needs at least one")
-    return header
+    return header, starts
 
 
 def csv_options(headers: dict[str, Optional[list[str]]]) -> dict[str, Any]:
@@ -348,14 +374,14 @@ class IMDB:
 
     @staticmethod
     def build(args: "IMDB.Args") -> Datapool:
-        splits = load_splits(args.path, args.data_files)
+        splits, lines = load_splits(args.path, args.data_files)
         _check_imdb_schema(splits, args)
         if one_file(args.data_files, "train", "test"):
             raise DataError(f"imdb datapool: data_files train: {args.data_files['train']} and test: "
                             f"{args.data_files['test']} are one file; every test score would be on training data (val "
                             f"is cut from train): give test a separate file of reviews")
         rng = random.Random(args.seed)
-        train_rows = list(enumerate(splits["train"], start=1))  # (row number, row)
+        train_rows = _placed_rows(splits, lines, "train", args)  # (where the row is, row)
         rng.shuffle(train_rows)
         # unlabelled text (the base model's pre-training or adaptation): the hub dataset's ``unsupervised``
         # split (aclImdb's 50k unlabelled reviews) when the source has one, else the train reviews
@@ -364,10 +390,9 @@ class IMDB:
         val, read, skipped_val = _imdb_samples(train_rows, "val", args.n_val, args)
         train_rows = train_rows[read:]
         if args.positive_only_train:  # RL4LMs' IMDB datapool trains on positive reviews
-            where = _imdb_where(args, "train")
-            train_rows = [(n, r) for n, r in train_rows if imdb_label(r["label"], f"{where} row {n}") == 1]
+            train_rows = [(place, r) for place, r in train_rows if imdb_label(r["label"], place) == 1]
             train_rows = train_rows[:int(len(train_rows) * args.positive_ratio)]
-        test_rows = list(enumerate(splits["test"], start=1))
+        test_rows = _placed_rows(splits, lines, "test", args)
         random.Random(args.seed + 1).shuffle(test_rows)  # the split is sorted by label: n_test must mix both
         train, _, skipped_train = _imdb_samples(train_rows, "train", args.n_train, args)
         test, _, skipped_test = _imdb_samples(test_rows, "test", args.n_test, args)
@@ -416,35 +441,40 @@ def imdb_label(value: Any, where: str) -> int:
 
 
 def _imdb_where(args: "IMDB.Args", source: str) -> str:
-    """How errors name the ``source`` split's rows: its file, or the dataset and split."""
+    """How errors name the ``source`` split: its file, or the dataset and split."""
     return args.data_files[source] if args.data_files else f"{args.path} ({source} split)"
+
+
+def _placed_rows(splits: Any, lines: dict[str, list[int]], source: str,
+                 args: "IMDB.Args") -> list[tuple[str, dict[str, Any]]]:
+    """The ``source`` split's rows as ``(where the row is, row)`` (:func:`row_places`), in file order."""
+    rows = splits[source]
+    return list(zip(row_places(_imdb_where(args, source), len(rows), lines.get(source)), rows))
 
 
 def _clean(text: str) -> str:
     return " ".join(text.replace("<br />", " ").split())
 
 
-def _imdb_samples(rows: list[tuple[int, dict[str, Any]]], split: str, limit: Optional[int],
+def _imdb_samples(rows: list[tuple[str, dict[str, Any]]], split: str, limit: Optional[int],
                   args: IMDB.Args) -> tuple[list[Sample], int, int]:
-    """The first ``limit`` Samples (all when None) of ``rows`` (``(row number, row)``), ids ``<split>-<index>``;
-    with how many rows were read and how many bad ones (:func:`_imdb_cut`) were skipped. A bad row is a
-    BadRowError naming its file and row unless ``args.skip_bad_rows``."""
+    """The first ``limit`` Samples (all when None) of ``rows`` (``(where the row is, row)``), ids
+    ``<split>-<index>``; with how many rows were read and how many bad ones (:func:`_imdb_cut`) were skipped. A bad
+    row is a BadRowError naming its file and line (or row) unless ``args.skip_bad_rows``."""
     from grueflow.data.sources import skip_or_raise  # sources imports this module (load_splits)
 
-    source = "test" if split == "test" else "train"  # val is cut from the train reviews
-    where = _imdb_where(args, source)
     samples: list[Sample] = []
     read = skipped = 0
-    for number, row in rows:
+    for place, row in rows:
         if limit is not None and len(samples) >= limit:
             break
         read += 1
         prompt, reference, problem = _imdb_cut(row["text"], args)
         if problem:
-            skipped += skip_or_raise(f"{where} row {number}: {problem}", args.skip_bad_rows)
+            skipped += skip_or_raise(f"{place}: {problem}", args.skip_bad_rows)
             continue
         samples.append(Sample(f"{split}-{len(samples)}", prompt, (reference,) if reference else (),
-                              {"label": imdb_label(row["label"], f"{where} row {number}")}))
+                              {"label": imdb_label(row["label"], place)}))
     return samples, read, skipped
 
 

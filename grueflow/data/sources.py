@@ -3,7 +3,8 @@ Samples, and how a bad row is reported.
 
 Rows come from ``datasets.load_dataset`` (a hub id, or local files through ``data_files``) or from a
 loader's own reader (DailyDialog's original text files). Each source row, or group of rows, is a
-:class:`Unit` that remembers its origin (``<file> row 12``), so every error names the row.
+:class:`Unit` that remembers its origin (``<file> line 12`` for a CSV or JSON-lines file, ``row 12`` otherwise:
+:func:`~grueflow.data.hub.row_places`), so every error names the row.
 
 Splits. By default our splits are the source's: train <- ``train``, val <- ``validation`` (or
 ``val``, ``dev``), test <- ``test``; ``source_splits`` names others (``{test: validation}`` where
@@ -41,7 +42,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 from grueflow.config import MAX_COUNT, check_size
-from grueflow.data.hub import load_splits, one_file
+from grueflow.data.hub import load_splits, one_file, row_places
 from grueflow.data.sample import INVISIBLE, SPLITS, Datapool, Sample, prompt_key
 from grueflow.io import DataError
 
@@ -59,7 +60,7 @@ class BadRowError(DataError):
 class Unit:
     """One source row, or a group of rows (a CommonGen concept set), with where it came from.
 
-    ``origin`` names it in error messages (``<file> row 12``); ``key`` is a stable id
+    ``origin`` names it in error messages (``<file> line 12``, ``<file> row 12``); ``key`` is a stable id
     (``<source split>-<index>``) that loaders may keep in ``meta``; ``builder`` is what read it (``datasets``'
     ``csv``, ``json``, ``parquet``; ``json`` for grueflow's own JSON reader; empty for the files a loader reads
     itself, such as DailyDialog's text files): a CSV cell holds text only.
@@ -157,7 +158,7 @@ def load_units(args: SourceArgs, schemas: dict[str, tuple[str, ...]], loader: st
     ``schemas`` maps a schema's name (for the error) to the columns it needs.
     """
     local = bool(args.data_files) or Path(args.path).is_dir()
-    dataset = load_splits(args.path, args.data_files, None if local else args.name)
+    dataset, lines = load_splits(args.path, args.data_files, None if local else args.name)
     sources = {}
     for split, rows in dataset.items():
         if only is not None and split not in only:
@@ -165,7 +166,8 @@ def load_units(args: SourceArgs, schemas: dict[str, tuple[str, ...]], loader: st
         where = args.data_files[split] if args.data_files else f"{args.path} ({split} split)"
         check_columns(where, rows.column_names, schemas, loader)
         builder = rows.info.builder_name if hasattr(rows, "info") else "json"  # grueflow's own JSON reader: Rows
-        sources[split] = [Unit(row, f"{where} row {i + 1}", f"{split}-{i}", builder) for i, row in enumerate(rows)]
+        places = row_places(where, len(rows), lines.get(split))
+        sources[split] = [Unit(row, place, f"{split}-{i}", builder) for i, (place, row) in enumerate(zip(places, rows))]
     return sources
 
 

@@ -645,9 +645,9 @@ DATA = [
     P(raw_file("header.csv", b"prompt,references\n"), {}, DataError, (
         "header.csv: the file has no rows; a data file needs at least one",), id="csv-header-only"),
     P(rows_file("bad.jsonl", [GOOD_ROW, {"prompt": "  ", "references": ["4"]}]), {}, DataError, (
-        "bad.jsonl row 2: empty prompt (prompt); fix the data, or set skip_bad_rows: true",), id="empty-prompt"),
+        "bad.jsonl line 2: empty prompt (prompt); fix the data, or set skip_bad_rows: true",), id="empty-prompt"),
     P(rows_file("bad.jsonl", [GOOD_ROW, {"prompt": "3 + 3 ?", "references": ["", None]}]), {}, DataError, (
-        "bad.jsonl row 2: no references (every reference is empty or missing); fix the data, or set skip_bad_rows",),
+        "bad.jsonl line 2: no references (every reference is empty or missing); fix the data, or set skip_bad_rows",),
       id="no-references"),
     P(rows_file("bad.jsonl", [{"prompt": "", "references": ["4"]}]), {"skip_bad_rows": True}, DataError, (
         "bad.jsonl: the train split is empty: its 1 source rows give no sample (1 bad rows skipped)",),
@@ -656,17 +656,17 @@ DATA = [
         "cols.jsonl has the columns ['answer', 'question']; the custom datapool needs prompt, references",),
       id="missing-columns"),
     P(rows_file("num.jsonl", [GOOD_ROW, {"prompt": 42, "references": ["4"]}]), {}, DataError, (
-        "num.jsonl row 2: prompt (prompt) is 42 (int), not text; map a text column",), id="numeric-prompt"),
+        "num.jsonl line 2: prompt (prompt) is 42 (int), not text; map a text column",), id="numeric-prompt"),
     P(rows_file("zw.jsonl", [GOOD_ROW, {"prompt": "\u200b\u200d\ufeff", "references": ["4"]}]), {}, DataError, (
-        "zw.jsonl row 2: empty prompt (prompt)",), id="zero-width-prompt"),
+        "zw.jsonl line 2: empty prompt (prompt)",), id="zero-width-prompt"),
     P(rows_file("nan.jsonl", [{"prompt": "1 / 2 ?", "references": 0.5},
                               {"prompt": "0 / 0 ?", "references": float("nan")}]),
-      {}, DataError, ("nan.jsonl row 2: a reference is nan, not text",), id="nan-reference"),
+      {}, DataError, ("nan.jsonl line 2: a reference is nan, not text",), id="nan-reference"),
     P(rows_file("deep.jsonl", [GOOD_ROW, {"prompt": "3 + 3 ?", "references": [["6", ["six"]]]}]), {}, DataError, (
-        "deep.jsonl row 2: a reference ['6', ['six']] (list) is not text; references are a string, a list of "
+        "deep.jsonl line 2: a reference ['6', ['six']] (list) is not text; references are a string, a list of "
         "strings, {\"text\": [strings]} (SQuAD's answers) or a list of {\"text\": string}",), id="nested-reference"),
     P(rows_file("map.jsonl", [GOOD_ROW, {"prompt": "3 + 3 ?", "references": {"answer": "6"}}]), {}, DataError, (
-        "map.jsonl row 2: references {'answer': '6'} (dict) are not text",), id="mapping-reference-without-text"),
+        "map.jsonl line 2: references {'answer': '6'} (dict) are not text",), id="mapping-reference-without-text"),
     P(raw_file("utf16.jsonl", (json.dumps(GOOD_ROW) + "\n").encode("utf-16")), {}, DataError, (
         "utf16.jsonl: line 1: byte 0xff at column 1 is not UTF-8 (it starts with the utf-16le byte-order mark); "
         "re-save the file as UTF-8 (e.g. iconv -f utf-16le -t utf-8)",), id="utf-16-file"),  # latin1 was the hint
@@ -690,6 +690,12 @@ DATA = [
       id="csv-header-repeats-a-column"),
     P(raw_file("quote.csv", b'prompt,references\n"2 + 2 ?,4\n'), {}, DataError, (
         "quote.csv: line", "not valid CSV (unexpected end of data)",), id="csv-unterminated-quote"),
+    # a bad row was "row 3" (its data index + 1): neither the line an editor shows nor the spreadsheet's row
+    P(raw_file("lines.csv", b'prompt,references\n"2 + 2\n?",4\n\n"3 + 3\n?",6\n,5\n'), {}, DataError, (
+        "lines.csv line 7: empty prompt (prompt); fix the data",), id="csv-bad-row-named-by-its-line"),
+    P(raw_file("blank.jsonl", b'\n' + json.dumps(GOOD_ROW).encode() + b'\n\n\n{"prompt": "", "references": "5"}\n'),
+      {}, DataError, ("blank.jsonl line 5: empty prompt (prompt); fix the data",),
+      id="jsonl-bad-row-named-by-its-line"),
 ]
 
 
@@ -849,7 +855,7 @@ def test_grue_loaders_refuse_a_field_of_the_wrong_shape_naming_the_row(tmp_path:
     cls = DATAPOOLS.get(loader)
     with pytest.raises(DataError) as err:
         cls.build(parse(cls.Args, {"path": "json", "data_files": three_splits(path)}, "args"))
-    assert "rows.jsonl row 1" in str(err.value) and expect in str(err.value)
+    assert "rows.jsonl line 1" in str(err.value) and expect in str(err.value)
 
 
 def test_skipped_bad_rows_are_counted(tmp_path: Path):
@@ -1282,7 +1288,7 @@ def test_base_model_with_a_hub_id_that_cannot_be_reached_exits_2(tmp_path: Path)
 def test_prepare_datapool_rejects_a_row_without_references_and_counts_it_when_skipping(tmp_path: Path, call_stage):
     train = write_rows(tmp_path / "train.jsonl", [GOOD_ROW, {"prompt": "3 + 3 ?", "references": []}, GOOD_ROW])
     result = call_stage("prepare_datapool", "--task-file", custom_task(tmp_path, train), "--out", tmp_path / "pool")
-    assert_fails_in_one_line(result, "train.jsonl row 2: no references", "set skip_bad_rows: true")
+    assert_fails_in_one_line(result, "train.jsonl line 2: no references", "set skip_bad_rows: true")
     assert not (tmp_path / "pool").exists()
     skipping = call_stage("prepare_datapool", "--task-file", custom_task(tmp_path, train, skip_bad_rows=True),
                           "--out", tmp_path / "pool")
@@ -2339,7 +2345,7 @@ def test_totto_fields_of_the_wrong_shape_are_bad_rows_naming_the_file_row_and_fi
     with pytest.raises(DataError) as err:
         cls.build(parse(cls.Args, {"data_files": three_splits(path)}, "args"))
     message = str(err.value)
-    assert "\n" not in message and "rows.jsonl row 1: " + expect in message
+    assert "\n" not in message and "rows.jsonl line 1: " + expect in message
     assert message.endswith("fix the data, or set skip_bad_rows: true to drop such rows (they are counted in "
                             "stats.json)")
     with pytest.raises(DataError, match=r"train_rows\.jsonl: the train split is empty: its 1 source rows give no "
@@ -2363,7 +2369,7 @@ def test_the_custom_loader_resplitting_blank_prompts_names_the_first_row(tmp_pat
     with pytest.raises(DataError) as err:
         custom_pool({"train": path}, prefix="Q: ", split_counts={"train": 4, "val": 2, "test": 2})
     assert "\n" not in str(err.value)
-    assert str(err.value).startswith(f"{path} row 1: empty prompt (prompt); fix the data, or set skip_bad_rows: true")
+    assert str(err.value).startswith(f"{path} line 1: empty prompt (prompt); fix the data, or set skip_bad_rows: true")
 
 
 def test_a_loader_resplitting_rows_written_twice_trains_on_no_test_prompt(tmp_path: Path, caplog):

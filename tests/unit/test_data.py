@@ -174,9 +174,9 @@ TEN_WORDS = "one two three four five six seven eight nine ten"
 
 def test_imdb_refuses_a_review_that_gives_no_prompt_naming_its_row(tmp_path):
     train = write_reviews(tmp_path / "train.jsonl", [TEN_WORDS] * 4)
-    cases = [("", None, "row 2: empty review (its text has no words)"),
-             (" <br /> ", None, "row 2: empty review (its text has no words)"),
-             ("word", 0.5, "row 2: the review has 1 word, too few for prompt_fraction 0.5 to leave a word in the "
+    cases = [("", None, "line 2: empty review (its text has no words)"),
+             (" <br /> ", None, "line 2: empty review (its text has no words)"),
+             ("word", 0.5, "line 2: the review has 1 word, too few for prompt_fraction 0.5 to leave a word in the "
                            "prompt")]
     for text, fraction, expect in cases:
         test = write_reviews(tmp_path / "test.jsonl", [TEN_WORDS, text])
@@ -200,7 +200,7 @@ def test_imdb_refuses_a_label_other_than_0_or_1_naming_its_file_and_row(tmp_path
     with pytest.raises(DataError) as err:
         build("imdb", path="json", data_files={"train": str(train), "test": test}, n_val=1, prompt_words=3,
               positive_only_train=positive_only_train)
-    assert str(err.value) == (f"imdb datapool: {train} row 3: label {shown} is not 0 (negative) or 1 (positive); map "
+    assert str(err.value) == (f"imdb datapool: {train} line 3: label {shown} is not 0 (negative) or 1 (positive); map "
                               f"the labels to the integers 0 and 1 (a float column's 1.0 too), or use the custom "
                               f"datapool, which maps your columns and keeps any label (fields.meta: [label])")
 
@@ -223,7 +223,7 @@ def test_imdb_skip_bad_rows_drops_and_counts_them_and_a_short_review_is_all_prom
     written = write_datapool(pool, tmp_path / "pool")
     assert (written["skipped_rows"], written["without_references"]) == (pool.stats["skipped_rows"],
                                                                         pool.stats["without_references"])
-    with pytest.raises(BadRowError, match=r"train\.jsonl row 2: empty review"):
+    with pytest.raises(BadRowError, match=r"train\.jsonl line 2: empty review"):
         build("imdb", path="json", data_files={"train": train, "test": test}, n_val=1, prompt_words=4)
 
 

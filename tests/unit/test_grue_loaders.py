@@ -127,7 +127,7 @@ def test_commongen_hub_v11_rows_are_grouped_into_concept_sets(tmp_path):
     files = {"train": write_jsonl(tmp_path / "train.jsonl", rows),
              "validation": write_jsonl(tmp_path / "val.jsonl", rows),
              "test": write_jsonl(tmp_path / "test.jsonl", hidden)}
-    with pytest.raises(BadRowError, match=r"test\.jsonl row 1: no references.*skip_bad_rows"):
+    with pytest.raises(BadRowError, match=r"test\.jsonl line 1: no references.*skip_bad_rows"):
         build("common_gen", data_files=files)
     pool = build("common_gen", data_files=files, source_splits={"test": "validation"})
     assert sizes(pool) == [2, 2, 2]
@@ -191,7 +191,7 @@ def test_cnn_dailymail_hub_schema_and_bad_rows(tmp_path):
             {"article": "  ", "highlights": "Nothing.", "id": "a2"},
             {"article": "Rain fell on the town .", "highlights": "", "id": "a3"}]
     files = {name: write_jsonl(tmp_path / f"{name}.jsonl", rows) for name in ("train", "validation", "test")}
-    with pytest.raises(BadRowError, match=r"train\.jsonl row 2: empty article; fix the data, or set skip_bad_rows"):
+    with pytest.raises(BadRowError, match=r"train\.jsonl line 2: empty article; fix the data, or set skip_bad_rows"):
         build("cnn_dailymail", data_files=files)
     pool = build("cnn_dailymail", data_files=files, skip_bad_rows=True)
     assert sizes(pool) == [1, 1, 1]
@@ -382,7 +382,7 @@ def test_totto_bad_rows_are_skipped_and_counted_through_the_loader(tmp_path):
     bad = totto_row(highlighted_cells=[[-1, -1]])
     path = write_jsonl(tmp_path / "dev.jsonl", good[:2] + [bad] + good[2:])
     counts = {"split_counts": {"train": 3, "val": 1, "test": 1}}
-    with pytest.raises(BadRowError, match=r"dev\.jsonl row 3: highlighted_cells\[0\] is \[-1, -1\] \(list\), not a "
+    with pytest.raises(BadRowError, match=r"dev\.jsonl line 3: highlighted_cells\[0\] is \[-1, -1\] \(list\), not a "
                                           r"\[row, column\] pair of integers >= 0; fix the data, or set skip_bad_rows"):
         build("totto", data_files={"validation": path}, **counts)
     pool = build("totto", data_files={"validation": path}, skip_bad_rows=True, **counts)
@@ -604,7 +604,7 @@ def test_daily_dialog_hub_schema_and_misaligned_rows(tmp_path):
     rows = [{"dialog": ["Hi . ", "Hello , how are you ? ", "Fine , thanks . "], "act": [1, 2, 1], "emotion": [0, 0, 4]},
             {"dialog": ["Only one turn", "and a second"], "act": [1], "emotion": [0, 0]}]
     files = {name: write_jsonl(tmp_path / f"{name}.jsonl", rows) for name in ("train", "validation", "test")}
-    with pytest.raises(BadRowError, match=r"train\.jsonl row 2: 2 turns but 1 acts and 2 emotions"):
+    with pytest.raises(BadRowError, match=r"train\.jsonl line 2: 2 turns but 1 acts and 2 emotions"):
         build("daily_dialog", data_files=files, min_context_turns=1)
     pool = build("daily_dialog", data_files=files, min_context_turns=1, context_turns=1, skip_bad_rows=True)
     assert sizes(pool) == [2, 2, 2] and pool.stats["skipped_rows"] == {"train": 1, "val": 1, "test": 1}
@@ -734,14 +734,14 @@ def test_a_custom_resplit_names_a_blank_prompt_before_it_counts_units(tmp_path):
     """Blank prompts all strip to "": counted as one unit, they gave "ask for 8 units; the data has 1"."""
     blank = write_jsonl(tmp_path / "blank.jsonl", [{"prompt": "   ", "references": [f"r{i}"]} for i in range(8)])
     counts = {"split_counts": {"train": 4, "val": 2, "test": 2}}
-    with pytest.raises(BadRowError, match=r"^.*blank\.jsonl row 1: empty prompt \(prompt\); fix the data, or set "
+    with pytest.raises(BadRowError, match=r"^.*blank\.jsonl line 1: empty prompt \(prompt\); fix the data, or set "
                                           r"skip_bad_rows: true"):
         build("custom", data_files={"train": blank}, prefix="Q: ", **counts)
     with pytest.raises(DataError, match=r"the train split is empty: its 4 source rows give no sample \(4 bad rows "
                                         r"skipped\)"):
         build("custom", data_files={"train": blank}, skip_bad_rows=True, **counts)
     some = write_jsonl(tmp_path / "some.jsonl", QA_ROWS + [{"prompt": "\t", "references": ["x"]}])
-    with pytest.raises(BadRowError, match=r"some\.jsonl row 7: empty prompt \(prompt\)"):  # not the unit count
+    with pytest.raises(BadRowError, match=r"some\.jsonl line 7: empty prompt \(prompt\)"):  # not the unit count
         build("custom", data_files={"train": some}, split_counts={"train": 5, "val": 1, "test": 1})
     pool = build("custom", data_files={"train": some}, split_counts={"train": 3, "val": 2, "test": 2},
                  skip_bad_rows=True)
@@ -887,13 +887,13 @@ def test_narrative_qa_answers_as_strings_or_text_items(tmp_path):
 def test_narrative_qa_answers_of_another_shape_name_the_row(tmp_path):
     path = write_jsonl(tmp_path / "nqa.jsonl", [nqa_row(0, ["Alice"]), nqa_row(1, [{"answer": "Bob"}]),
                                                 nqa_row(2, ["Carol"])])
-    with pytest.raises(BadRowError, match=r"nqa\.jsonl row 2: a reference \{'answer': 'Bob'\} \(dict\) is not text; "
+    with pytest.raises(BadRowError, match=r"nqa\.jsonl line 2: a reference \{'answer': 'Bob'\} \(dict\) is not text; "
                                           r"answers are a string, a list of strings, \{\"text\": \[strings\]\} "
                                           r"\(SQuAD's answers\) or a list of \{\"text\": string\}; fix the data, or "
                                           r"set skip_bad_rows: true"):
         build("narrative_qa", data_files={"train": path}, split_counts={"train": 1, "val": 1, "test": 1})
     nested = write_jsonl(tmp_path / "nested.jsonl", [nqa_row(i, [[["deep"]]]) for i in range(3)])
-    with pytest.raises(BadRowError, match=r"nested\.jsonl row \d: a reference \[\['deep'\]\] \(list\) is not text"):
+    with pytest.raises(BadRowError, match=r"nested\.jsonl line \d: a reference \[\['deep'\]\] \(list\) is not text"):
         build("narrative_qa", data_files={"train": nested}, split_counts={"train": 1, "val": 1, "test": 1})
 
 
