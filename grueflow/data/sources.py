@@ -22,7 +22,9 @@ it would pool twice.
 
 ``n_<split>`` above what the split holds keeps the whole split (RL4LMs configs set a large n to mean all) and logs a
 warning naming the split, the n asked and the Samples kept. Samples of one split that share a ``source_id`` are kept,
-each its own Sample, with one warning that counts them.
+each its own Sample, with one warning that counts them. So are rows of one split that repeat another's prompt and
+references exactly (a file concatenated or exported twice): kept, as a user may mean them, with a warning per split
+naming the first, and counted in the datapool's ``stats`` (``repeated_rows`` per split, only where there are some).
 
 Bad rows. A row with an empty input or no non-empty reference fails the build with a message that
 names it (a re-split checks every row before it counts units); ``skip_bad_rows: true`` drops such rows instead and
@@ -358,8 +360,9 @@ def build_datapool(sources: dict[str, list[Unit]], to_rows: Callable[[Unit], lis
     splits, to_rows = assign_splits(sources, to_rows, args)
     samples: dict[str, list[Sample]] = {}
     skipped: dict[str, int] = {}
+    repeated: dict[str, int] = {}
     for split in SPLITS:
-        samples[split], skipped[split] = make_samples(split, splits[split], to_rows, args.skip_bad_rows)
+        samples[split], skipped[split], origins = make_samples(split, splits[split], to_rows, args.skip_bad_rows)
         limit = getattr(args, f"n_{split}")
         if limit is not None and len(samples[split]) < limit:
             log.warning("n_%s = %d asks for more samples than the %s split holds: kept all %d", split, limit, split,
@@ -367,9 +370,31 @@ def build_datapool(sources: dict[str, list[Unit]], to_rows: Callable[[Unit], lis
         samples[split] = samples[split][:limit]
         if not samples[split]:
             raise DataError(empty_split_message(split, len(splits[split]), skipped[split], args))
+        repeated[split] = count_repeated_rows(split, samples[split], origins)
     warn_repeated_source_ids(samples)
     text = (unlabelled or training_text)(samples["train"])
-    return Datapool(samples, text, {"skipped_rows": skipped})
+    return Datapool(samples, text, {"skipped_rows": skipped, **({"repeated_rows": repeated} if any(repeated.values())
+                                                                 else {})})
+
+
+def count_repeated_rows(split: str, samples: list[Sample], origins: list[str]) -> int:
+    """How many of ``split``'s Samples repeat the prompt and references (as written) of an earlier one, whatever their
+    ``meta``: a file concatenated or exported twice, which would weigh those samples double in every mean. They are
+    kept (a user may mean them), with one warning naming the first repeat by its place in the source (``origins``,
+    aligned with ``samples``) and the row it repeats."""
+    first: dict[tuple[str, tuple[str, ...]], str] = {}
+    repeats: list[tuple[str, str]] = []
+    for sample, origin in zip(samples, origins):
+        key = (sample.prompt, sample.references)
+        if key in first:
+            repeats.append((origin, first[key]))
+        else:
+            first[key] = origin
+    if repeats:
+        log.warning("%s split: %d of %d samples repeat the prompt and references of an earlier sample (first: %s "
+                    "repeats %s); each is kept and scored as its own sample (stats.json: repeated_rows)", split,
+                    len(repeats), len(samples), *repeats[0])
+    return len(repeats)
 
 
 def warn_repeated_source_ids(samples: dict[str, list[Sample]]) -> None:
@@ -392,8 +417,8 @@ def warn_repeated_source_ids(samples: dict[str, list[Sample]]) -> None:
 
 
 def make_samples(split: str, units: list[Unit], to_rows: Callable[[Unit], list[Row]],
-                 skip_bad_rows: bool) -> tuple[list[Sample], int]:
-    """The split's Samples, ids ``<split>-<index>``, and how many bad rows were skipped."""
+                 skip_bad_rows: bool) -> tuple[list[Sample], int, list[str]]:
+    """The split's Samples, ids ``<split>-<index>``, how many bad rows were skipped, and each Sample's origin."""
     rows: list[Row] = []
     skipped = 0
     for unit in units:
@@ -410,7 +435,7 @@ def make_samples(split: str, units: list[Unit], to_rows: Callable[[Unit], list[R
                 rows.append(row)
     samples = [Sample(f"{split}-{i}", row.prompt, tuple(r for r in row.references if r.strip()), row.meta)
                for i, row in enumerate(rows)]
-    return samples, skipped
+    return samples, skipped, [row.origin for row in rows]
 
 
 def empty_split_message(split: str, n_units: int, skipped: int, args: SourceArgs) -> str:

@@ -860,7 +860,7 @@ def test_grue_loaders_refuse_a_field_of_the_wrong_shape_naming_the_row(tmp_path:
 
 def test_skipped_bad_rows_are_counted(tmp_path: Path):
     rows = [GOOD_ROW, {"prompt": "", "references": ["4"]}, {"prompt": "5 ?", "references": []}]
-    good = write_rows(tmp_path / "good.jsonl", [GOOD_ROW] * 3)
+    good = write_rows(tmp_path / "good.jsonl", [{"prompt": f"{i} + {i} ?", "references": [str(2 * i)]} for i in range(3)])
     files = {"train": write_rows(tmp_path / "some_bad.jsonl", rows), "validation": good, "test": good}
     pool = custom_pool(files, skip_bad_rows=True)
     assert [len(pool.splits[s]) for s in ("train", "val", "test")] == [1, 3, 3]
@@ -1157,6 +1157,28 @@ def test_unlabelled_texts_with_line_breaks_are_read_back_as_written(tmp_path: Pa
     assert stats["unlabelled_lines"] == len(kept) == 5 and stats["unlabelled_empty"] == 2
     assert "2 of 7 unlabelled texts are empty or only whitespace: left out" in caplog.text
     assert "unlabelled_empty" not in write_datapool(_pool(), tmp_path / "clean", "my_pool:Pool")
+
+
+def test_rows_repeated_in_one_split_are_kept_with_a_warning_and_counted(tmp_path: Path, caplog):
+    """A test file holding one row three times (a file concatenated or exported twice) was written as three test
+    samples, each scored, without a word."""
+    from grueflow.data.sample import write_datapool
+
+    train = write_rows(tmp_path / "train.jsonl", [{"prompt": f"p{i}", "references": f"r{i}"} for i in range(4)])
+    test = write_rows(tmp_path / "test.jsonl", [{"prompt": "q1", "references": "x"}] * 3 + [
+        {"prompt": "q1", "references": "y"}, {"prompt": "q2", "references": "x", "meta": 1},
+        {"prompt": "q2", "references": "x", "meta": 2}])  # other references: no repeat; other meta: a repeat
+    with caplog.at_level("WARNING", logger="grueflow.data.sources"):
+        pool = custom_pool({"train": train, "test": test}, source_splits={"val": "train"})
+    assert [s.prompt for s in pool.splits["test"]] == ["q1", "q1", "q1", "q1", "q2", "q2"]  # kept
+    assert caplog.messages == [
+        f"test split: 3 of 6 samples repeat the prompt and references of an earlier sample (first: {test} line 2 "
+        f"repeats {test} line 1); each is kept and scored as its own sample (stats.json: repeated_rows)"]
+    stats = write_datapool(pool, tmp_path / "pool", "custom")
+    assert stats["repeated_rows"] == {"train": 0, "val": 0, "test": 3}
+    other = write_rows(tmp_path / "other.jsonl", [{"prompt": f"q{i}", "references": "x"} for i in range(3)])
+    clean = custom_pool({"train": train, "test": other}, source_splits={"val": "train"})
+    assert "repeated_rows" not in write_datapool(clean, tmp_path / "clean", "custom")  # its stats.json as before
 
 
 @pytest.mark.parametrize("name, content, expect", [
@@ -2389,8 +2411,10 @@ def test_a_loader_resplitting_rows_written_twice_trains_on_no_test_prompt(tmp_pa
         f"one split; the largest holds 2 units (prompt {pool.splits['train'][0].prompt!r}); the split sizes count "
         "groups, so the splits hold train 16 (8), val 4 (2), test 4 (2) units (groups)",
         "n_train = 5000 asks for more samples than the train split holds: kept all 16",
+        *[message for message in caplog.messages if " samples repeat the prompt and references " in message],
         "24 samples share their source_id with another sample of their split (train 16, val 4, test 4; 12 ids, e.g. "
         f"{pool.splits['train'][0].meta['source_id']!r}); each is kept as its own sample"]
+    assert pool.stats["repeated_rows"] == {"train": 8, "val": 2, "test": 2}
     with pytest.raises(DataError, match=r"split_counts \{'train': 12, 'val': 6, 'test': 6\} ask for 24 units; the data "
                                         r"has 12 \(24 before the rows that share a prompt or a source_id were joined"):
         cls.build(parse(cls.Args, {**args, "split_counts": {"train": 12, "val": 6, "test": 6}}, "args"))
