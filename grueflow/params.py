@@ -78,8 +78,16 @@ def _component(c: RewardComponent) -> None:
 
 
 def _reward(cfg: RewardConfig) -> None:
+    """Each component's key once: two components of one key with the same args (as parsed: defaults written or not)
+    are one component with the summed weight; with different args no one component is both, and the reward's scores
+    keep one value a key, so each needs a metric of its own (the advice :func:`metric_writers` gives)."""
     keys = [c.key for c in cfg.components]
     repeated = sorted({k for k in keys if keys.count(k) > 1})
+    typed = {k: [c.typed_args for c in cfg.components if c.key == k] for k in repeated}
+    differing = [k for k in repeated if any(args != typed[k][0] for args in typed[k][1:])]
+    written = "; ".join(f"{k}: {[dict(c.args) for c in cfg.components if c.key == k]}" for k in differing)
+    check(not differing, f"reward components {differing} appear twice with different args ({written}); list each "
+                         f"metric once (for two settings of one metric, write a metric of your own)")
     check(not repeated, f"reward components {repeated} appear twice; merge them into one component with the summed weight")
 
 

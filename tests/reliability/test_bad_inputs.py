@@ -332,7 +332,21 @@ PARAMS = [
     P(Bad(SENTIMENT, setting("reward.components", []), ("sentiment.yaml: reward: a reward needs at least one "
                                                         "component",)), id="no-reward-component"),
     P(Bad(SENTIMENT, setting("reward.components.1", {"metric": "lexicon_sentiment", "weight": 2}), (
-        "sentiment.yaml: reward: reward components ['task/sentiment'] appear twice",)), id="reward-component-twice"),
+        "sentiment.yaml: reward: reward components ['task/sentiment'] appear twice; merge them into one component "
+        "with the summed weight",)), id="reward-component-twice"),
+    # two settings of one metric were told to merge into one component with the summed weight, which none can be
+    P(Bad(SENTIMENT, setting("reward.components", [
+        {"metric": "lexicon_sentiment", "weight": 1.0},
+        {"metric": "length_penalty", "weight": 1.0, "args": {"target_length": 5}},
+        {"metric": "length_penalty", "weight": 0.5, "args": {"target_length": 20}}]), (
+        "sentiment.yaml: reward: reward components ['shaping/length_penalty'] appear twice with different args "
+        "(shaping/length_penalty: [{'target_length': 5}, {'target_length': 20}]); list each metric once (for two "
+        "settings of one metric, write a metric of your own)",)), id="reward-component-twice-other-args"),
+    P(Bad(SENTIMENT, setting("reward.components", [
+        {"metric": "lexicon_sentiment", "weight": 1.0}, {"metric": "length_penalty", "weight": 1.0},
+        {"metric": "length_penalty", "weight": 0.5, "args": {"target_length": 20}}]), (  # the default, written
+        "sentiment.yaml: reward: reward components ['shaping/length_penalty'] appear twice; merge them into one "
+        "component with the summed weight",)), id="reward-component-twice-default-args-written"),
     # headline metrics
     P(Bad(SENTIMENT, setting("headline_metrics", ["lexical/bleurt"]), (
         "sentiment.yaml: headline_metrics ['lexical/bleurt'] are not produced by the task's reward or metrics; "
