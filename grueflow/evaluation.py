@@ -154,5 +154,24 @@ class Scorer:
         return rows, {k: _finite(v) for k, v in corpus.items()}, missing
 
 
+NO_REFERENCES = "no test sample has references"
+
+
+def missing_references(samples: list[Sample], metrics: tuple[MetricSpec, ...], corpus: dict[str, Any],
+                       missing: dict[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``corpus`` and ``missing`` (as :func:`score` gives them for the test split) with each metric that
+    :attr:`~grueflow.metrics.Metric.needs_references` recorded as missing, its keys ``None``, when no sample has
+    references (``dummy_pool``; a test set published without them): it has nothing to score against, so its empty
+    cell in the GRUE table gets a reason, as a metric that cannot run does, and never shows a number made of
+    nothing. Unchanged when some sample has references."""
+    if any(s.references for s in samples):
+        return corpus, missing
+    lacking = [spec.id for spec in metrics if METRICS.get(spec.id).needs_references and spec.id not in missing]
+    for metric in lacking:
+        log.warning("metric %s is missing: %s", metric, NO_REFERENCES)
+    return ({**corpus, **{key: None for metric in lacking for key in METRICS.get(metric).keys()}},
+            {**missing, **dict.fromkeys(lacking, NO_REFERENCES)})
+
+
 def _finite(value: float) -> float | None:
     return rounded(float(value)) if value is not None and math.isfinite(value) else None

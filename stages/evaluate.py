@@ -93,6 +93,7 @@ def main() -> None:
     bar = stage.progress(1 + len(metrics), "scoring (reward, then each metric)")
     rows, corpus, missing = scorer(test, generations, progress=bar.update, tokens=tokens)
     bar.close()
+    corpus, missing = evaluation.missing_references(test, metrics, corpus, missing)
     trained = args.model.parent / "train_metrics.json"  # an RL stage's folder: <out>/model beside it
     if args.algorithm and trained.is_file() and "kl/sequence" in (final := read_json(trained)):
         corpus[TRAIN_KL_KEY] = final["kl/sequence"]

@@ -223,6 +223,9 @@ class Metric:
     lower_is_better: ClassVar[tuple[str, ...]] = ()  # the scores where lower is better; () for none
     rewardable: ClassVar[bool] = True  # False: it does not score the generations, so it cannot be a reward
     dense: ClassVar[bool] = False  # True: it pays per completion token (MetricResult.per_token), from meta's tokens
+    # True: it scores a generation against the sample's references (or the references themselves), so a split with
+    # no references has no value for it: evaluate records it as missing, with the reason
+    needs_references: ClassVar[bool] = False
 
     @dataclass(frozen=True)
     class Args:

@@ -57,6 +57,7 @@ class Meteor(Metric):
     corpus score the mean over samples. ``meteor_score`` lower-cases either way."""
 
     category = "lexical"
+    needs_references = True
     scores = ("meteor",)
 
     @dataclass(frozen=True)
@@ -174,6 +175,7 @@ class Cider(Metric):
     and corpus."""
 
     category = "lexical"
+    needs_references = True
     scores = ("cider",)
 
     @dataclass(frozen=True)
@@ -202,6 +204,7 @@ class Cider(Metric):
 @METRICS.register("spice", "SPICE scene-graph F1 (pycocoevalcap; needs Java and the Stanford CoreNLP jars), in [0, 1]")
 class Spice(Metric):
     category = "lexical"
+    needs_references = True
     scores = ("spice",)
 
     @dataclass(frozen=True)

@@ -113,6 +113,7 @@ class ReferencePerplexity(Metric):
     """
 
     category = "fluency"
+    needs_references = True
     scores = ("reference_perplexity",)
     lower_is_better = ("reference_perplexity",)
     rewardable = False

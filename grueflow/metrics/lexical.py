@@ -61,6 +61,7 @@ class Rouge(Metric):
     a generation without tokens against references with tokens scores 0."""
 
     category = "lexical"
+    needs_references = True
     scores = ("rouge1", "rouge2", "rougeL", "rougeLsum")
 
     @dataclass(frozen=True)
@@ -111,6 +112,7 @@ class Bleu(Metric):
     either recipe: ``totto``'s ``<null>`` pads a sample's references to three, it does not stand for all of them."""
 
     category = "lexical"
+    needs_references = True
     scores = ("bleu",)
 
     @dataclass(frozen=True)
@@ -181,6 +183,7 @@ class SacreBleu(Metric):
     sentence BLEU with effective order, as sacrebleu advises for single sentences."""
 
     category = "lexical"
+    needs_references = True
     scores = ("sacrebleu",)
 
     @dataclass(frozen=True)
@@ -199,6 +202,7 @@ class SacreBleu(Metric):
 @METRICS.register("sentence_bleu", "sentence BLEU (sacrebleu, effective order) per sample; corpus = their mean")
 class SentenceBleu(Metric):
     category = "lexical"
+    needs_references = True
     scores = ("sentence_bleu",)
 
     @dataclass(frozen=True)
@@ -222,6 +226,7 @@ class SentenceBleu(Metric):
 @METRICS.register("chrf", "chrF (sacrebleu, character 6-grams, beta 2), in [0, 100]")
 class Chrf(Metric):
     category = "lexical"
+    needs_references = True
     scores = ("chrf",)
     word_order: ClassVar[int] = 0
 
@@ -245,6 +250,7 @@ class ChrfPlusPlus(Chrf):
 @METRICS.register("ter", "translation edit rate (sacrebleu TER), in [0, inf), lower is better")
 class Ter(Metric):
     category = "lexical"
+    needs_references = True
     scores = ("ter",)
     lower_is_better = ("ter",)
 
@@ -331,6 +337,7 @@ class RougeLMax(Metric):
     NaN and left out of the corpus mean; a generation without tokens against references with tokens scores 0."""
 
     category = "lexical"
+    needs_references = True
     scores = ("rouge_l_max",)
 
     @dataclass(frozen=True)

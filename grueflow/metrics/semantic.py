@@ -51,6 +51,7 @@ class BertScore(Metric):
     its encoder itself, and its greedy cosine matching is a small share of the work."""
 
     category = "semantic"
+    needs_references = True
     scores = ("bert_score", "bert_score_precision", "bert_score_recall")
 
     @dataclass(frozen=True)
@@ -414,6 +415,7 @@ class Bleurt(Metric):
     must be converted first; nothing is downloaded unless ``checkpoint`` is a hub id."""
 
     category = "semantic"
+    needs_references = True
     scores = ("bleurt",)
 
     @dataclass(frozen=True)

@@ -136,6 +136,7 @@ def totto_table(m: dict[str, Any], tokens: Callable[[str], list[str]]) -> Parent
                   "in [0, 1]")
 class Parent(Metric):
     category = "task"
+    needs_references = True
     scores = ("parent_f", "parent_precision", "parent_recall")
 
     @dataclass(frozen=True)

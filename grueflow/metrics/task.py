@@ -189,6 +189,7 @@ def best_over_references(cls: type[Metric], score: Any) -> MetricFn:
 @METRICS.register("exact_match", "normalised exact match (SQuAD/NarrativeQA style), best over references, in {0, 1}")
 class ExactMatch(Metric):
     category = "task"
+    needs_references = True
     scores = ("exact_match",)
 
     @classmethod
@@ -199,6 +200,7 @@ class ExactMatch(Metric):
 @METRICS.register("token_f1", "normalised token F1 (SQuAD/NarrativeQA style), best over references, in [0, 1]")
 class TokenF1(Metric):
     category = "task"
+    needs_references = True
     scores = ("token_f1",)
 
     @classmethod

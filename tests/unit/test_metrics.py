@@ -308,6 +308,31 @@ def test_evaluation_reward_is_the_mean_over_the_samples_it_scores_and_counts_the
     assert none["reward"] is None and none[REWARD_LEFT_OUT_KEY] == 1
 
 
+def test_a_metric_that_needs_references_is_missing_with_its_reason_where_no_test_sample_has_any(caplog):
+    """On a test split without references (dummy_pool) a ROUGE headline was an empty GRUE table cell with no reason,
+    and evaluate logged nothing."""
+    from grueflow import grue
+    from grueflow.config import MetricSpec
+    from grueflow.evaluation import missing_references, score
+
+    metrics = tuple(parse(MetricSpec, {"id": m}, "metrics") for m in ("rouge", "diversity"))
+    samples = rouge_samples([[], []])
+    _, corpus, missing = score(samples, ["a dog runs", "a cat sits"], None, metrics, CTX)
+    with caplog.at_level("WARNING", logger="grueflow.evaluation"):
+        corpus, missing = missing_references(samples, metrics, corpus, missing)
+    assert missing == {"rouge": "no test sample has references"}
+    assert [corpus[key] for key in METRICS.get("rouge").keys()] == [None] * 4
+    assert corpus["diversity/distinct_1"] == pytest.approx(5 / 6, abs=1e-6)  # one without references: kept
+    assert caplog.messages == ["metric rouge is missing: no test sample has references"]
+    run = {"task": "t", "method": "zero_shot", "seed": 0, "headline": ["lexical/rougeL"], "missing": missing,
+           "metrics": {"reward": 0.5, "fluency/perplexity": 3.0, **corpus}}
+    table = grue.to_markdown(grue.build_table([run]), grue.headlines([run]), grue.missing_metrics([run]))
+    assert "- missing `rouge`: no test sample has references\n" in table
+    some = rouge_samples([[], ["a dog"]])  # one sample with references: as scored
+    scored = score(some, ["a dog runs", "a cat sits"], None, metrics, CTX)[1:]
+    assert missing_references(some, metrics, *scored) == scored
+
+
 @pytest.mark.parametrize("metric_id", ["rouge", "rouge_l_max"])
 def test_an_rl_reward_refuses_train_references_rouge_cannot_read_before_training(metric_id):
     """RL stopped with a NaN reward only when a rollout drew such a sample, minutes or hours in."""
