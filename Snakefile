@@ -107,10 +107,14 @@ if workflow.is_main_process:  # a stage folder deleted or damaged under finished
 onstart:  # the jobs to run are known, none has run, and this is no dry run: a rebuild deletes its folder first
     import sys
 
+    from grueflow.io import DataError
     from grueflow.stale import set_aside_held
 
-    for _line in set_aside_held(Path("results"), [Path(p) for p in stage_folders()]):
-        print(_line, file=sys.stderr)
+    try:
+        for _line in set_aside_held(Path("results"), [Path(p) for p in stage_folders()]):
+            print(_line, file=sys.stderr)
+    except DataError as err:  # nothing may run: the rebuild would delete what could not be moved
+        raise WorkflowError(str(err)) from None
 
 
 rule all:

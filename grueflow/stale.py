@@ -43,12 +43,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Iterable, Optional
 
-from grueflow.io import (MODEL_DIR, STAGE_RECORD, UNHASHED, MissingDataError, atomic_path, check_stage_output,
-                         files_record, fingerprint, read_json, sha256_bytes)
+from grueflow.io import (MODEL_DIR, STAGE_RECORD, UNHASHED, DataError, MissingDataError, atomic_path,
+                         check_stage_output, files_record, fingerprint, read_json, sha256_bytes)
 
 SNAKEMAKE_TIMESTAMP = ".snakemake_timestamp"  # Snakemake's modification time of a directory() output
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
@@ -241,14 +242,24 @@ def held(folder: Path) -> list[Path]:
 
 def set_aside(folder: Path, root: Path, when: Optional[str] = None) -> Path:
     """Move what ``folder`` holds (:func:`held`) to ``<root>/.grueflow/replaced/<folder>@<when>`` (UTC,
-    ``20261206T140501Z``), leaving the folder and its Snakemake timestamp: the rebuild Snakemake runs deletes the
-    folder first, and nothing a person put there may go with it. The place, which is returned, lies outside
-    ``results/``, so that no stage or table reads it and neither engine tracks it."""
+    ``20261206T140501Z``; ``-2``, ``-3`` added where that exists), leaving the folder and its Snakemake timestamp:
+    the rebuild Snakemake runs deletes the folder first, and nothing a person put there may go with it. The place,
+    which is returned, lies outside ``results/``, so that no stage or table reads it and neither engine tracks it.
+    A move that fails (a full disk, ``.grueflow`` a file) is a :class:`DataError`: the rebuild must not run."""
     when = when or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    place = root / REPLACED / f"{folder.resolve().relative_to(root.resolve())}@{when}"
-    place.mkdir(parents=True, exist_ok=False)
-    for path in held(folder):
-        os.replace(path, place / path.name)
+    base = root / REPLACED / f"{os.path.relpath(os.path.abspath(folder), os.path.abspath(root))}@{when}"
+    place, n = base, 1
+    while os.path.lexists(place):
+        n += 1
+        place = base.with_name(f"{base.name}-{n}")
+    try:
+        place.mkdir(parents=True)
+        for path in held(folder):
+            shutil.move(path, place / path.name)  # a copy where results/ is a link to another disk
+    except OSError as err:
+        raise DataError(f"{folder} holds files and no {STAGE_RECORD}, and its job reruns, which deletes the folder "
+                        f"first; moving what it holds to {place} failed ({err.strerror or err}): move them out of "
+                        f"results/ yourself, or delete the folder, and run again") from None
     return place
 
 
@@ -278,11 +289,11 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     ``tokens`` (the digests of inputs are cached beside it); one line per entry, saying why.
 
     A suite stage folder without its record that holds files is named with them: :func:`set_aside_held` moves them
-    before the jobs run (Snakemake's ``onstart``, which a dry run skips), the rebuild deleting the folder. A stage stale because an input from
-    outside results/ changed, or is gone, gets the stamp alone: the content digest its rule takes as a param reruns
-    it where Snakemake recorded one, the stamp where it did not (a folder ``dvc repro`` built, or ``.snakemake``
-    removed). Its time before the stamp is kept in :data:`STAMPED`, and put back once the input is as recorded
-    again (after a dry run saw it edited): then nothing reruns, whatever the input's size."""
+    before the jobs run (Snakemake's ``onstart``, which a dry run skips), the rebuild deleting the folder. A stage
+    stale because an input from outside results/ changed, or is gone, gets the stamp alone: the content digest its
+    rule takes as a param reruns it where Snakemake recorded one, the stamp where it did not (a folder ``dvc repro``
+    built, or ``.snakemake`` removed). Its time before the stamp is kept in :data:`STAMPED`, and put back once the
+    input is as recorded again (after a dry run saw it edited): then nothing reruns, whatever the input's size."""
     lines = []
     expected, folders = list(expected), list(folders)
     suite = set(expected) | set(folders)

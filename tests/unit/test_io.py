@@ -13,7 +13,7 @@ from typing import Iterator
 import pytest
 
 from grueflow import stage
-from grueflow.io import read_json
+from grueflow.io import DataError, read_json
 
 
 def test_the_stage_record_counts_the_bytes_of_every_output_file_but_itself(tmp_path):
@@ -415,7 +415,7 @@ def test_a_stage_folder_without_its_record_holding_files_has_them_set_aside_befo
     timestamp, so neither tells a stage's output from a person's: what such a folder holds is named, and moved out
     of results/ before the jobs run. A folder no rule writes is left alone."""
     from grueflow.io import write_stage_record
-    from grueflow.stale import REPLACED, SNAKEMAKE_TIMESTAMP, mark_stale, set_aside_held
+    from grueflow.stale import REPLACED, SNAKEMAKE_TIMESTAMP, mark_stale, set_aside, set_aside_held
 
     monkeypatch.chdir(tmp_path)
     results, tokens = Path("results"), Path(".snakemake") / "grueflow-stale.json"
@@ -445,6 +445,18 @@ def test_a_stage_folder_without_its_record_holding_files_has_them_set_aside_befo
     assert [p.name for p in datapool.iterdir()] == [SNAKEMAKE_TIMESTAMP]  # the folder stays, stamped for its rebuild
     assert (datapool / SNAKEMAKE_TIMESTAMP).stat().st_mtime == 1
     assert (mine / "train.jsonl").is_file() and set_aside_held(results, suite) == []
+    (datapool / "train.jsonl").write_text("{}\n")  # set aside again within the same second: a place of its own
+    assert set_aside(datapool, Path("."), when="20261206T140501Z") == REPLACED / f"{datapool}@20261206T140501Z"
+    (datapool / "train.jsonl").write_text("{}\n")
+    assert set_aside(datapool, Path("."), when="20261206T140501Z") == REPLACED / f"{datapool}@20261206T140501Z-2"
+    (datapool / "train.jsonl").write_text("{}\n")
+    shutil.rmtree(".grueflow")
+    Path(".grueflow").write_text("")  # nowhere to move them: refused, so that the rebuild cannot delete them
+    with pytest.raises(DataError, match=rf"{datapool} holds files and no stage.json, and its job reruns, which "
+                                        r"deletes the folder first; moving what it holds to .* failed \(Not a "
+                                        r"directory\): move them out of results/ yourself"):
+        set_aside_held(results, suite)
+    assert (datapool / "train.jsonl").is_file()
 
 
 def test_a_stage_folder_without_its_record_is_stale_when_read_or_aggregated(tmp_path):
