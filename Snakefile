@@ -98,23 +98,10 @@ if workflow.is_main_process:  # a stage folder deleted or damaged under finished
         _lines = mark_stale(Path("results"), Path(output_of("aggregate", "csv")),
                             [Path(p) for p in expand(output_of("evaluate"), task=TASKS, method=METHODS, seed=SEEDS)],
                             {**_tables, **_keys}, folders=[Path(p) for p in stage_folders()])
-    except DataError as err:
+    except DataError as err:  # a copy of what a rebuild deletes could not be kept: nothing may run
         raise WorkflowError(str(err)) from None
     for _line in _lines:
         print(_line, file=sys.stderr)
-
-
-onstart:  # the jobs to run are known, none has run, and this is no dry run: a rebuild deletes its folder first
-    import sys
-
-    from grueflow.io import DataError
-    from grueflow.stale import set_aside_held
-
-    try:
-        for _line in set_aside_held(Path("results"), [Path(p) for p in stage_folders()]):
-            print(_line, file=sys.stderr)
-    except DataError as err:  # nothing may run: the rebuild would delete what could not be moved
-        raise WorkflowError(str(err)) from None
 
 
 rule all:

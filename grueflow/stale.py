@@ -29,8 +29,9 @@ does not rerun a job, so a job whose inputs are only such files (prepare_datapoo
 is gone (what read a deleted datapool), would never rerun; a param that differs from the recorded one always
 does. Its job reruns and rebuilds what it reads. The stale outputs are stale whatever is run next (a dry run marks
 them too; a folder repaired by hand after that still reruns once). Nothing is deleted here, and what a suite stage
-folder without its record holds (a datapool written there by hand, a record deleted) is moved out of ``results/``
-before Snakemake's rebuild deletes the folder. DVC needs none of this: it compares content hashes.
+folder without its record holds (a datapool written there by hand, a record deleted), or a file in a stage folder's
+place, is copied out of ``results/`` before Snakemake's rebuild deletes it. DVC needs none of this: it compares
+content hashes.
 
 The same blind spot holds for the files a job reads from outside ``results/`` (a datapool's local data, a
 plugin's code, a reward's lexicon): one replaced by a file with an older time (``mv`` from a download folder,
@@ -58,10 +59,11 @@ TOKENS = Path(".snakemake") / "grueflow-stale.json"  # {output path: when it was
 
 
 STAMPED = Path(".snakemake") / "grueflow-stamped.json"  # {stage folder: its time in ns before a stamp for an input}
-REPLACED = Path(".grueflow") / "replaced"  # what stale stage folders without their record held, set aside
+REPLACED = Path(".grueflow") / "replaced"  # copies of what stale stage folders without their record held
 DIGESTS = Path(".snakemake") / "grueflow-digests.json"  # {path: [stat signature, sha256]}: files read once
 CHANGED_INPUT = "changed since it was built"  # why a stage whose input from outside results/ changed is stale
 GONE_INPUT = "no longer exists"  # ... and one whose input from outside results/ is gone
+FILE_IN_PLACE = "a file where the stage's folder belongs"  # ... and a file Snakemake would take for the folder
 _KNOWN: dict[str, list] = {}  # the cache as this process read it and added to it
 
 
@@ -207,7 +209,7 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
         if folder.is_dir() and not (folder / STAGE_RECORD).is_file():
             stale.setdefault(folder, f"damaged: {STAGE_RECORD} is missing")
         elif folder.exists() and not folder.is_dir():  # Snakemake takes it as the output, and removes it to rerun
-            stale.setdefault(folder, "a file where the stage's folder belongs")
+            stale.setdefault(folder, FILE_IN_PLACE)
     for written, others in (siblings or {}).items():
         missing = [str(p) for p in others if not p.is_file()]
         if written.is_file() and written not in stale and missing:
@@ -240,26 +242,39 @@ def held(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.name != SNAKEMAKE_TIMESTAMP) if folder.is_dir() else []
 
 
-def set_aside(folder: Path, root: Path, when: Optional[str] = None) -> Path:
-    """Move what ``folder`` holds (:func:`held`) to ``<root>/.grueflow/replaced/<folder>@<when>`` (UTC,
-    ``20261206T140501Z``; ``-2``, ``-3`` added where that exists), leaving the folder and its Snakemake timestamp:
-    the rebuild Snakemake runs deletes the folder first, and nothing a person put there may go with it. The place,
-    which is returned, lies outside ``results/``, so that no stage or table reads it and neither engine tracks it.
-    A move that fails (a full disk, ``.grueflow`` a file) is a :class:`DataError`: the rebuild must not run."""
-    when = when or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    base = root / REPLACED / f"{os.path.relpath(os.path.abspath(folder), os.path.abspath(root))}@{when}"
-    place, n = base, 1
-    while os.path.lexists(place):
-        n += 1
-        place = base.with_name(f"{base.name}-{n}")
+def keep_copy(path: Path, root: Path) -> Path:
+    """Copy what ``path`` holds (:func:`held`; ``path`` itself where it is a file) to
+    ``<root>/.grueflow/replaced/<path>@<key>`` and return that place; ``key`` (12 hex digits) is a digest of the
+    stat signatures of what is copied (a file's content), so that the same content, seen by one dry run after
+    another, is copied once. Snakemake deletes an output before its job rebuilds it, and nothing a person put there
+    may go with it; the copy is written under a temporary name and renamed, so a place that exists is complete.
+    It lies outside ``results/``: no stage or table reads it, and neither engine tracks it. A copy that fails (a
+    full disk, ``.grueflow`` a file) is a :class:`DataError`: nothing may run."""
+    files = held(path) if path.is_dir() else [path]
+    if path.is_dir():
+        digest = hashlib.sha256()
+        for file in sorted(f for item in files for f in ([item, *item.rglob("*")] if item.is_dir() else [item])):
+            digest.update(f"{file.relative_to(path)}\0{_signature(file.lstat())}\0".encode())
+        key = digest.hexdigest()[:12]
+    else:  # by content: the stale check stamps the file itself, which changes its times
+        key = sha256_bytes(path)[:12]
+    place = root / REPLACED / f"{os.path.relpath(os.path.abspath(path), os.path.abspath(root))}@{key}"
+    if place.is_dir():
+        return place
+    tmp = place.with_name(f".{place.name}.tmp")
     try:
-        place.mkdir(parents=True)
-        for path in held(folder):
-            shutil.move(path, place / path.name)  # a copy where results/ is a link to another disk
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        for item in files:
+            if item.is_dir() and not item.is_symlink():
+                shutil.copytree(item, tmp / item.name, symlinks=True)
+            else:
+                shutil.copy2(item, tmp / item.name, follow_symlinks=False)
+        os.replace(tmp, place)
     except OSError as err:
-        raise DataError(f"{folder} holds files and no {STAGE_RECORD}, and its job reruns, which deletes the folder "
-                        f"first; moving what it holds to {place} failed ({err.strerror or err}): move them out of "
-                        f"results/ yourself, or delete the folder, and run again") from None
+        raise DataError(f"{path} is stale and its job reruns, which deletes it first; keeping a copy of what it holds "
+                        f"in {place} failed ({err.strerror or err}): copy or move it out of results/ yourself, or "
+                        f"delete it, and run again") from None
     return place
 
 
@@ -288,12 +303,13 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     """Set each :func:`stale_outputs` entry's Snakemake timestamp to :data:`STALE_TIME` and give it a new token in
     ``tokens`` (the digests of inputs are cached beside it); one line per entry, saying why.
 
-    A suite stage folder without its record that holds files is named with them: :func:`set_aside_held` moves them
-    before the jobs run (Snakemake's ``onstart``, which a dry run skips), the rebuild deleting the folder. A stage
-    stale because an input from outside results/ changed, or is gone, gets the stamp alone: the content digest its
-    rule takes as a param reruns it where Snakemake recorded one, the stamp where it did not (a folder ``dvc repro``
-    built, or ``.snakemake`` removed). Its time before the stamp is kept in :data:`STAMPED`, and put back once the
-    input is as recorded again (after a dry run saw it edited): then nothing reruns, whatever the input's size."""
+    A suite stage folder without its record that holds files, or a file where a stage folder belongs, has a copy of
+    what it holds kept (:func:`keep_copy`; a dry run too: the rebuild deletes it, and nothing tells whether a
+    person put it there). A stage stale because an input from outside results/ changed, or is gone, gets the stamp
+    alone: the content digest its rule takes as a param reruns it where Snakemake recorded one, the stamp where it
+    did not (a folder ``dvc repro`` built, or ``.snakemake`` removed). Its time before the stamp is kept in
+    :data:`STAMPED`, and put back once the input is as recorded again (after a dry run saw it edited): then nothing
+    reruns, whatever the input's size."""
     lines = []
     expected, folders = list(expected), list(folders)
     suite = set(expected) | set(folders)
@@ -304,10 +320,11 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     for path, why in stale.items():
         stamp = path / SNAKEMAKE_TIMESTAMP if (path / SNAKEMAKE_TIMESTAMP).is_file() else path
         line = f"grueflow: {path} is stale ({why}); its job reruns"
-        files = held(path) if why == f"damaged: {STAGE_RECORD} is missing" and path in suite else []
+        files = held(path) if why == f"damaged: {STAGE_RECORD} is missing" and path in suite else \
+            [path] if why == FILE_IN_PLACE else []
         if files:
             names = ", ".join(p.name for p in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
-            line += f"; what it holds ({names}) is moved to {results.parent / REPLACED}/ before the jobs run"
+            line += f"; a copy of what it holds ({names}) is kept in {keep_copy(path, results.parent)}"
         if why.startswith("its input "):  # CHANGED_INPUT, GONE_INPUT: the time to put back, unless already stamped
             before = stamp.stat().st_mtime_ns
             if before != STALE_TIME * 10 ** 9:
@@ -334,17 +351,6 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
         known = {**known, **{str(path): now for path in tokened}}
         with atomic_path(tokens) as tmp:
             tmp.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
-    return lines
-
-
-def set_aside_held(results: Path, folders: Iterable[Path]) -> list[str]:
-    """Set aside (:func:`set_aside`) what each of the suite's stage ``folders`` without its record holds, those
-    :func:`mark_stale` found stale and named; one line per folder, saying where. Called once the jobs to run are
-    known and before they run: never in a dry run."""
-    lines = []
-    for folder in folders:
-        if folder.is_dir() and not (folder / STAGE_RECORD).is_file() and held(folder):
-            lines.append(f"grueflow: what {folder} held is moved to {set_aside(folder, results.parent)}")
     return lines
 
 

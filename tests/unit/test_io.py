@@ -408,55 +408,63 @@ def test_a_stamp_for_an_input_stays_when_the_stage_is_stale_for_its_own_sake(tmp
     assert timestamp.stat().st_mtime == 1
 
 
-def test_a_stage_folder_without_its_record_holding_files_has_them_set_aside_before_a_rebuild(tmp_path, monkeypatch):
+def test_what_a_rebuild_deletes_without_a_stage_record_is_copied_out_of_results_first(tmp_path, monkeypatch):
     """A datapool written by hand where the pipeline writes one, or a stage folder whose record was deleted and a
     file added, was rebuilt, and Snakemake deleted the folder first: the files went with it. A folder a dvc
     checkout restored lacks its provenance record, and one emptied with rm -rf folder/* keeps Snakemake's hidden
-    timestamp, so neither tells a stage's output from a person's: what such a folder holds is named, and moved out
-    of results/ before the jobs run. A folder no rule writes is left alone."""
+    timestamp, so neither tells a stage's output from a person's: a copy of what such a folder holds (or of a file
+    in a stage folder's place) is kept outside results/, once for the same content, whichever run (a dry run
+    too, and with --no-hooks) finds it. A folder no rule writes is left alone."""
     from grueflow.io import write_stage_record
-    from grueflow.stale import REPLACED, SNAKEMAKE_TIMESTAMP, mark_stale, set_aside, set_aside_held
+    from grueflow.stale import REPLACED, SNAKEMAKE_TIMESTAMP, keep_copy, mark_stale
 
     monkeypatch.chdir(tmp_path)
     results, tokens = Path("results"), Path(".snakemake") / "grueflow-stale.json"
     datapool, emptied = results / "concepts" / "datapool", results / "sentiment" / "datapool"
+    placed = results / "imdb" / "datapool"
     for folder in (datapool, emptied):
         folder.mkdir(parents=True)
         (folder / SNAKEMAKE_TIMESTAMP).touch()
     (datapool / "unlabelled.txt").write_text("my own text\n")
     (datapool / "train.jsonl").write_text("{}\n")
+    (datapool / "checkpoints" / "iteration1").mkdir(parents=True)
+    (datapool / "checkpoints" / "iteration1" / "w.bin").write_bytes(b"w")
+    placed.parent.mkdir()
+    placed.write_text("notes\n")  # a file saved where the folder belongs
     mine = results / "mypool"  # a datapool of the user's under results/ that a stage run by hand read
     mine.mkdir()
     (mine / "train.jsonl").write_text("{}\n")
     reader = results / "scratch" / "base_model"
     reader.mkdir(parents=True)
     write_stage_record(reader, stage="base_model", params={}, wall_time_s=0.0, inputs={"datapool": mine})
-    suite = [datapool, emptied, results / "imdb" / "datapool"]
-    assert mark_stale(results, Path("t.csv"), [], tokens=tokens, folders=suite) == [
-        f"grueflow: {datapool} is stale (damaged: stage.json is missing); its job reruns; what it holds (train.jsonl, "
-        f"unlabelled.txt) is moved to {REPLACED}/ before the jobs run",
-        f"grueflow: {emptied} is stale (damaged: stage.json is missing); its job reruns"]
-    assert (datapool / "unlabelled.txt").is_file() and not REPLACED.exists()  # a dry run stops here
-    lines = set_aside_held(results, suite)
-    place = REPLACED / f"{datapool}@{lines[0].rsplit('@', 1)[1]}"
-    assert lines == [f"grueflow: what {datapool} held is moved to {place}"]
-    assert sorted(p.name for p in place.iterdir()) == ["train.jsonl", "unlabelled.txt"]
-    assert (place / "unlabelled.txt").read_text() == "my own text\n"
-    assert [p.name for p in datapool.iterdir()] == [SNAKEMAKE_TIMESTAMP]  # the folder stays, stamped for its rebuild
-    assert (datapool / SNAKEMAKE_TIMESTAMP).stat().st_mtime == 1
-    assert (mine / "train.jsonl").is_file() and set_aside_held(results, suite) == []
-    (datapool / "train.jsonl").write_text("{}\n")  # set aside again within the same second: a place of its own
-    assert set_aside(datapool, Path("."), when="20261206T140501Z") == REPLACED / f"{datapool}@20261206T140501Z"
-    (datapool / "train.jsonl").write_text("{}\n")
-    assert set_aside(datapool, Path("."), when="20261206T140501Z") == REPLACED / f"{datapool}@20261206T140501Z-2"
-    (datapool / "train.jsonl").write_text("{}\n")
+    suite = [datapool, emptied, placed, results / "totto" / "datapool"]
+    lines = mark_stale(results, Path("t.csv"), [], tokens=tokens, folders=suite)
+    copies = sorted(REPLACED.glob("results/*/*"))
+    assert [p.name.split("@")[0] for p in copies] == ["datapool", "datapool"] and len(copies) == 2
+    kept, note = copies if "concepts" in str(copies[0]) else copies[::-1]
+    assert lines == [
+        f"grueflow: {datapool} is stale (damaged: stage.json is missing); its job reruns; a copy of what it holds "
+        f"(checkpoints, train.jsonl, unlabelled.txt) is kept in {kept}",
+        f"grueflow: {emptied} is stale (damaged: stage.json is missing); its job reruns",
+        f"grueflow: {placed} is stale (a file where the stage's folder belongs); its job reruns; a copy of what it "
+        f"holds (datapool) is kept in {note}"]
+    assert sorted(p.name for p in kept.iterdir()) == ["checkpoints", "train.jsonl", "unlabelled.txt"]
+    assert (kept / "unlabelled.txt").read_text() == "my own text\n" and (note / "datapool").read_text() == "notes\n"
+    assert (kept / "checkpoints" / "iteration1" / "w.bin").read_bytes() == b"w"
+    assert (datapool / "unlabelled.txt").is_file()  # nothing is moved: the rebuild Snakemake runs deletes it
+    assert mark_stale(results, Path("t.csv"), [], tokens=tokens, folders=suite) == lines  # a second dry run
+    assert sorted(REPLACED.glob("results/*/*")) == copies
+    (datapool / "unlabelled.txt").write_text("my own text, edited\n")  # new content: a copy of its own
+    mark_stale(results, Path("t.csv"), [], tokens=tokens, folders=suite)
+    assert len(list(REPLACED.glob("results/concepts/*"))) == 2
+    assert (mine / "train.jsonl").is_file() and not (REPLACED / "results" / "mypool").exists()
+    assert all(str(mine) not in line for line in lines)
     shutil.rmtree(".grueflow")
-    Path(".grueflow").write_text("")  # nowhere to move them: refused, so that the rebuild cannot delete them
-    with pytest.raises(DataError, match=rf"{datapool} holds files and no stage.json, and its job reruns, which "
-                                        r"deletes the folder first; moving what it holds to .* failed \(Not a "
-                                        r"directory\): move them out of results/ yourself"):
-        set_aside_held(results, suite)
-    assert (datapool / "train.jsonl").is_file()
+    Path(".grueflow").write_text("")  # nowhere to copy them: refused, so that no rebuild can delete them
+    with pytest.raises(DataError, match=rf"{datapool} is stale and its job reruns, which deletes it first; keeping a "
+                                        r"copy of what it holds in .* failed \(Not a directory\): copy or move it "
+                                        r"out of results/ yourself"):
+        keep_copy(datapool, Path("."))
 
 
 def test_a_stage_folder_without_its_record_is_stale_when_read_or_aggregated(tmp_path):
