@@ -83,9 +83,9 @@ def latest_answers(answers: Iterable[Answer]) -> list[Answer]:
     Repeats with the same values are harmless and counted in one log line. Two different answers that nothing
     orders (a time missing or equal, and not two lines of one page file) are a DataError naming both, since
     keeping either one could silently revert the annotator's answer (an old copy of an answers file, or a row
-    edited by hand). So are two different answers on two lines of one page file whose times run against the
-    line order (:func:`_check_line_times`): a file sorted or otherwise reordered by hand looks just like one
-    written while the clock stepped back, and only the annotator knows which line is the correction."""
+    edited by hand). So is a page file whose line order and times keep different answers (:func:`_check_line_times`):
+    a file sorted or otherwise reordered by hand looks just like one written while the clock stepped back, and only
+    the annotator knows which line is the correction."""
     groups: dict[tuple[str, str], list[Answer]] = {}
     for answer in answers:
         groups.setdefault((answer.annotator, answer.item_id), []).append(answer)
@@ -120,26 +120,34 @@ def _latest(group: Sequence[Answer]) -> Answer:
 
 
 def _check_line_times(group: Sequence[Answer]) -> None:
-    """Refuse two different answers of one (annotator, item) on two lines of one page answers file whose ``at``
-    times run against the line order (the earlier line is the later time), naming the file and both lines.
+    """Refuse a page answers file whose line order and ``at`` times keep different answers of one (annotator, item):
+    its last timed line's answer against the answer of its latest time (the later line of equal times), naming the
+    file and both lines.
 
-    The page appends in the order answers are given, so its later line is the later answer, but ``sort`` (or a
-    hand edit) reorders lines too, and then the older answer is on the last line; nothing in the file tells a
-    reordered file from a clock that stepped back. Equal or missing times, and equal answers, say nothing
-    against the line order and pass."""
-    lines = sorted((a for a in group if a.source is not None and a.source.order is not None and a.at is not None),
-                   key=lambda a: (a.source.file, a.source.order))
-    for k, earlier in enumerate(lines):
-        for later in lines[k + 1:]:
-            if _same_log(earlier, later) and earlier.values != later.values and earlier.at > later.at:
-                raise io.DataError(
-                    f"{earlier.source.file}: lines {earlier.source.order} and {later.source.order}: annotator "
-                    f"{earlier.annotator!r} gave item {earlier.item_id} two different answers whose times run "
-                    f"against the line order ({dict(earlier.values)} at {earlier.at.isoformat()} on line "
-                    f"{earlier.source.order}, {dict(later.values)} at {later.at.isoformat()} on line "
-                    f"{later.source.order}): the file was reordered (sorted?) or the clock stepped back, and nothing "
-                    f"tells which is the correction; keep the line with the answer they mean, delete the other "
-                    f"line, and import again")
+    The page appends in the order answers are given, so its last line is the answer, but ``sort`` (or a hand edit)
+    reorders lines too, and then an older answer is on the last line; nothing in the file tells a reordered file from
+    a clock that stepped back. So the refusal is kept for where the two readings disagree on the answer kept: times
+    that run against the line order between earlier lines (5 at 11:00, 2 at 10:30, 2 at 12:00 keeps 2 either way),
+    lines without a time and equal answers say nothing against it, and neither does a file whose every timed line is
+    older than the answer another file (or a results CSV row) keeps, which wins by time whichever line stood for it."""
+    files: dict[str, list[Answer]] = {}
+    for answer in group:
+        if answer.source is not None and answer.source.order is not None and answer.at is not None:
+            files.setdefault(answer.source.file, []).append(answer)
+    elsewhere = _last_lines(group)  # the answer each file keeps, as times compare them across files
+    for name, lines in files.items():
+        last = max(lines, key=lambda a: a.source.order)
+        latest = max(lines, key=lambda a: (a.at, a.source.order))
+        if latest.values == last.values or any(a.at is not None and a.at > latest.at
+                                                and (a.source is None or a.source.file != name) for a in elsewhere):
+            continue
+        raise io.DataError(
+            f"{name}: lines {latest.source.order} and {last.source.order}: annotator {last.annotator!r} gave item "
+            f"{last.item_id} two different answers whose times run against the line order ({dict(latest.values)} at "
+            f"{latest.at.isoformat()} on line {latest.source.order}, {dict(last.values)} at {last.at.isoformat()} on "
+            f"line {last.source.order}): the file was reordered (sorted?) or the clock stepped back, and nothing "
+            f"tells which is the correction; keep the line with the answer they mean, delete the other line, and "
+            f"import again")
 
 
 def _last_lines(group: Sequence[Answer]) -> list[Answer]:
@@ -156,8 +164,8 @@ def _last_lines(group: Sequence[Answer]) -> list[Answer]:
 
 def _earlier(a: Answer, b: Answer) -> bool:
     """Whether ``a`` is known to have been given before ``b``: by line order in one page answers file (appended as
-    answers are given; :func:`_check_line_times` has refused different answers whose times say otherwise), or else
-    by their times."""
+    answers are given; :func:`_check_line_times` has refused a file whose times would keep another answer), or
+    else by their times."""
     if _same_log(a, b):
         return a.source.order < b.source.order
     return a.at is not None and b.at is not None and a.at < b.at

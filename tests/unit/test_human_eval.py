@@ -917,6 +917,33 @@ def test_a_page_file_whose_times_run_against_its_lines_is_refused_and_time_decid
     assert kept == {first: 2, second: 3}
 
 
+def test_times_against_the_line_order_that_change_no_kept_answer_import(tmp_path: Path) -> None:
+    """A page file whose clock stepped back once before the annotator answered again (last line also the latest), and
+    a sorted page file whose answers another file's later answer replaces, were refused although every reading of
+    them keeps the same answer."""
+    batch = _likert()
+    first = batch.items[0]["item_id"]
+
+    def line(score: int, hour: str) -> dict:
+        return {"annotator": "alice", "item_id": first, "answer": {"coherence": score, "sentiment": score},
+                "at": f"2026-12-01T{hour}:00+00:00"}
+
+    page = tmp_path / "answers.jsonl"
+    io.write_jsonl(page, [line(5, "11:00"), line(2, "10:30"), line(2, "12:00")])
+    assert [a.values["coherence"] for a in results.read_answers(page, batch)] == [2]
+    io.write_jsonl(page, [line(5, "11:00"), line(2, "10:30"), line(2, "09:00")])  # the last line is not the latest
+    with pytest.raises(io.DataError, match=rf"{re.escape(str(page))}: lines 1 and 3: annotator 'alice' gave item "
+                                           rf"{first} two different answers whose times run against the line order"):
+        results.read_answers(page, batch)
+    io.write_jsonl(tmp_path / "a.jsonl", [line(1, "11:00"), line(5, "10:00")])  # sorted
+    io.write_jsonl(tmp_path / "b.jsonl", [line(3, "13:00")])
+    for files in ((tmp_path / "a.jsonl", tmp_path / "b.jsonl"), (tmp_path / "b.jsonl", tmp_path / "a.jsonl")):
+        assert [a.values["coherence"] for a in _all_files(batch, *files)] == [3]
+    io.write_jsonl(tmp_path / "b.jsonl", [line(3, "10:30")])  # later than a.jsonl's last line only: it still matters
+    with pytest.raises(io.DataError, match=r"a\.jsonl: lines 1 and 2: annotator 'alice'"):
+        _all_files(batch, tmp_path / "a.jsonl", tmp_path / "b.jsonl")
+
+
 def test_identical_repeats_import_once_and_the_pages_later_line_wins_within_a_second(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     from grueflow.human.answers import AnswerStore
