@@ -167,6 +167,16 @@ def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
                                 f"UTF-8{said}; re-save the file as UTF-8 (e.g. iconv -f {source} -t utf-8)") from None
 
 
+def csv_records(reader: Any) -> Iterator[tuple[int, list[str]]]:
+    """The records a ``csv.reader`` has still to read, each with the line it starts on (1-based, what an editor and
+    ``grep -n`` show): a record with quoted line breaks spans several lines, and ``reader.line_num`` is its last. A
+    blank line is an empty record."""
+    end = reader.line_num
+    for record in reader:
+        start, end = end + 1, reader.line_num
+        yield start, record
+
+
 def loads_unique(text: str) -> Any:
     """``json.loads(text)``, but an object that names one key twice is a ValueError naming the key: JSON keeps the
     last value without a word."""

@@ -19,7 +19,7 @@ from typing import Any, Optional
 from grueflow.data import DATAPOOLS
 from grueflow.data.sample import Datapool, Sample
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
-from grueflow.io import DataError, MissingDataError, iter_lines, loads_unique, read_text
+from grueflow.io import DataError, MissingDataError, csv_records, iter_lines, loads_unique, read_text
 
 
 BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -254,9 +254,8 @@ def _check_csv(path: str) -> tuple[list[str], list[int]]:
         repeated = sorted({c for c in header if header.count(c) > 1})
         if repeated:
             raise DataError(f"{path}: line 1: the header names column(s) {repeated} more than once; name each once")
-        starts, end = [], reader.line_num
-        for row in reader:
-            start, end = end + 1, reader.line_num
+        starts = []
+        for start, row in csv_records(reader):
             if not row:
                 continue
             if len(row) != len(header):

@@ -191,41 +191,45 @@ def read_platform_csv(path: str | Path, batch: Batch) -> list[Answer]:
     Rows are matched to items by ``Input.item_id``, and every ``Input.<column>`` the batch has must equal
     the item's text (the CSV values were HTML-escaped for upload; they are unescaped here), so a results
     file from another batch is refused. Rows with ``AssignmentStatus`` ``Rejected`` are left out. Each answer
-    carries the row's ``SubmitTime`` (see :func:`submit_time`) where the file has one.
+    carries the row's ``SubmitTime`` (see :func:`submit_time`) where the file has one. Errors name a row as a
+    spreadsheet shows it, ``row N`` (the header is row 1), and add ``(line M)``, the line it starts on in an editor,
+    where a completion's line breaks above it make the two differ.
     """
     io.read_text(path)
     csv.field_size_limit(2**31 - 1)  # a long generation is one field
     with open(path, newline="", encoding="utf-8-sig") as handle:  # -sig: Excel's UTF-8 starts with a BOM
-        reader = csv.DictReader(handle)
-        header = reader.fieldnames or []
-        twice = sorted({c for c in header if header.count(c) > 1})
-        if twice:  # csv.DictReader keeps the last of two columns of one name without a word
-            raise io.DataError(f"{path}: the column(s) {twice} appear more than once in the header, and only one "
-                               f"value a row could be read; remove or rename the copies")
-        fields = [c.id for c in batch.criteria] if batch.kind == "likert" else [CHOICE_FIELD]
-        needed = ["WorkerId", "Input.item_id", *(f"Answer.{f}" for f in fields)]
-        missing = [c for c in needed if c not in header]
-        if missing:
-            delimiter = _other_delimiter(header)
-            remedy = (f"the file seems to be delimited by {delimiter}, where a results CSV is comma-separated: save "
-                      f"it again as CSV UTF-8 (Comma delimited)" if delimiter else
-                      f"a results CSV has WorkerId, Input.<column> and Answer.<field> columns (this batch's fields: "
-                      f"{fields})")
-            raise io.DataError(f"{path}: missing column(s) {missing}; it has the columns {header}; {remedy}")
-        answers, rows, untimed = [], 0, []
+        reader = csv.reader(handle)
         try:
-            for row in reader:
-                number = reader.line_num
+            header = next(reader, None) or []
+            twice = sorted({c for c in header if header.count(c) > 1})
+            if twice:  # a row's dict keeps the last of two columns of one name without a word
+                raise io.DataError(f"{path}: the column(s) {twice} appear more than once in the header, and only "
+                                   f"one value a row could be read; remove or rename the copies")
+            fields = [c.id for c in batch.criteria] if batch.kind == "likert" else [CHOICE_FIELD]
+            needed = ["WorkerId", "Input.item_id", *(f"Answer.{f}" for f in fields)]
+            missing = [c for c in needed if c not in header]
+            if missing:
+                delimiter = _other_delimiter(header)
+                remedy = (f"the file seems to be delimited by {delimiter}, where a results CSV is comma-separated: "
+                          f"save it again as CSV UTF-8 (Comma delimited)" if delimiter else
+                          f"a results CSV has WorkerId, Input.<column> and Answer.<field> columns (this batch's "
+                          f"fields: {fields})")
+                raise io.DataError(f"{path}: missing column(s) {missing}; it has the columns {header}; {remedy}")
+            answers, rows, untimed = [], 0, []
+            for number, (start, record) in enumerate(io.csv_records(reader), start=2):  # the header is row 1
+                if not record:  # a blank line: an empty row in a spreadsheet, no answer
+                    continue
                 rows += 1
-                if None in row or any(v is None for v in row.values()):  # extra fields, or too few
-                    fields_found = len(header) + len(row.get(None) or []) - sum(v is None for v in row.values())
-                    raise io.DataError(f"{path}: line {number}: {fields_found} fields where the header has "
+                if len(record) != len(header):
+                    raise io.DataError(f"{path}: line {start}: {len(record)} fields where the header has "
                                        f"{len(header)}; was the file cut or edited by hand? Download it again")
+                row = dict(zip(header, record))
                 if row.get("AssignmentStatus") == "Rejected":
                     continue
-                answer = _platform_row(path, number, row, batch, fields)
+                place = f"row {number}" if number == start else f"row {number} (line {start})"
+                answer = _platform_row(path, place, row, batch, fields)
                 if answer.at is None and (row.get("SubmitTime") or "").strip():
-                    untimed.append(f"row {number}: SubmitTime {row['SubmitTime']!r}")
+                    untimed.append(f"{place}: SubmitTime {row['SubmitTime']!r}")
                 answers.append(answer)
         except csv.Error as err:
             raise io.DataError(f"{path}: line {reader.line_num}: not valid CSV ({err})") from None
@@ -289,10 +293,12 @@ def submit_time(text: str | None) -> dt.datetime | None:
     return local.astimezone(dt.timezone.utc)
 
 
-def _platform_row(path: str | Path, number: int, row: Mapping[str, str], batch: Batch, fields: Sequence[str]) -> Answer:
+def _platform_row(path: str | Path, place: str, row: Mapping[str, str], batch: Batch, fields: Sequence[str]) -> Answer:
+    """The answer of one results CSV row, at ``place`` (``row N``, the spreadsheet's row, header row 1; with
+    ``(line M)``, the line it starts on, where quoted line breaks above it make the two differ)."""
     item = batch.item(html.unescape(row["Input.item_id"]))
     if item is None:
-        raise io.DataError(f"{path}: row {number}: Input.item_id {row['Input.item_id']!r} is not in this batch")
+        raise io.DataError(f"{path}: {place}: Input.item_id {row['Input.item_id']!r} is not in this batch")
     for column in batch.columns:
         given = row.get(f"Input.{column}")
         if given is not None and _words(html.unescape(given)) != _words(item[column]):
@@ -300,7 +306,7 @@ def _platform_row(path: str | Path, number: int, row: Mapping[str, str], batch: 
             cause = ("a spreadsheet or editor replaced a character by a lookalike (smart quotes, dashes): import the "
                      "file the platform wrote, unedited" if lookalike else
                      "the text must match the batch's: is this the results file of another batch?")
-            raise io.DataError(f"{path}: row {number}: Input.{column} differs from item {item['item_id']}'s text "
+            raise io.DataError(f"{path}: {place}: Input.{column} differs from item {item['item_id']}'s text "
                                f"{where}; {cause}")
     raw = {f: row[f"Answer.{f}"].strip() for f in fields}
     values: dict[str, Any] = raw
@@ -308,14 +314,14 @@ def _platform_row(path: str | Path, number: int, row: Mapping[str, str], batch: 
         try:
             values = {f: int(v) for f, v in raw.items()}
         except ValueError:
-            raise io.DataError(f"{path}: row {number}: Likert answers are integers, got {raw}") from None
+            raise io.DataError(f"{path}: {place}: Likert answers are integers, got {raw}") from None
     elif raw[CHOICE_FIELD].lower() == "tie":
         values = {CHOICE_FIELD: "tie"}
     try:
         return Answer(check_annotator(row["WorkerId"]), item["item_id"], check_answer(batch, item["item_id"], values),
-                      submit_time(row.get("SubmitTime")), Source(str(path), f"row {number}"))
+                      submit_time(row.get("SubmitTime")), Source(str(path), place))
     except AnswerError as err:
-        raise io.DataError(f"{path}: row {number}: {err}") from None
+        raise io.DataError(f"{path}: {place}: {err}") from None
 
 
 LOOKALIKES = {"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'", "\u201c": '"',

@@ -316,6 +316,24 @@ def test_answers_files_that_hold_nothing_to_import_are_refused(tmp_path: Path) -
         results.read_answers(tmp_path / "short.csv", batch)
 
 
+def test_a_results_csv_row_is_named_by_its_spreadsheet_row_and_the_line_it_starts_on(tmp_path: Path) -> None:
+    """A results CSV whose completions hold line breaks named its fifth answer row "row 16": the line the row ends on,
+    neither its spreadsheet row (6) nor the line an editor shows it starting on (14)."""
+    batch = hb.likert_batch({"ppo": [hb.Prediction(f"test-{i}", f"p{i}", "line one\nline two\nline three")
+                                     for i in range(6)]}, "imdb", seed=0)
+    rows = [("W1" if k < 4 else "W 1", item["item_id"], None, 4) for k, item in enumerate(batch.items)]
+    results_csv = _mturk_csv(tmp_path / "results.csv", batch, rows)
+    starts = [n for n, text in enumerate(results_csv.read_text().splitlines(), start=1) if text.startswith("W 1,")]
+    assert starts == [14, 17]
+    with pytest.raises(io.DataError, match=r"results\.csv: row 6 \(line 14\): annotator 'W 1' is not a valid name"):
+        results.read_answers(results_csv, batch)
+    rows = [("W1", item["item_id"], None, 4) for item in batch.items]
+    rows.insert(1, ("W1", batch.items[0]["item_id"], None, 2))  # a second answer that no time orders
+    with pytest.raises(io.DataError, match=r"results\.csv row 2, no time\) and \(?.*results\.csv row 3 \(line 5\), "
+                                           r"no time"):
+        results.read_answers(_mturk_csv(results_csv, batch, rows), batch)
+
+
 def test_a_results_csv_round_tripped_through_a_spreadsheet_still_imports(tmp_path: Path) -> None:
     """Upper-case .CSV, and trailing blanks or NBSPs added to the Input texts, change no answer."""
     batch, key = _pairwise(seed=0)
