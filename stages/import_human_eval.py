@@ -10,7 +10,7 @@ from grueflow import stage
 from grueflow.human import batch as hb
 from grueflow.human import results
 from grueflow.human.layout import answer_files
-from grueflow.io import DataError, atomic_dir, write_json, write_jsonl
+from grueflow.io import atomic_dir, write_json, write_jsonl
 
 
 def main() -> None:
@@ -26,9 +26,7 @@ def main() -> None:
     args = p.parse_args()
     started = stage.setup(args)
     batch = hb.read_batch(args.batch)
-    if args.task is not None and batch.task is not None and args.task != batch.task:
-        raise DataError(f"--task {args.task}, but the batch {args.batch} rates task {batch.task}'s predictions; "
-                        f"import it with --task {batch.task}, or give a batch exported from task {args.task}")
+    task = hb.import_task(batch, args.batch, args.task)
     if batch.kind == "pairwise" and args.key is None:
         p.error("a pairwise batch needs --key (the key file written by the export)")
     if batch.kind == "likert" and args.key is not None:
@@ -37,7 +35,6 @@ def main() -> None:
     key = hb.read_key(args.key, batch, args.legacy_key) if batch.kind == "pairwise" else None
     files = answer_files(args.answers)
     answers = results.latest_answers(a for f in files for a in results.read_answer_file(f, batch))
-    task = args.task or batch.task or batch.criteria_set
     agreement = results.agreement(batch, answers, key)
     with atomic_dir(args.out) as tmp:
         write_jsonl(tmp / "answers.jsonl", [{"annotator": a.annotator, "item_id": a.item_id, "answer": dict(a.values),

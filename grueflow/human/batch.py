@@ -411,6 +411,35 @@ def _task_of_record(batch_dir: Path) -> str | None:
     return tasks.pop() if len(tasks) == 1 else None
 
 
+def import_task(batch: Batch, where: str | Path, task: str | None) -> str:
+    """The task an import of ``batch`` (read from ``where``) reports its rows under: ``task`` (``--task``), else the
+    task the batch rates, else its criteria set's name.
+
+    A ``task`` other than the one the batch records is a DataError. A batch that records none (its predictions' paths
+    named none: copies outside ``results/eval/<task>/``) takes ``task`` on trust with one warning, which also names
+    both criteria sets where the batch's is not the one the pipeline exports ``task``'s batches with
+    (``--criteria <task>``); a criteria set of one's own is no error."""
+    if task is None:
+        return batch.task or batch.criteria_set
+    if batch.task is not None and task != batch.task:
+        raise io.DataError(f"--task {task}, but the batch {where} rates task {batch.task}'s predictions; import it "
+                           f"with --task {batch.task}, or give a batch exported from task {task}")
+    if batch.task is None:
+        own = CRITERIA.get(task) if task in CRITERIA else None
+        other = (f"; its criteria set {batch.criteria_set} ({_criteria_ids(batch.spec)}) is not the one task {task}'s "
+                 f"batches are exported with, {task} ({_criteria_ids(own)})" if own is not None and own != batch.spec
+                 else "")
+        log.warning("the batch %s records no task (its predictions' paths name none, as copies outside "
+                    "results/eval/<task>/ do), so it is imported as task %s's, as --task says, unchecked%s; export it "
+                    "with --task to record its task", where, task, other)
+    return task
+
+
+def _criteria_ids(spec: CriteriaSet) -> str:
+    """A criteria set's Likert criteria, ``coherence, sentiment``."""
+    return ", ".join(c.id for c in spec.criteria)
+
+
 def read_key(path: str | Path, batch: Batch | None = None, legacy_ok: bool = False) -> dict[str, str]:
     """A pairwise key file's opaque id -> system map.
 

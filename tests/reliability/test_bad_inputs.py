@@ -2631,6 +2631,43 @@ def test_a_batch_imported_under_another_task_exits_2_naming_both(tmp_path: Path,
     assert call_stage("import_human_eval", *args[:-1], tmp_path / "imp2", "--task", "sentiment").code == 0
 
 
+def test_a_batch_that_records_no_task_imports_under_the_given_task_with_a_warning(tmp_path: Path, call_stage, caplog):
+    """A concepts batch exported from copies of the evaluate outputs records no task, and imported with --task
+    sentiment it put CommonGen's ratings under sentiment in the table without a word."""
+    runs = []
+    for method in ("zero_shot", "supervised"):
+        run = tmp_path / "copies" / method
+        run.mkdir(parents=True)
+        (run / "predictions.jsonl").write_text("".join(
+            json.dumps({"id": f"test-{i}", "prompt": f"dog ball {i}", "generation": f"{method} {i}"}) + "\n"
+            for i in range(3)))
+        runs.append(f"{method}={run}")
+    batch = tmp_path / "batch"
+    assert call_stage("export_human_eval", "--kind", "likert", "--criteria", "concepts", "--seed", "0",
+                      "--predictions", *runs, "--out", batch).code == 0
+    assert read_json(batch / "batch.json")["task"] is None
+    items = [json.loads(line)["item_id"] for line in (batch / "items.jsonl").read_text().splitlines()]
+    (tmp_path / "answers.jsonl").write_text("".join(json.dumps(
+        {"annotator": "x", "item_id": i, "answer": {"coherence": 4, "commonsense": 4}}) + "\n" for i in items))
+    said = (f"the batch {batch} records no task (its predictions' paths name none, as copies outside "
+            f"results/eval/<task>/ do), so it is imported as task sentiment's, as --task says, unchecked")
+    for task, criteria in (("sentiment", "; its criteria set concepts (coherence, commonsense) is not the one task "
+                                         "sentiment's batches are exported with, sentiment (coherence, sentiment)"),
+                           ("concepts", ""), ("common_gen", ""), ("my_task", "")):  # common_gen: concepts' set
+        caplog.clear()
+        result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "answers.jsonl",
+                            "--task", task, "--out", tmp_path / task)
+        assert result.code == 0, result.stderr
+        assert {row["task"] for row in read_json(tmp_path / task / "table_rows.json")} == {task}
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert said.replace("sentiment", task) + criteria + "; export it with --task to record its task" in warnings
+    caplog.clear()
+    assert call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "answers.jsonl",
+                      "--out", tmp_path / "none").code == 0  # no --task: rows under its criteria set's name, as before
+    assert {row["task"] for row in read_json(tmp_path / "none" / "table_rows.json")} == {"concepts"}
+    assert not any("records no task" in r.getMessage() for r in caplog.records)
+
+
 def test_an_export_whose_task_its_predictions_contradict_exits_2(tmp_path: Path, call_stage):
     concepts_likert_batch(tmp_path, call_stage)
     run = tmp_path / "results" / "eval" / "concepts" / "zero_shot" / "seed0"
