@@ -29,9 +29,9 @@ does not rerun a job, so a job whose inputs are only such files (prepare_datapoo
 is gone (what read a deleted datapool), would never rerun; a param that differs from the recorded one always
 does. Its job reruns and rebuilds what it reads. The stale outputs are stale whatever is run next (a dry run marks
 them too; a folder repaired by hand after that still reruns once). Nothing is deleted here, and what a suite stage
-folder without its record holds (a datapool written there by hand, a record deleted), or a file in a stage folder's
-place, is copied out of ``results/`` before Snakemake's rebuild deletes it. DVC needs none of this: it compares
-content hashes.
+folder stale for its own sake holds that no stage record vouches for (a datapool written there by hand, a record
+deleted, a file added), or a file in a stage folder's place, is copied out of ``results/`` before Snakemake's
+rebuild deletes it. DVC needs none of this: it compares content hashes.
 
 The same blind spot holds for the files a job reads from outside ``results/`` (a datapool's local data, a
 plugin's code, a reward's lexicon): one replaced by a file with an older time (``mv`` from a download folder,
@@ -45,6 +45,7 @@ import hashlib
 import json
 import os
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Iterable, Optional
@@ -235,46 +236,68 @@ def _changed_since_written(first: Path) -> Optional[str]:
                  and sha256_bytes(path) != digest), None)
 
 
-def held(folder: Path) -> list[Path]:
-    """What a stage folder without its stage record holds, but Snakemake's timestamp: the files a rebuild would
-    delete. Nothing tells whose they are: a stage's output damaged (its record deleted, a copy ``dvc checkout``
-    restored, which lacks the provenance record), files put there by hand, or both."""
-    return sorted(p for p in folder.iterdir() if p.name != SNAKEMAKE_TIMESTAMP) if folder.is_dir() else []
+def unvouched(path: Path) -> list[Path]:
+    """What a rebuild of the stage folder ``path`` would delete that no stage record vouches for, as paths under it
+    (symbolic links as links; Snakemake's timestamp, FIFOs, sockets and devices, which hold no data, left out):
+    every file where its ``stage.json`` is missing, unreadable or holds no manifest; else the files its manifest
+    does not list (but the run records), and those it lists with another size. ``[path]`` for a file where the
+    folder belongs. Nothing tells whose they are: a stage's output damaged (its record deleted, a copy ``dvc
+    checkout`` restored, which lacks the provenance record), files put there by a person, or both."""
+    if not path.is_dir():
+        return [path] if path.is_file() or path.is_symlink() else []
+    found = []
+    for top, folders, names in os.walk(path):  # links to folders are listed, never followed
+        for name in [*names, *(f for f in folders if os.path.islink(os.path.join(top, f)))]:
+            file = Path(top) / name
+            if file.is_symlink() or (file.is_file() and file != path / SNAKEMAKE_TIMESTAMP):
+                found.append(file)
+    try:
+        manifest = read_json(path / STAGE_RECORD)["files"]
+        vouched = {name for name, meta in manifest.items() if isinstance(meta, dict)}
+        sizes = {name: manifest[name]["bytes"] for name in vouched}
+    except (OSError, ValueError, KeyError, TypeError):  # no record to go by: all of it
+        return sorted(found)
+    records = {STAGE_RECORD, *UNHASHED}
+    return sorted(file for file in found if (name := file.relative_to(path).as_posix()) not in records
+                  and (name not in vouched or file.is_symlink() or file.stat().st_size != sizes[name]))
 
 
-def keep_copy(path: Path, root: Path) -> Path:
-    """Copy what ``path`` holds (:func:`held`; ``path`` itself where it is a file) to
-    ``<root>/.grueflow/replaced/<path>@<key>`` and return that place; ``key`` (12 hex digits) is a digest of the
-    stat signatures of what is copied (a file's content), so that the same content, seen by one dry run after
-    another, is copied once. Snakemake deletes an output before its job rebuilds it, and nothing a person put there
-    may go with it; the copy is written under a temporary name and renamed, so a place that exists is complete.
-    It lies outside ``results/``: no stage or table reads it, and neither engine tracks it. A copy that fails (a
-    full disk, ``.grueflow`` a file) is a :class:`DataError`: nothing may run."""
-    files = held(path) if path.is_dir() else [path]
+def keep_copy(path: Path, root: Path, files: list[Path]) -> Path:
+    """Copy ``files`` (:func:`unvouched`: under the stage folder ``path``, or ``path`` itself where it is a file) to
+    ``<root>/.grueflow/replaced/<path>@<key>``, as they lie under ``path``, and return that place; ``key`` (12 hex
+    digits) is a digest of their names and stat signatures (a file's content where ``path`` is one, which the stale
+    check stamps), so that the same content, seen by one dry run after another, is copied once. Snakemake deletes
+    an output before its job rebuilds it, and nothing a person put there may go with it. The copy is written under
+    a temporary name of its own and renamed, so a place that exists is complete, whatever runs beside it. It lies
+    outside ``results/``: no stage or table reads it, and neither engine tracks it. A copy that fails (a full disk,
+    ``.grueflow`` a file) is a :class:`DataError`: nothing may run."""
     if path.is_dir():
         digest = hashlib.sha256()
-        for file in sorted(f for item in files for f in ([item, *item.rglob("*")] if item.is_dir() else [item])):
-            digest.update(f"{file.relative_to(path)}\0{_signature(file.lstat())}\0".encode())
+        for file in files:
+            digest.update(os.fsencode(file.relative_to(path)) + f"\0{_signature(file.lstat())}\0".encode())
         key = digest.hexdigest()[:12]
     else:  # by content: the stale check stamps the file itself, which changes its times
         key = sha256_bytes(path)[:12]
     place = root / REPLACED / f"{os.path.relpath(os.path.abspath(path), os.path.abspath(root))}@{key}"
     if place.is_dir():
         return place
-    tmp = place.with_name(f".{place.name}.tmp")
     try:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        for item in files:
-            if item.is_dir() and not item.is_symlink():
-                shutil.copytree(item, tmp / item.name, symlinks=True)
-            else:
-                shutil.copy2(item, tmp / item.name, follow_symlinks=False)
-        os.replace(tmp, place)
+        place.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{place.name}.", dir=place.parent))
+        for file in files:
+            target = tmp / (file.relative_to(path) if path.is_dir() else file.name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(file, target, follow_symlinks=False)
+        try:
+            os.rename(tmp, place)
+        except OSError:
+            if not place.is_dir():  # another run's copy of the same content, renamed first, is as good
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
     except OSError as err:
         raise DataError(f"{path} is stale and its job reruns, which deletes it first; keeping a copy of what it holds "
-                        f"in {place} failed ({err.strerror or err}): copy or move it out of results/ yourself, or "
-                        f"delete it, and run again") from None
+                        f"in {place} failed ({err.strerror or err}{f': {err.filename}' if err.filename else ''}): "
+                        f"copy or move it out of results/ yourself, or delete it, and run again") from None
     return place
 
 
@@ -303,13 +326,13 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     """Set each :func:`stale_outputs` entry's Snakemake timestamp to :data:`STALE_TIME` and give it a new token in
     ``tokens`` (the digests of inputs are cached beside it); one line per entry, saying why.
 
-    A suite stage folder without its record that holds files, or a file where a stage folder belongs, has a copy of
-    what it holds kept (:func:`keep_copy`; a dry run too: the rebuild deletes it, and nothing tells whether a
-    person put it there). A stage stale because an input from outside results/ changed, or is gone, gets the stamp
-    alone: the content digest its rule takes as a param reruns it where Snakemake recorded one, the stamp where it
-    did not (a folder ``dvc repro`` built, or ``.snakemake`` removed). Its time before the stamp is kept in
-    :data:`STAMPED`, and put back once the input is as recorded again (after a dry run saw it edited): then nothing
-    reruns, whatever the input's size."""
+    A suite stage folder stale for its own sake (damaged, or without its record), or a file where a stage folder
+    belongs, has a copy kept of what no stage record vouches for (:func:`unvouched`, :func:`keep_copy`; a dry run
+    too: the rebuild deletes it, and nothing tells whether a person put it there). A stage stale because an input
+    from outside results/ changed, or is gone, gets the stamp alone: the content digest its rule takes as a param
+    reruns it where Snakemake recorded one, the stamp where it did not (a folder ``dvc repro`` built, or
+    ``.snakemake`` removed). Its time before the stamp is kept in :data:`STAMPED`, and put back once the input is as
+    recorded again (after a dry run saw it edited): then nothing reruns, whatever the input's size."""
     lines = []
     expected, folders = list(expected), list(folders)
     suite = set(expected) | set(folders)
@@ -320,18 +343,20 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     for path, why in stale.items():
         stamp = path / SNAKEMAKE_TIMESTAMP if (path / SNAKEMAKE_TIMESTAMP).is_file() else path
         line = f"grueflow: {path} is stale ({why}); its job reruns"
-        files = held(path) if why == f"damaged: {STAGE_RECORD} is missing" and path in suite else \
-            [path] if why == FILE_IN_PLACE else []
+        rebuilt = path in suite and not why.startswith(("its input ", "it was built from "))  # else: as built
+        files = unvouched(path) if rebuilt else []
         if files:
-            names = ", ".join(p.name for p in files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
-            line += f"; a copy of what it holds ({names}) is kept in {keep_copy(path, results.parent)}"
+            names = [str(p.relative_to(path)) if p != path else p.name for p in files]
+            listed = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+            line += f"; a copy of what no stage record vouches for ({listed}) is kept in " \
+                    f"{keep_copy(path, results.parent, files)}"
         if why.startswith("its input "):  # CHANGED_INPUT, GONE_INPUT: the time to put back, unless already stamped
-            before = stamp.stat().st_mtime_ns
+            before = stamp.lstat().st_mtime_ns
             if before != STALE_TIME * 10 ** 9:
                 kept[str(path)] = before
         else:
             kept.pop(str(path), None)  # rebuilt whatever the input says
-        os.utime(stamp, (STALE_TIME, STALE_TIME))
+        os.utime(stamp, (STALE_TIME, STALE_TIME), follow_symlinks=False)  # a link's own time: never its target's
         lines.append(line)
     for name, before in stamped.items():  # inputs as recorded again: the stamp taken back, unless rebuilt since
         path = Path(name)
@@ -339,8 +364,8 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
             continue
         kept.pop(name, None)
         stamp = path / SNAKEMAKE_TIMESTAMP if (path / SNAKEMAKE_TIMESTAMP).is_file() else path
-        if isinstance(before, int) and stamp.exists() and stamp.stat().st_mtime_ns == STALE_TIME * 10 ** 9:
-            os.utime(stamp, ns=(before, before))
+        if isinstance(before, int) and stamp.exists() and stamp.lstat().st_mtime_ns == STALE_TIME * 10 ** 9:
+            os.utime(stamp, ns=(before, before), follow_symlinks=False)
     if kept != stamped:
         with atomic_path(stamped_file) as tmp:
             tmp.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")

@@ -416,12 +416,12 @@ def test_what_a_rebuild_deletes_without_a_stage_record_is_copied_out_of_results_
     in a stage folder's place) is kept outside results/, once for the same content, whichever run (a dry run
     too, and with --no-hooks) finds it. A folder no rule writes is left alone."""
     from grueflow.io import write_stage_record
-    from grueflow.stale import REPLACED, SNAKEMAKE_TIMESTAMP, keep_copy, mark_stale
+    from grueflow.stale import REPLACED, SNAKEMAKE_TIMESTAMP, keep_copy, mark_stale, unvouched
 
     monkeypatch.chdir(tmp_path)
     results, tokens = Path("results"), Path(".snakemake") / "grueflow-stale.json"
     datapool, emptied = results / "concepts" / "datapool", results / "sentiment" / "datapool"
-    placed = results / "imdb" / "datapool"
+    placed, fifo = results / "imdb" / "datapool", results / "totto" / "datapool"
     for folder in (datapool, emptied):
         folder.mkdir(parents=True)
         (folder / SNAKEMAKE_TIMESTAMP).touch()
@@ -429,26 +429,30 @@ def test_what_a_rebuild_deletes_without_a_stage_record_is_copied_out_of_results_
     (datapool / "train.jsonl").write_text("{}\n")
     (datapool / "checkpoints" / "iteration1").mkdir(parents=True)
     (datapool / "checkpoints" / "iteration1" / "w.bin").write_bytes(b"w")
+    (datapool / "caf\udce9.txt").write_bytes(b"a name that is no UTF-8")
     placed.parent.mkdir()
     placed.write_text("notes\n")  # a file saved where the folder belongs
+    fifo.parent.mkdir()
+    os.mkfifo(fifo)  # holds no data, and reading it would wait for a writer
     mine = results / "mypool"  # a datapool of the user's under results/ that a stage run by hand read
     mine.mkdir()
     (mine / "train.jsonl").write_text("{}\n")
     reader = results / "scratch" / "base_model"
     reader.mkdir(parents=True)
     write_stage_record(reader, stage="base_model", params={}, wall_time_s=0.0, inputs={"datapool": mine})
-    suite = [datapool, emptied, placed, results / "totto" / "datapool"]
+    suite = [datapool, emptied, placed, fifo, results / "dailydialog" / "datapool"]
     lines = mark_stale(results, Path("t.csv"), [], tokens=tokens, folders=suite)
     copies = sorted(REPLACED.glob("results/*/*"))
     assert [p.name.split("@")[0] for p in copies] == ["datapool", "datapool"] and len(copies) == 2
     kept, note = copies if "concepts" in str(copies[0]) else copies[::-1]
     assert lines == [
-        f"grueflow: {datapool} is stale (damaged: stage.json is missing); its job reruns; a copy of what it holds "
-        f"(checkpoints, train.jsonl, unlabelled.txt) is kept in {kept}",
+        f"grueflow: {datapool} is stale (damaged: stage.json is missing); its job reruns; a copy of what no stage "
+        f"record vouches for (caf\udce9.txt, checkpoints/iteration1/w.bin, train.jsonl and 1 more) is kept in {kept}",
         f"grueflow: {emptied} is stale (damaged: stage.json is missing); its job reruns",
-        f"grueflow: {placed} is stale (a file where the stage's folder belongs); its job reruns; a copy of what it "
-        f"holds (datapool) is kept in {note}"]
-    assert sorted(p.name for p in kept.iterdir()) == ["checkpoints", "train.jsonl", "unlabelled.txt"]
+        f"grueflow: {placed} is stale (a file where the stage's folder belongs); its job reruns; a copy of what no "
+        f"stage record vouches for (datapool) is kept in {note}",
+        f"grueflow: {fifo} is stale (a file where the stage's folder belongs); its job reruns"]
+    assert sorted(p.name for p in kept.iterdir()) == ["caf\udce9.txt", "checkpoints", "train.jsonl", "unlabelled.txt"]
     assert (kept / "unlabelled.txt").read_text() == "my own text\n" and (note / "datapool").read_text() == "notes\n"
     assert (kept / "checkpoints" / "iteration1" / "w.bin").read_bytes() == b"w"
     assert (datapool / "unlabelled.txt").is_file()  # nothing is moved: the rebuild Snakemake runs deletes it
@@ -462,9 +466,38 @@ def test_what_a_rebuild_deletes_without_a_stage_record_is_copied_out_of_results_
     shutil.rmtree(".grueflow")
     Path(".grueflow").write_text("")  # nowhere to copy them: refused, so that no rebuild can delete them
     with pytest.raises(DataError, match=rf"{datapool} is stale and its job reruns, which deletes it first; keeping a "
-                                        r"copy of what it holds in .* failed \(Not a directory\): copy or move it "
-                                        r"out of results/ yourself"):
-        keep_copy(datapool, Path("."))
+                                        r"copy of what it holds in .* failed \(Not a directory: .*\): copy or move "
+                                        r"it out of results/ yourself"):
+        keep_copy(datapool, Path("."), unvouched(datapool))
+
+
+def test_a_damaged_stage_folder_keeps_a_copy_of_what_its_record_does_not_vouch_for(tmp_path, monkeypatch):
+    """A stage folder with a file of the user's added and its manifest no longer met (a file deleted, one edited),
+    or its stage.json cut, was rebuilt without a copy: only a missing stage.json kept one. The files its manifest
+    lists at their recorded size are the stage's own, rebuilt as they were; the rest is copied. A folder stale
+    because an input changed is a stage's output as built, replaced whole as under DVC: no copy."""
+    from grueflow.io import write_stage_record
+    from grueflow.stale import REPLACED, mark_stale
+
+    monkeypatch.chdir(tmp_path)
+    results, tokens = Path("results"), Path(".snakemake") / "grueflow-stale.json"
+    pool = results / "concepts" / "datapool"
+    pool.mkdir(parents=True)
+    for name in ("train.jsonl", "test.jsonl", "val.jsonl"):
+        (pool / name).write_text('{"prompt": "a"}\n')
+    write_stage_record(pool, stage="prepare_datapool", params={}, inputs={}, wall_time_s=0.0)
+    (pool / "mine.txt").write_text("my notes\n")
+    assert mark_stale(results, Path("t.csv"), [], tokens=tokens, folders=[pool]) == []  # in order: no rebuild
+    (pool / "val.jsonl").unlink()
+    (pool / "test.jsonl").write_text('{"prompt": "edited by hand"}\n')
+    line, = mark_stale(results, Path("t.csv"), [], tokens=tokens, folders=[pool])
+    assert line.startswith(f"grueflow: {pool} is stale (damaged: ") and \
+        line.endswith(f"a copy of what no stage record vouches for (mine.txt, test.jsonl) is kept in "
+                      f"{next(REPLACED.glob('results/concepts/datapool@*'))}")
+    (pool / "stage.json").write_text('{"files": ')  # cut: nothing vouches for anything
+    shutil.rmtree(".grueflow")
+    line, = mark_stale(results, Path("t.csv"), [], tokens=tokens, folders=[pool])
+    assert "a copy of what no stage record vouches for (mine.txt, provenance.json, stage.json and 2 more)" in line
 
 
 def test_a_stage_folder_without_its_record_is_stale_when_read_or_aggregated(tmp_path):

@@ -340,8 +340,8 @@ def test_a_human_batch_or_import_without_its_record_is_stale_before_anything_rea
         lines = run(["snakemake", "-n", "--cores", "1", *HUMAN_TARGETS[1:]], finished).stderr.splitlines()
         for folder in folders:  # and a copy of what it holds is kept, the rebuild deleting it
             assert f"grueflow: {folder.relative_to(finished)} is stale (damaged: stage.json is missing); its job " \
-                   f"reruns; a copy of what it holds (items.jsonl, provenance.json) is kept in .grueflow/replaced/" \
-                   f"{folder.relative_to(finished)}@" in "\n".join(lines)
+                   f"reruns; a copy of what no stage record vouches for (items.jsonl, provenance.json) is kept in " \
+                   f".grueflow/replaced/{folder.relative_to(finished)}@" in "\n".join(lines)
     finally:
         for folder in folders:
             (folder / "items.jsonl").unlink()
