@@ -24,7 +24,7 @@ import unicodedata
 from collections import defaultdict
 from itertools import permutations
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from grueflow import io
 from grueflow.human.agreement import cohen_kappa, fleiss_kappa, krippendorff_alpha
@@ -83,7 +83,7 @@ def latest_answers(answers: Iterable[Answer]) -> list[Answer]:
     Repeats with the same values are harmless and counted in one log line. Two different answers that nothing
     orders (a time missing or equal, and not two lines of one page file) are a DataError naming both, since
     keeping either one could silently revert the annotator's answer (an old copy of an answers file, or a row
-    edited by hand). So is a page file whose line order and times keep different answers (:func:`_check_line_times`):
+    edited by hand). So is a page file whose line order and times keep different answers (:func:`_line_times_problem`):
     a file sorted or otherwise reordered by hand looks just like one written while the clock stepped back, and only
     the annotator knows which line is the correction."""
     groups: dict[tuple[str, str], list[Answer]] = {}
@@ -103,72 +103,69 @@ def latest_answers(answers: Iterable[Answer]) -> list[Answer]:
 
 
 def _latest(group: Sequence[Answer]) -> Answer:
-    """The answer of one (annotator, item) that every different answer is known to precede (see latest_answers)."""
-    _check_line_times(group)
-    group = _last_lines(group)
-    if len(group) == 1:
-        return group[0]
-    winners = [w for w in group if all(a.values == w.values or _earlier(a, w) for a in group)]
+    """The answer of one (annotator, item) that every different answer is known to precede (see latest_answers).
+
+    Each page answers file stands for one answer: its last line (the page appends answers as they are given), at
+    the latest time any of its lines gives that answer (a line repeating it with an older time does not make it
+    older). A results CSV row stands for itself, at its time. A page file is refused (:func:`_line_times_problem`)
+    where one of its timed lines gives another answer later than that, unless another file's or row's answer is
+    later still (or as late, and the same as that line's), which wins whichever line stood for the file. Among what
+    is left, the answer later than every different one is kept; two different answers that nothing orders are a
+    DataError naming both."""
+    stands: list[tuple[Answer, Optional[dt.datetime], list[Answer]]] = []  # (answer, its time, the lines behind it)
+    files: dict[str, list[Answer]] = {}
+    for answer in group:
+        if answer.source is not None and answer.source.order is not None:
+            files.setdefault(answer.source.file, []).append(answer)
+        else:
+            stands.append((answer, answer.at, [answer]))
+    for lines in files.values():
+        last = max(lines, key=lambda a: a.source.order)
+        times = [a.at for a in lines if a.values == last.values and a.at is not None]
+        stands.append((last, max(times) if times else None, lines))
+    kept = []
+    for answer, at, lines in stands:
+        problem = _line_times_problem(answer, at, lines)
+        if problem is None:
+            kept.append((answer, at))
+            continue
+        top = max(lines, key=lambda a: (a.at is not None, a.at or _NO_TIME, a.source.order))
+        if not any(other_at is not None and (other_at > top.at or (other_at == top.at and other.values == top.values))
+                   for other, other_at, other_lines in stands if other_lines is not lines):
+            raise problem
+    winners = [(w, t) for w, t in kept if all(a.values == w.values or (s is not None and t is not None and s < t)
+                                             for a, s in kept)]
     if winners:
-        return max(reversed(winners), key=_time_key)  # identical winners: the one with the latest known time
-    last = max(reversed(group), key=_time_key)
-    other = next(a for a in group if a.values != last.values and not _earlier(a, last))
+        return max(reversed(winners), key=lambda pair: (pair[1] is not None, pair[1] or _NO_TIME))[0]
+    last, last_at = max(reversed(kept), key=lambda pair: (pair[1] is not None, pair[1] or _NO_TIME))
+    other = next(a for a, s in kept if a.values != last.values and not (s is not None and last_at is not None
+                                                                          and s < last_at))
     raise io.DataError(f"annotator {last.annotator!r} gave item {last.item_id} two different answers that no "
                        f"time orders: {dict(other.values)} ({_where(other)}) and {dict(last.values)} "
                        f"({_where(last)}); remove the one that is not their answer (an old copy of an answers file, "
                        f"or a row edited by hand?) and import again")
 
 
-def _check_line_times(group: Sequence[Answer]) -> None:
-    """Refuse a page answers file whose line order and ``at`` times keep different answers of one (annotator, item):
-    its last timed line's answer against the answer of its latest time (the later line of equal times), naming the
-    file and both lines.
+def _line_times_problem(last: Answer, at: Optional[dt.datetime], lines: Sequence[Answer]) -> Optional[io.DataError]:
+    """Why a page answers file's ``lines`` for one (annotator, item) cannot stand for ``last``, its last line's
+    answer, given at ``at`` (:func:`_latest`), or None: one of its timed lines gives another answer later than
+    that (the latest such one is named, with the last line).
 
     The page appends in the order answers are given, so its last line is the answer, but ``sort`` (or a hand edit)
     reorders lines too, and then an older answer is on the last line; nothing in the file tells a reordered file from
-    a clock that stepped back. So the refusal is kept for where the two readings disagree on the answer kept: times
-    that run against the line order between earlier lines (5 at 11:00, 2 at 10:30, 2 at 12:00 keeps 2 either way),
-    lines without a time and equal answers say nothing against it, and neither does a file whose every timed line is
-    older than the answer another file (or a results CSV row) keeps, which wins by time whichever line stood for it."""
-    files: dict[str, list[Answer]] = {}
-    for answer in group:
-        if answer.source is not None and answer.source.order is not None and answer.at is not None:
-            files.setdefault(answer.source.file, []).append(answer)
-    elsewhere = _last_lines(group)  # the answer each file keeps, as times compare them across files
-    for name, lines in files.items():
-        last = max(lines, key=lambda a: a.source.order)
-        latest = max(lines, key=lambda a: (a.at, a.source.order))
-        if latest.values == last.values or any(a.at is not None and a.at > latest.at
-                                                and (a.source is None or a.source.file != name) for a in elsewhere):
-            continue
-        raise io.DataError(
-            f"{name}: lines {latest.source.order} and {last.source.order}: annotator {last.annotator!r} gave item "
-            f"{last.item_id} two different answers whose times run against the line order ({dict(latest.values)} at "
-            f"{latest.at.isoformat()} on line {latest.source.order}, {dict(last.values)} at {last.at.isoformat()} on "
-            f"line {last.source.order}): the file was reordered (sorted?) or the clock stepped back, and nothing "
-            f"tells which is the correction; keep the line with the answer they mean, delete the other line, and "
-            f"import again")
-
-
-def _last_lines(group: Sequence[Answer]) -> list[Answer]:
-    """``group`` with the lines of each page answers file reduced to its last one (its answer; times compare only
-    what is left, one answer a file), in ``group``'s order."""
-    last: dict[str, Answer] = {}
-    for answer in group:
-        if answer.source is not None and answer.source.order is not None:
-            kept = last.get(answer.source.file)
-            if kept is None or kept.source.order < answer.source.order:
-                last[answer.source.file] = answer
-    return [a for a in group if a.source is None or a.source.order is None or last[a.source.file] is a]
-
-
-def _earlier(a: Answer, b: Answer) -> bool:
-    """Whether ``a`` is known to have been given before ``b``: by line order in one page answers file (appended as
-    answers are given; :func:`_check_line_times` has refused a file whose times would keep another answer), or
-    else by their times."""
-    if _same_log(a, b):
-        return a.source.order < b.source.order
-    return a.at is not None and b.at is not None and a.at < b.at
+    a clock that stepped back. Lines without a time, and equal answers, say nothing against the line order; nor
+    does an earlier line later than another earlier one (5 at 11:00, 2 at 10:30, 2 at 12:00 keeps 2 either way)."""
+    later = [a for a in lines if a.values != last.values and a.at is not None and at is not None and a.at > at]
+    if not later:
+        return None
+    latest = max(later, key=lambda a: (a.at, a.source.order))
+    stamp = last.at.isoformat() if last.at is not None else "no time"
+    return io.DataError(
+        f"{last.source.file}: lines {latest.source.order} and {last.source.order}: annotator {last.annotator!r} gave "
+        f"item {last.item_id} two different answers whose times run against the line order ({dict(latest.values)} at "
+        f"{latest.at.isoformat()} on line {latest.source.order}, {dict(last.values)} at {stamp} on line "
+        f"{last.source.order}): the file was reordered (sorted?) or the clock stepped back, and nothing tells which is "
+        f"the correction; keep the line with the answer they mean, delete the other line, and import again")
 
 
 def _same_log(a: Answer, b: Answer) -> bool:
@@ -217,8 +214,8 @@ def read_platform_csv(path: str | Path, batch: Batch) -> list[Answer]:
                 raise io.DataError(f"{path}: missing column(s) {missing}; it has the columns {header}; {remedy}")
             answers, rows, untimed = [], 0, []
             for number, (start, record) in enumerate(io.csv_records(reader), start=2):  # the header is row 1
-                if not record:  # a blank line: an empty row in a spreadsheet, no answer
-                    continue
+                if not any(cell.strip() for cell in record):  # a blank line, or a row whose cells were cleared
+                    continue  # (Excel keeps its commas): an empty row in a spreadsheet, no answer
                 rows += 1
                 if len(record) != len(header):
                     raise io.DataError(f"{path}: line {start}: {len(record)} fields where the header has "

@@ -811,6 +811,17 @@ def _mturk_csv(path: Path, batch: hb.Batch, rows: list[tuple[str, str, str | Non
     return path
 
 
+def test_a_results_row_whose_cells_were_cleared_is_an_empty_row(tmp_path: Path) -> None:
+    """Excel keeps a row's commas when its cells are cleared: the row was refused as an answer to item '', where a
+    blank line is skipped as the empty spreadsheet row both are."""
+    batch = _likert()
+    first = batch.items[0]["item_id"]
+    path = _mturk_csv(tmp_path / "results.csv", batch, [("W1", first, "Sat Dec 05 10:00:00 PST 2026", 4)])
+    with open(path, "a", newline="", encoding="utf-8") as handle:
+        handle.write("," * (len(batch.columns) + 4) + "\r\n")
+    assert [(a.annotator, a.item_id) for a in results.read_answers(path, batch)] == [("W1", first)]
+
+
 def _all_files(batch: hb.Batch, *paths: Path) -> list[Answer]:
     """What the import stage reads: every file's answers, then the latest of each (annotator, item)."""
     return results.latest_answers(a for p in paths for a in results.read_answer_file(p, batch))
@@ -960,6 +971,17 @@ def test_times_against_the_line_order_that_change_no_kept_answer_import(tmp_path
     io.write_jsonl(tmp_path / "b.jsonl", [line(3, "10:30")])  # later than a.jsonl's last line only: it still matters
     with pytest.raises(io.DataError, match=r"a\.jsonl: lines 1 and 2: annotator 'alice'"):
         _all_files(batch, tmp_path / "a.jsonl", tmp_path / "b.jsonl")
+    # a page file's answer stands at the latest time any of its lines gives it: 2 at 12:00 here, after b's 3 at 11:00
+    # (the last line's older time kept 3)
+    for times in (("12:00", "09:00"), ("12:00", "11:00")):
+        io.write_jsonl(tmp_path / "a.jsonl", [line(2, times[0]), line(5, "10:00"), line(2, times[1])])
+        io.write_jsonl(tmp_path / "b.jsonl", [line(3, "11:00")])
+        assert [a.values["coherence"] for a in _all_files(batch, tmp_path / "a.jsonl", tmp_path / "b.jsonl")] == [2]
+    io.write_jsonl(page, [line(5, "11:00"), line(2, "10:00"), {**line(5, "11:00"), "at": None}])  # untimed last line
+    assert [a.values["coherence"] for a in results.read_answers(page, batch)] == [5]
+    io.write_jsonl(tmp_path / "a.jsonl", [line(5, "10:00"), line(2, "11:00")])  # the page's file, and a sorted copy:
+    io.write_jsonl(tmp_path / "b.jsonl", [line(2, "11:00"), line(5, "10:00")])  # the copy's latest line is the page's
+    assert [a.values["coherence"] for a in _all_files(batch, tmp_path / "a.jsonl", tmp_path / "b.jsonl")] == [2]
 
 
 def test_identical_repeats_import_once_and_the_pages_later_line_wins_within_a_second(
