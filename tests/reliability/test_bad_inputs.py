@@ -874,7 +874,8 @@ def test_grue_loaders_refuse_a_field_of_the_wrong_shape_naming_the_row(tmp_path:
 
 def test_skipped_bad_rows_are_counted(tmp_path: Path):
     rows = [GOOD_ROW, {"prompt": "", "references": ["4"]}, {"prompt": "5 ?", "references": []}]
-    good = write_rows(tmp_path / "good.jsonl", [{"prompt": f"{i} + {i} ?", "references": [str(2 * i)]} for i in range(3)])
+    good = write_rows(tmp_path / "good.jsonl",
+                      [{"prompt": f"{i} + {i} ?", "references": [str(2 * i)]} for i in range(3)])
     files = {"train": write_rows(tmp_path / "some_bad.jsonl", rows), "validation": good, "test": good}
     pool = custom_pool(files, skip_bad_rows=True)
     assert [len(pool.splits[s]) for s in ("train", "val", "test")] == [1, 3, 3]
