@@ -271,33 +271,42 @@ def keep_copy(path: Path, root: Path, files: list[Path]) -> Path:
     a temporary name of its own and renamed, so a place that exists is complete, whatever runs beside it. It lies
     outside ``results/``: no stage or table reads it, and neither engine tracks it. A copy that fails (a full disk,
     ``.grueflow`` a file) is a :class:`DataError`: nothing may run."""
-    if path.is_dir():
-        digest = hashlib.sha256()
-        for file in files:
-            digest.update(os.fsencode(file.relative_to(path)) + f"\0{_signature(file.lstat())}\0".encode())
-        key = digest.hexdigest()[:12]
-    else:  # by content: the stale check stamps the file itself, which changes its times
-        key = sha256_bytes(path)[:12]
-    place = root / REPLACED / f"{os.path.relpath(os.path.abspath(path), os.path.abspath(root))}@{key}"
-    if place.is_dir():
-        return place
+    place, tmp = root / REPLACED / os.path.relpath(os.path.abspath(path), os.path.abspath(root)), None
     try:
+        if path.is_dir():
+            digest = hashlib.sha256()
+            for file in files:
+                digest.update(os.fsencode(file.relative_to(path)) + f"\0{_signature(file.lstat())}\0".encode())
+            key = digest.hexdigest()[:12]
+        elif path.is_symlink():  # copied as the link: what it names may be no file (a FIFO, a socket, a device)
+            key = hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest()[:12]
+        else:  # by content: the stale check stamps the file itself, which changes its times
+            key = sha256_bytes(path)[:12]
+        place = place.with_name(f"{place.name}@{key}")
+        if place.is_dir():
+            return place
         place.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{place.name}.", dir=place.parent))
         for file in files:
             target = tmp / (file.relative_to(path) if path.is_dir() else file.name)
             target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(file, target, follow_symlinks=False)
+            if file.is_symlink():  # as the link (shutil refuses one that names a FIFO)
+                os.symlink(os.readlink(file), target)
+            else:
+                shutil.copy2(file, target)
         try:
             os.rename(tmp, place)
+            tmp = None
         except OSError:
             if not place.is_dir():  # another run's copy of the same content, renamed first, is as good
                 raise
-            shutil.rmtree(tmp, ignore_errors=True)
     except OSError as err:
         raise DataError(f"{path} is stale and its job reruns, which deletes it first; keeping a copy of what it holds "
                         f"in {place} failed ({err.strerror or err}{f': {err.filename}' if err.filename else ''}): "
                         f"copy or move it out of results/ yourself, or delete it, and run again") from None
+    finally:
+        if tmp is not None:  # a copy that failed, or lost to another run's: nothing of it stays
+            shutil.rmtree(tmp, ignore_errors=True)
     return place
 
 
@@ -341,7 +350,7 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     stamped = _read_mapping(stamped_file)
     kept = dict(stamped)
     for path, why in stale.items():
-        stamp = path / SNAKEMAKE_TIMESTAMP if (path / SNAKEMAKE_TIMESTAMP).is_file() else path
+        stamp = _stamp_of(path)
         line = f"grueflow: {path} is stale ({why}); its job reruns"
         rebuilt = path in suite and not why.startswith(("its input ", "it was built from "))  # else: as built
         files = unvouched(path) if rebuilt else []
@@ -363,7 +372,7 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
         if path in stale:
             continue
         kept.pop(name, None)
-        stamp = path / SNAKEMAKE_TIMESTAMP if (path / SNAKEMAKE_TIMESTAMP).is_file() else path
+        stamp = _stamp_of(path)
         if isinstance(before, int) and stamp.exists() and stamp.lstat().st_mtime_ns == STALE_TIME * 10 ** 9:
             os.utime(stamp, ns=(before, before), follow_symlinks=False)
     if kept != stamped:
@@ -377,6 +386,13 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
         with atomic_path(tokens) as tmp:
             tmp.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
     return lines
+
+
+def _stamp_of(path: Path) -> Path:
+    """What holds the modification time Snakemake reads for the output ``path``: the ``.snakemake_timestamp`` it
+    keeps in a folder output, else the path itself; a link itself where ``path`` is one, never what it points to
+    (a folder or file of the user's)."""
+    return path / SNAKEMAKE_TIMESTAMP if not path.is_symlink() and (path / SNAKEMAKE_TIMESTAMP).is_file() else path
 
 
 def _read_mapping(path: Path) -> dict:

@@ -471,6 +471,46 @@ def test_what_a_rebuild_deletes_without_a_stage_record_is_copied_out_of_results_
         keep_copy(datapool, Path("."), unvouched(datapool))
 
 
+def test_a_link_in_a_stage_folders_place_is_copied_and_stamped_as_a_link(tmp_path, monkeypatch):
+    """A link where a stage folder belongs, to a FIFO, hung the dry run (the copy read through it), and one to a
+    folder of the user's had that folder's .snakemake_timestamp set to 1970. A copy that failed left its temporary
+    folder behind, one more each try."""
+    from grueflow.stale import REPLACED, SNAKEMAKE_TIMESTAMP, keep_copy, mark_stale
+
+    monkeypatch.chdir(tmp_path)
+    results, tokens = Path("results"), Path(".snakemake") / "grueflow-stale.json"
+    fifo, pool = results / "sentiment" / "datapool", results / "concepts" / "datapool"
+    fifo.parent.mkdir(parents=True)
+    pool.parent.mkdir(parents=True)
+    os.mkfifo(tmp_path / "pipe")
+    fifo.symlink_to(tmp_path / "pipe")
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "train.jsonl").write_text("{}\n")
+    (mine / SNAKEMAKE_TIMESTAMP).touch()
+    os.utime(mine / SNAKEMAKE_TIMESTAMP, (1_700_000_000, 1_700_000_000))
+    pool.symlink_to(mine)
+    lines = mark_stale(results, Path("t.csv"), [], tokens=tokens, folders=[fifo, pool])
+    assert len(lines) == 2 and all("a copy of what no stage record vouches for" in line for line in lines)
+    copy = next(REPLACED.glob("results/sentiment/datapool@*"))
+    assert os.readlink(copy / "datapool") == str(tmp_path / "pipe")
+    assert (mine / SNAKEMAKE_TIMESTAMP).stat().st_mtime == 1_700_000_000 and pool.lstat().st_mtime == 1
+    (mine / "train.jsonl").write_text('{"a": 1}\n')
+    (mine / "b.jsonl").write_text("{}\n")
+    copied, copy = [], shutil.copy2
+
+    def copy_then_fill_the_disk(source, target):
+        if copied:
+            raise OSError(28, "No space left on device")
+        copied.append(copy(source, target))
+
+    monkeypatch.setattr("grueflow.stale.shutil.copy2", copy_then_fill_the_disk)
+    with pytest.raises(DataError, match=r"failed \(No space left on device\)"):
+        keep_copy(pool, Path("."), [pool / "b.jsonl", pool / "train.jsonl"])
+    assert len(copied) == 1
+    assert [p.name for p in REPLACED.joinpath("results", "concepts").iterdir() if p.name.startswith(".")] == []
+
+
 def test_a_damaged_stage_folder_keeps_a_copy_of_what_its_record_does_not_vouch_for(tmp_path, monkeypatch):
     """A stage folder with a file of the user's added and its manifest no longer met (a file deleted, one edited),
     or its stage.json cut, was rebuilt without a copy: only a missing stage.json kept one. The files its manifest
