@@ -78,9 +78,9 @@ def parse_at(value: Any) -> dt.datetime | None:
         return None
     try:
         at = dt.datetime.fromisoformat(value.strip())
-    except ValueError:
+        return at.replace(tzinfo=dt.timezone.utc) if at.tzinfo is None else at.astimezone(dt.timezone.utc)
+    except (ValueError, OverflowError):  # OverflowError: past year 9999 in UTC (9999-12-31T23:59:59-01:00)
         return None
-    return at.replace(tzinfo=dt.timezone.utc) if at.tzinfo is None else at.astimezone(dt.timezone.utc)
 
 
 def check_annotator(name: Any) -> str:

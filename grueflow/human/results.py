@@ -105,13 +105,13 @@ def latest_answers(answers: Iterable[Answer]) -> list[Answer]:
 def _latest(group: Sequence[Answer]) -> Answer:
     """The answer of one (annotator, item) that every different answer is known to precede (see latest_answers).
 
-    Each page answers file stands for one answer: its last line (the page appends answers as they are given), at
-    the latest time any of its lines gives that answer (a line repeating it with an older time does not make it
-    older). A results CSV row stands for itself, at its time. A page file is refused (:func:`_line_times_problem`)
-    where one of its timed lines gives another answer later than that, unless another file's or row's answer is
-    later still (or as late, and the same as that line's), which wins whichever line stood for the file. Among what
-    is left, the answer later than every different one is kept; two different answers that nothing orders are a
-    DataError naming both."""
+    Each page answers file stands for one answer: its last line (the page appends answers as they are given), at the
+    latest time any of its lines gives that answer (a line repeating it with an older time does not make it older);
+    at no time where the last line has none (an untimed line, written by hand, may come after any time). A results
+    CSV row stands for itself, at its time. A page file is refused (:func:`_line_times_problem`) where one of its
+    timed lines gives another answer later than that, unless another file's or row's answer is later still (or as
+    late, and the same as that line's), which wins whichever line stood for the file. Among what is left, the answer
+    later than every different one is kept; two different answers that nothing orders are a DataError naming both."""
     stands: list[tuple[Answer, Optional[dt.datetime], list[Answer]]] = []  # (answer, its time, the lines behind it)
     files: dict[str, list[Answer]] = {}
     for answer in group:
@@ -122,7 +122,7 @@ def _latest(group: Sequence[Answer]) -> Answer:
     for lines in files.values():
         last = max(lines, key=lambda a: a.source.order)
         times = [a.at for a in lines if a.values == last.values and a.at is not None]
-        stands.append((last, max(times) if times else None, lines))
+        stands.append((last, max(times) if times and last.at is not None else None, lines))
     kept = []
     for answer, at, lines in stands:
         problem = _line_times_problem(answer, at, lines)
@@ -285,9 +285,9 @@ def submit_time(text: str | None) -> dt.datetime | None:
     try:
         local = dt.datetime(int(match["year"]), MONTHS.index(month) + 1, int(match["day"]), int(match["hour"]),
                             int(match["minute"]), int(match["second"]), tzinfo=dt.timezone(offset))
-    except ValueError:
+        return local.astimezone(dt.timezone.utc)
+    except (ValueError, OverflowError):  # OverflowError: past year 9999 in UTC
         return None
-    return local.astimezone(dt.timezone.utc)
 
 
 def _platform_row(path: str | Path, place: str, row: Mapping[str, str], batch: Batch, fields: Sequence[str]) -> Answer:

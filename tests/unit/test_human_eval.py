@@ -979,6 +979,15 @@ def test_times_against_the_line_order_that_change_no_kept_answer_import(tmp_path
         assert [a.values["coherence"] for a in _all_files(batch, tmp_path / "a.jsonl", tmp_path / "b.jsonl")] == [2]
     io.write_jsonl(page, [line(5, "11:00"), line(2, "10:00"), {**line(5, "11:00"), "at": None}])  # untimed last line
     assert [a.values["coherence"] for a in results.read_answers(page, batch)] == [5]
+    io.write_jsonl(page, [line(2, "09:00"), line(5, "10:00"), {**line(2, "09:00"), "at": None}])  # times in order
+    assert [a.values["coherence"] for a in results.read_answers(page, batch)] == [2]
+    # an untimed last line may come after any time: against another file's answer nothing orders it
+    io.write_jsonl(tmp_path / "a.jsonl", [line(2, "10:00"), {**line(2, "10:00"), "at": None}])
+    io.write_jsonl(tmp_path / "b.jsonl", [line(3, "11:00")])
+    with pytest.raises(io.DataError, match=r"two different answers that no time orders"):
+        _all_files(batch, tmp_path / "a.jsonl", tmp_path / "b.jsonl")
+    io.write_jsonl(page, [line(2, "10:00"), {**line(3, "10:00"), "at": "9999-12-31T23:59:59-01:00"}])  # past 9999 UTC
+    assert [a.values["coherence"] for a in results.read_answers(page, batch)] == [3]  # read as a time unknown
     io.write_jsonl(tmp_path / "a.jsonl", [line(5, "10:00"), line(2, "11:00")])  # the page's file, and a sorted copy:
     io.write_jsonl(tmp_path / "b.jsonl", [line(2, "11:00"), line(5, "10:00")])  # the copy's latest line is the page's
     assert [a.values["coherence"] for a in _all_files(batch, tmp_path / "a.jsonl", tmp_path / "b.jsonl")] == [2]
