@@ -22,6 +22,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 import subprocess
 import tempfile
 import uuid
@@ -207,6 +208,11 @@ def write_json(path: str | Path, data: Any) -> None:
 
 
 def read_json(path: str | Path) -> Any:
+    """The JSON document in the file ``path``. One that is no regular file (a FIFO, a socket, a device, or a link to
+    one: a record replaced by hand), whose reading could wait for a writer or never end, is a :class:`DataError`."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise DataError(f"{path} is not a regular file (a FIFO, a socket or a device): put back the file it should "
+                        f"be, or delete it")
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
 
@@ -522,8 +528,8 @@ def _stamp(path: Path) -> tuple[int, int] | None:
     """(size, modification time in ns) of a file, or None when it is missing."""
     if not path.is_file():
         return None
-    stat = path.stat()
-    return stat.st_size, stat.st_mtime_ns
+    info = path.stat()
+    return info.st_size, info.st_mtime_ns
 
 
 def _file_problem(path: Path, meta: dict[str, Any], deep: bool) -> str:

@@ -511,6 +511,32 @@ def test_a_link_in_a_stage_folders_place_is_copied_and_stamped_as_a_link(tmp_pat
     assert [p.name for p in REPLACED.joinpath("results", "concepts").iterdir() if p.name.startswith(".")] == []
 
 
+def test_a_record_that_is_a_fifo_or_a_device_is_damaged_not_read(tmp_path, monkeypatch):
+    """A stage.json replaced by a FIFO (or a link to one) hung every run and dry run of the project, the stale check
+    waiting for a writer; a link to /dev/zero read until memory ran out; a provenance.json so replaced hung the
+    table's stage."""
+    from grueflow.io import write_stage_record
+    from grueflow.stale import mark_stale
+
+    monkeypatch.chdir(tmp_path)
+    pool = Path("results") / "concepts" / "datapool"
+    pool.mkdir(parents=True)
+    (pool / "train.jsonl").write_text("{}\n")
+    write_stage_record(pool, stage="prepare_datapool", params={}, inputs={}, wall_time_s=0.0)
+    (pool / "stage.json").unlink()
+    os.mkfifo(pool / "stage.json")
+    with pytest.raises(DataError, match=r"stage.json is not a regular file \(a FIFO, a socket or a device\): put "
+                                        r"back the file it should be, or delete it"):
+        read_json(pool / "stage.json")
+    line, = mark_stale(Path("results"), Path("t.csv"), [], folders=[pool],
+                       tokens=Path(".snakemake") / "grueflow-stale.json")
+    assert line.startswith(f"grueflow: {pool} is stale (") and "not readable JSON" in line
+    (pool / "provenance.json").unlink()
+    (pool / "provenance.json").symlink_to("/dev/zero")
+    with pytest.raises(DataError, match="is not a regular file"):
+        read_json(pool / "provenance.json")
+
+
 def test_a_damaged_stage_folder_keeps_a_copy_of_what_its_record_does_not_vouch_for(tmp_path, monkeypatch):
     """A stage folder with a file of the user's added and its manifest no longer met (a file deleted, one edited),
     or its stage.json cut, was rebuilt without a copy: only a missing stage.json kept one. The files its manifest
