@@ -68,7 +68,7 @@ def answer_files(paths: Sequence[Path]) -> list[Path]:
                             f"files of a folder inside are not read), so the import would leave {it} out; save a "
                             f"spreadsheet as CSV UTF-8 (Comma delimited), move answers files up into {path}, or move "
                             f"{it} out of the folder")
-        files += [p for p in entries if p.is_file() and p.suffix.lower() in ANSWER_SUFFIXES]
+        files += [p for p in entries if p.suffix.lower() in ANSWER_SUFFIXES]  # a FIFO so named: refused as read
     if not files:
         raise DataError(f"no answers files in {[str(p) for p in paths]}; give the page's .jsonl or a results .csv")
     return files

@@ -50,8 +50,11 @@ def read_answer_file(path: str | Path, batch: Batch) -> list[Answer]:
     """Every answer in the page's ``.jsonl`` or a platform's results ``.csv``, in file order, each with its time
     (``at``; MTurk's ``SubmitTime``) where the file gives one and its :class:`Source`."""
     path = Path(path)
-    if not path.is_file():
+    if not path.exists():
         raise io.MissingDataError(f"answers file {path} does not exist; give the page's .jsonl or a results .csv")
+    if not path.is_file():  # a FIFO would wait for a writer, a device never end
+        raise io.DataError(f"answers file {path} is not a regular file (a FIFO, a socket or a device); give the "
+                           f"page's .jsonl or a results .csv")
     if path.suffix.lower() == ".csv":
         return read_platform_csv(path, batch)
     records = read_numbered_answer_lines(path)

@@ -822,6 +822,26 @@ def test_a_results_row_whose_cells_were_cleared_is_an_empty_row(tmp_path: Path) 
     assert [(a.annotator, a.item_id) for a in results.read_answers(path, batch)] == [("W1", first)]
 
 
+def test_an_answers_file_that_is_a_fifo_or_a_device_is_refused_not_skipped(tmp_path: Path) -> None:
+    """A FIFO (or a link to /dev/zero) named answers.jsonl in an answers folder was passed over, its answers left
+    out without a word; given as --answers it was said not to exist."""
+    import os
+
+    from grueflow.human.layout import answer_files
+
+    batch = _likert()
+    folder = tmp_path / "answers"
+    folder.mkdir()
+    os.mkfifo(folder / "page.jsonl")
+    (folder / "zero.csv").symlink_to("/dev/zero")
+    found = answer_files([folder])
+    assert [p.name for p in found] == ["page.jsonl", "zero.csv"]
+    for path in found:
+        with pytest.raises(io.DataError, match=rf"answers file {re.escape(str(path))} is not a regular file \(a FIFO, "
+                                               r"a socket or a device\)"):
+            results.read_answer_file(path, batch)
+
+
 def _all_files(batch: hb.Batch, *paths: Path) -> list[Answer]:
     """What the import stage reads: every file's answers, then the latest of each (annotator, item)."""
     return results.latest_answers(a for p in paths for a in results.read_answer_file(p, batch))
