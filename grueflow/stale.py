@@ -151,12 +151,7 @@ def stale_token(outputs: Iterable[str | os.PathLike], tokens: Path = TOKENS) -> 
     """The tokens of those of a job's ``outputs`` ever marked stale, as one string (``<path>=<token> ...``; empty
     when none was), a params rerun trigger: a new token differs from the one Snakemake recorded when the job last
     ran, and reruns it; an unchanged one does not."""
-    try:
-        known = json.loads(tokens.read_text())
-    except (OSError, ValueError):
-        return ""
-    if not isinstance(known, dict):
-        return ""
+    known = _read_mapping(tokens)
     return " ".join(f"{path}={known[str(path)]}" for path in outputs if str(path) in known)
 
 
@@ -253,13 +248,12 @@ def unvouched(path: Path) -> list[Path]:
                 found.append(file)
     try:
         manifest = read_json(path / STAGE_RECORD)["files"]
-        vouched = {name for name, meta in manifest.items() if isinstance(meta, dict)}
-        sizes = {name: manifest[name]["bytes"] for name in vouched}
+        sizes = {name: meta["bytes"] for name, meta in manifest.items() if isinstance(meta, dict)}
     except (OSError, ValueError, KeyError, TypeError):  # no record to go by: all of it
         return sorted(found)
     records = {STAGE_RECORD, *UNHASHED}
     return sorted(file for file in found if (name := file.relative_to(path).as_posix()) not in records
-                  and (name not in vouched or file.is_symlink() or file.stat().st_size != sizes[name]))
+                  and (name not in sizes or file.is_symlink() or file.stat().st_size != sizes[name]))
 
 
 def keep_copy(path: Path, root: Path, files: list[Path]) -> Path:
