@@ -31,7 +31,10 @@ does. Its job reruns and rebuilds what it reads. The stale outputs are stale wha
 them too; a folder repaired by hand after that still reruns once). Nothing is deleted here, and what a suite stage
 folder stale for its own sake holds that no stage record vouches for (a datapool written there by hand, a record
 deleted, a file added), or a file in a stage folder's place, is copied out of ``results/`` before Snakemake's
-rebuild deletes it. DVC needs none of this: it compares content hashes.
+rebuild deletes it, and so is what any other stage folder holds that no record vouches for
+(:func:`keep_user_files`: a rerun for a changed param replaces a folder whole). DVC needs none of this: it
+compares content hashes, and a stage folder is an output as DVC defines it (``dvc status`` lists one a file was
+added to as modified, and ``dvc repro`` restores it from DVC's cache; DVC has no hook to run before that).
 
 The same blind spot holds for the files a job reads from outside ``results/`` (a datapool's local data, a
 plugin's code, a reward's lexicon): one replaced by a file with an older time (``mv`` from a download folder,
@@ -42,10 +45,11 @@ plugin's code, a reward's lexicon): one replaced by a file with an older time (`
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
+import secrets
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Iterable, Optional
@@ -165,9 +169,7 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
     expected, folders = list(expected), list(folders)
     suite = set(expected) | set(folders)
     root = results.parent  # stage.json records input paths relative to the project root
-    recorded = sorted(p.parent for p in results.rglob(STAGE_RECORD) if not any(
-        part.endswith(".resume") for part in p.relative_to(results).parts))
-    for folder in recorded:
+    for folder in recorded_folders(results):
         try:
             check_stage_output(folder, deep=False)
         except MissingDataError as err:  # "<folder> is damaged: <file> is missing; delete ..."
@@ -262,7 +264,9 @@ def keep_copy(path: Path, root: Path, files: list[Path]) -> Path:
     digits) is a digest of their names and stat signatures (a file's content where ``path`` is one, which the stale
     check stamps), so that the same content, seen by one dry run after another, is copied once. Snakemake deletes
     an output before its job rebuilds it, and nothing a person put there may go with it. The copy is written under
-    a temporary name of its own and renamed, so a place that exists is complete, whatever runs beside it. It lies
+    a temporary name of its own and renamed, so a place that exists is complete, whatever runs beside it; one found
+    emptied or cut since (or a file in its place) is left as it is, and the copy made beside it (``@<key>.1``, ...).
+    It is readable by the group, as every output folder is. It lies
     outside ``results/``: no stage or table reads it, and neither engine tracks it. A copy that fails (a full disk,
     ``.grueflow`` a file) is a :class:`DataError`: nothing may run."""
     place, tmp = root / REPLACED / os.path.relpath(os.path.abspath(path), os.path.abspath(root)), None
@@ -276,11 +280,16 @@ def keep_copy(path: Path, root: Path, files: list[Path]) -> Path:
             key = hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest()[:12]
         else:  # by content: the stale check stamps the file itself, which changes its times
             key = sha256_bytes(path)[:12]
-        place = place.with_name(f"{place.name}@{key}")
-        if place.is_dir():
-            return place
+        base = place = place.with_name(f"{place.name}@{key}")
+        for n in itertools.count(1):  # a copy emptied or cut since, or a file in its place: kept, and one beside it
+            if not os.path.lexists(place):
+                break
+            if place.is_dir() and not place.is_symlink() and _holds(place, path, files):
+                return place
+            place = base.with_name(f"{base.name}.{n}")
         place.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{place.name}.", dir=place.parent))
+        tmp = place.parent / f".{place.name}.{os.getpid()}.{secrets.token_hex(4)}"  # a run's own
+        tmp.mkdir()  # the mode a new folder gets (mkdtemp's is 0700): readable by the group, as every output is
         for file in files:
             target = tmp / (file.relative_to(path) if path.is_dir() else file.name)
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -295,13 +304,61 @@ def keep_copy(path: Path, root: Path, files: list[Path]) -> Path:
             if not place.is_dir():  # another run's copy of the same content, renamed first, is as good
                 raise
     except OSError as err:
-        raise DataError(f"{path} is stale and its job reruns, which deletes it first; keeping a copy of what it holds "
-                        f"in {place} failed ({err.strerror or err}{f': {err.filename}' if err.filename else ''}): "
-                        f"copy or move it out of results/ yourself, or delete it, and run again") from None
+        raise DataError(f"keeping a copy of what {path} holds, which a rerun of its stage deletes, in {place} failed "
+                        f"({err.strerror or err}{f': {err.filename}' if err.filename else ''}): copy or move it out "
+                        f"of results/ yourself, or delete it, and run again") from None
     finally:
         if tmp is not None:  # a copy that failed, or lost to another run's: nothing of it stays
             shutil.rmtree(tmp, ignore_errors=True)
     return place
+
+
+def _holds(place: Path, path: Path, files: list[Path]) -> bool:
+    """Whether the copy ``place`` still holds each of ``files`` (under ``path``) as :func:`keep_copy` wrote it: a
+    link as a link, a file at its size."""
+    for file in files:
+        target = place / (file.relative_to(path) if path.is_dir() else file.name)
+        if file.is_symlink() and not target.is_symlink():
+            return False
+        if not file.is_symlink() and (target.is_symlink() or not target.is_file()
+                                      or target.stat().st_size != file.lstat().st_size):
+            return False
+    return True
+
+
+def recorded_folders(results: Path) -> list[Path]:
+    """Every folder under ``results`` that holds a stage record, sorted; a training stage's ``*.resume`` checkpoints
+    (its own, under their own records) left out."""
+    return sorted(p.parent for p in results.rglob(STAGE_RECORD) if not any(
+        part.endswith(".resume") for part in p.relative_to(results).parts))
+
+
+def _listed(path: Path, files: list[Path]) -> str:
+    """``files`` (:func:`unvouched`) named for a line: the first three under ``path``, and how many more."""
+    names = [str(p.relative_to(path)) if p != path else p.name for p in files]
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def keep_user_files(results: Path, folders: Iterable[Path], done: Iterable[Path] = ()) -> list[str]:
+    """Copy what each stage folder holds that no stage record vouches for (:func:`unvouched`, :func:`keep_copy`),
+    before any job runs; one line per folder that holds any. The folders: ``folders`` (every stage folder the
+    suite's stages write: a file in one's place is copied too) and every folder under ``results`` with a stage
+    record (:func:`recorded_folders`), but those in ``done`` (copied already, with their stale line).
+
+    A stage that reruns replaces its folder whole, whatever the reason (a changed param or input, the folder
+    damaged): Snakemake deletes a job's outputs before the job. So a file a person put in a stage folder is
+    copied out of ``results/`` while it is still there, once per content, whether or not anything reruns this
+    time. A copy that fails is a :class:`DataError`: nothing may run."""
+    lines, done = [], set(done)
+    for folder in sorted(set(folders) | set(recorded_folders(results))):
+        files = [] if folder in done else unvouched(folder)
+        if not files:
+            continue
+        place = keep_copy(folder, results.parent, files)
+        what = "is a file where a stage folder belongs" if files == [folder] else \
+            f"holds what no stage record vouches for ({_listed(folder, files)})"
+        lines.append(f"grueflow: {folder} {what}; a copy is kept in {place} (a rerun of its stage replaces it whole)")
+    return lines
 
 
 def _outside(path: Path, results: Path) -> bool:
@@ -335,24 +392,25 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     from outside results/ changed, or is gone, gets the stamp alone: the content digest its rule takes as a param
     reruns it where Snakemake recorded one, the stamp where it did not (a folder ``dvc repro`` built, or
     ``.snakemake`` removed). Its time before the stamp is kept in :data:`STAMPED`, and put back once the input is as
-    recorded again (after a dry run saw it edited): then nothing reruns, whatever the input's size."""
+    recorded again (after a dry run saw it edited): then nothing reruns, whatever the input's size. Last, every
+    other stage folder has a copy kept of what no stage record vouches for, with a line (:func:`keep_user_files`)."""
     lines = []
     expected, folders = list(expected), list(folders)
     suite = set(expected) | set(folders)
     stale = stale_outputs(results, table, expected, siblings, folders, tokens.parent / DIGESTS.name)
     stamped_file = tokens.parent / STAMPED.name
     stamped = _read_mapping(stamped_file)
-    kept = dict(stamped)
+    kept, copied = dict(stamped), set()
     for path, why in stale.items():
         stamp = _stamp_of(path)
         line = f"grueflow: {path} is stale ({why}); its job reruns"
         rebuilt = path in suite and not why.startswith(("its input ", "it was built from "))  # else: as built
         files = unvouched(path) if rebuilt else []
         if files:
-            names = [str(p.relative_to(path)) if p != path else p.name for p in files]
-            listed = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-            line += f"; a copy of what no stage record vouches for ({listed}) is kept in " \
+            line += f"; a copy of what no stage record vouches for ({_listed(path, files)}) is kept in " \
                     f"{keep_copy(path, results.parent, files)}"
+        if rebuilt:
+            copied.add(path)
         if why.startswith("its input "):  # CHANGED_INPUT, GONE_INPUT: the time to put back, unless already stamped
             before = stamp.lstat().st_mtime_ns
             if before != STALE_TIME * 10 ** 9:
@@ -379,7 +437,7 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
         known = {**known, **{str(path): now for path in tokened}}
         with atomic_path(tokens) as tmp:
             tmp.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
-    return lines
+    return lines + keep_user_files(results, suite, done=copied)
 
 
 def _stamp_of(path: Path) -> Path:

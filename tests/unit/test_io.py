@@ -4,6 +4,7 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -465,9 +466,9 @@ def test_what_a_rebuild_deletes_without_a_stage_record_is_copied_out_of_results_
     assert all(str(mine) not in line for line in lines)
     shutil.rmtree(".grueflow")
     Path(".grueflow").write_text("")  # nowhere to copy them: refused, so that no rebuild can delete them
-    with pytest.raises(DataError, match=rf"{datapool} is stale and its job reruns, which deletes it first; keeping a "
-                                        r"copy of what it holds in .* failed \(Not a directory: .*\): copy or move "
-                                        r"it out of results/ yourself"):
+    with pytest.raises(DataError, match=rf"keeping a copy of what {datapool} holds, which a rerun of its stage "
+                                        r"deletes, in .* failed \(Not a directory: .*\): copy or move it out of "
+                                        r"results/ yourself"):
         keep_copy(datapool, Path("."), unvouched(datapool))
 
 
@@ -553,7 +554,10 @@ def test_a_damaged_stage_folder_keeps_a_copy_of_what_its_record_does_not_vouch_f
         (pool / name).write_text('{"prompt": "a"}\n')
     write_stage_record(pool, stage="prepare_datapool", params={}, inputs={}, wall_time_s=0.0)
     (pool / "mine.txt").write_text("my notes\n")
-    assert mark_stale(results, Path("t.csv"), [], tokens=tokens, folders=[pool]) == []  # in order: no rebuild
+    line, = mark_stale(results, Path("t.csv"), [], tokens=tokens, folders=[pool])  # in order: no rebuild, a copy
+    assert line == f"grueflow: {pool} holds what no stage record vouches for (mine.txt); a copy is kept in " \
+                   f"{next(REPLACED.glob('results/concepts/datapool@*'))} (a rerun of its stage replaces it whole)"
+    shutil.rmtree(".grueflow")
     (pool / "val.jsonl").unlink()
     (pool / "test.jsonl").write_text('{"prompt": "edited by hand"}\n')
     line, = mark_stale(results, Path("t.csv"), [], tokens=tokens, folders=[pool])
@@ -564,6 +568,55 @@ def test_a_damaged_stage_folder_keeps_a_copy_of_what_its_record_does_not_vouch_f
     shutil.rmtree(".grueflow")
     line, = mark_stale(results, Path("t.csv"), [], tokens=tokens, folders=[pool])
     assert "a copy of what no stage record vouches for (mine.txt, provenance.json, stage.json and 2 more)" in line
+
+
+def test_a_file_of_the_users_in_any_stage_folder_is_copied_before_any_run(tmp_path, monkeypatch):
+    """A folder in order with a file of the user's added lost it to the next rerun for a param, with no line and no
+    copy: only a folder stale for its own sake had its files copied. Every stage folder of the suite, and every
+    folder holding a stage record, has what no record vouches for copied first, once per content, with a line each
+    time; one without such files, or one copied already with its stale line, gets none."""
+    from grueflow.io import write_stage_record
+    from grueflow.stale import REPLACED, keep_user_files
+
+    monkeypatch.chdir(tmp_path)
+    results = Path("results")
+    pool, model = results / "concepts" / "datapool", results / "old_task" / "base_model"  # a task the suite dropped
+    placed, clean, absent = results / "sentiment" / "datapool", results / "concepts" / "base_model", \
+        results / "imdb" / "datapool"
+    for folder in (pool, model, clean):
+        folder.mkdir(parents=True)
+        (folder / "train.jsonl").write_text("{}\n")
+        write_stage_record(folder, stage="x", params={}, inputs={}, wall_time_s=0.0)
+    (pool / "mine.txt").write_text("my notes\n")
+    (model / "model").mkdir()
+    (model / "model" / "notes.md").write_text("# mine\n")
+    placed.parent.mkdir()
+    placed.write_text("a file\n")
+    lines = keep_user_files(results, [pool, placed, clean, absent])
+    copies = {p.parent.name + "/" + p.name.split("@")[0]: p for p in REPLACED.glob("results/*/*")}
+    assert sorted(copies) == ["concepts/datapool", "old_task/base_model", "sentiment/datapool"]
+    assert lines == [
+        f"grueflow: {pool} holds what no stage record vouches for (mine.txt); a copy is kept in "
+        f"{copies['concepts/datapool']} (a rerun of its stage replaces it whole)",
+        f"grueflow: {model} holds what no stage record vouches for (model/notes.md); a copy is kept in "
+        f"{copies['old_task/base_model']} (a rerun of its stage replaces it whole)",
+        f"grueflow: {placed} is a file where a stage folder belongs; a copy is kept in "
+        f"{copies['sentiment/datapool']} (a rerun of its stage replaces it whole)"]
+    assert (copies["concepts/datapool"] / "mine.txt").read_text() == "my notes\n"
+    assert sorted(p.name for p in copies["concepts/datapool"].iterdir()) == ["mine.txt"]
+    assert (copies["old_task/base_model"] / "model" / "notes.md").read_text() == "# mine\n"
+    assert (copies["sentiment/datapool"] / "datapool").read_text() == "a file\n"
+    assert (pool / "mine.txt").is_file() and placed.is_file()  # copied, never moved
+    assert keep_user_files(results, [pool, placed, clean, absent]) == lines  # said again; copied once
+    assert len(list(REPLACED.glob("results/*/*"))) == 3
+    assert keep_user_files(results, [pool, placed], done=[pool, placed, model]) == []
+    mask = os.umask(0)
+    os.umask(mask)
+    assert all(stat.S_IMODE(copy.stat().st_mode) == 0o777 & ~mask for copy in copies.values())  # as outputs are
+    (copies["concepts/datapool"] / "mine.txt").unlink()  # a copy emptied since: left, and made again beside it
+    again = keep_user_files(results, [pool])
+    assert again[0] == lines[0].replace(str(copies["concepts/datapool"]), f"{copies['concepts/datapool']}.1")
+    assert (Path(f"{copies['concepts/datapool']}.1") / "mine.txt").read_text() == "my notes\n"
 
 
 def test_a_stage_folder_without_its_record_is_stale_when_read_or_aggregated(tmp_path):

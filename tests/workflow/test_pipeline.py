@@ -7,6 +7,7 @@ import html
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -87,8 +88,29 @@ def test_snakemake_builds_the_grue_table(snakemake_repo):
 
 
 def test_second_run_has_nothing_to_do(snakemake_repo):
+    """A finished run holds nothing its stage records do not vouch for: no line, no copy."""
     result = run(["snakemake", "--cores", "2", "results/grue_table.csv"], snakemake_repo)
-    assert "Nothing to be done" in result.stdout + result.stderr
+    assert "Nothing to be done" in result.stdout + result.stderr and "grueflow:" not in result.stderr
+    assert not (snakemake_repo / ".grueflow").exists()
+
+
+def test_a_users_file_in_a_finished_stage_folder_is_copied_before_any_job(snakemake_repo):
+    """A file added to a datapool in order went with the next rerun of its stage for a param, with no line: only a
+    folder stale for its own sake had its files copied. Every run and dry run now names it and keeps a copy
+    outside results/, once, and nothing reruns for it."""
+    pool = snakemake_repo / "results" / "concepts" / "datapool"
+    (pool / "mine.txt").write_text("my own text\n")
+    try:
+        for _ in range(2):
+            result = run(["snakemake", "-n", "--cores", "2", "results/grue_table.csv"], snakemake_repo)
+            copy, = (snakemake_repo / ".grueflow" / "replaced" / "results" / "concepts").glob("datapool@*")
+            assert f"grueflow: results/concepts/datapool holds what no stage record vouches for (mine.txt); a copy " \
+                   f"is kept in {copy.relative_to(snakemake_repo)} (a rerun of its stage replaces it whole)" \
+                   in result.stderr and "Nothing to be done" in result.stdout + result.stderr
+        assert sorted(p.name for p in copy.iterdir()) == ["mine.txt"]
+    finally:
+        (pool / "mine.txt").unlink()
+        shutil.rmtree(snakemake_repo / ".grueflow", ignore_errors=True)
 
 
 def test_the_device_is_recorded_and_changing_it_reruns_nothing(snakemake_repo, dvc_repo):
