@@ -110,9 +110,18 @@ def _paths(value: Any) -> list[Path]:
 OUTPUT_ARGS = ("out", "resume_dir", "tensorboard")  # the arguments that name what a stage writes
 
 
+def _empty_tree(path: Path) -> bool:
+    """Whether ``path`` is a folder (not a link to one) with nothing but empty folders under it: what a failed
+    ``dvc pull`` leaves of the outs it could not check out, which holds nothing to lose."""
+    if path.is_symlink() or not path.is_dir():
+        return False
+    return all(not names and all(not os.path.islink(os.path.join(top, f)) for f in folders)
+               for top, folders, names in os.walk(path))
+
+
 def check_out(out: Path, args: argparse.Namespace, stage: Optional[str]) -> None:
-    """A stage replaces its ``--out`` folder whole, so ``out`` must be new, empty or the output of this same
-    ``stage`` (the stage its :data:`grueflow.io.STAGE_RECORD` names, or else its
+    """A stage replaces its ``--out`` folder whole, so ``out`` must be new, empty (empty folders under it count as
+    nothing) or the output of this same ``stage`` (the stage its :data:`grueflow.io.STAGE_RECORD` names, or else its
     :data:`grueflow.io.PROVENANCE_RECORD`, which stays when DVC removes the stage's declared outs before a rerun),
     and must not be or hold any path the stage reads: a :class:`ConfigError` naming both otherwise, before any
     work. ``stage`` None (not known) skips the check of the writer. Where ``out`` will be made, and the stage's
@@ -128,7 +137,7 @@ def check_out(out: Path, args: argparse.Namespace, stage: Optional[str]) -> None
         check_resume_dir(out, Path(resume_dir))
     stage_owned = any((out / record).is_file() for record in (io.STAGE_RECORD, io.PROVENANCE_RECORD))
     if out.is_dir() and not stage_owned:  # DVC removes a stage's declared outs only: provenance.json stays
-        held = sorted(p.name for p in out.iterdir())
+        held = sorted(p.name for p in out.iterdir() if not _empty_tree(p))  # a failed `dvc pull` leaves folders
         if held:
             raise ConfigError(f"--out {out} holds {', '.join(map(repr, held[:3]))}{' and more' if len(held) > 3 else ''} "
                               f"and no {io.STAGE_RECORD}, so no stage wrote it; a stage replaces its --out folder "

@@ -1855,6 +1855,23 @@ def test_a_stage_never_replaces_a_folder_it_did_not_write_or_its_input(tmp_path:
     assert again.code == 0, again.stderr
 
 
+def test_an_out_holding_only_empty_folders_is_written(tmp_path: Path, call_stage):
+    """A `dvc pull` that failed left the empty parents of the outs it could not check out (`dvclive/plots/`), and
+    the stage refused the folder as one no stage wrote, asking for another --out, which DVC cannot give: empty
+    folders hold nothing to lose. A folder that holds a file, or a link, at any depth is still refused."""
+    out = tmp_path / "pool"
+    (out / "dvclive" / "plots" / "metrics").mkdir(parents=True)
+    (out / "decoding").mkdir()
+    result = call_stage("prepare_datapool", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--out", out)
+    assert result.code == 0, result.stderr
+    assert (out / "stage.json").is_file() and not (out / "dvclive").exists()
+    other = tmp_path / "other"
+    (other / "dvclive" / "plots").mkdir(parents=True)
+    (other / "dvclive" / "plots" / "link").symlink_to(tmp_path)
+    result = call_stage("prepare_datapool", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--out", other)
+    assert_fails_in_one_line(result, f"--out {other} holds 'dvclive' and no stage.json, so no stage wrote it")
+
+
 def test_an_out_inside_another_stages_output_or_past_the_file_systems_limits_is_one_line(tmp_path: Path, call_stage):
     """An --out inside a datapool's folder wrote a second output behind the first one's manifest, exit 0; --out /
     ended in StopIteration, and a name over 255 bytes in an OSError traceback."""
