@@ -130,7 +130,9 @@ def _convert(tp: Any, value: Any, where: str, resolve: Optional[Resolve] = None)
         return value
     if tp is bool:
         if not isinstance(value, bool):
-            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+            why = (" (YAML 1.2, which grueflow and DVC read params with, reads yes, no, on and off as text); write "
+                   "true or false" if isinstance(value, str) and value in YAML11_BOOL_WORDS else "")
+            raise ConfigError(f"{where}: expected true or false, got {value!r}{why}")
         return value
     if tp is str:
         if not isinstance(value, str):
@@ -822,11 +824,30 @@ def method_name(start: RLStart, algorithm: Optional[str]) -> str:
 MAX_YAML_VALUES = 100_000  # scalars, lists and mappings a params file may hold once its aliases are expanded
 
 
+# YAML 1.2's core-schema plain scalars, as DVC's reader (ruamel.yaml) resolves them, for the two kinds PyYAML
+# resolves the YAML 1.1 way: a float needs no dot and its exponent no sign (1e-05, 1E5, 1.0e5: DVC writes a float
+# below 1e-4 so, e.g. after `dvc exp run -S`), and only true/false are booleans (yes, no, on, off are text: DVC's
+# rewrite of a params file drops the quotes of 'no'). ruamel's own pattern, underscores included.
+YAML12_FLOAT = re.compile(r"""^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                              |[-+]?[0-9][0-9_]*[eE][-+]?[0-9]+
+                              |[-+]?\.[0-9_]+(?:[eE][-+][0-9]+)?
+                              |[-+]?\.(?:inf|Inf|INF)
+                              |\.(?:nan|NaN|NAN))$""", re.X)
+YAML12_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+YAML11_BOOL_WORDS = frozenset("yes Yes YES no No NO on On ON off Off OFF".split())  # text in YAML 1.2
+
+
 class _StrictLoader(yaml.SafeLoader):
-    """YAML's safe loader, refusing a merge key (``<<: *anchor``, whose order PyYAML and DVC's reader differ on), a
-    key that a mapping repeats (YAML 1.2 forbids it; PyYAML keeps the last) and
+    """YAML's safe loader reading plain scalars as YAML 1.2 does (DVC's reader, which records the params a stage
+    ran with): ``1e-05`` is a float and ``no`` a string, where YAML 1.1 (PyYAML, Snakemake) reads the string
+    ``'1e-05'`` and the boolean false. It refuses a merge key (``<<: *anchor``, whose order PyYAML and DVC's
+    reader differ on), a key that a mapping repeats (YAML 1.2 forbids it; PyYAML keeps the last) and
     an integer written with a leading zero (``010``), which YAML 1.1 reads as octal (8) and YAML 1.2 as 10, and a
     base-60 number (``1:30``), which YAML 1.1 reads as 90 and YAML 1.2 as a string."""
+
+    yaml_implicit_resolvers = {  # PyYAML's, less its YAML 1.1 booleans; YAML 1.2's are added below
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
@@ -873,6 +894,9 @@ class _StrictLoader(yaml.SafeLoader):
 
 _StrictLoader.add_constructor("tag:yaml.org,2002:int", _StrictLoader.construct_yaml_int)
 _StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct_yaml_float)
+_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:bool", YAML12_BOOL, list("tTfF"))
+# after PyYAML's float and int patterns, so it adds only the forms they leave as strings
+_StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", YAML12_FLOAT, list("-+0123456789."))
 
 
 def _expanded_size(data: Any, limit: int) -> int:

@@ -596,11 +596,13 @@ def _path_digest(path: Path) -> str:
 def _task_files(root: Path) -> list[object]:
     """Every task file's data under ``root/params/tasks``; a file that does not parse is left to the suite's
     validation."""
+    from grueflow.config import ConfigError, read_yaml  # grueflow.config reads this module's table
+
     found = []
     for path in sorted((root / "params" / "tasks").glob("*.yaml")):
         try:
-            found.append(yaml.safe_load(path.read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            found.append(read_yaml(path))
+        except ConfigError:
             continue
     return found
 

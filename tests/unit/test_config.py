@@ -406,6 +406,46 @@ def test_the_strict_loader_reads_every_shipped_params_file_as_the_safe_loader_do
         read_yaml(tmp_path / "n.yaml")
 
 
+# Plain scalars whose YAML 1.1 (PyYAML) and YAML 1.2 (DVC's ruamel.yaml) readings differ, and neighbours that agree
+YAML12_SCALARS = ["1e-05", "1E5", "-2.5e+3", ".5e-3", "1.0e5", "+1e5", "1e+5", "1.e5", "01e5", "0e0", "-.5", "+.5",
+                  "._5", "1_0e5", "0.5", "1.0e-5", ".inf", "-.inf", ".5e3", "1e", "e5", "inf", "nan", "1e5_0", "true",
+                  "False", "yes", "No", "on", "OFF", "y", "n", "~", "0x1f", "1_0"]
+
+
+@pytest.mark.parametrize("text", YAML12_SCALARS)
+def test_read_yaml_reads_a_plain_scalar_as_dvcs_reader_does(tmp_path, text):
+    """DVC writes a float below 1e-4 as 1e-05 (``dvc exp run -S``) and reads it, as YAML 1.2 does, as a number;
+    grueflow read the string '1e-05' (YAML 1.1: a float needs a dot) and refused it: "expected a number"."""
+    from dvc.utils.serialize import loads_yaml
+
+    from grueflow.config import read_yaml
+
+    (tmp_path / "p.yaml").write_text(f"value: {text}\n")
+    expected = loads_yaml(f"value: {text}\n")["value"]
+    got = read_yaml(tmp_path / "p.yaml")["value"]
+    assert type(got) is type(expected) and (got == expected or got != got and expected != expected), (got, expected)
+
+
+def test_a_params_file_rewritten_by_dvc_exp_run_set_param_reads_back_as_set(tmp_path):
+    """DVC's rewrite of a params file (what ``dvc exp run -S`` runs) writes learning_rate=1e-5 as ``1e-05`` and drops
+    the quotes of the other strings YAML 1.1 reads as booleans ('no', 'on'); both read back as DVC records them."""
+    pytest.importorskip("hydra")
+    from dvc.utils.hydra import apply_overrides
+
+    from grueflow.config import read_yaml
+    from grueflow.params import load_method
+
+    path = tmp_path / "ppo.yaml"
+    shutil.copy(MICRO / "methods" / "ppo.yaml", path)
+    apply_overrides(path, ["learning_rate=1e-5"])
+    assert "learning_rate: 1e-05\n" in path.read_text()
+    assert load_method("ppo", path).learning_rate == 1e-5
+    (tmp_path / "args.yaml").write_text("lr: 0.1\nlang: 'no'\ncolumn: 'on'\nflag: true\n")
+    apply_overrides(tmp_path / "args.yaml", ["lr=0.000003"])
+    assert (tmp_path / "args.yaml").read_text() == "lr: 3e-06\nlang: no\ncolumn: on\nflag: true\n"
+    assert read_yaml(tmp_path / "args.yaml") == {"lr": 3e-06, "lang": "no", "column": "on", "flag": True}
+
+
 def test_a_json_params_file_indented_with_tabs_is_read_as_json_and_its_repeated_key_refused(tmp_path):
     """A JSON suite indented with tabs (json.dump(..., indent="\\t")), which Snakemake reads, was refused as not valid
     YAML ("found character '\\t' that cannot start any token")."""
