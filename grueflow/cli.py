@@ -23,6 +23,8 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
+from grueflow.command_line import check_configfile_given_once, configfile_options
+from grueflow.config import ConfigError
 from grueflow.grue import grue_table_problem
 from grueflow.stage import positive
 
@@ -100,10 +102,26 @@ def snakemake_command(suite: Path | None, cores: str, extra: Sequence[str]) -> l
     return command + list(extra)
 
 
+def check_one_suite_option(suite: Path | None, extra: Sequence[str]) -> None:
+    """Raise CliError where the suite is given by more than one option (``--suite`` and a ``--configfile`` among
+    Snakemake's arguments ``extra``, or two ``--configfile``): Snakemake keeps the last option's files alone."""
+    given = configfile_options(extra)
+    if suite is not None and given:
+        files = " ".join(given[-1])
+        raise CliError(f"--suite {suite} and --configfile {files} both give the suite; Snakemake would keep {files} "
+                       f"alone and drop {suite}: give one of them, or both after one option (--configfile {suite} "
+                       f"{files} lays the second over the first)")
+    try:
+        check_configfile_given_once(extra)
+    except ConfigError as err:
+        raise CliError(str(err)) from None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     if args.suite is not None and not args.suite.is_file():
         suites = sorted(str(p) for p in Path("params", "suites").glob("*.yaml"))
         raise CliError(f"suite file {str(args.suite)!r} does not exist; suites here: {', '.join(suites) or 'none'}")
+    check_one_suite_option(args.suite, args.extra)
     if not Path("Snakefile").is_file():
         raise CliError(f"no Snakefile in {Path.cwd()}; run grueflow run from the project's root")
     command = snakemake_command(args.suite, args.cores, args.extra)

@@ -4,7 +4,8 @@ Snakemake merges ``--config KEY=VALUE`` items into one dict before the Snakefile
 of a key; of two ``--config`` (``-C``) options it keeps the last one's items alone; a command-line ``--config``
 replaces a profile's ``config`` whole, and a profile's ``config`` replaces that of the profiles before it. Each of
 these drops a setting without a word, where a suite file that names a key twice is refused:
-:func:`check_config_given_once` refuses them, each naming what to write instead.
+:func:`check_config_given_once` refuses them, each naming what to write instead. Of two ``--configfile`` options,
+likewise, Snakemake keeps the last one's files alone.
 """
 
 from __future__ import annotations
@@ -132,11 +133,47 @@ def _repeated(items: Sequence[str]) -> list[str]:
     return sorted({key for key in keys if keys.count(key) > 1})
 
 
+CONFIGFILE_OPTIONS = ("--configfile", "--configfiles")  # one option of Snakemake's, two spellings
+
+
+def configfile_options(argv: Sequence[str]) -> list[list[str]]:
+    """The files of each ``--configfile`` (``--configfiles``) option in ``argv``, in order, up to a ``--``: the
+    option takes one or more files (``--configfile A B``, the words up to the next option) or one attached
+    (``--configfile=A``)."""
+    options = []
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        if arg in CONFIGFILE_OPTIONS:
+            given = []
+            for item in argv[i + 1:]:
+                if item.startswith("-"):
+                    break
+                given.append(item)
+            options.append(given)
+        elif arg.startswith(tuple(f"{option}=" for option in CONFIGFILE_OPTIONS)):
+            options.append([arg.split("=", 1)[1]])
+    return options
+
+
+def check_configfile_given_once(argv: Sequence[str]) -> None:
+    """Raise ConfigError where ``argv`` gives ``--configfile`` more than once: Snakemake keeps the last option's
+    files alone and drops the suite files of the others without a word (``--configfile A B``, one option, lays B
+    over A)."""
+    options = configfile_options(argv)
+    if len(options) > 1:
+        dropped = [f for files in options[:-1] for f in files]
+        raise ConfigError(f"--configfile is given {len(options)} times; Snakemake keeps only the last one's files "
+                          f"({' '.join(options[-1])}) and drops {' '.join(dropped)}: give the suite files after one "
+                          f"--configfile")
+
+
 def check_config_given_once(argv: Sequence[str], profiles: Sequence[str | Path]) -> None:
     """Raise ConfigError where Snakemake would drop a ``--config`` setting without a word (see the module
     docstring): a key given twice on the command line ``argv`` or in one profile file's ``config`` (``profiles``,
     lowest priority first), two ``--config`` options, a profile's ``config`` beside a command-line ``--config``,
-    two profiles that both set ``config``."""
+    two profiles that both set ``config``; and two ``--configfile`` options (:func:`check_configfile_given_once`)."""
+    check_configfile_given_once(argv)
     options, items = [], []
     for i, arg in enumerate(argv):
         if arg in ("--config", "-C"):

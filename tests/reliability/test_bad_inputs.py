@@ -2513,6 +2513,22 @@ def test_a_configfile_suite_replaces_params_suite_yaml_and_config_keys_apply_ove
     assert "rl_method=ppo" in overridden.stdout and "supervised+ppo" not in overridden.stdout
 
 
+@pytest.mark.parametrize("args, expect", [
+    (("--configfile", "other.yaml", "--configfile", "params/suite.yaml"), "invalid params: --configfile is given 2 "
+     "times; Snakemake keeps only the last one's files (params/suite.yaml) and drops other.yaml: give the suite files "
+     "after one --configfile"),
+], ids=["two-configfiles"])
+def test_snakemake_refuses_a_dropped_suite_before_any_job(tmp_path: Path, args: tuple, expect: str):
+    """Two --configfile options ran the last one's suite alone."""
+    project = copy_project(tmp_path / "project")
+    (project / "other.yaml").write_text("tasks: [sentiment]\nalgorithms: [ppo]\nseeds: [0]\nthreads: 1\n")
+    result = subprocess.run([str(Path(PY).parent / "snakemake"), "-n", *args], cwd=project, capture_output=True,
+                            text=True, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and expect in output, output
+    assert "Job stats" not in output, output
+
+
 def test_seeds_given_with_config_are_integers(tmp_path: Path):
     """Snakemake's --config passes a list's items as strings: 'seeds=[0,1]' failed as "'0' is not of type 'integer'"."""
     result = suite_dry_run(copy_project(tmp_path / "project"), "results/grue_table.csv", "--config", "seeds=[0,1]")

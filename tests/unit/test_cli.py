@@ -261,6 +261,22 @@ def test_run_calls_snakemake_on_the_suite(tmp_path):
     assert "suite file 'params/suites/nope.yaml' does not exist" in missing.stderr
 
 
+@pytest.mark.parametrize("extra, expect", [
+    (["--configfile", "b.yaml", "-n"], "--suite {suite} and --configfile b.yaml both give the suite; Snakemake would "
+     "keep b.yaml alone and drop {suite}: give one of them, or both after one option (--configfile {suite} b.yaml "
+     "lays the second over the first)"),
+    (["--configfile=a.yaml", "-n", "--configfiles", "b.yaml", "c.yaml"], "--configfile is given 2 times; Snakemake "
+     "keeps only the last one's files (b.yaml c.yaml) and drops a.yaml: give the suite files after one --configfile"),
+], ids=["suite-and-configfile", "two-configfiles"])
+def test_run_refuses_a_suite_given_twice_naming_both_files(capsys, extra, expect):
+    """``--suite A --configfile B`` ran B alone: Snakemake keeps the last --configfile option's files and dropped A
+    without a word, while the command line it printed showed both."""
+    suite = str(Path(__file__).resolve().parents[1] / "fixtures" / "micro" / "suite.yaml")
+    argv = ["run", "--cores", "1", *(["--suite", suite] if extra[0] == "--configfile" else []), *extra]
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"grueflow run: error: {expect.format(suite=suite)}\n"
+
+
 def test_annotate_hands_its_arguments_to_the_annotation_page(tmp_path, capsys):
     with pytest.raises(SystemExit) as done:
         main(["annotate", "--help"])

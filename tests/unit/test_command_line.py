@@ -30,3 +30,21 @@ def test_a_config_option_bundled_with_other_short_flags_counts(argv):
 @pytest.mark.parametrize("argv", [["-n", "-C", "a=1", "b=2"], ["-j4", "results/x"], ["-pC", "seeds=[0]"]])
 def test_one_config_option_passes(argv):
     check_config_given_once(argv, [])
+
+
+@pytest.mark.parametrize("argv", [["--configfile", "a.yaml", "--configfile", "b.yaml"],
+                                  ["--configfile=a.yaml", "-n", "--configfiles", "b.yaml", "c.yaml"],
+                                  ["--configfiles", "a.yaml", "x", "-p", "--configfile=b.yaml"]],
+                         ids=["twice", "attached-then-plural", "plural-then-attached"])
+def test_a_second_configfile_option_is_refused_naming_the_files_it_drops(argv):
+    """Snakemake kept the last --configfile option's files alone: the first suite was dropped without a word."""
+    with pytest.raises(ConfigError, match=r"^--configfile is given 2 times; Snakemake keeps only the last one's files "
+                                          r"\(b\.yaml( c\.yaml)?\) and drops a\.yaml( x)?: give the suite files after "
+                                          r"one --configfile$"):
+        check_config_given_once(argv, [])
+
+
+@pytest.mark.parametrize("argv", [["--configfile", "a.yaml", "b.yaml", "-n"], ["--configfile=a.yaml"],
+                                  ["-n", "--", "--configfile", "a.yaml", "--configfile", "b.yaml"]])
+def test_one_configfile_option_passes(argv):
+    check_config_given_once(argv, [])
