@@ -66,6 +66,8 @@ if workflow.is_main_process:  # a job's own process runs the command line Snakem
         check_config_given_once(sys.argv[1:], profile_files(sys.argv[1:], os.environ, workflow.basedir))
     except ConfigError as err:
         raise WorkflowError(f"invalid params: {err}") from None
+    if workflow.resource_settings.cores is not None and workflow.resource_settings.cores < 1:  # it would wait forever
+        raise WorkflowError(f"--cores must be a positive integer or all, got {workflow.resource_settings.cores}")
 if "seeds" in workflow.config_settings.config:  # --config seeds=...; a suite file's YAML keeps its integers
     config["seeds"] = command_line_seeds(config["seeds"])
 

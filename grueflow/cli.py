@@ -92,6 +92,20 @@ def add_list(sub: Any) -> None:
 
 # -- run ------------------------------------------------------------------------------------------
 
+def core_count(text: str) -> str:
+    """argparse type of ``run --cores``: a positive integer or ``all``. Snakemake takes 0 (or less) and then waits
+    forever for a core to run its first job on."""
+    if text == "all":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer or all, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer or all, got {value}")
+    return str(value)
+
+
 def snakemake_command(suite: Path | None, cores: str, extra: Sequence[str]) -> list[str]:
     """The snakemake command line ``grueflow run`` executes (this interpreter's snakemake). The suite is one
     ``--configfile=FILE`` argument: snakemake's ``--configfile`` takes one or more values, so a separate FILE would
@@ -136,7 +150,8 @@ def add_run(sub: Any) -> None:
     p.add_argument("--suite", type=Path, default=None,
                    help="a suite file used instead of params/suite.yaml (keys it leaves out take their defaults), "
                         "e.g. params/suites/algorithms.yaml")
-    p.add_argument("--cores", default="all", help="cores snakemake may use (default: all)")
+    p.add_argument("--cores", default="all", type=core_count,
+                   help="cores snakemake may use: a positive integer or all (default: all)")
     p.set_defaults(func=cmd_run, passthrough=True)
 
 

@@ -2517,9 +2517,10 @@ def test_a_configfile_suite_replaces_params_suite_yaml_and_config_keys_apply_ove
     (("--configfile", "other.yaml", "--configfile", "params/suite.yaml"), "invalid params: --configfile is given 2 "
      "times; Snakemake keeps only the last one's files (params/suite.yaml) and drops other.yaml: give the suite files "
      "after one --configfile"),
-], ids=["two-configfiles"])
-def test_snakemake_refuses_a_dropped_suite_before_any_job(tmp_path: Path, args: tuple, expect: str):
-    """Two --configfile options ran the last one's suite alone."""
+    (("--cores", "0"), "--cores must be a positive integer or all, got 0"),
+], ids=["two-configfiles", "cores-0"])
+def test_snakemake_refuses_a_dropped_suite_and_no_cores_before_any_job(tmp_path: Path, args: tuple, expect: str):
+    """Two --configfile options ran the last one's suite alone; --cores 0 planned the jobs and then waited forever."""
     project = copy_project(tmp_path / "project")
     (project / "other.yaml").write_text("tasks: [sentiment]\nalgorithms: [ppo]\nseeds: [0]\nthreads: 1\n")
     result = subprocess.run([str(Path(PY).parent / "snakemake"), "-n", *args], cwd=project, capture_output=True,

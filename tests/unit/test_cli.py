@@ -261,6 +261,17 @@ def test_run_calls_snakemake_on_the_suite(tmp_path):
     assert "suite file 'params/suites/nope.yaml' does not exist" in missing.stderr
 
 
+@pytest.mark.parametrize("cores", ["0", "-1", "abc"])
+def test_run_refuses_cores_that_are_no_positive_integer(capsys, cores):
+    """``--cores 0`` reached snakemake, which selected the first job and then waited forever for a core."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--cores", cores, "-n"])
+    assert exit_.value.code == 2
+    shown = cores if cores != "abc" else "'abc'"
+    assert capsys.readouterr().err.endswith(f"grueflow run: error: argument --cores: must be a positive integer or "
+                                            f"all, got {shown}\n")
+
+
 @pytest.mark.parametrize("extra, expect", [
     (["--configfile", "b.yaml", "-n"], "--suite {suite} and --configfile b.yaml both give the suite; Snakemake would "
      "keep b.yaml alone and drop {suite}: give one of them, or both after one option (--configfile {suite} b.yaml "
