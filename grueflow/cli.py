@@ -92,6 +92,16 @@ def add_list(sub: Any) -> None:
 
 # -- run ------------------------------------------------------------------------------------------
 
+def check_not_in_subfolder(command: str, alternative: str) -> None:
+    """Raise CliError where the working folder is a subfolder of a project (a folder above it holds the Snakefile):
+    ``command`` names results/ relative to the project's root, so from there it finds nothing and would give the
+    wrong cause (no runs yet, a revision without the table)."""
+    here = Path.cwd()
+    root = next((folder for folder in here.parents if (folder / "Snakefile").is_file()), None)
+    if not (here / "Snakefile").is_file() and root is not None:
+        raise CliError(f"no Snakefile in {here}; run grueflow {command} from the project's root, {root}{alternative}")
+
+
 def core_count(text: str) -> str:
     """argparse type of ``run --cores``: a positive integer or ``all``. Snakemake takes 0 (or less) and then waits
     forever for a core to run its first job on."""
@@ -289,6 +299,8 @@ def metrics_diff(rev_a: str, rev_b: str, target: str, show_all: bool) -> dict[st
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
+    if not Path(args.target).is_absolute() and not Path(args.target).exists():  # relative to the project's root
+        check_not_in_subfolder("diff", " (or give --target the metrics file's path from here)")
     diff = metrics_diff(args.rev_a, args.rev_b, args.target, args.all)
     # each revision's table: dvc reports absent and null alike, and leaves out a key null on one side and absent on
     # the other (a method added whose score could not be computed)
@@ -343,6 +355,7 @@ def find_predictions(run: str) -> Path:
         path = candidate / PREDICTIONS if candidate.is_dir() else candidate
         if path.is_file():
             return path
+    check_not_in_subfolder("show", f" (or give the run folder's path from here, or its {PREDICTIONS})")
     found = sorted(str(p.parent.relative_to(EVAL_DIR)) for p in EVAL_DIR.glob(f"*/*/*/{PREDICTIONS}"))
     hint = f"runs in {EVAL_DIR}: {', '.join(found)}" if found else f"no runs in {EVAL_DIR} yet (grueflow run)"
     raise CliError(f"no {PREDICTIONS} for run {run!r}; give a run folder, a {PREDICTIONS} file or "

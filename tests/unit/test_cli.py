@@ -80,6 +80,25 @@ def test_show_an_unknown_run_lists_the_runs_there(tmp_path, monkeypatch, capsys)
     assert "no predictions.jsonl for run 'sentiment/ppo/seed9'" in err and "runs in results/eval: sentiment/ppo/seed0" in err
 
 
+def test_show_and_diff_from_a_subfolder_of_a_project_say_to_run_from_its_root(tmp_path, monkeypatch, capsys):
+    """From params/ of a built project, show said the run had no predictions and there were no runs yet (grueflow
+    run), and diff that dvc could not load the table at either revision (`dvc pull` it)."""
+    run_folder = tmp_path / "results" / "eval" / "sentiment" / "ppo" / "seed0"
+    predictions(run_folder)
+    (tmp_path / "Snakefile").write_text("")
+    (tmp_path / "params").mkdir()
+    monkeypatch.chdir(tmp_path / "params")
+    assert main(["show", "sentiment/ppo/seed0"]) == 2
+    assert capsys.readouterr().err == (
+        f"grueflow show: error: no Snakefile in {tmp_path / 'params'}; run grueflow show from the project's root, "
+        f"{tmp_path} (or give the run folder's path from here, or its predictions.jsonl)\n")
+    assert main(["show", str(run_folder), "-n", "1"]) == 0 and "[test-0]" in capsys.readouterr().out
+    assert main(["diff", "HEAD~1", "HEAD"]) == 2
+    assert capsys.readouterr().err == (
+        f"grueflow diff: error: no Snakefile in {tmp_path / 'params'}; run grueflow diff from the project's root, "
+        f"{tmp_path} (or give --target the metrics file's path from here)\n")
+
+
 def test_show_names_a_file_that_is_not_a_predictions_file(tmp_path, capsys):
     table = tmp_path / "table.csv"
     table.write_text("task,method\nsentiment,ppo\n")
