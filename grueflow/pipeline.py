@@ -731,6 +731,22 @@ def write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def foreign_entries(dvc_file: Path) -> list[str]:
+    """What ``dvc_file`` holds that :func:`dvc_document` does not generate, and rewriting it would drop: a stage a
+    user added (``dvc stage add``) as ``stage NAME``, another top-level section (``plots``, ``artifacts``, ...) as
+    ``section NAME``. Nothing where the file is missing or is no YAML mapping (nothing there can be kept)."""
+    try:
+        found = yaml.safe_load(dvc_file.read_text(encoding="utf-8")) if dvc_file.is_file() else None
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return []
+    if not isinstance(found, dict):
+        return []
+    generated = dvc_document()
+    stages = found.get("stages") if isinstance(found.get("stages"), dict) else {}
+    return ([f"stage {name}" for name in stages if name not in generated["stages"]]
+            + [f"section {key}" for key in found if key not in generated])
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     """``dvc [--write | --check]``: print, write or check ``dvc.yaml``; ``code STAGE...``: print code deps."""
     parser = argparse.ArgumentParser(prog="python -m grueflow.pipeline", description=__doc__.split("\n\n")[0])
@@ -747,6 +763,14 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0
     text, path = dvc_yaml(), ROOT / DVC_YAML
     if args.write:
+        foreign = foreign_entries(path)
+        if foreign:
+            print(f"error: {path} holds {', '.join(foreign)}, which grueflow does not generate; {COMMAND} would "
+                  f"delete {'them' if len(foreign) > 1 else 'it'}: move {'them' if len(foreign) > 1 else 'it'} to a "
+                  f"dvc.yaml in a subfolder (DVC reads one in any folder of the repository), or delete "
+                  f"{'them' if len(foreign) > 1 else 'it'}, then rerun it; {DVC_YAML} is left as it was",
+                  file=sys.stderr)
+            return 2
         write_atomically(path, text)
     elif args.check:
         found = path.read_text(encoding="utf-8") if path.is_file() else ""

@@ -293,3 +293,27 @@ def test_the_pairwise_key_is_a_dvc_out_kept_out_of_the_cache():
     outs = stage.get("do", stage)["outs"]  # a foreach stage's body is under do:, a matrix stage's at its top
     private = [next(iter(o)) for o in outs if isinstance(o, dict) and next(iter(o.values())) == {"cache": False}]
     assert len(private) == 1 and private[0].startswith("results/human/${item.task}/keys/")
+
+
+@pytest.mark.parametrize("added, named", [
+    ("  my_report:\n    cmd: python my_report.py\n    deps:\n      - results/grue_table.json\n    outs:\n"
+     "      - my_report.html\n", "stage my_report, which grueflow does not generate; python -m grueflow.pipeline dvc "
+     "--write would delete it: move it"),
+    ("  my_report:\n    cmd: python my_report.py\nplots:\n  - results/curves.csv\n", "stage my_report, section plots, "
+     "which grueflow does not generate; python -m grueflow.pipeline dvc --write would delete them: move them"),
+], ids=["stage", "stage-and-section"])
+def test_write_refuses_a_dvc_yaml_holding_what_it_does_not_generate(tmp_path, monkeypatch, capsys, added, named):
+    """A stage added to dvc.yaml (as `dvc stage add` does) was dropped by `dvc --write` without a word or a copy."""
+    generated = pipeline.dvc_yaml()
+    monkeypatch.setattr(pipeline, "ROOT", tmp_path)
+    (tmp_path / "dvc.yaml").write_text(generated + added)
+    assert pipeline.main(["dvc", "--write"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {tmp_path / 'dvc.yaml'} holds {named} to a dvc.yaml in a subfolder (DVC reads one in any folder of "
+        f"the repository), or delete {'them' if 'them' in named else 'it'}, then rerun it; dvc.yaml is left as it "
+        f"was\n")
+    assert (tmp_path / "dvc.yaml").read_text() == generated + added
+    stale = generated.replace(f"  {pipeline.VALIDATE_SUITE}:\n", f"  {pipeline.VALIDATE_SUITE}:\n    frozen: true\n")
+    (tmp_path / "dvc.yaml").write_text(stale)
+    assert pipeline.main(["dvc", "--write"]) == 0  # a generated stage, stale or edited, is rewritten
+    assert (tmp_path / "dvc.yaml").read_text() == generated
