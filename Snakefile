@@ -14,18 +14,21 @@ sys.path.insert(0, workflow.basedir)  # this checkout's grueflow, never another'
 # merge them over a `configfile:` directive, so a key the chosen suite leaves out would come from params/suite.yaml
 # instead of its default). --config key=value settings apply over either.
 from grueflow.command_line import check_config_given_once, profile_files
-from grueflow.config import ConfigError, read_yaml
+from grueflow.config import ConfigError, read_yaml, yaml11_disagreement
 
 
 def check_suite_yaml(paths):
     """Read each suite file as grueflow reads params: Snakemake's YAML keeps the last of two equal keys, and where
     it cannot parse a file, or the file holds no mapping (it is empty, only comments, or a list), it says "not valid
-    JSON or YAML" or "must be given as JSON or YAML with keys at top level" without the file or the cause."""
+    JSON or YAML" or "must be given as JSON or YAML with keys at top level" without the file or the cause. Snakemake
+    reads it as YAML 1.1 and the DVC engine as YAML 1.2: a value the two read otherwise (1e5, no) is refused."""
     for path in paths:
         try:
             data = read_yaml(path)
         except ConfigError as err:
             raise WorkflowError(f"invalid params: {err}") from None
+        if (disagreement := yaml11_disagreement(path, data)) is not None:
+            raise WorkflowError(f"invalid params: {disagreement}")
         if not isinstance(data, dict):
             shown = repr(data) if len(repr(data)) <= 60 else repr(data)[:57] + "..."
             holds = ("is empty (nothing but blank lines or comments)" if data is None else

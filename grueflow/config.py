@@ -954,6 +954,43 @@ def read_yaml(path: str | Path) -> Any:
     return _within_size(path, data)
 
 
+def yaml11_disagreement(path: str | Path, data: Any) -> Optional[str]:
+    """Where YAML 1.1 (PyYAML's safe loader, which Snakemake reads a suite file with) reads ``path`` otherwise
+    than :func:`read_yaml` did (``data``, YAML 1.2, as DVC reads it): the first value that differs, as a sentence
+    saying how to write it so both read it alike; None where they agree (always for JSON text)."""
+    try:
+        other = yaml.safe_load(read_text(Path(path)))
+    except (DataError, yaml.YAMLError):  # read_yaml read it; a YAML 1.1-only failure is Snakemake's to name
+        return None
+    found = _first_difference(data, other, "")
+    if found is None:
+        return None
+    where, ours, theirs = found
+    return (f"{path}:{where} YAML 1.1, which Snakemake reads a suite file with, gives {theirs!r} and YAML 1.2, which "
+            f"grueflow and DVC read params with, gives {ours!r}; write it so both read it alike: quote a string, "
+            f"write a boolean as true or false and a number in plain digits or as 1.0e-05")
+
+
+def _first_difference(ours: Any, theirs: Any, where: str) -> Optional[tuple[str, Any, Any]]:
+    """The first place (`` key``, ``[i]``) where two readings of one document differ, with both values there."""
+    if isinstance(ours, dict) and isinstance(theirs, dict) and len(ours) == len(theirs):
+        for (key, value), (other_key, other) in zip(ours.items(), theirs.items()):
+            if key != other_key or type(key) is not type(other_key):
+                return f"{where} key {key!r}:", key, other_key
+            found = _first_difference(value, other, f"{where} {key}:" if not where else f"{where[:-1]}.{key}:")
+            if found is not None:
+                return found
+        return None
+    if isinstance(ours, list) and isinstance(theirs, list) and len(ours) == len(theirs):
+        for i, (value, other) in enumerate(zip(ours, theirs)):
+            found = _first_difference(value, other, f"{where[:-1]}[{i}]:" if where else f" [{i}]:")
+            if found is not None:
+                return found
+        return None
+    same = type(ours) is type(theirs) and (ours == theirs or ours != ours and theirs != theirs)  # NaN is NaN
+    return None if same else (where, ours, theirs)
+
+
 def _within_size(path: Path, data: Any) -> Any:
     """``data``, read from ``path``, unless it holds more than :data:`MAX_YAML_VALUES` values."""
     if _expanded_size(data, MAX_YAML_VALUES) > MAX_YAML_VALUES:

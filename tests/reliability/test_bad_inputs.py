@@ -1425,6 +1425,24 @@ def test_snakemake_refuses_a_suite_configfile_with_a_repeated_key(tmp_path: Path
     assert "Job stats" not in output, output
 
 
+def test_snakemake_refuses_a_suite_value_yaml_1_1_reads_otherwise_than_dvc(tmp_path: Path):
+    """Snakemake reads a suite file as YAML 1.1 and the DVC engine as YAML 1.2: `tasks: [1e5]` ran task '1e5' under
+    Snakemake, where the DVC engine read the number 100000.0 and refused it."""
+    project = copy_project(tmp_path / "project")
+    shutil.copy(project / "params" / "tasks" / "sentiment.yaml", project / "params" / "tasks" / "1e5.yaml")
+    suite = project / "params" / "suite.yaml"
+    suite.write_text(suite.read_text().replace("tasks: [sentiment, concepts]", "tasks: [sentiment, 1e5]"))
+    result = subprocess.run([str(Path(PY).parent / "snakemake"), "-n", "--cores", "1"], cwd=project,
+                            capture_output=True, text=True, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert ("invalid params: params/suite.yaml: tasks[1]: YAML 1.1, which Snakemake reads a suite file with, gives "
+            "'1e5' and YAML 1.2, which grueflow and DVC read params with, gives 100000.0; write it so both read it "
+            "alike: quote a string, write a boolean as true or false and a number in plain digits or as 1.0e-05"
+            ) in output, output
+    assert "Job stats" not in output, output
+
+
 @pytest.mark.parametrize("text, holds", [
     ("", "is empty (nothing but blank lines or comments)"),
     ("# tasks: [sentiment]\n", "is empty (nothing but blank lines or comments)"),

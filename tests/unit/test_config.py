@@ -446,6 +446,27 @@ def test_a_params_file_rewritten_by_dvc_exp_run_set_param_reads_back_as_set(tmp_
     assert read_yaml(tmp_path / "args.yaml") == {"lr": 3e-06, "lang": "no", "column": "on", "flag": True}
 
 
+@pytest.mark.parametrize("text, where", [
+    ("tasks: [a, no]\n", "tasks[1]: YAML 1.1, which Snakemake reads a suite file with, gives False and YAML 1.2, "
+                         "which grueflow and DVC read params with, gives 'no'"),
+    ("resources:\n  rl_finetune: {mem_mb: 1e5}\n", "resources.rl_finetune.mem_mb: YAML 1.1, which Snakemake reads a "
+                                                   "suite file with, gives '1e5' and YAML 1.2, which grueflow and DVC "
+                                                   "read params with, gives 100000.0"),
+    ("on: 1\n", "key 'on': YAML 1.1, which Snakemake reads a suite file with, gives True and YAML 1.2, which grueflow "
+                "and DVC read params with, gives 'on'"),
+    ("tasks: [a, 'no']\nseeds: [0, 1]\nlr: 1.0e-05\nx: .nan\n", None),
+], ids=["boolean-word", "float-without-dot", "key", "agree"])
+def test_yaml11_disagreement_names_the_first_value_the_two_readings_differ_on(tmp_path, text, where):
+    from grueflow.config import read_yaml, yaml11_disagreement
+
+    path = tmp_path / "suite.yaml"
+    path.write_text(text)
+    found = yaml11_disagreement(path, read_yaml(path))
+    assert found == (None if where is None else f"{path}: {where}; write it so both read it alike: quote a string, "
+                                                f"write a boolean as true or false and a number in plain digits or "
+                                                f"as 1.0e-05")
+
+
 def test_a_json_params_file_indented_with_tabs_is_read_as_json_and_its_repeated_key_refused(tmp_path):
     """A JSON suite indented with tabs (json.dump(..., indent="\\t")), which Snakemake reads, was refused as not valid
     YAML ("found character '\\t' that cannot start any token")."""
