@@ -78,6 +78,7 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     the header (:func:`grueflow.data.hub.check_text_file`, the datapools' check), or a file without rows raises
     :class:`grueflow.io.DataError`."""
     path = Path(path)
+    io.refuse_special_file(path, "fix classifier.train_file / test_file", "classifier data file")
     if not path.is_file():
         raise io.MissingDataError(f"classifier data file {str(path)!r} does not exist (relative paths are read from "
                                   f"the repository root); fix classifier.train_file / test_file")
@@ -301,6 +302,7 @@ def read_format(folder: str | Path) -> Optional[TextCut]:
     :func:`save_classifier` writes beside it; None when there is none (a hub model, a folder trained elsewhere).
     A file that does not hold a valid cut raises :class:`grueflow.io.DataError` naming it."""
     path = Path(folder) / FORMAT_FILE
+    io.refuse_special_file(path, "retrain the classifier (train_classifier writes this file)")
     if not path.is_file():
         return None
     try:

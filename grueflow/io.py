@@ -207,12 +207,25 @@ def write_json(path: str | Path, data: Any) -> None:
     write_text(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
+def refuse_special_file(path: str | Path, remedy: str, name: str = "") -> None:
+    """Raise a :class:`DataError`, ``"<name> <path> is not a regular file (a FIFO, a socket or a device); <remedy>"``,
+    when ``path`` (or what it links to) exists and is neither a regular file nor a folder. Reading a FIFO waits for a
+    writer and reading a device such as /dev/zero never ends, while ``Path.is_file()`` is False for both: a reader
+    that tests only that calls them missing. A missing path, a dangling link and a folder pass: the caller's own
+    message for each says more."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:  # missing, a dangling link, or unreadable: the caller's open or its own test says which
+        return
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        raise DataError(f"{f'{name} ' if name else ''}{path} is not a regular file (a FIFO, a socket or a device); "
+                        f"{remedy}")
+
+
 def read_json(path: str | Path) -> Any:
     """The JSON document in the file ``path``. One that is no regular file (a FIFO, a socket, a device, or a link to
     one: a record replaced by hand), whose reading could wait for a writer or never end, is a :class:`DataError`."""
-    if not stat.S_ISREG(os.stat(path).st_mode):
-        raise DataError(f"{path} is not a regular file (a FIFO, a socket or a device): put back the file it should "
-                        f"be, or delete it")
+    refuse_special_file(path, "put back the file it should be, or delete it")
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)
 

@@ -268,6 +268,7 @@ def read_split(datapool_dir: str | Path, split: str) -> list[Sample]:
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
     path = Path(datapool_dir) / f"{split}.jsonl"
+    io.refuse_special_file(path, "rebuild the datapool with prepare_datapool", "datapool split")
     if not path.is_file():
         raise io.MissingDataError(f"datapool split {path} does not exist; run prepare_datapool first")
     io.check_stage_output(datapool_dir)  # every file as prepare_datapool's stage.json recorded it
@@ -290,6 +291,8 @@ def read_unlabelled(datapool_dir: str | Path) -> list[str]:
     neither file."""
     folder = Path(datapool_dir)
     path = folder / UNLABELLED
+    for file in (path, folder / UNLABELLED_LINES):
+        io.refuse_special_file(file, "rebuild the datapool with prepare_datapool")
     if not path.is_file() and (folder / UNLABELLED_LINES).is_file():
         # at line ends only (\n, \r\n, or \r as old Mac files end lines): a text may hold U+2028 or a form feed
         return [line for line in re.split(r"\r\n|\r|\n", io.read_text(folder / UNLABELLED_LINES)) if line.strip()]

@@ -192,6 +192,7 @@ def read_numbered_answer_lines(path: str | Path) -> list[tuple[int, dict[str, An
     """:func:`read_answer_lines` with each record's 1-based line number in the file (blank lines and an unfinished
     last line count as lines but make no record), so that a message can point at the line an editor shows."""
     path = Path(path)
+    io.refuse_special_file(path, "give the page's .jsonl", "answers file")
     if not path.exists():
         return []
     out = []

@@ -135,6 +135,7 @@ def task_of_paths(paths: Sequence[str | Path]) -> set[str]:
 
 def read_predictions(path: str | Path) -> list[Prediction]:
     """The ``id``, ``prompt`` and ``generation`` of each row of an evaluate stage's ``predictions.jsonl``."""
+    io.refuse_special_file(path, "give an evaluate output's predictions.jsonl (or its folder)")
     if not Path(path).is_file():
         raise io.MissingDataError(f"{path} does not exist; give an evaluate output's predictions.jsonl (or its folder)")
     rows = io.read_jsonl(path)
@@ -472,6 +473,7 @@ def read_key(path: str | Path, batch: Batch | None = None, legacy_ok: bool = Fal
 def _read_key_file(path: str | Path) -> tuple[str | None, dict[str, str]]:
     """(batch tag, opaque id -> system) of a key file; the tag is None in a key written before keys named their
     batch, which is the bare id -> system object."""
+    io.refuse_special_file(path, f"give the key the export wrote beside the batch; {_key_remedy(path)}", "key file")
     if not Path(path).is_file():
         raise io.MissingDataError(f"key file {path} does not exist; give the key the export wrote beside the batch; "
                                   f"{_key_remedy(path)}")

@@ -50,11 +50,11 @@ def read_answer_file(path: str | Path, batch: Batch) -> list[Answer]:
     """Every answer in the page's ``.jsonl`` or a platform's results ``.csv``, in file order, each with its time
     (``at``; MTurk's ``SubmitTime``) where the file gives one and its :class:`Source`."""
     path = Path(path)
+    io.refuse_special_file(path, "give the page's .jsonl or a results .csv", "answers file")
     if not path.exists():
         raise io.MissingDataError(f"answers file {path} does not exist; give the page's .jsonl or a results .csv")
-    if not path.is_file():  # a FIFO would wait for a writer, a device never end
-        raise io.DataError(f"answers file {path} is not a regular file (a FIFO, a socket or a device); give the "
-                           f"page's .jsonl or a results .csv")
+    if path.is_dir():
+        raise io.DataError(f"answers file {path} is a folder; give the page's .jsonl or a results .csv in it")
     if path.suffix.lower() == ".csv":
         return read_platform_csv(path, batch)
     records = read_numbered_answer_lines(path)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Optional, Sequence
 
 from grueflow.config import ConfigError, check
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
-from grueflow.io import MODEL_DIR, DataError, MissingDataError
+from grueflow.io import MODEL_DIR, DataError, MissingDataError, refuse_special_file
 from grueflow.metrics import (METRICS, MetaChecked, Metric, MetricContext, MetricFn, MetricResult,
                               MetricUnavailableError, mean, nanmean, require)
 
@@ -523,6 +523,8 @@ class SummaCConvHead:
         summac_conv_vitc_sent_perc_e.bin); ``why`` says where ``n_features`` comes from, for the error."""
         import torch
 
+        refuse_special_file(path, f"give summac's summac_conv_vitc_sent_perc_e.bin from {SUMMAC_CONV_WEIGHTS_URL}",
+                            "metric 'summac_conv': args.checkpoint")
         if not Path(path).is_file():
             raise MetricUnavailableError(
                 f"metric 'summac_conv': no checkpoint at args.checkpoint={path!r}; download summac's trained "

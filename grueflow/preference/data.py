@@ -71,6 +71,8 @@ def read_preferences(path: str | Path) -> list[Preference]:
     if path.is_dir():
         raise io.DataError(f"preference file {path} is a folder; give the preferences.jsonl in it (build_preferences "
                            f"and import_human_eval write one)")
+    io.refuse_special_file(path, "give the preferences.jsonl that build_preferences or import_human_eval wrote",
+                           "preference file")
     if not path.is_file():
         raise io.MissingDataError(f"preference file {path} does not exist; build one with build_preferences "
                                   "or import human judgements (stages/import_human_eval.py, or snakemake "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -246,3 +247,14 @@ def test_an_idle_connection_is_closed_after_the_request_timeout(likert_dir: Path
         assert time.monotonic() - started < 5
     state = json.loads(request(server, "GET", "/api/state")[2])  # and it still serves others
     assert state["annotator"] == "alice"
+
+
+def test_cli_refuses_answers_that_are_a_fifo_or_a_device(tmp_path: Path, likert_dir: Path, capsys) -> None:
+    """--answers a FIFO hung before the page served, without a word; a link to /dev/zero read until memory ran
+    out."""
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    (tmp_path / "zero.jsonl").symlink_to("/dev/zero")
+    for name in ("fifo.jsonl", "zero.jsonl"):
+        assert main([str(likert_dir), "--annotator", "alice", "--answers", str(tmp_path / name), "--port", "0"]) == 2
+        assert (f"error: answers file {tmp_path / name} is not a regular file (a FIFO, a socket or a device); give "
+                f"the page's .jsonl\n") in capsys.readouterr().err

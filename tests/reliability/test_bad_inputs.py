@@ -3527,3 +3527,51 @@ def test_a_datapool_file_named_by_another_path_to_it_is_the_same_datapool(tmp_pa
     data["datapool"]["args"]["data_files"] = {split: os.path.relpath(path) for split, path in files.items()}
     (tmp_path / "relative.yaml").write_text(yaml.safe_dump(data))
     check_datapool(tmp_path / "pool", tmp_path / "relative.yaml")
+
+
+def _special_file(kind: str, path: Path) -> Path:
+    """A FIFO, a link to /dev/zero or a bound Unix socket at ``path`` (made and left in place)."""
+    import socket
+
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "zero":
+        path.symlink_to("/dev/zero")
+    else:
+        here = os.getcwd()  # bound by its bare name: a socket's path is limited to 107 bytes
+        os.chdir(path.parent)
+        try:
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.bind(path.name)
+        finally:
+            os.chdir(here)
+    return path
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "socket"])
+@pytest.mark.parametrize("reader, name, what", [
+    ("preferences", "preferences.jsonl", "preference file "),
+    ("predictions", "predictions.jsonl", ""),
+    ("key", "likert_seed0.json", "key file "),
+    ("classifier_data", "train.jsonl", "classifier data file "),
+    ("classifier_format", "classifier.json", ""),
+    ("split", "train.jsonl", "datapool split "),
+    ("unlabelled", "unlabelled.jsonl", ""),
+])
+def test_a_user_file_that_is_a_fifo_or_a_device_is_refused_not_called_missing(tmp_path: Path, kind: str, reader: str,
+                                                                               name: str, what: str):
+    """A FIFO, a socket or a link to /dev/zero given as a preference file, the predictions for an export, a key,
+    classifier data or a datapool file was said not to exist (or, for classifier.json, passed over)."""
+    from grueflow import classifier
+    from grueflow.data.sample import read_unlabelled
+    from grueflow.human.batch import read_key, read_predictions
+    from grueflow.preference.data import read_preferences
+
+    readers: dict[str, Callable[[Path], Any]] = {
+        "preferences": read_preferences, "predictions": read_predictions, "key": read_key,
+        "classifier_data": classifier.read_rows, "classifier_format": lambda p: classifier.read_format(p.parent),
+        "split": lambda p: read_split(p.parent, "train"), "unlabelled": lambda p: read_unlabelled(p.parent)}
+    path = _special_file(kind, tmp_path / name)
+    with pytest.raises(DataError, match=rf"^{re.escape(what + str(path))} is not a regular file \(a FIFO, a socket or "
+                                        rf"a device\); \w"):
+        readers[reader](path)

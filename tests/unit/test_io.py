@@ -526,7 +526,7 @@ def test_a_record_that_is_a_fifo_or_a_device_is_damaged_not_read(tmp_path, monke
     write_stage_record(pool, stage="prepare_datapool", params={}, inputs={}, wall_time_s=0.0)
     (pool / "stage.json").unlink()
     os.mkfifo(pool / "stage.json")
-    with pytest.raises(DataError, match=r"stage.json is not a regular file \(a FIFO, a socket or a device\): put "
+    with pytest.raises(DataError, match=r"stage.json is not a regular file \(a FIFO, a socket or a device\); put "
                                         r"back the file it should be, or delete it"):
         read_json(pool / "stage.json")
     line, = mark_stale(Path("results"), Path("t.csv"), [], folders=[pool],
