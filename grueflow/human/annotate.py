@@ -31,6 +31,7 @@ from grueflow.config import ConfigError
 from grueflow.human.answers import AnswerError, AnswerStore, check_annotator
 from grueflow.human.batch import Batch, prompt_of, read_batch, tag_of
 from grueflow.human.criteria import SCALE_MAX, SCALE_MIN
+from grueflow.human.layout import PAGE_SUFFIX
 from grueflow.human.page import CSS, SCRIPT, shell
 from grueflow.stage import check_writable, inside_output
 
@@ -207,6 +208,9 @@ def build_server(batch_dir: str | Path, annotator: str, answers: str | Path,
     """A ready (not yet serving) server for one annotator; ``port=0`` picks a free port."""
     batch_dir = Path(batch_dir)
     batch = read_batch(batch_dir)
+    if Path(answers).suffix.lower() != PAGE_SUFFIX:  # the import picks its reader by suffix: .csv is a platform's
+        raise io.DataError(f"--answers {answers}: the page writes JSON lines, which the import reads from a "
+                           f"{PAGE_SUFFIX} file; name it so, e.g. {answers_home(batch_dir)}")
     if Path(answers).resolve().is_relative_to(batch_dir.resolve()):
         raise io.DataError(f"--answers {answers} is inside the batch folder, which a re-export replaces; "
                            f"keep answers elsewhere, e.g. {answers_home(batch_dir)}")
@@ -233,7 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("batch_dir", type=Path, help="a batch folder written by stages/export_human_eval.py")
     p.add_argument("--annotator", required=True, help="your name (letters, digits, _.@-); answers are keyed by it")
     p.add_argument("--answers", type=Path, required=True,
-                   help="the answers file, outside the batch folder (e.g. data/human/<task>/<batch>/answers.jsonl)")
+                   help="the answers file, JSON lines named .jsonl, outside the batch folder (e.g. "
+                        "data/human/<task>/<batch>/answers.jsonl)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
     args = p.parse_args(argv)
     if not 0 <= args.port <= 65535:

@@ -19,7 +19,8 @@ from typing import Iterable, Sequence
 
 from grueflow.io import DataError
 
-ANSWER_SUFFIXES = (".jsonl", ".csv")
+PAGE_SUFFIX = ".jsonl"  # the annotation page's answers file: JSON lines
+ANSWER_SUFFIXES = (PAGE_SUFFIX, ".csv")
 LEFTOVER_SUFFIX = ".cut"  # an unfinished line the page's answers file moved aside (grueflow.human.answers)
 DVC_SUFFIX = ".dvc"  # what `dvc add answers.jsonl` (or `dvc add <batch folder>`) leaves beside what it tracks
 SEED = r"(?:0|[1-9][0-9]*)"  # as a suite writes a seed

@@ -5,6 +5,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from grueflow.human import batch as hb
-from grueflow.human.annotate import MAX_BODY, main
+from grueflow.human.annotate import MAX_BODY, build_server, main
 from grueflow.human.answers import AnswerStore, read_answer_lines
+from grueflow.io import DataError
 
 
 def request(server, method: str, path: str, body: bytes | None = None, headers: dict | None = None):
@@ -151,8 +153,6 @@ def test_a_saved_answer_after_a_byte_order_mark_is_an_answer(likert_dir: Path, t
 
 def test_an_answer_line_that_names_a_key_twice_is_refused(likert_dir: Path, tmp_path: Path) -> None:
     """JSON keeps the last of two "answer" keys: the import took one of two answers without a word."""
-    from grueflow.io import DataError
-
     path = tmp_path / "answers.jsonl"
     item = hb.read_batch(likert_dir).items[0]["item_id"]
     path.write_text(f'{{"annotator": "alice", "item_id": "{item}", "answer": {{"coherence": 4, "sentiment": 3}}, '
@@ -258,3 +258,13 @@ def test_cli_refuses_answers_that_are_a_fifo_or_a_device(tmp_path: Path, likert_
         assert main([str(likert_dir), "--annotator", "alice", "--answers", str(tmp_path / name), "--port", "0"]) == 2
         assert (f"error: answers file {tmp_path / name} is not a regular file (a FIFO, a socket or a device); give "
                 f"the page's .jsonl\n") in capsys.readouterr().err
+
+
+def test_answers_not_named_jsonl_are_refused_before_the_page_serves(tmp_path: Path, likert_dir: Path) -> None:
+    """--answers a.csv was written JSON lines, which the import then read as a platform's results CSV, whose
+    columns were fragments of JSON."""
+    with pytest.raises(DataError, match=rf"^--answers {re.escape(str(tmp_path / 'a.csv'))}: the page writes JSON "
+                                        r"lines, which the import reads from a \.jsonl file; name it so, e\.g\. "
+                                        r"data/human/<task>/batch/answers\.jsonl$"):
+        build_server(likert_dir, "alice", tmp_path / "a.csv", port=0)
+    assert not (tmp_path / "a.csv").exists()
