@@ -143,7 +143,7 @@ class Scorer:
                 metric = METRICS.get(spec.id)
                 result = check_result(spec.id, call_metric(f"metric {spec.id!r}", compute, prompts, generations,
                                                            references, meta), len(generations),
-                                      [metric.key(score) for score in metric.scores])
+                                      [metric.key(score) for score in metric.scores], metric.keys())
                 per_sample.update(result.per_sample)
                 corpus.update(result.corpus)
             if progress:
@@ -171,6 +171,27 @@ def missing_references(samples: list[Sample], metrics: tuple[MetricSpec, ...], c
         log.warning("metric %s is missing: %s", metric, NO_REFERENCES)
     return ({**corpus, **{key: None for metric in lacking for key in METRICS.get(metric).keys()}},
             {**missing, **dict.fromkeys(lacking, NO_REFERENCES)})
+
+
+def undefined_scores(metrics: tuple[MetricSpec, ...], corpus: dict[str, Any], missing: dict[str, str]
+                     ) -> dict[str, str]:
+    """``missing`` (as :func:`missing_references` gives it) with each corpus score that a metric which ran left
+    without a value (NaN, written ``None``) added under its key, e.g. ``diversity/distinct_2``, with the reason
+    its metric's :attr:`~grueflow.metrics.Metric.undefined_when` gives (every generation empty), so that its empty
+    cell in the GRUE table is explained as a metric that cannot run is. A warning names each."""
+    added = {}
+    for spec in metrics:
+        metric = METRICS.get(spec.id)
+        if spec.id in missing:  # it did not run: its keys are None for the reason already recorded
+            continue
+        general = (f"metric {spec.id!r} gave no value (NaN) on these generations: it is undefined for them (no words "
+                   f"to count, or no sample it could score)")
+        for score in (*metric.scores, *metric.corpus_scores):
+            key = metric.key(score)
+            if key in corpus and corpus[key] is None and key not in missing:
+                added[key] = metric.undefined_when.get(score, general)
+                log.warning("%s is missing: %s", key, added[key])
+    return {**missing, **added}
 
 
 def _finite(value: float) -> float | None:

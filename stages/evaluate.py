@@ -94,6 +94,7 @@ def main() -> None:
     rows, corpus, missing = scorer(test, generations, progress=bar.update, tokens=tokens)
     bar.close()
     corpus, missing = evaluation.missing_references(test, metrics, corpus, missing)
+    missing = evaluation.undefined_scores(metrics, corpus, missing)
     trained = args.model.parent / "train_metrics.json"  # an RL stage's folder: <out>/model beside it
     if args.algorithm and trained.is_file() and "kl/sequence" in (final := read_json(trained)):
         corpus[TRAIN_KL_KEY] = final["kl/sequence"]

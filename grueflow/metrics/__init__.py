@@ -15,7 +15,7 @@ import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -73,12 +73,15 @@ def call_metric(caller: str, compute: Callable[..., Any], prompts: Sequence[str]
         raise MetricFailedError(f"{caller} failed: {type(err).__name__}: {err}") from err
 
 
-def check_result(name: str, result: Any, n: int, keys: Sequence[str]) -> MetricResult:
+def check_result(name: str, result: Any, n: int, keys: Sequence[str], corpus_keys: Sequence[str] = ()
+                 ) -> MetricResult:
     """``result`` of metric ``name`` on ``n`` generations, checked: a :class:`MetricResult` with one number per
-    generation under each of ``keys`` (its per-sample keys) and a number for each corpus score; a
-    :class:`MetricResultError` naming the metric, the key and the first offending sample otherwise (a metric of
-    one's own may get it wrong: a shorter list would silently pair scores with the wrong samples, and a string or
-    None would fail deep inside the reward sum).
+    generation under each of ``keys`` (its per-sample keys), a corpus score under each of ``corpus_keys`` (every key
+    evaluation writes for it) and a number for each corpus score; a :class:`MetricResultError` naming the metric,
+    the key and the first offending sample otherwise (a metric of one's own may get it wrong: a shorter list would
+    silently pair scores with the wrong samples, a string or None would fail deep inside the reward sum, and a
+    corpus score left out would leave its column of the GRUE table empty with no reason). A reward component needs
+    its per-sample scores alone: its corpus score is their mean.
 
     A number is an int or float (a numpy scalar included; NaN: a sample the metric leaves out), never a bool (a
     bool is not a score) nor an infinity (a diverged computation, which the result files could only show as not
@@ -101,6 +104,12 @@ def check_result(name: str, result: Any, n: int, keys: Sequence[str]) -> MetricR
                 raise MetricResultError(f"metric {name!r} returned {_infinite(value)} at sample {index} under {key!r}; "
                                         f"{_FINITE}")
         per_sample[key] = scores
+    lacking = [key for key in corpus_keys if key not in result.corpus]
+    if lacking:  # HF evaluate's compute gives each score's corpus value; an RL4LMs metric a (per-sample, corpus) pair
+        raise MetricResultError(f"metric {name!r} returned no corpus score under {', '.join(map(repr, lacking))}; a "
+                                f"metric returns MetricResult(per_sample={{key: one score per generation}}, corpus="
+                                f"{{key: one number}}) with a corpus score under each key of its scores and "
+                                f"corpus_scores (NaN where it is undefined)")
     for key, value in result.corpus.items():
         if not _is_score(value):
             raise MetricResultError(f"metric {name!r} returned {_kind(value)} as its corpus score {key!r}; scores are "
@@ -226,6 +235,9 @@ class Metric:
     # True: it scores a generation against the sample's references (or the references themselves), so a split with
     # no references has no value for it: evaluate records it as missing, with the reason
     needs_references: ClassVar[bool] = False
+    # score -> when its corpus value is undefined (NaN), e.g. distinct-2 with no generation of two words: the reason
+    # evaluate records for the value it then lacks; a score not named here gets a general reason
+    undefined_when: ClassVar[Mapping[str, str]] = {}
 
     @dataclass(frozen=True)
     class Args:
@@ -261,6 +273,11 @@ def check_metric(component: Any) -> None:
     if not (isinstance(lower, tuple) and all(isinstance(name, str) and name in own for name in lower)):
         raise ValueError(f"{component.__name__}.lower_is_better is {lower!r}; give a tuple of the names of its scores "
                          f"where lower is better, e.g. ({own[0]!r},), or () for none (its scores: {', '.join(own)})")
+    undefined = component.undefined_when
+    if not (isinstance(undefined, Mapping) and all(name in own and isinstance(why, str)
+                                                   for name, why in undefined.items())):
+        raise ValueError(f"{component.__name__}.undefined_when is {undefined!r}; give a dict from names of its scores "
+                         f"to why each is undefined (NaN) when it is, or {{}} (its scores: {', '.join(own)})")
 
 
 def lower_is_better_keys(ids: Iterable[str] = ()) -> frozenset[str]:

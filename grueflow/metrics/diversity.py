@@ -54,6 +54,9 @@ class Diversity(Metric):
     scores = ("length", "repetition")
     lower_is_better = ("repetition",)
     corpus_scores = ("distinct_1", "distinct_2", "unique_1", "unique_2", "vocab_size")
+    undefined_when = {"distinct_1": "distinct-1 is undefined: every generation is empty (0 words to count)",
+                      "distinct_2": "distinct-2 is undefined: no generation has two or more words (0 bigrams to "
+                                    "count)"}
 
     @classmethod
     def build(cls, args: Any, context: MetricContext) -> MetricFn:

@@ -333,6 +333,46 @@ def test_a_metric_that_needs_references_is_missing_with_its_reason_where_no_test
     assert missing_references(some, metrics, *scored) == scored
 
 
+def test_distinct_n_undefined_on_the_generations_is_missing_with_its_reason(caplog):
+    """Every generation empty (the micro suite's concepts task): distinct_1 and distinct_2 were empty GRUE table
+    cells with no reason under the table, and evaluate logged nothing."""
+    from grueflow import grue
+    from grueflow.config import MetricSpec
+    from grueflow.evaluation import missing_references, score, undefined_scores
+
+    metrics = (parse(MetricSpec, {"id": "diversity"}, "metrics"),)
+    samples = rouge_samples([["a dog"], ["a cat"]])
+    empty = "distinct-1 is undefined: every generation is empty (0 words to count)"
+    short = "distinct-2 is undefined: no generation has two or more words (0 bigrams to count)"
+    for generations, expected in ((["", " "], {"diversity/distinct_1": empty, "diversity/distinct_2": short}),
+                                  (["dog", ""], {"diversity/distinct_2": short}), (["a dog", ""], {})):
+        _, corpus, missing = score(samples, generations, None, metrics, CTX)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="grueflow.evaluation"):
+            missing = undefined_scores(metrics, corpus, *missing_references(samples, metrics, corpus, missing)[1:])
+        assert missing == expected
+        assert caplog.messages == [f"{key} is missing: {why}" for key, why in expected.items()]
+    run = {"task": "t", "method": "zero_shot", "seed": 0, "headline": ["diversity/distinct_2"],
+           "missing": {"diversity/distinct_2": short}, "metrics": {"reward": 0.5, "fluency/perplexity": 3.0,
+                                                                 "diversity/distinct_2": None}}
+    table = grue.to_markdown(grue.build_table([run]), grue.headlines([run]), grue.missing_metrics([run]))
+    assert f"- missing `diversity/distinct_2`: {short}\n" in table
+
+
+def test_a_metric_without_a_value_on_the_generations_is_missing_with_a_reason():
+    """A NaN corpus score of a metric that ran (one of one's own, msttr on empty generations) was written null
+    and shown as an empty GRUE table cell with no reason."""
+    from grueflow.config import MetricSpec
+    from grueflow.evaluation import score, undefined_scores
+
+    metrics = (parse(MetricSpec, {"id": "msttr"}, "metrics"),)
+    _, corpus, missing = score(rouge_samples([["a"], ["b"]]), ["", ""], None, metrics, CTX)
+    assert corpus["diversity/msttr"] is None
+    assert undefined_scores(metrics, corpus, missing) == {
+        "diversity/msttr": "metric 'msttr' gave no value (NaN) on these generations: it is undefined for them (no "
+                           "words to count, or no sample it could score)"}
+
+
 @pytest.mark.parametrize("metric_id", ["rouge", "rouge_l_max"])
 def test_an_rl_reward_refuses_train_references_rouge_cannot_read_before_training(metric_id):
     """RL stopped with a NaN reward only when a rollout drew such a sample, minutes or hours in."""

@@ -71,6 +71,12 @@ class EitherWay(ErrorRate):
     lower_is_better = True
 
 
+class UndefinedElsewhere(ErrorRate):
+    """A reason for a NaN given for a score the metric does not have."""
+
+    undefined_when = {"accuracy": "no sample"}
+
+
 class NotAMetric:
     pass
 
@@ -113,6 +119,9 @@ def test_a_datapool_of_your_own_by_import_path():
     (f"{HERE}:EitherWay", f"metric '{HERE}:EitherWay': EitherWay.lower_is_better is True; give a tuple of the names "
                           f"of its scores where lower is better, e.g. ('error_rate',), or () for none (its scores: "
                           f"error_rate)"),
+    (f"{HERE}:UndefinedElsewhere", "UndefinedElsewhere.undefined_when is {'accuracy': 'no sample'}; give a dict "
+                                   "from names of its scores to why each is undefined (NaN) when it is, or {} (its "
+                                   "scores: error_rate)"),
 ])
 def test_a_bad_plugin_name_fails_at_parse_time(name, message):
     with pytest.raises(ConfigError) as error:
@@ -316,3 +325,49 @@ def test_an_evaluation_metric_that_raises_is_named_with_its_exception_as_the_cau
     with pytest.raises(MetricFailedError, match=rf"^metric '{HERE}:Odd' failed: KeyError: 'no such key'$") as raised:
         score([Sample("s0", "p", ("r",))], ["a"], None, metrics, MetricContext())
     assert isinstance(raised.value.__cause__, KeyError)
+
+
+class NoCorpus(Metric):
+    """A metric of one's own that gives per-sample scores and, under ``mode``, no corpus score or a NaN one."""
+
+    category = "custom"
+    scores = ("odd",)
+    corpus_scores = ("spread",)
+
+    @dataclass(frozen=True)
+    class Args:
+        mode: str = "none"
+
+    @classmethod
+    def build(cls, args, context):
+        def compute(prompts, generations, references, meta):
+            corpus = {"none": {}, "per_sample_only": {cls.key(): 0.5}, "nan": {cls.key(): 0.5, cls.key("spread"):
+                                                                                float("nan")}}[args.mode]
+            return MetricResult({cls.key(): [0.5] * len(generations)}, corpus)
+        return compute
+
+
+def test_a_metric_of_your_own_without_a_corpus_score_is_refused_naming_the_keys():
+    """One that returned per-sample scores but no corpus score was accepted: metrics.json had no value, missing named
+    none, and its headline column of the GRUE table was empty with no reason. As a reward component it is kept: a
+    reward's corpus score is the mean of its per-sample ones."""
+    from grueflow.evaluation import Scorer, undefined_scores
+    from grueflow.metrics import MetricResultError
+
+    samples, generations = [Sample("a", "p", ("r",)), Sample("b", "p", ("r",))], ["a", "b"]
+    for mode, lacking in (("none", "'custom/odd', 'custom/spread'"), ("per_sample_only", "'custom/spread'")):
+        spec = parse(MetricSpec, {"id": f"{HERE}:NoCorpus", "args": {"mode": mode}}, "t.yaml: metrics[0]")
+        with pytest.raises(MetricResultError, match=rf"^metric '{HERE}:NoCorpus' returned no corpus score under "
+                                                    rf"{lacking}; a metric returns MetricResult\(per_sample=\{{key: one "
+                                                    r"score per generation\}, corpus=\{key: one number\}\) with a "
+                                                    r"corpus score under each key of its scores and corpus_scores "
+                                                    r"\(NaN where it is undefined\)$"):
+            Scorer(None, (spec,), MetricContext())(samples, generations)
+    cfg = parse(RewardConfig, {"components": [{"metric": f"{HERE}:NoCorpus"}]}, "t.yaml: reward")
+    assert Reward(cfg, MetricContext())(["p", "p"], generations, [["r"], ["r"]], [{}, {}])[0] == [0.5, 0.5]
+    spec = parse(MetricSpec, {"id": f"{HERE}:NoCorpus", "args": {"mode": "nan"}}, "t.yaml: metrics[0]")
+    _, corpus, missing = Scorer(None, (spec,), MetricContext())(samples, generations)
+    assert corpus == {"custom/odd": 0.5, "custom/spread": None}
+    assert undefined_scores((spec,), corpus, missing) == {
+        "custom/spread": f"metric '{HERE}:NoCorpus' gave no value (NaN) on these generations: it is undefined for "
+                         f"them (no words to count, or no sample it could score)"}
