@@ -187,7 +187,30 @@ def _load_run(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     if found != place:
         raise io.DataError(f"{path} holds the run {found}, not the run its folder names {place}; was a folder copied "
                            f"or moved? Delete it and rerun the pipeline")
+    for key, value in run["metrics"].items():
+        shown = _not_a_metric_value(value)
+        if shown:
+            raise io.DataError(f"{path}: metric {key!r} is {shown}; a metric value is a finite number or null (not "
+                               f"computed), as evaluate writes it: rerun evaluate for it (delete its folder and rerun "
+                               f"the pipeline)")
     return run, params
+
+
+def _not_a_metric_value(value: Any) -> str:
+    """How ``value`` (read from a metrics.json) is shown when it is no metric value, e.g. ``'0.5' (a string)``,
+    ``true (a boolean)``, ``Infinity``; "" for a finite number or null. pandas would average a numeric string or a
+    boolean as a number, and an infinity would end the table's JSON writer in a traceback."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return f"{json.dumps(value)} (a boolean)"
+    if isinstance(value, (int, float)):
+        try:
+            return "" if math.isfinite(value) else json.dumps(value)
+        except OverflowError:  # an int past 1.8e308
+            return f"{str(value)[:20]}... (an integer too large for a float)"
+    kind = {str: "a string", list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+    return f"{json.dumps(value)[:40]} ({kind})"
 
 
 def build_table(runs: list[dict[str, Any]]) -> pd.DataFrame:

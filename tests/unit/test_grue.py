@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 
 import pandas as pd
 import pytest
@@ -102,6 +103,28 @@ def test_aggregate_reads_only_runs_that_are_what_their_folder_says(tmp_path):
     cut.write_text("{")
     with pytest.raises(DataError, match="is damaged: metrics.json has 1 bytes where its stage wrote"):
         grue.load_runs([cut])
+
+
+@pytest.mark.parametrize("text, shown", [("Infinity", "Infinity"), ("-Infinity", "-Infinity"), ("1e400", "Infinity"),
+                                         ("NaN", "NaN"), ('"0.5"', "\"0.5\" (a string)"), ("true", "true (a boolean)"),
+                                         ("[0.5]", "[0.5] (a list)")])
+def test_aggregate_refuses_a_metric_value_that_is_no_finite_number_or_null(tmp_path, text, shown):
+    """A metrics.json reward edited to Infinity (its record re-written to match) ended the aggregate in the JSON
+    writer's traceback; a string "0.5" or true was averaged as 0.5 or 1 without a word."""
+    from grueflow.io import DataError, write_stage_record
+
+    path = write_run(tmp_path, "sentiment", "ppo", 0)
+    path.write_text(path.read_text().replace('"reward": 0.5', f'"reward": {text}'))
+    write_stage_record(path.parent, stage="evaluate", params={}, inputs={}, wall_time_s=0.0)
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}: metric 'reward' is {re.escape(shown)}; a metric "
+                                        r"value is a finite number or null \(not computed\), as evaluate writes it: "
+                                        r"rerun evaluate for it \(delete its folder and rerun the pipeline\)$"):
+        grue.load_runs([path])
+    for text in ("null", "-3", "0.25"):  # what evaluate writes
+        path = write_run(tmp_path / text, "sentiment", "ppo", 0)
+        path.write_text(path.read_text().replace('"reward": 0.5', f'"reward": {text}'))
+        write_stage_record(path.parent, stage="evaluate", params={}, inputs={}, wall_time_s=0.0)
+        assert grue.load_runs([path])[0]["metrics"]["reward"] == json.loads(text)
 
 
 def test_the_table_says_whether_nlpo_was_evaluated_with_its_masks():
