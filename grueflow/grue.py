@@ -402,15 +402,15 @@ def to_markdown(table: pd.DataFrame, headline: dict[str, list[str]] | None = Non
         columns = [c for c in group.columns if not ((c.endswith("_std") or c == "nlpo_masks") and group[c].isna().all())
                    and (c.removesuffix("_std") not in all_headline or c.removesuffix("_std") in own)
                    and c not in counts]
-        lines += [f"## {task}", "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+        lines += [f"## {task}", "", io.markdown_row(columns), "|" + "---|" * len(columns)]
         for row in group.to_dict("records"):
-            lines.append("| " + " | ".join(_cell(row[c]) + seeds_note(row, c) for c in columns) + " |")
+            lines.append(io.markdown_row(_cell(row[c]) + seeds_note(row, c) for c in columns))
         notes = [f"- missing `{metric}`: {reason}" for metric, reason in (missing or {}).get(task, {}).items()]
         notes += [f"- `{metric}` is left out of the normalised score: {why}"
                   for metric, why in partial_metrics(group).items()]
         lines += [""] + notes + ([""] if notes else [])
     lines += ["## GRUE score (mean normalised score over tasks)", "", "| method | grue_score |", "|---|---|"]
-    lines += [f"| {m} | {_cell(v)} |" for m, v in grue_scores(table).items()]
+    lines += [io.markdown_row((m, _cell(v))) for m, v in grue_scores(table).items()]
     scored, left_out = grue_tasks(table)
     if left_out:
         lines += ["", f"- the GRUE score is the mean over {', '.join(f'`{t}`' for t in scored) or 'no task'}"]

@@ -246,6 +246,13 @@ def write_csv(path: str | Path, rows: list[dict[str, Any]]) -> None:
         writer.writerows(rows)
 
 
+def markdown_row(cells: Iterable[Any]) -> str:
+    """One row of a Markdown (GitHub) table, ``| a | b |``, each cell as text with ``|`` escaped as ``\\|`` and line
+    breaks made spaces: a name holding either (a metric of one's own, a criterion, a reason) would otherwise split
+    its cell or end the row, and a viewer would show the values under the wrong headings."""
+    return "| " + " | ".join(re.sub(r"\r\n|\r|\n", " ", str(cell)).replace("|", "\\|") for cell in cells) + " |"
+
+
 def iter_jsonl(path: str | Path) -> Iterator[Any]:
     """The JSON value of each non-blank line; a DataError names the file and line of one that is not JSON."""
     for number, line in iter_lines(path):

@@ -617,7 +617,7 @@ def to_markdown(rows: Sequence[Mapping[str, Any]], agreements: Mapping[str, Mapp
     if likert:
         lines += ["## Likert (1-5): mean over items [t-based 95% CI]", "",
                   "| task | method | criterion | items | mean [95% CI] | batch |", "|---|---|---|---|---|---|"]
-        lines += [f"| {r['task']} | {r['method']} | {r['measure']} | {r['n']} | {cell(r)} | {r.get('batch') or ''} |"
+        lines += [io.markdown_row((r["task"], r["method"], r["measure"], r["n"], cell(r), r.get("batch") or ""))
                   for r in likert]
         lines += ["", *_notes(notes, likert)]
     pairwise = [r for r in rows if r["kind"] == "pairwise"]
@@ -625,8 +625,8 @@ def to_markdown(rows: Sequence[Mapping[str, Any]], agreements: Mapping[str, Mapp
         lines += ["## Pairwise: win rate, ties left out [Wilson 95% CI]", "",
                   "| task | method | against | decided | ties | win rate [95% CI] | batch |",
                   "|---|---|---|---|---|---|---|"]
-        lines += [f"| {r['task']} | {r['method']} | {r['measure'].split(':', 1)[1]} | {r['n']} | {r['ties']} | {cell(r)} "
-                  f"| {r.get('batch') or ''} |" for r in pairwise]
+        lines += [io.markdown_row((r["task"], r["method"], r["measure"].split(":", 1)[1], r["n"], r["ties"], cell(r),
+                                   r.get("batch") or "")) for r in pairwise]
         lines += ["", *_notes(notes, pairwise)]
     lines += _notes(notes, None)  # batches with no row in either table
     if agreements:
@@ -635,7 +635,7 @@ def to_markdown(rows: Sequence[Mapping[str, Any]], agreements: Mapping[str, Mapp
             reasons = stats.get(BLANK_REASONS, {})
             for field, values in stats.items():
                 if isinstance(values, dict) and field != BLANK_REASONS:
-                    lines += [f"| {name} | {field} | {stat} | {_agreement_cell(v, reasons.get(field, {}).get(stat))} |"
+                    lines += [io.markdown_row((name, field, stat, _agreement_cell(v, reasons.get(field, {}).get(stat))))
                               for stat, v in values.items()]
         lines.append("")
     return "\n".join(lines)

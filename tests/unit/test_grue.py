@@ -127,6 +127,17 @@ def test_aggregate_refuses_a_metric_value_that_is_no_finite_number_or_null(tmp_p
         assert grue.load_runs([path])[0]["metrics"]["reward"] == json.loads(text)
 
 
+def test_a_metric_name_holding_a_pipe_keeps_the_markdown_table_in_columns():
+    """A metric of one's own named cus|tom/a|b split the task's Markdown header into more cells than its rows had:
+    a viewer showed the values under the wrong headings."""
+    runs = [run("a", m, 0, r, 10.0, {"cus|tom/a|b": r}) | {"headline": ["cus|tom/a|b"]}
+            for m, r in (("zero_shot", 0.1), ("ppo", 0.9))]
+    markdown = grue.to_markdown(grue.build_table(runs), grue.headlines(runs))
+    section = markdown.split("## a\n\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert r"| cus\|tom/a\|b |" in section[0]
+    assert len({len(re.split(r"(?<!\\)\|", line)) for line in section}) == 1  # cells split at unescaped pipes
+
+
 def test_the_table_says_whether_nlpo_was_evaluated_with_its_masks():
     runs = RUNS + [run("a", "nlpo", 0, 0.7, 12.0, {}) | {"nlpo_masks": True},
                    run("a", "supervised+nlpo", 0, 0.6, 12.0, {}) | {"nlpo_masks": False}]

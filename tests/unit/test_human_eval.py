@@ -1146,3 +1146,13 @@ def test_an_answer_time_that_is_not_a_time_is_unknown_and_counted_in_one_line(
         f"{mturk}: 1 row(s) have a SubmitTime that is not a time (first: row 2: SubmitTime 'Sat Dec 05 10:00:00 XYZT "
         f"2026'; expected MTurk's 'Sat Dec 05 10:00:00 PST 2026' or ISO 8601); their time is unknown, so a different "
         f"answer to the same item is refused"]
+
+
+def test_the_human_table_escapes_a_pipe_in_its_cells() -> None:
+    """A criterion, batch or blank reason holding `|` split its Markdown cell, shifting the row's values."""
+    rows = [{"kind": "likert", "task": "imdb", "method": "ppo", "measure": "fluent|ness", "n": 4, "value": 3.5,
+             "ci_low": None, "ci_high": None, "batch": "b|1"}]
+    stats = {"coherence": {"cohen_kappa": None}, "blank_reasons": {"coherence": {"cohen_kappa": "a | b"}}}
+    markdown = results.to_markdown(rows, {"imports/b|1": stats})
+    assert r"| imdb | ppo | fluent\|ness | 4 | 3.50 | b\|1 |" in markdown
+    assert r"| imports/b\|1 | coherence | cohen_kappa | (a \| b) |" in markdown

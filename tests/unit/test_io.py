@@ -867,3 +867,11 @@ def test_a_repository_without_a_commit_records_no_commit(tmp_path, monkeypatch):
     assert _git_commit() is None  # no commit yet
     monkeypatch.chdir(Path(__file__).parent)
     assert re.fullmatch(r"[0-9a-f]{40}", _git_commit() or "")  # this checkout
+
+
+def test_a_markdown_row_escapes_pipes_and_line_breaks():
+    """A name holding `|` (a metric of one's own, a criterion) split its Markdown table cell in two."""
+    from grueflow.io import markdown_row
+
+    row = markdown_row(["cus|tom/a|b", 0.5, "two\r\nlines\nhere", ""])
+    assert row == r"| cus\|tom/a\|b | 0.5 | two lines here |  |"
