@@ -26,6 +26,7 @@ import pandas as pd
 from grueflow.command_line import check_configfile_given_once, configfile_options
 from grueflow.config import ConfigError
 from grueflow.grue import grue_table_problem
+from grueflow.io import DataError, refuse_special_file
 from grueflow.stage import positive
 
 GRUE_JSON = "results/grue_table.json"
@@ -142,6 +143,11 @@ def check_one_suite_option(suite: Path | None, extra: Sequence[str]) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.suite is not None:
+        try:
+            refuse_special_file(args.suite, "give the suite file itself", "suite file")
+        except DataError as err:
+            raise CliError(str(err)) from None
     if args.suite is not None and not args.suite.is_file():
         suites = sorted(str(p) for p in Path("params", "suites").glob("*.yaml"))
         raise CliError(f"suite file {str(args.suite)!r} does not exist; suites here: {', '.join(suites) or 'none'}")

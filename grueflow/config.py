@@ -25,7 +25,7 @@ from typing import Any, Callable, Literal, Optional, Union
 
 import yaml
 
-from grueflow.io import DataError, loads_unique, read_text
+from grueflow.io import DataError, loads_unique, read_text, refuse_special_file
 from grueflow.pipeline import DEFAULT_RESOURCES, RESOURCE_STAGES, data_in_outputs
 from grueflow.registry import UnknownNameError
 
@@ -915,7 +915,7 @@ def _expanded_size(data: Any, limit: int) -> int:
 def read_yaml(path: str | Path) -> Any:
     """A params file as plain data; a missing file, bad UTF-8, bad YAML, a repeated key, an integer with a leading
     zero (YAML 1.1 octal) or aliases that expand past :data:`MAX_YAML_VALUES` values raise :class:`ConfigError`
-    naming the file (and the line).
+    naming the file (and the line); so does a FIFO, a socket or a device (:func:`grueflow.io.refuse_special_file`).
 
     A file whose text is JSON is read as JSON, whatever its suffix, as Snakemake reads a config file (JSON first,
     then YAML): JSON may be indented with tabs, which YAML refuses."""
@@ -924,6 +924,10 @@ def read_yaml(path: str | Path) -> Any:
         shown = sorted(p.name for p in path.glob("*.y*ml"))[:3]
         raise ConfigError(f"params file {str(path)!r} is a folder; give one file in it"
                           + (f" ({', '.join(shown)}, ...)" if shown else ""))
+    try:
+        refuse_special_file(path, "give the params file itself", "params file")
+    except DataError as err:  # a FIFO waits for a writer and a device never ends: neither is missing
+        raise ConfigError(str(err)) from None
     if not path.is_file():
         raise ConfigError(f"params file {str(path)!r} does not exist")
     try:

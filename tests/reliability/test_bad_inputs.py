@@ -1395,6 +1395,17 @@ def test_a_task_file_that_is_a_folder_is_named_a_folder(tmp_path: Path, call_sta
                                      f"(concepts.yaml, sentiment.yaml")
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_a_task_file_that_is_a_fifo_or_a_device_is_named_so(tmp_path: Path, call_stage, kind):
+    """--task-file given a FIFO (or a link to /dev/zero) said the file "does not exist"; reading one would wait for a
+    writer, or never end."""
+    task = tmp_path / "task.yaml"
+    os.mkfifo(task) if kind == "fifo" else task.symlink_to("/dev/zero")
+    result = call_stage("prepare_datapool", "--task-file", task, "--out", tmp_path / "pool")
+    assert_fails_in_one_line(result, f"error: params file {task} is not a regular file (a FIFO, a socket or a device); "
+                                     f"give the params file itself")
+
+
 # ---------------------------------------------------------------------------------------------
 # The workflow: snakemake validates every params file before any job
 # ---------------------------------------------------------------------------------------------

@@ -278,6 +278,10 @@ def test_run_calls_snakemake_on_the_suite(tmp_path):
     missing = subprocess.run([*CLI, "run", "--suite", "params/suites/nope.yaml"], cwd=repo, capture_output=True, text=True)
     assert missing.returncode == 2
     assert "suite file 'params/suites/nope.yaml' does not exist" in missing.stderr
+    os.mkfifo(repo / "fifo.yaml")  # read, it would wait for a writer: not a missing file either
+    fifo = subprocess.run([*CLI, "run", "--suite", "fifo.yaml"], cwd=repo, capture_output=True, text=True, timeout=60)
+    assert fifo.returncode == 2 and "suite file fifo.yaml is not a regular file (a FIFO, a socket or a device); " \
+        "give the suite file itself" in fifo.stderr
 
 
 @pytest.mark.parametrize("cores", ["0", "-1", "abc"])
