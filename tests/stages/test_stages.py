@@ -101,23 +101,38 @@ def test_the_base_model_adapts_on_the_unlabelled_text_and_reports_its_held_out_l
     assert not (tmp_path / "refused").exists()
 
 
-def test_rl_and_evaluate_outputs(base, tmp_path):
-    run(rl(base, tmp_path / "rl"), ROOT)
-    run(evaluate(base, tmp_path / "rl" / "model", tmp_path / "eval"), ROOT)
-    metrics = json.loads((tmp_path / "eval" / "metrics.json").read_text())
+def rl_and_evaluate(base: Path, out: Path, fast: str) -> None:
+    """The micro PPO run from the base model and its evaluation, into ``out/rl`` and ``out/eval``, with
+    ``$GRUEFLOW_FAST`` set to ``fast``."""
+    env = {**os.environ, "GRUEFLOW_FAST": fast}
+    for command in (rl(base, out / "rl"), evaluate(base, out / "rl" / "model", out / "eval")):
+        result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        assert result.returncode == 0, result.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def fast_run(base, tmp_path_factory) -> Path:
+    """rl_and_evaluate with the fast paths on (the default): checked by one test, compared by another."""
+    out = tmp_path_factory.mktemp("fast1")
+    rl_and_evaluate(base, out, "1")
+    return out
+
+
+def test_rl_and_evaluate_outputs(fast_run):
+    metrics = json.loads((fast_run / "eval" / "metrics.json").read_text())
     assert metrics["method"] == "ppo" and metrics["task"] == "sentiment"
     assert {"reward", "task/sentiment", "lexical/rougeL", "lexical/bleu", "diversity/distinct_2",
             "fluency/perplexity"} <= set(metrics["metrics"])
-    final = json.loads((tmp_path / "rl" / "train_metrics.json").read_text())
+    final = json.loads((fast_run / "rl" / "train_metrics.json").read_text())
     assert metrics["metrics"]["train/kl"] == final["kl/sequence"]  # the run's last-iteration KL, beside the test's
-    assert len((tmp_path / "eval" / "predictions.jsonl").read_text().splitlines()) == 8
-    curve = list(csv.DictReader(open(tmp_path / "rl" / "curves.csv")))
+    assert len((fast_run / "eval" / "predictions.jsonl").read_text().splitlines()) == 8
+    curve = list(csv.DictReader(open(fast_run / "rl" / "curves.csv")))
     assert [row["iteration"] for row in curve] == ["1", "2"]
     assert {"reward/task", "reward/task/sentiment", "kl/sequence", "kl/coef", "losses/value", "losses/entropy",
             "losses/explained_variance", "losses/approx_kl", "losses/clip_fraction",
             "charts/mean_length"} <= set(curve[0])
     assert not set(WALL_CLOCK_KEYS) & set(curve[0])  # curves.csv is a plot DVC hashes: no wall time in it
-    timings = list(csv.DictReader(open(tmp_path / "rl" / "timings.csv")))
+    timings = list(csv.DictReader(open(fast_run / "rl" / "timings.csv")))
     assert [row["iteration"] for row in timings] == ["1", "2"] and set(timings[0]) == {"iteration", *WALL_CLOCK_KEYS}
     for row, timed in zip(curve, timings):  # the micro sentiment reward: lexicon sentiment x 1.0 + length x -0.05
         sentiment, length = float(row["reward/task/sentiment"]), float(row["reward/diversity/length"])
@@ -125,9 +140,9 @@ def test_rl_and_evaluate_outputs(base, tmp_path):
         assert float(row["reward_weighted/diversity/length"]) == pytest.approx(-0.05 * length, abs=1e-5)
         assert float(row["reward/task"]) == pytest.approx(sentiment - 0.05 * length, abs=1e-5)
         assert 0 < float(timed["charts/reward_share"]) < 1
-    assert not Path(f"{tmp_path / 'rl'}.resume").exists()  # removed once the stage finished
+    assert not Path(f"{fast_run / 'rl'}.resume").exists()  # removed once the stage finished
 
-    live = tmp_path / "rl" / "dvclive"  # every curve column through DVCLive; wall-clock ones never
+    live = fast_run / "rl" / "dvclive"  # every curve column through DVCLive; wall-clock ones never
     summary = json.loads((live / "metrics.json").read_text())
     assert summary["step"] == 2 and summary["kl"]["coef"] == float(curve[-1]["kl/coef"])
     assert summary["reward"] == {"task": float(curve[-1]["reward/task"]),
@@ -140,7 +155,7 @@ def test_rl_and_evaluate_outputs(base, tmp_path):
     assert tsv == ["step\tsequence"] + [f"{row['iteration']}\t{row['kl/sequence']}" for row in curve]
     assert not (metrics_dir / "charts" / "generated_tokens_per_s.tsv").exists()
     assert (metrics_dir / "reward" / "task.sentiment.tsv").is_file()
-    assert_png(tmp_path / "rl" / "curves.png")
+    assert_png(fast_run / "rl" / "curves.png")
 
 
 def test_a_methods_own_generation_and_reward_reach_its_training_and_evaluation(base, tmp_path):
@@ -319,16 +334,12 @@ def test_a_stage_asked_for_cuda_without_one_stops_before_loading_anything(base, 
     assert not Path(f"{tmp_path / 'rl'}.resume").exists()
 
 
-def test_fast_paths_off_give_the_same_metrics(base, tmp_path):
+def test_fast_paths_off_give_the_same_metrics(base, fast_run, tmp_path):
     """GRUEFLOW_FAST=0 (plain transformers: no lean GPT-2 step, fused GELU or lean attention) against the
     default CPU backend, through rl_finetune and evaluate: the same metrics to float rounding."""
+    rl_and_evaluate(base, tmp_path / "fast0", "0")
     metrics = {}
-    for fast in ("1", "0"):
-        env = {**os.environ, "GRUEFLOW_FAST": fast}
-        out = tmp_path / f"fast{fast}"
-        for command in (rl(base, out / "rl"), evaluate(base, out / "rl" / "model", out / "eval")):
-            result = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-            assert result.returncode == 0, result.stderr[-3000:]
+    for fast, out in (("1", fast_run), ("0", tmp_path / "fast0")):
         record = json.loads((out / "eval" / "provenance.json").read_text())
         assert record["execution"] == {"device": "cpu", "precision": "fp32", "fast_paths": fast == "1", "threads": 1}
         metrics[fast] = json.loads((out / "eval" / "metrics.json").read_text())["metrics"]
