@@ -21,7 +21,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Literal, Optional, Union
+from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Union
 
 import yaml
 
@@ -343,6 +343,25 @@ class ModelConfig:
     pretrain: PretrainConfig = field(default_factory=PretrainConfig)
     adapt: AdaptConfig = field(default_factory=AdaptConfig)
     trust_remote_code: bool = False
+
+    def __post_init__(self) -> None:
+        worded = next(((key, value) for key, value in _walk(self.config, "config")
+                       if isinstance(value, str) and value in YAML11_BOOL_WORDS), None)
+        if worded is not None:  # a boolean written the YAML 1.1 way: transformers' config class would refuse it
+            raise ValueError(f"{worded[0]}: expected true or false, got {worded[1]!r} (YAML 1.2, which grueflow and "
+                             f"DVC read params with, reads yes, no, on and off as text); write true or false")
+
+
+def _walk(value: Any, where: str) -> Iterator[tuple[str, Any]]:
+    """Each value at any depth of nested mappings and lists, with its place (``config.rope_scaling.type``)."""
+    if isinstance(value, Mapping):  # a frozen config's mappings are read-only views
+        for key, item in value.items():
+            yield from _walk(item, f"{where}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            yield from _walk(item, f"{where}[{i}]")
+    else:
+        yield where, value
 
 
 @dataclass(frozen=True)

@@ -93,8 +93,8 @@ def select_samples(samples: list[Sample], where: dict[str, Any], split: str) -> 
         seen = "; ".join(f"{key} is {typed_values(values)} there, not {typed_values([where[key]])}" if values
                          else f"no sample has {key}" for key, values in found.items())
         retyped = any(values and type(where[key]) not in set(map(type, values)) for key, values in found.items())
-        fix = ("write train_where's values with the data's types (in YAML 1 is an integer, '1' a string, yes and no "
-               "booleans)" if retyped else "give values the data holds")
+        fix = ("write train_where's values with the data's types (in YAML 1 is an integer, '1' a string, true and "
+               "false booleans; yes and no are text)" if retyped else "give values the data holds")
         raise DataError(f"supervised train_where {where}: no {split} sample matches it (of {len(samples)}); "
                         f"the datapool's metadata keys are {keys}; {seen}: {fix}")
     return kept

@@ -164,6 +164,13 @@ PARAMS = [
         "table",)), id="positions-below-adapt-max-length"),
     P(Bad(SENTIMENT, setting("model.pretrain.max_length", 0), ("max_length must be >= 2", "got 0")),
       id="pretrain-max-length-0"),
+    P(Bad(SENTIMENT, setting("model.config.scale_attn_weights", "off"), (  # passed, then transformers' traceback
+        "sentiment.yaml: model: config.scale_attn_weights: expected true or false, got 'off' (YAML 1.2, which "
+        "grueflow and DVC read params with, reads yes, no, on and off as text); write true or false",)),
+      id="model-config-bool-written-off"),
+    P(Bad(SENTIMENT, setting("model.config.rope_scaling", {"factor": 2.0, "dynamic": "no"}), (
+        "sentiment.yaml: model: config.rope_scaling.dynamic: expected true or false, got 'no'",)),
+      id="model-config-nested-bool-written-no"),
     # wrong types
     P(Bad(SENTIMENT, setting("lengths.prompt", "long"), ("sentiment.yaml: lengths.prompt: expected an integer, got "
                                                          "'long'",)), id="type-int"),

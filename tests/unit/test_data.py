@@ -270,8 +270,8 @@ def test_train_where_that_matches_nothing_names_the_values_and_their_types():
         select_samples(from_csv, {"label": 1}, "train")
     assert str(err.value) == ("supervised train_where {'label': 1}: no train sample matches it (of 4); the datapool's "
                               "metadata keys are ['label']; label is '0', '1' (strings) there, not 1 (integer): write "
-                              "train_where's values with the data's types (in YAML 1 is an integer, '1' a string, yes "
-                              "and no booleans)")
+                              "train_where's values with the data's types (in YAML 1 is an integer, '1' a string, true "
+                              "and false booleans; yes and no are text)")
     answers = [Sample("train-0", "p", ("r",), {"answer": "yes"}), Sample("train-1", "p", ("r",), {"answer": "no"})]
     with pytest.raises(DataError, match=r"answer is 'no', 'yes' \(strings\) there, not False \(boolean\): write"):
         select_samples(answers, {"answer": False}, "val")  # YAML's no
