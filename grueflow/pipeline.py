@@ -734,11 +734,17 @@ def write_atomically(path: Path, text: str) -> None:
 def foreign_entries(dvc_file: Path) -> list[str]:
     """What ``dvc_file`` holds that :func:`dvc_document` does not generate, and rewriting it would drop: a stage a
     user added (``dvc stage add``) as ``stage NAME``, another top-level section (``plots``, ``artifacts``, ...) as
-    ``section NAME``. Nothing where the file is missing or is no YAML mapping (nothing there can be kept)."""
+    ``section NAME``. Nothing where the file is missing or is no YAML mapping; a file that cannot be read as YAML
+    raises ValueError saying why (it may hold a stage of the user's that rewriting it would drop)."""
     try:
         found = yaml.safe_load(dvc_file.read_text(encoding="utf-8")) if dvc_file.is_file() else None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError):
-        return []
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        why = getattr(err, "problem", None) or err
+        raise ValueError(f"{dvc_file} cannot be read as YAML{where}: {why}; it may hold a stage of yours, which "
+                         f"{COMMAND} would delete: fix it, or move such stages to a dvc.yaml in a subfolder and "
+                         f"delete it, then rerun it; {DVC_YAML} is left as it was") from None
     if not isinstance(found, dict):
         return []
     generated = dvc_document()
@@ -763,7 +769,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         return 0
     text, path = dvc_yaml(), ROOT / DVC_YAML
     if args.write:
-        foreign = foreign_entries(path)
+        try:
+            foreign = foreign_entries(path)
+        except ValueError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
         if foreign:
             print(f"error: {path} holds {', '.join(foreign)}, which grueflow does not generate; {COMMAND} would "
                   f"delete {'them' if len(foreign) > 1 else 'it'}: move {'them' if len(foreign) > 1 else 'it'} to a "

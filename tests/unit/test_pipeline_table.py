@@ -317,3 +317,9 @@ def test_write_refuses_a_dvc_yaml_holding_what_it_does_not_generate(tmp_path, mo
     (tmp_path / "dvc.yaml").write_text(stale)
     assert pipeline.main(["dvc", "--write"]) == 0  # a generated stage, stale or edited, is rewritten
     assert (tmp_path / "dvc.yaml").read_text() == generated
+    capsys.readouterr()
+    broken = generated + "  my_report:\n\tcmd: python my_report.py\n"  # a tab: no YAML, and a stage of the user's
+    (tmp_path / "dvc.yaml").write_text(broken)
+    assert pipeline.main(["dvc", "--write"]) == 2  # was replaced, the stage lost without a copy
+    assert capsys.readouterr().err.startswith(f"error: {tmp_path / 'dvc.yaml'} cannot be read as YAML (line ")
+    assert (tmp_path / "dvc.yaml").read_text() == broken
