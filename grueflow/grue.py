@@ -187,6 +187,14 @@ def _load_run(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     if found != place:
         raise io.DataError(f"{path} holds the run {found}, not the run its folder names {place}; was a folder copied "
                            f"or moved? Delete it and rerun the pipeline")
+    named = next((name for name in run["headline"] if not isinstance(name, str)), None)
+    missing = run.get("missing", {})
+    if named is not None or not isinstance(missing, dict) or not all(
+            isinstance(key, str) and isinstance(why, str) for key, why in missing.items()):
+        shown = f"headline holds {json.dumps(named)[:40]}, which names no metric" if named is not None else \
+            f"missing is {json.dumps(missing)[:40]}, not a mapping of metric names to reasons"
+        raise io.DataError(f"{path}: {shown} (evaluate writes metric names there): rerun evaluate for it (delete "
+                           f"its folder and rerun the pipeline)")
     for key, value in run["metrics"].items():
         shown = _not_a_metric_value(value)
         if shown:

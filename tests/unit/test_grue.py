@@ -127,6 +127,23 @@ def test_aggregate_refuses_a_metric_value_that_is_no_finite_number_or_null(tmp_p
         assert grue.load_runs([path])[0]["metrics"]["reward"] == json.loads(text)
 
 
+@pytest.mark.parametrize("old, new, shown", [
+    ('"headline": []', '"headline": [1]', "headline holds 1, which names no metric"),
+    ('"missing": {}', '"missing": {"bleu": 2}', 'missing is {"bleu": 2}, not a mapping of metric names to reasons'),
+    ('"missing": {}', '"missing": ["bleu"]', 'missing is ["bleu"], not a mapping of metric names to reasons')])
+def test_aggregate_refuses_a_headline_or_missing_entry_that_names_no_metric(tmp_path, old, new, shown):
+    """A metrics.json headline entry edited to a number (its record re-written to match) ended the aggregate in a
+    TypeError traceback."""
+    from grueflow.io import DataError, write_stage_record
+
+    path = write_run(tmp_path, "sentiment", "ppo", 0)
+    path.write_text(path.read_text().replace(old, new))
+    write_stage_record(path.parent, stage="evaluate", params={}, inputs={}, wall_time_s=0.0)
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}: {re.escape(shown)} \(evaluate writes metric "
+                                        r"names there\): rerun evaluate for it"):
+        grue.load_runs([path])
+
+
 def test_a_metric_name_holding_a_pipe_keeps_the_markdown_table_in_columns():
     """A metric of one's own named cus|tom/a|b split the task's Markdown header into more cells than its rows had:
     a viewer showed the values under the wrong headings."""
