@@ -980,10 +980,20 @@ def read_yaml(path: str | Path) -> Any:
 def yaml11_disagreement(path: str | Path, data: Any) -> Optional[str]:
     """Where YAML 1.1 (PyYAML's safe loader, which Snakemake reads a suite file with) reads ``path`` otherwise
     than :func:`read_yaml` did (``data``, YAML 1.2, as DVC reads it): the first value that differs, as a sentence
-    saying how to write it so both read it alike; None where they agree (always for JSON text)."""
+    saying how to write it so both read it alike; None where they agree, and for JSON text, which Snakemake reads
+    as JSON first, as :func:`read_yaml` does."""
     try:
-        other = yaml.safe_load(read_text(Path(path)))
-    except (DataError, yaml.YAMLError):  # read_yaml read it; a YAML 1.1-only failure is Snakemake's to name
+        text = read_text(Path(path))
+    except DataError:  # read_yaml read it: nothing to compare
+        return None
+    try:
+        json.loads(text)
+        return None
+    except ValueError:  # not JSON: YAML 1.1 below
+        pass
+    try:
+        other = yaml.safe_load(text)
+    except yaml.YAMLError:  # read_yaml read it; a YAML 1.1-only failure is Snakemake's to name
         return None
     found = _first_difference(data, other, "")
     if found is None:
