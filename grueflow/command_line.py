@@ -94,6 +94,26 @@ def profile_config(path: str | Path) -> Optional[list[str]]:
     """The ``config`` of the profile file ``path`` as Snakemake passes it on, a list of KEY=VALUE items (a mapping
     gives its items), or None where the profile sets none. The file is read as Snakemake reads it (plain YAML):
     its other keys are Snakemake's business."""
+    given = _profile_data(path).get("config")
+    if given is None or given == []:
+        return None
+    if isinstance(given, dict):
+        return [f"{key}={value}" for key, value in given.items()]
+    return [str(item) for item in given] if isinstance(given, list) else [str(given)]
+
+
+def profile_configfile(path: str | Path) -> Optional[list[str]]:
+    """The suite files the profile file ``path`` gives as ``configfile`` (``configfiles``), or None where it gives
+    none."""
+    data = _profile_data(path)
+    given = next((data[key] for key in ("configfile", "configfiles") if data.get(key) not in (None, [])), None)
+    if given is None:
+        return None
+    return [str(item) for item in given] if isinstance(given, list) else [str(given)]
+
+
+def _profile_data(path: str | Path) -> dict:
+    """The profile file ``path`` read as Snakemake reads it (plain YAML, a key given once); {} for no mapping."""
     try:
         data = yaml.load(Path(path).read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
     except yaml.MarkedYAMLError as err:
@@ -101,12 +121,7 @@ def profile_config(path: str | Path) -> Optional[list[str]]:
         raise ConfigError(f"the profile {path}: {at}{err.problem}") from None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
         raise ConfigError(f"the profile {path} cannot be read ({err})") from None
-    given = data.get("config") if isinstance(data, dict) else None
-    if given is None or given == []:
-        return None
-    if isinstance(given, dict):
-        return [f"{key}={value}" for key, value in given.items()]
-    return [str(item) for item in given] if isinstance(given, list) else [str(given)]
+    return data if isinstance(data, dict) else {}
 
 
 # Snakemake's short options that take no value, which argparse lets one bundle before another (-nC k=v): those of
@@ -172,8 +187,19 @@ def check_config_given_once(argv: Sequence[str], profiles: Sequence[str | Path])
     """Raise ConfigError where Snakemake would drop a ``--config`` setting without a word (see the module
     docstring): a key given twice on the command line ``argv`` or in one profile file's ``config`` (``profiles``,
     lowest priority first), two ``--config`` options, a profile's ``config`` beside a command-line ``--config``,
-    two profiles that both set ``config``; and two ``--configfile`` options (:func:`check_configfile_given_once`)."""
+    two profiles that both set ``config``; and two ``--configfile`` options (:func:`check_configfile_given_once`),
+    a profile's ``configfile`` beside a command-line ``--configfile``, or two profiles that both set it."""
     check_configfile_given_once(argv)
+    suites = [(path, given) for path in profiles if (given := profile_configfile(path)) is not None]
+    files = configfile_options(argv)
+    if suites and files:
+        path, given = suites[-1]
+        raise ConfigError(f"the profile {path} sets configfile ({' '.join(given)}) and the command line gives "
+                          f"--configfile ({' '.join(files[-1])}); Snakemake keeps the command line's suite files "
+                          f"alone, dropping the profile's: give the suite in one of them")
+    if len(suites) > 1:
+        raise ConfigError(f"the profiles {' and '.join(str(path) for path, _ in suites)} each set configfile; "
+                          f"Snakemake keeps only {suites[-1][0]}'s: give the suite in one")
     options, items = [], []
     for i, arg in enumerate(argv):
         if arg in ("--config", "-C"):

@@ -1532,13 +1532,18 @@ PROFILE_SEEDS = 'cores: 1\nconfig:\n  - "seeds=[0,1]"\n'
     ({"prof": "cores: 1\nconfig:\n  seeds: [0, 1]\n  seeds: [0]\n"}, ["--profile", "prof"], {},
      "invalid params: the profile prof/config.yaml: line 4: the key 'seeds' is given twice (first on line 3), and "
      "Snakemake would keep the last value without a word; keep one"),
+    ({"prof": "cores: 1\nconfigfile: params/suites/algorithms.yaml\n"},
+     ["--profile", "prof", "--configfile", "params/suite.yaml"], {},
+     "invalid params: the profile prof/config.yaml sets configfile (params/suites/algorithms.yaml) and the command "
+     "line gives --configfile (params/suite.yaml); Snakemake keeps the command line's suite files alone, dropping "
+     "the profile's: give the suite in one of them"),
 ], ids=["profile-and-command-line", "environment-profile", "key-twice", "two-profiles", "short-option-attached",
-        "mapping-key-twice"])
+        "mapping-key-twice", "profile-configfile-and-command-line"])
 def test_snakemake_refuses_a_profile_config_that_snakemake_would_drop_in_part(tmp_path: Path, profiles, args, env,
                                                                                expect):
     """A profile's config: [seeds=[0,1]] with --config 'tasks=[sentiment]' on the command line planned seed 0 alone,
-    and a profile giving seeds twice kept the last, with no word: Snakemake reads a profile's settings as the
-    command line's defaults."""
+    a profile giving seeds twice kept the last, and a profile's configfile beside --configfile planned the command
+    line's suite alone, with no word: Snakemake reads a profile's settings as the command line's defaults."""
     project = copy_project(tmp_path / "project")
     for name, text in profiles.items():
         (project / name).mkdir()

@@ -48,3 +48,20 @@ def test_a_second_configfile_option_is_refused_naming_the_files_it_drops(argv):
                                   ["-n", "--", "--configfile", "a.yaml", "--configfile", "b.yaml"]])
 def test_one_configfile_option_passes(argv):
     check_config_given_once(argv, [])
+
+
+def test_a_profiles_configfile_beside_another_is_refused(tmp_path):
+    """A profile's configfile beside a command-line --configfile, or beside another profile's, was dropped without
+    a word: Snakemake reads a profile's settings as the command line's defaults, and a later profile's over an
+    earlier one's. A profile's configfile alone passes."""
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text("cores: 1\nconfigfile: params/suites/algorithms.yaml\n")
+    second.write_text("configfiles: [params/suite.yaml]\n")
+    with pytest.raises(ConfigError, match=rf"^the profile {second} sets configfile \(params/suite\.yaml\) and the "
+                                          r"command line gives --configfile \(x\.yaml\); Snakemake keeps the command "
+                                          r"line's suite files alone"):
+        check_config_given_once(["--configfile", "x.yaml"], [second])
+    with pytest.raises(ConfigError, match=rf"^the profiles {first} and {second} each set configfile; Snakemake keeps "
+                                          rf"only {second}'s: give the suite in one$"):
+        check_config_given_once([], [first, second])
+    check_config_given_once(["-n"], [first])
