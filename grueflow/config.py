@@ -861,8 +861,9 @@ class _StrictLoader(yaml.SafeLoader):
     ran with): ``1e-05`` is a float and ``no`` a string, where YAML 1.1 (PyYAML, Snakemake) reads the string
     ``'1e-05'`` and the boolean false. It refuses a merge key (``<<: *anchor``, whose order PyYAML and DVC's
     reader differ on), a key that a mapping repeats (YAML 1.2 forbids it; PyYAML keeps the last) and
-    an integer written with a leading zero (``010``), which YAML 1.1 reads as octal (8) and YAML 1.2 as 10, and a
-    base-60 number (``1:30``), which YAML 1.1 reads as 90 and YAML 1.2 as a string."""
+    an integer written with a leading zero (``010``), which YAML 1.1 reads as octal (8) and YAML 1.2 as 10. A
+    base-60 number (``1:30``), which YAML 1.1 reads as 90, is the text YAML 1.2 reads (a suite value Snakemake would
+    read as 90 is refused by :func:`yaml11_disagreement`)."""
 
     yaml_implicit_resolvers = {  # PyYAML's, less its YAML 1.1 booleans; YAML 1.2's are added below
         first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
@@ -887,7 +888,7 @@ class _StrictLoader(yaml.SafeLoader):
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
 
-    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int | str:
         text = str(self.construct_scalar(node))
         unsigned = text.lstrip("+-")
         digits = unsigned.replace("_", "")
@@ -896,18 +897,14 @@ class _StrictLoader(yaml.SafeLoader):
             raise yaml.constructor.ConstructorError(
                 None, None, f"{text} is an octal number in YAML 1.1 ({super().construct_yaml_int(node)}); write "
                             f"{decimal}, or '{text}' for a string", node.start_mark)
-        if ":" in digits:  # YAML 1.1 reads 1:30 as 90; YAML 1.2 as the string "1:30"
-            raise yaml.constructor.ConstructorError(
-                None, None, f"{text} is a base-60 number in YAML 1.1 ({super().construct_yaml_int(node)}); write "
-                            f"that number, or '{text}' for a string", node.start_mark)
+        if ":" in digits:  # YAML 1.1 reads 1:30 as 90; YAML 1.2 (DVC, which unquotes '1:30' on a rewrite) as text
+            return text
         return super().construct_yaml_int(node)
 
-    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float | str:
         text = str(self.construct_scalar(node))
-        if ":" in text:  # YAML 1.1 reads 1:30.5 as 90.5
-            raise yaml.constructor.ConstructorError(
-                None, None, f"{text} is a base-60 number in YAML 1.1 ({super().construct_yaml_float(node)}); write "
-                            f"that number, or '{text}' for a string", node.start_mark)
+        if ":" in text:  # YAML 1.1 reads 1:30.5 as 90.5; YAML 1.2 as text
+            return text
         return super().construct_yaml_float(node)
 
 

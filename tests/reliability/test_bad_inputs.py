@@ -509,12 +509,11 @@ PARAMS = [
     P(Bad(SENTIMENT, as_text(lambda text: text.replace("    seed: 0\n", "    seed: 010\n", 1)), (
         "sentiment.yaml: line 4, column 11: not valid YAML: 010 is an octal number in YAML 1.1 (8); write 10, or "
         "'010' for a string",)), id="octal-datapool-seed"),
-    # YAML 1.1 reads a number with colons as base 60 (1:30 is 90)
+    # YAML 1.1 reads a number with colons as base 60 (1:30 is 90), YAML 1.2 (DVC) as text: text it is
     P(Bad(SUITE, as_text(lambda text: text.replace("seeds:\n- 0\n", "seeds: [1:30]\n")), (
-        "suite.yaml: line", "not valid YAML: 1:30 is a base-60 number in YAML 1.1 (90); write that number, or "
-        "'1:30' for a string")), id="base-60-seed"),
+        "suite.yaml: seeds[0]: expected an integer, got '1:30'",)), id="base-60-seed"),
     P(Bad(PPO, as_text(lambda text: text.replace("learning_rate: 0.0005\n", "learning_rate: 1:30.5\n")), (
-        "ppo.yaml: line", "1:30.5 is a base-60 number in YAML 1.1 (90.5)")), id="base-60-float"),
+        "ppo.yaml: learning_rate: expected a number, got '1:30.5'",)), id="base-60-float"),
     # tiny model config keys that the build sets from the trained tokenizer
     P(Bad(SENTIMENT, setting("model.config.vocab_size", 50), (
         "sentiment.yaml: model: model.config.vocab_size = 50 is set when a tiny model is built, to the size of the "

@@ -456,7 +456,10 @@ def test_a_params_file_rewritten_by_dvc_exp_run_set_param_reads_back_as_set(tmp_
                 "and DVC read params with, gives 'on'"),
     ("tasks: [a, 'no']\nseeds: [0, 1]\nlr: 1.0e-05\nx: .nan\n", None),
     ('{"resources": {"rl_finetune": {"mem_mb": 1E4}}}\n', None),  # JSON: Snakemake reads it as JSON, 10000.0 too
-], ids=["boolean-word", "float-without-dot", "key", "agree", "json"])
+    ("resources:\n  rl_finetune: {runtime: 1:30}\n", "resources.rl_finetune.runtime: YAML 1.1, which Snakemake reads "
+                                                    "a suite file with, gives 90 and YAML 1.2, which grueflow and DVC "
+                                                    "read params with, gives '1:30'"),
+], ids=["boolean-word", "float-without-dot", "key", "agree", "json", "base-60"])
 def test_yaml11_disagreement_names_the_first_value_the_two_readings_differ_on(tmp_path, text, where):
     from grueflow.config import read_yaml, yaml11_disagreement
 
