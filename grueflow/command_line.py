@@ -148,6 +148,16 @@ def _repeated(items: Sequence[str]) -> list[str]:
     return sorted({key for key in keys if keys.count(key) > 1})
 
 
+def _words_after(argv: Sequence[str], i: int) -> list[str]:
+    """The values of the option at ``argv[i]`` that takes one or more: the words after it up to the next option."""
+    words = []
+    for item in argv[i + 1:]:
+        if item.startswith("-"):
+            break
+        words.append(item)
+    return words
+
+
 CONFIGFILE_OPTIONS = ("--configfile", "--configfiles")  # one option of Snakemake's, two spellings
 
 
@@ -160,12 +170,7 @@ def configfile_options(argv: Sequence[str]) -> list[list[str]]:
         if arg == "--":
             break
         if arg in CONFIGFILE_OPTIONS:
-            given = []
-            for item in argv[i + 1:]:
-                if item.startswith("-"):
-                    break
-                given.append(item)
-            options.append(given)
+            options.append(_words_after(argv, i))
         elif arg.startswith(tuple(f"{option}=" for option in CONFIGFILE_OPTIONS)):
             options.append([arg.split("=", 1)[1]])
     return options
@@ -203,20 +208,12 @@ def check_config_given_once(argv: Sequence[str], profiles: Sequence[str | Path])
     options, items = [], []
     for i, arg in enumerate(argv):
         if arg in ("--config", "-C"):
-            given = []
-            for item in argv[i + 1:]:
-                if item.startswith("-"):
-                    break
-                given.append(item)
+            given = _words_after(argv, i)
         elif arg.startswith("--config="):
             given = [arg.removeprefix("--config=")]
         elif _short_config(arg) is not None:  # -Ck=v, or -C among other short flags: -nC k=v, -nCk=v
             attached = _short_config(arg)
-            given = [attached] if attached else []
-            for item in ([] if attached else argv[i + 1:]):
-                if item.startswith("-"):
-                    break
-                given.append(item)
+            given = [attached] if attached else _words_after(argv, i)
         else:
             continue
         options.append(" ".join(given))
