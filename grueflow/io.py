@@ -28,7 +28,7 @@ import tempfile
 import uuid
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Optional
 
 STAGE_RECORD = "stage.json"
 PROVENANCE_RECORD = "provenance.json"  # how the run went (commit, wall time, device): in no content hash
@@ -268,6 +268,15 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     return list(iter_jsonl(path))
 
 
+_BEFORE_REPLACING: dict[Path, Callable[[Path], Any]] = {}  # resolved folder -> called before atomic_dir replaces it
+
+
+def before_replacing(path: str | Path, call: Callable[[Path], Any]) -> None:
+    """Have :func:`atomic_dir` of ``path`` call ``call(path)`` (the resolved path) right before it replaces a folder
+    found there, in this process: a stage keeps a copy of what a person put in its ``--out`` folder while it ran."""
+    _BEFORE_REPLACING[Path(os.path.realpath(path))] = call
+
+
 @contextlib.contextmanager
 def atomic_dir(path: str | Path) -> Iterator[Path]:
     """Yield a temporary folder beside ``path``; it replaces ``path`` only if the block succeeds.
@@ -281,7 +290,8 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     system can (:func:`_exchange`), else renamed aside first, and deleted after, so a concurrent writer or reader
     of the same ``path`` (Snakemake and ``dvc repro`` at once) cannot make it fail; the last writer's folder
     stays, each one complete. A symlink at ``path`` is written through: the folder it points to (followed to the
-    end, created when missing) is replaced and the link stays as it is.
+    end, created when missing) is replaced and the link stays as it is. A folder found at ``path`` is first handed
+    to the call registered for it (:func:`before_replacing`), if any.
     """
     path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -292,6 +302,8 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
         os.chmod(tmp, 0o777 & ~_umask())
         _share_weights(tmp)
         _fsync_tree(tmp)
+        if path in _BEFORE_REPLACING and path.is_dir():
+            _BEFORE_REPLACING[path](path)
         _swap_in(tmp, path)
         _fsync_folder(path.parent)
     finally:

@@ -23,6 +23,7 @@ from grueflow.config import MAX_SEED, MAX_THREADS, ConfigError, PluginFailedErro
 from grueflow.device import DEVICE_CHOICES, DEVICE_ENV, PRECISIONS, Execution
 from grueflow.hub import HubUnreachableError
 from grueflow.models.gguf import ModelFetchError
+from grueflow.keep import keep_copy, listed, unvouched
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -88,7 +89,31 @@ def setup(args: argparse.Namespace) -> float:
                           f"(this machine has {os.cpu_count()} cores)")
     if vars(args).get("out") is not None:
         check_out(Path(args.out), args, running_stage())
+        io.before_replacing(Path(args.out), _keep_before_replacing)
     return time.perf_counter()
+
+
+def keep_unvouched(out: Path) -> Optional[tuple[Path, str]]:
+    """Copy what the stage folder ``out`` holds that no stage record vouches for (a file a person put there:
+    :func:`grueflow.keep.unvouched`) to ``.grueflow/replaced/`` (:func:`grueflow.keep.keep_copy`); returns the
+    copy and the files it holds, named for a line, or None where there was nothing to keep. The copy goes under
+    the working folder where ``out`` lies in it (the project, as both engines run stages), else beside ``out``."""
+    files = unvouched(out)
+    if not files:
+        return None
+    where = Path(os.path.realpath(out))
+    root = Path.cwd() if where.is_relative_to(Path.cwd().resolve()) else where.parent
+    return keep_copy(out, root, files), listed(out, files)
+
+
+def _keep_before_replacing(out: Path) -> None:
+    """What :func:`grueflow.io.atomic_dir` calls before it replaces a stage's ``--out`` folder found there (one a
+    person added a file to since the stage began, or its own earlier output): a copy of what no record vouches
+    for, and one line saying where."""
+    kept = keep_unvouched(out)
+    if kept is not None:
+        print(f"grueflow: {out} holds what no stage record vouches for ({kept[1]}); a copy is kept in {kept[0]} (the "
+              f"stage replaces the folder whole)", file=sys.stderr)
 
 
 def running_stage() -> Optional[str]:
@@ -139,9 +164,14 @@ def check_out(out: Path, args: argparse.Namespace, stage: Optional[str]) -> None
     if out.is_dir() and not stage_owned:  # DVC removes a stage's declared outs only: provenance.json stays
         held = sorted(p.name for p in out.iterdir() if not _empty_tree(p))  # a failed `dvc pull` leaves folders
         if held:
+            # Snakemake deletes a failed job's outputs: a folder under results/ (a stage's own place) is copied
+            # first; anywhere else nothing deletes it, and it may be large (a home folder given by mistake)
+            results = Path.cwd().resolve() / "results"
+            place = keep_unvouched(out) if Path(os.path.realpath(out)).is_relative_to(results) else None
+            kept = f" (a copy is kept in {place[0]})" if place else ""
             raise ConfigError(f"--out {out} holds {', '.join(map(repr, held[:3]))}{' and more' if len(held) > 3 else ''} "
-                              f"and no {io.STAGE_RECORD}, so no stage wrote it; a stage replaces its --out folder "
-                              f"whole: give a new folder")
+                              f"and no {io.STAGE_RECORD}, so no stage wrote it{kept}; a stage replaces its --out "
+                              f"folder whole: give a new folder")
     mine = out.resolve()
     for name, value in vars(args).items():
         if name in OUTPUT_ARGS:

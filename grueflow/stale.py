@@ -45,37 +45,27 @@ plugin's code, a reward's lexicon): one replaced by a file with an older time (`
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
 import os
-import secrets
-import shutil
 import time
 from pathlib import Path
 from typing import Iterable, Optional
 
-from grueflow.io import (MODEL_DIR, STAGE_RECORD, UNHASHED, DataError, MissingDataError, atomic_path,
+from grueflow.io import (MODEL_DIR, STAGE_RECORD, UNHASHED, MissingDataError, atomic_path,
                          check_stage_output, files_record, fingerprint, read_json, sha256_bytes)
+from grueflow.keep import SNAKEMAKE_TIMESTAMP, keep_copy, listed, stat_signature, unvouched
 
-SNAKEMAKE_TIMESTAMP = ".snakemake_timestamp"  # Snakemake's modification time of a directory() output
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
 TOKENS = Path(".snakemake") / "grueflow-stale.json"  # {output path: when it was last found stale, ns}, beside
 # Snakemake's own records (relative to the project root, the working folder of a Snakemake run)
 
 
 STAMPED = Path(".snakemake") / "grueflow-stamped.json"  # {stage folder: its time in ns before a stamp for an input}
-REPLACED = Path(".grueflow") / "replaced"  # copies of what stale stage folders without their record held
 DIGESTS = Path(".snakemake") / "grueflow-digests.json"  # {path: [stat signature, sha256]}: files read once
 CHANGED_INPUT = "changed since it was built"  # why a stage whose input from outside results/ changed is stale
 GONE_INPUT = "no longer exists"  # ... and one whose input from outside results/ is gone
 FILE_IN_PLACE = "a file where the stage's folder belongs"  # ... and a file Snakemake would take for the folder
 _KNOWN: dict[str, list] = {}  # the cache as this process read it and added to it
-
-
-def _signature(stat: os.stat_result) -> list[int]:
-    """What changes when a file is rewritten or replaced: the device, the inode, the size and both times (a
-    file's change time moves with any write or rename into place, and no tool can set it back)."""
-    return [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
 
 
 def content_digest(paths: Iterable[str | os.PathLike], cache: Path = DIGESTS) -> str:
@@ -90,7 +80,7 @@ def content_digest(paths: Iterable[str | os.PathLike], cache: Path = DIGESTS) ->
     digest, added = hashlib.sha256(), False
     for name in files:
         try:
-            signature = _signature(os.stat(name))
+            signature = stat_signature(os.stat(name))
         except OSError:
             digest.update(f"{name}\0missing\0".encode())
             continue
@@ -135,7 +125,7 @@ def _tree_signature(folder: Path) -> str:
     digest: it changes when any file is rewritten, replaced, added or removed."""
     digest = hashlib.sha256()
     for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in UNHASHED):
-        digest.update(f"{path.relative_to(folder)}\0{_signature(path.stat())}\0".encode())
+        digest.update(f"{path.relative_to(folder)}\0{stat_signature(path.stat())}\0".encode())
     return digest.hexdigest()
 
 
@@ -144,7 +134,7 @@ def input_changed(path: Path, recorded: str, cache: Optional[Path] = None) -> bo
     reader's ``stage.json`` recorded; read through the cache of :func:`content_digest` (None: this process's only)."""
     if cache is not None:
         _load(cache)
-    signature = _tree_signature(path) if path.is_dir() else _signature(path.stat())
+    signature = _tree_signature(path) if path.is_dir() else stat_signature(path.stat())
     found, new = _cached_fingerprint(str(path), signature)
     if new and cache is not None:
         _save(cache)
@@ -233,110 +223,11 @@ def _changed_since_written(first: Path) -> Optional[str]:
                  and sha256_bytes(path) != digest), None)
 
 
-def unvouched(path: Path) -> list[Path]:
-    """What a rebuild of the stage folder ``path`` would delete that no stage record vouches for, as paths under it
-    (symbolic links as links; Snakemake's timestamp, FIFOs, sockets and devices, which hold no data, left out):
-    every file where its ``stage.json`` is missing, unreadable or holds no manifest; else the files its manifest
-    does not list (but the run records), and those it lists with another size. ``[path]`` for a file where the
-    folder belongs. Nothing tells whose they are: a stage's output damaged (its record deleted, a copy ``dvc
-    checkout`` restored, which lacks the provenance record), files put there by a person, or both."""
-    if not path.is_dir():
-        return [path] if path.is_file() or path.is_symlink() else []
-    found = []
-    for top, folders, names in os.walk(path):  # links to folders are listed, never followed
-        for name in [*names, *(f for f in folders if os.path.islink(os.path.join(top, f)))]:
-            file = Path(top) / name
-            if file.is_symlink() or (file.is_file() and file != path / SNAKEMAKE_TIMESTAMP):
-                found.append(file)
-    try:
-        manifest = read_json(path / STAGE_RECORD)["files"]
-        sizes = {name: meta["bytes"] for name, meta in manifest.items() if isinstance(meta, dict)}
-    except (OSError, ValueError, KeyError, TypeError):  # no record to go by: all of it
-        return sorted(found)
-    records = {STAGE_RECORD, *UNHASHED}
-    return sorted(file for file in found if (name := file.relative_to(path).as_posix()) not in records
-                  and (name not in sizes or file.is_symlink() or file.stat().st_size != sizes[name]))
-
-
-def keep_copy(path: Path, root: Path, files: list[Path]) -> Path:
-    """Copy ``files`` (:func:`unvouched`: under the stage folder ``path``, or ``path`` itself where it is a file) to
-    ``<root>/.grueflow/replaced/<path>@<key>``, as they lie under ``path``, and return that place; ``key`` (12 hex
-    digits) is a digest of their names and stat signatures (a file's content where ``path`` is one, which the stale
-    check stamps), so that the same content, seen by one dry run after another, is copied once. Snakemake deletes
-    an output before its job rebuilds it, and nothing a person put there may go with it. The copy is written under
-    a temporary name of its own and renamed, so a place that exists is complete, whatever runs beside it; one found
-    emptied or cut since (or a file in its place) is left as it is, and the copy made beside it (``@<key>.1``, ...).
-    It is readable by the group, as every output folder is. It lies
-    outside ``results/``: no stage or table reads it, and neither engine tracks it. A copy that fails (a full disk,
-    ``.grueflow`` a file) is a :class:`DataError`: nothing may run."""
-    place, tmp = root / REPLACED / os.path.relpath(os.path.abspath(path), os.path.abspath(root)), None
-    try:
-        if path.is_dir():
-            digest = hashlib.sha256()
-            for file in files:
-                digest.update(os.fsencode(file.relative_to(path)) + f"\0{_signature(file.lstat())}\0".encode())
-            key = digest.hexdigest()[:12]
-        elif path.is_symlink():  # copied as the link: what it names may be no file (a FIFO, a socket, a device)
-            key = hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest()[:12]
-        else:  # by content: the stale check stamps the file itself, which changes its times
-            key = sha256_bytes(path)[:12]
-        base = place = place.with_name(f"{place.name}@{key}")
-        for n in itertools.count(1):  # a copy emptied or cut since, or a file in its place: kept, and one beside it
-            if not os.path.lexists(place):
-                break
-            if place.is_dir() and not place.is_symlink() and _holds(place, path, files):
-                return place
-            place = base.with_name(f"{base.name}.{n}")
-        place.parent.mkdir(parents=True, exist_ok=True)
-        tmp = place.parent / f".{place.name}.{os.getpid()}.{secrets.token_hex(4)}"  # a run's own
-        tmp.mkdir()  # the mode a new folder gets (mkdtemp's is 0700): readable by the group, as every output is
-        for file in files:
-            target = tmp / (file.relative_to(path) if path.is_dir() else file.name)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if file.is_symlink():  # as the link (shutil refuses one that names a FIFO)
-                os.symlink(os.readlink(file), target)
-            else:
-                shutil.copy2(file, target)
-        try:
-            os.rename(tmp, place)
-            tmp = None
-        except OSError:
-            if not place.is_dir():  # another run's copy of the same content, renamed first, is as good
-                raise
-    except OSError as err:
-        raise DataError(f"keeping a copy of what {path} holds, which a rerun of its stage deletes, in {place} failed "
-                        f"({err.strerror or err}{f': {err.filename}' if err.filename else ''}): copy or move it out "
-                        f"of results/ yourself, or delete it, and run again") from None
-    finally:
-        if tmp is not None:  # a copy that failed, or lost to another run's: nothing of it stays
-            shutil.rmtree(tmp, ignore_errors=True)
-    return place
-
-
-def _holds(place: Path, path: Path, files: list[Path]) -> bool:
-    """Whether the copy ``place`` still holds each of ``files`` (under ``path``) as :func:`keep_copy` wrote it: a
-    link as a link, a file at its size."""
-    for file in files:
-        target = place / (file.relative_to(path) if path.is_dir() else file.name)
-        if file.is_symlink() and not target.is_symlink():
-            return False
-        if not file.is_symlink() and (target.is_symlink() or not target.is_file()
-                                      or target.stat().st_size != file.lstat().st_size):
-            return False
-    return True
-
-
 def recorded_folders(results: Path) -> list[Path]:
     """Every folder under ``results`` that holds a stage record, sorted; a training stage's ``*.resume`` checkpoints
     (its own, under their own records) left out."""
     return sorted(p.parent for p in results.rglob(STAGE_RECORD) if not any(
         part.endswith(".resume") for part in p.relative_to(results).parts))
-
-
-def _listed(path: Path, files: list[Path]) -> str:
-    """``files`` (:func:`unvouched`) named for a line: the first three under ``path``, and how many more."""
-    names = [str(p.relative_to(path)) if p != path else p.name for p in files]
-    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
 
 
 def keep_user_files(results: Path, folders: Iterable[Path], done: Iterable[Path] = ()) -> list[str]:
@@ -356,7 +247,7 @@ def keep_user_files(results: Path, folders: Iterable[Path], done: Iterable[Path]
             continue
         place = keep_copy(folder, results.parent, files)
         what = "is a file where a stage folder belongs" if files == [folder] else \
-            f"holds what no stage record vouches for ({_listed(folder, files)})"
+            f"holds what no stage record vouches for ({listed(folder, files)})"
         lines.append(f"grueflow: {folder} {what}; a copy is kept in {place} (a rerun of its stage replaces it whole)")
     return lines
 
@@ -407,7 +298,7 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
         rebuilt = path in suite and not why.startswith(("its input ", "it was built from "))  # else: as built
         files = unvouched(path) if rebuilt else []
         if files:
-            line += f"; a copy of what no stage record vouches for ({_listed(path, files)}) is kept in " \
+            line += f"; a copy of what no stage record vouches for ({listed(path, files)}) is kept in " \
                     f"{keep_copy(path, results.parent, files)}"
         if rebuilt:
             copied.add(path)

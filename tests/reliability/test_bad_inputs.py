@@ -1913,6 +1913,44 @@ def test_an_out_holding_only_empty_folders_is_written(tmp_path: Path, call_stage
     assert_fails_in_one_line(result, f"--out {other} holds 'dvclive' and no stage.json, so no stage wrote it")
 
 
+def test_a_file_put_in_a_stage_folder_is_copied_before_the_stage_replaces_or_refuses_it(tmp_path: Path, call_stage,
+                                                                                       monkeypatch):
+    """A file put in a stage's folder was lost with no copy: rerun by hand, the stage replaced its folder whole; and
+    a folder made while a Snakemake run went on (after the run's check had copied what it could) was refused by
+    the stage, then deleted by Snakemake as the failed job's output. The stage now copies what no record vouches
+    for before it replaces a folder, and before it refuses one under results/, saying where."""
+    monkeypatch.chdir(tmp_path)
+    task = MICRO / "tasks" / "sentiment.yaml"
+    pool = Path("results") / "sentiment" / "datapool"
+    assert call_stage("prepare_datapool", "--task-file", task, "--out", pool).code == 0
+    (pool / "notes.txt").write_text("mine\n")
+    again = call_stage("prepare_datapool", "--task-file", task, "--out", pool)
+    assert again.code == 0, again.stderr
+    copy, = (tmp_path / ".grueflow" / "replaced" / "results" / "sentiment").glob("datapool@*")
+    assert f"grueflow: {tmp_path / pool} holds what no stage record vouches for (notes.txt); a copy is kept in " \
+           f"{copy} (the stage replaces the folder whole)" in again.stderr.splitlines()
+    assert os.listdir(copy) == ["notes.txt"] and (copy / "notes.txt").read_text() == "mine\n"
+    assert not (pool / "notes.txt").exists() and (pool / "stage.json").is_file()
+    assert call_stage("prepare_datapool", "--task-file", task, "--out", pool).stderr.count("grueflow:") == 0
+
+    made = Path("results") / "concepts" / "datapool"
+    made.mkdir(parents=True)
+    (made / "mine.txt").write_text("made by hand\n")
+    result = call_stage("prepare_datapool", "--task-file", task, "--out", made)
+    copy, = (tmp_path / ".grueflow" / "replaced" / "results" / "concepts").glob("datapool@*")
+    assert_fails_in_one_line(result, f"--out {made} holds 'mine.txt' and no stage.json, so no stage wrote it (a copy "
+                                     f"is kept in {copy}); a stage replaces its --out folder whole")
+    shutil.rmtree(made)  # as Snakemake deletes a failed job's output
+    assert (copy / "mine.txt").read_text() == "made by hand\n"
+    elsewhere = tmp_path / "thesis"  # outside results/: refused with no copy (nothing deletes it; it may be large)
+    elsewhere.mkdir()
+    (elsewhere / "thesis.tex").write_text("\\section{}")
+    assert_fails_in_one_line(call_stage("prepare_datapool", "--task-file", task, "--out", elsewhere),
+                             "holds 'thesis.tex' and no stage.json, so no stage wrote it; a stage replaces")
+    assert sorted(p.name for p in (tmp_path / ".grueflow" / "replaced" / "results").iterdir()) == \
+        ["concepts", "sentiment"]
+
+
 def test_an_out_inside_another_stages_output_or_past_the_file_systems_limits_is_one_line(tmp_path: Path, call_stage):
     """An --out inside a datapool's folder wrote a second output behind the first one's manifest, exit 0; --out /
     ended in StopIteration, and a name over 255 bytes in an OSError traceback."""

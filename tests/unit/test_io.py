@@ -417,7 +417,8 @@ def test_what_a_rebuild_deletes_without_a_stage_record_is_copied_out_of_results_
     in a stage folder's place) is kept outside results/, once for the same content, whichever run (a dry run
     too, and with --no-hooks) finds it. A folder no rule writes is left alone."""
     from grueflow.io import write_stage_record
-    from grueflow.stale import REPLACED, SNAKEMAKE_TIMESTAMP, keep_copy, mark_stale, unvouched
+    from grueflow.keep import REPLACED, SNAKEMAKE_TIMESTAMP, keep_copy, unvouched
+    from grueflow.stale import mark_stale
 
     monkeypatch.chdir(tmp_path)
     results, tokens = Path("results"), Path(".snakemake") / "grueflow-stale.json"
@@ -476,7 +477,8 @@ def test_a_link_in_a_stage_folders_place_is_copied_and_stamped_as_a_link(tmp_pat
     """A link where a stage folder belongs, to a FIFO, hung the dry run (the copy read through it), and one to a
     folder of the user's had that folder's .snakemake_timestamp set to 1970. A copy that failed left its temporary
     folder behind, one more each try."""
-    from grueflow.stale import REPLACED, SNAKEMAKE_TIMESTAMP, keep_copy, mark_stale
+    from grueflow.keep import REPLACED, SNAKEMAKE_TIMESTAMP, keep_copy
+    from grueflow.stale import mark_stale
 
     monkeypatch.chdir(tmp_path)
     results, tokens = Path("results"), Path(".snakemake") / "grueflow-stale.json"
@@ -505,7 +507,7 @@ def test_a_link_in_a_stage_folders_place_is_copied_and_stamped_as_a_link(tmp_pat
             raise OSError(28, "No space left on device")
         copied.append(copy(source, target))
 
-    monkeypatch.setattr("grueflow.stale.shutil.copy2", copy_then_fill_the_disk)
+    monkeypatch.setattr("grueflow.keep.shutil.copy2", copy_then_fill_the_disk)
     with pytest.raises(DataError, match=r"failed \(No space left on device\)"):
         keep_copy(pool, Path("."), [pool / "b.jsonl", pool / "train.jsonl"])
     assert len(copied) == 1
@@ -544,7 +546,8 @@ def test_a_damaged_stage_folder_keeps_a_copy_of_what_its_record_does_not_vouch_f
     lists at their recorded size are the stage's own, rebuilt as they were; the rest is copied. A folder stale
     because an input changed is a stage's output as built, replaced whole as under DVC: no copy."""
     from grueflow.io import write_stage_record
-    from grueflow.stale import REPLACED, mark_stale
+    from grueflow.keep import REPLACED
+    from grueflow.stale import mark_stale
 
     monkeypatch.chdir(tmp_path)
     results, tokens = Path("results"), Path(".snakemake") / "grueflow-stale.json"
@@ -567,7 +570,7 @@ def test_a_damaged_stage_folder_keeps_a_copy_of_what_its_record_does_not_vouch_f
     (pool / "stage.json").write_text('{"files": ')  # cut: nothing vouches for anything
     shutil.rmtree(".grueflow")
     line, = mark_stale(results, Path("t.csv"), [], tokens=tokens, folders=[pool])
-    assert "a copy of what no stage record vouches for (mine.txt, provenance.json, stage.json and 2 more)" in line
+    assert "a copy of what no stage record vouches for (mine.txt, stage.json, test.jsonl and 1 more)" in line
 
 
 def test_a_file_of_the_users_in_any_stage_folder_is_copied_before_any_run(tmp_path, monkeypatch):
@@ -576,7 +579,8 @@ def test_a_file_of_the_users_in_any_stage_folder_is_copied_before_any_run(tmp_pa
     folder holding a stage record, has what no record vouches for copied first, once per content, with a line each
     time; one without such files, or one copied already with its stale line, gets none."""
     from grueflow.io import write_stage_record
-    from grueflow.stale import REPLACED, keep_user_files
+    from grueflow.keep import REPLACED
+    from grueflow.stale import keep_user_files
 
     monkeypatch.chdir(tmp_path)
     results = Path("results")
@@ -617,6 +621,29 @@ def test_a_file_of_the_users_in_any_stage_folder_is_copied_before_any_run(tmp_pa
     again = keep_user_files(results, [pool])
     assert again[0] == lines[0].replace(str(copies["concepts/datapool"]), f"{copies['concepts/datapool']}.1")
     assert (Path(f"{copies['concepts/datapool']}.1") / "mine.txt").read_text() == "my notes\n"
+
+
+def test_a_persons_file_under_a_records_name_is_kept_as_any_other(tmp_path):
+    """A person's timings.csv or provenance.json in a stage folder passed for the stage's own unhashed records,
+    which no manifest lists, and a rerun deleted it without a copy."""
+    import json
+
+    from grueflow.io import write_csv, write_stage_record
+    from grueflow.keep import unvouched
+
+    folder = tmp_path / "results" / "sentiment" / "ppo" / "seed0"
+    folder.mkdir(parents=True)
+    write_csv(folder / "timings.csv", [{"iteration": 1, "charts/iteration_s": 0.5}])
+    write_stage_record(folder, stage="rl_finetune", params={}, inputs={}, wall_time_s=1.0)
+    assert unvouched(folder) == []  # the stage's own records
+    (folder / "provenance.json").write_text(json.dumps({"git_commit": None, "wall_time_s": 1.0}))
+    assert unvouched(folder) == []  # as records written before they named their stage read
+    (folder / "timings.csv").write_text("date,hours\n2026-12-01,3\n")
+    (folder / "provenance.json").write_text('{"source": "my lab notebook"}')
+    assert unvouched(folder) == [folder / "provenance.json", folder / "timings.csv"]
+    (folder / "provenance.json").write_bytes(b"\xff not json")
+    (folder / "timings.csv").write_text("")  # empty: nothing to lose
+    assert unvouched(folder) == [folder / "provenance.json"]
 
 
 def test_a_stage_folder_without_its_record_is_stale_when_read_or_aggregated(tmp_path):

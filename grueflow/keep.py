@@ -1,0 +1,158 @@
+"""What a person put in a stage folder: found, and copied out of ``results/`` before the folder is replaced.
+
+A stage replaces its output folder whole, and Snakemake deletes a job's outputs before the job runs; a file that
+no stage record vouches for (:func:`unvouched`: one its manifest does not list, or lists at another size) may be a
+person's notes as well as a stage's output damaged, and nothing tells which. :func:`keep_copy` copies such files
+to :data:`REPLACED`, outside ``results/``, once per content, before anything deletes them: the Snakefile's checks
+(:mod:`grueflow.stale`) before any job, and a stage (:func:`grueflow.stage.keep_unvouched`) before it replaces or
+refuses its ``--out``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+import secrets
+import shutil
+from pathlib import Path
+from typing import Optional
+
+from grueflow.io import PROVENANCE_RECORD, STAGE_RECORD, UNHASHED, DataError, read_json, sha256_bytes
+
+SNAKEMAKE_TIMESTAMP = ".snakemake_timestamp"  # Snakemake's modification time of a directory() output
+REPLACED = Path(".grueflow") / "replaced"  # copies of what stage folders held that no stage record vouches for
+
+
+def stat_signature(stat: os.stat_result) -> list[int]:
+    """What changes when a file is rewritten or replaced: the device, the inode, the size and both times (a
+    file's change time moves with any write or rename into place, and no tool can set it back)."""
+    return [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+
+
+def unvouched(path: Path) -> list[Path]:
+    """What a rebuild of the stage folder ``path`` would delete that no stage record vouches for, as paths under it
+    (symbolic links as links; Snakemake's timestamp, FIFOs, sockets and devices, which hold no data, left out):
+    every file where its ``stage.json`` is missing, unreadable or holds no manifest; else the files its manifest
+    does not list, and those it lists with another size; never the unhashed records a stage writes (the
+    provenance record and the timings, which no manifest lists: :func:`_stage_record`). ``[path]`` for a file where the
+    folder belongs. Nothing tells whose they are: a stage's output damaged (its record deleted, a copy ``dvc
+    checkout`` restored, which lacks the provenance record), files put there by a person, or both."""
+    if not path.is_dir():
+        return [path] if path.is_file() or path.is_symlink() else []
+    found = []
+    for top, folders, names in os.walk(path):  # links to folders are listed, never followed
+        for name in [*names, *(f for f in folders if os.path.islink(os.path.join(top, f)))]:
+            file = Path(top) / name
+            if file.is_symlink() or (file.is_file() and file != path / SNAKEMAKE_TIMESTAMP):
+                found.append(file)
+    try:
+        manifest = read_json(path / STAGE_RECORD)["files"]
+        sizes = {name: meta["bytes"] for name, meta in manifest.items() if isinstance(meta, dict)}
+    except (OSError, ValueError, KeyError, TypeError):  # no record to go by: all of it but the unhashed records
+        sizes = None
+    return sorted(file for file in found if not _vouched(file, file.relative_to(path).as_posix(), sizes))
+
+
+def _vouched(file: Path, name: str, sizes: Optional[dict[str, int]]) -> bool:
+    """Whether the stage wrote ``file`` (``name`` under its folder, whose manifest gives ``sizes``; None where
+    there is no manifest to go by): an unhashed record (:data:`~grueflow.io.UNHASHED`) that reads as the one a
+    stage writes (:func:`_stage_record`); the stage record beside a manifest; a file the manifest lists, at its
+    size."""
+    if file.is_symlink():
+        return False
+    if name in UNHASHED:
+        return _stage_record(file)
+    if sizes is None:
+        return False
+    return name == STAGE_RECORD or (name in sizes and file.stat().st_size == sizes[name])
+
+
+def _stage_record(file: Path) -> bool:
+    """Whether ``file``, named as an unhashed record, is what a stage writes under that name (no manifest covers
+    it, since it changes from run to run): a provenance record is a JSON object holding ``git_commit`` and
+    ``wall_time_s``; the timings are a CSV whose header starts with ``iteration`` (or an empty file, which holds
+    nothing). A person's own file of that name reads otherwise, and is kept as any other."""
+    try:
+        if file.name == PROVENANCE_RECORD:
+            record = read_json(file)
+            return isinstance(record, dict) and "git_commit" in record and "wall_time_s" in record
+        with open(file, encoding="utf-8", newline="") as handle:
+            header = handle.readline(4096)
+        return header == "" or header.rstrip("\r\n").split(",")[0] == "iteration"
+    except (OSError, ValueError):  # unreadable, not UTF-8, not JSON (a DataError is one): no stage wrote it
+        return False
+
+
+def keep_copy(path: Path, root: Path, files: list[Path]) -> Path:
+    """Copy ``files`` (:func:`unvouched`: under the stage folder ``path``, or ``path`` itself where it is a file) to
+    ``<root>/.grueflow/replaced/<path>@<key>``, as they lie under ``path``, and return that place; ``key`` (12 hex
+    digits) is a digest of their names and stat signatures (a file's content where ``path`` is one, which the stale
+    check stamps), so that the same content, seen by one dry run after another, is copied once. Snakemake deletes
+    an output before its job rebuilds it, and nothing a person put there may go with it. The copy is written under
+    a temporary name of its own and renamed, so a place that exists is complete, whatever runs beside it; one found
+    emptied or cut since (or a file in its place) is left as it is, and the copy made beside it (``@<key>.1``, ...).
+    It is readable by the group, as every output folder is. It lies
+    outside ``results/``: no stage or table reads it, and neither engine tracks it. A copy that fails (a full disk,
+    ``.grueflow`` a file) is a :class:`DataError`: nothing may run."""
+    place, tmp = root / REPLACED / os.path.relpath(os.path.abspath(path), os.path.abspath(root)), None
+    try:
+        if path.is_dir():
+            digest = hashlib.sha256()
+            for file in files:
+                digest.update(os.fsencode(file.relative_to(path)) + f"\0{stat_signature(file.lstat())}\0".encode())
+            key = digest.hexdigest()[:12]
+        elif path.is_symlink():  # copied as the link: what it names may be no file (a FIFO, a socket, a device)
+            key = hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest()[:12]
+        else:  # by content: the stale check stamps the file itself, which changes its times
+            key = sha256_bytes(path)[:12]
+        base = place = place.with_name(f"{place.name}@{key}")
+        for n in itertools.count(1):  # a copy emptied or cut since, or a file in its place: kept, and one beside it
+            if not os.path.lexists(place):
+                break
+            if place.is_dir() and not place.is_symlink() and _holds(place, path, files):
+                return place
+            place = base.with_name(f"{base.name}.{n}")
+        place.parent.mkdir(parents=True, exist_ok=True)
+        tmp = place.parent / f".{place.name}.{os.getpid()}.{secrets.token_hex(4)}"  # a run's own
+        tmp.mkdir()  # the mode a new folder gets (mkdtemp's is 0700): readable by the group, as every output is
+        for file in files:
+            target = tmp / (file.relative_to(path) if path.is_dir() else file.name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if file.is_symlink():  # as the link (shutil refuses one that names a FIFO)
+                os.symlink(os.readlink(file), target)
+            else:
+                shutil.copy2(file, target)
+        try:
+            os.rename(tmp, place)
+            tmp = None
+        except OSError:
+            if not place.is_dir():  # another run's copy of the same content, renamed first, is as good
+                raise
+    except OSError as err:
+        raise DataError(f"keeping a copy of what {path} holds, which a rerun of its stage deletes, in {place} failed "
+                        f"({err.strerror or err}{f': {err.filename}' if err.filename else ''}): copy or move it out "
+                        f"of results/ yourself, or delete it, and run again") from None
+    finally:
+        if tmp is not None:  # a copy that failed, or lost to another run's: nothing of it stays
+            shutil.rmtree(tmp, ignore_errors=True)
+    return place
+
+
+def _holds(place: Path, path: Path, files: list[Path]) -> bool:
+    """Whether the copy ``place`` still holds each of ``files`` (under ``path``) as :func:`keep_copy` wrote it: a
+    link as a link, a file at its size."""
+    for file in files:
+        target = place / (file.relative_to(path) if path.is_dir() else file.name)
+        if file.is_symlink() and not target.is_symlink():
+            return False
+        if not file.is_symlink() and (target.is_symlink() or not target.is_file()
+                                      or target.stat().st_size != file.lstat().st_size):
+            return False
+    return True
+
+
+def listed(path: Path, files: list[Path]) -> str:
+    """``files`` (:func:`unvouched`) named for a line: the first three under ``path``, and how many more."""
+    names = [str(p.relative_to(path)) if p != path else p.name for p in files]
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
