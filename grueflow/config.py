@@ -329,7 +329,8 @@ class ModelConfig:
     ``id`` is a model-registry name (``tiny_gpt2``, ``tiny_t5``, ``pretrained``). ``config``, ``tokenizer`` and
     ``pretrain`` build a tiny model (its sizes, its tokenizer, its pre-training from scratch) and are refused away
     from their defaults for any other source; ``adapt`` then continues pre-training whatever was built or loaded
-    (:class:`AdaptConfig`).
+    (:class:`AdaptConfig`). ``config`` holds keys of the architecture's transformers config class, each value of the
+    type of its default there (:func:`grueflow.models.check_tiny_config`), and no NaN or infinite number.
     ``trust_remote_code`` (``pretrained`` only) lets transformers import and run the Python code that
     a hub repository or model folder ships for its architecture; leave it false unless you have read
     that code: it runs with the pipeline's permissions.
@@ -345,11 +346,12 @@ class ModelConfig:
     trust_remote_code: bool = False
 
     def __post_init__(self) -> None:
-        worded = next(((key, value) for key, value in _walk(self.config, "config")
-                       if isinstance(value, str) and value in YAML11_BOOL_WORDS), None)
-        if worded is not None:  # a boolean written the YAML 1.1 way: transformers' config class would refuse it
-            raise ValueError(f"{worded[0]}: expected true or false, got {worded[1]!r} (YAML 1.2, which grueflow and "
-                             f"DVC read params with, reads yes, no, on and off as text); write true or false")
+        for where, value in _walk(self.config, "config"):  # each key's type: grueflow.models.check_tiny_config
+            if isinstance(value, str) and value in YAML11_BOOL_WORDS:  # transformers' config class would refuse it
+                raise ValueError(f"{where}: expected true or false, got {value!r} (YAML 1.2, which grueflow and DVC "
+                                 f"read params with, reads yes, no, on and off as text); write true or false")
+            if isinstance(value, float) and not math.isfinite(value):  # .nan and .inf: no config value means either
+                raise ValueError(f"{where}: expected a finite number, got {value!r}")
 
 
 def _walk(value: Any, where: str) -> Iterator[tuple[str, Any]]:

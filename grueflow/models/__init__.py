@@ -7,6 +7,8 @@ and prepared by the stage's speed backend (:mod:`grueflow.models.backend`).
 
 from __future__ import annotations
 
+import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Optional
@@ -57,6 +59,93 @@ _FIXED_AS = {  # what build_model sets each to, and what a task gives instead
 }
 
 
+# per architecture: transformers' config class and its keys by the type of their default in it (config_kinds), with
+# the keys every config class has; read here rather than from transformers, whose import (torch with it) params
+# validation never pays; tests/reliability/test_bad_inputs.py checks it against the installed classes
+_PRETRAINED_CONFIG_KEYS = {"bool": "output_hidden_states return_dict is_encoder_decoder output_attentions",
+                           "int": "chunk_size_feed_forward", "str": "transformers_version _name_or_path model_type",
+                           "any": "architectures dtype id2label label2id problem_type"}
+TINY_CONFIG_KEYS = {
+    "gpt2": ("GPT2Config", {
+        "bool": "summary_use_proj summary_proj_to_labels scale_attn_weights use_cache scale_attn_by_inverse_layer_idx "
+                "reorder_and_upcast_attn add_cross_attention tie_word_embeddings",
+        "int": "vocab_size n_positions n_embd n_layer n_head bos_token_id eos_token_id",
+        "float": "resid_pdrop embd_pdrop attn_pdrop layer_norm_epsilon initializer_range summary_first_dropout",
+        "str": "activation_function summary_type", "any": "n_inner summary_activation pad_token_id"}),
+    "llama": ("LlamaConfig", {
+        "bool": "use_cache tie_word_embeddings attention_bias mlp_bias",
+        "int": "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
+               "max_position_embeddings bos_token_id eos_token_id pretraining_tp head_dim",
+        "float": "initializer_range rms_norm_eps attention_dropout", "str": "hidden_act",
+        "any": "pad_token_id rope_parameters"}),
+    "t5": ("T5Config", {
+        "bool": "use_cache is_decoder is_gated_act scale_decoder_outputs tie_word_embeddings",
+        "int": "vocab_size d_model d_kv d_ff num_layers num_decoder_layers num_heads relative_attention_num_buckets "
+               "relative_attention_max_distance pad_token_id eos_token_id",
+        "float": "dropout_rate layer_norm_epsilon initializer_factor classifier_dropout",
+        "str": "feed_forward_proj dense_act_fn", "any": ""}),
+    "bart": ("BartConfig", {
+        "bool": "scale_embedding use_cache is_decoder tie_word_embeddings",
+        "int": "vocab_size max_position_embeddings encoder_layers encoder_ffn_dim encoder_attention_heads "
+               "decoder_layers decoder_ffn_dim decoder_attention_heads d_model pad_token_id bos_token_id eos_token_id "
+               "decoder_start_token_id forced_eos_token_id",
+        "float": "encoder_layerdrop decoder_layerdrop dropout attention_dropout activation_dropout init_std "
+                 "classifier_dropout",
+        "str": "activation_function", "any": ""}),
+}
+MAX_FLOAT = sys.float_info.max
+_EXPECTED = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "a string"}
+
+
+def config_kinds(defaults: dict[str, Any]) -> dict[str, str]:
+    """Each key of a config class's defaults (``config_class().to_dict()``) with the type a value given for it must
+    have: ``bool``, ``int``, ``float`` or ``str`` as its default's, ``any`` where the default is None, a list or a
+    mapping (transformers' own types for those vary: int or None, a list of ints, ...)."""
+    def kind(default: Any) -> str:
+        return next((name for name, tp in (("bool", bool), ("int", int), ("float", float), ("str", str))
+                     if isinstance(default, tp)), "any")
+
+    return {key: kind(default) for key, default in defaults.items()}
+
+
+def tiny_config_kinds(architecture: str) -> dict[str, str]:
+    """:func:`config_kinds` of the architecture's transformers config class, from :data:`TINY_CONFIG_KEYS`."""
+    kinds: dict[str, str] = {}
+    for table in (_PRETRAINED_CONFIG_KEYS, TINY_CONFIG_KEYS[architecture][1]):
+        for kind, names in table.items():
+            kinds.update(dict.fromkeys(names.split(), kind))
+    return kinds
+
+
+def check_tiny_config(architecture: str, config: dict[str, Any], kinds: Optional[dict[str, str]] = None
+                      ) -> dict[str, Any]:
+    """Raise ValueError unless each key of a tiny model's ``config`` is a key of its transformers config class and
+    each value has the type of that key's default (:func:`config_kinds`; ``kinds`` the installed class's when a
+    model is built, :func:`tiny_config_kinds` at validation): transformers refuses a value of another type, or keeps
+    an unknown key as an attribute nothing reads. Returns ``config`` with an integer given for a float key as a
+    float (``layer_norm_epsilon: 1``), which transformers would refuse."""
+    kinds = tiny_config_kinds(architecture) if kinds is None else kinds
+    class_name = TINY_CONFIG_KEYS[architecture][0]
+    unknown = sorted((key for key in config if key not in kinds), key=str)  # a key YAML read as a number is unknown
+    if unknown:  # transformers would keep them as attributes nothing reads: the model would be built without them
+        raise ValueError(f"model.config: {', '.join(map(repr, unknown))} is not a {class_name} key; "
+                         f"size keys: {', '.join(sorted(TINY_DEFAULTS[architecture]))} "
+                         f"(all keys: {', '.join(sorted(kinds))})")
+    values = dict(config)
+    for key, value in config.items():
+        kind = kinds[key]
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        fits = {"bool": isinstance(value, bool), "int": number and isinstance(value, int), "float": number,
+                "str": isinstance(value, str)}.get(kind, True)
+        if not fits:
+            raise ValueError(f"config.{key}: expected {_EXPECTED[kind]}, got {value!r}")
+        if kind == "float":
+            values[key] = float(value) if -MAX_FLOAT <= value <= MAX_FLOAT else math.inf  # an int past it: inf
+            if not math.isfinite(values[key]):
+                raise ValueError(f"config.{key}: expected a finite number, got {value!r}")
+    return values
+
+
 def check_tiny_fixed(architecture: str, config: dict[str, Any]) -> None:
     """Raise ValueError when a tiny model's ``config`` gives a key that the model's build sets itself
     (:data:`TINY_FIXED`: the trained tokenizer's size and special-token ids)."""
@@ -102,8 +191,7 @@ def check_tiny_sizes(architecture: str, config: dict[str, Any], max_length: int,
     """Raise ValueError unless a tiny model's sizes (``config`` over :data:`TINY_DEFAULTS`) build a model that can
     pre-train on ``max_length``-token texts (and adapt on ``adapt_length``-token ones, 0: no adaptation): every size
     an integer >= 1, about :data:`MAX_TINY_PARAMETERS` weights at most (:func:`tiny_parameters`), each width a
-    multiple of its heads, the position limit at least both lengths. Other keys are
-    checked against transformers' config when built."""
+    multiple of its heads, the position limit at least both lengths. Every key's type: :func:`check_tiny_config`."""
     sizes = {**TINY_DEFAULTS[architecture], **config}
     for key in TINY_DEFAULTS[architecture]:
         value = sizes[key]
@@ -147,6 +235,7 @@ class TinySource:
         check_tiny_fixed(self.architecture, dict(cfg.config))
         check_tiny_sizes(self.architecture, dict(cfg.config), cfg.pretrain.max_length,
                          cfg.adapt.max_length if cfg.adapt.steps > 0 else 0)
+        check_tiny_config(self.architecture, dict(cfg.config))
 
 
 @dataclass(frozen=True)

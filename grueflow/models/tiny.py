@@ -20,7 +20,8 @@ from transformers import (BartConfig, BartForConditionalGeneration, GPT2Config, 
                           LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration)
 
 from grueflow.config import ConfigError, ModelConfig, PretrainConfig
-from grueflow.models import TINY_DEFAULTS, TINY_FIXED, check_tiny_fixed, model_kind
+from grueflow.models import (TINY_DEFAULTS, TINY_FIXED, check_tiny_config, check_tiny_fixed, config_kinds,
+                             model_kind)
 
 log = logging.getLogger(__name__)
 
@@ -47,20 +48,15 @@ def build_model(architecture: str, config: dict[str, Any], tokenizer: PreTrained
     torch.manual_seed(seed)
     if architecture not in DEFAULTS:
         raise ValueError(f"no tiny architecture {architecture!r}; valid: {', '.join(sorted(DEFAULTS))}")
-    sizes = {**DEFAULTS[architecture], **config}
     config_class, model_class = {"gpt2": (GPT2Config, GPT2LMHeadModel), "llama": (LlamaConfig, LlamaForCausalLM),
                                  "t5": (T5Config, T5ForConditionalGeneration),
                                  "bart": (BartConfig, BartForConditionalGeneration)}[architecture]
     try:
         check_tiny_fixed(architecture, config)
+        values = check_tiny_config(architecture, config, config_kinds(config_class().to_dict()))
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    known = set(config_class().to_dict())
-    unknown = sorted(set(config) - known)
-    if unknown:  # transformers would keep them as attributes nothing reads: the model would be built without them
-        raise ConfigError(f"model.config: {', '.join(map(repr, unknown))} is not a {config_class.__name__} key; "
-                          f"size keys: {', '.join(sorted(DEFAULTS[architecture]))} "
-                          f"(all keys: {', '.join(sorted(known))})")
+    sizes = {**DEFAULTS[architecture], **values}
     return model_class(config_class(**sizes, **fixed_config(architecture, tokenizer)))
 
 

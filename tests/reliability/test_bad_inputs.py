@@ -5,9 +5,10 @@ Categories (388 cases in all, as collected; grown with each hostile pass):
 
 - params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``): unknown keys, wrong types,
   out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline
-  metrics, suites, model paths, a tiny model's settings on a pretrained one and the keys its build sets, generation
-  settings (beams, penalties, ``min_length``, post-processing, sampling settings with greedy decoding), null
-  sections, duplicate keys, YAML 1.1 octal integers, alias bombs and the params file itself;
+  metrics, suites, model paths, a tiny model's settings on a pretrained one, the keys its build sets and its config
+  keys and value types (against transformers' config class), generation settings (beams, penalties,
+  ``min_length``, post-processing, sampling settings with greedy decoding), null sections, duplicate keys, YAML
+  1.1 octal integers, alias bombs and the params file itself;
 - data files, through the datapool loaders and the datapool reader: missing, a folder, not UTF-8, not JSON
   or not rows (a ``.jsonl`` line that is no object, a ``.json`` that is no list), CSV rows longer than their
   header, repeated header columns, broken quotes, no rows, empty splits, missing columns, empty prompts and
@@ -171,6 +172,35 @@ PARAMS = [
     P(Bad(SENTIMENT, setting("model.config.rope_scaling", {"factor": 2.0, "dynamic": "no"}), (
         "sentiment.yaml: model: config.rope_scaling.dynamic: expected true or false, got 'no'",)),
       id="model-config-nested-bool-written-no"),
+    # model.config values transformers' config class refuses, or builds a model that cannot train (were tracebacks in
+    # base_model, after prepare_datapool ran), and keys it does not know
+    P(Bad(SENTIMENT, setting("model.config.scale_attn_weights", 1), (
+        "sentiment.yaml: model: config.scale_attn_weights: expected true or false, got 1",)),
+      id="model-config-bool-written-1"),
+    P(Bad(SENTIMENT, setting("model.config.scale_attn_weights", "true"), (
+        "sentiment.yaml: model: config.scale_attn_weights: expected true or false, got 'true'",)),
+      id="model-config-bool-quoted"),
+    P(Bad(SENTIMENT, setting("model.config.layer_norm_epsilon", "1.0e-5"), (
+        "sentiment.yaml: model: config.layer_norm_epsilon: expected a number, got '1.0e-5'",)),
+      id="model-config-float-quoted"),
+    P(Bad(SENTIMENT, setting("model.config.resid_pdrop", float("nan")), (
+        "sentiment.yaml: model: config.resid_pdrop: expected a finite number, got nan",)), id="model-config-nan"),
+    P(Bad(SENTIMENT, setting("model.config.layer_norm_epsilon", float("inf")), (
+        "sentiment.yaml: model: config.layer_norm_epsilon: expected a finite number, got inf",)),
+      id="model-config-inf"),
+    P(Bad(SENTIMENT, setting("model.config.rope_scaling", {"factor": float("-inf")}), (
+        "sentiment.yaml: model: config.rope_scaling.factor: expected a finite number, got -inf",)),
+      id="model-config-nested-inf"),
+    P(Bad(CONCEPTS, setting("model.config.relative_attention_max_distance", 1.5), (
+        "concepts.yaml: model: config.relative_attention_max_distance: expected an integer, got 1.5",)),
+      id="model-config-t5-int-written-1.5"),
+    P(Bad(SENTIMENT, setting("model.config.activation_function", 3), (
+        "sentiment.yaml: model: config.activation_function: expected a string, got 3",)), id="model-config-str-int"),
+    P(Bad(SENTIMENT, setting("model.config.not_a_key", 1), (
+        "sentiment.yaml: model: model.config: 'not_a_key' is not a GPT2Config key; size keys: n_embd, n_head, "
+        "n_layer, n_positions (all keys: _name_or_path, activation_function,",)), id="model-config-unknown-key"),
+    P(Bad(SENTIMENT, lambda data: data["model"]["config"].update({1: 2, "a_b": 3}), (
+        "sentiment.yaml: model: model.config: 1, 'a_b' is not a GPT2Config key",)), id="model-config-integer-key"),
     # wrong types
     P(Bad(SENTIMENT, setting("lengths.prompt", "long"), ("sentiment.yaml: lengths.prompt: expected an integer, got "
                                                          "'long'",)), id="type-int"),
@@ -2113,6 +2143,47 @@ def test_a_tiny_model_config_key_transformers_does_not_know_is_refused_when_buil
     with pytest.raises(ConfigError, match=r"model.config: 'n_layr' is not a GPT2Config key; size keys: n_embd, "
                                           r"n_head, n_layer, n_positions"):
         build_model("gpt2", {"n_layr": 1}, tokenizer, seed=0)
+
+
+def test_the_config_keys_read_at_validation_are_the_installed_transformers_config_classes():
+    """Validation reads each architecture's config keys and their types from a table (importing transformers would
+    import torch); build_model checks against the installed class with the same helper: the two must agree."""
+    from transformers import BartConfig, GPT2Config, LlamaConfig, T5Config
+
+    from grueflow.models import TINY_CONFIG_KEYS, config_kinds, tiny_config_kinds
+
+    classes = {"gpt2": GPT2Config, "llama": LlamaConfig, "t5": T5Config, "bart": BartConfig}
+    assert set(classes) == set(TINY_CONFIG_KEYS)
+    for architecture, config_class in classes.items():
+        assert TINY_CONFIG_KEYS[architecture][0] == config_class.__name__
+        assert tiny_config_kinds(architecture) == config_kinds(config_class().to_dict()), architecture
+
+
+def test_the_valid_neighbours_of_refused_model_config_values_load_and_build(params: Path):
+    """An integer for a float key (transformers refuses layer_norm_epsilon=1) is built as that float; a key whose
+    default is None or a mapping takes what its class takes."""
+    from grueflow.models.tiny import build_model, train_tokenizer
+
+    given = {"layer_norm_epsilon": 1, "resid_pdrop": 0, "n_inner": None, "id2label": {0: "neg", 1: "pos"}}
+    path = params / SENTIMENT
+    data = yaml.safe_load(path.read_text())
+    data["model"]["config"].update(given)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    config = dict(load(params, SENTIMENT).model.config)
+    model = build_model("gpt2", config, train_tokenizer(["a b c d e f g"] * 4, 300), seed=0)
+    assert (model.config.layer_norm_epsilon, model.config.resid_pdrop, model.config.n_inner) == (1.0, 0.0, None)
+    assert isinstance(model.config.layer_norm_epsilon, float) and model.config.id2label == {0: "neg", 1: "pos"}
+
+
+def test_a_tiny_model_config_value_of_the_wrong_type_is_refused_when_built():
+    """scale_attn_weights: 1 ended in transformers' StrictDataclassFieldValidationError traceback."""
+    from grueflow.models.tiny import build_model, train_tokenizer
+
+    tokenizer = train_tokenizer(["a b c d e f g"] * 4, 300)
+    with pytest.raises(ConfigError, match=r"^config\.scale_attn_weights: expected true or false, got 1$"):
+        build_model("gpt2", {"scale_attn_weights": 1}, tokenizer, seed=0)
+    with pytest.raises(ConfigError, match=r"^model\.config: 1, 'n_layr' is not a GPT2Config key"):
+        build_model("gpt2", {1: 2, "n_layr": 1}, tokenizer, seed=0)
 
 
 def test_a_tiny_model_config_key_the_build_sets_is_refused_when_built_and_set_from_the_tokenizer():
