@@ -858,6 +858,11 @@ YAML12_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
 YAML11_BOOL_WORDS = frozenset("yes Yes YES no No NO on On ON off Off OFF".split())  # text in YAML 1.2
 
 
+# the scalar tags whose constructors can fail on a value: what each builds, and how to write one
+_TAG_KINDS = {"!!timestamp": ("date", "a date (2024-02-29)"), "!!int": ("integer", "an integer"),
+              "!!float": ("number", "a number"), "!!bool": ("boolean", "true or false")}
+
+
 class _StrictLoader(yaml.SafeLoader):
     """YAML's safe loader reading plain scalars as YAML 1.2 does (DVC's reader, which records the params a stage
     ran with): ``1e-05`` is a float and ``no`` a string, where YAML 1.1 (PyYAML, Snakemake) reads the string
@@ -873,7 +878,7 @@ class _StrictLoader(yaml.SafeLoader):
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
+        for key_node, _ in node.value if isinstance(node, yaml.MappingNode) else ():  # !!set [1]: PyYAML's error
             if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults`
                 raise yaml.constructor.ConstructorError(
                     None, None, "a merge key (<<) is not read in a params file: YAML readers disagree on it (which "
@@ -889,6 +894,26 @@ class _StrictLoader(yaml.SafeLoader):
                                 f"keep one", key_node.start_mark)
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """PyYAML's, with a value its constructor cannot build (``2024-02-30``, ``!!int 1.5``: a bare ValueError,
+        KeyError, ... from the constructor) raised as a ConstructorError at the value's line and column."""
+        try:
+            return super().construct_object(node, deep=deep)
+        except (ValueError, TypeError, KeyError, AttributeError, IndexError, OverflowError) as err:
+            raise yaml.constructor.ConstructorError(None, None, self._unbuildable(node, err), node.start_mark) from None
+
+    def _unbuildable(self, node: yaml.Node, err: Exception) -> str:
+        """Why ``node`` cannot be built, and how to write it: quoted, as text, when its tag was resolved from its
+        look (a date), without the tag when the file gives one (``!!int``)."""
+        short = node.tag.replace("tag:yaml.org,2002:", "!!")
+        kind, written = _TAG_KINDS.get(short, (f"{short} value", f"a {short} value"))
+        why = f" ({err})" if isinstance(err, (ValueError, OverflowError)) else ""  # others' text names no cause
+        if not isinstance(node, yaml.ScalarNode):
+            return f"this {node.id} is no {kind}{why}; remove the {short} tag"
+        implicit = node.style is None and self.resolve(yaml.ScalarNode, node.value, (True, False)) == node.tag
+        how = "quote it for a string" if implicit else f"remove the {short} tag, or write {written}"
+        return f"{node.value or 'an empty value'} is no {kind}{why}; {how}"
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int | str:
         text = str(self.construct_scalar(node))
@@ -932,8 +957,9 @@ def _expanded_size(data: Any, limit: int) -> int:
 
 def read_yaml(path: str | Path) -> Any:
     """A params file as plain data; a missing file, bad UTF-8, bad YAML, a repeated key, an integer with a leading
-    zero (YAML 1.1 octal) or aliases that expand past :data:`MAX_YAML_VALUES` values raise :class:`ConfigError`
-    naming the file (and the line); so does a FIFO, a socket or a device (:func:`grueflow.io.refuse_special_file`).
+    zero (YAML 1.1 octal), a value its tag cannot build (``2024-02-30``, ``!!int 1.5``) or aliases that expand past
+    :data:`MAX_YAML_VALUES` values raise :class:`ConfigError` naming the file (and the line); so does a FIFO, a
+    socket or a device (:func:`grueflow.io.refuse_special_file`).
 
     A file whose text is JSON is read as JSON, whatever its suffix, as Snakemake reads a config file (JSON first,
     then YAML): JSON may be indented with tabs, which YAML refuses."""

@@ -544,6 +544,14 @@ PARAMS = [
         "suite.yaml: seeds[0]: expected an integer, got '1:30'",)), id="base-60-seed"),
     P(Bad(PPO, as_text(lambda text: text.replace("learning_rate: 0.0005\n", "learning_rate: 1:30.5\n")), (
         "ppo.yaml: learning_rate: expected a number, got '1:30.5'",)), id="base-60-float"),
+    # a value its YAML tag cannot build: a date-like typo that is no date, an explicit tag on another value (were a
+    # bare ValueError traceback from PyYAML's constructor)
+    P(Bad(PPO, as_text(lambda text: text.replace("learning_rate: 0.0005\n", "learning_rate: 2024-02-30\n")), (
+        "ppo.yaml: line 5, column 16: not valid YAML: 2024-02-30 is no date (day is out of range for month); quote it "
+        "for a string",)), id="date-that-is-no-date"),
+    P(Bad(PPO, as_text(lambda text: text.replace("learning_rate: 0.0005\n", "learning_rate: !!int 1.5\n")), (
+        "ppo.yaml: line 5, column 16: not valid YAML: 1.5 is no integer (invalid literal for int() with base 10: "
+        "'1.5'); remove the !!int tag, or write an integer",)), id="int-tag-on-a-float"),
     # tiny model config keys that the build sets from the trained tokenizer
     P(Bad(SENTIMENT, setting("model.config.vocab_size", 50), (
         "sentiment.yaml: model: model.config.vocab_size = 50 is set when a tiny model is built, to the size of the "

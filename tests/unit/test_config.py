@@ -2,6 +2,7 @@
 
 import ast
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -404,6 +405,32 @@ def test_the_strict_loader_reads_every_shipped_params_file_as_the_safe_loader_do
     with pytest.raises(ConfigError, match=r"n\.yaml: line 2, column 9: not valid YAML: -010 is an octal number in "
                                           r"YAML 1\.1 \(-8\); write -10, or '-010' for a string$"):
         read_yaml(tmp_path / "n.yaml")
+
+
+@pytest.mark.parametrize("text, expect", [
+    ("a: 2024-13-01\n", r"line 1, column 4: not valid YAML: 2024-13-01 is no date \(month must be in 1\.\.12\); "
+                        r"quote it for a string"),
+    ("a: [1, 2024-02-30 12:00:00]\n", r"line 1, column 8: not valid YAML: 2024-02-30 12:00:00 is no date \(day is out "
+                                      r"of range for month\); quote it for a string"),
+    ("a:\n  b: ._\n", r"line 2, column 6: not valid YAML: \._ is no number \(could not convert string to float: "
+                      r"'\.'\); quote it for a string"),
+    ("a: !!timestamp soon\n", r"line 1, column 4: not valid YAML: soon is no date; remove the !!timestamp tag, or "
+                              r"write a date \(2024-02-29\)"),
+    ("a: !!bool maybe\n", r"line 1, column 4: not valid YAML: maybe is no boolean; remove the !!bool tag, or write "
+                          r"true or false"),
+    ("a: !!float\n", r"line 1, column 4: not valid YAML: an empty value is no number; remove the !!float tag, or "
+                     r"write a number"),
+    ("a: !!set [1]\n", r"line 1, column 4: not valid YAML: expected a mapping node, but found sequence"),
+], ids=["month-13", "no-such-day-in-a-list", "float-of-no-digits", "timestamp-tag", "bool-tag", "empty-float-tag",
+        "set-of-a-list"])
+def test_a_value_its_yaml_tag_cannot_build_is_named_at_its_line(tmp_path, text: str, expect: str):
+    """PyYAML's constructors raised a bare ValueError (a date with no such day, !!int 1.5), KeyError or TypeError
+    (!!set of a list, in the strict loader's repeated-key check)."""
+    from grueflow.config import read_yaml
+
+    (tmp_path / "t.yaml").write_text(text)
+    with pytest.raises(ConfigError, match=rf"^{re.escape(str(tmp_path / 't.yaml'))}: {expect}$"):
+        read_yaml(tmp_path / "t.yaml")
 
 
 # Plain scalars whose YAML 1.1 (PyYAML) and YAML 1.2 (DVC's ruamel.yaml) readings differ, and neighbours that agree
