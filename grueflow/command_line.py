@@ -19,29 +19,70 @@ import yaml
 from grueflow.config import ConfigError
 
 
+# Snakemake's long options that grueflow's checks read, each with the shortest prefix that names it alone among
+# Snakemake 9's long options: its parser (snakemake.cli.get_argument_parser()) takes argparse's abbreviations, so
+# --prof is --profile. An option that each of its shorter prefixes shares with another (--config, --configfile) is
+# read in full only. Kept as data, as SHORT_FLAGS is; a test compares it with the installed Snakemake's parser.
+ABBREVIATIONS = {"--profile": "--pro", "--workflow-profile": "--wo", "--directory": "--di", "--config": "--config",
+                 "--configfile": "--configfile", "--configfiles": "--configfiles"}
+SHORT_OPTIONS = {"--directory": "d", "--config": "C"}  # the one-letter spelling of an option of ABBREVIATIONS
+
+
+def long_option(arg: str) -> tuple[Optional[str], Optional[str]]:
+    """The option of :data:`ABBREVIATIONS` that ``arg`` names as Snakemake's parser reads it (in full, or a prefix at
+    least as long as its entry), with the value attached by ``=`` (None where none is); (None, None) for any other
+    argument."""
+    if not arg.startswith("--"):
+        return None, None
+    name, equals, value = arg.partition("=")
+    for option, shortest in ABBREVIATIONS.items():
+        if name == option or (name.startswith(shortest) and option.startswith(name)):
+            return option, value if equals else None
+    return None, None
+
+
 def option_values(argv: Sequence[str], option: str) -> list[str]:
-    """The values ``argv`` gives ``option`` (``option VALUE`` or ``option=VALUE``), in order, up to a ``--``."""
+    """The values ``argv`` gives ``option`` of :data:`ABBREVIATIONS`, in order, up to a ``--``: ``option VALUE`` or
+    ``option=VALUE``, the option written in full or abbreviated as Snakemake's parser takes it, or with its letter of
+    :data:`SHORT_OPTIONS` (``-d VALUE``, ``-dVALUE``, bundled after short flags: ``-nd VALUE``)."""
     values = []
     for i, arg in enumerate(argv):
         if arg == "--":
             break
-        if arg == option and i + 1 < len(argv):
+        name, attached = long_option(arg)
+        if name is None and option in SHORT_OPTIONS:
+            attached = _short_value(arg, SHORT_OPTIONS[option])
+            name = option if attached is not None else None
+        if name != option:
+            continue
+        if attached:
+            values.append(attached)
+        elif i + 1 < len(argv):
             values.append(argv[i + 1])
-        elif arg.startswith(f"{option}="):
-            values.append(arg.removeprefix(f"{option}="))
     return values
 
 
 def _snakemake_lookup(name: str) -> Optional[str]:
-    """The profile file Snakemake's own command line finds for ``name`` (snakemake.cli.get_profile_dir: a folder, a
-    name under its config folders, the versioned ``config.v8+.yaml`` first), or None; None too where this Snakemake
-    has no such function."""
-    try:
-        from snakemake.cli import get_profile_dir
-    except ImportError:
-        return None
+    """The profile file Snakemake's own command line finds for ``name`` from the working folder
+    (snakemake.cli.get_profile_dir: a folder, a name under its config folders, the versioned ``config.v8+.yaml``
+    first), or None."""
+    from snakemake.cli import get_profile_dir
+
     found = get_profile_dir(name)
     return str(found[1]) if found is not None else None
+
+
+def start_folder(argv: Sequence[str], environ: Mapping[str, str]) -> Optional[Path]:
+    """The folder Snakemake was started in, where its command line looked up the profiles given as relative paths:
+    the working folder, unless ``-d``/``--directory`` moved Snakemake before the Snakefile ran; then the shell's
+    working folder ``$PWD`` where the relative ``-d`` leads from there to here, else None (it cannot be told)."""
+    moved = (option_values(argv, "--directory") or [None])[-1]
+    if moved is None:
+        return Path.cwd()
+    shell = Path(environ.get("PWD", ""))
+    if shell.is_absolute() and not Path(moved).is_absolute() and (shell / moved).resolve() == Path.cwd().resolve():
+        return shell
+    return None
 
 
 def profile_files(argv: Sequence[str], environ: Mapping[str, str], basedir: str | Path,
@@ -50,7 +91,10 @@ def profile_files(argv: Sequence[str], environ: Mapping[str, str], basedir: str 
     finds them (snakemake.cli.parse_args): each ``--profile``, else ``$SNAKEMAKE_PROFILE`` (a name, a path, or a
     ``[a, b]`` list); then the workflow profile: ``--workflow-profile``, a file, or a folder looked for as given,
     under ``profiles/`` and under the Snakefile's folder ``basedir``'s ``profiles/``, else ``profiles/default``
-    where there is one. ``none`` turns either off."""
+    where there is one. ``none`` turns either off. Relative paths are read from the folder Snakemake was started in
+    (:func:`start_folder`). A profile given that cannot be found (Snakemake was moved by ``-d`` from a folder that
+    cannot be told, or a ``--workflow-profile`` that names nothing, which Snakemake skips) raises ConfigError:
+    its settings could not be checked."""
     profiles = option_values(argv, "--profile")
     if not profiles and environ.get("SNAKEMAKE_PROFILE"):  # configargparse reads the variable only then
         given = environ["SNAKEMAKE_PROFILE"]
@@ -62,15 +106,47 @@ def profile_files(argv: Sequence[str], environ: Mapping[str, str], basedir: str 
                 profiles = [name.strip() for name in given[1:-1].split(",")]
     if profiles == ["none"]:
         profiles = []
+    start = start_folder(argv, environ)
+    start = Path() if start is None or start.resolve() == Path.cwd().resolve() else start  # unknown: read from here
+    found = []
+    for name in profiles:
+        file = lookup(_started_in(start, name))
+        if file is None:
+            raise ConfigError(_not_found("--profile", name, argv))
+        found.append(file)
     chosen = (option_values(argv, "--workflow-profile") or [None])[-1]
-    if chosen != "none":
-        if not chosen or not Path(chosen).is_file():
-            name = Path(chosen or "default")
-            chosen = next((str(place) for place in (name, "profiles" / name, Path(basedir) / "profiles" / name)
-                           if place.exists()), None)
-        if chosen:
-            profiles.append(chosen)
-    return [found for found in map(lookup, profiles) if found is not None]
+    if chosen == "none":
+        return found
+    given = _started_in(start, chosen) if chosen else None
+    if not given or not Path(given).is_file():
+        name = Path(chosen or "default")
+        places = (start / name, start / "profiles" / name, Path(basedir) / "profiles" / name)
+        given = next((str(place) for place in places if place.exists()), None)
+    if given is None and chosen:
+        raise ConfigError(_not_found("--workflow-profile", chosen, argv))
+    if given is not None:
+        file = lookup(given)
+        if file is None:
+            raise ConfigError(_not_found("--workflow-profile", chosen or given, argv))
+        found.append(file)
+    return found
+
+
+def _started_in(start: Path, name: str) -> str:
+    """The profile ``name`` as Snakemake read it in the folder ``start`` it was started in: the path from there where
+    one is there; else ``name`` (a name under Snakemake's config folders, or a path from here)."""
+    return str(start / name) if (start / name).exists() else name
+
+
+def _not_found(option: str, name: str, argv: Sequence[str]) -> str:
+    """Why ``option``'s profile ``name`` was not found, and what to give instead."""
+    moved = (option_values(argv, "--directory") or [None])[-1]
+    if moved is not None:
+        return (f"{option} {name} names no profile found from {Path.cwd()}, where -d/--directory {moved} moved "
+                f"Snakemake from the folder it read the profile in, so its settings cannot be checked: give {option} "
+                f"the profile's absolute path")
+    return (f"{option} {name} names no profile (a folder holding config.yaml, or the file), and Snakemake would run "
+            f"without it without a word: give the profile's path")
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -129,16 +205,18 @@ def _profile_data(path: str | Path) -> dict:
 SHORT_FLAGS = frozenset("DFSafhklnptv")
 
 
-def _short_config(arg: str) -> Optional[str]:
-    """The value ``-C`` takes in a bundle of short options (``-Ck=v`` -> ``k=v``; ``-nC`` -> "", its value in the
-    next arguments), or None where ``arg`` holds no ``-C``: argparse reads the letters after ``-`` as flags until
-    one takes a value, which takes the rest."""
+def _short_value(arg: str, letter: str) -> Optional[str]:
+    """The value the one-letter option ``-<letter>`` takes in a bundle of short options (``-Ck=v`` -> ``k=v``;
+    ``-C=k=v`` -> ``k=v``; ``-nC`` -> "", its value in the next arguments), or None where ``arg`` holds no such
+    option: argparse reads the letters after ``-`` as flags until one takes a value, which takes the rest."""
     if not arg.startswith("-") or arg.startswith("--") or len(arg) < 2:
         return None
-    for k, letter in enumerate(arg[1:], start=1):
-        if letter == "C":
+    if arg.startswith(f"-{letter}="):
+        return arg[3:]
+    for k, found in enumerate(arg[1:], start=1):
+        if found == letter:
             return arg[k + 1:]
-        if letter not in SHORT_FLAGS:
+        if found not in SHORT_FLAGS:
             return None
     return None
 
@@ -169,10 +247,9 @@ def configfile_options(argv: Sequence[str]) -> list[list[str]]:
     for i, arg in enumerate(argv):
         if arg == "--":
             break
-        if arg in CONFIGFILE_OPTIONS:
-            options.append(_words_after(argv, i))
-        elif arg.startswith(tuple(f"{option}=" for option in CONFIGFILE_OPTIONS)):
-            options.append([arg.split("=", 1)[1]])
+        name, attached = long_option(arg)
+        if name in CONFIGFILE_OPTIONS:
+            options.append([attached] if attached is not None else _words_after(argv, i))
     return options
 
 
@@ -207,15 +284,12 @@ def check_config_given_once(argv: Sequence[str], profiles: Sequence[str | Path])
                           f"Snakemake keeps only {suites[-1][0]}'s: give the suite in one")
     options, items = [], []
     for i, arg in enumerate(argv):
-        if arg in ("--config", "-C"):
-            given = _words_after(argv, i)
-        elif arg.startswith("--config="):
-            given = [arg.removeprefix("--config=")]
-        elif _short_config(arg) is not None:  # -Ck=v, or -C among other short flags: -nC k=v, -nCk=v
-            attached = _short_config(arg)
-            given = [attached] if attached else _words_after(argv, i)
-        else:
-            continue
+        name, attached = long_option(arg)
+        if name != "--config":  # -C k=v, -Ck=v, or -C among other short flags: -nC k=v, -nCk=v
+            attached = _short_value(arg, "C")
+            if attached is None:
+                continue
+        given = [attached] if attached else _words_after(argv, i)
         options.append(" ".join(given))
         items += given
     if len(options) > 1:

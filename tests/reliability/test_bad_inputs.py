@@ -1574,13 +1574,20 @@ PROFILE_SEEDS = 'cores: 1\nconfig:\n  - "seeds=[0,1]"\n'
      "invalid params: the profile prof/config.yaml sets configfile (params/suites/algorithms.yaml) and the command "
      "line gives --configfile (params/suite.yaml); Snakemake keeps the command line's suite files alone, dropping "
      "the profile's: give the suite in one of them"),
+    ({"prof": "configfile: params/suites/algorithms.yaml\n"}, ["--prof", "prof", "--configfile", "params/suite.yaml"],
+     {}, "invalid params: the profile prof/config.yaml sets configfile (params/suites/algorithms.yaml) and the "
+     "command line gives --configfile (params/suite.yaml)"),
+    ({"wf": PROFILE_SEEDS}, ["--workflow-prof=wf", "--config", "tasks=[sentiment]"], {},
+     "invalid params: the profile wf/config.yaml sets config (seeds=[0,1]) and the command line gives --config "
+     "(tasks=[sentiment])"),
 ], ids=["profile-and-command-line", "environment-profile", "key-twice", "two-profiles", "short-option-attached",
-        "mapping-key-twice", "profile-configfile-and-command-line"])
+        "mapping-key-twice", "profile-configfile-and-command-line", "abbreviated-profile", "abbreviated-workflow"])
 def test_snakemake_refuses_a_profile_config_that_snakemake_would_drop_in_part(tmp_path: Path, profiles, args, env,
                                                                                expect):
     """A profile's config: [seeds=[0,1]] with --config 'tasks=[sentiment]' on the command line planned seed 0 alone,
     a profile giving seeds twice kept the last, and a profile's configfile beside --configfile planned the command
-    line's suite alone, with no word: Snakemake reads a profile's settings as the command line's defaults."""
+    line's suite alone, with no word: Snakemake reads a profile's settings as the command line's defaults. --prof
+    (which Snakemake's parser reads as --profile) skipped every one of these checks."""
     project = copy_project(tmp_path / "project")
     for name, text in profiles.items():
         (project / name).mkdir()
@@ -1591,6 +1598,25 @@ def test_snakemake_refuses_a_profile_config_that_snakemake_would_drop_in_part(tm
     output = result.stdout + result.stderr
     assert result.returncode != 0 and expect in output, output
     assert "Job stats" not in output, output
+
+
+def test_snakemake_started_elsewhere_with_directory_checks_a_relative_profile(tmp_path: Path):
+    """snakemake -s project/Snakefile -d project --profile prof, started outside the project: the Snakefile runs in
+    the project, where prof is not, and the profile's configfile beside --configfile was dropped with no word."""
+    project = copy_project(tmp_path / "project")
+    (tmp_path / "prof").mkdir()
+    (tmp_path / "prof" / "config.yaml").write_text("configfile: params/suites/algorithms.yaml\n")
+    command = [str(Path(PY).parent / "snakemake"), "-n", "--cores", "1", "-s", "project/Snakefile", "-d", "project",
+               "--profile", "prof", f"--configfile={project / 'params' / 'suite.yaml'}", "results/grue_table.csv"]
+    for pwd, expect in [(str(tmp_path), f"invalid params: the profile {tmp_path}/prof/config.yaml sets configfile "
+                                        f"(params/suites/algorithms.yaml) and the command line gives --configfile"),
+                        ("/", f"invalid params: --profile prof names no profile found from {project}, where "
+                              f"-d/--directory project moved Snakemake from the folder it read the profile in")]:
+        result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                                env={**{k: v for k, v in os.environ.items() if k != "SNAKEMAKE_PROFILE"}, "PWD": pwd})
+        output = result.stdout + result.stderr
+        assert result.returncode != 0 and expect in output, output
+        assert "Job stats" not in output, output
 
 
 def test_snakemake_takes_a_profile_config_alone_and_a_shipped_profile_with_config(tmp_path: Path):

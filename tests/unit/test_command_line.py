@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from grueflow.command_line import SHORT_FLAGS, check_config_given_once
+from grueflow.command_line import ABBREVIATIONS, SHORT_FLAGS, check_config_given_once, profile_files
 from grueflow.config import ConfigError
 
 
@@ -16,6 +16,60 @@ def test_the_short_flags_are_the_installed_snakemakes():
     actions = get_argument_parser()._actions
     assert SHORT_FLAGS == {s[1] for a in actions for s in a.option_strings
                            if len(s) == 2 and s[1] != "-" and a.nargs == 0}
+
+
+def test_the_abbreviations_are_the_installed_snakemakes():
+    """Each option the checks read, with the shortest prefix Snakemake's parser takes for it alone: a Snakemake that
+    adds an option sharing a prefix (or turns abbreviations off) fails here, not silently in the checks."""
+    from snakemake.cli import get_argument_parser
+
+    parser = get_argument_parser()
+    longs = {s for a in parser._actions for s in a.option_strings if s.startswith("--")}
+    for option, shortest in ABBREVIATIONS.items():
+        alone = [option[:k] for k in range(3, len(option) + 1) if {s for s in longs if s.startswith(option[:k])}
+                 == {option}]
+        assert shortest == (alone[0] if alone and parser.allow_abbrev else option), option
+
+
+def _profile(folder, text="configfile: params/suites/algorithms.yaml\n"):
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text(text)
+    return str(folder / "config.yaml")
+
+
+@pytest.mark.parametrize("argv", [["--prof", "P"], ["--pro=P"], ["--workflow-prof", "P"], ["--wo=P"],
+                                  ["--profile", "none", "--workflow-p", "P"]])
+def test_an_abbreviated_profile_option_is_read_as_snakemake_reads_it(tmp_path, monkeypatch, argv):
+    """--prof P (which Snakemake's parser reads as --profile P) was not seen: the profile checks were skipped."""
+    monkeypatch.chdir(tmp_path)
+    _profile(tmp_path / "P")
+    assert profile_files(argv, {}, tmp_path) == ["P/config.yaml"]
+
+
+def test_a_relative_profile_with_directory_is_read_from_the_folder_snakemake_started_in(tmp_path, monkeypatch):
+    """snakemake -d p1 --profile prof, started outside p1: the Snakefile runs in p1, where prof is not, and the
+    profile was skipped. It is found from $PWD where -d leads from there here; else refused, naming it."""
+    expected = _profile(tmp_path / "prof")
+    (tmp_path / "p1").mkdir()
+    monkeypatch.chdir(tmp_path / "p1")
+    for argv in (["-d", "p1", "--profile", "prof"], ["--dir=p1", "--pro", "prof"], ["-nd", "p1", "--profile", "prof"]):
+        assert profile_files(argv, {"PWD": str(tmp_path)}, tmp_path / "p1") == [expected], argv
+    for environ in ({}, {"PWD": str(tmp_path / "p1")}):  # no shell folder, or one -d p1 does not lead here from
+        with pytest.raises(ConfigError, match=rf"^--profile prof names no profile found from {tmp_path}/p1, where "
+                                              r"-d/--directory p1 moved Snakemake from the folder it read the profile "
+                                              r"in, so its settings cannot be checked: give --profile the profile's "
+                                              r"absolute path$"):
+            profile_files(["-d", "p1", "--profile", "prof"], environ, tmp_path / "p1")
+
+
+def test_a_workflow_profile_that_names_nothing_is_refused(tmp_path, monkeypatch):
+    """Snakemake runs without a --workflow-profile it cannot find, with no word."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"^--workflow-profile wf names no profile \(a folder holding config\.yaml, "
+                                          r"or the file\), and Snakemake would run without it without a word: give "
+                                          r"the profile's path$"):
+        profile_files(["--workflow-profile", "wf"], {}, tmp_path)
+    assert profile_files([], {}, tmp_path) == []
 
 
 @pytest.mark.parametrize("argv", [["-nC", "seeds=[0]", "-C", "tasks=[a]"], ["-nCseeds=[0]", "-Cseeds=[1]"],
@@ -65,3 +119,4 @@ def test_a_profiles_configfile_beside_another_is_refused(tmp_path):
                                           rf"only {second}'s: give the suite in one$"):
         check_config_given_once([], [first, second])
     check_config_given_once(["-n"], [first])
+
