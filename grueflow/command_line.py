@@ -180,12 +180,23 @@ def profile_config(path: str | Path) -> Optional[list[str]]:
 
 def profile_configfile(path: str | Path) -> Optional[list[str]]:
     """The suite files the profile file ``path`` gives as ``configfile`` (``configfiles``), or None where it gives
-    none."""
+    none. A profile that gives both keys raises ConfigError: they set one option of Snakemake's, which keeps the
+    later key's files alone."""
     data = _profile_data(path)
-    given = next((data[key] for key in ("configfile", "configfiles") if data.get(key) not in (None, [])), None)
-    if given is None:
+    keys = [key for key in data if key in ("configfile", "configfiles")]
+    if len(keys) > 1:
+        kept, dropped = keys[-1], keys[0]
+        raise ConfigError(f"the profile {path} gives both {dropped} ({_files(data[dropped])}) and {kept} "
+                          f"({_files(data[kept])}), one option of Snakemake's; Snakemake keeps the later, {kept}, and "
+                          f"drops {_files(data[dropped])}: give every suite file under one of them")
+    given = data[keys[0]] if keys else None
+    if given is None or given == []:
         return None
     return [str(item) for item in given] if isinstance(given, list) else [str(given)]
+
+
+def _files(given: object) -> str:
+    return " ".join(map(str, given)) if isinstance(given, list) else str(given)
 
 
 def _profile_data(path: str | Path) -> dict:

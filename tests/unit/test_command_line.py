@@ -120,3 +120,15 @@ def test_a_profiles_configfile_beside_another_is_refused(tmp_path):
         check_config_given_once([], [first, second])
     check_config_given_once(["-n"], [first])
 
+
+@pytest.mark.parametrize("first, second", [("configfile", "configfiles"), ("configfiles", "configfile")])
+def test_a_profile_giving_both_configfile_and_configfiles_is_refused(tmp_path, first, second):
+    """configfile: A with configfiles: [B] in one profile planned B alone (Snakemake keeps the later key's files),
+    with no word."""
+    profile = tmp_path / "config.yaml"
+    profile.write_text(f"{first}: a.yaml\n{second}: [b.yaml, c.yaml]\n")
+    with pytest.raises(ConfigError, match=rf"^the profile {profile} gives both {first} \(a\.yaml\) and {second} "
+                                          rf"\(b\.yaml c\.yaml\), one option of Snakemake's; Snakemake keeps the "
+                                          rf"later, {second}, and drops a\.yaml: give every suite file under one of "
+                                          r"them$"):
+        check_config_given_once(["-n"], [profile])
