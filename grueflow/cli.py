@@ -27,7 +27,7 @@ from grueflow.command_line import check_configfile_given_once, configfile_option
 from grueflow.config import ConfigError
 from grueflow.grue import grue_table_problem
 from grueflow.io import DataError, refuse_special_file
-from grueflow.stage import positive
+from grueflow.stage import GivenOnce, positive
 
 GRUE_JSON = "results/grue_table.json"
 EVAL_DIR = Path("results") / "eval"
@@ -163,7 +163,7 @@ def add_run(sub: Any) -> None:
     p = sub.add_parser("run", help="run a suite with snakemake (other arguments go to snakemake)",
                        description="Run the pipeline with snakemake: `snakemake --cores N [--configfile=SUITE]` "
                                    "plus any other arguments, e.g. -n (dry run), --report report.html, targets.")
-    p.add_argument("--suite", type=Path, default=None,
+    p.add_argument("--suite", type=Path, default=None, action=GivenOnce,
                    help="a suite file used instead of params/suite.yaml (keys it leaves out take their defaults), "
                         "e.g. params/suites/algorithms.yaml")
     p.add_argument("--cores", default="all", type=core_count,
@@ -347,7 +347,7 @@ def add_diff(sub: Any) -> None:
                                    "one row per task, method and metric that changed.")
     p.add_argument("rev_a", metavar="REV_A", help="the old revision, e.g. HEAD~1")
     p.add_argument("rev_b", metavar="REV_B", help="the new revision, e.g. HEAD (or workspace)")
-    p.add_argument("--target", default=GRUE_JSON, help=f"the metrics file (default: {GRUE_JSON})")
+    p.add_argument("--target", default=GRUE_JSON, action=GivenOnce, help=f"the metrics file (default: {GRUE_JSON})")
     p.add_argument("--all", action="store_true", help="also list the values that did not change")
     p.set_defaults(func=cmd_diff)
 

@@ -78,6 +78,20 @@ def positive(text: str) -> int:
     return value
 
 
+class GivenOnce(argparse.Action):
+    """argparse action of a single-value option that may be given once: argparse's ``store`` keeps the last of two
+    (``--suite A --suite B`` ran B alone, dropping A without a word), so a second one is an error naming both."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: Optional[str] = None) -> None:
+        given = getattr(namespace, f"_given_{self.dest}", None)
+        if given is not None:
+            raise argparse.ArgumentError(self, f"given twice ({given}, then {values}), and only the last would be "
+                                               f"used, dropping {given} without a word: give it once")
+        setattr(namespace, f"_given_{self.dest}", values)
+        setattr(namespace, self.dest, values)
+
+
 def setup(args: argparse.Namespace) -> float:
     """Configure logging and check ``--threads`` (where the stage has it); returns the start time for the stage
     record."""

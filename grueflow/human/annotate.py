@@ -33,7 +33,7 @@ from grueflow.human.batch import Batch, prompt_of, read_batch, tag_of
 from grueflow.human.criteria import SCALE_MAX, SCALE_MIN
 from grueflow.human.layout import PAGE_SUFFIX
 from grueflow.human.page import CSS, SCRIPT, shell
-from grueflow.stage import check_writable, inside_output
+from grueflow.stage import GivenOnce, check_writable, inside_output
 
 log = logging.getLogger(__name__)
 
@@ -235,8 +235,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """The ``annotate`` command; returns the exit code (2 for a bad batch, answers file or name)."""
     p = argparse.ArgumentParser(prog="grueflow annotate", description=__doc__.split("\n\n")[0])
     p.add_argument("batch_dir", type=Path, help="a batch folder written by stages/export_human_eval.py")
-    p.add_argument("--annotator", required=True, help="your name (letters, digits, _.@-); answers are keyed by it")
-    p.add_argument("--answers", type=Path, required=True,
+    p.add_argument("--annotator", required=True, action=GivenOnce,
+                   help="your name (letters, digits, _.@-); answers are keyed by it")
+    p.add_argument("--answers", type=Path, required=True, action=GivenOnce,
                    help="the answers file, JSON lines named .jsonl, outside the batch folder (e.g. "
                         "data/human/<task>/<batch>/answers.jsonl)")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")

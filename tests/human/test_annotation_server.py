@@ -172,10 +172,11 @@ def test_cli_refuses_a_bad_batch_and_a_bad_name(tmp_path: Path, likert_dir: Path
 
 def test_cli_refuses_a_port_out_of_range_and_a_folder_for_answers(tmp_path: Path, likert_dir: Path, capsys) -> None:
     """--port 99999 ended in bind()'s OverflowError; --answers /tmp blamed the port."""
-    for args, expect in ((["--port", "99999"], "--port 99999 is not a port; give 0 to 65535"),
+    for args, expect in ((["--answers", str(tmp_path / "a.jsonl"), "--port", "99999"],
+                          "--port 99999 is not a port; give 0 to 65535"),
                          (["--port", "0", "--answers", str(tmp_path)], f"--answers {tmp_path} is a folder")):
         with pytest.raises(SystemExit) as exit_:
-            main([str(likert_dir), "--annotator", "alice", "--answers", str(tmp_path / "a.jsonl"), *args])
+            main([str(likert_dir), "--annotator", "alice", *args])
         assert exit_.value.code == 2 and expect in capsys.readouterr().err
 
 

@@ -311,6 +311,23 @@ def test_run_refuses_a_suite_given_twice_naming_both_files(capsys, extra, expect
     assert capsys.readouterr().err == f"grueflow run: error: {expect.format(suite=suite)}\n"
 
 
+@pytest.mark.parametrize("argv, option", [
+    (["run", "--suite", "a.yaml", "--cores", "1", "--su", "b.yaml", "-n"], "--suite"),
+    (["diff", "HEAD~1", "HEAD", "--target", "a.yaml", "--target=b.yaml"], "--target"),
+    (["annotate", "batch", "--annotator", "a.yaml", "--answers", "x.jsonl", "--annotator", "b.yaml"], "--annotator"),
+    (["annotate", "batch", "--annotator", "ann", "--answers", "a.yaml", "--answers", "b.yaml"], "--answers"),
+], ids=["run-suite", "diff-target", "annotate-annotator", "annotate-answers"])
+def test_a_single_value_option_given_twice_is_refused_naming_both(capsys, argv, option):
+    """``grueflow run --suite A --suite B`` ran B alone, dropping A without a word (argparse keeps the last value);
+    so did a second --target, --annotator or --answers."""
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    assert capsys.readouterr().err.endswith(
+        f"grueflow {argv[0]}: error: argument {option}: given twice (a.yaml, then b.yaml), and only the last would be "
+        f"used, dropping a.yaml without a word: give it once\n")
+
+
 def test_annotate_hands_its_arguments_to_the_annotation_page(tmp_path, capsys):
     with pytest.raises(SystemExit) as done:
         main(["annotate", "--help"])
