@@ -731,11 +731,24 @@ def write_atomically(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def not_a_file(dvc_file: Path) -> Optional[str]:
+    """Why ``dvc_file`` cannot be read or replaced as dvc.yaml where something other than a file (or a link to one)
+    is there: a folder, a FIFO, a socket or a device; None where it is a file or missing."""
+    if not dvc_file.exists() or dvc_file.is_file():
+        return None
+    kind = "a folder" if dvc_file.is_dir() else "not a regular file (a FIFO, a socket or a device)"
+    return (f"{dvc_file} is {kind}, not the file {DVC_YAML} DVC reads: move it aside or delete it, then rerun "
+            f"{COMMAND}; it is left as it was")
+
+
 def foreign_entries(dvc_file: Path) -> list[str]:
     """What ``dvc_file`` holds that :func:`dvc_document` does not generate, and rewriting it would drop: a stage a
     user added (``dvc stage add``) as ``stage NAME``, another top-level section (``plots``, ``artifacts``, ...) as
-    ``section NAME``. Nothing where the file is missing or is no YAML mapping; a file that cannot be read as YAML
-    raises ValueError saying why (it may hold a stage of the user's that rewriting it would drop)."""
+    ``section NAME``. Nothing where the file is missing or is no YAML mapping; a file that cannot be read as YAML,
+    or something else than a file there (:func:`not_a_file`), raises ValueError saying why (it may hold a stage of
+    the user's that rewriting it would drop; a folder cannot be replaced by a file)."""
+    if (problem := not_a_file(dvc_file)) is not None:
+        raise ValueError(problem)
     try:
         found = yaml.safe_load(dvc_file.read_text(encoding="utf-8")) if dvc_file.is_file() else None
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
@@ -783,6 +796,9 @@ def main(argv: Optional[list[str]] = None) -> int:
             return 2
         write_atomically(path, text)
     elif args.check:
+        if (problem := not_a_file(path)) is not None:
+            print(f"error: {problem}", file=sys.stderr)
+            return 2
         found = path.read_text(encoding="utf-8") if path.is_file() else ""
         if found != text:
             print(f"{path} is not the generated file; regenerate it with `{COMMAND}`", file=sys.stderr)

@@ -287,6 +287,19 @@ def test_check_names_the_lines_a_stale_dvc_yaml_differs_in(tmp_path, monkeypatch
     assert pipeline.main(["dvc", "--check"]) == 0
 
 
+@pytest.mark.parametrize("mode", ["--write", "--check"])
+def test_a_dvc_yaml_that_is_a_folder_is_refused_in_one_line(tmp_path, monkeypatch, capsys, mode):
+    """A folder named dvc.yaml ended `dvc --write` in an IsADirectoryError traceback (rc 1), and `--check` called it
+    stale, asking for --write."""
+    monkeypatch.setattr(pipeline, "ROOT", tmp_path)
+    (tmp_path / "dvc.yaml").mkdir()
+    assert pipeline.main(["dvc", mode]) == 2
+    assert capsys.readouterr().err == (f"error: {tmp_path / 'dvc.yaml'} is a folder, not the file dvc.yaml DVC reads: "
+                                       f"move it aside or delete it, then rerun {pipeline.COMMAND}; it is left as it "
+                                       f"was\n")
+    assert (tmp_path / "dvc.yaml").is_dir() and not list(tmp_path.glob(".dvc.yaml*"))
+
+
 def test_the_pairwise_key_is_a_dvc_out_kept_out_of_the_cache():
     """A cached key was made 0644 by DVC's checkout (0444 in the cache) and would go with a dvc push."""
     stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["export_human_pairwise"]
