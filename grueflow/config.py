@@ -863,6 +863,10 @@ _TAG_KINDS = {"!!timestamp": ("date", "a date (2024-02-29)"), "!!int": ("integer
               "!!float": ("number", "a number"), "!!bool": ("boolean", "true or false")}
 
 
+class _YamlVersionError(yaml.YAMLError):
+    """A params file's ``%YAML`` directive names a version other than 1.2 (its argument)."""
+
+
 class _StrictLoader(yaml.SafeLoader):
     """YAML's safe loader reading plain scalars as YAML 1.2 does (DVC's reader, which records the params a stage
     ran with): ``1e-05`` is a float and ``no`` a string, where YAML 1.1 (PyYAML, Snakemake) reads the string
@@ -871,6 +875,15 @@ class _StrictLoader(yaml.SafeLoader):
     an integer written with a leading zero (``010``), which YAML 1.1 reads as octal (8) and YAML 1.2 as 10. A
     base-60 number (``1:30``), which YAML 1.1 reads as 90, is the text YAML 1.2 reads (a suite value Snakemake would
     read as 90 is refused by :func:`yaml11_disagreement`)."""
+
+    def process_directives(self) -> dict[str, str]:
+        """A document's directives, less a ``%YAML`` one other than 1.2, which raises :class:`_YamlVersionError`:
+        DVC's reader (ruamel.yaml) honours ``%YAML 1.1`` (``no`` and ``off`` are false) where this loader reads
+        YAML 1.2 whatever the directive says, so the two would read the file's values otherwise."""
+        handles = super().process_directives()
+        if self.yaml_version not in (None, (1, 2)):
+            raise _YamlVersionError(".".join(map(str, self.yaml_version)))
+        return handles
 
     yaml_implicit_resolvers = {  # PyYAML's, less its YAML 1.1 booleans; YAML 1.2's are added below
         first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
@@ -990,6 +1003,11 @@ def read_yaml(path: str | Path) -> Any:
         return _within_size(path, data)
     try:
         data = yaml.load(text, Loader=_StrictLoader)
+    except _YamlVersionError as err:
+        raise ConfigError(f"{path}: opens with a %YAML {err} directive; grueflow reads params as YAML 1.2 whatever "
+                          f"it says, while DVC's reader honours it (YAML 1.1 reads yes, no, on and off as booleans), "
+                          f"so the two would read its values otherwise: remove the directive (both then read YAML "
+                          f"1.2)") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

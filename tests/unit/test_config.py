@@ -433,6 +433,24 @@ def test_a_value_its_yaml_tag_cannot_build_is_named_at_its_line(tmp_path, text: 
         read_yaml(tmp_path / "t.yaml")
 
 
+@pytest.mark.parametrize("version", ["1.1", "1.0"])
+def test_read_yaml_refuses_a_yaml_directive_other_than_1_2(tmp_path, version):
+    """A params file opening with %YAML 1.1 was read as YAML 1.2 by grueflow and as YAML 1.1 by DVC: a change of
+    {label: off} to {label: no} was no change to `dvc params diff` (both false), while the run read 'off', then 'no'."""
+    from grueflow.config import read_yaml
+
+    path = tmp_path / "supervised.yaml"
+    path.write_text(f"%YAML {version}\n---\nepochs: 2\ntrain_where: {{label: off}}\n")
+    with pytest.raises(ConfigError, match=rf"/supervised\.yaml: opens with a %YAML {version} directive; grueflow "
+                                          r"reads params as YAML 1\.2 whatever it says, while DVC's reader honours it "
+                                          r"\(YAML 1\.1 reads yes, no, on and off as booleans\), so the two would "
+                                          r"read its values otherwise: remove the directive \(both then read YAML "
+                                          r"1\.2\)$"):
+        read_yaml(path)
+    path.write_text("%YAML 1.2\n---\nepochs: 2\ntrain_where: {label: off}\n")
+    assert read_yaml(path) == {"epochs": 2, "train_where": {"label": "off"}}
+
+
 # Plain scalars whose YAML 1.1 (PyYAML) and YAML 1.2 (DVC's ruamel.yaml) readings differ, and neighbours that agree
 YAML12_SCALARS = ["1e-05", "1E5", "-2.5e+3", ".5e-3", "1.0e5", "+1e5", "1e+5", "1.e5", "01e5", "0e0", "-.5", "+.5",
                   "._5", "1_0e5", "0.5", "1.0e-5", ".inf", "-.inf", ".5e3", "1e", "e5", "inf", "nan", "1e5_0", "true",
