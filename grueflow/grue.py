@@ -30,6 +30,7 @@ import math
 from pathlib import Path
 from typing import Any, Collection, Iterable, Optional
 
+import numpy as np
 import pandas as pd
 
 from grueflow import io
@@ -73,6 +74,22 @@ METHOD_ORDER = ("zero_shot", "supervised")
 
 def _std(values: pd.Series) -> float:
     return float(values.std(ddof=1)) if values.notna().sum() > 1 else math.nan
+
+
+def _mean_std(values: pd.Series) -> tuple[float, float]:
+    """The mean and sample std (ddof 1) of one metric's values over a row's seeds (NaN: a seed without a value); the
+    mean NaN where no seed has one, the std where fewer than two do. The squares a std sums overflow a float from
+    |value| ~1e154 on, and a sum of values from ~9e307, long before the mean and std themselves do: there both are
+    computed on the values divided by the largest magnitude and scaled back (the plain sums elsewhere, so ordinary
+    values give the same bits as ever). A std still beyond a float (values of both signs past ~1.3e308) is inf."""
+    if not values.notna().any():
+        return math.nan, math.nan
+    with np.errstate(over="ignore"):
+        mean, std = float(values.mean()), _std(values)
+        if math.isinf(mean) or math.isinf(std):
+            scale = float(values.abs().max())
+            mean, std = scale * float((values / scale).mean()), scale * _std(values / scale)
+    return mean, std
 
 
 def _method_rank(method: str) -> tuple[int, str]:
@@ -239,8 +256,13 @@ def build_table(runs: list[dict[str, Any]]) -> pd.DataFrame:
             count: dict[str, int] = {}
             for column, key in [("reward", REWARD), ("fluency_ppl", FLUENCY)] + [(h, h) for h in headline[task]]:
                 values = frame[key] if key in frame else pd.Series([math.nan] * len(frame))
-                row[column] = float(values.mean()) if values.notna().any() else math.nan
-                row[f"{column}_std"] = _std(values)
+                row[column], row[f"{column}_std"] = _mean_std(values)
+                if math.isinf(row[f"{column}_std"]):
+                    raise io.DataError(f"the {key} values of {task}/{method}'s seeds "
+                                       f"({', '.join(f'{v:.4g}' for v in values.dropna())}) spread wider than a "
+                                       f"float holds (1.8e308), so their std cannot be written: check their "
+                                       f"metrics.json, or rerun evaluate for them (delete their folders and rerun "
+                                       f"the pipeline)")
                 count[column] = int(values.notna().sum())
             rows.append(row)
             counts.append(count)
@@ -299,6 +321,9 @@ def _normalised(table: pd.DataFrame, headline: dict[str, list[str]],
         compared = _scored_metrics(group, ["reward", FLUENCY_COLUMN, *headline[task]])
         for metric in _separating(group, compared):
             values = group[metric]
+            with np.errstate(over="ignore"):
+                if math.isinf(values.max() - values.min()):  # means of both signs past ~9e307: the same ranks, scaled
+                    values = values / values.abs().max()
             norm = (values - values.min()) / (values.max() - values.min())
             parts.append(1 - norm if metric in inverted else norm)
         if parts:  # a method missing a value the others have gets no score: ranking it on fewer is unfair

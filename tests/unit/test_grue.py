@@ -144,6 +144,44 @@ def test_aggregate_refuses_a_headline_or_missing_entry_that_names_no_metric(tmp_
         grue.load_runs([path])
 
 
+def test_huge_finite_metric_values_give_finite_means_stds_and_scores(tmp_path):
+    """A seed's rougeL of 1e200 (a hand edit evaluate never writes, but finite) overflowed the squares of the std:
+    the table held inf, and writing its JSON ended the aggregate in a traceback."""
+    runs = [run("a", "zero_shot", 0, 0.1, 10.0, {"lexical/x": 0.2}), run("a", "zero_shot", 1, 0.3, 12.0,
+                                                                          {"lexical/x": 1e200}),
+            run("a", "ppo", 0, 1e308, 14.0, {"lexical/x": 0.4}), run("a", "ppo", 1, 1.5e308, 16.0, {"lexical/x": 0.6}),
+            run("a", "supervised", 0, -1.7e308, 11.0, {"lexical/x": 0.5})]
+    table = grue.build_table(runs).set_index("method")
+    assert table.loc["zero_shot", "lexical/x"] == pytest.approx(5e199)
+    assert table.loc["zero_shot", "lexical/x_std"] == pytest.approx(1e200 / math.sqrt(2))
+    assert table.loc["ppo", "reward"] == pytest.approx(1.25e308)  # the seeds' sum is past a float
+    assert table.loc["ppo", "reward_std"] == pytest.approx(0.5e308 / math.sqrt(2))
+    # the rewards of ppo and supervised differ by more than a float holds: normalised all the same (reward and
+    # task/score, inverted perplexity, lexical/x)
+    reward = 1.7 / (1.25 + 1.7)
+    assert table["normalised_score"].to_dict() == pytest.approx({"zero_shot": (2 * reward + 1 + 1) / 4,
+                                                                 "supervised": (0 + 0 + 1 + 0) / 4,
+                                                                 "ppo": (1 + 1 + 0 + 0) / 4})
+    grue.write_table(table.reset_index(), tmp_path / "t.csv", tmp_path / "t.md", tmp_path / "t.json",
+                     grue.headlines(runs))
+    written = [(tmp_path / f"t.{suffix}").read_text() for suffix in ("csv", "md", "json")]
+    assert not [text for text in written if "inf" in text.lower()]
+    assert json.loads(written[2])["a"]["zero_shot"]["lexical/x"] == pytest.approx(5e199)
+
+
+def test_seeds_whose_std_no_float_holds_are_refused():
+    """Seeds of 1.7e308 and -1.7e308 (hand edits) have a std past a float: it was written as inf."""
+    from grueflow.io import DataError
+
+    runs = [run("a", "ppo", 0, 0.1, 10.0, {"lexical/x": 1.7e308}),
+            run("a", "ppo", 1, 0.3, 12.0, {"lexical/x": -1.7e308})]
+    with pytest.raises(DataError, match=r"^the lexical/x values of a/ppo's seeds \(1.7e\+308, -1.7e\+308\) spread "
+                                        r"wider than a float holds \(1.8e308\), so their std cannot be written: check "
+                                        r"their metrics.json, or rerun evaluate for them \(delete their folders and "
+                                        r"rerun the pipeline\)$"):
+        grue.build_table(runs)
+
+
 def test_a_metric_name_holding_a_pipe_keeps_the_markdown_table_in_columns():
     """A metric of one's own named cus|tom/a|b split the task's Markdown header into more cells than its rows had:
     a viewer showed the values under the wrong headings."""
