@@ -212,6 +212,14 @@ def _load_run(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             f"missing is {json.dumps(missing)[:40]}, not a mapping of metric names to reasons"
         raise io.DataError(f"{path}: {shown} (evaluate writes metric names there): rerun evaluate for it (delete "
                            f"its folder and rerun the pipeline)")
+    # evaluate writes each headline metric's value (null where not computed) and records a reason for each one it
+    # could not run; the end-of-training KL is written for RL runs alone
+    unknown = [name for name in run["headline"] if name not in run["metrics"] and name not in missing
+               and name != TRAIN_KL_KEY]
+    if unknown:
+        raise io.DataError(f"{path}: headline names {', '.join(unknown)}, which metrics and missing do not hold, so "
+                           f"its cells would be empty with no reason: rerun evaluate for it (delete its folder and "
+                           f"rerun the pipeline)")
     for key, value in run["metrics"].items():
         shown = _not_a_metric_value(value)
         if shown:

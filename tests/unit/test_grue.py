@@ -144,6 +144,27 @@ def test_aggregate_refuses_a_headline_or_missing_entry_that_names_no_metric(tmp_
         grue.load_runs([path])
 
 
+def test_aggregate_refuses_a_headline_metric_with_neither_a_value_nor_a_reason(tmp_path):
+    """A metrics.json headline naming custom/nothere, which neither metrics nor missing held (a hand edit, its
+    record re-written to match), gave a column of empty cells that no note explained."""
+    from grueflow.io import DataError, write_stage_record
+
+    path = write_run(tmp_path, "sentiment", "ppo", 0)
+    path.write_text(path.read_text().replace('"headline": []', '"headline": ["fluency/perplexity", "custom/nothere"]'))
+    write_stage_record(path.parent, stage="evaluate", params={}, inputs={}, wall_time_s=0.0)
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}: headline names custom/nothere, which metrics and "
+                                        r"missing do not hold, so its cells would be empty with no reason: rerun "
+                                        r"evaluate for it \(delete its folder and rerun the pipeline\)$"):
+        grue.load_runs([path])
+    for headline, missing in (('"custom/x", "train/kl"', '{"custom/x": "needs Java"}'),  # a reason; a zero-shot KL
+                              ('"fluency/perplexity"', "{}")):
+        path = write_run(tmp_path / headline[1:5], "sentiment", "zero_shot", 0)
+        path.write_text(path.read_text().replace('"headline": []', f'"headline": [{headline}]')
+                        .replace('"missing": {}', f'"missing": {missing}'))
+        write_stage_record(path.parent, stage="evaluate", params={}, inputs={}, wall_time_s=0.0)
+        assert grue.load_runs([path])[0]["headline"] == json.loads(f"[{headline}]")
+
+
 def test_huge_finite_metric_values_give_finite_means_stds_and_scores(tmp_path):
     """A seed's rougeL of 1e200 (a hand edit evaluate never writes, but finite) overflowed the squares of the std:
     the table held inf, and writing its JSON ended the aggregate in a traceback."""
