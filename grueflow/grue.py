@@ -434,7 +434,7 @@ def to_markdown(table: pd.DataFrame, headline: dict[str, list[str]] | None = Non
     when ``headline`` is not given). A metric with no value shows as "—" (missing, never 0), and one that only some
     of a row's seeds have as "<mean> (<k> of <n> seeds)"; a std column with no value at all (one seed) is left out,
     as is ``nlpo_masks`` for a task without NLPO rows; the metrics that could not run are listed with the reason,
-    and so are the tasks left out of the GRUE score."""
+    and so are the tasks left out of the GRUE score, each note on one line (:func:`grueflow.io.markdown_line`)."""
     lines = ["# GRUE table", ""]
     all_headline = {c for cs in (headline or {}).values() for c in cs}
     counts = {f"{c}_n" for c in table.columns if f"{c}_n" in table.columns and f"{c}_std" in table.columns}
@@ -443,19 +443,21 @@ def to_markdown(table: pd.DataFrame, headline: dict[str, list[str]] | None = Non
         columns = [c for c in group.columns if not ((c.endswith("_std") or c == "nlpo_masks") and group[c].isna().all())
                    and (c.removesuffix("_std") not in all_headline or c.removesuffix("_std") in own)
                    and c not in counts]
-        lines += [f"## {task}", "", io.markdown_row(columns), "|" + "---|" * len(columns)]
+        lines += [io.markdown_line(f"## {task}"), "", io.markdown_row(columns), "|" + "---|" * len(columns)]
         for row in group.to_dict("records"):
             lines.append(io.markdown_row(_cell(row[c]) + seeds_note(row, c) for c in columns))
         notes = [f"- missing `{metric}`: {reason}" for metric, reason in (missing or {}).get(task, {}).items()]
         notes += [f"- `{metric}` is left out of the normalised score: {why}"
                   for metric, why in partial_metrics(group).items()]
-        lines += [""] + notes + ([""] if notes else [])
+        lines += [""] + [io.markdown_line(note) for note in notes] + ([""] if notes else [])
     lines += ["## GRUE score (mean normalised score over tasks)", "", "| method | grue_score |", "|---|---|"]
     lines += [io.markdown_row((m, _cell(v))) for m, v in grue_scores(table).items()]
     scored, left_out = grue_tasks(table)
     if left_out:
-        lines += ["", f"- the GRUE score is the mean over {', '.join(f'`{t}`' for t in scored) or 'no task'}"]
-        lines += [f"- `{task}` is left out of the GRUE score: {why}" for task, why in left_out.items()]
+        lines += ["", io.markdown_line(f"- the GRUE score is the mean over "
+                                       f"{', '.join(f'`{t}`' for t in scored) or 'no task'}")]
+        lines += [io.markdown_line(f"- `{task}` is left out of the GRUE score: {why}")
+                  for task, why in left_out.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -246,11 +246,18 @@ def write_csv(path: str | Path, rows: list[dict[str, Any]]) -> None:
         writer.writerows(rows)
 
 
+def markdown_line(text: Any) -> str:
+    """``text`` on one Markdown line: each line break (CommonMark's: CR LF, CR, LF) made a space. Free text written
+    into a Markdown file (a metric's reason for being missing, a name, a note under a table) would otherwise end its
+    line there, and its next lines could read as table rows, headings or list items of their own."""
+    return re.sub(r"\r\n|\r|\n", " ", str(text))
+
+
 def markdown_row(cells: Iterable[Any]) -> str:
     """One row of a Markdown (GitHub) table, ``| a | b |``, each cell as text with ``|`` escaped as ``\\|`` and line
-    breaks made spaces: a name holding either (a metric of one's own, a criterion, a reason) would otherwise split
-    its cell or end the row, and a viewer would show the values under the wrong headings."""
-    return "| " + " | ".join(re.sub(r"\r\n|\r|\n", " ", str(cell)).replace("|", "\\|") for cell in cells) + " |"
+    breaks made spaces (:func:`markdown_line`): a name holding either (a metric of one's own, a criterion, a reason)
+    would otherwise split its cell or end the row, and a viewer would show the values under the wrong headings."""
+    return "| " + " | ".join(markdown_line(cell).replace("|", "\\|") for cell in cells) + " |"
 
 
 def iter_jsonl(path: str | Path) -> Iterator[Any]:

@@ -652,5 +652,5 @@ def _notes(notes: dict[str, list[str]], rows: Sequence[Mapping[str, Any]] | None
     """The notes of the batches in ``rows`` (``None``: of every batch left), each taken once, as Markdown lines
     ending in a blank line."""
     batches = list(notes) if rows is None else [b for b in notes if any(r.get("batch") == b for r in rows)]
-    lines = [f"Note: batch {b}: {note}." for b in batches for note in notes.pop(b)]
+    lines = [io.markdown_line(f"Note: batch {b}: {note}.") for b in batches for note in notes.pop(b)]
     return [*lines, ""] if lines else []

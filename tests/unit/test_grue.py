@@ -214,6 +214,17 @@ def test_a_metric_name_holding_a_pipe_keeps_the_markdown_table_in_columns():
     assert len({len(re.split(r"(?<!\\)\|", line)) for line in section}) == 1  # cells split at unescaped pipes
 
 
+def test_a_missing_metric_reason_over_several_lines_stays_one_note_in_the_markdown():
+    """A missing metric's reason with line breaks (evaluate keeps a scorer's error message as it is) wrote its
+    lines into grue_table.md as they were: a table row and a section heading of their own."""
+    runs = [run("a", m, 0, r, 10.0, {"lexical/x": None}) | {"missing": {"lexical/x": "failed:\n| a | b |\n## x"}}
+            for m, r in (("zero_shot", 0.1), ("ppo", 0.9))]
+    markdown = grue.to_markdown(grue.build_table(runs), grue.headlines(runs), grue.missing_metrics(runs))
+    assert "\n- missing `lexical/x`: failed: | a | b | ## x\n" in markdown
+    assert [line for line in markdown.splitlines() if line.startswith("#")] == [
+        "# GRUE table", "## a", "## GRUE score (mean normalised score over tasks)"]
+
+
 def test_the_table_says_whether_nlpo_was_evaluated_with_its_masks():
     runs = RUNS + [run("a", "nlpo", 0, 0.7, 12.0, {}) | {"nlpo_masks": True},
                    run("a", "supervised+nlpo", 0, 0.6, 12.0, {}) | {"nlpo_masks": False}]

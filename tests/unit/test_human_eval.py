@@ -1156,3 +1156,13 @@ def test_the_human_table_escapes_a_pipe_in_its_cells() -> None:
     markdown = results.to_markdown(rows, {"imports/b|1": stats})
     assert r"| imdb | ppo | fluent\|ness | 4 | 3.50 | b\|1 |" in markdown
     assert r"| imports/b\|1 | coherence | cohen_kappa | (a \| b) |" in markdown
+
+
+def test_a_note_under_the_human_table_stays_on_one_line() -> None:
+    """A method with no answers named over two lines (a key file edited by hand) wrote its second line into
+    human_eval_table.md as a heading of its own."""
+    stats = {"n_items": 8, "n_items_answered": 4, "methods_without_answers": ["zero\n## shot"]}
+    markdown = results.to_markdown([], {"imports/b\n1": stats})
+    assert ("Note: batch b 1: 4 of 8 items answered; methods with no answers: zero ## shot; the rows cover only the "
+            "answered items.\n") in markdown
+    assert [line for line in markdown.splitlines() if line.startswith("#")] == ["# Human evaluation", "## Agreement"]

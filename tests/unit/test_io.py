@@ -902,3 +902,11 @@ def test_a_markdown_row_escapes_pipes_and_line_breaks():
 
     row = markdown_row(["cus|tom/a|b", 0.5, "two\r\nlines\nhere", ""])
     assert row == r"| cus\|tom/a\|b | 0.5 | two lines here |  |"
+
+
+def test_a_markdown_line_makes_each_line_break_a_space():
+    """A note's free text holding line breaks (a metric's reason) became Markdown table rows and headings."""
+    from grueflow.io import markdown_line
+
+    assert markdown_line("failed:\r\n| a | b |\r## x\n- y\n") == "failed: | a | b | ## x - y "
+    assert markdown_line("one line, `code` and | kept") == "one line, `code` and | kept"
