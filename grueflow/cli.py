@@ -281,16 +281,20 @@ def missing_label(table: Any, path: tuple[str, ...]) -> str:
 DVC_LOAD_FAILED = "DVC failed to load some metrics for following revisions: '"  # dvc's stderr line (exit code 0)
 
 
+def check_has_commits(rev_a: str, rev_b: str) -> None:
+    """Raise CliError where a revision other than ``workspace`` is named in a git repository with no commits yet: dvc
+    reports an empty diff there, and reading a revision fails deep in scmrepo."""
+    revisions = [rev for rev in (rev_a, rev_b) if rev != "workspace"]
+    head = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], capture_output=True, text=True, check=False)
+    if revisions and head.returncode == 1:  # 1: a repository without HEAD; 128: no repository (dvc says so later)
+        raise CliError(f"the repository has no commits yet, so it has no revision {' or '.join(revisions)}; commit "
+                       f"the results first (git add, git commit), then diff two commits, or a commit and workspace")
+
+
 def metrics_diff(rev_a: str, rev_b: str, target: str, show_all: bool) -> dict[str, dict[str, Any]]:
     """The changes of ``target`` between two git revisions, from ``dvc metrics diff --json``; a revision where dvc
     could not load ``target`` (missing there, not JSON, or a DVC output not in the cache) is a :class:`CliError`
-    naming it, never an empty diff. In a git repository with no commits yet (dvc reports an empty diff there, and
-    reading a revision fails deep in scmrepo) it is a :class:`CliError` saying so."""
-    revisions = [rev for rev in (rev_a, rev_b) if rev != "workspace"]
-    head = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], capture_output=True, text=True, check=False)
-    if revisions and head.returncode == 1:  # 1: a repository without HEAD; 128: no repository (dvc says so below)
-        raise CliError(f"the repository has no commits yet, so it has no revision {' or '.join(revisions)}; commit "
-                       f"the results first (git add, git commit), then diff two commits, or a commit and workspace")
+    naming it, never an empty diff. The caller has checked the repository has commits (:func:`check_has_commits`)."""
     command = ["dvc", "metrics", "diff", rev_a, rev_b, "--targets", target, "--json"] + (["--all"] if show_all else [])
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
@@ -307,9 +311,10 @@ def metrics_diff(rev_a: str, rev_b: str, target: str, show_all: bool) -> dict[st
 def cmd_diff(args: argparse.Namespace) -> int:
     if not Path(args.target).is_absolute() and not Path(args.target).exists():  # relative to the project's root
         check_not_in_subfolder("diff", " (or give --target the metrics file's path from here)")
-    diff = metrics_diff(args.rev_a, args.rev_b, args.target, args.all)
+    check_has_commits(args.rev_a, args.rev_b)
     # each revision's table: dvc reports absent and null alike, and leaves out a key null on one side and absent on
-    # the other (a method added whose score could not be computed)
+    # the other (a method added whose score could not be computed); checked before dvc reads it, which ends in its
+    # own error on an integer past a float's range
     tables = {rev: read_at(rev, args.target) for rev in (args.rev_a, args.rev_b)}
     grue = Path(args.target).name == Path(GRUE_JSON).name
     for rev, table in tables.items():
@@ -318,6 +323,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
             raise CliError(f"{args.target} at {rev} is not a {'GRUE table' if grue else 'metrics file'}: {problem} "
                            f"({'{task: {method: {metric: value}}}' if grue else 'an object of values'}); give "
                            f"revisions where aggregate wrote it, or another --target")
+    diff = metrics_diff(args.rev_a, args.rev_b, args.target, args.all)
     read = [table for table in tables.values() if table is not None]
     if read and not any(holds_values(table) for table in read):
         raise CliError(f"{args.target} holds no metric value (a number or null) at {args.rev_a} or {args.rev_b}: it "

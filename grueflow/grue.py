@@ -386,7 +386,7 @@ def to_nested(table: pd.DataFrame) -> dict[str, Any]:
 def grue_table_problem(table: Any, grue: bool = True) -> Optional[str]:
     """What keeps ``table`` (a metrics JSON: what ``grueflow diff`` compares, what aggregate would replace) from
     being one, or None: it must be an object, and a GRUE table (``grue``) ``{task: {method: {metric: number or
-    null}}}`` beside ``grue_score: {method: number or null}``."""
+    null}}}`` beside ``grue_score: {method: number or null}``, each number finite (what aggregate writes)."""
     if not isinstance(table, dict):
         return f"a JSON {type(table).__name__}, not an object of metrics"
     if not grue:
@@ -400,8 +400,10 @@ def grue_table_problem(table: Any, grue: bool = True) -> Optional[str]:
                 return f"{where} is {json.dumps(node)[:40]}, where a GRUE table holds an object"
             leaves = [(f"{where}.{name}", value) for where, node in leaves for name, value in node.items()]
         for where, value in leaves:
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                return f"{where} is {json.dumps(value)[:40]}, where a GRUE table holds a number or null"
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            shown = _not_a_metric_value(value) if number else "" if value is None else json.dumps(value)[:40]
+            if shown:  # NaN reads as unknown, an infinity as a change, an int past a float's range fails in DVC
+                return f"{where} is {shown}, where a GRUE table holds a finite number or null"
     return None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -230,7 +231,12 @@ def test_diff_refuses_a_revision_where_dvc_could_not_load_the_table(tmp_path):
     for written, problem in (([1, 2], "a JSON list, not an object of metrics"),
                              ({"sentiment": 3}, "sentiment is 3, where a GRUE table holds an object"),
                              ({"sentiment": {"ppo": {"reward": "high"}}},
-                              'sentiment.ppo.reward is "high", where a GRUE table holds a number or null')):
+                              'sentiment.ppo.reward is "high", where a GRUE table holds a finite number or null'),
+                             ({"sentiment": {"ppo": {"reward": math.nan}}},  # read as unknown: "—"
+                              "sentiment.ppo.reward is NaN, where a GRUE table holds a finite number or null"),
+                             ({"sentiment": {"ppo": {"reward": 10 ** 400}}},  # dvc's own error, naming no key
+                              f"sentiment.ppo.reward is {'1' + '0' * 19}... (an integer too large for a float), "
+                              f"where a GRUE table holds a finite number or null")):
         (repo / "results").mkdir(exist_ok=True)
         (repo / "results" / "grue_table.json").write_text(json.dumps(written))
         refused = subprocess.run([*CLI, "diff", "HEAD~2", "workspace"], cwd=repo, capture_output=True, text=True)

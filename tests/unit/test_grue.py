@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 
 from grueflow import grue
+from grueflow.config import GRUE_SCORE
 
 
 def run(task, method, seed, reward, ppl, extra):
@@ -201,6 +202,21 @@ def test_seeds_whose_std_no_float_holds_are_refused():
                                         r"their metrics.json, or rerun evaluate for them \(delete their folders and "
                                         r"rerun the pipeline\)$"):
         grue.build_table(runs)
+
+
+@pytest.mark.parametrize("value, shown", [(math.nan, "NaN"), (math.inf, "Infinity"), (-math.inf, "-Infinity"),
+                                          (10 ** 400, f"{'1' + '0' * 19}... (an integer too large for a float)"),
+                                          ("0.5", '"0.5"'), (True, "true")])
+def test_a_grue_table_holds_finite_numbers_or_null(value, shown):
+    """A GRUE table edited to hold NaN or Infinity passed grueflow diff's check: NaN was shown as unknown and
+    Infinity as a change; a 400-digit integer failed inside dvc, naming no key."""
+    table = {"sentiment": {"ppo": {"reward": 0.5}}, GRUE_SCORE: {"ppo": 0.5}}
+    for where, edited in (("sentiment.ppo.reward", {**table, "sentiment": {"ppo": {"reward": value}}}),
+                          ("grue_score.ppo", {**table, GRUE_SCORE: {"ppo": value}})):
+        assert grue.grue_table_problem(edited) == f"{where} is {shown}, where a GRUE table holds a finite number or " \
+                                                   f"null"
+    for value in (None, -3, 10 ** 300, 1e-300):  # aggregate writes null for a metric not computed
+        assert grue.grue_table_problem({**table, "sentiment": {"ppo": {"reward": value}}}) is None
 
 
 def test_a_metric_name_holding_a_pipe_keeps_the_markdown_table_in_columns():
