@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from decimal import Context
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -222,9 +223,16 @@ def diff_table(diff: dict[str, dict[str, Any]], tables: Sequence[Any]) -> pd.Dat
 
 
 def _number(value: Any) -> str:
+    """A value as diff and show print it: a number signed, to 4 significant digits (``+0.25``, ``-1.235e+22``); None
+    and NaN as "—" (unknown); anything else as Python writes it."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "—"
-    return f"{value:+.4g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else str(value)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return str(value)
+    try:
+        return f"{value:+.4g}"
+    except OverflowError:  # an int past a float's range (1.8e308), rounded in decimal: the same digits, no float
+        return f"{Context(prec=4).create_decimal(value).normalize():+g}"
 
 
 ABSENT, NULL = "(absent)", "null"  # a value with no key at that revision; a key whose value is null (—: unknown)

@@ -122,6 +122,15 @@ def test_show_names_a_file_that_is_not_a_predictions_file(tmp_path, capsys):
     assert "  reference 1 1\n  reference 2 null\n  scores      r x\n" in out
 
 
+def test_show_prints_a_score_too_large_for_a_float(tmp_path, capsys):
+    """A score of 10**400 (a 400-digit integer in predictions.jsonl) ended show in an OverflowError traceback."""
+    huge = tmp_path / "huge.jsonl"
+    write_jsonl(huge, [{"id": "a", "prompt": "p", "generation": "g", "references": ["r"],
+                        "scores": {"reward": 10 ** 400, "lexical/bleu": -12345 * 10 ** 396, "x": 2 ** 64}}])
+    assert main(["show", str(huge)]) == 0
+    assert "  scores      lexical/bleu -1.234e+400, reward 1e+400, x 1.845e+19\n" in capsys.readouterr().out
+
+
 def commit_table(repo: Path, table: dict, message: str) -> None:
     (repo / "results").mkdir(exist_ok=True)
     (repo / "results" / "grue_table.json").write_text(json.dumps(table))
