@@ -15,9 +15,9 @@ import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import sys
-import textwrap
 from decimal import Context
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -383,13 +383,45 @@ def find_predictions(run: str) -> Path:
 
 
 def _block(label: str, text: str, width: int = 100) -> list[str]:
-    lines = textwrap.wrap(text, width=width - 14) or [""]
+    """``text`` under ``label``, wrapped to ``width`` columns (:func:`_wrap`)."""
+    lines = _wrap(text, width - 14)
     return [f"  {label:<12}{lines[0]}"] + [f"  {'':<12}{line}" for line in lines[1:]]
 
 
+def _wrap(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` characters where it can be, broken only at a space that follows
+    another character, which the break stands for: a word longer than ``width`` or a hyphenated one is never split,
+    and the rest of a run of spaces begins the next line, so every other character of ``text`` is printed and a
+    reader can count the spaces."""
+    lines: list[str] = []
+    for word in re.split(r"(?<=[^ ]) ", text):
+        if lines and len(lines[-1]) + 1 + len(word) <= width:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
+
+
+# how _shown writes these characters inside its quotes (Python's own escapes); others :meth:`str.isprintable` refuses
+# as repr writes them (\x1b, \u200b)
+ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", '"': '\\"', "\\": "\\\\"}
+
+
+def _shown(text: str) -> str:
+    """``text`` as show prints it, so that what a reader sees is what the file holds: as it is where that is
+    unambiguous, else in double quotes with Python's escapes (``\\n``, ``\\t``, ``\\x1b``, ``\\u200b``, ``\\"``,
+    ``\\\\``). Quoted is a text that is empty, begins or ends with a space, begins with a quote, or holds a character
+    that prints as nothing, as a move or as a space that is not U+0020 (what :meth:`str.isprintable` refuses: line
+    breaks, tabs, a terminal's escape sequences, zero-width and bidirectional marks): a policy that emits only blanks
+    or newlines must not look like one that emits nothing."""
+    if text and text.isprintable() and text.strip(" ") == text and not text.startswith('"'):
+        return text
+    return '"' + "".join(ESCAPES.get(c) or (c if c.isprintable() else repr(c)[1:-1]) for c in text) + '"'
+
+
 def _text(value: Any) -> str:
-    """A field as the text to print: a string as it is, anything else (a number, null) as JSON."""
-    return value if isinstance(value, str) else json.dumps(value)
+    """A field as the text to print: a string as :func:`_shown` shows it, anything else (a number, null) as JSON."""
+    return _shown(value) if isinstance(value, str) else json.dumps(value)
 
 
 def format_sample(row: dict[str, Any]) -> str:
@@ -402,8 +434,8 @@ def format_sample(row: dict[str, Any]) -> str:
     for i, reference in enumerate(references):
         lines += _block(f"reference {i + 1}" if len(references) > 1 else "reference", _text(reference))
     scores = row.get("scores", {})
-    text = ", ".join(f"{k} {_number(v).lstrip('+')}" for k, v in sorted(scores.items())) \
-        if isinstance(scores, dict) else _text(scores)
+    text = ", ".join(f"{_shown(k)} {_shown(v) if isinstance(v, str) else _number(v).lstrip('+')}"
+                     for k, v in sorted(scores.items())) if isinstance(scores, dict) else _text(scores)
     return "\n".join(lines + _block("scores", text))
 
 

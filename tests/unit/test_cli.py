@@ -131,6 +131,33 @@ def test_show_prints_a_score_too_large_for_a_float(tmp_path, capsys):
     assert "  scores      lexical/bleu -1.234e+400, reward 1e+400, x 1.845e+19\n" in capsys.readouterr().out
 
 
+def test_show_prints_each_generation_as_it_is_or_quoted_with_escapes(tmp_path, capsys):
+    """A generation of three spaces printed like an empty one, newlines and tabs as spaces, and a terminal's escape
+    sequences went to the terminal raw (colouring what followed)."""
+    generations = {"   ": '"   "', "": '""', "line one\n\n  line two\tend": r'"line one\n\n  line two\tend"',
+                   "\x1b[31mRED\x1b[0m\rX": r'"\x1b[31mRED\x1b[0m\rX"', " lead": '" lead"', "trail ": '"trail "',
+                   '"said" he': r'"\"said\" he"', "a\u00a0b\u200bc\\": r'"a\xa0b\u200bc\\"',
+                   'say "hi", café 日本': 'say "hi", café 日本', r"a \n b": r"a \n b"}  # the last two as they are
+    rows = tmp_path / "rows.jsonl"
+    write_jsonl(rows, [{"id": f"x{i}", "prompt": "p", "generation": g, "references": ["r"], "scores": {"s": "\x1b"}}
+                       for i, g in enumerate(generations)])
+    assert main(["show", str(rows), "-n", str(len(generations))]) == 0
+    out = capsys.readouterr().out
+    for i, shown in enumerate(generations.values()):
+        assert f"[x{i}]\n  prompt      p\n  generation  {shown}\n  reference   r\n  scores      s " + r'"\x1b"' + "\n" \
+            in out, shown
+    # wrapped only at a space (one space a break), never inside a word, a hyphenated word or the rest of a run
+    long = tmp_path / "long.jsonl"
+    text = "word " * 20 + "well-known " + "x" * 90 + "  two spaces" + "\tend"
+    write_jsonl(long, [{"id": "a", "prompt": "p", "generation": text, "references": [], "scores": {}}])
+    assert main(["show", str(long)]) == 0
+    assert capsys.readouterr().out.splitlines()[4:8] == [
+        '  generation  "word word word word word word word word word word word word word word word word word',
+        "              word word word well-known",
+        f"              {'x' * 90}",
+        r"               two spaces\tend" + '"']
+
+
 def commit_table(repo: Path, table: dict, message: str) -> None:
     (repo / "results").mkdir(exist_ok=True)
     (repo / "results" / "grue_table.json").write_text(json.dumps(table))
