@@ -443,9 +443,13 @@ PREDICTION_KEYS = ("id", "prompt", "generation")  # what every predictions.jsonl
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from grueflow.io import DataError, iter_jsonl
+    from grueflow.io import DataError, check_stage_output, iter_jsonl
 
     path = find_predictions(args.run)
+    try:
+        check_stage_output(path)  # a run's file as its stage.json recorded it: a cut or edited one is refused
+    except DataError as err:
+        raise CliError(str(err)) from None
     rows = []
     try:
         for number, row in enumerate(iter_jsonl(path), 1):

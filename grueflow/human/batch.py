@@ -134,10 +134,12 @@ def task_of_paths(paths: Sequence[str | Path]) -> set[str]:
 
 
 def read_predictions(path: str | Path) -> list[Prediction]:
-    """The ``id``, ``prompt`` and ``generation`` of each row of an evaluate stage's ``predictions.jsonl``."""
+    """The ``id``, ``prompt`` and ``generation`` of each row of an evaluate stage's ``predictions.jsonl``; a file in
+    a stage folder that no longer matches its ``stage.json`` (cut or edited) is a MissingDataError."""
     io.refuse_special_file(path, "give an evaluate output's predictions.jsonl (or its folder)")
     if not Path(path).is_file():
         raise io.MissingDataError(f"{path} does not exist; give an evaluate output's predictions.jsonl (or its folder)")
+    io.check_stage_output(path)  # as its evaluate stage's stage.json recorded it: a cut or edited file is refused
     rows = io.read_jsonl(path)
     out = []
     for number, row in enumerate(rows, start=1):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from grueflow.cli import main, snakemake_command
-from grueflow.io import write_jsonl
+from grueflow.io import write_jsonl, write_stage_record
 from tests.conftest import copy_project, git_init, run
 
 CLI = [sys.executable, "-m", "grueflow.cli"]
@@ -98,6 +98,25 @@ def test_show_and_diff_from_a_subfolder_of_a_project_say_to_run_from_its_root(tm
     assert capsys.readouterr().err == (
         f"grueflow diff: error: no Snakefile in {tmp_path / 'params'}; run grueflow diff from the project's root, "
         f"{tmp_path} (or give --target the metrics file's path from here)\n")
+
+
+def test_show_refuses_a_run_whose_predictions_were_cut_or_edited_after_it_finished(tmp_path, capsys):
+    """show printed the first 3 samples of a predictions.jsonl cut to 3 of its 8 rows, and an edited generation
+    beside the scores of the original, without checking the run folder's stage.json."""
+    run_dir = predictions(tmp_path / "run")
+    write_stage_record(run_dir, stage="evaluate", params={}, inputs={}, wall_time_s=0.0)
+    path = run_dir / "predictions.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:3]))
+    assert main(["show", str(run_dir), "-n", "20"]) == 2
+    cut = sum(map(len, lines[:3]))
+    whole = sum(map(len, lines))
+    assert capsys.readouterr().err.endswith(
+        f"grueflow show: error: {run_dir} is damaged: predictions.jsonl has {cut:,} bytes where its stage wrote "
+        f"{whole:,}; delete the folder and rerun the pipeline (snakemake or dvc repro) to rebuild it\n")
+    path.write_text("".join(lines).replace("generation 1", "XYZeration 1"))  # same size, other text
+    assert main(["show", str(path)]) == 2
+    assert "predictions.jsonl does not match the digest its stage recorded" in capsys.readouterr().err
 
 
 def test_show_names_a_file_that_is_not_a_predictions_file(tmp_path, capsys):

@@ -463,6 +463,22 @@ def _stage(script: str, *args: object) -> subprocess.CompletedProcess:
                           text=True)
 
 
+def test_an_export_refuses_predictions_cut_or_edited_after_their_evaluate_run(tmp_path: Path) -> None:
+    """A predictions.jsonl cut to 3 of its rows was exported as a 3-item batch without checking its run's stage.json."""
+    path = _write_predictions(tmp_path / "run", "ppo")["ppo"]
+    io.write_stage_record(tmp_path / "run", stage="evaluate", params={}, inputs={}, wall_time_s=0.0)
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text("".join(lines[:3]))
+    with pytest.raises(io.MissingDataError) as refused:
+        hb.read_predictions(path)
+    assert str(refused.value) == (f"{tmp_path / 'run'} is damaged: ppo.jsonl has {sum(map(len, lines[:3]))} bytes "
+                                  f"where its stage wrote {sum(map(len, lines))}; delete the folder and rerun the "
+                                  f"pipeline (snakemake or dvc repro) to rebuild it")
+    path.write_text("".join(lines).replace("ppo g1", "XYZ g1"))
+    with pytest.raises(io.MissingDataError, match=r"is damaged: ppo\.jsonl does not match the digest its stage"):
+        hb.read_predictions(path)
+
+
 def test_two_pairwise_batches_of_one_seed_share_no_opaque_id() -> None:
     """Opaque ids carry the batch's tag, drawn with the seed and the tag: the same seed and size no longer give
     two batches the same ids (which let one batch's key unblind another)."""
