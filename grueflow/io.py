@@ -142,13 +142,15 @@ POINTERS = ((b"version https://git-lfs.github.com/spec/", "a Git LFS pointer", "
             (b"/annex/objects/", "a git-annex pointer", "git annex get"))
 
 
-def iter_lines(path: str | Path) -> Iterator[tuple[int, str]]:
+def iter_lines(path: str | Path, carriage_returns: bool = False) -> Iterator[tuple[int, str]]:
     """``(line number, line)`` of a UTF-8 text file, line endings kept, a UTF-8 byte-order mark at its start (what
     Notepad and Excel write) left out; a non-UTF-8 byte is a DataError naming the file, the line and the column (or
     the compression, for a compressed file), never a bare UnicodeDecodeError, and so is a file this checkout has
-    not fetched (:data:`POINTERS`), which would read as one bad line."""
+    not fetched (:data:`POINTERS`), which would read as one bad line. Lines end at ``\n``; with
+    ``carriage_returns`` also at a lone ``\r`` (classic Mac OS line ends, as most editors show them)."""
     with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, start=1):
+        raws = handle.read().splitlines(keepends=True) if carriage_returns else handle  # \n, \r\n and \r only
+        for number, raw in enumerate(raws, start=1):
             pointer = next(((kind, tool) for head, kind, tool in POINTERS if number == 1 and raw.startswith(head)),
                            None)
             if pointer:

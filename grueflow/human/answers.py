@@ -7,10 +7,13 @@ appended in the order answers are given, so within one file a later line is a la
 
 Appending holds a lock (a thread lock within one server, ``flock`` across processes, so two
 annotators' servers may share a file), writes the whole line with one ``write`` and ``fsync``\\ s before
-the answer is acknowledged. A crash mid-write can at worst leave an unacknowledged partial last line;
-the next append cuts it off and readers skip it, so a saved answer is never lost and no half line stays.
-A last line without its newline that is a whole JSON object (a file edited or concatenated by hand) is
-an answer, not a crash leftover: readers keep it and the next append ends it with a newline.
+the answer is acknowledged; a write that fails (a full disk) is cut off again. Only a crash of the machine
+mid-write can leave an unacknowledged partial last line. The page skips it and its next append moves it to
+``<file>.cut``, so a saved answer is never lost and no half line stays. The import cannot tell such a line
+from an answer edited by hand and refused it (:func:`read_numbered_answer_lines`): a person decides. A last
+line without its newline that is a whole JSON object (a file edited or concatenated by hand) is an answer:
+readers keep it and the next append ends it with a newline. A line ends at ``\n``, ``\r\n`` or a lone ``\r``
+(JSON text holds no raw carriage return, so splitting there changes no answer).
 """
 
 from __future__ import annotations
@@ -24,11 +27,12 @@ import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from grueflow import io
 from grueflow.human.batch import Batch
 from grueflow.human.criteria import SCALE_MAX, SCALE_MIN
+from grueflow.human.layout import LEFTOVER_SUFFIX
 from grueflow.human.templates import CHOICE_FIELD, CHOICES
 
 log = logging.getLogger(__name__)
@@ -134,17 +138,23 @@ class AnswerStore:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 _cut_partial_tail(fd, self.path)
-                written = os.write(fd, line)
-                if written != len(line):
-                    raise OSError(f"{self.path}: wrote {written} of {len(line)} bytes")
-                os.fsync(fd)
+                size = os.fstat(fd).st_size
+                try:
+                    written = os.write(fd, line)
+                    if written != len(line):
+                        raise OSError(f"{self.path}: wrote {written} of {len(line)} bytes")
+                    os.fsync(fd)
+                except OSError:
+                    os.ftruncate(fd, size)  # an answer not acknowledged leaves no part of its line
+                    raise
             finally:
                 os.close(fd)  # closing releases the flock
         return Answer(annotator, item_id, clean)
 
     def records(self) -> list[dict[str, Any]]:
-        """Every complete line, in file order (an unfinished last line, left by a crash, is skipped)."""
-        return read_answer_lines(self.path)
+        """Every complete line, in file order (an unfinished last line is skipped: the next append moves it to
+        ``<file>.cut``)."""
+        return read_answer_lines(self.path, unfinished="skip")
 
     def latest(self, annotator: str) -> dict[str, dict[str, Any]]:
         """item id → this annotator's last answer."""
@@ -165,15 +175,15 @@ def _cut_partial_tail(fd: int, path: Path) -> None:
     ``<path>.cut`` (appended, flushed to disk, then cut here): a crash's leftover, or text edited in by hand,
     is never lost."""
     size = os.fstat(fd).st_size
-    if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+    if size == 0 or os.pread(fd, 1, size - 1) in (b"\n", b"\r"):
         return
     start = max(0, size - (1 << 20))
     tail = os.pread(fd, size - start, start)
-    keep = start + tail.rfind(b"\n") + 1 if b"\n" in tail else start
+    keep = start + max(tail.rfind(b"\n"), tail.rfind(b"\r")) + 1  # after the last line end, or ``start``
     if _complete_record(tail[keep - start:].decode("utf-8-sig", errors="replace")):  # a BOM opens a 1-line file
         os.write(fd, b"\n")  # O_APPEND: the newline goes at the end
         return
-    cut = path.with_name(path.name + ".cut")
+    cut = path.with_name(path.name + LEFTOVER_SUFFIX)
     with open(cut, "ab") as handle:
         handle.write(tail[keep - start:] + b"\n")
         handle.flush()
@@ -183,24 +193,37 @@ def _cut_partial_tail(fd: int, path: Path) -> None:
     os.ftruncate(fd, keep)
 
 
-def read_answer_lines(path: str | Path) -> list[dict[str, Any]]:
-    """The page's answers file as dicts; a missing file has no answers; a bad complete line is a DataError."""
-    return [record for _, record in read_numbered_answer_lines(path)]
+Unfinished = Literal["refuse", "skip"]  # what a reader does with an unfinished last line (see the module docstring)
 
 
-def read_numbered_answer_lines(path: str | Path) -> list[tuple[int, dict[str, Any]]]:
-    """:func:`read_answer_lines` with each record's 1-based line number in the file (blank lines and an unfinished
-    last line count as lines but make no record), so that a message can point at the line an editor shows."""
+def read_answer_lines(path: str | Path, unfinished: Unfinished = "refuse") -> list[dict[str, Any]]:
+    """The page's answers file as dicts; a missing file has no answers; a bad complete line is a DataError, and so
+    is an unfinished last line unless ``unfinished="skip"`` (the page's own reads)."""
+    return [record for _, record in read_numbered_answer_lines(path, unfinished)]
+
+
+def read_numbered_answer_lines(path: str | Path, unfinished: Unfinished = "refuse") -> list[tuple[int, dict[str, Any]]]:
+    """:func:`read_answer_lines` with each record's 1-based line number in the file (blank lines and a skipped
+    unfinished last line count as lines but make no record), so that a message can point at the line an editor
+    shows.
+
+    An unfinished last line (no line end, and not a whole JSON object) is an interrupted write or an answer edited
+    by hand, and nothing in the file tells which: skipping it could drop a correction, so only the page, whose next
+    append moves it to ``<file>.cut``, skips it."""
     path = Path(path)
     io.refuse_special_file(path, "give the page's .jsonl", "answers file")
     if not path.exists():
         return []
     out = []
-    lines = list(io.iter_lines(path))
+    lines = list(io.iter_lines(path, carriage_returns=True))
     for number, line in lines:
-        if not line.endswith("\n") and not _complete_record(line):
-            log.warning("%s: line %d is unfinished (an interrupted write); skipping it", path, number)
-            continue
+        if not line.endswith(("\n", "\r")) and not _complete_record(line):
+            if unfinished == "skip":
+                log.warning("%s: line %d is unfinished (an interrupted write, or an edit); skipping it", path, number)
+                continue
+            raise io.DataError(f"{path}: line {number}, the last, is unfinished (no line end, and not a whole JSON "
+                               f"object): an interrupted write (delete the line) or an answer edited by hand (fix "
+                               f"it); the import reads no part of an answer")
         if not line.strip():
             continue
         try:

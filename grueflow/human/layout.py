@@ -11,6 +11,7 @@ link to nothing.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Iterable, Sequence
 
 from grueflow.io import DataError
 
+log = logging.getLogger(__name__)
 PAGE_SUFFIX = ".jsonl"  # the annotation page's answers file: JSON lines
 ANSWER_SUFFIXES = (PAGE_SUFFIX, ".csv")
 LEFTOVER_SUFFIX = ".cut"  # an unfinished line the page's answers file moved aside (grueflow.human.answers)
@@ -48,13 +50,15 @@ def unfetched(folder: Path, entries: Iterable[Path]) -> list[str]:
 
 
 def answer_files(paths: Sequence[Path]) -> list[Path]:
-    """The answers files given, a folder standing for its ``*.jsonl`` and ``*.csv`` files (sorted). Hidden files,
-    the page's ``*.cut`` leftovers and DVC's ``*.dvc`` pointers in a folder are passed over; what the checkout has
-    not fetched (:func:`unfetched`), any other file there (a ``results.xlsx``) or a folder in it (whose files are
-    not read) is a DataError: their answers would be left out of the table without a word."""
+    """The answers files given, a folder standing for its ``*.jsonl`` and ``*.csv`` files (sorted). Hidden files
+    and DVC's ``*.dvc`` pointers in a folder are passed over, and so are the page's ``*.cut`` leftovers, each named
+    in a warning (:func:`warn_leftover`); what the checkout has not fetched (:func:`unfetched`), any other file
+    there (a ``results.xlsx``) or a folder in it (whose files are not read) is a DataError: their answers would be
+    left out of the table without a word."""
     files = []
     for path in paths:
         if not path.is_dir():
+            warn_leftover(path.with_name(path.name + LEFTOVER_SUFFIX))
             files.append(path)
             continue
         entries = _visible(path)
@@ -69,10 +73,25 @@ def answer_files(paths: Sequence[Path]) -> list[Path]:
                             f"files of a folder inside are not read), so the import would leave {it} out; save a "
                             f"spreadsheet as CSV UTF-8 (Comma delimited), move answers files up into {path}, or move "
                             f"{it} out of the folder")
+        for leftover in (p for p in entries if p.suffix.lower() == LEFTOVER_SUFFIX):
+            warn_leftover(leftover)
         files += [p for p in entries if p.suffix.lower() in ANSWER_SUFFIXES]  # a FIFO so named: refused as read
     if not files:
         raise DataError(f"no answers files in {[str(p) for p in paths]}; give the page's .jsonl or a results .csv")
     return files
+
+
+def warn_leftover(cut: Path) -> None:
+    """A warning naming the page's leftover file ``cut`` (``<answers file>.cut``), if it holds anything: the lines
+    the page moved aside from its answers file as unfinished (an interrupted write, or text added by hand), which
+    the import does not read. Only a person can tell whether one was an answer."""
+    if not cut.is_file() or cut.stat().st_size == 0:
+        return
+    n = cut.read_bytes().count(b"\n") or 1
+    answers = cut.with_name(cut.name[:-len(LEFTOVER_SUFFIX)])
+    log.warning("%s holds %d unfinished line(s) the annotation page moved aside from %s (an interrupted write, or "
+                "text added by hand); they are not imported: if one is an answer, fix it, add it to %s and delete "
+                "%s", cut, n, answers.name, answers.name, cut.name)
 
 
 @dataclass

@@ -136,6 +136,34 @@ def test_a_whole_last_answer_without_its_newline_is_kept_and_ended(likert_dir: P
     assert lines[-1] == b"" and [json.loads(line)["item_id"] for line in lines[:-1]] == items[:2]
 
 
+def test_the_page_keeps_lines_ended_by_a_lone_carriage_return(likert_dir: Path, tmp_path: Path) -> None:
+    """A file with classic Mac line ends read as one unfinished line: the page showed nothing answered and its next
+    append moved every answer to answers.jsonl.cut."""
+    store = AnswerStore(tmp_path / "answers.jsonl", hb.read_batch(likert_dir))
+    items = [i["item_id"] for i in store.batch.items]
+    store.append("alice", items[0], {"coherence": 3, "sentiment": 4})
+    store.append("alice", items[1], {"coherence": 2, "sentiment": 5})
+    store.path.write_bytes(store.path.read_bytes().replace(b"\n", b"\r").rstrip(b"\r"))
+    assert [r["item_id"] for r in store.records()] == items[:2]
+    store.append("alice", items[2], {"coherence": 1, "sentiment": 1})
+    assert not (tmp_path / "answers.jsonl.cut").exists()
+    assert [r["item_id"] for r in read_answer_lines(store.path)] == items[:3]
+
+
+def test_a_failed_write_leaves_no_part_of_its_line(likert_dir: Path, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A short write (a full disk) left half an answer line, which a later import could not tell from a hand edit."""
+    store = AnswerStore(tmp_path / "answers.jsonl", hb.read_batch(likert_dir))
+    items = [i["item_id"] for i in store.batch.items]
+    store.append("alice", items[0], {"coherence": 3, "sentiment": 4})
+    saved = store.path.read_bytes()
+    write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: write(fd, data[:10]))
+    with pytest.raises(OSError, match=r"answers\.jsonl: wrote 10 of \d+ bytes"):
+        store.append("alice", items[1], {"coherence": 2, "sentiment": 5})
+    assert store.path.read_bytes() == saved
+
+
 def test_a_saved_answer_after_a_byte_order_mark_is_an_answer(likert_dir: Path, tmp_path: Path) -> None:
     """An answers file re-saved by Notepad (a UTF-8 BOM) with one answer and no final newline was read as an
     interrupted write: the page showed nothing answered and moved the answer to answers.jsonl.cut on the next

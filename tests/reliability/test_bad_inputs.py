@@ -50,7 +50,7 @@ import yaml
 
 from grueflow.config import ConfigError, ModelConfig, SupervisedConfig, read_yaml
 from grueflow.data import DATAPOOLS, read_split
-from grueflow.io import DataError, MissingDataError, manifest, read_json, write_json
+from grueflow.io import DataError, MissingDataError, manifest, read_json, read_jsonl, write_json
 from grueflow.models import check_context
 from grueflow.params import load_method, load_metrics, load_section, load_suite, load_task, parse
 from tests.conftest import MICRO, ROOT, copy_project
@@ -3004,16 +3004,55 @@ def test_a_hidden_link_to_nothing_in_an_answers_folder_is_passed_over(tmp_path: 
 
 def test_hidden_files_cut_leftovers_and_dvc_pointers_in_an_answers_folder_are_passed_over(tmp_path: Path,
                                                                                          call_stage, caplog):
+    """The page's .cut leftover is not imported, but named: it was passed over without a word."""
     batch = human_likert_batch(tmp_path / "batch")
     human_answers(tmp_path / "answers" / "answers.jsonl", batch, 4, None)
     (tmp_path / "answers" / "answers.jsonl.cut").write_text('{"annotator": "x", "item_id": "L0\n')
     (tmp_path / "answers" / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")
     (tmp_path / "answers" / "answers.jsonl.dvc").write_text("outs:\n- md5: 0\n  path: answers.jsonl\n")  # dvc add
-    result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "answers",
-                        "--out", tmp_path / "imp")
+    for given in (tmp_path / "answers", tmp_path / "answers" / "answers.jsonl"):
+        caplog.clear()
+        result = call_stage("import_human_eval", "--batch", batch, "--answers", given, "--out", tmp_path / "imp")
+        assert result.code == 0, result.stderr
+        assert {r["value"] for r in read_json(tmp_path / "imp" / "table_rows.json")} == {4.0}
+        assert "DS_Store" not in caplog.text
+        assert (f"{tmp_path / 'answers' / 'answers.jsonl.cut'} holds 1 unfinished line(s) the annotation page moved "
+                f"aside from answers.jsonl (an interrupted write, or text added by hand); they are not imported: if "
+                f"one is an answer, fix it, add it to answers.jsonl and delete answers.jsonl.cut") in caplog.text
+
+
+def test_an_unfinished_last_answer_line_is_refused_naming_both_readings(tmp_path: Path, call_stage, caplog):
+    """A correction added by hand without its closing brace and final newline was skipped as "an interrupted write"
+    (a log warning, exit 0): the table kept the old answer."""
+    batch = human_likert_batch(tmp_path / "batch")
+    answers = human_answers(tmp_path / "answers.jsonl", batch, 5, None)
+    item = json.loads(answers.read_text().splitlines()[0])["item_id"]
+    with open(answers, "a") as handle:
+        handle.write(json.dumps({"annotator": "x", "item_id": item, "answer": {"coherence": 1, "sentiment": 1}})[:-1])
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", answers, "--out", tmp_path / "imp")
+    assert_fails_in_one_line(result, f"error: {answers}: line 9, the last, is unfinished (no line end, and not a "
+                                     f"whole JSON object): an interrupted write (delete the line) or an answer edited "
+                                     f"by hand (fix it); the import reads no part of an answer")
+    assert not (tmp_path / "imp").exists()
+
+
+@pytest.mark.parametrize("ends", ["cr", "last_two_joined_by_cr"])
+def test_answers_lines_ended_by_a_lone_carriage_return_are_answers(tmp_path: Path, call_stage, ends: str):
+    """A file with classic Mac line ends (a lone CR) was "has no answers"; one whose last two lines were joined by a
+    CR, without a final newline, lost both answers."""
+    batch = human_likert_batch(tmp_path / "batch")
+    answers = human_answers(tmp_path / "answers.jsonl", batch, 4, None)
+    lines = answers.read_text().splitlines()
+    item = json.loads(lines[0])["item_id"]
+    lines.append(json.dumps({"annotator": "x", "item_id": item, "answer": {"coherence": 1, "sentiment": 1}}))
+    if ends == "cr":
+        answers.write_text("\r".join(lines) + "\r", newline="")
+    else:
+        answers.write_text("\n".join(lines[:-1]) + "\r" + lines[-1], newline="")
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", answers, "--out", tmp_path / "imp")
     assert result.code == 0, result.stderr
-    assert {r["value"] for r in read_json(tmp_path / "imp" / "table_rows.json")} == {4.0}
-    assert ".cut" not in caplog.text and "DS_Store" not in caplog.text
+    imported = {r["item_id"]: r["answer"]["coherence"] for r in read_jsonl(tmp_path / "imp" / "answers.jsonl")}
+    assert len(imported) == 8 and imported[item] == 1 and sum(v == 4 for v in imported.values()) == 7
 
 
 def test_a_batch_answered_for_one_method_only_warns_and_records_the_batch_size(tmp_path: Path, call_stage, caplog):
