@@ -17,6 +17,7 @@ import errno
 import glob
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -26,9 +27,10 @@ import stat
 import subprocess
 import tempfile
 import uuid
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Optional
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
 STAGE_RECORD = "stage.json"
 PROVENANCE_RECORD = "provenance.json"  # how the run went (commit, wall time, device): in no content hash
@@ -456,6 +458,44 @@ def fingerprint(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+@dataclass(frozen=True)
+class InputDigest:
+    """An input's :func:`fingerprint` as :func:`digest_inputs` took it, before its stage read it, and a file's
+    ``(size, modification time in ns)`` then (None for a folder)."""
+
+    path: Path
+    sha256: str
+    stamp: Optional[tuple[int, int]]
+
+
+def digest_inputs(inputs: Mapping[str, str | Path]) -> dict[str, InputDigest]:
+    """The digests a stage records (:func:`write_stage_record`) for inputs from outside results/ that may change
+    while it runs (an answers file the annotation page appends to, data edited by hand), taken before the stage
+    reads them. A change after this leaves the recorded digest different from the input, so the stale check reruns
+    the stage; a digest taken when the stage finishes would vouch for bytes it never read (an answer appended
+    meanwhile, recorded as imported). Call it before the first read."""
+    out = {}
+    for name, path in inputs.items():
+        path = Path(path)
+        stamp = (path.stat().st_size, path.stat().st_mtime_ns) if path.is_file() else None
+        out[name] = InputDigest(path, fingerprint(path), stamp)
+    return out
+
+
+def _recorded_input(name: str, value: str | Path | InputDigest) -> dict[str, str]:
+    """``{"path", "sha256"}`` of one input in ``stage.json``: an :class:`InputDigest`'s digest from before the stage
+    read it (with a warning where the file changed since), or a path's digest now."""
+    if not isinstance(value, InputDigest):
+        return {"path": str(value), "sha256": fingerprint(value)}
+    path = value.path
+    now = (path.stat().st_size, path.stat().st_mtime_ns) if path.is_file() else None
+    if value.stamp is not None and now != value.stamp:
+        logging.getLogger(__name__).warning(
+            "%s (%s) changed while the stage ran, after its digest was taken; the record keeps that digest, so the "
+            "stage counts as stale: run it again to use the new content (snakemake does on its next run)", path, name)
+    return {"path": str(path), "sha256": value.sha256}
+
+
 def _git_commit() -> str | None:
     """The checkout's commit, or None: no git, not a repository, or one without a commit yet (where ``git rev-parse
     HEAD`` prints ``HEAD`` and fails)."""
@@ -490,11 +530,13 @@ def output_bytes(out_dir: str | Path) -> int:
 VOLATILE = ("execution",)  # extra fields that say how a run went, not what it computed: provenance.json's
 
 
-def write_stage_record(out_dir: str | Path, *, stage: str, params: Any, inputs: dict[str, str | Path],
-                       wall_time_s: float, extra: dict[str, Any] | None = None) -> None:
+def write_stage_record(out_dir: str | Path, *, stage: str, params: Any,
+                       inputs: Mapping[str, str | Path | InputDigest], wall_time_s: float,
+                       extra: dict[str, Any] | None = None) -> None:
     """Write the two records of a finished stage folder, ``stage.json`` last.
 
-    ``stage.json`` holds only what identifies the content: resolved params, input fingerprints, package versions,
+    ``stage.json`` holds only what identifies the content: resolved params, input fingerprints (taken now, or before
+    the stage read the input: :func:`digest_inputs`), package versions,
     ``output_bytes`` (the size of everything else in ``out_dir``, what a cache or a remote must hold) and the
     stage's own ``extra`` facts; a forced or no-op re-execution writes it byte for byte again, so content
     hashes (DVC's) do not change. ``provenance.json`` holds how this run went: the git commit, the wall time and
@@ -509,7 +551,7 @@ def write_stage_record(out_dir: str | Path, *, stage: str, params: Any, inputs: 
     record = {
         "stage": stage,
         "params": params,
-        "inputs": {name: {"path": str(p), "sha256": fingerprint(p)} for name, p in inputs.items()},
+        "inputs": {name: _recorded_input(name, p) for name, p in inputs.items()},
         "versions": package_versions(),
         "output_bytes": output_bytes(out_dir),
         "files": manifest(out_dir),

@@ -13,7 +13,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from safetensors import SafetensorError
 from tqdm import tqdm
@@ -362,9 +362,12 @@ def relaunch_data_parallel(processes: int, threads: int) -> None:
     os.execv(sys.executable, command)
 
 
-def finish(out_dir: Path, stage: str, params: Any, inputs: dict[str, Path], started: float, **extra: Any) -> None:
+def finish(out_dir: Path, stage: str, params: Any, inputs: Mapping[str, Path | io.InputDigest], started: float,
+           **extra: Any) -> None:
     """Write the stage record into the finished ``out_dir`` (see :func:`grueflow.io.write_stage_record`);
-    a stage that runs models passes ``execution=<Execution.record()>`` among ``extra``."""
+    a stage that runs models passes ``execution=<Execution.record()>`` among ``extra``. An input from outside
+    results/ that may change while the stage runs is given as its :func:`grueflow.io.digest_inputs` digest, taken
+    before the stage read it."""
     io.write_stage_record(out_dir, stage=stage, params=params, inputs=inputs,
                           wall_time_s=time.perf_counter() - started, extra=extra or None)
 

@@ -28,12 +28,12 @@ import math
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Callable, Optional, Protocol, Sequence
+from typing import IO, Any, Callable, Mapping, Optional, Protocol, Sequence
 
 from grueflow import checkpoints, stage
 from grueflow.device import Execution
 from grueflow.distributed import DataParallel, check_replicas
-from grueflow.io import atomic_dir
+from grueflow.io import InputDigest, atomic_dir
 from grueflow.seeding import seed_everything
 from grueflow.tracking import TENSORBOARD_ENV, RunTracker, tensorboard_dir
 
@@ -218,7 +218,7 @@ class TrainingRun:
             tracker.close()
         return result
 
-    def finish(self, write: Callable[[Path], None], params: Any, inputs: dict[str, Path],
+    def finish(self, write: Callable[[Path], None], params: Any, inputs: Mapping[str, Path | InputDigest],
                replicas: Callable[[], Sequence[Any]] = tuple, extra: Optional[dict[str, Any]] = None) -> None:
         """Write the output folder: ``write(folder)`` puts the stage's own files in, then the tracking log and
         ``stage.json`` (``params``, ``inputs``' fingerprints, the execution); it replaces ``--out`` only when

@@ -10,6 +10,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 from grueflow import stage
 from grueflow.human import batch as hb
 from grueflow.human.criteria import CRITERIA
+from grueflow.io import digest_inputs
 
 
 def method_path(text: str) -> tuple[str, Path]:
@@ -75,6 +76,7 @@ def main() -> None:
         stage.inside_output("--key", args.key)
     task = batch_task(p, args.task, [path for _, path in args.predictions])
     prompt_column = "prompt"
+    inputs = digest_inputs({"rl4lms_csv": args.rl4lms_csv} if args.rl4lms_csv else dict(args.predictions))
     if args.rl4lms_csv and args.kind == "pairwise":
         prompt_column, sources = hb.read_rl4lms_pairwise(args.rl4lms_csv)
     elif args.rl4lms_csv:
@@ -94,7 +96,6 @@ def main() -> None:
         if key is not None:
             kept = batch.opaque_ids()
             key = {opaque: system for opaque, system in key.items() if opaque in kept}
-    inputs = ({"rl4lms_csv": args.rl4lms_csv} if args.rl4lms_csv else {m: path for m, path in args.predictions})
     params = {"kind": args.kind, "criteria": args.criteria, "seed": args.seed, "max_items": args.max_items}
     hb.write_batch(batch, args.out, key, args.key,
                    finish=lambda tmp: stage.finish(tmp, "export_human_eval", params, inputs, started))

@@ -10,7 +10,7 @@ from grueflow import stage
 from grueflow.human import batch as hb
 from grueflow.human import results
 from grueflow.human.layout import answer_files
-from grueflow.io import atomic_dir, write_json, write_jsonl
+from grueflow.io import atomic_dir, digest_inputs, write_json, write_jsonl
 
 
 def main() -> None:
@@ -25,6 +25,10 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     started = stage.setup(args)
+    files = answer_files(args.answers)
+    # digests taken before any read: an answer the page appends meanwhile leaves the record stale, never "imported"
+    inputs = digest_inputs({"batch": args.batch, **({"key": args.key} if args.key else {}),
+                            **{f"answers{i}": f for i, f in enumerate(files)}})
     batch = hb.read_batch(args.batch)
     task = hb.import_task(batch, args.batch, args.task)
     if batch.kind == "pairwise" and args.key is None:
@@ -33,7 +37,6 @@ def main() -> None:
         p.error(f"--batch {args.batch} is a Likert batch, which has no key (its items name their method); "
                 f"leave --key {args.key} out")
     key = hb.read_key(args.key, batch, args.legacy_key) if batch.kind == "pairwise" else None
-    files = answer_files(args.answers)
     answers = results.latest_answers(a for f in files for a in results.read_answer_file(f, batch))
     agreement = results.agreement(batch, answers, key)
     with atomic_dir(args.out) as tmp:
@@ -47,8 +50,6 @@ def main() -> None:
             rows = results.pairwise_rows(batch, key, answers, task)
             write_jsonl(tmp / "preferences.jsonl", results.preferences(batch, key, answers))
         write_json(tmp / "table_rows.json", rows)
-        inputs = {"batch": args.batch, **({"key": args.key} if args.key else {}),
-                  **{f"answers{i}": f for i, f in enumerate(files)}}
         unchecked = {"legacy_key": True} if args.legacy_key and key is not None else {}
         stage.finish(tmp, "import_human_eval", {"task": task}, inputs, started, n_answers=len(answers), **unchecked)
 

@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 from grueflow import stage
 from grueflow.config import DatapoolConfig, to_dict, typed_args
 from grueflow.data import DATAPOOLS, write_datapool
-from grueflow.io import atomic_dir
+from grueflow.io import atomic_dir, digest_inputs
 from grueflow.params import load_section
 from grueflow.pipeline import datapool_files
 
@@ -22,9 +22,10 @@ def main() -> None:
     args = p.parse_args()
     started = stage.setup(args)
     cfg: DatapoolConfig = load_section(DatapoolConfig, args.task_file, "datapool")
+    # the local data it reads, by content as it is before the build reads it: a file replaced since (even while
+    # the build runs) is found by the stale check, whatever its time
+    data = digest_inputs({path: Path(path) for path in datapool_files({"datapool": to_dict(cfg)}, Path.cwd())})
     pool = DATAPOOLS.get(cfg.id).build(typed_args(cfg))
-    # the local data it read, by content: a file replaced since is found by the stale check, whatever its time
-    data = {path: Path(path) for path in datapool_files({"datapool": to_dict(cfg)}, Path.cwd())}
     with atomic_dir(args.out) as tmp:
         stats = write_datapool(pool, tmp, cfg.id)
         stage.finish(tmp, "prepare_datapool", {"datapool": to_dict(cfg)}, data, started, stats=stats)

@@ -10,7 +10,7 @@ from grueflow.checkpoints import run_key
 from grueflow.classifier import (ClassifierTrainer, backbone_path, encode_examples, load_backbone, load_examples,
                                  needs_eos, save_classifier)
 from grueflow.config import ClassifierConfig, to_dict
-from grueflow.io import MODEL_DIR, fingerprint, write_csv, write_json
+from grueflow.io import MODEL_DIR, digest_inputs, write_csv, write_json
 from grueflow.params import load_section
 from grueflow.training import TrainingRun, add_arguments, check_final
 
@@ -27,16 +27,16 @@ def main() -> None:
     args = p.parse_args()
     started = stage.setup(args)
     cfg: ClassifierConfig = load_section(ClassifierConfig, args.task_file, "classifier")
+    data = {"train_file": Path(cfg.train_file), **({"test_file": Path(cfg.test_file)} if cfg.test_file else {})}
+    read = digest_inputs({name: path for name, path in data.items() if path.exists()})  # before they are read
     examples = load_examples(cfg)  # bad data fails here, before any model loads
     run = TrainingRun.start("train_classifier", args, started, cfg.seed)
     model, tokenizer = load_backbone(cfg.backbone, cfg.labels, run.execution, cfg.max_length)
     train, val, test = (encode_examples(tokenizer, part, cfg, needs_eos(model)) for part in examples)
     trainer = ClassifierTrainer(model, tokenizer, train, val, cfg, run.execution)
-    inputs = {"train_file": Path(cfg.train_file), "backbone": Path(backbone_path(cfg.backbone))}
-    if cfg.test_file:
-        inputs["test_file"] = Path(cfg.test_file)
-    local = {name: path for name, path in inputs.items() if path.exists()}  # a hub backbone has no fingerprint
-    key = run_key("train_classifier", to_dict(cfg), {n: fingerprint(p) for n, p in local.items()},
+    backbone = Path(backbone_path(cfg.backbone))
+    local = {**read, **digest_inputs({"backbone": backbone} if backbone.exists() else {})}  # a hub one: no digest
+    key = run_key("train_classifier", to_dict(cfg), {name: d.sha256 for name, d in local.items()},
                   run.execution.precision, script=__file__)
     curve = run.train(trainer, key, len(trainer.row_steps), "step", "classifier curve rows")
     final = trainer.final_metrics(test)

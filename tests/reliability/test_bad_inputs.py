@@ -3021,6 +3021,36 @@ def test_hidden_files_cut_leftovers_and_dvc_pointers_in_an_answers_folder_are_pa
                 f"one is an answer, fix it, add it to answers.jsonl and delete answers.jsonl.cut") in caplog.text
 
 
+def test_an_answer_saved_while_the_import_runs_leaves_the_import_stale(tmp_path: Path, call_stage, caplog,
+                                                                       monkeypatch: pytest.MonkeyPatch):
+    """The page appended an answer after the import read the file and before it recorded the file's digest: the
+    record vouched for the answer, which the import lacked, and no later run imported it."""
+    from grueflow.human import batch as hb
+    from grueflow.human import results
+    from grueflow.human.answers import AnswerStore
+    from grueflow.io import fingerprint
+    from grueflow.stale import input_changed
+
+    batch = human_likert_batch(tmp_path / "batch")
+    answers = human_answers(tmp_path / "answers.jsonl", batch, 4, None)
+    as_read = fingerprint(answers)
+    agreement = results.agreement
+
+    def answered_meanwhile(*args: Any, **kwargs: Any) -> Any:  # bob saves an answer on the page
+        store = AnswerStore(answers, hb.read_batch(batch))
+        store.append("bob", store.batch.items[0]["item_id"], {"coherence": 1, "sentiment": 1})
+        return agreement(*args, **kwargs)
+
+    monkeypatch.setattr(results, "agreement", answered_meanwhile)
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", answers, "--out", tmp_path / "imp")
+    assert result.code == 0, result.stderr
+    assert not any(r["annotator"] == "bob" for r in read_jsonl(tmp_path / "imp" / "answers.jsonl"))
+    recorded = read_json(tmp_path / "imp" / "stage.json")["inputs"]["answers0"]["sha256"]
+    assert recorded == as_read and input_changed(answers, recorded)  # stale: the next run imports bob's answer
+    assert (f"{answers} (answers0) changed while the stage ran, after its digest was taken; the record keeps that "
+            f"digest, so the stage counts as stale: run it again to use the new content") in caplog.text
+
+
 def test_an_unfinished_last_answer_line_is_refused_naming_both_readings(tmp_path: Path, call_stage, caplog):
     """A correction added by hand without its closing brace and final newline was skipped as "an interrupted write"
     (a log warning, exit 0): the table kept the old answer."""
