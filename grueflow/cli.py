@@ -320,6 +320,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if not Path(args.target).is_absolute() and not Path(args.target).exists():  # relative to the project's root
         check_not_in_subfolder("diff", " (or give --target the metrics file's path from here)")
     check_has_commits(args.rev_a, args.rev_b)
+    if "workspace" in (args.rev_a, args.rev_b) and not Path(args.target).exists():
+        raise CliError(f"there is no {args.target} in the workspace (dvc would read the last one built from its cache "
+                       f"as the workspace's); build it (grueflow run, or dvc repro), or diff two commits")
     # each revision's table: dvc reports absent and null alike, and leaves out a key null on one side and absent on
     # the other (a method added whose score could not be computed); checked before dvc reads it, which ends in its
     # own error on an integer past a float's range

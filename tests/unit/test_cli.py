@@ -305,6 +305,39 @@ def test_diff_refuses_a_revision_where_dvc_could_not_load_the_table(tmp_path):
         "scores.yaml: no changes between HEAD and HEAD\n")
 
 
+def table_pipeline(repo: Path) -> None:
+    """A git + DVC repository whose one stage writes results/grue_table.json from params.yaml's ``reward`` with
+    make_table.py, built and committed."""
+    git_init(repo)
+    run(["dvc", "init", "-q"], repo)
+    (repo / "params.yaml").write_text("reward: 0.5\nother: 1\n")
+    (repo / "make_table.py").write_text(
+        "import json, os, yaml\nos.makedirs('results', exist_ok=True)\n"
+        "reward = yaml.safe_load(open('params.yaml'))['reward']\n"
+        "json.dump({'sentiment': {'ppo': {'reward': reward}}}, open('results/grue_table.json', 'w'))\n")
+    (repo / "dvc.yaml").write_text(f"stages:\n  table:\n    cmd: {sys.executable} make_table.py\n"
+                                   f"    deps: [make_table.py]\n    params: [reward]\n"
+                                   f"    metrics: [results/grue_table.json]\n")
+    run(["dvc", "repro", "-q"], repo)
+    run(["git", "add", "-A"], repo)
+    run(["git", "commit", "-qm", "results"], repo)
+
+
+def test_diff_refuses_a_workspace_without_the_table(tmp_path):
+    """With the workspace's table deleted, dvc read the cached one as the workspace's: "no changes", and ``--all``
+    printed HEAD's values as the workspace's."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    table_pipeline(repo)
+    (repo / "results" / "grue_table.json").unlink()
+    for args in (["HEAD", "workspace"], ["workspace", "HEAD", "--all"]):
+        refused = subprocess.run([*CLI, "diff", *args], cwd=repo, capture_output=True, text=True)
+        assert refused.returncode == 2 and refused.stdout == "", refused.stdout
+        assert refused.stderr == ("grueflow diff: error: there is no results/grue_table.json in the workspace (dvc "
+                                  "would read the last one built from its cache as the workspace's); build it "
+                                  "(grueflow run, or dvc repro), or diff two commits\n")
+
+
 def test_diff_in_a_repository_without_commits_says_so_in_one_line(tmp_path):
     """dvc reports an empty diff there, and reading a revision raised scmrepo's SCMError: a traceback."""
     repo = tmp_path / "repo"
