@@ -316,6 +316,94 @@ def metrics_diff(rev_a: str, rev_b: str, target: str, show_all: bool) -> dict[st
     return json.loads(result.stdout or "{}").get(target, {})
 
 
+def files_at(rev: str, paths: Sequence[str]) -> dict[str, bytes | None]:
+    """The bytes of each file git tracks (a path relative to the working folder) at git revision ``rev``
+    (``workspace``: the files here that git tracks), read by one ``git cat-file --batch``; None for a path that is
+    not a tracked file there (data DVC tracks is never read, so this stays cheap)."""
+    if rev == "workspace":
+        listed = subprocess.run(["git", "ls-files", "-z", "--", *paths], capture_output=True, check=False).stdout
+        tracked = set(os.fsdecode(listed).split("\0"))
+        return {path: Path(path).read_bytes() if path in tracked and Path(path).is_file() else None for path in paths}
+    names = [f"{rev}:./{path}" for path in paths]
+    result = subprocess.run(["git", "cat-file", "--batch"], input="\n".join(names).encode() + b"\n",
+                            capture_output=True, check=False)
+    found: dict[str, bytes | None] = {}
+    out, start = result.stdout, 0
+    for path in paths if result.returncode == 0 else []:
+        end = out.index(b"\n", start)
+        header = out[start:end].split()  # <object> <type> <size>, or <name> missing / ambiguous
+        start = end + 1
+        if len(header) == 3 and header[1] in (b"blob", b"tree", b"commit", b"tag"):
+            size = int(header[2])
+            found[path] = out[start:start + size] if header[1] == b"blob" else None
+            start += size + 1
+    return {path: found.get(path) for path in paths}
+
+
+def _param(values: Any, key: str) -> Any:
+    """The value of a params key as dvc.lock records it (``kl`` or a dotted ``kl.coef``) in a loaded params file;
+    :data:`ABSENT` where it is not there."""
+    if isinstance(values, dict) and key in values:
+        return values[key]
+    head, dot, rest = key.partition(".")
+    return _param(values[head], rest) if dot and isinstance(values, dict) and head in values else ABSENT
+
+
+def out_of_date_files(rev: str) -> list[str]:
+    """The params files and git-tracked file deps whose content at ``rev`` differs from what that revision's dvc.lock
+    recorded when its stages last ran: at such a revision the results were not rebuilt after the change. Empty
+    where there is no dvc.lock. What is checked is what can be read cheaply at any revision: each params key's value
+    and the md5 of each file dep there; an output of another stage (not in git), a folder dep and a params file
+    that is not YAML/JSON are left out, so an empty list does not prove the results are up to date."""
+    import hashlib
+
+    import yaml
+
+    lock_text = files_at(rev, ["dvc.lock"])["dvc.lock"]
+    try:
+        stages = yaml.safe_load(lock_text or b"").get("stages", {}) if lock_text else {}
+    except (yaml.YAMLError, AttributeError):
+        return []
+    stages = {name: stage for name, stage in (stages or {}).items() if isinstance(stage, dict)}
+    outs = {out.get("path") for stage in stages.values() for out in stage.get("outs", []) or []}
+    params = {(file, key): value for stage in stages.values() for file, keys in (stage.get("params") or {}).items()
+              for key, value in (keys or {}).items()}
+    deps = {dep["path"]: dep for stage in stages.values() for dep in stage.get("deps", []) or []
+            if dep.get("path") not in outs and isinstance(dep.get("md5"), str) and not dep["md5"].endswith(".dir")}
+    contents = files_at(rev, sorted({file for file, _ in params} | set(deps)))
+    changed = set()
+    for path, dep in deps.items():
+        content = contents[path]
+        if content is not None and dep.get("hash") != "md5":  # DVC 2's entry: a text file's md5 with CRLF as LF
+            content = content.replace(b"\r\n", b"\n")
+        if content is not None and hashlib.md5(content).hexdigest() != dep["md5"]:
+            changed.add(path)
+    for (file, key), value in params.items():
+        if Path(file).suffix not in (".yaml", ".yml", ".json") or file in changed or contents[file] is None:
+            continue
+        try:
+            loaded = yaml.safe_load(contents[file])  # JSON is YAML
+        except yaml.YAMLError:
+            loaded = None
+        if _param(loaded, key) != value:
+            changed.add(file)
+    return sorted(changed)
+
+
+def warn_out_of_date(revs: Sequence[str]) -> None:
+    """Say on stderr which revisions hold results not rebuilt after a change of their params or code: a diff that
+    reads "no changes" there means "not rebuilt", not "the change changed nothing"."""
+    for rev in dict.fromkeys(revs):
+        changed = out_of_date_files(rev)
+        if changed:
+            shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
+            place = "in the workspace" if rev == "workspace" else f"at {rev}"
+            print(f"grueflow diff: warning: the results {place} are out of date: {shown} changed after dvc.lock "
+                  f"was written (its stages were not rerun); the diff compares the results as built, so rerun "
+                  f"them (dvc repro{'' if rev == 'workspace' else ', then commit'}) to see the change's effect",
+                  file=sys.stderr)
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
     if not Path(args.target).is_absolute() and not Path(args.target).exists():  # relative to the project's root
         check_not_in_subfolder("diff", " (or give --target the metrics file's path from here)")
@@ -343,6 +431,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         old, new = (missing_label(tables[rev], key_path(key, read)) for rev in (args.rev_a, args.rev_b))
         if old != new and {old, new} <= {ABSENT, NULL}:
             diff[key] = {"old": None, "new": None}
+    warn_out_of_date((args.rev_a, args.rev_b))
     if not diff:
         print(f"{args.target}: no changes between {args.rev_a} and {args.rev_b}")
         return 0

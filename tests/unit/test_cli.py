@@ -338,6 +338,33 @@ def test_diff_refuses_a_workspace_without_the_table(tmp_path):
                                   "(grueflow run, or dvc repro), or diff two commits\n")
 
 
+def test_diff_warns_of_a_revision_whose_results_were_not_rebuilt(tmp_path):
+    """A commit that changed a param without rerunning the pipeline read "no changes", as if the change changed
+    nothing."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    table_pipeline(repo)
+    (repo / "params.yaml").write_text("reward: 0.75\nother: 1\n")
+    run(["git", "commit", "-qam", "reward, not rebuilt"], repo)
+    result = run([*CLI, "diff", "HEAD~1", "HEAD"], repo)
+    assert result.stdout == "results/grue_table.json: no changes between HEAD~1 and HEAD\n"
+    assert result.stderr == ("grueflow diff: warning: the results at HEAD are out of date: params.yaml changed after "
+                             "dvc.lock was written (its stages were not rerun); the diff compares the results as "
+                             "built, so rerun them (dvc repro, then commit) to see the change's effect\n")
+    (repo / "make_table.py").write_text((repo / "make_table.py").read_text() + "# edited\n")
+    result = run([*CLI, "diff", "HEAD~1", "workspace"], repo)  # a code dep changed here, params as at HEAD
+    assert result.stderr == ("grueflow diff: warning: the results in the workspace are out of date: make_table.py, "
+                             "params.yaml changed after dvc.lock was written (its stages were not rerun); the diff "
+                             "compares the results as built, so rerun them (dvc repro) to see the change's effect\n")
+    run(["dvc", "repro", "-q"], repo)
+    run(["git", "commit", "-qam", "rebuilt"], repo)
+    result = run([*CLI, "diff", "HEAD~2", "HEAD"], repo)  # a key not in the stage's params changes nothing
+    assert result.stderr == "" and result.stdout.splitlines()[-1].split() == [
+        "sentiment", "ppo", "reward", "0.5", "0.75", "+0.25"]
+    (repo / "params.yaml").write_text("reward: 0.75\nother: 2\n")
+    assert run([*CLI, "diff", "HEAD", "workspace"], repo).stderr == ""
+
+
 def test_diff_in_a_repository_without_commits_says_so_in_one_line(tmp_path):
     """dvc reports an empty diff there, and reading a revision raised scmrepo's SCMError: a traceback."""
     repo = tmp_path / "repo"
