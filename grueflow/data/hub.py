@@ -382,12 +382,13 @@ class IMDB:
         rng = random.Random(args.seed)
         train_rows = _placed_rows(splits, lines, "train", args)  # (where the row is, row)
         rng.shuffle(train_rows)
-        # unlabelled text (the base model's pre-training or adaptation): the hub dataset's ``unsupervised``
-        # split (aclImdb's 50k unlabelled reviews) when the source has one, else the train reviews
-        source = splits["unsupervised"] if "unsupervised" in splits else [r for _, r in train_rows]
-        unlabelled = [text for text in (_clean(r["text"]) for r in source if isinstance(r["text"], str)) if text]
         val, read, skipped_val = _imdb_samples(train_rows, "val", args.n_val, args)
         train_rows = train_rows[read:]
+        # unlabelled text (the base model's pre-training or adaptation): the hub dataset's ``unsupervised``
+        # split (aclImdb's 50k unlabelled reviews) when the source has one, else the train reviews left after val
+        # is cut (both labels), so that val scores never text the base model was trained on
+        source = splits["unsupervised"] if "unsupervised" in splits else [r for _, r in train_rows]
+        unlabelled = [text for text in (_clean(r["text"]) for r in source if isinstance(r["text"], str)) if text]
         if args.positive_only_train:  # RL4LMs' IMDB datapool trains on positive reviews
             train_rows = [(place, r) for place, r in train_rows if imdb_label(r["label"], place) == 1]
             train_rows = train_rows[:int(len(train_rows) * args.positive_ratio)]

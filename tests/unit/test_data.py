@@ -9,7 +9,7 @@ from grueflow.data import DATAPOOLS, Sample, read_split, write_datapool
 from grueflow.data.sources import BadRowError
 from grueflow.data.synthetic import NEGATIVE_ADJECTIVES, NEGATIVE_VERBS, POSITIVE_ADJECTIVES, POSITIVE_VERBS
 from grueflow.hub import HubUnreachableError, hub_reachable
-from grueflow.io import DataError
+from grueflow.io import DataError, write_jsonl
 from grueflow.metrics.task import NEGATIVE_WORDS, POSITIVE_WORDS, coverage, lexicon_polarity
 
 
@@ -59,7 +59,7 @@ def test_imdb_loader_reads_the_real_slice_through_datasets():
     assert pool.stats == {"skipped_rows": {"train": 0, "val": 0, "test": 0},
                           "without_references": {"train": 0, "val": 0, "test": 2}}
     assert all(s.meta["label"] == 1 for s in pool.splits["train"])  # positive reviews only, as RL4LMs
-    assert len(pool.unlabelled) == 1000 and all("<br />" not in t for t in pool.unlabelled)
+    assert len(pool.unlabelled) == 950 and all("<br />" not in t for t in pool.unlabelled)
     first = pool.splits["test"][0]
     assert len(first.prompt.split()) == 10 and len(first.references[0].split()) == 5
     few = build("imdb", path="json", data_files={"train": str(shared / "imdb_train_subset.jsonl"),
@@ -87,6 +87,21 @@ def test_imdb_loader_reads_the_real_slice_through_datasets():
         build("imdb", path="json", data_files={"train": str(shared / "imdb_train_subset.jsonl"),
                                                "test": str(shared / "imdb_test_subset.jsonl")}, n_val=50,
               positive_ratio=0.001)
+
+
+def test_imdb_unlabelled_text_without_an_unsupervised_split_leaves_val_out(tmp_path):
+    """Built from train and test files only, unlabelled.jsonl held every val review (prompt and reference): the base
+    model was trained on the texts val scores."""
+    words = "one two three four five six seven eight nine ten".split()
+    reviews = [{"text": " ".join(f"{w}{i}" for w in words), "label": i % 2} for i in range(12)]
+    write_jsonl(tmp_path / "train.jsonl", reviews)
+    write_jsonl(tmp_path / "test.jsonl", reviews[:2])
+    pool = build("imdb", path="json", data_files={"train": str(tmp_path / "train.jsonl"),
+                                                  "test": str(tmp_path / "test.jsonl")},
+                 n_val=5, prompt_words=4, reference_words=4)
+    val_texts = tuple(f"{s.prompt} {s.references[0]}" for s in pool.splits["val"])  # each a review's first words
+    assert sorted(pool.unlabelled) == sorted(r["text"] for r in reviews if not r["text"].startswith(val_texts))
+    assert len(val_texts) == 5 and len(pool.unlabelled) == 7
 
 
 def test_imdb_loader_takes_its_unlabelled_text_from_an_unsupervised_split():
