@@ -433,7 +433,7 @@ def make_samples(split: str, units: list[Unit], to_rows: Callable[[Unit], list[R
                 skipped += skip_or_raise(f"{row.origin}: {problem}", skip_bad_rows)
             else:
                 rows.append(row)
-    samples = [Sample(f"{split}-{i}", row.prompt, tuple(r for r in row.references if r.strip()), row.meta)
+    samples = [Sample(f"{split}-{i}", row.prompt, tuple(r for r in row.references if not blank(r)), row.meta)
                for i, row in enumerate(rows)]
     return samples, skipped, [row.origin for row in rows]
 
@@ -455,13 +455,18 @@ def empty_split_message(split: str, n_units: int, skipped: int, args: SourceArgs
             f"or feed {split} from another source split with source_splits")
 
 
+def blank(text: str) -> bool:
+    """Whether ``text`` has nothing to read: whitespace and zero-width characters alone (a prompt or reference)."""
+    return not text.translate(INVISIBLE).strip()
+
+
 def row_problem(row: Row) -> str:
     """Why a row cannot be a Sample, or ``""``."""
     if row.problem:
         return row.problem
-    if not row.prompt.strip():
+    if blank(row.prompt):
         return "empty prompt"
-    if not any(r.strip() for r in row.references):
+    if all(blank(r) for r in row.references):
         return "no references (every reference is empty or missing)"
     return ""
 
@@ -505,7 +510,7 @@ def require_text(value: Any, what: str, origin: str) -> str:
     if value is not None and not isinstance(value, str):
         raise BadRowError(f"{origin}: {what} is {value!r} ({type(value).__name__}), not text; map a text column")
     text = "" if value is None else value.strip()
-    if not text.translate(INVISIBLE).strip():
+    if blank(text):
         raise BadRowError(f"{origin}: empty {what}")
     return text
 

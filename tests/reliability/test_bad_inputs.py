@@ -718,6 +718,9 @@ DATA = [
         "num.jsonl line 2: prompt (prompt) is 42 (int), not text; map a text column",), id="numeric-prompt"),
     P(rows_file("zw.jsonl", [GOOD_ROW, {"prompt": "\u200b\u200d\ufeff", "references": ["4"]}]), {}, DataError, (
         "zw.jsonl line 2: empty prompt (prompt)",), id="zero-width-prompt"),
+    P(rows_file("zw.jsonl", [GOOD_ROW, {"prompt": "3 + 3 ?", "references": "\u200b"}]), {}, DataError, (
+        "zw.jsonl line 2: no references (every reference is empty or missing)",),
+      id="zero-width-reference"),  # was kept as the row's one reference while the same prompt was refused
     P(rows_file("nan.jsonl", [{"prompt": "1 / 2 ?", "references": 0.5},
                               {"prompt": "0 / 0 ?", "references": float("nan")}]),
       {}, DataError, ("nan.jsonl line 2: a reference is nan, not text",), id="nan-reference"),
@@ -766,6 +769,12 @@ def test_bad_data_files_name_the_file_and_line(tmp_path: Path, make_file, args, 
     assert "\n" not in str(err.value)
     for fragment in expect:
         assert fragment in str(err.value)
+
+
+def test_a_blank_reference_beside_a_real_one_is_dropped(tmp_path: Path):
+    """A reference of zero-width characters alone was kept beside the real one, scored as a reference."""
+    rows = write_rows(tmp_path / "zw.jsonl", [{"prompt": "3 + 3 ?", "references": ["6", "\u200b\ufeff", " "]}])
+    assert [s.references for s in custom_pool(three_splits(rows)).splits["test"]] == [("6",)]
 
 
 def test_a_json_file_of_json_lines_is_read_as_its_rows(tmp_path: Path):
