@@ -678,16 +678,30 @@ def dialogue_files(root: Path, split: str) -> Optional[tuple[Path, Path, Path]]:
 def read_dialogues(text: Path, acts: Path, emotions: Path, split: str) -> list[Unit]:
     """One Unit a dialogue: ``{dialog, act, emotion}`` from three line-aligned files."""
     files = [text, acts, emotions]
-    lines = [[line for line in read_text(p).splitlines() if line.strip()] for p in files]
+    lines = [[(n, line) for n, line in enumerate(read_text(p).splitlines(), 1) if line.strip()] for p in files]
     if len({len(ls) for ls in lines}) != 1:
         raise DataError(f"{', '.join(f'{p} has {len(ls)} lines' for p, ls in zip(files, lines))}; they must align")
     units = []
-    for i, (dialogue, act, emotion) in enumerate(zip(*lines)):
+    for i, ((_, dialogue), act, emotion) in enumerate(zip(*lines)):
         turns = [t.strip() for t in dialogue.split("__eou__")]
         row = {"dialog": turns[:-1] if turns and not turns[-1] else turns,
-               "act": [int(a) for a in act.split()], "emotion": [int(e) for e in emotion.split()]}
+               "act": _line_labels(act, acts, "act"), "emotion": _line_labels(emotion, emotions, "emotion")}
         units.append(Unit(row, f"{text} line {i + 1}", f"{split}-{i}"))
     return units
+
+
+def _line_labels(numbered: tuple[int, str], path: Path, what: str) -> list[int]:
+    """The integer labels of one line (``(line number, text)``) of a DailyDialog act or emotion file; a DataError
+    naming the file, line and value for one that is not an integer."""
+    number, line = numbered
+    labels = []
+    for label in line.split():
+        try:
+            labels.append(int(label))
+        except ValueError:
+            raise DataError(f"{path} line {number}: {what} {label!r} is not an integer; each line of a DailyDialog "
+                            f"{what} file holds one integer label a turn, separated by spaces") from None
+    return labels
 
 
 # ---------------------------------------------------------------------------------------------

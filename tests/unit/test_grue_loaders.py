@@ -616,6 +616,23 @@ def test_daily_dialog_hub_schema_and_misaligned_rows(tmp_path):
         build("daily_dialog", data_root=str(tmp_path))
 
 
+def test_daily_dialog_label_that_is_not_an_integer_names_its_file_and_line(tmp_path):
+    """An act label ``x`` in the original files was a ValueError traceback (invalid literal for int())."""
+    for split in ("train", "validation", "test"):
+        (tmp_path / split).mkdir()
+        (tmp_path / split / f"dialogues_{split}.txt").write_text("hi there __eou__ hello __eou__ how are you __eou__\n")
+        (tmp_path / split / f"dialogues_act_{split}.txt").write_text("\n1 2 x\n" if split == "train" else "1 2 3\n")
+        (tmp_path / split / f"dialogues_emotion_{split}.txt").write_text("0 0 0\n" if split == "train" else "0 0 1.5\n")
+    with pytest.raises(DataError) as err:
+        build("daily_dialog", data_root=str(tmp_path), context_turns=1)
+    assert str(err.value) == (f"{tmp_path / 'train' / 'dialogues_act_train.txt'} line 2: act 'x' is not an integer; "
+                              f"each line of a DailyDialog act file holds one integer label a turn, separated by "
+                              f"spaces")
+    (tmp_path / "train" / "dialogues_act_train.txt").write_text("1 2 3\n")
+    with pytest.raises(DataError, match=r"dialogues_emotion_validation\.txt line 1: emotion '1\.5' is not an integer"):
+        build("daily_dialog", data_root=str(tmp_path), context_turns=1)
+
+
 # ---------------------------------------------------------------------------------------------
 # custom files, argument checks
 # ---------------------------------------------------------------------------------------------
