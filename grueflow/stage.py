@@ -18,10 +18,11 @@ from typing import Any, Callable, Mapping, Optional
 from safetensors import SafetensorError
 from tqdm import tqdm
 
-from grueflow import io
+from grueflow import interrupt, io
 from grueflow.config import MAX_SEED, MAX_THREADS, ConfigError, PluginFailedError
 from grueflow.device import DEVICE_CHOICES, DEVICE_ENV, PRECISIONS, Execution
 from grueflow.hub import HubUnreachableError
+from grueflow.interrupt import CHECKPOINTING_STAGES, running_stage
 from grueflow.models.gguf import ModelFetchError
 from grueflow.keep import keep_copy, listed, unvouched
 
@@ -128,13 +129,6 @@ def _keep_before_replacing(out: Path) -> None:
     if kept is not None:
         print(f"grueflow: {out} holds what no stage record vouches for ({kept[1]}); a copy is kept in {kept[0]} (the "
               f"stage replaces the folder whole)", file=sys.stderr)
-
-
-def running_stage() -> Optional[str]:
-    """The name of the stage this process runs: its script's (``stages/<stage>.py``), the name its :func:`finish`
-    records in ``stage.json``; None when the process runs no stage script (a stage's ``main`` called in-process)."""
-    script = Path(sys.argv[0])
-    return script.stem if script.parent.name == "stages" and script.suffix == ".py" else None
 
 
 def _paths(value: Any) -> list[Path]:
@@ -378,6 +372,7 @@ def main_guard(run: Any) -> None:
     130 saying what is kept: no traceback for any of them (``--log-level DEBUG`` logs the one of a refused path). A
     metric or post_processing function that raised (one's own, named in the task file) exits 1 with its own
     traceback, then one line naming it."""
+    interrupt.release()
     try:
         run()
     except (ConfigError, io.DataError, HubUnreachableError, ModelFetchError) as err:
@@ -422,15 +417,8 @@ def main_guard(run: Any) -> None:
         print(_no_room(cause, f"safetensors: {str(err).splitlines()[0]}"), file=sys.stderr)
         raise SystemExit(2) from None
     except KeyboardInterrupt:
-        kept = ("; completed checkpoints stay in the resume folder (<out>.resume, or --resume-dir), so rerunning the "
-                "same command resumes from the newest" if running_stage() in CHECKPOINTING_STAGES else
-                ": rerun the same command")
-        print(f"interrupted: the output folder was not written{kept}", file=sys.stderr)
+        print(interrupt.sentence(), file=sys.stderr)
         raise SystemExit(130) from None
-
-
-# the stages that keep checkpoints in a resume folder while they train (grueflow.training.TrainingRun)
-CHECKPOINTING_STAGES = ("warm_start", "rl_finetune", "dpo", "train_reward_model", "train_classifier")
 
 
 def _path_problem(err: PermissionError | NotADirectoryError | FileExistsError | IsADirectoryError) -> str:

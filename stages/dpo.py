@@ -4,6 +4,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's grueflow, never another's install
+from grueflow import interrupt  # first: a Ctrl-C while torch and transformers import ends in one line, exit 130
+interrupt.until_main()
 
 from grueflow import stage
 from grueflow.checkpoints import complete, run_key

@@ -6,6 +6,8 @@ from pathlib import Path
 from typing import get_args
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's grueflow, never another's install
+from grueflow import interrupt  # first: a Ctrl-C while torch and transformers import ends in one line, exit 130
+interrupt.until_main()
 
 from grueflow import evaluation, stage
 from grueflow.config import (TRAIN_KL_KEY, ConfigError, GenerationConfig, LengthsConfig, MetricSpec, RLStart,

@@ -2,9 +2,12 @@
 
 import sys
 from pathlib import Path
-from transformers import AutoConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's grueflow, never another's install
+from grueflow import interrupt  # first: a Ctrl-C while torch and transformers import ends in one line, exit 130
+interrupt.until_main()
+
+from transformers import AutoConfig
 
 from grueflow import stage
 from grueflow.checkpoints import run_key

@@ -1808,6 +1808,56 @@ def test_ctrl_c_names_a_resume_folder_only_where_the_stage_keeps_one(capsys, mon
     assert exit_.value.code == 130 and err.startswith(expect) and err.count("\n") == 1
 
 
+# a sitecustomize that sends the process SIGINT as it first imports a third-party package: a Ctrl-C while a stage
+# imports torch, transformers and the rest, before main_guard is in place
+CTRL_C_ON_IMPORT = """
+import importlib.abc, os, signal, sys, time
+
+class CtrlC(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.partition(".")[0] in {"torch", "transformers", "numpy", "pandas", "yaml", "safetensors", "tqdm",
+                                      "matplotlib", "datasets", "dvclive", "scipy"}:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(30)
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+"""
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "stages").glob("*.py")))
+def test_ctrl_c_while_a_stage_imports_is_one_line_and_exit_130(tmp_path: Path, script: str):
+    """A Ctrl-C while a stage imported torch and transformers (seconds) died of SIGINT after a traceback, or a
+    sentence unlike the one the stage prints once running."""
+    (tmp_path / "sitecustomize.py").write_text(CTRL_C_ON_IMPORT)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    result = subprocess.run([sys.executable, str(ROOT / "stages" / script), "--help"], env=env, capture_output=True,
+                            text=True, timeout=120)
+    kept = ("; completed checkpoints stay in the resume folder (<out>.resume, or --resume-dir), so rerunning the "
+            "same command resumes from the newest" if script in {"warm_start.py", "rl_finetune.py", "dpo.py",
+                                                                 "train_reward_model.py", "train_classifier.py"}
+            else ": rerun the same command")
+    assert (result.returncode, result.stderr) == (130, f"interrupted: the output folder was not written{kept}\n")
+
+
+def test_a_stage_gets_its_keyboard_interrupt_back_once_running(monkeypatch):
+    """main_guard gives SIGINT back to Python's handler: the stage's clean-up runs on a KeyboardInterrupt. A stage
+    module imported into another program (this test run) leaves the program's handler alone."""
+    import signal
+
+    from grueflow import interrupt
+    from grueflow.stage import main_guard
+
+    interrupt.until_main()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    seen = []
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "stages" / "evaluate.py"), "--out", "x"])
+    interrupt.until_main()
+    assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+    main_guard(lambda: seen.append(signal.getsignal(signal.SIGINT)))
+    assert seen == [signal.default_int_handler]
+
+
 @pytest.mark.parametrize("argv0, ours", [
     (str(ROOT / "stages" / "rl_finetune.py"), True),  # Ctrl-C while torch imports, before main_guard
     (str(ROOT / "grueflow" / "cli.py"), True),  # python -m grueflow.cli
