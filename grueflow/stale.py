@@ -7,9 +7,10 @@ the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark
 
 - a stage folder that fails its manifest's size check (``grueflow.io.check_stage_output``, a file deleted,
   truncated or grown): the folder itself is stale;
-- a stage folder whose ``stage.json`` records an input that no longer exists, or an input from outside
-  ``results/`` (a datapool's local data, the human answers) whose content is not the one recorded: that reader
-  is stale;
+- a stage folder whose ``stage.json`` records an input that no longer exists, or one whose content is not the
+  one recorded: an input from outside ``results/`` (a datapool's local data, the human answers), or another
+  stage's folder replaced by another valid one (``cp -a`` of another run's folder, a backup restored), which
+  passes its own checks: that reader is stale (digests read through a cache, :func:`input_digest`);
 - a stage folder the suite's rules write (``folders``), a ``stage.json`` records as an input, or the table
   aggregates, that holds no ``stage.json`` of its own (emptied, or its record deleted; every stage writes one
   last), or a file where such a folder belongs: that folder is stale;
@@ -62,7 +63,7 @@ TOKENS = Path(".snakemake") / "grueflow-stale.json"  # {output path: when it was
 
 STAMPED = Path(".snakemake") / "grueflow-stamped.json"  # {stage folder: its time in ns before a stamp for an input}
 DIGESTS = Path(".snakemake") / "grueflow-digests.json"  # {path: [stat signature, sha256]}: files read once
-CHANGED_INPUT = "changed since it was built"  # why a stage whose input from outside results/ changed is stale
+CHANGED_INPUT = "changed since it was built"  # why a stage whose input's content is not the recorded one is stale
 GONE_INPUT = "no longer exists"  # ... and one whose input from outside results/ is gone
 FILE_IN_PLACE = "a file where the stage's folder belongs"  # ... and a file Snakemake would take for the folder
 _KNOWN: dict[str, list] = {}  # the cache as this process read it and added to it
@@ -129,16 +130,13 @@ def _tree_signature(folder: Path) -> str:
     return digest.hexdigest()
 
 
-def input_changed(path: Path, recorded: str, cache: Optional[Path] = None) -> bool:
-    """Whether the file or folder ``path`` (a stage's input from outside results/) no longer has the digest its
-    reader's ``stage.json`` recorded; read through the cache of :func:`content_digest` (None: this process's only)."""
-    if cache is not None:
-        _load(cache)
+def input_digest(path: Path) -> tuple[str, bool]:
+    """:func:`grueflow.io.fingerprint` of the file or folder ``path`` (a stage's recorded input), from the cache of
+    :func:`content_digest` while the stat signatures of its files are those recorded there (a folder: every file's,
+    :func:`_tree_signature`); and whether it was computed now. So an input is read once per content: a folder copied
+    over with ``cp -a`` (new inodes) is read once, an unchanged one never again. Load the cache first (:func:`_load`)."""
     signature = _tree_signature(path) if path.is_dir() else stat_signature(path.stat())
-    found, new = _cached_fingerprint(str(path), signature)
-    if new and cache is not None:
-        _save(cache)
-    return found != recorded
+    return _cached_fingerprint(str(path), signature)
 
 
 def stale_token(outputs: Iterable[str | os.PathLike], tokens: Path = TOKENS) -> str:
@@ -154,11 +152,12 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
                   cache: Optional[Path] = None) -> dict[Path, str]:
     """Each stale stage folder (or ``table``) under ``results``, with why: see the module docstring. ``folders``:
     every stage folder the suite's rules write, stale when one exists without its record; ``cache``: where the
-    digests of inputs from outside ``results`` are kept between runs (:func:`input_changed`)."""
+    digests of the recorded inputs are kept between runs (:func:`input_digest`; None: this process's only)."""
     stale: dict[Path, str] = {}
     expected, folders = list(expected), list(folders)
     suite = set(expected) | set(folders)
     root = results.parent  # stage.json records input paths relative to the project root
+    readers: dict[Path, dict] = {}  # each stage folder in order: its recorded inputs, compared once all are seen
     for folder in recorded_folders(results):
         try:
             check_stage_output(folder, deep=False)
@@ -179,11 +178,8 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             stale[folder] = f"it was built from {', '.join(gone)}, which no longer exists"
         elif gone:  # data of the user's moved away: stamped only, so that putting it back reruns nothing
             stale[folder] = f"its input {', '.join(gone)} {GONE_INPUT}"
-        changed = [meta["path"] for meta in inputs.values() if isinstance(meta, dict) and meta.get("path")
-                   and isinstance(meta.get("sha256"), str) and _outside(root / meta["path"], results)
-                   and (root / meta["path"]).exists() and input_changed(root / meta["path"], meta["sha256"], cache)]
-        if changed and folder not in stale:
-            stale[folder] = f"its input {', '.join(changed)} {CHANGED_INPUT}"
+        if folder not in stale:
+            readers[folder] = inputs
         for path in paths:  # an input stage folder emptied, or its record deleted: not found by its stage.json
             unrecorded = _unrecorded(root, path, results)
             if unrecorded is not None and (not folders or unrecorded in suite):  # a folder no rule writes: no job
@@ -198,6 +194,7 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             stale.setdefault(folder, f"damaged: {STAGE_RECORD} is missing")
         elif folder.exists() and not folder.is_dir():  # Snakemake takes it as the output, and removes it to rerun
             stale.setdefault(folder, FILE_IN_PLACE)
+    stale.update(_changed_inputs(root, readers, stale, cache))
     for written, others in (siblings or {}).items():
         missing = [str(p) for p in others if not p.is_file()]
         if written.is_file() and written not in stale and missing:
@@ -207,6 +204,37 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             stale[written] = ("it is" if Path(changed) == written else f"{changed}, written with it, is") + \
                 " not what its stage wrote (edited or replaced since)"
     return stale
+
+
+def _changed_inputs(root: Path, readers: dict[Path, dict], stale: dict[Path, str],
+                    cache: Optional[Path]) -> dict[Path, str]:
+    """Each of ``readers`` ({stage folder: its recorded inputs}) one of whose inputs (a path relative to ``root``)
+    exists with another digest than recorded, with why. An input whose stage folder is ``stale`` (damaged, no record)
+    is not read: it is rebuilt, and its readers rerun after it as Snakemake reruns what reads a newer folder. Each
+    input is looked at once however many stages read it (a datapool), and read only where :func:`input_digest`
+    cannot answer from ``cache`` (None: this process's only)."""
+    if cache is not None:
+        _load(cache)
+    digests: dict[Path, str] = {}
+    computed, changed_readers = False, {}
+    for folder, inputs in readers.items():
+        changed = []
+        for meta in inputs.values():
+            if not isinstance(meta, dict) or not meta.get("path") or not isinstance(meta.get("sha256"), str):
+                continue
+            path = root / meta["path"]
+            if not path.exists() or (path.parent if path.name == MODEL_DIR else path) in stale:
+                continue
+            if path not in digests:
+                digests[path], new = input_digest(path)
+                computed |= new
+            if digests[path] != meta["sha256"]:
+                changed.append(meta["path"])
+        if changed:
+            changed_readers[folder] = f"its input {', '.join(changed)} {CHANGED_INPUT}"
+    if computed and cache is not None:
+        _save(cache)
+    return changed_readers
 
 
 def _changed_since_written(first: Path) -> Optional[str]:
@@ -280,9 +308,10 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     A suite stage folder stale for its own sake (damaged, or without its record), or a file where a stage folder
     belongs, has a copy kept of what no stage record vouches for (:func:`unvouched`, :func:`keep_copy`; a dry run
     too: the rebuild deletes it, and nothing tells whether a person put it there). A stage stale because an input
-    from outside results/ changed, or is gone, gets the stamp alone: the content digest its rule takes as a param
-    reruns it where Snakemake recorded one, the stamp where it did not (a folder ``dvc repro`` built, or
-    ``.snakemake`` removed). Its time before the stamp is kept in :data:`STAMPED`, and put back once the input is as
+    changed, or one from outside results/ is gone, gets the stamp alone: the content digest its rule takes as a
+    param reruns it where Snakemake recorded one, the stamp where it did not (a folder ``dvc repro`` built, or
+    ``.snakemake`` removed), and the stamp reruns the reader of a changed stage folder (a folder input newer than
+    its output). Its time before the stamp is kept in :data:`STAMPED`, and put back once the input is as
     recorded again (after a dry run saw it edited): then nothing reruns, whatever the input's size. Last, every
     other stage folder has a copy kept of what no stage record vouches for, with a line (:func:`keep_user_files`)."""
     lines = []

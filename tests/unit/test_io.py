@@ -378,6 +378,44 @@ def test_a_stage_whose_input_from_outside_results_changed_is_stale(tmp_path, mon
     assert datapool.stat().st_mtime_ns == built != 10 ** 9
 
 
+def test_a_reader_of_a_stage_folder_replaced_by_another_runs_folder_is_stale(tmp_path, monkeypatch):
+    """A trained model's folder replaced by another run's (``cp -a`` of supervised+ppo's onto ppo's) passes its own
+    checks and is newer than nothing: Snakemake said "Nothing to be done" and a later evaluation scored the wrong
+    model. Its reader's stage.json records the digest of the model it read; the check compares it, and reads each
+    input again only when the stat signatures of its files changed (a copy's new inodes: once)."""
+    import shutil
+
+    from grueflow import stale
+    from grueflow.io import write_stage_record
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)  # a stage records its paths as given: relative to the project, as Snakemake runs
+    results, cache = Path("results"), Path(".snakemake") / "grueflow-digests.json"
+    runs = {}
+    for method, weights in (("ppo", b"ppo weights"), ("supervised+ppo", b"sft then ppo weights")):
+        runs[method] = results / "sentiment" / method / "seed0"
+        (runs[method] / "model").mkdir(parents=True)
+        (runs[method] / "model" / "model.safetensors").write_bytes(weights)
+        write_stage_record(runs[method], stage="rl_finetune", params={}, inputs={}, wall_time_s=0.0)
+    evaluation = results / "eval" / "sentiment" / "ppo" / "seed0"
+    evaluation.mkdir(parents=True)
+    (evaluation / "metrics.json").write_text("{}\n")
+    write_stage_record(evaluation, stage="evaluate", params={}, wall_time_s=0.0,
+                       inputs={"model": runs["ppo"] / "model"})
+    assert stale.stale_outputs(results, results / "t.csv", [], cache=cache) == {}
+    read = []
+    fingerprint = stale.fingerprint
+    monkeypatch.setattr(stale, "fingerprint", lambda path: read.append(str(path)) or fingerprint(path))
+    monkeypatch.setattr(stale, "_KNOWN", {})  # a new process: the cache file is read back
+    assert stale.stale_outputs(results, results / "t.csv", [], cache=cache) == {} and read == []  # unchanged
+    shutil.rmtree(runs["ppo"])
+    shutil.copytree(runs["supervised+ppo"], runs["ppo"], copy_function=shutil.copy2)  # cp -a: the times kept
+    assert stale.stale_outputs(results, results / "t.csv", [], cache=cache) == {
+        evaluation: f"its input {runs['ppo'] / 'model'} changed since it was built"}
+    assert stale.stale_outputs(results, results / "t.csv", [], cache=cache) != {}
+    assert read == [str(runs["ppo"] / "model")]  # the copy read once, for both dry runs
+
+
 def test_a_stamp_for_an_input_stays_when_the_stage_is_stale_for_its_own_sake(tmp_path, monkeypatch):
     """A dry run made while a data file was edited stamped its datapool 1970, and putting the file back left the
     stamp: where Snakemake kept no checksum of the file (over 1 MB, or .snakemake removed), the datapool and all it

@@ -291,6 +291,26 @@ def test_an_invalid_suite_stops_dvc_repro_before_any_stage_runs(dvc_repo, line, 
     assert "Data and pipelines are up to date" in run(["dvc", "status"], dvc_repo).stdout
 
 
+def test_snakemake_evaluates_again_a_model_folder_replaced_by_another_runs(snakemake_repo):
+    """A stage folder replaced by another valid one (``cp -a`` of supervised+ppo's over ppo's) passes its own checks,
+    and Snakemake said "Nothing to be done": a later evaluation scored the other model. The evaluation's record holds
+    the digest of the model it read, so it is planned again; with the original put back, nothing is."""
+    results = snakemake_repo / "results"
+    ppo, aside = results / "sentiment" / "ppo" / "seed0", results / "ppo_aside"
+    dry_run = ["snakemake", "-n", "--cores", "2", "results/grue_table.csv"]
+    ppo.rename(aside)
+    try:
+        shutil.copytree(results / "sentiment" / "supervised+ppo" / "seed0", ppo, symlinks=True)  # copy2: times kept
+        result = run(dry_run, snakemake_repo)
+        assert planned_jobs(result.stdout) == {("evaluate", "sentiment", "ppo"), ("aggregate", None, None)}
+        assert ("grueflow: results/eval/sentiment/ppo/seed0 is stale (its input results/sentiment/ppo/seed0/model "
+                "changed since it was built); its job reruns") in result.stderr
+    finally:
+        shutil.rmtree(ppo, ignore_errors=True)
+        aside.rename(ppo)
+    assert "Nothing to be done" in run(dry_run, snakemake_repo).stdout
+
+
 def test_snakemake_rebuilds_a_deleted_or_damaged_stage_folder_and_what_read_it(snakemake_repo):
     """Snakemake alone says "Nothing to be done" when a finished run's folder is deleted, and the table keeps its
     row; the Snakefile marks what was built from a deleted or damaged folder stale, so the dry run plans it."""
