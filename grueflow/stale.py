@@ -17,10 +17,11 @@ the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark
 - the GRUE table, when an evaluation it aggregates (an ``expected`` folder) no longer exists;
 - a table (the GRUE table, the human-evaluation table) one of whose files written with it (its Markdown, JSON,
   chart: ``siblings``) is missing, or one of whose files differs from what its stage wrote (the digests it
-  recorded, :func:`grueflow.io.atomic_files`: a table edited in a spreadsheet, cut): rule all asks for the CSV
-  alone;
-- a pairwise batch's blinding key that differs from the digest its export recorded beside it (emptied, cut): it
-  is in no manifest, being outside the batch folder, and its export is seeded, so the rerun writes it again,
+  recorded, :func:`grueflow.io.atomic_files`: a table edited in a spreadsheet, cut), or whose record of those
+  digests is missing (nothing then tells an edited table from its stage's): rule all asks for the CSV alone;
+- a pairwise batch's blinding key that differs from the digest its export recorded beside it (emptied, cut), or
+  whose record is missing: it is in no manifest, being outside the batch folder, and its export is seeded, so the
+  rerun writes it again,
 
 and marks each as stale in the two ways Snakemake reads staleness: its timestamp set to 1970 (the
 ``.snakemake_timestamp`` Snakemake keeps in a folder output, else the folder or file itself), and a new token in
@@ -201,8 +202,7 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             stale[written] = f"{', '.join(missing)}, written with it, {'is' if len(missing) == 1 else 'are'} missing"
         changed = _changed_since_written(written) if written.is_file() and written not in stale else None
         if changed:
-            stale[written] = ("it is" if Path(changed) == written else f"{changed}, written with it, is") + \
-                " not what its stage wrote (edited or replaced since)"
+            stale[written] = changed
     return stale
 
 
@@ -238,17 +238,24 @@ def _changed_inputs(root: Path, readers: dict[Path, dict], stale: dict[Path, str
 
 
 def _changed_since_written(first: Path) -> Optional[str]:
-    """The first file of those written with ``first`` whose bytes differ from the digest its stage recorded
-    (:func:`grueflow.io.files_record`), or None (all as written, or no record: written by an earlier version, or by
-    hand)."""
+    """Why the files written with ``first`` are not as their stage wrote them: the first whose bytes differ from the
+    digest its stage recorded (:func:`grueflow.io.files_record`), or the record itself missing or unreadable (deleted,
+    or lost with a copy of the visible files: nothing then vouches for the table); None when all are as written."""
+    record = files_record(first)
     try:
-        recorded = read_json(files_record(first))
+        recorded = read_json(record)
+    except FileNotFoundError:
+        return f"{record}, the digests of what its stage wrote, is missing"
     except (OSError, ValueError):
-        return None
+        recorded = None
     if not isinstance(recorded, dict):
-        return str(files_record(first))
-    return next((path for path, digest in recorded.items() if Path(path).is_file()
-                 and sha256_bytes(path) != digest), None)
+        return f"{record}, the digests of what its stage wrote, is damaged"
+    changed = next((path for path, digest in recorded.items() if Path(path).is_file()
+                    and sha256_bytes(path) != digest), None)
+    if changed is None:
+        return None
+    return ("it is" if Path(changed) == first else f"{changed}, written with it, is") + \
+        " not what its stage wrote (edited or replaced since)"
 
 
 def recorded_folders(results: Path) -> list[Path]:

@@ -306,7 +306,8 @@ def test_a_stale_output_gets_a_new_token_its_rule_takes_as_a_param(tmp_path):
 
 def test_a_table_edited_after_its_stage_wrote_it_is_stale(tmp_path, monkeypatch):
     """The GRUE table cut, or saved back by a spreadsheet, after a finished run: Snakemake said "Nothing to be done"
-    and the table stayed as edited. Its stage records the digests of the files it writes together."""
+    and the table stayed as edited, and so it did once the record of its digests was gone too. Its stage records the
+    digests of the files it writes together; a table (or blinding key) without that record is rebuilt."""
     from grueflow.io import atomic_files, files_record
     from grueflow.stale import stale_outputs
 
@@ -325,8 +326,18 @@ def test_a_table_edited_after_its_stage_wrote_it_is_stale(tmp_path, monkeypatch)
     md.write_text("| task | method |\n")
     assert stale_outputs(Path("results"), csv, [], {csv: [md]}) == {
         csv: "results/grue_table.md, written with it, is not what its stage wrote (edited or replaced since)"}
-    files_record(csv).unlink()  # a table an earlier version (or a hand) wrote: nothing to compare it with
-    assert stale_outputs(Path("results"), csv, [], {csv: [md]}) == {}
+    files_record(csv).unlink()  # a hidden file, lost when `cp results/* ...` and back: nothing vouches for the table
+    assert stale_outputs(Path("results"), csv, [], {csv: [md]}) == {
+        csv: "results/.grue_table.csv.record.json, the digests of what its stage wrote, is missing"}
+    files_record(csv).write_text("[]\n")
+    assert stale_outputs(Path("results"), csv, [], {csv: [md]}) == {
+        csv: "results/.grue_table.csv.record.json, the digests of what its stage wrote, is damaged"}
+    key = Path("results/human/sentiment/keys/ppo_vs_zero_shot_seed0.json")  # a blinding key: the same record beside it
+    key.parent.mkdir(parents=True)
+    key.write_text("{}\n")
+    assert stale_outputs(Path("results"), csv, [], {key: []})[key] == \
+        f"{files_record(key)}, the digests of what its stage wrote, is missing"
+    files_record(csv).unlink()
     before = csv.read_text()
     with pytest.raises(RuntimeError), atomic_files([csv, md]) as (csv_tmp, md_tmp):
         csv_tmp.write_text("half")

@@ -21,6 +21,7 @@ from typing import Iterator
 import pytest
 import yaml
 
+from grueflow.io import files_record, sha256_bytes
 from grueflow.pipeline import PLUGIN_CODE, STAGES, SUITE_CHECK, SUITE_FILE
 from tests.conftest import ROOT, copy_project, git_init, run
 from tests.workflow.test_plugin_workflow import add_readme_reward
@@ -102,11 +103,24 @@ def mark_complete(repo: Path, message: str) -> None:
     digests) written for real, marked complete under both engines and committed."""
     outputs = [out for job in dry_run(repo) for out in job["output"].split(", ")] + dvc_outputs(repo)
     create(repo, [out for out in outputs if out not in (SUITE_CHECK, PLUGIN_CODE)])
+    record_digests(repo)
     run(VALIDATE, repo)
     run(["snakemake", "--cores", "1", "--touch", "--forceall", "all"], repo)
     run(["git", "add", "-A"], repo)
     run(["git", "commit", "-qm", message], repo)
     run(["dvc", "commit", "-f", "-q", "--no-relink"], repo)
+
+
+def record_digests(repo: Path) -> None:
+    """The digests the table stages and the pairwise export record beside what they write (grueflow.io.files_record),
+    for the files :func:`create` made: without them the Snakefile's stale check rebuilds the tables and keys."""
+    tables = [list(STAGES[stage].outputs.values()) for stage in ("aggregate", "human_eval_table")]  # the CSV first
+    keys = [[str(key.relative_to(repo))] for key in repo.glob("results/human/*/keys/*.json")]
+    for written in [*tables, *keys]:
+        present = [path for path in written if (repo / path).is_file()]
+        if present:
+            record = {path: sha256_bytes(repo / path) for path in present}
+            files_record(repo / written[0]).write_text(json.dumps(record) + "\n")
 
 
 def stale_dvc_stages(repo: Path) -> dict[str, object]:
