@@ -26,8 +26,10 @@ run: setup
 	snakemake --cores all results/grue_table.csv
 	cat results/grue_table.md
 
+# The test files run on every core (pytest-xdist), each file whole on one worker (--dist loadfile), so a module's
+# fixture (a finished micro pipeline) is built once; `python -m pytest FILE` alone runs in one process.
 test: setup
-	python -m pytest
+	python -m pytest -n auto --dist loadfile
 
 # The inner loop: the unit tier only (configs, maths, metrics, models at toy size; about 2 minutes on 2 cores).
 # `make test` stays the full suite: stages, reliability, human evaluation and real Snakemake/DVC runs.
