@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 import pandas as pd
 
 from grueflow.command_line import check_configfile_given_once, configfile_options
-from grueflow.config import ConfigError
+from grueflow.config import ConfigError, load_yaml12
 from grueflow.grue import grue_table_problem
 from grueflow.io import DataError, refuse_special_file
 from grueflow.stage import GivenOnce, positive
@@ -361,8 +361,8 @@ def out_of_date_files(rev: str) -> list[str]:
 
     lock_text = files_at(rev, ["dvc.lock"])["dvc.lock"]
     try:
-        stages = yaml.safe_load(lock_text or b"").get("stages", {}) if lock_text else {}
-    except (yaml.YAMLError, AttributeError):
+        stages = load_yaml12(lock_text).get("stages", {}) if lock_text else {}  # as DVC wrote it
+    except (yaml.YAMLError, ValueError, AttributeError):
         return []
     stages = {name: stage for name, stage in (stages or {}).items() if isinstance(stage, dict)}
     outs = {out.get("path") for stage in stages.values() for out in stage.get("outs", []) or []}
@@ -382,8 +382,8 @@ def out_of_date_files(rev: str) -> list[str]:
         if Path(file).suffix not in (".yaml", ".yml", ".json") or file in changed or contents[file] is None:
             continue
         try:
-            loaded = yaml.safe_load(contents[file])  # JSON is YAML
-        except yaml.YAMLError:
+            loaded = load_yaml12(contents[file])  # as DVC read it into dvc.lock (JSON is YAML)
+        except (yaml.YAMLError, ValueError):
             loaded = None
         if _param(loaded, key) != value:
             changed.add(file)

@@ -968,6 +968,13 @@ def _expanded_size(data: Any, limit: int) -> int:
     return count
 
 
+def load_yaml12(text: str | bytes) -> Any:
+    """``text`` read as YAML 1.2, as DVC reads and records params (``1e-05`` a float, ``no`` a string): what
+    :func:`read_yaml` reads a file as, without its checks of the file; raises yaml.YAMLError (or ValueError, a value
+    its tag cannot build)."""
+    return yaml.load(text, Loader=_StrictLoader)
+
+
 def read_yaml(path: str | Path) -> Any:
     """A params file as plain data; a missing file, bad UTF-8, bad YAML, a repeated key, an integer with a leading
     zero (YAML 1.1 octal), a value its tag cannot build (``2024-02-30``, ``!!int 1.5``) or aliases that expand past

@@ -313,7 +313,7 @@ def table_pipeline(repo: Path) -> None:
     (repo / "params.yaml").write_text("reward: 0.5\nother: 1\n")
     (repo / "make_table.py").write_text(
         "import json, os, yaml\nos.makedirs('results', exist_ok=True)\n"
-        "reward = yaml.safe_load(open('params.yaml'))['reward']\n"
+        "reward = float(yaml.safe_load(open('params.yaml'))['reward'])\n"
         "json.dump({'sentiment': {'ppo': {'reward': reward}}}, open('results/grue_table.json', 'w'))\n")
     (repo / "dvc.yaml").write_text(f"stages:\n  table:\n    cmd: {sys.executable} make_table.py\n"
                                    f"    deps: [make_table.py]\n    params: [reward]\n"
@@ -363,6 +363,10 @@ def test_diff_warns_of_a_revision_whose_results_were_not_rebuilt(tmp_path):
         "sentiment", "ppo", "reward", "0.5", "0.75", "+0.25"]
     (repo / "params.yaml").write_text("reward: 0.75\nother: 2\n")
     assert run([*CLI, "diff", "HEAD", "workspace"], repo).stderr == ""
+    (repo / "params.yaml").write_text("reward: 1e-05\nother: 2\n")  # a float to YAML 1.2 (DVC), text to YAML 1.1
+    run(["dvc", "repro", "-q"], repo)
+    run(["git", "commit", "-qam", "a small reward"], repo)
+    assert run([*CLI, "diff", "HEAD~1", "HEAD"], repo).stderr == ""  # the params file read as DVC recorded it
 
 
 def test_diff_in_a_repository_without_commits_says_so_in_one_line(tmp_path):
