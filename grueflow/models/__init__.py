@@ -11,7 +11,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Optional
 
 from grueflow.config import ConfigError, ModelConfig, PretrainConfig, TokenizerConfig, to_dict
 from grueflow.hub import HubUnreachableError, hub_address, hub_reachable, offline_state
@@ -59,31 +59,36 @@ _FIXED_AS = {  # what build_model sets each to, and what a task gives instead
 }
 
 
-# per architecture: transformers' config class and its keys by the type of their default in it (config_kinds), with
+# per architecture: transformers' config class and its keys by the type of their default in it (config_kinds), and
+# those whose annotation there also admits None ("nullable": head_dim, derived from the other sizes when None), with
 # the keys every config class has; read here rather than from transformers, whose import (torch with it) params
 # validation never pays; tests/reliability/test_bad_inputs.py checks it against the installed classes
 _PRETRAINED_CONFIG_KEYS = {"bool": "output_hidden_states return_dict is_encoder_decoder output_attentions",
                            "int": "chunk_size_feed_forward", "str": "transformers_version _name_or_path model_type",
-                           "any": "architectures dtype id2label label2id problem_type"}
+                           "any": "architectures dtype id2label label2id problem_type",
+                           "nullable": "output_hidden_states return_dict transformers_version"}
 TINY_CONFIG_KEYS = {
     "gpt2": ("GPT2Config", {
         "bool": "summary_use_proj summary_proj_to_labels scale_attn_weights use_cache scale_attn_by_inverse_layer_idx "
                 "reorder_and_upcast_attn add_cross_attention tie_word_embeddings",
         "int": "vocab_size n_positions n_embd n_layer n_head bos_token_id eos_token_id",
         "float": "resid_pdrop embd_pdrop attn_pdrop layer_norm_epsilon initializer_range summary_first_dropout",
-        "str": "activation_function summary_type", "any": "n_inner summary_activation pad_token_id"}),
+        "str": "activation_function summary_type", "any": "n_inner summary_activation pad_token_id",
+        "nullable": "bos_token_id eos_token_id"}),
     "llama": ("LlamaConfig", {
         "bool": "use_cache tie_word_embeddings attention_bias mlp_bias",
         "int": "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
                "max_position_embeddings bos_token_id eos_token_id pretraining_tp head_dim",
         "float": "initializer_range rms_norm_eps attention_dropout", "str": "hidden_act",
-        "any": "pad_token_id rope_parameters"}),
+        "any": "pad_token_id rope_parameters",
+        "nullable": "attention_dropout bos_token_id eos_token_id head_dim num_key_value_heads pretraining_tp"}),
     "t5": ("T5Config", {
         "bool": "use_cache is_decoder is_gated_act scale_decoder_outputs tie_word_embeddings",
         "int": "vocab_size d_model d_kv d_ff num_layers num_decoder_layers num_heads relative_attention_num_buckets "
                "relative_attention_max_distance pad_token_id eos_token_id",
         "float": "dropout_rate layer_norm_epsilon initializer_factor classifier_dropout",
-        "str": "feed_forward_proj dense_act_fn", "any": ""}),
+        "str": "feed_forward_proj dense_act_fn", "any": "",
+        "nullable": "eos_token_id num_decoder_layers pad_token_id"}),
     "bart": ("BartConfig", {
         "bool": "scale_embedding use_cache is_decoder tie_word_embeddings",
         "int": "vocab_size max_position_embeddings encoder_layers encoder_ffn_dim encoder_attention_heads "
@@ -91,30 +96,48 @@ TINY_CONFIG_KEYS = {
                "decoder_start_token_id forced_eos_token_id",
         "float": "encoder_layerdrop decoder_layerdrop dropout attention_dropout activation_dropout init_std "
                  "classifier_dropout",
-        "str": "activation_function", "any": ""}),
+        "str": "activation_function", "any": "",
+        "nullable": "activation_dropout activation_function attention_dropout bos_token_id classifier_dropout d_model "
+                    "decoder_attention_heads decoder_ffn_dim decoder_layerdrop decoder_layers decoder_start_token_id "
+                    "dropout encoder_attention_heads encoder_ffn_dim encoder_layerdrop encoder_layers eos_token_id "
+                    "forced_eos_token_id init_std is_decoder is_encoder_decoder pad_token_id scale_embedding"}),
 }
 MAX_FLOAT = sys.float_info.max
 _EXPECTED = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "a string"}
 
 
-def config_kinds(defaults: dict[str, Any]) -> dict[str, str]:
+def config_kinds(defaults: dict[str, Any], nullable: Iterable[str] = ()) -> dict[str, str]:
     """Each key of a config class's defaults (``config_class().to_dict()``) with the type a value given for it must
     have: ``bool``, ``int``, ``float`` or ``str`` as its default's, ``any`` where the default is None, a list or a
-    mapping (transformers' own types for those vary: int or None, a list of ints, ...)."""
+    mapping (transformers' own types for those vary: int or None, a list of ints, ...); with a ``?`` where the key
+    is among ``nullable`` (:func:`nullable_keys`), which takes None as well."""
     def kind(default: Any) -> str:
         return next((name for name, tp in (("bool", bool), ("int", int), ("float", float), ("str", str))
                      if isinstance(default, tp)), "any")
 
-    return {key: kind(default) for key, default in defaults.items()}
+    kinds = {key: kind(default) for key, default in defaults.items()}
+    return {key: f"{kind}?" if key in set(nullable) and kind != "any" else kind for key, kind in kinds.items()}
+
+
+def nullable_keys(config_class: type) -> set[str]:
+    """The keys a transformers config class annotates as taking None (``int | None``: its validation takes None,
+    and the class then derives the value, as Llama's ``head_dim`` from the width and heads)."""
+    hints: dict[str, Any] = {}
+    for klass in reversed(config_class.__mro__):
+        hints.update(getattr(klass, "__annotations__", {}))
+    return {key for key, hint in hints.items() if "None" in str(hint) or "Optional" in str(hint)}
 
 
 def tiny_config_kinds(architecture: str) -> dict[str, str]:
     """:func:`config_kinds` of the architecture's transformers config class, from :data:`TINY_CONFIG_KEYS`."""
     kinds: dict[str, str] = {}
-    for table in (_PRETRAINED_CONFIG_KEYS, TINY_CONFIG_KEYS[architecture][1]):
+    tables = (_PRETRAINED_CONFIG_KEYS, TINY_CONFIG_KEYS[architecture][1])
+    for table in tables:
         for kind, names in table.items():
-            kinds.update(dict.fromkeys(names.split(), kind))
-    return kinds
+            if kind != "nullable":
+                kinds.update(dict.fromkeys(names.split(), kind))
+    nullable = {name for table in tables for name in table.get("nullable", "").split()}
+    return {key: f"{kind}?" if key in nullable and kind != "any" else kind for key, kind in kinds.items()}
 
 
 def check_tiny_config(architecture: str, config: dict[str, Any], kinds: Optional[dict[str, str]] = None
@@ -133,12 +156,14 @@ def check_tiny_config(architecture: str, config: dict[str, Any], kinds: Optional
                          f"(all keys: {', '.join(sorted(kinds))})")
     values = dict(config)
     for key, value in config.items():
-        kind = kinds[key]
+        kind, nullable = kinds[key].rstrip("?"), kinds[key].endswith("?")
+        if value is None and nullable:  # the class derives it (head_dim from the width and heads)
+            continue
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         fits = {"bool": isinstance(value, bool), "int": number and isinstance(value, int), "float": number,
                 "str": isinstance(value, str)}.get(kind, True)
         if not fits:
-            raise ValueError(f"config.{key}: expected {_EXPECTED[kind]}, got {value!r}")
+            raise ValueError(f"config.{key}: expected {_EXPECTED[kind]}{' or null' if nullable else ''}, got {value!r}")
         if kind == "float":
             values[key] = float(value) if -MAX_FLOAT <= value <= MAX_FLOAT else math.inf  # an int past it: inf
             if not math.isfinite(values[key]):

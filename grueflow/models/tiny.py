@@ -21,7 +21,7 @@ from transformers import (BartConfig, BartForConditionalGeneration, GPT2Config, 
 
 from grueflow.config import ConfigError, ModelConfig, PretrainConfig
 from grueflow.models import (TINY_DEFAULTS, TINY_FIXED, check_tiny_config, check_tiny_fixed, config_kinds,
-                             model_kind)
+                             model_kind, nullable_keys)
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,8 @@ def build_model(architecture: str, config: dict[str, Any], tokenizer: PreTrained
                                  "bart": (BartConfig, BartForConditionalGeneration)}[architecture]
     try:
         check_tiny_fixed(architecture, config)
-        values = check_tiny_config(architecture, config, config_kinds(config_class().to_dict()))
+        values = check_tiny_config(architecture, config,
+                                   config_kinds(config_class().to_dict(), nullable_keys(config_class)))
     except ValueError as err:
         raise ConfigError(str(err)) from None
     sizes = {**DEFAULTS[architecture], **values}

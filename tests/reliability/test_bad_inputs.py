@@ -2243,13 +2243,15 @@ def test_the_config_keys_read_at_validation_are_the_installed_transformers_confi
     import torch); build_model checks against the installed class with the same helper: the two must agree."""
     from transformers import BartConfig, GPT2Config, LlamaConfig, T5Config
 
-    from grueflow.models import TINY_CONFIG_KEYS, config_kinds, tiny_config_kinds
+    from grueflow.models import TINY_CONFIG_KEYS, config_kinds, nullable_keys, tiny_config_kinds
 
     classes = {"gpt2": GPT2Config, "llama": LlamaConfig, "t5": T5Config, "bart": BartConfig}
     assert set(classes) == set(TINY_CONFIG_KEYS)
     for architecture, config_class in classes.items():
         assert TINY_CONFIG_KEYS[architecture][0] == config_class.__name__
-        assert tiny_config_kinds(architecture) == config_kinds(config_class().to_dict()), architecture
+        installed = config_kinds(config_class().to_dict(), nullable_keys(config_class))
+        assert tiny_config_kinds(architecture) == installed, architecture
+    assert tiny_config_kinds("llama")["head_dim"] == "int?" and tiny_config_kinds("gpt2")["n_layer"] == "int"
 
 
 def test_the_valid_neighbours_of_refused_model_config_values_load_and_build(params: Path):
@@ -2266,6 +2268,26 @@ def test_the_valid_neighbours_of_refused_model_config_values_load_and_build(para
     model = build_model("gpt2", config, train_tokenizer(["a b c d e f g"] * 4, 300), seed=0)
     assert (model.config.layer_norm_epsilon, model.config.resid_pdrop, model.config.n_inner) == (1.0, 0.0, None)
     assert isinstance(model.config.layer_norm_epsilon, float) and model.config.id2label == {0: "neg", 1: "pos"}
+
+
+def test_a_model_config_key_its_class_derives_when_null_takes_null():
+    """head_dim: null (Llama derives it from the width and heads), num_decoder_layers: null (T5: num_layers) and
+    classifier_dropout: null (BART) were refused as "expected an integer" (a number): the check read each key's
+    type from the value the class had derived, not from what it takes."""
+    from grueflow.models import check_tiny_config
+    from grueflow.models.tiny import build_model, train_tokenizer
+
+    sizes = {"num_hidden_layers": 1, "hidden_size": 64, "num_attention_heads": 2, "num_key_value_heads": 2,
+             "intermediate_size": 128, "max_position_embeddings": 128}
+    assert check_tiny_config("llama", {**sizes, "head_dim": None}) == {**sizes, "head_dim": None}
+    assert check_tiny_config("t5", {"num_decoder_layers": None}) == {"num_decoder_layers": None}
+    assert check_tiny_config("bart", {"classifier_dropout": None}) == {"classifier_dropout": None}
+    model = build_model("llama", {**sizes, "head_dim": None}, train_tokenizer(["a b c d e f g"] * 4, 300), seed=0)
+    assert model.config.head_dim == 32
+    with pytest.raises(ValueError, match=r"^config\.head_dim: expected an integer or null, got 'x'$"):
+        check_tiny_config("llama", {"head_dim": "x"})
+    with pytest.raises(ValueError, match=r"^config\.n_layer: expected an integer, got None$"):
+        check_tiny_config("gpt2", {"n_layer": None})  # a key no None is right for: refused as before
 
 
 def test_a_tiny_model_config_value_of_the_wrong_type_is_refused_when_built():
