@@ -237,6 +237,19 @@ def _changed_inputs(root: Path, readers: dict[Path, dict], stale: dict[Path, str
     return changed_readers
 
 
+def edited_files(first: Path, others: Iterable[Path]) -> list[Path]:
+    """The files written with the table ``first`` (``first`` and ``others``) whose bytes are not what their stage
+    wrote: those that differ from the digests it recorded (:func:`grueflow.io.files_record`), or every one there
+    where that record is missing or unreadable (nothing then tells which were edited)."""
+    try:
+        recorded = read_json(files_record(first))
+    except (OSError, ValueError):
+        recorded = None
+    if not isinstance(recorded, dict):
+        return [path for path in (first, *others) if path.is_file()]
+    return [Path(path) for path, digest in recorded.items() if Path(path).is_file() and sha256_bytes(path) != digest]
+
+
 def _changed_since_written(first: Path) -> Optional[str]:
     """Why the files written with ``first`` are not as their stage wrote them: the first whose bytes differ from the
     digest its stage recorded (:func:`grueflow.io.files_record`), or the record itself missing or unreadable (deleted,
@@ -319,8 +332,10 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     param reruns it where Snakemake recorded one, the stamp where it did not (a folder ``dvc repro`` built, or
     ``.snakemake`` removed), and the stamp reruns the reader of a changed stage folder (a folder input newer than
     its output). Its time before the stamp is kept in :data:`STAMPED`, and put back once the input is as
-    recorded again (after a dry run saw it edited): then nothing reruns, whatever the input's size. Last, every
-    other stage folder has a copy kept of what no stage record vouches for, with a line (:func:`keep_user_files`)."""
+    recorded again (after a dry run saw it edited): then nothing reruns, whatever the input's size. A table (or
+    key) stale because a file written with it was edited (a note added by hand) has a copy kept of each such file
+    (:func:`edited_files`). Last, every other stage folder has a copy kept of what no stage record vouches for,
+    with a line (:func:`keep_user_files`)."""
     lines = []
     expected, folders = list(expected), list(folders)
     suite = set(expected) | set(folders)
@@ -338,6 +353,10 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
                     f"{keep_copy(path, results.parent, files)}"
         if rebuilt:
             copied.add(path)
+        edited = edited_files(path, siblings[path]) if siblings and path in siblings else []
+        if edited:  # a table's file edited by hand (a note added): the rerun writes it again
+            line += "; a copy of " + ", ".join(f"{file} is kept in {keep_copy(file, results.parent, [file])}"
+                                               for file in edited)
         if why.startswith("its input "):  # CHANGED_INPUT, GONE_INPUT: the time to put back, unless already stamped
             before = stamp.lstat().st_mtime_ns
             if before != STALE_TIME * 10 ** 9:

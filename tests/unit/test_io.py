@@ -304,6 +304,30 @@ def test_a_stale_output_gets_a_new_token_its_rule_takes_as_a_param(tmp_path):
     assert folder.stat().st_mtime == 1  # and stamped 1970, as before
 
 
+def test_a_note_added_to_a_table_is_copied_before_the_rerun_writes_it_again(tmp_path, monkeypatch):
+    """A note added by hand to grue_table.md made the table stale, and the rerun wrote it again: the note was gone,
+    with no copy and no word of one."""
+    from grueflow.io import atomic_files
+    from grueflow.keep import REPLACED
+    from grueflow.stale import mark_stale
+
+    monkeypatch.chdir(tmp_path)
+    csv, md = Path("results/grue_table.csv"), Path("results/grue_table.md")
+    csv.parent.mkdir()
+    with atomic_files([csv, md]) as (csv_tmp, md_tmp):
+        csv_tmp.write_text("task,method\nsentiment,ppo\n")
+        md_tmp.write_text("| task |\n")
+    md.write_text("| task |\nMy notes: ppo looks best.\n")
+    tokens = Path(".snakemake/grueflow-stale.json")
+    line, = mark_stale(Path("results"), csv, [], {csv: [md]}, tokens=tokens)
+    copy, = REPLACED.glob("results/grue_table.md@*")
+    assert line == (f"grueflow: {csv} is stale ({md}, written with it, is not what its stage wrote (edited or "
+                    f"replaced since)); its job reruns; a copy of {md} is kept in {copy}")
+    assert (copy / "grue_table.md").read_text() == "| task |\nMy notes: ppo looks best.\n"
+    assert [p.name for p in REPLACED.glob("results/*")] == [copy.name]  # the CSV, as written, is not copied
+    assert mark_stale(Path("results"), csv, [], {csv: [md]}, tokens=tokens) == [line]  # copied once per content
+
+
 def test_a_table_edited_after_its_stage_wrote_it_is_stale(tmp_path, monkeypatch):
     """The GRUE table cut, or saved back by a spreadsheet, after a finished run: Snakemake said "Nothing to be done"
     and the table stayed as edited, and so it did once the record of its digests was gone too. Its stage records the
