@@ -104,7 +104,8 @@ def setup(args: argparse.Namespace) -> float:
                           f"(this machine has {os.cpu_count()} cores)")
     if vars(args).get("out") is not None:
         check_out(Path(args.out), args, running_stage())
-        io.before_replacing(Path(args.out), _keep_before_replacing)
+        out = Path(args.out)  # as given: a results/ that is a link to another disk stays under the project
+        io.before_replacing(out, lambda _resolved: _keep_before_replacing(out))
     return time.perf_counter()
 
 
@@ -116,9 +117,20 @@ def keep_unvouched(out: Path) -> Optional[tuple[Path, str]]:
     files = unvouched(out)
     if not files:
         return None
-    where = Path(os.path.realpath(out))
-    root = Path.cwd() if where.is_relative_to(Path.cwd().resolve()) else where.parent
+    inside = Path(os.path.abspath(out)).is_relative_to(Path.cwd())  # links not followed: results/ may be one
+    root = Path.cwd() if inside else Path(os.path.realpath(out)).parent
     return keep_copy(out, root, files), listed(out, files)
+
+
+def _kept_in_results(out: Path) -> str:
+    """`` (a copy is kept in <place>)`` after copying what ``out`` holds (:func:`keep_unvouched`) where ``out`` lies
+    under the project's ``results/`` (itself, or a link to another disk): a stage refusing it fails its job, and
+    Snakemake deletes a failed job's output. "" elsewhere, where nothing deletes it, and it may be large (a home
+    folder given by mistake), and where there was nothing to keep."""
+    inside = Path(os.path.abspath(out)).is_relative_to(os.path.abspath("results")) or \
+        Path(os.path.realpath(out)).is_relative_to(os.path.realpath("results"))
+    kept = keep_unvouched(out) if inside else None
+    return f" (a copy is kept in {kept[0]})" if kept else ""
 
 
 def _keep_before_replacing(out: Path) -> None:
@@ -161,7 +173,8 @@ def check_out(out: Path, args: argparse.Namespace, stage: Optional[str]) -> None
     ``--resume-dir`` if given, must be inside a folder this process can write in (:func:`check_writable`), and the
     resume folder must lie apart from ``out`` (:func:`check_resume_dir`)."""
     if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} is a file; give a folder (a stage replaces its --out folder whole)")
+        raise ConfigError(f"--out {out} is a file{_kept_in_results(out)}; give a folder (a stage replaces its --out "
+                          f"folder whole)")
     check_writable("--out", out)
     inside_output("--out", out)
     resume_dir = vars(args).get("resume_dir")
@@ -172,11 +185,7 @@ def check_out(out: Path, args: argparse.Namespace, stage: Optional[str]) -> None
     if out.is_dir() and not stage_owned:  # DVC removes a stage's declared outs only: provenance.json stays
         held = sorted(p.name for p in out.iterdir() if not _empty_tree(p))  # a failed `dvc pull` leaves folders
         if held:
-            # Snakemake deletes a failed job's outputs: a folder under results/ (a stage's own place) is copied
-            # first; anywhere else nothing deletes it, and it may be large (a home folder given by mistake)
-            results = Path.cwd().resolve() / "results"
-            place = keep_unvouched(out) if Path(os.path.realpath(out)).is_relative_to(results) else None
-            kept = f" (a copy is kept in {place[0]})" if place else ""
+            kept = _kept_in_results(out)
             raise ConfigError(f"--out {out} holds {', '.join(map(repr, held[:3]))}{' and more' if len(held) > 3 else ''} "
                               f"and no {io.STAGE_RECORD}, so no stage wrote it{kept}; a stage replaces its --out "
                               f"folder whole: give a new folder")

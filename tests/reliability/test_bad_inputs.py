@@ -2050,7 +2050,7 @@ def test_a_file_put_in_a_stage_folder_is_copied_before_the_stage_replaces_or_ref
     again = call_stage("prepare_datapool", "--task-file", task, "--out", pool)
     assert again.code == 0, again.stderr
     copy, = (tmp_path / ".grueflow" / "replaced" / "results" / "sentiment").glob("datapool@*")
-    assert f"grueflow: {tmp_path / pool} holds what no stage record vouches for (notes.txt); a copy is kept in " \
+    assert f"grueflow: {pool} holds what no stage record vouches for (notes.txt); a copy is kept in " \
            f"{copy} (the stage replaces the folder whole)" in again.stderr.splitlines()
     assert os.listdir(copy) == ["notes.txt"] and (copy / "notes.txt").read_text() == "mine\n"
     assert not (pool / "notes.txt").exists() and (pool / "stage.json").is_file()
@@ -2072,6 +2072,40 @@ def test_a_file_put_in_a_stage_folder_is_copied_before_the_stage_replaces_or_ref
                              "holds 'thesis.tex' and no stage.json, so no stage wrote it; a stage replaces")
     assert sorted(p.name for p in (tmp_path / ".grueflow" / "replaced" / "results").iterdir()) == \
         ["concepts", "sentiment"]
+    placed = Path("results") / "imdb" / "datapool"  # a file made where the folder goes (cp notes.txt <folder>)
+    placed.parent.mkdir(parents=True)
+    placed.write_text("my notes\n")
+    result = call_stage("prepare_datapool", "--task-file", task, "--out", placed)
+    copy, = (tmp_path / ".grueflow" / "replaced" / "results" / "imdb").glob("datapool@*")
+    assert_fails_in_one_line(result, f"--out {placed} is a file (a copy is kept in {copy}); give a folder")
+    assert (copy / "datapool").read_text() == "my notes\n"
+
+
+def test_a_file_put_in_a_stage_folder_under_a_linked_results_is_copied_into_the_project(tmp_path: Path, call_stage,
+                                                                                      monkeypatch):
+    """With results/ a link to another disk, a folder no stage wrote was refused with no copy (its resolved path
+    lay outside the project's results/), and Snakemake then deleted it; the copy made before a swap went into the
+    linked tree, under results/, which the README says copies stay out of."""
+    project, disk = tmp_path / "project", tmp_path / "disk"
+    project.mkdir()
+    (disk / "results").mkdir(parents=True)
+    (project / "results").symlink_to(disk / "results")
+    monkeypatch.chdir(project)
+    task = MICRO / "tasks" / "sentiment.yaml"
+    made = Path("results") / "sentiment" / "datapool"
+    made.mkdir(parents=True)
+    (made / "mine.txt").write_text("made by hand\n")
+    result = call_stage("prepare_datapool", "--task-file", task, "--out", made)
+    copy, = (project / ".grueflow" / "replaced" / "results" / "sentiment").glob("datapool@*")
+    assert_fails_in_one_line(result, f"so no stage wrote it (a copy is kept in {copy})")
+    shutil.rmtree(made)
+    assert call_stage("prepare_datapool", "--task-file", task, "--out", made).code == 0
+    (made / "notes.txt").write_text("mine\n")
+    again = call_stage("prepare_datapool", "--task-file", task, "--out", made)
+    assert again.code == 0, again.stderr
+    copies = sorted((project / ".grueflow" / "replaced" / "results" / "sentiment").glob("datapool@*"))
+    assert len(copies) == 2 and f"grueflow: {made} holds what no stage record vouches for (notes.txt)" in again.stderr
+    assert not list(disk.rglob(".grueflow"))  # nothing copied into the linked tree
 
 
 def test_an_out_inside_another_stages_output_or_past_the_file_systems_limits_is_one_line(tmp_path: Path, call_stage):
