@@ -280,6 +280,7 @@ def read_jsonl(path: str | Path) -> list[dict[str, Any]]:
 
 
 _BEFORE_REPLACING: dict[Path, Callable[[Path], Any]] = {}  # resolved folder -> called before atomic_dir replaces it
+_REPLACES: dict[Path, Path] = {}  # atomic_dir's temporary folder -> the path it replaces, absolute, links kept
 
 
 def before_replacing(path: str | Path, call: Callable[[Path], Any]) -> None:
@@ -304,10 +305,12 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     end, created when missing) is replaced and the link stays as it is. A folder found at ``path`` is first handed
     to the call registered for it (:func:`before_replacing`), if any.
     """
+    given = Path(os.path.abspath(path))
     path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
     remove_leftovers(path)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.{_WRITER}.", suffix=".tmp", dir=path.parent))
+    _REPLACES[tmp] = given  # for the record of a stage writing tmp (output_path)
     try:
         yield tmp
         os.chmod(tmp, 0o777 & ~_umask())
@@ -318,8 +321,22 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
         _swap_in(tmp, path)
         _fsync_folder(path.parent)
     finally:
+        _REPLACES.pop(tmp, None)
         if tmp.exists():
             shutil.rmtree(tmp)
+
+
+def output_path(out_dir: str | Path) -> str:
+    """Where the stage folder being written in ``out_dir`` lies, as its ``stage.json`` records it (``out``): the path
+    the :func:`atomic_dir` that yielded ``out_dir`` replaces (``out_dir`` itself where no :func:`atomic_dir` did), as
+    given (a symlink in it kept), relative to the working folder when it lies in it, as the stage's input paths are
+    (the project, where both engines run stages), else absolute. The same on every run of a stage at the same path,
+    so that a forced or no-op rerun writes ``stage.json`` byte for byte again; the stale check compares it with the
+    folder the record is found in (:func:`grueflow.stale.stale_outputs`: a stage folder copied over another)."""
+    folder = Path(os.path.abspath(out_dir))
+    final = _REPLACES.get(folder, folder)
+    cwd = Path(os.getcwd())
+    return str(final.relative_to(cwd)) if final.is_relative_to(cwd) else str(final)
 
 
 _WRITER = f"{socket.gethostname().replace('.', '_')}-{os.getpid()}"  # who writes a temporary folder: host-pid
@@ -537,12 +554,13 @@ def write_stage_record(out_dir: str | Path, *, stage: str, params: Any,
 
     ``stage.json`` holds only what identifies the content: resolved params, input fingerprints (taken now, or before
     the stage read the input: :func:`digest_inputs`), package versions,
-    ``output_bytes`` (the size of everything else in ``out_dir``, what a cache or a remote must hold) and the
-    stage's own ``extra`` facts; a forced or no-op re-execution writes it byte for byte again, so content
-    hashes (DVC's) do not change. ``provenance.json`` holds how this run went: the git commit, the wall time and
-    the :data:`VOLATILE` extras (the device and fast paths); ``.dvcignore`` keeps it out of every hash. It also
-    names the ``stage``, because it outlives ``stage.json`` when DVC removes a stage's outs before a rerun, and
-    :func:`grueflow.stage.check_out` reads it to refuse another stage's folder.
+    ``output_bytes`` (the size of everything else in ``out_dir``, what a cache or a remote must hold), where the
+    folder is written (``out``, :func:`output_path`) and the stage's own ``extra`` facts; a forced or no-op
+    re-execution writes it byte for byte again, so content hashes (DVC's) do not change. ``provenance.json`` holds
+    how this run went: the git commit, the wall time and the :data:`VOLATILE` extras (the device and fast paths);
+    ``.dvcignore`` keeps it out of every hash. It also names the ``stage``, because it outlives ``stage.json`` when
+    DVC removes a stage's outs before a rerun, and :func:`grueflow.stage.check_out` reads it to refuse another
+    stage's folder.
     """
     extra = dict(extra or {})
     provenance = {"stage": stage, "git_commit": _git_commit(), "wall_time_s": round(wall_time_s, 3),
@@ -555,6 +573,7 @@ def write_stage_record(out_dir: str | Path, *, stage: str, params: Any,
         "versions": package_versions(),
         "output_bytes": output_bytes(out_dir),
         "files": manifest(out_dir),
+        "out": output_path(out_dir),
         **extra,
     }
     write_json(Path(out_dir) / STAGE_RECORD, record)

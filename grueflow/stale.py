@@ -7,9 +7,11 @@ the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark
 
 - a stage folder that fails its manifest's size check (``grueflow.io.check_stage_output``, a file deleted,
   truncated or grown): the folder itself is stale;
+- a stage folder whose ``stage.json`` records another output path than the folder's own (``out``): another stage
+  folder copied over it (``cp -a`` of another run's), which passes its own checks: the folder itself is stale;
 - a stage folder whose ``stage.json`` records an input that no longer exists, or one whose content is not the
   one recorded: an input from outside ``results/`` (a datapool's local data, the human answers), or another
-  stage's folder replaced by another valid one (``cp -a`` of another run's folder, a backup restored), which
+  stage's folder replaced by another valid one whose record names no output path (an earlier version's), which
   passes its own checks: that reader is stale (digests read through a cache, :func:`input_digest`);
 - a stage folder the suite's rules write (``folders``), a ``stage.json`` records as an input, or the table
   aggregates, that holds no ``stage.json`` of its own (emptied, or its record deleted; every stage writes one
@@ -166,10 +168,15 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             stale[folder] = str(err).split(";")[0].replace(f"{folder.resolve()} is ", "")
             continue
         try:
-            inputs = read_json(folder / STAGE_RECORD).get("inputs") or {}
+            record = read_json(folder / STAGE_RECORD)
         except (OSError, ValueError):
             stale[folder] = f"{folder / STAGE_RECORD} is not readable JSON"
             continue
+        written = _written_for(root, folder, record.get("out"))
+        if written is not None and (not folders or folder in suite):  # a copy outside the suite's folders: no job
+            stale[folder] = f"damaged: its {STAGE_RECORD} records {written} as its output: a copy of that folder"
+            continue
+        inputs = record.get("inputs") or {}
         if not isinstance(inputs, dict):  # check_stage_output read the record as an object with a manifest
             stale[folder] = f"{folder / STAGE_RECORD} is damaged (its inputs are not a mapping)"
             continue
@@ -298,6 +305,16 @@ def keep_user_files(results: Path, folders: Iterable[Path], done: Iterable[Path]
             f"holds what no stage record vouches for ({listed(folder, files)})"
         lines.append(f"grueflow: {folder} {what}; a copy is kept in {place} (a rerun of its stage replaces it whole)")
     return lines
+
+
+def _written_for(root: Path, folder: Path, out: object) -> Optional[str]:
+    """The output path ``out`` a stage record found in ``folder`` names (:func:`grueflow.io.output_path`, relative to
+    ``root``) where it is another folder than ``folder`` (compared resolved): the record and its files were written
+    there and copied here (``cp -a`` of another run's folder), and pass their own checks. None where they agree, or
+    the record names no path (one written before records named their output)."""
+    if not isinstance(out, str) or not out:
+        return None
+    return None if (root / out).resolve() == folder.resolve() else out
 
 
 def _outside(path: Path, results: Path) -> bool:

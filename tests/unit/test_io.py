@@ -44,7 +44,7 @@ def test_rerunning_a_stage_rewrites_stage_json_byte_for_byte_and_keeps_the_run_a
         records.append((tmp_path / "stage.json").read_bytes())
     assert records[0] == records[1]
     record, provenance = read_json(tmp_path / "stage.json"), read_json(tmp_path / "provenance.json")
-    assert set(record) == {"stage", "params", "inputs", "versions", "output_bytes", "files", "stats"}
+    assert set(record) == {"stage", "params", "inputs", "versions", "output_bytes", "files", "out", "stats"}
     assert set(provenance) == {"stage", "git_commit", "wall_time_s", "execution"} and provenance["wall_time_s"] >= 1.5
     assert provenance["stage"] == "demo"  # it outlives stage.json when DVC removes the outs: check_out reads it
     assert record["output_bytes"] == 1  # data.txt only: neither record counts
@@ -417,7 +417,9 @@ def test_a_reader_of_a_stage_folder_replaced_by_another_runs_folder_is_stale(tmp
     """A trained model's folder replaced by another run's (``cp -a`` of supervised+ppo's onto ppo's) passes its own
     checks and is newer than nothing: Snakemake said "Nothing to be done" and a later evaluation scored the wrong
     model. Its reader's stage.json records the digest of the model it read; the check compares it, and reads each
-    input again only when the stat signatures of its files changed (a copy's new inodes: once)."""
+    input again only when the stat signatures of its files changed (a copy's new inodes: once). The records here
+    name no output path, as an earlier version's did (one that does makes the copy stale itself)."""
+    import json
     import shutil
 
     from grueflow import stale
@@ -432,6 +434,9 @@ def test_a_reader_of_a_stage_folder_replaced_by_another_runs_folder_is_stale(tmp
         (runs[method] / "model").mkdir(parents=True)
         (runs[method] / "model" / "model.safetensors").write_bytes(weights)
         write_stage_record(runs[method], stage="rl_finetune", params={}, inputs={}, wall_time_s=0.0)
+        record = json.loads((runs[method] / "stage.json").read_text())
+        del record["out"]
+        (runs[method] / "stage.json").write_text(json.dumps(record))
     evaluation = results / "eval" / "sentiment" / "ppo" / "seed0"
     evaluation.mkdir(parents=True)
     (evaluation / "metrics.json").write_text("{}\n")
@@ -449,6 +454,39 @@ def test_a_reader_of_a_stage_folder_replaced_by_another_runs_folder_is_stale(tmp
         evaluation: f"its input {runs['ppo'] / 'model'} changed since it was built"}
     assert stale.stale_outputs(results, results / "t.csv", [], cache=cache) != {}
     assert read == [str(runs["ppo"] / "model")]  # the copy read once, for both dry runs
+
+
+def test_a_stage_folder_replaced_by_a_copy_of_another_is_stale_itself(tmp_path, monkeypatch):
+    """A trained model's folder replaced by another run's (``cp -a`` of supervised+ppo's onto ppo's) passes its own
+    checks: its reader reran and scored the other model under ppo's row. A stage records where it wrote its folder
+    (``out``, the path its atomic_dir replaces, relative to the project), so the copy is stale for its own sake and
+    rebuilt; the original, a record written before records named their output, and a copy no rule writes are not."""
+    import json
+    import shutil
+
+    from grueflow import stale
+    from grueflow.io import atomic_dir, write_stage_record
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)  # a stage records its paths as given: relative to the project, as Snakemake runs
+    results = Path("results")
+    runs = {method: results / "sentiment" / method / "seed0" for method in ("ppo", "supervised+ppo")}
+    for method, out in runs.items():
+        with atomic_dir(out) as tmp:
+            (tmp / "model").mkdir()
+            (tmp / "model" / "model.safetensors").write_bytes(method.encode())
+            write_stage_record(tmp, stage="rl_finetune", params={}, inputs={}, wall_time_s=0.0)
+    assert json.loads((runs["ppo"] / "stage.json").read_text())["out"] == "results/sentiment/ppo/seed0"
+    assert stale.stale_outputs(results, results / "t.csv", []) == {}
+    shutil.rmtree(runs["ppo"])
+    shutil.copytree(runs["supervised+ppo"], runs["ppo"], copy_function=shutil.copy2)  # cp -a: the times kept
+    shutil.copytree(runs["supervised+ppo"], results / "backup", copy_function=shutil.copy2)  # no rule writes it
+    why = "damaged: its stage.json records results/sentiment/supervised+ppo/seed0 as its output: a copy of that folder"
+    assert stale.stale_outputs(results, results / "t.csv", [], folders=list(runs.values())) == {runs["ppo"]: why}
+    record = json.loads((runs["ppo"] / "stage.json").read_text())
+    del record["out"]  # written by an earlier version
+    (runs["ppo"] / "stage.json").write_text(json.dumps(record))
+    assert stale.stale_outputs(results, results / "t.csv", [], folders=list(runs.values())) == {}
 
 
 def test_a_stamp_for_an_input_stays_when_the_stage_is_stale_for_its_own_sake(tmp_path, monkeypatch):

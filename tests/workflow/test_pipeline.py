@@ -291,23 +291,31 @@ def test_an_invalid_suite_stops_dvc_repro_before_any_stage_runs(dvc_repo, line, 
     assert "Data and pipelines are up to date" in run(["dvc", "status"], dvc_repo).stdout
 
 
-def test_snakemake_evaluates_again_a_model_folder_replaced_by_another_runs(snakemake_repo):
+def test_snakemake_rebuilds_a_stage_folder_replaced_by_another_runs(snakemake_repo):
     """A stage folder replaced by another valid one (``cp -a`` of supervised+ppo's over ppo's) passes its own checks,
-    and Snakemake said "Nothing to be done": a later evaluation scored the other model. The evaluation's record holds
-    the digest of the model it read, so it is planned again; with the original put back, nothing is."""
+    and Snakemake said "Nothing to be done"; then only its evaluation reran, and scored the other model under ppo's
+    row. Its stage.json records the folder it was written to, so the copy is rebuilt, and what read it reruns after
+    it; with the original put back (and the dry run's stale mark undone), nothing is planned."""
     results = snakemake_repo / "results"
     ppo, aside = results / "sentiment" / "ppo" / "seed0", results / "ppo_aside"
+    tokens = snakemake_repo / ".snakemake" / "grueflow-stale.json"  # the stale check's rerun trigger
+    saved_tokens = tokens.read_bytes() if tokens.exists() else None
     dry_run = ["snakemake", "-n", "--cores", "2", "results/grue_table.csv"]
     ppo.rename(aside)
     try:
         shutil.copytree(results / "sentiment" / "supervised+ppo" / "seed0", ppo, symlinks=True)  # copy2: times kept
         result = run(dry_run, snakemake_repo)
-        assert planned_jobs(result.stdout) == {("evaluate", "sentiment", "ppo"), ("aggregate", None, None)}
-        assert ("grueflow: results/eval/sentiment/ppo/seed0 is stale (its input results/sentiment/ppo/seed0/model "
-                "changed since it was built); its job reruns") in result.stderr
+        assert planned_jobs(result.stdout) == {("rl_finetune", "sentiment", "ppo"), ("evaluate", "sentiment", "ppo"),
+                                               ("aggregate", None, None)}
+        assert ("grueflow: results/sentiment/ppo/seed0 is stale (damaged: its stage.json records results/sentiment/"
+                "supervised+ppo/seed0 as its output: a copy of that folder); its job reruns") in result.stderr
     finally:
         shutil.rmtree(ppo, ignore_errors=True)
         aside.rename(ppo)
+        if saved_tokens is None:
+            tokens.unlink(missing_ok=True)
+        else:
+            tokens.write_bytes(saved_tokens)
     assert "Nothing to be done" in run(dry_run, snakemake_repo).stdout
 
 
