@@ -461,14 +461,16 @@ def _swap_in(tmp: Path, path: Path, attempts: int = 20) -> None:
     raise OSError(f"{path}: could not replace it after {attempts} tries; another process keeps writing it")
 
 
-def fingerprint(path: str | Path) -> str:
+def fingerprint(path: str | Path, leave_out: Iterable[Path] = ()) -> str:
     """sha256 over a file, or over a folder's relative paths and file contents (sorted), its
     :data:`UNHASHED` files (the provenance record, the timings) left out as ``.dvcignore`` leaves them out of
-    DVC's hashes: a forced or no-op rerun of the stage that wrote the folder gives the same digest."""
+    DVC's hashes: a forced or no-op rerun of the stage that wrote the folder gives the same digest. The files
+    ``leave_out`` (under the folder) are left out too."""
     path = Path(path)
     digest = hashlib.sha256()
+    skipped = set(leave_out)
     files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()
-                                                 and p.name not in UNHASHED)
+                                                 and p.name not in UNHASHED and p not in skipped)
     for file in files:
         digest.update(str(file.relative_to(path) if file != path else file.name).encode())
         _hash_file(digest, file)
@@ -501,9 +503,12 @@ def digest_inputs(inputs: Mapping[str, str | Path]) -> dict[str, InputDigest]:
 
 def _recorded_input(name: str, value: str | Path | InputDigest) -> dict[str, str]:
     """``{"path", "sha256"}`` of one input in ``stage.json``: an :class:`InputDigest`'s digest from before the stage
-    read it (with a warning where the file changed since), or a path's digest now."""
+    read it (with a warning where the file changed since), or a path's digest now, less the files a person put in
+    an input stage folder (:func:`grueflow.keep.persons_files`), which no stage reads."""
     if not isinstance(value, InputDigest):
-        return {"path": str(value), "sha256": fingerprint(value)}
+        from grueflow.keep import persons_files  # grueflow.keep reads this module's records
+
+        return {"path": str(value), "sha256": fingerprint(value, persons_files(Path(value)))}
     path = value.path
     now = (path.stat().st_size, path.stat().st_mtime_ns) if path.is_file() else None
     if value.stamp is not None and now != value.stamp:

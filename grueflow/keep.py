@@ -18,7 +18,7 @@ import shutil
 from pathlib import Path
 from typing import Optional
 
-from grueflow.io import PROVENANCE_RECORD, STAGE_RECORD, UNHASHED, DataError, read_json, sha256_bytes
+from grueflow.io import MODEL_DIR, PROVENANCE_RECORD, STAGE_RECORD, UNHASHED, DataError, read_json, sha256_bytes
 
 SNAKEMAKE_TIMESTAMP = ".snakemake_timestamp"  # Snakemake's modification time of a directory() output
 REPLACED = Path(".grueflow") / "replaced"  # copies of what stage folders held that no stage record vouches for
@@ -52,6 +52,21 @@ def unvouched(path: Path) -> list[Path]:
     except (OSError, ValueError, KeyError, TypeError):  # no record to go by: all of it but the unhashed records
         sizes = None
     return sorted(file for file in found if not _vouched(file, file.relative_to(path).as_posix(), sizes))
+
+
+def persons_files(path: Path) -> list[Path]:
+    """What the digest of ``path``, a stage's input, leaves out: where ``path`` is a stage folder whose record holds
+    a manifest (or that folder's ``model/``), the files in it no stage record vouches for (:func:`unvouched`), which
+    a person put there, no stage reads, and a run copies out (:func:`keep_copy`): a note in a datapool's folder
+    would otherwise change the digest its readers recorded, and rerun every training. None otherwise."""
+    owner = path.parent if path.name == MODEL_DIR else path
+    if not path.is_dir() or path.is_symlink():
+        return []
+    try:
+        listed_files = read_json(owner / STAGE_RECORD)["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return unvouched(owner) if isinstance(listed_files, dict) else []
 
 
 def _vouched(file: Path, name: str, sizes: Optional[dict[str, int]]) -> bool:

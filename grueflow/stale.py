@@ -57,7 +57,7 @@ from typing import Iterable, Optional
 
 from grueflow.io import (MODEL_DIR, STAGE_RECORD, UNHASHED, MissingDataError, atomic_path,
                          check_stage_output, files_record, fingerprint, read_json, sha256_bytes)
-from grueflow.keep import SNAKEMAKE_TIMESTAMP, keep_copy, listed, stat_signature, unvouched
+from grueflow.keep import SNAKEMAKE_TIMESTAMP, keep_copy, listed, persons_files, stat_signature, unvouched
 
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
 TOKENS = Path(".snakemake") / "grueflow-stale.json"  # {output path: when it was last found stale, ns}, beside
@@ -114,32 +114,34 @@ def _save(cache: Path) -> None:
         pass
 
 
-def _cached_fingerprint(name: str, signature: list[int] | str) -> tuple[str, bool]:
-    """:func:`grueflow.io.fingerprint` of ``name``, from :data:`_KNOWN` while its stat ``signature`` is the one
-    recorded there; and whether it was computed now."""
+def _cached_fingerprint(name: str, signature: list[int] | str, leave_out: Iterable[Path] = ()) -> tuple[str, bool]:
+    """:func:`grueflow.io.fingerprint` of ``name`` (less the files ``leave_out``), from :data:`_KNOWN` while its
+    stat ``signature`` (taken over the same files) is the one recorded there; and whether it was computed now."""
     entry = _KNOWN.get(name)
     if isinstance(entry, list) and len(entry) == 2 and entry[0] == signature:
         return entry[1], False
-    _KNOWN[name] = [signature, fingerprint(name)]
+    _KNOWN[name] = [signature, fingerprint(name, leave_out)]
     return _KNOWN[name][1], True
 
 
-def _tree_signature(folder: Path) -> str:
-    """The stat signatures of every file under ``folder`` (those :func:`grueflow.io.fingerprint` hashes), as one
-    digest: it changes when any file is rewritten, replaced, added or removed."""
+def _tree_signature(folder: Path, leave_out: Iterable[Path] = ()) -> str:
+    """The stat signatures of every file under ``folder`` (those :func:`grueflow.io.fingerprint` hashes, less
+    ``leave_out``), as one digest: it changes when any file is rewritten, replaced, added or removed."""
     digest = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in UNHASHED):
+    skipped = set(leave_out)
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in UNHASHED and p not in skipped):
         digest.update(f"{path.relative_to(folder)}\0{stat_signature(path.stat())}\0".encode())
     return digest.hexdigest()
 
 
-def input_digest(path: Path) -> tuple[str, bool]:
+def input_digest(path: Path, leave_out: Iterable[Path] = ()) -> tuple[str, bool]:
     """:func:`grueflow.io.fingerprint` of the file or folder ``path`` (a stage's recorded input), from the cache of
     :func:`content_digest` while the stat signatures of its files are those recorded there (a folder: every file's,
     :func:`_tree_signature`); and whether it was computed now. So an input is read once per content: a folder copied
-    over with ``cp -a`` (new inodes) is read once, an unchanged one never again. Load the cache first (:func:`_load`)."""
-    signature = _tree_signature(path) if path.is_dir() else stat_signature(path.stat())
-    return _cached_fingerprint(str(path), signature)
+    over with ``cp -a`` (new inodes) is read once, an unchanged one never again. Load the cache first (:func:`_load`).
+    The files ``leave_out`` (under a folder) are left out of both."""
+    signature = _tree_signature(path, leave_out) if path.is_dir() else stat_signature(path.stat())
+    return _cached_fingerprint(str(path), signature, leave_out)
 
 
 def stale_token(outputs: Iterable[str | os.PathLike], tokens: Path = TOKENS) -> str:
@@ -219,7 +221,9 @@ def _changed_inputs(root: Path, readers: dict[Path, dict], stale: dict[Path, str
     exists with another digest than recorded, with why. An input whose stage folder is ``stale`` (damaged, no record)
     is not read: it is rebuilt, and its readers rerun after it as Snakemake reruns what reads a newer folder. Each
     input is looked at once however many stages read it (a datapool), and read only where :func:`input_digest`
-    cannot answer from ``cache`` (None: this process's only)."""
+    cannot answer from ``cache`` (None: this process's only). A file a person put in an input stage folder is left
+    out, as the reader left it out of the digest it recorded (:func:`grueflow.keep.persons_files`): no stage reads
+    it, and a run copies it out."""
     if cache is not None:
         _load(cache)
     digests: dict[Path, str] = {}
@@ -230,10 +234,11 @@ def _changed_inputs(root: Path, readers: dict[Path, dict], stale: dict[Path, str
             if not isinstance(meta, dict) or not meta.get("path") or not isinstance(meta.get("sha256"), str):
                 continue
             path = root / meta["path"]
-            if not path.exists() or (path.parent if path.name == MODEL_DIR else path) in stale:
+            owner = path.parent if path.name == MODEL_DIR else path  # the stage folder, for one under results/
+            if not path.exists() or owner in stale:
                 continue
             if path not in digests:
-                digests[path], new = input_digest(path)
+                digests[path], new = input_digest(path, persons_files(path))  # as the reader recorded it
                 computed |= new
             if digests[path] != meta["sha256"]:
                 changed.append(meta["path"])

@@ -445,7 +445,7 @@ def test_a_reader_of_a_stage_folder_replaced_by_another_runs_folder_is_stale(tmp
     assert stale.stale_outputs(results, results / "t.csv", [], cache=cache) == {}
     read = []
     fingerprint = stale.fingerprint
-    monkeypatch.setattr(stale, "fingerprint", lambda path: read.append(str(path)) or fingerprint(path))
+    monkeypatch.setattr(stale, "fingerprint", lambda path, *rest: read.append(str(path)) or fingerprint(path, *rest))
     monkeypatch.setattr(stale, "_KNOWN", {})  # a new process: the cache file is read back
     assert stale.stale_outputs(results, results / "t.csv", [], cache=cache) == {} and read == []  # unchanged
     shutil.rmtree(runs["ppo"])
@@ -454,6 +454,34 @@ def test_a_reader_of_a_stage_folder_replaced_by_another_runs_folder_is_stale(tmp
         evaluation: f"its input {runs['ppo'] / 'model'} changed since it was built"}
     assert stale.stale_outputs(results, results / "t.csv", [], cache=cache) != {}
     assert read == [str(runs["ppo"] / "model")]  # the copy read once, for both dry runs
+
+
+def test_a_persons_file_in_an_input_stage_folder_leaves_its_readers_as_they_are(tmp_path, monkeypatch):
+    """A note put in a finished datapool's folder changed the digest of the datapool, so every stage that read it
+    was stale and a plain run would have retrained them all, for a file no stage reads (and that the run copies
+    out). The digests left out what no stage record vouches for, on both sides: when a reader records its input,
+    and when the check compares it; a file of the stage's own edited still makes the reader stale."""
+    from grueflow import stale
+    from grueflow.io import write_stage_record
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)
+    results = Path("results")
+    pool, model = results / "sentiment" / "datapool", results / "sentiment" / "base_model"
+    pool.mkdir(parents=True)
+    (pool / "train.jsonl").write_text('{"prompt": "a"}\n')
+    write_stage_record(pool, stage="prepare_datapool", params={}, inputs={}, wall_time_s=0.0)
+    model.mkdir(parents=True)
+    write_stage_record(model, stage="base_model", params={}, inputs={"datapool": pool}, wall_time_s=0.0)
+    (pool / "notes.txt").write_text("mine\n")
+    assert stale.stale_outputs(results, results / "t.csv", []) == {}
+    write_stage_record(model, stage="base_model", params={}, inputs={"datapool": pool}, wall_time_s=0.0)
+    (pool / "notes.txt").unlink()  # recorded while the note lay there: the same digest without it
+    assert stale.stale_outputs(results, results / "t.csv", []) == {}
+    (pool / "train.jsonl").write_text('{"prompt": "b"}\n')  # the stage's own file, same size: its content read
+    write_stage_record(pool, stage="prepare_datapool", params={}, inputs={}, wall_time_s=0.0)
+    assert stale.stale_outputs(results, results / "t.csv", []) == {
+        model: f"its input {pool} changed since it was built"}
 
 
 def test_a_stage_folder_replaced_by_a_copy_of_another_is_stale_itself(tmp_path, monkeypatch):
