@@ -56,17 +56,18 @@ def unvouched(path: Path) -> list[Path]:
 
 def persons_files(path: Path) -> list[Path]:
     """What the digest of ``path``, a stage's input, leaves out: where ``path`` is a stage folder whose record holds
-    a manifest (or that folder's ``model/``), the files in it no stage record vouches for (:func:`unvouched`), which
-    a person put there, no stage reads, and a run copies out (:func:`keep_copy`): a note in a datapool's folder
-    would otherwise change the digest its readers recorded, and rerun every training. None otherwise."""
-    owner = path.parent if path.name == MODEL_DIR else path
-    if not path.is_dir() or path.is_symlink():
+    a manifest, the files in it no stage record vouches for (:func:`unvouched`), which a person put there, no stage
+    reads (its readers open the files it wrote by name), and a run copies out (:func:`keep_copy`): a note in a
+    datapool's folder would otherwise change the digest its readers recorded, and rerun every training. None for a
+    model folder (``model/``), whose loaders read what it holds (a ``special_tokens_map.json`` put there changes the
+    tokenizer), and for anything else."""
+    if not path.is_dir() or path.is_symlink() or path.name == MODEL_DIR:
         return []
     try:
-        listed_files = read_json(owner / STAGE_RECORD)["files"]
+        listed_files = read_json(path / STAGE_RECORD)["files"]
     except (OSError, ValueError, KeyError, TypeError):
         return []
-    return unvouched(owner) if isinstance(listed_files, dict) else []
+    return unvouched(path) if isinstance(listed_files, dict) else []
 
 
 def _vouched(file: Path, name: str, sizes: Optional[dict[str, int]]) -> bool:

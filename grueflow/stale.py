@@ -163,7 +163,8 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
     suite = set(expected) | set(folders)
     root = results.parent  # stage.json records input paths relative to the project root
     readers: dict[Path, dict] = {}  # each stage folder in order: its recorded inputs, compared once all are seen
-    for folder in recorded_folders(results):
+    linked = [folder for folder in folders if folder.is_symlink() and (folder / STAGE_RECORD).is_file()]
+    for folder in sorted(set(recorded_folders(results)) | set(linked)):  # a suite folder that is a link: not walked
         try:
             check_stage_output(folder, deep=False)
         except MissingDataError as err:  # "<folder> is damaged: <file> is missing; delete ..."
@@ -314,12 +315,14 @@ def keep_user_files(results: Path, folders: Iterable[Path], done: Iterable[Path]
 
 def _written_for(root: Path, folder: Path, out: object) -> Optional[str]:
     """The output path ``out`` a stage record found in ``folder`` names (:func:`grueflow.io.output_path`, relative to
-    ``root``) where it is another folder than ``folder`` (compared resolved): the record and its files were written
-    there and copied here (``cp -a`` of another run's folder), and pass their own checks. None where they agree, or
-    the record names no path (one written before records named their output)."""
+    ``root``) where it is another folder than ``folder``: the record and its files were written there and copied
+    here (``cp -a`` of another run's folder), or ``folder`` is a link to that one, and they pass their own checks.
+    Compared as paths, links not followed (the record keeps them as given; a link to another run's folder is not
+    that run). None where they agree, or the record names no path (one written before records named their
+    output)."""
     if not isinstance(out, str) or not out:
         return None
-    return None if (root / out).resolve() == folder.resolve() else out
+    return None if os.path.normpath(os.path.abspath(root / out)) == os.path.normpath(os.path.abspath(folder)) else out
 
 
 def _outside(path: Path, results: Path) -> bool:

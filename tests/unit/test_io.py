@@ -482,6 +482,17 @@ def test_a_persons_file_in_an_input_stage_folder_leaves_its_readers_as_they_are(
     write_stage_record(pool, stage="prepare_datapool", params={}, inputs={}, wall_time_s=0.0)
     assert stale.stale_outputs(results, results / "t.csv", []) == {
         model: f"its input {pool} changed since it was built"}
+    write_stage_record(model, stage="base_model", params={}, inputs={"datapool": pool}, wall_time_s=0.0)
+    (model / "model").mkdir()  # a model folder's loaders read what it holds: a file put there is read
+    (model / "model" / "model.safetensors").write_bytes(b"weights")
+    write_stage_record(model, stage="base_model", params={}, inputs={"datapool": pool}, wall_time_s=0.0)
+    tuned = results / "sentiment" / "supervised" / "seed0"
+    tuned.mkdir(parents=True)
+    write_stage_record(tuned, stage="warm_start", params={}, inputs={"model": model / "model"}, wall_time_s=0.0)
+    assert stale.stale_outputs(results, results / "t.csv", []) == {}
+    (model / "model" / "special_tokens_map.json").write_text("{}\n")  # the tokenizer loader reads it
+    assert stale.stale_outputs(results, results / "t.csv", []) == {
+        tuned: f"its input {model / 'model'} changed since it was built"}
 
 
 def test_a_stage_folder_replaced_by_a_copy_of_another_is_stale_itself(tmp_path, monkeypatch):
@@ -511,6 +522,11 @@ def test_a_stage_folder_replaced_by_a_copy_of_another_is_stale_itself(tmp_path, 
     shutil.copytree(runs["supervised+ppo"], results / "backup", copy_function=shutil.copy2)  # no rule writes it
     why = "damaged: its stage.json records results/sentiment/supervised+ppo/seed0 as its output: a copy of that folder"
     assert stale.stale_outputs(results, results / "t.csv", [], folders=list(runs.values())) == {runs["ppo"]: why}
+    shutil.rmtree(runs["ppo"])
+    runs["ppo"].symlink_to("../supervised+ppo/seed0")  # a link to the other run's folder is not that run
+    assert stale.stale_outputs(results, results / "t.csv", [], folders=list(runs.values())) == {runs["ppo"]: why}
+    runs["ppo"].unlink()
+    shutil.copytree(runs["supervised+ppo"], runs["ppo"], copy_function=shutil.copy2)
     record = json.loads((runs["ppo"] / "stage.json").read_text())
     del record["out"]  # written by an earlier version
     (runs["ppo"] / "stage.json").write_text(json.dumps(record))
