@@ -285,14 +285,8 @@ def check_config_given_once(argv: Sequence[str], profiles: Sequence[str | Path])
     check_configfile_given_once(argv)
     suites = [(path, given) for path in profiles if (given := profile_configfile(path)) is not None]
     files = configfile_options(argv)
-    if suites and files:
-        path, given = suites[-1]
-        raise ConfigError(f"the profile {path} sets configfile ({' '.join(given)}) and the command line gives "
-                          f"--configfile ({' '.join(files[-1])}); Snakemake keeps the command line's suite files "
-                          f"alone, dropping the profile's: give the suite in one of them")
-    if len(suites) > 1:
-        raise ConfigError(f"the profiles {' and '.join(str(path) for path, _ in suites)} each set configfile; "
-                          f"Snakemake keeps only {suites[-1][0]}'s: give the suite in one")
+    _given_in_one_place("configfile", suites, " ".join(files[-1]) if files else None, "suite files", "",
+                        "give the suite")
     options, items = [], []
     for i, arg in enumerate(argv):
         name, attached = long_option(arg)
@@ -315,11 +309,22 @@ def check_config_given_once(argv: Sequence[str], profiles: Sequence[str | Path])
         if _repeated(given):
             raise ConfigError(f"the profile {path} gives {', '.join(map(repr, _repeated(given)))} twice in its config, "
                               f"and Snakemake would keep the last value without a word; keep one")
-    if setting and options:
-        path, given = setting[-1]
-        raise ConfigError(f"the profile {path} sets config ({' '.join(given)}) and the command line gives --config "
-                          f"({options[0]}); Snakemake keeps the command line's settings alone, dropping the "
-                          f"profile's: give every KEY=VALUE in one of them")
-    if len(setting) > 1:
-        raise ConfigError(f"the profiles {' and '.join(str(path) for path, _ in setting)} each set config; Snakemake "
-                          f"keeps only {setting[-1][0]}'s settings: give every KEY=VALUE in one")
+    _given_in_one_place("config", setting, options[0] if options else None, "settings", " settings",
+                        "give every KEY=VALUE")
+
+
+def _given_in_one_place(key: str, profiles: Sequence[tuple[str | Path, list[str]]], command_line: Optional[str],
+                        kept: str, kept_of_last: str, advice: str) -> None:
+    """Raise ConfigError where Snakemake would drop the ``key`` (``config``, ``configfile``) that one place gives: a
+    profile's beside the command line's ``--<key>`` (``command_line``, its words; None where it gives none), whose
+    ``kept`` alone Snakemake keeps, or two profiles' (``profiles``: each file with the words it gives, lowest
+    priority first), of which it keeps the last's (``kept_of_last`` follows its name). ``advice`` starts the way
+    out."""
+    if profiles and command_line is not None:
+        path, given = profiles[-1]
+        raise ConfigError(f"the profile {path} sets {key} ({' '.join(given)}) and the command line gives --{key} "
+                          f"({command_line}); Snakemake keeps the command line's {kept} alone, dropping the "
+                          f"profile's: {advice} in one of them")
+    if len(profiles) > 1:
+        raise ConfigError(f"the profiles {' and '.join(str(path) for path, _ in profiles)} each set {key}; Snakemake "
+                          f"keeps only {profiles[-1][0]}'s{kept_of_last}: {advice} in one")
