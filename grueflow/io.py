@@ -37,6 +37,7 @@ PROVENANCE_RECORD = "provenance.json"  # how the run went (commit, wall time, de
 TIMINGS_FILE = "timings.csv"  # a training stage's wall-clock columns per step: in no content hash either
 UNHASHED = (PROVENANCE_RECORD, TIMINGS_FILE)  # what .dvcignore, the manifest and the input digests leave out
 MODEL_DIR = "model"  # the Hugging Face model folder inside a model-producing stage's output
+WRITTEN = Path(".grueflow") / "written"  # per output path: the digest of the record its stage last wrote there
 _PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "grueflow")
 
 
@@ -92,6 +93,43 @@ def atomic_files(paths: Iterable[str | Path]) -> Iterator[list[Path]]:
     with atomic_paths([*paths, files_record(paths[0])]) as tmps:
         yield tmps[:-1]
         write_json(tmps[-1], {str(path): sha256_bytes(tmp) for path, tmp in zip(paths, tmps)})
+        note_written(_relative_to_cwd(Path(os.path.abspath(paths[0]))), tmps[-1])
+
+
+def note_written(out: str, record: str | Path) -> None:
+    """Note, in the project's :data:`WRITTEN` (under the working folder, where both engines run stages), that the
+    stage writing the output ``out`` (a path relative to the project, :func:`output_path`) wrote the record
+    ``record`` for it (a stage folder's ``stage.json``, a table's :func:`files_record`), by the record's sha256.
+    Written before the output is renamed into place, so that an output in place never has an older note than its
+    own. An output outside the project (an absolute ``out``) is noted nowhere: no stale check looks at it.
+
+    What it is for: Snakemake keeps its record of a job's params per output path, and a stage folder is consistent
+    with itself wherever it is copied from. An older copy of a folder put back by hand after a params change (a
+    backup, another branch's results) is then "Nothing to be done" to Snakemake, while its record is not the one
+    the last job wrote at that path (:func:`last_written`, grueflow.stale)."""
+    if os.path.isabs(out):
+        return
+    write_json(_written_note(Path("."), out), {"out": os.path.normpath(out), "sha256": sha256_bytes(record)})
+
+
+def last_written(root: Path, path: Path) -> Optional[str]:
+    """The sha256 of the record that the stage last writing ``path`` (a stage folder or a table, under the project
+    ``root``) wrote for it (:func:`note_written`); None where none is noted (an output built before notes were
+    kept, or whose note was deleted with ``.grueflow/``) or the note is unreadable: nothing is then known."""
+    out = os.path.relpath(os.path.abspath(path), os.path.abspath(root))
+    try:
+        note = read_json(_written_note(root, out))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(note, dict) or note.get("out") != os.path.normpath(out):
+        return None
+    return note["sha256"] if isinstance(note.get("sha256"), str) else None
+
+
+def _written_note(root: Path, out: str) -> Path:
+    """The file of :data:`WRITTEN` under ``root`` that notes the output ``out``: one per path, so that stages running
+    at once never write the same file."""
+    return root / WRITTEN / f"{hashlib.sha256(os.path.normpath(out).encode()).hexdigest()[:32]}.json"
 
 
 def sha256_bytes(path: str | Path) -> str:
@@ -334,9 +372,13 @@ def output_path(out_dir: str | Path) -> str:
     so that a forced or no-op rerun writes ``stage.json`` byte for byte again; the stale check compares it with the
     folder the record is found in (:func:`grueflow.stale.stale_outputs`: a stage folder copied over another)."""
     folder = Path(os.path.abspath(out_dir))
-    final = _REPLACES.get(folder, folder)
+    return _relative_to_cwd(_REPLACES.get(folder, folder))
+
+
+def _relative_to_cwd(path: Path) -> str:
+    """The absolute ``path`` relative to the working folder when it lies in it, else as it is."""
     cwd = Path(os.getcwd())
-    return str(final.relative_to(cwd)) if final.is_relative_to(cwd) else str(final)
+    return str(path.relative_to(cwd)) if path.is_relative_to(cwd) else str(path)
 
 
 _WRITER = f"{socket.gethostname().replace('.', '_')}-{os.getpid()}"  # who writes a temporary folder: host-pid
@@ -582,6 +624,7 @@ def write_stage_record(out_dir: str | Path, *, stage: str, params: Any,
         **extra,
     }
     write_json(Path(out_dir) / STAGE_RECORD, record)
+    note_written(record["out"], Path(out_dir) / STAGE_RECORD)
 
 
 def manifest(out_dir: str | Path) -> dict[str, dict[str, Any]]:

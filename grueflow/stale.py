@@ -9,6 +9,10 @@ the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark
   truncated or grown): the folder itself is stale;
 - a stage folder whose ``stage.json`` records another output path than the folder's own (``out``): another stage
   folder copied over it (``cp -a`` of another run's), which passes its own checks: the folder itself is stale;
+- a suite stage folder, or a table, whose record (its ``stage.json``, the table's digests of its files) is not the
+  one its stage noted when it last wrote that path (:func:`grueflow.io.note_written`): an older copy put back by
+  hand after a params change (a backup, another branch's results), whole and at its own path, where Snakemake's
+  record of the params, kept per path and written by the last job, says "Nothing to be done": it is stale itself;
 - a stage folder whose ``stage.json`` records an input that no longer exists, or one whose content is not the
   one recorded: an input from outside ``results/`` (a datapool's local data, the human answers), or another
   stage's folder replaced by another valid one whose record names no output path (an earlier version's), which
@@ -56,7 +60,7 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from grueflow.io import (MODEL_DIR, STAGE_RECORD, UNHASHED, MissingDataError, atomic_path,
-                         check_stage_output, files_record, fingerprint, read_json, sha256_bytes)
+                         check_stage_output, files_record, fingerprint, last_written, read_json, sha256_bytes)
 from grueflow.keep import SNAKEMAKE_TIMESTAMP, keep_copy, listed, persons_files, stat_signature, unvouched
 
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
@@ -69,6 +73,8 @@ DIGESTS = Path(".snakemake") / "grueflow-digests.json"  # {path: [stat signature
 CHANGED_INPUT = "changed since it was built"  # why a stage whose input's content is not the recorded one is stale
 GONE_INPUT = "no longer exists"  # ... and one whose input from outside results/ is gone
 FILE_IN_PLACE = "a file where the stage's folder belongs"  # ... and a file Snakemake would take for the folder
+PUT_BACK = "is not the one its stage last wrote there (an older copy put back, or another run's)"  # ... and an output
+# whose record is not the one noted when its stage last wrote that path (grueflow.io.note_written)
 _KNOWN: dict[str, list] = {}  # the cache as this process read it and added to it
 
 
@@ -179,6 +185,9 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
         if written is not None and (not folders or folder in suite):  # a copy outside the suite's folders: no job
             stale[folder] = f"damaged: its {STAGE_RECORD} records {written} as its output: a copy of that folder"
             continue
+        if (not folders or folder in suite) and _put_back(root, folder, folder / STAGE_RECORD):
+            stale[folder] = f"its {STAGE_RECORD} {PUT_BACK}"
+            continue
         inputs = record.get("inputs") or {}
         if not isinstance(inputs, dict):  # check_stage_output read the record as an object with a manifest
             stale[folder] = f"{folder / STAGE_RECORD} is damaged (its inputs are not a mapping)"
@@ -213,6 +222,8 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
         changed = _changed_since_written(written) if written.is_file() and written not in stale else None
         if changed:
             stale[written] = changed
+        elif written.is_file() and written not in stale and _put_back(root, written, files_record(written)):
+            stale[written] = f"{files_record(written)}, the digests of what its stage wrote, {PUT_BACK}"
     return stale
 
 
@@ -323,6 +334,16 @@ def _written_for(root: Path, folder: Path, out: object) -> Optional[str]:
     if not isinstance(out, str) or not out:
         return None
     return None if os.path.normpath(os.path.abspath(root / out)) == os.path.normpath(os.path.abspath(folder)) else out
+
+
+def _put_back(root: Path, path: Path, record: Path) -> bool:
+    """Whether ``record`` (the stage record of the output ``path`` under ``root``: a stage folder's ``stage.json``, a
+    table's files record) exists and is not the one that the stage last writing ``path`` noted
+    (:func:`grueflow.io.last_written`): an older copy of the output put back by hand, whole and consistent with
+    itself, which Snakemake's params record, kept per path and written by that last job, cannot tell from the
+    output it describes. False where no note is kept (nothing is known)."""
+    last = last_written(root, path)
+    return last is not None and record.is_file() and sha256_bytes(record) != last
 
 
 def _outside(path: Path, results: Path) -> bool:

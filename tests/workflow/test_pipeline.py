@@ -91,7 +91,7 @@ def test_second_run_has_nothing_to_do(snakemake_repo):
     """A finished run holds nothing its stage records do not vouch for: no line, no copy."""
     result = run(["snakemake", "--cores", "2", "results/grue_table.csv"], snakemake_repo)
     assert "Nothing to be done" in result.stdout + result.stderr and "grueflow:" not in result.stderr
-    assert not (snakemake_repo / ".grueflow").exists()
+    assert not (snakemake_repo / ".grueflow" / "replaced").exists()
 
 
 def test_a_users_file_in_a_finished_stage_folder_is_copied_before_any_job(snakemake_repo):
@@ -110,7 +110,7 @@ def test_a_users_file_in_a_finished_stage_folder_is_copied_before_any_job(snakem
         assert sorted(p.name for p in copy.iterdir()) == ["mine.txt"]
     finally:
         (pool / "mine.txt").unlink()
-        shutil.rmtree(snakemake_repo / ".grueflow", ignore_errors=True)
+        shutil.rmtree(snakemake_repo / ".grueflow" / "replaced", ignore_errors=True)
 
 
 def test_the_device_is_recorded_and_changing_it_reruns_nothing(snakemake_repo, dvc_repo):
@@ -312,6 +312,53 @@ def test_snakemake_rebuilds_a_stage_folder_replaced_by_another_runs(snakemake_re
     finally:
         shutil.rmtree(ppo, ignore_errors=True)
         aside.rename(ppo)
+        if saved_tokens is None:
+            tokens.unlink(missing_ok=True)
+        else:
+            tokens.write_bytes(saved_tokens)
+    assert "Nothing to be done" in run(dry_run, snakemake_repo).stdout
+
+
+def test_snakemake_rebuilds_an_older_copy_of_a_stage_folder_or_of_the_table_put_back(snakemake_repo):
+    """An evaluation folder, and the GRUE table with its record, put back from a copy made before a params change:
+    each whole, consistent with itself and at its own path, so that Snakemake, whose record of the params is the last
+    job's, said "Nothing to be done". The copies (here: the records of another run's params, and the table's numbers
+    and record edited alike) are not what their stages last wrote at those paths, so they are rebuilt; with the
+    originals put back, nothing is planned."""
+    import hashlib
+
+    results = snakemake_repo / "results"
+    evaluation, aside = results / "eval" / "sentiment" / "ppo" / "seed0", results / "eval_aside"
+    table, record = results / "grue_table.csv", results / ".grue_table.csv.record.json"
+    tokens = snakemake_repo / ".snakemake" / "grueflow-stale.json"  # the stale check's rerun trigger
+    saved_table, saved_record, saved_tokens = table.read_bytes(), record.read_bytes(), \
+        tokens.read_bytes() if tokens.exists() else None
+    table_time = table.stat().st_mtime_ns
+    dry_run = ["snakemake", "-n", "--cores", "2", "results/grue_table.csv"]
+    evaluation.rename(aside)
+    try:
+        shutil.copytree(aside, evaluation, symlinks=True)  # copy2: times kept
+        older = json.loads((evaluation / "stage.json").read_text())
+        older["params"]["seed"] = "another run's params"
+        (evaluation / "stage.json").write_text(json.dumps(older, indent=2, sort_keys=True) + "\n")
+        rows = saved_table.rstrip(b"\n") + b"1\n"  # another number in the last cell
+        table.write_bytes(rows)
+        record.write_text(json.dumps({**json.loads(saved_record), "results/grue_table.csv":
+                                      hashlib.sha256(rows).hexdigest()}, indent=2, sort_keys=True) + "\n")
+        os.utime(table, ns=(table_time, table_time))
+        result = run(dry_run, snakemake_repo)
+        assert planned_jobs(result.stdout) == {("evaluate", "sentiment", "ppo"), ("aggregate", None, None)}
+        assert ("grueflow: results/eval/sentiment/ppo/seed0 is stale (its stage.json is not the one its stage last "
+                "wrote there (an older copy put back, or another run's)); its job reruns") in result.stderr
+        assert ("grueflow: results/grue_table.csv is stale (results/.grue_table.csv.record.json, the digests of what "
+                "its stage wrote, is not the one its stage last wrote there (an older copy put back, or another "
+                "run's)); its job reruns") in result.stderr
+    finally:
+        shutil.rmtree(evaluation, ignore_errors=True)
+        aside.rename(evaluation)
+        table.write_bytes(saved_table)
+        record.write_bytes(saved_record)
+        os.utime(table, ns=(table_time, table_time))
         if saved_tokens is None:
             tokens.unlink(missing_ok=True)
         else:
