@@ -27,7 +27,7 @@ import pandas as pd
 from grueflow.command_line import check_configfile_given_once, configfile_options
 from grueflow.config import ConfigError, load_yaml12
 from grueflow.grue import grue_table_problem
-from grueflow.io import DataError, refuse_special_file
+from grueflow.io import DataError, copy_note, refuse_special_file
 from grueflow.stage import GivenOnce, positive
 
 GRUE_JSON = "results/grue_table.json"
@@ -404,6 +404,15 @@ def warn_out_of_date(revs: Sequence[str]) -> None:
                   file=sys.stderr)
 
 
+def note_copied(target: str, revs: Sequence[str]) -> None:
+    """Say on stderr where the workspace's ``target`` (one of ``revs`` is ``workspace``) lies in another run's stage
+    folder copied or linked there (:func:`grueflow.io.copy_note`): its values are that run's. A commit's file is read
+    as that commit holds it, which the workspace's stage record does not describe."""
+    note = copy_note(target) if "workspace" in revs else None
+    if note:
+        print(f"grueflow diff: note: {note}", file=sys.stderr)
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
     if not Path(args.target).is_absolute() and not Path(args.target).exists():  # relative to the project's root
         check_not_in_subfolder("diff", " (or give --target the metrics file's path from here)")
@@ -432,6 +441,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         if old != new and {old, new} <= {ABSENT, NULL}:
             diff[key] = {"old": None, "new": None}
     warn_out_of_date((args.rev_a, args.rev_b))
+    note_copied(args.target, (args.rev_a, args.rev_b))
     if not diff:
         print(f"{args.target}: no changes between {args.rev_a} and {args.rev_b}")
         return 0
@@ -535,9 +545,16 @@ PREDICTION_KEYS = ("id", "prompt", "generation")  # what every predictions.jsonl
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    """Print the first ``args.n`` samples of a run's predictions (:func:`find_predictions`). A run folder whose
+    ``stage.json`` names another output path (another run's folder copied or linked there) is shown as it is, after
+    one note on stderr naming both paths (:func:`grueflow.io.copy_note`); a file cut or edited since its stage
+    wrote it is refused."""
     from grueflow.io import DataError, check_stage_output, iter_jsonl
 
     path = find_predictions(args.run)
+    note = copy_note(path)  # another run's folder copied or linked here: its samples are that run's
+    if note:
+        print(f"grueflow show: note: {note}", file=sys.stderr)
     try:
         check_stage_output(path)  # a run's file as its stage.json recorded it: a cut or edited one is refused
     except DataError as err:

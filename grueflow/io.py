@@ -370,7 +370,8 @@ def output_path(out_dir: str | Path) -> str:
     given (a symlink in it kept), relative to the working folder when it lies in it, as the stage's input paths are
     (the project, where both engines run stages), else absolute. The same on every run of a stage at the same path,
     so that a forced or no-op rerun writes ``stage.json`` byte for byte again; the stale check compares it with the
-    folder the record is found in (:func:`grueflow.stale.stale_outputs`: a stage folder copied over another)."""
+    folder the record is found in (:func:`grueflow.stale.stale_outputs`: a stage folder copied over another), and a
+    reader by hand notes the same (:func:`copy_note`)."""
     folder = Path(os.path.abspath(out_dir))
     return _relative_to_cwd(_REPLACES.get(folder, folder))
 
@@ -379,6 +380,61 @@ def _relative_to_cwd(path: Path) -> str:
     """The absolute ``path`` relative to the working folder when it lies in it, else as it is."""
     cwd = Path(os.getcwd())
     return str(path.relative_to(cwd)) if path.is_relative_to(cwd) else str(path)
+
+
+def written_for(root: str | Path, folder: str | Path, out: object) -> Optional[str]:
+    """The output path ``out`` a stage record found in ``folder`` names (:func:`output_path`, relative to ``root``,
+    the project's root) where it is another folder than ``folder``: the record and its files were written there and
+    copied here (``cp -a`` of another run's folder), or ``folder`` is a link to that one, and they pass their own
+    checks. Compared as paths, links not followed (the record keeps them as given; a link to another run's folder is
+    not that run). None where they agree, or the record names no path (one written before records named their
+    output)."""
+    if not isinstance(out, str) or not out:
+        return None
+    same = os.path.normpath(os.path.abspath(Path(root) / out)) == os.path.normpath(os.path.abspath(folder))
+    return None if same else out
+
+
+PROJECT_MARKER = "Snakefile"  # what the project's root holds: the folder both engines run stages in
+
+
+def project_root(path: str | Path) -> Path:
+    """The root of the project ``path`` lies in, which stage records name their paths relative to: the nearest folder
+    above ``path`` (as given, links kept) that holds a :data:`PROJECT_MARKER`; else the working folder, which
+    :func:`output_path` takes paths relative to."""
+    absolute = Path(os.path.abspath(path))
+    return next((folder for folder in absolute.parents if (folder / PROJECT_MARKER).is_file()), Path(os.getcwd()))
+
+
+def copy_note(path: str | Path) -> Optional[str]:
+    """One sentence for a person reading ``path`` (a stage folder, or a file or folder in one; links kept) by hand
+    where its stage folder's ``stage.json`` records another output path than that folder (:func:`written_for`,
+    relative to :func:`project_root`): the folder is a copy of, or a link to, another run's, and what it holds is
+    that run's. It says whether a pipeline run rebuilds the folder (the stale check rebuilds a suite folder under
+    the project's ``results/``; a copy elsewhere is left as it is). None where the record names the folder itself,
+    names no path, cannot be read (:func:`check_stage_output` reports that), or ``path`` is in no stage folder."""
+    given = Path(path)
+    folder = next((p for p in (given, *given.parents) if (p / STAGE_RECORD).is_file()), None)
+    if folder is None:
+        return None
+    try:
+        record = read_json(folder / STAGE_RECORD)
+    except (OSError, ValueError):
+        return None
+    root = project_root(folder)
+    out = written_for(root, folder, record.get("out") if isinstance(record, dict) else None)
+    if out is None:
+        return None
+    other = Path(os.path.normpath(os.path.abspath(root / out)))
+    cwd = Path(os.getcwd())
+    shown = other.relative_to(cwd) if other.is_relative_to(cwd) else other
+    how = "a link to" if os.path.realpath(folder) == os.path.realpath(other) else "a copy of"
+    results = Path(os.path.abspath(root / "results"))
+    rebuilt = f"a pipeline run whose suite writes {folder} rebuilds it" \
+        if Path(os.path.abspath(folder)).is_relative_to(results) else \
+        f"no pipeline run rebuilds it, as it lies outside {results}"
+    return (f"{folder} is {how} the stage folder written at {shown} (its {STAGE_RECORD} records that path as its "
+            f"output): what it holds is that run's; {rebuilt}")
 
 
 _WRITER = f"{socket.gethostname().replace('.', '_')}-{os.getpid()}"  # who writes a temporary folder: host-pid

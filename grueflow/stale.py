@@ -60,7 +60,8 @@ from pathlib import Path
 from typing import Iterable, Optional
 
 from grueflow.io import (MODEL_DIR, STAGE_RECORD, UNHASHED, MissingDataError, atomic_path,
-                         check_stage_output, files_record, fingerprint, last_written, read_json, sha256_bytes)
+                         check_stage_output, files_record, fingerprint, last_written, read_json, sha256_bytes,
+                         written_for)
 from grueflow.keep import SNAKEMAKE_TIMESTAMP, keep_copy, listed, persons_files, stat_signature, unvouched
 
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
@@ -181,7 +182,7 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
         except (OSError, ValueError):
             stale[folder] = f"{folder / STAGE_RECORD} is not readable JSON"
             continue
-        written = _written_for(root, folder, record.get("out"))
+        written = written_for(root, folder, record.get("out"))
         if written is not None and (not folders or folder in suite):  # a copy outside the suite's folders: no job
             stale[folder] = f"damaged: its {STAGE_RECORD} records {written} as its output: a copy of that folder"
             continue
@@ -322,18 +323,6 @@ def keep_user_files(results: Path, folders: Iterable[Path], done: Iterable[Path]
             f"holds what no stage record vouches for ({listed(folder, files)})"
         lines.append(f"grueflow: {folder} {what}; a copy is kept in {place} (a rerun of its stage replaces it whole)")
     return lines
-
-
-def _written_for(root: Path, folder: Path, out: object) -> Optional[str]:
-    """The output path ``out`` a stage record found in ``folder`` names (:func:`grueflow.io.output_path`, relative to
-    ``root``) where it is another folder than ``folder``: the record and its files were written there and copied
-    here (``cp -a`` of another run's folder), or ``folder`` is a link to that one, and they pass their own checks.
-    Compared as paths, links not followed (the record keeps them as given; a link to another run's folder is not
-    that run). None where they agree, or the record names no path (one written before records named their
-    output)."""
-    if not isinstance(out, str) or not out:
-        return None
-    return None if os.path.normpath(os.path.abspath(root / out)) == os.path.normpath(os.path.abspath(folder)) else out
 
 
 def _put_back(root: Path, path: Path, record: Path) -> bool:

@@ -135,10 +135,13 @@ def task_of_paths(paths: Sequence[str | Path]) -> set[str]:
 
 def read_predictions(path: str | Path) -> list[Prediction]:
     """The ``id``, ``prompt`` and ``generation`` of each row of an evaluate stage's ``predictions.jsonl``; a file in
-    a stage folder that no longer matches its ``stage.json`` (cut or edited) is a MissingDataError."""
+    a stage folder that no longer matches its ``stage.json`` (cut or edited) is a MissingDataError. A folder holding
+    another run's output (copied or linked there: :func:`grueflow.io.copy_note`) is read, with a warning naming
+    both: an export by hand runs no stale check first."""
     io.refuse_special_file(path, "give an evaluate output's predictions.jsonl (or its folder)")
     if not Path(path).is_file():
         raise io.MissingDataError(f"{path} does not exist; give an evaluate output's predictions.jsonl (or its folder)")
+    _warn_if_copied(path)
     io.check_stage_output(path)  # as its evaluate stage's stage.json recorded it: a cut or edited file is refused
     rows = io.read_jsonl(path)
     out = []
@@ -149,6 +152,14 @@ def read_predictions(path: str | Path) -> list[Prediction]:
                                f"(written by stages/evaluate.py) have id, prompt and generation")
         out.append(Prediction(row["id"], row["prompt"], row["generation"]))
     return out
+
+
+def _warn_if_copied(path: str | Path) -> None:
+    """Log a warning where ``path`` lies in another run's stage folder copied or linked to where it is
+    (:func:`grueflow.io.copy_note`): its content is that run's, whatever its path names."""
+    note = io.copy_note(path)
+    if note:
+        log.warning("%s", note)
 
 
 def _check_ids(method: str, predictions: Sequence[Prediction]) -> None:
@@ -350,12 +361,15 @@ def write_upload_csv(batch: Batch, path: str | Path) -> None:
 
 
 def read_batch(batch_dir: str | Path) -> Batch:
-    """A batch folder written by :func:`write_batch`; a missing or inconsistent file is a DataError."""
+    """A batch folder written by :func:`write_batch`; a missing or inconsistent file is a DataError. Another batch's
+    folder copied or linked to ``batch_dir`` is read, with a warning naming both (:func:`grueflow.io.copy_note`):
+    the annotation page and an import by hand run no stale check first."""
     batch_dir = Path(batch_dir)
     manifest_path = batch_dir / MANIFEST
     if not manifest_path.is_file():
         raise io.MissingDataError(f"{batch_dir} is not a human-evaluation batch: {MANIFEST} is missing; "
                                   f"make one with stages/export_human_eval.py")
+    _warn_if_copied(batch_dir)
     io.check_stage_output(batch_dir)  # every file as the export's stage.json recorded it
     try:
         meta = io.read_json(manifest_path)

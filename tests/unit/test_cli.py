@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -498,3 +499,106 @@ def test_filling_the_model_cache_names_a_bad_id_or_cache_in_one_line(tmp_path):
         result = subprocess.run([sys.executable, "-m", "grueflow.models", *args], cwd=tmp_path, capture_output=True,
                                 text=True, env={**os.environ, **env})
         assert result.returncode == 2 and result.stderr.startswith(expect) and "Traceback" not in result.stderr
+
+
+def evaluated(project: Path, method: str) -> Path:
+    """An evaluate run's folder ``results/eval/sentiment/<method>/seed0`` written in ``project`` (the working folder)
+    as a stage writes it: its stage.json records that path as its output."""
+    from grueflow.io import atomic_dir
+
+    folder = Path("results") / "eval" / "sentiment" / method / "seed0"
+    with atomic_dir(project / folder) as tmp:
+        predictions(tmp)
+        write_stage_record(tmp, stage="evaluate", params={}, inputs={}, wall_time_s=0.0)
+    return folder
+
+
+def test_show_of_another_runs_folder_copied_in_says_whose_run_it_is(tmp_path, monkeypatch, capsys):
+    """`cp -a supervised+ppo/seed0 ppo/seed0`: show printed supervised+ppo's generations and scores as ppo's, without a
+    word, though the folder's stage.json named the folder it was written for."""
+    monkeypatch.chdir(tmp_path)
+    written = evaluated(tmp_path, "supervised+ppo")
+    copy = written.parent.parent / "ppo" / "seed0"
+    shutil.copytree(written.parent, copy.parent, symlinks=True)  # cp -a
+    assert main(["show", "sentiment/ppo/seed0", "-n", "1"]) == 0
+    shown = capsys.readouterr()
+    assert shown.err == (
+        f"grueflow show: note: {copy} is a copy of the stage folder written at {written} (its stage.json records that "
+        f"path as its output): what it holds is that run's; a pipeline run whose suite writes {copy} rebuilds it\n")
+    assert shown.out.startswith(f"{copy / 'predictions.jsonl'}: the first 1 samples\n\n[test-0]\n")
+
+
+def test_show_of_a_link_to_another_runs_folder_says_whose_run_it_is(tmp_path, monkeypatch, capsys):
+    """A link ppo/seed0 -> ../supervised+ppo/seed0 is not ppo's run: show says whose it is, then shows it."""
+    monkeypatch.chdir(tmp_path)
+    written = evaluated(tmp_path, "supervised+ppo")
+    link = written.parent.parent / "ppo" / "seed0"
+    link.parent.mkdir()
+    link.symlink_to(Path("..") / "supervised+ppo" / "seed0")
+    assert main(["show", str(link / "predictions.jsonl"), "-n", "1"]) == 0
+    shown = capsys.readouterr()
+    assert shown.err == (
+        f"grueflow show: note: {link} is a link to the stage folder written at {written} (its stage.json records that "
+        f"path as its output): what it holds is that run's; a pipeline run whose suite writes {link} rebuilds it\n")
+    assert shown.out.startswith(f"{link / 'predictions.jsonl'}: the first 1 samples\n\n[test-0]\n")
+
+
+def test_show_of_a_run_copied_out_of_its_project_says_whose_run_it_is(tmp_path, tmp_path_factory, monkeypatch, capsys):
+    """A copy kept outside the project on purpose (cp -a ... /tmp/look) is shown, with the note, never refused."""
+    monkeypatch.chdir(tmp_path)
+    written = evaluated(tmp_path, "ppo")
+    look = tmp_path_factory.mktemp("elsewhere") / "look"
+    shutil.copytree(written, look, symlinks=True)
+    assert main(["show", str(look), "-n", "1"]) == 0
+    shown = capsys.readouterr()
+    assert shown.err == (
+        f"grueflow show: note: {look} is a copy of the stage folder written at {written} (its stage.json records that "
+        f"path as its output): what it holds is that run's; no pipeline run rebuilds it, as it lies outside "
+        f"{tmp_path / 'results'}\n")
+    assert "[test-0]" in shown.out
+
+
+def test_show_of_a_run_in_its_own_folder_has_no_note_from_anywhere_in_its_project(tmp_path, monkeypatch, capsys):
+    """A record names its folder relative to the project's root (the folder holding the Snakefile), wherever show
+    runs from."""
+    monkeypatch.chdir(tmp_path)
+    written = evaluated(tmp_path, "ppo")
+    (tmp_path / "Snakefile").write_text("")
+    assert main(["show", "sentiment/ppo/seed0", "-n", "1"]) == 0 and capsys.readouterr().err == ""
+    (tmp_path / "params").mkdir()
+    monkeypatch.chdir(tmp_path / "params")
+    assert main(["show", str(Path("..") / written), "-n", "1"]) == 0
+    shown = capsys.readouterr()
+    assert shown.err == "" and "[test-0]" in shown.out
+
+
+def test_diff_of_a_metrics_file_in_another_runs_folder_copied_in_says_whose_run_it_is(tmp_path, monkeypatch, capsys):
+    """With supervised+ppo's folder copied over ppo's, diff HEAD workspace --target <ppo's train_metrics.json> gave
+    supervised+ppo's values as the workspace's ppo values, without a word."""
+    from grueflow.io import atomic_dir, write_json
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git_init(repo)
+    run(["dvc", "init", "-q"], repo)
+    monkeypatch.chdir(repo)
+    folders = {method: Path("results") / "sentiment" / method / "seed0" for method in ("ppo", "supervised+ppo")}
+    for reward, folder in zip((0.5, 0.75), folders.values()):
+        with atomic_dir(folder) as tmp:
+            write_json(tmp / "train_metrics.json", {"reward": reward})
+            write_stage_record(tmp, stage="rl_finetune", params={}, inputs={}, wall_time_s=0.0)
+    target = folders["ppo"] / "train_metrics.json"
+    (repo / "dvc.yaml").write_text(f"metrics:\n  - {target}\n")
+    run(["git", "add", "-A"], repo)
+    run(["git", "commit", "-qm", "two runs"], repo)
+    assert main(["diff", "HEAD", "workspace", "--target", str(target)]) == 0
+    assert capsys.readouterr().err == ""
+    shutil.rmtree(folders["ppo"])
+    shutil.copytree(folders["supervised+ppo"], folders["ppo"], symlinks=True)  # cp -a
+    assert main(["diff", "HEAD", "workspace", "--target", str(target)]) == 0
+    shown = capsys.readouterr()
+    assert shown.err == (
+        f"grueflow diff: note: {folders['ppo']} is a copy of the stage folder written at {folders['supervised+ppo']} "
+        f"(its stage.json records that path as its output): what it holds is that run's; a pipeline run whose suite "
+        f"writes {folders['ppo']} rebuilds it\n")
+    assert shown.out.splitlines()[-1].split() == ["reward", "0.5", "0.75", "+0.25"]

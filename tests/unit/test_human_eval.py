@@ -4,11 +4,13 @@ order, agreement statistics against hand-computed values, and confidence interva
 from __future__ import annotations
 
 import csv
+import dataclasses
 import html
 import json
 import logging
 import math
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -477,6 +479,40 @@ def test_an_export_refuses_predictions_cut_or_edited_after_their_evaluate_run(tm
     path.write_text("".join(lines).replace("ppo g1", "XYZ g1"))
     with pytest.raises(io.MissingDataError, match=r"is damaged: ppo\.jsonl does not match the digest its stage"):
         hb.read_predictions(path)
+
+
+def test_an_export_or_annotation_of_another_runs_folder_copied_in_warns_whose_it_is(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """An export by hand of ppo=results/eval/imdb/ppo/seed0 holding a copy of supervised+ppo's folder rated
+    supervised+ppo's generations as ppo's, and the annotation page served a copy of another batch as this one,
+    without a word: neither runs the stale check that rebuilds such a copy."""
+    monkeypatch.chdir(tmp_path)
+    written = Path("results") / "eval" / "imdb" / "supervised+ppo" / "seed0"
+    with io.atomic_dir(written) as tmp:
+        _write_predictions(tmp, "predictions")
+        io.write_stage_record(tmp, stage="evaluate", params={}, inputs={}, wall_time_s=0.0)
+    copy = written.parent.parent / "ppo" / "seed0"
+    shutil.copytree(written, copy, symlinks=True)  # cp -a
+    with caplog.at_level(logging.WARNING, logger="grueflow.human.batch"):
+        assert len(hb.read_predictions(written / "predictions.jsonl")) == 4
+        assert caplog.text == ""
+        predictions = hb.read_predictions(copy / "predictions.jsonl")
+    assert [p.generation for p in predictions] == [f"predictions g{i}" for i in range(4)]
+    assert caplog.messages == [
+        f"{copy} is a copy of the stage folder written at {written} (its stage.json records that path as its output): "
+        f"what it holds is that run's; a pipeline run whose suite writes {copy} rebuilds it"]
+    caplog.clear()
+    batches = Path("results") / "human" / "imdb" / "batches"
+    batch = hb.likert_batch({"ppo": predictions}, "imdb", seed=0)
+    hb.write_batch(batch, batches / "likert_seed0", finish=lambda tmp: io.write_stage_record(
+        tmp, stage="export_human_eval", params={}, inputs={}, wall_time_s=0.0))
+    (batches / "likert_seed1").symlink_to("likert_seed0")
+    with caplog.at_level(logging.WARNING, logger="grueflow.human.batch"):
+        assert hb.read_batch(batches / "likert_seed1") == dataclasses.replace(batch, folder=batches / "likert_seed1")
+    assert caplog.messages == [
+        f"{batches / 'likert_seed1'} is a link to the stage folder written at {batches / 'likert_seed0'} (its "
+        f"stage.json records that path as its output): what it holds is that run's; a pipeline run whose suite writes "
+        f"{batches / 'likert_seed1'} rebuilds it"]
 
 
 def test_two_pairwise_batches_of_one_seed_share_no_opaque_id() -> None:
