@@ -34,13 +34,14 @@ TINY_DEFAULTS = {  # per architecture: a few layers of width 64, overridden by t
     "bart": {"encoder_layers": 2, "decoder_layers": 2, "d_model": 64, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128,
              "encoder_attention_heads": 2, "decoder_attention_heads": 2, "max_position_embeddings": 256},
 }
-# per architecture: (width, heads) pairs where the width must divide into the heads, and the position limit
-TINY_SHAPES = {"gpt2": ([("n_embd", "n_head")], "n_positions"),
+# per architecture: (width, heads) pairs where the width must divide into the heads, the position limit, and whether
+# the head width must be even (RoPE rotates pairs of dimensions; the head width is head_dim, or the width / heads)
+TINY_SHAPES = {"gpt2": ([("n_embd", "n_head")], "n_positions", False),
                "llama": ([("hidden_size", "num_attention_heads"), ("num_attention_heads", "num_key_value_heads")],
-                         "max_position_embeddings"),
-               "t5": ([], None),  # relative positions: no limit
+                         "max_position_embeddings", True),
+               "t5": ([], None, False),  # relative positions: no limit
                "bart": ([("d_model", "encoder_attention_heads"), ("d_model", "decoder_attention_heads")],
-                        "max_position_embeddings")}
+                        "max_position_embeddings", False)}
 
 # per architecture: the config keys build_model (grueflow.models.tiny) sets itself, which model.config may not give
 TINY_FIXED = {"gpt2": ("vocab_size", "pad_token_id", "eos_token_id", "bos_token_id"),
@@ -104,6 +105,81 @@ TINY_CONFIG_KEYS = {
 }
 MAX_FLOAT = sys.float_info.max
 _EXPECTED = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "a string"}
+MAX_TINY_SIZE = 2**20  # any one integer of its config (a width, a count, a position limit)
+
+
+def _bound(x: float) -> str:
+    return f"{int(x):,}" if x == int(x) else f"{x:g}"
+
+
+@dataclass(frozen=True)
+class ValueRange:
+    """The values a numeric ``model.config`` key of one kind takes (:data:`TINY_RANGES`): an integer where
+    ``integer``, else any number; at least ``low`` (above it where ``low_open``) and at most ``high``. A ``high``
+    that is a ``limit`` is no hard bound but a size far above any model built here: a value past it is refused as
+    a likely typo, in its own words."""
+
+    what: str
+    integer: bool
+    low: float
+    low_open: bool = False
+    high: float = math.inf
+    limit: bool = False
+
+    def allowed(self) -> str:
+        """The range in words: ``an integer in [1, 1,048,576]``, ``a number > 0``."""
+        kind = "an integer" if self.integer else "a number"
+        if self.high == math.inf:
+            return f"{kind} {'>' if self.low_open else '>='} {_bound(self.low)}"
+        return f"{kind} in {'(' if self.low_open else '['}{_bound(self.low)}, {_bound(self.high)}]"
+
+    def problem(self, key: str, value: Any) -> Optional[str]:
+        """Why ``value`` given for ``model.config.<key>`` is out of this range (or not a number of its type), or
+        None when it is in it."""
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if number and self.limit and value > self.high:
+            return (f"model.config.{key} = {_bound(value)} is above the limit of {_bound(self.high)} for any size of a "
+                    f"model built here from config; lower it (a typo?)")
+        inside = (number and (isinstance(value, int) or not self.integer) and value <= self.high
+                  and (value > self.low if self.low_open else value >= self.low))
+        return None if inside else f"model.config.{key} must be {self.allowed()} ({self.what}), got {value!r}"
+
+
+# per kind of value: its range, and the keys of that kind in any architecture's config class (TINY_CONFIG_KEYS); every
+# int and float key a task may give is of one kind (tests/reliability/test_bad_inputs.py checks it), so a value that
+# would fail inside transformers or torch (a negative width, a dropout of 1.5, a negative epsilon) fails validation
+TINY_RANGES = {
+    "size": (ValueRange("a width, a count of layers or heads, or a position limit", integer=True, low=1,
+                        high=MAX_TINY_SIZE, limit=True),
+             "n_positions n_embd n_layer n_head n_inner "
+             "hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
+             "max_position_embeddings pretraining_tp head_dim "
+             "d_model d_kv d_ff num_layers num_decoder_layers num_heads relative_attention_max_distance "
+             "encoder_layers encoder_ffn_dim encoder_attention_heads decoder_layers decoder_ffn_dim "
+             "decoder_attention_heads"),
+    "buckets": (ValueRange("a count of relative-position buckets, of which a quarter, at least 1, are exact distances "
+                           "in the encoder", integer=True, low=4, high=MAX_TINY_SIZE, limit=True),
+                "relative_attention_num_buckets"),
+    "size_or_off": (ValueRange("a chunk size; 0: off", integer=True, low=0, high=MAX_TINY_SIZE, limit=True),
+                    "chunk_size_feed_forward"),
+    "probability": (ValueRange("a dropout or layer-drop probability", integer=False, low=0, high=1),
+                    "resid_pdrop embd_pdrop attn_pdrop summary_first_dropout attention_dropout dropout_rate "
+                    "classifier_dropout dropout activation_dropout encoder_layerdrop decoder_layerdrop"),
+    "epsilon": (ValueRange("a normalisation epsilon, added to a variance before its square root", integer=False,
+                           low=0, low_open=True),
+                "layer_norm_epsilon rms_norm_eps"),
+    "scale": (ValueRange("the standard deviation of the initial weights", integer=False, low=0),
+              "initializer_range initializer_factor init_std"),
+}
+_RANGE_OF = {key: value_range for value_range, keys in TINY_RANGES.values() for key in keys.split()}
+# per architecture: the keys of TINY_RANGES that take null because the config class fills the value in, each with the
+# key whose value it copies ("" where it computes the value, or only a head this pipeline never builds reads it); a
+# ranged key that other classes annotate as taking null (BART's dropouts, Llama's attention_dropout) fails in the
+# model with it, so it is refused
+TINY_NULLS = {"gpt2": {},
+              "llama": {"num_key_value_heads": "num_attention_heads", "head_dim": ""},  # head_dim: width / heads
+              "t5": {"num_decoder_layers": "num_layers"},
+              "bart": {"classifier_dropout": ""}}  # read by BartForSequenceClassification alone
 
 
 def config_kinds(defaults: dict[str, Any], nullable: Iterable[str] = ()) -> dict[str, str]:
@@ -144,9 +220,11 @@ def check_tiny_config(architecture: str, config: dict[str, Any], kinds: Optional
                       ) -> dict[str, Any]:
     """Raise ValueError unless each key of a tiny model's ``config`` is a key of its transformers config class and
     each value has the type of that key's default (:func:`config_kinds`; ``kinds`` the installed class's when a
-    model is built, :func:`tiny_config_kinds` at validation): transformers refuses a value of another type, or keeps
-    an unknown key as an attribute nothing reads. Returns ``config`` with an integer given for a float key as a
-    float (``layer_norm_epsilon: 1``), which transformers would refuse."""
+    model is built, :func:`tiny_config_kinds` at validation) and is in the range of its kind (:data:`TINY_RANGES`;
+    null only where the class fills the value in, :data:`TINY_NULLS`): transformers refuses a value of another type,
+    keeps an unknown key as an attribute nothing reads, and fails, or trains on NaN, with a value out of range.
+    Returns ``config`` with an integer given for a float key as a float (``layer_norm_epsilon: 1``), which
+    transformers would refuse."""
     kinds = tiny_config_kinds(architecture) if kinds is None else kinds
     class_name = TINY_CONFIG_KEYS[architecture][0]
     unknown = sorted((key for key in config if key not in kinds), key=str)  # a key YAML read as a number is unknown
@@ -157,8 +235,10 @@ def check_tiny_config(architecture: str, config: dict[str, Any], kinds: Optional
     values = dict(config)
     for key, value in config.items():
         kind, nullable = kinds[key].rstrip("?"), kinds[key].endswith("?")
-        if value is None and nullable:  # the class derives it (head_dim from the width and heads)
-            continue
+        if value is None and nullable:
+            if key in _RANGE_OF and key not in TINY_NULLS[architecture]:  # the annotation takes it, the model fails
+                raise ValueError(_ranged_null(architecture, key))
+            continue  # the class derives it (head_dim from the width and heads)
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         fits = {"bool": isinstance(value, bool), "int": number and isinstance(value, int), "float": number,
                 "str": isinstance(value, str)}.get(kind, True)
@@ -168,7 +248,17 @@ def check_tiny_config(architecture: str, config: dict[str, Any], kinds: Optional
             values[key] = float(value) if -MAX_FLOAT <= value <= MAX_FLOAT else math.inf  # an int past it: inf
             if not math.isfinite(values[key]):
                 raise ValueError(f"config.{key}: expected a finite number, got {value!r}")
+        problem = _RANGE_OF[key].problem(key, value) if key in _RANGE_OF and value is not None else None
+        if problem:
+            raise ValueError(problem)
     return values
+
+
+def _ranged_null(architecture: str, key: str) -> str:
+    """The error for null given for a ranged key whose class does not fill it in (:data:`TINY_NULLS`)."""
+    takers = ", ".join(sorted(TINY_NULLS[architecture])) or "none"
+    return (f"model.config.{key} must be {_RANGE_OF[key].allowed()} ({_RANGE_OF[key].what}), got None; null is taken "
+            f"only where the model fills the value in (here: {takers}); give a value or leave the key out")
 
 
 def check_tiny_fixed(architecture: str, config: dict[str, Any]) -> None:
@@ -181,10 +271,10 @@ def check_tiny_fixed(architecture: str, config: dict[str, Any]) -> None:
 
 
 MAX_TINY_PARAMETERS = 10**10  # a model built from config and pre-trained here; far above any such run
-MAX_TINY_SIZE = 2**20  # any one integer of its config (a width, a count, a position limit)
 # sizes tiny_parameters counts where a config gives them
 TINY_EXTRA_SIZES = ("n_inner", "head_dim", "relative_attention_num_buckets")
 T5_BUCKETS = 32  # transformers' T5Config default relative_attention_num_buckets
+T5_MAX_DISTANCE = 128  # transformers' T5Config default relative_attention_max_distance
 
 
 def tiny_parameters(architecture: str, sizes: dict[str, int]) -> int:
@@ -215,32 +305,61 @@ def tiny_parameters(architecture: str, sizes: dict[str, int]) -> int:
 def check_tiny_sizes(architecture: str, config: dict[str, Any], max_length: int, adapt_length: int = 0) -> None:
     """Raise ValueError unless a tiny model's sizes (``config`` over :data:`TINY_DEFAULTS`) build a model that can
     pre-train on ``max_length``-token texts (and adapt on ``adapt_length``-token ones, 0: no adaptation): every size
-    an integer >= 1, about :data:`MAX_TINY_PARAMETERS` weights at most (:func:`tiny_parameters`), each width a
-    multiple of its heads, the position limit at least both lengths. Every key's type: :func:`check_tiny_config`."""
+    in its range (:data:`TINY_RANGES`; null only where the class copies another size, :data:`TINY_NULLS`), about
+    :data:`MAX_TINY_PARAMETERS` weights at most (:func:`tiny_parameters`), each width a multiple of its heads, a head
+    width that RoPE can rotate, the position limit at least both lengths. Every key's type and range:
+    :func:`check_tiny_config`."""
     sizes = {**TINY_DEFAULTS[architecture], **config}
+    for key, source in TINY_NULLS[architecture].items():
+        if source and key in sizes and sizes[key] is None:  # the class copies it (T5's decoder layers: num_layers)
+            sizes[key] = sizes[source]
     for key in TINY_DEFAULTS[architecture]:
-        value = sizes[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"model.config.{key} must be an integer >= 1, got {value!r}")
-    huge = [key for key, value in config.items()
-            if isinstance(value, int) and not isinstance(value, bool) and value > MAX_TINY_SIZE]
-    if huge:  # a size the estimate below leaves out (GPT-2's n_inner, Llama's head_dim, T5's buckets, ...)
-        raise ValueError(f"model.config.{huge[0]} = {config[huge[0]]:,} is above the limit of {MAX_TINY_SIZE:,} for "
-                         f"any size of a model built here from config; lower it (a typo?)")
+        problem = _RANGE_OF[key].problem(key, sizes[key])
+        if problem:
+            raise ValueError(problem)
     parameters = tiny_parameters(architecture, sizes)
     if parameters > MAX_TINY_PARAMETERS:
         counted = [*TINY_DEFAULTS[architecture], *(key for key in TINY_EXTRA_SIZES if sizes.get(key))]
         given = ", ".join(f"{key} {sizes[key]:,}" for key in counted)
         raise ValueError(f"model.config gives a model of about {parameters:.2g} parameters ({given}), above the limit "
                          f"of {MAX_TINY_PARAMETERS:.0e} for a model built here from config; lower its sizes (a typo?)")
-    pairs, positions = TINY_SHAPES[architecture]
+    pairs, positions, rotary = TINY_SHAPES[architecture]
     for width, heads in pairs:
         if sizes[width] % sizes[heads]:
             raise ValueError(f"model.config.{width} = {sizes[width]} must be a multiple of {heads} = {sizes[heads]}")
+    if rotary:
+        _check_rotary(sizes, *pairs[0])
+    if architecture == "t5":
+        _check_t5_buckets(sizes)
     for key, length in (("pretrain", max_length), ("adapt", adapt_length)):
         if positions is not None and sizes[positions] < length:
             raise ValueError(f"model.config.{positions} = {sizes[positions]} is below model.{key}.max_length = "
                              f"{length}: {key} would index past the position table; raise it or cut max_length")
+
+
+def _check_t5_buckets(sizes: dict[str, Any]) -> None:
+    """Raise ValueError unless T5's ``relative_attention_max_distance`` is above the decoder's exact distances (half
+    its ``relative_attention_num_buckets``): the buckets past them span the distances up to it on a log scale
+    (Raffel et al. 2020, section 2.1), a span that must not be empty or negative."""
+    buckets = sizes.get("relative_attention_num_buckets", T5_BUCKETS)
+    distance = sizes.get("relative_attention_max_distance", T5_MAX_DISTANCE)
+    if distance <= buckets // 2:
+        raise ValueError(f"model.config.relative_attention_max_distance = {distance} must be above "
+                         f"relative_attention_num_buckets // 2 = {buckets // 2} (the exact distances of the decoder's "
+                         f"buckets); raise it or lower relative_attention_num_buckets")
+
+
+def _check_rotary(sizes: dict[str, Any], width: str, heads: str) -> None:
+    """Raise ValueError unless the head width (``head_dim``, or ``width`` / ``heads``) is even: RoPE rotates pairs
+    of dimensions (Su et al. 2021, RoFormer, section 3.2)."""
+    if sizes.get("head_dim"):
+        if sizes["head_dim"] % 2:
+            raise ValueError(f"model.config.head_dim = {sizes['head_dim']} must be even (RoPE rotates pairs of "
+                             f"dimensions); give an even head_dim")
+    elif (sizes[width] // sizes[heads]) % 2:
+        raise ValueError(f"model.config.{width} / {heads} = {sizes[width]} / {sizes[heads]} = "
+                         f"{sizes[width] // sizes[heads]} (the width of a head) must be even (RoPE rotates pairs of "
+                         f"dimensions); change {width} or {heads}, or give an even head_dim")
 
 
 @dataclass(frozen=True)
@@ -258,9 +377,9 @@ class TinySource:
         if cfg.kind not in (None, self.kind):
             raise ValueError(f"model {cfg.id!r} is a {self.kind} model; kind={cfg.kind!r} contradicts it")
         check_tiny_fixed(self.architecture, dict(cfg.config))
+        check_tiny_config(self.architecture, dict(cfg.config))
         check_tiny_sizes(self.architecture, dict(cfg.config), cfg.pretrain.max_length,
                          cfg.adapt.max_length if cfg.adapt.steps > 0 else 0)
-        check_tiny_config(self.architecture, dict(cfg.config))
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,14 @@
 """A catalogue of bad inputs (issue 9): each fails before any model loads or trains, with one line that
 names the file, the key (or line), the value given and what is allowed.
 
-Categories (557 cases in all, as collected; grown with each hostile pass):
+Categories (609 cases in all, as collected; grown with each hostile pass):
 
 - params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``): unknown keys, wrong types,
-  out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline
-  metrics, suites, model paths, a tiny model's settings on a pretrained one, the keys its build sets and its config
-  keys and value types (against transformers' config class), generation settings (beams, penalties,
-  ``min_length``, post-processing, sampling settings with greedy decoding), null sections, duplicate keys, YAML
-  1.1 octal integers, alias bombs and the params file itself;
+  out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline metrics,
+  suites, model paths, a tiny model's settings on a pretrained one, the keys its build sets and its config keys,
+  value types (against transformers' config class) and ranges (sizes, probabilities, epsilons), generation
+  settings (beams, penalties, ``min_length``, post-processing, sampling settings with greedy decoding), null
+  sections, duplicate keys, YAML 1.1 octal integers, alias bombs and the params file itself;
 - data files, through the datapool loaders and the datapool reader: missing, a folder, not UTF-8, not JSON
   or not rows (a ``.jsonl`` line that is no object, a ``.json`` that is no list), CSV rows longer than their
   header, repeated header columns, broken quotes, no rows, empty splits, missing columns, empty prompts and
@@ -79,6 +79,16 @@ def setting(key: str, value: Any) -> Callable[[Any], None]:
     return edit
 
 
+def tiny(model_id: str, **config: Any) -> Callable[[Any], None]:
+    """An edit that makes the task's model the tiny ``model_id`` (the other architectures of a task's kind), its
+    ``model.config`` ``config``."""
+
+    def edit(data: Any) -> None:
+        data["model"]["id"], data["model"]["config"] = model_id, config
+
+    return edit
+
+
 def replacing(value: Any) -> Callable[[Any], Any]:
     """An edit that replaces the whole document."""
     return lambda data: value
@@ -143,8 +153,9 @@ PARAMS = [
     P(Bad(SUPERVISED, setting("weight_decay", -0.01), ("supervised.yaml: weight_decay must be >= 0, got -0.01",)),
       id="negative-weight-decay"),
     # tiny model sizes that cannot build or pre-train (were tracebacks inside transformers or torch)
-    P(Bad(SENTIMENT, setting("model.config.n_layer", -1), ("sentiment.yaml: model: model.config.n_layer must be an "
-                                                          "integer >= 1, got -1",)), id="negative-layers"),
+    P(Bad(SENTIMENT, setting("model.config.n_layer", -1), (
+        "sentiment.yaml: model: model.config.n_layer must be an integer in [1, 1,048,576] (a width, a count of layers "
+        "or heads, or a position limit), got -1",)), id="negative-layers"),
     P(Bad(SENTIMENT, setting("model.config.n_layer", 10**30), (  # allocated layers until the OOM killer came
         "sentiment.yaml: model: model.config.n_layer = 1,000,000,000,000,000,000,000,000,000,000 is above the limit "
         "of 1,048,576 for any size of a model built here from config; lower it (a typo?)",)),
@@ -165,6 +176,122 @@ PARAMS = [
         "table",)), id="positions-below-adapt-max-length"),
     P(Bad(SENTIMENT, setting("model.pretrain.max_length", 0), ("max_length must be >= 2", "got 0")),
       id="pretrain-max-length-0"),
+    # model.config values out of the range of their kind (TINY_RANGES): tracebacks in base_model (a dropout of 1.5, a
+    # negative width or std), a NaN loss blamed on the learning rate (a negative epsilon), or a ZeroDivisionError
+    P(Bad(SENTIMENT, setting("model.config.n_layer", 0), (
+        "sentiment.yaml: model: model.config.n_layer must be an integer in [1, 1,048,576]", "got 0")),
+      id="model-config-no-layers"),
+    P(Bad(SENTIMENT, setting("model.config.n_inner", -1), (
+        "sentiment.yaml: model: model.config.n_inner must be an integer in [1, 1,048,576] (a width, a count of layers "
+        "or heads, or a position limit), got -1",)), id="model-config-negative-inner-width"),
+    P(Bad(SENTIMENT, setting("model.config.n_inner", 0), ("model.config.n_inner must be an integer in [1, 1,048,576]",
+                                                         "got 0")), id="model-config-zero-inner-width"),
+    P(Bad(SENTIMENT, setting("model.config.n_inner", 2.5), (
+        "model.config.n_inner must be an integer in [1, 1,048,576]", "got 2.5")), id="model-config-inner-width-2.5"),
+    P(Bad(SENTIMENT, setting("model.config.n_inner", True), (
+        "model.config.n_inner must be an integer in [1, 1,048,576]", "got True")), id="model-config-inner-width-true"),
+    P(Bad(SENTIMENT, setting("model.config.resid_pdrop", 1.5), (
+        "sentiment.yaml: model: model.config.resid_pdrop must be a number in [0, 1] (a dropout or layer-drop "
+        "probability), got 1.5",)), id="model-config-dropout-1.5"),
+    P(Bad(SENTIMENT, setting("model.config.attn_pdrop", -0.1), (
+        "model.config.attn_pdrop must be a number in [0, 1] (a dropout or layer-drop probability), got -0.1",)),
+      id="model-config-negative-dropout"),
+    P(Bad(SENTIMENT, setting("model.config.summary_first_dropout", 2), (
+        "model.config.summary_first_dropout must be a number in [0, 1]", "got 2")), id="model-config-dropout-2"),
+    P(Bad(SENTIMENT, setting("model.config.layer_norm_epsilon", -1), (
+        "sentiment.yaml: model: model.config.layer_norm_epsilon must be a number > 0 (a normalisation epsilon, added "
+        "to a variance before its square root), got -1",)), id="model-config-negative-epsilon"),
+    P(Bad(SENTIMENT, setting("model.config.layer_norm_epsilon", 0.0), (
+        "model.config.layer_norm_epsilon must be a number > 0", "got 0.0")), id="model-config-zero-epsilon"),
+    P(Bad(SENTIMENT, setting("model.config.initializer_range", -1), (
+        "sentiment.yaml: model: model.config.initializer_range must be a number >= 0 (the standard deviation of the "
+        "initial weights), got -1",)), id="model-config-negative-init-std"),
+    P(Bad(SENTIMENT, setting("model.config.chunk_size_feed_forward", -1), (
+        "model.config.chunk_size_feed_forward must be an integer in [0, 1,048,576] (a chunk size; 0: off), got -1",)),
+      id="model-config-negative-chunk-size"),
+    P(Bad(CONCEPTS, setting("model.config.d_model", -8), (
+        "concepts.yaml: model: model.config.d_model must be an integer in [1, 1,048,576]", "got -8")),
+      id="model-config-t5-negative-width"),
+    P(Bad(CONCEPTS, setting("model.config.dropout_rate", 1.5), (
+        "concepts.yaml: model: model.config.dropout_rate must be a number in [0, 1]", "got 1.5")),
+      id="model-config-t5-dropout-1.5"),
+    P(Bad(CONCEPTS, setting("model.config.classifier_dropout", -0.5), (
+        "model.config.classifier_dropout must be a number in [0, 1]", "got -0.5")),
+      id="model-config-t5-negative-classifier-dropout"),
+    P(Bad(CONCEPTS, setting("model.config.layer_norm_epsilon", -1e-6), (
+        "model.config.layer_norm_epsilon must be a number > 0", "got -1e-06")), id="model-config-t5-negative-epsilon"),
+    P(Bad(CONCEPTS, setting("model.config.initializer_factor", -1.0), (
+        "model.config.initializer_factor must be a number >= 0", "got -1.0")), id="model-config-t5-negative-init"),
+    P(Bad(CONCEPTS, setting("model.config.relative_attention_num_buckets", 0), (
+        "concepts.yaml: model: model.config.relative_attention_num_buckets must be an integer in [4, 1,048,576] (a "
+        "count of relative-position buckets, of which a quarter, at least 1, are exact distances in the encoder), "
+        "got 0",)), id="model-config-t5-no-buckets"),
+    P(Bad(CONCEPTS, setting("model.config.relative_attention_num_buckets", 3), (
+        "model.config.relative_attention_num_buckets must be an integer in [4, 1,048,576]", "got 3")),
+      id="model-config-t5-three-buckets"),
+    P(Bad(CONCEPTS, setting("model.config.relative_attention_max_distance", 0), (
+        "model.config.relative_attention_max_distance must be an integer in [1, 1,048,576]", "got 0")),
+      id="model-config-t5-max-distance-0"),
+    P(Bad(CONCEPTS, setting("model.config.relative_attention_max_distance", 16), (
+        "concepts.yaml: model: model.config.relative_attention_max_distance = 16 must be above "
+        "relative_attention_num_buckets // 2 = 16 (the exact distances of the decoder's buckets); raise it or lower "
+        "relative_attention_num_buckets",)), id="model-config-t5-max-distance-within-exact"),
+    P(Bad(SENTIMENT, tiny("tiny_llama", hidden_size=32, num_attention_heads=2, head_dim=0), (
+        "sentiment.yaml: model: model.config.head_dim must be an integer in [1, 1,048,576]", "got 0")),
+      id="model-config-llama-head-dim-0"),
+    P(Bad(SENTIMENT, tiny("tiny_llama", hidden_size=32, num_attention_heads=2, head_dim=7), (
+        "sentiment.yaml: model: model.config.head_dim = 7 must be even (RoPE rotates pairs of dimensions); give an "
+        "even head_dim",)), id="model-config-llama-odd-head-dim"),
+    P(Bad(SENTIMENT, tiny("tiny_llama", hidden_size=34, num_attention_heads=2), (
+        "sentiment.yaml: model: model.config.hidden_size / num_attention_heads = 34 / 2 = 17 (the width of a head) "
+        "must be even (RoPE rotates pairs of dimensions); change hidden_size or num_attention_heads, or give an even "
+        "head_dim",)), id="model-config-llama-odd-head-width"),
+    P(Bad(SENTIMENT, tiny("tiny_llama", hidden_size=32, num_attention_heads=3), (
+        "model.config.hidden_size = 32 must be a multiple of num_attention_heads = 3",)),
+      id="model-config-llama-width-not-a-multiple-of-heads"),
+    P(Bad(SENTIMENT, tiny("tiny_llama", num_attention_heads=0), (
+        "model.config.num_attention_heads must be an integer in [1, 1,048,576]", "got 0")),
+      id="model-config-llama-no-heads"),
+    P(Bad(SENTIMENT, tiny("tiny_llama", attention_dropout=1.5), (
+        "model.config.attention_dropout must be a number in [0, 1]", "got 1.5")), id="model-config-llama-dropout-1.5"),
+    P(Bad(SENTIMENT, tiny("tiny_llama", rms_norm_eps=-1e-6), (
+        "model.config.rms_norm_eps must be a number > 0", "got -1e-06")), id="model-config-llama-negative-epsilon"),
+    P(Bad(SENTIMENT, tiny("tiny_llama", pretraining_tp=0), (
+        "model.config.pretraining_tp must be an integer in [1, 1,048,576]", "got 0")),
+      id="model-config-llama-pretraining-tp-0"),
+    P(Bad(SENTIMENT, tiny("tiny_llama", max_position_embeddings=0), (
+        "model.config.max_position_embeddings must be an integer in [1, 1,048,576]", "got 0")),
+      id="model-config-llama-no-positions"),
+    P(Bad(CONCEPTS, tiny("tiny_bart", d_model=-8), (
+        "concepts.yaml: model: model.config.d_model must be an integer in [1, 1,048,576]", "got -8")),
+      id="model-config-bart-negative-width"),
+    P(Bad(CONCEPTS, tiny("tiny_bart", d_model=30, decoder_attention_heads=4), (
+        "model.config.d_model = 30 must be a multiple of decoder_attention_heads = 4",)),
+      id="model-config-bart-width-not-a-multiple-of-heads"),
+    P(Bad(CONCEPTS, tiny("tiny_bart", dropout=-0.1), ("model.config.dropout must be a number in [0, 1]", "got -0.1")),
+      id="model-config-bart-negative-dropout"),
+    P(Bad(CONCEPTS, tiny("tiny_bart", activation_dropout=1.5), (
+        "model.config.activation_dropout must be a number in [0, 1]", "got 1.5")), id="model-config-bart-dropout-1.5"),
+    P(Bad(CONCEPTS, tiny("tiny_bart", encoder_layerdrop=1.5), (
+        "model.config.encoder_layerdrop must be a number in [0, 1]", "got 1.5")), id="model-config-bart-layerdrop-1.5"),
+    P(Bad(CONCEPTS, tiny("tiny_bart", init_std=-0.02), (
+        "model.config.init_std must be a number >= 0 (the standard deviation of the initial weights), got -0.02",)),
+      id="model-config-bart-negative-init-std"),
+    # null for a ranged key whose annotation takes None but whose model fails with it (TINY_NULLS: where it works)
+    P(Bad(SENTIMENT, tiny("tiny_llama", attention_dropout=None), (
+        "sentiment.yaml: model: model.config.attention_dropout must be a number in [0, 1] (a dropout or layer-drop "
+        "probability), got None; null is taken only where the model fills the value in (here: head_dim, "
+        "num_key_value_heads); give a value or leave the key out",)), id="model-config-llama-null-dropout"),
+    P(Bad(CONCEPTS, tiny("tiny_bart", dropout=None), (
+        "concepts.yaml: model: model.config.dropout must be a number in [0, 1] (a dropout or layer-drop probability), "
+        "got None; null is taken only where the model fills the value in (here: classifier_dropout)",)),
+      id="model-config-bart-null-dropout"),
+    P(Bad(CONCEPTS, tiny("tiny_bart", init_std=None), (
+        "model.config.init_std must be a number >= 0 (the standard deviation of the initial weights), got None; null "
+        "is taken only where",)), id="model-config-bart-null-init-std"),
+    P(Bad(CONCEPTS, tiny("tiny_bart", encoder_layers=None), (
+        "model.config.encoder_layers must be an integer in [1, 1,048,576]", "got None; null is taken only where")),
+      id="model-config-bart-null-layers"),
     P(Bad(SENTIMENT, setting("model.config.scale_attn_weights", "off"), (  # passed, then transformers' traceback
         "sentiment.yaml: model: config.scale_attn_weights: expected true or false, got 'off' (YAML 1.2, which "
         "grueflow and DVC read params with, reads yes, no, on and off as text); write true or false",)),
@@ -1433,6 +1560,21 @@ def test_evaluate_with_a_headline_metric_the_task_does_not_produce_exits_2(tmp_p
                              "produced: diversity/distinct_1")
 
 
+@pytest.mark.parametrize("key, value, expect", [
+    P("resid_pdrop", 1.5, "model.config.resid_pdrop must be a number in [0, 1] (a dropout or layer-drop probability), "
+                          "got 1.5", id="dropout-1.5"),
+    P("n_inner", -1, "model.config.n_inner must be an integer in [1, 1,048,576]", id="negative-inner-width"),
+    P("initializer_range", -1, "model.config.initializer_range must be a number >= 0", id="negative-init-std"),
+])
+def test_base_model_with_a_model_config_value_out_of_range_exits_2(tmp_path: Path, call_stage, key, value, expect):
+    """These passed validation and ended in torch's traceback (exit 1) in base_model; a negative epsilon trained on
+    NaN until the divergence check blamed the learning rate."""
+    task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml", **{f"model.config.{key}": value})
+    result = call_stage("base_model", "--task-file", task, "--datapool", tmp_path, "--out", tmp_path / "base")
+    assert_fails_in_one_line(result, "error: ", f"sentiment.yaml: model: {expect}")
+    assert not (tmp_path / "base").exists()
+
+
 def test_base_model_with_a_local_path_that_does_not_exist_exits_2(tmp_path: Path, call_stage):
     task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml",
                   model={"id": "pretrained", "name_or_path": str(tmp_path / "nowhere"), "kind": "causal"})
@@ -2322,6 +2464,71 @@ def test_a_model_config_key_its_class_derives_when_null_takes_null():
         check_tiny_config("llama", {"head_dim": "x"})
     with pytest.raises(ValueError, match=r"^config\.n_layer: expected an integer, got None$"):
         check_tiny_config("gpt2", {"n_layer": None})  # a key no None is right for: refused as before
+
+
+def test_every_numeric_model_config_key_has_the_range_of_its_kind():
+    """Each int and float key a task may give (all but the keys the build sets), and each None-default key that takes
+    a size, is of one kind of TINY_RANGES: a key left out took any value, and a negative one failed in the stage. A key
+    takes null only where its class fills the value in (TINY_NULLS)."""
+    from grueflow.models import TINY_DEFAULTS, TINY_FIXED, TINY_NULLS, TINY_RANGES, tiny_config_kinds
+
+    kinds = {name: kind for kind, (_, keys) in TINY_RANGES.items() for name in keys.split()}
+    assert sum(len(keys.split()) for _, keys in TINY_RANGES.values()) == len(kinds)  # each key of one kind
+    given: set[str] = set()
+    for architecture in TINY_FIXED:
+        types = tiny_config_kinds(architecture)
+        numeric = {key for key, kind in types.items() if kind.rstrip("?") in ("int", "float")}
+        assert numeric - set(TINY_FIXED[architecture]) <= set(kinds), architecture
+        assert all(kinds[key] == "size" for key in TINY_DEFAULTS[architecture]), architecture
+        given |= set(types)
+    assert set(kinds) <= given  # no key of no architecture
+    assert kinds["n_inner"] == "size"  # None by default (4 x n_embd): its type is "any", its range a size's
+    for architecture, nulls in TINY_NULLS.items():  # each a ranged key that takes null, copying a key of its class
+        types = tiny_config_kinds(architecture)
+        assert all(types[key].endswith("?") and key in kinds for key in nulls), architecture
+        assert all(source in types for source in nulls.values() if source), architecture
+
+
+@pytest.mark.parametrize("model_id, config", [
+    P("tiny_gpt2", {"resid_pdrop": 0, "embd_pdrop": 1, "attn_pdrop": 1.0, "layer_norm_epsilon": 1e-12,
+                    "initializer_range": 0, "chunk_size_feed_forward": 0, "n_inner": 1}, id="gpt2-edges"),
+    P("tiny_t5", {"relative_attention_num_buckets": 4, "relative_attention_max_distance": 3, "dropout_rate": 1.0,
+                  "classifier_dropout": 0.0, "initializer_factor": 0.0}, id="t5-fewest-buckets"),
+    P("tiny_llama", {"hidden_size": 36, "num_attention_heads": 2, "head_dim": None, "attention_dropout": 0.5,
+                     "rms_norm_eps": 1e-8}, id="llama-derived-head-dim-even"),
+    P("tiny_llama", {"hidden_size": 32, "num_attention_heads": 2, "head_dim": 6}, id="llama-given-head-dim-even"),
+    P("tiny_llama", {"num_attention_heads": 4, "num_key_value_heads": None}, id="llama-null-kv-heads"),
+    P("tiny_t5", {"num_layers": 1, "num_decoder_layers": None}, id="t5-null-decoder-layers"),
+    P("tiny_bart", {"d_model": 30, "dropout": 0, "encoder_layerdrop": 1.0, "classifier_dropout": None,
+                    "init_std": 0}, id="bart-edges"),
+])
+def test_model_config_values_at_the_edges_of_their_ranges_load_and_build(model_id: str, config: dict[str, Any]):
+    """The bounds themselves (a dropout of 0 or 1, an init std of 0, the fewest T5 buckets) and null where the class
+    derives the value (TINY_NULLS; T5's num_decoder_layers and Llama's num_key_value_heads were refused as sizes) are
+    valid: they load and build a model that trains a step."""
+    import torch
+
+    from grueflow.models.tiny import build_model, train_tokenizer
+
+    cfg = parse(ModelConfig, {"id": model_id, "config": config, "tokenizer": {"vocab_size": 300},
+                              "pretrain": {"max_length": 16}}, "task.yaml: model")
+    architecture = model_id.removeprefix("tiny_")
+    model = build_model(architecture, dict(cfg.config), train_tokenizer(["a b c d e f g"] * 4, 300), seed=0)
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10, 11, 12]])
+    model.train()
+    assert torch.isfinite(model(input_ids=ids, labels=ids).loss)
+
+
+def test_a_tiny_model_config_value_out_of_range_is_refused_when_built():
+    """build_model checks the range too, with the installed class's types: a dropout of 1.5 was torch's ValueError."""
+    from grueflow.models.tiny import build_model, train_tokenizer
+
+    tokenizer = train_tokenizer(["a b c d e f g"] * 4, 300)
+    with pytest.raises(ConfigError, match=r"^model\.config\.resid_pdrop must be a number in \[0, 1\] \(a dropout or "
+                                          r"layer-drop probability\), got 1\.5$"):
+        build_model("gpt2", {"resid_pdrop": 1.5}, tokenizer, seed=0)
+    with pytest.raises(ConfigError, match=r"^model\.config\.d_kv must be an integer in \[1, 1,048,576\]"):
+        build_model("t5", {"d_kv": -1}, tokenizer, seed=0)
 
 
 def test_a_tiny_model_config_value_of_the_wrong_type_is_refused_when_built():
