@@ -8,6 +8,7 @@ import sys
 from snakemake.utils import validate
 
 sys.path.insert(0, workflow.basedir)  # this checkout's grueflow, never another's install
+os.environ["GRUEFLOW_ENGINE"] = "snakemake"  # jobs note what they wrote (grueflow.io.note_written); they inherit it
 
 
 # The suite is exactly one file: params/suite.yaml, or the --configfile(s) given, which replace it (Snakemake would

@@ -37,7 +37,9 @@ PROVENANCE_RECORD = "provenance.json"  # how the run went (commit, wall time, de
 TIMINGS_FILE = "timings.csv"  # a training stage's wall-clock columns per step: in no content hash either
 UNHASHED = (PROVENANCE_RECORD, TIMINGS_FILE)  # what .dvcignore, the manifest and the input digests leave out
 MODEL_DIR = "model"  # the Hugging Face model folder inside a model-producing stage's output
-WRITTEN = Path(".grueflow") / "written"  # per output path: the digest of the record its stage last wrote there
+WRITTEN = Path(".snakemake") / "grueflow-written"  # per output path: the digest of the record a Snakemake job
+# last wrote there, beside Snakemake's own records of its jobs (removed with them)
+ENGINE = "GRUEFLOW_ENGINE"  # the environment variable the Snakefile sets to "snakemake" for its jobs
 _PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "grueflow")
 
 
@@ -97,25 +99,27 @@ def atomic_files(paths: Iterable[str | Path]) -> Iterator[list[Path]]:
 
 
 def note_written(out: str, record: str | Path) -> None:
-    """Note, in the project's :data:`WRITTEN` (under the working folder, where both engines run stages), that the
-    stage writing the output ``out`` (a path relative to the project, :func:`output_path`) wrote the record
+    """Note, in the project's :data:`WRITTEN` (under the working folder, where Snakemake runs its jobs), that the
+    Snakemake job writing the output ``out`` (a path relative to the project, :func:`output_path`) wrote the record
     ``record`` for it (a stage folder's ``stage.json``, a table's :func:`files_record`), by the record's sha256.
     Written before the output is renamed into place, so that an output in place never has an older note than its
-    own. An output outside the project (an absolute ``out``) is noted nowhere: no stale check looks at it.
+    own. Only a stage run as a Snakemake job (:data:`ENGINE` set to ``snakemake`` by the Snakefile) notes what it
+    wrote; an output outside the project (an absolute ``out``) is noted nowhere: no stale check looks at it.
 
-    What it is for: Snakemake keeps its record of a job's params per output path, and a stage folder is consistent
-    with itself wherever it is copied from. An older copy of a folder put back by hand after a params change (a
-    backup, another branch's results) is then "Nothing to be done" to Snakemake, while its record is not the one
-    the last job wrote at that path (:func:`last_written`, grueflow.stale)."""
-    if os.path.isabs(out):
+    What it is for: Snakemake keeps its record of a job's params per output path, and never compares it with the
+    output. An output written there since by other means (an older copy put back by hand after a params change, the
+    stage run by hand with other settings, ``dvc repro`` with other params) is then "Nothing to be done" to
+    Snakemake, while its record is not the one the last job wrote (:func:`last_written`, grueflow.stale)."""
+    if os.path.isabs(out) or os.environ.get(ENGINE) != "snakemake":
         return
     write_json(_written_note(Path("."), out), {"out": os.path.normpath(out), "sha256": sha256_bytes(record)})
 
 
 def last_written(root: Path, path: Path) -> Optional[str]:
-    """The sha256 of the record that the stage last writing ``path`` (a stage folder or a table, under the project
-    ``root``) wrote for it (:func:`note_written`); None where none is noted (an output built before notes were
-    kept, or whose note was deleted with ``.grueflow/``) or the note is unreadable: nothing is then known."""
+    """The sha256 of the record that the Snakemake job last writing ``path`` (a stage folder or a table, under the
+    project ``root``) wrote for it (:func:`note_written`); None where none is noted (an output that no Snakemake job
+    of this project wrote, one built before notes were kept, or whose note went with ``.snakemake/``) or the note is
+    unreadable: nothing is then known."""
     out = os.path.relpath(os.path.abspath(path), os.path.abspath(root))
     try:
         note = read_json(_written_note(root, out))

@@ -10,9 +10,10 @@ the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark
 - a stage folder whose ``stage.json`` records another output path than the folder's own (``out``): another stage
   folder copied over it (``cp -a`` of another run's), which passes its own checks: the folder itself is stale;
 - a suite stage folder, or a table, whose record (its ``stage.json``, the table's digests of its files) is not the
-  one its stage noted when it last wrote that path (:func:`grueflow.io.note_written`): an older copy put back by
-  hand after a params change (a backup, another branch's results), whole and at its own path, where Snakemake's
-  record of the params, kept per path and written by the last job, says "Nothing to be done": it is stale itself;
+  one noted when a Snakemake job last wrote that path (:func:`grueflow.io.note_written`): an older copy put back by
+  hand after a params change (a backup, another branch's results), the stage run by hand with other settings, or
+  ``dvc repro`` run with other params, each whole and at its own path, where Snakemake's record of the params,
+  kept per path and written by its last job, says "Nothing to be done": it is stale itself;
 - a stage folder whose ``stage.json`` records an input that no longer exists, or one whose content is not the
   one recorded: an input from outside ``results/`` (a datapool's local data, the human answers), or another
   stage's folder replaced by another valid one whose record names no output path (an earlier version's), which
@@ -74,8 +75,8 @@ DIGESTS = Path(".snakemake") / "grueflow-digests.json"  # {path: [stat signature
 CHANGED_INPUT = "changed since it was built"  # why a stage whose input's content is not the recorded one is stale
 GONE_INPUT = "no longer exists"  # ... and one whose input from outside results/ is gone
 FILE_IN_PLACE = "a file where the stage's folder belongs"  # ... and a file Snakemake would take for the folder
-PUT_BACK = "is not the one its stage last wrote there (an older copy put back, or another run's)"  # ... and an output
-# whose record is not the one noted when its stage last wrote that path (grueflow.io.note_written)
+PUT_BACK = "is not the one its Snakemake job last wrote there (an older copy put back, a stage run by hand or by " \
+    "dvc repro)"  # ... and an output whose record is not the one noted by its last job (grueflow.io.note_written)
 _KNOWN: dict[str, list] = {}  # the cache as this process read it and added to it
 
 
@@ -327,10 +328,10 @@ def keep_user_files(results: Path, folders: Iterable[Path], done: Iterable[Path]
 
 def _put_back(root: Path, path: Path, record: Path) -> bool:
     """Whether ``record`` (the stage record of the output ``path`` under ``root``: a stage folder's ``stage.json``, a
-    table's files record) exists and is not the one that the stage last writing ``path`` noted
-    (:func:`grueflow.io.last_written`): an older copy of the output put back by hand, whole and consistent with
-    itself, which Snakemake's params record, kept per path and written by that last job, cannot tell from the
-    output it describes. False where no note is kept (nothing is known)."""
+    table's files record) exists and is not the one that the Snakemake job last writing ``path`` noted
+    (:func:`grueflow.io.last_written`): the output was written since by other means (an older copy put back, the
+    stage run by hand, ``dvc repro``), whole and consistent with itself, and Snakemake's params record, that job's,
+    does not describe it. False where no note is kept (nothing is known)."""
     last = last_written(root, path)
     return last is not None and record.is_file() and sha256_bytes(record) != last
 

@@ -1,6 +1,7 @@
 """The stage record (issue 9): written last, it records the size of the stage's outputs."""
 
 import contextlib
+import hashlib
 import os
 import re
 import shutil
@@ -418,8 +419,7 @@ def test_a_reader_of_a_stage_folder_replaced_by_another_runs_folder_is_stale(tmp
     checks and is newer than nothing: Snakemake said "Nothing to be done" and a later evaluation scored the wrong
     model. Its reader's stage.json records the digest of the model it read; the check compares it, and reads each
     input again only when the stat signatures of its files changed (a copy's new inodes: once). The records here
-    name no output path, as an earlier version's did (one that does, or a note of what was written there, makes the
-    copy stale itself)."""
+    name no output path, as an earlier version's did (one that does makes the copy stale itself)."""
     import json
     import shutil
 
@@ -438,7 +438,6 @@ def test_a_reader_of_a_stage_folder_replaced_by_another_runs_folder_is_stale(tmp
         record = json.loads((runs[method] / "stage.json").read_text())
         del record["out"]
         (runs[method] / "stage.json").write_text(json.dumps(record))
-    shutil.rmtree(".grueflow")  # nor did it note what it wrote
     evaluation = results / "eval" / "sentiment" / "ppo" / "seed0"
     evaluation.mkdir(parents=True)
     (evaluation / "metrics.json").write_text("{}\n")
@@ -530,25 +529,26 @@ def test_a_stage_folder_replaced_by_a_copy_of_another_is_stale_itself(tmp_path, 
     runs["ppo"].unlink()
     shutil.copytree(runs["supervised+ppo"], runs["ppo"], copy_function=shutil.copy2)
     record = json.loads((runs["ppo"] / "stage.json").read_text())
-    del record["out"]  # written by an earlier version, which kept no note of what it wrote either
+    del record["out"]  # written by an earlier version
     (runs["ppo"] / "stage.json").write_text(json.dumps(record))
-    shutil.rmtree(".grueflow/written")
     assert stale.stale_outputs(results, results / "t.csv", [], folders=list(runs.values())) == {}
 
 
-def test_an_older_copy_of_a_stage_folder_or_table_put_back_is_stale_itself(tmp_path, monkeypatch):
-    """A stage folder, or the GRUE table with its record, backed up and put back by hand after its params changed
-    and its stage reran: whole, consistent with itself and at its own path, it passed every check, and Snakemake,
-    whose record of the params is the last job's, said "Nothing to be done". Each stage notes the record it last
-    wrote at a path; an output whose record is another is stale itself. What no note covers (a folder written
-    outside the project, notes deleted) is judged as before."""
+def test_an_output_snakemake_did_not_write_last_is_stale_itself(tmp_path, monkeypatch):
+    """A stage folder, or the GRUE table with its record, put back from a backup after its params changed and its
+    stage reran, or written since by the stage run by hand with other settings (or by dvc repro): whole, consistent
+    with itself and at its own path, it passed every check, and Snakemake, whose record of the params is its last
+    job's, said "Nothing to be done". Each Snakemake job notes the record it wrote at a path; an output whose record
+    is another is stale itself. What no note covers (written outside the project, or by no Snakemake job) is
+    judged as before."""
     import shutil
 
     from grueflow import stale
     from grueflow.io import atomic_dir, atomic_files, files_record, write_stage_record
 
     monkeypatch.setattr(stale, "_KNOWN", {})
-    monkeypatch.chdir(tmp_path)  # stages run in the project, where they note what they wrote
+    monkeypatch.chdir(tmp_path)  # Snakemake runs its jobs in the project, where they note what they wrote
+    monkeypatch.setenv("GRUEFLOW_ENGINE", "snakemake")  # as the Snakefile sets it for its jobs
     results, table = Path("results"), Path("results/grue_table.csv")
     run = results / "sentiment" / "ppo" / "seed0"
 
@@ -560,34 +560,33 @@ def test_an_older_copy_of_a_stage_folder_or_table_put_back_is_stale_itself(tmp_p
         with atomic_files([table]) as (csv,):
             csv.write_text(f"task,method,lr\nsentiment,ppo,{lr}\n")
 
+    def check() -> dict:
+        return stale.stale_outputs(results, table, [run], {table: []}, folders=[run])
+
+    why = "is not the one its Snakemake job last wrote there (an older copy put back, a stage run by hand or by dvc " \
+          "repro)"
     write(1e-5)
     shutil.copytree(results, "backup", copy_function=shutil.copy2)  # cp -a: times and the hidden record kept
-    write(2e-5)  # the params changed, and both stages reran
-    assert sorted(p.name for p in Path(".grueflow/written").iterdir()) == sorted(
-        f"{sha256_hex(path)[:32]}.json" for path in (str(run), str(table)))
-    assert stale.stale_outputs(results, table, [run], {table: []}, folders=[run]) == {}
+    write(2e-5)  # the params changed, and both jobs reran
+    assert sorted(p.name for p in Path(".snakemake/grueflow-written").iterdir()) == sorted(
+        f"{hashlib.sha256(str(path).encode()).hexdigest()[:32]}.json" for path in (run, table))
+    assert check() == {}
     shutil.rmtree(results)
     shutil.copytree("backup", results, copy_function=shutil.copy2)
-    assert stale.stale_outputs(results, table, [run], {table: []}, folders=[run]) == {
-        run: "its stage.json is not the one its stage last wrote there (an older copy put back, or another run's)",
-        table: "results/.grue_table.csv.record.json, the digests of what its stage wrote, is not the one its stage "
-               "last wrote there (an older copy put back, or another run's)"}
+    assert check() == {run: f"its stage.json {why}",
+                       table: f"results/.grue_table.csv.record.json, the digests of what its stage wrote, {why}"}
     assert files_record(table).is_file()
-    write(2e-5)  # rebuilt: the same bytes as the last run's, and noted again
-    assert stale.stale_outputs(results, table, [run], {table: []}, folders=[run]) == {}
-    shutil.rmtree(results)
-    shutil.copytree("backup", results, copy_function=shutil.copy2)
-    shutil.rmtree(".grueflow")  # no notes: nothing known about the copy, as before notes were kept
-    assert stale.stale_outputs(results, table, [run], {table: []}, folders=[run]) == {}
+    write(2e-5)  # rebuilt: the same bytes as the last job's, and noted again
+    assert check() == {}
+    monkeypatch.delenv("GRUEFLOW_ENGINE")
+    write(3e-5)  # the stages run by hand (or by dvc repro) with other settings: noted nowhere
+    assert set(check()) == {run, table}
+    shutil.rmtree(".snakemake")  # no notes (the folder removed, as for a stuck lock): nothing known, as before
+    assert check() == {}
+    monkeypatch.setenv("GRUEFLOW_ENGINE", "snakemake")
     with atomic_dir(tmp_path.parent / "elsewhere" / "seed0") as tmp:  # outside the project: noted nowhere
         write_stage_record(tmp, stage="rl_finetune", params={}, inputs={}, wall_time_s=0.0)
-    assert not Path(".grueflow").exists()
-
-
-def sha256_hex(text: str) -> str:
-    import hashlib
-
-    return hashlib.sha256(text.encode()).hexdigest()
+    assert not Path(".snakemake").exists()
 
 
 def test_a_stamp_for_an_input_stays_when_the_stage_is_stale_for_its_own_sake(tmp_path, monkeypatch):

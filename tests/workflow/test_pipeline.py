@@ -91,7 +91,7 @@ def test_second_run_has_nothing_to_do(snakemake_repo):
     """A finished run holds nothing its stage records do not vouch for: no line, no copy."""
     result = run(["snakemake", "--cores", "2", "results/grue_table.csv"], snakemake_repo)
     assert "Nothing to be done" in result.stdout + result.stderr and "grueflow:" not in result.stderr
-    assert not (snakemake_repo / ".grueflow" / "replaced").exists()
+    assert not (snakemake_repo / ".grueflow").exists()
 
 
 def test_a_users_file_in_a_finished_stage_folder_is_copied_before_any_job(snakemake_repo):
@@ -110,7 +110,7 @@ def test_a_users_file_in_a_finished_stage_folder_is_copied_before_any_job(snakem
         assert sorted(p.name for p in copy.iterdir()) == ["mine.txt"]
     finally:
         (pool / "mine.txt").unlink()
-        shutil.rmtree(snakemake_repo / ".grueflow" / "replaced", ignore_errors=True)
+        shutil.rmtree(snakemake_repo / ".grueflow", ignore_errors=True)
 
 
 def test_the_device_is_recorded_and_changing_it_reruns_nothing(snakemake_repo, dvc_repo):
@@ -321,9 +321,9 @@ def test_snakemake_rebuilds_a_stage_folder_replaced_by_another_runs(snakemake_re
 
 def test_snakemake_rebuilds_an_older_copy_of_a_stage_folder_or_of_the_table_put_back(snakemake_repo):
     """An evaluation folder, and the GRUE table with its record, put back from a copy made before a params change:
-    each whole, consistent with itself and at its own path, so that Snakemake, whose record of the params is the last
+    each whole, consistent with itself and at its own path, so that Snakemake, whose record of the params is its last
     job's, said "Nothing to be done". The copies (here: the records of another run's params, and the table's numbers
-    and record edited alike) are not what their stages last wrote at those paths, so they are rebuilt; with the
+    and record edited alike) are not what Snakemake's jobs last wrote at those paths, so they are rebuilt; with the
     originals put back, nothing is planned."""
     import hashlib
 
@@ -348,11 +348,12 @@ def test_snakemake_rebuilds_an_older_copy_of_a_stage_folder_or_of_the_table_put_
         os.utime(table, ns=(table_time, table_time))
         result = run(dry_run, snakemake_repo)
         assert planned_jobs(result.stdout) == {("evaluate", "sentiment", "ppo"), ("aggregate", None, None)}
-        assert ("grueflow: results/eval/sentiment/ppo/seed0 is stale (its stage.json is not the one its stage last "
-                "wrote there (an older copy put back, or another run's)); its job reruns") in result.stderr
-        assert ("grueflow: results/grue_table.csv is stale (results/.grue_table.csv.record.json, the digests of what "
-                "its stage wrote, is not the one its stage last wrote there (an older copy put back, or another "
-                "run's)); its job reruns") in result.stderr
+        why = "is not the one its Snakemake job last wrote there (an older copy put back, a stage run by hand or " \
+              "by dvc repro)"
+        assert f"grueflow: results/eval/sentiment/ppo/seed0 is stale (its stage.json {why}); its job reruns" \
+            in result.stderr
+        assert (f"grueflow: results/grue_table.csv is stale (results/.grue_table.csv.record.json, the digests of what "
+                f"its stage wrote, {why}); its job reruns") in result.stderr
     finally:
         shutil.rmtree(evaluation, ignore_errors=True)
         aside.rename(evaluation)
