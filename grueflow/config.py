@@ -330,8 +330,9 @@ class ModelConfig:
     ``pretrain`` build a tiny model (its sizes, its tokenizer, its pre-training from scratch) and are refused away
     from their defaults for any other source; ``adapt`` then continues pre-training whatever was built or loaded
     (:class:`AdaptConfig`). ``config`` holds keys of the architecture's transformers config class, each value of the
-    type of its default there and in the range of its kind, a size, a probability, an epsilon
-    (:func:`grueflow.models.check_tiny_config`), and no NaN or infinite number.
+    type of its default there and in the range of its kind, a size, a probability, an epsilon, an activation of
+    transformers' (:func:`grueflow.models.check_tiny_config`), no NaN or infinite number, and no key that the build,
+    saving or the stages set (:func:`grueflow.models.check_tiny_fixed`: token ids, ``return_dict``, ``dtype``, ...).
     ``trust_remote_code`` (``pretrained`` only) lets transformers import and run the Python code that
     a hub repository or model folder ships for its architecture; leave it false unless you have read
     that code: it runs with the pipeline's permissions.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Literal, Optional
@@ -58,6 +59,44 @@ _FIXED_AS = {  # what build_model sets each to, and what a task gives instead
     "forced_eos_token_id": "the trained tokenizer's </s> id; remove it",
     "tie_word_embeddings": "true (the input and output embeddings are shared); remove it",
 }
+# per architecture: the config keys model.config may not give, since saving the model or the model id sets them, the
+# stages need one value of them, or the class derives them from another key; each with why (_UNSET_AS)
+_UNSET_ALL = ("model_type", "architectures", "dtype", "transformers_version", "_name_or_path", "return_dict",
+              "output_attentions", "output_hidden_states", "is_encoder_decoder")
+TINY_UNSET = {"gpt2": (*_UNSET_ALL, "add_cross_attention"), "llama": _UNSET_ALL,
+              "t5": (*_UNSET_ALL, "dense_act_fn", "is_gated_act", "tie_word_embeddings"), "bart": _UNSET_ALL}
+_UNSET_AS = {
+    "model_type": "model.id sets it (tiny_gpt2: gpt2); remove it, or choose the model.id of another architecture",
+    "architectures": "saving the model writes it (the language-model class of model.id); remove it",
+    "dtype": "each stage chooses it (float32 where the model trains, the execution's frozen dtype where it is "
+             "frozen); remove it",
+    "transformers_version": "saving the model writes it; remove it",
+    "_name_or_path": "saving and loading the model write it; remove it",
+    "return_dict": "the stages read a model's outputs by name (loss, logits), which takes true, the default; remove it",
+    "output_attentions": "each stage asks for attention weights where it reads them; remove it",
+    "output_hidden_states": "each stage asks for hidden states where it reads them; remove it",
+    "is_encoder_decoder": "model.id sets it (tiny_gpt2 and tiny_llama are causal, tiny_t5 and tiny_bart seq2seq); "
+                          "remove it, or choose a model.id of the other kind",
+    "add_cross_attention": "a causal model has no encoder to attend to, so cross-attention layers would never train "
+                           "(false, the default); remove it",
+    "dense_act_fn": "T5 derives it from feed_forward_proj (gated-silu: silu, gated); remove it and set "
+                    "feed_forward_proj",
+    "is_gated_act": "T5 derives it from feed_forward_proj (gated-silu: silu, gated); remove it and set "
+                    "feed_forward_proj",
+    "tie_word_embeddings": "transformers' T5 always ties its embeddings, and false only stops it scaling the decoder "
+                           "output; remove it, or give scale_decoder_outputs: false",
+}
+
+# transformers' activation names (the keys of transformers.activations.ACT2FN) and RoPE types (the keys of
+# transformers.modeling_rope_utils.ROPE_INIT_FUNCTIONS, and "default"), read here rather than from transformers, whose
+# import (torch with it) params validation never pays; tests/reliability/test_bad_inputs.py checks them against the
+# installed modules, and build_model checks an activation against the installed ACT2FN
+ACTIVATIONS = tuple(("gelu gelu_10 gelu_accurate gelu_fast gelu_new gelu_python gelu_python_tanh gelu_pytorch_tanh "
+                     "hardswish laplace leaky_relu linear mish prelu quick_gelu relu relu2 relu6 sigmoid silu "
+                     "sqrtsoftplus swish tanh xielu").split())
+ROPE_TYPES = ("default", "dynamic", "linear", "llama3", "longrope", "proportional", "yarn")
+# the string keys that name an activation (T5's feed_forward_proj: one, or gated-<one> for a gated feed-forward)
+TINY_ACTIVATION_KEYS = ("activation_function", "hidden_act", "feed_forward_proj")
 
 
 # per architecture: transformers' config class and its keys by the type of their default in it (config_kinds), and
@@ -216,16 +255,19 @@ def tiny_config_kinds(architecture: str) -> dict[str, str]:
     return {key: f"{kind}?" if key in nullable and kind != "any" else kind for key, kind in kinds.items()}
 
 
-def check_tiny_config(architecture: str, config: dict[str, Any], kinds: Optional[dict[str, str]] = None
-                      ) -> dict[str, Any]:
+def check_tiny_config(architecture: str, config: dict[str, Any], kinds: Optional[dict[str, str]] = None,
+                      activations: Iterable[str] = ACTIVATIONS) -> dict[str, Any]:
     """Raise ValueError unless each key of a tiny model's ``config`` is a key of its transformers config class and
     each value has the type of that key's default (:func:`config_kinds`; ``kinds`` the installed class's when a
     model is built, :func:`tiny_config_kinds` at validation) and is in the range of its kind (:data:`TINY_RANGES`;
-    null only where the class fills the value in, :data:`TINY_NULLS`): transformers refuses a value of another type,
-    keeps an unknown key as an attribute nothing reads, and fails, or trains on NaN, with a value out of range.
-    Returns ``config`` with an integer given for a float key as a float (``layer_norm_epsilon: 1``), which
-    transformers would refuse."""
+    null only where the class fills the value in, :data:`TINY_NULLS`; never for a boolean), an activation is one of
+    ``activations`` (:data:`TINY_ACTIVATION_KEYS`; transformers' ACT2FN, :data:`ACTIVATIONS` at validation), and
+    Llama's ``rope_parameters`` are null or a RoPE of :data:`ROPE_TYPES` (:func:`_rope_problem`): transformers refuses
+    a value of another type, keeps an unknown key as an attribute nothing reads, and fails, or trains on NaN, with a
+    value out of range or an unknown name. Returns ``config`` with an integer given for a float key as a float
+    (``layer_norm_epsilon: 1``), which transformers would refuse."""
     kinds = tiny_config_kinds(architecture) if kinds is None else kinds
+    activations = tuple(activations)
     class_name = TINY_CONFIG_KEYS[architecture][0]
     unknown = sorted((key for key in config if key not in kinds), key=str)  # a key YAML read as a number is unknown
     if unknown:  # transformers would keep them as attributes nothing reads: the model would be built without them
@@ -238,20 +280,63 @@ def check_tiny_config(architecture: str, config: dict[str, Any], kinds: Optional
         if value is None and nullable:
             if key in _RANGE_OF and key not in TINY_NULLS[architecture]:  # the annotation takes it, the model fails
                 raise ValueError(_ranged_null(architecture, key))
-            continue  # the class derives it (head_dim from the width and heads)
+            if key in TINY_ACTIVATION_KEYS:  # BART's activation_function: a KeyError when the model is built
+                raise ValueError(_activation_problem(key, value, activations))
+            if kind != "bool":  # null for a boolean is read as false: the class derives nothing from it
+                continue  # the class derives it (head_dim from the width and heads)
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
         fits = {"bool": isinstance(value, bool), "int": number and isinstance(value, int), "float": number,
                 "str": isinstance(value, str)}.get(kind, True)
         if not fits:
-            raise ValueError(f"config.{key}: expected {_EXPECTED[kind]}{' or null' if nullable else ''}, got {value!r}")
+            takes_null = nullable and kind != "bool" and key not in TINY_ACTIVATION_KEYS
+            or_null = " or null" if takes_null else ""
+            raise ValueError(f"config.{key}: expected {_EXPECTED[kind]}{or_null}, got {value!r}")
         if kind == "float":
             values[key] = float(value) if -MAX_FLOAT <= value <= MAX_FLOAT else math.inf  # an int past it: inf
             if not math.isfinite(values[key]):
                 raise ValueError(f"config.{key}: expected a finite number, got {value!r}")
         problem = _RANGE_OF[key].problem(key, value) if key in _RANGE_OF and value is not None else None
+        if key in TINY_ACTIVATION_KEYS:
+            problem = _activation_problem(key, value, activations)
+        elif key == "rope_parameters" and value is not None:
+            problem = _rope_problem(value)
         if problem:
             raise ValueError(problem)
     return values
+
+
+def _activation_problem(key: str, value: Any, activations: tuple[str, ...]) -> Optional[str]:
+    """Why ``value`` given for the activation ``key`` (:data:`TINY_ACTIVATION_KEYS`) names no activation of
+    ``activations``, or None: T5's ``feed_forward_proj`` is one, or ``gated-`` and one (a gated feed-forward)."""
+    gated = key == "feed_forward_proj"
+    name = value.removeprefix("gated-") if gated and isinstance(value, str) else value
+    if name in activations:
+        return None
+    prefix = " (gated-<one> for a gated feed-forward, as gated-gelu)" if gated else ""
+    return (f"model.config.{key} must be one of transformers' activations{prefix}: {', '.join(activations)}; "
+            f"got {value!r}")
+
+
+def _rope_problem(value: Any) -> Optional[str]:
+    """Why ``value`` given for Llama's ``rope_parameters`` is no RoPE, or None: a mapping whose ``rope_type`` (or
+    ``type``; default ``default``) is one of :data:`ROPE_TYPES`, whose ``rope_theta`` (the base of the rotation
+    frequencies) is above 0 and whose ``factor`` (the stretch of the positions) is at least 1 (Su et al. 2021,
+    RoFormer, section 3.2; Chen et al. 2023, position interpolation). The keys each type needs besides: transformers'
+    ``validate_rope``."""
+    if not isinstance(value, Mapping):
+        return (f"model.config.rope_parameters must be a mapping (rope_type, rope_theta, factor, ...) or null, "
+                f"got {value!r}")
+    rope_type = value.get("rope_type", value.get("type", "default"))
+    if rope_type not in ROPE_TYPES:
+        return f"model.config.rope_parameters.rope_type must be one of {', '.join(ROPE_TYPES)}; got {rope_type!r}"
+    for key, low, low_open, what in (("rope_theta", 0, True, "the base of the rotation frequencies"),
+                                     ("factor", 1, False, "the factor positions are stretched by")):
+        if key in value:
+            problem = ValueRange(what, integer=False, low=low, low_open=low_open).problem(f"rope_parameters.{key}",
+                                                                                       value[key])
+            if problem:
+                return problem
+    return None
 
 
 def _ranged_null(architecture: str, key: str) -> str:
@@ -263,11 +348,15 @@ def _ranged_null(architecture: str, key: str) -> str:
 
 def check_tiny_fixed(architecture: str, config: dict[str, Any]) -> None:
     """Raise ValueError when a tiny model's ``config`` gives a key that the model's build sets itself
-    (:data:`TINY_FIXED`: the trained tokenizer's size and special-token ids)."""
+    (:data:`TINY_FIXED`: the trained tokenizer's size and special-token ids) or that no task may set
+    (:data:`TINY_UNSET`: keys saving sets, values the stages need, keys derived from another)."""
     for key in TINY_FIXED[architecture]:
         if key in config:
             raise ValueError(f"model.config.{key} = {config[key]!r} is set when a tiny model is built, to "
                              f"{_FIXED_AS[key]}")
+    for key in TINY_UNSET[architecture]:
+        if key in config:
+            raise ValueError(f"model.config.{key} = {config[key]!r} may not be given: {_UNSET_AS[key]}")
 
 
 MAX_TINY_PARAMETERS = 10**10  # a model built from config and pre-trained here; far above any such run

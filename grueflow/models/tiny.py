@@ -18,6 +18,7 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (BartConfig, BartForConditionalGeneration, GPT2Config, GPT2LMHeadModel, LlamaConfig,
                           LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerFast, T5Config, T5ForConditionalGeneration)
+from transformers.activations import ACT2FN
 
 from grueflow.config import ConfigError, ModelConfig, PretrainConfig
 from grueflow.models import (TINY_DEFAULTS, TINY_FIXED, check_tiny_config, check_tiny_fixed, config_kinds,
@@ -54,7 +55,7 @@ def build_model(architecture: str, config: dict[str, Any], tokenizer: PreTrained
     try:
         check_tiny_fixed(architecture, config)
         values = check_tiny_config(architecture, config,
-                                   config_kinds(config_class().to_dict(), nullable_keys(config_class)))
+                                   config_kinds(config_class().to_dict(), nullable_keys(config_class)), ACT2FN)
     except ValueError as err:
         raise ConfigError(str(err)) from None
     sizes = {**DEFAULTS[architecture], **values}

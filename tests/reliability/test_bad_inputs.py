@@ -1,12 +1,13 @@
 """A catalogue of bad inputs (issue 9): each fails before any model loads or trains, with one line that
 names the file, the key (or line), the value given and what is allowed.
 
-Categories (609 cases in all, as collected; grown with each hostile pass):
+Categories (644 cases in all, as collected; grown with each hostile pass):
 
 - params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``): unknown keys, wrong types,
   out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline metrics,
   suites, model paths, a tiny model's settings on a pretrained one, the keys its build sets and its config keys,
-  value types (against transformers' config class) and ranges (sizes, probabilities, epsilons), generation
+  value types (against transformers' config class) and ranges (sizes, probabilities, epsilons), the keys no task
+  may set (return_dict, dtype, model_type, is_encoder_decoder, ...), activations and RoPE types, generation
   settings (beams, penalties, ``min_length``, post-processing, sampling settings with greedy decoding), null
   sections, duplicate keys, YAML 1.1 octal integers, alias bombs and the params file itself;
 - data files, through the datapool loaders and the datapool reader: missing, a folder, not UTF-8, not JSON
@@ -328,6 +329,95 @@ PARAMS = [
         "n_layer, n_positions (all keys: _name_or_path, activation_function,",)), id="model-config-unknown-key"),
     P(Bad(SENTIMENT, lambda data: data["model"]["config"].update({1: 2, "a_b": 3}), (
         "sentiment.yaml: model: model.config: 1, 'a_b' is not a GPT2Config key",)), id="model-config-integer-key"),
+    # model.config keys no task may set, activations and RoPE types no model has, and null for a boolean or an
+    # activation (were tracebacks in base_model: "'tuple' object has no attribute 'loss'", KeyError: None)
+    P(Bad(SENTIMENT, setting("model.config.return_dict", False), (
+        "sentiment.yaml: model: model.config.return_dict = False may not be given: the stages read a model's "
+        "outputs by name (loss, logits), which takes true, the default; remove it",)),
+      id="model-config-return-dict-false"),
+    P(Bad(CONCEPTS, setting("model.config.return_dict", None), (
+        "concepts.yaml: model: model.config.return_dict = None may not be given",)),
+      id="model-config-return-dict-null"),
+    P(Bad(SENTIMENT, setting("model.config.output_attentions", True), (
+        "sentiment.yaml: model: model.config.output_attentions = True may not be given: each stage asks for attention "
+        "weights where it reads them; remove it",)), id="model-config-output-attentions"),
+    P(Bad(SENTIMENT, setting("model.config.output_hidden_states", True), (
+        "model.config.output_hidden_states = True may not be given: each stage asks for hidden states",)),
+      id="model-config-output-hidden-states"),
+    P(Bad(SENTIMENT, setting("model.config.model_type", "llama"), (
+        "sentiment.yaml: model: model.config.model_type = 'llama' may not be given: model.id sets it (tiny_gpt2: "
+        "gpt2); remove it, or choose the model.id of another architecture",)), id="model-config-model-type"),
+    P(Bad(SENTIMENT, setting("model.config.architectures", ["BertModel"]), (
+        "sentiment.yaml: model: model.config.architectures = ['BertModel'] may not be given: saving the model writes "
+        "it (the language-model class of model.id); remove it",)), id="model-config-architectures"),
+    P(Bad(SENTIMENT, setting("model.config.dtype", "float8"), (
+        "sentiment.yaml: model: model.config.dtype = 'float8' may not be given: each stage chooses it (float32 where "
+        "the model trains, the execution's frozen dtype where it is frozen); remove it",)), id="model-config-dtype"),
+    P(Bad(SENTIMENT, setting("model.config.transformers_version", "0.1"), (
+        "model.config.transformers_version = '0.1' may not be given: saving the model writes it; remove it",)),
+      id="model-config-transformers-version"),
+    P(Bad(SENTIMENT, setting("model.config.is_encoder_decoder", True), (
+        "sentiment.yaml: model: model.config.is_encoder_decoder = True may not be given: model.id sets it (tiny_gpt2 "
+        "and tiny_llama are causal, tiny_t5 and tiny_bart seq2seq); remove it, or choose a model.id of the other "
+        "kind",)), id="model-config-gpt2-encoder-decoder"),
+    P(Bad(CONCEPTS, setting("model.config.is_encoder_decoder", False), (
+        "concepts.yaml: model: model.config.is_encoder_decoder = False may not be given: model.id sets it",)),
+      id="model-config-t5-not-encoder-decoder"),
+    P(Bad(CONCEPTS, tiny("tiny_bart", is_encoder_decoder=None), (
+        "concepts.yaml: model: model.config.is_encoder_decoder = None may not be given: model.id sets it",)),
+      id="model-config-bart-null-encoder-decoder"),
+    P(Bad(SENTIMENT, setting("model.config.add_cross_attention", True), (
+        "sentiment.yaml: model: model.config.add_cross_attention = True may not be given: a causal model has no "
+        "encoder to attend to, so cross-attention layers would never train (false, the default); remove it",)),
+      id="model-config-gpt2-cross-attention"),
+    P(Bad(CONCEPTS, setting("model.config.tie_word_embeddings", False), (
+        "concepts.yaml: model: model.config.tie_word_embeddings = False may not be given: transformers' T5 always ties "
+        "its embeddings, and false only stops it scaling the decoder output; remove it, or give "
+        "scale_decoder_outputs: false",)), id="model-config-t5-untied"),
+    P(Bad(CONCEPTS, setting("model.config.dense_act_fn", "silu"), (
+        "concepts.yaml: model: model.config.dense_act_fn = 'silu' may not be given: T5 derives it from "
+        "feed_forward_proj (gated-silu: silu, gated); remove it and set feed_forward_proj",)),
+      id="model-config-t5-dense-act-fn"),
+    P(Bad(CONCEPTS, setting("model.config.is_gated_act", True), (
+        "model.config.is_gated_act = True may not be given: T5 derives it from feed_forward_proj",)),
+      id="model-config-t5-is-gated-act"),
+    P(Bad(SENTIMENT, setting("model.config.activation_function", "not_a_function"), (
+        "sentiment.yaml: model: model.config.activation_function must be one of transformers' activations: gelu, "
+        "gelu_10, gelu_accurate,", "silu, sqrtsoftplus, swish, tanh, xielu; got 'not_a_function'")),
+      id="model-config-gpt2-unknown-activation"),
+    P(Bad(SENTIMENT, tiny("tiny_llama", hidden_act="foo"), (
+        "sentiment.yaml: model: model.config.hidden_act must be one of transformers' activations: gelu,", "got 'foo'")),
+      id="model-config-llama-unknown-activation"),
+    P(Bad(CONCEPTS, tiny("tiny_bart", activation_function=None), (
+        "concepts.yaml: model: model.config.activation_function must be one of transformers' activations: gelu,",
+        "got None")), id="model-config-bart-null-activation"),
+    P(Bad(CONCEPTS, tiny("tiny_bart", activation_function="foo"), (
+        "model.config.activation_function must be one of transformers' activations: gelu,", "got 'foo'")),
+      id="model-config-bart-unknown-activation"),
+    P(Bad(CONCEPTS, setting("model.config.feed_forward_proj", "gated-foo"), (
+        "concepts.yaml: model: model.config.feed_forward_proj must be one of transformers' activations (gated-<one> "
+        "for a gated feed-forward, as gated-gelu): gelu,", "got 'gated-foo'")), id="model-config-t5-unknown-gated-act"),
+    P(Bad(CONCEPTS, setting("model.config.feed_forward_proj", "foo-relu"), (
+        "model.config.feed_forward_proj must be one of transformers' activations", "got 'foo-relu'")),
+      id="model-config-t5-bad-act-prefix"),
+    P(Bad(CONCEPTS, tiny("tiny_bart", scale_embedding=None), (
+        "concepts.yaml: model: config.scale_embedding: expected true or false, got None",)),
+      id="model-config-bart-null-bool"),
+    P(Bad(CONCEPTS, tiny("tiny_bart", is_decoder="yes please"), (
+        "concepts.yaml: model: config.is_decoder: expected true or false, got 'yes please'",)),
+      id="model-config-bart-bool-text"),
+    P(Bad(SENTIMENT, tiny("tiny_llama", rope_parameters={"rope_type": "nonsense", "rope_theta": 10000.0}), (
+        "sentiment.yaml: model: model.config.rope_parameters.rope_type must be one of default, dynamic, linear, "
+        "llama3, longrope, proportional, yarn; got 'nonsense'",)), id="model-config-llama-unknown-rope-type"),
+    P(Bad(SENTIMENT, tiny("tiny_llama", rope_parameters={"rope_type": "linear", "factor": -1.0}), (
+        "sentiment.yaml: model: model.config.rope_parameters.factor must be a number >= 1 (the factor positions are "
+        "stretched by), got -1.0",)), id="model-config-llama-negative-rope-factor"),
+    P(Bad(SENTIMENT, tiny("tiny_llama", rope_parameters={"rope_theta": -5.0}), (
+        "model.config.rope_parameters.rope_theta must be a number > 0 (the base of the rotation frequencies), "
+        "got -5.0",)), id="model-config-llama-negative-rope-theta"),
+    P(Bad(SENTIMENT, tiny("tiny_llama", rope_parameters="x"), (
+        "sentiment.yaml: model: model.config.rope_parameters must be a mapping (rope_type, rope_theta, factor, ...) or "
+        "null, got 'x'",)), id="model-config-llama-rope-not-a-mapping"),
     # wrong types
     P(Bad(SENTIMENT, setting("lengths.prompt", "long"), ("sentiment.yaml: lengths.prompt: expected an integer, got "
                                                          "'long'",)), id="type-int"),
@@ -2430,6 +2520,34 @@ def test_the_config_keys_read_at_validation_are_the_installed_transformers_confi
     assert tiny_config_kinds("llama")["head_dim"] == "int?" and tiny_config_kinds("gpt2")["n_layer"] == "int"
 
 
+def test_the_activations_and_rope_types_read_at_validation_are_the_installed_transformers_ones():
+    """Validation reads transformers' activation names (ACT2FN) and RoPE types from tables; a name outside them was a
+    KeyError when the model was built."""
+    from transformers.activations import ACT2FN
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    from grueflow.models import ACTIVATIONS, ROPE_TYPES
+
+    assert ACTIVATIONS == tuple(sorted(ACT2FN))
+    assert ROPE_TYPES == tuple(sorted({"default", *ROPE_INIT_FUNCTIONS}))
+
+
+def test_no_task_sets_a_token_id_or_a_key_its_build_saving_or_stages_fix():
+    """Every token-id key of each architecture is set from the trained tokenizer (TINY_FIXED: an id past the
+    vocabulary failed in the embedding); each key refused as not a task's (TINY_UNSET) is a key of its class, with a
+    reason; each activation key is a string key of some architecture."""
+    from grueflow.models import _UNSET_AS, TINY_ACTIVATION_KEYS, TINY_FIXED, TINY_UNSET, tiny_config_kinds
+
+    activation_keys: set[str] = set()
+    for architecture in TINY_FIXED:
+        kinds = tiny_config_kinds(architecture)
+        assert {key for key in kinds if key.endswith("_token_id")} <= set(TINY_FIXED[architecture]), architecture
+        assert set(TINY_UNSET[architecture]) <= set(kinds) and set(TINY_UNSET[architecture]) <= set(_UNSET_AS)
+        assert not set(TINY_UNSET[architecture]) & set(TINY_FIXED[architecture]), architecture
+        activation_keys |= {key for key in TINY_ACTIVATION_KEYS if kinds.get(key, "").rstrip("?") == "str"}
+    assert activation_keys == set(TINY_ACTIVATION_KEYS)
+
+
 def test_the_valid_neighbours_of_refused_model_config_values_load_and_build(params: Path):
     """An integer for a float key (transformers refuses layer_norm_epsilon=1) is built as that float; a key whose
     default is None or a mapping takes what its class takes."""
@@ -2501,6 +2619,13 @@ def test_every_numeric_model_config_key_has_the_range_of_its_kind():
     P("tiny_t5", {"num_layers": 1, "num_decoder_layers": None}, id="t5-null-decoder-layers"),
     P("tiny_bart", {"d_model": 30, "dropout": 0, "encoder_layerdrop": 1.0, "classifier_dropout": None,
                     "init_std": 0}, id="bart-edges"),
+    P("tiny_gpt2", {"activation_function": "quick_gelu", "use_cache": False, "tie_word_embeddings": False},
+      id="gpt2-activation-untied"),
+    P("tiny_t5", {"feed_forward_proj": "gated-silu", "scale_decoder_outputs": False}, id="t5-gated-silu"),
+    P("tiny_llama", {"hidden_act": "gelu", "rope_parameters": {"rope_type": "linear", "factor": 1.0,
+                                                               "rope_theta": 500.0}}, id="llama-linear-rope"),
+    P("tiny_llama", {"rope_parameters": None}, id="llama-null-rope"),
+    P("tiny_bart", {"activation_function": "relu", "scale_embedding": True}, id="bart-relu"),
 ])
 def test_model_config_values_at_the_edges_of_their_ranges_load_and_build(model_id: str, config: dict[str, Any]):
     """The bounds themselves (a dropout of 0 or 1, an init std of 0, the fewest T5 buckets) and null where the class
@@ -2538,6 +2663,19 @@ def test_a_tiny_model_config_value_of_the_wrong_type_is_refused_when_built():
     tokenizer = train_tokenizer(["a b c d e f g"] * 4, 300)
     with pytest.raises(ConfigError, match=r"^config\.scale_attn_weights: expected true or false, got 1$"):
         build_model("gpt2", {"scale_attn_weights": 1}, tokenizer, seed=0)
+
+
+def test_a_tiny_model_activation_is_checked_against_the_installed_transformers_when_built():
+    """build_model checks an activation against the installed ACT2FN (a name outside it was its KeyError) and refuses
+    the keys no task may set (return_dict: false was "'tuple' object has no attribute 'loss'" in pre-training)."""
+    from grueflow.models.tiny import build_model, train_tokenizer
+
+    tokenizer = train_tokenizer(["a b c d e f g"] * 4, 300)
+    with pytest.raises(ConfigError, match=r"^model\.config\.hidden_act must be one of transformers' activations: "
+                                          r"gelu, .*; got 'foo'$"):
+        build_model("llama", {"hidden_act": "foo"}, tokenizer, seed=0)
+    with pytest.raises(ConfigError, match=r"^model\.config\.return_dict = False may not be given: the stages read"):
+        build_model("gpt2", {"return_dict": False}, tokenizer, seed=0)
     with pytest.raises(ConfigError, match=r"^model\.config: 1, 'n_layr' is not a GPT2Config key"):
         build_model("gpt2", {1: 2, "n_layr": 1}, tokenizer, seed=0)
 
