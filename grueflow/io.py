@@ -702,12 +702,19 @@ _CHECKED: dict[tuple[str, str, bool], Any] = {}  # what a check found intact: it
 def check_stage_output(path: str | Path, deep: bool = True) -> None:
     """Raise :class:`MissingDataError` when ``path`` (a stage folder, or a folder or file inside one) no longer
     matches the manifest its stage folder's ``stage.json`` recorded: a file deleted, truncated, grown or (with
-    ``deep``) changed. A path in no stage folder is not checked. A check that
-    found the files intact is not repeated in the process while their sizes and modification times stay.
-    A ``stage.json`` that is not a JSON object with a manifest of ``{bytes, sha256}`` entries (every stage writes
-    one) is damaged."""
-    path = Path(path).resolve()
+    ``deep``) changed, or reached through a symbolic link (:func:`_linked_entry`: a link put in place of a file or
+    folder the stage wrote, to another run's, whose sizes may all match). The stage folder is the nearest one
+    holding a ``stage.json`` above ``path`` as given, links kept (a link above the folder, such as ``results/eval``
+    on another disk, is followed as usual); where none is, the nearest above ``path`` with every link followed (a
+    link of the user's to a model folder inside a stage folder). A path in no stage folder is not checked. A check
+    that found the files intact is not repeated in the process while their sizes and modification times stay (the
+    links are looked at each time). A ``stage.json`` that is not a JSON object with a manifest of ``{bytes,
+    sha256}`` entries (every stage writes one) is damaged."""
+    path = Path(os.path.abspath(path))
     folder = next((p for p in (path, *path.parents) if (p / STAGE_RECORD).is_file()), None)
+    if folder is None:
+        path = path.resolve()
+        folder = next((p for p in (path, *path.parents) if (p / STAGE_RECORD).is_file()), None)
     if folder is None:
         return
     record_file = folder / STAGE_RECORD
@@ -723,6 +730,11 @@ def check_stage_output(path: str | Path, deep: bool = True) -> None:
         raise MissingDataError(f"{record_file} is damaged (no manifest of its files); delete {folder} and rerun "
                                f"the pipeline to rebuild it")
     mine = {name: meta for name, meta in files.items() if not part or name == part or name.startswith(part + "/")}
+    linked = _linked_entry(folder, mine)
+    if linked is not None:
+        raise MissingDataError(f"{folder} is damaged: {linked} is a link to {os.readlink(folder / linked)}, not what "
+                               f"its stage wrote; delete the folder and rerun the pipeline (snakemake or dvc repro) "
+                               f"to rebuild it")
     signature = tuple((name, _stamp(folder / name)) for name in mine)
     if _CHECKED.get((str(folder), part, deep)) == signature:
         return
@@ -732,6 +744,31 @@ def check_stage_output(path: str | Path, deep: bool = True) -> None:
             raise MissingDataError(f"{folder} is damaged: {name} {problem}; delete the folder and rerun the pipeline "
                                    f"(snakemake or dvc repro) to rebuild it")
     _CHECKED[(str(folder), part, deep)] = signature
+
+
+def _linked_entry(folder: Path, names: Iterable[str]) -> Optional[str]:
+    """The first of the manifest entries ``names`` under the stage folder ``folder`` (sorted) reached through a
+    symbolic link into a stage folder (:func:`_in_stage_folder`), as the part of it that is the link (``model`` for
+    ``model/config.json`` where ``model`` is one); None where none is. No stage writes a link in its folder
+    (:func:`atomic_dir` writes files and folders), so such a link was put in place of what the stage wrote: another
+    run's file or folder, which passes a size check. A link elsewhere (DVC's cache with ``cache.type: symlink``
+    links every file of an output into it) is checked by its content as any file."""
+    seen: dict[str, bool] = {}
+    for name in sorted(names):
+        parts = name.split("/")
+        for end in range(1, len(parts) + 1):
+            part = "/".join(parts[:end])
+            if part not in seen:
+                seen[part] = (folder / part).is_symlink() and _in_stage_folder(Path(os.path.realpath(folder / part)))
+            if seen[part]:
+                return part
+    return None
+
+
+def _in_stage_folder(path: Path) -> bool:
+    """Whether ``path`` (links followed) is a stage folder or lies in one: it or a folder above it holds a
+    ``stage.json``."""
+    return any((p / STAGE_RECORD).is_file() for p in (path, *path.parents))
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:

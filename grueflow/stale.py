@@ -6,7 +6,7 @@ reads it already has its own outputs (by design since Snakemake 7.8, snakemake/s
 the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark_stale`, which finds
 
 - a stage folder that fails its manifest's size check (``grueflow.io.check_stage_output``, a file deleted,
-  truncated or grown): the folder itself is stale;
+  truncated or grown, or a link put in place of a file or folder its stage wrote): the folder itself is stale;
 - a stage folder whose ``stage.json`` records another output path than the folder's own (``out``): another stage
   folder copied over it (``cp -a`` of another run's), which passes its own checks: the folder itself is stale;
 - a suite stage folder, or a table, whose record (its ``stage.json``, the table's digests of its files) is not the
@@ -49,6 +49,11 @@ The same blind spot holds for the files a job reads from outside ``results/`` (a
 plugin's code, a reward's lexicon): one replaced by a file with an older time (``mv`` from a download folder,
 ``cp -p``, a restored archive) is older than the output and never read. Each rule therefore also takes
 :func:`content_digest` of those files as a param, so that a job reruns when their content changes, as under DVC.
+
+The stage folders checked are every one under ``results`` that holds a record, and every suite folder (``folders``,
+``expected``) that holds one, at the path its rule writes, whatever links it is or lies under (``results/eval`` on
+another disk, a method's folder linked to another's): each is checked as one reached without links, its record's
+``out`` compared with that path, links kept (:func:`grueflow.io.written_for`).
 """
 
 from __future__ import annotations
@@ -60,7 +65,7 @@ import time
 from pathlib import Path
 from typing import Iterable, Optional
 
-from grueflow.io import (MODEL_DIR, STAGE_RECORD, UNHASHED, MissingDataError, atomic_path,
+from grueflow.io import (MODEL_DIR, STAGE_RECORD, UNHASHED, DataError, MissingDataError, atomic_path,
                          check_stage_output, files_record, fingerprint, last_written, read_json, sha256_bytes,
                          written_for)
 from grueflow.keep import SNAKEMAKE_TIMESTAMP, keep_copy, listed, persons_files, stat_signature, unvouched
@@ -165,18 +170,19 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
                   cache: Optional[Path] = None) -> dict[Path, str]:
     """Each stale stage folder (or ``table``) under ``results``, with why: see the module docstring. ``folders``:
     every stage folder the suite's rules write, stale when one exists without its record; ``cache``: where the
-    digests of the recorded inputs are kept between runs (:func:`input_digest`; None: this process's only)."""
+    digests of the recorded inputs are kept between runs (:func:`input_digest`; None: this process's only). A
+    :class:`DataError` where two suite folders are one through a link above one of them (:func:`refuse_shared`)."""
     stale: dict[Path, str] = {}
     expected, folders = list(expected), list(folders)
     suite = set(expected) | set(folders)
+    refuse_shared(suite)
     root = results.parent  # stage.json records input paths relative to the project root
     readers: dict[Path, dict] = {}  # each stage folder in order: its recorded inputs, compared once all are seen
-    linked = [folder for folder in folders if folder.is_symlink() and (folder / STAGE_RECORD).is_file()]
-    for folder in sorted(set(recorded_folders(results)) | set(linked)):  # a suite folder that is a link: not walked
+    for folder in sorted(set(recorded_folders(results)) | set(_recorded_suite_folders(suite))):
         try:
             check_stage_output(folder, deep=False)
         except MissingDataError as err:  # "<folder> is damaged: <file> is missing; delete ..."
-            stale[folder] = str(err).split(";")[0].replace(f"{folder.resolve()} is ", "")
+            stale[folder] = str(err).split(";")[0].replace(f"{os.path.abspath(folder)} is ", "")
             continue
         try:
             record = read_json(folder / STAGE_RECORD)
@@ -185,7 +191,8 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             continue
         written = written_for(root, folder, record.get("out"))
         if written is not None and (not folders or folder in suite):  # a copy outside the suite's folders: no job
-            stale[folder] = f"damaged: its {STAGE_RECORD} records {written} as its output: a copy of that folder"
+            how = "a link to" if os.path.realpath(folder) == os.path.realpath(root / written) else "a copy of"
+            stale[folder] = f"damaged: its {STAGE_RECORD} records {written} as its output: {how} that folder"
             continue
         if (not folders or folder in suite) and _put_back(root, folder, folder / STAGE_RECORD):
             stale[folder] = f"its {STAGE_RECORD} {PUT_BACK}"
@@ -302,6 +309,39 @@ def recorded_folders(results: Path) -> list[Path]:
     (its own, under their own records) left out."""
     return sorted(p.parent for p in results.rglob(STAGE_RECORD) if not any(
         part.endswith(".resume") for part in p.relative_to(results).parts))
+
+
+def refuse_shared(suite: Iterable[Path]) -> None:
+    """Raise :class:`DataError` where two of the suite's stage folders ``suite`` (as given) are one folder on disk,
+    and one of them is reached through a link above it (``results/sentiment/ppo`` a link to
+    ``results/sentiment/supervised+ppo``, ``results/sentiment`` to ``results/concepts``): each rule deletes and
+    writes the one folder, so a rebuild of either destroys the other's run, and the two rows of the table would
+    show one run. Nothing rebuilds it right while the link stays; it names the link to remove. A suite folder that
+    is a link itself, under no link, is left to the stale check: Snakemake deletes the link, not what it names,
+    before its job writes a folder in its place."""
+    found: dict[str, Path] = {}
+    for folder in sorted(set(suite)):
+        if not folder.exists():
+            continue
+        real = os.path.realpath(folder)
+        other = found.setdefault(real, folder)
+        if other == folder:
+            continue
+        common = set(folder.parents) & set(other.parents)  # a link there (results/ on another disk) joins neither
+        link = next((p for p in (*folder.parents, *other.parents) if p not in common and p.is_symlink()), None)
+        if link is not None:
+            raise DataError(f"{other} and {folder}, two stage folders of the suite, are one folder ({real}), as {link} "
+                            f"is a link to {os.readlink(link)}: a rerun of either deletes the other's run; remove the "
+                            f"link (rm {link}) and run again, which rebuilds what it stood for")
+
+
+def _recorded_suite_folders(suite: Iterable[Path]) -> list[Path]:
+    """Those of the suite's stage folders ``suite`` (as given, links kept) that hold a stage record, sorted: the
+    ones :func:`recorded_folders` cannot find, as its walk enters no linked folder (a suite folder that is a link, or
+    lies under one: ``results/eval`` on another disk, a method's folder linked to another's), are checked as any
+    other, at the path their rule writes (:func:`grueflow.io.written_for` compares it with the path their record
+    names, links kept)."""
+    return sorted(folder for folder in suite if (folder / STAGE_RECORD).is_file())
 
 
 def keep_user_files(results: Path, folders: Iterable[Path], done: Iterable[Path] = ()) -> list[str]:

@@ -525,13 +525,133 @@ def test_a_stage_folder_replaced_by_a_copy_of_another_is_stale_itself(tmp_path, 
     assert stale.stale_outputs(results, results / "t.csv", [], folders=list(runs.values())) == {runs["ppo"]: why}
     shutil.rmtree(runs["ppo"])
     runs["ppo"].symlink_to("../supervised+ppo/seed0")  # a link to the other run's folder is not that run
-    assert stale.stale_outputs(results, results / "t.csv", [], folders=list(runs.values())) == {runs["ppo"]: why}
+    assert stale.stale_outputs(results, results / "t.csv", [], folders=list(runs.values())) == {
+        runs["ppo"]: why.replace("a copy of", "a link to")}
     runs["ppo"].unlink()
     shutil.copytree(runs["supervised+ppo"], runs["ppo"], copy_function=shutil.copy2)
     record = json.loads((runs["ppo"] / "stage.json").read_text())
     del record["out"]  # written by an earlier version
     (runs["ppo"] / "stage.json").write_text(json.dumps(record))
     assert stale.stale_outputs(results, results / "t.csv", [], folders=list(runs.values())) == {}
+
+
+def _two_runs(results: Path, task: str = "sentiment") -> dict[str, Path]:
+    """ppo's and supervised+ppo's RL folders under ``results/<task>``, written as rl_finetune writes them, with model
+    files of the same sizes (a size check cannot tell them apart)."""
+    from grueflow.io import atomic_dir, write_stage_record
+
+    runs = {method: results / task / method / "seed0" for method in ("ppo", "supervised+ppo")}
+    for method, out in runs.items():
+        with atomic_dir(out) as tmp:
+            (tmp / "model").mkdir()
+            (tmp / "model" / "model.safetensors").write_bytes(method.ljust(16, "!").encode())
+            (tmp / "model" / "config.json").write_text("{}\n")
+            write_stage_record(tmp, stage="rl_finetune", params={}, inputs={}, wall_time_s=0.0)
+    return runs
+
+
+def test_a_stage_folder_under_a_link_to_another_runs_folder_is_stale_or_refused(tmp_path, monkeypatch):
+    """A method's folder (``results/sentiment/ppo``) or a task's (``results/sentiment``) replaced by a link to
+    another's: the stage folders under it were never looked at (the walk for stage records enters no linked
+    folder), and the other run's model was scored under ppo's row. Every suite folder is checked at the path its
+    rule writes: one under a link to a folder outside the suite is stale (its record names another path); two
+    suite folders made one by a link are refused, naming the link, as a rebuild of either deletes the other."""
+    from grueflow import stale
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)
+    results = Path("results")
+    runs, concepts = _two_runs(results), _two_runs(results, "concepts")
+    folders = [*runs.values(), *concepts.values()]
+    assert stale.stale_outputs(results, results / "t.csv", [], folders=folders) == {}
+    shutil.copytree(results / "sentiment" / "supervised+ppo", "backup", copy_function=shutil.copy2)
+    shutil.rmtree(results / "sentiment" / "ppo")
+    (results / "sentiment" / "ppo").symlink_to(tmp_path / "backup")
+    why = "damaged: its stage.json records results/sentiment/supervised+ppo/seed0 as its output: a copy of that folder"
+    assert stale.stale_outputs(results, results / "t.csv", [], folders=folders) == {runs["ppo"]: why}
+    assert stale.stale_outputs(results, results / "t.csv", folders, folders=[]) == {runs["ppo"]: why}  # aggregated
+    (results / "sentiment" / "ppo").unlink()
+    (results / "sentiment" / "ppo").symlink_to(tmp_path / "results" / "sentiment" / "supervised+ppo")
+    with pytest.raises(DataError, match=re.escape(
+            f"results/sentiment/ppo/seed0 and results/sentiment/supervised+ppo/seed0, two stage folders of the suite, "
+            f"are one folder ({tmp_path}/results/sentiment/supervised+ppo/seed0), as results/sentiment/ppo is a link "
+            f"to {tmp_path}/results/sentiment/supervised+ppo: a rerun of either deletes the other's run; remove the "
+            f"link (rm results/sentiment/ppo) and run again")):
+        stale.stale_outputs(results, results / "t.csv", [], folders=folders)
+    shutil.rmtree(results / "sentiment")
+    (results / "sentiment").symlink_to("concepts")  # the task's folder a link to another task's
+    with pytest.raises(DataError, match=r"results/concepts/ppo/seed0 and results/sentiment/ppo/seed0, two stage "
+                                        r"folders of the suite, are one folder .*, as results/sentiment is a link to "
+                                        r"concepts: .*\(rm results/sentiment\)"):
+        stale.stale_outputs(results, results / "t.csv", [], folders=folders)
+
+
+def test_a_damaged_stage_folder_under_a_linked_results_folder_is_stale(tmp_path, monkeypatch):
+    """``results/eval`` moved to another disk and linked back (a usual way to move the big part of results/): a
+    deleted ``predictions.jsonl`` there was never found, and the table kept the damaged run's row. The folders
+    under it are checked as any other; their records name the paths as written, through the link, so the layout
+    itself is in order."""
+    from grueflow import stale
+    from grueflow.io import atomic_dir, write_stage_record
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)
+    results = Path("results")
+    evaluation = results / "eval" / "sentiment" / "ppo" / "seed0"
+    with atomic_dir(evaluation) as tmp:
+        (tmp / "predictions.jsonl").write_text('{"generated": "a"}\n')
+        (tmp / "metrics.json").write_text("{}\n")
+        write_stage_record(tmp, stage="evaluate", params={}, inputs={}, wall_time_s=0.0)
+    (tmp_path / "disk").mkdir()
+    (results / "eval").rename(tmp_path / "disk" / "eval")
+    (results / "eval").symlink_to(tmp_path / "disk" / "eval")
+    assert stale.stale_outputs(results, results / "t.csv", [evaluation], folders=[evaluation]) == {}
+    (evaluation / "predictions.jsonl").unlink()
+    assert stale.stale_outputs(results, results / "t.csv", [evaluation], folders=[evaluation]) == {
+        evaluation: "damaged: predictions.jsonl is missing"}
+
+
+def test_a_link_in_place_of_what_a_stage_wrote_is_damage(tmp_path, monkeypatch):
+    """ppo's ``model/`` replaced by a link to supervised+ppo's, every file the same size: the size check read
+    through the link and passed, the run only copied the link out, and supervised+ppo's model was scored under
+    ppo's row. No stage writes a link in its folder: one in place of a file or folder its manifest lists (or on the
+    way to one) into another stage folder is damage, which the stale check rebuilds and a reader refuses. A link
+    elsewhere (DVC's symlinked cache) is checked by content, and a link of the user's to a model folder, outside any
+    stage folder, is still checked."""
+    from grueflow import stale
+    from grueflow.io import MissingDataError, check_stage_output
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)
+    results = Path("results")
+    runs = _two_runs(results)
+    ppo = runs["ppo"]
+    Path("mine").symlink_to(ppo / "model")
+    check_stage_output("mine")
+    shutil.rmtree(ppo / "model")
+    (ppo / "model").symlink_to("../../supervised+ppo/seed0/model")
+    damaged = rf"{tmp_path / ppo} is damaged: model is a link to \.\./\.\./supervised\+ppo/seed0/model, not what its " \
+              r"stage wrote; delete the folder and rerun the pipeline"
+    for path in (ppo, ppo / "model", ppo / "model" / "config.json"):
+        with pytest.raises(MissingDataError, match=damaged):
+            check_stage_output(path, deep=False)
+    assert stale.stale_outputs(results, results / "t.csv", [], folders=list(runs.values())) == {
+        ppo: "damaged: model is a link to ../../supervised+ppo/seed0/model, not what its stage wrote"}
+    (ppo / "model").unlink()
+    shutil.copytree(runs["supervised+ppo"] / "model", ppo / "model")
+    check_stage_output(ppo, deep=False)  # the same sizes: passes the size check
+    (ppo / "model" / "model.safetensors").unlink()
+    (ppo / "model" / "model.safetensors").symlink_to(tmp_path / runs["supervised+ppo"] / "model" / "model.safetensors")
+    with pytest.raises(MissingDataError, match=r"is damaged: model/model\.safetensors is a link to "):
+        check_stage_output("mine")  # found through the user's link, followed
+    (ppo / "model" / "model.safetensors").unlink()
+    Path("cache").mkdir()  # DVC's cache with cache.type symlink: every file of an output a link into it
+    (Path("cache") / "a1b2").write_bytes(b"ppo".ljust(16, b"!"))  # what _two_runs wrote for ppo
+    (ppo / "model" / "model.safetensors").symlink_to(tmp_path / "cache" / "a1b2")
+    check_stage_output(ppo)  # its content is what the stage wrote
+    (Path("cache") / "a1b2").write_bytes(b"x")
+    with pytest.raises(MissingDataError, match=r"is damaged: model/model\.safetensors has 1 bytes where its stage "):
+        check_stage_output("mine")
 
 
 def test_an_output_snakemake_did_not_write_last_is_stale_itself(tmp_path, monkeypatch):
