@@ -1,8 +1,9 @@
 """What a person put in a stage folder: found, and copied out of ``results/`` before the folder is replaced.
 
 A stage replaces its output folder whole, and Snakemake deletes a job's outputs before the job runs; a file that
-no stage record vouches for (:func:`unvouched`: one its manifest does not list, or lists at another size) may be a
-person's notes as well as a stage's output damaged, and nothing tells which. :func:`keep_copy` copies such files
+no stage record vouches for (:func:`unvouched`: one its manifest does not list, lists at another size, or lists with
+another digest where it changed after its stage wrote the record) may be a person's notes as well as a stage's output
+damaged, and nothing tells which. :func:`keep_copy` copies such files
 to :data:`REPLACED`, outside ``results/``, once per content, before anything deletes them: the Snakefile's checks
 (:mod:`grueflow.stale`) before any job, and a stage (:func:`grueflow.stage.keep_unvouched`) before it replaces or
 refuses its ``--out``.
@@ -16,9 +17,10 @@ import os
 import secrets
 import shutil
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
-from grueflow.io import MODEL_DIR, PROVENANCE_RECORD, STAGE_RECORD, UNHASHED, DataError, read_json, sha256_bytes
+from grueflow.io import (MODEL_DIR, PROVENANCE_RECORD, STAGE_RECORD, UNHASHED, DataError, fingerprint, read_json,
+                         sha256_bytes)
 
 SNAKEMAKE_TIMESTAMP = ".snakemake_timestamp"  # Snakemake's modification time of a directory() output
 REPLACED = Path(".grueflow") / "replaced"  # copies of what stage folders held that no stage record vouches for
@@ -34,10 +36,14 @@ def unvouched(path: Path) -> list[Path]:
     """What a rebuild of the stage folder ``path`` would delete that no stage record vouches for, as paths under it
     (symbolic links as links; Snakemake's timestamp, FIFOs, sockets and devices, which hold no data, left out):
     every file where its ``stage.json`` is missing, unreadable or holds no manifest; else the files its manifest
-    does not list, and those it lists with another size; never the unhashed records a stage writes (the
-    provenance record and the timings, which no manifest lists: :func:`_stage_record`). ``[path]`` for a file where the
-    folder belongs. Nothing tells whose they are: a stage's output damaged (its record deleted, a copy ``dvc
-    checkout`` restored, which lacks the provenance record), files put there by a person, or both."""
+    does not list, those it lists with another size, and those modified after the ``stage.json`` (which a stage
+    writes last, and whose times ``cp -a`` and :func:`grueflow.io.atomic_dir` keep) whose digest is not the one it
+    lists (a hand edit that kept the size: a number changed in a JSON file); never the unhashed records a stage
+    writes (the provenance record and the timings, which no manifest lists: :func:`_stage_record`). Only files
+    modified after the record are read, so that a look at a folder whose files are as written reads none of its
+    weights. ``[path]`` for a file where the folder belongs. Nothing tells whose they are: a stage's output damaged
+    (its record deleted, a copy ``dvc checkout`` restored, which lacks the provenance record), files put there by
+    a person, or both."""
     if not path.is_dir():
         return [path] if path.is_file() or path.is_symlink() else []
     found = []
@@ -47,11 +53,13 @@ def unvouched(path: Path) -> list[Path]:
             if file.is_symlink() or (file.is_file() and file != path / SNAKEMAKE_TIMESTAMP):
                 found.append(file)
     try:
-        manifest = read_json(path / STAGE_RECORD)["files"]
-        sizes = {name: meta["bytes"] for name, meta in manifest.items() if isinstance(meta, dict)}
-    except (OSError, ValueError, KeyError, TypeError):  # no record to go by: all of it but the unhashed records
-        sizes = None
-    return sorted(file for file in found if not _vouched(file, file.relative_to(path).as_posix(), sizes))
+        listed_files = read_json(path / STAGE_RECORD)["files"]
+        manifest = {name: meta for name, meta in listed_files.items() if isinstance(meta, dict)}
+        written_ns = (path / STAGE_RECORD).stat().st_mtime_ns
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # no record to go by: all of it but the
+        manifest, written_ns = None, 0  # unhashed records
+    return sorted(file for file in found
+                  if not _vouched(file, file.relative_to(path).as_posix(), manifest, written_ns))
 
 
 def persons_files(path: Path) -> list[Path]:
@@ -70,18 +78,39 @@ def persons_files(path: Path) -> list[Path]:
     return unvouched(path) if isinstance(listed_files, dict) else []
 
 
-def _vouched(file: Path, name: str, sizes: Optional[dict[str, int]]) -> bool:
-    """Whether the stage wrote ``file`` (``name`` under its folder, whose manifest gives ``sizes``; None where
-    there is no manifest to go by): an unhashed record (:data:`~grueflow.io.UNHASHED`) that reads as the one a
-    stage writes (:func:`_stage_record`); the stage record beside a manifest; a file the manifest lists, at its
-    size."""
+def _vouched(file: Path, name: str, manifest: Optional[dict[str, dict[str, Any]]], written_ns: int) -> bool:
+    """Whether the stage wrote ``file`` (``name`` under its folder, whose ``manifest`` lists ``{bytes, sha256}``
+    per file and whose record was modified at ``written_ns``; None where there is no manifest to go by): an
+    unhashed record (:data:`~grueflow.io.UNHASHED`) that reads as the one a stage writes (:func:`_stage_record`);
+    the stage record beside a manifest; a file the manifest lists, at its size and, where it was modified after
+    the record, with its digest (:func:`_digest`)."""
     if file.is_symlink():
         return False
     if name in UNHASHED:
         return _stage_record(file)
-    if sizes is None:
+    if manifest is None:
         return False
-    return name == STAGE_RECORD or (name in sizes and file.stat().st_size == sizes[name])
+    if name == STAGE_RECORD:
+        return True
+    meta = manifest.get(name)
+    info = file.stat()
+    if meta is None or info.st_size != meta.get("bytes"):
+        return False
+    return info.st_mtime_ns <= written_ns or _digest(file, info) == meta.get("sha256")
+
+
+_DIGESTS: dict[str, tuple[list[int], str]] = {}  # file -> (its stat signature, its digest) as this process read it
+
+
+def _digest(file: Path, info: os.stat_result) -> str:
+    """The digest a manifest lists for ``file`` (:func:`grueflow.io.fingerprint`; ``info`` its stat), read again
+    only where its stat signature changed since this process last read it (a dry run looks at a stage folder as a
+    reader's input and again as a folder that may hold a person's files)."""
+    signature = stat_signature(info)
+    known = _DIGESTS.get(str(file))
+    if known is None or known[0] != signature:
+        known = _DIGESTS[str(file)] = (signature, fingerprint(file))
+    return known[1]
 
 
 def _stage_record(file: Path) -> bool:

@@ -977,6 +977,48 @@ def test_a_persons_file_under_a_records_name_is_kept_as_any_other(tmp_path):
     assert unvouched(folder) == [folder / "provenance.json"]
 
 
+def test_a_hand_edit_of_a_stage_file_that_keeps_its_size_is_kept_before_a_rerun(tmp_path, monkeypatch):
+    """A number changed by hand in an evaluation's metrics.json (115 -> 995), or pad_token_id in a model's
+    generation_config.json (0 -> 9), kept the file's size, passed for the stage's own and was rewritten by the next
+    rerun with no copy kept, while an edit of another size was kept. A file modified after its folder's stage.json
+    is the stage's own only with the digest its manifest lists; one as written (touched, or copied back with new
+    times) is, and one no newer than the record is judged by its size alone, unread."""
+    from grueflow.io import atomic_dir, write_json, write_stage_record
+    from grueflow.keep import REPLACED, keep_copy, unvouched
+    from grueflow.stale import keep_user_files
+
+    monkeypatch.chdir(tmp_path)
+    results = Path("results")
+    evaluation, trained = results / "eval" / "sentiment" / "ppo" / "seed0", results / "sentiment" / "ppo" / "seed0"
+    with atomic_dir(evaluation) as tmp:
+        write_json(tmp / "metrics.json", {"fluency/perplexity": 115})
+        write_stage_record(tmp, stage="evaluate", params={}, inputs={}, wall_time_s=0.0)
+    with atomic_dir(trained) as tmp:
+        write_json(tmp / "model" / "generation_config.json", {"pad_token_id": 0})
+        write_stage_record(tmp, stage="rl_finetune", params={}, inputs={}, wall_time_s=0.0)
+    written = {folder: (folder / "stage.json").stat().st_mtime_ns for folder in (evaluation, trained)}
+    metrics, generation = evaluation / "metrics.json", trained / "model" / "generation_config.json"
+    assert unvouched(evaluation) == [] and unvouched(trained) == []
+    for file, folder in ((metrics, evaluation), (generation, trained)):  # as written, modified later: read, vouched
+        os.utime(file, ns=(written[folder] + 10**9, written[folder] + 10**9))
+    assert unvouched(evaluation) == [] and unvouched(trained) == []
+    metrics.write_text(metrics.read_text().replace("115", "995"))
+    generation.write_text(generation.read_text().replace('"pad_token_id": 0', '"pad_token_id": 9'))
+    for file, folder in ((metrics, evaluation), (generation, trained)):  # later than the record, whatever the clock
+        os.utime(file, ns=(written[folder] + 2 * 10**9, written[folder] + 2 * 10**9))
+    assert unvouched(evaluation) == [metrics] and unvouched(trained) == [generation]
+    lines = keep_user_files(results, [evaluation, trained])
+    copies = {folder: next(REPLACED.glob(f"{folder}@*")) for folder in (evaluation, trained)}
+    assert lines == [f"grueflow: {folder} holds what no stage record vouches for ({name}); a copy is kept in "
+                     f"{copies[folder]} (a rerun of its stage replaces it whole)"
+                     for folder, name in ((evaluation, "metrics.json"), (trained, "model/generation_config.json"))]
+    assert (copies[evaluation] / "metrics.json").read_text() == metrics.read_text()
+    assert '"pad_token_id": 9' in (copies[trained] / "model" / "generation_config.json").read_text()
+    os.utime(metrics, ns=(written[evaluation], written[evaluation]))  # no newer than its record: its size vouches
+    assert unvouched(evaluation) == []
+    assert keep_copy(trained, Path("."), unvouched(trained)) == copies[trained]  # the same content: copied once
+
+
 def test_a_stage_folder_without_its_record_is_stale_when_read_or_aggregated(tmp_path):
     """A datapool emptied (or its stage.json deleted) was found by no stage.json, so it was never rebuilt and its
     readers read what was left; an emptied evaluation failed the table on every run."""
