@@ -417,18 +417,10 @@ def copy_note(path: str | Path) -> Optional[str]:
     that run's. It says whether a pipeline run rebuilds the folder (the stale check rebuilds a suite folder under
     the project's ``results/``; a copy elsewhere is left as it is). None where the record names the folder itself,
     names no path, cannot be read (:func:`check_stage_output` reports that), or ``path`` is in no stage folder."""
-    given = Path(path)
-    folder = next((p for p in (given, *given.parents) if (p / STAGE_RECORD).is_file()), None)
-    if folder is None:
+    found = _recorded_out(path)
+    if found is None:
         return None
-    try:
-        record = read_json(folder / STAGE_RECORD)
-    except (OSError, ValueError):
-        return None
-    root = project_root(folder)
-    out = written_for(root, folder, record.get("out") if isinstance(record, dict) else None)
-    if out is None:
-        return None
+    folder, root, out = found
     other = Path(os.path.normpath(os.path.abspath(root / out)))
     cwd = Path(os.getcwd())
     shown = other.relative_to(cwd) if other.is_relative_to(cwd) else other
@@ -439,6 +431,43 @@ def copy_note(path: str | Path) -> Optional[str]:
         f"no pipeline run rebuilds it, as it lies outside {results}"
     return (f"{folder} is {how} the stage folder written at {shown} (its {STAGE_RECORD} records that path as its "
             f"output): what it holds is that run's; {rebuilt}")
+
+
+def _recorded_out(path: str | Path) -> Optional[tuple[Path, Path, str]]:
+    """``(folder, root, out)`` where ``path`` (links kept) lies in the stage folder ``folder`` (``path`` as given, or
+    a folder above it) whose ``stage.json`` records another output path ``out`` than ``folder``
+    (:func:`written_for`, relative to ``root``, the :func:`project_root`); None where it records ``folder`` itself,
+    no path, cannot be read, or ``path`` is in no stage folder."""
+    given = Path(path)
+    folder = next((p for p in (given, *given.parents) if (p / STAGE_RECORD).is_file()), None)
+    if folder is None:
+        return None
+    try:
+        record = read_json(folder / STAGE_RECORD)
+    except (OSError, ValueError):
+        return None
+    root = project_root(folder)
+    out = written_for(root, folder, record.get("out") if isinstance(record, dict) else None)
+    return None if out is None else (folder, root, out)
+
+
+def check_written_here(path: str | Path, flag: str) -> None:
+    """Raise a :class:`DataError` where the input ``path`` a stage was given as ``flag`` (a stage folder, or a folder
+    or file in one; links kept) lies in a stage folder whose ``stage.json`` records another output path than that
+    folder's (:func:`written_for`): another run's folder copied there (``cp -a``) or reached through a link, which
+    passes its own manifest check, and whose content a stage would take for the run its path names (another run's
+    model scored under this run's row). Compared only where the recorded path is relative, as a stage run in a
+    project writes it (:func:`output_path`): an absolute one (a folder written outside the project, then moved
+    there) tells nothing of where it belongs. Nothing is raised for a path in no stage folder or a record that
+    cannot be read (:func:`check_stage_output` reports that)."""
+    found = _recorded_out(path)
+    if found is None or os.path.isabs(found[2]):
+        return
+    folder, root, out = found
+    how = "a link to" if os.path.realpath(folder) == os.path.realpath(root / out) else "a copy of"
+    raise DataError(f"{flag} {path}: {folder} is {how} the stage folder written at {out} (its {STAGE_RECORD} records "
+                    f"that path as its output): what it holds is that run's, not the run its path names; delete "
+                    f"{folder} and rerun the pipeline (snakemake or dvc repro) to rebuild it")
 
 
 _WRITER = f"{socket.gethostname().replace('.', '_')}-{os.getpid()}"  # who writes a temporary folder: host-pid

@@ -94,14 +94,15 @@ class GivenOnce(argparse.Action):
 
 
 def setup(args: argparse.Namespace) -> float:
-    """Configure logging and check ``--threads`` (where the stage has it); returns the start time for the stage
-    record."""
+    """Configure logging, check ``--threads`` (where the stage has it), the inputs (:func:`check_inputs`) and
+    ``--out`` (:func:`check_out`); returns the start time for the stage record."""
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         stream=sys.stderr)
     threads = vars(args).get("threads")
     if threads is not None and not 1 <= threads <= MAX_THREADS:
         raise ConfigError(f"--threads = {threads} is not a thread count; give 1 to {MAX_THREADS} "
                           f"(this machine has {os.cpu_count()} cores)")
+    check_inputs(args)
     if vars(args).get("out") is not None:
         check_out(Path(args.out), args, running_stage())
         out = Path(args.out)  # as given: a results/ that is a link to another disk stays under the project
@@ -153,6 +154,18 @@ def _paths(value: Any) -> list[Path]:
 
 
 OUTPUT_ARGS = ("out", "resume_dir", "tensorboard")  # the arguments that name what a stage writes
+
+
+def check_inputs(args: argparse.Namespace) -> None:
+    """Every path a stage reads (each argument but :data:`OUTPUT_ARGS` holding paths) that lies in another run's
+    stage folder, copied or linked where its path names this run's (:func:`grueflow.io.check_written_here`), is a
+    :class:`grueflow.io.DataError` naming the argument, the folder and the path its record names, before any work:
+    its content passes its own manifest check, and would be taken for the run its path names."""
+    for name, value in vars(args).items():
+        if name in OUTPUT_ARGS or name.startswith(("out_", "_")):  # file outputs; GivenOnce's own note
+            continue
+        for path in _paths(value):
+            io.check_written_here(path, f"--{name.replace('_', '-')}")
 
 
 def _empty_tree(path: Path) -> bool:

@@ -137,7 +137,8 @@ def read_predictions(path: str | Path) -> list[Prediction]:
     """The ``id``, ``prompt`` and ``generation`` of each row of an evaluate stage's ``predictions.jsonl``; a file in
     a stage folder that no longer matches its ``stage.json`` (cut or edited) is a MissingDataError. A folder holding
     another run's output (copied or linked there: :func:`grueflow.io.copy_note`) is read, with a warning naming
-    both: an export by hand runs no stale check first."""
+    both, no stale check having run first; the export stage refuses one whose record names a relative path before
+    it gets here (:func:`grueflow.stage.check_inputs`)."""
     io.refuse_special_file(path, "give an evaluate output's predictions.jsonl (or its folder)")
     if not Path(path).is_file():
         raise io.MissingDataError(f"{path} does not exist; give an evaluate output's predictions.jsonl (or its folder)")

@@ -1691,6 +1691,67 @@ def test_a_task_file_that_is_a_fifo_or_a_device_is_named_so(tmp_path: Path, call
                                      f"give the params file itself")
 
 
+def _rl_folder(folder: Path) -> None:
+    """A stage folder as rl_finetune writes it at ``folder`` (relative to the working folder): a model/ and its
+    record."""
+    from grueflow.io import atomic_dir, write_stage_record
+
+    with atomic_dir(folder) as tmp:
+        write_json(tmp / "model" / "config.json", {"model_type": "gpt2"})
+        write_stage_record(tmp, stage="rl_finetune", params={}, inputs={}, wall_time_s=0.0)
+
+
+def test_a_stage_refuses_an_input_folder_copied_or_linked_from_another_run(tmp_path: Path, monkeypatch, call_stage):
+    """evaluate run on results/sentiment/ppo/seed0/model, where that folder was a cp -a of supervised+ppo's (with
+    `snakemake --allowed-rules evaluate aggregate -R evaluate`, which cannot rebuild it) or a link to it (as dvc
+    repro leaves a linked folder), scored supervised+ppo's model under ppo's row: the copy passes its own manifest
+    check. Every stage now compares each input's stage folder with the output path its stage.json records."""
+    monkeypatch.chdir(tmp_path)
+    written, copy, link = (Path("results") / "sentiment" / name / "seed0" for name in ("supervised+ppo", "ppo", "a2c"))
+    _rl_folder(written)
+    shutil.copytree(written, copy, symlinks=True)  # cp -a
+    link.parent.mkdir()
+    link.symlink_to(Path("..") / "supervised+ppo" / "seed0")
+    out = Path("results") / "eval" / "sentiment" / "ppo" / "seed0"
+    for folder, how in ((copy, "a copy of"), (link, "a link to")):
+        result = call_stage("evaluate", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--task", "sentiment",
+                            "--start", "supervised", "--algorithm", "ppo", "--datapool", "results/sentiment/datapool",
+                            "--model", folder / "model", "--base-model", "results/sentiment/base_model", "--seed", "0",
+                            "--out", out)
+        assert_fails_in_one_line(result, f"error: --model {folder / 'model'}: {folder} is {how} the stage folder "
+                                         f"written at {written} (its stage.json records that path as its output): "
+                                         f"what it holds is that run's, not the run its path names; delete {folder} "
+                                         f"and rerun the pipeline (snakemake or dvc repro) to rebuild it")
+        assert not out.exists()
+    result = call_stage("export_human_eval", "--kind", "likert", "--criteria", "sentiment", "--predictions",
+                        f"ppo={copy}", "--seed", "0", "--out", "results/human/sentiment/batches/likert_seed0")
+    assert_fails_in_one_line(result, f"error: --predictions {copy / 'predictions.jsonl'}: {copy} is a copy of the stage "
+                                     f"folder written at {written}")
+
+
+def test_an_input_folder_at_the_path_its_record_names_or_written_outside_the_project_is_not_refused(
+        tmp_path: Path, monkeypatch):
+    """Only a relative recorded path, as a stage run in the project writes it, says where a folder belongs: a folder
+    written outside the working folder (a test's, a person's) records an absolute one, and may be moved in."""
+    from grueflow.io import check_written_here
+
+    monkeypatch.chdir(tmp_path)
+    own = Path("results") / "sentiment" / "ppo" / "seed0"
+    _rl_folder(own)
+    check_written_here(own / "model", "--model")
+    check_written_here(own, "--init-model")
+    check_written_here(Path("results") / "sentiment" / "datapool", "--datapool")  # in no stage folder
+    (tmp_path / "work").mkdir()
+    monkeypatch.chdir(tmp_path / "work")
+    _rl_folder(tmp_path / "elsewhere")
+    assert read_json(tmp_path / "elsewhere" / "stage.json")["out"] == str(tmp_path / "elsewhere")
+    monkeypatch.chdir(tmp_path)
+    moved = Path("results") / "sentiment" / "a2c" / "seed0"
+    moved.parent.mkdir()
+    shutil.move(tmp_path / "elsewhere", moved)
+    check_written_here(moved / "model", "--model")
+
+
 # ---------------------------------------------------------------------------------------------
 # The workflow: snakemake validates every params file before any job
 # ---------------------------------------------------------------------------------------------
