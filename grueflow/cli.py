@@ -31,6 +31,7 @@ from grueflow.io import DataError, copy_note, refuse_special_file
 from grueflow.stage import GivenOnce, positive
 
 GRUE_JSON = "results/grue_table.json"
+METRICS_SUFFIXES = (".json", ".yaml", ".yml", ".toml")  # what `dvc metrics` reads as a metrics file
 EVAL_DIR = Path("results") / "eval"
 PREDICTIONS = "predictions.jsonl"
 
@@ -413,7 +414,16 @@ def note_copied(target: str, revs: Sequence[str]) -> None:
         print(f"grueflow diff: note: {note}", file=sys.stderr)
 
 
+def check_metrics_target(target: str) -> None:
+    """Refuse a ``--target`` that ``dvc metrics diff`` would not read as values: a file that is not JSON, YAML or
+    TOML by its name (the GRUE table's CSV, Markdown or HTML), which dvc loads as one text value, or not at all."""
+    if Path(target).suffix.lower() not in METRICS_SUFFIXES:
+        raise CliError(f"--target {target} is not a metrics file: diff compares JSON, YAML or TOML files of values "
+                       f"({', '.join(METRICS_SUFFIXES)}); the GRUE table's values are in {GRUE_JSON}, the default")
+
+
 def cmd_diff(args: argparse.Namespace) -> int:
+    check_metrics_target(args.target)
     if not Path(args.target).is_absolute() and not Path(args.target).exists():  # relative to the project's root
         check_not_in_subfolder("diff", " (or give --target the metrics file's path from here)")
     check_has_commits(args.rev_a, args.rev_b)

@@ -324,6 +324,19 @@ def table_pipeline(repo: Path) -> None:
     run(["git", "commit", "-qm", "results"], repo)
 
 
+def test_diff_refuses_a_target_that_is_not_a_metrics_file_by_its_name(tmp_path):
+    """``--target results/grue_table.csv``, the file the README calls the GRUE table: dvc loads a CSV as one text
+    value, and diff printed the whole flattened CSV as one "changed value", exit 0. A target that is not JSON, YAML
+    or TOML is refused before dvc runs, naming the file that holds the table's values."""
+    for target in ("results/grue_table.csv", "results/grue_table.md", "results/grue_table.html", "results/table"):
+        refused = subprocess.run([*CLI, "diff", "HEAD~1", "HEAD", "--target", target], cwd=tmp_path,
+                                 capture_output=True, text=True)
+        assert refused.returncode == 2 and refused.stdout == "", target
+        assert refused.stderr == f"grueflow diff: error: --target {target} is not a metrics file: diff compares " \
+                                 f"JSON, YAML or TOML files of values (.json, .yaml, .yml, .toml); the GRUE table's " \
+                                 f"values are in results/grue_table.json, the default\n", refused.stderr
+
+
 def test_diff_refuses_a_workspace_without_the_table(tmp_path):
     """With the workspace's table deleted, dvc read the cached one as the workspace's: "no changes", and ``--all``
     printed HEAD's values as the workspace's."""
