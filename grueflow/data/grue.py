@@ -507,10 +507,11 @@ class CRD3:
             wanted = {split: (args.source_splits or {}).get(split, split) for split in SPLITS}
             missing = sorted({CRD3_SPLIT_FILES.get(name, name) for name in wanted.values() if name not in sources})
             if missing:
+                resplit = (", or cut the episodes there are with split_fractions (or split_counts) and seed"
+                           if len(sources) == 1 else "")  # a re-split takes one source split's episodes
                 raise MissingDataError(
                     f"data_root {args.data_root}: data/aligned data has no {', '.join(missing)}; give each split's "
-                    f"episode list, feed a split from another with source_splits (e.g. {{val: train}}), or cut the "
-                    f"episodes there are with split_fractions (or split_counts) and seed")
+                    f"episode list, or feed a split from another with source_splits (e.g. {{val: train}}){resplit}")
         return build_datapool(sources, lambda unit: episode_rows(unit, args.max_context_size), args)
 
 

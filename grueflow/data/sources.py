@@ -9,16 +9,17 @@ loader's own reader (DailyDialog's original text files). Each source row, or gro
 Splits. By default our splits are the source's: train <- ``train``, val <- ``validation`` (or
 ``val``, ``dev``), test <- ``test``; ``source_splits`` names others (``{test: validation}`` where
 the public test set has no references). Where only one split exists locally (a dev or test slice),
-``split_fractions`` or ``split_counts`` pool the units of every source split, shuffle them with
-``seed`` and cut train, val and test in that order, so a suite can run on one file. The cut is by
+``split_fractions`` or ``split_counts`` shuffle the units of that one source split with ``seed`` and cut train,
+val and test in that order, so a suite can run on one file. A re-split of several source splits is refused (in
+the config when ``data_files`` names several, at the build when the source holds several): it would pool them, so
+a held-out test file's rows would be trained on and the test split be mostly train rows. The cut is by
 unit, so a CommonGen concept set, a DailyDialog dialogue or a NarrativeQA story never lands in two
 splits, and units whose Samples share a prompt (case and whitespace aside) or a ``source_id`` (a row written
 twice) are one unit, each row still its own Sample, so a test prompt is never trained on; ``split_counts`` count
 those units. A split that cannot be found is an error, never a silently empty split. Train and test never
 read one source split or one file (``data_files`` compared as files, links resolved): every test
 score would be on training data. Val may read train's source (``source_splits: {val: train}``, where
-the data has no validation split); a re-split refuses a file named twice in ``data_files``, whose rows
-it would pool twice.
+the data has no validation split).
 
 ``n_<split>`` above what the split holds keeps the whole split (RL4LMs configs set a large n to mean all) and logs a
 warning naming the split, the n asked and the Samples kept. Samples of one split that share a ``source_id`` are kept,
@@ -97,8 +98,9 @@ class SourceArgs:
     data_files: ``{source split: file}``, e.g. ``{validation: ../shared/data/x.jsonl}``.
     source_splits: ``{train|val|test: source split}`` where the defaults (train; validation, val
         or dev; test) do not fit; one source split may feed several of ours, but never both train and test.
-    split_fractions / split_counts: pool every source unit, shuffle with ``seed`` and cut
-        ``{train, val, test}`` by these fractions of the units or these numbers of units.
+    split_fractions / split_counts: shuffle the units of the one source split with ``seed`` and cut
+        ``{train, val, test}`` by these fractions of the units or these numbers of units; refused where the
+        source has several splits (``data_files`` naming several, a hub dataset's train and test).
     n_train / n_val / n_test: keep only the first n Samples of that split (all, with a warning, when it holds
         fewer).
     skip_bad_rows: drop rows with an empty input or no references (counted) instead of failing.
@@ -142,6 +144,9 @@ def check_split_args(args: SourceArgs) -> None:
             raise ValueError(f"{key} needs train, val and test, each >= {minimum}; got {dict(mapping)}")
     if args.split_fractions is not None and sum(args.split_fractions.values()) > 1.0 + 1e-9:
         raise ValueError(f"split_fractions add up to more than 1: {dict(args.split_fractions)}")
+    if resplit_key(args) and args.data_files and len(args.data_files) > 1:
+        files = ", ".join(f"{split}: {file}" for split, file in args.data_files.items())
+        raise ValueError(pooled_splits_message(f"data_files {{{files}}}", list(args.data_files), args))
     for split in SPLITS:
         limit = getattr(args, f"n_{split}")
         if limit is not None and limit < 1:
@@ -194,14 +199,14 @@ def group_units(units: list[Unit], key: Callable[[Unit], Any],
 def assign_splits(sources: dict[str, list[Unit]], to_rows: Callable[[Unit], list[Row]],
                   args: SourceArgs) -> tuple[dict[str, list[Unit]], Callable[[Unit], list[Row]]]:
     """Our train/val/test units, and the function that turns one into Rows: the source's splits by name with
-    ``to_rows``, or a seeded cut of every source unit, grouped by prompt first (:func:`prompt_groups`). A DataError
-    when train and test would read one source split or one file (:func:`check_train_test_apart`), or a re-split
-    would pool one file twice."""
+    ``to_rows``, or a seeded cut of the one source split's units, grouped by prompt first (:func:`prompt_groups`). A
+    DataError when train and test would read one source split or one file (:func:`check_train_test_apart`), or a
+    re-split would pool several source splits (:func:`check_one_source_split`)."""
     if args.split_fractions is None and args.split_counts is None:
         names = {split: source_name(split, sources, args) for split in SPLITS}
         check_train_test_apart(names["train"], names["test"], args)
         return {split: sources[names[split]] for split in SPLITS}, to_rows
-    check_files_named_once(args.data_files)
+    check_one_source_split(sources, args)
     pooled = [unit for name in sources for unit in sources[name]]
     groups = prompt_groups(pooled, to_rows, args.skip_bad_rows)
     random.Random(args.seed).shuffle(groups)
@@ -296,11 +301,11 @@ def source_name(split: str, sources: dict[str, Any], args: SourceArgs) -> str:
             return candidate
     raise DataError(
         f"no {' or '.join(candidates)} split for {split!r}: the data has the splits {sorted(sources)}. Name one "
-        f"with source_splits: {{{split}: ...}}, add a data_files entry {candidates[0]}: <file>, or cut the rows "
-        f"there are with split_fractions (or split_counts) and seed")
+        f"with source_splits: {{{split}: ...}}, add a data_files entry {candidates[0]}: <file>, or give one file "
+        f"and cut train, val and test from its rows with split_fractions (or split_counts) and seed")
 
 
-RESPLIT_HINT = "cut train, val and test apart from the rows with split_fractions (or split_counts) and seed"
+RESPLIT_HINT = "cut train, val and test apart from one file's rows with split_fractions (or split_counts) and seed"
 
 
 def check_train_test_apart(train: str, test: str, args: SourceArgs) -> None:
@@ -318,16 +323,49 @@ def check_train_test_apart(train: str, test: str, args: SourceArgs) -> None:
                         f"name the file once and {RESPLIT_HINT}")
 
 
-def check_files_named_once(files: Optional[dict[str, str]]) -> None:
-    """Refuse, for a re-split, ``data_files`` that name one file under two source splits: the re-split pools every
-    file, so each of its rows would be read twice and could land in train and in test."""
-    names = sorted(files or {})
-    for i, first in enumerate(names):
-        for second in names[i + 1:]:
-            if one_file(files, first, second):
-                raise DataError(f"data_files {first}: {files[first]} and {second}: {files[second]} are one file; a "
-                                f"re-split (split_fractions / split_counts) pools every file, so each of its rows "
-                                f"would be read twice and could land in train and in test: name the file once")
+def resplit_key(args: SourceArgs) -> str:
+    """``split_fractions`` or ``split_counts``, whichever is given; empty when neither (the source's splits kept)."""
+    if args.split_fractions is not None:
+        return "split_fractions"
+    return "split_counts" if args.split_counts is not None else ""
+
+
+def check_one_source_split(sources: dict[str, list[Unit]], args: SourceArgs) -> None:
+    """Refuse a re-split of a source that holds rows in more than one split (a hub dataset's train and test, a
+    folder of several files, a ``data_root`` with several splits): it would pool them, so rows held out for test
+    would be trained on. ``data_files`` naming several splits is refused earlier, by :func:`check_split_args`."""
+    held = [name for name, units in sources.items() if units]
+    if len(held) > 1:
+        root = getattr(args, "data_root", None)
+        where = f"data_root {root}" if root else f"path {args.path}"
+        raise DataError(pooled_splits_message(where, held, args))
+
+
+def pooled_splits_message(given: str, splits: list[str], args: SourceArgs) -> str:
+    """The one-line refusal of a re-split that would pool ``splits``, which ``given`` names as the user gave them."""
+    key = resplit_key(args)
+    mapping = keep_splits(splits)
+    named = {ours: theirs for ours, theirs in mapping.items() if theirs not in SOURCE_NAMES[ours]}
+    added = (" and add source_splits: {" + ", ".join(f"{ours}: {theirs}" for ours, theirs in named.items()) + "}"
+             if named else "")
+    note = " (val then reads train's rows)" if mapping and mapping["val"] == mapping["train"] else ""
+    pooled = f"{', '.join(splits[:-1])} and {splits[-1]}"
+    return (f"{key} with {given} would pool the source splits {pooled} and cut train, val and test from them anew, "
+            f"so rows held out in one split would be trained on and scored as test: to re-split one file, give "
+            f"data_files that file alone (e.g. {{{splits[0]}: <file>}}); to keep the given splits, drop "
+            f"{key}{added}{note}")
+
+
+def keep_splits(splits: list[str]) -> dict[str, str]:
+    """Which of ``splits`` (source split names) ours would read with no re-split: train its train (else the
+    validation split), val its validation split (else train's), test its test (else the validation split, when train
+    does not read it); empty when train and test cannot both be fed."""
+    validation = next((name for name in SOURCE_NAMES["val"] if name in splits), None)
+    train = "train" if "train" in splits else validation
+    test = "test" if "test" in splits else (validation if validation != train else None)
+    if train is None or test is None:
+        return {}
+    return {"train": train, "val": validation or train, "test": test}
 
 
 def split_sizes(n_units: int, args: SourceArgs, n_source_units: Optional[int] = None) -> dict[str, int]:

@@ -3157,6 +3157,77 @@ def test_a_loader_resplitting_rows_written_twice_trains_on_no_test_prompt(tmp_pa
         cls.build(parse(cls.Args, {**args, "split_counts": {"train": 12, "val": 6, "test": 6}}, "args"))
 
 
+RESPLIT_FIX = ("and cut train, val and test from them anew, so rows held out in one split would be trained on and "
+               "scored as test: to re-split one file, give data_files that file alone (e.g. {train: <file>}); to keep "
+               "the given splits, drop ")
+
+
+@pytest.mark.parametrize("files, cut, expect", [
+    ({"train": "nowhere/train.jsonl", "test": "nowhere/test.jsonl"}, {"split_fractions": {"train": 0.8, "val": 0.1,
+                                                                                          "test": 0.1}},
+     "split_fractions with data_files {train: nowhere/train.jsonl, test: nowhere/test.jsonl} would pool the source "
+     "splits train and test " + RESPLIT_FIX + "split_fractions and add source_splits: {val: train} (val then reads "
+     "train's rows)"),
+    ({"train": "a.jsonl", "validation": "b.jsonl", "test": "c.jsonl"}, {"split_counts": {"train": 4, "val": 1,
+                                                                                       "test": 1}},
+     "split_counts with data_files {train: a.jsonl, validation: b.jsonl, test: c.jsonl} would pool the source splits "
+     "train, validation and test " + RESPLIT_FIX + "split_counts"),
+    ({"train": "a.jsonl", "validation": "b.jsonl"}, {"split_counts": {"train": 4, "val": 1, "test": 1}},
+     "split_counts with data_files {train: a.jsonl, validation: b.jsonl} would pool the source splits train and "
+     "validation " + RESPLIT_FIX + "split_counts and add source_splits: {test: validation}"),
+], ids=["train-test", "three-files", "train-validation"])
+def test_a_resplit_of_several_data_files_is_refused_before_a_row_is_read(files: dict, cut: dict, expect: str):
+    """data_files {train, test} with split_fractions pooled both files and cut them anew, exit 0 and no warning: five
+    of six held-out test rows were trained on and the test split was mostly train rows. The files named here do not
+    exist: the config alone is refused."""
+    cls = DATAPOOLS.get("custom")
+    with pytest.raises(ConfigError) as err:
+        parse(cls.Args, {"data_files": files, **cut}, "args")
+    assert str(err.value) == f"args: {expect}"
+
+
+def test_a_resplit_of_a_held_out_test_file_fails_the_stage_and_writes_no_pool(
+        tmp_path: Path, call_stage: Callable[..., Exit]):
+    """The datapool stage on the task as a user writes it: one line, no pool."""
+    files = {split: write_rows(tmp_path / f"{split}.jsonl", [{"prompt": f"{split} prompt {i}", "references": [f"r{i}"]}
+                                                             for i in range(n)]) for split, n in (("train", 20),
+                                                                                                  ("test", 6))}
+    task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml", datapool={"id": "custom", "args": {
+        "data_files": files, "split_fractions": {"train": 0.8, "val": 0.1, "test": 0.1}}})
+    assert_fails_in_one_line(call_stage("prepare_datapool", "--task-file", task, "--out", tmp_path / "pool"),
+                             f"would pool the source splits train and test {RESPLIT_FIX}split_fractions and add "
+                             f"source_splits: {{val: train}}", f"test: {files['test']}")
+    assert not (tmp_path / "pool").exists()
+
+
+def test_a_resplit_of_a_source_with_several_splits_is_refused_at_the_build(tmp_path: Path):
+    """A folder (or a data_root, or a hub dataset) that holds train and test splits was pooled by a re-split as
+    data_files were; the kept splits still build."""
+    for split, n in (("train", 6), ("test", 3)):
+        write_rows(tmp_path / f"{split}.jsonl", [{"prompt": f"{split} {i}", "references": [f"r{i}"]} for i in range(n)])
+    cls = DATAPOOLS.get("custom")
+    with pytest.raises(DataError) as err:
+        cls.build(parse(cls.Args, {"path": str(tmp_path), "split_counts": {"train": 4, "val": 1, "test": 1}}, "args"))
+    assert str(err.value) == (f"split_counts with path {tmp_path} would pool the source splits train and test "
+                              f"{RESPLIT_FIX}split_counts and add source_splits: {{val: train}} (val then reads "
+                              f"train's rows)")
+    kept = cls.build(parse(cls.Args, {"path": str(tmp_path), "source_splits": {"val": "train"}}, "args"))
+    assert [len(kept.splits[split]) for split in ("train", "val", "test")] == [6, 6, 3]
+    assert [s.prompt for s in kept.splits["test"]] == ["test 0", "test 1", "test 2"]
+    dialogues = DATAPOOLS.get("daily_dialog")
+    for split in ("validation", "test"):
+        (tmp_path / "dd" / split).mkdir(parents=True)
+        for name, line in (("dialogues", "Hi . __eou__ Hello . __eou__ Bye . __eou__"), ("dialogues_act", "1 2 3"),
+                           ("dialogues_emotion", "0 0 0")):
+            (tmp_path / "dd" / split / f"{name}_{split}.txt").write_text(line + "\n")
+    with pytest.raises(DataError) as err:
+        dialogues.build(parse(dialogues.Args, {"data_root": str(tmp_path / "dd"), "context_turns": 1,
+                                               "split_counts": {"train": 1, "val": 1, "test": 1}}, "args"))
+    assert str(err.value) == (f"split_counts with data_root {tmp_path / 'dd'} would pool the source splits validation "
+                              f"and test {RESPLIT_FIX.replace('{train: ', '{validation: ')}split_counts and add "
+                              f"source_splits: {{train: validation}} (val then reads train's rows)")
+
+
 # ---------------------------------------------------------------------------------------------
 # Suites from --configfile and --config, and odd targets
 # ---------------------------------------------------------------------------------------------

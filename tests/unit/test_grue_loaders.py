@@ -549,8 +549,10 @@ def test_crd3_turns_with_rl4lms_context_and_speaker_prompt(tmp_path):
     with pytest.raises(DataError, match=r"F\.json: TURNS is \{'a': 1\} \(dict\); a CRD3 episode's TURNS is a list"):
         build("crd3", data_root=mixed, skip_bad_rows=True)
     (tmp_path / "mixed" / "data" / "aligned data" / "val_files").unlink()
+    # train and test lists are there: a re-split would pool them, so it is not offered
     with pytest.raises(MissingDataError, match=r"data/aligned data has no val_files; give each split's episode list, "
-                                               r"feed a split from another with source_splits"):
+                                               r"or feed a split from another with source_splits \(e\.g\. "
+                                               r"\{val: train\}\)$"):
         build("crd3", data_root=mixed, skip_bad_rows=True)
     (tmp_path / "missing" / "data" / "aligned data").mkdir(parents=True)
     (tmp_path / "missing" / "data" / "aligned data" / "train_files").write_text("C9\n")
@@ -836,8 +838,8 @@ def test_train_and_test_from_one_file_or_one_source_split_are_refused(tmp_path):
     with pytest.raises(DataError, match=rf"^train and test read one file: data_files train: {re.escape(path)} and "
                                         rf"test: {re.escape(path)}; "
                                         r"every test score would be on training data: give test a separate file, or "
-                                        r"name the file once and cut train, val and test apart from the rows with "
-                                        r"split_fractions \(or split_counts\) and seed$"):
+                                        r"name the file once and cut train, val and test apart from one file's "
+                                        r"rows with split_fractions \(or split_counts\) and seed$"):
         build("custom", data_files={"train": path, "validation": path, "test": path})
     with pytest.raises(DataError, match=r"^train and test both read the source split 'train' \(source_splits "
                                         r"\{'val': 'train', 'test': 'train'\}\): every test score would be on training "
@@ -862,11 +864,9 @@ def test_one_file_written_two_ways_or_linked_is_one_file_and_val_may_read_train(
     pool = build("custom", data_files={"train": path, "test": test}, source_splits={"val": "train"})
     assert sizes(pool) == [6, 6, 2]
     assert sizes(build("custom", data_files={"train": path, "test": test}, source_splits={"val": "test"})) == [6, 2, 2]
-    # a re-split pools every file: one file named twice would be read twice
-    with pytest.raises(DataError, match=rf"^data_files test: {re.escape(path)} and train: {re.escape(path)} are one "
-                                        r"file; a re-split \(split_fractions / split_counts\) pools every file, so "
-                                        r"each of its rows would be read twice and could land in train and in test: "
-                                        r"name the file once$"):
+    # a re-split takes one source split: one file named twice is refused as any two files are
+    with pytest.raises(ConfigError, match=rf"split_counts with data_files \{{train: {re.escape(path)}, test: "
+                                          rf"{re.escape(path)}\}} would pool the source splits train and test"):
         build("custom", data_files={"train": path, "test": path}, split_counts={"train": 4, "val": 1, "test": 1})
 
 
