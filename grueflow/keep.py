@@ -6,13 +6,15 @@ another digest where it changed after its stage wrote the record) may be a perso
 damaged, and nothing tells which. :func:`keep_copy` copies such files
 to :data:`REPLACED`, outside ``results/``, once per content, before anything deletes them: the Snakefile's checks
 (:mod:`grueflow.stale`) before any job, and a stage (:func:`grueflow.stage.keep_unvouched`) before it replaces or
-refuses its ``--out``.
+refuses its ``--out``. The same checks copy a human-evaluation batch that has answers on record, and its key, whole
+(:func:`grueflow.stale.keep_answered`): a re-export replaces them, and they are the only map from the answers' item
+ids to the systems; :func:`copies_of` finds such copies again.
 """
 
 from __future__ import annotations
 
+import glob
 import hashlib
-import itertools
 import os
 import secrets
 import shutil
@@ -46,12 +48,7 @@ def unvouched(path: Path) -> list[Path]:
     a person, or both."""
     if not path.is_dir():
         return [path] if path.is_file() or path.is_symlink() else []
-    found = []
-    for top, folders, names in os.walk(path):  # links to folders are listed, never followed
-        for name in [*names, *(f for f in folders if os.path.islink(os.path.join(top, f)))]:
-            file = Path(top) / name
-            if file.is_symlink() or (file.is_file() and file != path / SNAKEMAKE_TIMESTAMP):
-                found.append(file)
+    found = files_under(path)
     try:
         listed_files = read_json(path / STAGE_RECORD)["files"]
         manifest = {name: meta for name, meta in listed_files.items() if isinstance(meta, dict)}
@@ -60,6 +57,18 @@ def unvouched(path: Path) -> list[Path]:
         manifest, written_ns = None, 0  # unhashed records
     return sorted(file for file in found
                   if not _vouched(file, file.relative_to(path).as_posix(), manifest, written_ns))
+
+
+def files_under(path: Path) -> list[Path]:
+    """Every file under the folder ``path``, symbolic links as links (to folders too, never followed), sorted;
+    Snakemake's timestamp, FIFOs, sockets and devices, which hold no data, left out."""
+    found = []
+    for top, folders, names in os.walk(path):
+        for name in [*names, *(f for f in folders if os.path.islink(os.path.join(top, f)))]:
+            file = Path(top) / name
+            if file.is_symlink() or (file.is_file() and file != path / SNAKEMAKE_TIMESTAMP):
+                found.append(file)
+    return sorted(found)
 
 
 def persons_files(path: Path) -> list[Path]:
@@ -129,35 +138,24 @@ def _stage_record(file: Path) -> bool:
         return False
 
 
-def keep_copy(path: Path, root: Path, files: list[Path]) -> Path:
+def keep_copy(path: Path, root: Path, files: list[Path], by_content: bool = False) -> Path:
     """Copy ``files`` (:func:`unvouched`: under the stage folder ``path``, or ``path`` itself where it is a file) to
     ``<root>/.grueflow/replaced/<path>@<key>``, as they lie under ``path``, and return that place; ``key`` (12 hex
     digits) is a digest of their names and stat signatures (a file's content where ``path`` is one, which the stale
-    check stamps), so that the same content, seen by one dry run after another, is copied once. Snakemake deletes
+    check stamps; their contents, the unhashed records at the top of ``path`` left out, where ``by_content``: a
+    folder a stage may write again as it was, such as a seeded export), so that the same content, seen by one dry
+    run after another, is copied once (:func:`kept_copy` finds it). Snakemake deletes
     an output before its job rebuilds it, and nothing a person put there may go with it. The copy is written under
     a temporary name of its own and renamed, so a place that exists is complete, whatever runs beside it; one found
     emptied or cut since (or a file in its place) is left as it is, and the copy made beside it (``@<key>.1``, ...).
-    It is readable by the group, as every output folder is. It lies
-    outside ``results/``: no stage or table reads it, and neither engine tracks it. A copy that fails (a full disk,
-    ``.grueflow`` a file) is a :class:`DataError`: nothing may run."""
+    It is readable by the group, as every output folder is (a file keeps its own mode: a private key stays so). It
+    lies outside ``results/``: no stage or table reads it, and neither engine tracks it. A copy that fails (a full
+    disk, ``.grueflow`` a file) is a :class:`DataError`: nothing may run."""
     place, tmp = root / REPLACED / os.path.relpath(os.path.abspath(path), os.path.abspath(root)), None
     try:
-        if path.is_dir():
-            digest = hashlib.sha256()
-            for file in files:
-                digest.update(os.fsencode(file.relative_to(path)) + f"\0{stat_signature(file.lstat())}\0".encode())
-            key = digest.hexdigest()[:12]
-        elif path.is_symlink():  # copied as the link: what it names may be no file (a FIFO, a socket, a device)
-            key = hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest()[:12]
-        else:  # by content: the stale check stamps the file itself, which changes its times
-            key = sha256_bytes(path)[:12]
-        base = place = place.with_name(f"{place.name}@{key}")
-        for n in itertools.count(1):  # a copy emptied or cut since, or a file in its place: kept, and one beside it
-            if not os.path.lexists(place):
-                break
-            if place.is_dir() and not place.is_symlink() and _holds(place, path, files):
-                return place
-            place = base.with_name(f"{base.name}.{n}")
+        found, place = _places(path, root, files, by_content)
+        if found is not None:
+            return found
         place.parent.mkdir(parents=True, exist_ok=True)
         tmp = place.parent / f".{place.name}.{os.getpid()}.{secrets.token_hex(4)}"  # a run's own
         tmp.mkdir()  # the mode a new folder gets (mkdtemp's is 0700): readable by the group, as every output is
@@ -182,6 +180,52 @@ def keep_copy(path: Path, root: Path, files: list[Path]) -> Path:
         if tmp is not None:  # a copy that failed, or lost to another run's: nothing of it stays
             shutil.rmtree(tmp, ignore_errors=True)
     return place
+
+
+def kept_copy(path: Path, root: Path, files: list[Path], by_content: bool = False) -> Optional[Path]:
+    """The complete copy :func:`keep_copy` made of ``files`` under ``path`` as they are now (the same arguments),
+    or None where it has made none (or only one emptied or cut since)."""
+    return _places(path, root, files, by_content)[0]
+
+
+def copies_of(path: Path, root: Path) -> list[Path]:
+    """Every copy :func:`keep_copy` made of ``path`` (a folder or file under ``root``), whatever its content:
+    ``<root>/.grueflow/replaced/<path>@<key>`` (and ``@<key>.<n>``), sorted; the temporary folders of a copy under
+    way left out."""
+    place = root / REPLACED / os.path.relpath(os.path.abspath(path), os.path.abspath(root))
+    if not place.parent.is_dir():
+        return []
+    return sorted(p for p in place.parent.glob(f"{glob.escape(place.name)}@*") if p.is_dir() and not p.is_symlink())
+
+
+def _places(path: Path, root: Path, files: list[Path], by_content: bool) -> tuple[Optional[Path], Path]:
+    """(the complete copy of ``files`` made before, or None; the place a new one goes): see :func:`keep_copy`."""
+    place = root / REPLACED / os.path.relpath(os.path.abspath(path), os.path.abspath(root))
+    if path.is_dir():
+        digest = hashlib.sha256()
+        for file in _keyed(path, files, by_content):
+            what = (os.readlink(file) if file.is_symlink() else sha256_bytes(file)) if by_content else \
+                stat_signature(file.lstat())
+            digest.update(os.fsencode(file.relative_to(path)) + f"\0{what}\0".encode())
+        key = digest.hexdigest()[:12]
+    elif path.is_symlink():  # copied as the link: what it names may be no file (a FIFO, a socket, a device)
+        key = hashlib.sha256(os.fsencode(os.readlink(path))).hexdigest()[:12]
+    else:  # by content: the stale check stamps the file itself, which changes its times
+        key = sha256_bytes(path)[:12]
+    base = place = place.with_name(f"{place.name}@{key}")
+    n = 0
+    while os.path.lexists(place):  # a copy emptied or cut since, or a file in its place: kept, and one beside it
+        if place.is_dir() and not place.is_symlink() and _holds(place, path, _keyed(path, files, by_content)):
+            return place, place
+        n += 1
+        place = base.with_name(f"{base.name}.{n}")
+    return None, place
+
+
+def _keyed(path: Path, files: list[Path], by_content: bool) -> list[Path]:
+    """Those of ``files`` (under the folder ``path``) whose content the copy's key covers: all of them, but the
+    unhashed records at the top of ``path`` (how a run went, which differs from run to run) where ``by_content``."""
+    return [f for f in files if not (by_content and f.parent == path and f.name in UNHASHED)]
 
 
 def _holds(place: Path, path: Path, files: list[Path]) -> bool:

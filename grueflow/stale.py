@@ -44,6 +44,8 @@ rebuild deletes it, and so is what any other stage folder holds that no record v
 (:func:`keep_user_files`: a rerun for a changed param replaces a folder whole). DVC needs none of this: it
 compares content hashes, and a stage folder is an output as DVC defines it (``dvc status`` lists one a file was
 added to as modified, and ``dvc repro`` restores it from DVC's cache; DVC has no hook to run before that).
+A human-evaluation batch that has answers on record, and its key, are copied whole the same way (:func:`keep_answered`):
+an upstream change re-exports the batch, and the answers then answer one that no longer exists.
 
 The same blind spot holds for the files a job reads from outside ``results/`` (a datapool's local data, a
 plugin's code, a reward's lexicon): one replaced by a file with an older time (``mv`` from a download folder,
@@ -68,7 +70,8 @@ from typing import Iterable, Optional
 from grueflow.io import (MODEL_DIR, STAGE_RECORD, UNHASHED, DataError, MissingDataError, atomic_path,
                          check_stage_output, files_record, fingerprint, last_written, read_json, sha256_bytes,
                          written_for)
-from grueflow.keep import SNAKEMAKE_TIMESTAMP, keep_copy, listed, persons_files, stat_signature, unvouched
+from grueflow.keep import (SNAKEMAKE_TIMESTAMP, files_under, keep_copy, kept_copy, listed, persons_files,
+                           stat_signature, unvouched)
 
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
 TOKENS = Path(".snakemake") / "grueflow-stale.json"  # {output path: when it was last found stale, ns}, beside
@@ -363,6 +366,38 @@ def keep_user_files(results: Path, folders: Iterable[Path], done: Iterable[Path]
         what = "is a file where a stage folder belongs" if files == [folder] else \
             f"holds what no stage record vouches for ({listed(folder, files)})"
         lines.append(f"grueflow: {folder} {what}; a copy is kept in {place} (a rerun of its stage replaces it whole)")
+    return lines
+
+
+def keep_answered(root: Path, answered: Iterable[tuple[Path, Optional[Path], Path]]) -> list[str]:
+    """Copy each human-evaluation batch that has answers on record, and its key, whole to ``.grueflow/replaced/``
+    under ``root`` (:func:`grueflow.keep.keep_copy`, by content: the same batch exported again is not copied
+    again), before any job runs; one line per batch a copy was made of now. ``answered``: (a batch folder, a pairwise
+    batch's key file or None, the folder of its answers: ``data/human/<task>/<batch>/``, which holds some).
+
+    An upstream change that alters the predictions re-exports the batch, and Snakemake deletes the batch folder and
+    its key before the export runs, so the export cannot refuse to replace another batch's key: the batch the
+    answers belong to, and its key, the only map from their item ids to the systems, would be lost (a generation on
+    a GPU is not bit for bit the same again). Nothing tells whether the next run re-exports it, so a dry run copies
+    too. The import names the copy where answers are of an earlier batch (:func:`grueflow.human.batch.kept_batch`).
+    A copy that fails is a :class:`DataError`: nothing may run."""
+    lines = []
+    for folder, key, answers in answered:
+        if folder.is_symlink() or not folder.is_dir():  # nothing exported, or a link Snakemake deletes, not its folder
+            continue
+        parts = [(folder, files_under(folder))]
+        if key is not None and key.is_file() and not key.is_symlink():
+            parts.append((key, [key]))
+        if not parts[0][1]:  # an empty folder holds nothing to lose
+            continue
+        copies, new = [], False
+        for path, files in parts:
+            new |= kept_copy(path, root, files, by_content=True) is None
+            copies.append(keep_copy(path, root, files, by_content=True))
+        if new:
+            its_key = f", its key in {copies[1]}" if len(copies) > 1 else ""
+            lines.append(f"grueflow: {folder} has answers in {answers}; a copy of it is kept in {copies[0]}{its_key} "
+                         f"(an upstream change that alters its predictions exports it again, replacing it)")
     return lines
 
 

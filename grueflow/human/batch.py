@@ -30,6 +30,7 @@ import hashlib
 import html
 import json
 import logging
+import os
 import random
 import re
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 from grueflow import io
+from grueflow.keep import copies_of
 from grueflow.registry import UnknownNameError
 from grueflow.human.criteria import CRITERIA, SCALE_MAX, SCALE_MIN, CriteriaSet, Criterion
 
@@ -341,6 +343,39 @@ def check_key_path(key_path: str | Path, document: Mapping[str, Any]) -> None:
                            f"choose another --key path or delete it if that export is abandoned")
     raise io.DataError(f"{key_path}: the key exists for batch {tag}; choose another --key path or delete it if that "
                        f"batch is abandoned")
+
+
+def kept_batch(batch: Batch, tag: str) -> list[Path]:
+    """The copies the check before any Snakemake job keeps of an answered batch (:func:`grueflow.stale.keep_answered`)
+    that hold batch ``tag``, exported before to ``batch``'s folder: the folder's, then a pairwise batch's key's where
+    the pipeline's layout puts it (``results/human/<task>/keys/<batch>.json``); paths relative to the working folder
+    (the project, where the copies go). Empty where none is kept, or the folder lies outside the working folder."""
+    if batch.folder is None or not Path(os.path.abspath(batch.folder)).is_relative_to(Path.cwd()):
+        return []
+    folder = Path(os.path.relpath(os.path.abspath(batch.folder)))
+    found = [copy for copy in copies_of(folder, Path(".")) if _tag_of_copy(copy / ITEMS) == tag][-1:]
+    if found and batch.kind == "pairwise" and folder.parent.name == "batches":
+        key = folder.parent.parent / "keys" / f"{folder.name}.json"
+        found += [copy for copy in copies_of(key, Path(".")) if _tag_of_key(copy / key.name) == tag][-1:]
+    return found
+
+
+def _tag_of_copy(items: Path) -> str | None:
+    """The batch tag of the first item id in ``items`` (a batch's ``items.jsonl``), or None where it is unreadable."""
+    try:
+        with open(items, encoding="utf-8") as handle:
+            first = json.loads(handle.readline())
+        return tag_of(first["item_id"]) if isinstance(first, dict) and isinstance(first.get("item_id"), str) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _tag_of_key(path: Path) -> str | None:
+    """The batch tag a key file names, or None where it is unreadable or names none."""
+    try:
+        return _read_key_file(path)[0]
+    except io.DataError:
+        return None
 
 
 def manifest(batch: Batch) -> dict[str, Any]:

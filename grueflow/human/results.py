@@ -30,7 +30,7 @@ from grueflow import io
 from grueflow.human.agreement import cohen_kappa, fleiss_kappa, krippendorff_alpha
 from grueflow.human.answers import (Answer, AnswerError, Source, check_annotator, check_answer, parse_at,
                                     read_numbered_answer_lines)
-from grueflow.human.batch import Batch, prompt_of
+from grueflow.human.batch import Batch, kept_batch, prompt_of, tag_of
 from grueflow.human.templates import CHOICE_FIELD
 
 log = logging.getLogger(__name__)
@@ -63,6 +63,9 @@ def read_answer_file(path: str | Path, batch: Batch) -> list[Answer]:
                            f"worked, or leave it out")
     answers, untimed = [], []
     for number, record in records:  # number: the line in the file, as an editor or grep -n shows it
+        earlier = other_batch(path, f"line {number}", record.get("item_id"), batch)
+        if earlier is not None:
+            raise earlier
         try:
             answer = Answer(check_annotator(record["annotator"]), record["item_id"],
                             check_answer(batch, record["item_id"], record["answer"]), parse_at(record.get("at")),
@@ -76,6 +79,27 @@ def read_answer_file(path: str | Path, batch: Batch) -> list[Answer]:
         log.warning("%s: %d answer(s) have an 'at' that is not an ISO 8601 time (first: %s); their time is unknown, "
                     "so a different answer to the same item in another file is refused", path, len(untimed), untimed[0])
     return answers
+
+
+def other_batch(path: str | Path, place: str, item_id: Any, batch: Batch) -> Optional[io.DataError]:
+    """The error for an answer (in ``path`` at ``place``) to ``item_id`` of another batch than ``batch``: its id
+    carries another batch tag (:func:`~grueflow.human.batch.tag_of`). The usual cause is an upstream change that
+    re-exported the batch after people answered it; the error names the copy of the earlier batch that the check
+    before any Snakemake job kept (:func:`~grueflow.human.batch.kept_batch`), if any. None for an id of this batch's
+    tag, or of no tag."""
+    tag = tag_of(item_id) if isinstance(item_id, str) else None
+    if tag is None or batch.tag is None or tag == batch.tag:
+        return None
+    kept = kept_batch(batch, tag)
+    if kept:
+        where = f"a copy is kept in {kept[0]}" + (f", its key in {kept[1]}" if len(kept) > 1 else "")
+    else:
+        where = ("no copy is kept in .grueflow/replaced/; the export is seeded, so the predictions it was made from "
+                 "export it again")
+    return io.DataError(f"{path} holds answers to batch {tag} ({place}: item {item_id!r}), and the batch now is "
+                        f"{batch.tag}{f' ({batch.folder})' if batch.folder else ''}: it was exported again since (its "
+                        f"predictions changed), or the file answers another batch; put back the earlier batch "
+                        f"({where}) or answer the new one")
 
 
 def latest_answers(answers: Iterable[Answer]) -> list[Answer]:
@@ -297,6 +321,9 @@ def _platform_row(path: str | Path, place: str, row: Mapping[str, str], batch: B
     """The answer of one results CSV row, at ``place`` (``row N``, the spreadsheet's row, header row 1; with
     ``(line M)``, the line it starts on, where quoted line breaks above it make the two differ)."""
     item = batch.item(html.unescape(row["Input.item_id"]))
+    earlier = other_batch(path, place, html.unescape(row["Input.item_id"]), batch) if item is None else None
+    if earlier is not None:
+        raise earlier
     if item is None:
         raise io.DataError(f"{path}: {place}: Input.item_id {row['Input.item_id']!r} is not in this batch")
     for column in batch.columns:

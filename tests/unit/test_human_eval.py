@@ -9,6 +9,7 @@ import html
 import json
 import logging
 import math
+import os
 import re
 import shutil
 import subprocess
@@ -207,8 +208,12 @@ def test_platform_csv_of_another_batch_is_refused(tmp_path: Path) -> None:
     hb.write_batch(batch, tmp_path / "a", key, tmp_path / "a.json")
     hb.write_batch(other, tmp_path / "b", other_key, tmp_path / "b.json")
     _results_csv(tmp_path / "results.csv", tmp_path / "b", {"W1": {i["item_id"]: {"choice": "A"} for i in other.items}})
-    with pytest.raises(io.DataError, match="is not in this batch"):  # its item ids carry the other batch's tag
+    with pytest.raises(io.DataError) as err:  # its item ids carry the other batch's tag
         results.read_answers(tmp_path / "results.csv", batch)
+    assert (f"results.csv holds answers to batch {other.tag} (row 2: item 'P{other.tag}-00001'), and the batch now "
+            f"is {batch.tag}: it was exported again since (its predictions changed), or the file answers another "
+            f"batch; put back the earlier batch (no copy is kept in .grueflow/replaced/; the export is seeded, so the "
+            f"predictions it was made from export it again) or answer the new one") in str(err.value)
 
 
 def test_platform_csv_saved_by_excel_with_a_bom_imports_and_a_header_only_one_is_refused(tmp_path: Path) -> None:
@@ -246,7 +251,16 @@ def test_results_of_another_batch_without_input_text_columns_match_no_item(tmp_p
         writer = csv.DictWriter(handle, keep)
         writer.writeheader()
         writer.writerows({k: r[k] for k in keep} for r in rows)
-    with pytest.raises(io.DataError, match=r"ids_only\.csv: row 2: Input\.item_id 'P[0-9a-f]{8}-00001' is not in this batch"):
+    with pytest.raises(io.DataError, match=rf"ids_only\.csv holds answers to batch {other.tag} \(row 2: item "
+                                           rf"'P{other.tag}-00001'\), and the batch now is {batch.tag}: "):
+        results.read_answers(tmp_path / "ids_only.csv", batch)
+    rows[0]["Input.item_id"] = f"P{batch.tag}-99999"  # this batch's tag, an item it lacks: no other batch's answers
+    with open(tmp_path / "ids_only.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.DictWriter(handle, keep)
+        writer.writeheader()
+        writer.writerow({k: rows[0][k] for k in keep})
+    with pytest.raises(io.DataError, match=rf"ids_only\.csv: row 2: Input\.item_id 'P{batch.tag}-99999' is not in "
+                                           rf"this batch$"):
         results.read_answers(tmp_path / "ids_only.csv", batch)
 
 
@@ -572,6 +586,61 @@ def test_an_import_refuses_the_key_of_another_batch_and_an_export_never_replaces
     assert right.returncode == 0, right.stderr
     rows = {r["method"]: r["value"] for r in io.read_json(tmp_path / "imported" / "table_rows.json")}
     assert rows == {"ppo": 1.0, "sup": 0.0}
+
+
+def test_an_answered_batch_is_kept_before_a_re_export_and_its_answers_name_the_copy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Snakemake deletes a batch and its key before their export reruns (the predictions changed), so the export's
+    refusal to replace another batch's key never fires: the check before any job keeps the answered batch, once per
+    content, and answers of it, imported against the new batch, say so and name the copy."""
+    from grueflow.stale import keep_answered
+
+    monkeypatch.chdir(tmp_path)
+    folder = Path("results/human/t/batches/ppo_vs_sup_seed0")
+    key_file, answered = Path("results/human/t/keys/ppo_vs_sup_seed0.json"), Path("data/human/t/ppo_vs_sup_seed0")
+
+    def export(first: str, wall_time: float) -> hb.Batch:
+        batch, key = hb.pairwise_batch((first, _predictions(first)), ("sup", _predictions("sup")), "imdb", 0)
+        hb.write_batch(batch, folder, key, key_file, finish=lambda tmp: io.write_json(
+            tmp / io.PROVENANCE_RECORD, {"git_commit": "x", "wall_time_s": wall_time}))
+        return batch
+
+    before = export("ppo", 1.0)
+    io.write_jsonl(answered / "answers.jsonl", [{"annotator": "alice", "item_id": i["item_id"],
+                                                 "answer": {"choice": "A"}} for i in before.items])
+    entries = [(folder, key_file, answered)]
+    lines = keep_answered(Path("."), entries)
+    kept, kept_key = hb.kept_batch(hb.read_batch(folder), before.tag)
+    assert kept.name.startswith("ppo_vs_sup_seed0@") and kept_key.name.startswith("ppo_vs_sup_seed0.json@")
+    assert lines == [f"grueflow: {folder} has answers in {answered}; a copy of it is kept in {kept}, its key in "
+                     f"{kept_key} (an upstream change that alters its predictions exports it again, replacing it)"]
+    assert str(kept).startswith(".grueflow/replaced/results/human/t/batches/") and (kept_key / key_file.name
+                                                                                   ).stat().st_mode & 0o777 == 0o600
+    assert hb.read_key(kept_key / key_file.name, hb.read_batch(kept))  # the map from the answers' ids to systems
+    os.utime(key_file, (1, 1))  # the stale check stamps a key: its content is kept already
+    assert keep_answered(Path("."), entries) == []
+    key_file.unlink()  # as Snakemake deletes the outputs; the seeded export writes the same batch again
+    assert export("ppo", 2.0).tag == before.tag and keep_answered(Path("."), entries) == []
+    assert len(list(kept.parent.iterdir())) == 1  # once per content, however the run went
+
+    shutil.rmtree(folder)
+    key_file.unlink()
+    after = export("a2c", 3.0)  # the predictions changed: another batch
+    with pytest.raises(io.DataError) as err:
+        results.read_answers(answered / "answers.jsonl", hb.read_batch(folder))
+    assert str(err.value) == (
+        f"{answered / 'answers.jsonl'} holds answers to batch {before.tag} (line 1: item 'P{before.tag}-00001'), and "
+        f"the batch now is {after.tag} ({folder}): it was exported again since (its predictions changed), or the file "
+        f"answers another batch; put back the earlier batch (a copy is kept in {kept}, its key in {kept_key}) or "
+        f"answer the new one")
+    _results_csv(answered / "results.csv", kept, {"W1": {i["item_id"]: {"choice": "B"} for i in before.items}})
+    with pytest.raises(io.DataError, match=re.escape(f"results.csv holds answers to batch {before.tag} (row 2: item "
+                                                     f"'P{before.tag}-00001'), and the batch now is {after.tag}")
+                       + r".*" + re.escape(f"(a copy is kept in {kept}, its key in {kept_key}) or answer the new one")):
+        results.read_answers(answered / "results.csv", hb.read_batch(folder))
+    assert [line.split(";")[0] for line in keep_answered(Path("."), entries)] == [
+        f"grueflow: {folder} has answers in {answered}"]  # the new batch, answered in time, is kept too
+    assert len(list(kept.parent.iterdir())) == 2
 
 
 def test_a_key_that_names_no_batch_is_refused_unless_accepted_as_legacy(tmp_path: Path,

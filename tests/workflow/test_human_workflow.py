@@ -98,8 +98,13 @@ def test_export_annotate_import_table_through_snakemake(tmp_path: Path) -> None:
     prefs = [json.loads(line) for line in
              (repo / "results" / "human" / "sentiment" / "imported" / PAIR / "preferences.jsonl").open()]
     assert len(prefs) == 2 * n - 1 and {p["chosen_system"] for p in prefs} == {"supervised+ppo"}
-    assert "Nothing to be done" in run(["snakemake", "-n", "results/human_eval_table.csv", "--cores", "1", "--allowed-rules",
-                                        "import_human_eval", "human_eval_table"], repo).stdout
+    # the answered batches and the pairwise key, kept before anything could re-export them; once per content
+    replaced = repo / ".grueflow" / "replaced" / "results" / "human" / "sentiment"
+    assert [p.name.split("@")[0] for p in sorted((replaced / "batches").iterdir())] == ["likert_seed0", PAIR]
+    assert [p.name.split("@")[0] for p in (replaced / "keys").iterdir()] == [f"{PAIR}.json"]
+    nothing = run(["snakemake", "-n", "results/human_eval_table.csv", "--cores", "1", "--allowed-rules",
+                   "import_human_eval", "human_eval_table"], repo)
+    assert "Nothing to be done" in nothing.stdout and "has answers in" not in nothing.stderr
     # the pairwise key emptied: every run failed on it, and nothing re-exported it (it is in no manifest)
     table_before = (repo / "results" / "human_eval_table.csv").read_bytes()
     key_file.write_text("{}\n")

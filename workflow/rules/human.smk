@@ -49,6 +49,20 @@ def human_key(w):
     return [] if w.batch.startswith("likert_") else [f"results/human/{w.task}/keys/{w.batch}.json"]
 
 
+def answered_batches():
+    """(batch folder, its key file or None, its answers folder) of every batch with answers under data/human/ (the
+    imports the table reads): what the check before any job keeps a copy of (grueflow.stale.keep_answered), since a
+    re-export deletes the batch its answers belong to."""
+    from types import SimpleNamespace
+
+    found = []
+    for task, batch in HUMAN_TREE.batches:
+        key = human_key(SimpleNamespace(task=task, batch=batch))
+        found.append((Path(f"results/human/{task}/batches/{batch}"), Path(key[0]) if key else None,
+                      Path(f"data/human/{task}/{batch}")))
+    return found
+
+
 rule export_human_likert:
     input:
         runs=lambda w: expand("results/eval/{task}/{method}/seed{seed}", task=w.task, method=METHODS, seed=w.seed),
