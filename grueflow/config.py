@@ -627,6 +627,9 @@ class TaskConfig:
 
 
 REWARD_KEY = "reward"  # the task reward's corpus key in metrics.json
+# beside it, written only when some were: how many samples the reward left out because a component scored them NaN,
+# and how many samples it scored in all (the GRUE table notes "reward over k of n test samples")
+REWARD_LEFT_OUT_KEY, REWARD_SAMPLES_KEY = "reward_left_out", "reward_samples"
 FLUENCY_METRIC = "perplexity"  # evaluate always scores it: the GRUE table's fluency_ppl
 # an RL output's per-sequence KL to its reference at the iteration of the policy it hands on, the last or the one
 # select: best chose (its train_metrics.json ``kl/sequence``, beside that ``iteration``);

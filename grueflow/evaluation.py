@@ -7,7 +7,8 @@ import math
 from typing import Any, Callable
 
 from grueflow import postprocess
-from grueflow.config import REWARD_KEY, GenerationConfig, MetricSpec, RewardConfig, typed_args
+from grueflow.config import (REWARD_KEY, REWARD_LEFT_OUT_KEY, REWARD_SAMPLES_KEY, GenerationConfig, MetricSpec,
+                             RewardConfig, typed_args)
 from grueflow.data import Sample
 from grueflow.hub import HubUnreachableError
 from grueflow.io import rounded
@@ -17,10 +18,6 @@ from grueflow.metrics.reward import Reward, describe_nonfinite
 from grueflow.models.policy import Policy, Prompts, completion_mask
 
 log = logging.getLogger(__name__)
-
-# corpus key beside the reward: how many samples the reward left out because a component scored them NaN (written
-# only when some were)
-REWARD_LEFT_OUT_KEY = "reward_left_out"
 
 
 def generate(policy: Policy, samples: list[Sample], gen: GenerationConfig, batch_size: int = 32,
@@ -62,8 +59,10 @@ def score(samples: list[Sample], generations: list[str], reward_cfg: RewardConfi
     its tokenizer does not read) has no reward: its per-sample ``reward`` is ``None``. The corpus ``reward`` and
     each component are then the mean over the samples that have one, as every metric's corpus score leaves out
     its NaN samples (:func:`grueflow.metrics.nanmean`), so the reward is never empty while its components have
-    values; ``reward_left_out`` counts the samples left out (present only when some were) and a warning names the
-    components. ``reward`` is ``None`` only when no sample has one.
+    values; ``reward_left_out`` counts the samples left out and ``reward_samples`` all the samples (both present only
+    when some were left out: the GRUE table notes them under the task), and a warning names the components.
+    ``reward`` is ``None`` only when no sample has one. A NaN that the generation itself causes (a metric of one's
+    own may give one) scores methods over different samples: the table's note makes that visible.
     """
     return Scorer(reward_cfg, metrics, context)(samples, generations, progress, tokens)
 
@@ -127,7 +126,7 @@ class Scorer:
             corpus = {REWARD_KEY: nanmean(total), **{k: nanmean(v) for k, v in parts.items()}}
             left_out = sum(math.isnan(t) for t in total)
             if left_out:
-                corpus[REWARD_LEFT_OUT_KEY] = left_out
+                corpus[REWARD_LEFT_OUT_KEY], corpus[REWARD_SAMPLES_KEY] = left_out, len(total)
                 log.warning("the reward is left out for %d of %d samples, which its components could not score (%s); "
                             "the corpus reward is the mean over the other %d", left_out, len(total),
                             describe_nonfinite(parts), len(total) - left_out)

@@ -6,6 +6,11 @@ std of a metric are over the seeds that have a value for it; where some row has 
 (neither all nor none), a ``<metric>_n`` column after ``<metric>_std`` counts them (the markdown says
 "(1 of 2 seeds)" in the cell instead). A metric no seed has is empty.
 
+A seed's reward is the mean over the test samples its reward could score: where a component scored some NaN, evaluate
+left them out and counted them (``reward_left_out`` of ``reward_samples``, :func:`grueflow.evaluation.score`), so
+that row's reward is over fewer samples than another's may be; the ``.md`` notes it under the task's table ("reward
+over 7 of 8 test samples") and the ``.json`` holds the counts per seed (:func:`reward_left_out`).
+
 ``reward`` is the task's RL reward (for the default tasks, the lexicon sentiment and the concept
 coverage), so task files list as headline metrics the others they report.
 
@@ -34,11 +39,13 @@ import numpy as np
 import pandas as pd
 
 from grueflow import io
-from grueflow.config import GRUE_SCORE, TRAIN_KL_KEY
+from grueflow.config import GRUE_SCORE, REWARD_LEFT_OUT_KEY, REWARD_SAMPLES_KEY, TRAIN_KL_KEY
 from grueflow.metrics import lower_is_better_keys
 from grueflow.registry import UnknownNameError
 
 REWARD = "reward"
+# {task: {method: {seed: (samples the reward left out, samples scored or None)}}} (:func:`reward_left_out`)
+LeftOut = dict[str, dict[str, dict[str, tuple[int, Optional[int]]]]]
 FLUENCY = "fluency/perplexity"
 FLUENCY_COLUMN = "fluency_ppl"  # the table's column of FLUENCY: lower is better
 
@@ -226,7 +233,50 @@ def _load_run(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             raise io.DataError(f"{path}: metric {key!r} is {shown}; a metric value is a finite number or null (not "
                                f"computed), as evaluate writes it: rerun evaluate for it (delete its folder and rerun "
                                f"the pipeline)")
+    _check_left_out(path, run["metrics"])
     return run, params
+
+
+def _check_left_out(path: Path, metrics: dict[str, Any]) -> None:
+    """Raise a DataError unless ``metrics`` (a run's, each value already a finite number or null) holds no count of
+    samples its reward left out, or whole numbers with 1 <= ``reward_left_out`` <= ``reward_samples`` (the samples
+    scored; an evaluate output written before it was recorded may lack it), as evaluate writes them."""
+    left, total = metrics.get(REWARD_LEFT_OUT_KEY), metrics.get(REWARD_SAMPLES_KEY)
+    if left is None and total is None:
+        return
+    counts = left is not None and float(left).is_integer() and left >= 1 and (
+        total is None or float(total).is_integer() and total >= left)
+    if not counts:
+        raise io.DataError(f"{path}: {REWARD_LEFT_OUT_KEY} is {json.dumps(left)} and {REWARD_SAMPLES_KEY} "
+                           f"{json.dumps(total)}; evaluate writes the samples its reward left out and the samples it "
+                           f"scored as whole numbers, 1 <= {REWARD_LEFT_OUT_KEY} <= {REWARD_SAMPLES_KEY}, or neither: "
+                           f"rerun evaluate for it (delete its folder and rerun the pipeline)")
+
+
+def reward_left_out(runs: list[dict[str, Any]]) -> LeftOut:
+    """``{task: {method: {seed: (left out, samples)}}}`` for each run whose reward left out test samples (a
+    component scored them NaN; their counts in its metrics, :func:`grueflow.evaluation.score`), seeds in the runs'
+    order; ``samples`` is None where the run does not record it."""
+    counts: LeftOut = {}
+    for run in runs:
+        left, total = run["metrics"].get(REWARD_LEFT_OUT_KEY), run["metrics"].get(REWARD_SAMPLES_KEY)
+        if left:
+            counts.setdefault(run["task"], {}).setdefault(run["method"], {})[str(run["seed"])] = (
+                int(left), None if total is None else int(total))
+    return counts
+
+
+def reward_notes(task: str, left_out: dict[str, dict[str, tuple[int, Optional[int]]]]) -> list[str]:
+    """One note per seed of ``task`` whose reward left out samples (``left_out``: the task's part of
+    :func:`reward_left_out`), e.g. "sentiment / zero_shot, seed 0: reward over 7 of 8 test samples (1 left out: a
+    reward component could not score it)", methods in the table's order."""
+    notes = []
+    for method in sorted(left_out, key=_method_rank):
+        for seed, (left, total) in left_out[method].items():
+            over = f"{total - left} of {total}" if total is not None else f"all but {left} of the"
+            notes.append(f"{task} / {method}, seed {seed}: reward over {over} test samples ({left} left out: a reward "
+                         f"component could not score {'it' if left == 1 else 'them'})")
+    return notes
 
 
 def _not_a_metric_value(value: Any) -> str:
@@ -372,12 +422,18 @@ def grue_scores(table: pd.DataFrame) -> dict[str, float]:
     return {m: float(means.get(m, math.nan)) for m in sorted(set(table["method"]), key=_method_rank)}
 
 
-def to_nested(table: pd.DataFrame) -> dict[str, Any]:
-    """``{task: {method: {metric: value}}}`` (for ``dvc metrics diff``) plus ``grue_score``; NaN dropped."""
+def to_nested(table: pd.DataFrame, left_out: LeftOut | None = None) -> dict[str, Any]:
+    """``{task: {method: {metric: value}}}`` (for ``dvc metrics diff``) plus ``grue_score``; NaN dropped. A method
+    whose reward left out test samples on some seed (``left_out``, as :func:`reward_left_out` gives it) also holds
+    ``reward_left_out/seed<k>`` and ``reward_samples/seed<k>`` (the latter where the run records it)."""
     nested: dict[str, Any] = {}
     for row in table.to_dict("records"):
         values = {k: io.rounded(v) for k, v in row.items()
                   if k not in ("task", "method") and isinstance(v, (int, float)) and not math.isnan(v)}
+        for seed, (left, total) in (left_out or {}).get(row["task"], {}).get(row["method"], {}).items():
+            values[f"{REWARD_LEFT_OUT_KEY}/seed{seed}"] = left
+            if total is not None:
+                values[f"{REWARD_SAMPLES_KEY}/seed{seed}"] = total
         nested.setdefault(row["task"], {})[row["method"]] = values
     nested[GRUE_SCORE] = {m: io.rounded(v) for m, v in grue_scores(table).items() if not math.isnan(v)}
     return nested
@@ -431,12 +487,14 @@ def headlines(runs: list[dict[str, Any]]) -> dict[str, list[str]]:
 
 
 def to_markdown(table: pd.DataFrame, headline: dict[str, list[str]] | None = None,
-                missing: dict[str, dict[str, str]] | None = None) -> str:
+                missing: dict[str, dict[str, str]] | None = None,
+                left_out: LeftOut | None = None) -> str:
     """One section per task, with the common columns and that task's headline metrics (all of the table's
     when ``headline`` is not given). A metric with no value shows as "—" (missing, never 0), and one that only some
     of a row's seeds have as "<mean> (<k> of <n> seeds)"; a std column with no value at all (one seed) is left out,
     as is ``nlpo_masks`` for a task without NLPO rows; the metrics that could not run are listed with the reason,
-    and so are the tasks left out of the GRUE score, each note on one line (:func:`grueflow.io.markdown_line`)."""
+    each seed whose reward left out test samples with their count (``left_out``, :func:`reward_notes`), and the
+    tasks left out of the GRUE score, each note on one line (:func:`grueflow.io.markdown_line`)."""
     lines = ["# GRUE table", ""]
     all_headline = {c for cs in (headline or {}).values() for c in cs}
     counts = {f"{c}_n" for c in table.columns if f"{c}_n" in table.columns and f"{c}_std" in table.columns}
@@ -451,6 +509,7 @@ def to_markdown(table: pd.DataFrame, headline: dict[str, list[str]] | None = Non
         notes = [f"- missing `{metric}`: {reason}" for metric, reason in (missing or {}).get(task, {}).items()]
         notes += [f"- `{metric}` is left out of the normalised score: {why}"
                   for metric, why in partial_metrics(group).items()]
+        notes += [f"- {note}" for note in reward_notes(task, (left_out or {}).get(task, {}))]
         lines += [""] + [io.markdown_line(note) for note in notes] + ([""] if notes else [])
     lines += ["## GRUE score (mean normalised score over tasks)", "", "| method | grue_score |", "|---|---|"]
     lines += [io.markdown_row((m, _cell(v))) for m, v in grue_scores(table).items()]
@@ -479,8 +538,9 @@ def _cell(value: Any) -> str:
 
 
 def write_table(table: pd.DataFrame, csv_path: Path, md_path: Path, json_path: Path,
-                headline: dict[str, list[str]] | None = None, missing: dict[str, dict[str, str]] | None = None) -> None:
+                headline: dict[str, list[str]] | None = None, missing: dict[str, dict[str, str]] | None = None,
+                left_out: LeftOut | None = None) -> None:
     with io.atomic_path(csv_path) as tmp:
         table.to_csv(tmp, index=False, float_format="%.6g")
-    io.write_text(md_path, to_markdown(table, headline, missing))
-    io.write_json(json_path, to_nested(table))
+    io.write_text(md_path, to_markdown(table, headline, missing, left_out))
+    io.write_json(json_path, to_nested(table, left_out))

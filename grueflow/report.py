@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 
-from grueflow.grue import grue_scores, grue_tasks, partial_metrics, seeds_note
+from grueflow.grue import LeftOut, grue_scores, grue_tasks, partial_metrics, reward_notes, seeds_note
 from grueflow.io import check_stage_output, iter_jsonl
 
 _STYLE = ("<style>body{font-family:sans-serif;font-size:14px;margin:1em}table{border-collapse:collapse;margin:.5em 0}"
@@ -32,7 +32,8 @@ def _cell(value: Any) -> str:
     return html.escape(str(value))
 
 
-def table_html(table: pd.DataFrame, headline: dict[str, list[str]], missing: dict[str, dict[str, str]]) -> str:
+def table_html(table: pd.DataFrame, headline: dict[str, list[str]], missing: dict[str, dict[str, str]],
+               left_out: LeftOut | None = None) -> str:
     """The GRUE table as an HTML page: per task, its methods with reward, fluency and the task's headline
     metrics (mean, and ± std over seeds where there is one); "—" marks a metric that could not be computed, and
     "(k of n seeds)" one that only some of the row's seeds have (the table's ``<metric>_n`` column). Then, as
@@ -54,6 +55,7 @@ def table_html(table: pd.DataFrame, headline: dict[str, list[str]], missing: dic
         lines += [f"<p>missing <code>{html.escape(m)}</code>: {html.escape(r)}</p>" for m, r in missing.get(task, {}).items()]
         lines += [f"<p><code>{html.escape(m)}</code> is left out of the normalised score: {html.escape(why)}</p>"
                   for m, why in partial_metrics(rows).items()]
+        lines += [f"<p>{html.escape(note)}</p>" for note in reward_notes(task, (left_out or {}).get(task, {}))]
         body += lines
     body += ["<h2>GRUE score (mean normalised score over tasks)</h2>",
              "<table><tr><th>method</th><th>grue_score</th></tr>"]

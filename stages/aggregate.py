@@ -94,19 +94,20 @@ def main() -> None:
         raise SystemExit(f"error: {len(missing)} evaluate outputs are missing, e.g. {missing[0]}; run the pipeline first")
     runs = grue.load_runs(paths)
     table, headline, missing = grue.build_table(runs), grue.headlines(runs), grue.missing_metrics(runs)
+    left_out = grue.reward_left_out(runs)
     seed = suite.seeds[0]
     samples = {(t, m): report.read_samples(args.eval_dir / t / m / f"seed{seed}" / "predictions.jsonl", args.samples)
                for t in suite.tasks for m in suite.methods} if args.out_samples else {}  # read (and checked) first
     with atomic_files(path for _, path in outs) as tmps:  # all outputs new, or none; their digests recorded
         tmp = dict(zip((flag for flag, _ in outs), tmps))
-        grue.write_table(table, tmp["--out-csv"], tmp["--out-md"], tmp["--out-json"], headline, missing)
+        grue.write_table(table, tmp["--out-csv"], tmp["--out-md"], tmp["--out-json"], headline, missing, left_out)
         if args.out_chart:
             plots.grue_chart(table, headline, tmp["--out-chart"], grue.lower_keys_by_task(runs))
         if args.out_html:
-            write_text(tmp["--out-html"], report.table_html(table, headline, missing))
+            write_text(tmp["--out-html"], report.table_html(table, headline, missing, left_out))
         if args.out_samples:
             write_text(tmp["--out-samples"], report.samples_html(samples, seed))
-    print(grue.to_markdown(table, headline, missing))
+    print(grue.to_markdown(table, headline, missing, left_out))
 
 
 if __name__ == "__main__":

@@ -4,6 +4,14 @@ MSTTR, n-gram entropy and self-BLEU.
 Words are GEM-metrics' ``list_tokenized_lower``, which RL4LMs' ``DiversityMetrics`` (GEM's ``NGramStats`` and
 ``MSTTR``) counts: NLTK's ``word_tokenize``, lower-cased, punctuation marks as tokens (:func:`tokens`), so "Dog",
 "dog" and "dog." hold one word type. Self-BLEU scores the texts as sacrebleu tokenizes them (its ``tokenize``).
+
+RL4LMs (GEM) scores diversity over the whole batch alone; grueflow's corpus scores are those, over the words of all
+the generations, so a generation with no words (or fewer than n for n-grams) adds nothing to them, and a corpus score
+is NaN only where the batch as a whole has nothing to count (:attr:`Metric.undefined_when`). The per-sample scores,
+which a reward reads, are defined for every generation: one with nothing to count has no diversity and scores the
+metric's minimum, 0 (as ``repetition`` scores an empty one 0), never NaN, which would leave that sample out of an
+evaluation's corpus reward (a method answering the hard prompts with nothing would then be scored on the easy ones
+alone) and stop RL.
 """
 
 from __future__ import annotations
@@ -82,6 +90,12 @@ class Diversity(Metric):
 
 @METRICS.register("msttr", "mean segmental type-token ratio over the batch's words (segments of `window` words), in [0, 1]")
 class Msttr(Metric):
+    """Mean segmental type-token ratio (Johnson 1944; GEM's ``MSTTR``, which RL4LMs reports): the words of all the
+    generations in one sequence, cut into segments of ``window`` words (a last shorter one dropped), and the mean
+    of their type-token ratios; NaN when the batch holds fewer words than one window. Per sample, the type-token
+    ratio of the generation's own words (no segments), in [0, 1]; 0 for a generation with no words (no diversity,
+    never NaN: see the module docstring)."""
+
     category = "diversity"
     scores = ("msttr",)
 
@@ -102,7 +116,7 @@ class Msttr(Metric):
             words = [w for text in texts for w in text]
             segments = [words[i:i + args.window] for i in range(0, len(words) - args.window + 1, args.window)]
             corpus = mean([len(set(s)) / len(s) for s in segments])
-            per_sample = [len(set(text)) / len(text) if text else float("nan") for text in texts]
+            per_sample = [len(set(text)) / len(text) if text else 0.0 for text in texts]
             return MetricResult({cls.key(): per_sample}, {cls.key(): corpus})
 
         return compute
@@ -117,6 +131,11 @@ def entropy(grams: Sequence[tuple[str, ...]]) -> float:
 
 @METRICS.register("ngram_entropy", "Shannon entropy (bits) of the n-gram distribution, per sample and over the batch")
 class NgramEntropy(Metric):
+    """Shannon entropy in bits of the ``n``-gram distribution (GEM's ``NGramStats`` entropy, which RL4LMs reports):
+    over the n-grams of all the generations (NaN when none has ``n`` words), and per sample over the generation's
+    own n-grams, >= 0; 0 for a generation with fewer than ``n`` words (no n-gram: no diversity, never NaN; as one
+    with a single distinct n-gram scores)."""
+
     category = "diversity"
     scores = ("entropy",)
 
@@ -134,7 +153,7 @@ class NgramEntropy(Metric):
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:
             words = tokens(generations)
-            per_sample = [entropy(ngrams(w, args.n)) for w in words]
+            per_sample = [entropy(grams) if (grams := ngrams(w, args.n)) else 0.0 for w in words]
             corpus = entropy([g for w in words for g in ngrams(w, args.n)])
             return MetricResult({cls.key(): per_sample}, {cls.key(): corpus})
 

@@ -118,9 +118,8 @@ def reward_cause(parts: dict[str, list[float]], names: dict[str, str]) -> str:
     described = describe_nonfinite(parts, names)
     if not described:
         return ""
-    return (f"{described}; a metric scores NaN a sample it cannot score, e.g. one without references, ROUGE "
-            f"against references with no [a-z0-9] token (see the metric's warning), or msttr or ngram_entropy of a "
-            f"generation with fewer words than they count (an empty one)")
+    return (f"{described}; a metric scores NaN a sample it cannot score, e.g. one without references, or ROUGE "
+            f"against references with no [a-z0-9] token (see the metric's warning)")
 
 
 def _json_numbers(values: list[float]) -> list[Optional[float]]:

@@ -473,3 +473,58 @@ def test_sample_generations_are_read_only_from_a_predictions_file_that_matches_i
     with pytest.raises(DataError, match=r"sentiment/ppo/seed0 is damaged: predictions.jsonl does not match the "
                                         r"digest its stage recorded"):
         report.read_samples(predictions, 1)
+
+
+def test_a_reward_over_fewer_test_samples_is_noted_under_its_task_and_in_the_json(tmp_path):
+    """A seed whose reward left out samples (a component scored them NaN) was a plain reward cell over fewer
+    samples than the other methods', the count only in its metrics.json: the table said nothing."""
+    from grueflow import report
+
+    left = {"reward_left_out": 1, "reward_samples": 8}
+    runs = [run("sentiment", "zero_shot", 0, 0.1, 10.0, {"lexical/x": 1.0, **left}),
+            run("sentiment", "supervised", 0, 0.5, 11.0, {"lexical/x": 1.0}),
+            run("sentiment", "supervised", 1, 0.5, 11.0, {"lexical/x": 1.0, "reward_left_out": 4, "reward_samples": 8}),
+            run("sentiment", "ppo", 0, 0.9, 11.0, {"lexical/x": 1.0, "reward_left_out": 2}),  # written before the total
+            run("other", "zero_shot", 0, 0.1, 10.0, {"lexical/x": 1.0})]
+    left_out = grue.reward_left_out(runs)
+    assert left_out == {"sentiment": {"zero_shot": {"0": (1, 8)}, "supervised": {"1": (4, 8)}, "ppo": {"0": (2, None)}}}
+    table = grue.build_table(runs)
+    grue.write_table(table, tmp_path / "t.csv", tmp_path / "t.md", tmp_path / "t.json", grue.headlines(runs), {},
+                     left_out)
+    notes = ["- sentiment / zero_shot, seed 0: reward over 7 of 8 test samples (1 left out: a reward component could "
+             "not score it)",
+             "- sentiment / supervised, seed 1: reward over 4 of 8 test samples (4 left out: a reward component could "
+             "not score them)",
+             "- sentiment / ppo, seed 0: reward over all but 2 of the test samples (2 left out: a reward component "
+             "could not score them)"]
+    markdown = (tmp_path / "t.md").read_text()
+    assert markdown.split("## sentiment")[1].split("\n\n")[2] == "\n".join(notes)  # right under the task's table
+    assert "left out" not in markdown.split("## sentiment")[0]  # task "other" left out nothing
+    nested = json.loads((tmp_path / "t.json").read_text())
+    assert {k: v for k, v in nested["sentiment"]["supervised"].items() if k.startswith("reward_")} == {
+        "reward_std": 0.0, "reward_left_out/seed1": 4, "reward_samples/seed1": 8}
+    assert nested["sentiment"]["zero_shot"]["reward_left_out/seed0"] == 1
+    assert nested["sentiment"]["zero_shot"]["reward_samples/seed0"] == 8
+    assert "reward_samples/seed0" not in nested["sentiment"]["ppo"] and grue.grue_table_problem(nested) is None
+    assert not [k for k in nested["other"]["zero_shot"] if "left_out" in k]
+    page = report.table_html(table, grue.headlines(runs), {}, left_out)
+    assert f"<p>{notes[0].removeprefix('- ')}</p>" in page
+
+
+@pytest.mark.parametrize("counts, shown", [('"reward_left_out": 1.5, "reward_samples": 8', "1.5 and reward_samples 8"),
+                                           ('"reward_left_out": 3, "reward_samples": 2', "3 and reward_samples 2"),
+                                           ('"reward_left_out": 0, "reward_samples": 2', "0 and reward_samples 2"),
+                                           ('"reward_samples": 2', "null and reward_samples 2")])
+def test_aggregate_refuses_counts_of_left_out_samples_that_are_no_counts(tmp_path, counts, shown):
+    from grueflow.io import DataError, write_stage_record
+
+    path = write_run(tmp_path, "sentiment", "ppo", 0)
+    path.write_text(path.read_text().replace('"reward": 0.5', f'"reward": 0.5, {counts}'))
+    write_stage_record(path.parent, stage="evaluate", params={}, inputs={}, wall_time_s=0.0)
+    with pytest.raises(DataError, match=rf"^{re.escape(str(path))}: reward_left_out is {re.escape(shown)}; evaluate "
+                                        r"writes the samples its reward left out and the samples it scored as whole "
+                                        r"numbers, 1 <= reward_left_out <= reward_samples, or neither: rerun evaluate"):
+        grue.load_runs([path])
+    path.write_text(path.read_text().replace(counts, '"reward_left_out": 2, "reward_samples": 2'))
+    write_stage_record(path.parent, stage="evaluate", params={}, inputs={}, wall_time_s=0.0)
+    assert grue.reward_left_out(grue.load_runs([path])) == {"sentiment": {"ppo": {"0": (2, 2)}}}

@@ -288,7 +288,7 @@ def rouge_samples(references):
 
 
 def test_evaluation_reward_is_the_mean_over_the_samples_it_scores_and_counts_the_rest(caplog):
-    from grueflow.evaluation import REWARD_LEFT_OUT_KEY, score
+    from grueflow.evaluation import REWARD_LEFT_OUT_KEY, REWARD_SAMPLES_KEY, score
 
     reward = parse(RewardConfig, {"components": [{"metric": "rouge", "score": "rougeL"}]}, "reward")
     samples = rouge_samples([["a dog runs in the park"], ["a dog runs in the park"], ["狗在公园里跑"], ["a dog"]])
@@ -298,14 +298,33 @@ def test_evaluation_reward_is_the_mean_over_the_samples_it_scores_and_counts_the
     # "a dog runs" against the park sentence: P = 1, R = 1/2, F = 2/3; the emoji scores 0, the Chinese reference NaN
     assert [row["scores"]["reward"] for row in rows] == [1.0, 0.666667, None, 0.0]
     assert corpus["reward"] == pytest.approx(5 / 9, abs=1e-6) and corpus[REWARD_LEFT_OUT_KEY] == 1
+    assert corpus[REWARD_SAMPLES_KEY] == 4  # the GRUE table's note: reward over 3 of 4 test samples
     assert corpus["lexical/rougeL"] == corpus["reward"] and missing == {}
     warning = [r.getMessage() for r in caplog.records if r.name == "grueflow.evaluation"]
     assert warning == ["the reward is left out for 1 of 4 samples, which its components could not score "
                        "(lexical/rougeL: 1 of 4 samples); the corpus reward is the mean over the other 3"]
     _, scored, _ = score(samples[:2], generations[:2], reward, (), CTX)
-    assert REWARD_LEFT_OUT_KEY not in scored  # written only when some sample is left out
+    assert REWARD_LEFT_OUT_KEY not in scored and REWARD_SAMPLES_KEY not in scored  # only when some is left out
     _, none, _ = score(samples[2:3], generations[2:3], reward, (), CTX)
-    assert none["reward"] is None and none[REWARD_LEFT_OUT_KEY] == 1
+    assert none["reward"] is None and none[REWARD_LEFT_OUT_KEY] == 1 and none[REWARD_SAMPLES_KEY] == 1
+
+
+@pytest.mark.parametrize("component, key, hard, rewards", [
+    ({"metric": "msttr", "weight": 0.1}, "diversity/msttr", ["", " "], [1.1, 1.1, 0.0, 0.0]),
+    ({"metric": "ngram_entropy", "args": {"n": 2}, "weight": 0.1}, "diversity/entropy", ["terrible", "awful"],
+     [1.158496, 1.158496, -1.0, -1.0])])  # 1 + 0.1 * log2(3): three distinct bigrams
+def test_a_diversity_reward_scores_an_empty_or_one_word_generation_and_leaves_no_sample_out(component, key, hard,
+                                                                                           rewards):
+    """A method answering the hard prompts with "" (msttr) or one word (bigram entropy) had those samples left out
+    of its corpus reward (NaN): it scored 1.1 against 0.1 for a method answering every prompt."""
+    from grueflow.evaluation import REWARD_LEFT_OUT_KEY, score
+
+    reward = parse(RewardConfig, {"components": [{"metric": "lexicon_sentiment", "weight": 1.0}, component]},
+                   "reward")
+    rows, corpus, _ = score(rouge_samples([["x"]] * 4), ["a great wonderful film"] * 2 + hard, reward, (), CTX)
+    assert [row["scores"]["reward"] for row in rows] == rewards
+    assert [row["scores"][key] for row in rows[2:]] == [0.0, 0.0]  # nothing to count: no diversity
+    assert REWARD_LEFT_OUT_KEY not in corpus and corpus["reward"] == pytest.approx(sum(rewards) / 4, abs=1e-6)
 
 
 def test_a_metric_that_needs_references_is_missing_with_its_reason_where_no_test_sample_has_any(caplog):

@@ -204,14 +204,32 @@ def test_msttr_entropy_and_self_bleu():
     with pytest.raises(ConfigError, match="window"):
         compute("msttr", ["a"], [[]], window=0)
     entropy = compute("ngram_entropy", ["a b a b", ""], [[], []])
-    assert entropy.per_sample["diversity/entropy"][0] == pytest.approx(1.0)
-    assert math.isnan(entropy.per_sample["diversity/entropy"][1])
+    assert entropy.per_sample["diversity/entropy"] == [pytest.approx(1.0), 0.0]  # the empty one: no diversity
     assert compute("ngram_entropy", ["a b c d"], [[]], n=2).corpus["diversity/entropy"] == pytest.approx(math.log2(3))
     utterances = shared_data.dailydialog(4)
     self_bleu = compute("self_bleu", utterances, [[]] * 4)
     assert self_bleu.per_sample["diversity/self_bleu"] == pytest.approx(
         [7.410494411527525, 7.603985612048923, 4.016138436407654, 4.368583925857938])
     assert math.isnan(compute("self_bleu", ["alone"], [[]]).corpus["diversity/self_bleu"])
+
+
+def test_diversity_scores_a_generation_with_nothing_to_count_as_no_diversity():
+    """msttr of an empty generation and ngram_entropy (n >= 2) of a one-word one were NaN per sample, so evaluation
+    left such samples out of a method's corpus reward: a method answering the hard prompts with nothing scored
+    higher than one answering all. Per sample they score the minimum, 0; the corpus scores count the words there
+    are, as GEM (RL4LMs) does, and stay NaN only where the whole batch has nothing to count."""
+    msttr = compute("msttr", ["a a b", "", "  "], [[]] * 3, window=2)
+    assert msttr.per_sample["diversity/msttr"] == [pytest.approx(2 / 3), 0.0, 0.0]
+    assert msttr.corpus["diversity/msttr"] == 0.5  # [a a], and [b] (shorter than a window) dropped
+    assert msttr.corpus["diversity/msttr"] == compute("msttr", ["a a b"], [[]], window=2).corpus["diversity/msttr"]
+    empty = compute("msttr", ["", ""], [[]] * 2, window=2)
+    assert empty.per_sample["diversity/msttr"] == [0.0, 0.0] and math.isnan(empty.corpus["diversity/msttr"])
+    bigrams = compute("ngram_entropy", ["a b c", "terrible", ""], [[]] * 3, n=2)
+    assert bigrams.per_sample["diversity/entropy"] == [pytest.approx(1.0), 0.0, 0.0]
+    assert bigrams.corpus["diversity/entropy"] == pytest.approx(1.0)  # (a b) (b c): the others add no bigram
+    words = compute("ngram_entropy", ["terrible", "awful"], [[]] * 2, n=2)
+    assert words.per_sample["diversity/entropy"] == [0.0, 0.0] and math.isnan(words.corpus["diversity/entropy"])
+    assert compute("ngram_entropy", ["terrible"], [[]]).per_sample["diversity/entropy"] == [0.0]  # one unigram: 0
 
 
 def test_shaping_terms_by_hand():
