@@ -36,6 +36,8 @@ STAGE_RECORD = "stage.json"
 PROVENANCE_RECORD = "provenance.json"  # how the run went (commit, wall time, device): in no content hash
 TIMINGS_FILE = "timings.csv"  # a training stage's wall-clock columns per step: in no content hash either
 UNHASHED = (PROVENANCE_RECORD, TIMINGS_FILE)  # what .dvcignore, the manifest and the input digests leave out
+SNAKEMAKE_TIMESTAMP = ".snakemake_timestamp"  # Snakemake's modification time of a directory() output, which it adds
+# after the job: in no input digest (:func:`fingerprint`), so that a folder has one digest whichever engine wrote it
 MODEL_DIR = "model"  # the Hugging Face model folder inside a model-producing stage's output
 WRITTEN = Path(".snakemake") / "grueflow-written"  # per output path: the digest of the record a Snakemake job
 # last wrote there, beside Snakemake's own records of its jobs (removed with them)
@@ -592,16 +594,19 @@ def _swap_in(tmp: Path, path: Path, attempts: int = 20) -> None:
     raise OSError(f"{path}: could not replace it after {attempts} tries; another process keeps writing it")
 
 
-def fingerprint(path: str | Path, leave_out: Iterable[Path] = ()) -> str:
+def fingerprint(path: str | Path, leave_out: Iterable[Path] = (), markers: bool = False) -> str:
     """sha256 over a file, or over a folder's relative paths and file contents (sorted), its
     :data:`UNHASHED` files (the provenance record, the timings) left out as ``.dvcignore`` leaves them out of
-    DVC's hashes: a forced or no-op rerun of the stage that wrote the folder gives the same digest. The files
+    DVC's hashes: a forced or no-op rerun of the stage that wrote the folder gives the same digest. Snakemake's
+    :data:`SNAKEMAKE_TIMESTAMP` is left out too (unless ``markers``: how records written before were digested), so
+    that a folder ``dvc repro`` wrote and the same one a Snakemake job wrote have one digest. The files
     ``leave_out`` (under the folder) are left out too."""
     path = Path(path)
     digest = hashlib.sha256()
     skipped = set(leave_out)
-    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()
-                                                 and p.name not in UNHASHED and p not in skipped)
+    files = [path] if path.is_file() else sorted(
+        p for p in path.rglob("*") if p.is_file() and p.name not in UNHASHED and p not in skipped
+        and (markers or p.name != SNAKEMAKE_TIMESTAMP))
     for file in files:
         digest.update(str(file.relative_to(path) if file != path else file.name).encode())
         _hash_file(digest, file)
@@ -777,7 +782,7 @@ def check_stage_output(path: str | Path, deep: bool = True) -> None:
 
 def _linked_entry(folder: Path, names: Iterable[str]) -> Optional[str]:
     """The first of the manifest entries ``names`` under the stage folder ``folder`` (sorted) reached through a
-    symbolic link into a stage folder (:func:`_in_stage_folder`), as the part of it that is the link (``model`` for
+    symbolic link into a stage folder (:func:`in_stage_folder`), as the part of it that is the link (``model`` for
     ``model/config.json`` where ``model`` is one); None where none is. No stage writes a link in its folder
     (:func:`atomic_dir` writes files and folders), so such a link was put in place of what the stage wrote: another
     run's file or folder, which passes a size check. A link elsewhere (DVC's cache with ``cache.type: symlink``
@@ -788,13 +793,13 @@ def _linked_entry(folder: Path, names: Iterable[str]) -> Optional[str]:
         for end in range(1, len(parts) + 1):
             part = "/".join(parts[:end])
             if part not in seen:
-                seen[part] = (folder / part).is_symlink() and _in_stage_folder(Path(os.path.realpath(folder / part)))
+                seen[part] = (folder / part).is_symlink() and in_stage_folder(Path(os.path.realpath(folder / part)))
             if seen[part]:
                 return part
     return None
 
 
-def _in_stage_folder(path: Path) -> bool:
+def in_stage_folder(path: Path) -> bool:
     """Whether ``path`` (links followed) is a stage folder or lies in one: it or a folder above it holds a
     ``stage.json``."""
     return any((p / STAGE_RECORD).is_file() for p in (path, *path.parents))

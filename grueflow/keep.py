@@ -21,10 +21,9 @@ import shutil
 from pathlib import Path
 from typing import Any, Optional
 
-from grueflow.io import (MODEL_DIR, PROVENANCE_RECORD, STAGE_RECORD, UNHASHED, DataError, fingerprint, read_json,
-                         sha256_bytes)
+from grueflow.io import (MODEL_DIR, PROVENANCE_RECORD, SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED, DataError,
+                         fingerprint, in_stage_folder, read_json, sha256_bytes)
 
-SNAKEMAKE_TIMESTAMP = ".snakemake_timestamp"  # Snakemake's modification time of a directory() output
 REPLACED = Path(".grueflow") / "replaced"  # copies of what stage folders held that no stage record vouches for
 
 
@@ -92,8 +91,10 @@ def _vouched(file: Path, name: str, manifest: Optional[dict[str, dict[str, Any]]
     per file and whose record was modified at ``written_ns``; None where there is no manifest to go by): an
     unhashed record (:data:`~grueflow.io.UNHASHED`) that reads as the one a stage writes (:func:`_stage_record`);
     the stage record beside a manifest; a file the manifest lists, at its size and, where it was modified after
-    the record, with its digest (:func:`_digest`)."""
-    if file.is_symlink():
+    the record, with its digest (:func:`_digest`). A symbolic link is judged as the file it names, unless it leads
+    into a stage folder (another run's file, put in place of the stage's own: never vouched for); DVC's cache with
+    ``cache.type: symlink`` makes every file of an output such a link."""
+    if file.is_symlink() and (not file.exists() or in_stage_folder(Path(os.path.realpath(file)))):
         return False
     if name in UNHASHED:
         return _stage_record(file)

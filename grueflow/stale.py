@@ -67,11 +67,10 @@ import time
 from pathlib import Path
 from typing import Iterable, Optional
 
-from grueflow.io import (MODEL_DIR, STAGE_RECORD, UNHASHED, DataError, MissingDataError, atomic_path,
-                         check_stage_output, files_record, fingerprint, last_written, read_json, sha256_bytes,
-                         written_for)
-from grueflow.keep import (SNAKEMAKE_TIMESTAMP, files_under, keep_copy, kept_copy, listed, persons_files,
-                           stat_signature, unvouched)
+from grueflow.io import (MODEL_DIR, SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED, DataError, MissingDataError,
+                         atomic_path, check_stage_output, files_record, fingerprint, last_written, read_json,
+                         sha256_bytes, written_for)
+from grueflow.keep import files_under, keep_copy, kept_copy, listed, persons_files, stat_signature, unvouched
 
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
 TOKENS = Path(".snakemake") / "grueflow-stale.json"  # {output path: when it was last found stale, ns}, beside
@@ -130,34 +129,39 @@ def _save(cache: Path) -> None:
         pass
 
 
-def _cached_fingerprint(name: str, signature: list[int] | str, leave_out: Iterable[Path] = ()) -> tuple[str, bool]:
-    """:func:`grueflow.io.fingerprint` of ``name`` (less the files ``leave_out``), from :data:`_KNOWN` while its
-    stat ``signature`` (taken over the same files) is the one recorded there; and whether it was computed now."""
-    entry = _KNOWN.get(name)
+def _cached_fingerprint(name: str, signature: list[int] | str, leave_out: Iterable[Path] = (),
+                        markers: bool = False) -> tuple[str, bool]:
+    """:func:`grueflow.io.fingerprint` of ``name`` (less the files ``leave_out``; with Snakemake's markers where
+    ``markers``), from :data:`_KNOWN` while its stat ``signature`` (taken over the same files) is the one recorded
+    there; and whether it was computed now."""
+    key = f"{name}\0with markers" if markers else name
+    entry = _KNOWN.get(key)
     if isinstance(entry, list) and len(entry) == 2 and entry[0] == signature:
         return entry[1], False
-    _KNOWN[name] = [signature, fingerprint(name, leave_out)]
-    return _KNOWN[name][1], True
+    _KNOWN[key] = [signature, fingerprint(name, leave_out, markers)]
+    return _KNOWN[key][1], True
 
 
 def _tree_signature(folder: Path, leave_out: Iterable[Path] = ()) -> str:
     """The stat signatures of every file under ``folder`` (those :func:`grueflow.io.fingerprint` hashes, less
-    ``leave_out``), as one digest: it changes when any file is rewritten, replaced, added or removed."""
+    ``leave_out``; Snakemake's markers too, which a stale mark re-stamps), as one digest: it changes when any file is
+    rewritten, replaced, added or removed."""
     digest = hashlib.sha256()
     skipped = set(leave_out)
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in UNHASHED and p not in skipped):
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name not in (*UNHASHED, SNAKEMAKE_TIMESTAMP)
+                       and p not in skipped):
         digest.update(f"{path.relative_to(folder)}\0{stat_signature(path.stat())}\0".encode())
     return digest.hexdigest()
 
 
-def input_digest(path: Path, leave_out: Iterable[Path] = ()) -> tuple[str, bool]:
+def input_digest(path: Path, leave_out: Iterable[Path] = (), markers: bool = False) -> tuple[str, bool]:
     """:func:`grueflow.io.fingerprint` of the file or folder ``path`` (a stage's recorded input), from the cache of
     :func:`content_digest` while the stat signatures of its files are those recorded there (a folder: every file's,
     :func:`_tree_signature`); and whether it was computed now. So an input is read once per content: a folder copied
     over with ``cp -a`` (new inodes) is read once, an unchanged one never again. Load the cache first (:func:`_load`).
     The files ``leave_out`` (under a folder) are left out of both."""
     signature = _tree_signature(path, leave_out) if path.is_dir() else stat_signature(path.stat())
-    return _cached_fingerprint(str(path), signature, leave_out)
+    return _cached_fingerprint(str(path), signature, leave_out, markers)
 
 
 def stale_token(outputs: Iterable[str | os.PathLike], tokens: Path = TOKENS) -> str:
@@ -194,6 +198,7 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             continue
         written = written_for(root, folder, record.get("out"))
         if written is not None and (not folders or folder in suite):  # a copy outside the suite's folders: no job
+            refuse_through_link(folder, results, root / written)
             how = "a link to" if os.path.realpath(folder) == os.path.realpath(root / written) else "a copy of"
             stale[folder] = f"damaged: its {STAGE_RECORD} records {written} as its output: {how} that folder"
             continue
@@ -264,6 +269,11 @@ def _changed_inputs(root: Path, readers: dict[Path, dict], stale: dict[Path, str
             if path not in digests:
                 digests[path], new = input_digest(path, persons_files(path))  # as the reader recorded it
                 computed |= new
+            if digests[path] != meta["sha256"] and path.is_dir() and any(path.rglob(SNAKEMAKE_TIMESTAMP)):
+                older, new = input_digest(path, persons_files(path), markers=True)  # a record from before the
+                computed |= new  # markers were left out of digests: the same content, digested with them
+                if older == meta["sha256"]:
+                    continue
             if digests[path] != meta["sha256"]:
                 changed.append(meta["path"])
         if changed:
@@ -336,6 +346,24 @@ def refuse_shared(suite: Iterable[Path]) -> None:
             raise DataError(f"{other} and {folder}, two stage folders of the suite, are one folder ({real}), as {link} "
                             f"is a link to {os.readlink(link)}: a rerun of either deletes the other's run; remove the "
                             f"link (rm {link}) and run again, which rebuilds what it stood for")
+
+
+def refuse_through_link(folder: Path, results: Path, written: Path) -> None:
+    """Raise :class:`DataError` where the stage folder ``folder``, whose record names another output path
+    (``written``), is that folder itself, reached through a link inside ``results`` above it (``results/sentiment``
+    a link to ``results/concepts``, a method's folder to another's): Snakemake's rebuild of ``folder`` would delete
+    and write the other run's folder, whatever the suite holds (:func:`refuse_shared` catches two suite folders made
+    one). A folder that is a link itself is not refused (Snakemake deletes the link, not what it names), nor a copy
+    behind a link (``results/eval`` on another disk): its rebuild replaces the copy. The message names the link to
+    remove."""
+    if folder.is_symlink() or os.path.realpath(folder) != os.path.realpath(written):
+        return
+    inside = [p for p in folder.parents if p != results and results in p.parents]  # below results/, above folder
+    link = next((p for p in inside if p.is_symlink()), None)
+    if link is not None:
+        raise DataError(f"{folder} is the stage folder written at {written} (its {STAGE_RECORD} records that path), "
+                        f"as {link} is a link to {os.readlink(link)}: a rebuild of {folder} would delete that run; "
+                        f"remove the link (rm {link}) and run again, which rebuilds what it stood for")
 
 
 def _recorded_suite_folders(suite: Iterable[Path]) -> list[Path]:

@@ -2,6 +2,7 @@
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -584,6 +585,60 @@ def test_a_stage_folder_under_a_link_to_another_runs_folder_is_stale_or_refused(
                                         r"folders of the suite, are one folder .*, as results/sentiment is a link to "
                                         r"concepts: .*\(rm results/sentiment\)"):
         stale.stale_outputs(results, results / "t.csv", [], folders=folders)
+    for suite in (list(runs.values()), [runs["ppo"]]):  # the suite cut to the task, or to one run: concepts' runs
+        with pytest.raises(DataError, match=re.escape(  # are no suite folder, and the rebuild would delete them
+                "results/sentiment/ppo/seed0 is the stage folder written at results/concepts/ppo/seed0 (its stage.json "
+                "records that path), as results/sentiment is a link to concepts: a rebuild of "
+                "results/sentiment/ppo/seed0 would delete that run; remove the link (rm results/sentiment) and run "
+                "again")):
+            stale.stale_outputs(results, results / "t.csv", [], folders=suite)
+
+
+def test_snakemakes_marker_and_dvcs_symlinked_cache_leave_a_folders_digest_as_it_is(tmp_path, monkeypatch):
+    """A datapool a Snakemake job wrote holds Snakemake's empty ``.snakemake_timestamp``; the same datapool ``dvc
+    repro`` wrote does not. The marker entered every reader's recorded digest, so a dvc repro with the same params
+    (or the marker deleted) made every reader "changed" and, once Snakemake's jobs noted what they wrote, the whole
+    pipeline rerun. Digests leave the marker out; a record taken with it (before) still matches. With DVC's
+    ``cache.type: symlink`` every file of an output is a link into the cache: such links were a person's files, left
+    out of the digest, so every reader was stale and every folder copied out; a link is now judged as the file it
+    names, unless it leads into a stage folder."""
+    from grueflow import stale
+    from grueflow.io import fingerprint, write_stage_record
+    from grueflow.keep import unvouched
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)
+    results = Path("results")
+    pool, model = results / "sentiment" / "datapool", results / "sentiment" / "base_model"
+    pool.mkdir(parents=True)
+    (pool / "train.jsonl").write_text('{"prompt": "a"}\n')
+    write_stage_record(pool, stage="prepare_datapool", params={}, inputs={}, wall_time_s=0.0)
+    (pool / ".snakemake_timestamp").touch()  # added by Snakemake after the job
+    model.mkdir(parents=True)
+    write_stage_record(model, stage="base_model", params={}, inputs={"datapool": pool}, wall_time_s=0.0)
+    before = fingerprint(pool, markers=True)  # how a reader recorded it before markers were left out
+    assert before != fingerprint(pool) and fingerprint(pool) == read_json(model / "stage.json")["inputs"][
+        "datapool"]["sha256"]
+    (pool / ".snakemake_timestamp").unlink()  # the same datapool as dvc repro writes it
+    assert stale.stale_outputs(results, results / "t.csv", []) == {}
+    (pool / ".snakemake_timestamp").touch()
+    record = read_json(model / "stage.json")
+    record["inputs"]["datapool"]["sha256"] = before
+    (model / "stage.json").write_text(json.dumps(record))
+    assert stale.stale_outputs(results, results / "t.csv", []) == {}
+    (pool / "train.jsonl").write_text('{"prompt": "b"}\n')  # a real change is seen either way
+    assert stale.stale_outputs(results, results / "t.csv", []) == {
+        model: f"its input {pool} changed since it was built"}
+    (pool / "train.jsonl").write_text('{"prompt": "a"}\n')
+    cache = Path(".dvc") / "cache" / "files" / "md5"  # DVC's cache with cache.type symlink
+    cache.mkdir(parents=True)
+    for name, digest in (("train.jsonl", "3f2a"), ("stage.json", "9c1e")):  # cache files are named by digest
+        os.replace(pool / name, cache / digest)
+        (pool / name).symlink_to(tmp_path / cache / digest)
+    assert unvouched(pool) == [] and stale.stale_outputs(results, results / "t.csv", []) == {}
+    (pool / "train.jsonl").unlink()  # a link into another stage folder is never the stage's own
+    (pool / "train.jsonl").symlink_to(tmp_path / model / "stage.json")
+    assert unvouched(pool) == [pool / "train.jsonl"]
 
 
 def test_a_damaged_stage_folder_under_a_linked_results_folder_is_stale(tmp_path, monkeypatch):
