@@ -60,12 +60,13 @@ def unvouched(path: Path) -> list[Path]:
 
 def files_under(path: Path) -> list[Path]:
     """Every file under the folder ``path``, symbolic links as links (to folders too, never followed), sorted;
-    Snakemake's timestamp, FIFOs, sockets and devices, which hold no data, left out."""
+    Snakemake's timestamp (a file, or a link DVC's symlinked cache made of it), FIFOs, sockets and devices, which
+    hold no data, left out."""
     found = []
     for top, folders, names in os.walk(path):
         for name in [*names, *(f for f in folders if os.path.islink(os.path.join(top, f)))]:
             file = Path(top) / name
-            if file.is_symlink() or (file.is_file() and file != path / SNAKEMAKE_TIMESTAMP):
+            if file != path / SNAKEMAKE_TIMESTAMP and (file.is_symlink() or file.is_file()):
                 found.append(file)
     return sorted(found)
 

@@ -84,22 +84,23 @@ def read_answer_file(path: str | Path, batch: Batch) -> list[Answer]:
 def other_batch(path: str | Path, place: str, item_id: Any, batch: Batch) -> Optional[io.DataError]:
     """The error for an answer (in ``path`` at ``place``) to ``item_id`` of another batch than ``batch``: its id
     carries another batch tag (:func:`~grueflow.human.batch.tag_of`). The usual cause is an upstream change that
-    re-exported the batch after people answered it; the error names the copy of the earlier batch that the check
-    before any Snakemake job kept (:func:`~grueflow.human.batch.kept_batch`), if any. None for an id of this batch's
-    tag, or of no tag."""
+    re-exported the batch after people answered it; the error says to undo that change (a batch put back by hand is
+    stale to the pipeline, which exports it again from the changed predictions) and names the copy of the earlier
+    batch that the check before any Snakemake job kept (:func:`~grueflow.human.batch.kept_batch`), if any. None for
+    an id of this batch's tag, or of no tag."""
     tag = tag_of(item_id) if isinstance(item_id, str) else None
     if tag is None or batch.tag is None or tag == batch.tag:
         return None
     kept = kept_batch(batch, tag)
     if kept:
-        where = f"a copy is kept in {kept[0]}" + (f", its key in {kept[1]}" if len(kept) > 1 else "")
+        where = f"a copy of it is kept in {kept[0]}" + (f", its key in {kept[1]}" if len(kept) > 1 else "")
     else:
-        where = ("no copy is kept in .grueflow/replaced/; the export is seeded, so the predictions it was made from "
-                 "export it again")
+        where = "no copy of it is kept in .grueflow/replaced/"
     return io.DataError(f"{path} holds answers to batch {tag} ({place}: item {item_id!r}), and the batch now is "
                         f"{batch.tag}{f' ({batch.folder})' if batch.folder else ''}: it was exported again since (its "
-                        f"predictions changed), or the file answers another batch; put back the earlier batch "
-                        f"({where}) or answer the new one")
+                        f"predictions changed), or the file answers another batch; to import these answers, undo the "
+                        f"change that altered the predictions and run again, which exports the earlier batch again "
+                        f"(the export is seeded; {where}), or answer the new one")
 
 
 def latest_answers(answers: Iterable[Answer]) -> list[Answer]:

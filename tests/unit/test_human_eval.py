@@ -212,8 +212,9 @@ def test_platform_csv_of_another_batch_is_refused(tmp_path: Path) -> None:
         results.read_answers(tmp_path / "results.csv", batch)
     assert (f"results.csv holds answers to batch {other.tag} (row 2: item 'P{other.tag}-00001'), and the batch now "
             f"is {batch.tag}: it was exported again since (its predictions changed), or the file answers another "
-            f"batch; put back the earlier batch (no copy is kept in .grueflow/replaced/; the export is seeded, so the "
-            f"predictions it was made from export it again) or answer the new one") in str(err.value)
+            f"batch; to import these answers, undo the change that altered the predictions and run again, which "
+            f"exports the earlier batch again (the export is seeded; no copy of it is kept in .grueflow/replaced/), or "
+            f"answer the new one") in str(err.value)
 
 
 def test_platform_csv_saved_by_excel_with_a_bom_imports_and_a_header_only_one_is_refused(tmp_path: Path) -> None:
@@ -631,12 +632,14 @@ def test_an_answered_batch_is_kept_before_a_re_export_and_its_answers_name_the_c
     assert str(err.value) == (
         f"{answered / 'answers.jsonl'} holds answers to batch {before.tag} (line 1: item 'P{before.tag}-00001'), and "
         f"the batch now is {after.tag} ({folder}): it was exported again since (its predictions changed), or the file "
-        f"answers another batch; put back the earlier batch (a copy is kept in {kept}, its key in {kept_key}) or "
-        f"answer the new one")
+        f"answers another batch; to import these answers, undo the change that altered the predictions and run "
+        f"again, which exports the earlier batch again (the export is seeded; a copy of it is kept in {kept}, its key "
+        f"in {kept_key}), or answer the new one")
     _results_csv(answered / "results.csv", kept, {"W1": {i["item_id"]: {"choice": "B"} for i in before.items}})
     with pytest.raises(io.DataError, match=re.escape(f"results.csv holds answers to batch {before.tag} (row 2: item "
                                                      f"'P{before.tag}-00001'), and the batch now is {after.tag}")
-                       + r".*" + re.escape(f"(a copy is kept in {kept}, its key in {kept_key}) or answer the new one")):
+                       + r".*" + re.escape(f"(the export is seeded; a copy of it is kept in {kept}, its key in "
+                                           f"{kept_key}), or answer the new one")):
         results.read_answers(answered / "results.csv", hb.read_batch(folder))
     assert [line.split(";")[0] for line in keep_answered(Path("."), entries)] == [
         f"grueflow: {folder} has answers in {answered}"]  # the new batch, answered in time, is kept too

@@ -592,6 +592,17 @@ def test_a_stage_folder_under_a_link_to_another_runs_folder_is_stale_or_refused(
                 "results/sentiment/ppo/seed0 would delete that run; remove the link (rm results/sentiment) and run "
                 "again")):
             stale.stale_outputs(results, results / "t.csv", [], folders=suite)
+    (results / "sentiment").unlink()
+    (tmp_path / "checkout").mkdir()
+    monkeypatch.chdir(tmp_path / "checkout")
+    other = _two_runs(Path("results"), "concepts")  # another checkout's finished runs, written there
+    monkeypatch.chdir(tmp_path)
+    (results / "sentiment").symlink_to(tmp_path / "checkout" / "results" / "concepts")
+    with pytest.raises(DataError, match=re.escape(
+            "results/sentiment/ppo/seed0 is the stage folder written at results/concepts/ppo/seed0 (its stage.json "
+            f"records that path), as results/sentiment is a link to {tmp_path}/checkout/results/concepts: a rebuild")):
+        stale.stale_outputs(results, results / "t.csv", [], folders=list(runs.values()))
+    assert set(other) == {"ppo", "supervised+ppo"}
 
 
 def test_snakemakes_marker_and_dvcs_symlinked_cache_leave_a_folders_digest_as_it_is(tmp_path, monkeypatch):
