@@ -198,7 +198,7 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             continue
         written = written_for(root, folder, record.get("out"))
         if written is not None and (not folders or folder in suite):  # a copy outside the suite's folders: no job
-            refuse_through_link(folder, results, root, written)
+            refuse_through_link(folder, results, written)
             how = "a link to" if os.path.realpath(folder) == os.path.realpath(root / written) else "a copy of"
             stale[folder] = f"damaged: its {STAGE_RECORD} records {written} as its output: {how} that folder"
             continue
@@ -348,26 +348,23 @@ def refuse_shared(suite: Iterable[Path]) -> None:
                             f"link (rm {link}) and run again, which rebuilds what it stood for")
 
 
-def refuse_through_link(folder: Path, results: Path, root: Path, written: str) -> None:
+def refuse_through_link(folder: Path, results: Path, written: str) -> None:
     """Raise :class:`DataError` where the stage folder ``folder``, whose record names another output path
-    (``written``, relative to ``root``, the project), is that folder itself, reached through a link inside
-    ``results`` above it (``results/sentiment`` a link to ``results/concepts``, or to ``results/concepts`` of another
-    checkout; a method's folder to another's): Snakemake's rebuild of ``folder`` would delete and write the other
-    run's folder, whatever the suite holds (:func:`refuse_shared` catches two suite folders made one). Such a
-    folder's real path is ``written``'s, or ends with it (another project's). A folder that is a link itself is not
-    refused (Snakemake deletes the link, not what it names), nor a copy behind a link (``results/eval`` on another
-    disk): its rebuild replaces the copy. The message names the link to remove."""
-    real = Path(os.path.realpath(folder))
-    recorded = Path(os.path.normpath(written)).parts  # relative to the project that wrote it (absolute: outside one)
-    other_project = not os.path.isabs(written) and real.parts[-len(recorded):] == recorded
-    if folder.is_symlink() or (real != Path(os.path.realpath(root / written)) and not other_project):
+    (``written``: it holds another run's folder, or a copy of one), is reached through a link inside ``results``
+    above it (``results/sentiment`` a link to ``results/concepts``, to another checkout's, or to a backup kept
+    elsewhere): Snakemake's rebuild of ``folder`` would delete and write what the link leads to, whatever the suite
+    holds (:func:`refuse_shared` catches two suite folders made one). A folder moved elsewhere and linked back records
+    its own path and never comes here; a folder that is a link itself is not refused (Snakemake deletes the link, not
+    what it names). The message names the link, and the folder to move away where the link belongs."""
+    if folder.is_symlink():
         return
     inside = [p for p in folder.parents if p != results and results in p.parents]  # below results/, above folder
     link = next((p for p in inside if p.is_symlink()), None)
     if link is not None:
-        raise DataError(f"{folder} is the stage folder written at {written} (its {STAGE_RECORD} records that path), "
-                        f"as {link} is a link to {os.readlink(link)}: a rebuild of {folder} would delete that run; "
-                        f"remove the link (rm {link}) and run again, which rebuilds what it stood for")
+        raise DataError(f"{folder} holds the stage folder written at {written} (its {STAGE_RECORD} records that "
+                        f"path), reached through {link}, a link to {os.readlink(link)}: a rebuild of {folder} would "
+                        f"delete it there; remove the link (rm {link}) if it does not belong, else move "
+                        f"{os.path.realpath(folder)} away, and run again")
 
 
 def _recorded_suite_folders(suite: Iterable[Path]) -> list[Path]:

@@ -555,8 +555,9 @@ def test_a_stage_folder_under_a_link_to_another_runs_folder_is_stale_or_refused(
     """A method's folder (``results/sentiment/ppo``) or a task's (``results/sentiment``) replaced by a link to
     another's: the stage folders under it were never looked at (the walk for stage records enters no linked
     folder), and the other run's model was scored under ppo's row. Every suite folder is checked at the path its
-    rule writes: one under a link to a folder outside the suite is stale (its record names another path); two
-    suite folders made one by a link are refused, naming the link, as a rebuild of either deletes the other."""
+    rule writes. One whose record names another path, reached through a link above it (to a backup of another run,
+    to another task's or another checkout's folder), is refused naming the link, whatever the suite holds: a rebuild
+    would delete what the link leads to; so are two suite folders made one by a link."""
     from grueflow import stale
 
     monkeypatch.setattr(stale, "_KNOWN", {})
@@ -567,10 +568,15 @@ def test_a_stage_folder_under_a_link_to_another_runs_folder_is_stale_or_refused(
     assert stale.stale_outputs(results, results / "t.csv", [], folders=folders) == {}
     shutil.copytree(results / "sentiment" / "supervised+ppo", "backup", copy_function=shutil.copy2)
     shutil.rmtree(results / "sentiment" / "ppo")
-    (results / "sentiment" / "ppo").symlink_to(tmp_path / "backup")
-    why = "damaged: its stage.json records results/sentiment/supervised+ppo/seed0 as its output: a copy of that folder"
-    assert stale.stale_outputs(results, results / "t.csv", [], folders=folders) == {runs["ppo"]: why}
-    assert stale.stale_outputs(results, results / "t.csv", folders, folders=[]) == {runs["ppo"]: why}  # aggregated
+    (results / "sentiment" / "ppo").symlink_to(tmp_path / "backup")  # a person's backup of another run, elsewhere
+    for suite, expected in ((folders, []), ([], folders)):  # a suite folder; a folder the table aggregates
+        with pytest.raises(DataError, match=re.escape(
+                "results/sentiment/ppo/seed0 holds the stage folder written at results/sentiment/supervised+ppo/seed0 "
+                "(its stage.json records that path), reached through results/sentiment/ppo, a link to "
+                f"{tmp_path}/backup: a rebuild of results/sentiment/ppo/seed0 would delete it there; remove the link "
+                f"(rm results/sentiment/ppo) if it does not belong, else move {tmp_path}/backup/seed0 away, and run "
+                "again")):
+            stale.stale_outputs(results, results / "t.csv", expected, folders=suite)
     (results / "sentiment" / "ppo").unlink()
     (results / "sentiment" / "ppo").symlink_to(tmp_path / "results" / "sentiment" / "supervised+ppo")
     with pytest.raises(DataError, match=re.escape(
@@ -587,20 +593,23 @@ def test_a_stage_folder_under_a_link_to_another_runs_folder_is_stale_or_refused(
         stale.stale_outputs(results, results / "t.csv", [], folders=folders)
     for suite in (list(runs.values()), [runs["ppo"]]):  # the suite cut to the task, or to one run: concepts' runs
         with pytest.raises(DataError, match=re.escape(  # are no suite folder, and the rebuild would delete them
-                "results/sentiment/ppo/seed0 is the stage folder written at results/concepts/ppo/seed0 (its stage.json "
-                "records that path), as results/sentiment is a link to concepts: a rebuild of "
-                "results/sentiment/ppo/seed0 would delete that run; remove the link (rm results/sentiment) and run "
-                "again")):
+                "results/sentiment/ppo/seed0 holds the stage folder written at results/concepts/ppo/seed0 (its "
+                "stage.json records that path), reached through results/sentiment, a link to concepts: a rebuild of "
+                "results/sentiment/ppo/seed0 would delete it there; remove the link (rm results/sentiment) if it does "
+                "not belong")):
             stale.stale_outputs(results, results / "t.csv", [], folders=suite)
     (results / "sentiment").unlink()
     (tmp_path / "checkout").mkdir()
     monkeypatch.chdir(tmp_path / "checkout")
     other = _two_runs(Path("results"), "concepts")  # another checkout's finished runs, written there
     monkeypatch.chdir(tmp_path)
+    os.replace(tmp_path / "checkout" / "results", tmp_path / "disk")  # its results/ on another disk, linked back
+    (tmp_path / "checkout" / "results").symlink_to(tmp_path / "disk")
     (results / "sentiment").symlink_to(tmp_path / "checkout" / "results" / "concepts")
     with pytest.raises(DataError, match=re.escape(
-            "results/sentiment/ppo/seed0 is the stage folder written at results/concepts/ppo/seed0 (its stage.json "
-            f"records that path), as results/sentiment is a link to {tmp_path}/checkout/results/concepts: a rebuild")):
+            "results/sentiment/ppo/seed0 holds the stage folder written at results/concepts/ppo/seed0 (its stage.json "
+            f"records that path), reached through results/sentiment, a link to {tmp_path}/checkout/results/concepts: "
+            "a rebuild")):
         stale.stale_outputs(results, results / "t.csv", [], folders=list(runs.values()))
     assert set(other) == {"ppo", "supervised+ppo"}
 
