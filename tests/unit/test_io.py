@@ -458,6 +458,19 @@ def test_a_reader_of_a_stage_folder_replaced_by_another_runs_folder_is_stale(tmp
     assert read == [str(runs["ppo"] / "model")]  # the copy read once, for both dry runs
 
 
+def _finished_datapool() -> tuple[Path, Path, Path]:
+    """``results/``, a finished datapool in it (``results/sentiment/datapool``, one train row) and the path of the
+    base model that reads it, not yet written; relative to the working folder, as stages record them."""
+    from grueflow.io import write_stage_record
+
+    results = Path("results")
+    pool, model = results / "sentiment" / "datapool", results / "sentiment" / "base_model"
+    pool.mkdir(parents=True)
+    (pool / "train.jsonl").write_text('{"prompt": "a"}\n')
+    write_stage_record(pool, stage="prepare_datapool", params={}, inputs={}, wall_time_s=0.0)
+    return results, pool, model
+
+
 def test_a_persons_file_in_an_input_stage_folder_leaves_its_readers_as_they_are(tmp_path, monkeypatch):
     """A note put in a finished datapool's folder changed the digest of the datapool, so every stage that read it
     was stale and a plain run would have retrained them all, for a file no stage reads (and that the run copies
@@ -468,11 +481,7 @@ def test_a_persons_file_in_an_input_stage_folder_leaves_its_readers_as_they_are(
 
     monkeypatch.setattr(stale, "_KNOWN", {})
     monkeypatch.chdir(tmp_path)
-    results = Path("results")
-    pool, model = results / "sentiment" / "datapool", results / "sentiment" / "base_model"
-    pool.mkdir(parents=True)
-    (pool / "train.jsonl").write_text('{"prompt": "a"}\n')
-    write_stage_record(pool, stage="prepare_datapool", params={}, inputs={}, wall_time_s=0.0)
+    results, pool, model = _finished_datapool()
     model.mkdir(parents=True)
     write_stage_record(model, stage="base_model", params={}, inputs={"datapool": pool}, wall_time_s=0.0)
     (pool / "notes.txt").write_text("mine\n")
@@ -628,11 +637,7 @@ def test_snakemakes_marker_and_dvcs_symlinked_cache_leave_a_folders_digest_as_it
 
     monkeypatch.setattr(stale, "_KNOWN", {})
     monkeypatch.chdir(tmp_path)
-    results = Path("results")
-    pool, model = results / "sentiment" / "datapool", results / "sentiment" / "base_model"
-    pool.mkdir(parents=True)
-    (pool / "train.jsonl").write_text('{"prompt": "a"}\n')
-    write_stage_record(pool, stage="prepare_datapool", params={}, inputs={}, wall_time_s=0.0)
+    results, pool, model = _finished_datapool()
     (pool / ".snakemake_timestamp").touch()  # added by Snakemake after the job
     model.mkdir(parents=True)
     write_stage_record(model, stage="base_model", params={}, inputs={"datapool": pool}, wall_time_s=0.0)
