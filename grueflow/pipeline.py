@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import hashlib
+import itertools
 import os
 import re
 import sys
@@ -457,17 +458,24 @@ VALIDATE_COMMENT = ("The suite and every params file it names, validated before 
                     "depends on its output, a constant file, so a valid edit reruns only this check and an invalid\n"
                     "one stops here. It also writes the digests of the user code each task's stages run\n"
                     "(results/plugin_code/<task>/<stage>.json, deps of those stages), so editing a plugin reruns\n"
-                    "exactly them; a task file naming a plugin this file does not list is refused: regenerate.")
+                    "exactly them; a task file naming a plugin this file does not list is refused: regenerate.\n"
+                    "It runs on every dvc repro (always_changed; dvc status lists it as \"always changed\"): it also\n"
+                    "refuses a link under results/ through which DVC would check out or write a stage's outputs\n"
+                    "into another run's folder (results/sentiment a link to results/concepts), before DVC touches\n"
+                    "any. dvc checkout and dvc repro --single-item of a later stage run no check.")
 
 
 SUITE_CHECK_CLI = "grueflow/suite_check.py"
 
 
 def validate_suite_stage() -> dict:
-    """DVC's first stage: :mod:`grueflow.suite_check` on the suite (its validation, with DVC's own refusals),
-    over every file under ``params/`` (a suite's ``params_dir`` lies there) and the plugin sources the task
-    files name (:func:`plugin_sources`), writing :data:`SUITE_CHECK` and :data:`PLUGIN_CODE`."""
-    return {"cmd": f"python -m grueflow.suite_check {SUITE_FILE} --out {SUITE_CHECK} --plugin-code {PLUGIN_CODE}",
+    """DVC's first stage: :mod:`grueflow.suite_check` on the suite (its validation, with DVC's own refusals, and
+    the links under ``results/`` DVC would write through), over every file under ``params/`` (a suite's
+    ``params_dir`` lies there) and the plugin sources the task files name (:func:`plugin_sources`), writing
+    :data:`SUITE_CHECK` and :data:`PLUGIN_CODE`. Always changed: a link is no dependency DVC can hash, so the check
+    runs on every ``dvc repro``; its outputs are the same bytes each time, so nothing downstream reruns for it."""
+    return {"always_changed": True,
+            "cmd": f"python -m grueflow.suite_check {SUITE_FILE} --out {SUITE_CHECK} --plugin-code {PLUGIN_CODE}",
             "deps": ["params", *plugin_sources(), SUITE_CHECK_CLI, *codedeps.import_closure(SUITE_CHECK_CLI)],
             "outs": [SUITE_CHECK, PLUGIN_CODE]}
 
@@ -645,6 +653,38 @@ def unlisted_plugin_sources(digests: Mapping[str, Mapping[str, dict]], dvc_file:
     listed = set(stage.get("deps") or [])
     used = {f for stages in digests.values() for entry in stages.values() for f in entry["sha256"]}
     return sorted(used - listed)
+
+
+def dvc_outputs(document: Mapping, grid: Mapping[str, object]) -> list[str]:
+    """Every output path (outs, metrics, plots) the stages of the ``dvc.yaml`` ``document`` write, over the suite's
+    ``grid`` (its ``vars``: ``tasks``, ``seeds``, ... as the suite file gives them), as DVC expands them: a
+    ``foreach`` over one list (``${item}``), a ``matrix`` over several (``${item.<axis>}``). The first stage's own
+    outputs are left out. A grid name the document iterates over that ``grid`` lacks (or not as a list) yields no
+    path for that stage."""
+    paths: list[str] = []
+    for name, body in ((document or {}).get("stages") or {}).items():
+        if name == VALIDATE_SUITE or not isinstance(body, dict):
+            continue
+        if "foreach" in body:
+            items = grid.get(str(body["foreach"]).removeprefix("${").removesuffix("}"))
+            names = [{"${item}": value} for value in items] if isinstance(items, list) else []
+            body = body.get("do") or {}
+        elif "matrix" in body:
+            axes = {axis: grid.get(str(ref).removeprefix("${").removesuffix("}"))
+                    for axis, ref in body["matrix"].items()}
+            lists = [values if isinstance(values, list) else [] for values in axes.values()]
+            names = [{f"${{item.{axis}}}": value for axis, value in zip(axes, values)}
+                     for values in itertools.product(*lists)]
+        else:
+            names = [{}]
+        for out in [entry for key in ("outs", "metrics", "plots") for entry in body.get(key) or []]:
+            template = next(iter(out)) if isinstance(out, dict) else str(out)
+            for values in names:
+                path = template
+                for placeholder, value in values.items():
+                    path = path.replace(placeholder, str(value))
+                paths.append(path)
+    return paths
 
 
 def dvc_document() -> dict:

@@ -55,7 +55,9 @@ plugin's code, a reward's lexicon): one replaced by a file with an older time (`
 The stage folders checked are every one under ``results`` that holds a record, and every suite folder (``folders``,
 ``expected``) that holds one, at the path its rule writes, whatever links it is or lies under (``results/eval`` on
 another disk, a method's folder linked to another's): each is checked as one reached without links, its record's
-``out`` compared with that path, links kept (:func:`grueflow.io.written_for`).
+``out`` compared with that path, links kept (:func:`grueflow.io.written_for`). A link through which a rebuild would
+write into another run's folder is refused, naming it (:func:`refuse_shared`, :func:`refuse_through_link`); DVC's
+first stage runs the same refusals over the outputs DVC writes (:func:`refuse_links`).
 """
 
 from __future__ import annotations
@@ -348,23 +350,46 @@ def refuse_shared(suite: Iterable[Path]) -> None:
                             f"link (rm {link}) and run again, which rebuilds what it stood for")
 
 
-def refuse_through_link(folder: Path, results: Path, written: str) -> None:
+def refuse_through_link(folder: Path, results: Path, written: str, itself: bool = False) -> None:
     """Raise :class:`DataError` where the stage folder ``folder``, whose record names another output path
     (``written``: it holds another run's folder, or a copy of one), is reached through a link inside ``results``
     above it (``results/sentiment`` a link to ``results/concepts``, to another checkout's, or to a backup kept
     elsewhere): Snakemake's rebuild of ``folder`` would delete and write what the link leads to, whatever the suite
     holds (:func:`refuse_shared` catches two suite folders made one). A folder moved elsewhere and linked back records
     its own path and never comes here; a folder that is a link itself is not refused (Snakemake deletes the link, not
-    what it names). The message names the link, and the folder to move away where the link belongs."""
-    if folder.is_symlink():
+    what it names), unless ``itself``: DVC checks out and writes a model stage's outs (``<folder>/model``) through
+    a link at ``folder``. The message names the link, and the folder to move away where the link belongs."""
+    if folder.is_symlink() and not itself:
         return
-    inside = [p for p in folder.parents if p != results and results in p.parents]  # below results/, above folder
+    inside = [p for p in ([folder] if itself else []) + list(folder.parents) if p != results and results in p.parents]
     link = next((p for p in inside if p.is_symlink()), None)
     if link is not None:
         raise DataError(f"{folder} holds the stage folder written at {written} (its {STAGE_RECORD} records that "
                         f"path), reached through {link}, a link to {os.readlink(link)}: a rebuild of {folder} would "
                         f"delete it there; remove the link (rm {link}) if it does not belong, else move "
                         f"{os.path.realpath(folder)} away, and run again")
+
+
+def refuse_links(results: Path, outputs: Iterable[Path]) -> None:
+    """Raise :class:`DataError` where writing the suite's ``outputs`` (the paths its stages write, under
+    ``results``) would reach another run's folder through a link: two of its stage folders one on disk
+    (:func:`refuse_shared`), or one whose record names another output path under a link inside ``results``
+    (:func:`refuse_through_link`). Its stage folders: the folder of each ``stage.json`` among ``outputs`` (DVC's
+    outs of a model stage), and each of ``outputs`` that is a folder holding one. Run where an engine writes or
+    checks out outputs with no check of its own (DVC's first stage), before it touches any."""
+    root = results.parent
+    outputs = [Path(path) for path in outputs]
+    folders = sorted({path.parent if path.name == STAGE_RECORD else path for path in outputs
+                      if path.name == STAGE_RECORD or (path / STAGE_RECORD).is_file()})
+    refuse_shared(folders)
+    for folder in folders:
+        try:
+            record = read_json(folder / STAGE_RECORD)
+        except (OSError, ValueError):
+            continue
+        written = written_for(root, folder, record.get("out") if isinstance(record, dict) else None)
+        if written is not None:
+            refuse_through_link(folder, results, written, itself=True)
 
 
 def _recorded_suite_folders(suite: Iterable[Path]) -> list[Path]:

@@ -10,6 +10,13 @@ editing a plugin reruns this stage, whose rewritten digests make exactly the sta
 A plugin source that ``dvc.yaml``'s first stage does not list as a dependency (a task file names a new one) is
 refused, asking to regenerate ``dvc.yaml``: DVC would not rerun this stage when that file changes. This module
 is kept out of the stages' import closures, so editing the stage table reruns only this check.
+
+It also refuses (exit 2, one line naming the link to remove) a link under ``results/`` through which DVC would
+write another run's folder: a stage folder of the suite's outputs (``dvc.yaml``'s outs over the suite's grid)
+that holds a record naming another output path, at or under a link inside ``results/``
+(:func:`grueflow.stale.refuse_links`; ``results/sentiment`` a link to ``results/concepts``). DVC restores a cached
+stage's outputs by checking them out, which runs no grueflow code, and removes a rerun stage's outputs before its
+command: this stage, always changed and upstream of every other, is the one place that runs first.
 """
 
 from __future__ import annotations
@@ -20,10 +27,15 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+import yaml
+
 from grueflow import pipeline
 from grueflow.config import ConfigError, read_yaml
-from grueflow.io import atomic_dir, atomic_path
+from grueflow.io import DataError, atomic_dir, atomic_path
 from grueflow.params import VALID, valid_out_problem, validate
+from grueflow.stale import refuse_links
+
+RESULTS = "results"  # where every DVC stage writes (dvc.yaml's outs, relative to the project root)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -48,7 +60,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         code_problem = plugin_code_problem(args.plugin_code)
         if code_problem:
             raise ConfigError(code_problem)
-    except ConfigError as err:
+        dvc_file = Path(pipeline.DVC_YAML)
+        document = yaml.safe_load(dvc_file.read_text(encoding="utf-8")) if dvc_file.is_file() else None
+        refuse_links(Path(RESULTS), [Path(path) for path in pipeline.dvc_outputs(document, read_yaml(args.suite))])
+    except (ConfigError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     with atomic_dir(args.plugin_code) as tmp:

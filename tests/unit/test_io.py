@@ -623,6 +623,39 @@ def test_a_stage_folder_under_a_link_to_another_runs_folder_is_stale_or_refused(
     assert set(other) == {"ppo", "supervised+ppo"}
 
 
+def test_dvcs_outputs_at_or_under_a_link_to_another_runs_folder_are_refused(tmp_path, monkeypatch):
+    """DVC checks a cached stage's outs out through any link, the out's own folder included (``<seed0>/model`` with
+    ``seed0`` a link), and runs no grueflow code first: its first stage refuses both layouts from the outs DVC
+    writes. A folder moved elsewhere and linked back, or one with no record yet, is left to DVC."""
+    from grueflow import stale
+
+    monkeypatch.chdir(tmp_path)
+    results = Path("results")
+    runs = _two_runs(results)
+    outs = [path for run in runs.values() for path in (run / "model", run / "stage.json")]
+    stale.refuse_links(results, outs)
+    os.replace(runs["ppo"], tmp_path / "ppo_seed0")
+    runs["ppo"].symlink_to(tmp_path / "ppo_seed0")  # moved to another disk and linked back: its own record
+    stale.refuse_links(results, outs)
+    runs["ppo"].unlink()
+    runs["ppo"].symlink_to("../supervised+ppo/seed0")
+    assert stale.stale_outputs(results, results / "t.csv", [], folders=list(runs.values()))  # Snakemake: the link
+    with pytest.raises(DataError, match=re.escape(  # is deleted and rebuilt; DVC writes through it
+            "results/sentiment/ppo/seed0 holds the stage folder written at results/sentiment/supervised+ppo/seed0 "
+            "(its stage.json records that path), reached through results/sentiment/ppo/seed0, a link to "
+            "../supervised+ppo/seed0")):
+        stale.refuse_links(results, outs)
+    runs["ppo"].unlink()
+    os.replace(tmp_path / "ppo_seed0", runs["ppo"])
+    shutil.rmtree(results / "sentiment" / "supervised+ppo")
+    (results / "sentiment" / "supervised+ppo").symlink_to("ppo")  # two suite folders one: refused before records
+    with pytest.raises(DataError, match=r"results/sentiment/ppo/seed0 and results/sentiment/supervised\+ppo/seed0, "
+                                        r"two stage folders of the suite, are one folder"):
+        stale.refuse_links(results, outs)
+    (results / "sentiment" / "supervised+ppo").unlink()
+    stale.refuse_links(results, outs)  # a suite folder not there yet: nothing to refuse
+
+
 def test_snakemakes_marker_and_dvcs_symlinked_cache_leave_a_folders_digest_as_it_is(tmp_path, monkeypatch):
     """A datapool a Snakemake job wrote holds Snakemake's empty ``.snakemake_timestamp``; the same datapool ``dvc
     repro`` wrote does not. The marker entered every reader's recorded digest, so a dvc repro with the same params

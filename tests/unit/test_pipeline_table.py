@@ -95,6 +95,7 @@ def test_every_stage_in_the_generated_dvc_yaml_lists_its_cli_and_closure_as_deps
     assert set(document["stages"]) == {*stages, pipeline.VALIDATE_SUITE}
     check = document["stages"].pop(pipeline.VALIDATE_SUITE)  # before every other stage, over every params file
     assert check["outs"] == [pipeline.SUITE_CHECK, pipeline.PLUGIN_CODE]
+    assert check["always_changed"] is True  # a link under results/ is no dependency DVC hashes: checked every run
     assert "params" in check["deps"] and "grueflow/params.py" in check["deps"]
     assert pipeline.SUITE_CHECK in document["stages"]["prepare_datapool"]["do"]["deps"]
     for name, entry in document["stages"].items():
@@ -105,6 +106,26 @@ def test_every_stage_in_the_generated_dvc_yaml_lists_its_cli_and_closure_as_deps
         assert digests == ([f"{pipeline.PLUGIN_CODE}/{task}/{stages[name].name}.json"]
                            if stages[name].plugin_parts else []), name
         assert not any(Path(ROOT, d).is_dir() for d in deps if d.startswith(("grueflow", "stages"))), name
+
+
+@pytest.mark.parametrize("suite", ["params/suite.yaml", "params/suites/preference.yaml"])
+def test_the_dvc_outputs_of_a_suite_are_those_dvc_expands_from_dvc_yaml(tmp_path, suite):
+    """What DVC's first stage checks for links (:func:`grueflow.pipeline.dvc_outputs`) is every out DVC itself reads
+    from the committed dvc.yaml over the suite's grid, the first stage's own left out."""
+    (tmp_path / "params").mkdir()
+    (tmp_path / "params" / "suite.yaml").write_text((ROOT / suite).read_text())
+    (tmp_path / "dvc.yaml").write_text((ROOT / "dvc.yaml").read_text())
+    subprocess.run(["dvc", "init", "--no-scm", "-q"], cwd=tmp_path, check=True)
+    listed = subprocess.run([sys.executable, "-c", "from dvc.repo import Repo\nfor stage in Repo('.').index.stages:\n"
+                             "    for out in stage.outs:\n        print(stage.addressing, out.def_path)"],
+                            cwd=tmp_path, capture_output=True, text=True, check=True).stdout.splitlines()
+    dvc_own = [line.split(" ", 1)[1] for line in listed if not line.startswith(pipeline.VALIDATE_SUITE + " ")]
+    grid = yaml.safe_load((ROOT / suite).read_text())
+    ours = pipeline.dvc_outputs(yaml.safe_load((ROOT / "dvc.yaml").read_text()), grid)
+    assert sorted(ours) == sorted(dvc_own) and len(ours) == len(set(ours))
+    assert "results/sentiment/ppo/seed1/stage.json" in ours and pipeline.SUITE_CHECK not in ours
+    assert pipeline.dvc_outputs(yaml.safe_load((ROOT / "dvc.yaml").read_text()), {**grid, "tasks": None}) == [
+        path for path in ours if "sentiment" not in path and "concepts" not in path]  # no such grid: no paths
 
 
 def test_every_rule_takes_its_code_inputs_from_the_table():

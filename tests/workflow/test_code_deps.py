@@ -124,7 +124,11 @@ def record_digests(repo: Path) -> None:
 
 
 def stale_dvc_stages(repo: Path) -> dict[str, object]:
-    return json.loads(run(["dvc", "status", "--json"], repo).stdout)
+    """`dvc status --json` without the first stage's "always changed" (it runs on every `dvc repro`): each stage
+    that is stale, with why."""
+    status = json.loads(run(["dvc", "status", "--json"], repo).stdout)
+    check = [entry for entry in status.pop("validate_suite", []) if entry != "always changed"]
+    return {**({"validate_suite": check} if check else {}), **status}
 
 
 def test_every_snakemake_job_has_its_stage_cli_and_import_closure_as_inputs(finished):

@@ -21,6 +21,8 @@ from tests.conftest import copy_project, run, run_both_engines
 
 pytestmark = pytest.mark.slow
 
+DVC_UP_TO_DATE = {"validate_suite": ["always changed"]}  # `dvc status --json` of a finished project: the first
+# stage runs on every `dvc repro` (the suite and the links under results/), and nothing else is stale
 SENTIMENT_RL_JOBS = {("rl_finetune", "sentiment", "ppo"), ("rl_finetune", "sentiment", "supervised+ppo"),
                      ("evaluate", "sentiment", "zero_shot"), ("evaluate", "sentiment", "supervised"),
                      ("evaluate", "sentiment", "ppo"), ("evaluate", "sentiment", "supervised+ppo"),
@@ -126,8 +128,9 @@ def test_the_device_is_recorded_and_changing_it_reruns_nothing(snakemake_repo, d
         result = subprocess.run(["snakemake", "-n", "--cores", "2", "results/grue_table.csv", *extra],
                                 cwd=snakemake_repo, env=env, capture_output=True, text=True, timeout=300)
         assert "Nothing to be done" in result.stdout + result.stderr, result.stdout[-2000:]
-    result = subprocess.run(["dvc", "status"], cwd=dvc_repo, env=env, capture_output=True, text=True, timeout=300)
-    assert "Data and pipelines are up to date" in result.stdout, result.stdout[-2000:]
+    result = subprocess.run(["dvc", "status", "--json"], cwd=dvc_repo, env=env, capture_output=True, text=True,
+                            timeout=300)
+    assert json.loads(result.stdout) == DVC_UP_TO_DATE, result.stdout[-2000:]
 
 
 def test_editing_one_reward_weight_marks_only_that_tasks_rl_evaluate_and_aggregate(snakemake_repo):
@@ -182,8 +185,9 @@ def test_same_params_and_seed_give_byte_identical_metrics(dvc_repo, snakemake_re
 
 def test_a_clone_pulls_the_run_cache_from_a_remote_and_reproduces_without_running(dvc_repo, tmp_path):
     """Sharing results (issue 8): push outputs and run cache to a directory remote; a fresh clone pulls them,
-    and even with its dvc.lock removed `dvc repro` restores every stage from the run cache but the pairwise
-    exports: their blinding key stays out of DVC's cache and any remote, so the clone writes it again, the same."""
+    and even with its dvc.lock removed `dvc repro` restores every stage from the run cache but the suite check,
+    which runs on every `dvc repro`, and the pairwise exports: their blinding key stays out of DVC's cache and any
+    remote, so the clone writes it again, the same."""
     remote = tmp_path / "remote"
     run(["dvc", "remote", "add", "--local", "--default", "shared", str(remote)], dvc_repo)
     run(["dvc", "push", "--run-cache"], dvc_repo)
@@ -200,7 +204,7 @@ def test_a_clone_pulls_the_run_cache_from_a_remote_and_reproduces_without_runnin
     cached = set(re.findall(r"Stage '(.+?)' is cached - skipping run, checking out outputs", repro.stdout))
     ran = set(re.findall(r"Running stage '(.+?)'", repro.stdout))
     assert len(stages) == 22  # the suite check, 19 pipeline stages, 2 human-evaluation exports
-    assert ran == {s for s in stages if s.startswith("export_human_pairwise@")} and ran  # one a task
+    assert ran == {"validate_suite"} | {s for s in stages if s.startswith("export_human_pairwise@")}  # one a task
     assert cached == stages - ran
     assert (clone / "results" / "grue_table.csv").read_text() == (dvc_repo / "results" / "grue_table.csv").read_text()
     assert (clone / "dvc.lock").read_text() == run(["git", "show", "HEAD:dvc.lock"], clone).stdout
@@ -288,7 +292,35 @@ def test_an_invalid_suite_stops_dvc_repro_before_any_stage_runs(dvc_repo, line, 
     finally:
         suite.write_text(original)
     run(["dvc", "repro"], dvc_repo)
-    assert "Data and pipelines are up to date" in run(["dvc", "status"], dvc_repo).stdout
+    assert json.loads(run(["dvc", "status", "--json"], dvc_repo).stdout) == DVC_UP_TO_DATE
+
+
+@pytest.mark.parametrize("link, target", [
+    ("results/sentiment", "concepts"),  # a task's folder made a link to another task's
+    ("results/sentiment/ppo/seed0", "../supervised+ppo/seed0"),  # a run's folder made a link to another method's
+])
+def test_dvc_repro_stops_before_writing_through_a_link_to_another_runs_folder(dvc_repo, tmp_path, link, target):
+    """DVC restores a cached stage's outputs by checking them out, through any link at or above them, and runs no
+    grueflow code first: with results/sentiment a link to results/concepts, `dvc repro` wrote sentiment's datapool,
+    models and evaluations over concepts' finished runs, exit 0. Its first stage, run on every `dvc repro`, refuses
+    the link before DVC checks out or runs anything else, naming it; what the link leads to is left as it was."""
+    path = dvc_repo / link
+    led_to = (path.parent / target).resolve()
+    before = {p: p.read_bytes() for p in led_to.rglob("*") if p.is_file()}
+    shutil.move(path, tmp_path / "aside")
+    try:
+        path.symlink_to(target)
+        repro = run(["dvc", "repro"], dvc_repo, check=False)
+        output = repro.stdout + repro.stderr
+        assert repro.returncode != 0 and f"a link to {target}" in output and f"(rm {link})" in output, output[-2000:]
+        assert re.findall(r"Running stage '([^']+)'", output) == ["validate_suite"] and "checking out" not in output
+        assert {p: p.read_bytes() for p in led_to.rglob("*") if p.is_file()} == before
+    finally:
+        if path.is_symlink():
+            path.unlink()
+        shutil.move(tmp_path / "aside", path)
+    run(["dvc", "repro"], dvc_repo)  # the first stage's outputs again, which DVC removed before its refusal
+    assert json.loads(run(["dvc", "status", "--json"], dvc_repo).stdout) == DVC_UP_TO_DATE
 
 
 def test_snakemake_rebuilds_a_stage_folder_replaced_by_another_runs(snakemake_repo):
