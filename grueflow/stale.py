@@ -55,9 +55,11 @@ plugin's code, a reward's lexicon): one replaced by a file with an older time (`
 The stage folders checked are every one under ``results`` that holds a record, and every suite folder (``folders``,
 ``expected``) that holds one, at the path its rule writes, whatever links it is or lies under (``results/eval`` on
 another disk, a method's folder linked to another's): each is checked as one reached without links, its record's
-``out`` compared with that path, links kept (:func:`grueflow.io.written_for`). A link through which a rebuild would
-write into another run's folder is refused, naming it (:func:`refuse_shared`, :func:`refuse_through_link`); DVC's
-first stage runs the same refusals over the outputs DVC writes (:func:`refuse_links`).
+``out`` compared with that path, links kept (:func:`grueflow.io.written_for`). A link there that leads to nothing
+(a disk not mounted) is refused, naming it, before anything is marked (:func:`refuse_dangling`): nothing behind it
+can be checked or rebuilt. A link through which a rebuild would write into another run's folder is refused, naming
+it (:func:`refuse_shared`, :func:`refuse_through_link`); DVC's first stage runs the same refusals over the outputs
+DVC writes (:func:`refuse_links`).
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import stat
 import time
 from pathlib import Path
 from typing import Iterable, Optional
@@ -180,12 +184,18 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
     """Each stale stage folder (or ``table``) under ``results``, with why: see the module docstring. ``folders``:
     every stage folder the suite's rules write, stale when one exists without its record; ``cache``: where the
     digests of the recorded inputs are kept between runs (:func:`input_digest`; None: this process's only). A
-    :class:`DataError` where two suite folders are one through a link above one of them (:func:`refuse_shared`)."""
+    :class:`DataError` where two suite folders are one through a link above one of them (:func:`refuse_shared`), and
+    where a link at ``results``, above a suite folder, or at one that a suite folder's record names as an input (or
+    the table aggregates) leads to nothing (:func:`refuse_dangling`)."""
     stale: dict[Path, str] = {}
     expected, folders = list(expected), list(folders)
     suite = set(expected) | set(folders)
     refuse_shared(suite)
     root = results.parent  # stage.json records input paths relative to the project root
+    refuse_dangling({link for path in (results, *(folder.parent for folder in suite))  # results/, or above a suite
+                     if (link := _dangling_link(results, path)) is not None})  # folder: no job can write there
+    dangling = {link for folder in expected if (link := _dangling_link(results, folder)) is not None} \
+        if table.is_file() else set()  # a suite folder that is a link to nothing, which the table aggregates
     readers: dict[Path, dict] = {}  # each stage folder in order: its recorded inputs, compared once all are seen
     for folder in sorted(set(recorded_folders(results)) | set(_recorded_suite_folders(suite))):
         try:
@@ -213,6 +223,10 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             continue
         paths = [Path(meta["path"]) for meta in inputs.values() if isinstance(meta, dict) and meta.get("path")]
         gone = [str(path) for path in paths if not (root / path).exists()]
+        behind = {path: link for path in gone if (link := _dangling_link(results, root / path)) is not None}
+        if not folders or folder in suite:  # refused below; a reader no rule of this run writes is let be: no job of
+            dangling.update(behind.values())  # this run reads what lies behind the link, and none of it can be seen
+        gone = [path for path in gone if path not in behind]
         if any(not _outside(root / path, results) for path in map(Path, gone)):
             stale[folder] = f"it was built from {', '.join(gone)}, which no longer exists"
         elif gone:  # data of the user's moved away: stamped only, so that putting it back reruns nothing
@@ -228,6 +242,7 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
         if gone:
             stale[table] = f"it was built from {', '.join(gone[:3])}{' and more' if len(gone) > 3 else ''}, " \
                            "which no longer exists"
+    refuse_dangling(dangling)  # a suite folder that is a link to nothing, something on record was built from
     for folder in [*expected, *folders]:  # emptied, or its record deleted before anything read it
         if folder.is_dir() and not (folder / STAGE_RECORD).is_file():
             stale.setdefault(folder, f"damaged: {STAGE_RECORD} is missing")
@@ -350,6 +365,28 @@ def refuse_shared(suite: Iterable[Path]) -> None:
                             f"link (rm {link}) and run again, which rebuilds what it stood for")
 
 
+def refuse_dangling(links: Iterable[Path]) -> None:
+    """Raise :class:`DataError` naming each of ``links`` (links under, or at, ``results/`` that lead to nothing: a
+    disk not mounted, a folder moved away), where there are any. What lies behind such a link is not there to check,
+    and no job can rebuild it: Snakemake takes what a record names there for gone and plans nothing (what reads it
+    has its outputs), or fails to make a folder through it; and were it rebuilt, the run would be written beside the
+    one that comes back with the disk. The person decides: mount it, or remove the link to rebuild what it held."""
+    lines = [f"{link} is a link to {os.readlink(link)}, which does not exist (a disk not mounted?): mount it, or "
+             f"remove the link (rm {link}) to rebuild what it held here" for link in sorted(set(links))]
+    if lines:
+        raise DataError("; ".join(lines))
+
+
+def _dangling_link(results: Path, path: Path) -> Optional[Path]:
+    """The first link on the way from ``results`` (itself included) down to ``path`` (itself included, a path under
+    ``results`` as given) that leads to nothing; None where there is none, or ``path`` is not under ``results``."""
+    if path != results and not path.is_relative_to(results):
+        return None
+    parts = path.relative_to(results).parts
+    way = [results, *(results.joinpath(*parts[:depth]) for depth in range(1, len(parts) + 1))]
+    return next((step for step in way if step.is_symlink() and not step.exists()), None)
+
+
 def refuse_through_link(folder: Path, results: Path, written: str, itself: bool = False) -> None:
     """Raise :class:`DataError` where the stage folder ``folder``, whose record names another output path
     (``written``: it holds another run's folder, or a copy of one), is reached through a link inside ``results``
@@ -358,27 +395,31 @@ def refuse_through_link(folder: Path, results: Path, written: str, itself: bool 
     holds (:func:`refuse_shared` catches two suite folders made one). A folder moved elsewhere and linked back records
     its own path and never comes here; a folder that is a link itself is not refused (Snakemake deletes the link, not
     what it names), unless ``itself``: DVC checks out and writes a model stage's outs (``<folder>/model``) through
-    a link at ``folder``. The message names the link, and the folder to move away where the link belongs."""
+    a link at ``folder``. The message names the link to remove, the one fix that is safe whatever the link leads to
+    (what it leads to may be another checkout's or a backup's finished run: never to be moved or deleted from
+    here)."""
     if folder.is_symlink() and not itself:
         return
     inside = [p for p in ([folder] if itself else []) + list(folder.parents) if p != results and results in p.parents]
     link = next((p for p in inside if p.is_symlink()), None)
     if link is not None:
         raise DataError(f"{folder} holds the stage folder written at {written} (its {STAGE_RECORD} records that "
-                        f"path), reached through {link}, a link to {os.readlink(link)}: a rebuild of {folder} would "
-                        f"delete it there; remove the link (rm {link}) if it does not belong, else move "
-                        f"{os.path.realpath(folder)} away, and run again")
+                        f"path), reached through {link}, a link to {os.readlink(link)}: {os.path.realpath(folder)} is "
+                        f"that other run's folder, and a rebuild of {folder} would delete that run; remove the link "
+                        f"(rm {link}) and run again, which rebuilds {link} here")
 
 
 def refuse_links(results: Path, outputs: Iterable[Path]) -> None:
     """Raise :class:`DataError` where writing the suite's ``outputs`` (the paths its stages write, under
     ``results``) would reach another run's folder through a link: two of its stage folders one on disk
     (:func:`refuse_shared`), or one whose record names another output path under a link inside ``results``
-    (:func:`refuse_through_link`). Its stage folders: the folder of each ``stage.json`` among ``outputs`` (DVC's
+    (:func:`refuse_through_link`); and where a link at or above one of ``outputs`` leads to nothing
+    (:func:`refuse_dangling`). Its stage folders: the folder of each ``stage.json`` among ``outputs`` (DVC's
     outs of a model stage), and each of ``outputs`` that is a folder holding one. Run where an engine writes or
     checks out outputs with no check of its own (DVC's first stage), before it touches any."""
     root = results.parent
     outputs = [Path(path) for path in outputs]
+    refuse_dangling({link for path in outputs if (link := _dangling_link(results, path)) is not None})
     folders = sorted({path.parent if path.name == STAGE_RECORD else path for path in outputs
                       if path.name == STAGE_RECORD or (path / STAGE_RECORD).is_file()})
     refuse_shared(folders)
@@ -500,7 +541,8 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     recorded again (after a dry run saw it edited): then nothing reruns, whatever the input's size. A table (or
     key) stale because a file written with it was edited (a note added by hand) has a copy kept of each such file
     (:func:`edited_files`). Last, every other stage folder has a copy kept of what no stage record vouches for,
-    with a line (:func:`keep_user_files`)."""
+    with a line (:func:`keep_user_files`). A time is set in this checkout alone (:func:`_set_time`): a stamp that
+    is a hard link of another checkout's is replaced by a copy of its own first."""
     lines = []
     expected, folders = list(expected), list(folders)
     suite = set(expected) | set(folders)
@@ -528,7 +570,7 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
                 kept[str(path)] = before
         else:
             kept.pop(str(path), None)  # rebuilt whatever the input says
-        os.utime(stamp, (STALE_TIME, STALE_TIME), follow_symlinks=False)  # a link's own time: never its target's
+        _set_time(stamp, STALE_TIME * 10 ** 9)
         lines.append(line)
     for name, before in stamped.items():  # inputs as recorded again: the stamp taken back, unless rebuilt since
         path = Path(name)
@@ -537,7 +579,7 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
         kept.pop(name, None)
         stamp = _stamp_of(path)
         if isinstance(before, int) and stamp.exists() and stamp.lstat().st_mtime_ns == STALE_TIME * 10 ** 9:
-            os.utime(stamp, ns=(before, before), follow_symlinks=False)
+            _set_time(stamp, before)
     if kept != stamped:
         with atomic_path(stamped_file) as tmp:
             tmp.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
@@ -556,6 +598,32 @@ def _stamp_of(path: Path) -> Path:
     keeps in a folder output, else the path itself; a link itself where ``path`` is one, never what it points to
     (a folder or file of the user's)."""
     return path / SNAKEMAKE_TIMESTAMP if not path.is_symlink() and (path / SNAKEMAKE_TIMESTAMP).is_file() else path
+
+
+def _set_time(stamp: Path, ns: int) -> None:
+    """Set the modification (and access) time of ``stamp`` (:func:`_stamp_of`) to ``ns`` nanoseconds after the epoch,
+    in this checkout alone: a link's own time, never its target's, and a file that is a hard link (a second checkout
+    made with ``cp -al``, whose files are the first one's) made this checkout's own first (:func:`_own_file`), so
+    that neither a stale mark nor its undoing (a dry run's too) changes what another checkout reads."""
+    _own_file(stamp)
+    os.utime(stamp, ns=(ns, ns), follow_symlinks=False)
+
+
+def _own_file(path: Path) -> None:
+    """Replace the regular file ``path`` by a copy of it (bytes, mode and times) where it has more than one hard link,
+    renamed over it in one step, so that a change of its metadata reaches no other path; anything else (a file of
+    one link, a link, a folder) is left as it is. A :class:`DataError` where the copy cannot be made."""
+    info = path.lstat()
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink < 2:
+        return
+    try:
+        with atomic_path(path, mode=stat.S_IMODE(info.st_mode)) as tmp:
+            shutil.copy2(path, tmp)
+    except OSError as err:
+        raise DataError(f"{path} is one file with {info.st_nlink - 1} other path(s) (a hard link: a checkout copied "
+                        f"with cp -al?), and no copy of its own could be made beside it ({err}): marking it stale "
+                        f"would change the other checkout's; give write access to {path.parent}, or make this "
+                        f"checkout a copy of its own (cp -a), and run again") from None
 
 
 def _read_mapping(path: Path) -> dict:

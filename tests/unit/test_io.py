@@ -582,9 +582,9 @@ def test_a_stage_folder_under_a_link_to_another_runs_folder_is_stale_or_refused(
         with pytest.raises(DataError, match=re.escape(
                 "results/sentiment/ppo/seed0 holds the stage folder written at results/sentiment/supervised+ppo/seed0 "
                 "(its stage.json records that path), reached through results/sentiment/ppo, a link to "
-                f"{tmp_path}/backup: a rebuild of results/sentiment/ppo/seed0 would delete it there; remove the link "
-                f"(rm results/sentiment/ppo) if it does not belong, else move {tmp_path}/backup/seed0 away, and run "
-                "again")):
+                f"{tmp_path}/backup: {tmp_path}/backup/seed0 is that other run's folder, and a rebuild of "
+                "results/sentiment/ppo/seed0 would delete that run; remove the link (rm results/sentiment/ppo) and run "
+                "again, which rebuilds results/sentiment/ppo here")):
             stale.stale_outputs(results, results / "t.csv", expected, folders=suite)
     (results / "sentiment" / "ppo").unlink()
     (results / "sentiment" / "ppo").symlink_to(tmp_path / "results" / "sentiment" / "supervised+ppo")
@@ -603,9 +603,10 @@ def test_a_stage_folder_under_a_link_to_another_runs_folder_is_stale_or_refused(
     for suite in (list(runs.values()), [runs["ppo"]]):  # the suite cut to the task, or to one run: concepts' runs
         with pytest.raises(DataError, match=re.escape(  # are no suite folder, and the rebuild would delete them
                 "results/sentiment/ppo/seed0 holds the stage folder written at results/concepts/ppo/seed0 (its "
-                "stage.json records that path), reached through results/sentiment, a link to concepts: a rebuild of "
-                "results/sentiment/ppo/seed0 would delete it there; remove the link (rm results/sentiment) if it does "
-                "not belong")):
+                "stage.json records that path), reached through results/sentiment, a link to concepts: "
+                f"{tmp_path}/results/concepts/ppo/seed0 is that other run's folder, and a rebuild of "
+                "results/sentiment/ppo/seed0 would delete that run; remove the link (rm results/sentiment) and run "
+                "again, which rebuilds results/sentiment here")):
             stale.stale_outputs(results, results / "t.csv", [], folders=suite)
     (results / "sentiment").unlink()
     (tmp_path / "checkout").mkdir()
@@ -618,7 +619,9 @@ def test_a_stage_folder_under_a_link_to_another_runs_folder_is_stale_or_refused(
     with pytest.raises(DataError, match=re.escape(
             "results/sentiment/ppo/seed0 holds the stage folder written at results/concepts/ppo/seed0 (its stage.json "
             f"records that path), reached through results/sentiment, a link to {tmp_path}/checkout/results/concepts: "
-            "a rebuild")):
+            f"{tmp_path}/disk/concepts/ppo/seed0 is that other run's folder, and a rebuild of "
+            "results/sentiment/ppo/seed0 would delete that run; remove the link (rm results/sentiment) and run again, "
+            "which rebuilds results/sentiment here")):
         stale.stale_outputs(results, results / "t.csv", [], folders=list(runs.values()))
     assert set(other) == {"ppo", "supervised+ppo"}
 
@@ -654,6 +657,111 @@ def test_dvcs_outputs_at_or_under_a_link_to_another_runs_folder_are_refused(tmp_
         stale.refuse_links(results, outs)
     (results / "sentiment" / "supervised+ppo").unlink()
     stale.refuse_links(results, outs)  # a suite folder not there yet: nothing to refuse
+    (results / "sentiment" / "supervised+ppo").symlink_to(tmp_path / "unmounted")
+    unmounted = f"results/sentiment/supervised+ppo is a link to {tmp_path}/unmounted, which does not exist"
+    with pytest.raises(DataError, match=re.escape(unmounted)):  # a disk not mounted: nothing DVC writes there
+        stale.refuse_links(results, outs)
+
+
+def test_a_link_to_nothing_at_or_above_a_suite_folder_is_refused_naming_it(tmp_path, monkeypatch):
+    """``results/sentiment`` a link to a disk not mounted: the evaluations were said to be stale ("its job reruns"),
+    their inputs being gone, and Snakemake, seeing nothing newer, ran nothing; the table kept their rows, on every
+    run. A link that leads to nothing at ``results/``, above a suite folder, or at a folder a stage record names as
+    an input (or the table aggregates) is refused naming it, before anything is marked; one at a suite folder that
+    nothing was built from (made ahead, to a folder not made yet) is left for its stage to write through."""
+    from grueflow import stale
+    from grueflow.io import atomic_dir, write_stage_record
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)
+    results, table, tokens = Path("results"), Path("results") / "t.csv", Path(".snakemake") / "grueflow-stale.json"
+    runs = _two_runs(results)
+    evaluation = results / "eval" / "sentiment" / "ppo" / "seed0"
+    with atomic_dir(evaluation) as tmp:
+        (tmp / "metrics.json").write_text("{}\n")
+        write_stage_record(tmp, stage="evaluate", params={}, inputs={"model": runs["ppo"] / "model"}, wall_time_s=0.0)
+    folders = [*runs.values(), evaluation]
+    assert stale.stale_outputs(results, table, [evaluation], folders=folders) == {}
+    os.replace(results / "sentiment", tmp_path / "aside")
+    (results / "sentiment").symlink_to(tmp_path / "not_mounted" / "sentiment")
+    for expected, suite in (([evaluation], folders), ([], list(runs.values())), ([], [evaluation])):
+        with pytest.raises(DataError) as refused:  # above a suite folder; a folder a record names, under one
+            stale.mark_stale(results, table, expected, tokens=tokens, folders=suite)
+        assert str(refused.value) == (
+            f"results/sentiment is a link to {tmp_path}/not_mounted/sentiment, which does not exist (a disk not "
+            "mounted?): mount it, or remove the link (rm results/sentiment) to rebuild what it held here")
+        assert not tokens.exists()
+    other_task = [results / "concepts" / "datapool"]  # the suite cut to another task: its run is not held up, and
+    assert stale.stale_outputs(results, table, [], folders=other_task) == {}  # no rerun is promised for the link's
+    (results / "sentiment").unlink()
+    os.replace(tmp_path / "aside", results / "sentiment")
+    os.replace(results, tmp_path / "disk")
+    results.symlink_to(tmp_path / "unmounted" / "results")  # results/ itself
+    with pytest.raises(DataError, match=re.escape(
+            f"results is a link to {tmp_path}/unmounted/results, which does not exist (a disk not mounted?): mount "
+            "it, or remove the link (rm results) to rebuild what it held here")):
+        stale.stale_outputs(results, table, [evaluation], folders=folders)
+    with pytest.raises(DataError, match=r"^results is a link to"):  # named even where the suite names no folder
+        stale.stale_outputs(results, table, [], folders=[])
+    results.unlink()
+    os.replace(tmp_path / "disk", results)
+    shutil.rmtree(runs["ppo"])
+    runs["ppo"].symlink_to(tmp_path / "not_mounted" / "seed0")  # the suite folder itself, read by the evaluation
+    with pytest.raises(DataError, match=re.escape(
+            f"results/sentiment/ppo/seed0 is a link to {tmp_path}/not_mounted/seed0, which does not exist (a disk not "
+            "mounted?): mount it, or remove the link (rm results/sentiment/ppo/seed0) to rebuild what it held here")):
+        stale.stale_outputs(results, table, [evaluation], folders=folders)
+    shutil.rmtree(evaluation)
+    assert stale.stale_outputs(results, table, [evaluation], folders=folders) == {}  # nothing built from it yet
+    evaluation.symlink_to(tmp_path / "not_mounted" / "eval")
+    assert stale.stale_outputs(results, table, [evaluation], folders=folders) == {}
+    table.write_text("task,method\n")  # ... but the table aggregates it
+    with pytest.raises(DataError, match=re.escape(
+            f"results/eval/sentiment/ppo/seed0 is a link to {tmp_path}/not_mounted/eval, which does not exist")):
+        stale.stale_outputs(results, table, [evaluation], folders=folders)
+
+
+def test_a_stale_mark_in_a_checkout_made_with_hard_links_leaves_the_other_checkouts_times(tmp_path, monkeypatch):
+    """A second checkout made with ``cp -al``: its stale check set the time of the ``.snakemake_timestamp`` both
+    checkouts share (one file), on a dry run too, and the first checkout, untouched, rebuilt a finished evaluation
+    for "Updated input files". A stamp that is a hard link (a table too, whose bytes are kept) is replaced by a
+    copy of its own before its time is set, and so is one whose time is put back."""
+    from grueflow import stale
+    from grueflow.io import write_stage_record
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    monkeypatch.chdir(first)
+    results, tokens, built = Path("results"), Path(".snakemake") / "grueflow-stale.json", 1_700_000_000 * 10 ** 9
+    pools = [results / task / "datapool" for task in ("sentiment", "concepts")]
+    Path("train.jsonl").write_text('{"prompt": "v1"}\n')
+    for pool in pools:
+        pool.mkdir(parents=True)
+        (pool / "train.jsonl").write_text("{}\n")
+        write_stage_record(pool, stage="prepare_datapool", params={}, inputs={"data": Path("train.jsonl")},
+                           wall_time_s=0.0)
+        (pool / stale.SNAKEMAKE_TIMESTAMP).touch()
+        os.utime(pool / stale.SNAKEMAKE_TIMESTAMP, ns=(built, built))
+    table = results / "t.csv"
+    table.write_text("task,method\n")  # no record of its digests: stale
+    os.utime(table, ns=(built, built))
+    Path("v2.jsonl").write_text('{"prompt": "v2"}\n')
+    os.replace("v2.jsonl", "train.jsonl")  # a dry run here saw the data edited: both datapools stamped
+    assert len(stale.mark_stale(results, Path("none.csv"), [], tokens=tokens)) == 2
+    Path("v1.jsonl").write_text('{"prompt": "v1"}\n')
+    os.replace("v1.jsonl", "train.jsonl")  # put back; the next run here takes the stamps back
+    shutil.copytree(first, second, symlinks=True, copy_function=os.link)  # cp -al
+    monkeypatch.chdir(second)
+    (pools[1] / "train.jsonl").unlink()  # concepts' datapool damaged here
+    lines = stale.mark_stale(results, table, [], {table: []}, tokens=tokens)
+    assert [line.split(" (")[0] for line in lines] == [
+        "grueflow: results/concepts/datapool is stale", "grueflow: results/t.csv is stale"]
+    sentiment, concepts = (pool / stale.SNAKEMAKE_TIMESTAMP for pool in pools)
+    assert [os.lstat(path).st_mtime_ns for path in (sentiment, concepts, table)] == [built, 10 ** 9, 10 ** 9]
+    assert [os.lstat(first / path).st_mtime_ns for path in (sentiment, concepts, table)] == [10 ** 9, 10 ** 9, built]
+    assert [os.lstat(first / path).st_nlink for path in (sentiment, concepts, table)] == [1, 1, 1]
+    assert table.read_text() == (first / table).read_text() == "task,method\n"
 
 
 def test_snakemakes_marker_and_dvcs_symlinked_cache_leave_a_folders_digest_as_it_is(tmp_path, monkeypatch):
