@@ -414,14 +414,12 @@ def refuse_links(results: Path, outputs: Iterable[Path]) -> None:
     ``results``) would reach another run's folder through a link: two of its stage folders one on disk
     (:func:`refuse_shared`), or one whose record names another output path under a link inside ``results``
     (:func:`refuse_through_link`); and where a link at or above one of ``outputs`` leads to nothing
-    (:func:`refuse_dangling`). Its stage folders: the folder of each ``stage.json`` among ``outputs`` (DVC's
-    outs of a model stage), and each of ``outputs`` that is a folder holding one. Run where an engine writes or
-    checks out outputs with no check of its own (DVC's first stage), before it touches any."""
+    (:func:`refuse_dangling`). Its stage folders: :func:`output_folders`. Run where an engine writes or checks out
+    outputs with no check of its own (DVC's first stage), before it touches any."""
     root = results.parent
     outputs = [Path(path) for path in outputs]
     refuse_dangling({link for path in outputs if (link := _dangling_link(results, path)) is not None})
-    folders = sorted({path.parent if path.name == STAGE_RECORD else path for path in outputs
-                      if path.name == STAGE_RECORD or (path / STAGE_RECORD).is_file()})
+    folders = output_folders(outputs)
     refuse_shared(folders)
     for folder in folders:
         try:
@@ -431,6 +429,14 @@ def refuse_links(results: Path, outputs: Iterable[Path]) -> None:
         written = written_for(root, folder, record.get("out") if isinstance(record, dict) else None)
         if written is not None:
             refuse_through_link(folder, results, written, itself=True)
+
+
+def output_folders(outputs: Iterable[Path]) -> list[Path]:
+    """The stage folders among an engine's ``outputs``, sorted: the folder of each ``stage.json`` among them (DVC's
+    outs of a model stage: ``<folder>/model``, ``<folder>/stage.json``), and each of them that is a folder holding
+    one (a datapool)."""
+    return sorted({path.parent if path.name == STAGE_RECORD else path for path in map(Path, outputs)
+                   if path.name == STAGE_RECORD or (path / STAGE_RECORD).is_file()})
 
 
 def _recorded_suite_folders(suite: Iterable[Path]) -> list[Path]:

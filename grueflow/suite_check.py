@@ -16,7 +16,10 @@ write another run's folder: a stage folder of the suite's outputs (``dvc.yaml``'
 that holds a record naming another output path, at or under a link inside ``results/``
 (:func:`grueflow.stale.refuse_links`; ``results/sentiment`` a link to ``results/concepts``). DVC restores a cached
 stage's outputs by checking them out, which runs no grueflow code, and removes a rerun stage's outputs before its
-command: this stage, always changed and upstream of every other, is the one place that runs first.
+command: this stage, always changed and upstream of every other, is the one place that runs first. For the same
+reason it copies what a stage folder holds that no stage record vouches for (a file put there, a hand edit) to
+``.grueflow/replaced/`` with a line, as the Snakefile does (:func:`grueflow.stale.keep_user_files`): DVC's restore
+of a stage's outs deletes it.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from grueflow import pipeline
 from grueflow.config import ConfigError, read_yaml
 from grueflow.io import DataError, atomic_dir, atomic_path
 from grueflow.params import VALID, valid_out_problem, validate
-from grueflow.stale import refuse_links
+from grueflow.stale import keep_user_files, output_folders, refuse_links
 
 RESULTS = "results"  # where every DVC stage writes (dvc.yaml's outs, relative to the project root)
 
@@ -62,7 +65,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise ConfigError(code_problem)
         dvc_file = Path(pipeline.DVC_YAML)
         document = yaml.safe_load(dvc_file.read_text(encoding="utf-8")) if dvc_file.is_file() else None
-        refuse_links(Path(RESULTS), [Path(path) for path in pipeline.dvc_outputs(document, read_yaml(args.suite))])
+        outputs = [Path(path) for path in pipeline.dvc_outputs(document, read_yaml(args.suite))]
+        refuse_links(Path(RESULTS), outputs)
+        for line in keep_user_files(Path(RESULTS), output_folders(outputs)):
+            print(line, file=sys.stderr)
     except (ConfigError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -295,6 +295,34 @@ def test_an_invalid_suite_stops_dvc_repro_before_any_stage_runs(dvc_repo, line, 
     assert json.loads(run(["dvc", "status", "--json"], dvc_repo).stdout) == DVC_UP_TO_DATE
 
 
+def test_dvc_repro_keeps_a_copy_of_a_persons_file_or_edit_in_a_stage_folder_before_restoring_it(dvc_repo):
+    """`dvc repro` restores a stage folder's outs from DVC's cache when they differ from dvc.lock, deleting a file a
+    person put in an out folder (notes beside the model) and a hand edit (a number changed in metrics.json), with
+    no copy and no word. Its first stage, run first on every `dvc repro`, copies both to .grueflow/replaced/ with a
+    line, as the Snakefile does; the restore then puts the stages' own files back."""
+    notes = dvc_repo / "results" / "sentiment" / "ppo" / "seed0" / "model" / "NOTES.md"
+    metrics = dvc_repo / "results" / "eval" / "sentiment" / "ppo" / "seed0" / "metrics.json"
+    written = metrics.read_text()
+    try:
+        notes.write_text("my notes on this run\n")
+        record = json.loads(written)
+        record["metrics"]["reward"] = record["metrics"]["reward"] - 1
+        metrics.write_text(json.dumps(record, indent=2) + "\n")
+        edited = metrics.read_text()
+        repro = run(["dvc", "repro"], dvc_repo)
+        for folder, files in (("results/sentiment/ppo/seed0", "model/NOTES.md"),
+                              ("results/eval/sentiment/ppo/seed0", "metrics.json")):
+            assert f"grueflow: {folder} holds what no stage record vouches for ({files}); a copy is kept in " \
+                   f".grueflow/replaced/{folder}@" in repro.stdout + repro.stderr, (repro.stdout + repro.stderr)[-3000:]
+            copy, = (dvc_repo / ".grueflow" / "replaced").glob(f"{folder}@*")
+            assert (copy / files).read_text() == (edited if files == "metrics.json" else "my notes on this run\n")
+        assert not notes.exists() and metrics.read_text() == written  # restored from DVC's cache
+    finally:
+        notes.unlink(missing_ok=True)
+        shutil.rmtree(dvc_repo / ".grueflow", ignore_errors=True)
+    assert json.loads(run(["dvc", "status", "--json"], dvc_repo).stdout) == DVC_UP_TO_DATE
+
+
 @pytest.mark.parametrize("link, target", [
     ("results/sentiment", "concepts"),  # a task's folder made a link to another task's
     ("results/sentiment/ppo/seed0", "../supervised+ppo/seed0"),  # a run's folder made a link to another method's
