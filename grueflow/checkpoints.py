@@ -197,10 +197,10 @@ def latest(root: str | Path, unit: str, key: str) -> Path | None:
     mine = [c.path for c in found if c.key == key]
     others = [c.path.name for c in found if c.key != key]
     if others and not mine:
-        log.warning("the checkpoints in %s (%s) are of another configuration of this run: a setting, an input, "
-                    "the seed, the stage's code or a package version changed since they were written, so it starts "
-                    "afresh, and they are deleted when it writes its first checkpoint; to resume them, restore what "
-                    "changed", root, ", ".join(others))
+        log.warning("the checkpoints in %s (%s) are of another configuration of this run: a setting, an input (data, "
+                    "a model, a plugin's code or a file its args name), the seed, the stage's code or a package "
+                    "version changed since they were written, so it starts afresh, and they are deleted when it "
+                    "writes its first checkpoint; to resume them, restore what changed", root, ", ".join(others))
     candidates = sorted(mine + damaged, key=lambda p: int(p.name[len(unit):]), reverse=True)
     for i, path in enumerate(candidates):
         problem = damage(path)

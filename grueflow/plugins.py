@@ -12,7 +12,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 IMPORT_PATH = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*$")
 
@@ -117,19 +117,30 @@ def strings_in(value: object) -> list[str]:
     return []
 
 
-def reward_inputs(task: Any, reward: dict, root: str | Path = ".") -> dict[str, str]:
-    """What a run's reward reads besides its settings, by content: ``{path: sha256}``
-    (:func:`grueflow.io.fingerprint`) of each project source file behind the import paths of a task file's reward
-    and rollout post-processing (:func:`source_files`; ``task`` is the file's data), and of each file or folder the
-    args of ``reward``'s components name (``reward`` as data: a reward model, a classifier, a lexicon), relative
-    to ``root``. A training run keys its checkpoints with these, so that one trained against an edited plugin or
-    a retrained reward model is never resumed as if it were the same run."""
+def run_inputs(task: Any, reward: dict | None, metrics: Sequence[dict] | None,
+               root: str | Path = ".") -> dict[str, str]:
+    """What a training run computes with besides its settings, by content: ``{path: sha256}``
+    (:func:`grueflow.io.fingerprint`), relative to ``root``, of each project source file behind the import paths
+    (:func:`source_files`; ``task`` is the task file's data) and of each file or folder the args name (a reward
+    model, a classifier, a lexicon) of what feeds its checkpoints:
+
+    - ``reward`` (the run's resolved reward, as data), for a run trained against one: the task file's reward
+      plugins and rollout post-processing, and the files its components' args name; None for a run without one;
+    - ``metrics`` (the metric specs, as data), for a run that validates while it trains (``eval_every``): the
+      task file's metric plugins and evaluation post-processing, and the files the metrics' args name; None for a
+      run that does not validate (then they compute nothing it keeps).
+
+    A training run keys its checkpoints and its validation rows with these, so that one run against an edited
+    plugin or a retrained classifier is never resumed as if it were the same run."""
     from grueflow.io import fingerprint
 
     root = Path(root)
-    files = source_files(task, root, ("reward", "rollout_generation"))
+    parts = (("reward", "rollout_generation") if reward is not None else ()) + \
+        (("metrics", "eval_generation") if metrics is not None else ())
+    files = source_files(task, root, parts)
     components = reward.get("components") if isinstance(reward, dict) else None
-    named = [text for c in components or [] if isinstance(c, dict) for text in strings_in(c.get("args"))]
+    specs = [s for s in [*(components or []), *(metrics or [])] if isinstance(s, dict)]
+    named = [text for spec in specs for text in strings_in(spec.get("args"))]
     paths = sorted({text for text in named if _names_input(text, root)} - set(files))
     return {path: fingerprint(root / path) for path in [*files, *paths]}
 

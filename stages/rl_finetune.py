@@ -20,7 +20,7 @@ from grueflow.metrics.reward import Reward
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.policy import Policy, Prompts
-from grueflow.plugins import reward_inputs
+from grueflow.plugins import run_inputs
 from grueflow.params import STARTS, check_select_metric, load_method, load_metrics, load_task_section, task_key_name
 from grueflow.rl import ALGORITHMS
 from grueflow.rl.configs import NLPOConfig
@@ -98,11 +98,13 @@ def main() -> None:
     trainer = RLTrainer(args.algorithm, cfg, policy, ref_model, reward, train, generation, args.seed, run.parallel)
     evaluated = (to_dict(eval_generation), to_dict(metrics), fingerprint(args.datapool / "val.jsonl")) \
         if cfg.eval_every else ()  # what val rows depend on
-    # everything the trained weights depend on: a checkpoint of another run is never resumed (the base model
-    # scores fluency rewards; the reward's plugin code and the folders its args name, by content; this stage's
-    # code), but a change of how often the run checkpoints, or how many checkpoints it keeps, resumes it
+    # everything the trained weights and the val rows depend on: a checkpoint of another run is never resumed (the
+    # base model scores fluency rewards; the plugin code of the reward, the metrics and post-processing, and the
+    # folders their args name, by content; this stage's code), but a change of how often the run checkpoints, or
+    # how many checkpoints it keeps, resumes it
     key = run_key(args.algorithm, keyed_settings(to_dict(cfg)), to_dict(lengths), to_dict(generation),
-                  to_dict(reward_cfg), reward_inputs(read_yaml(args.task_file), to_dict(reward_cfg)),
+                  to_dict(reward_cfg),
+                  run_inputs(read_yaml(args.task_file), to_dict(reward_cfg), to_dict(metrics) if evaluated else None),
                   fingerprint(args.init_model), fingerprint(args.base_model),
                   fingerprint(args.datapool / "train.jsonl"), args.seed, run.execution.precision, *evaluated,
                   script=__file__)

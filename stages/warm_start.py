@@ -10,7 +10,7 @@ interrupt.until_main()
 
 from grueflow import plots, stage
 from grueflow.checkpoints import run_key
-from grueflow.config import GenerationConfig, LengthsConfig, SupervisedConfig, to_dict
+from grueflow.config import GenerationConfig, LengthsConfig, SupervisedConfig, read_yaml, to_dict
 from grueflow.data.sample import check_datapool, read_split
 from grueflow.io import MODEL_DIR, fingerprint, write_csv
 from grueflow.models import check_context, load_pretrained
@@ -19,6 +19,7 @@ from grueflow.models.lora import merged, with_lora
 from grueflow.models.policy import Policy
 from grueflow.metrics import MetricContext
 from grueflow.params import check_select_metric, load_method, load_metrics, load_task_section, task_key_name
+from grueflow.plugins import run_inputs
 from grueflow.supervised import NonFiniteLossError, SupervisedTrainer, select_splits
 from grueflow.training import Tracking, TrainingRun, add_arguments, check_trained_policy
 from grueflow.validation import Validation
@@ -61,7 +62,10 @@ def main() -> None:
     policy = Policy(model, tokenizer, lengths.prompt, backend)
     trainer = SupervisedTrainer(policy, train, val, cfg, lengths.target, args.seed, run.parallel)
     data = [fingerprint(args.datapool / f"{split}.jsonl") for split in ("train", "val")]
-    evaluated = (to_dict(eval_generation), to_dict(metrics)) if cfg.eval_every else ()  # what val rows depend on
+    # what val rows depend on: the evaluation's settings, and the plugin code of the metrics and post-processing and
+    # the folders their args name, by content
+    evaluated = (to_dict(eval_generation), to_dict(metrics),
+                 run_inputs(read_yaml(args.task_file), None, to_dict(metrics))) if cfg.eval_every else ()
     key = run_key(to_dict(lengths), to_dict(cfg), fingerprint(args.base_model), data, args.seed,
                   run.execution.precision, *evaluated, script=__file__)
     validation = Validation(run.resume_dir, val if cfg.eval_every else [], eval_generation, None, metrics,

@@ -109,6 +109,56 @@ def test_a_killed_run_resumes_its_evaluations_to_the_same_bytes(base, straight, 
         assert (out / "val_predictions" / name).read_bytes() == (reference / "val_predictions" / name).read_bytes()
 
 
+METRIC_PLUGIN = """from dataclasses import dataclass
+
+from grueflow.metrics import Metric, MetricResult
+
+CALLS = [0]
+
+
+class Mine(Metric):
+    category, scores = "custom", ("m",)
+
+    @dataclass(frozen=True)
+    class Args:
+        pass
+
+    @classmethod
+    def build(cls, args, context):
+        def compute(prompts, generations, references, meta):
+            CALLS[0] += 1
+            if CALLS[0] == 3 and FIXED is False:
+                raise ValueError("bug in my metric")
+            return MetricResult({cls.key(): [VALUE] * len(generations)}, {cls.key(): VALUE})
+        return compute
+"""
+
+
+def test_a_run_resumed_after_its_metric_plugin_is_fixed_scores_every_evaluation_with_the_fixed_code(base, tmp_path):
+    """A validation metric of one's own fails at the third evaluation (after the first checkpoint); fixed, the
+    rerun must not resume the rows the old code scored: a run with other plugin code is another run."""
+    from tests.stages.test_stages import TASK
+
+    (tmp_path / "my_metric.py").write_text(METRIC_PLUGIN + "FIXED, VALUE = False, 0.0\n")
+    task = tmp_path / "sentiment.yaml"
+    task.write_text(TASK.read_text().replace("  - {id: perplexity}\n",
+                                             '  - {id: perplexity}\n  - {id: "my_metric:Mine"}\n'))
+    method = tmp_path / "ppo.yaml"  # 2 iterations, a checkpoint and an evaluation after each
+    method.write_text((MICRO / "methods" / "ppo.yaml").read_text() + "eval_every: 1\nselect: best\n"
+                      "select_metric: custom/m\n")
+    out = tmp_path / "run"
+    command = [str(task) if arg == str(TASK) else arg for arg in rl(base, out, method)]
+    failed = run(command, tmp_path, check=False)  # the project folder: where the plugin imports from
+    assert failed.returncode != 0 and "bug in my metric" in failed.stderr
+    assert (tmp_path / "run.resume" / "iteration1").is_dir() and not out.exists()
+    (tmp_path / "my_metric.py").write_text(METRIC_PLUGIN + "FIXED, VALUE = True, 0.5\n")
+    rerun = run(command, tmp_path)
+    assert f"the checkpoints in {tmp_path / 'run.resume'} (iteration1) are of another configuration" in rerun.stderr
+    assert [(int(r["iteration"]), float(r["custom/m"])) for r in val_rows(out)] == \
+        [(0, 0.5), (1, 0.5), (2, 0.5)]
+    assert json.loads((out / "stage.json").read_text())["selected"]["iteration"] == 0  # the earliest of a tie
+
+
 @pytest.mark.parametrize("rows, metric, expected", [
     ([{"iteration": 0, "reward": 0.1}, {"iteration": 2, "reward": 0.5}, {"iteration": 4, "reward": 0.5}],
      "reward", 2),  # the earliest of a tie

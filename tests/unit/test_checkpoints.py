@@ -255,9 +255,9 @@ def test_checkpoints_of_another_configuration_are_named_before_a_fresh_start(tmp
         assert checkpoints.latest(root, "iteration", "run-b") is None
     (line,) = [r.getMessage() for r in caplog.records]
     assert line.startswith(f"the checkpoints in {root} (iteration1, iteration2) are of another configuration of "
-                           f"this run: a setting, an input, the seed, the stage's code or a package version changed "
-                           f"since they were written, so it starts afresh, and they are deleted when it writes its "
-                           f"first checkpoint")
+                           f"this run: a setting, an input (data, a model, a plugin's code or a file its args name), "
+                           f"the seed, the stage's code or a package version changed since they were written, so it "
+                           f"starts afresh, and they are deleted when it writes its first checkpoint")
     caplog.clear()
     with caplog.at_level("WARNING", logger="grueflow.checkpoints"):
         assert checkpoints.latest(root, "iteration", "run-a") == root / "iteration2"
@@ -274,7 +274,7 @@ def test_how_often_a_run_checkpoints_and_how_many_it_keeps_are_not_in_its_key():
 
 
 def test_a_runs_reward_inputs_are_its_plugin_sources_and_the_folders_its_args_name_by_content(tmp_path):
-    from grueflow.plugins import reward_inputs
+    from grueflow.plugins import run_inputs
 
     (tmp_path / "my_rewards.py").write_text("import my_helper\nclass Odd:\n    pass\n")
     (tmp_path / "my_helper.py").write_text("SIGN = 1.0\n")
@@ -283,11 +283,80 @@ def test_a_runs_reward_inputs_are_its_plugin_sources_and_the_folders_its_args_na
     reward = {"components": [{"metric": "my_rewards:Odd", "weight": 1.0},
                              {"metric": "reward_model", "weight": 1.0, "args": {"path": "rm/model", "note": "x"}}]}
     task = {"reward": reward}
-    before = reward_inputs(task, reward, tmp_path)
+    before = run_inputs(task, reward, None, tmp_path)
     assert sorted(before) == ["my_helper.py", "my_rewards.py", "rm/model"]
     (tmp_path / "my_helper.py").write_text("SIGN = -1.0\n")  # an edit in a module the plugin imports
-    edited = reward_inputs(task, reward, tmp_path)
+    edited = run_inputs(task, reward, None, tmp_path)
     assert edited["my_helper.py"] != before["my_helper.py"] and edited["rm/model"] == before["rm/model"]
     (tmp_path / "rm" / "model" / "weights.bin").write_bytes(b"b")  # the reward model retrained
-    assert reward_inputs(task, reward, tmp_path)["rm/model"] != before["rm/model"]
-    assert reward_inputs({}, {"components": [{"metric": "x", "args": {"path": "."}}]}, tmp_path) == {}  # the project
+    assert run_inputs(task, reward, None, tmp_path)["rm/model"] != before["rm/model"]
+    assert run_inputs({}, {"components": [{"metric": "x", "args": {"path": "."}}]}, None, tmp_path) == {}  # the project
+
+
+VALIDATED_TASK = {
+    "reward": {"components": [{"metric": "lexicon_sentiment", "weight": 1.0}]},
+    "rollout_generation": {"max_new_tokens": 8},
+    "eval_generation": {"max_new_tokens": 8, "post_processing": "my_post:strip"},
+    "metrics": [{"id": "my_metric:Mine"}, {"id": "learned_classifier", "args": {"model": "judge"}}, {"id": "rouge"}]}
+
+
+def _validated_project(root: Path) -> None:
+    """A project whose validation runs a metric plugin (importing a helper), a post-processing function and a
+    metric reading a local classifier folder."""
+    (root / "my_metric.py").write_text("import metric_helper\nclass Mine:\n    pass\n")
+    (root / "metric_helper.py").write_text("SCALE = 1.0\n")
+    (root / "my_post.py").write_text("def strip(text):\n    return text.strip()\n")
+    (root / "judge").mkdir()
+    (root / "judge" / "weights.bin").write_bytes(b"a")
+
+
+def _rl_key(root: Path, eval_every: int = 1) -> str:
+    """rl_finetune's run key for ``VALIDATED_TASK`` in project ``root`` (validating when ``eval_every``), its other
+    parts held fixed, as the stage builds it."""
+    from grueflow.plugins import run_inputs
+
+    task = VALIDATED_TASK
+    evaluated = (task["eval_generation"], task["metrics"], "sha-val") if eval_every else ()
+    return checkpoints.run_key("ppo", {"eval_every": eval_every}, task["reward"],
+                               run_inputs(task, task["reward"], task["metrics"] if evaluated else None, root),
+                               "sha-model", 0, *evaluated)
+
+
+def _warm_start_key(root: Path) -> str:
+    """warm_start's run key for ``VALIDATED_TASK`` in project ``root`` (validating), its other parts held fixed."""
+    from grueflow.plugins import run_inputs
+
+    task = VALIDATED_TASK
+    return checkpoints.run_key({"eval_every": 1}, "sha-model", 0, task["eval_generation"], task["metrics"],
+                               run_inputs(task, None, task["metrics"], root))
+
+
+@pytest.mark.parametrize("key", [_rl_key, _warm_start_key], ids=["rl_finetune", "warm_start"])
+@pytest.mark.parametrize("path, content", [
+    ("my_metric.py", "import metric_helper\nclass Mine:\n    FIXED = True\n"),  # the metric plugin fixed
+    ("metric_helper.py", "SCALE = 0.5\n"),  # a module the metric plugin imports
+    ("my_post.py", "def strip(text):\n    return text.strip().lower()\n"),  # the evaluation's post-processing
+    ("judge/weights.bin", "b"),  # the classifier a metric's args name, retrained
+])
+def test_a_validating_runs_key_changes_with_the_code_and_files_its_validation_runs(tmp_path, key, path, content):
+    _validated_project(tmp_path)
+    before = key(tmp_path)
+    assert key(tmp_path) == before  # nothing changed: the same run, resumed
+    (tmp_path / "unrelated.py").write_text("X = 1\n")  # a project file no part of the run names
+    assert key(tmp_path) == before
+    (tmp_path / path).write_text(content)
+    assert key(tmp_path) != before
+
+
+def test_a_run_that_does_not_validate_keeps_its_key_when_the_validation_code_changes(tmp_path):
+    from grueflow.plugins import run_inputs
+
+    _validated_project(tmp_path)
+    assert sorted(run_inputs(VALIDATED_TASK, None, VALIDATED_TASK["metrics"], tmp_path)) == \
+        ["judge", "metric_helper.py", "my_metric.py", "my_post.py"]  # what validation runs and reads
+    assert run_inputs(VALIDATED_TASK, None, None, tmp_path) == {}
+    before = _rl_key(tmp_path, eval_every=0)
+    (tmp_path / "my_metric.py").write_text("class Mine:\n    FIXED = True\n")
+    (tmp_path / "my_post.py").write_text("def strip(text):\n    return text\n")
+    (tmp_path / "judge" / "weights.bin").write_bytes(b"b")
+    assert _rl_key(tmp_path, eval_every=0) == before  # its weights do not depend on them: it resumes
