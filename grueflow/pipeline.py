@@ -28,13 +28,14 @@ import argparse
 import difflib
 import hashlib
 import itertools
+import json
 import os
 import re
 import sys
 import textwrap
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 import yaml
 
@@ -387,6 +388,69 @@ def default_resources(name: str) -> dict[str, int]:
         raise KeyError(f"stage {name!r} has no default resources; "
                        f"stages with resources: {', '.join(RESOURCE_STAGES)}")
     return dict(DEFAULT_RESOURCES[name])
+
+
+# -- the params a stage folder was built with -------------------------------------------------------
+
+PARAMS_DIGEST = "params_digest"  # the stage record's key of :func:`params_digest`'s digests
+
+
+@dataclass(frozen=True)
+class ParamsSource:
+    """Where one job of a stage reads its params: ``task_file`` (``params/tasks/<task>.yaml``, of which it reads the
+    stage's ``task_keys``), ``method_file`` (``params/methods/<name>.yaml``, read whole) and ``suite``, the values of
+    the stage's ``suite_keys`` it is given (``{"precision": "fp32"}``: the command line's, whichever engine ran it).
+    A file the stage does not read may be None."""
+
+    stage: str
+    task_file: Optional[str] = None
+    method_file: Optional[str] = None
+    suite: Mapping[str, object] = field(default_factory=dict)
+
+    def where(self, part: str) -> str:
+        """A part of :func:`params_digest` as a person finds it: its file, or the suite's keys."""
+        if part == "task":
+            return str(self.task_file)
+        if part == "method":
+            return str(self.method_file)
+        return "the suite's " + ", ".join(STAGES[self.stage].suite_keys)
+
+
+def params_read(source: ParamsSource, load: Optional[Callable[[str], object]] = None) -> dict[str, object]:
+    """The params ``source``'s stage reads, as data, by part: ``task`` (its ``task_keys`` of the task file, a key the
+    file lacks as None), ``method`` (the method file's whole content) and ``suite`` (its ``suite_keys``' values);
+    a part the stage does not read is left out (none: ``{}``). ``load`` reads a params file (default:
+    :func:`grueflow.config.read_yaml`, which raises ConfigError for a file it cannot read)."""
+    if load is None:
+        from grueflow.config import read_yaml as load  # grueflow.config reads this module's table
+
+    entry = STAGES[source.stage]
+    parts: dict[str, object] = {}
+    if entry.task_keys:
+        task = load(str(source.task_file))
+        parts["task"] = {key: task.get(key) if isinstance(task, dict) else None for key in entry.task_keys}
+    if entry.method is not None:
+        parts["method"] = load(str(source.method_file))
+    if entry.suite_keys:
+        parts["suite"] = {key: source.suite.get(key) for key in entry.suite_keys}
+    return parts
+
+
+def params_digest(source: ParamsSource, load: Optional[Callable[[str], object]] = None) -> dict[str, str]:
+    """The sha256 of each part of :func:`params_read` (its canonical JSON: keys sorted where they can be, which the
+    engines' YAML parsers agree on): what a stage records in its ``stage.json`` (:data:`PARAMS_DIGEST`), and what
+    the Snakefile's stale check compares with the params files as they are now, for a folder no Snakemake job of the
+    checkout wrote (``dvc repro`` built it, or ``.snakemake`` was removed), of whose params Snakemake keeps no
+    record. Equal params give equal digests, whatever path or engine read them."""
+    return {part: hashlib.sha256(_canonical(value).encode()).hexdigest()
+            for part, value in params_read(source, load).items()}
+
+
+def _canonical(value: object) -> str:
+    try:
+        return json.dumps(value, sort_keys=True, default=str, separators=(",", ":"))
+    except TypeError:  # keys of mixed types cannot be sorted: the file's order
+        return json.dumps(value, default=str, separators=(",", ":"))
 
 
 # -- dvc.yaml ---------------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Optional
 from safetensors import SafetensorError
 from tqdm import tqdm
 
-from grueflow import interrupt, io
+from grueflow import interrupt, io, pipeline
 from grueflow.config import MAX_SEED, MAX_THREADS, ConfigError, PluginFailedError
 from grueflow.device import DEVICE_CHOICES, DEVICE_ENV, PRECISIONS, Execution
 from grueflow.hub import HubUnreachableError
@@ -378,12 +378,29 @@ def relaunch_data_parallel(processes: int, threads: int) -> None:
     os.execv(sys.executable, command)
 
 
+def params_digest(name: str, args: argparse.Namespace) -> dict[str, str]:
+    """:func:`grueflow.pipeline.params_digest` of the params this run of the table's stage ``name`` reads: its
+    ``--task-file`` and ``--method-file``, and the suite values it is given (``--precision``), as given, whichever
+    engine (or person) ran it; for its ``stage.json`` (:data:`grueflow.pipeline.PARAMS_DIGEST`), taken before the
+    stage reads them. A file that cannot be read is the ConfigError :func:`grueflow.config.read_yaml` raises; a
+    stage outside the table records nothing (``{}``)."""
+    if name not in pipeline.STAGES:
+        return {}
+    given = vars(args)
+    paths = {flag: str(given[flag]) if given.get(flag) is not None else None for flag in ("task_file", "method_file")}
+    suite = {key: given.get(key) for key in pipeline.stage(name).suite_keys}
+    return pipeline.params_digest(pipeline.ParamsSource(name, paths["task_file"], paths["method_file"], suite))
+
+
 def finish(out_dir: Path, stage: str, params: Any, inputs: Mapping[str, Path | io.InputDigest], started: float,
-           **extra: Any) -> None:
+           params_digest: Optional[dict[str, str]] = None, **extra: Any) -> None:
     """Write the stage record into the finished ``out_dir`` (see :func:`grueflow.io.write_stage_record`);
     a stage that runs models passes ``execution=<Execution.record()>`` among ``extra``. An input from outside
     results/ that may change while the stage runs is given as its :func:`grueflow.io.digest_inputs` digest, taken
-    before the stage read it."""
+    before the stage read it. ``params_digest``: :func:`params_digest` of the params files the stage read, taken
+    before it read them, recorded as :data:`grueflow.pipeline.PARAMS_DIGEST` (left out where empty or None)."""
+    if params_digest:
+        extra = {pipeline.PARAMS_DIGEST: params_digest, **extra}
     io.write_stage_record(out_dir, stage=stage, params=params, inputs=inputs,
                           wall_time_s=time.perf_counter() - started, extra=extra or None)
 

@@ -14,6 +14,10 @@ the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark
   hand after a params change (a backup, another branch's results), the stage run by hand with other settings, or
   ``dvc repro`` run with other params, each whole and at its own path, where Snakemake's record of the params,
   kept per path and written by its last job, says "Nothing to be done": it is stale itself;
+- a suite stage folder that no Snakemake job of this checkout wrote (no note: ``dvc repro`` built it, or
+  ``.snakemake`` was removed), of whose params Snakemake then keeps no record ("missing provenance/metadata"),
+  whose ``stage.json`` records digests of the params its stage read that differ from those of the params files
+  its rule reads now (:func:`params_changed`): a param edited since is seen, as ``dvc repro`` sees it;
 - a stage folder whose ``stage.json`` records an input that no longer exists, or one whose content is not the
   one recorded: an input from outside ``results/`` (a datapool's local data, the human answers), or another
   stage's folder replaced by another valid one whose record names no output path (an earlier version's), which
@@ -71,12 +75,14 @@ import shutil
 import stat
 import time
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Mapping, Optional
 
+from grueflow.config import ConfigError
 from grueflow.io import (MODEL_DIR, SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED, DataError, MissingDataError,
                          atomic_path, check_stage_output, files_record, fingerprint, last_written, read_json,
                          sha256_bytes, written_for)
 from grueflow.keep import files_under, keep_copy, kept_copy, listed, persons_files, stat_signature, unvouched
+from grueflow.pipeline import PARAMS_DIGEST, ParamsSource, params_digest
 
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
 TOKENS = Path(".snakemake") / "grueflow-stale.json"  # {output path: when it was last found stale, ns}, beside
@@ -88,8 +94,12 @@ DIGESTS = Path(".snakemake") / "grueflow-digests.json"  # {path: [stat signature
 CHANGED_INPUT = "changed since it was built"  # why a stage whose input's content is not the recorded one is stale
 GONE_INPUT = "no longer exists"  # ... and one whose input from outside results/ is gone
 FILE_IN_PLACE = "a file where the stage's folder belongs"  # ... and a file Snakemake would take for the folder
+PARAMS_CHANGED = "its params changed since it was built"  # ... and a folder whose params files changed since
+NOT_BY_SNAKEMAKE = "and no Snakemake job of this checkout wrote it (built by dvc repro, or .snakemake removed)"
 PUT_BACK = "is not the one its Snakemake job last wrote there (an older copy put back, a stage run by hand or by " \
     "dvc repro)"  # ... and an output whose record is not the one noted by its last job (grueflow.io.note_written)
+AS_BUILT = ("its input ", PARAMS_CHANGED)  # stale reasons that leave the folder as built: CHANGED_INPUT, GONE_INPUT
+# and PARAMS_CHANGED are stamped alone, and the stamp taken back once the input or params are as recorded again
 _KNOWN: dict[str, list] = {}  # the cache as this process read it and added to it
 
 
@@ -180,13 +190,17 @@ def stale_token(outputs: Iterable[str | os.PathLike], tokens: Path = TOKENS) -> 
 
 def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
                   siblings: Optional[dict[Path, list[Path]]] = None, folders: Iterable[Path] = (),
-                  cache: Optional[Path] = None) -> dict[Path, str]:
+                  cache: Optional[Path] = None, params: Optional[Mapping[Path, ParamsSource]] = None,
+                  load: Optional[Callable[[str], object]] = None) -> dict[Path, str]:
     """Each stale stage folder (or ``table``) under ``results``, with why: see the module docstring. ``folders``:
     every stage folder the suite's rules write, stale when one exists without its record; ``cache``: where the
-    digests of the recorded inputs are kept between runs (:func:`input_digest`; None: this process's only). A
-    :class:`DataError` where two suite folders are one through a link above one of them (:func:`refuse_shared`), and
-    where a link at ``results``, above a suite folder, or at one that a suite folder's record names as an input (or
-    the table aggregates) leads to nothing (:func:`refuse_dangling`)."""
+    digests of the recorded inputs are kept between runs (:func:`input_digest`; None: this process's only);
+    ``params``: where the job of each suite stage folder reads its params now, as its rule runs it
+    (:func:`params_changed`, with ``load`` reading a params file). A :class:`DataError` where two suite folders are
+    one through a link above one of them (:func:`refuse_shared`), and where a link at ``results``, above a suite
+    folder, or at one that a suite folder's record names as an input (or the table aggregates) leads to nothing
+    (:func:`refuse_dangling`)."""
+    params = params or {}
     stale: dict[Path, str] = {}
     expected, folders = list(expected), list(folders)
     suite = set(expected) | set(folders)
@@ -216,6 +230,9 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             continue
         if (not folders or folder in suite) and _put_back(root, folder, folder / STAGE_RECORD):
             stale[folder] = f"its {STAGE_RECORD} {PUT_BACK}"
+            continue
+        if folder in params and (changed := params_changed(root, folder, record, params[folder], load)):
+            stale[folder] = f"{PARAMS_CHANGED} ({', '.join(changed)}), {NOT_BY_SNAKEMAKE}"
             continue
         inputs = record.get("inputs") or {}
         if not isinstance(inputs, dict):  # check_stage_output read the record as an object with a manifest
@@ -512,6 +529,28 @@ def _put_back(root: Path, path: Path, record: Path) -> bool:
     return last is not None and record.is_file() and sha256_bytes(record) != last
 
 
+def params_changed(root: Path, folder: Path, record: Mapping, source: ParamsSource,
+                   load: Optional[Callable[[str], object]] = None) -> list[str]:
+    """The params files (or suite keys) whose content differs from what the stage folder ``folder`` (under the project
+    ``root``, its stage record ``record``) was built with, by the digests its stage recorded
+    (:func:`grueflow.pipeline.params_digest`) against those of ``source`` now (read with ``load``); ``[]`` where they
+    agree, where the record holds no digests (written before stages recorded them: judged by the other checks alone,
+    so that no project rebuilds on upgrade), where a params file cannot be read (the suite's validation says why), or
+    where a Snakemake job of this checkout last wrote the folder (:func:`grueflow.io.last_written`): Snakemake's own
+    record of that job's params reruns it then, and :func:`_put_back` catches a folder written since by other means.
+
+    So a folder ``dvc repro`` built, or one whose Snakemake records went with ``.snakemake``, of whose params
+    Snakemake knows nothing ("missing provenance/metadata"), reruns when a param its stage reads was edited since."""
+    recorded = record.get(PARAMS_DIGEST)
+    if not isinstance(recorded, dict) or not recorded or last_written(root, folder) is not None:
+        return []
+    try:
+        now = params_digest(source, load)
+    except (ConfigError, OSError):
+        return []
+    return [source.where(part) for part in sorted(set(now) | set(recorded)) if now.get(part) != recorded.get(part)]
+
+
 def _outside(path: Path, results: Path) -> bool:
     """Whether ``path`` lies outside ``results``: a stage's input of the user's (data, answers), which no stage
     writes and no manifest covers; a stage output is checked by its own record instead."""
@@ -533,7 +572,8 @@ def _unrecorded(root: Path, path: Path, results: Path) -> Optional[Path]:
 
 def mark_stale(results: Path, table: Path, expected: Iterable[Path],
                siblings: Optional[dict[Path, list[Path]]] = None, tokens: Path = TOKENS,
-               folders: Iterable[Path] = ()) -> list[str]:
+               folders: Iterable[Path] = (), params: Optional[Mapping[Path, ParamsSource]] = None,
+               load: Optional[Callable[[str], object]] = None) -> list[str]:
     """Set each :func:`stale_outputs` entry's Snakemake timestamp to :data:`STALE_TIME` and give it a new token in
     ``tokens`` (the digests of inputs are cached beside it); one line per entry, saying why.
 
@@ -544,15 +584,19 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     param reruns it where Snakemake recorded one, the stamp where it did not (a folder ``dvc repro`` built, or
     ``.snakemake`` removed), and the stamp reruns the reader of a changed stage folder (a folder input newer than
     its output). Its time before the stamp is kept in :data:`STAMPED`, and put back once the input is as
-    recorded again (after a dry run saw it edited): then nothing reruns, whatever the input's size. A table (or
+    recorded again (after a dry run saw it edited): then nothing reruns, whatever the input's size. So does a suite
+    stage folder whose params changed since it was built, that no Snakemake job wrote (:func:`params_changed`: no
+    record of Snakemake's, which a token would need, describes it), until its params are as recorded again; what it
+    holds that no stage record vouches for is copied first, as its rebuild deletes it. A table (or
     key) stale because a file written with it was edited (a note added by hand) has a copy kept of each such file
     (:func:`edited_files`). Last, every other stage folder has a copy kept of what no stage record vouches for,
     with a line (:func:`keep_user_files`). A time is set in this checkout alone (:func:`_set_time`): a stamp that
-    is a hard link of another checkout's is replaced by a copy of its own first."""
+    is a hard link of another checkout's is replaced by a copy of its own first. ``params`` and ``load``: as
+    :func:`stale_outputs` takes them."""
     lines = []
     expected, folders = list(expected), list(folders)
     suite = set(expected) | set(folders)
-    stale = stale_outputs(results, table, expected, siblings, folders, tokens.parent / DIGESTS.name)
+    stale = stale_outputs(results, table, expected, siblings, folders, tokens.parent / DIGESTS.name, params, load)
     stamped_file = tokens.parent / STAMPED.name
     stamped = _read_mapping(stamped_file)
     kept, copied = dict(stamped), set()
@@ -570,7 +614,7 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
         if edited:  # a table's file edited by hand (a note added): the rerun writes it again
             line += "; a copy of " + ", ".join(f"{file} is kept in {keep_copy(file, results.parent, [file])}"
                                                for file in edited)
-        if why.startswith("its input "):  # CHANGED_INPUT, GONE_INPUT: the time to put back, unless already stamped
+        if why.startswith(AS_BUILT):  # the time to put back, unless already stamped
             before = stamp.lstat().st_mtime_ns
             if before != STALE_TIME * 10 ** 9:
                 kept[str(path)] = before
@@ -589,7 +633,7 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     if kept != stamped:
         with atomic_path(stamped_file) as tmp:
             tmp.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
-    tokened = [path for path, why in stale.items() if not why.startswith("its input ")]  # CHANGED_, GONE_INPUT
+    tokened = [path for path, why in stale.items() if not why.startswith(AS_BUILT)]
     if tokened:
         known = _read_mapping(tokens)
         now = str(time.time_ns())

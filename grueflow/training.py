@@ -132,9 +132,10 @@ class TrainingRun:
     """
 
     def __init__(self, name: str, out: Path, resume_dir: Path, execution: Execution, parallel: DataParallel,
-                 started: float) -> None:
+                 started: float, params_digest: Optional[dict[str, str]] = None) -> None:
         self.name, self.out, self.resume_dir = name, out, resume_dir
         self.execution, self.parallel, self.started = execution, parallel, started
+        self.params_digest = params_digest or {}  # the params it reads, for its stage.json (grueflow.pipeline)
         self.tracked = False
         self._lock: Optional[IO[str]] = None
 
@@ -150,6 +151,7 @@ class TrainingRun:
         (:func:`grueflow.stage.check_resume_dir`): :meth:`finish` replaces the one and deletes the other; so is a
         TensorBoard folder overlapping either (:func:`grueflow.tracking.tensorboard_dir`).
         """
+        digest = stage.params_digest(name, args)
         resume_dir = args.resume_dir if args.resume_dir is not None else Path(f"{args.out}.resume")
         stage.check_resume_dir(args.out, resume_dir)
         board = tensorboard_dir(args.out, vars(args).get("tensorboard"), resume_dir)  # a folder apart from both
@@ -160,7 +162,7 @@ class TrainingRun:
         ex = stage.execution(args)
         parallel = DataParallel.from_env(ex.device) if processes is not None else DataParallel(device=ex.device)
         seed_everything(seed, parallel.threads(args.threads))
-        return cls(name, args.out, resume_dir, ex, parallel, started)
+        return cls(name, args.out, resume_dir, ex, parallel, started, digest)
 
     def train(self, trainer: Resumable, key: str, total: int, unit: str, desc: str,
               tracking: Optional[Tracking] = None, report: Optional[Callable[[Row], None]] = None,
@@ -238,7 +240,8 @@ class TrainingRun:
             write(tmp)
             if self.tracked:
                 shutil.copytree(self.resume_dir / TRACKING_DIR, tmp / TRACKING_DIR)
-            stage.finish(tmp, self.name, params, inputs, self.started, execution=self.execution.record(), **extra)
+            stage.finish(tmp, self.name, params, inputs, self.started, self.params_digest,
+                         execution=self.execution.record(), **extra)
         shutil.rmtree(self.resume_dir, ignore_errors=True)
         self.release()
 

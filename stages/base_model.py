@@ -38,6 +38,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True, help="output folder: model/ (Hugging Face), pretrain_curve.csv, stage.json")
     args = p.parse_args()
     started = stage.setup(args)
+    read = stage.params_digest("base_model", args)  # before the params are read
     cfg: ModelConfig = load_section(ModelConfig, args.task_file, "model")
     ex = stage.execution(args, precision="fp32")
     seed_everything(cfg.pretrain.seed, args.threads)
@@ -89,7 +90,7 @@ def main() -> None:
         write_csv(tmp / "pretrain_curve.csv", curve)
         if adapt_curve:
             write_csv(tmp / "adapt_curve.csv", adapt_curve)
-        stage.finish(tmp, "base_model", {"model": to_dict(cfg)}, {"datapool": args.datapool}, started,
+        stage.finish(tmp, "base_model", {"model": to_dict(cfg)}, {"datapool": args.datapool}, started, read,
                      kind=kind, parameters=sum(p.numel() for p in model.parameters()), execution=ex.record(),
                      **provenance, **adapted)
 

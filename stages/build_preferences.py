@@ -38,6 +38,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True, help=f"a folder: {PREFERENCES_FILE}, summary.json, stage.json")
     args = p.parse_args()
     started = stage.setup(args)
+    read = stage.params_digest("build_preferences", args)  # before the params are read
     cfg: PreferencesConfig = load_section(PreferencesConfig, args.method_file)
     lengths = load_section(LengthsConfig, args.task_file, "lengths")
     reward_cfg = cfg.reward if cfg.reward is not None else load_section(RewardConfig, args.task_file, "reward")
@@ -71,7 +72,7 @@ def main() -> None:
         write_json(tmp / "summary.json", counts)
         stage.finish(tmp, "build_preferences", {"preferences": to_dict(cfg), "lengths": to_dict(lengths),
                                                 "reward": to_dict(reward_cfg), "precision": args.precision},
-                     {"datapool": args.datapool, "policy": args.policy}, started, execution=ex.record())
+                     {"datapool": args.datapool, "policy": args.policy}, started, read, execution=ex.record())
 
 
 if __name__ == "__main__":

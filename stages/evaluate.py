@@ -47,6 +47,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
     started = stage.setup(args)
+    read = stage.params_digest("evaluate", args)  # before the params are read
     if args.task != args.task_file.stem:  # both engines run params/tasks/<task>.yaml as <task>
         log.warning("--task %s labels these scores, but --task-file %s is task %s's by its name: the table would "
                     "show them as %s's", args.task, args.task_file, args.task_file.stem, args.task)
@@ -111,7 +112,7 @@ def main() -> None:
                                        "precision": args.precision},
                      {"datapool": args.datapool, "model": args.model,
                       **({"decoding": args.model.parent / DECODING_DIR} if masks else {})},
-                     started, execution=ex.record())
+                     started, read, execution=ex.record())
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True, help="output folder")
     args = p.parse_args()
     started = stage.setup(args)
+    read = stage.params_digest("prepare_datapool", args)  # before the params are read
     cfg: DatapoolConfig = load_section(DatapoolConfig, args.task_file, "datapool")
     # the local data it reads, by content as it is before the build reads it: a file replaced since (even while
     # the build runs) is found by the stale check, whatever its time
@@ -30,7 +31,7 @@ def main() -> None:
     pool = DATAPOOLS.get(cfg.id).build(typed_args(cfg))
     with atomic_dir(args.out) as tmp:
         stats = write_datapool(pool, tmp, cfg.id)
-        stage.finish(tmp, "prepare_datapool", {"datapool": to_dict(cfg)}, data, started, stats=stats)
+        stage.finish(tmp, "prepare_datapool", {"datapool": to_dict(cfg)}, data, started, read, stats=stats)
 
 
 if __name__ == "__main__":

@@ -930,6 +930,78 @@ def test_an_output_snakemake_did_not_write_last_is_stale_itself(tmp_path, monkey
     assert not Path(".snakemake").exists()
 
 
+def test_a_folder_no_snakemake_job_wrote_is_stale_when_a_param_its_stage_read_changed(tmp_path, monkeypatch):
+    """A project built by dvc repro (or with .snakemake removed): Snakemake keeps no record of the params its folders
+    were built with, and no job note exists, so a learning rate edited after that was "Nothing to be done" and the
+    table kept the old run's numbers. Each stage records digests of the params it read (its task file's keys, its
+    method file, the suite values it is given); such a folder whose digests differ from those of the params its rule
+    reads now is stale itself, naming the file. A folder a Snakemake job wrote is left to Snakemake's params trigger,
+    and one recorded before stages wrote the digests is judged as before."""
+    from argparse import Namespace
+
+    from grueflow import stale
+    from grueflow.io import atomic_dir
+    from grueflow.pipeline import PARAMS_DIGEST, ParamsSource
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GRUEFLOW_ENGINE", raising=False)  # as dvc repro runs the stages
+    task, method = Path("params/tasks/sentiment.yaml"), Path("params/methods/ppo.yaml")
+    method.parent.mkdir(parents=True)
+    task.parent.mkdir(parents=True)
+    task.write_text("reward:\n  components: [{metric: diversity, score: length, weight: -0.05}]\nlengths: {prompt: 8}\n"
+                    "datapool: {id: imdb}\n")
+    method.write_text("learning_rate: 0.0005\nbatch_size: 4\n")
+    results = Path("results")
+    run, pool = results / "sentiment" / "ppo" / "seed0", results / "sentiment" / "datapool"
+    given = Namespace(task_file=task, method_file=method, precision="fp32")
+
+    def write(folder: Path, name: str, digest: bool = True) -> None:
+        with atomic_dir(folder) as tmp:
+            (tmp / "weights.bin").write_bytes(b"w")
+            stage.finish(tmp, name, {}, {}, 0.0, stage.params_digest(name, given) if digest else None)
+
+    def check(precision: str = "fp32") -> dict:
+        source = ParamsSource("rl_finetune", str(task), str(method), {"precision": precision})
+        return stale.stale_outputs(results, Path("results/grue_table.csv"), [], folders=[run, pool],
+                                   params={run: source, pool: ParamsSource("prepare_datapool", str(task))})
+
+    write(run, "rl_finetune")
+    write(pool, "prepare_datapool")
+    recorded = read_json(run / "stage.json")[PARAMS_DIGEST]
+    assert sorted(recorded) == ["method", "suite", "task"]
+    assert sorted(read_json(pool / "stage.json")[PARAMS_DIGEST]) == ["task"]
+    write(run, "rl_finetune")  # the same params: the same record, byte for byte (DVC's hash of it stays)
+    assert read_json(run / "stage.json")[PARAMS_DIGEST] == recorded
+    assert check() == {}
+    why = "and no Snakemake job of this checkout wrote it (built by dvc repro, or .snakemake removed)"
+    method.write_text("learning_rate: 0.05\nbatch_size: 4\n")
+    built = run.stat().st_mtime_ns
+
+    def mark() -> list[str]:
+        return stale.mark_stale(results, Path("results/grue_table.csv"), [], folders=[run, pool],
+                                params={run: ParamsSource("rl_finetune", str(task), str(method), {"precision": "fp32"})})
+
+    assert mark() == [f"grueflow: {run} is stale (its params changed since it was built (params/methods/ppo.yaml), "
+                      f"{why}); its job reruns"]
+    assert run.stat().st_mtime == 1  # older than every input: it reruns (Snakemake has no params of it to compare)
+    method.write_text("batch_size: 4\nlearning_rate: 0.0005  # put back, in another order\n")
+    assert check() == {}
+    assert mark() == [] and run.stat().st_mtime_ns == built  # the stamp taken back: nothing reruns
+    assert check("bf16") == {run: f"its params changed since it was built (the suite's precision), {why}"}
+    task.write_text(task.read_text().replace("weight: -0.05", "weight: -0.1"))  # the RL stage reads the reward
+    assert check() == {run: f"its params changed since it was built (params/tasks/sentiment.yaml), {why}"}
+    task.write_text(task.read_text().replace("weight: -0.1", "weight: -0.05").replace("{id: imdb}", "{id: yelp}"))
+    assert check() == {pool: f"its params changed since it was built (params/tasks/sentiment.yaml), {why}"}
+    write(pool, "prepare_datapool", digest=False)  # recorded before stages wrote the digests: as before
+    task.write_text(task.read_text().replace("{id: yelp}", "{id: imdb}"))
+    assert check() == {}
+    monkeypatch.setenv("GRUEFLOW_ENGINE", "snakemake")  # a Snakemake job wrote it: Snakemake's params trigger's
+    write(run, "rl_finetune")
+    method.write_text("learning_rate: 0.5\nbatch_size: 4\n")
+    assert check() == {}
+
+
 def test_a_stamp_for_an_input_stays_when_the_stage_is_stale_for_its_own_sake(tmp_path, monkeypatch):
     """A dry run made while a data file was edited stamped its datapool 1970, and putting the file back left the
     stamp: where Snakemake kept no checksum of the file (over 1 MB, or .snakemake removed), the datapool and all it

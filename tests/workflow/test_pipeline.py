@@ -210,6 +210,33 @@ def test_a_clone_pulls_the_run_cache_from_a_remote_and_reproduces_without_runnin
     assert (clone / "dvc.lock").read_text() == run(["git", "show", "HEAD:dvc.lock"], clone).stdout
 
 
+def test_snakemake_reruns_a_dvc_built_run_whose_method_param_changed(dvc_repo, tmp_path):
+    """A project built by dvc repro alone: Snakemake holds no record of the params its folders were built with, so a
+    learning rate edited after that was "Nothing to be done" and the table kept the old run's rows. Each stage.json
+    records digests of the params its stage read; the stale check compares them with the params files now."""
+    assert json.loads(run(["dvc", "status", "--json"], dvc_repo).stdout) == DVC_UP_TO_DATE  # digests not volatile
+    repo = tmp_path / "repo"  # a copy: the module's DVC project stays as DVC built it
+    shutil.copytree(dvc_repo, repo, symlinks=True, ignore=shutil.ignore_patterns(".git", ".dvc"))
+    dry_run = ["snakemake", "-n", "--cores", "2", "results/grue_table.csv"]
+    first = run(dry_run, repo)
+    assert "Nothing to be done" in first.stdout + first.stderr and "grueflow:" not in first.stderr
+    method = repo / "params" / "methods" / "ppo.yaml"
+    text = method.read_text()
+    assert "learning_rate: 0.0005\n" in text
+    method.write_text(text.replace("learning_rate: 0.0005\n", "learning_rate: 0.05\n"))
+    edited = run(dry_run, repo)
+    assert planned_jobs(edited.stdout) == {(rule, task, method) for task in ("sentiment", "concepts")
+                                           for rule, method in (("rl_finetune", "ppo"), ("rl_finetune", "supervised+ppo"),
+                                                                ("evaluate", "ppo"), ("evaluate", "supervised+ppo"))
+                                           } | {("aggregate", None, None)}
+    assert "grueflow: results/sentiment/ppo/seed0 is stale (its params changed since it was built " \
+           "(params/methods/ppo.yaml), and no Snakemake job of this checkout wrote it (built by dvc repro, or " \
+           ".snakemake removed)); its job reruns" in edited.stderr
+    method.write_text(text)
+    reverted = run(dry_run, repo)
+    assert "Nothing to be done" in reverted.stdout + reverted.stderr and "grueflow:" not in reverted.stderr
+
+
 def test_dvc_reward_edit_status_diff_and_run_cache(dvc_repo):
     table_before = (dvc_repo / "results" / "grue_table.csv").read_text()
     double_sentiment_reward(dvc_repo)

@@ -6,14 +6,16 @@
 # tests/unit/test_safety.py holds every rule to this.
 import copy
 import functools
+import itertools
 import os
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 from grueflow import plugins
 from grueflow.config import ConfigError, method_name, read_yaml
 from grueflow.params import load_suite, override_layers
-from grueflow.pipeline import STAGES, datapool_files, scorer_files
+from grueflow.pipeline import STAGES, ParamsSource, datapool_files, scorer_files
 from grueflow.stale import content_digest, stale_token
 
 try:
@@ -32,6 +34,7 @@ RL_METHODS = [m for m in METHODS[2:] if m.removeprefix("supervised+") not in PRE
 DPO_METHODS = [m for m in METHODS[2:] if m.removeprefix("supervised+") in PREFERENCE_METHODS]
 RESOURCES = SUITE.config.resources  # per-rule threads, mem_mb, runtime, gpu: the suite's resources: over the defaults
 PRECISION = SUITE.config.precision  # a param (rerun trigger) of every stage that runs a model
+SUITE_VALUES_GIVEN = {"precision": PRECISION}  # the suite values the rules give their stages' commands
 
 
 PROJECT = Path.cwd()  # where jobs run, and what a task file's relative paths name: not grueflow's own checkout,
@@ -147,11 +150,40 @@ def method_file(name):
     return str(PARAMS / "methods" / f"{name}.yaml")
 
 
+STAGE_METHODS = {}  # stage -> its jobs' method-file name, a function of the wildcards (stage_method)
+
+
 def stage_method(stage, **axes):
     """A job's method-file name (a function of its wildcards): the stage table's ``method``, its grid axis
-    (``{algorithm}``) filled by ``axes`` (``algorithm=rl_algorithm``: a function of the wildcards)."""
+    (``{algorithm}``) filled by ``axes`` (``algorithm=rl_algorithm``: a function of the wildcards). Kept in
+    STAGE_METHODS for :func:`stage_params`."""
     template = STAGES[stage].method
-    return lambda w: template.format(**{axis: of(w) for axis, of in axes.items()})
+    STAGE_METHODS[stage] = lambda w: template.format(**{axis: of(w) for axis, of in axes.items()})
+    return STAGE_METHODS[stage]
+
+
+def stage_params():
+    """Where the job of each stage folder of :func:`stage_folders` that reads params files or suite values reads
+    them, as its rule runs it: ``{folder: grueflow.pipeline.ParamsSource}`` (its task file, its method file, the
+    suite's precision). The stale check compares them with the digests a folder's stage.json records, for a folder
+    no Snakemake job of this checkout wrote (grueflow/stale.py params_changed). A stage with a method file but no
+    stage_method of its rule is left out (not checked)."""
+    values = {"task": TASKS, "seed": SEEDS, "method": METHODS, "rl_method": RL_METHODS, "dpo_method": DPO_METHODS}
+    sources = {}
+    for stage in STAGES.values():
+        template = stage.outputs.get("out")
+        names = list(dict.fromkeys(re.findall(r"{(\w+)}", template or "")))
+        method = STAGE_METHODS.get(stage.name)
+        if (template is None or not set(names) <= set(values) or (stage.method is not None and method is None)
+                or not (stage.task_keys or stage.method or stage.suite_keys)):
+            continue
+        for combination in itertools.product(*(values[name] for name in names)):
+            w = SimpleNamespace(**dict(zip(names, combination)))
+            sources[Path(template.format(**vars(w)))] = ParamsSource(
+                stage.name, task_file(w) if "task" in names else None,
+                method_file(method(w)) if method is not None else None,
+                {key: SUITE_VALUES_GIVEN[key] for key in stage.suite_keys if key in SUITE_VALUES_GIVEN})
+    return sources
 
 
 def method_path(method):
