@@ -979,8 +979,8 @@ def test_a_folder_no_snakemake_job_wrote_is_stale_when_a_param_its_stage_read_ch
     built = run.stat().st_mtime_ns
 
     def mark() -> list[str]:
-        return stale.mark_stale(results, Path("results/grue_table.csv"), [], folders=[run, pool],
-                                params={run: ParamsSource("rl_finetune", str(task), str(method), {"precision": "fp32"})})
+        source = ParamsSource("rl_finetune", str(task), str(method), {"precision": "fp32"})
+        return stale.mark_stale(results, Path("results/grue_table.csv"), [], folders=[run, pool], params={run: source})
 
     assert mark() == [f"grueflow: {run} is stale (its params changed since it was built (params/methods/ppo.yaml), "
                       f"{why}); its job reruns"]

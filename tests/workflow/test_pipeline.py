@@ -225,10 +225,9 @@ def test_snakemake_reruns_a_dvc_built_run_whose_method_param_changed(dvc_repo, t
     assert "learning_rate: 0.0005\n" in text
     method.write_text(text.replace("learning_rate: 0.0005\n", "learning_rate: 0.05\n"))
     edited = run(dry_run, repo)
+    runs = (("rl_finetune", "ppo"), ("rl_finetune", "supervised+ppo"), ("evaluate", "ppo"), ("evaluate", "supervised+ppo"))
     assert planned_jobs(edited.stdout) == {(rule, task, method) for task in ("sentiment", "concepts")
-                                           for rule, method in (("rl_finetune", "ppo"), ("rl_finetune", "supervised+ppo"),
-                                                                ("evaluate", "ppo"), ("evaluate", "supervised+ppo"))
-                                           } | {("aggregate", None, None)}
+                                           for rule, method in runs} | {("aggregate", None, None)}
     assert "grueflow: results/sentiment/ppo/seed0 is stale (its params changed since it was built " \
            "(params/methods/ppo.yaml), and no Snakemake job of this checkout wrote it (built by dvc repro, or " \
            ".snakemake removed)); its job reruns" in edited.stderr
