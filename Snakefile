@@ -112,6 +112,12 @@ if workflow.is_main_process:  # a stage folder deleted or damaged under finished
         print(_line, file=sys.stderr)
 
 
+onstart:  # a real run, under Snakemake's lock, before its first job: its jobs refuse params edited since now
+    from grueflow.io import PLAN, write_planned
+
+    os.environ[PLAN] = write_planned(planned_params())
+
+
 rule all:
     input:
         "results/grue_table.csv",

@@ -42,6 +42,9 @@ MODEL_DIR = "model"  # the Hugging Face model folder inside a model-producing st
 WRITTEN = Path(".snakemake") / "grueflow-written"  # per output path: the digest of the record a Snakemake job
 # last wrote there, beside Snakemake's own records of its jobs (removed with them)
 ENGINE = "GRUEFLOW_ENGINE"  # the environment variable the Snakefile sets to "snakemake" for its jobs
+PLANNED = Path(".snakemake") / "grueflow-planned.json"  # the params digests of the stage folders of the Snakemake
+# run going on, as it planned them (:func:`write_planned`)
+PLAN = "GRUEFLOW_PLAN"  # the environment variable naming, for a Snakemake run's jobs, the run that wrote PLANNED
 _PACKAGES = ("torch", "transformers", "tokenizers", "numpy", "grueflow")
 
 
@@ -115,6 +118,37 @@ def note_written(out: str, record: str | Path) -> None:
     if os.path.isabs(out) or os.environ.get(ENGINE) != "snakemake":
         return
     write_json(_written_note(Path("."), out), {"out": os.path.normpath(out), "sha256": sha256_bytes(record)})
+
+
+def write_planned(digests: Mapping[str | Path, Mapping[str, str]]) -> str:
+    """Write :data:`PLANNED` (under the working folder, where Snakemake runs its jobs) in one step: ``digests``, the
+    :func:`grueflow.pipeline.params_digest` of each stage folder (a path relative to the project) as a Snakemake run
+    planned it, under a new run id, which is returned for the run's jobs (:data:`PLAN` in their environment). The
+    Snakefile writes it once a real run holds Snakemake's lock, before its first job; a dry run writes nothing."""
+    run = uuid.uuid4().hex
+    write_json(PLANNED, {"run": run, "digests": {os.path.normpath(out): dict(d) for out, d in digests.items()}})
+    return run
+
+
+def planned_params(out: str | Path) -> Optional[dict[str, str]]:
+    """The params digest the Snakemake run going on planned for the stage folder ``out`` (as its command line gives
+    it), from :data:`PLANNED`; None where there is nothing to compare with: a stage not run as a Snakemake job
+    (:data:`ENGINE` unset: by hand, by DVC), a job of a run that wrote no plan (:data:`PLAN` unset, or naming
+    another run than the file's: a plan an earlier run left never judges a later job), no such file, or no entry
+    for ``out`` (an absolute path, a folder outside the suite's)."""
+    run = os.environ.get(PLAN)
+    if os.environ.get(ENGINE) != "snakemake" or not run:
+        return None
+    try:
+        plan = json.loads(PLANNED.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as err:
+        raise DataError(f"cannot read {PLANNED}, the params this Snakemake run planned ({err}); it is written at "
+                        f"each run's start: run snakemake again") from None
+    if not isinstance(plan, dict) or plan.get("run") != run:
+        return None
+    return plan.get("digests", {}).get(os.path.normpath(out))
 
 
 def last_written(root: Path, path: Path) -> Optional[str]:

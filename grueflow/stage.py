@@ -383,13 +383,28 @@ def params_digest(name: str, args: argparse.Namespace) -> dict[str, str]:
     ``--task-file`` and ``--method-file``, and the suite values it is given (``--precision``), as given, whichever
     engine (or person) ran it; for its ``stage.json`` (:data:`grueflow.pipeline.PARAMS_DIGEST`), taken before the
     stage reads them. A file that cannot be read is the ConfigError :func:`grueflow.config.read_yaml` raises; a
-    stage outside the table records nothing (``{}``)."""
+    stage outside the table records nothing (``{}``).
+
+    A stage run as a job of a Snakemake run compares it with the digest that run planned for its ``--out``
+    (:func:`grueflow.io.planned_params`) and, where they differ (a params file edited while the run went on), raises
+    a ConfigError naming the file before any work: Snakemake records the params it planned with, so what the job
+    would build from the edited file would never rerun once the file is put back."""
     if name not in pipeline.STAGES:
         return {}
     given = vars(args)
     paths = {flag: str(given[flag]) if given.get(flag) is not None else None for flag in ("task_file", "method_file")}
     suite = {key: given.get(key) for key in pipeline.stage(name).suite_keys}
-    return pipeline.params_digest(pipeline.ParamsSource(name, paths["task_file"], paths["method_file"], suite))
+    source = pipeline.ParamsSource(name, paths["task_file"], paths["method_file"], suite)
+    digest = pipeline.params_digest(source)
+    planned = io.planned_params(given["out"]) if given.get("out") is not None else None
+    if planned is not None:
+        changed = [source.where(part) for part in dict.fromkeys([*digest, *planned])
+                   if digest.get(part) != planned.get(part)]
+        if changed:
+            raise ConfigError(f"{', '.join(changed)} changed after Snakemake planned this job (edited while the run "
+                              f"went on): what this job would build in {given['out']} is not what Snakemake "
+                              f"recorded for it; run snakemake again once the edit is done")
+    return digest
 
 
 def finish(out_dir: Path, stage: str, params: Any, inputs: Mapping[str, Path | io.InputDigest], started: float,

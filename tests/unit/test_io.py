@@ -1002,6 +1002,49 @@ def test_a_folder_no_snakemake_job_wrote_is_stale_when_a_param_its_stage_read_ch
     assert check() == {}
 
 
+def test_a_snakemake_job_refuses_params_edited_after_its_run_planned_it(tmp_path, monkeypatch):
+    """A reward weight edited while `snakemake` ran: the jobs that started after the edit read the edited file,
+    Snakemake recorded the params it planned with, and once the file was put back nothing reran them. A real run
+    writes the digest of each folder as it planned it; its jobs compare theirs with it before any work."""
+    from argparse import Namespace
+
+    from grueflow.config import ConfigError
+    from grueflow.io import PLAN, PLANNED, write_planned
+    from grueflow.pipeline import ParamsSource, params_digest
+
+    monkeypatch.chdir(tmp_path)
+    task, method = Path("params/tasks/sentiment.yaml"), Path("params/methods/ppo.yaml")
+    task.parent.mkdir(parents=True)
+    method.parent.mkdir(parents=True)
+    task.write_text("reward:\n  components: [{metric: lexicon_sentiment, weight: 2.0}]\nlengths: {prompt: 8}\n")
+    method.write_text("learning_rate: 0.0005\n")
+    out = "results/sentiment/ppo/seed0"
+    given = Namespace(task_file=task, method_file=method, precision="fp32", out=Path(out))
+    source = ParamsSource("rl_finetune", str(task), str(method), {"precision": "fp32"})
+    monkeypatch.setenv("GRUEFLOW_ENGINE", "snakemake")
+    monkeypatch.setenv(PLAN, write_planned({Path(out): params_digest(source)}))
+    assert stage.params_digest("rl_finetune", given) == params_digest(source)  # as planned: it runs
+    task.write_text(task.read_text().replace("weight: 2.0", "weight: 3.0"))  # edited while the run goes on
+    with pytest.raises(ConfigError) as refused:
+        stage.params_digest("rl_finetune", given)
+    assert str(refused.value) == (
+        "params/tasks/sentiment.yaml changed after Snakemake planned this job (edited while the run went on): what "
+        "this job would build in results/sentiment/ppo/seed0 is not what Snakemake recorded for it; run snakemake "
+        "again once the edit is done")
+    method.write_text("learning_rate: 0.05\n")
+    with pytest.raises(ConfigError, match=r"^params/tasks/sentiment.yaml, params/methods/ppo.yaml changed after"):
+        stage.params_digest("rl_finetune", given)
+    assert stage.params_digest("rl_finetune", Namespace(**{**vars(given), "out": Path("results/other")}))  # unplanned
+    monkeypatch.setenv(PLAN, "0" * 32)  # a job of another run than the plan's (one that wrote none: --nohooks)
+    assert stage.params_digest("rl_finetune", given)
+    monkeypatch.delenv("GRUEFLOW_ENGINE")  # run by hand or by dvc repro, the plan of an earlier run still there
+    monkeypatch.setenv(PLAN, read_json(PLANNED)["run"])
+    assert PLANNED.exists() and stage.params_digest("rl_finetune", given)
+    monkeypatch.setenv("GRUEFLOW_ENGINE", "snakemake")
+    PLANNED.unlink()  # no plan
+    assert stage.params_digest("rl_finetune", given)
+
+
 def test_a_stamp_for_an_input_stays_when_the_stage_is_stale_for_its_own_sake(tmp_path, monkeypatch):
     """A dry run made while a data file was edited stamped its datapool 1970, and putting the file back left the
     stamp: where Snakemake kept no checksum of the file (over 1 MB, or .snakemake removed), the datapool and all it

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -234,6 +235,36 @@ def test_snakemake_reruns_a_dvc_built_run_whose_method_param_changed(dvc_repo, t
     method.write_text(text)
     reverted = run(dry_run, repo)
     assert "Nothing to be done" in reverted.stdout + reverted.stderr and "grueflow:" not in reverted.stderr
+
+
+def test_a_param_edited_while_snakemake_runs_stops_the_jobs_that_read_it(tmp_path):
+    """A reward weight edited while `snakemake` ran: the jobs that started after the edit read the edited file,
+    Snakemake recorded the params it planned with, and once the file was put back the run's folders were "Nothing
+    to be done". A real run writes the digests it planned (a dry run writes none); a job whose params differ from
+    them stops before any work, naming the file, and the jobs whose params did not change run."""
+    repo = copy_project(tmp_path / "repo")
+    target = "results/eval/sentiment/zero_shot/seed0"
+    planned, task = repo / ".snakemake" / "grueflow-planned.json", repo / "params" / "tasks" / "sentiment.yaml"
+    run(["snakemake", "-n", "--cores", "1", target], repo)
+    assert not planned.exists()
+    text = task.read_text()
+    assert "{metric: lexicon_sentiment, weight: 1.0}" in text
+    proc = subprocess.Popen(["snakemake", "--cores", "1", target], cwd=repo, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        while not planned.exists() and proc.poll() is None:  # written once the run holds the lock, before any job
+            time.sleep(0.05)
+        task.write_text(text.replace("weight: 1.0}", "weight: 3.0}"))  # edited while the run goes on
+        output, _ = proc.communicate(timeout=600)
+    finally:
+        proc.kill()
+    assert proc.returncode != 0, output[-4000:]
+    assert (repo / "results" / "sentiment" / "base_model" / "stage.json").exists()  # read no reward: ran
+    assert not (repo / target).exists()
+    assert "error: params/tasks/sentiment.yaml changed after Snakemake planned this job (edited while the run went " \
+           "on): what this job would build in results/eval/sentiment/zero_shot/seed0 is not what Snakemake recorded " \
+           "for it; run snakemake again once the edit is done" in \
+           (repo / "results" / "logs" / "eval" / "sentiment" / "zero_shot" / "seed0.log").read_text()
 
 
 def test_dvc_reward_edit_status_diff_and_run_cache(dvc_repo):

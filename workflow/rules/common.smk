@@ -15,7 +15,7 @@ from types import SimpleNamespace
 from grueflow import plugins
 from grueflow.config import ConfigError, method_name, read_yaml
 from grueflow.params import load_suite, override_layers
-from grueflow.pipeline import STAGES, ParamsSource, datapool_files, scorer_files
+from grueflow.pipeline import STAGES, ParamsSource, datapool_files, params_digest, scorer_files
 from grueflow.stale import content_digest, stale_token
 
 try:
@@ -184,6 +184,21 @@ def stage_params():
                 method_file(method(w)) if method is not None else None,
                 {key: SUITE_VALUES_GIVEN[key] for key in stage.suite_keys if key in SUITE_VALUES_GIVEN})
     return sources
+
+
+def planned_params():
+    """The params digest (grueflow.pipeline.params_digest) of each folder of :func:`stage_params` as this run planned
+    its job: read through :func:`params_file`, whose parse of each file, kept for the run, is what the rules' params
+    were computed from. A folder whose params files cannot be read is left out: no job of this run reads them (the
+    suite's own files were all read before any job), e.g. the method file of a preference stage the suite leaves
+    out."""
+    digests = {}
+    for folder, source in stage_params().items():
+        try:
+            digests[folder] = params_digest(source, params_file)
+        except ConfigError:
+            continue
+    return digests
 
 
 def method_path(method):
