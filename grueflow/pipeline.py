@@ -68,6 +68,12 @@ PLUGIN_CODE = "results/plugin_code"  # DVC's first stage writes <task>/<stage>.j
 BASE_MODEL_HF = BASE_MODEL + "/model"  # the Hugging Face folder inside a model stage's output (grueflow.io.MODEL_DIR)
 WARM_START_HF = WARM_START + "/model"
 MODEL_OUTS = ("{out}/model", "{out}/stage.json")  # what DVC caches of a model-producing stage
+# A training output's evaluation during training (eval_every: curves.csv, curves.png, dvclive/, predictions/) and its
+# save_every policies (<unit><k>/ each): folders every run makes, empty without those settings, since a DVC out must
+# exist after its stage, and DVC restores (run cache, checkout, pull) exactly the outs it declares, no other file
+VALIDATION_OUT = "validation"  # written by grueflow.validation.Validation.write
+SAVED_POLICIES = "checkpoints"  # a model folder each, which evaluate takes (grueflow.rl.nlpo.masks_for)
+TRAINING_OUTS = (*MODEL_OUTS, "{out}/" + VALIDATION_OUT, "{out}/" + SAVED_POLICIES)
 DECODING_DIR = "decoding"  # an RL output's record of how evaluate decodes its model/ (grueflow.rl.nlpo.DECODING_DIR)
 PLACEHOLDER = re.compile(r"(?<!\$)\{(\w+)\}")  # {name} in a template; DVC's ${...} is not one
 
@@ -191,7 +197,7 @@ _TABLE = (
         suite_keys=("precision",),
         args="--task-file {task_file} --method-file {method_file} --datapool {datapool} --base-model {base_model}"
              " --seed {seed} --threads {threads} --resume-dir {out}.resume --out {out} --precision {precision}",
-        outs=MODEL_OUTS,
+        outs=TRAINING_OUTS,
         metrics=("{out}/dvclive/metrics.json",),
         plots=(Plot("{out}/loss_curve.csv", x="epoch", y="val_loss"), Plot("{out}/dvclive/plots/metrics", x="step"),
                Plot("{out}/loss_curve.png")),
@@ -209,7 +215,7 @@ _TABLE = (
         args="--task-file {task_file} --algorithm {algorithm} --method-file {method_file} --datapool {datapool}"
              " --start {start} --init-model {init} --base-model {base_model} --seed {seed} --threads {threads}"
              " --resume-dir {out}.resume --out {out} --precision {precision}",
-        outs=(*MODEL_OUTS, "{out}/" + DECODING_DIR),  # how evaluate decodes model/ (NLPO: its mask model)
+        outs=(*TRAINING_OUTS, "{out}/" + DECODING_DIR),  # how evaluate decodes model/ (NLPO: its mask model)
         metrics=("{out}/train_metrics.json", "{out}/dvclive/metrics.json"),
         plots=(Plot("{out}/curves.csv", x="iteration", y="reward/task"), Plot("{out}/dvclive/plots/metrics", x="step"),
                Plot("{out}/curves.png")),

@@ -14,7 +14,8 @@ kept as plain model folders (``kept/<unit><k>/``: every ``save_every``-th, and u
 every evaluated one), under the run key (params and inputs, the evaluation's own included). A resumed run
 drops what lies past the step it resumes from and redoes it, identically; a run with another key drops
 it all. :meth:`write` puts the curve (CSV, PNG, DVCLive), the predictions and the ``save_every``
-policies into the stage's output, and :meth:`selected` says which policy the stage hands on, and why.
+policies into the stage's output (``validation/`` and ``checkpoints/``), and :meth:`selected` says which
+policy the stage hands on, and why.
 
 Under ``select: best`` a ``select_metric`` that cannot be computed on this machine (its metric is missing, e.g.
 SPICE without Java) is refused at the first evaluation, before any training (a ConfigError). One that is computed
@@ -36,6 +37,7 @@ from grueflow.grue import lower_is_better
 from grueflow.io import atomic_dir, read_json, write_csv, write_json, write_jsonl
 from grueflow.metrics import METRICS, MetricContext
 from grueflow.models.lora import merged
+from grueflow.pipeline import SAVED_POLICIES, VALIDATION_OUT
 from grueflow.seeding import isolated_rng
 from grueflow.tracking import RunTracker
 from grueflow.training import VALIDATION_DIR as FOLDER
@@ -196,21 +198,27 @@ class Validation:
         return self.root / KEPT / f"{self.unit}{chosen[self.unit]}" if chosen else None
 
     def write(self, folder: Path, title: str) -> None:
-        """The curve (``val_curves.csv``, ``val_curves.png``, ``dvclive_val/``), the predictions
-        (``val_predictions/``) and the ``save_every`` policies (``checkpoints/<unit><k>/``) into ``folder``."""
+        """Into stage output ``folder``: ``validation/``, the val curve (``curves.csv``, ``curves.png``,
+        ``dvclive/``) and each evaluation's predictions (``predictions/<unit><k>.jsonl``), and ``checkpoints/``,
+        the ``save_every`` policies (``<unit><k>/``). Both folders are made on every run, empty without
+        ``eval_every`` (``save_every``): they are DVC outs of the training stages
+        (:data:`grueflow.pipeline.TRAINING_OUTS`), so DVC restores a run's set of these files with its model."""
+        out, saved = folder / VALIDATION_OUT, folder / SAVED_POLICIES
+        out.mkdir()
+        saved.mkdir()
         if self.rows:  # columns: the step, then the metric keys sorted (as a resumed run reads them back)
             rows = [{self.unit: r[self.unit], **{k: r[k] for k in sorted(r) if k != self.unit}} for r in self.rows]
-            write_csv(folder / "val_curves.csv", rows)
+            write_csv(out / "curves.csv", rows)
             panels = [k for k in rows[0] if k != self.unit]
-            plots.learning_curves(rows, self.unit, panels, folder / "val_curves.png", title)
-            with RunTracker(folder / "dvclive_val", self.unit) as tracker:
+            plots.learning_curves(rows, self.unit, panels, out / "curves.png", title)
+            with RunTracker(out / "dvclive", self.unit) as tracker:
                 for row in rows:
                     tracker.log({k: v for k, v in row.items() if isinstance(v, (int, float))})
-            shutil.copytree(self.root / PREDICTIONS, folder / "val_predictions")
+            shutil.copytree(self.root / PREDICTIONS, out / PREDICTIONS)
         every = self.cfg.save_every
         for kept in sorted((self.root / KEPT).glob(f"{self.unit}*")) if (self.root / KEPT).is_dir() else []:
             if every > 0 and self._number(kept) > 0 and self._number(kept) % every == 0:  # 0: the start model
-                shutil.copytree(kept, folder / "checkpoints" / kept.name)
+                shutil.copytree(kept, saved / kept.name)
 
 
 def _finite_number(value: Any) -> bool:

@@ -65,8 +65,8 @@ def main() -> None:
     p.add_argument("--base-model", type=Path, required=True, help="the task's base model folder (for fluency rewards)")
     p.add_argument("--seed", type=stage.seed, required=True)
     add_arguments(p, "a folder: model/, curves.csv, timings.csv, curves.png, train_metrics.json, dvclive/, "
-                     "stage.json; with eval_every, val_curves.csv/.png, dvclive_val/, val_predictions/; with "
-                     "save_every, checkpoints/iteration<k>/", tracking=True)
+                     "stage.json, decoding/; validation/ (with eval_every: curves.csv/.png, dvclive/, predictions/); "
+                     "checkpoints/ (with save_every: iteration<k>/)", tracking=True)
     args = p.parse_args()
     started = stage.setup(args)
     # the task's sections as this method reads them: method_overrides.<algorithm> (and supervised+<algorithm>)

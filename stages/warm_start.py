@@ -36,9 +36,9 @@ def main() -> None:
     p.add_argument("--datapool", type=Path, required=True)
     p.add_argument("--base-model", type=Path, required=True, help="a Hugging Face model folder")
     p.add_argument("--seed", type=stage.seed, required=True)
-    add_arguments(p, "a folder: model/, loss_curve.csv, loss_curve.png, dvclive/, stage.json; with eval_every, "
-                     "val_curves.csv/.png, dvclive_val/, val_predictions/; with save_every, checkpoints/epoch<k>/; "
-                     "a checkpoint after every epoch", tracking=True)
+    add_arguments(p, "a folder: model/, loss_curve.csv, loss_curve.png, dvclive/, stage.json; validation/ "
+                     "(with eval_every: curves.csv/.png, dvclive/, predictions/); checkpoints/ (with save_every: "
+                     "epoch<k>/); a checkpoint after every epoch", tracking=True)
     args = p.parse_args()
     started = stage.setup(args)
     lengths: LengthsConfig = load_task_section(LengthsConfig, args.task_file, "lengths", "supervised")

@@ -29,6 +29,7 @@ from grueflow.io import MODEL_DIR, fingerprint, read_json, write_json
 from grueflow.models.backend import Backend, Decoding
 from grueflow.models.lora import merged
 from grueflow.models.policy import Policy, Prompts, shared_groups
+from grueflow.pipeline import SAVED_POLICIES, VALIDATION_OUT
 from grueflow.rl.algorithm import PolicyHandle
 from grueflow.rl.configs import NLPOConfig
 from grueflow.rl.ppo import PPO
@@ -150,9 +151,6 @@ def decoding_record(folder: Path) -> Optional[dict[str, Any]]:
     return read_json(record) if record.is_file() else None
 
 
-SAVED_ITERATIONS = "checkpoints"  # an RL output's save_every policies: <folder>/checkpoints/iteration<k>/
-
-
 def masks_for(model: Path, nlpo: bool) -> Optional[dict[str, Any]]:
     """NLPO's mask settings that ``evaluate`` applies to model folder ``model`` (``top_p``, ``top_k``,
     ``min_tokens_to_keep``, ``eval_with_masks``), or None (the policy alone).
@@ -169,7 +167,7 @@ def masks_for(model: Path, nlpo: bool) -> Optional[dict[str, Any]]:
     a mask model beside each saved iteration would double its size (the mask model is a full copy of the policy).
     So such a folder is evaluated without masks when its run says ``eval_with_masks: false`` and refused under
     ``--algorithm nlpo`` otherwise, pointing at the val curve, which scored it with its own masks."""
-    if model.parent.name == SAVED_ITERATIONS:
+    if model.parent.name == SAVED_POLICIES:
         run_folder = model.parent.parent
         run = decoding_record(run_folder)
         masks = run["masks"] if run is not None else None
@@ -179,9 +177,10 @@ def masks_for(model: Path, nlpo: bool) -> Optional[dict[str, Any]]:
             raise ConfigError(f"--algorithm nlpo: {model} is a policy kept with save_every, and its run evaluates "
                               f"with masks (eval_with_masks in {run_folder / DECODING_DIR / DECODING_RECORD}), but "
                               f"the mask model of that iteration is not kept ({run_folder / DECODING_DIR / MASK_DIR}/ "
-                              f"is the final one, which may have been refreshed since); its val_curves.csv row, if "
-                              f"eval_every reached it, scored it with its own masks; evaluate the output's "
-                              f"{MODEL_DIR}/, or leave --algorithm out to score this policy alone")
+                              f"is the final one, which may have been refreshed since); its row of "
+                              f"{run_folder / VALIDATION_OUT / 'curves.csv'}, if eval_every reached it, scored it with "
+                              f"its own masks; evaluate the output's {MODEL_DIR}/, or leave --algorithm out to score "
+                              f"this policy alone")
         if masks is None and nlpo:
             _refuse_unmasked(model, run_folder, run)
         return None

@@ -17,6 +17,7 @@ from grueflow.rl.configs import NLPOConfig, PPOConfig
 from grueflow.validation import Validation
 from tests.conftest import MICRO, ROOT, run
 from tests.stages.test_stages import kill_at_first_checkpoint, rl
+from tests.unit.test_pipeline_table import dvc_paths, undeclared
 
 PPO = (MICRO / "methods" / "ppo.yaml").read_text().replace("iterations: 2", "iterations: 4")
 EVALUATED = PPO + "eval_every: 2\nsave_every: 2\nselect: best\nselect_metric: reward\n"
@@ -44,7 +45,7 @@ def straight(base, tmp_path_factory) -> tuple[Path, Path]:
 
 
 def val_rows(out: Path) -> list[dict[str, str]]:
-    return list(csv.DictReader(open(out / "val_curves.csv")))
+    return list(csv.DictReader(open(out / "validation" / "curves.csv")))
 
 
 def test_the_val_curve_the_kept_policies_and_the_best_one(straight):
@@ -52,11 +53,11 @@ def test_the_val_curve_the_kept_policies_and_the_best_one(straight):
     rows = val_rows(out)
     assert [int(r["iteration"]) for r in rows] == [0, 2, 4]  # before training, every 2, and the last
     assert {"reward", "lexical/rougeL", "fluency/perplexity"} <= set(rows[0])
-    assert sorted(p.name for p in (out / "val_predictions").iterdir()) == [
+    assert sorted(p.name for p in (out / "validation" / "predictions").iterdir()) == [
         "iteration0.jsonl", "iteration2.jsonl", "iteration4.jsonl"]
-    assert len((out / "val_predictions" / "iteration2.jsonl").read_text().splitlines()) == 8  # the val split
-    assert (out / "val_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert json.loads((out / "dvclive_val" / "metrics.json").read_text())["step"] == 4
+    assert len((out / "validation" / "predictions" / "iteration2.jsonl").read_text().splitlines()) == 8  # val split
+    assert (out / "validation" / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert json.loads((out / "validation" / "dvclive" / "metrics.json").read_text())["step"] == 4
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["iteration2", "iteration4"]
 
     rewards = {int(r["iteration"]): float(r["reward"]) for r in rows}
@@ -83,7 +84,20 @@ def test_evaluating_during_training_leaves_training_as_it_is(straight):
     assert (evaluated / "checkpoints" / "iteration4" / "model.safetensors").read_bytes() == \
         (plain / "model" / "model.safetensors").read_bytes()
     assert json.loads((plain / "stage.json").read_text())["selected"]["select"] == "last"
-    assert not (plain / "val_curves.csv").exists()
+    assert not (plain / "validation" / "curves.csv").exists()
+
+
+def test_every_file_of_a_training_output_is_a_dvc_out_and_every_out_exists(straight):
+    """val_curves.csv, val_predictions/, dvclive_val/ and checkpoints/ were in no DVC out: a run-cache restore, dvc
+    checkout or dvc pull brought back a run's model and left another run's val files and kept policies beside it."""
+    evaluated, plain = straight
+    for out in (evaluated, plain):
+        assert undeclared("rl_finetune", out) == [], out.name
+        assert [str(p) for p in dvc_paths("rl_finetune", out) if not p.exists()] == [], out.name
+    assert sorted(p.name for p in (plain / "validation").iterdir()) == []  # eval_every 0: an empty out
+    assert sorted(p.name for p in (plain / "checkpoints").iterdir()) == []  # save_every 0 likewise
+    assert sorted(p.name for p in (evaluated / "validation").iterdir()) == [
+        "curves.csv", "curves.png", "dvclive", "predictions"]
 
 
 def _stable(out: Path) -> list[dict[str, str]]:
@@ -102,11 +116,12 @@ def test_a_killed_run_resumes_its_evaluations_to_the_same_bytes(base, straight, 
     assert not (out / "stage.json").exists()
     run(rl(base, out, method), ROOT)
     reference, _ = straight
-    assert (out / "val_curves.csv").read_bytes() == (reference / "val_curves.csv").read_bytes()
+    assert (out / "validation" / "curves.csv").read_bytes() == (reference / "validation" / "curves.csv").read_bytes()
     assert (out / "model" / "model.safetensors").read_bytes() == \
         (reference / "model" / "model.safetensors").read_bytes()
     for name in ("iteration0.jsonl", "iteration2.jsonl", "iteration4.jsonl"):
-        assert (out / "val_predictions" / name).read_bytes() == (reference / "val_predictions" / name).read_bytes()
+        predictions = Path("validation", "predictions", name)
+        assert (out / predictions).read_bytes() == (reference / predictions).read_bytes()
 
 
 METRIC_PLUGIN = """from dataclasses import dataclass
@@ -230,13 +245,14 @@ def test_the_warm_start_scores_val_each_epoch_and_hands_on_the_best(base, tmp_pa
                       "select: best\nselect_metric: lexical/rougeL\n")
     out = tmp_path / "supervised"
     run(warm_start(base, out, method), ROOT)
-    rows = list(csv.DictReader(open(out / "val_curves.csv")))
+    rows = val_rows(out)
     assert [int(r["epoch"]) for r in rows] == [0, 1, 2, 3] and "reward" not in rows[0]  # metrics only
     rouge = {int(r["epoch"]): float(r["lexical/rougeL"]) for r in rows}
     best = max(rouge, key=lambda k: (rouge[k], -k))
     selected = json.loads((out / "stage.json").read_text())["selected"]
     assert selected["epoch"] == best and selected["select_metric"] == "lexical/rougeL"
     assert sorted(p.name for p in (out / "checkpoints").iterdir()) == ["epoch3"]
+    assert undeclared("warm_start", out) == [] and all(p.exists() for p in dvc_paths("warm_start", out))
     kept = out / "checkpoints" / "epoch3" / "model.safetensors"
     assert ((out / "model" / "model.safetensors").read_bytes() == kept.read_bytes()) == (best == 3)
     with pytest.raises(ConfigError, match="select: best needs eval_every > 0"):

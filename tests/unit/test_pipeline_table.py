@@ -171,7 +171,8 @@ def test_a_dvc_stage_renders_the_cli_params_outs_metrics_and_plots():
                                {"params/tasks/${item.task}.yaml": ["lengths", "rollout_generation", "eval_generation",
                                                                    "reward", "metrics", "method_overrides"]},
                                {"params/methods/${item.algorithm}.yaml": None}]
-    assert entry["outs"] == [f"{out}/model", f"{out}/stage.json", f"{out}/decoding"]
+    assert entry["outs"] == [f"{out}/model", f"{out}/stage.json", f"{out}/validation", f"{out}/checkpoints",
+                             f"{out}/decoding"]
     assert entry["metrics"] == [f"{out}/train_metrics.json", f"{out}/dvclive/metrics.json"]
     assert entry["plots"] == [{f"{out}/curves.csv": {"x": "iteration", "y": "reward/task"}},
                               {f"{out}/dvclive/plots/metrics": {"x": "step"}}, f"{out}/curves.png"]
@@ -327,6 +328,54 @@ def test_the_pairwise_key_is_a_dvc_out_kept_out_of_the_cache():
     outs = stage.get("do", stage)["outs"]  # a foreach stage's body is under do:, a matrix stage's at its top
     private = [next(iter(o)) for o in outs if isinstance(o, dict) and next(iter(o.values())) == {"cache": False}]
     assert len(private) == 1 and private[0].startswith("results/human/${item.task}/keys/")
+
+
+def dvc_paths(name: str, folder: Path) -> list[Path]:
+    """What ``dvc.yaml`` declares of table stage ``name`` (outs, metrics, plots) for its output ``folder``."""
+    stage = STAGES[name]
+    templates = (*stage.outs, *stage.private_outs, *stage.metrics, *(plot.path for plot in stage.plots))
+    return [Path(pipeline.render(template, {"out": str(folder)})) for template in templates]
+
+
+def undeclared(name: str, folder: Path) -> list[str]:
+    """The files under ``folder``, an output of table stage ``name``, that none of its DVC outs, metrics or plots
+    holds (the names ``.dvcignore`` lists left out): files a DVC restore would leave from another run."""
+    declared = dvc_paths(name, folder)
+    ignored = {line for line in (ROOT / ".dvcignore").read_text().splitlines() if line and not line.startswith("#")}
+    return sorted(str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file()
+                  and path.name not in ignored and not any(path == d or d in path.parents for d in declared))
+
+
+@pytest.mark.parametrize("name, unit", [("warm_start", "epoch"), ("rl_finetune", "iteration")])
+def test_every_file_evaluation_during_training_writes_is_a_dvc_out_of_its_stage(tmp_path, name, unit):
+    """val_curves.csv, val_predictions/, dvclive_val/ and checkpoints/ were in no out: a run-cache restore of a
+    reverted param brought back the model and left another run's val files beside it, and dvc status was clean."""
+    from grueflow.config import SupervisedConfig
+    from grueflow.rl.configs import PPOConfig
+    from grueflow.training import VALIDATION_DIR
+    from grueflow.validation import KEPT, PREDICTIONS, Validation
+
+    config = SupervisedConfig if unit == "epoch" else PPOConfig
+    settings = {"epochs" if unit == "epoch" else "iterations": 2}
+    for every, folder in ((1, tmp_path / "on"), (0, tmp_path / "off")):
+        cfg = config(**settings, eval_every=every, save_every=every)
+        resume = tmp_path / f"{folder.name}.resume"
+        validation = Validation(resume, [], None, None, (), None, cfg, 0, unit=unit, total=2)
+        validation.rows = [{unit: 0, "lexical/bleu": 1.0}, {unit: 1, "lexical/bleu": 2.0}] if every else []
+        root = resume / VALIDATION_DIR
+        for k in range(2 * every):
+            (root / PREDICTIONS).mkdir(parents=True, exist_ok=True)
+            (root / PREDICTIONS / f"{unit}{k}.jsonl").write_text("{}\n")
+            (root / KEPT / f"{unit}{k + 1}").mkdir(parents=True)
+            (root / KEPT / f"{unit}{k + 1}" / "config.json").write_text("{}")
+        folder.mkdir()
+        validation.write(folder, "val")
+        assert undeclared(name, folder) == [], folder.name
+    assert sorted(p.relative_to(tmp_path / "on").as_posix() for p in (tmp_path / "on").rglob("*") if p.is_file()
+                  and "dvclive" not in p.parts) == [
+        f"checkpoints/{unit}1/config.json", f"checkpoints/{unit}2/config.json", "validation/curves.csv",
+        "validation/curves.png", f"validation/predictions/{unit}0.jsonl", f"validation/predictions/{unit}1.jsonl"]
+    assert sorted(p.name for p in (tmp_path / "off").rglob("*")) == ["checkpoints", "validation"]  # both empty
 
 
 @pytest.mark.parametrize("added, named", [

@@ -112,7 +112,7 @@ def test_commongen_evaluates_with_rl4lms_beam_search(grue_local):
 
 def test_commongen_scores_val_during_training_and_hands_on_the_best(grue_local):
     run = grue_local / "results" / "commongen" / "supervised+ppo" / "seed0"
-    curve = pd.read_csv(run / "val_curves.csv")
+    curve = pd.read_csv(run / "validation" / "curves.csv")
     assert list(curve.iteration) == [0, 2, 4, 6] and curve["lexical/meteor"].notna().all()
     selected = json.loads((run / "stage.json").read_text())["selected"]
     assert selected["select_metric"] == "lexical/meteor"
