@@ -10,6 +10,7 @@ raises :class:`DataError` naming the file and line, which a stage reports in one
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import csv
 import ctypes
@@ -164,6 +165,21 @@ def last_written(root: Path, path: Path) -> Optional[str]:
     if not isinstance(note, dict) or note.get("out") != os.path.normpath(out):
         return None
     return note["sha256"] if isinstance(note.get("sha256"), str) else None
+
+
+SNAKEMAKE_METADATA = Path(".snakemake") / "metadata"  # Snakemake's record of each output's job: its params, code
+
+
+def snakemake_metadata(root: Path, path: Path) -> Path:
+    """The file of Snakemake's own record of the job that wrote the output ``path`` (under the project ``root``),
+    where Snakemake keeps it: ``.snakemake/metadata/`` and the URL-safe base64 of the path relative to the project,
+    cut into folder names of at most 254 characters (each but the last starting with ``@``), as Snakemake's
+    persistence names it. Whether it exists says whether Snakemake can compare the job's params with its rule's:
+    ``--drop-metadata`` and ``--cleanup-metadata`` remove it while grueflow's note stays."""
+    out = os.path.normpath(os.path.relpath(os.path.abspath(path), os.path.abspath(root)))
+    name = base64.urlsafe_b64encode(out.encode()).decode()
+    parts = [name[i:i + 254] for i in range(0, len(name), 254)]
+    return root.joinpath(SNAKEMAKE_METADATA, *["@" + part for part in parts[:-1]], parts[-1])
 
 
 def _written_note(root: Path, out: str) -> Path:

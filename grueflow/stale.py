@@ -78,9 +78,9 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional
 
 from grueflow.config import ConfigError
-from grueflow.io import (MODEL_DIR, SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED, DataError, MissingDataError,
-                         atomic_path, check_stage_output, files_record, fingerprint, last_written, read_json,
-                         sha256_bytes, written_for)
+from grueflow.io import (MODEL_DIR, SNAKEMAKE_METADATA, SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED, DataError,
+                         MissingDataError, atomic_path, check_stage_output, files_record, fingerprint, last_written,
+                         read_json, sha256_bytes, snakemake_metadata, written_for)
 from grueflow.keep import files_under, keep_copy, kept_copy, listed, persons_files, stat_signature, unvouched
 from grueflow.pipeline import PARAMS_DIGEST, ParamsSource, params_digest
 
@@ -96,6 +96,7 @@ GONE_INPUT = "no longer exists"  # ... and one whose input from outside results/
 FILE_IN_PLACE = "a file where the stage's folder belongs"  # ... and a file Snakemake would take for the folder
 PARAMS_CHANGED = "its params changed since it was built"  # ... and a folder whose params files changed since
 NOT_BY_SNAKEMAKE = "and no Snakemake job of this checkout wrote it (built by dvc repro, or .snakemake removed)"
+NO_SNAKEMAKE_RECORD = "and Snakemake holds no record of the job that wrote it (--drop-metadata, --cleanup-metadata)"
 PUT_BACK = "is not the one its Snakemake job last wrote there (an older copy put back, a stage run by hand or by " \
     "dvc repro)"  # ... and an output whose record is not the one noted by its last job (grueflow.io.note_written)
 AS_BUILT = ("its input ", PARAMS_CHANGED)  # stale reasons that leave the folder as built: CHANGED_INPUT, GONE_INPUT
@@ -232,7 +233,8 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             stale[folder] = f"its {STAGE_RECORD} {PUT_BACK}"
             continue
         if folder in params and (changed := params_changed(root, folder, record, params[folder], load)):
-            stale[folder] = f"{PARAMS_CHANGED} ({', '.join(changed)}), {NOT_BY_SNAKEMAKE}"
+            unknown = NOT_BY_SNAKEMAKE if last_written(root, folder) is None else NO_SNAKEMAKE_RECORD
+            stale[folder] = f"{PARAMS_CHANGED} ({', '.join(changed)}), {unknown}"
             continue
         inputs = record.get("inputs") or {}
         if not isinstance(inputs, dict):  # check_stage_output read the record as an object with a manifest
@@ -536,13 +538,16 @@ def params_changed(root: Path, folder: Path, record: Mapping, source: ParamsSour
     (:func:`grueflow.pipeline.params_digest`) against those of ``source`` now (read with ``load``); ``[]`` where they
     agree, where the record holds no digests (written before stages recorded them: judged by the other checks alone,
     so that no project rebuilds on upgrade), where a params file cannot be read (the suite's validation says why), or
-    where a Snakemake job of this checkout last wrote the folder (:func:`grueflow.io.last_written`): Snakemake's own
-    record of that job's params reruns it then, and :func:`_put_back` catches a folder written since by other means.
+    where a Snakemake job of this checkout last wrote the folder (:func:`grueflow.io.last_written`) and Snakemake
+    still holds its record of that job (:func:`grueflow.io.snakemake_metadata`; ``--drop-metadata`` and
+    ``--cleanup-metadata`` remove it): Snakemake's own record of the job's params reruns it then, and
+    :func:`_put_back` catches a folder written since by other means.
 
     So a folder ``dvc repro`` built, or one whose Snakemake records went with ``.snakemake``, of whose params
     Snakemake knows nothing ("missing provenance/metadata"), reruns when a param its stage reads was edited since."""
     recorded = record.get(PARAMS_DIGEST)
-    if not isinstance(recorded, dict) or not recorded or last_written(root, folder) is not None:
+    snakemake_knows = last_written(root, folder) is not None and snakemake_metadata(root, folder).is_file()
+    if not isinstance(recorded, dict) or not recorded or snakemake_knows:
         return []
     try:
         now = params_digest(source, load)
@@ -591,11 +596,15 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     key) stale because a file written with it was edited (a note added by hand) has a copy kept of each such file
     (:func:`edited_files`). Last, every other stage folder has a copy kept of what no stage record vouches for,
     with a line (:func:`keep_user_files`). A time is set in this checkout alone (:func:`_set_time`): a stamp that
-    is a hard link of another checkout's is replaced by a copy of its own first. ``params`` and ``load``: as
+    is a hard link of another checkout's is replaced by a copy of its own first; so is each of Snakemake's records
+    of its jobs (:data:`grueflow.io.SNAKEMAKE_METADATA`), which Snakemake rewrites in place: a run here must not
+    change the params another checkout's Snakemake compares with. ``params`` and ``load``: as
     :func:`stale_outputs` takes them."""
     lines = []
     expected, folders = list(expected), list(folders)
     suite = set(expected) | set(folders)
+    for record in files_under(results.parent / SNAKEMAKE_METADATA):  # Snakemake rewrites its records in place
+        _own_file(record)
     stale = stale_outputs(results, table, expected, siblings, folders, tokens.parent / DIGESTS.name, params, load)
     stamped_file = tokens.parent / STAMPED.name
     stamped = _read_mapping(stamped_file)

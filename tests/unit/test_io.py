@@ -16,7 +16,7 @@ from typing import Iterator
 import pytest
 
 from grueflow import stage
-from grueflow.io import DataError, read_json
+from grueflow.io import DataError, read_json, snakemake_metadata
 
 
 def test_the_stage_record_counts_the_bytes_of_every_output_file_but_itself(tmp_path):
@@ -998,8 +998,42 @@ def test_a_folder_no_snakemake_job_wrote_is_stale_when_a_param_its_stage_read_ch
     assert check() == {}
     monkeypatch.setenv("GRUEFLOW_ENGINE", "snakemake")  # a Snakemake job wrote it: Snakemake's params trigger's
     write(run, "rl_finetune")
+    record = snakemake_metadata(Path("."), run)
+    assert record == Path(".snakemake/metadata/cmVzdWx0cy9zZW50aW1lbnQvcHBvL3NlZWQw")  # as Snakemake names it
+    record.parent.mkdir(parents=True)
+    record.write_text("{}")
     method.write_text("learning_rate: 0.5\nbatch_size: 4\n")
     assert check() == {}
+    record.unlink()  # snakemake --cleanup-metadata, or a run with --drop-metadata: nothing compares its params
+    assert check() == {run: "its params changed since it was built (params/methods/ppo.yaml), and Snakemake holds "
+                            "no record of the job that wrote it (--drop-metadata, --cleanup-metadata)"}
+    long = Path("results/" + "x" * 300)
+    assert [len(part) for part in snakemake_metadata(Path("."), long).relative_to(".snakemake/metadata").parts] == \
+        [255, 158] and snakemake_metadata(Path("."), long).parts[2].startswith("@")  # a name cut as Snakemake cuts it
+
+
+def test_snakemakes_records_hard_linked_with_another_checkouts_are_made_this_checkouts_own(tmp_path, monkeypatch):
+    """A checkout copied with ``cp -al`` shares Snakemake's records of its jobs (one inode), which Snakemake rewrites
+    in place: a run in one checkout changed the params the other compares with, and the other said "Nothing to be
+    done" for an edit its folders were never built with. The stale check makes each record this checkout's own."""
+    from grueflow import stale
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    first, second = tmp_path / "first", tmp_path / "second"
+    record = first / ".snakemake" / "metadata" / "cmVzdWx0cy9h"
+    record.parent.mkdir(parents=True)
+    record.write_text('{"params": ["0.0005"]}')
+    (second / ".snakemake" / "metadata").mkdir(parents=True)
+    os.link(record, second / ".snakemake" / "metadata" / "cmVzdWx0cy9h")
+    (second / "results").mkdir()
+    monkeypatch.chdir(second)
+    assert stale.mark_stale(Path("results"), Path("results/grue_table.csv"), [], tokens=Path(".snakemake/t.json")) \
+        == []
+    mine = second / ".snakemake" / "metadata" / "cmVzdWx0cy9h"
+    assert mine.stat().st_nlink == 1 and record.stat().st_nlink == 1 and mine.read_text() == record.read_text()
+    with open(mine, "w") as rewritten:  # as Snakemake writes a record
+        rewritten.write('{"params": ["0.05"]}')
+    assert record.read_text() == '{"params": ["0.0005"]}'
 
 
 def test_a_snakemake_job_refuses_params_edited_after_its_run_planned_it(tmp_path, monkeypatch):
