@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -63,6 +64,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         code_problem = plugin_code_problem(args.plugin_code)
         if code_problem:
             raise ConfigError(code_problem)
+        outside = results_outside(Path(RESULTS), Path.cwd())
+        if outside:
+            raise ConfigError(outside)
         dvc_file = Path(pipeline.DVC_YAML)
         document = yaml.safe_load(dvc_file.read_text(encoding="utf-8")) if dvc_file.is_file() else None
         outputs = [Path(path) for path in pipeline.dvc_outputs(document, read_yaml(args.suite))]
@@ -80,6 +84,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     with atomic_path(args.out) as tmp:
         tmp.write_text(VALID)
     return 0
+
+
+def results_outside(results: Path, root: Path) -> str:
+    """Why DVC cannot write ``results`` of the repository at ``root``: it is a link that leads out of the repository
+    (DVC refuses every output there, "is outside of git repository", this stage's first); "" when it can."""
+    if not results.is_symlink() or Path(os.path.realpath(results)).is_relative_to(os.path.realpath(root)):
+        return ""
+    return (f"{results} is a link to {os.readlink(results)}, outside this repository: DVC writes no output outside "
+            f"its repository; move it back (rm {results} && mv {os.path.realpath(results)} {results}), and put DVC's "
+            f"cache on the other disk instead (dvc cache dir <folder there>)")
 
 
 def plugin_code_problem(folder: Path) -> str:

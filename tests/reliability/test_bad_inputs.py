@@ -2462,6 +2462,29 @@ def test_the_suite_checks_never_replace_a_file_or_folder_they_did_not_write(para
                              str(project / "digests")]) == 0  # its own outputs are replaced
 
 
+def test_dvcs_first_stage_names_a_results_folder_linked_out_of_the_repository(tmp_path: Path):
+    """results/ moved to another disk and linked back: every `dvc repro` stopped on DVC's own "is outside of git
+    repository", which says nothing of the link or what to do. A link that stays inside the repository is DVC's to
+    follow."""
+    from grueflow.suite_check import results_outside
+
+    repo, disk = tmp_path / "repo", tmp_path / "disk"
+    (disk / "results").mkdir(parents=True)
+    repo.mkdir()
+    (repo / "results").symlink_to(disk / "results")
+    assert results_outside(repo / "results", repo) == (
+        f"{repo / 'results'} is a link to {disk / 'results'}, outside this repository: DVC writes no output outside "
+        f"its repository; move it back (rm {repo / 'results'} && mv {disk / 'results'} {repo / 'results'}), and put "
+        f"DVC's cache on the other disk instead (dvc cache dir <folder there>)")
+    (repo / "results").unlink()
+    (repo / "store").mkdir()
+    (repo / "results").symlink_to("store")
+    assert results_outside(repo / "results", repo) == ""
+    (repo / "results").unlink()
+    (repo / "results").mkdir()
+    assert results_outside(repo / "results", repo) == ""
+
+
 @pytest.mark.parametrize("engine", ["snakemake", "dvc"])
 def test_a_task_named_grue_score_is_refused_with_the_suite(params: Path, engine: str):
     """A task named grue_score was accepted, and grue_table.json's GRUE scores took its place."""
