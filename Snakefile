@@ -94,17 +94,15 @@ if workflow.is_main_process:  # a stage folder deleted or damaged under finished
     import sys
 
     from grueflow.io import DataError
-    from grueflow.stale import keep_answered, mark_stale
+    from grueflow.stale import TABLES, keep_answered, mark_stale
 
-    _tables = {Path(STAGES[s].outputs["csv"]): [Path(p) for name, p in STAGES[s].outputs.items() if name != "csv"]
-               for s in ("aggregate", "human_eval_table")}  # a table and the files written with it
     _keys = {key: [] for key in Path().glob(re.sub(r"\{\w+\}", "*", STAGES["export_human_pairwise"].outputs["key"]))
              if not key.name.startswith(".")}  # pairwise keys, checked against the digests their export recorded
     try:
         _lines = keep_answered(Path("."), answered_batches())  # first: before anything is stamped
         _lines += mark_stale(Path("results"), Path(output_of("aggregate", "csv")),
                              [Path(p) for p in expand(output_of("evaluate"), task=TASKS, method=METHODS, seed=SEEDS)],
-                             {**_tables, **_keys}, folders=[Path(p) for p in stage_folders()],
+                             {**TABLES, **_keys}, folders=[Path(p) for p in stage_folders()],
                              params=stage_params(), load=params_file)
     except DataError as err:  # a copy of what a rebuild deletes could not be kept: nothing may run
         raise WorkflowError(str(err)) from None

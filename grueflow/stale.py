@@ -45,11 +45,13 @@ them too; a folder repaired by hand after that still reruns once). Nothing is de
 folder stale for its own sake holds that no stage record vouches for (a datapool written there by hand, a record
 deleted, a file added), or a file in a stage folder's place, is copied out of ``results/`` before Snakemake's
 rebuild deletes it, and so is what any other stage folder holds that no record vouches for
-(:func:`keep_user_files`: a rerun for a changed param replaces a folder whole). DVC needs none of this: it
+(:func:`keep_user_files`: a rerun for a changed param replaces a folder whole). DVC needs no stale marks: it
 compares content hashes, and a stage folder is an output as DVC defines it (``dvc status`` lists one a file was
-added to as modified, and ``dvc repro`` restores it from DVC's cache; DVC has no hook to run before that).
-A human-evaluation batch that has answers on record, and its key, are copied whole the same way (:func:`keep_answered`):
-an upstream change re-exports the batch, and the answers then answer one that no longer exists.
+added to as modified, and ``dvc repro`` restores it from DVC's cache). A human-evaluation batch that has answers on
+record, and its key, are copied whole the same way (:func:`keep_answered`): an upstream change re-exports the
+batch, and the answers then answer one that no longer exists. DVC's first stage (``grueflow.suite_check``), which
+runs before any other under ``dvc repro``, makes the same copies over DVC's outputs, a table's edited files
+included (:func:`keep_edited_tables`).
 
 The same blind spot holds for the files a job reads from outside ``results/`` (a datapool's local data, a
 plugin's code, a reward's lexicon): one replaced by a file with an older time (``mv`` from a download folder,
@@ -71,6 +73,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 import time
@@ -82,7 +85,7 @@ from grueflow.io import (MODEL_DIR, SNAKEMAKE_METADATA, SNAKEMAKE_TIMESTAMP, STA
                          MissingDataError, atomic_path, check_stage_output, files_record, fingerprint, last_written,
                          read_json, sha256_bytes, snakemake_metadata, written_for)
 from grueflow.keep import files_under, keep_copy, kept_copy, listed, persons_files, stat_signature, unvouched
-from grueflow.pipeline import PARAMS_DIGEST, ParamsSource, params_digest
+from grueflow.pipeline import PARAMS_DIGEST, STAGES, ParamsSource, params_digest
 
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
 TOKENS = Path(".snakemake") / "grueflow-stale.json"  # {output path: when it was last found stale, ns}, beside
@@ -99,6 +102,12 @@ NOT_BY_SNAKEMAKE = "and no Snakemake job of this checkout wrote it (built by dvc
 NO_SNAKEMAKE_RECORD = "and Snakemake holds no record of the job that wrote it (--drop-metadata, --cleanup-metadata)"
 PUT_BACK = "is not the one its Snakemake job last wrote there (an older copy put back, a stage run by hand or by " \
     "dvc repro)"  # ... and an output whose record is not the one noted by its last job (grueflow.io.note_written)
+HUMAN_ANSWERS = "data/human"  # where a batch's answers lie: <task>/<batch>/ (grueflow.human.layout)
+PAIRWISE_BATCH = "{method_a}_vs_{method_b}_seed{seed}"  # a pairwise batch's name in the export stage's outputs
+LIKERT_BATCH = re.compile(r"likert_seed[0-9]+")  # a Likert batch's name: it has no key
+TABLES: dict[Path, list[Path]] = {
+    Path(STAGES[name].outputs["csv"]): [Path(path) for key, path in STAGES[name].outputs.items() if key != "csv"]
+    for name in ("aggregate", "human_eval_table")}  # each table's CSV and the files written with it
 AS_BUILT = ("its input ", PARAMS_CHANGED)  # stale reasons that leave the folder as built: CHANGED_INPUT, GONE_INPUT
 # and PARAMS_CHANGED are stamped alone, and the stamp taken back once the input or params are as recorded again
 _KNOWN: dict[str, list] = {}  # the cache as this process read it and added to it
@@ -332,6 +341,28 @@ def edited_files(first: Path, others: Iterable[Path]) -> list[Path]:
     return [Path(path) for path, digest in recorded.items() if Path(path).is_file() and sha256_bytes(path) != digest]
 
 
+def keep_edited_tables(root: Path, tables: Mapping[Path, Iterable[Path]]) -> list[str]:
+    """Copy each file written with a table (``tables``: {the table's first file: the files written with it}, paths
+    under the project ``root``) whose bytes are not what its stage wrote (:func:`edited_files`: a note added by hand)
+    to ``.grueflow/replaced/``, once per content; one line per table a copy was made of now, as the Snakefile's stale
+    check words it (:func:`mark_stale`). For an engine that restores a table's files with no check of its own
+    (DVC's checkout of a cached stage's outs), run before it touches any. A copy that fails is a
+    :class:`DataError`: nothing may run."""
+    lines = []
+    for first, others in tables.items():
+        edited = edited_files(first, others) if first.is_file() else []
+        if edited and any(kept_copy(file, root, [file]) is None for file in edited):
+            why = _changed_since_written(first) or "it is not what its stage wrote (edited or replaced since)"
+            lines.append(f"grueflow: {first} is stale ({why}); its job reruns{_copies_of(edited, root)}")
+    return lines
+
+
+def _copies_of(edited: Iterable[Path], root: Path) -> str:
+    """Copy each of the ``edited`` files of a table (:func:`edited_files`) to ``.grueflow/replaced/`` under ``root``
+    (:func:`grueflow.keep.keep_copy`), and say where: ``"; a copy of <file> is kept in <place>, ..."``."""
+    return "; a copy of " + ", ".join(f"{file} is kept in {keep_copy(file, root, [file])}" for file in edited)
+
+
 def _changed_since_written(first: Path) -> Optional[str]:
     """Why the files written with ``first`` are not as their stage wrote them: the first whose bytes differ from the
     digest its stage recorded (:func:`grueflow.io.files_record`), or the record itself missing or unreadable (deleted,
@@ -521,6 +552,19 @@ def keep_answered(root: Path, answered: Iterable[tuple[Path, Optional[Path], Pat
     return lines
 
 
+def answered_paths(batches: Iterable[tuple[str, str]]) -> list[tuple[Path, Optional[Path], Path]]:
+    """(batch folder, its key file or None, its answers folder) of each ``(task, batch)`` of ``batches`` (those with
+    answers: :attr:`grueflow.human.layout.AnswersTree.batches`), at the paths the export stages write them
+    (:data:`grueflow.pipeline.STAGES`; a Likert batch has no key): what :func:`keep_answered` takes."""
+    pairwise = STAGES["export_human_pairwise"].outputs
+    found = []
+    for task, batch in batches:
+        folder, key = (pairwise[name].replace(PAIRWISE_BATCH, batch).format(task=task) for name in ("batch", "key"))
+        found.append((Path(folder), None if LIKERT_BATCH.fullmatch(batch) else Path(key),
+                      Path(HUMAN_ANSWERS) / task / batch))
+    return found
+
+
 def _put_back(root: Path, path: Path, record: Path) -> bool:
     """Whether ``record`` (the stage record of the output ``path`` under ``root``: a stage folder's ``stage.json``, a
     table's files record) exists and is not the one that the Snakemake job last writing ``path`` noted
@@ -621,8 +665,7 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
             copied.add(path)
         edited = edited_files(path, siblings[path]) if siblings and path in siblings else []
         if edited:  # a table's file edited by hand (a note added): the rerun writes it again
-            line += "; a copy of " + ", ".join(f"{file} is kept in {keep_copy(file, results.parent, [file])}"
-                                               for file in edited)
+            line += _copies_of(edited, results.parent)
         if why.startswith(AS_BUILT):  # the time to put back, unless already stamped
             before = stamp.lstat().st_mtime_ns
             if before != STALE_TIME * 10 ** 9:

@@ -6,6 +6,7 @@
 #   snakemake --cores 1 results/human_eval_table.csv        (every batch with answers under data/human/)
 # The criteria are the task's registered criteria set (grueflow/human/criteria.py), looked up by task name.
 from grueflow.human.layout import answers_tree
+from grueflow.stale import answered_paths
 
 HUMAN_BATCHES = [f"likert_seed{s}" for s in SEEDS] + [f"{a}_vs_{b}_seed{s}" for a in METHODS for b in METHODS
                                                       if a != b for s in SEEDS]
@@ -53,14 +54,7 @@ def answered_batches():
     """(batch folder, its key file or None, its answers folder) of every batch with answers under data/human/ (the
     imports the table reads): what the check before any job keeps a copy of (grueflow.stale.keep_answered), since a
     re-export deletes the batch its answers belong to."""
-    from types import SimpleNamespace
-
-    found = []
-    for task, batch in HUMAN_TREE.batches:
-        key = human_key(SimpleNamespace(task=task, batch=batch))
-        found.append((Path(f"results/human/{task}/batches/{batch}"), Path(key[0]) if key else None,
-                      Path(f"data/human/{task}/{batch}")))
-    return found
+    return answered_paths(HUMAN_TREE.batches)
 
 
 rule export_human_likert:
