@@ -17,9 +17,13 @@ that holds a record naming another output path, at or under a link inside ``resu
 (:func:`grueflow.stale.refuse_links`; ``results/sentiment`` a link to ``results/concepts``). DVC restores a cached
 stage's outputs by checking them out, which runs no grueflow code, and removes a rerun stage's outputs before its
 command: this stage, always changed and upstream of every other, is the one place that runs first. For the same
-reason it copies what a stage folder holds that no stage record vouches for (a file put there, a hand edit) to
-``.grueflow/replaced/`` with a line, as the Snakefile does (:func:`grueflow.stale.keep_user_files`): DVC's restore
-of a stage's outs deletes it.
+reason it copies to ``.grueflow/replaced/``, with a line, what DVC's restore or rerun of a stage's outs would
+delete and no stage wrote, as the Snakefile does before Snakemake's jobs (:func:`keep_persons_files`): a
+human-evaluation batch with answers on record and its blinding key (a re-export replaces them), a table file
+edited since its stage wrote it (a note added to ``results/grue_table.md``), and what a stage folder holds that no
+stage record vouches for (a file put there, a hand edit). The copies come before the validation, over the outputs
+the suite file's grid names as it lies (:func:`suite_outputs`): a refusal fails this stage, and
+``dvc repro --ignore-errors`` goes on to delete the outs of every stage below it.
 """
 
 from __future__ import annotations
@@ -37,7 +41,9 @@ from grueflow import pipeline
 from grueflow.config import ConfigError, read_yaml
 from grueflow.io import DataError, atomic_dir, atomic_path
 from grueflow.params import VALID, valid_out_problem, validate
-from grueflow.stale import keep_user_files, output_folders, refuse_links
+from grueflow.human.layout import answers_tree
+from grueflow.stale import (HUMAN_ANSWERS, TABLES, answered_paths, keep_answered, keep_edited_tables, keep_user_files,
+                            output_folders, refuse_links)
 
 RESULTS = "results"  # where every DVC stage writes (dvc.yaml's outs, relative to the project root)
 
@@ -49,6 +55,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--plugin-code", type=Path, required=True,
                    help="write <task>/<stage>.json here: the digests of the user code each stage runs")
     args = p.parse_args(argv)
+    try:  # first, whatever the suite holds: a refusal below makes `dvc repro --ignore-errors` delete the outs
+        outputs = suite_outputs(args.suite)
+        for line in keep_persons_files(outputs):
+            print(line, file=sys.stderr)
+    except DataError as err:  # a copy could not be made: nothing may run
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     try:
         suite = validate(args.suite, "dvc")
         params = Path(suite.config.params_dir)
@@ -67,12 +80,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         outside = results_outside(Path(RESULTS), Path.cwd())
         if outside:
             raise ConfigError(outside)
-        dvc_file = Path(pipeline.DVC_YAML)
-        document = yaml.safe_load(dvc_file.read_text(encoding="utf-8")) if dvc_file.is_file() else None
-        outputs = [Path(path) for path in pipeline.dvc_outputs(document, read_yaml(args.suite))]
         refuse_links(Path(RESULTS), outputs)
-        for line in keep_user_files(Path(RESULTS), output_folders(outputs)):
-            print(line, file=sys.stderr)
     except (ConfigError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -94,6 +102,44 @@ def results_outside(results: Path, root: Path) -> str:
     return (f"{results} is a link to {os.readlink(results)}, outside this repository: DVC writes no output outside "
             f"its repository; move it back (rm {results} && mv {os.path.realpath(results)} {results}), and put DVC's "
             f"cache on the other disk instead (dvc cache dir <folder there>)")
+
+
+def suite_outputs(suite: Path) -> list[Path]:
+    """Every output path ``dvc.yaml``'s stages write over the grid of the suite file ``suite``, read as it lies, before
+    any validation (:func:`grueflow.pipeline.dvc_outputs`): a suite with a typo in a params file, or one invalid
+    itself, still names the outputs DVC would restore or delete. Never raises: a suite file that does not read as a
+    mapping gives no grid (the stages outside it only), and a ``dvc.yaml`` missing or out of shape no outputs."""
+    grid, document = _mapping(suite), _mapping(Path(pipeline.DVC_YAML))
+    try:
+        return [Path(path) for path in pipeline.dvc_outputs(document, grid)]
+    except (AttributeError, TypeError, ValueError):  # a dvc.yaml edited by hand: its stages not as this writes them
+        return []
+
+
+def keep_persons_files(outputs: Sequence[Path]) -> list[str]:
+    """Copy to ``.grueflow/replaced/`` what DVC's restore or rerun of the suite's ``outputs`` (:func:`suite_outputs`)
+    would delete and no stage wrote, as the Snakefile does before Snakemake's jobs; one line per copy made now: each
+    human-evaluation batch among them with answers on record under ``data/human/``, with its key
+    (:func:`grueflow.stale.keep_answered`), each table file edited since its stage wrote it
+    (:func:`grueflow.stale.keep_edited_tables`), and what a stage folder holds that no stage record vouches for
+    (:func:`grueflow.stale.keep_user_files`). Reads only what lies there (never the suite's validation), and makes
+    no change under ``results/``. A copy that fails is a :class:`DataError`."""
+    batches = [path.parts[2:] for path in outputs
+               if len(path.parts) == 5 and path.parts[:2] == (RESULTS, "human") and path.parts[3] == "batches"]
+    tree = answers_tree(Path(HUMAN_ANSWERS), sorted({task for task, _, _ in batches}),
+                        {batch for _, _, batch in batches})
+    lines = keep_answered(Path("."), answered_paths(tree.batches))
+    lines += keep_edited_tables(Path("."), TABLES)
+    return lines + keep_user_files(Path(RESULTS), output_folders(outputs))
+
+
+def _mapping(path: Path) -> dict:
+    """The YAML mapping in ``path``; empty where it is missing, unreadable or no mapping."""
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
+    return document if isinstance(document, dict) else {}
 
 
 def plugin_code_problem(folder: Path) -> str:

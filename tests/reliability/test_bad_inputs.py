@@ -2483,6 +2483,86 @@ def test_dvcs_first_stage_names_a_results_folder_linked_out_of_the_repository(tm
     (repo / "results").unlink()
     (repo / "results").mkdir()
     assert results_outside(repo / "results", repo) == ""
+def suite_check_run(params: Path) -> int:
+    """DVC's first stage (grueflow.suite_check) run in the project of ``params`` (the cwd), as dvc.yaml runs it."""
+    from grueflow import suite_check
+
+    return suite_check.main([str(params / SUITE), "--out", "results/suite_valid.txt", "--plugin-code",
+                             "results/plugin_code"])
+
+
+def test_the_suite_check_copies_a_note_added_to_a_table_before_dvc_restores_it(params: Path, capsys):
+    """Under DVC a note added to results/grue_table.md was deleted by `dvc repro` (aggregate's outs checked out
+    from the cache), with no copy and no line; the Snakefile keeps a copy of an edited table file first."""
+    from grueflow.io import atomic_files
+
+    shutil.copy2(ROOT / "dvc.yaml", "dvc.yaml")
+    tables = [Path("results/grue_table.csv"), Path("results/grue_table.md"), Path("results/grue_table.json")]
+    Path("results").mkdir()
+    with atomic_files(tables) as tmps:
+        for tmp, text in zip(tmps, ["method,score\nppo,1\n", "| method | score |\n", "{}\n"]):
+            tmp.write_text(text)
+    assert suite_check_run(params) == 0 and "grueflow:" not in capsys.readouterr().err  # as its stage wrote it
+    with open("results/grue_table.md", "a") as table:
+        table.write("My reading of these numbers: ppo wins\n")
+    assert suite_check_run(params) == 0
+    err = capsys.readouterr().err
+    assert ("grueflow: results/grue_table.csv is stale (results/grue_table.md, written with it, is not what its stage "
+            "wrote (edited or replaced since)); its job reruns; a copy of results/grue_table.md is kept in "
+            ".grueflow/replaced/results/grue_table.md@") in err
+    copies = list(Path(".grueflow/replaced/results").glob("grue_table.md@*"))
+    assert len(copies) == 1 and "ppo wins" in (copies[0] / "grue_table.md").read_text()
+    assert suite_check_run(params) == 0 and "grueflow:" not in capsys.readouterr().err  # copied once per content
+
+
+def answered_batch(task: str = "sentiment", batch: str = "supervised+ppo_vs_supervised_seed0") -> tuple[Path, Path]:
+    """A pairwise batch of the micro suite exported, with its key and answers on record: (batch folder, key)."""
+    folder, key = Path(f"results/human/{task}/batches/{batch}"), Path(f"results/human/{task}/keys/{batch}.json")
+    folder.mkdir(parents=True)
+    (folder / "batch.csv").write_text("item_id,text_a,text_b\nb1-0,good,bad\n")
+    key.parent.mkdir(parents=True)
+    key.write_text('{"batch_tag": "b1", "ids": {"b1-0": {"a": "supervised+ppo", "b": "supervised"}}}\n')
+    answers = Path(f"data/human/{task}/{batch}")
+    answers.mkdir(parents=True)
+    (answers / "answers.jsonl").write_text('{"item_id": "b1-0", "choice": "a"}\n')
+    return folder, key
+
+
+def test_the_suite_check_copies_an_answered_batch_and_its_key_before_dvc_exports_it_again(params: Path, capsys):
+    """Under DVC a re-export deleted the blinding key (and batch) of a human-evaluation batch with answers on record,
+    with no copy: DVC removes a stage's outs before it runs; the Snakefile copies such batches first."""
+    shutil.copy2(ROOT / "dvc.yaml", "dvc.yaml")
+    folder, key = answered_batch()
+    assert suite_check_run(params) == 0
+    err = capsys.readouterr().err
+    assert (f"grueflow: {folder} has answers in data/human/sentiment/supervised+ppo_vs_supervised_seed0; a copy of it "
+            f"is kept in .grueflow/replaced/{folder}@") in err and f", its key in .grueflow/replaced/{key}@" in err
+    kept_keys = list(Path(".grueflow/replaced", key.parent).glob(f"{key.name}@*"))
+    assert len(kept_keys) == 1 and (kept_keys[0] / key.name).read_text() == key.read_text()
+    assert suite_check_run(params) == 0 and "grueflow:" not in capsys.readouterr().err  # copied once per content
+
+
+def test_the_suite_check_copies_before_a_params_typo_stops_it(params: Path, capsys):
+    """A typo in a params file stopped DVC's first stage before its copies, and `dvc repro --ignore-errors` then
+    deleted a note put in a stage folder; the copies (stage folders, tables, answered batches) come first."""
+    shutil.copy2(ROOT / "dvc.yaml", "dvc.yaml")
+    datapool = Path("results/sentiment/datapool")
+    datapool.mkdir(parents=True)
+    write_json(datapool / "stage.json", {"out": str(datapool), "files": {}})
+    (datapool / "NOTES.txt").write_text("notes\n")
+    folder, _ = answered_batch()
+    ppo = params / "methods" / "ppo.yaml"
+    ppo.write_text(re.sub(r"learning_rate: .*", "learning_rate: fast", ppo.read_text()))
+    assert suite_check_run(params) == 2
+    err = capsys.readouterr().err
+    assert f"error: {ppo.relative_to(params.parent)}: learning_rate: expected a number, got 'fast'" in err
+    assert (f"grueflow: {datapool} holds what no stage record vouches for (NOTES.txt); a copy is kept in "
+            f".grueflow/replaced/{datapool}@") in err and f"grueflow: {folder} has answers in" in err
+    (params / SUITE).write_text("- not a suite\n")  # the suite itself invalid: nothing to copy, and no traceback
+    (datapool / "NOTES.txt").write_text("notes, more\n")
+    assert suite_check_run(params) == 2
+    err = capsys.readouterr().err
+    assert f"grueflow: {datapool} holds what no stage record vouches for (NOTES.txt)" in err and "error: " in err
 
 
 @pytest.mark.parametrize("engine", ["snakemake", "dvc"])
