@@ -39,9 +39,9 @@ import yaml
 
 from grueflow import pipeline
 from grueflow.config import ConfigError, read_yaml
+from grueflow.human.layout import answers_tree
 from grueflow.io import DataError, atomic_dir, atomic_path
 from grueflow.params import VALID, valid_out_problem, validate
-from grueflow.human.layout import answers_tree
 from grueflow.stale import (HUMAN_ANSWERS, TABLES, answered_paths, keep_answered, keep_edited_tables, keep_user_files,
                             output_folders, refuse_links)
 
