@@ -136,7 +136,8 @@ def planned_params(out: str | Path) -> Optional[dict[str, str]]:
     it), from :data:`PLANNED`; None where there is nothing to compare with: a stage not run as a Snakemake job
     (:data:`ENGINE` unset: by hand, by DVC), a job of a run that wrote no plan (:data:`PLAN` unset, or naming
     another run than the file's: a plan an earlier run left never judges a later job), no such file, or no entry
-    for ``out`` (an absolute path, a folder outside the suite's)."""
+    for ``out`` (an absolute path, a folder outside the suite's). A :class:`DataError` where the file is not as the
+    run wrote it (unreadable, or its digests not mappings)."""
     run = os.environ.get(PLAN)
     if os.environ.get(ENGINE) != "snakemake" or not run:
         return None
@@ -149,7 +150,12 @@ def planned_params(out: str | Path) -> Optional[dict[str, str]]:
                         f"each run's start: run snakemake again") from None
     if not isinstance(plan, dict) or plan.get("run") != run:
         return None
-    return plan.get("digests", {}).get(os.path.normpath(out))
+    digests = plan.get("digests")
+    planned = digests.get(os.path.normpath(out)) if isinstance(digests, dict) else None
+    if not isinstance(digests, dict) or (planned is not None and not isinstance(planned, dict)):
+        raise DataError(f"{PLANNED}, the params this Snakemake run planned, holds no digests for {out} as it writes "
+                        f"them (edited or damaged?); it is written at each run's start: run snakemake again")
+    return planned
 
 
 def last_written(root: Path, path: Path) -> Optional[str]:

@@ -404,7 +404,11 @@ def params_digest(name: str, args: argparse.Namespace) -> dict[str, str]:
             raise ConfigError(f"{', '.join(changed)} changed after Snakemake planned this job (edited while the run "
                               f"went on): what this job would build in {given['out']} is not what Snakemake "
                               f"recorded for it; run snakemake again once the edit is done")
+    _READ.append((source, digest))
     return digest
+
+
+_READ: list[tuple[pipeline.ParamsSource, dict[str, str]]] = []  # each params_digest taken, for finish to take again
 
 
 def finish(out_dir: Path, stage: str, params: Any, inputs: Mapping[str, Path | io.InputDigest], started: float,
@@ -413,8 +417,20 @@ def finish(out_dir: Path, stage: str, params: Any, inputs: Mapping[str, Path | i
     a stage that runs models passes ``execution=<Execution.record()>`` among ``extra``. An input from outside
     results/ that may change while the stage runs is given as its :func:`grueflow.io.digest_inputs` digest, taken
     before the stage read it. ``params_digest``: :func:`params_digest` of the params files the stage read, taken
-    before it read them, recorded as :data:`grueflow.pipeline.PARAMS_DIGEST` (left out where empty or None)."""
+    before it read them, recorded as :data:`grueflow.pipeline.PARAMS_DIGEST` (left out where empty or None).
+
+    The digest is taken again here: where a params file changed while the stage ran, a ConfigError names it and no
+    record is written (the folder is not finished). The engine would file what was built under the edited params:
+    DVC saves a stage's params to ``dvc.lock`` once its command ends, and a later rerun of what was built before
+    the edit would never come."""
     if params_digest:
+        source = next((source for source, taken in _READ if taken is params_digest), None)
+        now = pipeline.params_digest(source) if source is not None else params_digest
+        changed = [source.where(part) for part in dict.fromkeys([*params_digest, *now])
+                   if params_digest.get(part) != now.get(part)]
+        if changed:
+            raise ConfigError(f"{', '.join(changed)} changed while this stage ran (edited during the run): what it "
+                              f"built would be recorded under the edited params; run it again once the edit is done")
         extra = {pipeline.PARAMS_DIGEST: params_digest, **extra}
     io.write_stage_record(out_dir, stage=stage, params=params, inputs=inputs,
                           wall_time_s=time.perf_counter() - started, extra=extra or None)

@@ -16,7 +16,7 @@ from typing import Iterator
 import pytest
 
 from grueflow import stage
-from grueflow.io import DataError, read_json, snakemake_metadata
+from grueflow.io import DataError, read_json, snakemake_metadata, write_json
 
 
 def test_the_stage_record_counts_the_bytes_of_every_output_file_but_itself(tmp_path):
@@ -1075,8 +1075,44 @@ def test_a_snakemake_job_refuses_params_edited_after_its_run_planned_it(tmp_path
     monkeypatch.setenv(PLAN, read_json(PLANNED)["run"])
     assert PLANNED.exists() and stage.params_digest("rl_finetune", given)
     monkeypatch.setenv("GRUEFLOW_ENGINE", "snakemake")
+    write_json(PLANNED, {"run": read_json(PLANNED)["run"], "digests": ["damaged"]})
+    with pytest.raises(DataError, match=r"holds no digests for results/sentiment/ppo/seed0 as it writes them"):
+        stage.params_digest("rl_finetune", given)
     PLANNED.unlink()  # no plan
     assert stage.params_digest("rl_finetune", given)
+
+
+def test_a_stage_whose_params_file_changed_while_it_ran_writes_no_record(tmp_path, monkeypatch):
+    """A learning rate edited while `dvc repro` ran a stage: DVC saved the edited value to dvc.lock once the command
+    ended, so a folder trained with the value before the edit was filed under the new one, and nothing reran it. The
+    stage takes its params digest again at its end; where it changed, no record is written and the stage fails,
+    naming the file; DVC then saves nothing and reruns it."""
+    from argparse import Namespace
+
+    from grueflow.config import ConfigError
+    from grueflow.io import atomic_dir
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GRUEFLOW_ENGINE", raising=False)  # as dvc repro runs it
+    method = Path("params/methods/ppo.yaml")
+    method.parent.mkdir(parents=True)
+    method.write_text("learning_rate: 0.0004\n")
+    (Path("params/tasks")).mkdir(parents=True)
+    Path("params/tasks/sentiment.yaml").write_text("lengths: {prompt: 8}\n")
+    given = Namespace(task_file=Path("params/tasks/sentiment.yaml"), method_file=method, precision="fp32",
+                      out=Path("results/sentiment/ppo/seed0"))
+    read = stage.params_digest("rl_finetune", given)
+    method.write_text("learning_rate: 0.0003\n")  # edited while it trains
+    with pytest.raises(ConfigError, match=re.escape(
+            "params/methods/ppo.yaml changed while this stage ran (edited during the run): what it built would be "
+            "recorded under the edited params; run it again once the edit is done")):
+        with atomic_dir(given.out) as tmp:
+            stage.finish(tmp, "rl_finetune", {}, {}, 0.0, read)
+    assert not given.out.exists()
+    method.write_text("learning_rate: 0.0004\n")  # put back before its end: as it was read
+    with atomic_dir(given.out) as tmp:
+        stage.finish(tmp, "rl_finetune", {}, {}, 0.0, read)
+    assert read_json(given.out / "stage.json")["params_digest"] == read
 
 
 def test_a_stamp_for_an_input_stays_when_the_stage_is_stale_for_its_own_sake(tmp_path, monkeypatch):
