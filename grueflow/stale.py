@@ -70,6 +70,7 @@ DVC writes (:func:`refuse_links`).
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import os
@@ -267,9 +268,13 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
                 stale.setdefault(unrecorded, f"damaged: {STAGE_RECORD} is missing")
     if table.is_file():
         gone = [str(p) for p in expected if not p.is_dir()]
+        beyond = _rows_beyond(table, expected)
         if gone:
             stale[table] = f"it was built from {', '.join(gone[:3])}{' and more' if len(gone) > 3 else ''}, " \
                            "which no longer exists"
+        elif beyond:
+            stale[table] = f"it holds rows the suite no longer names: {', '.join(beyond[:3])}" \
+                           f"{' and more' if len(beyond) > 3 else ''}"
     refuse_dangling(dangling)  # a suite folder that is a link to nothing, something on record was built from
     for folder in [*expected, *folders]:  # emptied, or its record deleted before anything read it
         if folder.is_dir() and not (folder / STAGE_RECORD).is_file():
@@ -287,6 +292,36 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
         elif written.is_file() and written not in stale and _put_back(root, written, files_record(written)):
             stale[written] = f"{files_record(written)}, the digests of what its stage wrote, {PUT_BACK}"
     return stale
+
+
+def _rows_beyond(table: Path, expected: Iterable[Path]) -> list[str]:
+    """The rows of the GRUE table's CSV ``table`` that the suite's evaluations ``expected``
+    (``results/eval/<task>/<method>/seed<k>``) no longer stand for, as ``<task>/<method>``: a task or method the
+    suite dropped, or more seeds than it names now (``n_seeds``). Snakemake sees a dropped task only by its record
+    of the aggregate job's params; without that record (``.snakemake`` removed, a project ``dvc repro`` built) the
+    table kept the rows. ``[]`` where ``expected`` is empty (no suite given) or the table does not read as a CSV
+    with ``task`` and ``method`` columns; fewer seeds than named are left to the check of the folders."""
+    seeds: dict[tuple[str, str], int] = {}
+    for folder in expected:
+        if len(folder.parts) >= 3:
+            key = (folder.parts[-3], folder.parts[-2])
+            seeds[key] = seeds.get(key, 0) + 1
+    if not seeds:
+        return []
+    try:
+        with open(table, newline="", encoding="utf-8") as handle:
+            rows = list(csv.DictReader(handle))
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return []
+    beyond = []
+    for row in rows:
+        key = (row.get("task"), row.get("method"))
+        if None in key:
+            return []
+        n_seeds = row.get("n_seeds") or ""
+        if key not in seeds or (n_seeds.isdigit() and int(n_seeds) > seeds[key]):
+            beyond.append(f"{key[0]}/{key[1]}" + (f" ({n_seeds} seeds)" if key in seeds else ""))
+    return beyond
 
 
 def _changed_inputs(root: Path, readers: dict[Path, dict], stale: dict[Path, str],

@@ -626,6 +626,34 @@ def test_a_stage_folder_under_a_link_to_another_runs_folder_is_stale_or_refused(
     assert set(other) == {"ppo", "supervised+ppo"}
 
 
+def test_a_table_with_rows_the_suite_no_longer_names_is_stale(tmp_path, monkeypatch):
+    """`tasks: [sentiment]` after a table of two tasks, with Snakemake's record of the aggregate job gone (``rm -rf
+    .snakemake``, a project dvc repro built): "Nothing to be done", and the table kept the dropped task's rows. A row
+    of a task or method the suite no longer names, or of more seeds than it names, makes the table stale."""
+    from grueflow import stale
+    from grueflow.io import atomic_dir, write_stage_record
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)
+    results, table = Path("results"), Path("results/grue_table.csv")
+    evals = {(task, seed): results / "eval" / task / "ppo" / f"seed{seed}" for task in ("sentiment", "concepts")
+             for seed in (0, 1)}
+    for folder in evals.values():
+        with atomic_dir(folder) as tmp:
+            (tmp / "metrics.json").write_text("{}\n")
+            write_stage_record(tmp, stage="evaluate", params={}, inputs={}, wall_time_s=0.0)
+    table.write_text("task,method,n_seeds,reward\nconcepts,ppo,2,0.1\nsentiment,ppo,2,0.2\n")
+    assert stale.stale_outputs(results, table, list(evals.values())) == {}
+    sentiment = [folder for (task, _), folder in evals.items() if task == "sentiment"]
+    assert stale.stale_outputs(results, table, sentiment, folders=list(evals.values())) == {
+        table: "it holds rows the suite no longer names: concepts/ppo"}
+    assert stale.stale_outputs(results, table, [evals["sentiment", 0], evals["concepts", 0]]) == {
+        table: "it holds rows the suite no longer names: concepts/ppo (2 seeds), sentiment/ppo (2 seeds)"}
+    table.write_text("task,method,n_seeds,reward\nsentiment,ppo,1,0.2\n")  # fewer seeds: the folders' check's
+    assert stale.stale_outputs(results, table, sentiment) == {}
+    assert stale.stale_outputs(results, table, []) == {}  # no suite given: nothing to compare with
+
+
 def test_dvcs_outputs_at_or_under_a_link_to_another_runs_folder_are_refused(tmp_path, monkeypatch):
     """DVC checks a cached stage's outs out through any link, the out's own folder included (``<seed0>/model`` with
     ``seed0`` a link), and runs no grueflow code first: its first stage refuses both layouts from the outs DVC
