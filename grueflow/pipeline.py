@@ -715,10 +715,9 @@ def plugin_digests(tasks: Mapping[str, object], root: Path = ROOT) -> dict[str, 
     return digests
 
 
-def unlisted_plugin_sources(digests: Mapping[str, Mapping[str, dict]], dvc_file: Path) -> list[str]:
-    """The plugin source files in ``digests`` that ``dvc_file``'s first stage does not list as deps (then
-    ``dvc.yaml`` is stale: regenerate it)."""
-    document = yaml.safe_load(dvc_file.read_text(encoding="utf-8")) if dvc_file.is_file() else None
+def unlisted_plugin_sources(digests: Mapping[str, Mapping[str, dict]], document: Mapping) -> list[str]:
+    """The plugin source files in ``digests`` that the first stage of ``document`` (``dvc.yaml`` as data; empty
+    where it is missing) does not list as deps (then ``dvc.yaml`` is stale: regenerate it)."""
     stage = ((document or {}).get("stages") or {}).get(VALIDATE_SUITE) or {}
     listed = set(stage.get("deps") or [])
     used = {f for stages in digests.values() for entry in stages.values() for f in entry["sha256"]}
@@ -736,12 +735,11 @@ def dvc_outputs(document: Mapping, grid: Mapping[str, object]) -> list[str]:
         if name == VALIDATE_SUITE or not isinstance(body, dict):
             continue
         if "foreach" in body:
-            items = grid.get(str(body["foreach"]).removeprefix("${").removesuffix("}"))
+            items = grid.get(_grid_name(body["foreach"]))
             names = [{"${item}": value} for value in items] if isinstance(items, list) else []
             body = body.get("do") or {}
         elif "matrix" in body:
-            axes = {axis: grid.get(str(ref).removeprefix("${").removesuffix("}"))
-                    for axis, ref in body["matrix"].items()}
+            axes = {axis: grid.get(_grid_name(ref)) for axis, ref in body["matrix"].items()}
             lists = [values if isinstance(values, list) else [] for values in axes.values()]
             names = [{f"${{item.{axis}}}": value for axis, value in zip(axes, values)}
                      for values in itertools.product(*lists)]
@@ -755,6 +753,11 @@ def dvc_outputs(document: Mapping, grid: Mapping[str, object]) -> list[str]:
                     path = path.replace(placeholder, str(value))
                 paths.append(path)
     return paths
+
+
+def _grid_name(reference: object) -> str:
+    """The suite variable a ``foreach`` or ``matrix`` entry names: ``tasks`` for ``${tasks}``."""
+    return str(reference).removeprefix("${").removesuffix("}")
 
 
 def dvc_document() -> dict:

@@ -33,7 +33,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 import yaml
 
@@ -56,7 +56,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                    help="write <task>/<stage>.json here: the digests of the user code each stage runs")
     args = p.parse_args(argv)
     try:  # first, whatever the suite holds: a refusal below makes `dvc repro --ignore-errors` delete the outs
-        outputs = suite_outputs(args.suite)
+        document = _mapping(Path(pipeline.DVC_YAML))
+        outputs = suite_outputs(args.suite, document)
         for line in keep_persons_files(outputs):
             print(line, file=sys.stderr)
     except DataError as err:  # a copy could not be made: nothing may run
@@ -67,7 +68,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         params = Path(suite.config.params_dir)
         digests = pipeline.plugin_digests({name: read_yaml(params / "tasks" / f"{name}.yaml")
                                            for name in suite.config.tasks}, Path.cwd())
-        unlisted = pipeline.unlisted_plugin_sources(digests, Path(pipeline.DVC_YAML))
+        unlisted = pipeline.unlisted_plugin_sources(digests, document)
         if unlisted:
             raise ConfigError(f"the task files name user code or data that {pipeline.DVC_YAML} does not list as a "
                               f"dependency: {', '.join(unlisted)}; regenerate it with `{pipeline.COMMAND}`")
@@ -104,14 +105,14 @@ def results_outside(results: Path, root: Path) -> str:
             f"cache on the other disk instead (dvc cache dir <folder there>)")
 
 
-def suite_outputs(suite: Path) -> list[Path]:
-    """Every output path ``dvc.yaml``'s stages write over the grid of the suite file ``suite``, read as it lies, before
-    any validation (:func:`grueflow.pipeline.dvc_outputs`): a suite with a typo in a params file, or one invalid
-    itself, still names the outputs DVC would restore or delete. Never raises: a suite file that does not read as a
-    mapping gives no grid (the stages outside it only), and a ``dvc.yaml`` missing or out of shape no outputs."""
-    grid, document = _mapping(suite), _mapping(Path(pipeline.DVC_YAML))
+def suite_outputs(suite: Path, document: Mapping) -> list[Path]:
+    """Every output path the stages of ``document`` (``dvc.yaml`` as data) write over the grid of the suite file
+    ``suite``, read as it lies, before any validation (:func:`grueflow.pipeline.dvc_outputs`): a suite with a typo in
+    a params file, or one invalid itself, still names the outputs DVC would restore or delete. Never raises: a suite
+    file that does not read as a mapping gives no grid (the stages outside it only), and a ``dvc.yaml`` missing or
+    out of shape no outputs."""
     try:
-        return [Path(path) for path in pipeline.dvc_outputs(document, grid)]
+        return [Path(path) for path in pipeline.dvc_outputs(document, _mapping(suite))]
     except (AttributeError, TypeError, ValueError):  # a dvc.yaml edited by hand: its stages not as this writes them
         return []
 
