@@ -14,10 +14,11 @@ the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark
   hand after a params change (a backup, another branch's results), the stage run by hand with other settings, or
   ``dvc repro`` run with other params, each whole and at its own path, where Snakemake's record of the params,
   kept per path and written by its last job, says "Nothing to be done": it is stale itself;
-- a suite stage folder that no Snakemake job of this checkout wrote (no note: ``dvc repro`` built it, or
-  ``.snakemake`` was removed), of whose params Snakemake then keeps no record ("missing provenance/metadata"),
-  whose ``stage.json`` records digests of the params its stage read that differ from those of the params files
-  its rule reads now (:func:`params_changed`): a param edited since is seen, as ``dvc repro`` sees it;
+- a suite stage folder of whose params Snakemake keeps no record ("missing provenance/metadata": no job of this
+  checkout wrote it, as ``dvc repro`` built it or ``.snakemake`` was removed; or its record was dropped, by
+  ``--drop-metadata`` or ``--cleanup-metadata``), whose ``stage.json`` records digests of the params its stage read
+  that differ from those of the params files its rule reads now (:func:`params_changed`): a param edited since is
+  seen, as ``dvc repro`` sees it;
 - a stage folder whose ``stage.json`` records an input that no longer exists, or one whose content is not the
   one recorded: an input from outside ``results/`` (a datapool's local data, the human answers), or another
   stage's folder replaced by another valid one whose record names no output path (an earlier version's), which
