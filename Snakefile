@@ -111,8 +111,14 @@ if workflow.is_main_process:  # a stage folder deleted or damaged under finished
 
 
 onstart:  # a real run, under Snakemake's lock, before its first job: its jobs refuse params edited since now
-    from grueflow.io import PLAN, write_planned
+    from grueflow.io import PLAN, DataError, write_planned
+    from grueflow.stale import keep_reexported
 
+    try:  # Snakemake deletes a job's outputs as it starts it: a batch exported again is copied first
+        for _line in keep_reexported(Path("."), reexported_batches(workflow.dag.needrun_jobs())):
+            print(_line, file=sys.stderr)
+    except DataError as err:  # a copy could not be kept: no job may run
+        raise WorkflowError(str(err)) from None
     os.environ[PLAN] = write_planned(planned_params())
 
 

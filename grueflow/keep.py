@@ -190,6 +190,39 @@ def kept_copy(path: Path, root: Path, files: list[Path], by_content: bool = Fals
     return _places(path, root, files, by_content)[0]
 
 
+def keep_batch(folder: Path, key: Optional[Path], root: Path) -> tuple[list[Path], bool]:
+    """Copy the human-evaluation batch ``folder`` whole, and its key file ``key`` (a pairwise batch's; None, or no
+    file, for none), to ``.grueflow/replaced/`` under ``root`` (:func:`keep_copy`, by content: the same batch
+    exported again is copied once); returns the copies (the folder's, then the key's) and whether one was made now.
+    ``([], False)`` where there is nothing to keep: no folder, an empty one, or a link (which a rebuild deletes,
+    never what it names). The batch went to annotators, and its key is the only map from the item ids of their
+    answers to the systems: both are kept before anything replaces them, answered yet or not."""
+    if folder.is_symlink() or not folder.is_dir():
+        return [], False
+    parts = [(folder, files_under(folder))]
+    if not parts[0][1]:
+        return [], False
+    if key is not None and key.is_file() and not key.is_symlink():
+        parts.append((key, [key]))
+    copies, new = [], False
+    for path, files in parts:
+        new |= kept_copy(path, root, files, by_content=True) is None
+        copies.append(keep_copy(path, root, files, by_content=True))
+    return copies, new
+
+
+def batch_copies_text(copies: list[Path]) -> str:
+    """``a copy of it is kept in <folder's copy>, its key in <key's copy>`` for :func:`keep_batch`'s copies."""
+    return f"a copy of it is kept in {copies[0]}" + (f", its key in {copies[1]}" if len(copies) > 1 else "")
+
+
+def copy_root(path: Path) -> Path:
+    """Where a stage's copies of what lies at ``path`` go (under ``<root>/.grueflow/replaced/``): the working folder
+    where ``path`` lies in it (the project, as both engines run stages; links not followed, as ``results/`` may be
+    one), else the folder holding ``path``."""
+    return Path.cwd() if Path(os.path.abspath(path)).is_relative_to(Path.cwd()) else Path(os.path.realpath(path)).parent
+
+
 def copies_of(path: Path, root: Path) -> list[Path]:
     """Every copy :func:`keep_copy` made of ``path`` (a folder or file under ``root``), whatever its content:
     ``<root>/.grueflow/replaced/<path>@<key>`` (and ``@<key>.<n>``), sorted; the temporary folders of a copy under

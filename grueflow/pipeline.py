@@ -125,7 +125,9 @@ class Stage:
     ``params/methods/<name>.yaml`` file it reads whole (``{algorithm}``: named by a grid axis), or None;
     ``suite_keys``: the keys of the suite it depends on. ``args``: the CLI's arguments in DVC's command, with
     placeholders for the names above, the wildcards and ``threads``/``precision``. ``outs``, ``metrics`` and
-    ``plots``: what ``dvc.yaml`` caches, reads as metrics and plots (``{out}`` is an output's path).
+    ``plots``: what ``dvc.yaml`` caches, reads as metrics and plots (``{out}`` is an output's path). ``persist``:
+    DVC leaves the outs in place while the stage runs (where the stage itself keeps a copy of what it replaces;
+    DVC keeps no run cache of such a stage, so it runs again rather than restoring an earlier output).
     ``resources``: the default scheduler request, for a stage that is a scheduled job. ``dvc``: its DVC
     stages (none: Snakemake only). ``plugin_parts``: the task-file parts whose user code (import paths,
     :mod:`grueflow.plugins`) the stage runs, so that editing that code reruns it.
@@ -141,6 +143,7 @@ class Stage:
     args: str = ""
     outs: tuple[str, ...] = ()
     private_outs: tuple[str, ...] = ()  # DVC outs kept out of its cache (``cache: false``): never pushed, mode kept
+    persist: bool = False  # DVC leaves the outs in place while the stage runs (``persist: true``; no run cache)
     metrics: tuple[str, ...] = ()
     plots: tuple[Plot, ...] = ()
     resources: Optional[DefaultResources] = None
@@ -351,6 +354,7 @@ _TABLE = (
              " --out {batch} --key {key}",
         outs=("{batch}",),
         private_outs=("{key}",),  # the blinding key: written 0600, for the researcher's eyes only
+        persist=True,  # the export copies the batch it replaces, and its key (write_batch): DVC must not delete them
         dvc=(DvcStage("export_human_pairwise", axes=("task", "algorithm", "seed"),
                       bind={"method_a": "supervised+{algorithm}", "method_b": "supervised"}, comment=(
                           "Human evaluation: a blinded pairwise batch (supervised+RL against supervised) from the\n"
@@ -509,7 +513,9 @@ def dvc_stage(stage: Stage, variant: DvcStage) -> dict:
     plugin_code = [render(plugin_code_file(stage.name), names)] if stage.plugin_parts else []
     body["deps"] = list(dict.fromkeys([*variant.after, *(render(p, names) for p in stage.inputs.values()),
                                        *(render(p, names) for p in variant.reads), *plugin_code, *stage.code]))
-    outs = [render(p, names) for p in stage.outs] + [{render(p, names): {"cache": False}} for p in stage.private_outs]
+    kept = {"persist": True} if stage.persist else {}
+    outs = [{render(p, names): kept} if kept else render(p, names) for p in stage.outs] + \
+        [{render(p, names): {"cache": False, **kept}} for p in stage.private_outs]
     for key, values in (("params", _params(stage, names)), ("outs", outs),
                         ("metrics", [render(p, names) for p in stage.metrics]),
                         ("plots", [_plot(p, names) for p in stage.plots])):

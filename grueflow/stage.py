@@ -24,7 +24,7 @@ from grueflow.device import DEVICE_CHOICES, DEVICE_ENV, PRECISIONS, Execution
 from grueflow.hub import HubUnreachableError
 from grueflow.interrupt import CHECKPOINTING_STAGES, running_stage
 from grueflow.models.gguf import ModelFetchError
-from grueflow.keep import keep_copy, listed, unvouched
+from grueflow.keep import copy_root, keep_copy, listed, unvouched
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -118,9 +118,7 @@ def keep_unvouched(out: Path) -> Optional[tuple[Path, str]]:
     files = unvouched(out)
     if not files:
         return None
-    inside = Path(os.path.abspath(out)).is_relative_to(Path.cwd())  # links not followed: results/ may be one
-    root = Path.cwd() if inside else Path(os.path.realpath(out)).parent
-    return keep_copy(out, root, files), listed(out, files)
+    return keep_copy(out, copy_root(out), files), listed(out, files)
 
 
 def _kept_in_results(out: Path) -> str:

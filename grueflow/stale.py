@@ -50,7 +50,9 @@ rebuild deletes it, and so is what any other stage folder holds that no record v
 compares content hashes, and a stage folder is an output as DVC defines it (``dvc status`` lists one a file was
 added to as modified, and ``dvc repro`` restores it from DVC's cache). A human-evaluation batch that has answers on
 record, and its key, are copied whole the same way (:func:`keep_answered`): an upstream change re-exports the
-batch, and the answers then answer one that no longer exists. DVC's first stage (``grueflow.suite_check``), which
+batch, and the answers then answer one that no longer exists; so is any exported batch a run is about to export
+again, answered yet or not (:func:`keep_reexported`, from the Snakefile's ``onstart``, once the DAG is known: the
+batch is with annotators as soon as it is exported). DVC's first stage (``grueflow.suite_check``), which
 runs before any other under ``dvc repro``, makes the same copies over DVC's outputs, a table's edited files
 included (:func:`keep_edited_tables`).
 
@@ -86,7 +88,8 @@ from grueflow.config import ConfigError
 from grueflow.io import (MODEL_DIR, SNAKEMAKE_METADATA, SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED, DataError,
                          MissingDataError, atomic_path, check_stage_output, files_record, fingerprint, last_written,
                          read_json, sha256_bytes, snakemake_metadata, written_for)
-from grueflow.keep import files_under, keep_copy, kept_copy, listed, persons_files, stat_signature, unvouched
+from grueflow.keep import (batch_copies_text, files_under, keep_batch, keep_copy, kept_copy, listed, persons_files,
+                           stat_signature, unvouched)
 from grueflow.pipeline import PARAMS_DIGEST, STAGES, ParamsSource, params_digest
 
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
@@ -558,7 +561,7 @@ def keep_user_files(results: Path, folders: Iterable[Path], done: Iterable[Path]
 
 def keep_answered(root: Path, answered: Iterable[tuple[Path, Optional[Path], Path]]) -> list[str]:
     """Copy each human-evaluation batch that has answers on record, and its key, whole to ``.grueflow/replaced/``
-    under ``root`` (:func:`grueflow.keep.keep_copy`, by content: the same batch exported again is not copied
+    under ``root`` (:func:`grueflow.keep.keep_batch`, by content: the same batch exported again is not copied
     again), before any job runs; one line per batch a copy was made of now. ``answered``: (a batch folder, a pairwise
     batch's key file or None, the folder of its answers: ``data/human/<task>/<batch>/``, which holds some).
 
@@ -566,25 +569,35 @@ def keep_answered(root: Path, answered: Iterable[tuple[Path, Optional[Path], Pat
     its key before the export runs, so the export cannot refuse to replace another batch's key: the batch the
     answers belong to, and its key, the only map from their item ids to the systems, would be lost (a generation on
     a GPU is not bit for bit the same again). Nothing tells whether the next run re-exports it, so a dry run copies
-    too. The import names the copy where answers are of an earlier batch (:func:`grueflow.human.batch.kept_batch`).
-    A copy that fails is a :class:`DataError`: nothing may run."""
+    too (a batch with no answers yet is copied when a run re-exports it: :func:`keep_reexported`). The import names
+    the copy where answers are of an earlier batch (:func:`grueflow.human.batch.kept_batch`). A copy that fails is a
+    :class:`DataError`: nothing may run."""
     lines = []
     for folder, key, answers in answered:
-        if folder.is_symlink() or not folder.is_dir():  # nothing exported, or a link Snakemake deletes, not its folder
-            continue
-        parts = [(folder, files_under(folder))]
-        if key is not None and key.is_file() and not key.is_symlink():
-            parts.append((key, [key]))
-        if not parts[0][1]:  # an empty folder holds nothing to lose
-            continue
-        copies, new = [], False
-        for path, files in parts:
-            new |= kept_copy(path, root, files, by_content=True) is None
-            copies.append(keep_copy(path, root, files, by_content=True))
+        copies, new = keep_batch(folder, key, root)
         if new:
-            its_key = f", its key in {copies[1]}" if len(copies) > 1 else ""
-            lines.append(f"grueflow: {folder} has answers in {answers}; a copy of it is kept in {copies[0]}{its_key} "
-                         f"(an upstream change that alters its predictions exports it again, replacing it)")
+            lines.append(f"grueflow: {folder} has answers in {answers}; {batch_copies_text(copies)} (an upstream "
+                         f"change that alters its predictions exports it again, replacing it)")
+    return lines
+
+
+def keep_reexported(root: Path, batches: Iterable[tuple[Path, Optional[Path]]]) -> list[str]:
+    """Copy each human-evaluation batch that a run is about to export again, and its key, whole to
+    ``.grueflow/replaced/`` under ``root`` (:func:`grueflow.keep.keep_batch`, by content); one line per batch a copy
+    was made of now. ``batches``: (a batch folder, a pairwise batch's key file or None) of each export job the run
+    will run (the Snakefile's ``onstart``, under Snakemake's lock, once the DAG is known and before Snakemake deletes
+    a job's outputs); a batch not yet exported is no copy and no line.
+
+    A batch goes out to annotators as soon as it is exported, before any answer is on record
+    (:func:`keep_answered` copies those): its re-export after an upstream change would delete the items they are
+    answering and the key, the only map from their item ids to the systems. A copy that fails is a
+    :class:`DataError`: nothing may run."""
+    lines = []
+    for folder, key in batches:
+        copies, new = keep_batch(folder, key, root)
+        if new:
+            lines.append(f"grueflow: {folder} is exported again, replacing it; {batch_copies_text(copies)} (the "
+                         f"batch annotators may be answering, and the map from their item ids to the systems)")
     return lines
 
 

@@ -52,7 +52,8 @@ def main() -> None:
     p.add_argument("--max-items", type=stage.positive, default=None, help="keep the first N items after shuffling (N >= 1)")
     p.add_argument("--out", type=Path, required=True, help="the batch folder")
     p.add_argument("--key", type=Path, help="pairwise: where the opaque id -> system key goes (outside --out); an "
-                                            "existing key of another batch is refused, never replaced")
+                                            "existing key of another batch is refused, but that of the batch in "
+                                            "--out, which is copied to .grueflow/replaced/ with it first")
     args = p.parse_args()
     started = stage.setup(args)
     if args.criteria not in CRITERIA:
@@ -99,8 +100,9 @@ def main() -> None:
             kept = batch.opaque_ids()
             key = {opaque: system for opaque, system in key.items() if opaque in kept}
     params = {"kind": args.kind, "criteria": args.criteria, "seed": args.seed, "max_items": args.max_items}
-    hb.write_batch(batch, args.out, key, args.key,
-                   finish=lambda tmp: stage.finish(tmp, "export_human_eval", params, inputs, started))
+    for line in hb.write_batch(batch, args.out, key, args.key,
+                               finish=lambda tmp: stage.finish(tmp, "export_human_eval", params, inputs, started)):
+        print(line, file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 from grueflow import io
-from grueflow.keep import copies_of
+from grueflow.keep import batch_copies_text, copies_of, copy_root, keep_batch
 from grueflow.registry import UnknownNameError
 from grueflow.human.criteria import CRITERIA, SCALE_MAX, SCALE_MIN, CriteriaSet, Criterion
 
@@ -276,8 +276,9 @@ def prompt_of(batch: Batch, item: Mapping[str, str]) -> str:
 
 
 def write_batch(batch: Batch, out_dir: str | Path, key: Mapping[str, str] | None = None,
-                key_path: str | Path | None = None, finish: Callable[[Path], None] | None = None) -> None:
-    """Write the batch folder ``out_dir`` (replaced whole) and a pairwise batch's key file ``key_path``.
+                key_path: str | Path | None = None, finish: Callable[[Path], None] | None = None) -> list[str]:
+    """Write the batch folder ``out_dir`` (replaced whole) and a pairwise batch's key file ``key_path``; returns one
+    line per copy kept of what it replaces (see below), for the stage to print.
 
     ``finish``, if given, is called with the temporary folder once the batch files are in it (a stage adds its
     record there). Nothing half-written looks finished, and no failure leaves a new key beside an old batch: the
@@ -286,7 +287,12 @@ def write_batch(batch: Batch, out_dir: str | Path, key: Mapping[str, str] | None
     The key's digest goes to its :func:`~grueflow.io.files_record` beside it (private, as the key is), renamed
     just before the key, so that the stale check (:mod:`grueflow.stale`) tells a key emptied or cut since.
     An existing ``key_path`` that holds anything but this very key is refused before anything is written
-    (:func:`check_key_path`).
+    (:func:`check_key_path`), but the key of the batch ``out_dir`` holds where that batch has other items: a
+    re-export (an upstream change altered the predictions, another ``--max-items``) copies that batch whole, and its
+    key, to ``.grueflow/replaced/`` first (:func:`grueflow.keep.keep_batch`, under :func:`grueflow.keep.copy_root`),
+    since annotators may be answering it, and the key is the only map from their item ids to the systems. (DVC
+    leaves them in place for the stage, ``persist``; Snakemake deletes them before the job, having copied them in
+    its ``onstart``: :func:`grueflow.stale.keep_reexported`.)
     """
     from grueflow.human.templates import platform_template
 
@@ -297,9 +303,18 @@ def write_batch(batch: Batch, out_dir: str | Path, key: Mapping[str, str] | None
     if batch.kind == "pairwise" and batch.tag is None:
         raise ValueError("a pairwise batch's item ids carry its tag (P<tag>-00001); make it with pairwise_batch")
     document = None
+    replaced = replaced_tag(out_dir, batch)
     if key is not None and key_path is not None:
         document = key_document(batch, key)
-        check_key_path(key_path, document)
+        check_key_path(key_path, document, replaced)
+    lines = []
+    if replaced is not None:
+        own_key = Path(key_path) if key_path is not None and _tag_of_key(Path(key_path)) == replaced else None
+        root = copy_root(Path(out_dir))  # relative where it is the working folder, as kept_batch names copies
+        copies, new = keep_batch(Path(out_dir), own_key, Path(".") if root == Path.cwd() else root)
+        if new:
+            lines.append(f"grueflow: {out_dir} holds batch {replaced}, which this export replaces by batch "
+                         f"{batch.tag}; {batch_copies_text(copies)} (annotators may be answering it)")
     with contextlib.ExitStack() as stack:
         # the key unblinds the batch: readable by its owner alone, as the annotators may share the machine; so is
         # its digest record, which would let one try the 2^n assignments of a small batch
@@ -315,6 +330,7 @@ def write_batch(batch: Batch, out_dir: str | Path, key: Mapping[str, str] | None
             io.write_text(tmp / TEMPLATE, platform_template(batch))
             if finish is not None:
                 finish(tmp)
+    return lines
 
 
 def key_document(batch: Batch, key: Mapping[str, str]) -> dict[str, Any]:
@@ -322,9 +338,10 @@ def key_document(batch: Batch, key: Mapping[str, str]) -> dict[str, Any]:
     return {KEY_TAG: batch.tag, KEY_IDS: dict(sorted(key.items()))}
 
 
-def check_key_path(key_path: str | Path, document: Mapping[str, Any]) -> None:
+def check_key_path(key_path: str | Path, document: Mapping[str, Any], replaced: str | None = None) -> None:
     """Refuse to replace an existing file at ``key_path`` unless it already holds ``document`` (a re-export of
-    the same batch): any other key is the only record of which opaque id is which system in its batch."""
+    the same batch), or it is the key of batch ``replaced`` (the one the export replaces, which :func:`write_batch`
+    copies with its key first): any other key is the only record of which opaque id is which system in its batch."""
     key_path = Path(key_path)
     if not key_path.exists():
         return
@@ -333,7 +350,7 @@ def check_key_path(key_path: str | Path, document: Mapping[str, Any]) -> None:
     except io.DataError:
         raise io.DataError(f"{key_path} exists and is not a key file; choose another --key path, or delete it if "
                            f"it holds nothing you need") from None
-    if tag == document[KEY_TAG] and ids == document[KEY_IDS]:
+    if (tag == document[KEY_TAG] and ids == document[KEY_IDS]) or (tag is not None and tag == replaced):
         return
     if tag is None:
         raise io.DataError(f"{key_path}: the key exists for a batch exported before keys named their batch; choose "
@@ -345,9 +362,28 @@ def check_key_path(key_path: str | Path, document: Mapping[str, Any]) -> None:
                        f"batch is abandoned")
 
 
+def replaced_tag(out_dir: str | Path, batch: Batch) -> str | None:
+    """The tag of the batch the folder ``out_dir`` holds where writing ``batch`` there would replace it with other
+    items (:func:`write_batch` keeps a copy first); None where it holds no batch's items (nothing there, a folder of
+    another kind, whose files the stage keeps as any it replaces) or the very items of ``batch``."""
+    items = Path(out_dir) / ITEMS
+    if not items.is_file() or items.is_symlink():
+        return None
+    try:
+        with open(items, encoding="utf-8") as handle:
+            found = [json.loads(line) for line in handle if line.strip()]
+    except (OSError, ValueError):
+        return None
+    if found == [dict(item) for item in batch.items]:
+        return None
+    first = found[0].get("item_id") if found and isinstance(found[0], dict) else None
+    return (tag_of(first) if isinstance(first, str) else None) or "of no tag"
+
+
 def kept_batch(batch: Batch, tag: str) -> list[Path]:
-    """The copies the check before any Snakemake job keeps of an answered batch (:func:`grueflow.stale.keep_answered`)
-    that hold batch ``tag``, exported before to ``batch``'s folder: the folder's, then a pairwise batch's key's where
+    """The copies kept of a batch before it was replaced (:func:`grueflow.stale.keep_answered`,
+    :func:`grueflow.stale.keep_reexported`, :func:`write_batch`) that hold batch ``tag``, exported before to
+    ``batch``'s folder: the folder's, then a pairwise batch's key's where
     the pipeline's layout puts it (``results/human/<task>/keys/<batch>.json``); paths relative to the working folder
     (the project, where the copies go). Empty where none is kept, or the folder lies outside the working folder."""
     if batch.folder is None or not Path(os.path.abspath(batch.folder)).is_relative_to(Path.cwd()):

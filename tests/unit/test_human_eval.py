@@ -646,6 +646,74 @@ def test_an_answered_batch_is_kept_before_a_re_export_and_its_answers_name_the_c
     assert len(list(kept.parent.iterdir())) == 2
 
 
+def test_an_export_over_a_batch_with_no_answers_yet_keeps_it_and_its_key_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A batch exported and sent to annotators (no answers back yet) was replaced by a re-export after an upstream
+    change with no line and no copy: its key, the only map from the annotators' item ids to the systems, was lost.
+    The export (DVC leaves the outs in place for it) copies the batch and its key first, with one line; the same
+    batch exported again is no copy and no line; answers to the old batch then name the copies."""
+    monkeypatch.chdir(tmp_path)
+    paths = _write_predictions(tmp_path / "eval", "ppo", "sup", "a2c")
+    folder = Path("results/human/t/batches/ppo_vs_sup_seed0")
+    key_file = Path("results/human/t/keys/ppo_vs_sup_seed0.json")
+
+    def export(first: str, *extra: object) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, ROOT / "stages" / "export_human_eval.py", "--kind", "pairwise",
+                               "--criteria", "imdb", "--seed", "0", "--predictions", f"{first}={paths[first]}",
+                               f"sup={paths['sup']}", "--out", folder, "--key", key_file, *map(str, extra)],
+                              capture_output=True, text=True)
+
+    fresh = export("ppo")
+    assert fresh.returncode == 0 and "grueflow:" not in fresh.stderr, fresh.stderr
+    before, old_key = hb.read_batch(folder), key_file.read_bytes()
+    again = export("ppo")  # the seeded export of the same predictions: nothing replaced
+    assert again.returncode == 0 and "grueflow:" not in again.stderr and not Path(".grueflow").exists()
+    changed = export("a2c")  # the predictions changed upstream: another batch
+    assert changed.returncode == 0, changed.stderr
+    after = hb.read_batch(folder)
+    kept, kept_key = hb.kept_batch(after, before.tag)
+    assert (f"grueflow: {folder} holds batch {before.tag}, which this export replaces by batch {after.tag}; a copy "
+            f"of it is kept in {kept}, its key in {kept_key} (annotators may be answering it)") in changed.stderr
+    assert str(kept).startswith(f".grueflow/replaced/{folder}@") and (kept_key / key_file.name).read_bytes() == old_key
+    assert hb.read_key(kept_key / key_file.name, hb.read_batch(kept))
+    assert hb.read_key(key_file, after) and after.tag != before.tag
+    io.write_jsonl(Path("answers.jsonl"), [{"annotator": "alice", "item_id": i["item_id"], "answer": {"choice": "A"}}
+                                           for i in before.items])
+    with pytest.raises(io.DataError, match=re.escape(f"(the export is seeded; a copy of it is kept in {kept}, its "
+                                                     f"key in {kept_key}), or answer the new one")):
+        results.read_answers(Path("answers.jsonl"), after)
+    cut = export("a2c", "--max-items", 2)  # fewer items of the same batch: its items and key are kept too
+    assert cut.returncode == 0 and f"grueflow: {folder} holds batch {after.tag}, which this export replaces by " \
+        f"batch {after.tag}; a copy of it is kept in " in cut.stderr
+    assert len(list(kept.parent.iterdir())) == 2 and len(list(kept_key.parent.iterdir())) == 2
+
+
+def test_a_run_that_exports_a_batch_again_keeps_it_and_its_key_first(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Snakemake deletes a batch and its key before their export reruns: what ``onstart`` keeps of the export jobs a
+    run will run, answered or not, once per content; a batch not exported yet is no copy and no line."""
+    from grueflow.stale import keep_reexported
+
+    monkeypatch.chdir(tmp_path)
+    folder = Path("results/human/t/batches/ppo_vs_sup_seed0")
+    key_file = Path("results/human/t/keys/ppo_vs_sup_seed0.json")
+    likert = Path("results/human/t/batches/likert_seed0")
+    assert keep_reexported(Path("."), [(folder, key_file), (likert, None)]) == []  # a fresh export
+    batch, key = hb.pairwise_batch(("ppo", _predictions("ppo")), ("sup", _predictions("sup")), "imdb", 0)
+    hb.write_batch(batch, folder, key, key_file)
+    hb.write_batch(hb.likert_batch({"ppo": _predictions("ppo")}, "imdb", 0), likert)
+    lines = keep_reexported(Path("."), [(folder, key_file), (likert, None)])
+    kept, kept_key = hb.kept_batch(hb.read_batch(folder), batch.tag)
+    kept_likert, = hb.kept_batch(hb.read_batch(likert), hb.read_batch(likert).tag)
+    assert lines == [
+        f"grueflow: {folder} is exported again, replacing it; a copy of it is kept in {kept}, its key in {kept_key} "
+        f"(the batch annotators may be answering, and the map from their item ids to the systems)",
+        f"grueflow: {likert} is exported again, replacing it; a copy of it is kept in {kept_likert} (the batch "
+        f"annotators may be answering, and the map from their item ids to the systems)"]
+    assert (kept_key / key_file.name).stat().st_mode & 0o777 == 0o600
+    assert keep_reexported(Path("."), [(folder, key_file), (likert, None)]) == []  # once per content
+
+
 def test_a_key_that_names_no_batch_is_refused_unless_accepted_as_legacy(tmp_path: Path,
                                                                         caplog: pytest.LogCaptureFixture) -> None:
     batch, key = hb.pairwise_batch(("ppo", _predictions("ppo")), ("sup", _predictions("sup")), "imdb", seed=0)
@@ -733,10 +801,11 @@ def test_write_batch_replaces_only_its_own_key_and_a_failure_writes_neither(tmp_
     assert (tmp_path / "key.json").read_bytes() == written and not (tmp_path / "b").exists()
     head = batch.head(2)
     with pytest.raises(io.DataError, match=rf"key\.json: the key exists for batch {batch.tag} with other items"):
-        hb.write_batch(head, tmp_path / "a", {i: s for i, s in key.items() if i in head.opaque_ids()},
-                       tmp_path / "key.json")
-    hb.write_batch(batch, tmp_path / "a", key, tmp_path / "key.json")  # the same batch and key again
-    assert (tmp_path / "key.json").read_bytes() == written
+        hb.write_batch(head, tmp_path / "b", {i: s for i, s in key.items() if i in head.opaque_ids()},
+                       tmp_path / "key.json")  # the key of the batch in "a", not of one "b" holds
+    assert not (tmp_path / "b").exists()
+    assert hb.write_batch(batch, tmp_path / "a", key, tmp_path / "key.json") == []  # the same batch and key again
+    assert (tmp_path / "key.json").read_bytes() == written and not (tmp_path / ".grueflow").exists()
     io.write_json(tmp_path / "old.json", key)
     with pytest.raises(io.DataError, match=r"old\.json: the key exists for a batch exported before keys named their "
                                            r"batch; choose another --key path or delete it if that batch is abandoned"):

@@ -326,8 +326,16 @@ def test_the_pairwise_key_is_a_dvc_out_kept_out_of_the_cache():
     """A cached key was made 0644 by DVC's checkout (0444 in the cache) and would go with a dvc push."""
     stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["export_human_pairwise"]
     outs = stage.get("do", stage)["outs"]  # a foreach stage's body is under do:, a matrix stage's at its top
-    private = [next(iter(o)) for o in outs if isinstance(o, dict) and next(iter(o.values())) == {"cache": False}]
+    private = [next(iter(o)) for o in outs if isinstance(o, dict) and next(iter(o.values())).get("cache") is False]
     assert len(private) == 1 and private[0].startswith("results/human/${item.task}/keys/")
+
+
+def test_dvc_leaves_an_exported_batch_and_its_key_in_place_for_the_export_to_copy():
+    """DVC removed a stage's outs before its command: a re-export deleted the batch sent to annotators and its key
+    with no copy. Both outs persist, so that the export keeps a copy of what it replaces (write_batch)."""
+    stage = yaml.safe_load((ROOT / "dvc.yaml").read_text())["stages"]["export_human_pairwise"]
+    outs = stage.get("do", stage)["outs"]
+    assert [next(iter(o.values())) for o in outs] == [{"persist": True}, {"cache": False, "persist": True}]
 
 
 def dvc_paths(name: str, folder: Path) -> list[Path]:

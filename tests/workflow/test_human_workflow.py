@@ -13,6 +13,7 @@ import pytest
 
 from grueflow.human import batch as hb
 from grueflow.human.answers import AnswerStore
+from grueflow.io import write_stage_record
 from tests.conftest import ROOT, copy_project, git_init, run
 
 DATA = Path(os.environ.get("GRUEFLOW_SHARED_DATA", ROOT.parent / "shared" / "data"))
@@ -171,3 +172,54 @@ def test_export_annotate_import_table_through_snakemake(tmp_path: Path) -> None:
     assert ("grueflow: warning: data/human/sentimnet/ is not imported: sentimnet is no task of this suite (sentiment, "
             "concepts)") in dry.stderr
     assert "human_eval_table" in dry.stdout  # the pairwise batch's rows leave the table
+
+
+def test_a_batch_exported_again_before_any_answer_is_kept_with_its_key_under_both_engines(tmp_path: Path) -> None:
+    """A batch exported and sent to annotators (no answers back yet) was exported again after an upstream change
+    with no line and no copy, under Snakemake and DVC alike: its key, the only map from the item ids the annotators
+    are answering to the systems, was gone. A fresh export and a run with nothing to do say nothing."""
+    repo = copy_project(tmp_path / "repo")
+    fake_evaluate_outputs(repo)
+    evaluated = repo / "results" / "eval" / "sentiment"
+    for method in METHODS:  # whole stage folders, as evaluate leaves them
+        write_stage_record(evaluated / method / "seed0", stage="evaluate", params={}, inputs={}, wall_time_s=0.0)
+    target, rules = f"results/human/sentiment/batches/{PAIR}", ("export_human_pairwise",)
+    fresh = run(["snakemake", target, "--cores", "1", "--allowed-rules", *rules], repo)
+    assert "grueflow:" not in fresh.stderr
+    nothing = run(["snakemake", target, "--cores", "1", "--allowed-rules", *rules], repo)
+    assert "Nothing to be done" in nothing.stdout + nothing.stderr and "grueflow:" not in nothing.stderr
+    folder, key = repo / target, repo / "results" / "human" / "sentiment" / "keys" / f"{PAIR}.json"
+    replaced = repo / ".grueflow" / "replaced" / "results" / "human" / "sentiment"
+    assert not replaced.exists()
+
+    def change_predictions(cut: int) -> None:  # an upstream change: evaluate writes other generations
+        predictions = repo / "results" / "eval" / "sentiment" / "supervised+ppo" / "seed0" / "predictions.jsonl"
+        rows = [json.loads(line) for line in predictions.read_text().splitlines()]
+        fresh_file = predictions.with_name(".predictions.jsonl.tmp")
+        fresh_file.write_text("".join(json.dumps({**r, "generation": r["generation"][cut:]}) + "\n" for r in rows))
+        os.replace(fresh_file, predictions)  # as a stage writes: the folder's time moves
+        write_stage_record(predictions.parent, stage="evaluate", params={}, inputs={}, wall_time_s=0.0)
+
+    before, old_key = hb.read_batch(folder), key.read_bytes()
+    change_predictions(2)
+    again = run(["snakemake", target, "--cores", "1", "--allowed-rules", *rules], repo)
+    after = hb.read_batch(folder)
+    assert after.tag != before.tag
+    kept, = (replaced / "batches").iterdir()
+    kept_key, = (replaced / "keys").iterdir()
+    assert (f"grueflow: {target} is exported again, replacing it; a copy of it is kept in "
+            f".grueflow/replaced/{target}@") in again.stderr
+    assert hb.read_batch(kept).tag == before.tag and (kept_key / key.name).read_bytes() == old_key
+
+    git_init(repo)  # DVC removes a stage's outs before its command, unless they persist
+    run(["git", "add", "-A"], repo)
+    run(["git", "commit", "-qm", "faked evaluate outputs"], repo)
+    run(["dvc", "repro", "--single-item", "export_human_pairwise@sentiment-ppo-0"], repo)  # the same batch: no copy
+    assert len(list((replaced / "batches").iterdir())) == 1
+    dvc_key = key.read_bytes()
+    change_predictions(2)
+    dvc = run(["dvc", "repro", "--single-item", "export_human_pairwise@sentiment-ppo-0"], repo)
+    assert (f"grueflow: {target} holds batch {after.tag}, which this export replaces by batch "
+            f"{hb.read_batch(folder).tag}; a copy of it is kept in .grueflow/replaced/{target}@") in dvc.stderr
+    copies = [p for p in (replaced / "keys").iterdir() if p != kept_key]
+    assert len(copies) == 1 and (copies[0] / key.name).read_bytes() == dvc_key

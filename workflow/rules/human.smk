@@ -57,6 +57,14 @@ def answered_batches():
     return answered_paths(HUMAN_TREE.batches)
 
 
+def reexported_batches(jobs):
+    """(batch folder, its key file or None) of each export job among ``jobs`` (the jobs a run will run): what
+    ``onstart`` keeps a copy of where one is exported already (grueflow.stale.keep_reexported), since Snakemake
+    deletes a job's outputs before it runs, and an exported batch is with annotators, answered yet or not."""
+    return [(Path(job.output[0]), Path(job.output[1]) if len(job.output) > 1 else None) for job in jobs
+            if job.rule.name in ("export_human_likert", "export_human_pairwise")]
+
+
 rule export_human_likert:
     input:
         runs=lambda w: expand("results/eval/{task}/{method}/seed{seed}", task=w.task, method=METHODS, seed=w.seed),
