@@ -14,7 +14,7 @@ os.environ["GRUEFLOW_ENGINE"] = "snakemake"  # jobs note what they wrote (gruefl
 # The suite is exactly one file: params/suite.yaml, or the --configfile(s) given, which replace it (Snakemake would
 # merge them over a `configfile:` directive, so a key the chosen suite leaves out would come from params/suite.yaml
 # instead of its default). --config key=value settings apply over either.
-from grueflow.command_line import check_config_given_once, profile_files
+from grueflow.command_line import check_config_given_once, check_rerun_triggers, profile_files
 from grueflow.config import ConfigError, read_yaml, yaml11_disagreement
 
 
@@ -67,9 +67,14 @@ def command_line_seeds(given):
 
 if workflow.is_main_process:  # a job's own process runs the command line Snakemake wrote for it
     try:
-        check_config_given_once(sys.argv[1:], profile_files(sys.argv[1:], os.environ, workflow.basedir))
+        _profiles = profile_files(sys.argv[1:], os.environ, workflow.basedir)
+        check_config_given_once(sys.argv[1:], _profiles)
     except ConfigError as err:
         raise WorkflowError(f"invalid params: {err}") from None
+    try:  # before the stale check: a job it says reruns must rerun
+        check_rerun_triggers(sys.argv[1:], _profiles)
+    except ConfigError as err:
+        raise WorkflowError(str(err)) from None
     if workflow.resource_settings.cores is not None and workflow.resource_settings.cores < 1:  # it would wait forever
         raise WorkflowError(f"--cores must be a positive integer or all, got {workflow.resource_settings.cores}")
 if "seeds" in workflow.config_settings.config:  # --config seeds=...; a suite file's YAML keeps its integers

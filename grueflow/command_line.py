@@ -6,6 +6,12 @@ replaces a profile's ``config`` whole, and a profile's ``config`` replaces that 
 these drops a setting without a word, where a suite file that names a key twice is refused:
 :func:`check_config_given_once` refuses them, each naming what to write instead. Of two ``--configfile`` options,
 likewise, Snakemake keeps the last one's files alone.
+
+``--rerun-triggers`` (a profile's ``rerun-triggers:``) that leaves out a trigger grueflow reruns jobs through would
+have Snakemake plan no job for a param edit while the stale check says a job reruns: :func:`check_rerun_triggers`
+refuses it. Snakemake hands a Snakefile its DAG settings, the triggers among them, only once the Snakefile has been
+read (snakemake.api.DAGApi), after the stale check has run, so they are read here from the command line and the
+profiles.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from grueflow.config import ConfigError
 # --prof is --profile. An option that each of its shorter prefixes shares with another (--config, --configfile) is
 # read in full only. Kept as data, as SHORT_FLAGS is; a test compares it with the installed Snakemake's parser.
 ABBREVIATIONS = {"--profile": "--pro", "--workflow-profile": "--wo", "--directory": "--di", "--config": "--config",
-                 "--configfile": "--configfile", "--configfiles": "--configfiles"}
+                 "--configfile": "--configfile", "--configfiles": "--configfiles", "--rerun-triggers": "--rerun-t"}
 SHORT_OPTIONS = {"--directory": "d", "--config": "C"}  # the one-letter spelling of an option of ABBREVIATIONS
 
 
@@ -328,3 +334,56 @@ def _given_in_one_place(key: str, profiles: Sequence[tuple[str | Path, list[str]
     if len(profiles) > 1:
         raise ConfigError(f"the profiles {' and '.join(str(path) for path, _ in profiles)} each set {key}; Snakemake "
                           f"keeps only {profiles[-1][0]}'s{kept_of_last}: {advice} in one")
+
+
+# Snakemake 9's rerun triggers, in its order, and why grueflow needs each of those it reruns jobs through: modification
+# times (a stage's code), params (every rule takes its params slices, method file and suite values, and the stale
+# check's tokens and content digests, as params), input (the set of files a job reads: the human-evaluation table's
+# imports, one per answered batch) and code (the text of a rule's command, as DVC reruns a stage whose cmd changed).
+# software-env is not needed: no rule declares a conda environment or a container.
+SNAKEMAKE_RERUN_TRIGGERS = ("mtime", "params", "input", "software-env", "code")
+RERUN_TRIGGERS = {"mtime": "a stage's code edited", "params": "a params or method file edited, a stale line",
+                  "input": "a batch's answers removed from data/human/", "code": "a rule's command changed"}
+
+
+def rerun_triggers(argv: Sequence[str], profiles: Sequence[str | Path]) -> tuple[Optional[str], Optional[list[str]]]:
+    """Where the rerun triggers of a run come from, and the triggers, as Snakemake 9's command line settles them:
+    the last ``--rerun-triggers`` option of ``argv`` (the words after it up to the next option, or the one attached
+    by ``=``; up to a ``--``), else the last of the profile files ``profiles`` (lowest priority first,
+    :func:`profile_files`) that sets ``rerun-triggers``; (None, None) where none gives them (every trigger)."""
+    given = None
+    for i, arg in enumerate(argv):
+        if arg == "--":
+            break
+        name, attached = long_option(arg)
+        if name == "--rerun-triggers":
+            given = [attached] if attached is not None else _words_after(argv, i)
+    if given is not None:
+        return "--rerun-triggers", given
+    for path in reversed(profiles):
+        data = _profile_data(path)
+        keys = [key for key in data if key in ("rerun-triggers", "--rerun-triggers") and data[key] is not None]
+        if keys:
+            value = data[keys[-1]]
+            return f"the profile {path}", [str(item) for item in value] if isinstance(value, list) else [str(value)]
+    return None, None
+
+
+def check_rerun_triggers(argv: Sequence[str], profiles: Sequence[str | Path]) -> None:
+    """Raise ConfigError where the rerun triggers the command line ``argv`` or the profile files ``profiles`` give
+    (:func:`rerun_triggers`) leave out one of :data:`RERUN_TRIGGERS`: Snakemake would plan no job for what grueflow
+    reruns through it ("Nothing to be done" after a param edit, while the stale check says a job reruns)."""
+    source, given = rerun_triggers(argv, profiles)
+    missing = [trigger for trigger in RERUN_TRIGGERS if given is not None and trigger not in given]
+    if given is None or not missing:
+        return
+    order = {trigger: i for i, trigger in enumerate(SNAKEMAKE_RERUN_TRIGGERS)}
+    needed = sorted({*given, *RERUN_TRIGGERS}, key=lambda trigger: (order.get(trigger, len(order)), trigger))
+    named = [f"{trigger} ({RERUN_TRIGGERS[trigger]})" for trigger in missing]
+    left_out = f"{', '.join(named[:-1])} and {named[-1]}" if len(named) > 1 else named[0]
+    why = f"leaves out {left_out}, which grueflow reruns jobs through: Snakemake would plan no job for these changes"
+    if source == "--rerun-triggers":
+        raise ConfigError(f"--rerun-triggers {' '.join(given)} {why}; drop the option to take Snakemake's default "
+                          f"(every trigger), or give --rerun-triggers {' '.join(needed)}")
+    raise ConfigError(f"{source}'s rerun-triggers: {' '.join(given)} {why}; drop the key to take Snakemake's "
+                      f"default (every trigger), or set rerun-triggers: [{', '.join(needed)}]")

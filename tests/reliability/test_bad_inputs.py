@@ -18,7 +18,8 @@ Categories (644 cases in all, as collected; grown with each hostile pass):
 - prompts longer than the model's context, read from ``config.json`` before any weights load;
 - stage CLIs: exit code 2, one line on stderr, no traceback, nothing written;
 - the workflow: ``snakemake -n`` stops on a bad params file before any job; a ``--configfile`` suite replaces
-  params/suite.yaml, ``--config`` seeds, seed and pairwise-batch targets;
+  params/suite.yaml, ``--config`` seeds, seed and pairwise-batch targets, ``--rerun-triggers`` (a profile's
+  ``rerun-triggers:``) leaving out a trigger grueflow reruns jobs through;
 - metric args out of range and metric targets a datapool's meta cannot give (refused before generating);
   ToTTo fields of the wrong shape, and re-splits of rows that share a prompt;
 - human answers: conflicting copies, batches answered in part, text a spreadsheet edited;
@@ -1938,6 +1939,58 @@ def test_snakemake_takes_a_profile_config_alone_and_a_shipped_profile_with_confi
                                 env={**environ, **env})
         output = result.stdout + result.stderr
         assert result.returncode == 0 and planned in output, (args, output)
+
+
+LEFT_OUT = ("params (a params or method file edited, a stale line), input (a batch's answers removed from "
+            "data/human/) and code (a rule's command changed), which grueflow reruns jobs through: Snakemake would "
+            "plan no job for these changes")
+
+
+@pytest.mark.parametrize("profile, args, expect", [
+    (None, ["--rerun-triggers", "mtime"],
+     f"--rerun-triggers mtime leaves out {LEFT_OUT}; drop the option to take Snakemake's default (every trigger), or "
+     f"give --rerun-triggers mtime params input code"),
+    (None, ["--rerun-t=params"],
+     "--rerun-triggers params leaves out mtime (a stage's code edited), input (a batch's answers removed from "
+     "data/human/) and code (a rule's command changed), which grueflow reruns jobs through"),
+    (None, ["--rerun-triggers", "mtime", "params", "input", "software-env"],
+     "--rerun-triggers mtime params input software-env leaves out code (a rule's command changed), which grueflow "
+     "reruns jobs through: Snakemake would plan no job for these changes; drop the option to take Snakemake's "
+     "default (every trigger), or give --rerun-triggers mtime params input software-env code"),
+    ("rerun-triggers: mtime\n", ["--profile", "prof"],
+     f"the profile prof/config.yaml's rerun-triggers: mtime leaves out {LEFT_OUT}; drop the key to take Snakemake's "
+     f"default (every trigger), or set rerun-triggers: [mtime, params, input, code]"),
+], ids=["option", "abbreviated", "without-code", "profile"])
+def test_snakemake_refuses_rerun_triggers_that_leave_out_what_grueflow_reruns_through(tmp_path: Path, profile, args,
+                                                                                       expect):
+    """--rerun-triggers mtime (or a profile's rerun-triggers: mtime) had Snakemake ignore every job's params, through
+    which grueflow reruns a job for a params or method file edited and for each stale line: the stale check said a
+    job reruns, and Snakemake planned nothing."""
+    project = copy_project(tmp_path / "project")
+    if profile is not None:
+        (project / "prof").mkdir()
+        (project / "prof" / "config.yaml").write_text(profile)
+    environ = {key: value for key, value in os.environ.items() if key != "SNAKEMAKE_PROFILE"}
+    result = subprocess.run([str(Path(PY).parent / "snakemake"), "-n", "--cores", "1", "results/grue_table.csv",
+                             *args], cwd=project, capture_output=True, text=True, timeout=300, env=environ)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and expect in output, output
+    assert "Job stats" not in output, output
+
+
+def test_snakemake_takes_rerun_triggers_that_hold_what_grueflow_reruns_through(tmp_path: Path):
+    """The valid neighbours of those refusals: every trigger grueflow needs, software-env left out, and the command
+    line's over a profile's rerun-triggers: mtime."""
+    project = copy_project(tmp_path / "project")
+    (project / "prof").mkdir()
+    (project / "prof" / "config.yaml").write_text("rerun-triggers: mtime\n")
+    environ = {key: value for key, value in os.environ.items() if key != "SNAKEMAKE_PROFILE"}
+    for args in (["--rerun-triggers", "mtime", "params", "input", "code"],
+                 ["--profile", "prof", "--rerun-triggers", "code", "input", "params", "mtime", "software-env"]):
+        result = subprocess.run([str(Path(PY).parent / "snakemake"), "-n", "--cores", "1", "results/grue_table.csv",
+                                 *args], cwd=project, capture_output=True, text=True, timeout=300, env=environ)
+        output = result.stdout + result.stderr
+        assert result.returncode == 0 and "results/eval/sentiment/ppo/seed0" in output, (args, output)
 
 
 def test_snakemakes_schema_takes_the_task_names_the_library_takes(tmp_path: Path):

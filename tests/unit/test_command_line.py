@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from grueflow.command_line import ABBREVIATIONS, SHORT_FLAGS, check_config_given_once, profile_files
+from grueflow.command_line import (ABBREVIATIONS, SHORT_FLAGS, SNAKEMAKE_RERUN_TRIGGERS, check_config_given_once,
+                                   check_rerun_triggers, profile_files, rerun_triggers)
 from grueflow.config import ConfigError
 
 
@@ -132,3 +133,75 @@ def test_a_profile_giving_both_configfile_and_configfiles_is_refused(tmp_path, f
                                           rf"later, {second}, and drops a\.yaml: give every suite file under one of "
                                           r"them$"):
         check_config_given_once(["-n"], [profile])
+
+
+def test_the_rerun_triggers_are_the_installed_snakemakes_in_its_order():
+    from snakemake.settings.enums import RerunTrigger
+
+    assert SNAKEMAKE_RERUN_TRIGGERS == tuple(trigger.item_to_choice() for trigger in RerunTrigger)
+
+
+@pytest.mark.parametrize("argv, profiles", [
+    ([], {}),
+    (["--rerun-triggers", "mtime"], {}),
+    (["--rerun-t=params", "t"], {}),
+    (["--rerun-triggers", "mtime", "params", "--", "t"], {}),
+    (["--rerun-triggers", "params", "--rerun-triggers", "code"], {}),
+    (["--profile", "P"], {"P": "rerun-triggers: mtime\n"}),
+    (["--profile", "P"], {"P": "--rerun-triggers: [mtime, code]\n"}),
+    (["--profile", "P"], {"P": "cores: 1\n"}),
+    (["--profile", "P", "--rerun-triggers", "params", "input"], {"P": "rerun-triggers: mtime\n"}),
+    (["--profile", "P", "--rerun-trig", "params", "-n"], {"P": "rerun-triggers: mtime\n"}),
+    (["--profile", "P", "--profile", "Q"], {"P": "rerun-triggers: mtime\n", "Q": "rerun-triggers: [code]\n"}),
+    (["--profile", "P", "--profile", "Q"], {"P": "rerun-triggers: mtime\n", "Q": "cores: 1\n"}),
+    (["--profile", "P", "--workflow-profile", "Q"],
+     {"P": "rerun-triggers: [code]\n", "Q": "rerun-triggers: [input]\n"}),
+], ids=["default", "option", "abbreviated-attached", "before-targets", "given-twice", "profile", "profile-option-key",
+        "profile-without", "option-over-profile", "abbreviated-over-profile", "later-profile", "earlier-profile",
+        "workflow-profile"])
+def test_the_rerun_triggers_are_read_as_the_installed_snakemake_reads_them(tmp_path, monkeypatch, argv, profiles):
+    """The triggers the check reads from the command line and the profiles are the ones Snakemake's own command line
+    settles (snakemake.cli.parse_args): it hands them to the Snakefile only after the stale check has run."""
+    from snakemake.cli import parse_args
+    from snakemake.settings.enums import RerunTrigger
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("SNAKEMAKE_PROFILE", raising=False)
+    for name, text in profiles.items():
+        _profile(tmp_path / name, text)
+    settled = {trigger.item_to_choice() for trigger in parse_args(argv)[1].rerun_triggers}
+    _, given = rerun_triggers(argv, profile_files(argv, {}, tmp_path))
+    assert set(given if given is not None else (t.item_to_choice() for t in RerunTrigger.all())) == settled
+
+
+@pytest.mark.parametrize("argv", [[], ["-n"], ["--rerun-triggers", "mtime", "params", "input", "code"],
+                                  ["--rerun-triggers", "code", "input", "params", "mtime", "software-env"],
+                                  ["--", "--rerun-triggers", "mtime"]])
+def test_rerun_triggers_that_hold_what_grueflow_reruns_through_pass(argv):
+    check_rerun_triggers(argv, [])
+
+
+def test_rerun_triggers_without_params_are_refused_naming_what_is_left_out_and_the_fix(tmp_path):
+    """--rerun-triggers mtime (or a profile's rerun-triggers: mtime) had the stale check say a job reruns, and a param
+    edit go unseen, while Snakemake said "Nothing to be done"."""
+    with pytest.raises(ConfigError, match=r"^--rerun-triggers mtime leaves out params \(a params or method file "
+                                          r"edited, a stale line\), input \(a batch's answers removed from "
+                                          r"data/human/\) and code \(a rule's command changed\), which grueflow "
+                                          r"reruns jobs through: Snakemake would plan no job for these changes; drop "
+                                          r"the option to take Snakemake's default \(every trigger\), or give "
+                                          r"--rerun-triggers mtime params input code$"):
+        check_rerun_triggers(["--rerun-triggers", "mtime", "-n"], [])
+    with pytest.raises(ConfigError, match=r"^--rerun-triggers software-env mtime params input leaves out code \(a "
+                                          r"rule's command changed\), which .*; drop the option to take Snakemake's "
+                                          r"default \(every trigger\), or give --rerun-triggers mtime params input "
+                                          r"software-env code$"):
+        check_rerun_triggers(["--rerun-trig=software-env", "--rerun-triggers", "software-env", "mtime", "params",
+                              "input"], [])
+    profile = tmp_path / "config.yaml"
+    profile.write_text("cores: 1\nrerun-triggers: [mtime, params]\n")
+    with pytest.raises(ConfigError, match=rf"^the profile {profile}'s rerun-triggers: mtime params leaves out input "
+                                          r"\(a batch's answers removed from data/human/\) and code \(a rule's "
+                                          r"command changed\), which .*; drop the key to take Snakemake's default "
+                                          r"\(every trigger\), or set rerun-triggers: \[mtime, params, input, code\]$"):
+        check_rerun_triggers(["-n"], [profile])
+    check_rerun_triggers(["--rerun-triggers", "mtime", "params", "input", "code"], [profile])  # over the profile's

@@ -169,6 +169,36 @@ def test_editing_distributed_py_makes_the_stages_that_import_it_stale_under_both
     assert all(entry == [{"changed deps": {"grueflow/distributed.py": "modified"}}] for entry in status.values())
 
 
+def test_rerun_triggers_without_params_are_refused_before_the_stale_check(finished):
+    """With --rerun-triggers mtime, an edited method file and a stale stage folder (its record deleted) were "Nothing
+    to be done", after a line saying the folder's job reruns: grueflow reruns both through params. The run is refused
+    before the stale check says or marks anything; with Snakemake's default triggers the edit plans its jobs."""
+    method, record = finished / "params" / "methods" / "ppo.yaml", finished / "results/sentiment/base_model/stage.json"
+    tokens = finished / ".snakemake" / "grueflow-stale.json"  # the stale check's rerun trigger
+    saved_tokens = tokens.read_bytes() if tokens.exists() else None
+    text, stat = method.read_text(), method.stat()
+    refused = ("--rerun-triggers mtime leaves out params (a params or method file edited, a stale line), input (a "
+               "batch's answers removed from data/human/) and code (a rule's command changed)")
+    mtime = ["snakemake", "-n", "--cores", "1", "all", "--rerun-triggers", "mtime"]
+    method.write_text(text.replace("learning_rate: 0.0005", "learning_rate: 0.0004"))
+    try:
+        assert "rl_finetune" in {job["rule"] for job in dry_run(finished)}
+        result = run(mtime, finished, check=False)
+        output = result.stdout + result.stderr
+        assert result.returncode != 0 and refused in output and "Job stats" not in output, output
+        record.rename(record.with_name("record.aside"))
+        result = run(mtime, finished, check=False)
+        output = result.stdout + result.stderr
+        assert result.returncode != 0 and refused in output and "grueflow:" not in output, output
+        assert (tokens.read_bytes() if tokens.exists() else None) == saved_tokens
+    finally:
+        if record.with_name("record.aside").exists():
+            record.with_name("record.aside").rename(record)
+        method.write_text(text)
+        os.utime(method, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert dry_run(finished) == []
+
+
 @pytest.fixture(scope="module")
 def with_plugin(tmp_path_factory) -> Path:
     """The micro suite whose sentiment task runs the README's reward module (as its reward and a metric), with
