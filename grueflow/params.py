@@ -31,7 +31,7 @@ from grueflow.io import STAGE_RECORD, atomic_path
 from grueflow.data import DATAPOOLS
 from grueflow.metrics import METRICS
 from grueflow.models import MODELS
-from grueflow.pipeline import SUITE_VARS
+from grueflow.pipeline import START_PREFIX, SUITE_VARS, override_layers
 from grueflow.postprocess import resolve as resolve_post_processing
 from grueflow.preference.config import PREFERENCE_METHODS, preference_method_files
 from grueflow.registry import UnknownNameError
@@ -226,20 +226,11 @@ def method_config(method: str) -> type:
     return SupervisedConfig if method == "supervised" else ALGORITHMS.get(method).Config
 
 
-START_PREFIX = "supervised+"  # method_overrides.supervised+<algorithm>: RL from the warm start only
 STARTS = ("zero_shot", "supervised")
 # task-file sections a method_overrides entry may also hold: laid over the task's own for that method's stages only
 # (RL4LMs' NLPO and on-supervised configs change the rollout generation, prompt length or reward of their task)
 TASK_SECTIONS = {"lengths": LengthsConfig, "rollout_generation": GenerationConfig, "eval_generation": GenerationConfig,
                  "reward": RewardConfig}
-
-
-def override_layers(method: Optional[str], start: str = "zero_shot") -> list[str]:
-    """The ``method_overrides`` entries a method's stages read, in order: ``<method>``, then (RL from the warm
-    start) ``supervised+<method>``; none without a method (the zero-shot evaluation)."""
-    if method is None:
-        return []
-    return [method] + ([START_PREFIX + method] if start == "supervised" and method != "supervised" else [])
 
 
 def _overrides(data: Any) -> dict[str, Any]:

@@ -76,6 +76,8 @@ SAVED_POLICIES = "checkpoints"  # a model folder each, which evaluate takes (gru
 TRAINING_OUTS = (*MODEL_OUTS, "{out}/" + VALIDATION_OUT, "{out}/" + SAVED_POLICIES)
 DECODING_DIR = "decoding"  # an RL output's record of how evaluate decodes its model/ (grueflow.rl.nlpo.DECODING_DIR)
 PLACEHOLDER = re.compile(r"(?<!\$)\{(\w+)\}")  # {name} in a template; DVC's ${...} is not one
+START_PREFIX = "supervised+"  # a method run from the warm start (supervised+ppo), and its method_overrides entry
+OVERRIDES_KEY = "method_overrides"  # the task-file key of the per-method overrides (grueflow.params)
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,10 @@ class Stage:
     DVC keeps no run cache of such a stage, so it runs again rather than restoring an earlier output).
     ``resources``: the default scheduler request, for a stage that is a scheduled job. ``dvc``: its DVC
     stages (none: Snakemake only). ``plugin_parts``: the task-file parts whose user code (import paths,
-    :mod:`grueflow.plugins`) the stage runs, so that editing that code reruns it.
+    :mod:`grueflow.plugins`) the stage runs, so that editing that code reruns it. ``overrides``: for a stage whose
+    ``task_keys`` hold :data:`OVERRIDES_KEY`, the method whose entries of it the stage reads, as the results folders
+    name it (``supervised``, ``{rl_method}``: a wildcard; :func:`method_layers`); the other entries are no params of
+    its jobs.
     """
 
     name: str
@@ -149,6 +154,7 @@ class Stage:
     resources: Optional[DefaultResources] = None
     dvc: tuple[DvcStage, ...] = ()
     plugin_parts: tuple[str, ...] = ()
+    overrides: Optional[str] = None
 
     @property
     def wildcards(self) -> tuple[str, ...]:
@@ -206,6 +212,7 @@ _TABLE = (
                Plot("{out}/loss_curve.png")),
         resources=DefaultResources(mem_mb=2000, runtime=60),
         plugin_parts=('metrics', 'eval_generation'),
+        overrides="supervised",
         dvc=(DvcStage("warm_start", axes=("task", "seed")),),
     ),
     Stage(
@@ -224,6 +231,7 @@ _TABLE = (
                Plot("{out}/curves.png")),
         resources=DefaultResources(mem_mb=3000, runtime=120),
         plugin_parts=('reward', 'rollout_generation', 'metrics', 'eval_generation'),
+        overrides="{rl_method}",
         dvc=(DvcStage("rl_finetune", axes=("task", "algorithm", "seed"),
                       bind={"rl_method": "{algorithm}", "start": "zero_shot", "init": BASE_MODEL_HF}),
              DvcStage("rl_finetune_supervised", axes=("task", "algorithm", "seed"),
@@ -241,6 +249,7 @@ _TABLE = (
         metrics=("{out}/metrics.json",),
         resources=DefaultResources(mem_mb=2000, runtime=60),
         plugin_parts=('reward', 'metrics', 'eval_generation'),
+        overrides="{method}",
         dvc=(DvcStage("evaluate_zero_shot", axes=("task", "seed"),
                       bind={"method": "zero_shot", "identity": "--start zero_shot", "model": BASE_MODEL_HF}),
              DvcStage("evaluate_supervised", axes=("task", "seed"),
@@ -405,17 +414,39 @@ def default_resources(name: str) -> dict[str, int]:
 PARAMS_DIGEST = "params_digest"  # the stage record's key of :func:`params_digest`'s digests
 
 
+def override_layers(method: Optional[str], start: str = "zero_shot") -> list[str]:
+    """The :data:`OVERRIDES_KEY` entries a method's stages read, in order: ``<method>``, then (RL from the warm
+    start) ``supervised+<method>``; none without a method (the zero-shot evaluation)."""
+    if method is None:
+        return []
+    return [method] + ([START_PREFIX + method] if start == "supervised" and method != "supervised" else [])
+
+
+def method_layers(method: str) -> list[str]:
+    """The :data:`OVERRIDES_KEY` entries the stages of ``method`` read, the method named as the results folders name
+    it: ``zero_shot`` (none), ``supervised``, ``<algorithm>`` or ``supervised+<algorithm>`` (:func:`override_layers`
+    of ``<algorithm>`` from the warm start: ``[<algorithm>, supervised+<algorithm>]``)."""
+    if method == "zero_shot":
+        return []
+    if method.startswith(START_PREFIX):
+        return override_layers(method.removeprefix(START_PREFIX), "supervised")
+    return override_layers(method)
+
+
 @dataclass(frozen=True)
 class ParamsSource:
     """Where one job of a stage reads its params: ``task_file`` (``params/tasks/<task>.yaml``, of which it reads the
     stage's ``task_keys``), ``method_file`` (``params/methods/<name>.yaml``, read whole) and ``suite``, the values of
     the stage's ``suite_keys`` it is given (``{"precision": "fp32"}``: the command line's, whichever engine ran it).
-    A file the stage does not read may be None."""
+    ``overrides``: the entries of the task file's :data:`OVERRIDES_KEY` the job reads (:func:`method_layers` of its
+    method), for a stage whose ``task_keys`` hold that key; it reads no other entry (None: every entry, the key
+    whole). A file the stage does not read may be None."""
 
     stage: str
     task_file: Optional[str] = None
     method_file: Optional[str] = None
     suite: Mapping[str, object] = field(default_factory=dict)
+    overrides: Optional[tuple[str, ...]] = ()
 
     def where(self, part: str) -> str:
         """A part of :func:`params_digest` as a person finds it: its file, or the suite's keys."""
@@ -428,9 +459,10 @@ class ParamsSource:
 
 def params_read(source: ParamsSource, load: Optional[Callable[[str], object]] = None) -> dict[str, object]:
     """The params ``source``'s stage reads, as data, by part: ``task`` (its ``task_keys`` of the task file, a key the
-    file lacks as None), ``method`` (the method file's whole content) and ``suite`` (its ``suite_keys``' values);
-    a part the stage does not read is left out (none: ``{}``). ``load`` reads a params file (default:
-    :func:`grueflow.config.read_yaml`, which raises ConfigError for a file it cannot read)."""
+    file lacks as None; of :data:`OVERRIDES_KEY`, the entries of ``source.overrides`` the file holds),
+    ``method`` (the method file's whole content) and ``suite`` (its ``suite_keys``' values); a part the stage does
+    not read is left out (none: ``{}``). ``load`` reads a params file (default: :func:`grueflow.config.read_yaml`,
+    which raises ConfigError for a file it cannot read)."""
     if load is None:
         from grueflow.config import read_yaml as load  # grueflow.config reads this module's table
 
@@ -439,6 +471,10 @@ def params_read(source: ParamsSource, load: Optional[Callable[[str], object]] = 
     if entry.task_keys:
         task = load(str(source.task_file))
         parts["task"] = {key: task.get(key) if isinstance(task, dict) else None for key in entry.task_keys}
+        overrides = parts["task"].get(OVERRIDES_KEY)
+        if isinstance(overrides, dict) and source.overrides is not None:  # another method's entry is not a param
+            parts["task"][OVERRIDES_KEY] = {name: value for name, value in overrides.items()
+                                            if name in source.overrides}
     if entry.method is not None:
         parts["method"] = load(str(source.method_file))
     if entry.suite_keys:
@@ -494,6 +530,8 @@ def _params(stage: Stage, names: Mapping[str, str]) -> list:
     params: list = []
     if stage.suite_keys:
         params.append({SUITE_FILE: list(stage.suite_keys)})
+    # OVERRIDES_KEY whole, not the entries a stage reads (method_overrides.ppo): DVC fails a stage, once its command
+    # ran, whose params key the file lacks, and a task file need hold no entry for a method
     if stage.task_keys:
         params.append({names["task_file"]: list(stage.task_keys)})
     if stage.method is not None:

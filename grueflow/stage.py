@@ -392,7 +392,7 @@ def params_digest(name: str, args: argparse.Namespace) -> dict[str, str]:
     given = vars(args)
     paths = {flag: str(given[flag]) if given.get(flag) is not None else None for flag in ("task_file", "method_file")}
     suite = {key: given.get(key) for key in pipeline.stage(name).suite_keys}
-    source = pipeline.ParamsSource(name, paths["task_file"], paths["method_file"], suite)
+    source = pipeline.ParamsSource(name, paths["task_file"], paths["method_file"], suite, overrides_read(name, args))
     digest = pipeline.params_digest(source)
     planned = io.planned_params(given["out"]) if given.get("out") is not None else None
     if planned is not None:
@@ -404,6 +404,22 @@ def params_digest(name: str, args: argparse.Namespace) -> dict[str, str]:
                               f"recorded for it; run snakemake again once the edit is done")
     _READ.append((source, digest))
     return digest
+
+
+def overrides_read(name: str, args: argparse.Namespace) -> tuple[str, ...]:
+    """The ``method_overrides`` entries a run of the table's stage ``name`` reads, as its code reads them (the
+    table's ``overrides``): those its table method names (warm_start: supervised); else those of its
+    ``--algorithm`` from its ``--start`` (default zero_shot), or without one the warm start's for ``--start
+    supervised``; none for a stage that reads none, or for the zero-shot model."""
+    overrides = pipeline.stage(name).overrides
+    if overrides is None:
+        return ()
+    if not pipeline.placeholders(overrides):
+        return tuple(pipeline.method_layers(overrides))
+    given = vars(args)
+    start = given.get("start") or "zero_shot"
+    method = given.get("algorithm") or ("supervised" if start == "supervised" else None)
+    return tuple(pipeline.override_layers(method, start))
 
 
 _READ: list[tuple[pipeline.ParamsSource, dict[str, str]]] = []  # each params_digest taken, for finish to take again

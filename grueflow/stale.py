@@ -74,6 +74,7 @@ DVC writes (:func:`refuse_links`).
 from __future__ import annotations
 
 import csv
+import dataclasses
 import hashlib
 import json
 import os
@@ -630,11 +631,13 @@ def params_changed(root: Path, folder: Path, record: Mapping, source: ParamsSour
     ``root``, its stage record ``record``) was built with, by the digests its stage recorded
     (:func:`grueflow.pipeline.params_digest`) against those of ``source`` now (read with ``load``); ``[]`` where they
     agree, where the record holds no digests (written before stages recorded them: judged by the other checks alone,
-    so that no project rebuilds on upgrade), where a params file cannot be read (the suite's validation says why), or
-    where a Snakemake job of this checkout last wrote the folder (:func:`grueflow.io.last_written`) and Snakemake
-    still holds its record of that job (:func:`grueflow.io.snakemake_metadata`; ``--drop-metadata`` and
-    ``--cleanup-metadata`` remove it): Snakemake's own record of the job's params reruns it then, and
-    :func:`_put_back` catches a folder written since by other means.
+    so that no project rebuilds on upgrade) or its task digest is that of the task file's ``method_overrides``
+    whole, still equal (written before digests held only the job's own entries, for the same reason), where a
+    params file cannot be read (the suite's validation says why), or where a Snakemake job of this checkout last
+    wrote the folder (:func:`grueflow.io.last_written`) and Snakemake still holds its record of that job
+    (:func:`grueflow.io.snakemake_metadata`; ``--drop-metadata`` and ``--cleanup-metadata`` remove it): Snakemake's
+    own record of the job's params reruns it then, and :func:`_put_back` catches a folder written since by other
+    means.
 
     So a folder ``dvc repro`` built, or one whose Snakemake records went with ``.snakemake``, of whose params
     Snakemake knows nothing ("missing provenance/metadata"), reruns when a param its stage reads was edited since."""
@@ -644,6 +647,9 @@ def params_changed(root: Path, folder: Path, record: Mapping, source: ParamsSour
         return []
     try:
         now = params_digest(source, load)
+        if now.get("task") != recorded.get("task") and source.overrides is not None:
+            whole = params_digest(dataclasses.replace(source, overrides=None), load)["task"]
+            now["task"] = whole if whole == recorded.get("task") else now["task"]
     except (ConfigError, OSError):
         return []
     return [source.where(part) for part in sorted(set(now) | set(recorded)) if now.get(part) != recorded.get(part)]

@@ -1143,6 +1143,170 @@ def test_a_stage_whose_params_file_changed_while_it_ran_writes_no_record(tmp_pat
     assert read_json(given.out / "stage.json")["params_digest"] == read
 
 
+OVERRIDDEN_TASK = ("lengths: {prompt: 8}\nreward:\n  components: [{metric: lexicon_sentiment, weight: 1.0}]\n"
+                   "method_overrides:\n  supervised: {learning_rate: 0.0001}\n  ppo: {kl_coef: 0.1}\n"
+                   "  supervised+ppo: {kl_coef: 0.2}\n")
+
+
+def edit_override(task: Path, entry: str, old: str, new: str) -> None:
+    """Replace ``old`` by ``new`` in the task file's ``method_overrides.<entry>`` line."""
+    lines = task.read_text().splitlines(keepends=True)
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"  {entry}: "))
+    assert old in lines[at], lines[at]
+    lines[at] = lines[at].replace(old, new)
+    task.write_text("".join(lines))
+
+
+def test_a_folder_no_snakemake_job_wrote_is_stale_for_its_own_methods_overrides_alone(tmp_path, monkeypatch):
+    """The params digest of a stage folder took the task file's method_overrides whole: a folder dvc repro built
+    (no Snakemake record of its params) was rebuilt for an edit of another method's override, which its stage never
+    reads. It covers the entries its method reads (grueflow.pipeline.method_layers), as Snakemake's own params do."""
+    from argparse import Namespace
+
+    from grueflow import stale
+    from grueflow.io import atomic_dir
+    from grueflow.pipeline import ParamsSource, method_layers
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GRUEFLOW_ENGINE", raising=False)  # as dvc repro runs the stages
+    task, results = Path("params/tasks/sentiment.yaml"), Path("results")
+    task.parent.mkdir(parents=True)
+    task.write_text(OVERRIDDEN_TASK)
+    methods = {"supervised": "params/methods/supervised.yaml", "ppo": "params/methods/ppo.yaml"}
+    Path("params/methods").mkdir()
+    for path in methods.values():
+        Path(path).write_text("learning_rate: 0.0005\n")
+    # folder -> (stage, its command line's method flags, the folder's method as the Snakefile names it)
+    jobs = {results / "sentiment/supervised/seed0": ("warm_start", {"method_file": methods["supervised"]},
+                                                     "supervised"),
+            results / "sentiment/ppo/seed0": ("rl_finetune", {"method_file": methods["ppo"], "algorithm": "ppo",
+                                                              "start": "zero_shot"}, "ppo"),
+            results / "sentiment/supervised+ppo/seed0": ("rl_finetune", {"method_file": methods["ppo"],
+                                                                         "algorithm": "ppo", "start": "supervised"},
+                                                         "supervised+ppo"),
+            results / "eval/sentiment/zero_shot/seed0": ("evaluate", {"start": "zero_shot"}, "zero_shot"),
+            results / "eval/sentiment/supervised/seed0": ("evaluate", {"start": "supervised"}, "supervised"),
+            results / "eval/sentiment/ppo/seed0": ("evaluate", {"start": "zero_shot", "algorithm": "ppo"}, "ppo"),
+            results / "eval/sentiment/supervised+ppo/seed0": ("evaluate", {"start": "supervised", "algorithm": "ppo"},
+                                                              "supervised+ppo")}
+    sources = {folder: ParamsSource(name, str(task), flags.get("method_file"), {"precision": "fp32"},
+                                    tuple(method_layers(method)))  # as the Snakefile's stage_params gives them
+               for folder, (name, flags, method) in jobs.items()}
+    for folder, (name, flags, _) in jobs.items():
+        with atomic_dir(folder) as tmp:
+            (tmp / "weights.bin").write_bytes(b"w")
+            given = Namespace(task_file=task, precision="fp32", out=folder, **flags)
+            stage.finish(tmp, name, {}, {}, 0.0, stage.params_digest(name, given))
+
+    def stale_now() -> list[str]:
+        found = stale.stale_outputs(results, Path("results/grue_table.csv"), [], folders=list(jobs), params=sources)
+        why = "its params changed since it was built (params/tasks/sentiment.yaml), and no Snakemake job of this " \
+              "checkout wrote it (built by dvc repro, or .snakemake removed)"
+        assert set(found.values()) <= {why}, found
+        return sorted(str(folder.relative_to(results)) for folder in found)
+
+    assert stale_now() == []
+    for entry, old, new, rebuilt in [
+            ("supervised", "0.0001", "0.0002", ["eval/sentiment/supervised/seed0", "sentiment/supervised/seed0"]),
+            ("ppo", "0.1", "0.3", ["eval/sentiment/ppo/seed0", "eval/sentiment/supervised+ppo/seed0",
+                                   "sentiment/ppo/seed0", "sentiment/supervised+ppo/seed0"]),
+            ("supervised+ppo", "0.2", "0.4", ["eval/sentiment/supervised+ppo/seed0",
+                                              "sentiment/supervised+ppo/seed0"])]:
+        edit_override(task, entry, old, new)
+        assert stale_now() == rebuilt, entry
+        edit_override(task, entry, new, old)
+        assert stale_now() == []
+    task.write_text(task.read_text().replace("  supervised+ppo: {kl_coef: 0.2}\n", ""))  # an entry taken out
+    assert stale_now() == ["eval/sentiment/supervised+ppo/seed0", "sentiment/supervised+ppo/seed0"]
+
+
+def test_a_record_of_the_whole_method_overrides_stays_valid_while_the_task_file_is_unchanged(tmp_path, monkeypatch):
+    """A stage record whose task digest covers method_overrides whole (ParamsSource.overrides None) is no change
+    while that key is as it was; an edit of the folder's own entry still makes it stale."""
+    from dataclasses import replace
+
+    from grueflow import stale
+    from grueflow.io import atomic_dir
+    from grueflow.pipeline import PARAMS_DIGEST, ParamsSource, params_digest
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GRUEFLOW_ENGINE", raising=False)
+    task, method = Path("params/tasks/sentiment.yaml"), Path("params/methods/ppo.yaml")
+    task.parent.mkdir(parents=True)
+    method.parent.mkdir(parents=True)
+    task.write_text(OVERRIDDEN_TASK)
+    method.write_text("learning_rate: 0.0005\n")
+    folder, results = Path("results/sentiment/ppo/seed0"), Path("results")
+    source = ParamsSource("rl_finetune", str(task), str(method), {"precision": "fp32"}, ("ppo",))
+    whole = params_digest(replace(source, overrides=None))
+    assert whole["task"] != params_digest(source)["task"]
+    with atomic_dir(folder) as tmp:
+        stage.finish(tmp, "rl_finetune", {}, {}, 0.0)
+    record = read_json(folder / "stage.json")
+    write_json(folder / "stage.json", {**record, PARAMS_DIGEST: whole})
+
+    def check() -> dict:
+        return stale.stale_outputs(results, Path("results/grue_table.csv"), [], folders=[folder],
+                                   params={folder: source})
+
+    assert check() == {}
+    edit_override(task, "ppo", "0.1", "0.3")
+    assert check() == {folder: "its params changed since it was built (params/tasks/sentiment.yaml), and no "
+                               "Snakemake job of this checkout wrote it (built by dvc repro, or .snakemake removed)"}
+
+
+def test_a_snakemake_job_runs_on_through_an_edit_of_another_methods_override(tmp_path, monkeypatch):
+    """A job of ppo stopped ("changed after Snakemake planned this job") for an edit of method_overrides.supervised
+    made while the run went on, and a finished ppo stage refused to write its record for one made while it ran:
+    neither reads that entry. An edit of an entry the job reads still stops it."""
+    from argparse import Namespace
+
+    from grueflow.config import ConfigError
+    from grueflow.io import PLAN, atomic_dir, write_planned
+
+    monkeypatch.chdir(tmp_path)
+    task, method = Path("params/tasks/sentiment.yaml"), Path("params/methods/ppo.yaml")
+    task.parent.mkdir(parents=True)
+    method.parent.mkdir(parents=True)
+    task.write_text(OVERRIDDEN_TASK)
+    method.write_text("learning_rate: 0.0005\n")
+    rl = Namespace(task_file=task, method_file=method, algorithm="ppo", start="supervised", precision="fp32",
+                   out=Path("results/sentiment/supervised+ppo/seed0"))
+    evaluation = Namespace(task_file=task, start="zero_shot", algorithm="ppo", precision="fp32",
+                           out=Path("results/eval/sentiment/ppo/seed0"))
+    jobs = {"rl_finetune": rl, "evaluate": evaluation}
+    monkeypatch.delenv("GRUEFLOW_ENGINE", raising=False)
+    plan = write_planned({given.out: stage.params_digest(name, given) for name, given in jobs.items()})
+    monkeypatch.setenv("GRUEFLOW_ENGINE", "snakemake")
+    monkeypatch.setenv(PLAN, plan)
+    edit_override(task, "supervised", "0.0001", "0.0002")  # the warm start's: read by neither job
+    read = {name: stage.params_digest(name, given) for name, given in jobs.items()}
+    edit_override(task, "supervised", "0.0002", "0.0003")  # again, while they run
+    for name, given in jobs.items():
+        with atomic_dir(given.out) as tmp:
+            stage.finish(tmp, name, {}, {}, 0.0, read[name])
+        assert read_json(given.out / "stage.json")["params_digest"] == read[name]
+    edit_override(task, "ppo", "0.1", "0.3")  # read by both
+    for name, given in jobs.items():
+        with pytest.raises(ConfigError, match=r"^params/tasks/sentiment.yaml changed after Snakemake planned this "
+                                              r"job \(edited while the run went on\)"):
+            stage.params_digest(name, given)
+    edit_override(task, "ppo", "0.3", "0.1")
+    edit_override(task, "supervised+ppo", "0.2", "0.4")  # read by the supervised+ppo run alone
+    assert stage.params_digest("evaluate", evaluation)
+    with pytest.raises(ConfigError, match=r"^params/tasks/sentiment.yaml changed after Snakemake planned"):
+        stage.params_digest("rl_finetune", rl)
+    monkeypatch.delenv("GRUEFLOW_ENGINE")  # as dvc repro runs it: the end of the run takes the digest again
+    taken = stage.params_digest("rl_finetune", rl)
+    edit_override(task, "supervised+ppo", "0.4", "0.5")
+    with pytest.raises(ConfigError, match=re.escape(
+            "params/tasks/sentiment.yaml changed while this stage ran (edited during the run)")):
+        with atomic_dir(rl.out) as tmp:
+            stage.finish(tmp, "rl_finetune", {}, {}, 0.0, taken)
+
+
 def test_a_stamp_for_an_input_stays_when_the_stage_is_stale_for_its_own_sake(tmp_path, monkeypatch):
     """A dry run made while a data file was edited stamped its datapool 1970, and putting the file back left the
     stamp: where Snakemake kept no checksum of the file (over 1 MB, or .snakemake removed), the datapool and all it

@@ -232,6 +232,39 @@ def test_each_stages_task_keys_are_the_ones_its_cli_declares():
         assert stage.task_keys == declared_task_keys(ROOT / stage.script), stage.name
 
 
+def test_a_stage_that_reads_method_overrides_names_the_method_whose_entries_it_reads():
+    """Its params digest covers those entries alone (grueflow.pipeline.params_read); a stage that names none reads
+    the key not at all."""
+    named = {name: stage.overrides for name, stage in STAGES.items() if stage.overrides is not None}
+    assert named == {"warm_start": "supervised", "rl_finetune": "{rl_method}", "evaluate": "{method}"}
+    assert sorted(named) == sorted(name for name, stage in STAGES.items() if "method_overrides" in stage.task_keys)
+    assert {name: pipeline.method_layers(name) for name in ("zero_shot", "supervised", "ppo", "supervised+ppo",
+                                                             "dpo", "supervised+dpo")} == {
+        "zero_shot": [], "supervised": ["supervised"], "ppo": ["ppo"], "supervised+ppo": ["ppo", "supervised+ppo"],
+        "dpo": ["dpo"], "supervised+dpo": ["dpo", "supervised+dpo"]}
+
+
+@pytest.mark.parametrize("name, flags, folder_method", [
+    ("warm_start", {}, "supervised"),
+    ("rl_finetune", {"algorithm": "ppo", "start": "zero_shot"}, "ppo"),
+    ("rl_finetune", {"algorithm": "ppo", "start": "supervised"}, "supervised+ppo"),
+    ("evaluate", {"start": "zero_shot"}, "zero_shot"),
+    ("evaluate", {"start": "supervised"}, "supervised"),
+    ("evaluate", {"start": "zero_shot", "algorithm": "nlpo"}, "nlpo"),
+    ("evaluate", {"start": "supervised", "algorithm": "nlpo"}, "supervised+nlpo"),
+    ("prepare_datapool", {}, None),
+])
+def test_a_stage_run_reads_the_overrides_the_snakefile_gives_its_folder(name, flags, folder_method):
+    """The entries a run's command line makes it read (grueflow.stage.overrides_read, what its stage.json digest
+    covers) are those the Snakefile gives its folder (method_layers of the folder's method), which it compares."""
+    from argparse import Namespace
+
+    from grueflow.stage import overrides_read
+
+    expected = tuple(pipeline.method_layers(folder_method)) if folder_method is not None else ()
+    assert overrides_read(name, Namespace(**flags)) == expected
+
+
 def test_wildcards_come_from_the_output_templates():
     assert STAGES["rl_finetune"].wildcards == ("task", "rl_method", "seed")
     assert STAGES["export_human_pairwise"].wildcards == ("task", "method_a", "method_b", "seed")

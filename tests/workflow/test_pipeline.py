@@ -237,6 +237,38 @@ def test_snakemake_reruns_a_dvc_built_run_whose_method_param_changed(dvc_repo, t
     assert "Nothing to be done" in reverted.stdout + reverted.stderr and "grueflow:" not in reverted.stderr
 
 
+def test_snakemake_reruns_a_dvc_built_run_for_its_own_methods_override_alone(dvc_repo, tmp_path):
+    """A project built by dvc repro alone, whose stage records' params digests took the task file's method_overrides
+    whole: an entry for supervised+ppo rebuilt the warm start, ppo and the zero-shot evaluation too, which never read
+    it. Each folder's digest covers the entries its method reads; an entry a method reads still rebuilds it (and
+    what reads its folder)."""
+    repo = tmp_path / "repo"  # a copy: the module's DVC project stays as DVC built it
+    shutil.copytree(dvc_repo, repo, symlinks=True, ignore=shutil.ignore_patterns(".git", ".dvc"))
+    dry_run = ["snakemake", "-n", "--cores", "2", "results/grue_table.csv"]
+    task = repo / "params" / "tasks" / "sentiment.yaml"
+    text = task.read_text()
+    assert "\nmethod_overrides: {}\n" in text
+    runs = {("rl_finetune", "ppo"): "sentiment/ppo", ("rl_finetune", "supervised+ppo"): "sentiment/supervised+ppo",
+            ("evaluate", "ppo"): "eval/sentiment/ppo", ("evaluate", "supervised+ppo"): "eval/sentiment/supervised+ppo",
+            ("warm_start", None): "sentiment/supervised", ("evaluate", "supervised"): "eval/sentiment/supervised"}
+    # the entries -> the jobs whose params changed, then those that read their folders
+    for entries, changed, downstream in [
+            ("{supervised+ppo: {learning_rate: 0.05}}", [("rl_finetune", "supervised+ppo"),
+                                                         ("evaluate", "supervised+ppo")], []),
+            ("{ppo: {learning_rate: 0.05}}", [job for job in runs if job[1] in ("ppo", "supervised+ppo")], []),
+            ("{supervised: {learning_rate: 0.05}}", [("warm_start", None), ("evaluate", "supervised")],
+             [("rl_finetune", "supervised+ppo"), ("evaluate", "supervised+ppo")])]:
+        task.write_text(text.replace("\nmethod_overrides: {}\n", f"\nmethod_overrides: {entries}\n"))
+        edited = run(dry_run, repo)
+        assert planned_jobs(edited.stdout) == {(rule, "sentiment", method) for rule, method in changed + downstream} \
+            | {("aggregate", None, None)}, entries
+        assert set(re.findall(r"grueflow: results/(\S+)/seed0 is stale \(its params changed", edited.stderr)) == \
+            {runs[job] for job in changed}, entries
+        task.write_text(text)
+        reverted = run(dry_run, repo)
+        assert "Nothing to be done" in reverted.stdout + reverted.stderr and "grueflow:" not in reverted.stderr
+
+
 def test_a_param_edited_while_snakemake_runs_stops_the_jobs_that_read_it(tmp_path):
     """A reward weight edited while `snakemake` ran: the jobs that started after the edit read the edited file,
     Snakemake recorded the params it planned with, and once the file was put back the run's folders were "Nothing

@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 from grueflow import plugins
 from grueflow.config import ConfigError, method_name, read_yaml
-from grueflow.params import load_suite, override_layers
-from grueflow.pipeline import STAGES, ParamsSource, datapool_files, params_digest, scorer_files
+from grueflow.params import load_suite
+from grueflow.pipeline import STAGES, ParamsSource, datapool_files, method_layers, params_digest, scorer_files
 from grueflow.stale import content_digest, stale_token
 
 try:
@@ -165,9 +165,10 @@ def stage_method(stage, **axes):
 def stage_params():
     """Where the job of each stage folder of :func:`stage_folders` that reads params files or suite values reads
     them, as its rule runs it: ``{folder: grueflow.pipeline.ParamsSource}`` (its task file, its method file, the
-    suite's precision). The stale check compares them with the digests a folder's stage.json records, for a folder
-    no Snakemake job of this checkout wrote (grueflow/stale.py params_changed). A stage with a method file but no
-    stage_method of its rule is left out (not checked)."""
+    suite's precision, the method_overrides entries of its method: grueflow.pipeline.method_layers). The stale
+    check compares them with the digests a folder's stage.json records, for a folder no Snakemake job of this
+    checkout wrote (grueflow/stale.py params_changed). A stage with a method file but no stage_method of its rule
+    is left out (not checked)."""
     values = {"task": TASKS, "seed": SEEDS, "method": METHODS, "rl_method": RL_METHODS, "dpo_method": DPO_METHODS}
     sources = {}
     for stage in STAGES.values():
@@ -182,7 +183,8 @@ def stage_params():
             sources[Path(template.format(**vars(w)))] = ParamsSource(
                 stage.name, task_file(w) if "task" in names else None,
                 method_file(method(w)) if method is not None else None,
-                {key: SUITE_VALUES_GIVEN[key] for key in stage.suite_keys if key in SUITE_VALUES_GIVEN})
+                {key: SUITE_VALUES_GIVEN[key] for key in stage.suite_keys if key in SUITE_VALUES_GIVEN},
+                tuple(method_layers(stage.overrides.format(**vars(w)))) if stage.overrides is not None else ())
     return sources
 
 

@@ -13,11 +13,8 @@ def eval_identity(w):
 
 def eval_layers(w):
     """The method_overrides entries the evaluated method reads, whose lengths and eval_generation may be laid
-    over the task's (grueflow.params.override_layers): none for the zero-shot model."""
-    start = "supervised" if w.method.startswith("supervised") else "zero_shot"
-    algorithm = w.method.removeprefix("supervised").removeprefix("+")
-    method = algorithm if algorithm and algorithm != "zero_shot" else ("supervised" if start == "supervised" else None)
-    return override_layers(method, start)
+    over the task's (grueflow.pipeline.method_layers): none for the zero-shot model."""
+    return method_layers(w.method)
 
 
 rule evaluate:
