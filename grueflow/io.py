@@ -43,6 +43,7 @@ MODEL_DIR = "model"  # the Hugging Face model folder inside a model-producing st
 WRITTEN = Path(".snakemake") / "grueflow-written"  # per output path: the digest of the record a Snakemake job
 # last wrote there, beside Snakemake's own records of its jobs (removed with them)
 ENGINE = "GRUEFLOW_ENGINE"  # the environment variable the Snakefile sets to "snakemake" for its jobs
+RECORD_DIGEST = "record_sha256"  # the key of a stage record's digest of the rest of itself (:func:`sealed`)
 PLANNED = Path(".snakemake") / "grueflow-planned.json"  # the params digests of the stage folders of the Snakemake
 # run going on, as it planned them (:func:`write_planned`)
 PLAN = "GRUEFLOW_PLAN"  # the environment variable naming, for a Snakemake run's jobs, the run that wrote PLANNED
@@ -308,7 +309,13 @@ def write_text(path: str | Path, text: str) -> None:
 
 
 def write_json(path: str | Path, data: Any) -> None:
-    write_text(path, json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n")
+    write_text(path, json_text(data))
+
+
+def json_text(data: Any) -> str:
+    """The text :func:`write_json` writes for ``data``: indented by two, keys sorted, a newline at the end; a
+    ValueError for NaN or an infinity, which JSON cannot hold."""
+    return json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
 def refuse_special_file(path: str | Path, remedy: str, name: str = "") -> None:
@@ -773,8 +780,34 @@ def write_stage_record(out_dir: str | Path, *, stage: str, params: Any,
         "out": output_path(out_dir),
         **extra,
     }
-    write_json(Path(out_dir) / STAGE_RECORD, record)
+    write_json(Path(out_dir) / STAGE_RECORD, sealed(record))
     note_written(record["out"], Path(out_dir) / STAGE_RECORD)
+
+
+def sealed(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` (a stage record, without :data:`RECORD_DIGEST`) with its :data:`RECORD_DIGEST`: the sha256 of its
+    text as :func:`write_json` writes it. A hand edit of the record that keeps its layout (a note added in key
+    order, a number changed) then no longer matches that digest (:func:`as_written`)."""
+    return {**record, RECORD_DIGEST: hashlib.sha256(json_text(record).encode("utf-8")).hexdigest()}
+
+
+def as_written(path: str | Path) -> bool:
+    """Whether the stage record ``path`` holds the bytes a stage writes (:func:`write_stage_record`): a JSON object
+    whose text is the one :func:`write_json` writes for it, and whose :data:`RECORD_DIGEST` is the digest of the
+    rest (:func:`sealed`; a record written before records held one is judged by its text alone). False for a
+    record edited by hand (a note added, a number changed, reformatted), and for one unreadable, not JSON or no
+    regular file (never read: :func:`refuse_special_file`): the bytes are a person's, and a rerun of the stage
+    replaces them."""
+    try:
+        refuse_special_file(path, "")
+        data = Path(path).read_bytes()
+        record = json.loads(data)
+        if not isinstance(record, dict) or json_text(record).encode("utf-8") != data:
+            return False
+        digest = record.pop(RECORD_DIGEST, None)
+        return digest is None or digest == sealed(record)[RECORD_DIGEST]
+    except (OSError, ValueError, RecursionError):  # a FIFO (a DataError), unreadable, not UTF-8 or not JSON, NaN,
+        return False  # nested past the limit
 
 
 def manifest(out_dir: str | Path) -> dict[str, dict[str, Any]]:

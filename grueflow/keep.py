@@ -2,8 +2,9 @@
 
 A stage replaces its output folder whole, and Snakemake deletes a job's outputs before the job runs; a file that
 no stage record vouches for (:func:`unvouched`: one its manifest does not list, lists at another size, or lists with
-another digest where it changed after its stage wrote the record) may be a person's notes as well as a stage's output
-damaged, and nothing tells which. :func:`keep_copy` copies such files
+another digest where it changed after its stage wrote the record; the record itself where its bytes are not the ones
+a stage writes, a note added to it by hand) may be a person's notes as well as a stage's output damaged, and nothing
+tells which. :func:`keep_copy` copies such files
 to :data:`REPLACED`, outside ``results/``, once per content, before anything deletes them: the Snakefile's checks
 (:mod:`grueflow.stale`) before any job, and a stage (:func:`grueflow.stage.keep_unvouched`) before it replaces or
 refuses its ``--out``. The same checks copy a human-evaluation batch that has answers on record, and its key, whole
@@ -22,7 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from grueflow.io import (MODEL_DIR, PROVENANCE_RECORD, SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED, DataError,
-                         fingerprint, in_stage_folder, read_json, sha256_bytes)
+                         as_written, fingerprint, in_stage_folder, read_json, sha256_bytes)
 
 REPLACED = Path(".grueflow") / "replaced"  # copies of what stage folders held that no stage record vouches for
 
@@ -39,12 +40,13 @@ def unvouched(path: Path) -> list[Path]:
     every file where its ``stage.json`` is missing, unreadable or holds no manifest; else the files its manifest
     does not list, those it lists with another size, and those modified after the ``stage.json`` (which a stage
     writes last, and whose times ``cp -a`` and :func:`grueflow.io.atomic_dir` keep) whose digest is not the one it
-    lists (a hand edit that kept the size: a number changed in a JSON file); never the unhashed records a stage
-    writes (the provenance record and the timings, which no manifest lists: :func:`_stage_record`). Only files
-    modified after the record are read, so that a look at a folder whose files are as written reads none of its
-    weights. ``[path]`` for a file where the folder belongs. Nothing tells whose they are: a stage's output damaged
-    (its record deleted, a copy ``dvc checkout`` restored, which lacks the provenance record), files put there by
-    a person, or both."""
+    lists (a hand edit that kept the size: a number changed in a JSON file), and the ``stage.json`` itself where
+    its bytes are not the ones a stage writes (:func:`grueflow.io.as_written`: a note added to it by hand); never
+    the unhashed records a stage writes (the provenance record and the timings, which no manifest lists:
+    :func:`_stage_record`). Only the record and the files modified after it are read, so that a look at a folder
+    whose files are as written reads none of its weights. ``[path]`` for a file where the folder belongs. Nothing
+    tells whose they are: a stage's output damaged (its record deleted, a copy ``dvc checkout`` restored, which
+    lacks the provenance record), files put there by a person, or both."""
     if not path.is_dir():
         return [path] if path.is_file() or path.is_symlink() else []
     found = files_under(path)
@@ -75,24 +77,26 @@ def persons_files(path: Path) -> list[Path]:
     """What the digest of ``path``, a stage's input, leaves out: where ``path`` is a stage folder whose record holds
     a manifest, the files in it no stage record vouches for (:func:`unvouched`), which a person put there, no stage
     reads (its readers open the files it wrote by name), and a run copies out (:func:`keep_copy`): a note in a
-    datapool's folder would otherwise change the digest its readers recorded, and rerun every training. None for a
-    model folder (``model/``), whose loaders read what it holds (a ``special_tokens_map.json`` put there changes the
-    tokenizer), and for anything else."""
+    datapool's folder would otherwise change the digest its readers recorded, and rerun every training. Its
+    ``stage.json`` is never left out, even edited by hand: it is what the folder's stage wrote about it, and the
+    digest covers it whatever it holds. None for a model folder (``model/``), whose loaders read what it holds (a
+    ``special_tokens_map.json`` put there changes the tokenizer), and for anything else."""
     if not path.is_dir() or path.is_symlink() or path.name == MODEL_DIR:
         return []
     try:
         listed_files = read_json(path / STAGE_RECORD)["files"]
     except (OSError, ValueError, KeyError, TypeError):
         return []
-    return unvouched(path) if isinstance(listed_files, dict) else []
+    return [file for file in unvouched(path) if file != path / STAGE_RECORD] if isinstance(listed_files, dict) else []
 
 
 def _vouched(file: Path, name: str, manifest: Optional[dict[str, dict[str, Any]]], written_ns: int) -> bool:
     """Whether the stage wrote ``file`` (``name`` under its folder, whose ``manifest`` lists ``{bytes, sha256}``
     per file and whose record was modified at ``written_ns``; None where there is no manifest to go by): an
     unhashed record (:data:`~grueflow.io.UNHASHED`) that reads as the one a stage writes (:func:`_stage_record`);
-    the stage record beside a manifest; a file the manifest lists, at its size and, where it was modified after
-    the record, with its digest (:func:`_digest`). A symbolic link is judged as the file it names, unless it leads
+    the stage record beside a manifest, where its bytes are the ones a stage writes (:func:`_record_as_written`); a
+    file the manifest lists, at its size and, where it was modified after the record, with its digest
+    (:func:`_digest`). A symbolic link is judged as the file it names, unless it leads
     into a stage folder (another run's file, put in place of the stage's own: never vouched for); DVC's cache with
     ``cache.type: symlink`` makes every file of an output such a link."""
     if file.is_symlink() and (not file.exists() or in_stage_folder(Path(os.path.realpath(file)))):
@@ -102,7 +106,7 @@ def _vouched(file: Path, name: str, manifest: Optional[dict[str, dict[str, Any]]
     if manifest is None:
         return False
     if name == STAGE_RECORD:
-        return True
+        return _record_as_written(file)
     meta = manifest.get(name)
     info = file.stat()
     if meta is None or info.st_size != meta.get("bytes"):
@@ -111,6 +115,17 @@ def _vouched(file: Path, name: str, manifest: Optional[dict[str, dict[str, Any]]
 
 
 _DIGESTS: dict[str, tuple[list[int], str]] = {}  # file -> (its stat signature, its digest) as this process read it
+_RECORDS: dict[str, tuple[list[int], bool]] = {}  # stage record -> (its stat signature, whether a stage wrote it)
+
+
+def _record_as_written(file: Path) -> bool:
+    """:func:`grueflow.io.as_written` of the stage record ``file``, read again only where its stat signature changed
+    since this process last read it (a dry run looks at a stage folder more than once)."""
+    signature = stat_signature(file.stat())
+    known = _RECORDS.get(str(file))
+    if known is None or known[0] != signature:
+        known = _RECORDS[str(file)] = (signature, as_written(file))
+    return known[1]
 
 
 def _digest(file: Path, info: os.stat_result) -> str:

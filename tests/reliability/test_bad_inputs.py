@@ -2618,6 +2618,52 @@ def test_the_suite_check_copies_before_a_params_typo_stops_it(params: Path, caps
     assert f"grueflow: {datapool} holds what no stage record vouches for (NOTES.txt)" in err and "error: " in err
 
 
+def test_a_note_added_to_a_stage_record_by_hand_is_copied_before_it_is_replaced(params: Path, call_stage, capsys,
+                                                                              monkeypatch):
+    """A note added by hand to a stage folder's stage.json (valid JSON) was never copied: the record beside a
+    manifest counted as its stage's whatever its bytes, so `dvc repro` restored the cached record, Snakemake's rerun
+    (the folder stale, as its record is not the one its job wrote) deleted it, and a stage rerun by hand replaced
+    it, each with no copy. A record whose bytes are not the ones a stage writes is now copied first, with the line
+    other copies get: by DVC's first stage, by the Snakefile's stale check and by the stage. A record as its stage
+    wrote it, put back whole, is not copied."""
+    from grueflow.stale import mark_stale
+
+    monkeypatch.setenv("GRUEFLOW_ENGINE", "snakemake")  # as the Snakefile sets it for its jobs: the job note
+    shutil.copy2(ROOT / "dvc.yaml", "dvc.yaml")
+    pool, task = Path("results/sentiment/datapool"), params / "tasks" / "sentiment.yaml"
+    assert call_stage("prepare_datapool", "--task-file", task, "--out", pool).code == 0
+    written = (pool / "stage.json").read_text()
+    assert suite_check_run(params) == 0 and "grueflow:" not in capsys.readouterr().err  # as written: no copy
+    assert mark_stale(Path("results"), Path("results/grue_table.csv"), [], folders=[pool]) == []
+    edited = json.dumps({**json.loads(written), "my_note": "run on the old GPU; numbers suspect"}, indent=2) + "\n"
+    (pool / "stage.json").write_text(edited)
+    assert suite_check_run(params) == 0  # DVC's first stage, before `dvc repro` restores the cached record
+    err = capsys.readouterr().err
+    copy, = Path(".grueflow/replaced/results/sentiment").glob("datapool@*")
+    assert (f"grueflow: {pool} holds what no stage record vouches for (stage.json); a copy is kept in {copy} (a "
+            f"rerun of its stage replaces it whole)") in err.splitlines()
+    assert os.listdir(copy) == ["stage.json"] and (copy / "stage.json").read_text() == edited
+    lines = mark_stale(Path("results"), Path("results/grue_table.csv"), [], folders=[pool])  # the Snakefile's check
+    assert lines == [f"grueflow: {pool} is stale (its stage.json is not the one its Snakemake job last wrote there (an "
+                     f"older copy put back, a stage run by hand or by dvc repro)); its job reruns; a copy of what no "
+                     f"stage record vouches for (stage.json) is kept in {copy}"]
+    again = call_stage("prepare_datapool", "--task-file", task, "--out", pool)  # the stage rerun by hand
+    assert again.code == 0 and f"grueflow: {pool} holds what no stage record vouches for (stage.json); a copy is " \
+        f"kept in {Path.cwd() / copy} (the stage replaces the folder whole)" in again.stderr.splitlines()
+    assert (pool / "stage.json").read_text() == written and (copy / "stage.json").read_text() == edited
+    assert len(list(Path(".grueflow/replaced/results/sentiment").glob("datapool@*"))) == 1  # once per content
+    record = json.loads(written)
+    record["output_bytes"] += 1  # a number changed by hand, in the layout a stage writes
+    (pool / "stage.json").write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    assert suite_check_run(params) == 0 and f"grueflow: {pool} holds what no stage record vouches for (stage.json)" \
+        in capsys.readouterr().err
+    shutil.rmtree(".grueflow")
+    (pool / "stage.json").write_text(written)  # put back whole, as its stage wrote it
+    assert suite_check_run(params) == 0 and "grueflow:" not in capsys.readouterr().err
+    assert mark_stale(Path("results"), Path("results/grue_table.csv"), [], folders=[pool]) == []
+    assert not Path(".grueflow").exists()
+
+
 @pytest.mark.parametrize("engine", ["snakemake", "dvc"])
 def test_a_task_named_grue_score_is_refused_with_the_suite(params: Path, engine: str):
     """A task named grue_score was accepted, and grue_table.json's GRUE scores took its place."""

@@ -46,7 +46,8 @@ def test_rerunning_a_stage_rewrites_stage_json_byte_for_byte_and_keeps_the_run_a
         records.append((tmp_path / "stage.json").read_bytes())
     assert records[0] == records[1]
     record, provenance = read_json(tmp_path / "stage.json"), read_json(tmp_path / "provenance.json")
-    assert set(record) == {"stage", "params", "inputs", "versions", "output_bytes", "files", "out", "stats"}
+    assert set(record) == {"stage", "params", "inputs", "versions", "output_bytes", "files", "out", "stats",
+                           "record_sha256"}
     assert set(provenance) == {"stage", "git_commit", "wall_time_s", "execution"} and provenance["wall_time_s"] >= 1.5
     assert provenance["stage"] == "demo"  # it outlives stage.json when DVC removes the outs: check_out reads it
     assert record["output_bytes"] == 1  # data.txt only: neither record counts
@@ -1500,6 +1501,32 @@ def test_a_damaged_stage_folder_keeps_a_copy_of_what_its_record_does_not_vouch_f
     shutil.rmtree(".grueflow")
     line, = mark_stale(results, Path("t.csv"), [], tokens=tokens, folders=[pool])
     assert "a copy of what no stage record vouches for (mine.txt, stage.json, test.jsonl and 1 more)" in line
+
+
+def test_a_stage_record_is_vouched_for_only_with_the_bytes_a_stage_writes(tmp_path):
+    """A stage record beside a manifest counted as its stage's whatever its bytes, so a note added to it by hand was
+    never copied. It is vouched for where its text is the one write_json writes and its digest of the rest holds
+    (a record written before records held one: by its text alone, so no finished project copies its records);
+    anything else (a key added, a number changed in place, the text reformatted) is a person's."""
+    from grueflow.io import RECORD_DIGEST, as_written, json_text, write_stage_record
+    from grueflow.keep import persons_files, unvouched
+
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    (pool / "train.jsonl").write_text('{"prompt": "a"}\n')
+    write_stage_record(pool, stage="prepare_datapool", params={"n": 1}, inputs={}, wall_time_s=0.0)
+    written = (pool / "stage.json").read_text()
+    record = json.loads(written)
+    assert as_written(pool / "stage.json") and unvouched(pool) == [] and len(record[RECORD_DIGEST]) == 64
+    older = {key: value for key, value in record.items() if key != RECORD_DIGEST}
+    for text, ok in ((json_text(older), True),  # written before records held a digest
+                     (json_text({**record, "my_note": "numbers suspect"}), False),
+                     (json_text({**record, "params": {"n": 2}}), False),
+                     (json.dumps(record), False),  # reformatted: the same content, not the bytes a stage writes
+                     (written.replace("}\n", "}\r\n"), False), (written.replace('"n": 1', '"n": NaN'), False)):
+        (pool / "stage.json").write_text(text)
+        assert unvouched(pool) == ([] if ok else [pool / "stage.json"]), text
+        assert persons_files(pool) == []  # a reader's digest of the folder covers its record whatever it holds
 
 
 def test_a_file_of_the_users_in_any_stage_folder_is_copied_before_any_run(tmp_path, monkeypatch):

@@ -21,7 +21,7 @@ from typing import Iterator
 import pytest
 import yaml
 
-from grueflow.io import files_record, sha256_bytes
+from grueflow.io import files_record, json_text, sha256_bytes
 from grueflow.pipeline import PLUGIN_CODE, STAGES, SUITE_CHECK, SUITE_FILE
 from tests.conftest import ROOT, copy_project, git_init, run
 from tests.workflow.test_plugin_workflow import add_readme_reward
@@ -58,16 +58,16 @@ def dvc_outputs(repo: Path) -> list[str]:
 
 def create(repo: Path, paths: list[str]) -> None:
     """Each path as a folder holding only a stage record with an empty manifest (as every stage writes one: a
-    stage folder without it is stale), or an empty file when it has a file suffix (``{}`` for JSON; the record
-    for ``stage.json``)."""
+    stage folder without it is stale; in the text a stage writes, so that no run copies it), or an empty file when
+    it has a file suffix (``{}`` for JSON; the record for ``stage.json``)."""
+    record = json_text({"files": {}})
     for path in map(repo.joinpath, paths):
         if path.suffix in FILE_SUFFIXES:
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text('{"files": {}}\n' if path.name == "stage.json" else "{}\n" if path.suffix == ".json"
-                            else "")
+            path.write_text(record if path.name == "stage.json" else "{}\n" if path.suffix == ".json" else "")
         else:
             path.mkdir(parents=True, exist_ok=True)
-            (path / "stage.json").write_text('{"files": {}}\n')
+            (path / "stage.json").write_text(record)
 
 
 @contextlib.contextmanager

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from grueflow.io import RECORD_DIGEST, sealed, write_json
 from grueflow.metrics import describe
 from tests.conftest import copy_project, run, run_both_engines
 
@@ -412,6 +413,39 @@ def test_dvc_repro_keeps_a_copy_of_a_persons_file_or_edit_in_a_stage_folder_befo
     assert json.loads(run(["dvc", "status", "--json"], dvc_repo).stdout) == DVC_UP_TO_DATE
 
 
+def test_a_note_added_to_a_stage_record_by_hand_is_copied_before_either_engine_replaces_it(snakemake_repo, dvc_repo):
+    """A note added by hand to an evaluation's stage.json (valid JSON) was lost with no copy: `dvc repro` checked the
+    cached record out over it, and Snakemake, which reran the job as the record is not the one its job wrote, deleted
+    it; the record beside a manifest counted as its stage's whatever its bytes. Each engine's run now copies it to
+    .grueflow/replaced/ first, with the line other copies get; the stage's own record is back after the run, and a
+    run of the finished project then prints no copy line."""
+    folder = "results/eval/sentiment/ppo/seed0"
+    dry_run = ["snakemake", "-n", "--cores", "2", "results/grue_table.csv"]
+    for repo, command in ((snakemake_repo, ["snakemake", "--cores", "2", "results/grue_table.csv"]),
+                          (dvc_repo, ["dvc", "repro"])):
+        record = repo / folder / "stage.json"
+        written = record.read_text()
+        edited = json.dumps({**json.loads(written), "my_note": "run on the old GPU; numbers suspect"}, indent=2) + "\n"
+        try:
+            record.write_text(edited)
+            result = run(command, repo)
+            output = result.stdout + result.stderr
+            copy, = (repo / ".grueflow" / "replaced").glob(f"{folder}@*")
+            line = f"holds what no stage record vouches for (stage.json); a copy is kept in {copy.relative_to(repo)} " \
+                "(a rerun of its stage replaces it whole)" if repo == dvc_repo else \
+                f"its job reruns; a copy of what no stage record vouches for (stage.json) is kept in " \
+                f"{copy.relative_to(repo)}"
+            assert f"grueflow: {folder} " in output and line in output, output[-3000:]
+            assert os.listdir(copy) == ["stage.json"] and (copy / "stage.json").read_text() == edited
+            assert record.read_text() == written  # the stage's own record, rewritten or restored
+        finally:
+            record.write_text(written)
+            shutil.rmtree(repo / ".grueflow", ignore_errors=True)
+        again = run(dry_run if repo == snakemake_repo else command, repo)
+        assert "grueflow:" not in again.stdout + again.stderr and not (repo / ".grueflow").exists()
+    assert json.loads(run(["dvc", "status", "--json"], dvc_repo).stdout) == DVC_UP_TO_DATE
+
+
 @pytest.mark.parametrize("link, target", [
     ("results/sentiment", "concepts"),  # a task's folder made a link to another task's
     ("results/sentiment/ppo/seed0", "../supervised+ppo/seed0"),  # a run's folder made a link to another method's
@@ -489,7 +523,8 @@ def test_snakemake_rebuilds_an_older_copy_of_a_stage_folder_or_of_the_table_put_
         shutil.copytree(aside, evaluation, symlinks=True)  # copy2: times kept
         older = json.loads((evaluation / "stage.json").read_text())
         older["params"]["seed"] = "another run's params"
-        (evaluation / "stage.json").write_text(json.dumps(older, indent=2, sort_keys=True) + "\n")
+        del older[RECORD_DIGEST]
+        write_json(evaluation / "stage.json", sealed(older))  # as its stage wrote it: no copy is made
         rows = saved_table.rstrip(b"\n") + b"1\n"  # another number in the last cell
         table.write_bytes(rows)
         record.write_text(json.dumps({**json.loads(saved_record), "results/grue_table.csv":
@@ -499,7 +534,7 @@ def test_snakemake_rebuilds_an_older_copy_of_a_stage_folder_or_of_the_table_put_
         assert planned_jobs(result.stdout) == {("evaluate", "sentiment", "ppo"), ("aggregate", None, None)}
         why = "is not the one its Snakemake job last wrote there (an older copy put back, a stage run by hand or " \
               "by dvc repro)"
-        assert f"grueflow: results/eval/sentiment/ppo/seed0 is stale (its stage.json {why}); its job reruns" \
+        assert f"grueflow: results/eval/sentiment/ppo/seed0 is stale (its stage.json {why}); its job reruns\n" \
             in result.stderr
         assert (f"grueflow: results/grue_table.csv is stale (results/.grue_table.csv.record.json, the digests of what "
                 f"its stage wrote, {why}); its job reruns") in result.stderr
