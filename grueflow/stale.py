@@ -26,7 +26,8 @@ the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark
 - a stage folder the suite's rules write (``folders``), a ``stage.json`` records as an input, or the table
   aggregates, that holds no ``stage.json`` of its own (emptied, or its record deleted; every stage writes one
   last), or a file where such a folder belongs: that folder is stale;
-- the GRUE table, when an evaluation it aggregates (an ``expected`` folder) no longer exists;
+- the GRUE table, when an evaluation it aggregates (an ``expected`` folder) no longer exists, or when its rows are
+  not the suite's grid (:func:`_rows_unlike`: a task, method or seed added or dropped since it was built);
 - a table (the GRUE table, the human-evaluation table) one of whose files written with it (its Markdown, JSON,
   chart: ``siblings``) is missing, or one of whose files differs from what its stage wrote (the digests it
   recorded, :func:`grueflow.io.atomic_files`: a table edited in a spreadsheet, cut), or whose record of those
@@ -273,13 +274,15 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
                 stale.setdefault(unrecorded, f"damaged: {STAGE_RECORD} is missing")
     if table.is_file():
         gone = [str(p) for p in expected if not p.is_dir()]
-        beyond = _rows_beyond(table, expected)
+        beyond, lacking = _rows_unlike(table, expected)
         if gone:
             stale[table] = f"it was built from {', '.join(gone[:3])}{' and more' if len(gone) > 3 else ''}, " \
                            "which no longer exists"
-        elif beyond:
-            stale[table] = f"it holds rows the suite no longer names: {', '.join(beyond[:3])}" \
-                           f"{' and more' if len(beyond) > 3 else ''}"
+        elif beyond or lacking:
+            stale[table] = "it " + ", and ".join(
+                f"{what}: {', '.join(rows[:3])}{' and more' if len(rows) > 3 else ''}"
+                for what, rows in (("holds rows the suite no longer names", beyond),
+                                   ("lacks rows the suite names", lacking)) if rows)
     refuse_dangling(dangling)  # a suite folder that is a link to nothing, something on record was built from
     for folder in [*expected, *folders]:  # emptied, or its record deleted before anything read it
         if folder.is_dir() and not (folder / STAGE_RECORD).is_file():
@@ -299,34 +302,43 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
     return stale
 
 
-def _rows_beyond(table: Path, expected: Iterable[Path]) -> list[str]:
-    """The rows of the GRUE table's CSV ``table`` that the suite's evaluations ``expected``
-    (``results/eval/<task>/<method>/seed<k>``) no longer stand for, as ``<task>/<method>``: a task or method the
-    suite dropped, or more seeds than it names now (``n_seeds``). Snakemake sees a dropped task only by its record
-    of the aggregate job's params; without that record (``.snakemake`` removed, a project ``dvc repro`` built) the
-    table kept the rows. ``[]`` where ``expected`` is empty (no suite given) or the table does not read as a CSV
-    with ``task`` and ``method`` columns; fewer seeds than named are left to the check of the folders."""
+def _rows_unlike(table: Path, expected: Iterable[Path]) -> tuple[list[str], list[str]]:
+    """How the rows of the GRUE table's CSV ``table`` differ from the suite's evaluations ``expected``
+    (``results/eval/<task>/<method>/seed<k>``), of which aggregate writes one row per ``(task, method)`` with their
+    count as ``n_seeds``: the rows the suite no longer stands for (a task or method it dropped, or more seeds than it
+    names now), and the rows it names that the table lacks (a task or method missing, or fewer seeds), each as
+    ``<task>/<method>``, with ``(<n> seeds)`` or ``(<n> of <m> seeds)`` where only the count differs. Snakemake sees
+    a changed grid only by its record of the aggregate job's params; without that record (``.snakemake`` removed, a
+    project ``dvc repro`` built) the table kept the rows of the grid it was built for (a run of one task,
+    ``--config tasks=[...]``). ``([], [])`` where ``expected`` is empty (no suite given) or the table does not read as
+    a CSV with ``task`` and ``method`` columns."""
     seeds: dict[tuple[str, str], int] = {}
     for folder in expected:
         if len(folder.parts) >= 3:
             key = (folder.parts[-3], folder.parts[-2])
             seeds[key] = seeds.get(key, 0) + 1
     if not seeds:
-        return []
+        return [], []
     try:
         with open(table, newline="", encoding="utf-8") as handle:
             rows = list(csv.DictReader(handle))
     except (OSError, UnicodeDecodeError, csv.Error):
-        return []
-    beyond = []
+        return [], []
+    beyond, lacking, seen = [], [], set()
     for row in rows:
         key = (row.get("task"), row.get("method"))
         if None in key:
-            return []
+            return [], []
+        seen.add(key)
         n_seeds = row.get("n_seeds") or ""
-        if key not in seeds or (n_seeds.isdigit() and int(n_seeds) > seeds[key]):
-            beyond.append(f"{key[0]}/{key[1]}" + (f" ({n_seeds} seeds)" if key in seeds else ""))
-    return beyond
+        if key not in seeds:
+            beyond.append(f"{key[0]}/{key[1]}")
+        elif n_seeds.isdigit() and int(n_seeds) > seeds[key]:
+            beyond.append(f"{key[0]}/{key[1]} ({n_seeds} seeds)")
+        elif n_seeds.isdigit() and int(n_seeds) < seeds[key]:
+            lacking.append(f"{key[0]}/{key[1]} ({n_seeds} of {seeds[key]} seeds)")
+    lacking += [f"{task}/{method}" for task, method in seeds if (task, method) not in seen]
+    return beyond, lacking
 
 
 def _changed_inputs(root: Path, readers: dict[Path, dict], stale: dict[Path, str],

@@ -650,9 +650,44 @@ def test_a_table_with_rows_the_suite_no_longer_names_is_stale(tmp_path, monkeypa
         table: "it holds rows the suite no longer names: concepts/ppo"}
     assert stale.stale_outputs(results, table, [evals["sentiment", 0], evals["concepts", 0]]) == {
         table: "it holds rows the suite no longer names: concepts/ppo (2 seeds), sentiment/ppo (2 seeds)"}
-    table.write_text("task,method,n_seeds,reward\nsentiment,ppo,1,0.2\n")  # fewer seeds: the folders' check's
-    assert stale.stale_outputs(results, table, sentiment) == {}
     assert stale.stale_outputs(results, table, []) == {}  # no suite given: nothing to compare with
+
+
+def test_a_table_lacking_rows_the_suite_names_is_stale(tmp_path, monkeypatch):
+    """A table built for one task (``--config tasks=[sentiment]``, or aggregate run by hand with ``--tasks
+    sentiment``), then the suite's two tasks with Snakemake's record of the aggregate job gone (``rm -rf
+    .snakemake``): every evaluation is on disk and older than the table, and Snakemake said "Nothing to be done"
+    with concepts' rows missing. A (task, method) the suite names missing from the table, or fewer seeds than it
+    names, makes the table stale, as do rows beyond the suite; a table of the suite's grid exactly is not."""
+    from grueflow import stale
+    from grueflow.io import atomic_dir, write_stage_record
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)
+    results, table = Path("results"), Path("results/grue_table.csv")
+    methods = ("zero_shot", "supervised", "ppo", "dpo", "supervised+dpo")  # a suite with a preference method
+    evals = [results / "eval" / task / method / f"seed{seed}" for task in ("sentiment", "concepts")
+             for method in methods for seed in (0, 1)]
+    for folder in evals:
+        with atomic_dir(folder) as tmp:
+            (tmp / "metrics.json").write_text("{}\n")
+            write_stage_record(tmp, stage="evaluate", params={}, inputs={}, wall_time_s=0.0)
+    rows = {task: "".join(f"{task},{method},2,0.1,0.01\n" for method in methods) for task in ("concepts", "sentiment")}
+    head = "task,method,n_seeds,reward,reward_std\n"
+    table.write_text(head + rows["concepts"] + rows["sentiment"])
+    assert stale.stale_outputs(results, table, evals, folders=evals) == {}  # the suite's grid: kept
+    table.write_text(head + rows["sentiment"])
+    assert stale.stale_outputs(results, table, evals, folders=evals) == {
+        table: "it lacks rows the suite names: concepts/zero_shot, concepts/supervised, concepts/ppo and more"}
+    table.write_text(head + rows["concepts"] + rows["sentiment"].replace("sentiment,ppo,2,", "sentiment,ppo,1,"))
+    assert stale.stale_outputs(results, table, evals, folders=evals) == {
+        table: "it lacks rows the suite names: sentiment/ppo (1 of 2 seeds)"}
+    concepts = [folder for folder in evals if folder.parts[2] == "concepts"]
+    table.write_text(head + rows["sentiment"])  # built for sentiment, the suite cut to concepts
+    assert stale.stale_outputs(results, table, concepts, folders=concepts) == {
+        table: "it holds rows the suite no longer names: sentiment/zero_shot, sentiment/supervised, sentiment/ppo "
+               "and more, and lacks rows the suite names: concepts/zero_shot, concepts/supervised, concepts/ppo "
+               "and more"}
 
 
 def test_dvcs_outputs_at_or_under_a_link_to_another_runs_folder_are_refused(tmp_path, monkeypatch):
