@@ -13,9 +13,14 @@ from grueflow.config import ConfigError, SuiteConfig, read_yaml
 from grueflow.io import atomic_files, write_text
 from grueflow.params import parse
 
-SUITE_KEYS = ("tasks", "algorithms", "seeds", "rl_starts", "preference_methods")
+SUITE_KEYS = ("tasks", "algorithms", "seeds", "rl_starts", "preference_methods")  # also the grid flags' names
 OUT_SUFFIXES = {"--out-csv": ".csv", "--out-md": ".md", "--out-json": ".json", "--out-chart": ".png",
                 "--out-html": ".html", "--out-samples": ".html"}
+
+
+def grid_flag(key: str) -> str:
+    """The flag of the suite key ``key`` (one of :data:`SUITE_KEYS`): ``rl_starts`` -> ``--rl-starts``."""
+    return "--" + key.replace("_", "-")
 
 
 def earlier_table(path: Path) -> bool:
@@ -45,10 +50,10 @@ def main() -> None:
     p.add_argument("--eval-dir", type=Path, required=True, help="results/eval")
     p.add_argument("--suite", type=Path, help=f"a suite file to read the grid from (keys: {', '.join(SUITE_KEYS)})")
     p.add_argument("--tasks", nargs="+", help="the grid, when no --suite is given")
-    p.add_argument("--algorithms", nargs="*", default=[])
+    p.add_argument("--algorithms", nargs="*", help="(default: none)")
     p.add_argument("--seeds", nargs="+", type=int)
-    p.add_argument("--rl-starts", nargs="+", default=["zero_shot", "supervised"])
-    p.add_argument("--preference-methods", nargs="*", default=[], help="methods learnt from preferences (dpo)")
+    p.add_argument("--rl-starts", nargs="+", help="(default: zero_shot supervised, as in a suite file)")
+    p.add_argument("--preference-methods", nargs="*", help="methods learnt from preferences (dpo; default: none)")
     p.add_argument("--out-csv", type=Path, required=True)
     p.add_argument("--out-md", type=Path, required=True)
     p.add_argument("--out-json", type=Path, required=True)
@@ -68,12 +73,15 @@ def main() -> None:
             if path.resolve() == other_path.resolve():
                 p.error(f"{other} and {flag} are one file, {path}: each output needs its own path")
     stage.setup(args)
+    grid = {key: getattr(args, key) for key in SUITE_KEYS if getattr(args, key) is not None}  # the flags given
+    if args.suite and grid:
+        p.error(f"--suite and {', '.join(map(grid_flag, grid))} were given: "
+                f"{', '.join(map(grid_flag, SUITE_KEYS))} are the grid when no --suite is given, and --suite reads "
+                f"the grid from its file; give one or the other (for a narrower table, the grid flags alone)")
     if args.suite:
         suite = parse(SuiteConfig, read_yaml(args.suite), f"{args.suite}:")
-    elif args.tasks and args.seeds:
-        suite = parse(SuiteConfig, {"tasks": args.tasks, "algorithms": args.algorithms, "seeds": args.seeds,
-                                    "rl_starts": args.rl_starts, "preference_methods": args.preference_methods},
-                      "aggregate arguments:")
+    elif args.tasks and args.seeds:  # a flag not given: the suite file's default
+        suite = parse(SuiteConfig, {"algorithms": [], **grid}, "aggregate arguments:")
     else:
         p.error("give --suite, or --tasks and --seeds")
     # the suite's own params: its task and method files, which a slip of an --out-* would replace with the table

@@ -3132,12 +3132,17 @@ def test_train_classifier_with_a_bad_classifier_input_exits_2(tmp_path: Path, mo
       "got -1", id="aggregate-samples-negative"),
     P("aggregate", ["--samples", "0"], "--samples must be >= 1", id="aggregate-samples-0"),
     P("aggregate", ["--out-md", "{tmp}/t.csv"], "--out-csv and --out-md are one file", id="aggregate-outputs-one-file"),
+    P("aggregate", ["--suite", "{tmp}/suite.yaml", "--rl-starts", "supervised"], "--suite and --tasks, --seeds, "
+      "--rl-starts were given: --tasks, --algorithms, --seeds, --rl-starts, --preference-methods are the grid when no "
+      "--suite is given, and --suite reads the grid from its file; give one or the other",
+      id="aggregate-suite-and-grid"),
     P("evaluate", ["--algorithm", "ppoo"], "argument --algorithm: invalid choice: 'ppoo' (choose from 'a2c', 'grpo', "
       "'nlpo', 'ppo', 'reinforce_pp', 'rloo', 'trpo', 'dpo')", id="evaluate-unknown-algorithm"),
 ])
 def test_a_stage_argument_that_cannot_be_honoured_is_refused(tmp_path: Path, call_stage, stage_name, args, expect):
     """``aggregate --samples -1`` wrote every sample and 0 an empty page; three outputs on one path kept only the
-    last; ``evaluate --algorithm ppoo`` wrote a row named ppoo without ppo's method_overrides."""
+    last; ``--suite`` with ``--tasks`` (to narrow the table) wrote the suite's whole grid; ``evaluate --algorithm
+    ppoo`` wrote a row named ppoo without ppo's method_overrides."""
     base = {"aggregate": ["--eval-dir", tmp_path, "--tasks", "sentiment", "--seeds", "0", "--out-csv",
                           tmp_path / "t.csv", "--out-md", tmp_path / "t.md", "--out-json", tmp_path / "t.json"],
             "evaluate": ["--task-file", tmp_path / "task.yaml", "--task", "sentiment", "--start", "zero_shot",
