@@ -414,6 +414,48 @@ def note_copied(target: str, revs: Sequence[str]) -> None:
         print(f"grueflow diff: note: {note}", file=sys.stderr)
 
 
+def note_edited(target: str, revs: Sequence[str]) -> None:
+    """Say on stderr where the workspace's ``target`` (one of ``revs`` is ``workspace``) is a file written with a
+    table (:data:`grueflow.stale.TABLES`: the GRUE table's JSON) whose bytes are not those its stage wrote, by the
+    digests the stage recorded beside it (:func:`grueflow.stale.edited_files`): edited by hand, so its values are no
+    pipeline result. Nothing is said where that record is missing (a clone whose results came from ``dvc pull``:
+    nothing tells), or where the workspace's dvc.lock records the file's bytes as they are (:func:`locked_as_is`:
+    an earlier result ``dvc checkout`` put back, which the record of the last run does not describe)."""
+    from grueflow.io import files_record
+    from grueflow.stale import TABLES, edited_files
+
+    if "workspace" not in revs:
+        return
+    path = Path(os.path.relpath(os.path.abspath(target)))
+    first = next((first for first, others in TABLES.items() if path in (first, *others)), None)
+    if first is None or not files_record(first).is_file() or path not in edited_files(first, TABLES[first]):
+        return
+    if not locked_as_is(path):
+        print(f"grueflow diff: note: {path} is not what its stage wrote (edited by hand?): it differs from the digest "
+              f"recorded in {files_record(first)}, so its workspace values are no pipeline result; rebuild it (dvc "
+              f"repro, or grueflow run) for the pipeline's values", file=sys.stderr)
+
+
+def locked_as_is(path: Path) -> bool:
+    """Whether the workspace's dvc.lock records an output ``path`` (relative to the project root) with the md5 of its
+    bytes now, as DVC computes it (of the text with CRLF as LF for an entry of DVC 2, which names no ``hash``)."""
+    import hashlib
+
+    import yaml
+
+    try:
+        stages = load_yaml12(Path("dvc.lock").read_text(encoding="utf-8")).get("stages") or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, AttributeError):
+        return False
+    content = path.read_bytes()
+    for stage in stages.values() if isinstance(stages, dict) else ():
+        for out in (stage.get("outs") or []) if isinstance(stage, dict) else ():
+            if isinstance(out, dict) and out.get("path") == path.as_posix() and isinstance(out.get("md5"), str):
+                text = content if out.get("hash") == "md5" else content.replace(b"\r\n", b"\n")
+                return hashlib.md5(text).hexdigest() == out["md5"]
+    return False
+
+
 def check_metrics_target(target: str) -> None:
     """Refuse a ``--target`` that ``dvc metrics diff`` would not read as values: a file that is not JSON, YAML or
     TOML by its name (the GRUE table's CSV, Markdown or HTML), which dvc loads as one text value, or not at all."""
@@ -452,6 +494,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
             diff[key] = {"old": None, "new": None}
     warn_out_of_date((args.rev_a, args.rev_b))
     note_copied(args.target, (args.rev_a, args.rev_b))
+    note_edited(args.target, (args.rev_a, args.rev_b))
     if not diff:
         print(f"{args.target}: no changes between {args.rev_a} and {args.rev_b}")
         return 0

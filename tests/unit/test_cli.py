@@ -14,7 +14,7 @@ import pytest
 
 from grueflow.cli import main, snakemake_command
 from grueflow.io import write_jsonl, write_stage_record
-from tests.conftest import copy_project, git_init, run
+from tests.conftest import ROOT, copy_project, git_init, run
 
 CLI = [sys.executable, "-m", "grueflow.cli"]
 
@@ -615,3 +615,51 @@ def test_diff_of_a_metrics_file_in_another_runs_folder_copied_in_says_whose_run_
         f"(its stage.json records that path as its output): what it holds is that run's; a pipeline run whose suite "
         f"writes {folders['ppo']} rebuilds it\n")
     assert shown.out.splitlines()[-1].split() == ["reward", "0.5", "0.75", "+0.25"]
+
+
+def test_diff_with_a_table_edited_in_the_workspace_says_it_is_no_pipeline_result(tmp_path, monkeypatch, capsys):
+    """With results/grue_table.json edited by hand, diff HEAD workspace gave the edited values as the workspace's
+    results without a word, though the digests aggregate recorded beside the table tell the edit. A table as its
+    stage wrote it, or an earlier one ``dvc checkout`` put back (as dvc.lock records it, the record being the last
+    run's), gets no note."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git_init(repo)
+    run(["dvc", "init", "-q"], repo)
+    monkeypatch.chdir(repo)
+    (repo / "params.yaml").write_text("reward: 0.5\n")
+    (repo / "write_table.py").write_text(  # aggregate's way: the files and the record of their digests, in one step
+        f"import json, sys, yaml\nsys.path.insert(0, {str(ROOT)!r})\n"
+        "from grueflow.io import atomic_files\n"
+        "reward = yaml.safe_load(open('params.yaml'))['reward']\n"
+        "names = ['results/grue_table.csv', 'results/grue_table.md', 'results/grue_table.json']\n"
+        "with atomic_files(names) as (csv, md, js):\n"
+        "    csv.write_text(f'task,method,n_seeds,reward\\nsentiment,ppo,1,{reward}\\n')\n"
+        "    md.write_text(f'# GRUE table\\n\\nreward {reward}\\n')\n"
+        "    js.write_text(json.dumps({'sentiment': {'ppo': {'reward': reward}}}))\n")
+    (repo / "dvc.yaml").write_text(f"stages:\n  aggregate:\n    cmd: {sys.executable} write_table.py\n"
+                                   f"    deps: [write_table.py]\n    params: [reward]\n"
+                                   f"    outs: [results/grue_table.csv, results/grue_table.md]\n"
+                                   f"    metrics: [results/grue_table.json]\n")
+    run(["dvc", "repro", "-q"], repo)
+    run(["git", "add", "-A"], repo)
+    run(["git", "commit", "-qm", "results"], repo)
+    table = Path("results/grue_table.json")
+    assert main(["diff", "HEAD", "workspace"]) == 0
+    assert capsys.readouterr().err == ""
+    table.write_text(json.dumps({"sentiment": {"ppo": {"reward": 0.99}}}))  # edited by hand
+    assert main(["diff", "HEAD", "workspace"]) == 0
+    shown = capsys.readouterr()
+    assert shown.err == (
+        "grueflow diff: note: results/grue_table.json is not what its stage wrote (edited by hand?): it differs from "
+        "the digest recorded in results/.grue_table.csv.record.json, so its workspace values are no pipeline result; "
+        "rebuild it (dvc repro, or grueflow run) for the pipeline's values\n")
+    assert shown.out.splitlines()[-1].split() == ["sentiment", "ppo", "reward", "0.5", "0.99", "+0.49"]
+    (repo / "params.yaml").write_text("reward: 0.75\n")
+    run(["dvc", "repro", "-q"], repo)  # a new table, and its record
+    run(["git", "commit", "-qam", "a better reward"], repo)
+    run(["git", "checkout", "-q", "HEAD~1", "--", "params.yaml", "dvc.lock"], repo)
+    run(["dvc", "checkout", "-q", "--force"], repo)  # the earlier table back, as DVC cached it
+    assert json.loads(table.read_text()) == {"sentiment": {"ppo": {"reward": 0.5}}}
+    assert main(["diff", "HEAD", "workspace"]) == 0
+    assert capsys.readouterr().err == ""
