@@ -24,7 +24,7 @@ import sys
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from grueflow import io
 from grueflow.config import ConfigError
@@ -203,6 +203,36 @@ def answers_home(batch_dir: Path) -> str:
     return f"data/human/{task}/{folder.name}/answers.jsonl"
 
 
+ANSWERS_ROOT = ("data", "human")  # the answers tree the human-evaluation table imports: data/human/<task>/<batch>/
+
+
+def misplaced_answers(batch_dir: Path, answers: Path) -> Optional[str]:
+    """Why ``answers`` is the wrong answers file for the batch in ``batch_dir``, or None: it lies in the answers
+    tree (``data/human/``, as the path names it) but not in this batch's folder of it (:func:`answers_home`), so
+    the import would read it as another batch's answers (``data/human/<task>/<other batch>/``), or not at all (a
+    file above the batch folders, or in a folder inside one). A path outside ``data/human/`` is the user's choice
+    (answers kept elsewhere are copied in by hand), and so is any batch folder of the tree for a batch kept outside
+    ``results/human/<task>/batches/``, whose folder name tells no batch of the tree."""
+    parts = Path(os.path.abspath(answers)).parts
+    starts = [i for i in range(len(parts) - 1) if parts[i:i + 2] == ANSWERS_ROOT]
+    if not starts:
+        return None
+    root = Path(*parts[:starts[-1] + 2])
+    rest = parts[starts[-1] + 2:]
+    home = answers_home(batch_dir)
+    task = home.split("/")[2]  # "<task>": a batch folder kept outside results/human/<task>/batches/
+    if len(rest) == 3 and (task == "<task>" or (rest[0], rest[1]) == (task, batch_dir.resolve().name)):
+        return None
+    if len(rest) == 3:
+        which = f"batch {rest[1]}" if task == rest[0] else f"task {rest[0]}'s batch {rest[1]}"
+        found = f"{root / rest[0] / rest[1]}/, the answers folder of {which}, which the import reads as its answers"
+    else:
+        found = (f"{root / Path(*rest[:-1])}/, where the import reads no answers (it reads {root}/<task>/<batch>/, "
+                 f"the folder of the batch they answer)")
+    return (f"--answers {answers} lies in {found}; this page serves batch {batch_dir.resolve().name}, whose answers "
+            f"go in {home}: give that path")
+
+
 def build_server(batch_dir: str | Path, annotator: str, answers: str | Path,
                  port: int = DEFAULT_PORT) -> AnnotationServer:
     """A ready (not yet serving) server for one annotator; ``port=0`` picks a free port."""
@@ -214,6 +244,9 @@ def build_server(batch_dir: str | Path, annotator: str, answers: str | Path,
     if Path(answers).resolve().is_relative_to(batch_dir.resolve()):
         raise io.DataError(f"--answers {answers} is inside the batch folder, which a re-export replaces; "
                            f"keep answers elsewhere, e.g. {answers_home(batch_dir)}")
+    misplaced = misplaced_answers(batch_dir, Path(answers))
+    if misplaced is not None:
+        raise io.DataError(misplaced)
     store = AnswerStore(answers, batch)
     records = store.records()  # a corrupt answers file fails now, before anyone annotates
     foreign = next((r["item_id"] for r in records if isinstance(r.get("item_id"), str) and batch.item(r["item_id"])

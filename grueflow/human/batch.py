@@ -49,6 +49,8 @@ ITEMS = "items.jsonl"
 UPLOAD = "items.csv"
 TEMPLATE = "template.html"
 LIKERT_COLUMNS = ("prompt", "machine_completion", "algorithm")
+LABEL_COLUMNS = ("algorithm",)  # upload columns that label an item for the analysis (no template shows them):
+# an import takes them from the batch (by item id), so a requester may blind or clear them before upload
 PAIRWISE_COLUMNS = ("choice_A", "choice_B", "choice_A_id", "choice_B_id")
 PROMPT_COLUMNS = ("prompt", "concept")  # RL4LMs' CommonGen pairwise CSV calls the prompt "concept"
 KEY_TAG = "batch_tag"  # the key file's fields: the tag of the batch it was written with, and opaque id -> system

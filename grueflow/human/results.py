@@ -30,7 +30,7 @@ from grueflow import io
 from grueflow.human.agreement import cohen_kappa, fleiss_kappa, krippendorff_alpha
 from grueflow.human.answers import (Answer, AnswerError, Source, check_annotator, check_answer, parse_at,
                                     read_numbered_answer_lines)
-from grueflow.human.batch import Batch, kept_batch, prompt_of, tag_of
+from grueflow.human.batch import LABEL_COLUMNS, Batch, kept_batch, prompt_of, tag_of
 from grueflow.human.templates import CHOICE_FIELD
 
 log = logging.getLogger(__name__)
@@ -213,12 +213,16 @@ def _where(answer: Answer) -> str:
 def read_platform_csv(path: str | Path, batch: Batch) -> list[Answer]:
     """A platform's results CSV (MTurk: ``WorkerId``, ``Input.<column>``, ``Answer.<field>``, ``SubmitTime``).
 
-    Rows are matched to items by ``Input.item_id``, and every ``Input.<column>`` the batch has must equal
-    the item's text (the CSV values were HTML-escaped for upload; they are unescaped here), so a results
-    file from another batch is refused. Rows with ``AssignmentStatus`` ``Rejected`` are left out. Each answer
-    carries the row's ``SubmitTime`` (see :func:`submit_time`) where the file has one. Errors name a row as a
-    spreadsheet shows it, ``row N`` (the header is row 1), and add ``(line M)``, the line it starts on in an editor,
-    where a completion's line breaks above it make the two differ.
+    Rows are matched to items by ``Input.item_id``, and every ``Input.<column>`` the batch shows annotators must
+    equal the item's text (the CSV values were HTML-escaped for upload; they are unescaped here), so a results
+    file from another batch is refused; a label column (:data:`~grueflow.human.batch.LABEL_COLUMNS`, the Likert
+    ``algorithm``) is taken from the batch, and a file whose label differs (blinded before upload) gets one
+    warning. Rejected rows are left out, counted in one log line (:func:`rejection`). Columns with no name (a
+    spreadsheet's leftovers right of the data) are passed over; one warning counts any values in them. A row that
+    repeats the header (two files joined with ``cat``) is a DataError naming it. Each answer carries the row's
+    ``SubmitTime`` (see :func:`submit_time`) where the file has one. Errors name a row as a spreadsheet shows it,
+    ``row N`` (the header is row 1), and add ``(line M)``, the line it starts on in an editor, where a completion's
+    line breaks above it make the two differ.
     """
     io.read_text(path)
     csv.field_size_limit(2**31 - 1)  # a long generation is one field
@@ -226,7 +230,8 @@ def read_platform_csv(path: str | Path, batch: Batch) -> list[Answer]:
         reader = csv.reader(handle)
         try:
             header = next(reader, None) or []
-            twice = sorted({c for c in header if header.count(c) > 1})
+            named = [c for c in header if c.strip()]
+            twice = sorted({c for c in named if named.count(c) > 1})
             if twice:  # a row's dict keeps the last of two columns of one name without a word
                 raise io.DataError(f"{path}: the column(s) {twice} appear more than once in the header, and only "
                                    f"one value a row could be read; remove or rename the copies")
@@ -240,21 +245,30 @@ def read_platform_csv(path: str | Path, batch: Batch) -> list[Answer]:
                           f"a results CSV has WorkerId, Input.<column> and Answer.<field> columns (this batch's "
                           f"fields: {fields})")
                 raise io.DataError(f"{path}: missing column(s) {missing}; it has the columns {header}; {remedy}")
-            answers, rows, untimed = [], 0, []
+            unnamed = [i for i, c in enumerate(header) if not c.strip()]
+            answers, rows, untimed, rejected, relabelled, filled = [], 0, [], [], [], []
             for number, (start, record) in enumerate(io.csv_records(reader), start=2):  # the header is row 1
                 if not any(cell.strip() for cell in record):  # a blank line, or a row whose cells were cleared
                     continue  # (Excel keeps its commas): an empty row in a spreadsheet, no answer
+                place = f"row {number}" if number == start else f"row {number} (line {start})"
+                if _repeats_header(record, header):
+                    raise io.DataError(f"{path}: {place} repeats the header row: were two results files joined "
+                                       f"(cat a.csv b.csv)? Delete that line, or keep the two files apart in the "
+                                       f"answers folder, whose files the import reads together")
                 rows += 1
                 if len(record) != len(header):
                     raise io.DataError(f"{path}: line {start}: {len(record)} fields where the header has "
                                        f"{len(header)}; was the file cut or edited by hand? Download it again")
-                row = dict(zip(header, record))
-                if row.get("AssignmentStatus") == "Rejected":
+                filled += [f"{place}, column {i + 1}: {record[i]!r}" for i in unnamed if record[i].strip()]
+                row = {name: cell for name, cell in zip(header, record) if name.strip()}
+                why = rejection(row)
+                if why is not None:
+                    rejected.append(f"{place}: {why}")
                     continue
-                place = f"row {number}" if number == start else f"row {number} (line {start})"
                 answer = _platform_row(path, place, row, batch, fields)
                 if answer.at is None and (row.get("SubmitTime") or "").strip():
                     untimed.append(f"{place}: SubmitTime {row['SubmitTime']!r}")
+                relabelled += _label_changes(place, row, batch.item(answer.item_id), batch)
                 answers.append(answer)
         except csv.Error as err:
             raise io.DataError(f"{path}: line {reader.line_num}: not valid CSV ({err})") from None
@@ -262,12 +276,61 @@ def read_platform_csv(path: str | Path, batch: Batch) -> list[Answer]:
         raise io.DataError(f"{path}: has a header but no answer rows; download the results after the annotators "
                            f"have worked, or remove the file")
     if not answers:
-        raise io.DataError(f"{path}: every one of its {rows} rows is Rejected; no answer is left to import")
+        raise io.DataError(f"{path}: every one of its {rows} rows is rejected (first: {rejected[0]}); no answer is "
+                           f"left to import")
+    if rejected:
+        log.info("%s: left out %d rejected row(s) (first: %s)", path, len(rejected), rejected[0])
+    if filled:
+        log.warning("%s: %d value(s) lie in columns without a name in the header (first: %s); the import reads "
+                    "only named columns and passed over them", path, len(filled), filled[0])
+    if relabelled:
+        log.warning("%s: %d row(s) give a label that differs from the batch's (first: %s; blinded before upload?); "
+                    "the import takes each item's label from the batch, by Input.item_id", path, len(relabelled),
+                    relabelled[0])
     if untimed:
         log.warning("%s: %d row(s) have a SubmitTime that is not a time (first: %s; expected MTurk's "
                     "'Sat Dec 05 10:00:00 PST 2026' or ISO 8601); their time is unknown, so a different answer "
                     "to the same item is refused", path, len(untimed), untimed[0])
     return answers
+
+
+REJECTED_STATUS = "rejected"  # MTurk's AssignmentStatus of a rejected assignment (compared case-insensitively)
+REJECT_COLUMN = "reject"  # MTurk's results file: the requester marks an assignment to reject there (any mark)
+
+
+def rejection(row: Mapping[str, str]) -> Optional[str]:
+    """Why a results CSV ``row`` (column name -> cell) is a rejected assignment, or None where it is not.
+
+    MTurk rejects an assignment whose ``AssignmentStatus`` is ``Rejected``, and one that the requester marked for
+    rejection in the results file's ``Reject`` column (any mark, usually the reason shown to the worker), which
+    the file keeps after the decisions are uploaded; ``Approve`` marks the others. Status and column name are
+    compared case-insensitively and stripped, as hand edits and other platforms write them."""
+    status = (row.get("AssignmentStatus") or "").strip()
+    if status.lower() == REJECTED_STATUS:
+        return f"AssignmentStatus {status!r}"
+    marks = [(name, cell) for name, cell in row.items() if name.strip().lower() == REJECT_COLUMN and cell.strip()]
+    if marks:
+        return f"{marks[0][0]} {marks[0][1]!r}"
+    return None
+
+
+def _repeats_header(record: Sequence[str], header: Sequence[str]) -> bool:
+    """Whether ``record`` is a row of column names: it holds ``WorkerId`` and ``Input.item_id`` as cells (after a
+    byte-order mark that a second file joined on brings along), as a repeated header row does and no answer row
+    can (no item id is ``Input.item_id``)."""
+    cells = {cell.strip().lstrip("\ufeff") for cell in record}
+    return {"WorkerId", "Input.item_id"} <= cells and {"WorkerId", "Input.item_id"} <= set(header)
+
+
+def _label_changes(place: str, row: Mapping[str, str], item: Mapping[str, str], batch: Batch) -> list[str]:
+    """Where ``row`` gives a label column (:data:`~grueflow.human.batch.LABEL_COLUMNS`) of ``item`` another value
+    than the batch's, one text per column: ``row N: Input.algorithm 'hidden' where the batch has 'ppo'``."""
+    changed = []
+    for column in LABEL_COLUMNS:
+        given = row.get(f"Input.{column}")
+        if column in batch.columns and given is not None and html.unescape(given).strip() != item[column]:
+            changed.append(f"{place}: Input.{column} {given!r} where the batch has {item[column]!r}")
+    return changed
 
 
 def _other_delimiter(header: Sequence[str]) -> str:
@@ -327,7 +390,7 @@ def _platform_row(path: str | Path, place: str, row: Mapping[str, str], batch: B
         raise earlier
     if item is None:
         raise io.DataError(f"{path}: {place}: Input.item_id {row['Input.item_id']!r} is not in this batch")
-    for column in batch.columns:
+    for column in (c for c in batch.columns if c not in LABEL_COLUMNS):  # labels: the batch's (_label_changes)
         given = row.get(f"Input.{column}")
         if given is not None and _words(html.unescape(given)) != _words(item[column]):
             where, lookalike = first_difference(html.unescape(given), item[column])

@@ -297,3 +297,35 @@ def test_answers_not_named_jsonl_are_refused_before_the_page_serves(tmp_path: Pa
                                         r"data/human/<task>/batch/answers\.jsonl$"):
         build_server(likert_dir, "alice", tmp_path / "a.csv", port=0)
     assert not (tmp_path / "a.csv").exists()
+
+
+def test_answers_in_another_batchs_answers_folder_are_refused_naming_it(tmp_path: Path) -> None:
+    """The page took --answers in the answers folder of another batch of the task (a slip between two folders), and
+    the import of that batch then blamed a re-export; a file above the batch folders was taken and never imported."""
+    batch = hb.likert_batch({"ppo": [hb.Prediction(f"s{i}", f"p{i}", f"g{i}") for i in range(3)]}, "imdb", seed=0)
+    batch_dir = tmp_path / "results" / "human" / "sentiment" / "batches" / "likert_seed0"
+    hb.write_batch(batch, batch_dir)
+    human = tmp_path / "data" / "human"
+    home = "data/human/sentiment/likert_seed0/answers.jsonl"
+    cases = {"sentiment/ppo_vs_zero_shot_seed0/alice.jsonl":
+             f"{human / 'sentiment' / 'ppo_vs_zero_shot_seed0'}/, the answers folder of batch ppo_vs_zero_shot_seed0, "
+             f"which the import reads as its answers",
+             "concepts/likert_seed0/alice.jsonl":
+             f"{human / 'concepts' / 'likert_seed0'}/, the answers folder of task concepts's batch likert_seed0, "
+             f"which the import reads as its answers",
+             "sentiment/answers.jsonl":
+             f"{human / 'sentiment'}/, where the import reads no answers (it reads {human}/<task>/<batch>/, the folder "
+             f"of the batch they answer)",
+             "sentiment/likert_seed0/old/alice.jsonl":
+             f"{human / 'sentiment' / 'likert_seed0' / 'old'}/, where the import reads no answers"}
+    for rest, found in cases.items():
+        answers = human / rest
+        with pytest.raises(DataError) as err:
+            build_server(batch_dir, "alice", answers, port=0)
+        assert str(err.value).startswith(f"--answers {answers} lies in {found}")
+        assert str(err.value).endswith(f"; this page serves batch likert_seed0, whose answers go in {home}: give that "
+                                       f"path")
+        assert not answers.exists()
+    for answers in (human / "sentiment" / "likert_seed0" / "alice.jsonl", tmp_path / "elsewhere" / "alice.jsonl"):
+        server = build_server(batch_dir, "alice", answers, port=0)
+        server.server_close()

@@ -324,7 +324,8 @@ def test_answers_files_that_hold_nothing_to_import_are_refused(tmp_path: Path) -
     _results_csv(tmp_path / "results.csv", tmp_path / "a", {"W1": {i["item_id"]: {"choice": "A"} for i in batch.items}})
     text = (tmp_path / "results.csv").read_text()
     (tmp_path / "rejected.csv").write_text(text.replace(",Approved,", ",Rejected,"))
-    with pytest.raises(io.DataError, match=rf"rejected\.csv: every one of its {len(batch.items)} rows is Rejected"):
+    with pytest.raises(io.DataError, match=rf"rejected\.csv: every one of its {len(batch.items)} rows is rejected "
+                                           rf"\(first: row 2: AssignmentStatus 'Rejected'\); no answer is left"):
         results.read_answers(tmp_path / "rejected.csv", batch)
     lines = text.splitlines(keepends=True)
     (tmp_path / "short.csv").write_text(lines[0] + lines[1].rsplit(",", 1)[0] + "\n")  # the answer cell cut off
@@ -1013,6 +1014,120 @@ def test_a_results_row_whose_cells_were_cleared_is_an_empty_row(tmp_path: Path) 
     with open(path, "a", newline="", encoding="utf-8") as handle:
         handle.write("," * (len(batch.columns) + 4) + "\r\n")
     assert [(a.annotator, a.item_id) for a in results.read_answers(path, batch)] == [("W1", first)]
+
+
+def _edit_csv(path: Path, edit) -> Path:
+    """``path``, a results CSV, rewritten with ``edit(header, rows)``'s header and rows (lists of cells)."""
+    with open(path, newline="", encoding="utf-8") as handle:
+        header, *rows = list(csv.reader(handle))
+    header, rows = edit(header, rows)
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows([header, *rows])
+    return path
+
+
+def _two_workers(path: Path, batch: hb.Batch) -> Path:
+    """A results CSV in which W1 scores every item 2 and W2 every item 5."""
+    return _mturk_csv(path, batch, [(w, i["item_id"], None, score) for w, score in (("W1", 2), ("W2", 5))
+                                    for i in batch.items])
+
+
+@pytest.mark.parametrize("status", ["REJECTED", "rejected", " Rejected "])
+def test_a_rejected_row_is_left_out_whatever_the_case_of_its_status(tmp_path: Path, status: str, caplog) -> None:
+    """Only the exact spelling ``Rejected`` was left out: a rejected worker's rows with ``REJECTED`` (a hand edit,
+    another platform) were counted in the table without a word."""
+    batch = _likert(2)
+    path = _edit_csv(_two_workers(tmp_path / "results.csv", batch), lambda header, rows: (header, [
+        [status if (c == "AssignmentStatus" and row[0] == "W2") else v for c, v in zip(header, row)] for row in rows]))
+    with caplog.at_level(logging.INFO, logger="grueflow.human.results"):
+        kept = results.read_answers(path, batch)
+    assert {a.annotator for a in kept} == {"W1"} and len(kept) == len(batch.items)
+    assert (f"results.csv: left out {len(batch.items)} rejected row(s) (first: row {len(batch.items) + 2}: "
+            f"AssignmentStatus {status.strip()!r})") in caplog.text
+
+
+def test_a_row_marked_in_mturks_reject_column_is_left_out(tmp_path: Path, caplog) -> None:
+    """MTurk's results file has ``Approve`` and ``Reject`` columns, where the requester marks each assignment (a
+    mark in ``Reject``, the reason shown to the worker, rejects it) before uploading the decisions; the status stays
+    ``Submitted`` until MTurk processes them. Rows marked for rejection were imported and counted."""
+    batch = _likert(2)
+    path = _edit_csv(_two_workers(tmp_path / "results.csv", batch), lambda header, rows: (
+        [*header, "Approve", "Reject"], [[*row, "x" if row[0] == "W1" else "", "" if row[0] == "W1" else "spammer"]
+                                         for row in rows]))
+    with caplog.at_level(logging.INFO, logger="grueflow.human.results"):
+        kept = results.read_answers(path, batch)
+    assert {a.annotator for a in kept} == {"W1"} and {a.values["coherence"] for a in kept} == {2}
+    assert (f"left out {len(batch.items)} rejected row(s) (first: row {len(batch.items) + 2}: Reject 'spammer')"
+            in caplog.text)
+    _edit_csv(path, lambda header, rows: (header, [[*row[:-1], " "] for row in rows]))  # a blank is no mark
+    assert {a.annotator for a in results.read_answers(path, batch)} == {"W1", "W2"}
+
+
+@pytest.mark.parametrize("bom", ["", "\ufeff"])
+def test_two_results_files_joined_with_cat_name_the_repeated_header_row(tmp_path: Path, bom: str) -> None:
+    """``cat a.csv b.csv``, the usual way to join two partial downloads, leaves b's header row in the middle: it was
+    refused as an answer to item 'Input.item_id'."""
+    batch = _likert(2)
+    text = bom + _mturk_csv(tmp_path / "part.csv", batch, [("W1", i["item_id"], None, 3)
+                                                           for i in batch.items]).read_text(encoding="utf-8")
+    (tmp_path / "joined.csv").write_text(text + text, encoding="utf-8")
+    with pytest.raises(io.DataError, match=rf"joined\.csv: row {len(batch.items) + 2} repeats the header row: were "
+                                           r"two results files joined \(cat a\.csv b\.csv\)\? Delete that line, or "
+                                           r"keep the two files apart in the answers folder, whose files the import "
+                                           r"reads together$"):
+        results.read_answers(tmp_path / "joined.csv", batch)
+
+
+def test_a_spreadsheets_empty_columns_right_of_the_data_are_passed_over(tmp_path: Path, caplog) -> None:
+    """Excel writes ``,,`` at the end of every line where cells right of the data were once touched: the file was
+    refused as naming the column '' twice."""
+    batch = _likert(2)
+    plain = _two_workers(tmp_path / "plain.csv", batch)
+    lines = plain.read_text(encoding="utf-8").splitlines()
+    (tmp_path / "excel.csv").write_bytes(("\r\n".join(line + ",," for line in lines) + "\r\n").encode("utf-8"))
+    expected = [(a.annotator, a.item_id, a.values) for a in results.read_answers(plain, batch)]
+    with caplog.at_level(logging.WARNING, logger="grueflow.human.results"):
+        assert [(a.annotator, a.item_id, a.values) for a in results.read_answers(tmp_path / "excel.csv", batch)] == \
+            expected
+    assert "without a name" not in caplog.text
+    lines[1] += ",note,"  # a value in an unnamed column: passed over too, with one warning naming it
+    (tmp_path / "note.csv").write_text("\n".join(line if k == 1 else line + ",," for k, line in enumerate(lines)))
+    with caplog.at_level(logging.WARNING, logger="grueflow.human.results"):
+        assert [(a.annotator, a.item_id, a.values) for a in results.read_answers(tmp_path / "note.csv", batch)] == \
+            expected
+    width = len(lines[0].split(","))
+    assert (f"note.csv: 1 value(s) lie in columns without a name in the header (first: row 2, column {width + 1}: "
+            f"'note'); the import reads only named columns and passed over them") in caplog.text
+    (tmp_path / "named_twice.csv").write_text("\n".join(f"{line},WorkerId" if k == 0 else f"{line},W9"
+                                                        for k, line in enumerate(lines[:1] + lines[2:])))
+    with pytest.raises(io.DataError, match=r"the column\(s\) \['WorkerId'\] appear more than once"):
+        results.read_answers(tmp_path / "named_twice.csv", batch)
+
+
+@pytest.mark.parametrize("label", ["hidden", ""])
+def test_a_likert_upload_whose_method_column_was_blinded_imports_by_item_id(tmp_path: Path, label: str,
+                                                                            caplog) -> None:
+    """A requester who overwrites or clears the ``algorithm`` column before upload (so that a platform showing every
+    column does not show the system's name) had the results refused as "the results file of another batch?"; the
+    batch knows each item's method by its id."""
+    batch = _likert(2)
+    plain = _two_workers(tmp_path / "plain.csv", batch)
+    expected = [(a.annotator, a.item_id, a.values) for a in results.read_answers(plain, batch)]
+    shutil.copy(plain, tmp_path / "blind.csv")
+    _edit_csv(tmp_path / "blind.csv", lambda header, rows: (header, [
+        [label if c == "Input.algorithm" else v for c, v in zip(header, row)] for row in rows]))
+    with caplog.at_level(logging.WARNING, logger="grueflow.human.results"):
+        answers = results.read_answers(tmp_path / "blind.csv", batch)
+    assert [(a.annotator, a.item_id, a.values) for a in answers] == expected
+    first = batch.items[0]["algorithm"]
+    assert (f"blind.csv: {2 * len(batch.items)} row(s) give a label that differs from the batch's (first: row 2: "
+            f"Input.algorithm {label!r} where the batch has {first!r}; blinded before upload?); the import takes each "
+            f"item's label from the batch, by Input.item_id") in caplog.text
+    assert {r["method"] for r in results.likert_rows(batch, answers, "imdb")} == {"ppo", "zero_shot"}
+    _edit_csv(tmp_path / "blind.csv", lambda header, rows: (header, [  # text shown to annotators is still compared
+        ["changed" if c == "Input.machine_completion" else v for c, v in zip(header, row)] for row in rows]))
+    with pytest.raises(io.DataError, match=r"blind\.csv: row 2: Input\.machine_completion differs from item"):
+        results.read_answers(tmp_path / "blind.csv", batch)
 
 
 def test_an_answers_file_that_is_a_fifo_or_a_device_is_refused_not_skipped(tmp_path: Path) -> None:
