@@ -60,6 +60,36 @@ def unvouched(path: Path) -> list[Path]:
                   if not _vouched(file, file.relative_to(path).as_posix(), manifest, written_ns))
 
 
+def edited_outputs(path: Path) -> list[Path]:
+    """The files of the stage folder ``path`` that its manifest lists at the size they have, that were modified
+    after its ``stage.json`` (which a stage writes last) and whose digest is not the one listed, sorted: a hand edit
+    that kept the size (a number changed in a ``metrics.json``), another run's file of the same size copied in
+    (weights restored from the wrong backup). The stage's own files no longer as it wrote them, which no reader
+    accepts (:func:`grueflow.io.check_stage_output` reads digests): the folder is damaged. ``[]`` where there is no
+    readable manifest (the stale check names that), and for a file missing or of another size
+    (:func:`grueflow.io.check_stage_output` names those). Only files newer than the record are read, each
+    once a process while its stat signature holds (:func:`_digest`), so a folder as written costs a stat per file;
+    a same-size replacement that kept an older time (``cp -p``) is judged by its size alone, as
+    :func:`unvouched` judges it."""
+    try:
+        listed_files = read_json(path / STAGE_RECORD)["files"]
+        written_ns = (path / STAGE_RECORD).stat().st_mtime_ns
+        manifest = {name: meta for name, meta in listed_files.items() if isinstance(meta, dict)}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+    edited = []
+    for name, meta in sorted(manifest.items()):
+        file = path / name
+        try:
+            info = file.stat()
+        except OSError:
+            continue
+        if info.st_size == meta.get("bytes") and info.st_mtime_ns > written_ns and file.is_file() \
+                and _digest(file, info) != meta.get("sha256"):
+            edited.append(file)
+    return edited
+
+
 def files_under(path: Path) -> list[Path]:
     """Every file under the folder ``path``, symbolic links as links (to folders too, never followed), sorted;
     Snakemake's timestamp (a file, or a link DVC's symlinked cache made of it), FIFOs, sockets and devices, which

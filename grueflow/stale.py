@@ -6,7 +6,9 @@ reads it already has its own outputs (by design since Snakemake 7.8, snakemake/s
 the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark_stale`, which finds
 
 - a stage folder that fails its manifest's size check (``grueflow.io.check_stage_output``, a file deleted,
-  truncated or grown, or a link put in place of a file or folder its stage wrote): the folder itself is stale;
+  truncated or grown, or a link put in place of a file or folder its stage wrote), or one of whose files modified
+  after its record has the listed size and another digest (:func:`grueflow.keep.edited_outputs`: a number edited in
+  place, another run's weights of the same size copied in), which every reader refuses: the folder itself is stale;
 - a stage folder whose ``stage.json`` records another output path than the folder's own (``out``): another stage
   folder copied over it (``cp -a`` of another run's), which passes its own checks: the folder itself is stale;
 - a suite stage folder, or a table, whose record (its ``stage.json``, the table's digests of its files) is not the
@@ -90,8 +92,8 @@ from grueflow.config import ConfigError
 from grueflow.io import (MODEL_DIR, SNAKEMAKE_METADATA, SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED, DataError,
                          MissingDataError, atomic_path, check_stage_output, files_record, fingerprint, last_written,
                          read_json, sha256_bytes, snakemake_metadata, written_for)
-from grueflow.keep import (batch_copies_text, files_under, keep_batch, keep_copy, kept_copy, listed, persons_files,
-                           stat_signature, unvouched)
+from grueflow.keep import (batch_copies_text, edited_outputs, files_under, keep_batch, keep_copy, kept_copy, listed,
+                           persons_files, stat_signature, unvouched)
 from grueflow.pipeline import PARAMS_DIGEST, STAGES, ParamsSource, params_digest
 
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
@@ -233,6 +235,12 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             check_stage_output(folder, deep=False)
         except MissingDataError as err:  # "<folder> is damaged: <file> is missing; delete ..."
             stale[folder] = str(err).split(";")[0].replace(f"{os.path.abspath(folder)} is ", "")
+            continue
+        edited = edited_outputs(folder)
+        if edited:  # the same size, other bytes: what reads it refuses it, so it is rebuilt, then its readers
+            one = len(edited) == 1
+            stale[folder] = f"damaged: {listed(folder, edited)} {'does' if one else 'do'} not match the " \
+                            f"digest{'' if one else 's'} its stage recorded"
             continue
         try:
             record = read_json(folder / STAGE_RECORD)

@@ -856,10 +856,17 @@ def test_snakemakes_marker_and_dvcs_symlinked_cache_leave_a_folders_digest_as_it
     record["inputs"]["datapool"]["sha256"] = before
     (model / "stage.json").write_text(json.dumps(record))
     assert stale.stale_outputs(results, results / "t.csv", []) == {}
-    (pool / "train.jsonl").write_text('{"prompt": "b"}\n')  # a real change is seen either way
+
+    def rerun(prompt: str) -> None:  # the datapool's stage run again (in a folder of its own), then the marker
+        (pool / ".snakemake_timestamp").unlink()
+        (pool / "train.jsonl").write_text(f'{{"prompt": "{prompt}"}}\n')
+        write_stage_record(pool, stage="prepare_datapool", params={}, inputs={}, wall_time_s=0.0)
+        (pool / ".snakemake_timestamp").touch()
+
+    rerun("b")  # a real change is seen either way
     assert stale.stale_outputs(results, results / "t.csv", []) == {
         model: f"its input {pool} changed since it was built"}
-    (pool / "train.jsonl").write_text('{"prompt": "a"}\n')
+    rerun("a")
     cache = Path(".dvc") / "cache" / "files" / "md5"  # DVC's cache with cache.type symlink
     cache.mkdir(parents=True)
     for name, digest in (("train.jsonl", "3f2a"), ("stage.json", "9c1e")):  # cache files are named by digest
@@ -1677,6 +1684,67 @@ def test_a_hand_edit_of_a_stage_file_that_keeps_its_size_is_kept_before_a_rerun(
     os.utime(metrics, ns=(written[evaluation], written[evaluation]))  # no newer than its record: its size vouches
     assert unvouched(evaluation) == []
     assert keep_copy(trained, Path("."), unvouched(trained)) == copies[trained]  # the same content: copied once
+
+
+def test_a_stage_file_replaced_at_the_same_size_makes_its_folder_stale_not_only_its_reader(tmp_path, monkeypatch):
+    """An RL folder's weights replaced by another run's of the same size (a restore from the wrong backup), or a
+    number edited in an evaluation's metrics.json, were copied out and named, but only the reader was stale (or
+    nothing was): its rerun refused the folder ("does not match the digest its stage recorded") on every run. A file
+    modified after its folder's record with the listed size and another digest makes the folder stale itself, with
+    a new token, so its own job reruns and then what reads it; a file touched or copied back as written does not,
+    and a finished project reads no file."""
+    from grueflow import keep, stale
+    from grueflow.io import atomic_dir, write_json, write_stage_record
+    from grueflow.keep import REPLACED
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)
+    results, tokens = Path("results"), Path(".snakemake") / "grueflow-stale.json"
+    runs = {method: results / "sentiment" / method / "seed0" for method in ("supervised", "ppo")}
+    for method, run in runs.items():
+        with atomic_dir(run) as tmp:
+            (tmp / "model").mkdir()
+            (tmp / "model" / "model.safetensors").write_bytes(method.encode().ljust(64, b"w"))
+            write_stage_record(tmp, stage="rl_finetune", params={}, inputs={}, wall_time_s=0.0)
+    evaluation = results / "eval" / "sentiment" / "ppo" / "seed0"
+    with atomic_dir(evaluation) as tmp:
+        write_json(tmp / "metrics.json", {"fluency/perplexity": 115})
+        write_stage_record(tmp, stage="evaluate", params={}, inputs={"model": runs["ppo"] / "model"}, wall_time_s=0.0)
+    suite = [*runs.values(), evaluation]
+    read = []
+    digest = keep.fingerprint
+    monkeypatch.setattr(keep, "fingerprint", lambda path, *rest: read.append(path) or digest(path, *rest))
+    assert stale.stale_outputs(results, results / "t.csv", [evaluation], folders=suite) == {} and read == []
+    weights = runs["ppo"] / "model" / "model.safetensors"
+    later = (runs["ppo"] / "stage.json").stat().st_mtime_ns + 10**9
+    os.utime(weights, ns=(later, later))  # touched: as written, read at most once a process
+    for _ in range(2):
+        assert stale.stale_outputs(results, results / "t.csv", [evaluation], folders=suite) == {}
+    assert read in ([], [weights])
+    shutil.copyfile(runs["supervised"] / "model" / "model.safetensors", weights)  # cp: the same size, a new time
+    os.utime(weights, ns=(later + 10**9, later + 10**9))
+    assert stale.stale_outputs(results, results / "t.csv", [evaluation], folders=suite) == {
+        runs["ppo"]: "damaged: model/model.safetensors does not match the digest its stage recorded"}
+    line, = stale.mark_stale(results, results / "t.csv", [evaluation], tokens=tokens, folders=suite)
+    copy = next(REPLACED.glob("results/sentiment/ppo/seed0@*"))
+    assert line == f"grueflow: {runs['ppo']} is stale (damaged: model/model.safetensors does not match the digest its " \
+                   f"stage recorded); its job reruns; a copy of what no stage record vouches for " \
+                   f"(model/model.safetensors) is kept in {copy}"
+    assert (copy / "model" / "model.safetensors").read_bytes() == weights.read_bytes()
+    assert stale.stale_token([runs["ppo"]], tokens) != "" and stale.stale_token([evaluation], tokens) == ""
+    with atomic_dir(runs["ppo"]) as tmp:  # its rerun: then the reader's input changed, and it reruns after it
+        (tmp / "model").mkdir()
+        (tmp / "model" / "model.safetensors").write_bytes(b"ppo again".ljust(64, b"w"))
+        write_stage_record(tmp, stage="rl_finetune", params={}, inputs={}, wall_time_s=0.0)
+    assert list(stale.stale_outputs(results, results / "t.csv", [evaluation], folders=suite)) == [evaluation]
+    write_stage_record(evaluation, stage="evaluate", params={}, inputs={"model": runs["ppo"] / "model"},
+                       wall_time_s=0.0)
+    metrics = evaluation / "metrics.json"
+    metrics.write_text(metrics.read_text().replace("115", "995"))
+    later = (evaluation / "stage.json").stat().st_mtime_ns + 10**9
+    os.utime(metrics, ns=(later, later))
+    assert stale.stale_outputs(results, results / "t.csv", [evaluation], folders=suite) == {
+        evaluation: "damaged: metrics.json does not match the digest its stage recorded"}
 
 
 def test_a_stage_folder_without_its_record_is_stale_when_read_or_aggregated(tmp_path):
