@@ -636,6 +636,20 @@ FLUENCY_METRIC = "perplexity"  # evaluate always scores it: the GRUE table's flu
 # evaluate copies it beside the test metrics, absent for models that no RL stage trained
 TRAIN_KL_KEY = "train/kl"
 GRUE_SCORE = "grue_score"  # grue_table.json's key of the methods' GRUE scores, beside the task keys: no task's name
+# what lies in results/ beside the task folders (results/<task>/), by name: what the stages write there and the
+# folders the pipeline keeps for all tasks (grueflow.pipeline.STAGES' outputs, DVC's first stage's, the rules'
+# logs): no task's name, or its folders would lie inside a file or among another stage's folders
+RESULTS_NAMES = {
+    "eval": "the folder of every task's evaluations (results/eval/<task>/...)",
+    "human": "the folder of every task's human evaluation (results/human/<task>/...)",
+    "logs": "the folder of every job's log (results/logs/<task>/...)",
+    "plugin_code": "the folder of the digests of the plugins each task runs (results/plugin_code/<task>/...)",
+    "suite_valid.txt": "the file DVC's first stage writes once the suite is valid",
+    **{f"grue_table.{ext}": "a file of the GRUE table" for ext in ("csv", "md", "json", "html")},
+    "grue_chart.png": "the GRUE table's chart",
+    "samples.html": "the GRUE table's page of samples",
+    **{f"human_eval_table.{ext}": "a file of the human-evaluation table" for ext in ("csv", "md")},
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -821,6 +835,12 @@ class SuiteConfig:
             check(name != GRUE_SCORE, f"tasks: {name!r} is reserved: grue_table.json keeps the methods' GRUE scores "
                                       f"under that key, beside the tasks; rename the task and its file "
                                       f"params/tasks/{name}.yaml")
+            taken = next((known for known in RESULTS_NAMES if known.casefold() == name.casefold()), None)
+            if taken is not None:
+                case = " (one name where letter case is ignored, as on macOS)" if taken != name else ""
+                raise ValueError(f"tasks: {name!r} is reserved: a task's stages write results/{name}/, and "
+                                 f"results/{taken} is {RESULTS_NAMES[taken]}{case}; rename the task and its file "
+                                 f"params/tasks/{name}.yaml")
         for key in ("tasks", "algorithms"):  # a repeated name would be one run counted as several seeds
             names = getattr(self, key)
             repeated = sorted({n for n in names if names.count(n) > 1})

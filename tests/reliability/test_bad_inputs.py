@@ -2678,6 +2678,30 @@ def test_a_task_named_grue_score_is_refused_with_the_suite(params: Path, engine:
         validate(suite, engine)
 
 
+@pytest.mark.parametrize("engine", ["snakemake", "dvc"])
+@pytest.mark.parametrize("task, taken, what", [
+    ("grue_table.csv", "grue_table.csv", "a file of the GRUE table"),
+    ("samples.html", "samples.html", "the GRUE table's page of samples"),
+    ("eval", "eval", r"the folder of every task's evaluations \(results/eval/<task>/...\)"),
+    ("Logs", "logs", r"the folder of every job's log \(results/logs/<task>/...\) \(one name where letter case is "
+                     r"ignored, as on macOS\)"),
+], ids=["grue_table.csv", "samples.html", "eval", "Logs"])
+def test_a_task_named_like_what_the_pipeline_writes_in_results_is_refused_with_the_suite(
+        params: Path, engine: str, task: str, taken: str, what: str):
+    """A task named grue_table.csv ended in Snakemake's ChildIOException (results/grue_table.csv/base_model under the
+    table's file), and the DVC-engine check accepted it; a task named eval or logs mixed its stage folders into the
+    folders every task shares. Both engines refuse each name the pipeline writes in results/, naming the task."""
+    from grueflow.params import validate
+
+    shutil.copy2(params / "tasks" / "sentiment.yaml", params / "tasks" / f"{task}.yaml")
+    suite = params / SUITE
+    suite.write_text(suite.read_text().replace("tasks: [sentiment, concepts]", f"tasks: [{task}, concepts]"))
+    with pytest.raises(ConfigError, match=rf"tasks: '{re.escape(task)}' is reserved: a task's stages write "
+                                          rf"results/{re.escape(task)}/, and results/{re.escape(taken)} is {what}; "
+                                          rf"rename the task and its file params/tasks/{re.escape(task)}.yaml"):
+        validate(suite, engine)
+
+
 @pytest.mark.parametrize("left_out, expect", [
     (["precision"], "leaves out precision, which dvc.yaml's stages read from the suite file (dvc repro would stop on "
                     "\"Could not find 'precision'\"); name it, e.g. precision: auto"),

@@ -214,6 +214,20 @@ def test_the_suite_schema_accepts_resources_for_exactly_the_scheduled_stages():
     assert set(re.fullmatch(r"\^\((.*)\)\$", pattern).group(1).split("|")) == set(pipeline.RESOURCE_STAGES)
 
 
+def test_the_names_no_task_may_take_are_those_the_pipeline_writes_beside_the_task_folders():
+    """A task is a folder of results/ (results/<task>/...): the suite refuses a task named like anything else there
+    (grueflow.config.RESULTS_NAMES). Each stage's outputs, DVC's first stage's and the rules' logs name exactly those
+    that the table does not template by task."""
+    from grueflow.config import RESULTS_NAMES
+
+    written = [path for stage in STAGES.values() for path in stage.outputs.values()]
+    written += [pipeline.SUITE_CHECK, pipeline.PLUGIN_CODE]
+    written += [match for path in RULES.glob("*.smk") for match in re.findall(r'"(results/[^"]+)"', path.read_text())]
+    tops = {Path(path).parts[1] for path in written if Path(path).parts[0] == "results"}
+    assert {top for top in tops if "{" not in top} == set(RESULTS_NAMES)
+    assert {top for top in tops if "{" in top} == {"{task}", "{w.task}"}
+
+
 def test_an_unknown_stage_is_refused_with_the_valid_names():
     with pytest.raises(KeyError, match="unknown stage 'rl'; valid stages: prepare_datapool, base_model, warm_start"):
         pipeline.stage("rl")
