@@ -5,9 +5,13 @@ Each is written whole to a temporary folder and renamed into place (:func:`gruef
 with ``checkpoint.json`` (``{"key": ..., "step": ..., "files": {name: sha256}}``) written last inside it, so a
 folder that a kill interrupted is never taken for a checkpoint, and one whose files changed since (bit flips,
 truncation) is found out before it is resumed: the run falls back to the checkpoint before it, or starts
-afresh, and says so in one line. The key identifies the run (its resolved params, input fingerprints and seed,
-the stage's code and the package versions, see :func:`run_key`): a checkpoint of another run, or of other code,
-is never resumed, and is deleted when this run writes its first one. The newest ``keep`` checkpoints are kept.
+afresh, and says so in one line. The same holds for what a resume takes over from the resume folder besides
+the checkpoint folders (:class:`Carried`: evaluation during training's curve, predictions and kept policies):
+their digests are recorded in the marker too (``"carried"``), and a checkpoint whose carried files are missing,
+changed or joined by others is damaged alike. The key identifies the run (its resolved params, input
+fingerprints and seed, the stage's code and the package versions, see :func:`run_key`): a checkpoint of another
+run, or of other code, is never resumed, and is deleted when this run writes its first one. The newest ``keep``
+checkpoints are kept.
 
 What a checkpoint holds is the trainer's business; :class:`Checkpointed` writes ``save_checkpoint`` and
 ``resume`` once over a trainer's ``save_to`` / ``load``, and :func:`save_weights` / :func:`save_state` are
@@ -28,7 +32,7 @@ import shutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, NamedTuple, Sequence
+from typing import IO, Any, Callable, NamedTuple, Optional, Protocol, Sequence
 
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
@@ -64,6 +68,15 @@ class Checkpoint(NamedTuple):
     step: int
     path: Path
     key: str
+
+
+class Carried(Protocol):
+    """Files besides its checkpoint folders that a run resumed from ``<unit><k>/`` takes over from the resume folder
+    (evaluation during training's curve, predictions and kept policies: :class:`grueflow.validation.Validation`)."""
+
+    def carried_digests(self, step: int) -> dict[str, str]:
+        """sha256 of each file a run resumed at ``step`` takes over, by path relative to the resume folder (POSIX
+        separators); a file that is there counts, whether or not it should be."""
 
 
 class NonFiniteLossError(RuntimeError):
@@ -154,9 +167,11 @@ def digests(folder: Path) -> dict[str, str]:
 JSON_TYPES = {str: "string", float: "number", bool: "boolean", list: "array", dict: "object"}  # as JSON names them
 
 
-def damage(folder: Path) -> str | None:
+def damage(folder: Path, carried: Optional[Carried] = None) -> str | None:
     """Why checkpoint ``folder`` cannot be trusted (a damaged marker, a missing, extra or changed file), or None.
-    A checkpoint written without digests is trusted as it is."""
+    A checkpoint written without digests is trusted as it is. With ``carried``, the files a resume from it takes
+    over from the resume folder are checked against the digests its marker holds of them (none recorded: damage,
+    since nothing then vouches for them)."""
     marker = _marker(folder)
     if marker is None:
         return f"{MARKER} is missing or damaged"
@@ -171,22 +186,35 @@ def damage(folder: Path) -> str | None:
         return None
     if not isinstance(expected, dict):
         return f"{MARKER}'s digests are not a mapping of file to digest"
-    found = digests(folder)
+    problem = _compare(expected, digests(folder), "", "was not written by the checkpoint")
+    if problem is not None or carried is None:
+        return problem
+    recorded = marker.get("carried")
+    if not isinstance(recorded, dict):
+        return f"{MARKER} holds no digests of the files a resume from it takes over from the resume folder"
+    return _compare(recorded, carried.carried_digests(_step(folder) or 0), f" in {folder.parent}, which a resume "
+                    f"from {folder.name} takes over,", f"was not there when {folder.name} was written")
+
+
+def _compare(expected: dict[str, Any], found: dict[str, str], where: str, extra: str) -> str | None:
+    """The first file (by name) of ``expected`` (name -> digest) and ``found`` that is missing, extra or changed,
+    and how, or None; ``where`` follows the file's name, ``extra`` says what an extra file is."""
     for name in sorted(set(expected) | set(found)):
         if name not in found:
-            return f"{name} is missing"
+            return f"{name}{where} is missing"
         if name not in expected:
-            return f"{name} was not written by the checkpoint"
+            return f"{name}{where} {extra}"
         if found[name] != expected[name]:
-            return f"{name} does not match its digest (truncated or corrupted)"
+            return f"{name}{where} does not match its digest (truncated or corrupted)"
     return None
 
 
-def latest(root: str | Path, unit: str, key: str) -> Path | None:
+def latest(root: str | Path, unit: str, key: str, carried: Optional[Carried] = None) -> Path | None:
     """The newest intact checkpoint of the run ``key`` under ``root``, or None (start afresh).
 
-    A damaged checkpoint (its files checked against the digests its marker holds, see :func:`save`) is
-    removed, with one warning line naming it, what is wrong and what the run falls back to: the checkpoint
+    A damaged checkpoint (its files, and with ``carried`` the files a resume from it takes over from ``root``,
+    checked against the digests its marker holds, see :func:`save` and :func:`damage`) is removed, with one
+    warning line naming it, what is wrong and what the run falls back to: the checkpoint
     before it, or a fresh start. Checkpoints of another key only (another configuration of the run) are named in
     one warning line: the run starts afresh, and :func:`save` deletes them at its first checkpoint.
     """
@@ -203,7 +231,7 @@ def latest(root: str | Path, unit: str, key: str) -> Path | None:
                     "writes its first checkpoint; to resume them, restore what changed", root, ", ".join(others))
     candidates = sorted(mine + damaged, key=lambda p: int(p.name[len(unit):]), reverse=True)
     for i, path in enumerate(candidates):
-        problem = damage(path)
+        problem = damage(path, carried)
         if problem is None:
             return path
         rest = [p for p in candidates[i + 1:] if p not in damaged]
@@ -248,15 +276,20 @@ def claim(root: str | Path, unit: str, own: Sequence[str] = ()) -> IO[str]:
     return handle
 
 
-def save(root: str | Path, unit: str, step: int, key: str, write: Callable[[Path], None], keep: int) -> Path:
-    """Write checkpoint ``<root>/<unit><step>/`` with ``write(folder)``, atomically; then keep only this
+def save(root: str | Path, unit: str, step: int, key: str, write: Callable[[Path], None], keep: int,
+         carried: Optional[Carried] = None) -> Path:
+    """Write checkpoint ``<root>/<unit><step>/`` with ``write(folder)``, atomically, its marker holding the digests
+    of its files and of the files ``carried`` says a resume at ``step`` takes over from ``root``; then keep only this
     run's newest ``keep`` checkpoints (another run's, and folders a killed save left, are deleted)."""
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
     path = Path(root) / f"{unit}{step}"
     with atomic_dir(path) as tmp:
         write(tmp)
-        write_json(tmp / MARKER, {"key": key, "step": step, "files": digests(tmp)})
+        marker = {"key": key, "step": step, "files": digests(tmp)}
+        if carried is not None:
+            marker["carried"] = carried.carried_digests(step)
+        write_json(tmp / MARKER, marker)
     prune(root, unit, key, keep)
     return path
 
@@ -322,14 +355,16 @@ class Checkpointed(ABC):
     def load(self, folder: str | Path) -> None:
         """Continue from a checkpoint written by :meth:`save_to`."""
 
-    def save_checkpoint(self, resume_dir: str | Path, key: str) -> Path:
-        """Add ``<unit><step>/`` to ``resume_dir`` (atomically), keeping the newest ``keep``."""
+    def save_checkpoint(self, resume_dir: str | Path, key: str, carried: Optional[Carried] = None) -> Path:
+        """Add ``<unit><step>/`` to ``resume_dir`` (atomically, with the digests of what ``carried`` says a resume
+        takes over), keeping the newest ``keep``."""
         return save(resume_dir, self.unit, self.checkpoint_step(), key, lambda folder: self.save_to(folder, key),
-                    keep=self.keep)
+                    keep=self.keep, carried=carried)
 
-    def resume(self, resume_dir: str | Path, key: str) -> Path | None:
-        """Load run ``key``'s newest complete checkpoint in ``resume_dir``; returns it, or None if there is none."""
-        path = latest(resume_dir, self.unit, key)
+    def resume(self, resume_dir: str | Path, key: str, carried: Optional[Carried] = None) -> Path | None:
+        """Load run ``key``'s newest intact checkpoint in ``resume_dir`` (its ``carried`` files included); returns
+        it, or None if there is none."""
+        path = latest(resume_dir, self.unit, key, carried)
         if path is not None:
             self.load(path)
         return path

@@ -52,20 +52,30 @@ class TrainingState(Protocol):
 class Resumable(Protocol):
     """A trainer :meth:`TrainingRun.train` can run, kill and resume.
 
-    ``resume`` loads run ``key``'s newest complete checkpoint in ``resume_dir`` (returns it, or None when
-    there is none); ``save_checkpoint`` adds one; ``train`` runs the remaining units, calling ``checkpoint``
+    ``resume`` loads run ``key``'s newest intact checkpoint in ``resume_dir`` (returns it, or None when
+    there is none); ``save_checkpoint`` adds one; both with the files ``carried`` says a resume takes over from the
+    resume folder (their digests recorded in the checkpoint, and checked before it is resumed); ``train`` runs the
+    remaining units, calling ``checkpoint``
     (with the trainer) whenever a checkpoint is due and ``progress`` (with the unit's curve row) after every
     unit, and returns the trainer's result.
     """
 
     state: TrainingState
 
-    def resume(self, resume_dir: Path, key: str) -> Optional[Path]: ...
+    def resume(self, resume_dir: Path, key: str, carried: Optional[checkpoints.Carried] = None) -> Optional[Path]: ...
 
-    def save_checkpoint(self, resume_dir: Path, key: str) -> Path: ...
+    def save_checkpoint(self, resume_dir: Path, key: str, carried: Optional[checkpoints.Carried] = None) -> Path: ...
 
     def train(self, checkpoint: Optional[Callable[[Any], None]] = None,
               progress: Optional[Callable[[Row], None]] = None) -> Any: ...
+
+
+class Validator(checkpoints.Carried, Protocol):
+    """Evaluation during training (:class:`grueflow.validation.Validation`): called with the trainer before the first
+    unit and after each; what it keeps in the resume folder is carried over by a resume, so every checkpoint records
+    its digests (:class:`grueflow.checkpoints.Carried`)."""
+
+    def __call__(self, trainer: Any) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -166,16 +176,17 @@ class TrainingRun:
 
     def train(self, trainer: Resumable, key: str, total: int, unit: str, desc: str,
               tracking: Optional[Tracking] = None, report: Optional[Callable[[Row], None]] = None,
-              validate: Optional[Callable[[Any], None]] = None) -> Any:
+              validate: Optional[Validator] = None) -> Any:
         """Resume ``trainer`` (run ``key``) and train it for the rest of its ``total`` ``unit``\\ s; returns what
         ``trainer.train`` returns.
 
         ``desc`` names the progress bar; ``tracking`` logs every curve row (as the curve holds it) to DVCLive
         in the resume folder; ``report`` sees every row the trainer reports (e.g. a log line); ``validate`` goes to
-        the trainer's ``train`` (evaluation during training, :class:`grueflow.validation.Validation`). Only the main
-        process writes checkpoints and logs, and it holds the resume folder (:func:`grueflow.checkpoints.claim`:
-        a folder holding anything else, or another process training into it, is refused before any step). An
-        exception unlocks the resume folder and leaves it as it is, for the next run.
+        the trainer's ``train`` (evaluation during training, :class:`grueflow.validation.Validation`), and what it
+        keeps in the resume folder is checked with each checkpoint resumed and recorded with each one written.
+        Only the main process writes checkpoints and logs, and it holds the resume folder
+        (:func:`grueflow.checkpoints.claim`: a folder holding anything else, or another process training into it, is
+        refused before any step). An exception unlocks the resume folder and leaves it as it is, for the next run.
         """
         if self.parallel.is_main:  # kept open (so locked) until the run finishes, fails or the process ends
             self._lock = checkpoints.claim(self.resume_dir, unit, own=(TRACKING_DIR, VALIDATION_DIR))
@@ -192,8 +203,8 @@ class TrainingRun:
             self._lock = None
 
     def _train(self, trainer: Resumable, key: str, total: int, unit: str, desc: str, tracking: Optional[Tracking],
-               report: Optional[Callable[[Row], None]], validate: Optional[Callable[[Any], None]]) -> Any:
-        resumed = trainer.resume(self.resume_dir, key)
+               report: Optional[Callable[[Row], None]], validate: Optional[Validator]) -> Any:
+        resumed = trainer.resume(self.resume_dir, key, carried=validate)
         done = len(trainer.state.curve)
         if resumed is not None:  # <unit><k>: the checkpoint's own count (a curve row may come every few steps)
             log.info("resumed from %s at %s %s (%d curve rows done)", resumed, unit, resumed.name.removeprefix(unit),
@@ -213,7 +224,8 @@ class TrainingRun:
             if report is not None:
                 report(row)
 
-        checkpoint = (lambda t: t.save_checkpoint(self.resume_dir, key)) if self.parallel.is_main else None
+        checkpoint = (lambda t: t.save_checkpoint(self.resume_dir, key, carried=validate)) if self.parallel.is_main \
+            else None
         result = trainer.train(checkpoint=checkpoint, progress=progress, **({"validate": validate} if validate else {}))
         bar.close()
         if tracker is not None:

@@ -12,8 +12,13 @@ Everything lives in ``<resume folder>/validation/`` while training, so a killed 
 (``val_curves.json``), each evaluation's predictions (``predictions/<unit><k>.jsonl``) and the policies
 kept as plain model folders (``kept/<unit><k>/``: every ``save_every``-th, and under ``select: best``
 every evaluated one), under the run key (params and inputs, the evaluation's own included). A resumed run
-drops what lies past the step it resumes from and redoes it, identically; a run with another key drops
-it all. :meth:`write` puts the curve (CSV, PNG, DVCLive), the predictions and the ``save_every``
+drops what lies past the step it resumes from and redoes it, identically; a run with another key, or one that
+starts afresh (no checkpoint resumed), drops it all. What a resume takes over is vouched for by the checkpoint it
+resumes: each records the digests of the run key, the curve's rows and the predictions' and kept policies' files up
+to its step (:meth:`Validation.carried_digests`), and one whose files no longer match (a bit flip, a truncated or
+deleted file, one added by hand) is not resumed: the run falls back to the checkpoint before it, or starts afresh,
+with one line saying which and why (:func:`grueflow.checkpoints.latest`).
+:meth:`write` puts the curve (CSV, PNG, DVCLive), the predictions and the ``save_every``
 policies into the stage's output (``validation/`` and ``checkpoints/``), and :meth:`selected` says which
 policy the stage hands on, and why.
 
@@ -24,8 +29,11 @@ but never finite (NaN at every evaluation) falls back to ``select: last`` with a
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
+import re
 import shutil
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -34,7 +42,7 @@ from grueflow import evaluation, plots
 from grueflow.config import ConfigError, GenerationConfig, MetricSpec, RewardConfig
 from grueflow.data import Sample
 from grueflow.grue import lower_is_better
-from grueflow.io import atomic_dir, read_json, write_csv, write_json, write_jsonl
+from grueflow.io import DataError, atomic_dir, fingerprint, read_json, write_csv, write_json, write_jsonl
 from grueflow.metrics import METRICS, MetricContext
 from grueflow.models.lora import merged
 from grueflow.pipeline import SAVED_POLICIES, VALIDATION_OUT
@@ -43,6 +51,7 @@ from grueflow.tracking import RunTracker
 from grueflow.training import VALIDATION_DIR as FOLDER
 
 CURVE, PREDICTIONS, KEPT, KEY = "val_curves.json", "predictions", "kept", "run_key"
+UNREADABLE = "unreadable"  # the digest of a curve file that is not a JSON list of rows
 EVAL_SEED_OFFSET = 7_919  # each evaluation's seed: the run's seed + this + the iteration
 
 log = logging.getLogger(__name__)
@@ -103,21 +112,72 @@ class Validation:
     def _number(self, path: Path) -> int:
         return int(path.name.removeprefix(self.unit).removesuffix(".jsonl"))
 
+    def _steps(self) -> list[tuple[int, Path]]:
+        """The predictions files and kept policy folders there are, with their step."""
+        pattern = re.compile(rf"{re.escape(self.unit)}(\d+)(\.jsonl)?")
+        found = []
+        for folder in (self.root / PREDICTIONS, self.root / KEPT):
+            for path in sorted(folder.iterdir()) if folder.is_dir() else []:
+                match = pattern.fullmatch(path.name)
+                if match and (match.group(2) is not None) == (folder.name == PREDICTIONS):
+                    found.append((int(match.group(1)), path))
+        return found
+
+    def _curve_rows(self, step: int) -> Optional[list[dict[str, Any]]]:
+        """The curve's rows up to ``step`` as the file holds them ([] without the file), or None when it is not a
+        JSON list of rows (truncated, corrupted)."""
+        curve = self.root / CURVE
+        if not curve.is_file():
+            return []
+        try:
+            rows = read_json(curve)
+        except (OSError, ValueError):  # truncated, corrupted or not UTF-8
+            return None
+        if not isinstance(rows, list) or not all(isinstance(row, dict) and isinstance(row.get(self.unit), int)
+                                                 for row in rows):
+            return None
+        return [row for row in rows if row[self.unit] <= step]
+
+    def carried_digests(self, step: int) -> dict[str, str]:
+        """sha256 of what a run resumed at ``step`` takes over from this folder, by path relative to the resume
+        folder: the run key, the curve's rows up to ``step`` (their JSON, keys sorted; :data:`UNREADABLE` for a curve
+        file that is no JSON list of rows), and the files of the predictions and kept policies up to ``step``.
+        A checkpoint records them when it is written and is resumed only while they match
+        (:class:`grueflow.checkpoints.Carried`)."""
+        found: dict[str, str] = {}
+        base = self.root.parent
+        if (self.root / KEY).is_file():
+            found[(self.root / KEY).relative_to(base).as_posix()] = fingerprint(self.root / KEY)
+        if (self.root / CURVE).is_file():
+            rows = self._curve_rows(step)
+            found[(self.root / CURVE).relative_to(base).as_posix()] = UNREADABLE if rows is None else \
+                hashlib.sha256(json.dumps(rows, sort_keys=True).encode()).hexdigest()
+        for number, path in self._steps():
+            if number <= step:
+                for file in [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()):
+                    found[file.relative_to(base).as_posix()] = fingerprint(file)
+        return found
+
     def _resume(self, step: int) -> None:
-        """Keep what a previous run of this resume folder (the same run ``key``) did up to ``step``; drop the
-        rest, and everything another run left."""
+        """Keep what a previous run of this resume folder (the same run ``key``) did up to ``step``, the step of the
+        checkpoint resumed (which vouched for it, see :meth:`carried_digests`); drop the rest, everything another run
+        left, and everything when no checkpoint was resumed (``step`` 0: nothing vouches for it)."""
         self.synced = True
-        if (self.root / KEY).is_file() and (self.root / KEY).read_text() != self.key:
+        if self.root.exists() and (step == 0 or not (self.root / KEY).is_file()
+                                   or (self.root / KEY).read_text() != self.key):
             shutil.rmtree(self.root)
         self.root.mkdir(parents=True, exist_ok=True)
         (self.root / KEY).write_text(self.key)
-        curve = self.root / CURVE
-        self.rows = [row for row in (read_json(curve) if curve.is_file() else []) if row[self.unit] <= step]
-        for folder in (self.root / PREDICTIONS, self.root / KEPT):
-            for path in folder.glob(f"{self.unit}*") if folder.is_dir() else []:
-                if self._number(path) > step:
-                    shutil.rmtree(path) if path.is_dir() else path.unlink()
-        write_json(curve, self.rows)
+        rows = self._curve_rows(step)
+        if rows is None:
+            raise DataError(f"{self.root / CURVE} is not a JSON list of val rows, and the checkpoint of {self.unit} "
+                            f"{step} recorded no digest of it; delete the resume folder {self.root.parent} to start "
+                            f"afresh")
+        self.rows = rows
+        for number, path in self._steps():
+            if number > step:
+                shutil.rmtree(path) if path.is_dir() else path.unlink()
+        write_json(self.root / CURVE, self.rows)
 
     def _evaluate(self, trainer: Any, step: int) -> None:
         model = trainer.policy.model

@@ -636,14 +636,17 @@ class RLTrainer:
             load_trainable_state(self.critic_model, saved["critic"])
         set_rng_state(saved["rng"])
 
-    def save_checkpoint(self, resume_dir: str | Path, key: str) -> Path:
-        """Add ``iteration<k>/`` to ``resume_dir`` (atomically), keeping the newest ``cfg.keep_checkpoints``."""
+    def save_checkpoint(self, resume_dir: str | Path, key: str, carried: checkpoints.Carried | None = None) -> Path:
+        """Add ``iteration<k>/`` to ``resume_dir`` (atomically, with the digests of what ``carried`` says a resume
+        takes over), keeping the newest ``cfg.keep_checkpoints``."""
         return checkpoints.save(resume_dir, CHECKPOINT_UNIT, self.state.iteration, key,
-                                lambda folder: self.save_to(folder, key), keep=self.cfg.keep_checkpoints)
+                                lambda folder: self.save_to(folder, key), keep=self.cfg.keep_checkpoints,
+                                carried=carried)
 
-    def resume(self, resume_dir: str | Path, key: str) -> Path | None:
-        """Load run ``key``'s newest complete checkpoint in ``resume_dir``; returns it, or None if there is none."""
-        path = checkpoints.latest(resume_dir, CHECKPOINT_UNIT, key)
+    def resume(self, resume_dir: str | Path, key: str, carried: checkpoints.Carried | None = None) -> Path | None:
+        """Load run ``key``'s newest intact checkpoint in ``resume_dir`` (its ``carried`` files included); returns
+        it, or None if there is none."""
+        path = checkpoints.latest(resume_dir, CHECKPOINT_UNIT, key, carried)
         if path is not None:
             self.load(path)
         return path

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -233,8 +234,109 @@ def test_a_resume_folder_left_by_another_run_keeps_none_of_its_evaluations(tmp_p
     assert validation.rows == [] and (folder / KEY).read_text() == "new-run"
     same = Validation(tmp_path, [], None, None, (), None, cfg, 0, key="new-run")
     (folder / CURVE).write_text('[{"iteration": 0, "reward": 1.0}, {"iteration": 2, "reward": 2.0}]')
-    same._resume(0)  # the same run, resumed from iteration 0: what it did up to there is kept
-    assert same.rows == [{"iteration": 0, "reward": 1.0}]
+    same._resume(2)  # the same run, resumed from iteration 2: what it did up to there is kept
+    assert same.rows == [{"iteration": 0, "reward": 1.0}, {"iteration": 2, "reward": 2.0}]
+    afresh = Validation(tmp_path, [], None, None, (), None, cfg, 0, key="new-run")
+    afresh._resume(0)  # no checkpoint resumed: no checkpoint vouches for any of it, so none of it is kept
+    assert afresh.rows == [] and sorted(p.name for p in folder.iterdir()) == sorted([CURVE, KEY])
+
+
+def _trained_to_epoch_3(resume: Path) -> Validation:
+    """A warm start's resume folder as a run killed after its epoch-3 checkpoint leaves it (``eval_every: 1``,
+    ``save_every: 2``, two checkpoints kept): the val rows, predictions and kept policy of epochs 0-3, written in
+    the layout :class:`Validation` writes, and checkpoints epoch2 and epoch3 recording their digests."""
+    from grueflow import checkpoints
+    from grueflow.config import SupervisedConfig
+    from grueflow.validation import CURVE, KEPT, PREDICTIONS
+
+    validation = Validation(resume, [], None, None, (), None, SupervisedConfig(epochs=6, eval_every=1, save_every=2),
+                            0, key="run", unit="epoch", total=6, step=lambda t: t)
+    validation._resume(0)
+    for epoch in range(4):
+        (validation.root / PREDICTIONS).mkdir(exist_ok=True)
+        (validation.root / PREDICTIONS / f"epoch{epoch}.jsonl").write_text(
+            "".join(f'{{"id": {i}, "prediction": "p{epoch}"}}\n' for i in range(8)))
+        validation.rows.append({"epoch": epoch, "lexical/rougeL": 0.1 * epoch})
+        (validation.root / CURVE).write_text(json.dumps(validation.rows))
+        if validation.kept_due(epoch):
+            (validation.root / KEPT / f"epoch{epoch}").mkdir(parents=True)
+            (validation.root / KEPT / f"epoch{epoch}" / "model.safetensors").write_bytes(bytes([epoch]) * 4096)
+        if epoch > 0:
+            checkpoints.save(resume, "epoch", epoch, "run", lambda f, e=epoch: (f / "model.safetensors").write_bytes(
+                bytes([e]) * 64), keep=2, carried=validation)
+    return validation
+
+
+def _flip(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[100:200] = bytes(b ^ 0xFF for b in data[100:200])
+    path.write_bytes(bytes(data))
+
+
+def _cut(path: Path) -> None:
+    path.write_text("".join(path.read_text().splitlines(True)[:3]))
+
+
+@pytest.mark.parametrize("damage, first, resumed", [
+    (lambda v: _flip(v.root / "kept" / "epoch2" / "model.safetensors"),
+     "validation/kept/epoch2/model.safetensors in {resume}, which a resume from epoch3 takes over, does not match "
+     "its digest (truncated or corrupted)", None),
+    (lambda v: shutil.rmtree(v.root / "kept" / "epoch2"),
+     "validation/kept/epoch2/model.safetensors in {resume}, which a resume from epoch3 takes over, is missing", None),
+    (lambda v: _cut(v.root / "predictions" / "epoch1.jsonl"),
+     "validation/predictions/epoch1.jsonl in {resume}, which a resume from epoch3 takes over, does not match its "
+     "digest (truncated or corrupted)", None),
+    (lambda v: (v.root / "predictions" / "epoch1.jsonl").unlink(),
+     "validation/predictions/epoch1.jsonl in {resume}, which a resume from epoch3 takes over, is missing", None),
+    (lambda v: _cut(v.root / "predictions" / "epoch3.jsonl"),
+     "validation/predictions/epoch3.jsonl in {resume}, which a resume from epoch3 takes over, does not match its "
+     "digest (truncated or corrupted)", 2),
+    (lambda v: (v.root / "val_curves.json").write_text((v.root / "val_curves.json").read_text()[:40]),
+     "validation/val_curves.json in {resume}, which a resume from epoch3 takes over, does not match its digest "
+     "(truncated or corrupted)", None),
+    (lambda v: (v.root / "val_curves.json").write_text(
+        json.dumps([{**row, "lexical/rougeL": 0.9} if row["epoch"] == 3 else row for row in v.rows])),
+     "validation/val_curves.json in {resume}, which a resume from epoch3 takes over, does not match its digest "
+     "(truncated or corrupted)", 2),
+    (lambda v: ((v.root / "kept" / "epoch1").mkdir(), (v.root / "kept" / "epoch1" / "model.safetensors").write_bytes(
+        b"x")), "validation/kept/epoch1/model.safetensors in {resume}, which a resume from epoch3 takes over, was not "
+                "there when epoch3 was written", None),
+    (lambda v: (v.root / "run_key").write_text("another run"),
+     "validation/run_key in {resume}, which a resume from epoch3 takes over, does not match its digest", None),
+], ids=["kept-bit-flip", "kept-missing", "predictions-cut", "predictions-missing", "newest-predictions-cut",
+        "curve-truncated", "curve-newest-row-edited", "kept-added", "run-key-changed"])
+def test_a_resume_takes_over_no_damaged_or_missing_validation_file(tmp_path, caplog, damage, first, resumed):
+    """The val rows, predictions and kept policies a resume takes over from its resume folder are checked against the
+    digests its checkpoint recorded of them: on a mismatch, a missing or an added file, the run falls back to the
+    checkpoint before it (whose files are intact) or starts afresh, one line per checkpoint saying why, and what it
+    then keeps is intact."""
+    from grueflow import checkpoints
+    from grueflow.config import SupervisedConfig
+
+    resume = tmp_path / "out.resume"
+    damage(_trained_to_epoch_3(resume))
+    validation = Validation(resume, [], None, None, (), None, SupervisedConfig(epochs=6, eval_every=1, save_every=2),
+                            0, key="run", unit="epoch", total=6, step=lambda t: t)
+    with caplog.at_level("WARNING", logger="grueflow.checkpoints"):
+        found = checkpoints.latest(resume, "epoch", "run", carried=validation)
+    assert found == (resume / f"epoch{resumed}" if resumed else None)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith(f"checkpoint {resume / 'epoch3'} is damaged ({first.format(resume=resume)}")
+    assert lines[0].endswith(f"removing it and falling back to {resume / 'epoch2'}")
+    assert len(lines) == (1 if resumed else 2)
+    if not resumed:
+        assert lines[1].startswith(f"checkpoint {resume / 'epoch2'} is damaged (validation/")
+        assert lines[1].endswith("removing it and starting afresh")
+    validation._resume(resumed or 0)  # at the trainer's first call: what the checkpoint resumed vouched for is kept
+    assert [row["epoch"] for row in validation.rows] == ([0, 1, 2] if resumed else [])
+    kept = sorted(p.relative_to(validation.root).as_posix() for p in validation.root.rglob("*") if p.is_file())
+    if resumed:
+        assert kept == ["kept/epoch2/model.safetensors", "predictions/epoch0.jsonl", "predictions/epoch1.jsonl",
+                        "predictions/epoch2.jsonl", "run_key", "val_curves.json"]
+        assert validation.carried_digests(2) == json.loads((resume / "epoch2" / "checkpoint.json").read_text())[
+            "carried"]
+    else:
+        assert kept == ["run_key", "val_curves.json"] and validation.rows == []
 
 
 def test_the_warm_start_scores_val_each_epoch_and_hands_on_the_best(base, tmp_path):
