@@ -24,6 +24,12 @@ edited since its stage wrote it (a note added to ``results/grue_table.md``), and
 stage record vouches for (a file put there, a hand edit). The copies come before the validation, over the outputs
 the suite file's grid names as it lies (:func:`suite_outputs`): a refusal fails this stage, and
 ``dvc repro --ignore-errors`` goes on to delete the outs of every stage below it.
+
+DVC expands the stages' grids from the files ``dvc.yaml``'s ``vars`` names, while this stage validates, and the
+table stage (``aggregate --suite``) reads, the suite file given here: a ``vars`` naming any other file (a second
+suite put there by hand) would train one suite's grid and tabulate another's, so it is refused (exit 2, one line
+naming the file and README's way to switch suites: copy it over ``params/suite.yaml``) before any other stage runs
+(:func:`vars_problem`). The copies cover the outputs of both grids.
 """
 
 from __future__ import annotations
@@ -64,6 +70,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
+        mismatch = vars_problem(args.suite, document)
+        if mismatch:
+            raise ConfigError(mismatch)
         suite = validate(args.suite, "dvc")
         params = Path(suite.config.params_dir)
         digests = pipeline.plugin_digests({name: read_yaml(params / "tasks" / f"{name}.yaml")
@@ -107,14 +116,61 @@ def results_outside(results: Path, root: Path) -> str:
 
 def suite_outputs(suite: Path, document: Mapping) -> list[Path]:
     """Every output path the stages of ``document`` (``dvc.yaml`` as data) write over the grid of the suite file
-    ``suite``, read as it lies, before any validation (:func:`grueflow.pipeline.dvc_outputs`): a suite with a typo in
-    a params file, or one invalid itself, still names the outputs DVC would restore or delete. Never raises: a suite
-    file that does not read as a mapping gives no grid (the stages outside it only), and a ``dvc.yaml`` missing or
-    out of shape no outputs."""
+    ``suite``, read as it lies, before any validation (:func:`grueflow.pipeline.dvc_outputs`), and over the grid
+    DVC expands from ``document``'s ``vars`` (:func:`vars_grid`; the same grid unless ``vars`` names another file,
+    which :func:`vars_problem` refuses after the copies): a suite with a typo in a params file, or one invalid
+    itself, still names the outputs DVC would restore or delete. Never raises: a suite file that does not read as a
+    mapping gives no grid (the stages outside it only), and a ``dvc.yaml`` missing or out of shape no outputs."""
     try:
-        return [Path(path) for path in pipeline.dvc_outputs(document, _mapping(suite))]
+        paths = [*pipeline.dvc_outputs(document, _mapping(suite)),
+                 *pipeline.dvc_outputs(document, vars_grid(document))]
     except (AttributeError, TypeError, ValueError):  # a dvc.yaml edited by hand: its stages not as this writes them
         return []
+    return [Path(path) for path in dict.fromkeys(paths)]
+
+
+def vars_grid(document: Mapping) -> dict:
+    """The values DVC interpolates into the stages of ``document`` (``dvc.yaml`` as data): its ``vars`` entries
+    merged in order, a file path read as a YAML mapping (``FILE:key1,key2`` only those keys), a mapping as given;
+    a key an earlier entry set is kept (DVC refuses to redefine one). Empty where ``vars`` is missing or no list;
+    an entry that does not read as a mapping adds nothing."""
+    entries = document.get("vars") if isinstance(document, Mapping) else None
+    grid: dict = {}
+    for entry in entries if isinstance(entries, list) else []:
+        if isinstance(entry, str):
+            path, _, keys = entry.partition(":")
+            values = _mapping(Path(path))
+            if keys:
+                values = {key: values[key] for key in keys.split(",") if key in values}
+        else:
+            values = entry if isinstance(entry, dict) else {}
+        for key, value in values.items():
+            grid.setdefault(key, value)
+    return grid
+
+
+def vars_problem(suite: Path, document: Mapping) -> str:
+    """Why the values DVC expands the stages of ``document`` (``dvc.yaml`` as data) with may not come from the suite
+    file ``suite`` alone, which this stage validates and the table stage reads (``aggregate --suite``): every ``vars``
+    entry must name ``suite`` itself (relative to the project root, the cwd), as :func:`grueflow.pipeline.dvc_document`
+    writes it (``FILE:keys`` of it too); another file, or values given in ``dvc.yaml``, would set a grid that is
+    trained but neither checked nor tabulated. "" when they all do, or where no ``dvc.yaml`` is there (``document``
+    empty)."""
+    if not document:
+        return ""
+    given = document.get("vars")
+    entries = given if isinstance(given, list) else []
+    others = [entry for entry in entries if not isinstance(entry, str)
+              or os.path.realpath(entry.partition(":")[0]) != os.path.realpath(suite)]
+    if entries and not others:
+        return ""
+    named = (f"'s vars name {', '.join(e if isinstance(e, str) else repr(e) for e in others)}" if others
+             else f" names no suite file in vars (vars: {given!r})")
+    other = next((entry.partition(":")[0] for entry in others if isinstance(entry, str)), "<suite file>")
+    return (f"{pipeline.DVC_YAML}{named}, but its stages validate and tabulate {suite} alone (validate_suite, "
+            f"aggregate --suite): a grid DVC takes from elsewhere would be trained, but neither checked nor in the "
+            f"table; to run another suite under DVC, copy it over {suite} (cp {other} {suite}), then put vars back "
+            f"with `{pipeline.COMMAND}`")
 
 
 def keep_persons_files(outputs: Sequence[Path]) -> list[str]:

@@ -2618,6 +2618,45 @@ def test_the_suite_check_copies_before_a_params_typo_stops_it(params: Path, caps
     assert f"grueflow: {datapool} holds what no stage record vouches for (NOTES.txt)" in err and "error: " in err
 
 
+def test_dvcs_first_stage_refuses_vars_naming_a_suite_other_than_the_one_it_checks(params: Path, capsys):
+    """A second suite named in dvc.yaml's vars (params/suites/mine.yaml, one task and seed 1): DVC trained that
+    suite's grid while its first stage checked, and the table stage read, params/suite.yaml, so `dvc repro` exited 0
+    with the old suite's table. The first stage refuses such vars, naming the file and how to switch suites under
+    DVC; the outputs of the grid DVC would expand are copied first like the suite's own. params/suite.yaml named
+    another way (./, FILE:keys) is the same suite."""
+    document = (ROOT / "dvc.yaml").read_text()
+    assert "vars:\n  - params/suite.yaml\n" in document
+    mine = params / "suites" / "mine.yaml"
+    mine.parent.mkdir()
+    mine.write_text((params / SUITE).read_text().replace("tasks: [sentiment, concepts]", "tasks: [sentiment]")
+                    .replace("seeds: [0]", "seeds: [1]"))
+    assert mine.read_text() != (params / SUITE).read_text()
+    run = Path("results/sentiment/ppo/seed1")  # a folder of mine.yaml's grid only, holding a person's note
+    run.mkdir(parents=True)
+    write_json(run / "stage.json", {"out": str(run), "files": {}})
+    (run / "NOTES.txt").write_text("seed 1 notes\n")
+    vars_ = "vars:\n  - params/suite.yaml\n"
+    Path("dvc.yaml").write_text(document.replace(vars_, "vars:\n  - params/suites/mine.yaml\n"))
+    assert suite_check_run(params) == 2
+    err = capsys.readouterr().err
+    assert (f"error: dvc.yaml's vars name params/suites/mine.yaml, but its stages validate and tabulate "
+            f"{params / SUITE} alone (validate_suite, aggregate --suite): a grid DVC takes from elsewhere would be "
+            f"trained, but neither checked nor in the table; to run another suite under DVC, copy it over "
+            f"{params / SUITE} (cp params/suites/mine.yaml {params / SUITE}), then put vars back with "
+            f"`python -m grueflow.pipeline dvc --write`") in err.splitlines()
+    assert f"grueflow: {run} holds what no stage record vouches for (NOTES.txt); a copy is kept in" in err
+    assert not Path("results/suite_valid.txt").exists()
+    Path("dvc.yaml").write_text(document.replace(vars_, vars_ + "  - seeds: [1]\n"))
+    assert suite_check_run(params) == 2
+    assert "error: dvc.yaml's vars name {'seeds': [1]}, but its stages validate" in capsys.readouterr().err
+    keys = "tasks,seeds,algorithms,threads,precision,preference_methods"
+    for same in ("./params/suite.yaml", f"params/suite.yaml:{keys}"):
+        Path("dvc.yaml").write_text(document.replace(vars_, f"vars:\n  - {same}\n"))
+        assert suite_check_run(params) == 0, capsys.readouterr().err
+    Path("dvc.yaml").write_text(document)
+    assert suite_check_run(params) == 0 and Path("results/suite_valid.txt").exists()
+
+
 def test_a_note_added_to_a_stage_record_by_hand_is_copied_before_it_is_replaced(params: Path, call_stage, capsys,
                                                                               monkeypatch):
     """A note added by hand to a stage folder's stage.json (valid JSON) was never copied: the record beside a

@@ -19,7 +19,7 @@ import yaml
 
 from grueflow.io import RECORD_DIGEST, sealed, write_json
 from grueflow.metrics import describe
-from tests.conftest import copy_project, run, run_both_engines
+from tests.conftest import copy_project, git_init, run, run_both_engines
 
 pytestmark = pytest.mark.slow
 
@@ -383,6 +383,34 @@ def test_an_invalid_suite_stops_dvc_repro_before_any_stage_runs(dvc_repo, line, 
         suite.write_text(original)
     run(["dvc", "repro"], dvc_repo)
     assert json.loads(run(["dvc", "status", "--json"], dvc_repo).stdout) == DVC_UP_TO_DATE
+
+
+def test_dvc_repro_stops_on_vars_naming_a_second_suite_before_any_stage_trains(tmp_path):
+    """A second suite named in dvc.yaml's vars instead of copied over params/suite.yaml: `dvc repro` trained its grid
+    (one task, seed 1) while the first stage checked, and the table stage read, params/suite.yaml, exit 0 with the
+    other suite's table. The first stage refuses it, naming the file and the copy to make, before any other runs."""
+    repo = copy_project(tmp_path / "repo")
+    mine = repo / "params" / "suites" / "mine.yaml"
+    mine.parent.mkdir()
+    suite = (repo / "params" / "suite.yaml").read_text()
+    mine.write_text(suite.replace("tasks: [sentiment, concepts]", "tasks: [sentiment]")
+                    .replace("seeds: [0]", "seeds: [1]"))
+    assert mine.read_text() != suite
+    document = (repo / "dvc.yaml").read_text()
+    (repo / "dvc.yaml").write_text(document.replace("vars:\n  - params/suite.yaml\n",
+                                                    "vars:\n  - params/suites/mine.yaml\n"))
+    git_init(repo)
+    run(["git", "add", "-A"], repo)
+    run(["git", "commit", "-qm", "a second suite in vars"], repo)
+    repro = run(["dvc", "repro"], repo, check=False)
+    output = repro.stdout + repro.stderr
+    assert repro.returncode != 0 and ("error: dvc.yaml's vars name params/suites/mine.yaml, but its stages validate "
+                                      "and tabulate params/suite.yaml alone") in output, output[-2000:]
+    assert "(cp params/suites/mine.yaml params/suite.yaml), then put vars back with " \
+           "`python -m grueflow.pipeline dvc --write`" in output
+    assert re.findall(r"Running stage '([^']+)'", output) == ["validate_suite"]
+    results = repo / "results"
+    assert not results.exists() or not any(results.iterdir())  # nothing trained, nor the check's own outputs
 
 
 def test_dvc_repro_keeps_a_copy_of_a_persons_file_or_edit_in_a_stage_folder_before_restoring_it(dvc_repo):
