@@ -14,7 +14,7 @@ os.environ["GRUEFLOW_ENGINE"] = "snakemake"  # jobs note what they wrote (gruefl
 # The suite is exactly one file: params/suite.yaml, or the --configfile(s) given, which replace it (Snakemake would
 # merge them over a `configfile:` directive, so a key the chosen suite leaves out would come from params/suite.yaml
 # instead of its default). --config key=value settings apply over either.
-from grueflow.command_line import check_config_given_once, check_rerun_triggers, profile_files
+from grueflow.command_line import check_config_given_once, check_configfiles, check_rerun_triggers, profile_files
 from grueflow.config import ConfigError, read_yaml, yaml11_disagreement
 
 
@@ -47,6 +47,10 @@ if not workflow.overwrite_configfiles:
 report: "workflow/report/workflow.rst"  # snakemake --report report.html (issue 8)
 
 
+try:  # a target after --configfile that Snakemake could read (a JSON table) reaches here as a suite file
+    check_configfiles(workflow.overwrite_configfiles or [])
+except ConfigError as err:
+    raise WorkflowError(f"invalid params: {err}") from None
 check_suite_yaml(workflow.configfiles)  # a --configfile is parsed by Snakemake's command line first
 
 

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 import pandas as pd
 
-from grueflow.command_line import check_configfile_given_once, configfile_options
+from grueflow.command_line import check_configfile_given_once, check_configfiles, configfile_options
 from grueflow.config import ConfigError, load_yaml12
 from grueflow.grue import grue_table_problem
 from grueflow.io import DataError, copy_note, refuse_special_file
@@ -131,7 +131,9 @@ def snakemake_command(suite: Path | None, cores: str, extra: Sequence[str]) -> l
 
 def check_one_suite_option(suite: Path | None, extra: Sequence[str]) -> None:
     """Raise CliError where the suite is given by more than one option (``--suite`` and a ``--configfile`` among
-    Snakemake's arguments ``extra``, or two ``--configfile``): Snakemake keeps the last option's files alone."""
+    Snakemake's arguments ``extra``, or two ``--configfile``): Snakemake keeps the last option's files alone; and
+    where a ``--configfile`` value is no suite file (:func:`grueflow.command_line.check_configfiles`: a target after
+    the option, which Snakemake would fail on with a traceback before the Snakefile runs)."""
     given = configfile_options(extra)
     if suite is not None and given:
         files = " ".join(given[-1])
@@ -140,6 +142,7 @@ def check_one_suite_option(suite: Path | None, extra: Sequence[str]) -> None:
                        f"{files} lays the second over the first)")
     try:
         check_configfile_given_once(extra)
+        check_configfiles([file for files in given for file in files])
     except ConfigError as err:
         raise CliError(str(err)) from None
 

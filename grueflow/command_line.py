@@ -5,7 +5,8 @@ of a key; of two ``--config`` (``-C``) options it keeps the last one's items alo
 replaces a profile's ``config`` whole, and a profile's ``config`` replaces that of the profiles before it. Each of
 these drops a setting without a word, where a suite file that names a key twice is refused:
 :func:`check_config_given_once` refuses them, each naming what to write instead. Of two ``--configfile`` options,
-likewise, Snakemake keeps the last one's files alone.
+likewise, Snakemake keeps the last one's files alone. A ``--configfile`` value that is no suite file (a target
+written after the option, which takes every word up to the next option) is refused by :func:`check_configfiles`.
 
 ``--rerun-triggers`` (a profile's ``rerun-triggers:``) that leaves out a trigger grueflow reruns jobs through would
 have Snakemake plan no job for a param edit while the stale check says a job reruns: :func:`check_rerun_triggers`
@@ -17,6 +18,7 @@ profiles.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -280,6 +282,46 @@ def check_configfile_given_once(argv: Sequence[str]) -> None:
         raise ConfigError(f"--configfile is given {len(options)} times; Snakemake keeps only the last one's files "
                           f"({' '.join(options[-1])}) and drops {' '.join(dropped)}: give the suite files after one "
                           f"--configfile")
+
+
+SUITE_SUFFIXES = (".yaml", ".yml", ".json")  # what a suite file is written in: YAML, or JSON, which YAML reads
+
+
+def configfile_problem(path: str | Path) -> Optional[str]:
+    """Why ``path``, a file Snakemake took as a config file, is no suite file, or None: it lies under ``results/``
+    (what the pipeline writes: a target), is a folder, is not a ``.yaml``, ``.yml`` or ``.json`` file, or does not
+    exist. Relative paths are read from the working folder, the project's root."""
+    results = Path(os.path.abspath("results"))
+    where = Path(os.path.abspath(path))
+    if where == results or results in where.parents:
+        return "it lies under results/, where the pipeline writes what it builds"
+    if where.is_dir():
+        return "it is a folder"
+    if where.suffix.lower() not in SUITE_SUFFIXES:
+        return f"a suite file is a {', '.join(SUITE_SUFFIXES[:-1])} or {SUITE_SUFFIXES[-1]} file"
+    if not where.exists():
+        return "it does not exist"
+    return None
+
+
+def check_configfiles(files: Sequence[str | Path]) -> None:
+    """Raise ConfigError naming the first of ``files`` (the ``--configfile`` values, as given or absolute) that is
+    no suite file (:func:`configfile_problem`): Snakemake's ``--configfile`` takes every word after it up to the next
+    option, so ``--configfile SUITE TARGET`` reads the target as a second suite file, and fails with a traceback
+    (a target not built yet), with "Config file must be given as JSON or YAML" (a table), or lays a JSON output's keys
+    over the suite. A missing suite file is named with the suites there are."""
+    for path in files:
+        problem = configfile_problem(path)
+        if problem is None:
+            continue
+        shown = os.path.relpath(path) if Path(os.path.abspath(path)).is_relative_to(Path.cwd()) else str(path)
+        if problem == "it does not exist":  # a suite file's name, mistyped
+            suites = sorted(str(p) for p in Path("params", "suites").glob("*.yaml"))
+            raise ConfigError(f"--configfile {shown} does not exist (relative paths are read from {Path.cwd()}); "
+                              f"give a suite file, e.g. {', '.join(suites) or 'params/suite.yaml'}")
+        raise ConfigError(f"--configfile {shown} is not a suite file ({problem}): Snakemake's --configfile takes "
+                          f"every word after it up to the next option as a config file, so a target written after "
+                          f"it is read as one; put the targets before --configfile, or write --configfile=SUITE")
 
 
 def check_config_given_once(argv: Sequence[str], profiles: Sequence[str | Path]) -> None:

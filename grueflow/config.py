@@ -819,6 +819,16 @@ class SuiteConfig:
     preference_files: dict[str, str] = field(default_factory=dict)
     precision: Literal["auto", "fp32", "bf16"] = "auto"
 
+    @staticmethod
+    def unread_keys(given: Mapping[str, Any]) -> dict[str, str]:
+        """The keys of ``given`` (a suite mapping) that nothing reads (:func:`parse` refuses them): sets in
+        ``preference_files`` where ``preference_methods`` is empty or left out, since only a preference method's
+        stages read them."""
+        if given.get("preference_files") and not given.get("preference_methods"):
+            return {"preference_files": "only the stages of preference_methods read it, and this suite lists none "
+                                        "(add preference_methods: [dpo] to train on these preferences)"}
+        return {}
+
     @property
     def methods(self) -> list[str]:
         """The table's methods in grid order: zero_shot, supervised, then each algorithm and each preference

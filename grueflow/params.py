@@ -343,7 +343,22 @@ def load_suite(data: dict[str, Any], where: str = "suite") -> Suite:
     if suite.preference_methods:  # the preference stages' params files
         for stem, cls in preference_method_files(suite.preference_methods).items():
             load_section(cls, params / "methods" / f"{stem}.yaml")
+    for task, path in suite.preference_files.items():
+        check_preference_file(path, f"{where}: preference_files.{task}", task)
     return Suite(suite, tasks, methods, supervised)
+
+
+def check_preference_file(path: str, where: str, task: str) -> None:
+    """Raise ConfigError where ``path``, the preference set ``preference_files`` gives ``task`` (a file the preference
+    stages read, relative to the project's root), does not exist or is a folder: Snakemake would only stop on it
+    once it plans the stages, with a MissingInputException below their long input lists."""
+    if Path(path).is_dir():
+        raise ConfigError(f"{where}: {path!r} is a folder; give the preferences.jsonl in it")
+    if not Path(path).exists():
+        raise ConfigError(f"{where}: {path!r} does not exist (relative paths are read from {Path.cwd()}); give a "
+                          f"preferences.jsonl (a human-evaluation import writes results/human/{task}/imported/"
+                          f"<batch>/preferences.jsonl: leave this entry out until it has run), or remove the entry "
+                          f"to build {task}'s preferences with build_preferences")
 
 
 TRAINED_CLASSIFIER = re.compile(r"results/([^/]+)/classifier/model/?")  # the train_classifier stage's model folder
@@ -431,9 +446,10 @@ def validate(path: Path, engine: str = "snakemake") -> Suite:
     """The suite at ``path`` and every params file it names, validated (with ``engine="dvc"``, also refusing what
     DVC cannot honour or read); raises :class:`ConfigError` on the first problem."""
     data = read_yaml(path)
+    if engine == "dvc":  # first: what DVC cannot honour is refused before the files it names are checked
+        check_for_dvc(parse(SuiteConfig, data, f"{path}:"), str(path))
     suite = load_suite(data, str(path))
     if engine == "dvc":
-        check_for_dvc(suite.config, str(path))
         check_dvc_vars(data, str(path))
     return suite
 

@@ -1,7 +1,7 @@
 """A catalogue of bad inputs (issue 9): each fails before any model loads or trains, with one line that
 names the file, the key (or line), the value given and what is allowed.
 
-Categories (644 cases in all, as collected; grown with each hostile pass):
+Categories (652 cases in all, as collected; grown with each hostile pass):
 
 - params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``): unknown keys, wrong types,
   out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline metrics,
@@ -18,8 +18,9 @@ Categories (644 cases in all, as collected; grown with each hostile pass):
 - prompts longer than the model's context, read from ``config.json`` before any weights load;
 - stage CLIs: exit code 2, one line on stderr, no traceback, nothing written;
 - the workflow: ``snakemake -n`` stops on a bad params file before any job; a ``--configfile`` suite replaces
-  params/suite.yaml, ``--config`` seeds, seed and pairwise-batch targets, ``--rerun-triggers`` (a profile's
-  ``rerun-triggers:``) leaving out a trigger grueflow reruns jobs through;
+  params/suite.yaml, and a ``--configfile`` value that is no suite file (a target after the option) is refused;
+  ``--config`` seeds, seed and pairwise-batch targets, ``--rerun-triggers`` (a profile's ``rerun-triggers:``)
+  leaving out a trigger grueflow reruns jobs through;
 - metric args out of range and metric targets a datapool's meta cannot give (refused before generating);
   ToTTo fields of the wrong shape, and re-splits of rows that share a prompt;
 - human answers: conflicting copies, batches answered in part, text a spreadsheet edited;
@@ -648,6 +649,18 @@ PARAMS = [
         "suite.yaml: tasks ['sentiment', 'sentiment'] repeat 'sentiment'; list each once",)), id="suite-task-twice"),
     P(Bad(SUITE, setting("algorithms", ["ppo", "ppo"]), (
         "suite.yaml: algorithms ['ppo', 'ppo'] repeat 'ppo'; list each once",)), id="suite-algorithm-twice"),
+    P(Bad(SUITE, setting("preference_files", {"sentiment": "tasks/sentiment.yaml"}), (
+        "suite.yaml: preference_files: given, but nothing reads it: only the stages of preference_methods read it, "
+        "and this suite lists none (add preference_methods: [dpo] to train on these preferences); leave it out",)),
+      id="preference-files-without-preference-methods"),
+    P(Bad(SUITE, lambda d: d.update(preference_methods=["dpo"], preference_files={"sentiment": "data/nowhere.jsonl"}), (
+        "suite.yaml: preference_files.sentiment: 'data/nowhere.jsonl' does not exist (relative paths are read from ",
+        "give a preferences.jsonl (a human-evaluation import writes results/human/sentiment/imported/<batch>/"
+        "preferences.jsonl: leave this entry out until it has run), or remove the entry to build sentiment's "
+        "preferences with build_preferences")), id="preference-file-missing"),
+    P(Bad(SUITE, lambda d: d.update(preference_methods=["dpo"], preference_files={"sentiment": "params/tasks"}), (
+        "suite.yaml: preference_files.sentiment: 'params/tasks' is a folder; give the preferences.jsonl in it",)),
+      id="preference-file-a-folder"),
     P(Bad(SENTIMENT, setting("rollout_generation.min_new_tokens", 99), (
         "sentiment.yaml: rollout_generation: min_new_tokens must be in [0, max_new_tokens = ", "got 99")),
       id="min-new-tokens-above-max"),
@@ -1830,6 +1843,47 @@ def test_snakemake_takes_a_json_suite_indented_with_tabs(tmp_path: Path):
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert "results/sentiment/datapool" in output and "results/concepts/datapool" not in output, output
+
+
+def test_snakemake_refuses_a_table_taken_as_a_suite_file_after_configfile(tmp_path: Path):
+    """``--configfile SUITE results/grue_table.json`` on a built project laid the table's keys over the suite:
+    Snakemake's --configfile takes every word after it up to the next option as a config file."""
+    project = copy_project(tmp_path / "project")
+    (project / "results").mkdir()
+    (project / "results" / "grue_table.json").write_text(json.dumps({"sentiment": {"ppo": {"lexical/bleu": 0.1}}}))
+    result = subprocess.run([str(Path(PY).parent / "snakemake"), "-n", "--cores", "1", "--configfile",
+                             "params/suite.yaml", "results/grue_table.json"], cwd=project, capture_output=True,
+                            text=True, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert ("invalid params: --configfile results/grue_table.json is not a suite file (it lies under results/, where "
+            "the pipeline writes what it builds): Snakemake's --configfile takes every word after it up to the next "
+            "option as a config file, so a target written after it is read as one; put the targets before "
+            "--configfile, or write --configfile=SUITE") in output, output
+    assert "Job stats" not in output, output
+
+
+@pytest.mark.parametrize("extra, expect", [
+    (["--configfile", "params/suite.yaml", "results/grue_table.csv"],  # a FileNotFoundError traceback from Snakemake
+     "--configfile results/grue_table.csv is not a suite file (it lies under results/, where the pipeline writes what "
+     "it builds): Snakemake's --configfile takes every word after it up to the next option as a config file, so a "
+     "target written after it is read as one; put the targets before --configfile, or write --configfile=SUITE"),
+    (["--configfile", "params/suite.yaml", "all"],
+     "--configfile all is not a suite file (a suite file is a .yaml, .yml or .json file): Snakemake's --configfile"),
+    (["--configfiles", "params/suite.yaml", "params"], "--configfile params is not a suite file (it is a folder)"),
+    (["--configfile=params/suites/nope.yaml"], "--configfile params/suites/nope.yaml does not exist (relative paths "
+     "are read from {root}); give a suite file, e.g. params/suite.yaml"),
+], ids=["table-target", "rule-target", "folder", "missing-suite"])
+def test_grueflow_run_refuses_a_configfile_value_that_is_no_suite_file(tmp_path: Path, monkeypatch, capsys, extra,
+                                                                       expect):
+    """``grueflow run -n --configfile params/suite.yaml results/grue_table.csv`` passed the target on as a config
+    file, and Snakemake's command line failed with a FileNotFoundError traceback before the Snakefile ran."""
+    from grueflow.cli import main as grueflow_main
+
+    project = copy_project(tmp_path / "project")
+    monkeypatch.chdir(project)
+    assert grueflow_main(["run", "--cores", "1", "-n", *extra]) == 2
+    assert capsys.readouterr().err.startswith(f"grueflow run: error: {expect.format(root=project)}")
 
 
 @pytest.mark.parametrize("config, expect", [

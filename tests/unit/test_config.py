@@ -323,7 +323,8 @@ def test_the_validation_cli_checks_a_suite_first_and_refuses_what_dvc_cannot_hon
     suite = yaml.safe_load((MICRO / "suite.yaml").read_text())
     for bad, expect in [({"seeds": ["0"]}, "seeds[0]: expected an integer, got '0'"),
                         ({"seeds": [0, 0]}, "repeat a seed"), ({"threads": 0}, "threads must be >= 1, got 0"),
-                        ({"preference_files": {"sentiment": str(MICRO / "suite.yaml")}},  # dvc repro ignored it
+                        # dvc repro ignored it; refused before the file it names is looked for
+                        ({"preference_methods": ["dpo"], "preference_files": {"sentiment": "nowhere.jsonl"}},
                          "dvc.yaml builds every task's preferences with build_preferences"),
                         ({"rl_starts": ["supervised"]}, "rl_starts ['supervised']: dvc.yaml runs RL from both starts")]:
         (tmp_path / "suite.yaml").write_text(yaml.safe_dump({**suite, "params_dir": str(MICRO), **bad}))

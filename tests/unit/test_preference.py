@@ -357,7 +357,8 @@ def test_a_suite_lists_preference_methods_as_rows_from_each_start_and_refuses_un
     with pytest.raises(ConfigError, match="preference_methods: unknown preference method 'dop'; valid: dpo"):
         parse(SuiteConfig, {"tasks": ["sentiment"], "algorithms": [], "preference_methods": ["dop"]}, "suite")
     with pytest.raises(ConfigError, match="preference_files: 'imdb' is not a task of this suite; valid: sentiment"):
-        parse(SuiteConfig, {"tasks": ["sentiment"], "algorithms": [], "preference_files": {"imdb": "x.jsonl"}}, "suite")
+        parse(SuiteConfig, {"tasks": ["sentiment"], "algorithms": [], "preference_methods": ["dpo"],
+                            "preference_files": {"imdb": "x.jsonl"}}, "suite")
 
 
 def test_a_stage_given_a_bad_preference_row_exits_2_naming_file_line_and_key(tmp_path, tiny_models):
