@@ -329,8 +329,11 @@ def _rows_unlike(table: Path, expected: Iterable[Path]) -> tuple[list[str], list
         return [], []
     try:
         with open(table, newline="", encoding="utf-8") as handle:
-            rows = list(csv.DictReader(handle))
+            reader = csv.DictReader(handle)
+            columns, rows = reader.fieldnames or (), list(reader)
     except (OSError, UnicodeDecodeError, csv.Error):
+        return [], []
+    if not {"task", "method"} <= set(columns):  # an empty file too: no header to read
         return [], []
     beyond, lacking, seen = [], [], set()
     for row in rows:
