@@ -351,14 +351,16 @@ def load_suite(data: dict[str, Any], where: str = "suite") -> Suite:
 def check_preference_file(path: str, where: str, task: str) -> None:
     """Raise ConfigError where ``path``, the preference set ``preference_files`` gives ``task`` (a file the preference
     stages read, relative to the project's root), does not exist or is a folder: Snakemake would only stop on it
-    once it plans the stages, with a MissingInputException below their long input lists."""
+    once it plans the stages, with a MissingInputException below their long input lists. A path under ``results/``
+    not there yet is left to Snakemake: a rule may write it first (a human-evaluation import's
+    ``results/human/<task>/imported/<batch>/preferences.jsonl``, in the same run)."""
     if Path(path).is_dir():
         raise ConfigError(f"{where}: {path!r} is a folder; give the preferences.jsonl in it")
-    if not Path(path).exists():
+    if not Path(path).exists() and Path(os.path.normpath(path)).parts[:1] != ("results",):
         raise ConfigError(f"{where}: {path!r} does not exist (relative paths are read from {Path.cwd()}); give a "
                           f"preferences.jsonl (a human-evaluation import writes results/human/{task}/imported/"
-                          f"<batch>/preferences.jsonl: leave this entry out until it has run), or remove the entry "
-                          f"to build {task}'s preferences with build_preferences")
+                          f"<batch>/preferences.jsonl), or remove the entry to build {task}'s preferences with "
+                          f"build_preferences")
 
 
 TRAINED_CLASSIFIER = re.compile(r"results/([^/]+)/classifier/model/?")  # the train_classifier stage's model folder

@@ -656,8 +656,8 @@ PARAMS = [
     P(Bad(SUITE, lambda d: d.update(preference_methods=["dpo"], preference_files={"sentiment": "data/nowhere.jsonl"}), (
         "suite.yaml: preference_files.sentiment: 'data/nowhere.jsonl' does not exist (relative paths are read from ",
         "give a preferences.jsonl (a human-evaluation import writes results/human/sentiment/imported/<batch>/"
-        "preferences.jsonl: leave this entry out until it has run), or remove the entry to build sentiment's "
-        "preferences with build_preferences")), id="preference-file-missing"),
+        "preferences.jsonl), or remove the entry to build sentiment's preferences with build_preferences")),
+      id="preference-file-missing"),
     P(Bad(SUITE, lambda d: d.update(preference_methods=["dpo"], preference_files={"sentiment": "params/tasks"}), (
         "suite.yaml: preference_files.sentiment: 'params/tasks' is a folder; give the preferences.jsonl in it",)),
       id="preference-file-a-folder"),

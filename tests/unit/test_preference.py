@@ -548,3 +548,18 @@ def test_a_reward_model_whose_loss_turns_non_finite_stops_before_its_step(tiny_m
                                                  r"were not updated with it; training diverged: lower learning_rate"):
         trainer.run_epoch()
     assert all(torch.equal(a, b) for a, b in zip(before, trainer.params))
+
+
+def test_a_suites_preference_file_must_exist_unless_a_rule_writes_it_under_results(tmp_path, monkeypatch):
+    """``preference_files`` is refused at parse time where its file is missing, but for a path under ``results/``,
+    which a human-evaluation import of the same Snakemake run may write first."""
+    from grueflow.config import ConfigError
+    from grueflow.params import check_preference_file
+
+    monkeypatch.chdir(tmp_path)
+    check_preference_file("results/human/sentiment/imported/likert_seed0/preferences.jsonl", "suite", "sentiment")
+    check_preference_file("./results/human/sentiment/imported/b/preferences.jsonl", "suite", "sentiment")
+    with pytest.raises(ConfigError, match="suite: 'data/prefs.jsonl' does not exist"):
+        check_preference_file("data/prefs.jsonl", "suite", "sentiment")
+    with pytest.raises(ConfigError, match="does not exist"):
+        check_preference_file("results/../data/prefs.jsonl", "suite", "sentiment")
