@@ -422,10 +422,11 @@ def note_edited(target: str, revs: Sequence[str]) -> None:
     table (:data:`grueflow.stale.TABLES`: the GRUE table's JSON) whose bytes are not those its stage wrote, by the
     digests the stage recorded beside it (:func:`grueflow.stale.edited_files`): edited by hand, so its values are no
     pipeline result. Nothing is said where that record is missing (a clone whose results came from ``dvc pull``:
-    nothing tells), or where the workspace's dvc.lock records the file's bytes as they are (:func:`locked_as_is`:
-    an earlier result ``dvc checkout`` put back, which the record of the last run does not describe)."""
+    nothing tells), or where the workspace's dvc.lock records the file's bytes as they are
+    (:func:`grueflow.stale.locked_as_is`: an earlier result ``dvc checkout`` put back, which the record of the last
+    run does not describe)."""
     from grueflow.io import files_record
-    from grueflow.stale import TABLES, edited_files
+    from grueflow.stale import TABLES, edited_files, locked_as_is, locked_outputs
 
     if "workspace" not in revs:
         return
@@ -433,30 +434,10 @@ def note_edited(target: str, revs: Sequence[str]) -> None:
     first = next((first for first, others in TABLES.items() if path in (first, *others)), None)
     if first is None or not files_record(first).is_file() or path not in edited_files(first, TABLES[first]):
         return
-    if not locked_as_is(path):
+    if not locked_as_is(path, locked_outputs(Path("dvc.lock")).get(path.as_posix())):
         print(f"grueflow diff: note: {path} is not what its stage wrote (edited by hand?): it differs from the digest "
               f"recorded in {files_record(first)}, so its workspace values are no pipeline result; rebuild it (dvc "
               f"repro, or grueflow run) for the pipeline's values", file=sys.stderr)
-
-
-def locked_as_is(path: Path) -> bool:
-    """Whether the workspace's dvc.lock records an output ``path`` (relative to the project root) with the md5 of its
-    bytes now, as DVC computes it (of the text with CRLF as LF for an entry of DVC 2, which names no ``hash``)."""
-    import hashlib
-
-    import yaml
-
-    try:
-        stages = load_yaml12(Path("dvc.lock").read_text(encoding="utf-8")).get("stages") or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, AttributeError):
-        return False
-    content = path.read_bytes()
-    for stage in stages.values() if isinstance(stages, dict) else ():
-        for out in (stage.get("outs") or []) if isinstance(stage, dict) else ():
-            if isinstance(out, dict) and out.get("path") == path.as_posix() and isinstance(out.get("md5"), str):
-                text = content if out.get("hash") == "md5" else content.replace(b"\r\n", b"\n")
-                return hashlib.md5(text).hexdigest() == out["md5"]
-    return False
 
 
 def check_metrics_target(target: str) -> None:

@@ -409,15 +409,47 @@ def keep_edited_tables(root: Path, tables: Mapping[Path, Iterable[Path]]) -> lis
     under the project ``root``) whose bytes are not what its stage wrote (:func:`edited_files`: a note added by hand)
     to ``.grueflow/replaced/``, once per content; one line per table a copy was made of now, as the Snakefile's stale
     check words it (:func:`mark_stale`). For an engine that restores a table's files with no check of its own
-    (DVC's checkout of a cached stage's outs), run before it touches any. A copy that fails is a
-    :class:`DataError`: nothing may run."""
-    lines = []
+    (DVC's checkout of a cached stage's outs), run before it touches any. A file whose bytes are those ``dvc.lock``
+    under ``root`` records for it is DVC's own (an earlier table restored from its cache when a param was put back,
+    which the record of the last run does not describe): not copied. A copy that fails is a :class:`DataError`:
+    nothing may run."""
+    lines, locked = [], None
     for first, others in tables.items():
         edited = edited_files(first, others) if first.is_file() else []
+        if edited:  # DVC's own bytes, restored from its cache (a param reverted): the record is of the last run only
+            locked = locked_outputs(root / "dvc.lock") if locked is None else locked
+            edited = [file for file in edited if not locked_as_is(root / file, locked.get(file.as_posix()))]
         if edited and any(kept_copy(file, root, [file]) is None for file in edited):
             why = _changed_since_written(first) or "it is not what its stage wrote (edited or replaced since)"
             lines.append(f"grueflow: {first} is stale ({why}); its job reruns{_copies_of(edited, root)}")
     return lines
+
+
+def locked_outputs(lock: Path) -> dict[str, dict]:
+    """The outputs the DVC lock file ``lock`` records, by path (as written there: relative to the project root), each
+    as its entry (``md5``, and ``hash: md5`` from DVC 3 on); empty where there is no lock file or it does not read."""
+    import yaml
+
+    from grueflow.config import load_yaml12
+
+    try:
+        stages = load_yaml12(lock.read_text(encoding="utf-8")).get("stages") or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, AttributeError):
+        return {}
+    return {out["path"]: out for stage in (stages.values() if isinstance(stages, dict) else ())
+            for out in ((stage.get("outs") or []) if isinstance(stage, dict) else ())
+            if isinstance(out, dict) and isinstance(out.get("path"), str) and isinstance(out.get("md5"), str)}
+
+
+def locked_as_is(path: Path, entry: Optional[Mapping]) -> bool:
+    """Whether ``entry``, an output's record in dvc.lock (:func:`locked_outputs`; None: none), holds the md5 of the
+    file ``path``'s bytes now as DVC computes it (of the text with CRLF as LF for an entry of DVC 2, which names no
+    ``hash``): the bytes DVC itself restored or saved there."""
+    if not entry or not path.is_file():
+        return False
+    content = path.read_bytes()
+    text = content if entry.get("hash") == "md5" else content.replace(b"\r\n", b"\n")
+    return hashlib.md5(text).hexdigest() == entry["md5"]
 
 
 def _copies_of(edited: Iterable[Path], root: Path) -> str:

@@ -331,6 +331,36 @@ def test_a_note_added_to_a_table_is_copied_before_the_rerun_writes_it_again(tmp_
     assert mark_stale(Path("results"), csv, [], {csv: [md]}, tokens=tokens) == [line]  # copied once per content
 
 
+def test_dvcs_own_table_restored_from_its_cache_is_not_copied_as_an_edit(tmp_path, monkeypatch):
+    """`dvc repro` after a param is put back restores the earlier table from DVC's cache, with no aggregate run: the
+    table's record of digests is still the last run's, and DVC's first stage took the restored files for a hand
+    edit (a copy and a line on the next `dvc repro`). A file whose bytes dvc.lock records for it (DVC 3's md5, or
+    DVC 2's of the text with CRLF as LF) is DVC's own; an edit of it is still copied."""
+    import hashlib
+
+    from grueflow.io import atomic_files
+    from grueflow.stale import keep_edited_tables
+
+    monkeypatch.chdir(tmp_path)
+    csv, md = Path("results/grue_table.csv"), Path("results/grue_table.md")
+    csv.parent.mkdir()
+    with atomic_files([csv, md]) as (csv_tmp, md_tmp):  # the last run's table and its record
+        csv_tmp.write_text("task,method\nsentiment,ppo\n")
+        md_tmp.write_text("| task |\n")
+    earlier = {csv: "task,method\nsentiment,zero_shot\n", md: "| task | method |\r\n"}
+    for path, text in earlier.items():  # DVC's restore of the table before the param change
+        path.write_bytes(text.encode())
+    entries = [f"    - path: {csv}\n      hash: md5\n      md5: {hashlib.md5(earlier[csv].encode()).hexdigest()}\n",
+               f"    - path: {md}\n      md5: {hashlib.md5(earlier[md].replace(chr(13), '').encode()).hexdigest()}\n"]
+    Path("dvc.lock").write_text("schema: '2.0'\nstages:\n  aggregate:\n    cmd: python stages/aggregate.py\n"
+                                "    outs:\n" + "".join(entries))
+    assert keep_edited_tables(Path("."), {csv: [md]}) == [] and not Path(".grueflow").exists()
+    md.write_text("| task | method |\nmy note\n")  # a note added to DVC's own file: a person's edit
+    line, = keep_edited_tables(Path("."), {csv: [md]})
+    assert line.startswith(f"grueflow: {csv} is stale (") and f"a copy of {md} is kept in .grueflow/replaced/" in line
+    assert "a copy of results/grue_table.csv" not in line
+
+
 def test_a_table_edited_after_its_stage_wrote_it_is_stale(tmp_path, monkeypatch):
     """The GRUE table cut, or saved back by a spreadsheet, after a finished run: Snakemake said "Nothing to be done"
     and the table stayed as edited, and so it did once the record of its digests was gone too. Its stage records the
