@@ -1945,16 +1945,23 @@ def test_snakemake_refuses_a_profile_config_that_snakemake_would_drop_in_part(tm
     a profile giving seeds twice kept the last, and a profile's configfile beside --configfile planned the command
     line's suite alone, with no word: Snakemake reads a profile's settings as the command line's defaults. --prof
     (which Snakemake's parser reads as --profile) skipped every one of these checks."""
-    project = copy_project(tmp_path / "project")
+    returncode, output = dry_run_with_profiles(copy_project(tmp_path / "project"), profiles, args, env)
+    assert returncode != 0 and expect in output, output
+    assert "Job stats" not in output, output
+
+
+def dry_run_with_profiles(project: Path, profiles: dict[str, str], args: list[str],
+                          env: dict[str, str] | None = None) -> tuple[int, str]:
+    """``snakemake -n`` of the GRUE table in ``project`` with ``args``, each of ``profiles`` ({folder: its
+    config.yaml}) written there first and no SNAKEMAKE_PROFILE but ``env``'s: its exit code and output."""
     for name, text in profiles.items():
-        (project / name).mkdir()
+        (project / name).mkdir(exist_ok=True)
         (project / name / "config.yaml").write_text(text)
     environ = {key: value for key, value in os.environ.items() if key != "SNAKEMAKE_PROFILE"}
     result = subprocess.run([str(Path(PY).parent / "snakemake"), "-n", "--cores", "1", "results/grue_table.csv",
-                             *args], cwd=project, capture_output=True, text=True, timeout=300, env={**environ, **env})
-    output = result.stdout + result.stderr
-    assert result.returncode != 0 and expect in output, output
-    assert "Job stats" not in output, output
+                             *args], cwd=project, capture_output=True, text=True, timeout=300,
+                            env={**environ, **(env or {})})
+    return result.returncode, result.stdout + result.stderr
 
 
 def test_snakemake_started_elsewhere_with_directory_checks_a_relative_profile(tmp_path: Path):
@@ -2020,15 +2027,9 @@ def test_snakemake_refuses_rerun_triggers_that_leave_out_what_grueflow_reruns_th
     """--rerun-triggers mtime (or a profile's rerun-triggers: mtime) had Snakemake ignore every job's params, through
     which grueflow reruns a job for a params or method file edited and for each stale line: the stale check said a
     job reruns, and Snakemake planned nothing."""
-    project = copy_project(tmp_path / "project")
-    if profile is not None:
-        (project / "prof").mkdir()
-        (project / "prof" / "config.yaml").write_text(profile)
-    environ = {key: value for key, value in os.environ.items() if key != "SNAKEMAKE_PROFILE"}
-    result = subprocess.run([str(Path(PY).parent / "snakemake"), "-n", "--cores", "1", "results/grue_table.csv",
-                             *args], cwd=project, capture_output=True, text=True, timeout=300, env=environ)
-    output = result.stdout + result.stderr
-    assert result.returncode != 0 and expect in output, output
+    returncode, output = dry_run_with_profiles(copy_project(tmp_path / "project"),
+                                               {"prof": profile} if profile is not None else {}, args)
+    assert returncode != 0 and expect in output, output
     assert "Job stats" not in output, output
 
 
@@ -2036,15 +2037,10 @@ def test_snakemake_takes_rerun_triggers_that_hold_what_grueflow_reruns_through(t
     """The valid neighbours of those refusals: every trigger grueflow needs, software-env left out, and the command
     line's over a profile's rerun-triggers: mtime."""
     project = copy_project(tmp_path / "project")
-    (project / "prof").mkdir()
-    (project / "prof" / "config.yaml").write_text("rerun-triggers: mtime\n")
-    environ = {key: value for key, value in os.environ.items() if key != "SNAKEMAKE_PROFILE"}
     for args in (["--rerun-triggers", "mtime", "params", "input", "code"],
                  ["--profile", "prof", "--rerun-triggers", "code", "input", "params", "mtime", "software-env"]):
-        result = subprocess.run([str(Path(PY).parent / "snakemake"), "-n", "--cores", "1", "results/grue_table.csv",
-                                 *args], cwd=project, capture_output=True, text=True, timeout=300, env=environ)
-        output = result.stdout + result.stderr
-        assert result.returncode == 0 and "results/eval/sentiment/ppo/seed0" in output, (args, output)
+        returncode, output = dry_run_with_profiles(project, {"prof": "rerun-triggers: mtime\n"}, args)
+        assert returncode == 0 and "results/eval/sentiment/ppo/seed0" in output, (args, output)
 
 
 def test_snakemakes_schema_takes_the_task_names_the_library_takes(tmp_path: Path):
