@@ -79,6 +79,7 @@ class Validation:
         self.total = total if total is not None else cfg.iterations
         self.step = step if step is not None else (lambda trainer: trainer.state.iteration)
         self.rows: list[dict[str, Any]] = []
+        self.digests: dict[Path, tuple[tuple[int, ...], str]] = {}  # file: (its stat signature, its sha256)
         self.synced = False
         self.announced = False  # whether selected() has logged its warnings
         self.scorer = evaluation.Scorer(reward, metrics, context)  # its metrics built once, for every evaluation
@@ -155,8 +156,18 @@ class Validation:
         for number, path in self._steps():
             if number <= step:
                 for file in [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()):
-                    found[file.relative_to(base).as_posix()] = fingerprint(file)
+                    found[file.relative_to(base).as_posix()] = self._digest(file)
         return found
+
+    def _digest(self, file: Path) -> str:
+        """``file``'s sha256, read once while its stat signature (inode, size, times) stays the one read: every
+        checkpoint records the digests of all kept policies so far, which are written once and never change."""
+        info = file.stat()
+        signature = (info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        known = self.digests.get(file)
+        if known is None or known[0] != signature:
+            known = self.digests[file] = (signature, fingerprint(file))
+        return known[1]
 
     def _resume(self, step: int) -> None:
         """Keep what a previous run of this resume folder (the same run ``key``) did up to ``step``, the step of the
