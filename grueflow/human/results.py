@@ -252,6 +252,12 @@ def read_platform_csv(path: str | Path, batch: Batch) -> list[Answer]:
                     continue  # (Excel keeps its commas): an empty row in a spreadsheet, no answer
                 place = f"row {number}" if number == start else f"row {number} (line {start})"
                 if _repeats_header(record, header):
+                    if [cell.strip().lstrip("\ufeff") for cell in record] != [cell.strip() for cell in header]:
+                        raise io.DataError(f"{path}: {place} is a header row with the columns in another order "
+                                           f"than row 1's: were two results files joined (cat a.csv b.csv)? The rows "
+                                           f"below it follow its order, so deleting it would swap their answers: "
+                                           f"split the file there into two files in the answers folder, whose files "
+                                           f"the import reads together")
                     raise io.DataError(f"{path}: {place} repeats the header row: were two results files joined "
                                        f"(cat a.csv b.csv)? Delete that line, or keep the two files apart in the "
                                        f"answers folder, whose files the import reads together")

@@ -1078,6 +1078,22 @@ def test_two_results_files_joined_with_cat_name_the_repeated_header_row(tmp_path
         results.read_answers(tmp_path / "joined.csv", batch)
 
 
+def test_a_joined_results_file_whose_second_header_orders_its_columns_otherwise_is_not_to_be_cut(tmp_path: Path):
+    """Two downloads joined with ``cat`` whose Answer columns come in other orders: deleting the second header row,
+    as the repeated-header refusal advised, imported the second file's rows with their scores swapped between
+    criteria, exit 0. A header row that is not row 1's is refused as such, with the advice to split the file."""
+    batch = _likert(2)
+    first = _mturk_csv(tmp_path / "a.csv", batch, [("W1", i["item_id"], None, 3) for i in batch.items])
+    second = _mturk_csv(tmp_path / "b.csv", batch, [("W2", i["item_id"], None, 4) for i in batch.items])
+    _edit_csv(second, lambda header, rows: (header[::-1], [row[::-1] for row in rows]))
+    (tmp_path / "joined.csv").write_text(first.read_text(encoding="utf-8") + second.read_text(encoding="utf-8"),
+                                         encoding="utf-8")
+    with pytest.raises(io.DataError, match=rf"joined\.csv: row {len(batch.items) + 2} is a header row with the "
+                                           r"columns in another order than row 1's: .* deleting it would swap their "
+                                           r"answers: split the file there into two files in the answers folder"):
+        results.read_answers(tmp_path / "joined.csv", batch)
+
+
 def test_a_spreadsheets_empty_columns_right_of_the_data_are_passed_over(tmp_path: Path, caplog) -> None:
     """Excel writes ``,,`` at the end of every line where cells right of the data were once touched: the file was
     refused as naming the column '' twice."""
