@@ -855,6 +855,11 @@ class SuiteConfig:
             names = getattr(self, key)
             repeated = sorted({n for n in names if names.count(n) > 1})
             check(not repeated, f"{key} {list(names)} repeat {', '.join(map(repr, repeated))}; list each once")
+        folded = [name.casefold() for name in self.tasks]  # one folder results/<task>/ on a disk that ignores case
+        alike = [name for name in self.tasks if folded.count(name.casefold()) > 1]
+        check(not alike, f"tasks {list(self.tasks)}: {' and '.join(map(repr, alike))} differ in letter case alone, "
+                         f"and a disk that ignores case (macOS, Windows) holds them in one folder results/"
+                         f"{alike[0] if alike else ''}/; rename one task and its file params/tasks/<name>.yaml")
         check(len(self.seeds) > 0, "a suite needs at least one seed")
         check(min(self.seeds) >= 0, f"seeds must be >= 0, got {list(self.seeds)}")
         check(max(self.seeds) <= MAX_SEED, f"seeds must be <= {MAX_SEED:,}, got {list(self.seeds)}")

@@ -647,6 +647,10 @@ PARAMS = [
       id="duplicate-reward-weight"),
     P(Bad(SUITE, setting("tasks", ["sentiment", "sentiment"]), (
         "suite.yaml: tasks ['sentiment', 'sentiment'] repeat 'sentiment'; list each once",)), id="suite-task-twice"),
+    P(Bad(SUITE, setting("tasks", ["sentiment", "Sentiment"]), (
+        "suite.yaml: tasks ['sentiment', 'Sentiment']: 'sentiment' and 'Sentiment' differ in letter case alone, and a "
+        "disk that ignores case (macOS, Windows) holds them in one folder results/sentiment/; rename one task and its "
+        "file params/tasks/<name>.yaml",)), id="suite-tasks-alike-but-for-case"),
     P(Bad(SUITE, setting("algorithms", ["ppo", "ppo"]), (
         "suite.yaml: algorithms ['ppo', 'ppo'] repeat 'ppo'; list each once",)), id="suite-algorithm-twice"),
     P(Bad(SUITE, setting("preference_files", {"sentiment": "tasks/sentiment.yaml"}), (
