@@ -354,6 +354,9 @@ def check_preference_file(path: str, where: str, task: str) -> None:
     once it plans the stages, with a MissingInputException below their long input lists. A path under ``results/``
     not there yet is left to Snakemake: a rule may write it first (a human-evaluation import's
     ``results/human/<task>/imported/<batch>/preferences.jsonl``, in the same run)."""
+    if not path.strip():  # Path("") is the working folder
+        raise ConfigError(f"{where}: the path is empty; give a preferences.jsonl, or remove the entry to build "
+                          f"{task}'s preferences with build_preferences")
     if Path(path).is_dir():
         raise ConfigError(f"{where}: {path!r} is a folder; give the preferences.jsonl in it")
     if not Path(path).exists() and Path(os.path.normpath(path)).parts[:1] != ("results",):

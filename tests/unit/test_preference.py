@@ -563,3 +563,5 @@ def test_a_suites_preference_file_must_exist_unless_a_rule_writes_it_under_resul
         check_preference_file("data/prefs.jsonl", "suite", "sentiment")
     with pytest.raises(ConfigError, match="does not exist"):
         check_preference_file("results/../data/prefs.jsonl", "suite", "sentiment")
+    with pytest.raises(ConfigError, match="suite: the path is empty; give a preferences.jsonl, or remove the entry"):
+        check_preference_file(" ", "suite", "sentiment")
