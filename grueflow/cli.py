@@ -420,19 +420,28 @@ def note_copied(target: str, revs: Sequence[str]) -> None:
 def note_edited(target: str, revs: Sequence[str]) -> None:
     """Say on stderr where the workspace's ``target`` (one of ``revs`` is ``workspace``) is a file written with a
     table (:data:`grueflow.stale.TABLES`: the GRUE table's JSON) whose bytes are not those its stage wrote, by the
-    digests the stage recorded beside it (:func:`grueflow.stale.edited_files`): edited by hand, so its values are no
-    pipeline result. Nothing is said where that record is missing (a clone whose results came from ``dvc pull``:
+    digests the stage recorded beside it (:func:`grueflow.stale.edited_files`), or a file of a stage folder that its
+    ``stage.json`` does not vouch for (:func:`grueflow.keep.unvouched`: an evaluation's ``metrics.json`` edited):
+    edited by hand, so its values are no pipeline result. Nothing is said where that record is missing (a clone whose results came from ``dvc pull``:
     nothing tells), or where the workspace's dvc.lock records the file's bytes as they are
     (:func:`grueflow.stale.locked_as_is`: an earlier result ``dvc checkout`` put back, which the record of the last
     run does not describe)."""
-    from grueflow.io import files_record
+    from grueflow.io import STAGE_RECORD, files_record
+    from grueflow.keep import unvouched
     from grueflow.stale import TABLES, edited_files, locked_as_is, locked_outputs
 
     if "workspace" not in revs:
         return
     path = Path(os.path.relpath(os.path.abspath(target)))
     first = next((first for first, others in TABLES.items() if path in (first, *others)), None)
-    if first is None or not files_record(first).is_file() or path not in edited_files(first, TABLES[first]):
+    if first is None:
+        folder = next((folder for folder in path.parents if (folder / STAGE_RECORD).is_file()), None)
+        if folder is not None and path.is_file() and path in unvouched(folder):
+            print(f"grueflow diff: note: {path} is not what its stage wrote (edited by hand?): it differs from what "
+                  f"{folder / STAGE_RECORD} records of it, so its workspace values are no pipeline result; rebuild "
+                  f"it (dvc repro, or grueflow run) for the pipeline's values", file=sys.stderr)
+        return
+    if not files_record(first).is_file() or path not in edited_files(first, TABLES[first]):
         return
     if not locked_as_is(path, locked_outputs(Path("dvc.lock")).get(path.as_posix())):
         print(f"grueflow diff: note: {path} is not what its stage wrote (edited by hand?): it differs from the digest "

@@ -617,6 +617,36 @@ def test_diff_of_a_metrics_file_in_another_runs_folder_copied_in_says_whose_run_
     assert shown.out.splitlines()[-1].split() == ["reward", "0.5", "0.75", "+0.25"]
 
 
+def test_diff_of_a_stage_folders_file_edited_by_hand_says_it_is_no_pipeline_result(tmp_path, monkeypatch, capsys):
+    """diff HEAD workspace --target <an evaluation's metrics.json> edited by hand gave the edited value as the
+    workspace's, without a word, though the folder's stage.json records the file's digest."""
+    from grueflow.io import atomic_dir, write_json
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git_init(repo)
+    run(["dvc", "init", "-q"], repo)
+    monkeypatch.chdir(repo)
+    folder = Path("results") / "eval" / "sentiment" / "ppo" / "seed0"
+    with atomic_dir(folder) as tmp:
+        write_json(tmp / "metrics.json", {"reward": 0.5})
+        write_stage_record(tmp, stage="evaluate", params={}, inputs={}, wall_time_s=0.0)
+    target = folder / "metrics.json"
+    (repo / "dvc.yaml").write_text(f"metrics:\n  - {target}\n")
+    run(["git", "add", "-A"], repo)
+    run(["git", "commit", "-qm", "a run"], repo)
+    assert main(["diff", "HEAD", "workspace", "--target", str(target)]) == 0
+    assert capsys.readouterr().err == ""
+    target.write_text('{\n  "reward": 0.75\n}\n')  # the size changed
+    assert main(["diff", "HEAD", "workspace", "--target", str(target)]) == 0
+    shown = capsys.readouterr()
+    assert shown.err == (
+        f"grueflow diff: note: {target} is not what its stage wrote (edited by hand?): it differs from what "
+        f"{folder / 'stage.json'} records of it, so its workspace values are no pipeline result; rebuild it (dvc "
+        f"repro, or grueflow run) for the pipeline's values\n")
+    assert shown.out.splitlines()[-1].split() == ["reward", "0.5", "0.75", "+0.25"]
+
+
 def test_diff_with_a_table_edited_in_the_workspace_says_it_is_no_pipeline_result(tmp_path, monkeypatch, capsys):
     """With results/grue_table.json edited by hand, diff HEAD workspace gave the edited values as the workspace's
     results without a word, though the digests aggregate recorded beside the table tell the edit. A table as its
