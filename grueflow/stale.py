@@ -360,11 +360,14 @@ def _changed_inputs(root: Path, readers: dict[Path, dict], stale: dict[Path, str
     input is looked at once however many stages read it (a datapool), and read only where :func:`input_digest`
     cannot answer from ``cache`` (None: this process's only). A file a person put in an input stage folder is left
     out, as the reader left it out of the digest it recorded (:func:`grueflow.keep.persons_files`): no stage reads
-    it, and a run copies it out."""
+    it, and a run copies it out. An input stage folder whose digest changed is checked against its own record, its
+    files read (:func:`grueflow.io.check_stage_output`): one that fails it is damaged itself (a file replaced by
+    another of its size that kept an older time, ``cp -p`` from the wrong backup, which the cheap look of
+    :func:`stale_outputs` at its own files cannot tell), and is stale with why, to be rebuilt before its readers."""
     if cache is not None:
         _load(cache)
     digests: dict[Path, str] = {}
-    computed, changed_readers = False, {}
+    computed, changed_readers, damaged = False, {}, {}
     for folder, inputs in readers.items():
         changed = []
         for meta in inputs.values():
@@ -372,7 +375,7 @@ def _changed_inputs(root: Path, readers: dict[Path, dict], stale: dict[Path, str
                 continue
             path = root / meta["path"]
             owner = path.parent if path.name == MODEL_DIR else path  # the stage folder, for one under results/
-            if not path.exists() or owner in stale:
+            if not path.exists() or owner in stale or owner in damaged:
                 continue
             if path not in digests:
                 digests[path], new = input_digest(path, persons_files(path))  # as the reader recorded it
@@ -383,12 +386,18 @@ def _changed_inputs(root: Path, readers: dict[Path, dict], stale: dict[Path, str
                 if older == meta["sha256"]:
                     continue
             if digests[path] != meta["sha256"]:
+                if (owner / STAGE_RECORD).is_file():
+                    try:
+                        check_stage_output(owner)
+                    except MissingDataError as err:  # "<owner> is damaged: <file> does not match ...; delete ..."
+                        damaged[owner] = str(err).split(";")[0].replace(f"{os.path.abspath(owner)} is ", "")
+                        continue
                 changed.append(meta["path"])
         if changed:
             changed_readers[folder] = f"its input {', '.join(changed)} {CHANGED_INPUT}"
     if computed and cache is not None:
         _save(cache)
-    return changed_readers
+    return {**damaged, **changed_readers}
 
 
 def edited_files(first: Path, others: Iterable[Path]) -> list[Path]:

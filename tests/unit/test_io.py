@@ -1779,6 +1779,37 @@ def test_a_stage_file_replaced_at_the_same_size_makes_its_folder_stale_not_only_
         evaluation: "damaged: metrics.json does not match the digest its stage recorded"}
 
 
+def test_a_stage_file_replaced_at_the_same_size_with_an_older_time_makes_its_folder_stale(tmp_path, monkeypatch):
+    """The same replacement with ``cp -p`` (or ``cp -a``, ``rsync -a``): the file keeps a time older than its folder's
+    record, so the look at the folder's own files (sizes, and digests of files newer than the record) passes, and only
+    the reader was stale: its rerun refused the folder on every run. Where a reader's input folder changed, that
+    folder is checked against its own record, its files read: it is stale itself, and reruns before its reader."""
+    from grueflow import stale
+    from grueflow.io import atomic_dir, write_json, write_stage_record
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)
+    results = Path("results")
+    runs = {method: results / "sentiment" / method / "seed0" for method in ("supervised", "ppo")}
+    for method, run in runs.items():
+        with atomic_dir(run) as tmp:
+            (tmp / "model").mkdir()
+            (tmp / "model" / "model.safetensors").write_bytes(method.encode().ljust(64, b"w"))
+            write_stage_record(tmp, stage="rl_finetune", params={}, inputs={}, wall_time_s=0.0)
+    evaluation = results / "eval" / "sentiment" / "ppo" / "seed0"
+    with atomic_dir(evaluation) as tmp:
+        write_json(tmp / "metrics.json", {"fluency/perplexity": 115})
+        write_stage_record(tmp, stage="evaluate", params={}, inputs={"model": runs["ppo"] / "model"}, wall_time_s=0.0)
+    suite = [*runs.values(), evaluation]
+    assert stale.stale_outputs(results, results / "t.csv", [evaluation], folders=suite) == {}
+    weights = runs["ppo"] / "model" / "model.safetensors"
+    earlier = (runs["ppo"] / "stage.json").stat().st_mtime_ns - 10**9
+    shutil.copyfile(runs["supervised"] / "model" / "model.safetensors", weights)
+    os.utime(weights, ns=(earlier, earlier))  # cp -p: the source's older time kept
+    assert stale.stale_outputs(results, results / "t.csv", [evaluation], folders=suite) == {
+        runs["ppo"]: "damaged: model/model.safetensors does not match the digest its stage recorded"}
+
+
 def test_a_stage_folder_without_its_record_is_stale_when_read_or_aggregated(tmp_path):
     """A datapool emptied (or its stage.json deleted) was found by no stage.json, so it was never rebuilt and its
     readers read what was left; an emptied evaluation failed the table on every run."""
