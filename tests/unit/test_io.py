@@ -1718,20 +1718,12 @@ def test_a_hand_edit_of_a_stage_file_that_keeps_its_size_is_kept_before_a_rerun(
     assert keep_copy(trained, Path("."), unvouched(trained)) == copies[trained]  # the same content: copied once
 
 
-def test_a_stage_file_replaced_at_the_same_size_makes_its_folder_stale_not_only_its_reader(tmp_path, monkeypatch):
-    """An RL folder's weights replaced by another run's of the same size (a restore from the wrong backup), or a
-    number edited in an evaluation's metrics.json, were copied out and named, but only the reader was stale (or
-    nothing was): its rerun refused the folder ("does not match the digest its stage recorded") on every run. A file
-    modified after its folder's record with the listed size and another digest makes the folder stale itself, with
-    a new token, so its own job reruns and then what reads it; a file touched or copied back as written does not,
-    and a finished project reads no file."""
-    from grueflow import keep, stale
+def two_runs_and_an_evaluation(results: Path) -> tuple[dict[str, Path], Path]:
+    """Under ``results``: the RL folders of supervised and ppo (seed 0; 64 bytes of weights each, of the same size and
+    other bytes), and ppo's evaluation reading ppo's model, each with its stage record; ({method: folder}, the
+    evaluation's folder)."""
     from grueflow.io import atomic_dir, write_json, write_stage_record
-    from grueflow.keep import REPLACED
 
-    monkeypatch.setattr(stale, "_KNOWN", {})
-    monkeypatch.chdir(tmp_path)
-    results, tokens = Path("results"), Path(".snakemake") / "grueflow-stale.json"
     runs = {method: results / "sentiment" / method / "seed0" for method in ("supervised", "ppo")}
     for method, run in runs.items():
         with atomic_dir(run) as tmp:
@@ -1742,6 +1734,24 @@ def test_a_stage_file_replaced_at_the_same_size_makes_its_folder_stale_not_only_
     with atomic_dir(evaluation) as tmp:
         write_json(tmp / "metrics.json", {"fluency/perplexity": 115})
         write_stage_record(tmp, stage="evaluate", params={}, inputs={"model": runs["ppo"] / "model"}, wall_time_s=0.0)
+    return runs, evaluation
+
+
+def test_a_stage_file_replaced_at_the_same_size_makes_its_folder_stale_not_only_its_reader(tmp_path, monkeypatch):
+    """An RL folder's weights replaced by another run's of the same size (a restore from the wrong backup), or a
+    number edited in an evaluation's metrics.json, were copied out and named, but only the reader was stale (or
+    nothing was): its rerun refused the folder ("does not match the digest its stage recorded") on every run. A file
+    modified after its folder's record with the listed size and another digest makes the folder stale itself, with
+    a new token, so its own job reruns and then what reads it; a file touched or copied back as written does not,
+    and a finished project reads no file."""
+    from grueflow import keep, stale
+    from grueflow.io import atomic_dir, write_stage_record
+    from grueflow.keep import REPLACED
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)
+    results, tokens = Path("results"), Path(".snakemake") / "grueflow-stale.json"
+    runs, evaluation = two_runs_and_an_evaluation(results)
     suite = [*runs.values(), evaluation]
     read = []
     digest = keep.fingerprint
@@ -1785,21 +1795,11 @@ def test_a_stage_file_replaced_at_the_same_size_with_an_older_time_makes_its_fol
     the reader was stale: its rerun refused the folder on every run. Where a reader's input folder changed, that
     folder is checked against its own record, its files read: it is stale itself, and reruns before its reader."""
     from grueflow import stale
-    from grueflow.io import atomic_dir, write_json, write_stage_record
 
     monkeypatch.setattr(stale, "_KNOWN", {})
     monkeypatch.chdir(tmp_path)
     results = Path("results")
-    runs = {method: results / "sentiment" / method / "seed0" for method in ("supervised", "ppo")}
-    for method, run in runs.items():
-        with atomic_dir(run) as tmp:
-            (tmp / "model").mkdir()
-            (tmp / "model" / "model.safetensors").write_bytes(method.encode().ljust(64, b"w"))
-            write_stage_record(tmp, stage="rl_finetune", params={}, inputs={}, wall_time_s=0.0)
-    evaluation = results / "eval" / "sentiment" / "ppo" / "seed0"
-    with atomic_dir(evaluation) as tmp:
-        write_json(tmp / "metrics.json", {"fluency/perplexity": 115})
-        write_stage_record(tmp, stage="evaluate", params={}, inputs={"model": runs["ppo"] / "model"}, wall_time_s=0.0)
+    runs, evaluation = two_runs_and_an_evaluation(results)
     suite = [*runs.values(), evaluation]
     assert stale.stale_outputs(results, results / "t.csv", [evaluation], folders=suite) == {}
     weights = runs["ppo"] / "model" / "model.safetensors"
