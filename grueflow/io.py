@@ -92,17 +92,46 @@ def files_record(first: str | Path) -> Path:
     return first.with_name(f".{first.name}.record.json")
 
 
+BUILT_FROM = "built_from"  # the key, in a files record, of the stage folders the files were built from
+
+
 @contextlib.contextmanager
-def atomic_files(paths: Iterable[str | Path]) -> Iterator[list[Path]]:
+def atomic_files(paths: Iterable[str | Path],
+                 built_from: Optional[Mapping[str | Path, Optional[str]]] = None) -> Iterator[list[Path]]:
     """:func:`atomic_paths` of ``paths`` and of their :func:`files_record`, ``{path as given: sha256 of its bytes}``,
     written from the temporary files once the block succeeds, so that a file edited after its stage wrote it can be
     told apart from what the stage wrote (grueflow.stale). The record is renamed into place first: one left beside
-    older files says they differ, never that they match."""
+    older files says they differ, never that they match. ``built_from`` ({stage folder read: :func:`record_digest`
+    of it, taken before it was read}), where given, is recorded too, under :data:`BUILT_FROM`, each folder relative to
+    the working folder (the project, where both engines run stages) where it lies in it, else absolute: what the
+    files were built from, which the stale check compares with what the suite names now. A reader of the file digests
+    takes the entries whose value is a string (:func:`written_digests`)."""
     paths = [Path(path) for path in paths]
     with atomic_paths([*paths, files_record(paths[0])]) as tmps:
         yield tmps[:-1]
-        write_json(tmps[-1], {str(path): sha256_bytes(tmp) for path, tmp in zip(paths, tmps)})
+        record: dict[str, Any] = {str(path): sha256_bytes(tmp) for path, tmp in zip(paths, tmps)}
+        if built_from is not None:
+            record[BUILT_FROM] = {_relative_to_cwd(Path(os.path.abspath(folder))): digest
+                                  for folder, digest in built_from.items()}
+        write_json(tmps[-1], record)
         note_written(_relative_to_cwd(Path(os.path.abspath(paths[0]))), tmps[-1])
+
+
+def written_digests(record: object) -> Optional[dict[str, str]]:
+    """The file digests of a files record read as JSON (:func:`files_record`): ``{path as given: sha256}``, the
+    entries whose value is a string (:data:`BUILT_FROM` left out); None where ``record`` is no JSON object (a record
+    damaged by hand)."""
+    if not isinstance(record, dict):
+        return None
+    return {path: digest for path, digest in record.items() if isinstance(digest, str)}
+
+
+def record_digest(folder: str | Path) -> Optional[str]:
+    """The sha256 of the stage record (``stage.json``) of the stage folder ``folder``, None where it has none: what a
+    table records of each folder it read (:func:`atomic_files`), which changes when the folder is rebuilt with other
+    content, params or inputs, and not on a forced rerun that writes it byte for byte again."""
+    record = Path(folder) / STAGE_RECORD
+    return sha256_bytes(record) if record.is_file() else None
 
 
 def note_written(out: str, record: str | Path) -> None:

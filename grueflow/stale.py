@@ -28,8 +28,11 @@ the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark
 - a stage folder the suite's rules write (``folders``), a ``stage.json`` records as an input, or the table
   aggregates, that holds no ``stage.json`` of its own (emptied, or its record deleted; every stage writes one
   last), or a file where such a folder belongs: that folder is stale;
-- the GRUE table, when an evaluation it aggregates (an ``expected`` folder) no longer exists, or when its rows are
-  not the suite's grid (:func:`_rows_unlike`: a task, method or seed added or dropped since it was built);
+- the GRUE table, when an evaluation it aggregates (an ``expected`` folder) no longer exists, when its rows are
+  not the suite's grid (:func:`_rows_unlike`: a task, method or seed added or dropped since it was built), or when
+  the evaluation folders its stage recorded reading are not the suite's, or one was rebuilt since
+  (:func:`_built_unlike`: seeds 0 and 1 where the suite names 2 and 3, all on disk, which the rows' count cannot
+  tell);
 - a table (the GRUE table, the human-evaluation table) one of whose files written with it (its Markdown, JSON,
   chart: ``siblings``) is missing, or one of whose files differs from what its stage wrote (the digests it
   recorded, :func:`grueflow.io.atomic_files`: a table edited in a spreadsheet, cut), or whose record of those
@@ -89,9 +92,10 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional
 
 from grueflow.config import ConfigError
-from grueflow.io import (MODEL_DIR, SNAKEMAKE_METADATA, SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED, DataError,
-                         MissingDataError, atomic_path, check_stage_output, files_record, fingerprint, last_written,
-                         read_json, sha256_bytes, snakemake_metadata, written_for)
+from grueflow.io import (BUILT_FROM, MODEL_DIR, SNAKEMAKE_METADATA, SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED,
+                         DataError, MissingDataError, atomic_path, check_stage_output, files_record, fingerprint,
+                         last_written, read_json, record_digest, sha256_bytes, snakemake_metadata, written_digests,
+                         written_for)
 from grueflow.keep import (batch_copies_text, edited_outputs, files_under, keep_batch, keep_copy, kept_copy, listed,
                            persons_files, stat_signature, unvouched)
 from grueflow.pipeline import PARAMS_DIGEST, STAGES, ParamsSource, params_digest
@@ -307,6 +311,8 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             stale[written] = changed
         elif written.is_file() and written not in stale and _put_back(root, written, files_record(written)):
             stale[written] = f"{files_record(written)}, the digests of what its stage wrote, {PUT_BACK}"
+    if table.is_file() and table not in stale and (unlike := _built_unlike(root, table, expected)) is not None:
+        stale[table] = unlike  # after the checks of its own files: what its record says is then what was built
     return stale
 
 
@@ -350,6 +356,69 @@ def _rows_unlike(table: Path, expected: Iterable[Path]) -> tuple[list[str], list
             lacking.append(f"{key[0]}/{key[1]} ({n_seeds} of {seeds[key]} seeds)")
     lacking += [f"{task}/{method}" for task, method in seeds if (task, method) not in seen]
     return beyond, lacking
+
+
+def _built_unlike(root: Path, table: Path, expected: list[Path]) -> Optional[str]:
+    """Why the GRUE table ``table`` is not built from the suite's evaluations ``expected`` by the stage folders its
+    stage recorded reading (:data:`grueflow.io.BUILT_FROM` in its :func:`grueflow.io.files_record`, paths relative
+    to the project ``root``), or None where it is. Other folders than the suite's (seeds 0 and 1 where the suite
+    names 2 and 3, all on disk: the rows' count is the same) make it ``"it was built from seed0, seed1 of
+    results/eval/sentiment/ppo (the suite names seed2, seed3)"``; a folder rebuilt since, its ``stage.json`` not the
+    one the stage read (:func:`grueflow.io.record_digest`), ``"its input <folder> changed since it was built"`` (as a
+    stage folder's changed input: stamped alone, :data:`AS_BUILT`). Nothing is judged (None) where ``expected`` is
+    empty (no suite given), or where the record names no folders (written before tables recorded them, or by a stage
+    that records none: :func:`_rows_unlike` judges those) or does not vouch for the table's bytes (another table put
+    in its place: the check of its digests says so)."""
+    try:
+        record = read_json(files_record(table))
+    except (OSError, ValueError):
+        return None
+    built = record.get(BUILT_FROM) if isinstance(record, dict) else None
+    if not expected or not isinstance(built, dict) or not _vouches(root, record, table):
+        return None
+    recorded = {_absolute(root / name): digest for name, digest in built.items()}
+    named = {_absolute(folder): folder for folder in expected}
+    if set(recorded) != set(named):
+        return "it was built from " + _folders_unlike(root, recorded, named)
+    changed = [str(named[path]) for path in named if recorded[path] != record_digest(path)]
+    return f"its input {', '.join(changed[:3])}{' and more' if len(changed) > 3 else ''} {CHANGED_INPUT}" \
+        if changed else None
+
+
+def _vouches(root: Path, record: Mapping, table: Path) -> bool:
+    """Whether the files record ``record`` holds the sha256 of ``table``'s bytes now, under the table's path
+    (relative to the project ``root``, as its stage gave it)."""
+    digests = written_digests(record) or {}
+    return any(_absolute(root / path) == _absolute(table) and sha256_bytes(table) == digest
+               for path, digest in digests.items())
+
+
+def _absolute(path: Path) -> str:
+    """``path`` absolute and normalised, links kept: a folder as a record names it, comparable with another name."""
+    return os.path.normpath(os.path.abspath(path))
+
+
+def _folders_unlike(root: Path, recorded: Iterable[str], named: Iterable[str]) -> str:
+    """The folders a table was built from (``recorded``) against those the suite names (``named``), both as
+    :func:`_absolute` paths, for each parent folder (``results/eval/<task>/<method>``) where they differ, in the
+    suite's order: ``"seed0, seed1 of results/eval/sentiment/ppo (the suite names seed2, seed3)"``, three at most,
+    then ``" and more"``; a parent with none on one side says ``none``, and a parent is named relative to ``root``
+    where it lies in it."""
+    parents: dict[str, tuple[dict[str, None], dict[str, None]]] = {}  # {parent: (names built, names named)}, ordered
+    for side, paths in ((1, named), (0, recorded)):
+        for path in paths:
+            parent, name = os.path.split(path)
+            parents.setdefault(parent, ({}, {}))[side][name] = None
+    base = Path(_absolute(root))
+    unlike = [f"{', '.join(built) or 'none'} of {_shown(Path(parent), base)} (the suite names "
+              f"{', '.join(names) or 'none'})"
+              for parent, (built, names) in parents.items() if set(built) != set(names)]
+    return "; ".join(unlike[:3]) + (" and more" if len(unlike) > 3 else "")
+
+
+def _shown(path: Path, base: Path) -> str:
+    """The absolute ``path`` relative to ``base`` where it lies in it, else as it is."""
+    return str(path.relative_to(base)) if path.is_relative_to(base) else str(path)
 
 
 def _changed_inputs(root: Path, readers: dict[Path, dict], stale: dict[Path, str],
@@ -405,10 +474,10 @@ def edited_files(first: Path, others: Iterable[Path]) -> list[Path]:
     wrote: those that differ from the digests it recorded (:func:`grueflow.io.files_record`), or every one there
     where that record is missing or unreadable (nothing then tells which were edited)."""
     try:
-        recorded = read_json(files_record(first))
+        recorded = written_digests(read_json(files_record(first)))
     except (OSError, ValueError):
         recorded = None
-    if not isinstance(recorded, dict):
+    if recorded is None:
         return [path for path in (first, *others) if path.is_file()]
     return [Path(path) for path, digest in recorded.items() if Path(path).is_file() and sha256_bytes(path) != digest]
 
@@ -473,12 +542,12 @@ def _changed_since_written(first: Path) -> Optional[str]:
     or lost with a copy of the visible files: nothing then vouches for the table); None when all are as written."""
     record = files_record(first)
     try:
-        recorded = read_json(record)
+        recorded = written_digests(read_json(record))
     except FileNotFoundError:
         return f"{record}, the digests of what its stage wrote, is missing"
     except (OSError, ValueError):
         recorded = None
-    if not isinstance(recorded, dict):
+    if recorded is None:
         return f"{record}, the digests of what its stage wrote, is damaged"
     changed = next((path for path, digest in recorded.items() if Path(path).is_file()
                     and sha256_bytes(path) != digest), None)

@@ -10,7 +10,7 @@ interrupt.until_main()
 
 from grueflow import grue, plots, report, stage
 from grueflow.config import ConfigError, SuiteConfig, read_yaml
-from grueflow.io import atomic_files, write_text
+from grueflow.io import atomic_files, record_digest, write_text
 from grueflow.params import parse
 
 SUITE_KEYS = ("tasks", "algorithms", "seeds", "rl_starts", "preference_methods")  # also the grid flags' names
@@ -100,13 +100,14 @@ def main() -> None:
     missing = [str(p) for p in paths if not p.is_file()]
     if missing:
         raise SystemExit(f"error: {len(missing)} evaluate outputs are missing, e.g. {missing[0]}; run the pipeline first")
+    built_from = {path.parent: record_digest(path.parent) for path in paths}  # what is read, before it is read
     runs = grue.load_runs(paths)
     table, headline, missing = grue.build_table(runs), grue.headlines(runs), grue.missing_metrics(runs)
     left_out = grue.reward_left_out(runs)
     seed = suite.seeds[0]
     samples = {(t, m): report.read_samples(args.eval_dir / t / m / f"seed{seed}" / "predictions.jsonl", args.samples)
                for t in suite.tasks for m in suite.methods} if args.out_samples else {}  # read (and checked) first
-    with atomic_files(path for _, path in outs) as tmps:  # all outputs new, or none; their digests recorded
+    with atomic_files((path for _, path in outs), built_from) as tmps:  # all new, or none; digests recorded
         tmp = dict(zip((flag for flag, _ in outs), tmps))
         grue.write_table(table, tmp["--out-csv"], tmp["--out-md"], tmp["--out-json"], headline, missing, left_out)
         if args.out_chart:

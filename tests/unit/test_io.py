@@ -722,6 +722,59 @@ def test_a_table_lacking_rows_the_suite_names_is_stale(tmp_path, monkeypatch):
     assert stale._rows_unlike(table, evals) == ([], [])
 
 
+def test_a_table_built_from_other_evaluations_of_the_same_count_is_stale(tmp_path, monkeypatch):
+    """A table built for seeds 0 and 1, then the suite's seeds 2 and 3 with every seed's evaluation on disk and
+    Snakemake's record of the aggregate job gone (``rm -rf .snakemake``, a table dvc repro built): the rows' count
+    is the same, and Snakemake said "Nothing to be done" with seeds 0 and 1's numbers. The aggregate stage records
+    the evaluation folders it read, with the digest of each one's stage.json, beside the table; a table built from
+    other folders than the suite names, or from one rebuilt since, is stale. A record the stage wrote before it
+    recorded them is judged by its rows, as before."""
+    from grueflow import stale
+    from grueflow.io import files_record, write_json
+    from tests.unit.test_grue import write_run
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)
+    results, table = Path("results"), Path("results/grue_table.csv")
+    siblings = {table: [Path("results/grue_table.md"), Path("results/grue_table.json")]}
+    for method in ("zero_shot", "supervised"):
+        for seed in range(4):
+            write_run(results / "eval", "sentiment", method, seed)
+
+    def evals(*seeds: int) -> list[Path]:
+        return [results / "eval" / "sentiment" / method / f"seed{seed}" for method in ("zero_shot", "supervised")
+                for seed in seeds]
+
+    aggregate = [sys.executable, str(Path(__file__).resolve().parents[2] / "stages" / "aggregate.py"), "--eval-dir",
+                 "results/eval", "--tasks", "sentiment", "--seeds", "0", "1", "--rl-starts", "zero_shot",
+                 *(arg for key in ("csv", "md", "json") for arg in (f"--out-{key}", f"results/grue_table.{key}"))]
+    subprocess.run(aggregate, check=True, capture_output=True)
+    assert sorted(read_json(files_record(table))["built_from"]) == [str(folder) for folder in sorted(evals(0, 1))]
+    assert stale.stale_outputs(results, table, evals(0, 1), siblings, folders=evals(0, 1)) == {}
+    assert stale.stale_outputs(results, table, evals(2, 3), siblings, folders=evals(2, 3)) == {
+        table: "it was built from seed0, seed1 of results/eval/sentiment/zero_shot (the suite names seed2, seed3); "
+               "seed0, seed1 of results/eval/sentiment/supervised (the suite names seed2, seed3)"}
+    swapped = [evals(0)[0], evals(2)[0], *evals(0, 1)[2:]]  # zero_shot's seed1 for its seed2
+    assert stale.stale_outputs(results, table, swapped, siblings) == {
+        table: "it was built from seed0, seed1 of results/eval/sentiment/zero_shot (the suite names seed0, seed2)"}
+    shutil.rmtree(results / "eval" / "sentiment" / "supervised" / "seed1")  # an evaluation rebuilt by hand
+    write_run(results / "eval", "sentiment", "supervised", 1, value=0.9)
+    assert stale.stale_outputs(results, table, evals(0, 1), siblings) == {
+        table: "its input results/eval/sentiment/supervised/seed1 changed since it was built"}
+    line, = stale.mark_stale(results, table, evals(0, 1), siblings)  # stamped alone, as for a stage's input
+    assert line == "grueflow: results/grue_table.csv is stale (its input results/eval/sentiment/supervised/seed1 " \
+                   "changed since it was built); its job reruns"
+    assert table.stat().st_mtime == 1 and not Path(".snakemake/grueflow-stale.json").exists()
+    assert stale.edited_files(table, siblings[table]) == []  # the folders are no file the table was written with
+    record = read_json(files_record(table))
+    write_json(files_record(table), {path: digest for path, digest in record.items() if path != "built_from"})
+    assert stale.stale_outputs(results, table, evals(2, 3), siblings) == {}  # an older record: the rows alone judge
+    write_json(files_record(table), record)
+    table.write_text(table.read_text().replace(",0.5,", ",0.6,"))  # the record no longer vouches for the table
+    assert stale.stale_outputs(results, table, evals(2, 3), siblings) == {
+        table: "it is not what its stage wrote (edited or replaced since)"}
+
+
 def test_dvcs_outputs_at_or_under_a_link_to_another_runs_folder_are_refused(tmp_path, monkeypatch):
     """DVC checks a cached stage's outs out through any link, the out's own folder included (``<seed0>/model`` with
     ``seed0`` a link), and runs no grueflow code first: its first stage refuses both layouts from the outs DVC
