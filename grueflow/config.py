@@ -650,6 +650,16 @@ RESULTS_NAMES = {
     "samples.html": "the GRUE table's page of samples",
     **{f"human_eval_table.{ext}": "a file of the human-evaluation table" for ext in ("csv", "md")},
 }
+# what lies in results/logs/ beside the task folders of logs (results/logs/<task>/): the logs of the jobs that run
+# once for all tasks and the folders of the logs kept per kind of job (the rules' logs): no task's name, or its jobs'
+# logs would lie inside a file or among another kind's
+LOG_NAMES = {
+    "eval": "the folder of every evaluation's log (results/logs/eval/<task>/...)",
+    "human": "the folder of every human-evaluation job's log (results/logs/human/<task>/...)",
+    "aggregate.log": "the log of the GRUE table's job (rule aggregate)",
+    "human_eval_table.log": "the log of the human-evaluation table's job (rule human_eval_table)",
+}
+RESERVED_NAMES = {"results": RESULTS_NAMES, "results/logs": LOG_NAMES}  # by the folder a task's own folder lies in
 
 
 # ---------------------------------------------------------------------------------------------
@@ -845,12 +855,13 @@ class SuiteConfig:
             check(name != GRUE_SCORE, f"tasks: {name!r} is reserved: grue_table.json keeps the methods' GRUE scores "
                                       f"under that key, beside the tasks; rename the task and its file "
                                       f"params/tasks/{name}.yaml")
-            taken = next((known for known in RESULTS_NAMES if known.casefold() == name.casefold()), None)
-            if taken is not None:
-                case = " (one name where letter case is ignored, as on macOS)" if taken != name else ""
-                raise ValueError(f"tasks: {name!r} is reserved: a task's stages write results/{name}/, and "
-                                 f"results/{taken} is {RESULTS_NAMES[taken]}{case}; rename the task and its file "
-                                 f"params/tasks/{name}.yaml")
+            for folder, names in RESERVED_NAMES.items():
+                taken = next((known for known in names if known.casefold() == name.casefold()), None)
+                if taken is not None:
+                    case = " (one name where letter case is ignored, as on macOS)" if taken != name else ""
+                    raise ValueError(f"tasks: {name!r} is reserved: a task's stages write {folder}/{name}/, and "
+                                     f"{folder}/{taken} is {names[taken]}{case}; rename the task and its file "
+                                     f"params/tasks/{name}.yaml")
         for key in ("tasks", "algorithms"):  # a repeated name would be one run counted as several seeds
             names = getattr(self, key)
             repeated = sorted({n for n in names if names.count(n) > 1})

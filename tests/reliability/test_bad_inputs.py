@@ -1,7 +1,7 @@
 """A catalogue of bad inputs (issue 9): each fails before any model loads or trains, with one line that
 names the file, the key (or line), the value given and what is allowed.
 
-Categories (680 cases in all, as collected; grown with each hostile pass):
+Categories (686 cases in all, as collected; grown with each hostile pass):
 
 - params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``): unknown keys, wrong types,
   out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline metrics,
@@ -2792,6 +2792,30 @@ def test_a_task_named_like_what_the_pipeline_writes_in_results_is_refused_with_t
     with pytest.raises(ConfigError, match=rf"tasks: '{re.escape(task)}' is reserved: a task's stages write "
                                           rf"results/{re.escape(task)}/, and results/{re.escape(taken)} is {what}; "
                                           rf"rename the task and its file params/tasks/{re.escape(task)}.yaml"):
+        validate(suite, engine)
+
+
+@pytest.mark.parametrize("engine", ["snakemake", "dvc"])
+@pytest.mark.parametrize("task, taken, what", [
+    ("aggregate.log", "aggregate.log", r"the log of the GRUE table's job \(rule aggregate\)"),
+    ("human_eval_table.log", "human_eval_table.log",
+     r"the log of the human-evaluation table's job \(rule human_eval_table\)"),
+    ("Aggregate.LOG", "aggregate.log", r"the log of the GRUE table's job \(rule aggregate\) \(one name where letter "
+                                       r"case is ignored, as on macOS\)"),
+], ids=["aggregate.log", "human_eval_table.log", "Aggregate.LOG"])
+def test_a_task_named_like_what_the_pipeline_writes_in_results_logs_is_refused_with_the_suite(
+        params: Path, engine: str, task: str, taken: str, what: str):
+    """A task named aggregate.log passed every check, and its first job died in a Snakemake traceback,
+    NotADirectoryError: its logs' folder results/logs/aggregate.log is the GRUE table's job's log file. Both engines
+    refuse each name the rules write in results/logs/ beside the tasks' log folders, naming the task."""
+    from grueflow.params import validate
+
+    shutil.copy2(params / "tasks" / "sentiment.yaml", params / "tasks" / f"{task}.yaml")
+    suite = params / SUITE
+    suite.write_text(suite.read_text().replace("tasks: [sentiment, concepts]", f"tasks: [{task}, concepts]"))
+    with pytest.raises(ConfigError, match=rf"tasks: '{re.escape(task)}' is reserved: a task's stages write "
+                                          rf"results/logs/{re.escape(task)}/, and results/logs/{re.escape(taken)} is "
+                                          rf"{what}; rename the task and its file params/tasks/{re.escape(task)}.yaml"):
         validate(suite, engine)
 
 

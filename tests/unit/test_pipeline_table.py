@@ -215,17 +215,27 @@ def test_the_suite_schema_accepts_resources_for_exactly_the_scheduled_stages():
 
 
 def test_the_names_no_task_may_take_are_those_the_pipeline_writes_beside_the_task_folders():
-    """A task is a folder of results/ (results/<task>/...): the suite refuses a task named like anything else there
-    (grueflow.config.RESULTS_NAMES). Each stage's outputs, DVC's first stage's and the rules' logs name exactly those
-    that the table does not template by task."""
-    from grueflow.config import RESULTS_NAMES
+    """A task is a folder of results/ (results/<task>/...) and of results/logs/ (results/logs/<task>/...): the suite
+    refuses a task named like anything else there (grueflow.config.RESERVED_NAMES). Each stage's outputs, DVC's first
+    stage's and the rules' logs name exactly those that the table does not template by task, in each folder that
+    holds a task's folder."""
+    from grueflow.config import RESERVED_NAMES, RESULTS_NAMES
 
     written = [path for stage in STAGES.values() for path in stage.outputs.values()]
     written += [pipeline.SUITE_CHECK, pipeline.PLUGIN_CODE]
     written += [match for path in RULES.glob("*.smk") for match in re.findall(r'"(results/[^"]+)"', path.read_text())]
-    tops = {Path(path).parts[1] for path in written if Path(path).parts[0] == "results"}
-    assert {top for top in tops if "{" not in top} == set(RESULTS_NAMES)
-    assert {top for top in tops if "{" in top} == {"{task}", "{w.task}"}
+    beside: dict[str, set[str]] = {}  # each folder that holds a task's folder -> the fixed names in it
+    for path in written:
+        parts = Path(path).parts
+        for i in range(1, len(parts)):
+            names = {Path(other).parts[i] for other in written if Path(other).parts[:i] == parts[:i]
+                     and len(Path(other).parts) > i}
+            if any("{" in name and "task" in name for name in names):
+                beside["/".join(parts[:i])] = {name for name in names if "{" not in name}
+    assert {folder: names for folder, names in beside.items() if names} == \
+        {folder: set(names) for folder, names in RESERVED_NAMES.items()}
+    assert RESERVED_NAMES["results"] is RESULTS_NAMES
+    assert beside["results/logs"] == {"eval", "human", "aggregate.log", "human_eval_table.log"}
 
 
 def test_an_unknown_stage_is_refused_with_the_valid_names():
