@@ -14,7 +14,8 @@ os.environ["GRUEFLOW_ENGINE"] = "snakemake"  # jobs note what they wrote (gruefl
 # The suite is exactly one file: params/suite.yaml, or the --configfile(s) given, which replace it (Snakemake would
 # merge them over a `configfile:` directive, so a key the chosen suite leaves out would come from params/suite.yaml
 # instead of its default). --config key=value settings apply over either.
-from grueflow.command_line import check_config_given_once, check_configfiles, check_rerun_triggers, profile_files
+from grueflow.command_line import (check_config_given_once, check_configfiles, check_rerun_triggers,
+                                   command_line_resources, profile_files)
 from grueflow.config import ConfigError, read_yaml, yaml11_disagreement
 
 
@@ -83,6 +84,12 @@ if workflow.is_main_process:  # a job's own process runs the command line Snakem
         raise WorkflowError(f"--cores must be a positive integer or all, got {workflow.resource_settings.cores}")
 if "seeds" in workflow.config_settings.config:  # --config seeds=...; a suite file's YAML keeps its integers
     config["seeds"] = command_line_seeds(config["seeds"])
+if "resources" in workflow.config_settings.config and isinstance(config["resources"], dict):
+    try:  # --config resources=...: Snakemake passes its numbers as strings
+        config["resources"] = command_line_resources(config["resources"],
+                                                     workflow.config_settings.config.get("resources"))
+    except ConfigError as err:
+        raise WorkflowError(f"invalid params: {err}") from None
 
 
 validate(config, "workflow/schemas/suite.schema.yaml")

@@ -8,6 +8,10 @@ these drops a setting without a word, where a suite file that names a key twice 
 likewise, Snakemake keeps the last one's files alone. A ``--configfile`` value that is no suite file (a target
 written after the option, which takes every word up to the next option) is refused by :func:`check_configfiles`.
 
+Snakemake reads a ``--config`` value's nested scalars as strings (``resources={evaluate: {mem_mb: 500}}`` gives
+``'500'``), which the suite's schema refuses as no integer: :func:`command_line_resources` converts the integers of
+``resources`` (the Snakefile converts ``seeds`` likewise).
+
 ``--rerun-triggers`` (a profile's ``rerun-triggers:``) that leaves out a trigger grueflow reruns jobs through would
 have Snakemake plan no job for a param edit while the stale check says a job reruns: :func:`check_rerun_triggers`
 refuses it. Snakemake hands a Snakefile its DAG settings, the triggers among them, only once the Snakefile has been
@@ -19,12 +23,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import typing
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import yaml
 
-from grueflow.config import ConfigError
+from grueflow.config import ConfigError, JobResources
 
 
 # Snakemake's long options that grueflow's checks read, each with the shortest prefix that names it alone among
@@ -359,6 +365,35 @@ def check_config_given_once(argv: Sequence[str], profiles: Sequence[str | Path])
                               f"and Snakemake would keep the last value without a word; keep one")
     _given_in_one_place("config", setting, options[0] if options else None, "settings", " settings",
                         "give every KEY=VALUE")
+
+
+# the keys of a rule's resources that take an integer (threads, mem_mb, runtime, gpu), from their one declaration
+RESOURCE_INTEGERS = tuple(name for name, hint in typing.get_type_hints(JobResources).items() if hint == Optional[int])
+INTEGER = r"-?(0|[1-9][0-9]*)"  # an integer as YAML 1.1 (Snakemake) and YAML 1.2 (DVC) both read it
+
+
+def command_line_resources(merged: Mapping[str, Any], given: object) -> dict[str, Any]:
+    """The suite's ``resources`` ``merged`` (the suite file's, with the ``--config`` ones laid over them) with each
+    value ``given`` on the command line (``--config resources=...``, as Snakemake read it: nested scalars are
+    strings) for an integer key (:data:`RESOURCE_INTEGERS`) made an integer. A value written otherwise (``5e2``,
+    ``0500``, ``1.5``, ``lots``) raises ConfigError with the spelling that works; other keys and shapes are left as
+    they are, for the suite's validation to judge."""
+    result = {rule: dict(values) if isinstance(values, Mapping) else values for rule, values in merged.items()}
+    if not isinstance(given, Mapping):
+        return result
+    for rule, values in given.items():
+        if not isinstance(values, Mapping) or not isinstance(result.get(rule), dict):
+            continue
+        for key, value in values.items():
+            if key not in RESOURCE_INTEGERS or not isinstance(value, str):
+                continue
+            if re.fullmatch(INTEGER, value) is None:
+                raise ConfigError(f"--config resources: {rule}: {key}: {value!r} is no integer written without "
+                                  f"leading zeros; write --config 'resources={{{rule}: {{{key}: N}}}}' with N an "
+                                  f"integer, set it in the suite file's resources:, or give --set-resources "
+                                  f"{rule}:{key}=N for one run")
+            result[rule][key] = int(value)
+    return result
 
 
 def _given_in_one_place(key: str, profiles: Sequence[tuple[str | Path, list[str]]], command_line: Optional[str],

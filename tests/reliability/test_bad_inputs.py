@@ -1,7 +1,7 @@
 """A catalogue of bad inputs (issue 9): each fails before any model loads or trains, with one line that
 names the file, the key (or line), the value given and what is allowed.
 
-Categories (686 cases in all, as collected; grown with each hostile pass):
+Categories (690 cases in all, as collected; grown with each hostile pass):
 
 - params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``): unknown keys, wrong types,
   out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline metrics,
@@ -3670,6 +3670,33 @@ def test_seeds_given_with_config_in_another_spelling_are_refused_with_the_one_th
     assert result.returncode != 0, output
     assert (f"invalid params: --config seeds={shown}: seeds is a list of integers written without leading zeros, "
             f"e.g. --config 'seeds=[0,1]'") in output, output
+    assert "Job stats" not in output, output
+
+
+def test_resources_given_with_config_are_integers(tmp_path: Path):
+    """Snakemake's --config passes a mapping's nested values as strings: 'resources={evaluate: {mem_mb: 500}}' failed
+    as "'500' is not of type 'integer'", blaming a correct integer."""
+    result = suite_dry_run(copy_project(tmp_path / "project"), "results/eval/sentiment/ppo/seed0", "--config",
+                           "resources={evaluate: {mem_mb: 500, gpu: 0}, rl_finetune: {runtime: 7, threads: 1}}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    plan = re.findall(r"^rule (\w+):.*?^\s+resources: ([^\n]*)", result.stdout, re.M | re.S)
+    assert "mem_mb=500," in dict(plan)["evaluate"] and "runtime=7," in dict(plan)["rl_finetune"], plan
+    assert "mem_mb=3000," in dict(plan)["rl_finetune"], plan  # the keys it leaves out keep their defaults
+
+
+@pytest.mark.parametrize("given, shown", [("resources={evaluate: {mem_mb: 5e2}}", "evaluate: mem_mb: '5e2'"),
+                                          ("resources={evaluate: {mem_mb: 0500}}", "evaluate: mem_mb: '0500'"),
+                                          ("resources={rl_finetune: {gpu: one}}", "rl_finetune: gpu: 'one'")],
+                         ids=["exponent", "leading-zero", "word"])
+def test_resources_given_with_config_in_another_spelling_are_refused_with_the_one_that_works(tmp_path: Path,
+                                                                                             given: str, shown: str):
+    result = suite_dry_run(copy_project(tmp_path / "project"), "--config", given)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    rule, key = shown.split(":")[:2]
+    assert (f"invalid params: --config resources: {shown} is no integer written without leading zeros; write "
+            f"--config 'resources={{{rule}: {{{key.strip()}: N}}}}' with N an integer, set it in the suite file's "
+            f"resources:, or give --set-resources {rule}:{key.strip()}=N for one run") in output, output
     assert "Job stats" not in output, output
 
 

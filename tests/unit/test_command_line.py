@@ -205,3 +205,17 @@ def test_rerun_triggers_without_params_are_refused_naming_what_is_left_out_and_t
                                           r"\(every trigger\), or set rerun-triggers: \[mtime, params, input, code\]$"):
         check_rerun_triggers(["-n"], [profile])
     check_rerun_triggers(["--rerun-triggers", "mtime", "params", "input", "code"], [profile])  # over the profile's
+
+
+def test_the_resources_given_with_config_take_integers_over_the_suite_files():
+    """Only the values the command line gives are converted: the suite file's own (a quoted "500" among them) stay as
+    its YAML read them, for the schema to judge alike under both engines."""
+    from grueflow.command_line import RESOURCE_INTEGERS, command_line_resources
+
+    assert RESOURCE_INTEGERS == ("threads", "mem_mb", "runtime", "gpu")
+    merged = {"evaluate": {"mem_mb": "500", "runtime": "60", "gpu_manufacturer": "amd"}, "aggregate": {"mem_mb": "9"}}
+    given = {"evaluate": {"mem_mb": "500", "gpu_manufacturer": "amd", "unknown": "1"}}
+    assert command_line_resources(merged, given) == {
+        "evaluate": {"mem_mb": 500, "runtime": "60", "gpu_manufacturer": "amd"}, "aggregate": {"mem_mb": "9"}}
+    assert merged["evaluate"]["mem_mb"] == "500"  # a new mapping: Snakemake's config is not changed in place
+    assert command_line_resources(merged, None) == merged
