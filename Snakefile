@@ -119,7 +119,7 @@ if workflow.is_main_process:  # a stage folder deleted or damaged under finished
         _lines += mark_stale(Path("results"), Path(output_of("aggregate", "csv")),
                              [Path(p) for p in expand(output_of("evaluate"), task=TASKS, method=METHODS, seed=SEEDS)],
                              {**TABLES, **_keys}, folders=[Path(p) for p in stage_folders()],
-                             params=stage_params(), load=params_file)
+                             params=stage_params(), load=params_unchanged)
     except DataError as err:  # a copy of what a rebuild deletes could not be kept: nothing may run
         raise WorkflowError(str(err)) from None
     for _line in _lines:
@@ -128,8 +128,14 @@ if workflow.is_main_process:  # a stage folder deleted or damaged under finished
 
 onstart:  # a real run, under Snakemake's lock, before its first job: its jobs refuse params edited since now
     from grueflow.io import PLAN, DataError, write_planned
-    from grueflow.stale import keep_reexported
+    from grueflow.stale import keep_reexported, refuse_touch
 
+    try:  # --touch rewrites Snakemake's record of each job's params without running it: never over other params
+        if workflow.touch:
+            refuse_touch([Path(out) for job in workflow.dag.needrun_jobs() for out in job.output], stage_params(),
+                         params_unchanged)
+    except DataError as err:
+        raise WorkflowError(str(err)) from None
     try:  # Snakemake deletes a job's outputs as it starts it: a batch exported again is copied first
         for _line in keep_reexported(Path("."), reexported_batches(workflow.dag.needrun_jobs())):
             print(_line, file=sys.stderr)

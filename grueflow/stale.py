@@ -106,6 +106,8 @@ TOKENS = Path(".snakemake") / "grueflow-stale.json"  # {output path: when it was
 
 
 STAMPED = Path(".snakemake") / "grueflow-stamped.json"  # {stage folder: its time in ns before a stamp for an input}
+RETOKENED = Path(".snakemake") / "grueflow-retokened.json"  # {stage folder of a Snakemake job, given a token for its
+# params: [its token before, or null; the sha256 of its stage record then]}
 DIGESTS = Path(".snakemake") / "grueflow-digests.json"  # {path: [stat signature, sha256]}: files read once
 CHANGED_INPUT = "changed since it was built"  # why a stage whose input's content is not the recorded one is stale
 GONE_INPUT = "no longer exists"  # ... and one whose input from outside results/ is gone
@@ -122,7 +124,8 @@ TABLES: dict[Path, list[Path]] = {
     Path(STAGES[name].outputs["csv"]): [Path(path) for key, path in STAGES[name].outputs.items() if key != "csv"]
     for name in ("aggregate", "human_eval_table")}  # each table's CSV and the files written with it
 AS_BUILT = ("its input ", PARAMS_CHANGED)  # stale reasons that leave the folder as built: CHANGED_INPUT, GONE_INPUT
-# and PARAMS_CHANGED are stamped alone, and the stamp taken back once the input or params are as recorded again
+# and PARAMS_CHANGED are stamped (a folder of a Snakemake job's given a token too), and the stamp (and token) taken
+# back once the input or params are as recorded again
 _KNOWN: dict[str, list] = {}  # the cache as this process read it and added to it
 
 
@@ -260,9 +263,10 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
         if (not folders or folder in suite) and _put_back(root, folder, folder / STAGE_RECORD):
             stale[folder] = f"its {STAGE_RECORD} {PUT_BACK}"
             continue
-        if folder in params and (changed := params_changed(root, folder, record, params[folder], load)):
-            unknown = NOT_BY_SNAKEMAKE if last_written(root, folder) is None else NO_SNAKEMAKE_RECORD
-            stale[folder] = f"{PARAMS_CHANGED} ({', '.join(changed)}), {unknown}"
+        if folder in params and (changed := params_changed(record, params[folder], load)):
+            unknown = "" if snakemake_knows(root, folder) else \
+                f", {NOT_BY_SNAKEMAKE if last_written(root, folder) is None else NO_SNAKEMAKE_RECORD}"
+            stale[folder] = f"{PARAMS_CHANGED} ({', '.join(changed)}){unknown}"
             continue
         inputs = record.get("inputs") or {}
         if not isinstance(inputs, dict):  # check_stage_output read the record as an object with a manifest
@@ -758,25 +762,20 @@ def _put_back(root: Path, path: Path, record: Path) -> bool:
     return last is not None and record.is_file() and sha256_bytes(record) != last
 
 
-def params_changed(root: Path, folder: Path, record: Mapping, source: ParamsSource,
-                   load: Optional[Callable[[str], object]] = None) -> list[str]:
-    """The params files (or suite keys) whose content differs from what the stage folder ``folder`` (under the project
-    ``root``, its stage record ``record``) was built with, by the digests its stage recorded
-    (:func:`grueflow.pipeline.params_digest`) against those of ``source`` now (read with ``load``); ``[]`` where they
-    agree, where the record holds no digests (written before stages recorded them: judged by the other checks alone,
-    so that no project rebuilds on upgrade) or its task digest is that of the task file's ``method_overrides``
-    whole, still equal (written before digests held only the job's own entries, for the same reason), where a
-    params file cannot be read (the suite's validation says why), or where a Snakemake job of this checkout last
-    wrote the folder (:func:`grueflow.io.last_written`) and Snakemake still holds its record of that job
-    (:func:`grueflow.io.snakemake_metadata`; ``--drop-metadata`` and ``--cleanup-metadata`` remove it): Snakemake's
-    own record of the job's params reruns it then, and :func:`_put_back` catches a folder written since by other
-    means.
+def params_changed(record: Mapping, source: ParamsSource, load: Optional[Callable[[str], object]] = None) -> list[str]:
+    """The params files (or suite keys) whose content differs from what the stage folder of the stage record
+    ``record`` was built with, by the digests its stage recorded (:func:`grueflow.pipeline.params_digest`) against
+    those of ``source`` now (read with ``load``); ``[]`` where they agree, where the record holds no digests (written
+    before stages recorded them: judged by the other checks alone, so that no project rebuilds on upgrade) or its
+    task digest is that of the task file's ``method_overrides`` whole, still equal (written before digests held only
+    the job's own entries, for the same reason), or where a params file cannot be read (the suite's validation says
+    why).
 
-    So a folder ``dvc repro`` built, or one whose Snakemake records went with ``.snakemake``, of whose params
-    Snakemake knows nothing ("missing provenance/metadata"), reruns when a param its stage reads was edited since."""
+    Whoever built the folder: Snakemake's own record of a job's params describes the folder only while no
+    ``snakemake --touch`` rewrote it (a touch records the params of now without running the job), and a folder
+    ``dvc repro`` built, or one whose Snakemake records went with ``.snakemake``, has no such record at all."""
     recorded = record.get(PARAMS_DIGEST)
-    snakemake_knows = last_written(root, folder) is not None and snakemake_metadata(root, folder).is_file()
-    if not isinstance(recorded, dict) or not recorded or snakemake_knows:
+    if not isinstance(recorded, dict) or not recorded:
         return []
     try:
         now = params_digest(source, load)
@@ -786,6 +785,41 @@ def params_changed(root: Path, folder: Path, record: Mapping, source: ParamsSour
     except (ConfigError, OSError):
         return []
     return [source.where(part) for part in sorted(set(now) | set(recorded)) if now.get(part) != recorded.get(part)]
+
+
+def snakemake_knows(root: Path, folder: Path) -> bool:
+    """Whether a Snakemake job of this checkout last wrote the stage folder ``folder`` (under the project ``root``:
+    :func:`grueflow.io.last_written`) and Snakemake still holds its record of that job
+    (:func:`grueflow.io.snakemake_metadata`; ``--drop-metadata`` and ``--cleanup-metadata`` remove it): Snakemake
+    then compares the job's params with its rule's and reruns it for a param edited since (unless ``--touch``
+    rewrote that record)."""
+    return last_written(root, folder) is not None and snakemake_metadata(root, folder).is_file()
+
+
+def refuse_touch(touched: Iterable[Path], params: Mapping[Path, ParamsSource],
+                 load: Optional[Callable[[str], object]] = None) -> None:
+    """Raise DataError where a stage folder of ``touched`` (the outputs a ``snakemake --touch`` run is about to mark
+    up to date) was built with other params than its rule reads now (:func:`params_changed` of its stage record;
+    ``params`` and ``load`` as :func:`stale_outputs` takes them), naming each folder and file: the touch would
+    rewrite Snakemake's record of the job's params without running it, and the folder's numbers would pass for the
+    new params'. A folder only code changed for is let be (what ``--touch`` is for), and so is one without a
+    readable record (the stale check judges it)."""
+    changed = {}
+    for folder in touched:
+        try:
+            record = read_json(folder / STAGE_RECORD) if folder in params else None
+        except (OSError, ValueError):
+            continue
+        if isinstance(record, dict) and (found := params_changed(record, params[folder], load)):
+            changed[folder] = found
+    if not changed:
+        return
+    named = [f"{folder} ({', '.join(files)})" for folder, files in sorted(changed.items())]
+    shown = "; ".join(named[:5]) + (f"; and {len(named) - 5} more" if len(named) > 5 else "")
+    raise DataError(f"--touch would mark {len(named)} stage folder{'s' if len(named) > 1 else ''} built with other "
+                    f"params than now as up to date: {shown}; their results, and what reads them, would pass for "
+                    f"the new params'. Run without --touch to rebuild them (--touch is for code edits that change no "
+                    f"result), or put the params back as they were")
 
 
 def _outside(path: Path, results: Path) -> bool:
@@ -822,12 +856,12 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     ``.snakemake`` removed), and the stamp reruns the reader of a changed stage folder (a folder input newer than
     its output). Its time before the stamp is kept in :data:`STAMPED`, and put back once the input is as
     recorded again (after a dry run saw it edited): then nothing reruns, whatever the input's size. So does a suite
-    stage folder whose params changed since it was built, that no Snakemake job wrote (:func:`params_changed`: no
-    record of Snakemake's, which a token would need, describes it), until its params are as recorded again; what it
-    holds that no stage record vouches for is copied first, as its rebuild deletes it. A table (or
-    key) stale because a file written with it was edited (a note added by hand) has a copy kept of each such file
-    (:func:`edited_files`). Last, every other stage folder has a copy kept of what no stage record vouches for,
-    with a line (:func:`keep_user_files`). A time is set in this checkout alone (:func:`_set_time`): a stamp that
+    stage folder whose params changed since it was built (:func:`params_changed`), until its params are as recorded
+    again; one a Snakemake job wrote gets a token too, put back as it was once its params are as recorded again
+    (:func:`_retoken`); what it holds that no stage record vouches for is copied first, as its rebuild deletes it.
+    A table (or key) stale because a file written with it was edited (a note added by hand) has a copy kept of each
+    such file (:func:`edited_files`). Last, every other stage folder has a copy kept of what no stage record vouches
+    for, with a line (:func:`keep_user_files`). A time is set in this checkout alone (:func:`_set_time`): a stamp that
     is a hard link of another checkout's is replaced by a copy of its own first; so is each of Snakemake's records
     of its jobs (:data:`grueflow.io.SNAKEMAKE_METADATA`), which Snakemake rewrites in place: a run here must not
     change the params another checkout's Snakemake compares with. ``params`` and ``load``: as
@@ -873,14 +907,50 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     if kept != stamped:
         with atomic_path(stamped_file) as tmp:
             tmp.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
-    tokened = [path for path, why in stale.items() if not why.startswith(AS_BUILT)]
-    if tokened:
-        known = _read_mapping(tokens)
-        now = str(time.time_ns())
-        known = {**known, **{str(path): now for path in tokened}}
+    retokened = {path for path, why in stale.items()
+                 if why.startswith(PARAMS_CHANGED) and snakemake_knows(results.parent, path)}
+    tokened = [path for path, why in stale.items() if not why.startswith(AS_BUILT)] + sorted(retokened)
+    known = _read_mapping(tokens)
+    now = str(time.time_ns())
+    updated = {**_retoken(tokens.parent / RETOKENED.name, retokened, known), **{str(path): now for path in tokened}}
+    if updated != known:
         with atomic_path(tokens) as tmp:
-            tmp.write_text(json.dumps(known, indent=1, sort_keys=True) + "\n")
+            tmp.write_text(json.dumps(updated, indent=1, sort_keys=True) + "\n")
     return lines + keep_user_files(results, suite, done=copied)
+
+
+def _retoken(retokened_file: Path, retokened: set[Path], known: dict[str, str]) -> dict[str, str]:
+    """The tokens ``known`` (:data:`TOKENS`) with the token of each stage folder given one for its params in an
+    earlier run (:data:`RETOKENED`), and not stale now nor rebuilt since (its stage record the one it was marked
+    with: the params put back, after a dry run saw them edited), put back as it was, so that Snakemake, whose params
+    trigger reads the token, reruns nothing; ``retokened``: the folders of Snakemake's jobs stale for their params
+    now, whose token before, and stage record, are noted (once per record: a folder rebuilt since is noted anew).
+
+    A token is needed there as well as the stamp: Snakemake's record of such a job holds the params of now where
+    ``snakemake --touch`` rewrote it, and the checksums of its inputs, so the stamp alone reruns no job whose
+    inputs are all small files (a datapool)."""
+    marks = _read_mapping(retokened_file)
+    noted = dict(marks)
+    restored = dict(known)
+    for path in sorted(retokened):
+        sha = sha256_bytes(path / STAGE_RECORD)
+        mark = marks.get(str(path))
+        if not (isinstance(mark, list) and len(mark) == 2 and mark[1] == sha):
+            noted[str(path)] = [known.get(str(path)), sha]
+    for name, mark in marks.items():
+        if Path(name) in retokened:
+            continue
+        noted.pop(name)
+        record = Path(name) / STAGE_RECORD
+        if isinstance(mark, list) and len(mark) == 2 and record.is_file() and sha256_bytes(record) == mark[1]:
+            if isinstance(mark[0], str):
+                restored[name] = mark[0]
+            else:
+                restored.pop(name, None)
+    if noted != marks:
+        with atomic_path(retokened_file) as tmp:
+            tmp.write_text(json.dumps(noted, indent=1, sort_keys=True) + "\n")
+    return restored
 
 
 def _stamp_of(path: Path) -> Path:

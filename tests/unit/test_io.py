@@ -1091,8 +1091,9 @@ def test_a_folder_no_snakemake_job_wrote_is_stale_when_a_param_its_stage_read_ch
     were built with, and no job note exists, so a learning rate edited after that was "Nothing to be done" and the
     table kept the old run's numbers. Each stage records digests of the params it read (its task file's keys, its
     method file, the suite values it is given); such a folder whose digests differ from those of the params its rule
-    reads now is stale itself, naming the file. A folder a Snakemake job wrote is left to Snakemake's params trigger,
-    and one recorded before stages wrote the digests is judged as before."""
+    reads now is stale itself, naming the file; so is one a Snakemake job wrote (``snakemake --touch`` rewrites
+    Snakemake's record of its params without running it), and one recorded before stages wrote the digests is judged
+    as before."""
     from argparse import Namespace
 
     from grueflow import stale
@@ -1152,20 +1153,118 @@ def test_a_folder_no_snakemake_job_wrote_is_stale_when_a_param_its_stage_read_ch
     write(pool, "prepare_datapool", digest=False)  # recorded before stages wrote the digests: as before
     task.write_text(task.read_text().replace("{id: yelp}", "{id: imdb}"))
     assert check() == {}
-    monkeypatch.setenv("GRUEFLOW_ENGINE", "snakemake")  # a Snakemake job wrote it: Snakemake's params trigger's
+    monkeypatch.setenv("GRUEFLOW_ENGINE", "snakemake")  # a Snakemake job wrote it, and Snakemake holds its record
     write(run, "rl_finetune")
     record = snakemake_metadata(Path("."), run)
     assert record == Path(".snakemake/metadata/cmVzdWx0cy9zZW50aW1lbnQvcHBvL3NlZWQw")  # as Snakemake names it
     record.parent.mkdir(parents=True)
     record.write_text("{}")
-    method.write_text("learning_rate: 0.5\nbatch_size: 4\n")
     assert check() == {}
+    method.write_text("learning_rate: 0.5\nbatch_size: 4\n")  # a record --touch rewrote holds these params
+    assert check() == {run: "its params changed since it was built (params/methods/ppo.yaml)"}
     record.unlink()  # snakemake --cleanup-metadata, or a run with --drop-metadata: nothing compares its params
     assert check() == {run: "its params changed since it was built (params/methods/ppo.yaml), and Snakemake holds "
                             "no record of the job that wrote it (--drop-metadata, --cleanup-metadata)"}
     long = Path("results/" + "x" * 300)
     assert [len(part) for part in snakemake_metadata(Path("."), long).relative_to(".snakemake/metadata").parts] == \
         [255, 158] and snakemake_metadata(Path("."), long).parts[2].startswith("@")  # a name cut as Snakemake cuts it
+
+
+def test_a_snakemake_jobs_folder_stale_for_its_params_gets_a_token_put_back_once_they_are_as_built(tmp_path,
+                                                                                                     monkeypatch):
+    """``snakemake --touch`` after a param edit rewrote Snakemake's record of each job's params without running it,
+    and the stale check trusted that record: the old params' numbers stayed current for good. The folder's own
+    record is compared now; a stamp alone reruns no job whose inputs are all small files whose checksums Snakemake
+    recorded (a datapool), so the folder gets a token, which Snakemake's params trigger reads. Once the params are
+    as built again (a dry run saw an edit, then it was put back), the token before is put back: nothing reruns;
+    once the job was rebuilt with the token, the token stays: nothing reruns twice."""
+    from argparse import Namespace
+
+    from grueflow import stale
+    from grueflow.io import atomic_dir
+    from grueflow.pipeline import ParamsSource
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GRUEFLOW_ENGINE", "snakemake")
+    task = Path("params/tasks/sentiment.yaml")
+    task.parent.mkdir(parents=True)
+    task.write_text("datapool: {id: imdb}\nlengths: {prompt: 8}\n")
+    results = Path("results")
+    pool = results / "sentiment" / "datapool"
+    source = ParamsSource("prepare_datapool", str(task))
+
+    def build() -> None:
+        with atomic_dir(pool) as tmp:
+            (tmp / "train.jsonl").write_bytes(b"{}\n")
+            stage.finish(tmp, "prepare_datapool", {}, {}, 0.0,
+                         stage.params_digest("prepare_datapool", Namespace(task_file=task)))
+        snakemake_metadata(Path("."), pool).parent.mkdir(parents=True, exist_ok=True)
+        snakemake_metadata(Path("."), pool).write_text("{}")  # Snakemake's record of the job
+
+    def mark() -> list[str]:
+        return stale.mark_stale(results, results / "grue_table.csv", [], folders=[pool], params={pool: source})
+
+    def token() -> str:
+        return stale.stale_token([pool])
+
+    build()
+    assert mark() == [] and token() == ""
+    task.write_text("datapool: {id: yelp}\nlengths: {prompt: 8}\n")  # then snakemake --touch, or a dry run
+    assert mark() == [f"grueflow: {pool} is stale (its params changed since it was built "
+                      f"(params/tasks/sentiment.yaml)); its job reruns"]
+    marked = token()
+    assert marked.startswith(f"{pool}=")  # a new params trigger: the job reruns, whatever Snakemake's record says
+    task.write_text("datapool: {id: imdb}\nlengths: {prompt: 8}\n")  # put back before any job ran
+    assert mark() == [] and token() == ""  # the token Snakemake recorded: nothing reruns
+    task.write_text("datapool: {id: yelp}\nlengths: {prompt: 8}\n")
+    assert mark() != [] and token() != marked
+    ran = token()  # the run: the job reads this token, and Snakemake records it
+    build()
+    assert mark() == [] and token() == ran  # rebuilt with it: it stays
+    task.write_text("datapool: {id: imdb}\nlengths: {prompt: 8}\n")
+    assert mark() != [] and token() not in ("", ran)
+    build()  # the run
+    task.write_text("datapool: {id: yelp}\nlengths: {prompt: 8}\n")  # edited again before any other run
+    assert mark() != []
+    again = token()
+    build()  # the run: its record is an earlier build's byte for byte, yet rebuilt since the edit was first seen
+    assert mark() == [] and token() == again
+
+
+def test_a_touch_over_a_folder_built_with_other_params_is_refused_naming_it(tmp_path, monkeypatch):
+    """``snakemake --touch`` after a param edit made the old results current with no word. A run that is to touch a
+    stage folder built with other params than now is refused, naming the folder and the file; one that touches
+    folders only code changed for passes (what --touch is for)."""
+    from argparse import Namespace
+
+    from grueflow import stale
+    from grueflow.io import atomic_dir
+    from grueflow.pipeline import ParamsSource
+
+    monkeypatch.chdir(tmp_path)
+    task, method = Path("params/tasks/sentiment.yaml"), Path("params/methods/ppo.yaml")
+    for path, text in ((task, "datapool: {id: imdb}\nlengths: {prompt: 8}\n"), (method, "kl: {coef: 0.05}\n")):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    pool, run = Path("results/sentiment/datapool"), Path("results/sentiment/ppo/seed0")
+    given = Namespace(task_file=task, method_file=method, precision="fp32")
+    for folder, name in ((pool, "prepare_datapool"), (run, "rl_finetune")):
+        with atomic_dir(folder) as tmp:
+            stage.finish(tmp, name, {}, {}, 0.0, stage.params_digest(name, given))
+    params = {pool: ParamsSource("prepare_datapool", str(task)),
+              run: ParamsSource("rl_finetune", str(task), str(method), {"precision": "fp32"})}
+    touched = [pool, run, Path("results/grue_table.csv")]
+    stale.refuse_touch(touched, params)  # a code edit: the params are as built
+    method.write_text("kl: {coef: 0.5}\n")
+    with pytest.raises(DataError) as refused:
+        stale.refuse_touch(touched, params)
+    assert str(refused.value) == (
+        "--touch would mark 1 stage folder built with other params than now as up to date: results/sentiment/ppo/seed0 "
+        "(params/methods/ppo.yaml); their results, and what reads them, would pass for the new params'. Run without "
+        "--touch to rebuild them (--touch is for code edits that change no result), or put the params back as they "
+        "were")
+    stale.refuse_touch([pool], params)  # a touch of what the edit does not reach
 
 
 def test_snakemakes_records_hard_linked_with_another_checkouts_are_made_this_checkouts_own(tmp_path, monkeypatch):

@@ -160,6 +160,40 @@ def test_overriding_rl_from_the_warm_start_reruns_only_that_start(snakemake_repo
         path.write_text(original)
 
 
+def test_touch_after_a_param_edit_is_refused_and_a_touched_project_still_reruns(snakemake_repo, tmp_path):
+    """``snakemake --touch`` after a param edit rewrote Snakemake's record of each job's params without running it:
+    "Nothing to be done" from then on, and the GRUE table kept the old params' rows for good. A touch over folders
+    built with other params is refused, naming them; one after a code edit alone passes (what --touch is for); and a
+    project touched anyway (here past the refusal, with --no-hooks) still reruns the jobs whose params changed."""
+    repo = tmp_path / "repo"  # a copy: the module's project stays as built
+    shutil.copytree(snakemake_repo, repo, symlinks=True)
+    dry_run, touch = ["snakemake", "-n", "--cores", "2", "results/grue_table.csv"], ["snakemake", "--touch", "--cores",
+                                                                                     "2", "results/grue_table.csv"]
+    stage = repo / "stages" / "aggregate.py"
+    stage.write_text(stage.read_text() + "# a comment\n")  # a code edit that changes no result
+    assert planned_jobs(run(dry_run, repo).stdout) == {("aggregate", None, None)}
+    touched = run(touch, repo)
+    assert "grueflow:" not in touched.stderr and "Nothing to be done" in run(dry_run, repo).stdout
+    method = repo / "params" / "methods" / "ppo.yaml"
+    method.write_text(method.read_text().replace("coef: 0.05", "coef: 0.5"))
+    refused = run(touch, repo, check=False)
+    assert refused.returncode != 0
+    assert ("--touch would mark 4 stage folders built with other params than now as up to date: results/concepts/ppo/"
+            "seed0 (params/methods/ppo.yaml); results/concepts/supervised+ppo/seed0 (params/methods/ppo.yaml); "
+            "results/sentiment/ppo/seed0 (params/methods/ppo.yaml); results/sentiment/supervised+ppo/seed0 "
+            "(params/methods/ppo.yaml); their results, and what reads them, would pass for the new params'. Run "
+            "without --touch to rebuild them (--touch is for code edits that change no result), or put the params "
+            "back as they were") in refused.stderr, refused.stderr[-3000:]
+    rl_jobs = {(rule, task, method) for task in ("sentiment", "concepts") for method in ("ppo", "supervised+ppo")
+               for rule in ("rl_finetune", "evaluate")} | {("aggregate", None, None)}
+    assert planned_jobs(run(dry_run, repo).stdout) == rl_jobs  # nothing was touched
+    run([*touch, "--no-hooks"], repo)  # past the refusal: Snakemake's records now hold the new params
+    result = run(dry_run, repo)
+    assert planned_jobs(result.stdout) == rl_jobs
+    assert ("grueflow: results/sentiment/ppo/seed0 is stale (its params changed since it was built "
+            "(params/methods/ppo.yaml)); its job reruns") in result.stderr
+
+
 def test_misspelt_reward_fails_before_any_job_and_lists_valid_ids(tmp_path):
     repo = copy_project(tmp_path / "repo")
     path = repo / "params" / "tasks" / "concepts.yaml"

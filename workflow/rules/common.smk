@@ -75,6 +75,12 @@ def params_file(path):
     return copy.deepcopy(_parsed(str(path)))
 
 
+def params_unchanged(path):
+    """A params file's content as :func:`params_file` parses it, that parse itself (no copy): for a reader that
+    changes nothing, as grueflow.pipeline.params_digest, which the stale check runs for every stage folder."""
+    return _parsed(str(path))
+
+
 def task_file(w):
     return str(PARAMS / "tasks" / f"{w.task}.yaml")
 
@@ -190,14 +196,14 @@ def stage_params():
 
 def planned_params():
     """The params digest (grueflow.pipeline.params_digest) of each folder of :func:`stage_params` as this run planned
-    its job: read through :func:`params_file`, whose parse of each file, kept for the run, is what the rules' params
+    its job: read through :func:`params_unchanged`, the parse of each file kept for the run that the rules' params
     were computed from. A folder whose params files cannot be read is left out: no job of this run reads them (the
     suite's own files were all read before any job), e.g. the method file of a preference stage the suite leaves
     out."""
     digests = {}
     for folder, source in stage_params().items():
         try:
-            digests[folder] = params_digest(source, params_file)
+            digests[folder] = params_digest(source, params_unchanged)
         except ConfigError:
             continue
     return digests
