@@ -172,9 +172,9 @@ def stage_params():
     """Where the job of each stage folder of :func:`stage_folders` that reads params files or suite values reads
     them, as its rule runs it: ``{folder: grueflow.pipeline.ParamsSource}`` (its task file, its method file, the
     suite's precision, the method_overrides entries of its method: grueflow.pipeline.method_layers). The stale
-    check compares them with the digests a folder's stage.json records, for a folder no Snakemake job of this
-    checkout wrote (grueflow/stale.py params_changed). A stage with a method file but no stage_method of its rule
-    is left out (not checked)."""
+    check compares them with the digests a folder's stage.json records, whoever wrote it (grueflow/stale.py
+    params_changed), and a --touch run is refused over a folder they differ for (refuse_touch). A stage with a
+    method file but no stage_method of its rule is left out (not checked)."""
     values = {"task": TASKS, "seed": SEEDS, "method": METHODS, "rl_method": RL_METHODS, "dpo_method": DPO_METHODS}
     sources = {}
     for stage in STAGES.values():
