@@ -9,6 +9,10 @@ the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark
   truncated or grown, or a link put in place of a file or folder its stage wrote), or one of whose files modified
   after its record has the listed size and another digest (:func:`grueflow.keep.edited_outputs`: a number edited in
   place, another run's weights of the same size copied in), which every reader refuses: the folder itself is stale;
+  so is one whose files, read whole, do not match its record (:func:`_damage`), where they changed since that was
+  last seen (a same-size replacement that kept an older time, ``cp -p`` from a backup): a reader's input folder
+  whose digest changed (:func:`_changed_inputs`), or an evaluation, which the GRUE table and the human-evaluation
+  exports read and whose files no reader's record holds (:func:`_unverified`);
 - a stage folder whose ``stage.json`` records another output path than the folder's own (``out``): another stage
   folder copied over it (``cp -a`` of another run's), which passes its own checks: the folder itself is stale;
 - a suite stage folder, or a table, whose record (its ``stage.json``, the table's digests of its files) is not the
@@ -28,11 +32,11 @@ the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark
 - a stage folder the suite's rules write (``folders``), a ``stage.json`` records as an input, or the table
   aggregates, that holds no ``stage.json`` of its own (emptied, or its record deleted; every stage writes one
   last), or a file where such a folder belongs: that folder is stale;
-- the GRUE table, when an evaluation it aggregates (an ``expected`` folder) no longer exists, when its rows are
-  not the suite's grid (:func:`_rows_unlike`: a task, method or seed added or dropped since it was built), or when
-  the evaluation folders its stage recorded reading are not the suite's, or one was rebuilt since
-  (:func:`_built_unlike`: seeds 0 and 1 where the suite names 2 and 3, all on disk, which the rows' count cannot
-  tell);
+- the GRUE table, when an evaluation it was built from (an ``expected`` folder its record names, or whose row it
+  holds: :func:`_gone_evaluations`) no longer exists, when its rows are not the suite's grid (:func:`_rows_unlike`:
+  a task, method or seed added or dropped since it was built), or when the evaluation folders its stage recorded
+  reading are not the suite's, or one was rebuilt since (:func:`_built_unlike`: seeds 0 and 1 where the suite names
+  2 and 3, all on disk, which the rows' count cannot tell);
 - a table (the GRUE table, the human-evaluation table) one of whose files written with it (its Markdown, JSON,
   chart: ``siblings``) is missing, or one of whose files differs from what its stage wrote (the digests it
   recorded, :func:`grueflow.io.atomic_files`: a table edited in a spreadsheet, cut), or whose record of those
@@ -113,6 +117,8 @@ CHANGED_INPUT = "changed since it was built"  # why a stage whose input's conten
 GONE_INPUT = "no longer exists"  # ... and one whose input from outside results/ is gone
 FILE_IN_PLACE = "a file where the stage's folder belongs"  # ... and a file Snakemake would take for the folder
 PARAMS_CHANGED = "its params changed since it was built"  # ... and a folder whose params files changed since
+UNMATCHED = "its stage recorded"  # how the reason ends for a stage folder's file not matching its digest (_unmatched)
+VERIFIED = "as recorded"  # the cache's value for an evaluation folder read whole and found as its stage wrote it
 NOT_BY_SNAKEMAKE = "and no Snakemake job of this checkout wrote it (built by dvc repro, or .snakemake removed)"
 NO_SNAKEMAKE_RECORD = "and Snakemake holds no record of the job that wrote it (--drop-metadata, --cleanup-metadata)"
 PUT_BACK = "is not the one its Snakemake job last wrote there (an older copy put back, a stage run by hand or by " \
@@ -245,9 +251,7 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             continue
         edited = edited_outputs(folder)
         if edited:  # the same size, other bytes: what reads it refuses it, so it is rebuilt, then its readers
-            one = len(edited) == 1
-            stale[folder] = f"damaged: {listed(folder, edited)} {'does' if one else 'do'} not match the " \
-                            f"digest{'' if one else 's'} its stage recorded"
+            stale[folder] = _unmatched(folder, edited)
             continue
         try:
             record = read_json(folder / STAGE_RECORD)
@@ -279,7 +283,7 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             dangling.update(behind.values())  # this run reads what lies behind the link, and none of it can be seen
         gone = [path for path in gone if path not in behind]
         if any(not _outside(root / path, results) for path in map(Path, gone)):
-            stale[folder] = f"it was built from {', '.join(gone)}, which no longer exists"
+            stale[folder] = f"it was built from {', '.join(gone)}, {_no_longer_exist(gone)}"
         elif gone:  # data of the user's moved away: stamped only, so that putting it back reruns nothing
             stale[folder] = f"its input {', '.join(gone)} {GONE_INPUT}"
         if folder not in stale:
@@ -289,11 +293,11 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             if unrecorded is not None and (not folders or unrecorded in suite):  # a folder no rule writes: no job
                 stale.setdefault(unrecorded, f"damaged: {STAGE_RECORD} is missing")
     if table.is_file():
-        gone = [str(p) for p in expected if not p.is_dir()]
         beyond, lacking = _rows_unlike(table, expected)
+        gone = _gone_evaluations(root, table, expected)
         if gone:
             stale[table] = f"it was built from {', '.join(gone[:3])}{' and more' if len(gone) > 3 else ''}, " \
-                           "which no longer exists"
+                           f"{_no_longer_exist(gone)}"
         elif beyond or lacking:
             stale[table] = "it " + ", and ".join(
                 f"{what}: {', '.join(rows[:3])}{' and more' if len(rows) > 3 else ''}"
@@ -305,6 +309,7 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             stale.setdefault(folder, f"damaged: {STAGE_RECORD} is missing")
         elif folder.exists() and not folder.is_dir():  # Snakemake takes it as the output, and removes it to rerun
             stale.setdefault(folder, FILE_IN_PLACE)
+    stale.update(_unverified(expected, stale, cache))  # before the readers: a damaged one is not read as an input
     stale.update(_changed_inputs(root, readers, stale, cache))
     for written, others in (siblings or {}).items():
         missing = [str(p) for p in others if not p.is_file()]
@@ -320,6 +325,115 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
     return stale
 
 
+def _unmatched(folder: Path, files: list[Path]) -> str:
+    """Why the stage folder ``folder`` is stale when ``files`` of it have their listed size and another digest:
+    ``"damaged: metrics.json does not match the digest its stage recorded"`` (ending with :data:`UNMATCHED`)."""
+    one = len(files) == 1
+    return f"damaged: {listed(folder, files)} {'does' if one else 'do'} not match the digest{'' if one else 's'} " \
+           f"{UNMATCHED}"
+
+
+def _no_longer_exist(gone: list[str]) -> str:
+    """``which no longer exists`` for one path of ``gone``, ``which no longer exist`` for more."""
+    return "which no longer exists" if len(gone) == 1 else "which no longer exist"
+
+
+def _damage(folder: Path) -> Optional[str]:
+    """Why the stage folder ``folder`` (which holds a ``stage.json``) does not match its stage record, every file
+    its manifest lists read (:func:`grueflow.io.check_stage_output` for the manifest, sizes and links, then
+    :func:`_replaced`): ``"damaged: <file> does not match the digest its stage recorded"``, naming each such file
+    (:func:`_unmatched`), or as :func:`stale_outputs` names the other damage; None where it matches."""
+    try:
+        check_stage_output(folder, deep=False)
+    except MissingDataError as err:  # "<folder> is damaged: <file> is missing; delete ..."
+        return str(err).split(";")[0].replace(f"{os.path.abspath(folder)} is ", "")
+    replaced = _replaced(folder)
+    return _unmatched(folder, replaced) if replaced else None
+
+
+def _replaced(folder: Path) -> list[Path]:
+    """The files of the stage folder ``folder`` that its manifest lists at the size they have and whose digest is
+    not the one listed, whatever their times, sorted: what :func:`grueflow.keep.edited_outputs` finds among the files
+    newer than the record, and also a same-size replacement that kept an older time (``cp -p``, ``rsync -a`` from a
+    backup, ``touch -d``), which :func:`grueflow.keep.unvouched` vouches for by its size. Each file's digest is read
+    through the cache of :func:`content_digest` (:data:`_KNOWN`, by its stat signature), so the copy made before a
+    rebuild (:func:`mark_stale`), and a later run while the folder is as damaged, read none again. ``[]`` where
+    there is no readable manifest."""
+    try:
+        listed_files = read_json(folder / STAGE_RECORD)["files"]
+        manifest = {name: meta for name, meta in listed_files.items() if isinstance(meta, dict)}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+    replaced = []
+    for name, meta in sorted(manifest.items()):
+        file = folder / name
+        try:
+            info = file.stat()
+        except OSError:
+            continue
+        if info.st_size == meta.get("bytes") and file.is_file() \
+                and _cached_fingerprint(str(file), stat_signature(info))[0] != meta.get("sha256"):
+            replaced.append(file)
+    return replaced
+
+
+def _gone_evaluations(root: Path, table: Path, expected: list[Path]) -> list[str]:
+    """The suite's evaluation folders ``expected`` that no longer exist and that the GRUE table ``table`` was built
+    from: those its stage recorded reading (:func:`_built_from`), or, where its record names none (written before
+    tables recorded them, or one that does not vouch for the table), each missing folder whose ``(task, method)``
+    row the table holds with as many seeds as the suite names for it (all of them where the table does not read as
+    a CSV with ``task`` and ``method`` columns). A folder the suite names that the table was never built from (a
+    seed, task or method added since) is none of these: the table lacks its row (:func:`_rows_unlike`), or its
+    record names other folders (:func:`_built_unlike`)."""
+    missing = [folder for folder in expected if not folder.is_dir()]
+    if not missing:
+        return []
+    built = _built_from(root, table)
+    if built is not None:
+        return [str(folder) for folder in missing if _absolute(folder) in built]
+    rows = _table_rows(table)
+    if rows is None:
+        return [str(folder) for folder in missing]
+    counts = _seed_counts(expected)
+    held = {(task, method): n_seeds for task, method, n_seeds in rows}
+    return [str(folder) for folder in missing if (key := _pair(folder)) in held
+            and not (held[key].isdigit() and int(held[key]) < counts[key])]
+
+
+def _pair(folder: Path) -> Optional[tuple[str, str]]:
+    """``(task, method)`` of an evaluation folder ``results/eval/<task>/<method>/seed<k>``; None for a shorter path."""
+    return (folder.parts[-3], folder.parts[-2]) if len(folder.parts) >= 3 else None
+
+
+def _seed_counts(expected: Iterable[Path]) -> dict[tuple[str, str], int]:
+    """How many of the evaluation folders ``expected`` each ``(task, method)`` has (:func:`_pair`)."""
+    counts: dict[tuple[str, str], int] = {}
+    for folder in expected:
+        if (key := _pair(folder)) is not None:
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def _table_rows(table: Path) -> Optional[list[tuple[str, str, str]]]:
+    """``(task, method, n_seeds)`` of each row of the GRUE table's CSV ``table`` (``n_seeds`` "" where it has none);
+    None where it does not read as a CSV with ``task`` and ``method`` columns, or a row lacks either."""
+    try:
+        with open(table, newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            columns, rows = reader.fieldnames or (), list(reader)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+    if not {"task", "method"} <= set(columns):  # an empty file too: no header to read
+        return None
+    found = []
+    for row in rows:
+        task, method = row.get("task"), row.get("method")
+        if task is None or method is None:
+            return None
+        found.append((task, method, row.get("n_seeds") or ""))
+    return found
+
+
 def _rows_unlike(table: Path, expected: Iterable[Path]) -> tuple[list[str], list[str]]:
     """How the rows of the GRUE table's CSV ``table`` differ from the suite's evaluations ``expected``
     (``results/eval/<task>/<method>/seed<k>``), of which aggregate writes one row per ``(task, method)`` with their
@@ -330,28 +444,14 @@ def _rows_unlike(table: Path, expected: Iterable[Path]) -> tuple[list[str], list
     project ``dvc repro`` built) the table kept the rows of the grid it was built for (a run of one task,
     ``--config tasks=[...]``). ``([], [])`` where ``expected`` is empty (no suite given) or the table does not read as
     a CSV with ``task`` and ``method`` columns."""
-    seeds: dict[tuple[str, str], int] = {}
-    for folder in expected:
-        if len(folder.parts) >= 3:
-            key = (folder.parts[-3], folder.parts[-2])
-            seeds[key] = seeds.get(key, 0) + 1
-    if not seeds:
-        return [], []
-    try:
-        with open(table, newline="", encoding="utf-8") as handle:
-            reader = csv.DictReader(handle)
-            columns, rows = reader.fieldnames or (), list(reader)
-    except (OSError, UnicodeDecodeError, csv.Error):
-        return [], []
-    if not {"task", "method"} <= set(columns):  # an empty file too: no header to read
+    seeds = _seed_counts(expected)
+    rows = _table_rows(table) if seeds else None
+    if rows is None:
         return [], []
     beyond, lacking, seen = [], [], set()
-    for row in rows:
-        key = (row.get("task"), row.get("method"))
-        if None in key:
-            return [], []
+    for task, method, n_seeds in rows:
+        key = (task, method)
         seen.add(key)
-        n_seeds = row.get("n_seeds") or ""
         if key not in seeds:
             beyond.append(f"{key[0]}/{key[1]}")
         elif n_seeds.isdigit() and int(n_seeds) > seeds[key]:
@@ -373,20 +473,31 @@ def _built_unlike(root: Path, table: Path, expected: list[Path]) -> Optional[str
     empty (no suite given), or where the record names no folders (written before tables recorded them, or by a stage
     that records none: :func:`_rows_unlike` judges those) or does not vouch for the table's bytes (another table put
     in its place: the check of its digests says so)."""
-    try:
-        record = read_json(files_record(table))
-    except (OSError, ValueError):
+    recorded = _built_from(root, table) if expected else None
+    if recorded is None:
         return None
-    built = record.get(BUILT_FROM) if isinstance(record, dict) else None
-    if not expected or not isinstance(built, dict) or not _vouches(root, record, table):
-        return None
-    recorded = {_absolute(root / name): digest for name, digest in built.items()}
     named = {_absolute(folder): folder for folder in expected}
     if set(recorded) != set(named):
         return "it was built from " + _folders_unlike(root, recorded, named)
     changed = [str(named[path]) for path in named if recorded[path] != record_digest(path)]
     return f"its input {', '.join(changed[:3])}{' and more' if len(changed) > 3 else ''} {CHANGED_INPUT}" \
         if changed else None
+
+
+def _built_from(root: Path, table: Path) -> Optional[dict[str, Optional[str]]]:
+    """The stage folders the GRUE table ``table`` was built from, by its :func:`grueflow.io.files_record`
+    (:data:`grueflow.io.BUILT_FROM`, paths relative to the project ``root``): ``{folder as an :func:`_absolute`
+    path: the digest of its stage.json then}``; None where the record names no folders (written before tables
+    recorded them, or by a stage that records none), cannot be read, or does not vouch for the table's bytes
+    (another table put in its place: the check of its digests says so)."""
+    try:
+        record = read_json(files_record(table))
+    except (OSError, ValueError):
+        return None
+    built = record.get(BUILT_FROM) if isinstance(record, dict) else None
+    if not isinstance(built, dict) or not _vouches(root, record, table):
+        return None
+    return {_absolute(root / name): digest for name, digest in built.items()}
 
 
 def _vouches(root: Path, record: Mapping, table: Path) -> bool:
@@ -425,6 +536,37 @@ def _shown(path: Path, base: Path) -> str:
     return str(path.relative_to(base)) if path.is_relative_to(base) else str(path)
 
 
+def _unverified(expected: Iterable[Path], stale: dict[Path, str], cache: Optional[Path]) -> dict[Path, str]:
+    """Each of the suite's evaluation folders ``expected`` (not ``stale`` already, holding a ``stage.json``) whose
+    files do not match its stage record, read whole (:func:`_damage`), with why; only those whose files changed
+    since one was last found as written are read (their :func:`_tree_signature`, kept in ``cache`` with
+    :data:`VERIFIED` where it matched; None: this process's only). Readers that record their inputs' digests have
+    a changed input folder read by :func:`_changed_inputs`; the GRUE table and the human-evaluation exports record
+    none of an evaluation's files, so a same-size replacement that kept an older time (``cp -p``, ``rsync -a`` from
+    a backup, ``touch -d``), which the size and time look of :func:`stale_outputs` cannot tell, would otherwise be
+    found only by the reader's own check, which refuses it on every run. Its change time moves, so its signature
+    does: the folder is stale itself, rebuilt before what reads it. A folder found damaged is read again on each
+    run until it is rebuilt (its signature is kept only once it matches; its files' digests are kept too, so an
+    unchanged damaged folder is not read again)."""
+    if cache is not None:
+        _load(cache)
+    damaged, added = {}, False
+    for folder in expected:
+        if folder in stale or not (folder / STAGE_RECORD).is_file():
+            continue
+        key, signature = f"{folder}\0{VERIFIED}", _tree_signature(folder)
+        if _KNOWN.get(key) == [signature, VERIFIED]:
+            continue
+        why, added = _damage(folder), True
+        if why is not None:
+            damaged[folder] = why
+        else:
+            _KNOWN[key] = [signature, VERIFIED]
+    if added and cache is not None:
+        _save(cache)
+    return damaged
+
+
 def _changed_inputs(root: Path, readers: dict[Path, dict], stale: dict[Path, str],
                     cache: Optional[Path]) -> dict[Path, str]:
     """Each of ``readers`` ({stage folder: its recorded inputs}) one of whose inputs (a path relative to ``root``)
@@ -434,9 +576,9 @@ def _changed_inputs(root: Path, readers: dict[Path, dict], stale: dict[Path, str
     cannot answer from ``cache`` (None: this process's only). A file a person put in an input stage folder is left
     out, as the reader left it out of the digest it recorded (:func:`grueflow.keep.persons_files`): no stage reads
     it, and a run copies it out. An input stage folder whose digest changed is checked against its own record, its
-    files read (:func:`grueflow.io.check_stage_output`): one that fails it is damaged itself (a file replaced by
-    another of its size that kept an older time, ``cp -p`` from the wrong backup, which the cheap look of
-    :func:`stale_outputs` at its own files cannot tell), and is stale with why, to be rebuilt before its readers."""
+    files read (:func:`_damage`): one that fails it is damaged itself (a file replaced by another of its size that
+    kept an older time, ``cp -p`` from the wrong backup, which the cheap look of :func:`stale_outputs` at its own
+    files cannot tell), and is stale with why, to be rebuilt before its readers."""
     if cache is not None:
         _load(cache)
     digests: dict[Path, str] = {}
@@ -459,12 +601,12 @@ def _changed_inputs(root: Path, readers: dict[Path, dict], stale: dict[Path, str
                 if older == meta["sha256"]:
                     continue
             if digests[path] != meta["sha256"]:
-                if (owner / STAGE_RECORD).is_file():
-                    try:
-                        check_stage_output(owner)
-                    except MissingDataError as err:  # "<owner> is damaged: <file> does not match ...; delete ..."
-                        damaged[owner] = str(err).split(";")[0].replace(f"{os.path.abspath(owner)} is ", "")
-                        continue
+                why = None
+                if (owner / STAGE_RECORD).is_file():  # its files' digests are kept: not read again while it is so
+                    why, computed = _damage(owner), True
+                if why is not None:  # "damaged: <file> does not match the digest its stage recorded"
+                    damaged[owner] = why
+                    continue
                 changed.append(meta["path"])
         if changed:
             changed_readers[folder] = f"its input {', '.join(changed)} {CHANGED_INPUT}"
@@ -858,13 +1000,15 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     recorded again (after a dry run saw it edited): then nothing reruns, whatever the input's size. So does a suite
     stage folder whose params changed since it was built (:func:`params_changed`), until its params are as recorded
     again; one a Snakemake job wrote gets a token too, put back as it was once its params are as recorded again
-    (:func:`_retoken`); what it holds that no stage record vouches for is copied first, as its rebuild deletes it.
-    A table (or key) stale because a file written with it was edited (a note added by hand) has a copy kept of each
-    such file (:func:`edited_files`). Last, every other stage folder has a copy kept of what no stage record vouches
-    for, with a line (:func:`keep_user_files`). A time is set in this checkout alone (:func:`_set_time`): a stamp that
-    is a hard link of another checkout's is replaced by a copy of its own first; so is each of Snakemake's records
-    of its jobs (:data:`grueflow.io.SNAKEMAKE_METADATA`), which Snakemake rewrites in place: a run here must not
-    change the params another checkout's Snakemake compares with. ``params`` and ``load``: as
+    (:func:`_retoken`); what it holds that no stage record vouches for is copied first, as its rebuild deletes it;
+    for a folder whose files do not match their digests (a reason ending with :data:`UNMATCHED`), each file that does
+    not is copied too, whatever its time (:func:`_replaced`), so a same-size replacement that kept an older time is
+    kept. A table (or key) stale because a file written with it was edited (a note added by hand) has a copy kept of
+    each such file (:func:`edited_files`). Last, every other stage folder has a copy kept of what no stage record
+    vouches for, with a line (:func:`keep_user_files`). A time is set in this checkout alone (:func:`_set_time`): a
+    stamp that is a hard link of another checkout's is replaced by a copy of its own first; so is each of
+    Snakemake's records of its jobs (:data:`grueflow.io.SNAKEMAKE_METADATA`), which Snakemake rewrites in place: a
+    run here must not change the params another checkout's Snakemake compares with. ``params`` and ``load``: as
     :func:`stale_outputs` takes them."""
     lines = []
     expected, folders = list(expected), list(folders)
@@ -874,12 +1018,14 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     stale = stale_outputs(results, table, expected, siblings, folders, tokens.parent / DIGESTS.name, params, load)
     stamped_file = tokens.parent / STAMPED.name
     stamped = _read_mapping(stamped_file)
-    kept, copied = dict(stamped), set()
+    kept, copied, read_all = dict(stamped), set(), False
     for path, why in stale.items():
         stamp = _stamp_of(path)
         line = f"grueflow: {path} is stale ({why}); its job reruns"
         rebuilt = path in suite and not why.startswith(("its input ", "it was built from "))  # else: as built
         files = unvouched(path) if rebuilt else []
+        if rebuilt and why.startswith("damaged: ") and why.endswith(UNMATCHED):  # found by digests: read them all
+            files, read_all = sorted({*files, *_replaced(path)}), True
         if files:
             line += f"; a copy of what no stage record vouches for ({listed(path, files)}) is kept in " \
                     f"{keep_copy(path, results.parent, files)}"
@@ -904,6 +1050,8 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
         stamp = _stamp_of(path)
         if isinstance(before, int) and stamp.exists() and stamp.lstat().st_mtime_ns == STALE_TIME * 10 ** 9:
             _set_time(stamp, before)
+    if read_all:  # the digests of a damaged folder's files: not read again while it is so
+        _save(tokens.parent / DIGESTS.name)
     if kept != stamped:
         with atomic_path(stamped_file) as tmp:
             tmp.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")

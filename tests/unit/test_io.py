@@ -486,7 +486,8 @@ def test_a_reader_of_a_stage_folder_replaced_by_another_runs_folder_is_stale(tmp
     assert stale.stale_outputs(results, results / "t.csv", [], cache=cache) == {
         evaluation: f"its input {runs['ppo'] / 'model'} changed since it was built"}
     assert stale.stale_outputs(results, results / "t.csv", [], cache=cache) != {}
-    assert read == [str(runs["ppo"] / "model")]  # the copy read once, for both dry runs
+    assert read == [str(runs["ppo"] / "model"), str(runs["ppo"] / "model" / "model.safetensors")]  # the copy read
+    # once as the input, and its file once against its own record, for both dry runs
 
 
 def _finished_datapool() -> tuple[Path, Path, Path]:
@@ -773,6 +774,50 @@ def test_a_table_built_from_other_evaluations_of_the_same_count_is_stale(tmp_pat
     table.write_text(table.read_text().replace(",0.5,", ",0.6,"))  # the record no longer vouches for the table
     assert stale.stale_outputs(results, table, evals(2, 3), siblings) == {
         table: "it is not what its stage wrote (edited or replaced since)"}
+
+
+def test_a_table_lacks_the_rows_of_evaluations_added_since_and_names_only_those_gone_as_gone(tmp_path, monkeypatch):
+    """A seed added to the suite (``--config 'seeds=[0,1]'``) made the table "built from
+    results/eval/sentiment/zero_shot/seed1, ... which no longer exists", though nothing was deleted: every evaluation
+    the suite names that was not on disk was taken as gone. Gone are those the table's record names (or, in a record
+    written before tables recorded them, those whose row the table holds with all the suite's seeds); the rest are
+    rows it lacks."""
+    from grueflow import stale
+    from grueflow.io import atomic_files, files_record, record_digest
+    from tests.unit.test_grue import write_run
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)
+    results, table = Path("results"), Path("results/grue_table.csv")
+    methods = ("zero_shot", "supervised")
+
+    def evals(*seeds: int, task: str = "sentiment") -> list[Path]:
+        return [results / "eval" / task / method / f"seed{seed}" for method in methods for seed in seeds]
+
+    for folder in evals(0):
+        write_run(results / "eval", "sentiment", folder.parts[-2], 0)
+    with atomic_files([table], {folder: record_digest(folder) for folder in evals(0)}) as (tmp,):
+        tmp.write_text("task,method,n_seeds,reward\n" + "".join(f"sentiment,{m},1,0.5\n" for m in methods))
+    record = read_json(files_record(table))
+    older = {path: digest for path, digest in record.items() if path != "built_from"}
+    for written in (record, older):  # as recorded now, and before tables recorded what they were built from
+        write_json(files_record(table), written)
+        assert stale.stale_outputs(results, table, evals(0, 1)) == {
+            table: "it lacks rows the suite names: sentiment/zero_shot (1 of 2 seeds), sentiment/supervised (1 of 2 "
+                   "seeds)"}
+        assert stale.stale_outputs(results, table, [*evals(0), *evals(0, task="concepts")]) == {
+            table: "it lacks rows the suite names: concepts/zero_shot, concepts/supervised"}
+    for written in (record, older):
+        write_json(files_record(table), written)
+        shutil.move(evals(0)[1], tmp_path / "aside")
+        assert stale.stale_outputs(results, table, evals(0)) == {
+            table: "it was built from results/eval/sentiment/supervised/seed0, which no longer exists"}
+        shutil.move(evals(0)[0], tmp_path / "aside0")
+        assert stale.stale_outputs(results, table, evals(0)) == {
+            table: "it was built from results/eval/sentiment/zero_shot/seed0, results/eval/sentiment/supervised/"
+                   "seed0, which no longer exist"}
+        shutil.move(tmp_path / "aside", evals(0)[1])
+        shutil.move(tmp_path / "aside0", evals(0)[0])
 
 
 def test_dvcs_outputs_at_or_under_a_link_to_another_runs_folder_are_refused(tmp_path, monkeypatch):
@@ -1960,6 +2005,84 @@ def test_a_stage_file_replaced_at_the_same_size_with_an_older_time_makes_its_fol
     os.utime(weights, ns=(earlier, earlier))  # cp -p: the source's older time kept
     assert stale.stale_outputs(results, results / "t.csv", [evaluation], folders=suite) == {
         runs["ppo"]: "damaged: model/model.safetensors does not match the digest its stage recorded"}
+
+
+def test_a_same_size_replacement_with_an_older_time_is_copied_before_its_folder_is_rebuilt(tmp_path, monkeypatch):
+    """The folder of a ``cp -p`` replacement was found stale by reading its files, and rebuilt, but the copy of what
+    no record vouches for read only the files newer than the record: the replaced weights went with the rebuild, no
+    copy kept. Where a folder's files do not match their digests, every file is read for the copy."""
+    from grueflow import stale
+    from grueflow.keep import REPLACED
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)
+    results, tokens = Path("results"), Path(".snakemake") / "grueflow-stale.json"
+    runs, evaluation = two_runs_and_an_evaluation(results)
+    suite = [*runs.values(), evaluation]
+    assert stale.mark_stale(results, results / "t.csv", [evaluation], tokens=tokens, folders=suite) == []
+    weights = runs["ppo"] / "model" / "model.safetensors"
+    earlier = (runs["ppo"] / "stage.json").stat().st_mtime_ns - 10**9
+    shutil.copyfile(runs["supervised"] / "model" / "model.safetensors", weights)
+    os.utime(weights, ns=(earlier, earlier))  # cp -p: the source's older time kept
+    line, = stale.mark_stale(results, results / "t.csv", [evaluation], tokens=tokens, folders=suite)
+    copy = next(REPLACED.glob("results/sentiment/ppo/seed0@*"))
+    assert line == f"grueflow: {runs['ppo']} is stale (damaged: model/model.safetensors does not match the digest " \
+                   f"its stage recorded); its job reruns; a copy of what no stage record vouches for " \
+                   f"(model/model.safetensors) is kept in {copy}"
+    assert (copy / "model" / "model.safetensors").read_bytes() == b"supervised".ljust(64, b"w")
+    assert stale.stale_token([runs["ppo"]], tokens) != ""
+
+
+def test_an_evaluation_replaced_at_the_same_size_with_an_older_time_is_stale_and_kept(tmp_path, monkeypatch):
+    """A number edited in an evaluation's metrics.json (or a letter of its predictions), its older time put back
+    (``cp -p`` or ``rsync -a`` from a backup, ``touch -d``): no reader records an evaluation's digest (the GRUE table
+    and the human exports read it), so "Nothing to be done", and every run that reran the table failed at it ("is
+    damaged: metrics.json does not match the digest its stage recorded"), nothing copied. An evaluation whose files
+    changed since they were last found as written is read whole: it is stale itself, with a copy of the replaced
+    file, until it is rebuilt; one found as written is not read again in a later run (the cache)."""
+    from grueflow import keep, stale
+    from grueflow.keep import REPLACED
+    from tests.unit.test_grue import write_run
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)
+    results, table = Path("results"), Path("results/grue_table.csv")
+    tokens = Path(".snakemake") / "grueflow-stale.json"
+    cache = tokens.parent / "grueflow-digests.json"
+    evals = [write_run(results / "eval", "sentiment", method, 0).parent for method in ("zero_shot", "ppo")]
+    assert stale.mark_stale(results, table, evals, tokens=tokens, folders=evals) == []
+    read = []
+    digest = keep.fingerprint
+    for module in (keep, stale):
+        monkeypatch.setattr(module, "fingerprint", lambda path, *rest: read.append(path) or digest(path, *rest))
+    monkeypatch.setattr(stale, "_KNOWN", {})  # the next run: the cache says both are as written
+    assert stale.stale_outputs(results, table, evals, folders=evals, cache=cache) == {} and read == []
+    metrics = evals[1] / "metrics.json"
+    before = metrics.stat()
+    metrics.write_text(metrics.read_text().replace('"reward": 0.5', '"reward": 0.9'))
+    os.utime(metrics, ns=(before.st_atime_ns, before.st_mtime_ns))  # its older time put back
+    assert metrics.stat().st_size == before.st_size
+    why = "damaged: metrics.json does not match the digest its stage recorded"
+    assert stale.stale_outputs(results, table, evals, folders=evals, cache=cache) == {evals[1]: why}
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    line, = stale.mark_stale(results, table, evals, tokens=tokens, folders=evals)
+    copy = next(REPLACED.glob("results/eval/sentiment/ppo/seed0@*"))
+    assert line == f"grueflow: {evals[1]} is stale ({why}); its job reruns; a copy of what no stage record vouches " \
+                   f"for (metrics.json) is kept in {copy}"
+    assert '"reward": 0.9' in (copy / "metrics.json").read_text()
+    assert stale.stale_token([evals[1]], tokens) != "" and stale.stale_token([evals[0]], tokens) == ""
+    monkeypatch.setattr(stale, "_KNOWN", {})  # a later run: still stale, until rebuilt
+    assert stale.stale_outputs(results, table, evals, folders=evals, cache=cache) == {evals[1]: why}
+    predictions = evals[0] / "predictions.jsonl"  # what the human exports read
+    before = predictions.stat()
+    predictions.write_text(predictions.read_text().replace('"good"', '"fine"'))
+    os.utime(predictions, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert stale.stale_outputs(results, table, evals, folders=evals, cache=cache) == {
+        evals[0]: "damaged: predictions.jsonl does not match the digest its stage recorded", evals[1]: why}
+    for method, folder in zip(("zero_shot", "ppo"), evals):  # rebuilt
+        shutil.rmtree(folder)
+        write_run(results / "eval", "sentiment", method, 0)
+    assert stale.stale_outputs(results, table, evals, folders=evals, cache=cache) == {}
 
 
 def test_a_stage_folder_without_its_record_is_stale_when_read_or_aggregated(tmp_path):
