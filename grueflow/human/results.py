@@ -215,7 +215,8 @@ def read_platform_csv(path: str | Path, batch: Batch) -> list[Answer]:
 
     Rows are matched to items by ``Input.item_id``, and every ``Input.<column>`` the batch shows annotators must
     equal the item's text (the CSV values were HTML-escaped for upload; they are unescaped here), so a results
-    file from another batch is refused; a label column (:data:`~grueflow.human.batch.LABEL_COLUMNS`, the Likert
+    file from another batch is refused, and so is a row whose ``Answer.<column>`` echo of one of them (the template's
+    hidden item and choice ids) is not its item's (:func:`_answer_echo_problem`); a label column (:data:`~grueflow.human.batch.LABEL_COLUMNS`, the Likert
     ``algorithm``) is taken from the batch, and a file whose label differs (blinded before upload) gets one
     warning. Rejected rows are left out, counted in one log line (:func:`rejection`). Columns with no name (a
     spreadsheet's leftovers right of the data) are passed over; one warning counts any values in them. A row that
@@ -405,6 +406,9 @@ def _platform_row(path: str | Path, place: str, row: Mapping[str, str], batch: B
                      "the text must match the batch's: is this the results file of another batch?")
             raise io.DataError(f"{path}: {place}: Input.{column} differs from item {item['item_id']}'s text "
                                f"{where}; {cause}")
+    moved = _answer_echo_problem(row, item, batch)
+    if moved is not None:
+        raise io.DataError(f"{path}: {place}: {moved}")
     raw = {f: row[f"Answer.{f}"].strip() for f in fields}
     values: dict[str, Any] = raw
     if batch.kind == "likert":
@@ -419,6 +423,25 @@ def _platform_row(path: str | Path, place: str, row: Mapping[str, str], batch: B
                       submit_time(row.get("SubmitTime")), Source(str(path), place))
     except AnswerError as err:
         raise io.DataError(f"{path}: {place}: {err}") from None
+
+
+def _answer_echo_problem(row: Mapping[str, str], item: Mapping[str, str], batch: Batch) -> Optional[str]:
+    """Why a results CSV ``row``'s answers are not those of its ``item`` (the one its ``Input.item_id`` names), or
+    None: an ``Answer.<column>`` that echoes one of the batch's columns (grueflow's template submits the item id and
+    a pairwise item's choice ids as hidden fields, so MTurk's file has ``Answer.item_id``, ``Answer.choice_A_id``,
+    ``Answer.choice_B_id``) holds another value than the item's. The ``Answer.*`` block was then sorted or pasted
+    apart from the ``Input.*`` block (a spreadsheet's sort of a selection), and the row's answers belong to the item
+    the echo names: read by ``Input.item_id`` they would count for the wrong item, or the wrong system. An empty echo
+    cell says nothing."""
+    for column in (c for c in batch.columns if c not in LABEL_COLUMNS):
+        echo = html.unescape(row.get(f"Answer.{column}") or "").strip()
+        if echo and echo != item[column]:
+            given = html.unescape(row.get(f"Input.{column}") or item[column]).strip()
+            return (f"Answer.{column} {echo!r} is not the row's own {column} (Input.{column} {given!r}): the "
+                    f"Answer.* columns were sorted or pasted apart from the Input.* columns (a spreadsheet's sort of "
+                    f"a selection?), so the row's answers belong to another item; import the results file as the "
+                    f"platform wrote it, or sort whole rows only, and import again")
+    return None
 
 
 LOOKALIKES = {"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'", "\u201c": '"',

@@ -1490,3 +1490,73 @@ def test_a_note_under_the_human_table_stays_on_one_line() -> None:
     assert ("Note: batch b 1: 4 of 8 items answered; methods with no answers: zero ## shot; the rows cover only the "
             "answered items.\n") in markdown
     assert [line for line in markdown.splitlines() if line.startswith("#")] == ["# Human evaluation", "## Agreement"]
+
+
+# grueflow's template submits the item and choice ids as hidden fields: a row whose echo is not its own item's
+# answers another item (the Answer.* block sorted apart from the Input.* block)
+
+
+def _echo_csv(path: Path, batch: hb.Batch, choices: list[str]) -> Path:
+    """A results CSV of worker W1's answer to each item of the pairwise ``batch``, with the template's hidden
+    fields echoed as MTurk writes them (``Answer.item_id``, ``Answer.choice_A_id``, ``Answer.choice_B_id``)."""
+    echoed = ("item_id", "choice_A_id", "choice_B_id")
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["WorkerId", *(f"Input.{c}" for c in batch.columns), "Answer.choice",
+                         *(f"Answer.{c}" for c in echoed)])
+        for item, choice in zip(batch.items, choices):
+            writer.writerow(["W1", *(html.escape(item[c]) for c in batch.columns), choice, *(item[c] for c in echoed)])
+    return path
+
+
+def _sort_answer_block(header: list[str], rows: list[list[str]]) -> tuple[list[str], list[list[str]]]:
+    """A spreadsheet's sort of a selection: the Answer.* cells of the rows rotated by one, the Input.* left."""
+    first = next(i for i, name in enumerate(header) if name.startswith("Answer."))
+    answers = [row[first:] for row in rows]
+    return header, [row[:first] + answers[(k + 1) % len(rows)] for k, row in enumerate(rows)]
+
+
+def test_a_results_row_whose_answer_echo_names_another_item_is_refused(tmp_path: Path) -> None:
+    """The Answer.* block sorted apart from the Input.* block imported with each choice counted for another item's
+    A/B order (win rates 0.5 became 0.17 / 0.83), though the template's echo of the ids showed it."""
+    batch, key = hb.pairwise_batch(("ppo", _predictions("ppo")), ("sup", _predictions("sup")), "imdb", 0)
+    path = _echo_csv(tmp_path / "results.csv", batch, ["A", "B", "A", "B"])
+    assert [a.values["choice"] for a in results.read_answers(path, batch)] == ["A", "B", "A", "B"]
+    _edit_csv(path, _sort_answer_block)
+    first, second = batch.items[0]["item_id"], batch.items[1]["item_id"]
+    with pytest.raises(io.DataError) as err:
+        results.read_answers(path, batch)
+    assert (f"results.csv: row 2: Answer.item_id {second!r} is not the row's own item_id (Input.item_id {first!r}): "
+            f"the Answer.* columns were sorted or pasted apart from the Input.* columns") in str(err.value)
+    assert "import the results file as the platform wrote it, or sort whole rows only" in str(err.value)
+
+
+def test_a_results_row_whose_choice_id_echo_differs_is_refused_and_an_empty_echo_says_nothing(tmp_path: Path) -> None:
+    batch, _ = hb.pairwise_batch(("ppo", _predictions("ppo")), ("sup", _predictions("sup")), "imdb", 0)
+    path = _echo_csv(tmp_path / "results.csv", batch, ["A", "B", "A", "B"])
+
+    def swap_ids(header: list[str], rows: list[list[str]]) -> tuple[list[str], list[list[str]]]:
+        a, b = header.index("Answer.choice_A_id"), header.index("Answer.choice_B_id")
+        rows[2][a], rows[2][b] = rows[2][b], rows[2][a]
+        rows[0][header.index("Answer.item_id")] = ""
+        return header, rows
+
+    _edit_csv(path, swap_ids)
+    with pytest.raises(io.DataError, match=r"row 4: Answer\.choice_A_id '[0-9a-f]{8}-[0-9a-f]{16}' is not the row's "
+                                           r"own choice_A_id \(Input\.choice_A_id "):
+        results.read_answers(path, batch)
+
+
+def test_a_likert_results_row_whose_item_id_echo_differs_is_refused(tmp_path: Path) -> None:
+    batch = _likert()
+    path = _two_workers(tmp_path / "results.csv", batch)
+
+    def echo(header: list[str], rows: list[list[str]]) -> tuple[list[str], list[list[str]]]:
+        column = header.index("Input.item_id")
+        header, rows = header + ["Answer.item_id"], [row + [row[column]] for row in rows]
+        return _sort_answer_block(header, rows)
+
+    _edit_csv(path, echo)
+    with pytest.raises(io.DataError, match=rf"row 2: Answer\.item_id '{batch.items[1]['item_id']}' is not the row's "
+                                           rf"own item_id \(Input\.item_id '{batch.items[0]['item_id']}'\)"):
+        results.read_answers(path, batch)
