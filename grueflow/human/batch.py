@@ -535,8 +535,9 @@ def read_key(path: str | Path, batch: Batch | None = None, legacy_ok: bool = Fal
     """A pairwise key file's opaque id -> system map.
 
     With ``batch`` (what an import passes), the key must be the one written with that batch: its ``batch_tag`` is
-    the batch's tag and it maps every opaque id of the batch, else a DataError names both files. A key written
-    before keys named their batch (a bare id -> system object) cannot be checked; it is refused unless
+    the batch's tag and it maps every opaque id of the batch, else a DataError names both files; and its bytes are
+    the ones its export recorded beside it (:func:`_check_key_digest`: one item's two systems swapped is refused).
+    A key written before keys named their batch (a bare id -> system object) cannot be checked; it is refused unless
     ``legacy_ok``, and then read with a warning. Without ``batch`` the map is returned unchecked.
     """
     tag, ids = _read_key_file(path)
@@ -557,7 +558,39 @@ def read_key(path: str | Path, batch: Batch | None = None, legacy_ok: bool = Fal
     if missing:
         raise io.DataError(f"{path} lacks {len(missing)} of the opaque ids of {where} (e.g. {missing[0]}); give the "
                            f"key written with this batch; {_key_remedy(path)}")
+    _check_key_digest(path, batch)
     return ids
+
+
+def _check_key_digest(path: str | Path, batch: Batch) -> None:
+    """Refuse the key ``path`` of ``batch`` where its bytes are not those its export wrote: the digest
+    :func:`write_batch` recorded beside it (:func:`~grueflow.io.files_record`) is another. A key with one item's two
+    systems swapped (a hand edit, a merge) still names its batch and maps every opaque id, and would count each
+    judgement of that item for the other system. The refusal names a copy kept in ``.grueflow/replaced/``
+    (:func:`grueflow.keep.keep_batch`) that holds the recorded bytes, if any. A key without that record (copied
+    without its hidden record, written before keys had one) is read with a warning: nothing vouches for it."""
+    record = io.files_record(path)
+    try:
+        recorded = io.written_digests(io.read_json(record))
+    except FileNotFoundError:
+        log.warning("%s has no record of the digest its export wrote beside it (%s: a key copied without it, or "
+                    "exported before keys had one), so nothing shows it is unedited; importing it unchecked", path,
+                    record)
+        return
+    except (OSError, ValueError):
+        recorded = None
+    digests = set((recorded or {}).values())
+    if len(digests) != 1:
+        raise io.DataError(f"{record}, the record of the digest of the key {path} that its export wrote, is damaged; "
+                           f"{_key_remedy(path)}")
+    if io.sha256_bytes(path) not in digests:
+        name = Path(path).name
+        copy = [c / name for c in copies_of(Path(path), Path(".")) if (c / name).is_file()
+                and io.sha256_bytes(c / name) in digests][-1:]
+        kept = f"a copy of the key as exported is kept in {copy[0]}: put it back; or " if copy else ""
+        raise io.DataError(f"{path} is not the key its export wrote: its bytes differ from the digest recorded beside "
+                           f"it in {record} (edited by hand, or merged?), and a key with two systems swapped counts "
+                           f"judgements for the wrong system; {kept}{_key_remedy(path, 'to write it again')}")
 
 
 def _read_key_file(path: str | Path) -> tuple[str | None, dict[str, str]]:
@@ -587,18 +620,17 @@ def _read_key_file(path: str | Path) -> tuple[str | None, dict[str, str]]:
     return tag, ids
 
 
-def _key_remedy(path: str | Path) -> str:
-    """How to get a lost or damaged key at ``path`` back: the export is seeded (:func:`pairwise_batch`), so the
-    same predictions and seed write the same batch and key again. A key in the pipeline's layout
-    (``results/human/<task>/keys/<batch>.json``) names its batch folder, ``../batches/<batch>``, to delete with it,
-    so that the rerun exports both."""
+def _key_remedy(path: str | Path, when: str = "if it is damaged or lost") -> str:
+    """How to get a lost or damaged key at ``path`` back, after ``when``: the export is seeded
+    (:func:`pairwise_batch`), so the same predictions and seed write the same batch and key again. A key in the
+    pipeline's layout (``results/human/<task>/keys/<batch>.json``) names its batch folder, ``../batches/<batch>``, to
+    delete with it, so that the rerun exports both."""
     path = Path(path)
     if path.parent.name == "keys":
         batch = path.parent.parent / "batches" / path.stem
-        return (f"if it is damaged or lost, delete it and the batch folder {batch} and rerun the pipeline, which "
-                f"exports the same batch and key again (the export is seeded)")
-    return ("if it is damaged or lost, export the batch again from the same predictions with the same seed, which "
-            "writes the same key")
+        return (f"{when}, delete it and the batch folder {batch} and rerun the pipeline, which exports the same "
+                f"batch and key again (the export is seeded)")
+    return f"{when}, export the batch again from the same predictions with the same seed, which writes the same key"
 
 
 def read_rl4lms_likert(path: str | Path) -> dict[str, list[Prediction]]:

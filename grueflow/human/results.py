@@ -214,16 +214,16 @@ def read_platform_csv(path: str | Path, batch: Batch) -> list[Answer]:
     """A platform's results CSV (MTurk: ``WorkerId``, ``Input.<column>``, ``Answer.<field>``, ``SubmitTime``).
 
     Rows are matched to items by ``Input.item_id``, and every ``Input.<column>`` the batch shows annotators must
-    equal the item's text (the CSV values were HTML-escaped for upload; they are unescaped here), so a results
-    file from another batch is refused, and so is a row whose ``Answer.<column>`` echo of one of them (the template's
-    hidden item and choice ids) is not its item's (:func:`_answer_echo_problem`); a label column (:data:`~grueflow.human.batch.LABEL_COLUMNS`, the Likert
-    ``algorithm``) is taken from the batch, and a file whose label differs (blinded before upload) gets one
-    warning. Rejected rows are left out, counted in one log line (:func:`rejection`). Columns with no name (a
-    spreadsheet's leftovers right of the data) are passed over; one warning counts any values in them. A row that
-    repeats the header (two files joined with ``cat``) is a DataError naming it. Each answer carries the row's
-    ``SubmitTime`` (see :func:`submit_time`) where the file has one. Errors name a row as a spreadsheet shows it,
-    ``row N`` (the header is row 1), and add ``(line M)``, the line it starts on in an editor, where a completion's
-    line breaks above it make the two differ.
+    equal the item's text (the CSV values were HTML-escaped for upload; they are unescaped here), so a results file
+    from another batch is refused, and so is a row whose ``Answer.<column>`` echo of one of them (the template's
+    hidden item and choice ids) is not its item's (:func:`_answer_echo_problem`); a label column
+    (:data:`~grueflow.human.batch.LABEL_COLUMNS`, the Likert ``algorithm``) is taken from the batch, and a file
+    whose label differs (blinded before upload) gets one warning. Rejected rows are left out, counted in one log
+    line (:func:`rejection`). Columns with no name (a spreadsheet's leftovers right of the data) are passed over;
+    one warning counts any values in them. A row that repeats the header (two files joined with ``cat``) is a
+    DataError naming it. Each answer carries the row's ``SubmitTime`` (see :func:`submit_time`) where the file has
+    one. Errors name a row as a spreadsheet shows it, ``row N`` (the header is row 1), and add ``(line M)``, the
+    line it starts on in an editor, where a completion's line breaks above it make the two differ.
     """
     io.read_text(path)
     csv.field_size_limit(2**31 - 1)  # a long generation is one field

@@ -1560,3 +1560,43 @@ def test_a_likert_results_row_whose_item_id_echo_differs_is_refused(tmp_path: Pa
     with pytest.raises(io.DataError, match=rf"row 2: Answer\.item_id '{batch.items[1]['item_id']}' is not the row's "
                                            rf"own item_id \(Input\.item_id '{batch.items[0]['item_id']}'\)"):
         results.read_answers(path, batch)
+
+
+def test_a_key_with_one_items_systems_swapped_is_refused_naming_its_record_and_copy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A key with one item's two systems swapped (a hand edit, a merge) still names its batch and covers every id:
+    it imported with the win rates flipped, though its export recorded its digest beside it."""
+    from grueflow.keep import keep_batch
+
+    monkeypatch.chdir(tmp_path)
+    batch, key = hb.pairwise_batch(("ppo", _predictions("ppo")), ("sup", _predictions("sup")), "imdb", seed=0)
+    folder = Path("results/human/t/batches/ppo_vs_sup_seed0")
+    key_path = Path("results/human/t/keys/ppo_vs_sup_seed0.json")
+    hb.write_batch(batch, folder, key, key_path)
+    back = hb.read_batch(folder)
+    assert hb.read_key(key_path, back) == key
+    a, b = batch.items[0]["choice_A_id"], batch.items[0]["choice_B_id"]
+    swapped = {**key, a: key[b], b: key[a]}
+    io.write_json(key_path, hb.key_document(batch, swapped))
+    rerun = (f"to write it again, delete it and the batch folder {folder} and rerun the pipeline, which exports the "
+             f"same batch and key again (the export is seeded)")
+    with pytest.raises(io.DataError) as err:
+        hb.read_key(key_path, back)
+    assert str(err.value) == (f"{key_path} is not the key its export wrote: its bytes differ from the digest recorded "
+                              f"beside it in {io.files_record(key_path)} (edited by hand, or merged?), and a key with "
+                              f"two systems swapped counts judgements for the wrong system; {rerun}")
+    # a copy kept in .grueflow/replaced/ with the exported bytes is named; one with the edited bytes is not
+    edited_copy = keep_batch(folder, key_path, Path("."))[0][1]
+    io.write_json(key_path, hb.key_document(batch, key))
+    good_copy = keep_batch(folder, key_path, Path("."))[0][1]
+    io.write_json(key_path, hb.key_document(batch, swapped))
+    with pytest.raises(io.DataError) as err:
+        hb.read_key(key_path, back)
+    assert f"kept in {good_copy / key_path.name}: put it back; or {rerun}" in str(err.value)
+    assert str(edited_copy) not in str(err.value)
+    # a key copied elsewhere without its hidden record: nothing vouches for it, said so
+    shutil.copy(good_copy / key_path.name, "mine.json")
+    with caplog.at_level(logging.WARNING, logger="grueflow.human.batch"):
+        assert hb.read_key("mine.json", back) == key
+    assert ("mine.json has no record of the digest its export wrote beside it (.mine.json.record.json: a key copied "
+            "without it, or exported before keys had one), so nothing shows it is unedited") in caplog.text
