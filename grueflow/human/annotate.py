@@ -12,6 +12,11 @@ current item), ``POST /api/answer`` (``{"item_id": ..., "answer": {...}}``, JSON
 Requests whose ``Host`` is not this server's loopback address are refused (DNS rebinding), and a POST
 must be ``application/json``, which a cross-site form cannot send without a CORS preflight this server
 never grants.
+
+The page serves the batch as it was when the server started. A pipeline run that exports the batch again (an
+upstream change) replaces the folder with another batch, and answers to the old one would be refused by every
+import: from then on ``/api/state`` and ``/api/answer`` answer 409 with a message the page shows (restart the
+page), and save nothing (:class:`BatchWatch`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import json
 import logging
 import os
 import sys
+import threading
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -29,7 +35,7 @@ from typing import Any, Optional, Sequence
 from grueflow import io
 from grueflow.config import ConfigError
 from grueflow.human.answers import AnswerError, AnswerStore, check_annotator
-from grueflow.human.batch import Batch, prompt_of, read_batch, tag_of
+from grueflow.human.batch import ITEMS, Batch, prompt_of, read_batch, tag_of
 from grueflow.human.criteria import SCALE_MAX, SCALE_MIN
 from grueflow.human.layout import PAGE_SUFFIX
 from grueflow.human.page import CSS, SCRIPT, shell
@@ -52,6 +58,54 @@ SECURITY_HEADERS = {
 REQUEST_TIMEOUT_S = 60.0
 
 
+class BatchWatch:
+    """Whether a batch folder still holds the batch a page started with: the bytes of its ``items.jsonl`` (the
+    batch's identity, :mod:`grueflow.human.batch`), compared by digest whenever the file's (inode, size, mtime)
+    differ from those last seen, so an unchanged folder costs one ``stat`` per request. The same batch written
+    again (a forced rerun, a seeded re-export of the same predictions) is the same batch."""
+
+    def __init__(self, folder: Path) -> None:
+        self.items = Path(folder) / ITEMS
+        self._lock = threading.Lock()
+        self._seen = self._stat()
+        self._digest = io.sha256_bytes(self.items)
+
+    def _stat(self) -> Optional[tuple[int, int, int]]:
+        try:
+            found = self.items.stat()
+        except OSError:
+            return None
+        return found.st_ino, found.st_size, found.st_mtime_ns
+
+    def replaced(self) -> Optional[str]:
+        """None while the folder holds the batch; else what it holds now: ``batch <tag>``, or why none."""
+        with self._lock:
+            seen = self._stat()
+            if seen is not None and seen == self._seen:
+                return None
+            try:
+                same = seen is not None and io.sha256_bytes(self.items) == self._digest
+            except OSError:
+                same = False
+            if same:
+                self._seen = seen
+                return None
+        return _held(self.items)
+
+
+def _held(items: Path) -> str:
+    """What the ``items.jsonl`` at ``items`` holds now, as the refusal says it: ``batch <tag>``, or why none."""
+    try:
+        with open(items, encoding="utf-8") as handle:
+            first = json.loads(handle.readline())
+        tag = tag_of(first["item_id"]) if isinstance(first, dict) and isinstance(first.get("item_id"), str) else None
+    except FileNotFoundError:
+        return "no batch (it is being exported again, or was deleted)"
+    except (OSError, ValueError):
+        return "a batch being written"
+    return f"batch {tag}" if tag else "another batch"
+
+
 class AnnotationServer(ThreadingHTTPServer):
     """A ThreadingHTTPServer that knows its batch, answers file and annotator.
 
@@ -62,10 +116,24 @@ class AnnotationServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, batch: Batch, batch_name: str, store: AnswerStore, annotator: str, port: int,
-                 request_timeout: float = REQUEST_TIMEOUT_S) -> None:
+                 request_timeout: float = REQUEST_TIMEOUT_S, watch: Optional[BatchWatch] = None) -> None:
         self.batch, self.batch_name, self.store, self.annotator = batch, batch_name, store, check_annotator(annotator)
         self.request_timeout = request_timeout
+        self.watch = watch
         super().__init__((HOST, port), _Handler)
+
+    def replaced(self) -> Optional[str]:
+        """Why the page can no longer save answers to its batch, logged once per request, or None: the batch folder
+        no longer holds the batch the page started with (:class:`BatchWatch`; never for a server without one)."""
+        now = self.watch.replaced() if self.watch is not None else None
+        if now is None:
+            return None
+        message = (f"the batch {self.batch_name} was exported again since this page started (the folder now holds "
+                   f"{now}; this page serves batch {self.batch.tag}), and answers to the old batch would not be "
+                   f"imported; nothing was saved: whoever runs this page, stop it and start grueflow annotate again, "
+                   f"then reload (the answers saved so far stay in {self.store.path})")
+        log.warning("%s", message)
+        return message
 
     @property
     def url(self) -> str:
@@ -135,6 +203,10 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/page.css":
             self._send(HTTPStatus.OK, CSS.encode("utf-8"), "text/css; charset=utf-8")
         elif path == "/api/state":
+            replaced = self.server.replaced()
+            if replaced is not None:
+                self._error(HTTPStatus.CONFLICT, replaced)
+                return
             self._json(HTTPStatus.OK, self.server.state())
         else:
             self._error(HTTPStatus.NOT_FOUND, f"no such page {path!r}; the page is at /")
@@ -151,6 +223,10 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(payload, dict) or set(payload) != {"item_id", "answer"}:
             keys = sorted(payload) if isinstance(payload, dict) else type(payload).__name__
             self._error(HTTPStatus.BAD_REQUEST, f"the body is a JSON object with exactly item_id and answer, got {keys}")
+            return
+        replaced = self.server.replaced()
+        if replaced is not None:
+            self._error(HTTPStatus.CONFLICT, replaced)
             return
         try:
             self.server.store.append(self.server.annotator, payload["item_id"], payload["answer"])
@@ -235,8 +311,10 @@ def misplaced_answers(batch_dir: Path, answers: Path) -> Optional[str]:
 
 def build_server(batch_dir: str | Path, annotator: str, answers: str | Path,
                  port: int = DEFAULT_PORT) -> AnnotationServer:
-    """A ready (not yet serving) server for one annotator; ``port=0`` picks a free port."""
+    """A ready (not yet serving) server for one annotator; ``port=0`` picks a free port. It watches ``batch_dir``
+    from before it reads the batch (:class:`BatchWatch`): a batch exported there since is refused on every request."""
     batch_dir = Path(batch_dir)
+    watch = BatchWatch(batch_dir) if (batch_dir / ITEMS).is_file() else None  # taken first: a change while read shows
     batch = read_batch(batch_dir)
     if Path(answers).suffix.lower() != PAGE_SUFFIX:  # the import picks its reader by suffix: .csv is a platform's
         raise io.DataError(f"--answers {answers}: the page writes JSON lines, which the import reads from a "
@@ -261,7 +339,7 @@ def build_server(batch_dir: str | Path, annotator: str, answers: str | Path,
             raise ConfigError(f"--answers {answers}: cannot write the file: permission denied")
     except ConfigError as err:
         raise io.DataError(str(err)) from None
-    return AnnotationServer(batch, batch_dir.name, store, annotator, port)
+    return AnnotationServer(batch, batch_dir.name, store, annotator, port, watch=watch)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

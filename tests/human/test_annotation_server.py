@@ -329,3 +329,30 @@ def test_answers_in_another_batchs_answers_folder_are_refused_naming_it(tmp_path
     for answers in (human / "sentiment" / "likert_seed0" / "alice.jsonl", tmp_path / "elsewhere" / "alice.jsonl"):
         server = build_server(batch_dir, "alice", answers, port=0)
         server.server_close()
+
+
+def test_a_page_whose_batch_is_exported_again_refuses_to_save_and_says_to_restart(likert_dir: Path, serve,
+                                                                                   tmp_path: Path, caplog) -> None:
+    """A running page kept saving answers to a batch the pipeline had replaced (every import then refused them),
+    and nobody at the page was told."""
+    server = serve(likert_dir)
+    old = hb.read_batch(likert_dir)
+    first, second = old.items[0]["item_id"], old.items[1]["item_id"]
+    assert post(server, {"item_id": first, "answer": {"coherence": 4, "sentiment": 2}})[0] == 200
+    saved = (tmp_path / "answers.jsonl").read_bytes()
+    original = {f: (likert_dir / f).read_bytes() for f in (hb.MANIFEST, hb.ITEMS, hb.UPLOAD, hb.TEMPLATE)}
+    new = hb.likert_batch({"ppo": [hb.Prediction(f"s{i}", f"prompt {i}", f"other {i}") for i in range(3)]}, "imdb", 0)
+    hb.write_batch(new, likert_dir)  # a re-export after an upstream change: another batch in the same folder
+    message = (f"the batch {likert_dir.name} was exported again since this page started (the folder now holds batch "
+               f"{new.tag}; this page serves batch {old.tag}), and answers to the old batch would not be imported; "
+               f"nothing was saved: whoever runs this page, stop it and start grueflow annotate again, then reload "
+               f"(the answers saved so far stay in {tmp_path / 'answers.jsonl'})")
+    assert post(server, {"item_id": second, "answer": {"coherence": 3, "sentiment": 3}}) == (409, {"error": message})
+    status, _, data = request(server, "GET", "/api/state")
+    assert (status, json.loads(data)) == (409, {"error": message})
+    assert (tmp_path / "answers.jsonl").read_bytes() == saved
+    assert message in caplog.text
+    # the same batch written again (a seeded re-export of the same predictions) is the same batch
+    for name, data in original.items():
+        (likert_dir / name).write_bytes(data)
+    assert post(server, {"item_id": second, "answer": {"coherence": 3, "sentiment": 3}})[0] == 200
