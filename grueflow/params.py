@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import re
 import sys
@@ -353,17 +354,43 @@ def check_preference_file(path: str, where: str, task: str) -> None:
     stages read, relative to the project's root), does not exist or is a folder: Snakemake would only stop on it
     once it plans the stages, with a MissingInputException below their long input lists. A path under ``results/``
     not there yet is left to Snakemake: a rule may write it first (a human-evaluation import's
-    ``results/human/<task>/imported/<batch>/preferences.jsonl``, in the same run)."""
+    ``results/human/<task>/imported/<batch>/preferences.jsonl``, in the same run). Another task's human judgements
+    are refused too (:func:`preference_file_task`): a file under ``results/human/<other task>/``, or in an import
+    folder whose ``stage.json`` records another task."""
     if not path.strip():  # Path("") is the working folder
         raise ConfigError(f"{where}: the path is empty; give a preferences.jsonl, or remove the entry to build "
                           f"{task}'s preferences with build_preferences")
     if Path(path).is_dir():
         raise ConfigError(f"{where}: {path!r} is a folder; give the preferences.jsonl in it")
+    other = preference_file_task(path)
+    if other is not None and other != task:
+        raise ConfigError(f"{where}: {path!r} holds the human judgements of task {other}, not of task {task}; give "
+                          f"task {task}'s (a human-evaluation import writes results/human/{task}/imported/<batch>/"
+                          f"preferences.jsonl), or remove the entry to build {task}'s preferences with build_preferences")
     if not Path(path).exists() and Path(os.path.normpath(path)).parts[:1] != ("results",):
         raise ConfigError(f"{where}: {path!r} does not exist (relative paths are read from {Path.cwd()}); give a "
                           f"preferences.jsonl (a human-evaluation import writes results/human/{task}/imported/"
                           f"<batch>/preferences.jsonl), or remove the entry to build {task}'s preferences with "
                           f"build_preferences")
+
+
+def preference_file_task(path: str) -> Optional[str]:
+    """The task whose human judgements the preference file ``path`` holds, where something tells: the task its
+    human-evaluation import recorded (``params.task`` in the ``stage.json`` of the ``import_human_eval`` folder it
+    lies in), else ``<task>`` of a path under ``results/human/<task>/`` (relative to the project's root, or an
+    absolute path into it); None for any other file."""
+    record = Path(path).parent / STAGE_RECORD
+    try:
+        found = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else None
+    except (OSError, ValueError):  # a damaged record is the import's readers' to refuse
+        found = None
+    if isinstance(found, dict) and found.get("stage") == "import_human_eval" and isinstance(found.get("params"), dict):
+        recorded = found["params"].get("task")
+        if isinstance(recorded, str) and recorded:
+            return recorded
+    absolute = Path(os.path.abspath(path))
+    parts = absolute.relative_to(Path.cwd()).parts if absolute.is_relative_to(Path.cwd()) else ()
+    return parts[2] if len(parts) > 3 and parts[:2] == ("results", "human") else None
 
 
 TRAINED_CLASSIFIER = re.compile(r"results/([^/]+)/classifier/model/?")  # the train_classifier stage's model folder

@@ -665,6 +665,12 @@ PARAMS = [
     P(Bad(SUITE, lambda d: d.update(preference_methods=["dpo"], preference_files={"sentiment": "params/tasks"}), (
         "suite.yaml: preference_files.sentiment: 'params/tasks' is a folder; give the preferences.jsonl in it",)),
       id="preference-file-a-folder"),
+    P(Bad(SUITE, lambda d: d.update(preference_methods=["dpo"], preference_files={
+        "sentiment": "results/human/concepts/imported/supervised+ppo_vs_supervised_seed0/preferences.jsonl"}), (
+        "suite.yaml: preference_files.sentiment: 'results/human/concepts/imported/supervised+ppo_vs_supervised_seed0/"
+        "preferences.jsonl' holds the human judgements of task concepts, not of task sentiment; give task "
+        "sentiment's (a human-evaluation import writes results/human/sentiment/imported/<batch>/preferences.jsonl)",)),
+      id="preference-file-of-another-task"),
     P(Bad(SENTIMENT, setting("rollout_generation.min_new_tokens", 99), (
         "sentiment.yaml: rollout_generation: min_new_tokens must be in [0, max_new_tokens = ", "got 99")),
       id="min-new-tokens-above-max"),

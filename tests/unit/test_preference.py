@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import random
 
 import pytest
@@ -565,3 +566,30 @@ def test_a_suites_preference_file_must_exist_unless_a_rule_writes_it_under_resul
         check_preference_file("results/../data/prefs.jsonl", "suite", "sentiment")
     with pytest.raises(ConfigError, match="suite: the path is empty; give a preferences.jsonl, or remove the entry"):
         check_preference_file(" ", "suite", "sentiment")
+
+
+def test_a_suites_preference_file_of_another_tasks_import_is_refused(tmp_path, monkeypatch):
+    """``preference_files: {sentiment: results/human/concepts/...}`` planned the sentiment reward model and DPO on
+    CommonGen judgements without a word."""
+    from grueflow.config import ConfigError
+    from grueflow.params import check_preference_file
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=re.escape(
+            "suite: 'results/human/concepts/imported/b/preferences.jsonl' holds the human judgements of task "
+            "concepts, not of task sentiment; give task sentiment's (a human-evaluation import writes "
+            "results/human/sentiment/imported/<batch>/preferences.jsonl), or remove the entry")):
+        check_preference_file("results/human/concepts/imported/b/preferences.jsonl", "suite", "sentiment")
+    with pytest.raises(ConfigError, match="holds the human judgements of task concepts"):
+        check_preference_file(str(tmp_path / "results/human/concepts/imported/b/preferences.jsonl"), "suite",
+                              "sentiment")
+    # an import copied out of results/: its stage.json names the task it was imported for
+    copy = tmp_path / "data" / "prefs"
+    copy.mkdir(parents=True)
+    (copy / "preferences.jsonl").write_text("")
+    (copy / "stage.json").write_text(json.dumps({"stage": "import_human_eval", "params": {"task": "concepts"}}))
+    with pytest.raises(ConfigError, match=r"suite: 'data/prefs/preferences\.jsonl' holds the human judgements "
+                                           r"of task concepts, not of task sentiment"):
+        check_preference_file("data/prefs/preferences.jsonl", "suite", "sentiment")
+    check_preference_file("data/prefs/preferences.jsonl", "suite", "concepts")
+    check_preference_file("results/human/sentiment/imported/b/preferences.jsonl", "suite", "sentiment")
