@@ -508,11 +508,14 @@ def preferences(batch: Batch, key: Mapping[str, str], answers: Sequence[Answer])
     """One row per (item, annotator) that is not a tie, in batch order then annotator order:
     ``{id, sample_id, prompt, chosen, rejected, chosen_system, rejected_system, annotator}``.
 
-    ``id`` is ``<sample id>/<annotator>``, unique in the file (a preference set's ids must be; annotator names hold
-    no ``/``), and ``sample_id`` the item's sample, which several annotators' rows share. An item whose two
+    ``id`` is ``<batch tag>/<sample id>/<annotator>`` (``<sample id>/<annotator>`` for a batch exported before item
+    ids carried a tag), unique in the file and across the batches of a task, so that their files can be joined into
+    one preference set (a preference set's ids must be unique; annotator names hold no ``/``); ``sample_id`` is the
+    item's sample, which several annotators' rows, and several batches', share. An item whose two
     choices are the same text (:func:`identical_choices`) makes no row, as a pair needs two different
     completions; one log line counts them."""
     order = {item["item_id"]: i for i, item in enumerate(batch.items)}
+    prefix = f"{batch.tag}/" if batch.tag is not None else ""
     rows, identical = [], 0
     for answer in sorted(answers, key=lambda a: (order[a.item_id], a.annotator)):
         choice = answer.values[CHOICE_FIELD]
@@ -523,7 +526,7 @@ def preferences(batch: Batch, key: Mapping[str, str], answers: Sequence[Answer])
         if identical_choices(item):
             identical += 1
             continue
-        rows.append({"id": f"{item['sample_id']}/{answer.annotator}", "sample_id": item["sample_id"],
+        rows.append({"id": f"{prefix}{item['sample_id']}/{answer.annotator}", "sample_id": item["sample_id"],
                      "prompt": prompt_of(batch, item),
                      "chosen": item[f"choice_{choice}"], "rejected": item[f"choice_{other}"],
                      "chosen_system": _system(key, item[f"choice_{choice}_id"]),

@@ -66,7 +66,8 @@ def parse_row(row: Any, where: str) -> Preference:
 
 
 def read_preferences(path: str | Path) -> list[Preference]:
-    """Every row of a preference file, validated; raises DataError on the first bad row or repeated id."""
+    """Every row of a preference file, validated; raises DataError on the first bad row or repeated id (saying what
+    joined files a repeat suggests, :func:`_joined_hint`)."""
     path = Path(path)
     if path.is_dir():
         raise io.DataError(f"preference file {path} is a folder; give the preferences.jsonl in it (build_preferences "
@@ -88,12 +89,26 @@ def read_preferences(path: str | Path) -> list[Preference]:
             raise io.DataError(f"{where}: not a JSON object ({err}); each line is one preference") from None
         pref = parse_row(value, where)
         if pref.id in seen:
-            raise io.DataError(f"{where}: key 'id' repeats {pref.id!r} (first on line {seen[pref.id]}); ids must be unique")
-        seen[pref.id] = number
+            first = rows[seen[pref.id][1]]
+            raise io.DataError(f"{where}: key 'id' repeats {pref.id!r} (first on line {seen[pref.id][0]}); ids must be "
+                               f"unique{_joined_hint(first, pref)}")
+        seen[pref.id] = (number, len(rows))
         rows.append(pref)
     if not rows:
         raise io.DataError(f"{path}: no preference rows; a preference set needs at least one pair")
     return rows
+
+
+def _joined_hint(first: Preference, again: Preference) -> str:
+    """What a repeated id means where the two rows are different judgements: preference files joined whose ids
+    repeat, as those of two batches' human-evaluation imports did before ids named their batch
+    (``<sample id>/<annotator>``), or, for a row repeated whole, a file joined to a copy of itself."""
+    if first.to_json() == again.to_json():
+        return ": the two rows are the same judgement (one file joined to itself, or to a copy?); keep one of them"
+    return (": the two rows are different judgements, as in preference files joined whose ids repeat (two batches' "
+            "human-evaluation imports wrote <sample id>/<annotator> before ids named their batch); import those "
+            "batches again, which writes ids <batch tag>/<sample id>/<annotator>, and join the new files, or make "
+            "each file's ids unique (prefix them with the batch name)")
 
 
 def warn_test_pairs(prefs: list[Preference], path: str | Path, stage: str) -> int:

@@ -183,8 +183,9 @@ def test_pairwise_round_trip_preferences_and_win_rates(tmp_path: Path) -> None:
         assert row["chosen"] == source[f"choice_{side}"] and row["rejected"] == source[f"choice_{'B' if side == 'A' else 'A'}"]
         assert set(row) == {"id", "sample_id", "prompt", "chosen", "rejected", "chosen_system", "rejected_system",
                             "annotator"}
-        assert row["id"] == f"{row['sample_id']}/{row['annotator']}"
-    assert [r["id"] for r in prefs[:2]] == [f"{back.items[0]['sample_id']}/W1", f"{back.items[1]['sample_id']}/W1"]
+        assert row["id"] == f"{back.tag}/{row['sample_id']}/{row['annotator']}"
+    assert [r["id"] for r in prefs[:2]] == [f"{back.tag}/{back.items[0]['sample_id']}/W1",
+                                            f"{back.tag}/{back.items[1]['sample_id']}/W1"]
     assert len({r["id"] for r in prefs}) == 17 and len({r["sample_id"] for r in prefs}) == 9
     rows = {r["method"]: r for r in results.pairwise_rows(back, key, imported, "common_gen")}
     # pref_model wins 17 of 17 decided judgments (1 tie). Wilson with p = 1: low = n / (n + z^2) = 17 / 20.841459
@@ -922,12 +923,28 @@ def test_the_preferences_of_two_annotators_load_as_a_preference_set_split_by_sam
     side = {i["item_id"]: "A" if key[i["choice_A_id"]] == "ppo" else "B" for i in batch.items}
     answers = [Answer(who, item, {"choice": choice}) for who in ("alice", "bob") for item, choice in side.items()]
     io.write_jsonl(tmp_path / "preferences.jsonl", results.preferences(batch, key, answers))
-    prefs = read_preferences(tmp_path / "preferences.jsonl")  # ids are unique: <sample id>/<annotator>
-    assert len(prefs) == 20 and {p.id for p in prefs} == {f"test-{i}/{who}" for i in range(10)
+    prefs = read_preferences(tmp_path / "preferences.jsonl")  # ids are unique: <batch tag>/<sample id>/<annotator>
+    assert len(prefs) == 20 and {p.id for p in prefs} == {f"{batch.tag}/test-{i}/{who}" for i in range(10)
                                                           for who in ("alice", "bob")}
     train, val = split_pairs(prefs, 0.2, seed=0)
     assert len(val) == 4 and len(train) == 16
     assert {p.sample_id for p in train}.isdisjoint(p.sample_id for p in val)  # both judgements on one side
+
+
+def test_the_preference_files_of_two_batches_of_one_task_join_into_one_preference_set(tmp_path: Path) -> None:
+    """Two batches judging the same samples by the same annotators wrote the same ids <sample id>/<annotator>, so
+    their files joined were refused with "ids must be unique", and nothing said why or what to do."""
+    from grueflow.preference.data import read_preferences
+
+    joined = []
+    for method in ("ppo", "a2c"):
+        batch, key = hb.pairwise_batch((method, _predictions(method)), ("sup", _predictions("sup")), "imdb", 0)
+        side = {i["item_id"]: "A" if key[i["choice_A_id"]] == method else "B" for i in batch.items}
+        joined += results.preferences(batch, key, [Answer("alice", item, {"choice": c}) for item, c in side.items()])
+    io.write_jsonl(tmp_path / "all.jsonl", joined)
+    prefs = read_preferences(tmp_path / "all.jsonl")
+    assert len(prefs) == 8 and len({p.id for p in prefs}) == 8 and len({p.sample_id for p in prefs}) == 4
+    assert {p.extra["chosen_system"] for p in prefs} == {"ppo", "a2c"}
 
 
 def test_an_item_whose_two_choices_are_the_same_text_makes_no_preference_row(caplog: pytest.LogCaptureFixture

@@ -94,6 +94,27 @@ def test_bad_preference_rows_are_refused_naming_file_line_and_key(tmp_path, line
     assert message in str(err.value)
 
 
+def test_a_repeated_id_says_which_joined_files_it_suggests(tmp_path):
+    """Two batches' human imports written before ids named their batch, joined, were refused with just "ids must be
+    unique"."""
+    path = tmp_path / "all.jsonl"
+    first = {"id": "test-6/alice", "sample_id": "test-6", "prompt": "p", "chosen": "x", "rejected": "y"}
+    io_rows = [first, {**first, "chosen": "z", "rejected": "x"}]
+    path.write_text("".join(json.dumps(row) + "\n" for row in io_rows))
+    with pytest.raises(DataError) as err:
+        read_preferences(path)
+    assert str(err.value) == (
+        f"{path}: line 2: key 'id' repeats 'test-6/alice' (first on line 1); ids must be unique: the two rows are "
+        f"different judgements, as in preference files joined whose ids repeat (two batches' human-evaluation imports "
+        f"wrote <sample id>/<annotator> before ids named their batch); import those batches again, which writes ids "
+        f"<batch tag>/<sample id>/<annotator>, and join the new files, or make each file's ids unique (prefix them "
+        f"with the batch name)")
+    path.write_text(json.dumps(first) + "\n" + json.dumps(first) + "\n")
+    with pytest.raises(DataError, match=r"ids must be unique: the two rows are the same judgement \(one file joined "
+                                        r"to itself, or to a copy\?\); keep one of them$"):
+        read_preferences(path)
+
+
 def test_pairs_judging_test_samples_are_counted_and_warned(caplog):
     """Human batches come from test-split predictions: DPO and the reward model trained on them learnt from the test
     prompts their table rows score, and nothing said so."""
