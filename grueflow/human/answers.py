@@ -202,6 +202,17 @@ def read_answer_lines(path: str | Path, unfinished: Unfinished = "refuse") -> li
     return [record for _, record in read_numbered_answer_lines(path, unfinished)]
 
 
+def _run_together(err: json.JSONDecodeError) -> str | None:
+    """Where ``err`` is a line that holds a whole JSON object followed by another, what to say: two answers run
+    together, as ``cat`` writes where the first file lacked its final line end, and where to break the line; None
+    for any other error."""
+    if err.msg != "Extra data" or not err.doc[err.pos:].lstrip().startswith("{"):
+        return None
+    return (f"holds two answers run together, the second starting at column {err.colno} (files joined where the first "
+            f"lacked its final line end, as cat a.jsonl b.jsonl does then?); put a line break before column "
+            f"{err.colno} and import again")
+
+
 def read_numbered_answer_lines(path: str | Path, unfinished: Unfinished = "refuse") -> list[tuple[int, dict[str, Any]]]:
     """:func:`read_answer_lines` with each record's 1-based line number in the file (blank lines and a skipped
     unfinished last line count as lines but make no record), so that a message can point at the line an editor
@@ -229,7 +240,9 @@ def read_numbered_answer_lines(path: str | Path, unfinished: Unfinished = "refus
         try:
             record = io.loads_unique(line)
         except json.JSONDecodeError as err:
-            raise io.DataError(f"{path}: line {number}: not JSON ({err.msg})") from None
+            together = _run_together(err)
+            raise io.DataError(f"{path}: line {number} {together}" if together else
+                               f"{path}: line {number}: not JSON ({err.msg})") from None
         except ValueError as err:  # a key written twice: JSON would keep the last answer without a word
             raise io.DataError(f"{path}: line {number}: {err}; an answer line names each key once: remove the "
                                f"other one") from None

@@ -3915,6 +3915,24 @@ def test_a_bad_page_answer_is_named_by_its_line_in_the_file(tmp_path: Path, call
     assert_fails_in_one_line(result, f"{page}: line 9: annotator 'bob smith' is not a valid name")
 
 
+def test_two_page_files_joined_where_the_first_lacked_its_last_line_end_name_the_column_to_break(tmp_path: Path,
+                                                                                                   call_stage):
+    """Two annotators' files joined with cat, the first saved without its final newline: "line 5: not JSON (Extra
+    data)", though the line holds two whole answers."""
+    batch = human_likert_batch(tmp_path / "batch")
+    first = human_answers(tmp_path / "alice.jsonl", batch, 4, None).read_text().replace('"x"', '"alice"')
+    second = human_answers(tmp_path / "bob.jsonl", batch, 2, None).read_text().replace('"x"', '"bob"')
+    joined = tmp_path / "answers" / "answers.jsonl"
+    joined.parent.mkdir()
+    joined.write_text(first.rstrip("\n") + second)
+    column = len(first.splitlines()[-1]) + 1
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", joined, "--out", tmp_path / "imp")
+    assert_fails_in_one_line(result, f"error: {joined}: line {len(first.splitlines())} holds two answers run together, "
+                                     f"the second starting at column {column} (files joined where the first lacked "
+                                     f"its final line end, as cat a.jsonl b.jsonl does then?); put a line break "
+                                     f"before column {column} and import again")
+
+
 @pytest.mark.parametrize("others, named", [
     (["results.xlsx"], "results.xlsx: neither the page's .jsonl nor a results .csv (the files of a folder inside are "
                        "not read), so the import would leave it out; save a spreadsheet as CSV UTF-8 (Comma "
