@@ -128,10 +128,11 @@ class AnnotationServer(ThreadingHTTPServer):
         now = self.watch.replaced() if self.watch is not None else None
         if now is None:
             return None
+        serves = self.batch.tag or "of no tag"
         message = (f"the batch {self.batch_name} was exported again since this page started (the folder now holds "
-                   f"{now}; this page serves batch {self.batch.tag}), and answers to the old batch would not be "
-                   f"imported; nothing was saved: whoever runs this page, stop it and start grueflow annotate again, "
-                   f"then reload (the answers saved so far stay in {self.store.path})")
+                   f"{now}; this page serves batch {serves}), and answers to the old batch would not be imported; "
+                   f"nothing was saved: whoever runs this page, stop it and start grueflow annotate again, then reload "
+                   f"(the answers saved so far stay in {self.store.path})")
         log.warning("%s", message)
         return message
 
