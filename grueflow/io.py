@@ -40,6 +40,7 @@ UNHASHED = (PROVENANCE_RECORD, TIMINGS_FILE)  # what .dvcignore, the manifest an
 SNAKEMAKE_TIMESTAMP = ".snakemake_timestamp"  # Snakemake's modification time of a directory() output, which it adds
 # after the job: in no input digest (:func:`fingerprint`), so that a folder has one digest whichever engine wrote it
 MODEL_DIR = "model"  # the Hugging Face model folder inside a model-producing stage's output
+REPLACED = Path(".grueflow") / "replaced"  # copies of what stage folders held that no stage record vouches for
 WRITTEN = Path(".snakemake") / "grueflow-written"  # per output path: the digest of the record a Snakemake job
 # last wrote there, beside Snakemake's own records of its jobs (removed with them)
 ENGINE = "GRUEFLOW_ENGINE"  # the environment variable the Snakefile sets to "snakemake" for its jobs
@@ -545,7 +546,7 @@ def _recorded_out(path: str | Path) -> Optional[tuple[Path, Path, str]]:
     return None if out is None else (folder, root, out)
 
 
-def check_written_here(path: str | Path, flag: str) -> None:
+def check_written_here(path: str | Path, flag: str, copy_ok: bool = False) -> None:
     """Raise a :class:`DataError` where the input ``path`` a stage was given as ``flag`` (a stage folder, or a folder
     or file in one; links kept) lies in a stage folder whose ``stage.json`` records another output path than that
     folder's (:func:`written_for`): another run's folder copied there (``cp -a``) or reached through a link, which
@@ -553,15 +554,43 @@ def check_written_here(path: str | Path, flag: str) -> None:
     model scored under this run's row). Compared only where the recorded path is relative, as a stage run in a
     project writes it (:func:`output_path`): an absolute one (a folder written outside the project, then moved
     there) tells nothing of where it belongs. Nothing is raised for a path in no stage folder or a record that
-    cannot be read (:func:`check_stage_output` reports that)."""
+    cannot be read (:func:`check_stage_output` reports that).
+
+    With ``copy_ok`` (an input whose content says what it is, whatever its path: a human-evaluation batch, named
+    by its tag, which its answers and its key name too) such a folder is taken as the output of the path its record
+    names, provided that record holds the bytes its stage wrote (:func:`as_written`; its reader checks the files
+    against it, :func:`check_stage_output`): one edited by hand vouches for nothing, and is refused.
+
+    The advice of a refusal never deletes a copy grueflow kept under :data:`REPLACED` (:func:`kept_by_grueflow`),
+    which may be all that is left of that run's output: it says to put it back where its record says it was
+    written, the folder found there moved aside first."""
     found = _recorded_out(path)
     if found is None or os.path.isabs(found[2]):
         return
     folder, root, out = found
     how = "a link to" if os.path.realpath(folder) == os.path.realpath(root / out) else "a copy of"
-    raise DataError(f"{flag} {path}: {folder} is {how} the stage folder written at {out} (its {STAGE_RECORD} records "
-                    f"that path as its output): what it holds is that run's, not the run its path names; delete "
-                    f"{folder} and rerun the pipeline (snakemake or dvc repro) to rebuild it")
+    what = (f"{flag} {path}: {folder} is {how} the stage folder written at {out} (its {STAGE_RECORD} records that "
+            f"path as its output)")
+    if copy_ok:
+        if not as_written(folder / STAGE_RECORD):
+            raise DataError(f"{what}, and that {STAGE_RECORD} is not as its stage wrote it (edited by hand), so "
+                            f"nothing vouches for what the folder holds; give a copy whose {STAGE_RECORD} is as "
+                            f"written, or the folder at {out}")
+        return
+    if kept_by_grueflow(folder):
+        raise DataError(f"{what}: what it holds is that run's, not the run its path names; it is the copy grueflow "
+                        f"kept of {out} before a rerun replaced that folder, and may be all that is left of that "
+                        f"run's output: keep it; to use it as that run's, move the folder at {out} aside and copy "
+                        f"this one back there (cp -a {folder} {out}), then give {out}")
+    raise DataError(f"{what}: what it holds is that run's, not the run its path names; delete {folder} and rerun "
+                    f"the pipeline (snakemake or dvc repro) to rebuild it")
+
+
+def kept_by_grueflow(path: str | Path) -> bool:
+    """Whether ``path`` (as given, links kept) lies in a copy grueflow kept of a folder before replacing it: under a
+    project's :data:`REPLACED` (:func:`grueflow.keep.keep_copy`)."""
+    parts = Path(os.path.abspath(path)).parts
+    return any(parts[i:i + len(REPLACED.parts)] == REPLACED.parts for i in range(len(parts)))
 
 
 _WRITER = f"{socket.gethostname().replace('.', '_')}-{os.getpid()}"  # who writes a temporary folder: host-pid

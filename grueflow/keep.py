@@ -22,10 +22,8 @@ import shutil
 from pathlib import Path
 from typing import Any, Optional
 
-from grueflow.io import (MODEL_DIR, PROVENANCE_RECORD, SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED, DataError,
-                         as_written, fingerprint, in_stage_folder, read_json, sha256_bytes)
-
-REPLACED = Path(".grueflow") / "replaced"  # copies of what stage folders held that no stage record vouches for
+from grueflow.io import (MODEL_DIR, PROVENANCE_RECORD, REPLACED, SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED,
+                         DataError, as_written, fingerprint, in_stage_folder, read_json, sha256_bytes)
 
 
 def stat_signature(stat: os.stat_result) -> list[int]:

@@ -13,7 +13,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Collection, Mapping, Optional
 
 from safetensors import SafetensorError
 from tqdm import tqdm
@@ -93,16 +93,17 @@ class GivenOnce(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
-def setup(args: argparse.Namespace) -> float:
-    """Configure logging, check ``--threads`` (where the stage has it), the inputs (:func:`check_inputs`) and
-    ``--out`` (:func:`check_out`); returns the start time for the stage record."""
+def setup(args: argparse.Namespace, copies: Collection[str] = ()) -> float:
+    """Configure logging, check ``--threads`` (where the stage has it), the inputs (:func:`check_inputs`; ``copies``:
+    the arguments that may name another run's folder copied or linked there) and ``--out`` (:func:`check_out`);
+    returns the start time for the stage record."""
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(name)s %(levelname)s %(message)s",
                         stream=sys.stderr)
     threads = vars(args).get("threads")
     if threads is not None and not 1 <= threads <= MAX_THREADS:
         raise ConfigError(f"--threads = {threads} is not a thread count; give 1 to {MAX_THREADS} "
                           f"(this machine has {os.cpu_count()} cores)")
-    check_inputs(args)
+    check_inputs(args, copies)
     if vars(args).get("out") is not None:
         check_out(Path(args.out), args, running_stage())
         out = Path(args.out)  # as given: a results/ that is a link to another disk stays under the project
@@ -154,16 +155,19 @@ def _paths(value: Any) -> list[Path]:
 OUTPUT_ARGS = ("out", "resume_dir", "tensorboard")  # the arguments that name what a stage writes
 
 
-def check_inputs(args: argparse.Namespace) -> None:
+def check_inputs(args: argparse.Namespace, copies: Collection[str] = ()) -> None:
     """Every path a stage reads (each argument but :data:`OUTPUT_ARGS` holding paths) that lies in another run's
     stage folder, copied or linked where its path names this run's (:func:`grueflow.io.check_written_here`), is a
     :class:`grueflow.io.DataError` naming the argument, the folder and the path its record names, before any work:
-    its content passes its own manifest check, and would be taken for the run its path names."""
+    its content passes its own manifest check, and would be taken for the run its path names. An argument named in
+    ``copies`` (by its ``args`` name: ``batch``) is one whose content says what it is, whatever its path (a
+    human-evaluation batch: its tag, which its answers and key name): such a folder is taken where its record is as
+    its stage wrote it (``copy_ok``)."""
     for name, value in vars(args).items():
         if name in OUTPUT_ARGS or name.startswith(("out_", "_")):  # file outputs; GivenOnce's own note
             continue
         for path in _paths(value):
-            io.check_written_here(path, f"--{name.replace('_', '-')}")
+            io.check_written_here(path, f"--{name.replace('_', '-')}", copy_ok=name in copies)
 
 
 def _empty_tree(path: Path) -> bool:

@@ -26,7 +26,8 @@ def main() -> None:
                                   "criteria set); a batch that names its task refuses another")
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args()
-    started = stage.setup(args)
+    # a batch is what its tag says, wherever it lies: a copy kept in .grueflow/replaced/ imports the answers to it
+    started = stage.setup(args, copies=("batch",))
     files = answer_files(args.answers)
     # digests taken before any read: an answer the page appends meanwhile leaves the record stale, never "imported"
     inputs = digest_inputs({"batch": args.batch, **({"key": args.key} if args.key else {}),

@@ -86,21 +86,26 @@ def other_batch(path: str | Path, place: str, item_id: Any, batch: Batch) -> Opt
     carries another batch tag (:func:`~grueflow.human.batch.tag_of`). The usual cause is an upstream change that
     re-exported the batch after people answered it; the error says to undo that change (a batch put back by hand is
     stale to the pipeline, which exports it again from the changed predictions) and names the copy of the earlier
-    batch that the check before any Snakemake job kept (:func:`~grueflow.human.batch.kept_batch`), if any. None for
-    an id of this batch's tag, or of no tag."""
+    batch that the check before any Snakemake job kept (:func:`~grueflow.human.batch.kept_batch`), if any, with the
+    command that imports the answers from that copy by hand (the import takes a batch copy as the batch it holds).
+    None for an id of this batch's tag, or of no tag."""
     tag = tag_of(item_id) if isinstance(item_id, str) else None
     if tag is None or batch.tag is None or tag == batch.tag:
         return None
     kept = kept_batch(batch, tag)
     if kept:
         where = f"a copy of it is kept in {kept[0]}" + (f", its key in {kept[1]}" if len(kept) > 1 else "")
+        key = "" if batch.kind != "pairwise" else \
+            f" --key {kept[1] / kept[1].name.rsplit('@', 1)[0]}" if len(kept) > 1 else " --key <its key>"
+        by_hand = (f", or import them by hand from that copy (python stages/import_human_eval.py --batch {kept[0]}"
+                   f"{key} --answers {path} --out <a new folder>)")
     else:
-        where = "no copy of it is kept in .grueflow/replaced/"
+        where, by_hand = "no copy of it is kept in .grueflow/replaced/", ""
     return io.DataError(f"{path} holds answers to batch {tag} ({place}: item {item_id!r}), and the batch now is "
                         f"{batch.tag}{f' ({batch.folder})' if batch.folder else ''}: it was exported again since (its "
                         f"predictions changed), or the file answers another batch; to import these answers, undo the "
                         f"change that altered the predictions and run again, which exports the earlier batch again "
-                        f"(the export is seeded; {where}), or answer the new one")
+                        f"(the export is seeded; {where}){by_hand}, or answer the new one")
 
 
 def latest_answers(answers: Iterable[Answer]) -> list[Answer]:

@@ -636,16 +636,90 @@ def test_an_answered_batch_is_kept_before_a_re_export_and_its_answers_name_the_c
         f"the batch now is {after.tag} ({folder}): it was exported again since (its predictions changed), or the file "
         f"answers another batch; to import these answers, undo the change that altered the predictions and run "
         f"again, which exports the earlier batch again (the export is seeded; a copy of it is kept in {kept}, its key "
-        f"in {kept_key}), or answer the new one")
+        f"in {kept_key}), or import them by hand from that copy (python stages/import_human_eval.py --batch {kept} "
+        f"--key {kept_key / key_file.name} --answers {answered / 'answers.jsonl'} --out <a new folder>), or answer "
+        f"the new one")
     _results_csv(answered / "results.csv", kept, {"W1": {i["item_id"]: {"choice": "B"} for i in before.items}})
     with pytest.raises(io.DataError, match=re.escape(f"results.csv holds answers to batch {before.tag} (row 2: item "
                                                      f"'P{before.tag}-00001'), and the batch now is {after.tag}")
                        + r".*" + re.escape(f"(the export is seeded; a copy of it is kept in {kept}, its key in "
-                                           f"{kept_key}), or answer the new one")):
+                                           f"{kept_key}), or import them by hand from that copy (python "
+                                           f"stages/import_human_eval.py --batch {kept} --key "
+                                           f"{kept_key / key_file.name} --answers {answered / 'results.csv'} "
+                                           f"--out <a new folder>), or answer the new one")):
         results.read_answers(answered / "results.csv", hb.read_batch(folder))
     assert [line.split(";")[0] for line in keep_answered(Path("."), entries)] == [
         f"grueflow: {folder} has answers in {answered}"]  # the new batch, answered in time, is kept too
     assert len(list(kept.parent.iterdir())) == 2
+
+
+def test_answers_to_a_re_exported_batch_import_by_hand_from_the_copy_kept_of_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """README says to import the answers to an answered batch, re-exported since, "by hand" from the copy kept in
+    .grueflow/replaced/; the import refused that copy (its stage.json records the batch's own path) and said to
+    delete it and rerun, which lost the only copy of the batch and made its key useless. A batch is what its tag
+    says: the import takes a copy, there or anywhere, whose stage.json is as its export wrote it."""
+    from grueflow.stale import keep_answered
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / io.PROJECT_MARKER).write_text("")
+    folder = Path("results/human/t/batches/ppo_vs_sup_seed0")
+    key_file, answered = Path("results/human/t/keys/ppo_vs_sup_seed0.json"), Path("data/human/t/ppo_vs_sup_seed0")
+
+    def export(first: str) -> tuple[hb.Batch, dict[str, str]]:
+        batch, key = hb.pairwise_batch((first, _predictions(first)), ("sup", _predictions("sup")), "imdb", 0)
+        hb.write_batch(batch, folder, key, key_file, finish=lambda tmp: io.write_stage_record(
+            tmp, stage="export_human_eval", params={}, inputs={}, wall_time_s=0.0))
+        return batch, key
+
+    before, key = export("ppo")
+    io.write_jsonl(answered / "answers.jsonl", [
+        {"annotator": "alice", "item_id": i["item_id"], "answer": {"choice": "A" if key[i["choice_A_id"]] == "ppo"
+                                                                   else "B"}} for i in before.items])
+    keep_answered(Path("."), [(folder, key_file, answered)])
+    kept, kept_key = hb.kept_batch(hb.read_batch(folder), before.tag)
+    shutil.rmtree(folder)
+    key_file.unlink()
+    after, _ = export("a2c")  # the predictions changed: another batch
+    with pytest.raises(io.DataError) as err:
+        results.read_answers(answered / "answers.jsonl", hb.read_batch(folder))
+    by_hand = (f"python stages/import_human_eval.py --batch {kept} --key {kept_key / key_file.name} --answers "
+               f"{answered / 'answers.jsonl'} --out <a new folder>")
+    assert str(err.value).endswith(f"(the export is seeded; a copy of it is kept in {kept}, its key in {kept_key}), or "
+                                   f"import them by hand from that copy ({by_hand}), or answer the new one")
+
+    def import_by_hand(batch: Path, out: str) -> subprocess.CompletedProcess:
+        command = by_hand.replace(f"--batch {kept}", f"--batch {batch}").replace("<a new folder>", out).split()
+        return subprocess.run([sys.executable, str(ROOT / command[1]), *command[2:]], capture_output=True, text=True)
+
+    moved = tmp_path / "old" / "batch"
+    shutil.copytree(kept, moved, symlinks=True)  # cp -a of the copy, elsewhere
+    for batch, out in ((kept, "imported"), (moved, "imported_moved")):
+        done = import_by_hand(batch, out)
+        assert done.returncode == 0, done.stderr
+        assert (f"{batch} is a copy of the stage folder written at {folder} (its stage.json records that path as its "
+                f"output): what it holds is that run's") in done.stderr
+        rows = {r["method"]: r["value"] for r in io.read_json(Path(out) / "table_rows.json")}
+        assert rows == {"ppo": 1.0, "sup": 0.0}
+        assert len(io.read_jsonl(Path(out) / "preferences.jsonl")) == len(before.items)
+    record = io.read_json(moved / io.STAGE_RECORD)
+    io.write_json(moved / io.STAGE_RECORD, {**record, "note": "mine"})  # a record edited by hand vouches for nothing
+    edited = import_by_hand(moved, "imported_edited")
+    assert edited.returncode == 2 and "Traceback" not in edited.stderr
+    assert (f"error: --batch {moved}: {moved} is a copy of the stage folder written at {folder} (its stage.json "
+            f"records that path as its output), and that stage.json is not as its stage wrote it (edited by hand), "
+            f"so nothing vouches for what the folder holds; give a copy whose stage.json is as written, or the "
+            f"folder at {folder}\n") in edited.stderr
+    assert not Path("imported_edited").exists()
+    # another stage given a copy grueflow kept is refused, with advice that keeps the copy
+    with pytest.raises(io.DataError) as refused:
+        io.check_written_here(kept / "items.jsonl", "--predictions")
+    assert str(refused.value) == (
+        f"--predictions {kept / 'items.jsonl'}: {kept} is a copy of the stage folder written at {folder} (its "
+        f"stage.json records that path as its output): what it holds is that run's, not the run its path names; it "
+        f"is the copy grueflow kept of {folder} before a rerun replaced that folder, and may be all that is left of "
+        f"that run's output: keep it; to use it as that run's, move the folder at {folder} aside and copy this one "
+        f"back there (cp -a {kept} {folder}), then give {folder}")
 
 
 def test_an_export_over_a_batch_with_no_answers_yet_keeps_it_and_its_key_first(
@@ -682,7 +756,7 @@ def test_an_export_over_a_batch_with_no_answers_yet_keeps_it_and_its_key_first(
     io.write_jsonl(Path("answers.jsonl"), [{"annotator": "alice", "item_id": i["item_id"], "answer": {"choice": "A"}}
                                            for i in before.items])
     with pytest.raises(io.DataError, match=re.escape(f"(the export is seeded; a copy of it is kept in {kept}, its "
-                                                     f"key in {kept_key}), or answer the new one")):
+                                                     f"key in {kept_key}), or import them by hand from that copy")):
         results.read_answers(Path("answers.jsonl"), after)
     cut = export("a2c", "--max-items", 2)  # fewer items of the same batch: its items and key are kept too
     assert cut.returncode == 0 and f"grueflow: {folder} holds batch {after.tag}, which this export replaces by " \
