@@ -1,9 +1,12 @@
 """The answers file of a batch: one JSON object a line, appended atomically as each answer is given.
 
 A line is ``{"annotator", "item_id", "answer", "at"}``: ``answer`` is ``{criterion: score}`` (Likert,
-integers in [1, 5]) or ``{"choice": "A" | "B" | "tie"}`` (pairwise); ``at`` is the UTC time it was saved.
-Several annotators share one file; the last line of an (annotator, item) pair is their answer (lines are
-appended in the order answers are given, so within one file a later line is a later answer).
+integers in [1, 5]) or ``{"choice": "A" | "B" | "tie"}`` (pairwise); ``at`` is the UTC time it was saved, in
+microseconds (ISO 8601, ``2026-12-07T07:57:21.123456+00:00``), each line a server appends later than the one before
+it, so that the times order the lines however the file is reordered (``sort``); times in whole seconds read as
+well. Several annotators share one file; the last line of an (annotator, item) pair
+is their answer (lines are appended in the order answers are given, so within one file a later line is a later
+answer).
 
 Appending holds a lock (a thread lock within one server, ``flock`` across processes, so two
 annotators' servers may share a file), writes the whole line with one ``write`` and ``fsync``\\ s before
@@ -124,16 +127,23 @@ class AnswerStore:
         self.path = Path(path)
         self.batch = batch
         self._lock = threading.Lock()
+        self._last_at: dt.datetime | None = None  # the time of the last line this store appended
 
     def append(self, annotator: str, item_id: str, values: Any) -> Answer:
-        """Validate, then append one line durably; returns the saved answer. Raises AnswerError, saving nothing."""
+        """Validate, then append one line durably; returns the saved answer. Raises AnswerError, saving nothing.
+
+        The line's ``at`` is now, or a microsecond after the last line this store appended where the clock reads no
+        later (two answers within one microsecond, a clock stepped back): the times of its lines run in line order."""
         annotator = check_annotator(annotator)
         clean = check_answer(self.batch, item_id, values)
-        record = {"annotator": annotator, "item_id": item_id, "answer": clean,
-                  "at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
-        line = (json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock:
+            at = dt.datetime.now(dt.timezone.utc)
+            if self._last_at is not None and at <= self._last_at:
+                at = self._last_at + dt.timedelta(microseconds=1)
+            record = {"annotator": annotator, "item_id": item_id, "answer": clean,
+                      "at": at.isoformat(timespec="microseconds")}
+            line = (json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
@@ -149,6 +159,7 @@ class AnswerStore:
                     raise
             finally:
                 os.close(fd)  # closing releases the flock
+            self._last_at = at
         return Answer(annotator, item_id, clean)
 
     def records(self) -> list[dict[str, Any]]:

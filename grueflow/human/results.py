@@ -116,9 +116,10 @@ def latest_answers(answers: Iterable[Answer]) -> list[Answer]:
     Repeats with the same values are harmless and counted in one log line. Two different answers that nothing
     orders (a time missing or equal, and not two lines of one page file) are a DataError naming both, since
     keeping either one could silently revert the annotator's answer (an old copy of an answers file, or a row
-    edited by hand). So is a page file whose line order and times keep different answers (:func:`_line_times_problem`):
-    a file sorted or otherwise reordered by hand looks just like one written while the clock stepped back, and only
-    the annotator knows which line is the correction."""
+    edited by hand). So is a page file whose line order and times keep different answers, or whose lines give
+    different answers at one time (:func:`_line_times_problem`): a file sorted or otherwise reordered by hand looks
+    just like one written while the clock stepped back, or within one second, and only the annotator knows which line
+    is the correction."""
     groups: dict[tuple[str, str], list[Answer]] = {}
     for answer in answers:
         groups.setdefault((answer.annotator, answer.item_id), []).append(answer)
@@ -142,9 +143,10 @@ def _latest(group: Sequence[Answer]) -> Answer:
     latest time any of its lines gives that answer (a line repeating it with an older time does not make it older);
     at no time where the last line has none (an untimed line, written by hand, may come after any time). A results
     CSV row stands for itself, at its time. A page file is refused (:func:`_line_times_problem`) where one of its
-    timed lines gives another answer later than that, unless another file's or row's answer is later still (or as
-    late, and the same as that line's), which wins whichever line stood for the file. Among what is left, the answer
-    later than every different one is kept; two different answers that nothing orders are a DataError naming both."""
+    timed lines gives another answer later than that or at that time, unless another file's or row's answer is later
+    still (or as late, and the same as that line's), which wins whichever line stood for the file. Among what is
+    left, the answer later than every different one is kept; two different answers that nothing orders are a
+    DataError naming both."""
     stands: list[tuple[Answer, Optional[dt.datetime], list[Answer]]] = []  # (answer, its time, the lines behind it)
     files: dict[str, list[Answer]] = {}
     for answer in group:
@@ -182,16 +184,29 @@ def _latest(group: Sequence[Answer]) -> Answer:
 def _line_times_problem(last: Answer, at: Optional[dt.datetime], lines: Sequence[Answer]) -> Optional[io.DataError]:
     """Why a page answers file's ``lines`` for one (annotator, item) cannot stand for ``last``, its last line's
     answer, given at ``at`` (:func:`_latest`), or None: one of its timed lines gives another answer later than
-    that (the latest such one is named, with the last line).
+    that (the latest such one is named, with the last line), or at that very time.
 
     The page appends in the order answers are given, so its last line is the answer, but ``sort`` (or a hand edit)
     reorders lines too, and then an older answer is on the last line; nothing in the file tells a reordered file from
-    a clock that stepped back. Lines without a time, and equal answers, say nothing against the line order; nor
-    does an earlier line later than another earlier one (5 at 11:00, 2 at 10:30, 2 at 12:00 keeps 2 either way)."""
-    later = [a for a in lines if a.values != last.values and a.at is not None and at is not None and a.at > at]
+    a clock that stepped back, nor, where two different answers carry the same time (whole seconds, and a correction
+    within the second), which came first. The page writes each line of a file later than the one before
+    (:class:`~grueflow.human.answers.AnswerStore`), so its own lines never tie. Lines without a time, and equal
+    answers, say nothing against the line order; nor does an earlier line later than another earlier one (5 at
+    11:00, 2 at 10:30, 2 at 12:00 keeps 2 either way)."""
+    later = [a for a in lines if a.values != last.values and a.at is not None and at is not None and a.at >= at]
     if not later:
         return None
     latest = max(later, key=lambda a: (a.at, a.source.order))
+    if latest.at == at:
+        tied = max((a for a in lines if a.values == last.values and a.at == at), key=lambda a: a.source.order)
+        first, second = sorted((latest, tied), key=lambda a: a.source.order)
+        return io.DataError(
+            f"{last.source.file}: lines {first.source.order} and {second.source.order}: annotator {last.annotator!r} "
+            f"gave item {last.item_id} two different answers at the same time ({dict(first.values)} on line "
+            f"{first.source.order}, {dict(second.values)} on line {second.source.order}, both at {at.isoformat()}), "
+            f"and nothing orders them: a time in whole seconds holds a correction made within the second, and a file "
+            f"reordered since (sorted?) looks the same; keep the line with the answer they mean, delete the other "
+            f"line, and import again")
     stamp = last.at.isoformat() if last.at is not None else "no time"
     return io.DataError(
         f"{last.source.file}: lines {latest.source.order} and {last.source.order}: annotator {last.annotator!r} gave "

@@ -1381,6 +1381,66 @@ def test_a_page_file_whose_times_run_against_its_lines_is_refused_and_time_decid
     assert kept == {first: 2, second: 3}
 
 
+def test_a_page_file_sorted_after_a_correction_within_one_second_keeps_the_correction_or_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The page wrote whole seconds: an answer 5 corrected to 3 within the second gave two lines of one time, and the
+    file sorted (README's example of a reordered page file) imported the overridden 5 without a word. The page now
+    writes microseconds, each line of a server later than the one before, so a sorted file's times run against its
+    lines and it is refused; two different answers of one time in a page file are refused, as across files."""
+    import datetime as dt
+
+    from grueflow.human import answers as page_answers
+
+    batch = _likert()
+    item = batch.items[0]["item_id"]
+    frozen = dt.datetime(2026, 12, 7, 7, 57, 21, 250000, tzinfo=dt.timezone.utc)
+
+    class Frozen(dt.datetime):
+        @classmethod
+        def now(cls, tz: dt.tzinfo | None = None) -> dt.datetime:
+            return frozen  # a clock that reads the same for every answer
+
+    monkeypatch.setattr(page_answers.dt, "datetime", Frozen)
+    store = page_answers.AnswerStore(tmp_path / "answers.jsonl", batch)
+    for score in (5, 3):
+        store.append("carol", item, {"coherence": score, "sentiment": score})
+    monkeypatch.undo()
+    lines = store.path.read_text().splitlines(keepends=True)
+    assert [json.loads(line)["at"] for line in lines] == ["2026-12-07T07:57:21.250000+00:00",
+                                                         "2026-12-07T07:57:21.250001+00:00"]
+    assert [dict(a.values) for a in results.read_answers(store.path, batch)] == [{"coherence": 3, "sentiment": 3}]
+    sorted_page = tmp_path / "sorted.jsonl"
+    sorted_page.write_text("".join(sorted(lines)))  # sort: 5's line after 3's; its times tell
+    with pytest.raises(io.DataError) as err:
+        results.read_answers(sorted_page, batch)
+    assert str(err.value) == (
+        f"{sorted_page}: lines 1 and 2: annotator 'carol' gave item {item} two different answers whose times run "
+        f"against the line order ({{'coherence': 3, 'sentiment': 3}} at 2026-12-07T07:57:21.250001+00:00 on line 1, "
+        f"{{'coherence': 5, 'sentiment': 5}} at 2026-12-07T07:57:21.250000+00:00 on line 2): the file was reordered "
+        f"(sorted?) or the clock stepped back, and nothing tells which is the correction; keep the line with the "
+        f"answer they mean, delete the other line, and import again")
+
+    def line(score: int) -> dict:
+        return {"annotator": "carol", "item_id": item, "answer": {"coherence": score, "sentiment": score},
+                "at": "2026-12-07T07:57:21+00:00"}
+
+    for name, scores in (("whole_seconds.jsonl", (5, 3)), ("whole_seconds_sorted.jsonl", (3, 5))):
+        io.write_jsonl(tmp_path / name, [line(score) for score in scores])
+        with pytest.raises(io.DataError) as err:
+            results.read_answers(tmp_path / name, batch)
+        assert str(err.value) == (
+            f"{tmp_path / name}: lines 1 and 2: annotator 'carol' gave item {item} two different answers at the same "
+            f"time ({{'coherence': {scores[0]}, 'sentiment': {scores[0]}}} on line 1, {{'coherence': {scores[1]}, "
+            f"'sentiment': {scores[1]}}} on line 2, both at 2026-12-07T07:57:21+00:00), and nothing orders them: a "
+            f"time in whole seconds holds a correction made within the second, and a file reordered since (sorted?) "
+            f"looks the same; keep the line with the answer they mean, delete the other line, and import again")
+    io.write_jsonl(tmp_path / "repeat.jsonl", [line(3), line(3)])  # the same answer twice: nothing to order
+    assert [a.values["coherence"] for a in results.read_answers(tmp_path / "repeat.jsonl", batch)] == [3]
+    io.write_jsonl(tmp_path / "later.jsonl", [{**line(5), "at": "2026-12-07T07:58:00+00:00"}])  # another file's
+    assert [a.values["coherence"] for a in _all_files(batch, tmp_path / "whole_seconds_sorted.jsonl",
+                                                      tmp_path / "later.jsonl")] == [5]  # later answer decides
+
+
 def test_times_against_the_line_order_that_change_no_kept_answer_import(tmp_path: Path) -> None:
     """A page file whose clock stepped back once before the annotator answered again (last line also the latest), and
     a sorted page file whose answers another file's later answer replaces, were refused although every reading of
@@ -1442,8 +1502,8 @@ def test_identical_repeats_import_once_and_the_pages_later_line_wins_within_a_se
     assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
         ("INFO", "answers given more than once by one annotator to one item: 8 identical repeat(s) counted once, "
                  "0 older answer(s) from another file or row replaced by a later one (by time)")]
-    # the page appends answers in the order they are given: within one file a later line is a later answer,
-    # even when both were saved in the same second (``at`` has whole seconds) or carry no time
+    # the page appends answers in the order they are given: within one file a later line is a later answer, and
+    # its times run in line order; lines that carry no time keep the line order
     store = AnswerStore(tmp_path / "page.jsonl", batch)
     item = batch.items[0]["item_id"]
     for score in (2, 3, 2, 5):
