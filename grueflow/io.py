@@ -303,14 +303,30 @@ def iter_lines(path: str | Path, carriage_returns: bool = False) -> Iterator[tup
                                 f"UTF-8{said}; re-save the file as UTF-8 (e.g. iconv -f {source} -t utf-8)") from None
 
 
-def csv_records(reader: Any) -> Iterator[tuple[int, list[str]]]:
+def csv_records(reader: Any, lines_before: int = 0) -> Iterator[tuple[int, list[str]]]:
     """The records a ``csv.reader`` has still to read, each with the line it starts on (1-based, what an editor and
-    ``grep -n`` show): a record with quoted line breaks spans several lines, and ``reader.line_num`` is its last. A
-    blank line is an empty record."""
+    ``grep -n`` show; ``lines_before``: the lines of the file read before the reader began, such as Excel's
+    separator hint, :func:`separator_hint`): a record with quoted line breaks spans several lines, and
+    ``reader.line_num`` is its last. A blank line is an empty record."""
     end = reader.line_num
     for record in reader:
         start, end = end + 1, reader.line_num
-        yield start, record
+        yield start + lines_before, record
+
+
+SEPARATOR_HINT = re.compile(r"sep=(.)")  # Excel's first line naming a CSV file's delimiter: sep=, or sep=;
+
+
+def separator_hint(handle: Any) -> Optional[str]:
+    """The delimiter Excel's separator hint names, where the first line of the text file ``handle`` (opened with
+    ``newline=""``, at its start) is one (:data:`SEPARATOR_HINT`: ``sep=,``, a line Excel reads and hides, which tools
+    that prepare a CSV for Excel write), with ``handle`` left after that line; else None, with ``handle`` back at its
+    start."""
+    match = SEPARATOR_HINT.fullmatch(handle.readline().rstrip("\r\n"))
+    if match is None:
+        handle.seek(0)
+        return None
+    return match.group(1)
 
 
 def loads_unique(text: str) -> Any:

@@ -248,6 +248,7 @@ def read_platform_csv(path: str | Path, batch: Batch) -> list[Answer]:
     io.read_text(path)
     csv.field_size_limit(2**31 - 1)  # a long generation is one field
     with open(path, newline="", encoding="utf-8-sig") as handle:  # -sig: Excel's UTF-8 starts with a BOM
+        hinted = _separator_hint(path, handle)
         reader = csv.reader(handle)
         try:
             header = next(reader, None) or []
@@ -268,7 +269,7 @@ def read_platform_csv(path: str | Path, batch: Batch) -> list[Answer]:
                 raise io.DataError(f"{path}: missing column(s) {missing}; it has the columns {header}; {remedy}")
             unnamed = [i for i, c in enumerate(header) if not c.strip()]
             answers, rows, untimed, rejected, relabelled, filled = [], 0, [], [], [], []
-            for number, (start, record) in enumerate(io.csv_records(reader), start=2):  # the header is row 1
+            for number, (start, record) in enumerate(io.csv_records(reader, hinted), start=2):  # the header: row 1
                 if not any(cell.strip() for cell in record):  # a blank line, or a row whose cells were cleared
                     continue  # (Excel keeps its commas): an empty row in a spreadsheet, no answer
                 place = f"row {number}" if number == start else f"row {number} (line {start})"
@@ -298,7 +299,7 @@ def read_platform_csv(path: str | Path, batch: Batch) -> list[Answer]:
                 relabelled += _label_changes(place, row, batch.item(answer.item_id), batch)
                 answers.append(answer)
         except csv.Error as err:
-            raise io.DataError(f"{path}: line {reader.line_num}: not valid CSV ({err})") from None
+            raise io.DataError(f"{path}: line {reader.line_num + hinted}: not valid CSV ({err})") from None
     if rows == 0:
         raise io.DataError(f"{path}: has a header but no answer rows; download the results after the annotators "
                            f"have worked, or remove the file")
@@ -358,6 +359,23 @@ def _label_changes(place: str, row: Mapping[str, str], item: Mapping[str, str], 
         if column in batch.columns and given is not None and html.unescape(given).strip() != item[column]:
             changed.append(f"{place}: Input.{column} {given!r} where the batch has {item[column]!r}")
     return changed
+
+
+def _separator_hint(path: str | Path, handle: Any) -> int:
+    """The lines of the results CSV ``path`` (open as ``handle``, at its start) before its header: 1 where its first
+    line is Excel's separator hint ``sep=,`` (:func:`grueflow.io.separator_hint`; Excel hides that line, so the
+    header is still row 1), with ``handle`` left after it, else 0. A hint naming another delimiter is a DataError:
+    a results CSV is comma-separated."""
+    hint = io.separator_hint(handle)
+    if hint is None:
+        return 0
+    if hint != ",":
+        named = {";": "';'", "\t": "tabs"}.get(hint, repr(hint))
+        raise io.DataError(f"{path}: line 1, {'sep=' + hint!r}, is Excel's separator hint: the file is delimited by "
+                           f"{named}, where a results CSV is comma-separated: save it again as CSV UTF-8 (Comma "
+                           f"delimited), which writes no such line")
+    log.info("%s: line 1 is Excel's separator hint 'sep=,'; the header is line 2", path)
+    return 1
 
 
 def _other_delimiter(header: Sequence[str]) -> str:

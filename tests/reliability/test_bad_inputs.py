@@ -4142,6 +4142,41 @@ def test_a_results_csv_missing_columns_shows_those_found_and_names_another_delim
     assert_fails_in_one_line(result, f"results.csv: missing column(s) {missing}{expect}")
 
 
+@pytest.mark.parametrize("delimiter", [",", ";", "\t"], ids=["comma", "semicolons", "tabs"])
+def test_a_results_csv_with_excels_separator_hint_above_its_header_is_read_or_named(tmp_path: Path, call_stage,
+                                                                                   delimiter: str):
+    """Excel's separator hint, a first line `sep=,` (tools that prepare a CSV for Excel write it; Excel hides it), was
+    taken for the header: "missing column(s) ... it has the columns ['sep=', '']". A comma hint is passed over (the
+    header stays row 1, as Excel shows it); another delimiter's is named, with how to save the file."""
+    import csv
+
+    batch = human_likert_batch(tmp_path / "batch")
+    items = [json.loads(line) for line in (batch / "items.jsonl").read_text().splitlines()]
+    with open(tmp_path / "results.csv", "w", newline="", encoding="utf-8-sig") as handle:  # Excel's BOM first
+        handle.write(f"sep={delimiter}\r\n")
+        writer = csv.writer(handle, delimiter=delimiter)
+        writer.writerow(["WorkerId", "Input.item_id", "Answer.coherence", "Answer.sentiment"])
+        writer.writerows(["W1", i["item_id"], 3, 4] for i in items)
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "results.csv",
+                        "--out", tmp_path / "imp")
+    if delimiter != ",":
+        named = {";": "';'", "\t": "tabs"}[delimiter]
+        assert_fails_in_one_line(result, f"results.csv: line 1, {'sep=' + delimiter!r}, is Excel's separator hint: the "
+                                         f"file is delimited by {named}, where a results CSV is comma-separated: save "
+                                         f"it again as CSV UTF-8 (Comma delimited), which writes no such line")
+        return
+    assert result.code == 0, result.stderr
+    imported = read_jsonl(tmp_path / "imp" / "answers.jsonl")
+    assert len(imported) == len(items) and {r["answer"]["sentiment"] for r in imported} == {4}
+    lines = (tmp_path / "results.csv").read_text(encoding="utf-8-sig").splitlines(keepends=True)
+    (tmp_path / "results.csv").write_text("".join(lines[:3]) + lines[3].rstrip("\r\n") + ",5\r\n" + "".join(lines[4:]),
+                                          encoding="utf-8")
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "results.csv",
+                        "--out", tmp_path / "imp2")
+    assert_fails_in_one_line(result, "results.csv: line 4: 5 fields where the header has 4; was the file cut or "
+                                     "edited by hand? Download it again")
+
+
 # ---------------------------------------------------------------------------------------------
 # The warm start: non-finite losses, selection, filters
 # ---------------------------------------------------------------------------------------------
