@@ -32,7 +32,7 @@ from grueflow.io import STAGE_RECORD, atomic_path
 from grueflow.data import DATAPOOLS
 from grueflow.metrics import METRICS
 from grueflow.models import MODELS
-from grueflow.pipeline import START_PREFIX, SUITE_VARS, override_layers
+from grueflow.pipeline import START_PREFIX, STAGES, SUITE_VARS, override_layers, placeholders
 from grueflow.postprocess import resolve as resolve_post_processing
 from grueflow.preference.config import PREFERENCE_METHODS, preference_method_files
 from grueflow.registry import UnknownNameError
@@ -208,8 +208,13 @@ def check_headlines(headline: tuple[str, ...], reward: RewardConfig, metrics: tu
                          f"produced: {', '.join(sorted(produced))}")
 
 
-def load_section(cls: type, path: str | Path, key: Optional[str] = None) -> Any:
-    """Parse one params file (or only its ``key`` section, the DVC/Snakemake params slice)."""
+def load_section(cls: type, path: str | Path, key: Optional[str] = None,
+                 method: str | Sequence[str] | None = None) -> Any:
+    """Parse one params file (or only its ``key`` section, the DVC/Snakemake params slice). ``method``: for a method
+    file, the method (or methods) whose file the caller reads; one named for another stage's method is refused
+    (:func:`check_method_file`)."""
+    if method is not None:
+        check_method_file(path, method)
     data = read_yaml(path)
     if key is None:
         return parse(cls, data, f"{path}:")
@@ -220,6 +225,41 @@ def load_section(cls: type, path: str | Path, key: Optional[str] = None) -> Any:
 
 def load_task(path: str | Path) -> TaskConfig:
     return load_section(TaskConfig, path)
+
+
+def method_file_readers() -> dict[str, str]:
+    """``{method: the stage that reads params/methods/<method>.yaml}``, by the stage table (:data:`STAGES`): each
+    stage's own method file (``supervised``: ``warm_start``), each registered RL algorithm's (``rl_finetune
+    --algorithm <name>``, the stage whose method the ``{algorithm}`` axis names) and each preference method's
+    (``dpo``, the ``{method}`` axis)."""
+    readers: dict[str, str] = {}
+    for stage in STAGES.values():
+        if stage.method is None:
+            continue
+        axis = placeholders(stage.method)
+        names = ALGORITHMS.names() if axis == ["algorithm"] else PREFERENCE_METHODS if axis == ["method"] else \
+            [stage.method]
+        for name in names:
+            readers[name] = f"{stage.name} --algorithm {name}" if axis == ["algorithm"] else stage.name
+    return readers
+
+
+def check_method_file(path: str | Path, method: str | Sequence[str]) -> None:
+    """Raise ConfigError where the method file ``path``, given to read the params of ``method`` (or of one of
+    ``method``, such as the preference methods a DPO run may be), is named (``<name>.yaml``) for a method another
+    stage reads (:func:`method_file_readers`): the pipeline gives every stage ``params/methods/<method>.yaml``, and a
+    file whose keys happen to be the caller's too (the warm start's ``learning_rate``, ``batch_size``) would run
+    with another stage's values without a word. A file named for no method (a copy of one's own) is read as given."""
+    methods = (method,) if isinstance(method, str) else tuple(method)
+    readers = method_file_readers()
+    name = Path(path).stem
+    if name not in readers or name in methods:
+        return
+    reader = readers.get(methods[0], f"rl_finetune --algorithm {methods[0]}")
+    raise ConfigError(f"--method-file {path} is named as the method file of {readers[name]} (the pipeline gives it "
+                      f"params/methods/{name}.yaml), not of {reader}: give "
+                      f"{Path(path).with_name(methods[0] + '.yaml')} (or a file of your own, named for no other "
+                      f"stage's method)")
 
 
 def method_config(method: str) -> type:
@@ -291,6 +331,7 @@ def load_method(method: str, path: str | Path, task_file: str | Path | None = No
         cls = method_config(method)
     except UnknownNameError as err:
         raise ConfigError(f"{path}: {err}") from None
+    check_method_file(path, method)
     if start not in STARTS:
         raise ConfigError(f"{path}: unknown start {start!r}; valid: {', '.join(STARTS)}")
     data = read_yaml(path)

@@ -39,7 +39,7 @@ def main() -> None:
     args = p.parse_args()
     started = stage.setup(args)
     read = stage.params_digest("build_preferences", args)  # before the params are read
-    cfg: PreferencesConfig = load_section(PreferencesConfig, args.method_file)
+    cfg: PreferencesConfig = load_section(PreferencesConfig, args.method_file, method="preferences")
     lengths = load_section(LengthsConfig, args.task_file, "lengths")
     reward_cfg = cfg.reward if cfg.reward is not None else load_section(RewardConfig, args.task_file, "reward")
     source = f"{args.method_file}: reward" if cfg.reward is not None else f"{args.task_file}: reward"

@@ -16,7 +16,7 @@ from grueflow.models.backend import select
 from grueflow.models.lora import merged, with_lora
 from grueflow.models.policy import Policy
 from grueflow.params import load_section
-from grueflow.preference.config import DPOConfig
+from grueflow.preference.config import PREFERENCE_METHODS, DPOConfig
 from grueflow.preference.data import read_preferences, warn_test_pairs
 from grueflow.preference.dpo import CHECKPOINT_UNIT, DPOTrainer, NonFiniteLossError
 from grueflow.training import TrainingRun, add_arguments, check_final, check_trained_policy
@@ -41,7 +41,7 @@ def main() -> None:
         p.error(f"--checkpoint-every {args.checkpoint_every} is negative; give a step count >= 0 (0: each epoch's end)")
     started = stage.setup(args)
     lengths = load_section(LengthsConfig, args.task_file, "lengths")
-    cfg: DPOConfig = load_section(DPOConfig, args.method_file)
+    cfg: DPOConfig = load_section(DPOConfig, args.method_file, method=PREFERENCE_METHODS)
     check_context(args.init_model, lengths.prompt, lengths.target, str(args.task_file), ("lengths.prompt", "lengths.target"))
     run = TrainingRun.start("dpo", args, started, args.seed)
     prefs = read_preferences(args.preferences)

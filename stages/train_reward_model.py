@@ -32,7 +32,7 @@ def main() -> None:
     add_arguments(p, "a folder: model/, curves.csv, metrics.json, stage.json; a checkpoint after every epoch")
     args = p.parse_args()
     started = stage.setup(args)
-    cfg: RewardModelConfig = load_section(RewardModelConfig, args.method_file)
+    cfg: RewardModelConfig = load_section(RewardModelConfig, args.method_file, method="reward_model")
     backbone = args.backbone / "config.json"
     limit = position_limit(AutoConfig.from_pretrained(args.backbone, local_files_only=True)) \
         if backbone.is_file() else None  # a folder without one: load_backbone names it

@@ -3301,6 +3301,42 @@ def test_a_stage_argument_that_cannot_be_honoured_is_refused(tmp_path: Path, cal
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("stage_name, method, given, expect", [
+    P("train_reward_model", "reward_model", "supervised", "warm_start", id="reward-model-given-the-warm-starts"),
+    P("dpo", "dpo", "supervised", "warm_start", id="dpo-given-the-warm-starts"),
+    P("dpo", "dpo", "reward_model", "train_reward_model", id="dpo-given-the-reward-models"),
+    P("build_preferences", "preferences", "dpo", "dpo", id="preferences-given-dpos"),
+    P("warm_start", "supervised", "ppo", "rl_finetune --algorithm ppo", id="warm-start-given-ppos"),
+    P("rl_finetune", "ppo", "a2c", "rl_finetune --algorithm a2c", id="ppo-given-a2cs"),
+])
+def test_another_stages_method_file_is_refused_by_its_name(tmp_path: Path, call_stage, stage_name, method, given,
+                                                           expect):
+    """train_reward_model and dpo given params/methods/supervised.yaml trained with the warm start's learning_rate
+    and batch_size, without a word: its keys are a subset of theirs. A method file is named for the method whose
+    stage reads it (params/methods/<method>.yaml), and a file named for another stage's method is refused."""
+    model = fake_model(tmp_path / "model", model_type="gpt2", n_positions=64)
+    methods = tmp_path / "methods"
+    methods.mkdir()
+    wrong = methods / f"{given}.yaml"
+    wrong.write_text("learning_rate: 0.001\n")
+    task = MICRO / "tasks" / "sentiment.yaml"
+    preferences = write_rows(tmp_path / "p.jsonl", [{"id": "p0", "prompt": "a", "chosen": "good", "rejected": "bad"}])
+    args = {"train_reward_model": ["--preferences", preferences, "--backbone", model],
+            "dpo": ["--task-file", task, "--preferences", preferences, "--init-model", model, "--seed", "0"],
+            "build_preferences": ["--task-file", task, "--datapool", tmp_path / "pool", "--policy", model,
+                                  "--base-model", model],
+            "warm_start": ["--task-file", task, "--datapool", tmp_path / "pool", "--base-model", model, "--seed", "0"],
+            "rl_finetune": ["--task-file", task, "--algorithm", "ppo", "--datapool", tmp_path / "pool",
+                            "--init-model", model, "--base-model", model, "--seed", "0"]}[stage_name]
+    result = call_stage(stage_name, "--method-file", wrong, *args, "--device", "cpu", "--out", tmp_path / "out")
+    reader = f"rl_finetune --algorithm {method}" if stage_name == "rl_finetune" else stage_name
+    assert_fails_in_one_line(result, f"error: --method-file {wrong} is named as the method file of {expect} (the "
+                                     f"pipeline gives it params/methods/{given}.yaml), not of {reader}: give "
+                                     f"{methods / method}.yaml (or a file of your own, named for no other stage's "
+                                     f"method)")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_reward_model_max_length_above_its_backbones_positions_exits_2_before_training(tmp_path: Path, call_stage):
     """max_length 200 on a 64-position backbone indexed past the position table (an IndexError mid-training)."""
     fake_model(tmp_path / "gpt2", model_type="gpt2", n_positions=64)  # config.json alone: the check reads no weights
