@@ -32,7 +32,7 @@ from grueflow.io import STAGE_RECORD, atomic_path
 from grueflow.data import DATAPOOLS
 from grueflow.metrics import METRICS
 from grueflow.models import MODELS
-from grueflow.pipeline import START_PREFIX, STAGES, SUITE_VARS, override_layers, placeholders
+from grueflow.pipeline import RESOURCE_STAGES, START_PREFIX, STAGES, SUITE_VARS, override_layers, placeholders
 from grueflow.postprocess import resolve as resolve_post_processing
 from grueflow.preference.config import PREFERENCE_METHODS, preference_method_files
 from grueflow.registry import UnknownNameError
@@ -475,7 +475,9 @@ def check_for_dvc(suite: SuiteConfig, where: str) -> None:
     """The suite keys ``dvc.yaml`` cannot honour: its grid runs RL (and DPO) from both starts, so a suite that
     keeps one (``rl_starts``) is refused under DVC rather than run differently from Snakemake, as are
     ``preference_files`` (its ``build_preferences`` stages write every task's preferences); its stages read
-    ``params/``, so another ``params_dir`` is refused too."""
+    ``params/``, so another ``params_dir`` is refused too; and every DVC stage that takes ``--threads`` is given the
+    suite's ``threads``, so a ``resources.<rule>.threads`` of another count (:func:`dvc_threads_problem`) is refused
+    as well."""
     if set(suite.rl_starts) != {"zero_shot", "supervised"}:
         raise ConfigError(f"{where}: rl_starts {list(suite.rl_starts)}: dvc.yaml runs RL from both starts; remove "
                           f"rl_starts (or list both), or run this suite with snakemake, which honours it")
@@ -489,6 +491,27 @@ def check_for_dvc(suite: SuiteConfig, where: str) -> None:
         raise ConfigError(f"{where}: params_dir {suite.params_dir!r}: dvc.yaml's stages read params/tasks/ and "
                           f"params/methods/; copy that folder's tasks/ and methods/ there (and the suite to "
                           f"params/suite.yaml), or run this suite with snakemake, which honours params_dir")
+    threads = dvc_threads_problem(suite)
+    if threads:
+        raise ConfigError(f"{where}: {threads}")
+
+
+def dvc_threads_problem(suite: SuiteConfig) -> str:
+    """Why ``dvc.yaml`` cannot run ``suite`` with the threads its ``resources:`` gives a rule, or "": each rule of the
+    table that has DVC stages and passes ``--threads`` (its command takes ``${threads}``, the suite's) whose
+    ``resources.<rule>.threads`` is another count. Snakemake gives that rule's jobs its own count, and the last bits
+    of a result may differ with the thread count, so the two engines would build different results from one suite.
+    A rule whose command takes no thread count (``prepare_datapool``, ``aggregate``) only reserves cores, which
+    changes no result."""
+    differ = [(rule, getattr(suite.resources, rule).threads) for rule in RESOURCE_STAGES
+              if STAGES[rule].dvc and "{threads}" in STAGES[rule].args
+              and getattr(suite.resources, rule).threads not in (None, suite.threads)]
+    if not differ:
+        return ""
+    given = ", ".join(f"resources.{rule}.threads {threads}" for rule, threads in differ)
+    return (f"{given}: dvc.yaml runs every stage with the suite's threads ({suite.threads}); per-rule threads are "
+            f"Snakemake's; remove {'it' if len(differ) == 1 else 'them'} (or set the suite's threads instead), or run "
+            f"this suite with snakemake, which honours per-rule threads")
 
 
 VALID = "valid\n"  # the validation stage's output: constant, so it never makes a later stage stale

@@ -2857,6 +2857,27 @@ def test_dvc_refuses_a_suite_whose_params_dir_its_stages_do_not_read(params: Pat
         validate(suite, "dvc")
 
 
+def test_dvc_refuses_a_suite_whose_resources_give_a_rule_other_threads(params: Path, capsys):
+    """`resources: {rl_finetune: {threads: 2}, evaluate: {threads: 2}}` passed the DVC-engine check, and dvc repro ran
+    those stages with the suite's one thread (every DVC command passes --threads ${threads}) where snakemake gives
+    their jobs two, without a word: the last bits of results differ with the thread count."""
+    from grueflow.params import main, validate
+
+    suite = params / SUITE
+    text = suite.read_text()
+    suite.write_text(text + "resources: {rl_finetune: {threads: 2}, evaluate: {threads: 2}, aggregate: {threads: 4}}\n")
+    assert validate(suite).config.resources.threads("rl_finetune", 1) == 2  # Snakemake honours it
+    assert main([str(suite), "--engine", "dvc"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {suite}: resources.rl_finetune.threads 2, resources.evaluate.threads 2: dvc.yaml runs every stage "
+        f"with the suite's threads (1); per-rule threads are Snakemake's; remove them (or set the suite's threads "
+        f"instead), or run this suite with snakemake, which honours per-rule threads\n")
+    # the suite's own count, and a rule whose command takes no thread count (it only reserves cores), change nothing
+    suite.write_text(text + "resources: {rl_finetune: {threads: 1, mem_mb: 4000}, aggregate: {threads: 4}, "
+                            "prepare_datapool: {threads: 2}}\n")
+    assert main([str(suite), "--engine", "dvc"]) == 0
+
+
 @pytest.mark.parametrize("key, lower", [
     ("fluency_ppl", True), ("fluency/perplexity", True), ("fluency/reference_perplexity", True), ("lexical/ter", True),
     ("diversity/repetition", True), ("diversity/self_bleu", True),
