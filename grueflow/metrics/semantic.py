@@ -299,11 +299,17 @@ def load_classifier(name: str, max_length: int, batch_size: int, execution: Opti
                     metric: str = "classifier") -> Classifier:
     """Any ``AutoModelForSequenceClassification`` from a local dir or a hub id (a hub id needs the network),
     frozen on the execution's device in its frozen dtype (default: the CPU in float32). A name written as a local
-    path that does not exist is an error naming ``metric`` (:func:`check_local_model`), never "hub unreachable"."""
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    path that does not exist is an error naming ``metric`` (:func:`check_local_model`), never "hub unreachable".
+
+    Refused before scoring, each in one line naming the model: a config whose ``architectures`` name no sequence
+    classifier (a language model: :func:`grueflow.models.classifier_problem`) and weights without the tensors its
+    config asks for (an untrained head, :func:`grueflow.models.check_complete`), either of which transformers would
+    start from random values; no usable tokenizer (:func:`grueflow.models.load_tokenizer`); a tokenizer with ids
+    past the embedding rows (:func:`grueflow.models.check_vocabulary`); non-finite weights."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
 
     from grueflow.device import or_cpu
-    from grueflow.models import check_finite
+    from grueflow.models import check_complete, check_finite, check_vocabulary, classifier_problem, load_tokenizer
 
     execution = or_cpu(execution)
     name = os.path.expanduser(name)  # ~/model: from_pretrained takes the path as written
@@ -316,10 +322,20 @@ def load_classifier(name: str, max_length: int, batch_size: int, execution: Opti
         raise HubUnreachableError(f"cannot load classifier {name!r}: the Hugging Face hub is unreachable "
                                   f"({offline_state()}) and no local folder has that name; set the metric's "
                                   "model (or checkpoint) arg to a local folder")
-    model = AutoModelForSequenceClassification.from_pretrained(name, dtype=execution.frozen_dtype)
+    fix = ("point the metric's model (or checkpoint) arg at a trained sequence classifier (a folder saved from a "
+           "*ForSequenceClassification, as the train_classifier stage writes results/<task>/classifier/model)")
+    config = AutoConfig.from_pretrained(name)
+    problem = classifier_problem(config.to_dict())
+    if problem:
+        raise ConfigError(f"{metric}: model {name} {problem}; {fix}")
+    tokenizer = load_tokenizer(name)
+    check_vocabulary(tokenizer, config, name)
+    model, info = AutoModelForSequenceClassification.from_pretrained(name, dtype=execution.frozen_dtype,
+                                                                     output_loading_info=True)
+    check_complete(info, name, fix)
     model = model.to(execution.device).eval().requires_grad_(False)
     check_finite(model, name)
-    return Classifier(name, AutoTokenizer.from_pretrained(name), model, max_length, batch_size)
+    return Classifier(name, tokenizer, model, max_length, batch_size)
 
 
 @METRICS.register("intent_accuracy", "1 when a dialogue-act classifier gives the generation meta['intent'] (DailyDialog), in {0, 1}")

@@ -606,6 +606,45 @@ def lm_problem(config: dict[str, Any], kind: Kind | None = None) -> str:
     return ""
 
 
+def _classifier_classes() -> set[str]:
+    """The class names ``AutoModelForSequenceClassification`` builds: every ``*ForSequenceClassification`` a
+    config's ``architectures`` may name."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES
+
+    return set(MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES.values())
+
+
+def classifier_problem(config: dict[str, Any]) -> str:
+    """Why a model's ``config.json`` (read as a dict) is not a sequence classifier, or ``""``.
+
+    The saved ``architectures`` decide: a class that is no ``*ForSequenceClassification`` (a causal or seq2seq
+    language model, a bare encoder) has no trained classification head, and
+    ``AutoModelForSequenceClassification`` would add a newly initialised one and score with it. A config without
+    ``architectures`` passes here; the weights' missing-keys report judges it when they load
+    (:func:`check_complete`)."""
+    names = [a for a in config.get("architectures") or [] if isinstance(a, str)]
+    if not names:
+        return ""
+    classes = _classifier_classes()
+    if any(a in classes or a.endswith("ForSequenceClassification") for a in names):
+        return ""
+    return (f"is a {', '.join(names)} ({config.get('model_type', '?')}), not a sequence classifier: transformers would "
+            f"score with a newly initialised, untrained classification head")
+
+
+def check_complete(info: Mapping[str, Any], folder: str, fix: str) -> None:
+    """Raise a MissingDataError naming ``folder`` when ``from_pretrained``'s loading report (``info``, from
+    ``output_loading_info=True``) lists missing keys: tensors the config asks for and the weights lack, which
+    transformers would start from random values (an untrained head, a config and weights that disagree). ``fix``
+    ends the message: what to do."""
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise MissingDataError(f"cannot load the model in {folder}: its weights lack {len(missing)} tensor(s) its "
+                               f"config.json asks for ({shown}), which transformers would start from random values; "
+                               f"{fix}")
+
+
 def check_same_kind(model_dir: str | Path, base_dir: str | Path) -> None:
     """Fail before any weights load unless ``base_dir`` is a language model of ``model_dir``'s kind: the base
     model scores the evaluated model's generations (fluency perplexity), so it must read the same kind of
@@ -644,7 +683,7 @@ def load_pretrained(name_or_path: str | Path, kind: Kind | None = None, trust_re
     """
     import torch
     from safetensors import SafetensorError
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig
 
     from grueflow.models.backend import select
 
@@ -657,7 +696,9 @@ def load_pretrained(name_or_path: str | Path, kind: Kind | None = None, trust_re
     remote = {"local_files_only": local_only, "trust_remote_code": trust_remote_code}
     try:
         config = AutoConfig.from_pretrained(name, **remote)
-        tokenizer = AutoTokenizer.from_pretrained(name, **remote)
+        tokenizer = load_tokenizer(name, **remote)
+    except MissingDataError:  # a local folder without a usable tokenizer, named by load_tokenizer
+        raise
     except OSError as err:
         if Path(name).exists():
             raise _unloadable(name, err) from None
@@ -670,6 +711,7 @@ def load_pretrained(name_or_path: str | Path, kind: Kind | None = None, trust_re
     problem = lm_problem(config.to_dict(), kind)
     if problem:
         raise ConfigError(f"cannot load {name} as a language model: it {problem}")
+    check_vocabulary(tokenizer, config, name)
     if kind is None:
         kind = model_kind(config)
     dtype = execution.frozen_dtype if frozen else torch.float32
@@ -679,18 +721,76 @@ def load_pretrained(name_or_path: str | Path, kind: Kind | None = None, trust_re
         if not Path(name).exists():
             raise
         raise _unloadable(name, err) from None
-    missing = sorted(info.get("missing_keys") or ())
-    if missing:  # transformers would start these from random values
-        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-        raise MissingDataError(f"cannot load the model in {name}: its weights lack {len(missing)} tensor(s) its "
-                               f"config.json asks for ({shown}); the config and the weights disagree: rebuild the "
-                               f"folder, or restore the config.json saved with these weights")
+    check_complete(info, name, "the config and the weights disagree: rebuild the folder, or restore the "
+                               "config.json saved with these weights")
     model = model.to(execution.device)
     model.eval()
     check_finite(model, name)
     if frozen:
         model.requires_grad_(False)
     return backend.prepare(model), tokenizer
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt", "vocab.txt",
+                   "tokenizer.model", "spiece.model", "sentencepiece.bpe.model")  # the usual ones, to name them
+TOKENIZER_PROBE = "the film was good"  # a text any usable tokenizer encodes to at least one token
+_TOKENIZER_FIX = ("a model folder needs the tokenizer its model was trained with: save it there "
+                  "(tokenizer.save_pretrained(FOLDER)), or copy the tokenizer files from where the model came from")
+
+
+def _tokenizer_files(folder: Path) -> list[str]:
+    return [name for name in TOKENIZER_FILES if (folder / name).is_file()]
+
+
+def load_tokenizer(name: str, **kwargs: Any) -> Any:
+    """The tokenizer of a local model folder or hub id ``name`` (``AutoTokenizer.from_pretrained(name, **kwargs)``),
+    refused with a :class:`MissingDataError` naming the folder when it has no usable tokenizer: transformers cannot
+    build one from the folder's files (a Llama folder without ``tokenizer.json``), or the tokenizer it builds
+    encodes text to no tokens (an empty vocabulary: transformers makes a one-token GPT-2 tokenizer from a folder
+    without ``vocab.json`` and ``merges.txt``). A hub id's download errors (``OSError``) reach the caller as
+    transformers raised them."""
+    from transformers import AutoTokenizer
+
+    folder = Path(name)
+    fix = _TOKENIZER_FIX.replace("FOLDER", repr(str(folder)))
+    none = "it holds no tokenizer file (tokenizer.json, vocab.json, tokenizer.model or another)"
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
+    except (OSError, ValueError) as err:
+        if not folder.is_dir():
+            raise
+        found = _tokenizer_files(folder)
+        cause = (f"from its {', '.join(found)}: {' '.join(str(err).split())[:200] or type(err).__name__}" if found
+                 else f"without its files: {none}")
+        raise MissingDataError(f"cannot load the tokenizer in {folder}: transformers cannot build one {cause}; "
+                               f"{fix}") from None
+    if not tokenizer(TOKENIZER_PROBE, add_special_tokens=False)["input_ids"]:
+        vocabulary = sorted(tokenizer.get_vocab(), key=tokenizer.get_vocab().get)
+        shown = ", ".join(map(repr, vocabulary[:3])) + (" ..." if len(vocabulary) > 3 else "")
+        found = _tokenizer_files(folder) if folder.is_dir() else []
+        files = (f"its tokenizer files: {', '.join(found)}" if found else none) if folder.is_dir() else "a hub id"
+        raise MissingDataError(f"cannot load the tokenizer in {folder}: it encodes text to no tokens "
+                               f"({TOKENIZER_PROBE!r} gives none; its vocabulary holds {len(tokenizer)} token(s): "
+                               f"{shown or 'none'}), an empty vocabulary such as transformers builds for a folder "
+                               f"without its vocabulary files ({files}); {fix}")
+    return tokenizer
+
+
+def check_vocabulary(tokenizer: Any, config: Any, folder: str) -> None:
+    """Raise a DataError naming ``folder`` when ``tokenizer`` gives token ids past the input embedding rows of the
+    model that ``config`` (its transformers config; a multimodal one's text config) describes, the rows being its
+    ``vocab_size``: a text holding such an id fails inside the embedding with an index error. Every id of the
+    tokenizer's vocabulary, its added tokens included, must be a row; more rows than ids (padded embeddings, as
+    T5's) are fine. Reads the config alone, so it runs before any weights load."""
+    rows = getattr(config.get_text_config(), "vocab_size", None)
+    top = max(tokenizer.get_vocab().values(), default=-1)
+    if not isinstance(rows, int) or top < rows:
+        return
+    raise DataError(f"cannot load the model in {folder}: its tokenizer gives token ids up to {top} ({len(tokenizer)} "
+                    f"tokens) but the model's input embeddings have {rows} rows (ids 0 to {rows - 1}, its "
+                    f"config.json's vocab_size), so a text holding a higher id fails with an index error; give the "
+                    f"folder the tokenizer its model was trained with, or resize the model's embeddings to the "
+                    f"tokenizer (model.resize_token_embeddings(len(tokenizer))) and save the model again")
 
 
 GENERATION_TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")

@@ -21,6 +21,7 @@ from transformers import (BartConfig, BartForConditionalGeneration, GPT2Config, 
 from transformers.activations import ACT2FN
 
 from grueflow.config import ConfigError, ModelConfig, PretrainConfig
+from grueflow.io import DataError
 from grueflow.models import (TINY_DEFAULTS, TINY_FIXED, check_tiny_config, check_tiny_fixed, config_kinds,
                              model_kind, nullable_keys)
 
@@ -153,9 +154,10 @@ def build_tiny(model_cfg: ModelConfig, architecture: str, texts: list[str], seed
                device: Optional[torch.device] = None) -> tuple[PreTrainedModel, PreTrainedTokenizerFast,
                                                                list[dict[str, float]]]:
     """Tokenizer + tiny model (initialised on the CPU, so every device starts from the same weights) + brief
-    pre-training on ``device`` (default: the CPU), ready for ``save_pretrained``."""
+    pre-training on ``device`` (default: the CPU), ready for ``save_pretrained``. No ``texts`` is a DataError."""
     if not texts:
-        raise ValueError("the datapool has no unlabelled text to train a tokenizer and pre-train on")
+        raise DataError(f"model {model_cfg.id} has no unlabelled text to train its tokenizer and pre-train on; give "
+                        f"the datapool unlabelled text, or choose a pretrained model")
     tokenizer = train_tokenizer(texts, model_cfg.tokenizer.vocab_size)
     model = build_model(architecture, dict(model_cfg.config), tokenizer, seed)
     if device is not None:

@@ -57,24 +57,26 @@ def load_backbone(path: str | Path, execution: Optional[Execution] = None, froze
 
     The weights are float32 (they train), or, when ``frozen``, in the execution's frozen dtype (bf16 under
     bf16) without gradients, in eval mode. A language-model folder gets a fresh scalar head (its other
-    weights are kept).
+    weights are kept). A folder without a usable tokenizer, or whose tokenizer has ids past its embedding rows, is
+    refused by name (:func:`grueflow.models.load_tokenizer`, :func:`grueflow.models.check_vocabulary`).
     """
-    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers import AutoModelForSequenceClassification
 
-    from grueflow.models import check_finite
+    from grueflow.models import check_finite, check_vocabulary, load_tokenizer
 
     execution = or_cpu(execution)
     path = Path(path)
     if not (path / "config.json").is_file():
         raise io.MissingDataError(f"reward-model backbone {path} is not a Hugging Face model folder (no config.json); "
                                   "give a model folder such as results/<task>/base_model/model")
-    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    tokenizer = load_tokenizer(str(path), local_files_only=True)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     dtype = execution.frozen_dtype if frozen else execution.train_dtype
     model = AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1, dtype=dtype,
                                                                local_files_only=True).to(execution.device)
     model.config.pad_token_id = tokenizer.pad_token_id
+    check_vocabulary(tokenizer, model.config, str(path))
     if frozen:
         model.eval().requires_grad_(False)
         check_finite(model, str(path))  # a trained reward model: NaN rewards would blame the samples

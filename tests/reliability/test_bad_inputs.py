@@ -16,6 +16,8 @@ Categories (690 cases in all, as collected; grown with each hostile pass):
   references, fields of the wrong shape in the GRUE loaders, hand-edited datapool splits, and
   ``skip_bad_rows`` dropping rows with a count;
 - prompts longer than the model's context, read from ``config.json`` before any weights load;
+- model folders: no usable tokenizer (no tokenizer files, an empty vocabulary), a tokenizer with ids past the
+  embedding rows, a language model given as a classifier;
 - stage CLIs: exit code 2, one line on stderr, no traceback, nothing written;
 - the workflow: ``snakemake -n`` stops on a bad params file before any job; a ``--configfile`` suite replaces
   params/suite.yaml, and a ``--configfile`` value that is no suite file (a target after the option) is refused;
@@ -4619,6 +4621,122 @@ def test_a_learned_classifier_given_its_stage_folder_exits_2_naming_the_model_fo
                                       f"model (or checkpoint) arg at that folder")
     assert not (tmp_path / "eval").exists()
 
+
+
+# ---------------------------------------------------------------------------------------------
+# Model folders whose tokenizer or head the model cannot use: refused by name before any training
+# ---------------------------------------------------------------------------------------------
+
+def untokenized(folder: Path, architecture: str, vocab_size: int = 300) -> Path:
+    """A one-layer causal LM built from config and saved with ``save_pretrained`` alone: no tokenizer files."""
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
+
+    ids = {"vocab_size": vocab_size, "bos_token_id": 0, "eos_token_id": 0}
+    if architecture == "gpt2":
+        model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=8, n_head=2, n_positions=64, **ids))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(num_hidden_layers=1, hidden_size=8, intermediate_size=16,
+                                             num_attention_heads=2, num_key_value_heads=1, **ids))
+    model.save_pretrained(folder)
+    return folder
+
+
+def with_tokenizer_of(folder: Path, model: Path) -> Path:
+    """``folder`` given the tokenizer files of the model folder ``model``."""
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(model / name, folder / name)
+    return folder
+
+
+@pytest.mark.parametrize("make, expect", [
+    P(lambda folder, tiny: untokenized(folder, "llama"), (
+        "error: cannot load the tokenizer in {folder}: transformers cannot build one without its files: it holds no "
+        "tokenizer file (tokenizer.json, vocab.json, tokenizer.model or another); a model folder needs the tokenizer "
+        "its model was trained with: save it there (tokenizer.save_pretrained('{folder}')), or copy the tokenizer "
+        "files from where the model came from"), id="llama-without-tokenizer-files"),
+    P(lambda folder, tiny: untokenized(folder, "gpt2"), (
+        "error: cannot load the tokenizer in {folder}: it encodes text to no tokens ('the film was good' gives none; "
+        "its vocabulary holds 1 token(s): '<|endoftext|>'), an empty vocabulary such as transformers builds for a "
+        "folder without its vocabulary files (it holds no tokenizer file"), id="gpt2-without-tokenizer-files"),
+    P(lambda folder, tiny: with_tokenizer_of(untokenized(folder, "gpt2", vocab_size=100), tiny["causal"]), (
+        "error: cannot load the model in {folder}: its tokenizer gives token ids up to 299 (300 tokens) but the "
+        "model's input embeddings have 100 rows (ids 0 to 99, its config.json's vocab_size), so a text holding a "
+        "higher id fails with an index error; give the folder the tokenizer its model was trained with, or resize "
+        "the model's embeddings"), id="tokenizer-larger-than-the-embeddings"),
+])
+def test_a_pretrained_folder_whose_tokenizer_its_model_cannot_use_is_refused_by_name(tmp_path: Path, call_stage,
+                                                                                      tiny_models, make, expect: str):
+    """Without tokenizer files a Llama folder ended base_model in transformers' ValueError traceback, and a GPT-2
+    one passed with a one-token tokenizer that encodes every text to nothing (evaluate then died in an IndexError);
+    a tokenizer larger than the embeddings passed base_model and died in evaluate's embedding lookup."""
+    from grueflow.models import load_pretrained
+
+    folder = make(tmp_path / "model", tiny_models)
+    task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml",
+                  model={"id": "pretrained", "name_or_path": str(folder), "kind": "causal"})
+    result = call_stage("base_model", "--task-file", task, "--datapool", tmp_path, "--out", tmp_path / "base")
+    assert_fails_in_one_line(result, expect.format(folder=folder))
+    assert not (tmp_path / "base").exists()
+    with pytest.raises(DataError, match=re.escape(expect.format(folder=folder).removeprefix("error: "))):
+        load_pretrained(folder, frozen=True)  # as evaluate and every later stage load a model folder
+
+
+def test_a_classifier_or_reward_model_backbone_without_a_tokenizer_is_refused_by_name(tmp_path: Path):
+    from grueflow.classifier import load_backbone as classifier_backbone
+    from grueflow.preference.reward_model import load_backbone as reward_backbone
+
+    folder = untokenized(tmp_path / "model", "gpt2")
+    expect = rf"cannot load the tokenizer in {re.escape(str(folder))}: it encodes text to no tokens"
+    with pytest.raises(MissingDataError, match=expect):
+        classifier_backbone(str(folder), ["neg", "pos"])
+    with pytest.raises(MissingDataError, match=expect):
+        reward_backbone(folder)
+
+
+def test_a_learned_classifier_that_is_no_sequence_classifier_exits_2_before_generating(tmp_path: Path, call_stage,
+                                                                                      tiny_models):
+    """A causal LM folder as args.model was loaded as a classifier with a newly initialised score head, and RL
+    trained on its random scores with transformers' load report as the only word."""
+    from grueflow.metrics.semantic import load_classifier
+
+    folder = tmp_path / "lm"
+    shutil.copytree(tiny_models["causal"], folder)
+    task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml",
+                  metrics=[{"id": "learned_classifier", "args": {"model": str(folder), "label": "LABEL_1"}}],
+                  headline_metrics=["learned/classifier"])
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    write_rows(pool / "test.jsonl", [{"id": "test-0", "prompt": "the film was", "references": ["good ."], "meta": {}}])
+    result = call_stage("evaluate", "--task-file", task, "--task", "sentiment", "--start", "zero_shot",
+                        "--datapool", pool, "--model", tiny_models["causal"], "--base-model", tiny_models["causal"],
+                        "--seed", "0", "--out", tmp_path / "eval")
+    fix = ("point the metric's model (or checkpoint) arg at a trained sequence classifier (a folder saved from a "
+           "*ForSequenceClassification, as the train_classifier stage writes results/<task>/classifier/model)")
+    ends_in_one_error_line(result, 2, f"error: learned_classifier: model {folder} is a GPT2LMHeadModel (gpt2), not a "
+                                      f"sequence classifier: transformers would score with a newly initialised, "
+                                      f"untrained classification head; {fix}")
+    assert not (tmp_path / "eval").exists()
+    config = read_json(folder / "config.json")
+    del config["architectures"]  # nothing names the class: the weights' missing-keys report tells
+    write_json(folder / "config.json", config)
+    with pytest.raises(MissingDataError, match=re.escape(
+            f"cannot load the model in {folder}: its weights lack 1 tensor(s) its config.json asks for (score.weight), "
+            f"which transformers would start from random values; {fix}")):
+        load_classifier(str(folder), 64, 2, metric="learned_classifier")
+
+
+def test_a_tiny_model_on_a_datapool_without_unlabelled_text_exits_2_naming_it(tmp_path: Path, call_stage):
+    """It ended in build_tiny's ValueError traceback."""
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    (pool / "unlabelled.jsonl").write_text("")
+    result = call_stage("base_model", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--datapool", pool,
+                        "--out", tmp_path / "base")
+    ends_in_one_error_line(result, 2, f"error: {MICRO / 'tasks' / 'sentiment.yaml'}: model tiny_gpt2 trains its "
+                                      f"tokenizer and pre-trains on the datapool's unlabelled text, and the datapool "
+                                      f"{pool} has none (its unlabelled file holds no text); have its loader give "
+                                      f"unlabelled texts and rerun prepare_datapool, or choose a pretrained model")
+    assert not (tmp_path / "base").exists()
 
 
 # ---------------------------------------------------------------------------------------------
