@@ -46,6 +46,12 @@ class MetricFailedError(PluginFailedError):
     component or an evaluation metric)."""
 
 
+class MetricUnavailableError(RuntimeError):
+    """A metric cannot run on this machine: a system dependency is absent (SPICE's Java and CoreNLP jars).
+    ``evaluate`` reports such a metric as missing; a reward that needs it fails (one line, exit 2, through
+    :func:`grueflow.stage.main_guard`). Defined here for the same reason as :class:`PluginFailedError`."""
+
+
 # ---------------------------------------------------------------------------------------------
 # Generic strict parsing of nested dataclasses
 # ---------------------------------------------------------------------------------------------

@@ -73,6 +73,11 @@ def _component(c: RewardComponent) -> None:
         raise ValueError(f"metric {c.metric!r} does not score the generations, so it cannot be a reward component; "
                          f"list it under metrics")
     set_resolved(c, "typed_args", config.parse(metric.Args, dict(c.args), "args"))
+    why = metric.unavailable(c.typed_args)
+    if why is not None:  # a metric under metrics is evaluated as missing; a reward must score every rollout
+        raise ValueError(f"reward component {c.metric!r} cannot run on this machine, and a reward must score every "
+                         f"sample: {why}; or leave it out of the reward (under metrics, evaluate records it as "
+                         f"missing)")
     if c.score is not None and c.score not in metric.scores:
         raise ValueError(f"metric {c.metric!r} has no score {c.score!r}; valid: {', '.join(metric.scores)}")
     set_resolved(c, "key", metric.key(c.score))

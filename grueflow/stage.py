@@ -19,7 +19,7 @@ from safetensors import SafetensorError
 from tqdm import tqdm
 
 from grueflow import interrupt, io, pipeline
-from grueflow.config import MAX_SEED, MAX_THREADS, ConfigError, PluginFailedError
+from grueflow.config import MAX_SEED, MAX_THREADS, ConfigError, MetricUnavailableError, PluginFailedError
 from grueflow.device import DEVICE_CHOICES, DEVICE_ENV, PRECISIONS, Execution
 from grueflow.hub import HubUnreachableError
 from grueflow.interrupt import CHECKPOINTING_STAGES, running_stage
@@ -455,7 +455,8 @@ def finish(out_dir: Path, stage: str, params: Any, inputs: Mapping[str, Path | i
 
 
 def main_guard(run: Any) -> None:
-    """Run a stage's ``main``; bad params, bad data and unobtainable models exit 2 with their message, a full
+    """Run a stage's ``main``; bad params, bad data, unobtainable models and a metric this machine cannot run (a
+    reward's: evaluate reports an evaluation metric's as missing) exit 2 with their message, a full
     disk, a path it may not write (or read) and a file where a folder is wanted exit 2 saying so, and Ctrl-C exits
     130 saying what is kept: no traceback for any of them (``--log-level DEBUG`` logs the one of a refused path). A
     metric or post_processing function that raised (one's own, named in the task file) exits 1 with its own
@@ -463,7 +464,7 @@ def main_guard(run: Any) -> None:
     interrupt.release()
     try:
         run()
-    except (ConfigError, io.DataError, HubUnreachableError, ModelFetchError) as err:
+    except (ConfigError, io.DataError, HubUnreachableError, ModelFetchError, MetricUnavailableError) as err:
         print(f"error: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     except (PermissionError, NotADirectoryError, FileExistsError, IsADirectoryError) as err:  # locked, in the way

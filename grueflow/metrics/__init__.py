@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, Ma
 
 import numpy as np
 
-from grueflow.config import ConfigError, MetricFailedError
+from grueflow.config import ConfigError, MetricFailedError, MetricUnavailableError, typed_args
 from grueflow.io import DataError
 from grueflow.registry import Registry
 
@@ -27,11 +27,6 @@ if TYPE_CHECKING:
     from grueflow.device import Execution
 
 METRICS: Registry = Registry("metric", group="grueflow.metrics", check=lambda component: check_metric(component))
-
-
-class MetricUnavailableError(RuntimeError):
-    """A metric cannot run on this machine: a system dependency is absent (SPICE's Java and CoreNLP jars).
-    ``evaluate`` reports such a metric as missing; a reward that needs it fails."""
 
 
 TOKENS_KEY = "completion_tokens"  # meta key of a dense metric's input: each completion's tokens, as text
@@ -256,6 +251,22 @@ class Metric:
     def lower_keys(cls) -> list[str]:
         """The keys of its scores where lower is better (:attr:`lower_is_better`)."""
         return [cls.key(s) for s in cls.lower_is_better]
+
+    @classmethod
+    def check_samples(cls, args: Any, meta: Sequence[dict[str, Any]]) -> None:
+        """Raise a :class:`~grueflow.io.DataError` naming the metric, the meta key and the first sample where
+        samples' ``meta`` lacks what the metric reads with ``args`` (a key only some datapools write:
+        ``meta['concepts']``, ``meta['table']``), known from ``args`` alone; nothing for a metric that reads no meta
+        (the default). :func:`check_split` runs it before training; a check that needs the built metric (a
+        classifier's labels) is its :class:`MetaChecked` ``check`` instead."""
+
+    @classmethod
+    def unavailable(cls, args: Any) -> Optional[str]:
+        """Why the metric cannot run on this machine with ``args`` (a program, a jar or a file it needs is absent),
+        as the :class:`MetricUnavailableError` its ``build`` then raises says it; None where nothing it needs is
+        known to be absent. Cheap (nothing loads, nothing heavy is imported), so that a reward component that
+        cannot run here is refused when the task file is parsed (:mod:`grueflow.params`), before any stage trains."""
+        return None
 
     @classmethod
     def build(cls, args: Any, context: MetricContext) -> MetricFn:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
 from dataclasses import dataclass
@@ -111,14 +112,21 @@ def spacy_tokens() -> Tokenizer:
     return lambda texts: ["".join(token.text + " " for token in nlp(text)).rstrip() for text in texts]
 
 
+def ptb_unavailable(java: str) -> Optional[str]:
+    """Why the COCO toolkit's PTB tokenizer cannot run here (``java`` is not on PATH), or None."""
+    if shutil.which(java) is not None:
+        return None
+    return (f"metric 'cider' with tokenize: coco_ptb runs pycocoevalcap's PTBTokenizer with Java, and {java!r} is not "
+            f"on PATH; install a JRE (apt-get install default-jre) or choose tokenize: rl4lms or simple")
+
+
 def ptb_tokens(java: str) -> Tokenizer:
     """The COCO caption toolkit's tokenisation: pycocoevalcap's PTBTokenizer (Stanford CoreNLP's PTB tokenizer,
     run with Java), lower case, punctuation dropped."""
     module = require("pycocoevalcap.tokenizer.ptbtokenizer", "metric 'cider' with tokenize: coco_ptb", "pycocoevalcap")
-    if shutil.which(java) is None:
-        raise MetricUnavailableError(f"metric 'cider' with tokenize: coco_ptb runs pycocoevalcap's PTBTokenizer with "
-                                     f"Java, and {java!r} is not on PATH; install a JRE (apt-get install default-jre) "
-                                     f"or choose tokenize: rl4lms or simple")
+    why = ptb_unavailable(java)
+    if why is not None:
+        raise MetricUnavailableError(why)
 
     def run(texts: list[str]) -> list[str]:
         if not texts:
@@ -188,6 +196,10 @@ class Cider(Metric):
                 raise ValueError(f"tokenize must be one of {', '.join(CIDER_TOKENIZERS)}, got {self.tokenize!r}")
 
     @classmethod
+    def unavailable(cls, args: "Cider.Args") -> Optional[str]:
+        return ptb_unavailable(args.java) if args.tokenize == "coco_ptb" else None
+
+    @classmethod
     def build(cls, args: "Cider.Args", context: MetricContext) -> MetricFn:
         CocoCider = require("pycocoevalcap.cider.cider", "metric 'cider'", "pycocoevalcap").Cider
         tokens = {"rl4lms": spacy_tokens, "coco_ptb": lambda: ptb_tokens(args.java),
@@ -213,17 +225,29 @@ class Spice(Metric):
         corenlp_dir: Optional[str] = None
 
     @classmethod
-    def build(cls, args: "Spice.Args", context: MetricContext) -> MetricFn:
-        coco_spice = require("pycocoevalcap.spice.spice", "metric 'spice'", "pycocoevalcap")
-        lib = Path(args.corenlp_dir) if args.corenlp_dir else Path(coco_spice.__file__).parent / "lib"
+    def unavailable(cls, args: "Spice.Args") -> Optional[str]:
+        """What SPICE lacks here: pycocoevalcap, Java (``args.java``) or the two CoreNLP 3.6.0 jars (in
+        ``args.corenlp_dir``, else pycocoevalcap's ``spice/lib``); None where all are there."""
+        found = importlib.util.find_spec("pycocoevalcap")
+        if found is None or not found.submodule_search_locations:
+            return "metric 'spice' needs pycocoevalcap: pip install pycocoevalcap"
+        lib = (Path(args.corenlp_dir) if args.corenlp_dir
+               else Path(next(iter(found.submodule_search_locations))) / "spice" / "lib")
         jars = sorted(lib.glob("stanford-corenlp-*.jar"))
-        if shutil.which(args.java) is None or len(jars) < 2:
-            raise MetricUnavailableError(
-                f"metric 'spice' needs Java (given java={args.java!r}, found: {shutil.which(args.java)}) and the Stanford "
-                f"CoreNLP 3.6.0 jars stanford-corenlp-3.6.0.jar and stanford-corenlp-3.6.0-models.jar in {lib} "
-                f"(found: {[j.name for j in jars]}); install a JRE (apt-get install default-jre) and copy the jars from "
-                "https://nlp.stanford.edu/software/stanford-corenlp-full-2015-12-09.zip into that folder, "
+        if shutil.which(args.java) is not None and len(jars) >= 2:
+            return None
+        return (f"metric 'spice' needs Java (given java={args.java!r}, found: {shutil.which(args.java)}) and the "
+                f"Stanford CoreNLP 3.6.0 jars stanford-corenlp-3.6.0.jar and stanford-corenlp-3.6.0-models.jar in "
+                f"{lib} (found: {[j.name for j in jars]}); install a JRE (apt-get install default-jre) and copy the "
+                "jars from https://nlp.stanford.edu/software/stanford-corenlp-full-2015-12-09.zip into that folder, "
                 "or set args.corenlp_dir to the folder holding them")
+
+    @classmethod
+    def build(cls, args: "Spice.Args", context: MetricContext) -> MetricFn:
+        why = cls.unavailable(args)
+        if why is not None:
+            raise MetricUnavailableError(why)
+        coco_spice = require("pycocoevalcap.spice.spice", "metric 'spice'", "pycocoevalcap")
 
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:

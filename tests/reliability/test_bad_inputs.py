@@ -606,6 +606,17 @@ PARAMS = [
         {"metric": "length_penalty", "weight": 0.5, "args": {"target_length": 20}}]), (  # the default, written
         "sentiment.yaml: reward: reward components ['shaping/length_penalty'] appear twice; merge them into one "
         "component with the summed weight",)), id="reward-component-twice-default-args-written"),
+    # a reward component this machine cannot run: refused when the task file is parsed, before any stage trains
+    P(Bad(SENTIMENT, setting("reward.components.0", {"metric": "spice", "args": {"corenlp_dir": "/no/corenlp"}}), (
+        "sentiment.yaml: reward.components[0]: reward component 'spice' cannot run on this machine, and a reward must "
+        "score every sample: metric 'spice' needs Java", "CoreNLP 3.6.0 jars", "in /no/corenlp (found: [])",
+        "or leave it out of the reward (under metrics, evaluate records it as missing)")),
+      id="reward-spice-without-corenlp"),
+    P(Bad(SENTIMENT, setting("reward.components.0", {"metric": "cider", "args": {"tokenize": "coco_ptb",
+                                                                                   "java": "no-such-java"}}), (
+        "sentiment.yaml: reward.components[0]: reward component 'cider' cannot run on this machine",
+        "runs pycocoevalcap's PTBTokenizer with Java, and 'no-such-java' is not on PATH")),
+      id="reward-cider-coco-ptb-without-java"),
     # headline metrics
     P(Bad(SENTIMENT, setting("headline_metrics", ["lexical/bleurt"]), (
         "sentiment.yaml: headline_metrics ['lexical/bleurt'] are not produced by the task's reward or metrics; "

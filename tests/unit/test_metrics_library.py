@@ -526,14 +526,15 @@ def test_every_metric_id_is_a_weighted_reward(metric_id, model_args):
 
     generations, references = shared_data.commongen(2)
     meta = [{"concepts": ["dog", "park"], "intent": 1, "table": TABLE}] * 2
-    cfg = parse(RewardConfig, {"components": [
+    components = {"components": [
         {"metric": metric_id, "weight": 0.5, "args": model_args.get(metric_id, {})},
-        {"metric": "length_penalty" if metric_id != "length_penalty" else "repeat_penalty", "weight": 1.0}]}, "reward")
+        {"metric": "length_penalty" if metric_id != "length_penalty" else "repeat_penalty", "weight": 1.0}]}
     try:
-        reward = Reward(cfg, CTX)
-    except MetricUnavailableError as error:  # only SPICE may miss a system dependency (Java, CoreNLP jars)
-        assert metric_id == "spice" and "needs Java" in str(error)
+        cfg = parse(RewardConfig, components, "reward")
+    except ConfigError as error:  # only SPICE may miss a system dependency (Java, CoreNLP jars): refused when parsed
+        assert metric_id == "spice" and "reward component 'spice' cannot run on this machine" in str(error)
         return
+    reward = Reward(cfg, CTX)
     total, parts = reward(["p", "p"], generations, references, meta)
     primary, shaping = list(parts)
     assert primary == METRICS.get(metric_id).key() and reward.weights == {primary: 0.5, shaping: 1.0}
