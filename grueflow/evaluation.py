@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, Callable
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 from grueflow import postprocess
 from grueflow.config import (REWARD_KEY, REWARD_LEFT_OUT_KEY, REWARD_SAMPLES_KEY, GenerationConfig, MetricSpec,
                              RewardConfig, typed_args)
-from grueflow.data import Sample
+from grueflow.data import Sample, read_split
 from grueflow.hub import HubUnreachableError
 from grueflow.io import rounded
 from grueflow.metrics import (METRICS, TOKENS_KEY, MetricContext, MetricUnavailableError, call_metric, check_meta,
-                              check_result, nanmean)
+                              check_result, check_split, nanmean)
 from grueflow.metrics.reward import Reward, describe_nonfinite
 from grueflow.models.policy import Policy, Prompts, completion_mask
 
@@ -151,6 +152,25 @@ class Scorer:
                  "scores": {k: _finite(v[i]) for k, v in per_sample.items()}}
                 for i, (s, g) in enumerate(zip(samples, generations))]
         return rows, {k: _finite(v) for k, v in corpus.items()}, missing
+
+
+def check_scored_splits(datapool: Path, metrics: tuple[MetricSpec, ...], validated: bool,
+                        reward: RewardConfig | None = None, train: Sequence[Sample] = ()) -> None:
+    """Before a training stage trains: refuse, with a DataError naming the split, the reward component or metric
+    and the first sample (:func:`grueflow.metrics.check_split`), samples whose meta the task's reward or metrics can
+    never score, in each split that the run or a later stage scores: ``train`` (RL's rollouts, scored by
+    ``reward``), the val split where ``validated`` (eval_every: the reward, where given, and the metrics) and the
+    test split, where the datapool has one (evaluate scores the reward and the metrics on it). Without it a datapool
+    that lacks ``meta['concepts']`` or ``meta['table']`` trains the warm start and RL first, and evaluate refuses it
+    at the end."""
+    if train:
+        check_split("train", [s.meta for s in train], "drawn by RL's rollouts", reward)
+    if validated:
+        check_split("val", [s.meta for s in read_split(datapool, "val")], "scored during training: eval_every",
+                    reward, metrics)
+    if (Path(datapool) / "test.jsonl").is_file():
+        check_split("test", [s.meta for s in read_split(datapool, "test")], "scored by evaluate after training",
+                    reward, metrics)
 
 
 NO_REFERENCES = "no test sample has references"

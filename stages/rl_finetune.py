@@ -14,6 +14,7 @@ from grueflow import plots, stage
 from grueflow.checkpoints import keyed_settings, run_key
 from grueflow.config import GenerationConfig, LengthsConfig, RewardConfig, read_yaml, to_dict
 from grueflow.data.sample import check_datapool, read_split
+from grueflow.evaluation import check_scored_splits
 from grueflow.io import MODEL_DIR, TIMINGS_FILE, fingerprint, write_csv, write_json
 from grueflow.metrics import MetricContext
 from grueflow.metrics.reward import Reward
@@ -85,6 +86,8 @@ def main() -> None:
     run = TrainingRun.start("rl_finetune", args, started, args.seed, processes=cfg.processes)
     check_datapool(args.datapool, args.task_file)
     train = read_split(args.datapool, "train")
+    # the meta every split scored by this run and by evaluate after it needs: checked before any model loads
+    check_scored_splits(args.datapool, metrics, cfg.eval_every > 0, reward_cfg, train)
     # the reward loads first and checks the train split's meta and references, so that a sample it can never score
     # stops the stage before the models load
     reward = Reward(reward_cfg, MetricContext(base_model=args.base_model, max_prompt_length=lengths.prompt,

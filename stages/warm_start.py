@@ -12,6 +12,7 @@ from grueflow import plots, stage
 from grueflow.checkpoints import run_key
 from grueflow.config import GenerationConfig, LengthsConfig, SupervisedConfig, read_yaml, to_dict
 from grueflow.data.sample import check_datapool, read_split
+from grueflow.evaluation import check_scored_splits
 from grueflow.io import MODEL_DIR, fingerprint, write_csv
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
@@ -54,6 +55,8 @@ def main() -> None:
                             for key, field in (("lengths", "prompt"), budget)))
     run = TrainingRun.start("warm_start", args, started, args.seed, processes=cfg.processes)
     check_datapool(args.datapool, args.task_file)
+    # the meta that evaluation during training and evaluate after it need: checked before any model loads
+    check_scored_splits(args.datapool, metrics, cfg.eval_every > 0)
     train, val = select_splits(read_split(args.datapool, "train"), read_split(args.datapool, "val"), cfg.train_where)
     backend = select(run.execution)
     model, tokenizer = load_pretrained(args.base_model, backend=backend)

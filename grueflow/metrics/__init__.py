@@ -214,6 +214,25 @@ def check_meta(fn: MetricFn, meta: Sequence[dict[str, Any]]) -> None:
         fn.check(meta)
 
 
+def check_split(split: str, meta: Sequence[dict[str, Any]], scored_by: str, reward: Any = None,
+                metrics: Sequence[Any] = ()) -> None:
+    """Refuse, with a DataError, a datapool split whose samples' ``meta`` a component of ``reward`` (a
+    :class:`~grueflow.config.RewardConfig`, or None) or one of ``metrics`` (parsed
+    :class:`~grueflow.config.MetricSpec` entries) can never score, as its :meth:`Metric.check_samples` finds from its
+    args alone (nothing is built): the message names the split, ``scored_by`` (the stage that scores it: "evaluate", "RL's rollouts"), the component or metric
+    and the first sample. A training stage calls it before it trains, for each split that it or a later stage
+    scores, so that a datapool without the meta a metric reads stops the run before training, never at the
+    evaluation after it."""
+    checks = [("reward component", c.metric, typed_args(c)) for c in (reward.components if reward else ())]
+    checks += [("metric", spec.id, typed_args(spec)) for spec in metrics]
+    for role, name, args in checks:
+        try:
+            METRICS.get(name).check_samples(args, meta)
+        except DataError as err:
+            raise DataError(f"the datapool's {split} split ({scored_by}) cannot be scored by {role} {name!r}: "
+                            f"{err}") from None
+
+
 class Metric:
     """Base class: subclasses set ``category``, ``scores`` and implement ``build``.
 
@@ -329,5 +348,5 @@ from grueflow.metrics import captioning, diversity, fluency, lexical, semantic, 
 from grueflow.metrics import preference  # noqa: E402,F401  (issue 7: reward_model)
 
 __all__ = ["METRICS", "TOKENS_KEY", "MetaChecked", "Metric", "MetricContext", "MetricFailedError", "MetricResult",
-           "MetricResultError", "MetricUnavailableError", "SacrebleuTokenizer", "call_metric", "check_meta",
+           "MetricResultError", "MetricUnavailableError", "SacrebleuTokenizer", "call_metric", "check_meta", "check_split",
            "check_result", "describe", "lower_is_better_keys", "mean", "nanmean", "require"]

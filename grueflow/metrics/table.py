@@ -34,7 +34,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, NamedTuple, Optional, Sequence
 
-from grueflow.metrics import METRICS, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean
+from grueflow.io import DataError
+from grueflow.metrics import METRICS, MetaChecked, Metric, MetricContext, MetricFn, MetricResult, mean, nanmean
 from grueflow.metrics.captioning import tokenize
 from grueflow.metrics.diversity import ngrams
 
@@ -110,21 +111,43 @@ def parent_scores(prediction: list[str], reference: list[str], table: ParentTabl
     return precision, recall, 2 * precision * recall / (precision + recall + 1e-8)
 
 
+def table_problem(recipe: str, m: dict[str, Any]) -> str:
+    """Why PARENT with ``recipe`` cannot read a sample's ``meta`` ``m`` ("" when it can): both need ``meta['table']``,
+    a non-empty list of ``[attribute, value]`` pairs (``words``: with a value that holds a word); ``totto`` also
+    needs ``meta['raw_table']``, the rows of cells."""
+    table = m.get("table")
+    pairs = bool(table) and isinstance(table, (list, tuple)) and all(isinstance(p, (list, tuple)) and len(p) == 2
+                                                                     for p in table)
+    if not pairs or (recipe == "words" and not any(tokenize(str(v)) for _, v in table)):
+        found = f"table={table!r:.80}" if "table" in m else f"no 'table' among its meta keys {sorted(m)}"
+        return f"meta['table'] is not a non-empty list of [attribute, value] pairs ({found})"
+    if recipe == "totto" and "raw_table" not in m:
+        return f"recipe: totto needs meta['raw_table'] too (the rows of cells); its meta keys are {sorted(m)}"
+    return ""
+
+
+def check_tables(recipe: str, meta: Sequence[dict[str, Any]]) -> None:
+    """A :class:`~grueflow.io.DataError` naming the first sample whose meta PARENT with ``recipe`` cannot read
+    (:func:`table_problem`), how many are so, and the datapool that writes the tables."""
+    problems = [(i, problem) for i, m in enumerate(meta) for problem in [table_problem(recipe, m)] if problem]
+    if problems:
+        first, why = problems[0]
+        raise DataError(f"metric 'parent' (recipe: {recipe}) scores a generation against the sample's table; "
+                        f"{len(problems)} of {len(meta)} samples have none it can read, the first (sample {first}): "
+                        f"{why}; use a datapool that writes tables (totto), or a metric that needs none")
+
+
 def words_table(m: dict[str, Any]) -> ParentTable:
     """Recipe ``words``: ``meta['table']``'s values, tokenised, for both entailment and recall."""
-    values = [value for value in (tokenize(str(v)) for _, v in m.get("table") or ()) if value]
-    if not values:
-        raise ValueError("parent needs meta['table'] to be a non-empty list of [attribute, value] pairs")
+    check_tables("words", [m])
+    values = [value for value in (tokenize(str(v)) for _, v in m["table"]) if value]
     return ParentTable(frozenset(w for value in values for w in value), values)
 
 
 def totto_table(m: dict[str, Any], tokens: Callable[[str], list[str]]) -> ParentTable:
     """Recipe ``totto``: the official evaluation's precision table (the whole table, titles, section text) and
     recall table (``meta['table']``: the highlighted cells and titles), tokenised with ``tokens``."""
-    if not m.get("table") or "raw_table" not in m:
-        raise ValueError("parent with recipe: totto needs meta['table'] (the highlighted cells and titles as "
-                         "[attribute, value] pairs) and meta['raw_table'] (the rows of cells), as the 'totto' "
-                         f"datapool writes them; got meta keys {sorted(m)}")
+    check_tables("totto", [m])
     cells = [str(cell["value"]) for row in m["raw_table"] for cell in row if str(cell["value"]).strip()]
     texts = cells + [str(m[k]) for k in ("page_title", "section_title", "section_text") if m.get(k)]
     entailment = [tokens(text.replace("|", "-")) for text in texts]
@@ -157,6 +180,10 @@ class Parent(Metric):
                 raise ValueError(f"parent needs lambda_weight null or in [0, 1], smoothing > 0 and max_order >= 1; "
                                  f"got lambda_weight={self.lambda_weight}, smoothing={self.smoothing}, "
                                  f"max_order={self.max_order}")
+
+    @classmethod
+    def check_samples(cls, args: "Parent.Args", meta: Sequence[dict[str, Any]]) -> None:
+        check_tables(args.recipe, meta)
 
     @classmethod
     def build(cls, args: "Parent.Args", context: MetricContext) -> MetricFn:
@@ -194,4 +221,4 @@ class Parent(Metric):
                     per_sample[cls.key(s)].append(value)
             return MetricResult(per_sample, {k: nanmean(vs) for k, vs in per_sample.items()})
 
-        return compute
+        return MetaChecked(compute, lambda meta: check_tables(args.recipe, meta))

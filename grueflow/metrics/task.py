@@ -119,6 +119,10 @@ class ConceptCoverage(Metric):
     scores = ("coverage",)
 
     @classmethod
+    def check_samples(cls, args: Any, meta: Sequence[dict[str, Any]]) -> None:
+        sample_concepts(meta)
+
+    @classmethod
     def build(cls, args: Any, context: MetricContext) -> MetricFn:
         def compute(prompts: Sequence[str], generations: Sequence[str], references: Sequence[Sequence[str]],
                     meta: Sequence[dict[str, Any]]) -> MetricResult:

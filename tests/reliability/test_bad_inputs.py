@@ -3483,6 +3483,77 @@ def test_an_intent_the_classifier_cannot_predict_is_a_data_error_before_generati
                               "by name or id: 0 (inform), 1 (question), 2 (directive), 3 (commissive); ")
 
 
+
+@pytest.mark.parametrize("args, meta, found", [
+    ({}, {"label": 1}, "the first (sample 1): meta['table'] is not a non-empty list of [attribute, value] pairs (no "
+                       "'table' among its meta keys ['label'])"),
+    ({}, {"table": []}, "the first (sample 1): meta['table'] is not a non-empty list of [attribute, value] pairs "
+                        "(table=[])"),
+    ({"recipe": "totto"}, {"table": [["name", "Ann"]]}, "(recipe: totto) scores a generation against the sample's "
+     "table; 1 of 2 samples have none it can read, the first (sample 1): recipe: totto needs meta['raw_table'] too"),
+], ids=["no-table", "empty-table", "totto-no-raw-table"])
+def test_parent_on_samples_without_a_table_is_a_data_error_before_generating(args, meta, found):
+    """As a reward or a metric it failed with a ValueError traceback from grueflow/metrics/table.py, then "metric
+    'parent' failed", once the rollout or the test split was generated."""
+    from grueflow.config import MetricSpec, RewardConfig
+    from grueflow.data import Sample
+    from grueflow.evaluation import Scorer
+    from grueflow.metrics import MetricContext
+
+    table = {"table": [["name", "Ann"]], "raw_table": [[{"value": "Ann"}]]}
+    samples = [Sample("a", "p", ("Ann .",), table), Sample("b", "p", ("Ann .",), meta)]
+    reward = parse(RewardConfig, {"components": [{"metric": "parent", "args": args}]}, "reward")
+    metric = parse(MetricSpec, {"id": "parent", "args": args}, "metrics[0]")
+    for scorer in (Scorer(reward, (), MetricContext()), Scorer(None, (metric,), MetricContext())):
+        with pytest.raises(DataError) as err:
+            scorer.check(samples)
+        assert "\n" not in str(err.value) and found in str(err.value)
+        assert str(err.value).startswith("metric 'parent' (recipe: ")
+        assert str(err.value).endswith("use a datapool that writes tables (totto), or a metric that needs none")
+
+
+def concepts_and_table_task(tmp_path: Path, tiny_models, stage_name: str) -> list[Any]:
+    """The arguments of ``stage_name`` (warm_start or rl_finetune) on the micro sentiment task whose metrics add
+    concept_coverage, over a datapool of sentiment samples (no meta['concepts']) with a test split."""
+    args = warm_start_inputs(tmp_path, tiny_models, {"eval_every": 0},
+                             metrics=[{"id": "rouge"}, {"id": "concept_coverage"}])
+    pool = tmp_path / "pool"
+    write_rows(pool / "test.jsonl", [{"id": f"test-{i}", "prompt": f"the film {i} was", "references": ["good ."],
+                                      "meta": {"label": 1}} for i in range(2)])
+    if stage_name == "warm_start":
+        return args
+    (tmp_path / "ppo.yaml").write_text(yaml.safe_dump({"iterations": 1, "rollouts_per_iteration": 4,
+                                                       "minibatch_size": 4, "epochs": 1}))
+    return ["--task-file", args[1], "--algorithm", "ppo", "--method-file", tmp_path / "ppo.yaml",
+            "--datapool", pool, "--init-model", tiny_models["causal"], "--base-model", tiny_models["causal"],
+            "--seed", "0", "--out", tmp_path / "out"]
+
+
+@pytest.mark.parametrize("stage_name", ["warm_start", "rl_finetune"])
+def test_a_metric_the_test_split_cannot_feed_is_refused_before_training(tmp_path: Path, call_stage, tiny_models,
+                                                                        stage_name):
+    """concept_coverage in the metrics of a task whose datapool writes no meta['concepts']: the warm start and RL
+    trained, and evaluate refused it at the end."""
+    result = call_stage(stage_name, *concepts_and_table_task(tmp_path, tiny_models, stage_name))
+    ends_in_one_error_line(result, 2, "error: the datapool's test split (scored by evaluate after training) cannot be "
+                                      "scored by metric 'concept_coverage': metric 'concept_coverage' needs "
+                                      "meta['concepts']",
+                           "2 of 2 samples lack it, the first (sample 0) has no 'concepts' among its meta keys "
+                           "['label']; use a datapool that writes concepts")
+    assert not (tmp_path / "out").exists()
+    assert not list(Path(f"{tmp_path / 'out'}.resume").glob("*/*"))  # nothing was trained or checkpointed
+
+
+def test_an_rl_reward_the_train_split_cannot_feed_is_refused_before_training(tmp_path: Path, call_stage, tiny_models):
+    """parent as the reward on samples without meta['table']: RL stopped at its first rollout with a traceback."""
+    args = concepts_and_table_task(tmp_path, tiny_models, "rl_finetune")
+    task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml", **{"reward.components": [{"metric": "parent"}]})
+    result = call_stage("rl_finetune", *[task if arg == args[1] else arg for arg in args])
+    ends_in_one_error_line(result, 2, "error: the datapool's train split (drawn by RL's rollouts) cannot be scored by "
+                                      "reward component 'parent': metric 'parent' (recipe: words) scores a generation "
+                                      "against the sample's table; 6 of 6 samples have none it can read")
+    assert not (tmp_path / "out").exists()
+
 # ---------------------------------------------------------------------------------------------
 # ToTTo fields of the wrong shape, and re-splits of rows that share a prompt
 # ---------------------------------------------------------------------------------------------
