@@ -8,8 +8,8 @@ from grueflow import interrupt  # first: a Ctrl-C while torch and transformers i
 interrupt.until_main()
 
 from grueflow import stage
-from grueflow.config import DatapoolConfig, to_dict, typed_args
-from grueflow.data import DATAPOOLS, write_datapool
+from grueflow.config import DatapoolConfig, to_dict
+from grueflow.data import build_datapool, write_datapool
 from grueflow.io import atomic_dir, digest_inputs
 from grueflow.params import load_section
 from grueflow.pipeline import datapool_files
@@ -28,7 +28,7 @@ def main() -> None:
     # the local data it reads, by content as it is before the build reads it: a file replaced since (even while
     # the build runs) is found by the stale check, whatever its time
     data = digest_inputs({path: Path(path) for path in datapool_files({"datapool": to_dict(cfg)}, Path.cwd())})
-    pool = DATAPOOLS.get(cfg.id).build(typed_args(cfg))
+    pool = build_datapool(cfg)
     with atomic_dir(args.out) as tmp:
         stats = write_datapool(pool, tmp, cfg.id)
         stage.finish(tmp, "prepare_datapool", {"datapool": to_dict(cfg)}, data, started, read, stats=stats)

@@ -7,7 +7,9 @@ time) and ``build(args) -> Datapool``; a task file may name one of its own (:mod
 import dataclasses
 from typing import Any
 
+from grueflow.config import ConfigError, DatapoolConfig, PluginFailedError, typed_args
 from grueflow.data.sample import Datapool, Sample, read_split, write_datapool
+from grueflow.io import DataError
 from grueflow.registry import Registry
 
 
@@ -22,6 +24,21 @@ def check_datapool(component: Any) -> None:
 
 DATAPOOLS: Registry = Registry("datapool", group="grueflow.datapools", check=check_datapool)
 
+
+def build_datapool(cfg: DatapoolConfig) -> Datapool:
+    """The datapool of a parsed ``datapool`` section: its loader's ``build(typed args)``, unchecked
+    (:func:`~grueflow.data.sample.write_datapool` checks it). grueflow's one-line errors (a ConfigError, a
+    DataError), an OSError (a file, the disk, the hub) and a MemoryError pass unchanged; any other exception the
+    loader raises (a plugin's own bug, a KeyError on a column) becomes a :class:`~grueflow.config.PluginFailedError`
+    naming the datapool, with the exception as its cause: the stage prints the loader's traceback, then that line."""
+    try:
+        return DATAPOOLS.get(cfg.id).build(typed_args(cfg))
+    except (ConfigError, DataError, OSError, MemoryError):
+        raise
+    except Exception as err:
+        raise PluginFailedError(f"datapool {cfg.id!r} failed while building its samples: {type(err).__name__}: "
+                                f"{err}") from err
+
 from grueflow.data import grue, hub, synthetic  # noqa: E402,F401  (registers the datapools)
 
-__all__ = ["DATAPOOLS", "Datapool", "Sample", "read_split", "write_datapool"]
+__all__ = ["DATAPOOLS", "Datapool", "Sample", "build_datapool", "read_split", "write_datapool"]

@@ -124,9 +124,10 @@ def _sample_problem(sample: Any) -> str:
 def check_pool(pool: Any, source: str) -> None:
     """A DataError naming the loader (``source``, the datapool id), the split and the sample where a built datapool
     cannot be written as it is (a plugin's own loader included): not a :class:`Datapool`; splits other than train,
-    val and test, or one of them empty; a sample that is not a :class:`Sample` of text (references as one string,
-    a number where text belongs, a lone surrogate, meta that is not JSON); an id twice in a split. Without it the
-    rows would be written letter by letter, or fail mid-write, or be refused only by the next stage."""
+    val and test, or one of them not a list (a generator) or empty; a sample that is not a :class:`Sample` of text
+    (references as one string, a number where text belongs, a lone surrogate, meta that is not JSON); an id twice in
+    a split. Without it the rows would be written letter by letter, or fail mid-write, or be refused only by the next
+    stage."""
     if not isinstance(pool, Datapool):
         raise io.DataError(f"datapool {source!r} built a {type(pool).__name__}, not a grueflow.data.sample.Datapool")
     if not isinstance(pool.splits, dict) or sorted(pool.splits) != sorted(SPLITS):
@@ -134,6 +135,9 @@ def check_pool(pool: Any, source: str) -> None:
         raise io.DataError(f"datapool {source!r} built the splits {given}; a datapool has the splits "
                            f"{', '.join(SPLITS)}, no more and no fewer")
     for split in SPLITS:
+        if not isinstance(pool.splits[split], (list, tuple)):  # a generator: consumed by this check, then written empty
+            raise io.DataError(f"datapool {source!r} built its {split} split as a {type(pool.splits[split]).__name__}, "
+                               f"not a list of Samples; give a list, e.g. list(...) of what it yields")
         if not pool.splits[split]:
             raise io.DataError(f"datapool {source!r} built no {split} samples; every split needs at least one")
         seen: set[str] = set()

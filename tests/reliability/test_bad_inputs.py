@@ -1447,13 +1447,15 @@ def _pool(**splits: Any) -> Any:
      "2, which is not Unicode text"),
     (_pool(train=[_sample("same"), _sample("same")]), "train sample 2: id 'same' is given to two samples of the split"),
     (_pool(test=[]), "datapool 'my_pool:Pool' built no test samples; every split needs at least one"),
+    (_pool(test=(s for s in [_sample()])), "datapool 'my_pool:Pool' built its test split as a generator, not a list "
+     "of Samples; give a list, e.g. list(...) of what it yields"),
     (_pool(validation=[_sample()]), "datapool 'my_pool:Pool' built the splits ['test', 'train', 'val', 'validation']; "
      "a datapool has the splits train, val, test, no more and no fewer"),
     ({"train": []}, "datapool 'my_pool:Pool' built a dict, not a grueflow.data.sample.Datapool"),
     (replace(_pool(), unlabelled="some unlabelled text"), "datapool 'my_pool:Pool': unlabelled is the string 'some "
      "unlabelled text', which would be written letter by letter; give a list of texts"),
 ], ids=["references-one-string", "reference-a-number", "meta-a-set", "meta-nan", "lone-surrogate", "id-twice",
-        "empty-split", "extra-split", "not-a-datapool", "unlabelled-one-string"])
+        "empty-split", "generator-split", "extra-split", "not-a-datapool", "unlabelled-one-string"])
 def test_a_datapool_a_loader_built_is_checked_before_it_is_written(tmp_path: Path, pool, expect: str):
     """A plugin's loader (or one of ours) could hand over references as one string (written letter by letter,
     exit 0), a number or a set (a traceback mid-write), an empty split or an id twice (written, then refused by the
@@ -1464,6 +1466,21 @@ def test_a_datapool_a_loader_built_is_checked_before_it_is_written(tmp_path: Pat
         write_datapool(pool, tmp_path / "pool", "my_pool:Pool")
     assert expect in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "pool" / "train.jsonl").exists()
+
+
+def test_a_datapool_loader_that_raises_shows_its_own_frames_then_one_line_naming_the_datapool(tmp_path: Path):
+    """It ended in the loader's bare traceback (a KeyError), with no line naming the datapool."""
+    (tmp_path / "broken_pool.py").write_text(
+        "from dataclasses import dataclass\n\n\nclass Pool:\n    @dataclass(frozen=True)\n    class Args:\n"
+        "        n: int = 1\n\n    @staticmethod\n    def build(args):\n        raise KeyError('column_x')\n")
+    task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml", datapool={"id": "broken_pool:Pool", "args": {}})
+    result = subprocess.run([PY, str(ROOT / "stages" / "prepare_datapool.py"), "--task-file", str(task), "--out",
+                             str(tmp_path / "pool")], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and lines[0] == "Traceback (most recent call last):", result.stderr
+    assert lines[-2:] == ["KeyError: 'column_x'", "error: datapool 'broken_pool:Pool' failed while building its "
+                                                  "samples: KeyError: 'column_x'"], result.stderr
+    assert "broken_pool.py" in result.stderr and not (tmp_path / "pool").exists()
 
 
 def test_unlabelled_texts_with_line_breaks_are_read_back_as_written(tmp_path: Path, caplog):
