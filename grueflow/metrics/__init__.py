@@ -86,6 +86,11 @@ def check_result(name: str, result: Any, n: int, keys: Sequence[str], corpus_key
         raise MetricResultError(f"metric {name!r} returned {type(result).__name__}, not a MetricResult")
     per_sample, listed = dict(result.per_sample), False
     for key in keys:
+        if key not in per_sample:  # another key: a typo, or another metric's category
+            given = ", ".join(map(repr, per_sample)) or "none"
+            raise MetricResultError(f"metric {name!r} returned no scores under {key!r}, only under {given}; a metric "
+                                    f"gives one score per generation under each key of its scores "
+                                    f"({', '.join(map(repr, keys))}: <category>/<score> of its class)")
         scores = _listed(per_sample.get(key))
         listed = listed or scores is not per_sample.get(key)
         if not isinstance(scores, (list, tuple)) or len(scores) != n:

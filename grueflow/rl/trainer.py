@@ -36,7 +36,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -112,14 +112,31 @@ class NonFiniteError(RuntimeError):
         self.what, self.iteration, self.batch = what, iteration, batch
 
 
-def reward_cause(parts: dict[str, list[float]], names: dict[str, str]) -> str:
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # the rollout's rewards are float32 tensors: past this, inf
+
+
+def reward_cause(parts: dict[str, list[float]], names: dict[str, str], total: Sequence[float] = ()) -> str:
     """Why a rollout's reward is not finite: its components with non-finite scores (key, metric, samples), and
-    that a metric scores NaN the samples it cannot score; empty when every component is finite."""
+    that a metric scores NaN the samples it cannot score; else its components with scores past float32's range
+    (:data:`FLOAT32_MAX`: finite as Python floats, infinite in the float32 reward tensor); else, where a sample's
+    ``total`` (the weighted sum) is past that range, that, naming each component's largest score. Empty when every
+    score and total is finite in float32."""
     described = describe_nonfinite(parts, names)
-    if not described:
+    if described:
+        return (f"{described}; a metric scores NaN a sample it cannot score, e.g. one without references, or ROUGE "
+                f"against references with no [a-z0-9] token (see the metric's warning)")
+    huge = {key: [v for v in values if abs(v) > FLOAT32_MAX] for key, values in parts.items()}
+    beyond = [f"{key} of metric {names.get(key, key)!r}: {len(found)} of {len(parts[key])} samples (e.g. {found[0]:g})"
+              for key, found in huge.items() if found]
+    if beyond:
+        return (f"{'; '.join(beyond)}: past float32's range (±{FLOAT32_MAX:.3g}), in which RL keeps its rewards; "
+                f"scale the metric's scores down")
+    if not any(abs(t) > FLOAT32_MAX for t in total):
         return ""
-    return (f"{described}; a metric scores NaN a sample it cannot score, e.g. one without references, or ROUGE "
-            f"against references with no [a-z0-9] token (see the metric's warning)")
+    largest = [f"{key} of metric {names.get(key, key)!r} up to {max(map(abs, values)):g}"
+               for key, values in parts.items() if values]
+    return (f"the weighted sum of the components is past float32's range (±{FLOAT32_MAX:.3g}), in which RL keeps its "
+            f"rewards ({'; '.join(largest)}); scale the components' scores or weights down")
 
 
 def _json_numbers(values: list[float]) -> list[Optional[float]]:
@@ -316,7 +333,7 @@ class RLTrainer:
                            "generations": texts, "references": [list(s.references) for s in samples],
                            "reward": _json_numbers(total), "components": {k: _json_numbers(v) for k, v in parts.items()}}
         scores = torch.tensor(total, dtype=torch.float32, device=self.device)
-        self._guard("reward", scores, reward_cause(parts, self.reward.names))
+        self._guard("reward", scores, reward_cause(parts, self.reward.names, total))
         started = time.perf_counter()
         # under the rollout's action masks, as the policy's: KL(policy || reference), both restricted to the
         # tokens the masks allow (the distribution the rollout samples from), is >= 0 and 0 at the start

@@ -421,6 +421,16 @@ def test_a_non_finite_rl_reward_names_its_components_metrics_and_samples():
                             "cannot score")
     assert "ROUGE against references with no [a-z0-9] token" in cause and "bleu" not in cause
     assert reward_cause({"lexical/bleu": [1.0]}, {"lexical/bleu": "bleu"}) == ""
+    # finite as Python floats, infinite in the float32 tensor RL keeps its rewards in
+    huge = {"custom/big": [1e300, 1.0], "lexical/bleu": [1.0, 1.0]}
+    assert reward_cause(huge, {"custom/big": "my_rewards:Big", "lexical/bleu": "bleu"}, [1e300, 2.0]) == (
+        "custom/big of metric 'my_rewards:Big': 1 of 2 samples (e.g. 1e+300): past float32's range (±3.4e+38), in "
+        "which RL keeps its rewards; scale the metric's scores down")
+    summed = {"custom/a": [3e38], "custom/b": [3e38]}
+    assert reward_cause(summed, {"custom/a": "a", "custom/b": "b"}, [6e38]) == (
+        "the weighted sum of the components is past float32's range (±3.4e+38), in which RL keeps its rewards "
+        "(custom/a of metric 'a' up to 3e+38; custom/b of metric 'b' up to 3e+38); scale the components' scores or "
+        "weights down")
     message = str(NonFiniteError("reward", 1, {}, cause))
     assert message.startswith("non-finite reward at iteration 1 (lexical/rougeL of metric 'rouge': 2 of 3 samples;")
     assert message.endswith("): the weights were not updated with it")
@@ -524,6 +534,19 @@ def test_per_sample_scores_that_are_not_numbers_are_refused_naming_the_sample_an
                                                 r"scores are numbers"):
         check_result("my_rewards:Odd", result_of(scores), 2, ["custom/odd"])
     assert issubclass(MetricResultError, ConfigError)  # a stage ends in one line
+
+
+def test_scores_under_another_key_are_refused_naming_the_keys_returned():
+    """It said "returned None under 'custom/odd'", as if the metric had returned None."""
+    from grueflow.metrics import MetricResult, MetricResultError, check_result
+
+    with pytest.raises(MetricResultError, match=re.escape(
+            "metric 'my_rewards:Odd' returned no scores under 'custom/odd', only under 'custom/other'; a metric gives "
+            "one score per generation under each key of its scores ('custom/odd': <category>/<score> of its class)")):
+        check_result("my_rewards:Odd", MetricResult({"custom/other": [1.0, 1.0]}, {"custom/other": 1.0}), 2,
+                     ["custom/odd"])
+    with pytest.raises(MetricResultError, match="returned no scores under 'custom/odd', only under none;"):
+        check_result("my_rewards:Odd", MetricResult({}, {}), 2, ["custom/odd"])
 
 
 def test_a_bool_score_is_refused_with_how_to_say_a_number():
