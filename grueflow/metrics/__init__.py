@@ -224,10 +224,10 @@ def check_split(split: str, meta: Sequence[dict[str, Any]], scored_by: str, rewa
     """Refuse, with a DataError, a datapool split whose samples' ``meta`` a component of ``reward`` (a
     :class:`~grueflow.config.RewardConfig`, or None) or one of ``metrics`` (parsed
     :class:`~grueflow.config.MetricSpec` entries) can never score, as its :meth:`Metric.check_samples` finds from its
-    args alone (nothing is built): the message names the split, ``scored_by`` (the stage that scores it: "evaluate", "RL's rollouts"), the component or metric
-    and the first sample. A training stage calls it before it trains, for each split that it or a later stage
-    scores, so that a datapool without the meta a metric reads stops the run before training, never at the
-    evaluation after it."""
+    args alone (nothing is built): the message names the split, ``scored_by`` (who scores it, e.g. "scored by
+    evaluate after training"), the component or metric and the first sample. A training stage calls it before it
+    trains, for each split that it or a later stage scores, so that a datapool without the meta a metric reads stops
+    the run before training, never at the evaluation after it."""
     checks = [("reward component", c.metric, typed_args(c)) for c in (reward.components if reward else ())]
     checks += [("metric", spec.id, typed_args(spec)) for spec in metrics]
     for role, name, args in checks:
@@ -353,5 +353,5 @@ from grueflow.metrics import captioning, diversity, fluency, lexical, semantic, 
 from grueflow.metrics import preference  # noqa: E402,F401  (issue 7: reward_model)
 
 __all__ = ["METRICS", "TOKENS_KEY", "MetaChecked", "Metric", "MetricContext", "MetricFailedError", "MetricResult",
-           "MetricResultError", "MetricUnavailableError", "SacrebleuTokenizer", "call_metric", "check_meta", "check_split",
-           "check_result", "describe", "lower_is_better_keys", "mean", "nanmean", "require"]
+           "MetricResultError", "MetricUnavailableError", "SacrebleuTokenizer", "call_metric", "check_meta",
+           "check_result", "check_split", "describe", "lower_is_better_keys", "mean", "nanmean", "require"]
