@@ -63,6 +63,8 @@ def load_splits(path: str, data_files: Optional[dict[str, str]],
         options = csv_options(headers) if path == "csv" else {}
         if path == "parquet":
             check_parquet_files(files)
+    if not files and Path(path).is_dir() and saved_with_save_to_disk(Path(path)):
+        return load_saved(path), lines
     if files or Path(path).exists():
         try:
             if files and path == "parquet":  # each file on its own: a column's type is its file's, as in .jsonl
@@ -85,6 +87,35 @@ def load_splits(path: str, data_files: Optional[dict[str, str]],
             f"copy was given. Point the datapool at local files: path: json (or csv) and data_files: "
             f"{{train: ..., test: ...}}")
     return datasets.load_dataset(path, name), {}
+
+
+SAVED_DICT, SAVED_STATE = "dataset_dict.json", "state.json"  # what datasets' save_to_disk writes in its folder
+
+
+def saved_with_save_to_disk(folder: Path) -> bool:
+    """Whether ``folder`` is one that ``datasets``' ``save_to_disk`` wrote: a DatasetDict's (``dataset_dict.json``
+    and a folder per split) or a Dataset's (``state.json`` beside its Arrow files). ``load_dataset`` refuses the
+    second ("Please use `load_from_disk` instead") and reads the first by its folder names, dropping a split not
+    named train, validation or test."""
+    return (folder / SAVED_DICT).is_file() or (folder / SAVED_STATE).is_file()
+
+
+def load_saved(folder: str) -> Any:
+    """The dataset ``save_to_disk`` wrote in ``folder``, read with ``datasets.load_from_disk``: a DatasetDict with
+    the splits it was saved with, or a Dataset as the one split ``train``, the name ``load_dataset`` gives the rows
+    of files given without split names (``split_counts`` and the datapool's split args then divide it). A folder it
+    cannot read is a DataError naming it."""
+    import datasets
+
+    try:
+        dataset = datasets.load_from_disk(folder)
+    except (ValueError, OSError) as err:  # pyarrow's errors are ValueErrors
+        raise DataError(f"cannot read {folder}, a folder datasets' save_to_disk wrote: {innermost(err)}; save it "
+                        f"again with save_to_disk, or give its data as data_files") from None
+    if isinstance(dataset, datasets.Dataset):
+        dataset = datasets.DatasetDict({"train": dataset})
+    check_plain_columns(dataset, folder)
+    return dataset
 
 
 def row_places(where: str, n_rows: int, lines: Optional[list[int]]) -> list[str]:

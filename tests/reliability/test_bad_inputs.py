@@ -1111,6 +1111,27 @@ def custom_folder(folder: Path) -> Any:
     return DATAPOOLS.get("custom").build(parse(DATAPOOLS.get("custom").Args, {"path": str(folder)}, "args"))
 
 
+def test_a_folder_save_to_disk_wrote_is_read_with_its_splits_or_as_train(tmp_path: Path):
+    """A saved Dataset failed with "cannot read ...: Please use `load_from_disk` instead"; a saved DatasetDict lost a
+    split named neither train, validation nor test (load_dataset reads it by its folder names)."""
+    import datasets
+
+    rows = [{"prompt": f"p{i} ?", "references": [f"r{i}"]} for i in range(12)]
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "one"))
+    loader = DATAPOOLS.get("custom")
+    pool = loader.build(parse(loader.Args, {"path": str(tmp_path / "one"), "seed": 0,
+                                            "split_counts": {"train": 6, "val": 3, "test": 3}}, "args"))
+    assert {split: len(samples) for split, samples in pool.splits.items()} == {"train": 6, "val": 3, "test": 3}
+    assert sorted(s.prompt for samples in pool.splits.values() for s in samples) == sorted(r["prompt"] for r in rows)
+    splits = {"train": rows[:8], "holdout": rows[8:10], "final": rows[10:]}
+    datasets.DatasetDict({name: datasets.Dataset.from_list(part) for name, part in splits.items()}).save_to_disk(
+        str(tmp_path / "dict"))
+    given = {"path": str(tmp_path / "dict"), "source_splits": {"val": "holdout", "test": "final"}}
+    pool = loader.build(parse(loader.Args, given, "args"))
+    assert [s.prompt for s in pool.splits["val"]] == ["p8 ?", "p9 ?"]
+    assert [s.prompt for s in pool.splits["test"]] == ["p10 ?", "p11 ?"]
+
+
 @pytest.mark.parametrize("layout", ["split-subfolders", "gzip-files"])
 def test_a_folder_of_csv_files_in_another_layout_is_checked_for_list_cells(tmp_path: Path, layout: str):
     """``datasets`` reads ``<folder>/<split>/part-0.csv`` and ``<folder>/<split>.csv.gz`` as CSV, but the check looked
