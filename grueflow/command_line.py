@@ -464,3 +464,90 @@ def check_rerun_triggers(argv: Sequence[str], profiles: Sequence[str | Path]) ->
                           f"(every trigger), or give --rerun-triggers {' '.join(needed)}")
     raise ConfigError(f"{source}'s rerun-triggers: {' '.join(given)} {why}; drop the key to take Snakemake's "
                       f"default (every trigger), or set rerun-triggers: [{', '.join(needed)}]")
+
+
+# RL4LMs' task folders (scripts/training/task_configs/<folder>/) whose grueflow task has another name
+# (README "RL4LMs' configs by name"); the others are named alike
+RL4LMS_TASKS = {"imdb_text_continuation": "imdb", "summarization": "cnn_dailymail", "dialog": "daily_dialog"}
+# RL4LMs' config names <model>_<algorithm>[_on_supervised], e.g. t5_ppo_on_supervised (RL4LMs' models, as spelt there)
+RL4LMS_CONFIG = re.compile(r"(?:t5|gpt2|bart|blendorbot|blenderbot)_(?P<algorithm>[a-z0-9]+)(?P<on>_on_supervised)?")
+WILDCARD = re.compile(r"{(\w+)}")
+# how a refused target names the values a wildcard of the stage outputs takes
+CHOICE_NAMES = {"task": "tasks", "method": "methods", "rl_method": "RL methods", "dpo_method": "preference methods",
+                "method_a": "methods", "method_b": "methods"}
+
+
+def _template_pattern(template: str) -> re.Pattern[str]:
+    """A stage output template (``results/eval/{task}/{method}/seed{seed}``) as a pattern that any name of one path
+    part fills, with a named group per wildcard; a path below the output (a file of its folder) matches too."""
+    parts = WILDCARD.split(template)
+    pattern = "".join(re.escape(part) if i % 2 == 0 else f"(?P<{part}>[^/]+)" for i, part in enumerate(parts))
+    return re.compile(f"{pattern}(?:/.*)?")
+
+
+def _suggestion(wildcard: str, value: str, valid: Sequence[str]) -> str:
+    """How a refused target's ``value`` of ``wildcard`` may be meant: RL4LMs' name of a task or of a config's method
+    (README "RL4LMs' configs by name"), ``supervised_ppo`` for ``supervised+ppo``, or a close spelling; ""."""
+    import difflib
+
+    if wildcard == "task" and value in RL4LMS_TASKS:
+        return (f" (RL4LMs' task folder {value} is grueflow's task {RL4LMS_TASKS[value]}: README, \"RL4LMs' configs "
+                f"by name\")")
+    config = RL4LMS_CONFIG.fullmatch(value)
+    if wildcard != "task" and config is not None:
+        algorithm = config["algorithm"]
+        method = algorithm if algorithm == "supervised" or not config["on"] else f"supervised+{algorithm}"
+        return (f" (RL4LMs' config {value} is grueflow's method {method}: README, \"RL4LMs' configs by name\")")
+    close = [name for name in (value.replace("_", "+"), value.replace("-", "+")) if name in valid and name != value]
+    close = close or difflib.get_close_matches(value, valid, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def target_problem(target: str, outputs: Sequence[str], choices: Mapping[str, Sequence[str]],
+                   seed: str) -> Optional[str]:
+    """Why Snakemake has no rule for ``target`` (a path under ``results/``, relative to the project), or None: where
+    it has the shape of a stage output (one of the templates ``outputs``, or a path below one) whose every match
+    names a value outside ``choices`` (wildcard -> the suite's values: task, method, rl_method, ...) or a seed
+    ``seed`` (a pattern) does not take, the first such value with the valid ones and how it may be meant
+    (:func:`_suggestion`). A path of no output's shape, or one that some output's values all take, is None:
+    Snakemake plans it, or says it has no rule."""
+    best: Optional[list[str]] = None
+    for template in outputs:
+        match = _template_pattern(template).fullmatch(target)
+        if match is None:
+            continue
+        problems = []
+        for wildcard, value in match.groupdict().items():
+            if wildcard == "seed" and not re.fullmatch(seed, value):
+                problems.append(f"seed{value} is no seed: write seed<k> with k an integer without leading zeros, "
+                                f"e.g. seed0")
+            elif wildcard in choices and value not in choices[wildcard]:
+                valid = choices[wildcard]
+                problems.append(f"{value!r} is not among the suite's {CHOICE_NAMES.get(wildcard, wildcard)} "
+                                f"({', '.join(valid) or 'none'}){_suggestion(wildcard, value, valid)}")
+        if not problems:
+            return None
+        best = problems if best is None or len(problems) < len(best) else best
+    if best is None:
+        return None
+    return f"No rule to produce {target}: {'; '.join(best)}"
+
+
+def check_targets(argv: Sequence[str], outputs: Sequence[str], choices: Mapping[str, Sequence[str]],
+                  seed: str) -> None:
+    """Raise ConfigError for the first word of ``argv`` (a target, or an option's value such as ``--until``'s) that
+    names a path under ``results/`` of a stage output's shape with a task, method or seed the suite does not have
+    (:func:`target_problem`); Snakemake says only "No rule to produce" (MissingRuleException). Snakemake hands a
+    Snakefile its targets only once the Snakefile has been read, so they are read here from the command line."""
+    for arg in argv:
+        if arg == "--":
+            break
+        word = arg.partition("=")[2] if arg.startswith("-") else arg
+        if not word or word.startswith("-"):
+            continue
+        target = os.path.relpath(os.path.abspath(word))
+        if not target.startswith("results" + os.sep):
+            continue
+        problem = target_problem(target, outputs, choices, seed)
+        if problem is not None:
+            raise ConfigError(problem)

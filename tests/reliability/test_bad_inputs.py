@@ -3895,6 +3895,26 @@ def test_a_seed_target_with_a_leading_zero_is_no_second_run_of_that_seed(tmp_pat
     assert f"No rule to produce {target}" in output, output
 
 
+@pytest.mark.parametrize("target, expect", [
+    ("results/eval/sentiment/gpt2_ppo_on_supervised/seed0", "'gpt2_ppo_on_supervised' is not among the suite's "
+     "methods (zero_shot, supervised, ppo, supervised+ppo) (RL4LMs' config gpt2_ppo_on_supervised is grueflow's "
+     "method supervised+ppo: README, \"RL4LMs' configs by name\")"),
+    ("results/eval/imdb_text_continuation/ppo/seed0", "'imdb_text_continuation' is not among the suite's tasks "
+     "(sentiment, concepts) (RL4LMs' task folder imdb_text_continuation is grueflow's task imdb"),
+    ("results/eval/sentimnt/ppo/seed0", "'sentimnt' is not among the suite's tasks (sentiment, concepts) (did you "
+     "mean sentiment?)"),
+    ("results/sentiment/supervised_ppo/seed0", "'supervised_ppo' is not among the suite's RL methods (ppo, "
+     "supervised+ppo) (did you mean supervised+ppo?)"),
+], ids=["rl4lms-config-name", "rl4lms-task-name", "misspelt-task", "method-with-underscore"])
+def test_a_target_outside_the_suite_is_refused_naming_the_valid_values(tmp_path: Path, target: str, expect: str):
+    """Snakemake said only "MissingRuleException: No rule to produce <target>", naming no valid task or method."""
+    result = suite_dry_run(copy_project(tmp_path / "project"), target)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert f"No rule to produce {target}: {expect}" in output, output
+    assert "MissingRuleException" not in output and "Job stats" not in output, output
+
+
 def test_a_pairwise_batch_naming_one_method_twice_is_refused_while_the_dag_is_built(tmp_path: Path):
     """`..._batches/ppo_vs_ppo_seed0` was planned, and its job failed with the reason only in its log."""
     project = copy_project(tmp_path / "project")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from grueflow.command_line import (ABBREVIATIONS, SHORT_FLAGS, SNAKEMAKE_RERUN_TRIGGERS, check_config_given_once,
@@ -219,3 +221,49 @@ def test_the_resources_given_with_config_take_integers_over_the_suite_files():
         "evaluate": {"mem_mb": 500, "runtime": "60", "gpu_manufacturer": "amd"}, "aggregate": {"mem_mb": "9"}}
     assert merged["evaluate"]["mem_mb"] == "500"  # a new mapping: Snakemake's config is not changed in place
     assert command_line_resources(merged, None) == merged
+
+
+SUITE_CHOICES = {"task": ["imdb", "common_gen"], "method": ["zero_shot", "supervised", "ppo", "supervised+ppo"],
+                 "rl_method": ["ppo", "supervised+ppo"], "dpo_method": [], "method_a": [], "method_b": []}
+
+
+def test_targets_inside_the_suite_or_of_no_output_shape_pass(monkeypatch, tmp_path):
+    from grueflow.command_line import check_targets
+    from grueflow.pipeline import STAGES
+
+    monkeypatch.chdir(tmp_path)
+    outputs = [template for stage in STAGES.values() for template in stage.outputs.values()]
+    check_targets(["-n", "results/eval/common_gen/supervised+ppo/seed0", "results/imdb/ppo/seed3/model",
+                   "results/grue_table.csv", "results/notes/anything", "--until=results/imdb/datapool",
+                   "params/suite.yaml"], outputs, SUITE_CHOICES, r"0|[1-9][0-9]*")
+
+
+def test_a_target_outside_the_suite_names_the_valid_values_and_rl4lms_names():
+    """RL4LMs' config names and misspelt tasks or methods ended in Snakemake's bare MissingRuleException."""
+    from grueflow.command_line import check_targets
+    from grueflow.pipeline import STAGES
+
+    outputs = [template for stage in STAGES.values() for template in stage.outputs.values()]
+    seed = r"0|[1-9][0-9]*"
+    with pytest.raises(ConfigError, match=re.escape(
+            "No rule to produce results/eval/common_gen/t5_ppo_on_supervised/seed0: 't5_ppo_on_supervised' is not "
+            "among the suite's methods (zero_shot, supervised, ppo, supervised+ppo) (RL4LMs' config "
+            "t5_ppo_on_supervised is grueflow's method supervised+ppo: README, \"RL4LMs' configs by name\")")):
+        check_targets(["results/eval/common_gen/t5_ppo_on_supervised/seed0"], outputs, SUITE_CHOICES, seed)
+    with pytest.raises(ConfigError, match=re.escape(
+            "'t5_supervised' is not among the suite's methods (zero_shot, supervised, ppo, supervised+ppo) (RL4LMs' "
+            "config t5_supervised is grueflow's method supervised")):
+        check_targets(["results/eval/common_gen/t5_supervised/seed0"], outputs, SUITE_CHOICES, seed)
+    with pytest.raises(ConfigError, match=re.escape(
+            "No rule to produce results/eval/imdb_text_continuation/ppo/seed0: 'imdb_text_continuation' is not among "
+            "the suite's tasks (imdb, common_gen) (RL4LMs' task folder imdb_text_continuation is grueflow's task "
+            "imdb: README, \"RL4LMs' configs by name\")")):
+        check_targets(["results/eval/imdb_text_continuation/ppo/seed0"], outputs, SUITE_CHOICES, seed)
+    with pytest.raises(ConfigError, match=re.escape(
+            "No rule to produce results/commongen/datapool: 'commongen' is not among the suite's tasks (imdb, "
+            "common_gen) (did you mean common_gen?)")):
+        check_targets(["--until", "results/commongen/datapool"], outputs, SUITE_CHOICES, seed)
+    with pytest.raises(ConfigError, match=re.escape(
+            "No rule to produce results/eval/imdb/ppo/seed01: seed01 is no seed: write seed<k> with k an integer "
+            "without leading zeros, e.g. seed0")):
+        check_targets(["results/eval/imdb/ppo/seed01"], outputs, SUITE_CHOICES, seed)

@@ -9,6 +9,7 @@ import functools
 import itertools
 import os
 import re
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -62,6 +63,17 @@ wildcard_constraints:
     rl_method=_choice(RL_METHODS),
     dpo_method=_choice(DPO_METHODS),
     method=_choice(METHODS),
+
+
+if workflow.is_main_process:  # a target of a task, method or seed these constraints refuse: one line naming the valid
+    from grueflow.command_line import check_targets
+
+    try:
+        check_targets(sys.argv[1:], [template for stage in STAGES.values() for template in stage.outputs.values()],
+                      {"task": TASKS, "method": METHODS, "rl_method": RL_METHODS, "dpo_method": DPO_METHODS,
+                       "method_a": METHODS, "method_b": METHODS}, SEED)
+    except ConfigError as err:
+        raise WorkflowError(str(err)) from None
 
 
 @functools.lru_cache(maxsize=None)
