@@ -120,6 +120,39 @@ def check_result(name: str, result: Any, n: int, keys: Sequence[str], corpus_key
     return replace(result, per_sample=per_sample) if listed else result
 
 
+def check_per_token(name: str, result: MetricResult, key: str, tokens: Sequence[Sequence[str]]
+                    ) -> list[list[float]]:
+    """The per-token scores under ``key`` of dense metric ``name``'s ``result`` (checked by :func:`check_result`
+    first) on completions of ``tokens`` (each completion's tokens, ``meta[i][TOKENS_KEY]``), as lists: one list per
+    completion with a number per token, whose sum is the completion's per-sample score (within 1e-6, relative or
+    absolute; a NaN per-sample score is not compared). A :class:`MetricResultError` naming the metric, the key and
+    the first offending sample otherwise: RL pays the per-token scores and reports the per-sample ones, so a row one
+    token short would train on shifted scores, and a sum that differs would train on other rewards than the ones
+    logged."""
+    how = (f"a dense metric returns per_token={{{key!r}: one list per generation, with a score for each of its "
+           f"completion tokens (meta[i][{TOKENS_KEY!r}]), summing to its per-sample score}}")
+    rows = _listed(result.per_token.get(key)) if isinstance(result.per_token, Mapping) else result.per_token
+    if not isinstance(rows, (list, tuple)) or len(rows) != len(tokens):
+        raise MetricResultError(f"metric {name!r} returned {_count(rows)} as its per-token scores under {key!r} for "
+                                f"{len(tokens)} generations; {how}")
+    checked = []
+    for index, (row, completion) in enumerate(zip(rows, tokens)):
+        row = _listed(row)
+        if not isinstance(row, (list, tuple)) or len(row) != len(completion):
+            raise MetricResultError(f"metric {name!r} returned {_count(row)} as the per-token scores of sample "
+                                    f"{index} under {key!r}, whose completion has {len(completion)} tokens; {how}")
+        bad = [value for value in row if not _is_score(value)]
+        if bad:
+            raise MetricResultError(f"metric {name!r} returned {_kind(bad[0])} among the per-token scores of sample "
+                                    f"{index} under {key!r}; scores are numbers")
+        total, score = math.fsum(row), result.per_sample[key][index]
+        if not math.isnan(score) and not math.isclose(total, score, rel_tol=1e-6, abs_tol=1e-6):
+            raise MetricResultError(f"metric {name!r} returned the per-sample score {score:g} for sample {index} "
+                                    f"under {key!r}, and per-token scores that sum to {total:g}; {how}")
+        checked.append(list(row))
+    return checked
+
+
 _BOOL_HINT = " (a bool is not a score: return float(x) where 1.0 and 0.0 are meant)"
 _FINITE = "scores are finite numbers (NaN for a sample the metric cannot score, which is then left out)"
 
@@ -354,4 +387,4 @@ from grueflow.metrics import preference  # noqa: E402,F401  (issue 7: reward_mod
 
 __all__ = ["METRICS", "TOKENS_KEY", "MetaChecked", "Metric", "MetricContext", "MetricFailedError", "MetricResult",
            "MetricResultError", "MetricUnavailableError", "SacrebleuTokenizer", "call_metric", "check_meta",
-           "check_result", "check_split", "describe", "lower_is_better_keys", "mean", "nanmean", "require"]
+           "check_per_token", "check_result", "check_split", "describe", "lower_is_better_keys", "mean", "nanmean", "require"]

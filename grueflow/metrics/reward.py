@@ -7,7 +7,8 @@ from typing import Any, NamedTuple, Optional, Sequence
 
 from grueflow.config import RewardConfig, typed_args
 from grueflow.io import DataError
-from grueflow.metrics import METRICS, MetaChecked, MetricContext, call_metric, check_meta, check_result
+from grueflow.metrics import (METRICS, TOKENS_KEY, MetaChecked, MetricContext, call_metric, check_meta, check_per_token,
+                              check_result)
 
 
 class RewardScores(NamedTuple):
@@ -95,7 +96,7 @@ class Reward:
             if not dense:
                 sequence = [t + weight * s for t, s in zip(sequence, parts[key])]
                 continue
-            tokens = result.per_token[key]
+            tokens = check_per_token(self.names[key], result, key, [m[TOKENS_KEY] for m in meta])
             if per_token is None:
                 per_token = [[0.0] * len(row) for row in tokens]
             per_token = [[a + weight * b for a, b in zip(acc, row)] for acc, row in zip(per_token, tokens)]

@@ -31,6 +31,36 @@ def test_a_dense_components_per_token_scores_are_weighted_and_kept_apart_from_th
     assert scored.total == [3.0 - 2.0, 1.0 - 0.5] and scored.parts["shaping/token_cost"] == [-4.0, -1.0]
 
 
+HOW = ("a dense metric returns per_token={'custom/dense': one list per generation, with a score for each of its "
+       "completion tokens (meta[i]['completion_tokens']), summing to its per-sample score}")
+
+
+@pytest.mark.parametrize("per_token, per_sample, expect", [
+    ([[-1.0, -1.0], [-1.0]], [-3.0, -1.0], "returned 2 scores as the per-token scores of sample 0 under "
+                                           "'custom/dense', whose completion has 3 tokens; "),
+    ([[-1.0] * 3, [-1.0]], [5.0, -1.0], "returned the per-sample score 5 for sample 0 under 'custom/dense', and "
+                                        "per-token scores that sum to -3; "),
+    (None, [-3.0, -1.0], "returned None as its per-token scores under 'custom/dense' for 2 generations; "),
+    ([-3.0, -1.0], [-3.0, -1.0], "returned -3.0 as the per-token scores of sample 0 under 'custom/dense', whose "
+                                 "completion has 3 tokens; "),
+    ([[-1.0, None, -1.0], [-1.0]], [-3.0, -1.0], "returned None among the per-token scores of sample 0 under "
+                                                 "'custom/dense'; scores are numbers"),
+], ids=["row-one-short", "sum-differs", "none", "flat-list", "none-in-a-row"])
+def test_per_token_scores_that_do_not_fit_the_tokens_or_the_sum_are_refused(per_token, per_sample, expect):
+    """A row one token short trained on shifted scores (exit 0); per-sample 5.0 beside per-token scores summing to
+    -3 logged 5.0 while RL trained on -3; None or a flat list ended in a TypeError traceback in reward.py."""
+    from grueflow.metrics import MetricResult, MetricResultError, check_per_token
+
+    result = MetricResult({"custom/dense": per_sample}, {"custom/dense": 0.0}, {"custom/dense": per_token})
+    with pytest.raises(MetricResultError) as err:
+        check_per_token("my_rewards:Dense", result, "custom/dense", [["a", " b", " c"], ["d"]])
+    assert str(err.value).startswith("metric 'my_rewards:Dense' ") and expect in str(err.value)
+    if "scores are numbers" not in expect:
+        assert str(err.value).endswith(HOW)
+    fine = MetricResult({"custom/dense": [-3.0, float("nan")]}, {}, {"custom/dense": [(-1.0,) * 3, [-1.0]]})
+    assert check_per_token("d", fine, "custom/dense", [["a", " b", " c"], ["d"]]) == [[-1.0] * 3, [-1.0]]
+
+
 def test_dense_rewards_reach_gae_exactly(tiny_models):
     """Literal: every completion token gets -0.5 (weight x -1), the last one also the sequence reward, and with
     the KL penalty off the rollout's rewards are exactly these; PPO's advantages are GAE of them."""
