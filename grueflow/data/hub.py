@@ -23,6 +23,11 @@ from grueflow.io import DataError, MissingDataError, csv_records, iter_lines, lo
 
 
 BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
+# local files are read afresh each time: datasets' cache knows a file by its path and modification time, and hands
+# back the rows of an earlier file replaced by one of the same time (two releases unzipped in turn: a zip entry
+# keeps its fixed time)
+# (the split sizes an earlier read recorded are not checked: they are that file's)
+LOCAL_READ = {"download_mode": "force_redownload", "verification_mode": "no_checks"}
 
 
 def load_splits(path: str, data_files: Optional[dict[str, str]],
@@ -33,7 +38,8 @@ def load_splits(path: str, data_files: Optional[dict[str, str]],
     With ``data_files`` and a ``path`` that is neither a builder nor a local folder (a hub id, or
     empty), the builder is taken from the files' extension: local files never go to the hub. Local
     text files are checked first (:func:`check_text_file`, Parquet files by :func:`check_parquet_files`):
-    ``datasets``' errors name no file or line. Each Parquet file is read on its own, with its own types. A path
+    ``datasets``' errors name no file or line. Each Parquet file is read on its own, with its own types. Local data
+    is read afresh, never from ``datasets``' cache (:data:`LOCAL_READ`). A path
     that begins with ``~`` is in the home folder, as a shell reads it.
     """
     import datasets
@@ -68,10 +74,12 @@ def load_splits(path: str, data_files: Optional[dict[str, str]],
     if files or Path(path).exists():
         try:
             if files and path == "parquet":  # each file on its own: a column's type is its file's, as in .jsonl
-                dataset = datasets.DatasetDict({split: datasets.load_dataset(path, data_files={split: file})[split]
+                dataset = datasets.DatasetDict({split: datasets.load_dataset(path, data_files={split: file},
+                                                                             **LOCAL_READ)[split]
                                                 for split, file in files.items()})
             else:
-                dataset = datasets.load_dataset(path, name, data_files=files, **(options if files else {}))
+                dataset = datasets.load_dataset(path, name, data_files=files, **LOCAL_READ,
+                                                **(options if files else {}))
         except (ValueError, OSError, datasets.exceptions.DatasetGenerationError) as err:  # pyarrow's are ValueErrors
             raise DataError(f"cannot read {sorted(files.values()) if files else path}: {innermost(err)}; do the files "
                             f"share their columns, and is none truncated or damaged? Fix or re-create them and "

@@ -1111,6 +1111,24 @@ def custom_folder(folder: Path) -> Any:
     return DATAPOOLS.get("custom").build(parse(DATAPOOLS.get("custom").Args, {"path": str(folder)}, "args"))
 
 
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+def test_a_data_file_replaced_by_one_of_the_same_time_is_read_anew(tmp_path: Path, suffix: str):
+    """prepare_datapool reran on the new file and wrote the old rows: datasets' cache knows a file by its path and
+    modification time, which two releases unzipped in turn share (a zip entry keeps its fixed time)."""
+    import pandas
+
+    path = tmp_path / f"pool{suffix}"
+    pools = []
+    for word, n in (("alpha", 30), ("omega", 40)):
+        frame = pandas.DataFrame({"prompt": [f"{word} {i} ?" for i in range(n)],
+                                  "references": [f"r{i}" for i in range(n)]})
+        frame.to_csv(path, index=False) if suffix == ".csv" else frame.to_parquet(path, index=False)
+        os.utime(path, (1_700_000_000, 1_700_000_000))
+        pools.append(custom_pool({"validation": str(path)}, seed=0, split_counts={"train": 20, "val": 5, "test": 5}))
+    assert all(s.prompt.startswith("alpha") for samples in pools[0].splits.values() for s in samples)
+    assert all(s.prompt.startswith("omega") for samples in pools[1].splits.values() for s in samples)
+
+
 def test_a_folder_save_to_disk_wrote_is_read_with_its_splits_or_as_train(tmp_path: Path):
     """A saved Dataset failed with "cannot read ...: Please use `load_from_disk` instead"; a saved DatasetDict lost a
     split named neither train, validation nor test (load_dataset reads it by its folder names)."""
