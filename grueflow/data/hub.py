@@ -409,6 +409,11 @@ class IMDB:
             if self.positive_ratio != 1 and not self.positive_only_train:
                 raise ValueError(f"positive_ratio {self.positive_ratio} keeps a share of the positive train reviews; "
                                  f"it needs positive_only_train: true")
+            for split in ("train", "val", "test"):  # an empty split is refused by every later stage
+                count = getattr(self, f"n_{split}")
+                if count is not None and count < 1:
+                    raise ValueError(f"n_{split} must be >= 1 (or left out: all of train or test, 100 val samples), "
+                                     f"got {count}")
 
     @staticmethod
     def build(args: "IMDB.Args") -> Datapool:

@@ -606,6 +606,11 @@ PARAMS = [
         {"metric": "length_penalty", "weight": 0.5, "args": {"target_length": 20}}]), (  # the default, written
         "sentiment.yaml: reward: reward components ['shaping/length_penalty'] appear twice; merge them into one "
         "component with the summed weight",)), id="reward-component-twice-default-args-written"),
+    P(Bad(SENTIMENT, setting("datapool", {"id": "imdb", "args": {"n_test": 0}}), (
+        "sentiment.yaml: datapool: args: n_test must be >= 1 (or left out: all of train or test, 100 val samples), "
+        "got 0",)), id="imdb-n-test-0"),
+    P(Bad(SENTIMENT, setting("datapool", {"id": "imdb", "args": {"n_train": -3}}), (
+        "sentiment.yaml: datapool: args: n_train must be >= 1", "got -3")), id="imdb-n-train-negative"),
     # a reward component this machine cannot run: refused when the task file is parsed, before any stage trains
     P(Bad(SENTIMENT, setting("reward.components.0", {"metric": "spice", "args": {"corenlp_dir": "/no/corenlp"}}), (
         "sentiment.yaml: reward.components[0]: reward component 'spice' cannot run on this machine, and a reward must "
