@@ -609,6 +609,13 @@ class DailyDialog:
                 raise ValueError(f"context_turns and min_context_turns must be >= 1, got {self.context_turns} and "
                                  f"{self.min_context_turns}")
 
+        def rows_give_samples_when(self) -> str:
+            first = self.context_turns if self.min_context_turns is None else self.min_context_turns
+            setting = ("min_context_turns" if self.min_context_turns is not None else
+                       "context_turns, the default of min_context_turns")
+            return (f"a dialogue gives a sample for each turn after its first {first} ({setting} = {first}): lower "
+                    f"it, or give longer dialogues")
+
     @staticmethod
     def build(args: "DailyDialog.Args") -> Datapool:
         if args.data_root is not None:

@@ -127,6 +127,11 @@ class SourceArgs:
                                                     for split, file in self.data_files.items()})
         check_split_args(self)
 
+    def rows_give_samples_when(self) -> str:
+        """When a source row gives a sample, in the loader's own args ("a dialogue gives one per turn after its first
+        min_context_turns = 50"), for the error of a split whose rows give none; "" where every good row gives one."""
+        return ""
+
 
 def check_split_args(args: SourceArgs) -> None:
     """Reject split arguments that cannot work, before any data is read."""
@@ -489,6 +494,9 @@ def empty_split_message(split: str, n_units: int, skipped: int, args: SourceArgs
         found = "the source has no rows"
     else:
         found = f"its {n_units} source rows give no sample" + (f" ({skipped} bad rows skipped)" if skipped else "")
+        when = args.rows_give_samples_when()
+        if when and not skipped:
+            found += f" ({when})"
     return (f"{source}: the {split} split is empty: {found}; a split needs at least one sample: fix the data, "
             f"or feed {split} from another source split with source_splits")
 

@@ -1244,6 +1244,23 @@ def test_dailydialog_text_files_not_utf8_name_the_line(tmp_path: Path):
         loader.build(parse(loader.Args, {"data_root": str(tmp_path)}, "args"))
 
 
+def test_dailydialog_dialogues_too_short_for_min_context_turns_name_the_setting(tmp_path: Path):
+    """It said "the train split is empty: its 2 source rows give no sample ... fix the data"."""
+    for split in ("train", "validation", "test"):
+        (tmp_path / f"dialogues_{split}.txt").write_text("Hi . __eou__ Hello . __eou__ Bye . __eou__\n" * 2)
+        (tmp_path / f"dialogues_act_{split}.txt").write_text("1 1 2\n" * 2)
+        (tmp_path / f"dialogues_emotion_{split}.txt").write_text("0 0 0\n" * 2)
+    loader = DATAPOOLS.get("daily_dialog")
+    with pytest.raises(DataError, match=re.escape(
+            "the train split is empty: its 2 source rows give no sample (a dialogue gives a sample for each turn after "
+            "its first 50 (min_context_turns = 50): lower it, or give longer dialogues)")):
+        loader.build(parse(loader.Args, {"data_root": str(tmp_path), "min_context_turns": 50}, "args"))
+    with pytest.raises(DataError, match=re.escape("(context_turns, the default of min_context_turns = 5)")):
+        loader.build(parse(loader.Args, {"data_root": str(tmp_path)}, "args"))
+    assert len(loader.build(parse(loader.Args, {"data_root": str(tmp_path), "min_context_turns": 2}, "args"))
+               .splits["train"]) == 2
+
+
 @pytest.mark.parametrize("content, expect", [
     P(None, r"datapool split .*test\.jsonl does not exist; run prepare_datapool first", id="split-missing"),
     P(b"", r"datapool split .*test\.jsonl is empty; rebuild it with prepare_datapool", id="split-empty"),
