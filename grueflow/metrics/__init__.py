@@ -120,11 +120,12 @@ def check_result(name: str, result: Any, n: int, keys: Sequence[str], corpus_key
     return replace(result, per_sample=per_sample) if listed else result
 
 
-def check_per_token(name: str, result: MetricResult, key: str, tokens: Sequence[Sequence[str]]
+def check_per_token(name: str, result: MetricResult, key: str, tokens: Sequence[Optional[Sequence[str]]]
                     ) -> list[list[float]]:
     """The per-token scores under ``key`` of dense metric ``name``'s ``result`` (checked by :func:`check_result`
-    first) on completions of ``tokens`` (each completion's tokens, ``meta[i][TOKENS_KEY]``), as lists: one list per
-    completion with a number per token, whose sum is the completion's per-sample score (within 1e-6, relative or
+    first) on completions of ``tokens`` (each completion's tokens, ``meta[i][TOKENS_KEY]``; None where a caller
+    outside RL and evaluation gave none: that row's length is not checked), as lists: one list per completion with
+    a number per token, whose sum is the completion's per-sample score (within 1e-6, relative or
     absolute; a NaN per-sample score is not compared). A :class:`MetricResultError` naming the metric, the key and
     the first offending sample otherwise: RL pays the per-token scores and reports the per-sample ones, so a row one
     token short would train on shifted scores, and a sum that differs would train on other rewards than the ones
@@ -138,9 +139,10 @@ def check_per_token(name: str, result: MetricResult, key: str, tokens: Sequence[
     checked = []
     for index, (row, completion) in enumerate(zip(rows, tokens)):
         row = _listed(row)
-        if not isinstance(row, (list, tuple)) or len(row) != len(completion):
+        if not isinstance(row, (list, tuple)) or (completion is not None and len(row) != len(completion)):
+            has = f", whose completion has {len(completion)} tokens" if completion is not None else ""
             raise MetricResultError(f"metric {name!r} returned {_count(row)} as the per-token scores of sample "
-                                    f"{index} under {key!r}, whose completion has {len(completion)} tokens; {how}")
+                                    f"{index} under {key!r}{has}; {how}")
         bad = [value for value in row if not _is_score(value)]
         if bad:
             raise MetricResultError(f"metric {name!r} returned {_kind(bad[0])} among the per-token scores of sample "

@@ -96,7 +96,7 @@ class Reward:
             if not dense:
                 sequence = [t + weight * s for t, s in zip(sequence, parts[key])]
                 continue
-            tokens = check_per_token(self.names[key], result, key, [m[TOKENS_KEY] for m in meta])
+            tokens = check_per_token(self.names[key], result, key, [m.get(TOKENS_KEY) for m in meta])
             if per_token is None:
                 per_token = [[0.0] * len(row) for row in tokens]
             per_token = [[a + weight * b for a, b in zip(acc, row)] for acc, row in zip(per_token, tokens)]
