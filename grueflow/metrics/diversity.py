@@ -98,6 +98,8 @@ class Msttr(Metric):
 
     category = "diversity"
     scores = ("msttr",)
+    undefined_when = {"msttr": "msttr is undefined: the generations hold fewer words, all together, than one window "
+                               "(args.window, 100 by default); lower the window, or score more or longer generations"}
 
     @dataclass(frozen=True)
     class Args:

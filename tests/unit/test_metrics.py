@@ -387,9 +387,9 @@ def test_a_metric_without_a_value_on_the_generations_is_missing_with_a_reason():
     metrics = (parse(MetricSpec, {"id": "msttr"}, "metrics"),)
     _, corpus, missing = score(rouge_samples([["a"], ["b"]]), ["", ""], None, metrics, CTX)
     assert corpus["diversity/msttr"] is None
-    assert undefined_scores(metrics, corpus, missing) == {
-        "diversity/msttr": "metric 'msttr' gave no value (NaN) on these generations: it is undefined for them (no "
-                           "words to count, or no sample it could score)"}
+    assert undefined_scores(metrics, corpus, missing) == {  # msttr's own reason: its window (a plugin's: general)
+        "diversity/msttr": "msttr is undefined: the generations hold fewer words, all together, than one window "
+                           "(args.window, 100 by default); lower the window, or score more or longer generations"}
 
 
 @pytest.mark.parametrize("metric_id", ["rouge", "rouge_l_max"])
