@@ -8,7 +8,9 @@ callable ``(prompts, generations, references, meta) -> MetricResult`` whose keys
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import inspect
 import math
 import numbers
 import sys
@@ -339,6 +341,21 @@ def check_metric(component: Any) -> None:
         raise ValueError(f"{component!r} is not a subclass of grueflow.metrics.Metric")
     if not isinstance(getattr(component, "category", None), str) or not getattr(component, "scores", ()):
         raise ValueError(f"{component.__name__} needs a category (a string) and scores (at least one name)")
+    for attribute in ("scores", "corpus_scores"):
+        names = getattr(component, attribute)
+        if not (isinstance(names, tuple) and all(isinstance(name, str) and name for name in names)):
+            example = f"({names!r},)" if isinstance(names, str) else "('score',)"
+            raise ValueError(f"{component.__name__}.{attribute} is {names!r}; give a tuple of score names, e.g. "
+                             f"{example} (a string in parentheses is not a tuple: write the comma)")
+    if not dataclasses.is_dataclass(component.Args):
+        raise ValueError(f"{component.__name__}.Args is not a dataclass; decorate it with "
+                         f"@dataclass(frozen=True) (its fields are the metric's args)")
+    try:
+        inspect.signature(component.build).bind(None, None)
+    except TypeError:
+        raise ValueError(f"{component.__name__}.build{inspect.signature(component.build)} does not take (args, "
+                         f"context); write it as @classmethod def build(cls, args, context) -> a function "
+                         f"(prompts, generations, references, meta) -> MetricResult") from None
     lower, own = component.lower_is_better, (*component.scores, *component.corpus_scores)
     if not (isinstance(lower, tuple) and all(isinstance(name, str) and name in own for name in lower)):
         raise ValueError(f"{component.__name__}.lower_is_better is {lower!r}; give a tuple of the names of its scores "

@@ -77,6 +77,24 @@ class UndefinedElsewhere(ErrorRate):
     undefined_when = {"accuracy": "no sample"}
 
 
+class ScoresAString(Metric):
+    """``scores = ("bug")``: a string in parentheses, not a tuple."""
+
+    category = "custom"
+    scores = ("bug")
+
+
+class ArgsNotADataclass(ErrorRate):
+    class Args:
+        level: int = 1
+
+
+class BuildWithoutContext(ErrorRate):
+    @classmethod
+    def build(cls, args):
+        return lambda prompts, generations, references, meta: None
+
+
 class NotAMetric:
     pass
 
@@ -119,6 +137,13 @@ def test_a_datapool_of_your_own_by_import_path():
     (f"{HERE}:EitherWay", f"metric '{HERE}:EitherWay': EitherWay.lower_is_better is True; give a tuple of the names "
                           f"of its scores where lower is better, e.g. ('error_rate',), or () for none (its scores: "
                           f"error_rate)"),
+    (f"{HERE}:ScoresAString", f"metric '{HERE}:ScoresAString': ScoresAString.scores is 'bug'; give a tuple of score "
+                              f"names, e.g. ('bug',) (a string in parentheses is not a tuple: write the comma)"),
+    (f"{HERE}:ArgsNotADataclass", "ArgsNotADataclass.Args is not a dataclass; decorate it with @dataclass(frozen=True) "
+                                  "(its fields are the metric's args)"),
+    (f"{HERE}:BuildWithoutContext", "BuildWithoutContext.build(args) does not take (args, context); write it as "
+                                    "@classmethod def build(cls, args, context) -> a function (prompts, generations, "
+                                    "references, meta) -> MetricResult"),
     (f"{HERE}:UndefinedElsewhere", "UndefinedElsewhere.undefined_when is {'accuracy': 'no sample'}; give a dict "
                                    "from names of its scores to why each is undefined (NaN) when it is, or {} (its "
                                    "scores: error_rate)"),
