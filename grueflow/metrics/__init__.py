@@ -61,9 +61,14 @@ def call_metric(caller: str, compute: Callable[..., Any], prompts: Sequence[str]
     :class:`MetricFailedError` that starts with ``caller`` (e.g. ``reward component 'my_rewards:Odd'
     (custom/odd)``). grueflow's own one-line errors pass unchanged: a ConfigError or DataError already names what
     to fix, a :class:`MetricUnavailableError` says what this machine lacks, and an OSError is a path or disk problem
-    the stage reports in one line."""
+    the stage reports in one line.
+
+    Each call gets its own copies of the lists (and of each meta mapping, one level deep), so that a metric that
+    edits its inputs in place (``generations[i] = g.lower()``) cannot change what the next metric scores and what
+    the predictions file saves."""
     try:
-        return compute(prompts, generations, references, meta)
+        return compute(list(prompts), list(generations), [r if isinstance(r, tuple) else list(r) for r in references],
+                       [dict(m) for m in meta])
     except (ConfigError, DataError, MetricUnavailableError, OSError):
         raise
     except Exception as err:

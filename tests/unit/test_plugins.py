@@ -352,6 +352,37 @@ def test_an_evaluation_metric_that_raises_is_named_with_its_exception_as_the_cau
     assert isinstance(raised.value.__cause__, KeyError)
 
 
+class Mutator(Metric):
+    """A metric of one's own that edits its inputs in place as it "normalises" them."""
+
+    category = "custom"
+    scores = ("mutated",)
+
+    @classmethod
+    def build(cls, args, context):
+        def compute(prompts, generations, references, meta):
+            for i in range(len(generations)):
+                generations[i], prompts[i] = "MUTATED", "MUTATED"
+                meta[i]["label"] = "MUTATED"
+            return MetricResult({cls.key(): [0.0] * len(generations)}, {cls.key(): 0.0})
+
+        return compute
+
+
+def test_a_metric_that_edits_its_inputs_in_place_changes_nothing_the_others_and_the_predictions_see():
+    """Every later metric and predictions.jsonl got "MUTATED" for every generation, with no word."""
+    from grueflow.data import Sample
+    from grueflow.evaluation import score
+
+    metrics = parse(tuple[MetricSpec, ...], [{"id": f"{HERE}:Mutator"}, {"id": f"{HERE}:Exclaims"}], "metrics")
+    samples = [Sample("s0", "p", ("r",), {"label": 1}), Sample("s1", "q", ("r",), {"label": 0})]
+    generations = ["wow!", "so."]
+    rows, corpus, _ = score(samples, generations, None, metrics, MetricContext())
+    assert [row["generation"] for row in rows] == ["wow!", "so."] and [row["prompt"] for row in rows] == ["p", "q"]
+    assert corpus["custom/exclaims"] == 0.5 and generations == ["wow!", "so."]
+    assert [s.meta for s in samples] == [{"label": 1}, {"label": 0}]
+
+
 class NoCorpus(Metric):
     """A metric of one's own that gives per-sample scores and, under ``mode``, no corpus score or a NaN one."""
 
