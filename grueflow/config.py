@@ -156,6 +156,8 @@ def _convert_dataclass(cls: type, value: Any, where: str, resolve: Optional[Reso
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(value) - names)
+    if unknown and not names:  # a metric (or loader) that takes no args: "valid keys: " would list nothing
+        raise ConfigError(f"{at} unknown key {unknown[0]!r}: it takes no keys; leave {unknown[0]!r} out")
     if unknown:
         raise ConfigError(f"{at} unknown key {unknown[0]!r}; valid keys: {_keys(cls)}")
     unread = getattr(cls, "unread_keys", None)  # keys a config holds but, set as given, never reads

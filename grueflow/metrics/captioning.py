@@ -194,6 +194,10 @@ class Cider(Metric):
         def __post_init__(self) -> None:
             if self.tokenize not in CIDER_TOKENIZERS:
                 raise ValueError(f"tokenize must be one of {', '.join(CIDER_TOKENIZERS)}, got {self.tokenize!r}")
+            if self.java != "java" and self.tokenize != "coco_ptb":
+                raise ValueError(f"java {self.java!r} is read only with tokenize: coco_ptb (Java runs the COCO "
+                                 f"toolkit's PTB tokenizer), and tokenize is {self.tokenize}; leave java out, or set "
+                                 f"tokenize: coco_ptb")
 
     @classmethod
     def unavailable(cls, args: "Cider.Args") -> Optional[str]:

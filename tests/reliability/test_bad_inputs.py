@@ -611,6 +611,13 @@ PARAMS = [
         "got 0",)), id="imdb-n-test-0"),
     P(Bad(SENTIMENT, setting("datapool", {"id": "imdb", "args": {"n_train": -3}}), (
         "sentiment.yaml: datapool: args: n_train must be >= 1", "got -3")), id="imdb-n-train-negative"),
+    P(Bad(SENTIMENT, setting("metrics.3.args", {"n": 3}), (
+        "sentiment.yaml: metrics[3]: args: unknown key 'n': it takes no keys; leave 'n' out",)),
+      id="arg-to-a-metric-that-takes-none"),
+    P(Bad(SENTIMENT, setting("metrics.0", {"id": "cider", "args": {"tokenize": "simple", "java": "/usr/bin/java"}}), (
+        "sentiment.yaml: metrics[0]: args: java '/usr/bin/java' is read only with tokenize: coco_ptb (Java runs the "
+        "COCO toolkit's PTB tokenizer), and tokenize is simple; leave java out, or set tokenize: coco_ptb",)),
+      id="cider-java-without-coco-ptb"),
     # a reward component this machine cannot run: refused when the task file is parsed, before any stage trains
     P(Bad(SENTIMENT, setting("reward.components.0", {"metric": "spice", "args": {"corenlp_dir": "/no/corenlp"}}), (
         "sentiment.yaml: reward.components[0]: reward component 'spice' cannot run on this machine, and a reward must "
