@@ -411,4 +411,5 @@ from grueflow.metrics import preference  # noqa: E402,F401  (issue 7: reward_mod
 
 __all__ = ["METRICS", "TOKENS_KEY", "MetaChecked", "Metric", "MetricContext", "MetricFailedError", "MetricResult",
            "MetricResultError", "MetricUnavailableError", "SacrebleuTokenizer", "call_metric", "check_meta",
-           "check_per_token", "check_result", "check_split", "describe", "lower_is_better_keys", "mean", "nanmean", "require"]
+           "check_per_token", "check_result", "check_split", "describe", "lower_is_better_keys", "mean", "nanmean",
+           "require"]
