@@ -163,9 +163,16 @@ def build_tiny(model_cfg: ModelConfig, architecture: str, texts: list[str], seed
     if device is not None:
         model.to(device)
     curve = pretrain(model, model_kind(model.config), tokenizer, texts, model_cfg.pretrain, seed)
+    check_finite(model, curve, "model.pretrain", model_cfg.pretrain.learning_rate)
+    return model, tokenizer, curve
+
+
+def check_finite(model: PreTrainedModel, curve: list[dict[str, float]], section: str, learning_rate: float) -> None:
+    """Raise :class:`ConfigError` naming ``section`` (``model.pretrain``, ``model.adapt``) and its learning rate when
+    the loss ``curve`` of :func:`pretrain` holds a non-finite loss or ``model``'s weights are not all finite: such a
+    model must not be saved as the base model every later stage starts from."""
     diverged = next((row for row in curve if not math.isfinite(row["loss"])), None)
     if diverged is not None or not all(torch.isfinite(p).all() for p in model.parameters()):
         at = f"its loss is {diverged['loss']} at step {diverged['step']}" if diverged else "its weights are not finite"
-        raise ConfigError(f"model.pretrain diverged ({at}) with learning_rate {model_cfg.pretrain.learning_rate}; "
-                          f"lower model.pretrain.learning_rate")
-    return model, tokenizer, curve
+        raise ConfigError(f"{section} diverged ({at}) with learning_rate {learning_rate}; "
+                          f"lower {section}.learning_rate")

@@ -3239,6 +3239,20 @@ def test_a_pretraining_that_diverges_fails_naming_the_learning_rate():
         build_tiny(cfg, "gpt2", ["one two three four five six seven eight"] * 20, seed=0)
 
 
+def test_an_adaptation_that_diverges_fails_in_base_model_naming_model_adapt(tmp_path: Path, call_stage):
+    """A diverging model.adapt was saved as the base model with every weight NaN (exit 0); the next stage's refusal
+    named neither base_model nor model.adapt.learning_rate."""
+    assert call_stage("prepare_datapool", "--task-file", MICRO / "tasks" / "sentiment.yaml", "--out",
+                      tmp_path / "pool").code == 0
+    task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml", **{
+        "model.pretrain.steps": 2, "model.adapt": {"steps": 3, "batch_size": 4, "learning_rate": 1e30,
+                                                   "max_length": 16, "heldout": 4}})
+    result = call_stage("base_model", "--task-file", task, "--datapool", tmp_path / "pool", "--out", tmp_path / "base")
+    assert_fails_in_one_line(result, "error: model.adapt diverged (its loss is nan at step 2) with learning_rate "
+                                     "1e+30; lower model.adapt.learning_rate")
+    assert not (tmp_path / "base").exists()
+
+
 # output folders
 
 
