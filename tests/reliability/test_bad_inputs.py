@@ -3584,6 +3584,35 @@ def test_metric_args_that_cannot_score_fail_at_parse_time_naming_the_value_and_r
     assert "\n" not in message and f"sentiment.yaml: metrics[5]: args: {expect}" in message
 
 
+@pytest.mark.parametrize("config, found", [
+    P({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 1},
+      "is a decoder-only gpt2 model (architectures GPT2LMHeadModel)", id="gpt2"),
+    P({"model_type": "llama"}, "is a decoder-only llama model", id="llama-without-architectures"),
+    P({"model_type": "bert", "architectures": ["BertModel"]}, None, id="bert"),
+    P({"model_type": "t5", "architectures": ["T5ForConditionalGeneration"], "is_encoder_decoder": True}, None,
+      id="t5"),
+])
+def test_bert_score_with_a_decoder_only_model_fails_at_parse_time(params: Path, tmp_path: Path, config, found):
+    """A local GPT-2 folder as bert_score's model passed the check and, after the whole training, ended in
+    bert-score's own traceback (ValueError: Not supported)."""
+    folder = tmp_path / "encoder"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(config))
+    path = params / SENTIMENT
+    metric = {"id": "bert_score", "args": {"model": str(folder), "num_layers": 1}}
+    path.write_text(path.read_text().replace("  - {id: perplexity}\n",
+                                             f"  - {{id: perplexity}}\n  - {json.dumps(metric)}\n"))
+    if found is None:
+        load(params, SENTIMENT)
+        return
+    with pytest.raises(ConfigError) as err:
+        load(params, SENTIMENT)
+    assert "\n" not in str(err.value)
+    assert (f"sentiment.yaml: metrics[5]: args: bert_score: model '{folder}' {found}; BERTScore matches the token "
+            f"embeddings of an encoder (BERT, RoBERTa, DeBERTa, DistilBERT, XLNet, MiniLM, ...) or an encoder-decoder, "
+            f"whose encoder it uses (T5, BART): set args.model to one") in str(err.value)
+
+
 @pytest.mark.parametrize("meta, found", [
     P({"intent": 4}, "sample 1 has meta['intent'] = 4 (int)", id="intent-4"),
     P({"intent": -1}, "sample 1 has meta['intent'] = -1 (int)", id="intent-minus-1"),
