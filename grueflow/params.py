@@ -442,6 +442,22 @@ def preference_file_task(path: str) -> Optional[str]:
 TRAINED_CLASSIFIER = re.compile(r"results/([^/]+)/classifier/model/?")  # the train_classifier stage's model folder
 
 
+def project_relative(path: str) -> str:
+    """``path`` normalised, written relative to the working folder (the project root, where the engines and the
+    stages run) when it is an absolute or ``~`` path inside it: the form a rule matches a stage's output by, so that
+    ``/abs/project/results/t/classifier/model`` is the train_classifier output ``results/t/classifier/model``. A
+    path outside the project is returned normalised, as given."""
+    expanded = os.path.expanduser(path)
+    if os.path.isabs(expanded):
+        roots = {os.getcwd(), os.path.realpath(os.getcwd())}
+        for candidate in dict.fromkeys((os.path.normpath(expanded), os.path.realpath(expanded))):
+            for root in roots:
+                relative = os.path.relpath(candidate, root)
+                if relative != ".." and not relative.startswith("../"):
+                    return os.path.normpath(relative)
+    return os.path.normpath(path)
+
+
 def check_classifiers_trained(task_file: Path, task: TaskConfig, tasks: dict[str, TaskConfig]) -> None:
     """Raise ConfigError when a ``learned_classifier`` of ``task`` (a reward component or a metric) names the model
     the ``train_classifier`` stage writes, ``results/<name>/classifier/model``, and task ``<name>`` (its file beside
@@ -450,7 +466,7 @@ def check_classifiers_trained(task_file: Path, task: TaskConfig, tasks: dict[str
     named = [c.args.get("model") for c in task.reward.components if c.metric == "learned_classifier"]
     named += [m.args.get("model") for m in task.metrics if m.id == "learned_classifier"]
     for model in named:
-        match = TRAINED_CLASSIFIER.fullmatch(os.path.normpath(str(model)) + "/") if model else None
+        match = TRAINED_CLASSIFIER.fullmatch(project_relative(str(model)) + "/") if model else None
         if match is None:
             continue
         name, owner_file = match.group(1), task_file.parent / f"{match.group(1)}.yaml"

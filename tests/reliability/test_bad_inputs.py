@@ -3522,16 +3522,20 @@ def test_a_reward_model_max_length_above_its_backbones_positions_exits_2_before_
     assert not (tmp_path / "out").exists() and not (tmp_path / "out.resume").exists()
 
 
-@pytest.mark.parametrize("owner, expect", [
-    P("sentiment", "tasks/sentiment.yaml has no classifier: section; add one (keys: train_file, labels, ...), or name "
-      "a trained model folder", id="own-task-without-classifier"),
-    P("nowhere", "there is no task file params/tasks/nowhere.yaml", id="no-such-task"),
+@pytest.mark.parametrize("owner, absolute, expect", [
+    P("sentiment", False, "tasks/sentiment.yaml has no classifier: section; add one (keys: train_file, labels, ...), "
+      "or name a trained model folder", id="own-task-without-classifier"),
+    P("nowhere", False, "there is no task file params/tasks/nowhere.yaml", id="no-such-task"),
+    P("sentiment", True, "tasks/sentiment.yaml has no classifier: section", id="absolute-path-into-the-project"),
 ])
-def test_a_learned_classifier_the_pipeline_cannot_train_fails_the_suite_before_any_job(params: Path, owner, expect):
+def test_a_learned_classifier_the_pipeline_cannot_train_fails_the_suite_before_any_job(params: Path, owner, absolute,
+                                                                                       expect):
     """A metric naming results/<task>/classifier/model with no classifier: section to train it from passed
-    validation and ``snakemake -n``; the train_classifier job failed only once it ran."""
+    validation and ``snakemake -n``; the train_classifier job failed only once it ran. The same folder named by its
+    absolute path inside the project was not recognised as that stage's output at all."""
     path = params / SENTIMENT
-    metric = json.dumps({"id": "learned_classifier", "args": {"model": f"results/{owner}/classifier/model"}})
+    model = f"results/{owner}/classifier/model"
+    metric = json.dumps({"id": "learned_classifier", "args": {"model": str(Path.cwd() / model) if absolute else model}})
     path.write_text(path.read_text().replace("  - {id: perplexity}\n", f"  - {{id: perplexity}}\n  - {metric}\n"))
     load(params, SENTIMENT)  # the task file alone is valid
     with pytest.raises(ConfigError) as err:

@@ -319,6 +319,26 @@ def test_a_datapools_data_is_an_input_when_grueflow_is_a_link_to_another_checkou
     assert {"data/train.jsonl", "data/test.jsonl"} <= set(job["input"].split(", "))
 
 
+@pytest.mark.parametrize("form", ["relative", "absolute"])
+def test_a_learned_classifier_named_by_its_path_in_the_project_plans_train_classifier(tmp_path, form):
+    """learned_classifier's model given as the absolute path of results/<task>/classifier/model inside the project
+    planned no train_classifier: RL trained, and evaluate failed after it, the folder absent."""
+    repo = copy_project(tmp_path / "repo")
+    (repo / "data").mkdir()
+    rows = "".join(json.dumps({"text": f"review {i}", "label": i % 2}) + "\n" for i in range(8))
+    (repo / "data" / "reviews.jsonl").write_text(rows)
+    task_path = repo / "params" / "tasks" / "sentiment.yaml"
+    task = yaml.safe_load(task_path.read_text())
+    task["classifier"] = {"train_file": "data/reviews.jsonl", "labels": ["NEGATIVE", "POSITIVE"]}
+    model = "results/sentiment/classifier/model"
+    task["metrics"].append({"id": "learned_classifier",
+                            "args": {"model": str(repo / model) if form == "absolute" else model}})
+    task_path.write_text(yaml.safe_dump(task, sort_keys=False))
+    jobs = {job["rule"]: job for job in dry_run(repo, "results/eval/sentiment/ppo/seed0")}
+    assert jobs["train_classifier"]["output"] == "results/sentiment/classifier"
+    assert "results/sentiment/classifier" in jobs["evaluate"]["input"].split(", ")
+
+
 def test_a_scorers_local_checkpoint_is_an_input_under_both_engines(tmp_path):
     """A metric's args naming a local folder (a classifier checkpoint of one's own): Snakemake takes it as an
     input of the jobs that score with it, and DVC's first stage depends on it and writes its digest into those

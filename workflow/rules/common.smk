@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 from grueflow import plugins
 from grueflow.config import ConfigError, method_name, read_yaml
-from grueflow.params import load_suite
+from grueflow.params import load_suite, project_relative
 from grueflow.pipeline import STAGES, ParamsSource, datapool_files, method_layers, params_digest, scorer_files
 from grueflow.stale import content_digest, stale_token
 
@@ -276,10 +276,11 @@ CLASSIFIER_MODEL = re.compile(re.escape(output_of("train_classifier")).replace(r
 
 def classifiers(w):
     """train_classifier folders (results/<task>/classifier) whose model/ a task's learned_classifier reward
-    components or metrics name as args.model; another path (a hub id, a local folder) is not built."""
+    components or metrics name as args.model (relative, or absolute inside the project); another path (a hub id, a
+    local folder) is not built."""
     cfg = params_file(task_file(w))
     named = [(c.get("metric"), c.get("args")) for c in plugins.reward_components(cfg)]
     named += [(m.get("id"), m.get("args")) for m in cfg.get("metrics") or []]
-    paths = {os.path.normpath(str((args or {}).get("model", ""))) for metric, args in named
+    paths = {project_relative(str((args or {}).get("model", ""))) for metric, args in named
              if metric == "learned_classifier"}
     return sorted(p.removesuffix("/model") for p in paths if CLASSIFIER_MODEL.fullmatch(p))
