@@ -104,6 +104,12 @@ class Execution:
     fast: bool = True
 
     @property
+    def fast_paths_run(self) -> bool:
+        """Whether the fast paths run: allowed (:attr:`fast`) and where they apply, float32 on the CPU (the CPU
+        kernels of :func:`grueflow.models.backend.select`); elsewhere the plain transformers backend runs."""
+        return self.fast and self.device.type == "cpu" and self.precision == "fp32"
+
+    @property
     def train_dtype(self) -> "torch.dtype":
         """The dtype of weights that train: always float32 (master weights; bf16 is autocast's)."""
         import torch
@@ -126,11 +132,12 @@ class Execution:
         return contextlib.nullcontext()
 
     def record(self) -> dict[str, Any]:
-        """What ``provenance.json`` says of it, with the torch threads in effect (results may differ in the last
+        """What ``provenance.json`` says of it: ``fast_paths`` whether they ran (:attr:`fast_paths_run`), not only
+        whether ``$GRUEFLOW_FAST`` allowed them; with the torch threads in effect (results may differ in the last
         bits with another count)."""
         import torch
 
-        return {"device": str(self.device), "precision": self.precision, "fast_paths": self.fast,
+        return {"device": str(self.device), "precision": self.precision, "fast_paths": self.fast_paths_run,
                 "threads": torch.get_num_threads()}
 
 

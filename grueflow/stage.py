@@ -50,8 +50,8 @@ def execution(args: argparse.Namespace, precision: Optional[str] = None) -> Exec
     from grueflow.device import execution as resolve
 
     chosen = resolve(args.device, precision or args.precision)
-    logging.getLogger("stage").info("device %s, precision %s, fast paths %s", chosen.device, chosen.precision,
-                                    "on" if chosen.fast else "off")
+    fast = "on" if chosen.fast_paths_run else "off (they are float32 CPU kernels)" if chosen.fast else "off"
+    logging.getLogger("stage").info("device %s, precision %s, fast paths %s", chosen.device, chosen.precision, fast)
     return chosen
 
 

@@ -266,6 +266,6 @@ def select(execution: Optional[Execution] = None) -> Backend:
     """The backend for ``execution`` (default: the CPU in float32): :class:`CpuKernels` for float32 on the CPU
     with fast paths on, else :class:`Backend`."""
     execution = or_cpu(execution)
-    if execution.fast and execution.device.type == "cpu" and execution.precision == "fp32":
+    if execution.fast_paths_run:
         return CpuKernels(execution)
     return Backend(execution)

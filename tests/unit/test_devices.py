@@ -83,6 +83,23 @@ def test_precision_defaults_per_device_and_fast_paths_switch_off(monkeypatch):
     assert type(select(Execution(CPU, "bf16"))) is Backend  # the CPU kernels are float32 kernels
 
 
+def test_the_record_and_the_log_say_whether_the_fast_paths_ran(monkeypatch, caplog):
+    """Under bf16 on the CPU the record said fast_paths: true and the log "fast paths on" (``$GRUEFLOW_FAST`` on),
+    though select runs the plain transformers backend there."""
+    import argparse
+    import logging
+
+    from grueflow import stage
+
+    assert Execution(CPU, "bf16").record()["fast_paths"] is False
+    assert Execution(CPU, "fp32").record()["fast_paths"] is True
+    assert Execution(CPU, "fp32", fast=False).record()["fast_paths"] is False
+    with caplog.at_level(logging.INFO, logger="stage"):
+        chosen = stage.execution(argparse.Namespace(device="cpu", precision="bf16"))
+    assert type(select(chosen)) is Backend
+    assert "device cpu, precision bf16, fast paths off (they are float32 CPU kernels)" in caplog.text
+
+
 # -- trainers on one device -----------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
