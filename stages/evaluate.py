@@ -80,6 +80,8 @@ def main() -> None:
     backend = select(ex)
     model, tokenizer = load_pretrained(args.model, backend=backend, frozen=True)
     policy = Policy(model, tokenizer, lengths.prompt, backend)
+    prompts_cut = policy.count_cut([s.prompt for s in test], "test",
+                                   task_key_name(args.task_file, "lengths", "prompt", method, args.start))
     processor = (evaluation_processor(args.model.parent, policy, generation)
                  if masks and masks["eval_with_masks"] else None)
     # the reward and metrics load first and check the test split's meta, so a bad argument, model or sample stops
@@ -112,7 +114,7 @@ def main() -> None:
                                        "precision": args.precision},
                      {"datapool": args.datapool, "model": args.model,
                       **({"decoding": args.model.parent / DECODING_DIR} if masks else {})},
-                     started, read, execution=ex.record())
+                     started, read, execution=ex.record(), prompts_cut=prompts_cut)
 
 
 if __name__ == "__main__":

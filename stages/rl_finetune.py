@@ -98,6 +98,8 @@ def main() -> None:
     # the frozen KL reference (bf16 under bf16); under LoRA it is the policy with its adapter disabled
     ref_model = load_pretrained(args.init_model, backend=backend, frozen=True)[0] if cfg.lora is None else None
     policy = Policy(model, tokenizer, lengths.prompt, backend)
+    prompts_cut = policy.count_cut([s.prompt for s in train], "train",
+                                   task_key_name(args.task_file, "lengths", "prompt", args.algorithm, args.start))
     trainer = RLTrainer(args.algorithm, cfg, policy, ref_model, reward, train, generation, args.seed, run.parallel)
     evaluated = (to_dict(eval_generation), to_dict(metrics), fingerprint(args.datapool / "val.jsonl")) \
         if cfg.eval_every else ()  # what val rows depend on
@@ -163,7 +165,8 @@ def main() -> None:
                        "precision": args.precision},
                {"datapool": args.datapool, "init_model": args.init_model}, replicas=trained,
                extra={"selected": chosen or {"select": "last", "iteration": cfg.iterations,
-                                             "why": "select: last hands on the final policy"}})
+                                             "why": "select: last hands on the final policy"},
+                      "prompts_cut": prompts_cut})
 
 
 if __name__ == "__main__":

@@ -63,6 +63,8 @@ def main() -> None:
     if cfg.lora is not None:
         model = with_lora(model, cfg.lora)
     policy = Policy(model, tokenizer, lengths.prompt, backend)
+    prompts_cut = policy.count_cut([s.prompt for s in train], "train",
+                                   task_key_name(args.task_file, "lengths", "prompt", "supervised"))
     trainer = SupervisedTrainer(policy, train, val, cfg, lengths.target, args.seed, run.parallel)
     data = [fingerprint(args.datapool / f"{split}.jsonl") for split in ("train", "val")]
     # what val rows depend on: the evaluation's settings, and the plugin code of the metrics and post-processing and
@@ -98,7 +100,8 @@ def main() -> None:
                        "precision": args.precision},
                {"datapool": args.datapool, "base_model": args.base_model}, replicas=lambda: [model],
                extra={"selected": chosen or {"select": "last", "epoch": cfg.epochs,
-                                             "why": "select: last hands on the final policy"}})
+                                             "why": "select: last hands on the final policy"},
+                      "prompts_cut": prompts_cut})
 
 
 if __name__ == "__main__":

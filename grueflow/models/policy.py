@@ -7,6 +7,7 @@ EOS and 0 after it.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Optional, Sequence
 
@@ -18,6 +19,8 @@ from transformers import (LogitsProcessor, LogitsProcessorList, NoRepeatNGramLog
 from grueflow.config import GenerationConfig
 from grueflow.models import Kind, model_kind, special_tokens_only
 from grueflow.models.backend import Backend, SampledLogits, prefix_forward, select, shared_encoder
+
+log = logging.getLogger(__name__)
 
 
 class Prompts(NamedTuple):
@@ -248,6 +251,21 @@ class Policy:
     @property
     def device(self) -> torch.device:
         return self.backend.execution.device
+
+    def count_cut(self, prompts: Sequence[str], split: str, key: str = "lengths.prompt") -> dict[str, Any]:
+        """How many of a split's ``prompts`` are longer than ``max_prompt_length`` tokens (special tokens included),
+        so that :meth:`encode` cuts them (from the left for a causal model, the right for a seq2seq one): one
+        warning naming ``key`` (the params key of the budget) when some are, and the counts for the stage record
+        (``{"split", "cut", "prompts", "max_tokens", "side"}``)."""
+        lengths = [len(ids) for ids in self.tokenizer(list(prompts), truncation=False, verbose=False)["input_ids"]]
+        cut = sum(n > self.max_prompt_length for n in lengths)
+        side = self.tokenizer.truncation_side
+        if cut:
+            log.warning("%d of %d %s prompts longer than %s=%d tokens were cut (%s; the longest has %d): raise %s to "
+                        "keep them whole", cut, len(lengths), split, key, self.max_prompt_length, side, max(lengths),
+                        key)
+        return {"split": split, "cut": cut, "prompts": len(lengths), "max_tokens": self.max_prompt_length,
+                "side": side}
 
     def encode(self, prompts: list[str]) -> Prompts:
         enc = self.tokenizer(prompts, truncation=True, max_length=self.max_prompt_length, padding=True,

@@ -1763,6 +1763,26 @@ def test_evaluate_says_when_its_task_label_is_not_its_task_files(tmp_path: Path,
     assert result.code == 0, result.stderr  # a label, still: a task file of another name run by hand may be meant
 
 
+def test_evaluate_counts_the_prompts_it_cuts_to_lengths_prompt(tmp_path: Path, call_stage, tiny_models, caplog):
+    """A test prompt far longer than lengths.prompt was cut to its last 24 tokens with no word: the stats said
+    35,000 words, the model saw 24 tokens."""
+    model = tiny_models["causal"]
+    long_row = {"prompt": "the film was good and " * 40, "references": ["fine"]}
+    files = {"train": write_rows(tmp_path / "train.jsonl", [GOOD_ROW] * 4),
+             "validation": write_rows(tmp_path / "val.jsonl", [GOOD_ROW]),
+             "test": write_rows(tmp_path / "test.jsonl", [GOOD_ROW, long_row, GOOD_ROW])}
+    task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml", datapool={"id": "custom", "args": {"data_files": files}})
+    assert call_stage("prepare_datapool", "--task-file", task, "--out", tmp_path / "pool").code == 0
+    result = call_stage("evaluate", "--task-file", task, "--task", "sentiment", "--start", "zero_shot", "--datapool",
+                        tmp_path / "pool", "--model", model, "--base-model", model, "--seed", "0", "--out",
+                        tmp_path / "out")
+    assert result.code == 0, result.stderr
+    assert "1 of 3 test prompts longer than lengths.prompt=24 tokens were cut (left; the longest has " in caplog.text
+    assert "raise lengths.prompt to keep them whole" in caplog.text
+    assert read_json(tmp_path / "out" / "stage.json")["prompts_cut"] == {"split": "test", "cut": 1, "prompts": 3,
+                                                                        "max_tokens": 24, "side": "left"}
+
+
 def test_evaluate_with_a_headline_metric_the_task_does_not_produce_exits_2(tmp_path: Path, call_stage):
     task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml", headline_metrics=["semantic/bert_score"])
     result = call_stage("evaluate", "--task-file", task, "--task", "sentiment", "--start", "zero_shot",
