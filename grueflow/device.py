@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
 from grueflow.config import ConfigError
+from grueflow.io import ENGINE
 
 if TYPE_CHECKING:
     import torch
@@ -62,9 +63,7 @@ def resolve_device(setting: str, source: str = "--device", local_rank: Optional[
     if not torch.cuda.is_available():
         built = torch.version.cuda or "no CUDA"
         raise ConfigError(f"{source} = {setting!r} asks for a GPU, but CUDA is not available here (torch "
-                          f"{torch.__version__}, built with {built}); "
-                          + (f"unset {DEVICE_ENV} or set it to cpu or auto" if source == DEVICE_ENV else
-                             "use --device cpu or auto"))
+                          f"{torch.__version__}, built with {built}); " + _no_cuda_fix(source))
     count = torch.cuda.device_count()
     if setting in ("auto", "cuda"):
         rank = local_rank if local_rank is not None else int(os.environ.get("LOCAL_RANK", "0"))
@@ -75,6 +74,18 @@ def resolve_device(setting: str, source: str = "--device", local_rank: Optional[
             raise ConfigError(f"{source} = {setting!r}: this machine has {count} CUDA device(s), "
                               f"cuda:0 to cuda:{count - 1}")
     return torch.device("cuda", index)
+
+
+def _no_cuda_fix(source: str) -> str:
+    """How to fix a GPU asked for by ``source`` where there is none. A Snakemake job's ``--device`` is the rule's,
+    not the user's: ``cuda`` where the suite's ``resources:`` give the stage's rule ``gpu: N``."""
+    if source == DEVICE_ENV:
+        return f"unset {DEVICE_ENV} or set it to cpu or auto"
+    if os.environ.get(ENGINE) == "snakemake":
+        return ("Snakemake passes --device cuda to a stage whose rule the suite's resources give gpu: N (or "
+                "--set-resources <rule>:device=...): drop that gpu from the suite's resources: (or the "
+                "--set-resources), or run where CUDA is")
+    return "use --device cpu or auto"
 
 
 def resolve_precision(precision: str, device: "torch.device") -> Precision:

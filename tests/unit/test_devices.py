@@ -67,6 +67,19 @@ def test_asking_for_cuda_without_one_fails_naming_the_setting():
         resolve_device("cuda", "GRUEFLOW_DEVICE")
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
+def test_a_snakemake_jobs_gpu_device_names_the_suites_resources_not_a_flag_never_given(monkeypatch):
+    """A rule given gpu: 1 in the suite's resources passes its stage --device cuda: the refusal advised "use --device
+    cpu or auto", a flag the user never gave."""
+    monkeypatch.setenv("GRUEFLOW_ENGINE", "snakemake")
+    with pytest.raises(ConfigError) as err:
+        resolve_device("cuda", "--device")
+    assert "asks for a GPU, but CUDA is not available here" in str(err.value)
+    assert str(err.value).endswith("Snakemake passes --device cuda to a stage whose rule the suite's resources give "
+                                   "gpu: N (or --set-resources <rule>:device=...): drop that gpu from the suite's "
+                                   "resources: (or the --set-resources), or run where CUDA is")
+
+
 def test_precision_defaults_per_device_and_fast_paths_switch_off(monkeypatch):
     assert resolve_precision("auto", CPU) == "fp32"
     assert resolve_precision("auto", torch.device("cuda", 0)) == "bf16"
