@@ -20,7 +20,7 @@ import subprocess
 import sys
 from decimal import Context
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import pandas as pd
 
@@ -418,35 +418,102 @@ def note_copied(target: str, revs: Sequence[str]) -> None:
 
 
 def note_edited(target: str, revs: Sequence[str]) -> None:
-    """Say on stderr where the workspace's ``target`` (one of ``revs`` is ``workspace``) is a file written with a
-    table (:data:`grueflow.stale.TABLES`: the GRUE table's JSON) whose bytes are not those its stage wrote, by the
-    digests the stage recorded beside it (:func:`grueflow.stale.edited_files`), or a file of a stage folder that its
-    ``stage.json`` does not vouch for (:func:`grueflow.keep.unvouched`: an evaluation's ``metrics.json`` edited):
-    edited by hand, so its values are no pipeline result. Nothing is said where that record is missing (a clone whose results came from ``dvc pull``:
-    nothing tells), or where the workspace's dvc.lock records the file's bytes as they are
-    (:func:`grueflow.stale.locked_as_is`: an earlier result ``dvc checkout`` put back, which the record of the last
-    run does not describe)."""
+    """Say on stderr where ``target``, at one of ``revs``, is a file written with a table
+    (:data:`grueflow.stale.TABLES`: the GRUE table's JSON) whose bytes are not those its stage wrote, by the digests
+    the stage recorded beside it (:func:`grueflow.io.files_record`), or a file of a stage folder that its
+    ``stage.json`` does not vouch for (an evaluation's ``metrics.json`` edited): edited by hand, so its values are
+    no pipeline result. In the workspace (:func:`_edited_here`); at a commit, where the file and its record both
+    read from DVC's cache at that commit (:func:`_edited_at`: a hand edit recorded with ``dvc commit`` and
+    committed). Nothing is said where the record is missing or unreadable (nothing tells)."""
+    path = Path(os.path.relpath(os.path.abspath(target)))
+    for rev in dict.fromkeys(revs):
+        record = _edited_here(path) if rev == "workspace" else _edited_at(rev, path)
+        if record is None:
+            continue
+        what = f"the digest recorded in {record}" if record.name != "stage.json" else f"what {record} records of it"
+        if rev == "workspace":
+            print(f"grueflow diff: note: {path} is not what its stage wrote (edited by hand?): it differs from {what}, "
+                  f"so its workspace values are no pipeline result; rebuild it (dvc repro, or grueflow run) for the "
+                  f"pipeline's values", file=sys.stderr)
+        else:
+            print(f"grueflow diff: note: {path} at {rev} is not what its stage wrote (edited by hand, then dvc "
+                  f"commit?): it differs from {what} at {rev}, so its values there are no pipeline result; rebuild it "
+                  f"(dvc repro, which names the stage to rerun) and commit for the pipeline's values", file=sys.stderr)
+
+
+def _edited_here(path: Path) -> Optional[Path]:
+    """The record that the workspace's file ``path`` (relative to the project root) is unlike, where it is a file
+    written with a table (:func:`grueflow.stale.edited_files`) or a stage folder's (:func:`grueflow.keep.unvouched`);
+    None where it is as written, or nothing tells: no record, or a table's file whose bytes the workspace's dvc.lock
+    records where it holds no entry for the table's record (:func:`grueflow.stale.locked_as_is`: an earlier result
+    DVC put back under a ``dvc.yaml`` of before, which restored no record with it)."""
     from grueflow.io import STAGE_RECORD, files_record
     from grueflow.keep import unvouched
     from grueflow.stale import TABLES, edited_files, locked_as_is, locked_outputs
 
-    if "workspace" not in revs:
-        return
-    path = Path(os.path.relpath(os.path.abspath(target)))
     first = next((first for first, others in TABLES.items() if path in (first, *others)), None)
     if first is None:
         folder = next((folder for folder in path.parents if (folder / STAGE_RECORD).is_file()), None)
-        if folder is not None and path.is_file() and path in unvouched(folder):
-            print(f"grueflow diff: note: {path} is not what its stage wrote (edited by hand?): it differs from what "
-                  f"{folder / STAGE_RECORD} records of it, so its workspace values are no pipeline result; rebuild "
-                  f"it (dvc repro, or grueflow run) for the pipeline's values", file=sys.stderr)
-        return
+        return folder / STAGE_RECORD if folder is not None and path.is_file() and path in unvouched(folder) else None
     if not files_record(first).is_file() or path not in edited_files(first, TABLES[first]):
-        return
-    if not locked_as_is(path, locked_outputs(Path("dvc.lock")).get(path.as_posix())):
-        print(f"grueflow diff: note: {path} is not what its stage wrote (edited by hand?): it differs from the digest "
-              f"recorded in {files_record(first)}, so its workspace values are no pipeline result; rebuild it (dvc "
-              f"repro, or grueflow run) for the pipeline's values", file=sys.stderr)
+        return None
+    locked = locked_outputs(Path("dvc.lock"))
+    if files_record(first).as_posix() not in locked and locked_as_is(path, locked.get(path.as_posix())):
+        return None
+    return files_record(first)
+
+
+def _edited_at(rev: str, path: Path) -> Optional[Path]:
+    """The record that the file ``path`` (relative to the project root) is unlike at the git revision ``rev``, both
+    read through DVC at that revision (:func:`_bytes_at`): a table's :func:`grueflow.io.files_record`, or the
+    ``stage.json`` of the nearest folder above it that holds one; None where it is as written, or either does not
+    read (a table of a ``dvc.yaml`` of before, whose record DVC did not track), and for a ``stage.json`` itself."""
+    import hashlib
+
+    from grueflow.io import STAGE_RECORD, files_record, written_digests
+    from grueflow.stale import TABLES
+
+    content = _bytes_at(rev, path) if path.name != STAGE_RECORD else None  # a record is judged by its own digest
+    if content is None:
+        return None
+    digest = hashlib.sha256(content).hexdigest()
+    first = next((first for first, others in TABLES.items() if path in (first, *others)), None)
+    if first is not None:
+        record = _bytes_at(rev, files_record(first))
+        try:
+            recorded = written_digests(json.loads(record)) if record is not None else None
+        except ValueError:
+            return None
+        return files_record(first) if recorded and path.as_posix() in recorded and \
+            recorded[path.as_posix()] != digest else None
+    for folder in path.parents[:-1]:
+        record = _bytes_at(rev, folder / STAGE_RECORD)
+        if record is None:
+            continue
+        try:
+            listed = json.loads(record).get("files")
+        except (ValueError, AttributeError):
+            return None
+        meta = listed.get(path.relative_to(folder).as_posix()) if isinstance(listed, dict) else None
+        if not isinstance(meta, dict):
+            return None
+        listed_digest = hashlib.sha256(path.name.encode() + content).hexdigest()  # grueflow.io.fingerprint of a file
+        unlike = meta.get("bytes") != len(content) or meta.get("sha256") != listed_digest
+        return folder / STAGE_RECORD if unlike else None
+    return None
+
+
+def _bytes_at(rev: str, path: Path) -> Optional[bytes]:
+    """The bytes of ``path`` at git revision ``rev``, through DVC (a DVC output read from its cache); None where it
+    cannot be read."""
+    import dvc.api
+    from dvc.exceptions import DvcException
+    from scmrepo.exceptions import SCMError
+
+    try:
+        return dvc.api.read(path.as_posix(), rev=rev, mode="rb")
+    except (OSError, DvcException, SCMError):
+        return None
 
 
 def check_metrics_target(target: str) -> None:

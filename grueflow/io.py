@@ -88,7 +88,8 @@ def atomic_paths(paths: Iterable[str | Path]) -> Iterator[list[Path]]:
 def files_record(first: str | Path) -> Path:
     """Where a stage that writes files rather than a folder of its own (a table and the files written with it)
     records their digests: ``.<name>.record.json`` beside the first of them (``results/.grue_table.csv.record.json``),
-    hidden, in no engine's outputs."""
+    hidden; in no Snakemake rule's outputs, and an out of DVC's table stage (:data:`grueflow.pipeline.TABLE_RECORD`),
+    which DVC restores with the table it describes."""
     first = Path(first)
     return first.with_name(f".{first.name}.record.json")
 

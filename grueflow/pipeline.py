@@ -65,6 +65,9 @@ EVAL = "results/eval/{task}/{method}/seed{seed}"
 CLASSIFIER = "results/{task}/classifier"  # train_classifier's folder; a learned_classifier's model: .../model
 SUITE_CHECK = "results/suite_valid.txt"  # DVC's first stage writes it once the suite and its params files are valid
 PLUGIN_CODE = "results/plugin_code"  # DVC's first stage writes <task>/<stage>.json: digests of the plugins it runs
+# The GRUE table's record of the digests of what its stage wrote (grueflow.io.files_record of its CSV): an out, so
+# that DVC restores a table (run cache, checkout, pull) with the record of that table, never with another run's
+TABLE_RECORD = "results/.grue_table.csv.record.json"
 BASE_MODEL_HF = BASE_MODEL + "/model"  # the Hugging Face folder inside a model stage's output (grueflow.io.MODEL_DIR)
 WARM_START_HF = WARM_START + "/model"
 MODEL_OUTS = ("{out}/model", "{out}/stage.json")  # what DVC caches of a model-producing stage
@@ -327,7 +330,7 @@ _TABLE = (
         suite_keys=("tasks", "algorithms", "seeds", "preference_methods"),
         args=f"--eval-dir {{eval}} --suite {SUITE_FILE} --out-csv {{csv}} --out-md {{md}} --out-json {{json}}"
              " --out-chart {chart} --out-html {html} --out-samples {samples}",
-        outs=("{csv}", "{md}", "{html}", "{samples}"),
+        outs=("{csv}", "{md}", "{html}", "{samples}", TABLE_RECORD),
         metrics=("{json}",),
         plots=(Plot("{chart}"),),
         resources=DefaultResources(mem_mb=1000, runtime=10),

@@ -97,9 +97,9 @@ from typing import Callable, Iterable, Mapping, Optional
 
 from grueflow.config import ConfigError
 from grueflow.io import (BUILT_FROM, MODEL_DIR, SNAKEMAKE_METADATA, SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED,
-                         DataError, MissingDataError, atomic_path, check_stage_output, files_record, fingerprint,
-                         last_written, read_json, record_digest, sha256_bytes, snakemake_metadata, written_digests,
-                         written_for)
+                         DataError, MissingDataError, as_written, atomic_path, check_stage_output, files_record,
+                         fingerprint, last_written, read_json, record_digest, sha256_bytes, snakemake_metadata,
+                         written_digests, written_for)
 from grueflow.keep import (batch_copies_text, edited_outputs, files_under, keep_batch, keep_copy, kept_copy, listed,
                            persons_files, stat_signature, unvouched)
 from grueflow.pipeline import PARAMS_DIGEST, STAGES, ParamsSource, params_digest
@@ -633,25 +633,81 @@ def keep_edited_tables(root: Path, tables: Mapping[Path, Iterable[Path]]) -> lis
     under the project ``root``) whose bytes are not what its stage wrote (:func:`edited_files`: a note added by hand)
     to ``.grueflow/replaced/``, once per content; one line per table a copy was made of now, as the Snakefile's stale
     check words it (:func:`mark_stale`). For an engine that restores a table's files with no check of its own
-    (DVC's checkout of a cached stage's outs), run before it touches any. A file whose bytes are those ``dvc.lock``
-    under ``root`` records for it is DVC's own (an earlier table restored from its cache when a param was put back,
-    which the record of the last run does not describe): not copied. A copy that fails is a :class:`DataError`:
-    nothing may run."""
+    (DVC's checkout of a cached stage's outs), run before it touches any. DVC restores a table with its own record
+    (:data:`grueflow.pipeline.TABLE_RECORD`, an out of the table stage), so a file unlike its record is an edit,
+    whatever ``dvc.lock`` says of it; only where ``dvc.lock`` under ``root`` holds no entry for the record (written
+    by a ``dvc.yaml`` of before, whose table stage reruns once on the new one) is a file whose bytes it records taken
+    as DVC's own (an earlier table restored from its run cache, which the record of the last run does not describe).
+    A copy that fails is a :class:`DataError`: nothing may run."""
     lines, locked = [], None
     for first, others in tables.items():
         edited = edited_files(first, others) if first.is_file() else []
-        if edited:  # DVC's own bytes, restored from its cache (a param reverted): the record is of the last run only
+        if edited:
             locked = locked_outputs(root / "dvc.lock") if locked is None else locked
-            edited = [file for file in edited if not locked_as_is(root / file, locked.get(file.as_posix()))]
+            if files_record(first).as_posix() not in locked:  # a record DVC does not restore with the table
+                edited = [file for file in edited if not locked_as_is(root / file, locked.get(file.as_posix()))]
         if edited and any(kept_copy(file, root, [file]) is None for file in edited):
             why = _changed_since_written(first) or "it is not what its stage wrote (edited or replaced since)"
             lines.append(f"grueflow: {first} is stale ({why}); its job reruns{_copies_of(edited, root)}")
     return lines
 
 
-def locked_outputs(lock: Path) -> dict[str, dict]:
+def dvc_kept_edits(root: Path, tables: Mapping[Path, Iterable[Path]],
+                   folders: Iterable[Path]) -> list[tuple[Path, Path, str]]:
+    """What DVC would keep as a pipeline result though its stage did not write it: each file out (``dvc.lock`` under
+    the project ``root``, :func:`locked_stages`) whose bytes differ from what its own grueflow record vouches for,
+    while ``dvc.lock`` records both the file and that record with their bytes as they are (``dvc commit`` took a
+    hand edit as the stage's output: ``dvc status`` is then clean, and ``dvc repro`` neither reruns nor restores the
+    stage). The files: those written with a table (``tables``, as :func:`keep_edited_tables`; its record
+    :func:`grueflow.io.files_record`) unlike their digests (:func:`edited_files`), and those of the stage folders
+    ``folders`` (DVC's outputs, :func:`output_folders`) that their ``stage.json`` does not vouch for
+    (:func:`_unlike_record`: a metrics.json edited; the record itself edited). One entry per file, (the file, its
+    record, the name of its DVC stage in ``dvc.lock``), in ``dvc.lock``'s order; a file inside a folder out
+    (``model/``, a datapool) is not looked at (DVC records the folder's listing alone)."""
+    locked = locked_stages(root / "dvc.lock")
+    found: list[tuple[Path, Path]] = []
+    for first, others in tables.items():
+        if first.is_file() and (root / files_record(first)).is_file():
+            found += [(file, files_record(first)) for file in edited_files(first, others)]
+    for folder in folders:
+        found += [(file, folder / STAGE_RECORD) for file in _unlike_record(folder, locked)]
+    kept = [(file, record) for file, record in found
+            if all(path.as_posix() in locked and locked_as_is(root / path, locked[path.as_posix()][1])
+                   for path in (file, record))]
+    order = list(locked)
+    return [(file, record, locked[file.as_posix()][0])
+            for file, record in sorted(kept, key=lambda pair: order.index(pair[0].as_posix()))]
+
+
+def _unlike_record(folder: Path, locked: Mapping[str, object]) -> list[Path]:
+    """The files of the stage folder ``folder`` that ``dvc.lock`` records as file outs (``locked``, by path) and
+    that its ``stage.json`` does not vouch for, whatever their times (a ``dvc checkout`` sets them anew): one its
+    manifest lists at another size or digest, and the ``stage.json`` itself where its bytes are not the ones a stage
+    writes (:func:`grueflow.io.as_written`). ``[]`` where the folder holds no readable manifest (nothing to go by)."""
+    try:
+        listed_files = read_json(folder / STAGE_RECORD)["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    if not isinstance(listed_files, dict):
+        return []
+    unlike = []
+    for name in sorted({STAGE_RECORD, *listed_files}):
+        file, meta = folder / name, listed_files.get(name)
+        if (folder / name).as_posix() not in locked or not file.is_file():
+            continue
+        if name == STAGE_RECORD:
+            if not as_written(file):
+                unlike.append(file)
+        elif not isinstance(meta, dict) or file.stat().st_size != meta.get("bytes") \
+                or fingerprint(file) != meta.get("sha256"):
+            unlike.append(file)
+    return unlike
+
+
+def locked_stages(lock: Path) -> dict[str, tuple[str, dict]]:
     """The outputs the DVC lock file ``lock`` records, by path (as written there: relative to the project root), each
-    as its entry (``md5``, and ``hash: md5`` from DVC 3 on); empty where there is no lock file or it does not read."""
+    as (the name of its stage there, its entry: ``md5``, and ``hash: md5`` from DVC 3 on), in the lock file's order;
+    empty where there is no lock file or it does not read."""
     import yaml
 
     from grueflow.config import load_yaml12
@@ -660,9 +716,14 @@ def locked_outputs(lock: Path) -> dict[str, dict]:
         stages = load_yaml12(lock.read_text(encoding="utf-8")).get("stages") or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, AttributeError):
         return {}
-    return {out["path"]: out for stage in (stages.values() if isinstance(stages, dict) else ())
+    return {out["path"]: (name, out) for name, stage in (stages.items() if isinstance(stages, dict) else ())
             for out in ((stage.get("outs") or []) if isinstance(stage, dict) else ())
             if isinstance(out, dict) and isinstance(out.get("path"), str) and isinstance(out.get("md5"), str)}
+
+
+def locked_outputs(lock: Path) -> dict[str, dict]:
+    """The outputs the DVC lock file ``lock`` records, by path, each as its entry (:func:`locked_stages`)."""
+    return {path: entry for path, (_, entry) in locked_stages(lock).items()}
 
 
 def locked_as_is(path: Path, entry: Optional[Mapping]) -> bool:

@@ -25,6 +25,12 @@ stage record vouches for (a file put there, a hand edit). The copies come before
 the suite file's grid names as it lies (:func:`suite_outputs`): a refusal fails this stage, and
 ``dvc repro --ignore-errors`` goes on to delete the outs of every stage below it.
 
+Once its files are written, it fails (exit 2, one line) where ``dvc.lock`` records, as they lie, outputs whose
+files are unlike their own grueflow record (:func:`kept_edits_problem`: a hand edit recorded with ``dvc commit``,
+which DVC would otherwise keep as a pipeline result, neither rerunning nor restoring its stage), naming each file,
+its record and its DVC stage, and the ``dvc repro -f -s`` that rebuilds them (its files in place, so that those
+stages can run alone).
+
 DVC expands the stages' grids from the files ``dvc.yaml``'s ``vars`` names, while this stage validates, and the
 table stage (``aggregate --suite``) reads, the suite file given here: a ``vars`` naming any other file (a second
 suite put there by hand) would train one suite's grid and tabulate another's, so it is refused (exit 2, one line
@@ -48,8 +54,8 @@ from grueflow.config import ConfigError, read_yaml
 from grueflow.human.layout import answers_tree
 from grueflow.io import DataError, atomic_dir, atomic_path
 from grueflow.params import VALID, valid_out_problem, validate
-from grueflow.stale import (HUMAN_ANSWERS, TABLES, answered_paths, keep_answered, keep_edited_tables, keep_user_files,
-                            output_folders, refuse_links)
+from grueflow.stale import (HUMAN_ANSWERS, TABLES, answered_paths, dvc_kept_edits, keep_answered, keep_edited_tables,
+                            keep_user_files, output_folders, refuse_links)
 
 RESULTS = "results"  # where every DVC stage writes (dvc.yaml's outs, relative to the project root)
 
@@ -101,6 +107,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 (tmp / task / f"{stage}.json").write_text(json.dumps(entry, indent=1, sort_keys=True) + "\n")
     with atomic_path(args.out) as tmp:
         tmp.write_text(VALID)
+    kept = kept_edits_problem(outputs)  # after the writes: the stages it names can then be run alone (dvc repro -s)
+    if kept:
+        print(f"error: {kept}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -171,6 +181,21 @@ def vars_problem(suite: Path, document: Mapping) -> str:
             f"aggregate --suite): a grid DVC takes from elsewhere would be trained, but neither checked nor in the "
             f"table; to run another suite under DVC, copy it over {suite} (cp {other} {suite}), then put vars back "
             f"with `{pipeline.COMMAND}`")
+
+
+def kept_edits_problem(outputs: Sequence[Path]) -> str:
+    """Why ``dvc repro`` may not go on: outputs whose files are not what their stage wrote, which ``dvc.lock`` records
+    as they are (:func:`grueflow.stale.dvc_kept_edits`: a hand edit taken by ``dvc commit``), so that DVC would keep
+    them as pipeline results, neither rerunning nor restoring their stages; naming each, its record and the command
+    that rebuilds them. "" where there is none."""
+    kept = dvc_kept_edits(Path("."), TABLES, output_folders(outputs))
+    if not kept:
+        return ""
+    files = "; ".join(f"{file} (unlike what {record} records of it; stage {stage})" for file, record, stage in kept)
+    stages = " ".join(dict.fromkeys(stage for _, _, stage in kept))
+    return (f"dvc.lock records outputs their stages did not write, as they are (dvc commit took a hand edit as a "
+            f"stage's output), so dvc repro would keep them as pipeline results: {files}; their bytes stay in DVC's "
+            f"cache under this dvc.lock; rebuild them with `dvc repro -f -s {stages}`, then `dvc repro`")
 
 
 def keep_persons_files(outputs: Sequence[Path]) -> list[str]:

@@ -693,3 +693,50 @@ def test_diff_with_a_table_edited_in_the_workspace_says_it_is_no_pipeline_result
     assert json.loads(table.read_text()) == {"sentiment": {"ppo": {"reward": 0.5}}}
     assert main(["diff", "HEAD", "workspace"]) == 0
     assert capsys.readouterr().err == ""
+
+
+def test_diff_between_commits_notes_a_side_whose_file_is_unlike_its_record(tmp_path, monkeypatch, capsys):
+    """A number edited in grue_table.json and in an evaluation's metrics.json, recorded with `dvc commit -f` and
+    a git commit: diff HEAD~1 HEAD showed the edited values with no note, though each commit holds the record of
+    what the stage wrote (the table's record, an out of its stage; the folder's stage.json). Each side is checked
+    against its own record at that commit; the side as written (HEAD~1) gets no note."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git_init(repo)
+    run(["dvc", "init", "-q"], repo)
+    monkeypatch.chdir(repo)
+    (repo / "write.py").write_text(  # aggregate's and evaluate's way of writing, in one step
+        f"import json, sys\nsys.path.insert(0, {str(ROOT)!r})\n"
+        "from grueflow.io import atomic_dir, atomic_files, write_json, write_stage_record\n"
+        "with atomic_dir('results/eval/sentiment/ppo/seed0') as tmp:\n"
+        "    write_json(tmp / 'metrics.json', {'reward': -0.15625})\n"
+        "    write_stage_record(tmp, stage='evaluate', params={}, inputs={}, wall_time_s=0.0)\n"
+        "with atomic_files(['results/grue_table.csv', 'results/grue_table.json']) as (csv, js):\n"
+        "    csv.write_text('task,method,n_seeds,reward\\nsentiment,ppo,1,-0.15625\\n')\n"
+        "    js.write_text(json.dumps({'sentiment': {'ppo': {'reward': -0.15625}}}))\n")
+    folder = Path("results/eval/sentiment/ppo/seed0")
+    (repo / "dvc.yaml").write_text(
+        f"stages:\n  aggregate:\n    cmd: {sys.executable} write.py\n    deps: [write.py]\n"
+        f"    outs: [results/grue_table.csv, results/.grue_table.csv.record.json, {folder}/stage.json]\n"
+        f"    metrics: [results/grue_table.json, {folder}/metrics.json]\n")
+    run(["dvc", "repro", "-q"], repo)
+    run(["git", "add", "-A"], repo)
+    run(["git", "commit", "-qm", "results"], repo)
+    table, metrics = Path("results/grue_table.json"), folder / "metrics.json"
+    table.write_text(table.read_text().replace("-0.15625", "-0.95625"))
+    metrics.write_text(metrics.read_text().replace("-0.15625", "0.75"))
+    run(["dvc", "commit", "-q", "-f"], repo)
+    run(["git", "commit", "-qam", "edited by hand"], repo)
+    assert main(["diff", "HEAD~1", "HEAD"]) == 0
+    shown = capsys.readouterr()
+    assert shown.err == (
+        "grueflow diff: note: results/grue_table.json at HEAD is not what its stage wrote (edited by hand, then dvc "
+        "commit?): it differs from the digest recorded in results/.grue_table.csv.record.json at HEAD, so its values "
+        "there are no pipeline result; rebuild it (dvc repro, which names the stage to rerun) and commit for the "
+        "pipeline's values\n")
+    assert shown.out.splitlines()[-1].split() == ["sentiment", "ppo", "reward", "-0.1562", "-0.9563", "-0.8"]
+    assert main(["diff", "HEAD~1", "HEAD", "--target", str(metrics)]) == 0
+    assert capsys.readouterr().err == (
+        f"grueflow diff: note: {metrics} at HEAD is not what its stage wrote (edited by hand, then dvc commit?): it "
+        f"differs from what {folder / 'stage.json'} records of it at HEAD, so its values there are no pipeline "
+        f"result; rebuild it (dvc repro, which names the stage to rerun) and commit for the pipeline's values\n")

@@ -332,10 +332,11 @@ def test_a_note_added_to_a_table_is_copied_before_the_rerun_writes_it_again(tmp_
 
 
 def test_dvcs_own_table_restored_from_its_cache_is_not_copied_as_an_edit(tmp_path, monkeypatch):
-    """`dvc repro` after a param is put back restores the earlier table from DVC's cache, with no aggregate run: the
-    table's record of digests is still the last run's, and DVC's first stage took the restored files for a hand
-    edit (a copy and a line on the next `dvc repro`). A file whose bytes dvc.lock records for it (DVC 3's md5, or
-    DVC 2's of the text with CRLF as LF) is DVC's own; an edit of it is still copied."""
+    """`dvc repro` after a param is put back restores the earlier table from DVC's cache, with no aggregate run: under
+    a dvc.yaml whose table stage does not list the table's record as an out (a project built before it did), the
+    record is still the last run's, and DVC's first stage took the restored files for a hand edit (a copy and a line
+    on the next `dvc repro`). Where dvc.lock holds no entry for the record, a file whose bytes dvc.lock records for
+    it (DVC 3's md5, or DVC 2's of the text with CRLF as LF) is DVC's own; an edit of it is still copied."""
     import hashlib
 
     from grueflow.io import atomic_files
@@ -359,6 +360,66 @@ def test_dvcs_own_table_restored_from_its_cache_is_not_copied_as_an_edit(tmp_pat
     line, = keep_edited_tables(Path("."), {csv: [md]})
     assert line.startswith(f"grueflow: {csv} is stale (") and f"a copy of {md} is kept in .grueflow/replaced/" in line
     assert "a copy of results/grue_table.csv" not in line
+
+
+def _lock_entries(stage: str, paths: list[Path]) -> str:
+    """A dvc.lock stage recording each of ``paths`` with the md5 of its bytes as they are (DVC 3's entry)."""
+    return f"  {stage}:\n    cmd: python stages/{stage}.py\n    outs:\n" + "".join(
+        f"    - path: {path}\n      hash: md5\n      md5: {hashlib.md5(path.read_bytes()).hexdigest()}\n"
+        for path in paths)
+
+
+def test_a_table_edit_dvc_commit_took_with_the_tables_own_record_is_copied_and_named(tmp_path, monkeypatch):
+    """A number edited in grue_table.json, then `dvc commit -f`: dvc.lock recorded the edit, and DVC's first stage
+    took a file whose bytes dvc.lock records as DVC's own, so the edit passed as a pipeline result (no copy, no
+    rerun, `dvc status` clean). With the table's record an out of its stage, DVC restores a table with its own
+    record: a file unlike it is an edit whatever dvc.lock says, copied, and named with the stage to rerun."""
+    from grueflow.io import atomic_files, files_record
+    from grueflow.pipeline import STAGES, TABLE_RECORD
+    from grueflow.stale import dvc_kept_edits, keep_edited_tables
+
+    assert TABLE_RECORD == files_record(STAGES["aggregate"].outputs["csv"]).as_posix()
+    assert TABLE_RECORD in STAGES["aggregate"].outs
+    monkeypatch.chdir(tmp_path)
+    csv, js = Path("results/grue_table.csv"), Path("results/grue_table.json")
+    csv.parent.mkdir()
+    with atomic_files([csv, js]) as (csv_tmp, js_tmp):
+        csv_tmp.write_text("task,method,reward\nsentiment,ppo,-0.15625\n")
+        js_tmp.write_text('{"sentiment": {"ppo": {"reward": -0.15625}}}')
+    js.write_text('{"sentiment": {"ppo": {"reward": -0.95625}}}')  # edited, then dvc commit -f
+    Path("dvc.lock").write_text("schema: '2.0'\nstages:\n" + _lock_entries("aggregate", [csv, js, Path(TABLE_RECORD)]))
+    line, = keep_edited_tables(Path("."), {csv: [js]})
+    assert line.startswith(f"grueflow: {csv} is stale ({js}, written with it, is not what its stage wrote") \
+        and f"a copy of {js} is kept in .grueflow/replaced/{js}@" in line
+    assert dvc_kept_edits(Path("."), {csv: [js]}, []) == [(js, Path(TABLE_RECORD), "aggregate")]
+    Path("dvc.lock").write_text("schema: '2.0'\nstages:\n" + _lock_entries("aggregate", [csv]))
+    assert dvc_kept_edits(Path("."), {csv: [js]}, []) == []  # the edit not in dvc.lock: DVC restores the table
+
+
+def test_a_stage_folders_edit_dvc_commit_took_is_named_with_its_stage(tmp_path, monkeypatch):
+    """An evaluation's metrics.json edited, then `dvc commit -f`: its stage.json still records the digest of what
+    the stage wrote, and dvc.lock records both as they are, so DVC neither reruns nor restores the stage: named,
+    whatever the file's time (``dvc checkout`` sets times anew). Not named where dvc.lock records the file as
+    the stage wrote it (DVC puts it back), nor where the folder is as written."""
+    from grueflow.io import atomic_dir, write_json, write_stage_record
+    from grueflow.stale import dvc_kept_edits
+
+    monkeypatch.chdir(tmp_path)
+    folder = Path("results/eval/sentiment/ppo/seed0")
+    with atomic_dir(folder) as tmp:
+        write_json(tmp / "metrics.json", {"reward": -0.15625})
+        write_stage_record(tmp, stage="evaluate", params={}, inputs={}, wall_time_s=0.0)
+    metrics, record = folder / "metrics.json", folder / "stage.json"
+    lock = Path("dvc.lock")
+    lock.write_text("schema: '2.0'\nstages:\n" + _lock_entries("evaluate_rl@sentiment-ppo-0", [metrics, record]))
+    assert dvc_kept_edits(Path("."), {}, [folder]) == []
+    written = lock.read_text()
+    metrics.write_text(metrics.read_text().replace("-0.15625", "0.75"))
+    os.utime(metrics, (1, 1))  # older than its record
+    assert dvc_kept_edits(Path("."), {}, [folder]) == []  # dvc.lock records what the stage wrote: DVC restores it
+    lock.write_text("schema: '2.0'\nstages:\n" + _lock_entries("evaluate_rl@sentiment-ppo-0", [metrics, record]))
+    assert dvc_kept_edits(Path("."), {}, [folder]) == [(metrics, record, "evaluate_rl@sentiment-ppo-0")]
+    assert written != lock.read_text()
 
 
 def test_a_table_edited_after_its_stage_wrote_it_is_stale(tmp_path, monkeypatch):
