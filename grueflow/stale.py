@@ -96,10 +96,10 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional
 
 from grueflow.config import ConfigError
-from grueflow.io import (BUILT_FROM, MODEL_DIR, SNAKEMAKE_METADATA, SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED,
-                         DataError, MissingDataError, as_written, atomic_path, check_stage_output, files_record,
-                         fingerprint, last_written, read_json, record_digest, sha256_bytes, snakemake_metadata,
-                         written_digests, written_for)
+from grueflow.io import (BUILT_FROM, MODEL_DIR, RECORD_DIGEST, SNAKEMAKE_METADATA, SNAKEMAKE_TIMESTAMP, STAGE_RECORD,
+                         UNHASHED, DataError, MissingDataError, as_written, atomic_path, check_stage_output,
+                         files_record, fingerprint, last_written, read_json, record_digest, sealed, sha256_bytes,
+                         snakemake_metadata, written_digests, written_for)
 from grueflow.keep import (batch_copies_text, edited_outputs, files_under, keep_batch, keep_copy, kept_copy, listed,
                            persons_files, stat_signature, unvouched)
 from grueflow.pipeline import PARAMS_DIGEST, STAGES, ParamsSource, params_digest
@@ -276,6 +276,10 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
         if not isinstance(inputs, dict):  # check_stage_output read the record as an object with a manifest
             stale[folder] = f"{folder / STAGE_RECORD} is damaged (its inputs are not a mapping)"
             continue
+        if (not folders or folder in suite) and _seal_broken(record):  # whether or not Snakemake wrote it
+            stale[folder] = f"damaged: its {STAGE_RECORD} is not what its stage wrote (edited since: its " \
+                            f"{RECORD_DIGEST} no longer matches the rest)"
+            continue
         paths = [Path(meta["path"]) for meta in inputs.values() if isinstance(meta, dict) and meta.get("path")]
         gone = [str(path) for path in paths if not (root / path).exists()]
         behind = {path: link for path in gone if (link := _dangling_link(results, root / path)) is not None}
@@ -432,6 +436,19 @@ def _table_rows(table: Path) -> Optional[list[tuple[str, str, str]]]:
             return None
         found.append((task, method, row.get("n_seeds") or ""))
     return found
+
+
+def _seal_broken(record: object) -> bool:
+    """Whether the stage record ``record`` (read as JSON) holds a :data:`grueflow.io.RECORD_DIGEST` that is not the
+    digest of the rest of it (:func:`grueflow.io.sealed`): edited by hand after its stage wrote it (a param changed,
+    a note added), so it no longer describes the folder. False for a record written before records held one."""
+    if not isinstance(record, dict) or not isinstance(record.get(RECORD_DIGEST), str):
+        return False
+    rest = {key: value for key, value in record.items() if key != RECORD_DIGEST}
+    try:
+        return sealed(rest)[RECORD_DIGEST] != record[RECORD_DIGEST]
+    except (TypeError, ValueError):  # a value JSON cannot write again as written (NaN): not the stage's
+        return True
 
 
 def _rows_unlike(table: Path, expected: Iterable[Path]) -> tuple[list[str], list[str]]:

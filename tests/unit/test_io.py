@@ -253,6 +253,33 @@ def test_a_stage_record_whose_inputs_are_not_a_mapping_is_stale(tmp_path):
         folder: f"{folder / 'stage.json'} is damaged (its inputs are not a mapping)"}
 
 
+def test_a_stage_record_edited_by_hand_is_stale_without_snakemakes_records(tmp_path, monkeypatch):
+    """A stage.json whose kl.coef was changed by hand, with .snakemake removed: the folder's record no longer held
+    its own digest, and each run copied it "(a rerun of its stage replaces it whole)", but nothing reran, so the
+    record kept saying 0.07 for weights trained at 0.05. A record whose record_sha256 fails is damaged: its folder
+    is stale, whoever wrote it, and reruns with the copy kept."""
+    from grueflow.io import write_stage_record
+    from grueflow.keep import REPLACED
+    from grueflow.stale import mark_stale
+
+    monkeypatch.chdir(tmp_path)
+    folder = Path("results/sentiment/ppo/seed0")
+    folder.mkdir(parents=True)
+    (folder / "weights.bin").write_bytes(b"w")
+    write_stage_record(folder, stage="rl_finetune", params={"method": {"kl": {"coef": 0.05}}}, inputs={},
+                       wall_time_s=0.0)
+    tokens = Path(".snakemake/grueflow-stale.json")
+    assert mark_stale(Path("results"), Path("results/grue_table.csv"), [], tokens=tokens, folders=[folder]) == []
+    record = folder / "stage.json"
+    record.write_text(record.read_text().replace('"coef": 0.05', '"coef": 0.07'))
+    line, = mark_stale(Path("results"), Path("results/grue_table.csv"), [], tokens=tokens, folders=[folder])
+    copy, = REPLACED.glob(f"{folder}@*")
+    assert line == (f"grueflow: {folder} is stale (damaged: its stage.json is not what its stage wrote (edited "
+                    f"since: its record_sha256 no longer matches the rest)); its job reruns; a copy of what no stage "
+                    f"record vouches for (stage.json) is kept in {copy}")
+    assert str(folder) in json.loads(tokens.read_text())  # a new token: Snakemake reruns the job
+
+
 def test_the_content_digest_of_a_jobs_local_files_sees_a_file_replaced_by_an_older_one(tmp_path, monkeypatch):
     """Snakemake compares modification times: a data file replaced by one with an older time was never read again.
     The digest changes with the content whatever the times, and a file is hashed again only when its stat
@@ -529,7 +556,7 @@ def test_a_reader_of_a_stage_folder_replaced_by_another_runs_folder_is_stale(tmp
         (runs[method] / "model" / "model.safetensors").write_bytes(weights)
         write_stage_record(runs[method], stage="rl_finetune", params={}, inputs={}, wall_time_s=0.0)
         record = json.loads((runs[method] / "stage.json").read_text())
-        del record["out"]
+        del record["out"], record["record_sha256"]  # written before records held either
         (runs[method] / "stage.json").write_text(json.dumps(record))
     evaluation = results / "eval" / "sentiment" / "ppo" / "seed0"
     evaluation.mkdir(parents=True)
@@ -633,7 +660,7 @@ def test_a_stage_folder_replaced_by_a_copy_of_another_is_stale_itself(tmp_path, 
     runs["ppo"].unlink()
     shutil.copytree(runs["supervised+ppo"], runs["ppo"], copy_function=shutil.copy2)
     record = json.loads((runs["ppo"] / "stage.json").read_text())
-    del record["out"]  # written by an earlier version
+    del record["out"], record["record_sha256"]  # written by an earlier version, before records held either
     (runs["ppo"] / "stage.json").write_text(json.dumps(record))
     assert stale.stale_outputs(results, results / "t.csv", [], folders=list(runs.values())) == {}
 
@@ -1045,6 +1072,7 @@ def test_snakemakes_marker_and_dvcs_symlinked_cache_leave_a_folders_digest_as_it
     (pool / ".snakemake_timestamp").touch()
     record = read_json(model / "stage.json")
     record["inputs"]["datapool"]["sha256"] = before
+    del record["record_sha256"]  # written then, before records held a digest of themselves
     (model / "stage.json").write_text(json.dumps(record))
     assert stale.stale_outputs(results, results / "t.csv", []) == {}
 
@@ -1560,7 +1588,7 @@ def test_a_record_of_the_whole_method_overrides_stays_valid_while_the_task_file_
     from dataclasses import replace
 
     from grueflow import stale
-    from grueflow.io import atomic_dir
+    from grueflow.io import RECORD_DIGEST, atomic_dir, sealed
     from grueflow.pipeline import PARAMS_DIGEST, ParamsSource, params_digest
 
     monkeypatch.setattr(stale, "_KNOWN", {})
@@ -1578,7 +1606,8 @@ def test_a_record_of_the_whole_method_overrides_stays_valid_while_the_task_file_
     with atomic_dir(folder) as tmp:
         stage.finish(tmp, "rl_finetune", {}, {}, 0.0)
     record = read_json(folder / "stage.json")
-    write_json(folder / "stage.json", {**record, PARAMS_DIGEST: whole})
+    del record[RECORD_DIGEST]
+    write_json(folder / "stage.json", sealed({**record, PARAMS_DIGEST: whole}))  # as a stage then wrote it
 
     def check() -> dict:
         return stale.stale_outputs(results, Path("results/grue_table.csv"), [], folders=[folder],
