@@ -950,6 +950,13 @@ class _StrictLoader(yaml.SafeLoader):
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
+        comma = _decimal_comma(node) if isinstance(node, yaml.MappingNode) and node.flow_style else None
+        if comma is not None:
+            number, decimal, mark = comma
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{number}: a decimal comma? inside {{ }} a comma ends a value (this reads as "
+                            f"{number.split(',')[0]}, then a key {number.split(',')[1]} with no value); write "
+                            f"{decimal} (a decimal point)", mark)
         for key_node, _ in node.value if isinstance(node, yaml.MappingNode) else ():  # !!set [1]: PyYAML's error
             if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *defaults`
                 raise yaml.constructor.ConstructorError(
@@ -1012,6 +1019,25 @@ _StrictLoader.add_constructor("tag:yaml.org,2002:float", _StrictLoader.construct
 _StrictLoader.add_implicit_resolver("tag:yaml.org,2002:bool", YAML12_BOOL, list("tTfF"))
 # after PyYAML's float and int patterns, so it adds only the forms they leave as strings
 _StrictLoader.add_implicit_resolver("tag:yaml.org,2002:float", YAML12_FLOAT, list("-+0123456789."))
+
+
+_PLAIN_NUMBER = re.compile(r"[-+]?[0-9][0-9_]*")  # a plain scalar read as an integer: the part before a comma
+
+
+def _decimal_comma(node: yaml.MappingNode) -> Optional[tuple[str, str, yaml.Mark]]:
+    """The first number with a decimal comma in the flow mapping ``node`` (``{coef: 0,05}``, which YAML reads as
+    ``coef: 0`` and a key ``05`` with no value), as (the text as written, the same with a decimal point, the mark of
+    the part after the comma); None where there is none. The shape: a key of digits alone, with no value, right
+    after a comma that directly follows a plain integer value."""
+    for (_, value), (key, rest) in zip(node.value, node.value[1:]):
+        if not all(isinstance(part, yaml.ScalarNode) and part.style is None for part in (value, key, rest)):
+            continue
+        buffer = key.start_mark.buffer
+        if buffer is None or rest.value or not key.value.isdigit() or not _PLAIN_NUMBER.fullmatch(value.value):
+            continue
+        if buffer[value.end_mark.pointer:key.start_mark.pointer] == ",":
+            return f"{value.value},{key.value}", f"{value.value}.{key.value}", key.start_mark
+    return None
 
 
 def _expanded_size(data: Any, limit: int) -> int:

@@ -805,6 +805,21 @@ PARAMS = [
     P(Bad(SENTIMENT, as_text(lambda text: text.replace("    seed: 0\n", "    seed: 010\n", 1)), (
         "sentiment.yaml: line 4, column 11: not valid YAML: 010 is an octal number in YAML 1.1 (8); write 10, or "
         "'010' for a string",)), id="octal-datapool-seed"),
+    # a decimal comma inside { }: the comma ends the value, and the rest reads as a key (were: "05 is an octal number
+    # in YAML 1.1", or "unknown key 5")
+    P(Bad(SENTIMENT, as_text(lambda text: text.replace("  - metric: diversity\n    score: length\n    weight: -0.05\n",
+                                                       "  - {metric: diversity, score: length, weight: -0,05}\n", 1)), (
+        "sentiment.yaml: line 41, column 51: not valid YAML: -0,05: a decimal comma? inside { } a comma ends a value "
+        "(this reads as -0, then a key 05 with no value); write -0.05 (a decimal point)",)), id="decimal-comma-octal"),
+    P(Bad(SENTIMENT, as_text(lambda text: text.replace("  - metric: diversity\n    score: length\n    weight: -0.05\n",
+                                                       "  - {metric: diversity, score: length, weight: -0,5}\n", 1)), (
+        "sentiment.yaml: line 41, column 51: not valid YAML: -0,5: a decimal comma? inside { } a comma ends a value "
+        "(this reads as -0, then a key 5 with no value); write -0.5 (a decimal point)",)), id="decimal-comma-key"),
+    P(Bad(PPO, as_text(lambda text: text.replace(
+        "kl:\n  coef: 0.05\n  adaptive: true\n  target: 2.0\n  kl_lr: 0.1\n",
+        "kl: {coef: 0,5, adaptive: true, target: 2.0, kl_lr: 0.1}\n", 1)), (
+        "ppo.yaml: line 6, column 14: not valid YAML: 0,5: a decimal comma? inside { } a comma ends a value (this "
+        "reads as 0, then a key 5 with no value); write 0.5 (a decimal point)",)), id="decimal-comma-kl-coef"),
     # YAML 1.1 reads a number with colons as base 60 (1:30 is 90), YAML 1.2 (DVC) as text: text it is
     P(Bad(SUITE, as_text(lambda text: text.replace("seeds:\n- 0\n", "seeds: [1:30]\n")), (
         "suite.yaml: seeds[0]: expected an integer, got '1:30'",)), id="base-60-seed"),
