@@ -404,6 +404,7 @@ def test_a_table_edit_dvc_commit_took_with_the_tables_own_record_is_copied_and_n
     from grueflow.io import atomic_files, files_record
     from grueflow.pipeline import STAGES, TABLE_RECORD
     from grueflow.stale import dvc_kept_edits, keep_edited_tables
+    from grueflow.suite_check import kept_edits_problem
 
     assert TABLE_RECORD == files_record(STAGES["aggregate"].outputs["csv"]).as_posix()
     assert TABLE_RECORD in STAGES["aggregate"].outs
@@ -419,6 +420,11 @@ def test_a_table_edit_dvc_commit_took_with_the_tables_own_record_is_copied_and_n
     assert line.startswith(f"grueflow: {csv} is stale ({js}, written with it, is not what its stage wrote") \
         and f"a copy of {js} is kept in .grueflow/replaced/{js}@" in line
     assert dvc_kept_edits(Path("."), {csv: [js]}, []) == [(js, Path(TABLE_RECORD), "aggregate")]
+    assert kept_edits_problem([]) == (  # DVC's first stage: exit 2 with this line, once its own files are written
+        f"dvc.lock records outputs their stages did not write, as they are (dvc commit took a hand edit as a stage's "
+        f"output), so dvc repro would keep them as pipeline results: {js} (unlike what {TABLE_RECORD} records of "
+        f"it; stage aggregate); their bytes stay in DVC's cache under this dvc.lock; rebuild them with `dvc repro -f "
+        f"-s aggregate`, then `dvc repro`")
     Path("dvc.lock").write_text("schema: '2.0'\nstages:\n" + _lock_entries("aggregate", [csv]))
     assert dvc_kept_edits(Path("."), {csv: [js]}, []) == []  # the edit not in dvc.lock: DVC restores the table
 
