@@ -345,40 +345,62 @@ def _no_longer_exist(gone: list[str]) -> str:
 def _damage(folder: Path) -> Optional[str]:
     """Why the stage folder ``folder`` (which holds a ``stage.json``) does not match its stage record, every file
     its manifest lists read (:func:`grueflow.io.check_stage_output` for the manifest, sizes and links, then
-    :func:`_replaced`): ``"damaged: <file> does not match the digest its stage recorded"``, naming each such file
-    (:func:`_unmatched`), or as :func:`stale_outputs` names the other damage; None where it matches."""
+    :func:`_unlike_manifest`): ``"damaged: <file> does not match the digest its stage recorded"``, naming each such
+    file (:func:`_unmatched`), or as :func:`stale_outputs` names the other damage; None where it matches."""
     try:
         check_stage_output(folder, deep=False)
     except MissingDataError as err:  # "<folder> is damaged: <file> is missing; delete ..."
         return str(err).split(";")[0].replace(f"{os.path.abspath(folder)} is ", "")
-    replaced = _replaced(folder)
+    replaced = _unlike_manifest(folder, cached=True)
     return _unmatched(folder, replaced) if replaced else None
 
 
-def _replaced(folder: Path) -> list[Path]:
-    """The files of the stage folder ``folder`` that its manifest lists at the size they have and whose digest is
-    not the one listed, whatever their times, sorted: what :func:`grueflow.keep.edited_outputs` finds among the files
-    newer than the record, and also a same-size replacement that kept an older time (``cp -p``, ``rsync -a`` from a
-    backup, ``touch -d``), which :func:`grueflow.keep.unvouched` vouches for by its size. Each file's digest is read
-    through the cache of :func:`content_digest` (:data:`_KNOWN`, by its stat signature), so the copy made before a
-    rebuild (:func:`mark_stale`), and a later run while the folder is as damaged, read none again. ``[]`` where
-    there is no readable manifest."""
+def _unlike_manifest(folder: Path, *, other_size: bool = False, record: bool = False,
+                     locked: Optional[Mapping[str, object]] = None, cached: bool = False) -> list[Path]:
+    """The files of the stage folder ``folder`` that its ``stage.json`` manifest does not vouch for, whatever their
+    times (``dvc checkout`` sets them anew), sorted; ``[]`` where the folder holds no readable manifest (nothing to go
+    by). Only regular files (or links to one) are looked at.
+
+    - A file the manifest lists at the size it has and whose digest is not the one listed counts: what
+      :func:`grueflow.keep.edited_outputs` finds among the files newer than the record, and also a same-size
+      replacement that kept an older time (``cp -p``, ``rsync -a`` from a backup, ``touch -d``), which
+      :func:`grueflow.keep.unvouched` vouches for by its size.
+    - ``other_size``: so does one it lists at another size, or with no size (by default left to the size check,
+      :func:`grueflow.io.check_stage_output`).
+    - ``record``: so does the ``stage.json`` itself where its bytes are not the ones a stage writes
+      (:func:`grueflow.io.as_written`).
+    - ``locked``: only the files whose paths it holds are looked at (``dvc.lock``'s file outs, by path,
+      :func:`locked_stages`); None: every one.
+    - ``cached``: each digest is read through the cache of :func:`content_digest` (:data:`_KNOWN`, by the file's
+      stat signature), so the copy made before a rebuild (:func:`mark_stale`), and a later run while the folder is
+      as damaged, read none again; else each file is read now."""
     try:
         listed_files = read_json(folder / STAGE_RECORD)["files"]
-        manifest = {name: meta for name, meta in listed_files.items() if isinstance(meta, dict)}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, KeyError, TypeError):
         return []
-    replaced = []
-    for name, meta in sorted(manifest.items()):
-        file = folder / name
+    if not isinstance(listed_files, dict):
+        return []
+    unlike = []
+    for name in sorted({STAGE_RECORD, *listed_files} if record else listed_files):
+        file, meta = folder / name, listed_files.get(name)
+        if locked is not None and file.as_posix() not in locked:
+            continue
         try:
             info = file.stat()
         except OSError:
             continue
-        if info.st_size == meta.get("bytes") and file.is_file() \
-                and _cached_fingerprint(str(file), stat_signature(info))[0] != meta.get("sha256"):
-            replaced.append(file)
-    return replaced
+        if not stat.S_ISREG(info.st_mode):
+            continue
+        if record and name == STAGE_RECORD:
+            vouched = as_written(file)
+        elif isinstance(meta, dict) and info.st_size == meta.get("bytes"):
+            digest = _cached_fingerprint(str(file), stat_signature(info))[0] if cached else fingerprint(file)
+            vouched = digest == meta.get("sha256")
+        else:  # listed at another size, or with none: counted with other_size alone
+            vouched = not other_size
+        if not vouched:
+            unlike.append(file)
+    return unlike
 
 
 def _gone_evaluations(root: Path, table: Path, expected: list[Path]) -> list[str]:
@@ -678,7 +700,7 @@ def dvc_kept_edits(root: Path, tables: Mapping[Path, Iterable[Path]],
     stage). The files: those written with a table (``tables``, as :func:`keep_edited_tables`; its record
     :func:`grueflow.io.files_record`) unlike their digests (:func:`edited_files`), and those of the stage folders
     ``folders`` (DVC's outputs, :func:`output_folders`) that their ``stage.json`` does not vouch for
-    (:func:`_unlike_record`: a metrics.json edited; the record itself edited). One entry per file, (the file, its
+    (:func:`_unlike_manifest`: a metrics.json edited; the record itself edited). One entry per file, (the file, its
     record, the name of its DVC stage in ``dvc.lock``), in ``dvc.lock``'s order; a file inside a folder out
     (``model/``, a datapool) is not looked at (DVC records the folder's listing alone)."""
     locked = locked_stages(root / "dvc.lock")
@@ -687,38 +709,14 @@ def dvc_kept_edits(root: Path, tables: Mapping[Path, Iterable[Path]],
         if first.is_file() and (root / files_record(first)).is_file():
             found += [(file, files_record(first)) for file in edited_files(first, others)]
     for folder in folders:
-        found += [(file, folder / STAGE_RECORD) for file in _unlike_record(folder, locked)]
+        found += [(file, folder / STAGE_RECORD)
+                  for file in _unlike_manifest(folder, other_size=True, record=True, locked=locked)]
     kept = [(file, record) for file, record in found
             if all(path.as_posix() in locked and locked_as_is(root / path, locked[path.as_posix()][1])
                    for path in (file, record))]
     order = list(locked)
     return [(file, record, locked[file.as_posix()][0])
             for file, record in sorted(kept, key=lambda pair: order.index(pair[0].as_posix()))]
-
-
-def _unlike_record(folder: Path, locked: Mapping[str, object]) -> list[Path]:
-    """The files of the stage folder ``folder`` that ``dvc.lock`` records as file outs (``locked``, by path) and
-    that its ``stage.json`` does not vouch for, whatever their times (a ``dvc checkout`` sets them anew): one its
-    manifest lists at another size or digest, and the ``stage.json`` itself where its bytes are not the ones a stage
-    writes (:func:`grueflow.io.as_written`). ``[]`` where the folder holds no readable manifest (nothing to go by)."""
-    try:
-        listed_files = read_json(folder / STAGE_RECORD)["files"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return []
-    if not isinstance(listed_files, dict):
-        return []
-    unlike = []
-    for name in sorted({STAGE_RECORD, *listed_files}):
-        file, meta = folder / name, listed_files.get(name)
-        if (folder / name).as_posix() not in locked or not file.is_file():
-            continue
-        if name == STAGE_RECORD:
-            if not as_written(file):
-                unlike.append(file)
-        elif not isinstance(meta, dict) or file.stat().st_size != meta.get("bytes") \
-                or fingerprint(file) != meta.get("sha256"):
-            unlike.append(file)
-    return unlike
 
 
 def locked_stages(lock: Path) -> dict[str, tuple[str, dict]]:
@@ -1080,14 +1078,14 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     again; one a Snakemake job wrote gets a token too, put back as it was once its params are as recorded again
     (:func:`_retoken`); what it holds that no stage record vouches for is copied first, as its rebuild deletes it;
     for a folder whose files do not match their digests (a reason ending with :data:`UNMATCHED`), each file that does
-    not is copied too, whatever its time (:func:`_replaced`), so a same-size replacement that kept an older time is
-    kept. A table (or key) stale because a file written with it was edited (a note added by hand) has a copy kept of
+    not is copied too, whatever its time (:func:`_unlike_manifest`), so a same-size replacement that kept an older time
+    is kept. A table (or key) stale because a file written with it was edited (a note added by hand) has a copy kept of
     each such file (:func:`edited_files`). Last, every other stage folder has a copy kept of what no stage record
     vouches for, with a line (:func:`keep_user_files`). A time is set in this checkout alone (:func:`_set_time`): a
-    stamp that is a hard link of another checkout's is replaced by a copy of its own first; so is each of
-    Snakemake's records of its jobs (:data:`grueflow.io.SNAKEMAKE_METADATA`), which Snakemake rewrites in place: a
-    run here must not change the params another checkout's Snakemake compares with. ``params`` and ``load``: as
-    :func:`stale_outputs` takes them."""
+    stamp that is a hard link of another checkout's is replaced by a copy of its own first; so is each of Snakemake's
+    records of its jobs (:data:`grueflow.io.SNAKEMAKE_METADATA`), which Snakemake rewrites in place: a run here must not
+    change the params another checkout's Snakemake compares with. ``params`` and ``load``: as :func:`stale_outputs`
+    takes them."""
     lines = []
     expected, folders = list(expected), list(folders)
     suite = set(expected) | set(folders)
@@ -1103,7 +1101,7 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
         rebuilt = path in suite and not why.startswith(("its input ", "it was built from "))  # else: as built
         files = unvouched(path) if rebuilt else []
         if rebuilt and why.startswith("damaged: ") and why.endswith(UNMATCHED):  # found by digests: read them all
-            files, read_all = sorted({*files, *_replaced(path)}), True
+            files, read_all = sorted({*files, *_unlike_manifest(path, cached=True)}), True
         if files:
             line += f"; a copy of what no stage record vouches for ({listed(path, files)}) is kept in " \
                     f"{keep_copy(path, results.parent, files)}"
