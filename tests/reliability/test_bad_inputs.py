@@ -4909,21 +4909,28 @@ def test_evaluate_by_hand_on_two_metrics_writing_one_key_exits_2_before_loading(
         load_metrics(task)  # what warm_start and rl_finetune read
 
 
+def classifier_evaluate(call_stage: Callable[..., Exit], tmp_path: Path, tiny_models: dict[str, Path],
+                        classifier: Path, label: str) -> Exit:
+    """evaluate run by hand on the tiny causal model, with a one-sample datapool and the sentiment task whose one
+    metric is a learned_classifier at ``classifier`` scoring ``label`` (its headline metric); out: ``tmp_path/eval``."""
+    task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml",
+                  metrics=[{"id": "learned_classifier", "args": {"model": str(classifier), "label": label}}],
+                  headline_metrics=["learned/classifier"])
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    write_rows(pool / "test.jsonl", [{"id": "test-0", "prompt": "the film was", "references": ["good ."], "meta": {}}])
+    return call_stage("evaluate", "--task-file", task, "--task", "sentiment", "--start", "zero_shot",
+                      "--datapool", pool, "--model", tiny_models["causal"], "--base-model", tiny_models["causal"],
+                      "--seed", "0", "--out", tmp_path / "eval")
+
+
 def test_a_learned_classifier_given_its_stage_folder_exits_2_naming_the_model_folder(tmp_path: Path, call_stage,
                                                                                        tiny_models):
     """args.model at train_classifier's output folder (not its model/) was a 40-line transformers traceback; now one
     line, before generating."""
     stage_folder = tmp_path / "classifier"
     shutil.copytree(tiny_models["causal"], stage_folder / "model")
-    task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml",
-                  metrics=[{"id": "learned_classifier", "args": {"model": str(stage_folder), "label": "pos"}}],
-                  headline_metrics=["learned/classifier"])
-    pool = tmp_path / "pool"
-    pool.mkdir()
-    write_rows(pool / "test.jsonl", [{"id": "test-0", "prompt": "the film was", "references": ["good ."], "meta": {}}])
-    result = call_stage("evaluate", "--task-file", task, "--task", "sentiment", "--start", "zero_shot",
-                        "--datapool", pool, "--model", tiny_models["causal"], "--base-model", tiny_models["causal"],
-                        "--seed", "0", "--out", tmp_path / "eval")
+    result = classifier_evaluate(call_stage, tmp_path, tiny_models, stage_folder, "pos")
     ends_in_one_error_line(result, 2, f"error: classifier {str(stage_folder)!r} is a stage's output folder, not a "
                                       f"model: its Hugging Face model is {stage_folder / 'model'}; point the metric's "
                                       f"model (or checkpoint) arg at that folder")
@@ -5009,15 +5016,7 @@ def test_a_learned_classifier_that_is_no_sequence_classifier_exits_2_before_gene
 
     folder = tmp_path / "lm"
     shutil.copytree(tiny_models["causal"], folder)
-    task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml",
-                  metrics=[{"id": "learned_classifier", "args": {"model": str(folder), "label": "LABEL_1"}}],
-                  headline_metrics=["learned/classifier"])
-    pool = tmp_path / "pool"
-    pool.mkdir()
-    write_rows(pool / "test.jsonl", [{"id": "test-0", "prompt": "the film was", "references": ["good ."], "meta": {}}])
-    result = call_stage("evaluate", "--task-file", task, "--task", "sentiment", "--start", "zero_shot",
-                        "--datapool", pool, "--model", tiny_models["causal"], "--base-model", tiny_models["causal"],
-                        "--seed", "0", "--out", tmp_path / "eval")
+    result = classifier_evaluate(call_stage, tmp_path, tiny_models, folder, "LABEL_1")
     fix = ("point the metric's model (or checkpoint) arg at a trained sequence classifier (a folder saved from a "
            "*ForSequenceClassification, as the train_classifier stage writes results/<task>/classifier/model)")
     ends_in_one_error_line(result, 2, f"error: learned_classifier: model {folder} is a GPT2LMHeadModel (gpt2), not a "
