@@ -147,6 +147,56 @@ def _convert(tp: Any, value: Any, where: str, resolve: Optional[Resolve] = None)
     raise TypeError(f"unsupported config type {tp!r} at {where}")
 
 
+SUPPORTED_TYPES = ("str, int, float, bool, Any, Literal[...], Optional[X] (X | None), tuple[X, ...] or list[X] (a YAML "
+                   "list), dict[str, X] (a mapping), a nested dataclass")  # what :func:`_convert` reads
+
+
+def unsupported_type(tp: Any) -> Optional[Any]:
+    """The first type inside ``tp`` that :func:`_convert` cannot read from YAML (``set[int]``, a class of one's
+    own, a bare ``list``), or None where it reads every part. A dataclass is checked field by field, as
+    :func:`unsupported_field` does; a Union is read as its first non-None member, so only that one is checked."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any or origin is Literal or tp in (str, int, float, bool):
+        return None
+    if origin in (Union, types.UnionType):
+        return unsupported_type([a for a in args if a is not type(None)][0])
+    if origin in (tuple, list):
+        return unsupported_type(args[0]) if args else None
+    if origin is dict:
+        return unsupported_type(args[1]) if len(args) == 2 else None
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        found = unsupported_field(tp)
+        return found[1] if found is not None else None
+    return tp
+
+
+def unsupported_field(cls: type) -> Optional[tuple[str, Any]]:
+    """(field name, the unreadable type inside its annotation) of the first ``init`` field of dataclass ``cls`` that
+    :func:`parse` cannot read (:func:`unsupported_type`), or None: a plugin's ``Args`` with such a field is refused
+    when the plugin loads, not with a TypeError once a params file sets the field."""
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        found = unsupported_type(hints[f.name]) if f.init else None
+        if found is not None:
+            return f.name, found
+    return None
+
+
+def check_args_types(cls: type, owner: str) -> None:
+    """Raise ``ValueError`` naming ``owner`` (a plugin class), the field and the supported types when a field of
+    its ``Args`` dataclass ``cls`` is of a type :func:`parse` cannot read (:func:`unsupported_field`)."""
+    try:
+        found = unsupported_field(cls)
+    except NameError as err:  # an annotation naming what its module does not define
+        raise ValueError(f"{owner}.Args: an annotation cannot be resolved ({err}); import the name in the module that "
+                         f"defines {owner}") from None
+    if found is not None:
+        name, tp = found
+        shown = tp.__name__ if isinstance(tp, type) and not typing.get_args(tp) else repr(tp)
+        raise ValueError(f"{owner}.Args.{name} is of type {shown}, which params cannot give; use one of the supported "
+                         f"types: {SUPPORTED_TYPES}")
+
+
 def _convert_dataclass(cls: type, value: Any, where: str, resolve: Optional[Resolve]) -> Any:
     at = where if where.endswith(":") else f"{where}:"  # a whole file's where ends in ':' already
     if value is None and where.endswith(":"):  # a whole file that is empty (or only comments): every default

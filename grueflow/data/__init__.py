@@ -7,7 +7,7 @@ time) and ``build(args) -> Datapool``; a task file may name one of its own (:mod
 import dataclasses
 from typing import Any
 
-from grueflow.config import ConfigError, DatapoolConfig, PluginFailedError, typed_args
+from grueflow.config import ConfigError, DatapoolConfig, PluginFailedError, check_args_types, typed_args
 from grueflow.data.sample import Datapool, Sample, read_split, write_datapool
 from grueflow.io import DataError
 from grueflow.registry import Registry
@@ -20,6 +20,7 @@ def check_datapool(component: Any) -> None:
     if not dataclasses.is_dataclass(args) or not callable(build):
         raise ValueError(f"{component!r} is not a datapool loader: it needs a dataclass Args and build(args) -> "
                          f"Datapool")
+    check_args_types(args, getattr(component, "__name__", repr(component)))
 
 
 DATAPOOLS: Registry = Registry("datapool", group="grueflow.datapools", check=check_datapool)

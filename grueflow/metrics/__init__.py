@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterable, Literal, Ma
 
 import numpy as np
 
-from grueflow.config import ConfigError, MetricFailedError, MetricUnavailableError, typed_args
+from grueflow.config import ConfigError, MetricFailedError, MetricUnavailableError, check_args_types, typed_args
 from grueflow.io import DataError
 from grueflow.registry import Registry
 
@@ -355,6 +355,7 @@ def check_metric(component: Any) -> None:
     if not dataclasses.is_dataclass(component.Args):
         raise ValueError(f"{component.__name__}.Args is not a dataclass; decorate it with "
                          f"@dataclass(frozen=True) (its fields are the metric's args)")
+    check_args_types(component.Args, component.__name__)
     try:
         inspect.signature(component.build).bind(None, None)
     except TypeError:

@@ -112,6 +112,29 @@ class Echo:
         return Datapool({"train": samples, "val": samples, "test": samples}, args.text.split())
 
 
+class Window:
+    """A class of one's own, which params cannot give."""
+
+
+class SetArgs(ErrorRate):
+    @dataclass(frozen=True)
+    class Args:
+        ids: set[int] = frozenset()
+
+
+class ClassArgs(ErrorRate):
+    @dataclass(frozen=True)
+    class Args:
+        level: int = 1
+        window: Window | None = None
+
+
+class EchoWithSetArgs(Echo):
+    @dataclass(frozen=True)
+    class Args:
+        words: tuple[set[str], ...] = ()
+
+
 HERE = "tests.unit.test_plugins"
 
 
@@ -155,6 +178,27 @@ def test_a_bad_plugin_name_fails_at_parse_time(name, message):
     if name == "exclaims":
         assert str(error.value).endswith("; or one of your own by import path (package.module:Class) or entry point "
                                          "(grueflow.metrics)")
+
+
+SUPPORTED = ("use one of the supported types: str, int, float, bool, Any, Literal[...], Optional[X] (X | None), "
+             "tuple[X, ...] or list[X] (a YAML list), dict[str, X] (a mapping), a nested dataclass")
+
+
+@pytest.mark.parametrize("registry, name, message", [
+    ("metric", "SetArgs", "SetArgs.Args.ids is of type set[int], which params cannot give"),
+    ("metric", "ClassArgs", "ClassArgs.Args.window is of type Window, which params cannot give"),
+    ("datapool", "EchoWithSetArgs", "EchoWithSetArgs.Args.words is of type set[str], which params cannot give"),
+])
+def test_a_plugin_args_field_of_a_type_params_cannot_give_is_refused_naming_it(registry, name, message):
+    """A set[int] field (or a class of one's own) ended in config's TypeError traceback once a params file set it."""
+    if registry == "metric":
+        with pytest.raises(ConfigError) as error:
+            parse(MetricSpec, {"id": f"{HERE}:{name}", "args": {}}, "t.yaml: metrics[0]")
+    else:
+        with pytest.raises(ValueError) as error:
+            DATAPOOLS.get(f"{HERE}:{name}")
+    assert f"{registry} '{HERE}:{name}': {message}; {SUPPORTED}" in str(error.value)
+    assert "\n" not in str(error.value)
 
 
 def scored_run(eval_dir: Path, task: str, method: str, error_rate: float, metrics: list[str]) -> Path:
