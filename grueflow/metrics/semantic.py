@@ -572,9 +572,7 @@ class SummaCConvHead:
         refuse_special_file(path, f"give summac's summac_conv_vitc_sent_perc_e.bin from {SUMMAC_CONV_WEIGHTS_URL}",
                             "metric 'summac_conv': args.checkpoint")
         if not Path(path).is_file():
-            raise MetricUnavailableError(
-                f"metric 'summac_conv': no checkpoint at args.checkpoint={path!r}; download summac's trained "
-                f"convolution weights from {SUMMAC_CONV_WEIGHTS_URL} and set args.checkpoint to that file")
+            raise MetricUnavailableError(summac_conv_missing(path))
         try:
             state = torch.load(path, map_location=device, weights_only=True)
         except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as err:
@@ -601,6 +599,13 @@ class SummaCConvHead:
         features = mean_row.unsqueeze(-1).expand(-1, 3)  # (B, 3)
         logits = features @ self.final_weight.T + self.final_bias  # (B, 2)
         return logits.softmax(-1)[:, 1]
+
+
+def summac_conv_missing(path: str) -> str:
+    """Why ``summac_conv`` cannot run without the checkpoint file ``path``, and where to get it."""
+    return (f"metric 'summac_conv': no checkpoint at args.checkpoint={path!r} (relative paths are read from "
+            f"{os.getcwd()}); download summac's trained convolution weights from {SUMMAC_CONV_WEIGHTS_URL} and set "
+            f"args.checkpoint to that file")
 
 
 @METRICS.register("summac_conv", "SummaC-Conv (Laban et al. 2022; RL4LMs' summaCConv): NLI-score histograms of each "
@@ -662,6 +667,15 @@ class SummaCConv(Metric):
             from grueflow.metrics.sentences import split_sentences
 
             return [s for s in split_sentences(text) if len(s) >= self.min_sentence_chars]
+
+    @classmethod
+    def unavailable(cls, args: "SummaCConv.Args") -> Optional[str]:
+        """What SummaC-Conv lacks here: its trained weights at ``args.checkpoint`` (relative paths are read from
+        the working folder, the project root); None where the file is there (its contents are checked when it
+        loads, :meth:`SummaCConvHead.load`, which also refuses a FIFO or a device by name)."""
+        if args.checkpoint is not None and (not os.path.exists(args.checkpoint) or os.path.isdir(args.checkpoint)):
+            return summac_conv_missing(args.checkpoint)
+        return None
 
     @classmethod
     def build(cls, args: "SummaCConv.Args", context: MetricContext) -> MetricFn:

@@ -629,6 +629,14 @@ PARAMS = [
         "sentiment.yaml: reward.components[0]: reward component 'cider' cannot run on this machine",
         "runs pycocoevalcap's PTBTokenizer with Java, and 'no-such-java' is not on PATH")),
       id="reward-cider-coco-ptb-without-java"),
+    P(Bad(SENTIMENT, setting("reward.components.0", {
+        "metric": "summac_conv", "args": {"checkpoint": "/no/summac_conv_vitc_sent_perc_e.bin"}}), (
+        "sentiment.yaml: reward.components[0]: reward component 'summac_conv' cannot run on this machine, and a reward "
+        "must score every sample: metric 'summac_conv': no checkpoint at "
+        "args.checkpoint='/no/summac_conv_vitc_sent_perc_e.bin' (relative paths are read from ",
+        "download summac's trained convolution weights from https://github.com/tingofurro/summac",
+        "or leave it out of the reward (under metrics, evaluate records it as missing)")),
+      id="reward-summac-conv-without-checkpoint"),
     # headline metrics
     P(Bad(SENTIMENT, setting("headline_metrics", ["lexical/bleurt"]), (
         "sentiment.yaml: headline_metrics ['lexical/bleurt'] are not produced by the task's reward or metrics; "
