@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 SPECIAL_TOKENS = {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>", "mask_token": "<mask>",
                   "bos_token": "<s>"}
 DEFAULTS = TINY_DEFAULTS  # per architecture: a few layers of width 64, overridden by the task's model.config
+DIVERGED_FACTOR = 10.0  # a loss this many times its first one (or 1 nat) is a divergence (check_finite)
 
 
 def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
@@ -169,9 +170,18 @@ def build_tiny(model_cfg: ModelConfig, architecture: str, texts: list[str], seed
 
 def check_finite(model: PreTrainedModel, curve: list[dict[str, float]], section: str, learning_rate: float) -> None:
     """Raise :class:`ConfigError` naming ``section`` (``model.pretrain``, ``model.adapt``) and its learning rate when
-    the loss ``curve`` of :func:`pretrain` holds a non-finite loss or ``model``'s weights are not all finite: such a
-    model must not be saved as the base model every later stage starts from."""
+    the loss ``curve`` of :func:`pretrain` holds a non-finite loss, a loss above :data:`DIVERGED_FACTOR` times its
+    first one (at least 1 nat: a language model's loss only grows that far when the updates diverge, finite or
+    not), or ``model``'s weights are not all finite: such a model must not be saved as the base model every later
+    stage starts from."""
+    start = curve[0]["loss"] if curve and math.isfinite(curve[0]["loss"]) else None
+    bound = DIVERGED_FACTOR * max(start, 1.0) if start is not None else math.inf
     diverged = next((row for row in curve if not math.isfinite(row["loss"])), None)
+    grown = next((row for row in curve if math.isfinite(row["loss"]) and row["loss"] > bound), None)
+    if diverged is None and grown is not None:
+        raise ConfigError(f"{section} diverged (its loss grew from {start} at step {curve[0]['step']} to "
+                          f"{grown['loss']} at step {grown['step']}, over {DIVERGED_FACTOR:g} times its start) with "
+                          f"learning_rate {learning_rate}; lower {section}.learning_rate")
     if diverged is not None or not all(torch.isfinite(p).all() for p in model.parameters()):
         at = f"its loss is {diverged['loss']} at step {diverged['step']}" if diverged else "its weights are not finite"
         raise ConfigError(f"{section} diverged ({at}) with learning_rate {learning_rate}; "

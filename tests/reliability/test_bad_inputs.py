@@ -3335,6 +3335,24 @@ def test_an_adaptation_that_diverges_fails_in_base_model_naming_model_adapt(tmp_
     assert not (tmp_path / "base").exists()
 
 
+
+def test_an_adaptation_whose_loss_grows_huge_but_finite_is_refused_naming_the_losses():
+    """A model.adapt loss of 1e30 (finite) passed the non-finite check, and the wrecked model became the base
+    model every later stage starts from."""
+    import torch
+
+    from grueflow.models.tiny import check_finite
+
+    model = torch.nn.Linear(2, 2)
+    curve = [{"step": 0, "loss": 4.5}, {"step": 10, "loss": 3.9}, {"step": 20, "loss": 1e30}]
+    with pytest.raises(ConfigError) as err:
+        check_finite(model, curve, "model.adapt", 0.5)
+    assert str(err.value) == ("model.adapt diverged (its loss grew from 4.5 at step 0 to 1e+30 at step 20, over 10 "
+                              "times its start) with learning_rate 0.5; lower model.adapt.learning_rate")
+    check_finite(model, curve[:2], "model.adapt", 0.5)  # a falling loss passes
+    check_finite(model, [{"step": 0, "loss": 0.01}, {"step": 10, "loss": 0.5}], "model.adapt", 0.5)  # below 1 nat x 10
+
+
 # output folders
 
 
