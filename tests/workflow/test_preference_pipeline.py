@@ -58,14 +58,19 @@ def test_snakemake_and_dvc_run_the_preference_loop_into_the_grue_table(tmp_path)
         assert (snakemake / "results" / "sentiment" / name).read_bytes() == (dvc / "results" / "sentiment" / name).read_bytes()
 
 
-def test_a_reward_model_named_in_a_task_reward_is_trained_before_the_stages_that_score_with_it(tmp_path):
+@pytest.mark.parametrize("form", ["relative", "absolute"])
+def test_a_reward_model_named_in_a_task_reward_is_trained_before_the_stages_that_score_with_it(tmp_path, form):
+    """Named by its absolute path inside the project, the reward model planned no train_reward_model: Snakemake
+    stopped on the missing input folder."""
     repo = copy_project(tmp_path / "repo")
     (repo / "params" / "suite.yaml").write_text(SUITE.replace("algorithms: []", "algorithms: [ppo]"))
     task = repo / "params" / "tasks" / "sentiment.yaml"
     text = task.read_text()
     assert "    - {metric: lexicon_sentiment, weight: 1.0}\n" in text
+    model = "results/sentiment/reward_model/model"
+    path = str(repo / model) if form == "absolute" else model
     task.write_text(text.replace("    - {metric: lexicon_sentiment, weight: 1.0}\n", "    - {metric: reward_model, weight: 1.0, "
-                                 "args: {path: results/sentiment/reward_model/model}}\n"))
+                                 f"args: {{path: {path}}}}}\n"))
     with (repo / "params" / "methods" / "preferences.yaml").open("a") as handle:  # preferences from the lexicon, not the model
         handle.write("reward: {components: [{metric: lexicon_sentiment}]}\n")
     result = run(["snakemake", "-n", "--cores", "1", "all"], repo)

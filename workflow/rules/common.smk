@@ -263,9 +263,11 @@ def files_in(paths):
 def reward_models(w):
     """Reward-model folders a task's reward names (metric reward_model, issue 7), and the classifier folders
     its reward or metrics name (:func:`classifiers`): inputs of the stages that score with them, so Snakemake
-    trains them first; ``.../reward_model/model`` maps to the stage folder."""
+    trains them first; ``.../reward_model/model`` maps to the stage folder. A path is read as
+    :func:`grueflow.params.project_relative` writes it: an absolute one inside the project is its relative
+    ``results/`` form, the train_reward_model output it names."""
     components = plugins.reward_components(params_file(task_file(w)))
-    paths = [os.path.normpath(str((c.get("args") or {}).get("path", ""))) for c in components
+    paths = [project_relative(str((c.get("args") or {}).get("path", ""))) for c in components
              if c.get("metric") == "reward_model" and (c.get("args") or {}).get("path")]
     folders = [p.removesuffix("/").removesuffix("/model") if p.rstrip("/").endswith("/model") else p for p in paths if p]
     return folders + classifiers(w)
