@@ -17,7 +17,7 @@ from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
 from grueflow.models.policy import Policy
 from grueflow.params import load_section
-from grueflow.preference.build import NonFiniteScoreError, build_preferences, describe_counts
+from grueflow.preference.build import NonFiniteScoreError, build_preferences, choose_prompts, describe_counts
 from grueflow.preference.config import PreferencesConfig
 from grueflow.preference.data import PREFERENCES_FILE, write_preferences
 from grueflow.seeding import seed_everything
@@ -53,6 +53,7 @@ def main() -> None:
     backend = select(ex)
     model, tokenizer = load_pretrained(args.policy, backend=backend, frozen=True)  # it only samples
     policy = Policy(model, tokenizer, lengths.prompt, backend)
+    prompts_cut = policy.count_cut([s.prompt for s in choose_prompts(train, cfg.n_prompts, cfg.seed)], "train")
     reward = Reward(reward_cfg, MetricContext(base_model=args.base_model, max_prompt_length=lengths.prompt,
                                               execution=ex))
     bar = stage.progress(cfg.n_prompts or len(train), "prompts")
@@ -72,7 +73,8 @@ def main() -> None:
         write_json(tmp / "summary.json", counts)
         stage.finish(tmp, "build_preferences", {"preferences": to_dict(cfg), "lengths": to_dict(lengths),
                                                 "reward": to_dict(reward_cfg), "precision": args.precision},
-                     {"datapool": args.datapool, "policy": args.policy}, started, read, execution=ex.record())
+                     {"datapool": args.datapool, "policy": args.policy}, started, read, execution=ex.record(),
+                     prompts_cut=prompts_cut)
 
 
 if __name__ == "__main__":

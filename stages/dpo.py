@@ -53,6 +53,7 @@ def main() -> None:
     if cfg.lora is not None:
         model = with_lora(model, cfg.lora)
     policy = Policy(model, tokenizer, lengths.prompt, backend)
+    prompts_cut = policy.count_cut(list(dict.fromkeys(p.prompt for p in prefs)), "preference")
     trainer = DPOTrainer(policy, ref_model, prefs, cfg, lengths.target, args.seed, args.checkpoint_every)
     key = run_key("dpo", to_dict(lengths), to_dict(cfg), fingerprint(args.init_model), fingerprint(args.preferences),
                   args.seed, run.execution.precision, script=__file__)
@@ -73,7 +74,7 @@ def main() -> None:
         write_json(folder / "train_metrics.json", {k: rounded(v) for k, v in final.items()})
 
     run.finish(write, {"dpo": to_dict(cfg), "lengths": to_dict(lengths), "seed": args.seed, "precision": args.precision},
-               {"preferences": args.preferences, "init_model": args.init_model})
+               {"preferences": args.preferences, "init_model": args.init_model}, extra={"prompts_cut": prompts_cut})
 
 
 if __name__ == "__main__":

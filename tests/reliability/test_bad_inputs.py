@@ -4799,6 +4799,38 @@ def test_build_preferences_whose_metric_scores_all_nan_says_so_not_min_margin(tm
     assert not (tmp_path / "out").exists()
 
 
+def test_dpo_and_build_preferences_count_the_prompts_they_cut_to_lengths_prompt(tmp_path: Path, call_stage,
+                                                                               tiny_models, caplog, monkeypatch):
+    """A prompt far longer than lengths.prompt was cut to its last 24 tokens with no word, as evaluate and RL once
+    cut theirs: the preference pairs were learnt (and sampled) from prompts the model never saw whole."""
+    long_prompt = "the film was good and " * 40
+    dpo_dir, pref_dir = tmp_path / "dpo", tmp_path / "build"
+    dpo_dir.mkdir()
+    pref_dir.mkdir()
+    args = dpo_inputs(dpo_dir, tiny_models, {})
+    rows = [{"id": f"p{i}", "prompt": long_prompt if i < 2 else f"the film {i} was", "chosen": "good and fine .",
+             "rejected": "bad , dull ."} for i in range(8)]  # two pairs share the long prompt: counted once
+    write_rows(dpo_dir / "preferences.jsonl", rows)
+    result = call_stage("dpo", *args)
+    assert result.code == 0, result.stderr
+    assert ("1 of 7 preference prompts longer than lengths.prompt=24 tokens were cut (left; the longest has "
+            in caplog.text)
+    assert read_json(dpo_dir / "out" / "stage.json")["prompts_cut"] == {"split": "preference", "cut": 1, "prompts": 7,
+                                                                       "max_tokens": 24, "side": "left"}
+    caplog.clear()
+    args = preference_inputs(pref_dir, tiny_models, monkeypatch, "1")
+    monkeypatch.syspath_prepend(str(pref_dir))  # the scores plugin, imported in this process
+    write_rows(pref_dir / "pool" / "train.jsonl", [{"id": f"train-{i}", "prompt": long_prompt if i == 0 else
+                                                    f"the film {i} was", "references": ["good ."], "meta": {"label": 1}}
+                                                   for i in range(4)])
+    result = call_stage("build_preferences", *args)
+    assert result.code == 0, result.stderr
+    assert ("1 of 4 train prompts longer than lengths.prompt=24 tokens were cut (left; the longest has "
+            in caplog.text)
+    assert read_json(pref_dir / "out" / "stage.json")["prompts_cut"] == {"split": "train", "cut": 1, "prompts": 4,
+                                                                        "max_tokens": 24, "side": "left"}
+
+
 # ---------------------------------------------------------------------------------------------
 # Plugin scores of the wrong kind, and NLPO's masks and settings
 # ---------------------------------------------------------------------------------------------
