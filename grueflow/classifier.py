@@ -208,12 +208,14 @@ def load_backbone(backbone: Optional[str], labels: Sequence[str], execution: Opt
 
     ``max_length`` (``classifier.max_length``) above the backbone's positions (:func:`position_limit`) raises a
     ConfigError before the weights load. The head's weights are drawn from torch's global generator (seeded by
-    the stage). A tokenizer without a pad token pads with its EOS (a causal backbone then pools the last non-pad
-    token). A backbone without a usable tokenizer, or whose tokenizer has ids past its embedding rows, is refused
-    by name (:func:`grueflow.models.load_tokenizer`, :func:`grueflow.models.check_vocabulary`)."""
+    the stage). A tokenizer without a pad token pads with the config's ``pad_token_id``, else its EOS (a causal
+    backbone then pools the last non-pad token), and one with neither is refused by name
+    (:func:`grueflow.models.set_pad_token`). A backbone without a usable tokenizer, or whose tokenizer has ids past
+    its embedding rows, is refused by name (:func:`grueflow.models.load_tokenizer`,
+    :func:`grueflow.models.check_vocabulary`)."""
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
-    from grueflow.models import check_vocabulary, load_tokenizer
+    from grueflow.models import check_vocabulary, load_tokenizer, set_pad_token
 
     execution = or_cpu(execution)
     path = backbone_path(backbone)
@@ -228,8 +230,7 @@ def load_backbone(backbone: Optional[str], labels: Sequence[str], execution: Opt
                           f"{path!r} (its {limit[1]}); lower classifier.max_length to at most {limit[0]}")
     tokenizer = load_tokenizer(path)
     check_vocabulary(tokenizer, config, path)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
+    set_pad_token(tokenizer, config, path, "classifier backbone")
     model = AutoModelForSequenceClassification.from_pretrained(
         path, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={x: i for i, x in enumerate(labels)},
         ignore_mismatched_sizes=True, dtype=execution.train_dtype)

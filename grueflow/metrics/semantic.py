@@ -285,7 +285,8 @@ class Classifier:
 
     def encode(self, texts: Sequence[str], pairs: Optional[Sequence[str]] = None) -> dict[str, "torch.Tensor"]:
         """The tokenizer's padded int64 tensors (``input_ids``, ``attention_mask``, ...) on the device, or, for
-        single texts when :attr:`cut` is set, its rows right-padded with the pad token (EOS without one).
+        single texts when :attr:`cut` is set, its rows right-padded with the pad token (:func:`load_classifier` gives
+        the tokenizer one).
         Each (B, L)"""
         import numpy as np
         import torch
@@ -294,7 +295,6 @@ class Classifier:
             rows = self.cut(texts)
             width = max(len(row) for row in rows)
             pad = self.tokenizer.pad_token_id
-            pad = self.tokenizer.eos_token_id if pad is None else pad
             ids = [row + [pad] * (width - len(row)) for row in rows]
             mask = [[1] * len(row) + [0] * (width - len(row)) for row in rows]
             return {"input_ids": torch.tensor(ids, dtype=torch.long, device=self.device),
@@ -335,11 +335,14 @@ def load_classifier(name: str, max_length: int, batch_size: int, execution: Opti
     classifier (a language model: :func:`grueflow.models.classifier_problem`) and weights without the tensors its
     config asks for (an untrained head, :func:`grueflow.models.check_complete`), either of which transformers would
     start from random values; no usable tokenizer (:func:`grueflow.models.load_tokenizer`); a tokenizer with ids
-    past the embedding rows (:func:`grueflow.models.check_vocabulary`); non-finite weights."""
+    past the embedding rows (:func:`grueflow.models.check_vocabulary`); non-finite weights. A tokenizer without a pad
+    token pads with the config's ``pad_token_id``, else its EOS, as TRL does, with a warning; with neither, it is
+    refused (:func:`grueflow.models.set_pad_token`)."""
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     from grueflow.device import or_cpu
-    from grueflow.models import check_complete, check_finite, check_vocabulary, classifier_problem, load_tokenizer
+    from grueflow.models import (check_complete, check_finite, check_vocabulary, classifier_problem, load_tokenizer,
+                                 set_pad_token)
 
     execution = or_cpu(execution)
     name = os.path.expanduser(name)  # ~/model: from_pretrained takes the path as written
@@ -360,9 +363,11 @@ def load_classifier(name: str, max_length: int, batch_size: int, execution: Opti
         raise ConfigError(f"{metric}: model {name} {problem}; {fix}")
     tokenizer = load_tokenizer(name)
     check_vocabulary(tokenizer, config, name)
+    set_pad_token(tokenizer, config, name, f"{metric}: classifier")
     model, info = AutoModelForSequenceClassification.from_pretrained(name, dtype=execution.frozen_dtype,
                                                                      output_loading_info=True)
     check_complete(info, name, fix)
+    model.config.pad_token_id = tokenizer.pad_token_id  # a causal classifier pools the last token before it
     model = model.to(execution.device).eval().requires_grad_(False)
     check_finite(model, name)
     return Classifier(name, tokenizer, model, max_length, batch_size)

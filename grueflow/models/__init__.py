@@ -7,6 +7,7 @@ and prepared by the stage's speed backend (:mod:`grueflow.models.backend`).
 
 from __future__ import annotations
 
+import logging
 import math
 import sys
 from collections.abc import Mapping
@@ -19,6 +20,8 @@ from grueflow.hub import HubUnreachableError, hub_address, hub_reachable, offlin
 from grueflow.io import DataError, MissingDataError, check_stage_output, read_json
 from grueflow.models.gguf import GgufWheel
 from grueflow.registry import Registry
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from grueflow.models.backend import Backend
@@ -791,6 +794,29 @@ def check_vocabulary(tokenizer: Any, config: Any, folder: str) -> None:
                     f"config.json's vocab_size), so a text holding a higher id fails with an index error; give the "
                     f"folder the tokenizer its model was trained with, or resize the model's embeddings to the "
                     f"tokenizer (model.resize_token_embeddings(len(tokenizer))) and save the model again")
+
+
+def set_pad_token(tokenizer: Any, config: Any, folder: str, what: str) -> None:
+    """Give ``tokenizer`` a pad token where it has none, as a sequence classifier's batches need one (transformers
+    refuses batches of more than one row without it): the id its model's ``config`` names as ``pad_token_id``,
+    else its EOS, as TRL and RL4LMs pad GPT-2 (a causal classifier then pools the last token before the padding),
+    with one warning naming ``folder``. ``what`` names the model for the error, raised as a :class:`ConfigError`
+    when there is neither: nothing to pad with. The caller sets the loaded model's ``config.pad_token_id`` to
+    ``tokenizer.pad_token_id``, so that it pools where the padding starts."""
+    if tokenizer.pad_token_id is not None:
+        return
+    named = getattr(config, "pad_token_id", None)
+    if isinstance(named, int) and 0 <= named < len(tokenizer):
+        tokenizer.pad_token = tokenizer.convert_ids_to_tokens(named)
+        source = f"its config.json's pad_token_id {named} ({tokenizer.pad_token!r})"
+    elif tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+        source = f"its EOS token {tokenizer.eos_token!r} (id {tokenizer.eos_token_id}), as TRL and RL4LMs pad GPT-2"
+    else:
+        raise ConfigError(f"{what} {folder}: its tokenizer has no pad token and no EOS token to pad with, and its "
+                          f"config.json names no pad_token_id, so batches of more than one text cannot be padded; "
+                          f"set pad_token in the folder's tokenizer_config.json (or pad_token_id in its config.json)")
+    log.warning("%s %s has no pad token: padding with %s", what, folder, source)
 
 
 GENERATION_TOKEN_KEYS = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")

@@ -62,7 +62,7 @@ def load_backbone(path: str | Path, execution: Optional[Execution] = None, froze
     """
     from transformers import AutoModelForSequenceClassification
 
-    from grueflow.models import check_finite, check_vocabulary, load_tokenizer
+    from grueflow.models import check_finite, check_vocabulary, load_tokenizer, set_pad_token
 
     execution = or_cpu(execution)
     path = Path(path)
@@ -70,11 +70,10 @@ def load_backbone(path: str | Path, execution: Optional[Execution] = None, froze
         raise io.MissingDataError(f"reward-model backbone {path} is not a Hugging Face model folder (no config.json); "
                                   "give a model folder such as results/<task>/base_model/model")
     tokenizer = load_tokenizer(str(path), local_files_only=True)
-    if tokenizer.pad_token_id is None:
-        tokenizer.pad_token = tokenizer.eos_token
     dtype = execution.frozen_dtype if frozen else execution.train_dtype
     model = AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1, dtype=dtype,
                                                                local_files_only=True).to(execution.device)
+    set_pad_token(tokenizer, model.config, str(path), "reward model")
     model.config.pad_token_id = tokenizer.pad_token_id
     check_vocabulary(tokenizer, model.config, str(path))
     if frozen:

@@ -5090,6 +5090,39 @@ def test_a_learned_classifier_that_is_no_sequence_classifier_exits_2_before_gene
         load_classifier(str(folder), 64, 2, metric="learned_classifier")
 
 
+def test_a_classifier_saved_without_a_pad_token_pads_with_its_eos_or_is_refused_by_name(tmp_path: Path, tiny_models,
+                                                                                      caplog):
+    """A GPT-2-style classifier saved with no pad token (none in its tokenizer, pad_token_id null in its config.json)
+    ended in transformers' "Asking to pad but the tokenizer does not have a padding token" traceback at the first
+    batch of two texts. It pads with its EOS now, as TRL does, and one with no EOS either is refused by name."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from grueflow.metrics.semantic import load_classifier
+
+    folder = tmp_path / "classifier"
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_models["causal"], num_labels=2)
+    model.config.pad_token_id = None
+    model.save_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_models["causal"])
+    tokenizer.pad_token = None
+    tokenizer.save_pretrained(folder)
+    assert read_json(folder / "config.json").get("pad_token_id") is None
+    assert AutoTokenizer.from_pretrained(folder).pad_token_id is None
+    classify = load_classifier(str(folder), 16, 2, metric="learned_classifier")
+    assert (f"learned_classifier: classifier {folder} has no pad token: padding with its EOS token '</s>' (id "
+            f"{classify.tokenizer.eos_token_id}), as TRL and RL4LMs pad GPT-2") in caplog.text
+    assert classify.model.config.pad_token_id == classify.tokenizer.eos_token_id
+    batch = classify(["the film was good", "bad"])  # two texts of different lengths: one is padded
+    assert batch[1] == pytest.approx(classify(["bad"])[0], abs=1e-5)  # scored at its own last token, not the padding
+    tokenizer.eos_token = None
+    tokenizer.save_pretrained(folder)
+    with pytest.raises(ConfigError, match=re.escape(
+            f"learned_classifier: classifier {folder}: its tokenizer has no pad token and no EOS token to pad with, "
+            f"and its config.json names no pad_token_id, so batches of more than one text cannot be padded; set "
+            f"pad_token in the folder's tokenizer_config.json (or pad_token_id in its config.json)")):
+        load_classifier(str(folder), 16, 2, metric="learned_classifier")
+
+
 def test_a_tiny_model_on_a_datapool_without_unlabelled_text_exits_2_naming_it(tmp_path: Path, call_stage):
     """It ended in build_tiny's ValueError traceback."""
     pool = tmp_path / "pool"
