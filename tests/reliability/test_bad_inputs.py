@@ -1,7 +1,7 @@
 """A catalogue of bad inputs (issue 9): each fails before any model loads or trains, with one line that
 names the file, the key (or line), the value given and what is allowed.
 
-Categories (743 cases in all, as collected; grown with each hostile pass):
+Categories (747 cases in all, as collected; grown with each hostile pass):
 
 - params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``): unknown keys, wrong types,
   out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline metrics,
@@ -9,7 +9,8 @@ Categories (743 cases in all, as collected; grown with each hostile pass):
   value types (against transformers' config class) and ranges (sizes, probabilities, epsilons), the keys no task
   may set (return_dict, dtype, model_type, is_encoder_decoder, ...), activations and RoPE types, generation
   settings (beams, penalties, ``min_length``, post-processing, sampling settings with greedy decoding), null
-  sections, duplicate keys, YAML 1.1 octal integers, alias bombs and the params file itself;
+  sections, duplicate keys, YAML 1.1 octal integers, alias bombs and the params file itself, reward components
+  this machine cannot run (SPICE without its jars, SummaC-Conv without its checkpoint);
 - data files, through the datapool loaders and the datapool reader: missing, a folder, not UTF-8, not JSON
   or not rows (a ``.jsonl`` line that is no object, a ``.json`` that is no list), CSV rows longer than their
   header, repeated header columns, broken quotes, no rows, empty splits, missing columns, empty prompts and
@@ -17,7 +18,8 @@ Categories (743 cases in all, as collected; grown with each hostile pass):
   ``skip_bad_rows`` dropping rows with a count;
 - prompts longer than the model's context, read from ``config.json`` before any weights load;
 - model folders: no usable tokenizer (no tokenizer files, an empty vocabulary), a tokenizer with ids past the
-  embedding rows, a language model given as a classifier;
+  embedding rows, a language model given as a classifier, a classifier without a pad token (padded with its EOS)
+  or anything to pad with;
 - stage CLIs: exit code 2, one line on stderr, no traceback, nothing written;
 - the workflow: ``snakemake -n`` stops on a bad params file before any job; a ``--configfile`` suite replaces
   params/suite.yaml, and a ``--configfile`` value that is no suite file (a target after the option) is refused;
@@ -26,8 +28,10 @@ Categories (743 cases in all, as collected; grown with each hostile pass):
 - metric args out of range and metric targets a datapool's meta cannot give (refused before generating);
   ToTTo fields of the wrong shape, and re-splits of rows that share a prompt;
 - human answers: conflicting copies, batches answered in part, text a spreadsheet edited;
-- the warm start: a loss that turns non-finite, a select_metric missing or never finite, train_where types;
-- the preference loop: non-finite DPO losses and preference scores, betas the loss cannot use;
+- the warm start: a loss that turns non-finite, a select_metric missing or never finite, train_where types; a
+  ``model.adapt`` loss that grows huge but finite;
+- the preference loop: non-finite DPO losses and preference scores, betas the loss cannot use, prompts cut to
+  ``lengths.prompt`` (counted, as evaluate and RL count theirs);
 - plugin scores that are not numbers, NaN, a plugin that raises; NLPO evaluated without its masks.
 
 Faults beside their subjects: damaged stage folders and records (tests/unit/test_io.py), checkpoints and
