@@ -315,19 +315,23 @@ def csv_records(reader: Any, lines_before: int = 0) -> Iterator[tuple[int, list[
         yield start + lines_before, record
 
 
-SEPARATOR_HINT = re.compile(r"sep=(.)")  # Excel's first line naming a CSV file's delimiter: sep=, or sep=;
+# Excel's first line naming a CSV file's delimiter (sep=, or sep=;), in any case, quoted as a CSV writer quotes a
+# cell holding the delimiter ("sep=,"), and padded to the header's width by a sheet app that saved it as a row of
+# empty cells (sep=,,,,): the delimiter is the one character after "sep=", whatever follows
+SEPARATOR_HINT = re.compile(r'(?P<quote>"?)sep=(?P<delimiter>[^"\r\n])(?P=quote)[,;\t]*', re.IGNORECASE)
 
 
 def separator_hint(handle: Any) -> Optional[str]:
     """The delimiter Excel's separator hint names, where the first line of the text file ``handle`` (opened with
     ``newline=""``, at its start) is one (:data:`SEPARATOR_HINT`: ``sep=,``, a line Excel reads and hides, which tools
-    that prepare a CSV for Excel write), with ``handle`` left after that line; else None, with ``handle`` back at its
-    start."""
+    that prepare a CSV for Excel write; also ``SEP=,``, ``"sep=,"`` and ``sep=,,,,`` or ``sep=;;;;``, padded to the
+    header's width, whose delimiter is the first character after ``sep=``), with ``handle`` left after that line;
+    else None, with ``handle`` back at its start."""
     match = SEPARATOR_HINT.fullmatch(handle.readline().rstrip("\r\n"))
     if match is None:
         handle.seek(0)
         return None
-    return match.group(1)
+    return match["delimiter"]
 
 
 def loads_unique(text: str) -> Any:

@@ -4574,6 +4574,33 @@ def test_a_results_csv_with_excels_separator_hint_above_its_header_is_read_or_na
                                      "edited by hand? Download it again")
 
 
+@pytest.mark.parametrize("hint", ["SEP=,", '"sep=,"', "sep=,,,", "sep=;;;"],
+                         ids=["upper-case", "quoted", "padded", "padded-semicolons"])
+def test_a_results_csv_whose_separator_hint_is_quoted_padded_or_upper_case_is_read_as_one(tmp_path: Path, call_stage,
+                                                                                           hint: str):
+    """Only the exact `sep=,` was taken for Excel's separator hint: `SEP=,`, a quoted `"sep=,"` (a CSV writer quotes
+    the cell) and `sep=,,,` (a sheet app pads the row to the header's width) were taken for the header, "missing
+    column(s) ... it has the columns ['sep=', '', '', '']". Each is passed over; a padded `sep=;;;` still names `;`."""
+    import csv
+
+    batch = human_likert_batch(tmp_path / "batch")
+    items = [json.loads(line) for line in (batch / "items.jsonl").read_text().splitlines()]
+    with open(tmp_path / "results.csv", "w", newline="", encoding="utf-8") as handle:
+        handle.write(f"{hint}\r\n")
+        writer = csv.writer(handle)
+        writer.writerow(["WorkerId", "Input.item_id", "Answer.coherence", "Answer.sentiment"])
+        writer.writerows(["W1", i["item_id"], 3, 4] for i in items)
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "results.csv",
+                        "--out", tmp_path / "imp")
+    if ";" in hint:
+        assert_fails_in_one_line(result, "results.csv: line 1, 'sep=;', is Excel's separator hint: the file is "
+                                         "delimited by ';', where a results CSV is comma-separated")
+        return
+    assert result.code == 0, result.stderr
+    imported = read_jsonl(tmp_path / "imp" / "answers.jsonl")
+    assert len(imported) == len(items) and {r["answer"]["sentiment"] for r in imported} == {4}
+
+
 # ---------------------------------------------------------------------------------------------
 # The warm start: non-finite losses, selection, filters
 # ---------------------------------------------------------------------------------------------
