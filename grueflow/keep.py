@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from grueflow.io import (MODEL_DIR, PROVENANCE_RECORD, REPLACED, SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED,
-                         DataError, as_written, fingerprint, in_stage_folder, read_json, sha256_bytes)
+                         DataError, as_written, files_record, fingerprint, in_stage_folder, read_json, sha256_bytes)
 
 
 def stat_signature(stat: os.stat_result) -> list[int]:
@@ -184,7 +184,8 @@ def _stage_record(file: Path) -> bool:
 
 
 def keep_copy(path: Path, root: Path, files: list[Path], by_content: bool = False) -> Path:
-    """Copy ``files`` (:func:`unvouched`: under the stage folder ``path``, or ``path`` itself where it is a file) to
+    """Copy ``files`` (:func:`unvouched`: under the stage folder ``path``; ``path`` itself, and files beside it, where
+    it is a file) to
     ``<root>/.grueflow/replaced/<path>@<key>``, as they lie under ``path``, and return that place; ``key`` (12 hex
     digits) is a digest of their names and stat signatures (a file's content where ``path`` is one, which the stale
     check stamps; their contents, the unhashed records at the top of ``path`` left out, where ``by_content``: a
@@ -239,19 +240,32 @@ def keep_batch(folder: Path, key: Optional[Path], root: Path) -> tuple[list[Path
     exported again is copied once); returns the copies (the folder's, then the key's) and whether one was made now.
     ``([], False)`` where there is nothing to keep: no folder, an empty one, or a link (which a rebuild deletes,
     never what it names). The batch went to annotators, and its key is the only map from the item ids of their
-    answers to the systems: both are kept before anything replaces them, answered yet or not."""
+    answers to the systems: both are kept before anything replaces them, answered yet or not. The key is kept with
+    the record of its digest beside it (:func:`keep_key`)."""
     if folder.is_symlink() or not folder.is_dir():
         return [], False
-    parts = [(folder, files_under(folder))]
-    if not parts[0][1]:
+    files = files_under(folder)
+    if not files:
         return [], False
+    new = kept_copy(folder, root, files, by_content=True) is None
+    copies = [keep_copy(folder, root, files, by_content=True)]
     if key is not None and key.is_file() and not key.is_symlink():
-        parts.append((key, [key]))
-    copies, new = [], False
-    for path, files in parts:
-        new |= kept_copy(path, root, files, by_content=True) is None
-        copies.append(keep_copy(path, root, files, by_content=True))
+        copy, new_key = keep_key(key, root)
+        copies.append(copy)
+        new |= new_key
     return copies, new
+
+
+def keep_key(key: Path, root: Path) -> tuple[Path, bool]:
+    """Copy the pairwise key file ``key`` to ``.grueflow/replaced/`` under ``root`` (:func:`keep_copy`, by content),
+    with the record of its digest that its export wrote beside it (``.<key>.record.json``,
+    :func:`grueflow.io.files_record`) where there is one, so that an import from the copy checks the key against it as
+    it checks the key in place (an edited or swapped key is refused there too); returns the copy and whether it was
+    made now."""
+    record = files_record(key)
+    files = [key, *([record] if record.is_file() and not record.is_symlink() else [])]
+    new = kept_copy(key, root, files, by_content=True) is None
+    return keep_copy(key, root, files, by_content=True), new
 
 
 def batch_copies_text(copies: list[Path]) -> str:

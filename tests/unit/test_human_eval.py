@@ -790,6 +790,32 @@ def test_a_run_that_exports_a_batch_again_keeps_it_and_its_key_first(tmp_path: P
     assert keep_reexported(Path("."), [(folder, key_file), (likert, None)]) == []  # once per content
 
 
+def test_a_kept_key_keeps_its_digest_record_so_an_import_from_it_is_checked(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The copy of a replaced batch's key in .grueflow/replaced/ lacked the digest record its export wrote beside it:
+    the import grueflow advises from that copy warned "importing it unchecked", and a kept key with one item's two
+    systems swapped imported with the win rates flipped."""
+    monkeypatch.chdir(tmp_path)
+    folder = Path("results/human/t/batches/ppo_vs_sup_seed0")
+    key_file = Path("results/human/t/keys/ppo_vs_sup_seed0.json")
+    batch, key = hb.pairwise_batch(("ppo", _predictions("ppo")), ("sup", _predictions("sup")), "imdb", 0)
+    hb.write_batch(batch, folder, key, key_file)
+    other, other_key = hb.pairwise_batch(("ppo", _predictions("a2c")), ("sup", _predictions("sup")), "imdb", 0)
+    assert hb.write_batch(other, folder, other_key, key_file)  # a re-export: the batch and its key kept
+    kept, kept_key = hb.kept_batch(hb.read_batch(folder), batch.tag)
+    copy = kept_key / key_file.name
+    assert (kept_key / f".{key_file.name}.record.json").stat().st_mode & 0o777 == 0o600
+    with caplog.at_level(logging.WARNING, logger="grueflow.human.batch"):
+        assert hb.read_key(copy, hb.read_batch(kept)) == key
+    assert "unchecked" not in caplog.text
+    a, b = batch.items[0]["choice_A_id"], batch.items[0]["choice_B_id"]
+    io.write_json(copy, hb.key_document(batch, {**key, a: key[b], b: key[a]}))
+    with pytest.raises(io.DataError, match=re.escape(
+            f"{copy} is not the key its export wrote: its bytes differ from the digest recorded beside it in "
+            f"{kept_key / ('.' + key_file.name + '.record.json')} (edited by hand, or merged?)")):
+        hb.read_key(copy, hb.read_batch(kept))
+
+
 def test_a_key_that_names_no_batch_is_refused_unless_accepted_as_legacy(tmp_path: Path,
                                                                         caplog: pytest.LogCaptureFixture) -> None:
     batch, key = hb.pairwise_batch(("ppo", _predictions("ppo")), ("sup", _predictions("sup")), "imdb", seed=0)
