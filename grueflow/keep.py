@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import glob
 import hashlib
+import json
 import os
 import secrets
 import shutil
@@ -269,8 +270,29 @@ def keep_key(key: Path, root: Path) -> tuple[Path, bool]:
 
 
 def batch_copies_text(copies: list[Path]) -> str:
-    """``a copy of it is kept in <folder's copy>, its key in <key's copy>`` for :func:`keep_batch`'s copies."""
-    return f"a copy of it is kept in {copies[0]}" + (f", its key in {copies[1]}" if len(copies) > 1 else "")
+    """``a copy of it is kept in <folder's copy>, its key in <key's copy>`` for :func:`keep_batch`'s copies; where the
+    key is another batch's (:func:`_other_batchs_key`: a batch folder put back without its key),
+    ``..., the key found beside it, of batch <tag> (not its own), in <key's copy>``."""
+    if len(copies) < 2:
+        return f"a copy of it is kept in {copies[0]}"
+    other = _other_batchs_key(copies[0], copies[1])
+    key = f"the key found beside it, of batch {other} (not its own)," if other else "its key"
+    return f"a copy of it is kept in {copies[0]}, {key} in {copies[1]}"
+
+
+def _other_batchs_key(folder: Path, key_copy: Path) -> Optional[str]:
+    """The batch tag the key kept in ``key_copy`` (a :func:`keep_key` copy) names where the first item id of the batch
+    kept in ``folder`` (``P<tag>-00001``) carries another; None where they agree or either is unreadable."""
+    try:
+        key = read_json(key_copy / key_copy.name.rsplit("@", 1)[0])
+        with open(folder / "items.jsonl", encoding="utf-8") as handle:
+            item_id = json.loads(handle.readline())["item_id"]
+        tag = key["batch_tag"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(tag, str) or not isinstance(item_id, str) or item_id[1:].startswith(f"{tag}-"):
+        return None
+    return tag
 
 
 def copy_root(path: Path) -> Path:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 from grueflow import io
-from grueflow.keep import batch_copies_text, copies_of, copy_root, keep_batch
+from grueflow.keep import batch_copies_text, copies_of, copy_root, keep_batch, keep_key
 from grueflow.registry import UnknownNameError
 from grueflow.human.criteria import CRITERIA, SCALE_MAX, SCALE_MIN, CriteriaSet, Criterion
 
@@ -294,7 +294,11 @@ def write_batch(batch: Batch, out_dir: str | Path, key: Mapping[str, str] | None
     key, to ``.grueflow/replaced/`` first (:func:`grueflow.keep.keep_batch`, under :func:`grueflow.keep.copy_root`),
     since annotators may be answering it, and the key is the only map from their item ids to the systems. (DVC
     leaves them in place for the stage, ``persist``; Snakemake deletes them before the job, having copied them in
-    its ``onstart``: :func:`grueflow.stale.keep_reexported`.)
+    its ``onstart``: :func:`grueflow.stale.keep_reexported`.) A key that is not the key of the batch ``out_dir``
+    holds (:func:`stray_key`: the folder put back without its key, as ``dvc checkout`` of an older commit restores
+    the folder from DVC's cache but not the key, which DVC does not cache) is copied to ``.grueflow/replaced/`` with
+    its digest record (:func:`grueflow.keep.keep_key`), with a line whether or not that copy was made before, and
+    replaced by the key of ``batch``: the export is seeded, so that is the key it wrote with that batch before.
     """
     from grueflow.human.templates import platform_template
 
@@ -304,19 +308,29 @@ def write_batch(batch: Batch, out_dir: str | Path, key: Mapping[str, str] | None
         raise ValueError("a Likert batch has no key (its items name their method); give no key or key_path")
     if batch.kind == "pairwise" and batch.tag is None:
         raise ValueError("a pairwise batch's item ids carry its tag (P<tag>-00001); make it with pairwise_batch")
-    document = None
+    document, stray = None, None
     replaced = replaced_tag(out_dir, batch)
     if key is not None and key_path is not None:
         document = key_document(batch, key)
-        check_key_path(key_path, document, replaced)
+        stray = stray_key(key_path, document, out_dir)
+        if stray is None:
+            check_key_path(key_path, document, replaced)
     lines = []
+    root = copy_root(Path(out_dir))  # relative where it is the working folder, as kept_batch names copies
+    root = Path(".") if root == Path.cwd() else root
     if replaced is not None:
-        own_key = Path(key_path) if key_path is not None and _tag_of_key(Path(key_path)) == replaced else None
-        root = copy_root(Path(out_dir))  # relative where it is the working folder, as kept_batch names copies
-        copies, new = keep_batch(Path(out_dir), own_key, Path(".") if root == Path.cwd() else root)
+        own_key = Path(key_path) if key_path is not None and stray is None and _tag_of_key(Path(key_path)) == replaced \
+            else None
+        copies, new = keep_batch(Path(out_dir), own_key, root)
         if new:
             lines.append(f"grueflow: {out_dir} holds batch {replaced}, which this export replaces by batch "
                          f"{batch.tag}; {batch_copies_text(copies)} (annotators may be answering it)")
+    if stray is not None:  # a key is replaced: said whether or not this content was kept before
+        copy, _ = keep_key(Path(key_path), root)
+        lines.append(f"grueflow: {key_path} holds {stray}, but {out_dir} holds batch "
+                     f"{_tag_of_copy(Path(out_dir) / ITEMS)} (a batch folder put back without its key: `dvc checkout` "
+                     f"restores a batch folder, but not its key, which DVC does not cache); a copy of that key, with "
+                     f"its digest record, is kept in {copy}; this export writes the key of batch {batch.tag} there")
     with contextlib.ExitStack() as stack:
         # the key unblinds the batch: readable by its owner alone, as the annotators may share the machine; so is
         # its digest record, which would let one try the 2^n assignments of a small batch
@@ -340,28 +354,75 @@ def key_document(batch: Batch, key: Mapping[str, str]) -> dict[str, Any]:
     return {KEY_TAG: batch.tag, KEY_IDS: dict(sorted(key.items()))}
 
 
-def check_key_path(key_path: str | Path, document: Mapping[str, Any], replaced: str | None = None) -> None:
-    """Refuse to replace an existing file at ``key_path`` unless it already holds ``document`` (a re-export of
-    the same batch), or it is the key of batch ``replaced`` (the one the export replaces, which :func:`write_batch`
-    copies with its key first): any other key is the only record of which opaque id is which system in its batch."""
+def stray_key(key_path: str | Path, document: Mapping[str, Any], out_dir: str | Path) -> str | None:
+    """What the key at ``key_path`` is where it is not the key of the pairwise batch the folder ``out_dir`` holds
+    (another batch's tag, or the same tag with other opaque ids: a batch folder put back without its key, as
+    ``dvc checkout`` restores the folder from DVC's cache but never the key, an out DVC does not cache), nor
+    ``document`` (the key being written): ``the key of batch <tag>``, or ``a key of batch <tag> with other items``.
+    None where there is no such key: no file there, no key file, a key that names no batch, the folder's own key, or
+    a folder that holds no pairwise batch with a tag (a key may then belong to a folder elsewhere:
+    :func:`check_key_path` judges it). :func:`write_batch` keeps such a key with its digest record
+    (:func:`grueflow.keep.keep_key`) and writes its own over it: the key of the batch it writes, which its seeded
+    export writes byte for byte as before."""
     key_path = Path(key_path)
-    if not key_path.exists():
-        return
+    if not key_path.is_file() or key_path.is_symlink():
+        return None
     try:
         tag, ids = _read_key_file(key_path)
     except io.DataError:
-        raise io.DataError(f"{key_path} exists and is not a key file; choose another --key path, or delete it if "
-                           f"it holds nothing you need") from None
+        return None
+    held = _held_batch(Path(out_dir))
+    if tag is None or held is None or (tag, set(ids)) == held \
+            or (tag == document[KEY_TAG] and ids == document[KEY_IDS]):
+        return None
+    return f"a key of batch {tag} with other items" if tag == held[0] else f"the key of batch {tag}"
+
+
+def _held_batch(folder: Path) -> tuple[str, set[str]] | None:
+    """(tag, opaque ids) of the pairwise batch the folder ``folder`` holds, by its ``items.jsonl``; None where it
+    holds none (no readable items, items of no tag, a Likert batch's)."""
+    items = folder / ITEMS
+    if not items.is_file() or items.is_symlink():
+        return None
+    try:
+        with open(items, encoding="utf-8") as handle:
+            found = [json.loads(line) for line in handle if line.strip()]
+        tags = {tag_of(item["item_id"]) for item in found}
+        ids = {item[f"choice_{side}_id"] for item in found for side in "AB"}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    tag = tags.pop() if len(tags) == 1 else None
+    return (tag, ids) if tag is not None and ids and all(isinstance(i, str) for i in ids) else None
+
+
+def check_key_path(key_path: str | Path, document: Mapping[str, Any], replaced: str | None = None) -> None:
+    """Refuse to replace an existing file at ``key_path`` unless it already holds ``document`` (a re-export of
+    the same batch), or it is the key of batch ``replaced`` (the one the export replaces, which :func:`write_batch`
+    copies with its key first): any other key is the only record of which opaque id is which system in its batch,
+    so the refusal says to move it (and its digest record) aside, naming both, never to delete it. (A key of another
+    batch than the one the export's folder holds is kept and replaced instead: :func:`stray_key`.)"""
+    key_path = Path(key_path)
+    if not key_path.exists():
+        return
+    record = io.files_record(key_path)
+    aside = (f"move it aside, with its digest record if there is one (mv {key_path} {record} <a folder of your "
+             f"own>/), and run again")
+    try:
+        tag, ids = _read_key_file(key_path)
+    except io.DataError:
+        raise io.DataError(f"{key_path} exists and is not a key file; choose another --key path, or {aside}") from None
     if (tag == document[KEY_TAG] and ids == document[KEY_IDS]) or (tag is not None and tag == replaced):
         return
     if tag is None:
-        raise io.DataError(f"{key_path}: the key exists for a batch exported before keys named their batch; choose "
-                           f"another --key path or delete it if that batch is abandoned")
+        raise io.DataError(f"{key_path}: the key exists for a batch exported before keys named their batch; "
+                           f"it may be the only map from that batch's item ids to the systems: choose another --key "
+                           f"path, or {aside}")
     if tag == document[KEY_TAG]:
         raise io.DataError(f"{key_path}: the key exists for batch {tag} with other items (another --max-items?); "
-                           f"choose another --key path or delete it if that export is abandoned")
-    raise io.DataError(f"{key_path}: the key exists for batch {tag}; choose another --key path or delete it if that "
-                       f"batch is abandoned")
+                           f"it may be the only map from that export's item ids to the systems: choose "
+                           f"another --key path, or {aside}")
+    raise io.DataError(f"{key_path}: the key exists for batch {tag}; it may be the only map from that batch's "
+                       f"item ids to the systems: choose another --key path, or {aside}")
 
 
 def replaced_tag(out_dir: str | Path, batch: Batch) -> str | None:

@@ -561,8 +561,10 @@ def test_an_import_refuses_the_key_of_another_batch_and_an_export_never_replaces
     batch_a = hb.read_batch(tmp_path / "batchA")
     clash = export("a2c", "batchB", "keyA.json")  # another batch to the same key: refused, nothing written
     assert clash.returncode == 2 and "Traceback" not in clash.stderr
-    assert (f"keyA.json: the key exists for batch {batch_a.tag}; choose another --key path or delete it if that "
-            f"batch is abandoned") in clash.stderr
+    assert (f"keyA.json: the key exists for batch {batch_a.tag}; it may be the only map from that batch's item ids "
+            f"to the systems: choose another --key path, or move it aside, with its digest record if there is one "
+            f"(mv {tmp_path / 'keyA.json'} {tmp_path / '.keyA.json.record.json'} <a folder of your own>/), and run "
+            f"again") in clash.stderr and "delete" not in clash.stderr
     assert (tmp_path / "keyA.json").read_bytes() == key_a and not (tmp_path / "batchB").exists()
     assert export("ppo", "batchA", "keyA.json").returncode == 0  # the same batch again: the same key, allowed
     assert (tmp_path / "keyA.json").read_bytes() == key_a
@@ -790,6 +792,67 @@ def test_a_run_that_exports_a_batch_again_keeps_it_and_its_key_first(tmp_path: P
     assert keep_reexported(Path("."), [(folder, key_file), (likert, None)]) == []  # once per content
 
 
+def test_a_batch_folder_put_back_without_its_key_gets_its_key_again_and_the_other_key_is_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`git checkout` of an older commit and `dvc checkout` put back the batch folder (DVC caches it) but not its key
+    (`cache: false`): the export then refused with "the key exists for batch ...; choose another --key path or delete
+    it if that batch is abandoned", though that key may be the only record of the newer batch's blinding. The export
+    keeps that key with its digest record, says so, and writes the key of the batch the folder holds."""
+    monkeypatch.chdir(tmp_path)
+    paths = _write_predictions(tmp_path / "eval", "ppo", "sup", "a2c")
+    folder = Path("results/human/t/batches/ppo_vs_sup_seed0")
+    key_file = Path("results/human/t/keys/ppo_vs_sup_seed0.json")
+
+    def export(first: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, ROOT / "stages" / "export_human_eval.py", "--kind", "pairwise",
+                               "--criteria", "imdb", "--seed", "0", "--predictions", f"{first}={paths[first]}",
+                               f"sup={paths['sup']}", "--out", folder, "--key", key_file], capture_output=True, text=True)
+
+    assert export("ppo").returncode == 0
+    older, older_key = hb.read_batch(folder), key_file.read_bytes()
+    assert export("a2c").returncode == 0  # the predictions changed: the older batch and its key are kept
+    newer, newer_key = hb.read_batch(folder), key_file.read_bytes()
+    kept, _ = hb.kept_batch(newer, older.tag)
+    shutil.rmtree(folder)
+    shutil.copytree(kept, folder)  # as dvc checkout puts the older batch back; the newer key stays
+    again = export("ppo")
+    assert again.returncode == 0, again.stderr
+    copy, = (p for p in Path(f".grueflow/replaced/{key_file.parent}").iterdir()
+             if (p / key_file.name).read_bytes() == newer_key)
+    assert (f"grueflow: {key_file} holds the key of batch {newer.tag}, but {folder} holds batch {older.tag} (a batch "
+            f"folder put back without its key: `dvc checkout` restores a batch folder, but not its key, which DVC "
+            f"does not cache); a copy of that key, with its digest record, is kept in {copy}; this export writes the "
+            f"key of batch {older.tag} there") in again.stderr
+    assert key_file.read_bytes() == older_key and hb.read_key(key_file, hb.read_batch(folder))
+    assert hb.read_key(copy / key_file.name, newer) == json.loads(newer_key)["ids"]  # checked by its record
+
+
+def test_a_run_that_exports_again_a_batch_put_back_without_its_key_keeps_the_key_found_as_another_batchs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under Snakemake a batch folder put back by hand (cp -a of a kept copy) is stale and exported again, and
+    ``onstart`` keeps what the export job replaces: the key beside it, another batch's, was said to be "its key"
+    and kept without its digest record."""
+    from grueflow.stale import keep_reexported
+
+    monkeypatch.chdir(tmp_path)
+    folder = Path("results/human/t/batches/ppo_vs_sup_seed0")
+    key_file = Path("results/human/t/keys/ppo_vs_sup_seed0.json")
+    older, older_key = hb.pairwise_batch(("ppo", _predictions("ppo")), ("sup", _predictions("sup")), "imdb", 0)
+    hb.write_batch(older, folder, older_key, key_file)
+    newer, newer_key = hb.pairwise_batch(("ppo", _predictions("a2c")), ("sup", _predictions("sup")), "imdb", 0)
+    hb.write_batch(newer, folder, newer_key, key_file)
+    kept, _ = hb.kept_batch(hb.read_batch(folder), older.tag)
+    shutil.rmtree(folder)
+    shutil.copytree(kept, folder)  # the older batch put back; the newer batch's key beside it
+    line, = keep_reexported(Path("."), [(folder, key_file)])
+    copy, = (p for p in Path(f".grueflow/replaced/{key_file.parent}").iterdir()
+             if hb.read_key(p / key_file.name) == newer_key)
+    assert line == (f"grueflow: {folder} is exported again, replacing it; a copy of it is kept in {kept}, the key "
+                    f"found beside it, of batch {newer.tag} (not its own), in {copy} (the batch annotators may be "
+                    f"answering, and the map from their item ids to the systems)")
+    assert (copy / f".{key_file.name}.record.json").is_file()
+
+
 def test_a_kept_key_keeps_its_digest_record_so_an_import_from_it_is_checked(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """The copy of a replaced batch's key in .grueflow/replaced/ lacked the digest record its export wrote beside it:
@@ -897,8 +960,9 @@ def test_write_batch_replaces_only_its_own_key_and_a_failure_writes_neither(tmp_
     other, other_key = hb.pairwise_batch(("a2c", _predictions("a2c")), ("sup", _predictions("sup")), "imdb", seed=0)
     hb.write_batch(batch, tmp_path / "a", key, tmp_path / "key.json")
     written = (tmp_path / "key.json").read_bytes()
-    with pytest.raises(io.DataError, match=re.escape(f"key.json: the key exists for batch {batch.tag}; choose another "
-                                                     f"--key path or delete it if that batch is abandoned")):
+    with pytest.raises(io.DataError, match=re.escape(f"key.json: the key exists for batch {batch.tag}; it may be the "
+                                                     f"only map from that batch's item ids to the systems: choose "
+                                                     f"another --key path, or move it aside")):
         hb.write_batch(other, tmp_path / "b", other_key, tmp_path / "key.json")
     assert (tmp_path / "key.json").read_bytes() == written and not (tmp_path / "b").exists()
     head = batch.head(2)
@@ -910,7 +974,8 @@ def test_write_batch_replaces_only_its_own_key_and_a_failure_writes_neither(tmp_
     assert (tmp_path / "key.json").read_bytes() == written and not (tmp_path / ".grueflow").exists()
     io.write_json(tmp_path / "old.json", key)
     with pytest.raises(io.DataError, match=r"old\.json: the key exists for a batch exported before keys named their "
-                                           r"batch; choose another --key path or delete it if that batch is abandoned"):
+                                           r"batch; it may be the only map from that batch's item ids to the systems: "
+                                           r"choose another --key path, or move it aside"):
         hb.write_batch(batch, tmp_path / "a", key, tmp_path / "old.json")
 
     def fail(folder: Path) -> None:

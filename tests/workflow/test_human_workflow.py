@@ -223,3 +223,50 @@ def test_a_batch_exported_again_before_any_answer_is_kept_with_its_key_under_bot
             f"{hb.read_batch(folder).tag}; a copy of it is kept in .grueflow/replaced/{target}@") in dvc.stderr
     copies = [p for p in (replaced / "keys").iterdir() if p != kept_key]
     assert len(copies) == 1 and (copies[0] / key.name).read_bytes() == dvc_key
+
+
+def test_dvc_checkout_of_an_older_batch_without_its_key_keeps_the_key_found_and_writes_the_batchs_own(
+        tmp_path: Path) -> None:
+    """`git checkout` of an older commit and `dvc checkout` put the pairwise batch folder back from DVC's cache, but
+    not its key (`cache: false`, results/ git-ignored): `dvc repro` then stopped with "the key exists for batch ...;
+    choose another --key path or delete it if that batch is abandoned", and that key, the newer batch's, was in no
+    copy. The export keeps it with its digest record, says so, and writes the restored batch's own key."""
+    repo = copy_project(tmp_path / "repo")
+    fake_evaluate_outputs(repo)
+    evaluated = repo / "results" / "eval" / "sentiment"
+    for method in METHODS:
+        write_stage_record(evaluated / method / "seed0", stage="evaluate", params={}, inputs={}, wall_time_s=0.0)
+    run_folder = evaluated / "supervised+ppo" / "seed0"
+    original = {name: (run_folder / name).read_bytes() for name in ("predictions.jsonl", "stage.json")}
+    stage, target = "export_human_pairwise@sentiment-ppo-0", f"results/human/sentiment/batches/{PAIR}"
+    folder, key = repo / target, repo / "results" / "human" / "sentiment" / "keys" / f"{PAIR}.json"
+    git_init(repo)
+    run(["git", "add", "-A"], repo)
+    run(["git", "commit", "-qm", "project"], repo)
+    run(["dvc", "repro", "--single-item", stage], repo)
+    run(["git", "add", "-A"], repo)
+    run(["git", "commit", "-qm", "older batch"], repo)
+    older, older_key = hb.read_batch(folder), key.read_bytes()
+    rows = [json.loads(line) for line in original["predictions.jsonl"].decode().splitlines()]
+    (run_folder / "predictions.jsonl").write_text("".join(json.dumps({**r, "generation": r["generation"][2:]}) + "\n"
+                                                          for r in rows))
+    write_stage_record(run_folder, stage="evaluate", params={}, inputs={}, wall_time_s=0.0)
+    run(["dvc", "repro", "--single-item", stage], repo)
+    run(["git", "add", "-A"], repo)
+    run(["git", "commit", "-qm", "newer batch"], repo)
+    newer, newer_key = hb.read_batch(folder), key.read_bytes()
+    assert newer.tag != older.tag
+    run(["git", "checkout", "-q", "HEAD~1"], repo)
+    run(["dvc", "checkout", stage], repo)  # the evaluate outputs are faked, in no DVC cache: put back by hand
+    for name, content in original.items():  # as dvc checkout restores the evaluate stage's outs in a whole project
+        (run_folder / name).write_bytes(content)
+    assert hb.read_batch(folder).tag == older.tag and key.read_bytes() == newer_key
+    repro = run(["dvc", "repro", "--single-item", stage], repo)
+    copy, = (p for p in (repo / ".grueflow" / "replaced" / "results" / "human" / "sentiment" / "keys").iterdir()
+             if (p / key.name).read_bytes() == newer_key)
+    assert (f"grueflow: results/human/sentiment/keys/{PAIR}.json holds the key of batch {newer.tag}, but {target} "
+            f"holds batch {older.tag} (a batch folder put back without its key: `dvc checkout` restores a batch "
+            f"folder, but not its key, which DVC does not cache); a copy of that key, with its digest record, is kept "
+            f"in {copy.relative_to(repo)}; this export writes the key of batch {older.tag} there") in repro.stderr
+    assert key.read_bytes() == older_key and (copy / f".{key.name}.record.json").is_file()
+    assert "modified" not in run(["dvc", "status", stage], repo).stdout
