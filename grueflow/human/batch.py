@@ -685,12 +685,13 @@ def _key_remedy(path: str | Path, when: str = "if it is damaged or lost") -> str
     """How to get a lost or damaged key at ``path`` back, after ``when``: the export is seeded
     (:func:`pairwise_batch`), so the same predictions and seed write the same batch and key again. A key in the
     pipeline's layout (``results/human/<task>/keys/<batch>.json``) names its batch folder, ``../batches/<batch>``, to
-    delete with it, so that the rerun exports both."""
+    move aside with it (never to delete: a key edited by hand may be all someone has), so that the rerun exports
+    both."""
     path = Path(path)
     if path.parent.name == "keys":
         batch = path.parent.parent / "batches" / path.stem
-        return (f"{when}, delete it and the batch folder {batch} and rerun the pipeline, which exports the same "
-                f"batch and key again (the export is seeded)")
+        return (f"{when}, move it and the batch folder {batch} out of results/ and rerun the pipeline, which exports "
+                f"the same batch and key again (the export is seeded)")
     return f"{when}, export the batch again from the same predictions with the same seed, which writes the same key"
 
 

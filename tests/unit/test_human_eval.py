@@ -909,13 +909,13 @@ def test_a_key_that_names_no_batch_is_refused_unless_accepted_as_legacy(tmp_path
 
 
 def test_a_damaged_key_says_how_to_get_it_back(tmp_path: Path) -> None:
-    """A pipeline's key emptied or cut failed every run with "give the key the export wrote", though deleting it
+    """A pipeline's key emptied or cut failed every run with "give the key the export wrote", though moving it aside
     and rerunning exports the same key again."""
     keys = tmp_path / "results" / "human" / "sentiment" / "keys"
     keys.mkdir(parents=True)
     batches = tmp_path / "results" / "human" / "sentiment" / "batches"
-    rerun = (f"; if it is damaged or lost, delete it and the batch folder {batches / 'ppo_vs_sup_seed0'} and rerun "
-             f"the pipeline, which exports the same batch and key again (the export is seeded)")
+    rerun = (f"; if it is damaged or lost, move it and the batch folder {batches / 'ppo_vs_sup_seed0'} out of "
+             f"results/ and rerun the pipeline, which exports the same batch and key again (the export is seeded)")
     (keys / "ppo_vs_sup_seed0.json").write_text("{}\n")
     with pytest.raises(io.DataError) as emptied:
         hb.read_key(keys / "ppo_vs_sup_seed0.json")
@@ -1820,8 +1820,8 @@ def test_a_key_with_one_items_systems_swapped_is_refused_naming_its_record_and_c
     a, b = batch.items[0]["choice_A_id"], batch.items[0]["choice_B_id"]
     swapped = {**key, a: key[b], b: key[a]}
     io.write_json(key_path, hb.key_document(batch, swapped))
-    rerun = (f"to write it again, delete it and the batch folder {folder} and rerun the pipeline, which exports the "
-             f"same batch and key again (the export is seeded)")
+    rerun = (f"to write it again, move it and the batch folder {folder} out of results/ and rerun the pipeline, "
+             f"which exports the same batch and key again (the export is seeded)")
     with pytest.raises(io.DataError) as err:
         hb.read_key(key_path, back)
     assert str(err.value) == (f"{key_path} is not the key its export wrote: its bytes differ from the digest recorded "
