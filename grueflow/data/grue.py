@@ -17,8 +17,8 @@ from typing import Any, Literal, Optional
 
 from grueflow.data import DATAPOOLS
 from grueflow.data.sample import SPLITS, Datapool
-from grueflow.data.sources import (BadRowError, Row, SourceArgs, Unit, build_datapool, group_units, load_units,
-                                   optional_text, require_text, require_texts)
+from grueflow.data.sources import (BadRowError, Row, SourceArgs, Unit, blank, build_datapool, group_units,
+                                   load_units, optional_text, require_text, require_texts)
 from grueflow.data.totto import (TableError, final_sentences, highlighted_indices, highlighted_subtable, linearise,
                                  linearise_full_table, parent_table)
 from grueflow.io import DataError, MissingDataError, read_text
@@ -48,7 +48,8 @@ class CommonGen:
     counts those samples).
 
     meta: ``concepts`` (the lemmas, in prompt order), ``concept_set`` (v1.0: as in the file;
-    v1.1: the lemmas joined by ``#``).
+    v1.1: the lemmas joined by ``#``). v1.1 rows are grouped by their set in any order (the first row's order is
+    the prompt's), and a blank concept, which no sentence could cover, is refused naming the row.
     """
 
     @dataclass(frozen=True)
@@ -74,10 +75,22 @@ class CommonGen:
 
 
 def concept_set(unit: Unit) -> str:
-    """The raw concept set of a v1.0 row, or a v1.1 row's lemmas joined by ``#``."""
+    """The raw concept set of a v1.0 row, or a v1.1 row's concepts sorted and joined by ``#``: rows that write one
+    set in another order are one set (one sample, never in two splits)."""
     if "concept_set" in unit.row:
         return require_text(unit.row["concept_set"], "concept_set", unit.origin)
-    return "#".join(require_texts(unit.row["concepts"], "concepts", unit.origin))
+    return "#".join(sorted(row_concepts(unit)))
+
+
+def row_concepts(unit: Unit) -> list[str]:
+    """A v1.1 row's concepts in the row's order; a BadRowError naming the row when they are not a list of texts or
+    one is blank (no sentence could cover it)."""
+    concepts = require_texts(unit.row["concepts"], "concepts", unit.origin)
+    for concept in concepts:
+        if blank(concept):
+            raise BadRowError(f"{unit.origin}: concepts holds {concept!r} (blank), not a concept; remove it or write "
+                              f"the concept")
+    return concepts
 
 
 def lemmas(raw_set: str) -> list[str]:
@@ -86,12 +99,14 @@ def lemmas(raw_set: str) -> list[str]:
 
 
 def merge_scenes(units: list[Unit]) -> dict[str, Any]:
-    """One concept set's rows as ``{concept_set, concepts, targets}``."""
+    """One concept set's rows as ``{concept_set, concepts, targets}`` (v1.1: the first row's concepts, in its
+    order)."""
     first = units[0].row
     if "concept_set" in first:
         targets = [t for u in units for t in require_texts(u.row["scene"], "scene", u.origin)]
         return {"concept_set": first["concept_set"], "concepts": lemmas(first["concept_set"]), "targets": targets}
-    return {"concept_set": concept_set(units[0]), "concepts": list(first["concepts"]),
+    concepts = row_concepts(units[0])
+    return {"concept_set": "#".join(concepts), "concepts": concepts,
             "targets": [optional_text(u.row["target"], "target", u.origin) for u in units]}
 
 

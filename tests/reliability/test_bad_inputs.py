@@ -1,7 +1,7 @@
 """A catalogue of bad inputs (issue 9): each fails before any model loads or trains, with one line that
 names the file, the key (or line), the value given and what is allowed.
 
-Categories (747 cases in all, as collected; grown with each hostile pass):
+Categories (749 cases in all, as collected; grown with each hostile pass):
 
 - params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``): unknown keys, wrong types,
   out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline metrics,
@@ -14,8 +14,8 @@ Categories (747 cases in all, as collected; grown with each hostile pass):
 - data files, through the datapool loaders and the datapool reader: missing, a folder, not UTF-8, not JSON
   or not rows (a ``.jsonl`` line that is no object, a ``.json`` that is no list), CSV rows longer than their
   header, repeated header columns, broken quotes, no rows, empty splits, missing columns, empty prompts and
-  references, fields of the wrong shape in the GRUE loaders, hand-edited datapool splits, and
-  ``skip_bad_rows`` dropping rows with a count;
+  references, fields of the wrong shape in the GRUE loaders (a blank CommonGen concept), hand-edited datapool
+  splits, and ``skip_bad_rows`` dropping rows with a count;
 - prompts longer than the model's context, read from ``config.json`` before any weights load;
 - model folders: no usable tokenizer (no tokenizer files, an empty vocabulary), a tokenizer with ids past the
   embedding rows, a language model given as a classifier, a classifier without a pad token (padded with its EOS)
@@ -1235,6 +1235,9 @@ def test_data_files_in_the_home_folder_are_read(tmp_path: Path, monkeypatch):
     ("common_gen", {"concepts": "dog run", "target": "A dog runs."},
      "concepts is 'dog run' (str), not a list of texts"),
     ("common_gen", {"concepts": ["dog", None], "target": "A dog runs."}, "concepts holds None (NoneType), not text"),
+    ("common_gen", {"concepts": ["dog", "", "run"], "target": "A dog runs."},
+     "concepts holds '' (blank), not a concept; remove it or write the concept"),
+    ("common_gen", {"concepts": ["dog", " ", "run"], "target": "A dog runs."}, "concepts holds ' ' (blank)"),
     ("common_gen", {"concepts": ["dog", "run"], "target": ["A dog runs."]},
      "target is ['A dog runs.'] (list), not text"),
     ("common_gen", {"concept_set": "dog_N#run_V", "scene": "A dog runs."},

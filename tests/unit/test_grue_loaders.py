@@ -138,6 +138,25 @@ def test_commongen_hub_v11_rows_are_grouped_into_concept_sets(tmp_path):
     assert pool.unlabelled == [r["target"] for r in rows]
 
 
+def test_commongen_v11_rows_of_one_set_in_another_order_are_one_set(tmp_path):
+    """A v1.1 set written in another order was a second set: its targets two samples' references, and the set could
+    land in train and test. It is one sample in the first row's order, in one split of a re-split."""
+    rows = [{"concepts": ["dog", "frisbee", "catch"], "target": "A dog catches a frisbee."},
+            {"concepts": ["catch", "dog", "frisbee"], "target": "The dog leaps to catch the frisbee."},
+            {"concepts": ["ski", "mountain"], "target": "People ski down the mountain."}]
+    files = {split: write_jsonl(tmp_path / f"{split}.jsonl", rows) for split in ("train", "validation", "test")}
+    pool = build("common_gen", data_files=files)
+    assert sizes(pool) == [2, 2, 2]
+    first = pool.splits["test"][0]
+    assert first.prompt == "generate a sentence with: dog frisbee catch"
+    assert first.references == ("A dog catches a frisbee.", "The dog leaps to catch the frisbee.")
+    assert first.meta == {"concepts": ["dog", "frisbee", "catch"], "concept_set": "dog#frisbee#catch"}
+    many = [{"concepts": [f"c{i}", "dog", "run"][::1 - 2 * (j % 2)], "target": f"t{i}.{j}"}
+            for i in range(10) for j in range(2)]
+    cut = build("common_gen", data_files={"train": write_jsonl(tmp_path / "many.jsonl", many)},
+                split_counts={"train": 6, "val": 2, "test": 2}, seed=0)
+    assert sizes(cut) == [6, 2, 2] and all(len(s.references) == 2 for split in SPLITS for s in cut.splits[split])
+
 def test_commongen_rl4lms_prompt_and_one_sample_per_target(tmp_path):
     """RL4LMs' GRUE config: prefix + concepts joined by concept_separator_token + concept_end_token ('.'), one
     sample per target with that target as its only reference; the split is still cut by concept set."""
