@@ -770,24 +770,42 @@ REFERENCE_SHAPES = ('a string, a list of strings, {"text": [strings]} (SQuAD\'s 
                     '{"text": string}')
 
 
-def _spelled_list(text: str) -> bool:
-    """Whether ``text`` is a Python or JSON list or tuple written out that holds a text (``['a', 'b']``, ``["a"]``,
-    ``('a',)``, ``['four', 4]``, ``[['a', 'b']]``) or nothing (``[]``): what pandas writes to a CSV cell for a list
-    column. Numbers alone in brackets (``[0, 1]``, ``(2, 3)``: an interval, a pair) are a text answer, not a list of
-    references."""
+def _spelled_shape(text: str) -> Optional[str]:
+    """The shape a CSV cell spells when it is what pandas writes there for a list or mapping column, else None.
+
+    ``"a list"``: a Python or JSON list or tuple written out that holds a text (``['a', 'b']``, ``["a"]``,
+    ``('a',)``, ``['four', 4]``, ``[['a', 'b']]``) or nothing (``[]``); numbers alone in brackets (``[0, 1]``,
+    ``(2, 3)``: an interval, a pair) are a text answer, not a list of references. ``'a {"text": ...} mapping'``:
+    a mapping with a ``text`` key (SQuAD's ``{'text': ['4'], 'answer_start': [0]}``, or as JSON).
+    ``'a list of {"text": ...} mappings'``: a non-empty list or tuple of such mappings. Only a cell that parses (as a
+    Python literal or JSON) counts: prose in brackets or braces stays text."""
     text = text.strip()
-    if (text[:1], text[-1:]) not in (("[", "]"), ("(", ")")):
-        return False
-    try:
-        value = ast.literal_eval(text)
-    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        return False
+    if (text[:1], text[-1:]) not in (("[", "]"), ("(", ")"), ("{", "}")):
+        return None
+    value = _literal(text)
+    if isinstance(value, dict):
+        return 'a {"text": ...} mapping' if "text" in value else None
     if not isinstance(value, (list, tuple)):
-        return False
+        return None
+    if value and all(isinstance(item, dict) and "text" in item for item in value):
+        return 'a list of {"text": ...} mappings'
     items = [leaf for item in value for leaf in (item if isinstance(item, (list, tuple)) else (item,))]
     number = (int, float)
-    return all(isinstance(item, (str, *number)) and not isinstance(item, bool) for item in items) and \
+    texts = all(isinstance(item, (str, *number)) and not isinstance(item, bool) for item in items) and \
         (not value or any(isinstance(item, str) for item in items))
+    return "a list" if texts else None
+
+
+def _literal(text: str) -> Any:
+    """``text`` read as a Python literal, else as JSON, else None."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        pass
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None
 
 
 def as_references(value: Any, origin: str = "", column: str = "references", csv_cell: bool = False
@@ -797,16 +815,20 @@ def as_references(value: Any, origin: str = "", column: str = "references", csv_
     a mapping's ``text`` (SQuAD's ``answers: {"text": [...], "answer_start": [...]}``) holds them; None is
     none; a number is its text (a JSON column the loader typed as numbers). Anything else (NaN, a mapping without
     ``text``, deeper nesting, a boolean) is a BadRowError naming the row, the ``column`` and the shapes, and so is,
-    in a CSV cell (``csv_cell``), a string that spells a list (``"['4', 'four']"``: what pandas writes there for
-    a list column), which would otherwise be scored as one reference. JSON and Parquet hold lists as lists, so a
-    string there that looks like one (a code or JSON target) is the reference it says."""
+    in a CSV cell (``csv_cell``), a string that spells a list, a ``{"text": ...}`` mapping or a list of them
+    (``"['4', 'four']"``, ``"{'text': ['4'], 'answer_start': [0]}"``: what pandas writes there for a list or mapping
+    column; :func:`_spelled_shape`), which would otherwise be scored as one reference. JSON and Parquet hold lists
+    and mappings as they are, so a string there that looks like one (a code or JSON target) is the reference it
+    says."""
     if value is None:
         return ()
     if isinstance(value, str):
-        if csv_cell and _spelled_list(value):
-            raise BadRowError(f"{origin}: {column} {value!r} is a list written as one text (pandas writes a list "
+        shape = _spelled_shape(value) if csv_cell else None
+        if shape:
+            kind = "mapping" if shape.endswith(" mapping") else "list"
+            raise BadRowError(f"{origin}: {column} {value!r} is {shape} written as one text (pandas writes a {kind} "
                               f"column so to CSV), which would be scored as one reference; write the rows as JSON "
-                              f"lines with a list of texts, or one reference per cell")
+                              f"lines with a list of texts (or Parquet), or one reference per cell")
         return (value,)
     if isinstance(value, float) and not math.isfinite(value):
         raise BadRowError(f"{origin}: a reference is {value!r}, not text; write the reference as a string")

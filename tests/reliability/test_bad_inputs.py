@@ -1,7 +1,7 @@
 """A catalogue of bad inputs (issue 9): each fails before any model loads or trains, with one line that
 names the file, the key (or line), the value given and what is allowed.
 
-Categories (749 cases in all, as collected; grown with each hostile pass):
+Categories (753 cases in all, as collected; grown with each hostile pass):
 
 - params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``): unknown keys, wrong types,
   out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline metrics,
@@ -14,8 +14,9 @@ Categories (749 cases in all, as collected; grown with each hostile pass):
 - data files, through the datapool loaders and the datapool reader: missing, a folder, not UTF-8, not JSON
   or not rows (a ``.jsonl`` line that is no object, a ``.json`` that is no list), CSV rows longer than their
   header, repeated header columns, broken quotes, no rows, empty splits, missing columns, empty prompts and
-  references, fields of the wrong shape in the GRUE loaders (a blank CommonGen concept), hand-edited datapool
-  splits, and ``skip_bad_rows`` dropping rows with a count;
+  references, a list or a ``{"text": ...}`` mapping pandas wrote into one CSV cell, fields of the wrong shape in
+  the GRUE loaders (a blank CommonGen concept), hand-edited datapool splits, and ``skip_bad_rows`` dropping rows
+  with a count;
 - prompts longer than the model's context, read from ``config.json`` before any weights load;
 - model folders: no usable tokenizer (no tokenizer files, an empty vocabulary), a tokenizer with ids past the
   embedding rows, a language model given as a classifier, a classifier without a pad token (padded with its EOS)
@@ -1143,6 +1144,30 @@ def test_a_list_cell_of_texts_and_numbers_is_refused_too(tmp_path: Path, cell: s
     path.write_text(f"prompt,references\n2 + 2 ?,{cell}\n")
     with pytest.raises(DataError, match="is a list written as one text"):
         custom_pool(three_splits(str(path)))
+
+
+@pytest.mark.parametrize("cell, shape, kind", [
+    ("\"{'text': ['4', 'four'], 'answer_start': [0, 0]}\"", 'a {"text": ...} mapping', "mapping"),  # SQuAD's answers
+    ("\"[{'text': '4'}, {'text': 'four'}]\"", 'a list of {"text": ...} mappings', "list"),
+    ('"{""text"": [""4""]}"', 'a {"text": ...} mapping', "mapping"),  # as JSON
+    ('"{""text"": [""4""], ""answerable"": true}"', 'a {"text": ...} mapping', "mapping"),  # JSON alone reads it
+])
+def test_a_mapping_written_as_one_csv_cell_is_refused_not_scored_as_one_reference(tmp_path: Path, cell: str,
+                                                                                  shape: str, kind: str):
+    """pandas writes SQuAD's ``answers`` (a mapping with ``text``), or a list of ``{"text": ...}``, to a CSV cell as
+    its text: that text became one reference; only a spelled list was refused. Prose in braces stays text."""
+    path = tmp_path / "squad.csv"
+    path.write_text(f"prompt,references\n2 + 2 ?,{cell}\n")
+    with pytest.raises(DataError) as err:
+        custom_pool(three_splits(str(path)))
+    assert "squad.csv line 2: references " in str(err.value)
+    assert (f" is {shape} written as one text (pandas writes a {kind} column so to CSV), which would be scored as one "
+            f"reference; write the rows as JSON lines with a list of texts (or Parquet), or one reference per cell"
+            ) in str(err.value)
+    path.write_text("prompt,references\nfill ?,{name} is here\nset ?,\"{'a', 'b'}\"\nkeys ?,\"{'answer': 'x'}\"\n"
+                    "empty ?,{}\nitems ?,\"[{'label': 1}]\"\n")
+    assert [s.references for s in custom_pool(three_splits(str(path))).splits["test"]] == [
+        ("{name} is here",), ("{'a', 'b'}",), ("{'answer': 'x'}",), ("{}",), ("[{'label': 1}]",)]
 
 
 def custom_folder(folder: Path) -> Any:
