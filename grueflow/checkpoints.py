@@ -251,11 +251,14 @@ def claim(root: str | Path, unit: str, own: Sequence[str] = ()) -> IO[str]:
     A resume folder is deleted when its run finishes, so it may hold only what runs write there: checkpoints
     ``<unit><k>``, their temporary folders, the lock, the names in ``own`` and ``nonfinite_*.json`` dumps.
     Anything else, a file at ``root``, or another live process training into it, is a :class:`DataError`
-    naming it: two writers would delete each other's checkpoints, and a shared folder would be deleted.
+    naming it: two writers would delete each other's checkpoints, and a shared folder would be deleted. Its advice
+    is to move what is in the way, never to give another folder: under Snakemake the folder is the rule's
+    (``<output>.resume``), not one the user gave.
     """
     root = Path(root)
     if root.exists() and not root.is_dir():
-        raise DataError(f"--resume-dir {root} is a file; give a folder (it is deleted when the run finishes)")
+        raise DataError(f"--resume-dir {root} is a file, where the run keeps its checkpoints in a folder (deleted "
+                        f"when the run finishes); move the file {root} elsewhere (or delete it), and rerun")
     root.mkdir(parents=True, exist_ok=True)
     unit_ = re.escape(unit)
     names = [rf"{unit_}\d+", rf"\.{unit_}\d+\..+\.(tmp|old)", r"nonfinite_\w+\.json", re.escape(LOCK),
@@ -263,9 +266,11 @@ def claim(root: str | Path, unit: str, own: Sequence[str] = ()) -> IO[str]:
     ours = re.compile("|".join(f"(?:{name})" for name in names))
     foreign = sorted(p.name for p in root.iterdir() if not ours.fullmatch(p.name))
     if foreign:
-        raise DataError(f"--resume-dir {root} holds {', '.join(map(repr, foreign[:3]))}"
-                        f"{' and more' if len(foreign) > 3 else ''}, which no training run wrote; give an empty or "
-                        f"new folder: a resume folder is deleted when its run finishes")
+        named = ", ".join(name if name.isprintable() else repr(name) for name in foreign[:3]) + \
+            (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise DataError(f"--resume-dir {root} holds {named}, which no training run wrote, and a resume folder is "
+                        f"deleted when its run finishes; move {'it' if len(foreign) == 1 else 'them'} out of {root}, "
+                        f"and rerun")
     handle = open(root / LOCK, "a+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -70,13 +70,22 @@ def test_a_resume_folder_is_one_runs_own(tmp_path):
     shared = tmp_path / "projects"
     (shared / "thesis").mkdir(parents=True)
     (shared / "notes.txt").write_text("keep me")
-    with pytest.raises(DataError, match=r"--resume-dir .*projects holds 'notes.txt', 'thesis', which no training run "
-                                        r"wrote; give an empty or new folder: a resume folder is deleted when its run "
-                                        r"finishes"):
+    with pytest.raises(DataError) as caught:  # the advice holds under Snakemake too, where the folder is the rule's
         checkpoints.claim(shared, "iteration")
-    with pytest.raises(DataError, match=r"--resume-dir .*notes.txt is a file; give a folder"):
+    assert str(caught.value) == (f"--resume-dir {shared} holds notes.txt, thesis, which no training run wrote, and a "
+                                 f"resume folder is deleted when its run finishes; move them out of {shared}, and "
+                                 f"rerun")
+    with pytest.raises(DataError) as caught:
         checkpoints.claim(shared / "notes.txt", "iteration")
+    assert str(caught.value) == (f"--resume-dir {shared / 'notes.txt'} is a file, where the run keeps its checkpoints "
+                                 f"in a folder (deleted when the run finishes); move the file {shared / 'notes.txt'} "
+                                 f"elsewhere (or delete it), and rerun")
     assert (shared / "notes.txt").read_text() == "keep me"
+    for name in ("a", "b", "c\nd"):
+        (shared / name).write_text("")
+    with pytest.raises(DataError, match=r"holds a, b, 'c\\nd' and 2 more, which no training run wrote, and a resume "
+                                        r"folder is deleted when its run finishes; move them out of "):
+        checkpoints.claim(shared, "iteration")
 
 
 def test_a_save_that_fails_leaves_the_previous_checkpoint(tmp_path):
