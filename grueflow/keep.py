@@ -127,9 +127,13 @@ def _vouched(file: Path, name: str, manifest: Optional[dict[str, dict[str, Any]]
     file the manifest lists, at its size and, where it was modified after the record, with its digest
     (:func:`_digest`). A symbolic link is judged as the file it names, unless it leads
     into a stage folder (another run's file, put in place of the stage's own: never vouched for); DVC's cache with
-    ``cache.type: symlink`` makes every file of an output such a link."""
+    ``cache.type: symlink`` makes every file of an output such a link. A link to a folder elsewhere (``model/``
+    moved to another disk and linked back) is vouched for where every file under it is."""
     if file.is_symlink() and (not file.exists() or in_stage_folder(Path(os.path.realpath(file)))):
         return False
+    if file.is_symlink() and file.is_dir():  # a folder of the stage's moved elsewhere and linked back: by its files
+        return manifest is not None and all(_vouched(inner, f"{name}/{inner.relative_to(file).as_posix()}", manifest,
+                                                     written_ns) for inner in files_under(file))
     if name in UNHASHED:
         return _stage_record(file)
     if manifest is None:
@@ -197,8 +201,11 @@ def keep_copy(path: Path, root: Path, files: list[Path], by_content: bool = Fals
     emptied or cut since (or a file in its place) is left as it is, and the copy made beside it (``@<key>.1``, ...).
     It is readable by the group, as every output folder is (a file keeps its own mode: a private key stays so). It
     lies outside ``results/``: no stage or table reads it, and neither engine tracks it. A copy that fails (a full
-    disk, ``.grueflow`` a file) is a :class:`DataError`: nothing may run."""
+    disk, ``.grueflow`` a file) is a :class:`DataError`: nothing may run. A file reached through a link to a folder
+    under ``path`` is kept as that link (:func:`as_deleted`): a rebuild deletes the link alone, and a copy through it
+    would write into what it names."""
     place, tmp = root / REPLACED / os.path.relpath(os.path.abspath(path), os.path.abspath(root)), None
+    files = as_deleted(path, files)
     try:
         found, place = _places(path, root, files, by_content)
         if found is not None:
@@ -232,7 +239,30 @@ def keep_copy(path: Path, root: Path, files: list[Path], by_content: bool = Fals
 def kept_copy(path: Path, root: Path, files: list[Path], by_content: bool = False) -> Optional[Path]:
     """The complete copy :func:`keep_copy` made of ``files`` under ``path`` as they are now (the same arguments),
     or None where it has made none (or only one emptied or cut since)."""
-    return _places(path, root, files, by_content)[0]
+    return _places(path, root, as_deleted(path, files), by_content)[0]
+
+
+def as_deleted(path: Path, files: list[Path]) -> list[Path]:
+    """``files`` (under the stage folder ``path``) as a rebuild of it deletes them, sorted: one reached through a
+    symbolic link to a folder under ``path`` (``model/`` moved to another disk and linked back) as that link, the
+    topmost, since deleting the folder deletes the link and never what it names. A file ``path`` is as given."""
+    if not path.is_dir() or path.is_symlink():
+        return files
+    found = set()
+    for file in files:
+        parts = file.relative_to(path).parts
+        found.add(next((link for end in range(1, len(parts)) if (link := path.joinpath(*parts[:end])).is_symlink()),
+                       file))
+    return sorted(found)
+
+
+def links_left(path: Path, files: list[Path]) -> str:
+    """``"; model is a link to /disk2/model: ..."`` for each link to a folder among ``files`` as a rebuild of the
+    stage folder ``path`` deletes them (:func:`as_deleted`): what it names is neither copied nor deleted, and the
+    line says where it is; ``""`` where there is none."""
+    links = [file for file in as_deleted(path, files) if file != path and file.is_symlink() and file.is_dir()]
+    return "".join(f"; {file.relative_to(path)} is a link to {os.readlink(file)}, which a rerun leaves as it is (it "
+                   f"deletes the link alone; the copy holds the link)" for file in links)
 
 
 def keep_batch(folder: Path, key: Optional[Path], root: Path) -> tuple[list[Path], bool]:

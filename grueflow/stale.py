@@ -100,8 +100,8 @@ from grueflow.io import (BUILT_FROM, MODEL_DIR, RECORD_DIGEST, SNAKEMAKE_METADAT
                          UNHASHED, DataError, MissingDataError, as_written, atomic_path, check_stage_output,
                          files_record, fingerprint, last_written, read_json, record_digest, sealed, sha256_bytes,
                          snakemake_metadata, written_digests, written_for)
-from grueflow.keep import (batch_copies_text, edited_outputs, files_under, keep_batch, keep_copy, kept_copy, listed,
-                           persons_files, stat_signature, unvouched)
+from grueflow.keep import (as_deleted, batch_copies_text, edited_outputs, files_under, keep_batch, keep_copy, kept_copy,
+                           links_left, listed, persons_files, stat_signature, unvouched)
 from grueflow.pipeline import PARAMS_DIGEST, STAGES, ParamsSource, params_digest
 
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
@@ -905,13 +905,14 @@ def keep_user_files(results: Path, folders: Iterable[Path], done: Iterable[Path]
     time. A copy that fails is a :class:`DataError`: nothing may run."""
     lines, done = [], set(done)
     for folder in sorted(set(folders) | set(recorded_folders(results))):
-        files = [] if folder in done else unvouched(folder)
+        files = [] if folder in done else as_deleted(folder, unvouched(folder))
         if not files:
             continue
         place = keep_copy(folder, results.parent, files)
         what = "is a file where a stage folder belongs" if files == [folder] else \
             f"holds what no stage record vouches for ({listed(folder, files)})"
-        lines.append(f"grueflow: {folder} {what}; a copy is kept in {place} (a rerun of its stage replaces it whole)")
+        lines.append(f"grueflow: {folder} {what}; a copy is kept in {place} (a rerun of its stage replaces it whole)"
+                     f"{links_left(folder, files)}")
     return lines
 
 
@@ -1103,8 +1104,9 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
         if rebuilt and why.startswith("damaged: ") and why.endswith(UNMATCHED):  # found by digests: read them all
             files, read_all = sorted({*files, *_unlike_manifest(path, cached=True)}), True
         if files:
+            files = as_deleted(path, files)
             line += f"; a copy of what no stage record vouches for ({listed(path, files)}) is kept in " \
-                    f"{keep_copy(path, results.parent, files)}"
+                    f"{keep_copy(path, results.parent, files)}{links_left(path, files)}"
         if rebuilt:
             copied.add(path)
         edited = edited_files(path, siblings[path]) if siblings and path in siblings else []

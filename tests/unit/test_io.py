@@ -1171,6 +1171,41 @@ def test_a_link_in_place_of_what_a_stage_wrote_is_damage(tmp_path, monkeypatch):
         check_stage_output("mine")
 
 
+def test_a_model_folder_moved_elsewhere_and_linked_back_is_its_stages_and_never_copied_through(tmp_path,
+                                                                                                monkeypatch):
+    """ppo's ``model/`` moved to another disk and linked back: every run said the folder held what no stage record
+    vouches for (model) and kept only the link as its "copy"; once another run's weights of the same size were put
+    in the linked folder, every run stopped: the copy recreated the link, then copied each file through it onto
+    itself ("... are the same file", with Python's reprs of a temporary path). A link to a folder is vouched for by
+    the files under it; where those are damaged, the rebuild deletes the link alone, never what it names, so the
+    link is kept as the link, and the line says where the files are."""
+    from grueflow import stale
+    from grueflow.keep import REPLACED
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)
+    results, tokens = Path("results"), Path(".snakemake") / "grueflow-stale.json"
+    runs = _two_runs(results)
+    ppo, disk2 = runs["ppo"], tmp_path / "disk2" / "model"
+    disk2.parent.mkdir()
+    os.rename(ppo / "model", disk2)
+    (ppo / "model").symlink_to(disk2)
+    assert stale.mark_stale(results, results / "t.csv", [], tokens=tokens, folders=list(runs.values())) == []
+    assert not REPLACED.exists()
+    shutil.copyfile(runs["supervised+ppo"] / "model" / "model.safetensors", disk2 / "model.safetensors")
+    written = (ppo / "stage.json").stat().st_mtime
+    os.utime(disk2 / "model.safetensors", (written + 5, written + 5))  # put there after the stage's record
+    line, = stale.mark_stale(results, results / "t.csv", [], tokens=tokens, folders=list(runs.values()))
+    copy, = REPLACED.glob("results/sentiment/ppo/seed0@*")
+    assert line == (f"grueflow: {ppo} is stale (damaged: model/model.safetensors does not match the digest its stage "
+                    f"recorded); its job reruns; a copy of what no stage record vouches for (model) is kept in {copy}; "
+                    f"model is a link to {disk2}, which a rerun leaves as it is (it deletes the link alone; the copy "
+                    f"holds the link)")
+    assert os.readlink(copy / "model") == str(disk2) and sorted(p.name for p in copy.iterdir()) == ["model"]
+    assert (disk2 / "model.safetensors").read_bytes() == b"supervised+ppo!!"
+    assert stale.mark_stale(results, results / "t.csv", [], tokens=tokens, folders=list(runs.values())) == [line]
+
+
 def test_an_output_snakemake_did_not_write_last_is_stale_itself(tmp_path, monkeypatch):
     """A stage folder, or the GRUE table with its record, put back from a backup after its params changed and its
     stage reran, or written since by the stage run by hand with other settings (or by dvc repro): whole, consistent
