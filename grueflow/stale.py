@@ -52,7 +52,9 @@ input newer than the output whose checksum is the one Snakemake recorded (a smal
 does not rerun a job, so a job whose inputs are only such files (prepare_datapool), or whose one folder input
 is gone (what read a deleted datapool), would never rerun; a param that differs from the recorded one always
 does. Its job reruns and rebuilds what it reads. The stale outputs are stale whatever is run next (a dry run marks
-them too; a folder repaired by hand after that still reruns once). Nothing is deleted here, and what a suite stage
+them too; a folder repaired by hand after that still reruns once). Nothing is deleted here but what lies where a
+table's file belongs and is no file (:func:`move_aside_tables`: a folder, copied out first), which Snakemake takes
+for the table, present, and neither it nor the table's stage would replace; and what a suite stage
 folder stale for its own sake holds that no stage record vouches for (a datapool written there by hand, a record
 deleted, a file added), or a file in a stage folder's place, is copied out of ``results/`` before Snakemake's
 rebuild deletes it, and so is what any other stage folder holds that no record vouches for
@@ -1086,12 +1088,14 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     stamp that is a hard link of another checkout's is replaced by a copy of its own first; so is each of Snakemake's
     records of its jobs (:data:`grueflow.io.SNAKEMAKE_METADATA`), which Snakemake rewrites in place: a run here must not
     change the params another checkout's Snakemake compares with. ``params`` and ``load``: as :func:`stale_outputs`
-    takes them."""
+    takes them. First, what lies where ``table`` or a file of ``siblings`` belongs and is no file is moved aside
+    (:func:`move_aside_tables`): the table is then missing, and its job reruns."""
     lines = []
     expected, folders = list(expected), list(folders)
     suite = set(expected) | set(folders)
     for record in files_under(results.parent / SNAKEMAKE_METADATA):  # Snakemake rewrites its records in place
         _own_file(record)
+    lines += move_aside_tables(results.parent, {table: [], **(siblings or {})})  # then missing: their jobs rerun
     stale = stale_outputs(results, table, expected, siblings, folders, tokens.parent / DIGESTS.name, params, load)
     stamped_file = tokens.parent / STAMPED.name
     stamped = _read_mapping(stamped_file)
@@ -1143,6 +1147,39 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
         with atomic_path(tokens) as tmp:
             tmp.write_text(json.dumps(updated, indent=1, sort_keys=True) + "\n")
     return lines + keep_user_files(results, suite, done=copied)
+
+
+def move_aside_tables(root: Path, tables: Mapping[Path, Iterable[Path]]) -> list[str]:
+    """Move out of the way whatever lies where a table's file belongs (each of ``tables``, and the files written
+    with it) and is no file, so that its job reruns and writes it: a folder (``mkdir results/grue_table.csv``),
+    which Snakemake takes for the table, present and up to date, and would not delete (it removes an empty folder
+    alone), and over which the table's stage refuses to write; a link to a folder; a FIFO, socket or device. A
+    folder's files are copied to ``.grueflow/replaced/`` under ``root`` first (:func:`keep_copy`), then it is
+    deleted; a link is deleted, never what it names; anything else holds no data, and is deleted. A file, a link to
+    one, and a link to nothing are left to the stage, which writes over them. One line per path moved aside; a
+    :class:`DataError` where one cannot be (nothing may run: the stage would fail on it)."""
+    lines = []
+    for path in sorted({file for table, others in tables.items() for file in (table, *others)}):
+        if not path.exists() or path.is_file():
+            continue
+        try:
+            if path.is_symlink():
+                what, target = "a link to a folder" if path.is_dir() else "a link to no file", os.readlink(path)
+                path.unlink()
+                done = f"the link is deleted ({target}, what it names, is left as it is)"
+            elif path.is_dir():
+                what, files = "a folder", files_under(path)
+                done = f"moved aside to {keep_copy(path, root, files)}" if files else "it is empty, and deleted"
+                shutil.rmtree(path)
+            else:
+                what = "a FIFO, a socket or a device"
+                path.unlink()
+                done = "it holds no data, and is deleted"
+        except OSError as err:
+            raise DataError(f"{path} is no file but where a table's file belongs, and could not be moved aside "
+                            f"({err.strerror or err}): move it out of results/ yourself, and run again") from None
+        lines.append(f"grueflow: {path} is {what} where a table's file belongs; {done}; its job reruns")
+    return lines
 
 
 def _retoken(retokened_file: Path, retokened: set[Path], known: dict[str, str]) -> dict[str, str]:

@@ -358,6 +358,50 @@ def test_a_note_added_to_a_table_is_copied_before_the_rerun_writes_it_again(tmp_
     assert mark_stale(Path("results"), csv, [], {csv: [md]}, tokens=tokens) == [line]  # copied once per content
 
 
+def test_a_folder_in_a_tables_place_is_moved_aside_so_its_job_reruns(tmp_path, monkeypatch):
+    """``mkdir results/grue_table.csv`` (or a link to a folder there): Snakemake took the folder for the table,
+    present and up to date ("Nothing to be done"), and would not have deleted it to rerun (it removes an empty folder
+    alone); the table's stage refuses to write over it. The json or md as a folder was only caught as missing. Each
+    is moved aside (a folder's files copied out first; a link deleted, never what it names), the table is missing,
+    and its job reruns."""
+    from grueflow.io import atomic_files
+    from grueflow.keep import REPLACED
+    from grueflow.stale import mark_stale
+
+    monkeypatch.chdir(tmp_path)
+    csv, md = Path("results/grue_table.csv"), Path("results/grue_table.md")
+    tokens = Path(".snakemake/grueflow-stale.json")
+    csv.mkdir(parents=True)
+    (csv / "notes.txt").write_text("mine\n")
+    lines = mark_stale(Path("results"), csv, [], {csv: [md]}, tokens=tokens)
+    copy, = REPLACED.glob("results/grue_table.csv@*")
+    assert lines == [f"grueflow: {csv} is a folder where a table's file belongs; moved aside to {copy}; its job "
+                     f"reruns"]
+    assert not csv.exists() and (copy / "notes.txt").read_text() == "mine\n"
+    with atomic_files([csv, md]) as (csv_tmp, md_tmp):
+        csv_tmp.write_text("task,method\nsentiment,ppo\n")
+        md_tmp.write_text("| task |\n")
+    md.unlink()
+    md.mkdir()  # empty
+    assert mark_stale(Path("results"), csv, [], {csv: [md]}, tokens=tokens) == [
+        f"grueflow: {md} is a folder where a table's file belongs; it is empty, and deleted; its job reruns",
+        f"grueflow: {csv} is stale ({md}, written with it, is missing); its job reruns"]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "keep.txt").write_text("kept\n")
+    csv.unlink()
+    csv.symlink_to(elsewhere)
+    assert mark_stale(Path("results"), csv, [], {csv: []}, tokens=tokens)[0] == (
+        f"grueflow: {csv} is a link to a folder where a table's file belongs; the link is deleted ({elsewhere}, what "
+        f"it names, is left as it is); its job reruns")
+    assert not os.path.lexists(csv) and (elsewhere / "keep.txt").read_text() == "kept\n"
+    os.mkfifo(csv)
+    assert mark_stale(Path("results"), csv, [], {csv: []}, tokens=tokens)[0] == (
+        f"grueflow: {csv} is a FIFO, a socket or a device where a table's file belongs; it holds no data, and is "
+        f"deleted; its job reruns")
+    assert not os.path.lexists(csv)
+
+
 def test_dvcs_own_table_restored_from_its_cache_is_not_copied_as_an_edit(tmp_path, monkeypatch):
     """`dvc repro` after a param is put back restores the earlier table from DVC's cache, with no aggregate run: under
     a dvc.yaml whose table stage does not list the table's record as an out (a project built before it did), the
