@@ -128,7 +128,7 @@ if workflow.is_main_process:  # a stage folder deleted or damaged under finished
 
 onstart:  # a real run, under Snakemake's lock, before its first job: its jobs refuse params edited since now
     from grueflow.io import PLAN, DataError, write_planned
-    from grueflow.stale import keep_reexported, refuse_touch
+    from grueflow.stale import keep_reexported, refuse_touch, refuse_undeletable
 
     try:  # --touch rewrites Snakemake's record of each job's params without running it: never over other params
         if workflow.touch:
@@ -139,7 +139,9 @@ onstart:  # a real run, under Snakemake's lock, before its first job: its jobs r
     try:  # Snakemake deletes a job's outputs as it starts it: a batch exported again is copied first
         for _line in keep_reexported(Path("."), reexported_batches(workflow.dag.needrun_jobs())):
             print(_line, file=sys.stderr)
-    except DataError as err:  # a copy could not be kept: no job may run
+        # an output it cannot delete would stop the run half done, in Snakemake's traceback
+        refuse_undeletable([Path(out) for job in workflow.dag.needrun_jobs() for out in job.output])
+    except DataError as err:  # a copy could not be kept, or an output cannot be deleted: no job may run
         raise WorkflowError(str(err)) from None
     os.environ[PLAN] = write_planned(planned_params())
 

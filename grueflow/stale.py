@@ -87,12 +87,14 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
 import stat
+import sys
 import time
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional
@@ -1180,6 +1182,73 @@ def move_aside_tables(root: Path, tables: Mapping[Path, Iterable[Path]]) -> list
                             f"({err.strerror or err}): move it out of results/ yourself, and run again") from None
         lines.append(f"grueflow: {path} is {what} where a table's file belongs; {done}; its job reruns")
     return lines
+
+
+_FS_IOC_GETFLAGS = 0x80086601  # Linux: read an inode's attributes (lsattr)
+_FLAGS = {0x10: ("immutable", "'chattr -i {}' as root"),  # lsattr's i and a (FS_IMMUTABLE_FL, FS_APPEND_FL): what
+          0x20: ("append-only", "'chattr -a {}' as root")}  # keeps a path from being deleted, and what clears it
+
+
+def refuse_undeletable(outputs: Iterable[Path]) -> None:
+    """A :class:`DataError` naming the first of ``outputs`` (those of the jobs a Snakemake run is about to run, which
+    it deletes as it starts each) that cannot be deleted, what stands in the way and how to clear it: a folder it
+    lies in, or one in it, that cannot be written (a read-only folder; immutable, ``chattr +i``), or a file in it
+    that is immutable or append-only (``chattr +i``, ``chattr +a``); else Snakemake stops in the middle of the run
+    with its own traceback, some jobs run and the rest not. Only what is there is looked at: the outputs of the
+    jobs that rerun, each walked once (a rerun deletes them anyway), links never followed."""
+    for output in sorted(set(outputs)):
+        if not os.path.lexists(output):
+            continue
+        blocked = _blocked_folder(output.parent)
+        if blocked is None and output.is_dir() and not output.is_symlink():
+            for top, _, names in os.walk(output):
+                blocked = _blocked_folder(Path(top)) or next(
+                    (found for name in names if (found := _blocked_file(Path(top) / name)) is not None), None)
+                if blocked is not None:
+                    break
+        elif blocked is None and not output.is_symlink():
+            blocked = _blocked_file(output)
+        if blocked is not None:
+            path, why, fix = blocked
+            raise DataError(f"{output} is to be rebuilt, which deletes it first, but {why.format(path)}; run "
+                            f"{fix.format(path)}, and run again")
+
+
+def _blocked_folder(folder: Path) -> Optional[tuple[Path, str, str]]:
+    """(``folder``, why nothing in it can be deleted and the command that clears it, each with ``{}`` for it) where
+    that is so: a folder not writable by this process (read-only; or immutable or append-only, :data:`_FLAGS`);
+    else None."""
+    if os.access(folder, os.W_OK | os.X_OK):
+        return None
+    flag = _flag(folder) or ("read-only", "'chmod u+wx {}' as its owner")
+    return folder, f"nothing can be deleted from the {flag[0]} folder {{}}", flag[1]
+
+
+def _blocked_file(file: Path) -> Optional[tuple[Path, str, str]]:
+    """(``file``, why it cannot be deleted and the command that clears it, each with ``{}`` for it) where it is
+    immutable or append-only
+    (:data:`_FLAGS`); else None (a read-only file can be deleted from a writable folder). Only a file this process
+    cannot write is asked for its attributes."""
+    if file.is_symlink() or os.access(file, os.W_OK):
+        return None
+    flag = _flag(file)
+    return None if flag is None else (file, f"the {flag[0]} file {{}} cannot be deleted", flag[1])
+
+
+def _flag(path: Path) -> Optional[tuple[str, str]]:
+    """The first of :data:`_FLAGS` set on ``path`` (as ``lsattr`` reads it), or None: none set, or none to read
+    (another system, a file system without attributes, a file this process cannot open)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        flags = int.from_bytes(fcntl.ioctl(fd, _FS_IOC_GETFLAGS, bytes(8))[:4], sys.byteorder)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return next((shown for bit, shown in _FLAGS.items() if flags & bit), None)
 
 
 def _retoken(retokened_file: Path, retokened: set[Path], known: dict[str, str]) -> dict[str, str]:

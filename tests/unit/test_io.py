@@ -1250,6 +1250,49 @@ def test_a_model_folder_moved_elsewhere_and_linked_back_is_its_stages_and_never_
     assert stale.mark_stale(results, results / "t.csv", [], tokens=tokens, folders=list(runs.values())) == [line]
 
 
+def test_an_output_a_run_cannot_delete_is_named_before_any_job(tmp_path, monkeypatch):
+    """A file made immutable (``chattr +i``) in an evaluation whose params then changed: Snakemake ran the other
+    jobs, then stopped in its 40-line PermissionError traceback as it deleted that folder to rerun it. The outputs
+    of the jobs about to run are looked at first (from the Snakefile's onstart), and the first that cannot be deleted
+    is named in one line, with what to run."""
+    from grueflow.stale import refuse_undeletable
+
+    monkeypatch.chdir(tmp_path)
+    out = Path("results/eval/sentiment/ppo/seed0")
+    (out / "model").mkdir(parents=True)
+    (out / "predictions.jsonl").write_text("{}\n")
+    (out / "model" / "config.json").write_text("{}\n")
+    (out / "model" / "config.json").chmod(0o444)  # read-only in a writable folder: deletable
+    Path("elsewhere").mkdir()
+    (out / "linked").symlink_to(tmp_path / "elsewhere")
+    refuse_undeletable([out, Path("results/grue_table.csv")])  # as written, and a path not there
+    if os.geteuid() == 0:  # root writes any folder: as a user meets a read-only one
+        access = os.access
+        monkeypatch.setattr(os, "access", lambda path, mode: access(path, mode) and not (
+            Path(path) == out / "model" and mode & os.W_OK))
+    (out / "model").chmod(0o555)
+    try:
+        with pytest.raises(DataError) as caught:
+            refuse_undeletable([out])
+    finally:
+        (out / "model").chmod(0o755)
+    assert str(caught.value) == (f"{out} is to be rebuilt, which deletes it first, but nothing can be deleted from "
+                                 f"the read-only folder {out / 'model'}; run 'chmod u+wx {out / 'model'}' as its "
+                                 f"owner, and run again")
+    monkeypatch.undo()
+    monkeypatch.chdir(tmp_path)
+    if subprocess.run(["chattr", "+i", str(out / "predictions.jsonl")], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i needs root and a file system with attributes")
+    try:
+        with pytest.raises(DataError) as caught:
+            refuse_undeletable([out])
+    finally:
+        subprocess.run(["chattr", "-i", str(out / "predictions.jsonl")], check=True)
+    assert str(caught.value) == (f"{out} is to be rebuilt, which deletes it first, but the immutable file "
+                                 f"{out / 'predictions.jsonl'} cannot be deleted; run 'chattr -i "
+                                 f"{out / 'predictions.jsonl'}' as root, and run again")
+
+
 def test_an_output_snakemake_did_not_write_last_is_stale_itself(tmp_path, monkeypatch):
     """A stage folder, or the GRUE table with its record, put back from a backup after its params changed and its
     stage reran, or written since by the stage run by hand with other settings (or by dvc repro): whole, consistent
