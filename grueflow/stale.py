@@ -1226,9 +1226,8 @@ def _blocked_folder(folder: Path) -> Optional[tuple[Path, str, str]]:
 
 def _blocked_file(file: Path) -> Optional[tuple[Path, str, str]]:
     """(``file``, why it cannot be deleted and the command that clears it, each with ``{}`` for it) where it is
-    immutable or append-only
-    (:data:`_FLAGS`); else None (a read-only file can be deleted from a writable folder). Only a file this process
-    cannot write is asked for its attributes."""
+    immutable or append-only (:data:`_FLAGS`); else None (a read-only file can be deleted from a writable folder).
+    Only a file this process cannot write is asked for its attributes."""
     if file.is_symlink() or os.access(file, os.W_OK):
         return None
     flag = _flag(file)
