@@ -1067,9 +1067,12 @@ def _unrecorded(root: Path, path: Path, results: Path) -> Optional[Path]:
 def mark_stale(results: Path, table: Path, expected: Iterable[Path],
                siblings: Optional[dict[Path, list[Path]]] = None, tokens: Path = TOKENS,
                folders: Iterable[Path] = (), params: Optional[Mapping[Path, ParamsSource]] = None,
-               load: Optional[Callable[[str], object]] = None) -> list[str]:
+               load: Optional[Callable[[str], object]] = None,
+               built_by: Callable[[Path], Optional[str]] = lambda path: None) -> list[str]:
     """Set each :func:`stale_outputs` entry's Snakemake timestamp to :data:`STALE_TIME` and give it a new token in
-    ``tokens`` (the digests of inputs are cached beside it); one line per entry, saying why.
+    ``tokens`` (the digests of inputs are cached beside it); one line per entry, saying why, and that its job reruns:
+    for an entry the default target does not build, ``built_by`` gives the target whose build reruns it (None for
+    one the default target builds), which the line names instead.
 
     A suite stage folder stale for its own sake (damaged, or without its record), or a file where a stage folder
     belongs, has a copy kept of what no stage record vouches for (:func:`unvouched`, :func:`keep_copy`; a dry run
@@ -1104,7 +1107,9 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     kept, copied, read_all = dict(stamped), set(), False
     for path, why in stale.items():
         stamp = _stamp_of(path)
-        line = f"grueflow: {path} is stale ({why}); its job reruns"
+        target = built_by(path)
+        line = f"grueflow: {path} is stale ({why}); its job reruns" + \
+            (f" once {target} is built (rule all does not build it)" if target else "")
         rebuilt = path in suite and not why.startswith(("its input ", "it was built from "))  # else: as built
         files = unvouched(path) if rebuilt else []
         if rebuilt and why.startswith("damaged: ") and why.endswith(UNMATCHED):  # found by digests: read them all

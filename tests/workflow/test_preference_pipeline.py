@@ -11,6 +11,8 @@ import json
 import pandas as pd
 import pytest
 
+from grueflow.human import batch as hb
+from grueflow.human.answers import AnswerStore
 from tests.conftest import copy_project, run, run_both_engines
 
 SUITE = """tasks: [sentiment]
@@ -92,3 +94,50 @@ def test_a_suites_preference_file_replaces_build_preferences(tmp_path):
     result = run(["snakemake", "-n", "-p", "--cores", "1", "all"], repo)
     assert "rule build_preferences" not in result.stdout
     assert result.stdout.count("--preferences data/human/preferences.jsonl") == 3  # reward model, dpo, supervised+dpo
+
+
+def test_new_answers_in_a_human_import_named_by_preference_files_rerun_the_import_and_dpo(tmp_path):
+    """preference_files naming a human-evaluation import's preferences.jsonl (a file inside the import rule's folder
+    output): the import is an input of train_reward_model and of both dpo runs, so that a GRUE-table build imports a
+    new answer first; with no preference file in it, the stale import's line names the target that reimports it."""
+    repo = copy_project(tmp_path / "repo")
+    batch, methods = "supervised_vs_zero_shot_seed0", ("supervised", "zero_shot")
+    for method in methods:  # evaluate outputs faked: the export reads their predictions alone
+        out = repo / "results" / "eval" / "sentiment" / method / "seed0"
+        out.mkdir(parents=True)
+        (out / "provenance.json").write_text('{"stage": "evaluate"}\n')
+        (out / "predictions.jsonl").write_text("".join(
+            json.dumps({"id": f"s{i}", "prompt": f"prompt {i}", "references": [], "scores": {},
+                        "generation": f"{method} says {i}"}) + "\n" for i in range(3)))
+    imported = f"results/human/sentiment/imported/{batch}"
+    suite = SUITE + f"preference_files: {{sentiment: {imported}/preferences.jsonl}}\n"
+    (repo / "params" / "suite.yaml").write_text(suite)
+    run(["snakemake", "--cores", "1", f"results/human/sentiment/batches/{batch}", "--allowed-rules",
+         "export_human_pairwise"], repo)
+    pairwise = hb.read_batch(repo / "results" / "human" / "sentiment" / "batches" / batch)
+    store = AnswerStore(repo / "data" / "human" / "sentiment" / batch / "answers.jsonl", pairwise)
+    for item in pairwise.items:
+        store.append("alice", item["item_id"], {"choice": "A"})
+    run(["snakemake", "--cores", "1", imported, "--allowed-rules", "import_human_eval"], repo)
+    assert (repo / imported / "preferences.jsonl").read_text().count('"alice"') == len(pairwise.items)
+
+    store.append("carol", pairwise.items[0]["item_id"], {"choice": "B"})  # a new answer, not imported yet
+    result = run(["snakemake", "-n", "-p", "--cores", "1", "results/grue_table.csv", "results/sentiment/reward_model"],
+                 repo)
+    assert f"grueflow: {imported} is stale (its input data/human/sentiment/{batch}/answers.jsonl changed since it " \
+           f"was built); its job reruns\n" in result.stderr
+    blocks = result.stdout.split("\nrule ")[1:]
+    imports = [b for b in blocks if b.startswith("import_human_eval:")]
+    assert len(imports) == 1 and f"output: {imported}\n" in imports[0]
+    readers = [b for b in blocks if b.startswith(("dpo:", "train_reward_model:"))]
+    assert len(readers) == 3  # reward model, dpo, supervised+dpo
+    for block in readers:
+        assert imported in block.split("output:")[0].split("input:")[1]
+        assert f"--preferences {imported}/preferences.jsonl " in block
+    assert "human_eval_table" not in result.stdout
+    (repo / "params" / "suite.yaml").write_text(SUITE)  # the import is no input of rule all's stages now
+    result = run(["snakemake", "-n", "--cores", "1", "results/grue_table.csv"], repo)
+    assert f"grueflow: {imported} is stale (its input data/human/sentiment/{batch}/answers.jsonl changed since it " \
+           f"was built); its job reruns once results/human_eval_table.csv is built (rule all does not build it)\n" \
+           in result.stderr
+    assert "import_human_eval" not in result.stdout

@@ -146,6 +146,24 @@ def output_of(stage, name="out"):
     return STAGES[stage].outputs[name]
 
 
+STAGE_FOLDERS = [re.compile(re.sub(r"\\\{\w+\\\}", "[^/]+", re.escape(stage.outputs[name])))
+                 for stage in STAGES.values() for name in FOLDER_OUTPUTS if name in stage.outputs]
+
+
+def stage_folder_holding(path):
+    """The stage folder a rule writes (a folder output of the stage table, any wildcard values) that ``path`` lies
+    in, the innermost such folder, written as :func:`grueflow.params.project_relative` writes ``path``; None for a
+    path in no stage folder. A file inside a rule's ``directory()`` output is no output of that rule to Snakemake,
+    which plans no job for it: a rule that reads such a file takes the folder as its input, so the job that writes
+    the folder runs first, and reruns what reads it when it is rebuilt."""
+    parts = Path(project_relative(str(path))).parts
+    for end in range(len(parts) - 1, 0, -1):
+        folder = "/".join(parts[:end])
+        if any(pattern.fullmatch(folder) for pattern in STAGE_FOLDERS):
+            return folder
+    return None
+
+
 def task_slice(stage):
     """The params slice a rule depends on (rerun trigger): the task-file keys its stage reads, from the stage
     table; ``method_overrides`` is left to :func:`method_overrides`, which keeps only the rule's own method."""

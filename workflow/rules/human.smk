@@ -14,6 +14,32 @@ HUMAN_TREE = answers_tree(Path("data/human"), TASKS, HUMAN_BATCHES)  # folder li
 HUMAN_IMPORTS = [f"results/human/{t}/imported/{b}" for t, b in HUMAN_TREE.batches]
 
 
+IMPORT_FOLDER = re.compile(re.escape(output_of("import_human_eval")).replace(r"\{task\}", "(?P<task>[^/]+)")
+                           .replace(r"\{batch\}", "(?P<batch>[^/]+)"))
+PREFERENCE_BATCHES = {(m["task"], m["batch"]) for m in (IMPORT_FOLDER.fullmatch(stage_folder_holding(path) or "")
+                                                        for path in SUITE.config.preference_files.values()) if m}
+# (task, batch) of each import whose preferences.jsonl preference_files names: rule all builds it, its batch and key
+
+
+def human_target(path):
+    """The target whose build reruns the job of ``path``, an output of a human-evaluation stage, which rule all does
+    not build: results/human_eval_table.csv for the table, and for a batch with answers under data/human/ (its
+    export, key and import); ``path`` itself for another batch (its key: the batch). None for any other path, and for
+    those rule all builds (an import preference_files names a file in: :data:`PREFERENCE_BATCHES`)."""
+    table = [Path(p) for p in STAGES["human_eval_table"].outputs.values()]
+    if Path(path) in table:
+        return str(table[0])
+    parts = Path(path).parts
+    if parts[:2] != ("results", "human") or len(parts) != 5 or parts[3] not in ("batches", "keys", "imported"):
+        return None
+    task, batch = parts[2], parts[4].removesuffix(".json") if parts[3] == "keys" else parts[4]
+    if (task, batch) in PREFERENCE_BATCHES:
+        return None
+    if (task, batch) in HUMAN_TREE.batches:
+        return str(table[0])
+    return f"results/human/{task}/batches/{batch}" if parts[3] == "keys" else str(path)
+
+
 def human_imports(w=None):
     """The imports the table reads: every batch with answers under data/human/, once what lies there and would be
     left out without a word (a folder named as no batch, answers this checkout has not fetched) is refused, and
