@@ -293,12 +293,23 @@ def missing_label(table: Any, path: tuple[str, ...]) -> str:
 DVC_LOAD_FAILED = "DVC failed to load some metrics for following revisions: '"  # dvc's stderr line (exit code 0)
 
 
+NOT_A_REPOSITORY = "not a git repository"  # git's error (exit code 128) outside any repository, in the C locale
+
+
 def check_has_commits(rev_a: str, rev_b: str) -> None:
-    """Raise CliError where a revision other than ``workspace`` is named in a git repository with no commits yet: dvc
-    reports an empty diff there, and reading a revision fails deep in scmrepo."""
+    """Raise CliError where the working folder is in no git repository (a project built with Snakemake alone), which
+    dvc refuses with advice about its own config (``core.no_scm``), or where a revision other than ``workspace`` is
+    named in a git repository with no commits yet: dvc reports an empty diff there, and reading a revision fails
+    deep in scmrepo. Any other failure of git (exit code 128 for another reason) is left to dvc to report."""
     revisions = [rev for rev in (rev_a, rev_b) if rev != "workspace"]
-    head = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], capture_output=True, text=True, check=False)
-    if revisions and head.returncode == 1:  # 1: a repository without HEAD; 128: no repository (dvc says so later)
+    head = subprocess.run(["git", "rev-parse", "--verify", "-q", "HEAD"], capture_output=True, text=True, check=False,
+                          env={**os.environ, "LC_ALL": "C"})
+    if head.returncode == 128 and NOT_A_REPOSITORY in head.stderr:
+        raise CliError(f"{Path.cwd()} is not in a git repository: grueflow diff compares the GRUE table (or --target) "
+                       f"of git commits whose results dvc repro built; to compare, make it one (git init, dvc repro, "
+                       f"git add -A, git commit), then diff two commits, or a commit and workspace (README, "
+                       f"\"Comparing across commits\")")
+    if revisions and head.returncode == 1:  # 1: a repository without HEAD
         raise CliError(f"the repository has no commits yet, so it has no revision {' or '.join(revisions)}; commit "
                        f"the results first (git add, git commit), then diff two commits, or a commit and workspace")
 

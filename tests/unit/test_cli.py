@@ -397,6 +397,22 @@ def test_diff_in_a_repository_without_commits_says_so_in_one_line(tmp_path):
                                   f"commits, or a commit and workspace\n")
 
 
+def test_diff_in_a_folder_outside_git_says_what_diff_compares_and_how_to_start(tmp_path):
+    """A project built with Snakemake alone (no git repository): dvc's answer was "Only supported for Git
+    repositories ... try `dvc config core.no_scm false`", advice about its config for a folder with no history."""
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "grue_table.json").write_text(json.dumps({"sentiment": {"ppo": {"reward": 0.5}}}))
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(tmp_path.parent)}  # no repository above it either
+    for args in (["HEAD", "workspace"], ["HEAD~1", "HEAD"], ["workspace", "workspace"]):
+        refused = subprocess.run([*CLI, "diff", *args], cwd=tmp_path, capture_output=True, text=True, env=env)
+        assert refused.returncode == 2 and refused.stdout == "", refused.stderr
+        assert refused.stderr == (f"grueflow diff: error: {tmp_path} is not in a git repository: grueflow diff "
+                                  f"compares the GRUE table (or --target) of git commits whose results dvc repro "
+                                  f"built; to compare, make it one (git init, dvc repro, git add -A, git commit), then "
+                                  f"diff two commits, or a commit and workspace (README, \"Comparing across "
+                                  f"commits\")\n")
+
+
 def test_python_dash_m_grueflow_is_the_grueflow_command(tmp_path):
     result = run([sys.executable, "-m", "grueflow", "list", "methods"], tmp_path)
     assert result.stdout.startswith("methods (zero_shot, supervised, the RL algorithm ids of a suite's algorithms, "
