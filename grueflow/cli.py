@@ -405,42 +405,49 @@ def out_of_date_files(rev: str) -> list[str]:
     return sorted(changed)
 
 
-def warn_out_of_date(revs: Sequence[str]) -> None:
+def warn_out_of_date(revs: Sequence[str]) -> list[str]:
     """Say on stderr which revisions hold results not rebuilt after a change of their params or code: a diff that
-    reads "no changes" there means "not rebuilt", not "the change changed nothing"."""
+    reads "no changes" there means "not rebuilt", not "the change changed nothing". The revisions it was said of."""
+    warned = []
     for rev in dict.fromkeys(revs):
         changed = out_of_date_files(rev)
         if changed:
+            warned.append(rev)
             shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
             place = "in the workspace" if rev == "workspace" else f"at {rev}"
             print(f"grueflow diff: warning: the results {place} are out of date: {shown} changed after dvc.lock "
                   f"was written (its stages were not rerun); the diff compares the results as built, so rerun "
                   f"them (dvc repro{'' if rev == 'workspace' else ', then commit'}) to see the change's effect",
                   file=sys.stderr)
+    return warned
 
 
-def note_copied(target: str, revs: Sequence[str]) -> None:
+def note_copied(target: str, revs: Sequence[str]) -> bool:
     """Say on stderr where the workspace's ``target`` (one of ``revs`` is ``workspace``) lies in another run's stage
     folder copied or linked there (:func:`grueflow.io.copy_note`): its values are that run's. A commit's file is read
-    as that commit holds it, which the workspace's stage record does not describe."""
+    as that commit holds it, which the workspace's stage record does not describe. Whether it said so."""
     note = copy_note(target) if "workspace" in revs else None
     if note:
         print(f"grueflow diff: note: {note}", file=sys.stderr)
+    return bool(note)
 
 
-def note_edited(target: str, revs: Sequence[str]) -> None:
+def note_edited(target: str, revs: Sequence[str]) -> list[str]:
     """Say on stderr where ``target``, at one of ``revs``, is a file written with a table
     (:data:`grueflow.stale.TABLES`: the GRUE table's JSON) whose bytes are not those its stage wrote, by the digests
     the stage recorded beside it (:func:`grueflow.io.files_record`), or a file of a stage folder that its
     ``stage.json`` does not vouch for (an evaluation's ``metrics.json`` edited): edited by hand, so its values are
     no pipeline result. In the workspace (:func:`_edited_here`); at a commit, where the file and its record both
     read from DVC's cache at that commit (:func:`_edited_at`: a hand edit recorded with ``dvc commit`` and
-    committed). Nothing is said where the record is missing or unreadable (nothing tells)."""
+    committed). Nothing is said where the record is missing or unreadable (nothing tells). The revisions it was said
+    of."""
     path = Path(os.path.relpath(os.path.abspath(target)))
+    noted = []
     for rev in dict.fromkeys(revs):
         record = _edited_here(path) if rev == "workspace" else _edited_at(rev, path)
         if record is None:
             continue
+        noted.append(rev)
         what = f"the digest recorded in {record}" if record.name != "stage.json" else f"what {record} records of it"
         if rev == "workspace":
             print(f"grueflow diff: note: {path} is not what its stage wrote (edited by hand?): it differs from {what}, "
@@ -450,6 +457,28 @@ def note_edited(target: str, revs: Sequence[str]) -> None:
             print(f"grueflow diff: note: {path} at {rev} is not what its stage wrote (edited by hand, then dvc "
                   f"commit?): it differs from {what} at {rev}, so its values there are no pipeline result; rebuild it "
                   f"(dvc repro, which names the stage to rerun) and commit for the pipeline's values", file=sys.stderr)
+    return noted
+
+
+def warn_unlike_lock(target: str) -> None:
+    """Say on stderr where the workspace's file ``target`` is an output the workspace's dvc.lock records with another
+    md5 (:func:`grueflow.stale.locked_as_is`: one md5 of the file) while its params and code are as dvc.lock records
+    them (:func:`warn_out_of_date` said nothing of the workspace; the caller checks): not the file DVC built or
+    restored for them, but one built from others and left behind when git alone put them back (``git stash``, ``git
+    checkout`` without ``dvc checkout``; ``dvc status`` lists it as modified). Its values are then not the results of
+    the workspace's params, though a diff against the commit that holds them reads so. A warning, not an error: DVC
+    itself diffs such a file as the workspace's, and the numbers are that file's; only their origin is not what the
+    workspace says. Nothing is said where dvc.lock does not record the file (no stage writes it, or no dvc.lock); the
+    caller leaves out a file already noted as edited by hand or copied from another run."""
+    from grueflow.stale import locked_as_is, locked_stages
+
+    path = Path(os.path.relpath(os.path.abspath(target)))
+    stage, entry = locked_stages(Path("dvc.lock")).get(path.as_posix(), (None, None))
+    if entry is not None and not entry["md5"].endswith(".dir") and not locked_as_is(path, entry):
+        print(f"grueflow diff: warning: the workspace's {path} is not the one the workspace's dvc.lock records (stage "
+              f"{stage}'s out): it was built from other params or code (a git stash, or a git checkout without dvc "
+              f"checkout?), so its values are not the workspace's results; run dvc checkout (the results dvc.lock "
+              f"records) or dvc repro (rebuild them) first", file=sys.stderr)
 
 
 def _edited_here(path: Path) -> Optional[Path]:
@@ -563,9 +592,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
         old, new = (missing_label(tables[rev], key_path(key, read)) for rev in (args.rev_a, args.rev_b))
         if old != new and {old, new} <= {ABSENT, NULL}:
             diff[key] = {"old": None, "new": None}
-    warn_out_of_date((args.rev_a, args.rev_b))
-    note_copied(args.target, (args.rev_a, args.rev_b))
-    note_edited(args.target, (args.rev_a, args.rev_b))
+    out_of_date = warn_out_of_date((args.rev_a, args.rev_b))
+    copied = note_copied(args.target, (args.rev_a, args.rev_b))
+    edited = note_edited(args.target, (args.rev_a, args.rev_b))
+    if "workspace" in (args.rev_a, args.rev_b) and "workspace" not in out_of_date + edited and not copied:
+        warn_unlike_lock(args.target)
     if not diff:
         print(f"{args.target}: no changes between {args.rev_a} and {args.rev_b}")
         return 0

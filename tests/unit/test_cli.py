@@ -413,6 +413,48 @@ def test_diff_in_a_folder_outside_git_says_what_diff_compares_and_how_to_start(t
                                   f"commits\")\n")
 
 
+def test_diff_warns_of_a_workspace_table_that_git_alone_left_from_other_params(tmp_path):
+    """After `git checkout <branch>` or `git stash` without `dvc checkout`, the workspace's params and dvc.lock are
+    the commit's but results/ (DVC's, git-ignored) stays as built from the other params: diff gave that build's
+    numbers as the workspace's, without a word, while `dvc status` listed the table as modified. The table's md5 is
+    compared with the one the workspace's dvc.lock records."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    table_pipeline(repo)
+    warning = ("grueflow diff: warning: the workspace's results/grue_table.json is not the one the workspace's "
+               "dvc.lock records (stage table's out): it was built from other params or code (a git stash, or a git "
+               "checkout without dvc checkout?), so its values are not the workspace's results; run dvc checkout (the "
+               "results dvc.lock records) or dvc repro (rebuild them) first\n")
+    run(["git", "checkout", "-q", "-b", "lr2"], repo)
+    (repo / "params.yaml").write_text("reward: 0.75\nother: 1\n")
+    run(["dvc", "repro", "-q"], repo)
+    run(["git", "commit", "-qam", "reward 0.75"], repo)
+    run(["git", "checkout", "-q", "-"], repo)  # git alone: lr2's table stays
+    assert run(["git", "status", "--porcelain"], repo).stdout == ""
+    result = run([*CLI, "diff", "HEAD", "workspace"], repo)
+    assert result.stderr == warning
+    assert result.stdout.splitlines()[-1].split() == ["sentiment", "ppo", "reward", "0.5", "0.75", "+0.25"]
+    result = run([*CLI, "diff", "lr2", "workspace"], repo)
+    assert (result.stdout, result.stderr) == ("results/grue_table.json: no changes between lr2 and workspace\n",
+                                              warning)
+    run(["dvc", "checkout", "-q"], repo)  # the table dvc.lock records
+    assert run([*CLI, "diff", "lr2", "workspace"], repo).stderr == ""
+
+    (repo / "params.yaml").write_text("reward: 0.25\nother: 1\n")
+    run(["dvc", "repro", "-q"], repo)
+    run(["git", "stash", "-q"], repo)  # params and dvc.lock back to HEAD's, the 0.25 table stays
+    result = run([*CLI, "diff", "workspace", "HEAD"], repo)
+    assert result.stderr == warning
+    assert result.stdout.splitlines()[-1].split() == ["sentiment", "ppo", "reward", "0.25", "0.5", "+0.25"]
+    (repo / "params.yaml").write_text("reward: 0.125\nother: 1\n")  # the out-of-date warning says it, once
+    stderr = run([*CLI, "diff", "HEAD", "workspace"], repo).stderr
+    assert stderr.startswith("grueflow diff: warning: the results in the workspace are out of date: params.yaml "
+                             "changed") and stderr.count("\n") == 1, stderr
+    run(["git", "checkout", "-q", "--", "params.yaml"], repo)
+    run(["dvc", "checkout", "-q"], repo)
+    assert run([*CLI, "diff", "HEAD", "workspace"], repo).stderr == ""
+
+
 def test_python_dash_m_grueflow_is_the_grueflow_command(tmp_path):
     result = run([sys.executable, "-m", "grueflow", "list", "methods"], tmp_path)
     assert result.stdout.startswith("methods (zero_shot, supervised, the RL algorithm ids of a suite's algorithms, "
