@@ -313,7 +313,8 @@ def misplaced_answers(batch_dir: Path, answers: Path) -> Optional[str]:
 def build_server(batch_dir: str | Path, annotator: str, answers: str | Path,
                  port: int = DEFAULT_PORT) -> AnnotationServer:
     """A ready (not yet serving) server for one annotator; ``port=0`` picks a free port. It watches ``batch_dir``
-    from before it reads the batch (:class:`BatchWatch`): a batch exported there since is refused on every request."""
+    from before it reads the batch (:class:`BatchWatch`): a batch exported there since is refused on every request.
+    A name the answers file holds in another spelling (``Alice`` where it has ``alice``) is an AnswerError."""
     batch_dir = Path(batch_dir)
     watch = BatchWatch(batch_dir) if (batch_dir / ITEMS).is_file() else None  # taken first: a change while read shows
     batch = read_batch(batch_dir)
@@ -333,6 +334,7 @@ def build_server(batch_dir: str | Path, annotator: str, answers: str | Path,
     if foreign is not None:  # another batch's answers: this batch's would be mixed into them
         raise io.DataError(f"--answers {answers} holds answers to item {foreign!r} of another batch than {batch_dir} "
                            f"(tag {batch.tag}); give this batch its own answers file")
+    store.check_spelling(check_annotator(annotator))  # one person, one name: resume under the name the file knows
     try:  # and one that cannot be written, or lies in a stage's output: every answer would be lost
         inside_output("--answers", Path(answers))
         check_writable("--answers", Path(answers))
@@ -348,7 +350,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="grueflow annotate", description=__doc__.split("\n\n")[0])
     p.add_argument("batch_dir", type=Path, help="a batch folder written by stages/export_human_eval.py")
     p.add_argument("--annotator", required=True, action=GivenOnce,
-                   help="your name (letters, digits, _.@-); answers are keyed by it")
+                   help="your name (letters, digits, _.@-); answers are keyed by it, so give it as the answers "
+                        "file has it (the page refuses 'Alice' where the file has 'alice')")
     p.add_argument("--answers", type=Path, required=True, action=GivenOnce,
                    help="the answers file, JSON lines named .jsonl, outside the batch folder (e.g. "
                         "data/human/<task>/<batch>/answers.jsonl)")

@@ -17,6 +17,12 @@ from an answer edited by hand and refused it (:func:`read_numbered_answer_lines`
 line without its newline that is a whole JSON object (a file edited or concatenated by hand) is an answer:
 readers keep it and the next append ends it with a newline. A line ends at ``\n``, ``\r\n`` or a lone ``\r``
 (JSON text holds no raw carriage return, so splitting there changes no answer).
+
+One person has one name in a file: names that differ only in letter case, spacing or Unicode form (``alice`` and
+``Alice``, :func:`annotator_key`) are one annotator, spelled in one way. The page refuses a second spelling of a name
+the file holds (:meth:`AnswerStore.check_spelling`), since the page resumes and the import counts annotators by the
+exact name; the import refuses a page file that holds two spellings of one name
+(:func:`grueflow.human.results.one_name_per_person`).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import logging
 import os
 import re
 import threading
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Mapping
@@ -91,10 +98,20 @@ def parse_at(value: Any) -> dt.datetime | None:
 
 
 def check_annotator(name: Any) -> str:
+    """``name`` where it is a valid annotator name (:data:`ANNOTATOR_PATTERN`); else an AnswerError saying what is
+    allowed."""
     if not isinstance(name, str) or not ANNOTATOR_PATTERN.match(name):
         raise AnswerError(f"annotator {name!r} is not a valid name: use 1-64 letters, digits or _.@- "
                           f"(starting with a letter or digit)")
     return name
+
+
+def annotator_key(name: str) -> str:
+    """What makes two annotator names one person's: the name in Unicode NFKC form, case-folded, its whitespace
+    runs made one space and its ends stripped (``"Alice"``, ``"ALICE"``, ``" alice"`` and the full-width
+    ``"\uff41lice"`` all give ``"alice"``)."""
+    folded = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold())
+    return " ".join(folded.split())
 
 
 def check_answer(batch: Batch, item_id: Any, values: Any) -> dict[str, Any]:
@@ -130,7 +147,8 @@ class AnswerStore:
         self._last_at: dt.datetime | None = None  # the time of the last line this store appended
 
     def append(self, annotator: str, item_id: str, values: Any) -> Answer:
-        """Validate, then append one line durably; returns the saved answer. Raises AnswerError, saving nothing.
+        """Validate (the name too: :meth:`check_spelling`), then append one line durably; returns the saved answer.
+        Raises AnswerError, saving nothing.
 
         The line's ``at`` is now, or a microsecond after the last line this store appended where the clock reads no
         later (two answers within one microsecond, a clock stepped back): the times of its lines run in line order."""
@@ -148,6 +166,7 @@ class AnswerStore:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
                 _cut_partial_tail(fd, self.path)
+                self.check_spelling(annotator)  # under the lock: another page may have just written a spelling
                 size = os.fstat(fd).st_size
                 try:
                     written = os.write(fd, line)
@@ -166,6 +185,19 @@ class AnswerStore:
         """Every complete line, in file order (an unfinished last line is skipped: the next append moves it to
         ``<file>.cut``)."""
         return read_answer_lines(self.path, unfinished="skip")
+
+    def check_spelling(self, annotator: str) -> None:
+        """Refuse ``annotator`` where the file holds the name in another spelling (:func:`annotator_key`): an
+        AnswerError (409) that names the spelling the file knows and its first line. Only valid names in the file
+        count (the import refuses the others)."""
+        for number, record in read_numbered_answer_lines(self.path, unfinished="skip"):
+            known = record["annotator"]
+            if (isinstance(known, str) and known != annotator and ANNOTATOR_PATTERN.match(known)
+                    and annotator_key(known) == annotator_key(annotator)):
+                raise AnswerError(f"annotator {annotator!r}: this answers file knows this annotator as {known!r}; "
+                                  f"use that name, as one person's answers go under one name ({self.path} line "
+                                  f"{number} has it), or, if you are someone else, a name the file does not hold",
+                                  status=409)
 
     def latest(self, annotator: str) -> dict[str, dict[str, Any]]:
         """item id → this annotator's last answer."""

@@ -28,8 +28,8 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from grueflow import io
 from grueflow.human.agreement import cohen_kappa, fleiss_kappa, krippendorff_alpha
-from grueflow.human.answers import (Answer, AnswerError, Source, check_annotator, check_answer, parse_at,
-                                    read_numbered_answer_lines)
+from grueflow.human.answers import (Answer, AnswerError, Source, annotator_key, check_annotator, check_answer,
+                                    parse_at, read_numbered_answer_lines)
 from grueflow.human.batch import LABEL_COLUMNS, Batch, kept_batch, prompt_of, tag_of
 from grueflow.human.templates import CHOICE_FIELD
 
@@ -119,7 +119,10 @@ def latest_answers(answers: Iterable[Answer]) -> list[Answer]:
     edited by hand). So is a page file whose line order and times keep different answers, or whose lines give
     different answers at one time (:func:`_line_times_problem`): a file sorted or otherwise reordered by hand looks
     just like one written while the clock stepped back, or within one second, and only the annotator knows which line
-    is the correction."""
+    is the correction. One person's name in two spellings is refused or warned of first (:func:`one_name_per_person`).
+    """
+    answers = list(answers)
+    one_name_per_person(answers)
     groups: dict[tuple[str, str], list[Answer]] = {}
     for answer in answers:
         groups.setdefault((answer.annotator, answer.item_id), []).append(answer)
@@ -134,6 +137,67 @@ def latest_answers(answers: Iterable[Answer]) -> list[Answer]:
                 "answers given more than once by one annotator to one item: %d identical repeat(s) counted once, "
                 "%d older answer(s) from another file or row replaced by a later one (by time)", copies, replaced)
     return kept
+
+
+def one_name_per_person(answers: Sequence[Answer]) -> None:
+    """Refuse annotator names typed on the page (a page answers file's) that are one name in several spellings,
+    equal under :func:`~grueflow.human.answers.annotator_key` (``alice`` and ``Alice``): the page takes them for one
+    person, whom agreement and means would count as several annotators. The DataError names each spelling and its
+    lines, and says to make them one name in the file (the import never rewrites a person's file). A platform's worker
+    ids (a results CSV: MTurk's ``WorkerId``) are case-sensitive and stay exact: ids that differ only in letter case
+    there, or from a name on the page, are counted apart with a warning."""
+    spellings: dict[str, dict[str, list[Optional[Source]]]] = defaultdict(lambda: defaultdict(list))
+    for answer in answers:
+        spellings[annotator_key(answer.annotator)][answer.annotator].append(answer.source)
+    for names in spellings.values():
+        if len(names) < 2:
+            continue
+        files = {s.file for sources in names.values() for s in sources if s is not None}
+        one_file = next(iter(files)) if len(files) == 1 else None  # then named once, before the names
+        listed = _and([f"{name!r} ({_places(sources, named=one_file is None)})" for name, sources in names.items()])
+        listed = f"{one_file}: annotator names {listed}" if one_file else f"annotator names {listed}"
+        typed = [name for name, sources in names.items() if any(s is not None and s.order is not None for s in sources)]
+        if len(typed) > 1:
+            raise io.DataError(f"{listed} differ only in letter case or spacing: one person under {len(typed)} "
+                               f"spellings on the page, whom the import would count as {len(typed)} annotators; make "
+                               f"them one name in the answers file{'' if one_file else 's'} (e.g. change every "
+                               f"{_and([repr(name) for name in typed[1:]])} to {typed[0]!r}) and import again, or, if "
+                               f"they are different people, give them names that differ in more than letter case")
+        log.warning("%s differ only in letter case; a platform's worker ids are case-sensitive, so the import counts "
+                    "them as %d annotators: if they are one person, give their answers one name and import again",
+                    listed, len(names))
+
+
+def _and(words: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def _places(sources: Sequence[Optional[Source]], named: bool = True, shown: int = 4) -> str:
+    """Where answers were read, file by file: a page file's line numbers as runs (``a.jsonl lines 1-32, 40``), a
+    results CSV's first row and how many more; at most ``shown`` runs a file. ``named=False`` leaves out the file
+    names (where the text names the one file)."""
+    by_file: dict[str, list[Source]] = defaultdict(list)
+    for source in sources:
+        if source is not None:
+            by_file[source.file].append(source)
+    parts = []
+    for file, found in by_file.items():
+        numbers = sorted({s.order for s in found if s.order is not None})
+        if numbers:
+            runs: list[list[int]] = []
+            for n in numbers:
+                if runs and n == runs[-1][-1] + 1:
+                    runs[-1].append(n)
+                else:
+                    runs.append([n])
+            text = ", ".join(f"{r[0]}-{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs[:shown])
+            more = f" and {len(runs) - shown} more" if len(runs) > shown else ""
+            where = f"line{'s' if len(numbers) > 1 else ''} {text}{more}"
+        else:
+            where = found[0].place + (f" and {len(found) - 1} more row(s)" if len(found) > 1 else "")
+        parts.append(f"{file} {where}" if named else where)
+    return "; ".join(parts) if parts else "place unknown"
 
 
 def _latest(group: Sequence[Answer]) -> Answer:

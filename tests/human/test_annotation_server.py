@@ -14,7 +14,7 @@ import pytest
 
 from grueflow.human import batch as hb
 from grueflow.human.annotate import MAX_BODY, build_server, main
-from grueflow.human.answers import AnswerStore, read_answer_lines
+from grueflow.human.answers import AnswerError, AnswerStore, annotator_key, read_answer_lines
 from grueflow.io import DataError
 
 
@@ -106,6 +106,44 @@ def test_several_annotators_share_one_file_and_resume(likert_dir: Path, serve, t
     assert [(r["annotator"], r["item_id"], r["answer"]) for r in read_answer_lines(tmp_path / "answers.jsonl")] == [
         ("alice", items[0], {"coherence": 1, "sentiment": 1}), ("alice", items[1], {"coherence": 2, "sentiment": 2}),
         ("bob", items[0], {"coherence": 5, "sentiment": 5})]
+
+
+@pytest.mark.parametrize("name", ["alice", "Alice", "ALICE", " alice ", "alice\u00a0",
+                                  "\uff21\uff4c\uff49\uff43\uff45"])  # no-break space; full-width letters
+def test_annotator_key_folds_case_spacing_and_unicode_forms(name: str) -> None:
+    assert annotator_key(name) == "alice"
+
+
+def test_a_name_the_answers_file_holds_in_another_letter_case_is_refused(likert_dir: Path, serve, tmp_path: Path,
+                                                                         capsys) -> None:
+    """One person who starts the page again as 'Alice' (was 'alice') answered every item again as a second
+    annotator; the page keeps one name per person in its file, at the start and at each answer."""
+    answers = tmp_path / "answers.jsonl"
+    items = [i["item_id"] for i in hb.read_batch(likert_dir).items]
+    post(serve(likert_dir, "alice"), {"item_id": items[0], "answer": {"coherence": 4, "sentiment": 2}})
+    saved = answers.read_bytes()
+    for name in ("Alice", "ALICE"):
+        with pytest.raises(AnswerError) as err:
+            build_server(likert_dir, name, answers, port=0)
+        assert str(err.value) == (
+            f"annotator {name!r}: this answers file knows this annotator as 'alice'; use that name, as one person's "
+            f"answers go under one name ({answers} line 1 has it), or, if you are someone else, a name the file "
+            f"does not hold")
+    assert main([str(likert_dir), "--annotator", "Alice", "--answers", str(answers), "--port", "0"]) == 2
+    assert "this answers file knows this annotator as 'alice'; use that name" in capsys.readouterr().err
+    assert answers.read_bytes() == saved
+    # a second page that started before the other spelling was written is refused at its first answer (409)
+    late = serve(likert_dir, "Bob")
+    AnswerStore(answers, hb.read_batch(likert_dir)).append("bob", items[1], {"coherence": 1, "sentiment": 1})
+    saved = answers.read_bytes()
+    status, body = post(late, {"item_id": items[2], "answer": {"coherence": 3, "sentiment": 3}})
+    assert status == 409 and body["error"].startswith("annotator 'Bob': this answers file knows this annotator as "
+                                                      "'bob'; use that name")
+    assert answers.read_bytes() == saved
+    state = json.loads(request(serve(likert_dir, "alice"), "GET", "/api/state")[2])  # the name the file has resumes
+    assert (state["annotator"], state["done"]) == ("alice", 1)
+    status, _ = post(serve(likert_dir, "alice2"), {"item_id": items[0], "answer": {"coherence": 2, "sentiment": 2}})
+    assert status == 200
 
 
 def test_an_interrupted_write_is_cut_and_saved_lines_survive(likert_dir: Path, tmp_path: Path) -> None:

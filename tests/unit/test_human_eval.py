@@ -1435,6 +1435,54 @@ def test_two_different_answers_that_no_time_orders_are_refused_naming_both(tmp_p
         results.read_answers(_mturk_csv(tmp_path / "same_time.csv", batch, rows), batch)  # 10 PST is 12 CST
 
 
+def test_one_name_in_two_spellings_on_the_page_is_refused_naming_both_and_their_lines(tmp_path: Path) -> None:
+    """A person who typed 'alice', then 'Alice' on the page counted as two annotators, who agreed with each other."""
+    batch = _likert()
+    at = "2026-12-05T12:00:00+00:00"
+    one = _answers_file(tmp_path / "one.jsonl", batch, 3, at, who="alice")
+    lines = one.read_text().splitlines()
+    again = [line.replace('"alice"', '"Alice"') for line in lines[:3]] + [lines[3].replace('"alice"', '"ALICE"')]
+    one.write_text("\n".join(lines + again) + "\n")
+    saved = one.read_bytes()
+    with pytest.raises(io.DataError) as err:
+        results.read_answers(one, batch)
+    assert str(err.value) == (
+        f"{one}: annotator names 'alice' (lines 1-8), 'Alice' (lines 9-11) and 'ALICE' (line 12) differ only in letter "
+        f"case or spacing: one person under 3 spellings on the page, whom the import would count as 3 annotators; "
+        f"make them one name in the answers file (e.g. change every 'Alice' and 'ALICE' to 'alice') and import again, "
+        f"or, if they are different people, give them names that differ in more than letter case")
+    assert one.read_bytes() == saved  # the person's file is theirs to change
+    other = _answers_file(tmp_path / "other.jsonl", batch, 3, at, who="Alice")
+    with pytest.raises(io.DataError) as err:
+        _all_files(batch, _answers_file(tmp_path / "a.jsonl", batch, 3, at, who="alice"), other)
+    assert str(err.value).startswith(f"annotator names 'alice' ({tmp_path / 'a.jsonl'} lines 1-8) and 'Alice' "
+                                     f"({other} lines 1-8) differ only in letter case or spacing")
+    assert "make them one name in the answers files (e.g. change every 'Alice' to 'alice')" in str(err.value)
+
+
+def test_worker_ids_that_differ_only_in_letter_case_stay_apart_with_a_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A platform's worker ids are case-sensitive: the import keeps them exact, and says where two differ in case."""
+    batch = _likert()
+    first, second = batch.items[0]["item_id"], batch.items[1]["item_id"]
+    rows = [("A1B2", first, None, 5), ("a1b2", first, None, 1), ("a1b2", second, None, 1), ("W9", first, None, 3)]
+    results_csv = _mturk_csv(tmp_path / "results.csv", batch, rows)
+    with caplog.at_level(logging.WARNING, logger="grueflow.human.results"):
+        kept = results.read_answers(results_csv, batch)
+    assert sorted({a.annotator for a in kept}) == ["A1B2", "W9", "a1b2"]
+    assert caplog.messages == [
+        f"{results_csv}: annotator names 'A1B2' (row 2) and 'a1b2' (row 3 and 1 more row(s)) differ only in letter "
+        f"case; a platform's worker ids are case-sensitive, so the import counts them as 2 annotators: if they are "
+        f"one person, give their answers one name and import again"]
+    page = _answers_file(tmp_path / "page.jsonl", batch, 2, "2026-12-05T12:00:00+00:00", who="w9")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="grueflow.human.results"):
+        kept = _all_files(batch, page, results_csv)  # a page name and a worker id: warned of, not refused
+    assert {a.annotator for a in kept} == {"A1B2", "a1b2", "W9", "w9"}
+    assert any(m.startswith(f"annotator names 'w9' ({page} lines 1-8) and 'W9' ({results_csv} row 5) differ only")
+               for m in caplog.messages)
+
+
 def test_a_page_file_whose_times_run_against_its_lines_is_refused_and_time_decides_across_files(
         tmp_path: Path) -> None:
     """A page answers file sorted by hand (or written while the clock stepped back) kept the answer on its last
