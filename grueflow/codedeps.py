@@ -10,8 +10,9 @@ The closure of a script is every ``grueflow/**/*.py`` file reachable from it thr
 - importing a module runs its package's ``__init__.py`` and every parent package's, so those are included.
 
 Both engines use the result: the Snakemake rules list it as inputs (an edited file is newer than the outputs)
-and the generated ``dvc.yaml`` lists it as deps (its hash changes), so editing a file reruns exactly the stages
-whose CLI reaches it. Only the standard library is used, and each file is parsed once per process.
+and take the digest of its content as a param (an edit that kept an older time, ``cp -p`` or ``tar x``, changes
+it), and the generated ``dvc.yaml`` lists it as deps (its hash changes), so editing a file reruns exactly the
+stages whose CLI reaches it. Only the standard library is used, and each file is parsed once per process.
 """
 
 from __future__ import annotations

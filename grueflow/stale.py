@@ -69,9 +69,11 @@ runs before any other under ``dvc repro``, makes the same copies over DVC's outp
 included (:func:`keep_edited_tables`).
 
 The same blind spot holds for the files a job reads from outside ``results/`` (a datapool's local data, a
-plugin's code, a reward's lexicon): one replaced by a file with an older time (``mv`` from a download folder,
-``cp -p``, a restored archive) is older than the output and never read. Each rule therefore also takes
-:func:`content_digest` of those files as a param, so that a job reruns when their content changes, as under DVC.
+plugin's code, a reward's lexicon) and for the code its stage runs (``stages/<stage>.py`` and its import closure,
+:mod:`grueflow.codedeps`): one replaced by a file with an older time (``mv`` from a download folder, ``cp -p``,
+``rsync -a``, a restored archive, outputs written while the clock was ahead) is older than the output and never
+read. Each rule therefore also takes :func:`content_digest` of those files as a param, so that a job reruns when
+their content changes, as under DVC.
 
 The stage folders checked are every one under ``results`` that holds a record, and every suite folder (``folders``,
 ``expected``) that holds one, at the path its rule writes, whatever links it is or lies under (``results/eval`` on

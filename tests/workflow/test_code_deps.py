@@ -169,6 +169,26 @@ def test_editing_distributed_py_makes_the_stages_that_import_it_stale_under_both
     assert all(entry == [{"changed deps": {"grueflow/distributed.py": "modified"}}] for entry in status.values())
 
 
+def test_a_code_edit_that_kept_an_older_time_reruns_the_stages_that_import_it_under_snakemake(finished):
+    """A module edited by a copy that keeps the file's older time (cp -p, rsync -a, tar x, a clock behind) was
+    "Nothing to be done" under Snakemake, which judges its code inputs by time, while DVC, which hashes them,
+    reran the stages: the digest of each rule's code is a param, so exactly the stages that import it rerun."""
+    path = finished / "grueflow" / "distributed.py"
+    text, stat = path.read_text(), path.stat()
+    importers = {name for name, stage in STAGES.items() if "grueflow/distributed.py" in stage.code}
+    try:
+        path.write_text(text + "# edited\n")
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # its old time: older than every output
+        jobs = dry_run(finished)
+    finally:
+        path.write_text(text)
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    changed = {job["rule"] for job in jobs if "Params have changed since last execution" in job.get("reason", "")}
+    assert {"warm_start", "rl_finetune"} <= changed and changed == importers & {job["rule"] for job in jobs}
+    assert not {"prepare_datapool", "base_model"} & {job["rule"] for job in jobs}
+    assert dry_run(finished) == []  # the code as it was: its digest is the recorded one again
+
+
 def test_rerun_triggers_without_params_are_refused_before_the_stale_check(finished):
     """With --rerun-triggers mtime, an edited method file and a stale stage folder (its record deleted) were "Nothing
     to be done", after a line saying the folder's job reruns: grueflow reruns both through params. The run is refused

@@ -116,19 +116,29 @@ def stage_folders():
 
 def stale_params(stage):
     """A rule's ``stale`` param, a rerun trigger for what Snakemake's modification times miss (grueflow/stale.py):
-    the tokens the Snakefile's stale check gave the job's outputs (found deleted or damaged), and the digest of
-    the files it reads from outside results/ (:func:`local_files`), so that one replaced by a file with an older
-    time reruns it. "" when there is neither. A function of the wildcards alone: Snakemake's params trigger passes
-    over a param computed from the rule's output."""
+    the tokens the Snakefile's stale check gave the job's outputs (found deleted or damaged), the digest of the
+    code its stage runs (:func:`code_digest`), and the digest of the files it reads from outside results/
+    (:func:`local_files`), so that a code file or one of those files replaced by one with an older time reruns it.
+    A function of the wildcards alone: Snakemake's params trigger passes over a param computed from the rule's
+    output."""
     templates = list(STAGES[stage].outputs.values())
     local = local_files(stage)
 
     def token(w):
         digest = content_digest(local(w))
         tokens = stale_token([template.format(**dict(w.items())) for template in templates])
-        return " ".join(part for part in (tokens, f"content={digest}" if digest else "") if part)
+        parts = (tokens, f"code={code_digest(stage)}", f"content={digest}" if digest else "")
+        return " ".join(part for part in parts if part)
 
     return token
+
+
+@functools.lru_cache(maxsize=None)
+def code_digest(stage):
+    """The content digest (grueflow.stale.content_digest) of the files :func:`code` lists for a stage, once per
+    Snakemake run: its inputs are judged by modification time, which a copy keeping an older time (``cp -p``,
+    ``rsync -a``, ``tar x``, a clock behind) leaves older than the outputs; DVC hashes the same files."""
+    return content_digest(code(stage))
 
 
 def local_files(stage):
@@ -251,7 +261,8 @@ def method_params(method):
 
 def code(stage):
     """The files a stage runs: its CLI and that CLI's import closure inside grueflow/, computed from the
-    imports (grueflow/codedeps.py); inputs, so that editing any of them reruns the stage."""
+    imports (grueflow/codedeps.py); inputs, so that editing any of them reruns the stage, and their content's digest
+    a param (:func:`code_digest`), so that one whose edit kept an older time reruns it too."""
     return STAGES[stage].code
 
 
