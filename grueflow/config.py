@@ -199,8 +199,8 @@ def check_args_types(cls: type, owner: str) -> None:
 
 def _convert_dataclass(cls: type, value: Any, where: str, resolve: Optional[Resolve]) -> Any:
     at = where if where.endswith(":") else f"{where}:"  # a whole file's where ends in ':' already
-    if value is None and where.endswith(":"):  # a whole file that is empty (or only comments): every default
-        value = {}
+    if value is None and where.endswith(":"):  # a whole file that is empty (or only comments): an editor's crash or
+        raise _empty_file(cls, where)  # a `> file` slip, which would run every default without a word
     if not isinstance(value, dict):
         raise ConfigError(f"{at} expected a mapping with keys {_keys(cls)}, got {value!r}")
     hints = typing.get_type_hints(cls)
@@ -244,6 +244,16 @@ def _null_section(cls: type, where: str, has_default: bool) -> ConfigError:
     else:
         how = f"give a mapping (keys: {_keys(cls)})"
     return ConfigError(f"{where}: null is not a setting; {how}")
+
+
+def _empty_file(cls: type, where: str) -> ConfigError:
+    """The error for a whole params file (``where``: its path and a colon) that holds nothing: empty, only blank
+    lines and comments, or ``null``. Refused, not read as every default: ``{}`` says that."""
+    if all(_has_default(f) for f in dataclasses.fields(cls) if f.init):
+        how = "write {} to mean every default, or give the settings that differ from the defaults"
+    else:
+        how = f"give its settings (keys: {_keys(cls)})"
+    return ConfigError(f"{where.removesuffix(':')} is empty (nothing but blank lines or comments, or null); {how}")
 
 
 def _join(where: str, key: str) -> str:

@@ -331,7 +331,8 @@ def load_method(method: str, path: str | Path, task_file: str | Path | None = No
     laid over it when ``task_file`` is given: RL4LMs tunes methods per task (e.g. IMDB's KL coefficient).
 
     RL from the warm start (``start="supervised"``) then lays ``method_overrides.supervised+<method>`` over
-    that, as RL4LMs tunes its ``*_on_supervised`` configs apart from the zero-shot ones."""
+    that, as RL4LMs tunes its ``*_on_supervised`` configs apart from the zero-shot ones. A file that holds no
+    mapping (empty, only comments, a list) is refused as it is, overrides or not: ``{}`` means every default."""
     try:
         cls = method_config(method)
     except UnknownNameError as err:
@@ -341,7 +342,7 @@ def load_method(method: str, path: str | Path, task_file: str | Path | None = No
         raise ConfigError(f"{path}: unknown start {start!r}; valid: {', '.join(STARTS)}")
     data = read_yaml(path)
     overrides = _overrides(read_yaml(task_file) if task_file is not None else None)
-    layers = [name for name in override_layers(method, start) if overrides.get(name)]
+    layers = [name for name in override_layers(method, start) if overrides.get(name) and isinstance(data, dict)]
     for name in layers:  # the task-file sections an entry may hold are the task's (load_task_section)
         layer = overrides[name]
         data = merge_overrides(data, {k: v for k, v in layer.items() if k not in TASK_SECTIONS}

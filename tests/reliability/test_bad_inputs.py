@@ -9,8 +9,9 @@ Categories (753 cases in all, as collected; grown with each hostile pass):
   value types (against transformers' config class) and ranges (sizes, probabilities, epsilons), the keys no task
   may set (return_dict, dtype, model_type, is_encoder_decoder, ...), activations and RoPE types, generation
   settings (beams, penalties, ``min_length``, post-processing, sampling settings with greedy decoding), null
-  sections, duplicate keys, YAML 1.1 octal integers, alias bombs and the params file itself, reward components
-  this machine cannot run (SPICE without its jars, SummaC-Conv without its checkpoint);
+  sections, a whole file that holds nothing, duplicate keys, YAML 1.1 octal integers, alias bombs and the params
+  file itself, reward components this machine cannot run (SPICE without its jars, SummaC-Conv without its
+  checkpoint);
 - data files, through the datapool loaders and the datapool reader: missing, a folder, not UTF-8, not JSON
   or not rows (a ``.jsonl`` line that is no object, a ``.json`` that is no list), CSV rows longer than their
   header, repeated header columns, broken quotes, no rows, empty splits, missing columns, empty prompts and
@@ -782,6 +783,23 @@ PARAMS = [
     P(Bad(SUITE, setting("resources", {"evaluate": None}), (
         "suite.yaml: resources.evaluate: null is not a setting; leave the key out for its defaults, or give a "
         "mapping (keys: threads, mem_mb, runtime, gpu, gpu_manufacturer)",)), id="null-suite-rule-resources"),
+    # a whole file that holds nothing (an editor's crash, a `> file` slip) is no params file: {} says "every default"
+    P(Bad(PPO, as_text(lambda text: ""), (
+        "methods/ppo.yaml is empty (nothing but blank lines or comments, or null); write {} to mean every default, or "
+        "give the settings that differ from the defaults",)), id="empty-method-file"),
+    P(Bad(PPO, as_text(lambda text: "# iterations: 2\n\n"), (
+        "methods/ppo.yaml is empty (nothing but blank lines or comments, or null); write {} to mean every default",)),
+      id="method-file-of-comments"),
+    P(Bad(PPO, as_text(lambda text: "null\n"), (
+        "methods/ppo.yaml is empty (nothing but blank lines or comments, or null); write {} to mean every default",)),
+      id="null-method-file"),
+    P(Bad(SUPERVISED, as_text(lambda text: "\n"), (
+        "methods/supervised.yaml is empty (nothing but blank lines or comments, or null); write {} to mean every "
+        "default",)), id="empty-supervised-file"),
+    P(Bad(SENTIMENT, as_text(lambda text: "# datapool: {id: synthetic_sentiment}\n"), (
+        "tasks/sentiment.yaml is empty (nothing but blank lines or comments, or null); give its settings (keys: "
+        "datapool, model, lengths, rollout_generation, eval_generation, reward, metrics, headline_metrics, ",)),
+      id="empty-task-file"),
     # sampling settings with greedy decoding (generate would drop them)
     P(Bad(SENTIMENT, setting("eval_generation.do_sample", False), (
         "sentiment.yaml: eval_generation: top_k = 50 applies only when sampling: set do_sample: true, or leave "
@@ -2973,6 +2991,35 @@ def test_a_note_added_to_a_stage_record_by_hand_is_copied_before_it_is_replaced(
     assert suite_check_run(params) == 0 and "grueflow:" not in capsys.readouterr().err
     assert mark_stale(Path("results"), Path("results/grue_table.csv"), [], folders=[pool]) == []
     assert not Path(".grueflow").exists()
+
+
+@pytest.mark.parametrize("engine", ["snakemake", "dvc"])
+@pytest.mark.parametrize("file", [PPO, SENTIMENT])
+def test_an_emptied_params_file_is_refused_with_the_suite(params: Path, engine: str, file: str):
+    """An emptied method file (an editor's crash, a `> file` slip) was read as {} under both engines, and RL trained
+    with grueflow's defaults (30 iterations) instead of the file's; an emptied task file failed on "missing required
+    key 'datapool'", as if a key had been left out."""
+    from grueflow.params import validate
+
+    (params / file).write_text("# a comment is all that is left\n")
+    with pytest.raises(ConfigError, match=rf"^params/{re.escape(file)} is empty \(nothing but blank lines or "
+                                          rf"comments, or null\); "):
+        validate(params / SUITE, engine)
+
+
+def test_an_emptied_method_file_is_refused_under_its_task_files_overrides(params: Path):
+    """An emptied method file with method_overrides.ppo in the task file was read as the overrides alone: every other
+    setting took grueflow's default without a word."""
+    task = params / SENTIMENT
+    data = yaml.safe_load(task.read_text())
+    data["method_overrides"] = {"ppo": {"iterations": 1}}
+    task.write_text(yaml.safe_dump(data, sort_keys=False))
+    (params / PPO).write_text("")
+    with pytest.raises(ConfigError, match=r"methods/ppo\.yaml is empty \(nothing but blank lines or comments, or "
+                                          r"null\); write \{\} to mean every default"):
+        load_method("ppo", params / PPO, task)
+    (params / PPO).write_text("{}\n")
+    assert load_method("ppo", params / PPO, task).iterations == 1
 
 
 @pytest.mark.parametrize("engine", ["snakemake", "dvc"])

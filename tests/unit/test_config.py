@@ -333,9 +333,10 @@ def test_the_validation_cli_checks_a_suite_first_and_refuses_what_dvc_cannot_hon
     assert main([str(tmp_path / "suite.yaml")]) == 0  # Snakemake honours rl_starts
 
 
-def test_optional_settings_still_take_null_and_an_empty_file_takes_every_default(tmp_path):
-    """null is refused for a section (a dataclass field that is not Optional), never for an Optional setting, and
-    a whole file that is empty (or only comments) still parses to every default."""
+def test_optional_settings_still_take_null_and_an_empty_file_is_refused(tmp_path):
+    """null is refused for a section (a dataclass field that is not Optional), never for an Optional setting; a
+    whole file that is empty (or only comments) is refused, naming it, and one holding ``{}`` parses to every
+    default."""
     from grueflow.config import ClassifierConfig, GenerationConfig, read_yaml
     from grueflow.params import load_section
     from grueflow.preference.config import PreferencesConfig
@@ -353,8 +354,12 @@ def test_optional_settings_still_take_null_and_an_empty_file_takes_every_default
                         "preferences.yaml").reward is None  # reward: null, the task's own
     (tmp_path / "ppo.yaml").write_text("# every default\n")
     assert read_yaml(tmp_path / "ppo.yaml") is None
-    assert load_section(PPOConfig, tmp_path / "ppo.yaml") == parse(PPOConfig, {}, "ppo.yaml:") == \
-        parse(PPOConfig, None, "ppo.yaml:")
+    with pytest.raises(ConfigError, match=r"ppo\.yaml is empty \(nothing but blank lines or comments, or null\); "
+                                          r"write \{\} to mean every default, or give the settings that differ from "
+                                          r"the defaults$"):
+        load_section(PPOConfig, tmp_path / "ppo.yaml")
+    (tmp_path / "ppo.yaml").write_text("{}  # every default\n")
+    assert load_section(PPOConfig, tmp_path / "ppo.yaml") == parse(PPOConfig, {}, "ppo.yaml:") == PPOConfig()
     with pytest.raises(ConfigError, match=r"^ppo\.yaml: kl: null is not a setting; leave the key out for its "
                                           r"defaults, or give a mapping \(keys: coef, adaptive, target, kl_lr, "
                                           r"target_per\)$"):
