@@ -17,6 +17,7 @@ os.environ["GRUEFLOW_ENGINE"] = "snakemake"  # jobs note what they wrote (gruefl
 from grueflow.command_line import (check_config_given_once, check_configfiles, check_rerun_triggers,
                                    command_line_resources, profile_files)
 from grueflow.config import ConfigError, read_yaml, yaml11_disagreement
+from grueflow.io import shown
 
 
 def check_suite_yaml(paths):
@@ -32,9 +33,8 @@ def check_suite_yaml(paths):
         if (disagreement := yaml11_disagreement(path, data)) is not None:
             raise WorkflowError(f"invalid params: {disagreement}")
         if not isinstance(data, dict):
-            shown = repr(data) if len(repr(data)) <= 60 else repr(data)[:57] + "..."
             holds = ("is empty (nothing but blank lines or comments)" if data is None else
-                     f"holds a {type(data).__name__}, {shown}, not a mapping")
+                     f"holds a {type(data).__name__}, {shown(data)}, not a mapping")
             raise WorkflowError(f"invalid params: {path} {holds}; a suite file maps its settings to values: tasks: "
                                 f"[...], algorithms: [...], seeds: [...], ... (as the suites in params/suites/ do)")
 

@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Union
 
 import yaml
 
-from grueflow.io import DataError, loads_unique, read_text, refuse_special_file
+from grueflow.io import DataError, loads_unique, read_text, refuse_special_file, shown
 from grueflow.pipeline import DEFAULT_RESOURCES, RESOURCE_STAGES, data_in_outputs
 from grueflow.registry import UnknownNameError
 
@@ -110,39 +110,39 @@ def _convert(tp: Any, value: Any, where: str, resolve: Optional[Resolve] = None)
         return _convert(inner[0], value, where, resolve)
     if origin is Literal:
         if value not in args:
-            raise ConfigError(f"{where}: {value!r} is not allowed; choose one of {', '.join(map(repr, args))}")
+            raise ConfigError(f"{where}: {shown(value)} is not allowed; choose one of {', '.join(map(repr, args))}")
         return value
     if origin in (tuple, list):
         if not isinstance(value, list):
-            raise ConfigError(f"{where}: expected a list, got {value!r}")
+            raise ConfigError(f"{where}: expected a list, got {shown(value)}")
         item_type = args[0] if args else Any
         return tuple(_convert(item_type, v, f"{where}[{i}]", resolve) for i, v in enumerate(value))
     if origin is dict:
         if not isinstance(value, dict):
-            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+            raise ConfigError(f"{where}: expected a mapping, got {shown(value)}")
         val_type = args[1] if args else Any
         return types.MappingProxyType({k: _convert(val_type, v, f"{where}.{k}", resolve) for k, v in value.items()})
     if dataclasses.is_dataclass(tp):
         return _convert_dataclass(tp, value, where, resolve)
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"{where}: expected a number, got {value!r}")
+            raise ConfigError(f"{where}: expected a number, got {shown(value)}")
         if not math.isfinite(value):  # YAML's .nan and .inf: no params value means either
-            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
+            raise ConfigError(f"{where}: expected a finite number, got {shown(value)}")
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+            raise ConfigError(f"{where}: expected an integer, got {shown(value)}")
         return value
     if tp is bool:
         if not isinstance(value, bool):
             why = (" (YAML 1.2, which grueflow and DVC read params with, reads yes, no, on and off as text); write "
                    "true or false" if isinstance(value, str) and value in YAML11_BOOL_WORDS else "")
-            raise ConfigError(f"{where}: expected true or false, got {value!r}{why}")
+            raise ConfigError(f"{where}: expected true or false, got {shown(value)}{why}")
         return value
     if tp is str:
         if not isinstance(value, str):
-            raise ConfigError(f"{where}: expected a string, got {value!r}")
+            raise ConfigError(f"{where}: expected a string, got {shown(value)}")
         return value
     raise TypeError(f"unsupported config type {tp!r} at {where}")
 
@@ -202,14 +202,14 @@ def _convert_dataclass(cls: type, value: Any, where: str, resolve: Optional[Reso
     if value is None and where.endswith(":"):  # a whole file that is empty (or only comments): an editor's crash or
         raise _empty_file(cls, where)  # a `> file` slip, which would run every default without a word
     if not isinstance(value, dict):
-        raise ConfigError(f"{at} expected a mapping with keys {_keys(cls)}, got {value!r}")
+        raise ConfigError(f"{at} expected a mapping with keys {_keys(cls)}, got {shown(value)}")
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(value) - names)
     if unknown and not names:  # a metric (or loader) that takes no args: "valid keys: " would list nothing
-        raise ConfigError(f"{at} unknown key {unknown[0]!r}: it takes no keys; leave {unknown[0]!r} out")
+        raise ConfigError(f"{at} unknown key {shown(unknown[0])}: it takes no keys; leave {shown(unknown[0])} out")
     if unknown:
-        raise ConfigError(f"{at} unknown key {unknown[0]!r}; valid keys: {_keys(cls)}")
+        raise ConfigError(f"{at} unknown key {shown(unknown[0])}; valid keys: {_keys(cls)}")
     unread = getattr(cls, "unread_keys", None)  # keys a config holds but, set as given, never reads
     for key, why in (unread(value) if unread is not None else {}).items():
         raise ConfigError(f"{_join(where, key)}: given, but nothing reads it: {why}; leave it out")

@@ -408,6 +408,25 @@ def write_csv(path: str | Path, rows: list[dict[str, Any]]) -> None:
         writer.writerows(rows)
 
 
+SHOWN_CHARS = 80  # the most characters of a value a one-line message shows (:func:`shown`)
+
+
+def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """``repr(value)`` for a one-line message, cut to ``limit`` characters where longer, with ``...`` and the
+    value's size (``'xxxx...' (2,000,000 characters)``, ``[...]... (5,000 items)``): a value pasted whole (a file's
+    text in a key, a list of thousands) would push the key, the choices and the fix out of any terminal's line."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    if isinstance(value, str):
+        size = f"{len(value):,} characters"
+    elif isinstance(value, (list, tuple, dict, set, frozenset)):
+        size = f"{len(value):,} item{'s' if len(value) != 1 else ''}"
+    else:
+        size = f"{len(text):,} characters as written"
+    return f"{text[:limit - 3]}... ({size})"
+
+
 def markdown_line(text: Any) -> str:
     """``text`` on one Markdown line: each line break (CommonMark's: CR LF, CR, LF) made a space. Free text written
     into a Markdown file (a metric's reason for being missing, a name, a note under a table) would otherwise end its

@@ -28,7 +28,7 @@ from grueflow import config
 from grueflow.config import (FLUENCY_METRIC, REWARD_KEY, TRAIN_KL_KEY, ConfigError, DatapoolConfig, GenerationConfig,
                              LengthsConfig, MetricSpec, ModelConfig, RewardComponent, RewardConfig, SuiteConfig,
                              SupervisedConfig, TaskConfig, check, merge_overrides, read_yaml, set_resolved)
-from grueflow.io import STAGE_RECORD, atomic_path
+from grueflow.io import STAGE_RECORD, atomic_path, shown
 from grueflow.data import DATAPOOLS
 from grueflow.metrics import METRICS
 from grueflow.models import MODELS
@@ -201,7 +201,7 @@ def check_headlines(headline: tuple[str, ...], reward: RewardConfig, metrics: tu
     """Raise ValueError unless every headline metric is a key evaluate writes (the fluency metric included), once,
     and neither the reward nor the fluency perplexity, which the normalised score counts already."""
     repeated = sorted({h for h in headline if headline.count(h) > 1})
-    check(not repeated, f"headline_metrics lists {repeated} more than once; list each once (each counts once in "
+    check(not repeated, f"headline_metrics lists {shown(repeated)} more than once; list each once (each counts once in "
                         f"the normalised score)")
     counted = sorted({REWARD_KEY, METRICS.get(FLUENCY_METRIC).key()} & set(headline))
     check(not counted, f"headline_metrics lists {counted}, which the normalised score counts already (the reward "
@@ -209,7 +209,7 @@ def check_headlines(headline: tuple[str, ...], reward: RewardConfig, metrics: tu
     produced = produced_keys(reward, with_fluency(metrics))
     unknown = sorted(set(headline) - produced)
     if unknown:
-        raise ValueError(f"headline_metrics {unknown} are not produced by the task's reward or metrics; "
+        raise ValueError(f"headline_metrics {shown(unknown)} are not produced by the task's reward or metrics; "
                          f"produced: {', '.join(sorted(produced))}")
 
 

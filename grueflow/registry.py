@@ -13,6 +13,7 @@ from importlib import metadata
 from typing import Any, Callable, Generic, Iterator, Optional, TypeVar
 
 from grueflow import plugins
+from grueflow.io import shown
 
 T = TypeVar("T")
 
@@ -77,7 +78,7 @@ class Registry(Generic[T]):
         return {entry.name: entry for entry in metadata.entry_points(group=self.group)}
 
     def unknown_message(self, name: str) -> str:
-        message = f"unknown {self.kind} {name!r}; valid {self.kind} ids: {', '.join(self.names())}"
+        message = f"unknown {self.kind} {shown(name)}; valid {self.kind} ids: {', '.join(self.names())}"
         if self.group is not None:
             message += f"; or one of your own by import path (package.module:Class) or entry point ({self.group})"
         return message

@@ -9,9 +9,9 @@ Categories (753 cases in all, as collected; grown with each hostile pass):
   value types (against transformers' config class) and ranges (sizes, probabilities, epsilons), the keys no task
   may set (return_dict, dtype, model_type, is_encoder_decoder, ...), activations and RoPE types, generation
   settings (beams, penalties, ``min_length``, post-processing, sampling settings with greedy decoding), null
-  sections, a whole file that holds nothing, duplicate keys, YAML 1.1 octal integers, alias bombs and the params
-  file itself, reward components this machine cannot run (SPICE without its jars, SummaC-Conv without its
-  checkpoint);
+  sections, a whole file that holds nothing, values too long to show whole, duplicate keys, YAML 1.1 octal
+  integers, alias bombs and the params file itself, reward components this machine cannot run (SPICE without its
+  jars, SummaC-Conv without its checkpoint);
 - data files, through the datapool loaders and the datapool reader: missing, a folder, not UTF-8, not JSON
   or not rows (a ``.jsonl`` line that is no object, a ``.json`` that is no list), CSV rows longer than their
   header, repeated header columns, broken quotes, no rows, empty splits, missing columns, empty prompts and
@@ -800,6 +800,16 @@ PARAMS = [
         "tasks/sentiment.yaml is empty (nothing but blank lines or comments, or null); give its settings (keys: "
         "datapool, model, lengths, rollout_generation, eval_generation, reward, metrics, headline_metrics, ",)),
       id="empty-task-file"),
+    # a value pasted whole (a file's text, a long line) is shown cut, with its size: the fix stays on the line
+    P(Bad(SENTIMENT, setting("headline_metrics", ["x" * 100_000, "lexical/bleu"]), (
+        f"sentiment.yaml: headline_metrics ['{'x' * 75}... (1 item) are not produced by the task's reward or "
+        f"metrics; produced: ",)), id="long-headline-metric"),
+    P(Bad(SENTIMENT, setting("datapool.id", "y" * 100_000), (
+        f"sentiment.yaml: datapool: unknown datapool '{'y' * 76}... (100,000 characters); valid datapool ids: ",)),
+      id="long-datapool-id"),
+    P(Bad(SENTIMENT, setting("lengths.prompt", "w" * 100_000), (
+        f"sentiment.yaml: lengths.prompt: expected an integer, got '{'w' * 76}... (100,000 characters)",)),
+      id="long-string-for-an-integer"),
     # sampling settings with greedy decoding (generate would drop them)
     P(Bad(SENTIMENT, setting("eval_generation.do_sample", False), (
         "sentiment.yaml: eval_generation: top_k = 50 applies only when sampling: set do_sample: true, or leave "

@@ -2567,3 +2567,16 @@ def test_a_markdown_line_makes_each_line_break_a_space():
 
     assert markdown_line("failed:\r\n| a | b |\r## x\n- y\n") == "failed: | a | b | ## x - y "
     assert markdown_line("one line, `code` and | kept") == "one line, `code` and | kept"
+
+
+def test_shown_cuts_a_long_value_to_one_short_line_with_its_size():
+    """A value pasted whole into a params file (2,000,000 characters in one key) was echoed whole in the one-line
+    error, the key, the choices and the fix lost at the end of a line no terminal shows."""
+    from grueflow.io import shown
+
+    assert shown("lexical/bleu") == "'lexical/bleu'" and shown([1, 2]) == "[1, 2]" and shown(None) == "None"
+    assert shown("x" * 80) == "'" + "x" * 76 + "... (80 characters)"
+    assert shown("x" * 2_000_000) == "'" + "x" * 76 + "... (2,000,000 characters)"
+    assert shown(list(range(5000))) == repr(list(range(5000)))[:77] + "... (5,000 items)"
+    assert shown(["y" * 100]) == "['" + "y" * 75 + "... (1 item)"
+    assert shown(10 ** 100) == repr(10 ** 100)[:77] + "... (101 characters as written)"
