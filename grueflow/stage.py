@@ -7,6 +7,7 @@ import errno
 import logging
 import os
 import shutil
+import signal
 import socket
 import sys
 import tempfile
@@ -460,7 +461,9 @@ def main_guard(run: Any) -> None:
     disk, a path it may not write (or read) and a file where a folder is wanted exit 2 saying so, and Ctrl-C exits
     130 saying what is kept: no traceback for any of them (``--log-level DEBUG`` logs the one of a refused path). A
     metric or post_processing function that raised (one's own, named in the task file) exits 1 with its own
-    traceback, then one line naming it."""
+    traceback, then one line naming it. A SIGTERM or SIGHUP in a stage script (a scheduler's time limit or
+    preemption, ``kill``, a closed terminal) ends as Ctrl-C does, naming the signal, and exits 128 + its number
+    (:mod:`grueflow.interrupt`; later ones are ignored while the stage cleans up and exits)."""
     interrupt.release()
     try:
         run()
@@ -505,9 +508,10 @@ def main_guard(run: Any) -> None:
         cause = "the disk is full" if f"(os error {errno.ENOSPC})" in str(err) else "no room to write"
         print(_no_room(cause, f"safetensors: {str(err).splitlines()[0]}"), file=sys.stderr)
         raise SystemExit(2) from None
-    except KeyboardInterrupt:
-        print(interrupt.sentence(), file=sys.stderr)
-        raise SystemExit(130) from None
+    except KeyboardInterrupt as err:  # Ctrl-C, or a SIGTERM or SIGHUP (grueflow.interrupt.Interrupted)
+        signum = err.signum if isinstance(err, interrupt.Interrupted) else signal.SIGINT
+        interrupt.say(interrupt.sentence(signum))
+        raise SystemExit(interrupt.exit_code(signum)) from None
 
 
 def _path_problem(err: PermissionError | NotADirectoryError | FileExistsError | IsADirectoryError) -> str:

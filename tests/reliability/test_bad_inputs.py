@@ -2487,8 +2487,9 @@ def test_ctrl_c_while_a_stage_imports_is_one_line_and_exit_130(tmp_path: Path, s
 
 
 def test_a_stage_gets_its_keyboard_interrupt_back_once_running(monkeypatch):
-    """main_guard gives SIGINT back to Python's handler: the stage's clean-up runs on a KeyboardInterrupt. A stage
-    module imported into another program (this test run) leaves the program's handler alone."""
+    """main_guard makes SIGINT (and SIGTERM, SIGHUP) raise a KeyboardInterrupt where the stage runs: the stage's
+    clean-up runs on it. A stage module imported into another program (this test run) leaves the program's handler
+    alone."""
     import signal
 
     from grueflow import interrupt
@@ -2498,10 +2499,16 @@ def test_a_stage_gets_its_keyboard_interrupt_back_once_running(monkeypatch):
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     seen = []
     monkeypatch.setattr(sys, "argv", [str(ROOT / "stages" / "evaluate.py"), "--out", "x"])
-    interrupt.until_main()
-    assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
-    main_guard(lambda: seen.append(signal.getsignal(signal.SIGINT)))
-    assert seen == [signal.default_int_handler]
+    saved = {signum: signal.getsignal(signum) for signum in interrupt.SIGNALS}
+    try:
+        interrupt.until_main()
+        assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+        main_guard(lambda: seen.append(signal.getsignal(signal.SIGINT)))
+        with pytest.raises(interrupt.Interrupted):
+            seen[0](signal.SIGINT, None)
+    finally:
+        for signum, handler in saved.items():
+            signal.signal(signum, handler)
 
 
 @pytest.mark.parametrize("argv0, ours", [
