@@ -2,7 +2,8 @@
 
 Layout: one subfolder per checkpoint, named by its unit and step (``iteration12/``, ``epoch2/``).
 Each is written whole to a temporary folder and renamed into place (:func:`grueflow.io.atomic_dir`),
-with ``checkpoint.json`` (``{"key": ..., "step": ..., "files": {name: sha256}}``) written last inside it, so a
+with ``checkpoint.json`` (``{"key": ..., "step": ..., "files": {name: sha256}}``, and ``"meta"``: facts about how
+the run went that are no part of its state, read back with :func:`meta`) written last inside it, so a
 folder that a kill interrupted is never taken for a checkpoint, and one whose files changed since (bit flips,
 truncation) is found out before it is resumed: the run falls back to the checkpoint before it, or starts
 afresh, and says so in one line. The same holds for what a resume takes over from the resume folder besides
@@ -32,7 +33,7 @@ import shutil
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, NamedTuple, Optional, Protocol, Sequence
+from typing import IO, Any, Callable, Mapping, NamedTuple, Optional, Protocol, Sequence
 
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
@@ -282,10 +283,11 @@ def claim(root: str | Path, unit: str, own: Sequence[str] = ()) -> IO[str]:
 
 
 def save(root: str | Path, unit: str, step: int, key: str, write: Callable[[Path], None], keep: int,
-         carried: Optional[Carried] = None) -> Path:
+         carried: Optional[Carried] = None, meta: Optional[Mapping[str, Any]] = None) -> Path:
     """Write checkpoint ``<root>/<unit><step>/`` with ``write(folder)``, atomically, its marker holding the digests
-    of its files and of the files ``carried`` says a resume at ``step`` takes over from ``root``; then keep only this
-    run's newest ``keep`` checkpoints (another run's, and folders a killed save left, are deleted)."""
+    of its files and of the files ``carried`` says a resume at ``step`` takes over from ``root``, and ``meta`` (plain
+    JSON data, see :func:`meta`) where given; then keep only this run's newest ``keep`` checkpoints (another run's,
+    and folders a killed save left, are deleted)."""
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
     path = Path(root) / f"{unit}{step}"
@@ -294,9 +296,20 @@ def save(root: str | Path, unit: str, step: int, key: str, write: Callable[[Path
         marker = {"key": key, "step": step, "files": digests(tmp)}
         if carried is not None:
             marker["carried"] = carried.carried_digests(step)
+        if meta:
+            marker["meta"] = dict(meta)
         write_json(tmp / MARKER, marker)
     prune(root, unit, key, keep)
     return path
+
+
+def meta(folder: str | Path) -> dict[str, Any]:
+    """The ``meta`` checkpoint ``folder``'s marker holds (:func:`save`): how the run that wrote it went (e.g. the
+    thread count of each of its parts, :class:`grueflow.training.TrainingRun`); empty where it holds none (a
+    checkpoint written without it) or its marker is unreadable."""
+    marker = _marker(Path(folder))
+    found = marker.get("meta") if marker is not None else None
+    return dict(found) if isinstance(found, dict) else {}
 
 
 def prune(root: str | Path, unit: str, key: str, keep: int) -> None:
@@ -360,11 +373,12 @@ class Checkpointed(ABC):
     def load(self, folder: str | Path) -> None:
         """Continue from a checkpoint written by :meth:`save_to`."""
 
-    def save_checkpoint(self, resume_dir: str | Path, key: str, carried: Optional[Carried] = None) -> Path:
+    def save_checkpoint(self, resume_dir: str | Path, key: str, carried: Optional[Carried] = None,
+                        meta: Optional[Mapping[str, Any]] = None) -> Path:
         """Add ``<unit><step>/`` to ``resume_dir`` (atomically, with the digests of what ``carried`` says a resume
-        takes over), keeping the newest ``keep``."""
+        takes over, and ``meta`` in its marker), keeping the newest ``keep``."""
         return save(resume_dir, self.unit, self.checkpoint_step(), key, lambda folder: self.save_to(folder, key),
-                    keep=self.keep, carried=carried)
+                    keep=self.keep, carried=carried, meta=meta)
 
     def resume(self, resume_dir: str | Path, key: str, carried: Optional[Carried] = None) -> Path | None:
         """Load run ``key``'s newest intact checkpoint in ``resume_dir`` (its ``carried`` files included); returns

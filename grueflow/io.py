@@ -846,7 +846,9 @@ def output_bytes(out_dir: str | Path) -> int:
     return sum(p.stat().st_size for p in out_dir.rglob("*") if p.is_file() and p not in records)
 
 
-VOLATILE = ("execution",)  # extra fields that say how a run went, not what it computed: provenance.json's
+# extra fields that say how a run went, not what it computed: provenance.json's (the execution settings, and the
+# parts a resumed run was trained in: grueflow.training.PARTS)
+VOLATILE = ("execution", "parts")
 
 
 def write_stage_record(out_dir: str | Path, *, stage: str, params: Any,
@@ -859,7 +861,8 @@ def write_stage_record(out_dir: str | Path, *, stage: str, params: Any,
     ``output_bytes`` (the size of everything else in ``out_dir``, what a cache or a remote must hold), where the
     folder is written (``out``, :func:`output_path`) and the stage's own ``extra`` facts; a forced or no-op
     re-execution writes it byte for byte again, so content hashes (DVC's) do not change. ``provenance.json`` holds
-    how this run went: the git commit, the wall time and the :data:`VOLATILE` extras (the device and fast paths);
+    how this run went: the git commit, this process's wall time and the :data:`VOLATILE` extras (the device and
+    fast paths; a resumed run's parts);
     ``.dvcignore`` keeps it out of every hash. It also names the ``stage``, because it outlives ``stage.json`` when
     DVC removes a stage's outs before a rerun, and :func:`grueflow.stage.check_out` reads it to refuse another
     stage's folder.

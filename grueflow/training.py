@@ -15,6 +15,13 @@ rest is written here once, in the order it runs:
    (the stage's files, the tracking log, ``stage.json`` last; main process only) and remove the resume
    folder.
 
+A resumed run is trained in parts, one per process that trained it: each checkpoint's marker records the parts
+that led to it (:data:`PARTS`: where each started, its device, precision and thread count, its wall time), and a
+resumed run's ``provenance.json`` lists them. A run resumed with another thread count than the part before it
+says so in one line: torch's reductions add in another order, so its numbers differ in the last digits from an
+uninterrupted run of either count (a resumed run is byte for byte the uninterrupted one only with the same
+execution settings).
+
 A trainer is :class:`Resumable`: it resumes from and checkpoints into a resume folder, trains with a
 checkpoint and a progress callback, and its ``state.curve`` holds one row per unit done (iteration, epoch
 or step), so the curve's length is how far a resumed run already is.
@@ -26,6 +33,7 @@ import argparse
 import logging
 import math
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Callable, Mapping, Optional, Protocol, Sequence
@@ -41,6 +49,11 @@ log = logging.getLogger(__name__)
 TRACKING_DIR = "dvclive"  # the DVCLive folder, in the resume folder while training and in the output at the end
 VALIDATION_DIR = "validation"  # evaluation during training (grueflow.validation), in the resume folder
 Row = dict[str, float]
+# provenance.json's list (and each checkpoint marker's meta) of the parts a resumed run was trained in, oldest first:
+# {"from": "<unit><k>" (where it started: <unit>0 for the first), "device", "precision", "threads", "wall_time_s"
+# (the part's seconds until the checkpoint the next part resumed from; null for the last part, whose wall time is
+# provenance.json's own)}; null where a checkpoint written without this record hides them
+PARTS = "parts"
 
 
 class TrainingState(Protocol):
@@ -53,7 +66,8 @@ class Resumable(Protocol):
     """A trainer :meth:`TrainingRun.train` can run, kill and resume.
 
     ``resume`` loads run ``key``'s newest intact checkpoint in ``resume_dir`` (returns it, or None when
-    there is none); ``save_checkpoint`` adds one; both with the files ``carried`` says a resume takes over from the
+    there is none); ``save_checkpoint`` adds one, ``meta`` in its marker (:func:`grueflow.checkpoints.save`, read
+    back with :func:`grueflow.checkpoints.meta`); both with the files ``carried`` says a resume takes over from the
     resume folder (their digests recorded in the checkpoint, and checked before it is resumed); ``train`` runs the
     remaining units, calling ``checkpoint``
     (with the trainer) whenever a checkpoint is due and ``progress`` (with the unit's curve row) after every
@@ -64,7 +78,8 @@ class Resumable(Protocol):
 
     def resume(self, resume_dir: Path, key: str, carried: Optional[checkpoints.Carried] = None) -> Optional[Path]: ...
 
-    def save_checkpoint(self, resume_dir: Path, key: str, carried: Optional[checkpoints.Carried] = None) -> Path: ...
+    def save_checkpoint(self, resume_dir: Path, key: str, carried: Optional[checkpoints.Carried] = None,
+                        meta: Optional[Mapping[str, Any]] = None) -> Path: ...
 
     def train(self, checkpoint: Optional[Callable[[Any], None]] = None,
               progress: Optional[Callable[[Row], None]] = None) -> Any: ...
@@ -147,6 +162,7 @@ class TrainingRun:
         self.execution, self.parallel, self.started = execution, parallel, started
         self.params_digest = params_digest or {}  # the params it reads, for its stage.json (grueflow.pipeline)
         self.tracked = False
+        self.parts: list[dict[str, Any]] = []  # the parts of this run so far, this process's last (PARTS)
         self._lock: Optional[IO[str]] = None
 
     @classmethod
@@ -206,9 +222,12 @@ class TrainingRun:
                report: Optional[Callable[[Row], None]], validate: Optional[Validator]) -> Any:
         resumed = trainer.resume(self.resume_dir, key, carried=validate)
         done = len(trainer.state.curve)
+        self.parts = self._parts(resumed, unit)
         if resumed is not None:  # <unit><k>: the checkpoint's own count (a curve row may come every few steps)
             log.info("resumed from %s at %s %s (%d curve rows done)", resumed, unit, resumed.name.removeprefix(unit),
                      done)
+            if self.parallel.is_main:
+                _say_threads_changed(self.parts)
         bar = stage.progress(total, desc, initial=done)
         tracker = None
         if tracking is not None and self.parallel.is_main:  # the others' rows are the main process's
@@ -224,7 +243,8 @@ class TrainingRun:
             if report is not None:
                 report(row)
 
-        checkpoint = (lambda t: t.save_checkpoint(self.resume_dir, key, carried=validate)) if self.parallel.is_main \
+        checkpoint = (lambda t: t.save_checkpoint(self.resume_dir, key, carried=validate,
+                                                  meta={PARTS: self._parts_until_now()})) if self.parallel.is_main \
             else None
         result = trainer.train(checkpoint=checkpoint, progress=progress, **({"validate": validate} if validate else {}))
         bar.close()
@@ -232,17 +252,38 @@ class TrainingRun:
             tracker.close()
         return result
 
+    def _parts(self, resumed: Optional[Path], unit: str) -> list[dict[str, Any]]:
+        """The parts of this run (:data:`PARTS`): those checkpoint ``resumed`` records (one of unknown settings
+        where it records none), then this process's, from ``resumed`` (None: from the start)."""
+        execution = self.execution.record()
+        here = {"from": resumed.name if resumed is not None else f"{unit}0",
+                **{name: execution[name] for name in ("device", "precision", "threads")}, "wall_time_s": None}
+        if resumed is None:
+            return [here]
+        earlier = checkpoints.meta(resumed).get(PARTS)
+        if not isinstance(earlier, list) or not earlier or not all(isinstance(part, dict) for part in earlier):
+            earlier = [{"from": f"{unit}0", "device": None, "precision": None, "threads": None, "wall_time_s": None}]
+        return [*earlier, here]
+
+    def _parts_until_now(self) -> list[dict[str, Any]]:
+        """:attr:`parts` as a checkpoint written now records them: this process's wall time so far in its own."""
+        return [*self.parts[:-1], {**self.parts[-1], "wall_time_s": round(time.perf_counter() - self.started, 3)}]
+
     def finish(self, write: Callable[[Path], None], params: Any, inputs: Mapping[str, Path | InputDigest],
                replicas: Callable[[], Sequence[Any]] = tuple, extra: Optional[dict[str, Any]] = None) -> None:
         """Write the output folder: ``write(folder)`` puts the stage's own files in, then the tracking log and
         ``stage.json`` (``params``, ``inputs``' fingerprints, the execution); it replaces ``--out`` only when
         complete, and the resume folder is removed after.
 
-        ``extra`` holds more facts for ``stage.json`` (e.g. which policy was handed on, and why). Data-parallel,
+        ``extra`` holds more facts for ``stage.json`` (e.g. which policy was handed on, and why). A resumed run's
+        ``provenance.json`` lists its parts (:data:`PARTS`); ``stage.json`` is the same as an uninterrupted run's.
+        Data-parallel,
         every process hashes the trained modules ``replicas()`` returns and compares them (identical, or an
         error), and only the main process writes; the others return here.
         """
         extra = dict(extra or {})
+        if len(self.parts) > 1:
+            extra[PARTS] = self.parts
         if self.parallel.enabled:
             extra["data_parallel"] = {"processes": self.parallel.world_size,
                                       "weights_sha256": check_replicas(self.parallel, list(replicas()))}
@@ -257,3 +298,15 @@ class TrainingRun:
         shutil.rmtree(self.resume_dir, ignore_errors=True)
         self.release()
 
+
+def _say_threads_changed(parts: Sequence[Mapping[str, Any]]) -> None:
+    """One warning line where the last of ``parts`` (:data:`PARTS`), the resumed one, runs on another thread count
+    than the parts before it: its numbers will differ in the last digits from an uninterrupted run of either."""
+    now = parts[-1]["threads"]
+    before = list(dict.fromkeys(part.get("threads") for part in parts[:-1] if part.get("threads") is not None))
+    if not before or before == [now]:
+        return
+    counts = " and ".join(map(str, before))
+    log.warning("resumed a run started with %s thread%s on %d thread%s: its numbers will differ in the last digits "
+                "from an uninterrupted run of %s", counts, "" if before == [1] else "s", now, "" if now == 1 else "s",
+                "either" if len(before) == 1 else "any of these counts")

@@ -36,7 +36,7 @@ import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
@@ -653,12 +653,13 @@ class RLTrainer:
             load_trainable_state(self.critic_model, saved["critic"])
         set_rng_state(saved["rng"])
 
-    def save_checkpoint(self, resume_dir: str | Path, key: str, carried: checkpoints.Carried | None = None) -> Path:
+    def save_checkpoint(self, resume_dir: str | Path, key: str, carried: checkpoints.Carried | None = None,
+                        meta: Mapping[str, Any] | None = None) -> Path:
         """Add ``iteration<k>/`` to ``resume_dir`` (atomically, with the digests of what ``carried`` says a resume
-        takes over), keeping the newest ``cfg.keep_checkpoints``."""
+        takes over, and ``meta`` in its marker), keeping the newest ``cfg.keep_checkpoints``."""
         return checkpoints.save(resume_dir, CHECKPOINT_UNIT, self.state.iteration, key,
                                 lambda folder: self.save_to(folder, key), keep=self.cfg.keep_checkpoints,
-                                carried=carried)
+                                carried=carried, meta=meta)
 
     def resume(self, resume_dir: str | Path, key: str, carried: checkpoints.Carried | None = None) -> Path | None:
         """Load run ``key``'s newest intact checkpoint in ``resume_dir`` (its ``carried`` files included); returns

@@ -103,6 +103,17 @@ def test_a_save_that_fails_leaves_the_previous_checkpoint(tmp_path):
         checkpoints.save(root, "epoch", 3, "k", write_marker_only, keep=0)
 
 
+def test_a_checkpoint_keeps_the_meta_it_was_given_apart_from_its_files(tmp_path):
+    """How the run went (the thread count of each part: grueflow.training.PARTS) is read back on resume; it is no
+    file of the checkpoint, so a checkpoint without it (written before) resumes alike, with none."""
+    root = tmp_path / "out.resume"
+    parts = {"parts": [{"from": "epoch0", "threads": 1}]}
+    with_meta = checkpoints.save(root, "epoch", 1, "k", write_marker_only, keep=2, meta=parts)
+    without = checkpoints.save(root, "epoch", 2, "k", write_marker_only, keep=2)
+    assert checkpoints.meta(with_meta) == parts and checkpoints.meta(without) == {}
+    assert checkpoints.damage(with_meta) is None and checkpoints.meta(root / "epoch3") == {}
+
+
 def test_run_keys_differ_by_any_part():
     key = checkpoints.run_key({"epochs": 3}, "sha-model", 0)
     assert key == checkpoints.run_key({"epochs": 3}, "sha-model", 0)

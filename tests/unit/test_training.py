@@ -150,8 +150,8 @@ class Counter(checkpoints.Checkpointed):
         random.setstate(saved["rng"])
 
 
-def counter_run(out: Path, trainer: Counter) -> list[dict[str, float]]:
-    args = argparse.Namespace(out=out, resume_dir=None, threads=1, device="cpu", precision="fp32")
+def counter_run(out: Path, trainer: Counter, threads: int = 1) -> list[dict[str, float]]:
+    args = argparse.Namespace(out=out, resume_dir=None, threads=threads, device="cpu", precision="fp32")
     run = TrainingRun.start("counter", args, 0.0, seed=3)
     curve = run.train(trainer, "k", trainer.total, "step", "counting", Tracking())
     run.finish(lambda folder: (folder / "curve.json").write_text(json.dumps(curve)), {"total": trainer.total}, {})
@@ -170,6 +170,52 @@ def test_the_skeleton_resumes_replays_the_tracking_log_writes_atomically_and_cle
     for name in ("dvclive/metrics.json", "dvclive/plots/metrics/sum.tsv"):
         assert (out / name).read_bytes() == (tmp_path / "straight" / name).read_bytes()
     assert json.loads((out / "stage.json").read_text())["params"] == {"total": 5}
+
+
+def test_a_run_resumed_on_another_thread_count_says_so_and_provenance_records_each_part(tmp_path, caplog):
+    """A run resumed with another --threads ends in numbers neither thread count gives uninterrupted, and its
+    provenance.json said only the new count and the resumed part's wall time. Each checkpoint now records the parts
+    that led to it, a resumed run's provenance.json lists them, and a changed count is said in one line; the
+    checkpoint is resumed all the same, and stage.json (what identifies the content) does not change."""
+    import logging
+
+    def parts(folder: Path) -> list[dict]:
+        found = json.loads((folder / "provenance.json").read_text())["parts"]
+        assert isinstance(found[0].pop("wall_time_s"), float) and found[1].pop("wall_time_s") is None
+        return found
+
+    cpu = {"device": "cpu", "precision": "fp32"}
+    threads = torch.get_num_threads()
+    try:
+        straight = counter_run(tmp_path / "straight", Counter(5))
+        out = tmp_path / "killed"
+        with pytest.raises(Killed):
+            counter_run(out, Counter(5, kill_at=2))
+        meta = checkpoints.meta(tmp_path / "killed.resume" / "step2")
+        assert meta["parts"][0]["wall_time_s"] > 0
+        assert [{k: v for k, v in part.items() if k != "wall_time_s"} for part in meta["parts"]] == [
+            {"from": "step0", **cpu, "threads": 1}]
+        with caplog.at_level(logging.INFO, logger="grueflow.training"):
+            assert counter_run(out, Counter(5), threads=2) == straight
+        assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
+            "resumed a run started with 1 thread on 2 threads: its numbers will differ in the last digits from an "
+            "uninterrupted run of either"]
+        assert parts(out) == [{"from": "step0", **cpu, "threads": 1}, {"from": "step2", **cpu, "threads": 2}]
+        provenance = json.loads((out / "provenance.json").read_text())
+        assert provenance["execution"]["threads"] == 2
+        record = json.loads((out / "stage.json").read_text())
+        assert "parts" not in record and record["params"] == {"total": 5}
+
+        caplog.clear()  # the same count: resumed without a word, and recorded alike
+        with pytest.raises(Killed):
+            counter_run(out, Counter(5, kill_at=3), threads=2)
+        with caplog.at_level(logging.WARNING, logger="grueflow.training"):
+            counter_run(out, Counter(5), threads=2)
+        assert not caplog.records
+        assert parts(out) == [{"from": "step0", **cpu, "threads": 2}, {"from": "step3", **cpu, "threads": 2}]
+        assert "parts" not in json.loads((tmp_path / "straight" / "provenance.json").read_text())
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_the_warm_start_keeps_the_samples_its_train_where_names():
