@@ -212,7 +212,9 @@ def load_backbone(backbone: Optional[str], labels: Sequence[str], execution: Opt
     backbone then pools the last non-pad token), and one with neither is refused by name
     (:func:`grueflow.models.set_pad_token`). A backbone without a usable tokenizer, or whose tokenizer has ids past
     its embedding rows, is refused by name (:func:`grueflow.models.load_tokenizer`,
-    :func:`grueflow.models.check_vocabulary`)."""
+    :func:`grueflow.models.check_vocabulary`). The tokenizer pads on the right whatever the folder's ``padding_side``
+    says: a sequence classifier pools the last non-pad token, and right padding keeps every token's position (left
+    padding shifts a GPT-2's absolute positions, so a text would score differently in each batch)."""
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     from grueflow.models import check_vocabulary, load_tokenizer, set_pad_token
@@ -231,6 +233,7 @@ def load_backbone(backbone: Optional[str], labels: Sequence[str], execution: Opt
     tokenizer = load_tokenizer(path)
     check_vocabulary(tokenizer, config, path)
     set_pad_token(tokenizer, config, path, "classifier backbone")
+    tokenizer.padding_side = "right"  # positions as when alone; the model pools the last non-pad token
     model = AutoModelForSequenceClassification.from_pretrained(
         path, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={x: i for i, x in enumerate(labels)},
         ignore_mismatched_sizes=True, dtype=execution.train_dtype)

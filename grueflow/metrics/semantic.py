@@ -337,7 +337,9 @@ def load_classifier(name: str, max_length: int, batch_size: int, execution: Opti
     start from random values; no usable tokenizer (:func:`grueflow.models.load_tokenizer`); a tokenizer with ids
     past the embedding rows (:func:`grueflow.models.check_vocabulary`); non-finite weights. A tokenizer without a pad
     token pads with the config's ``pad_token_id``, else its EOS, as TRL does, with a warning; with neither, it is
-    refused (:func:`grueflow.models.set_pad_token`)."""
+    refused (:func:`grueflow.models.set_pad_token`). The tokenizer pads on the right whatever the folder's
+    ``padding_side`` says: a sequence classifier pools the last non-pad token, and right padding keeps every token's
+    position, so a text scores the same alone and in any batch (left padding shifts a GPT-2's absolute positions)."""
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     from grueflow.device import or_cpu
@@ -364,6 +366,7 @@ def load_classifier(name: str, max_length: int, batch_size: int, execution: Opti
     tokenizer = load_tokenizer(name)
     check_vocabulary(tokenizer, config, name)
     set_pad_token(tokenizer, config, name, f"{metric}: classifier")
+    tokenizer.padding_side = "right"  # positions as when alone; the model pools the last non-pad token
     model, info = AutoModelForSequenceClassification.from_pretrained(name, dtype=execution.frozen_dtype,
                                                                      output_loading_info=True)
     check_complete(info, name, fix)

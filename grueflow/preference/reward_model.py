@@ -58,7 +58,9 @@ def load_backbone(path: str | Path, execution: Optional[Execution] = None, froze
     The weights are float32 (they train), or, when ``frozen``, in the execution's frozen dtype (bf16 under
     bf16) without gradients, in eval mode. A language-model folder gets a fresh scalar head (its other
     weights are kept). A folder without a usable tokenizer, or whose tokenizer has ids past its embedding rows, is
-    refused by name (:func:`grueflow.models.load_tokenizer`, :func:`grueflow.models.check_vocabulary`).
+    refused by name (:func:`grueflow.models.load_tokenizer`, :func:`grueflow.models.check_vocabulary`). The tokenizer
+    pads on the right whatever the folder's ``padding_side`` says: a sequence classifier pools the last non-pad
+    token, and right padding keeps every token's position (left padding shifts a GPT-2's absolute positions).
     """
     from transformers import AutoModelForSequenceClassification
 
@@ -74,6 +76,7 @@ def load_backbone(path: str | Path, execution: Optional[Execution] = None, froze
     model = AutoModelForSequenceClassification.from_pretrained(str(path), num_labels=1, dtype=dtype,
                                                                local_files_only=True).to(execution.device)
     set_pad_token(tokenizer, model.config, str(path), "reward model")
+    tokenizer.padding_side = "right"  # positions as when alone; the model pools the last non-pad token
     model.config.pad_token_id = tokenizer.pad_token_id
     check_vocabulary(tokenizer, model.config, str(path))
     if frozen:

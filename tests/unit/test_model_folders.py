@@ -180,3 +180,31 @@ def test_a_t5_relative_position_table_counts_towards_the_size_limit():
         check_tiny_sizes("t5", huge, max_length=64)
     check_tiny_sizes("t5", {"relative_attention_num_buckets": 64}, max_length=64)  # a real size still builds
     assert tiny_parameters("t5", {**TINY_DEFAULTS["t5"], "relative_attention_num_buckets": 64}) < MAX_TINY_PARAMETERS
+
+
+def test_a_causal_classifier_saved_to_pad_left_scores_a_text_the_same_in_any_batch(tiny_models, tmp_path: Path):
+    """A GPT-2 classifier whose tokenizer was saved with ``padding_side: left`` (as causal policy folders are) gave
+    a padded text other scores than alone: left padding shifted its absolute positions."""
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from grueflow.classifier import load_backbone as classifier_backbone
+    from grueflow.metrics.semantic import load_classifier
+    from grueflow.preference.reward_model import load_backbone as reward_backbone
+
+    folder = tmp_path / "classifier"
+    model = AutoModelForSequenceClassification.from_pretrained(tiny_models["causal"], num_labels=2)
+    model.save_pretrained(folder)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_models["causal"])
+    tokenizer.padding_side = "left"
+    tokenizer.save_pretrained(folder)
+    assert json.loads((folder / "tokenizer_config.json").read_text())["padding_side"] == "left"
+    classify = load_classifier(str(folder), max_length=16, batch_size=4)
+    texts = ["the film was good and long and then it ended", "bad", "fine"]
+    alone = [logit for text in texts for logit in classify.logits([text])[0]]
+    assert [logit for row in classify.logits(texts) for logit in row] == pytest.approx(alone, abs=1e-5)
+    assert classify.tokenizer.padding_side == "right"
+    backbone = tmp_path / "backbone"  # a language model saved to pad left, as a causal policy's folder
+    shutil.copytree(tiny_models["causal"], backbone)
+    tokenizer.save_pretrained(backbone)
+    assert reward_backbone(backbone)[1].padding_side == "right"
+    assert classifier_backbone(str(backbone), ["neg", "pos"])[1].padding_side == "right"
