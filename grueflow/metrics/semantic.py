@@ -574,9 +574,11 @@ class SummaCConvHead:
     @classmethod
     def load(cls, path: str, n_features: int, device: "torch.device", why: str) -> "SummaCConvHead":
         """The state dict saved at ``path`` (``torch.save(SummaCConv(...).state_dict())``, e.g. summac's
-        summac_conv_vitc_sent_perc_e.bin); ``why`` says where ``n_features`` comes from, for the error."""
+        summac_conv_vitc_sent_perc_e.bin; ``~/file`` is in the home folder); ``why`` says where ``n_features``
+        comes from, for the error."""
         import torch
 
+        path = os.path.expanduser(path)  # ~/file: as the pipeline tracks it
         refuse_special_file(path, f"give summac's summac_conv_vitc_sent_perc_e.bin from {SUMMAC_CONV_WEIGHTS_URL}",
                             "metric 'summac_conv': args.checkpoint")
         if not Path(path).is_file():
@@ -679,11 +681,13 @@ class SummaCConv(Metric):
     @classmethod
     def unavailable(cls, args: "SummaCConv.Args") -> Optional[str]:
         """What SummaC-Conv lacks here: its trained weights at ``args.checkpoint`` (relative paths are read from
-        the working folder, the project root); None where the file is there (its contents are checked when it
-        loads, :meth:`SummaCConvHead.load`, which also refuses a FIFO or a device by name)."""
-        if args.checkpoint is not None and (not os.path.exists(args.checkpoint) or os.path.isdir(args.checkpoint)):
-            return summac_conv_missing(args.checkpoint)
-        return None
+        the working folder, the project root; ``~/file`` is in the home folder); None where the file is there (its
+        contents are checked when it loads, :meth:`SummaCConvHead.load`, which also refuses a FIFO or a device by
+        name)."""
+        if args.checkpoint is None:
+            return None
+        path = os.path.expanduser(args.checkpoint)
+        return summac_conv_missing(args.checkpoint) if not os.path.exists(path) or os.path.isdir(path) else None
 
     @classmethod
     def build(cls, args: "SummaCConv.Args", context: MetricContext) -> MetricFn:

@@ -192,6 +192,17 @@ def test_a_missing_or_mismatched_checkpoint_says_where_to_get_it(fixed_nli, tmp_
         build({"model": fixed_nli, "checkpoint": checkpoint, "bins": "odd5"})
 
 
+def test_a_checkpoint_under_the_home_folder_written_with_a_tilde_is_found(fixed_nli, tmp_path, monkeypatch):
+    """``checkpoint: ~/file.bin`` that exists was refused as missing, sending the user to download it again."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    random_checkpoint(tmp_path / "e.bin", 23)
+    metric = METRICS.get("summac_conv")
+    assert metric.unavailable(parse(metric.Args, {"checkpoint": "~/e.bin"}, "args")) is None
+    assert len(score(build({"model": fixed_nli, "checkpoint": "~/e.bin"}), [SOURCE], [SUMMARY])) == 1
+    assert "no checkpoint at args.checkpoint='~/absent.bin'" in metric.unavailable(
+        parse(metric.Args, {"checkpoint": "~/absent.bin"}, "args"))
+
+
 def test_an_nli_model_needs_the_labels_it_reads(tiny_models, tmp_path):
     checkpoint = random_checkpoint(tmp_path / "e.bin", 23)
     tiny_classifier(tiny_models["causal"], tmp_path / "sentiment", ["NEGATIVE", "POSITIVE"])
