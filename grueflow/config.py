@@ -154,12 +154,18 @@ SUPPORTED_TYPES = ("str, int, float, bool, Any, Literal[...], Optional[X] (X | N
 def unsupported_type(tp: Any) -> Optional[Any]:
     """The first type inside ``tp`` that :func:`_convert` cannot read from YAML (``set[int]``, a class of one's
     own, a bare ``list``), or None where it reads every part. A dataclass is checked field by field, as
-    :func:`unsupported_field` does; a Union is read as its first non-None member, so only that one is checked."""
+    :func:`unsupported_field` does. :func:`_convert` reads a Union as its first member other than None, so a Union
+    with two or more such members (``float | Literal["auto"]``, ``int | str``) is itself unreadable: a value of
+    its second type would be refused as the user's mistake. It reads a tuple as a list of ``args[0]`` of any
+    length, so only ``tuple[X, ...]`` is readable, never a fixed-length ``tuple[str, int]``."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is Any or origin is Literal or tp in (str, int, float, bool):
         return None
     if origin in (Union, types.UnionType):
-        return unsupported_type([a for a in args if a is not type(None)][0])
+        inner = [a for a in args if a is not type(None)]
+        return unsupported_type(inner[0]) if len(inner) == 1 else tp
+    if origin is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
+        return tp
     if origin in (tuple, list):
         return unsupported_type(args[0]) if args else None
     if origin is dict:
@@ -192,9 +198,22 @@ def check_args_types(cls: type, owner: str) -> None:
                          f"defines {owner}") from None
     if found is not None:
         name, tp = found
-        shown = tp.__name__ if isinstance(tp, type) and not typing.get_args(tp) else repr(tp)
-        raise ValueError(f"{owner}.Args.{name} is of type {shown}, which params cannot give; use one of the supported "
-                         f"types: {SUPPORTED_TYPES}")
+        shown = tp.__name__ if isinstance(tp, type) and not typing.get_args(tp) else repr(tp).replace("typing.", "")
+        raise ValueError(f"{owner}.Args.{name} is of type {shown}, which params cannot give{unreadable_why(tp)}; use "
+                         f"one of the supported types: {SUPPORTED_TYPES}")
+
+
+def unreadable_why(tp: Any) -> str:
+    """Why a Union or a fixed-length tuple that :func:`unsupported_type` found cannot be read, in parentheses with
+    a leading space, and what to write instead; "" for any other type."""
+    origin = typing.get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return (" (a union is read as its one type other than None: give the field one type, e.g. Optional[float] "
+                "where None stands for a word such as 'auto')")
+    if origin is tuple:
+        return (" (a tuple is read as a YAML list of one item type, of any length: write tuple[X, ...], or a nested "
+                "dataclass with a field for each item)")
+    return ""
 
 
 def _convert_dataclass(cls: type, value: Any, where: str, resolve: Optional[Resolve]) -> Any:

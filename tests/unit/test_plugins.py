@@ -3,6 +3,7 @@ built-in id, and the project files behind them (code dependencies)."""
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, Optional, Union
 
 import pytest
 
@@ -135,6 +136,24 @@ class EchoWithSetArgs(Echo):
         words: tuple[set[str], ...] = ()
 
 
+class NumberOrAuto(ErrorRate):
+    @dataclass(frozen=True)
+    class Args:
+        level: float | Literal["auto"] = "auto"
+
+
+class IntOrStr(ErrorRate):
+    @dataclass(frozen=True)
+    class Args:
+        level: Union[int, str] = 1
+
+
+class EchoWithPairArgs(Echo):
+    @dataclass(frozen=True)
+    class Args:
+        pair: Optional[tuple[str, int]] = None
+
+
 HERE = "tests.unit.test_plugins"
 
 
@@ -184,13 +203,24 @@ SUPPORTED = ("use one of the supported types: str, int, float, bool, Any, Litera
              "tuple[X, ...] or list[X] (a YAML list), dict[str, X] (a mapping), a nested dataclass")
 
 
+UNION_WHY = ("(a union is read as its one type other than None: give the field one type, e.g. Optional[float] where "
+             "None stands for a word such as 'auto')")
+
+
 @pytest.mark.parametrize("registry, name, message", [
     ("metric", "SetArgs", "SetArgs.Args.ids is of type set[int], which params cannot give"),
     ("metric", "ClassArgs", "ClassArgs.Args.window is of type Window, which params cannot give"),
     ("datapool", "EchoWithSetArgs", "EchoWithSetArgs.Args.words is of type set[str], which params cannot give"),
+    ("metric", "NumberOrAuto", "NumberOrAuto.Args.level is of type Union[float, Literal['auto']], which params cannot "
+                               f"give {UNION_WHY}"),
+    ("metric", "IntOrStr", f"IntOrStr.Args.level is of type Union[int, str], which params cannot give {UNION_WHY}"),
+    ("datapool", "EchoWithPairArgs", "EchoWithPairArgs.Args.pair is of type tuple[str, int], which params cannot give "
+                                     "(a tuple is read as a YAML list of one item type, of any length: write "
+                                     "tuple[X, ...], or a nested dataclass with a field for each item)"),
 ])
 def test_a_plugin_args_field_of_a_type_params_cannot_give_is_refused_naming_it(registry, name, message):
-    """A set[int] field (or a class of one's own) ended in config's TypeError traceback once a params file set it."""
+    """A set[int] field (or a class of one's own) ended in config's TypeError traceback once a params file set it;
+    a union of two types or a fixed-length tuple loaded, then a value of the type was refused as the user's."""
     if registry == "metric":
         with pytest.raises(ConfigError) as error:
             parse(MetricSpec, {"id": f"{HERE}:{name}", "args": {}}, "t.yaml: metrics[0]")
