@@ -107,3 +107,12 @@ def release() -> None:
     for signum in SIGNALS:
         if signal.getsignal(signum) is _before_main:
             signal.signal(signum, _while_running)
+
+
+def restore() -> None:
+    """Give back to Python's own handler each signal :func:`release` took and none of which has arrived (the stage
+    ran to its end, or ended on an error): a stage run in-process by another program (a test) leaves its handlers as
+    they were. After such a signal they stay ignored, so the stage's exit cannot be cut short."""
+    for signum, default in SIGNALS.items():
+        if signal.getsignal(signum) is _while_running:
+            signal.signal(signum, default)

@@ -466,6 +466,14 @@ def main_guard(run: Any) -> None:
     (:mod:`grueflow.interrupt`; later ones are ignored while the stage cleans up and exits)."""
     interrupt.release()
     try:
+        _run_guarded(run)
+    finally:
+        interrupt.restore()
+
+
+def _run_guarded(run: Any) -> None:
+    """:func:`main_guard`'s body: ``run()`` with each failure it names turned into its line and exit code."""
+    try:
         run()
     except (ConfigError, io.DataError, HubUnreachableError, ModelFetchError, MetricUnavailableError) as err:
         print(f"error: {err}", file=sys.stderr)

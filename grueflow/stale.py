@@ -1074,7 +1074,7 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     """Set each :func:`stale_outputs` entry's Snakemake timestamp to :data:`STALE_TIME` and give it a new token in
     ``tokens`` (the digests of inputs are cached beside it); one line per entry, saying why, and that its job reruns:
     for an entry the default target does not build, ``built_by`` gives the target whose build reruns it (None for
-    one the default target builds), which the line names instead.
+    one the default target builds; the entry itself where only asking for it does), which the line names.
 
     A suite stage folder stale for its own sake (damaged, or without its record), or a file where a stage folder
     belongs, has a copy kept of what no stage record vouches for (:func:`unvouched`, :func:`keep_copy`; a dry run
@@ -1110,8 +1110,9 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     for path, why in stale.items():
         stamp = _stamp_of(path)
         target = built_by(path)
-        line = f"grueflow: {path} is stale ({why}); its job reruns" + \
-            (f" once {target} is built (rule all does not build it)" if target else "")
+        line = f"grueflow: {path} is stale ({why}); its job reruns" + (
+            "" if not target else " once it is asked for (rule all does not build it)" if Path(target) == path
+            else f" once {target} is built (rule all does not build it)")
         rebuilt = path in suite and not why.startswith(("its input ", "it was built from "))  # else: as built
         files = unvouched(path) if rebuilt else []
         if rebuilt and why.startswith("damaged: ") and why.endswith(UNMATCHED):  # found by digests: read them all
