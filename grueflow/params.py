@@ -569,7 +569,29 @@ def validate(path: Path, engine: str = "snakemake") -> Suite:
     suite = load_suite(data, str(path))
     if engine == "dvc":
         check_dvc_vars(data, str(path))
+        check_stage_models_for_dvc(suite)
     return suite
+
+
+def check_stage_models_for_dvc(suite: Suite) -> None:
+    """Raise ConfigError where a task's reward component or metric names, as a string arg (``reward_model``'s
+    ``path``, ``learned_classifier``'s ``model``), a path inside ``results/``: a model one of grueflow's stages
+    trains there (``train_reward_model``, ``train_classifier``). ``dvc.yaml`` tracks a local file a task names as a
+    dependency of the stages that read it, but nothing inside ``results/``, and it has no edge from those stages to
+    the ones that score with the model: ``dvc repro`` would run RL before the model exists, and never rerun RL when
+    the model is trained again. Snakemake plans both from the same names."""
+    for name, task in suite.tasks.items():
+        named = [(f"reward component {c.metric!r}", c.args) for c in task.reward.components]
+        named += [(f"metric {m.id!r}", m.args) for m in task.metrics]
+        for what, args in named:
+            for key, value in args.items():
+                if isinstance(value, str) and Path(project_relative(value)).parts[:1] == ("results",):
+                    raise ConfigError(
+                        f"{Path(suite.config.params_dir) / 'tasks' / (name + '.yaml')}: {what} args.{key} {value!r} "
+                        f"is a model a grueflow stage trains in results/; dvc.yaml has no edge from that stage to the "
+                        f"ones that score with it (dvc repro would run RL before it exists, and never again once it "
+                        f"is retrained); run this suite with snakemake, which plans it, or copy the trained folder "
+                        f"out of results/ (e.g. to models/) and name the copy, which DVC tracks as a dependency")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

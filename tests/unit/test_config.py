@@ -560,3 +560,32 @@ def test_beams_without_do_sample_are_refused_as_rl4lms_eval_blocks_mean_beam_sea
         parse(GenerationConfig, {"max_new_tokens": 20, "min_length": 5, "num_beams": 5}, "task.yaml: eval_generation")
     assert ("task.yaml: eval_generation: num_beams = 5 without do_sample: give do_sample: false for beam search "
             "(what transformers and RL4LMs do when it is left out) or true for beam sampling") in str(err.value)
+
+
+def test_dvc_refuses_a_task_that_scores_with_a_model_a_stage_trains_in_results(tmp_path, capsys, monkeypatch):
+    """dvc.yaml has no edge from train_reward_model to the RL and evaluate stages that score with its model: dvc repro
+    ran RL before the model existed, and never again once it was retrained. DVC's check refuses such a path (as a
+    learned_classifier's results/<task>/classifier/model); Snakemake plans both and takes it; a copy outside
+    results/ is a dependency DVC tracks."""
+    from grueflow.params import main
+
+    monkeypatch.chdir(tmp_path)  # the project root: DVC's stages read params/
+    params = Path("params")
+    shutil.copytree(MICRO, params)
+    task_file = params / "tasks" / "sentiment.yaml"
+    task = yaml.safe_load(task_file.read_text())
+    suite = {**yaml.safe_load((MICRO / "suite.yaml").read_text()), "params_dir": "params"}
+    Path("suite.yaml").write_text(yaml.safe_dump(suite))
+    for path in ("results/sentiment/reward_model/model", "./results/sentiment/reward_model/model/",
+                 str(tmp_path / "results" / "sentiment" / "reward_model" / "model")):
+        component = {"metric": "reward_model", "weight": 0.1, "args": {"path": path}}
+        task_file.write_text(yaml.safe_dump({**task, "reward": {"components": [*task["reward"]["components"],
+                                                                                component]}}))
+        assert main(["suite.yaml", "--engine", "dvc", "--out", "bad"]) == 2
+        assert capsys.readouterr().err == (
+            f"error: {params / 'tasks' / 'sentiment.yaml'}: reward component 'reward_model' args.path {path!r} is a "
+            f"model a grueflow stage trains in results/; dvc.yaml has no edge from that stage to the ones that score "
+            f"with it (dvc repro would run RL before it exists, and never again once it is retrained); run this suite "
+            f"with snakemake, which plans it, or copy the trained folder out of results/ (e.g. to models/) and name "
+            f"the copy, which DVC tracks as a dependency\n")
+        assert main(["suite.yaml", "--out", "ok"]) == 0  # Snakemake plans it
