@@ -45,7 +45,7 @@ if not workflow.overwrite_configfiles:
     configfile: "params/suite.yaml"
 
 
-report: "workflow/report/workflow.rst"  # snakemake --report report.html (issue 8)
+report: "workflow/report/workflow.rst"  # snakemake --report report.html
 
 
 try:  # a target after --configfile that Snakemake could read (a JSON table) reaches here as a suite file
@@ -103,7 +103,7 @@ include: "workflow/rules/rl.smk"
 include: "workflow/rules/evaluate.smk"
 include: "workflow/rules/preference.smk"
 include: "workflow/rules/aggregate.smk"
-include: "workflow/rules/human.smk"  # human evaluation (issue 7): not part of rule all
+include: "workflow/rules/human.smk"  # human evaluation: not part of rule all
 
 
 if workflow.is_main_process:  # a stage folder deleted or damaged under finished readers: their jobs rerun

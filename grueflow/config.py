@@ -837,7 +837,7 @@ class SupervisedConfig:
 RLStart = Literal["zero_shot", "supervised"]
 
 
-# Cluster resources (issue 8): what each rule's jobs ask a scheduler for -------------------------------
+# Cluster resources: what each rule's jobs ask a scheduler for -------------------------------
 
 @dataclass(frozen=True)
 class JobResources:
@@ -896,7 +896,7 @@ class SuiteConfig:
 
     The methods are ``zero_shot`` (the base model), ``supervised`` (the warm start), and, for each
     algorithm, RL from the base model (``<algorithm>``) and from the warm start (``supervised+<algorithm>``);
-    ``rl_starts`` may keep only one of those two starts. ``preference_methods`` (issue 7: ``dpo``) learn
+    ``rl_starts`` may keep only one of those two starts. ``preference_methods`` (``dpo``) learn
     from a preference set built per task from a metric, or read from ``preference_files[<task>]`` (a
     ``preferences.jsonl``, e.g. the human-evaluation import's); each is a method row from each RL start.
     ``resources`` sizes each rule's jobs for a scheduler (:class:`Resources`). ``precision`` is the numeric

@@ -358,8 +358,8 @@ def progress(total: int, desc: str, initial: int = 0) -> tqdm | LogProgress:
 
 
 def relaunch_data_parallel(processes: int, threads: int) -> None:
-    """Re-run this stage's command line as ``processes`` data-parallel processes under ``accelerate launch``
-    (issue 8), unless it asks for one or already is one of them (``WORLD_SIZE`` set, e.g. by a user's own
+    """Re-run this stage's command line as ``processes`` data-parallel processes under ``accelerate launch``,
+    unless it asks for one or already is one of them (``WORLD_SIZE`` set, e.g. by a user's own
     ``accelerate launch --config_file ...``). Does not return when it relaunches.
 
     accelerate's multi-process launcher (torchrun) starts the processes; with no GPU the process group

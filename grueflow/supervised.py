@@ -4,12 +4,12 @@ Causal models learn the reference continuation after the prompt (prompt tokens a
 loss); seq2seq models learn prompt -> reference. Every reference of a sample is a training pair.
 Under LoRA (the caller wraps ``policy.model``) only the adapter's parameters are optimised.
 
-Training can be killed and resumed (issue 9): a checkpoint after every epoch holds the weights
+Training can be killed and resumed: a checkpoint after every epoch holds the weights
 (the adapter only, under LoRA), the optimiser, the schedule, the global RNGs and the loss curve,
 and each epoch's order is drawn from ``(seed, epoch)`` alone, so a resumed run ends with the same
 weights, bit for bit, as an uninterrupted one.
 
-Data-parallel (issue 8, ``processes`` > 1 under ``accelerate launch``): every process walks the same
+Data-parallel (``processes`` > 1 under ``accelerate launch``): every process walks the same
 batches and takes its shard of each; its loss is its tokens' summed cross-entropy over the whole batch's
 token count (times the number of processes), so the averaged gradient is the full batch's, as in one process.
 

@@ -1,4 +1,4 @@
-"""The human side of the preference loop (issue 7): export evaluation batches, annotate them on a
+"""The human side of the preference loop: export evaluation batches, annotate them on a
 local page, import the answers, measure agreement, and write the human-evaluation table and the
 preference pairs.
 

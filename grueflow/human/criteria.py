@@ -1,4 +1,4 @@
-"""What annotators are asked, per task: the Likert criteria and the pairwise question (issue 7).
+"""What annotators are asked, per task: the Likert criteria and the pairwise question.
 
 The criteria follow RL4LMs' human studies (Ramamurthy et al., ICLR 2023, appendix on human
 evaluation): every task is rated for coherence plus one task-specific criterion, on a 1-5 scale.

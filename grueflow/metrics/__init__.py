@@ -408,7 +408,7 @@ def nanmean(values: Sequence[float]) -> float:
 
 # registration: importing each module registers its metrics
 from grueflow.metrics import captioning, diversity, fluency, lexical, semantic, shaping, table, task  # noqa: E402,F401
-from grueflow.metrics import preference  # noqa: E402,F401  (issue 7: reward_model)
+from grueflow.metrics import preference  # noqa: E402,F401  (reward_model)
 
 __all__ = ["METRICS", "TOKENS_KEY", "MetaChecked", "Metric", "MetricContext", "MetricFailedError", "MetricResult",
            "MetricResultError", "MetricUnavailableError", "SacrebleuTokenizer", "call_metric", "check_meta",

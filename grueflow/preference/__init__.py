@@ -1,4 +1,4 @@
-"""Learning from preferences (issue 7): the preference-set format, preferences from a metric,
+"""Learning from preferences: the preference-set format, preferences from a metric,
 Bradley–Terry reward models and Direct Preference Optimisation.
 
 A preference set is a JSONL file of ``{id, prompt, chosen, rejected}`` rows (:mod:`.data`); people

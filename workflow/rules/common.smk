@@ -30,7 +30,7 @@ ALGORITHMS = list(SUITE.config.algorithms)
 SEEDS = list(SUITE.config.seeds)
 THREADS = SUITE.config.threads
 METHODS = SUITE.config.methods
-PREFERENCE_METHODS = list(SUITE.config.preference_methods)  # issue 7: dpo, learnt from a preference set
+PREFERENCE_METHODS = list(SUITE.config.preference_methods)  # dpo: learnt from a preference set
 RL_METHODS = [m for m in METHODS[2:] if m.removeprefix("supervised+") not in PREFERENCE_METHODS]
 DPO_METHODS = [m for m in METHODS[2:] if m.removeprefix("supervised+") in PREFERENCE_METHODS]
 RESOURCES = SUITE.config.resources  # per-rule threads, mem_mb, runtime, gpu: the suite's resources: over the defaults
@@ -290,7 +290,7 @@ def files_in(paths):
 
 
 def reward_models(w):
-    """Reward-model folders a task's reward names (metric reward_model, issue 7), and the classifier folders
+    """Reward-model folders a task's reward names (metric reward_model), and the classifier folders
     its reward or metrics name (:func:`classifiers`): inputs of the stages that score with them, so Snakemake
     trains them first; ``.../reward_model/model`` maps to the stage folder. A path is read as
     :func:`grueflow.params.project_relative` writes it: an absolute one inside the project is its relative

@@ -1,4 +1,4 @@
-# Human evaluation (issue 7), outside `rule all`: batches exported from evaluate outputs; the answers,
+# Human evaluation, outside `rule all`: batches exported from evaluate outputs; the answers,
 # a human step outside the DAG, come back as files under data/human/<task>/<batch>/ (the annotation
 # page's .jsonl, a platform's results .csv) and are imported into results/human_eval_table.csv.
 #   snakemake --cores 1 results/human/sentiment/batches/likert_seed0                      (every method)

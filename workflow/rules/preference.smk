@@ -1,4 +1,4 @@
-# Learning from preferences (issue 7): preferences from a metric, a Bradley-Terry reward model, DPO.
+# Learning from preferences: preferences from a metric, a Bradley-Terry reward model, DPO.
 # On when the suite lists preference_methods (dpo); DPO runs from the base model (dpo) and from the warm
 # start (supervised+dpo) as the RL algorithms do, and evaluate / aggregate pick its rows up.
 PREFERENCE_TARGETS = expand("results/{task}/reward_model", task=TASKS) if PREFERENCE_METHODS else []
