@@ -771,29 +771,31 @@ REFERENCE_SHAPES = ('a string, a list of strings, {"text": [strings]} (SQuAD\'s 
 
 
 def _spelled_shape(text: str) -> Optional[str]:
-    """The shape a CSV cell spells when it is what pandas writes there for a list or mapping column, else None.
+    """The shape a CSV cell spells when it is what pandas writes there for a list, set or mapping column, else None.
 
-    ``"a list"``: a Python or JSON list or tuple written out that holds a text (``['a', 'b']``, ``["a"]``,
-    ``('a',)``, ``['four', 4]``, ``[['a', 'b']]``) or nothing (``[]``); numbers alone in brackets (``[0, 1]``,
-    ``(2, 3)``: an interval, a pair) are a text answer, not a list of references. ``'a {"text": ...} mapping'``:
-    a mapping with a ``text`` key (SQuAD's ``{'text': ['4'], 'answer_start': [0]}``, or as JSON).
-    ``'a list of {"text": ...} mappings'``: a non-empty list or tuple of such mappings. Only a cell that parses (as a
-    Python literal or JSON) counts: prose in brackets or braces stays text."""
+    Only a cell that parses (as a Python literal or JSON) to a list, tuple, set or non-empty mapping counts: prose in
+    brackets or braces (``[citation needed]``, ``{name} is here``) and ``{}`` stay text, and so does a list, tuple or
+    set of numbers alone (``[0, 1]``, ``(2, 3)``, ``{1, 2}``: an interval, a pair, a set of numbers as one answer).
+    ``'a {"text": ...} mapping'``: a mapping with a ``text`` key (SQuAD's ``{'text': ['4'], 'answer_start': [0]}``);
+    ``"a mapping"``: any other non-empty mapping (TriviaQA's ``{'aliases': [...], 'value': '4'}``);
+    ``'a list of {"text": ...} mappings'``: a non-empty list or tuple of ``{"text": ...}`` mappings; ``"a set"``,
+    ``"a list"``: any other set, list or tuple (``['a', 'b']``, ``[]``, ``['four', 4]``, ``[None]``,
+    ``[{'label': 1}]``). JSON lines read none of these shapes as one text either (a list as its items, the rest
+    refused), so the two formats of one dataset agree."""
     text = text.strip()
     if (text[:1], text[-1:]) not in (("[", "]"), ("(", ")"), ("{", "}")):
         return None
     value = _literal(text)
     if isinstance(value, dict):
-        return 'a {"text": ...} mapping' if "text" in value else None
-    if not isinstance(value, (list, tuple)):
+        return ('a {"text": ...} mapping' if "text" in value else "a mapping") if value else None
+    if not isinstance(value, (list, tuple, set)):
         return None
-    if value and all(isinstance(item, dict) and "text" in item for item in value):
+    if value and not isinstance(value, set) and all(isinstance(item, dict) and "text" in item for item in value):
         return 'a list of {"text": ...} mappings'
-    items = [leaf for item in value for leaf in (item if isinstance(item, (list, tuple)) else (item,))]
-    number = (int, float)
-    texts = all(isinstance(item, (str, *number)) and not isinstance(item, bool) for item in items) and \
-        (not value or any(isinstance(item, str) for item in items))
-    return "a list" if texts else None
+    leaves = [leaf for item in value for leaf in (item if isinstance(item, (list, tuple)) else (item,))]
+    if leaves and all(isinstance(leaf, (int, float)) and not isinstance(leaf, bool) for leaf in leaves):
+        return None
+    return "a set" if isinstance(value, set) else "a list"
 
 
 def _literal(text: str) -> Any:
@@ -815,9 +817,9 @@ def as_references(value: Any, origin: str = "", column: str = "references", csv_
     a mapping's ``text`` (SQuAD's ``answers: {"text": [...], "answer_start": [...]}``) holds them; None is
     none; a number is its text (a JSON column the loader typed as numbers). Anything else (NaN, a mapping without
     ``text``, deeper nesting, a boolean) is a BadRowError naming the row, the ``column`` and the shapes, and so is,
-    in a CSV cell (``csv_cell``), a string that spells a list, a ``{"text": ...}`` mapping or a list of them
-    (``"['4', 'four']"``, ``"{'text': ['4'], 'answer_start': [0]}"``: what pandas writes there for a list or mapping
-    column; :func:`_spelled_shape`), which would otherwise be scored as one reference. JSON and Parquet hold lists
+    in a CSV cell (``csv_cell``), a string that spells a list, a set or a mapping
+    (``"['4', 'four']"``, ``"{'text': ['4'], 'answer_start': [0]}"``: what pandas writes there for a list, set or
+    mapping column; :func:`_spelled_shape`), which would otherwise be scored as one reference. JSON and Parquet hold lists
     and mappings as they are, so a string there that looks like one (a code or JSON target) is the reference it
     says."""
     if value is None:
@@ -825,7 +827,7 @@ def as_references(value: Any, origin: str = "", column: str = "references", csv_
     if isinstance(value, str):
         shape = _spelled_shape(value) if csv_cell else None
         if shape:
-            kind = "mapping" if shape.endswith(" mapping") else "list"
+            kind = "mapping" if shape.endswith(" mapping") else "set" if shape == "a set" else "list"
             raise BadRowError(f"{origin}: {column} {value!r} is {shape} written as one text (pandas writes a {kind} "
                               f"column so to CSV), which would be scored as one reference; write the rows as JSON "
                               f"lines with a list of texts (or Parquet), or one reference per cell")
