@@ -47,9 +47,9 @@ class CommonGen:
     ``CommonGen`` pool does (in every split, so its metrics see one reference each; ``n_<split>`` then
     counts those samples).
 
-    meta: ``concepts`` (the lemmas, in prompt order), ``concept_set`` (v1.0: as in the file;
-    v1.1: the lemmas joined by ``#``). v1.1 rows are grouped by their set in any order (the first row's order is
-    the prompt's), and a blank concept, which no sentence could cover, is refused naming the row.
+    meta: ``concepts`` (the lemmas, in prompt order), ``concept_set`` (v1.0: the first row's, as in the file;
+    v1.1: the lemmas joined by ``#``). Rows of either version are grouped by their set in any order (the first row's
+    order is the prompt's), and a blank v1.1 concept, which no sentence could cover, is refused naming the row.
     """
 
     @dataclass(frozen=True)
@@ -75,10 +75,12 @@ class CommonGen:
 
 
 def concept_set(unit: Unit) -> str:
-    """The raw concept set of a v1.0 row, or a v1.1 row's concepts sorted and joined by ``#``: rows that write one
-    set in another order are one set (one sample, never in two splits)."""
+    """A row's concepts sorted and joined by ``#``: a v1.0 row's ``concept_set`` concepts as written (with their POS
+    suffixes, so ``style_V`` and ``style_N`` stay two sets), a v1.1 row's ``concepts``. Rows that write one set in
+    another order are one set (one sample, never in two splits)."""
     if "concept_set" in unit.row:
-        return require_text(unit.row["concept_set"], "concept_set", unit.origin)
+        raw_set = require_text(unit.row["concept_set"], "concept_set", unit.origin)
+        return "#".join(sorted(concept for concept in raw_set.split("#") if concept))
     return "#".join(sorted(row_concepts(unit)))
 
 
@@ -99,8 +101,8 @@ def lemmas(raw_set: str) -> list[str]:
 
 
 def merge_scenes(units: list[Unit]) -> dict[str, Any]:
-    """One concept set's rows as ``{concept_set, concepts, targets}`` (v1.1: the first row's concepts, in its
-    order)."""
+    """One concept set's rows as ``{concept_set, concepts, targets}``: the first row's set and concepts, in its
+    order."""
     first = units[0].row
     if "concept_set" in first:
         targets = [t for u in units for t in require_texts(u.row["scene"], "scene", u.origin)]

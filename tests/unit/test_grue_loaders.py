@@ -157,6 +157,26 @@ def test_commongen_v11_rows_of_one_set_in_another_order_are_one_set(tmp_path):
                 split_counts={"train": 6, "val": 2, "test": 2}, seed=0)
     assert sizes(cut) == [6, 2, 2] and all(len(s.references) == 2 for split in SPLITS for s in cut.splits[split])
 
+def test_commongen_v10_rows_of_one_set_in_another_order_are_one_set(tmp_path):
+    """A v1.0 ``concept_set`` written in another order was a second set: two samples with two prompts, and after a
+    re-split the set could land in train and test. It is one sample with the first row's string and order."""
+    rows = [{"concept_set": "catch_V#dog_N#frisbee_N", "scene": ["A dog catches a frisbee."]},
+            {"concept_set": "dog_N#frisbee_N#catch_V", "scene": ["The dog caught the frisbee."]},
+            {"concept_set": "mountain_N#ski_V", "scene": ["People ski down the mountain."]}]
+    files = {split: write_jsonl(tmp_path / f"{split}.jsonl", rows) for split in ("train", "validation", "test")}
+    pool = build("common_gen", data_files=files)
+    assert sizes(pool) == [2, 2, 2]
+    first = pool.splits["test"][0]
+    assert first.prompt == "generate a sentence with: catch dog frisbee"
+    assert first.references == ("A dog catches a frisbee.", "The dog caught the frisbee.")
+    assert first.meta == {"concepts": ["catch", "dog", "frisbee"], "concept_set": "catch_V#dog_N#frisbee_N"}
+    many = [{"concept_set": "#".join([f"c{i}_N", "dog_N", "run_V"][::1 - 2 * (j % 2)]), "scene": [f"t{i}.{j}"]}
+            for i in range(10) for j in range(2)]
+    cut = build("common_gen", data_files={"train": write_jsonl(tmp_path / "many.jsonl", many)},
+                split_counts={"train": 6, "val": 2, "test": 2}, seed=0)
+    assert sizes(cut) == [6, 2, 2] and all(len(s.references) == 2 for split in SPLITS for s in cut.splits[split])
+
+
 def test_commongen_rl4lms_prompt_and_one_sample_per_target(tmp_path):
     """RL4LMs' GRUE config: prefix + concepts joined by concept_separator_token + concept_end_token ('.'), one
     sample per target with that target as its only reference; the split is still cut by concept set."""
