@@ -372,9 +372,14 @@ def load_suite(data: dict[str, Any], where: str = "suite") -> Suite:
     tasks = {}
     for name in suite.tasks:
         path = params / "tasks" / f"{name}.yaml"
-        if not path.is_file():
+        try:
+            found = path.is_file()
+        except OSError:  # a name the file system cannot hold (ENAMETOOLONG: over its 255-byte limit)
+            found = False
+        if not found:
             known = sorted(p.stem for p in (params / "tasks").glob("*.yaml"))
-            raise ConfigError(f"{where}: task {name!r} has no task file {path}; valid tasks: {', '.join(known)}")
+            file = path if shown(name) == repr(name) else f"{params / 'tasks'}/<that name>.yaml"
+            raise ConfigError(f"{where}: task {shown(name)} has no task file {file}; valid tasks: {', '.join(known)}")
         tasks[name] = load_task(path)
     methods = {a: load_method(a, params / "methods" / f"{a}.yaml") for a in suite.algorithms}
     supervised = load_method("supervised", params / "methods" / "supervised.yaml")

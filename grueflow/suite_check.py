@@ -41,6 +41,7 @@ naming the file and README's way to switch suites: copy it over ``params/suite.y
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -129,14 +130,26 @@ def suite_outputs(suite: Path, document: Mapping) -> list[Path]:
     ``suite``, read as it lies, before any validation (:func:`grueflow.pipeline.dvc_outputs`), and over the grid
     DVC expands from ``document``'s ``vars`` (:func:`vars_grid`; the same grid unless ``vars`` names another file,
     which :func:`vars_problem` refuses after the copies): a suite with a typo in a params file, or one invalid
-    itself, still names the outputs DVC would restore or delete. Never raises: a suite file that does not read as a
+    itself, still names the outputs DVC would restore or delete; a path the file system cannot name (a task name over
+    its 255-byte limit) is left out. Never raises: a suite file that does not read as a
     mapping gives no grid (the stages outside it only), and a ``dvc.yaml`` missing or out of shape no outputs."""
     try:
         paths = [*pipeline.dvc_outputs(document, _mapping(suite)),
                  *pipeline.dvc_outputs(document, vars_grid(document))]
     except (AttributeError, TypeError, ValueError):  # a dvc.yaml edited by hand: its stages not as this writes them
         return []
-    return [Path(path) for path in dict.fromkeys(paths)]
+    return [Path(path) for path in dict.fromkeys(paths) if _nameable(path)]
+
+
+def _nameable(path: str) -> bool:
+    """Whether the file system can name ``path``: False where a part of it (a task name) is over the 255-byte name
+    limit or the whole over the path limit (ENAMETOOLONG), so nothing can lie there to copy; the suite's validation
+    then refuses the name in one line."""
+    try:
+        os.lstat(path)
+    except OSError as err:
+        return err.errno != errno.ENAMETOOLONG
+    return True
 
 
 def vars_grid(document: Mapping) -> dict:

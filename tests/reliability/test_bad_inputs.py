@@ -654,6 +654,9 @@ PARAMS = [
     P(Bad(SUITE, setting("tasks", ["sentiment", "imdb"]), (
         "suite.yaml: task 'imdb' has no task file params/tasks/imdb.yaml; valid tasks: concepts, sentiment",)),
       id="suite-task-without-file"),
+    P(Bad(SUITE, setting("tasks", ["sentiment", "x" * 300]), (
+        "suite.yaml: task 'xxxxxxxxxx", "... (300 characters) has no task file params/tasks/<that name>.yaml; valid "
+        "tasks: concepts, sentiment",)), id="suite-task-name-over-the-file-name-limit"),
     P(Bad(SUITE, setting("algorithms", ["ppo", "ppp"]), (
         "suite.yaml: algorithms: unknown algorithm 'ppp'; valid algorithm ids: a2c, grpo, nlpo, ppo, reinforce_pp, "
         "rloo, trpo",)), id="suite-unknown-algorithm"),
@@ -2895,6 +2898,20 @@ def test_the_suite_check_copies_a_note_added_to_a_table_before_dvc_restores_it(p
     copies = list(Path(".grueflow/replaced/results").glob("grue_table.md@*"))
     assert len(copies) == 1 and "ppo wins" in (copies[0] / "grue_table.md").read_text()
     assert suite_check_run(params) == 0 and "grueflow:" not in capsys.readouterr().err  # copied once per content
+
+
+def test_the_suite_check_refuses_a_task_name_over_the_file_name_limit_in_one_line(params: Path, capsys):
+    """A task name over the file system's 255-byte name limit ended DVC's first stage in an OSError traceback: the
+    copies before the validation looked for its outputs under results/, which no file can be."""
+    shutil.copy2(ROOT / "dvc.yaml", "dvc.yaml")
+    suite = yaml.safe_load((params / SUITE).read_text())
+    (params / SUITE).write_text(yaml.safe_dump({**suite, "tasks": ["sentiment", "x" * 300]}, sort_keys=False))
+    Path("results").mkdir()  # the kernel finds a name too long only inside a folder that is there
+    assert suite_check_run(params) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert ("task 'xxxxxxxxxx" in err and "... (300 characters) has no task file params/tasks/<that name>.yaml; "
+            "valid tasks: concepts, sentiment") in err
 
 
 def answered_batch(task: str = "sentiment", batch: str = "supervised+ppo_vs_supervised_seed0") -> tuple[Path, Path]:
