@@ -21,7 +21,7 @@ from grueflow.data.sources import (BadRowError, Row, SourceArgs, Unit, blank, bu
                                    load_units, optional_text, require_text, require_texts)
 from grueflow.data.totto import (TableError, final_sentences, highlighted_indices, highlighted_subtable, linearise,
                                  linearise_full_table, parent_table)
-from grueflow.io import DataError, MissingDataError, read_text
+from grueflow.io import DataError, MissingDataError, read_text, shown
 
 # ---------------------------------------------------------------------------------------------
 # CommonGen
@@ -90,8 +90,8 @@ def row_concepts(unit: Unit) -> list[str]:
     concepts = require_texts(unit.row["concepts"], "concepts", unit.origin)
     for concept in concepts:
         if blank(concept):
-            raise BadRowError(f"{unit.origin}: concepts holds {concept!r} (blank), not a concept; remove it or write "
-                              f"the concept")
+            raise BadRowError(f"{unit.origin}: concepts holds {shown(concept)} (blank), not a concept; remove it or "
+                              f"write the concept")
     return concepts
 
 
@@ -819,23 +819,23 @@ def as_references(value: Any, origin: str = "", column: str = "references", csv_
     a mapping's ``text`` (SQuAD's ``answers: {"text": [...], "answer_start": [...]}``) holds them; None is
     none; a number is its text (a JSON column the loader typed as numbers). Anything else (NaN, a mapping without
     ``text``, deeper nesting, a boolean) is a BadRowError naming the row, the ``column`` and the shapes, and so is,
-    in a CSV cell (``csv_cell``), a string that spells a list, a set or a mapping
-    (``"['4', 'four']"``, ``"{'text': ['4'], 'answer_start': [0]}"``: what pandas writes there for a list, set or
-    mapping column; :func:`_spelled_shape`), which would otherwise be scored as one reference. JSON and Parquet hold lists
-    and mappings as they are, so a string there that looks like one (a code or JSON target) is the reference it
-    says."""
+    in a CSV cell (``csv_cell``), a string that spells a list, a set or a mapping (``"['4', 'four']"``,
+    ``"{'text': ['4'], 'answer_start': [0]}"``: what pandas writes there for a list, set or mapping column;
+    :func:`_spelled_shape`), which would otherwise be scored as one reference. JSON and Parquet hold lists and
+    mappings as they are, so a string there that looks like one (a code or JSON target) is the reference it says.
+    Values are shown cut (:func:`grueflow.io.shown`) in the errors."""
     if value is None:
         return ()
     if isinstance(value, str):
         shape = _spelled_shape(value) if csv_cell else None
         if shape:
             kind = "mapping" if shape.endswith(" mapping") else "set" if shape == "a set" else "list"
-            raise BadRowError(f"{origin}: {column} {value!r} is {shape} written as one text (pandas writes a {kind} "
-                              f"column so to CSV), which would be scored as one reference; write the rows as JSON "
-                              f"lines with a list of texts (or Parquet), or one reference per cell")
+            raise BadRowError(f"{origin}: {column} {shown(value)} is {shape} written as one text (pandas writes a "
+                              f"{kind} column so to CSV), which would be scored as one reference; write the rows as "
+                              f"JSON lines with a list of texts (or Parquet), or one reference per cell")
         return (value,)
     if isinstance(value, float) and not math.isfinite(value):
-        raise BadRowError(f"{origin}: a reference is {value!r}, not text; write the reference as a string")
+        raise BadRowError(f"{origin}: a reference is {shown(value)}, not text; write the reference as a string")
     if isinstance(value, (int, float)) and not isinstance(value, bool):  # a JSON column typed as numbers
         return (str(value),)
     if isinstance(value, dict) and "text" in value:
@@ -848,7 +848,7 @@ def as_references(value: Any, origin: str = "", column: str = "references", csv_
             if isinstance(item, str):
                 out.append(item)
             elif isinstance(item, float) and not math.isfinite(item):
-                raise BadRowError(f"{origin}: a reference is {item!r}, not text; write the reference as a string")
+                raise BadRowError(f"{origin}: a reference is {shown(item)}, not text; write the reference as a string")
             elif isinstance(item, (int, float)) and not isinstance(item, bool):
                 out.append(str(item))
             elif isinstance(item, dict) and isinstance(item.get("text"), str):
@@ -856,10 +856,10 @@ def as_references(value: Any, origin: str = "", column: str = "references", csv_
             elif isinstance(item, (list, tuple)) and all(isinstance(v, str) for v in item):
                 out.extend(item)
             else:
-                raise BadRowError(f"{origin}: a reference {item!r} ({type(item).__name__}) is not text; {column} "
+                raise BadRowError(f"{origin}: a reference {shown(item)} ({type(item).__name__}) is not text; {column} "
                                   f"are {REFERENCE_SHAPES}")
         return tuple(out)
-    raise BadRowError(f"{origin}: {column} {value!r} ({type(value).__name__}) are not text; {column} are "
+    raise BadRowError(f"{origin}: {column} {shown(value)} ({type(value).__name__}) are not text; {column} are "
                       f"{REFERENCE_SHAPES}")
 
 

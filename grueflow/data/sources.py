@@ -47,7 +47,7 @@ from typing import Any, Callable, Iterable, Optional
 from grueflow.config import MAX_COUNT, check_size
 from grueflow.data.hub import load_splits, one_file, row_places
 from grueflow.data.sample import INVISIBLE, SPLITS, Datapool, Sample, prompt_key
-from grueflow.io import DataError
+from grueflow.io import DataError, shown
 
 log = logging.getLogger(__name__)
 
@@ -188,8 +188,14 @@ def check_columns(where: str, columns: Iterable[str], schemas: dict[str, tuple[s
     columns = sorted(columns)
     if any(set(needed) <= set(columns) for needed in schemas.values()):
         return
-    wanted = "; or ".join(f"{', '.join(needed)} ({name})" for name, needed in schemas.items())
-    raise DataError(f"{where} has the columns {columns}; the {loader} datapool needs {wanted}")
+    wanted = "; or ".join(f"{', '.join(map(_column, needed))} ({name})" for name, needed in schemas.items())
+    raise DataError(f"{where} has the columns {shown(columns, 400)}; the {loader} datapool needs {wanted}")
+
+
+def _column(name: str) -> str:
+    """A column's name for a message: as it is, or cut by :func:`grueflow.io.shown` where long (a name the
+    ``fields`` mapping gives)."""
+    return name if shown(name) == repr(name) else shown(name)
 
 
 def group_units(units: list[Unit], key: Callable[[Unit], Any],
@@ -530,7 +536,7 @@ def optional_text(value: Any, what: str, origin: str) -> str:
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise BadRowError(f"{origin}: {what} is {_short(value)} ({type(value).__name__}), not text")
+        raise BadRowError(f"{origin}: {what} is {shown(value)} ({type(value).__name__}), not text")
     return value
 
 
@@ -538,23 +544,18 @@ def require_texts(value: Any, what: str, origin: str) -> list[str]:
     """``value`` as a list of strings; a BadRowError naming the row when it is not a list (a string would be
     taken letter by letter) or holds anything but text."""
     if not isinstance(value, (list, tuple)):
-        raise BadRowError(f"{origin}: {what} is {_short(value)} ({type(value).__name__}), not a list of texts")
+        raise BadRowError(f"{origin}: {what} is {shown(value)} ({type(value).__name__}), not a list of texts")
     for item in value:
         if not isinstance(item, str):
-            raise BadRowError(f"{origin}: {what} holds {_short(item)} ({type(item).__name__}), not text")
+            raise BadRowError(f"{origin}: {what} holds {shown(item)} ({type(item).__name__}), not text")
     return list(value)
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def require_text(value: Any, what: str, origin: str) -> str:
     """``value`` as a stripped string; a BadRowError naming the row when it is missing, not text (a number, a
     list, a mapping: a column mapped by mistake) or blank (zero-width characters alone count as blank)."""
     if value is not None and not isinstance(value, str):
-        raise BadRowError(f"{origin}: {what} is {value!r} ({type(value).__name__}), not text; map a text column")
+        raise BadRowError(f"{origin}: {what} is {shown(value)} ({type(value).__name__}), not text; map a text column")
     text = "" if value is None else value.strip()
     if blank(text):
         raise BadRowError(f"{origin}: empty {what}")

@@ -1223,6 +1223,35 @@ def test_any_mapping_set_or_list_of_none_in_one_csv_cell_is_refused_as_json_line
             ) in str(err.value)
 
 
+@pytest.mark.parametrize("file, text, fields, expect", [
+    P("l.csv", "prompt,references\nQ0,\"['" + "a" * 100_000 + "', 'b']\"\n", {},
+      ("l.csv line 2: references \"['aaaa", "... (100,009 characters) is a list written as one text"), id="csv-list-cell"),
+    P("m.jsonl", json.dumps({"prompt": "Q0", "references": {"x": "a" * 100_000}}) + "\n", {},
+      ("m.jsonl line 1: references {'x': 'aaaa", "... (1 item) (dict) are not text; references are a string"),
+      id="jsonl-mapping-reference"),
+    P("i.jsonl", json.dumps({"prompt": "Q0", "references": [{"x": "a" * 100_000}]}) + "\n", {},
+      ("i.jsonl line 1: a reference {'x': 'aaaa", "... (1 item) (dict) is not text; references are"),
+      id="jsonl-mapping-in-references"),
+    P("p.jsonl", json.dumps({"prompt": {"x": "a" * 100_000}, "references": "4"}) + "\n", {},
+      ("p.jsonl line 1: prompt (prompt) is {'x': 'aaaa", "... (1 item) (dict), not text; map a text column"),
+      id="jsonl-mapping-prompt"),
+    P("f.jsonl", json.dumps({"prompt": "Q0", "references": "4"}) + "\n", {"prompt": "a" * 100_000},
+      ("f.jsonl has the columns ['prompt', 'references']; the custom datapool needs 'aaaa",
+       "... (100,000 characters), references (the fields mapping)"), id="fields-column-name"),
+])
+def test_a_long_value_in_a_data_row_error_is_shown_cut(tmp_path: Path, file: str, text: str, fields: dict,
+                                                        expect: tuple[str, ...]):
+    """A data row's value (or a fields name) of 100,000 characters was echoed whole, pushing the line number, the
+    shape and the fix out of the terminal's line."""
+    (tmp_path / file).write_text(text)
+    with pytest.raises(DataError) as err:
+        custom_pool(three_splits(str(tmp_path / file)), **({"fields": fields} if fields else {}))
+    message = str(err.value)
+    assert len(message) < 600 and "\n" not in message
+    for fragment in expect:
+        assert fragment in message
+
+
 def custom_folder(folder: Path) -> Any:
     """The custom loader over ``path: folder`` (``datasets`` finds the splits and the builder)."""
     return DATAPOOLS.get("custom").build(parse(DATAPOOLS.get("custom").Args, {"path": str(folder)}, "args"))
