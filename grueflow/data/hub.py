@@ -19,7 +19,8 @@ from typing import Any, Optional
 from grueflow.data import DATAPOOLS
 from grueflow.data.sample import Datapool, Sample
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
-from grueflow.io import DataError, MissingDataError, csv_records, iter_lines, loads_unique, read_text
+from grueflow.io import (DataError, MissingDataError, csv_records, iter_lines, loads_unique, read_text,
+                         separator_hint)
 
 
 BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -283,9 +284,17 @@ def _json_document_rows(path: str) -> list[dict[str, Any]]:
 
 def _check_csv(path: str) -> tuple[list[str], list[int]]:
     """A CSV file's header and the line each data row starts on (blank lines are no row, as ``datasets`` reads the
-    file), after checking every row has its number of fields (see :func:`check_text_file`)."""
+    file), after checking every row has its number of fields (see :func:`check_text_file`). A first line that is
+    Excel's separator hint (``sep=,``, :func:`grueflow.io.separator_hint`) is a DataError asking to delete it:
+    ``datasets`` would read it as the header."""
     csv.field_size_limit(2**31 - 1)  # a long article is one field
-    reader = csv.reader(stdio.StringIO(read_text(path).removeprefix("\ufeff"), newline=""), strict=True)
+    handle = stdio.StringIO(read_text(path).removeprefix("\ufeff"), newline="")
+    hint = separator_hint(handle)
+    if hint is not None:
+        raise DataError(f"{path}: line 1, {'sep=' + hint!r}, is Excel's separator hint (a line Excel reads and hides), "
+                        f"which datasets' CSV reader would take for the header; delete that line, or save the file "
+                        f"again as CSV UTF-8 (Comma delimited), which writes none")
+    reader = csv.reader(handle, strict=True)
     try:
         header = next(reader, None)
         if header is None or not any(field.strip() for field in header):

@@ -700,7 +700,7 @@ def read_rl4lms_likert(path: str | Path) -> dict[str, list[Prediction]]:
 
     Rows get ids ``row<k>`` (1-based CSV row) since the layout has no sample id.
     """
-    rows = _read_csv(path, LIKERT_COLUMNS)
+    _, rows = _read_csv(path, LIKERT_COLUMNS)
     out: dict[str, list[Prediction]] = {}
     for number, row in enumerate(rows, start=1):
         out.setdefault(row["algorithm"], []).append(Prediction(f"row{number}", row["prompt"], row["machine_completion"]))
@@ -712,12 +712,11 @@ def read_rl4lms_pairwise(path: str | Path) -> tuple[str, dict[str, list[Predicti
 
     Each row is one prompt; its id is ``row<k>`` in both systems' predictions.
     """
-    with open(path, newline="", encoding="utf-8-sig") as handle:  # -sig: a BOM (Excel) is not part of a column name
-        header = next(csv.reader(handle), [])
+    header, rows = _read_csv(path, ())
     prompt_column = next((c for c in PROMPT_COLUMNS if c in header), None)
     if prompt_column is None:
         raise io.DataError(f"{path}: a pairwise CSV needs one of the columns {PROMPT_COLUMNS}; it has {header}")
-    rows = _read_csv(path, (prompt_column, *PAIRWISE_COLUMNS))
+    _check_columns(path, header, PAIRWISE_COLUMNS)
     out: dict[str, list[Prediction]] = {}
     for number, row in enumerate(rows, start=1):
         for side in ("A", "B"):
@@ -728,11 +727,22 @@ def read_rl4lms_pairwise(path: str | Path) -> tuple[str, dict[str, list[Predicti
     return prompt_column, out
 
 
-def _read_csv(path: str | Path, required: Sequence[str]) -> list[dict[str, str]]:
+def _read_csv(path: str | Path, required: Sequence[str]) -> tuple[list[str], list[dict[str, str]]]:
+    """The header and rows of the CSV ``path``, a DataError where it lacks a ``required`` column. A first line that is
+    Excel's separator hint (``sep=,``, :func:`grueflow.io.separator_hint`) is passed over, and its delimiter used."""
     io.read_text(path)  # a non-UTF-8 file fails here with the file, line and column
     with open(path, newline="", encoding="utf-8-sig") as handle:  # -sig: a BOM (Excel) is not part of a column name
-        reader = csv.DictReader(handle)
-        missing = [c for c in required if c not in (reader.fieldnames or [])]
-        if missing:
-            raise io.DataError(f"{path}: missing column(s) {missing}; it has {reader.fieldnames}")
-        return list(reader)
+        hint = io.separator_hint(handle)
+        if hint is not None:
+            log.info("%s: line 1 is Excel's separator hint %r; the header is line 2", path, "sep=" + hint)
+        reader = csv.DictReader(handle, delimiter=hint or ",")
+        header = list(reader.fieldnames or [])
+        _check_columns(path, header, required)
+        return header, list(reader)
+
+
+def _check_columns(path: str | Path, header: Sequence[str], required: Sequence[str]) -> None:
+    """A DataError naming the columns of ``required`` that ``header`` (the CSV ``path``'s) lacks."""
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise io.DataError(f"{path}: missing column(s) {missing}; it has {list(header)}")

@@ -1252,6 +1252,19 @@ def test_a_long_value_in_a_data_row_error_is_shown_cut(tmp_path: Path, file: str
         assert fragment in message
 
 
+@pytest.mark.parametrize("hint", ["sep=,", "SEP=;"])
+def test_excels_separator_hint_before_a_custom_csv_is_named_with_the_fix(tmp_path: Path, hint: str):
+    """Excel's ``sep=,`` line before a custom datapool CSV gave "cannot read ...: 'Field "" does not exist in
+    schema'; do the files share their columns": datasets' CSV reader took it for the header."""
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"\xef\xbb\xbf" + hint.encode() + b"\r\nprompt,references\r\nQ0,four\r\n")
+    with pytest.raises(DataError) as err:
+        custom_pool(three_splits(str(path)))
+    assert (f"t.csv: line 1, 'sep={hint[-1]}', is Excel's separator hint (a line Excel reads and hides), which datasets' CSV "
+            f"reader would take for the header; delete that line, or save the file again as CSV UTF-8 (Comma "
+            f"delimited), which writes none") in str(err.value)
+
+
 def custom_folder(folder: Path) -> Any:
     """The custom loader over ``path: folder`` (``datasets`` finds the splits and the builder)."""
     return DATAPOOLS.get("custom").build(parse(DATAPOOLS.get("custom").Args, {"path": str(folder)}, "args"))

@@ -129,6 +129,23 @@ def _pairwise(seed: int) -> tuple[hb.Batch, dict[str, str]]:
     return hb.pairwise_batch(*sources.items(), "commongen", seed, column)
 
 
+@pytest.mark.parametrize("hint, delimiter", [("sep=,", ","), ("sep=;", ";")])
+def test_rl4lms_csvs_after_excels_separator_hint_read_as_without_it(tmp_path: Path, hint: str, delimiter: str
+                                                                     ) -> None:
+    """Excel's ``sep=,`` line before an RL4LMs pairwise CSV was read as its header: "a pairwise CSV needs one of the
+    columns ('prompt', 'concept'); it has ['sep=', '']". The hint is passed over and its delimiter used."""
+    plain = _example(PAIRWISE).read_text(encoding="utf-8-sig")
+    rows = list(csv.reader(plain.splitlines()))
+    hinted = tmp_path / "pairwise.csv"
+    with open(hinted, "w", newline="", encoding="utf-8-sig") as handle:
+        handle.write(hint + "\r\n")
+        csv.writer(handle, delimiter=delimiter).writerows(rows)
+    assert hb.read_rl4lms_pairwise(hinted) == hb.read_rl4lms_pairwise(_example(PAIRWISE))
+    likert = tmp_path / "likert.csv"
+    likert.write_text(f"{hint}\nprompt{delimiter}machine_completion{delimiter}algorithm\np{delimiter}c{delimiter}ppo\n")
+    assert hb.read_rl4lms_likert(likert) == {"ppo": [hb.Prediction("row1", "p", "c")]}
+
+
 def test_pairwise_batch_is_blinded(tmp_path: Path) -> None:
     examples = _rows(PAIRWISE)
     systems = sorted({r["choice_A_id"] for r in examples})
