@@ -1165,18 +1165,21 @@ def move_aside_tables(root: Path, tables: Mapping[Path, Iterable[Path]]) -> list
     which Snakemake takes for the table, present and up to date, and would not delete (it removes an empty folder
     alone), and over which the table's stage refuses to write; a link to a folder; a FIFO, socket or device. A
     folder's files are copied to ``.grueflow/replaced/`` under ``root`` first (:func:`keep_copy`), then it is
-    deleted; a link is deleted, never what it names; anything else holds no data, and is deleted. A file, a link to
-    one, and a link to nothing are left to the stage, which writes over them. One line per path moved aside; a
-    :class:`DataError` where one cannot be (nothing may run: the stage would fail on it)."""
+    deleted; a link is deleted, never what it names: one to a folder, one to no file, and one to nothing (its
+    target gone), on which Snakemake stops every run before any job, as it cannot read its time; anything else holds
+    no data, and is deleted. A file and a link to one are left to the stage, which writes over them. One line per
+    path moved aside; a :class:`DataError` where one cannot be (nothing may run: the stage would fail on it)."""
     lines = []
     for path in sorted({file for table, others in tables.items() for file in (table, *others)}):
-        if not path.exists() or path.is_file():
+        if not os.path.lexists(path) or path.is_file():
             continue
         try:
             if path.is_symlink():
                 what, target = "a link to a folder" if path.is_dir() else "a link to no file", os.readlink(path)
-                path.unlink()
                 done = f"the link is deleted ({target}, what it names, is left as it is)"
+                if not path.exists():
+                    what, done = "a link to nothing", f"the link is deleted (it names {target}, which does not exist)"
+                path.unlink()
             elif path.is_dir():
                 what, files = "a folder", files_under(path)
                 done = f"moved aside to {keep_copy(path, root, files)}" if files else "it is empty, and deleted"

@@ -361,7 +361,8 @@ def test_a_note_added_to_a_table_is_copied_before_the_rerun_writes_it_again(tmp_
 def test_a_folder_in_a_tables_place_is_moved_aside_so_its_job_reruns(tmp_path, monkeypatch):
     """``mkdir results/grue_table.csv`` (or a link to a folder there): Snakemake took the folder for the table,
     present and up to date ("Nothing to be done"), and would not have deleted it to rerun (it removes an empty folder
-    alone); the table's stage refuses to write over it. The json or md as a folder was only caught as missing. Each
+    alone); the table's stage refuses to write over it. The json or md as a folder was only caught as missing. A link
+    whose target is gone stopped every Snakemake run before any job ("a concurrent process has deleted it"). Each
     is moved aside (a folder's files copied out first; a link deleted, never what it names), the table is missing,
     and its job reruns."""
     from grueflow.io import atomic_files
@@ -400,6 +401,11 @@ def test_a_folder_in_a_tables_place_is_moved_aside_so_its_job_reruns(tmp_path, m
         f"grueflow: {csv} is a FIFO, a socket or a device where a table's file belongs; it holds no data, and is "
         f"deleted; its job reruns")
     assert not os.path.lexists(csv)
+    csv.symlink_to(tmp_path / "unmounted" / "grue_table.csv")  # Snakemake cannot read its time: every run stops
+    assert mark_stale(Path("results"), csv, [], {csv: []}, tokens=tokens)[0] == (
+        f"grueflow: {csv} is a link to nothing where a table's file belongs; the link is deleted (it names "
+        f"{tmp_path / 'unmounted' / 'grue_table.csv'}, which does not exist); its job reruns")
+    assert not os.path.lexists(csv) and not (tmp_path / "unmounted").exists()
 
 
 def test_dvcs_own_table_restored_from_its_cache_is_not_copied_as_an_edit(tmp_path, monkeypatch):
