@@ -139,8 +139,8 @@ onstart:  # a real run, under Snakemake's lock, before its first job: its jobs r
     try:  # Snakemake deletes a job's outputs as it starts it: a batch exported again is copied first
         for _line in keep_reexported(Path("."), reexported_batches(workflow.dag.needrun_jobs())):
             print(_line, file=sys.stderr)
-        # an output it cannot delete would stop the run half done, in Snakemake's traceback
-        refuse_undeletable([Path(out) for job in workflow.dag.needrun_jobs() for out in job.output])
+        # an output or log file it cannot delete would stop the run half done, in Snakemake's traceback
+        refuse_undeletable([Path(out) for job in workflow.dag.needrun_jobs() for out in (*job.output, *job.log)])
     except DataError as err:  # a copy could not be kept, or an output cannot be deleted: no job may run
         raise WorkflowError(str(err)) from None
     os.environ[PLAN] = write_planned(planned_params())

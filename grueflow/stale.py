@@ -1205,8 +1205,10 @@ def refuse_undeletable(outputs: Iterable[Path]) -> None:
     it deletes as it starts each) that cannot be deleted, what stands in the way and how to clear it: a folder it
     lies in, or one in it, that cannot be written (a read-only folder; immutable, ``chattr +i``), or a file in it
     that is immutable or append-only (``chattr +i``, ``chattr +a``); else Snakemake stops in the middle of the run
-    with its own traceback, some jobs run and the rest not. Only what is there is looked at: the outputs of the
-    jobs that rerun, each walked once (a rerun deletes them anyway), links never followed."""
+    with its own traceback, some jobs run and the rest not. Only what is there is looked at: the outputs (and log
+    files, which Snakemake deletes too) of the jobs that rerun, each walked once (a rerun deletes them anyway), links
+    never followed. The attributes of each file and folder are read, whoever runs: to root (as in a container) an
+    append-only one is writable, and only the attribute tells that it cannot be deleted."""
     for output in sorted(set(outputs)):
         if not os.path.lexists(output):
             continue
@@ -1227,19 +1229,23 @@ def refuse_undeletable(outputs: Iterable[Path]) -> None:
 
 def _blocked_folder(folder: Path) -> Optional[tuple[Path, str, str]]:
     """(``folder``, why nothing in it can be deleted and the command that clears it, each with ``{}`` for it) where
-    that is so: a folder not writable by this process (read-only; or immutable or append-only, :data:`_FLAGS`);
-    else None."""
-    if os.access(folder, os.W_OK | os.X_OK):
+    that is so: a folder that is immutable or append-only (:data:`_FLAGS`), or not writable by this process
+    (read-only); else None."""
+    flag = _flag(folder)
+    if flag is None and os.access(folder, os.W_OK | os.X_OK):
         return None
-    flag = _flag(folder) or ("read-only", "'chmod u+wx {}' as its owner")
+    flag = flag or ("read-only", "'chmod u+wx {}' as its owner")
     return folder, f"nothing can be deleted from the {flag[0]} folder {{}}", flag[1]
 
 
 def _blocked_file(file: Path) -> Optional[tuple[Path, str, str]]:
-    """(``file``, why it cannot be deleted and the command that clears it, each with ``{}`` for it) where it is
-    immutable or append-only (:data:`_FLAGS`); else None (a read-only file can be deleted from a writable folder).
-    Only a file this process cannot write is asked for its attributes."""
-    if file.is_symlink() or os.access(file, os.W_OK):
+    """(``file``, why it cannot be deleted and the command that clears it, each with ``{}`` for it) where it is a
+    regular file that is immutable or append-only (:data:`_FLAGS`); else None (a read-only file can be deleted from a
+    writable folder; a link, FIFO, socket or device is never opened, and holds no such attribute)."""
+    try:
+        if not stat.S_ISREG(os.lstat(file).st_mode):
+            return None
+    except OSError:  # gone since the folder was listed: nothing to delete
         return None
     flag = _flag(file)
     return None if flag is None else (file, f"the {flag[0]} file {{}} cannot be deleted", flag[1])

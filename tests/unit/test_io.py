@@ -1299,6 +1299,51 @@ def test_an_output_a_run_cannot_delete_is_named_before_any_job(tmp_path, monkeyp
                                  f"{out / 'predictions.jsonl'}' as root, and run again")
 
 
+def test_an_append_only_output_is_named_before_any_job_even_as_root(tmp_path, monkeypatch):
+    """``chattr +a`` on a file (or a folder) of an evaluation whose params then changed: to root (containers) the
+    file is writable, so its attributes were never read, and Snakemake ran the other jobs, then stopped in its
+    PermissionError traceback as it deleted the folder. Attributes are read whoever runs; a job's log file, which
+    Snakemake deletes too, is passed as an output (the Snakefile gives each job's outputs and logs)."""
+    from grueflow.stale import refuse_undeletable
+
+    monkeypatch.chdir(tmp_path)
+    out, log = Path("results/eval/sentiment/ppo/seed0"), Path("results/logs/eval/sentiment/ppo/seed0.log")
+    (out / "notes").mkdir(parents=True)
+    (out / "predictions.jsonl").write_text("{}\n")
+    log.parent.mkdir(parents=True)
+    log.write_text("started\n")
+    if subprocess.run(["chattr", "+a", str(out / "predictions.jsonl")], capture_output=True).returncode != 0:
+        pytest.skip("chattr +a needs root and a file system with attributes")
+    try:
+        with pytest.raises(DataError) as caught:
+            refuse_undeletable([out, log])
+    finally:
+        subprocess.run(["chattr", "-a", str(out / "predictions.jsonl")], check=True)
+    assert str(caught.value) == (f"{out} is to be rebuilt, which deletes it first, but the append-only file "
+                                 f"{out / 'predictions.jsonl'} cannot be deleted; run 'chattr -a "
+                                 f"{out / 'predictions.jsonl'}' as root, and run again")
+    subprocess.run(["chattr", "+a", str(out / "notes")], check=True)
+    try:
+        with pytest.raises(DataError) as caught:
+            refuse_undeletable([out])
+    finally:
+        subprocess.run(["chattr", "-a", str(out / "notes")], check=True)
+    assert str(caught.value) == (f"{out} is to be rebuilt, which deletes it first, but nothing can be deleted from "
+                                 f"the append-only folder {out / 'notes'}; run 'chattr -a {out / 'notes'}' as root, "
+                                 f"and run again")
+    subprocess.run(["chattr", "+i", str(log)], check=True)
+    try:
+        with pytest.raises(DataError) as caught:
+            refuse_undeletable([out, log])
+    finally:
+        subprocess.run(["chattr", "-i", str(log)], check=True)
+    assert str(caught.value) == (f"{log} is to be rebuilt, which deletes it first, but the immutable file {log} "
+                                 f"cannot be deleted; run 'chattr -i {log}' as root, and run again")
+    refuse_undeletable([out, log])
+    snakefile = (Path(__file__).parents[2] / "Snakefile").read_text()
+    assert "for out in (*job.output, *job.log)])" in snakefile  # the rerun jobs' logs are looked at
+
+
 def test_an_output_snakemake_did_not_write_last_is_stale_itself(tmp_path, monkeypatch):
     """A stage folder, or the GRUE table with its record, put back from a backup after its params changed and its
     stage reran, or written since by the stage run by hand with other settings (or by dvc repro): whole, consistent
