@@ -74,7 +74,7 @@ def main() -> None:
                                            backend=Backend(ex))
     adapt_curve, adapted = [], {}
     if cfg.adapt.steps > 0:
-        from grueflow.models.tiny import check_finite, mean_loss, pretrain
+        from grueflow.models.tiny import check_finite, check_improved, mean_loss, pretrain
 
         limit = position_limit(model.config)
         if limit is not None and cfg.adapt.max_length > limit[0]:
@@ -90,6 +90,7 @@ def main() -> None:
         before = heldout_loss()
         adapt_curve = pretrain(model, kind, tokenizer, train, cfg.adapt, cfg.adapt.seed)
         check_finite(model, adapt_curve, "model.adapt", cfg.adapt.learning_rate)
+        check_improved(adapt_curve, "model.adapt", cfg.adapt.learning_rate, refuse=False)
         adapted = {"adapt_heldout_loss": {"before": before, "after": heldout_loss(), "texts": len(held)}}
     with atomic_dir(args.out) as tmp:
         model.save_pretrained(tmp / MODEL_DIR)

@@ -31,6 +31,7 @@ SPECIAL_TOKENS = {"pad_token": "<pad>", "eos_token": "</s>", "unk_token": "<unk>
                   "bos_token": "<s>"}
 DEFAULTS = TINY_DEFAULTS  # per architecture: a few layers of width 64, overridden by the task's model.config
 DIVERGED_FACTOR = 10.0  # a loss this many times its first one (or 1 nat) is a divergence (check_finite)
+END_LOSSES = 3  # the last logged losses whose mean is a curve's end (check_improved)
 
 
 def train_tokenizer(texts: list[str], vocab_size: int) -> PreTrainedTokenizerFast:
@@ -165,6 +166,7 @@ def build_tiny(model_cfg: ModelConfig, architecture: str, texts: list[str], seed
         model.to(device)
     curve = pretrain(model, model_kind(model.config), tokenizer, texts, model_cfg.pretrain, seed)
     check_finite(model, curve, "model.pretrain", model_cfg.pretrain.learning_rate)
+    check_improved(curve, "model.pretrain", model_cfg.pretrain.learning_rate, refuse=True)
     return model, tokenizer, curve
 
 
@@ -186,3 +188,26 @@ def check_finite(model: PreTrainedModel, curve: list[dict[str, float]], section:
         at = f"its loss is {diverged['loss']} at step {diverged['step']}" if diverged else "its weights are not finite"
         raise ConfigError(f"{section} diverged ({at}) with learning_rate {learning_rate}; "
                           f"lower {section}.learning_rate")
+
+
+def check_improved(curve: list[dict[str, float]], section: str, learning_rate: float, refuse: bool) -> None:
+    """Where the loss ``curve`` of :func:`pretrain` ends above its first loss (the mean of its last
+    :data:`END_LOSSES` logged losses after the first, which smooths one batch's noise), the training made the model
+    worse than it started: raise :class:`ConfigError` naming ``section`` and its learning rate if ``refuse``, else
+    log the same as a warning. A model pre-trained from scratch starts near ln(vocabulary size), the uniform
+    model's loss, and any training that works ends well below it: ``model.pretrain`` is refused. ``model.adapt``
+    starts from a pretrained model, whose first loss is one batch's, and a few steps of a small learning rate may
+    move it less than that batch's noise: it is warned of (its held-out loss before and after is recorded)."""
+    if len(curve) < 2 or not math.isfinite(start := curve[0]["loss"]):
+        return
+    end = curve[1:][-END_LOSSES:]
+    mean = sum(row["loss"] for row in end) / len(end)
+    if mean <= start:
+        return
+    steps = ", ".join(str(row["step"]) for row in end)
+    message = (f"{section} made the model worse (its loss went from {start} at step {curve[0]['step']} to a mean of "
+               f"{mean:.6f} at steps {steps}, above its start) with learning_rate {learning_rate}; lower "
+               f"{section}.learning_rate")
+    if refuse:
+        raise ConfigError(message)
+    log.warning("%s", message)

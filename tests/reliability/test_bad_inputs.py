@@ -3530,6 +3530,32 @@ def test_an_adaptation_whose_loss_grows_huge_but_finite_is_refused_naming_the_lo
     check_finite(model, [{"step": 0, "loss": 0.01}, {"step": 10, "loss": 0.5}], "model.adapt", 0.5)  # below 1 nat x 10
 
 
+def test_a_pretraining_whose_loss_ends_above_its_start_is_refused_and_an_adaptation_warned(caplog):
+    """model.pretrain.learning_rate 1.0 on the micro task: the loss went 5.714394 (ln 300, the untrained model's)
+    -> 25.085 -> 9.984, under the tenfold rule, and the base model saved was worse than untrained, exit 0 without
+    a word. The mean of the last logged losses above the first is refused for model.pretrain; for model.adapt (from a
+    pretrained model, whose first loss is one batch's) it is a warning."""
+    import logging
+
+    from grueflow.models.tiny import check_improved
+
+    curve = [{"step": 0, "loss": 5.714394}, {"step": 10, "loss": 25.085094}, {"step": 19, "loss": 9.983848}]
+    with pytest.raises(ConfigError) as err:
+        check_improved(curve, "model.pretrain", 1.0, refuse=True)
+    assert str(err.value) == ("model.pretrain made the model worse (its loss went from 5.714394 at step 0 to a mean "
+                              "of 17.534471 at steps 10, 19, above its start) with learning_rate 1.0; lower "
+                              "model.pretrain.learning_rate")
+    with caplog.at_level(logging.WARNING, logger="grueflow.models.tiny"):
+        check_improved(curve, "model.adapt", 0.5, refuse=False)
+    assert caplog.messages == ["model.adapt made the model worse (its loss went from 5.714394 at step 0 to a mean of "
+                               "17.534471 at steps 10, 19, above its start) with learning_rate 0.5; lower "
+                               "model.adapt.learning_rate"]
+    rising_at_the_end = [{"step": 0, "loss": 5.71}, *({"step": s, "loss": 3.0} for s in (10, 20, 30)),
+                         {"step": 40, "loss": 5.8}]  # one noisy batch at the end: its mean is below the start
+    check_improved(rising_at_the_end, "model.pretrain", 0.003, refuse=True)
+    check_improved([{"step": 0, "loss": 5.71}], "model.pretrain", 0.003, refuse=True)  # one step: nothing to compare
+
+
 # output folders
 
 
