@@ -398,7 +398,39 @@ def load_suite(data: dict[str, Any], where: str = "suite") -> Suite:
             load_section(cls, params / "methods" / f"{stem}.yaml")
     for task, path in suite.preference_files.items():
         check_preference_file(path, f"{where}: preference_files.{task}", task)
+        check_preference_cycle(path, f"{where}: preference_files.{task}", task, tasks[task], suite)
     return Suite(suite, tasks, methods, supervised)
+
+
+def check_preference_cycle(path: str, where: str, task: str, task_cfg: TaskConfig, suite: config.SuiteConfig) -> None:
+    """Raise ConfigError where ``path``, the preference set ``preference_files`` gives ``task``, lies in the import of
+    a human-evaluation batch of ``task`` that compares a method trained on that file: a preference method (``dpo``,
+    ``supervised+dpo``) trains on it, and where the task's reward names its own ``train_reward_model`` folder every
+    method's training or evaluation reads the reward model trained on it. The import needs that method's evaluation
+    and the evaluation needs the import: Snakemake reports a bare cycle, drops one of its edges and plans on. The
+    batch is ``<a>_vs_<b>_seed<n>`` (methods a and b) or ``likert_seed<n>`` (every method of the suite)."""
+    pattern = re.escape(STAGES["import_human_eval"].outputs["out"]).replace(r"\{task\}", re.escape(task))
+    found = re.fullmatch(pattern.replace(r"\{batch\}", "(?P<batch>[^/]+)") + "/[^/]+", project_relative(path))
+    if found is None:
+        return
+    batch, methods = found["batch"], suite.methods
+    compared = methods if re.fullmatch(r"likert_seed[0-9]+", batch) else next(
+        ([a, b] for a in methods for b in methods if re.fullmatch(rf"{re.escape(a)}_vs_{re.escape(b)}_seed[0-9]+",
+                                                                 batch)), [])
+    own_model = STAGES["train_reward_model"].outputs["out"].format(task=task)
+    named = {project_relative(str(c.args.get("path"))).removesuffix("/model") for c in task_cfg.reward.components
+             if c.metric == "reward_model" and c.args.get("path")}
+    trained = next((m for m in compared if m.removeprefix("supervised+") in suite.preference_methods), None)
+    if trained is None and own_model in named and compared:
+        trained = compared[0]
+    if trained is None:
+        return
+    how = "trains on that file" if trained.removeprefix("supervised+") in suite.preference_methods else \
+        f"is scored with {own_model}, trained on that file"
+    raise ConfigError(f"{where}: {path!r} is the import of batch {batch}, which compares {trained}, and {trained} "
+                      f"{how}: a cycle (the import needs {trained}'s evaluation, which needs the import); copy the "
+                      f"preferences.jsonl outside results/ (e.g. data/preferences/{task}.jsonl) and give that copy, "
+                      f"for the next round")
 
 
 def check_preference_file(path: str, where: str, task: str) -> None:

@@ -713,6 +713,18 @@ PARAMS = [
         "preferences.jsonl' holds the human judgements of task concepts, not of task sentiment; give task "
         "sentiment's (a human-evaluation import writes results/human/sentiment/imported/<batch>/preferences.jsonl)",)),
       id="preference-file-of-another-task"),
+    P(Bad(SUITE, lambda d: d.update(preference_methods=["dpo"], preference_files={
+        "sentiment": "results/human/sentiment/imported/dpo_vs_zero_shot_seed0/preferences.jsonl"}), (
+        "suite.yaml: preference_files.sentiment: 'results/human/sentiment/imported/dpo_vs_zero_shot_seed0/"
+        "preferences.jsonl' is the import of batch dpo_vs_zero_shot_seed0, which compares dpo, and dpo trains on that "
+        "file: a cycle (the import needs dpo's evaluation, which needs the import); copy the preferences.jsonl outside "
+        "results/ (e.g. data/preferences/sentiment.jsonl) and give that copy, for the next round",)),
+      id="preference-file-of-a-batch-of-dpo-itself"),
+    P(Bad(SUITE, lambda d: d.update(preference_methods=["dpo"], preference_files={
+        "sentiment": "results/human/sentiment/imported/likert_seed0/preferences.jsonl"}), (
+        "'results/human/sentiment/imported/likert_seed0/preferences.jsonl' is the import of batch likert_seed0, which "
+        "compares dpo, and dpo trains on that file: a cycle",)),
+      id="preference-file-of-a-likert-batch-with-dpo"),
     P(Bad(SENTIMENT, setting("rollout_generation.min_new_tokens", 99), (
         "sentiment.yaml: rollout_generation: min_new_tokens must be in [0, max_new_tokens = ", "got 99")),
       id="min-new-tokens-above-max"),

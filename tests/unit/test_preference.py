@@ -383,6 +383,37 @@ def test_a_suite_lists_preference_methods_as_rows_from_each_start_and_refuses_un
                             "preference_files": {"imdb": "x.jsonl"}}, "suite")
 
 
+def test_preference_files_of_a_batch_comparing_a_method_trained_on_them_is_refused_as_a_cycle():
+    """preference_files naming the import of a batch that compares dpo (iterative DPO on judgements of the DPO
+    model) made a cycle: Snakemake printed a bare "Cyclic dependency on rule evaluate", dropped an edge and planned
+    on. So does a batch of any method where the task's reward names the reward model trained on the file. A batch
+    of methods that do not train on it passes."""
+    from types import SimpleNamespace
+
+    from grueflow.config import ConfigError, SuiteConfig
+    from grueflow.params import check_preference_cycle
+
+    suite = parse(SuiteConfig, {"tasks": ["sentiment"], "algorithms": ["ppo"], "preference_methods": ["dpo"]}, "suite")
+    plain = SimpleNamespace(reward=SimpleNamespace(components=(SimpleNamespace(metric="sentiment", args={}),)))
+    scored = SimpleNamespace(reward=SimpleNamespace(components=(
+        SimpleNamespace(metric="reward_model", args={"path": "results/sentiment/reward_model/model"}),)))
+    imported = "results/human/sentiment/imported/{}/preferences.jsonl"
+    with pytest.raises(ConfigError) as err:
+        check_preference_cycle(imported.format("supervised_vs_supervised+dpo_seed1"),
+                               "suite: preference_files.sentiment", "sentiment", plain, suite)
+    assert str(err.value) == (
+        "suite: preference_files.sentiment: 'results/human/sentiment/imported/supervised_vs_supervised+dpo_seed1/"
+        "preferences.jsonl' is the import of batch supervised_vs_supervised+dpo_seed1, which compares supervised+dpo, "
+        "and supervised+dpo trains on that file: a cycle (the import needs supervised+dpo's evaluation, which needs "
+        "the import); copy the preferences.jsonl outside results/ (e.g. data/preferences/sentiment.jsonl) and give "
+        "that copy, for the next round")
+    with pytest.raises(ConfigError, match=r"batch ppo_vs_zero_shot_seed0, which compares ppo, and ppo is scored with "
+                                          r"results/sentiment/reward_model, trained on that file: a cycle"):
+        check_preference_cycle(imported.format("ppo_vs_zero_shot_seed0"), "suite", "sentiment", scored, suite)
+    check_preference_cycle(imported.format("ppo_vs_zero_shot_seed0"), "suite", "sentiment", plain, suite)
+    check_preference_cycle("data/preferences/sentiment.jsonl", "suite", "sentiment", scored, suite)  # a copy
+
+
 def test_a_stage_given_a_bad_preference_row_exits_2_naming_file_line_and_key(tmp_path, tiny_models):
     import subprocess
     import sys
