@@ -25,7 +25,7 @@ from grueflow.device import DEVICE_CHOICES, DEVICE_ENV, PRECISIONS, Execution
 from grueflow.hub import HubUnreachableError
 from grueflow.interrupt import CHECKPOINTING_STAGES, running_stage
 from grueflow.models.gguf import ModelFetchError
-from grueflow.keep import copy_root, keep_copy, listed, unvouched
+from grueflow.keep import copy_root, keep_copy, links_left, listed, unvouched
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -112,15 +112,17 @@ def setup(args: argparse.Namespace, copies: Collection[str] = ()) -> float:
     return time.perf_counter()
 
 
-def keep_unvouched(out: Path) -> Optional[tuple[Path, str]]:
+def keep_unvouched(out: Path) -> Optional[tuple[Path, str, str]]:
     """Copy what the stage folder ``out`` holds that no stage record vouches for (a file a person put there:
     :func:`grueflow.keep.unvouched`) to ``.grueflow/replaced/`` (:func:`grueflow.keep.keep_copy`); returns the
-    copy and the files it holds, named for a line, or None where there was nothing to keep. The copy goes under
-    the working folder where ``out`` lies in it (the project, as both engines run stages), else beside ``out``."""
+    copy, the files it holds, named for a line, and what the copy holds as links alone (a ``model/`` moved to
+    another disk and linked back: :func:`grueflow.keep.links_left`, ``""`` for none), or None where there was
+    nothing to keep. The copy goes under the working folder where ``out`` lies in it (the project, as both engines
+    run stages), else beside ``out``."""
     files = unvouched(out)
     if not files:
         return None
-    return keep_copy(out, copy_root(out), files), listed(out, files)
+    return keep_copy(out, copy_root(out), files), listed(out, files), links_left(out, files)
 
 
 def _kept_in_results(out: Path) -> str:
@@ -131,7 +133,7 @@ def _kept_in_results(out: Path) -> str:
     inside = Path(os.path.abspath(out)).is_relative_to(os.path.abspath("results")) or \
         Path(os.path.realpath(out)).is_relative_to(os.path.realpath("results"))
     kept = keep_unvouched(out) if inside else None
-    return f" (a copy is kept in {kept[0]})" if kept else ""
+    return f" (a copy is kept in {kept[0]}{kept[2]})" if kept else ""
 
 
 def _keep_before_replacing(out: Path) -> None:
@@ -141,7 +143,7 @@ def _keep_before_replacing(out: Path) -> None:
     kept = keep_unvouched(out)
     if kept is not None:
         print(f"grueflow: {out} holds what no stage record vouches for ({kept[1]}); a copy is kept in {kept[0]} (the "
-              f"stage replaces the folder whole)", file=sys.stderr)
+              f"stage replaces the folder whole){kept[2]}", file=sys.stderr)
 
 
 def _paths(value: Any) -> list[Path]:

@@ -2768,6 +2768,28 @@ def test_an_out_holding_only_empty_folders_is_written(tmp_path: Path, call_stage
     assert_fails_in_one_line(result, f"--out {other} holds 'dvclive' and no stage.json, so no stage wrote it")
 
 
+def test_a_folder_linked_into_a_stage_folder_is_said_to_be_kept_as_a_link_alone(tmp_path: Path, call_stage,
+                                                                                  monkeypatch):
+    """A model/ moved to another disk and linked back, rerun by `dvc repro` (which deletes stage.json, not the
+    link): the stage said "a copy is kept" where the copy held only the link. Its line says so, as Snakemake's
+    does; what the link names is neither copied nor deleted."""
+    monkeypatch.chdir(tmp_path)
+    task = MICRO / "tasks" / "sentiment.yaml"
+    pool = Path("results") / "sentiment" / "datapool"
+    assert call_stage("prepare_datapool", "--task-file", task, "--out", pool).code == 0
+    disk2 = tmp_path / "disk2"
+    disk2.mkdir()
+    (disk2 / "weights.bin").write_bytes(b"old")
+    (pool / "model").symlink_to(disk2)
+    again = call_stage("prepare_datapool", "--task-file", task, "--out", pool)
+    assert again.code == 0, again.stderr
+    copy, = (tmp_path / ".grueflow" / "replaced" / "results" / "sentiment").glob("datapool@*")
+    assert f"grueflow: {pool} holds what no stage record vouches for (model); a copy is kept in {copy} (the stage " \
+           f"replaces the folder whole); model is a link to {disk2}, which a rerun leaves as it is (it deletes the " \
+           f"link alone; the copy holds the link)" in again.stderr.splitlines()
+    assert os.readlink(copy / "model") == str(disk2) and (disk2 / "weights.bin").read_bytes() == b"old"
+
+
 def test_a_file_put_in_a_stage_folder_is_copied_before_the_stage_replaces_or_refuses_it(tmp_path: Path, call_stage,
                                                                                        monkeypatch):
     """A file put in a stage's folder was lost with no copy: rerun by hand, the stage replaced its folder whole; and
