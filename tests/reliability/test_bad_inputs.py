@@ -1,7 +1,7 @@
 """A catalogue of bad inputs (issue 9): each fails before any model loads or trains, with one line that
 names the file, the key (or line), the value given and what is allowed.
 
-Categories (770 cases in all, as collected; grown with each hostile pass):
+Categories (790 cases in all, as collected; grown with each hostile pass):
 
 - params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``): unknown keys, wrong types,
   out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline metrics,
@@ -1237,7 +1237,8 @@ def test_any_mapping_set_or_list_of_none_in_one_csv_cell_is_refused_as_json_line
 
 @pytest.mark.parametrize("file, text, fields, expect", [
     P("l.csv", "prompt,references\nQ0,\"['" + "a" * 100_000 + "', 'b']\"\n", {},
-      ("l.csv line 2: references \"['aaaa", "... (100,009 characters) is a list written as one text"), id="csv-list-cell"),
+      ("l.csv line 2: references \"['aaaa", "... (100,009 characters) is a list written as one text"),
+      id="csv-list-cell"),
     P("m.jsonl", json.dumps({"prompt": "Q0", "references": {"x": "a" * 100_000}}) + "\n", {},
       ("m.jsonl line 1: references {'x': 'aaaa", "... (1 item) (dict) are not text; references are a string"),
       id="jsonl-mapping-reference"),
@@ -1272,8 +1273,8 @@ def test_excels_separator_hint_before_a_custom_csv_is_named_with_the_fix(tmp_pat
     path.write_bytes(b"\xef\xbb\xbf" + hint.encode() + b"\r\nprompt,references\r\nQ0,four\r\n")
     with pytest.raises(DataError) as err:
         custom_pool(three_splits(str(path)))
-    assert (f"t.csv: line 1, 'sep={hint[-1]}', is Excel's separator hint (a line Excel reads and hides), which datasets' CSV "
-            f"reader would take for the header; delete that line, or save the file again as CSV UTF-8 (Comma "
+    assert (f"t.csv: line 1, 'sep={hint[-1]}', is Excel's separator hint (a line Excel reads and hides), which "
+            f"datasets' CSV reader would take for the header; delete that line, or save the file again as CSV UTF-8 (Comma "
             f"delimited), which writes none") in str(err.value)
 
 

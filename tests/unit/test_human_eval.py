@@ -823,7 +823,8 @@ def test_a_batch_folder_put_back_without_its_key_gets_its_key_again_and_the_othe
     def export(first: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, ROOT / "stages" / "export_human_eval.py", "--kind", "pairwise",
                                "--criteria", "imdb", "--seed", "0", "--predictions", f"{first}={paths[first]}",
-                               f"sup={paths['sup']}", "--out", folder, "--key", key_file], capture_output=True, text=True)
+                               f"sup={paths['sup']}", "--out", folder, "--key", key_file],
+                              capture_output=True, text=True)
 
     assert export("ppo").returncode == 0
     older, older_key = hb.read_batch(folder), key_file.read_bytes()
