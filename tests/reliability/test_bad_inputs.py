@@ -1194,11 +1194,20 @@ def test_a_list_cell_of_texts_and_numbers_is_refused_too(tmp_path: Path, cell: s
     ("\"[{'text': '4'}, {'text': 'four'}]\"", 'a list of {"text": ...} mappings', "list"),
     ('"{""text"": [""4""]}"', 'a {"text": ...} mapping', "mapping"),  # as JSON
     ('"{""text"": [""4""], ""answerable"": true}"', 'a {"text": ...} mapping', "mapping"),  # JSON alone reads it
+    # a mapping without text (TriviaQA's answer), a set or a list holding None: JSON lines refuse them too
+    ("\"{'aliases': ['4', 'four'], 'value': '4'}\"", "a mapping", "mapping"),  # TriviaQA's answer
+    ("\"{'answers': ['4', 'four']}\"", "a mapping", "mapping"),
+    ('"{""answer"": ""4""}"', "a mapping", "mapping"),  # as JSON
+    ("\"{'4', 'four'}\"", "a set", "set"),
+    ("[None]", "a list", "list"),
+    ("\"['4', None]\"", "a list", "list"),
+    ("\"[{'label': 1}]\"", "a list", "list"),
 ])
 def test_a_mapping_written_as_one_csv_cell_is_refused_not_scored_as_one_reference(tmp_path: Path, cell: str,
                                                                                   shape: str, kind: str):
-    """pandas writes SQuAD's ``answers`` (a mapping with ``text``), or a list of ``{"text": ...}``, to a CSV cell as
-    its text: that text became one reference; only a spelled list was refused. Prose in braces stays text."""
+    """pandas writes SQuAD's ``answers`` (a mapping with ``text``), a list of ``{"text": ...}``, TriviaQA's ``answer``
+    (a mapping without it), a set or a list holding None to a CSV cell as its text: that text became one reference,
+    while the same rows as JSON lines were refused; only a spelled list was refused. Prose in braces stays text."""
     path = tmp_path / "squad.csv"
     path.write_text(f"prompt,references\n2 + 2 ?,{cell}\n")
     with pytest.raises(DataError) as err:
@@ -1210,29 +1219,6 @@ def test_a_mapping_written_as_one_csv_cell_is_refused_not_scored_as_one_referenc
     path.write_text("prompt,references\nfill ?,{name} is here\nempty ?,{}\nnumbers ?,\"{1, 2}\"\n")
     assert [s.references for s in custom_pool(three_splits(str(path))).splits["test"]] == [
         ("{name} is here",), ("{}",), ("{1, 2}",)]
-
-
-@pytest.mark.parametrize("cell, shape, kind", [
-    ("\"{'aliases': ['4', 'four'], 'value': '4'}\"", "a mapping", "mapping"),  # TriviaQA's answer
-    ("\"{'answers': ['4', 'four']}\"", "a mapping", "mapping"),
-    ('"{""answer"": ""4""}"', "a mapping", "mapping"),  # as JSON
-    ("\"{'4', 'four'}\"", "a set", "set"),
-    ("[None]", "a list", "list"),
-    ("\"['4', None]\"", "a list", "list"),
-    ("\"[{'label': 1}]\"", "a list", "list"),
-])
-def test_any_mapping_set_or_list_of_none_in_one_csv_cell_is_refused_as_json_lines_refuse_it(
-        tmp_path: Path, cell: str, shape: str, kind: str):
-    """A mapping without ``text`` (TriviaQA's ``answer``), a set or a list holding None written by pandas into a CSV
-    cell was scored as one reference, while the same rows as JSON lines were refused."""
-    path = tmp_path / "trivia.csv"
-    path.write_text(f"prompt,references\n2 + 2 ?,{cell}\n")
-    with pytest.raises(DataError) as err:
-        custom_pool(three_splits(str(path)))
-    assert "trivia.csv line 2: references " in str(err.value)
-    assert (f" is {shape} written as one text (pandas writes a {kind} column so to CSV), which would be scored as one "
-            f"reference; write the rows as JSON lines with a list of texts (or Parquet), or one reference per cell"
-            ) in str(err.value)
 
 
 @pytest.mark.parametrize("file, text, fields, expect", [
