@@ -102,6 +102,12 @@ def _file_imports(path: Path, root: Path) -> frozenset[Path]:
     return frozenset(found)
 
 
+def script_code(script: str, root: Path = ROOT) -> list[str]:
+    """The files a stage CLI runs: ``script`` (``root``-relative, ``stages/<name>.py``), then its sorted import
+    closure (:func:`import_closure`); FileNotFoundError naming a missing script."""
+    return [script, *import_closure(script, root)]
+
+
 def import_closure(script: str | Path, root: Path = ROOT) -> list[str]:
     """The sorted ``root``-relative paths (``grueflow/...py``) of every package file that ``script`` reaches.
 

@@ -45,6 +45,8 @@ WRITTEN = Path(".snakemake") / "grueflow-written"  # per output path: the digest
 # last wrote there, beside Snakemake's own records of its jobs (removed with them)
 ENGINE = "GRUEFLOW_ENGINE"  # the environment variable the Snakefile sets to "snakemake" for its jobs
 RECORD_DIGEST = "record_sha256"  # the key of a stage record's digest of the rest of itself (:func:`sealed`)
+CODE_RAN = "code"  # {file relative to the repository: its fingerprint, or null}: the code a stage ran, in its
+# provenance record or a table's files record (grueflow.stage.code_record)
 PLANNED = Path(".snakemake") / "grueflow-planned.json"  # the params digests of the stage folders of the Snakemake
 # run going on, as it planned them (:func:`write_planned`)
 PLAN = "GRUEFLOW_PLAN"  # the environment variable naming, for a Snakemake run's jobs, the run that wrote PLANNED
@@ -98,16 +100,18 @@ BUILT_FROM = "built_from"  # the key, in a files record, of the stage folders th
 
 
 @contextlib.contextmanager
-def atomic_files(paths: Iterable[str | Path],
-                 built_from: Optional[Mapping[str | Path, Optional[str]]] = None) -> Iterator[list[Path]]:
+def atomic_files(paths: Iterable[str | Path], built_from: Optional[Mapping[str | Path, Optional[str]]] = None,
+                 code: Optional[Mapping[str, Optional[str]]] = None) -> Iterator[list[Path]]:
     """:func:`atomic_paths` of ``paths`` and of their :func:`files_record`, ``{path as given: sha256 of its bytes}``,
     written from the temporary files once the block succeeds, so that a file edited after its stage wrote it can be
     told apart from what the stage wrote (grueflow.stale). The record is renamed into place first: one left beside
     older files says they differ, never that they match. ``built_from`` ({stage folder read: :func:`record_digest`
     of it, taken before it was read}), where given, is recorded too, under :data:`BUILT_FROM`, each folder relative to
     the working folder (the project, where both engines run stages) where it lies in it, else absolute: what the
-    files were built from, which the stale check compares with what the suite names now. A reader of the file digests
-    takes the entries whose value is a string (:func:`written_digests`)."""
+    files were built from, which the stale check compares with what the suite names now. ``code``, where given (the
+    code the stage runs, :func:`grueflow.stage.code_record`), is recorded under :data:`CODE_RAN`: where Snakemake
+    holds no record of the job, the stale check compares it with the code now. A reader of the file digests takes the
+    entries whose value is a string (:func:`written_digests`)."""
     paths = [Path(path) for path in paths]
     with atomic_paths([*paths, files_record(paths[0])]) as tmps:
         yield tmps[:-1]
@@ -115,6 +119,8 @@ def atomic_files(paths: Iterable[str | Path],
         if built_from is not None:
             record[BUILT_FROM] = {_relative_to_cwd(Path(os.path.abspath(folder))): digest
                                   for folder, digest in built_from.items()}
+        if code:
+            record[CODE_RAN] = dict(code)
         write_json(tmps[-1], record)
         note_written(_relative_to_cwd(Path(os.path.abspath(paths[0]))), tmps[-1])
 
@@ -846,9 +852,9 @@ def output_bytes(out_dir: str | Path) -> int:
     return sum(p.stat().st_size for p in out_dir.rglob("*") if p.is_file() and p not in records)
 
 
-# extra fields that say how a run went, not what it computed: provenance.json's (the execution settings, and the
-# parts a resumed run was trained in: grueflow.training.PARTS)
-VOLATILE = ("execution", "parts")
+# extra fields that say how a run went, not what it computed: provenance.json's (the execution settings, the parts a
+# resumed run was trained in: grueflow.training.PARTS, and the code it ran: CODE_RAN)
+VOLATILE = ("execution", "parts", CODE_RAN)
 
 
 def write_stage_record(out_dir: str | Path, *, stage: str, params: Any,
@@ -862,15 +868,15 @@ def write_stage_record(out_dir: str | Path, *, stage: str, params: Any,
     folder is written (``out``, :func:`output_path`) and the stage's own ``extra`` facts; a forced or no-op
     re-execution writes it byte for byte again, so content hashes (DVC's) do not change. ``provenance.json`` holds
     how this run went: the git commit, this process's wall time and the :data:`VOLATILE` extras (the device and
-    fast paths; a resumed run's parts);
-    ``.dvcignore`` keeps it out of every hash. It also names the ``stage``, because it outlives ``stage.json`` when
-    DVC removes a stage's outs before a rerun, and :func:`grueflow.stage.check_out` reads it to refuse another
-    stage's folder.
+    fast paths; a resumed run's parts; the code it ran), and the :data:`RECORD_DIGEST` of the ``stage.json`` written
+    with it, which tells it from another build's (DVC tracks no provenance record: ``dvc checkout`` leaves the one
+    there); ``.dvcignore`` keeps it out of every hash. It also names the ``stage``, because it outlives
+    ``stage.json`` when DVC removes a stage's outs before a rerun, and :func:`grueflow.stage.check_out` reads it to
+    refuse another stage's folder.
     """
     extra = dict(extra or {})
     provenance = {"stage": stage, "git_commit": _git_commit(), "wall_time_s": round(wall_time_s, 3),
                   **{key: extra.pop(key) for key in VOLATILE if key in extra}}
-    write_json(Path(out_dir) / PROVENANCE_RECORD, provenance)
     record = {
         "stage": stage,
         "params": params,
@@ -881,7 +887,9 @@ def write_stage_record(out_dir: str | Path, *, stage: str, params: Any,
         "out": output_path(out_dir),
         **extra,
     }
-    write_json(Path(out_dir) / STAGE_RECORD, sealed(record))
+    record = sealed(record)
+    write_json(Path(out_dir) / PROVENANCE_RECORD, {**provenance, RECORD_DIGEST: record[RECORD_DIGEST]})
+    write_json(Path(out_dir) / STAGE_RECORD, record)
     note_written(record["out"], Path(out_dir) / STAGE_RECORD)
 
 

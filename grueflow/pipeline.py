@@ -168,7 +168,7 @@ class Stage:
     @property
     def code(self) -> list[str]:
         """The files the stage runs: its CLI, then the sorted import closure of it inside ``grueflow/``."""
-        return [self.script, *codedeps.import_closure(self.script)]
+        return codedeps.script_code(self.script)
 
 
 def placeholders(template: str) -> list[str]:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Collection, Mapping, Optional
 from safetensors import SafetensorError
 from tqdm import tqdm
 
-from grueflow import interrupt, io, pipeline
+from grueflow import codedeps, interrupt, io, pipeline
 from grueflow.config import MAX_SEED, MAX_THREADS, ConfigError, MetricUnavailableError, PluginFailedError
 from grueflow.device import DEVICE_CHOICES, DEVICE_ENV, PRECISIONS, Execution
 from grueflow.hub import HubUnreachableError
@@ -429,6 +429,31 @@ def overrides_read(name: str, args: argparse.Namespace) -> tuple[str, ...]:
     return tuple(pipeline.override_layers(method, start))
 
 
+LOADED_NS = time.time_ns()  # about when this process loaded grueflow's code: a file modified since may not be what ran
+
+
+def code_record(stage: str) -> dict[str, Optional[str]]:
+    """What the stage ``stage`` runs, for its provenance record (:data:`grueflow.io.CODE_RAN`): the fingerprint
+    (:func:`grueflow.io.fingerprint`) of each file of :func:`grueflow.codedeps.script_code` of its CLI
+    ``stages/<stage>.py``, by its path relative to the repository; None for one modified since this process loaded
+    grueflow's code (what it runs may be the earlier text, so the stale check takes it as changed) or unreadable;
+    ``{}`` where there is no such CLI. Snakemake compares the code's digest with the one its record of the job holds
+    (a rule's ``stale`` param); where it holds no record (a folder ``dvc repro`` built, ``.snakemake`` removed),
+    :func:`grueflow.stale.code_changed` compares these."""
+    try:
+        files = codedeps.script_code(f"stages/{stage}.py")
+    except (FileNotFoundError, SyntaxError):
+        return {}
+    record: dict[str, Optional[str]] = {}
+    for name in files:
+        path = codedeps.ROOT / name
+        try:
+            record[name] = None if path.stat().st_mtime_ns > LOADED_NS else io.fingerprint(path)
+        except OSError:
+            record[name] = None
+    return record
+
+
 _READ: list[tuple[pipeline.ParamsSource, dict[str, str]]] = []  # each params_digest taken, for finish to take again
 
 
@@ -453,6 +478,8 @@ def finish(out_dir: Path, stage: str, params: Any, inputs: Mapping[str, Path | i
             raise ConfigError(f"{', '.join(changed)} changed while this stage ran (edited during the run): what it "
                               f"built would be recorded under the edited params; run it again once the edit is done")
         extra = {pipeline.PARAMS_DIGEST: params_digest, **extra}
+    code = code_record(stage)
+    extra = {io.CODE_RAN: code, **extra} if code else extra
     io.write_stage_record(out_dir, stage=stage, params=params, inputs=inputs,
                           wall_time_s=time.perf_counter() - started, extra=extra or None)
 

@@ -24,7 +24,9 @@ the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark
   checkout wrote it, as ``dvc repro`` built it or ``.snakemake`` was removed; or its record was dropped, by
   ``--drop-metadata`` or ``--cleanup-metadata``), whose ``stage.json`` records digests of the params its stage read
   that differ from those of the params files its rule reads now (:func:`params_changed`): a param edited since is
-  seen, as ``dvc repro`` sees it;
+  seen, as ``dvc repro`` sees it; so is one (or a table) whose provenance record (the table's files record) holds
+  fingerprints of other code than its stage runs now (:func:`code_changed`): a module edited under an older time
+  (``cp -p``, ``tar x``), which Snakemake judges by time, where it holds no record of the code's digest;
 - a stage folder whose ``stage.json`` records an input that no longer exists, or one whose content is not the
   one recorded: an input from outside ``results/`` (a datapool's local data, the human answers), or another
   stage's folder replaced by another valid one whose record names no output path (an earlier version's), which
@@ -101,11 +103,12 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional
 
+from grueflow import codedeps
 from grueflow.config import ConfigError
-from grueflow.io import (BUILT_FROM, MODEL_DIR, RECORD_DIGEST, SNAKEMAKE_METADATA, SNAKEMAKE_TIMESTAMP, STAGE_RECORD,
-                         UNHASHED, DataError, MissingDataError, as_written, atomic_path, check_stage_output,
-                         files_record, fingerprint, last_written, read_json, record_digest, sealed, sha256_bytes,
-                         snakemake_metadata, written_digests, written_for)
+from grueflow.io import (BUILT_FROM, CODE_RAN, MODEL_DIR, PROVENANCE_RECORD, RECORD_DIGEST, SNAKEMAKE_METADATA,
+                         SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED, DataError, MissingDataError, as_written,
+                         atomic_path, check_stage_output, files_record, fingerprint, last_written, read_json,
+                         record_digest, sealed, sha256_bytes, snakemake_metadata, written_digests, written_for)
 from grueflow.keep import (as_deleted, batch_copies_text, edited_outputs, files_under, keep_batch, keep_copy, kept_copy,
                            links_left, listed, persons_files, stat_signature, unvouched)
 from grueflow.pipeline import PARAMS_DIGEST, STAGES, ParamsSource, params_digest
@@ -123,6 +126,8 @@ CHANGED_INPUT = "changed since it was built"  # why a stage whose input's conten
 GONE_INPUT = "no longer exists"  # ... and one whose input from outside results/ is gone
 FILE_IN_PLACE = "a file where the stage's folder belongs"  # ... and a file Snakemake would take for the folder
 PARAMS_CHANGED = "its params changed since it was built"  # ... and a folder whose params files changed since
+CODE_CHANGED = "its code changed since it was built"  # ... and one whose stage's code changed, Snakemake holding no
+# record of its job (code_changed)
 UNMATCHED = "its stage recorded"  # how the reason ends for a stage folder's file not matching its digest (_unmatched)
 VERIFIED = "as recorded"  # the cache's value for an evaluation folder read whole and found as its stage wrote it
 NOT_BY_SNAKEMAKE = "and no Snakemake job of this checkout wrote it (built by dvc repro, or .snakemake removed)"
@@ -135,9 +140,9 @@ LIKERT_BATCH = re.compile(r"likert_seed[0-9]+")  # a Likert batch's name: it has
 TABLES: dict[Path, list[Path]] = {
     Path(STAGES[name].outputs["csv"]): [Path(path) for key, path in STAGES[name].outputs.items() if key != "csv"]
     for name in ("aggregate", "human_eval_table")}  # each table's CSV and the files written with it
-AS_BUILT = ("its input ", PARAMS_CHANGED)  # stale reasons that leave the folder as built: CHANGED_INPUT, GONE_INPUT
-# and PARAMS_CHANGED are stamped (a folder of a Snakemake job's given a token too), and the stamp (and token) taken
-# back once the input or params are as recorded again
+AS_BUILT = ("its input ", PARAMS_CHANGED, CODE_CHANGED)  # stale reasons that leave the folder as built:
+# CHANGED_INPUT, GONE_INPUT, PARAMS_CHANGED and CODE_CHANGED are stamped (a folder of a Snakemake job's given a token
+# too, for its params), and the stamp (and token) taken back once the input, params or code are as recorded again
 _KNOWN: dict[str, list] = {}  # the cache as this process read it and added to it
 
 
@@ -278,6 +283,11 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
                 f", {NOT_BY_SNAKEMAKE if last_written(root, folder) is None else NO_SNAKEMAKE_RECORD}"
             stale[folder] = f"{PARAMS_CHANGED} ({', '.join(changed)}){unknown}"
             continue
+        if (not folders or folder in suite) and not snakemake_knows(root, folder) \
+                and (changed := code_changed(folder, record, cache)):
+            unknown = NOT_BY_SNAKEMAKE if last_written(root, folder) is None else NO_SNAKEMAKE_RECORD
+            stale[folder] = f"{CODE_CHANGED} ({_some(changed)}), {unknown}"
+            continue
         inputs = record.get("inputs") or {}
         if not isinstance(inputs, dict):  # check_stage_output read the record as an object with a manifest
             stale[folder] = f"{folder / STAGE_RECORD} is damaged (its inputs are not a mapping)"
@@ -330,6 +340,10 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             stale[written] = changed
         elif written.is_file() and written not in stale and _put_back(root, written, files_record(written)):
             stale[written] = f"{files_record(written)}, the digests of what its stage wrote, {PUT_BACK}"
+        elif written.is_file() and written not in stale and not snakemake_knows(root, written) \
+                and (code := table_code_changed(written, cache)):
+            unknown = NOT_BY_SNAKEMAKE if last_written(root, written) is None else NO_SNAKEMAKE_RECORD
+            stale[written] = f"{CODE_CHANGED} ({_some(code)}), {unknown}"
     if table.is_file() and table not in stale and (unlike := _built_unlike(root, table, expected)) is not None:
         stale[table] = unlike  # after the checks of its own files: what its record says is then what was built
     return stale
@@ -1010,6 +1024,66 @@ def params_changed(record: Mapping, source: ParamsSource, load: Optional[Callabl
     except (ConfigError, OSError):
         return []
     return [source.where(part) for part in sorted(set(now) | set(recorded)) if now.get(part) != recorded.get(part)]
+
+
+def code_changed(folder: Path, record: Mapping, cache: Optional[Path] = None) -> list[str]:
+    """The files of the code (relative to the repository, :data:`grueflow.codedeps.ROOT`) that the stage folder
+    ``folder`` was built with, by the fingerprints its provenance record holds (:data:`grueflow.io.CODE_RAN`,
+    :func:`grueflow.stage.code_record`), whose content differs now, with those added to or dropped from the files its
+    stage runs (:func:`grueflow.codedeps.script_code` of ``stages/<its stage>.py``); one modified while the stage
+    ran (recorded as None) counts as changed. ``[]`` where the provenance record holds none (written before records
+    held them), is unreadable, or is not that of the build whose stage record ``record`` lies beside it (its
+    :data:`grueflow.io.RECORD_DIGEST` not that record's: DVC tracks no provenance record, and ``dvc checkout`` of
+    another build leaves the one there). Files are read through the digest cache (``cache``: as
+    :func:`stale_outputs` takes it), so a dry run reads only what changed since the last."""
+    try:
+        provenance = read_json(folder / PROVENANCE_RECORD)
+    except (OSError, ValueError):
+        return []
+    if not isinstance(provenance, dict) or provenance.get(RECORD_DIGEST) != record.get(RECORD_DIGEST):
+        return []
+    return _code_unlike(provenance.get(CODE_RAN), f"stages/{record.get('stage')}.py", cache)
+
+
+def table_code_changed(table: Path, cache: Optional[Path] = None) -> list[str]:
+    """:func:`code_changed` for a table file (the GRUE table, the human-evaluation table), by the fingerprints its
+    files record holds (:func:`grueflow.io.atomic_files`) against the files run now by the stage whose output it is
+    (the stage table's); ``[]`` where the record holds none or no stage writes ``table``."""
+    scripts = [stage.script for stage in STAGES.values() if any(Path(out) == table for out in stage.outputs.values())]
+    try:
+        record = read_json(files_record(table))
+    except (OSError, ValueError):
+        return []
+    return _code_unlike(record.get(CODE_RAN), scripts[0], cache) if scripts and isinstance(record, dict) else []
+
+
+def _code_unlike(ran: object, script: str, cache: Optional[Path]) -> list[str]:
+    """The files of ``ran`` (a record of :func:`grueflow.stage.code_record`) and of the code the stage CLI ``script``
+    runs now whose fingerprints differ (see :func:`code_changed`); ``[]`` where ``ran`` is no such record."""
+    if not isinstance(ran, dict) or not ran:
+        return []
+    try:
+        files = codedeps.script_code(script)
+    except (FileNotFoundError, SyntaxError):  # the stage's CLI is gone or broken: the engine says so itself
+        return []
+    if cache is not None:
+        _load(cache)
+    now, added = {}, False
+    for name in files:
+        path = codedeps.ROOT / name
+        try:
+            now[name], new = _cached_fingerprint(str(path), stat_signature(os.stat(path)))
+        except OSError:
+            continue
+        added |= new
+    if added and cache is not None:
+        _save(cache)
+    return sorted(name for name in {*ran, *now} if now.get(name) is None or ran.get(name) != now.get(name))
+
+
+def _some(names: list[str], most: int = 3) -> str:
+    """``names`` joined, the first ``most`` of them and how many more."""
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
 def snakemake_knows(root: Path, folder: Path) -> bool:

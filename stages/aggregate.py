@@ -107,7 +107,8 @@ def main() -> None:
     seed = suite.seeds[0]
     samples = {(t, m): report.read_samples(args.eval_dir / t / m / f"seed{seed}" / "predictions.jsonl", args.samples)
                for t in suite.tasks for m in suite.methods} if args.out_samples else {}  # read (and checked) first
-    with atomic_files((path for _, path in outs), built_from) as tmps:  # all new, or none; digests recorded
+    code = stage.code_record("aggregate")
+    with atomic_files((path for _, path in outs), built_from, code) as tmps:  # all new, or none; digests recorded
         tmp = dict(zip((flag for flag, _ in outs), tmps))
         grue.write_table(table, tmp["--out-csv"], tmp["--out-md"], tmp["--out-json"], headline, missing, left_out)
         if args.out_chart:

@@ -54,7 +54,8 @@ def main() -> None:
         rows += [{**{c: row.get(c) for c in results.TABLE_COLUMNS}, "batch": folder.name} for row in table_rows]
         agreements[str(folder)] = read_json(folder / "agreement.json")
     markdown = results.to_markdown(rows, agreements)
-    with atomic_files([args.out_csv, args.out_md]) as (csv_tmp, md_tmp):  # both new, or neither; digests recorded
+    code = stage.code_record("human_eval_table")
+    with atomic_files([args.out_csv, args.out_md], code=code) as (csv_tmp, md_tmp):  # both new, or neither, recorded
         write_csv(csv_tmp, rows)
         write_text(md_tmp, markdown)
 

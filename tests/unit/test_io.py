@@ -48,7 +48,8 @@ def test_rerunning_a_stage_rewrites_stage_json_byte_for_byte_and_keeps_the_run_a
     record, provenance = read_json(tmp_path / "stage.json"), read_json(tmp_path / "provenance.json")
     assert set(record) == {"stage", "params", "inputs", "versions", "output_bytes", "files", "out", "stats",
                            "record_sha256"}
-    assert set(provenance) == {"stage", "git_commit", "wall_time_s", "execution"} and provenance["wall_time_s"] >= 1.5
+    assert set(provenance) == {"stage", "git_commit", "wall_time_s", "execution", "record_sha256"}
+    assert provenance["wall_time_s"] >= 1.5 and provenance["record_sha256"] == record["record_sha256"]
     assert provenance["stage"] == "demo"  # it outlives stage.json when DVC removes the outs: check_out reads it
     assert record["output_bytes"] == 1  # data.txt only: neither record counts
     dvcignore = (Path(__file__).resolve().parents[2] / ".dvcignore").read_text().splitlines()
@@ -278,6 +279,74 @@ def test_a_stage_record_edited_by_hand_is_stale_without_snakemakes_records(tmp_p
                     f"since: its record_sha256 no longer matches the rest)); its job reruns; a copy of what no stage "
                     f"record vouches for (stage.json) is kept in {copy}")
     assert str(folder) in json.loads(tokens.read_text())  # a new token: Snakemake reruns the job
+
+
+def test_the_provenance_record_holds_the_fingerprints_of_the_code_the_stage_ran(tmp_path):
+    """Out of every hash (provenance.json), so that an edit to a comment reruns nothing downstream under DVC: each
+    file the stage's CLI runs, by its path in the repository, and nothing for a stage without a CLI of its own."""
+    from grueflow.codedeps import ROOT
+    from grueflow.io import fingerprint
+
+    stage.finish(tmp_path, "warm_start", {"seed": 0}, {}, time.perf_counter())
+    code = read_json(tmp_path / "provenance.json")["code"]
+    assert code == stage.code_record("warm_start") and "code" not in read_json(tmp_path / "stage.json")
+    assert {"stages/warm_start.py", "grueflow/supervised.py", "grueflow/io.py"} <= set(code)
+    assert code["grueflow/supervised.py"] == fingerprint(ROOT / "grueflow" / "supervised.py")
+    assert stage.code_record("demo") == {}
+
+
+@pytest.mark.parametrize("edit, changed", [
+    ({"grueflow/supervised.py": "0" * 64}, ["grueflow/supervised.py"]),  # its content then: another digest
+    ({"grueflow/supervised.py": None}, ["grueflow/supervised.py"]),  # modified while the stage ran
+    ({"grueflow/gone.py": "0" * 64}, ["grueflow/gone.py"]),  # no longer imported
+    ({"stages/warm_start.py": "1" * 64, "grueflow/io.py": "2" * 64}, ["grueflow/io.py", "stages/warm_start.py"]),
+])
+def test_a_folder_snakemake_holds_no_record_of_is_stale_where_its_code_changed(tmp_path, monkeypatch, edit, changed):
+    """A warm start dvc repro built (no Snakemake record of its job, whose params hold the code's digest), then a
+    module edited under an older time: Snakemake judged its code by time, "Nothing to be done". The fingerprints its
+    provenance record holds are compared with the code its stage runs now."""
+    from grueflow.io import write_json, write_stage_record
+    from grueflow.stale import code_changed, mark_stale, stale_outputs
+
+    monkeypatch.chdir(tmp_path)
+    folder = Path("results/sentiment/supervised/seed0")
+    folder.mkdir(parents=True)
+    (folder / "model.bin").write_bytes(b"w")
+    ran = {**stage.code_record("warm_start"), **edit}
+    write_stage_record(folder, stage="warm_start", params={}, inputs={}, wall_time_s=0.0, extra={"code": ran})
+    record = read_json(folder / "stage.json")
+    assert code_changed(folder, record) == changed
+    why = stale_outputs(Path("results"), Path("results/grue_table.csv"), [], folders=[folder])[folder]
+    assert why == f"its code changed since it was built ({', '.join(changed)}), and no Snakemake job of this " \
+                  f"checkout wrote it (built by dvc repro, or .snakemake removed)"
+    line, = mark_stale(Path("results"), Path("results/grue_table.csv"), [], folders=[folder])
+    assert line == f"grueflow: {folder} is stale ({why}); its job reruns"
+    provenance = read_json(folder / "provenance.json")
+    write_json(folder / "provenance.json", {**provenance, "record_sha256": "0" * 64})  # another build's (dvc checkout)
+    assert code_changed(folder, record) == []
+    write_json(folder / "provenance.json", {key: value for key, value in provenance.items() if key != "code"})
+    assert code_changed(folder, record) == []  # written before provenance records held the code: not judged
+
+
+def test_a_table_snakemake_holds_no_record_of_is_stale_where_its_stages_code_changed(tmp_path, monkeypatch):
+    """The GRUE table's files record holds the fingerprints of the code aggregate ran (an out of DVC's, which only
+    a code change changes); where no Snakemake job wrote the table, a module edited under an older time reruns it."""
+    from grueflow.io import atomic_files
+    from grueflow.stale import stale_outputs, table_code_changed
+
+    monkeypatch.chdir(tmp_path)
+    table = Path("results/grue_table.csv")
+    table.parent.mkdir()
+    code = stage.code_record("aggregate")
+    assert "grueflow/report.py" in code
+    with atomic_files([table], code=code) as (tmp,):
+        tmp.write_text("task,method\n")
+    assert table_code_changed(table) == [] and table not in stale_outputs(Path("results"), table, [])
+    with atomic_files([table], code={**code, "grueflow/report.py": "0" * 64}) as (tmp,):
+        tmp.write_text("task,method\n")
+    assert table_code_changed(table) == ["grueflow/report.py"]
+    assert stale_outputs(Path("results"), table, [], {table: []})[table].startswith(
+        "its code changed since it was built (grueflow/report.py), and no Snakemake job of this checkout wrote it")
 
 
 def test_the_content_digest_of_a_jobs_local_files_sees_a_file_replaced_by_an_older_one(tmp_path, monkeypatch):

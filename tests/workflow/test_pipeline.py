@@ -272,6 +272,36 @@ def test_snakemake_reruns_a_dvc_built_run_whose_method_param_changed(dvc_repo, t
     assert "Nothing to be done" in reverted.stdout + reverted.stderr and "grueflow:" not in reverted.stderr
 
 
+def test_snakemake_reruns_a_dvc_built_run_whose_code_changed_under_an_older_time(dvc_repo, tmp_path):
+    """A project built by dvc repro alone, then a module edited by a copy that keeps its older time (cp -p, rsync -a,
+    tar x): Snakemake holds no record of the code's digest its rules take as a param, and its inputs are judged by
+    time, so it was "Nothing to be done" while DVC reruns the stages that import the module. The provenance record
+    (the table's files record) holds the fingerprints of the code each stage ran; the stale check compares them."""
+    repo = tmp_path / "repo"  # a copy: the module's DVC project stays as DVC built it
+    shutil.copytree(dvc_repo, repo, symlinks=True, ignore=shutil.ignore_patterns(".git", ".dvc"))
+    dry_run = ["snakemake", "-n", "--cores", "2", "results/grue_table.csv"]
+    edits = [repo / "grueflow" / "rl" / "trainer.py", repo / "grueflow" / "report.py"]  # rl_finetune's, aggregate's
+    saved = [(path, path.read_text(), path.stat()) for path in edits]
+    for path, text, stat in saved:
+        path.write_text(text + "# edited\n")
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # its old time: older than every output
+    edited = run(dry_run, repo)
+    runs = (("rl_finetune", "ppo"), ("rl_finetune", "supervised+ppo"), ("evaluate", "ppo"), ("evaluate", "supervised+ppo"))
+    assert planned_jobs(edited.stdout) == {(rule, task, method) for task in ("sentiment", "concepts")
+                                           for rule, method in runs} | {("aggregate", None, None)}
+    assert "grueflow: results/sentiment/ppo/seed0 is stale (its code changed since it was built " \
+           "(grueflow/rl/trainer.py), and no Snakemake job of this checkout wrote it (built by dvc repro, or " \
+           ".snakemake removed)); its job reruns" in edited.stderr
+    assert "grueflow: results/grue_table.csv is stale (its code changed since it was built (grueflow/report.py), " \
+           "and no Snakemake job" in edited.stderr
+    assert "results/sentiment/supervised/seed0 is stale" not in edited.stderr  # warm_start runs neither module
+    for path, text, stat in saved:
+        path.write_text(text)
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    reverted = run(dry_run, repo)
+    assert "Nothing to be done" in reverted.stdout + reverted.stderr and "grueflow:" not in reverted.stderr
+
+
 def test_snakemake_reruns_a_dvc_built_run_for_its_own_methods_override_alone(dvc_repo, tmp_path):
     """A project built by dvc repro alone, whose stage records' params digests took the task file's method_overrides
     whole: an entry for supervised+ppo rebuilt the warm start, ppo and the zero-shot evaluation too, which never read
