@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
 STAGE_RECORD = "stage.json"
-PROVENANCE_RECORD = "provenance.json"  # how the run went (commit, wall time, device): in no content hash
+PROVENANCE_RECORD = "provenance.json"  # how the run went (commit, wall time, device, code): in no content hash
 TIMINGS_FILE = "timings.csv"  # a training stage's wall-clock columns per step: in no content hash either
 UNHASHED = (PROVENANCE_RECORD, TIMINGS_FILE)  # what .dvcignore, the manifest and the input digests leave out
 SNAKEMAKE_TIMESTAMP = ".snakemake_timestamp"  # Snakemake's modification time of a directory() output, which it adds

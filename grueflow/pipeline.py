@@ -708,7 +708,7 @@ def local_input(text: str, root: Path = ROOT) -> Optional[str]:
     return os.path.normpath(os.path.expanduser(text))
 
 
-def _path_digest(path: Path) -> str:
+def path_digest(path: Path) -> str:
     """sha256 of a file's bytes, or of a folder's files (their relative names and bytes, in name order)."""
     if path.is_file():
         return hashlib.sha256(path.read_bytes()).hexdigest()
@@ -742,11 +742,13 @@ def plugin_sources(root: Path = ROOT) -> list[str]:
     return code + [f for f in data if f not in code]
 
 
-def plugin_digests(tasks: Mapping[str, object], root: Path = ROOT) -> dict[str, dict[str, dict]]:
+def plugin_digests(tasks: Mapping[str, object], root: Path = ROOT,
+                   digest: Callable[[Path], str] = path_digest) -> dict[str, dict[str, dict]]:
     """For each task (name -> its task file's data) and each stage that runs plugins, the import paths the
     stage's parts name and the sha256 of each of their project source files, and for the datapool's stage of
     each local data file or folder it reads, and for the stages that score of each local file or folder their
-    rewards' and metrics' args name: ``{task: {stage: {...}}}``."""
+    rewards' and metrics' args name: ``{task: {stage: {...}}}``. ``digest``: :func:`path_digest`, or one that
+    gives the same value from a cache."""
     digests: dict[str, dict[str, dict]] = {}
     for task, data in tasks.items():
         digests[task] = {}
@@ -758,7 +760,7 @@ def plugin_digests(tasks: Mapping[str, object], root: Path = ROOT) -> dict[str, 
                 files = sorted(set(files) | set(scorer_files(data, root, stage.plugin_parts)))  # and the scorers'
                 digests[task][stage.name] = {
                     "import_paths": plugins.named_in_task(data, stage.plugin_parts),
-                    "sha256": {f: _path_digest(root / f) for f in files}}
+                    "sha256": {f: digest(root / f) for f in files}}
     return digests
 
 

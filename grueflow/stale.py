@@ -92,6 +92,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -111,7 +112,8 @@ from grueflow.io import (BUILT_FROM, CODE_RAN, MODEL_DIR, PROVENANCE_RECORD, REC
                          record_digest, sealed, sha256_bytes, snakemake_metadata, written_digests, written_for)
 from grueflow.keep import (as_deleted, batch_copies_text, edited_outputs, files_under, keep_batch, keep_copy, kept_copy,
                            links_left, listed, persons_files, stat_signature, unvouched)
-from grueflow.pipeline import PARAMS_DIGEST, STAGES, ParamsSource, params_digest
+from grueflow.pipeline import (PARAMS_DIGEST, PLUGIN_CODE, STAGES, ParamsSource, params_digest, path_digest,
+                               plugin_digests)
 
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
 TOKENS = Path(".snakemake") / "grueflow-stale.json"  # {output path: when it was last found stale, ns}, beside
@@ -284,7 +286,7 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             stale[folder] = f"{PARAMS_CHANGED} ({', '.join(changed)}){unknown}"
             continue
         if (not folders or folder in suite) and not snakemake_knows(root, folder) \
-                and (changed := code_changed(folder, record, cache)):
+                and (changed := code_changed(folder, record, cache, root)):
             unknown = NOT_BY_SNAKEMAKE if last_written(root, folder) is None else NO_SNAKEMAKE_RECORD
             stale[folder] = f"{CODE_CHANGED} ({_some(changed)}), {unknown}"
             continue
@@ -1026,23 +1028,162 @@ def params_changed(record: Mapping, source: ParamsSource, load: Optional[Callabl
     return [source.where(part) for part in sorted(set(now) | set(recorded)) if now.get(part) != recorded.get(part)]
 
 
-def code_changed(folder: Path, record: Mapping, cache: Optional[Path] = None) -> list[str]:
-    """The files of the code (relative to the repository, :data:`grueflow.codedeps.ROOT`) that the stage folder
-    ``folder`` was built with, by the fingerprints its provenance record holds (:data:`grueflow.io.CODE_RAN`,
-    :func:`grueflow.stage.code_record`), whose content differs now, with those added to or dropped from the files its
-    stage runs (:func:`grueflow.codedeps.script_code` of ``stages/<its stage>.py``); one modified while the stage
-    ran (recorded as None) counts as changed. ``[]`` where the provenance record holds none (written before records
-    held them), is unreadable, or is not that of the build whose stage record ``record`` lies beside it (its
-    :data:`grueflow.io.RECORD_DIGEST` not that record's: DVC tracks no provenance record, and ``dvc checkout`` of
-    another build leaves the one there). Files are read through the digest cache (``cache``: as
-    :func:`stale_outputs` takes it), so a dry run reads only what changed since the last."""
+def code_changed(folder: Path, record: Mapping, cache: Optional[Path] = None, root: Path = Path(".")) -> list[str]:
+    """The files of the code the stage folder ``folder`` (under the project ``root``) was built with whose content
+    differs now, with those added to or dropped from the files its stage runs (:func:`grueflow.codedeps.script_code`
+    of ``stages/<its stage>.py``), by path in the repository (:data:`grueflow.codedeps.ROOT`), judged by
+
+    - the DVC lock file, where it records the folder's ``stage.json`` as it is (:func:`locked_as_is`: the folder is
+      what DVC built or restored there, from its cache or its run cache): the md5 of each code file among its
+      stage's deps, and the plugins and local files its task names (their digests' file, ``results/plugin_code``,
+      :func:`_plugins_unlike`), as ``dvc status`` compares them;
+    - else the fingerprints the folder's provenance record holds (:data:`grueflow.io.CODE_RAN`,
+      :func:`grueflow.stage.code_record`; one modified while the stage ran, recorded as None, counts as changed),
+      where that record is the one written with ``record``, its stage record (its :data:`grueflow.io.RECORD_DIGEST`:
+      DVC tracks no provenance record, and ``dvc checkout`` of another build leaves the one there).
+
+    ``[]`` where neither holds it (a provenance record written before records held the code, deleted or damaged).
+    Files are read through the digest cache (``cache``: as :func:`stale_outputs` takes it), so a dry run reads only
+    what changed since the last."""
+    script = f"stages/{record.get('stage')}.py"
+    deps = _locked_deps(root, folder / STAGE_RECORD)
+    if deps is not None:
+        return _lock_unlike(deps, script, root, cache)
     try:
         provenance = read_json(folder / PROVENANCE_RECORD)
     except (OSError, ValueError):
         return []
     if not isinstance(provenance, dict) or provenance.get(RECORD_DIGEST) != record.get(RECORD_DIGEST):
         return []
-    return _code_unlike(provenance.get(CODE_RAN), f"stages/{record.get('stage')}.py", cache)
+    return _code_unlike(provenance.get(CODE_RAN), script, cache)
+
+
+_LOCKS: dict[str, tuple[list[int], dict[str, tuple[dict, list]]]] = {}  # dvc.lock as read: its stat signature, and
+# {each stage.json among its outs: (that out's entry, its stage's deps)}
+
+
+def _locked_deps(root: Path, stage_record: Path) -> Optional[list]:
+    """The deps ``root/dvc.lock`` records for the stage whose out is the stage record ``stage_record`` (a path
+    under ``root``), where that out's entry holds the record's md5 now (:func:`locked_as_is`); None where it does not
+    (no lock file, no such out, or a record DVC did not write or restore there). The lock file is read once while its
+    stat signature holds."""
+    lock = root / "dvc.lock"
+    try:
+        signature = stat_signature(os.stat(lock))
+    except OSError:
+        return None
+    key = os.path.abspath(lock)
+    if key not in _LOCKS or _LOCKS[key][0] != signature:
+        import yaml
+
+        from grueflow.config import load_yaml12
+
+        try:
+            stages = load_yaml12(lock.read_text(encoding="utf-8")).get("stages") or {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, AttributeError):
+            stages = {}
+        outs = {}
+        for stage in (stages.values() if isinstance(stages, dict) else ()):
+            deps = (stage.get("deps") or []) if isinstance(stage, dict) else []
+            for out in ((stage.get("outs") or []) if isinstance(stage, dict) else ()):
+                if isinstance(out, dict) and isinstance(out.get("path"), str) and isinstance(out.get("md5"), str) \
+                        and out["path"].endswith("/" + STAGE_RECORD) and isinstance(deps, list):
+                    outs[out["path"]] = (out, deps)
+        _LOCKS[key] = (signature, outs)
+    found = _LOCKS[key][1].get(Path(os.path.relpath(stage_record, root)).as_posix())
+    return found[1] if found is not None and locked_as_is(stage_record, found[0]) else None
+
+
+def _lock_unlike(deps: list, script: str, root: Path, cache: Optional[Path]) -> list[str]:
+    """The code files whose md5 differs from the one ``deps`` (a stage's deps in dvc.lock) records, or that are
+    among the files the stage CLI ``script`` runs now and not among the deps (or the reverse), then what
+    :func:`_plugins_unlike` finds for its plugins' digests file, if it has one."""
+    locked = {dep["path"]: dep for dep in deps
+              if isinstance(dep, dict) and isinstance(dep.get("path"), str) and isinstance(dep.get("md5"), str)}
+    try:
+        code = set(codedeps.script_code(script))
+    except (FileNotFoundError, SyntaxError):  # the stage's CLI is gone or broken: the engine says so itself
+        return []
+    code_locked = {path for path in locked if path.endswith(".py") and path.startswith(("grueflow/", "stages/"))}
+    changed = sorted(path for path in code | code_locked
+                     if path not in locked or path not in code or not _as_locked(root / path, locked[path]))
+    for path in sorted(path for path in locked if path.startswith(PLUGIN_CODE + "/")):
+        changed += _plugins_unlike(root, path, locked[path], cache)
+    return changed
+
+
+@functools.lru_cache(maxsize=None)
+def _md5(path: Path, crlf_as_lf: bool, signature: tuple[int, ...]) -> Optional[str]:
+    """The md5 of ``path``'s bytes (with CRLF as LF: DVC 2's), once per process while its stat ``signature`` holds;
+    None where it cannot be read."""
+    try:
+        content = path.read_bytes()
+    except OSError:
+        return None
+    return hashlib.md5(content.replace(b"\r\n", b"\n") if crlf_as_lf else content).hexdigest()
+
+
+def _as_locked(path: Path, entry: Mapping) -> bool:
+    """:func:`locked_as_is` for a code file, each file read once per process while it is not rewritten."""
+    try:
+        signature = tuple(stat_signature(os.stat(path)))
+    except OSError:
+        return False
+    return _md5(path, entry.get("hash") != "md5", signature) == entry["md5"]
+
+
+def _plugins_unlike(root: Path, path: str, entry: Mapping, cache: Optional[Path]) -> list[str]:
+    """The project files (a plugin's source, the local data or files a task's datapool, rewards and metrics name)
+    whose digests in the plugins' digests file ``path`` (``results/plugin_code/<task>/<stage>.json``, written by
+    DVC's first stage and a dep of the stage; ``entry``, its dep entry in dvc.lock) differ from their digests now
+    (:func:`grueflow.pipeline.plugin_digests` of the task file now, read through the cache); where that file is not
+    the one the entry records, the file itself (``path``) if the digests now are not the ones it recorded. ``[]``
+    where the task file does not read (the suite's validation says why)."""
+    from grueflow.config import read_yaml
+
+    task, stage = Path(path).parent.name, Path(path).stem
+    added: list[bool] = []
+
+    def digest(file: Path) -> str:
+        found, new = _cached_path_digest(file)
+        added.append(new)
+        return found
+
+    try:
+        data = read_yaml(root / "params" / "tasks" / f"{task}.yaml")
+        if cache is not None:
+            _load(cache)
+        now = plugin_digests({task: data}, root, digest=digest)[task].get(stage)
+    except (ConfigError, OSError):
+        return []
+    if cache is not None and any(added):
+        _save(cache)
+    if now is None:
+        return []
+    recorded = None
+    if locked_as_is(root / path, entry):
+        try:
+            recorded = read_json(root / path)
+        except (OSError, ValueError):
+            recorded = None
+    if not isinstance(recorded, dict) or not isinstance(recorded.get("sha256"), dict):
+        text = (json.dumps(now, indent=1, sort_keys=True) + "\n").encode()
+        text = text if entry.get("hash") == "md5" else text.replace(b"\r\n", b"\n")
+        return [] if hashlib.md5(text).hexdigest() == entry["md5"] else [path]
+    before, after = recorded["sha256"], now["sha256"]
+    return sorted(name for name in {*before, *after} if before.get(name) != after.get(name))
+
+
+def _cached_path_digest(path: Path) -> tuple[str, bool]:
+    """:func:`grueflow.pipeline.path_digest` of a file or folder, from :data:`_KNOWN` while the stat signatures of
+    its files are the ones recorded there (load the cache first); and whether it was computed now."""
+    signature = _tree_signature(path) if path.is_dir() else stat_signature(os.stat(path))
+    key = f"{path}\0path digest"
+    entry = _KNOWN.get(key)
+    if isinstance(entry, list) and len(entry) == 2 and entry[0] == signature:
+        return entry[1], False
+    _KNOWN[key] = [signature, path_digest(path)]
+    return _KNOWN[key][1], True
 
 
 def table_code_changed(table: Path, cache: Optional[Path] = None) -> list[str]:

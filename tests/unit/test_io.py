@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 import pytest
 
@@ -326,6 +326,63 @@ def test_a_folder_snakemake_holds_no_record_of_is_stale_where_its_code_changed(t
     assert code_changed(folder, record) == []
     write_json(folder / "provenance.json", {key: value for key, value in provenance.items() if key != "code"})
     assert code_changed(folder, record) == []  # written before provenance records held the code: not judged
+
+
+def _dvc_lock(repo: Path, folder: Path, script: str, plugin_code: Optional[str] = None) -> None:
+    """A dvc.lock in ``repo`` whose one stage wrote ``folder``'s stage.json as it is, from the code ``script`` runs
+    as it is in ``repo`` (and ``plugin_code``, its plugins' digests file, as it is), as DVC writes one."""
+    import yaml
+
+    from grueflow.codedeps import script_code
+
+    def entry(path: str) -> dict:
+        return {"path": path, "hash": "md5", "md5": hashlib.md5((repo / path).read_bytes()).hexdigest()}
+
+    deps = [entry(path) for path in script_code(script) + ([plugin_code] if plugin_code else [])]
+    stage_record = (folder / "stage.json").as_posix()
+    (repo / "dvc.lock").write_text(yaml.safe_dump({"schema": "2.0", "stages": {"evaluate@sentiment-ppo-0": {
+        "cmd": f"python {script}", "deps": deps, "outs": [entry(stage_record)]}}}, sort_keys=False))
+
+
+def test_a_dvc_built_folder_is_judged_by_the_code_dvc_lock_records_for_it(tmp_path, monkeypatch):
+    """A DVC project fresh from `dvc pull` holds no provenance record (DVC caches none), and DVC's run cache puts back
+    a folder beside a later build's: where dvc.lock records the folder's stage.json as it is, the md5 of each code
+    file among its stage's deps, and the digests of the plugins and files its task names (results/plugin_code), are
+    what it was built with, as `dvc status` compares them."""
+    from grueflow.config import read_yaml
+    from grueflow.io import write_json, write_stage_record
+    from grueflow.pipeline import plugin_digests
+    from grueflow.stale import code_changed
+    from tests.conftest import copy_project
+    from tests.workflow.test_plugin_workflow import add_readme_reward
+
+    repo = copy_project(tmp_path / "repo")
+    add_readme_reward(repo)
+    monkeypatch.chdir(repo)
+    folder = Path("results/eval/sentiment/ppo/seed0")
+    folder.mkdir(parents=True)
+    (folder / "metrics.json").write_text("{}\n")
+    ran = {**stage.code_record("evaluate"), "grueflow/evaluation.py": "0" * 64}  # a later build's (run cache)
+    write_stage_record(folder, stage="evaluate", params={}, inputs={}, wall_time_s=0.0, extra={"code": ran})
+    record = read_json(folder / "stage.json")
+    plugin_code = Path("results/plugin_code/sentiment/evaluate.json")
+    plugin_code.parent.mkdir(parents=True)
+    entry = plugin_digests({"sentiment": read_yaml(repo / "params/tasks/sentiment.yaml")}, repo)["sentiment"]["evaluate"]
+    assert list(entry["sha256"]) == ["my_rewards.py"]
+    plugin_code.write_text(json.dumps(entry, indent=1, sort_keys=True) + "\n")
+    _dvc_lock(repo, folder, "stages/evaluate.py", plugin_code.as_posix())
+    assert code_changed(folder, record) == []  # as dvc.lock records it: the provenance record is not read
+    (folder / "provenance.json").unlink()  # as after dvc pull
+    evaluation = repo / "grueflow" / "evaluation.py"
+    evaluation.write_text(evaluation.read_text() + "# edited\n")
+    assert code_changed(folder, record) == ["grueflow/evaluation.py"]
+    reward = repo / "my_rewards.py"
+    reward.write_text(reward.read_text() + "# edited\n")
+    assert code_changed(folder, record) == ["grueflow/evaluation.py", "my_rewards.py"]
+    plugin_code.write_text("{}\n")  # not the digests file dvc.lock records: judged by the digests' md5
+    assert code_changed(folder, record) == ["grueflow/evaluation.py", plugin_code.as_posix()]
+    write_json(folder / "stage.json", {**record, "note": 1})  # not the stage record dvc.lock records, and no
+    assert code_changed(folder, read_json(folder / "stage.json")) == []  # provenance record: not judged
 
 
 def test_a_table_snakemake_holds_no_record_of_is_stale_where_its_stages_code_changed(tmp_path, monkeypatch):
