@@ -1003,6 +1003,43 @@ def in_stage_folder(path: Path) -> bool:
     return any((p / STAGE_RECORD).is_file() for p in (path, *path.parents))
 
 
+def dvc_caches(path: str | Path) -> list[Path]:
+    """The DVC caches of the DVC repository that holds ``path`` (the nearest folder at or above it, links not
+    followed, that holds a ``.dvc`` folder), links resolved: ``.dvc/cache`` and the ``dir`` of the ``[cache]``
+    section of ``.dvc/config`` and ``.dvc/config.local`` (``dvc cache dir``; a relative one is relative to
+    ``.dvc/``). ``[]`` where no folder above ``path`` holds a ``.dvc`` folder."""
+    start = Path(os.path.abspath(path))
+    repo = next((p for p in (start, *start.parents) if (p / ".dvc").is_dir()), None)
+    if repo is None:
+        return []
+    caches = [repo / ".dvc" / "cache"]
+    for config in (repo / ".dvc" / "config", repo / ".dvc" / "config.local"):
+        section = ""
+        try:
+            lines = config.read_text(encoding="utf-8", errors="replace").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            header = re.match(r"\s*\[\s*(.+?)\s*\]\s*$", line)
+            value = re.match(r"\s*dir\s*=\s*(.+?)\s*$", line)
+            if header:
+                section = header.group(1)
+            elif section == "cache" and value:
+                caches.append(repo / ".dvc" / Path(value.group(1).strip("'\"")).expanduser())
+    return [Path(os.path.realpath(cache)) for cache in caches]
+
+
+def in_dvc_cache(path: str | Path) -> bool:
+    """Whether ``path``, links followed, lies in a DVC cache: one of :func:`dvc_caches` of the repository ``path``
+    lies in, or any folder ``.dvc/cache``. DVC's cache holds each tracked version of a file once, named by the md5
+    of its bytes; with ``cache.type`` ``symlink`` or ``hardlink`` a checkout's files are links to those objects, and
+    ``dvc gc`` removes the objects no kept commit names."""
+    real = Path(os.path.realpath(path))
+    if any(real.parts[i:i + 2] == (".dvc", "cache") for i in range(len(real.parts) - 1)):
+        return True
+    return any(real.is_relative_to(cache) for cache in dvc_caches(path))
+
+
 def _stamp(path: Path) -> tuple[int, int] | None:
     """(size, modification time in ns) of a file, or None when it is missing."""
     if not path.is_file():

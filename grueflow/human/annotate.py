@@ -34,10 +34,10 @@ from typing import Any, Optional, Sequence
 
 from grueflow import io
 from grueflow.config import ConfigError
-from grueflow.human.answers import AnswerError, AnswerStore, check_annotator
+from grueflow.human.answers import AnswerError, AnswerStore, check_annotator, shared_file
 from grueflow.human.batch import ITEMS, Batch, prompt_of, read_batch, tag_of
 from grueflow.human.criteria import SCALE_MAX, SCALE_MIN
-from grueflow.human.layout import PAGE_SUFFIX
+from grueflow.human.layout import LEFTOVER_SUFFIX, PAGE_SUFFIX
 from grueflow.human.page import CSS, SCRIPT, shell
 from grueflow.stage import GivenOnce, check_writable, inside_output
 
@@ -314,7 +314,9 @@ def build_server(batch_dir: str | Path, annotator: str, answers: str | Path,
                  port: int = DEFAULT_PORT) -> AnnotationServer:
     """A ready (not yet serving) server for one annotator; ``port=0`` picks a free port. It watches ``batch_dir``
     from before it reads the batch (:class:`BatchWatch`): a batch exported there since is refused on every request.
-    A name the answers file holds in another spelling (``Alice`` where it has ``alice``) is an AnswerError."""
+    A name the answers file holds in another spelling (``Alice`` where it has ``alice``) is an AnswerError; an answers
+    file that is not a file of its own (a link or hard link into DVC's cache, where it was added with ``dvc add`` and a
+    link cache type: :func:`grueflow.human.answers.shared_file`) is a DataError, before any answer is taken."""
     batch_dir = Path(batch_dir)
     watch = BatchWatch(batch_dir) if (batch_dir / ITEMS).is_file() else None  # taken first: a change while read shows
     batch = read_batch(batch_dir)
@@ -338,6 +340,10 @@ def build_server(batch_dir: str | Path, annotator: str, answers: str | Path,
     try:  # and one that cannot be written, or lies in a stage's output: every answer would be lost
         inside_output("--answers", Path(answers))
         check_writable("--answers", Path(answers))
+        for file in (Path(answers), Path(answers).with_name(Path(answers).name + LEFTOVER_SUFFIX)):
+            shared = shared_file(file)  # DVC's cached copy, linked in (read-only): every answer would go into it
+            if shared is not None:
+                raise ConfigError(f"--answers {shared}")
         if Path(answers).exists() and not os.access(answers, os.W_OK):
             raise ConfigError(f"--answers {answers}: cannot write the file: permission denied")
     except ConfigError as err:

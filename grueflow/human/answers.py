@@ -10,7 +10,9 @@ answer).
 
 Appending holds a lock (a thread lock within one server, ``flock`` across processes, so two
 annotators' servers may share a file), writes the whole line with one ``write`` and ``fsync``\\ s before
-the answer is acknowledged; a write that fails (a full disk) is cut off again. Only a crash of the machine
+the answer is acknowledged; a write that fails (a full disk) is cut off again. A file that is not one of its own (a
+link, or a hard link, into DVC's cache where it was added with ``dvc add`` and a link cache type) is never written
+(:func:`shared_file`): an append in place would change DVC's copy of a committed version. Only a crash of the machine
 mid-write can leave an unacknowledged partial last line. The page skips it and its next append moves it to
 ``<file>.cut``, so a saved answer is never lost and no half line stays. The import cannot tell such a line
 from an answer edited by hand and refused it (:func:`read_numbered_answer_lines`): a person decides. A last
@@ -137,6 +139,52 @@ def check_answer(batch: Batch, item_id: Any, values: Any) -> dict[str, Any]:
     return {c: values[c] for c in expected}
 
 
+def shared_file(path: str | Path) -> str | None:
+    """Why appending to the answers file ``path`` in place would change bytes that another path holds too, or None
+    (no file there, or a plain file of its own): a symbolic link (an append writes into what it names: DVC's cache
+    where the file was added with ``dvc add`` and ``cache.type: symlink``, a git-annex object), a file of more than
+    one hard link (the other paths are the same file: DVC's cache with ``cache.type: hardlink``, a ``cp -al`` copy),
+    or a file that lies in a DVC cache (:func:`grueflow.io.in_dvc_cache`). DVC's cached object is the committed
+    version's only copy, named by the md5 of its bytes: written in place, it holds other bytes under that name, and a
+    checkout or a push of that commit gives the newer answers, with no word. The text names the file, what it
+    shares, and how to make it a file of its own first: ``dvc unprotect <file>`` (then ``dvc add`` again when the
+    answers are in), or a plain copy renamed over it."""
+    path = Path(path)
+    try:
+        info = path.lstat()
+    except FileNotFoundError:
+        return None
+    dvc = io.in_dvc_cache(path)
+    if path.is_symlink():
+        target = os.path.realpath(path)
+        what = (f"a link into DVC's cache ({target}: `dvc add` with cache.type symlink)" if dvc else
+                f"a link to {os.readlink(path)}")
+        changes = "DVC's cached copy of the committed version, kept under the md5 of its bytes" if dvc else \
+            "the file it names"
+    elif dvc:
+        what, changes = "a file in DVC's cache", "DVC's cached copy of a committed version, kept under its md5"
+    elif info.st_nlink > 1:
+        what = (f"one file with {info.st_nlink - 1} other path(s) (a hard link: DVC's cache with cache.type hardlink, "
+                f"where it was `dvc add`ed, or a copy made with cp -al)")
+        changes = "the other path(s) (DVC's cached copy of the committed version, kept under the md5 of its bytes)"
+    else:
+        return None
+    copy = path.with_name(f".{path.name}.copy")
+    return (f"{path} is {what}: the page appends each answer to the file in place, so it would also change {changes}; "
+            f"make it a file of its own first: run `dvc unprotect {path}` (and `dvc add` it again when the answers "
+            f"are in), or copy it to a plain file in its place (cp {path} {copy} && chmod u+w {copy} && mv {copy} "
+            f"{path}); no answer was saved")
+
+
+def _refuse_shared(path: Path) -> None:
+    """An AnswerError (409) where the answers file ``path``, or the ``.cut`` file beside it that an append may write
+    (:func:`_cut_partial_tail`), is not a file of its own (:func:`shared_file`)."""
+    for file in (path, path.with_name(path.name + LEFTOVER_SUFFIX)):
+        problem = shared_file(file)
+        if problem is not None:
+            raise AnswerError(problem, status=409)
+
+
 class AnswerStore:
     """Appends answers to one JSONL file and reads them back (see the module docstring)."""
 
@@ -148,7 +196,8 @@ class AnswerStore:
 
     def append(self, annotator: str, item_id: str, values: Any) -> Answer:
         """Validate (the name too: :meth:`check_spelling`), then append one line durably; returns the saved answer.
-        Raises AnswerError, saving nothing.
+        Raises AnswerError, saving nothing; so where the file (or its ``.cut`` file) is not a file of its own, a link
+        or a hard link into DVC's cache that the append would write into (:func:`shared_file`, 409).
 
         The line's ``at`` is now, or a microsecond after the last line this store appended where the clock reads no
         later (two answers within one microsecond, a clock stepped back): the times of its lines run in line order."""
@@ -162,9 +211,11 @@ class AnswerStore:
             record = {"annotator": annotator, "item_id": item_id, "answer": clean,
                       "at": at.isoformat(timespec="microseconds")}
             line = (json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n").encode("utf-8")
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+            _refuse_shared(self.path)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX)
+                _refuse_shared(self.path)  # under the lock: a `dvc add` or checkout may have linked it meanwhile
                 _cut_partial_tail(fd, self.path)
                 self.check_spelling(annotator)  # under the lock: another page may have just written a spelling
                 size = os.fstat(fd).st_size

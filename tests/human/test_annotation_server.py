@@ -394,3 +394,48 @@ def test_a_page_whose_batch_is_exported_again_refuses_to_save_and_says_to_restar
     for name, data in original.items():
         (likert_dir / name).write_bytes(data)
     assert post(server, {"item_id": second, "answer": {"coherence": 3, "sentiment": 3}})[0] == 200
+
+
+@pytest.mark.parametrize("link", ["hardlink", "symlink", "symlink_elsewhere"])
+def test_an_answers_file_linked_into_dvcs_cache_is_refused_before_any_answer(likert_dir: Path, serve, tmp_path: Path,
+                                                                             capsys, link: str) -> None:
+    """Answers `dvc add`ed with cache.type hardlink or symlink: the page appended each answer in place, into DVC's
+    cached object of the committed version, which then held other bytes than its md5 names, with no word."""
+    answers = tmp_path / "answers.jsonl"
+    items = [i["item_id"] for i in hb.read_batch(likert_dir).items]
+    started = serve(likert_dir, "carol")  # a page that started before the file was linked
+    assert post(serve(likert_dir), {"item_id": items[0], "answer": {"coherence": 4, "sentiment": 2}})[0] == 200
+    saved = answers.read_bytes()
+    cache = tmp_path / ".dvc" / "cache" if link != "symlink_elsewhere" else tmp_path / "annex"
+    target = cache / "files" / "md5" / "ab" / "cdef0123456789abcdef0123456789"
+    target.parent.mkdir(parents=True)
+    answers.rename(target)
+    target.chmod(0o444)
+    if link == "hardlink":
+        os.link(target, answers)
+    else:
+        answers.symlink_to(target)
+    copy = tmp_path / ".answers.jsonl.copy"
+    what = {"hardlink": "one file with 1 other path(s) (a hard link: DVC's cache with cache.type hardlink, where it "
+                        "was `dvc add`ed, or a copy made with cp -al)",
+            "symlink": f"a link into DVC's cache ({target}: `dvc add` with cache.type symlink)",
+            "symlink_elsewhere": f"a link to {target}"}[link]
+    changes = {"hardlink": "the other path(s) (DVC's cached copy of the committed version, kept under the md5 of its "
+                           "bytes)",
+               "symlink": "DVC's cached copy of the committed version, kept under the md5 of its bytes",
+               "symlink_elsewhere": "the file it names"}[link]
+    message = (f"{answers} is {what}: the page appends each answer to the file in place, so it would also "
+               f"change {changes}; make it a file of its own first: run `dvc unprotect {answers}` (and `dvc add` it "
+               f"again when the answers are in), or copy it to a plain file in its place (cp {answers} {copy} && "
+               f"chmod u+w {copy} && mv {copy} {answers}); no answer was saved")
+    with pytest.raises(DataError) as refused:
+        build_server(likert_dir, "bob", answers, port=0)
+    assert str(refused.value) == f"--answers {message}"
+    assert main([str(likert_dir), "--annotator", "bob", "--answers", str(answers), "--port", "0"]) == 2
+    assert capsys.readouterr().err == f"error: --answers {message}\n"
+    status, body = post(started, {"item_id": items[1], "answer": {"coherence": 1, "sentiment": 1}})
+    assert (status, body) == (409, {"error": message})
+    with pytest.raises(AnswerError) as refused:
+        AnswerStore(answers, hb.read_batch(likert_dir)).append("bob", items[1], {"coherence": 1, "sentiment": 1})
+    assert (str(refused.value), refused.value.status) == (message, 409)
+    assert target.read_bytes() == saved and not (tmp_path / "answers.jsonl.cut").exists()
