@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from grueflow.io import (MODEL_DIR, PROVENANCE_RECORD, REPLACED, SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED,
-                         DataError, as_written, files_record, fingerprint, in_stage_folder, read_json, sha256_bytes)
+                         DataError, as_written, files_record, fingerprint, in_dvc_cache, in_stage_folder, read_json,
+                         sha256_bytes)
 
 
 def stat_signature(stat: os.stat_result) -> list[int]:
@@ -203,7 +204,9 @@ def keep_copy(path: Path, root: Path, files: list[Path], by_content: bool = Fals
     lies outside ``results/``: no stage or table reads it, and neither engine tracks it. A copy that fails (a full
     disk, ``.grueflow`` a file) is a :class:`DataError`: nothing may run. A file reached through a link to a folder
     under ``path`` is kept as that link (:func:`as_deleted`): a rebuild deletes the link alone, and a copy through it
-    would write into what it names."""
+    would write into what it names. A link to a file is kept as the link, but for a link into DVC's cache
+    (:func:`cached_link`: every file of an output checked out with ``cache.type: symlink``), the bytes it names are
+    kept: ``dvc gc`` removes that object once no kept commit names it."""
     place, tmp = root / REPLACED / os.path.relpath(os.path.abspath(path), os.path.abspath(root)), None
     files = as_deleted(path, files)
     try:
@@ -216,9 +219,9 @@ def keep_copy(path: Path, root: Path, files: list[Path], by_content: bool = Fals
         for file in files:
             target = tmp / (file.relative_to(path) if path.is_dir() else file.name)
             target.parent.mkdir(parents=True, exist_ok=True)
-            if file.is_symlink():  # as the link (shutil refuses one that names a FIFO)
+            if file.is_symlink() and not cached_link(file):  # as the link (shutil refuses one that names a FIFO)
                 os.symlink(os.readlink(file), target)
-            else:
+            else:  # a link into DVC's cache as the bytes it names
                 shutil.copy2(file, target)
         try:
             os.rename(tmp, place)
@@ -348,8 +351,8 @@ def _places(path: Path, root: Path, files: list[Path], by_content: bool) -> tupl
     if path.is_dir():
         digest = hashlib.sha256()
         for file in _keyed(path, files, by_content):
-            what = (os.readlink(file) if file.is_symlink() else sha256_bytes(file)) if by_content else \
-                stat_signature(file.lstat())
+            what = (os.readlink(file) if file.is_symlink() and not cached_link(file) else sha256_bytes(file)) \
+                if by_content else stat_signature(file.lstat())
             digest.update(os.fsencode(file.relative_to(path)) + f"\0{what}\0".encode())
         key = digest.hexdigest()[:12]
     elif path.is_symlink():  # copied as the link: what it names may be no file (a FIFO, a socket, a device)
@@ -374,15 +377,23 @@ def _keyed(path: Path, files: list[Path], by_content: bool) -> list[Path]:
 
 def _holds(place: Path, path: Path, files: list[Path]) -> bool:
     """Whether the copy ``place`` still holds each of ``files`` (under ``path``) as :func:`keep_copy` wrote it: a
-    link as a link, a file at its size."""
+    link as a link, a file (or a link into DVC's cache, :func:`cached_link`) as a file at its size."""
     for file in files:
         target = place / (file.relative_to(path) if path.is_dir() else file.name)
-        if file.is_symlink() and not target.is_symlink():
+        as_link = file.is_symlink() and not cached_link(file)
+        if as_link and not target.is_symlink():
             return False
-        if not file.is_symlink() and (target.is_symlink() or not target.is_file()
-                                      or target.stat().st_size != file.lstat().st_size):
+        if not as_link and (target.is_symlink() or not target.is_file()
+                            or target.stat().st_size != file.stat().st_size):
             return False
     return True
+
+
+def cached_link(file: Path) -> bool:
+    """Whether ``file`` is a symbolic link to a file in a DVC cache (:func:`grueflow.io.in_dvc_cache`), as DVC checks
+    out every file of an output with ``cache.type: symlink``: what it names is content-addressed, read-only and
+    removed by ``dvc gc`` once no kept commit names it, so a copy keeps its bytes, never the link."""
+    return file.is_symlink() and file.is_file() and in_dvc_cache(file)
 
 
 def listed(path: Path, files: list[Path]) -> str:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Sequence
 
 from grueflow import io
-from grueflow.keep import batch_copies_text, copies_of, copy_root, keep_batch, keep_key
+from grueflow.keep import batch_copies_text, cached_link, copies_of, copy_root, keep_batch, keep_key
 from grueflow.registry import UnknownNameError
 from grueflow.human.criteria import CRITERIA, SCALE_MAX, SCALE_MIN, CriteriaSet, Criterion
 
@@ -379,10 +379,11 @@ def stray_key(key_path: str | Path, document: Mapping[str, Any], out_dir: str | 
 
 
 def _held_batch(folder: Path) -> tuple[str, set[str]] | None:
-    """(tag, opaque ids) of the pairwise batch the folder ``folder`` holds, by its ``items.jsonl``; None where it
-    holds none (no readable items, items of no tag, a Likert batch's)."""
+    """(tag, opaque ids) of the pairwise batch the folder ``folder`` holds, by its ``items.jsonl`` (a file, or a link
+    into DVC's cache: :func:`grueflow.keep.cached_link`); None where it holds none (no readable items, items of no
+    tag, a Likert batch's)."""
     items = folder / ITEMS
-    if not items.is_file() or items.is_symlink():
+    if not items.is_file() or (items.is_symlink() and not cached_link(items)):  # DVC's symlinked cache: its bytes
         return None
     try:
         with open(items, encoding="utf-8") as handle:
@@ -428,9 +429,10 @@ def check_key_path(key_path: str | Path, document: Mapping[str, Any], replaced: 
 def replaced_tag(out_dir: str | Path, batch: Batch) -> str | None:
     """The tag of the batch the folder ``out_dir`` holds where writing ``batch`` there would replace it with other
     items (:func:`write_batch` keeps a copy first); None where it holds no batch's items (nothing there, a folder of
-    another kind, whose files the stage keeps as any it replaces) or the very items of ``batch``."""
+    another kind, whose files the stage keeps as any it replaces) or the very items of ``batch``. Its
+    ``items.jsonl`` may be a link into DVC's cache (:func:`grueflow.keep.cached_link`: ``cache.type: symlink``)."""
     items = Path(out_dir) / ITEMS
-    if not items.is_file() or items.is_symlink():
+    if not items.is_file() or (items.is_symlink() and not cached_link(items)):  # DVC's symlinked cache: its bytes
         return None
     try:
         with open(items, encoding="utf-8") as handle:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import hashlib
 import html
 import json
 import logging
@@ -869,6 +870,55 @@ def test_a_run_that_exports_again_a_batch_put_back_without_its_key_keeps_the_key
                     f"found beside it, of batch {newer.tag} (not its own), in {copy} (the batch annotators may be "
                     f"answering, and the map from their item ids to the systems)")
     assert (copy / f".{key_file.name}.record.json").is_file()
+
+
+def _link_into_dvc_cache(folder: Path) -> None:
+    """Check ``folder`` out as DVC does with ``cache.type: symlink``: each file moved to ``.dvc/cache`` (named by its
+    md5, read-only) and linked back by its absolute path."""
+    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+        digest = hashlib.md5(file.read_bytes()).hexdigest()
+        cached = Path(".dvc/cache/files/md5") / digest[:2] / digest[2:]
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        if cached.exists():
+            file.unlink()
+        else:
+            file.rename(cached)
+            cached.chmod(0o444)
+        file.symlink_to(cached.resolve())
+
+
+def test_a_batch_checked_out_as_links_into_dvcs_cache_is_kept_as_its_bytes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With DVC's cache.type symlink every file of a batch folder is a link into .dvc/cache: the copy kept of an
+    answered batch held only those links, though its line said "a copy of it is kept", and `dvc gc` left it dangling;
+    and the export, which read no batch through a link, replaced such a batch with no copy kept."""
+    from grueflow.stale import keep_answered
+
+    monkeypatch.chdir(tmp_path)
+    Path(".dvc").mkdir()
+    folder = Path("results/human/t/batches/ppo_vs_sup_seed0")
+    key_file = Path("results/human/t/keys/ppo_vs_sup_seed0.json")
+    answers = Path("data/human/t/ppo_vs_sup_seed0")
+    older, older_key = hb.pairwise_batch(("ppo", _predictions("ppo")), ("sup", _predictions("sup")), "imdb", 0)
+    hb.write_batch(older, folder, older_key, key_file)
+    _link_into_dvc_cache(folder)
+    newer, newer_key = hb.pairwise_batch(("ppo", _predictions("a2c")), ("sup", _predictions("sup")), "imdb", 0)
+    lines = hb.write_batch(newer, folder, newer_key, key_file)
+    kept, kept_key = hb.kept_batch(hb.read_batch(folder), older.tag)
+    assert lines == [f"grueflow: {folder} holds batch {older.tag}, which this export replaces by batch {newer.tag}; "
+                     f"a copy of it is kept in {kept}, its key in {kept_key} (annotators may be answering it)"]
+    _link_into_dvc_cache(folder)
+    line, = keep_answered(Path("."), [(folder, key_file, answers)])
+    kept_newer, kept_newer_key = hb.kept_batch(hb.read_batch(folder), newer.tag)
+    assert line == (f"grueflow: {folder} has answers in {answers}; a copy of it is kept in {kept_newer}, its key in "
+                    f"{kept_newer_key} (an upstream change that alters its predictions exports it again, replacing it)")
+    assert keep_answered(Path("."), [(folder, key_file, answers)]) == []  # the same content: copied once
+    shutil.rmtree(".dvc/cache")  # as `dvc gc` removes the objects no kept commit names
+    for copy, key_copy, batch, key in ((kept, kept_key, older, older_key), (kept_newer, kept_newer_key, newer,
+                                                                          newer_key)):
+        assert not any(p.is_symlink() for p in copy.rglob("*"))
+        assert hb.read_batch(copy).items == batch.items
+        assert hb.read_key(key_copy / key_file.name, hb.read_batch(copy)) == key
 
 
 def test_a_kept_key_keeps_its_digest_record_so_an_import_from_it_is_checked(
