@@ -598,7 +598,8 @@ def read_key(path: str | Path, batch: Batch | None = None, legacy_ok: bool = Fal
     """A pairwise key file's opaque id -> system map.
 
     With ``batch`` (what an import passes), the key must be the one written with that batch: its ``batch_tag`` is
-    the batch's tag and it maps every opaque id of the batch, else a DataError names both files; and its bytes are
+    the batch's tag and it maps every opaque id of the batch, else a DataError names both files (and, for another
+    batch's key, a copy kept of this batch's and ``dvc repro``: :func:`_own_key_remedy`); and its bytes are
     the ones its export recorded beside it (:func:`_check_key_digest`: one item's two systems swapped is refused).
     A key written before keys named their batch (a bare id -> system object) cannot be checked; it is refused unless
     ``legacy_ok``, and then read with a warning. Without ``batch`` the map is returned unchecked.
@@ -616,13 +617,40 @@ def read_key(path: str | Path, batch: Batch | None = None, legacy_ok: bool = Fal
                     path, where)
     elif tag != batch.tag:
         raise io.DataError(f"{path} belongs to batch {tag}, not to {where} ({mine}); give the key written with "
-                           f"this batch")
+                           f"this batch{_own_key_remedy(path, batch)}")
     missing = sorted(batch.opaque_ids() - set(ids))
     if missing:
         raise io.DataError(f"{path} lacks {len(missing)} of the opaque ids of {where} (e.g. {missing[0]}); give the "
                            f"key written with this batch; {_key_remedy(path)}")
     _check_key_digest(path, batch)
     return ids
+
+
+def _own_key_remedy(path: str | Path, batch: Batch) -> str:
+    """Where to find the key of ``batch`` where ``path`` holds another batch's: ``: a copy of it is kept in <copy>
+    (--key <copy>/<name>)`` for the last copy kept in ``.grueflow/replaced/`` (:func:`grueflow.keep.keep_key`) that
+    names ``batch``'s tag and maps each of its opaque ids; and, for a key in the pipeline's layout
+    (``results/human/<task>/keys/``), ``dvc repro``: ``dvc checkout`` of another commit puts the batch folder back
+    from DVC's cache but not its key (an output DVC does not cache), and the seeded export, rerun, keeps the key it
+    finds (:func:`stray_key`) and writes this batch's key again. ``""`` where neither applies."""
+    name = Path(path).name
+    kept = [copy / name for copy in copies_of(Path(path), Path(".")) if _names_batch(copy / name, batch)][-1:]
+    text = f": a copy of it is kept in {kept[0].parent} (--key {kept[0]})" if kept else ""
+    if Path(path).parent.name == "keys":
+        text += (f"{'; or' if kept else ';'} where the batch folder was put back without its key (`dvc checkout` "
+                 f"restores the folder from DVC's cache, not the key, which DVC does not cache), run `dvc repro`: "
+                 f"the export is seeded, and keeps the key found here in .grueflow/replaced/ and writes this "
+                 f"batch's key again")
+    return text
+
+
+def _names_batch(key: Path, batch: Batch) -> bool:
+    """Whether the key file ``key`` names ``batch``'s tag and maps each of its opaque ids."""
+    try:
+        tag, ids = _read_key_file(key)
+    except io.DataError:
+        return False
+    return tag == batch.tag and batch.opaque_ids() <= set(ids)
 
 
 def _check_key_digest(path: str | Path, batch: Batch) -> None:

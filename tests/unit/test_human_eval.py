@@ -872,6 +872,38 @@ def test_a_run_that_exports_again_a_batch_put_back_without_its_key_keeps_the_key
     assert (copy / f".{key_file.name}.record.json").is_file()
 
 
+def test_another_batchs_key_beside_a_batch_put_back_names_the_kept_key_and_dvc_repro(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After `git checkout master && dvc checkout` the batch folder is master's again, but the key (not cached by DVC)
+    is the branch's: the import refused it as another batch's with "give the key written with this batch", naming
+    neither the copy of this batch's key kept in .grueflow/replaced/ nor `dvc repro`, which writes it again."""
+    monkeypatch.chdir(tmp_path)
+    folder = Path("results/human/t/batches/ppo_vs_sup_seed0")
+    key_file = Path("results/human/t/keys/ppo_vs_sup_seed0.json")
+    older, older_key = hb.pairwise_batch(("ppo", _predictions("ppo")), ("sup", _predictions("sup")), "imdb", 0)
+    hb.write_batch(older, folder, older_key, key_file)
+    newer, newer_key = hb.pairwise_batch(("ppo", _predictions("a2c")), ("sup", _predictions("sup")), "imdb", 0)
+    hb.write_batch(newer, folder, newer_key, key_file)  # the branch's export: the older batch and key are kept
+    kept, kept_key = hb.kept_batch(hb.read_batch(folder), older.tag)
+    shutil.rmtree(folder)
+    shutil.copytree(kept, folder)  # as dvc checkout puts the older batch back; the newer key stays
+    batch = hb.read_batch(folder)
+    repro = ("where the batch folder was put back without its key (`dvc checkout` restores the folder from DVC's "
+             "cache, not the key, which DVC does not cache), run `dvc repro`: the export is seeded, and keeps the key "
+             "found here in .grueflow/replaced/ and writes this batch's key again")
+    with pytest.raises(io.DataError) as refused:
+        hb.read_key(key_file, batch)
+    assert str(refused.value) == (f"{key_file} belongs to batch {newer.tag}, not to {folder} ({older.tag}); give the "
+                                  f"key written with this batch: a copy of it is kept in {kept_key} (--key "
+                                  f"{kept_key / key_file.name}); or {repro}")
+    assert hb.read_key(kept_key / key_file.name, batch) == older_key  # the copy named, checked by its record
+    shutil.rmtree(".grueflow")  # no copy kept: dvc repro alone
+    with pytest.raises(io.DataError) as refused:
+        hb.read_key(key_file, batch)
+    assert str(refused.value) == (f"{key_file} belongs to batch {newer.tag}, not to {folder} ({older.tag}); give the "
+                                  f"key written with this batch; {repro}")
+
+
 def _link_into_dvc_cache(folder: Path) -> None:
     """Check ``folder`` out as DVC does with ``cache.type: symlink``: each file moved to ``.dvc/cache`` (named by its
     md5, read-only) and linked back by its absolute path."""
