@@ -32,7 +32,8 @@ from grueflow.io import STAGE_RECORD, atomic_path, shown
 from grueflow.data import DATAPOOLS
 from grueflow.metrics import METRICS
 from grueflow.models import MODELS
-from grueflow.pipeline import RESOURCE_STAGES, START_PREFIX, STAGES, SUITE_VARS, override_layers, placeholders
+from grueflow.pipeline import (RESOURCE_STAGES, START_PREFIX, STAGES, SUITE_VARS, WILDCARD_BRACES, override_layers,
+                               placeholders, wildcard_advice, wildcard_problem)
 from grueflow.postprocess import resolve as resolve_post_processing
 from grueflow.preference.config import PREFERENCE_METHODS, preference_method_files
 from grueflow.registry import UnknownNameError
@@ -363,7 +364,9 @@ class Suite:
 
 
 def load_suite(data: dict[str, Any], where: str = "suite") -> Suite:
-    """Validate a suite and every params file it names; raises :class:`ConfigError` on the first problem."""
+    """Validate a suite and every params file it names; raises :class:`ConfigError` on the first problem. A local
+    path a task file names that Snakemake would read as a wildcard (:func:`grueflow.pipeline.wildcard_problem`) is
+    refused here, under either engine: both run this before any stage."""
     suite = parse(SuiteConfig, data, f"{where}:")
     params = Path(suite.params_dir)
     if not (params / "tasks").is_dir():
@@ -381,6 +384,9 @@ def load_suite(data: dict[str, Any], where: str = "suite") -> Suite:
             file = path if shown(name) == repr(name) else f"{params / 'tasks'}/<that name>.yaml"
             raise ConfigError(f"{where}: task {shown(name)} has no task file {file}; valid tasks: {', '.join(known)}")
         tasks[name] = load_task(path)
+        problem = wildcard_problem(read_yaml(path), Path.cwd())
+        if problem is not None:  # Snakemake could not plan the stage that reads it: both engines refuse it
+            raise ConfigError(f"{path}: {problem}")
     methods = {a: load_method(a, params / "methods" / f"{a}.yaml") for a in suite.algorithms}
     supervised = load_method("supervised", params / "methods" / "supervised.yaml")
     parsed = dict(tasks)  # the suite's tasks, and those a learned_classifier names (check_classifiers_trained)
@@ -440,10 +446,13 @@ def check_preference_file(path: str, where: str, task: str) -> None:
     not there yet is left to Snakemake: a rule may write it first (a human-evaluation import's
     ``results/human/<task>/imported/<batch>/preferences.jsonl``, in the same run). Another task's human judgements
     are refused too (:func:`preference_file_task`): a file under ``results/human/<other task>/``, or in an import
-    folder whose ``stage.json`` records another task."""
+    folder whose ``stage.json`` records another task; so is a path holding a brace, which Snakemake reads in an input
+    as a wildcard (:func:`grueflow.pipeline.wildcard_advice`)."""
     if not path.strip():  # Path("") is the working folder
         raise ConfigError(f"{where}: the path is empty; give a preferences.jsonl, or remove the entry to build "
                           f"{task}'s preferences with build_preferences")
+    if WILDCARD_BRACES.search(path):  # the preference stages' input
+        raise ConfigError(f"{where}: {path!r}: {wildcard_advice(path)}")
     if Path(path).is_dir():
         raise ConfigError(f"{where}: {path!r} is a folder; give the preferences.jsonl in it")
     other = preference_file_task(path)

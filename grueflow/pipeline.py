@@ -35,7 +35,7 @@ import sys
 import textwrap
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Optional
+from typing import Callable, Iterable, Mapping, Optional
 
 import yaml
 
@@ -614,24 +614,22 @@ def plugin_code_file(stage: str) -> str:
 DATAPOOL_DATA_KEYS = ("data_files", "data_root", "path", "train_path")  # the datapool args that can name local data
 
 
+def named_strings(name: str, value: object) -> list[tuple[str, str]]:
+    """Every string in a params ``value``, at any depth of its lists and mappings (a mapping's values), with its key
+    under ``name``: ``("data_files.train[1]", "data/a.jsonl")``, in the order written."""
+    if isinstance(value, str):
+        return [(name, value)]
+    if isinstance(value, (list, tuple)):
+        return [found for i, item in enumerate(value) for found in named_strings(f"{name}[{i}]", item)]
+    if isinstance(value, Mapping):
+        return [found for key, item in value.items() for found in named_strings(f"{name}.{key}", item)]
+    return []
+
+
 def datapool_paths(args: Mapping) -> list[tuple[str, str]]:
     """Every string a datapool's ``args`` give under :data:`DATAPOOL_DATA_KEYS`, at any depth of lists and
     mappings, with its name: ``("data_files.train[1]", "data/a.jsonl")``, in the order written."""
-    found: list[tuple[str, str]] = []
-
-    def walk(name: str, value: object) -> None:
-        if isinstance(value, str):
-            found.append((name, value))
-        elif isinstance(value, (list, tuple)):
-            for i, item in enumerate(value):
-                walk(f"{name}[{i}]", item)
-        elif isinstance(value, Mapping):
-            for key, item in value.items():
-                walk(f"{name}.{key}", item)
-
-    for key in DATAPOOL_DATA_KEYS:
-        walk(key, args.get(key))
-    return found
+    return [found for key in DATAPOOL_DATA_KEYS for found in named_strings(key, args.get(key))]
 
 
 def datapool_files(task: object, root: Path = ROOT) -> list[str]:
@@ -679,6 +677,81 @@ def scorer_files(task: object, root: Path = ROOT, parts: tuple[str, ...] = ("rew
     named = [text for part in parts if part in specs
              for spec in specs[part] if isinstance(spec, dict) for text in plugins.strings_in(spec.get("args"))]
     return sorted({path for path in (local_input(text, root) for text in named) if path is not None})
+
+
+def task_paths(task: object) -> list[tuple[str, str, bool]]:
+    """Every string of a task file's data (``task``) that a stage may read as a local file or folder, with its key
+    and whether the Snakemake rules take it as an input whether or not it exists: the datapool's data keys
+    (``datapool.args.data_files.train``, :func:`datapool_paths`), each string in the args of the reward components
+    (the task's and those of its ``method_overrides`` entries) and of the metrics, at any depth (a lexicon, a
+    checkpoint folder: taken where it exists, :func:`scorer_files`; a ``reward_model`` component's ``path`` and a
+    ``learned_classifier``'s ``model`` always, as the folders of the stages that train them), and the classifier's
+    ``train_file`` and ``test_file`` (always) and ``backbone`` (where it exists). A plugin's import path is not one:
+    its module files (:func:`grueflow.plugins.source_files`) are found from dotted module names, which hold no
+    brace."""
+    if not isinstance(task, dict):
+        return []
+
+    def mapping(value: object) -> dict:
+        return value if isinstance(value, dict) else {}
+
+    def dicts(value: object) -> list[tuple[int, dict]]:
+        return [(i, v) for i, v in enumerate(value) if isinstance(v, dict)] if isinstance(value, list) else []
+
+    always = {("reward_model", "path"), ("learned_classifier", "model")}  # (metric, arg) a rule takes as an input
+    found = [(f"datapool.args.{key}", text, False) for key, text in datapool_paths(mapping(mapping(
+        task.get("datapool")).get("args")))]
+    overrides = mapping(task.get("method_overrides"))
+    scopes = [("", task)] + [(f"method_overrides.{name}.", entry) for name, entry in overrides.items()
+                             if isinstance(entry, dict)]
+    specs = [(f"{prefix}reward.components[{i}]", c.get("metric"), c) for prefix, scope in scopes
+             for i, c in dicts(mapping(scope.get("reward")).get("components"))]
+    specs += [(f"metrics[{i}]", m.get("id"), m) for i, m in dicts(task.get("metrics"))]
+    for where, metric, spec in specs:
+        args = mapping(spec.get("args"))
+        found += [(key, text, (metric, arg) in always) for arg, value in args.items()
+                  for key, text in named_strings(f"{where}.args.{arg}", value)]
+    classifier = mapping(task.get("classifier"))
+    found += [(f"classifier.{key}", classifier[key], key != "backbone")
+              for key in ("train_file", "test_file", "backbone") if isinstance(classifier.get(key), str)]
+    return found
+
+
+WILDCARD_BRACES = re.compile(r"[{}]")  # what Snakemake reads in an input path as a wildcard, whatever the escaping
+
+
+def wildcard_problem(task: object, root: Path = ROOT) -> Optional[str]:
+    """Why a task file's data (``task``) cannot be planned by Snakemake, or None: a local path it names
+    (:func:`task_paths`, as the rules take it: an existing file or folder, normalised as :func:`local_input` does,
+    and the files under a folder, :func:`files_in`), holds a brace, which Snakemake reads in an input as a wildcard
+    (``data/set {v2}/train.jsonl``, with ``{{v2}}`` too): no job could read it, and a stage folder built before is
+    taken as up to date. Refused under DVC too, so that one task file runs under both engines."""
+    for key, text, always in task_paths(task):
+        local = local_input(text, root)
+        taken = [local, *files_in([local], root)] if local is not None else [text] if always and text.strip() else []
+        braced = next((path for path in taken if WILDCARD_BRACES.search(path)), None)
+        if braced is None:
+            continue
+        held = "" if braced in (text, local) else f" holds {braced!r}"
+        return f"{key} {text!r}{held}: {wildcard_advice(braced)}"
+    return None
+
+
+def wildcard_advice(path: str) -> str:
+    """What to do about a local path holding a brace (:data:`WILDCARD_BRACES`), as the end of a message."""
+    part = next(part for part in Path(path).parts if WILDCARD_BRACES.search(part))
+    renamed = WILDCARD_BRACES.sub("", part).strip() or "data"
+    return (f"Snakemake reads '{{...}}' in an input path as a wildcard, so it could not plan the stage that reads it; "
+            f"rename {part!r} without braces (e.g. {renamed!r}) and give the new path")
+
+
+def files_in(paths: Iterable[str], root: Path = Path(".")) -> list[str]:
+    """``paths`` (relative to ``root``, or absolute) with each folder replaced by every file under it, sorted, written
+    as ``paths`` write them: the local inputs a rule takes (Snakemake compares an input folder's own modification
+    time only, which a file rewritten two folders down leaves alone)."""
+    return [str(f) for p in paths
+            for f in (sorted(Path(p) / q.relative_to(root / p) for q in (root / p).rglob("*") if q.is_file())
+                      if (root / p).is_dir() else [Path(p)])]
 
 
 def resolve_input(text: str, root: Path = ROOT) -> Optional[Path]:

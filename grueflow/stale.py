@@ -30,7 +30,10 @@ the deleted run's row. Before each Snakemake run the Snakefile calls :func:`mark
 - a stage folder whose ``stage.json`` records an input that no longer exists, or one whose content is not the
   one recorded: an input from outside ``results/`` (a datapool's local data, the human answers), or another
   stage's folder replaced by another valid one whose record names no output path (an earlier version's), which
-  passes its own checks: that reader is stale (digests read through a cache, :func:`input_digest`);
+  passes its own checks: that reader is stale (digests read through a cache, :func:`input_digest`); but a suite
+  folder's input from outside ``results/`` that is gone and that its task file still names (a data disk not mounted,
+  a folder renamed) is refused, naming it, before anything is marked: its job could not read it, and the rebuild
+  would start by deleting the folder;
 - a stage folder the suite's rules write (``folders``), a ``stage.json`` records as an input, or the table
   aggregates, that holds no ``stage.json`` of its own (emptied, or its record deleted; every stage writes one
   last), or a file where such a folder belongs: that folder is stale;
@@ -105,7 +108,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional
 
 from grueflow import codedeps
-from grueflow.config import ConfigError
+from grueflow.config import ConfigError, read_yaml
 from grueflow.io import (BUILT_FROM, CODE_RAN, MODEL_DIR, PROVENANCE_RECORD, RECORD_DIGEST, SNAKEMAKE_METADATA,
                          SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED, DataError, MissingDataError, as_written,
                          atomic_path, check_stage_output, files_record, fingerprint, last_written, read_json,
@@ -113,7 +116,7 @@ from grueflow.io import (BUILT_FROM, CODE_RAN, MODEL_DIR, PROVENANCE_RECORD, REC
 from grueflow.keep import (as_deleted, batch_copies_text, edited_outputs, files_under, keep_batch, keep_copy, kept_copy,
                            links_left, listed, persons_files, stat_signature, unvouched)
 from grueflow.pipeline import (PARAMS_DIGEST, PLUGIN_CODE, STAGES, ParamsSource, params_digest, path_digest,
-                               plugin_digests)
+                               plugin_digests, task_paths)
 
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
 TOKENS = Path(".snakemake") / "grueflow-stale.json"  # {output path: when it was last found stale, ns}, beside
@@ -242,9 +245,10 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
     digests of the recorded inputs are kept between runs (:func:`input_digest`; None: this process's only);
     ``params``: where the job of each suite stage folder reads its params now, as its rule runs it
     (:func:`params_changed`, with ``load`` reading a params file). A :class:`DataError` where two suite folders are
-    one through a link above one of them (:func:`refuse_shared`), and where a link at ``results``, above a suite
+    one through a link above one of them (:func:`refuse_shared`), where a link at ``results``, above a suite
     folder, or at one that a suite folder's record names as an input (or the table aggregates) leads to nothing
-    (:func:`refuse_dangling`)."""
+    (:func:`refuse_dangling`), and where a suite folder of ``params`` was built from data outside ``results/`` that
+    no longer exists and its task file still names (:func:`_missing_data`): its job could not read it."""
     params = params or {}
     stale: dict[Path, str] = {}
     expected, folders = list(expected), list(folders)
@@ -256,6 +260,7 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
     dangling = {link for folder in expected if (link := _dangling_link(results, folder)) is not None} \
         if table.is_file() else set()  # a suite folder that is a link to nothing, which the table aggregates
     readers: dict[Path, dict] = {}  # each stage folder in order: its recorded inputs, compared once all are seen
+    missing: list[str] = []  # data a suite folder was built from, gone, that its task file still names
     for folder in sorted(set(recorded_folders(results)) | set(_recorded_suite_folders(suite))):
         try:
             check_stage_output(folder, deep=False)
@@ -308,6 +313,8 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             stale[folder] = f"it was built from {', '.join(gone)}, {_no_longer_exist(gone)}"
         elif gone:  # data of the user's moved away: stamped only, so that putting it back reruns nothing
             stale[folder] = f"its input {', '.join(gone)} {GONE_INPUT}"
+            if (not folders or folder in suite) and folder in params:  # its job would rerun, and could not read it
+                missing += _missing_data(root, folder, gone, params[folder], load)
         if folder not in stale:
             readers[folder] = inputs
         for path in paths:  # an input stage folder emptied, or its record deleted: not found by its stage.json
@@ -325,6 +332,8 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
                 f"{what}: {', '.join(rows[:3])}{' and more' if len(rows) > 3 else ''}"
                 for what, rows in (("holds rows the suite no longer names", beyond),
                                    ("lacks rows the suite names", lacking)) if rows)
+    if missing:  # before anything is marked: the folder is kept as built
+        raise DataError("; ".join(missing))
     refuse_dangling(dangling)  # a suite folder that is a link to nothing, something on record was built from
     for folder in [*expected, *folders]:  # emptied, or its record deleted before anything read it
         if folder.is_dir() and not (folder / STAGE_RECORD).is_file():
@@ -349,6 +358,38 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
     if table.is_file() and table not in stale and (unlike := _built_unlike(root, table, expected)) is not None:
         stale[table] = unlike  # after the checks of its own files: what its record says is then what was built
     return stale
+
+
+def _missing_data(root: Path, folder: Path, gone: list[str], source: ParamsSource,
+                  load: Optional[Callable[[str], object]] = None) -> list[str]:
+    """A line naming those of ``gone`` (inputs from outside ``results/`` the stage folder ``folder`` was built from,
+    which no longer exist; relative to the project's ``root``) that the task file its job reads (``source``, read
+    with ``load``) still names, at a key of :func:`grueflow.pipeline.task_paths` (the path, or a folder above it): a
+    disk not mounted, a folder renamed. Its job would rerun and fail for want of them, and Snakemake deletes the
+    folder as the job starts; the person decides: put them back, or change the keys (a task file naming other data
+    changes the job's params, which rebuilds it). ``[]`` where the task file names none of them, or cannot be read
+    (the suite's validation says why)."""
+    if source.task_file is None:
+        return []
+    try:
+        task = load(str(source.task_file)) if load is not None else read_yaml(source.task_file)
+    except (ConfigError, OSError):
+        return []
+    here = Path(os.path.abspath(root))  # where the stages read relative paths from
+    named = [(key, Path(os.path.abspath(root / os.path.expanduser(text)))) for key, text, _ in task_paths(task)
+             if text.strip()]
+    named = [(key, path) for key, path in named if not here.is_relative_to(path)]  # ".", "..": no data's own name
+    found: dict[str, str] = {}  # gone path -> the key naming it
+    for path in gone:
+        absolute = Path(os.path.abspath(root / path))
+        found.update({path: key for key, text in reversed(named) if absolute.is_relative_to(text)})
+    if not found:
+        return []
+    keys = list(dict.fromkeys(found.values()))
+    return [f"{folder} was built from {', '.join(found)}, {_no_longer_exist(list(found))} (a disk not mounted, a "
+            f"folder moved or renamed?), and {source.task_file} still names {'it' if len(found) == 1 else 'them'} "
+            f"({', '.join(keys)}): put the data back, or change {'that key' if len(keys) == 1 else 'those keys'} to "
+            f"name other data (its job then rebuilds {folder}); nothing was run, and {folder} is kept"]
 
 
 def _unmatched(folder: Path, files: list[Path]) -> str:
@@ -1139,8 +1180,6 @@ def _plugins_unlike(root: Path, path: str, entry: Mapping, cache: Optional[Path]
     (:func:`grueflow.pipeline.plugin_digests` of the task file now, read through the cache); where that file is not
     the one the entry records, the file itself (``path``) if the digests now are not the ones it recorded. ``[]``
     where the task file does not read (the suite's validation says why)."""
-    from grueflow.config import read_yaml
-
     task, stage = Path(path).parent.name, Path(path).stem
     added: list[bool] = []
 

@@ -11,7 +11,8 @@ Categories (790 cases in all, as collected; grown with each hostile pass):
   settings (beams, penalties, ``min_length``, post-processing, sampling settings with greedy decoding), null
   sections, a whole file that holds nothing, values too long to show whole, duplicate keys, YAML 1.1 octal
   integers, alias bombs and the params file itself, reward components this machine cannot run (SPICE without its
-  jars, SummaC-Conv without its checkpoint);
+  jars, SummaC-Conv without its checkpoint), local paths a task file or the suite names that hold a brace, which
+  Snakemake reads as a wildcard;
 - data files, through the datapool loaders and the datapool reader: missing, a folder, not UTF-8, not JSON
   or not rows (a ``.jsonl`` line that is no object, a ``.json`` that is no list), CSV rows longer than their
   header, repeated header columns, broken quotes, no rows, empty splits, missing columns, empty prompts and
@@ -947,6 +948,87 @@ def test_bad_params_fail_at_parse_time_naming_file_key_value_and_choices(params:
     assert "\n" not in message
     for fragment in bad.expect:
         assert fragment in message
+
+
+WILDCARD = ("Snakemake reads '{{...}}' in an input path as a wildcard, so it could not plan the stage that reads it; "
+            "rename {part!r} without braces (e.g. {renamed!r}) and give the new path")
+
+
+def custom_data(folder: str) -> Callable[[Any], None]:
+    """An edit that makes the task's datapool the custom loader over ``folder``'s train/validation/test.jsonl."""
+    return setting("datapool", {"id": "custom", "args": {"data_files": {
+        split: f"{folder}/{split}.jsonl" for split in ("train", "validation", "test")}}})
+
+
+def adding_metric(metric: dict[str, Any]) -> Callable[[Any], None]:
+    return lambda data: data["metrics"].append(metric)
+
+
+# A local path the Snakemake rules would take as an input, holding a brace: each input function's kind of path
+BRACED = [
+    P(custom_data("data/set {v2}"), "datapool.args.data_files.train 'data/set {v2}/train.jsonl': "
+      + WILDCARD.format(part="set {v2}", renamed="set v2"), id="datapool-data-files"),
+    P(setting("datapool", {"id": "custom", "args": {"data_files": {"train": "data/pool", "test": "data/t.jsonl"}}}),
+      "datapool.args.data_files.train 'data/pool' holds 'data/pool/sub {x}/train.jsonl': "
+      + WILDCARD.format(part="sub {x}", renamed="sub x"), id="datapool-folder-holding-one"),
+    P(setting("classifier", {"train_file": "data/imdb {1}.jsonl", "labels": ["neg", "pos"]}),
+      "classifier.train_file 'data/imdb {1}.jsonl': " + WILDCARD.format(part="imdb {1}.jsonl", renamed="imdb 1.jsonl"),
+      id="classifier-train-file"),
+    P(adding_metric({"id": "learned_classifier", "args": {"model": "models/clf {2}"}}),
+      "metrics[5].args.model 'models/clf {2}': " + WILDCARD.format(part="clf {2}", renamed="clf 2"),
+      id="metric-model-folder"),
+    P(adding_metric({"id": "reward_model", "args": {"path": "results/rm {1}/reward_model/model"}}),
+      "metrics[5].args.path 'results/rm {1}/reward_model/model': " + WILDCARD.format(part="rm {1}", renamed="rm 1"),
+      id="reward-model-path"),
+    P(setting("method_overrides", {"ppo": {"reward": {"components": [
+        {"metric": "learned_classifier", "args": {"model": "models/clf {2}"}, "weight": 1.0}]}}}),
+      "method_overrides.ppo.reward.components[0].args.model 'models/clf {2}': "
+      + WILDCARD.format(part="clf {2}", renamed="clf 2"), id="overridden-reward-model-folder"),
+]
+
+
+@pytest.fixture
+def braced_files(params: Path) -> None:
+    """Data and a model folder whose names hold braces, beside the params folder (the cwd)."""
+    row = json.dumps({"prompt": "a b", "references": ["c"], "text": "a b", "label": "pos"}) + "\n"
+    for name in [*(f"data/set {{v2}}/{split}.jsonl" for split in ("train", "validation", "test")),
+                 "data/pool/sub {x}/train.jsonl", "data/t.jsonl", "data/imdb {1}.jsonl", "models/clf {2}/config.json",
+                 *(f"data/set v2 [old]/{split}.jsonl" for split in ("train", "validation", "test"))]:
+        Path(name).parent.mkdir(parents=True, exist_ok=True)
+        Path(name).write_text(row)
+
+
+@pytest.mark.parametrize("edit, expect", BRACED)
+def test_a_local_path_snakemake_reads_as_a_wildcard_is_refused_naming_the_key(params: Path, braced_files: None,
+                                                                              edit, expect: str):
+    """Data in ``data/set {v2}/``: Snakemake read the braces as a wildcard, could not make the job that reads them,
+    and, the stage folder built before, said "Nothing to be done" and kept the old datapool (with no results yet: a
+    bare WildcardError naming 'v2'). ``{{v2}}`` does not escape it in an input function's path. The suite check,
+    which both engines run first, refuses it, naming the task file, the key and the path."""
+    path = params / SENTIMENT
+    data = yaml.safe_load(path.read_text())
+    edit(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ConfigError) as err:
+        load(params, SUITE)
+    assert str(err.value) == f"params/tasks/sentiment.yaml: {expect}"
+
+
+def test_a_preference_file_snakemake_reads_as_a_wildcard_is_refused(params: Path, braced_files: None):
+    data = yaml.safe_load((params / SUITE).read_text())
+    data.update(preference_methods=["dpo"], preference_files={"sentiment": "data/set {v2}/train.jsonl"})
+    with pytest.raises(ConfigError) as err:
+        load_suite(data, "params/suite.yaml")
+    assert str(err.value) == ("params/suite.yaml: preference_files.sentiment: 'data/set {v2}/train.jsonl': "
+                              + WILDCARD.format(part="set {v2}", renamed="set v2"))
+
+
+def test_local_data_under_spaces_and_brackets_loads(params: Path, braced_files: None):
+    path = params / SENTIMENT
+    data = yaml.safe_load(path.read_text())
+    custom_data("data/set v2 [old]")(data)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    assert load(params, SUITE).tasks["sentiment"].datapool.id == "custom"
 
 
 @pytest.mark.parametrize("file, changes", [

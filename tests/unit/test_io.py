@@ -716,6 +716,48 @@ def test_a_stage_whose_input_from_outside_results_changed_is_stale(tmp_path, mon
     assert datapool.stat().st_mtime_ns == built != 10 ** 9
 
 
+@pytest.mark.parametrize("named", ["data/sent/train.jsonl", "data/sent"])
+def test_a_suite_datapool_whose_data_is_gone_but_still_named_stops_the_run_and_is_kept(tmp_path, monkeypatch, named):
+    """A datapool's local data gone for one run (a data disk not mounted, a folder renamed) was called stale, "its job
+    reruns": Snakemake deleted the built datapool as the job started, the job failed for want of the data, and with
+    the data back the task's whole chain was rebuilt. Where the task file still names the data (the file, or a folder
+    above it), the check stops before anything is marked, naming the data and the two ways on; a task file that names
+    other data reruns the job, as any params change does."""
+    from grueflow import stale
+    from grueflow.io import write_stage_record
+    from grueflow.pipeline import ParamsSource
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)
+    results, tokens = Path("results"), Path(".snakemake") / "grueflow-stale.json"
+    datapool, data, task = results / "sentiment" / "datapool", Path("data/sent"), Path("params/tasks/sentiment.yaml")
+    datapool.mkdir(parents=True)
+    (datapool / "train.jsonl").write_text("{}\n")
+    data.mkdir(parents=True)
+    (data / "train.jsonl").write_text('{"prompt": "a", "references": ["b"]}\n')
+    task.parent.mkdir(parents=True)
+    task.write_text(f"datapool: {{id: custom, args: {{data_files: {{train: {named}}}}}}}\n")
+    write_stage_record(datapool, stage="prepare_datapool", params={}, wall_time_s=0.0, inputs={named: Path(named)})
+    check = dict(tokens=tokens, folders=[datapool], params={datapool: ParamsSource("prepare_datapool", str(task))})
+    assert stale.mark_stale(results, results / "t.csv", [], **check) == []
+    built = datapool.stat().st_mtime_ns
+    os.rename("data", "moved_data")
+    with pytest.raises(DataError) as err:
+        stale.mark_stale(results, results / "t.csv", [], **check)
+    assert str(err.value) == (
+        f"results/sentiment/datapool was built from {named}, which no longer exists (a disk not mounted, a folder "
+        f"moved or renamed?), and params/tasks/sentiment.yaml still names it (datapool.args.data_files.train): put "
+        f"the data back, or change that key to name other data (its job then rebuilds results/sentiment/datapool); "
+        f"nothing was run, and results/sentiment/datapool is kept")
+    assert datapool.stat().st_mtime_ns == built and not tokens.exists() and not stale.STAMPED.exists()
+    os.rename("moved_data", "data")
+    assert stale.mark_stale(results, results / "t.csv", [], **check) == []
+    os.rename("data", "moved_data")
+    task.write_text("datapool: {id: custom, args: {data_files: {train: moved_data/train.jsonl}}}\n")  # other data
+    assert stale.mark_stale(results, results / "t.csv", [], **check) == [
+        f"grueflow: {datapool} is stale (its input {named} no longer exists); its job reruns"]
+
+
 def test_a_reader_of_a_stage_folder_replaced_by_another_runs_folder_is_stale(tmp_path, monkeypatch):
     """A trained model's folder replaced by another run's (``cp -a`` of supervised+ppo's onto ppo's) passes its own
     checks and is newer than nothing: Snakemake said "Nothing to be done" and a later evaluation scored the wrong

@@ -16,7 +16,8 @@ from types import SimpleNamespace
 from grueflow import plugins
 from grueflow.config import ConfigError, method_name, read_yaml
 from grueflow.params import load_suite, project_relative
-from grueflow.pipeline import STAGES, ParamsSource, datapool_files, method_layers, params_digest, scorer_files
+from grueflow.pipeline import (STAGES, ParamsSource, datapool_files, files_in, method_layers, params_digest,
+                               scorer_files)
 from grueflow.stale import content_digest, stale_token
 
 try:
@@ -278,15 +279,10 @@ def plugin_code(stage):
 
 def datapool_data(w):
     """The local data files and folders a task's datapool reads (data_files, data_root, a local path;
-    grueflow/pipeline.py datapool_files): inputs, so that editing one rebuilds the datapool and what reads it."""
+    grueflow/pipeline.py datapool_files): inputs, so that editing one rebuilds the datapool and what reads it. A
+    brace in any local path a task names is refused before (grueflow/pipeline.py wildcard_problem, run by
+    load_suite): Snakemake would read it as a wildcard."""
     return files_in(datapool_files(params_file(task_file(w)), PROJECT))
-
-
-def files_in(paths):
-    """``paths`` with each folder replaced by every file under it: Snakemake compares an input folder's own
-    modification time only, which a file rewritten two folders down leaves alone."""
-    return [str(f) for p in paths for f in (sorted(q for q in Path(p).rglob("*") if q.is_file())
-                                            if Path(p).is_dir() else [Path(p)])]
 
 
 def reward_models(w):
