@@ -1140,7 +1140,8 @@ def load_yaml12(text: str | bytes) -> Any:
 
 
 def read_yaml(path: str | Path) -> Any:
-    """A params file as plain data; a missing file, bad UTF-8, bad YAML, a repeated key, an integer with a leading
+    """A params file as plain data; a missing file, bad UTF-8 (UTF-16 without a byte-order mark too), bad YAML (a
+    character YAML cannot hold, such as a NUL, named by line and column), a repeated key, an integer with a leading
     zero (YAML 1.1 octal), a value its tag cannot build (``2024-02-30``, ``!!int 1.5``) or aliases that expand past
     :data:`MAX_YAML_VALUES` values raise :class:`ConfigError` naming the file (and the line); so does a FIFO, a
     socket or a device (:func:`grueflow.io.refuse_special_file`).
@@ -1179,6 +1180,12 @@ def read_yaml(path: str | Path) -> Any:
                           f"it says, while DVC's reader honours it (YAML 1.1 reads yes, no, on and off as booleans), "
                           f"so the two would read its values otherwise: remove the directive (both then read YAML "
                           f"1.2)") from None
+    except yaml.reader.ReaderError as err:  # a character YAML text cannot hold, named by its offset in the text
+        line = text.count("\n", 0, err.position) + 1
+        column = err.position - text.rfind("\n", 0, err.position)
+        what = "a NUL byte" if err.character == 0 else f"the character U+{err.character:04X}"
+        raise ConfigError(f"{path}: line {line}, column {column}: not valid YAML: {what}, which a YAML file cannot "
+                          f"hold; delete it (a params file is UTF-8 text)") from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         at = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

@@ -11,6 +11,7 @@ raises :class:`DataError` naming the file and line, which a stage reports in one
 from __future__ import annotations
 
 import base64
+import codecs
 import contextlib
 import csv
 import ctypes
@@ -282,13 +283,45 @@ POINTERS = ((b"version https://git-lfs.github.com/spec/", "a Git LFS pointer", "
             (b"/annex/objects/", "a git-annex pointer", "git annex get"))
 
 
+# UTF-32's before UTF-16's: a UTF-32 text of Latin script has a NUL at every other byte too
+UNMARKED_ENCODINGS = ("utf-32le", "utf-32be", "utf-16le", "utf-16be")
+SNIFFED_BYTES = 4096  # how much of a file's start :func:`unmarked_encoding` looks at
+
+
+def unmarked_encoding(head: bytes) -> Optional[str]:
+    """The UTF-16 or UTF-32 encoding (``utf-16le``, ...) of a text that starts with the bytes ``head`` and has no
+    byte-order mark, else None. Such a text decodes to no NUL character in it, while at least a quarter of its
+    characters are below U+0100 (Latin script, digits, spaces and line ends), whose high bytes are NUL: a NUL byte at
+    every other position in UTF-16, three in four in UTF-32. UTF-8 text holds no NUL byte; a head that starts with a
+    byte-order mark (:data:`UNICODE_BOMS`) or a compression's magic bytes (:data:`COMPRESSIONS`) is left to the
+    reader's own message for those."""
+    if b"\x00" not in head or head.startswith(tuple(bom for bom, _ in UNICODE_BOMS)) or \
+            head.startswith(tuple(magic for magic, _, _ in COMPRESSIONS)):
+        return None
+    for encoding in UNMARKED_ENCODINGS:
+        try:  # not final: the head may end inside a character
+            text = codecs.getincrementaldecoder(encoding)().decode(head, final=False)
+        except UnicodeDecodeError:
+            continue
+        if text and "\x00" not in text and 4 * sum(ord(char) < 0x100 for char in text) >= len(text):
+            return encoding
+    return None
+
+
 def iter_lines(path: str | Path, carriage_returns: bool = False) -> Iterator[tuple[int, str]]:
     """``(line number, line)`` of a UTF-8 text file, line endings kept, a UTF-8 byte-order mark at its start (what
     Notepad and Excel write) left out; a non-UTF-8 byte is a DataError naming the file, the line and the column (or
     the compression, for a compressed file), never a bare UnicodeDecodeError, and so is a file this checkout has
-    not fetched (:data:`POINTERS`), which would read as one bad line. Lines end at ``\n``; with
+    not fetched (:data:`POINTERS`), which would read as one bad line, and a UTF-16 or UTF-32 file saved without a
+    byte-order mark (:func:`unmarked_encoding`), whose NUL bytes are valid UTF-8. Lines end at ``\n``; with
     ``carriage_returns`` also at a lone ``\r`` (classic Mac OS line ends, as most editors show them)."""
     with open(path, "rb") as handle:
+        encoding = unmarked_encoding(handle.read(SNIFFED_BYTES))
+        if encoding is not None:
+            nuls = "a NUL byte at every other position" if "16" in encoding else "three NUL bytes in every four"
+            raise DataError(f"{path} is not UTF-8: it reads as {encoding} without a byte-order mark ({nuls}); re-save "
+                            f"the file as UTF-8 (e.g. iconv -f {encoding} -t utf-8)")
+        handle.seek(0)
         raws = handle.read().splitlines(keepends=True) if carriage_returns else handle  # \n, \r\n and \r only
         for number, raw in enumerate(raws, start=1):
             pointer = next(((kind, tool) for head, kind, tool in POINTERS if number == 1 and raw.startswith(head)),

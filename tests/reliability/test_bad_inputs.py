@@ -681,6 +681,12 @@ PARAMS = [
     P(Bad(SENTIMENT, replacing("# caf\u00e9 reviews\nlengths: {prompt: 24}\n".encode("latin-1")), (
         "sentiment.yaml: line 1: byte 0xe9 at column 6 is not UTF-8; re-save the file as UTF-8",)),
       id="task-file-not-utf8"),
+    P(Bad(PPO, lambda data: yaml.safe_dump(data, sort_keys=False).encode("utf-16-le"), (  # "#x0000 ... position 1"
+        "ppo.yaml is not UTF-8: it reads as utf-16le without a byte-order mark (a NUL byte at every other position); "
+        "re-save the file as UTF-8 (e.g. iconv -f utf-16le -t utf-8)",)), id="method-file-utf-16-without-bom"),
+    P(Bad(SENTIMENT, replacing(b"lengths: {prompt: 24}\nname: x\x00y\n"), (
+        "sentiment.yaml: line 2, column 8: not valid YAML: a NUL byte, which a YAML file cannot hold; delete it (a "
+        "params file is UTF-8 text)",)), id="task-file-with-a-nul-byte"),  # was named by its offset in the text
     P(Bad(SENTIMENT, as_text(lambda text: text + "lengths:\n  prompt: 8\n"), (
         "sentiment.yaml: line", "not valid YAML: key 'lengths' appears twice in one mapping (first on line 24)",
         "keep one")), id="duplicate-top-level-key"),
@@ -1177,6 +1183,10 @@ DATA = [
     P(raw_file("blank.jsonl", b'\n' + json.dumps(GOOD_ROW).encode() + b'\n\n\n{"prompt": "", "references": "5"}\n'),
       {}, DataError, ("blank.jsonl line 5: empty prompt (prompt); fix the data",),
       id="jsonl-bad-row-named-by-its-line"),
+    # UTF-16 without a byte-order mark is valid UTF-8 (NUL bytes): datasets read it as one odd column
+    P(raw_file("utf16.csv", "prompt,references\n2 + 2 ?,4\n".encode("utf-16-le")), {}, DataError, (
+        "utf16.csv is not UTF-8: it reads as utf-16le without a byte-order mark (a NUL byte at every other "
+        "position); re-save the file as UTF-8 (e.g. iconv -f utf-16le -t utf-8)",), id="utf-16-file-without-bom"),
 ]
 
 
