@@ -343,6 +343,26 @@ def iter_lines(path: str | Path, carriage_returns: bool = False) -> Iterator[tup
                                 f"UTF-8{said}; re-save the file as UTF-8 (e.g. iconv -f {source} -t utf-8)") from None
 
 
+def check_header_repeat(path: str | Path, line: int, record: list[str], header: list[str]) -> None:
+    """Raise a DataError where ``record``, the data row of the CSV file ``path`` that starts on ``line``, is its
+    ``header``'s column names again (each cell without its spaces, the first without a byte-order mark): the second
+    header of two files joined into one (``cat a.csv b.csv``), which a reader would take for a row of data. The
+    names in another order are refused with their own advice: the rows below follow that order, so deleting the
+    line alone would put their cells under other columns."""
+    cells = [cell.strip() for cell in record]
+    if cells:
+        cells[0] = cells[0].lstrip("\ufeff").strip()
+    names = [name.strip() for name in header]
+    if len(cells) != len(names) or sorted(cells) != sorted(names):
+        return
+    if cells == names:
+        raise DataError(f"{path}: line {line} repeats the header: were two files joined? Delete the line")
+    raise DataError(f"{path}: line {line} repeats the header with the columns in another order ({','.join(cells)} "
+                    f"where the header has {','.join(names)}): were two files joined? The rows below it follow its "
+                    f"order, so deleting the line alone would put their cells under other columns: write them in "
+                    f"the header's order (or keep the two files apart), then delete the line")
+
+
 def csv_records(reader: Any, lines_before: int = 0) -> Iterator[tuple[int, list[str]]]:
     """The records a ``csv.reader`` has still to read, each with the line it starts on (1-based, what an editor and
     ``grep -n`` show; ``lines_before``: the lines of the file read before the reader began, such as Excel's

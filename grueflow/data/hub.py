@@ -19,8 +19,8 @@ from typing import Any, Optional
 from grueflow.data import DATAPOOLS
 from grueflow.data.sample import Datapool, Sample
 from grueflow.hub import HubUnreachableError, hub_reachable, offline_state
-from grueflow.io import (DataError, MissingDataError, csv_records, iter_lines, loads_unique, read_text,
-                         separator_hint)
+from grueflow.io import (DataError, MissingDataError, check_header_repeat, csv_records, iter_lines, loads_unique,
+                         read_text, separator_hint)
 
 
 BUILDERS = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -225,8 +225,9 @@ def one_file(files: Optional[dict[str, str]], first: str, second: str) -> bool:
 def check_text_file(path: str, builder: Optional[str] = None) -> Optional[list[str]]:
     """Raise a DataError naming the file and line where a text data file is not UTF-8, not a table of rows
     (a ``.jsonl`` line that is not a JSON object, a ``.json`` file that is not a list of objects, a ``.csv``
-    row with more or fewer fields than its header, a header naming a column twice) or has no rows. Returns a
-    CSV file's header (None for the others); a parquet file is checked by :func:`check_parquet_files`.
+    row with more or fewer fields than its header or that repeats it, a header naming a column twice) or has no
+    rows. Returns a CSV file's header (None for the others); a parquet file is checked by
+    :func:`check_parquet_files`.
 
     The check is the one of ``builder``, the ``datasets`` builder that will read the file (``csv``, ``json``,
     ``parquet``: a ``.txt`` file read with ``path: csv`` is checked as CSV); without one, of the file's suffix. A
@@ -284,7 +285,8 @@ def _json_document_rows(path: str) -> list[dict[str, Any]]:
 
 def _check_csv(path: str) -> tuple[list[str], list[int]]:
     """A CSV file's header and the line each data row starts on (blank lines are no row, as ``datasets`` reads the
-    file), after checking every row has its number of fields (see :func:`check_text_file`). A first line that is
+    file), after checking every row has its number of fields (see :func:`check_text_file`) and none repeats the
+    header (:func:`grueflow.io.check_header_repeat`: two files joined into one). A first line that is
     Excel's separator hint (``sep=,``, :func:`grueflow.io.separator_hint`) is a DataError asking to delete it:
     ``datasets`` would read it as the header."""
     csv.field_size_limit(2**31 - 1)  # a long article is one field
@@ -309,6 +311,7 @@ def _check_csv(path: str) -> tuple[list[str], list[int]]:
             if len(row) != len(header):
                 raise DataError(f"{path}: line {reader.line_num}: {len(row)} fields where the header has "
                                 f"{len(header)}; is a comma stray or missing, or a text with a comma not quoted?")
+            check_header_repeat(path, start, row, header)
             starts.append(start)
     except csv.Error as err:
         raise DataError(f"{path}: line {reader.line_num}: not valid CSV ({err})") from None

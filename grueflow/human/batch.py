@@ -758,8 +758,10 @@ def read_rl4lms_pairwise(path: str | Path) -> tuple[str, dict[str, list[Predicti
 
 
 def _read_csv(path: str | Path, required: Sequence[str]) -> tuple[list[str], list[dict[str, str]]]:
-    """The header and rows of the CSV ``path``, a DataError where it lacks a ``required`` column. A first line that is
-    Excel's separator hint (``sep=,``, :func:`grueflow.io.separator_hint`) is passed over, and its delimiter used."""
+    """The header and rows of the CSV ``path``, as ``csv.DictReader`` reads them (blank lines passed over), a
+    DataError where it lacks a ``required`` column or a row repeats the header (two files joined,
+    :func:`grueflow.io.check_header_repeat`). A first line that is Excel's separator hint (``sep=,``,
+    :func:`grueflow.io.separator_hint`) is passed over, and its delimiter used."""
     io.read_text(path)  # a non-UTF-8 file fails here with the file, line and column
     with open(path, newline="", encoding="utf-8-sig") as handle:  # -sig: a BOM (Excel) is not part of a column name
         hint = io.separator_hint(handle)
@@ -768,7 +770,13 @@ def _read_csv(path: str | Path, required: Sequence[str]) -> tuple[list[str], lis
         reader = csv.DictReader(handle, delimiter=hint or ",")
         header = list(reader.fieldnames or [])
         _check_columns(path, header, required)
-        return header, list(reader)
+        rows = []
+        for row in reader:
+            if None not in row and None not in row.values():  # neither longer nor shorter than the header
+                # a header row holds no line break: its last line, line_num, is its line
+                io.check_header_repeat(path, reader.line_num + (hint is not None), list(row.values()), header)
+            rows.append(row)
+        return header, rows
 
 
 def _check_columns(path: str | Path, header: Sequence[str], required: Sequence[str]) -> None:

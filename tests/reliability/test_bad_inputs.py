@@ -1183,6 +1183,15 @@ DATA = [
     P(raw_file("blank.jsonl", b'\n' + json.dumps(GOOD_ROW).encode() + b'\n\n\n{"prompt": "", "references": "5"}\n'),
       {}, DataError, ("blank.jsonl line 5: empty prompt (prompt); fix the data",),
       id="jsonl-bad-row-named-by-its-line"),
+    # two exports joined with cat: the second header was read as a sample, prompt "prompt", reference "references"
+    P(raw_file("joined.csv", b"prompt,references\n2 + 2 ?,4\n\n\"3 + 3\n?\",6\n\xef\xbb\xbfprompt , references\n"
+               b"4 + 4 ?,8\n"), {}, DataError, (
+        "joined.csv: line 6 repeats the header: were two files joined? Delete the line",), id="csv-header-repeated"),
+    P(raw_file("swapped.csv", b"prompt,references\n2 + 2 ?,4\nreferences,prompt\n8,4 + 4 ?\n"), {}, DataError, (
+        "swapped.csv: line 3 repeats the header with the columns in another order (references,prompt where the header "
+        "has prompt,references): were two files joined? The rows below it follow its order, so deleting the line alone "
+        "would put their cells under other columns: write them in the header's order (or keep the two files apart), "
+        "then delete the line",), id="csv-header-repeated-in-another-order"),
     # UTF-16 without a byte-order mark is valid UTF-8 (NUL bytes): datasets read it as one odd column
     P(raw_file("utf16.csv", "prompt,references\n2 + 2 ?,4\n".encode("utf-16-le")), {}, DataError, (
         "utf16.csv is not UTF-8: it reads as utf-16le without a byte-order mark (a NUL byte at every other "

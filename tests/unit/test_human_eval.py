@@ -147,6 +147,23 @@ def test_rl4lms_csvs_after_excels_separator_hint_read_as_without_it(tmp_path: Pa
     assert hb.read_rl4lms_likert(likert) == {"ppo": [hb.Prediction("row1", "p", "c")]}
 
 
+def test_rl4lms_csvs_joined_with_their_headers_are_refused_naming_the_line(tmp_path: Path) -> None:
+    """Two RL4LMs Likert CSVs joined with cat: the second header was read as a row, a third system ``algorithm``
+    whose prompt was "prompt"; two pairwise CSVs so joined gave "its choice ids name [..., 'choice_A_id', ...]"."""
+    likert = tmp_path / "likert.csv"
+    likert.write_text("sep=,\nprompt,machine_completion,algorithm\np,c,ppo\n\nprompt,machine_completion,algorithm\n"
+                      "p2,c2,ppo\n")
+    with pytest.raises(io.DataError, match=re.escape(f"{likert}: line 5 repeats the header: were two files joined? "
+                                                     f"Delete the line")):
+        hb.read_rl4lms_likert(likert)
+    pairwise = tmp_path / "pairwise.csv"
+    text = _example(PAIRWISE).read_text(encoding="utf-8-sig")
+    pairwise.write_text(text + text.splitlines()[0] + "\n")
+    with pytest.raises(io.DataError, match=re.escape(f"{pairwise}: line {len(text.splitlines()) + 1} repeats the "
+                                                     f"header: were two files joined? Delete the line")):
+        hb.read_rl4lms_pairwise(pairwise)
+
+
 def test_pairwise_batch_is_blinded(tmp_path: Path) -> None:
     examples = _rows(PAIRWISE)
     systems = sorted({r["choice_A_id"] for r in examples})
