@@ -3,6 +3,7 @@
 #   snakemake --cores all --configfile params/suites/micro.yaml       (another suite)
 import os
 import re
+import signal
 import sys
 
 from snakemake.utils import validate
@@ -109,7 +110,9 @@ include: "workflow/rules/human.smk"  # human evaluation: not part of rule all
 if workflow.is_main_process:  # a stage folder deleted or damaged under finished readers: their jobs rerun
     import sys
 
+    from grueflow.interrupt import exit_code
     from grueflow.io import DataError
+    from grueflow.keep import interrupted_line
     from grueflow.stale import TABLES, keep_answered, mark_stale
 
     _keys = {key: [] for key in Path().glob(re.sub(r"\{\w+\}", "*", STAGES["export_human_pairwise"].outputs["key"]))
@@ -122,12 +125,17 @@ if workflow.is_main_process:  # a stage folder deleted or damaged under finished
                              params=stage_params(), load=params_unchanged, built_by=human_target)
     except DataError as err:  # a copy of what a rebuild deletes could not be kept: nothing may run
         raise WorkflowError(str(err)) from None
+    except KeyboardInterrupt as err:  # Ctrl-C (a long copy of a user's file): one line, not Snakemake's traceback
+        print(interrupted_line(err), file=sys.stderr)
+        raise SystemExit(exit_code(signal.SIGINT)) from None
     for _line in _lines:
         print(_line, file=sys.stderr)
 
 
 onstart:  # a real run, under Snakemake's lock, before its first job: its jobs refuse params edited since now
+    from grueflow.interrupt import exit_code
     from grueflow.io import PLAN, DataError, write_planned
+    from grueflow.keep import interrupted_line
     from grueflow.stale import keep_reexported, refuse_touch, refuse_undeletable
 
     try:  # --touch rewrites Snakemake's record of each job's params without running it: never over other params
@@ -143,6 +151,9 @@ onstart:  # a real run, under Snakemake's lock, before its first job: its jobs r
         refuse_undeletable([Path(out) for job in workflow.dag.needrun_jobs() for out in (*job.output, *job.log)])
     except DataError as err:  # a copy could not be kept, or an output cannot be deleted: no job may run
         raise WorkflowError(str(err)) from None
+    except KeyboardInterrupt as err:  # Ctrl-C before the first job: one line; Snakemake removes its lock on the way
+        print(interrupted_line(err), file=sys.stderr)
+        raise SystemExit(exit_code(signal.SIGINT)) from None
     os.environ[PLAN] = write_planned(planned_params())
 
 

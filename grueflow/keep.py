@@ -20,12 +20,34 @@ import json
 import os
 import secrets
 import shutil
+import signal
 from pathlib import Path
 from typing import Any, Optional
 
+from grueflow.interrupt import Interrupted
 from grueflow.io import (MODEL_DIR, PROVENANCE_RECORD, REPLACED, SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED,
                          DataError, as_written, files_record, fingerprint, in_dvc_cache, in_stage_folder, read_json,
                          sha256_bytes)
+
+
+class CopyInterrupted(Interrupted):
+    """A Ctrl-C (or a SIGTERM or SIGHUP that :mod:`grueflow.interrupt` raises in a stage: ``signum``) that landed
+    while :func:`keep_copy` copied ``file`` out of a stage folder: its partial copy is removed and nothing was
+    deleted. ``str()`` is the one line to end on (:func:`interrupted_line`)."""
+
+    def __init__(self, signum: int, file: Path) -> None:
+        super().__init__(signum)
+        self.file = file
+        by = "" if signum == signal.SIGINT else f" by {signal.Signals(signum).name}"
+        self.args = (f"interrupted{by} while keeping a copy of {file}: nothing was deleted; rerun the same command",)
+
+
+def interrupted_line(err: KeyboardInterrupt) -> str:
+    """The one line a run's checks before any job (the Snakefile's, which copy out what a rebuild would delete) end
+    on when ``err`` interrupted them: :class:`CopyInterrupted`'s, naming the file; else one saying where."""
+    if isinstance(err, CopyInterrupted):
+        return str(err)
+    return "interrupted while checking the stage folders, before any job ran: rerun the same command"
 
 
 def stat_signature(stat: os.stat_result) -> list[int]:
@@ -202,13 +224,15 @@ def keep_copy(path: Path, root: Path, files: list[Path], by_content: bool = Fals
     emptied or cut since (or a file in its place) is left as it is, and the copy made beside it (``@<key>.1``, ...).
     It is readable by the group, as every output folder is (a file keeps its own mode: a private key stays so). It
     lies outside ``results/``: no stage or table reads it, and neither engine tracks it. A copy that fails (a full
-    disk, ``.grueflow`` a file) is a :class:`DataError`: nothing may run. A file reached through a link to a folder
-    under ``path`` is kept as that link (:func:`as_deleted`): a rebuild deletes the link alone, and a copy through it
-    would write into what it names. A link to a file is kept as the link, but for a link into DVC's cache
-    (:func:`cached_link`: every file of an output checked out with ``cache.type: symlink``), the bytes it names are
-    kept: ``dvc gc`` removes that object once no kept commit names it."""
+    disk, ``.grueflow`` a file) is a :class:`DataError`: nothing may run; one interrupted (Ctrl-C) is a
+    :class:`CopyInterrupted` naming the file it was copying, its partial copy removed. A file reached through a link
+    to a folder under ``path`` is kept as that link (:func:`as_deleted`): a rebuild deletes the link alone, and a
+    copy through it would write into what it names. A link to a file is kept as the link, but for a link into DVC's
+    cache (:func:`cached_link`: every file of an output checked out with ``cache.type: symlink``), the bytes it names
+    are kept: ``dvc gc`` removes that object once no kept commit names it."""
     place, tmp = root / REPLACED / os.path.relpath(os.path.abspath(path), os.path.abspath(root)), None
     files = as_deleted(path, files)
+    copying = path  # what a Ctrl-C interrupts: the folder while its files are looked at, then each file
     try:
         found, place = _places(path, root, files, by_content)
         if found is not None:
@@ -217,6 +241,7 @@ def keep_copy(path: Path, root: Path, files: list[Path], by_content: bool = Fals
         tmp = place.parent / f".{place.name}.{os.getpid()}.{secrets.token_hex(4)}"  # a run's own
         tmp.mkdir()  # the mode a new folder gets (mkdtemp's is 0700): readable by the group, as every output is
         for file in files:
+            copying = file
             target = tmp / (file.relative_to(path) if path.is_dir() else file.name)
             target.parent.mkdir(parents=True, exist_ok=True)
             if file.is_symlink() and not cached_link(file):  # as the link (shutil refuses one that names a FIFO)
@@ -233,6 +258,8 @@ def keep_copy(path: Path, root: Path, files: list[Path], by_content: bool = Fals
         raise DataError(f"keeping a copy of what {path} holds, which a rerun of its stage deletes, in {place} failed "
                         f"({err.strerror or err}{f': {err.filename}' if err.filename else ''}): copy or move it out "
                         f"of results/ yourself, or delete it, and run again") from None
+    except KeyboardInterrupt as err:  # a Ctrl-C, or a stage's SIGTERM or SIGHUP (grueflow.interrupt.Interrupted)
+        raise CopyInterrupted(err.signum if isinstance(err, Interrupted) else signal.SIGINT, copying) from None
     finally:
         if tmp is not None:  # a copy that failed, or lost to another run's: nothing of it stays
             shutil.rmtree(tmp, ignore_errors=True)

@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -2150,6 +2151,37 @@ def test_a_link_in_a_stage_folders_place_is_copied_and_stamped_as_a_link(tmp_pat
         keep_copy(pool, Path("."), [pool / "b.jsonl", pool / "train.jsonl"])
     assert len(copied) == 1
     assert [p.name for p in REPLACED.joinpath("results", "concepts").iterdir() if p.name.startswith(".")] == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_copy_interrupted_names_the_file_and_leaves_no_partial_copy(tmp_path, monkeypatch, signum):
+    """A Ctrl-C while a user's big file was copied out of a stage folder ended the dry run in a 40-line traceback
+    through the stale check and keep_copy; a stage's SIGTERM (grueflow.interrupt.Interrupted) keeps its signal."""
+    from grueflow.interrupt import Interrupted
+    from grueflow.keep import REPLACED, CopyInterrupted, keep_copy
+
+    monkeypatch.chdir(tmp_path)
+    folder = Path("results") / "eval" / "sentiment"
+    folder.mkdir(parents=True)
+    (folder / "a.txt").write_text("mine\n")
+    (folder / "big.bin").write_bytes(b"x" * 4096)
+    copy = shutil.copy2
+
+    def interrupted_midway(source, target):
+        if Path(source).name != "big.bin":
+            return copy(source, target)
+        Path(target).write_bytes(b"x" * 100)
+        raise KeyboardInterrupt if signum == signal.SIGINT else Interrupted(signum)
+
+    monkeypatch.setattr("grueflow.keep.shutil.copy2", interrupted_midway)
+    with pytest.raises(CopyInterrupted) as err:
+        keep_copy(folder, Path("."), [folder / "a.txt", folder / "big.bin"])
+    by = "" if signum == signal.SIGINT else " by SIGTERM"
+    assert str(err.value) == (f"interrupted{by} while keeping a copy of {folder / 'big.bin'}: nothing was deleted; "
+                              f"rerun the same command")
+    assert isinstance(err.value, KeyboardInterrupt) and err.value.signum == signum  # a stage's clean-up still runs
+    assert list(REPLACED.joinpath("results", "eval").iterdir()) == []  # the partial copy is gone
+    assert (folder / "big.bin").read_bytes() == b"x" * 4096 and (folder / "a.txt").is_file()
 
 
 def test_a_record_that_is_a_fifo_or_a_device_is_damaged_not_read(tmp_path, monkeypatch):

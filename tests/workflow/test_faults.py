@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import csv
 import subprocess
+import sys
 
 import pytest
 
@@ -64,3 +65,38 @@ def test_killed_snakemake_runs_are_refused_while_locked_then_resume_the_same_tar
     for target, out in ((WARM, "warm"), (RL, "rl")):
         assert (repo / target / "model" / "model.safetensors").read_bytes() == \
             (tmp_path / out / "model" / "model.safetensors").read_bytes()
+
+
+# snakemake, with the copy of one file interrupted as a Ctrl-C would interrupt it, halfway through
+INTERRUPTED_COPY = """
+import shutil, sys
+from pathlib import Path
+from snakemake.cli import main
+copy = shutil.copy2
+def interrupted(source, target, **kwargs):
+    if Path(source).name != "my_samples.bin":
+        return copy(source, target, **kwargs)
+    Path(target).write_bytes(b"part")
+    raise KeyboardInterrupt
+shutil.copy2 = interrupted
+sys.argv = ["snakemake", *sys.argv[1:]]
+main()
+"""
+
+
+def test_ctrl_c_while_the_dry_run_keeps_a_copy_of_a_users_file_is_one_line(tmp_path):
+    """Ctrl-C while the Snakefile's checks copied a user's big file out of a stage folder, before any job, ended in a
+    40-line traceback through grueflow/stale.py and keep.py: one line now, naming the file, exit 130, no partial
+    copy left and the file where it was."""
+    repo = copy_project(tmp_path / "copy")
+    folder = repo / "results" / "sentiment" / "datapool"  # no record: a rebuild would delete what it holds
+    folder.mkdir(parents=True)
+    (folder / "my_samples.bin").write_bytes(b"mine" * 1000)
+    (tmp_path / "snakemake_interrupted.py").write_text(INTERRUPTED_COPY)
+    result = run([sys.executable, str(tmp_path / "snakemake_interrupted.py"), "-n", "--cores", "1"], repo, check=False)
+    assert result.returncode == 130, result.stderr[-3000:]
+    assert (result.stdout + result.stderr).strip() == (
+        "interrupted while keeping a copy of results/sentiment/datapool/my_samples.bin: nothing was deleted; rerun "
+        "the same command"), result.stderr[-3000:]
+    assert [p for p in (repo / ".grueflow").rglob("*") if p.is_file()] == []
+    assert (folder / "my_samples.bin").read_bytes() == b"mine" * 1000
