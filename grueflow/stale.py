@@ -672,15 +672,26 @@ def _unverified(expected: Iterable[Path], stale: dict[Path, str], cache: Optiona
 def _changed_inputs(root: Path, readers: dict[Path, dict], stale: dict[Path, str],
                     cache: Optional[Path]) -> dict[Path, str]:
     """Each of ``readers`` ({stage folder: its recorded inputs}) one of whose inputs (a path relative to ``root``)
-    exists with another digest than recorded, with why. An input whose stage folder is ``stale`` (damaged, no record)
-    is not read: it is rebuilt, and its readers rerun after it as Snakemake reruns what reads a newer folder. Each
-    input is looked at once however many stages read it (a datapool), and read only where :func:`input_digest`
-    cannot answer from ``cache`` (None: this process's only). A file a person put in an input stage folder is left
-    out, as the reader left it out of the digest it recorded (:func:`grueflow.keep.persons_files`): no stage reads
-    it, and a run copies it out. An input stage folder whose digest changed is checked against its own record, its
-    files read (:func:`_damage`): one that fails it is damaged itself (a file replaced by another of its size that
-    kept an older time, ``cp -p`` from the wrong backup, which the cheap look of :func:`stale_outputs` at its own
-    files cannot tell), and is stale with why, to be rebuilt before its readers."""
+    exists with another digest than recorded, with why (:func:`changed_inputs`)."""
+    changed, damaged = changed_inputs(root, readers, stale, cache)
+    return {**damaged, **{folder: f"its input {', '.join(paths)} {CHANGED_INPUT}" for folder, paths in changed.items()}}
+
+
+def changed_inputs(root: Path, readers: Mapping[Path, Mapping], stale: Optional[Mapping[Path, str]] = None,
+                   cache: Optional[Path] = None) -> tuple[dict[Path, list[str]], dict[Path, str]]:
+    """``({reader: its changed inputs}, {damaged input folder: why})``: each of ``readers`` ({stage folder: its
+    recorded inputs}) with the inputs (paths as recorded, relative to ``root``) that exist with another digest than
+    recorded, and each input stage folder that does not match its own record. An input that no longer exists is
+    neither. An input whose stage folder is ``stale`` (damaged, no record) is not read: it is rebuilt, and its
+    readers rerun after it as Snakemake reruns what reads a newer folder. Each input is looked at once however many
+    stages read it (a datapool), and read only where :func:`input_digest` cannot answer from ``cache`` (None: this
+    process's only). A file a person put in an input stage folder is left out, as the reader left it out of the
+    digest it recorded (:func:`grueflow.keep.persons_files`): no stage reads it, and a run copies it out. An input
+    stage folder whose digest changed is checked against its own record, its files read (:func:`_damage`): one that
+    fails it is damaged itself (a file replaced by another of its size that kept an older time, ``cp -p`` from the
+    wrong backup, which the cheap look of :func:`stale_outputs` at its own files cannot tell), and is stale with
+    why, to be rebuilt before its readers (its readers are not listed for it)."""
+    stale = stale or {}
     if cache is not None:
         _load(cache)
     digests: dict[Path, str] = {}
@@ -711,10 +722,10 @@ def _changed_inputs(root: Path, readers: dict[Path, dict], stale: dict[Path, str
                     continue
                 changed.append(meta["path"])
         if changed:
-            changed_readers[folder] = f"its input {', '.join(changed)} {CHANGED_INPUT}"
+            changed_readers[folder] = changed
     if computed and cache is not None:
         _save(cache)
-    return {**damaged, **changed_readers}
+    return changed_readers, damaged
 
 
 def edited_files(first: Path, others: Iterable[Path]) -> list[Path]:

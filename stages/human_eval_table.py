@@ -1,4 +1,6 @@
-"""The human-evaluation table (beside the GRUE table) from imported batches: .csv and .md."""
+"""The human-evaluation table (beside the GRUE table) from imported batches: .csv and .md. An import whose batch,
+key or answers files hold other content now than it was built from, or whose answers folder holds a file it did not
+read, is refused, naming the import to rerun."""
 
 import sys
 from pathlib import Path
@@ -48,6 +50,7 @@ def main() -> None:
             raise DataError(f"{folder} is not a finished import (no stage.json): delete it and rerun the pipeline "
                             f"(or stages/import_human_eval.py for its batch)")
         check_stage_output(folder)  # every file as the import's stage.json recorded it
+        results.check_current_import(folder)
         table_rows = read_json(folder / "table_rows.json")
         if not isinstance(table_rows, list) or not all(isinstance(row, dict) for row in table_rows):
             raise DataError(f"{folder / 'table_rows.json'} is not a list of table rows; rerun the import")

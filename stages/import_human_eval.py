@@ -11,7 +11,7 @@ interrupt.until_main()
 from grueflow import stage
 from grueflow.human import batch as hb
 from grueflow.human import results
-from grueflow.human.layout import answer_files
+from grueflow.human.layout import ANSWERS_GIVEN, answer_files
 from grueflow.io import atomic_dir, digest_inputs, write_json, write_jsonl
 
 
@@ -54,7 +54,9 @@ def main() -> None:
             write_jsonl(tmp / "preferences.jsonl", results.preferences(batch, key, answers))
         write_json(tmp / "table_rows.json", rows)
         unchecked = {"legacy_key": True} if args.legacy_key and key is not None else {}
-        stage.finish(tmp, "import_human_eval", {"task": task}, inputs, started, n_answers=len(answers), **unchecked)
+        given = {ANSWERS_GIVEN: [str(path) for path in args.answers]}  # a file put in a folder since: the table sees
+        stage.finish(tmp, "import_human_eval", {"task": task}, inputs, started, n_answers=len(answers), **given,
+                     **unchecked)
 
 
 if __name__ == "__main__":

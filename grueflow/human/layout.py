@@ -4,9 +4,9 @@ imports, and names what lies there and would be left out without a word; :func:`
 folder's files for the import.
 
 A folder or file may be a symbolic link (answers kept on a shared drive) and is read through it. Hidden files
-(``.gitkeep``, an editor's lock link, DVC's ``.gitignore``) are passed over everywhere. What a checkout has not
-fetched is an error naming what to run: a ``*.dvc`` pointer beside a folder or file it lacks (``dvc pull``), a
-link to nothing.
+(:func:`hidden`: ``.gitkeep``, an editor's lock link, DVC's ``.gitignore``, LibreOffice's ``.~lock.<name>#`` and
+Excel's ``~$<name>`` owner files) are passed over everywhere. What a checkout has not fetched is an error naming
+what to run: a ``*.dvc`` pointer beside a folder or file it lacks (``dvc pull``), a link to nothing.
 """
 
 from __future__ import annotations
@@ -27,11 +27,21 @@ LEFTOVER_SUFFIX = ".cut"  # an unfinished line the page's answers file moved asi
 DVC_SUFFIX = ".dvc"  # what `dvc add answers.jsonl` (or `dvc add <batch folder>`) leaves beside what it tracks
 SEED = r"(?:0|[1-9][0-9]*)"  # as a suite writes a seed
 BATCH_SHAPE = re.compile(rf"likert_seed{SEED}|.+_vs_.+_seed{SEED}")  # a batch of some suite
+ANSWERS_GIVEN = "answers_given"  # the key of an import's stage.json that lists its --answers as given: files and
+# folders, whose files now the human-evaluation table compares with those the import read
+OWNER_PREFIX = "~$"  # Microsoft Office's owner file beside a document it has open (or had, before a crash): binary,
+# the user's name, no answers; Windows hides it, a share or `git add` shows it
+
+
+def hidden(name: str) -> bool:
+    """Whether an entry named ``name`` is one the answers' readers pass over: a dot file (``.gitkeep``,
+    LibreOffice's ``.~lock.<name>#``) or an Office owner file (``~$<name>``), which hold no answers."""
+    return name.startswith((".", OWNER_PREFIX))
 
 
 def _visible(folder: Path) -> list[Path]:
-    """``folder``'s entries but hidden ones, sorted."""
-    return sorted(p for p in folder.iterdir() if not p.name.startswith("."))
+    """``folder``'s entries but hidden ones (:func:`hidden`), sorted."""
+    return sorted(p for p in folder.iterdir() if not hidden(p.name))
 
 
 def unfetched(folder: Path, entries: Iterable[Path]) -> list[str]:
@@ -49,16 +59,18 @@ def unfetched(folder: Path, entries: Iterable[Path]) -> list[str]:
     return problems
 
 
-def answer_files(paths: Sequence[Path]) -> list[Path]:
+def answer_files(paths: Sequence[Path], warn: bool = True) -> list[Path]:
     """The answers files given, a folder standing for its ``*.jsonl`` and ``*.csv`` files (sorted). Hidden files
-    and DVC's ``*.dvc`` pointers in a folder are passed over, and so are the page's ``*.cut`` leftovers, each named
-    in a warning (:func:`warn_leftover`); what the checkout has not fetched (:func:`unfetched`), any other file
-    there (a ``results.xlsx``) or a folder in it (whose files are not read) is a DataError: their answers would be
-    left out of the table without a word."""
+    (:func:`hidden`: an Excel owner file ``~$results.csv`` too) and DVC's ``*.dvc`` pointers in a folder are passed
+    over, and so are the page's ``*.cut`` leftovers, each named in a warning (:func:`warn_leftover`); what the
+    checkout has not fetched (:func:`unfetched`), any other file there (a ``results.xlsx``) or a folder in it (whose
+    files are not read) is a DataError: their answers would be left out of the table without a word. ``warn``:
+    False lists the files without the warnings (a reader that only compares the listing with an import's)."""
     files = []
     for path in paths:
         if not path.is_dir():
-            warn_leftover(path.with_name(path.name + LEFTOVER_SUFFIX))
+            if warn:
+                warn_leftover(path.with_name(path.name + LEFTOVER_SUFFIX))
             files.append(path)
             continue
         entries = _visible(path)
@@ -73,7 +85,7 @@ def answer_files(paths: Sequence[Path]) -> list[Path]:
                             f"files of a folder inside are not read), so the import would leave {it} out; save a "
                             f"spreadsheet as CSV UTF-8 (Comma delimited), move answers files up into {path}, or move "
                             f"{it} out of the folder")
-        for leftover in (p for p in entries if p.suffix.lower() == LEFTOVER_SUFFIX):
+        for leftover in (p for p in entries if warn and p.suffix.lower() == LEFTOVER_SUFFIX):
             warn_leftover(leftover)
         files += [p for p in entries if p.suffix.lower() in ANSWER_SUFFIXES]  # a FIFO so named: refused as read
     if not files:
@@ -165,7 +177,7 @@ def _loose(path: Path) -> bool:
 
 
 def _has_answers(folder: Path) -> bool:
-    """Whether ``folder`` holds a file at any depth that is not hidden nor inside a hidden folder (a placeholder
-    such as ``.gitkeep`` is no answer)."""
-    return any(path.is_file() and not any(part.startswith(".") for part in path.relative_to(folder).parts)
+    """Whether ``folder`` holds a file at any depth that is not hidden nor inside a hidden folder (:func:`hidden`: a
+    placeholder such as ``.gitkeep`` is no answer)."""
+    return any(path.is_file() and not any(hidden(part) for part in path.relative_to(folder).parts)
                for path in folder.rglob("*"))

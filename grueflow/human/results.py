@@ -19,7 +19,9 @@ import datetime as dt
 import html
 import logging
 import math
+import os
 import re
+import shlex
 import unicodedata
 from collections import defaultdict
 from itertools import permutations
@@ -31,7 +33,9 @@ from grueflow.human.agreement import cohen_kappa, fleiss_kappa, krippendorff_alp
 from grueflow.human.answers import (Answer, AnswerError, Source, annotator_key, check_annotator, check_answer,
                                     parse_at, read_numbered_answer_lines)
 from grueflow.human.batch import LABEL_COLUMNS, Batch, kept_batch, prompt_of, tag_of
+from grueflow.human.layout import ANSWERS_GIVEN, answer_files
 from grueflow.human.templates import CHOICE_FIELD
+from grueflow.stale import changed_inputs
 
 log = logging.getLogger(__name__)
 Z_95 = 1.959963984540054  # the standard normal's 0.975 quantile
@@ -505,6 +509,9 @@ def _platform_row(path: str | Path, place: str, row: Mapping[str, str], batch: B
             where, lookalike = first_difference(html.unescape(given), item[column])
             cause = ("a spreadsheet or editor replaced a character by a lookalike (smart quotes, dashes): import the "
                      "file the platform wrote, unedited" if lookalike else
+                     f"the file was opened and saved in Excel, which changes such cells ({EXCEL_CHANGES}): download "
+                     f"the results again and do not save them from Excel (to view them there, import the Input. "
+                     f"columns as Text)" if excel_conversion(html.unescape(given), item[column]) else
                      "the text must match the batch's: is this the results file of another batch?")
             raise io.DataError(f"{path}: {place}: Input.{column} differs from item {item['item_id']}'s text "
                                f"{where}; {cause}")
@@ -544,6 +551,102 @@ def _answer_echo_problem(row: Mapping[str, str], item: Mapping[str, str], batch:
                     f"a selection?), so the row's answers belong to another item; import the results file as the "
                     f"platform wrote it, or sort whole rows only, and import again")
     return None
+
+
+def check_current_import(folder: Path) -> None:
+    """Refuse the finished import ``folder`` (a :class:`~grueflow.io.DataError`) where the files it was built from
+    are not those there now: one of the inputs its ``stage.json`` records (its batch folder, key and answers files,
+    by path and sha256) lies at that path with other content (``git checkout`` and ``dvc checkout`` of another
+    branch put another batch there; a re-export; answers appended or edited), or a folder among its ``--answers``
+    holds an answers file it did not read (one saved there since). Its rows are then not those of the files there
+    now. The error names each such input and the import to run again under either engine. An input no longer there
+    is not checked (an import of a kept copy whose copy was deleted still reports what it imported). Paths are
+    relative to the working folder, as the import recorded them."""
+    record = io.read_json(folder / io.STAGE_RECORD)
+    recorded = record.get("inputs") if isinstance(record.get("inputs"), dict) else {}
+    inputs = {name: meta for name, meta in recorded.items()
+              if isinstance(meta, dict) and isinstance(meta.get("path"), str)}
+    changed, damaged = changed_inputs(Path("."), {folder: inputs})
+    why = [f"its {_role(name)} {meta['path']} has changed since" for name, meta in inputs.items()
+           if meta["path"] in changed.get(folder, [])]
+    why += [f"its {_role(name)} {meta['path']} is {damaged[Path(meta['path'])]}" for name, meta in inputs.items()
+            if Path(meta["path"]) in damaged]
+    given = _answers_given(record)
+    read = {os.path.abspath(meta["path"]) for name, meta in inputs.items() if name.startswith("answers")}
+    why += [f"{path} is an answers file it did not import (saved there since)" for path in _answer_files(given)
+            if os.path.abspath(path) not in read]
+    if why:
+        raise io.DataError(f"{folder} was imported from files that are not those there now: {'; '.join(why)} (a branch "
+                        f"switch with git checkout and dvc checkout, a re-export, answers added or edited); its rows "
+                        f"would report other judgements than those files hold: import it again "
+                        f"({_reimport(folder, inputs, record, given)}), then build the table again")
+
+
+def _role(name: str) -> str:
+    """What the input ``name`` of an import's record is: ``batch``, ``key`` or (``answers<i>``) ``answers file``."""
+    return name if name in ("batch", "key") else "answers file"
+
+
+def _answers_given(record: dict) -> list[Path]:
+    """The ``--answers`` an import's ``record`` lists as given (:data:`ANSWERS_GIVEN`); none in a record written
+    before imports listed them."""
+    given = record.get(ANSWERS_GIVEN)
+    return [Path(path) for path in given if isinstance(path, str)] if isinstance(given, list) else []
+
+
+def _answer_files(given: list[Path]) -> list[Path]:
+    """The answers files in the folders among ``given`` now, as the import lists them (:func:`answer_files`); none
+    where none is a folder now, or where the import would refuse the folder (it says why when run again)."""
+    folders = [path for path in given if path.is_dir()]
+    try:
+        return answer_files(folders, warn=False) if folders else []
+    except io.DataError:
+        return []
+
+
+def _reimport(folder: Path, inputs: dict, record: dict, given: list[Path]) -> str:
+    """The commands that import ``folder`` again: Snakemake's target, and the import by hand (DVC has no import
+    stage) from the inputs its record names: the ``--answers`` given where the record lists them, else the answers
+    files read, as their folder where they share one."""
+    def path(name: str) -> str:
+        return shlex.quote(str(inputs[name]["path"]))
+
+    answers = [name for name in sorted(inputs) if name.startswith("answers")]
+    folders = {str(Path(inputs[name]["path"]).parent) for name in answers}
+    shown = (" ".join(shlex.quote(str(p)) for p in given) if given else
+             shlex.quote(folders.pop()) if len(folders) == 1 else " ".join(map(path, answers)))
+    key = f" --key {path('key')}" if "key" in inputs else ""
+    task = record["params"].get("task") if isinstance(record.get("params"), dict) else None
+    batch = path("batch") if "batch" in inputs else "<batch folder>"
+    return (f"snakemake --cores 1 results/human_eval_table.csv under Snakemake; under DVC or by hand: python "
+            f"stages/import_human_eval.py --batch {batch}{key} --answers {shown}"
+            f"{f' --task {shlex.quote(task)}' if isinstance(task, str) else ''} --out {shlex.quote(str(folder))}")
+
+
+EXCEL_ERROR = re.compile(r"#(?:NAME\?|VALUE!|REF!|DIV/0!|N/A|NUM!|NULL!|SPILL!|CALC!|FIELD!)")
+EXCEL_DATE = re.compile(r"\d{1,2}[-/ ](?:[A-Za-z]{3,9}|\d{1,2})(?:[-/ ]\d{2,4})?|[A-Za-z]{3,9}[-/ ]\d{1,4}"
+                        r"|\d{4}-\d{1,2}-\d{1,2}")
+EXCEL_NUMBER = re.compile(r"[-+]?\d+(?:[.,]\d+)?(?:E[-+]?\d+)?", re.IGNORECASE)
+EXCEL_CHANGES = ("a text starting with =, +, - or @ read as a formula, 3/4 as a date, long digits as 1.23457E+18, "
+                 "007 as 7")  # what Excel does to a text cell it reads as something else, for the error message
+
+
+def excel_conversion(given: str, expected: str) -> bool:
+    """Whether ``given``, a whole results CSV cell, is what Excel writes back for the batch's text ``expected`` after
+    reading it as something other than text: a formula's error value (``#NAME?`` for ``- one star`` or ``=)``), a
+    date (``04-Mar`` for ``3/4``), a number in E notation (``1.23457E+18`` for ``1234567890123456789``), one that
+    lost its leading zeros (``7`` for ``007``) or its digits past the 15th (Excel's precision). Excel converts a
+    cell only where the whole cell reads so."""
+    given, expected = given.strip(), expected.strip()
+    if EXCEL_ERROR.fullmatch(given):
+        return expected.startswith(("=", "+", "-", "@"))
+    if EXCEL_DATE.fullmatch(given) and not EXCEL_NUMBER.fullmatch(given):
+        return bool(EXCEL_DATE.fullmatch(expected) or re.fullmatch(r"\d{1,2}[-/.]\d{1,2}", expected))
+    if EXCEL_NUMBER.fullmatch(given) and re.fullmatch(r"[-+]?\d+", expected):
+        digits = expected.lstrip("+-")
+        return "e" in given.lower() or given.isdigit() and (digits.startswith("0") or  # 007 -> 7
+                                                            len(digits) > 15 and given[:15] == digits[:15])
+    return False
 
 
 LOOKALIKES = {"\u2018": "'", "\u2019": "'", "\u201a": "'", "\u201b": "'", "\u2032": "'", "\u201c": '"',

@@ -4812,6 +4812,56 @@ def test_a_batch_answered_for_one_method_only_warns_and_records_the_batch_size(t
     assert "| krippendorff_alpha_interval | (fewer than 2 annotators on every item) |" in markdown
 
 
+@pytest.mark.parametrize("change", ["answer-appended", "answers-file-added", "batch-of-another-branch"])
+def test_the_human_table_refuses_an_import_whose_batch_or_answers_changed_since(tmp_path: Path, call_stage,
+                                                                                 change: str):
+    """After ``git checkout lr && dvc checkout`` (another batch at the batch's path) or answers added after the
+    import, the table reported the import's old judgements with no word, though its stage.json records the digests
+    of the batch and answers it was built from."""
+    from grueflow.human import batch as hb
+
+    batch = human_likert_batch(tmp_path / "batch")
+    answers = human_answers(tmp_path / "answers" / "answers.jsonl", batch, 4, None)
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "answers", "--task", "imdb",
+                        "--out", tmp_path / "imp")
+    assert result.code == 0, result.stderr
+    if change == "answer-appended":
+        item = json.loads(answers.read_text().splitlines()[0])["item_id"]
+        with open(answers, "a") as handle:
+            handle.write(json.dumps({"annotator": "y", "item_id": item, "answer": {"coherence": 1, "sentiment": 1}})
+                         + "\n")
+        named = f"its answers file {answers} has changed since"
+    elif change == "answers-file-added":
+        added = tmp_path / "answers" / "bob.jsonl"
+        added.write_text(answers.read_text().replace('"x"', '"bob"'))
+        named = f"{added} is an answers file it did not import (saved there since)"
+    else:  # the branch's batch, exported from other generations, where dvc checkout puts it
+        hb.write_batch(hb.likert_batch({m: [hb.Prediction(f"s{i}", f"p{i}: it's {m}", f"{m} other {i}")
+                                            for i in range(4)] for m in ("ppo", "zero_shot")}, "imdb", seed=0),
+                       tmp_path / "other")
+        shutil.rmtree(batch)
+        shutil.copytree(tmp_path / "other", batch)
+        named = f"its batch {batch} has changed since"
+    table = call_stage("human_eval_table", "--imports", tmp_path / "imp", "--out-csv", tmp_path / "t.csv",
+                       "--out-md", tmp_path / "t.md")
+    assert_fails_in_one_line(table, f"error: {tmp_path / 'imp'} was imported from files that are not those there "
+                             f"now: {named} (a branch switch with git checkout and dvc checkout, a re-export, answers "
+                             f"added or edited); its rows would report other judgements than those files hold: "
+                             f"import it again (snakemake --cores 1 results/human_eval_table.csv under Snakemake; "
+                             f"under DVC or by hand: python stages/import_human_eval.py --batch {batch} --answers "
+                             f"{tmp_path / 'answers'} --task imdb --out {tmp_path / 'imp'}), then build the table "
+                             f"again")
+    assert not (tmp_path / "t.csv").exists() and not (tmp_path / "t.md").exists()
+    if change == "batch-of-another-branch":
+        return  # the import of these answers to that batch is refused, naming the batch they answer
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "answers", "--task", "imdb",
+                        "--out", tmp_path / "imp")  # the remedy the error names
+    assert result.code == 0, result.stderr
+    table = call_stage("human_eval_table", "--imports", tmp_path / "imp", "--out-csv", tmp_path / "t.csv",
+                       "--out-md", tmp_path / "t.md")
+    assert table.code == 0, table.stderr
+
+
 def test_a_results_csv_with_smart_quotes_exits_2_showing_the_changed_character(tmp_path: Path, call_stage):
     import csv
 
@@ -4828,6 +4878,71 @@ def test_a_results_csv_with_smart_quotes_exits_2_showing_the_changed_character(t
     assert_fails_in_one_line(result, "results.csv: row 2: Input.prompt differs from item ", "'s text at character 7: "
                              "the file has ", "(U+2019 RIGHT SINGLE QUOTATION MARK where the batch has U+0027 "
                              "APOSTROPHE); a spreadsheet or editor replaced a character by a lookalike")
+
+
+def likert_results_csv(path: Path, batch: Path, completion: Callable[[str], str] = lambda text: text) -> Path:
+    """An MTurk results CSV of worker W1's score 3 (both criteria) for every item of the Likert ``batch``, each
+    ``Input.machine_completion`` cell as ``completion`` gives it for the item's text."""
+    import csv
+
+    items = [json.loads(line) for line in (batch / "items.jsonl").read_text().splitlines()]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["WorkerId", "SubmitTime", "Input.item_id", "Input.prompt", "Input.machine_completion",
+                         "Answer.coherence", "Answer.sentiment"])
+        writer.writerows(["W1", "Sat Dec 05 10:00:00 PST 2026", i["item_id"], i["prompt"],
+                          completion(i["machine_completion"]), 3, 3] for i in items)
+    return path
+
+
+@pytest.mark.parametrize("text, cell, cause", [
+    ("- one star, boring", "#NAME?", "excel"),  # a text starting with -, =, + or @ read as a formula
+    ("=) loved it", "#NAME?", "excel"),
+    ("3/4", "04-Mar", "excel"),  # a date
+    ("1234567890123456789", "1.23457E+18", "excel"),  # E notation
+    ("1234567890123456789", "1234567890123450000", "excel"),  # past Excel's 15 digits
+    ("007", "7", "excel"),  # leading zeros
+    ("a fine film", "a fine movie", "another batch"),
+    ("3/4", "12", "another batch"),
+], ids=["formula-dash", "formula-equals", "date", "e-notation", "15-digits", "leading-zeros", "other-text",
+        "other-number"])
+def test_a_results_csv_saved_by_excel_exits_2_naming_excel(tmp_path: Path, call_stage, text: str, cell: str,
+                                                           cause: str):
+    """Cells Excel converts on open and save ('#NAME?', '04-Mar', '1.23457E+18') were refused with the cause "is
+    this the results file of another batch?"."""
+    from grueflow.human import batch as hb
+
+    batch = tmp_path / "batch"
+    hb.write_batch(hb.likert_batch({"ppo": [hb.Prediction("s0", "p0", text), hb.Prediction("s1", "p1", "fine")]},
+                                   "imdb", seed=0), batch)
+    results = likert_results_csv(tmp_path / "answers" / "results.csv", batch, lambda t: cell if t == text else t)
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", results, "--out", tmp_path / "imp")
+    at = next(i for i, (x, y) in enumerate(zip(cell, text)) if x != y) + 1
+    assert_fails_in_one_line(result, f"error: {results}: row ", ": Input.machine_completion differs from item L",
+                             f"'s text at character {at}: the file has {cell!r} where the batch has {text!r}; ",
+                             "the file was opened and saved in Excel, which changes such cells (a text starting with "
+                             "=, +, - or @ read as a formula, 3/4 as a date, long digits as 1.23457E+18, 007 as 7): "
+                             "download the results again and do not save them from Excel (to view them there, "
+                             "import the Input. columns as Text)" if cause == "excel" else
+                             "the text must match the batch's: is this the results file of another batch?")
+    assert not (tmp_path / "imp").exists()
+
+
+def test_office_lock_files_beside_a_results_csv_are_passed_over(tmp_path: Path, call_stage):
+    """Excel's owner file ``~$results.csv`` (written while Excel has the CSV open, left by a crash; hidden on
+    Windows only) stopped the import with a column list of control bytes; LibreOffice's ``.~lock.results.csv#`` was
+    passed over already."""
+    batch = human_likert_batch(tmp_path / "batch")
+    likert_results_csv(tmp_path / "answers" / "results.csv", batch)
+    owner = b"\x05alice" + b" " * 49 + b"\x05\x00" + "alice".encode("utf-16-le") + b"\x20\x00" * 49
+    (tmp_path / "answers" / "~$results.csv").write_bytes(owner[:165].ljust(165, b"\x00"))
+    (tmp_path / "answers" / ".~lock.results.csv#").write_text(",alice,host,07.12.2026 10:00,file:///home/alice;\n")
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "answers",
+                        "--out", tmp_path / "imp")
+    assert result.code == 0, result.stderr
+    assert {r["value"] for r in read_json(tmp_path / "imp" / "table_rows.json")} == {3.0}
+    assert {a["annotator"] for a in read_jsonl(tmp_path / "imp" / "answers.jsonl")} == {"W1"}
 
 
 @pytest.mark.parametrize("delimiter, columns, expect", [

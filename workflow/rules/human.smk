@@ -5,7 +5,7 @@
 #   snakemake --cores 1 results/human/sentiment/batches/supervised+ppo_vs_supervised_seed0  (blinded A/B)
 #   snakemake --cores 1 results/human_eval_table.csv        (every batch with answers under data/human/)
 # The criteria are the task's registered criteria set (grueflow/human/criteria.py), looked up by task name.
-from grueflow.human.layout import answers_tree
+from grueflow.human.layout import answers_tree, hidden
 from grueflow.stale import answered_paths
 
 HUMAN_BATCHES = [f"likert_seed{s}" for s in SEEDS] + [f"{a}_vs_{b}_seed{s}" for a in METHODS for b in METHODS
@@ -142,9 +142,9 @@ rule export_human_pairwise:
 def answers_files(w):
     """Every file in a batch's answers folder, so that one edited in place (an appended answer, a results CSV saved
     over) reruns the import: Snakemake reads a folder input's own modification time, which editing a file in it
-    leaves as it was. Hidden files are left out, as the import leaves them."""
+    leaves as it was. Hidden files are left out, as the import leaves them (grueflow.human.layout.hidden)."""
     folder = Path(f"data/human/{w.task}/{w.batch}")
-    return sorted(str(p) for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".")) \
+    return sorted(str(p) for p in folder.rglob("*") if p.is_file() and not hidden(p.name)) \
         if folder.is_dir() else []
 
 
