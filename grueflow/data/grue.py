@@ -311,7 +311,8 @@ def question_rows(story: Unit, args: NarrativeQA.Args) -> list[Row]:
         context = require_text((document.get("summary") or {}).get("text"), "document.summary.text", unit.origin)
         question = require_text((unit.row["question"] or {}).get("text"), "question.text", unit.origin)
         prompt = args.template.format(question=question, context=context)
-        answers = tuple(" ".join(a.split()) for a in as_references(unit.row["answers"], unit.origin, "answers"))
+        answers = as_references(unit.row["answers"], unit.origin, "answers", unit.builder)
+        answers = tuple(" ".join(a.split()) for a in answers)
         if args.lowercase:
             prompt, answers = prompt.lower(), tuple(a.lower() for a in answers)
         rows.append(Row(prompt, answers, {"document_id": story_id(unit)}, unit.origin))
@@ -773,7 +774,8 @@ REFERENCE_SHAPES = ('a string, a list of strings, {"text": [strings]} (SQuAD\'s 
 
 
 def _spelled_shape(text: str) -> Optional[str]:
-    """The shape a CSV cell spells when it is what pandas writes there for a list, set or mapping column, else None.
+    """The shape a text value spells when it is what a list, set or mapping column becomes as text (pandas' CSV
+    writer, ``df.astype(str)``, a CSV-to-Parquet conversion), else None.
 
     Only a cell that parses (as a Python literal or JSON) to a list, tuple, set or non-empty mapping counts: prose in
     brackets or braces (``[citation needed]``, ``{name} is here``) and ``{}`` stay text, and so does a list, tuple or
@@ -783,7 +785,7 @@ def _spelled_shape(text: str) -> Optional[str]:
     ``'a list of {"text": ...} mappings'``: a non-empty list or tuple of ``{"text": ...}`` mappings; ``"a set"``,
     ``"a list"``: any other set, list or tuple (``['a', 'b']``, ``[]``, ``['four', 4]``, ``[None]``,
     ``[{'label': 1}]``). JSON lines read none of these shapes as one text either (a list as its items, the rest
-    refused), so the two formats of one dataset agree."""
+    refused), so the formats of one dataset agree."""
     text = text.strip()
     if (text[:1], text[-1:]) not in (("[", "]"), ("(", ")"), ("{", "}")):
         return None
@@ -812,34 +814,33 @@ def _literal(text: str) -> Any:
         return None
 
 
-def as_references(value: Any, origin: str = "", column: str = "references", csv_cell: bool = False
-                  ) -> tuple[str, ...]:
+def as_references(value: Any, origin: str = "", column: str = "references", builder: str = "") -> tuple[str, ...]:
     """A reference column's value as strings, from the shapes Hugging Face datasets use: a string is one
     reference; a list holds several (strings, ``{"text": ...}`` items, or lists of strings, one level deep);
     a mapping's ``text`` (SQuAD's ``answers: {"text": [...], "answer_start": [...]}``) holds them; None is
     none; a number is its text (a JSON column the loader typed as numbers). Anything else (NaN, a mapping without
-    ``text``, deeper nesting, a boolean) is a BadRowError naming the row, the ``column`` and the shapes, and so is,
-    in a CSV cell (``csv_cell``), a string that spells a list, a set or a mapping (``"['4', 'four']"``,
-    ``"{'text': ['4'], 'answer_start': [0]}"``: what pandas writes there for a list, set or mapping column;
-    :func:`_spelled_shape`), which would otherwise be scored as one reference. JSON and Parquet hold lists and
-    mappings as they are, so a string there that looks like one (a code or JSON target) is the reference it says.
-    Values are shown cut (:func:`grueflow.io.shown`) in the errors."""
+    ``text``, deeper nesting, a boolean) is a BadRowError naming the row, the ``column`` and the shapes, and so is a
+    string that spells a list, a set or a mapping (``"['4', 'four']"``, ``'["4", "four"]'``,
+    ``"{'text': ['4'], 'answer_start': [0]}"``: :func:`_spelled_shape`), which would otherwise be scored as one
+    reference. Such a string is what a list column becomes in a CSV cell, and in a Parquet or JSON string column
+    after ``df.astype(str)`` or a conversion from CSV; ``builder`` (``datasets``' ``csv``, ``json``, ``parquet``,
+    ... as :class:`~grueflow.data.sources.Unit` gives it) picks the fix the error gives. Prose in brackets or braces
+    stays text. Where such a string is itself the reference (a code or JSON target), JSON and Parquet hold it as a
+    list of one text: the items of a list are texts as they are. Values are shown cut (:func:`grueflow.io.shown`)
+    in the errors."""
     if value is None:
         return ()
     if isinstance(value, str):
-        shape = _spelled_shape(value) if csv_cell else None
+        shape = _spelled_shape(value)
         if shape:
-            kind = "mapping" if shape.endswith(" mapping") else "set" if shape == "a set" else "list"
-            raise BadRowError(f"{origin}: {column} {shown(value)} is {shape} written as one text (pandas writes a "
-                              f"{kind} column so to CSV), which would be scored as one reference; write the rows as "
-                              f"JSON lines with a list of texts (or Parquet), or one reference per cell")
+            raise BadRowError(spelled_message(value, shape, origin, column, builder))
         return (value,)
     if isinstance(value, float) and not math.isfinite(value):
         raise BadRowError(f"{origin}: a reference is {shown(value)}, not text; write the reference as a string")
     if isinstance(value, (int, float)) and not isinstance(value, bool):  # a JSON column typed as numbers
         return (str(value),)
     if isinstance(value, dict) and "text" in value:
-        return as_references(value["text"], origin, column)
+        return as_references(value["text"], origin, column, builder)
     if isinstance(value, (list, tuple)):
         out: list[str] = []
         for item in value:
@@ -863,9 +864,27 @@ def as_references(value: Any, origin: str = "", column: str = "references", csv_
                       f"{REFERENCE_SHAPES}")
 
 
+def spelled_message(value: str, shape: str, origin: str, column: str, builder: str) -> str:
+    """The error for a ``column`` text that spells ``shape`` (:func:`_spelled_shape`), with the fix for the file
+    type ``builder`` read: one reference per cell for a CSV file; a list of texts for JSON, Parquet and the rest,
+    or a list of one text where the spelling is itself the reference."""
+    kind = "mapping" if shape.endswith(" mapping") else "set" if shape == "a set" else "list"
+    if builder == "csv":
+        return (f"{origin}: {column} {shown(value)} is {shape} written as one text (pandas writes a {kind} column so "
+                f"to CSV), which would be scored as one reference; write the rows as JSON lines with a list of texts "
+                f"(or Parquet), or one reference per cell")
+    if builder == "json":
+        store = f'write {column} as a JSON list of texts ("{column}": ["a", "b"]), not as one string'
+    else:
+        store = (f"store {column} as a list-of-strings column (pyarrow list<string>; from pandas, a column of Python "
+                 f"lists, not .astype(str))")
+    return (f"{origin}: {column} {shown(value)} is {shape} written as one text (what str() or a CSV conversion makes "
+            f"of a {kind} column), which would be scored as one reference; {store}; where this text is itself the one "
+            f"reference (a code or JSON target), give it as a list of one text")
+
+
 def custom_row(unit: Unit, args: Custom.Args) -> Row:
     text = require_text(unit.row[args.fields.prompt], f"prompt ({args.fields.prompt})", unit.origin)
     meta = {key: unit.row[key] for key in args.fields.meta}
-    return Row(args.prefix + text + args.suffix,
-               as_references(unit.row[args.fields.references], unit.origin, csv_cell=unit.builder == "csv"), meta,
-               unit.origin)
+    references = as_references(unit.row[args.fields.references], unit.origin, args.fields.references, unit.builder)
+    return Row(args.prefix + text + args.suffix, references, meta, unit.origin)

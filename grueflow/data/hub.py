@@ -68,23 +68,21 @@ def load_splits(path: str, data_files: Optional[dict[str, str]],
             else:
                 headers[file] = check_text_file(file, builder)
         options = csv_options(headers) if path == "csv" else {}
-        if path == "parquet":
-            check_parquet_files(files)
+        batch_sizes = check_parquet_files(files) if path == "parquet" else {}
     if not files and Path(path).is_dir() and saved_with_save_to_disk(Path(path)):
         return load_saved(path), lines
     if files or Path(path).exists():
         try:
             if files and path == "parquet":  # each file on its own: a column's type is its file's, as in .jsonl
                 dataset = datasets.DatasetDict({split: datasets.load_dataset(path, data_files={split: file},
+                                                                             batch_size=batch_sizes[file],
                                                                              **LOCAL_READ)[split]
                                                 for split, file in files.items()})
             else:
                 dataset = datasets.load_dataset(path, name, data_files=files, **LOCAL_READ,
                                                 **(options if files else {}))
         except (ValueError, OSError, datasets.exceptions.DatasetGenerationError) as err:  # pyarrow's are ValueErrors
-            raise DataError(f"cannot read {sorted(files.values()) if files else path}: {innermost(err)}; do the files "
-                            f"share their columns, and is none truncated or damaged? Fix or re-create them and "
-                            f"rerun") from None
+            raise DataError(read_error(sorted(files.values()) if files else path, innermost(err))) from None
         check_plain_columns(dataset, sorted(files.values()) if files else path)
         return dataset, lines
     if path.startswith(("/", "./", "../", "~")) or path in (".", ".."):  # a local path, never a hub id
@@ -96,6 +94,23 @@ def load_splits(path: str, data_files: Optional[dict[str, str]],
             f"copy was given. Point the datapool at local files: path: json (or csv) and data_files: "
             f"{{train: ..., test: ...}}")
     return datasets.load_dataset(path, name), {}
+
+
+EMPTY_BATCH = "BatchSize must be greater than 0"  # datasets' Parquet reader on an empty first row group
+
+
+def read_error(where: Any, cause: str) -> str:
+    """The message for data files (or a folder) ``where`` that ``datasets`` could not read, ``cause`` its innermost
+    error: a Parquet file whose first row group is empty (data files are read past it, :func:`check_parquet_files`;
+    a folder's are not) is named with the rewrite that reads; any other cause asks whether the files share their
+    columns or one is damaged."""
+    if EMPTY_BATCH in cause:
+        return (f"cannot read {where}: {cause}: a Parquet file there has an empty first row group (a streaming "
+                f"writer's first empty batch), which datasets cannot read; rewrite it without empty row groups "
+                f"(pyarrow.parquet.write_table(pyarrow.parquet.read_table(path), path)), or name the files in "
+                f"data_files, which are read past it")
+    return (f"cannot read {where}: {cause}; do the files share their columns, and is none truncated or damaged? Fix "
+            f"or re-create them and rerun")
 
 
 SAVED_DICT, SAVED_STATE = "dataset_dict.json", "state.json"  # what datasets' save_to_disk writes in its folder
@@ -352,18 +367,21 @@ def check_same_columns(columns: dict[str, list[str]], kind: str) -> None:
 PANDAS_INDEX = re.compile(r"__index_level_\d+__")  # the column pandas' to_parquet writes for an index it keeps
 
 
-def check_parquet_files(files: dict[str, str]) -> None:
-    """Raise a DataError naming a Parquet data file pyarrow cannot open (truncated, damaged or not Parquet:
-    ``datasets``' error names every file), a file without rows (``datasets`` fails on it with pyarrow's "BatchSize
-    must be greater than 0"), or files with different sets of columns (:func:`check_same_columns`; the index column
-    pandas may write is no data column).
+def check_parquet_files(files: dict[str, str]) -> dict[str, int]:
+    """The batch size to read each Parquet data file with: the rows of its first row group that holds any. A
+    DataError names a file pyarrow cannot open (truncated, damaged or not Parquet: ``datasets``' error names every
+    file), a file without rows (``datasets`` fails on it with pyarrow's "BatchSize must be greater than 0"), or files
+    with different sets of columns (:func:`check_same_columns`; the index column pandas may write is no data column).
 
-    Each file is then read on its own (:func:`load_splits`), so a column may have another type in another file
-    (``references`` a string in one, a list of strings in another), as ``.jsonl`` files are read."""
+    ``datasets`` reads a file in batches of its first row group's rows, and fails ("BatchSize must be greater than
+    0") where that group is empty, as a streaming writer's first empty batch leaves it; the size given here reads
+    such a file whole, and is ``datasets``' own choice for any other. Each file is then read on its own
+    (:func:`load_splits`), so a column may have another type in another file (``references`` a string in one, a list
+    of strings in another), as ``.jsonl`` files are read."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    columns = {}
+    columns, sizes = {}, {}
     for file in dict.fromkeys(files.values()):
         try:
             metadata = pq.read_metadata(file)
@@ -372,9 +390,12 @@ def check_parquet_files(files: dict[str, str]) -> None:
                             f"damaged? Re-create it and rerun") from None
         if metadata.num_rows == 0:
             raise DataError(f"{file}: the file has no rows; a data file needs at least one")
+        groups = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+        sizes[file] = next(n for n in groups if n > 0)
         columns[file] = [c for c in metadata.schema.to_arrow_schema().names if not PANDAS_INDEX.fullmatch(c)]
     if columns:
         check_same_columns(columns, "Parquet")
+    return sizes
 
 
 @DATAPOOLS.register("imdb", "IMDB sentiment continuation (RL4LMs): prompt = a review's first words, hub id or local files")

@@ -66,7 +66,7 @@ class Unit:
     ``origin`` names it in error messages (``<file> line 12``, ``<file> row 12``); ``key`` is a stable id
     (``<source split>-<index>``) that loaders may keep in ``meta``; ``builder`` is what read it (``datasets``'
     ``csv``, ``json``, ``parquet``; ``json`` for grueflow's own JSON reader; empty for the files a loader reads
-    itself, such as DailyDialog's text files): a CSV cell holds text only.
+    itself, such as DailyDialog's text files): errors give the fix that fits its file type.
     """
 
     row: dict[str, Any]

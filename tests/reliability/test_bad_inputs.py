@@ -16,9 +16,9 @@ Categories (790 cases in all, as collected; grown with each hostile pass):
 - data files, through the datapool loaders and the datapool reader: missing, a folder, not UTF-8, not JSON
   or not rows (a ``.jsonl`` line that is no object, a ``.json`` that is no list), CSV rows longer than their
   header, repeated header columns, broken quotes, no rows, empty splits, missing columns, empty prompts and
-  references, a list or a ``{"text": ...}`` mapping pandas wrote into one CSV cell, fields of the wrong shape in
-  the GRUE loaders (a blank CommonGen concept), hand-edited datapool splits, and ``skip_bad_rows`` dropping rows
-  with a count;
+  references, a list or a ``{"text": ...}`` mapping spelled as one text (a CSV cell, a Parquet or JSON string),
+  Parquet files with an empty first row group, fields of the wrong shape in the GRUE loaders (a blank CommonGen
+  concept), hand-edited datapool splits, and ``skip_bad_rows`` dropping rows with a count;
 - prompts longer than the model's context, read from ``config.json`` before any weights load;
 - model folders: no usable tokenizer (no tokenizer files, an empty vocabulary), a tokenizer with ids past the
   embedding rows, a language model given as a classifier, a classifier without a pad token (padded with its EOS)
@@ -1275,9 +1275,92 @@ def test_a_list_written_as_one_csv_cell_is_refused_not_scored_as_one_reference(t
         (folder / f"{split}.csv").write_text("prompt,references\n2 + 2 ?,\"['4', 'four']\"\n")
     with pytest.raises(DataError, match="is a list written as one text"):
         DATAPOOLS.get("custom").build(parse(DATAPOOLS.get("custom").Args, {"path": str(folder)}, "args"))
-    lines = tmp_path / "code.jsonl"  # JSON holds a list as a list: a string that spells one is a code target
-    lines.write_text(json.dumps({"prompt": "a list of two words ?", "references": "['word0', 'other']"}) + "\n")
+    lines = tmp_path / "code.jsonl"  # a code target that spells a list: JSON holds it as a list of one text
+    lines.write_text(json.dumps({"prompt": "a list of two words ?", "references": ["['word0', 'other']"]}) + "\n")
     assert [s.references for s in custom_pool(three_splits(str(lines))).splits["test"]] == [("['word0', 'other']",)]
+
+
+SPELLED_FIX = {
+    "parquet": ("store {column} as a list-of-strings column (pyarrow list<string>; from pandas, a column of Python "
+                "lists, not .astype(str))"),
+    "json": 'write {column} as a JSON list of texts ("{column}": ["a", "b"]), not as one string',
+}
+
+
+def spelled_rows_file(folder: Path, form: str, column: str, value: str) -> tuple[Any, str]:
+    """``{"prompt": "2 + 2 ?", column: value}`` and 11 good rows, as ``form``: a Parquet file (a string column, as
+    ``df.astype(str)`` leaves a list column), a JSON-lines file, a JSON array, or a folder ``save_to_disk`` wrote;
+    returns the loader's ``data_files`` (:func:`three_splits`) or the folder, and the place errors name the first
+    row by (train's)."""
+    import datasets
+    import pandas as pd
+
+    good = [{"prompt": f"{n} + {n} ?", column: str(2 * n)} for n in range(3, 14)]
+    rows = [{"prompt": "2 + 2 ?", column: value}, *good]
+    if form == "saved":
+        datasets.Dataset.from_list(rows).save_to_disk(str(folder / "saved"))
+        return str(folder / "saved"), f"{folder / 'saved'} (train split) row 1"
+    path = folder / f"pool.{form}"
+    if form == "parquet":
+        pd.DataFrame(rows).to_parquet(path, index=False)
+    elif form == "jsonl":
+        write_rows(path, rows)
+    else:
+        path.write_text(json.dumps(rows))
+    line = "line" if form == "jsonl" else "row"
+    return three_splits(str(path)), f"{folder / f'train_pool.{form}'} {line} 1"
+
+
+@pytest.mark.parametrize("form, builder", [("parquet", "parquet"), ("jsonl", "json"), ("json", "json"),
+                                           ("saved", "")])
+@pytest.mark.parametrize("value, shape, kind", [
+    ('["great", "great!"]', "a list", "list"),  # df.astype(str) of a list column, a CSV converted to Parquet
+    ("['great', 'great!']", "a list", "list"),
+    ("{'text': ['4'], 'answer_start': [0]}", 'a {"text": ...} mapping', "mapping"),  # SQuAD's answers
+    ("{'aliases': ['4', 'four'], 'value': '4'}", "a mapping", "mapping"),  # TriviaQA's answer
+])
+def test_a_list_spelled_in_a_parquet_or_json_string_is_refused_not_scored_as_one_reference(
+        tmp_path: Path, form: str, builder: str, value: str, shape: str, kind: str):
+    """A Parquet string column (or a JSON string value) that spells a list, what ``df.astype(str)`` or a CSV-to-Parquet
+    conversion leaves of a list column, was scored as one reference; the same cell in a CSV was refused."""
+    source, place = spelled_rows_file(tmp_path, form, "answer", value)
+    loader = DATAPOOLS.get("custom")
+    given = {"fields": {"references": "answer"}}
+    given.update({"data_files": source} if isinstance(source, dict) else
+                 {"path": source, "seed": 0, "split_counts": {"train": 8, "val": 2, "test": 2}})
+    with pytest.raises(DataError) as err:
+        loader.build(parse(loader.Args, given, "args"))
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith(f"{place}: answer {value!r} is {shape} written as one text (what str() or a CSV "
+                              f"conversion makes of a {kind} column), which would be scored as one reference; ")
+    fix = SPELLED_FIX.get(builder, SPELLED_FIX["parquet"]).format(column="answer")
+    assert message.endswith(f"; {fix}; where this text is itself the one reference (a code or JSON target), give it "
+                            f"as a list of one text; fix the data, or set skip_bad_rows: true to drop such rows (they "
+                            f"are counted in stats.json)"), message
+
+
+@pytest.mark.parametrize("form", ["parquet", "jsonl"])
+def test_prose_in_brackets_and_a_spelled_list_given_as_a_list_stay_text_in_parquet_and_json(tmp_path: Path,
+                                                                                             form: str):
+    """Only a string that parses to a list, set or mapping is refused, as in a CSV cell; a list of one such text is
+    the reference it holds (a code or JSON target)."""
+    import pandas as pd
+
+    references = ["[citation needed]", "{name} is here", "{}", "[0, 1]", "(laughs)", ['["great", "great!"]']]
+    rows = [{"prompt": f"q{i} ?", "references": r} for i, r in enumerate(references)]
+    path = tmp_path / f"pool.{form}"
+    if form == "parquet":
+        pd.DataFrame({"prompt": [r["prompt"] for r in rows],
+                      "references": [r if isinstance(r, list) else [r] for r in references]}).to_parquet(path)
+    else:
+        write_rows(path, rows)
+    assert [s.references for s in custom_pool(three_splits(str(path))).splits["test"]] == [
+        ("[citation needed]",), ("{name} is here",), ("{}",), ("[0, 1]",), ("(laughs)",), ('["great", "great!"]',)]
+    if form == "parquet":  # the same texts as a string column
+        pd.DataFrame({"prompt": [r["prompt"] for r in rows[:5]], "references": references[:5]}).to_parquet(path)
+        assert [s.references for s in custom_pool(three_splits(str(path))).splits["test"]] == [
+            ("[citation needed]",), ("{name} is here",), ("{}",), ("[0, 1]",), ("(laughs)",)]
 
 
 @pytest.mark.parametrize("cell", ["\"['four', 4]\"", "\"[['a', 'b']]\"", "\"['a', 1.5]\""])
@@ -1428,15 +1511,23 @@ def test_a_folder_of_csv_files_in_another_layout_is_checked_for_list_cells(tmp_p
         custom_folder(folder)
 
 
-def test_a_folder_of_json_lines_beside_a_csv_file_keeps_its_strings(tmp_path: Path):
+def test_a_folder_of_json_lines_beside_a_csv_file_is_read_as_json(tmp_path: Path):
     """A ``stats.csv`` beside a folder's JSON lines made every JSON string that looks like a list refused as a CSV
-    cell (with the advice to write JSON lines), though ``datasets`` reads the folder's JSON and never the CSV."""
+    cell (with the advice to write JSON lines), though ``datasets`` reads the folder's JSON and never the CSV: such a
+    string gets the JSON advice, and a list holding it is that text."""
     folder = tmp_path / "pool"
     folder.mkdir()
     for split in ("train", "validation", "test"):
-        write_rows(folder / f"{split}.jsonl", [{"prompt": "the two words ?", "references": "['word0', 'other']"}])
+        write_rows(folder / f"{split}.jsonl", [{"prompt": "the two words ?", "references": ["['word0', 'other']"]}])
     (folder / "stats.csv").write_text("split,rows\ntrain,1\n")
     assert [s.references for s in custom_folder(folder).splits["test"]] == [("['word0', 'other']",)]
+    for split in ("train", "validation", "test"):
+        write_rows(folder / f"{split}.jsonl", [{"prompt": "the two words ?", "references": "['word0', 'other']"}])
+    with pytest.raises(DataError) as err:
+        custom_folder(folder)
+    assert ("is a list written as one text (what str() or a CSV conversion makes of a list column), which would be "
+            "scored as one reference; write references as a JSON list of texts") in str(err.value)
+    assert "pandas writes" not in str(err.value)
 
 
 def test_data_files_in_the_home_folder_are_read(tmp_path: Path, monkeypatch):
@@ -2546,6 +2637,47 @@ def test_a_parquet_file_without_rows_is_named(tmp_path: Path):
     with pytest.raises(DataError) as err:
         custom_pool(files, source_splits={"val": "train"})
     assert str(err.value) == f"{files['test']}: the file has no rows; a data file needs at least one"
+
+
+def write_row_groups(path: Path, sizes: list[int]) -> None:
+    """A Parquet file of ``sum(sizes)`` rows (``q<i> ?`` -> ``[a<i>]``) in row groups of ``sizes`` rows (0: an empty
+    one, as a streaming writer's empty batch writes)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n = sum(sizes)
+    table = pa.table({"prompt": [f"q{i} ?" for i in range(n)], "references": [[f"a{i}"] for i in range(n)]})
+    with pq.ParquetWriter(path, table.schema) as writer:
+        start = 0
+        for size in sizes:
+            writer.write_table(table.slice(start, size))
+            start += size
+
+
+@pytest.mark.parametrize("sizes", [[0, 40], [0, 0, 25, 15], [20, 0, 20]])
+def test_a_parquet_file_with_empty_row_groups_is_read_whole(tmp_path: Path, sizes: list[int]):
+    """A file whose first row group is empty (a streaming writer's first empty batch), which pyarrow and pandas read,
+    was refused as maybe "truncated or damaged" with datasets' "BatchSize must be greater than 0, got 0"."""
+    write_row_groups(tmp_path / "pool.parquet", sizes)
+    pool = custom_pool({"validation": str(tmp_path / "pool.parquet")}, seed=0,
+                       split_counts={"train": 30, "val": 5, "test": 5})
+    assert sorted(s.prompt for samples in pool.splits.values() for s in samples) == sorted(
+        f"q{i} ?" for i in range(40))
+
+
+def test_a_parquet_folder_with_an_empty_first_row_group_names_it_and_the_rewrite(tmp_path: Path):
+    """A folder given as path is read by datasets, which cannot read past an empty first row group: the error named
+    the files as maybe truncated or damaged."""
+    folder = tmp_path / "pool"
+    folder.mkdir()
+    write_row_groups(folder / "train.parquet", [0, 40])
+    with pytest.raises(DataError) as err:
+        custom_folder(folder)
+    assert str(err.value) == (
+        f"cannot read {folder}: BatchSize must be greater than 0, got 0: a Parquet file there has an empty first row "
+        f"group (a streaming writer's first empty batch), which datasets cannot read; rewrite it without empty row "
+        f"groups (pyarrow.parquet.write_table(pyarrow.parquet.read_table(path), path)), or name the files in "
+        f"data_files, which are read past it")
 
 
 def test_parquet_references_may_be_strings_in_one_file_and_lists_in_another(tmp_path: Path):
