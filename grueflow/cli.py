@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 from decimal import Context
@@ -27,6 +28,7 @@ import pandas as pd
 from grueflow.command_line import check_configfile_given_once, check_configfiles, configfile_options
 from grueflow.config import ConfigError, load_yaml12
 from grueflow.grue import grue_table_problem
+from grueflow.interrupt import say
 from grueflow.io import DataError, copy_note, refuse_special_file
 from grueflow.stage import GivenOnce, positive
 
@@ -147,28 +149,109 @@ def check_one_suite_option(suite: Path | None, extra: Sequence[str]) -> None:
         raise CliError(str(err)) from None
 
 
+SUITE_SUFFIXES = (".yaml", ".yml", ".json")  # what a suite file is named (grueflow.command_line.check_configfiles)
+
+
+def suite_file(text: str) -> Path:
+    """argparse type of ``run --suite``: a file name. An empty value is refused here, as ``Path('')`` is ``.``, which
+    exists."""
+    if not text:
+        raise argparse.ArgumentTypeError("--suite needs a file name, got an empty value; give a suite file, e.g. "
+                                         "params/suites/algorithms.yaml, or leave --suite out for params/suite.yaml")
+    return Path(text)
+
+
+def check_suite_file(suite: Path) -> None:
+    """Raise CliError where ``suite`` is no regular file: a FIFO, socket or device, a folder (naming the suite files
+    in it) or a path that does not exist (naming the suites under params/suites)."""
+    try:
+        refuse_special_file(suite, "give the suite file itself", "suite file")
+    except DataError as err:
+        raise CliError(str(err)) from None
+    if suite.is_dir():
+        inside = sorted(str(p) for p in suite.iterdir() if p.suffix in SUITE_SUFFIXES and p.is_file())
+        held = f"give a suite file in it: {', '.join(inside)}" if inside else \
+            f"it holds no suite file ({', '.join(SUITE_SUFFIXES)}); give a suite file, e.g. params/suite.yaml"
+        raise CliError(f"--suite {suite} is a folder; {held}")
+    if not suite.is_file():
+        suites = sorted(str(p) for p in Path("params", "suites").glob("*.yaml"))
+        raise CliError(f"suite file {str(suite)!r} does not exist; suites here: {', '.join(suites) or 'none'}")
+
+
+# the signals grueflow run passes on to Snakemake, and Python's own handler of each (one set to anything else, e.g.
+# ignored by nohup or by the shell that started a background job, is left as it is, and Snakemake inherits it)
+FORWARDED = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL, signal.SIGHUP: signal.SIG_DFL}
+INTERRUPTED = "interrupted: no output was left half-written; rerun the same command"
+
+
+def run_snakemake(command: Sequence[str]) -> int:
+    """Run ``command`` (Snakemake) to its end and return its exit status (128 + the signal's number where a signal
+    ended it, as a shell reports it). Snakemake runs in a process group of its own, and the first of
+    :data:`FORWARDED` that reaches grueflow (Ctrl-C, which the terminal sends to grueflow's group; a ``kill`` of
+    grueflow alone or of its group) is passed on to that group once, so that Snakemake and its jobs each get it
+    exactly once, as in a plain ``snakemake``: Snakemake then cancels its jobs, which end in their own line, and
+    removes its lock before it exits. Later signals are not passed on (a second Ctrl-C cannot cut that clean-up
+    short); grueflow waits for Snakemake's exit, then prints :data:`INTERRUPTED`. Ctrl-Z (SIGTSTP) stops Snakemake's
+    group with grueflow, and ``fg`` or ``bg`` resumes both."""
+    state: dict[str, Any] = {"process": None, "signal": None, "sent": False}
+
+    def pass_on() -> None:
+        if state["process"] is not None and state["signal"] is not None and not state["sent"]:
+            state["sent"] = True
+            _signal_group(state["process"].pid, state["signal"])
+
+    def forward(signum: int, frame: Any) -> None:
+        state["signal"] = state["signal"] or signum
+        pass_on()
+
+    def stop(signum: int, frame: Any) -> None:
+        if state["process"] is not None:
+            _signal_group(state["process"].pid, signal.SIGTSTP)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)  # stopped here until a SIGCONT (fg, bg)
+        signal.signal(signal.SIGTSTP, stop)
+        if state["process"] is not None:
+            _signal_group(state["process"].pid, signal.SIGCONT)
+
+    defaults = {**FORWARDED, signal.SIGTSTP: signal.SIG_DFL}
+    taken = {signum: signal.signal(signum, stop if signum == signal.SIGTSTP else forward)
+             for signum, default in defaults.items() if signal.getsignal(signum) is default}
+    try:
+        state["process"] = subprocess.Popen(command, process_group=0)
+        pass_on()  # a signal that came before the group existed
+        code = state["process"].wait()
+    finally:
+        for signum, handler in taken.items():
+            signal.signal(signum, handler)
+    if state["signal"] is not None:
+        say(INTERRUPTED)
+    return 128 - code if code < 0 else code
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    """Send ``signum`` to the process group led by ``pid``; nothing where it has ended."""
+    try:
+        os.killpg(pid, signum)
+    except ProcessLookupError:
+        pass
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     if args.suite is not None:
-        try:
-            refuse_special_file(args.suite, "give the suite file itself", "suite file")
-        except DataError as err:
-            raise CliError(str(err)) from None
-    if args.suite is not None and not args.suite.is_file():
-        suites = sorted(str(p) for p in Path("params", "suites").glob("*.yaml"))
-        raise CliError(f"suite file {str(args.suite)!r} does not exist; suites here: {', '.join(suites) or 'none'}")
+        check_suite_file(args.suite)
     check_one_suite_option(args.suite, args.extra)
     if not Path("Snakefile").is_file():
         raise CliError(f"no Snakefile in {Path.cwd()}; run grueflow run from the project's root")
     command = snakemake_command(args.suite, args.cores, args.extra)
     print("$ " + " ".join(command[2:]), file=sys.stderr)
-    return subprocess.call(command)
+    return run_snakemake(command)
 
 
 def add_run(sub: Any) -> None:
     p = sub.add_parser("run", help="run a suite with snakemake (other arguments go to snakemake)",
                        description="Run the pipeline with snakemake: `snakemake --cores N [--configfile=SUITE]` "
                                    "plus any other arguments, e.g. -n (dry run), --report report.html, targets.")
-    p.add_argument("--suite", type=Path, default=None, action=GivenOnce,
+    p.add_argument("--suite", type=suite_file, default=None, action=GivenOnce,
                    help="a suite file used instead of params/suite.yaml (keys it leaves out take their defaults), "
                         "e.g. params/suites/algorithms.yaml")
     p.add_argument("--cores", default="all", type=core_count,

@@ -6,8 +6,10 @@ import json
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -479,6 +481,75 @@ def test_run_calls_snakemake_on_the_suite(tmp_path):
     fifo = subprocess.run([*CLI, "run", "--suite", "fifo.yaml"], cwd=repo, capture_output=True, text=True, timeout=60)
     assert fifo.returncode == 2 and "suite file fifo.yaml is not a regular file (a FIFO, a socket or a device); " \
         "give the suite file itself" in fifo.stderr
+
+
+@pytest.mark.parametrize("suite, expect", [
+    ("params/suites", "--suite params/suites is a folder; give a suite file in it: params/suites/a.yaml, "
+                      "params/suites/b.yml"),
+    ("params/tasks/..", "--suite params/tasks/.. is a folder; it holds no suite file (.yaml, .yml, .json); give a "
+                        "suite file, e.g. params/suite.yaml"),
+], ids=["folder-of-suites", "folder-without-suites"])
+def test_run_given_a_folder_as_suite_says_it_is_a_folder(tmp_path, monkeypatch, capsys, suite, expect):
+    """``--suite params/suites`` was "suite file 'params/suites' does not exist", though it exists and holds
+    suites."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params" / "suites").mkdir(parents=True)
+    (tmp_path / "params" / "tasks").mkdir()
+    for name in ("a.yaml", "b.yml", "notes.txt"):
+        (tmp_path / "params" / "suites" / name).write_text("tasks: [sentiment]\n")
+    assert main(["run", "--suite", suite, "-n"]) == 2
+    assert capsys.readouterr().err == f"grueflow run: error: {expect}\n"
+
+
+def test_run_given_an_empty_suite_says_it_needs_a_file_name(capsys):
+    """``--suite ''`` was "suite file '.' does not exist": the empty value read as the working folder."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["run", "--suite", "", "-n"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.endswith(
+        "grueflow run: error: argument --suite: --suite needs a file name, got an empty value; give a suite file, "
+        "e.g. params/suites/algorithms.yaml, or leave --suite out for params/suite.yaml\n")
+
+
+# a job that takes two seconds to end on a signal, as a stage saving its state does
+SLOW_JOB = """rule slow:
+    output: "out.txt"
+    shell: "trap 'sleep 2; kill $SLEEPER; exit 130' INT TERM; sleep 60 & SLEEPER=$!; touch started; wait; "
+           "touch {output}"
+"""
+
+
+@pytest.mark.parametrize("to_group", [True, False], ids=["ctrl-c-to-the-group", "kill-of-grueflow-alone"])
+def test_an_interrupted_run_lets_snakemake_end_its_jobs_and_remove_its_lock(tmp_path, to_group):
+    """Ctrl-C on ``grueflow run`` killed Snakemake (SIGKILL) 0.25 s later, while it waited for its jobs to end: its
+    lock stayed, and "rerun the same command" failed on it. Snakemake now gets the signal once, ends its jobs,
+    removes its lock and exits with its own status; grueflow adds its one line."""
+    (tmp_path / "Snakefile").write_text(SLOW_JOB)
+    grueflow = subprocess.Popen([*CLI, "run", "--cores", "1", "out.txt"], cwd=tmp_path, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)},  # this checkout's grueflow
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        for _ in range(600):
+            if (tmp_path / "started").exists() or grueflow.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert (tmp_path / "started").exists(), grueflow.communicate()
+        time.sleep(0.5)
+        if to_group:  # what a terminal's Ctrl-C does
+            os.killpg(grueflow.pid, signal.SIGINT)
+        else:
+            os.kill(grueflow.pid, signal.SIGINT)
+        out, err = grueflow.communicate(timeout=120)
+    finally:
+        if grueflow.poll() is None:
+            os.killpg(grueflow.pid, signal.SIGKILL)
+    assert grueflow.returncode == 1, err  # Snakemake's status: a job did not complete
+    assert "Terminating processes on user request" in err or "did not complete successfully" in err, err
+    assert err.endswith("interrupted: no output was left half-written; rerun the same command\n"), err
+    assert err.count("interrupted:") == 1, err
+    assert sorted((tmp_path / ".snakemake" / "locks").glob("*")) == []  # Snakemake removed its lock
+    assert not (tmp_path / "out.txt").exists()
 
 
 @pytest.mark.parametrize("cores", ["0", "-1", "abc"])
