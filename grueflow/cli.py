@@ -411,7 +411,30 @@ def metrics_diff(rev_a: str, rev_b: str, target: str, show_all: bool) -> dict[st
         raise CliError(f"dvc could not load {target} at revision(s) {', '.join(failed)}: it is missing there, not "
                        f"JSON/YAML, or a DVC output not in the cache (`dvc pull` it); give revisions that hold it, "
                        f"or another --target")
-    return json.loads(result.stdout or "{}").get(target, {})
+    answer = json.loads(result.stdout or "{}")
+    if answer and target not in answer:
+        raise CliError(f"dvc metrics diff answered for {', '.join(map(str, answer))}, not for {target}: the diff of "
+                       f"{target} is unknown; give --target the path dvc names, relative to {Path.cwd()}")
+    return answer.get(target, {})
+
+
+def dvc_root() -> Optional[Path]:
+    """The DVC project the working folder lies in: the nearest folder at or above it that holds ``.dvc``; None
+    where there is none (dvc itself then says so)."""
+    here = Path.cwd()
+    return next((folder for folder in (here, *here.parents) if (folder / ".dvc").is_dir()), None)
+
+
+def metrics_target(target: str) -> str:
+    """``target`` as ``dvc metrics diff`` names it in its answer: relative to the working folder, normalised
+    (``./results/x.json``, ``results//x.json`` and an absolute path all read ``results/x.json``), links kept as
+    given. A target outside the DVC project (:func:`dvc_root`) is a CliError naming it: dvc reads no such file."""
+    absolute = Path(os.path.normpath(os.path.abspath(target)))
+    root = dvc_root()
+    if root is not None and not absolute.is_relative_to(root):
+        raise CliError(f"--target {target} lies outside the project ({root}): diff compares a metrics file of this "
+                       f"project's revisions; give its path inside {root}, e.g. {GRUE_JSON}")
+    return Path(os.path.relpath(absolute)).as_posix()
 
 
 def files_at(rev: str, paths: Sequence[str]) -> dict[str, bytes | None]:
@@ -639,6 +662,28 @@ def _bytes_at(rev: str, path: Path) -> Optional[bytes]:
         return None
 
 
+def flat_values(table: Any, prefix: str = "") -> dict[str, Any]:
+    """The leaves of a metrics file's content by their dotted keys (:func:`flat_keys`)."""
+    if not isinstance(table, dict):
+        return {prefix[:-1]: table} if prefix else {}
+    return {key: value for name, item in table.items() for key, value in flat_values(item, f"{prefix}{name}.").items()}
+
+
+def check_unchanged(target: str, tables: dict[str, Any], revs: Sequence[str]) -> None:
+    """Raise CliError where dvc reported no change of ``target`` between ``revs`` while the tables read at them
+    (:func:`read_at`) hold a number that differs: dvc's answer then does not describe the file, and "no changes"
+    would be false."""
+    old, new = (flat_values(tables[rev]) for rev in revs)
+    numbers = (int, float)
+    differ = [key for key in sorted(set(old) & set(new)) if isinstance(old[key], numbers) and
+              isinstance(new[key], numbers) and not isinstance(old[key], bool) and old[key] != new[key]]
+    if differ:
+        raise CliError(f"dvc metrics diff reported no change of {target} between {revs[0]} and {revs[1]}, though "
+                       f"{len(differ)} value(s) differ ({', '.join(differ[:3])}{', ...' if len(differ) > 3 else ''}): "
+                       f"its answer does not describe the file; run dvc metrics diff {revs[0]} {revs[1]} --targets "
+                       f"{target} to see what dvc read")
+
+
 def check_metrics_target(target: str) -> None:
     """Refuse a ``--target`` that ``dvc metrics diff`` would not read as values: a file that is not JSON, YAML or
     TOML by its name (the GRUE table's CSV, Markdown or HTML), which dvc loads as one text value, or not at all."""
@@ -652,36 +697,38 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if not Path(args.target).is_absolute() and not Path(args.target).exists():  # relative to the project's root
         check_not_in_subfolder("diff", " (or give --target the metrics file's path from here)")
     check_has_commits(args.rev_a, args.rev_b)
-    if "workspace" in (args.rev_a, args.rev_b) and not Path(args.target).exists():
-        raise CliError(f"there is no {args.target} in the workspace (dvc would read the last one built from its cache "
+    target = metrics_target(args.target)  # as dvc names it: its answer is looked up by that name
+    if "workspace" in (args.rev_a, args.rev_b) and not Path(target).exists():
+        raise CliError(f"there is no {target} in the workspace (dvc would read the last one built from its cache "
                        f"as the workspace's); build it (grueflow run, or dvc repro), or diff two commits")
     # each revision's table: dvc reports absent and null alike, and leaves out a key null on one side and absent on
     # the other (a method added whose score could not be computed); checked before dvc reads it, which ends in its
     # own error on an integer past a float's range
-    tables = {rev: read_at(rev, args.target) for rev in (args.rev_a, args.rev_b)}
-    grue = Path(args.target).name == Path(GRUE_JSON).name
+    tables = {rev: read_at(rev, target) for rev in (args.rev_a, args.rev_b)}
+    grue = Path(target).name == Path(GRUE_JSON).name
     for rev, table in tables.items():
         problem = grue_table_problem(table, grue) if table is not None else None
         if problem:
-            raise CliError(f"{args.target} at {rev} is not a {'GRUE table' if grue else 'metrics file'}: {problem} "
+            raise CliError(f"{target} at {rev} is not a {'GRUE table' if grue else 'metrics file'}: {problem} "
                            f"({'{task: {method: {metric: value}}}' if grue else 'an object of values'}); give "
                            f"revisions where aggregate wrote it, or another --target")
-    diff = metrics_diff(args.rev_a, args.rev_b, args.target, args.all)
+    diff = metrics_diff(args.rev_a, args.rev_b, target, args.all)
     read = [table for table in tables.values() if table is not None]
     if read and not any(holds_values(table) for table in read):
-        raise CliError(f"{args.target} holds no metric value (a number or null) at {args.rev_a} or {args.rev_b}: it "
+        raise CliError(f"{target} holds no metric value (a number or null) at {args.rev_a} or {args.rev_b}: it "
                        f"is not a metrics file; give --target a metrics file such as {GRUE_JSON}")
     for key in sorted((set(flat_keys(tables[args.rev_a])) | set(flat_keys(tables[args.rev_b]))) - set(diff)):
         old, new = (missing_label(tables[rev], key_path(key, read)) for rev in (args.rev_a, args.rev_b))
         if old != new and {old, new} <= {ABSENT, NULL}:
             diff[key] = {"old": None, "new": None}
     out_of_date = warn_out_of_date((args.rev_a, args.rev_b))
-    copied = note_copied(args.target, (args.rev_a, args.rev_b))
-    edited = note_edited(args.target, (args.rev_a, args.rev_b))
+    copied = note_copied(target, (args.rev_a, args.rev_b))
+    edited = note_edited(target, (args.rev_a, args.rev_b))
     if "workspace" in (args.rev_a, args.rev_b) and "workspace" not in out_of_date + edited and not copied:
-        warn_unlike_lock(args.target)
+        warn_unlike_lock(target)
     if not diff:
-        print(f"{args.target}: no changes between {args.rev_a} and {args.rev_b}")
+        check_unchanged(target, tables, (args.rev_a, args.rev_b))
+        print(f"{target}: no changes between {args.rev_a} and {args.rev_b}")
         return 0
     for key, change in diff.items():
         for side, rev in (("old", args.rev_a), ("new", args.rev_b)):
@@ -690,7 +737,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
     table = diff_table(diff, read)
     shown = table.assign(old=table.old.map(lambda v: _number(v).lstrip("+")),
                          new=table.new.map(lambda v: _number(v).lstrip("+")), change=table.change.map(_number))
-    print(f"{args.target}: {args.rev_a} -> {args.rev_b} ({len(table)} {'values' if args.all else 'changed values'})")
+    print(f"{target}: {args.rev_a} -> {args.rev_b} ({len(table)} {'values' if args.all else 'changed values'})")
     print(shown.to_string(index=False))
     return 0
 

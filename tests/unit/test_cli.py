@@ -326,6 +326,62 @@ def table_pipeline(repo: Path) -> None:
     run(["git", "commit", "-qm", "results"], repo)
 
 
+def two_tables(repo: Path) -> Path:
+    """A git + DVC repository with two commits of the GRUE table, two values apart."""
+    repo.mkdir()
+    git_init(repo)
+    run(["dvc", "init", "-q"], repo)
+    (repo / "dvc.yaml").write_text("metrics:\n  - results/grue_table.json\n")
+    commit_table(repo, {"sentiment": {"ppo": {"reward": 0.5}}, "grue_score": {"ppo": 0.7}}, "baseline")
+    commit_table(repo, {"sentiment": {"ppo": {"reward": 0.75}}, "grue_score": {"ppo": 0.6}}, "a better reward")
+    return repo
+
+
+def test_diff_reads_a_target_however_it_is_spelled(tmp_path):
+    """``--target ./results/grue_table.json`` (an absolute path, ``results//grue_table.json``) said "no changes" where
+    there were two: dvc names the file as normalised in its answer, which was looked up as spelled."""
+    repo = two_tables(tmp_path / "repo")
+    plain = run([*CLI, "diff", "HEAD~1", "HEAD"], repo).stdout
+    assert plain.startswith("results/grue_table.json: HEAD~1 -> HEAD (2 changed values)\n"), plain
+    for spelled in ("./results/grue_table.json", str(repo / "results" / "grue_table.json"), "results//grue_table.json",
+                    "results/../results/grue_table.json"):
+        assert run([*CLI, "diff", "HEAD~1", "HEAD", "--target", spelled], repo).stdout == plain, spelled
+    (repo / "results" / "sub").mkdir()  # from a subfolder, dvc names the file relative to it
+    below = run([*CLI, "diff", "HEAD~1", "HEAD", "--target", "../grue_table.json"], repo / "results" / "sub").stdout
+    assert below.startswith("../grue_table.json: HEAD~1 -> HEAD (2 changed values)\n"), below
+    outside = tmp_path / "grue_table.json"
+    outside.write_text("{}")
+    refused = subprocess.run([*CLI, "diff", "HEAD~1", "HEAD", "--target", str(outside)], cwd=repo,
+                             capture_output=True, text=True)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr == (f"grueflow diff: error: --target {outside} lies outside the project ({repo}): diff "
+                              f"compares a metrics file of this project's revisions; give its path inside {repo}, "
+                              f"e.g. results/grue_table.json\n")
+
+
+def test_diff_never_says_no_changes_where_the_tables_differ(tmp_path, monkeypatch, capsys):
+    """An answer of dvc that holds nothing for the target (named otherwise) read as "no changes"."""
+    import grueflow.cli
+
+    repo = two_tables(tmp_path / "repo")
+    monkeypatch.chdir(repo)
+    real = subprocess.run
+    monkeypatch.setattr(grueflow.cli.subprocess, "run", lambda command, **kwargs: subprocess.CompletedProcess(
+        command, 0, '{"elsewhere/grue_table.json": {}}', "") if command[:3] == ["dvc", "metrics", "diff"] else
+        real(command, **kwargs))
+    assert main(["diff", "HEAD~1", "HEAD"]) == 2
+    assert capsys.readouterr().err == (
+        f"grueflow diff: error: dvc metrics diff answered for elsewhere/grue_table.json, not for "
+        f"results/grue_table.json: the diff of results/grue_table.json is unknown; give --target the path dvc names, "
+        f"relative to {repo}\n")
+    monkeypatch.setattr(grueflow.cli, "metrics_diff", lambda *args: {})  # dvc answered nothing at all
+    assert main(["diff", "HEAD~1", "HEAD"]) == 2
+    assert capsys.readouterr() == ("", (
+        "grueflow diff: error: dvc metrics diff reported no change of results/grue_table.json between HEAD~1 and "
+        "HEAD, though 2 value(s) differ (grue_score.ppo, sentiment.ppo.reward): its answer does not describe the "
+        "file; run dvc metrics diff HEAD~1 HEAD --targets results/grue_table.json to see what dvc read\n"))
+
+
 def test_diff_refuses_a_target_that_is_not_a_metrics_file_by_its_name(tmp_path):
     """``--target results/grue_table.csv``, the file the README calls the GRUE table: dvc loads a CSV as one text
     value, and diff printed the whole flattened CSV as one "changed value", exit 0. A target that is not JSON, YAML
