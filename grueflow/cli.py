@@ -826,6 +826,27 @@ def format_sample(row: dict[str, Any]) -> str:
     return "\n".join(lines + _block("scores", text))
 
 
+def stale_note(path: Path) -> Optional[str]:
+    """One sentence where the stage folder holding ``path`` is out of date (:func:`grueflow.stale.out_of_date`: its
+    params changed since it was built, or an input it was built from no longer exists), so that what it shows is
+    not what the params and inputs of now give; None where it is not, or it holds no readable record."""
+    from grueflow.io import STAGE_RECORD, project_root, read_json
+    from grueflow.stale import out_of_date
+
+    folder = next((p for p in (path, *path.parents) if (p / STAGE_RECORD).is_file()), None)
+    if folder is None:
+        return None
+    try:
+        record = read_json(folder / STAGE_RECORD)
+    except (OSError, ValueError, DataError):
+        return None
+    reasons = out_of_date(folder, record, project_root(folder)) if isinstance(record, dict) else []
+    if not reasons:
+        return None
+    return (f"{folder} is stale ({'; '.join(reasons)}): these are the samples and scores of what it was built from "
+            f"then, not of the params and inputs now; rerun the pipeline (grueflow run, or dvc repro) to rebuild it")
+
+
 PREDICTION_KEYS = ("id", "prompt", "generation")  # what every predictions.jsonl row holds (evaluate writes it)
 
 
@@ -844,6 +865,9 @@ def cmd_show(args: argparse.Namespace) -> int:
         check_stage_output(path)  # a run's file as its stage.json recorded it: a cut or edited one is refused
     except DataError as err:
         raise CliError(str(err)) from None
+    stale = stale_note(path) if not note else None  # a copy's params are another run's: the note said so
+    if stale:
+        print(f"grueflow show: note: {stale}", file=sys.stderr)
     rows = []
     try:
         for number, row in enumerate(iter_jsonl(path), 1):

@@ -460,6 +460,37 @@ class ParamsSource:
         return "the suite's " + ", ".join(STAGES[self.stage].suite_keys)
 
 
+def folder_params_source(name: str, folder: str, params_dir: str = "params") -> Optional[ParamsSource]:
+    """Where the job that wrote the stage folder ``folder`` of the table's stage ``name`` reads its params, as far as
+    the folder's path tells outside a pipeline run: ``folder`` is its output path as its ``stage.json`` records it
+    (``out``, relative to the project), and ``params_dir`` the project's params folder (as the working folder reaches
+    it). The task file its ``{task}`` names, the method file its stage's ``method`` names (a grid axis, ``{algorithm}``
+    or ``{method}``, read from the folder's method less the warm start's prefix) and the ``method_overrides`` entries
+    of its method (:func:`method_layers`). ``suite`` is left empty: a run's suite values are its command line's,
+    which no folder tells, so a caller compares the other parts only. None where ``folder`` is none of the stage's
+    folders or the stage is not in the table."""
+    entry = STAGES.get(name)
+    template = entry.outputs.get("out") if entry is not None else None
+    if template is None:
+        return None
+    pattern = "".join(re.escape(part) if i % 2 == 0 else f"(?P<{part}>[^/]+)"
+                      for i, part in enumerate(PLACEHOLDER.split(template)))
+    match = re.fullmatch(pattern, folder)
+    if match is None:
+        return None
+    wildcards = match.groupdict()
+    method = next((wildcards[axis] for axis in ("rl_method", "dpo_method", "method") if axis in wildcards), None)
+    axes = {"algorithm": method.removeprefix(START_PREFIX), "method": method.removeprefix(START_PREFIX)} \
+        if method is not None else {}
+    try:
+        method_name = entry.method.format(**axes) if entry.method is not None else None
+        overrides = tuple(method_layers(entry.overrides.format(**wildcards))) if entry.overrides is not None else ()
+    except KeyError:  # a placeholder the folder's path does not give
+        return None
+    task = f"{params_dir}/tasks/{wildcards['task']}.yaml" if "task" in wildcards else None
+    return ParamsSource(name, task, f"{params_dir}/methods/{method_name}.yaml" if method_name else None, {}, overrides)
+
+
 def params_read(source: ParamsSource, load: Optional[Callable[[str], object]] = None) -> dict[str, object]:
     """The params ``source``'s stage reads, as data, by part: ``task`` (its ``task_keys`` of the task file, a key the
     file lacks as None; of :data:`OVERRIDES_KEY`, the entries of ``source.overrides`` the file holds),

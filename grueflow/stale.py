@@ -1055,7 +1055,8 @@ def _put_back(root: Path, path: Path, record: Path) -> bool:
     return last is not None and record.is_file() and sha256_bytes(record) != last
 
 
-def params_changed(record: Mapping, source: ParamsSource, load: Optional[Callable[[str], object]] = None) -> list[str]:
+def params_changed(record: Mapping, source: ParamsSource, load: Optional[Callable[[str], object]] = None,
+                   leave_out: Iterable[str] = ()) -> list[str]:
     """The params files (or suite keys) whose content differs from what the stage folder of the stage record
     ``record`` was built with, by the digests its stage recorded (:func:`grueflow.pipeline.params_digest`) against
     those of ``source`` now (read with ``load``); ``[]`` where they agree, where the record holds no digests (written
@@ -1066,7 +1067,8 @@ def params_changed(record: Mapping, source: ParamsSource, load: Optional[Callabl
 
     Whoever built the folder: Snakemake's own record of a job's params describes the folder only while no
     ``snakemake --touch`` rewrote it (a touch records the params of now without running the job), and a folder
-    ``dvc repro`` built, or one whose Snakemake records went with ``.snakemake``, has no such record at all."""
+    ``dvc repro`` built, or one whose Snakemake records went with ``.snakemake``, has no such record at all.
+    ``leave_out``: parts not compared (``suite``, where the suite's values are not known)."""
     recorded = record.get(PARAMS_DIGEST)
     if not isinstance(recorded, dict) or not recorded:
         return []
@@ -1077,7 +1079,33 @@ def params_changed(record: Mapping, source: ParamsSource, load: Optional[Callabl
             now["task"] = whole if whole == recorded.get("task") else now["task"]
     except (ConfigError, OSError):
         return []
-    return [source.where(part) for part in sorted(set(now) | set(recorded)) if now.get(part) != recorded.get(part)]
+    return [source.where(part) for part in sorted((set(now) | set(recorded)) - set(leave_out))
+            if now.get(part) != recorded.get(part)]
+
+
+def out_of_date(folder: Path, record: Mapping, root: Path) -> list[str]:
+    """Why the finished stage folder ``folder`` (its ``stage.json`` ``record``; ``root``: the project's root) is no
+    longer what a pipeline run would build, as far as a person reading it by hand can be told outside a run: its
+    params files changed since it was built (:func:`params_changed` of
+    :func:`grueflow.pipeline.folder_params_source`; the suite's values, a run's command line's, are not compared),
+    or an input it was built from no longer exists. The reasons read as :func:`stale_outputs` gives them; none
+    where neither holds, or the record names no output path of a table stage (an older record, a folder written
+    outside the project)."""
+    from grueflow.pipeline import folder_params_source
+
+    reasons = []
+    out = record.get("out")
+    source = folder_params_source(str(record.get("stage")), out, os.path.relpath(root / "params")) \
+        if isinstance(out, str) else None
+    if source is not None and (changed := params_changed(record, source, leave_out=("suite",))):
+        reasons.append(f"{PARAMS_CHANGED} ({', '.join(changed)})")
+    inputs = record.get("inputs")
+    paths = [meta["path"] for meta in inputs.values() if isinstance(meta, dict) and isinstance(meta.get("path"), str)
+             and meta["path"]] if isinstance(inputs, dict) else []
+    gone = [path for path in paths if not (root / path).exists()]
+    if gone:
+        reasons.append(f"it was built from {', '.join(gone)}, {_no_longer_exist(gone)}")
+    return reasons
 
 
 def code_changed(folder: Path, record: Mapping, cache: Optional[Path] = None, root: Path = Path(".")) -> list[str]:

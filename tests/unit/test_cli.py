@@ -770,6 +770,50 @@ def test_show_of_a_run_in_its_own_folder_has_no_note_from_anywhere_in_its_projec
     assert shown.err == "" and "[test-0]" in shown.out
 
 
+def test_show_of_a_stale_evaluation_says_its_params_changed_or_its_model_is_gone(tmp_path, monkeypatch, capsys):
+    """After a reward weight was edited (or the evaluated model deleted), show printed the old scores without a word,
+    while the stale check called the folder stale."""
+    from grueflow.io import atomic_dir
+    from grueflow.pipeline import PARAMS_DIGEST, ParamsSource, params_digest
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "Snakefile").write_text("")
+    task = tmp_path / "params" / "tasks" / "sentiment.yaml"
+    task.parent.mkdir(parents=True)
+    task.write_text("reward: [{metric: diversity, score: length, weight: -0.05}]\nmethod_overrides: {nlpo: {}}\n")
+    model = Path("results") / "sentiment" / "ppo" / "seed0" / "model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    digest = params_digest(ParamsSource("evaluate", "params/tasks/sentiment.yaml", None, {"precision": "fp32"},
+                                        ("ppo",)))
+    with atomic_dir(Path("results") / "eval" / "sentiment" / "ppo" / "seed0") as tmp:
+        predictions(tmp)
+        write_stage_record(tmp, stage="evaluate", params={}, inputs={"model": model}, wall_time_s=0.0,
+                           extra={PARAMS_DIGEST: digest})
+    assert main(["show", "sentiment/ppo/seed0", "-n", "1"]) == 0 and capsys.readouterr().err == ""
+    task.write_text(task.read_text().replace("nlpo: {}", "nlpo: {kl_coef: 0.1}"))  # another method's entry
+    assert main(["show", "sentiment/ppo/seed0", "-n", "1"]) == 0 and capsys.readouterr().err == ""
+    task.write_text(task.read_text().replace("-0.05", "-0.5"))
+    folder = "results/eval/sentiment/ppo/seed0"
+    after = ("these are the samples and scores of what it was built from then, not of the params and inputs now; "
+             "rerun the pipeline (grueflow run, or dvc repro) to rebuild it\n")
+    assert main(["show", "sentiment/ppo/seed0", "-n", "1"]) == 0
+    shown = capsys.readouterr()
+    assert "[test-0]" in shown.out
+    assert shown.err == (f"grueflow show: note: {folder} is stale (its params changed since it was built "
+                         f"(params/tasks/sentiment.yaml)): {after}")
+    shutil.rmtree(model)
+    assert main(["show", "sentiment/ppo/seed0", "-n", "1"]) == 0
+    assert capsys.readouterr().err == (
+        f"grueflow show: note: {folder} is stale (its params changed since it was built (params/tasks/sentiment.yaml); "
+        f"it was built from {model}, which no longer exists): {after}")
+    task.write_text(task.read_text().replace("-0.5", "-0.05"))
+    monkeypatch.chdir(tmp_path / "params")  # from a subfolder, the task file is named from there
+    assert main(["show", str(Path("..") / folder), "-n", "1"]) == 0
+    assert capsys.readouterr().err == (f"grueflow show: note: ../{folder} is stale (it was built from {model}, which "
+                                       f"no longer exists): {after}")
+
+
 def test_diff_of_a_metrics_file_in_another_runs_folder_copied_in_says_whose_run_it_is(tmp_path, monkeypatch, capsys):
     """With supervised+ppo's folder copied over ppo's, diff HEAD workspace --target <ppo's train_metrics.json> gave
     supervised+ppo's values as the workspace's ppo values, without a word."""

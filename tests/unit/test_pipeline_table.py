@@ -471,3 +471,26 @@ def test_write_refuses_a_dvc_yaml_holding_what_it_does_not_generate(tmp_path, mo
     assert pipeline.main(["dvc", "--write"]) == 2  # was replaced, the stage lost without a copy
     assert capsys.readouterr().err.startswith(f"error: {tmp_path / 'dvc.yaml'} cannot be read as YAML (line ")
     assert (tmp_path / "dvc.yaml").read_text() == broken
+
+
+@pytest.mark.parametrize("stage, folder, task, method, overrides", [
+    ("evaluate", "results/eval/sentiment/supervised+ppo/seed0", "sentiment", None, ("ppo", "supervised+ppo")),
+    ("evaluate", "results/eval/sentiment/zero_shot/seed1", "sentiment", None, ()),
+    ("rl_finetune", "results/sentiment/supervised+nlpo/seed0", "sentiment", "nlpo", ("nlpo", "supervised+nlpo")),
+    ("warm_start", "results/concepts/supervised/seed2", "concepts", "supervised", ("supervised",)),
+    ("dpo", "results/sentiment/supervised+dpo/seed0", "sentiment", "dpo", ()),
+    ("prepare_datapool", "results/sentiment/datapool", "sentiment", None, ()),
+    ("train_reward_model", "results/sentiment/reward_model", "sentiment", "reward_model", ()),
+])
+def test_a_folders_params_source_is_read_from_its_path_as_its_rule_reads_them(stage, folder, task, method, overrides):
+    """What grueflow show compares a finished folder's recorded params digests with, outside a run: the files the
+    Snakefile's stage_params names for the same folder."""
+    source = pipeline.folder_params_source(stage, folder)
+    assert source == pipeline.ParamsSource(stage, f"params/tasks/{task}.yaml",
+                                           f"params/methods/{method}.yaml" if method else None, {}, overrides)
+
+
+def test_a_path_that_is_none_of_a_stages_folders_has_no_params_source():
+    assert pipeline.folder_params_source("evaluate", "results/sentiment/ppo/seed0") is None
+    assert pipeline.folder_params_source("evaluate", "/elsewhere/results/eval/sentiment/ppo/seed0") is None
+    assert pipeline.folder_params_source("no_such_stage", "results/eval/sentiment/ppo/seed0") is None
