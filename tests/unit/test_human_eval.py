@@ -863,6 +863,23 @@ def test_a_batch_folder_put_back_without_its_key_gets_its_key_again_and_the_othe
     assert hb.read_key(copy / key_file.name, newer) == json.loads(newer_key)["ids"]  # checked by its record
 
 
+def _older_batch_put_back() -> tuple:
+    """A pairwise batch exported, then exported again with other predictions (the first batch and its key kept in
+    .grueflow/replaced/), then the first batch's folder put back (a `cp -a` of the kept copy, a `dvc checkout`) with
+    the second batch's key beside it, in the working folder: (folder, key file, the first batch, its key's map, the
+    second batch, its key's map, the kept batch copy, the kept key copy)."""
+    folder = Path("results/human/t/batches/ppo_vs_sup_seed0")
+    key_file = Path("results/human/t/keys/ppo_vs_sup_seed0.json")
+    older, older_key = hb.pairwise_batch(("ppo", _predictions("ppo")), ("sup", _predictions("sup")), "imdb", 0)
+    hb.write_batch(older, folder, older_key, key_file)
+    newer, newer_key = hb.pairwise_batch(("ppo", _predictions("a2c")), ("sup", _predictions("sup")), "imdb", 0)
+    hb.write_batch(newer, folder, newer_key, key_file)
+    kept, kept_key = hb.kept_batch(hb.read_batch(folder), older.tag)
+    shutil.rmtree(folder)
+    shutil.copytree(kept, folder)
+    return folder, key_file, older, older_key, newer, newer_key, kept, kept_key
+
+
 def test_a_run_that_exports_again_a_batch_put_back_without_its_key_keeps_the_key_found_as_another_batchs(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Under Snakemake a batch folder put back by hand (cp -a of a kept copy) is stale and exported again, and
@@ -871,15 +888,7 @@ def test_a_run_that_exports_again_a_batch_put_back_without_its_key_keeps_the_key
     from grueflow.stale import keep_reexported
 
     monkeypatch.chdir(tmp_path)
-    folder = Path("results/human/t/batches/ppo_vs_sup_seed0")
-    key_file = Path("results/human/t/keys/ppo_vs_sup_seed0.json")
-    older, older_key = hb.pairwise_batch(("ppo", _predictions("ppo")), ("sup", _predictions("sup")), "imdb", 0)
-    hb.write_batch(older, folder, older_key, key_file)
-    newer, newer_key = hb.pairwise_batch(("ppo", _predictions("a2c")), ("sup", _predictions("sup")), "imdb", 0)
-    hb.write_batch(newer, folder, newer_key, key_file)
-    kept, _ = hb.kept_batch(hb.read_batch(folder), older.tag)
-    shutil.rmtree(folder)
-    shutil.copytree(kept, folder)  # the older batch put back; the newer batch's key beside it
+    folder, key_file, older, _, newer, newer_key, kept, _ = _older_batch_put_back()
     line, = keep_reexported(Path("."), [(folder, key_file)])
     copy, = (p for p in Path(f".grueflow/replaced/{key_file.parent}").iterdir()
              if hb.read_key(p / key_file.name) == newer_key)
@@ -895,15 +904,7 @@ def test_another_batchs_key_beside_a_batch_put_back_names_the_kept_key_and_dvc_r
     is the branch's: the import refused it as another batch's with "give the key written with this batch", naming
     neither the copy of this batch's key kept in .grueflow/replaced/ nor `dvc repro`, which writes it again."""
     monkeypatch.chdir(tmp_path)
-    folder = Path("results/human/t/batches/ppo_vs_sup_seed0")
-    key_file = Path("results/human/t/keys/ppo_vs_sup_seed0.json")
-    older, older_key = hb.pairwise_batch(("ppo", _predictions("ppo")), ("sup", _predictions("sup")), "imdb", 0)
-    hb.write_batch(older, folder, older_key, key_file)
-    newer, newer_key = hb.pairwise_batch(("ppo", _predictions("a2c")), ("sup", _predictions("sup")), "imdb", 0)
-    hb.write_batch(newer, folder, newer_key, key_file)  # the branch's export: the older batch and key are kept
-    kept, kept_key = hb.kept_batch(hb.read_batch(folder), older.tag)
-    shutil.rmtree(folder)
-    shutil.copytree(kept, folder)  # as dvc checkout puts the older batch back; the newer key stays
+    folder, key_file, older, older_key, newer, _, _, kept_key = _older_batch_put_back()
     batch = hb.read_batch(folder)
     repro = ("where the batch folder was put back without its key (`dvc checkout` restores the folder from DVC's "
              "cache, not the key, which DVC does not cache), run `dvc repro`: the export is seeded, and keeps the key "
