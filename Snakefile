@@ -138,7 +138,7 @@ onstart:  # a real run, under Snakemake's lock, before its first job: its jobs r
     from grueflow.keep import interrupted_line
     from grueflow.stale import keep_reexported, refuse_touch, refuse_undeletable
 
-    try:  # --touch rewrites Snakemake's record of each job's params without running it: never over other params
+    try:  # --touch rewrites Snakemake's record of each job's params without running it: never over other params or data
         if workflow.touch:
             refuse_touch([Path(out) for job in workflow.dag.needrun_jobs() for out in job.output], stage_params(),
                          params_unchanged)

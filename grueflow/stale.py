@@ -125,7 +125,7 @@ TOKENS = Path(".snakemake") / "grueflow-stale.json"  # {output path: when it was
 
 STAMPED = Path(".snakemake") / "grueflow-stamped.json"  # {stage folder: its time in ns before a stamp for an input}
 RETOKENED = Path(".snakemake") / "grueflow-retokened.json"  # {stage folder of a Snakemake job, given a token for its
-# params: [its token before, or null; the sha256 of its stage record then]}
+# params or its data from outside results/: [its token before, or null; the sha256 of its stage record then]}
 DIGESTS = Path(".snakemake") / "grueflow-digests.json"  # {path: [stat signature, sha256]}: files read once
 CHANGED_INPUT = "changed since it was built"  # why a stage whose input's content is not the recorded one is stale
 GONE_INPUT = "no longer exists"  # ... and one whose input from outside results/ is gone
@@ -147,7 +147,8 @@ TABLES: dict[Path, list[Path]] = {
     for name in ("aggregate", "human_eval_table")}  # each table's CSV and the files written with it
 AS_BUILT = ("its input ", PARAMS_CHANGED, CODE_CHANGED)  # stale reasons that leave the folder as built:
 # CHANGED_INPUT, GONE_INPUT, PARAMS_CHANGED and CODE_CHANGED are stamped (a folder of a Snakemake job's given a token
-# too, for its params), and the stamp (and token) taken back once the input, params or code are as recorded again
+# too, for its params or its data from outside results/), and the stamp (and token) taken back once the input,
+# params or code are as recorded again
 _KNOWN: dict[str, list] = {}  # the cache as this process read it and added to it
 
 
@@ -1315,29 +1316,88 @@ def snakemake_knows(root: Path, folder: Path) -> bool:
 
 
 def refuse_touch(touched: Iterable[Path], params: Mapping[Path, ParamsSource],
-                 load: Optional[Callable[[str], object]] = None) -> None:
+                 load: Optional[Callable[[str], object]] = None, results: Path = Path("results"),
+                 cache: Optional[Path] = DIGESTS) -> None:
     """Raise DataError where a stage folder of ``touched`` (the outputs a ``snakemake --touch`` run is about to mark
     up to date) was built with other params than its rule reads now (:func:`params_changed` of its stage record;
-    ``params`` and ``load`` as :func:`stale_outputs` takes them), naming each folder and file: the touch would
-    rewrite Snakemake's record of the job's params without running it, and the folder's numbers would pass for the
-    new params'. A folder only code changed for is let be (what ``--touch`` is for), and so is one without a
-    readable record (the stale check judges it)."""
-    changed = {}
+    ``params`` and ``load`` as :func:`stale_outputs` takes them), or from inputs outside ``results`` that changed or
+    are gone since (:func:`outside_unlike`: a datapool's local data, a classifier's data, a batch's answers; digests
+    read through ``cache``), naming each folder and file: the touch would rewrite Snakemake's record of the job's
+    params (and its inputs' checksums) without running it, and the folder's numbers would pass for the new params'
+    or data's. A folder only code changed for is let be (what ``--touch`` is for), and so is one without a readable
+    record (the stale check judges it)."""
+    changed, data = {}, {}
+    root = results.parent  # stage records name their inputs relative to the project root
     for folder in touched:
         try:
-            record = read_json(folder / STAGE_RECORD) if folder in params else None
+            record = read_json(folder / STAGE_RECORD) if (folder / STAGE_RECORD).is_file() else None
         except (OSError, ValueError):
             continue
-        if isinstance(record, dict) and (found := params_changed(record, params[folder], load)):
+        if not isinstance(record, dict):
+            continue
+        if folder in params and (found := params_changed(record, params[folder], load)):
             changed[folder] = found
-    if not changed:
-        return
-    named = [f"{folder} ({', '.join(files)})" for folder, files in sorted(changed.items())]
+        edited, gone = outside_unlike(root, results, record.get("inputs"), cache)
+        if edited or gone:
+            data[folder] = [f"{path} {CHANGED_INPUT}" for path in edited] + [f"{path} {GONE_INPUT}" for path in gone]
+    refused = []
+    if changed:
+        refused.append(_touch_refusal(changed, "with other params than now", "the new params'",
+                                      "put the params back as they were"))
+    if data:
+        refused.append(_touch_refusal(data, "from other data than now", "the new data's",
+                                      "put the data back as it was"))
+    if refused:
+        raise DataError(" ".join(refused))
+
+
+def _touch_refusal(found: Mapping[Path, list[str]], built: str, whose: str, undo: str) -> str:
+    """Why ``--touch`` is refused over the stage folders ``found`` (each with what differs from its build: a params
+    file, an input and how it changed), ``built`` saying how they were built, ``whose`` whose results they would pass
+    for, and ``undo`` the other way out."""
+    named = [f"{folder} ({', '.join(why)})" for folder, why in sorted(found.items())]
     shown = "; ".join(named[:5]) + (f"; and {len(named) - 5} more" if len(named) > 5 else "")
-    raise DataError(f"--touch would mark {len(named)} stage folder{'s' if len(named) > 1 else ''} built with other "
-                    f"params than now as up to date: {shown}; their results, and what reads them, would pass for "
-                    f"the new params'. Run without --touch to rebuild them (--touch is for code edits that change no "
-                    f"result), or put the params back as they were")
+    return (f"--touch would mark {len(named)} stage folder{'s' if len(named) > 1 else ''} built {built} as up to "
+            f"date: {shown}; their results, and what reads them, would pass for {whose}. Run without --touch to "
+            f"rebuild them (--touch is for code edits that change no result), or {undo}")
+
+
+def outside_unlike(root: Path, results: Path, inputs: object,
+                   cache: Optional[Path] = None) -> tuple[list[str], list[str]]:
+    """Those of a stage record's ``inputs`` (``{name: {"path", "sha256"}}``, paths relative to the project ``root``)
+    that lie outside ``results`` (a datapool's local data, a classifier's data, a batch's answers: no stage writes
+    them, no manifest covers them) and are not as recorded: (those that exist with another digest, those that no
+    longer exist), each as recorded. Digests are read through ``cache`` (:func:`input_digest`; None: this process's
+    only), so an unchanged input is read once. ``([], [])`` for inputs that are no mapping."""
+    if cache is not None:
+        _load(cache)
+    changed, gone, computed = [], [], False
+    for meta in inputs.values() if isinstance(inputs, dict) else ():
+        if not isinstance(meta, dict) or not meta.get("path") or not isinstance(meta.get("sha256"), str):
+            continue
+        path = root / meta["path"]
+        if not _outside(path, results):
+            continue
+        if not path.exists():
+            gone.append(meta["path"])
+            continue
+        digest, new = input_digest(path, persons_files(path))
+        computed |= new
+        if digest != meta["sha256"]:
+            changed.append(meta["path"])
+    if computed and cache is not None:
+        _save(cache)
+    return changed, gone
+
+
+def _data_changed(root: Path, results: Path, folder: Path, cache: Optional[Path]) -> bool:
+    """Whether an input from outside ``results`` that the stage folder ``folder`` records exists with another
+    content than recorded (:func:`outside_unlike`); False where its record cannot be read."""
+    try:
+        record = read_json(folder / STAGE_RECORD)
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and bool(outside_unlike(root, results, record.get("inputs"), cache)[0])
 
 
 def _outside(path: Path, results: Path) -> bool:
@@ -1372,11 +1432,14 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     A suite stage folder stale for its own sake (damaged, or without its record), or a file where a stage folder
     belongs, has a copy kept of what no stage record vouches for (:func:`unvouched`, :func:`keep_copy`; a dry run
     too: the rebuild deletes it, and nothing tells whether a person put it there). A stage stale because an input
-    changed, or one from outside results/ is gone, gets the stamp alone: the content digest its rule takes as a
-    param reruns it where Snakemake recorded one, the stamp where it did not (a folder ``dvc repro`` built, or
-    ``.snakemake`` removed), and the stamp reruns the reader of a changed stage folder (a folder input newer than
-    its output). Its time before the stamp is kept in :data:`STAMPED`, and put back once the input is as
-    recorded again (after a dry run saw it edited): then nothing reruns, whatever the input's size. So does a suite
+    changed, or one from outside results/ is gone, gets the stamp: the content digest its rule takes as a param
+    reruns it where Snakemake recorded one, the stamp where it did not (a folder ``dvc repro`` built, or
+    ``.snakemake`` removed), and the stamp reruns the reader of a changed stage folder (a folder input newer than its
+    output). One a Snakemake job wrote whose input from outside results/ changed (:func:`outside_unlike`) gets a
+    token too, as for its params below: where ``snakemake --touch`` ran over the edit, Snakemake's record holds the
+    content digest of now and the input's checksum, and neither the param nor the stamp would rerun it. Its time
+    before the stamp is kept in :data:`STAMPED`, and put back once the input is as recorded again (after a dry run
+    saw it edited), its token too (:func:`_retoken`): then nothing reruns, whatever the input's size. So does a suite
     stage folder whose params changed since it was built (:func:`params_changed`), until its params are as recorded
     again; one a Snakemake job wrote gets a token too, put back as it was once its params are as recorded again
     (:func:`_retoken`); what it holds that no stage record vouches for is copied first, as its rebuild deletes it;
@@ -1441,7 +1504,9 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
         with atomic_path(stamped_file) as tmp:
             tmp.write_text(json.dumps(kept, indent=1, sort_keys=True) + "\n")
     retokened = {path for path, why in stale.items()
-                 if why.startswith(PARAMS_CHANGED) and snakemake_knows(results.parent, path)}
+                 if snakemake_knows(results.parent, path) and (why.startswith(PARAMS_CHANGED) or (
+                     why.startswith("its input ") and why.endswith(CHANGED_INPUT)
+                     and _data_changed(results.parent, results, path, tokens.parent / DIGESTS.name)))}
     tokened = [path for path, why in stale.items() if not why.startswith(AS_BUILT)] + sorted(retokened)
     known = _read_mapping(tokens)
     now = str(time.time_ns())
@@ -1561,15 +1626,16 @@ def _flag(path: Path) -> Optional[tuple[str, str]]:
 
 
 def _retoken(retokened_file: Path, retokened: set[Path], known: dict[str, str]) -> dict[str, str]:
-    """The tokens ``known`` (:data:`TOKENS`) with the token of each stage folder given one for its params in an
-    earlier run (:data:`RETOKENED`), and not stale now nor rebuilt since (its stage record the one it was marked
-    with: the params put back, after a dry run saw them edited), put back as it was, so that Snakemake, whose params
-    trigger reads the token, reruns nothing; ``retokened``: the folders of Snakemake's jobs stale for their params
-    now, whose token before, and stage record, are noted (once per record: a folder rebuilt since is noted anew).
+    """The tokens ``known`` (:data:`TOKENS`) with the token of each stage folder given one for its params (or its
+    data from outside results/) in an earlier run (:data:`RETOKENED`), and not stale now nor rebuilt since (its
+    stage record the one it was marked with: the params or data put back, after a dry run saw them edited), put
+    back as it was, so that Snakemake, whose params trigger reads the token, reruns nothing; ``retokened``: the
+    folders of Snakemake's jobs stale for their params or such data now, whose token before, and stage record, are
+    noted (once per record: a folder rebuilt since is noted anew).
 
-    A token is needed there as well as the stamp: Snakemake's record of such a job holds the params of now where
-    ``snakemake --touch`` rewrote it, and the checksums of its inputs, so the stamp alone reruns no job whose
-    inputs are all small files (a datapool)."""
+    A token is needed there as well as the stamp: Snakemake's record of such a job holds the params of now (the
+    content digest of its data included) where ``snakemake --touch`` rewrote it, and the checksums of its inputs,
+    so the stamp alone reruns no job whose inputs are all small files (a datapool)."""
     marks = _read_mapping(retokened_file)
     noted = dict(marks)
     restored = dict(known)

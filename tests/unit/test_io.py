@@ -1749,6 +1749,113 @@ def test_a_touch_over_a_folder_built_with_other_params_is_refused_naming_it(tmp_
     stale.refuse_touch([pool], params)  # a touch of what the edit does not reach
 
 
+def test_a_touch_over_a_folder_built_from_other_data_is_refused_naming_it(tmp_path, monkeypatch):
+    """``snakemake --touch`` after an edit of a datapool's local data was accepted: it recorded the new data's
+    content digest as the job's param without running it, and the datapool and table kept the old data's. A run that
+    is to touch a stage folder whose inputs from outside results/ changed or are gone since it was built is refused,
+    naming the folder and the files, as for params; one whose data is as recorded passes."""
+    from argparse import Namespace
+
+    from grueflow import stale
+    from grueflow.io import atomic_dir
+    from grueflow.pipeline import ParamsSource
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)
+    task = Path("params/tasks/sentiment.yaml")
+    task.parent.mkdir(parents=True)
+    task.write_text("datapool: {id: custom}\nlengths: {prompt: 8}\n")
+    data = [Path("data/plain/train.jsonl"), Path("data/plain/test.jsonl")]
+    data[0].parent.mkdir(parents=True)
+    for path in data:
+        path.write_text('{"prompt": "a bad film", "references": ["bad"]}\n')
+    pool = Path("results/sentiment/datapool")
+    with atomic_dir(pool) as tmp:
+        (tmp / "test.jsonl").write_text("{}\n")
+        stage.finish(tmp, "prepare_datapool", {}, {str(path): path for path in data}, 0.0,
+                     stage.params_digest("prepare_datapool", Namespace(task_file=task)))
+    params = {pool: ParamsSource("prepare_datapool", str(task))}
+    touched = [pool, Path("results/grue_table.csv")]
+    stale.refuse_touch(touched, params)  # a code edit: the data are as built
+    data[1].write_text('{"prompt": "an awful film", "references": ["bad"]}\n')
+    with pytest.raises(DataError) as refused:
+        stale.refuse_touch(touched, params)
+    assert str(refused.value) == (
+        "--touch would mark 1 stage folder built from other data than now as up to date: results/sentiment/datapool "
+        "(data/plain/test.jsonl changed since it was built); their results, and what reads them, would pass for the "
+        "new data's. Run without --touch to rebuild them (--touch is for code edits that change no result), or put "
+        "the data back as it was")
+    data[0].unlink()
+    with pytest.raises(DataError, match=r"results/sentiment/datapool \(data/plain/test.jsonl changed since it was "
+                                        r"built, data/plain/train.jsonl no longer exists\)"):
+        stale.refuse_touch(touched, params)
+    task.write_text("datapool: {id: custom, path: json}\nlengths: {prompt: 8}\n")  # params and data: both named
+    with pytest.raises(DataError, match=r"^--touch would mark 1 stage folder built with other params than now .* "
+                                        r"\(params/tasks/sentiment.yaml\);.* as they were --touch would mark 1 "
+                                        r"stage folder built from other data than now"):
+        stale.refuse_touch(touched, params)
+    stale.refuse_touch([Path("results/grue_table.csv")], params)  # a touch of what the edit does not reach
+
+
+def test_a_snakemake_jobs_folder_whose_data_changed_gets_a_token_put_back_once_it_is_as_built(tmp_path, monkeypatch):
+    """After a datapool's local data was edited and ``snakemake --touch`` recorded the new data's digest as the job's
+    param (and the data's checksums), every run said the datapool "is stale ...; its job reruns" and then "Nothing to
+    be done": the stamp alone reruns no job whose inputs are all small files whose checksums Snakemake holds. Such a
+    folder gets a token, new on each run while it stays stale, which Snakemake's params trigger reads; once the data
+    are as built again (a dry run saw an edit, then it was put back), the token before is put back: nothing reruns;
+    once the job was rebuilt, the token stays."""
+    from argparse import Namespace
+
+    from grueflow import stale
+    from grueflow.io import atomic_dir
+    from grueflow.pipeline import ParamsSource
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GRUEFLOW_ENGINE", "snakemake")
+    task = Path("params/tasks/sentiment.yaml")
+    task.parent.mkdir(parents=True)
+    task.write_text("datapool: {id: custom}\nlengths: {prompt: 8}\n")
+    data = Path("data/plain/test.jsonl")
+    data.parent.mkdir(parents=True)
+    data.write_text('{"prompt": "a bad film"}\n')
+    results = Path("results")
+    pool = results / "sentiment" / "datapool"
+    source = ParamsSource("prepare_datapool", str(task))
+
+    def build() -> None:
+        with atomic_dir(pool) as tmp:
+            (tmp / "test.jsonl").write_bytes(data.read_bytes())
+            stage.finish(tmp, "prepare_datapool", {}, {str(data): data}, 0.0,
+                         stage.params_digest("prepare_datapool", Namespace(task_file=task)))
+        snakemake_metadata(Path("."), pool).parent.mkdir(parents=True, exist_ok=True)
+        snakemake_metadata(Path("."), pool).write_text("{}")  # Snakemake's record of the job
+
+    def mark() -> list[str]:
+        return stale.mark_stale(results, results / "grue_table.csv", [], folders=[pool], params={pool: source})
+
+    def token() -> str:
+        return stale.stale_token([pool])
+
+    build()
+    assert mark() == [] and token() == ""
+    data.write_text('{"prompt": "an awful film"}\n')  # then snakemake --touch (with --no-hooks), or a dry run
+    assert mark() == [f"grueflow: {pool} is stale (its input {data} changed since it was built); its job reruns"]
+    marked = token()
+    assert marked.startswith(f"{pool}=")  # a new params trigger: the job reruns, whatever Snakemake's record says
+    assert mark() != [] and token() not in ("", marked)  # a run after a touch recorded that token: a new one
+    data.write_text('{"prompt": "a bad film"}\n')  # put back before any job ran
+    assert mark() == [] and token() == ""  # the token Snakemake recorded: nothing reruns
+    data.write_text('{"prompt": "an awful film"}\n')
+    assert mark() != [] and token() != marked
+    ran = token()  # the run: the job reads this token, and Snakemake records it
+    build()
+    assert mark() == [] and token() == ran  # rebuilt with it: it stays
+    snakemake_metadata(Path("."), pool).unlink()  # no record of the job (dvc repro, --drop-metadata): the stamp reruns
+    data.write_text('{"prompt": "a bad film"}\n')
+    assert mark() != [] and token() == ran
+
+
 def test_snakemakes_records_hard_linked_with_another_checkouts_are_made_this_checkouts_own(tmp_path, monkeypatch):
     """A checkout copied with ``cp -al`` shares Snakemake's records of its jobs (one inode), which Snakemake rewrites
     in place: a run in one checkout changed the params the other compares with, and the other said "Nothing to be

@@ -320,6 +320,41 @@ def test_a_datapools_data_replaced_by_an_older_file_rebuilds_it_under_snakemake(
     assert dry_run(repo, target) == []
 
 
+def test_a_touch_after_a_datapools_data_edit_is_refused_and_a_touched_datapool_still_rebuilds(tmp_path):
+    """``snakemake --touch`` after an edit of a datapool's local data recorded the new data's digest as the job's
+    param without running it: from then on every run said the datapool "is stale ...; its job reruns", then
+    "Nothing to be done", and the datapool kept the old data. The touch is refused, naming the folder and the file;
+    a datapool touched anyway (past the refusal, with --no-hooks) is rebuilt from the new data by the next run."""
+    repo = copy_project(tmp_path / "repo")
+    (repo / "data").mkdir()
+    for split in ("train", "test"):
+        rows = [{"prompt": f"{split} prompt {i}", "references": [f"v1 ref {i}"]} for i in range(6)]
+        (repo / "data" / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    task_path = repo / "params" / "tasks" / "sentiment.yaml"
+    task = yaml.safe_load(task_path.read_text())
+    task["datapool"] = {"id": "custom", "args": {"data_files": {s: f"data/{s}.jsonl" for s in ("train", "test")},
+                                                 "source_splits": {"val": "train"}}}
+    task_path.write_text(yaml.safe_dump(task, sort_keys=False))
+    target = "results/sentiment/datapool"
+    run(["snakemake", "--cores", "1", target], repo)
+    data = repo / "data" / "train.jsonl"
+    data.write_text(data.read_text().replace("v1 ref 0", "v2 ref 0"))
+    touch = ["snakemake", "--touch", "--cores", "1", target]
+    refused = run(touch, repo, check=False)
+    assert refused.returncode != 0
+    assert ("--touch would mark 1 stage folder built from other data than now as up to date: results/sentiment/"
+            "datapool (data/train.jsonl changed since it was built); their results, and what reads them, would pass "
+            "for the new data's. Run without --touch to rebuild them") in refused.stderr, refused.stderr[-3000:]
+    run([*touch, "--no-hooks"], repo)  # past the refusal: Snakemake's record holds the new data's digest
+    (job,) = dry_run(repo, target)
+    assert job["rule"] == "prepare_datapool"
+    rebuilt = run(["snakemake", "--cores", "1", target], repo)
+    assert ("grueflow: results/sentiment/datapool is stale (its input data/train.jsonl changed since it was built); "
+            "its job reruns") in rebuilt.stderr
+    assert "v2 ref 0" in (repo / target / "train.jsonl").read_text()
+    assert dry_run(repo, target) == []
+
+
 def test_a_datapools_data_is_an_input_when_grueflow_is_a_link_to_another_checkout(tmp_path):
     """With grueflow/ a symbolic link to a checkout, the data paths were looked up in that checkout: they named
     nothing there, so the datapool had no data input and no content digest, and an edited file rebuilt nothing."""
