@@ -291,11 +291,15 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
                 f", {NOT_BY_SNAKEMAKE if last_written(root, folder) is None else NO_SNAKEMAKE_RECORD}"
             stale[folder] = f"{PARAMS_CHANGED} ({', '.join(changed)}){unknown}"
             continue
-        if (not folders or folder in suite) and not snakemake_knows(root, folder) \
-                and (changed := code_changed(folder, record, cache, root)):
-            unknown = NOT_BY_SNAKEMAKE if last_written(root, folder) is None else NO_SNAKEMAKE_RECORD
-            stale[folder] = f"{CODE_CHANGED} ({_some(changed)}), {unknown}"
-            continue
+        if (not folders or folder in suite) and not snakemake_knows(root, folder):
+            changed, gone = code_changed(folder, record, cache, root)
+            if gone:  # a file its task names, gone for this run: its job could not read it
+                missing.append(_named_files_gone(folder, gone, params.get(folder)))
+                continue
+            if changed:
+                unknown = NOT_BY_SNAKEMAKE if last_written(root, folder) is None else NO_SNAKEMAKE_RECORD
+                stale[folder] = f"{CODE_CHANGED} ({_some(changed)}), {unknown}"
+                continue
         inputs = record.get("inputs") or {}
         if not isinstance(inputs, dict):  # check_stage_output read the record as an object with a manifest
             stale[folder] = f"{folder / STAGE_RECORD} is damaged (its inputs are not a mapping)"
@@ -1109,10 +1113,12 @@ def out_of_date(folder: Path, record: Mapping, root: Path) -> list[str]:
     return reasons
 
 
-def code_changed(folder: Path, record: Mapping, cache: Optional[Path] = None, root: Path = Path(".")) -> list[str]:
-    """The files of the code the stage folder ``folder`` (under the project ``root``) was built with whose content
-    differs now, with those added to or dropped from the files its stage runs (:func:`grueflow.codedeps.script_code`
-    of ``stages/<its stage>.py``), by path in the repository (:data:`grueflow.codedeps.ROOT`), judged by
+def code_changed(folder: Path, record: Mapping, cache: Optional[Path] = None,
+                 root: Path = Path(".")) -> tuple[list[str], list[str]]:
+    """(changed, gone): the files of the code the stage folder ``folder`` (under the project ``root``) was built with
+    whose content differs now, with those added to or dropped from the files its stage runs
+    (:func:`grueflow.codedeps.script_code` of ``stages/<its stage>.py``), by path in the repository
+    (:data:`grueflow.codedeps.ROOT`), judged by
 
     - the DVC lock file, where it records the folder's ``stage.json`` as it is (:func:`locked_as_is`: the folder is
       what DVC built or restored there, from its cache or its run cache): the md5 of each code file among its
@@ -1123,9 +1129,11 @@ def code_changed(folder: Path, record: Mapping, cache: Optional[Path] = None, ro
       where that record is the one written with ``record``, its stage record (its :data:`grueflow.io.RECORD_DIGEST`:
       DVC tracks no provenance record, and ``dvc checkout`` of another build leaves the one there).
 
-    ``[]`` where neither holds it (a provenance record written before records held the code, deleted or damaged).
-    Files are read through the digest cache (``cache``: as :func:`stale_outputs` takes it), so a dry run reads only
-    what changed since the last."""
+    ``([], [])`` where neither holds it (a provenance record written before records held the code, deleted or
+    damaged). ``gone``: the files the task names (a plugin's source, a file its args name) that the lock's digests
+    file records and that no longer exist (a disk not mounted, a file moved away), which :func:`stale_outputs`
+    refuses rather than rerun the stage without them. Files are read through the digest cache (``cache``: as
+    :func:`stale_outputs` takes it), so a dry run reads only what changed since the last."""
     script = f"stages/{record.get('stage')}.py"
     deps = _locked_deps(root, folder / STAGE_RECORD)
     if deps is not None:
@@ -1133,10 +1141,20 @@ def code_changed(folder: Path, record: Mapping, cache: Optional[Path] = None, ro
     try:
         provenance = read_json(folder / PROVENANCE_RECORD)
     except (OSError, ValueError):
-        return []
+        return [], []
     if not isinstance(provenance, dict) or provenance.get(RECORD_DIGEST) != record.get(RECORD_DIGEST):
-        return []
-    return _code_unlike(provenance.get(CODE_RAN), script, cache)
+        return [], []
+    return _code_unlike(provenance.get(CODE_RAN), script, cache), []
+
+
+def _named_files_gone(folder: Path, gone: list[str], source: Optional[ParamsSource]) -> str:
+    """The line refusing a run where the stage folder ``folder`` was built with files its task names that are
+    ``gone`` (:func:`code_changed`), its job reading its task file from ``source``."""
+    task = source.task_file if source is not None and source.task_file is not None else "its task file"
+    them = "it" if len(gone) == 1 else "them"
+    return (f"{folder} was built with {', '.join(gone)}, {_no_longer_exist(gone)} (a disk not mounted, a file moved "
+            f"or renamed?), and {task} still names {them}: put {them} back, or change {task} to name other files "
+            f"(its job then rebuilds {folder}); nothing was run, and {folder} is kept")
 
 
 _LOCKS: dict[str, tuple[list[int], dict[str, tuple[dict, list]]]] = {}  # dvc.lock as read: its stat signature, and
@@ -1175,22 +1193,24 @@ def _locked_deps(root: Path, stage_record: Path) -> Optional[list]:
     return found[1] if found is not None and locked_as_is(stage_record, found[0]) else None
 
 
-def _lock_unlike(deps: list, script: str, root: Path, cache: Optional[Path]) -> list[str]:
-    """The code files whose md5 differs from the one ``deps`` (a stage's deps in dvc.lock) records, or that are
-    among the files the stage CLI ``script`` runs now and not among the deps (or the reverse), then what
+def _lock_unlike(deps: list, script: str, root: Path, cache: Optional[Path]) -> tuple[list[str], list[str]]:
+    """(changed, gone): the code files whose md5 differs from the one ``deps`` (a stage's deps in dvc.lock) records,
+    or that are among the files the stage CLI ``script`` runs now and not among the deps (or the reverse), then what
     :func:`_plugins_unlike` finds for its plugins' digests file, if it has one."""
     locked = {dep["path"]: dep for dep in deps
               if isinstance(dep, dict) and isinstance(dep.get("path"), str) and isinstance(dep.get("md5"), str)}
     try:
         code = set(codedeps.script_code(script))
     except (FileNotFoundError, SyntaxError):  # the stage's CLI is gone or broken: the engine says so itself
-        return []
+        return [], []
     code_locked = {path for path in locked if path.endswith(".py") and path.startswith(("grueflow/", "stages/"))}
     changed = sorted(path for path in code | code_locked
                      if path not in locked or path not in code or not _as_locked(root / path, locked[path]))
+    gone: list[str] = []
     for path in sorted(path for path in locked if path.startswith(PLUGIN_CODE + "/")):
-        changed += _plugins_unlike(root, path, locked[path], cache)
-    return changed
+        found, lost = _plugins_unlike(root, path, locked[path], cache)
+        changed, gone = changed + found, gone + lost
+    return changed, gone
 
 
 @functools.lru_cache(maxsize=None)
@@ -1213,12 +1233,13 @@ def _as_locked(path: Path, entry: Mapping) -> bool:
     return _md5(path, entry.get("hash") != "md5", signature) == entry["md5"]
 
 
-def _plugins_unlike(root: Path, path: str, entry: Mapping, cache: Optional[Path]) -> list[str]:
-    """The project files (a plugin's source, the local data or files a task's datapool, rewards and metrics name)
-    whose digests in the plugins' digests file ``path`` (``results/plugin_code/<task>/<stage>.json``, written by
-    DVC's first stage and a dep of the stage; ``entry``, its dep entry in dvc.lock) differ from their digests now
-    (:func:`grueflow.pipeline.plugin_digests` of the task file now, read through the cache); where that file is not
-    the one the entry records, the file itself (``path``) if the digests now are not the ones it recorded. ``[]``
+def _plugins_unlike(root: Path, path: str, entry: Mapping, cache: Optional[Path]) -> tuple[list[str], list[str]]:
+    """(changed, gone): the project files (a plugin's source, the local data or files a task's datapool, rewards and
+    metrics name) whose digests in the plugins' digests file ``path`` (``results/plugin_code/<task>/<stage>.json``,
+    written by DVC's first stage and a dep of the stage; ``entry``, its dep entry in dvc.lock) differ from their
+    digests now (:func:`grueflow.pipeline.plugin_digests` of the task file now, read through the cache), and those it
+    records that no longer exist (the digests now leave out a name that names no file); where that file is not the
+    one the entry records, the file itself (``path``) if the digests now are not the ones it recorded. ``([], [])``
     where the task file does not read (the suite's validation says why)."""
     task, stage = Path(path).parent.name, Path(path).stem
     added: list[bool] = []
@@ -1234,11 +1255,11 @@ def _plugins_unlike(root: Path, path: str, entry: Mapping, cache: Optional[Path]
             _load(cache)
         now = plugin_digests({task: data}, root, digest=digest)[task].get(stage)
     except (ConfigError, OSError):
-        return []
+        return [], []
     if cache is not None and any(added):
         _save(cache)
     if now is None:
-        return []
+        return [], []
     recorded = None
     if locked_as_is(root / path, entry):
         try:
@@ -1248,9 +1269,10 @@ def _plugins_unlike(root: Path, path: str, entry: Mapping, cache: Optional[Path]
     if not isinstance(recorded, dict) or not isinstance(recorded.get("sha256"), dict):
         text = (json.dumps(now, indent=1, sort_keys=True) + "\n").encode()
         text = text if entry.get("hash") == "md5" else text.replace(b"\r\n", b"\n")
-        return [] if hashlib.md5(text).hexdigest() == entry["md5"] else [path]
+        return ([] if hashlib.md5(text).hexdigest() == entry["md5"] else [path]), []
     before, after = recorded["sha256"], now["sha256"]
-    return sorted(name for name in {*before, *after} if before.get(name) != after.get(name))
+    gone = sorted(name for name in before if name not in after and not os.path.lexists(root / name))
+    return sorted(name for name in {*before, *after} if before.get(name) != after.get(name) and name not in gone), gone
 
 
 def _cached_path_digest(path: Path) -> tuple[str, bool]:

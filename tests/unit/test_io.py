@@ -316,7 +316,7 @@ def test_a_folder_snakemake_holds_no_record_of_is_stale_where_its_code_changed(t
     ran = {**stage.code_record("warm_start"), **edit}
     write_stage_record(folder, stage="warm_start", params={}, inputs={}, wall_time_s=0.0, extra={"code": ran})
     record = read_json(folder / "stage.json")
-    assert code_changed(folder, record) == changed
+    assert code_changed(folder, record) == (changed, [])
     why = stale_outputs(Path("results"), Path("results/grue_table.csv"), [], folders=[folder])[folder]
     assert why == f"its code changed since it was built ({', '.join(changed)}), and no Snakemake job of this " \
                   f"checkout wrote it (built by dvc repro, or .snakemake removed)"
@@ -324,9 +324,9 @@ def test_a_folder_snakemake_holds_no_record_of_is_stale_where_its_code_changed(t
     assert line == f"grueflow: {folder} is stale ({why}); its job reruns"
     provenance = read_json(folder / "provenance.json")
     write_json(folder / "provenance.json", {**provenance, "record_sha256": "0" * 64})  # another build's (dvc checkout)
-    assert code_changed(folder, record) == []
+    assert code_changed(folder, record) == ([], [])
     write_json(folder / "provenance.json", {key: value for key, value in provenance.items() if key != "code"})
-    assert code_changed(folder, record) == []  # written before provenance records held the code: not judged
+    assert code_changed(folder, record) == ([], [])  # written before provenance records held the code: not judged
 
 
 def _dvc_lock(repo: Path, folder: Path, script: str, plugin_code: Optional[str] = None) -> None:
@@ -353,7 +353,7 @@ def test_a_dvc_built_folder_is_judged_by_the_code_dvc_lock_records_for_it(tmp_pa
     from grueflow.config import read_yaml
     from grueflow.io import write_json, write_stage_record
     from grueflow.pipeline import plugin_digests
-    from grueflow.stale import code_changed
+    from grueflow.stale import code_changed, stale_outputs
     from tests.conftest import copy_project
     from tests.workflow.test_plugin_workflow import add_readme_reward
 
@@ -372,18 +372,31 @@ def test_a_dvc_built_folder_is_judged_by_the_code_dvc_lock_records_for_it(tmp_pa
     assert list(entry["sha256"]) == ["my_rewards.py"]
     plugin_code.write_text(json.dumps(entry, indent=1, sort_keys=True) + "\n")
     _dvc_lock(repo, folder, "stages/evaluate.py", plugin_code.as_posix())
-    assert code_changed(folder, record) == []  # as dvc.lock records it: the provenance record is not read
+    assert code_changed(folder, record) == ([], [])  # as dvc.lock records it: the provenance record is not read
     (folder / "provenance.json").unlink()  # as after dvc pull
     evaluation = repo / "grueflow" / "evaluation.py"
     evaluation.write_text(evaluation.read_text() + "# edited\n")
-    assert code_changed(folder, record) == ["grueflow/evaluation.py"]
+    assert code_changed(folder, record) == (["grueflow/evaluation.py"], [])
     reward = repo / "my_rewards.py"
-    reward.write_text(reward.read_text() + "# edited\n")
-    assert code_changed(folder, record) == ["grueflow/evaluation.py", "my_rewards.py"]
+    text = reward.read_text()
+    reward.write_text(text + "# edited\n")
+    assert code_changed(folder, record) == (["grueflow/evaluation.py", "my_rewards.py"], [])
+    built = {**entry, "sha256": {**entry["sha256"], "words.txt": "0" * 64}}  # built with a word list its args name
+    plugin_code.write_text(json.dumps(built, indent=1, sort_keys=True) + "\n")
+    reward.write_text(text)
+    evaluation.write_text(evaluation.read_text().removesuffix("# edited\n"))
+    _dvc_lock(repo, folder, "stages/evaluate.py", plugin_code.as_posix())
+    assert code_changed(folder, record) == ([], ["words.txt"])  # gone (a disk not mounted): refused, not rerun
+    with pytest.raises(DataError) as refused:
+        stale_outputs(Path("results"), Path("results/grue_table.csv"), [], folders=[folder])
+    assert str(refused.value) == (f"{folder} was built with words.txt, which no longer exists (a disk not mounted, a "
+                                  f"file moved or renamed?), and its task file still names it: put it back, or change "
+                                  f"its task file to name other files (its job then rebuilds {folder}); nothing was "
+                                  f"run, and {folder} is kept")
     plugin_code.write_text("{}\n")  # not the digests file dvc.lock records: judged by the digests' md5
-    assert code_changed(folder, record) == ["grueflow/evaluation.py", plugin_code.as_posix()]
+    assert code_changed(folder, record) == ([plugin_code.as_posix()], [])
     write_json(folder / "stage.json", {**record, "note": 1})  # not the stage record dvc.lock records, and no
-    assert code_changed(folder, read_json(folder / "stage.json")) == []  # provenance record: not judged
+    assert code_changed(folder, read_json(folder / "stage.json")) == ([], [])  # provenance record: not judged
 
 
 def test_a_table_snakemake_holds_no_record_of_is_stale_where_its_stages_code_changed(tmp_path, monkeypatch):
