@@ -48,6 +48,8 @@ ENGINE = "GRUEFLOW_ENGINE"  # the environment variable the Snakefile sets to "sn
 RECORD_DIGEST = "record_sha256"  # the key of a stage record's digest of the rest of itself (:func:`sealed`)
 CODE_RAN = "code"  # {file relative to the repository: its fingerprint, or null}: the code a stage ran, in its
 # provenance record or a table's files record (grueflow.stage.code_record)
+NAMED_RAN = "named_files"  # {file the task names (a plugin's source, a file its args name): its path digest}: what a
+# stage read besides grueflow's code, in its provenance record (grueflow.stage.named_record)
 PLANNED = Path(".snakemake") / "grueflow-planned.json"  # the params digests of the stage folders of the Snakemake
 # run going on, as it planned them (:func:`write_planned`)
 PLAN = "GRUEFLOW_PLAN"  # the environment variable naming, for a Snakemake run's jobs, the run that wrote PLANNED
@@ -907,7 +909,7 @@ def output_bytes(out_dir: str | Path) -> int:
 
 # extra fields that say how a run went, not what it computed: provenance.json's (the execution settings, the parts a
 # resumed run was trained in: grueflow.training.PARTS, and the code it ran: CODE_RAN)
-VOLATILE = ("execution", "parts", CODE_RAN)
+VOLATILE = ("execution", "parts", CODE_RAN, NAMED_RAN)
 
 
 def write_stage_record(out_dir: str | Path, *, stage: str, params: Any,

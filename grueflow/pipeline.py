@@ -846,6 +846,19 @@ def plugin_sources(root: Path = ROOT) -> list[str]:
     return code + [f for f in data if f not in code]
 
 
+def named_files(task: object, root: Path, parts: tuple[str, ...], with_data: bool = True) -> list[str]:
+    """The project files a task file's ``parts`` name (:data:`Stage.plugin_parts`): the source files of their
+    plugins, the local files their rewards' and metrics' args name, and with ``with_data``, where ``parts`` holds
+    the datapool, the local data it reads; sorted, relative to ``root``."""
+    files = set(plugins.source_files(task, root, parts)) | set(scorer_files(task, root, parts))
+    return sorted(files | (set(datapool_files(task, root)) if with_data and "datapool" in parts else set()))
+
+
+def script_parts(script: str) -> tuple[str, ...]:
+    """The task-file parts (:data:`Stage.plugin_parts`) of every stage whose CLI is ``script``, in table order."""
+    return tuple(dict.fromkeys(part for stage in _TABLE if stage.script == script for part in stage.plugin_parts))
+
+
 def plugin_digests(tasks: Mapping[str, object], root: Path = ROOT,
                    digest: Callable[[Path], str] = path_digest) -> dict[str, dict[str, dict]]:
     """For each task (name -> its task file's data) and each stage that runs plugins, the import paths the
@@ -858,10 +871,7 @@ def plugin_digests(tasks: Mapping[str, object], root: Path = ROOT,
         digests[task] = {}
         for stage in _TABLE:
             if stage.plugin_parts:
-                files = plugins.source_files(data, root, stage.plugin_parts)
-                if "datapool" in stage.plugin_parts:  # and the data the datapool reads
-                    files = sorted(set(files) | set(datapool_files(data, root)))
-                files = sorted(set(files) | set(scorer_files(data, root, stage.plugin_parts)))  # and the scorers'
+                files = named_files(data, root, stage.plugin_parts)
                 digests[task][stage.name] = {
                     "import_paths": plugins.named_in_task(data, stage.plugin_parts),
                     "sha256": {f: digest(root / f) for f in files}}

@@ -20,7 +20,8 @@ from safetensors import SafetensorError
 from tqdm import tqdm
 
 from grueflow import codedeps, interrupt, io, pipeline
-from grueflow.config import MAX_SEED, MAX_THREADS, ConfigError, MetricUnavailableError, PluginFailedError
+from grueflow.config import (MAX_SEED, MAX_THREADS, ConfigError, MetricUnavailableError, PluginFailedError,
+                             read_yaml)
 from grueflow.device import DEVICE_CHOICES, DEVICE_ENV, PRECISIONS, Execution
 from grueflow.hub import HubUnreachableError
 from grueflow.interrupt import CHECKPOINTING_STAGES, running_stage
@@ -454,6 +455,25 @@ def code_record(stage: str) -> dict[str, Optional[str]]:
     return record
 
 
+def named_record(stage: str, source: Optional[pipeline.ParamsSource]) -> dict[str, str]:
+    """The files the task file of ``source`` names for the stage ``stage`` (:func:`grueflow.pipeline.named_files` of
+    the parts of the stages whose CLI is ``stages/<stage>.py``: a plugin's source, a file a reward's or metric's args
+    name; a datapool's data left out, which its stage records as inputs), each with its
+    :func:`grueflow.pipeline.path_digest`, by its path in the project (the working folder), for the provenance record
+    (:data:`grueflow.io.NAMED_RAN`): where neither Snakemake nor dvc.lock holds a record of the job,
+    :func:`grueflow.stale.code_changed` compares them with the files now. ``{}`` where the stage reads no such part,
+    no task file, or the task file names none."""
+    parts = pipeline.script_parts(f"stages/{stage}.py")
+    if not parts or source is None or source.task_file is None:
+        return {}
+    try:
+        task = read_yaml(source.task_file)
+        return {name: pipeline.path_digest(Path(name)) for name in pipeline.named_files(task, Path("."), parts,
+                                                                                         with_data=False)}
+    except (ConfigError, OSError):  # read before the stage ran: gone since, the stale check sees it
+        return {}
+
+
 _READ: list[tuple[pipeline.ParamsSource, dict[str, str]]] = []  # each params_digest taken, for finish to take again
 
 
@@ -469,6 +489,7 @@ def finish(out_dir: Path, stage: str, params: Any, inputs: Mapping[str, Path | i
     record is written (the folder is not finished). The engine would file what was built under the edited params:
     DVC saves a stage's params to ``dvc.lock`` once its command ends, and a later rerun of what was built before
     the edit would never come."""
+    source = None
     if params_digest:
         source = next((source for source, taken in _READ if taken is params_digest), None)
         now = pipeline.params_digest(source) if source is not None else params_digest
@@ -478,8 +499,8 @@ def finish(out_dir: Path, stage: str, params: Any, inputs: Mapping[str, Path | i
             raise ConfigError(f"{', '.join(changed)} changed while this stage ran (edited during the run): what it "
                               f"built would be recorded under the edited params; run it again once the edit is done")
         extra = {pipeline.PARAMS_DIGEST: params_digest, **extra}
-    code = code_record(stage)
-    extra = {io.CODE_RAN: code, **extra} if code else extra
+    code, named = code_record(stage), named_record(stage, source)
+    extra = {**({io.CODE_RAN: code} if code else {}), **({io.NAMED_RAN: named} if named else {}), **extra}
     io.write_stage_record(out_dir, stage=stage, params=params, inputs=inputs,
                           wall_time_s=time.perf_counter() - started, extra=extra or None)
 

@@ -109,14 +109,15 @@ from typing import Callable, Iterable, Mapping, Optional
 
 from grueflow import codedeps
 from grueflow.config import ConfigError, read_yaml
-from grueflow.io import (BUILT_FROM, CODE_RAN, MODEL_DIR, PROVENANCE_RECORD, RECORD_DIGEST, SNAKEMAKE_METADATA,
-                         SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED, DataError, MissingDataError, as_written,
-                         atomic_path, check_stage_output, files_record, fingerprint, last_written, read_json,
-                         record_digest, sealed, sha256_bytes, snakemake_metadata, written_digests, written_for)
+from grueflow.io import (BUILT_FROM, CODE_RAN, MODEL_DIR, NAMED_RAN, PROVENANCE_RECORD, RECORD_DIGEST,
+                         SNAKEMAKE_METADATA, SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED, DataError, MissingDataError,
+                         as_written, atomic_path, check_stage_output, files_record, fingerprint, last_written,
+                         read_json, record_digest, sealed, sha256_bytes, snakemake_metadata, written_digests,
+                         written_for)
 from grueflow.keep import (as_deleted, batch_copies_text, edited_outputs, files_under, keep_batch, keep_copy, kept_copy,
                            links_left, listed, persons_files, stat_signature, unvouched)
-from grueflow.pipeline import (PARAMS_DIGEST, PLUGIN_CODE, STAGES, ParamsSource, params_digest, path_digest,
-                               plugin_digests, task_paths)
+from grueflow.pipeline import (PARAMS_DIGEST, PLUGIN_CODE, STAGES, ParamsSource, named_files, params_digest,
+                               path_digest, plugin_digests, script_parts, task_paths)
 
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
 TOKENS = Path(".snakemake") / "grueflow-stale.json"  # {output path: when it was last found stale, ns}, beside
@@ -292,7 +293,7 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
             stale[folder] = f"{PARAMS_CHANGED} ({', '.join(changed)}){unknown}"
             continue
         if (not folders or folder in suite) and not snakemake_knows(root, folder):
-            changed, gone = code_changed(folder, record, cache, root)
+            changed, gone = code_changed(folder, record, cache, root, params.get(folder))
             if gone:  # a file its task names, gone for this run: its job could not read it
                 missing.append(_named_files_gone(folder, gone, params.get(folder)))
                 continue
@@ -1113,8 +1114,8 @@ def out_of_date(folder: Path, record: Mapping, root: Path) -> list[str]:
     return reasons
 
 
-def code_changed(folder: Path, record: Mapping, cache: Optional[Path] = None,
-                 root: Path = Path(".")) -> tuple[list[str], list[str]]:
+def code_changed(folder: Path, record: Mapping, cache: Optional[Path] = None, root: Path = Path("."),
+                 source: Optional[ParamsSource] = None) -> tuple[list[str], list[str]]:
     """(changed, gone): the files of the code the stage folder ``folder`` (under the project ``root``) was built with
     whose content differs now, with those added to or dropped from the files its stage runs
     (:func:`grueflow.codedeps.script_code` of ``stages/<its stage>.py``), by path in the repository
@@ -1126,13 +1127,15 @@ def code_changed(folder: Path, record: Mapping, cache: Optional[Path] = None,
       :func:`_plugins_unlike`), as ``dvc status`` compares them;
     - else the fingerprints the folder's provenance record holds (:data:`grueflow.io.CODE_RAN`,
       :func:`grueflow.stage.code_record`; one modified while the stage ran, recorded as None, counts as changed),
-      where that record is the one written with ``record``, its stage record (its :data:`grueflow.io.RECORD_DIGEST`:
-      DVC tracks no provenance record, and ``dvc checkout`` of another build leaves the one there).
+      and the digests of the files its task named (:data:`grueflow.io.NAMED_RAN`, :func:`grueflow.stage.named_record`,
+      against those the task file of ``source`` names now: :func:`_named_unlike`), where that record is the one
+      written with ``record``, its stage record (its :data:`grueflow.io.RECORD_DIGEST`: DVC tracks no provenance
+      record, and ``dvc checkout`` of another build leaves the one there).
 
     ``([], [])`` where neither holds it (a provenance record written before records held the code, deleted or
-    damaged). ``gone``: the files the task names (a plugin's source, a file its args name) that the lock's digests
-    file records and that no longer exist (a disk not mounted, a file moved away), which :func:`stale_outputs`
-    refuses rather than rerun the stage without them. Files are read through the digest cache (``cache``: as
+    damaged). ``gone``: the files the task names (a plugin's source, a file its args name) that either record holds
+    and that no longer exist (a disk not mounted, a file moved away), which :func:`stale_outputs` refuses rather than
+    rerun the stage without them. Files are read through the digest cache (``cache``: as
     :func:`stale_outputs` takes it), so a dry run reads only what changed since the last."""
     script = f"stages/{record.get('stage')}.py"
     deps = _locked_deps(root, folder / STAGE_RECORD)
@@ -1144,7 +1147,32 @@ def code_changed(folder: Path, record: Mapping, cache: Optional[Path] = None,
         return [], []
     if not isinstance(provenance, dict) or provenance.get(RECORD_DIGEST) != record.get(RECORD_DIGEST):
         return [], []
-    return _code_unlike(provenance.get(CODE_RAN), script, cache), []
+    named, gone = _named_unlike(provenance.get(NAMED_RAN), script, source, root, cache)
+    return sorted(_code_unlike(provenance.get(CODE_RAN), script, cache) + named), gone
+
+
+def _named_unlike(ran: object, script: str, source: Optional[ParamsSource], root: Path,
+                  cache: Optional[Path]) -> tuple[list[str], list[str]]:
+    """(changed, gone) of the files ``ran`` records (:func:`grueflow.stage.named_record`: {path in the project ``root``:
+    its :func:`grueflow.pipeline.path_digest`}) against those the task file of ``source`` names now for the stage CLI
+    ``script`` (read through the cache): one whose digest differs, or named now and not then (or the reverse), is
+    changed; one recorded that no longer exists is gone. ``([], [])`` where ``ran`` is no such record, or the task
+    file cannot be read (the suite's validation says why)."""
+    if not isinstance(ran, dict) or not ran or source is None or source.task_file is None:
+        return [], []
+    if cache is not None:
+        _load(cache)
+    try:
+        task = read_yaml(source.task_file)
+        files = named_files(task, root, script_parts(script), with_data=False)
+        found = {name: _cached_path_digest(root / name) for name in files}
+    except (ConfigError, OSError):
+        return [], []
+    if cache is not None and any(new for _, new in found.values()):
+        _save(cache)
+    now = {name: digest for name, (digest, _) in found.items()}
+    gone = sorted(name for name in ran if name not in now and not os.path.lexists(root / name))
+    return sorted(name for name in {*ran, *now} if name not in gone and ran.get(name) != now.get(name)), gone
 
 
 def _named_files_gone(folder: Path, gone: list[str], source: Optional[ParamsSource]) -> str:

@@ -399,6 +399,43 @@ def test_a_dvc_built_folder_is_judged_by_the_code_dvc_lock_records_for_it(tmp_pa
     assert code_changed(folder, read_json(folder / "stage.json")) == ([], [])  # provenance record: not judged
 
 
+def test_a_folder_without_records_is_stale_where_a_plugin_its_task_names_changed_or_is_gone(tmp_path, monkeypatch):
+    """A Snakemake-built evaluation of a task that runs one's own reward, `.snakemake` removed (a clone, a moved
+    project), no dvc.lock: the plugin replaced by an older copy was "Nothing to be done". The provenance record holds
+    the digest of each file the task names for the stage; the stale check compares them with the files now."""
+    from grueflow.io import write_stage_record
+    from grueflow.pipeline import ParamsSource
+    from grueflow.stale import code_changed, stale_outputs
+    from tests.conftest import copy_project
+    from tests.workflow.test_plugin_workflow import add_readme_reward
+
+    repo = copy_project(tmp_path / "repo")
+    add_readme_reward(repo)
+    monkeypatch.chdir(repo)
+    source = ParamsSource("evaluate", task_file="params/tasks/sentiment.yaml")
+    named = stage.named_record("evaluate", source)
+    assert list(named) == ["my_rewards.py"] and stage.named_record("evaluate", None) == {}
+    folder = Path("results/eval/sentiment/ppo/seed0")
+    folder.mkdir(parents=True)
+    (folder / "metrics.json").write_text("{}\n")
+    write_stage_record(folder, stage="evaluate", params={}, inputs={}, wall_time_s=0.0,
+                       extra={"code": stage.code_record("evaluate"), "named_files": named})
+    record = read_json(folder / "stage.json")
+    assert "named_files" in read_json(folder / "provenance.json") and "named_files" not in record
+    assert code_changed(folder, record, source=source) == ([], [])
+    reward = Path("my_rewards.py")
+    text, info = reward.read_text(), reward.stat()
+    reward.write_text(text.replace("return", "return 1.0 or", 1))
+    os.utime(reward, ns=(info.st_atime_ns, info.st_mtime_ns))  # an older copy's time
+    assert code_changed(folder, record, source=source) == (["my_rewards.py"], [])
+    assert code_changed(folder, record) == ([], [])  # no task file given: the named files are not judged
+    assert stale_outputs(Path("results"), Path("results/grue_table.csv"), [], folders=[folder],
+                         params={folder: source})[folder].startswith("its code changed since it was built "
+                                                                     "(my_rewards.py), and no Snakemake job")
+    reward.write_text(text)
+    assert code_changed(folder, record, source=source) == ([], [])  # as built again: its time alone changed
+
+
 def test_a_table_snakemake_holds_no_record_of_is_stale_where_its_stages_code_changed(tmp_path, monkeypatch):
     """The GRUE table's files record holds the fingerprints of the code aggregate ran (an out of DVC's, which only
     a code change changes); where no Snakemake job wrote the table, a module edited under an older time reruns it."""
