@@ -1132,6 +1132,29 @@ def _expanded_size(data: Any, limit: int) -> int:
     return count
 
 
+# Characters PyYAML reads as line breaks though an editor shows none (lines end at \n): they shift its line numbers,
+# and YAML 1.2 takes them for text, so another reader (DVC's) may read the file otherwise
+_HIDDEN_BREAKS = {
+    "\u0085": "a next-line control (NEL, what a Windows-1252 '\u2026' becomes when read as Latin-1)",
+    "\u2028": "a line separator",
+    "\u2029": "a paragraph separator",
+}
+_HIDDEN_BREAK = re.compile(f"[{''.join(_HIDDEN_BREAKS)}]")
+
+
+def _hidden_break(text: str) -> Optional[str]:
+    """Where ``text`` holds a character of :data:`_HIDDEN_BREAKS`: the first, as "line L, column C: ..." (L and C
+    1-based and counted as an editor counts them: lines end at ``\n`` alone) saying what it is and to delete it;
+    None where there is none."""
+    found = _HIDDEN_BREAK.search(text)
+    if found is None:
+        return None
+    at = found.start()
+    line, column = text.count("\n", 0, at) + 1, at - text.rfind("\n", 0, at)
+    return (f"line {line}, column {column}: the character U+{ord(found.group()):04X} ({_HIDDEN_BREAKS[found.group()]}, "
+            f"which YAML reads as a line break), invisible in most editors; delete it")
+
+
 def load_yaml12(text: str | bytes) -> Any:
     """``text`` read as YAML 1.2, as DVC reads and records params (``1e-05`` a float, ``no`` a string): what
     :func:`read_yaml` reads a file as, without its checks of the file; raises yaml.YAMLError (or ValueError, a value
@@ -1141,10 +1164,11 @@ def load_yaml12(text: str | bytes) -> Any:
 
 def read_yaml(path: str | Path) -> Any:
     """A params file as plain data; a missing file, bad UTF-8 (UTF-16 without a byte-order mark too), bad YAML (a
-    character YAML cannot hold, such as a NUL, named by line and column), a repeated key, an integer with a leading
-    zero (YAML 1.1 octal), a value its tag cannot build (``2024-02-30``, ``!!int 1.5``) or aliases that expand past
-    :data:`MAX_YAML_VALUES` values raise :class:`ConfigError` naming the file (and the line); so does a FIFO, a
-    socket or a device (:func:`grueflow.io.refuse_special_file`).
+    character YAML cannot hold, such as a NUL, named by line and column), a character YAML reads as a line break that
+    an editor does not show (U+0085, U+2028, U+2029: :data:`_HIDDEN_BREAKS`, anywhere in the YAML text), a repeated
+    key, an integer with a leading zero (YAML 1.1 octal), a value its tag cannot build (``2024-02-30``, ``!!int 1.5``)
+    or aliases that expand past :data:`MAX_YAML_VALUES` values raise :class:`ConfigError` naming the file (and the
+    line); so does a FIFO, a socket or a device (:func:`grueflow.io.refuse_special_file`).
 
     A file whose text is JSON is read as JSON, whatever its suffix, as Snakemake reads a config file (JSON first,
     then YAML): JSON may be indented with tabs, which YAML refuses."""
@@ -1173,6 +1197,9 @@ def read_yaml(path: str | Path) -> Any:
         except ValueError as err:  # a repeated key, whose last value json (and Snakemake) would keep
             raise ConfigError(f"{path}: {err} (a JSON reader keeps the last value without a word); keep one") from None
         return _within_size(path, data)
+    hidden = _hidden_break(text)
+    if hidden is not None:
+        raise ConfigError(f"{path}: {hidden}")
     try:
         data = yaml.load(text, Loader=_StrictLoader)
     except _YamlVersionError as err:

@@ -347,17 +347,19 @@ def iter_lines(path: str | Path, carriage_returns: bool = False) -> Iterator[tup
 
 def check_header_repeat(path: str | Path, line: int, record: list[str], header: list[str]) -> None:
     """Raise a DataError where ``record``, the data row of the CSV file ``path`` that starts on ``line``, is its
-    ``header``'s column names again (each cell without its spaces, the first without a byte-order mark): the second
-    header of two files joined into one (``cat a.csv b.csv``), which a reader would take for a row of data. The
-    names in another order are refused with their own advice: the rows below follow that order, so deleting the
-    line alone would put their cells under other columns."""
+    ``header``'s column names again (each cell and name without its spaces, the first cell without a byte-order mark,
+    in any letter case: ``Prompt,References`` under ``prompt,references``): the second header of two files joined
+    into one (``cat a.csv b.csv``), which a reader would take for a row of data. The names in another order are
+    refused with their own advice: the rows below follow that order, so deleting the line alone would put their
+    cells under other columns."""
     cells = [cell.strip() for cell in record]
     if cells:
         cells[0] = cells[0].lstrip("\ufeff").strip()
     names = [name.strip() for name in header]
-    if len(cells) != len(names) or sorted(cells) != sorted(names):
+    folded, folded_names = [cell.casefold() for cell in cells], [name.casefold() for name in names]
+    if len(cells) != len(names) or sorted(folded) != sorted(folded_names):
         return
-    if cells == names:
+    if folded == folded_names:
         raise DataError(f"{path}: line {line} repeats the header: were two files joined? Delete the line")
     raise DataError(f"{path}: line {line} repeats the header with the columns in another order ({','.join(cells)} "
                     f"where the header has {','.join(names)}): were two files joined? The rows below it follow its "

@@ -687,6 +687,21 @@ PARAMS = [
     P(Bad(SENTIMENT, replacing(b"lengths: {prompt: 24}\nname: x\x00y\n"), (
         "sentiment.yaml: line 2, column 8: not valid YAML: a NUL byte, which a YAML file cannot hold; delete it (a "
         "params file is UTF-8 text)",)), id="task-file-with-a-nul-byte"),  # was named by its offset in the text
+    # characters PyYAML reads as line breaks: its line numbers ran past the file's end, the character unnamed
+    P(Bad(SENTIMENT, replacing("lengths: {prompt: 24}\n# pasted\u2028text from a web page\n".encode()), (
+        "sentiment.yaml: line 2, column 9: the character U+2028 (a line separator, which YAML reads as a line break), "
+        "invisible in most editors; delete it",)), id="task-file-with-a-line-separator"),
+    P(Bad(SENTIMENT, replacing("lengths: {prompt: 24}\n# it was great\u0085 really\n".encode()), (
+        "sentiment.yaml: line 2, column 15: the character U+0085 (a next-line control (NEL, what a Windows-1252 "
+        "'\u2026' becomes when read as Latin-1), which YAML reads as a line break), invisible in most editors; delete "
+        "it",)), id="task-file-with-a-next-line-control"),
+    P(Bad(SENTIMENT, replacing("lengths: {prompt: 24}\u2029\n".encode()), (
+        "sentiment.yaml: line 1, column 22: the character U+2029 (a paragraph separator, which YAML reads as a line "
+        "break), invisible in most editors; delete it",)), id="task-file-with-a-paragraph-separator"),
+    # read without a word, a key hidden in a comment: PyYAML reads "lengths" as a key, YAML 1.2 as the comment's text
+    P(Bad(SENTIMENT, replacing("# note\u2028lengths: {prompt: 24}\n".encode()), (
+        "sentiment.yaml: line 1, column 7: the character U+2028 (a line separator",)),
+      id="task-file-with-a-key-after-a-line-separator"),
     P(Bad(SENTIMENT, as_text(lambda text: text + "lengths:\n  prompt: 8\n"), (
         "sentiment.yaml: line", "not valid YAML: key 'lengths' appears twice in one mapping (first on line 24)",
         "keep one")), id="duplicate-top-level-key"),
@@ -1192,6 +1207,14 @@ DATA = [
         "has prompt,references): were two files joined? The rows below it follow its order, so deleting the line alone "
         "would put their cells under other columns: write them in the header's order (or keep the two files apart), "
         "then delete the line",), id="csv-header-repeated-in-another-order"),
+    # the second header in other letter case was read as a sample, prompt "Prompt", reference "References"
+    P(raw_file("cased.csv", b"prompt,references\n2 + 2 ?,4\nPrompt,References\n4 + 4 ?,8\n"), {}, DataError, (
+        "cased.csv: line 3 repeats the header: were two files joined? Delete the line",),
+      id="csv-header-repeated-in-another-case"),
+    P(raw_file("cased_swapped.csv", b"prompt,references\n2 + 2 ?,4\n REFERENCES , Prompt\n8,4 + 4 ?\n"), {},
+      DataError, ("cased_swapped.csv: line 3 repeats the header with the columns in another order (REFERENCES,Prompt "
+                  "where the header has prompt,references): were two files joined?",),
+      id="csv-header-repeated-in-another-case-and-order"),
     # UTF-16 without a byte-order mark is valid UTF-8 (NUL bytes): datasets read it as one odd column
     P(raw_file("utf16.csv", "prompt,references\n2 + 2 ?,4\n".encode("utf-16-le")), {}, DataError, (
         "utf16.csv is not UTF-8: it reads as utf-16le without a byte-order mark (a NUL byte at every other "
