@@ -185,20 +185,20 @@ INTERRUPTED = "interrupted: no output was left half-written; rerun the same comm
 
 
 def run_snakemake(command: Sequence[str]) -> int:
-    """Run ``command`` (Snakemake) to its end and return its exit status (128 + the signal's number where a signal
-    ended it, as a shell reports it). Snakemake runs in a process group of its own, and the first of
-    :data:`FORWARDED` that reaches grueflow (Ctrl-C, which the terminal sends to grueflow's group; a ``kill`` of
-    grueflow alone or of its group) is passed on to that group once, so that Snakemake and its jobs each get it
-    exactly once, as in a plain ``snakemake``: Snakemake then cancels its jobs, which end in their own line, and
-    removes its lock before it exits. Later signals are not passed on (a second Ctrl-C cannot cut that clean-up
+    """Run ``command`` (Snakemake) to its end and return its exit status (128 + the signal's number where a signal ended
+    it, as a shell reports it). Snakemake runs in a process group of its own, and the first of :data:`FORWARDED`
+    that reaches grueflow (Ctrl-C, which the terminal sends to grueflow's group; a ``kill`` of grueflow alone or of
+    its group; a hang-up, passed on as SIGTERM) is passed on to that group once, so that Snakemake and its jobs each
+    get it exactly once, as in a plain ``snakemake``: Snakemake then cancels its jobs, which end in their own line,
+    and removes its lock before it exits. Later signals are not passed on (a second Ctrl-C cannot cut that clean-up
     short); grueflow waits for Snakemake's exit, then prints :data:`INTERRUPTED`. Ctrl-Z (SIGTSTP) stops Snakemake's
     group with grueflow, and ``fg`` or ``bg`` resumes both."""
     state: dict[str, Any] = {"process": None, "signal": None, "sent": False}
 
     def pass_on() -> None:
         if state["process"] is not None and state["signal"] is not None and not state["sent"]:
-            state["sent"] = True
-            _signal_group(state["process"].pid, state["signal"])
+            state["sent"] = True  # a hang-up as SIGTERM: Snakemake ends on SIGHUP before it removes its lock
+            _signal_group(state["process"].pid, signal.SIGTERM if state["signal"] == signal.SIGHUP else state["signal"])
 
     def forward(signum: int, frame: Any) -> None:
         state["signal"] = state["signal"] or signum

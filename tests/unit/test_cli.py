@@ -575,11 +575,13 @@ SLOW_JOB = """rule slow:
 """
 
 
-@pytest.mark.parametrize("to_group", [True, False], ids=["ctrl-c-to-the-group", "kill-of-grueflow-alone"])
-def test_an_interrupted_run_lets_snakemake_end_its_jobs_and_remove_its_lock(tmp_path, to_group):
+@pytest.mark.parametrize("to_group, signum", [(True, signal.SIGINT), (False, signal.SIGINT), (False, signal.SIGHUP)],
+                         ids=["ctrl-c-to-the-group", "kill-of-grueflow-alone", "hang-up-of-grueflow"])
+def test_an_interrupted_run_lets_snakemake_end_its_jobs_and_remove_its_lock(tmp_path, to_group, signum):
     """Ctrl-C on ``grueflow run`` killed Snakemake (SIGKILL) 0.25 s later, while it waited for its jobs to end: its
     lock stayed, and "rerun the same command" failed on it. Snakemake now gets the signal once, ends its jobs,
-    removes its lock and exits with its own status; grueflow adds its one line."""
+    removes its lock and exits with its own status; grueflow adds its one line. A hang-up (a terminal closed, ssh
+    dropped) ended Snakemake before it removed its lock: it is passed on as SIGTERM."""
     (tmp_path / "Snakefile").write_text(SLOW_JOB)
     grueflow = subprocess.Popen([*CLI, "run", "--cores", "1", "out.txt"], cwd=tmp_path, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True, start_new_session=True,
@@ -593,9 +595,9 @@ def test_an_interrupted_run_lets_snakemake_end_its_jobs_and_remove_its_lock(tmp_
         assert (tmp_path / "started").exists(), grueflow.communicate()
         time.sleep(0.5)
         if to_group:  # what a terminal's Ctrl-C does
-            os.killpg(grueflow.pid, signal.SIGINT)
+            os.killpg(grueflow.pid, signum)
         else:
-            os.kill(grueflow.pid, signal.SIGINT)
+            os.kill(grueflow.pid, signum)
         out, err = grueflow.communicate(timeout=120)
     finally:
         if grueflow.poll() is None:
