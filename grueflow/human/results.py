@@ -559,8 +559,9 @@ def check_current_import(folder: Path) -> None:
     by path and sha256) lies at that path with other content (``git checkout`` and ``dvc checkout`` of another
     branch put another batch there; a re-export; answers appended or edited), or a folder among its ``--answers``
     holds an answers file it did not read (one saved there since). Its rows are then not those of the files there
-    now. The error names each such input and the import to run again under either engine. An input no longer there
-    is not checked (an import of a kept copy whose copy was deleted still reports what it imported). Paths are
+    now. The error names each such input and the import to run again under either engine. An answers file no longer
+    there is refused too (an annotator's answers dropped: the rows would still count them); a batch or key no longer
+    there is not checked (an import of a kept copy whose copy was deleted still reports what it imported). Paths are
     relative to the working folder, as the import recorded them."""
     record = io.read_json(folder / io.STAGE_RECORD)
     recorded = record.get("inputs") if isinstance(record.get("inputs"), dict) else {}
@@ -571,6 +572,8 @@ def check_current_import(folder: Path) -> None:
            if meta["path"] in changed.get(folder, [])]
     why += [f"its {_role(name)} {meta['path']} is {damaged[Path(meta['path'])]}" for name, meta in inputs.items()
             if Path(meta["path"]) in damaged]
+    why += [f"its answers file {meta['path']} no longer exists (deleted since)" for name, meta in inputs.items()
+            if name.startswith("answers") and not os.path.lexists(meta["path"])]  # an annotator dropped
     given = _answers_given(record)
     read = {os.path.abspath(meta["path"]) for name, meta in inputs.items() if name.startswith("answers")}
     why += [f"{path} is an answers file it did not import (saved there since)" for path in _answer_files(given)

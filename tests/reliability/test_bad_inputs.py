@@ -1,7 +1,7 @@
 """A catalogue of bad inputs (issue 9): each fails before any model loads or trains, with one line that
 names the file, the key (or line), the value given and what is allowed.
 
-Categories (843 cases in all, as collected; grown with each hostile pass):
+Categories (844 cases in all, as collected; grown with each hostile pass):
 
 - params files, parsed as ``load_suite`` and the stages parse them (``PARAMS``): unknown keys, wrong types,
   out-of-range and size-like values, closed choices, registry names and import paths, rewards, headline metrics,
@@ -4967,7 +4967,8 @@ def test_a_batch_answered_for_one_method_only_warns_and_records_the_batch_size(t
     assert "| krippendorff_alpha_interval | (fewer than 2 annotators on every item) |" in markdown
 
 
-@pytest.mark.parametrize("change", ["answer-appended", "answers-file-added", "batch-of-another-branch"])
+@pytest.mark.parametrize("change", ["answer-appended", "answers-file-added", "answers-file-deleted",
+                                    "batch-of-another-branch"])
 def test_the_human_table_refuses_an_import_whose_batch_or_answers_changed_since(tmp_path: Path, call_stage,
                                                                                  change: str):
     """After ``git checkout lr && dvc checkout`` (another batch at the batch's path) or answers added after the
@@ -4977,10 +4978,16 @@ def test_the_human_table_refuses_an_import_whose_batch_or_answers_changed_since(
 
     batch = human_likert_batch(tmp_path / "batch")
     answers = human_answers(tmp_path / "answers" / "answers.jsonl", batch, 4, None)
+    dropped = tmp_path / "answers" / "bob.jsonl"  # an annotator whose answers are dropped after the import
+    if change == "answers-file-deleted":
+        dropped.write_text(answers.read_text().replace('"x"', '"bob"'))
     result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "answers", "--task", "imdb",
                         "--out", tmp_path / "imp")
     assert result.code == 0, result.stderr
-    if change == "answer-appended":
+    if change == "answers-file-deleted":
+        dropped.unlink()
+        named = f"its answers file {dropped} no longer exists (deleted since)"
+    elif change == "answer-appended":
         item = json.loads(answers.read_text().splitlines()[0])["item_id"]
         with open(answers, "a") as handle:
             handle.write(json.dumps({"annotator": "y", "item_id": item, "answer": {"coherence": 1, "sentiment": 1}})
