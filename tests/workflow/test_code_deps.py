@@ -293,21 +293,33 @@ def test_a_datapools_local_data_is_an_input_under_both_engines(tmp_path):
                                                                   ("train", "validation", "test")}
 
 
-def test_a_datapools_data_replaced_by_an_older_file_rebuilds_it_under_snakemake(tmp_path):
-    """A data file swapped for one with an older modification time (moved in from a download folder, cp -p, a
-    restored archive) was never read again: Snakemake said "Nothing to be done" and every later stage used the
-    old data, while DVC, which compares content, rebuilt it. The digest of the job's local files is a param."""
+def write_data(folder: Path, version: str) -> None:
+    """Six rows of train and test data (``<version> ref <i>`` references) as JSON lines in ``folder``."""
+    for split in ("train", "test"):
+        rows = [{"prompt": f"{split} prompt {i}", "references": [f"{version} ref {i}"]} for i in range(6)]
+        (folder / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+def custom_datapool_project(tmp_path: Path) -> Path:
+    """A copy of the micro suite (``tmp_path/repo``) whose sentiment datapool reads local data/train.jsonl and
+    data/test.jsonl (:func:`write_data`, version v1; val taken from train)."""
     repo = copy_project(tmp_path / "repo")
     (repo / "data").mkdir()
-    for version, folder in (("v1", repo / "data"), ("v2", tmp_path)):
-        for split in ("train", "test"):
-            rows = [{"prompt": f"{split} prompt {i}", "references": [f"{version} ref {i}"]} for i in range(6)]
-            (folder / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    write_data(repo / "data", "v1")
     task_path = repo / "params" / "tasks" / "sentiment.yaml"
     task = yaml.safe_load(task_path.read_text())
     task["datapool"] = {"id": "custom", "args": {"data_files": {s: f"data/{s}.jsonl" for s in ("train", "test")},
                                                  "source_splits": {"val": "train"}}}
     task_path.write_text(yaml.safe_dump(task, sort_keys=False))
+    return repo
+
+
+def test_a_datapools_data_replaced_by_an_older_file_rebuilds_it_under_snakemake(tmp_path):
+    """A data file swapped for one with an older modification time (moved in from a download folder, cp -p, a
+    restored archive) was never read again: Snakemake said "Nothing to be done" and every later stage used the
+    old data, while DVC, which compares content, rebuilt it. The digest of the job's local files is a param."""
+    repo = custom_datapool_project(tmp_path)
+    write_data(tmp_path, "v2")
     target = "results/sentiment/datapool"
     run(["snakemake", "--cores", "1", target], repo)
     assert "v1 ref 0" in (repo / target / "train.jsonl").read_text()
@@ -325,16 +337,7 @@ def test_a_touch_after_a_datapools_data_edit_is_refused_and_a_touched_datapool_s
     param without running it: from then on every run said the datapool "is stale ...; its job reruns", then
     "Nothing to be done", and the datapool kept the old data. The touch is refused, naming the folder and the file;
     a datapool touched anyway (past the refusal, with --no-hooks) is rebuilt from the new data by the next run."""
-    repo = copy_project(tmp_path / "repo")
-    (repo / "data").mkdir()
-    for split in ("train", "test"):
-        rows = [{"prompt": f"{split} prompt {i}", "references": [f"v1 ref {i}"]} for i in range(6)]
-        (repo / "data" / f"{split}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    task_path = repo / "params" / "tasks" / "sentiment.yaml"
-    task = yaml.safe_load(task_path.read_text())
-    task["datapool"] = {"id": "custom", "args": {"data_files": {s: f"data/{s}.jsonl" for s in ("train", "test")},
-                                                 "source_splits": {"val": "train"}}}
-    task_path.write_text(yaml.safe_dump(task, sort_keys=False))
+    repo = custom_datapool_project(tmp_path)
     target = "results/sentiment/datapool"
     run(["snakemake", "--cores", "1", target], repo)
     data = repo / "data" / "train.jsonl"
