@@ -779,7 +779,9 @@ def _spelled_shape(text: str) -> Optional[str]:
 
     Only a cell that parses (as a Python literal or JSON) to a list, tuple, set or non-empty mapping counts: prose in
     brackets or braces (``[citation needed]``, ``{name} is here``) and ``{}`` stay text, and so does a list, tuple or
-    set of numbers alone (``[0, 1]``, ``(2, 3)``, ``{1, 2}``: an interval, a pair, a set of numbers as one answer).
+    set of numbers alone (``[0, 1]``, ``(2, 3)``, ``{1, 2}``: an interval, a pair, a set of numbers as one answer), one
+    holding an ellipsis (``[...]``, ``{...}``: an elision, which no data column holds), and an empty one written
+    otherwise than ``[]`` or ``()`` as ``str()`` and JSON write it (``( )``, ``[ ]``: an emoticon, a checkbox).
     ``'a {"text": ...} mapping'``: a mapping with a ``text`` key (SQuAD's ``{'text': ['4'], 'answer_start': [0]}``);
     ``"a mapping"``: any other non-empty mapping (TriviaQA's ``{'aliases': [...], 'value': '4'}``);
     ``'a list of {"text": ...} mappings'``: a non-empty list or tuple of ``{"text": ...}`` mappings; ``"a set"``,
@@ -790,6 +792,8 @@ def _spelled_shape(text: str) -> Optional[str]:
     if (text[:1], text[-1:]) not in (("[", "]"), ("(", ")"), ("{", "}")):
         return None
     value = _literal(text)
+    if _holds_ellipsis(value) or (isinstance(value, (list, tuple)) and not value and text not in ("[]", "()")):
+        return None
     if isinstance(value, dict):
         return ('a {"text": ...} mapping' if "text" in value else "a mapping") if value else None
     if not isinstance(value, (list, tuple, set)):
@@ -800,6 +804,22 @@ def _spelled_shape(text: str) -> Optional[str]:
     if leaves and all(isinstance(leaf, (int, float)) and not isinstance(leaf, bool) for leaf in leaves):
         return None
     return "a set" if isinstance(value, set) else "a list"
+
+
+def _holds_ellipsis(value: Any) -> bool:
+    """Whether a parsed literal holds ``...`` at any depth of its lists, tuples, sets and mappings (keys and values);
+    walked without recursion, as JSON nests deeper than Python's stack."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if item is Ellipsis:
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
+    return False
 
 
 def _literal(text: str) -> Any:

@@ -1386,6 +1386,21 @@ def test_prose_in_brackets_and_a_spelled_list_given_as_a_list_stay_text_in_parqu
             ("[citation needed]",), ("{name} is here",), ("{}",), ("[0, 1]",), ("(laughs)",)]
 
 
+def test_an_elision_or_a_spaced_empty_bracket_cell_stays_text_while_an_empty_list_is_refused(tmp_path: Path):
+    """``[...]``, ``{...}`` and ``(...)`` parse as Python literals holding an ellipsis, and ``( )``, ``[ ]`` as empty
+    ones: no column writer makes these, so they are the reference's own text (an elision, an emoticon, a checkbox);
+    ``[]`` and ``()`` as ``str()`` writes an empty list or tuple are still refused."""
+    path = tmp_path / "cells.csv"
+    cells = ["[...]", "{...}", "(...)", "( )", "[ ]", "\"['a', ...]\""]
+    path.write_text("prompt,references\n" + "".join(f"q{i} ?,{cell}\n" for i, cell in enumerate(cells)))
+    assert [s.references for s in custom_pool(three_splits(str(path))).splits["test"]] == [
+        ("[...]",), ("{...}",), ("(...)",), ("( )",), ("[ ]",), ("['a', ...]",)]
+    for cell in ("[]", "()"):
+        path.write_text(f"prompt,references\nq ?,{cell}\n")
+        with pytest.raises(DataError, match="is a list written as one text"):
+            custom_pool(three_splits(str(path)))
+
+
 @pytest.mark.parametrize("cell", ["\"['four', 4]\"", "\"[['a', 'b']]\"", "\"['a', 1.5]\""])
 def test_a_list_cell_of_texts_and_numbers_is_refused_too(tmp_path: Path, cell: str):
     """A pandas list column that mixes a text with a number (``['four', 4]``) or nests its texts passed as one
