@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Union
 import yaml
 
 from grueflow.io import DataError, loads_unique, read_text, refuse_special_file, shown
-from grueflow.pipeline import DEFAULT_RESOURCES, RESOURCE_STAGES, data_in_outputs
+from grueflow.pipeline import DEFAULT_RESOURCES, RESOURCE_STAGES, data_in_outputs, data_pattern
 from grueflow.registry import UnknownNameError
 
 
@@ -349,7 +349,7 @@ class DatapoolConfig:
 
     def __post_init__(self) -> None:
         # every loader's data keys (a plugin's too), relative to the project folder every stage runs in
-        problem = data_in_outputs(self.args, Path.cwd())
+        problem = data_in_outputs(self.args, Path.cwd()) or data_pattern(self.args, Path.cwd())
         if problem is not None:
             raise ConfigError(problem)
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import glob
 import hashlib
 import itertools
 import json
@@ -693,6 +694,33 @@ def data_in_outputs(args: Mapping, root: Path = ROOT) -> Optional[str]:
         return (f"args.{name} {text!r}{via} lies under results/, where the stages write their outputs: neither "
                 f"engine tracks data there, so an edit to it would rebuild nothing; keep the data outside results/, "
                 f"e.g. in data/")
+    return None
+
+
+GLOB_MAGIC = re.compile(r"[*?[]")  # what glob() and ``datasets``' data_files read as a pattern
+
+
+def data_pattern(args: Mapping, root: Path = ROOT) -> Optional[str]:
+    """Why a datapool's ``args`` cannot be used, or None: a path among :func:`datapool_paths` that holds a glob
+    pattern (``data/*.jsonl``, ``data/part-?.csv``) and names no file or folder as written. The loaders read each
+    split from one file, named as it is, and the engines track the files named, so a pattern would pass planning
+    and fail in the job (or, matched by a later file, be read without being tracked). The message names the files
+    it matches now, relative to ``root``."""
+    for name, text in datapool_paths(args):
+        path = resolve_input(text, root)
+        if not GLOB_MAGIC.search(text) or path is None or path.exists():
+            continue
+        written = os.path.expanduser(text)
+        try:
+            matched = sorted(glob.glob(os.path.join(str(root), written), recursive=True))
+        except (OSError, ValueError):
+            matched = []
+        names = [repr(m if os.path.isabs(written) else os.path.relpath(m, root)) for m in matched]
+        listed = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        now = f"it matches {len(names)} now: {listed}" if names else "it matches nothing now"
+        return (f"args.{name} {text!r} is a pattern ({now}); grueflow reads each split from one file, named as it "
+                f"is, and neither engine could track the files a pattern matches: name one file per split (join "
+                f"several into one, e.g. with cat for JSON lines)")
     return None
 
 

@@ -1802,6 +1802,50 @@ def test_datapool_data_under_results_is_refused_with_its_args(tmp_path: Path, tr
 
 
 
+@pytest.mark.parametrize("train, matches", [
+    ("data/*.jsonl", "it matches 3 now: 'data/[ab].jsonl', 'data/a.jsonl', 'data/b.jsonl'"),
+    ("data/part-?.jsonl", "it matches nothing now"),
+    ("data/[ab].jsonl", "it matches 2 now")])
+def test_a_glob_pattern_in_datapool_data_is_refused_naming_what_it_matches(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch,
+                                                                         train: str, matches: str):
+    """A pattern in data_files passed planning, then the job said the files did not exist: each split reads one
+    file, and neither engine could track what a pattern matches. A file whose name holds a bracket is read."""
+    from grueflow.config import DatapoolConfig, typed_args
+    from grueflow.params import load_section
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    for name in ("a.jsonl", "b.jsonl", "[ab].jsonl"):
+        write_rows(tmp_path / "data" / name, [GOOD_ROW])
+    task = custom_task(tmp_path, train)
+    if train == "data/[ab].jsonl":  # a file of that very name exists: it is the file, not a pattern
+        assert typed_args(load_section(DatapoolConfig, task, "datapool")).data_files["train"] == train
+        (tmp_path / "data" / "[ab].jsonl").unlink()
+    with pytest.raises(ConfigError, match=re.escape(f"datapool: args.data_files.train {train!r} is a pattern "
+                                                    f"({matches}") + r".*; grueflow reads each split from one file, "
+                                          r"named as it is, and neither engine could track the files a pattern "
+                                          r"matches: name one file per split"):
+        typed_args(load_section(DatapoolConfig, task, "datapool"))
+
+
+def test_snakemake_dry_run_refuses_a_glob_pattern_in_data_files_before_any_job(tmp_path: Path):
+    project = copy_project(tmp_path / "project")
+    (project / "data").mkdir()
+    for name in ("a.jsonl", "b.jsonl"):
+        write_rows(project / "data" / name, [GOOD_ROW])
+    files = {"train": "data/*.jsonl", "validation": "data/a.jsonl", "test": "data/b.jsonl"}
+    edited(project / "params" / "tasks", project / "params" / "tasks" / "concepts.yaml",
+           datapool={"id": "custom", "args": {"data_files": files}})
+    result = subprocess.run([str(Path(PY).parent / "snakemake"), "-n", "--cores", "1"], cwd=project,
+                            capture_output=True, text=True, timeout=300)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert ("params/tasks/concepts.yaml: datapool: args.data_files.train 'data/*.jsonl' is a pattern (it matches 2 "
+            "now: 'data/a.jsonl', 'data/b.jsonl')") in output, output
+    assert "Job stats" not in output, output
+
+
 @pytest.mark.parametrize("spelling", ["absolute", "link", "./results/userdata/cg.jsonl",
                                       "data/../results/userdata/cg.jsonl"])
 def test_datapool_data_that_resolves_into_results_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
