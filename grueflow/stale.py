@@ -301,6 +301,9 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
                 unknown = NOT_BY_SNAKEMAKE if last_written(root, folder) is None else NO_SNAKEMAKE_RECORD
                 stale[folder] = f"{CODE_CHANGED} ({_some(changed)}), {unknown}"
                 continue
+        elif (not folders or folder in suite) and (gone := named_gone(folder, record, cache, root, params.get(folder))):
+            missing.append(_named_files_gone(folder, gone, params.get(folder)))  # Snakemake would rerun it without
+            continue
         inputs = record.get("inputs") or {}
         if not isinstance(inputs, dict):  # check_stage_output read the record as an object with a manifest
             stale[folder] = f"{folder / STAGE_RECORD} is damaged (its inputs are not a mapping)"
@@ -1149,6 +1152,24 @@ def code_changed(folder: Path, record: Mapping, cache: Optional[Path] = None, ro
         return [], []
     named, gone = _named_unlike(provenance.get(NAMED_RAN), script, source, root, cache)
     return sorted(_code_unlike(provenance.get(CODE_RAN), script, cache) + named), gone
+
+
+def named_gone(folder: Path, record: Mapping, cache: Optional[Path] = None, root: Path = Path("."),
+               source: Optional[ParamsSource] = None) -> list[str]:
+    """The ``gone`` of :func:`code_changed` by the provenance record alone, for a folder whose code Snakemake judges
+    (:func:`snakemake_knows`): the files its task named when it was built that no longer exist and that the task
+    file of ``source`` still names. Snakemake takes a named file as an input only where it exists, so it would rerun
+    the stage without it. Only the record is read until a file it names is missing."""
+    try:
+        provenance = read_json(folder / PROVENANCE_RECORD)
+    except (OSError, ValueError):
+        return []
+    if not isinstance(provenance, dict) or provenance.get(RECORD_DIGEST) != record.get(RECORD_DIGEST):
+        return []
+    ran = provenance.get(NAMED_RAN)
+    if not isinstance(ran, dict) or all(os.path.lexists(root / name) for name in ran):
+        return []
+    return _named_unlike(ran, f"stages/{record.get('stage')}.py", source, root, cache)[1]
 
 
 def _named_unlike(ran: object, script: str, source: Optional[ParamsSource], root: Path,

@@ -436,6 +436,44 @@ def test_a_folder_without_records_is_stale_where_a_plugin_its_task_names_changed
     assert code_changed(folder, record, source=source) == ([], [])  # as built again: its time alone changed
 
 
+def test_a_file_its_task_names_gone_stops_the_run_where_snakemake_knows_the_folder_too(tmp_path, monkeypatch):
+    """A Snakemake-built evaluation whose task's reward reads a word list by path: with the list moved away,
+    Snakemake (which takes a named file as an input only where it exists) reran the stage without it, which then
+    failed in the reward. As where Snakemake holds no record of the job, the run stops before any job."""
+    from grueflow.io import ENGINE, note_written, snakemake_metadata, write_stage_record
+    from grueflow.pipeline import ParamsSource
+    from grueflow.stale import named_gone, snakemake_knows, stale_outputs
+    from tests.conftest import copy_project
+    from tests.workflow.test_plugin_workflow import add_readme_reward
+
+    repo = copy_project(tmp_path / "repo")
+    add_readme_reward(repo)
+    monkeypatch.chdir(repo)
+    source = ParamsSource("evaluate", task_file="params/tasks/sentiment.yaml")
+    Path("words.txt").write_text("great\n")
+    named = {**stage.named_record("evaluate", source), "words.txt": "0" * 64}  # a file its reward's args named
+    folder = Path("results/eval/sentiment/ppo/seed0")
+    folder.mkdir(parents=True)
+    (folder / "metrics.json").write_text("{}\n")
+    write_stage_record(folder, stage="evaluate", params={}, inputs={}, wall_time_s=0.0,
+                       extra={"code": stage.code_record("evaluate"), "named_files": named})
+    monkeypatch.setenv(ENGINE, "snakemake")
+    note_written(folder.as_posix(), folder / "stage.json")
+    snakemake_metadata(Path("."), folder).parent.mkdir(parents=True)
+    snakemake_metadata(Path("."), folder).write_text("{}")
+    record = read_json(folder / "stage.json")
+    assert snakemake_knows(Path("."), folder) and named_gone(folder, record, source=source) == []
+    assert stale_outputs(Path("results"), Path("results/grue_table.csv"), [], folders=[folder],
+                         params={folder: source}) == {}  # Snakemake judges its code: not read here
+    Path("words.txt").unlink()
+    assert named_gone(folder, record, source=source) == ["words.txt"] and named_gone(folder, record) == []
+    with pytest.raises(DataError) as refused:
+        stale_outputs(Path("results"), Path("results/grue_table.csv"), [], folders=[folder], params={folder: source})
+    assert str(refused.value).startswith(f"{folder} was built with words.txt, which no longer exists (a disk not "
+                                         f"mounted, a file moved or renamed?), and params/tasks/sentiment.yaml still "
+                                         f"names it: put it back"), refused.value
+
+
 def test_a_table_snakemake_holds_no_record_of_is_stale_where_its_stages_code_changed(tmp_path, monkeypatch):
     """The GRUE table's files record holds the fingerprints of the code aggregate ran (an out of DVC's, which only
     a code change changes); where no Snakemake job wrote the table, a module edited under an older time reruns it."""
