@@ -140,8 +140,11 @@ onstart:  # a real run, under Snakemake's lock, before its first job: its jobs r
 
     try:  # --touch rewrites Snakemake's record of each job's params without running it: never over other params or data
         if workflow.touch:
-            refuse_touch([Path(out) for job in workflow.dag.needrun_jobs() for out in job.output], stage_params(),
-                         params_unchanged)
+            _touched = [Path(out) for job in workflow.dag.needrun_jobs() for out in job.output]
+            refuse_touch(_touched, stage_params(), params_unchanged)
+            from grueflow.stage import restamp_code  # the code check agrees with the touch once .snakemake is gone
+
+            restamp_code([path for path in _touched if path.is_dir()])
     except DataError as err:
         raise WorkflowError(str(err)) from None
     try:  # Snakemake deletes a job's outputs as it starts it: a batch exported again is copied first

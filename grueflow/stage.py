@@ -14,7 +14,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Collection, Mapping, Optional
+from typing import Any, Callable, Collection, Iterable, Mapping, Optional
 
 from safetensors import SafetensorError
 from tqdm import tqdm
@@ -472,6 +472,31 @@ def named_record(stage: str, source: Optional[pipeline.ParamsSource]) -> dict[st
                                                                                          with_data=False)}
     except (ConfigError, OSError):  # read before the stage ran: gone since, the stale check sees it
         return {}
+
+
+def restamp_code(folders: Iterable[Path]) -> list[Path]:
+    """Record the code each stage folder of ``folders`` runs now as the code it was built with: the
+    :data:`grueflow.io.CODE_RAN` of its provenance record, rewritten with :func:`code_record`, where that record is
+    the one written with its stage record (its :data:`grueflow.io.RECORD_DIGEST`) and holds one. For the folders a
+    ``snakemake --touch`` run marks up to date over a code edit (what ``--touch`` is for): Snakemake's record of
+    their jobs then holds the new code's digest, and :func:`grueflow.stale.code_changed`, which reads the provenance
+    record where Snakemake holds none (``.snakemake`` removed), agrees with it instead of rerunning them. The files
+    a task names (:data:`grueflow.io.NAMED_RAN`) are left as recorded. Returns the folders rewritten."""
+    restamped = []
+    for folder in folders:
+        try:
+            record = io.read_json(folder / io.STAGE_RECORD)
+            provenance = io.read_json(folder / io.PROVENANCE_RECORD)
+        except (OSError, ValueError):
+            continue
+        if not isinstance(record, dict) or not isinstance(provenance, dict) or io.CODE_RAN not in provenance \
+                or provenance.get(io.RECORD_DIGEST) != record.get(io.RECORD_DIGEST):
+            continue
+        ran = code_record(str(record.get("stage")))
+        if ran != provenance[io.CODE_RAN]:
+            io.write_json(folder / io.PROVENANCE_RECORD, {**provenance, io.CODE_RAN: ran})
+            restamped.append(folder)
+    return restamped
 
 
 _READ: list[tuple[pipeline.ParamsSource, dict[str, str]]] = []  # each params_digest taken, for finish to take again

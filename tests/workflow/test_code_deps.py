@@ -358,6 +358,27 @@ def test_a_touch_after_a_datapools_data_edit_is_refused_and_a_touched_datapool_s
     assert dry_run(repo, target) == []
 
 
+def test_a_touch_over_a_code_edit_holds_once_snakemakes_record_is_gone(tmp_path):
+    """``snakemake --touch`` after a comment edit to a module a stage runs marks its folder up to date; with
+    ``.snakemake`` removed since (a clone, a clean-up), the stale check read the code record of the folder's
+    provenance, still the old code's, and reran it. The touch now records the code it accepted there."""
+    repo = custom_datapool_project(tmp_path)
+    target = "results/sentiment/datapool"
+    run(["snakemake", "--cores", "1", target], repo)
+    module = repo / "grueflow" / "data" / "grue.py"
+    module.write_text(module.read_text() + "# a comment\n")
+    (job,) = dry_run(repo, target)
+    assert job["rule"] == "prepare_datapool"
+    run(["snakemake", "--touch", "--cores", "1", target], repo)
+    assert dry_run(repo, target) == []
+    shutil.rmtree(repo / ".snakemake")
+    assert dry_run(repo, target) == []
+    module.write_text(module.read_text() + "# another\n")  # an edit after the touch still counts
+    os.utime(module, ns=(0, (repo / target / "stage.json").stat().st_mtime_ns - 10**9))
+    (job,) = dry_run(repo, target)
+    assert job["rule"] == "prepare_datapool"
+
+
 def test_a_datapools_data_is_an_input_when_grueflow_is_a_link_to_another_checkout(tmp_path):
     """With grueflow/ a symbolic link to a checkout, the data paths were looked up in that checkout: they named
     nothing there, so the datapool had no data input and no content digest, and an edited file rebuilt nothing."""
