@@ -16,7 +16,7 @@ os.environ["GRUEFLOW_ENGINE"] = "snakemake"  # jobs note what they wrote (gruefl
 # merge them over a `configfile:` directive, so a key the chosen suite leaves out would come from params/suite.yaml
 # instead of its default). --config key=value settings apply over either.
 from grueflow.command_line import (check_config_given_once, check_configfiles, check_rerun_triggers,
-                                   command_line_resources, profile_files)
+                                   command_line_resources, profile_files, suite_name)
 from grueflow.config import ConfigError, read_yaml, yaml11_disagreement
 from grueflow.io import shown
 
@@ -54,6 +54,7 @@ try:  # a target after --configfile that Snakemake could read (a JSON table) rea
 except ConfigError as err:
     raise WorkflowError(f"invalid params: {err}") from None
 check_suite_yaml(workflow.configfiles)  # a --configfile is parsed by Snakemake's command line first
+SUITE_NAME = suite_name(workflow.configfiles, workflow.config_settings.config)  # how a suite message names it
 
 
 # A seed as a suite writes it: digits without leading zeros, so seed00 is never a second folder (and run) of seed 0;
@@ -93,10 +94,28 @@ if "resources" in workflow.config_settings.config and isinstance(config["resourc
         raise WorkflowError(f"invalid params: {err}") from None
 
 
-validate(config, "workflow/schemas/suite.schema.yaml")
+def schema_problem(err):
+    """The first error of the suite schema (the ValidationError Snakemake's ``validate`` raised its WorkflowError
+    from) in one line: where in the suite, what it says, and the schema's file; not Snakemake's dump of the schema
+    and the config."""
+    found = err.__context__
+    if found is None or not hasattr(found, "message"):
+        return str(err).splitlines()[-1]
+    where = ".".join(str(part) for part in found.absolute_path)
+    return f"{where + ': ' if where else ''}{found.message} (workflow/schemas/suite.schema.yaml)"
 
 
+# The library's own checks of the suite run first (grueflow.params.load_suite, in common.smk, as under DVC): each names
+# the file, the key and what to write instead; the schema then checks what they passed, its error in one line too.
 include: "workflow/rules/common.smk"
+
+
+try:
+    validate(config, "workflow/schemas/suite.schema.yaml")
+except WorkflowError as err:
+    raise WorkflowError(f"invalid params: {SUITE_NAME}: {schema_problem(err)}") from None
+
+
 include: "workflow/rules/datapool.smk"
 include: "workflow/rules/models.smk"
 include: "workflow/rules/classifier.smk"  # a learned reward trained here: built when a task names it

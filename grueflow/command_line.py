@@ -320,7 +320,7 @@ def check_configfiles(files: Sequence[str | Path]) -> None:
         problem = configfile_problem(path)
         if problem is None:
             continue
-        shown = os.path.relpath(path) if Path(os.path.abspath(path)).is_relative_to(Path.cwd()) else str(path)
+        shown = _shown_path(path)
         if problem == "it does not exist":  # a suite file's name, mistyped
             suites = sorted(str(p) for p in Path("params", "suites").glob("*.yaml"))
             raise ConfigError(f"--configfile {shown} does not exist (relative paths are read from {Path.cwd()}); "
@@ -328,6 +328,19 @@ def check_configfiles(files: Sequence[str | Path]) -> None:
         raise ConfigError(f"--configfile {shown} is not a suite file ({problem}): Snakemake's --configfile takes "
                           f"every word after it up to the next option as a config file, so a target written after "
                           f"it is read as one; put the targets before --configfile, or write --configfile=SUITE")
+
+
+def _shown_path(path: str | Path) -> str:
+    """``path`` relative to the working folder where it lies in it, else as given."""
+    return os.path.relpath(path) if Path(os.path.abspath(path)).is_relative_to(Path.cwd()) else str(path)
+
+
+def suite_name(files: Sequence[str | Path], config_given: Mapping[str, Any]) -> str:
+    """How a message names the suite Snakemake read: its file(s) (``workflow.configfiles``, relative to the working
+    folder where they lie in it), and ``--config`` where settings were laid over them (``config_given``: the
+    command line's or a profile's ``config``), so that a key the suite refuses is looked for where it was given."""
+    named = " ".join(_shown_path(path) for path in files) or "the suite"
+    return f"{named} with --config" if config_given else named
 
 
 def check_config_given_once(argv: Sequence[str], profiles: Sequence[str | Path]) -> None:

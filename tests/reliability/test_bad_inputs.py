@@ -2422,6 +2422,62 @@ def test_snakemake_names_a_suite_file_that_holds_no_mapping(tmp_path: Path, text
             f"algorithms: [...], seeds: [...], ... (as the suites in params/suites/ do)") in output, output
 
 
+def snakemake_dry_run(project: Path, *args: str) -> tuple[int, str]:
+    """``snakemake -n --cores 1 ARGS`` in ``project``: its exit code and its output, stdout then stderr."""
+    result = subprocess.run([str(Path(PY).parent / "snakemake"), "-n", "--cores", "1", *args], cwd=project,
+                            capture_output=True, text=True, timeout=300)
+    return result.returncode, result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("suite_text, args, expect", [
+    ("seed: 0\n", (), "invalid params: params/suite.yaml: unknown key 'seed'; valid keys: tasks, algorithms, seeds, "),
+    ("", ("--configfile=params/tasks/sentiment.yaml",),
+     "invalid params: params/tasks/sentiment.yaml: unknown key 'datapool'; valid keys: tasks, algorithms, seeds, "),
+    ("", ("--configfile=small.yaml",), "invalid params: small.yaml: missing required key 'algorithms'"),
+    ("", ("--config", "seed=1"), "invalid params: params/suite.yaml with --config: unknown key 'seed'; valid keys: "),
+], ids=["typo", "task-file", "tasks-only", "config-typo"])
+def test_snakemake_names_a_suite_key_error_in_grueflows_line_not_the_schemas_dump(
+        tmp_path: Path, suite_text: str, args: tuple[str, ...], expect: str):
+    """A suite key the library refuses (a `seed:` typo, a task file given as the suite, a suite without
+    `algorithms`) ended in some 100 lines of Snakemake's JSON-schema dump (the schema and the config), without the
+    library's line naming the file, the key and the valid keys."""
+    project = copy_project(tmp_path / "project")
+    suite = project / "params" / "suite.yaml"
+    suite.write_text(suite.read_text() + suite_text)
+    (project / "small.yaml").write_text("tasks: [sentiment]\n")
+    returncode, output = snakemake_dry_run(project, *args)
+    assert returncode != 0, output
+    assert expect in output, output
+    assert "Error validating config file" not in output and "ValidationError" not in output, output
+    assert len(output.splitlines()) < 10, output
+
+
+def test_snakemake_takes_a_suite_that_leaves_its_seeds_to_the_default(tmp_path: Path):
+    """The schema required `seeds`, which the library defaults to [0] (as the README says of a key left out)."""
+    project = copy_project(tmp_path / "project")
+    suite = project / "params" / "suite.yaml"
+    suite.write_text(re.sub(r"(?m)^seeds:.*\n", "", suite.read_text()))
+    assert "seeds" not in suite.read_text()
+    returncode, output = snakemake_dry_run(project, "results/grue_table.csv")
+    assert returncode == 0 and "results/eval/sentiment/ppo/seed0" in output, output
+
+
+def test_snakemake_gives_an_error_the_schema_alone_finds_in_one_line(tmp_path: Path):
+    """What the library passes and the schema refuses is its first error in one line, naming the suite file, the
+    key and the schema, not the schema and the config dumped whole."""
+    project = copy_project(tmp_path / "project")
+    schema = project / "workflow" / "schemas" / "suite.schema.yaml"
+    schema.write_text(schema.read_text().replace("  seeds:\n    type: array\n", "  seeds:\n    type: array\n"
+                                                 "    maxItems: 1\n"))
+    suite = project / "params" / "suite.yaml"
+    suite.write_text(re.sub(r"(?m)^seeds:.*$", "seeds: [0, 1]", suite.read_text()))
+    returncode, output = snakemake_dry_run(project)
+    assert returncode != 0, output
+    assert ("invalid params: params/suite.yaml: seeds: [0, 1] is too long (workflow/schemas/suite.schema.yaml)"
+            in output), output
+    assert "Error validating config file" not in output and len(output.splitlines()) < 10, output
+
+
 def test_snakemake_takes_a_json_suite_indented_with_tabs(tmp_path: Path):
     """A --configfile suite.json written by json.dump(..., indent="\\t"), which Snakemake reads as JSON, was refused
     as not valid YAML ("found character '\\t' that cannot start any token")."""

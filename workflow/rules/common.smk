@@ -21,7 +21,7 @@ from grueflow.pipeline import (STAGES, ParamsSource, datapool_files, files_in, m
 from grueflow.stale import content_digest, stale_token
 
 try:
-    SUITE = load_suite(config, "suite")  # every task and method file, strictly, before any job
+    SUITE = load_suite(config, SUITE_NAME)  # every task and method file, strictly, before any job
 except ConfigError as err:
     raise WorkflowError(f"invalid params: {err}") from None
 
