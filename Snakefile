@@ -132,11 +132,12 @@ if workflow.is_main_process:  # a stage folder deleted or damaged under finished
     from grueflow.interrupt import exit_code
     from grueflow.io import DataError
     from grueflow.keep import interrupted_line
-    from grueflow.stale import TABLES, keep_answered, mark_stale
+    from grueflow.stale import TABLES, check_records_writable, keep_answered, mark_stale, unusable_line
 
     _keys = {key: [] for key in Path().glob(re.sub(r"\{\w+\}", "*", STAGES["export_human_pairwise"].outputs["key"]))
              if not key.name.startswith(".")}  # pairwise keys, checked against the digests their export recorded
     try:
+        check_records_writable()  # where Snakemake and the stale check write on every run, a dry run's too
         _lines = keep_answered(Path("."), answered_batches())  # first: before anything is stamped
         _lines += mark_stale(Path("results"), Path(output_of("aggregate", "csv")),
                              [Path(p) for p in expand(output_of("evaluate"), task=TASKS, method=METHODS, seed=SEEDS)],
@@ -144,6 +145,8 @@ if workflow.is_main_process:  # a stage folder deleted or damaged under finished
                              params=stage_params(), load=params_unchanged, built_by=human_target)
     except DataError as err:  # a copy of what a rebuild deletes could not be kept: nothing may run
         raise WorkflowError(str(err)) from None
+    except OSError as err:  # a stamp or record it could not write (a read-only or full file system): nothing may run
+        raise WorkflowError(unusable_line(err)) from None
     except KeyboardInterrupt as err:  # Ctrl-C (a long copy of a user's file): one line, not Snakemake's traceback
         print(interrupted_line(err), file=sys.stderr)
         raise SystemExit(exit_code(signal.SIGINT)) from None

@@ -94,6 +94,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import errno
 import fcntl
 import functools
 import hashlib
@@ -103,6 +104,7 @@ import re
 import shutil
 import stat
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable, Iterable, Mapping, Optional
@@ -122,6 +124,42 @@ from grueflow.pipeline import (PARAMS_DIGEST, PLUGIN_CODE, STAGES, ParamsSource,
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
 TOKENS = Path(".snakemake") / "grueflow-stale.json"  # {output path: when it was last found stale, ns}, beside
 # Snakemake's own records (relative to the project root, the working folder of a Snakemake run)
+
+
+def check_records_writable(records: Path = TOKENS.parent) -> None:
+    """Raise :class:`DataError` where a file cannot be written in the folder ``records`` (``.snakemake``, made
+    where missing): Snakemake keeps its lock and its records of jobs there, and the stale check its tokens, stamps and
+    digests, on every run, a dry run's and ``--summary``'s too; on a read-only or full file system Snakemake stops
+    in a traceback. Called before the stale check, so that nothing is judged or written first."""
+    try:
+        records.mkdir(exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=records, prefix=".grueflow-writable.", suffix=".tmp"):
+            pass
+    except OSError as err:
+        cause, remedy = _cause_and_remedy(err)
+        raise DataError(f"{records}/ cannot be written ({cause}): Snakemake keeps its lock and records of jobs there, "
+                        f"and grueflow its stale check's stamps, on every run, a dry run too; {remedy}, and rerun"
+                        ) from None
+
+
+def unusable_line(err: OSError) -> str:
+    """One line for a file the stale check could not read or write (``err``, from :func:`keep_answered` or
+    :func:`mark_stale`, before any job): the path, the cause and what to do."""
+    cause, remedy = _cause_and_remedy(err)
+    return f"the stale check could not use {err.filename or 'a file'} ({cause}); {remedy}, and rerun (no job ran)"
+
+
+def _cause_and_remedy(err: OSError) -> tuple[str, str]:
+    """The cause of ``err`` in words, and what to do about it."""
+    if err.errno == errno.EROFS:
+        return ("a read-only file system", "run from a writable copy of the project (cp -a PROJECT COPY), or remount "
+                                           "it read-write")
+    if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return "the disk is full" if err.errno == errno.ENOSPC else err.strerror, "free space"
+    if err.errno in (errno.EACCES, errno.EPERM):
+        return ("permission denied", "run as the user who owns the project, or give this one read and write "
+                                     "permission (ls -ld)")
+    return err.strerror or type(err).__name__, "fix that"
 
 
 STAMPED = Path(".snakemake") / "grueflow-stamped.json"  # {stage folder: its time in ns before a stamp for an input}

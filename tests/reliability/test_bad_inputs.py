@@ -44,6 +44,7 @@ imports and batches (tests/unit/test_human_eval.py), plugins (tests/unit/test_pl
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import importlib.util
 import json
@@ -2476,6 +2477,38 @@ def test_snakemake_gives_an_error_the_schema_alone_finds_in_one_line(tmp_path: P
     assert ("invalid params: params/suite.yaml: seeds: [0, 1] is too long (workflow/schemas/suite.schema.yaml)"
             in output), output
     assert "Error validating config file" not in output and len(output.splitlines()) < 10, output
+
+
+@contextlib.contextmanager
+def read_only_copy(project: Path, mount: Path) -> Iterator[Path]:
+    """``project`` copied onto a tmpfs mounted at ``mount``, then remounted read-only; skips where this user cannot
+    mount one; unmounted when done."""
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("a read-only file system needs mount (root)")
+    try:
+        shutil.copytree(project, mount / "project", symlinks=True)
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True, capture_output=True)
+        yield mount / "project"
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True)
+
+
+@pytest.mark.parametrize("args", [("-n", "--cores", "1"), ("--summary",)], ids=["dry-run", "summary"])
+def test_snakemake_on_a_read_only_project_stops_in_one_line(tmp_path: Path, args: tuple[str, ...]):
+    """On a read-only file system a dry run and --summary ended in an OSError and its stack: Snakemake writes its
+    lock and records into .snakemake on every run, and the stale check its stamps."""
+    project = copy_project(tmp_path / "project")
+    with read_only_copy(project, tmp_path / "ro") as read_only:
+        result = subprocess.run([str(Path(PY).parent / "snakemake"), *args], cwd=read_only, capture_output=True,
+                                text=True, timeout=300)
+        output = result.stdout + result.stderr
+        assert result.returncode != 0, output
+        assert (".snakemake/ cannot be written (a read-only file system): Snakemake keeps its lock and records of "
+                "jobs there, and grueflow its stale check's stamps, on every run, a dry run too; run from a writable "
+                "copy of the project (cp -a PROJECT COPY), or remount it read-write, and rerun") in output, output
+        assert "Traceback" not in output and "OSError" not in output, output
 
 
 def test_snakemake_takes_a_json_suite_indented_with_tabs(tmp_path: Path):

@@ -3026,3 +3026,35 @@ def test_shown_cuts_a_long_value_to_one_short_line_with_its_size():
     assert shown(list(range(5000))) == repr(list(range(5000)))[:77] + "... (5,000 items)"
     assert shown(["y" * 100]) == "['" + "y" * 75 + "... (1 item)"
     assert shown(10 ** 100) == repr(10 ** 100)[:77] + "... (101 characters as written)"
+
+
+@pytest.mark.parametrize("code, cause, remedy", [
+    ("EROFS", "a read-only file system", "run from a writable copy of the project (cp -a PROJECT COPY), or remount it "
+                                         "read-write"),
+    ("ENOSPC", "the disk is full", "free space"),
+    ("EACCES", "permission denied", "run as the user who owns the project, or give this one read and write "
+                                    "permission (ls -ld)"),
+])
+def test_records_that_cannot_be_written_are_named_in_one_line(tmp_path, monkeypatch, code, cause, remedy):
+    """The stale check's records on a read-only or full file system ended a dry run in an OSError and its stack."""
+    import errno
+    import tempfile
+
+    from grueflow.stale import check_records_writable, unusable_line
+
+    records = tmp_path / ".snakemake"
+    check_records_writable(records)  # made where missing, and writable: nothing to say
+    assert records.is_dir() and list(records.iterdir()) == []
+    err = OSError(getattr(errno, code), os.strerror(getattr(errno, code)), str(records / "grueflow-stamped.json"))
+
+    def refused(*args, **kwargs):
+        raise err
+
+    monkeypatch.setattr(tempfile, "NamedTemporaryFile", refused)
+    with pytest.raises(DataError) as found:
+        check_records_writable(records)
+    assert str(found.value) == (f"{records}/ cannot be written ({cause}): Snakemake keeps its lock and records of jobs "
+                                f"there, and grueflow its stale check's stamps, on every run, a dry run too; {remedy}, "
+                                f"and rerun")
+    assert unusable_line(err) == (f"the stale check could not use {records / 'grueflow-stamped.json'} ({cause}); "
+                                  f"{remedy}, and rerun (no job ran)")
