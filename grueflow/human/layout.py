@@ -87,10 +87,22 @@ def answer_files(paths: Sequence[Path], warn: bool = True) -> list[Path]:
                             f"{it} out of the folder")
         for leftover in (p for p in entries if warn and p.suffix.lower() == LEFTOVER_SUFFIX):
             warn_leftover(leftover)
-        files += [p for p in entries if p.suffix.lower() in ANSWER_SUFFIXES]  # a FIFO so named: refused as read
+        files += _read(entries)
     if not files:
         raise DataError(f"no answers files in {[str(p) for p in paths]}; give the page's .jsonl or a results .csv")
     return files
+
+
+def answers_in(folder: Path) -> list[Path]:
+    """The files of ``folder`` that the import reads (:func:`answer_files`), sorted, whatever else lies there: where
+    :func:`answer_files` refuses the folder, these are still the files it would read once the rest is moved out."""
+    return _read(_visible(folder))
+
+
+def _read(entries: Iterable[Path]) -> list[Path]:
+    """The answers files among a folder's visible ``entries``: each ``*.jsonl`` and ``*.csv`` that is no folder (a
+    FIFO so named is listed, and refused as it is read)."""
+    return [p for p in entries if p.suffix.lower() in ANSWER_SUFFIXES and not p.is_dir()]
 
 
 def warn_leftover(cut: Path) -> None:

@@ -33,7 +33,7 @@ from grueflow.human.agreement import cohen_kappa, fleiss_kappa, krippendorff_alp
 from grueflow.human.answers import (Answer, AnswerError, Source, annotator_key, check_annotator, check_answer,
                                     parse_at, read_numbered_answer_lines)
 from grueflow.human.batch import LABEL_COLUMNS, Batch, kept_batch, prompt_of, tag_of
-from grueflow.human.layout import ANSWERS_GIVEN, answer_files
+from grueflow.human.layout import ANSWERS_GIVEN, answer_files, answers_in
 from grueflow.human.templates import CHOICE_FIELD
 from grueflow.stale import changed_inputs
 
@@ -558,8 +558,10 @@ def check_current_import(folder: Path) -> None:
     are not those there now: one of the inputs its ``stage.json`` records (its batch folder, key and answers files,
     by path and sha256) lies at that path with other content (``git checkout`` and ``dvc checkout`` of another
     branch put another batch there; a re-export; answers appended or edited), or a folder among its ``--answers``
-    holds an answers file it did not read (one saved there since). Its rows are then not those of the files there
-    now. The error names each such input and the import to run again under either engine. An answers file no longer
+    holds an answers file it did not read (one saved there since, whatever else lies there: :func:`answers_in`). Its
+    rows are then not those of the files there now. The error names each such input and the import to run again under
+    either engine. An answers folder that the import would refuse now (a ``notes.txt`` beside the answers, a folder
+    inside) is refused with the import's message (:func:`answer_files`), before those inputs. An answers file no longer
     there is refused too (an annotator's answers dropped: the rows would still count them); a batch or key no longer
     there is not checked (an import of a kept copy whose copy was deleted still reports what it imported). Paths are
     relative to the working folder, as the import recorded them."""
@@ -576,13 +578,18 @@ def check_current_import(folder: Path) -> None:
             if name.startswith("answers") and not os.path.lexists(meta["path"])]  # an annotator dropped
     given = _answers_given(record)
     read = {os.path.abspath(meta["path"]) for name, meta in inputs.items() if name.startswith("answers")}
-    why += [f"{path} is an answers file it did not import (saved there since)" for path in _answer_files(given)
-            if os.path.abspath(path) not in read]
-    if why:
-        raise io.DataError(f"{folder} was imported from files that are not those there now: {'; '.join(why)} (a branch "
-                        f"switch with git checkout and dvc checkout, a re-export, answers added or edited); its rows "
-                        f"would report other judgements than those files hold: import it again "
-                        f"({_reimport(folder, inputs, record, given)}), then build the table again")
+    folders = [path for path in given if path.is_dir()]
+    why += [f"{path} is an answers file it did not import (saved there since)" for answers in folders
+            for path in answers_in(answers) if os.path.abspath(path) not in read]
+    refused = _refusal(folders)
+    stale = (f"{folder} was imported from files that are not those there now: {'; '.join(why)} (a branch switch with "
+             f"git checkout and dvc checkout, a re-export, answers added or edited); its rows would report other "
+             f"judgements than those files hold: import it again ({_reimport(folder, inputs, record, given)}), then "
+             f"build the table again") if why else None
+    if refused is not None:
+        raise io.DataError(f"{folder}: {refused}" + (f"; and {stale}" if stale else "; then build the table again"))
+    if stale is not None:
+        raise io.DataError(stale)
 
 
 def _role(name: str) -> str:
@@ -597,14 +604,15 @@ def _answers_given(record: dict) -> list[Path]:
     return [Path(path) for path in given if isinstance(path, str)] if isinstance(given, list) else []
 
 
-def _answer_files(given: list[Path]) -> list[Path]:
-    """The answers files in the folders among ``given`` now, as the import lists them (:func:`answer_files`); none
-    where none is a folder now, or where the import would refuse the folder (it says why when run again)."""
-    folders = [path for path in given if path.is_dir()]
+def _refusal(folders: list[Path]) -> Optional[str]:
+    """Why the import would refuse the answers ``folders`` now (:func:`answer_files`: a file it does not read, a
+    folder inside, what the checkout has not fetched, no answers file), as it says it; None where it would read them.
+    """
     try:
-        return answer_files(folders, warn=False) if folders else []
-    except io.DataError:
-        return []
+        answer_files(folders, warn=False) if folders else None
+    except io.DataError as err:
+        return str(err)
+    return None
 
 
 def _reimport(folder: Path, inputs: dict, record: dict, given: list[Path]) -> str:

@@ -5172,6 +5172,51 @@ def test_the_human_table_refuses_an_import_whose_batch_or_answers_changed_since(
     assert table.code == 0, table.stderr
 
 
+@pytest.mark.parametrize("other", ["notes.txt", "results.xlsx", "folder/"])
+@pytest.mark.parametrize("added", [False, True])
+def test_the_human_table_refuses_an_answers_folder_the_import_refuses_naming_an_added_file(tmp_path: Path, call_stage,
+                                                                                          other: str, added: bool):
+    """An answers file saved after the import was named when alone, but a notes.txt, a results.xlsx or a folder
+    beside it hid it: the table was built from the old import (exit 0), the new file's answers left out."""
+    batch = human_likert_batch(tmp_path / "batch")
+    folder = tmp_path / "answers"
+    answers = human_answers(folder / "answers.jsonl", batch, 4, None)
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", folder, "--task", "imdb",
+                        "--out", tmp_path / "imp")
+    assert result.code == 0, result.stderr
+    carol = folder / "carol.jsonl"
+    if added:
+        carol.write_text(answers.read_text().replace('"x"', '"carol"'))
+    if other.endswith("/"):
+        (folder / other).mkdir()
+        (folder / other / "more.jsonl").write_text(answers.read_text())
+    else:
+        (folder / other).write_text("notes on the batch\n")
+
+    def table() -> Any:
+        return call_stage("human_eval_table", "--imports", tmp_path / "imp", "--out-csv", tmp_path / "t.csv",
+                          "--out-md", tmp_path / "t.md")
+
+    refusal = (f"error: {tmp_path / 'imp'}: {folder} holds {other}: neither the page's .jsonl nor a results .csv (the "
+               f"files of a folder inside are not read), so the import would leave it out; save a spreadsheet as CSV "
+               f"UTF-8 (Comma delimited), move answers files up into {folder}, or move it out of the folder")
+    result = table()
+    if added:
+        assert_fails_in_one_line(result, refusal, f"; and {tmp_path / 'imp'} was imported from files that are not "
+                                 f"those there now: {carol} is an answers file it did not import (saved there since)")
+    else:
+        assert_fails_in_one_line(result, f"{refusal}; then build the table again")
+    assert not (tmp_path / "t.csv").exists()
+    assert call_stage("import_human_eval", "--batch", batch, "--answers", folder, "--task", "imdb",
+                      "--out", tmp_path / "again").stderr.strip().endswith(refusal.split(": ", 2)[2])  # the same
+    shutil.move(folder / other.rstrip("/"), tmp_path / "moved")
+    result = table()
+    if added:
+        assert_fails_in_one_line(result, f"{carol} is an answers file it did not import (saved there since)")
+    else:
+        assert result.code == 0, result.stderr
+
+
 def test_a_results_csv_with_smart_quotes_exits_2_showing_the_changed_character(tmp_path: Path, call_stage):
     import csv
 

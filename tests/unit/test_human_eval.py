@@ -1466,6 +1466,21 @@ def test_an_answers_file_that_is_a_fifo_or_a_device_is_refused_not_skipped(tmp_p
             results.read_answer_file(path, batch)
 
 
+def test_the_answers_files_of_a_folder_are_listed_whatever_else_lies_there(tmp_path: Path) -> None:
+    """What the human-evaluation table compares with an import's record: the files the import reads, also where it
+    refuses the folder for another entry (a file it does not read, a folder inside, a link to nothing)."""
+    from grueflow.human.layout import answer_files, answers_in
+
+    folder = tmp_path / "answers"
+    (folder / "sub.jsonl").mkdir(parents=True)
+    for name in ("b.jsonl", "a.CSV", "notes.txt", "b.jsonl.cut", ".hidden.jsonl", "~$a.CSV"):
+        (folder / name).write_text("x\n")
+    (folder / "gone.jsonl").symlink_to(tmp_path / "nowhere")
+    assert [p.name for p in answers_in(folder)] == ["a.CSV", "b.jsonl", "gone.jsonl"]
+    with pytest.raises(io.DataError, match="symbolic link to nothing"):
+        answer_files([folder])
+
+
 def _all_files(batch: hb.Batch, *paths: Path) -> list[Answer]:
     """What the import stage reads: every file's answers, then the latest of each (annotator, item)."""
     return results.latest_answers(a for p in paths for a in results.read_answer_file(p, batch))
