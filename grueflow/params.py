@@ -27,9 +27,9 @@ from typing import Any, Mapping, Optional, Sequence
 from grueflow import config
 from grueflow.config import (FLUENCY_METRIC, REWARD_KEY, TRAIN_KL_KEY, ConfigError, DatapoolConfig, GenerationConfig,
                              LengthsConfig, MetricSpec, ModelConfig, RewardComponent, RewardConfig, SuiteConfig,
-                             SupervisedConfig, TaskConfig, check, merge_overrides, read_yaml, set_resolved)
+                             SupervisedConfig, TaskConfig, check, merge_overrides, read_yaml, set_resolved, typed_args)
 from grueflow.io import STAGE_RECORD, atomic_path, shown
-from grueflow.data import DATAPOOLS
+from grueflow.data import DATAPOOLS, datapool_meta_keys
 from grueflow.metrics import METRICS
 from grueflow.models import MODELS
 from grueflow.pipeline import (RESOURCE_STAGES, START_PREFIX, STAGES, SUITE_VARS, WILDCARD_BRACES, override_layers,
@@ -100,6 +100,7 @@ def _reward(cfg: RewardConfig) -> None:
 
 def _task(cfg: TaskConfig) -> None:
     check_metric_keys(cfg.reward, cfg.metrics)
+    check_meta_keys(cfg.datapool, cfg.reward, cfg.metrics)
     check_headlines(cfg.headline_metrics, cfg.reward, cfg.metrics)
     valid = ALGORITHMS.names() + ["supervised"] + [f"{START_PREFIX}{a}" for a in ALGORITHMS.names()]
     unknown = sorted(set(cfg.method_overrides) - set(valid))
@@ -196,6 +197,34 @@ def check_metric_keys(reward: RewardConfig, metrics: tuple[MetricSpec, ...]) -> 
               f"{component.metric!r}'s key, with other args ({dict(metrics[i].args) if i is not None else {}} vs "
               f"{dict(component.args)}); give both the same args, or drop the metric: the reward's components are "
               f"scored and tabled already")
+
+
+def check_meta_keys(datapool: DatapoolConfig, reward: RewardConfig, metrics: tuple[MetricSpec, ...]) -> None:
+    """Raise ValueError where a reward component or one of ``metrics`` reads a key of every sample's ``meta``
+    (:meth:`grueflow.metrics.Metric.meta_keys`) that ``datapool``'s samples never hold
+    (:func:`grueflow.data.datapool_meta_keys`; for ``custom``, its ``fields.meta``): the reward or evaluate would
+    refuse every sample, after the datapool, the base model and training were built. Nothing is checked for a
+    datapool whose keys are not known (a plugin loader without ``meta_keys``)."""
+    given = datapool_meta_keys(datapool)
+    if given is None:
+        return
+    needs = [("reward component", "reward.components", c.metric, typed_args(c)) for c in reward.components]
+    needs += [("metric", "metrics", spec.id, typed_args(spec)) for spec in metrics]
+    for role, section, name, args in needs:
+        keys = METRICS.get(name).meta_keys(args)
+        check(isinstance(keys, tuple) and all(isinstance(key, str) for key in keys),
+              f"{role} {name!r}: meta_keys returned {keys!r}; give a tuple of meta key names, e.g. ('concepts',), "
+              f"or () for none")
+        missing = [key for key in keys if key not in given]
+        if not missing:
+            continue
+        key = missing[0]
+        fix = (f"add {key!r} to datapool.args.fields.meta (the column of your data that holds it)"
+               if datapool.id == "custom" else
+               "use a datapool that writes it (custom: name its column under fields.meta)")
+        raise ValueError(f"{role} {name!r} reads meta[{key!r}] of every sample, which datapool {datapool.id!r} never "
+                         f"writes (its samples' meta keys: {', '.join(sorted(given)) or 'none'}); {fix}, or drop "
+                         f"{name!r} from {section}")
 
 
 def check_headlines(headline: tuple[str, ...], reward: RewardConfig, metrics: tuple[MetricSpec, ...]) -> None:
@@ -529,11 +558,13 @@ def check_classifiers_trained(task_file: Path, task: TaskConfig, tasks: dict[str
 
 def method_task_sections(task_file: str | Path, method: Optional[str], start: str = "zero_shot") -> dict[str, Any]:
     """Every :data:`TASK_SECTIONS` section as ``method``'s stages read it (:func:`load_task_section`), checked
-    as the task file's own are: a rollout must sample, and the reward's keys must not clash with the metrics'."""
+    as the task file's own are: a rollout must sample, the reward's keys must not clash with the metrics', and its
+    components must read no meta key the datapool never writes (:func:`check_meta_keys`)."""
     sections = {key: load_task_section(cls, task_file, key, method, start) for key, cls in TASK_SECTIONS.items()}
-    metrics = load_metrics(task_file)
+    metrics, datapool = load_metrics(task_file), load_section(DatapoolConfig, task_file, "datapool")
     try:
         check_metric_keys(sections["reward"], metrics)
+        check_meta_keys(datapool, sections["reward"], ())
     except ValueError as error:
         raise ConfigError(f"{task_file}: reward for {method} ({start}): {error}") from None
     return sections

@@ -2,10 +2,14 @@
 
 A datapool loader is a class with a frozen ``Args`` dataclass (its params, validated at parse
 time) and ``build(args) -> Datapool``; a task file may name one of its own (:mod:`grueflow.registry`).
+A loader may also give ``meta_keys(args)``: every key its samples' ``meta`` can hold with ``args``
+(:func:`datapool_meta_keys`), so that a task whose metric reads a key it never writes is refused when the
+task file is parsed. Every built-in loader gives it; one that does not (a plugin's) is trusted to write
+what the task's metrics read, which they check when they run.
 """
 
 import dataclasses
-from typing import Any
+from typing import Any, Optional
 
 from grueflow.config import ConfigError, DatapoolConfig, PluginFailedError, check_args_types, typed_args
 from grueflow.data.sample import Datapool, Sample, read_split, write_datapool
@@ -21,9 +25,27 @@ def check_datapool(component: Any) -> None:
         raise ValueError(f"{component!r} is not a datapool loader: it needs a dataclass Args and build(args) -> "
                          f"Datapool")
     check_args_types(args, getattr(component, "__name__", repr(component)))
+    meta_keys = getattr(component, "meta_keys", None)
+    if meta_keys is not None and not callable(meta_keys):
+        raise ValueError(f"{component!r}.meta_keys is {meta_keys!r}; give a function meta_keys(args) -> the meta keys "
+                         f"its samples can hold, or leave it out")
 
 
 DATAPOOLS: Registry = Registry("datapool", group="grueflow.datapools", check=check_datapool)
+
+
+def datapool_meta_keys(cfg: DatapoolConfig) -> Optional[frozenset[str]]:
+    """Every key the ``meta`` of the samples of a parsed ``datapool`` section can hold (its loader's
+    ``meta_keys(typed args)``; for ``custom``, its ``fields.meta``); None where the loader does not say (a plugin
+    without ``meta_keys``): any key may then be there."""
+    meta_keys = getattr(DATAPOOLS.get(cfg.id), "meta_keys", None)
+    if meta_keys is None:
+        return None
+    keys = meta_keys(typed_args(cfg))
+    if not (isinstance(keys, (tuple, list)) and all(isinstance(key, str) for key in keys)):
+        raise ValueError(f"datapool {cfg.id!r}: meta_keys returned {keys!r}; give a tuple of meta key names, e.g. "
+                         f"('label',), or () for none")
+    return frozenset(keys)
 
 
 def build_datapool(cfg: DatapoolConfig) -> Datapool:
@@ -42,4 +64,4 @@ def build_datapool(cfg: DatapoolConfig) -> Datapool:
 
 from grueflow.data import grue, hub, synthetic  # noqa: E402,F401  (registers the datapools)
 
-__all__ = ["DATAPOOLS", "Datapool", "Sample", "build_datapool", "read_split", "write_datapool"]
+__all__ = ["DATAPOOLS", "Datapool", "Sample", "build_datapool", "datapool_meta_keys", "read_split", "write_datapool"]

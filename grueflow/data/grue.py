@@ -66,6 +66,10 @@ class CommonGen:
                 raise ValueError("concept_separator_token must not be empty: the concepts would run together")
 
     @staticmethod
+    def meta_keys(args: "CommonGen.Args") -> tuple[str, ...]:
+        return ("concepts", "concept_set")
+
+    @staticmethod
     def build(args: "CommonGen.Args") -> Datapool:
         sources = load_units(args, COMMONGEN_SCHEMAS, "common_gen")
         grouped = {name: group_units(units, concept_set, merge_scenes)
@@ -160,6 +164,10 @@ class CNNDailyMail:
                                      f"got {getattr(self, key)}")
 
     @staticmethod
+    def meta_keys(args: "CNNDailyMail.Args") -> tuple[str, ...]:
+        return ("source_id",)
+
+    @staticmethod
     def build(args: "CNNDailyMail.Args") -> Datapool:
         columns = ("article", "highlights") + (("extra_references",) if args.extra_references else ())
         sources = load_units(args, {"article and summary": columns}, "cnn_dailymail")
@@ -220,6 +228,10 @@ class ToTTo:
         path: str = "totto"
         titles: Literal["with", "without", "both"] = "both"
         representation: Literal["subtable", "fulltable"] = "subtable"
+
+    @staticmethod
+    def meta_keys(args: "ToTTo.Args") -> tuple[str, ...]:
+        return ("table", "highlighted_cells", "raw_table", "page_title", "section_title", "section_text", "source_id")
 
     @staticmethod
     def build(args: "ToTTo.Args") -> Datapool:
@@ -291,6 +303,10 @@ class NarrativeQA:
                                  f"{{question}} and {{context}}") from None
             if "\0q" not in filled:
                 raise ValueError(f"template {self.template!r} has no {{question}}")
+
+    @staticmethod
+    def meta_keys(args: "NarrativeQA.Args") -> tuple[str, ...]:
+        return ("document_id",)
 
     @staticmethod
     def build(args: "NarrativeQA.Args") -> Datapool:
@@ -379,6 +395,10 @@ class IWSLT2017:
         name: Optional[str] = "iwslt2017-en-de"
 
     @staticmethod
+    def meta_keys(args: "IWSLT2017.Args") -> tuple[str, ...]:
+        return ()
+
+    @staticmethod
     def build(args: "IWSLT2017.Args") -> Datapool:
         return build_translation(args, "iwslt2017")
 
@@ -404,6 +424,10 @@ class WMT16:
                                  f"its pairs: {', '.join(WMT16_PAIRS)} (or give name)")
 
     @staticmethod
+    def meta_keys(args: "WMT16.Args") -> tuple[str, ...]:
+        return ()
+
+    @staticmethod
     def build(args: "WMT16.Args") -> Datapool:
         return build_translation(replace(args, name=args.name or wmt16_pair(args)), "wmt16")
 
@@ -425,6 +449,10 @@ class WMT14PreprocessedEnDe:
     @dataclass(frozen=True)
     class Args(TranslationArgs):
         path: str = "stas/wmt14-en-de-pre-processed"
+
+    @staticmethod
+    def meta_keys(args: "WMT14PreprocessedEnDe.Args") -> tuple[str, ...]:
+        return ()
 
     @staticmethod
     def build(args: "WMT14PreprocessedEnDe.Args") -> Datapool:
@@ -452,6 +480,10 @@ class WMT16NewsOnly:
             if not self.data_files and self.train_path.strip() in ("", "json", "csv", "parquet"):  # needs files
                 raise ValueError(f"train_path {self.train_path!r} names no dataset to train on: give a hub dataset id "
                                  f"(default 'news_commentary') or a local folder, or data_files for every split")
+
+    @staticmethod
+    def meta_keys(args: "WMT16NewsOnly.Args") -> tuple[str, ...]:
+        return ()
 
     @staticmethod
     def build(args: "WMT16NewsOnly.Args") -> Datapool:
@@ -517,6 +549,10 @@ class CRD3:
                 raise ValueError("crd3 reads data_root (the CRD3 repository), not data_files")
             if self.max_context_size < 1:
                 raise ValueError(f"max_context_size must be >= 1, got {self.max_context_size}")
+
+    @staticmethod
+    def meta_keys(args: "CRD3.Args") -> tuple[str, ...]:
+        return ("episode", "turn", "speaker")
 
     @staticmethod
     def build(args: "CRD3.Args") -> Datapool:
@@ -633,6 +669,10 @@ class DailyDialog:
                        "context_turns, the default of min_context_turns")
             return (f"a dialogue gives a sample for each turn after its first {first} ({setting} = {first}): lower "
                     f"it, or give longer dialogues")
+
+    @staticmethod
+    def meta_keys(args: "DailyDialog.Args") -> tuple[str, ...]:
+        return ("intent", "intent_label", "emotion", "emotion_label", "dialogue_id", "turn")
 
     @staticmethod
     def build(args: "DailyDialog.Args") -> Datapool:
@@ -761,6 +801,10 @@ class Custom:
         fields: Fields = field(default_factory=Fields)
         prefix: str = ""
         suffix: str = ""
+
+    @staticmethod
+    def meta_keys(args: "Custom.Args") -> tuple[str, ...]:
+        return args.fields.meta
 
     @staticmethod
     def build(args: "Custom.Args") -> Datapool:

@@ -449,6 +449,10 @@ class IMDB:
                                      f"got {count}")
 
     @staticmethod
+    def meta_keys(args: "IMDB.Args") -> tuple[str, ...]:
+        return ("label",)
+
+    @staticmethod
     def build(args: "IMDB.Args") -> Datapool:
         splits, lines = load_splits(args.path, args.data_files)
         _check_imdb_schema(splits, args)

@@ -92,6 +92,10 @@ class SyntheticSentiment:
             check_counts(self)
 
     @staticmethod
+    def meta_keys(args: "SyntheticSentiment.Args") -> tuple[str, ...]:
+        return ("label",)
+
+    @staticmethod
     def build(args: "SyntheticSentiment.Args") -> Datapool:
         rng = random.Random(args.seed)
         splits = {}
@@ -160,6 +164,10 @@ class SyntheticConcepts:
                 raise ValueError(f"references_per_set must be >= 1, got {self.references_per_set}")
 
     @staticmethod
+    def meta_keys(args: "SyntheticConcepts.Args") -> tuple[str, ...]:
+        return ("concepts",)
+
+    @staticmethod
     def build(args: "SyntheticConcepts.Args") -> Datapool:
         rng = random.Random(args.seed)
         seen: set[tuple[str, str, str]] = set()
@@ -208,6 +216,10 @@ class DummyPool:
                 if getattr(self, key) < 1:
                     raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
                 check_size(key, getattr(self, key), MAX_COUNT)
+
+    @staticmethod
+    def meta_keys(args: "DummyPool.Args") -> tuple[str, ...]:
+        return ()
 
     @staticmethod
     def build(args: "DummyPool.Args") -> Datapool:

@@ -319,6 +319,14 @@ class Metric:
         return [cls.key(s) for s in cls.lower_is_better]
 
     @classmethod
+    def meta_keys(cls, args: Any) -> tuple[str, ...]:
+        """The keys of a sample's ``meta`` that the metric reads with ``args`` in every sample (``concepts``,
+        ``table``: keys only some datapools write), known from ``args`` alone; () for a metric that reads none (the
+        default). :func:`grueflow.params.check_meta_keys` refuses, when the task file is parsed, a task whose
+        datapool never gives one (:func:`grueflow.data.datapool_meta_keys`)."""
+        return ()
+
+    @classmethod
     def check_samples(cls, args: Any, meta: Sequence[dict[str, Any]]) -> None:
         """Raise a :class:`~grueflow.io.DataError` naming the metric, the meta key and the first sample where
         samples' ``meta`` lacks what the metric reads with ``args`` (a key only some datapools write:

@@ -415,6 +415,10 @@ class IntentAccuracy(Metric):
             return generation
 
     @classmethod
+    def meta_keys(cls, args: "IntentAccuracy.Args") -> tuple[str, ...]:
+        return ("intent",)
+
+    @classmethod
     def build(cls, args: "IntentAccuracy.Args", context: MetricContext) -> MetricFn:
         from grueflow.models import position_limit
 
@@ -519,6 +523,10 @@ class SummaCZS(Metric):
         document_key: Optional[str] = None
         max_length: int = 256
         batch_size: int = 32
+
+    @classmethod
+    def meta_keys(cls, args: "SummaCZS.Args") -> tuple[str, ...]:
+        return (args.document_key,) if args.document_key else ()
 
     @classmethod
     def build(cls, args: "SummaCZS.Args", context: MetricContext) -> MetricFn:
@@ -688,6 +696,10 @@ class SummaCConv(Metric):
             return None
         path = os.path.expanduser(args.checkpoint)
         return summac_conv_missing(args.checkpoint) if not os.path.exists(path) or os.path.isdir(path) else None
+
+    @classmethod
+    def meta_keys(cls, args: "SummaCConv.Args") -> tuple[str, ...]:
+        return (args.document_key,) if args.document_key else ()
 
     @classmethod
     def build(cls, args: "SummaCConv.Args", context: MetricContext) -> MetricFn:

@@ -182,6 +182,10 @@ class Parent(Metric):
                                  f"max_order={self.max_order}")
 
     @classmethod
+    def meta_keys(cls, args: "Parent.Args") -> tuple[str, ...]:
+        return ("table", "raw_table") if args.recipe == "totto" else ("table",)
+
+    @classmethod
     def check_samples(cls, args: "Parent.Args", meta: Sequence[dict[str, Any]]) -> None:
         check_tables(args.recipe, meta)
 

@@ -119,6 +119,10 @@ class ConceptCoverage(Metric):
     scores = ("coverage",)
 
     @classmethod
+    def meta_keys(cls, args: Any) -> tuple[str, ...]:
+        return ("concepts",)
+
+    @classmethod
     def check_samples(cls, args: Any, meta: Sequence[dict[str, Any]]) -> None:
         sample_concepts(meta)
 

@@ -107,6 +107,16 @@ def replacing(value: Any) -> Callable[[Any], Any]:
     return lambda data: value
 
 
+def edits(*changes: Callable[[Any], None]) -> Callable[[Any], None]:
+    """An edit that makes each of ``changes`` (in-place edits) in turn."""
+
+    def edit(data: Any) -> None:
+        for change in changes:
+            change(data)
+
+    return edit
+
+
 def as_text(change: Callable[[str], str]) -> Callable[[Any], bytes]:
     """An edit of the file's text (the document dumped as YAML): for what a parsed document cannot hold."""
     return lambda data: change(yaml.safe_dump(data, sort_keys=False)).encode()
@@ -925,6 +935,35 @@ PARAMS = [
     P(Bad(CONCEPTS, setting("model.config.decoder_start_token_id", 1), (
         "concepts.yaml: model: model.config.decoder_start_token_id = 1 is set when a tiny model is built",)),
       id="tiny-t5-decoder-start"),
+    # a metric or reward component that reads a meta key the task's datapool never writes (were refused by evaluate
+    # or the reward only after the datapool, the base model and training were built)
+    P(Bad(CONCEPTS, setting("datapool", {"id": "custom", "args": {"data_files": {"train": "mydata/train.jsonl"}}}), (
+        "concepts.yaml: reward component 'concept_coverage' reads meta['concepts'] of every sample, which datapool "
+        "'custom' never writes (its samples' meta keys: none); add 'concepts' to datapool.args.fields.meta (the "
+        "column of your data that holds it), or drop 'concept_coverage' from reward.components",)),
+      id="meta-custom-without-concepts"),
+    P(Bad(CONCEPTS, edits(setting("datapool", {"id": "custom", "args": {
+        "data_files": {"train": "mydata/train.jsonl"}, "fields": {"meta": ["topic"]}}}),
+        setting("reward.components", [{"metric": "chrf"}])), (
+        "concepts.yaml: metric 'concept_coverage' reads meta['concepts'] of every sample, which datapool 'custom' "
+        "never writes (its samples' meta keys: topic); add 'concepts' to datapool.args.fields.meta",
+        "or drop 'concept_coverage' from metrics")), id="meta-custom-metric-without-concepts"),
+    P(Bad(SENTIMENT, setting("metrics.4", {"id": "concept_coverage"}), (
+        "sentiment.yaml: metric 'concept_coverage' reads meta['concepts'] of every sample, which datapool "
+        "'synthetic_sentiment' never writes (its samples' meta keys: label); use a datapool that writes it (custom: "
+        "name its column under fields.meta), or drop 'concept_coverage' from metrics",)), id="meta-builtin-pool"),
+    P(Bad(SENTIMENT, setting("reward.components", [{"metric": "parent"}]), (
+        "sentiment.yaml: reward component 'parent' reads meta['table'] of every sample, which datapool "
+        "'synthetic_sentiment' never writes",)), id="meta-parent-table"),
+    P(Bad(CONCEPTS, edits(setting("datapool", {"id": "custom", "args": {
+        "data_files": {"train": "mydata/train.jsonl"}, "fields": {"meta": ["concepts", "table"]}}}),
+        setting("metrics.5", {"id": "parent", "args": {"recipe": "totto"}})), (
+        "concepts.yaml: metric 'parent' reads meta['raw_table'] of every sample, which datapool 'custom' never "
+        "writes (its samples' meta keys: concepts, table); add 'raw_table' to datapool.args.fields.meta",)),
+      id="meta-parent-totto-raw-table"),
+    P(Bad(SENTIMENT, setting("metrics.4", {"id": "summac_zs", "args": {"document_key": "article"}}), (
+        "sentiment.yaml: metric 'summac_zs' reads meta['article'] of every sample, which datapool "
+        "'synthetic_sentiment' never writes",)), id="meta-summac-document-key"),
 ]
 
 
@@ -4372,14 +4411,52 @@ def test_parent_on_samples_without_a_table_is_a_data_error_before_generating(arg
         assert str(err.value).endswith("use a datapool that writes tables (totto), or a metric that needs none")
 
 
+def test_a_method_override_reward_that_reads_meta_the_datapool_never_writes_is_refused_with_the_suite(params: Path):
+    """A reward a method_overrides entry gives one method is checked against the datapool as the task's own is."""
+    task = params / SENTIMENT
+    data = yaml.safe_load(task.read_text())
+    data["method_overrides"] = {"ppo": {"reward": {"components": [{"metric": "concept_coverage"}]}}}
+    task.write_text(yaml.safe_dump(data, sort_keys=False))
+    with pytest.raises(ConfigError) as err:
+        load_suite(read_yaml(params / SUITE), str(params / SUITE))
+    assert str(err.value) == (
+        f"params/{SENTIMENT}: reward for ppo (zero_shot): reward component 'concept_coverage' reads meta['concepts'] of every "
+        f"sample, which datapool 'synthetic_sentiment' never writes (its samples' meta keys: label); use a datapool "
+        f"that writes it (custom: name its column under fields.meta), or drop 'concept_coverage' from "
+        f"reward.components")
+
+
+def test_a_meta_key_the_datapool_declares_or_cannot_know_passes_the_task_check(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch):
+    """A custom datapool that lists the key under fields.meta, and a plugin loader that declares no meta keys (whose
+    samples the metrics check when they run), load as before; a plugin's meta_keys that gives no tuple of names is
+    refused naming it."""
+    (tmp_path / "meta_pool.py").write_text(
+        "from dataclasses import dataclass\n\n\nclass Pool:\n    @dataclass(frozen=True)\n    class Args:\n"
+        "        n: int = 1\n\n    @staticmethod\n    def build(args):\n        raise NotImplementedError\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    custom = {"id": "custom", "args": {"data_files": {"train": "mydata/train.jsonl"}, "fields": {"meta": ["concepts"]}}}
+    for datapool in (custom, {"id": "meta_pool:Pool", "args": {}}):
+        task = load_task(edited(tmp_path, MICRO / "tasks" / "concepts.yaml", datapool=datapool))
+        assert task.datapool.id == datapool["id"] and task.reward.components[0].metric == "concept_coverage"
+    (tmp_path / "string_pool.py").write_text((tmp_path / "meta_pool.py").read_text()
+                                             + "\n    meta_keys = staticmethod(lambda args: 'concepts')\n")
+    with pytest.raises(ConfigError, match=re.escape("concepts.yaml: datapool 'string_pool:Pool': meta_keys returned "
+                                                    "'concepts'; give a tuple of meta key names")):
+        load_task(edited(tmp_path, MICRO / "tasks" / "concepts.yaml", datapool={"id": "string_pool:Pool"}))
+
+
 def concepts_and_table_task(tmp_path: Path, tiny_models, stage_name: str) -> list[Any]:
     """The arguments of ``stage_name`` (warm_start or rl_finetune) on the micro sentiment task whose metrics add
-    concept_coverage, over a datapool of sentiment samples (no meta['concepts']) with a test split."""
-    args = warm_start_inputs(tmp_path, tiny_models, {"eval_every": 0},
+    concept_coverage, over a datapool of sentiment samples with a test split whose ``concepts`` (a column the task's
+    custom datapool lists under fields.meta, so that the task check passes) are empty."""
+    datapool = {"id": "custom", "args": {"data_files": {"train": "mydata/train.jsonl"},
+                                         "fields": {"meta": ["label", "concepts", "table"]}}}
+    args = warm_start_inputs(tmp_path, tiny_models, {"eval_every": 0}, datapool=datapool,
                              metrics=[{"id": "rouge"}, {"id": "concept_coverage"}])
     pool = tmp_path / "pool"
     write_rows(pool / "test.jsonl", [{"id": f"test-{i}", "prompt": f"the film {i} was", "references": ["good ."],
-                                      "meta": {"label": 1}} for i in range(2)])
+                                      "meta": {"label": 1, "concepts": []}} for i in range(2)])
     if stage_name == "warm_start":
         return args
     (tmp_path / "ppo.yaml").write_text(yaml.safe_dump({"iterations": 1, "rollouts_per_iteration": 4,
@@ -4398,8 +4475,8 @@ def test_a_metric_the_test_split_cannot_feed_is_refused_before_training(tmp_path
     ends_in_one_error_line(result, 2, "error: the datapool's test split (scored by evaluate after training) cannot be "
                                       "scored by metric 'concept_coverage': metric 'concept_coverage' needs "
                                       "meta['concepts']",
-                           "2 of 2 samples lack it, the first (sample 0) has no 'concepts' among its meta keys "
-                           "['label']; use a datapool that writes concepts")
+                           "2 of 2 samples lack it, the first (sample 0) has concepts=[]; use a datapool that "
+                           "writes concepts")
     assert not (tmp_path / "out").exists()
     assert not list(Path(f"{tmp_path / 'out'}.resume").glob("*/*"))  # nothing was trained or checkpointed
 
@@ -4407,7 +4484,7 @@ def test_a_metric_the_test_split_cannot_feed_is_refused_before_training(tmp_path
 def test_an_rl_reward_the_train_split_cannot_feed_is_refused_before_training(tmp_path: Path, call_stage, tiny_models):
     """parent as the reward on samples without meta['table']: RL stopped at its first rollout with a traceback."""
     args = concepts_and_table_task(tmp_path, tiny_models, "rl_finetune")
-    task = edited(tmp_path, MICRO / "tasks" / "sentiment.yaml", **{"reward.components": [{"metric": "parent"}]})
+    task = edited(tmp_path, Path(args[1]), **{"reward.components": [{"metric": "parent"}]})
     result = call_stage("rl_finetune", *[task if arg == args[1] else arg for arg in args])
     ends_in_one_error_line(result, 2, "error: the datapool's train split (drawn by RL's rollouts) cannot be scored by "
                                       "reward component 'parent': metric 'parent' (recipe: words) scores a generation "

@@ -14,8 +14,21 @@ from grueflow.metrics.task import NEGATIVE_WORDS, POSITIVE_WORDS, coverage, lexi
 
 
 def build(name, **kwargs):
+    """The datapool ``name`` builds from ``kwargs``; every sample's meta holds exactly the keys its loader declares
+    (``meta_keys``, which the task check reads)."""
     loader = DATAPOOLS.get(name)
-    return loader.build(loader.Args(**kwargs))
+    args = loader.Args(**kwargs)
+    pool = loader.build(args)
+    declared = set(loader.meta_keys(args))
+    assert all(set(s.meta) == declared for samples in pool.splits.values() for s in samples), name
+    return pool
+
+
+def test_every_built_in_datapool_declares_its_meta_keys():
+    """A task's metric that reads a meta key its datapool never writes is refused from these declarations."""
+    built_in = [name for name in DATAPOOLS.names() if name in DATAPOOLS]  # registered here, not entry points
+    assert len(built_in) >= 15
+    assert [name for name in built_in if not callable(getattr(DATAPOOLS.get(name), "meta_keys", None))] == []
 
 
 def test_sentiment_pool_is_seeded_and_positive_in_its_references(tmp_path):

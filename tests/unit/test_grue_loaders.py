@@ -25,8 +25,17 @@ SPLITS = ("train", "val", "test")
 
 
 def build(name, **kwargs):
+    """The datapool ``name`` builds from ``kwargs``, whose samples' meta keys are checked against those its loader
+    declares (``meta_keys``, which the task check reads): each one written is declared, and each one declared is
+    written (``source_id`` only where the data has ids)."""
     loader = DATAPOOLS.get(name)
-    return loader.build(parse(loader.Args, kwargs, "args"))
+    args = parse(loader.Args, kwargs, "args")
+    pool = loader.build(args)
+    declared = set(loader.meta_keys(args))
+    written = [set(sample.meta) for samples in pool.splits.values() for sample in samples]
+    assert set().union(*written) <= declared, (name, set().union(*written) - declared)
+    assert not written or declared - set().union(*written) <= {"source_id"}, (name, declared, written[0])
+    return pool
 
 
 def shared(relative):
