@@ -827,9 +827,10 @@ def format_sample(row: dict[str, Any]) -> str:
 
 
 def stale_note(path: Path) -> Optional[str]:
-    """One sentence where the stage folder holding ``path`` is out of date (:func:`grueflow.stale.out_of_date`: its
-    params changed since it was built, or an input it was built from no longer exists), so that what it shows is
-    not what the params and inputs of now give; None where it is not, or it holds no readable record."""
+    """One sentence where the stage folder holding ``path`` is out of date, itself or through a stage folder it was
+    built from, wherever the stale check would rerun it (:func:`grueflow.stale.out_of_date`: params changed since it
+    was built, an input it was built from gone or changed, its code changed), so that what it shows is not what the
+    params, inputs and code of now give; None where it is not, or it holds no readable record. Nothing is written."""
     from grueflow.io import STAGE_RECORD, project_root, read_json
     from grueflow.stale import out_of_date
 
@@ -844,7 +845,8 @@ def stale_note(path: Path) -> Optional[str]:
     if not reasons:
         return None
     return (f"{folder} is stale ({'; '.join(reasons)}): these are the samples and scores of what it was built from "
-            f"then, not of the params and inputs now; rerun the pipeline (grueflow run, or dvc repro) to rebuild it")
+            f"then, not of the params, inputs and code now; rerun the pipeline (grueflow run, or dvc repro) to "
+            f"rebuild it")
 
 
 PREDICTION_KEYS = ("id", "prompt", "generation")  # what every predictions.jsonl row holds (evaluate writes it)

@@ -1132,31 +1132,115 @@ def params_changed(record: Mapping, source: ParamsSource, load: Optional[Callabl
 
 def out_of_date(folder: Path, record: Mapping, root: Path) -> list[str]:
     """Why the finished stage folder ``folder`` (its ``stage.json`` ``record``; ``root``: the project's root) is no
-    longer what a pipeline run would build, as far as a person reading it by hand can be told outside a run: its
-    params files changed since it was built (:func:`params_changed` of
-    :func:`grueflow.pipeline.folder_params_source`; the suite's values, a run's command line's, are not compared),
-    or an input it was built from no longer exists. The reasons read as :func:`stale_outputs` gives them; none
-    where neither holds, or the record names no output path of a table stage (an older record, a folder written
-    outside the project)."""
+    longer what a pipeline run would build, as far as a person reading it by hand can be told outside a run, without
+    writing anything: what :func:`_rebuilt_for` finds for the folder itself, else for the first stage folder found so
+    on each line of the stage folders it was built from (its recorded inputs under ``results/``, a model's folder for
+    its ``model/``, and theirs in turn), whose rebuild reruns it: ``"<that folder>, which it was built from, is stale
+    (<why>)"``. The reasons read as :func:`stale_outputs` gives them; none where nothing holds. Digests are read
+    through the stale check's cache (:data:`DIGESTS` under ``root``, never written here), so what the last pipeline
+    run saw unchanged is not read again, and an input stage folder not rebuilt since its reader was is not read at
+    all (:func:`_written_before`)."""
+    root = Path(os.path.relpath(root))  # as the Snakefile names recorded paths: the keys of the digest cache
+    _load(root / DIGESTS)
+    reasons = _rebuilt_for(folder, record, root)
+    if reasons:
+        return reasons
+    upstream: dict[Path, list[str]] = {}
+    _stale_upstream(record, root, upstream, {Path(os.path.normpath(folder))})
+    return [f"{path}, which it was built from, is stale ({'; '.join(why)})" for path, why in upstream.items()]
+
+
+def _rebuilt_for(folder: Path, record: Mapping, root: Path) -> list[str]:
+    """Why a pipeline run would rebuild the stage folder ``folder`` (its ``stage.json`` ``record``) for its own sake:
+    its params files changed since it was built (:func:`params_changed` of
+    :func:`grueflow.pipeline.folder_params_source`; the suite's values, a run's command line's, are not compared), an
+    input it was built from no longer exists or exists with another content (:func:`changed_inputs`: a datapool's
+    local data edited, a model rebuilt since; an input stage folder unlike its own record is named with why; one
+    whose record is older than the folder's is not read, :func:`_written_before`), or the
+    code its stage runs, or a file its task names, is not what it was built with (:func:`code_changed`; judged only
+    where the grueflow imported is the project's own, :data:`grueflow.codedeps.ROOT`, which its stages run)."""
     from grueflow.pipeline import folder_params_source
 
     reasons = []
     out = record.get("out")
-    source = folder_params_source(str(record.get("stage")), out, os.path.relpath(root / "params")) \
-        if isinstance(out, str) else None
+    source = folder_params_source(str(record.get("stage")), out, str(root / "params")) if isinstance(out, str) else None
     if source is not None and (changed := params_changed(record, source, leave_out=("suite",))):
         reasons.append(f"{PARAMS_CHANGED} ({', '.join(changed)})")
     inputs = record.get("inputs")
+    inputs = inputs if isinstance(inputs, dict) else {}
     paths = [meta["path"] for meta in inputs.values() if isinstance(meta, dict) and isinstance(meta.get("path"), str)
-             and meta["path"]] if isinstance(inputs, dict) else []
+             and meta["path"]]
     gone = [path for path in paths if not (root / path).exists()]
     if gone:
         reasons.append(f"it was built from {', '.join(gone)}, {_no_longer_exist(gone)}")
+    try:
+        built = (folder / STAGE_RECORD).stat().st_mtime_ns
+    except OSError:
+        built = None
+    read = {name: meta for name, meta in inputs.items() if built is None or not _written_before(root, meta, built)}
+    changed_readers, damaged = changed_inputs(root, {folder: read})
+    if changed_readers:
+        reasons.append(f"its input {', '.join(changed_readers[folder])} {CHANGED_INPUT}")
+    reasons += [f"{path}, which it was built from, is stale ({why})" for path, why in damaged.items()]
+    if root.resolve() == codedeps.ROOT:
+        code, named = code_changed(folder, record, None, root, source, closure=False)
+        if code:
+            reasons.append(f"{CODE_CHANGED} ({_some(code)})")
+        if named:
+            reasons.append(f"it was built from {', '.join(named)}, {_no_longer_exist(named)}")
     return reasons
 
 
+def _written_before(root: Path, meta: object, built: int) -> bool:
+    """Whether the recorded input ``meta`` (``{"path", "sha256"}``, its path relative to ``root``) is a stage folder
+    under ``results/`` (or the ``model/`` in one) whose ``stage.json`` was written before ``built`` (a time in ns):
+    not rebuilt since its reader read it, as Snakemake judges a folder input, so that a look by hand need not read a
+    model's weights again (the stale check reads them, through its digest cache)."""
+    if not isinstance(meta, dict) or not isinstance(meta.get("path"), str) or not meta["path"]:
+        return False
+    path = root / meta["path"]
+    owner = path.parent if path.name == MODEL_DIR else path
+    try:
+        return not _outside(owner, root / "results") and (owner / STAGE_RECORD).stat().st_mtime_ns < built
+    except OSError:
+        return False
+
+
+def _stale_upstream(record: Mapping, root: Path, found: dict[Path, list[str]], seen: set[Path]) -> None:
+    """Add to ``found`` each stage folder the stage record ``record`` names as an input (under ``root``'s
+    ``results/``; a model's folder for its ``model/``) that a pipeline run would rebuild (damaged by the size look
+    of :func:`grueflow.io.check_stage_output`, or :func:`_rebuilt_for`), with why; of the others, those they were
+    built from in turn. ``seen``: the folders looked at already (each is looked at once). A folder that holds no
+    readable record is left to the stale check."""
+    results = root / "results"
+    inputs = record.get("inputs")
+    for meta in inputs.values() if isinstance(inputs, dict) else ():
+        if not isinstance(meta, dict) or not isinstance(meta.get("path"), str) or not meta["path"]:
+            continue
+        path = root / meta["path"]
+        owner = Path(os.path.normpath(path.parent if path.name == MODEL_DIR else path))
+        if owner in seen or _outside(owner, results) or not (owner / STAGE_RECORD).is_file():
+            continue
+        seen.add(owner)
+        try:
+            check_stage_output(owner, deep=False)
+            upstream = read_json(owner / STAGE_RECORD)
+        except MissingDataError as err:  # "<folder> is damaged: <file> is missing; delete ..."
+            found[owner] = [str(err).split(";")[0].replace(f"{os.path.abspath(owner)} is ", "")]
+            continue
+        except (OSError, ValueError, DataError):
+            continue
+        if not isinstance(upstream, dict):
+            continue
+        why = _rebuilt_for(owner, upstream, root)
+        if why:
+            found[owner] = why
+        else:
+            _stale_upstream(upstream, root, found, seen)
+
+
 def code_changed(folder: Path, record: Mapping, cache: Optional[Path] = None, root: Path = Path("."),
-                 source: Optional[ParamsSource] = None) -> tuple[list[str], list[str]]:
+                 source: Optional[ParamsSource] = None, closure: bool = True) -> tuple[list[str], list[str]]:
     """(changed, gone): the files of the code the stage folder ``folder`` (under the project ``root``) was built with
     whose content differs now, with those added to or dropped from the files its stage runs
     (:func:`grueflow.codedeps.script_code` of ``stages/<its stage>.py``), by path in the repository
@@ -1177,11 +1261,13 @@ def code_changed(folder: Path, record: Mapping, cache: Optional[Path] = None, ro
     damaged). ``gone``: the files the task names (a plugin's source, a file its args name) that either record holds
     and that no longer exist (a disk not mounted, a file moved away), which :func:`stale_outputs` refuses rather than
     rerun the stage without them. Files are read through the digest cache (``cache``: as
-    :func:`stale_outputs` takes it), so a dry run reads only what changed since the last."""
+    :func:`stale_outputs` takes it), so a dry run reads only what changed since the last. Without ``closure``, only
+    the code files the record holds are compared, no source parsed: a file added to or dropped from what the stage
+    runs is so through an import in one of them, which changed too (a look for a person: it may name fewer files)."""
     script = f"stages/{record.get('stage')}.py"
     deps = _locked_deps(root, folder / STAGE_RECORD)
     if deps is not None:
-        return _lock_unlike(deps, script, root, cache)
+        return _lock_unlike(deps, script, root, cache, closure)
     try:
         provenance = read_json(folder / PROVENANCE_RECORD)
     except (OSError, ValueError):
@@ -1189,7 +1275,7 @@ def code_changed(folder: Path, record: Mapping, cache: Optional[Path] = None, ro
     if not isinstance(provenance, dict) or provenance.get(RECORD_DIGEST) != record.get(RECORD_DIGEST):
         return [], []
     named, gone = _named_unlike(provenance.get(NAMED_RAN), script, source, root, cache)
-    return sorted(_code_unlike(provenance.get(CODE_RAN), script, cache) + named), gone
+    return sorted(_code_unlike(provenance.get(CODE_RAN), script, cache, closure) + named), gone
 
 
 def named_gone(folder: Path, record: Mapping, cache: Optional[Path] = None, root: Path = Path("."),
@@ -1280,17 +1366,19 @@ def _locked_deps(root: Path, stage_record: Path) -> Optional[list]:
     return found[1] if found is not None and locked_as_is(stage_record, found[0]) else None
 
 
-def _lock_unlike(deps: list, script: str, root: Path, cache: Optional[Path]) -> tuple[list[str], list[str]]:
+def _lock_unlike(deps: list, script: str, root: Path, cache: Optional[Path],
+                 closure: bool = True) -> tuple[list[str], list[str]]:
     """(changed, gone): the code files whose md5 differs from the one ``deps`` (a stage's deps in dvc.lock) records,
-    or that are among the files the stage CLI ``script`` runs now and not among the deps (or the reverse), then what
-    :func:`_plugins_unlike` finds for its plugins' digests file, if it has one."""
+    or that are among the files the stage CLI ``script`` runs now and not among the deps (or the reverse; without
+    ``closure``, the deps alone are compared: see :func:`code_changed`), then what :func:`_plugins_unlike` finds for
+    its plugins' digests file, if it has one."""
     locked = {dep["path"]: dep for dep in deps
               if isinstance(dep, dict) and isinstance(dep.get("path"), str) and isinstance(dep.get("md5"), str)}
+    code_locked = {path for path in locked if path.endswith(".py") and path.startswith(("grueflow/", "stages/"))}
     try:
-        code = set(codedeps.script_code(script))
+        code = set(codedeps.script_code(script)) if closure else code_locked
     except (FileNotFoundError, SyntaxError):  # the stage's CLI is gone or broken: the engine says so itself
         return [], []
-    code_locked = {path for path in locked if path.endswith(".py") and path.startswith(("grueflow/", "stages/"))}
     changed = sorted(path for path in code | code_locked
                      if path not in locked or path not in code or not _as_locked(root / path, locked[path]))
     gone: list[str] = []
@@ -1386,13 +1474,14 @@ def table_code_changed(table: Path, cache: Optional[Path] = None) -> list[str]:
     return _code_unlike(record.get(CODE_RAN), scripts[0], cache) if scripts and isinstance(record, dict) else []
 
 
-def _code_unlike(ran: object, script: str, cache: Optional[Path]) -> list[str]:
+def _code_unlike(ran: object, script: str, cache: Optional[Path], closure: bool = True) -> list[str]:
     """The files of ``ran`` (a record of :func:`grueflow.stage.code_record`) and of the code the stage CLI ``script``
-    runs now whose fingerprints differ (see :func:`code_changed`); ``[]`` where ``ran`` is no such record."""
+    runs now (without ``closure``: of ``ran`` alone) whose fingerprints differ (see :func:`code_changed`); ``[]``
+    where ``ran`` is no such record."""
     if not isinstance(ran, dict) or not ran:
         return []
     try:
-        files = codedeps.script_code(script)
+        files = codedeps.script_code(script) if closure else sorted(ran)
     except (FileNotFoundError, SyntaxError):  # the stage's CLI is gone or broken: the engine says so itself
         return []
     if cache is not None:

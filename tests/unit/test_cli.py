@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
@@ -797,7 +798,7 @@ def test_show_of_a_stale_evaluation_says_its_params_changed_or_its_model_is_gone
     assert main(["show", "sentiment/ppo/seed0", "-n", "1"]) == 0 and capsys.readouterr().err == ""
     task.write_text(task.read_text().replace("-0.05", "-0.5"))
     folder = "results/eval/sentiment/ppo/seed0"
-    after = ("these are the samples and scores of what it was built from then, not of the params and inputs now; "
+    after = ("these are the samples and scores of what it was built from then, not of the params, inputs and code now; "
              "rerun the pipeline (grueflow run, or dvc repro) to rebuild it\n")
     assert main(["show", "sentiment/ppo/seed0", "-n", "1"]) == 0
     shown = capsys.readouterr()
@@ -814,6 +815,92 @@ def test_show_of_a_stale_evaluation_says_its_params_changed_or_its_model_is_gone
     assert main(["show", str(Path("..") / folder), "-n", "1"]) == 0
     assert capsys.readouterr().err == (f"grueflow show: note: ../{folder} is stale (it was built from {model}, which "
                                        f"no longer exists): {after}")
+
+
+def files_and_times(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file and folder under ``root``, with its size and modification time: what a read-only command leaves."""
+    return {str(path.relative_to(root)): (path.lstat().st_size, path.lstat().st_mtime_ns)
+            for path in [root, *root.rglob("*")]}
+
+
+def test_show_of_an_evaluation_built_from_a_stale_folder_says_so_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    """After ppo's learning rate was edited, or the datapool's local data, show printed the old generations without a
+    word, while the stale check reran the evaluation through the model or datapool it was built from."""
+    from grueflow.io import atomic_dir
+    from grueflow.pipeline import PARAMS_DIGEST, folder_params_source, params_digest
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "Snakefile").write_text("")
+    (tmp_path / "params" / "tasks").mkdir(parents=True)
+    (tmp_path / "params" / "methods").mkdir()
+    (tmp_path / "params" / "tasks" / "sentiment.yaml").write_text("reward: [{metric: diversity, weight: 1.0}]\n")
+    method = tmp_path / "params" / "methods" / "ppo.yaml"
+    method.write_text("learning_rate: 0.0005\n")
+    data = Path("mydata") / "test.jsonl"
+    data.parent.mkdir()
+    data.write_text('{"prompt": "a", "references": ["b"]}\n')
+
+    def stage(name: str, out: Path, inputs: dict[str, Path], write: Callable[[Path], Any]) -> None:
+        digest = params_digest(folder_params_source(name, out.as_posix()))
+        with atomic_dir(out) as tmp:
+            write(tmp)
+            write_stage_record(tmp, stage=name, params={}, inputs=inputs, wall_time_s=0.0,
+                               extra={PARAMS_DIGEST: digest})
+
+    def model(weights: str) -> Callable[[Path], None]:
+        return lambda folder: (folder / "model").mkdir() or (folder / "model" / "weights.bin").write_text(weights)
+
+    pool, trained = Path("results/sentiment/datapool"), Path("results/sentiment/ppo/seed0")
+    stage("prepare_datapool", pool, {"test": data}, lambda folder: (folder / "test.jsonl").write_text("{}\n"))
+    stage("rl_finetune", trained, {"datapool": pool}, model("1"))
+    stage("evaluate", Path("results/eval/sentiment/ppo/seed0"), {"datapool": pool, "model": trained / "model"},
+          predictions)
+    folder = "results/eval/sentiment/ppo/seed0"
+    after = ("these are the samples and scores of what it was built from then, not of the params, inputs and code "
+             "now; rerun the pipeline (grueflow run, or dvc repro) to rebuild it\n")
+
+    def note() -> str:
+        assert main(["show", "sentiment/ppo/seed0", "-n", "1"]) == 0
+        shown = capsys.readouterr()
+        assert "[test-0]" in shown.out
+        return shown.err
+
+    before = files_and_times(tmp_path / "results")
+    assert note() == ""
+    method.write_text("learning_rate: 0.001\n")
+    assert note() == (f"grueflow show: note: {folder} is stale ({trained}, which it was built from, is stale (its "
+                      f"params changed since it was built (params/methods/ppo.yaml))): {after}")
+    method.write_text("learning_rate: 0.0005\n")
+    data.write_text('{"prompt": "a", "references": ["c"]}\n')
+    assert note() == (f"grueflow show: note: {folder} is stale ({pool}, which it was built from, is stale (its input "
+                      f"{data} changed since it was built)): {after}")
+    data.write_text('{"prompt": "a", "references": ["b"]}\n')
+    assert note() == ""
+    assert files_and_times(tmp_path / "results") == before and not (tmp_path / ".snakemake").exists()  # no stamp
+    shutil.rmtree(trained)
+    stage("rl_finetune", trained, {"datapool": pool}, model("2"))  # rebuilt since: the evaluation reruns after it
+    assert note() == (f"grueflow show: note: {folder} is stale (its input {trained / 'model'} changed since it was "
+                      f"built): {after}")
+
+
+def test_show_of_an_evaluation_whose_code_changed_says_so(tmp_path):
+    """A module the evaluate stage runs, edited since the run was built, reruns it; show named no change."""
+    from grueflow.io import CODE_RAN, atomic_dir
+    from grueflow.stage import code_record
+
+    project = copy_project(tmp_path / "repo")
+    folder = project / "results" / "eval" / "sentiment" / "ppo" / "seed0"
+    with atomic_dir(folder) as tmp:
+        predictions(tmp)
+        write_stage_record(tmp, stage="evaluate", params={}, inputs={}, wall_time_s=0.0,
+                           extra={CODE_RAN: code_record("evaluate")})
+    shown = run([*CLI, "show", "sentiment/ppo/seed0", "-n", "1"], project)
+    assert shown.stderr == "" and "[test-0]" in shown.stdout
+    with (project / "grueflow" / "io.py").open("a") as module:
+        module.write("# an edit\n")
+    shown = run([*CLI, "show", "sentiment/ppo/seed0", "-n", "1"], project)
+    assert shown.stderr.startswith("grueflow show: note: results/eval/sentiment/ppo/seed0 is stale (its code changed "
+                                   "since it was built (grueflow/io.py)): "), shown.stderr
 
 
 def test_diff_of_a_metrics_file_in_another_runs_folder_copied_in_says_whose_run_it_is(tmp_path, monkeypatch, capsys):

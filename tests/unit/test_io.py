@@ -316,7 +316,7 @@ def test_a_folder_snakemake_holds_no_record_of_is_stale_where_its_code_changed(t
     ran = {**stage.code_record("warm_start"), **edit}
     write_stage_record(folder, stage="warm_start", params={}, inputs={}, wall_time_s=0.0, extra={"code": ran})
     record = read_json(folder / "stage.json")
-    assert code_changed(folder, record) == (changed, [])
+    assert code_changed(folder, record) == code_changed(folder, record, closure=False) == (changed, [])
     why = stale_outputs(Path("results"), Path("results/grue_table.csv"), [], folders=[folder])[folder]
     assert why == f"its code changed since it was built ({', '.join(changed)}), and no Snakemake job of this " \
                   f"checkout wrote it (built by dvc repro, or .snakemake removed)"
@@ -373,10 +373,12 @@ def test_a_dvc_built_folder_is_judged_by_the_code_dvc_lock_records_for_it(tmp_pa
     plugin_code.write_text(json.dumps(entry, indent=1, sort_keys=True) + "\n")
     _dvc_lock(repo, folder, "stages/evaluate.py", plugin_code.as_posix())
     assert code_changed(folder, record) == ([], [])  # as dvc.lock records it: the provenance record is not read
+    assert code_changed(folder, record, closure=False) == ([], [])  # the locked code files alone: what show looks at
     (folder / "provenance.json").unlink()  # as after dvc pull
     evaluation = repo / "grueflow" / "evaluation.py"
     evaluation.write_text(evaluation.read_text() + "# edited\n")
-    assert code_changed(folder, record) == (["grueflow/evaluation.py"], [])
+    assert code_changed(folder, record) == code_changed(folder, record, closure=False) == \
+        (["grueflow/evaluation.py"], [])
     reward = repo / "my_rewards.py"
     text = reward.read_text()
     reward.write_text(text + "# edited\n")
