@@ -428,9 +428,13 @@ def dvc_root() -> Optional[Path]:
 def metrics_target(target: str) -> str:
     """``target`` as ``dvc metrics diff`` names it in its answer: relative to the working folder, normalised
     (``./results/x.json``, ``results//x.json`` and an absolute path all read ``results/x.json``), links kept as
-    given. A target outside the DVC project (:func:`dvc_root`) is a CliError naming it: dvc reads no such file."""
+    given; a target that reaches the project only through a link above it (an absolute path by another name of the
+    project's folder, whose working folder is its real path) is named by the real path of its folder. A target
+    outside the DVC project (:func:`dvc_root`) either way is a CliError naming it: dvc reads no such file."""
     absolute = Path(os.path.normpath(os.path.abspath(target)))
     root = dvc_root()
+    if root is not None and not absolute.is_relative_to(root):
+        absolute = Path(os.path.realpath(absolute.parent)) / absolute.name
     if root is not None and not absolute.is_relative_to(root):
         raise CliError(f"--target {target} lies outside the project ({root}): diff compares a metrics file of this "
                        f"project's revisions; give its path inside {root}, e.g. {GRUE_JSON}")

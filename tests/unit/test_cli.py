@@ -344,8 +344,9 @@ def test_diff_reads_a_target_however_it_is_spelled(tmp_path):
     repo = two_tables(tmp_path / "repo")
     plain = run([*CLI, "diff", "HEAD~1", "HEAD"], repo).stdout
     assert plain.startswith("results/grue_table.json: HEAD~1 -> HEAD (2 changed values)\n"), plain
+    (tmp_path / "link").symlink_to(repo)  # the project by another name: the working folder is its real path
     for spelled in ("./results/grue_table.json", str(repo / "results" / "grue_table.json"), "results//grue_table.json",
-                    "results/../results/grue_table.json"):
+                    "results/../results/grue_table.json", str(tmp_path / "link" / "results" / "grue_table.json")):
         assert run([*CLI, "diff", "HEAD~1", "HEAD", "--target", spelled], repo).stdout == plain, spelled
     (repo / "results" / "sub").mkdir()  # from a subfolder, dvc names the file relative to it
     below = run([*CLI, "diff", "HEAD~1", "HEAD", "--target", "../grue_table.json"], repo / "results" / "sub").stdout
