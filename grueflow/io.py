@@ -50,6 +50,8 @@ CODE_RAN = "code"  # {file relative to the repository: its fingerprint, or null}
 # provenance record or a table's files record (grueflow.stage.code_record)
 NAMED_RAN = "named_files"  # {file the task names (a plugin's source, a file its args name): its path digest}: what a
 # stage read besides grueflow's code, in its provenance record (grueflow.stage.named_record)
+PARAMS_READ = "params_files"  # {"task", "method": the params file a stage read, as its command line named it}, in its
+# provenance record: where a look by hand (grueflow show) compares its params, whichever suite's params_dir it ran
 PLANNED = Path(".snakemake") / "grueflow-planned.json"  # the params digests of the stage folders of the Snakemake
 # run going on, as it planned them (:func:`write_planned`)
 PLAN = "GRUEFLOW_PLAN"  # the environment variable naming, for a Snakemake run's jobs, the run that wrote PLANNED
@@ -911,7 +913,7 @@ def output_bytes(out_dir: str | Path) -> int:
 
 # extra fields that say how a run went, not what it computed: provenance.json's (the execution settings, the parts a
 # resumed run was trained in: grueflow.training.PARTS, and the code it ran: CODE_RAN)
-VOLATILE = ("execution", "parts", CODE_RAN, NAMED_RAN)
+VOLATILE = ("execution", "parts", CODE_RAN, NAMED_RAN, PARAMS_READ)
 
 
 def write_stage_record(out_dir: str | Path, *, stage: str, params: Any,

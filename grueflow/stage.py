@@ -525,7 +525,10 @@ def finish(out_dir: Path, stage: str, params: Any, inputs: Mapping[str, Path | i
                               f"built would be recorded under the edited params; run it again once the edit is done")
         extra = {pipeline.PARAMS_DIGEST: params_digest, **extra}
     code, named = code_record(stage), named_record(stage, source)
-    extra = {**({io.CODE_RAN: code} if code else {}), **({io.NAMED_RAN: named} if named else {}), **extra}
+    read = {part: path for part, path in (("task", source.task_file), ("method", source.method_file)) if path} \
+        if source is not None else {}
+    extra = {**({io.CODE_RAN: code} if code else {}), **({io.NAMED_RAN: named} if named else {}),
+             **({io.PARAMS_READ: read} if read else {}), **extra}
     io.write_stage_record(out_dir, stage=stage, params=params, inputs=inputs,
                           wall_time_s=time.perf_counter() - started, extra=extra or None)
 

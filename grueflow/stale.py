@@ -111,14 +111,14 @@ from typing import Callable, Iterable, Mapping, Optional
 
 from grueflow import codedeps
 from grueflow.config import ConfigError, read_yaml
-from grueflow.io import (BUILT_FROM, CODE_RAN, MODEL_DIR, NAMED_RAN, PROVENANCE_RECORD, RECORD_DIGEST,
+from grueflow.io import (BUILT_FROM, CODE_RAN, MODEL_DIR, NAMED_RAN, PARAMS_READ, PROVENANCE_RECORD, RECORD_DIGEST,
                          SNAKEMAKE_METADATA, SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED, DataError, MissingDataError,
                          as_written, atomic_path, check_stage_output, files_record, fingerprint, last_written,
                          read_json, record_digest, sealed, sha256_bytes, snakemake_metadata, written_digests,
                          written_for)
 from grueflow.keep import (as_deleted, batch_copies_text, edited_outputs, files_under, keep_batch, keep_copy, kept_copy,
                            links_left, listed, persons_files, stat_signature, unvouched)
-from grueflow.pipeline import (PARAMS_DIGEST, PLUGIN_CODE, STAGES, ParamsSource, named_files, params_digest,
+from grueflow.pipeline import (PARAMS_DIGEST, PLUGIN_CODE, STAGES, SUITE_FILE, ParamsSource, named_files, params_digest,
                                path_digest, plugin_digests, script_parts, task_paths)
 
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
@@ -1159,11 +1159,8 @@ def _rebuilt_for(folder: Path, record: Mapping, root: Path) -> list[str]:
     whose record is older than the folder's is not read, :func:`_written_before`), or the
     code its stage runs, or a file its task names, is not what it was built with (:func:`code_changed`; judged only
     where the grueflow imported is the project's own, :data:`grueflow.codedeps.ROOT`, which its stages run)."""
-    from grueflow.pipeline import folder_params_source
-
     reasons = []
-    out = record.get("out")
-    source = folder_params_source(str(record.get("stage")), out, str(root / "params")) if isinstance(out, str) else None
+    source = _read_from(folder, record, root)
     if source is not None and (changed := params_changed(record, source, leave_out=("suite",))):
         reasons.append(f"{PARAMS_CHANGED} ({', '.join(changed)})")
     inputs = record.get("inputs")
@@ -1189,6 +1186,37 @@ def _rebuilt_for(folder: Path, record: Mapping, root: Path) -> list[str]:
         if named:
             reasons.append(f"it was built from {', '.join(named)}, {_no_longer_exist(named)}")
     return reasons
+
+
+def _read_from(folder: Path, record: Mapping, root: Path) -> Optional[ParamsSource]:
+    """Where the job that built the stage folder ``folder`` (its ``stage.json`` ``record``, under the project
+    ``root``) read its params: :func:`grueflow.pipeline.folder_params_source` of its recorded output path, with the
+    task and method files its provenance record names (:data:`grueflow.io.PARAMS_READ`: a suite's own
+    ``params_dir``, such as ``params/grue-local``), where that record is the one written with ``record``; else those
+    of the active suite's ``params_dir`` (``params/suite.yaml``, as DVC and ``grueflow run`` read it), else of
+    ``params/``. None where the folder is none of the table's."""
+    from grueflow.pipeline import folder_params_source
+
+    out = record.get("out")
+    if not isinstance(out, str):
+        return None
+    try:
+        provenance = read_json(folder / PROVENANCE_RECORD)
+    except (OSError, ValueError):
+        provenance = None
+    read = provenance.get(PARAMS_READ) if isinstance(provenance, dict) and \
+        provenance.get(RECORD_DIGEST) == record.get(RECORD_DIGEST) else None
+    if isinstance(read, dict) and all(isinstance(path, str) for path in read.values()):
+        source = folder_params_source(str(record.get("stage")), out, str(root / "params"))
+        return dataclasses.replace(source, **{f"{part}_file": str(root / path) for part, path in read.items()
+                                              if part in ("task", "method")}) if source is not None else None
+    try:
+        suite = read_yaml(root / SUITE_FILE)
+    except (ConfigError, OSError):
+        suite = None
+    params_dir = suite.get("params_dir") if isinstance(suite, dict) else None
+    return folder_params_source(str(record.get("stage")), out,
+                                str(root / (params_dir if isinstance(params_dir, str) and params_dir else "params")))
 
 
 def _written_before(root: Path, meta: object, built: int) -> bool:

@@ -884,6 +884,41 @@ def test_show_of_an_evaluation_built_from_a_stale_folder_says_so_and_writes_noth
                       f"built): {after}")
 
 
+@pytest.mark.parametrize("recorded", [True, False])
+def test_show_compares_the_params_files_of_the_suite_that_built_the_run(tmp_path, monkeypatch, capsys, recorded):
+    """A suite with its own params_dir (params/grue-local, ...): show compared params/tasks/<task>.yaml, so an edit
+    of the suite's own task file got no note and an edit of an unused params/tasks file a false one. The files a
+    stage read are in its provenance record; without one (an older record), the active suite's params_dir is used."""
+    from grueflow.io import PARAMS_READ, atomic_dir
+    from grueflow.pipeline import PARAMS_DIGEST, folder_params_source, params_digest
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "Snakefile").write_text("")
+    for params in ("params", "params/mine"):
+        (tmp_path / params / "tasks").mkdir(parents=True, exist_ok=True)
+        (tmp_path / params / "tasks" / "sentiment.yaml").write_text("eval_generation: {max_new_tokens: 8}\n")
+    (tmp_path / "params" / "suite.yaml").write_text("tasks: [sentiment]\nalgorithms: [ppo]\nparams_dir: params/mine\n")
+    folder = Path("results/eval/sentiment/zero_shot/seed0")
+    source = folder_params_source("evaluate", folder.as_posix(), "params/mine")
+    with atomic_dir(folder) as tmp:
+        predictions(tmp)
+        write_stage_record(tmp, stage="evaluate", params={}, inputs={}, wall_time_s=0.0,
+                           extra={PARAMS_DIGEST: params_digest(source),
+                                  **({PARAMS_READ: {"task": "params/mine/tasks/sentiment.yaml"}} if recorded else {})})
+    if recorded:  # whichever suite is active now
+        (tmp_path / "params" / "suite.yaml").write_text("tasks: [sentiment]\nalgorithms: [ppo]\n")
+
+    def note() -> str:
+        assert main(["show", "sentiment/zero_shot/seed0", "-n", "1"]) == 0
+        return capsys.readouterr().err
+
+    (tmp_path / "params" / "tasks" / "sentiment.yaml").write_text("eval_generation: {max_new_tokens: 16}\n")
+    assert note() == ""  # a task file the suite does not read
+    (tmp_path / "params" / "mine" / "tasks" / "sentiment.yaml").write_text("eval_generation: {max_new_tokens: 16}\n")
+    assert note().startswith(f"grueflow show: note: {folder} is stale (its params changed since it was built "
+                             f"(params/mine/tasks/sentiment.yaml))")
+
+
 def test_show_of_an_evaluation_whose_code_changed_says_so(tmp_path):
     """A module the evaluate stage runs, edited since the run was built, reruns it; show named no change."""
     from grueflow.io import CODE_RAN, atomic_dir
