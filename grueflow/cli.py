@@ -474,22 +474,32 @@ def _param(values: Any, key: str) -> Any:
     return _param(values[head], rest) if dot and isinstance(values, dict) and head in values else ABSENT
 
 
-def out_of_date_files(rev: str) -> list[str]:
-    """The params files and git-tracked file deps whose content at ``rev`` differs from what that revision's dvc.lock
-    recorded when its stages last ran: at such a revision the results were not rebuilt after the change. Empty
-    where there is no dvc.lock. What is checked is what can be read cheaply at any revision: each params key's value
-    and the md5 of each file dep there; an output of another stage (not in git), a folder dep and a params file
-    that is not YAML/JSON are left out, so an empty list does not prove the results are up to date."""
-    import hashlib
-
+def _locked_at(rev: str) -> dict[str, dict]:
+    """The stages the dvc.lock of git revision ``rev`` records (``workspace``: the one here), by name, as DVC wrote
+    them; empty where there is none or it does not read."""
     import yaml
 
     lock_text = files_at(rev, ["dvc.lock"])["dvc.lock"]
     try:
         stages = load_yaml12(lock_text).get("stages", {}) if lock_text else {}  # as DVC wrote it
     except (yaml.YAMLError, ValueError, AttributeError):
-        return []
-    stages = {name: stage for name, stage in (stages or {}).items() if isinstance(stage, dict)}
+        return {}
+    return {name: stage for name, stage in (stages if isinstance(stages, dict) else {}).items()
+            if isinstance(stage, dict)}
+
+
+def out_of_date_files(rev: str) -> list[str]:
+    """The params files and git-tracked file deps whose content at ``rev`` differs from what that revision's dvc.lock
+    recorded when its stages last ran: at such a revision the results were not rebuilt after the change. Empty
+    where there is no dvc.lock. What is checked is what can be read cheaply at any revision: each params key's value
+    and the md5 of each file dep there; an output of another stage (not in git; :func:`unrun_readers` compares those
+    within dvc.lock), a folder dep and a params file that is not YAML/JSON are left out, so an empty list does not
+    prove the results are up to date."""
+    import hashlib
+
+    import yaml
+
+    stages = _locked_at(rev)
     outs = {out.get("path") for stage in stages.values() for out in stage.get("outs", []) or []}
     params = {(file, key): value for stage in stages.values() for file, keys in (stage.get("params") or {}).items()
               for key, value in (keys or {}).items()}
@@ -515,21 +525,77 @@ def out_of_date_files(rev: str) -> list[str]:
     return sorted(changed)
 
 
-def warn_out_of_date(revs: Sequence[str]) -> list[str]:
-    """Say on stderr which revisions hold results not rebuilt after a change of their params or code: a diff that
-    reads "no changes" there means "not rebuilt", not "the change changed nothing". The revisions it was said of."""
+def unrun_readers(rev: str) -> dict[str, list[str]]:
+    """The outputs that the dvc.lock of ``rev`` records with another md5 than a stage reading them (another stage
+    whose dep it is) recorded when that stage last ran, each with those stages, in dvc.lock's order: the output was
+    rebuilt after they ran and they were not rerun (``dvc repro`` stopped between them, or run for the upstream
+    stage alone), so what they and the stages after them built, the GRUE table included, was not built from it.
+    ``dvc status`` lists such a stage as changed. Read from dvc.lock alone, so it is cheap at any revision, and a
+    commit made in that state is seen too; an entry is compared only with one DVC hashed the same way (both DVC 3's
+    ``hash: md5``, or both DVC 2's). Empty where there is no dvc.lock."""
+    stages = _locked_at(rev)
+    outs = {out["path"]: out for stage in stages.values() for out in stage.get("outs") or []
+            if isinstance(out, dict) and isinstance(out.get("path"), str) and isinstance(out.get("md5"), str)}
+    unrun: dict[str, list[str]] = {}
+    for name, stage in stages.items():
+        for dep in stage.get("deps") or []:
+            out = outs.get(dep.get("path")) if isinstance(dep, dict) else None
+            if out is not None and isinstance(dep.get("md5"), str) and dep.get("hash") == out.get("hash") and \
+                    dep["md5"] != out["md5"] and name not in unrun.get(dep["path"], []):
+                unrun.setdefault(dep["path"], []).append(name)
+    return unrun
+
+
+def _some(names: Sequence[str], most: int = 5) -> str:
+    """``names`` joined with commas, the first ``most`` of them, then ``"and <n> more"``."""
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def warn_out_of_date(revs: Sequence[str], target: Optional[str] = None) -> list[str]:
+    """Say on stderr which revisions hold results not rebuilt after a change of their params or code
+    (:func:`out_of_date_files`), or after a stage upstream of others was rebuilt without them (:func:`unrun_readers`):
+    a diff that reads "no changes" there means "not rebuilt", not "the change changed nothing". Where dvc.lock tells
+    nothing of the workspace and ``target`` is a file of a table (:data:`grueflow.stale.TABLES`), what its stage
+    records reading is compared with the stage folders there now (:func:`rebuilt_upstream`: one rebuilt, or run by
+    hand, after what read it). One line per revision. The revisions it was said of."""
     warned = []
     for rev in dict.fromkeys(revs):
-        changed = out_of_date_files(rev)
-        if changed:
+        changed, unrun = out_of_date_files(rev), unrun_readers(rev)
+        rebuilt = rebuilt_upstream(target) if rev == "workspace" and target and not changed and not unrun else []
+        if rebuilt:
             warned.append(rev)
-            shown = ", ".join(changed[:5]) + (f" and {len(changed) - 5} more" if len(changed) > 5 else "")
-            place = "in the workspace" if rev == "workspace" else f"at {rev}"
-            print(f"grueflow diff: warning: the results {place} are out of date: {shown} changed after dvc.lock "
-                  f"was written (its stages were not rerun); the diff compares the results as built, so rerun "
-                  f"them (dvc repro{'' if rev == 'workspace' else ', then commit'}) to see the change's effect",
+            print(f"grueflow diff: warning: the results in the workspace are out of date: {_some(rebuilt, 3)} changed "
+                  f"after the stages that read {'it' if len(rebuilt) == 1 else 'them'} were built (their stage records "
+                  f"hold another digest: a stage run by hand, or a build stopped before them?); the diff compares the "
+                  f"results as built, so rerun them (dvc repro, or grueflow run) to see the change's effect",
                   file=sys.stderr)
+            continue
+        if not changed and not unrun:
+            continue
+        warned.append(rev)
+        causes = [f"{_some(changed)} changed after dvc.lock was written (its stages were not rerun)"] if changed else []
+        if unrun:
+            readers = list(dict.fromkeys(name for names in unrun.values() for name in names))
+            causes.append(f"{_some(list(unrun), 3)} {'was' if len(unrun) == 1 else 'were'} rebuilt after the stages "
+                          f"that read {'it' if len(unrun) == 1 else 'them'} last ran ({_some(readers, 3)} "
+                          f"{'was' if len(readers) == 1 else 'were'} not rerun: a dvc repro stopped before "
+                          f"{'it' if len(readers) == 1 else 'them'}?)")
+        place = "in the workspace" if rev == "workspace" else f"at {rev}"
+        print(f"grueflow diff: warning: the results {place} are out of date: {'; '.join(causes)}; the diff compares "
+              f"the results as built, so rerun them (dvc repro{'' if rev == 'workspace' else ', then commit'}) to see "
+              f"the change's effect", file=sys.stderr)
     return warned
+
+
+def rebuilt_upstream(target: str) -> list[str]:
+    """:func:`grueflow.stale.rebuilt_upstream` of the workspace's table that ``target`` (relative to the working
+    folder) is a file of (:data:`grueflow.stale.TABLES`), in the project :func:`dvc_root`; empty for another file."""
+    from grueflow import stale
+
+    root = dvc_root() or Path.cwd()
+    path = Path(os.path.relpath(os.path.abspath(target), root))
+    first = next((first for first, others in stale.TABLES.items() if path in (first, *others)), None)
+    return stale.rebuilt_upstream(root, root / first) if first is not None else []
 
 
 def note_copied(target: str, revs: Sequence[str]) -> bool:
@@ -725,7 +791,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
         old, new = (missing_label(tables[rev], key_path(key, read)) for rev in (args.rev_a, args.rev_b))
         if old != new and {old, new} <= {ABSENT, NULL}:
             diff[key] = {"old": None, "new": None}
-    out_of_date = warn_out_of_date((args.rev_a, args.rev_b))
+    out_of_date = warn_out_of_date((args.rev_a, args.rev_b), target)
     copied = note_copied(target, (args.rev_a, args.rev_b))
     edited = note_edited(target, (args.rev_a, args.rev_b))
     if "workspace" in (args.rev_a, args.rev_b) and "workspace" not in out_of_date + edited and not copied:

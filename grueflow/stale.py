@@ -775,6 +775,56 @@ def changed_inputs(root: Path, readers: Mapping[Path, Mapping], stale: Optional[
     return changed_readers, damaged
 
 
+def rebuilt_upstream(root: Path, table: Path) -> list[str]:
+    """What changed upstream of the table ``table`` (a table's first file, :data:`TABLES`, under the project ``root``)
+    after the stages that read it ran, each as a path relative to ``root`` as the records name it, in the order
+    found: an evaluation the table's files record names (:func:`_built_from`) whose ``stage.json`` is not the one the
+    table read (rebuilt since); and, up from those through every stage folder's recorded inputs, an input whose
+    content is not the digest its reader recorded (:func:`changed_inputs`: a model rebuilt, a stage run by hand, a
+    datapool's data replaced) or an input stage folder that fails its own record. Empty where the table's record
+    names no folders or does not vouch for its bytes. Read-only, and cheap where nothing changed: an input is read
+    only where something under it changed (its change time, which no copy or edit keeps) after its reader's
+    ``stage.json`` was written, and no digest cache is written."""
+    built = _built_from(root, table)
+    if built is None:
+        return []
+    base = Path(_absolute(root))
+    found = [_shown(Path(path), base) for path, digest in built.items()
+             if os.path.isdir(path) and record_digest(path) != digest]
+    queue = [Path(path) for path in built if (Path(path) / STAGE_RECORD).is_file()]
+    seen = set(queue)
+    while queue:
+        folder = queue.pop(0)
+        try:
+            record = read_json(folder / STAGE_RECORD)
+            since = (folder / STAGE_RECORD).stat().st_ctime_ns
+        except (OSError, ValueError):
+            continue
+        recorded = record.get("inputs") if isinstance(record, dict) else None
+        inputs = {name: meta for name, meta in (recorded.items() if isinstance(recorded, dict) else ())
+                  if isinstance(meta, dict) and isinstance(meta.get("path"), str)}
+        recent = {name: meta for name, meta in inputs.items() if _changed_after(root / meta["path"], since)}
+        changed, damaged = changed_inputs(root, {folder: recent})
+        found += changed.get(folder, []) + [_shown(Path(_absolute(path)), base) for path in damaged]
+        for meta in inputs.values():
+            path = root / meta["path"]
+            owner = path.parent if path.name == MODEL_DIR else path
+            if owner not in seen and (owner / STAGE_RECORD).is_file():
+                seen.add(owner)
+                queue.append(owner)
+    return list(dict.fromkeys(found))
+
+
+def _changed_after(path: Path, since: int) -> bool:
+    """Whether the file or folder ``path``, or any file under it, changed (its ``st_ctime_ns``) after ``since``, or
+    at that time (a clock's tick may hold both); False where it is not there."""
+    try:
+        files = [path, *path.rglob("*")] if path.is_dir() else [path]
+        return any(file.stat().st_ctime_ns >= since for file in files)
+    except OSError:
+        return False
+
+
 def edited_files(first: Path, others: Iterable[Path]) -> list[Path]:
     """The files written with the table ``first`` (``first`` and ``others``) whose bytes are not what their stage
     wrote: those that differ from the digests it recorded (:func:`grueflow.io.files_record`), or every one there

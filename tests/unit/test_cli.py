@@ -443,6 +443,91 @@ def test_diff_warns_of_a_revision_whose_results_were_not_rebuilt(tmp_path):
     assert run([*CLI, "diff", "HEAD~1", "HEAD"], repo).stderr == ""  # the params file read as DVC recorded it
 
 
+def test_diff_warns_of_results_whose_upstream_stage_was_rebuilt_without_them(tmp_path):
+    """A `dvc repro` stopped after a stage reran with a new param and before the stages that read its output: the
+    params and code are as dvc.lock records them (the rerun stage recorded them), and diff said "no changes" without a
+    word, while `dvc status` listed the readers as changed. dvc.lock's dep of the reader is compared with the out of
+    the stage that writes it, in the workspace and at a commit made in that state."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git_init(repo)
+    run(["dvc", "init", "-q"], repo)
+    (repo / "params.yaml").write_text("reward: 0.5\n")
+    (repo / "train.py").write_text(
+        "import os, yaml\nos.makedirs('results/model', exist_ok=True)\n"
+        "open('results/model/weights.txt', 'w').write(str(yaml.safe_load(open('params.yaml'))['reward']))\n")
+    (repo / "make_table.py").write_text(
+        "import json\nreward = float(open('results/model/weights.txt').read())\n"
+        "json.dump({'sentiment': {'ppo': {'reward': reward}}}, open('results/grue_table.json', 'w'))\n")
+    (repo / "dvc.yaml").write_text(f"stages:\n  train:\n    cmd: {sys.executable} train.py\n    deps: [train.py]\n"
+                                   f"    params: [reward]\n    outs: [results/model]\n"
+                                   f"  table:\n    cmd: {sys.executable} make_table.py\n"
+                                   f"    deps: [make_table.py, results/model]\n    metrics: [results/grue_table.json]\n")
+    run(["dvc", "repro", "-q"], repo)
+    run(["git", "add", "-A"], repo)
+    run(["git", "commit", "-qm", "results"], repo)
+    (repo / "params.yaml").write_text("reward: 0.75\n")
+    run(["dvc", "repro", "-q", "train"], repo)  # the upstream stage alone, as a repro stopped after it leaves it
+    result = run([*CLI, "diff", "HEAD", "workspace"], repo)
+    assert result.stdout == "results/grue_table.json: no changes between HEAD and workspace\n"
+    assert result.stderr == ("grueflow diff: warning: the results in the workspace are out of date: results/model was "
+                             "rebuilt after the stages that read it last ran (table was not rerun: a dvc repro stopped "
+                             "before it?); the diff compares the results as built, so rerun them (dvc repro) to see "
+                             "the change's effect\n")
+    run(["git", "commit", "-qam", "reward 0.75, table not rebuilt"], repo)
+    result = run([*CLI, "diff", "HEAD~1", "HEAD"], repo)
+    assert result.stderr.startswith("grueflow diff: warning: the results at HEAD are out of date: results/model was "
+                                    "rebuilt after the stages that read it last ran (table was not rerun"), result.stderr
+    assert result.stderr.endswith("(dvc repro, then commit) to see the change's effect\n"), result.stderr
+    run(["dvc", "repro", "-q"], repo)
+    result = run([*CLI, "diff", "HEAD~1", "workspace"], repo)
+    assert result.stderr == "" and result.stdout.splitlines()[-1].split() == [
+        "sentiment", "ppo", "reward", "0.5", "0.75", "+0.25"]
+
+
+def test_diff_warns_of_a_workspace_table_built_from_stage_folders_rebuilt_since(tmp_path, monkeypatch, capsys):
+    """A model folder rebuilt (a stage run by hand) after its evaluation was built, or an evaluation rebuilt after the
+    table: dvc.lock knows nothing of it, and the table's values are not those of the folders there now. What the
+    table and each stage folder up from it recorded reading is compared with what is there."""
+    from grueflow.cli import warn_out_of_date
+    from grueflow.io import atomic_dir, atomic_files, record_digest
+    from grueflow.stale import rebuilt_upstream
+
+    monkeypatch.chdir(tmp_path)
+    model, evaluation = Path("results/sentiment/ppo/seed0"), Path("results/eval/sentiment/ppo/seed0")
+
+    def train(weights: str) -> None:
+        with atomic_dir(model) as tmp:
+            (tmp / "model").mkdir()
+            (tmp / "model" / "weights.txt").write_text(weights)
+            write_stage_record(tmp, stage="rl_finetune", params={}, inputs={}, wall_time_s=0.0)
+
+    def evaluate(reward: float) -> None:
+        with atomic_dir(evaluation) as tmp:
+            (tmp / "metrics.json").write_text(json.dumps({"reward": reward}))
+            write_stage_record(tmp, stage="evaluate", params={}, inputs={"model": model / "model"}, wall_time_s=0.0)
+
+    train("0.5")
+    evaluate(0.5)
+    with atomic_files(["results/grue_table.csv", "results/grue_table.json"],
+                      built_from={evaluation: record_digest(evaluation)}) as (csv, table):
+        csv.write_text("task,method,n_seeds,reward\nsentiment,ppo,1,0.5\n")
+        table.write_text(json.dumps({"sentiment": {"ppo": {"reward": 0.5}}}))
+    assert rebuilt_upstream(tmp_path, tmp_path / "results/grue_table.csv") == []
+    assert warn_out_of_date(["workspace"], "results/grue_table.json") == [] and capsys.readouterr().err == ""
+    train("0.75")
+    assert rebuilt_upstream(tmp_path, tmp_path / "results/grue_table.csv") == ["results/sentiment/ppo/seed0/model"]
+    assert warn_out_of_date(["HEAD", "workspace"], "results/grue_table.json") == ["workspace"]
+    assert capsys.readouterr().err == (
+        "grueflow diff: warning: the results in the workspace are out of date: results/sentiment/ppo/seed0/model "
+        "changed after the stages that read it were built (their stage records hold another digest: a stage run by "
+        "hand, or a build stopped before them?); the diff compares the results as built, so rerun them (dvc repro, "
+        "or grueflow run) to see the change's effect\n")
+    evaluate(0.75)
+    assert rebuilt_upstream(tmp_path, tmp_path / "results/grue_table.csv") == ["results/eval/sentiment/ppo/seed0"]
+    assert warn_out_of_date(["workspace"], "scores.json") == [] and capsys.readouterr().err == ""
+
+
 def test_diff_in_a_repository_without_commits_says_so_in_one_line(tmp_path):
     """dvc reports an empty diff there, and reading a revision raised scmrepo's SCMError: a traceback."""
     repo = tmp_path / "repo"
