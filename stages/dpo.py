@@ -10,6 +10,7 @@ interrupt.until_main()
 from grueflow import stage
 from grueflow.checkpoints import complete, run_key
 from grueflow.config import LengthsConfig, to_dict
+from grueflow.human.results import check_imported_input
 from grueflow.io import MODEL_DIR, fingerprint, rounded, write_csv, write_json
 from grueflow.models import check_context, load_pretrained
 from grueflow.models.backend import select
@@ -40,6 +41,7 @@ def main() -> None:
     if args.checkpoint_every < 0:
         p.error(f"--checkpoint-every {args.checkpoint_every} is negative; give a step count >= 0 (0: each epoch's end)")
     started = stage.setup(args)
+    check_imported_input(args.preferences, "run stages/dpo.py again")
     lengths = load_section(LengthsConfig, args.task_file, "lengths")
     cfg: DPOConfig = load_section(DPOConfig, args.method_file, method=PREFERENCE_METHODS)
     check_context(args.init_model, lengths.prompt, lengths.target, str(args.task_file), ("lengths.prompt", "lengths.target"))

@@ -12,6 +12,7 @@ from transformers import AutoConfig
 from grueflow import stage
 from grueflow.checkpoints import run_key
 from grueflow.config import ConfigError, to_dict
+from grueflow.human.results import check_imported_input
 from grueflow.io import MODEL_DIR, fingerprint, write_csv, write_json
 from grueflow.models import position_limit
 from grueflow.params import load_section
@@ -32,6 +33,7 @@ def main() -> None:
     add_arguments(p, "a folder: model/, curves.csv, metrics.json, stage.json; a checkpoint after every epoch")
     args = p.parse_args()
     started = stage.setup(args)
+    check_imported_input(args.preferences, "run stages/train_reward_model.py again")
     cfg: RewardModelConfig = load_section(RewardModelConfig, args.method_file, method="reward_model")
     backbone = args.backbone / "config.json"
     limit = position_limit(AutoConfig.from_pretrained(args.backbone, local_files_only=True)) \

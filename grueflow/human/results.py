@@ -553,43 +553,74 @@ def _answer_echo_problem(row: Mapping[str, str], item: Mapping[str, str], batch:
     return None
 
 
-def check_current_import(folder: Path) -> None:
+def check_current_import(folder: Path, then: str = "build the table again") -> None:
     """Refuse the finished import ``folder`` (a :class:`~grueflow.io.DataError`) where the files it was built from
     are not those there now: one of the inputs its ``stage.json`` records (its batch folder, key and answers files,
     by path and sha256) lies at that path with other content (``git checkout`` and ``dvc checkout`` of another
     branch put another batch there; a re-export; answers appended or edited), or a folder among its ``--answers``
     holds an answers file it did not read (one saved there since, whatever else lies there: :func:`answers_in`). Its
     rows are then not those of the files there now. The error names each such input and the import to run again under
-    either engine. An answers folder that the import would refuse now (a ``notes.txt`` beside the answers, a folder
-    inside) is refused with the import's message (:func:`answer_files`), before those inputs. An answers file no longer
-    there is refused too (an annotator's answers dropped: the rows would still count them); a batch or key no longer
-    there is not checked (an import of a kept copy whose copy was deleted still reports what it imported). Paths are
-    relative to the working folder, as the import recorded them."""
+    either engine, and ends saying to ``then`` (what the caller does with the import). An answers folder that the
+    import would refuse now (a ``notes.txt`` beside the answers, a folder inside) is refused with the import's message
+    (:func:`answer_files`), before those inputs. An answers file no longer there is refused too (an annotator's
+    answers dropped: the rows would still count them); a batch or key no longer there is not checked (an import of a
+    kept copy whose copy was deleted still reports what it imported). The recorded paths are relative to the project's
+    root (:func:`~grueflow.io.project_root` of ``folder``), where stages run and the import recorded them, whatever
+    the working folder now; they are shown joined to it where the working folder is another."""
     record = io.read_json(folder / io.STAGE_RECORD)
     recorded = record.get("inputs") if isinstance(record.get("inputs"), dict) else {}
     inputs = {name: meta for name, meta in recorded.items()
               if isinstance(meta, dict) and isinstance(meta.get("path"), str)}
-    changed, damaged = changed_inputs(Path("."), {folder: inputs})
-    why = [f"its {_role(name)} {meta['path']} has changed since" for name, meta in inputs.items()
+    root = io.project_root(folder)
+    root = Path(".") if root == Path.cwd() else root
+    changed, damaged = changed_inputs(root, {folder: inputs})
+    why = [f"its {_role(name)} {root / meta['path']} has changed since" for name, meta in inputs.items()
            if meta["path"] in changed.get(folder, [])]
-    why += [f"its {_role(name)} {meta['path']} is {damaged[Path(meta['path'])]}" for name, meta in inputs.items()
-            if Path(meta["path"]) in damaged]
-    why += [f"its answers file {meta['path']} no longer exists (deleted since)" for name, meta in inputs.items()
-            if name.startswith("answers") and not os.path.lexists(meta["path"])]  # an annotator dropped
+    why += [f"its {_role(name)} {root / meta['path']} is {damaged[root / meta['path']]}"
+            for name, meta in inputs.items() if root / meta["path"] in damaged]
+    why += [f"its answers file {root / meta['path']} no longer exists (deleted since)" for name, meta in inputs.items()
+            if name.startswith("answers") and not os.path.lexists(root / meta["path"])]  # an annotator dropped
     given = _answers_given(record)
-    read = {os.path.abspath(meta["path"]) for name, meta in inputs.items() if name.startswith("answers")}
-    folders = [path for path in given if path.is_dir()]
+    read = {os.path.abspath(root / meta["path"]) for name, meta in inputs.items() if name.startswith("answers")}
+    folders = [root / path for path in given if (root / path).is_dir()]
     why += [f"{path} is an answers file it did not import (saved there since)" for answers in folders
             for path in answers_in(answers) if os.path.abspath(path) not in read]
     refused = _refusal(folders)
+    where, out = ("", folder) if root == Path(".") else (f" from {root}", _from_root(folder, root))
     stale = (f"{folder} was imported from files that are not those there now: {'; '.join(why)} (a branch switch with "
              f"git checkout and dvc checkout, a re-export, answers added or edited); its rows would report other "
-             f"judgements than those files hold: import it again ({_reimport(folder, inputs, record, given)}), then "
-             f"build the table again") if why else None
+             f"judgements than those files hold: import it again{where} ({_reimport(out, inputs, record, given)}), "
+             f"then {then}") if why else None
     if refused is not None:
-        raise io.DataError(f"{folder}: {refused}" + (f"; and {stale}" if stale else "; then build the table again"))
+        raise io.DataError(f"{folder}: {refused}" + (f"; and {stale}" if stale else f"; then {then}"))
     if stale is not None:
         raise io.DataError(stale)
+
+
+IMPORT_STAGE = "import_human_eval"  # the stage name an import's stage.json records
+
+
+def check_imported_input(path: Path, then: str) -> None:
+    """Refuse ``path``, a file a stage reads (a ``--preferences`` set), before any work, where it lies in a stage
+    folder (the nearest folder above it holding a ``stage.json``) whose files are not as its stage wrote them
+    (:func:`~grueflow.io.check_stage_output`), or in an import folder (one of :data:`IMPORT_STAGE`) built from other
+    files than those there now (:func:`check_current_import`, ``then``: what to do after importing again), as the
+    human-evaluation table refuses that import. A file in no stage folder (a set of one's own) is not checked."""
+    absolute = Path(os.path.abspath(path))
+    folder = next((p for p in absolute.parents if (p / io.STAGE_RECORD).is_file()), None)
+    if folder is None:
+        return
+    io.check_stage_output(path)  # a damaged record, or a file edited since the import wrote it
+    record = io.read_json(folder / io.STAGE_RECORD)
+    if isinstance(record, dict) and record.get("stage") == IMPORT_STAGE:
+        check_current_import(Path(os.path.relpath(folder)) if folder.is_relative_to(Path.cwd()) else folder, then)
+
+
+def _from_root(path: Path, root: Path) -> Path:
+    """``path`` (relative to the working folder) as a command run from the folder ``root`` names it: relative to
+    ``root`` where it lies in it, else absolute."""
+    absolute = Path(os.path.abspath(path))
+    return absolute.relative_to(root) if absolute.is_relative_to(root) else absolute
 
 
 def _role(name: str) -> str:
@@ -616,9 +647,9 @@ def _refusal(folders: list[Path]) -> Optional[str]:
 
 
 def _reimport(folder: Path, inputs: dict, record: dict, given: list[Path]) -> str:
-    """The commands that import ``folder`` again: Snakemake's target, and the import by hand (DVC has no import
-    stage) from the inputs its record names: the ``--answers`` given where the record lists them, else the answers
-    files read, as their folder where they share one."""
+    """The commands that import ``folder`` (as named from the project's root) again: Snakemake's target, and the
+    import by hand (DVC has no import stage) from the inputs its record names: the ``--answers`` given where the
+    record lists them, else the answers files read, as their folder where they share one."""
     def path(name: str) -> str:
         return shlex.quote(str(inputs[name]["path"]))
 

@@ -5294,6 +5294,90 @@ def test_the_human_table_refuses_an_answers_folder_the_import_refuses_naming_an_
         assert result.code == 0, result.stderr
 
 
+def human_pairwise_import(tmp_path: Path, call_stage) -> tuple[Path, Path, Path, Path]:
+    """A pairwise batch (ppo against zero_shot, 4 samples), annotator x's choice A on each item, imported: the batch,
+    key, answers file and import folder."""
+    from grueflow.human import batch as hb
+
+    pairs, key = hb.pairwise_batch(*[(m, [hb.Prediction(f"s{i}", f"p{i}", f"{m} g{i}") for i in range(4)])
+                                     for m in ("ppo", "zero_shot")], "imdb", seed=0)
+    batch, key_path = tmp_path / "batch", tmp_path / "key.json"
+    hb.write_batch(pairs, batch, key, key_path)
+    answers = tmp_path / "answers" / "answers.jsonl"
+    answers.parent.mkdir()
+    answers.write_text("".join(json.dumps({"annotator": "x", "item_id": item["item_id"], "answer": {"choice": "A"}})
+                               + "\n" for item in pairs.items))
+    result = call_stage("import_human_eval", "--batch", batch, "--key", key_path, "--answers", answers.parent,
+                        "--task", "imdb", "--out", tmp_path / "imp")
+    assert result.code == 0, result.stderr
+    return batch, key_path, answers, tmp_path / "imp"
+
+
+@pytest.mark.parametrize("stage", ["train_reward_model", "dpo"])
+def test_a_stage_training_on_an_imports_preferences_refuses_the_import_whose_answers_changed(tmp_path: Path,
+                                                                                            call_stage, stage: str):
+    """Run by hand (the DVC route for people's preferences), the reward model and DPO trained on an import's
+    preferences.jsonl whose answers were corrected since, without a word, where the human table refuses it."""
+    batch, key, answers, imported = human_pairwise_import(tmp_path, call_stage)
+    flags = {"train_reward_model": ["--method-file", ROOT / "params" / "methods" / "reward_model.yaml", "--backbone",
+                                    tmp_path / "no_model"],
+             "dpo": ["--task-file", ROOT / "params" / "tasks" / "sentiment.yaml", "--method-file",
+                     ROOT / "params" / "methods" / "dpo.yaml", "--init-model", tmp_path / "no_model", "--seed", 0]}
+
+    def train() -> Any:
+        return call_stage(stage, *flags[stage], "--preferences", imported / "preferences.jsonl",
+                          "--out", tmp_path / "out")
+
+    assert "was imported from files" not in train().stderr  # current: the stage goes on (to the missing model)
+    first = json.loads(answers.read_text().splitlines()[0])
+    with open(answers, "a") as handle:  # x corrects an answer: the page appends the new one
+        handle.write(json.dumps({**first, "answer": {"choice": "B"}}) + "\n")
+    assert_fails_in_one_line(train(), f"error: {imported} was imported from files that are not those there now: "
+                             f"its answers file {answers} has changed since (a branch switch with git checkout and dvc "
+                             f"checkout, a re-export, answers added or edited); its rows would report other "
+                             f"judgements than those files hold: import it again (snakemake --cores 1 "
+                             f"results/human_eval_table.csv under Snakemake; under DVC or by hand: python "
+                             f"stages/import_human_eval.py --batch {batch} --key {key} --answers {answers.parent} "
+                             f"--task imdb --out {imported}), then run stages/{stage}.py again")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("given", ["relative", "absolute"])
+def test_the_human_table_reads_the_imports_paths_from_the_project_root(tmp_path: Path, call_stage,
+                                                                      monkeypatch: pytest.MonkeyPatch, given: str):
+    """Run from a subfolder, the table read the import's recorded paths from there: answers given relatively were "no
+    longer exists (deleted since)" though there, and with answers given by absolute path a batch exported again since
+    was not there to check, so the table reported the stale import."""
+    from grueflow.human import batch as hb
+
+    (tmp_path / "Snakefile").write_text("")  # the project's root
+    batch = human_likert_batch(tmp_path / "results" / "batch")
+    answers = human_answers(tmp_path / "data" / "answers" / "answers.jsonl", batch, 4, None).parent
+    monkeypatch.chdir(tmp_path)
+    shown = {"batch": os.path.relpath(batch), "answers": answers if given == "absolute" else os.path.relpath(answers),
+             "out": os.path.relpath(tmp_path / "results" / "imp")}
+    result = call_stage("import_human_eval", "--batch", shown["batch"], "--answers", shown["answers"], "--task", "imdb",
+                        "--out", shown["out"])
+    assert result.code == 0, result.stderr
+    monkeypatch.chdir(tmp_path / "results")
+    imported = os.path.relpath(tmp_path / "results" / "imp")
+
+    def table() -> Any:
+        return call_stage("human_eval_table", "--imports", imported, "--out-csv", "t.csv", "--out-md", "t.md")
+
+    assert table().code == 0
+    hb.write_batch(hb.likert_batch({m: [hb.Prediction(f"s{i}", f"p{i}: it's {m}", f"{m} other {i}")
+                                        for i in range(4)] for m in ("ppo", "zero_shot")}, "imdb", seed=0),
+                   tmp_path / "other")
+    shutil.rmtree(batch)
+    shutil.copytree(tmp_path / "other", batch)  # another branch's batch, where dvc checkout puts it
+    assert_fails_in_one_line(table(), f"error: {imported} was imported from files that are not those there now: "
+                             f"its batch {batch} has changed since (", f"import it again from {tmp_path} (snakemake "
+                             f"--cores 1 results/human_eval_table.csv under Snakemake; under DVC or by hand: python "
+                             f"stages/import_human_eval.py --batch {shown['batch']} --answers {shown['answers']} "
+                             f"--task imdb --out {shown['out']}), then build the table again")
+
+
 def test_a_results_csv_with_smart_quotes_exits_2_showing_the_changed_character(tmp_path: Path, call_stage):
     import csv
 
