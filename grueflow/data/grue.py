@@ -789,7 +789,7 @@ class Custom:
     """``prefix + row[fields.prompt] + suffix`` -> ``row[fields.references]`` (a string or a list).
 
     ``path`` empty reads ``data_files`` by their extension (``.jsonl``/``.json``, ``.csv``,
-    ``.parquet``). meta: the columns listed in ``fields.meta``, under their own names. A re-split
+    ``.parquet``). meta: the columns listed in ``fields.meta``, under their own names (:func:`meta_value`). A re-split
     (``split_fractions`` / ``split_counts``) cuts by prompt, as every loader's does
     (:func:`grueflow.data.sources.prompt_groups`): rows that share a prompt (one reference per row) stay in one split,
     each its own sample, so a test prompt is never trained on.
@@ -947,8 +947,25 @@ def spelled_message(value: str, shape: str, origin: str, column: str, builder: s
             f"reference (a code or JSON target), give it as a list of one text")
 
 
+def meta_value(value: Any, column: str, origin: str) -> Any:
+    """A ``fields.meta`` column's ``value`` as the datapool file will hold it: NaN (what pandas writes for a missing
+    value, and which JSON has no word for) is None, as a missing value is; a value JSON cannot hold (a date, a
+    decimal, bytes, infinity, a lone surrogate) is a DataError naming the row (``origin``), the ``column``, the
+    value's type and the fix. The same column type fails on every row: a DataError, not a bad row to skip."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    try:
+        json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError, UnicodeEncodeError, RecursionError):
+        iso = f", e.g. {value.isoformat()!r}" if callable(getattr(value, "isoformat", None)) else ""
+        raise DataError(f"{origin}: the meta column {shown(column)} holds {shown(value)} ({type(value).__name__}), "
+                        f"which a JSON datapool file cannot hold; store the column as text or numbers (a date as ISO "
+                        f"text{iso}), or leave it out of fields.meta") from None
+    return value
+
+
 def custom_row(unit: Unit, args: Custom.Args) -> Row:
     text = require_text(unit.row[args.fields.prompt], f"prompt ({args.fields.prompt})", unit.origin)
-    meta = {key: unit.row[key] for key in args.fields.meta}
+    meta = {key: meta_value(unit.row[key], key, unit.origin) for key in args.fields.meta}
     references = as_references(unit.row[args.fields.references], unit.origin, args.fields.references, unit.builder)
     return Row(args.prefix + text + args.suffix, references, meta, unit.origin)

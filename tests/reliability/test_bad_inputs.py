@@ -2816,6 +2816,49 @@ def test_a_truncated_parquet_file_is_a_one_line_data_error_naming_it_alone(tmp_p
     assert message.endswith("): is it truncated or damaged? Re-create it and rerun")
 
 
+@pytest.mark.parametrize("value, type_name", [
+    ("datetime", "datetime"), ("date", "date"), ("decimal", "Decimal"), ("bytes", "bytes"), ("inf", "float")])
+def test_a_parquet_meta_column_json_cannot_hold_names_the_file_row_column_and_fix(tmp_path: Path, value: str,
+                                                                                   type_name: str):
+    """A date (decimal, bytes) column in fields.meta was refused as "datapool 'custom', train sample 1: meta {...}
+    cannot be written as JSON", naming neither the file nor its row nor a fix."""
+    import datetime
+    import decimal
+
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    values = {"datetime": pd.to_datetime(["2020-01-02"] * 4), "date": [datetime.date(2020, 1, 2)] * 4,
+              "decimal": [decimal.Decimal("1.50")] * 4, "bytes": [b"\x00x"] * 4, "inf": [1.0, float("inf"), 2.0, 3.0]}
+    path = tmp_path / "pool.parquet"
+    pq.write_table(pa.table({"prompt": [f"q{i} ?" for i in range(4)], "references": [f"a{i}" for i in range(4)],
+                             "collected": values[value]}), path)
+    with pytest.raises(DataError) as err:
+        custom_pool(three_splits(str(path)), fields={"meta": ["collected"]})
+    message = str(err.value)
+    row = 2 if value == "inf" else 1
+    assert "\n" not in message and "skip_bad_rows" not in message, message
+    assert re.fullmatch(rf"{re.escape(str(tmp_path / 'train_pool.parquet'))} row {row}: the meta column 'collected' "
+                        rf"holds .+ \({type_name}\), which a JSON datapool file cannot hold; store the column as text "
+                        rf"or numbers \(a date as ISO text(, e\.g\. '2020-01-02[T0:]*')?\), or leave it out of "
+                        rf"fields\.meta", message), message
+    if value in ("datetime", "date"):
+        assert "e.g. '2020-01-02" in message
+
+
+def test_nan_in_a_parquet_meta_column_is_read_as_null(tmp_path: Path):
+    """NaN, what pandas writes for a missing number and which JSON has no word for, was refused; it is null."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "pool.parquet"
+    pq.write_table(pa.table({"prompt": [f"q{i} ?" for i in range(4)], "references": [f"a{i}" for i in range(4)],
+                             "score": pa.array([0.5, float("nan"), None, 2.0], pa.float64())}), path)
+    pool = custom_pool(three_splits(str(path)), fields={"meta": ["score"]})
+    assert [s.meta for s in pool.splits["test"]] == [{"score": 0.5}, {"score": None}, {"score": None}, {"score": 2.0}]
+
+
 def test_parquet_data_files_with_other_columns_name_the_mismatch_not_only_damage(tmp_path: Path):
     """datasets' "An error occurred while generating the dataset" sent the user to re-download intact files."""
     import pandas as pd
