@@ -121,11 +121,16 @@ def core_count(text: str) -> str:
     return str(value)
 
 
+# Snakemake's command line with a Ctrl-C before its jobs ending in exit code 130, not a traceback
+SNAKEMAKE_MAIN = Path(__file__).resolve().with_name("snakemake_main.py")
+
+
 def snakemake_command(suite: Path | None, cores: str, extra: Sequence[str]) -> list[str]:
-    """The snakemake command line ``grueflow run`` executes (this interpreter's snakemake). The suite is one
-    ``--configfile=FILE`` argument: snakemake's ``--configfile`` takes one or more values, so a separate FILE would
-    swallow the targets that follow it in ``extra`` as more config files."""
-    command = [sys.executable, "-m", "snakemake", "--cores", cores]
+    """The snakemake command line ``grueflow run`` executes: this interpreter's snakemake, through
+    :data:`SNAKEMAKE_MAIN` (``snakemake`` and the arguments from ``command[2]`` on are what a user would type). The
+    suite is one ``--configfile=FILE`` argument: snakemake's ``--configfile`` takes one or more values, so a separate
+    FILE would swallow the targets that follow it in ``extra`` as more config files."""
+    command = [sys.executable, str(SNAKEMAKE_MAIN), "--cores", cores]
     if suite is not None:
         command.append(f"--configfile={suite}")
     return command + list(extra)
@@ -243,7 +248,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not Path("Snakefile").is_file():
         raise CliError(f"no Snakefile in {Path.cwd()}; run grueflow run from the project's root")
     command = snakemake_command(args.suite, args.cores, args.extra)
-    print("$ " + " ".join(command[2:]), file=sys.stderr)
+    print("$ snakemake " + " ".join(command[2:]), file=sys.stderr)
     return run_snakemake(command)
 
 

@@ -697,6 +697,58 @@ def test_an_interrupted_run_lets_snakemake_end_its_jobs_and_remove_its_lock(tmp_
     assert not (tmp_path / "out.txt").exists()
 
 
+# a Snakefile that takes long to read, as one importing grueflow and reading the params does
+SLOW_SNAKEFILE = """import sys, time
+open("reading", "w").write(repr(["grueflow" in sys.modules, sys.path[0]]))
+time.sleep(60)
+
+rule done:
+    output: "out.txt"
+    shell: "touch {output}"
+"""
+
+
+def test_ctrl_c_while_snakemake_reads_the_snakefile_ends_in_one_line_not_a_traceback(tmp_path):
+    """A Ctrl-C before Snakemake's jobs (while it imports its modules or reads the Snakefile) escaped Snakemake as a
+    KeyboardInterrupt traceback of 10 to 40 lines before grueflow's line. Snakemake reads its Snakefile with no
+    grueflow imported before it and the working folder first on sys.path, as ``python -m snakemake`` has it."""
+    (tmp_path / "Snakefile").write_text(SLOW_SNAKEFILE)
+    grueflow = subprocess.Popen([*CLI, "run", "--cores", "1", "out.txt"], cwd=tmp_path, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        for _ in range(600):
+            if (tmp_path / "reading").exists() or grueflow.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert (tmp_path / "reading").exists(), grueflow.communicate()
+        os.killpg(grueflow.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        out, err = grueflow.communicate(timeout=60)
+    finally:
+        if grueflow.poll() is None:
+            os.killpg(grueflow.pid, signal.SIGKILL)
+    assert grueflow.returncode == 130, err
+    assert err == ("$ snakemake --cores 1 out.txt\n"
+                   "interrupted: no output was left half-written; rerun the same command\n"), err
+    assert (tmp_path / "reading").read_text() == repr([False, str(tmp_path)])
+    assert sorted((tmp_path / ".snakemake" / "locks").glob("*")) == []
+
+
+def test_snakemake_main_is_snakemake_with_its_arguments_and_exit_status(tmp_path):
+    """``grueflow run`` starts Snakemake through grueflow/snakemake_main.py: the arguments, the output and the exit
+    status are Snakemake's own, and its usage names the snakemake command."""
+    entry = [sys.executable, str(ROOT / "grueflow" / "snakemake_main.py")]
+    (tmp_path / "Snakefile").write_text('rule done:\n    output: "out.txt"\n    shell: "touch {output}"\n')
+    version = subprocess.run([*entry, "--version"], cwd=tmp_path, capture_output=True, text=True)
+    assert (version.returncode, version.stdout) == (0, subprocess.run([sys.executable, "-m", "snakemake", "--version"],
+                                                                      capture_output=True, text=True).stdout)
+    bad = subprocess.run([*entry, "--no-such-option"], cwd=tmp_path, capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.startswith("usage: snakemake "), bad.stderr
+    done = subprocess.run([*entry, "--cores", "1", "out.txt"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0 and (tmp_path / "out.txt").exists(), done.stderr
+
+
 @pytest.mark.parametrize("cores", ["0", "-1", "abc"])
 def test_run_refuses_cores_that_are_no_positive_integer(capsys, cores):
     """``--cores 0`` reached snakemake, which selected the first job and then waited forever for a core."""
@@ -768,8 +820,8 @@ def test_an_unknown_option_prints_the_commands_own_usage(capsys):
 
 def test_run_passes_the_suite_as_one_argument_so_the_targets_after_it_stay_targets(tmp_path):
     assert snakemake_command(Path("params/suites/micro.yaml"), "2", ["results/grue_table.csv", "-n"]) == [
-        sys.executable, "-m", "snakemake", "--cores", "2", "--configfile=params/suites/micro.yaml",
-        "results/grue_table.csv", "-n"]
+        sys.executable, str(ROOT / "grueflow" / "snakemake_main.py"), "--cores", "2",
+        "--configfile=params/suites/micro.yaml", "results/grue_table.csv", "-n"]
     repo = copy_project(tmp_path / "repo")
     (repo / "other.yaml").write_text("tasks: [sentiment]\nalgorithms: [ppo]\nseeds: [1]\nthreads: 1\n")
     result = run([*CLI, "run", "--suite", "other.yaml", "--cores", "1", "results/eval/sentiment/ppo/seed1", "-n"], repo)
