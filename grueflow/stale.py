@@ -118,8 +118,8 @@ from grueflow.io import (BUILT_FROM, CODE_RAN, MODEL_DIR, NAMED_RAN, PARAMS_READ
                          written_for)
 from grueflow.keep import (as_deleted, batch_copies_text, edited_outputs, files_under, keep_batch, keep_copy, kept_copy,
                            links_left, listed, persons_files, stat_signature, unvouched)
-from grueflow.pipeline import (PARAMS_DIGEST, PLUGIN_CODE, STAGES, SUITE_FILE, ParamsSource, named_files, params_digest,
-                               path_digest, plugin_digests, script_parts, task_paths)
+from grueflow.pipeline import (PARAMS_DIGEST, PLUGIN_CODE, STAGES, SUITE_FILE, VALIDATE_SUITE, ParamsSource,
+                               named_files, params_digest, path_digest, plugin_digests, script_parts, task_paths)
 
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
 TOKENS = Path(".snakemake") / "grueflow-stale.json"  # {output path: when it was last found stale, ns}, beside
@@ -894,17 +894,67 @@ def locked_stages(lock: Path) -> dict[str, tuple[str, dict]]:
     """The outputs the DVC lock file ``lock`` records, by path (as written there: relative to the project root), each
     as (the name of its stage there, its entry: ``md5``, and ``hash: md5`` from DVC 3 on), in the lock file's order;
     empty where there is no lock file or it does not read."""
+    return {out["path"]: (name, out) for name, stage in _lock_stages(lock).items()
+            for out in ((stage.get("outs") or []) if isinstance(stage, dict) else ())
+            if isinstance(out, dict) and isinstance(out.get("path"), str) and isinstance(out.get("md5"), str)}
+
+
+_LOCK_STAGES: dict[str, tuple[list[int], dict]] = {}  # dvc.lock as read: its stat signature, and its stages
+
+
+def _lock_stages(lock: Path) -> dict:
+    """The ``stages`` mapping of the DVC lock file ``lock``, read once per process while its stat signature holds;
+    empty where there is no lock file or it does not read as one."""
     import yaml
 
     from grueflow.config import load_yaml12
 
     try:
-        stages = load_yaml12(lock.read_text(encoding="utf-8")).get("stages") or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, AttributeError):
+        signature = stat_signature(os.stat(lock))
+    except OSError:
         return {}
-    return {out["path"]: (name, out) for name, stage in (stages.items() if isinstance(stages, dict) else ())
-            for out in ((stage.get("outs") or []) if isinstance(stage, dict) else ())
-            if isinstance(out, dict) and isinstance(out.get("path"), str) and isinstance(out.get("md5"), str)}
+    key = os.path.abspath(lock)
+    if key not in _LOCK_STAGES or _LOCK_STAGES[key][0] != signature:
+        try:
+            stages = load_yaml12(lock.read_text(encoding="utf-8")).get("stages") or {}
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, AttributeError):
+            stages = {}
+        _LOCK_STAGES[key] = (signature, stages if isinstance(stages, dict) else {})
+    return _LOCK_STAGES[key][1]
+
+
+def dvc_unseen_edits(root: Path) -> list[str]:
+    """The files that ``root/dvc.lock`` records as deps of its stages (the first, :data:`grueflow.pipeline.
+    VALIDATE_SUITE`, left out: it runs on every ``dvc repro`` and digests the plugin and data files it lists from
+    their content) outside ``results/``, that are files now whose bytes match none of the md5s it records of them
+    (:func:`_as_locked`), and whose modification time was set back since the lock file was written: dated no later
+    than it, changed (ctime) after it. DVC's own hash cache takes a file's md5 from its inode, size and modification
+    time, so it would miss such an edit (a same-size rewrite in place whose time was put back); a plain edit (newer
+    than the lock file, or made before it and its stages not rerun since) leaves both times alike, and DVC hashes it.
+    As written in ``dvc.lock`` (relative to ``root``), in its order; a folder dep (an md5 ending ``.dir``) is left
+    out; empty where there is no lock file."""
+    lock = root / "dvc.lock"
+    try:
+        lock_time = os.stat(lock).st_mtime_ns
+    except OSError:
+        return []
+    recorded: dict[str, list[dict]] = {}
+    for name, entry in _lock_stages(lock).items():
+        deps = (entry.get("deps") or []) if isinstance(entry, dict) and name != VALIDATE_SUITE else []
+        for dep in deps if isinstance(deps, list) else []:
+            if isinstance(dep, dict) and isinstance(dep.get("path"), str) and isinstance(dep.get("md5"), str) \
+                    and not dep["md5"].endswith(".dir") and Path(dep["path"]).parts[:1] != ("results",):
+                recorded.setdefault(dep["path"], []).append(dep)
+    unseen = []
+    for path, deps in recorded.items():
+        try:
+            found = os.stat(root / path)
+        except OSError:  # gone: DVC sees that itself
+            continue
+        if stat.S_ISREG(found.st_mode) and found.st_mtime_ns <= lock_time < found.st_ctime_ns \
+                and not any(_as_locked(root / path, dep) for dep in deps):
+            unseen.append(path)
+    return unseen
 
 
 def locked_outputs(lock: Path) -> dict[str, dict]:

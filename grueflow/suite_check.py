@@ -31,6 +31,12 @@ which DVC would otherwise keep as a pipeline result, neither rerunning nor resto
 its record and its DVC stage, and the ``dvc repro -f -s`` that rebuilds them (its files in place, so that those
 stages can run alone).
 
+DVC's own hash cache takes a file's md5 from its inode, size and modification time, so a code file rewritten in place
+with its size and time kept would rerun nothing: before it writes, this stage sets to now the time of each file a
+later stage's entry in ``dvc.lock`` records with other bytes and whose time was set back since ``dvc.lock`` was
+written (:func:`rehash_unseen_edits`, one line naming them). DVC looks at a later stage's deps only once this one
+has run, so the same ``dvc repro`` hashes them again and reruns the stages that read them.
+
 DVC expands the stages' grids from the files ``dvc.yaml``'s ``vars`` names, while this stage validates, and the
 table stage (``aggregate --suite``) reads, the suite file given here: a ``vars`` naming any other file (a second
 suite put there by hand) would train one suite's grid and tabulate another's, so it is refused (exit 2, one line
@@ -55,8 +61,8 @@ from grueflow.config import ConfigError, read_yaml
 from grueflow.human.layout import answers_tree
 from grueflow.io import DataError, atomic_dir, atomic_path
 from grueflow.params import VALID, valid_out_problem, validate
-from grueflow.stale import (HUMAN_ANSWERS, TABLES, answered_paths, dvc_kept_edits, keep_answered, keep_edited_tables,
-                            keep_user_files, output_folders, refuse_links)
+from grueflow.stale import (HUMAN_ANSWERS, TABLES, answered_paths, dvc_kept_edits, dvc_unseen_edits, keep_answered,
+                            keep_edited_tables, keep_user_files, output_folders, refuse_links)
 
 RESULTS = "results"  # where every DVC stage writes (dvc.yaml's outs, relative to the project root)
 
@@ -98,6 +104,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if outside:
             raise ConfigError(outside)
         refuse_links(Path(RESULTS), outputs)
+        rehashed = rehash_unseen_edits(Path("."))
+        if rehashed:
+            print(rehashed, file=sys.stderr)
     except (ConfigError, DataError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -194,6 +203,29 @@ def vars_problem(suite: Path, document: Mapping) -> str:
             f"aggregate --suite): a grid DVC takes from elsewhere would be trained, but neither checked nor in the "
             f"table; to run another suite under DVC, copy it over {suite} (cp {other} {suite}), then put vars back "
             f"with `{pipeline.COMMAND}`")
+
+
+def rehash_unseen_edits(root: Path) -> str:
+    """Set to now the modification time of each file of the project at ``root`` whose change DVC would miss
+    (:func:`grueflow.stale.dvc_unseen_edits`: a dep dvc.lock records with other bytes, whose time was set back to no
+    later than dvc.lock's, which DVC's own hash cache, kept by inode, size and time, takes as unchanged), so that DVC
+    hashes it again when it looks at the later stages' deps, after this stage, and reruns the stages that read it;
+    the line that says so, "" where there is none. A time that cannot be set is a :class:`DataError` naming the
+    file."""
+    unseen = dvc_unseen_edits(root)
+    for path in unseen:
+        try:
+            os.utime(root / path)
+        except OSError as err:
+            raise DataError(f"{path} changed since dvc.lock recorded it, and its time was set back to before "
+                            f"dvc.lock's, so DVC would take it as unchanged; its time cannot be set to now "
+                            f"({err.strerror}): `touch {path}` as its owner, then rerun dvc repro") from None
+    if not unseen:
+        return ""
+    it, its = ("it", "its") if len(unseen) == 1 else ("them", "their")
+    return (f"grueflow: {', '.join(unseen)} changed since dvc.lock recorded {it}, and {its} time was set back to "
+            f"before dvc.lock's, which DVC's own hash cache (kept by file size and time) takes as unchanged: {its} "
+            f"time is set to now so that DVC hashes {it} again")
 
 
 def kept_edits_problem(outputs: Sequence[Path]) -> str:

@@ -696,6 +696,60 @@ def test_a_table_edit_dvc_commit_took_with_the_tables_own_record_is_copied_and_n
     assert dvc_kept_edits(Path("."), {csv: [js]}, []) == []  # the edit not in dvc.lock: DVC restores the table
 
 
+def test_a_dep_dvc_would_take_as_unchanged_is_named_and_its_time_set_to_now(tmp_path, monkeypatch):
+    """A code file rewritten in place with its size and time kept: DVC's hash cache, kept by inode, size and time,
+    gives its old md5. DVC's first stage names each dep of a later stage whose bytes match none of dvc.lock's md5s
+    for it and whose time was set back since dvc.lock was written, and sets its time to now; not one dated after
+    dvc.lock (DVC hashes it), one edited before dvc.lock was written (a stage that does not read it rerun since),
+    one recorded as it is by some stage, the first stage's own deps, folders, nor outputs' files."""
+    from grueflow.stale import dvc_unseen_edits
+    from grueflow.suite_check import rehash_unseen_edits
+
+    monkeypatch.chdir(tmp_path)
+    files = {name: Path(name) for name in ("grueflow/data/synthetic.py", "stages/evaluate.py", "my_rewards.py",
+                                           "results/sentiment/datapool/train.jsonl")}
+    built = time.time_ns() - 100 * 10**9
+    for path in files.values():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("WORDS = ['great']\n")
+        os.utime(path, ns=(built, built))
+
+    def deps(paths: list[str]) -> str:
+        return "    deps:\n" + "".join(f"    - path: {p}\n      hash: md5\n      md5: "
+                                       f"{hashlib.md5(Path(p).read_bytes()).hexdigest()}\n" for p in paths)
+
+    lock = Path("dvc.lock")
+    lock.write_text("schema: '2.0'\nstages:\n  validate_suite:\n    cmd: check\n" + deps(["my_rewards.py"])
+                    + "  prepare_datapool@sentiment:\n    cmd: prepare\n" + deps(["grueflow/data/synthetic.py"])
+                    + "    - path: params\n      hash: md5\n      md5: 0cc175b9c0f1b6a831c399e269772661.dir\n"
+                    + "  evaluate_zero_shot@sentiment-0:\n    cmd: evaluate\n"
+                    + deps(["grueflow/data/synthetic.py", "stages/evaluate.py",
+                            "results/sentiment/datapool/train.jsonl"]))
+    written = built + 50 * 10**9
+    os.utime(lock, ns=(written, written))
+    assert dvc_unseen_edits(Path(".")) == [] and rehash_unseen_edits(Path(".")) == ""  # changed since: a copy, as is
+    for path in files.values():  # the same size, the time kept
+        path.write_text("WORDS = ['grand']\n")
+        os.utime(path, ns=(built, built))
+    assert dvc_unseen_edits(Path(".")) == ["grueflow/data/synthetic.py", "stages/evaluate.py"]
+    edited = files["stages/evaluate.py"]
+    os.utime(edited, ns=(written + 1, written + 1))  # dated after dvc.lock: DVC hashes it again itself
+    assert rehash_unseen_edits(Path(".")) == (
+        "grueflow: grueflow/data/synthetic.py changed since dvc.lock recorded it, and its time was set back to before "
+        "dvc.lock's, which DVC's own hash cache (kept by file size and time) takes as unchanged: its time is set to "
+        "now so that DVC hashes it again")
+    assert files["grueflow/data/synthetic.py"].stat().st_mtime_ns > written and dvc_unseen_edits(Path(".")) == []
+    os.utime(edited, ns=(built, built))
+    assert dvc_unseen_edits(Path(".")) == ["stages/evaluate.py"]
+    os.utime(lock)  # dvc.lock written since (a stage that does not read it rerun): an edit DVC hashes in its turn
+    assert dvc_unseen_edits(Path(".")) == []
+    lock.write_text(lock.read_text().replace(  # one stage recorded the file as it is: DVC's cache holds its md5
+        "  evaluate_zero_shot", "  evaluate_rl@sentiment-ppo-0:\n    cmd: evaluate\n"
+        + deps(["stages/evaluate.py"]) + "  evaluate_zero_shot"))
+    os.utime(lock, ns=(written, written))
+    assert dvc_unseen_edits(Path(".")) == []
+
+
 def test_a_stage_folders_edit_dvc_commit_took_is_named_with_its_stage(tmp_path, monkeypatch):
     """An evaluation's metrics.json edited, then `dvc commit -f`: its stage.json still records the digest of what
     the stage wrote, and dvc.lock records both as they are, so DVC neither reruns nor restores the stage: named,

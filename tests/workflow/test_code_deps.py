@@ -379,6 +379,35 @@ def test_a_touch_over_a_code_edit_holds_once_snakemakes_record_is_gone(tmp_path)
     assert job["rule"] == "prepare_datapool"
 
 
+def test_a_dvc_dep_rewritten_in_place_with_its_size_and_time_kept_reruns_its_stage(tmp_path):
+    """A module a stage runs rewritten in place with the same size and its modification time put back: DVC's own
+    hash cache (by inode, size and time) still gave the old md5, so `dvc repro` said the stage "didn't change" and
+    the datapool kept the old words, while Snakemake rebuilt it. DVC's first stage sets the file's time to now, and
+    the same `dvc repro` reruns the stage; the next one finds nothing to do."""
+    repo = copy_project(tmp_path / "repo")
+    git_init(repo)
+    run(["git", "add", "-A"], repo)
+    run(["git", "commit", "-qm", "micro suite"], repo)
+    target = "prepare_datapool@sentiment"
+    run(["dvc", "repro", target], repo)
+    train = repo / "results" / "sentiment" / "datapool" / "train.jsonl"
+    assert "great" in train.read_text()
+    module = repo / "grueflow" / "data" / "synthetic.py"
+    before, text = module.stat(), module.read_text()
+    assert '"great"' in text
+    with module.open("r+") as file:  # the same size, the same inode
+        file.write(text.replace('"great"', '"grand"', 1))
+    os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns))
+    repro = run(["dvc", "repro", target], repo)
+    assert ("grueflow: grueflow/data/synthetic.py changed since dvc.lock recorded it, and its time was set back to "
+            "before dvc.lock's, which DVC's own hash cache (kept by file size and time) takes as unchanged: its time "
+            "is set to now so that DVC hashes it again") in repro.stdout + repro.stderr
+    assert f"Running stage '{target}'" in repro.stdout, repro.stdout
+    assert "great" not in train.read_text() and "grand" in train.read_text()
+    again = run(["dvc", "repro", target], repo)
+    assert "didn't change" in again.stdout and "grueflow: grueflow/data/synthetic.py" not in again.stdout + again.stderr
+
+
 def test_a_datapools_data_is_an_input_when_grueflow_is_a_link_to_another_checkout(tmp_path):
     """With grueflow/ a symbolic link to a checkout, the data paths were looked up in that checkout: they named
     nothing there, so the datapool had no data input and no content digest, and an edited file rebuilt nothing."""
