@@ -892,7 +892,10 @@ def plugin_digests(tasks: Mapping[str, object], root: Path = ROOT,
     """For each task (name -> its task file's data) and each stage that runs plugins, the import paths the
     stage's parts name and the sha256 of each of their project source files, and for the datapool's stage of
     each local data file or folder it reads, and for the stages that score of each local file or folder their
-    rewards' and metrics' args name: ``{task: {stage: {...}}}``. ``digest``: :func:`path_digest`, or one that
+    rewards' and metrics' args name: ``{task: {stage: {...}}}``; and where those import paths name modules outside
+    the project (a folder on ``PYTHONPATH``, an installed package), what identifies their code
+    (:func:`grueflow.plugins.outside_code`: a digest, or an installed distribution's version) under ``modules``,
+    so that this file, which the stage depends on, changes with it. ``digest``: :func:`path_digest`, or one that
     gives the same value from a cache."""
     digests: dict[str, dict[str, dict]] = {}
     for task, data in tasks.items():
@@ -900,10 +903,30 @@ def plugin_digests(tasks: Mapping[str, object], root: Path = ROOT,
         for stage in _TABLE:
             if stage.plugin_parts:
                 files = named_files(data, root, stage.plugin_parts)
+                modules = plugins.outside_code(data, root, stage.plugin_parts, digest)
                 digests[task][stage.name] = {
                     "import_paths": plugins.named_in_task(data, stage.plugin_parts),
-                    "sha256": {f: digest(root / f) for f in files}}
+                    "sha256": {f: digest(root / f) for f in files}, **({"modules": modules} if modules else {})}
     return digests
+
+
+def named_digests(task: object, root: Path, parts: tuple[str, ...], with_data: bool = True,
+                  digest: Callable[[Path], str] = path_digest) -> dict[str, str]:
+    """The ``digest`` of each of :func:`named_files` by its path relative to ``root``, and what identifies the code
+    of each module outside the project behind the import paths ``parts`` name
+    (:func:`grueflow.plugins.outside_code`) by its :func:`grueflow.plugins.module_key`: what a stage that runs
+    ``parts`` of the task file ``task`` computes with besides grueflow's code and its params."""
+    modules = plugins.outside_code(task, root, parts, digest)
+    return {**{f: digest(root / f) for f in named_files(task, root, parts, with_data)},
+            **{plugins.module_key(name): value for name, value in modules.items()}}
+
+
+def outside_code_digest(task: object, parts: tuple[str, ...], root: Path = ROOT) -> str:
+    """One sha256 over what identifies the code of the modules outside the project behind the import paths
+    ``parts`` of the task file ``task`` name (:func:`grueflow.plugins.outside_code`), "" where they name none: a
+    Snakemake rule's rerun trigger (its ``stale`` param) for code that is no input of the job."""
+    modules = plugins.outside_code(task, root, parts)
+    return hashlib.sha256(json.dumps(modules, sort_keys=True).encode()).hexdigest() if modules else ""
 
 
 def unlisted_plugin_sources(digests: Mapping[str, Mapping[str, dict]], document: Mapping) -> list[str]:

@@ -459,7 +459,9 @@ def named_record(stage: str, source: Optional[pipeline.ParamsSource]) -> dict[st
     """The files the task file of ``source`` names for the stage ``stage`` (:func:`grueflow.pipeline.named_files` of
     the parts of the stages whose CLI is ``stages/<stage>.py``: a plugin's source, a file a reward's or metric's args
     name; a datapool's data left out, which its stage records as inputs), each with its
-    :func:`grueflow.pipeline.path_digest`, by its path in the project (the working folder), for the provenance record
+    :func:`grueflow.pipeline.path_digest`, by its path in the project (the working folder), and the code of each
+    module outside the project behind its import paths by its :func:`grueflow.plugins.module_key`
+    (:func:`grueflow.pipeline.named_digests`), for the provenance record
     (:data:`grueflow.io.NAMED_RAN`): where neither Snakemake nor dvc.lock holds a record of the job,
     :func:`grueflow.stale.code_changed` compares them with the files now. ``{}`` where the stage reads no such part,
     no task file, or the task file names none."""
@@ -468,8 +470,7 @@ def named_record(stage: str, source: Optional[pipeline.ParamsSource]) -> dict[st
         return {}
     try:
         task = read_yaml(source.task_file)
-        return {name: pipeline.path_digest(Path(name)) for name in pipeline.named_files(task, Path("."), parts,
-                                                                                         with_data=False)}
+        return pipeline.named_digests(task, Path("."), parts, with_data=False)
     except (ConfigError, OSError):  # read before the stage ran: gone since, the stale check sees it
         return {}
 

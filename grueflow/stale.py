@@ -119,7 +119,8 @@ from grueflow.io import (BUILT_FROM, CODE_RAN, MODEL_DIR, NAMED_RAN, PARAMS_READ
 from grueflow.keep import (as_deleted, batch_copies_text, edited_outputs, files_under, keep_batch, keep_copy, kept_copy,
                            links_left, listed, persons_files, stat_signature, unvouched)
 from grueflow.pipeline import (PARAMS_DIGEST, PLUGIN_CODE, STAGES, SUITE_FILE, VALIDATE_SUITE, ParamsSource,
-                               named_files, params_digest, path_digest, plugin_digests, script_parts, task_paths)
+                               named_digests, params_digest, path_digest, plugin_digests, script_parts, task_paths)
+from grueflow.plugins import is_module_key, module_key
 
 STALE_TIME = 1  # seconds after the epoch: older than any input (Snakemake reads a time of 0 as "none")
 TOKENS = Path(".snakemake") / "grueflow-stale.json"  # {output path: when it was last found stale, ns}, beside
@@ -1419,7 +1420,7 @@ def named_gone(folder: Path, record: Mapping, cache: Optional[Path] = None, root
     if not isinstance(provenance, dict) or provenance.get(RECORD_DIGEST) != record.get(RECORD_DIGEST):
         return []
     ran = provenance.get(NAMED_RAN)
-    if not isinstance(ran, dict) or all(os.path.lexists(root / name) for name in ran):
+    if not isinstance(ran, dict) or all(_still_there(root, name) for name in ran):
         return []
     return _named_unlike(ran, f"stages/{record.get('stage')}.py", source, root, cache)[1]
 
@@ -1427,25 +1428,38 @@ def named_gone(folder: Path, record: Mapping, cache: Optional[Path] = None, root
 def _named_unlike(ran: object, script: str, source: Optional[ParamsSource], root: Path,
                   cache: Optional[Path]) -> tuple[list[str], list[str]]:
     """(changed, gone) of the files ``ran`` records (:func:`grueflow.stage.named_record`: {path in the project ``root``:
-    its :func:`grueflow.pipeline.path_digest`}) against those the task file of ``source`` names now for the stage CLI
-    ``script`` (read through the cache): one whose digest differs, or named now and not then (or the reverse), is
-    changed; one recorded that no longer exists is gone. ``([], [])`` where ``ran`` is no such record, or the task
-    file cannot be read (the suite's validation says why)."""
+    its :func:`grueflow.pipeline.path_digest`}, and the modules outside the project by their
+    :func:`grueflow.plugins.module_key`) against those the task file of ``source`` names now for the stage CLI
+    ``script`` (:func:`grueflow.pipeline.named_digests`, read through the cache): one whose digest differs, or named
+    now and not then (or the reverse), is changed; a file recorded that no longer exists is gone (a module Python no
+    longer finds is changed: the suite's validation names it when it imports the task's plugins). ``([], [])``
+    where ``ran`` is no such record, or the task file cannot be read (the suite's validation says why)."""
     if not isinstance(ran, dict) or not ran or source is None or source.task_file is None:
         return [], []
     if cache is not None:
         _load(cache)
+    added: list[bool] = []
+
+    def digest(path: Path) -> str:
+        found, new = _cached_path_digest(path)
+        added.append(new)
+        return found
+
     try:
         task = read_yaml(source.task_file)
-        files = named_files(task, root, script_parts(script), with_data=False)
-        found = {name: _cached_path_digest(root / name) for name in files}
+        now = named_digests(task, root, script_parts(script), with_data=False, digest=digest)
     except (ConfigError, OSError):
         return [], []
-    if cache is not None and any(new for _, new in found.values()):
+    if cache is not None and any(added):
         _save(cache)
-    now = {name: digest for name, (digest, _) in found.items()}
-    gone = sorted(name for name in ran if name not in now and not os.path.lexists(root / name))
+    gone = sorted(name for name in ran if name not in now and not _still_there(root, name))
     return sorted(name for name in {*ran, *now} if name not in gone and ran.get(name) != now.get(name)), gone
+
+
+def _still_there(root: Path, name: str) -> bool:
+    """Whether a name a record of named files holds is not gone: a file or folder in the project ``root`` that
+    exists, or a module outside it (:func:`grueflow.plugins.is_module_key`), which is no path."""
+    return is_module_key(name) or os.path.lexists(root / name)
 
 
 def _named_files_gone(folder: Path, gone: list[str], source: Optional[ParamsSource]) -> str:
@@ -1540,7 +1554,8 @@ def _plugins_unlike(root: Path, path: str, entry: Mapping, cache: Optional[Path]
     """(changed, gone): the project files (a plugin's source, the local data or files a task's datapool, rewards and
     metrics name) whose digests in the plugins' digests file ``path`` (``results/plugin_code/<task>/<stage>.json``,
     written by DVC's first stage and a dep of the stage; ``entry``, its dep entry in dvc.lock) differ from their
-    digests now (:func:`grueflow.pipeline.plugin_digests` of the task file now, read through the cache), and those it
+    digests now (:func:`grueflow.pipeline.plugin_digests` of the task file now, read through the cache), with the
+    modules outside the project whose code differs (by :func:`grueflow.plugins.module_key`), and those it
     records that no longer exist (the digests now leave out a name that names no file); where that file is not the
     one the entry records, the file itself (``path``) if the digests now are not the ones it recorded. ``([], [])``
     where the task file does not read (the suite's validation says why)."""
@@ -1575,7 +1590,11 @@ def _plugins_unlike(root: Path, path: str, entry: Mapping, cache: Optional[Path]
         return ([] if hashlib.md5(text).hexdigest() == entry["md5"] else [path]), []
     before, after = recorded["sha256"], now["sha256"]
     gone = sorted(name for name in before if name not in after and not os.path.lexists(root / name))
-    return sorted(name for name in {*before, *after} if before.get(name) != after.get(name) and name not in gone), gone
+    changed = [name for name in {*before, *after} if before.get(name) != after.get(name) and name not in gone]
+    modules = [recorded.get("modules"), now.get("modules")]
+    before, after = [value if isinstance(value, dict) else {} for value in modules]
+    changed += [module_key(name) for name in {*before, *after} if before.get(name) != after.get(name)]
+    return sorted(changed), gone
 
 
 def _cached_path_digest(path: Path) -> tuple[str, bool]:

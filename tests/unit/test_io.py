@@ -438,6 +438,42 @@ def test_a_folder_without_records_is_stale_where_a_plugin_its_task_names_changed
     assert code_changed(folder, record, source=source) == ([], [])  # as built again: its time alone changed
 
 
+def test_a_folder_without_records_is_stale_where_a_plugin_module_outside_the_project_changed(tmp_path, monkeypatch):
+    """One's own reward in a folder on PYTHONPATH (or a `pip install -e` package), not in the project: the
+    provenance record holds what identifies its code by module name, so an edit under its old time is seen where
+    Snakemake holds no record of the job, and moving the module's folder is not."""
+    from grueflow.io import write_stage_record
+    from grueflow.pipeline import ParamsSource
+    from grueflow.stale import code_changed, named_gone
+    from tests.conftest import copy_project
+    from tests.workflow.test_plugin_workflow import add_readme_reward
+
+    repo = copy_project(tmp_path / "repo")
+    add_readme_reward(repo)
+    outside = tmp_path / "ext"
+    outside.mkdir()
+    (repo / "my_rewards.py").rename(outside / "my_rewards.py")
+    monkeypatch.syspath_prepend(str(outside))
+    monkeypatch.chdir(repo)
+    source = ParamsSource("evaluate", task_file="params/tasks/sentiment.yaml")
+    named = stage.named_record("evaluate", source)
+    assert list(named) == ["module my_rewards"]
+    folder = Path("results/eval/sentiment/ppo/seed0")
+    folder.mkdir(parents=True)
+    (folder / "metrics.json").write_text("{}\n")
+    write_stage_record(folder, stage="evaluate", params={}, inputs={}, wall_time_s=0.0,
+                       extra={"code": stage.code_record("evaluate"), "named_files": named})
+    record = read_json(folder / "stage.json")
+    assert code_changed(folder, record, source=source) == ([], []) and named_gone(folder, record, source=source) == []
+    reward = outside / "my_rewards.py"
+    text, info = reward.read_text(), reward.stat()
+    reward.write_text(text.replace("return", "return 1.0 or", 1))
+    os.utime(reward, ns=(info.st_atime_ns, info.st_mtime_ns))  # an older copy's time
+    assert code_changed(folder, record, source=source) == (["module my_rewards"], [])
+    reward.write_text(text)
+    assert code_changed(folder, record, source=source) == ([], [])
+
+
 def test_a_file_its_task_names_gone_stops_the_run_where_snakemake_knows_the_folder_too(tmp_path, monkeypatch):
     """A Snakemake-built evaluation whose task's reward reads a word list by path: with the list moved away,
     Snakemake (which takes a named file as an input only where it exists) reran the stage without it, which then

@@ -501,3 +501,43 @@ def test_a_metric_of_your_own_without_a_corpus_score_is_refused_naming_the_keys(
     assert undefined_scores((spec,), corpus, missing) == {
         "custom/spread": f"metric '{HERE}:NoCorpus' gave no value (NaN) on these generations: it is undefined for "
                          f"them (no words to count, or no sample it could score)"}
+
+
+def test_a_plugin_module_outside_the_project_is_identified_by_its_code(tmp_path, monkeypatch):
+    """A reward kept in a folder on PYTHONPATH (or a `pip install -e` package) is no project file: editing it,
+    even under its old time, changes what identifies its code, as the stages' digests and records hold it."""
+    import os
+
+    from grueflow.pipeline import named_digests, outside_code_digest, plugin_digests
+
+    project, outside = tmp_path / "project", tmp_path / "ext"
+    (outside / "my_pkg").mkdir(parents=True)
+    project.mkdir()
+    (outside / "my_lex.py").write_text("import numpy\nimport my_pkg.scores\nfrom grueflow.metrics import Metric\n")
+    (outside / "my_pkg" / "__init__.py").write_text("")
+    (outside / "my_pkg" / "scores.py").write_text("from .words import GOOD\n")
+    (outside / "my_pkg" / "words.py").write_text("GOOD = 'good'\n")
+    (outside / "unused.py").write_text("")
+    monkeypatch.syspath_prepend(str(outside))
+    task = {"reward": {"components": [{"metric": "my_lex:LexScore"}]},
+            "metrics": [{"id": "numpy.linalg:norm"}, {"id": "grueflow.metrics.diversity:Diversity"}]}
+    code = plugins.outside_code(task, project)
+    assert list(code) == ["my_lex", "my_pkg", "my_pkg.scores", "my_pkg.words", "numpy", "numpy.linalg"]
+    assert code["numpy.linalg"] == f"numpy {__import__('numpy').__version__}"  # an installed one: its version
+    assert plugins.source_files(task, project) == []
+    assert list(plugins.outside_code(task, project, parts=("datapool",))) == []
+    digests = plugin_digests({"t": task}, project)["t"]
+    assert digests["evaluate"]["modules"] == code and "modules" not in digests["prepare_datapool"]
+    named = named_digests(task, project, ("reward",))
+    assert list(named) == ["module my_lex", "module my_pkg", "module my_pkg.scores", "module my_pkg.words"]
+    assert all(plugins.is_module_key(name) for name in named) and not plugins.is_module_key("my_lex.py")
+    token = outside_code_digest(task, ("reward",), project)
+    words = outside / "my_pkg" / "words.py"
+    info = words.stat()
+    words.write_text("GOOD = 'bad'\n")
+    os.utime(words, ns=(info.st_atime_ns, info.st_mtime_ns))  # an edit that kept the old time
+    assert plugins.outside_code(task, project)["my_pkg.words"] != code["my_pkg.words"]
+    assert plugin_digests({"t": task}, project)["t"]["evaluate"] != digests["evaluate"]
+    assert outside_code_digest(task, ("reward",), project) != token
+    assert plugins.run_inputs(task, {}, None, project)["module my_pkg.words"] == \
+        plugins.outside_code(task, project)["my_pkg.words"]

@@ -16,8 +16,8 @@ from types import SimpleNamespace
 from grueflow import plugins
 from grueflow.config import ConfigError, method_name, read_yaml
 from grueflow.params import load_suite, project_relative
-from grueflow.pipeline import (STAGES, ParamsSource, datapool_files, files_in, method_layers, params_digest,
-                               scorer_files)
+from grueflow.pipeline import (STAGES, ParamsSource, datapool_files, files_in, method_layers, outside_code_digest,
+                               params_digest, scorer_files)
 from grueflow.stale import content_digest, stale_token
 
 try:
@@ -118,17 +118,22 @@ def stage_folders():
 def stale_params(stage):
     """A rule's ``stale`` param, a rerun trigger for what Snakemake's modification times miss (grueflow/stale.py):
     the tokens the Snakefile's stale check gave the job's outputs (found deleted or damaged), the digest of the
-    code its stage runs (:func:`code_digest`), and the digest of the files it reads from outside results/
-    (:func:`local_files`), so that a code file or one of those files replaced by one with an older time reruns it.
+    code its stage runs (:func:`code_digest`), the digest of the files it reads from outside results/
+    (:func:`local_files`), so that a code file or one of those files replaced by one with an older time reruns it,
+    and the digest of the code of the plugin modules outside the project it runs (a folder on PYTHONPATH, an
+    installed package: grueflow/pipeline.py outside_code_digest), which are no inputs.
     A function of the wildcards alone: Snakemake's params trigger passes over a param computed from the rule's
     output."""
     templates = list(STAGES[stage].outputs.values())
     local = local_files(stage)
+    plugin_parts = STAGES[stage].plugin_parts
 
     def token(w):
         digest = content_digest(local(w))
+        modules = outside_code_digest(params_file(task_file(w)), plugin_parts, PROJECT) if plugin_parts else ""
         tokens = stale_token([template.format(**dict(w.items())) for template in templates])
-        parts = (tokens, f"code={code_digest(stage)}", f"content={digest}" if digest else "")
+        parts = (tokens, f"code={code_digest(stage)}", f"content={digest}" if digest else "",
+                 f"modules={modules}" if modules else "")
         return " ".join(part for part in parts if part)
 
     return token
