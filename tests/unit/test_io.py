@@ -401,11 +401,23 @@ def test_a_dvc_built_folder_is_judged_by_the_code_dvc_lock_records_for_it(tmp_pa
     assert code_changed(folder, read_json(folder / "stage.json")) == ([], [])  # provenance record: not judged
 
 
+def evaluation_built_with(named: dict[str, str]) -> Path:
+    """An evaluation folder of the working folder's project, recorded as built with the evaluate stage's code of now
+    and the files its task named, ``named`` (:func:`grueflow.stage.named_record`), in its provenance record."""
+    from grueflow.io import write_stage_record
+
+    folder = Path("results/eval/sentiment/ppo/seed0")
+    folder.mkdir(parents=True)
+    (folder / "metrics.json").write_text("{}\n")
+    write_stage_record(folder, stage="evaluate", params={}, inputs={}, wall_time_s=0.0,
+                       extra={"code": stage.code_record("evaluate"), "named_files": named})
+    return folder
+
+
 def test_a_folder_without_records_is_stale_where_a_plugin_its_task_names_changed_or_is_gone(tmp_path, monkeypatch):
     """A Snakemake-built evaluation of a task that runs one's own reward, `.snakemake` removed (a clone, a moved
     project), no dvc.lock: the plugin replaced by an older copy was "Nothing to be done". The provenance record holds
     the digest of each file the task names for the stage; the stale check compares them with the files now."""
-    from grueflow.io import write_stage_record
     from grueflow.pipeline import ParamsSource
     from grueflow.stale import code_changed, stale_outputs
     from tests.conftest import copy_project
@@ -417,11 +429,7 @@ def test_a_folder_without_records_is_stale_where_a_plugin_its_task_names_changed
     source = ParamsSource("evaluate", task_file="params/tasks/sentiment.yaml")
     named = stage.named_record("evaluate", source)
     assert list(named) == ["my_rewards.py"] and stage.named_record("evaluate", None) == {}
-    folder = Path("results/eval/sentiment/ppo/seed0")
-    folder.mkdir(parents=True)
-    (folder / "metrics.json").write_text("{}\n")
-    write_stage_record(folder, stage="evaluate", params={}, inputs={}, wall_time_s=0.0,
-                       extra={"code": stage.code_record("evaluate"), "named_files": named})
+    folder = evaluation_built_with(named)
     record = read_json(folder / "stage.json")
     assert "named_files" in read_json(folder / "provenance.json") and "named_files" not in record
     assert code_changed(folder, record, source=source) == ([], [])
@@ -442,7 +450,6 @@ def test_a_folder_without_records_is_stale_where_a_plugin_module_outside_the_pro
     """One's own reward in a folder on PYTHONPATH (or a `pip install -e` package), not in the project: the
     provenance record holds what identifies its code by module name, so an edit under its old time is seen where
     Snakemake holds no record of the job, and moving the module's folder is not."""
-    from grueflow.io import write_stage_record
     from grueflow.pipeline import ParamsSource
     from grueflow.stale import code_changed, named_gone
     from tests.conftest import copy_project
@@ -458,11 +465,7 @@ def test_a_folder_without_records_is_stale_where_a_plugin_module_outside_the_pro
     source = ParamsSource("evaluate", task_file="params/tasks/sentiment.yaml")
     named = stage.named_record("evaluate", source)
     assert list(named) == ["module my_rewards"]
-    folder = Path("results/eval/sentiment/ppo/seed0")
-    folder.mkdir(parents=True)
-    (folder / "metrics.json").write_text("{}\n")
-    write_stage_record(folder, stage="evaluate", params={}, inputs={}, wall_time_s=0.0,
-                       extra={"code": stage.code_record("evaluate"), "named_files": named})
+    folder = evaluation_built_with(named)
     record = read_json(folder / "stage.json")
     assert code_changed(folder, record, source=source) == ([], []) and named_gone(folder, record, source=source) == []
     reward = outside / "my_rewards.py"
@@ -478,7 +481,7 @@ def test_a_file_its_task_names_gone_stops_the_run_where_snakemake_knows_the_fold
     """A Snakemake-built evaluation whose task's reward reads a word list by path: with the list moved away,
     Snakemake (which takes a named file as an input only where it exists) reran the stage without it, which then
     failed in the reward. As where Snakemake holds no record of the job, the run stops before any job."""
-    from grueflow.io import ENGINE, note_written, snakemake_metadata, write_stage_record
+    from grueflow.io import ENGINE, note_written, snakemake_metadata
     from grueflow.pipeline import ParamsSource
     from grueflow.stale import named_gone, snakemake_knows, stale_outputs
     from tests.conftest import copy_project
@@ -490,11 +493,7 @@ def test_a_file_its_task_names_gone_stops_the_run_where_snakemake_knows_the_fold
     source = ParamsSource("evaluate", task_file="params/tasks/sentiment.yaml")
     Path("words.txt").write_text("great\n")
     named = {**stage.named_record("evaluate", source), "words.txt": "0" * 64}  # a file its reward's args named
-    folder = Path("results/eval/sentiment/ppo/seed0")
-    folder.mkdir(parents=True)
-    (folder / "metrics.json").write_text("{}\n")
-    write_stage_record(folder, stage="evaluate", params={}, inputs={}, wall_time_s=0.0,
-                       extra={"code": stage.code_record("evaluate"), "named_files": named})
+    folder = evaluation_built_with(named)
     monkeypatch.setenv(ENGINE, "snakemake")
     note_written(folder.as_posix(), folder / "stage.json")
     snakemake_metadata(Path("."), folder).parent.mkdir(parents=True)
