@@ -1472,8 +1472,8 @@ def _named_files_gone(folder: Path, gone: list[str], source: Optional[ParamsSour
             f"(its job then rebuilds {folder}); nothing was run, and {folder} is kept")
 
 
-_LOCKS: dict[str, tuple[list[int], dict[str, tuple[dict, list]]]] = {}  # dvc.lock as read: its stat signature, and
-# {each stage.json among its outs: (that out's entry, its stage's deps)}
+_LOCKS: dict[str, tuple[list[int], dict[str, tuple[dict, list]]]] = {}  # dvc.lock's stat signature, and {each
+# stage.json among its outs: (that out's entry, its stage's deps)}, from :func:`_lock_stages`
 
 
 def _locked_deps(root: Path, stage_record: Path) -> Optional[list]:
@@ -1488,16 +1488,8 @@ def _locked_deps(root: Path, stage_record: Path) -> Optional[list]:
         return None
     key = os.path.abspath(lock)
     if key not in _LOCKS or _LOCKS[key][0] != signature:
-        import yaml
-
-        from grueflow.config import load_yaml12
-
-        try:
-            stages = load_yaml12(lock.read_text(encoding="utf-8")).get("stages") or {}
-        except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError, AttributeError):
-            stages = {}
         outs = {}
-        for stage in (stages.values() if isinstance(stages, dict) else ()):
+        for stage in _lock_stages(lock).values():  # the one parse of dvc.lock this process keeps
             deps = (stage.get("deps") or []) if isinstance(stage, dict) else []
             for out in ((stage.get("outs") or []) if isinstance(stage, dict) else ()):
                 if isinstance(out, dict) and isinstance(out.get("path"), str) and isinstance(out.get("md5"), str) \
