@@ -605,9 +605,14 @@ def check_imported_input(path: Path, then: str) -> None:
     folder (the nearest folder above it holding a ``stage.json``) whose files are not as its stage wrote them
     (:func:`~grueflow.io.check_stage_output`), or in an import folder (one of :data:`IMPORT_STAGE`) built from other
     files than those there now (:func:`check_current_import`, ``then``: what to do after importing again), as the
-    human-evaluation table refuses that import. A file in no stage folder (a set of one's own) is not checked."""
-    absolute = Path(os.path.abspath(path))
-    folder = next((p for p in absolute.parents if (p / io.STAGE_RECORD).is_file()), None)
+    human-evaluation table refuses that import. The folder is found above ``path`` as given, else above it with
+    every link followed (a link of the user's to an import's file). A file in no stage folder (a set of one's own)
+    is not checked."""
+    folder = None
+    for absolute in (Path(os.path.abspath(path)), Path(os.path.realpath(path))):
+        folder = next((p for p in absolute.parents if (p / io.STAGE_RECORD).is_file()), None)
+        if folder is not None:
+            break
     if folder is None:
         return
     io.check_stage_output(path)  # a damaged record, or a file edited since the import wrote it

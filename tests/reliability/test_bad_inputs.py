@@ -5356,20 +5356,27 @@ def human_pairwise_import(tmp_path: Path, call_stage) -> tuple[Path, Path, Path,
     return batch, key_path, answers, tmp_path / "imp"
 
 
+@pytest.mark.parametrize("given", ["as written", "through a link"])
 @pytest.mark.parametrize("stage", ["train_reward_model", "dpo"])
 def test_a_stage_training_on_an_imports_preferences_refuses_the_import_whose_answers_changed(tmp_path: Path,
-                                                                                            call_stage, stage: str):
+                                                                                            call_stage, stage: str,
+                                                                                            given: str):
     """Run by hand (the DVC route for people's preferences), the reward model and DPO trained on an import's
-    preferences.jsonl whose answers were corrected since, without a word, where the human table refuses it."""
+    preferences.jsonl whose answers were corrected since, without a word, where the human table refuses it; given
+    through a link of the user's to that file, they trained on it even once the direct path was refused."""
     batch, key, answers, imported = human_pairwise_import(tmp_path, call_stage)
+    preferences = imported / "preferences.jsonl"
+    if given == "through a link":
+        (tmp_path / "data").mkdir()
+        (tmp_path / "data" / "preferences.jsonl").symlink_to(preferences)
+        preferences = tmp_path / "data" / "preferences.jsonl"
     flags = {"train_reward_model": ["--method-file", ROOT / "params" / "methods" / "reward_model.yaml", "--backbone",
                                     tmp_path / "no_model"],
              "dpo": ["--task-file", ROOT / "params" / "tasks" / "sentiment.yaml", "--method-file",
                      ROOT / "params" / "methods" / "dpo.yaml", "--init-model", tmp_path / "no_model", "--seed", 0]}
 
     def train() -> Any:
-        return call_stage(stage, *flags[stage], "--preferences", imported / "preferences.jsonl",
-                          "--out", tmp_path / "out")
+        return call_stage(stage, *flags[stage], "--preferences", preferences, "--out", tmp_path / "out")
 
     assert "was imported from files" not in train().stderr  # current: the stage goes on (to the missing model)
     first = json.loads(answers.read_text().splitlines()[0])
