@@ -132,13 +132,16 @@ if workflow.is_main_process:  # a stage folder deleted or damaged under finished
     from grueflow.interrupt import exit_code
     from grueflow.io import DataError
     from grueflow.keep import interrupted_line
-    from grueflow.stale import TABLES, check_records_writable, keep_answered, mark_stale, unusable_line
+    from grueflow.stale import (TABLES, check_records_writable, keep_answered, mark_stale, restamp_set_back,
+                                restamped_line, unusable_line)
 
     _keys = {key: [] for key in Path().glob(re.sub(r"\{\w+\}", "*", STAGES["export_human_pairwise"].outputs["key"]))
              if not key.name.startswith(".")}  # pairwise keys, checked against the digests their export recorded
     try:
         check_records_writable()  # where Snakemake and the stale check write on every run, a dry run's too
-        _lines = keep_answered(Path("."), answered_batches())  # first: before anything is stamped
+        # before any code digest is taken: a stage rerun for its code's bytes runs them, not its cached bytecode
+        _lines = [restamped_line(restamp_set_back(code_files()))]
+        _lines += keep_answered(Path("."), answered_batches())  # before anything is stamped
         _lines += mark_stale(Path("results"), Path(output_of("aggregate", "csv")),
                              [Path(p) for p in expand(output_of("evaluate"), task=TASKS, method=METHODS, seed=SEEDS)],
                              {**TABLES, **_keys}, folders=[Path(p) for p in stage_folders()],
@@ -150,7 +153,7 @@ if workflow.is_main_process:  # a stage folder deleted or damaged under finished
     except KeyboardInterrupt as err:  # Ctrl-C (a long copy of a user's file): one line, not Snakemake's traceback
         print(interrupted_line(err), file=sys.stderr)
         raise SystemExit(exit_code(signal.SIGINT)) from None
-    for _line in _lines:
+    for _line in filter(None, _lines):
         print(_line, file=sys.stderr)
 
 

@@ -216,6 +216,59 @@ def content_digest(paths: Iterable[str | os.PathLike], cache: Path = DIGESTS) ->
     return digest.hexdigest()
 
 
+def restamp_set_back(paths: Iterable[str | os.PathLike], cache: Path = DIGESTS) -> list[str]:
+    """Set to now the modification time of each file of ``paths`` (code: a stage's modules, a plugin's source)
+    whose bytes differ from those ``cache`` (the digest cache of :func:`content_digest`) last recorded of it while
+    its size and its modification time, to the second, are those recorded with them: a rewrite in place that kept
+    or put back its time (``cp -p``, ``rsync -a --inplace``, ``os.utime`` over a same-size file). The code's digest
+    reruns the stages that run such a file, but Python takes a module's bytecode in ``__pycache__``, and numba a
+    kernel's compiled code, as current while the source's modification time (in seconds) and size are those they
+    were compiled from, so those stages would run the earlier code; a newer time makes both compile it again. A file
+    of another size or time than recorded (a plain edit, an earlier version put back with its own time) is left as
+    it is: no compiled copy of the recorded bytes matches it, and a time of now would rerun, by Snakemake's
+    modification times, stages built from the very bytes it holds. Only files ``cache`` holds an entry for, whose
+    stat signature changed since, are read (a file never recorded is left as it is). The cache then records each
+    file as it is, so that :func:`content_digest` reads none of them again. Returns the files set, in path order. A
+    time that cannot be set is a :class:`DataError` naming the file."""
+    _load(cache)
+    restamped, added = [], False
+    for name in sorted({str(path) for path in paths}):
+        entry = _KNOWN.get(name)
+        try:
+            signature = stat_signature(os.stat(name))
+        except OSError:  # gone: the code's digest sees that itself
+            continue
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], list) and len(entry[0]) == 5) \
+                or entry[0] == signature or signature[2] != entry[0][2] \
+                or signature[3] // 10**9 != entry[0][3] // 10**9:  # as compiled code sees it: size, whole seconds
+            continue
+        found, _ = _cached_fingerprint(name, signature)
+        added = True
+        if found == entry[1]:
+            continue
+        try:
+            os.utime(name)
+            _KNOWN[name] = [stat_signature(os.stat(name)), found]
+        except OSError as err:
+            raise DataError(f"{name} was rewritten with its size and modification time kept, so Python's "
+                            f"bytecode cache (__pycache__) would run its earlier code; its time cannot be set to "
+                            f"now ({err.strerror}): `touch {name}` as its owner, then rerun") from None
+        restamped.append(name)
+    if added:
+        _save(cache)
+    return restamped
+
+
+def restamped_line(restamped: list[str]) -> str:
+    """The line that says :func:`restamp_set_back` set the time of the files ``restamped``; "" where it set none."""
+    if not restamped:
+        return ""
+    it, its = ("it", "its") if len(restamped) == 1 else ("them", "their")
+    return (f"grueflow: {_some(restamped)} changed with {its} size and modification time kept, which Python's "
+            f"bytecode cache (__pycache__) takes as unchanged: {its} time is set to now so that the stages that run "
+            f"{it} compile {it} again")
+
+
 def _load(cache: Path) -> None:
     """Read ``cache`` into :data:`_KNOWN` once a process."""
     if not _KNOWN:

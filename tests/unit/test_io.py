@@ -560,6 +560,48 @@ def test_the_content_digest_of_a_jobs_local_files_sees_a_file_replaced_by_an_old
     assert stale.content_digest([str(data)], cache) not in ("", second)  # a missing file is a change too
 
 
+def test_code_rewritten_with_its_size_and_time_kept_is_set_to_now_so_python_compiles_it_again(tmp_path, monkeypatch):
+    """Python takes a module's bytecode in __pycache__ as current while the source's modification time and size are
+    those it was compiled from: a module rewritten in place with its size and time kept reran its stages (the code
+    digest) and they imported the earlier bytecode. Such a file's time is set to now, and the import runs the new
+    bytes; a plain edit (newer), a rewrite to another size with its time put back (no bytecode matches it, and a
+    new time would rerun stages built from it), an unchanged file and one never recorded are left as they are."""
+    from grueflow import stale
+
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cache = tmp_path / ".snakemake" / "grueflow-digests.json"
+    old = 1_577_836_800
+    paths = [tmp_path / f"probe_{name}.py" for name in ("kept", "edited", "resized", "unknown")]
+    module, edited, resized, unknown = paths
+    for path in paths:
+        path.write_text("VALUE = 1\n")
+        os.utime(path, (old, old))
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run([sys.executable, "-c", "import probe_kept"], cwd=tmp_path, env=env, check=True)
+    assert list((tmp_path / "__pycache__").glob("probe_kept.*.pyc"))  # its bytecode cached
+    names = [str(path) for path in paths]
+    stale.content_digest(names[:3], cache)
+    assert stale.restamp_set_back(names, cache) == []  # unchanged
+    with module.open("r+") as file:  # the same size, the same inode, its time put back
+        file.write("VALUE = 2\n")
+    edited.write_text("VALUE = 3\n")  # a plain edit: newer
+    resized.write_text("VALUE = 40\n")
+    for path in (module, resized, unknown):
+        os.utime(path, (old, old))
+    assert stale.restamp_set_back(names, cache) == [str(module)]
+    assert module.stat().st_mtime > old and resized.stat().st_mtime == unknown.stat().st_mtime == old
+    ran = subprocess.run([sys.executable, "-c", "import probe_kept; print(probe_kept.VALUE)"], cwd=tmp_path, env=env,
+                         check=True, capture_output=True, text=True)
+    assert ran.stdout == "2\n"
+    assert stale.restamp_set_back(names, cache) == []  # recorded as it is now: once
+    monkeypatch.setattr(stale, "_KNOWN", {})
+    assert stale.restamp_set_back(names, cache) == []  # and by the next process
+    assert stale.restamped_line([str(module)]) == (
+        f"grueflow: {module} changed with its size and modification time kept, which Python's bytecode cache "
+        f"(__pycache__) takes as unchanged: its time is set to now so that the stages that run it compile it again")
+
+
 def test_a_stale_output_gets_a_new_token_its_rule_takes_as_a_param(tmp_path):
     """The 1970 stamp alone never reran a job whose inputs are small files Snakemake checksums (a datapool's: its
     code): a token that changes when the output is found stale, and only then, is a params rerun trigger."""

@@ -392,6 +392,7 @@ def test_a_dvc_dep_rewritten_in_place_with_its_size_and_time_kept_reruns_its_sta
     run(["dvc", "repro", target], repo)
     train = repo / "results" / "sentiment" / "datapool" / "train.jsonl"
     assert "great" in train.read_text()
+    run(["python", "-m", "compileall", "-q", "grueflow"], repo)  # the bytecode any earlier import leaves
     module = repo / "grueflow" / "data" / "synthetic.py"
     before, text = module.stat(), module.read_text()
     assert '"great"' in text
@@ -406,6 +407,30 @@ def test_a_dvc_dep_rewritten_in_place_with_its_size_and_time_kept_reruns_its_sta
     assert "great" not in train.read_text() and "grand" in train.read_text()
     again = run(["dvc", "repro", target], repo)
     assert "didn't change" in again.stdout and "grueflow: grueflow/data/synthetic.py" not in again.stdout + again.stderr
+
+
+def test_a_module_rewritten_in_place_with_its_size_and_time_kept_reruns_with_its_new_code_under_snakemake(tmp_path):
+    """A module a stage runs rewritten in place with the same size and its modification time put back, its bytecode
+    in __pycache__ (as any earlier run leaves it): the code's digest reran the stage, but Python took the bytecode as
+    current (it checks the source's time and size only), so the datapool was built again with the old words while
+    recording the new code. The stale check sets the file's time to now, and the rerun runs the new code."""
+    repo = copy_project(tmp_path / "repo")
+    target = "results/sentiment/datapool"
+    run(["snakemake", "--cores", "1", target], repo)
+    train = repo / target / "train.jsonl"
+    assert "great" in train.read_text()
+    run(["python", "-m", "compileall", "-q", "grueflow"], repo)  # the bytecode any earlier import leaves
+    module = repo / "grueflow" / "data" / "synthetic.py"
+    before, text = module.stat(), module.read_text()
+    with module.open("r+") as file:  # the same size, the same inode
+        file.write(text.replace('"great"', '"grand"', 1))
+    os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns))
+    result = run(["snakemake", "--cores", "1", target], repo)
+    assert "great" not in train.read_text() and "grand" in train.read_text()
+    assert ("grueflow: grueflow/data/synthetic.py changed with its size and modification time kept, which "
+            "Python's bytecode cache (__pycache__) takes as unchanged: its time is set to now so that the stages that "
+            "run it compile it again") in result.stderr
+    assert dry_run(repo, target) == []
 
 
 def test_a_datapools_data_is_an_input_when_grueflow_is_a_link_to_another_checkout(tmp_path):

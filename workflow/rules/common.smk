@@ -147,6 +147,16 @@ def code_digest(stage):
     return content_digest(code(stage))
 
 
+def code_files():
+    """Every code file a job of the suite runs: :func:`code` of each stage, and the plugin sources each task names
+    (grueflow.plugins.source_files), for the Snakefile's check of code rewritten with its time kept
+    (grueflow.stale.restamp_set_back)."""
+    files = {name for stage in STAGES for name in code(stage)}
+    for task in TASKS:
+        files.update(plugins.source_files(params_unchanged(task_file(SimpleNamespace(task=task)))))
+    return sorted(files)
+
+
 def local_files(stage):
     """The files a stage's job reads from outside results/ besides grueflow's code: its plugins' code and the files
     its rewards and metrics name (:func:`plugin_code`), a datapool's local data (:func:`datapool_data`), a
