@@ -330,21 +330,17 @@ def _number(value: Any) -> str:
 ABSENT, NULL = "(absent)", "null"  # a value with no key at that revision; a key whose value is null (—: unknown)
 
 
-def read_at(rev: str, target: str) -> Any:
-    """The content of metrics file ``target`` (JSON, or YAML for a ``.yaml``/``.yml`` name, as dvc reads metrics) at
-    git revision ``rev`` (``workspace``: the file here), through DVC (a DVC output is read from the cache); None
-    where it cannot be read."""
-    import dvc.api
+def read_at(rev: str, path: Path, root: Path) -> Any:
+    """The content of metrics file ``path`` (relative to the DVC project ``root``; JSON, or YAML for a
+    ``.yaml``/``.yml`` name, as dvc reads metrics) at git revision ``rev`` (``workspace``: the file here), through
+    DVC (a DVC output is read from the cache, :func:`_bytes_at`); None where it cannot be read."""
     import yaml
-    from dvc.exceptions import DvcException
-    from scmrepo.exceptions import SCMError
 
-    load = yaml.safe_load if Path(target).suffix in (".yaml", ".yml") else json.loads
+    load = yaml.safe_load if path.suffix in (".yaml", ".yml") else json.loads
     try:
-        if rev == "workspace":
-            return load(Path(target).read_text(encoding="utf-8"))
-        return load(dvc.api.read(target, rev=rev, encoding="utf-8"))
-    except (OSError, ValueError, yaml.YAMLError, DvcException, SCMError):  # only the label: "—" says "unknown"
+        content = (root / path).read_bytes() if rev == "workspace" else _bytes_at(rev, path, root)
+        return load(content.decode("utf-8")) if content is not None else None
+    except (OSError, ValueError, yaml.YAMLError):  # only the label: "—" says "unknown"
         return None
 
 
@@ -430,6 +426,13 @@ def dvc_root() -> Optional[Path]:
     return next((folder for folder in (here, *here.parents) if (folder / ".dvc").is_dir()), None)
 
 
+def in_project(target: str, root: Path) -> Path:
+    """``target`` (relative to the working folder, as :func:`metrics_target` gives it) relative to the DVC project
+    ``root``, as dvc.lock, the stage records and the tables' records name files: what diff's checks read, so that
+    they read and name the same files from any folder of the project."""
+    return Path(os.path.relpath(os.path.abspath(target), root))
+
+
 def metrics_target(target: str) -> str:
     """``target`` as ``dvc metrics diff`` names it in its answer: relative to the working folder, normalised
     (``./results/x.json``, ``results//x.json`` and an absolute path all read ``results/x.json``), links kept as
@@ -446,16 +449,18 @@ def metrics_target(target: str) -> str:
     return Path(os.path.relpath(absolute)).as_posix()
 
 
-def files_at(rev: str, paths: Sequence[str]) -> dict[str, bytes | None]:
-    """The bytes of each file git tracks (a path relative to the working folder) at git revision ``rev``
-    (``workspace``: the files here that git tracks), read by one ``git cat-file --batch``; None for a path that is
-    not a tracked file there (data DVC tracks is never read, so this stays cheap)."""
+def files_at(rev: str, paths: Sequence[str], root: Path) -> dict[str, bytes | None]:
+    """The bytes of each file git tracks (a path relative to the DVC project ``root``, as dvc.lock names it) at git
+    revision ``rev`` (``workspace``: the files here that git tracks), read by one ``git cat-file --batch``; None for
+    a path that is not a tracked file there (data DVC tracks is never read, so this stays cheap)."""
     if rev == "workspace":
-        listed = subprocess.run(["git", "ls-files", "-z", "--", *paths], capture_output=True, check=False).stdout
+        listed = subprocess.run(["git", "ls-files", "-z", "--", *paths], cwd=root, capture_output=True,
+                                check=False).stdout
         tracked = set(os.fsdecode(listed).split("\0"))
-        return {path: Path(path).read_bytes() if path in tracked and Path(path).is_file() else None for path in paths}
-    names = [f"{rev}:./{path}" for path in paths]
-    result = subprocess.run(["git", "cat-file", "--batch"], input="\n".join(names).encode() + b"\n",
+        return {path: (root / path).read_bytes() if path in tracked and (root / path).is_file() else None
+                for path in paths}
+    names = [f"{rev}:./{path}" for path in paths]  # ./: relative to git's working folder, root
+    result = subprocess.run(["git", "cat-file", "--batch"], input="\n".join(names).encode() + b"\n", cwd=root,
                             capture_output=True, check=False)
     found: dict[str, bytes | None] = {}
     out, start = result.stdout, 0
@@ -479,12 +484,12 @@ def _param(values: Any, key: str) -> Any:
     return _param(values[head], rest) if dot and isinstance(values, dict) and head in values else ABSENT
 
 
-def _locked_at(rev: str) -> dict[str, dict]:
-    """The stages the dvc.lock of git revision ``rev`` records (``workspace``: the one here), by name, as DVC wrote
-    them; empty where there is none or it does not read."""
+def _locked_at(rev: str, root: Path) -> dict[str, dict]:
+    """The stages the dvc.lock of the DVC project ``root`` at git revision ``rev`` records (``workspace``: the one
+    there now), by name, as DVC wrote them; empty where there is none or it does not read."""
     import yaml
 
-    lock_text = files_at(rev, ["dvc.lock"])["dvc.lock"]
+    lock_text = files_at(rev, ["dvc.lock"], root)["dvc.lock"]
     try:
         stages = load_yaml12(lock_text).get("stages", {}) if lock_text else {}  # as DVC wrote it
     except (yaml.YAMLError, ValueError, AttributeError):
@@ -493,24 +498,24 @@ def _locked_at(rev: str) -> dict[str, dict]:
             if isinstance(stage, dict)}
 
 
-def out_of_date_files(rev: str) -> list[str]:
-    """The params files and git-tracked file deps whose content at ``rev`` differs from what that revision's dvc.lock
-    recorded when its stages last ran: at such a revision the results were not rebuilt after the change. Empty
-    where there is no dvc.lock. What is checked is what can be read cheaply at any revision: each params key's value
-    and the md5 of each file dep there; an output of another stage (not in git; :func:`unrun_readers` compares those
-    within dvc.lock), a folder dep and a params file that is not YAML/JSON are left out, so an empty list does not
-    prove the results are up to date."""
+def out_of_date_files(rev: str, root: Path) -> list[str]:
+    """The params files and git-tracked file deps of the DVC project ``root`` (as dvc.lock names them, relative to
+    it) whose content at ``rev`` differs from what that revision's dvc.lock recorded when its stages last ran: at
+    such a revision the results were not rebuilt after the change. Empty where there is no dvc.lock. What is checked
+    is what can be read cheaply at any revision: each params key's value and the md5 of each file dep there; an
+    output of another stage (not in git; :func:`unrun_readers` compares those within dvc.lock), a folder dep and a
+    params file that is not YAML/JSON are left out, so an empty list does not prove the results are up to date."""
     import hashlib
 
     import yaml
 
-    stages = _locked_at(rev)
+    stages = _locked_at(rev, root)
     outs = {out.get("path") for stage in stages.values() for out in stage.get("outs", []) or []}
     params = {(file, key): value for stage in stages.values() for file, keys in (stage.get("params") or {}).items()
               for key, value in (keys or {}).items()}
     deps = {dep["path"]: dep for stage in stages.values() for dep in stage.get("deps", []) or []
             if dep.get("path") not in outs and isinstance(dep.get("md5"), str) and not dep["md5"].endswith(".dir")}
-    contents = files_at(rev, sorted({file for file, _ in params} | set(deps)))
+    contents = files_at(rev, sorted({file for file, _ in params} | set(deps)), root)
     changed = set()
     for path, dep in deps.items():
         content = contents[path]
@@ -530,15 +535,15 @@ def out_of_date_files(rev: str) -> list[str]:
     return sorted(changed)
 
 
-def unrun_readers(rev: str) -> dict[str, list[str]]:
-    """The outputs that the dvc.lock of ``rev`` records with another md5 than a stage reading them (another stage
-    whose dep it is) recorded when that stage last ran, each with those stages, in dvc.lock's order: the output was
-    rebuilt after they ran and they were not rerun (``dvc repro`` stopped between them, or run for the upstream
-    stage alone), so what they and the stages after them built, the GRUE table included, was not built from it.
-    ``dvc status`` lists such a stage as changed. Read from dvc.lock alone, so it is cheap at any revision, and a
-    commit made in that state is seen too; an entry is compared only with one DVC hashed the same way (both DVC 3's
-    ``hash: md5``, or both DVC 2's). Empty where there is no dvc.lock."""
-    stages = _locked_at(rev)
+def unrun_readers(rev: str, root: Path) -> dict[str, list[str]]:
+    """The outputs that the dvc.lock of the DVC project ``root`` at ``rev`` records with another md5 than a stage
+    reading them (another stage whose dep it is) recorded when that stage last ran, each with those stages, in
+    dvc.lock's order: the output was rebuilt after they ran and they were not rerun (``dvc repro`` stopped between
+    them, or run for the upstream stage alone), so what they and the stages after them built, the GRUE table
+    included, was not built from it. ``dvc status`` lists such a stage as changed. Read from dvc.lock alone, so it is
+    cheap at any revision, and a commit made in that state is seen too; an entry is compared only with one DVC hashed
+    the same way (both DVC 3's ``hash: md5``, or both DVC 2's). Empty where there is no dvc.lock."""
+    stages = _locked_at(rev, root)
     outs = {out["path"]: out for stage in stages.values() for out in stage.get("outs") or []
             if isinstance(out, dict) and isinstance(out.get("path"), str) and isinstance(out.get("md5"), str)}
     unrun: dict[str, list[str]] = {}
@@ -556,17 +561,18 @@ def _some(names: Sequence[str], most: int = 5) -> str:
     return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "")
 
 
-def warn_out_of_date(revs: Sequence[str], target: Optional[str] = None) -> list[str]:
-    """Say on stderr which revisions hold results not rebuilt after a change of their params or code
-    (:func:`out_of_date_files`), or after a stage upstream of others was rebuilt without them (:func:`unrun_readers`):
-    a diff that reads "no changes" there means "not rebuilt", not "the change changed nothing". Where dvc.lock tells
-    nothing of the workspace and ``target`` is a file of a table (:data:`grueflow.stale.TABLES`), what its stage
-    records reading is compared with the stage folders there now (:func:`rebuilt_upstream`: one rebuilt, or run by
-    hand, after what read it). One line per revision. The revisions it was said of."""
+def warn_out_of_date(revs: Sequence[str], root: Path, path: Optional[Path] = None) -> list[str]:
+    """Say on stderr which revisions of the DVC project ``root`` hold results not rebuilt after a change of their
+    params or code (:func:`out_of_date_files`), or after a stage upstream of others was rebuilt without them
+    (:func:`unrun_readers`): a diff that reads "no changes" there means "not rebuilt", not "the change changed
+    nothing". Where dvc.lock tells nothing of the workspace and ``path`` (relative to ``root``) is a file of a table
+    (:data:`grueflow.stale.TABLES`), what its stage records reading is compared with the stage folders there now
+    (:func:`rebuilt_upstream`: one rebuilt, or run by hand, after what read it). One line per revision, naming files
+    relative to ``root`` whatever the working folder. The revisions it was said of."""
     warned = []
     for rev in dict.fromkeys(revs):
-        changed, unrun = out_of_date_files(rev), unrun_readers(rev)
-        rebuilt = rebuilt_upstream(target) if rev == "workspace" and target and not changed and not unrun else []
+        changed, unrun = out_of_date_files(rev, root), unrun_readers(rev, root)
+        rebuilt = rebuilt_upstream(path, root) if rev == "workspace" and path and not changed and not unrun else []
         if rebuilt:
             warned.append(rev)
             print(f"grueflow diff: warning: the results in the workspace are out of date: {_some(rebuilt, 3)} changed "
@@ -592,13 +598,11 @@ def warn_out_of_date(revs: Sequence[str], target: Optional[str] = None) -> list[
     return warned
 
 
-def rebuilt_upstream(target: str) -> list[str]:
-    """:func:`grueflow.stale.rebuilt_upstream` of the workspace's table that ``target`` (relative to the working
-    folder) is a file of (:data:`grueflow.stale.TABLES`), in the project :func:`dvc_root`; empty for another file."""
+def rebuilt_upstream(path: Path, root: Path) -> list[str]:
+    """:func:`grueflow.stale.rebuilt_upstream` of the workspace's table that ``path`` (relative to the DVC project
+    ``root``) is a file of (:data:`grueflow.stale.TABLES`); empty for another file."""
     from grueflow import stale
 
-    root = dvc_root() or Path.cwd()
-    path = Path(os.path.relpath(os.path.abspath(target), root))
     first = next((first for first, others in stale.TABLES.items() if path in (first, *others)), None)
     return stale.rebuilt_upstream(root, root / first) if first is not None else []
 
@@ -613,19 +617,18 @@ def note_copied(target: str, revs: Sequence[str]) -> bool:
     return bool(note)
 
 
-def note_edited(target: str, revs: Sequence[str]) -> list[str]:
-    """Say on stderr where ``target``, at one of ``revs``, is a file written with a table
-    (:data:`grueflow.stale.TABLES`: the GRUE table's JSON) whose bytes are not those its stage wrote, by the digests
-    the stage recorded beside it (:func:`grueflow.io.files_record`), or a file of a stage folder that its
-    ``stage.json`` does not vouch for (an evaluation's ``metrics.json`` edited): edited by hand, so its values are
-    no pipeline result. In the workspace (:func:`_edited_here`); at a commit, where the file and its record both
-    read from DVC's cache at that commit (:func:`_edited_at`: a hand edit recorded with ``dvc commit`` and
-    committed). Nothing is said where the record is missing or unreadable (nothing tells). The revisions it was said
-    of."""
-    path = Path(os.path.relpath(os.path.abspath(target)))
+def note_edited(path: Path, revs: Sequence[str], root: Path) -> list[str]:
+    """Say on stderr where ``path`` (relative to the DVC project ``root``, and so named), at one of ``revs``, is a
+    file written with a table (:data:`grueflow.stale.TABLES`: the GRUE table's JSON) whose bytes are not those its
+    stage wrote, by the digests the stage recorded beside it (:func:`grueflow.io.files_record`), or a file of a stage
+    folder that its ``stage.json`` does not vouch for (an evaluation's ``metrics.json`` edited): edited by hand, so
+    its values are no pipeline result. In the workspace (:func:`_edited_here`); at a commit, where the file and its
+    record both read from DVC's cache at that commit (:func:`_edited_at`: a hand edit recorded with ``dvc commit``
+    and committed). Nothing is said where the record is missing or unreadable (nothing tells). The revisions it was
+    said of."""
     noted = []
     for rev in dict.fromkeys(revs):
-        record = _edited_here(path) if rev == "workspace" else _edited_at(rev, path)
+        record = _edited_here(path, root) if rev == "workspace" else _edited_at(rev, path, root)
         if record is None:
             continue
         noted.append(rev)
@@ -641,66 +644,69 @@ def note_edited(target: str, revs: Sequence[str]) -> list[str]:
     return noted
 
 
-def warn_unlike_lock(target: str) -> None:
-    """Say on stderr where the workspace's file ``target`` is an output the workspace's dvc.lock records with another
-    md5 (:func:`grueflow.stale.locked_as_is`: one md5 of the file) while its params and code are as dvc.lock records
-    them (:func:`warn_out_of_date` said nothing of the workspace; the caller checks): not the file DVC built or
-    restored for them, but one built from others and left behind when git alone put them back (``git stash``, ``git
-    checkout`` without ``dvc checkout``; ``dvc status`` lists it as modified). Its values are then not the results of
-    the workspace's params, though a diff against the commit that holds them reads so. A warning, not an error: DVC
-    itself diffs such a file as the workspace's, and the numbers are that file's; only their origin is not what the
-    workspace says. Nothing is said where dvc.lock does not record the file (no stage writes it, or no dvc.lock); the
-    caller leaves out a file already noted as edited by hand or copied from another run."""
+def warn_unlike_lock(path: Path, root: Path) -> None:
+    """Say on stderr where the workspace's file ``path`` (relative to the DVC project ``root``, and so named) is an
+    output the workspace's dvc.lock records with another md5 (:func:`grueflow.stale.locked_as_is`: one md5 of the file)
+    while its params and code are as dvc.lock records them (:func:`warn_out_of_date` said nothing of the workspace; the
+    caller checks): not the file DVC built or restored for them, but one built from others and left behind when git
+    alone put them back (``git stash``, ``git checkout`` without ``dvc checkout``; ``dvc status`` lists it as modified).
+    Its values are then not the results of the workspace's params, though a diff against the commit that holds them
+    reads so. A warning, not an error: DVC itself diffs such a file as the workspace's, and the numbers are that file's;
+    only their origin is not what the workspace says. Nothing is said where dvc.lock does not record the file (no stage
+    writes it, or no dvc.lock); the caller leaves out a file already noted as edited by hand or copied from another
+    run."""
     from grueflow.stale import locked_as_is, locked_stages
 
-    path = Path(os.path.relpath(os.path.abspath(target)))
-    stage, entry = locked_stages(Path("dvc.lock")).get(path.as_posix(), (None, None))
-    if entry is not None and not entry["md5"].endswith(".dir") and not locked_as_is(path, entry):
+    stage, entry = locked_stages(root / "dvc.lock").get(path.as_posix(), (None, None))
+    if entry is not None and not entry["md5"].endswith(".dir") and not locked_as_is(root / path, entry):
         print(f"grueflow diff: warning: the workspace's {path} is not the one the workspace's dvc.lock records (stage "
               f"{stage}'s out): it was built from other params or code (a git stash, or a git checkout without dvc "
               f"checkout?), so its values are not the workspace's results; run dvc checkout (the results dvc.lock "
               f"records) or dvc repro (rebuild them) first", file=sys.stderr)
 
 
-def _edited_here(path: Path) -> Optional[Path]:
-    """The record that the workspace's file ``path`` (relative to the project root) is unlike, where it is a file
-    written with a table (:func:`grueflow.stale.edited_files`) or a stage folder's (:func:`grueflow.keep.unvouched`);
-    None where it is as written, or nothing tells: no record, or a table's file whose bytes the workspace's dvc.lock
-    records where it holds no entry for the table's record (:func:`grueflow.stale.locked_as_is`: an earlier result
-    DVC put back under a ``dvc.yaml`` of before, which restored no record with it)."""
+def _edited_here(path: Path, root: Path) -> Optional[Path]:
+    """The record (relative to ``root``) that the workspace's file ``path`` (relative to the DVC project ``root``) is
+    unlike, where it is a file written with a table (:func:`grueflow.stale.edited_files`) or a stage folder's
+    (:func:`grueflow.keep.unvouched`); None where it is as written, or nothing tells: no record, or a table's file whose
+    bytes the workspace's dvc.lock records where it holds no entry for the table's record
+    (:func:`grueflow.stale.locked_as_is`: an earlier result DVC put back under a ``dvc.yaml`` of before, which restored
+    no record with it)."""
     from grueflow.io import STAGE_RECORD, files_record
     from grueflow.keep import unvouched
     from grueflow.stale import TABLES, edited_files, locked_as_is, locked_outputs
 
     first = next((first for first, others in TABLES.items() if path in (first, *others)), None)
     if first is None:
-        folder = next((folder for folder in path.parents if (folder / STAGE_RECORD).is_file()), None)
-        return folder / STAGE_RECORD if folder is not None and path.is_file() and path in unvouched(folder) else None
-    if not files_record(first).is_file() or path not in edited_files(first, TABLES[first]):
+        folder = next((folder for folder in path.parents if (root / folder / STAGE_RECORD).is_file()), None)
+        return folder / STAGE_RECORD if folder is not None and (root / path).is_file() and \
+            root / path in unvouched(root / folder) else None
+    if not (root / files_record(first)).is_file() or path not in edited_files(first, TABLES[first], root):
         return None
-    locked = locked_outputs(Path("dvc.lock"))
-    if files_record(first).as_posix() not in locked and locked_as_is(path, locked.get(path.as_posix())):
+    locked = locked_outputs(root / "dvc.lock")
+    if files_record(first).as_posix() not in locked and locked_as_is(root / path, locked.get(path.as_posix())):
         return None
     return files_record(first)
 
 
-def _edited_at(rev: str, path: Path) -> Optional[Path]:
-    """The record that the file ``path`` (relative to the project root) is unlike at the git revision ``rev``, both
-    read through DVC at that revision (:func:`_bytes_at`): a table's :func:`grueflow.io.files_record`, or the
-    ``stage.json`` of the nearest folder above it that holds one; None where it is as written, or either does not
-    read (a table of a ``dvc.yaml`` of before, whose record DVC did not track), and for a ``stage.json`` itself."""
+def _edited_at(rev: str, path: Path, root: Path) -> Optional[Path]:
+    """The record (relative to ``root``) that the file ``path`` (relative to the DVC project ``root``) is unlike at
+    the git revision ``rev``, both read through DVC at that revision (:func:`_bytes_at`): a table's
+    :func:`grueflow.io.files_record`, or the ``stage.json`` of the nearest folder above it that holds one; None where
+    it is as written, or either does not read (a table of a ``dvc.yaml`` of before, whose record DVC did not track),
+    and for a ``stage.json`` itself."""
     import hashlib
 
     from grueflow.io import STAGE_RECORD, files_record, written_digests
     from grueflow.stale import TABLES
 
-    content = _bytes_at(rev, path) if path.name != STAGE_RECORD else None  # a record is judged by its own digest
+    content = _bytes_at(rev, path, root) if path.name != STAGE_RECORD else None  # a record is judged by its own digest
     if content is None:
         return None
     digest = hashlib.sha256(content).hexdigest()
     first = next((first for first, others in TABLES.items() if path in (first, *others)), None)
     if first is not None:
-        record = _bytes_at(rev, files_record(first))
+        record = _bytes_at(rev, files_record(first), root)
         try:
             recorded = written_digests(json.loads(record)) if record is not None else None
         except ValueError:
@@ -708,7 +714,7 @@ def _edited_at(rev: str, path: Path) -> Optional[Path]:
         return files_record(first) if recorded and path.as_posix() in recorded and \
             recorded[path.as_posix()] != digest else None
     for folder in path.parents[:-1]:
-        record = _bytes_at(rev, folder / STAGE_RECORD)
+        record = _bytes_at(rev, folder / STAGE_RECORD, root)
         if record is None:
             continue
         try:
@@ -724,15 +730,18 @@ def _edited_at(rev: str, path: Path) -> Optional[Path]:
     return None
 
 
-def _bytes_at(rev: str, path: Path) -> Optional[bytes]:
-    """The bytes of ``path`` at git revision ``rev``, through DVC (a DVC output read from its cache); None where it
-    cannot be read."""
+def _bytes_at(rev: str, path: Path, root: Path) -> Optional[bytes]:
+    """The bytes of ``path`` (relative to the DVC project ``root``) at git revision ``rev``, through DVC (a DVC
+    output read from its cache); None where it cannot be read. DVC's API names a file at a revision relative to the
+    root of the git repository, which is ``root`` or holds it (a project made with ``dvc init --subdir``)."""
     import dvc.api
     from dvc.exceptions import DvcException
     from scmrepo.exceptions import SCMError
 
+    prefix = subprocess.run(["git", "rev-parse", "--show-prefix"], cwd=root, capture_output=True, text=True,
+                            check=False).stdout.strip()  # root's path in the repository: "" at its root
     try:
-        return dvc.api.read(path.as_posix(), rev=rev, mode="rb")
+        return dvc.api.read((Path(prefix) / path).as_posix(), repo=str(root), rev=rev, mode="rb")
     except (OSError, DvcException, SCMError):
         return None
 
@@ -773,13 +782,15 @@ def cmd_diff(args: argparse.Namespace) -> int:
         check_not_in_subfolder("diff", " (or give --target the metrics file's path from here)")
     check_has_commits(args.rev_a, args.rev_b)
     target = metrics_target(args.target)  # as dvc names it: its answer is looked up by that name
+    root = dvc_root() or Path.cwd()
+    path = in_project(target, root)  # as the checks read and name it, from any folder of the project
     if "workspace" in (args.rev_a, args.rev_b) and not Path(target).exists():
         raise CliError(f"there is no {target} in the workspace (dvc would read the last one built from its cache "
                        f"as the workspace's); build it (grueflow run, or dvc repro), or diff two commits")
     # each revision's table: dvc reports absent and null alike, and leaves out a key null on one side and absent on
     # the other (a method added whose score could not be computed); checked before dvc reads it, which ends in its
     # own error on an integer past a float's range
-    tables = {rev: read_at(rev, target) for rev in (args.rev_a, args.rev_b)}
+    tables = {rev: read_at(rev, path, root) for rev in (args.rev_a, args.rev_b)}
     grue = Path(target).name == Path(GRUE_JSON).name
     for rev, table in tables.items():
         problem = grue_table_problem(table, grue) if table is not None else None
@@ -796,11 +807,11 @@ def cmd_diff(args: argparse.Namespace) -> int:
         old, new = (missing_label(tables[rev], key_path(key, read)) for rev in (args.rev_a, args.rev_b))
         if old != new and {old, new} <= {ABSENT, NULL}:
             diff[key] = {"old": None, "new": None}
-    out_of_date = warn_out_of_date((args.rev_a, args.rev_b), target)
+    out_of_date = warn_out_of_date((args.rev_a, args.rev_b), root, path)
     copied = note_copied(target, (args.rev_a, args.rev_b))
-    edited = note_edited(target, (args.rev_a, args.rev_b))
+    edited = note_edited(path, (args.rev_a, args.rev_b), root)
     if "workspace" in (args.rev_a, args.rev_b) and "workspace" not in out_of_date + edited and not copied:
-        warn_unlike_lock(target)
+        warn_unlike_lock(path, root)
     if not diff:
         check_unchanged(target, tables, (args.rev_a, args.rev_b))
         print(f"{target}: no changes between {args.rev_a} and {args.rev_b}")

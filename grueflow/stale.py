@@ -879,17 +879,19 @@ def _changed_after(path: Path, since: int) -> bool:
         return False
 
 
-def edited_files(first: Path, others: Iterable[Path]) -> list[Path]:
-    """The files written with the table ``first`` (``first`` and ``others``) whose bytes are not what their stage
-    wrote: those that differ from the digests it recorded (:func:`grueflow.io.files_record`), or every one there
-    where that record is missing or unreadable (nothing then tells which were edited)."""
+def edited_files(first: Path, others: Iterable[Path], root: Path = Path(".")) -> list[Path]:
+    """The files written with the table ``first`` (``first`` and ``others``, paths relative to the project ``root``;
+    the working folder where none is given) whose bytes are not what their stage wrote: those that differ from the
+    digests it recorded (:func:`grueflow.io.files_record`), or every one there where that record is missing or
+    unreadable (nothing then tells which were edited). As paths relative to ``root``."""
     try:
-        recorded = written_digests(read_json(files_record(first)))
+        recorded = written_digests(read_json(root / files_record(first)))
     except (OSError, ValueError):
         recorded = None
     if recorded is None:
-        return [path for path in (first, *others) if path.is_file()]
-    return [Path(path) for path, digest in recorded.items() if Path(path).is_file() and sha256_bytes(path) != digest]
+        return [path for path in (first, *others) if (root / path).is_file()]
+    return [Path(path) for path, digest in recorded.items()
+            if (root / path).is_file() and sha256_bytes(root / path) != digest]
 
 
 def keep_edited_tables(root: Path, tables: Mapping[Path, Iterable[Path]]) -> list[str]:

@@ -218,6 +218,8 @@ def test_diff_between_two_commits_of_the_grue_table(tmp_path):
                                                     ["sentiment", "zero_shot", "reward", "0.1", "(absent)", "—"]]
     back = run([*CLI, "diff", "HEAD", "HEAD~1"], repo).stdout.splitlines()
     assert back[-1].split() == ["sentiment", "zero_shot", "reward", "(absent)", "0.1", "—"]
+    below = diff_below(repo, "results", "HEAD", "HEAD~1").stdout.splitlines()  # the tables read from the root
+    assert below[-1].split() == ["sentiment", "zero_shot", "reward", "(absent)", "0.1", "—"]
     commit_table(repo, {"sentiment": {"ppo": {"reward": 0.75, "lexical/bleu": None}, "nlpo": {"reward": None}},
                         "grue_score": {"ppo": None}}, "nlpo added, its reward null")
     added = run([*CLI, "diff", "HEAD~1", "HEAD"], repo).stdout.splitlines()  # dvc itself lists no change here
@@ -485,6 +487,65 @@ def test_diff_warns_of_results_whose_upstream_stage_was_rebuilt_without_them(tmp
         "sentiment", "ppo", "reward", "0.5", "0.75", "+0.25"]
 
 
+def diff_below(repo: Path, folder: str, *args: str, target: str = "results/grue_table.json"):
+    """``grueflow diff args`` run from the subfolder ``folder`` of ``repo`` (made where missing), with ``--target``
+    given from there as the path of ``target`` (relative to ``repo``)."""
+    below = repo / folder
+    below.mkdir(parents=True, exist_ok=True)
+    return run([*CLI, "diff", *args, "--target", os.path.relpath(repo / target, below)], below)
+
+
+def test_diff_from_a_subfolder_warns_as_from_the_project_root(tmp_path):
+    """A param changed and `dvc repro` stopped after the stage that reads it, committed: from the root, diff HEAD~1
+    HEAD warned that HEAD's results are out of date; from results/ (``--target grue_table.json``) or stages/
+    (``--target ../results/grue_table.json``) it said only "no changes", for dvc.lock and the files it names were
+    read relative to the working folder. Every check reads them from the project's root: the same warning, naming
+    the same files, from any folder, at a commit and in the workspace."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git_init(repo)
+    run(["dvc", "init", "-q"], repo)
+    (repo / "params.yaml").write_text("reward: 0.5\n")
+    (repo / "train.py").write_text(
+        "import os, yaml\nos.makedirs('results/model', exist_ok=True)\n"
+        "open('results/model/weights.txt', 'w').write(str(yaml.safe_load(open('params.yaml'))['reward']))\n")
+    (repo / "make_table.py").write_text(
+        "import json\nreward = float(open('results/model/weights.txt').read())\n"
+        "json.dump({'sentiment': {'ppo': {'reward': reward}}}, open('results/grue_table.json', 'w'))\n")
+    (repo / "dvc.yaml").write_text(f"stages:\n  train:\n    cmd: {sys.executable} train.py\n    deps: [train.py]\n"
+                                   f"    params: [reward]\n    outs: [results/model]\n"
+                                   f"  table:\n    cmd: {sys.executable} make_table.py\n"
+                                   f"    deps: [make_table.py, results/model]\n    params: [reward]\n"
+                                   f"    metrics: [results/grue_table.json]\n")
+    run(["dvc", "repro", "-q"], repo)
+    run(["git", "add", "-A"], repo)
+    run(["git", "commit", "-qm", "results"], repo)
+    (repo / "params.yaml").write_text("reward: 0.75\n")
+    run(["dvc", "repro", "-q", "train"], repo)  # a repro stopped before the table
+    run(["git", "commit", "-qam", "reward 0.75, table not rebuilt"], repo)
+    at_head = ("grueflow diff: warning: the results at HEAD are out of date: params.yaml changed after dvc.lock was "
+               "written (its stages were not rerun); results/model was rebuilt after the stages that read it last ran "
+               "(table was not rerun: a dvc repro stopped before it?); the diff compares the results as built, so "
+               "rerun them (dvc repro, then commit) to see the change's effect\n")
+    assert run([*CLI, "diff", "HEAD~1", "HEAD"], repo).stderr == at_head
+    for folder, shown in (("results", "grue_table.json"), ("stages", "../results/grue_table.json")):
+        result = diff_below(repo, folder, "HEAD~1", "HEAD")
+        assert (result.stdout, result.stderr) == (f"{shown}: no changes between HEAD~1 and HEAD\n", at_head), folder
+    (repo / "train.py").write_text((repo / "train.py").read_text() + "# edited\n")  # a code dep, in the workspace
+    here = run([*CLI, "diff", "HEAD", "workspace"], repo).stderr
+    assert here.startswith(at_head) and here.endswith(  # HEAD's line, then the workspace's
+        "\ngrueflow diff: warning: the results in the workspace are out of date: params.yaml, train.py changed after "
+        "dvc.lock was written (its stages were not rerun); results/model was rebuilt after the stages that read it "
+        "last ran (table was not rerun: a dvc repro stopped before it?); the diff compares the results as built, so "
+        "rerun them (dvc repro) to see the change's effect\n"), here
+    assert diff_below(repo, "results", "HEAD", "workspace").stderr == here
+    run(["dvc", "repro", "-q"], repo)
+    run(["git", "commit", "-qam", "rebuilt"], repo)
+    result = diff_below(repo, "stages", "HEAD~2", "HEAD")
+    assert result.stderr == "" and result.stdout.splitlines()[-1].split() == [
+        "sentiment", "ppo", "reward", "0.5", "0.75", "+0.25"]
+
+
 def test_diff_warns_of_a_workspace_table_built_from_stage_folders_rebuilt_since(tmp_path, monkeypatch, capsys):
     """A model folder rebuilt (a stage run by hand) after its evaluation was built, or an evaluation rebuilt after the
     table: dvc.lock knows nothing of it, and the table's values are not those of the folders there now. What the
@@ -514,10 +575,11 @@ def test_diff_warns_of_a_workspace_table_built_from_stage_folders_rebuilt_since(
         csv.write_text("task,method,n_seeds,reward\nsentiment,ppo,1,0.5\n")
         table.write_text(json.dumps({"sentiment": {"ppo": {"reward": 0.5}}}))
     assert rebuilt_upstream(tmp_path, tmp_path / "results/grue_table.csv") == []
-    assert warn_out_of_date(["workspace"], "results/grue_table.json") == [] and capsys.readouterr().err == ""
+    assert warn_out_of_date(["workspace"], tmp_path, Path("results/grue_table.json")) == []
+    assert capsys.readouterr().err == ""
     train("0.75")
     assert rebuilt_upstream(tmp_path, tmp_path / "results/grue_table.csv") == ["results/sentiment/ppo/seed0/model"]
-    assert warn_out_of_date(["HEAD", "workspace"], "results/grue_table.json") == ["workspace"]
+    assert warn_out_of_date(["HEAD", "workspace"], tmp_path, Path("results/grue_table.json")) == ["workspace"]
     assert capsys.readouterr().err == (
         "grueflow diff: warning: the results in the workspace are out of date: results/sentiment/ppo/seed0/model "
         "changed after the stages that read it were built (their stage records hold another digest: a stage run by "
@@ -525,7 +587,7 @@ def test_diff_warns_of_a_workspace_table_built_from_stage_folders_rebuilt_since(
         "or grueflow run) to see the change's effect\n")
     evaluate(0.75)
     assert rebuilt_upstream(tmp_path, tmp_path / "results/grue_table.csv") == ["results/eval/sentiment/ppo/seed0"]
-    assert warn_out_of_date(["workspace"], "scores.json") == [] and capsys.readouterr().err == ""
+    assert warn_out_of_date(["workspace"], tmp_path, Path("scores.json")) == [] and capsys.readouterr().err == ""
 
 
 def test_diff_in_a_repository_without_commits_says_so_in_one_line(tmp_path):
@@ -579,6 +641,7 @@ def test_diff_warns_of_a_workspace_table_that_git_alone_left_from_other_params(t
     result = run([*CLI, "diff", "HEAD", "workspace"], repo)
     assert result.stderr == warning
     assert result.stdout.splitlines()[-1].split() == ["sentiment", "ppo", "reward", "0.5", "0.75", "+0.25"]
+    assert diff_below(repo, "results", "HEAD", "workspace").stderr == warning  # dvc.lock read from the root
     result = run([*CLI, "diff", "lr2", "workspace"], repo)
     assert (result.stdout, result.stderr) == ("results/grue_table.json: no changes between lr2 and workspace\n",
                                               warning)
@@ -1136,6 +1199,10 @@ def test_diff_of_a_stage_folders_file_edited_by_hand_says_it_is_no_pipeline_resu
         f"{folder / 'stage.json'} records of it, so its workspace values are no pipeline result; rebuild it (dvc "
         f"repro, or grueflow run) for the pipeline's values\n")
     assert shown.out.splitlines()[-1].split() == ["reward", "0.5", "0.75", "+0.25"]
+    (repo / "Snakefile").touch()  # what marks a project's root, which the stage records name paths from
+    monkeypatch.chdir(repo / folder)  # the same note, naming the same files, from the stage folder
+    assert main(["diff", "HEAD", "workspace", "--target", "metrics.json"]) == 0
+    assert capsys.readouterr().err == shown.err
 
 
 def test_diff_with_a_table_edited_in_the_workspace_says_it_is_no_pipeline_result(tmp_path, monkeypatch, capsys):
@@ -1176,6 +1243,10 @@ def test_diff_with_a_table_edited_in_the_workspace_says_it_is_no_pipeline_result
         "the digest recorded in results/.grue_table.csv.record.json, so its workspace values are no pipeline result; "
         "rebuild it (dvc repro, or grueflow run) for the pipeline's values\n")
     assert shown.out.splitlines()[-1].split() == ["sentiment", "ppo", "reward", "0.5", "0.99", "+0.49"]
+    monkeypatch.chdir(repo / "results")  # the same note from results/
+    assert main(["diff", "HEAD", "workspace", "--target", "grue_table.json"]) == 0
+    assert capsys.readouterr().err == shown.err
+    monkeypatch.chdir(repo)
     (repo / "params.yaml").write_text("reward: 0.75\n")
     run(["dvc", "repro", "-q"], repo)  # a new table, and its record
     run(["git", "commit", "-qam", "a better reward"], repo)
@@ -1226,6 +1297,10 @@ def test_diff_between_commits_notes_a_side_whose_file_is_unlike_its_record(tmp_p
         "there are no pipeline result; rebuild it (dvc repro, which names the stage to rerun) and commit for the "
         "pipeline's values\n")
     assert shown.out.splitlines()[-1].split() == ["sentiment", "ppo", "reward", "-0.1562", "-0.9563", "-0.8"]
+    monkeypatch.chdir(repo / "results")  # each side read through DVC from the root: the same note from results/
+    assert main(["diff", "HEAD~1", "HEAD", "--target", "grue_table.json"]) == 0
+    assert capsys.readouterr().err == shown.err
+    monkeypatch.chdir(repo)
     assert main(["diff", "HEAD~1", "HEAD", "--target", str(metrics)]) == 0
     assert capsys.readouterr().err == (
         f"grueflow diff: note: {metrics} at HEAD is not what its stage wrote (edited by hand, then dvc commit?): it "
