@@ -439,13 +439,15 @@ def load_suite(data: dict[str, Any], where: str = "suite") -> Suite:
 
 def check_preference_cycle(path: str, where: str, task: str, task_cfg: TaskConfig, suite: config.SuiteConfig) -> None:
     """Raise ConfigError where ``path``, the preference set ``preference_files`` gives ``task``, lies in the import of
-    a human-evaluation batch of ``task`` that compares a method trained on that file: a preference method (``dpo``,
+    a human-evaluation batch of ``task`` (as :func:`project_relative` writes it: a link to the import's file is that
+    file) that compares a method trained on that file: a preference method (``dpo``,
     ``supervised+dpo``) trains on it, and where the task's reward names its own ``train_reward_model`` folder every
     method's training or evaluation reads the reward model trained on it. The import needs that method's evaluation
     and the evaluation needs the import: Snakemake reports a bare cycle, drops one of its edges and plans on. The
     batch is ``<a>_vs_<b>_seed<n>`` (methods a and b) or ``likert_seed<n>`` (every method of the suite)."""
     pattern = re.escape(STAGES["import_human_eval"].outputs["out"]).replace(r"\{task\}", re.escape(task))
-    found = re.fullmatch(pattern.replace(r"\{batch\}", "(?P<batch>[^/]+)") + "/[^/]+", project_relative(path))
+    relative = project_relative(path)
+    found = re.fullmatch(pattern.replace(r"\{batch\}", "(?P<batch>[^/]+)") + "/[^/]+", relative)
     if found is None:
         return
     batch, methods = found["batch"], suite.methods
@@ -462,7 +464,8 @@ def check_preference_cycle(path: str, where: str, task: str, task_cfg: TaskConfi
         return
     how = "trains on that file" if trained.removeprefix("supervised+") in suite.preference_methods else \
         f"is scored with {own_model}, trained on that file"
-    raise ConfigError(f"{where}: {path!r} is the import of batch {batch}, which compares {trained}, and {trained} "
+    given = repr(path) if relative == written_relative(path) else f"{path!r} (a link to {relative})"
+    raise ConfigError(f"{where}: {given} is the import of batch {batch}, which compares {trained}, and {trained} "
                       f"{how}: a cycle (the import needs {trained}'s evaluation, which needs the import); copy the "
                       f"preferences.jsonl outside results/ (e.g. data/preferences/{task}.jsonl) and give that copy, "
                       f"for the next round")
@@ -489,7 +492,7 @@ def check_preference_file(path: str, where: str, task: str) -> None:
         raise ConfigError(f"{where}: {path!r} holds the human judgements of task {other}, not of task {task}; give "
                           f"task {task}'s (a human-evaluation import writes results/human/{task}/imported/<batch>/"
                           f"preferences.jsonl), or remove the entry to build {task}'s preferences with build_preferences")
-    if not Path(path).exists() and Path(os.path.normpath(path)).parts[:1] != ("results",):
+    if not Path(path).exists() and Path(project_relative(path)).parts[:1] != ("results",):
         raise ConfigError(f"{where}: {path!r} does not exist (relative paths are read from {Path.cwd()}); give a "
                           f"preferences.jsonl (a human-evaluation import writes results/human/{task}/imported/"
                           f"<batch>/preferences.jsonl), or remove the entry to build {task}'s preferences with "
@@ -499,39 +502,107 @@ def check_preference_file(path: str, where: str, task: str) -> None:
 def preference_file_task(path: str) -> Optional[str]:
     """The task whose human judgements the preference file ``path`` holds, where something tells: the task its
     human-evaluation import recorded (``params.task`` in the ``stage.json`` of the ``import_human_eval`` folder it
-    lies in), else ``<task>`` of a path under ``results/human/<task>/`` (relative to the project's root, or an
-    absolute path into it); None for any other file."""
-    record = Path(path).parent / STAGE_RECORD
-    try:
-        found = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else None
-    except (OSError, ValueError):  # a damaged record is the import's readers' to refuse
-        found = None
-    if isinstance(found, dict) and found.get("stage") == "import_human_eval" and isinstance(found.get("params"), dict):
-        recorded = found["params"].get("task")
-        if isinstance(recorded, str) and recorded:
-            return recorded
-    absolute = Path(os.path.abspath(path))
-    parts = absolute.relative_to(Path.cwd()).parts if absolute.is_relative_to(Path.cwd()) else ()
+    lies in, as given or with its links followed), else ``<task>`` of a path under ``results/human/<task>/`` as
+    :func:`project_relative` writes it (relative to the project's root, an absolute path into it, or a link into
+    it); None for any other file."""
+    real = followed(path)
+    for folder in dict.fromkeys((Path(path).parent, Path(real or path).parent)):  # a link's target's too
+        record = folder / STAGE_RECORD
+        try:
+            found = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else None
+        except (OSError, ValueError):  # a damaged record is the import's readers' to refuse
+            found = None
+        if isinstance(found, dict) and found.get("stage") == "import_human_eval" and isinstance(found.get("params"),
+                                                                                                dict):
+            recorded = found["params"].get("task")
+            if isinstance(recorded, str) and recorded:
+                return recorded
+    parts = Path(project_relative(path)).parts
     return parts[2] if len(parts) > 3 and parts[:2] == ("results", "human") else None
 
 
 TRAINED_CLASSIFIER = re.compile(r"results/([^/]+)/classifier/model/?")  # the train_classifier stage's model folder
 
 
+FOLDER_OUTPUTS = ("out", "batch")  # the stage table's names of a stage's folder output (a pairwise batch's: batch)
+FOLDER_TEMPLATES = [stage.outputs[name] for stage in STAGES.values() for name in FOLDER_OUTPUTS
+                    if name in stage.outputs]
+STAGE_FOLDERS = [re.compile(re.sub(r"\\\{\w+\\\}", "[^/]+", re.escape(template))) for template in FOLDER_TEMPLATES]
+STAGE_ROOTS = sorted({Path(template).parts[0] for template in FOLDER_TEMPLATES})  # the folders they lie in: results
+
+
+def stage_folder_of(relative: str, itself: bool = False) -> Optional[str]:
+    """The innermost stage folder (a folder output of the stage table, any wildcard values) that the path
+    ``relative``, normalised and relative to the project's root, lies in (``itself``: or is); None for a path in no
+    stage folder."""
+    parts = Path(relative).parts
+    for end in range(len(parts) if itself else len(parts) - 1, 0, -1):
+        folder = "/".join(parts[:end])
+        if any(pattern.fullmatch(folder) for pattern in STAGE_FOLDERS):
+            return folder
+    return None
+
+
+def stage_folder_holding(path: str) -> Optional[str]:
+    """The stage folder a rule writes that ``path`` lies in (:func:`stage_folder_of`), written as
+    :func:`project_relative` writes ``path`` (so a link of the user's into one is that folder too); None for a path
+    in no stage folder. A file inside a rule's ``directory()`` output is no output of that rule to Snakemake,
+    which plans no job for it: a rule that reads such a file takes the folder as its input, so the job that writes
+    the folder runs first, and reruns what reads it when it is rebuilt."""
+    return stage_folder_of(project_relative(path))
+
+
 def project_relative(path: str) -> str:
-    """``path`` normalised, written relative to the working folder (the project root, where the engines and the
-    stages run) when it is an absolute or ``~`` path inside it: the form a rule matches a stage's output by, so that
-    ``/abs/project/results/t/classifier/model`` is the train_classifier output ``results/t/classifier/model``. A
-    path outside the project is returned normalised, as given."""
+    """``path`` in the form a rule matches a stage's output by, normalised: relative to the working folder (the
+    project root, where the engines and the stages run) when it is an absolute or ``~`` path inside it, so that
+    ``/abs/project/results/t/classifier/model`` is the train_classifier output ``results/t/classifier/model``; and
+    where it is or lies in no stage folder (:func:`stage_folder_of`) as written but does with its links followed
+    (``data/prefs.jsonl``, a link of the user's to an import's ``preferences.jsonl``; ``models/rm``, one to a
+    reward-model folder), that stage folder's path: what a stage wrote is read through the link, so the job that
+    writes it is planned and its checks apply as for the path itself. The path as written wins where it is or lies
+    in a stage folder (``results/`` itself may be a link, to a scratch disk). Any other path is returned
+    normalised, as given."""
+    written = written_relative(path)
+    if stage_folder_of(written, itself=True) is not None:
+        return written
+    real = followed(path)
+    relative = inside_project(real) if real is not None else None
+    return relative if relative is not None and stage_folder_of(relative, itself=True) is not None else written
+
+
+def followed(path: str) -> Optional[str]:
+    """``path`` (``~`` expanded) absolute with every link followed; None where it cannot be a path (a NUL)."""
+    try:
+        return os.path.realpath(os.path.expanduser(path))
+    except ValueError:
+        return None
+
+
+def written_relative(path: str) -> str:
+    """``path`` normalised, relative to the working folder when it is an absolute or ``~`` path inside it (as
+    named, else with its links followed); else as given: :func:`project_relative` with no link inside the project
+    followed."""
     expanded = os.path.expanduser(path)
     if os.path.isabs(expanded):
-        roots = {os.getcwd(), os.path.realpath(os.getcwd())}
-        for candidate in dict.fromkeys((os.path.normpath(expanded), os.path.realpath(expanded))):
-            for root in roots:
-                relative = os.path.relpath(candidate, root)
-                if relative != ".." and not relative.startswith("../"):
-                    return os.path.normpath(relative)
+        for candidate in dict.fromkeys((os.path.normpath(expanded), followed(path))):
+            relative = inside_project(candidate) if candidate is not None else None
+            if relative is not None:
+                return relative
     return os.path.normpath(path)
+
+
+def inside_project(absolute: str) -> Optional[str]:
+    """The absolute path ``absolute`` relative to the working folder (the project root), normalised, where it lies
+    inside it: under the working folder as named or with its links followed, or under one of
+    :data:`STAGE_ROOTS` with its links followed (``results/``, a link to a scratch disk); None for a path
+    outside."""
+    roots = {os.getcwd(): ".", os.path.realpath(os.getcwd()): "."}
+    roots |= {os.path.realpath(root): root for root in STAGE_ROOTS}
+    for root, written in roots.items():
+        relative = os.path.relpath(absolute, root)
+        if relative != ".." and not relative.startswith("../"):
+            return os.path.normpath(os.path.join(written, relative))
+    return None
 
 
 def check_classifiers_trained(task_file: Path, task: TaskConfig, tasks: dict[str, TaskConfig]) -> None:
@@ -652,7 +723,8 @@ def validate(path: Path, engine: str = "snakemake") -> Suite:
 
 def check_stage_models_for_dvc(suite: Suite) -> None:
     """Raise ConfigError where a task's reward component or metric names, as a string arg (``reward_model``'s
-    ``path``, ``learned_classifier``'s ``model``), a path inside ``results/``: a model one of grueflow's stages
+    ``path``, ``learned_classifier``'s ``model``), a path inside ``results/`` (as :func:`project_relative` writes it:
+    a link into a stage folder there too): a model one of grueflow's stages
     trains there (``train_reward_model``, ``train_classifier``). ``dvc.yaml`` tracks a local file a task names as a
     dependency of the stages that read it, but nothing inside ``results/``, and it has no edge from those stages to
     the ones that score with the model: ``dvc repro`` would run RL before the model exists, and never rerun RL when
@@ -662,9 +734,11 @@ def check_stage_models_for_dvc(suite: Suite) -> None:
         named += [(f"metric {m.id!r}", m.args) for m in task.metrics]
         for what, args in named:
             for key, value in args.items():
-                if isinstance(value, str) and Path(project_relative(value)).parts[:1] == ("results",):
+                relative = project_relative(value) if isinstance(value, str) else ""
+                if Path(relative).parts[:1] == ("results",):
+                    given = repr(value) if relative == written_relative(value) else f"{value!r} (a link to {relative})"
                     raise ConfigError(
-                        f"{Path(suite.config.params_dir) / 'tasks' / (name + '.yaml')}: {what} args.{key} {value!r} "
+                        f"{Path(suite.config.params_dir) / 'tasks' / (name + '.yaml')}: {what} args.{key} {given} "
                         f"is a model a grueflow stage trains in results/; dvc.yaml has no edge from that stage to the "
                         f"ones that score with it (dvc repro would run RL before it exists, and never again once it "
                         f"is retrained); run this suite with snakemake, which plans it, or copy the trained folder "

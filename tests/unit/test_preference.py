@@ -645,3 +645,60 @@ def test_a_suites_preference_file_of_another_tasks_import_is_refused(tmp_path, m
         check_preference_file("data/prefs/preferences.jsonl", "suite", "sentiment")
     check_preference_file("data/prefs/preferences.jsonl", "suite", "concepts")
     check_preference_file("results/human/sentiment/imported/b/preferences.jsonl", "suite", "sentiment")
+
+
+def test_a_path_linked_into_a_stage_folder_is_that_stage_folders_path(tmp_path, monkeypatch):
+    """A suite's path given as a link of the user's to a stage's file (``data/preferences/sentiment.jsonl`` to an
+    import's ``preferences.jsonl``) or folder (``models/rm`` to a reward-model folder) was read as written: the
+    Snakefile planned no import (DPO trained on the judgements new answers no longer matched) and no
+    train_reward_model, and the checks of the file's task and of a cycle passed it. It is read as the stage folder's
+    path now; the path as written wins where it lies in a stage folder itself (``results/`` a link elsewhere)."""
+    from types import SimpleNamespace
+
+    from grueflow.config import ConfigError, SuiteConfig
+    from grueflow.params import check_preference_cycle, check_preference_file, project_relative, stage_folder_holding
+
+    monkeypatch.chdir(tmp_path)
+    imported = "results/human/{}/imported/supervised_vs_dpo_seed0"
+    for task in ("sentiment", "concepts"):
+        (tmp_path / imported.format(task)).mkdir(parents=True)
+        (tmp_path / imported.format(task) / "preferences.jsonl").write_text("")
+    (tmp_path / "data" / "preferences").mkdir(parents=True)
+    link = tmp_path / "data" / "preferences" / "sentiment.jsonl"
+    link.symlink_to(f"../../{imported.format('sentiment')}/preferences.jsonl")
+    (tmp_path / "data" / "imports").symlink_to("../results/human/sentiment/imported", target_is_directory=True)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "rm").symlink_to("../results/sentiment/reward_model")  # not trained yet: leads nowhere
+    (tmp_path / "data" / "lexicon.txt").write_text("")
+    (tmp_path / "data" / "lexicon_link.txt").symlink_to("lexicon.txt")
+    file = imported.format("sentiment") + "/preferences.jsonl"
+    assert project_relative("data/preferences/sentiment.jsonl") == file
+    assert project_relative(str(link)) == file
+    assert project_relative("data/imports/supervised_vs_dpo_seed0/preferences.jsonl") == file  # a linked folder
+    assert project_relative("models/rm") == "results/sentiment/reward_model"
+    assert project_relative("./models/rm/model") == "results/sentiment/reward_model/model"
+    assert project_relative("data/lexicon_link.txt") == "data/lexicon_link.txt"  # no stage folder: as written
+    assert stage_folder_holding("data/preferences/sentiment.jsonl") == imported.format("sentiment")
+    assert stage_folder_holding("models/rm/model") == "results/sentiment/reward_model"
+    assert stage_folder_holding("data/lexicon_link.txt") is None
+
+    suite = parse(SuiteConfig, {"tasks": ["sentiment"], "algorithms": [], "preference_methods": ["dpo"]}, "suite")
+    plain = SimpleNamespace(reward=SimpleNamespace(components=()))
+    with pytest.raises(ConfigError, match=re.escape(
+            f"suite: 'data/preferences/sentiment.jsonl' (a link to {file}) is the import of batch "
+            "supervised_vs_dpo_seed0, which compares dpo, and dpo trains on that file: a cycle")):
+        check_preference_cycle("data/preferences/sentiment.jsonl", "suite", "sentiment", plain, suite)
+    (tmp_path / "data" / "preferences" / "concepts.jsonl").symlink_to(
+        f"../../{imported.format('concepts')}/preferences.jsonl")
+    with pytest.raises(ConfigError, match="holds the human judgements of task concepts, not of task sentiment"):
+        check_preference_file("data/preferences/concepts.jsonl", "suite", "sentiment")
+    (tmp_path / "data" / "preferences" / "later.jsonl").symlink_to(  # an import the same run writes first
+        "../../results/human/sentiment/imported/likert_seed0/preferences.jsonl")
+    check_preference_file("data/preferences/later.jsonl", "suite", "sentiment")
+
+    scratch = tmp_path.parent / f"{tmp_path.name}-scratch"  # results/ a link to another disk
+    (tmp_path / "results").rename(scratch)
+    (tmp_path / "results").symlink_to(scratch, target_is_directory=True)
+    assert project_relative(file) == file
+    assert project_relative(str(scratch / "sentiment" / "reward_model")) == "results/sentiment/reward_model"
+    assert project_relative("data/preferences/sentiment.jsonl") == file  # through results/'s link too

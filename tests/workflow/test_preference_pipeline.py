@@ -60,17 +60,21 @@ def test_snakemake_and_dvc_run_the_preference_loop_into_the_grue_table(tmp_path)
         assert (snakemake / "results" / "sentiment" / name).read_bytes() == (dvc / "results" / "sentiment" / name).read_bytes()
 
 
-@pytest.mark.parametrize("form", ["relative", "absolute"])
+@pytest.mark.parametrize("form", ["relative", "absolute", "link"])
 def test_a_reward_model_named_in_a_task_reward_is_trained_before_the_stages_that_score_with_it(tmp_path, form):
     """Named by its absolute path inside the project, the reward model planned no train_reward_model: Snakemake
-    stopped on the missing input folder."""
+    stopped on the missing input folder. Named through a link of the user's to it (models/rm), it planned none
+    either."""
     repo = copy_project(tmp_path / "repo")
     (repo / "params" / "suite.yaml").write_text(SUITE.replace("algorithms: []", "algorithms: [ppo]"))
     task = repo / "params" / "tasks" / "sentiment.yaml"
     text = task.read_text()
     assert "    - {metric: lexicon_sentiment, weight: 1.0}\n" in text
     model = "results/sentiment/reward_model/model"
-    path = str(repo / model) if form == "absolute" else model
+    path = {"relative": model, "absolute": str(repo / model), "link": "models/rm"}[form]
+    if form == "link":  # not trained yet: the link leads nowhere until train_reward_model runs
+        (repo / "models").mkdir()
+        (repo / "models" / "rm").symlink_to(f"../{model}")
     task.write_text(text.replace("    - {metric: lexicon_sentiment, weight: 1.0}\n", "    - {metric: reward_model, weight: 1.0, "
                                  f"args: {{path: {path}}}}}\n"))
     with (repo / "params" / "methods" / "preferences.yaml").open("a") as handle:  # preferences from the lexicon, not the model
@@ -96,10 +100,13 @@ def test_a_suites_preference_file_replaces_build_preferences(tmp_path):
     assert result.stdout.count("--preferences data/human/preferences.jsonl") == 3  # reward model, dpo, supervised+dpo
 
 
-def test_new_answers_in_a_human_import_named_by_preference_files_rerun_the_import_and_dpo(tmp_path):
+@pytest.mark.parametrize("given", ["as written", "through a link"])
+def test_new_answers_in_a_human_import_named_by_preference_files_rerun_the_import_and_dpo(tmp_path, given):
     """preference_files naming a human-evaluation import's preferences.jsonl (a file inside the import rule's folder
     output): the import is an input of train_reward_model and of both dpo runs, so that a GRUE-table build imports a
-    new answer first; with no preference file in it, the stale import's line names the target that reimports it."""
+    new answer first; with no preference file in it, the stale import's line names the target that reimports it.
+    Named through a link of the user's to that file (data/preferences/sentiment.jsonl), the import was planned by no
+    build, and DPO trained on the judgements the answers no longer matched."""
     repo = copy_project(tmp_path / "repo")
     batch, methods = "supervised_vs_zero_shot_seed0", ("supervised", "zero_shot")
     for method in methods:  # evaluate outputs faked: the export reads their predictions alone
@@ -120,6 +127,12 @@ def test_new_answers_in_a_human_import_named_by_preference_files_rerun_the_impor
         store.append("alice", item["item_id"], {"choice": "A"})
     run(["snakemake", "--cores", "1", imported, "--allowed-rules", "import_human_eval"], repo)
     assert (repo / imported / "preferences.jsonl").read_text().count('"alice"') == len(pairwise.items)
+    preferences = f"{imported}/preferences.jsonl"
+    if given == "through a link":
+        preferences = "data/preferences/sentiment.jsonl"
+        (repo / "data" / "preferences").mkdir(parents=True)
+        (repo / preferences).symlink_to(f"../../{imported}/preferences.jsonl")
+        (repo / "params" / "suite.yaml").write_text(SUITE + f"preference_files: {{sentiment: {preferences}}}\n")
 
     store.append("carol", pairwise.items[0]["item_id"], {"choice": "B"})  # a new answer, not imported yet
     result = run(["snakemake", "-n", "-p", "--cores", "1", "results/grue_table.csv", "results/sentiment/reward_model"],
@@ -133,7 +146,7 @@ def test_new_answers_in_a_human_import_named_by_preference_files_rerun_the_impor
     assert len(readers) == 3  # reward model, dpo, supervised+dpo
     for block in readers:
         assert imported in block.split("output:")[0].split("input:")[1]
-        assert f"--preferences {imported}/preferences.jsonl " in block
+        assert f"--preferences {preferences} " in block
     assert "human_eval_table" not in result.stdout
     (repo / "params" / "suite.yaml").write_text(SUITE)  # the import is no input of rule all's stages now
     result = run(["snakemake", "-n", "--cores", "1", "results/grue_table.csv"], repo)

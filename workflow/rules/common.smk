@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 from grueflow import plugins
 from grueflow.config import ConfigError, method_name, read_yaml
-from grueflow.params import load_suite, project_relative
+from grueflow.params import FOLDER_OUTPUTS, load_suite, project_relative, stage_folder_holding
 from grueflow.pipeline import (STAGES, ParamsSource, datapool_files, files_in, method_layers, outside_code_digest,
                                params_digest, scorer_files)
 from grueflow.stale import content_digest, stale_token
@@ -98,9 +98,6 @@ def task_file(w):
     return str(PARAMS / "tasks" / f"{w.task}.yaml")
 
 
-FOLDER_OUTPUTS = ("out", "batch")  # the stage table's names of a stage's folder output (a pairwise batch's: batch)
-
-
 def stage_folders():
     """Every stage folder the suite's rules may write: each stage's folder template over the suite's tasks, methods
     and seeds, and the human batches' names (HUMAN_BATCHES, human.smk: imports and pairwise batches included)."""
@@ -170,24 +167,6 @@ def local_files(stage):
 def output_of(stage, name="out"):
     """The path template of a stage's output ``name`` (``out``: the stage folder), from the stage table."""
     return STAGES[stage].outputs[name]
-
-
-STAGE_FOLDERS = [re.compile(re.sub(r"\\\{\w+\\\}", "[^/]+", re.escape(stage.outputs[name])))
-                 for stage in STAGES.values() for name in FOLDER_OUTPUTS if name in stage.outputs]
-
-
-def stage_folder_holding(path):
-    """The stage folder a rule writes (a folder output of the stage table, any wildcard values) that ``path`` lies
-    in, the innermost such folder, written as :func:`grueflow.params.project_relative` writes ``path``; None for a
-    path in no stage folder. A file inside a rule's ``directory()`` output is no output of that rule to Snakemake,
-    which plans no job for it: a rule that reads such a file takes the folder as its input, so the job that writes
-    the folder runs first, and reruns what reads it when it is rebuilt."""
-    parts = Path(project_relative(str(path))).parts
-    for end in range(len(parts) - 1, 0, -1):
-        folder = "/".join(parts[:end])
-        if any(pattern.fullmatch(folder) for pattern in STAGE_FOLDERS):
-            return folder
-    return None
 
 
 def task_slice(stage):
@@ -304,8 +283,8 @@ def reward_models(w):
     """Reward-model folders a task's reward names (metric reward_model), and the classifier folders
     its reward or metrics name (:func:`classifiers`): inputs of the stages that score with them, so Snakemake
     trains them first; ``.../reward_model/model`` maps to the stage folder. A path is read as
-    :func:`grueflow.params.project_relative` writes it: an absolute one inside the project is its relative
-    ``results/`` form, the train_reward_model output it names."""
+    :func:`grueflow.params.project_relative` writes it: an absolute one inside the project, or a link of the user's
+    into a stage folder (``models/rm``), is its relative ``results/`` form, the train_reward_model output it names."""
     components = plugins.reward_components(params_file(task_file(w)))
     paths = [project_relative(str((c.get("args") or {}).get("path", ""))) for c in components
              if c.get("metric") == "reward_model" and (c.get("args") or {}).get("path")]
@@ -318,8 +297,8 @@ CLASSIFIER_MODEL = re.compile(re.escape(output_of("train_classifier")).replace(r
 
 def classifiers(w):
     """train_classifier folders (results/<task>/classifier) whose model/ a task's learned_classifier reward
-    components or metrics name as args.model (relative, or absolute inside the project); another path (a hub id, a
-    local folder) is not built."""
+    components or metrics name as args.model (relative, absolute inside the project, or a link to it); another path
+    (a hub id, a local folder) is not built."""
     cfg = params_file(task_file(w))
     named = [(c.get("metric"), c.get("args")) for c in plugins.reward_components(cfg)]
     named += [(m.get("id"), m.get("args")) for m in cfg.get("metrics") or []]

@@ -18,7 +18,8 @@ IMPORT_FOLDER = re.compile(re.escape(output_of("import_human_eval")).replace(r"\
                            .replace(r"\{batch\}", "(?P<batch>[^/]+)"))
 PREFERENCE_BATCHES = {(m["task"], m["batch"]) for m in (IMPORT_FOLDER.fullmatch(stage_folder_holding(path) or "")
                                                         for path in SUITE.config.preference_files.values()) if m}
-# (task, batch) of each import whose preferences.jsonl preference_files names: rule all builds it, its batch and key
+# (task, batch) of each import whose preferences.jsonl preference_files names (as written or through a link):
+# rule all builds it, its batch and key
 
 
 def human_target(path):

@@ -7,8 +7,9 @@ PREFERENCE_TARGETS = expand("results/{task}/reward_model", task=TASKS) if PREFER
 def preferences_input(w):
     """The task's preference set as an input: the suite's preference_files[<task>] (people), else build_preferences'
     folder. A given file inside a stage folder (a human-evaluation import's ``results/human/<task>/imported/<batch>/
-    preferences.jsonl``) is given as that folder (:func:`stage_folder_holding`), so that its job is planned, and
-    reruns with new answers before the stages that read the file; :func:`preferences_file` is the file they read."""
+    preferences.jsonl``), as written or through a link of the user's to it, is given as that folder
+    (:func:`grueflow.params.stage_folder_holding`), so that its job is planned, and reruns with new answers before
+    the stages that read the file; :func:`preferences_file` is the file they read."""
     given = SUITE.config.preference_files.get(w.task)
     if not given:
         return f"results/{w.task}/preferences"
