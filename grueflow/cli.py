@@ -916,9 +916,13 @@ def stale_note(path: Path) -> Optional[str]:
     """One sentence where the stage folder holding ``path`` is out of date, itself or through a stage folder it was
     built from, wherever the stale check would rerun it (:func:`grueflow.stale.out_of_date`: params changed since it
     was built, an input it was built from gone or changed, its code changed), so that what it shows is not what the
-    params, inputs and code of now give; None where it is not, or it holds no readable record. Nothing is written."""
+    params, inputs and code of now give; the code is that of the folder's project (:func:`grueflow.io.project_root`),
+    whichever grueflow runs this and from whichever working folder. Where that root holds no CLI of the folder's
+    stage (a folder outside any project: the root is then the working folder), it says its code was not compared
+    (:func:`grueflow.stale.code_not_compared`). None where none of that holds, or the folder holds no readable
+    record. Nothing is written."""
     from grueflow.io import STAGE_RECORD, project_root, read_json
-    from grueflow.stale import out_of_date
+    from grueflow.stale import code_not_compared, out_of_date
 
     folder = next((p for p in (path, *path.parents) if (p / STAGE_RECORD).is_file()), None)
     if folder is None:
@@ -927,12 +931,18 @@ def stale_note(path: Path) -> Optional[str]:
         record = read_json(folder / STAGE_RECORD)
     except (OSError, ValueError, DataError):
         return None
-    reasons = out_of_date(folder, record, project_root(folder)) if isinstance(record, dict) else []
-    if not reasons:
+    if not isinstance(record, dict):
         return None
-    return (f"{folder} is stale ({'; '.join(reasons)}): these are the samples and scores of what it was built from "
-            f"then, not of the params, inputs and code now; rerun the pipeline (grueflow run, or dvc repro) to "
-            f"rebuild it")
+    root = project_root(folder)
+    reasons = out_of_date(folder, record, root)
+    unjudged = code_not_compared(folder, record, root)
+    notes = [f"{folder} is stale ({'; '.join(reasons)}): these are the samples and scores of what it was built from "
+             f"then, not of the params, inputs and code now; rerun the pipeline (grueflow run, or dvc repro) to "
+             f"rebuild it"] if reasons else []
+    if unjudged:
+        notes.append(f"{folder}'s code was not compared with the code it was built with ({unjudged}): run grueflow "
+                     f"show in the root of its project to compare it")
+    return "; ".join(notes) or None
 
 
 PREDICTION_KEYS = ("id", "prompt", "generation")  # what every predictions.jsonl row holds (evaluate writes it)

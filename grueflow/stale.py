@@ -453,7 +453,7 @@ def stale_outputs(results: Path, table: Path, expected: Iterable[Path],
         elif written.is_file() and written not in stale and _put_back(root, written, files_record(written)):
             stale[written] = f"{files_record(written)}, the digests of what its stage wrote, {PUT_BACK}"
         elif written.is_file() and written not in stale and not snakemake_knows(root, written) \
-                and (code := table_code_changed(written, cache)):
+                and (code := table_code_changed(written, cache, root)):
             unknown = NOT_BY_SNAKEMAKE if last_written(root, written) is None else NO_SNAKEMAKE_RECORD
             stale[written] = f"{CODE_CHANGED} ({_some(code)}), {unknown}"
     if table.is_file() and table not in stale and (unlike := _built_unlike(root, table, expected)) is not None:
@@ -1313,8 +1313,8 @@ def _rebuilt_for(folder: Path, record: Mapping, root: Path) -> list[str]:
     input it was built from no longer exists or exists with another content (:func:`changed_inputs`: a datapool's
     local data edited, a model rebuilt since; an input stage folder unlike its own record is named with why; one
     whose record is older than the folder's is not read, :func:`_written_before`), or the
-    code its stage runs, or a file its task names, is not what it was built with (:func:`code_changed`; judged only
-    where the grueflow imported is the project's own, :data:`grueflow.codedeps.ROOT`, which its stages run)."""
+    code its stage runs, or a file its task names, is not what it was built with (:func:`code_changed`: the files of
+    ``root``, which its stages run, whichever grueflow this process imported and from whichever working folder)."""
     reasons = []
     source = _read_from(folder, record, root)
     if source is not None and (changed := params_changed(record, source, leave_out=("suite",))):
@@ -1335,12 +1335,11 @@ def _rebuilt_for(folder: Path, record: Mapping, root: Path) -> list[str]:
     if changed_readers:
         reasons.append(f"its input {', '.join(changed_readers[folder])} {CHANGED_INPUT}")
     reasons += [f"{path}, which it was built from, is stale ({why})" for path, why in damaged.items()]
-    if root.resolve() == codedeps.ROOT:
-        code, named = code_changed(folder, record, None, root, source, closure=False)
-        if code:
-            reasons.append(f"{CODE_CHANGED} ({_some(code)})")
-        if named:
-            reasons.append(f"it was built from {', '.join(named)}, {_no_longer_exist(named)}")
+    code, named = code_changed(folder, record, None, root, source, closure=False)
+    if code:
+        reasons.append(f"{CODE_CHANGED} ({_some(code)})")
+    if named:
+        reasons.append(f"it was built from {', '.join(named)}, {_no_longer_exist(named)}")
     return reasons
 
 
@@ -1427,8 +1426,9 @@ def code_changed(folder: Path, record: Mapping, cache: Optional[Path] = None, ro
                  source: Optional[ParamsSource] = None, closure: bool = True) -> tuple[list[str], list[str]]:
     """(changed, gone): the files of the code the stage folder ``folder`` (under the project ``root``) was built with
     whose content differs now, with those added to or dropped from the files its stage runs
-    (:func:`grueflow.codedeps.script_code` of ``stages/<its stage>.py``), by path in the repository
-    (:data:`grueflow.codedeps.ROOT`), judged by
+    (:func:`grueflow.codedeps.script_code` of ``stages/<its stage>.py``), by path in ``root``: the project's own
+    ``stages/`` and ``grueflow/``, which its stages import (not :data:`grueflow.codedeps.ROOT`, the tree this process
+    imported, another clone's where one environment serves several project copies), judged by
 
     - the DVC lock file, where it records the folder's ``stage.json`` as it is (:func:`locked_as_is`: the folder is
       what DVC built or restored there, from its cache or its run cache): the md5 of each code file among its
@@ -1442,13 +1442,16 @@ def code_changed(folder: Path, record: Mapping, cache: Optional[Path] = None, ro
       record, and ``dvc checkout`` of another build leaves the one there).
 
     ``([], [])`` where neither holds it (a provenance record written before records held the code, deleted or
-    damaged). ``gone``: the files the task names (a plugin's source, a file its args name) that either record holds
-    and that no longer exist (a disk not mounted, a file moved away), which :func:`stale_outputs` refuses rather than
-    rerun the stage without them. Files are read through the digest cache (``cache``: as
-    :func:`stale_outputs` takes it), so a dry run reads only what changed since the last. Without ``closure``, only
-    the code files the record holds are compared, no source parsed: a file added to or dropped from what the stage
-    runs is so through an import in one of them, which changed too (a look for a person: it may name fewer files)."""
+    damaged), or where ``root`` holds no ``stages/<its stage>.py`` (:func:`code_unjudged`). ``gone``: the files the
+    task names (a plugin's source, a file its args name) that either record holds and that no longer exist (a disk
+    not mounted, a file moved away), which :func:`stale_outputs` refuses rather than rerun the stage without them.
+    Files are read through the digest cache (``cache``: as :func:`stale_outputs` takes it), so a dry run reads only
+    what changed since the last. Without ``closure``, only the code files the record holds are compared, no source
+    parsed: a file added to or dropped from what the stage runs is so through an import in one of them, which
+    changed too (a look for a person: it may name fewer files)."""
     script = f"stages/{record.get('stage')}.py"
+    if code_unjudged(script, root) is not None:
+        return [], []
     deps = _locked_deps(root, folder / STAGE_RECORD)
     if deps is not None:
         return _lock_unlike(deps, script, root, cache, closure)
@@ -1459,7 +1462,7 @@ def code_changed(folder: Path, record: Mapping, cache: Optional[Path] = None, ro
     if not isinstance(provenance, dict) or provenance.get(RECORD_DIGEST) != record.get(RECORD_DIGEST):
         return [], []
     named, gone = _named_unlike(provenance.get(NAMED_RAN), script, source, root, cache)
-    return sorted(_code_unlike(provenance.get(CODE_RAN), script, cache, closure) + named), gone
+    return sorted(_code_unlike(provenance.get(CODE_RAN), script, root, cache, closure) + named), gone
 
 
 def named_gone(folder: Path, record: Mapping, cache: Optional[Path] = None, root: Path = Path("."),
@@ -1565,7 +1568,7 @@ def _lock_unlike(deps: list, script: str, root: Path, cache: Optional[Path],
               if isinstance(dep, dict) and isinstance(dep.get("path"), str) and isinstance(dep.get("md5"), str)}
     code_locked = {path for path in locked if path.endswith(".py") and path.startswith(("grueflow/", "stages/"))}
     try:
-        code = set(codedeps.script_code(script)) if closure else code_locked
+        code = set(codedeps.script_code(script, root)) if closure else code_locked
     except (FileNotFoundError, SyntaxError):  # the stage's CLI is gone or broken: the engine says so itself
         return [], []
     changed = sorted(path for path in code | code_locked
@@ -1656,33 +1659,36 @@ def _cached_path_digest(path: Path) -> tuple[str, bool]:
     return _KNOWN[key][1], True
 
 
-def table_code_changed(table: Path, cache: Optional[Path] = None) -> list[str]:
+def table_code_changed(table: Path, cache: Optional[Path] = None, root: Path = Path(".")) -> list[str]:
     """:func:`code_changed` for a table file (the GRUE table, the human-evaluation table), by the fingerprints its
     files record holds (:func:`grueflow.io.atomic_files`) against the files run now by the stage whose output it is
-    (the stage table's); ``[]`` where the record holds none or no stage writes ``table``."""
+    (the stage table's), read in the project ``root``; ``[]`` where the record holds none, no stage writes
+    ``table``, or ``root`` holds no CLI of that stage (:func:`code_unjudged`)."""
     scripts = [stage.script for stage in STAGES.values() if any(Path(out) == table for out in stage.outputs.values())]
     try:
         record = read_json(files_record(table))
     except (OSError, ValueError):
         return []
-    return _code_unlike(record.get(CODE_RAN), scripts[0], cache) if scripts and isinstance(record, dict) else []
+    if not scripts or code_unjudged(scripts[0], root) is not None or not isinstance(record, dict):
+        return []
+    return _code_unlike(record.get(CODE_RAN), scripts[0], root, cache)
 
 
-def _code_unlike(ran: object, script: str, cache: Optional[Path], closure: bool = True) -> list[str]:
+def _code_unlike(ran: object, script: str, root: Path, cache: Optional[Path], closure: bool = True) -> list[str]:
     """The files of ``ran`` (a record of :func:`grueflow.stage.code_record`) and of the code the stage CLI ``script``
-    runs now (without ``closure``: of ``ran`` alone) whose fingerprints differ (see :func:`code_changed`); ``[]``
-    where ``ran`` is no such record."""
+    of the project ``root`` runs now (without ``closure``: of ``ran`` alone), read in ``root``, whose fingerprints
+    differ (see :func:`code_changed`); ``[]`` where ``ran`` is no such record."""
     if not isinstance(ran, dict) or not ran:
         return []
     try:
-        files = codedeps.script_code(script) if closure else sorted(ran)
+        files = codedeps.script_code(script, root) if closure else sorted(ran)
     except (FileNotFoundError, SyntaxError):  # the stage's CLI is gone or broken: the engine says so itself
         return []
     if cache is not None:
         _load(cache)
-    now, added = {}, False
+    now, added, base = {}, False, root.resolve()  # resolved as :data:`grueflow.codedeps.ROOT`: the cache's keys
     for name in files:
-        path = codedeps.ROOT / name
+        path = base / name
         try:
             now[name], new = _cached_fingerprint(str(path), stat_signature(os.stat(path)))
         except OSError:
@@ -1691,6 +1697,30 @@ def _code_unlike(ran: object, script: str, cache: Optional[Path], closure: bool 
     if added and cache is not None:
         _save(cache)
     return sorted(name for name in {*ran, *now} if now.get(name) is None or ran.get(name) != now.get(name))
+
+
+def code_unjudged(script: str, root: Path) -> Optional[str]:
+    """Why the code a folder of the stage CLI ``script`` (``stages/<stage>.py``) was built with is not compared in
+    the project ``root`` (:func:`code_changed`): ``"<root> holds no <script>"`` where that CLI is not there (a folder
+    looked at outside any project, whose root is then the working folder: its code is nowhere to be read); None
+    where it is."""
+    return None if (root / script).is_file() else f"{os.path.abspath(root)} holds no {script}"
+
+
+def code_not_compared(folder: Path, record: Mapping, root: Path) -> Optional[str]:
+    """:func:`code_unjudged` for the stage folder ``folder`` (its ``stage.json`` ``record``) where its provenance
+    record, the one written with ``record``, holds the code its stage ran (:data:`grueflow.io.CODE_RAN`), which
+    :func:`code_changed` would have compared; None where it holds none (nothing to compare) or ``root`` holds the
+    stage's CLI."""
+    why = code_unjudged(f"stages/{record.get('stage')}.py", root)
+    if why is None:
+        return None
+    try:
+        provenance = read_json(folder / PROVENANCE_RECORD)
+    except (OSError, ValueError):
+        return None
+    return why if isinstance(provenance, dict) and provenance.get(RECORD_DIGEST) == record.get(RECORD_DIGEST) \
+        and isinstance(provenance.get(CODE_RAN), dict) and provenance[CODE_RAN] else None
 
 
 def _some(names: list[str], most: int = 3) -> str:

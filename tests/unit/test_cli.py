@@ -1139,6 +1139,66 @@ def test_show_of_an_evaluation_whose_code_changed_says_so(tmp_path):
                                    "since it was built (grueflow/io.py)): "), shown.stderr
 
 
+@pytest.mark.parametrize("edited", ["stages/evaluate.py", "grueflow/metrics/diversity.py", "my_rewards.py"])
+@pytest.mark.parametrize("here, run_name, folder", [
+    (".", "sentiment/ppo/seed0", "results/eval/sentiment/ppo/seed0"),
+    ("results", "eval/sentiment/ppo/seed0", "eval/sentiment/ppo/seed0"),
+], ids=["from-the-root", "from-results"])
+def test_show_judges_the_code_of_the_runs_project_whichever_grueflow_runs_it(tmp_path, monkeypatch, capsys, edited: str,
+                                                                            here: str, run_name: str, folder: str):
+    """One environment over several copies of the project: show run by the grueflow of another tree (the venv's
+    console script), or from results/, said nothing of a stage script, a module of the project's grueflow/ or a plugin
+    of its own edited since the run was built, which Snakemake reruns. This process imports the repository's grueflow;
+    the run is the copy's."""
+    from grueflow.codedeps import ROOT as IMPORTED
+    from grueflow.io import CODE_RAN, NAMED_RAN, atomic_dir
+    from grueflow.pipeline import ParamsSource
+    from grueflow.stage import code_record, named_record
+    from tests.workflow.test_plugin_workflow import add_readme_reward
+
+    project = copy_project(tmp_path / "repo")
+    add_readme_reward(project)
+    monkeypatch.chdir(project)
+    named = named_record("evaluate", ParamsSource("evaluate", task_file="params/tasks/sentiment.yaml"))
+    assert IMPORTED != project.resolve() and list(named) == ["my_rewards.py"]
+    with atomic_dir(Path("results/eval/sentiment/ppo/seed0")) as tmp:
+        predictions(tmp)
+        write_stage_record(tmp, stage="evaluate", params={}, inputs={}, wall_time_s=0.0,
+                           extra={CODE_RAN: code_record("evaluate"), NAMED_RAN: named})
+    monkeypatch.chdir(project / here)
+
+    def note() -> str:
+        assert main(["show", run_name, "-n", "1"]) == 0
+        shown = capsys.readouterr()
+        assert "[test-0]" in shown.out
+        return shown.err
+
+    assert note() == ""
+    with (project / edited).open("a") as code:
+        code.write("# an edit\n")
+    assert note().startswith(f"grueflow show: note: {folder} is stale (its code changed since it was built "
+                             f"({edited})): ")
+
+
+def test_show_of_a_run_outside_any_project_says_its_code_was_not_compared(tmp_path, monkeypatch, capsys):
+    """Where no project holds the run folder (its root is then the working folder), its code is nowhere to be read:
+    show says it did not compare it rather than print the samples as current, or call every file changed."""
+    from grueflow.io import CODE_RAN, atomic_dir
+    from grueflow.stage import code_record
+
+    monkeypatch.chdir(tmp_path)
+    with atomic_dir(Path("results/eval/sentiment/ppo/seed0")) as tmp:
+        predictions(tmp)
+        write_stage_record(tmp, stage="evaluate", params={}, inputs={}, wall_time_s=0.0,
+                           extra={CODE_RAN: code_record("evaluate")})
+    assert main(["show", "sentiment/ppo/seed0", "-n", "1"]) == 0
+    shown = capsys.readouterr()
+    assert "[test-0]" in shown.out
+    assert shown.err == (f"grueflow show: note: results/eval/sentiment/ppo/seed0's code was not compared with the code "
+                         f"it was built with ({tmp_path} holds no stages/evaluate.py): run grueflow show in the root of "
+                         f"its project to compare it\n")
+
+
 def test_diff_of_a_metrics_file_in_another_runs_folder_copied_in_says_whose_run_it_is(tmp_path, monkeypatch, capsys):
     """With supervised+ppo's folder copied over ppo's, diff HEAD workspace --target <ppo's train_metrics.json> gave
     supervised+ppo's values as the workspace's ppo values, without a word."""

@@ -308,8 +308,9 @@ def test_a_folder_snakemake_holds_no_record_of_is_stale_where_its_code_changed(t
     provenance record holds are compared with the code its stage runs now."""
     from grueflow.io import write_json, write_stage_record
     from grueflow.stale import code_changed, mark_stale, stale_outputs
+    from tests.conftest import copy_project
 
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(copy_project(tmp_path / "repo"))  # the code its stages run, which the check reads
     folder = Path("results/sentiment/supervised/seed0")
     folder.mkdir(parents=True)
     (folder / "model.bin").write_bytes(b"w")
@@ -516,8 +517,9 @@ def test_a_table_snakemake_holds_no_record_of_is_stale_where_its_stages_code_cha
     a code change changes); where no Snakemake job wrote the table, a module edited under an older time reruns it."""
     from grueflow.io import atomic_files
     from grueflow.stale import stale_outputs, table_code_changed
+    from tests.conftest import copy_project
 
-    monkeypatch.chdir(tmp_path)
+    monkeypatch.chdir(copy_project(tmp_path / "repo"))  # the code its stages run, which the check reads
     table = Path("results/grue_table.csv")
     table.parent.mkdir()
     code = stage.code_record("aggregate")
