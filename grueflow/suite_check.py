@@ -35,7 +35,10 @@ DVC's own hash cache takes a file's md5 from its inode, size and modification ti
 with its size and time kept would rerun nothing: before it writes, this stage sets to now the time of each file a
 later stage's entry in ``dvc.lock`` records with other bytes and whose time was set back since ``dvc.lock`` was
 written (:func:`rehash_unseen_edits`, one line naming them). DVC looks at a later stage's deps only once this one
-has run, so the same ``dvc repro`` hashes them again and reruns the stages that read them.
+has run, so the same ``dvc repro`` hashes them again and reruns the stages that read them. So, first of all (the
+copies then keep them), it sets to now the time of each file of a stage folder among ``dvc.lock``'s outputs whose
+bytes its ``stage.json`` does not vouch for and whose time was set back since that record
+(:func:`rehash_damaged_outputs`): DVC then restores or reruns that stage.
 
 DVC expands the stages' grids from the files ``dvc.yaml``'s ``vars`` names, while this stage validates, and the
 table stage (``aggregate --suite``) reads, the suite file given here: a ``vars`` naming any other file (a second
@@ -50,6 +53,7 @@ import argparse
 import errno
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
@@ -59,12 +63,16 @@ import yaml
 from grueflow import pipeline
 from grueflow.config import ConfigError, read_yaml
 from grueflow.human.layout import answers_tree
-from grueflow.io import DataError, atomic_dir, atomic_path
+from grueflow.io import STAGE_RECORD, DataError, atomic_dir, atomic_path, fingerprint, read_json
+from grueflow.keep import stat_signature
 from grueflow.params import VALID, valid_out_problem, validate
 from grueflow.stale import (HUMAN_ANSWERS, TABLES, answered_paths, dvc_kept_edits, dvc_unseen_edits, keep_answered,
-                            keep_edited_tables, keep_user_files, output_folders, refuse_links)
+                            keep_edited_tables, keep_user_files, locked_stages, output_folders, refuse_links)
 
 RESULTS = "results"  # where every DVC stage writes (dvc.yaml's outs, relative to the project root)
+VERIFIED_OUTPUTS = Path(".dvc") / "tmp" / "grueflow-verified-outputs.json"  # {output file: its stat signature when
+# it was read and found as its stage.json lists it}, so that one is read again only once it changed; in DVC's own
+# scratch folder, which git ignores
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -77,9 +85,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:  # first, whatever the suite holds: a refusal below makes `dvc repro --ignore-errors` delete the outs
         document = _mapping(Path(pipeline.DVC_YAML))
         outputs = suite_outputs(args.suite, document)
+        unset: Optional[DataError] = None
+        try:  # before the copies, which then keep the damaged files it names
+            rehashed = rehash_damaged_outputs(Path("."))
+            if rehashed:
+                print(rehashed, file=sys.stderr)
+        except DataError as err:  # a time that could not be set: refused once the copies are made
+            unset = err
         for line in keep_persons_files(outputs):
             print(line, file=sys.stderr)
-    except DataError as err:  # a copy could not be made: nothing may run
+        if unset is not None:
+            raise unset
+    except DataError as err:  # a copy could not be made, or a damaged output's time set: nothing may run
         print(f"error: {err}", file=sys.stderr)
         return 2
     try:
@@ -226,6 +243,102 @@ def rehash_unseen_edits(root: Path) -> str:
     return (f"grueflow: {', '.join(unseen)} changed since dvc.lock recorded {it}, and {its} time was set back to "
             f"before dvc.lock's, which DVC's own hash cache (kept by file size and time) takes as unchanged: {its} "
             f"time is set to now so that DVC hashes {it} again")
+
+
+def rehash_damaged_outputs(root: Path) -> str:
+    """Set to now the modification time of each file of the stage folders among the outputs ``root/dvc.lock``
+    records (:func:`grueflow.stale.output_folders`) that DVC would take as unchanged though it no longer matches its
+    ``stage.json`` manifest (:func:`damaged_outputs`), so that DVC hashes it again when it looks at the stage's outs,
+    after this stage, and restores them from its cache or reruns the stage (and, where the bytes then differ, the
+    stages that read them); the line that says so, naming the files and their stages, "" where there is none. A time
+    that cannot be set is a :class:`DataError` naming the file."""
+    damaged = damaged_outputs(root)
+    for path in damaged:
+        try:
+            os.utime(root / path)
+        except OSError as err:
+            raise DataError(f"{path} no longer matches the digest its stage recorded, and its time is as its stage "
+                            f"wrote it, so DVC would take it as unchanged; its time cannot be set to now "
+                            f"({err.strerror}): `touch {path}` as its owner, then rerun dvc repro") from None
+    if not damaged:
+        return ""
+    one = len(damaged) == 1
+    it, its = ("it", "its") if one else ("them", "their")
+    stages = ", ".join(dict.fromkeys(damaged.values()))
+    names = list(damaged)
+    shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+    return (f"grueflow: {shown} {'does' if one else 'do'} not match the digest{'' if one else 's'} "
+            f"{its} stage recorded in {STAGE_RECORD}, and {its} time was set back to before that record's, which "
+            f"DVC's own hash cache (kept by file size and time) takes as unchanged: {its} time is set to now so that "
+            f"DVC hashes {it} again and restores or reruns {stages}")
+
+
+def damaged_outputs(root: Path) -> dict[str, str]:
+    """The files under an output ``root/dvc.lock`` records, in a stage folder (:func:`grueflow.stale.output_folders`),
+    that its ``stage.json`` manifest lists at the size they have and whose time was set back after a change: modified no
+    later than that record was written, changed (ctime) after it, and with another digest than the one listed
+    (:func:`grueflow.io.fingerprint`; a same-size rewrite in place whose time was put back). DVC's own hash cache takes
+    a file's md5 from its inode, size and modification time, so it would take such a file as the output it recorded, and
+    ``dvc repro`` would keep it. Each as a path relative to ``root``, with the name of its stage in ``dvc.lock``, in
+    path order. A plain edit (modified after the record) or one of another size is left to DVC, which hashes it itself
+    (and the readers refuse it, :func:`grueflow.io.check_stage_output`), and a file no out of ``dvc.lock`` holds is left
+    to the stages that read it (DVC would not rerun its stage). Cheap: a stat per listed file; a file is read only where
+    its times are so, and one found as listed is not read again while its stat signature holds (kept in
+    ``root/``:data:`VERIFIED_OUTPUTS`: a project copied with ``cp -a``, or a ``chmod`` after the record, leaves such
+    times too)."""
+    locked = locked_stages(root / "dvc.lock")
+    known = _mapping_json(root / VERIFIED_OUTPUTS)
+    verified: dict[str, list[int]] = {}
+    damaged: dict[str, str] = {}
+    for folder in output_folders(root / path for path in locked):
+        record = folder / STAGE_RECORD
+        try:
+            listed_files = read_json(record)["files"]
+            written = record.stat()  # a stage writes its record last
+        except (OSError, ValueError, KeyError, TypeError):  # the stale checks and the readers name a damaged record
+            continue
+        for name, meta in sorted(listed_files.items() if isinstance(listed_files, dict) else ()):
+            file = folder / name
+            path = file.relative_to(root).as_posix()
+            stage = _locked_stage(locked, path)
+            try:
+                found = file.stat()
+            except OSError:
+                continue
+            if stage is None or not stat.S_ISREG(found.st_mode) or not isinstance(meta, dict) \
+                    or found.st_size != meta.get("bytes") \
+                    or not found.st_mtime_ns <= written.st_mtime_ns < found.st_ctime_ns:
+                continue
+            signature = stat_signature(found)
+            if known.get(path) != signature and fingerprint(file) != meta.get("sha256"):
+                damaged[path] = stage
+            else:
+                verified[path] = signature
+    if verified != known:
+        try:
+            (root / VERIFIED_OUTPUTS).parent.mkdir(exist_ok=True)  # not .dvc itself: no DVC project, no cache
+            with atomic_path(root / VERIFIED_OUTPUTS) as tmp:
+                tmp.write_text(json.dumps(verified, indent=1, sort_keys=True) + "\n")
+        except OSError:  # a cache only: a read-only checkout reads them again next time
+            pass
+    return damaged
+
+
+def _mapping_json(path: Path) -> dict:
+    """The JSON object in ``path``; empty where it is missing, unreadable or no object."""
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def _locked_stage(locked: Mapping[str, tuple[str, dict]], path: str) -> Optional[str]:
+    """The name of the stage whose output in ``locked`` (:func:`grueflow.stale.locked_stages`) is the file ``path``
+    or a folder above it; None where none is (DVC does not track it)."""
+    parts = path.split("/")
+    return next((locked["/".join(parts[:end])][0] for end in range(len(parts), 0, -1)
+                 if "/".join(parts[:end]) in locked), None)
 
 
 def kept_edits_problem(outputs: Sequence[Path]) -> str:

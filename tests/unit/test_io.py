@@ -829,6 +829,66 @@ def test_a_dep_dvc_would_take_as_unchanged_is_named_and_its_time_set_to_now(tmp_
     assert dvc_unseen_edits(Path(".")) == []
 
 
+def test_a_stage_folders_file_dvc_would_take_as_unchanged_is_named_and_its_time_set_to_now(tmp_path, monkeypatch):
+    """A datapool file rewritten in place with its size and time kept: DVC's hash cache, kept by inode, size and
+    time, gives the md5 dvc.lock records, and `dvc repro` kept it. DVC's first stage names each file of a stage folder
+    out of dvc.lock that its stage.json does not vouch for, modified no later than that record and changed after it,
+    and sets its time to now; not one modified after the record (DVC hashes it), nor one no out holds. One read and
+    found as written (times as a `cp -a` leaves them) is not read again while its stat signature holds."""
+    from grueflow import suite_check
+    from grueflow.io import atomic_dir, write_stage_record
+    from grueflow.keep import stat_signature
+
+    monkeypatch.chdir(tmp_path)
+    Path(".dvc").mkdir()
+    folder = Path("results/sentiment/datapool")
+    with atomic_dir(folder) as tmp:
+        for name in ("train.jsonl", "test.jsonl", "notes/words.txt"):
+            (tmp / name).parent.mkdir(exist_ok=True)
+            (tmp / name).write_text('{"text": "great"}\n')
+        write_stage_record(tmp, stage="prepare_datapool", params={}, inputs={}, wall_time_s=0.0)
+    built = time.time_ns() - 100 * 10**9
+    for file in folder.rglob("*"):
+        os.utime(file, ns=(built, built))
+    train, test, words = folder / "train.jsonl", folder / "test.jsonl", folder / "notes" / "words.txt"
+    lock = "schema: '2.0'\nstages:\n  prepare_datapool@sentiment:\n    cmd: prepare\n    outs:\n    - path: {}\n" \
+           "      hash: md5\n      md5: 0cc175b9c0f1b6a831c399e269772661{}\n"
+    Path("dvc.lock").write_text(lock.format(folder, ".dir"))
+    assert suite_check.damaged_outputs(Path(".")) == {}
+    assert json.loads(suite_check.VERIFIED_OUTPUTS.read_text()) == {
+        str(file): stat_signature(file.stat()) for file in (words, test, train)}
+    with monkeypatch.context() as patched:  # found as written, unchanged since: not read again
+        patched.setattr(suite_check, "fingerprint", lambda path: pytest.fail(f"{path} read again"))
+        assert suite_check.damaged_outputs(Path(".")) == {}
+    for file in (train, test):  # the same size, the time kept
+        file.write_text('{"text": "grand"}\n')
+        os.utime(file, ns=(built, built))
+    assert suite_check.damaged_outputs(Path(".")) == {str(test): "prepare_datapool@sentiment",
+                                                      str(train): "prepare_datapool@sentiment"}
+    os.utime(test)  # modified after the record: DVC hashes it again itself
+    assert suite_check.rehash_damaged_outputs(Path(".")) == (
+        "grueflow: results/sentiment/datapool/train.jsonl does not match the digest its stage recorded in stage.json, "
+        "and its time was set back to before that record's, which DVC's own hash cache (kept by file size and time) "
+        "takes as unchanged: its time is set to now so that DVC hashes it again and restores or reruns "
+        "prepare_datapool@sentiment")
+    assert train.stat().st_mtime_ns > built + 50 * 10**9 and suite_check.damaged_outputs(Path(".")) == {}
+    os.utime(train, ns=(built, built))
+    Path("dvc.lock").write_text(lock.format(folder / "stage.json", ""))
+    assert suite_check.damaged_outputs(Path(".")) == {}  # no out of dvc.lock holds it: DVC would not rerun its stage
+    Path("dvc.lock").write_text(lock.format(folder, ".dir"))
+
+    def refused(*args: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    with monkeypatch.context() as patched, pytest.raises(DataError) as refusal:
+        patched.setattr(os, "utime", refused)
+        suite_check.rehash_damaged_outputs(Path("."))
+    assert str(refusal.value) == (
+        "results/sentiment/datapool/train.jsonl no longer matches the digest its stage recorded, and its time is as "
+        "its stage wrote it, so DVC would take it as unchanged; its time cannot be set to now (Operation not "
+        "permitted): `touch results/sentiment/datapool/train.jsonl` as its owner, then rerun dvc repro")
+
+
 def test_a_stage_folders_edit_dvc_commit_took_is_named_with_its_stage(tmp_path, monkeypatch):
     """An evaluation's metrics.json edited, then `dvc commit -f`: its stage.json still records the digest of what
     the stage wrote, and dvc.lock records both as they are, so DVC neither reruns nor restores the stage: named,

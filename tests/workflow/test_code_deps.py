@@ -433,6 +433,37 @@ def test_a_module_rewritten_in_place_with_its_size_and_time_kept_reruns_with_its
     assert dry_run(repo, target) == []
 
 
+def test_a_dvc_stage_folders_file_damaged_in_place_with_its_size_and_time_kept_is_restored(tmp_path):
+    """A datapool file changed in place with its size and modification time kept: DVC's own hash cache (by inode,
+    size and time) still gave the md5 dvc.lock records, so `dvc repro` said the stage "didn't change" and kept the
+    damaged file, while Snakemake rebuilt the folder. DVC's first stage finds the file unlike its stage.json
+    manifest, names it and sets its time to now, a copy is kept, and the same `dvc repro` puts the stage's own
+    bytes back; the next one finds nothing to do."""
+    repo = copy_project(tmp_path / "repo")
+    git_init(repo)
+    run(["git", "add", "-A"], repo)
+    run(["git", "commit", "-qm", "micro suite"], repo)
+    target = "prepare_datapool@sentiment"
+    run(["dvc", "repro", target], repo)
+    train = repo / "results" / "sentiment" / "datapool" / "train.jsonl"
+    before, built = train.stat(), train.read_bytes()
+    assert b"great" in built
+    with train.open("r+b") as file:  # the same size, the same inode
+        file.write(built.replace(b"great", b"grand", 1))
+    os.utime(train, ns=(before.st_atime_ns, before.st_mtime_ns))
+    repro = run(["dvc", "repro", target], repo)
+    said = repro.stdout + repro.stderr
+    assert ("grueflow: results/sentiment/datapool/train.jsonl does not match the digest its stage recorded in "
+            "stage.json, and its time was set back to before that record's, which DVC's own hash cache (kept by file "
+            f"size and time) takes as unchanged: its time is set to now so that DVC hashes it again and restores or "
+            f"reruns {target}") in said, said[-3000:]
+    assert train.read_bytes() == built
+    copy, = (repo / ".grueflow" / "replaced" / "results" / "sentiment").glob("datapool@*")
+    assert (copy / "train.jsonl").read_bytes() == built.replace(b"great", b"grand", 1)
+    again = run(["dvc", "repro", target], repo)
+    assert "didn't change" in again.stdout and "grueflow:" not in again.stdout + again.stderr
+
+
 def test_a_datapools_data_is_an_input_when_grueflow_is_a_link_to_another_checkout(tmp_path):
     """With grueflow/ a symbolic link to a checkout, the data paths were looked up in that checkout: they named
     nothing there, so the datapool had no data input and no content digest, and an edited file rebuilt nothing."""
