@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import pytest
 
@@ -445,11 +445,10 @@ def test_diff_warns_of_a_revision_whose_results_were_not_rebuilt(tmp_path):
     assert run([*CLI, "diff", "HEAD~1", "HEAD"], repo).stderr == ""  # the params file read as DVC recorded it
 
 
-def test_diff_warns_of_results_whose_upstream_stage_was_rebuilt_without_them(tmp_path):
-    """A `dvc repro` stopped after a stage reran with a new param and before the stages that read its output: the
-    params and code are as dvc.lock records them (the rerun stage recorded them), and diff said "no changes" without a
-    word, while `dvc status` listed the readers as changed. dvc.lock's dep of the reader is compared with the out of
-    the stage that writes it, in the workspace and at a commit made in that state."""
+def train_and_table_repo(tmp_path: Path, table_params: Sequence[str] = ()) -> Path:
+    """A git and DVC repository ``tmp_path/repo`` of two stages, built and committed: ``train`` writes the param
+    ``reward`` of params.yaml (0.5) to results/model, ``table`` reads it into results/grue_table.json (and records
+    the params ``table_params``)."""
     repo = tmp_path / "repo"
     repo.mkdir()
     git_init(repo)
@@ -461,13 +460,24 @@ def test_diff_warns_of_results_whose_upstream_stage_was_rebuilt_without_them(tmp
     (repo / "make_table.py").write_text(
         "import json\nreward = float(open('results/model/weights.txt').read())\n"
         "json.dump({'sentiment': {'ppo': {'reward': reward}}}, open('results/grue_table.json', 'w'))\n")
+    params = f"    params: [{', '.join(table_params)}]\n" if table_params else ""
     (repo / "dvc.yaml").write_text(f"stages:\n  train:\n    cmd: {sys.executable} train.py\n    deps: [train.py]\n"
                                    f"    params: [reward]\n    outs: [results/model]\n"
                                    f"  table:\n    cmd: {sys.executable} make_table.py\n"
-                                   f"    deps: [make_table.py, results/model]\n    metrics: [results/grue_table.json]\n")
+                                   f"    deps: [make_table.py, results/model]\n{params}"
+                                   f"    metrics: [results/grue_table.json]\n")
     run(["dvc", "repro", "-q"], repo)
     run(["git", "add", "-A"], repo)
     run(["git", "commit", "-qm", "results"], repo)
+    return repo
+
+
+def test_diff_warns_of_results_whose_upstream_stage_was_rebuilt_without_them(tmp_path):
+    """A `dvc repro` stopped after a stage reran with a new param and before the stages that read its output: the
+    params and code are as dvc.lock records them (the rerun stage recorded them), and diff said "no changes" without a
+    word, while `dvc status` listed the readers as changed. dvc.lock's dep of the reader is compared with the out of
+    the stage that writes it, in the workspace and at a commit made in that state."""
+    repo = train_and_table_repo(tmp_path)
     (repo / "params.yaml").write_text("reward: 0.75\n")
     run(["dvc", "repro", "-q", "train"], repo)  # the upstream stage alone, as a repro stopped after it leaves it
     result = run([*CLI, "diff", "HEAD", "workspace"], repo)
@@ -501,25 +511,7 @@ def test_diff_from_a_subfolder_warns_as_from_the_project_root(tmp_path):
     (``--target ../results/grue_table.json``) it said only "no changes", for dvc.lock and the files it names were
     read relative to the working folder. Every check reads them from the project's root: the same warning, naming
     the same files, from any folder, at a commit and in the workspace."""
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    git_init(repo)
-    run(["dvc", "init", "-q"], repo)
-    (repo / "params.yaml").write_text("reward: 0.5\n")
-    (repo / "train.py").write_text(
-        "import os, yaml\nos.makedirs('results/model', exist_ok=True)\n"
-        "open('results/model/weights.txt', 'w').write(str(yaml.safe_load(open('params.yaml'))['reward']))\n")
-    (repo / "make_table.py").write_text(
-        "import json\nreward = float(open('results/model/weights.txt').read())\n"
-        "json.dump({'sentiment': {'ppo': {'reward': reward}}}, open('results/grue_table.json', 'w'))\n")
-    (repo / "dvc.yaml").write_text(f"stages:\n  train:\n    cmd: {sys.executable} train.py\n    deps: [train.py]\n"
-                                   f"    params: [reward]\n    outs: [results/model]\n"
-                                   f"  table:\n    cmd: {sys.executable} make_table.py\n"
-                                   f"    deps: [make_table.py, results/model]\n    params: [reward]\n"
-                                   f"    metrics: [results/grue_table.json]\n")
-    run(["dvc", "repro", "-q"], repo)
-    run(["git", "add", "-A"], repo)
-    run(["git", "commit", "-qm", "results"], repo)
+    repo = train_and_table_repo(tmp_path, table_params=["reward"])
     (repo / "params.yaml").write_text("reward: 0.75\n")
     run(["dvc", "repro", "-q", "train"], repo)  # a repro stopped before the table
     run(["git", "commit", "-qam", "reward 0.75, table not rebuilt"], repo)

@@ -83,6 +83,19 @@ def edited(path: Path) -> Iterator[None]:
         os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
 
 
+def rewrite_in_place(path: Path, old: bytes, new: bytes) -> bytes:
+    """Replace the first ``old`` in ``path`` by ``new`` (of the same length) in place, the same inode, and put its
+    modification time back: a rewrite that DVC's hash cache and Python's bytecode check both take as no change. The
+    bytes it held."""
+    assert len(old) == len(new)
+    before, held = path.stat(), path.read_bytes()
+    assert old in held
+    with path.open("r+b") as file:
+        file.write(held.replace(old, new, 1))
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    return held
+
+
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> Path:
     """The micro suite with DPO, every output created empty and marked complete under both engines."""
@@ -393,12 +406,7 @@ def test_a_dvc_dep_rewritten_in_place_with_its_size_and_time_kept_reruns_its_sta
     train = repo / "results" / "sentiment" / "datapool" / "train.jsonl"
     assert "great" in train.read_text()
     run(["python", "-m", "compileall", "-q", "grueflow"], repo)  # the bytecode any earlier import leaves
-    module = repo / "grueflow" / "data" / "synthetic.py"
-    before, text = module.stat(), module.read_text()
-    assert '"great"' in text
-    with module.open("r+") as file:  # the same size, the same inode
-        file.write(text.replace('"great"', '"grand"', 1))
-    os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns))
+    rewrite_in_place(repo / "grueflow" / "data" / "synthetic.py", b'"great"', b'"grand"')
     repro = run(["dvc", "repro", target], repo)
     assert ("grueflow: grueflow/data/synthetic.py changed since dvc.lock recorded it, and its time was set back to "
             "before dvc.lock's, which DVC's own hash cache (kept by file size and time) takes as unchanged: its time "
@@ -420,11 +428,7 @@ def test_a_module_rewritten_in_place_with_its_size_and_time_kept_reruns_with_its
     train = repo / target / "train.jsonl"
     assert "great" in train.read_text()
     run(["python", "-m", "compileall", "-q", "grueflow"], repo)  # the bytecode any earlier import leaves
-    module = repo / "grueflow" / "data" / "synthetic.py"
-    before, text = module.stat(), module.read_text()
-    with module.open("r+") as file:  # the same size, the same inode
-        file.write(text.replace('"great"', '"grand"', 1))
-    os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns))
+    rewrite_in_place(repo / "grueflow" / "data" / "synthetic.py", b'"great"', b'"grand"')
     result = run(["snakemake", "--cores", "1", target], repo)
     assert "great" not in train.read_text() and "grand" in train.read_text()
     assert ("grueflow: grueflow/data/synthetic.py changed with its size and modification time kept, which "
@@ -446,11 +450,7 @@ def test_a_dvc_stage_folders_file_damaged_in_place_with_its_size_and_time_kept_i
     target = "prepare_datapool@sentiment"
     run(["dvc", "repro", target], repo)
     train = repo / "results" / "sentiment" / "datapool" / "train.jsonl"
-    before, built = train.stat(), train.read_bytes()
-    assert b"great" in built
-    with train.open("r+b") as file:  # the same size, the same inode
-        file.write(built.replace(b"great", b"grand", 1))
-    os.utime(train, ns=(before.st_atime_ns, before.st_mtime_ns))
+    built = rewrite_in_place(train, b"great", b"grand")
     repro = run(["dvc", "repro", target], repo)
     said = repro.stdout + repro.stderr
     assert ("grueflow: results/sentiment/datapool/train.jsonl does not match the digest its stage recorded in "
