@@ -56,7 +56,7 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 import yaml
 
@@ -222,6 +222,18 @@ def vars_problem(suite: Path, document: Mapping) -> str:
             f"with `{pipeline.COMMAND}`")
 
 
+def set_to_now(root: Path, paths: Iterable[str], why: str) -> None:
+    """Set the modification time of each of ``paths`` (relative to ``root``) to now, so that DVC's own hash cache
+    (kept by inode, size and time) hashes it again; one that cannot be set is a :class:`DataError` naming it and
+    ``why`` DVC would otherwise take it as unchanged."""
+    for path in paths:
+        try:
+            os.utime(root / path)
+        except OSError as err:
+            raise DataError(f"{path} {why}, so DVC would take it as unchanged; its time cannot be set to now "
+                            f"({err.strerror}): `touch {path}` as its owner, then rerun dvc repro") from None
+
+
 def rehash_unseen_edits(root: Path) -> str:
     """Set to now the modification time of each file of the project at ``root`` whose change DVC would miss
     (:func:`grueflow.stale.dvc_unseen_edits`: a dep dvc.lock records with other bytes, whose time was set back to no
@@ -230,13 +242,7 @@ def rehash_unseen_edits(root: Path) -> str:
     the line that says so, "" where there is none. A time that cannot be set is a :class:`DataError` naming the
     file."""
     unseen = dvc_unseen_edits(root)
-    for path in unseen:
-        try:
-            os.utime(root / path)
-        except OSError as err:
-            raise DataError(f"{path} changed since dvc.lock recorded it, and its time was set back to before "
-                            f"dvc.lock's, so DVC would take it as unchanged; its time cannot be set to now "
-                            f"({err.strerror}): `touch {path}` as its owner, then rerun dvc repro") from None
+    set_to_now(root, unseen, "changed since dvc.lock recorded it, and its time was set back to before dvc.lock's")
     if not unseen:
         return ""
     it, its = ("it", "its") if len(unseen) == 1 else ("them", "their")
@@ -253,13 +259,7 @@ def rehash_damaged_outputs(root: Path) -> str:
     stages that read them); the line that says so, naming the files and their stages, "" where there is none. A time
     that cannot be set is a :class:`DataError` naming the file."""
     damaged = damaged_outputs(root)
-    for path in damaged:
-        try:
-            os.utime(root / path)
-        except OSError as err:
-            raise DataError(f"{path} no longer matches the digest its stage recorded, and its time is as its stage "
-                            f"wrote it, so DVC would take it as unchanged; its time cannot be set to now "
-                            f"({err.strerror}): `touch {path}` as its owner, then rerun dvc repro") from None
+    set_to_now(root, damaged, "no longer matches the digest its stage recorded, and its time is as its stage wrote it")
     if not damaged:
         return ""
     one = len(damaged) == 1
