@@ -96,6 +96,18 @@ def rewrite_in_place(path: Path, old: bytes, new: bytes) -> bytes:
     return held
 
 
+def dvc_datapool(tmp_path: Path) -> tuple[Path, str, Path]:
+    """A micro project ``tmp_path/repo`` committed to git whose sentiment datapool ``dvc repro`` built: the project,
+    the DVC stage and its train.jsonl."""
+    repo = copy_project(tmp_path / "repo")
+    git_init(repo)
+    run(["git", "add", "-A"], repo)
+    run(["git", "commit", "-qm", "micro suite"], repo)
+    target = "prepare_datapool@sentiment"
+    run(["dvc", "repro", target], repo)
+    return repo, target, repo / "results" / "sentiment" / "datapool" / "train.jsonl"
+
+
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory) -> Path:
     """The micro suite with DPO, every output created empty and marked complete under both engines."""
@@ -397,13 +409,7 @@ def test_a_dvc_dep_rewritten_in_place_with_its_size_and_time_kept_reruns_its_sta
     hash cache (by inode, size and time) still gave the old md5, so `dvc repro` said the stage "didn't change" and
     the datapool kept the old words, while Snakemake rebuilt it. DVC's first stage sets the file's time to now, and
     the same `dvc repro` reruns the stage; the next one finds nothing to do."""
-    repo = copy_project(tmp_path / "repo")
-    git_init(repo)
-    run(["git", "add", "-A"], repo)
-    run(["git", "commit", "-qm", "micro suite"], repo)
-    target = "prepare_datapool@sentiment"
-    run(["dvc", "repro", target], repo)
-    train = repo / "results" / "sentiment" / "datapool" / "train.jsonl"
+    repo, target, train = dvc_datapool(tmp_path)
     assert "great" in train.read_text()
     run(["python", "-m", "compileall", "-q", "grueflow"], repo)  # the bytecode any earlier import leaves
     rewrite_in_place(repo / "grueflow" / "data" / "synthetic.py", b'"great"', b'"grand"')
@@ -443,13 +449,7 @@ def test_a_dvc_stage_folders_file_damaged_in_place_with_its_size_and_time_kept_i
     damaged file, while Snakemake rebuilt the folder. DVC's first stage finds the file unlike its stage.json
     manifest, names it and sets its time to now, a copy is kept, and the same `dvc repro` puts the stage's own
     bytes back; the next one finds nothing to do."""
-    repo = copy_project(tmp_path / "repo")
-    git_init(repo)
-    run(["git", "add", "-A"], repo)
-    run(["git", "commit", "-qm", "micro suite"], repo)
-    target = "prepare_datapool@sentiment"
-    run(["dvc", "repro", target], repo)
-    train = repo / "results" / "sentiment" / "datapool" / "train.jsonl"
+    repo, target, train = dvc_datapool(tmp_path)
     built = rewrite_in_place(train, b"great", b"grand")
     repro = run(["dvc", "repro", target], repo)
     said = repro.stdout + repro.stderr
