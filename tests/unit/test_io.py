@@ -562,6 +562,35 @@ def test_the_content_digest_of_a_jobs_local_files_sees_a_file_replaced_by_an_old
     assert stale.content_digest([str(data)], cache) not in ("", second)  # a missing file is a change too
 
 
+def test_a_module_rewritten_with_its_size_and_time_kept_is_imported_as_it_is_now(tmp_path):
+    """Python takes a module's bytecode in __pycache__ as current while the source's whole-second modification time
+    and size are those it recorded: a module of one's own (a plugin, grueflow's) rewritten in place with its size
+    and time kept ran its earlier code, whether the bytecode was of the version a stage last ran or of one imported
+    in between (a check by hand). Once grueflow is imported, such modules' bytecode is checked by the source's
+    content; an installed module's is left to Python."""
+    module = tmp_path / "probe_module.py"
+    module.write_text("VALUE = 1\n")
+    old = 1_577_836_800
+    os.utime(module, (old, old))
+    env = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[2]), str(tmp_path)])
+
+    def imported() -> str:
+        return subprocess.run([sys.executable, "-c", "import json, grueflow.grue, probe_module as m; print(m.VALUE, "
+                               "*(type(n.__spec__.loader).__name__ for n in (m, grueflow.grue, json)))"],
+                              cwd=tmp_path, env=env, check=True, capture_output=True, text=True).stdout
+
+    assert imported() == "1 _ContentCheckedLoader _ContentCheckedLoader SourceFileLoader\n"
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(tmp_path)], env=env, check=True)  # Python's own
+    assert imported().startswith("1 ")
+    for value in (2, 3):  # the same size, the same inode, the time put back each time
+        with module.open("r+") as file:
+            file.write(f"VALUE = {value}\n")
+        os.utime(module, (old, old))
+        assert list((tmp_path / "__pycache__").glob("probe_module.*.pyc"))  # bytecode of the version before
+        assert imported().startswith(f"{value} ")
+
+
 def test_code_rewritten_with_its_size_and_time_kept_is_set_to_now_so_python_compiles_it_again(tmp_path, monkeypatch):
     """Python takes a module's bytecode in __pycache__ as current while the source's modification time and size are
     those it was compiled from: a module rewritten in place with its size and time kept reran its stages (the code
