@@ -624,7 +624,7 @@ def copy_note(path: str | Path) -> Optional[str]:
     other = Path(os.path.normpath(os.path.abspath(root / out)))
     cwd = Path(os.getcwd())
     shown = other.relative_to(cwd) if other.is_relative_to(cwd) else other
-    how = "a link to" if os.path.realpath(folder) == os.path.realpath(other) else "a copy of"
+    how = "a link to" if linked_path(path) is not None else "a copy of"
     results = Path(os.path.abspath(root / "results"))
     rebuilt = f"a pipeline run whose suite writes {folder} rebuilds it" \
         if Path(os.path.abspath(folder)).is_relative_to(results) else \
@@ -646,9 +646,33 @@ def _recorded_out(path: str | Path) -> Optional[tuple[Path, Path, str]]:
         record = read_json(folder / STAGE_RECORD)
     except (OSError, ValueError):
         return None
+    recorded = record.get("out") if isinstance(record, dict) else None
     root = project_root(folder)
-    out = written_for(root, folder, record.get("out") if isinstance(record, dict) else None)
+    out = written_for(root, folder, recorded)
+    real = os.path.realpath(folder)
+    if out is not None and os.path.realpath(root / out) != real:  # a link from outside its project: /tmp/latest
+        real_root = project_root(real)
+        if isinstance(recorded, str) and os.path.realpath(real_root / recorded) == real:
+            root, out = real_root, written_for(real_root, folder, recorded)
     return None if out is None else (folder, root, out)
+
+
+def linked_path(path: str | Path) -> Optional[Path]:
+    """``path`` (a stage folder, or a file or folder in one) as it lies in the stage folder its ``stage.json``
+    records, where it is reached through a link to that folder: the stage folder found above ``path`` as given
+    (links kept) records another output path than its own, and is that folder with its links followed (a link to
+    it, not a copy of it). Written relative to the working folder where it lies in it, else absolute. None for a
+    path in no stage folder, in the folder its record names, or in a copy."""
+    found = _recorded_out(path)
+    if found is None:
+        return None
+    folder, root, out = found
+    other = Path(os.path.normpath(os.path.abspath(root / out)))
+    if os.path.realpath(folder) != os.path.realpath(other):
+        return None
+    given = other / Path(os.path.abspath(path)).relative_to(os.path.abspath(folder))
+    cwd = Path(os.getcwd())
+    return given.relative_to(cwd) if given.is_relative_to(cwd) else given
 
 
 def check_written_here(path: str | Path, flag: str, copy_ok: bool = False) -> None:
