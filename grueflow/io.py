@@ -690,6 +690,12 @@ def check_written_here(path: str | Path, flag: str, copy_ok: bool = False) -> No
     names, provided that record holds the bytes its stage wrote (:func:`as_written`; its reader checks the files
     against it, :func:`check_stage_output`): one edited by hand vouches for nothing, and is refused.
 
+    A folder reached through a link of the user's to the folder its record names, where the path as given lies
+    outside the project's ``results/`` and in no other stage folder (``data/imports`` linked to
+    ``results/human/<task>/imported``), is that folder and names no run: it is taken, as a link to one of its files
+    is, and its reader checks it at the folder its record names (:func:`linked_path`). A link under ``results/``,
+    where the pipeline writes stage folders, names the run of its path, and is refused.
+
     The advice of a refusal never deletes a copy grueflow kept under :data:`REPLACED` (:func:`kept_by_grueflow`),
     which may be all that is left of that run's output: it says to put it back where its record says it was
     written, the folder found there moved aside first."""
@@ -697,6 +703,8 @@ def check_written_here(path: str | Path, flag: str, copy_ok: bool = False) -> No
     if found is None or os.path.isabs(found[2]):
         return
     folder, root, out = found
+    if linked_path(path) is not None and not _names_a_run(folder, root):
+        return  # a link of the user's outside results/ (data/imports): its path names no run, and it is that one
     how = "a link to" if os.path.realpath(folder) == os.path.realpath(root / out) else "a copy of"
     what = (f"{flag} {path}: {folder} is {how} the stage folder written at {out} (its {STAGE_RECORD} records that "
             f"path as its output)")
@@ -713,6 +721,13 @@ def check_written_here(path: str | Path, flag: str, copy_ok: bool = False) -> No
                         f"this one back there (cp -a {folder} {out}), then give {out}")
     raise DataError(f"{what}: what it holds is that run's, not the run its path names; delete {folder} and rerun "
                     f"the pipeline (snakemake or dvc repro) to rebuild it")
+
+
+def _names_a_run(folder: Path, root: Path) -> bool:
+    """Whether the stage folder ``folder`` (as given, links kept) lies where a pipeline run writes stage folders,
+    so that its path names a run: under the project's ``results/`` (``root``'s), or inside another stage folder."""
+    absolute = Path(os.path.abspath(folder))
+    return absolute.is_relative_to(os.path.abspath(root / "results")) or in_stage_folder(absolute.parent)
 
 
 def kept_by_grueflow(path: str | Path) -> bool:

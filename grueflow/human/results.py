@@ -607,7 +607,9 @@ def check_imported_input(path: Path, then: str) -> None:
     files than those there now (:func:`check_current_import`, ``then``: what to do after importing again), as the
     human-evaluation table refuses that import. The folder is found above ``path`` as given, else above it with
     every link followed (a link of the user's to an import's file). A file in no stage folder (a set of one's own)
-    is not checked."""
+    is not checked. A path reached through a link of the user's to a stage folder (``data/imports`` linked to
+    ``results/human/<task>/imported``) is checked at the folder it links to (:func:`~grueflow.io.linked_path`)."""
+    path = io.linked_path(path) or path
     folder = None
     for absolute in (Path(os.path.abspath(path)), Path(os.path.realpath(path))):
         folder = next((p for p in absolute.parents if (p / io.STAGE_RECORD).is_file()), None)

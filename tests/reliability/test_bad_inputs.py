@@ -5392,6 +5392,45 @@ def test_a_stage_training_on_an_imports_preferences_refuses_the_import_whose_ans
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("linked", ["the import", "the folder of imports"])
+@pytest.mark.parametrize("stage", ["train_reward_model", "dpo"])
+def test_a_stage_takes_an_imports_preferences_through_a_linked_folder_and_checks_the_import(
+        tmp_path: Path, call_stage, monkeypatch: pytest.MonkeyPatch, stage: str, linked: str):
+    """Given through a linked folder of the user's (data/imports -> the imports), a current import's
+    preferences.jsonl was refused as "a link to the stage folder written at ...: delete data/imports/<batch> and
+    rerun the pipeline", which deleted the import itself and came back after the rebuild, where a link to the file
+    was taken. A link under results/, where a stage folder's path names a run, is still refused."""
+    monkeypatch.chdir(tmp_path)
+    batch, key, answers, imported = human_pairwise_import(tmp_path, call_stage)
+    (tmp_path / "data").mkdir()
+    target, given = (Path("..") / imported.name, "data/imports/preferences.jsonl") if linked == "the import" else \
+        (Path(".."), f"data/imports/{imported.name}/preferences.jsonl")
+    (tmp_path / "data" / "imports").symlink_to(target, target_is_directory=True)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "imp").symlink_to(Path("..") / imported.name, target_is_directory=True)
+    flags = {"train_reward_model": ["--method-file", ROOT / "params" / "methods" / "reward_model.yaml", "--backbone",
+                                    tmp_path / "no_model"],
+             "dpo": ["--task-file", ROOT / "params" / "tasks" / "sentiment.yaml", "--method-file",
+                     ROOT / "params" / "methods" / "dpo.yaml", "--init-model", tmp_path / "no_model", "--seed", 0]}
+
+    def train(preferences: str) -> Any:
+        return call_stage(stage, *flags[stage], "--preferences", preferences, "--out", tmp_path / "out")
+
+    result = train(given)
+    assert "stage folder written at" not in result.stderr and "no_model" in result.stderr, result.stderr
+    assert_fails_in_one_line(train("results/imp/preferences.jsonl"),
+                             "error: --preferences results/imp/preferences.jsonl: results/imp is a link to the stage "
+                             "folder written at imp (its stage.json records that path as its output): what it holds "
+                             "is that run's, not the run its path names; delete results/imp and rerun the pipeline")
+    first = json.loads(answers.read_text().splitlines()[0])
+    with open(answers, "a") as handle:  # x corrects an answer: the import is checked as by its own path
+        handle.write(json.dumps({**first, "answer": {"choice": "B"}}) + "\n")
+    assert_fails_in_one_line(train(given),
+                             f"error: imp was imported from files that are not those there now: its answers file "
+                             f"{answers} has changed since")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("given", ["relative", "absolute"])
 def test_the_human_table_reads_the_imports_paths_from_the_project_root(tmp_path: Path, call_stage,
                                                                       monkeypatch: pytest.MonkeyPatch, given: str):
