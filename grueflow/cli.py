@@ -29,7 +29,7 @@ from grueflow.command_line import check_configfile_given_once, check_configfiles
 from grueflow.config import ConfigError, load_yaml12
 from grueflow.grue import grue_table_problem
 from grueflow.interrupt import say
-from grueflow.io import DataError, copy_note, linked_path, refuse_special_file
+from grueflow.io import DataError, copy_note, file_link_target, linked_path, refuse_special_file
 from grueflow.stage import GivenOnce, positive
 
 GRUE_JSON = "results/grue_table.json"
@@ -951,22 +951,23 @@ PREDICTION_KEYS = ("id", "prompt", "generation")  # what every predictions.jsonl
 def cmd_show(args: argparse.Namespace) -> int:
     """Print the first ``args.n`` samples of a run's predictions (:func:`find_predictions`). A run folder whose
     ``stage.json`` names another output path (another run's folder copied or linked there) is shown as it is, after
-    one note on stderr naming both paths (:func:`grueflow.io.copy_note`); a link to a run's folder is that run, so
-    the folder it links to is noted where it is stale (:func:`stale_note`); a file cut or edited since its stage
-    wrote it is refused."""
+    one note on stderr naming both paths (:func:`grueflow.io.copy_note`); a link to a run's folder, or to its
+    ``predictions.jsonl`` (:func:`grueflow.io.file_link_target`), is that run, so the folder it leads to is noted
+    where it is stale (:func:`stale_note`); a file cut or edited since its stage wrote it is refused."""
     from grueflow.io import DataError, check_stage_output, iter_jsonl
 
     path = find_predictions(args.run)
-    note = copy_note(path)  # another run's folder copied or linked here: its samples are that run's
+    judged = file_link_target(path)  # a link to a run's file shows that run: the folder holding its file is judged
+    note = copy_note(judged)  # another run's folder copied or linked here: its samples are that run's
     if note:
         print(f"grueflow show: note: {note}", file=sys.stderr)
     try:
         check_stage_output(path)  # a run's file as its stage.json recorded it: a cut or edited one is refused
     except DataError as err:
         raise CliError(str(err)) from None
-    linked = linked_path(path)  # a link to a run's folder shows that run: the folder it links to is judged
+    linked = linked_path(judged)  # a link to a run's folder shows that run: the folder it links to is judged
     # a copy's params, inputs and code are another run's (the note said whose), so a copy is not judged
-    stale = stale_note(linked) if linked is not None else None if note else stale_note(path)
+    stale = stale_note(linked) if linked is not None else None if note else stale_note(judged)
     if stale:
         print(f"grueflow show: note: {stale}", file=sys.stderr)
     rows = []

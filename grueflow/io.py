@@ -586,6 +586,27 @@ def _relative_to_cwd(path: Path) -> str:
     return str(path.relative_to(cwd)) if path.is_relative_to(cwd) else str(path)
 
 
+def working_folder() -> Path:
+    """The working folder as the shell reached it: ``$PWD`` where that names the very folder :func:`os.getcwd` gives
+    (a folder reached through a link, ``cd results`` where ``results`` links to another disk), else
+    :func:`os.getcwd`, which has every link resolved and so no project above a linked folder."""
+    cwd = os.getcwd()
+    pwd = os.environ.get("PWD")
+    if pwd and os.path.isabs(pwd) and pwd != cwd:
+        try:
+            if os.path.samefile(pwd, cwd):
+                return Path(os.path.normpath(pwd))
+        except OSError:
+            pass
+    return Path(cwd)
+
+
+def absolute(path: str | Path) -> Path:
+    """``path`` made absolute from the :func:`working_folder` (links kept), normalised as :func:`os.path.abspath`
+    normalises it."""
+    return Path(os.path.normpath(os.path.join(working_folder(), path)))
+
+
 def written_for(root: str | Path, folder: str | Path, out: object) -> Optional[str]:
     """The output path ``out`` a stage record found in ``folder`` names (:func:`output_path`, relative to ``root``,
     the project's root) where it is another folder than ``folder``: the record and its files were written there and
@@ -595,7 +616,7 @@ def written_for(root: str | Path, folder: str | Path, out: object) -> Optional[s
     output)."""
     if not isinstance(out, str) or not out:
         return None
-    same = os.path.normpath(os.path.abspath(Path(root) / out)) == os.path.normpath(os.path.abspath(folder))
+    same = absolute(Path(root) / out) == absolute(folder)
     return None if same else out
 
 
@@ -604,10 +625,10 @@ PROJECT_MARKER = "Snakefile"  # what the project's root holds: the folder both e
 
 def project_root(path: str | Path) -> Path:
     """The root of the project ``path`` lies in, which stage records name their paths relative to: the nearest folder
-    above ``path`` (as given, links kept) that holds a :data:`PROJECT_MARKER`; else the working folder, which
-    :func:`output_path` takes paths relative to."""
-    absolute = Path(os.path.abspath(path))
-    return next((folder for folder in absolute.parents if (folder / PROJECT_MARKER).is_file()), Path(os.getcwd()))
+    above ``path`` (as given, links kept; a relative one taken from the :func:`working_folder` as the shell reached
+    it, so ``cd results`` through a link to another disk still finds the project above it) that holds a
+    :data:`PROJECT_MARKER`; else the working folder, which :func:`output_path` takes paths relative to."""
+    return next((folder for folder in absolute(path).parents if (folder / PROJECT_MARKER).is_file()), working_folder())
 
 
 def copy_note(path: str | Path) -> Optional[str]:
@@ -615,19 +636,26 @@ def copy_note(path: str | Path) -> Optional[str]:
     where its stage folder's ``stage.json`` records another output path than that folder (:func:`written_for`,
     relative to :func:`project_root`): the folder is a copy of, or a link to, another run's, and what it holds is
     that run's. It says whether a pipeline run rebuilds the folder (the stale check rebuilds a suite folder under
-    the project's ``results/``; a copy elsewhere is left as it is). None where the record names the folder itself,
+    the project's ``results/``; a copy elsewhere is left as it is). Where no project is found and the recorded path
+    is not found from the working folder (a run's own folder reached by a path that no project lies above), it says
+    that neither is known, never that the folder is a copy. None where the record names the folder itself,
     names no path, cannot be read (:func:`check_stage_output` reports that), or ``path`` is in no stage folder."""
     found = _recorded_out(path)
     if found is None:
         return None
     folder, root, out = found
-    other = Path(os.path.normpath(os.path.abspath(root / out)))
-    cwd = Path(os.getcwd())
+    if not (root / PROJECT_MARKER).is_file() and not os.path.lexists(root / out):  # no project: nothing to compare
+        return (f"{folder}'s {STAGE_RECORD} records the output path {out}, which is not found from {root}, and no "
+                f"project (a folder holding a {PROJECT_MARKER}) lies above {folder} or in the working folder: whether "
+                f"it is that run's own folder or a copy of it, and whether a pipeline run rebuilds it, is not known "
+                f"here; run grueflow show in its project's root to judge it")
+    other = absolute(root / out)
+    cwd = working_folder()
     shown = other.relative_to(cwd) if other.is_relative_to(cwd) else other
     how = "a link to" if linked_path(path) is not None else "a copy of"
-    results = Path(os.path.abspath(root / "results"))
+    results = absolute(root / "results")
     rebuilt = f"a pipeline run whose suite writes {folder} rebuilds it" \
-        if Path(os.path.abspath(folder)).is_relative_to(results) else \
+        if absolute(folder).is_relative_to(results) else \
         f"no pipeline run rebuilds it, as it lies outside {results}"
     return (f"{folder} is {how} the stage folder written at {shown} (its {STAGE_RECORD} records that path as its "
             f"output): what it holds is that run's; {rebuilt}")
@@ -667,11 +695,29 @@ def linked_path(path: str | Path) -> Optional[Path]:
     if found is None:
         return None
     folder, root, out = found
-    other = Path(os.path.normpath(os.path.abspath(root / out)))
+    other = absolute(root / out)
     if os.path.realpath(folder) != os.path.realpath(other):
         return None
-    given = other / Path(os.path.abspath(path)).relative_to(os.path.abspath(folder))
-    cwd = Path(os.getcwd())
+    given = other / absolute(path).relative_to(absolute(folder))
+    cwd = working_folder()
+    return given.relative_to(cwd) if given.is_relative_to(cwd) else given
+
+
+def file_link_target(path: str | Path) -> Path:
+    """The file the link ``path`` leads to, its own links followed one at a time, each as it names its target (a
+    relative one from the link's folder), so that the folders on the way keep the links they are reached through
+    (``preds.jsonl`` -> ``results/eval/<run>/predictions.jsonl`` with ``results`` a link to another disk: the run's
+    file in its project); written relative to the :func:`working_folder` where it lies in it, else absolute.
+    ``path`` itself where it is no link, or its links go round in a loop."""
+    given, seen = absolute(path), set()
+    while given.is_symlink():
+        if given in seen:
+            return Path(path)
+        seen.add(given)
+        given = absolute(given.parent / os.readlink(given))
+    if not seen:
+        return Path(path)
+    cwd = working_folder()
     return given.relative_to(cwd) if given.is_relative_to(cwd) else given
 
 

@@ -1048,6 +1048,68 @@ def test_show_of_a_link_to_a_stale_run_folder_says_it_is_stale(tmp_path, tmp_pat
         f"grueflow show: note: {tmp_path / folder} {stale}")
 
 
+def stale_run(tmp_path: Path) -> tuple[Path, str]:
+    """A project in ``tmp_path`` (the working folder) with one evaluation whose model is gone since: its folder, and
+    the end of show's stale note of it."""
+    from grueflow.io import atomic_dir
+
+    (tmp_path / "Snakefile").write_text("")
+    model = Path("results") / "sentiment" / "ppo" / "seed0" / "model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    folder = Path("results") / "eval" / "sentiment" / "ppo" / "seed0"
+    with atomic_dir(folder) as tmp:
+        predictions(tmp)
+        write_stage_record(tmp, stage="evaluate", params={}, inputs={"model": model}, wall_time_s=0.0)
+    shutil.rmtree(model)
+    return folder, ("is stale (it was built from results/sentiment/ppo/seed0/model, which no longer exists): these "
+                    "are the samples and scores of what it was built from then, not of the params, inputs and code "
+                    "now; rerun the pipeline (grueflow run, or dvc repro) to rebuild it\n")
+
+
+def test_show_of_a_link_to_a_stale_runs_predictions_file_says_it_is_stale(tmp_path, tmp_path_factory, monkeypatch,
+                                                                          capsys):
+    """A link to a run's predictions.jsonl (in the project, or outside it) showed the samples with no note, where the
+    file by its own path was noted stale: the folder holding the file the link leads to is judged."""
+    monkeypatch.chdir(tmp_path)
+    folder, stale = stale_run(tmp_path)
+    Path("preds.jsonl").symlink_to(folder / "predictions.jsonl")
+    outside = tmp_path_factory.mktemp("elsewhere")
+    (outside / "preds.jsonl").symlink_to(tmp_path / folder / "predictions.jsonl")
+    (outside / "again.jsonl").symlink_to("preds.jsonl")  # a link to a link
+    for link in ("preds.jsonl", str(outside / "preds.jsonl"), str(outside / "again.jsonl")):
+        assert main(["show", link, "-n", "1"]) == 0
+        shown = capsys.readouterr()
+        assert shown.err == f"grueflow show: note: {folder} {stale}" and "[test-0]" in shown.out
+    monkeypatch.chdir(outside)
+    assert main(["show", "preds.jsonl", "-n", "1"]) == 0
+    assert capsys.readouterr().err == f"grueflow show: note: {tmp_path / folder} {stale}"
+
+
+def test_show_from_inside_a_linked_results_folder_judges_the_run(tmp_path, tmp_path_factory, monkeypatch, capsys):
+    """results/ a link to another disk, and show run from inside it (cd results): the working folder's own path has no
+    project above it, so the run's own folder was called a copy that no pipeline run rebuilds, with no stale note.
+    The project is found through the working folder as the shell reached it ($PWD)."""
+    monkeypatch.chdir(tmp_path)
+    folder, stale = stale_run(tmp_path)
+    disk = tmp_path_factory.mktemp("disk") / "results"
+    shutil.move("results", disk)
+    Path("results").symlink_to(disk)
+    for inside, given in (("results", "eval/sentiment/ppo/seed0"), ("results/eval", "sentiment/ppo/seed0")):
+        monkeypatch.chdir(tmp_path / inside)
+        monkeypatch.setenv("PWD", str(tmp_path / inside))
+        assert main(["show", given, "-n", "1"]) == 0
+        shown = capsys.readouterr()
+        assert shown.err == f"grueflow show: note: {given} {stale}" and "[test-0]" in shown.out
+    monkeypatch.delenv("PWD")  # the project cannot be found: its own folder is not called a copy
+    assert main(["show", "sentiment/ppo/seed0", "-n", "1"]) == 0
+    assert capsys.readouterr().err == (
+        f"grueflow show: note: sentiment/ppo/seed0's stage.json records the output path {folder}, which is not found "
+        f"from {disk / 'eval'}, and no project (a folder holding a Snakefile) lies above sentiment/ppo/seed0 or in the "
+        f"working folder: whether it is that run's own folder or a copy of it, and whether a pipeline run rebuilds "
+        f"it, is not known here; run grueflow show in its project's root to judge it\n")
+
+
 def files_and_times(root: Path) -> dict[str, tuple[int, int]]:
     """Every file and folder under ``root``, with its size and modification time: what a read-only command leaves."""
     return {str(path.relative_to(root)): (path.lstat().st_size, path.lstat().st_mtime_ns)
