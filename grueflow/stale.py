@@ -1319,6 +1319,11 @@ def _rebuilt_for(folder: Path, record: Mapping, root: Path) -> list[str]:
     source = _read_from(folder, record, root)
     if source is not None and (changed := params_changed(record, source, leave_out=("suite",))):
         reasons.append(f"{PARAMS_CHANGED} ({', '.join(changed)})")
+    suite = _suite_reads(record, root)
+    if suite is not None and source is not None and _files(suite) != _files(source) and \
+            (changed := params_changed(record, suite, leave_out=("suite",))):
+        reasons.append(f"{PARAMS_CHANGED} as the active suite reads them ({', '.join(changed)}, in the params_dir "
+                       f"{root / SUITE_FILE} names; it was built from {', '.join(_files(source))})")
     inputs = record.get("inputs")
     inputs = inputs if isinstance(inputs, dict) else {}
     paths = [meta["path"] for meta in inputs.values() if isinstance(meta, dict) and isinstance(meta.get("path"), str)
@@ -1365,6 +1370,25 @@ def _read_from(folder: Path, record: Mapping, root: Path) -> Optional[ParamsSour
         source = folder_params_source(str(record.get("stage")), out, str(root / "params"))
         return dataclasses.replace(source, **{f"{part}_file": str(root / path) for part, path in read.items()
                                               if part in ("task", "method")}) if source is not None else None
+    return _suite_reads(record, root)
+
+
+def _files(source: ParamsSource) -> list[str]:
+    """The params files ``source`` names, normalised: the same files however their paths are spelled."""
+    return [os.path.normpath(path) for path in (source.task_file, source.method_file) if path is not None]
+
+
+def _suite_reads(record: Mapping, root: Path) -> Optional[ParamsSource]:
+    """Where a job of the active suite (:data:`SUITE_FILE` under the project ``root``, as the Snakefile, DVC and
+    ``grueflow run`` read it by default) reads the params of the stage folder whose ``stage.json`` is ``record``:
+    :func:`grueflow.pipeline.folder_params_source` of its recorded output path in the suite's ``params_dir`` (else
+    ``params/``), the files the Snakefile's stale check compares (``stage_params``, workflow/rules/common.smk). None
+    where the folder is none of the table's."""
+    from grueflow.pipeline import folder_params_source
+
+    out = record.get("out")
+    if not isinstance(out, str):
+        return None
     try:
         suite = read_yaml(root / SUITE_FILE)
     except (ConfigError, OSError):

@@ -1180,7 +1180,9 @@ def test_show_of_an_evaluation_built_from_a_stale_folder_says_so_and_writes_noth
 def test_show_compares_the_params_files_of_the_suite_that_built_the_run(tmp_path, monkeypatch, capsys, recorded):
     """A suite with its own params_dir (params/grue-local, ...): show compared params/tasks/<task>.yaml, so an edit
     of the suite's own task file got no note and an edit of an unused params/tasks file a false one. The files a
-    stage read are in its provenance record; without one (an older record), the active suite's params_dir is used."""
+    stage read are in its provenance record; without one (an older record), the active suite's params_dir is used.
+    Where the active suite has switched to another params_dir since, the run is judged in that one too, as the
+    Snakefile's stale check judges it: an edit there got no note while snakemake -n planned the run again."""
     from grueflow.io import PARAMS_READ, atomic_dir
     from grueflow.pipeline import PARAMS_DIGEST, folder_params_source, params_digest
 
@@ -1205,7 +1207,13 @@ def test_show_compares_the_params_files_of_the_suite_that_built_the_run(tmp_path
         return capsys.readouterr().err
 
     (tmp_path / "params" / "tasks" / "sentiment.yaml").write_text("eval_generation: {max_new_tokens: 16}\n")
-    assert note() == ""  # a task file the suite does not read
+    if recorded:  # built from params/mine; the active suite now reads params/, whose task file differs
+        assert note().startswith(
+            f"grueflow show: note: {folder} is stale (its params changed since it was built as the active suite reads "
+            f"them (params/tasks/sentiment.yaml, in the params_dir params/suite.yaml names; it was built from "
+            f"params/mine/tasks/sentiment.yaml)): ")
+        (tmp_path / "params" / "tasks" / "sentiment.yaml").write_text("eval_generation: {max_new_tokens: 8}\n")
+    assert note() == ""  # a task file no suite reads, or one as the run was built with
     (tmp_path / "params" / "mine" / "tasks" / "sentiment.yaml").write_text("eval_generation: {max_new_tokens: 16}\n")
     assert note().startswith(f"grueflow show: note: {folder} is stale (its params changed since it was built "
                              f"(params/mine/tasks/sentiment.yaml))")
