@@ -16,7 +16,7 @@ os.environ["GRUEFLOW_ENGINE"] = "snakemake"  # jobs note what they wrote (gruefl
 # merge them over a `configfile:` directive, so a key the chosen suite leaves out would come from params/suite.yaml
 # instead of its default). --config key=value settings apply over either.
 from grueflow.command_line import (check_config_given_once, check_configfiles, check_rerun_triggers,
-                                   command_line_resources, profile_files, suite_name)
+                                   check_working_folder, command_line_resources, profile_files, suite_name)
 from grueflow.config import ConfigError, read_yaml, yaml11_disagreement
 from grueflow.io import shown
 
@@ -41,6 +41,11 @@ def check_suite_yaml(paths):
 
 
 if not workflow.overwrite_configfiles:
+    try:  # snakemake -s ../Snakefile from a subfolder: one line naming both folders
+        check_working_folder(workflow.basedir)
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        raise SystemExit(1) from None
     check_suite_yaml(["params/suite.yaml"])  # before Snakemake parses it
 
     configfile: "params/suite.yaml"

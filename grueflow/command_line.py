@@ -330,6 +330,24 @@ def check_configfiles(files: Sequence[str | Path]) -> None:
                           f"it is read as one; put the targets before --configfile, or write --configfile=SUITE")
 
 
+DEFAULT_SUITE = "params/suite.yaml"  # the suite file the Snakefile reads where no --configfile is given
+
+
+def check_working_folder(snakefile_folder: str | Path) -> None:
+    """Raise a :class:`ConfigError` where Snakemake runs in another folder than the Snakefile's (``snakemake -s
+    ../Snakefile`` from ``results/``) and :data:`DEFAULT_SUITE`, which the Snakefile reads by default, is missing in
+    the working folder while it lies beside the Snakefile: the rules read every path relative to the working folder,
+    so the project's root is where Snakemake must run."""
+    from grueflow.io import working_folder
+
+    root = Path(os.path.realpath(snakefile_folder))
+    here = working_folder()
+    if os.path.realpath(here) == str(root) or os.path.exists(DEFAULT_SUITE) or not (root / DEFAULT_SUITE).is_file():
+        return
+    raise ConfigError(f"snakemake runs in the working folder {here}, not the project's root {root}, where "
+                      f"{DEFAULT_SUITE} lies: run it from {root} (or add --directory {root})")
+
+
 def _shown_path(path: str | Path) -> str:
     """``path`` relative to the working folder where it lies in it, else as given."""
     return os.path.relpath(path) if Path(os.path.abspath(path)).is_relative_to(Path.cwd()) else str(path)

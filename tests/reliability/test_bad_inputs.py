@@ -2701,6 +2701,23 @@ def test_snakemake_started_elsewhere_with_directory_checks_a_relative_profile(tm
         assert "Job stats" not in output, output
 
 
+@pytest.mark.parametrize("subfolder", ["results", "stages"])
+def test_snakemake_from_a_subfolder_says_to_run_it_from_the_projects_root(tmp_path: Path, subfolder: str):
+    """snakemake -s ../Snakefile from results/ (or stages/) failed with "params file 'params/suite.yaml' does not
+    exist" and the Snakefile's File lines, though the file lies at the root; nothing named the working folder."""
+    project = copy_project(tmp_path / "project")
+    (project / subfolder).mkdir(exist_ok=True)
+    result = subprocess.run([str(Path(PY).parent / "snakemake"), "-n", "--cores", "1", "-s", "../Snakefile",
+                             "results/grue_table.csv"], cwd=project / subfolder, capture_output=True, text=True,
+                            timeout=300, env={**os.environ, "PWD": str(project / subfolder)})
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output
+    assert output.splitlines()[-1] == (
+        f"snakemake runs in the working folder {project / subfolder}, not the project's root {project}, where "
+        f"params/suite.yaml lies: run it from {project} (or add --directory {project})"), output
+    assert "does not exist" not in output and "File " not in output and "Job stats" not in output, output
+
+
 def test_snakemake_takes_a_profile_config_alone_and_a_shipped_profile_with_config(tmp_path: Path):
     """The valid uses beside those refusals: a profile's config with no --config (its seeds planned), --profile none
     over $SNAKEMAKE_PROFILE with a --config, and a shipped profile (no config) with a --config."""
