@@ -612,11 +612,13 @@ def written_for(root: str | Path, folder: str | Path, out: object) -> Optional[s
     the project's root) where it is another folder than ``folder``: the record and its files were written there and
     copied here (``cp -a`` of another run's folder), or ``folder`` is a link to that one, and they pass their own
     checks. Compared as paths, links not followed (the record keeps them as given; a link to another run's folder is
-    not that run). None where they agree, or the record names no path (one written before records named their
-    output)."""
+    not that run), a relative one taken from the working folder as the shell reached it (:func:`absolute`) or as
+    :func:`os.getcwd` names it (as :func:`output_path` wrote it). None where they agree, or the record names no path
+    (one written before records named their output)."""
     if not isinstance(out, str) or not out:
         return None
-    same = absolute(Path(root) / out) == absolute(folder)
+    same = absolute(Path(root) / out) == absolute(folder) or \
+        os.path.normpath(os.path.abspath(Path(root) / out)) == os.path.normpath(os.path.abspath(folder))
     return None if same else out
 
 
