@@ -33,6 +33,24 @@ OWNER_PREFIX = "~$"  # Microsoft Office's owner file beside a document it has op
 # the user's name, no answers; Windows hides it, a share or `git add` shows it
 
 
+def lost_answers(record: object, root: Path) -> list[Path]:
+    """The answers an import's stage ``record`` was read from that no longer exist at all, relative to the project's
+    ``root``: each ``--answers`` it lists as given (:data:`ANSWERS_GIVEN`; else the folder of each answers file it
+    read), gone (moved out of ``data/human``, consent withdrawn). No import can be made again from them: the answers
+    must be put back there, or the import no longer used. Empty for a record of no import, or whose answers are all
+    there (an answers file deleted from a folder that still holds others is not lost: the import reruns on the rest).
+    """
+    if not isinstance(record, dict) or not isinstance(record.get("inputs"), dict):
+        return []
+    given = record.get(ANSWERS_GIVEN)
+    if isinstance(given, list) and given and all(isinstance(path, str) for path in given):
+        named = [Path(path) for path in given]
+    else:
+        named = sorted({Path(meta["path"]).parent for name, meta in record["inputs"].items()
+                        if name.startswith("answers") and isinstance(meta, dict) and isinstance(meta.get("path"), str)})
+    return [path for path in named if not os.path.lexists(root / path)]
+
+
 def hidden(name: str) -> bool:
     """Whether an entry named ``name`` is one the answers' readers pass over: a dot file (``.gitkeep``,
     LibreOffice's ``.~lock.<name>#``) or an Office owner file (``~$<name>``), which hold no answers."""

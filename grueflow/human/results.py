@@ -33,7 +33,7 @@ from grueflow.human.agreement import cohen_kappa, fleiss_kappa, krippendorff_alp
 from grueflow.human.answers import (Answer, AnswerError, Source, annotator_key, check_annotator, check_answer,
                                     parse_at, read_numbered_answer_lines)
 from grueflow.human.batch import LABEL_COLUMNS, Batch, kept_batch, prompt_of, tag_of
-from grueflow.human.layout import ANSWERS_GIVEN, answer_files, answers_in
+from grueflow.human.layout import ANSWERS_GIVEN, answer_files, answers_in, lost_answers
 from grueflow.human.templates import CHOICE_FIELD
 from grueflow.stale import changed_inputs
 
@@ -587,6 +587,14 @@ def check_current_import(folder: Path, then: str = "build the table again") -> N
             for path in answers_in(answers) if os.path.abspath(path) not in read]
     refused = _refusal(folders)
     where, out = ("", folder) if root == Path(".") else (f" from {root}", _from_root(folder, root))
+    lost = lost_answers(record, root)
+    if lost:  # importing again cannot work: nothing to import
+        shown, verb = ", ".join(str(root / path) for path in lost), "exists" if len(lost) == 1 else "exist"
+        raise io.DataError(f"{folder} was imported from answers at {shown}, which no longer {verb} (moved or deleted "
+                           f"since): its rows would count answers that are not there; put the answers back at {shown} "
+                           f"and import it again{where} ({_reimport(out, inputs, record, given)}), then {then}; or "
+                           f"stop using this import: delete it (rm -r {shlex.quote(str(folder))}) and name it nowhere "
+                           f"(a suite's preference_files, a --preferences, a table's --imports)")
     stale = (f"{folder} was imported from files that are not those there now: {'; '.join(why)} (a branch switch with "
              f"git checkout and dvc checkout, a re-export, answers added or edited); its rows would report other "
              f"judgements than those files hold: import it again{where} ({_reimport(out, inputs, record, given)}), "

@@ -5309,6 +5309,47 @@ def test_the_human_table_refuses_an_import_whose_batch_or_answers_changed_since(
     assert table.code == 0, table.stderr
 
 
+@pytest.mark.parametrize("reader", ["human_eval_table", "dpo"])
+def test_an_import_whose_answers_folder_is_gone_is_refused_with_fixes_that_work(tmp_path: Path, call_stage,
+                                                                                reader: str):
+    """An import's answers folder moved away (consent withdrawn): the refusal said to import it again, with commands
+    that cannot work without answers. It names the folder gone, and the fixes that work: put the answers back and
+    import again, or stop using the import."""
+    batch = human_likert_batch(tmp_path / "batch")
+    human_answers(tmp_path / "answers" / "answers.jsonl", batch, 4, None)
+    imported = tmp_path / "imp"
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "answers", "--task", "imdb",
+                        "--out", imported)
+    assert result.code == 0, result.stderr
+    shutil.move(tmp_path / "answers", tmp_path / "withdrawn")
+    if reader == "dpo":  # before any model is read: the check of --preferences comes first
+        (imported / "preferences.jsonl").write_text("")
+        refused = call_stage("dpo", "--task-file", "params/tasks/sentiment.yaml", "--method-file",
+                             "params/methods/dpo.yaml", "--preferences", imported / "preferences.jsonl",
+                             "--init-model", tmp_path / "none", "--seed", "0", "--out", tmp_path / "dpo")
+        then = "run stages/dpo.py again"
+    else:
+        refused = call_stage("human_eval_table", "--imports", imported, "--out-csv", tmp_path / "t.csv",
+                             "--out-md", tmp_path / "t.md")
+        then = "build the table again"
+    assert_fails_in_one_line(refused, f"error: {imported} was imported from answers at {tmp_path / 'answers'}, which "
+                             f"no longer exists (moved or deleted since): its rows would count answers that are not "
+                             f"there; put the answers back at {tmp_path / 'answers'} and import it again (snakemake "
+                             f"--cores 1 results/human_eval_table.csv under Snakemake; under DVC or by hand: python "
+                             f"stages/import_human_eval.py --batch {batch} --answers {tmp_path / 'answers'} --task imdb "
+                             f"--out {imported}), then {then}; or stop using this import: delete it (rm -r {imported}) "
+                             f"and name it nowhere (a suite's preference_files, a --preferences, a table's --imports)")
+    if reader == "dpo":
+        return
+    shutil.move(tmp_path / "withdrawn", tmp_path / "answers")  # the first fix it names
+    result = call_stage("import_human_eval", "--batch", batch, "--answers", tmp_path / "answers", "--task", "imdb",
+                        "--out", imported)
+    assert result.code == 0, result.stderr
+    table = call_stage("human_eval_table", "--imports", imported, "--out-csv", tmp_path / "t.csv",
+                       "--out-md", tmp_path / "t.md")
+    assert table.code == 0, table.stderr
+
+
 @pytest.mark.parametrize("other", ["notes.txt", "results.xlsx", "folder/"])
 @pytest.mark.parametrize("added", [False, True])
 def test_the_human_table_refuses_an_answers_folder_the_import_refuses_naming_an_added_file(tmp_path: Path, call_stage,
