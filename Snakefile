@@ -150,7 +150,8 @@ if workflow.is_main_process:  # a stage folder deleted or damaged under finished
         _lines += mark_stale(Path("results"), Path(output_of("aggregate", "csv")),
                              [Path(p) for p in expand(output_of("evaluate"), task=TASKS, method=METHODS, seed=SEEDS)],
                              {**TABLES, **_keys}, folders=[Path(p) for p in stage_folders()],
-                             params=stage_params(), load=params_unchanged, built_by=human_target)
+                             params=stage_params(), load=params_unchanged, built_by=human_target,
+                             read=named_inputs())
     except DataError as err:  # a copy of what a rebuild deletes could not be kept: nothing may run
         raise WorkflowError(str(err)) from None
     except OSError as err:  # a stamp or record it could not write (a read-only or full file system): nothing may run

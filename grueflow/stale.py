@@ -101,6 +101,7 @@ import hashlib
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import sys
@@ -111,6 +112,7 @@ from typing import Callable, Iterable, Mapping, Optional
 
 from grueflow import codedeps
 from grueflow.config import ConfigError, read_yaml
+from grueflow.human.layout import lost_answers
 from grueflow.io import (BUILT_FROM, CODE_RAN, MODEL_DIR, NAMED_RAN, PARAMS_READ, PROVENANCE_RECORD, RECORD_DIGEST,
                          SNAKEMAKE_METADATA, SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED, DataError, MissingDataError,
                          as_written, atomic_path, check_stage_output, files_record, fingerprint, last_written,
@@ -181,6 +183,7 @@ PUT_BACK = "is not the one its Snakemake job last wrote there (an older copy put
     "dvc repro)"  # ... and an output whose record is not the one noted by its last job (grueflow.io.note_written)
 HUMAN_ANSWERS = "data/human"  # where a batch's answers lie: <task>/<batch>/ (grueflow.human.layout)
 PAIRWISE_BATCH = "{method_a}_vs_{method_b}_seed{seed}"  # a pairwise batch's name in the export stage's outputs
+IMPORT_STAGE = STAGES["import_human_eval"].name  # the stage an import's stage.json names
 LIKERT_BATCH = re.compile(r"likert_seed[0-9]+")  # a Likert batch's name: it has no key
 TABLES: dict[Path, list[Path]] = {
     Path(STAGES[name].outputs["csv"]): [Path(path) for key, path in STAGES[name].outputs.items() if key != "csv"]
@@ -1869,7 +1872,8 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
                siblings: Optional[dict[Path, list[Path]]] = None, tokens: Path = TOKENS,
                folders: Iterable[Path] = (), params: Optional[Mapping[Path, ParamsSource]] = None,
                load: Optional[Callable[[str], object]] = None,
-               built_by: Callable[[Path], Optional[str]] = lambda path: None) -> list[str]:
+               built_by: Callable[[Path], Optional[str]] = lambda path: None,
+               read: Optional[Mapping[Path, str]] = None) -> list[str]:
     """Set each :func:`stale_outputs` entry's Snakemake timestamp to :data:`STALE_TIME` and give it a new token in
     ``tokens`` (the digests of inputs are cached beside it); one line per entry, saying why, and that its job reruns:
     for an entry the default target does not build, ``built_by`` gives the target whose build reruns it (None for
@@ -1898,7 +1902,13 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
     records of its jobs (:data:`grueflow.io.SNAKEMAKE_METADATA`), which Snakemake rewrites in place: a run here must not
     change the params another checkout's Snakemake compares with. ``params`` and ``load``: as :func:`stale_outputs`
     takes them. First, what lies where ``table`` or a file of ``siblings`` belongs and is no file is moved aside
-    (:func:`move_aside_tables`): the table is then missing, and its job reruns."""
+    (:func:`move_aside_tables`): the table is then missing, and its job reruns.
+
+    An entry no job can rebuild (:func:`unbuildable`: a stage folder no rule of the suite writes, a stage run by hand,
+    or an import whose answers are gone) never gets "its job reruns": its line says so and how to rebuild it, and
+    where the suite's jobs read it (``read``: such a folder, by what names it, as a task's reward names a reward
+    model), a :class:`DataError` refuses before anything is marked, with that fix: its readers would be built from it
+    as it is, as though it were current."""
     lines = []
     expected, folders = list(expected), list(folders)
     suite = set(expected) | set(folders)
@@ -1906,15 +1916,18 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
         _own_file(record)
     lines += move_aside_tables(results.parent, {table: [], **(siblings or {})})  # then missing: their jobs rerun
     stale = stale_outputs(results, table, expected, siblings, folders, tokens.parent / DIGESTS.name, params, load)
+    jobless = {path: found for path in stale if (found := unbuildable(results.parent, path, not folders or path in suite
+                                                                      or path == table or path in (siblings or {})))}
+    refused = [_read_refusal(path, stale[path], *jobless[path], (read or {})[path])
+               for path in jobless if path in (read or {})]
+    if refused:  # before anything is marked
+        raise DataError("; ".join(refused))
     stamped_file = tokens.parent / STAMPED.name
     stamped = _read_mapping(stamped_file)
     kept, copied, read_all = dict(stamped), set(), False
     for path, why in stale.items():
         stamp = _stamp_of(path)
-        target = built_by(path)
-        line = f"grueflow: {path} is stale ({why}); its job reruns" + (
-            "" if not target else " once it is asked for (rule all does not build it)" if Path(target) == path
-            else f" once {target} is built (rule all does not build it)")
+        line = _stale_line(path, why, jobless.get(path), built_by(path))
         rebuilt = path in suite and not why.startswith(("its input ", "it was built from "))  # else: as built
         files = unvouched(path) if rebuilt else []
         if rebuilt and why.startswith("damaged: ") and why.endswith(UNMATCHED):  # found by digests: read them all
@@ -1961,6 +1974,72 @@ def mark_stale(results: Path, table: Path, expected: Iterable[Path],
         with atomic_path(tokens) as tmp:
             tmp.write_text(json.dumps(updated, indent=1, sort_keys=True) + "\n")
     return lines + keep_user_files(results, suite, done=copied)
+
+
+def unbuildable(root: Path, path: Path, has_job: bool) -> Optional[tuple[str, str, str]]:
+    """Why no job rebuilds the stale ``path`` (relative to the project's ``root``), what rebuilds it and how to stop
+    using it, or None where its job can: ``has_job``, a rule of the suite writes it, unless it is an import whose
+    answers no longer exist (:func:`grueflow.human.layout.lost_answers`: its job could not read them). A folder no
+    rule writes (a stage run by hand, a folder of another suite) is rebuilt by its stage's command as its records
+    say it was built (:func:`_command_of`)."""
+    record = _record_of(path / STAGE_RECORD) if path.is_dir() else {}
+    lost = lost_answers(record, root) if record.get("stage") == IMPORT_STAGE else []
+    if lost:
+        shown = ", ".join(map(str, lost))
+        return (f"no job can import it again: its answers at {shown} no longer exist", f"put the answers back at "
+                f"{shown}", f"delete the import (rm -r {shlex.quote(str(path))})")
+    if has_job:
+        return None
+    command = _command_of(path, record)
+    return ("no job of this suite writes it (a stage run by hand, or a folder of another suite)",
+            f"rebuild it from its inputs now ({command}, as its records say it was built)" if command else
+            "rebuild it by hand", f"delete it (rm -r {shlex.quote(str(path))})")
+
+
+def _command_of(folder: Path, record: Mapping) -> Optional[str]:
+    """The command that builds the stage folder ``folder`` as its records say it was built: its stage's script,
+    the params files it read (its provenance's :data:`grueflow.io.PARAMS_READ`), each input it recorded (a stage
+    names an input after its flag) and ``--out``; None where its record names no stage of :data:`STAGES`, or an
+    import."""
+    stage = STAGES.get(record.get("stage")) if isinstance(record.get("stage"), str) else None
+    if stage is None or stage.name == IMPORT_STAGE:  # an import names its answers files, not its --answers
+        return None
+    files = _record_of(folder / PROVENANCE_RECORD).get(PARAMS_READ)
+    inputs = record.get("inputs") if isinstance(record.get("inputs"), dict) else {}
+    words = [f"--{kind}-file {shlex.quote(file)}" for kind, file in (files if isinstance(files, dict) else {}).items()
+             if kind in ("task", "method") and isinstance(file, str)]
+    words += [f"--{name.replace('_', '-')} {shlex.quote(meta['path'])}" for name, meta in sorted(inputs.items())
+              if isinstance(meta, dict) and isinstance(meta.get("path"), str)]
+    return " ".join([f"python {stage.script}", *words, f"--out {shlex.quote(str(folder))}"])
+
+
+def _stale_line(path: Path, why: str, jobless: Optional[tuple[str, str, str]], target: Optional[str]) -> str:
+    """The line of the stale ``path``: that its job reruns (once ``target`` is built, where rule all does not build
+    it: :func:`mark_stale`'s ``built_by``), or, where no job can rebuild it (``jobless``, :func:`unbuildable`), that
+    nothing reruns it and what to do."""
+    if jobless is not None:
+        nobody, rebuild, stop = jobless
+        return f"grueflow: {path} is stale ({why}); {nobody}, so nothing reruns it: {rebuild}, or {stop}"
+    return f"grueflow: {path} is stale ({why}); its job reruns" + (
+        "" if not target else " once it is asked for (rule all does not build it)" if Path(target) == path
+        else f" once {target} is built (rule all does not build it)")
+
+
+def _record_of(path: Path) -> dict:
+    """The JSON object of the stage folder's record ``path``; empty where it is missing, unreadable, no object, or no
+    regular file (a FIFO put in its place, whose reading would wait for a writer: :func:`grueflow.io.read_json`)."""
+    try:
+        record = read_json(path)
+    except (OSError, ValueError, DataError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _read_refusal(path: Path, why: str, jobless: str, rebuild: str, stop: str, reader: str) -> str:
+    """The refusal of a stale ``path`` that no job rebuilds (:func:`unbuildable`: ``jobless``, ``rebuild``,
+    ``stop``) while ``reader`` of the suite names it as an input of its jobs."""
+    return (f"{path} is stale ({why}) and {jobless}, yet {reader} names it, so the stages that read it would be built "
+            f"from it as it is: {rebuild}, then run again; or name it no longer in {reader} and {stop}")
 
 
 def move_aside_tables(root: Path, tables: Mapping[Path, Iterable[Path]]) -> list[str]:

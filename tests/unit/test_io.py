@@ -282,6 +282,87 @@ def test_a_stage_record_edited_by_hand_is_stale_without_snakemakes_records(tmp_p
     assert str(folder) in json.loads(tokens.read_text())  # a new token: Snakemake reruns the job
 
 
+def test_a_stale_folder_no_job_writes_is_refused_where_the_suite_reads_it_and_never_said_to_rerun(tmp_path,
+                                                                                                   monkeypatch):
+    """A reward model trained by hand (README's command, --out results/sentiment/reward_model_human) on a preference
+    set rebuilt since, named by the task's reward: "grueflow: ... is stale (...); its job reruns", then "Nothing to
+    be done", though no rule writes that folder: RL and the table kept the reward model of the old judgements."""
+    from grueflow.io import write_stage_record
+    from grueflow.stale import mark_stale
+
+    monkeypatch.chdir(tmp_path)
+    preferences = Path("results/sentiment/preferences")
+    preferences.mkdir(parents=True)
+    (preferences / "preferences.jsonl").write_text('{"id": "1"}\n')
+    write_stage_record(preferences, stage="build_preferences", params={}, inputs={}, wall_time_s=0.0)
+    Path("models/base").mkdir(parents=True)
+    Path("models/base/config.json").write_text("{}")
+    by_hand = Path("results/sentiment/reward_model_human")
+    (by_hand / "model").mkdir(parents=True)
+    (by_hand / "model" / "weights.bin").write_bytes(b"w")
+    write_stage_record(by_hand, stage="train_reward_model", params={}, wall_time_s=0.0,
+                       inputs={"preferences": preferences / "preferences.jsonl", "backbone": Path("models/base")})
+    write_json(by_hand / "provenance.json", {**read_json(by_hand / "provenance.json"),
+                                             "params_files": {"method": "params/methods/reward_model.yaml"}})
+    tokens = Path(".snakemake/grueflow-stale.json")
+    assert mark_stale(Path("results"), Path("results/grue_table.csv"), [], tokens=tokens, folders=[preferences]) == []
+    (preferences / "preferences.jsonl").write_text('{"id": "2"}\n')  # new judgements, the set rebuilt
+    write_stage_record(preferences, stage="build_preferences", params={}, inputs={}, wall_time_s=0.0)
+    built = by_hand.stat().st_mtime_ns
+    why = "its input results/sentiment/preferences/preferences.jsonl changed since it was built"
+    command = ("python stages/train_reward_model.py --method-file params/methods/reward_model.yaml --backbone "
+               "models/base --preferences results/sentiment/preferences/preferences.jsonl --out "
+               "results/sentiment/reward_model_human")
+    reader = "params/tasks/sentiment.yaml (its reward or metrics)"
+    with pytest.raises(DataError) as err:
+        mark_stale(Path("results"), Path("results/grue_table.csv"), [], tokens=tokens, folders=[preferences],
+                   read={by_hand: reader})
+    assert str(err.value) == (
+        f"{by_hand} is stale ({why}) and no job of this suite writes it (a stage run by hand, or a folder of another "
+        f"suite), yet {reader} names it, so the stages that read it would be built from it as it is: rebuild it from "
+        f"its inputs now ({command}, as its records say it was built), then run again; or name it no longer in "
+        f"{reader} and delete it (rm -r {by_hand})")
+    assert by_hand.stat().st_mtime_ns == built and not tokens.with_name("grueflow-stamped.json").exists()  # unmarked
+    line, = mark_stale(Path("results"), Path("results/grue_table.csv"), [], tokens=tokens, folders=[preferences])
+    assert line == (f"grueflow: {by_hand} is stale ({why}); no job of this suite writes it (a stage run by hand, or "
+                    f"a folder of another suite), so nothing reruns it: rebuild it from its inputs now ({command}, as "
+                    f"its records say it was built), or delete it (rm -r {by_hand})")
+
+
+def test_an_import_whose_answers_are_gone_is_refused_where_the_suite_reads_it_and_never_said_to_rerun(tmp_path,
+                                                                                                      monkeypatch):
+    """An import's answers folder moved out of data/human (consent withdrawn) while preference_files names the import:
+    "grueflow: ... is stale (...); its job reruns", yet no import could be planned without answers, and dpo was."""
+    from grueflow.io import write_stage_record
+    from grueflow.stale import mark_stale
+
+    monkeypatch.chdir(tmp_path)
+    answers = Path("data/human/sentiment/a_vs_b_seed0")
+    answers.mkdir(parents=True)
+    (answers / "answers.jsonl").write_text('{"annotator": "alice"}\n')
+    imported = Path("results/human/sentiment/imported/a_vs_b_seed0")
+    imported.mkdir(parents=True)
+    (imported / "preferences.jsonl").write_text('{"id": "1"}\n')
+    write_stage_record(imported, stage="import_human_eval", params={}, wall_time_s=0.0,
+                       inputs={"answers0": answers / "answers.jsonl"}, extra={"answers_given": [str(answers)]})
+    tokens = Path(".snakemake/grueflow-stale.json")
+    assert mark_stale(Path("results"), Path("results/grue_table.csv"), [], tokens=tokens, folders=[imported]) == []
+    shutil.move(answers, tmp_path / "withdrawn")
+    why = f"its input {answers}/answers.jsonl no longer exists"
+    reader = "preference_files.sentiment of params/suite.yaml"
+    with pytest.raises(DataError) as err:
+        mark_stale(Path("results"), Path("results/grue_table.csv"), [], tokens=tokens, folders=[imported],
+                   read={imported: reader})
+    assert str(err.value) == (
+        f"{imported} is stale ({why}) and no job can import it again: its answers at {answers} no longer exist, yet "
+        f"{reader} names it, so the stages that read it would be built from it as it is: put the answers back at "
+        f"{answers}, then run again; or name it no longer in {reader} and delete the import (rm -r {imported})")
+    line, = mark_stale(Path("results"), Path("results/grue_table.csv"), [], tokens=tokens, folders=[imported])
+    assert line == (f"grueflow: {imported} is stale ({why}); no job can import it again: its answers at {answers} no "
+                    f"longer exist, so nothing reruns it: put the answers back at {answers}, or delete the import "
+                    f"(rm -r {imported})")
+
+
 def test_the_provenance_record_holds_the_fingerprints_of_the_code_the_stage_ran(tmp_path):
     """Out of every hash (provenance.json), so that an edit to a comment reruns nothing downstream under DVC: each
     file the stage's CLI runs, by its path in the repository, and nothing for a stage without a CLI of its own."""

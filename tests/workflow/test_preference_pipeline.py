@@ -7,6 +7,7 @@ warm start) -> evaluate -> aggregate: the GRUE table gets dpo and supervised+dpo
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -154,3 +155,75 @@ def test_new_answers_in_a_human_import_named_by_preference_files_rerun_the_impor
            f"was built); its job reruns once results/human_eval_table.csv is built (rule all does not build it)\n" \
            in result.stderr
     assert "import_human_eval" not in result.stdout
+
+
+def test_a_withdrawn_import_named_by_preference_files_is_refused_naming_its_answers_folder(tmp_path):
+    """The answers folder of an import that preference_files names, moved out of data/human (consent withdrawn):
+    the stale line said "its job reruns", no import was planned (there are no answers), dpo was, and dpo's refusal
+    said to import again, which cannot work. The plan is refused, naming the folder and the fixes that work."""
+    repo = copy_project(tmp_path / "repo")
+    batch = "supervised_vs_zero_shot_seed0"
+    for method in ("supervised", "zero_shot"):  # evaluate outputs faked: the export reads their predictions alone
+        out = repo / "results" / "eval" / "sentiment" / method / "seed0"
+        out.mkdir(parents=True)
+        (out / "provenance.json").write_text('{"stage": "evaluate"}\n')
+        (out / "predictions.jsonl").write_text("".join(
+            json.dumps({"id": f"s{i}", "prompt": f"prompt {i}", "references": [], "scores": {},
+                        "generation": f"{method} says {i}"}) + "\n" for i in range(3)))
+    imported, answers = f"results/human/sentiment/imported/{batch}", f"data/human/sentiment/{batch}"
+    suite = SUITE + f"preference_files: {{sentiment: {imported}/preferences.jsonl}}\n"
+    (repo / "params" / "suite.yaml").write_text(suite)
+    run(["snakemake", "--cores", "1", f"results/human/sentiment/batches/{batch}", "--allowed-rules",
+         "export_human_pairwise"], repo)
+    pairwise = hb.read_batch(repo / "results" / "human" / "sentiment" / "batches" / batch)
+    store = AnswerStore(repo / answers / "answers.jsonl", pairwise)
+    for item in pairwise.items:
+        store.append("alice", item["item_id"], {"choice": "A"})
+    run(["snakemake", "--cores", "1", imported, "--allowed-rules", "import_human_eval"], repo)
+    (repo / answers).rename(tmp_path / "withdrawn")
+    result = run(["snakemake", "-n", "--cores", "1", "results/grue_table.csv"], repo, check=False)
+    why = f"its input {answers}/answers.jsonl no longer exists"
+    reader = "preference_files.sentiment of params/suite.yaml"
+    assert result.returncode != 0 and "rule dpo" not in result.stdout
+    assert (f"{imported} is stale ({why}) and no job can import it again: its answers at {answers} no longer exist, "
+            f"yet {reader} names it, so the stages that read it would be built from it as it is: put the answers "
+            f"back at {answers}, then run again; or name it no longer in {reader} and delete the import (rm -r "
+            f"{imported})\n") in result.stdout + result.stderr  # Snakemake's WorkflowError: on stdout under -n
+    (repo / "params" / "suite.yaml").write_text(SUITE.replace("preference_methods: [dpo]", "preference_methods: []"))
+    result = run(["snakemake", "-n", "--cores", "1", "results/grue_table.csv"], repo)
+    assert (f"grueflow: {imported} is stale ({why}); no job can import it again: its answers at {answers} no longer "
+            f"exist, so nothing reruns it: put the answers back at {answers}, or delete the import (rm -r "
+            f"{imported})\n") in result.stderr
+
+
+def test_a_stale_reward_model_trained_by_hand_and_named_by_a_reward_is_refused_before_planning(tmp_path,
+                                                                                                monkeypatch):
+    """A reward model trained by hand (README's command) on a preference set changed since, named by the task's
+    reward: "grueflow: ... is stale (...); its job reruns", then "Nothing to be done" (no rule writes that folder),
+    so RL and the table kept the reward of the old judgements. Refused before planning, with the command that
+    rebuilds it."""
+    from grueflow.io import write_stage_record
+
+    repo = copy_project(tmp_path / "repo")
+    (repo / "params" / "suite.yaml").write_text(SUITE.replace("algorithms: []", "algorithms: [ppo]")
+                                                .replace("preference_methods: [dpo]", "preference_methods: []"))
+    monkeypatch.chdir(repo)
+    (repo / "data").mkdir(exist_ok=True)
+    (repo / "data" / "prefs.jsonl").write_text('{"id": "1", "prompt": "p", "chosen": "a", "rejected": "b"}\n')
+    folder = Path("results/sentiment/reward_model_human")
+    (folder / "model").mkdir(parents=True)
+    (folder / "model" / "config.json").write_text("{}")
+    write_stage_record(folder, stage="train_reward_model", params={}, wall_time_s=0.0,
+                       inputs={"preferences": Path("data/prefs.jsonl")})
+    task = repo / "params" / "tasks" / "sentiment.yaml"
+    named = f"    - {{metric: reward_model, weight: 1.0, args: {{path: {folder}/model}}}}\n"
+    task.write_text(task.read_text().replace("    - {metric: lexicon_sentiment, weight: 1.0}\n", named))
+    (repo / "data" / "prefs.jsonl").write_text('{"id": "1", "prompt": "p", "chosen": "b", "rejected": "a"}\n')
+    result = run(["snakemake", "-n", "--cores", "1", "results/grue_table.csv"], repo, check=False)
+    assert result.returncode != 0 and "rule rl_finetune" not in result.stdout
+    assert (f"{folder} is stale (its input data/prefs.jsonl changed since it was built) and no job of this suite "
+            f"writes it (a stage run by hand, or a folder of another suite), yet params/tasks/sentiment.yaml (its "
+            f"reward or metrics) names it, so the stages that read it would be built from it as it is: rebuild it "
+            f"from its inputs now (python stages/train_reward_model.py --preferences data/prefs.jsonl --out {folder}, "
+            f"as its records say it was built), then run again; or name it no longer in params/tasks/sentiment.yaml "
+            f"(its reward or metrics) and delete it (rm -r {folder})\n") in result.stdout + result.stderr

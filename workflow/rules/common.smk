@@ -292,6 +292,22 @@ def reward_models(w):
     return folders + classifiers(w)
 
 
+def named_inputs():
+    """Each folder the suite's jobs read that a task file or the suite names, by what names it: the reward models and
+    classifiers of each task's reward and metrics (:func:`reward_models`), and the folder holding a task's
+    preference_files set where the suite learns from preferences (preferences_input, preference.smk). The stale
+    check refuses one that is stale where no job of the suite can rebuild it (grueflow.stale.mark_stale's ``read``):
+    a reward model trained by hand, an import whose answers are gone."""
+    named = {}
+    for task in TASKS:
+        w = SimpleNamespace(task=task)
+        for folder in reward_models(w):
+            named.setdefault(Path(folder), f"{task_file(w)} (its reward or metrics)")
+        if PREFERENCE_METHODS and SUITE.config.preference_files.get(task):
+            named.setdefault(Path(preferences_input(w)), f"preference_files.{task} of {SUITE_NAME}")
+    return named
+
+
 CLASSIFIER_MODEL = re.compile(re.escape(output_of("train_classifier")).replace(r"\{task\}", "[^/]+") + "/model/?")
 
 
