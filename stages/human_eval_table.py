@@ -1,6 +1,7 @@
 """The human-evaluation table (beside the GRUE table) from imported batches: .csv and .md. An import whose batch,
 key or answers files hold other content now than it was built from, or whose answers folder holds a file it did not
-read, is refused, naming the import to rerun."""
+read, is refused, naming the import to rerun; so is one of a batch whose predictions changed since it was exported,
+naming the command that exports it again."""
 
 import sys
 from pathlib import Path

@@ -1,5 +1,7 @@
 """Import one batch's answers (the annotation page's JSONL and/or platform results CSVs): agreement,
-the batch's human-evaluation table rows and, for pairwise batches, preferences.jsonl."""
+the batch's human-evaluation table rows and, for pairwise batches, preferences.jsonl. A batch whose predictions
+changed since it was exported (its items are no longer the methods' texts) is refused, naming the command that
+exports it again; a copy of an earlier batch (kept in .grueflow/replaced/) imports the answers to it."""
 
 import sys
 from pathlib import Path
@@ -40,6 +42,7 @@ def main() -> None:
         p.error(f"--batch {args.batch} is a Likert batch, which has no key (its items name their method); "
                 f"leave --key {args.key} out")
     key = hb.read_key(args.key, batch, args.legacy_key) if batch.kind == "pairwise" else None
+    results.check_current_batch(args.batch, args.key, "--batch", "build the human-evaluation table again")
     answers = results.latest_answers(a for f in files for a in results.read_answer_file(f, batch))
     agreement = results.agreement(batch, answers, key)
     with atomic_dir(args.out) as tmp:

@@ -603,6 +603,9 @@ def check_current_import(folder: Path, then: str = "build the table again") -> N
         raise io.DataError(f"{folder}: {refused}" + (f"; and {stale}" if stale else f"; then {then}"))
     if stale is not None:
         raise io.DataError(stale)
+    if "batch" in inputs:  # imported from the batch there now: that batch must still be of the texts rated
+        key = root / inputs["key"]["path"] if "key" in inputs else None
+        check_current_batch(root / inputs["batch"]["path"], key, f"{folder} holds the answers to", then)
 
 
 IMPORT_STAGE = "import_human_eval"  # the stage name an import's stage.json records
@@ -678,6 +681,70 @@ def _reimport(folder: Path, inputs: dict, record: dict, given: list[Path]) -> st
     return (f"snakemake --cores 1 results/human_eval_table.csv under Snakemake; under DVC or by hand: python "
             f"stages/import_human_eval.py --batch {batch}{key} --answers {shown}"
             f"{f' --task {shlex.quote(task)}' if isinstance(task, str) else ''} --out {shlex.quote(str(folder))}")
+
+
+def check_current_batch(batch: Path, key: Optional[Path], subject: str, then: str) -> None:
+    """Refuse the batch folder ``batch`` (a :class:`~grueflow.io.DataError` beginning ``<subject> <batch>``, ending
+    with what to do after importing the answers to a new one, ``then``) where it lies where its export wrote it and
+    a file it was exported from holds other content now (:func:`rebuilt_inputs`): its items are texts the methods'
+    evaluations no longer hold, so rows rating them would be reported for those methods as they are now. This is
+    the state in which the stale check exports the batch again before a Snakemake run imports its answers (which
+    then name the earlier batch, and are refused); by hand and under DVC, which builds no Likert batch, nothing
+    exports it again, so the import and the table refuse it here. ``key``: a pairwise batch's key file (as named
+    from the working folder), for the command that exports the batch again. A copy of a batch (one kept in
+    ``.grueflow/replaced/`` when it was replaced) is the earlier batch by choice, and is not refused: that is how
+    the answers to it are still imported."""
+    root = io.project_root(batch)
+    root = Path(".") if root == Path.cwd() else root
+    rebuilt = rebuilt_inputs(batch, root)
+    if not rebuilt:
+        return
+    where = "" if root == Path(".") else f" from {root}"
+    raise io.DataError(f"{subject} {batch}, which was exported from files that changed since: "
+                       f"{', '.join(str(root / path) for path in rebuilt)} (evaluations rebuilt after a params or "
+                       f"code change); its items are not the texts those methods produce now, and their ratings "
+                       f"would be reported as theirs: export the batch again{where} ({_reexport(batch, root, key)}), "
+                       f"have it answered and import the answers, then {then} (the export keeps a copy of this batch "
+                       f"in .grueflow/replaced/, from which the answers to it still import by hand, as ratings of the "
+                       f"earlier texts); or undo the change and rebuild those evaluations")
+
+
+def rebuilt_inputs(batch: Path, root: Path) -> list[str]:
+    """The files the batch folder ``batch`` was exported from (each method's ``predictions.jsonl``, or an RL4LMs
+    CSV: the inputs its ``stage.json`` records, by path relative to the project's ``root`` and sha256) that hold
+    other content now, as the stale check compares a stage's inputs (:func:`grueflow.stale.changed_inputs`; an input
+    stage folder unlike its own record counts too), by their recorded paths. Empty where none does, where ``batch``
+    holds no readable record, and for a copy of a batch (its record names another folder as its output:
+    :func:`grueflow.io.written_for`), which holds the batch its tag names whatever was rebuilt since. An input no
+    longer there is not compared."""
+    try:
+        record = io.read_json(batch / io.STAGE_RECORD)
+    except (OSError, ValueError):
+        return []
+    inputs = record.get("inputs") if isinstance(record, dict) else None
+    if not isinstance(inputs, dict) or io.written_for(root, batch, record.get("out")) is not None:
+        return []
+    changed, damaged = changed_inputs(root, {batch: inputs})
+    paths = [meta["path"] for meta in inputs.values() if isinstance(meta, dict) and isinstance(meta.get("path"), str)]
+    return [*changed.get(batch, []), *(path for path in paths if root / path in damaged)]
+
+
+def _reexport(batch: Path, root: Path, key: Optional[Path]) -> str:
+    """The commands that export the batch folder ``batch`` (lying where its ``stage.json`` says it was written) again,
+    run from the project's ``root``: Snakemake's target, and the export by hand from what that record holds (its
+    kind, criteria, seed, item count and inputs; ``key``: a pairwise batch's key file)."""
+    record = io.read_json(batch / io.STAGE_RECORD)
+    params = record.get("params") if isinstance(record.get("params"), dict) else {}
+    inputs = {name: meta["path"] for name, meta in record["inputs"].items() if isinstance(meta, dict)}
+    sources = (f"--rl4lms-csv {shlex.quote(inputs['rl4lms_csv'])}" if "rl4lms_csv" in inputs else
+               "--predictions " + " ".join(shlex.quote(f"{method}={path}") for method, path in inputs.items()))
+    options = "".join(f" --{name.replace('_', '-')} {shlex.quote(str(params[name]))}"
+                      for name in ("kind", "criteria", "seed", "max_items") if params.get(name) is not None)
+    out = shlex.quote(str(record["out"]))  # the path from the root (the batch lies there: :func:`rebuilt_inputs`)
+    key_option = "" if key is None else \
+        f" --key {shlex.quote(str(key if root == Path('.') else _from_root(key, root)))}"
+    return (f"snakemake --cores 1 {out} under Snakemake; under DVC or by hand: python stages/export_human_eval.py"
+            f"{options} {sources} --out {out}{key_option}")
 
 
 EXCEL_ERROR = re.compile(r"#(?:NAME\?|VALUE!|REF!|DIV/0!|N/A|NUM!|NULL!|SPILL!|CALC!|FIELD!)")

@@ -759,6 +759,66 @@ def test_answers_to_a_re_exported_batch_import_by_hand_from_the_copy_kept_of_it(
         f"back there (cp -a {kept} {folder}), then give {folder}")
 
 
+def test_a_batch_whose_predictions_changed_since_its_export_is_refused_by_the_import_and_the_table(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the predictions a batch was exported from change (evaluations rebuilt after a params change), the stale
+    check exports the batch again before Snakemake imports answers to it, and the import then refuses the answers to
+    the earlier batch. By hand and under DVC, which builds no Likert batch, nothing exports it again: the table
+    reported the earlier texts' ratings as the methods', exit 0. The table and the import refuse the batch in one
+    line naming the changed predictions and the export to run; the answers to it still import from the copy that
+    export keeps, which is the earlier batch by choice."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / io.PROJECT_MARKER).write_text("")
+    runs = {method: Path(f"results/eval/t/{method}/seed0/predictions.jsonl") for method in ("ppo", "sup")}
+
+    def evaluate(method: str, build: str) -> None:
+        runs[method].parent.mkdir(parents=True, exist_ok=True)
+        io.write_jsonl(runs[method], [{"id": p.id, "prompt": p.prompt, "generation": f"{build} {p.generation}"}
+                                      for p in _predictions(method)])
+
+    def run(script: str, *args: object) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(ROOT / script), *map(str, args)], capture_output=True, text=True)
+
+    for method in runs:
+        evaluate(method, "first")
+    folder, answered = Path("results/human/t/batches/likert_seed0"), Path("data/human/t/likert_seed0")
+    export = (f"python stages/export_human_eval.py --kind likert --criteria imdb --seed 0 --predictions "
+              f"ppo={runs['ppo']} sup={runs['sup']} --out {folder}")
+    assert run(*export.split()[1:]).returncode == 0
+    before = hb.read_batch(folder)
+    io.write_jsonl(answered / "answers.jsonl", [{"annotator": "alice", "item_id": item["item_id"],
+                                                 "answer": {"coherence": 4, "sentiment": 2}} for item in before.items])
+
+    def import_answers(batch: Path, out: str) -> subprocess.CompletedProcess:
+        return run("stages/import_human_eval.py", "--batch", batch, "--answers", answered, "--out", out)
+
+    def table(imported: str) -> subprocess.CompletedProcess:
+        return run("stages/human_eval_table.py", "--imports", imported, "--out-csv", "t.csv", "--out-md", "t.md")
+
+    assert import_answers(folder, "imported").returncode == 0 and table("imported").returncode == 0
+    evaluate("ppo", "second")  # ppo's evaluation rebuilt: other texts
+    rows = Path("t.csv").read_bytes()
+    refusal = (f"{folder}, which was exported from files that changed since: {runs['ppo']} (evaluations rebuilt "
+               f"after a params or code change); its items are not the texts those methods produce now, and their "
+               f"ratings would be reported as theirs: export the batch again (snakemake --cores 1 {folder} under "
+               f"Snakemake; under DVC or by hand: {export}), have it answered and import the answers, then ")
+    remedy = (" (the export keeps a copy of this batch in .grueflow/replaced/, from which the answers to it still "
+              "import by hand, as ratings of the earlier texts); or undo the change and rebuild those evaluations\n")
+    refused = table("imported")
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.endswith(f"error: imported holds the answers to {refusal}build the table again{remedy}")
+    assert Path("t.csv").read_bytes() == rows
+    by_hand = import_answers(folder, "imported_again")
+    assert by_hand.returncode == 2 and not Path("imported_again").exists()
+    assert by_hand.stderr.endswith(f"error: --batch {refusal}build the human-evaluation table again{remedy}")
+    assert run(*export.split()[1:]).returncode == 0  # the export the refusal names: the earlier batch is kept
+    kept = hb.kept_batch(hb.read_batch(folder), before.tag)[0]
+    earlier = import_answers(kept, "imported_earlier")  # its answers, as ratings of the earlier texts by choice
+    assert earlier.returncode == 0, earlier.stderr
+    assert table("imported_earlier").returncode == 0
+    assert "was imported from files that are not those there now" in table("imported").stderr
+
+
 def test_an_export_over_a_batch_with_no_answers_yet_keeps_it_and_its_key_first(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A batch exported and sent to annotators (no answers back yet) was replaced by a re-export after an upstream
