@@ -26,8 +26,8 @@ from typing import Any, Optional
 
 from grueflow.interrupt import Interrupted
 from grueflow.io import (MODEL_DIR, PROVENANCE_RECORD, REPLACED, SNAKEMAKE_TIMESTAMP, STAGE_RECORD, UNHASHED,
-                         DataError, as_written, files_record, fingerprint, in_dvc_cache, in_stage_folder, read_json,
-                         sha256_bytes)
+                         DataError, as_written, atomic_path, files_record, fingerprint, in_dvc_cache, in_stage_folder,
+                         read_json, sha256_bytes)
 
 
 class CopyInterrupted(Interrupted):
@@ -54,6 +54,37 @@ def stat_signature(stat: os.stat_result) -> list[int]:
     """What changes when a file is rewritten or replaced: the device, the inode, the size and both times (a
     file's change time moves with any write or rename into place, and no tool can set it back)."""
     return [stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns]
+
+
+def dated_apart(stat: os.stat_result) -> bool:
+    """Whether a file's modification time is not the time of its last change (its ctime): set since it was written
+    (a time kept or put back over a rewrite in place, ``cp -p``, ``rsync -a``, ``touch -d``, a time in the future),
+    or the file renamed, linked or its mode changed since. A write or a ``touch`` sets both times to the same instant,
+    so where this is False the file has held its bytes ever since its modification time was what it is: a hash cache
+    kept by inode, size and modification time (DVC's) that saw it at this time saw these bytes."""
+    return stat.st_mtime_ns != stat.st_ctime_ns
+
+
+def read_cache(path: Path) -> dict:
+    """The JSON object in the cache file ``path``; empty where it is missing, unreadable or no object (what it would
+    have held is computed again)."""
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def write_cache(path: Path, entries: dict) -> None:
+    """Write ``entries`` as JSON to the cache file ``path``, whole or not at all (:func:`grueflow.io.atomic_path`),
+    making its folder but not the one above it (``.dvc/tmp``, never ``.dvc``: no DVC project, no cache). Left
+    unwritten where it cannot be: a cache only, a read-only checkout computes it again next time."""
+    try:
+        path.parent.mkdir(exist_ok=True)
+        with atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(entries, indent=1, sort_keys=True) + "\n")
+    except OSError:
+        pass
 
 
 def unvouched(path: Path) -> list[Path]:

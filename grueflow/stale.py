@@ -118,8 +118,9 @@ from grueflow.io import (BUILT_FROM, CODE_RAN, MODEL_DIR, NAMED_RAN, PARAMS_READ
                          as_written, atomic_path, check_stage_output, files_record, fingerprint, last_written,
                          read_json, record_digest, sealed, sha256_bytes, snakemake_metadata, written_digests,
                          written_for)
-from grueflow.keep import (as_deleted, batch_copies_text, edited_outputs, files_under, keep_batch, keep_copy, kept_copy,
-                           links_left, listed, persons_files, stat_signature, unvouched)
+from grueflow.keep import (as_deleted, batch_copies_text, dated_apart, edited_outputs, files_under, keep_batch,
+                           keep_copy, kept_copy, links_left, listed, persons_files, read_cache, stat_signature,
+                           unvouched, write_cache)
 from grueflow.pipeline import (PARAMS_DIGEST, PLUGIN_CODE, STAGES, SUITE_FILE, VALIDATE_SUITE, ParamsSource,
                                named_digests, params_digest, path_digest, plugin_digests, script_parts, task_paths)
 from grueflow.plugins import is_module_key, module_key
@@ -169,6 +170,9 @@ STAMPED = Path(".snakemake") / "grueflow-stamped.json"  # {stage folder: its tim
 RETOKENED = Path(".snakemake") / "grueflow-retokened.json"  # {stage folder of a Snakemake job, given a token for its
 # params or its data from outside results/: [its token before, or null; the sha256 of its stage record then]}
 DIGESTS = Path(".snakemake") / "grueflow-digests.json"  # {path: [stat signature, sha256]}: files read once
+VERIFIED_DEPS = Path(".dvc") / "tmp" / "grueflow-verified-deps.json"  # {dep file of dvc.lock: [its stat signature,
+# the md5 dvc.lock records that it matched]} when it was read and found as recorded (dvc_unseen_edits), so that one
+# is read again only once it changed; in DVC's own scratch folder, which git ignores
 CHANGED_INPUT = "changed since it was built"  # why a stage whose input's content is not the recorded one is stale
 GONE_INPUT = "no longer exists"  # ... and one whose input from outside results/ is gone
 FILE_IN_PLACE = "a file where the stage's folder belongs"  # ... and a file Snakemake would take for the folder
@@ -986,33 +990,46 @@ def dvc_unseen_edits(root: Path) -> list[str]:
     """The files that ``root/dvc.lock`` records as deps of its stages (the first, :data:`grueflow.pipeline.
     VALIDATE_SUITE`, left out: it runs on every ``dvc repro`` and digests the plugin and data files it lists from
     their content) outside ``results/``, that are files now whose bytes match none of the md5s it records of them
-    (:func:`_as_locked`), and whose modification time was set back since the lock file was written: dated no later
-    than it, changed (ctime) after it. DVC's own hash cache takes a file's md5 from its inode, size and modification
-    time, so it would miss such an edit (a same-size rewrite in place whose time was put back); a plain edit (newer
-    than the lock file, or made before it and its stages not rerun since) leaves both times alike, and DVC hashes it.
-    As written in ``dvc.lock`` (relative to ``root``), in its order; a folder dep (an md5 ending ``.dir``) is left
-    out; empty where there is no lock file."""
-    lock = root / "dvc.lock"
-    try:
-        lock_time = os.stat(lock).st_mtime_ns
-    except OSError:
-        return []
+    (:func:`_as_locked`), and whose modification time is not the time of their last change
+    (:func:`grueflow.keep.dated_apart`: a same-size rewrite in place whose time was kept or put back, whatever that
+    time is, before or after dvc.lock's, or in the future). DVC's own hash cache takes a file's md5 from its inode,
+    size and modification time, so it may have seen such a file as recorded at that time and miss the change; a file
+    whose modification time is that of its last change (a plain edit, a ``touch``, a branch switch) holds the bytes
+    DVC saw at that time, and DVC hashes it again itself where it did not. Each such file is read only while its
+    stat signature (:func:`grueflow.keep.stat_signature`) is not the one kept, with the md5 it matched, in
+    ``root/``:data:`VERIFIED_DEPS` when it was last read and found as recorded: its change time moves with any
+    change and cannot be set back, so one rewritten since is read again. As written in ``dvc.lock`` (relative to
+    ``root``), in its order; a folder dep (an md5 ending ``.dir``) is left out; empty where there is no lock file."""
     recorded: dict[str, list[dict]] = {}
-    for name, entry in _lock_stages(lock).items():
+    for name, entry in _lock_stages(root / "dvc.lock").items():
         deps = (entry.get("deps") or []) if isinstance(entry, dict) and name != VALIDATE_SUITE else []
         for dep in deps if isinstance(deps, list) else []:
             if isinstance(dep, dict) and isinstance(dep.get("path"), str) and isinstance(dep.get("md5"), str) \
                     and not dep["md5"].endswith(".dir") and Path(dep["path"]).parts[:1] != ("results",):
                 recorded.setdefault(dep["path"], []).append(dep)
+    known = read_cache(root / VERIFIED_DEPS)
+    verified: dict[str, list] = {}
     unseen = []
     for path, deps in recorded.items():
         try:
             found = os.stat(root / path)
         except OSError:  # gone: DVC sees that itself
             continue
-        if stat.S_ISREG(found.st_mode) and found.st_mtime_ns <= lock_time < found.st_ctime_ns \
-                and not any(_as_locked(root / path, dep) for dep in deps):
+        if not stat.S_ISREG(found.st_mode) or not dated_apart(found):
+            continue
+        signature = stat_signature(found)
+        kept = known.get(path)
+        if isinstance(kept, list) and len(kept) == 2 and kept[0] == signature \
+                and any(dep["md5"] == kept[1] for dep in deps):
+            verified[path] = kept
+            continue
+        matched = next((dep["md5"] for dep in deps if _as_locked(root / path, dep)), None)
+        if matched is None:
             unseen.append(path)
+        else:
+            verified[path] = [signature, matched]
+    if verified != known:
+        write_cache(root / VERIFIED_DEPS, verified)
     return unseen
 
 

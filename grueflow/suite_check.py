@@ -33,12 +33,14 @@ stages can run alone).
 
 DVC's own hash cache takes a file's md5 from its inode, size and modification time, so a code file rewritten in place
 with its size and time kept would rerun nothing: before it writes, this stage sets to now the time of each file a
-later stage's entry in ``dvc.lock`` records with other bytes and whose time was set back since ``dvc.lock`` was
-written (:func:`rehash_unseen_edits`, one line naming them). DVC looks at a later stage's deps only once this one
-has run, so the same ``dvc repro`` hashes them again and reruns the stages that read them. So, first of all (the
-copies then keep them), it sets to now the time of each file of a stage folder among ``dvc.lock``'s outputs whose
-bytes its ``stage.json`` does not vouch for and whose time was set back since that record
-(:func:`rehash_damaged_outputs`): DVC then restores or reruns that stage.
+later stage's entry in ``dvc.lock`` records with other bytes and whose modification time is not the time of its last
+change (:func:`rehash_unseen_edits`, one line naming them), whatever that time is (a clock set back or ahead too).
+DVC looks at a later stage's deps only once this one has run, so the same ``dvc repro`` hashes them again and reruns
+the stages that read them. So, first of all (the copies then keep them), it sets to now the time of each file of a
+stage folder among ``dvc.lock``'s outputs that its ``stage.json`` lists at its size but whose bytes it does not vouch
+for, and whose modification time is not that of its last change (:func:`rehash_damaged_outputs`; a folder its stage
+or ``dvc checkout`` wrote alike): DVC then restores or reruns that stage. Both read a file only when its stat
+signature changed since it was last found as recorded (kept in ``.dvc/tmp``).
 
 DVC expands the stages' grids from the files ``dvc.yaml``'s ``vars`` names, while this stage validates, and the
 table stage (``aggregate --suite``) reads, the suite file given here: a ``vars`` naming any other file (a second
@@ -64,15 +66,15 @@ from grueflow import pipeline
 from grueflow.config import ConfigError, read_yaml
 from grueflow.human.layout import answers_tree
 from grueflow.io import STAGE_RECORD, DataError, atomic_dir, atomic_path, fingerprint, read_json
-from grueflow.keep import stat_signature
+from grueflow.keep import dated_apart, read_cache, stat_signature, write_cache
 from grueflow.params import VALID, valid_out_problem, validate
 from grueflow.stale import (HUMAN_ANSWERS, TABLES, answered_paths, dvc_kept_edits, dvc_unseen_edits, keep_answered,
                             keep_edited_tables, keep_user_files, locked_stages, output_folders, refuse_links)
 
 RESULTS = "results"  # where every DVC stage writes (dvc.yaml's outs, relative to the project root)
-VERIFIED_OUTPUTS = Path(".dvc") / "tmp" / "grueflow-verified-outputs.json"  # {output file: its stat signature when
-# it was read and found as its stage.json lists it}, so that one is read again only once it changed; in DVC's own
-# scratch folder, which git ignores
+VERIFIED_OUTPUTS = Path(".dvc") / "tmp" / "grueflow-verified-outputs.json"  # {output file: [its stat signature,
+# the digest its stage.json lists]} when it was read and found as listed (damaged_outputs), so that one is read again
+# only once it changed; in DVC's own scratch folder, which git ignores
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -225,41 +227,41 @@ def vars_problem(suite: Path, document: Mapping) -> str:
 def set_to_now(root: Path, paths: Iterable[str], why: str) -> None:
     """Set the modification time of each of ``paths`` (relative to ``root``) to now, so that DVC's own hash cache
     (kept by inode, size and time) hashes it again; one that cannot be set is a :class:`DataError` naming it and
-    ``why`` DVC would otherwise take it as unchanged."""
+    ``why`` DVC may otherwise take it as unchanged."""
     for path in paths:
         try:
             os.utime(root / path)
         except OSError as err:
-            raise DataError(f"{path} {why}, so DVC would take it as unchanged; its time cannot be set to now "
+            raise DataError(f"{path} {why}, so DVC may take it as unchanged; its time cannot be set to now "
                             f"({err.strerror}): `touch {path}` as its owner, then rerun dvc repro") from None
 
 
 def rehash_unseen_edits(root: Path) -> str:
-    """Set to now the modification time of each file of the project at ``root`` whose change DVC would miss
-    (:func:`grueflow.stale.dvc_unseen_edits`: a dep dvc.lock records with other bytes, whose time was set back to no
-    later than dvc.lock's, which DVC's own hash cache, kept by inode, size and time, takes as unchanged), so that DVC
-    hashes it again when it looks at the later stages' deps, after this stage, and reruns the stages that read it;
-    the line that says so, "" where there is none. A time that cannot be set is a :class:`DataError` naming the
-    file."""
+    """Set to now the modification time of each file of the project at ``root`` whose change DVC may miss
+    (:func:`grueflow.stale.dvc_unseen_edits`: a dep dvc.lock records with other bytes, whose modification time is not
+    the time of its last change, which DVC's own hash cache, kept by inode, size and time, may take as unchanged), so
+    that DVC hashes it again when it looks at the later stages' deps, after this stage, and reruns the stages that
+    read it; the line that says so, "" where there is none. A time that cannot be set is a :class:`DataError` naming
+    the file."""
     unseen = dvc_unseen_edits(root)
-    set_to_now(root, unseen, "changed since dvc.lock recorded it, and its time was set back to before dvc.lock's")
+    set_to_now(root, unseen, f"changed since dvc.lock recorded it, {_apart(1)}")
     if not unseen:
         return ""
     it, its = ("it", "its") if len(unseen) == 1 else ("them", "their")
-    return (f"grueflow: {', '.join(unseen)} changed since dvc.lock recorded {it}, and {its} time was set back to "
-            f"before dvc.lock's, which DVC's own hash cache (kept by file size and time) takes as unchanged: {its} "
-            f"time is set to now so that DVC hashes {it} again")
+    return (f"grueflow: {', '.join(unseen)} changed since dvc.lock recorded {it}, {_apart(len(unseen))}, which DVC's "
+            f"own hash cache (kept by inode, size and modification time) may take as unchanged: {its} "
+            f"{'time is' if len(unseen) == 1 else 'times are'} set to now so that DVC hashes {it} again")
 
 
 def rehash_damaged_outputs(root: Path) -> str:
     """Set to now the modification time of each file of the stage folders among the outputs ``root/dvc.lock``
-    records (:func:`grueflow.stale.output_folders`) that DVC would take as unchanged though it no longer matches its
+    records (:func:`grueflow.stale.output_folders`) that DVC may take as unchanged though it no longer matches its
     ``stage.json`` manifest (:func:`damaged_outputs`), so that DVC hashes it again when it looks at the stage's outs,
     after this stage, and restores them from its cache or reruns the stage (and, where the bytes then differ, the
     stages that read them); the line that says so, naming the files and their stages, "" where there is none. A time
     that cannot be set is a :class:`DataError` naming the file."""
     damaged = damaged_outputs(root)
-    set_to_now(root, damaged, "no longer matches the digest its stage recorded, and its time is as its stage wrote it")
+    set_to_now(root, damaged, f"no longer matches the digest its stage recorded at the size it has, {_apart(1)}")
     if not damaged:
         return ""
     one = len(damaged) == 1
@@ -267,34 +269,45 @@ def rehash_damaged_outputs(root: Path) -> str:
     stages = ", ".join(dict.fromkeys(damaged.values()))
     names = list(damaged)
     shown = ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-    return (f"grueflow: {shown} {'does' if one else 'do'} not match the digest{'' if one else 's'} "
-            f"{its} stage recorded in {STAGE_RECORD}, and {its} time was set back to before that record's, which "
-            f"DVC's own hash cache (kept by file size and time) takes as unchanged: {its} time is set to now so that "
-            f"DVC hashes {it} again and restores or reruns {stages}")
+    return (f"grueflow: {shown} {'does' if one else 'do'} not match the digest{'' if one else 's'} {its} stage "
+            f"recorded in {STAGE_RECORD} at the size{'' if one else 's'} {it} {'has' if one else 'have'}, "
+            f"{_apart(len(damaged))}, which DVC's own hash cache (kept by inode, size and modification time) may take "
+            f"as unchanged: {its} {'time is' if one else 'times are'} set to now so that DVC hashes {it} again and "
+            f"restores or reruns {stages}")
+
+
+def _apart(count: int) -> str:
+    """Why DVC may take ``count`` files changed in place as unchanged: their modification times are not those of their
+    last changes (:func:`grueflow.keep.dated_apart`)."""
+    if count == 1:
+        return "and its modification time is not that of its last change (kept or set over a rewrite)"
+    return "and their modification times are not those of their last changes (kept or set over a rewrite)"
 
 
 def damaged_outputs(root: Path) -> dict[str, str]:
     """The files under an output ``root/dvc.lock`` records, in a stage folder (:func:`grueflow.stale.output_folders`),
-    that its ``stage.json`` manifest lists at the size they have and whose time was set back after a change: modified no
-    later than that record was written, changed (ctime) after it, and with another digest than the one listed
-    (:func:`grueflow.io.fingerprint`; a same-size rewrite in place whose time was put back). DVC's own hash cache takes
-    a file's md5 from its inode, size and modification time, so it would take such a file as the output it recorded, and
-    ``dvc repro`` would keep it. Each as a path relative to ``root``, with the name of its stage in ``dvc.lock``, in
-    path order. A plain edit (modified after the record) or one of another size is left to DVC, which hashes it itself
-    (and the readers refuse it, :func:`grueflow.io.check_stage_output`), and a file no out of ``dvc.lock`` holds is left
-    to the stages that read it (DVC would not rerun its stage). Cheap: a stat per listed file; a file is read only where
-    its times are so, and one found as listed is not read again while its stat signature holds (kept in
-    ``root/``:data:`VERIFIED_OUTPUTS`: a project copied with ``cp -a``, or a ``chmod`` after the record, leaves such
-    times too)."""
+    that its ``stage.json`` manifest lists at the size they have, whose modification time is not the time of their
+    last change (:func:`grueflow.keep.dated_apart`), and whose digest is not the one listed
+    (:func:`grueflow.io.fingerprint`): a same-size rewrite in place whose time was kept or put back, whatever that time
+    is (before or after the record's, or in the future), and whatever wrote the folder (its stage, or ``dvc
+    checkout``, which writes a folder's files in no fixed order). DVC's own hash cache takes a file's md5 from its
+    inode, size and modification time, so it may have seen such a file as recorded at that time, and ``dvc repro``
+    would keep it. Each as a path relative to ``root``, with the name of its stage in ``dvc.lock``, in path order. A
+    file of another size, or whose modification time is that of its last change (a plain edit: its bytes are the ones
+    DVC saw at that time, if it looked), is left to DVC, which hashes it itself where it changed (and the readers
+    refuse it, :func:`grueflow.io.check_stage_output`); a file no out of ``dvc.lock`` holds is left to the stages that
+    read it (DVC would not rerun its stage). A file is read only while its stat signature
+    (:func:`grueflow.keep.stat_signature`) is not the one kept, with the digest listed, in
+    ``root/``:data:`VERIFIED_OUTPUTS` when it was last read and found as listed: its change time moves with any
+    change and cannot be set back. So a folder as its stage or ``dvc checkout`` wrote it is not read, and one whose
+    times were set since (a project copied with ``cp -a`` or ``rsync -a``) is read whole once."""
     locked = locked_stages(root / "dvc.lock")
-    known = _mapping_json(root / VERIFIED_OUTPUTS)
-    verified: dict[str, list[int]] = {}
+    known = read_cache(root / VERIFIED_OUTPUTS)
+    verified: dict[str, list] = {}
     damaged: dict[str, str] = {}
     for folder in output_folders(root / path for path in locked):
-        record = folder / STAGE_RECORD
         try:
-            listed_files = read_json(record)["files"]
-            written = record.stat()  # a stage writes its record last
+            listed_files = read_json(folder / STAGE_RECORD)["files"]
         except (OSError, ValueError, KeyError, TypeError):  # the stale checks and the readers name a damaged record
             continue
         for name, meta in sorted(listed_files.items() if isinstance(listed_files, dict) else ()):
@@ -306,31 +319,17 @@ def damaged_outputs(root: Path) -> dict[str, str]:
             except OSError:
                 continue
             if stage is None or not stat.S_ISREG(found.st_mode) or not isinstance(meta, dict) \
-                    or found.st_size != meta.get("bytes") \
-                    or not found.st_mtime_ns <= written.st_mtime_ns < found.st_ctime_ns:
+                    or not isinstance(meta.get("sha256"), str) or found.st_size != meta.get("bytes") \
+                    or not dated_apart(found):
                 continue
-            signature = stat_signature(found)
-            if known.get(path) != signature and fingerprint(file) != meta.get("sha256"):
-                damaged[path] = stage
+            entry = [stat_signature(found), meta["sha256"]]
+            if known.get(path) == entry or fingerprint(file) == meta["sha256"]:
+                verified[path] = entry
             else:
-                verified[path] = signature
+                damaged[path] = stage
     if verified != known:
-        try:
-            (root / VERIFIED_OUTPUTS).parent.mkdir(exist_ok=True)  # not .dvc itself: no DVC project, no cache
-            with atomic_path(root / VERIFIED_OUTPUTS) as tmp:
-                tmp.write_text(json.dumps(verified, indent=1, sort_keys=True) + "\n")
-        except OSError:  # a cache only: a read-only checkout reads them again next time
-            pass
+        write_cache(root / VERIFIED_OUTPUTS, verified)
     return damaged
-
-
-def _mapping_json(path: Path) -> dict:
-    """The JSON object in ``path``; empty where it is missing, unreadable or no object."""
-    try:
-        found = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return {}
-    return found if isinstance(found, dict) else {}
 
 
 def _locked_stage(locked: Mapping[str, tuple[str, dict]], path: str) -> Optional[str]:

@@ -888,15 +888,20 @@ def test_a_table_edit_dvc_commit_took_with_the_tables_own_record_is_copied_and_n
 def test_a_dep_dvc_would_take_as_unchanged_is_named_and_its_time_set_to_now(tmp_path, monkeypatch):
     """A code file rewritten in place with its size and time kept: DVC's hash cache, kept by inode, size and time,
     gives its old md5. DVC's first stage names each dep of a later stage whose bytes match none of dvc.lock's md5s
-    for it and whose time was set back since dvc.lock was written, and sets its time to now; not one dated after
-    dvc.lock (DVC hashes it), one edited before dvc.lock was written (a stage that does not read it rerun since),
-    one recorded as it is by some stage, the first stage's own deps, folders, nor outputs' files."""
-    from grueflow.stale import dvc_unseen_edits
+    for it and whose modification time is not that of its last change, whatever that time is (before dvc.lock's,
+    after it as a touch or a branch switch leaves it, or in the future after a clock set back), and sets its time to
+    now; not one plainly edited (DVC hashes it), one recorded as it is by some stage, the first stage's own deps,
+    folders, nor outputs' files. One read and found as recorded is not read again while its stat signature holds."""
+    from grueflow import stale
+    from grueflow.keep import stat_signature
+    from grueflow.stale import VERIFIED_DEPS, dvc_unseen_edits
     from grueflow.suite_check import rehash_unseen_edits
 
     monkeypatch.chdir(tmp_path)
+    Path(".dvc").mkdir()
     files = {name: Path(name) for name in ("grueflow/data/synthetic.py", "stages/evaluate.py", "my_rewards.py",
                                            "results/sentiment/datapool/train.jsonl")}
+    synthetic, evaluate = files["grueflow/data/synthetic.py"], files["stages/evaluate.py"]
     built = time.time_ns() - 100 * 10**9
     for path in files.values():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -907,6 +912,11 @@ def test_a_dep_dvc_would_take_as_unchanged_is_named_and_its_time_set_to_now(tmp_
         return "    deps:\n" + "".join(f"    - path: {p}\n      hash: md5\n      md5: "
                                        f"{hashlib.md5(Path(p).read_bytes()).hexdigest()}\n" for p in paths)
 
+    def rewrite(path: Path, text: str) -> None:  # the same size, the time kept
+        kept = path.stat().st_mtime_ns
+        path.write_text(text)
+        os.utime(path, ns=(kept, kept))
+
     lock = Path("dvc.lock")
     lock.write_text("schema: '2.0'\nstages:\n  validate_suite:\n    cmd: check\n" + deps(["my_rewards.py"])
                     + "  prepare_datapool@sentiment:\n    cmd: prepare\n" + deps(["grueflow/data/synthetic.py"])
@@ -916,37 +926,54 @@ def test_a_dep_dvc_would_take_as_unchanged_is_named_and_its_time_set_to_now(tmp_
                             "results/sentiment/datapool/train.jsonl"]))
     written = built + 50 * 10**9
     os.utime(lock, ns=(written, written))
-    assert dvc_unseen_edits(Path(".")) == [] and rehash_unseen_edits(Path(".")) == ""  # changed since: a copy, as is
-    for path in files.values():  # the same size, the time kept
-        path.write_text("WORDS = ['grand']\n")
-        os.utime(path, ns=(built, built))
+    assert dvc_unseen_edits(Path(".")) == [] and rehash_unseen_edits(Path(".")) == ""  # a copy's times, as is
+    md5 = hashlib.md5(b"WORDS = ['great']\n").hexdigest()
+    assert json.loads(VERIFIED_DEPS.read_text()) == {str(path): [stat_signature(path.stat()), md5]
+                                                     for path in (synthetic, evaluate)}
+    with monkeypatch.context() as patched:  # found as recorded, unchanged since: not read again
+        patched.setattr(stale, "_as_locked", lambda path, entry: pytest.fail(f"{path} read again"))
+        assert dvc_unseen_edits(Path(".")) == []
+    for path in files.values():
+        rewrite(path, "WORDS = ['grand']\n")
     assert dvc_unseen_edits(Path(".")) == ["grueflow/data/synthetic.py", "stages/evaluate.py"]
-    edited = files["stages/evaluate.py"]
-    os.utime(edited, ns=(written + 1, written + 1))  # dated after dvc.lock: DVC hashes it again itself
+    evaluate.write_text("WORDS = ['grant']\n")  # a plain edit: its time that of the change, DVC hashes it itself
     assert rehash_unseen_edits(Path(".")) == (
-        "grueflow: grueflow/data/synthetic.py changed since dvc.lock recorded it, and its time was set back to before "
-        "dvc.lock's, which DVC's own hash cache (kept by file size and time) takes as unchanged: its time is set to "
-        "now so that DVC hashes it again")
-    assert files["grueflow/data/synthetic.py"].stat().st_mtime_ns > written and dvc_unseen_edits(Path(".")) == []
-    os.utime(edited, ns=(built, built))
+        "grueflow: grueflow/data/synthetic.py changed since dvc.lock recorded it, and its modification time is not "
+        "that of its last change (kept or set over a rewrite), which DVC's own hash cache (kept by inode, size and "
+        "modification time) may take as unchanged: its time is set to now so that DVC hashes it again")
+    assert synthetic.stat().st_mtime_ns > written and dvc_unseen_edits(Path(".")) == []
+    evaluate.write_text("WORDS = ['great']\n")  # put back, then touched after dvc.lock (git stash && git stash pop)
+    assert dvc_unseen_edits(Path(".")) == []  # DVC hashes it again at this time: as recorded
+    rewrite(evaluate, "WORDS = ['grand']\n")  # dated after dvc.lock, its time kept over the rewrite
     assert dvc_unseen_edits(Path(".")) == ["stages/evaluate.py"]
-    os.utime(lock)  # dvc.lock written since (a stage that does not read it rerun): an edit DVC hashes in its turn
+    ahead = time.time_ns() + 3600 * 10**9  # built, or rsync -a'd from a host, while the clock ran an hour ahead
+    evaluate.write_text("WORDS = ['great']\n")
+    for path in (evaluate, lock):
+        os.utime(path, ns=(ahead, ahead))
     assert dvc_unseen_edits(Path(".")) == []
+    rewrite(evaluate, "WORDS = ['grand']\n")
+    assert dvc_unseen_edits(Path(".")) == ["stages/evaluate.py"]
     lock.write_text(lock.read_text().replace(  # one stage recorded the file as it is: DVC's cache holds its md5
         "  evaluate_zero_shot", "  evaluate_rl@sentiment-ppo-0:\n    cmd: evaluate\n"
         + deps(["stages/evaluate.py"]) + "  evaluate_zero_shot"))
-    os.utime(lock, ns=(written, written))
     assert dvc_unseen_edits(Path(".")) == []
+    VERIFIED_DEPS.write_text("{not json")  # a damaged cache is no cache
+    rewrite(synthetic, "WORDS = ['great']\n")
+    rewrite(evaluate, "WORDS = ['grant']\n")
+    assert dvc_unseen_edits(Path(".")) == ["stages/evaluate.py"]
+    assert list(json.loads(VERIFIED_DEPS.read_text())) == [str(synthetic)]
 
 
 def test_a_stage_folders_file_dvc_would_take_as_unchanged_is_named_and_its_time_set_to_now(tmp_path, monkeypatch):
     """A datapool file rewritten in place with its size and time kept: DVC's hash cache, kept by inode, size and
     time, gives the md5 dvc.lock records, and `dvc repro` kept it. DVC's first stage names each file of a stage folder
-    out of dvc.lock that its stage.json does not vouch for, modified no later than that record and changed after it,
-    and sets its time to now; not one modified after the record (DVC hashes it), nor one no out holds. One read and
-    found as written (times as a `cp -a` leaves them) is not read again while its stat signature holds."""
+    out of dvc.lock that its stage.json lists at its size but does not vouch for, whose modification time is not that
+    of its last change, whatever that time is (before the record's, after it as `dvc checkout` leaves a folder's files
+    in no fixed order, or in the future after a clock set back), and sets its time to now; not one plainly edited (DVC
+    hashes it), nor one no out holds. A folder as its stage wrote it is not read; one read and found as written (times
+    as a `cp -a` leaves them) is not read again while its stat signature holds."""
     from grueflow import suite_check
-    from grueflow.io import atomic_dir, write_stage_record
+    from grueflow.io import atomic_dir, fingerprint, write_stage_record
     from grueflow.keep import stat_signature
 
     monkeypatch.chdir(tmp_path)
@@ -957,35 +984,60 @@ def test_a_stage_folders_file_dvc_would_take_as_unchanged_is_named_and_its_time_
             (tmp / name).parent.mkdir(exist_ok=True)
             (tmp / name).write_text('{"text": "great"}\n')
         write_stage_record(tmp, stage="prepare_datapool", params={}, inputs={}, wall_time_s=0.0)
-    built = time.time_ns() - 100 * 10**9
-    for file in folder.rglob("*"):
-        os.utime(file, ns=(built, built))
     train, test, words = folder / "train.jsonl", folder / "test.jsonl", folder / "notes" / "words.txt"
+    record = folder / "stage.json"
     lock = "schema: '2.0'\nstages:\n  prepare_datapool@sentiment:\n    cmd: prepare\n    outs:\n    - path: {}\n" \
            "      hash: md5\n      md5: 0cc175b9c0f1b6a831c399e269772661{}\n"
     Path("dvc.lock").write_text(lock.format(folder, ".dir"))
+
+    def rewrite(path: Path, text: str) -> None:  # the same size, the time kept
+        kept = path.stat().st_mtime_ns
+        path.write_text(text)
+        os.utime(path, ns=(kept, kept))
+
+    with monkeypatch.context() as patched:  # as its stage wrote it: each file's time that of its last change
+        patched.setattr(suite_check, "fingerprint", lambda path: pytest.fail(f"{path} read"))
+        assert suite_check.damaged_outputs(Path(".")) == {}
+    built = time.time_ns() - 100 * 10**9
+    for file in folder.rglob("*"):
+        os.utime(file, ns=(built, built))
     assert suite_check.damaged_outputs(Path(".")) == {}
     assert json.loads(suite_check.VERIFIED_OUTPUTS.read_text()) == {
-        str(file): stat_signature(file.stat()) for file in (words, test, train)}
+        str(file): [stat_signature(file.stat()), fingerprint(file)] for file in (words, test, train)}
     with monkeypatch.context() as patched:  # found as written, unchanged since: not read again
         patched.setattr(suite_check, "fingerprint", lambda path: pytest.fail(f"{path} read again"))
         assert suite_check.damaged_outputs(Path(".")) == {}
-    for file in (train, test):  # the same size, the time kept
-        file.write_text('{"text": "grand"}\n')
-        os.utime(file, ns=(built, built))
+    for file in (train, test):
+        rewrite(file, '{"text": "grand"}\n')
     assert suite_check.damaged_outputs(Path(".")) == {str(test): "prepare_datapool@sentiment",
                                                       str(train): "prepare_datapool@sentiment"}
-    os.utime(test)  # modified after the record: DVC hashes it again itself
+    test.write_text('{"text": "grant"}\n')  # a plain edit: its time that of the change, DVC hashes it itself
     assert suite_check.rehash_damaged_outputs(Path(".")) == (
-        "grueflow: results/sentiment/datapool/train.jsonl does not match the digest its stage recorded in stage.json, "
-        "and its time was set back to before that record's, which DVC's own hash cache (kept by file size and time) "
-        "takes as unchanged: its time is set to now so that DVC hashes it again and restores or reruns "
-        "prepare_datapool@sentiment")
+        "grueflow: results/sentiment/datapool/train.jsonl does not match the digest its stage recorded in stage.json "
+        "at the size it has, and its modification time is not that of its last change (kept or set over a rewrite), "
+        "which DVC's own hash cache (kept by inode, size and modification time) may take as unchanged: its time is "
+        "set to now so that DVC hashes it again and restores or reruns prepare_datapool@sentiment")
     assert train.stat().st_mtime_ns > built + 50 * 10**9 and suite_check.damaged_outputs(Path(".")) == {}
-    os.utime(train, ns=(built, built))
+    for file in (train, test):  # restored by `dvc checkout`: train.jsonl written after stage.json
+        file.write_text('{"text": "great"}\n')
+    os.utime(train, ns=(record.stat().st_mtime_ns + 10**9,) * 2)
+    assert suite_check.damaged_outputs(Path(".")) == {}
+    rewrite(train, '{"text": "grand"}\n')
+    assert suite_check.damaged_outputs(Path(".")) == {str(train): "prepare_datapool@sentiment"}
+    train.write_text('{"text": "great"}\n')
+    ahead = time.time_ns() + 3600 * 10**9  # built, or rsync -a'd from a host, while the clock ran an hour ahead
+    for file in folder.rglob("*"):
+        os.utime(file, ns=(ahead, ahead))
+    assert suite_check.damaged_outputs(Path(".")) == {}
+    rewrite(words, '{"text": "grand"}\n')
+    assert suite_check.damaged_outputs(Path(".")) == {str(words): "prepare_datapool@sentiment"}
+    rewrite(words, '{"text": "great"}\n')
+    rewrite(train, '{"text": "grand"}\n')
     Path("dvc.lock").write_text(lock.format(folder / "stage.json", ""))
     assert suite_check.damaged_outputs(Path(".")) == {}  # no out of dvc.lock holds it: DVC would not rerun its stage
     Path("dvc.lock").write_text(lock.format(folder, ".dir"))
+    suite_check.VERIFIED_OUTPUTS.write_text("[]")  # a cache of another shape is no cache
+    assert suite_check.damaged_outputs(Path(".")) == {str(train): "prepare_datapool@sentiment"}
 
     def refused(*args: object) -> None:
         raise PermissionError(1, "Operation not permitted")
@@ -994,9 +1046,10 @@ def test_a_stage_folders_file_dvc_would_take_as_unchanged_is_named_and_its_time_
         patched.setattr(os, "utime", refused)
         suite_check.rehash_damaged_outputs(Path("."))
     assert str(refusal.value) == (
-        "results/sentiment/datapool/train.jsonl no longer matches the digest its stage recorded, and its time is as "
-        "its stage wrote it, so DVC would take it as unchanged; its time cannot be set to now (Operation not "
-        "permitted): `touch results/sentiment/datapool/train.jsonl` as its owner, then rerun dvc repro")
+        "results/sentiment/datapool/train.jsonl no longer matches the digest its stage recorded at the size it has, "
+        "and its modification time is not that of its last change (kept or set over a rewrite), so DVC may take it "
+        "as unchanged; its time cannot be set to now (Operation not permitted): `touch "
+        "results/sentiment/datapool/train.jsonl` as its owner, then rerun dvc repro")
 
 
 def test_a_stage_folders_edit_dvc_commit_took_is_named_with_its_stage(tmp_path, monkeypatch):

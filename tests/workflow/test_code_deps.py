@@ -15,6 +15,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 from typing import Iterator
 
@@ -94,6 +95,17 @@ def rewrite_in_place(path: Path, old: bytes, new: bytes) -> bytes:
         file.write(held.replace(old, new, 1))
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
     return held
+
+
+UNSEEN_CODE_LINE = (
+    "grueflow: grueflow/data/synthetic.py changed since dvc.lock recorded it, and its modification time is not that of "
+    "its last change (kept or set over a rewrite), which DVC's own hash cache (kept by inode, size and modification "
+    "time) may take as unchanged: its time is set to now so that DVC hashes it again")
+DAMAGED_TRAIN_LINE = (
+    "grueflow: results/sentiment/datapool/train.jsonl does not match the digest its stage recorded in stage.json at "
+    "the size it has, and its modification time is not that of its last change (kept or set over a rewrite), which "
+    "DVC's own hash cache (kept by inode, size and modification time) may take as unchanged: its time is set to now "
+    "so that DVC hashes it again and restores or reruns {}")
 
 
 def dvc_datapool(tmp_path: Path) -> tuple[Path, str, Path]:
@@ -414,9 +426,7 @@ def test_a_dvc_dep_rewritten_in_place_with_its_size_and_time_kept_reruns_its_sta
     run(["python", "-m", "compileall", "-q", "grueflow"], repo)  # the bytecode any earlier import leaves
     rewrite_in_place(repo / "grueflow" / "data" / "synthetic.py", b'"great"', b'"grand"')
     repro = run(["dvc", "repro", target], repo)
-    assert ("grueflow: grueflow/data/synthetic.py changed since dvc.lock recorded it, and its time was set back to "
-            "before dvc.lock's, which DVC's own hash cache (kept by file size and time) takes as unchanged: its time "
-            "is set to now so that DVC hashes it again") in repro.stdout + repro.stderr
+    assert UNSEEN_CODE_LINE in repro.stdout + repro.stderr
     assert f"Running stage '{target}'" in repro.stdout, repro.stdout
     assert "great" not in train.read_text() and "grand" in train.read_text()
     again = run(["dvc", "repro", target], repo)
@@ -459,15 +469,63 @@ def test_a_dvc_stage_folders_file_damaged_in_place_with_its_size_and_time_kept_i
     built = rewrite_in_place(train, b"great", b"grand")
     repro = run(["dvc", "repro", target], repo)
     said = repro.stdout + repro.stderr
-    assert ("grueflow: results/sentiment/datapool/train.jsonl does not match the digest its stage recorded in "
-            "stage.json, and its time was set back to before that record's, which DVC's own hash cache (kept by file "
-            f"size and time) takes as unchanged: its time is set to now so that DVC hashes it again and restores or "
-            f"reruns {target}") in said, said[-3000:]
+    assert DAMAGED_TRAIN_LINE.format(target) in said, said[-3000:]
     assert train.read_bytes() == built
     copy, = (repo / ".grueflow" / "replaced" / "results" / "sentiment").glob("datapool@*")
     assert (copy / "train.jsonl").read_bytes() == built.replace(b"great", b"grand", 1)
     again = run(["dvc", "repro", target], repo)
     assert "didn't change" in again.stdout and "grueflow:" not in again.stdout + again.stderr
+
+
+@pytest.mark.parametrize("written", ["by dvc checkout", "ahead"])
+def test_a_dvc_stage_folders_file_damaged_with_its_time_kept_is_restored_whatever_its_time(tmp_path, written):
+    """The same damage, where the datapool's files are dated after its stage.json (``dvc checkout`` restored the
+    folder, after ``rm -rf``, a branch switch or a fresh clone: it writes a folder's files in no fixed order) or in
+    the future (built, or ``rsync -a``'d from a host, while the clock ran an hour ahead), after a ``dvc status``:
+    `dvc repro` said the stage "didn't change" and kept the damaged file, while a line said a rerun of its stage
+    would replace it. It is named and restored in the same `dvc repro`."""
+    repo, target, train = dvc_datapool(tmp_path)
+    record = train.parent / "stage.json"
+    if written == "by dvc checkout":
+        shutil.rmtree(train.parent)
+        run(["dvc", "checkout", "-q", str(train.parent.relative_to(repo))], repo)
+        dated = record.stat().st_mtime_ns + 10**9  # the order DVC happened to write them in this time
+        os.utime(train, ns=(dated, dated))
+    else:
+        ahead = time.time_ns() + 3600 * 10**9
+        for file in (repo / "results").rglob("*"):
+            os.utime(file, ns=(ahead, ahead))
+    run(["dvc", "status"], repo)  # DVC's hash cache holds the files at these times
+    built = rewrite_in_place(train, b"great", b"grand")
+    repro = run(["dvc", "repro", target], repo)
+    said = repro.stdout + repro.stderr
+    assert DAMAGED_TRAIN_LINE.format(target) in said, said[-3000:]
+    assert train.read_bytes() == built
+    again = run(["dvc", "repro", target], repo)
+    assert "didn't change" in again.stdout and "grueflow:" not in again.stdout + again.stderr
+
+
+@pytest.mark.parametrize("dated", ["ahead", "touched"])
+def test_a_dvc_dep_rewritten_with_its_time_kept_reruns_its_stage_whatever_its_time(tmp_path, dated):
+    """The same rewrite of a module, where the project's files and dvc.lock are dated in the future (built, or
+    ``rsync -a``'d from a host, while the clock ran an hour ahead) or the module was touched after dvc.lock (``git
+    stash && git stash pop``, a branch switch and back), after a ``dvc status``: `dvc repro` said the stage "didn't
+    change". It is named and the same `dvc repro` reruns the stage."""
+    repo, target, train = dvc_datapool(tmp_path)
+    module = repo / "grueflow" / "data" / "synthetic.py"
+    if dated == "ahead":
+        ahead = time.time_ns() + 3600 * 10**9
+        for file in [repo / "dvc.lock", *(repo / "grueflow").rglob("*.py"), *(repo / "results").rglob("*")]:
+            os.utime(file, ns=(ahead, ahead))
+    else:
+        os.utime(module)
+    run(["dvc", "status"], repo)  # DVC's hash cache holds the module at this time, as recorded
+    run(["python", "-m", "compileall", "-q", "grueflow"], repo)
+    rewrite_in_place(module, b'"great"', b'"grand"')
+    repro = run(["dvc", "repro", target], repo)
+    assert UNSEEN_CODE_LINE in repro.stdout + repro.stderr, (repro.stdout + repro.stderr)[-3000:]
+    assert f"Running stage '{target}'" in repro.stdout, repro.stdout
+    assert "great" not in train.read_text() and "grand" in train.read_text()
 
 
 def test_a_datapools_data_is_an_input_when_grueflow_is_a_link_to_another_checkout(tmp_path):
