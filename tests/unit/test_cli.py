@@ -1010,44 +1010,6 @@ def test_show_of_a_stale_evaluation_says_its_params_changed_or_its_model_is_gone
                                        f"no longer exists): {after}")
 
 
-def test_show_of_a_link_to_a_stale_run_folder_says_it_is_stale(tmp_path, tmp_path_factory, monkeypatch, capsys):
-    """A link to a run's folder (latest -> results/eval/..., in the project or outside it) showed only whose run it
-    is, not that the run is out of date, where the folder by its own path was noted stale; from outside the project
-    the link was called a copy."""
-    from grueflow.io import atomic_dir
-
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "Snakefile").write_text("")
-    model = Path("results") / "sentiment" / "ppo" / "seed0" / "model"
-    model.mkdir(parents=True)
-    (model / "config.json").write_text("{}")
-    folder = Path("results") / "eval" / "sentiment" / "ppo" / "seed0"
-    with atomic_dir(folder) as tmp:
-        predictions(tmp)
-        write_stage_record(tmp, stage="evaluate", params={}, inputs={"model": model}, wall_time_s=0.0)
-    shutil.rmtree(model)
-    Path("latest").symlink_to(folder)
-    outside = tmp_path_factory.mktemp("elsewhere")
-    (outside / "latest").symlink_to(tmp_path / folder)
-    stale = ("is stale (it was built from results/sentiment/ppo/seed0/model, which no longer exists): these are the "
-             "samples and scores of what it was built from then, not of the params, inputs and code now; rerun the "
-             "pipeline (grueflow run, or dvc repro) to rebuild it\n")
-    for link, shown in (("latest", folder), (str(outside / "latest"), folder)):
-        assert main(["show", link, "-n", "1"]) == 0
-        assert capsys.readouterr().err == (
-            f"grueflow show: note: {link} is a link to the stage folder written at {shown} (its stage.json records "
-            f"that path as its output): what it holds is that run's; no pipeline run rebuilds it, as it lies outside "
-            f"{tmp_path / 'results'}\n"
-            f"grueflow show: note: {shown} {stale}")
-    monkeypatch.chdir(outside)
-    assert main(["show", "latest", "-n", "1"]) == 0
-    assert capsys.readouterr().err == (
-        f"grueflow show: note: latest is a link to the stage folder written at {tmp_path / folder} (its stage.json "
-        f"records that path as its output): what it holds is that run's; no pipeline run rebuilds it, as it lies "
-        f"outside {tmp_path / 'results'}\n"
-        f"grueflow show: note: {tmp_path / folder} {stale}")
-
-
 def stale_run(tmp_path: Path) -> tuple[Path, str]:
     """A project in ``tmp_path`` (the working folder) with one evaluation whose model is gone since: its folder, and
     the end of show's stale note of it."""
@@ -1065,6 +1027,31 @@ def stale_run(tmp_path: Path) -> tuple[Path, str]:
     return folder, ("is stale (it was built from results/sentiment/ppo/seed0/model, which no longer exists): these "
                     "are the samples and scores of what it was built from then, not of the params, inputs and code "
                     "now; rerun the pipeline (grueflow run, or dvc repro) to rebuild it\n")
+
+
+def test_show_of_a_link_to_a_stale_run_folder_says_it_is_stale(tmp_path, tmp_path_factory, monkeypatch, capsys):
+    """A link to a run's folder (latest -> results/eval/..., in the project or outside it) showed only whose run it
+    is, not that the run is out of date, where the folder by its own path was noted stale; from outside the project
+    the link was called a copy."""
+    monkeypatch.chdir(tmp_path)
+    folder, stale = stale_run(tmp_path)
+    Path("latest").symlink_to(folder)
+    outside = tmp_path_factory.mktemp("elsewhere")
+    (outside / "latest").symlink_to(tmp_path / folder)
+    for link, shown in (("latest", folder), (str(outside / "latest"), folder)):
+        assert main(["show", link, "-n", "1"]) == 0
+        assert capsys.readouterr().err == (
+            f"grueflow show: note: {link} is a link to the stage folder written at {shown} (its stage.json records "
+            f"that path as its output): what it holds is that run's; no pipeline run rebuilds it, as it lies outside "
+            f"{tmp_path / 'results'}\n"
+            f"grueflow show: note: {shown} {stale}")
+    monkeypatch.chdir(outside)
+    assert main(["show", "latest", "-n", "1"]) == 0
+    assert capsys.readouterr().err == (
+        f"grueflow show: note: latest is a link to the stage folder written at {tmp_path / folder} (its stage.json "
+        f"records that path as its output): what it holds is that run's; no pipeline run rebuilds it, as it lies "
+        f"outside {tmp_path / 'results'}\n"
+        f"grueflow show: note: {tmp_path / folder} {stale}")
 
 
 def test_show_of_a_link_to_a_stale_runs_predictions_file_says_it_is_stale(tmp_path, tmp_path_factory, monkeypatch,

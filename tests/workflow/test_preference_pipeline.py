@@ -101,6 +101,18 @@ def test_a_suites_preference_file_replaces_build_preferences(tmp_path):
     assert result.stdout.count("--preferences data/human/preferences.jsonl") == 3  # reward model, dpo, supervised+dpo
 
 
+def fake_evaluations(repo: Path, methods: tuple[str, ...]) -> None:
+    """Evaluation folders of ``methods`` (sentiment, seed 0) in the project ``repo``, three predictions each, made
+    without running evaluate: a human-evaluation export reads their predictions alone."""
+    for method in methods:
+        out = repo / "results" / "eval" / "sentiment" / method / "seed0"
+        out.mkdir(parents=True)
+        (out / "provenance.json").write_text('{"stage": "evaluate"}\n')
+        (out / "predictions.jsonl").write_text("".join(
+            json.dumps({"id": f"s{i}", "prompt": f"prompt {i}", "references": [], "scores": {},
+                        "generation": f"{method} says {i}"}) + "\n" for i in range(3)))
+
+
 @pytest.mark.parametrize("given", ["as written", "through a link"])
 def test_new_answers_in_a_human_import_named_by_preference_files_rerun_the_import_and_dpo(tmp_path, given):
     """preference_files naming a human-evaluation import's preferences.jsonl (a file inside the import rule's folder
@@ -110,13 +122,7 @@ def test_new_answers_in_a_human_import_named_by_preference_files_rerun_the_impor
     build, and DPO trained on the judgements the answers no longer matched."""
     repo = copy_project(tmp_path / "repo")
     batch, methods = "supervised_vs_zero_shot_seed0", ("supervised", "zero_shot")
-    for method in methods:  # evaluate outputs faked: the export reads their predictions alone
-        out = repo / "results" / "eval" / "sentiment" / method / "seed0"
-        out.mkdir(parents=True)
-        (out / "provenance.json").write_text('{"stage": "evaluate"}\n')
-        (out / "predictions.jsonl").write_text("".join(
-            json.dumps({"id": f"s{i}", "prompt": f"prompt {i}", "references": [], "scores": {},
-                        "generation": f"{method} says {i}"}) + "\n" for i in range(3)))
+    fake_evaluations(repo, methods)
     imported = f"results/human/sentiment/imported/{batch}"
     suite = SUITE + f"preference_files: {{sentiment: {imported}/preferences.jsonl}}\n"
     (repo / "params" / "suite.yaml").write_text(suite)
@@ -163,13 +169,7 @@ def test_a_withdrawn_import_named_by_preference_files_is_refused_naming_its_answ
     said to import again, which cannot work. The plan is refused, naming the folder and the fixes that work."""
     repo = copy_project(tmp_path / "repo")
     batch = "supervised_vs_zero_shot_seed0"
-    for method in ("supervised", "zero_shot"):  # evaluate outputs faked: the export reads their predictions alone
-        out = repo / "results" / "eval" / "sentiment" / method / "seed0"
-        out.mkdir(parents=True)
-        (out / "provenance.json").write_text('{"stage": "evaluate"}\n')
-        (out / "predictions.jsonl").write_text("".join(
-            json.dumps({"id": f"s{i}", "prompt": f"prompt {i}", "references": [], "scores": {},
-                        "generation": f"{method} says {i}"}) + "\n" for i in range(3)))
+    fake_evaluations(repo, ("supervised", "zero_shot"))
     imported, answers = f"results/human/sentiment/imported/{batch}", f"data/human/sentiment/{batch}"
     suite = SUITE + f"preference_files: {{sentiment: {imported}/preferences.jsonl}}\n"
     (repo / "params" / "suite.yaml").write_text(suite)
