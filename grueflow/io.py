@@ -588,17 +588,24 @@ def _relative_to_cwd(path: Path) -> str:
 
 def working_folder() -> Path:
     """The working folder as the shell reached it: ``$PWD`` where that names the very folder :func:`os.getcwd` gives
-    (a folder reached through a link, ``cd results`` where ``results`` links to another disk), else
-    :func:`os.getcwd`, which has every link resolved and so no project above a linked folder."""
+    (a folder reached through a link) and a project lies above it but none above :func:`os.getcwd` (``cd results``
+    where ``results`` links to another disk); else :func:`os.getcwd`, which has every link resolved: a folder linked
+    into another project, or from outside any (a link in ``/tmp`` to a project's ``results/eval``), lies in the
+    project that holds it, whose records name its paths."""
     cwd = os.getcwd()
     pwd = os.environ.get("PWD")
-    if pwd and os.path.isabs(pwd) and pwd != cwd:
+    if pwd and os.path.isabs(pwd) and pwd != cwd and not _in_project(Path(cwd)) and _in_project(Path(pwd)):
         try:
             if os.path.samefile(pwd, cwd):
                 return Path(os.path.normpath(pwd))
         except OSError:
             pass
     return Path(cwd)
+
+
+def _in_project(folder: Path) -> bool:
+    """Whether a project's root (a folder holding a :data:`PROJECT_MARKER`) is ``folder`` or lies above it."""
+    return any((above / PROJECT_MARKER).is_file() for above in (folder, *folder.parents))
 
 
 def absolute(path: str | Path) -> Path:

@@ -1097,6 +1097,35 @@ def test_show_from_inside_a_linked_results_folder_judges_the_run(tmp_path, tmp_p
         f"it, is not known here; run grueflow show in its project's root to judge it\n")
 
 
+def test_show_from_a_link_into_a_project_judges_the_run_in_that_project(tmp_path, monkeypatch, capsys):
+    """cd into a link to a project's results/eval, from another clone (B/evA) or from outside any project: the
+    working folder as the shell reached it was taken, so the run was judged in the other clone, or in the link's
+    folder, and its inputs there said to be gone. A folder linked into a project lies in that project."""
+    from grueflow.io import atomic_dir
+
+    home = tmp_path / "A"
+    home.mkdir()
+    monkeypatch.chdir(home)
+    (home / "Snakefile").write_text("")
+    model = Path("results") / "sentiment" / "ppo" / "seed0" / "model"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    with atomic_dir(Path("results") / "eval" / "sentiment" / "ppo" / "seed0") as tmp:
+        predictions(tmp)
+        write_stage_record(tmp, stage="evaluate", params={}, inputs={"model": model}, wall_time_s=0.0)
+    other, outside = tmp_path / "B", tmp_path / "elsewhere"
+    for folder in (other, outside):
+        folder.mkdir()
+    (other / "Snakefile").write_text("")
+    for link in (other / "evA", outside / "ev"):
+        link.symlink_to(home / "results" / "eval")
+        monkeypatch.chdir(link)
+        monkeypatch.setenv("PWD", str(link))
+        assert main(["show", "sentiment/ppo/seed0", "-n", "1"]) == 0
+        shown = capsys.readouterr()
+        assert shown.err == "" and "[test-0]" in shown.out
+
+
 def files_and_times(root: Path) -> dict[str, tuple[int, int]]:
     """Every file and folder under ``root``, with its size and modification time: what a read-only command leaves."""
     return {str(path.relative_to(root)): (path.lstat().st_size, path.lstat().st_mtime_ns)
