@@ -1010,12 +1010,12 @@ def test_show_of_a_stale_evaluation_says_its_params_changed_or_its_model_is_gone
                                        f"no longer exists): {after}")
 
 
-def stale_run(tmp_path: Path) -> tuple[Path, str]:
-    """A project in ``tmp_path`` (the working folder) with one evaluation whose model is gone since: its folder, and
-    the end of show's stale note of it."""
+def one_run(root: Path) -> Path:
+    """A project in ``root`` (the working folder) with one evaluation built from a model folder it records: the
+    evaluation's folder, relative to ``root``."""
     from grueflow.io import atomic_dir
 
-    (tmp_path / "Snakefile").write_text("")
+    (root / "Snakefile").write_text("")
     model = Path("results") / "sentiment" / "ppo" / "seed0" / "model"
     model.mkdir(parents=True)
     (model / "config.json").write_text("{}")
@@ -1023,7 +1023,13 @@ def stale_run(tmp_path: Path) -> tuple[Path, str]:
     with atomic_dir(folder) as tmp:
         predictions(tmp)
         write_stage_record(tmp, stage="evaluate", params={}, inputs={"model": model}, wall_time_s=0.0)
-    shutil.rmtree(model)
+    return folder
+
+
+def stale_run(tmp_path: Path) -> tuple[Path, str]:
+    """:func:`one_run` in ``tmp_path`` with its model gone since: its folder, and the end of show's stale note of it."""
+    folder = one_run(tmp_path)
+    shutil.rmtree(Path("results") / "sentiment" / "ppo" / "seed0" / "model")
     return folder, ("is stale (it was built from results/sentiment/ppo/seed0/model, which no longer exists): these "
                     "are the samples and scores of what it was built from then, not of the params, inputs and code "
                     "now; rerun the pipeline (grueflow run, or dvc repro) to rebuild it\n")
@@ -1101,18 +1107,10 @@ def test_show_from_a_link_into_a_project_judges_the_run_in_that_project(tmp_path
     """cd into a link to a project's results/eval, from another clone (B/evA) or from outside any project: the
     working folder as the shell reached it was taken, so the run was judged in the other clone, or in the link's
     folder, and its inputs there said to be gone. A folder linked into a project lies in that project."""
-    from grueflow.io import atomic_dir
-
     home = tmp_path / "A"
     home.mkdir()
     monkeypatch.chdir(home)
-    (home / "Snakefile").write_text("")
-    model = Path("results") / "sentiment" / "ppo" / "seed0" / "model"
-    model.mkdir(parents=True)
-    (model / "config.json").write_text("{}")
-    with atomic_dir(Path("results") / "eval" / "sentiment" / "ppo" / "seed0") as tmp:
-        predictions(tmp)
-        write_stage_record(tmp, stage="evaluate", params={}, inputs={"model": model}, wall_time_s=0.0)
+    one_run(home)
     other, outside = tmp_path / "B", tmp_path / "elsewhere"
     for folder in (other, outside):
         folder.mkdir()
